@@ -1,0 +1,192 @@
+"""Every error a user can hit, in one place.
+
+Each class carries its own exit code.  A message always says what was
+expected, what was found, and what to do next; only the CLI's ``main`` catches
+these and turns them into a printed message and an exit status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+
+class OctoberError(Exception):
+    """Base class: ``expected`` / ``found`` / ``fix`` make up the message."""
+
+    exit_code: ClassVar[int] = 1
+    title: ClassVar[str] = "error"
+
+    def __init__(self, what: str, *, expected: str | None = None, found: str | None = None,
+                 fix: str | None = None) -> None:
+        self.what = what
+        self.expected = expected
+        self.found = found
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        parts = [self.what.rstrip(".") + "."]
+        if self.expected is not None:
+            parts.append(f"Expected {self.expected}")
+            if self.found is not None:
+                parts[-1] += f", found {self.found}."
+            else:
+                parts[-1] += "."
+        elif self.found is not None:
+            parts.append(f"Found {self.found}.")
+        line1 = " ".join(parts)
+        if self.fix:
+            return f"{line1}\n  -> {self.fix}"
+        return line1
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(OctoberError):
+    exit_code = 2
+    title = "usage error"
+
+
+class RecipeError(OctoberError):
+    """A recipe or forks.toml file is malformed or inconsistent."""
+
+    exit_code = 3
+    title = "recipe error"
+
+    def __init__(self, file: Path | str, key: str, *, expected: str, found: str,
+                 fix: str | None = None) -> None:
+        self.file = str(file)
+        self.key = key
+        super().__init__(f"{self.file}: key '{key}' is invalid", expected=expected, found=found,
+                         fix=fix or f"edit '{key}' in {self.file}")
+
+
+class PreflightError(OctoberError):
+    """One or more machine checks failed; ``problems`` is the punch list."""
+
+    exit_code = 4
+    title = "preflight failed"
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = [f"  - [{name}] {text}" for name, text in self.problems]
+        super().__init__(
+            f"{len(self.problems)} preflight check(s) failed:\n" + "\n".join(lines),
+            fix="fix the items above, or skip one you know is fine with --skip-preflight NAME",
+        )
+
+    @property
+    def message(self) -> str:  # the punch list is already complete; no expected/found line
+        return f"{self.what}\n  -> {self.fix}"
+
+
+class StackLockedError(OctoberError):
+    exit_code = 5
+    title = "stack busy"
+
+
+class CommandFailed(OctoberError):
+    """An external command exited non-zero (or could not start)."""
+
+    exit_code = 6
+    title = "command failed"
+
+    def __init__(self, step: str, argv: Sequence[str], returncode: int, tail: str,
+                 log_path: Path | None) -> None:
+        self.step = step
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.tail = tail
+        self.log_path = log_path
+        shown = " ".join(self.argv)
+        where = f"; full log: {log_path}" if log_path else ""
+        super().__init__(
+            f"step '{step}': command `{shown}` failed",
+            expected="exit code 0", found=f"exit code {returncode}",
+            fix=f"read the last lines below{where}",
+        )
+
+    @property
+    def message(self) -> str:
+        base = super().message
+        if self.tail.strip():
+            indented = "\n".join("    | " + ln for ln in self.tail.rstrip().splitlines())
+            return f"{base}\n{indented}"
+        return base
+
+
+class ToolMissing(OctoberError):
+    exit_code = 7
+    title = "tool missing"
+
+
+class FetchError(OctoberError):
+    """git: a fork cannot be fetched, a commit is missing, a tree is dirty."""
+
+    exit_code = 8
+    title = "fetch failed"
+
+
+class EnvError(OctoberError):
+    exit_code = 9
+    title = "environment error"
+
+
+class WheelError(OctoberError):
+    """The base wheel could not be downloaded or failed verification."""
+
+    exit_code = 10
+    title = "wheel verification failed"
+
+
+class InstallError(OctoberError):
+    """A post-install guard fired (torch moved, flashinfer not the fork, ...)."""
+
+    exit_code = 11
+    title = "install check failed"
+
+
+class JitError(OctoberError):
+    exit_code = 12
+    title = "JIT build failed"
+
+
+class LockError(OctoberError):
+    """A pylock cannot be written or a --locked install differs from it."""
+
+    exit_code = 13
+    title = "lock mismatch"
+
+
+class ReceiptError(OctoberError):
+    exit_code = 14
+    title = "receipt invalid"
+
+
+class DownloadError(OctoberError):
+    """Model download, revision or hash verification failed."""
+
+    exit_code = 15
+    title = "download failed"
+
+
+class ScalesError(OctoberError):
+    """A calibrated scales file is missing, malformed or made for another model."""
+
+    exit_code = 16
+    title = "scales invalid"
+
+
+class SmokeError(OctoberError):
+    """The smoke harness could not run (not: a check failed; that is a receipt)."""
+
+    exit_code = 17
+    title = "smoke failed to run"
+
+
+class StateError(OctoberError):
+    exit_code = 18
+    title = "stack state error"

@@ -1,0 +1,535 @@
+"""Recipes and forks as data: TOML files loaded into frozen, validated objects.
+
+Every validation error names the file, the key, what was expected and what was
+found (:class:`installer.errors.RecipeError`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from installer.errors import RecipeError
+from installer.hashing import sha256_file
+
+FORMAT_VERSION = 1
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
+JIT_KINDS = ("decode", "prefill")
+JIT_DTYPES = ("f16", "bf16", "e4m3", "e5m2")
+MODEL_FORMATS = ("awq", "fp16")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A commit: a full 40-hex id, or a prefix that must be resolved on ``branch``."""
+
+    name: str
+    commit: str
+    branch: str | None = None
+
+    @property
+    def is_prefix(self) -> bool:
+        return len(self.commit) < 40
+
+
+@dataclass(frozen=True)
+class Fork:
+    name: str
+    url: str
+    upstream: str | None
+    pins: Mapping[str, Pin]
+
+
+@dataclass(frozen=True)
+class ForkUse:
+    """A fork as a recipe uses it: which pin, and how it is installed."""
+
+    name: str
+    url: str
+    upstream: str | None
+    pin: Pin
+    mode: str = "editable"
+    deps: bool = True
+    build_isolation: bool = True
+    submodules: bool = True
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where uv finds packages. Real recipes use indexes; fixtures use a local dir."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+
+
+@dataclass(frozen=True)
+class TorchPin:
+    version: str            # exact, with local build tag when the index has one: "2.10.0+cu128"
+    index_url: str | None = None
+
+    @property
+    def requirement(self) -> str:
+        return f"torch=={self.version}"
+
+
+@dataclass(frozen=True)
+class CudaPin:
+    version: str            # toolkit major.minor nvcc must report, e.g. "12.9"
+    arch_list: str          # FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0"
+    variant: str            # wheel CUDA variant, e.g. "cu129"
+
+
+@dataclass(frozen=True)
+class BaseWheel:
+    url: str
+    filename: str
+    name: str
+    version: str
+    sha256: str | None      # None: trust on first use, recorded in the lock
+    cuda_variant: str | None = None
+    cudart_major: str | None = None
+    requires_torch: str | None = None
+
+
+@dataclass(frozen=True)
+class PreflightLimits:
+    os: str = "Linux"
+    arch: str = "x86_64"
+    min_ram_gb: float = 0.0
+    min_disk_gb: float = 0.0
+    min_compute_capability: str | None = None
+    uv: str | None = None   # a specifier, e.g. ">=0.8.17"
+    need_compiler: bool = True
+
+
+@dataclass(frozen=True)
+class JitModule:
+    kind: str               # decode | prefill
+    q: str
+    k: str
+    v: str
+    o: str
+    head_dim: int
+    posenc: int = 0
+    backend: str = "fa2"
+
+
+@dataclass(frozen=True)
+class ModelSelection:
+    format: str
+    repo: str
+    revision: str
+    patterns: tuple[str, ...]
+    sha256: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SmokeConfig:
+    level: str | None = None
+    prompt_tokens: int = 8192
+    max_new_tokens: int = 128
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    sha256: str
+    description: str
+    python: str
+    torch: TorchPin
+    build_requirements: tuple[str, ...]
+    sources: Sources
+    forks: tuple[ForkUse, ...]
+    cuda: CudaPin | None
+    wheel: BaseWheel | None
+    preflight: PreflightLimits
+    jit: tuple[JitModule, ...]
+    models: Mapping[str, ModelSelection]
+    smoke: SmokeConfig
+    raw: Mapping[str, Any]
+
+    def fork(self, name: str) -> ForkUse:
+        for f in self.forks:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def section(self, key: str) -> Any:
+        return self.raw.get(key)
+
+
+# ----------------------------------------------------------------------- checking
+
+
+class _Table:
+    """A TOML table being validated: remembers the file and the dotted key path."""
+
+    def __init__(self, file: Path, data: Any, key: str) -> None:
+        if not isinstance(data, dict):
+            raise RecipeError(file, key or "<top>", expected="a table", found=_describe(data))
+        self.file = file
+        self.data: dict[str, Any] = data
+        self.key = key
+        self.seen: set[str] = set()
+
+    def _k(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
+    def err(self, name: str, expected: str, found: Any) -> RecipeError:
+        return RecipeError(self.file, self._k(name), expected=expected, found=_describe(found))
+
+    def get(self, name: str, typ: type | tuple[type, ...], *, required: bool = True,
+            default: Any = None, what: str | None = None) -> Any:
+        self.seen.add(name)
+        if name not in self.data:
+            if required:
+                raise RecipeError(self.file, self._k(name), expected=what or _typename(typ),
+                                  found="the key is missing")
+            return default
+        value = self.data[name]
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and typ in (int, float):
+            raise self.err(name, what or _typename(typ), value)
+        if not isinstance(value, typ):
+            raise self.err(name, what or _typename(typ), value)
+        return value
+
+    def str_list(self, name: str, *, required: bool = True) -> tuple[str, ...]:
+        value = self.get(name, list, required=required, default=[], what="a list of strings")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise RecipeError(self.file, f"{self._k(name)}[{i}]", expected="a string",
+                                  found=_describe(item))
+        return tuple(value)
+
+    def table(self, name: str, *, required: bool = True) -> "_Table | None":
+        self.seen.add(name)
+        if name not in self.data:
+            if required:
+                raise RecipeError(self.file, self._k(name), expected="a table",
+                                  found="the key is missing")
+            return None
+        return _Table(self.file, self.data[name], self._k(name))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            raise RecipeError(self.file, self._k(unknown[0]),
+                              expected=f"one of {sorted(self.seen)}",
+                              found=f"unknown key '{unknown[0]}'",
+                              fix=f"remove or rename '{self._k(unknown[0])}' in {self.file}")
+
+
+def _typename(typ: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "a table"}
+    if isinstance(typ, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in typ)
+    return names.get(typ, typ.__name__)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return f"a list ({len(value)} items)"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise RecipeError(path, "<file>", expected="an existing TOML file", found="no such file",
+                          fix="check the path or the recipe name (see recipes/)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(path, "<file>", expected="valid TOML", found=f"a syntax error: {exc}",
+                          fix=f"fix the TOML syntax in {path}") from None
+
+
+def _version(t: _Table, name: str, *, required: bool = True) -> str | None:
+    value = t.get(name, str, required=required, what="a version string such as '2.10.0'")
+    if value is None:
+        return None
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise t.err(name, "a PEP 440 version such as '2.10.0'", value) from None
+    return value
+
+
+def _check_format(t: _Table) -> None:
+    fv = t.get("format_version", int, what=f"format_version = {FORMAT_VERSION}")
+    if fv != FORMAT_VERSION:
+        raise t.err("format_version", f"{FORMAT_VERSION} (this tool's recipe format)", fv)
+
+
+# -------------------------------------------------------------------------- forks
+
+
+def load_forks(path: Path) -> dict[str, Fork]:
+    top = _Table(path, _read_toml(path), "")
+    _check_format(top)
+    forks_t = top.table("forks")
+    assert forks_t is not None
+    top.done()
+    forks: dict[str, Fork] = {}
+    for name in forks_t.data:
+        ft = forks_t.table(name)
+        assert ft is not None
+        url = ft.get("url", str, what="a git URL")
+        upstream = ft.get("upstream", str, required=False)
+        pins_t = ft.table("pins")
+        assert pins_t is not None
+        ft.done()
+        pins: dict[str, Pin] = {}
+        for pin_name, value in pins_t.data.items():
+            pins_t.seen.add(pin_name)
+            pins[pin_name] = _parse_pin(pins_t, pin_name, value)
+        forks[name] = Fork(name=name, url=url, upstream=upstream, pins=pins)
+    forks_t.done()
+    return forks
+
+
+def _parse_pin(t: _Table, name: str, value: Any) -> Pin:
+    if isinstance(value, str):
+        if not FULL_SHA.match(value):
+            raise t.err(name, "a 40-character lowercase hex commit id "
+                        "(or a table {prefix = ..., branch = ...})", value)
+        return Pin(name=name, commit=value)
+    if isinstance(value, dict):
+        pt = _Table(t.file, value, t._k(name))
+        prefix = pt.get("prefix", str, what="a lowercase hex commit prefix (7-39 chars)")
+        branch = pt.get("branch", str, what="the branch the prefix is resolved on")
+        pt.get("source", str, required=False)
+        pt.done()
+        if not SHA_PREFIX.match(prefix):
+            raise pt.err("prefix", "a lowercase hex commit prefix of 7 to 39 characters", prefix)
+        if not branch.strip():
+            raise pt.err("branch", "a non-empty branch name", branch)
+        return Pin(name=name, commit=prefix, branch=branch)
+    raise t.err(name, "a 40-hex commit id or a table {prefix, branch}", value)
+
+
+# ------------------------------------------------------------------------- recipe
+
+
+def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
+    """``current`` -> ``<root>/recipes/current.toml``; a path ending in .toml is used as is."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return Path(name_or_path).expanduser().resolve()
+    return root / "recipes" / f"{name_or_path}.toml"
+
+
+def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
+    path = resolve_recipe_path(name_or_path, root)
+    if not path.exists():
+        available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
+        raise RecipeError(path, "<file>", expected=f"a recipe name ({', '.join(available) or 'none'}) "
+                          "or a path to a .toml file", found=f"no file for '{name_or_path}'",
+                          fix="pass --recipe with one of the names above")
+    raw = _read_toml(path)
+    top = _Table(path, raw, "")
+    _check_format(top)
+    name = top.get("name", str)
+    description = top.get("description", str, required=False, default="")
+    forks_file = top.get("forks_file", str, required=False, default=None)
+    forks_path = (path.parent / forks_file).resolve() if forks_file else root / "forks.toml"
+    known_forks = load_forks(forks_path)
+
+    py = top.table("python")
+    assert py is not None
+    python = _version(py, "version")
+    py.done()
+
+    tt = top.table("torch")
+    assert tt is not None
+    torch = TorchPin(version=_version(tt, "version") or "", index_url=tt.get("index", str, required=False))
+    tt.done()
+
+    bt = top.table("build", required=False)
+    build_reqs: tuple[str, ...] = ()
+    if bt is not None:
+        build_reqs = bt.str_list("requirements")
+        bt.done()
+
+    st = top.table("sources", required=False)
+    sources = Sources()
+    if st is not None:
+        sources = Sources(index_url=st.get("index_url", str, required=False),
+                          extra_index_urls=st.str_list("extra_index_urls", required=False),
+                          find_links=tuple(_local_or_url(path, x) for x in st.str_list("find_links", required=False)),
+                          no_index=st.get("no_index", bool, required=False, default=False))
+        st.done()
+
+    top.seen.add("forks")
+    fork_list = raw.get("forks")
+    if not isinstance(fork_list, list) or not fork_list:
+        raise RecipeError(path, "forks", expected="an array of tables [[forks]] with at least one fork",
+                          found=_describe(fork_list) if "forks" in raw else "the key is missing")
+    uses: list[ForkUse] = []
+    for i, entry in enumerate(fork_list):
+        ft = _Table(path, entry, f"forks[{i}]")
+        fname = ft.get("name", str)
+        if fname not in known_forks:
+            raise ft.err("name", f"a fork defined in {forks_path.name} ({', '.join(sorted(known_forks))})", fname)
+        fork = known_forks[fname]
+        pin_name = ft.get("pin", str)
+        if pin_name not in fork.pins:
+            raise ft.err("pin", f"a pin of fork '{fname}' in {forks_path.name} "
+                         f"({', '.join(sorted(fork.pins)) or 'none'})", pin_name)
+        mode = ft.get("mode", str, required=False, default="editable")
+        if mode not in INSTALL_MODES:
+            raise ft.err("mode", f"one of {', '.join(INSTALL_MODES)}", mode)
+        uses.append(ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
+                            mode=mode, deps=ft.get("deps", bool, required=False, default=True),
+                            build_isolation=ft.get("build_isolation", bool, required=False, default=True),
+                            submodules=ft.get("submodules", bool, required=False, default=True)))
+        ft.done()
+    names = [u.name for u in uses]
+    if len(set(names)) != len(names):
+        raise RecipeError(path, "forks", expected="each fork at most once", found=f"{names}")
+
+    ct = top.table("cuda", required=False)
+    cuda = None
+    if ct is not None:
+        cver = ct.get("version", str, what="a CUDA major.minor such as '12.9'")
+        if not re.match(r"^\d+\.\d+$", cver):
+            raise ct.err("version", "a CUDA major.minor such as '12.9'", cver)
+        cuda = CudaPin(version=cver, arch_list=ct.get("arch_list", str), variant=ct.get("variant", str))
+        ct.done()
+
+    wt = top.table("wheel", required=False)
+    wheel = None
+    if wt is not None:
+        sha = wt.get("sha256", str, required=False)
+        if sha is not None and not SHA256.match(sha):
+            raise wt.err("sha256", "64 lowercase hex characters", sha)
+        wheel = BaseWheel(url=wt.get("url", str), filename=wt.get("filename", str),
+                          name=wt.get("name", str), version=_version(wt, "version") or "",
+                          sha256=sha, cuda_variant=wt.get("cuda_variant", str, required=False),
+                          cudart_major=wt.get("cudart_major", str, required=False),
+                          requires_torch=wt.get("requires_torch", str, required=False))
+        wt.done()
+
+    pt = top.table("preflight", required=False)
+    preflight = PreflightLimits()
+    if pt is not None:
+        uvspec = pt.get("uv", str, required=False)
+        if uvspec is not None:
+            try:
+                SpecifierSet(uvspec)
+            except InvalidSpecifier:
+                raise pt.err("uv", "a version specifier such as '>=0.8.17'", uvspec) from None
+        preflight = PreflightLimits(
+            os=pt.get("os", str, required=False, default="Linux"),
+            arch=pt.get("arch", str, required=False, default="x86_64"),
+            min_ram_gb=pt.get("min_ram_gb", float, required=False, default=0.0),
+            min_disk_gb=pt.get("min_disk_gb", float, required=False, default=0.0),
+            min_compute_capability=pt.get("min_compute_capability", str, required=False),
+            uv=uvspec,
+            need_compiler=pt.get("need_compiler", bool, required=False, default=True))
+        for key in ("min_ram_gb", "min_disk_gb"):
+            if getattr(preflight, key) < 0:
+                raise pt.err(key, "a number >= 0", getattr(preflight, key))
+        pt.done()
+
+    jt = top.table("jit", required=False)
+    jit: list[JitModule] = []
+    if jt is not None:
+        mods = jt.get("modules", list, what="an array of tables [[jit.modules]]")
+        jt.done()
+        for i, m in enumerate(mods):
+            mt = _Table(path, m, f"jit.modules[{i}]")
+            kind = mt.get("kind", str)
+            if kind not in JIT_KINDS:
+                raise mt.err("kind", f"one of {', '.join(JIT_KINDS)}", kind)
+            dts = {}
+            for d in ("q", "k", "v", "o"):
+                dts[d] = mt.get(d, str)
+                if dts[d] not in JIT_DTYPES:
+                    raise mt.err(d, f"one of {', '.join(JIT_DTYPES)}", dts[d])
+            head_dim = mt.get("head_dim", int)
+            if head_dim not in (64, 128, 256):
+                raise mt.err("head_dim", "64, 128 or 256 (FlashInfer rejects > 256)", head_dim)
+            posenc = mt.get("posenc", int, required=False, default=0)
+            if posenc not in (0, 1, 2):
+                raise mt.err("posenc", "0 (none), 1 (rope llama) or 2 (alibi)", posenc)
+            jit.append(JitModule(kind=kind, head_dim=head_dim, posenc=posenc,
+                                 backend=mt.get("backend", str, required=False, default="fa2"), **dts))
+            mt.done()
+
+    mt_all = top.table("models", required=False)
+    models: dict[str, ModelSelection] = {}
+    if mt_all is not None:
+        for fmt in list(mt_all.data):
+            if fmt not in MODEL_FORMATS:
+                raise mt_all.err(fmt, f"a model format ({', '.join(MODEL_FORMATS)})", fmt)
+            sel = mt_all.table(fmt)
+            assert sel is not None
+            rev = sel.get("revision", str, what="a 40-hex hub revision")
+            if not FULL_SHA.match(rev):
+                raise sel.err("revision", "a 40-character lowercase hex revision", rev)
+            hashes_t = sel.table("sha256", required=False)
+            hashes: dict[str, str] = {}
+            if hashes_t is not None:
+                for fname, h in hashes_t.data.items():
+                    hashes_t.seen.add(fname)
+                    if not isinstance(h, str) or not SHA256.match(h):
+                        raise hashes_t.err(fname, "64 lowercase hex characters", h)
+                    hashes[fname] = h
+            models[fmt] = ModelSelection(format=fmt, repo=sel.get("repo", str, what="'org/name'"),
+                                         revision=rev, patterns=sel.str_list("patterns"), sha256=hashes)
+            if "/" not in models[fmt].repo:
+                raise sel.err("repo", "a hub repository 'org/name'", models[fmt].repo)
+            sel.done()
+        mt_all.done()
+
+    smt = top.table("smoke", required=False)
+    smoke = SmokeConfig()
+    if smt is not None:
+        level = smt.get("level", str, required=False)
+        if level is not None and level not in ("kernel", "engine", "reference"):
+            raise smt.err("level", "one of kernel, engine, reference", level)
+        smoke = SmokeConfig(level=level,
+                            prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
+                            max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128),
+                            seed=smt.get("seed", int, required=False, default=0))
+        smt.done()
+
+    top.done()
+    return Recipe(name=name, path=path, sha256=sha256_file(path), description=description,
+                  python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
+                  forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
+                  models=models, smoke=smoke, raw=raw)
+
+
+def _local_or_url(recipe_path: Path, value: str) -> str:
+    if "://" in value:
+        return value
+    return str((recipe_path.parent / value).resolve())

@@ -1,0 +1,104 @@
+"""The one gate for external commands.
+
+Every git/uv/python/nvcc call of a step goes through :class:`Runner.run`: the
+command is resolved on PATH (clear error if missing), echoed, its combined
+output teed to ``STACK/logs/<step>.log`` (secrets masked), and a non-zero exit
+becomes :class:`CommandFailed` naming the step, command, exit code, last lines
+and log path.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from installer.errors import CommandFailed, ToolMissing
+from installer.redact import env_secrets, redact
+
+TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    output: str
+    seconds: float
+
+
+class Runner:
+    """Runs commands for one stack; ``echo`` receives each output line (for progress)."""
+
+    def __init__(self, logs_dir: Path, *, echo: Callable[[str], None] | None = None,
+                 secrets: Sequence[str] = ()) -> None:
+        self.logs_dir = logs_dir
+        self.echo = echo
+        self.secrets = tuple(secrets) + tuple(env_secrets())
+
+    def log_path(self, step: str) -> Path:
+        return self.logs_dir / f"{step}.log"
+
+    def note(self, step: str, text: str) -> None:
+        """Append a line of our own to the step's log."""
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(step), "a", encoding="utf-8") as fh:
+            fh.write(redact(text, self.secrets).rstrip("\n") + "\n")
+
+    def run(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
+            env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,
+            check: bool = True, timeout: float | None = None) -> Completed:
+        args = [os.fspath(a) for a in argv]
+        full_env = dict(os.environ if env is None else env)
+        if extra_env:
+            full_env.update(extra_env)
+        exe = args[0]
+        if os.sep not in exe:
+            found = shutil.which(exe, path=full_env.get("PATH"))
+            if found is None:
+                raise ToolMissing(f"step '{step}' needs the program '{exe}'",
+                                  expected=f"'{exe}' on PATH", found="nothing",
+                                  fix=f"install {exe} or put it on PATH, then re-run")
+        elif not Path(exe).exists():
+            raise ToolMissing(f"step '{step}' needs the program '{exe}'",
+                              expected=f"the file {exe}", found="no such file",
+                              fix="re-run so the earlier steps recreate it")
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path(step)
+        shown = redact(shlex.join(args), self.secrets)
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        chunks: list[str] = []
+        start = time.monotonic()
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"$ {shown}\n")
+            if cwd is not None:
+                fh.write(f"# cwd: {cwd}\n")
+            fh.flush()
+            proc = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace", bufsize=1)
+            assert proc.stdout is not None
+            try:
+                for line in proc.stdout:
+                    clean = redact(line, self.secrets)
+                    fh.write(clean)
+                    chunks.append(clean)
+                    tail.append(clean.rstrip("\n"))
+                    if self.echo is not None:
+                        self.echo(clean.rstrip("\n"))
+                rc = proc.wait(timeout=timeout)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            elapsed = time.monotonic() - start
+            fh.write(f"# exit {rc} after {elapsed:.2f}s\n")
+        if check and rc != 0:
+            raise CommandFailed(step, [shown], rc, "\n".join(tail), log)
+        return Completed(tuple(args), rc, "".join(chunks), elapsed)
