@@ -1,0 +1,61 @@
+"""The stack directory layout, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    root: Path
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
+    def fork(self, name: str) -> Path:
+        return self.src / name
+
+    @property
+    def env(self) -> Path:
+        return self.root / "env"
+
+    @property
+    def python(self) -> Path:
+        return self.env / "bin" / "python"
+
+    @property
+    def wheels(self) -> Path:
+        return self.root / "wheels"
+
+    @property
+    def jit(self) -> Path:
+        return self.root / "jit"
+
+    @property
+    def pylock(self) -> Path:
+        return self.root / "pylock.toml"
+
+    @property
+    def receipts(self) -> Path:
+        return self.root / "receipts"
+
+    @property
+    def setup_receipt(self) -> Path:
+        return self.receipts / "setup.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / ".state"
+
+    def marker(self, step: str) -> Path:
+        return self.state / f"{step}.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def lockfile(self) -> Path:
+        return self.root / ".october.lock"
