@@ -1,0 +1,117 @@
+"""Check results: the six required checks, their statuses, and how one is run.
+
+Standard library only.  A check function returns a :class:`CheckResult`; it may
+raise :class:`Unsupported` (the stack lacks a capability: not a pass, not a
+measured failure) or :class:`Skipped` (this machine cannot run it, e.g. no GPU).
+Any other exception is a failure: a check that crashes has not proved anything.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+PASSED = "passed"
+FAILED = "failed"
+SKIPPED = "skipped"
+UNSUPPORTED = "unsupported"
+STATUSES = (PASSED, FAILED, SKIPPED, UNSUPPORTED)
+
+# (name, title as users read it), in the order of smoke.md.
+REQUIRED_CHECKS: tuple[tuple[str, str], ...] = (
+    ("physical_k16v8", "physical K16/V8"),
+    ("calibrated_scales", "calibrated scales"),
+    ("mixed_prefill", "mixed fresh-prefill route"),
+    ("decode_graphs", "changing decode graphs"),
+    ("clean_memory", "clean memory"),
+    ("deterministic_generation", "finite deterministic generation"),
+)
+TITLES = dict(REQUIRED_CHECKS)
+
+
+class Unsupported(Exception):
+    """The installed stack lacks what the check needs (named in the message)."""
+
+
+class Skipped(Exception):
+    """This machine cannot run the check (e.g. CUDA-only on a CPU)."""
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str
+    summary: str
+    measured: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, found {self.status!r}")
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.name, self.name)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "status": self.status,
+                "summary": self.summary, "measured": self.measured, "limits": self.limits,
+                "seconds": round(self.seconds, 4)}
+
+
+def verdict(name: str, ok: bool, summary_ok: str, summary_bad: str,
+            measured: dict[str, Any], limits: dict[str, Any]) -> CheckResult:
+    return CheckResult(name, PASSED if ok else FAILED, summary_ok if ok else summary_bad,
+                       measured, limits)
+
+
+def run_check(name: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: Any) -> CheckResult:
+    """Run one check, time it, and turn exceptions into statuses."""
+    start = time.monotonic()
+    try:
+        result = fn(*args, **kwargs)
+    except Unsupported as exc:
+        result = CheckResult(name, UNSUPPORTED, f"unsupported: {exc}")
+    except Skipped as exc:
+        result = CheckResult(name, SKIPPED, f"skipped: {exc}")
+    except Exception as exc:  # a crash is a failure, with its cause recorded
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        result = CheckResult(name, FAILED, f"raised {last}",
+                             measured={"traceback": traceback.format_exc(limit=6)})
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def unsupported_all(reason: str) -> list[CheckResult]:
+    """Every required check marked unsupported for one shared reason."""
+    return [CheckResult(n, UNSUPPORTED, f"unsupported: {reason}") for n, _ in REQUIRED_CHECKS]
+
+
+def overall(results: list[CheckResult]) -> tuple[bool, list[str]]:
+    """``passed`` is true only when every required check is present and passed."""
+    by_name = {r.name: r for r in results}
+    reasons = []
+    for name, title in REQUIRED_CHECKS:
+        r = by_name.get(name)
+        if r is None:
+            reasons.append(f"{title}: missing")
+        elif r.status != PASSED:
+            reasons.append(f"{title}: {r.status}: {r.summary}")
+    return (not reasons, reasons)
+
+
+def format_table(checks: list[dict[str, Any]], passed: bool) -> str:
+    """A short fixed-width table of receipt check entries (dicts as in the receipt)."""
+    width = max([len(c.get("title", c["name"])) for c in checks] + [5])
+    lines = [f"{'check'.ljust(width)}  {'status':<11}  {'secs':>7}  summary"]
+    for c in checks:
+        summary = str(c.get("summary", ""))
+        if len(summary) > 90:
+            summary = summary[:87] + "..."
+        lines.append(f"{c.get('title', c['name']).ljust(width)}  {c['status']:<11}  "
+                     f"{float(c.get('seconds', 0.0)):>7.3f}  {summary}")
+    lines.append(f"passed: {'true' if passed else 'false'}")
+    return "\n".join(lines)

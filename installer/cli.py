@@ -1,0 +1,169 @@
+"""Command line: ``october_setup`` and ``current`` (doctor, download, smoke).
+
+Thin on purpose: parse options into a frozen options object, call one function,
+turn an :class:`OctoberError` into a message and its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional, TypeVar
+
+import typer
+from platformdirs import user_cache_dir
+
+from installer.errors import OctoberError
+from installer.ui import ConsoleReporter
+
+T = TypeVar("T")
+
+setup_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
+current_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                          help="Check the machine, download pinned models, and prove a stack does K16/V8.")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("OCTOBER_CACHE_DIR") or user_cache_dir("october"))
+
+
+def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
+    """Run ``fn``; an OctoberError becomes a printed message and its exit code."""
+    try:
+        return fn()
+    except OctoberError as exc:
+        ui.error(exc.title, exc.message)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        ui.error("interrupted", "stopped by the user; re-run the same command to resume")
+        raise typer.Exit(130) from None
+
+
+@setup_app.command()
+def october_setup(
+    stack: Path = typer.Argument(..., help="Directory to provision (created if missing)."),
+    recipe: str = typer.Option("current", "--recipe", "-r", help="Recipe name in recipes/ or a path to a .toml."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Shared cache (git mirrors, wheels, uv)."),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight", help="Skip one preflight check by name (repeatable)."),
+    locked: bool = typer.Option(False, "--locked", help="Install exactly what a lock says; fail on any difference."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock for --locked (default: locks/<recipe>.pylock.toml, else STACK/pylock.toml)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
+) -> None:
+    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped."""
+    ui = ConsoleReporter(quiet=quiet, verbose=verbose)
+
+    def go() -> None:
+        from installer.pipeline import SetupOptions
+        from installer.recipe import load_recipe
+        from installer.setup import resolve_locked, run_setup
+
+        rec = load_recipe(recipe)
+        skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
+        opts = SetupOptions(stack=stack.resolve(), recipe=rec, cache_dir=(cache_dir or default_cache_dir()).resolve(),
+                            allow_dirty=allow_dirty, skip_preflight=skips,
+                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet, verbose=verbose)
+        result = run_setup(opts, ui, echo_commands=verbose)
+        ran = sum(1 for r in result.records if r.status == "ran")
+        if not quiet:
+            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} cached)")
+            print(f"  lock:    {result.paths.pylock}")
+            print(f"  receipt: {result.paths.setup_receipt}")
+
+    guarded(go, ui)
+
+
+@current_app.command()
+def doctor(
+    recipe: str = typer.Option("current", "--recipe", "-r"),
+    stack: Path = typer.Option(Path("."), "--stack", help="Where the stack will live (for the disk check)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight"),
+) -> None:
+    """Run the preflight checks alone and print them as a table."""
+    ui = ConsoleReporter()
+
+    def go() -> int:
+        from installer.preflight import doctor as run_doctor
+        from installer.recipe import load_recipe
+        from installer.runner import Runner
+        import tempfile
+
+        rec = load_recipe(recipe)
+        skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
+        with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
+            results, _facts = run_doctor(rec, stack.resolve(), skips, Runner(Path(logs)))
+        failed = 0
+        for r in results:
+            status = getattr(r, "status", None) or ("passed" if r.ok else "failed")
+            failed += status == "failed"
+            print(f"{status:8} {r.name:10} {r.detail}")
+        print(f"{len(results) - failed} of {len(results)} checks passed" if failed else "all checks passed")
+        return 1 if failed else 0
+
+    code = guarded(go, ui)
+    raise typer.Exit(code)
+
+
+@current_app.command()
+def download(
+    format: str = typer.Option(..., "--format", "-f", help="awq or fp16"),
+    output: Path = typer.Option(..., "--output", "-o", help="Manifest JSON to write."),
+    recipe: str = typer.Option("current", "--recipe", "-r"),
+    local_dir: Optional[Path] = typer.Option(None, "--local-dir"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    offline: bool = typer.Option(False, "--offline", help="Re-verify an existing copy without network."),
+    fixtures: Optional[Path] = typer.Option(None, "--fixtures", help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Download the recipe's pinned model and write a verified manifest."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> None:
+        from installer.download import DownloadOptions, run_download
+        from installer.recipe import load_recipe
+
+        opts = DownloadOptions(recipe=load_recipe(recipe), format=format, output=output.resolve(),
+                               local_dir=local_dir.resolve() if local_dir else None,
+                               cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
+                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet)
+        path = run_download(opts)
+        if not quiet:
+            print(f"manifest written: {path}")
+
+    guarded(go, ui)
+
+
+@current_app.command()
+def smoke(
+    install: Path = typer.Option(..., "--install", help="The stack directory made by october_setup."),
+    format: str = typer.Option(..., "--format", "-f", help="awq or fp16"),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for receipt.json."),
+    level: Optional[str] = typer.Option(None, "--level", help="kernel, engine or reference (default: highest supported)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest", help="Download manifest (default: <format>-download.json)."),
+    fixtures: Optional[Path] = typer.Option(None, "--fixtures", help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
+    recipe: str = typer.Option("current", "--recipe", "-r"),
+) -> None:
+    """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed."""
+    ui = ConsoleReporter()
+
+    def go() -> int:
+        from installer.smoke import SmokeOptions, run_smoke
+
+        opts = SmokeOptions(install=install.resolve(), format=format, output=output.resolve(), level=level,
+                            fixtures=fixtures.resolve() if fixtures else None,
+                            manifest=manifest.resolve() if manifest else None, recipe=recipe)
+        return run_smoke(opts)
+
+    code = guarded(go, ui)
+    raise typer.Exit(code)
+
+
+def main_setup() -> None:  # pragma: no cover - console entry for `python -m installer.october_setup`
+    setup_app(prog_name="october_setup")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(setup_app())

@@ -1,0 +1,275 @@
+"""The one place that talks to the Hugging Face hub (through huggingface_hub).
+
+Everything this tool assumes about the hub's behaviour lives here:
+
+* ``model_info(repo, revision=<40 hex>, files_metadata=True)`` answers with the
+  commit the hub resolved (``sha``) and, per file, its size, git blob id and,
+  for LFS files, the LFS sha256. That listing is the trusted record that the
+  downloaded bytes are checked against.
+* ``snapshot_download(..., revision=<40 hex>, local_dir=...)`` fetches the files
+  matching the recipe's patterns. It resumes a transfer cut mid-file with an
+  HTTP ``Range`` request, and skips a file already complete in ``local_dir``
+  whose recorded commit matches. Partial files of a killed process are not
+  reused (huggingface_hub >= 1.x writes each attempt to a process-unique
+  temporary file), so across runs the resume granularity is one file.
+* For each file it records, under ``local_dir/.cache/huggingface/download``,
+  the commit the hub's ``X-Repo-Commit`` header named; we check that too.
+* The token comes from huggingface_hub's usual places (``HF_TOKEN``, the file
+  written by ``hf auth login``); this module never reads or stores it except to
+  mask it out of messages.
+
+Hub exceptions are turned into :class:`installer.errors.DownloadError` with
+expected / found / fix, their text passed through :func:`installer.redact.redact`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer.errors import DownloadError
+from installer.redact import env_secrets, redact, redact_url
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+LOGIN_FIX = "run `hf auth login` (or set HF_TOKEN) with an account that has accepted the model's terms"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repository at a revision, as the hub records it."""
+
+    path: str
+    size: int | None
+    blob_id: str | None          # git blob sha1 (for an LFS file: of its pointer)
+    lfs_sha256: str | None       # None: a regular git file
+
+    @property
+    def is_lfs(self) -> bool:
+        return self.lfs_sha256 is not None
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """What the hub says a revision holds, restricted to the files a selection wants."""
+
+    repo: str
+    requested_revision: str
+    resolved_revision: str
+    files: tuple[HubFile, ...]
+
+
+# ------------------------------------------------------------------- endpoint
+
+
+def endpoint(environ: dict[str, str] | None = None) -> str:
+    """The hub endpoint, read at call time (``HF_ENDPOINT`` or huggingface.co).
+
+    huggingface_hub reads ``HF_ENDPOINT`` once at import; we pass the endpoint
+    explicitly on every call so that the value at call time is the one used.
+    """
+    env = os.environ if environ is None else environ
+    return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def shown_endpoint(environ: dict[str, str] | None = None) -> str:
+    """The endpoint as it may be written to a manifest or a message (no URL credentials)."""
+    return redact_url(endpoint(environ))
+
+
+def secrets() -> list[str]:
+    """Token values to mask: the environment's, and the one ``hf auth login`` stored."""
+    found = list(env_secrets())
+    try:
+        from huggingface_hub import get_token
+
+        tok = get_token()
+    except Exception:  # noqa: BLE001 - a broken token store must not break error reporting
+        tok = None
+    if tok:
+        found.append(tok)
+    return found
+
+
+def clean(text: str) -> str:
+    """Mask every token-looking thing in text that came from the hub or its exceptions."""
+    return redact(text, secrets())
+
+
+# -------------------------------------------------------------------- errors
+
+
+def _first_lines(exc: BaseException, n: int = 3) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return clean(" ".join(lines[:n]) or type(exc).__name__)
+
+
+def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> DownloadError:
+    """Translate a huggingface_hub / httpx exception into a DownloadError."""
+    import httpx2
+    from huggingface_hub import errors as hf
+
+    where = f"{repo}@{revision}"
+    if isinstance(exc, hf.GatedRepoError):
+        return DownloadError(f"{what}: {where} is a gated repository and access was refused",
+                             expected="an authenticated account with access to the repository",
+                             found=_first_lines(exc), fix=LOGIN_FIX)
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return DownloadError(f"{what}: revision {revision} does not exist in {repo}",
+                             expected=f"the pinned revision {revision} on the hub",
+                             found=_first_lines(exc),
+                             fix="check [models.<format>].revision in the recipe (a force-pushed or "
+                                 "deleted commit cannot be fetched)")
+    if isinstance(exc, hf.RemoteEntryNotFoundError):
+        return DownloadError(f"{what}: a file listed for {where} is missing on the hub",
+                             expected="every listed file to be downloadable", found=_first_lines(exc),
+                             fix="check the recipe's patterns and revision")
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, hf.HfHubHTTPError) and status in (401, 403):
+        return DownloadError(f"{what}: the hub refused access to {where} (HTTP {status})",
+                             expected="an authenticated account with access to the repository",
+                             found=_first_lines(exc), fix=LOGIN_FIX)
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        return DownloadError(f"{what}: repository {repo} was not found",
+                             expected=f"a model repository '{repo}' on {shown_endpoint()}",
+                             found=_first_lines(exc),
+                             fix="check [models.<format>].repo in the recipe; if the repository is private "
+                                 "or gated, " + LOGIN_FIX)
+    if isinstance(exc, (hf.OfflineModeIsEnabled,)):
+        return DownloadError(f"{what}: huggingface_hub is in offline mode (HF_HUB_OFFLINE)",
+                             expected="network access to the hub", found=_first_lines(exc),
+                             fix="unset HF_HUB_OFFLINE, or pass --offline to re-verify an existing copy")
+    if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
+                        httpx2.RemoteProtocolError, hf.LocalEntryNotFoundError)):
+        return DownloadError(f"{what}: could not reach the hub at {shown_endpoint()}",
+                             expected="a working connection to the hub", found=_first_lines(exc),
+                             fix="check the network, proxy and HF_ENDPOINT; re-running resumes, and "
+                                 "--offline re-verifies a copy that is already complete")
+    if isinstance(exc, hf.HfHubHTTPError):
+        return DownloadError(f"{what}: the hub answered with an error for {where}",
+                             expected="a successful answer", found=_first_lines(exc),
+                             fix="retry later; if it persists check the hub's status page")
+    if isinstance(exc, OSError):
+        return DownloadError(f"{what}: {where} could not be written or read",
+                             expected="a complete transfer into the local directory",
+                             found=_first_lines(exc),
+                             fix="check free disk space and permissions, then re-run (completed files are kept)")
+    return DownloadError(f"{what}: unexpected failure for {where}", found=_first_lines(exc),
+                         fix="re-run; if it persists report it with the message above")
+
+
+@contextmanager
+def _hub_errors(repo: str, revision: str, what: str) -> Iterator[None]:
+    from huggingface_hub import errors as hf
+    import httpx2
+
+    try:
+        yield
+    except DownloadError:
+        raise
+    except (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError, httpx2.HTTPError,
+            OSError, ValueError) as exc:
+        raise _map_error(exc, repo, revision, what) from None
+
+
+# ------------------------------------------------------------------ the calls
+
+
+def select(paths: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The repository paths a selection's patterns match, exactly as snapshot_download filters them."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(items=list(paths), allow_patterns=list(patterns)))
+
+
+def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> HubSnapshot:
+    """Ask the hub what ``repo`` holds at ``revision``: resolved commit and per-file metadata."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint(), library_name="october")
+    with _hub_errors(repo, revision, "reading the model's file list"):
+        info = api.model_info(repo, revision=revision, files_metadata=True)
+    resolved = info.sha or ""
+    siblings = info.siblings or []
+    by_path = {s.rfilename: s for s in siblings}
+    wanted = select(list(by_path), patterns)
+    files = []
+    for p in wanted:
+        _check_repo_path(repo, revision, p)
+        s = by_path[p]
+        lfs = s.lfs.sha256.lower() if s.lfs is not None and s.lfs.sha256 else None
+        size = s.lfs.size if s.lfs is not None else s.size
+        files.append(HubFile(path=p, size=size, blob_id=s.blob_id, lfs_sha256=lfs))
+    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=resolved, files=tuple(files))
+
+
+def _check_repo_path(repo: str, revision: str, path: str) -> None:
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(x in ("", ".", "..") for x in parts):
+        raise DownloadError(f"the hub listed an unsafe file name in {repo}@{revision}",
+                            expected="a relative path without '..' or empty parts", found=repr(path),
+                            fix="do not use this repository/revision; report it")
+
+
+class _QuietTqdm:
+    """Built lazily: huggingface_hub's tqdm with every bar disabled."""
+
+    cls: type | None = None
+
+    @classmethod
+    def get(cls) -> type:
+        if cls.cls is None:
+            from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+
+            class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
+                def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+                    kwargs["disable"] = True
+                    super().__init__(*args, **kwargs)
+
+            cls.cls = Quiet
+        return cls.cls
+
+
+def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
+                      quiet: bool = False, max_workers: int = 8) -> Path:
+    """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``."""
+    from huggingface_hub import snapshot_download
+
+    kwargs = {}
+    if quiet:
+        kwargs["tqdm_class"] = _QuietTqdm.get()
+    with _hub_errors(repo, revision, "downloading the model"):
+        out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
+                                allow_patterns=list(patterns), endpoint=endpoint(),
+                                library_name="october", max_workers=max_workers, **kwargs)
+    return Path(out)
+
+
+def _metadata_path(local_dir: Path, path: str) -> Path:
+    # huggingface_hub's layout: <local_dir>/.cache/huggingface/download/<path>.metadata,
+    # first line the commit hash, second the ETag, third a timestamp.
+    return local_dir / ".cache" / "huggingface" / "download" / f"{path}.metadata"
+
+
+def recorded_commits(local_dir: Path, paths: Sequence[str]) -> dict[str, str | None]:
+    """Per file, the commit the hub named (``X-Repo-Commit``) when huggingface_hub fetched it."""
+    out: dict[str, str | None] = {}
+    for p in paths:
+        try:
+            lines = _metadata_path(local_dir, p).read_text(encoding="utf-8").splitlines()
+            out[p] = lines[0].strip() or None
+        except (OSError, IndexError, UnicodeDecodeError):
+            out[p] = None
+    return out
+
+
+def forget_file(local_dir: Path, path: str) -> None:
+    """Drop huggingface_hub's download record for a file we moved aside, so a re-run refetches it."""
+    _metadata_path(local_dir, path).unlink(missing_ok=True)
+
+
+def is_hub_bookkeeping(rel_path: str) -> bool:
+    """Files huggingface_hub keeps inside ``local_dir`` for itself."""
+    return rel_path.startswith(".cache/huggingface/")

@@ -1,0 +1,94 @@
+"""From a recipe and the command's options to a frozen plan; nothing is run here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from installer.errors import RecipeError, UsageError
+from installer.recipe import MODEL_FORMATS, Recipe
+
+APP_NAME = "october"
+FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable checks.scales reads
+
+
+@dataclass(frozen=True)
+class DownloadOptions:
+    """What ``current download`` was asked to do."""
+
+    recipe: Recipe
+    format: str                      # "awq" | "fp16"
+    output: Path                     # the manifest to write
+    local_dir: Path | None = None    # default: <cache_dir>/models/<org>__<name>/<revision>
+    cache_dir: Path | None = None    # default: platformdirs.user_cache_dir("october")
+    offline: bool = False            # re-verify an existing copy, no network
+    fixtures: Path | None = None     # calibrated scales dir; default $KNLP_KV_FIXTURES
+    quiet: bool = False              # no progress bars or progress lines (warnings still shown)
+
+
+@dataclass(frozen=True)
+class DownloadPlan:
+    recipe_name: str
+    recipe_path: Path
+    recipe_sha256: str
+    selection: str
+    repo: str
+    revision: str
+    patterns: tuple[str, ...]
+    pinned_sha256: Mapping[str, str]   # file path -> sha256 from the recipe (wins over the hub)
+    cache_dir: Path
+    local_dir: Path
+    default_local_dir: bool
+    output: Path
+    offline: bool
+    fixtures: Path | None
+    quiet: bool
+
+    @property
+    def where(self) -> str:
+        return f"{self.repo}@{self.revision}"
+
+
+def default_cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP_NAME))
+
+
+def repo_dir_name(repo: str) -> str:
+    """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as checks.scales.scales_path)."""
+    return repo.replace("/", "__")
+
+
+def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -> DownloadPlan:
+    env = os.environ if environ is None else environ
+    if opts.format not in MODEL_FORMATS:
+        raise UsageError(f"unknown model format '{opts.format}'",
+                         expected=f"one of {', '.join(MODEL_FORMATS)}", found=repr(opts.format),
+                         fix="pass --format awq or --format fp16")
+    recipe = opts.recipe
+    sel = recipe.models.get(opts.format)
+    if sel is None:
+        raise RecipeError(recipe.path, f"models.{opts.format}",
+                          expected=f"a [models.{opts.format}] table with repo, revision and patterns",
+                          found="no such table",
+                          fix=f"add [models.{opts.format}] to {recipe.path} or choose another --format")
+    if not sel.patterns:
+        raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
+                          expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",
+                          found="an empty list")
+    cache_dir = (opts.cache_dir or default_cache_dir()).expanduser().absolute()
+    if opts.local_dir is not None:
+        local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
+    else:
+        local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
+    fixtures = opts.fixtures if opts.fixtures is not None else (Path(env[FIXTURES_ENV]) if env.get(FIXTURES_ENV) else None)
+    return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
+                        selection=opts.format, repo=sel.repo, revision=sel.revision,
+                        patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),
+                        cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
+                        output=opts.output.expanduser().absolute(), offline=opts.offline,
+                        fixtures=fixtures.expanduser().absolute() if fixtures is not None else None,
+                        quiet=opts.quiet)

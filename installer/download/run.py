@@ -1,0 +1,271 @@
+"""``current download``: fetch the selected model at its pinned revision, verify it, write the manifest.
+
+Online::
+
+    hub listing at the pin (resolved commit must equal the pin)
+      -> snapshot_download into the local dir (progress bars; resumes)
+      -> every file checked (recipe sha256 > hub LFS sha256 > hub git blob id)
+      -> record of the verified hashes in <local_dir>/.october/verified.json
+      -> calibrated scales (if a fixtures dir is known)
+      -> manifest (schema-validated, atomic)
+
+``--offline`` skips the hub entirely and re-verifies the local copy against
+that record (recipe pins still win), then writes the manifest the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from installer.atomic import write_json_atomic, write_text_atomic
+from installer.download import hub
+from installer.download.manifest import build_manifest, write_manifest
+from installer.download.plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
+from installer.download.verify import Expected, VerifiedFile, verify_files
+from installer.errors import DownloadError, ScalesError
+from installer.hashing import sha256_file
+
+RECORD_DIR = ".october"
+RECORD_NAME = "verified.json"
+RECORD_KIND = "october-verified-files"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by october.\n"
+                "# For information about cache directory tags see https://bford.info/cachedir/\n")
+
+
+def _printer(quiet: bool) -> tuple[Callable[[str], None], Callable[[str], None]]:
+    def say(msg: str) -> None:
+        if not quiet:
+            print(hub.clean(msg), file=sys.stderr, flush=True)
+
+    def warn(msg: str) -> None:
+        print("warning: " + hub.clean(msg), file=sys.stderr, flush=True)
+
+    return say, warn
+
+
+def run_download(opts: DownloadOptions) -> Path:
+    """Download (or with ``offline`` re-verify) the selection and write its manifest; return its path."""
+    plan = make_plan(opts)
+    say, warn = _printer(plan.quiet)
+    if plan.offline and not plan.local_dir.is_dir():
+        raise DownloadError(f"--offline: no local copy of {plan.where}",
+                            expected=f"a directory {plan.local_dir} from an earlier download",
+                            found="nothing there", fix="run the download once without --offline "
+                            "(or pass --local-dir where the copy is)")
+    with _dir_lock(plan):
+        if plan.offline:
+            say(f"re-verifying {plan.where} in {plan.local_dir} (offline)")
+            resolved, files = _reverify_offline(plan, say)
+        else:
+            resolved, files = _download_online(plan, say)
+        _write_record(plan, files)
+        scales = check_scales(plan, warn)
+        manifest = build_manifest(plan, resolved_revision=resolved, files=files, scales=scales,
+                                  endpoint=hub.shown_endpoint())
+        write_manifest(plan.output, manifest, secrets=hub.secrets())
+    say(f"wrote {plan.output} ({len(files)} files verified, {sum(f.size for f in files)} bytes)")
+    return plan.output
+
+
+# ----------------------------------------------------------------------- online
+
+
+def _download_online(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[str, list[VerifiedFile]]:
+    say(f"asking {hub.shown_endpoint()} for {plan.where}")
+    snap = hub.fetch_snapshot_info(plan.repo, plan.revision, plan.patterns)
+    if snap.resolved_revision != plan.revision:
+        raise DownloadError(f"the hub resolved {plan.repo} to another revision than the pinned one",
+                            expected=plan.revision, found=snap.resolved_revision or "no revision",
+                            fix="check HF_ENDPOINT (a mirror may be stale) and the recipe's revision")
+    if not snap.files:
+        raise DownloadError(f"no file of {plan.where} matches the recipe's patterns",
+                            expected=f"files matching {list(plan.patterns)}", found="none",
+                            fix=f"fix [models.{plan.selection}].patterns in {plan.recipe_path}")
+    expected = _expected_from_hub(plan, snap)
+
+    plan.local_dir.mkdir(parents=True, exist_ok=True)
+    if plan.default_local_dir:
+        _tag_cache(plan.cache_dir / "models")
+    say(f"downloading {len(snap.files)} files into {plan.local_dir}")
+    hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet)
+
+    commits = hub.recorded_commits(plan.local_dir, [f.path for f in snap.files])
+    wrong = {p: c for p, c in commits.items() if c != plan.revision}
+    if wrong:
+        p, c = sorted(wrong.items())[0]
+        raise DownloadError(f"'{p}' was served from another commit than the pinned one "
+                            f"({len(wrong)} file(s) affected)",
+                            expected=plan.revision, found=c or "no recorded commit",
+                            fix="re-run; if it repeats, check HF_ENDPOINT (a proxy or mirror may rewrite revisions)")
+
+    say("verifying sha256 of every file")
+    files = verify_files(plan.local_dir, expected, where=plan.where,
+                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say)
+    return snap.resolved_revision, files
+
+
+def _is_weight(path: str) -> bool:
+    return path.endswith(WEIGHT_SUFFIXES)
+
+
+def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expected]:
+    listed = {f.path for f in snap.files}
+    stray = sorted(set(plan.pinned_sha256) - listed)
+    if stray:
+        raise DownloadError(f"the recipe pins a sha256 for '{stray[0]}', which {plan.where} does not "
+                            "provide under the selection's patterns",
+                            expected=f"one of {sorted(listed)}", found=repr(stray[0]),
+                            fix=f"fix [models.{plan.selection}.sha256] or the patterns in {plan.recipe_path}")
+    out: list[Expected] = []
+    for f in snap.files:
+        pinned = plan.pinned_sha256.get(f.path)
+        if pinned is not None:
+            out.append(Expected(f.path, f.size, pinned, f.blob_id, source="recipe"))
+        elif f.lfs_sha256 is not None:
+            out.append(Expected(f.path, f.size, f.lfs_sha256, f.blob_id, source="hub-lfs"))
+        elif _is_weight(f.path):
+            raise DownloadError(f"weight file '{f.path}' of {plan.where} has no sha256 on record",
+                                expected="an LFS sha256 from the hub or a sha256 pinned in the recipe",
+                                found="a plain git file without LFS metadata",
+                                fix=f"pin its sha256 under [models.{plan.selection}.sha256] in {plan.recipe_path}")
+        else:
+            out.append(Expected(f.path, f.size, None, f.blob_id, source="hub-git-blob"))
+    if not any(_is_weight(e.path) for e in out):
+        raise DownloadError(f"the selection of {plan.where} contains no weight file",
+                            expected=f"at least one of {', '.join('*' + s for s in WEIGHT_SUFFIXES)}",
+                            found=", ".join(sorted(listed)),
+                            fix=f"add the weight patterns to [models.{plan.selection}].patterns")
+    return out
+
+
+# ---------------------------------------------------------------------- offline
+
+
+def _record_path(plan: DownloadPlan) -> Path:
+    return plan.local_dir / RECORD_DIR / RECORD_NAME
+
+
+def _write_record(plan: DownloadPlan, files: list[VerifiedFile]) -> None:
+    write_json_atomic(_record_path(plan), {
+        "kind": RECORD_KIND, "format_version": 1, "repo": plan.repo, "revision": plan.revision,
+        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "verified_against": f.source}
+                  for f in files],
+    })
+
+
+def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[str, list[VerifiedFile]]:
+    rec_path = _record_path(plan)
+    fix = "run the download once without --offline to record the hub's hashes for this copy"
+    try:
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DownloadError(f"--offline: {plan.local_dir} has no record of verified hashes",
+                            expected=f"{rec_path} written by an earlier online download",
+                            found="nothing", fix=fix) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DownloadError(f"--offline: the record {rec_path} is unreadable", expected="JSON",
+                            found=str(exc), fix=fix) from None
+    ok = (isinstance(rec, dict) and rec.get("kind") == RECORD_KIND and isinstance(rec.get("files"), list)
+          and all(isinstance(f, dict) and {"path", "size", "sha256"} <= set(f) for f in rec["files"]))
+    if not ok:
+        raise DownloadError(f"--offline: the record {rec_path} is malformed",
+                            expected=f"kind={RECORD_KIND!r} with a file list", found="something else", fix=fix)
+    if (rec.get("repo"), rec.get("revision")) != (plan.repo, plan.revision):
+        raise DownloadError(f"--offline: {plan.local_dir} holds another model or revision",
+                            expected=plan.where, found=f"{rec.get('repo')}@{rec.get('revision')}",
+                            fix="pass --local-dir of the right copy, or download without --offline")
+    by_path = {f["path"]: f for f in rec["files"]}
+    wanted = hub.select(list(by_path), plan.patterns)
+    if not wanted:
+        raise DownloadError(f"--offline: no recorded file of {plan.where} matches the recipe's patterns",
+                            expected=f"files matching {list(plan.patterns)}", found=", ".join(sorted(by_path)),
+                            fix="download without --offline")
+    stray = sorted(set(plan.pinned_sha256) - set(wanted))
+    if stray:
+        raise DownloadError(f"--offline: the recipe pins a sha256 for '{stray[0]}', which the local copy lacks",
+                            expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
+    expected = []
+    for p in wanted:
+        r = by_path[p]
+        pinned = plan.pinned_sha256.get(p)
+        expected.append(Expected(p, r["size"], pinned or r["sha256"], None,
+                                 source="recipe" if pinned else "record"))
+    files = verify_files(plan.local_dir, expected, where=plan.where,
+                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say)
+    return plan.revision, files
+
+
+# ----------------------------------------------------------------------- scales
+
+
+def _num_layers(config: Path) -> int | None:
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for source in (data, data.get("text_config") or {}):
+        n = source.get("num_hidden_layers") if isinstance(source, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
+
+
+def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, Any] | None:
+    """Validate the calibrated scales for this model; None (with a warning) when no fixtures dir is known."""
+    from checks.scales import ScalesInvalid, check_model, load_scales, scales_path
+
+    if plan.fixtures is None:
+        warn(f"no calibrated KV scales checked (neither --fixtures nor ${FIXTURES_ENV} is set); "
+             "`current smoke` will need them")
+        return None
+    path = scales_path(plan.fixtures, plan.repo)
+    num_layers = _num_layers(plan.local_dir / "config.json")
+    try:
+        scales = load_scales(path)
+        check_model(scales, plan.repo, plan.revision, num_layers)
+    except ScalesInvalid as exc:
+        text = str(exc)
+        what, _, fix = text.partition("\n  -> ")
+        raise ScalesError(f"calibrated scales for {plan.where} are not usable: {what}",
+                          fix=fix.strip() or None) from None
+    # load_scales already refuses non-finite and non-positive values; keep the invariant explicit.
+    assert all(math.isfinite(v) and v > 0 for v in scales.v_scales)
+    return {"path": str(path), "sha256": sha256_file(path), "num_layers": scales.num_layers}
+
+
+# ------------------------------------------------------------------------ misc
+
+
+@contextmanager
+def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    lock_path = plan.local_dir.parent / f".{plan.local_dir.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise DownloadError(f"another download into {plan.local_dir} is running",
+                            expected="no concurrent download of the same directory",
+                            found=f"the lock {lock_path} is held",
+                            fix="wait for the other run to finish (or pass another --local-dir)") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _tag_cache(path: Path) -> None:
+    tag = path / "CACHEDIR.TAG"
+    if not tag.exists():
+        write_text_atomic(tag, CACHEDIR_TAG)

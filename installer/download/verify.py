@@ -1,0 +1,144 @@
+"""Check downloaded files against the hashes they must have; move bad ones aside.
+
+Every file is read once, streaming, computing its sha256 and its git blob id
+(sha1 of ``b"blob <size>\\0" + content``), so regular git files, whose only
+hub-side record is the blob id, are checked as well as LFS files. All problems
+are collected first and reported together in one :class:`DownloadError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from installer.errors import DownloadError
+from installer.hashing import CHUNK
+
+CORRUPT_INFIX = ".corrupt-"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one file must be. At least one of ``sha256`` and ``blob_id`` is set."""
+
+    path: str                    # relative, '/'-separated
+    size: int | None
+    sha256: str | None
+    blob_id: str | None = None   # git blob sha1, checked when no sha256 is known
+    source: str = "hub-lfs"      # recipe | hub-lfs | hub-git-blob | record
+
+
+@dataclass(frozen=True)
+class Digest:
+    size: int
+    sha256: str
+    blob_id: str
+
+
+@dataclass(frozen=True)
+class VerifiedFile:
+    path: str
+    size: int
+    sha256: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    what: str        # "missing" | "size" | "sha256" | "git blob id"
+    expected: str
+    found: str
+    moved_to: Path | None = None
+
+    def line(self) -> str:
+        tail = f" (moved aside to {self.moved_to})" if self.moved_to else ""
+        return f"{self.path}: expected {self.what} {self.expected}, found {self.found}{tail}"
+
+
+def digest_file(path: Path) -> Digest:
+    size = path.stat().st_size
+    sha = hashlib.sha256()
+    blob = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
+    n = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            sha.update(chunk)
+            blob.update(chunk)
+            n += len(chunk)
+    if n != size:  # the file changed while we read it
+        raise DownloadError(f"{path} changed while it was being hashed", expected=f"{size} bytes",
+                            found=f"{n} bytes", fix="make sure no other process writes there, then re-run")
+    return Digest(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest())
+
+
+def move_aside(path: Path, found_sha256: str) -> Path:
+    """Rename a bad file so that nothing mistakes it for the real one."""
+    aside = path.with_name(f"{path.name}{CORRUPT_INFIX}{found_sha256[:8]}")
+    os.replace(path, aside)
+    return aside
+
+
+def _check(root: Path, exp: Expected) -> tuple[VerifiedFile | None, Problem | None]:
+    f = root / exp.path
+    if not f.is_file():
+        return None, Problem(exp.path, "file", "to exist", "nothing")
+    d = digest_file(f)
+    if exp.sha256 is not None and d.sha256 != exp.sha256:
+        return None, Problem(exp.path, "sha256", exp.sha256, d.sha256)
+    if exp.sha256 is None:
+        if exp.blob_id is None:
+            return None, Problem(exp.path, "hash", "a sha256 or git blob id to check against",
+                                 "neither (the hub recorded none)")
+        if d.blob_id != exp.blob_id:
+            return None, Problem(exp.path, "git blob id", exp.blob_id, f"{d.blob_id} (sha256 {d.sha256})")
+    if exp.size is not None and d.size != exp.size:
+        return None, Problem(exp.path, "size", f"{exp.size} bytes", f"{d.size} bytes")
+    return VerifiedFile(path=exp.path, size=d.size, sha256=d.sha256, source=exp.source), None
+
+
+def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
+                 on_bad: Callable[[str], None] | None = None,
+                 progress: Callable[[str], None] | None = None) -> list[VerifiedFile]:
+    """Verify every file; on any problem move the bad files aside and raise once with the full list.
+
+    ``on_bad(path)`` is called for each file moved aside (the caller drops the
+    downloader's own record of it so that a re-run fetches it again).
+    """
+    good: list[VerifiedFile] = []
+    problems: list[Problem] = []
+    for exp in sorted(expected, key=lambda e: e.path):
+        ok, bad = _check(root, exp)
+        if ok is not None:
+            good.append(ok)
+            if progress:
+                progress(f"verified {exp.path} ({exp.source})")
+            continue
+        assert bad is not None
+        f = root / exp.path
+        if f.is_file():
+            bad = Problem(bad.path, bad.what, bad.expected, bad.found,
+                          moved_to=move_aside(f, digest_file(f).sha256))
+            if on_bad is not None:
+                on_bad(exp.path)
+        problems.append(bad)
+    if problems:
+        raise _error(problems, where)
+    return good
+
+
+def _error(problems: list[Problem], where: str) -> DownloadError:
+    fix = ("re-run the download to fetch the bad file(s) again; if the mismatch repeats, the hub or a "
+           "proxy serves other bytes than its record says: do not use them")
+    if len(problems) == 1:
+        p = problems[0]
+        moved = f"; it was moved aside to {p.moved_to}" if p.moved_to else ""
+        return DownloadError(f"{where}: file '{p.path}' failed verification",
+                             expected=f"{p.what} {p.expected}", found=f"{p.found}{moved}", fix=fix)
+    lines = "\n".join(f"    - {p.line()}" for p in problems)
+    return DownloadError(f"{where}: {len(problems)} files failed verification",
+                         expected="every file to match its recorded hash and size",
+                         found=f"{len(problems)} mismatches:\n{lines}", fix=fix)

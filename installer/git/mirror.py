@@ -1,0 +1,193 @@
+"""One shared bare mirror per git URL, so a second stack never downloads again.
+
+Layout: ``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (the URL is
+hashed with any credentials masked, so a changed token reuses the mirror; the
+URL itself, and so any token, is never written into the mirror's config).
+Each mirror has its own file lock (``<mirror>.lock``) so stacks that share a
+cache take turns.  A commit is looked up in the mirror first and fetched only
+when missing: ``git fetch <url> <40-hex>`` (GitHub serves any reachable commit
+by id), falling back to all branches and tags.  Every commit the installer
+needs is pinned by a ref ``refs/october/pins/<id>`` so no ``gc`` drops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import git
+import platformdirs
+from filelock import FileLock, Timeout
+
+from installer.errors import CommandFailed, FetchError
+from installer.git import FULL_SHA, git_env
+from installer.redact import redact_url
+from installer.runner import Runner
+
+PIN_REFS = "refs/october/pins"
+LOCK_TIMEOUT_S = 3600.0
+_CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                 "# This file marks a cache directory made by october (git mirrors).\n")
+_LOCKS: dict[Path, FileLock] = {}
+
+
+def default_cache_dir() -> Path:
+    """The per-user cache (``~/.cache/october`` on Linux) used when ``--cache-dir`` is not given."""
+    return platformdirs.user_cache_path("october")
+
+
+def mirror_path(cache_dir: Path, url: str) -> Path:
+    """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing)."""
+    shown = redact_url(url)
+    digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()[:16]
+    tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    if tail.endswith(".git"):
+        tail = tail[:-4]
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", tail).strip(".") or "repo"
+    return cache_dir / "git" / f"{digest}-{base}.git"
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A bare mirror of ``url`` at ``path``; ``fork`` names it in messages."""
+
+    path: Path
+    url: str
+    fork: str
+
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.url)
+
+    @contextmanager
+    def locked(self) -> Iterator["Mirror"]:
+        """Hold this mirror's file lock (re-entrant within one process)."""
+        lock = _LOCKS.get(self.path)
+        if lock is None:
+            lock = _LOCKS.setdefault(self.path, FileLock(str(self.path) + ".lock", thread_local=False))
+        try:
+            lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except Timeout:
+            raise FetchError(f"fork '{self.fork}': the git mirror {self.path} stayed locked",
+                             expected=f"the lock {lock.lock_file} free within {LOCK_TIMEOUT_S:.0f}s",
+                             found="another process still holds it",
+                             fix="wait for the other october_setup to finish, then re-run") from None
+        try:
+            yield self
+        finally:
+            lock.release()
+
+
+def open_mirror(cache_dir: Path, url: str, fork: str) -> Mirror:
+    """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it."""
+    path = mirror_path(cache_dir, url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tag = path.parent / "CACHEDIR.TAG"
+    if not tag.exists():
+        tag.write_text(_CACHEDIR_TAG, encoding="utf-8")
+    mirror = Mirror(path=path, url=url, fork=fork)
+    with mirror.locked():
+        if not (path / "HEAD").exists():
+            try:
+                git.Repo.init(path, bare=True, mkdir=True).close()
+            except (git.GitCommandError, OSError) as exc:
+                raise FetchError(f"fork '{fork}': cannot create the git mirror {path}",
+                                 expected="a writable cache directory", found=str(exc),
+                                 fix="pass --cache-dir pointing at a writable directory") from None
+        else:
+            try:
+                with git.Repo(path) as repo:
+                    if not repo.bare:
+                        raise git.InvalidGitRepositoryError(str(path))
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+                raise FetchError(f"fork '{fork}': the cache path {path} is not a bare git mirror",
+                                 expected="a bare repository made by october", found="something else",
+                                 fix=f"remove {path} and re-run (it is only a cache)") from None
+    return mirror
+
+
+def has_commit(path: Path, commit: str) -> bool:
+    """Whether the repository at ``path`` holds ``commit`` as a commit object (read-only)."""
+    with git.Repo(path) as repo:
+        try:
+            repo.git.cat_file("-e", f"{commit}^{{commit}}")
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool) -> CommandFailed | None:
+    argv = ["git", "-C", str(mirror.path), "fetch",
+            "--tags" if tags else "--no-tags", mirror.url, *refspecs]
+    try:
+        runner.run(argv, step=step, env=git_env())
+    except CommandFailed as exc:
+        return exc
+    return None
+
+
+def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
+    runner.run(["git", "-C", str(mirror.path), "update-ref", f"{PIN_REFS}/{commit}", commit],
+               step=step, env=git_env())
+
+
+def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str) -> bool:
+    """Make ``commit`` (40-hex) present in the mirror; return True when it had to be fetched.
+
+    Raises :class:`FetchError` naming fork, URL and commit when the remote
+    cannot be reached or does not have the commit.
+    """
+    if not FULL_SHA.match(commit):
+        raise FetchError(f"fork '{mirror.fork}': not a full commit id",
+                         expected="40 lowercase hex characters", found=repr(commit),
+                         fix="pin a full commit id, or a prefix with its branch")
+    with mirror.locked():
+        if has_commit(mirror.path, commit):
+            _pin_ref(runner, step, mirror, commit)
+            return False
+        exact = _fetch(runner, step, mirror, [f"+{commit}:{PIN_REFS}/{commit}"], tags=False)
+        if exact is None and has_commit(mirror.path, commit):
+            return True
+        # Some servers refuse unadvertised ids: take every branch and tag instead.
+        broad = _fetch(runner, step, mirror, ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                       tags=True)
+        if broad is not None:
+            raise FetchError(
+                f"fork '{mirror.fork}': cannot fetch from {mirror.shown_url}",
+                expected=f"a reachable git remote serving commit {commit}",
+                found=f"git fetch failed (exit {broad.returncode}): {_last_line(broad.tail)}",
+                fix=f"check the URL and your network/credentials; full log: {broad.log_path}")
+        if not has_commit(mirror.path, commit):
+            raise FetchError(
+                f"fork '{mirror.fork}': commit {commit} is missing upstream at {mirror.shown_url}",
+                expected=f"commit {commit} reachable from a branch or tag of {mirror.shown_url}",
+                found="no such commit after fetching every branch and tag (force-pushed or never pushed?)",
+                fix="pin a commit that exists upstream (update the pin in forks.toml), "
+                    "or ask the fork owner to push it")
+        _pin_ref(runner, step, mirror, commit)
+        return True
+
+
+def fetch_branch(runner: Runner, step: str, mirror: Mirror, branch: str) -> str:
+    """Fetch ``refs/heads/<branch>`` into the mirror (same name); return its tip commit."""
+    ref = f"refs/heads/{branch}"
+    with mirror.locked():
+        failed = _fetch(runner, step, mirror, [f"+{ref}:{ref}"], tags=False)
+        if failed is not None:
+            raise FetchError(
+                f"fork '{mirror.fork}': cannot fetch branch '{branch}' from {mirror.shown_url}",
+                expected=f"branch '{branch}' on {mirror.shown_url}",
+                found=f"git fetch failed (exit {failed.returncode}): {_last_line(failed.tail)}",
+                fix="check the branch name in the pin, the URL and your network; "
+                    f"full log: {failed.log_path}")
+        with git.Repo(mirror.path) as repo:
+            return repo.git.rev_parse("--verify", f"{ref}^{{commit}}").strip()
+
+
+def _last_line(tail: str) -> str:
+    lines = [ln.strip() for ln in tail.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,71 @@
+"""Plan and run ``october_setup``: which steps, in which order, under one stack lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from installer.errors import UsageError
+from installer.lockfile import locked_state
+from installer.paths import StackPaths
+from installer.pipeline import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
+                                run_pipeline)
+from installer.recipe import PROJECT_ROOT, Recipe
+from installer.runner import Runner
+from installer.stacklock import StackLock
+
+STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
+
+
+def plan_steps(recipe: Recipe) -> list[Step]:
+    """The pipeline for ``recipe``: every step in STEP_ORDER that the recipe asks for."""
+    from installer.steps.env import EnvStep
+    from installer.steps.fetch import FetchStep
+    from installer.steps.install import InstallStep
+    from installer.steps.jit import JitStep
+    from installer.steps.lock import LockStep
+    from installer.steps.preflight import PreflightStep
+    from installer.steps.receipt import ReceiptStep
+    from installer.steps.wheel import WheelStep
+
+    steps: list[Step] = [PreflightStep(), FetchStep(), EnvStep()]
+    if recipe.wheel is not None:
+        steps.append(WheelStep())
+    steps.append(InstallStep())
+    if recipe.jit:
+        steps.append(JitStep())
+    steps += [LockStep(), ReceiptStep()]
+    return steps
+
+
+def default_lock_path(recipe: Recipe, stack: Path) -> Path:
+    """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
+    committed = PROJECT_ROOT / "locks" / f"{recipe.name}.pylock.toml"
+    return committed if committed.exists() else StackPaths(stack).pylock
+
+
+def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | None) -> LockedState | None:
+    if lock_file is not None and not locked:
+        raise UsageError("--lock-file only makes sense with --locked", expected="--locked --lock-file PATH",
+                         found="--lock-file alone", fix="add --locked, or drop --lock-file")
+    if not locked:
+        return None
+    return locked_state(lock_file or default_lock_path(recipe, stack))
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    records: Sequence[StepRecord]
+    paths: StackPaths
+
+
+def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = False) -> SetupResult:
+    paths = StackPaths(options.stack.resolve())
+    paths.root.mkdir(parents=True, exist_ok=True)
+    steps = plan_steps(options.recipe)
+    with StackLock(paths.lockfile):
+        runner = Runner(paths.logs, echo=ui.detail if echo_commands else None)
+        ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
+        records = run_pipeline(steps, ctx)
+    return SetupResult(records=records, paths=paths)

@@ -1,0 +1,1 @@
+"""One module per setup step, in pipeline order (see installer.setup.plan_steps)."""

@@ -1,0 +1,71 @@
+"""``env``: the stack's own venv at the recipe's exact Python, with the pinned torch and build deps."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Mapping
+
+from installer.errors import EnvError
+from installer.pipeline import StepContext
+from installer.uvcmd import pip_install, source_args, uv_env, uv_exe
+
+
+def _site_packages(ctx: StepContext) -> list[str]:
+    return sorted(str(p) for p in ctx.paths.env.glob("lib/python*/site-packages"))
+
+
+def _pyvenv_version(ctx: StepContext) -> str | None:
+    cfg = ctx.paths.env / "pyvenv.cfg"
+    try:
+        text = cfg.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    m = re.search(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _dist_info_present(ctx: StepContext, name: str, version: str) -> bool:
+    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
+        if (sp / f"{name}-{version}.dist-info").is_dir():
+            return True
+    return False
+
+
+class EnvStep:
+    name: ClassVar[str] = "env"
+
+    def inputs(self, ctx: StepContext) -> Any:
+        r = ctx.recipe
+        locked = ctx.options.locked
+        return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
+                "build": list(r.build_requirements), "sources": source_args(ctx, torch_index=True),
+                "locked": dict(locked.packages) if locked else None}
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        r = ctx.recipe
+        # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
+        ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
+        ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
+                       step=self.name, env=uv_env(ctx))
+        got = _pyvenv_version(ctx)
+        if got != r.python:
+            raise EnvError("the stack env has the wrong Python", expected=f"Python {r.python} (recipe python.version)",
+                           found=f"Python {got}", fix=f"install Python {r.python} (e.g. `uv python install {r.python}`) and re-run")
+        ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
+                                                           if r.build_requirements else ""))
+        pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements], torch_index=True)
+        if not _dist_info_present(ctx, "torch", r.torch.version):
+            raise EnvError("torch is not the pinned build after installing it",
+                           expected=f"torch {r.torch.version}", found="another version or none",
+                           fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
+        return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
+                "torch": r.torch.version, "site_packages": _site_packages(ctx)}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        if not ctx.paths.python.exists():
+            return f"{ctx.paths.python} is missing"
+        if _pyvenv_version(ctx) != ctx.recipe.python:
+            return "the env's Python version changed"
+        if not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
+            return f"torch {ctx.recipe.torch.version} is no longer installed"
+        return None

@@ -1,0 +1,122 @@
+"""``lock``: write ``STACK/pylock.toml`` (PEP 751) describing exactly what the stack env holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from installer.atomic import write_text_atomic
+from installer.errors import LockError
+from installer.hashing import sha256_file
+from installer.lockfile import Installed, build_lock, diff_against, dumps, split_installed
+from installer.pipeline import StepContext
+from installer.uvcmd import source_args, uv_env, uv_exe
+
+PROBE = Path(__file__).resolve().parent.parent / "envprobe.py"
+
+
+def installed_distributions(ctx: StepContext, step: str) -> tuple[str, list[Installed]]:
+    out = ctx.runner.run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
+    if line is None:
+        raise LockError("could not list the stack env's packages", expected="a JSON line from envprobe.py",
+                        found=out[-200:] or "no output", fix=f"run {ctx.paths.python} -I {PROBE} by hand")
+    data = json.loads(line)
+    return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in data["distributions"]]
+
+
+def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[dict[str, Any]]:
+    """Ask uv which files (URLs + hashes) the installed ``name==version`` pins are."""
+    if not dists:
+        return []
+    work = ctx.paths.state / "lock-compile"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    req = work / "requirements.in"
+    req.write_text("".join(f"{d.name}=={d.version}\n" for d in dists), encoding="utf-8")
+    out = work / "pylock.toml"
+    ctx.runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
+                    "--python", str(ctx.paths.python), *source_args(ctx, torch_index=True), "-o", str(out)],
+                   step="lock", env=uv_env(ctx))
+    with open(out, "rb") as fh:
+        packages = list(tomllib.load(fh).get("packages", []))
+    shutil.rmtree(work, ignore_errors=True)
+    return packages
+
+
+def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
+    r = ctx.recipe
+    facts: dict[str, Any] = {"python": python_version, "torch": r.torch.version,
+                             "uv": _uv_version(ctx)}
+    if r.cuda is not None:
+        facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.arch_list, "cuda-variant": r.cuda.variant})
+    pre = ctx.done.get("preflight")
+    if pre is not None:
+        facts["machine"] = pre.outputs.get("facts")
+    return facts
+
+
+def _uv_version(ctx: StepContext) -> str:
+    out = ctx.runner.run([uv_exe(), "--version"], step="lock").output.strip()
+    return out.split()[1] if len(out.split()) > 1 else out
+
+
+class LockStep:
+    name: ClassVar[str] = "lock"
+
+    def inputs(self, ctx: StepContext) -> Any:
+        locked = ctx.options.locked
+        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        python_version, dists = installed_distributions(ctx, self.name)
+        fetch = ctx.output("fetch")["forks"]
+        fork_paths = {name: Path(rec["path"]) for name, rec in fetch.items()}
+        forks, index, other = split_installed(dists, fork_paths)
+        missing = sorted(set(fork_paths) - set(forks))
+        if missing:
+            raise LockError("a fork is not installed as an editable checkout",
+                            expected=f"{', '.join(missing)} installed editable from STACK/src",
+                            found="another copy or none", fix="re-run october_setup (the install step re-runs)")
+        ctx.ui.info(f"locking {len(dists)} distributions ({len(forks)} forks)")
+        index_pkgs = _resolve_index_packages(ctx, index)
+        tool: dict[str, Any] = {
+            "format-version": 1,
+            "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},
+            "forks": {n: {k: v for k, v in rec.items() if k in ("url", "commit", "pin", "branch", "requested")}
+                      for n, rec in sorted(fetch.items())},
+            "toolchain": toolchain_facts(ctx, python_version),
+        }
+        wheel = ctx.done.get("wheel")
+        if wheel is not None and "sha256" in wheel.outputs:
+            tool["wheel"] = {k: wheel.outputs[k] for k in ("filename", "url", "sha256", "trust", "source_commit")
+                             if wheel.outputs.get(k) is not None}
+        install = ctx.done.get("install")
+        if install is not None and install.outputs.get("vllm_base_commit"):
+            tool["forks"].setdefault("vllm", {})["upstream-base"] = install.outputs["vllm_base_commit"]
+        jit = ctx.done.get("jit")
+        if jit is not None and jit.outputs.get("modules"):
+            tool["jit"] = [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit.outputs["modules"]]
+        lock = build_lock(python_version=python_version, index_packages=index_pkgs,
+                          forks={n: (forks[n], fetch[n]) for n in forks}, other=other, tool=tool)
+        if ctx.options.locked is not None:
+            problems = diff_against(ctx.options.locked, lock)
+            if problems:
+                raise LockError(f"the stack differs from the lock {ctx.options.locked.path} in "
+                                f"{len(problems)} place(s): " + "; ".join(problems),
+                                expected="exactly the locked packages and commits",
+                                found="the differences listed", fix="update the lock deliberately (run without --locked) "
+                                "or fix the recipe's sources so they serve the locked files")
+        write_text_atomic(ctx.paths.pylock, dumps(lock))
+        return {"path": str(ctx.paths.pylock), "sha256": sha256_file(ctx.paths.pylock),
+                "packages": len(lock["packages"])}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        if not ctx.paths.pylock.exists():
+            return "pylock.toml is missing"
+        if sha256_file(ctx.paths.pylock) != outputs.get("sha256"):
+            return "pylock.toml was changed"
+        return None

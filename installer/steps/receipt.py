@@ -1,0 +1,81 @@
+"""``receipt``: ``STACK/receipts/setup.json``, what was set up and how, validated against its schema."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Mapping
+
+from installer import __version__
+from installer.hashing import sha256_file
+from installer.pipeline import StepContext
+from installer.receipts import write_receipt
+from installer.recipe import PROJECT_ROOT
+
+
+def tool_git_commit() -> tuple[str, bool]:
+    """The tool's own commit (``unknown`` outside a checkout) and whether its tree is dirty."""
+    try:
+        head = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown", False
+    commit = head.stdout.strip()
+    if head.returncode != 0 or len(commit) != 40:
+        return "unknown", False
+    return commit, bool(dirty.stdout.strip())
+
+
+class ReceiptStep:
+    name: ClassVar[str] = "receipt"
+
+    def inputs(self, ctx: StepContext) -> Any:
+        o = ctx.options
+        return {"allow_dirty": o.allow_dirty, "skip": list(o.skip_preflight)}
+
+    def build(self, ctx: StepContext) -> dict[str, Any]:
+        o = ctx.options
+        commit, dirty = tool_git_commit()
+        fetch = ctx.done["fetch"].outputs["forks"] if "fetch" in ctx.done else {}
+        pre = ctx.done["preflight"].outputs if "preflight" in ctx.done else None
+        wheel = ctx.done["wheel"].outputs if "wheel" in ctx.done else None
+        install = ctx.done["install"].outputs if "install" in ctx.done else None
+        jit = ctx.done["jit"].outputs.get("modules", []) if "jit" in ctx.done else []
+        return {
+            "format_version": 1, "kind": "october-setup-receipt",
+            "tool": {"name": "october", "version": __version__, "git_commit": commit, "git_dirty": dirty},
+            "recipe": {"name": ctx.recipe.name, "path": str(ctx.recipe.path), "sha256": ctx.recipe.sha256},
+            "stack": str(ctx.paths.root),
+            "lock": {"path": str(ctx.paths.pylock), "sha256": sha256_file(ctx.paths.pylock),
+                     "locked_from": str(o.locked.path) if o.locked else None},
+            "forks": [{k: v for k, v in {"name": n, "url": r["url"], "commit": r["commit"], "pin": r.get("pin", ""),
+                                         "requested": r.get("requested"), "branch": r.get("branch"),
+                                         "dirty_allowed": r.get("dirty_allowed", False),
+                                         "dirty": r.get("dirty", False)}.items() if v is not None or k == "branch"}
+                      for n, r in sorted(fetch.items())],
+            "wheel": dict(wheel) if wheel is not None else None,
+            "install": dict(install) if install is not None else None,
+            "jit": [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit],
+            "machine": pre.get("facts") if pre else None,
+            "preflight": {"checks": pre.get("checks"), "skipped": pre.get("skipped")} if pre else None,
+            "steps": [{"name": r.name, "status": r.status, "seconds": r.seconds, "finished_at": r.finished_at}
+                      for r in ctx.done.values()],
+            "options": {"allow_dirty": o.allow_dirty, "skip_preflight": list(o.skip_preflight),
+                        "locked": o.locked is not None},
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        doc = self.build(ctx)
+        write_receipt("setup", ctx.paths.setup_receipt, doc)
+        return {"path": str(ctx.paths.setup_receipt), "sha256": sha256_file(ctx.paths.setup_receipt)}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        p = ctx.paths.setup_receipt
+        if not p.exists():
+            return "setup.json is missing"
+        if sha256_file(p) != outputs.get("sha256"):
+            return "setup.json was changed"
+        return None
