@@ -80,23 +80,23 @@ class Runner:
             if cwd is not None:
                 fh.write(f"# cwd: {cwd}\n")
             fh.flush()
-            proc = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", bufsize=1)
-            assert proc.stdout is not None
-            try:
-                for line in proc.stdout:
-                    clean = redact(line, self.secrets)
-                    fh.write(clean)
-                    chunks.append(clean)
-                    tail.append(clean.rstrip("\n"))
-                    if self.echo is not None:
-                        self.echo(clean.rstrip("\n"))
-                rc = proc.wait(timeout=timeout)
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
+            with subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  text=True, errors="replace", bufsize=1) as proc:
+                assert proc.stdout is not None
+                try:
+                    for line in proc.stdout:
+                        clean = redact(line, self.secrets)
+                        fh.write(clean)
+                        chunks.append(clean)
+                        tail.append(clean.rstrip("\n"))
+                        if self.echo is not None:
+                            self.echo(clean.rstrip("\n"))
+                    rc = proc.wait(timeout=timeout)
+                except BaseException:
+                    proc.kill()
+                    proc.wait()
+                    raise
             elapsed = time.monotonic() - start
             fh.write(f"# exit {rc} after {elapsed:.2f}s\n")
         if check and rc != 0:

@@ -17,7 +17,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from installer.errors import CommandFailed, ToolMissing
 from installer.runner import Runner
@@ -153,15 +153,24 @@ def _which(name: str, environ: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=environ.get("PATH", ""))
 
 
+def _release_line(text: str) -> str:
+    """nvcc's informative line ("Cuda compilation tools, release 12.9, V12.9.86")."""
+    for ln in text.splitlines():
+        if "release" in ln:
+            return ln.strip()
+    return _first_line(text)
+
+
 def _run_tool(runner: Runner, argv: list[str], environ: Mapping[str, str], source: str,
-              parse: Any) -> ToolFact:
+              parse: Callable[[str], str | None],
+              line_of: Callable[[str], str] = _first_line) -> ToolFact:
     """Run one probe; a failure to start or a non-zero exit becomes ``ToolFact.error``."""
     exe = argv[0]
     try:
         done = runner.run(argv, step=STEP, env=dict(environ), check=False, timeout=PROBE_TIMEOUT_S)
     except (ToolMissing, CommandFailed, OSError) as exc:
         return ToolFact(path=exe, error=f"could not run `{shlex.join(argv)}`: {exc}", source=source)
-    line = _first_line(done.output)
+    line = line_of(done.output)
     if done.returncode != 0:
         return ToolFact(path=exe, line=line, source=source,
                         error=f"`{shlex.join(argv)}` exited {done.returncode}: {line or 'no output'}")
@@ -198,7 +207,7 @@ def probe_nvcc(runner: Runner, environ: Mapping[str, str]) -> ToolFact:
         where = f"${source}/bin/nvcc ({environ.get(source)})" if source in ("CUDA_HOME", "CUDA_PATH") \
             else "nvcc on PATH or /usr/local/cuda/bin/nvcc"
         return ToolFact(source=source, error=f"not found: looked for {where}")
-    return _run_tool(runner, [path, "--version"], environ, source, parse_nvcc)
+    return _run_tool(runner, [path, "--version"], environ, source, parse_nvcc, line_of=_release_line)
 
 
 def probe_gpus(runner: Runner, environ: Mapping[str, str]) -> tuple[ToolFact, tuple[GpuFact, ...]]:
@@ -236,7 +245,8 @@ def probe_compiler(runner: Runner, environ: Mapping[str, str], var: str,
     return ToolFact(source="PATH", error=f"not found: none of {', '.join(names)} on PATH and ${var} unset")
 
 
-def probe_simple(runner: Runner, environ: Mapping[str, str], exe: str, parse: Any) -> ToolFact:
+def probe_simple(runner: Runner, environ: Mapping[str, str], exe: str,
+                 parse: Callable[[str], str | None]) -> ToolFact:
     path = _which(exe, environ)
     if path is None:
         return ToolFact(source="PATH", error=f"not found: no {exe} on PATH")

@@ -1,0 +1,129 @@
+"""What the smoke run is given: the download manifest, stack facts, calibrated scales.
+
+Standard library only (plus the scales module).  Problems a user can fix raise
+:class:`InputError` with what was expected, what was found and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from checks.scales import ScalesInvalid, check_model, load_scales, scales_path
+
+MANIFEST_KIND = "october-download-manifest"
+
+
+class InputError(Exception):
+    """A usage problem: exit status 2."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str
+    selection: str
+    repo: str
+    revision: str
+    local_path: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"manifest": self.path, "selection": self.selection, "repo": self.repo,
+                "revision": self.revision, "local_path": self.local_path}
+
+
+def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(f"{what} {path}: expected an existing JSON file, found nothing.\n  -> {fix}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} {path}: expected JSON, found invalid JSON ({exc}).\n  -> {fix}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} {path}: expected a JSON object, found {type(data).__name__}.\n  -> {fix}")
+    return data
+
+
+def load_manifest(path: Path) -> Manifest:
+    fix = "run `current download --format awq|fp16 --output FILE` and pass that file"
+    data = _read_json(path, "download manifest", fix)
+    if data.get("kind") != MANIFEST_KIND:
+        raise InputError(f"download manifest {path}: expected kind {MANIFEST_KIND!r}, "
+                         f"found {data.get('kind')!r}.\n  -> {fix}")
+    fields = {}
+    for key in ("selection", "repo", "revision", "local_path"):
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise InputError(f"download manifest {path}: expected a string '{key}', "
+                             f"found {value!r}.\n  -> {fix}")
+        fields[key] = value
+    return Manifest(path=str(path), **fields)
+
+
+def load_stack_info(path: Path) -> dict[str, Any]:
+    data = _read_json(path, "stack info", "pass the file `current smoke` writes, or leave it out")
+    return {"recipe": data.get("recipe"), "lock_sha256": data.get("lock_sha256"),
+            "forks": data.get("forks") or {}, "setup_receipt": data.get("setup_receipt")}
+
+
+@dataclass(frozen=True)
+class ScaleChoice:
+    """The V scales a run loads, where they came from, and any problem found on the way."""
+
+    v_scales: tuple[float, ...]
+    source: str
+    path: str | None = None
+    note: str | None = None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"source": self.source, "path": self.path, "v_scales": list(self.v_scales),
+                "note": self.note, "error": self.error}
+
+
+def reference_scales(manifest: Manifest | None, fixtures: Path | None, num_layers: int,
+                     calibrate: Callable[[], Sequence[float]]) -> ScaleChoice:
+    """Scales for the tiny reference model.
+
+    A fixtures file for the manifest's model is always validated (format, repo,
+    revision).  Its scales are used when its layer count equals the tiny model's;
+    otherwise (a real model has tens of layers, the tiny one two) the tiny model
+    is calibrated the same way (amax/448) and the receipt says so.  A file made
+    for another model is an error that fails the calibrated-scales check.
+    """
+    calibrated = tuple(float(x) for x in calibrate())
+    own = "tiny reference model, amax/448 over a calibration prompt"
+    if manifest is None or fixtures is None:
+        missing = "no download manifest" if manifest is None else "no fixtures directory"
+        return ScaleChoice(calibrated, "calibrated", note=f"{missing}: {own}")
+    path = scales_path(fixtures, manifest.repo)
+    if not path.is_file():
+        return ScaleChoice(calibrated, "calibrated", str(path),
+                           note=f"no scales file at {path}: {own}")
+    try:
+        found = load_scales(path)
+        check_model(found, manifest.repo, manifest.revision)
+    except ScalesInvalid as exc:
+        return ScaleChoice(calibrated, "calibrated", str(path), error=str(exc))
+    if found.num_layers == num_layers:
+        return ScaleChoice(found.v_scales, "fixtures", str(path),
+                           note=f"validated for {found.repo}@{found.revision}")
+    return ScaleChoice(calibrated, "calibrated", str(path),
+                       note=f"{path} validated for {found.repo}@{found.revision} "
+                            f"({found.num_layers} layers); the tiny model has {num_layers}: {own}")
+
+
+def engine_scales(manifest: Manifest, fixtures: Path | None, num_layers: int | None) -> ScaleChoice:
+    """Scales for the real model: the fixtures file must exist and match it exactly."""
+    if fixtures is None:
+        return ScaleChoice((), "missing", error="expected calibrated scales in --fixtures or "
+                           "$KNLP_KV_FIXTURES, found neither.\n  -> set one of them")
+    path = scales_path(fixtures, manifest.repo)
+    try:
+        found = load_scales(path)
+        check_model(found, manifest.repo, manifest.revision, num_layers)
+    except ScalesInvalid as exc:
+        return ScaleChoice((), "fixtures", str(path), error=str(exc))
+    return ScaleChoice(found.v_scales, "fixtures", str(path),
+                       note=f"validated for {found.repo}@{found.revision}")

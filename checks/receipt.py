@@ -1,0 +1,102 @@
+"""The smoke receipt: machine facts, assembly, atomic write (standard library + torch)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from checks.results import CheckResult, overall
+
+FORMAT_VERSION = 1
+KIND = "october-smoke-receipt"
+FILENAME = "receipt.json"
+
+
+def _driver_version() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8")
+        for word in text.split():
+            if word.count(".") >= 1 and word.replace(".", "").isdigit():
+                return word
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=False)
+        first = out.stdout.strip().splitlines()
+        return first[0].strip() if out.returncode == 0 and first else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_facts(device: torch.device) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "platform": platform.platform(), "machine": platform.machine(),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+        "device": str(device), "gpu": None, "compute_capability": None, "driver": None,
+    }
+    if device.type == "cuda":
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        facts["gpu"] = torch.cuda.get_device_name(idx)
+        major, minor = torch.cuda.get_device_capability(idx)
+        facts["compute_capability"] = f"{major}.{minor}"
+        facts["driver"] = _driver_version()
+    return facts
+
+
+def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[str, Any],
+                  selection: str | None, model: dict[str, Any] | None, scales: dict[str, Any],
+                  results: list[CheckResult], timings: dict[str, float],
+                  notes: list[str]) -> dict[str, Any]:
+    passed, reasons = overall(results)
+    return {
+        "format_version": FORMAT_VERSION, "kind": KIND,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "level": level, "seed": seed, "stack": stack, "selection": selection, "model": model,
+        "scales": scales, "machine": machine_facts(device),
+        "checks": [r.as_json() for r in results],
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+        "notes": notes, "passed": passed, "reasons": reasons,
+    }
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/inf: non-finite floats are written as strings ("nan", "inf")."""
+    if isinstance(obj, float) and obj != obj or obj in (float("inf"), float("-inf")):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_receipt(out_dir: Path, receipt: dict[str, Any]) -> Path:
+    """Temp file in the same directory, fsync, then replace: never a half-written receipt."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / FILENAME
+    data = (json.dumps(_finite(receipt), indent=2, sort_keys=True, default=str,
+                       allow_nan=False) + "\n").encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".tmp", dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path

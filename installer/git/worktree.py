@@ -1,0 +1,278 @@
+"""The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
+
+The clone is a local ``git clone`` of the bare mirror: git hard-links the
+mirror's object files (or copies them across file systems), so nothing is
+downloaded twice and, unlike ``--reference``/alternates, the clone keeps
+working if the cache is later deleted.  ``origin`` then points at the real
+fork URL.  Submodules go through a mirror of their own URL the same way: the
+submodule's URL is pointed at its mirror for the ``submodule update`` and set
+back to the real URL afterwards.
+
+A new clone is built in ``src/.<fork>.partial`` and renamed into place once
+checked out, so a killed run never leaves a half clone under the real name.
+An existing clone at another commit is moved if clean; a dirty one is refused
+unless ``allow_dirty``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import git
+
+from installer.errors import CommandFailed, FetchError
+from installer.git import git_env
+from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
+from installer.redact import redact_url
+from installer.runner import Runner
+
+MAX_LISTED = 10
+MAX_DEPTH = 8
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: Path
+    commit: str
+    submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
+    dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
+
+
+@dataclass(frozen=True)
+class SubmoduleState:
+    flag: str        # " " at the recorded commit, "+" another commit, "-" not initialized, "U" conflict
+    commit: str
+    path: str
+
+
+# ---------------------------------------------------------------------- inspection
+
+
+def _open(path: Path) -> git.Repo:
+    return git.Repo(path, search_parent_directories=False)
+
+
+def head_commit(path: Path) -> str | None:
+    """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
+    try:
+        with _open(path) as repo:
+            return repo.git.rev_parse("--verify", "HEAD^{commit}").strip()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
+        return None
+
+
+def dirty_entries(path: Path) -> list[str]:
+    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
+    with _open(path) as repo:
+        out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def submodule_states(path: Path) -> list[SubmoduleState]:
+    """``git submodule status --recursive``, parsed."""
+    with _open(path) as repo:
+        out = repo.git.submodule("status", "--recursive")
+    states: list[SubmoduleState] = []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        flag, rest = line[0], line[1:]
+        commit, _, where = rest.partition(" ")
+        if where.endswith(")") and " (" in where:
+            where = where.rsplit(" (", 1)[0]
+        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
+    return states
+
+
+def check_clone(path: Path, commit: str, *, allow_dirty: bool,
+                submodules: Mapping[str, str] | None = None) -> str | None:
+    """None when the clone at ``path`` is at ``commit`` (and clean, and its submodules
+    at the recorded commits); otherwise the reason it is not."""
+    head = head_commit(path)
+    if head is None:
+        return f"{path} is not a git clone"
+    if head != commit:
+        return f"{path} is at {head}, not {commit}"
+    if not allow_dirty:
+        dirty = dirty_entries(path)
+        if dirty:
+            return f"{path} has local changes ({_listed(dirty)})"
+    if submodules is not None:
+        now = {s.path: s.commit for s in submodule_states(path)}
+        if now != dict(submodules):
+            return f"{path} submodules are {now}, not {dict(submodules)}"
+    return None
+
+
+def _listed(items: Sequence[str]) -> str:
+    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
+    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+
+
+# ------------------------------------------------------------------------- writing
+
+
+class _Git:
+    """git commands for one fork, through the runner, with failures mapped to FetchError."""
+
+    def __init__(self, runner: Runner, step: str, fork: str) -> None:
+        self.runner = runner
+        self.step = step
+        self.fork = fork
+
+    def __call__(self, args: Sequence[str], *, doing: str, fix: str, cwd: Path | None = None) -> None:
+        try:
+            self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
+        except CommandFailed as exc:
+            last = [ln for ln in exc.tail.strip().splitlines() if ln.strip()]
+            raise FetchError(f"fork '{self.fork}': {doing} failed",
+                             expected="git to succeed",
+                             found=f"exit {exc.returncode}: {last[-1].strip() if last else 'no output'}",
+                             fix=f"{fix}; full log: {exc.log_path}") from None
+
+
+def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
+    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network)."""
+    if has_commit(repo_dir, commit):
+        return
+    ref = f"{PIN_REFS}/{commit}"
+    g(["-C", str(repo_dir), "fetch", "--no-tags", str(mirror.path), f"+{ref}:{ref}"],
+      doing=f"copying commit {commit} from the mirror {mirror.path}",
+      fix=f"remove {mirror.path} (a cache) and re-run")
+
+
+def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
+    with _open(repo_dir) as repo:
+        current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
+    if current == url:
+        return
+    verb = "set-url" if current is not None else "add"
+    g(["-C", str(repo_dir), "remote", verb, "origin", url],
+      doing=f"pointing origin at {redact_url(url)}", fix=f"check {repo_dir}/.git/config")
+
+
+def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
+    g(["-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+      doing=f"checking out {commit} in {repo_dir}",
+      fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
+
+
+def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    partial = dest.parent / f".{dest.name}.partial"
+    if partial.exists():
+        shutil.rmtree(partial)
+    say(f"{g.fork}: cloning from the mirror {mirror.path}")
+    with mirror.locked():
+        g(["clone", "--quiet", "--no-checkout", str(mirror.path), str(partial)],
+          doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
+        _bring_commit(g, partial, mirror, commit)
+    _set_origin(g, partial, mirror.url)
+    _checkout(g, partial, commit)
+    if dest.exists():
+        dest.rmdir()          # only an empty directory gets here
+    partial.rename(dest)
+
+
+def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
+                     say: Say) -> None:
+    try:
+        with _open(dest) as repo:
+            top = Path(repo.working_tree_dir or "")
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = None
+    if top is None or top.resolve() != dest.resolve():
+        raise FetchError(f"fork '{g.fork}': {dest} exists but is not a git clone",
+                         expected=f"a clone of {mirror.shown_url} (or no directory)",
+                         found="a directory that is not the top of a git repository",
+                         fix=f"move {dest} away (or delete it) and re-run")
+    dirty = dirty_entries(dest)
+    head = head_commit(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
+                         expected=f"a clean tree at {commit}",
+                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {_listed(dirty)}",
+                         fix=f"commit, stash or discard them in {dest} (or delete the clone), "
+                             "or re-run with --allow-dirty to keep them (recorded in the receipt)")
+    _set_origin(g, dest, mirror.url)
+    if head != commit:
+        say(f"{g.fork}: moving {dest} from {head} to {commit}")
+        with mirror.locked():
+            _bring_commit(g, dest, mirror, commit)
+        _checkout(g, dest, commit)
+
+
+def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0) -> None:
+    if not (repo_dir / ".gitmodules").exists():
+        return
+    if depth > MAX_DEPTH:
+        raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
+                         expected=f"at most {MAX_DEPTH} levels", found="more",
+                         fix="check the fork's .gitmodules for a cycle")
+    g(["-C", str(repo_dir), "submodule", "init"], doing=f"initializing submodules in {repo_dir}",
+      fix=f"check {repo_dir}/.gitmodules")
+    with _open(repo_dir) as repo:
+        subs = [(sm.name, sm.path, sm.hexsha) for sm in repo.submodules]
+        urls = {name: repo.git.config("--get", f"submodule.{name}.url") for name, _, _ in subs}
+    for name, rel, commit in subs:
+        url = urls[name]
+        sub_dir = repo_dir / rel
+        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}")
+        if ensure_commit(g.runner, g.step, mirror, commit):
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} from {redact_url(url)}")
+        with mirror.locked():
+            cloned = (sub_dir / ".git").exists()
+            if cloned:
+                _bring_commit(g, sub_dir, mirror, commit)
+            else:
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", str(mirror.path)],
+                  doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
+            try:
+                # protocol.file.allow: the clone source is our own local mirror (a path).
+                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
+                   "--init", "--checkout", "--no-fetch", "--", rel],
+                  doing=f"checking out submodule {rel} at {commit}",
+                  fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+            finally:
+                if not cloned:
+                    g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
+                      doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
+        _set_origin(g, sub_dir, url)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1)
+
+
+def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+               submodules: bool, allow_dirty: bool, say: Say = lambda _: None) -> Checkout:
+    """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
+    with submodules at their recorded commits; verify HEAD and cleanliness."""
+    g = _Git(runner, step, mirror.fork)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        _clone_new(g, dest, mirror, commit, say)
+    else:
+        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
+    if submodules:
+        _update_submodules(g, dest, cache_dir, say)
+    head = head_commit(dest)
+    if head != commit:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
+                         expected=f"HEAD = {commit}", found=f"HEAD = {head}",
+                         fix=f"delete {dest} and re-run")
+    states = submodule_states(dest) if submodules else []
+    off = [s for s in states if s.flag != " "]
+    if off:
+        raise FetchError(f"fork '{mirror.fork}': submodules of {dest} are not at their recorded commits",
+                         expected="every submodule initialized at the commit the fork records",
+                         found="; ".join(f"{s.path} ({'not initialized' if s.flag == '-' else 'at ' + s.commit})"
+                                         for s in off),
+                         fix=f"delete {dest} and re-run")
+    dirty = dirty_entries(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
+                         expected=f"a clean tree at {commit}", found=_listed(dirty),
+                         fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
+    return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
+                    dirty=tuple(dirty))

@@ -1,0 +1,76 @@
+"""fetch: every fork cloned at its exact pinned commit, through the shared mirror cache.
+
+For each fork of the recipe: open the bare mirror of its URL in the cache dir,
+turn the pin into a full commit (a prefix is resolved on its branch, or taken
+from the lock under ``--locked``), fetch it into the mirror only if missing,
+then make ``STACK/src/<fork>`` a clone detached at that commit with submodules
+at their recorded commits, and check HEAD and cleanliness.  See
+:mod:`installer.git` for which git calls go through the runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from installer.git.mirror import ensure_commit, open_mirror
+from installer.git.resolve import resolve_pin
+from installer.git.worktree import check_clone, sync_clone
+from installer.pipeline import JSON, StepContext
+from installer.recipe import ForkUse
+from installer.redact import redact_url
+
+
+class FetchStep:
+    name: ClassVar[str] = "fetch"
+
+    def inputs(self, ctx: StepContext) -> JSON:
+        locked = ctx.options.locked
+        return {"forks": [{"name": f.name, "url": redact_url(f.url),
+                           "upstream": redact_url(f.upstream) if f.upstream else None,
+                           "pin": f.pin.name, "commit": f.pin.commit, "branch": f.pin.branch,
+                           "submodules": f.submodules, "allow_dirty": ctx.options.allow_dirty,
+                           "locked": locked.commits.get(f.name) if locked is not None else None}
+                          for f in ctx.recipe.forks]}
+
+    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
+        return {"forks": {f.name: self._fork(ctx, f) for f in ctx.recipe.forks}}
+
+    def _fork(self, ctx: StepContext, fork: ForkUse) -> dict[str, Any]:
+        o = ctx.options
+        mirror = open_mirror(o.cache_dir, fork.url, fork.name)
+        locked = o.locked.commits if o.locked is not None else None
+        res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
+        if res.how == "prefix":
+            ctx.ui.detail(f"{fork.name}: '{res.requested}' on branch '{res.branch}' is {res.commit}")
+        if ensure_commit(ctx.runner, self.name, mirror, res.commit):
+            ctx.ui.detail(f"{fork.name}: fetched {res.commit} from {mirror.shown_url}")
+        else:
+            ctx.ui.detail(f"{fork.name}: {res.commit} already in the cache ({mirror.path})")
+        dest = ctx.paths.fork(fork.name)
+        out = sync_clone(ctx.runner, self.name, dest, mirror, res.commit, cache_dir=o.cache_dir,
+                         submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail)
+        if out.dirty:
+            ctx.ui.warn(f"{fork.name}: keeping {len(out.dirty)} local change(s) in {dest} "
+                        "(--allow-dirty; recorded)")
+            ctx.runner.note(self.name, f"# {fork.name}: dirty tree kept (--allow-dirty):\n"
+                            + "\n".join(out.dirty))
+        return {"path": str(dest), "url": redact_url(fork.url),
+                "upstream": redact_url(fork.upstream) if fork.upstream else None,
+                "pin": fork.pin.name, "requested": res.requested, "branch": res.branch,
+                "commit": res.commit, "submodules": dict(out.submodules),
+                "dirty_allowed": o.allow_dirty, "dirty": bool(out.dirty)}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
+        recorded = outputs.get("forks")
+        if not isinstance(recorded, dict):
+            return "no fork records"
+        for fork in ctx.recipe.forks:
+            rec = recorded.get(fork.name)
+            if not isinstance(rec, dict) or "commit" not in rec or "path" not in rec:
+                return f"fork '{fork.name}' has no record"
+            bad = check_clone(Path(rec["path"]), rec["commit"], allow_dirty=bool(rec.get("dirty_allowed")),
+                              submodules=rec.get("submodules") if fork.submodules else None)
+            if bad is not None:
+                return f"fork '{fork.name}': {bad}"
+        return None

@@ -1,0 +1,165 @@
+"""The step engine, the command runner and the stack lock, with toy steps and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import pytest
+
+from installer.errors import CommandFailed, StackLockedError, ToolMissing
+from installer.paths import StackPaths
+from installer.pipeline import SetupOptions, SilentReporter, StepContext, run_pipeline
+from installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
+from installer.runner import Runner
+from installer.stacklock import StackLock
+
+
+def toy_recipe(tmp_path: Path) -> Recipe:
+    return Recipe(name="toy", path=tmp_path / "toy.toml", sha256="0" * 64, description="", python="3.11",
+                  torch=TorchPin("2.0.0"), build_requirements=(), sources=Sources(),
+                  forks=(ForkUse("a", "file:///a", None, Pin("p", "a" * 40)),), cuda=None, wheel=None,
+                  preflight=PreflightLimits(), jit=(), models={}, smoke=SmokeConfig(), raw={})
+
+
+class FileStep:
+    """Writes STACK/<name>.txt with its input value; counts runs in a side file."""
+
+    def __init__(self, name: str, value: dict[str, str]) -> None:
+        self.name = name  # type: ignore[misc]
+        self.value = value
+
+    def inputs(self, ctx: StepContext) -> Any:
+        return {"value": self.value["v"]}
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        out = ctx.paths.root / f"{self.name}.txt"
+        out.write_text(self.value["v"])
+        runs = ctx.paths.root / "runs.log"
+        with open(runs, "a") as fh:
+            fh.write(self.name + "\n")
+        return {"file": str(out)}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        return None if Path(outputs["file"]).exists() else "file missing"
+
+
+def make_ctx(tmp_path: Path) -> StepContext:
+    paths = StackPaths(tmp_path / "stack")
+    paths.root.mkdir()
+    opts = SetupOptions(stack=paths.root, recipe=toy_recipe(tmp_path), cache_dir=tmp_path / "cache")
+    return StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
+
+
+def runs(ctx: StepContext) -> list[str]:
+    p = ctx.paths.root / "runs.log"
+    return p.read_text().split() if p.exists() else []
+
+
+def test_skip_rerun_and_cascade(tmp_path: Path) -> None:
+    vals = [{"v": "1"}, {"v": "2"}, {"v": "3"}]
+    steps = [FileStep(n, v) for n, v in zip("abc", vals)]
+    ctx = make_ctx(tmp_path)
+    recs = run_pipeline(steps, ctx)
+    assert [r.status for r in recs] == ["ran"] * 3
+    marker = json.loads(ctx.paths.marker("a").read_text())
+    assert marker["format_version"] == 1 and marker["outputs"]["file"].endswith("a.txt")
+
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx2)] == ["cached"] * 3
+    assert runs(ctx) == ["a", "b", "c"]
+
+    vals[1]["v"] = "changed"  # a changed input re-runs that step and every later one
+    ctx3 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx3)] == ["cached", "ran", "ran"]
+
+    (ctx.paths.root / "a.txt").unlink()  # outputs that no longer verify re-run the step (and the rest)
+    ctx4 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx4)] == ["ran", "ran", "ran"]
+
+
+def test_failed_step_leaves_no_marker_and_resumes(tmp_path: Path) -> None:
+    class Boom(FileStep):
+        fail = True
+
+        def run(self, ctx: StepContext) -> Mapping[str, Any]:
+            if Boom.fail:
+                raise RuntimeError("killed")
+            return super().run(ctx)
+
+    steps = [FileStep("a", {"v": "1"}), Boom("b", {"v": "2"}), FileStep("c", {"v": "3"})]
+    ctx = make_ctx(tmp_path)
+    with pytest.raises(RuntimeError):
+        run_pipeline(steps, ctx)
+    assert ctx.paths.marker("a").exists() and not ctx.paths.marker("b").exists()
+    Boom.fail = False
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx2)] == ["cached", "ran", "ran"]
+
+
+def test_torn_marker_counts_as_not_done(tmp_path: Path) -> None:
+    steps = [FileStep("a", {"v": "1"})]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    ctx.paths.marker("a").write_text('{"format_version": 1, "fingerp')
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx2)] == ["ran"]
+
+
+def test_runner_tees_output_and_names_failure(tmp_path: Path) -> None:
+    r = Runner(tmp_path / "logs")
+    ok = r.run([sys.executable, "-c", "print('hello')"], step="s1")
+    assert ok.returncode == 0 and "hello" in ok.output
+    with pytest.raises(CommandFailed) as info:
+        r.run([sys.executable, "-c", "import sys; print('line1'); print('oops', file=sys.stderr); sys.exit(3)"],
+              step="s1")
+    msg = info.value.message
+    assert "step 's1'" in msg and "exit code 3" in msg and "oops" in msg and str(tmp_path / "logs" / "s1.log") in msg
+    log = (tmp_path / "logs" / "s1.log").read_text()
+    assert "hello" in log and "oops" in log and "# exit 3" in log
+
+
+def test_runner_masks_secrets(tmp_path: Path) -> None:
+    token = "hf_" + "Z" * 30
+    r = Runner(tmp_path / "logs")
+    env = dict(os.environ, HF_TOKEN=token)
+    r2 = Runner(tmp_path / "logs", secrets=[token])
+    r2.run([sys.executable, "-c", f"print('{token}'); print('https://user:pw@example.com/x')"], step="s", env=env)
+    log = (tmp_path / "logs" / "s.log").read_text()
+    assert token not in log and "pw@" not in log and "***" in log
+    assert r.log_path("s") == tmp_path / "logs" / "s.log"
+
+
+def test_runner_missing_tool(tmp_path: Path) -> None:
+    with pytest.raises(ToolMissing) as info:
+        Runner(tmp_path).run(["definitely-not-a-tool-xyz"], step="s")
+    assert "'definitely-not-a-tool-xyz' on PATH" in info.value.message
+
+
+def test_stack_lock_refuses_second_holder(tmp_path: Path) -> None:
+    lock = tmp_path / ".october.lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from installer.stacklock import StackLock
+from pathlib import Path
+with StackLock(Path({str(lock)!r})):
+    print('held', flush=True)
+    time.sleep(30)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(StackLockedError) as info:
+            with StackLock(lock):
+                pass
+        assert f"pid {holder.pid}" in info.value.message
+    finally:
+        holder.kill()
+        holder.wait()
+    with StackLock(lock):  # released when the holder dies
+        pass

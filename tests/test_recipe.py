@@ -1,0 +1,151 @@
+"""Recipes and forks load into typed objects; every malformed file fails with an exact message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from installer.errors import RecipeError
+from installer.recipe import PROJECT_ROOT, load_forks, load_recipe
+
+FULL = "a" * 40
+FORKS = f"""
+format_version = 1
+[forks.alpha]
+url = "file:///tmp/alpha.git"
+upstream = "file:///tmp/alpha-up.git"
+[forks.alpha.pins]
+one = "{FULL}"
+pre = {{ prefix = "abcdef123", branch = "main" }}
+"""
+
+GOOD = """
+format_version = 1
+name = "t"
+forks_file = "forks.toml"
+[python]
+version = "3.11.7"
+[torch]
+version = "2.10.0+cpu"
+[[forks]]
+name = "alpha"
+pin = "one"
+[models.awq]
+repo = "Org/Model"
+revision = "{rev}"
+patterns = ["*.json"]
+""".replace("{rev}", "b" * 40)
+
+
+def write(tmp_path: Path, recipe: str, forks: str = FORKS) -> Path:
+    (tmp_path / "forks.toml").write_text(forks)
+    p = tmp_path / "r.toml"
+    p.write_text(recipe)
+    return p
+
+
+def test_shipped_recipes_load() -> None:
+    cur = load_recipe("current")
+    assert cur.python == "3.12.11" and cur.torch.version == "2.10.0+cu128"
+    vllm = cur.fork("vllm")
+    assert vllm.pin.is_prefix and vllm.pin.commit == "2315e62e2" and vllm.pin.branch == "paper-memory-decode-v0.18"
+    assert cur.fork("flashinfer").pin.commit == "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"
+    assert cur.wheel is not None and cur.wheel.sha256 == "0bc51491598f4bcd161b693b27cbe2864082d6c49fa9065965d94b371f6ae8ef"
+    assert {m.kind for m in cur.jit} == {"decode", "prefill"}
+    assert cur.models["awq"].repo == "Qwen/Qwen3-8B-AWQ"
+    new = load_recipe("20260702")
+    assert all(not f.pin.is_prefix for f in new.forks) and new.torch.version.startswith("2.11.0")
+
+
+def test_good_fixture_recipe(tmp_path: Path) -> None:
+    r = load_recipe(str(write(tmp_path, GOOD)))
+    assert r.fork("alpha").pin.commit == FULL and r.fork("alpha").url == "file:///tmp/alpha.git"
+    assert r.sources.find_links == () and r.cuda is None and r.wheel is None
+    assert len(r.sha256) == 64
+
+
+BAD = [
+    # (what to change, expected message fragment)
+    (lambda s: s.replace('name = "t"\n', 'name = "t"\ncolour = "red"\n'),
+     "key 'colour' is invalid. Expected one of"),
+    (lambda s: s.replace('[python]\nversion = "3.11.7"\n', ''),
+     "key 'python' is invalid. Expected a table, found the key is missing"),
+    (lambda s: s.replace('version = "3.11.7"', 'version = "three"'),
+     "key 'python.version' is invalid. Expected a PEP 440 version such as '2.10.0', found 'three'"),
+    (lambda s: s.replace('version = "2.10.0+cpu"', 'version = 2'),
+     "key 'torch.version' is invalid. Expected a version string such as '2.10.0', found 2"),
+    (lambda s: s.replace('pin = "one"', 'pin = "nope"'),
+     "key 'forks[0].pin' is invalid. Expected a pin of fork 'alpha' in forks.toml (one, pre), found 'nope'"),
+    (lambda s: s.replace('name = "alpha"', 'name = "beta"'),
+     "key 'forks[0].name' is invalid. Expected a fork defined in forks.toml (alpha), found 'beta'"),
+    (lambda s: s.replace("b" * 40, "B" * 40),
+     "key 'models.awq.revision' is invalid. Expected a 40-character lowercase hex revision"),
+    (lambda s: s.replace('[models.awq]', '[models.int4]'),
+     "key 'models.int4' is invalid. Expected a model format (awq, fp16), found 'int4'"),
+    (lambda s: s.replace('format_version = 1', 'format_version = 7'),
+     "key 'format_version' is invalid. Expected 1 (this tool's recipe format), found 7"),
+    (lambda s: s + '\n[preflight]\nuv = "newest"\n',
+     "key 'preflight.uv' is invalid. Expected a version specifier such as '>=0.8.17', found 'newest'"),
+    (lambda s: s + '\n[preflight]\nmin_ram_gb = "lots"\n',
+     "key 'preflight.min_ram_gb' is invalid. Expected a number, found 'lots'"),
+    (lambda s: s + '\n[[jit.modules]]\nkind = "decode"\nq = "bf16"\nk = "bf16"\nv = "e4m3"\no = "bf16"\nhead_dim = 512\n',
+     "key 'jit.modules[0].head_dim' is invalid. Expected 64, 128 or 256 (FlashInfer rejects > 256), found 512"),
+    (lambda s: s + '\n[wheel]\nurl = "x"\nfilename = "y"\nname = "vllm"\nversion = "0.18.0"\nsha256 = "abc"\n',
+     "key 'wheel.sha256' is invalid. Expected 64 lowercase hex characters, found 'abc'"),
+    (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '').replace('name = "t"\n', 'name = "t"\nforks = []\n'),
+     "key 'forks' is invalid. Expected an array of tables [[forks]] with at least one fork, found a list (0 items)"),
+    (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '[[forks]]\nname = "alpha"\npin = "one"\nmode = "magic"\n'),
+     "key 'forks[0].mode' is invalid. Expected one of editable, vllm-precompiled, flashinfer, found 'magic'"),
+    (lambda s: s.replace('name = "t"', 'name = "t'),
+     "key '<file>' is invalid. Expected valid TOML, found a syntax error"),
+]
+
+
+@pytest.mark.parametrize("mutate,fragment", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_malformed_recipe(tmp_path: Path, mutate, fragment: str) -> None:
+    path = write(tmp_path, mutate(GOOD))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    assert str(path) in info.value.message
+    assert fragment in info.value.message
+    assert info.value.exit_code == 3
+
+
+BAD_FORKS = [
+    (FORKS.replace(f'one = "{FULL}"', 'one = "abc123"'),
+     "key 'forks.alpha.pins.one' is invalid. Expected a 40-character lowercase hex commit id"),
+    (FORKS.replace(f'one = "{FULL}"', f'one = "{FULL.upper()}"'),
+     "key 'forks.alpha.pins.one' is invalid. Expected a 40-character lowercase hex commit id"),
+    (FORKS.replace('prefix = "abcdef123"', 'prefix = "xyz"'),
+     "key 'forks.alpha.pins.pre.prefix' is invalid. Expected a lowercase hex commit prefix of 7 to 39 characters, found 'xyz'"),
+    (FORKS.replace(', branch = "main"', ''),
+     "key 'forks.alpha.pins.pre.branch' is invalid. Expected the branch the prefix is resolved on, found the key is missing"),
+    (FORKS.replace('url = "file:///tmp/alpha.git"\n', ''),
+     "key 'forks.alpha.url' is invalid. Expected a git URL, found the key is missing"),
+]
+
+
+@pytest.mark.parametrize("forks,fragment", BAD_FORKS, ids=[f"badfork{i}" for i in range(len(BAD_FORKS))])
+def test_malformed_forks(tmp_path: Path, forks: str, fragment: str) -> None:
+    write(tmp_path, GOOD, forks)
+    with pytest.raises(RecipeError) as info:
+        load_forks(tmp_path / "forks.toml")
+    assert fragment in info.value.message
+
+
+def test_unknown_recipe_name_lists_the_choices() -> None:
+    with pytest.raises(RecipeError) as info:
+        load_recipe("nonexistent")
+    assert "current" in info.value.message and "20260702" in info.value.message
+
+
+def test_cli_exit_code_and_message_for_bad_recipe(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('pin = "one"', 'pin = "nope"'))
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"),
+                           "--recipe", str(path)], capture_output=True, text=True, cwd=PROJECT_ROOT)
+    assert proc.returncode == 3
+    assert "key 'forks[0].pin' is invalid" in proc.stderr and "->" in proc.stderr
+    assert not (tmp_path / "stack").exists()
