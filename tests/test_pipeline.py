@@ -161,5 +161,7 @@ with StackLock(Path({str(lock)!r})):
     finally:
         holder.kill()
         holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
     with StackLock(lock):  # released when the holder dies
         pass

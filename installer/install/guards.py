@@ -164,7 +164,7 @@ def evaluate(spec: GuardSpec, facts: Mapping[str, Any]) -> GuardReport:
     if problems:
         lines = "\n".join(f"  - [{p.check}] expected {p.expected}; found {p.found}" for p in problems)
         fixes = "\n  -> ".join(dict.fromkeys(p.fix for p in problems))
-        raise InstallError(f"{len(problems)} post-install checks failed in {spec.python.parent.parent}:\n{lines}\n",
+        raise InstallError(f"{len(problems)} post-install checks failed in {spec.python.parent.parent}:\n{lines}",
                            fix=fixes)
     results = {"torch": OK, **{package: OK for package in spec.forks}, **import_results}
     return GuardReport(results=results, facts=facts)

@@ -1,0 +1,149 @@
+"""``python -m checks.smoke``: run the smoke checks in the stack env and write receipt.json.
+
+Exit status: 0 when the receipt says ``passed``, 1 when a check did not pass,
+2 on a usage error (nothing is written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from checks import results as res
+from checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
+    reference_scales
+from checks.receipt import build_receipt, write_receipt
+from checks.scales import fixtures_dir
+
+LEVELS = ("reference", "kernel", "engine")     # lowest to highest
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m checks.smoke", description=__doc__)
+    p.add_argument("--level", choices=LEVELS, default=None,
+                   help="default: the highest level this stack supports")
+    p.add_argument("--format", choices=("awq", "fp16"), default=None)
+    p.add_argument("--manifest", type=Path, default=None, help="download manifest JSON")
+    p.add_argument("--fixtures", type=Path, default=None,
+                   help="calibrated scales directory (default: $KNLP_KV_FIXTURES)")
+    p.add_argument("--stack-info", type=Path, default=None,
+                   help="JSON with recipe name/sha256, lock sha256 and fork commits")
+    p.add_argument("--output", type=Path, required=True, help="directory for receipt.json")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: expected a CUDA device, found none "
+                         f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}).\n"
+                         "  -> run on a GPU machine, or use --device cpu")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def default_level(device: torch.device) -> tuple[str, str]:
+    """The highest level the stack supports, and why."""
+    if device.type != "cuda":
+        return "reference", "no CUDA device"
+    if importlib.util.find_spec("flashinfer") is None:
+        return "reference", "flashinfer is not installed"
+    from checks.kernel import probe
+    _, why = probe()
+    if why is not None:
+        return "reference", why
+    if importlib.util.find_spec("vllm") is None:
+        return "kernel", "vllm is not installed"
+    return "engine", "vllm and the asymmetric flashinfer API are present"
+
+
+def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
+                  fixtures: Path | None) -> tuple[list[res.CheckResult], ScaleChoice]:
+    from checks.backend import ReferenceBackend
+    from checks.model import calibrate_v_scales
+    from checks.suite import SuiteConfig, make_prompts, run_reference_suite
+
+    backend = ReferenceBackend(seed=seed, device=device)
+    calib_prompt = make_prompts(backend.cfg.vocab, [48], seed + 100)[0]
+    choice = reference_scales(manifest, fixtures, backend.cfg.layers,
+                              lambda: calibrate_v_scales(backend.model, calib_prompt))
+    results = run_reference_suite(backend, choice.v_scales, choice.source, SuiteConfig(seed=seed))
+    if choice.error is not None:
+        results = [res.CheckResult("calibrated_scales", res.FAILED, choice.error.splitlines()[0],
+                                   {"error": choice.error, "path": choice.path})
+                   if r.name == "calibrated_scales" else r for r in results]
+    return results, choice
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    device = resolve_device(args.device)
+    manifest = load_manifest(args.manifest) if args.manifest else None
+    if manifest and args.format and manifest.selection != args.format:
+        raise InputError(f"--format {args.format}: expected a manifest for {args.format!r}, found "
+                         f"selection {manifest.selection!r} in {manifest.path}.\n"
+                         f"  -> pass the {args.format} download manifest")
+    stack: dict[str, Any] = load_stack_info(args.stack_info) if args.stack_info else \
+        {"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None}
+    fixtures = fixtures_dir(args.fixtures)
+    notes: list[str] = []
+    if args.level is None:
+        level, why = default_level(device)
+        notes.append(f"level {level} chosen: {why}")
+    else:
+        level = args.level
+    if level == "engine" and manifest is None:
+        raise InputError("--level engine: expected a download manifest (--manifest), found none.\n"
+                         "  -> run `current download` first and pass its output")
+    setup = time.monotonic() - started
+    choice: ScaleChoice | None = None
+    if level == "reference":
+        results, choice = run_reference(device, args.seed, manifest, fixtures)
+        if device.type != "cuda":
+            notes.append("reference level on a CPU: CUDA-only checks are skipped, so passed is false")
+    elif device.type != "cuda":
+        results = [res.CheckResult(n, res.SKIPPED, f"skipped: level {level} needs a CUDA device")
+                   for n, _ in res.REQUIRED_CHECKS]
+    elif level == "kernel":
+        from checks.kernel import run_kernel_level
+        results, choice = run_kernel_level(device, args.seed, manifest, fixtures)
+    else:
+        from checks.engine import run_engine_level
+        assert manifest is not None
+        results, choice = run_engine_level(manifest, fixtures, args.seed)
+    receipt = build_receipt(
+        level=level, device=device, seed=args.seed, stack=stack,
+        selection=manifest.selection if manifest else args.format,
+        model=manifest.as_json() if manifest else None,
+        scales=choice.as_json() if choice else {"source": "none", "path": None, "v_scales": [],
+                                                "note": None, "error": None},
+        results=results, notes=notes,
+        timings={"setup_seconds": setup, "checks_seconds": sum(r.seconds for r in results),
+                 "total_seconds": time.monotonic() - started})
+    path = write_receipt(args.output, receipt)
+    print(res.format_table(receipt["checks"], receipt["passed"]))
+    for reason in receipt["reasons"]:
+        print(f"  - {reason}")
+    print(f"level {level} on {device}; {receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
+    return 0 if receipt["passed"] else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except InputError as exc:
+        print(f"smoke: usage error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
