@@ -1,0 +1,167 @@
+"""``install``: each fork into the stack env as the recipe says, then prove what ended up there.
+
+vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
+``VLLM_PRECOMPILED_WHEEL_LOCATION`` = the verified local base wheel (re-hashed
+just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
+computed here (see :mod:`installer.install.upstream`).  FlashInfer (mode
+``flashinfer``): editable, ``--no-deps``, installed last.  Afterwards the guards
+check torch, each fork's ``direct_url.json`` and import location, and
+``import vllm._C`` where CUDA libraries exist.
+
+Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
+``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
+``sha256`` and optionally ``source_commit``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from installer.errors import CommandFailed, InstallError
+from installer.hashing import sha256_file
+from installer.install.guards import GuardSpec, run_guards
+from installer.install.plan import ForkSource, InstallPlan, fork_sources, make_plan
+from installer.install.upstream import BaseCommit, upstream_base
+from installer.pipeline import StepContext
+from installer.redact import redact_url
+from installer.uvcmd import pip_install, source_args
+
+PRECOMPILED = "vllm-precompiled"
+
+
+class InstallStep:
+    name: ClassVar[str] = "install"
+
+    def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
+        # Which libraries count as "CUDA exists" for `import vllm._C`; tests point it at a library
+        # that exists on a CPU-only machine.
+        self.cuda_libs = cuda_libs
+
+    # ------------------------------------------------------------------ inputs
+
+    def inputs(self, ctx: StepContext) -> Any:
+        r = ctx.recipe
+        wheel = ctx.done.get("wheel")
+        return {"forks": [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
+                           "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
+                           "build_isolation": f.build_isolation} for f in r.forks],
+                "torch": r.torch.version, "sources": source_args(ctx),
+                "wheel_sha256": wheel.outputs.get("sha256") if wheel else None,
+                "locked": dict(ctx.options.locked.packages) if ctx.options.locked else None}
+
+    # --------------------------------------------------------------------- run
+
+    def _forks(self, ctx: StepContext) -> list[ForkSource]:
+        fetched = ctx.output("fetch").get("forks", {}) if "fetch" in ctx.done else {}
+        paths: dict[str, Path] = {}
+        commits: dict[str, str] = {}
+        for f in ctx.recipe.forks:
+            rec = fetched.get(f.name, {})
+            path = Path(rec["path"]) if rec.get("path") else ctx.paths.fork(f.name)
+            if not (path / "pyproject.toml").exists() and not (path / "setup.py").exists():
+                raise InstallError(f"the checkout of fork '{f.name}' is not an installable project",
+                                   expected=f"{path} with a pyproject.toml or setup.py",
+                                   found="neither" if path.exists() else "no such directory",
+                                   fix="re-run october_setup so the fetch step checks the fork out again")
+            paths[f.name] = path
+            commits[f.name] = rec.get("commit") or ctx.runner.run(
+                ["git", "-C", str(path), "rev-parse", "HEAD"], step=self.name).output.strip()
+        return fork_sources(ctx.recipe.forks, paths, commits)
+
+    def _wheel(self, ctx: StepContext) -> tuple[Path, str, str | None]:
+        out = ctx.output("wheel")
+        path = Path(str(out.get("path", "")))
+        want = out.get("sha256")
+        if not path.is_file():
+            raise InstallError("the verified base wheel is gone", expected=f"the file {path}",
+                               found="no such file", fix="re-run october_setup (the wheel step fetches it again)")
+        got = sha256_file(path)
+        if got != want:
+            raise InstallError(f"the base wheel {path.name} changed after it was verified",
+                               expected=f"sha256 {want}", found=f"sha256 {got}",
+                               fix="re-run october_setup (the wheel step verifies it again)")
+        commit = out.get("source_commit")
+        return path, got, commit if isinstance(commit, str) else None
+
+    def plan(self, ctx: StepContext, forks: list[ForkSource]) -> tuple[InstallPlan, BaseCommit | None]:
+        precompiled = [f for f in forks if f.use.mode == PRECOMPILED]
+        if not precompiled:
+            return make_plan(forks), None
+        wheel, _sha, wheel_commit = self._wheel(ctx)
+        vllm = precompiled[0]
+        base = upstream_base(ctx.runner, self.name, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
+        ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
+        return make_plan(forks, wheel=wheel, base_commit=base.commit), base
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        r = ctx.recipe
+        forks = self._forks(ctx)
+        plan, base = self.plan(ctx, forks)
+        by_name = {f.use.name: f for f in forks}
+        for inv in plan.installs:
+            ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
+            try:
+                pip_install(ctx, self.name, inv.args, extra_env=inv.env_dict)
+            except CommandFailed as exc:
+                raise InstallError(
+                    f"installing fork '{inv.fork}' failed; uv said:\n"
+                    + "\n".join("    | " + ln for ln in exc.tail.rstrip().splitlines()[-12:]),
+                    expected=f"the fork to install with torch held at {r.torch.requirement} (recipe [torch]) "
+                             "and every dependency resolvable",
+                    found=f"uv exit code {exc.returncode}",
+                    fix=f"if uv names torch, the fork or a dependency needs a torch other than {r.torch.version}: "
+                        f"pick a recipe whose torch matches the fork; full log: {exc.log_path}") from exc
+        spec = self.guard_spec(ctx, forks)
+        report = run_guards(ctx.runner, self.name, spec)
+        for check, outcome in report.results.items():
+            if outcome != "ok":
+                ctx.ui.warn(f"{check}: {outcome}")
+        facts = report.facts.get("forks", {})
+        return {
+            "order": list(plan.order),
+            "forks": [{"name": f.use.name, "path": str(f.path), "commit": f.commit, "mode": f.use.mode,
+                       "dist": f.dist, "version": _editable_version(facts.get(f.use.name, {}), f.path),
+                       "editable": True, "args": list(inv.args),
+                       "env": {k: v for k, v in inv.env}}
+                      for inv in plan.installs for f in [by_name[inv.fork]]],
+            "torch": r.torch.version,
+            "wheel": {"path": str(plan.wheel), "sha256": sha256_file(plan.wheel)} if plan.wheel else None,
+            "vllm_base_commit": base.commit if base else None,
+            "vllm_base_commit_source": base.source if base else None,
+            "vllm_base_commit_detail": base.detail if base else None,
+            "checks": dict(report.results),
+        }
+
+    def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
+                   ) -> GuardSpec:
+        imports = ("vllm._C",) if any(f.use.mode == PRECOMPILED for f in forks) else ()
+        libs = cuda_libs or self.cuda_libs
+        extra = {"cuda_libs": libs} if libs else {}
+        return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
+                         forks={f.use.name: f.path for f in forks}, imports=imports, **extra)
+
+    # ------------------------------------------------------------------ verify
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        if not ctx.paths.python.exists():
+            return f"{ctx.paths.python} is missing"
+        forks = outputs.get("forks", [])
+        for f in forks:
+            if not Path(f["path"]).is_dir():
+                return f"the checkout {f['path']} is missing"
+        spec = GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
+                         forks={f["name"]: Path(f["path"]) for f in forks})
+        try:
+            run_guards(ctx.runner, self.name, spec, imports=False)
+        except (InstallError, CommandFailed) as exc:
+            return exc.what.splitlines()[0] + (f" ({exc.found})" if exc.found else "")
+        return None
+
+
+def _editable_version(info: Mapping[str, Any], path: Path) -> str | None:
+    for d in info.get("dists", []):
+        du = d.get("direct_url") or {}
+        if du.get("dir_info", {}).get("editable") and str(du.get("url", "")).rstrip("/").endswith(path.name):
+            return str(d.get("version"))
+    return None

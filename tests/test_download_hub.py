@@ -1,0 +1,375 @@
+"""`current download` end to end against a loopback hub (tests/download_server.py).
+
+Nothing is mocked inside the tool: run_download drives the real huggingface_hub
+(model_info + snapshot_download) over HTTP. What cannot exist here is the real
+hub, so a local server stands in for it: it speaks the endpoints and headers
+huggingface_hub 2.4 uses (see the server's docstring). HF_TOKEN is set to a
+random planted value in every test; no output may contain it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import random
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from checks.scales import write_scales
+from installer.download import DownloadOptions, load_manifest, run_download
+from installer.download.manifest import validate_manifest
+from installer.errors import DownloadError, ScalesError
+from installer.recipe import load_recipe
+from tests.download_server import FakeHub, FakeRepo, model_files, running, safetensors_blob
+
+AWQ_REPO = "FakeOrg/Tiny-8B-AWQ"
+FP16_REPO = "FakeOrg/Tiny-8B"
+AWQ_REV = "4da05a8edb55c6046cce958586c33b61da07bb79"
+FP16_REV = "b968826d9c46dd6066d109eabc6255188de91218"
+NUM_LAYERS = 4
+PATTERNS = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "vocab.json", "merges.txt", "model.safetensors.index.json", "*.safetensors"]
+WEIGHT = "model-00001-of-00002.safetensors"
+
+
+def write_recipe(root: Path, *, awq_rev: str = AWQ_REV, awq_pins: dict[str, str] | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "forks.toml").write_text(
+        'format_version = 1\n[forks.flashinfer]\nurl = "https://example.invalid/flashinfer.git"\n'
+        f'[forks.flashinfer.pins]\nk16v8 = "{"a" * 40}"\n')
+    pats = ", ".join(json.dumps(p) for p in PATTERNS)
+    text = (f'format_version = 1\nname = "dltest"\nforks_file = "forks.toml"\n'
+            f'[python]\nversion = "3.12.11"\n[torch]\nversion = "2.4.0"\n'
+            f'[[forks]]\nname = "flashinfer"\npin = "k16v8"\n'
+            f'[models.awq]\nrepo = "{AWQ_REPO}"\nrevision = "{awq_rev}"\npatterns = [{pats}]\n')
+    if awq_pins:
+        text += "[models.awq.sha256]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in awq_pins.items())
+    text += f'[models.fp16]\nrepo = "{FP16_REPO}"\nrevision = "{FP16_REV}"\npatterns = [{pats}]\n'
+    path = root / "dltest.toml"
+    path.write_text(text)
+    return path
+
+
+@dataclass
+class Env:
+    hub: FakeHub
+    tmp: Path
+    token: str
+    awq: FakeRepo
+    fp16: FakeRepo
+
+    def opts(self, fmt: str = "awq", *, recipe: Path | None = None, **kw: object) -> DownloadOptions:
+        rec = load_recipe(str(recipe or write_recipe(self.tmp / "recipe")))
+        base = dict(recipe=rec, format=fmt, output=self.tmp / f"{fmt}-download.json", local_dir=None,
+                    cache_dir=self.tmp / "cache", offline=False, fixtures=None, quiet=True)
+        base.update(kw)
+        return DownloadOptions(**base)  # type: ignore[arg-type]
+
+    def local_dir(self, fmt: str = "awq") -> Path:
+        repo, rev = (AWQ_REPO, AWQ_REV) if fmt == "awq" else (FP16_REPO, FP16_REV)
+        return self.tmp / "cache" / "models" / repo.replace("/", "__") / rev
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    token = "hf_" + secrets.token_hex(16)
+    hub = FakeHub()
+    files, lfs = model_files(num_layers=NUM_LAYERS, seed=1, quant="awq")
+    awq = hub.add(FakeRepo(AWQ_REPO, AWQ_REV, files, lfs))
+    files, lfs = model_files(num_layers=NUM_LAYERS, seed=2)
+    fp16 = hub.add(FakeRepo(FP16_REPO, FP16_REV, files, lfs))
+    # huggingface_hub's log handler keeps the sys.stderr of the test that first used it (pytest
+    # closes that stream afterwards); write to the real fd 2, which pytest's fd capture still sees.
+    import huggingface_hub.utils.logging  # noqa: F401 - sets up the library's handler
+    for h in logging.getLogger("huggingface_hub").handlers:
+        if isinstance(h, logging.StreamHandler):
+            monkeypatch.setattr(h, "stream", sys.__stderr__)
+    with running(hub):
+        for k, v in {"HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(tmp_path / "hf_home"),
+                     "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0",
+                     "HF_HUB_DISABLE_XET": "1", "NO_PROXY": "127.0.0.1,localhost",
+                     "no_proxy": "127.0.0.1,localhost"}.items():
+            monkeypatch.setenv(k, v)
+        for k in ("HF_HUB_OFFLINE", "KNLP_KV_FIXTURES", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                  "http_proxy", "https_proxy", "all_proxy", "HUGGING_FACE_HUB_TOKEN"):
+            monkeypatch.delenv(k, raising=False)
+        yield Env(hub, tmp_path, token, awq, fp16)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def assert_no_token(env: Env, *texts: str) -> None:
+    for t in texts:
+        assert env.token not in t
+    for f in env.tmp.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            assert env.token.encode() not in f.read_bytes(), f"token leaked into {f}"
+
+
+# ------------------------------------------------------------------ happy path
+
+
+def test_happy_path_writes_a_valid_manifest(env: Env, capfd: pytest.CaptureFixture[str]) -> None:
+    out = run_download(env.opts("awq", quiet=False))
+    assert out == env.tmp / "awq-download.json"
+    m = json.loads(out.read_text())
+    validate_manifest(m)
+    assert load_manifest(out) == m
+    assert m["kind"] == "october-download-manifest" and m["format_version"] == 1
+    assert (m["selection"], m["repo"], m["revision"], m["resolved_revision"]) == ("awq", AWQ_REPO, AWQ_REV, AWQ_REV)
+    assert m["recipe"]["name"] == "dltest" and len(m["recipe"]["sha256"]) == 64
+    assert m["tool"]["name"] == "october" and m["tool"]["version"]
+    assert m["local_path"] == str(env.local_dir("awq"))
+    assert m["scales"] is None
+    wanted = sorted(p for p in env.awq.files if not p.startswith(("README", ".git", "original/")))
+    assert [f["path"] for f in m["files"]] == wanted
+    for f in m["files"]:
+        data = env.awq.files[f["path"]]
+        assert (f["size"], f["sha256"]) == (len(data), sha(data))
+        assert (Path(m["local_path"]) / f["path"]).read_bytes() == data
+        assert f["verified_against"] == ("hub-lfs" if f["path"] in env.awq.lfs else "hub-git-blob")
+    # files outside the patterns were never fetched
+    assert not (env.local_dir() / "README.md").exists()
+    assert not env.hub.gets_of("README.md")
+    # the hub got the token, the CDN never did
+    assert all(s.authorization == f"Bearer {env.token}" for s in env.hub.requests("hub"))
+    assert env.hub.requests("cdn") and all(s.authorization is None for s in env.hub.requests("cdn"))
+    cap = capfd.readouterr()
+    assert "current smoke` will need them" in cap.err
+    assert (env.tmp / "cache" / "models" / "CACHEDIR.TAG").is_file()
+    assert_no_token(env, cap.out, cap.err)
+
+
+def test_fp16_selection_and_rerun_fetches_nothing(env: Env) -> None:
+    run_download(env.opts("fp16"))
+    m = json.loads((env.tmp / "fp16-download.json").read_text())
+    assert (m["repo"], m["revision"]) == (FP16_REPO, FP16_REV)
+    n_get = len(env.hub.requests(method="GET"))
+    run_download(env.opts("fp16"))   # complete copy: no file body is fetched again
+    new = env.hub.requests(method="GET")[n_get:]
+    assert not [s for s in new if "/resolve/" in s.path or s.server == "cdn"]
+
+
+def test_explicit_local_dir(env: Env) -> None:
+    target = env.tmp / "elsewhere" / "awq"
+    run_download(env.opts("awq", local_dir=target))
+    m = json.loads((env.tmp / "awq-download.json").read_text())
+    assert m["local_path"] == str(target)
+    assert (target / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+
+
+# -------------------------------------------------------------------- failures
+
+
+def test_corrupt_file_on_server_fails_and_is_moved_aside(env: Env) -> None:
+    env.hub.corrupt.add((AWQ_REPO, WEIGHT))
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq"))
+    msg = str(ei.value)
+    good = sha(env.awq.files[WEIGHT])
+    bad = sha(env.hub.served_bytes(env.awq, WEIGHT))
+    assert WEIGHT in msg and good in msg and bad in msg
+    d = env.local_dir()
+    assert not (d / WEIGHT).exists()
+    assert (d / f"{WEIGHT}.corrupt-{bad[:8]}").is_file()
+    assert not (env.tmp / "awq-download.json").exists()
+    # the server is fixed: a re-run fetches the file again and succeeds
+    env.hub.corrupt.clear()
+    run_download(env.opts("awq"))
+    assert (d / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+
+
+def test_transfer_cut_mid_file_resumes_with_range(env: Env) -> None:
+    # huggingface_hub writes what it received in DOWNLOAD_CHUNK_SIZE (10 MiB) pieces, so the cut must
+    # come after the first piece for a resume to have something to resume from: a 12 MiB shard.
+    from huggingface_hub import constants
+
+    chunk = constants.DOWNLOAD_CHUNK_SIZE
+    env.awq.files[WEIGHT] = safetensors_blob(random.Random(3), {"w": (3, chunk // 3 + 1024 * 1024)})
+    size = len(env.awq.files[WEIGHT])
+    cut = chunk + 100_000
+    env.hub.cut_after[(AWQ_REPO, WEIGHT)] = cut
+    run_download(env.opts("awq"))
+    gets = [s for s in env.hub.requests("cdn", "GET") if s.path.endswith(sha(env.awq.files[WEIGHT]))]
+    assert [s.range for s in gets] == [None, f"bytes={chunk}-"]
+    sent = env.hub.body_bytes[(AWQ_REPO, WEIGHT)]
+    assert sent == cut + (size - chunk) and sent < 2 * size
+    assert (env.local_dir() / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+
+
+def test_unknown_revision(env: Env) -> None:
+    missing = "0" * 40
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", recipe=write_recipe(env.tmp / "r2", awq_rev=missing)))
+    msg = str(ei.value)
+    assert missing in msg and "does not exist" in msg and "revision" in msg
+    assert not (env.tmp / "awq-download.json").exists()
+
+
+def test_hub_resolving_another_revision_is_refused(env: Env) -> None:
+    env.hub.report_sha[AWQ_REPO] = "f" * 40
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq"))
+    assert AWQ_REV in str(ei.value) and "f" * 40 in str(ei.value)
+    assert not env.hub.requests("cdn")
+
+
+def test_gated_repository_says_to_log_in(env: Env, capfd: pytest.CaptureFixture[str]) -> None:
+    env.awq.gated = True
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq"))
+    msg = str(ei.value)
+    assert "hf auth login" in msg and "HF_TOKEN" in msg and "gated" in msg
+    assert env.token not in msg
+    assert any(s.path.endswith("/resolve/" + AWQ_REV + "/config.json") for s in env.hub.requests("hub"))
+    cap = capfd.readouterr()
+    assert_no_token(env, msg, cap.out, cap.err)
+
+
+def test_unknown_repository(env: Env) -> None:
+    del env.hub.repos[AWQ_REPO]
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq"))
+    assert AWQ_REPO in str(ei.value) and "not found" in str(ei.value)
+
+
+def test_hub_unreachable(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")   # discard port: connection refused
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq"))
+    assert "could not reach the hub" in str(ei.value) and "--offline" in str(ei.value)
+
+
+def test_recipe_pinned_sha256_wins_over_the_hub(env: Env) -> None:
+    wrong = "0" * 64
+    rec = write_recipe(env.tmp / "r3", awq_pins={WEIGHT: wrong})
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", recipe=rec))
+    assert wrong in str(ei.value) and WEIGHT in str(ei.value)
+    right = sha(env.awq.files[WEIGHT])
+    rec = write_recipe(env.tmp / "r4", awq_pins={WEIGHT: right})
+    run_download(env.opts("awq", recipe=rec))
+    m = json.loads((env.tmp / "awq-download.json").read_text())
+    f = next(f for f in m["files"] if f["path"] == WEIGHT)
+    assert (f["sha256"], f["verified_against"]) == (right, "recipe")
+
+
+# --------------------------------------------------------------------- offline
+
+
+def test_offline_reverifies_a_complete_copy_without_network(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_download(env.opts("awq"))
+    first = json.loads((env.tmp / "awq-download.json").read_text())
+    n = len(env.hub.seen)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    out = run_download(env.opts("awq", offline=True, output=env.tmp / "offline.json"))
+    assert len(env.hub.seen) == n
+    m = json.loads(out.read_text())
+    assert m["offline"] is True
+    assert [(f["path"], f["sha256"]) for f in m["files"]] == [(f["path"], f["sha256"]) for f in first["files"]]
+
+
+def test_offline_detects_a_tampered_copy(env: Env) -> None:
+    run_download(env.opts("awq"))
+    target = env.local_dir() / WEIGHT
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0x01
+    target.write_bytes(bytes(data))
+    n = len(env.hub.seen)
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", offline=True, output=env.tmp / "offline.json"))
+    assert len(env.hub.seen) == n
+    msg = str(ei.value)
+    assert WEIGHT in msg and sha(env.awq.files[WEIGHT]) in msg and sha(bytes(data)) in msg
+    assert not target.exists()
+    assert not (env.tmp / "offline.json").exists()
+    # back online, the bad file is fetched again
+    run_download(env.opts("awq"))
+    assert target.read_bytes() == env.awq.files[WEIGHT]
+
+
+def test_offline_without_a_copy(env: Env) -> None:
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", offline=True))
+    assert "without --offline" in str(ei.value)
+    assert not env.hub.seen
+
+
+# ---------------------------------------------------------------------- scales
+
+
+def _scales(env: Env, *, repo: str = AWQ_REPO, rev: str = AWQ_REV, values: list[float] | None = None) -> Path:
+    fixtures = env.tmp / "fixtures"
+    write_scales(fixtures / f"{AWQ_REPO.replace('/', '__')}.kv_scales.json", repo=repo, revision=rev,
+                 v_scales=values if values is not None else [0.01 * (i + 1) for i in range(NUM_LAYERS)])
+    return fixtures
+
+
+def test_valid_scales_are_recorded(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    fixtures = _scales(env)
+    monkeypatch.setenv("KNLP_KV_FIXTURES", str(fixtures))
+    run_download(env.opts("awq"))
+    m = json.loads((env.tmp / "awq-download.json").read_text())
+    p = fixtures / f"{AWQ_REPO.replace('/', '__')}.kv_scales.json"
+    assert m["scales"] == {"path": str(p), "sha256": sha(p.read_bytes()), "num_layers": NUM_LAYERS}
+
+
+@pytest.mark.parametrize("case", ["wrong-model", "wrong-revision", "nan", "zero", "layers"])
+def test_bad_scales_are_refused(env: Env, case: str) -> None:
+    kw: dict = {
+        "wrong-model": {"repo": FP16_REPO},
+        "wrong-revision": {"rev": "1" * 40},
+        "nan": {"values": [0.01, math.nan, 0.01, 0.01]},
+        "zero": {"values": [0.01, 0.0, 0.01, 0.01]},
+        "layers": {"values": [0.01] * (NUM_LAYERS + 1)},
+    }[case]
+    fixtures = _scales(env, **kw)
+    with pytest.raises(ScalesError) as ei:
+        run_download(env.opts("awq", fixtures=fixtures))
+    msg = str(ei.value)
+    expect = {"wrong-model": FP16_REPO, "wrong-revision": "1" * 40, "nan": "nan", "zero": "positive",
+              "layers": "num_layers"}[case]
+    assert expect in msg
+    assert not (env.tmp / "awq-download.json").exists()
+
+
+def test_missing_scales_file_is_refused(env: Env) -> None:
+    (env.tmp / "empty-fixtures").mkdir()
+    with pytest.raises(ScalesError):
+        run_download(env.opts("awq", fixtures=env.tmp / "empty-fixtures"))
+
+
+# ----------------------------------------------------------------- secrets
+
+
+def test_planted_token_appears_nowhere(env: Env, capfd: pytest.CaptureFixture[str]) -> None:
+    """Success, a corrupt file, a gated repo and offline: the token is in no output or file."""
+    run_download(env.opts("awq", quiet=False))
+    env.hub.corrupt.add((FP16_REPO, WEIGHT))
+    with pytest.raises(DownloadError) as e1:
+        run_download(env.opts("fp16", quiet=False))
+    env.fp16.gated = True
+    (env.local_dir("fp16") / "config.json").unlink()
+    with pytest.raises(DownloadError) as e2:
+        run_download(env.opts("fp16", quiet=False))
+    run_download(env.opts("awq", offline=True, quiet=False, output=env.tmp / "off.json"))
+    cap = capfd.readouterr()
+    assert_no_token(env, cap.out, cap.err, str(e1.value), str(e2.value), repr(e1.value), repr(e2.value))
+    assert env.token not in json.dumps(json.loads((env.tmp / "awq-download.json").read_text()))
+
+
+def test_whole_module_is_fast() -> None:
+    # a guard that the loopback transfers stay small (the whole set must stay well under 30 s)
+    start = time.perf_counter()
+    files, _ = model_files(num_layers=NUM_LAYERS)
+    assert sum(len(v) for v in files.values()) < 2_000_000
+    assert time.perf_counter() - start < 1.0
