@@ -91,7 +91,8 @@ def check_scales(backend: ReferenceBackend, supplied: Sequence[float], source: s
     if at_default:
         problems.append(f"layers {at_default[:8]} still use the default scale 1.0")
     events = list(backend.events)
-    loaded = events.index("scales_loaded") if "scales_loaded" in events else None
+    loads = [i for i, e in enumerate(events) if e == "scales_loaded"]
+    loaded = loads[-1] if loads else None           # the load whose values are in effect
     graphs = next((i for i, e in enumerate(events) if e.startswith("graphs_")), None)
     if loaded is None:
         problems.append("scales were never loaded")

@@ -14,6 +14,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,10 @@ class Runner:
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   text=True, errors="replace", bufsize=1) as proc:
                 assert proc.stdout is not None
+                timer = threading.Timer(timeout, proc.kill) if timeout else None
+                if timer is not None:
+                    timer.daemon = True
+                    timer.start()
                 try:
                     for line in proc.stdout:
                         clean = redact(line, self.secrets)
@@ -92,11 +97,17 @@ class Runner:
                         tail.append(clean.rstrip("\n"))
                         if self.echo is not None:
                             self.echo(clean.rstrip("\n"))
-                    rc = proc.wait(timeout=timeout)
+                    rc = proc.wait()
                 except BaseException:
                     proc.kill()
                     proc.wait()
                     raise
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+            if timeout and time.monotonic() - start >= timeout and rc < 0:
+                fh.write(f"# killed after {timeout:.0f}s timeout\n")
+                raise CommandFailed(step, [shown], rc, "\n".join(tail) + f"\n(killed after {timeout:.0f} s)", log)
             elapsed = time.monotonic() - start
             fh.write(f"# exit {rc} after {elapsed:.2f}s\n")
         if check and rc != 0:

@@ -165,3 +165,11 @@ with StackLock(Path({str(lock)!r})):
         holder.stdout.close()
     with StackLock(lock):  # released when the holder dies
         pass
+
+
+def test_runner_timeout_kills_a_silent_hang(tmp_path: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(CommandFailed) as info:
+        Runner(tmp_path).run([sys.executable, "-c", "import time; time.sleep(30)"], step="s", timeout=1)
+    assert time.monotonic() - start < 10
+    assert "killed after 1 s" in info.value.message

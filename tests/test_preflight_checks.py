@@ -34,7 +34,7 @@ def test_a_good_machine_passes_every_check_in_order() -> None:
     assert all(r.ok and r.status == "passed" for r in results)
     assert punch_list(results) == []
     assert by_name(results)["nvcc"].detail == (
-        "found nvcc 12.9.86 at /usr/local/cuda/bin/nvcc (expected nvcc 12.9 (the recipe's [cuda].version))")
+        "found nvcc 12.9.86 at /usr/local/cuda/bin/nvcc; expected nvcc 12.9 (the recipe's [cuda].version)")
 
 
 def test_wrong_os() -> None:
@@ -84,13 +84,13 @@ def test_no_gpu() -> None:
     r = one("gpu", good_facts(nvidia_smi=missing("nvidia-smi"), gpus=()))
     assert r.detail == (
         "expected an NVIDIA GPU with compute capability >= 9.0 and a driver >= 525 (CUDA 12.9), "
-        "found no GPU: not found: no nvidia-smi on PATH -> run on a machine with a supported NVIDIA GPU "
+        "found no GPU (not found: no nvidia-smi on PATH) -> run on a machine with a supported NVIDIA GPU "
         "and a working driver (`nvidia-smi` must list it)")
 
 
 def test_nvidia_smi_lists_no_gpu() -> None:
     r = one("gpu", good_facts(gpus=()))
-    assert not r.ok and r.found == "no GPU: nvidia-smi listed none"
+    assert not r.ok and r.found == "no GPU (nvidia-smi listed none)"
 
 
 def test_compute_capability_too_low() -> None:

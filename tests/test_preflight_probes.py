@@ -160,6 +160,8 @@ def test_parsers() -> None:
     assert parse_nvcc("something else") is None
     gpus, err = parse_nvidia_smi(SMI_H100)
     assert err is None and gpus[0].driver == "575.57.08"
+    gpus, err = parse_nvidia_smi("NVIDIA H200, 9.0, 580.159.04\n")  # as the lent H200 prints it
+    assert err is None and gpus[0].name == "NVIDIA H200" and gpus[0].compute_capability == "9.0"
     gpus, err = parse_nvidia_smi("No devices were found\n")
     assert gpus == () and err == "unexpected nvidia-smi line 'No devices were found'"
     assert parse_compiler("gcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright") == "12.2.0"

@@ -103,7 +103,7 @@ def clean(text: str) -> str:
 
 def _first_lines(exc: BaseException, n: int = 3) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return clean(" ".join(lines[:n]) or type(exc).__name__)
+    return clean(" ".join(lines[:n]).rstrip(".") or type(exc).__name__)
 
 
 def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> DownloadError:

@@ -84,7 +84,9 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
         local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
-    fixtures = opts.fixtures if opts.fixtures is not None else (Path(env[FIXTURES_ENV]) if env.get(FIXTURES_ENV) else None)
+    fixtures = opts.fixtures
+    if fixtures is None and env.get(FIXTURES_ENV):
+        fixtures = Path(env[FIXTURES_ENV])
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),

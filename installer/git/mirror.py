@@ -68,7 +68,7 @@ class Mirror:
         """Hold this mirror's file lock (re-entrant within one process)."""
         lock = _LOCKS.get(self.path)
         if lock is None:
-            lock = _LOCKS.setdefault(self.path, FileLock(str(self.path) + ".lock", thread_local=False))
+            lock = _LOCKS.setdefault(self.path, FileLock(str(self.path) + ".lock"))
         try:
             lock.acquire(timeout=LOCK_TIMEOUT_S)
         except Timeout:
@@ -85,10 +85,15 @@ class Mirror:
 def open_mirror(cache_dir: Path, url: str, fork: str) -> Mirror:
     """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it."""
     path = mirror_path(cache_dir, url)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tag = path.parent / "CACHEDIR.TAG"
-    if not tag.exists():
-        tag.write_text(_CACHEDIR_TAG, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not tag.exists():
+            tag.write_text(_CACHEDIR_TAG, encoding="utf-8")
+    except OSError as exc:
+        raise FetchError(f"fork '{fork}': cannot use the cache directory {cache_dir}",
+                         expected="a writable directory for the git mirrors", found=str(exc),
+                         fix="pass --cache-dir pointing at a writable directory") from None
     mirror = Mirror(path=path, url=url, fork=fork)
     with mirror.locked():
         if not (path / "HEAD").exists():

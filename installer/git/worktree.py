@@ -92,6 +92,20 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
                 submodules: Mapping[str, str] | None = None) -> str | None:
     """None when the clone at ``path`` is at ``commit`` (and clean, and its submodules
     at the recorded commits); otherwise the reason it is not."""
+    try:
+        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules)
+    except git.GitCommandError as exc:
+        return f"git cannot inspect {path} ({_stderr(exc)})"
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {exc.status}"
+
+
+def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
+                 submodules: Mapping[str, str] | None) -> str | None:
     head = head_commit(path)
     if head is None:
         return f"{path} is not a git clone"
@@ -248,6 +262,19 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
                submodules: bool, allow_dirty: bool, say: Say = lambda _: None) -> Checkout:
     """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
     with submodules at their recorded commits; verify HEAD and cleanliness."""
+    try:
+        return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
+                           allow_dirty=allow_dirty, say=say)
+    except git.GitCommandError as exc:   # a read through GitPython failed
+        shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
+                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
+                             f"or delete {dest} and re-run") from None
+
+
+def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+                submodules: bool, allow_dirty: bool, say: Say) -> Checkout:
     g = _Git(runner, step, mirror.fork)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):

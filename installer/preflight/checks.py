@@ -56,7 +56,7 @@ class CheckResult:
 
 def _result(name: str, ok: bool, expected: str, found: str, fix: str) -> CheckResult:
     if ok:
-        detail = f"found {found} (expected {expected})"
+        detail = f"found {found}; expected {expected}"
     else:
         detail = f"expected {expected}, found {found} -> {fix}"
     return CheckResult(name=name, ok=ok, detail=detail, expected=expected, found=found,
@@ -123,7 +123,7 @@ def check_gpu(facts: MachineFacts, min_capability: str, cuda: CudaPin | None) ->
             expected += f" and a driver >= {driver_floor} (CUDA {cuda.version})"
     smi = facts.nvidia_smi
     if smi.error is not None or not facts.gpus:
-        found = f"no GPU: {smi.error}" if smi.error else "no GPU: nvidia-smi listed none"
+        found = f"no GPU ({smi.error})" if smi.error else "no GPU (nvidia-smi listed none)"
         return _result("gpu", False, expected, found,
                        "run on a machine with a supported NVIDIA GPU and a working driver "
                        "(`nvidia-smi` must list it)")

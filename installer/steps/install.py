@@ -104,14 +104,7 @@ class InstallStep:
             try:
                 pip_install(ctx, self.name, inv.args, extra_env=inv.env_dict)
             except CommandFailed as exc:
-                raise InstallError(
-                    f"installing fork '{inv.fork}' failed; uv said:\n"
-                    + "\n".join("    | " + ln for ln in exc.tail.rstrip().splitlines()[-12:]),
-                    expected=f"the fork to install with torch held at {r.torch.requirement} (recipe [torch]) "
-                             "and every dependency resolvable",
-                    found=f"uv exit code {exc.returncode}",
-                    fix=f"if uv names torch, the fork or a dependency needs a torch other than {r.torch.version}: "
-                        f"pick a recipe whose torch matches the fork; full log: {exc.log_path}") from exc
+                raise _install_failed(inv.fork, r.torch.version, exc) from exc
         spec = self.guard_spec(ctx, forks)
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
@@ -155,8 +148,22 @@ class InstallStep:
         try:
             run_guards(ctx.runner, self.name, spec, imports=False)
         except (InstallError, CommandFailed) as exc:
-            return exc.what.splitlines()[0] + (f" ({exc.found})" if exc.found else "")
+            text = " ".join(ln.strip() for ln in exc.message.splitlines() if not ln.strip().startswith("->"))
+            return text[:400]
         return None
+
+
+def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
+    lines = [ln for ln in exc.tail.rstrip().splitlines() if not ln.startswith("Using Python")][-12:]
+    said = "\n".join("    | " + ln for ln in lines)
+    moves_torch = any("torch" in ln for ln in lines)
+    what = (f"installing fork '{fork}' would move torch away from the pinned {torch}" if moves_torch
+            else f"installing fork '{fork}' failed")
+    return InstallError(what, expected=f"the fork to install with torch held at torch=={torch} (recipe [torch]) "
+                        "and every dependency resolvable", found=f"uv exit code {exc.returncode}:\n{said}\n",
+                        fix=(f"the fork or a dependency needs a torch other than {torch}: pick a recipe whose "
+                             "torch matches the fork" if moves_torch else "read uv's message above")
+                        + f"; full log: {exc.log_path}")
 
 
 def _editable_version(info: Mapping[str, Any], path: Path) -> str | None:

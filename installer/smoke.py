@@ -1,0 +1,194 @@
+"""`current smoke`: run ``python -m checks.smoke`` in the stack env and check its receipt.
+
+The tool env never imports torch for this: it plans a command (a pure function
+of the options and a few facts read from the stack), runs it through
+:class:`installer.runner.Runner` with the log in the output directory, then
+validates ``OUTPUT/receipt.json`` against ``receipts/smoke.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jsonschema
+
+from checks.results import format_table
+from installer.atomic import write_json_atomic
+from installer.errors import ReceiptError, SmokeError
+from installer.hashing import sha256_file
+from installer.runner import Runner
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO_ROOT / "receipts" / "smoke.schema.json"
+LEVELS = ("reference", "kernel", "engine")
+FORMATS = ("awq", "fp16")
+STEP = "smoke"
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    """What `current smoke` was asked to do."""
+
+    install: Path                   # the STACK directory made by october_setup
+    format: str                     # awq | fp16
+    output: Path                    # receipt.json, stack-info.json and smoke.log go here
+    level: str | None = None        # None: the highest level the stack supports
+    fixtures: Path | None = None    # calibrated scales dir (default: $KNLP_KV_FIXTURES)
+    manifest: Path | None = None    # default: ./<format>-download.json
+    recipe: str | None = None       # recipe name, when setup.json does not say
+    device: str = "auto"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SmokePlan:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path = REPO_ROOT
+    receipt: Path = Path("receipt.json")
+    logs_dir: Path = Path(".")
+
+
+def stack_python(install: Path) -> Path:
+    py = install / "env" / "bin" / "python"
+    if not py.exists():
+        raise SmokeError(f"the stack at {install} has no Python environment",
+                         expected=f"an executable {py}", found="nothing",
+                         fix=f"run `october_setup {install} --recipe <name>` first, "
+                             "or point --install at the stack directory")
+    return py
+
+
+def default_manifest(fmt: str, cwd: Path) -> Path:
+    return cwd / f"{fmt}-download.json"
+
+
+def resolve_manifest(opts: SmokeOptions, cwd: Path) -> Path | None:
+    """The manifest to pass, or None where a level can do without one."""
+    if opts.manifest is not None:
+        if not opts.manifest.is_file():
+            raise SmokeError("the download manifest does not exist", expected=f"a file {opts.manifest}",
+                             found="nothing", fix=f"run `current download --format {opts.format} "
+                             f"--output {opts.manifest}`")
+        return opts.manifest
+    path = default_manifest(opts.format, cwd)
+    if path.is_file():
+        return path
+    if opts.level in ("reference", "kernel"):
+        return None
+    raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
+                     fix=f"run `current download --format {opts.format} --output {path.name}` "
+                         "first, pass --manifest, or use --level reference")
+
+
+def _forks(data: Any) -> dict[str, str]:
+    if isinstance(data, Mapping):
+        items = [(k, v.get("commit") if isinstance(v, Mapping) else v) for k, v in data.items()]
+    elif isinstance(data, list):
+        items = [(d.get("name"), d.get("commit")) for d in data if isinstance(d, Mapping)]
+    else:
+        items = []
+    return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
+
+
+def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
+    """Recipe, lock hash and fork commits from STACK/pylock.toml and STACK/receipts/setup.json."""
+    lock = install / "pylock.toml"
+    setup = install / "receipts" / "setup.json"
+    info: dict[str, Any] = {"recipe": {"name": recipe, "sha256": None} if recipe else None,
+                            "lock_sha256": sha256_file(lock) if lock.is_file() else None,
+                            "forks": {}, "setup_receipt": str(setup) if setup.is_file() else None}
+    if setup.is_file():
+        try:
+            data = json.loads(setup.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
+                             found=f"{exc}", fix="re-run october_setup to rewrite it") from None
+        rec = data.get("recipe") if isinstance(data, Mapping) else None
+        if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
+            sha = rec.get("sha256")
+            info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
+        if isinstance(data, Mapping):
+            info["forks"] = _forks(data.get("forks"))
+    return info
+
+
+def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
+               base_env: Mapping[str, str]) -> SmokePlan:
+    """The command and environment; pure (reads nothing, runs nothing)."""
+    if opts.format not in FORMATS:
+        raise SmokeError("unknown model format", expected=" or ".join(FORMATS), found=repr(opts.format),
+                         fix="pass --format awq or --format fp16")
+    if opts.level is not None and opts.level not in LEVELS:
+        raise SmokeError("unknown smoke level", expected=", ".join(LEVELS), found=repr(opts.level),
+                         fix="pass --level reference, kernel or engine, or leave it out")
+    argv = [str(python), "-m", "checks.smoke", "--format", opts.format,
+            "--output", str(opts.output), "--stack-info", str(info_path),
+            "--device", opts.device, "--seed", str(opts.seed)]
+    if opts.level is not None:
+        argv += ["--level", opts.level]
+    if manifest is not None:
+        argv += ["--manifest", str(manifest)]
+    if opts.fixtures is not None:
+        argv += ["--fixtures", str(opts.fixtures)]
+    old = base_env.get("PYTHONPATH")
+    env = {"PYTHONPATH": str(REPO_ROOT) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"}
+    return SmokePlan(argv=tuple(argv), env=env, cwd=REPO_ROOT, receipt=opts.output / "receipt.json",
+                     logs_dir=opts.output)
+
+
+def load_receipt(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ReceiptError("the smoke run wrote no receipt", expected=f"{path}", found="nothing",
+                           fix=f"read {path.parent / (STEP + '.log')}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReceiptError("the smoke receipt is not JSON", expected="JSON", found=str(exc),
+                           fix="re-run current smoke") from None
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "<top>"
+        raise ReceiptError(f"the smoke receipt {path} does not match {SCHEMA_PATH.name}",
+                           expected="a receipt valid against the schema",
+                           found=f"{len(errors)} problem(s), first at {where}: {errors[0].message}",
+                           fix="the stack's checks package and this tool disagree: re-run from one checkout")
+    return data
+
+
+def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
+              echo: Callable[[str], None] = print, base_env: Mapping[str, str] | None = None) -> int:
+    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
+    import os
+    env = dict(os.environ if base_env is None else base_env)
+    python = stack_python(opts.install)
+    manifest = resolve_manifest(opts, cwd or Path.cwd())
+    opts.output.mkdir(parents=True, exist_ok=True)
+    info_path = opts.output / "stack-info.json"
+    write_json_atomic(info_path, stack_info(opts.install, opts.recipe))
+    plan = plan_smoke(opts, python, manifest, info_path, env)
+    old = plan.receipt
+    if old.exists():
+        old.unlink()
+    done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd, env=env,
+                                     extra_env=plan.env, check=False)
+    if done.returncode not in (0, 1):
+        tail = "\n".join(done.output.rstrip().splitlines()[-15:])
+        raise SmokeError(f"`python -m checks.smoke` in {opts.install / 'env'} did not run",
+                         expected="exit code 0 (passed) or 1 (a check failed)",
+                         found=f"exit code {done.returncode}:\n{tail}",
+                         fix=f"read {Runner(plan.logs_dir).log_path(STEP)}")
+    receipt = load_receipt(plan.receipt)
+    echo(format_table(receipt["checks"], receipt["passed"]))
+    for reason in receipt["reasons"]:
+        echo(f"  - {reason}")
+    echo(f"receipt: {plan.receipt}")
+    if receipt["passed"] != (done.returncode == 0):
+        raise ReceiptError("the smoke exit code and receipt disagree",
+                           expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
+                           fix="re-run current smoke")
+    return 0 if receipt["passed"] else 1

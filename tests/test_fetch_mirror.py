@@ -1,0 +1,128 @@
+"""The shared bare mirror: layout, fetch-only-when-missing, fallback, clear errors, no secrets."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import git
+import pytest
+
+from installer.errors import FetchError
+from installer.git.mirror import (PIN_REFS, default_cache_dir, ensure_commit, fetch_branch, has_commit,
+                                  mirror_path, open_mirror)
+from installer.runner import Runner
+from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
+
+
+def _runner(tmp: Path) -> Runner:
+    return Runner(tmp / "logs")
+
+
+def _log(tmp: Path) -> str:
+    p = tmp / "logs" / "fetch.log"
+    return p.read_text() if p.exists() else ""
+
+
+def test_mirror_path_layout_and_credentials_do_not_matter(tmp_path: Path) -> None:
+    p = mirror_path(tmp_path, "https://github.com/mcgrof/vllm.git")
+    assert p.parent == tmp_path / "git"
+    digest, _, rest = p.name.partition("-")
+    assert len(digest) == 16 and rest == "vllm.git"
+    with_token = mirror_path(tmp_path, "https://user:tok3n@github.com/mcgrof/vllm.git")
+    assert with_token == mirror_path(tmp_path, "https://other:x@github.com/mcgrof/vllm.git")
+    assert "tok3n" not in str(with_token)
+    assert mirror_path(tmp_path, "https://github.com/mcgrof/flashinfer.git") != p
+    assert default_cache_dir().name == "october"
+
+
+def test_open_mirror_creates_one_bare_repo_with_cachedir_tag(tmp_path: Path) -> None:
+    m = open_mirror(tmp_path / "cache", "file:///nowhere/x.git", "x")
+    with git.Repo(m.path) as repo:
+        assert repo.bare
+    assert (tmp_path / "cache" / "git" / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    again = open_mirror(tmp_path / "cache", "file:///nowhere/x.git", "x")
+    assert again.path == m.path
+
+
+def test_open_mirror_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    path = mirror_path(tmp_path, "file:///nowhere/x.git")
+    path.mkdir(parents=True)
+    (path / "HEAD").write_text("not a repo")
+    with pytest.raises(FetchError) as err:
+        open_mirror(tmp_path, "file:///nowhere/x.git", "x")
+    assert "not a bare git mirror" in str(err.value) and f"remove {path}" in str(err.value)
+
+
+def test_commit_fetched_once_then_served_from_the_mirror(tmp_path: Path) -> None:
+    """Proof of no second download: the origin is moved away after the first fetch."""
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is True
+    assert has_commit(m.path, ids[1])
+    with git.Repo(m.path) as repo:
+        assert repo.git.rev_parse(f"{PIN_REFS}/{ids[1]}") == ids[1]   # pinned against gc
+    bare_path(url).rename(tmp_path / "gone.git")
+    before = _log(tmp_path).count(" fetch ")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
+    assert _log(tmp_path).count(" fetch ") == before
+
+
+def test_missing_commit_names_fork_url_and_commit(tmp_path: Path) -> None:
+    url, _ = make_repo(tmp_path, "alpha")
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    ghost = "0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(FetchError) as err:
+        ensure_commit(_runner(tmp_path), "fetch", m, ghost)
+    msg = str(err.value)
+    assert "fork 'alpha'" in msg and url in msg and ghost in msg and "missing upstream" in msg
+    assert err.value.exit_code == 8
+
+
+def test_short_id_is_refused(tmp_path: Path) -> None:
+    m = open_mirror(tmp_path / "cache", "file:///nowhere/x.git", "x")
+    with pytest.raises(FetchError, match="40 lowercase hex"):
+        ensure_commit(_runner(tmp_path), "fetch", m, "abc1234")
+
+
+def test_fallback_to_all_branches_when_server_refuses_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protocol v0 (forced through git's env config) refuses unadvertised ids, like some servers."""
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.version")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "0")
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[0]) is True
+    log = _log(tmp_path)
+    assert "refs/heads/*:refs/heads/*" in log           # the fallback ran
+    with git.Repo(m.path) as repo:
+        assert repo.git.rev_parse(f"{PIN_REFS}/{ids[0]}") == ids[0]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_remote_is_clear_and_credentials_are_masked(tmp_path: Path) -> None:
+    url = f"http://user:s3cr3tvalue@127.0.0.1:{_closed_port()}/fork.git"
+    m = open_mirror(tmp_path / "cache", url, "vllm")
+    with pytest.raises(FetchError) as err:
+        ensure_commit(_runner(tmp_path), "fetch", m, "1" * 40)
+    msg = str(err.value)
+    assert "cannot fetch" in msg and "fork 'vllm'" in msg and "1" * 40 in msg
+    assert "s3cr3tvalue" not in msg and "http://***@127.0.0.1" in msg
+    assert "s3cr3tvalue" not in _log(tmp_path)
+    assert "s3cr3tvalue" not in (m.path / "config").read_text()
+
+
+def test_fetch_branch_returns_tip_and_follows_force_push(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha", commits=2)
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    assert fetch_branch(_runner(tmp_path), "fetch", m, "main") == ids[-1]
+    new = add_commit(url, {"x.txt": "x"}, branch="main")
+    assert fetch_branch(_runner(tmp_path), "fetch", m, "main") == new
+    with pytest.raises(FetchError) as err:
+        fetch_branch(_runner(tmp_path), "fetch", m, "no-such-branch")
+    assert "branch 'no-such-branch'" in str(err.value) and url in str(err.value)

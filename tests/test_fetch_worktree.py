@@ -1,0 +1,153 @@
+"""Working-clone edge cases and the mirror lock: each check planted and watched failing."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import git
+import pytest
+from filelock import FileLock
+
+import installer.git.mirror as mirror_mod
+from installer.errors import FetchError
+from installer.git.mirror import ensure_commit, open_mirror
+from installer.git.worktree import check_clone, sync_clone
+from installer.pipeline import run_pipeline
+from installer.runner import Runner
+from installer.steps.fetch import FetchStep
+from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
+from tests.fixtures.gitrepos import bare_path, git as fixture_git, make_repo, make_repo_with_submodule
+
+
+def _head(path: Path) -> str:
+    with git.Repo(path) as repo:
+        return repo.head.commit.hexsha
+
+
+def test_submodule_moved_off_its_recorded_commit_is_caught(tmp_path: Path) -> None:
+    s_url, s_ids, _, sub_ids = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=3, sub_at=2)
+    recipe = make_recipe([fork_use("beta", s_url, s_ids[-1])])
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    [rec] = run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
+    sub = stack / "src" / "beta" / "third_party" / "sub"
+    with git.Repo(sub) as repo:
+        repo.git.checkout("--detach", sub_ids[0])
+    out = rec.outputs["forks"]["beta"]
+    assert check_clone(Path(out["path"]), out["commit"], allow_dirty=False, submodules=out["submodules"])
+    reason = check_clone(Path(out["path"]), out["commit"], allow_dirty=True, submodules=out["submodules"])
+    assert reason is not None and "submodules" in reason
+    with pytest.raises(FetchError, match="third_party/sub"):
+        run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
+    # --allow-dirty lets the step move the submodule back to its recorded commit
+    [rec2] = run_pipeline([FetchStep()], make_ctx(stack, recipe, cache, allow_dirty=True))
+    assert _head(sub) == sub_ids[2]
+    assert rec2.outputs["forks"]["beta"]["dirty"] is False
+
+
+def test_gitlink_without_gitmodules_is_a_clear_error(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    work = tmp_path / "w"
+    fixture_git("clone", "--quiet", str(bare_path(url)), str(work))
+    fixture_git("update-index", "--add", "--cacheinfo", f"160000,{ids[0]},vendor/lib", cwd=work)
+    fixture_git("commit", "--quiet", "-m", "orphan gitlink", cwd=work)
+    fixture_git("push", "--quiet", "origin", "HEAD:main", cwd=work)
+    broken = fixture_git("rev-parse", "HEAD", cwd=work)
+    recipe = make_recipe([fork_use("alpha", url, broken)])
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
+    msg = str(err.value)
+    assert "git cannot read the clone" in msg and "no submodule mapping" in msg and "vendor/lib" in msg
+
+
+def test_allow_dirty_moves_a_clone_when_changes_do_not_conflict(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork_use("alpha", url, ids[0])]), cache))
+    (stack / "src" / "alpha" / "scratch.txt").write_text("mine\n")
+    recipe = make_recipe([fork_use("alpha", url, ids[2])])
+    with pytest.raises(FetchError, match="local changes"):
+        run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
+    assert _head(stack / "src" / "alpha") == ids[0]        # refused: nothing moved
+    [rec] = run_pipeline([FetchStep()], make_ctx(stack, recipe, cache, allow_dirty=True))
+    assert _head(stack / "src" / "alpha") == ids[2]
+    assert rec.outputs["forks"]["alpha"]["dirty"] is True
+    assert (stack / "src" / "alpha" / "scratch.txt").read_text() == "mine\n"
+
+
+def test_allow_dirty_with_conflicting_changes_fails_clearly(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork_use("alpha", url, ids[1])]), cache))
+    (stack / "src" / "alpha" / "history.txt").write_text("my own history\n")   # ids[2] changes it too
+    recipe = make_recipe([fork_use("alpha", url, ids[2])])
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(stack, recipe, cache, allow_dirty=True))
+    msg = str(err.value)
+    assert f"checking out {ids[2]}" in msg and "fetch.log" in msg and "history.txt" in msg
+
+
+def test_origin_follows_a_changed_fork_url(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork_use("alpha", url, ids[0])]), cache))
+    moved = tmp_path / "elsewhere" / "alpha.git"
+    moved.parent.mkdir()
+    shutil.copytree(bare_path(url), moved)
+    new_url = f"file://{moved}"
+    [rec] = run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork_use("alpha", new_url, ids[0])]), cache))
+    assert rec.status == "ran" and rec.outputs["forks"]["alpha"]["url"] == new_url
+    with git.Repo(stack / "src" / "alpha") as repo:
+        assert repo.remotes.origin.url == new_url
+
+
+def test_a_held_mirror_lock_times_out_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    monkeypatch.setattr(mirror_mod, "LOCK_TIMEOUT_S", 0.2)
+    other = FileLock(str(m.path) + ".lock")          # another stack, as far as flock can tell
+    with other:
+        with pytest.raises(FetchError) as err:
+            ensure_commit(Runner(tmp_path / "logs"), "fetch", m, ids[0])
+    assert "stayed locked" in str(err.value) and "another process" in str(err.value)
+
+
+def test_a_second_user_of_the_mirror_waits_for_the_lock(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    other = FileLock(str(m.path) + ".lock")
+    other.acquire()
+    threading.Timer(0.3, other.release).start()
+    start = time.monotonic()
+    assert ensure_commit(Runner(tmp_path / "logs"), "fetch", m, ids[0]) is True
+    assert time.monotonic() - start >= 0.25
+
+
+def test_cache_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "cache"
+    bad.write_text("not a directory\n")
+    with pytest.raises(FetchError, match="cannot use the cache directory"):
+        open_mirror(bad, "file:///nowhere/x.git", "x")
+
+
+def test_sync_clone_into_an_empty_directory(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    runner = Runner(tmp_path / "logs")
+    ensure_commit(runner, "fetch", m, ids[0])
+    dest = tmp_path / "src" / "alpha"
+    dest.mkdir(parents=True)
+    out = sync_clone(runner, "fetch", dest, m, ids[0], cache_dir=tmp_path / "cache", submodules=True,
+                     allow_dirty=False)
+    assert out.commit == _head(dest) == ids[0] and out.dirty == () and dict(out.submodules) == {}
+
+
+def test_verify_without_records_asks_for_a_rerun(tmp_path: Path) -> None:
+    url, ids = make_repo(tmp_path, "alpha")
+    ctx = make_ctx(tmp_path / "stack", make_recipe([fork_use("alpha", url, ids[0])]), tmp_path / "cache")
+    assert FetchStep().verify(ctx, {}) == "no fork records"
+    assert FetchStep().verify(ctx, {"forks": {}}) == "fork 'alpha' has no record"
+    missing = {"forks": {"alpha": {"path": str(tmp_path / "nope"), "commit": ids[0]}}}
+    assert "not a git clone" in (FetchStep().verify(ctx, missing) or "")

@@ -1,0 +1,183 @@
+"""The ``install`` step end to end on stand-in forks (real git, real wheels, real uv, offline).
+
+Stand-ins (see tests/fixtures/stack_forks.py): the vLLM and FlashInfer forks are tiny
+projects with an in-tree build backend; the vLLM one consumes the base wheel named by
+``VLLM_PRECOMPILED_WHEEL_LOCATION`` like the real setup.py does.  ``libcuda.so.1``
+cannot exist on this machine: where a test needs "CUDA libraries exist", it points the
+gate at ``libc.so.6`` (said in that test's docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from installer.errors import InstallError
+from installer.hashing import sha256_file
+from installer.install.guards import GuardSpec, run_guards
+from installer.install.upstream import upstream_base
+from installer.runner import Runner
+from installer.steps.install import InstallStep
+from installer.uvcmd import uv_exe
+from tests.fixtures import stack_forks as sf
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
+    return sf.make_links(tmp_path_factory.mktemp("links"))
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _setup(tmp_path: Path, links: sf.Links, cache: Path, *, payload: bytes | None = None,
+           vllm_deps: tuple[str, ...] = ("flashinfer-python==0.6.6",), vllm_upstream: str | None = None,
+           wheel_commit: str | None = None):
+    stack = tmp_path / "stack"
+    forks = sf.make_forks(stack, tmp_path / "repos", vllm_deps=vllm_deps)
+    wheel = sf.base_wheel(tmp_path, links.c_ext if payload is None else payload,
+                          source_commit=forks.upstream_commit)
+    sf.make_env(stack, links, cache / "uv")
+    rec = sf.recipe(links, forks, tmp_path, vllm_upstream=vllm_upstream)
+    ctx = sf.context(stack, rec, cache)
+    ctx.done["fetch"] = sf.record("fetch", {"forks": {
+        "vllm": {"path": str(forks.vllm), "commit": forks.commits["vllm"], "url": "https://github.com/mcgrof/vllm.git"},
+        "flashinfer": {"path": str(forks.flashinfer), "commit": forks.commits["flashinfer"],
+                       "url": "https://github.com/mcgrof/flashinfer.git"}}})
+    wheel_out = {"path": str(wheel), "sha256": sha256_file(wheel), "filename": wheel.name}
+    if wheel_commit is not None:
+        wheel_out["source_commit"] = wheel_commit
+    ctx.done["wheel"] = sf.record("wheel", wheel_out)
+    return ctx, forks, wheel
+
+
+def _uv_into(ctx, *args: str) -> None:
+    env = dict(os.environ, UV_CACHE_DIR=str(ctx.options.cache_dir / "uv"))
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--python", str(ctx.paths.python), "--no-index",
+                    *args], check=True, env=env)
+
+
+def test_install_consumes_the_verified_wheel_and_lays_flashinfer_last(tmp_path, links, cache):
+    """Happy path; ``import vllm._C`` is tried because the CUDA gate is pointed at libc.so.6
+    (libcuda.so.1 cannot exist here), and the stand-in _C is a real compiled extension."""
+    ctx, forks, wheel = _setup(tmp_path, links, cache)
+    step = InstallStep(cuda_libs=("libc.so.6",))
+    out = step.run(ctx)
+    assert out["order"] == ["vllm", "flashinfer"]
+    # the build consumed exactly the verified wheel's file
+    consumed = json.loads((forks.vllm / "vllm" / "_precompiled.json").read_text())
+    assert consumed["location"] == str(wheel)
+    assert (forks.vllm / "vllm" / "_C.abi3.so").read_bytes() == links.c_ext
+    # the base commit is the merge-base with the upstream, recorded and passed to the build
+    assert out["vllm_base_commit"] == forks.upstream_commit == consumed["commit"]
+    assert out["vllm_base_commit_source"] == "merge-base"
+    assert out["checks"] == {"torch": "ok", "vllm": "ok", "flashinfer": "ok", "import vllm._C": "ok"}
+    fi = next(f for f in out["forks"] if f["name"] == "flashinfer")
+    assert fi["dist"] == "flashinfer-python" and fi["version"] == "0.6.7" and "--no-deps" in fi["args"]
+    assert step.verify(ctx, out) is None
+
+
+def test_vllm_C_is_not_verifiable_without_cuda_and_says_so(tmp_path, links, cache):
+    ctx, _, _ = _setup(tmp_path, links, cache)
+    out = InstallStep(cuda_libs=("libcuda-does-not-exist.so.1",)).run(ctx)
+    assert out["checks"]["import vllm._C"].startswith("not verifiable here: no CUDA library loads")
+
+
+def test_vllm_C_that_does_not_import_fails_the_step(tmp_path, links, cache):
+    """CUDA gate pointed at libc.so.6 (libcuda cannot exist here); the wheel's _C is not an ELF file."""
+    ctx, _, _ = _setup(tmp_path, links, cache, payload=b"not an ELF file")
+    with pytest.raises(InstallError) as err:
+        InstallStep(cuda_libs=("libc.so.6",)).run(ctx)
+    assert "import vllm._C" in str(err.value)
+
+
+@pytest.mark.parametrize("dep", ["torch-future==1.0", "torch-mover==1.0"])
+def test_a_dependency_that_moves_torch_fails_naming_torch(tmp_path, links, cache, dep):
+    ctx, _, _ = _setup(tmp_path, links, cache, vllm_deps=(dep,))
+    with pytest.raises(InstallError) as err:
+        InstallStep().run(ctx)
+    text = str(err.value)
+    assert "torch" in text and sf.TORCH in text and "vllm" in text
+    assert json.loads(subprocess.run([str(ctx.paths.python), "-c",
+                                      "import json, importlib.metadata as m; print(json.dumps(m.version('torch')))"],
+                                     capture_output=True, text=True, check=True).stdout) == sf.TORCH
+
+
+def test_guard_fires_when_a_non_editable_flashinfer_lands_over_the_fork(tmp_path, links, cache):
+    ctx, forks, _ = _setup(tmp_path, links, cache)
+    step = InstallStep()
+    out = step.run(ctx)
+    _uv_into(ctx, "--find-links", str(links.dir), "--reinstall", "--no-deps", "flashinfer-python==0.6.6")
+    spec = GuardSpec(python=ctx.paths.python, torch_version=sf.TORCH,
+                     forks={"vllm": forks.vllm, "flashinfer": forks.flashinfer})
+    with pytest.raises(InstallError) as err:
+        run_guards(ctx.runner, "install", spec)
+    text = str(err.value)
+    assert "flashinfer" in text and str(forks.flashinfer) in text and "from an index" in text
+    assert "flashinfer" in (step.verify(ctx, out) or "")
+
+
+def test_guard_fires_when_torch_was_replaced(tmp_path, links, cache):
+    ctx, forks, _ = _setup(tmp_path, links, cache)
+    InstallStep().run(ctx)
+    _uv_into(ctx, "--find-links", str(links.dir), "--no-deps", "torch==2.11.0")
+    spec = GuardSpec(python=ctx.paths.python, torch_version=sf.TORCH, forks={"vllm": forks.vllm})
+    with pytest.raises(InstallError) as err:
+        run_guards(ctx.runner, "install", spec)
+    assert f"torch {sf.TORCH} exactly" in str(err.value) and "torch 2.11.0" in str(err.value)
+
+
+def test_a_changed_wheel_is_refused(tmp_path, links, cache):
+    ctx, _, wheel = _setup(tmp_path, links, cache)
+    with open(wheel, "ab") as fh:
+        fh.write(b"tampered")
+    with pytest.raises(InstallError) as err:
+        InstallStep().run(ctx)
+    assert "changed after it was verified" in str(err.value)
+
+
+def test_rerun_with_a_new_wheel_rebuilds_the_fork(tmp_path, links, cache):
+    ctx, forks, wheel = _setup(tmp_path, links, cache)
+    InstallStep().run(ctx)
+    other = sf.base_wheel(tmp_path / "second", b"second payload", source_commit=forks.upstream_commit)
+    ctx.done["wheel"] = sf.record("wheel", {"path": str(other), "sha256": sha256_file(other)})
+    InstallStep().run(ctx)
+    assert (forks.vllm / "vllm" / "_C.abi3.so").read_bytes() == b"second payload"
+
+
+def test_unreachable_upstream_fails_closed(tmp_path, links, cache):
+    ctx, forks, _ = _setup(tmp_path, links, cache, vllm_upstream=str(tmp_path / "no-such-upstream"))
+    with pytest.raises(InstallError) as err:
+        InstallStep().run(ctx)
+    text = str(err.value)
+    assert "upstream base commit" in text and "no-such-upstream" in text and "git fetch" in text
+
+
+def test_unreachable_upstream_falls_back_to_a_wheel_commit_git_proves(tmp_path):
+    """Upstream missing; the wheel's source commit (a 9-char prefix, as _version.py has it) is resolved
+    in the clone and checked as an ancestor of HEAD."""
+    forks = sf.make_forks(tmp_path / "stack", tmp_path / "repos")
+    runner = Runner(tmp_path / "logs")
+    base = upstream_base(runner, "install", forks.vllm, str(tmp_path / "gone"),
+                         wheel_commit=forks.upstream_commit[:9])
+    assert (base.commit, base.source) == (forks.upstream_commit, "wheel-source-commit")
+    # a commit that is not an ancestor of the fork (a later upstream commit) is refused
+    (forks.upstream / "later.txt").write_text("x")
+    later = sf.commit_all(forks.upstream, "later")
+    sf.git(forks.vllm, "fetch", "-q", str(forks.upstream), "main")
+    with pytest.raises(InstallError) as err:
+        upstream_base(runner, "install", forks.vllm, str(tmp_path / "gone"), wheel_commit=later)
+    assert "not an ancestor" in str(err.value)
+    # reachable upstream: the merge-base, even after upstream moved on
+    base = upstream_base(runner, "install", forks.vllm, str(forks.upstream))
+    assert (base.commit, base.source) == (forks.upstream_commit, "merge-base")
+

@@ -1,0 +1,112 @@
+"""The ``jit`` step with a stand-in builder that compiles real small C libraries (no CUDA here).
+
+The stack env is a real uv venv holding a stand-in ``flashinfer`` wheel (asymmetric
+``plan`` signature, or the symmetric one of upstream FlashInfer); the builder is
+tests/fixtures/jit_standin.py, which runs the real builder's ``main`` and replaces only
+the CUDA compile with gcc.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from installer.errors import JitError
+from installer.hashing import sha256_file
+from installer.recipe import JitModule
+from installer.steps.jit import JitStep
+from tests.fixtures import stack_forks as sf
+
+STANDIN = "tests.fixtures.jit_standin"
+MODULES = (JitModule(kind="decode", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128),
+           JitModule(kind="prefill", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128, posenc=1),
+           JitModule(kind="decode", q="f16", k="f16", v="e4m3", o="f16", head_dim=64))
+
+
+@pytest.fixture(scope="session")
+def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
+    root = tmp_path_factory.mktemp("jitlinks")
+    d = root / "links"
+    links = sf.Links(d, b"")
+    links.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM})
+    links.add("flashinfer-python", "0.6.6", {"flashinfer/__init__.py": sf.FLASHINFER_SYMMETRIC})
+    return links
+
+
+def _ctx(tmp_path: Path, links: sf.Links, *, flashinfer: str = "0.6.7", modules=MODULES):
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    sf.make_env(stack, links, cache / "uv", packages=[f"flashinfer-python=={flashinfer}"])
+    return sf.context(stack, sf.recipe(links, None, tmp_path, jit=modules), cache)
+
+
+def test_builds_records_hashes_and_rerun_is_a_cache_hit(tmp_path, links):
+    ctx = _ctx(tmp_path, links)
+    step = JitStep(builder=STANDIN)
+    out = step.run(ctx)
+    assert out["cached"] is False and out["arch_list"] == "9.0" and out["flashinfer_version"] == "0.6.7"
+    assert len(out["modules"]) == 3
+    first = out["modules"][0]
+    assert first["uri"].startswith("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
+    so = Path(first["path"])
+    assert so == ctx.paths.jit / ".cache/flashinfer/0.6.7/90/cached_ops" / first["uri"] / f"{first['uri']}.so"
+    assert first["sha256"] == sha256_file(so) and so.read_bytes()[:4] == b"\x7fELF"
+    assert step.verify(ctx, out) is None
+    start = time.monotonic()
+    again = step.run(ctx)
+    assert time.monotonic() - start < 5
+    assert again["cached"] is True and [m["sha256"] for m in again["modules"]] == [m["sha256"] for m in out["modules"]]
+    so.write_bytes(b"changed")
+    assert "changed" in (step.verify(ctx, out) or "")
+
+
+def test_builder_sees_the_env_it_needs(tmp_path, links, monkeypatch):
+    """PYTHONPATH from the caller must not leak in; the builder finds only the repo root."""
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "elsewhere"))
+    ctx = _ctx(tmp_path, links, modules=MODULES[:1])
+    out = JitStep(builder=STANDIN).run(ctx)
+    assert len(out["modules"]) == 1
+    log = ctx.runner.log_path("jit").read_text()
+    assert "-P -s -m tests.fixtures.jit_standin" in log
+
+
+def test_symmetric_flashinfer_is_refused(tmp_path, links):
+    ctx = _ctx(tmp_path, links, flashinfer="0.6.6")
+    with pytest.raises(JitError) as err:
+        JitStep(builder=STANDIN).run(ctx)
+    text = str(err.value)
+    assert "not the asymmetric fork" in text and "k_data_type" in text
+    assert not (ctx.paths.jit / ".cache").exists()
+
+
+@pytest.mark.parametrize("fault,words", [("skip", "not produced"), ("outside", "outside the workspace"),
+                                         ("crash", "stand-in build failed on purpose")])
+def test_builder_faults_fail_the_step(tmp_path, links, monkeypatch, fault, words):
+    monkeypatch.setenv("JIT_STANDIN_FAULT", fault)
+    ctx = _ctx(tmp_path, links)
+    with pytest.raises(JitError) as err:
+        JitStep(builder=STANDIN).run(ctx)
+    assert words in str(err.value)
+
+
+def test_a_builder_that_lies_about_a_hash_is_caught(tmp_path, links):
+    ctx = _ctx(tmp_path, links, modules=MODULES[:1])
+    step = JitStep(builder=STANDIN)
+    step.run(ctx)
+    result = ctx.paths.state / "jit" / "result.json"
+    data = json.loads(result.read_text())
+    data["modules"][0]["sha256"] = "0" * 64
+    with pytest.raises(JitError) as err:
+        JitStep._check(ctx.paths.jit, [{"id": "m0"}], MODULES[:1], data)
+    assert "reported sha256" in str(err.value)
+
+
+def test_no_arch_list_is_refused(tmp_path, links):
+    ctx = _ctx(tmp_path, links)
+    ctx.options = type(ctx.options)(stack=ctx.options.stack, cache_dir=ctx.options.cache_dir,
+                                    recipe=type(ctx.recipe)(**{**ctx.recipe.__dict__, "cuda": None}))
+    with pytest.raises(JitError) as err:
+        JitStep(builder=STANDIN).run(ctx)
+    assert "arch_list" in str(err.value)
