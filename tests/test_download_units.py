@@ -61,8 +61,10 @@ def test_plan_fixtures_from_environment(recipe, tmp_path: Path) -> None:
 
 def test_plan_default_cache_dir_is_platformdirs(recipe, tmp_path: Path) -> None:
     plan = make_plan(opts(recipe, tmp_path, cache_dir=None), environ={})
-    assert plan.cache_dir == default_cache_dir().absolute()
-    assert plan.local_dir.parent.parent == default_cache_dir().absolute() / "models"
+    assert plan.cache_dir == default_cache_dir({}).absolute()
+    assert plan.local_dir.parent.parent == default_cache_dir({}).absolute() / "models"
+    plan = make_plan(opts(recipe, tmp_path, cache_dir=None), environ={"OCTOBER_CACHE_DIR": str(tmp_path / "oc")})
+    assert plan.local_dir.parent.parent == tmp_path / "oc" / "models"
 
 
 def test_plan_unknown_format(recipe, tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ def test_a_changed_wheel_is_refused(tmp_path, links, cache):
 
 
 def test_rerun_with_a_new_wheel_rebuilds_the_fork(tmp_path, links, cache):
-    ctx, forks, wheel = _setup(tmp_path, links, cache)
+    ctx, forks, _wheel = _setup(tmp_path, links, cache)
     InstallStep().run(ctx)
     other = sf.base_wheel(tmp_path / "second", b"second payload", source_commit=forks.upstream_commit)
     ctx.done["wheel"] = sf.record("wheel", {"path": str(other), "sha256": sha256_file(other)})
@@ -155,7 +155,7 @@ def test_rerun_with_a_new_wheel_rebuilds_the_fork(tmp_path, links, cache):
 
 
 def test_unreachable_upstream_fails_closed(tmp_path, links, cache):
-    ctx, forks, _ = _setup(tmp_path, links, cache, vllm_upstream=str(tmp_path / "no-such-upstream"))
+    ctx, _forks, _ = _setup(tmp_path, links, cache, vllm_upstream=str(tmp_path / "no-such-upstream"))
     with pytest.raises(InstallError) as err:
         InstallStep().run(ctx)
     text = str(err.value)

@@ -110,3 +110,25 @@ def test_no_arch_list_is_refused(tmp_path, links):
     with pytest.raises(JitError) as err:
         JitStep(builder=STANDIN).run(ctx)
     assert "arch_list" in str(err.value)
+
+
+def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, links):
+    """The default builder (installer.jit.flashinfer_builder) runs unchanged; what is mocked is FlashInfer's
+    JIT API and torch's dtypes (no CUDA build can run here): stubs with the signatures read from
+    mcgrof/flashinfer, so a wrong argument count or keyword in our calls fails this test."""
+    from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT, FAKE_TORCH
+    d = tmp_path / "apilinks"
+    api = sf.Links(d, b"")
+    api.add("torch", sf.TORCH, {"torch/__init__.py": FAKE_TORCH})
+    api.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM,
+                                           "flashinfer/jit/__init__.py": FAKE_FLASHINFER_JIT})
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
+    ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
+    out = JitStep().run(ctx)
+    uris = [m["uri"] for m in out["modules"]]
+    assert uris[0] == ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_dtype_o_bf16_dtype_idx_i32_"
+                       "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False")
+    assert uris[1].startswith("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
+    assert "posenc_1" in uris[1] and uris[1].endswith("_f16qk_False")
+    assert out["cached"] is False and JitStep().run(ctx)["cached"] is True

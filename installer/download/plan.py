@@ -51,10 +51,12 @@ class DownloadPlan:
         return f"{self.repo}@{self.revision}"
 
 
-def default_cache_dir() -> Path:
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$OCTOBER_CACHE_DIR`` (as the CLI honours it), else platformdirs' per-user cache."""
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir(APP_NAME))
+    env = os.environ if environ is None else environ
+    return Path(env.get("OCTOBER_CACHE_DIR") or user_cache_dir(APP_NAME))
 
 
 def repo_dir_name(repo: str) -> str:
@@ -79,7 +81,7 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
                           expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",
                           found="an empty list")
-    cache_dir = (opts.cache_dir or default_cache_dir()).expanduser().absolute()
+    cache_dir = (opts.cache_dir or default_cache_dir(env)).expanduser().absolute()
     if opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:

@@ -12,9 +12,9 @@ never overwrite a fork that was installed before it.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from installer.errors import InstallError
 from installer.recipe import ForkUse

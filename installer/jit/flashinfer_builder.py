@@ -33,8 +33,9 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3

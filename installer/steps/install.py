@@ -15,8 +15,9 @@ Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from installer.errors import CommandFailed, InstallError
 from installer.hashing import sha256_file

@@ -1,0 +1,130 @@
+"""`python -m checks.smoke` at reference level, in-process, and the receipt schema."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+with warnings.catch_warnings():  # torch warns at import when numpy is absent
+    warnings.simplefilter("ignore", UserWarning)
+    import torch  # noqa: F401
+
+import jsonschema
+import pytest
+
+from checks import smoke
+from checks.scales import write_scales
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((ROOT / "receipts" / "smoke.schema.json").read_text())
+REPO, REV = "Qwen/Qwen3-8B-AWQ", "4da05a8edb55c6046cce958586c33b61da07bb79"
+
+
+def _manifest(tmp: Path, selection: str = "awq") -> Path:
+    path = tmp / f"{selection}-download.json"
+    path.write_text(json.dumps({
+        "format_version": 1, "kind": "october-download-manifest",
+        "recipe": {"name": "current", "sha256": "0" * 64}, "selection": selection,
+        "repo": REPO, "revision": REV, "local_path": str(tmp / "model"), "files": [],
+        "tool": {"name": "october", "version": "0.1.0"}, "created_at": "2026-01-01T00:00:00Z"}))
+    return path
+
+
+def _smoke(tmp: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp / "out"
+    rc = smoke.main(["--level", "reference", "--device", "cpu", "--output", str(out), *extra])
+    receipt = json.loads((out / "receipt.json").read_text())
+    jsonschema.validate(receipt, SCHEMA)
+    return rc, receipt
+
+
+def _status(receipt: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in receipt["checks"]}
+
+
+def test_cpu_reference_receipt_fails_only_for_skipped_graphs(tmp_path: Path, capsys) -> None:
+    rc, receipt = _smoke(tmp_path)
+    assert rc == 1 and receipt["passed"] is False
+    assert _status(receipt)["decode_graphs"] == "skipped"
+    assert [s for n, s in _status(receipt).items() if n != "decode_graphs"] == ["passed"] * 5
+    assert receipt["reasons"] == [r for r in receipt["reasons"] if "changing decode graphs" in r]
+    assert receipt["scales"]["source"] == "calibrated" and "no download manifest" in receipt["scales"]["note"]
+    assert receipt["machine"]["device"] == "cpu" and receipt["level"] == "reference"
+    table = capsys.readouterr().out
+    assert "changing decode graphs" in table and "passed: false" in table
+
+
+def test_fixture_scales_for_the_model_are_used(tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV,
+                 v_scales=[0.02, 0.05])
+    rc, receipt = _smoke(tmp_path, "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures),
+                         "--format", "awq")
+    assert receipt["scales"]["source"] == "fixtures"
+    scales_check = next(c for c in receipt["checks"] if c["name"] == "calibrated_scales")
+    assert scales_check["status"] == "passed"
+    assert scales_check["measured"]["in_effect"] == pytest.approx([0.02, 0.05], rel=1e-6)
+    assert receipt["model"]["repo"] == REPO and receipt["selection"] == "awq"
+
+
+def test_real_model_scales_are_validated_then_tiny_model_calibrated(tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV,
+                 v_scales=[0.01] * 36)
+    _, receipt = _smoke(tmp_path, "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures))
+    assert receipt["scales"]["source"] == "calibrated"
+    assert "36 layers" in receipt["scales"]["note"]
+    assert _status(receipt)["calibrated_scales"] == "passed"
+
+
+def test_scales_for_another_revision_fail_the_scales_check(tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision="1" * 40,
+                 v_scales=[0.02, 0.05])
+    _, receipt = _smoke(tmp_path, "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures))
+    assert _status(receipt)["calibrated_scales"] == "failed"
+    assert "model.revision" in receipt["scales"]["error"]
+
+
+def test_usage_errors_exit_2_and_write_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert smoke.main(["--level", "reference", "--device", "cpu", "--output", str(out),
+                       "--manifest", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err
+    assert "expected an existing JSON file" in err and "current download" in err
+    assert smoke.main(["--level", "reference", "--device", "cpu", "--output", str(out),
+                       "--manifest", str(_manifest(tmp_path, "fp16")), "--format", "awq"]) == 2
+    assert smoke.main(["--level", "engine", "--device", "cpu", "--output", str(out)]) == 2
+    assert not (out / "receipt.json").exists()
+
+
+def test_kernel_level_without_the_fork_is_unsupported_or_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = smoke.main(["--level", "kernel", "--device", "cpu", "--output", str(out)])
+    receipt = json.loads((out / "receipt.json").read_text())
+    jsonschema.validate(receipt, SCHEMA)
+    assert rc == 1 and set(_status(receipt).values()) == {"skipped"}
+    assert len(receipt["reasons"]) == 6
+
+
+def test_kernel_probe_names_what_is_missing() -> None:
+    from checks.kernel import probe
+    fi, why = probe()
+    if fi is None:
+        assert why and ("flashinfer" in why)
+
+
+def test_schema_rejects_a_pass_with_a_skipped_check(tmp_path: Path) -> None:
+    _, receipt = _smoke(tmp_path)
+    forged = dict(receipt, passed=True, reasons=[])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(forged, SCHEMA)
+    missing = dict(receipt, checks=receipt["checks"][:5])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(missing, SCHEMA)
+    bad_status = json.loads(json.dumps(receipt))
+    bad_status["checks"][0]["status"] = "ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad_status, SCHEMA)

@@ -1,0 +1,50 @@
+"""On a CUDA GPU the reference level passes all six checks, CUDA graphs included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.gpu
+
+
+def test_reference_level_passes_on_cuda(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "checks.smoke", "--level", "reference",
+                           "--device", "cuda", "--output", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    print(proc.stdout, proc.stderr, f"wall {time.monotonic() - start:.1f}s", sep="\n")
+    receipt = json.loads((tmp_path / "receipt.json").read_text())
+    status = {c["name"]: c["status"] for c in receipt["checks"]}
+    assert proc.returncode == 0, status
+    assert receipt["passed"] is True and set(status.values()) == {"passed"} and len(status) == 6
+    graphs = next(c for c in receipt["checks"] if c["name"] == "decode_graphs")
+    assert graphs["measured"]["cuda_graphs"] is True
+    assert {r["batch"] for r in graphs["measured"]["replays"]} == {1, 2, 3, 4}
+    assert receipt["machine"]["gpu"] and receipt["machine"]["device"].startswith("cuda")
+
+
+def test_stale_graph_inputs_fail_on_cuda() -> None:
+    sys.path.insert(0, str(ROOT))
+    from checks import suite
+    from checks.backend import DecodeGraph, ReferenceBackend
+
+    class Stale(DecodeGraph):
+        def load(self, batch):  # type: ignore[no-untyped-def]
+            pass
+
+    class Backend(ReferenceBackend):
+        graph_class = Stale
+
+    b = Backend(seed=0, device="cuda")
+    b.start([0.01, 0.02])
+    assert b.uses_cuda_graphs
+    assert suite.check_decode_graphs(b, suite.SuiteConfig()).status == "failed"

@@ -1,0 +1,117 @@
+"""installer.smoke: planning (pure), stack facts, errors, and one real subprocess run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from installer.errors import SmokeError
+from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, resolve_manifest,
+                             run_smoke, stack_info, stack_python)
+
+
+def _stack(tmp: Path) -> Path:
+    stack = tmp / "stack"
+    (stack / "env" / "bin").mkdir(parents=True)
+    (stack / "env" / "bin" / "python").symlink_to(sys.executable)
+    (stack / "pylock.toml").write_text('lock-version = "1.0"\n')
+    (stack / "receipts").mkdir()
+    (stack / "receipts" / "setup.json").write_text(json.dumps({
+        "recipe": {"name": "current", "sha256": "a" * 64},
+        "forks": [{"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"},
+                  {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}]}))
+    return stack
+
+
+def test_plan_is_pure_and_complete(tmp_path: Path) -> None:
+    opts = SmokeOptions(install=tmp_path / "nowhere", format="awq", output=tmp_path / "o",
+                        level="engine", fixtures=tmp_path / "fx", seed=3)
+    plan = plan_smoke(opts, Path("/s/env/bin/python"), Path("/m/awq-download.json"),
+                      Path("/o/stack-info.json"), {"PYTHONPATH": "/x"})
+    assert plan.argv == ("/s/env/bin/python", "-m", "checks.smoke", "--format", "awq",
+                         "--output", str(tmp_path / "o"), "--stack-info", "/o/stack-info.json",
+                         "--device", "auto", "--seed", "3", "--level", "engine",
+                         "--manifest", "/m/awq-download.json", "--fixtures", str(tmp_path / "fx"))
+    assert plan.env["PYTHONPATH"] == f"{REPO_ROOT}:/x"
+    assert (REPO_ROOT / "checks" / "smoke.py").is_file()
+    assert plan.receipt == tmp_path / "o" / "receipt.json"
+    assert not (tmp_path / "o").exists()               # planning touched nothing
+
+
+def test_plan_leaves_out_what_was_not_given(tmp_path: Path) -> None:
+    plan = plan_smoke(SmokeOptions(install=tmp_path, format="fp16", output=tmp_path), Path("py"),
+                      None, Path("i.json"), {})
+    assert "--level" not in plan.argv and "--manifest" not in plan.argv
+    assert "--fixtures" not in plan.argv and plan.env["PYTHONPATH"] == str(REPO_ROOT)
+
+
+@pytest.mark.parametrize(("field", "value"), [("format", "gguf"), ("level", "turbo")])
+def test_plan_rejects_unknown_choices(tmp_path: Path, field: str, value: str) -> None:
+    opts = SmokeOptions(install=tmp_path, format="awq", output=tmp_path)
+    opts = SmokeOptions(**{**opts.__dict__, field: value})
+    with pytest.raises(SmokeError, match="Expected"):
+        plan_smoke(opts, Path("py"), None, Path("i.json"), {})
+
+
+def test_missing_stack_python_says_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(SmokeError) as info:
+        stack_python(tmp_path / "stack")
+    text = str(info.value)
+    assert "env/bin/python" in text and "found nothing" in text and "october_setup" in text
+    assert info.value.exit_code == 17
+
+
+def test_manifest_default_and_when_it_may_be_missing(tmp_path: Path) -> None:
+    opts = SmokeOptions(install=tmp_path, format="awq", output=tmp_path)
+    with pytest.raises(SmokeError, match="current download --format awq"):
+        resolve_manifest(opts, tmp_path)
+    ref = SmokeOptions(install=tmp_path, format="awq", output=tmp_path, level="reference")
+    assert resolve_manifest(ref, tmp_path) is None
+    (tmp_path / "awq-download.json").write_text("{}")
+    assert resolve_manifest(opts, tmp_path) == tmp_path / "awq-download.json"
+    with pytest.raises(SmokeError, match="does not exist"):
+        resolve_manifest(SmokeOptions(install=tmp_path, format="awq", output=tmp_path,
+                                      manifest=tmp_path / "x.json"), tmp_path)
+
+
+def test_stack_info_reads_lock_and_setup_receipt(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    info = stack_info(stack, None)
+    assert info["lock_sha256"] == hashlib.sha256(b'lock-version = "1.0"\n').hexdigest()
+    assert info["recipe"] == {"name": "current", "sha256": "a" * 64}
+    assert info["forks"]["vllm"].startswith("758786e2")
+
+
+def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    out = tmp_path / "smoke-out"
+    lines: list[str] = []
+    opts = SmokeOptions(install=stack, format="awq", output=out, level="reference", device="cpu")
+    rc = run_smoke(opts, cwd=tmp_path, echo=lines.append)
+    assert rc == 1                                       # CPU: CUDA graphs skipped
+    receipt = load_receipt(out / "receipt.json")
+    assert receipt["stack"]["recipe"]["name"] == "current"
+    assert receipt["stack"]["forks"]["flashinfer"].startswith("2b532f7b")
+    assert "changing decode graphs" in "\n".join(lines) and "passed: false" in "\n".join(lines)
+    assert (out / "smoke.log").read_text().count("checks.smoke") >= 1
+
+
+def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference",
+                        manifest=tmp_path / "bad.json")
+    (tmp_path / "bad.json").write_text("not json")
+    with pytest.raises(SmokeError) as info:
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
+    assert "exit code 2" in str(info.value) and "smoke.log" in str(info.value)
+
+
+def test_receipt_that_breaks_the_schema_is_refused(tmp_path: Path) -> None:
+    from installer.errors import ReceiptError
+    (tmp_path / "receipt.json").write_text(json.dumps({"kind": "october-smoke-receipt", "passed": True}))
+    with pytest.raises(ReceiptError, match="does not match"):
+        load_receipt(tmp_path / "receipt.json")
