@@ -176,7 +176,7 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
         old.unlink()
     done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd, env=env,
                                      extra_env=plan.env, check=False)
-    if done.returncode not in (0, 1):
+    if done.returncode not in (0, 1) or not plan.receipt.is_file():
         tail = "\n".join(done.output.rstrip().splitlines()[-15:])
         raise SmokeError(f"`python -m checks.smoke` in {opts.install / 'env'} did not run",
                          expected="exit code 0 (passed) or 1 (a check failed)",

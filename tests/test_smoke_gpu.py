@@ -33,7 +33,11 @@ def test_reference_level_passes_on_cuda(tmp_path: Path) -> None:
 
 
 def test_stale_graph_inputs_fail_on_cuda() -> None:
+    import warnings
     sys.path.insert(0, str(ROOT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        import torch  # noqa: F401
     from checks import suite
     from checks.backend import DecodeGraph, ReferenceBackend
 

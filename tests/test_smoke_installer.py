@@ -16,8 +16,10 @@ from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, 
 
 def _stack(tmp: Path) -> Path:
     stack = tmp / "stack"
-    (stack / "env" / "bin").mkdir(parents=True)
-    (stack / "env" / "bin" / "python").symlink_to(sys.executable)
+    stack.mkdir()
+    # STACK/env is the tool env itself, so STACK/env/bin/python is its python *with* its venv
+    # (a lone symlink to sys.executable would start the base interpreter without torch).
+    (stack / "env").symlink_to(sys.prefix)
     (stack / "pylock.toml").write_text('lock-version = "1.0"\n')
     (stack / "receipts").mkdir()
     (stack / "receipts" / "setup.json").write_text(json.dumps({
@@ -108,6 +110,18 @@ def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
     with pytest.raises(SmokeError) as info:
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
     assert "exit code 2" in str(info.value) and "smoke.log" in str(info.value)
+
+
+def test_a_python_without_torch_is_a_smoke_error(tmp_path: Path) -> None:
+    stack = tmp_path / "stack"
+    (stack / "env" / "bin").mkdir(parents=True)
+    fake = stack / "env" / "bin" / "python"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
+    with pytest.raises(SmokeError) as info:
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
+    assert "No module named" in str(info.value) and "smoke.log" in str(info.value)
 
 
 def test_receipt_that_breaks_the_schema_is_refused(tmp_path: Path) -> None:

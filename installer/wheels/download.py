@@ -66,7 +66,6 @@ class DownloadPolicy:
     attempts: int = 5             # total tries for transient failures
     backoff_s: float = 1.0        # first wait; doubles each retry
     backoff_max_s: float = 30.0
-    chunk_size: int = CHUNK
 
 
 @dataclass(frozen=True)
@@ -260,7 +259,7 @@ def _request(client: httpx.Client, url: str, part: _Partial, policy: DownloadPol
             total = int(length) if length and length.isdigit() else None
         part.total = total
         part.remember(resp.headers)
-        for chunk in resp.iter_raw(policy.chunk_size):
+        for chunk in resp.iter_raw():               # as received: no buffered bytes lost on a drop
             part.write(chunk)
             counter[0] += len(chunk)
             if progress is not None:

@@ -188,10 +188,18 @@ def _check_filename(name: str, expect: WheelExpectation, problems: _Problems) ->
         problems.add("filename", f"expected version {expect.version} in the file name, found {pversion}")
     names = frozenset(str(t) for t in tags)
     if not names & expect.supported_tags:
-        platforms = sorted({t.rsplit("-", 1)[-1] for t in expect.supported_tags})[:4]
-        problems.add("tags", f"expected a tag the stack Python supports (one of {len(expect.supported_tags)}, "
-                             f"platforms such as {', '.join(platforms)}), found only {', '.join(sorted(names))}")
+        problems.add("tags", f"expected a tag the stack Python supports ({_platform_hint(expect.supported_tags)}), "
+                             f"found only {', '.join(sorted(names))}")
     return names
+
+
+def _platform_hint(supported: frozenset[str]) -> str:
+    platforms = {t.rsplit("-", 1)[-1] for t in supported}
+    many = [(int(m.group(1)), m.group(2)) for p in platforms if (m := re.match(r"^manylinux_2_(\d+)_(\w+)$", p))]
+    if many:
+        minor, arch = max(many)
+        return f"platforms up to manylinux_2_{minor}_{arch}, i.e. glibc 2.{minor} on {arch}"
+    return f"platforms {', '.join(sorted(platforms)[:4])}"
 
 
 def _dist_info(zf: zipfile.ZipFile, problems: _Problems) -> str | None:

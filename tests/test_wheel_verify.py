@@ -1,0 +1,244 @@
+"""installer.wheels.verify / tags / elf on real wheels built by the fixtures (no mocks).
+
+The stack Python's tags come from a real probe of this interpreter through a Runner.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from installer.errors import EnvError, WheelError
+from installer.runner import Runner
+from installer.wheels.elf import ElfFormatError, needed_libraries
+from installer.wheels.tags import PythonFacts, probe_python, supported_tags
+from installer.wheels.verify import CHECKS, WheelExpectation, verify_wheel
+from tests.fixtures.base_wheels import elf_so, host_tag, vllm_wheel
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory: pytest.TempPathFactory) -> PythonFacts:
+    runner = Runner(tmp_path_factory.mktemp("logs"))
+    return probe_python(runner, Path(sys.executable), step="wheel")
+
+
+@pytest.fixture(scope="module")
+def tags(facts: PythonFacts) -> frozenset[str]:
+    return frozenset(supported_tags(facts))
+
+
+def expect_for(path: Path, tags: frozenset[str], facts: PythonFacts, **over: object) -> WheelExpectation:
+    base: dict[str, object] = dict(filename=path.name, name="vllm", version="0.18.0", supported_tags=tags,
+                                   marker_env=dict(facts.markers), torch="2.10.0+cu128", cuda_variant="cu129",
+                                   cudart_major="12")
+    base.update(over)
+    return WheelExpectation(**base)  # type: ignore[arg-type]
+
+
+def failure(path: Path, expect: WheelExpectation) -> str:
+    with pytest.raises(WheelError) as err:
+        verify_wheel(path, expect)
+    return str(err.value)
+
+
+# ------------------------------------------------------------------- tags / probe
+
+
+def test_probe_and_tags_of_the_real_interpreter(facts: PythonFacts, tags: frozenset[str]) -> None:
+    assert facts.implementation == "cpython" and facts.version == sys.version_info[:2]
+    assert host_tag() in tags                           # like vLLM's cp38-abi3-manylinux_2_31_<arch>
+    assert f"cp{sys.version_info[0]}{sys.version_info[1]}-none-any" in tags and "py3-none-any" in tags
+    assert not any("win_amd64" in t or "macosx" in t for t in tags)
+
+
+def test_tags_follow_glibc_and_arch(facts: PythonFacts) -> None:
+    old = PythonFacts(**{**facts.__dict__, "libc": "glibc 2.28", "machine": "x86_64", "platform": "linux-x86_64"})
+    got = set(supported_tags(old))
+    assert "cp38-abi3-manylinux_2_28_x86_64" in got and "cp38-abi3-manylinux2014_x86_64" in got
+    assert "cp38-abi3-manylinux_2_31_x86_64" not in got    # vLLM 0.18 needs glibc 2.31
+    musl = PythonFacts(**{**facts.__dict__, "libc": "", "machine": "x86_64", "platform": "linux-x86_64"})
+    assert not any("manylinux" in t for t in supported_tags(musl))
+
+
+def test_non_cpython_stack_python_is_refused(facts: PythonFacts) -> None:
+    with pytest.raises(EnvError):
+        supported_tags(PythonFacts(**{**facts.__dict__, "implementation": "pypy"}))
+
+
+# ------------------------------------------------------------------------- ELF
+
+
+def test_elf_needed_of_fixture_so() -> None:
+    import io
+    assert needed_libraries(io.BytesIO(elf_so(["libtorch.so", "libcudart.so.12"]))) == \
+        ["libtorch.so", "libcudart.so.12"]
+    with pytest.raises(ElfFormatError):
+        needed_libraries(io.BytesIO(b"MZ not an elf file at all"))
+    with pytest.raises(ElfFormatError):
+        needed_libraries(io.BytesIO(elf_so(["libcudart.so.12"])[:100]))   # truncated
+
+
+def test_elf_needed_of_a_real_cuda_library_matches_readelf() -> None:
+    """A real CUDA-linked ELF (torch's libc10_cuda.so), compared with binutils' readelf."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")          # located, not imported (slow, noisy)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("torch is not installed")
+    lib = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libc10_cuda.so"
+    readelf = shutil.which("readelf")
+    if not lib.exists() or readelf is None:
+        pytest.skip("needs a CUDA build of torch and readelf")
+    import subprocess
+    out = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    want = [ln.split("[", 1)[1].rstrip("]") for ln in out.splitlines() if "(NEEDED)" in ln]
+    with open(lib, "rb") as fh:
+        assert needed_libraries(fh) == want
+    assert any(n.startswith("libcudart.so.") for n in want)
+
+
+# ---------------------------------------------------------------------- wheels
+
+
+def test_good_wheel_passes_every_check(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path)
+    report = verify_wheel(whl, expect_for(whl, tags, facts))
+    assert report.checks == CHECKS
+    assert (report.name, report.version, report.torch_requirement) == ("vllm", "0.18.0", "torch==2.10.0")
+    assert report.cuda is not None and report.cuda.cudart_majors == {"12"}
+    assert report.files == 7
+
+
+def test_one_record_hash_wrong(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, tamper={"vllm/__init__.py": b"import os; os.system('evil')\n"})
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[record] vllm/__init__.py: hash mismatch" in msg and "(record)" in msg
+    assert "[record]" in msg and msg.count("  - [") == 2          # hash and size, nothing else
+
+
+def test_file_missing_from_record_and_record_entry_missing(tmp_path: Path, tags: frozenset[str],
+                                                           facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path)
+    with zipfile.ZipFile(whl, "a") as zf:
+        zf.writestr("vllm/smuggled.py", "print('hi')\n")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "vllm/smuggled.py is in the wheel but not in RECORD" in msg
+
+
+def test_dotdot_path(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, extra_record=[("../escape.py", b"x = 1\n")])
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[paths] ../escape.py has a '..' component" in msg
+
+
+def test_absolute_path(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, extra_record=[("/etc/cron.d/evil", b"* * * * * root true\n")])
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[paths] /etc/cron.d/evil is an absolute path" in msg
+
+
+def test_symlink_entry(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path)
+    with zipfile.ZipFile(whl, "a") as zf:
+        info = zipfile.ZipInfo("vllm/link.py")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "../../../etc/passwd")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[paths] vllm/link.py is a symbolic link entry" in msg
+
+
+def test_wrong_platform_tag(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, tag="cp38-abi3-macosx_11_0_arm64")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[tags] expected a tag the stack Python supports" in msg and "cp38-abi3-macosx_11_0_arm64" in msg
+
+
+def test_wheel_file_tags_disagree_with_file_name(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    built = vllm_wheel(tmp_path, tag="cp38-abi3-win_amd64")
+    renamed = built.with_name(f"vllm-0.18.0-{host_tag()}.whl")
+    built.rename(renamed)
+    msg = failure(renamed, expect_for(renamed, tags, facts))
+    assert "[tags] WHEEL declares tags cp38-abi3-win_amd64" in msg
+
+
+def test_wrong_name(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, metadata_name="vllm-nightly")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[metadata] METADATA Name: expected vllm, found vllm-nightly" in msg
+
+
+def test_wrong_version(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, metadata_version="0.18.1")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[metadata] METADATA Version: expected 0.18.0, found 0.18.1" in msg
+
+
+def test_recipe_names_another_file(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, version="0.19.0")
+    msg = failure(whl, expect_for(whl, tags, facts, filename="vllm-0.18.0-x.whl"))
+    assert "[filename] expected the file vllm-0.18.0-x.whl" in msg
+    assert "[filename] expected version 0.18.0 in the file name, found 0.19.0" in msg
+
+
+def test_wrong_torch_pin(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, torch="2.11.0")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[torch-pin] expected Requires-Dist: torch==2.10.0 (the recipe's torch), found torch==2.11.0" in msg
+
+
+def test_loose_or_missing_torch_pin(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    loose = vllm_wheel(tmp_path / "a", requires=["torch>=2.10.0"])
+    assert "[torch-pin] expected Requires-Dist: torch==2.10.0" in failure(loose, expect_for(loose, tags, facts))
+    none = vllm_wheel(tmp_path / "b", requires=["transformers"])
+    assert "found no torch requirement" in failure(none, expect_for(none, tags, facts))
+
+
+def test_torch_pin_markers_use_the_stack_environment(tmp_path: Path, tags: frozenset[str],
+                                                     facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, requires=["torch==2.10.0; sys_platform == 'linux'",
+                                         "torch==2.9.0; sys_platform == 'win32'"])
+    assert "torch-pin" in verify_wheel(whl, expect_for(whl, tags, facts)).checks
+    on_windows = {**facts.markers, "sys_platform": "win32"}
+    msg = failure(whl, expect_for(whl, tags, facts, marker_env=on_windows))
+    assert "found torch==2.9.0" in msg
+
+
+def test_wrong_cuda_runtime(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, cudart="13")
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[cuda-variant] expected libcudart.so.12 (cu129), found: vllm/_C.abi3.so needs libcudart.so.13" in msg
+
+
+def test_wrong_cuda_local_variant(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, version="0.18.0+cu130", cudart=None)
+    msg = failure(whl, expect_for(whl, tags, facts, version="0.18.0+cu130", cudart_major=None))
+    assert "[cuda-variant] the wheel's version says CUDA variant cu130: expected cu129, found cu130" in msg
+
+
+def test_cuda_build_that_cannot_be_told_fails_closed(tmp_path: Path, tags: frozenset[str],
+                                                     facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, cudart=None)
+    assert "[cuda-variant] cannot tell the wheel's CUDA build" in failure(whl, expect_for(whl, tags, facts))
+    junk = vllm_wheel(tmp_path / "j", so=b"\x7fELF garbage")
+    assert "vllm/_C.abi3.so is not a readable ELF" in failure(junk, expect_for(junk, tags, facts))
+
+
+def test_truncated_file(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path)
+    whl.write_bytes(whl.read_bytes()[: whl.stat().st_size // 2])
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[zip] expected a zip archive" in msg and "truncated" in msg
+
+
+def test_every_problem_is_listed_at_once(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, torch="2.9.0", cudart="13", metadata_version="0.17.0",
+                     tamper={"vllm/_version.py": b"__version__ = '0.0.0'\n"})
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "failed 4 check(s) (metadata, torch-pin, record, cuda-variant)" in msg
+    for check in ("[metadata]", "[torch-pin]", "[record]", "[cuda-variant]"):
+        assert check in msg
+    assert "nothing was installed" in msg
