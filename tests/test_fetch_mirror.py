@@ -40,7 +40,8 @@ def test_open_mirror_creates_one_bare_repo_with_cachedir_tag(tmp_path: Path) -> 
     m = open_mirror(tmp_path / "cache", "file:///nowhere/x.git", "x")
     with git.Repo(m.path) as repo:
         assert repo.bare
-    assert (tmp_path / "cache" / "git" / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    tag = (tmp_path / "cache" / "git" / "CACHEDIR.TAG").read_text()
+    assert tag.startswith("Signature: 8a477f597d28d172789f06886806bc55")
     again = open_mirror(tmp_path / "cache", "file:///nowhere/x.git", "x")
     assert again.path == m.path
 
@@ -126,3 +127,16 @@ def test_fetch_branch_returns_tip_and_follows_force_push(tmp_path: Path) -> None
     with pytest.raises(FetchError) as err:
         fetch_branch(_runner(tmp_path), "fetch", m, "no-such-branch")
     assert "branch 'no-such-branch'" in str(err.value) and url in str(err.value)
+
+
+def test_github_ssh_urls_are_fetched_over_https(tmp_path: Path) -> None:
+    """FlashInfer's .gitmodules has spdlog as git@github.com:gabime/spdlog.git."""
+    from installer.git.mirror import fetchable_url
+    https = "https://github.com/gabime/spdlog.git"
+    assert fetchable_url("git@github.com:gabime/spdlog.git") == https
+    assert fetchable_url("ssh://git@github.com/gabime/spdlog.git") == https
+    assert fetchable_url("git@gitlab.com:a/b.git") == "git@gitlab.com:a/b.git"
+    assert fetchable_url("file:///tmp/x.git") == "file:///tmp/x.git"
+    assert mirror_path(tmp_path, "git@github.com:gabime/spdlog.git") == mirror_path(tmp_path, https)
+    m = open_mirror(tmp_path, "git@github.com:gabime/spdlog.git", "flashinfer/3rdparty/spdlog")
+    assert m.fetch_url == https and m.url == "git@github.com:gabime/spdlog.git"

@@ -117,7 +117,7 @@ def test_a_held_mirror_lock_times_out_clearly(tmp_path: Path, monkeypatch: pytes
 def test_a_second_user_of_the_mirror_waits_for_the_lock(tmp_path: Path) -> None:
     url, ids = make_repo(tmp_path, "alpha")
     m = open_mirror(tmp_path / "cache", url, "alpha")
-    other = FileLock(str(m.path) + ".lock")
+    other = FileLock(str(m.path) + ".lock", thread_local=False)   # released by the timer thread
     other.acquire()
     threading.Timer(0.3, other.release).start()
     start = time.monotonic()
@@ -151,3 +151,25 @@ def test_verify_without_records_asks_for_a_rerun(tmp_path: Path) -> None:
     assert FetchStep().verify(ctx, {"forks": {}}) == "fork 'alpha' has no record"
     missing = {"forks": {"alpha": {"path": str(tmp_path / "nope"), "commit": ids[0]}}}
     assert "not a git clone" in (FetchStep().verify(ctx, missing) or "")
+
+
+def test_a_mirror_url_left_by_a_killed_run_is_put_back(tmp_path: Path) -> None:
+    s_url, s_ids, sub_url, _ = make_repo_with_submodule(tmp_path, "beta", "gamma")
+    recipe = make_recipe([fork_use("beta", s_url, s_ids[-1])])
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    ctx = make_ctx(stack, recipe, cache)
+    run_pipeline([FetchStep()], ctx)
+    beta = stack / "src" / "beta"
+    fixture_git("config", "submodule.third_party/sub.url", "/killed/run/mirror.git", cwd=beta)
+    ctx.paths.marker("fetch").unlink()
+    run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
+    assert fixture_git("config", "--get", "submodule.third_party/sub.url", cwd=beta) == sub_url
+    assert not list((cache / "git").glob("*-mirror.git"))
+
+
+def test_strip_credentials_keeps_tokens_out_of_origin() -> None:
+    from installer.git import strip_credentials
+    assert strip_credentials("https://user:tok@github.com/mcgrof/vllm.git") == "https://github.com/mcgrof/vllm.git"
+    assert strip_credentials("HTTP://tok@host/x.git") == "HTTP://host/x.git"
+    assert strip_credentials("ssh://git@github.com/mcgrof/vllm.git") == "ssh://git@github.com/mcgrof/vllm.git"
+    assert strip_credentials("file:///tmp/x.git") == "file:///tmp/x.git"

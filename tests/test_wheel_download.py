@@ -170,3 +170,30 @@ def test_filename_must_be_a_plain_wheel_name(tmp_path: Path, bad: str) -> None:
     with pytest.raises(WheelError) as err:
         download_wheel("https://example.invalid/x.whl", bad, tmp_path, sha256=SHA, policy=FAST)
     assert "[wheel].filename" in str(err.value)
+
+
+def test_failed_download_leaves_no_empty_partial(server: WheelServer, tmp_path: Path) -> None:
+    with pytest.raises(WheelError):
+        download_wheel(server.url("/missing.whl"), NAME, tmp_path, sha256=SHA, policy=FAST)
+    assert not partial_path(tmp_path, server.url("/missing.whl")).exists()
+
+
+
+def test_a_206_at_the_wrong_offset_restarts_from_zero(server: WheelServer, tmp_path: Path) -> None:
+    server.add("/w.whl", DATA, range_from_zero=True, drop_after=1000)
+    got = download_wheel(server.url("/w.whl"), NAME, tmp_path, sha256=SHA, policy=FAST)
+    assert got.path.read_bytes() == DATA
+    assert [r.range for r in server.requests] == [None, "bytes=1000-", None]
+
+
+def test_compressed_transfer_is_refused(server: WheelServer, tmp_path: Path) -> None:
+    server.add("/w.whl", DATA, encoding="gzip")
+    with pytest.raises(WheelError) as err:
+        download_wheel(server.url("/w.whl"), NAME, tmp_path, sha256=SHA, policy=FAST)
+    assert "Content-Encoding: identity" in str(err.value) and "gzip" in str(err.value)
+
+
+def test_malformed_expected_sha256(tmp_path: Path) -> None:
+    with pytest.raises(WheelError) as err:
+        download_wheel("https://example.invalid/x.whl", NAME, tmp_path, sha256="ABC", policy=FAST)
+    assert "64 lowercase hex" in str(err.value)

@@ -242,3 +242,55 @@ def test_every_problem_is_listed_at_once(tmp_path: Path, tags: frozenset[str], f
     for check in ("[metadata]", "[torch-pin]", "[record]", "[cuda-variant]"):
         assert check in msg
     assert "nothing was installed" in msg
+
+
+def rewrite(whl: Path, *, drop: tuple[str, ...] = (), replace: dict[str, bytes] | None = None,
+            add: dict[str, bytes] | None = None) -> Path:
+    """Rewrite the wheel's zip: drop / replace / add members (RECORD is left as it was)."""
+    items: list[tuple[zipfile.ZipInfo, bytes]] = []
+    with zipfile.ZipFile(whl) as zf:
+        for info in zf.infolist():
+            if info.filename in drop:
+                continue
+            items.append((info, (replace or {}).get(info.filename, zf.read(info))))
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in items:
+            zf.writestr(info, data)
+        for name, data in (add or {}).items():
+            zf.writestr(name, data)
+    return whl
+
+
+def test_invalid_wheel_file_name(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path, filename="vllm.whl")
+    assert "[filename] vllm.whl is not a valid wheel file name" in failure(whl, expect_for(whl, tags, facts))
+
+
+def test_dist_info_must_be_exactly_one(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = rewrite(vllm_wheel(tmp_path), add={"other-1.0.dist-info/METADATA": b"Name: other\n"})
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert "[metadata] expected exactly one .dist-info directory, found 2" in msg
+
+
+def test_missing_record(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = rewrite(vllm_wheel(tmp_path), drop=("vllm-0.18.0.dist-info/RECORD",))
+    assert "[record] expected vllm-0.18.0.dist-info/RECORD, found no such file" in \
+        failure(whl, expect_for(whl, tags, facts))
+
+
+def test_record_lists_a_file_the_wheel_lacks(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = rewrite(vllm_wheel(tmp_path), drop=("vllm/vllm_flash_attn/__init__.py",))
+    assert "[record] RECORD lists vllm/vllm_flash_attn/__init__.py, which is not in the wheel" in \
+        failure(whl, expect_for(whl, tags, facts))
+
+
+def test_weak_record_hash(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
+    whl = vllm_wheel(tmp_path)
+    record = "vllm-0.18.0.dist-info/RECORD"
+    with zipfile.ZipFile(whl) as zf:
+        text = zf.read(record).decode()
+    line = next(ln for ln in text.splitlines() if ln.startswith("vllm/__init__.py,"))
+    weak = text.replace(line, "vllm/__init__.py,md5=AAAA,38")
+    rewrite(whl, replace={record: weak.encode()})
+    assert "[record] vllm/__init__.py: expected a sha256 (or stronger) hash in RECORD, found 'md5=AAAA'" in \
+        failure(whl, expect_for(whl, tags, facts))

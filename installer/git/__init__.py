@@ -25,6 +25,7 @@ import re
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 HEX = re.compile(r"^[0-9a-f]+$")
+_HTTP_USERINFO = re.compile(r"^((?i:https?)://)[^/@\s]*@")
 
 # Variables that would point git at some other repository than the one we mean.
 _GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
@@ -42,7 +43,9 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def is_local_url(url: str) -> bool:
-    """A path or ``file://`` URL (fixtures, local forks) rather than a network remote."""
-    return url.startswith("file://") or url.startswith("/") or url.startswith(".") or (
-        "://" not in url and ":" not in url)
+def strip_credentials(url: str) -> str:
+    """``https://user:token@host/x`` -> ``https://host/x``: what a clone's ``origin`` may keep on disk.
+
+    Only http(s) userinfo is dropped (that is where tokens live); ``ssh://git@host`` keeps its user.
+    """
+    return _HTTP_USERINFO.sub(lambda m: m.group(1), url)

@@ -33,6 +33,7 @@ LOCK_TIMEOUT_S = 3600.0
 _CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                  "# This file marks a cache directory made by october (git mirrors).\n")
 _LOCKS: dict[Path, FileLock] = {}
+_GITHUB_SSH = re.compile(r"^(?:git@github\.com:|ssh://git@github\.com/)(?P<path>[^/\s]+/[^/\s]+?)/?$")
 
 
 def default_cache_dir() -> Path:
@@ -40,9 +41,20 @@ def default_cache_dir() -> Path:
     return platformdirs.user_cache_path("october")
 
 
+def fetchable_url(url: str) -> str:
+    """The URL the mirror fetches from: GitHub SSH forms become anonymous HTTPS.
+
+    FlashInfer's ``.gitmodules`` names one submodule as ``git@github.com:gabime/spdlog.git``;
+    without an SSH key that cannot be fetched, while the same public repository is
+    served over HTTPS.  Other URLs are used as given.
+    """
+    m = _GITHUB_SSH.match(url)
+    return f"https://github.com/{m.group('path')}" if m else url
+
+
 def mirror_path(cache_dir: Path, url: str) -> Path:
     """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing)."""
-    shown = redact_url(url)
+    shown = redact_url(fetchable_url(url))
     digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()[:16]
     tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
     if tail.endswith(".git"):
@@ -62,6 +74,10 @@ class Mirror:
     @property
     def shown_url(self) -> str:
         return redact_url(self.url)
+
+    @property
+    def fetch_url(self) -> str:
+        return fetchable_url(self.url)
 
     @contextmanager
     def locked(self) -> Iterator["Mirror"]:
@@ -127,7 +143,7 @@ def has_commit(path: Path, commit: str) -> bool:
 
 def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool) -> CommandFailed | None:
     argv = ["git", "-C", str(mirror.path), "fetch",
-            "--tags" if tags else "--no-tags", mirror.url, *refspecs]
+            "--tags" if tags else "--no-tags", mirror.fetch_url, *refspecs]
     try:
         runner.run(argv, step=step, env=git_env())
     except CommandFailed as exc:
@@ -190,7 +206,7 @@ def fetch_branch(runner: Runner, step: str, mirror: Mirror, branch: str) -> str:
                 fix="check the branch name in the pin, the URL and your network; "
                     f"full log: {failed.log_path}")
         with git.Repo(mirror.path) as repo:
-            return repo.git.rev_parse("--verify", f"{ref}^{{commit}}").strip()
+            return str(repo.git.rev_parse("--verify", f"{ref}^{{commit}}")).strip()
 
 
 def _last_line(tail: str) -> str:

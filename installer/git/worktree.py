@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 import git
 
 from installer.errors import CommandFailed, FetchError
-from installer.git import git_env
+from installer.git import git_env, strip_credentials
 from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
 from installer.redact import redact_url
 from installer.runner import Runner
@@ -60,7 +60,7 @@ def head_commit(path: Path) -> str | None:
     """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
     try:
         with _open(path) as repo:
-            return repo.git.rev_parse("--verify", "HEAD^{commit}").strip()
+            return str(repo.git.rev_parse("--verify", "HEAD^{commit}")).strip()
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
         return None
 
@@ -142,10 +142,10 @@ class _Git:
         try:
             self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
         except CommandFailed as exc:
-            last = [ln for ln in exc.tail.strip().splitlines() if ln.strip()]
+            last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-4:]
             raise FetchError(f"fork '{self.fork}': {doing} failed",
                              expected="git to succeed",
-                             found=f"exit {exc.returncode}: {last[-1].strip() if last else 'no output'}",
+                             found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
                              fix=f"{fix}; full log: {exc.log_path}") from None
 
 
@@ -160,6 +160,7 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
 
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
+    url = strip_credentials(url)          # never leave a token in the clone's .git/config
     with _open(repo_dir) as repo:
         current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
     if current == url:
@@ -175,10 +176,12 @@ def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
       fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
 
 
+def _partial(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.partial"
+
+
 def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
-    partial = dest.parent / f".{dest.name}.partial"
-    if partial.exists():
-        shutil.rmtree(partial)
+    partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
         g(["clone", "--quiet", "--no-checkout", str(mirror.path), str(partial)],
@@ -226,11 +229,14 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
-    g(["-C", str(repo_dir), "submodule", "init"], doing=f"initializing submodules in {repo_dir}",
-      fix=f"check {repo_dir}/.gitmodules")
+    # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
+    # against origin), undoing a mirror path left in .git/config by a killed run.
+    for verb in ("init", "sync"):
+        g(["-C", str(repo_dir), "submodule", "--quiet", verb], doing=f"submodule {verb} in {repo_dir}",
+          fix=f"check {repo_dir}/.gitmodules")
     with _open(repo_dir) as repo:
-        subs = [(sm.name, sm.path, sm.hexsha) for sm in repo.submodules]
-        urls = {name: repo.git.config("--get", f"submodule.{name}.url") for name, _, _ in subs}
+        subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules]
+        urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
     for name, rel, commit in subs:
         url = urls[name]
         sub_dir = repo_dir / rel
@@ -277,6 +283,8 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
                 submodules: bool, allow_dirty: bool, say: Say) -> Checkout:
     g = _Git(runner, step, mirror.fork)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if _partial(dest).exists():           # left by a killed run
+        shutil.rmtree(_partial(dest))
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
     else:

@@ -334,8 +334,12 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
         part = _Partial(part_path, url)
         try:
             _fetch(url, part, policy, progress, sleep, counter)
-        finally:
+        except BaseException:
+            if part.size == 0:
+                part.discard()                        # nothing worth resuming
             part.close()
+            raise
+        part.close()
         digest = part.hasher.hexdigest()
         if sha256 is not None and digest != sha256:
             size = part.size

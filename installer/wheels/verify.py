@@ -43,7 +43,8 @@ RECORD_HASHES = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 MAX_LISTED = 12
 _SO_NAME = re.compile(r"\.so(\.\d+)*$")
-_CUDART = re.compile(r"^libcudart\.so\.(\d+)(?:\.|$)")
+# "libcudart.so.12", or an auditwheel-style bundled copy "libcudart-1a2b3c4d.so.12"
+_CUDART = re.compile(r"^libcudart(?:-[0-9a-f]+)?\.so\.(\d+)(?:\.|$)")
 _CU_LOCAL = re.compile(r"^cu(\d+)$")
 
 
@@ -174,6 +175,13 @@ def _check_cuda(facts: CudaFacts, expect: WheelExpectation, problems: _Problems)
 # ------------------------------------------------------------------------- pieces
 
 
+def _normal(version: str) -> str:
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        return version
+
+
 def _check_filename(name: str, expect: WheelExpectation, problems: _Problems) -> frozenset[str]:
     if name != expect.filename:
         problems.add("filename", f"expected the file {expect.filename}, found {name}")
@@ -184,7 +192,7 @@ def _check_filename(name: str, expect: WheelExpectation, problems: _Problems) ->
         return frozenset()
     if pname != canonicalize_name(expect.name):
         problems.add("filename", f"expected the project {expect.name} in the file name, found {pname}")
-    if str(pversion) != str(Version(expect.version)):
+    if str(pversion) != expect.version and str(pversion) != _normal(expect.version):
         problems.add("filename", f"expected version {expect.version} in the file name, found {pversion}")
     names = frozenset(str(t) for t in tags)
     if not names & expect.supported_tags:
@@ -252,7 +260,11 @@ def _check_metadata(zf: zipfile.ZipFile, info_dir: str, expect: WheelExpectation
 
 def _check_torch(requires: list[str], expect: WheelExpectation, problems: _Problems) -> str | None:
     assert expect.torch is not None
-    want = Version(expect.torch).public
+    try:
+        want = Version(expect.torch).public
+    except InvalidVersion:
+        problems.add("torch-pin", f"the recipe's torch {expect.torch!r} is not a version: expected one like 2.10.0")
+        return None
     env = dict(expect.marker_env or {})
     env.setdefault("extra", "")
     pins: list[Requirement] = []
@@ -304,10 +316,10 @@ def _check_record(zf: zipfile.ZipFile, info_dir: str, problems: _Problems) -> in
         if len(row) != 3:
             bad.append(f"RECORD row {row!r}: expected 3 fields, found {len(row)}")
             continue
-        path, digest, size = row
+        path, digest, recorded_size = row
         if path in rows:
             bad.append(f"RECORD lists {path} twice")
-        rows[path] = (digest, size)
+        rows[path] = (digest, recorded_size)
     signatures = {f"{info_dir}/{s}" for s in SIGNATURES}
     seen: set[str] = set()
     files = 0
