@@ -48,14 +48,26 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[di
 
 
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
+    """Stable facts about the toolchain (no free disk, no paths): the lock must be reproducible."""
     r = ctx.recipe
     facts: dict[str, Any] = {"python": python_version, "torch": r.torch.version,
                              "uv": _uv_version(ctx)}
     if r.cuda is not None:
         facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.arch_list, "cuda-variant": r.cuda.variant})
     pre = ctx.done.get("preflight")
-    if pre is not None:
-        facts["machine"] = pre.outputs.get("facts")
+    machine = pre.outputs.get("facts") if pre is not None else None
+    if isinstance(machine, dict):
+        for key in ("os", "arch"):
+            if machine.get(key):
+                facts[key] = machine[key]
+        for tool in ("nvcc", "cc", "cxx", "git"):
+            version = (machine.get(tool) or {}).get("version")
+            if version:
+                facts[tool] = version
+        gpus = [{k: g.get(k) for k in ("name", "compute_capability", "driver") if g.get(k)}
+                for g in machine.get("gpus") or [] if isinstance(g, dict)]
+        if gpus:
+            facts["gpus"] = gpus
     return facts
 
 
