@@ -66,6 +66,15 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
     return forks, index, other
 
 
+def _canonical(obj: Any) -> Any:
+    """Keys sorted at every level: the same facts give the same bytes, whatever order they came in."""
+    if isinstance(obj, dict):
+        return {k: _canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
 def _drop_none(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _drop_none(v) for k, v in obj.items() if v is not None}
@@ -104,7 +113,7 @@ def build_lock(*, python_version: str, index_packages: Sequence[Mapping[str, Any
     packages.sort(key=lambda p: (p["name"], str(p.get("version", ""))))
     lock = _drop_none({"lock-version": "1.0", "created-by": TOOL,
                        "requires-python": f"=={python_version}", "packages": packages,
-                       "tool": {TOOL: dict(tool)}})
+                       "tool": {TOOL: _canonical(dict(tool))}})
     try:
         Pylock.from_dict(lock)
     except PylockValidationError as exc:

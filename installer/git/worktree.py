@@ -67,14 +67,15 @@ def head_commit(path: Path) -> str | None:
 
 def dirty_entries(path: Path) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`)."""
-    with _open(path) as repo:
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
+        # GIT_OPTIONAL_LOCKS=0: a read-only look must not refresh (rewrite) the index
         out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
 def submodule_states(path: Path) -> list[SubmoduleState]:
     """``git submodule status --recursive``, parsed."""
-    with _open(path) as repo:
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
         out = repo.git.submodule("status", "--recursive")
     states: list[SubmoduleState] = []
     for line in out.splitlines():

@@ -15,9 +15,11 @@ Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
 
 from installer.errors import CommandFailed, InstallError
 from installer.hashing import sha256_file
@@ -144,14 +146,34 @@ class InstallStep:
         for f in forks:
             if not Path(f["path"]).is_dir():
                 return f"the checkout {f['path']} is missing"
-        spec = GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
-                         forks={f["name"]: Path(f["path"]) for f in forks})
+        # A no-op re-run must stay fast and write nothing: read the env's metadata files
+        # directly instead of starting the stack's Python (the full guards ran at install time).
+        return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
+                                       {f["name"]: Path(f["path"]) for f in forks})
+
+
+def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, Path]) -> str | None:
+    """Why the env no longer matches what install left (torch build, editable forks), or None."""
+    site = sorted(env.glob("lib/python*/site-packages"))
+    if not site:
+        return f"no site-packages under {env}"
+    sp = site[0]
+    if not (sp / f"torch-{torch_version}.dist-info").is_dir():
+        found = sorted(p.name for p in sp.glob("torch-*.dist-info")) or ["no torch"]
+        return f"torch {torch_version} is no longer installed (found {', '.join(found)})"
+    editable: dict[Path, str] = {}
+    for direct in sp.glob("*.dist-info/direct_url.json"):
         try:
-            run_guards(ctx.runner, self.name, spec, imports=False)
-        except (InstallError, CommandFailed) as exc:
-            text = " ".join(ln.strip() for ln in exc.message.splitlines() if not ln.strip().startswith("->"))
-            return text[:400]
-        return None
+            info = json.loads(direct.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        url = str(info.get("url", ""))
+        if url.startswith("file://") and info.get("dir_info", {}).get("editable"):
+            editable[Path(unquote(urlparse(url).path)).resolve()] = direct.parent.name
+    for name, path in forks.items():
+        if path.resolve() not in editable:
+            return f"fork {name} is no longer installed editable from {path}"
+    return None
 
 
 def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:

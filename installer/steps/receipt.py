@@ -58,7 +58,7 @@ class ReceiptStep:
             "wheel": dict(wheel) if wheel is not None else None,
             "install": dict(install) if install is not None else None,
             "jit": [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit],
-            "machine": pre.get("facts") if pre else None,
+            "machine": (pre.get("machine") or pre.get("facts")) if pre else None,
             "preflight": {"checks": pre.get("checks"), "skipped": pre.get("skipped")} if pre else None,
             "steps": [{"name": r.name, "status": r.status, "seconds": r.seconds, "finished_at": r.finished_at}
                       for r in ctx.done.values()],

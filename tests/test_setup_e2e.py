@@ -1,0 +1,195 @@
+"""october_setup end to end on an offline fixture world: real git repos, real wheels, real uv.
+
+Nothing is mocked: forks are bare git repos behind file:// URLs, torch is a tiny real wheel
+named torch, and the wheels are offered to uv from a directory or a loopback find-links server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from installer.errors import FetchError, LockError, StackLockedError
+from installer.lockfile import locked_state
+from installer.pipeline import SetupOptions, SilentReporter
+from installer.recipe import PROJECT_ROOT, load_recipe
+from installer.setup import run_setup
+from installer.stacklock import StackLock
+from tests.fixtures.findlinks_server import serve_find_links
+from tests.fixtures.gitrepos import add_commit
+from tests.fixtures.world import World, make_world
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> World:
+    return make_world(tmp_path / "world")
+
+
+def setup(world: World, stack: Path, cache: Path, **kw: object):
+    opts = SetupOptions(stack=stack, recipe=load_recipe(str(world.recipe)), cache_dir=cache, **kw)  # type: ignore[arg-type]
+    return run_setup(opts, SilentReporter())
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """mtime and size of every file, except the stack lock itself (taken and released per run)."""
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in root.rglob("*") if (p.is_file() or p.is_symlink()) and p.name != ".october.lock"}
+
+
+def test_full_run_then_noop(world: World, tmp_path: Path) -> None:
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    result = setup(world, stack, cache)
+    assert [r.name for r in result.records] == ["preflight", "fetch", "env", "install", "lock", "receipt"]
+    assert all(r.status == "ran" for r in result.records)
+
+    # the lock lists both forks with their exact commits, and every index package with a hash
+    state = locked_state(stack / "pylock.toml")
+    assert state.commits == {"alpha": world.commits["alpha"], "beta": world.commits["beta"]}
+    assert state.packages == {"tinydep": "1.0", "torch": "2.10.0+fixture"}
+
+    receipt = json.loads((stack / "receipts" / "setup.json").read_text())
+    schema = json.loads((PROJECT_ROOT / "receipts" / "setup.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(receipt)
+    assert receipt["recipe"]["name"] == "fixture" and len(receipt["recipe"]["sha256"]) == 64
+    assert {f["name"]: f["commit"] for f in receipt["forks"]} == world.commits
+    assert [s["name"] for s in receipt["steps"]] == ["preflight", "fetch", "env", "install", "lock"]
+
+    env_py = stack / "env" / "bin" / "python"
+    out = subprocess.run([str(env_py), "-c", "import alpha, beta, tinydep, torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "2.10.0+fixture"
+    assert (stack / "src" / "beta" / "third_party" / "gamma" / "gamma" / "__init__.py").exists()
+
+    before = snapshot(stack)
+    start = time.perf_counter()
+    again = setup(world, stack, cache)
+    elapsed = time.perf_counter() - start
+    assert all(r.status == "cached" for r in again.records)
+    assert snapshot(stack) == before, "a no-op re-run must change no file"
+    assert elapsed < 1.0, f"no-op re-run took {elapsed:.2f}s"
+
+
+def test_changed_pin_reruns_from_fetch_and_second_stack_uses_cache(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    new = add_commit(world.alpha_bare, {"alpha/extra.py": "E = 5\n"})
+    world.set_pin("alpha", new)
+    recs = setup(world, tmp_path / "s1", cache).records
+    assert {r.name: r.status for r in recs} == {"preflight": "cached", "fetch": "ran", "env": "ran",
+                                                "install": "ran", "lock": "ran", "receipt": "ran"}
+    assert locked_state(tmp_path / "s1" / "pylock.toml").commits["alpha"] == new
+
+    # a second stack sharing the cache needs neither origin: move both away
+    for bare in (world.alpha_bare, world.beta_bare):
+        bare.rename(bare.with_name(bare.name + ".gone"))
+    recs2 = setup(world, tmp_path / "s2", cache).records
+    assert all(r.status == "ran" for r in recs2)
+    assert (tmp_path / "s2" / "src" / "alpha" / "alpha" / "extra.py").exists()
+
+
+def test_dirty_fork_refused_then_allowed(world: World, tmp_path: Path) -> None:
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 'patched'\n")
+    with pytest.raises(FetchError) as info:
+        setup(world, stack, cache)
+    assert "alpha" in info.value.message and "--allow-dirty" in info.value.message
+    res = setup(world, stack, cache, allow_dirty=True)
+    receipt = json.loads((stack / "receipts" / "setup.json").read_text())
+    assert receipt["options"]["allow_dirty"] is True
+    assert {f["name"]: f["dirty"] for f in receipt["forks"]}["alpha"] is True
+    assert res.records[1].status == "ran"
+
+
+def test_missing_pin_upstream_is_a_clear_cli_error(world: World, tmp_path: Path) -> None:
+    world.set_pin("alpha", "0123456789abcdef0123456789abcdef01234567")
+    proc = cli(str(tmp_path / "stack"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 8, proc.stderr
+    assert "0123456789abcdef0123456789abcdef01234567" in proc.stderr and "alpha" in proc.stderr
+    assert world.alpha_bare.as_uri() in proc.stderr
+
+
+def test_concurrent_run_refused(world: World, tmp_path: Path) -> None:
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    with StackLock(stack / ".october.lock"):
+        proc = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == StackLockedError.exit_code
+    assert f"pid {os.getpid()}" in proc.stderr and "kill" in proc.stderr
+
+
+def test_locked_reproduces_the_same_lock_and_refuses_drift(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    lock1 = tmp_path / "s1" / "pylock.toml"
+    # a newer tinydep appears upstream: a plain run would take it, --locked must not
+    from tests.fixtures.wheels import build_wheel
+    build_wheel(world.wheels, "tinydep", "2.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    proc = cli(str(tmp_path / "s2"), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--locked",
+               "--lock-file", str(lock1), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "s2" / "pylock.toml").read_text() == lock1.read_text()
+
+    # a lock that names a package the stack does not get is refused with the difference listed
+    tampered = tmp_path / "tampered.toml"
+    tampered.write_text(lock1.read_text() + '\n[[packages]]\nname = "ghost"\nversion = "1.0"\n'
+                        'wheels = [{ url = "file:///nowhere/ghost-1.0-py3-none-any.whl", hashes = { sha256 = "'
+                        + "0" * 64 + '" } }]\n')
+    with pytest.raises(LockError) as info:
+        setup(world, tmp_path / "s3", cache, locked=locked_state(tampered))
+    assert "ghost 1.0 is in the lock but not installed" in info.value.message
+
+
+def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Path) -> None:
+    """The torch wheel is served slowly from loopback so the run can be killed mid-download."""
+    text = world.recipe.read_text()
+    with serve_find_links(world.wheels, slow="torch-2.10.0+fixture-py3-none-any.whl", pause=30) as slow:
+        world.recipe.write_text(text.replace('find_links = ["wheels"]', f'find_links = ["{slow.url}"]'))
+        stack = tmp_path / "stack"
+        proc = subprocess.Popen([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe",
+                                 str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q"],
+                                cwd=PROJECT_ROOT, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert slow.requested.wait(60), "the env step never asked for torch"
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+        assert (stack / ".state" / "fetch.json").exists() and not (stack / ".state" / "env.json").exists()
+        slow.slow = None  # the network recovers
+        res = setup(world, stack, tmp_path / "cache")
+        assert {r.name: r.status for r in res.records}["fetch"] == "cached"
+        assert {r.name: r.status for r in res.records}["env"] == "ran"
+        clean = tmp_path / "clean"
+        setup(world, clean, tmp_path / "cache2")
+        assert (stack / "pylock.toml").read_text() == (clean / "pylock.toml").read_text()
+
+
+def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
+    full = world.commits["alpha"]
+    text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)
+    world.forks_toml.write_text(text)
+    setup(world, tmp_path / "s1", tmp_path / "cache")
+    lock = tmp_path / "s1" / "pylock.toml"
+    assert locked_state(lock).commits["alpha"] == full
+    assert f'requested-revision = "main"' in lock.read_text()
+    # --locked uses the full id even after the branch moved on
+    add_commit(world.alpha_bare, {"alpha/later.py": "L = 1\n"})
+    setup(world, tmp_path / "s2", tmp_path / "cache", locked=locked_state(lock))
+    assert locked_state(tmp_path / "s2" / "pylock.toml").commits["alpha"] == full
