@@ -155,6 +155,9 @@ class WheelStep:
         facts = self._python(ctx)
         tags = supported_tags(facts)
         ctx.ui.info(f"base wheel {w.filename} ({trust}{': ' + want_sha[:12] if want_sha else ''})")
+        if trust == "tofu":
+            ctx.ui.warn(f"[wheel] has no sha256: trusting {w.filename} on first use; its hash goes into the "
+                        "lock and --locked runs enforce it")
         got = download_wheel(w.url, w.filename, ctx.options.cache_dir, sha256=want_sha, policy=self.policy,
                              progress=_progress(ctx, w.filename))
         ctx.runner.note(self.name, f"# wheel {redact_url(w.url)} -> {got.path} sha256={got.sha256} "

@@ -213,8 +213,8 @@ def _check_url(url: str, sha256: str | None) -> None:
                          fix="use the https URL, or add the wheel's sha256 to [wheel] in the recipe")
 
 
-def _request(client: httpx.Client, url: str, part: _Partial, policy: DownloadPolicy,
-             progress: Progress | None, counter: list[int]) -> int | None:
+def _request(client: httpx.Client, url: str, part: _Partial, progress: Progress | None,
+             counter: list[int]) -> int | None:
     """One GET; returns the total size when the body was complete, raises _Retry otherwise."""
     headers: dict[str, str] = {}
     offset = part.size
@@ -279,7 +279,7 @@ def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress 
     with httpx.Client(timeout=timeout, follow_redirects=True, headers=headers) as client:
         for attempt in range(1, policy.attempts + 1):
             try:
-                _request(client, url, part, policy, progress, counter)
+                _request(client, url, part, progress, counter)
                 return
             except httpx.TimeoutException as exc:
                 problem = _Retry("timeout", f"no data for {policy.timeout_s:g}s ({type(exc).__name__})")
