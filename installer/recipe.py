@@ -164,6 +164,7 @@ class Recipe:
     models: Mapping[str, ModelSelection]
     smoke: SmokeConfig
     raw: Mapping[str, Any]
+    jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
 
     def fork(self, name: str) -> ForkUse:
         for f in self.forks:
@@ -461,8 +462,12 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
 
     jt = top.table("jit", required=False)
     jit: list[JitModule] = []
+    jit_builder: str | None = None
     if jt is not None:
         mods = jt.get("modules", list, what="an array of tables [[jit.modules]]")
+        jit_builder = jt.get("builder", str, required=False, what="a Python module name")
+        if jit_builder is not None and not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", jit_builder):
+            raise jt.err("builder", "a dotted Python module name", jit_builder)
         jt.done()
         for i, m in enumerate(mods):
             mt = _Table(path, m, f"jit.modules[{i}]")
@@ -526,7 +531,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
     return Recipe(name=name, path=path, sha256=sha256_file(path), description=description,
                   python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
                   forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
-                  models=models, smoke=smoke, raw=raw)
+                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder)
 
 
 def _local_or_url(recipe_path: Path, value: str) -> str:

@@ -34,7 +34,7 @@ def plan_steps(recipe: Recipe) -> list[Step]:
         steps.append(WheelStep())
     steps.append(InstallStep())
     if recipe.jit:
-        steps.append(JitStep())
+        steps.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
     steps += [LockStep(), ReceiptStep()]
     return steps
 
