@@ -39,6 +39,7 @@ class Pin:
     name: str
     commit: str
     branch: str | None = None
+    fetch_from: str = "fork"   # "upstream": the commit lives in the upstream repo (e.g. a PR head)
 
     @property
     def is_prefix(self) -> bool:
@@ -65,6 +66,13 @@ class ForkUse:
     deps: bool = True
     build_isolation: bool = True
     submodules: bool = True
+
+    @property
+    def fetch_url(self) -> str:
+        """Where the pinned commit is fetched from: the fork, or its upstream for pins that say so."""
+        if self.pin.fetch_from == "upstream" and self.upstream:
+            return self.upstream
+        return self.url
 
 
 @dataclass(frozen=True)
@@ -312,6 +320,10 @@ def load_forks(path: Path) -> dict[str, Fork]:
         for pin_name, value in pins_t.data.items():
             pins_t.seen.add(pin_name)
             pins[pin_name] = _parse_pin(pins_t, pin_name, value)
+        for pin in pins.values():
+            if pin.fetch_from == "upstream" and not upstream:
+                raise RecipeError(path, f"forks.{name}.pins.{pin.name}.fetch_from",
+                                  expected=f"an 'upstream' URL for fork '{name}'", found="no upstream key")
         forks[name] = Fork(name=name, url=url, upstream=upstream, pins=pins)
     forks_t.done()
     return forks
@@ -325,15 +337,24 @@ def _parse_pin(t: _Table, name: str, value: Any) -> Pin:
         return Pin(name=name, commit=value)
     if isinstance(value, dict):
         pt = _Table(t.file, value, t._k(name))
-        prefix = pt.get("prefix", str, what="a lowercase hex commit prefix (7-39 chars)")
-        branch = pt.get("branch", str, what="the branch the prefix is resolved on")
         pt.get("source", str, required=False)
+        fetch_from = pt.get("fetch_from", str, required=False, default="fork")
+        if fetch_from not in ("fork", "upstream"):
+            raise pt.err("fetch_from", "'fork' or 'upstream'", fetch_from)
+        if "commit" in pt.data:
+            commit = pt.get("commit", str)
+            pt.done()
+            if not FULL_SHA.match(commit):
+                raise pt.err("commit", "a 40-character lowercase hex commit id", commit)
+            return Pin(name=name, commit=commit, fetch_from=fetch_from)
+        prefix = pt.get("prefix", str, what="a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>")
+        branch = pt.get("branch", str, what="the branch the prefix is resolved on")
         pt.done()
         if not SHA_PREFIX.match(prefix):
             raise pt.err("prefix", "a lowercase hex commit prefix of 7 to 39 characters", prefix)
         if not branch.strip():
             raise pt.err("branch", "a non-empty branch name", branch)
-        return Pin(name=name, commit=prefix, branch=branch)
+        return Pin(name=name, commit=prefix, branch=branch, fetch_from=fetch_from)
     raise t.err(name, "a 40-hex commit id or a table {prefix, branch}", value)
 
 

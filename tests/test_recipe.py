@@ -58,6 +58,8 @@ def test_shipped_recipes_load() -> None:
     assert cur.models["awq"].repo == "Qwen/Qwen3-8B-AWQ"
     new = load_recipe("20260702")
     assert all(not f.pin.is_prefix for f in new.forks) and new.torch.version.startswith("2.11.0")
+    assert new.fork("flashinfer").fetch_url == "https://github.com/flashinfer-ai/flashinfer.git"
+    assert new.fork("vllm").fetch_url == "https://github.com/mcgrof/vllm.git"
 
 
 def test_good_fixture_recipe(tmp_path: Path) -> None:
@@ -123,6 +125,12 @@ BAD_FORKS = [
      "key 'forks.alpha.pins.pre.prefix' is invalid. Expected a lowercase hex commit prefix of 7 to 39 characters, found 'xyz'"),
     (FORKS.replace(', branch = "main"', ''),
      "key 'forks.alpha.pins.pre.branch' is invalid. Expected the branch the prefix is resolved on, found the key is missing"),
+    (FORKS.replace('pre = {', 'pre = { fetch_from = "mirror", '),
+     "key 'forks.alpha.pins.pre.fetch_from' is invalid. Expected 'fork' or 'upstream', found 'mirror'"),
+    (FORKS.replace('pre = { prefix = "abcdef123", branch = "main" }', 'pre = { commit = "abc" }'),
+     "key 'forks.alpha.pins.pre.commit' is invalid. Expected a 40-character lowercase hex commit id, found 'abc'"),
+    (FORKS.replace('upstream = "file:///tmp/alpha-up.git"\n', '').replace('pre = {', 'pre = { fetch_from = "upstream", '),
+     "key 'forks.alpha.pins.pre.fetch_from' is invalid. Expected an 'upstream' URL for fork 'alpha', found no upstream key"),
     (FORKS.replace('url = "file:///tmp/alpha.git"\n', ''),
      "key 'forks.alpha.url' is invalid. Expected a git URL, found the key is missing"),
 ]

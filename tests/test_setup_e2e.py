@@ -193,3 +193,19 @@ def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: P
     add_commit(world.alpha_bare, {"alpha/later.py": "L = 1\n"})
     setup(world, tmp_path / "s2", tmp_path / "cache", locked=locked_state(lock))
     assert locked_state(tmp_path / "s2" / "pylock.toml").commits["alpha"] == full
+
+
+def test_pin_fetched_from_upstream(world: World, tmp_path: Path) -> None:
+    """A pin that only exists upstream (like a PR head) is fetched from the fork's upstream URL."""
+    upstream = tmp_path / "alpha-upstream.git"
+    shutil.copytree(world.alpha_bare, upstream)
+    pr_head = add_commit(upstream, {"alpha/pr.py": "PR = 3812\n"}, branch="pr-3812")
+    text = world.forks_toml.read_text().replace(
+        f'url = "{world.alpha_bare.as_uri()}"\n', f'url = "{world.alpha_bare.as_uri()}"\nupstream = "{upstream.as_uri()}"\n')
+    text = text.replace(f'main = "{world.commits["alpha"]}"',
+                        f'main = {{ commit = "{pr_head}", fetch_from = "upstream" }}', 1)
+    world.forks_toml.write_text(text)
+    setup(world, tmp_path / "stack", tmp_path / "cache")
+    assert (tmp_path / "stack" / "src" / "alpha" / "alpha" / "pr.py").exists()
+    lock = (tmp_path / "stack" / "pylock.toml").read_text()
+    assert f'commit-id = "{pr_head}"' in lock and upstream.as_uri() in lock

@@ -26,7 +26,7 @@ class FetchStep:
 
     def inputs(self, ctx: StepContext) -> JSON:
         locked = ctx.options.locked
-        return {"forks": [{"name": f.name, "url": redact_url(f.url),
+        return {"forks": [{"name": f.name, "url": redact_url(f.fetch_url),
                            "upstream": redact_url(f.upstream) if f.upstream else None,
                            "pin": f.pin.name, "commit": f.pin.commit, "branch": f.pin.branch,
                            "submodules": f.submodules, "allow_dirty": ctx.options.allow_dirty,
@@ -38,7 +38,7 @@ class FetchStep:
 
     def _fork(self, ctx: StepContext, fork: ForkUse) -> dict[str, Any]:
         o = ctx.options
-        mirror = open_mirror(o.cache_dir, fork.url, fork.name)
+        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name)
         locked = o.locked.commits if o.locked is not None else None
         res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
         if res.how == "prefix":
@@ -55,7 +55,7 @@ class FetchStep:
                         "(--allow-dirty; recorded)")
             ctx.runner.note(self.name, f"# {fork.name}: dirty tree kept (--allow-dirty):\n"
                             + "\n".join(out.dirty))
-        return {"path": str(dest), "url": redact_url(fork.url),
+        return {"path": str(dest), "url": redact_url(fork.fetch_url),
                 "upstream": redact_url(fork.upstream) if fork.upstream else None,
                 "pin": fork.pin.name, "requested": res.requested, "branch": res.branch,
                 "commit": res.commit, "submodules": dict(out.submodules),
