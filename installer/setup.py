@@ -65,7 +65,8 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
     paths.root.mkdir(parents=True, exist_ok=True)
     steps = plan_steps(options.recipe)
     with StackLock(paths.lockfile):
-        runner = Runner(paths.logs, echo=ui.detail if echo_commands else None)
+        echo = ui.detail if echo_commands else getattr(ui, "progress", None)
+        runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         records = run_pipeline(steps, ctx)
     return SetupResult(records=records, paths=paths)
