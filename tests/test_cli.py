@@ -1,0 +1,65 @@
+"""The `current` and `october_setup` command lines as a user runs them (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from installer.recipe import PROJECT_ROOT
+
+
+def current(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "installer", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_lists_the_three_commands() -> None:
+    out = current("--help").stdout
+    for cmd in ("doctor", "download", "smoke"):
+        assert cmd in out
+    setup_help = subprocess.run([sys.executable, "-m", "installer.october_setup", "--help"], cwd=PROJECT_ROOT,
+                                capture_output=True, text=True).stdout
+    assert "--recipe" in setup_help and "--locked" in setup_help and "--skip-preflight" in setup_help
+
+
+def test_doctor_prints_a_table_and_fails_on_this_machine() -> None:
+    """This CI machine has no GPU and no CUDA 12.9: the real recipe's doctor must say so and exit 1."""
+    proc = current("doctor", "--recipe", "current")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = {ln.split()[1]: ln.split()[0] for ln in proc.stdout.splitlines() if len(ln.split()) > 1
+             and ln.split()[0] in ("passed", "failed", "skipped")}
+    assert lines["gpu"] == "failed" and lines["os"] == "passed" and lines["git"] == "passed"
+    assert "checks passed" in proc.stdout
+
+
+def test_doctor_unknown_skip_is_a_usage_error() -> None:
+    proc = current("doctor", "--recipe", "current", "--skip-preflight", "bogus")
+    assert proc.returncode == 2 and "bogus" in proc.stderr and "gpu" in proc.stderr
+
+
+def test_download_unknown_format() -> None:
+    proc = current("download", "--format", "int8", "--output", "x.json")
+    assert proc.returncode == 2 and "awq" in proc.stderr and "fp16" in proc.stderr
+
+
+def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
+    proc = current("smoke", "--install", str(tmp_path / "nostack"), "--format", "awq", "--output", str(tmp_path / "o"))
+    assert proc.returncode != 0 and "october_setup" in proc.stderr
+
+
+def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -> None:
+    """A stand-in stack whose env is the tool env (it has torch); on a CPU the graph check is
+    skipped, so the receipt must say passed: false and the command must exit non-zero."""
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    (stack / "env").symlink_to(sys.prefix)
+    out = tmp_path / "smoke"
+    proc = current("smoke", "--install", str(stack), "--format", "awq", "--output", str(out), "--level", "reference")
+    receipt = json.loads((out / "receipt.json").read_text())
+    assert receipt["passed"] is False and proc.returncode != 0
+    statuses = {c["title"]: c["status"] for c in receipt["checks"]}
+    assert statuses["changing decode graphs"] == "skipped"
+    assert statuses["physical K16/V8"] == "passed"
+    assert "changing decode graphs" in proc.stdout + proc.stderr
