@@ -62,7 +62,7 @@ class _Paged:
             k = torch.randn(n, HKV, D, generator=g).to(device)
             v = (torch.randn(n, HKV, D, generator=g) * 200 * v_scale).to(device)
             ref.write_kv(self.k, self.v, k, v, slots, v_scale)
-        i32 = dict(dtype=torch.int32, device=device)
+        i32: dict[str, Any] = dict(dtype=torch.int32, device=device)
         self.indptr = torch.tensor([0] + list(_cumsum(pages)), **i32)
         self.indices = torch.tensor([b for t in self.tables for b in t], **i32)
         self.last_len = torch.tensor([(n - 1) % PAGE + 1 for n in kv_lens], **i32)
@@ -170,7 +170,7 @@ def _graphs(kb: KernelBackend) -> CheckResult:
     fi, dev = kb.fi, kb.device
     replays, worst = [], 0.0
     for batch, shapes in ((2, ([30, 200], [7, 64])), (4, ([1, 16, 17, 300], [90, 2, 48, 160]))):
-        i32 = dict(dtype=torch.int32, device=dev)
+        i32: dict[str, Any] = dict(dtype=torch.int32, device=dev)
         w = fi.BatchDecodeWithPagedKVCacheWrapper(
             kb.workspace(), "NHD", use_cuda_graph=True,
             paged_kv_indptr_buffer=torch.zeros(batch + 1, **i32),

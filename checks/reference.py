@@ -92,7 +92,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 def varlen_metadata(qo_lens: Sequence[int], kv_lens: Sequence[int],
                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token request ids and positions for requests with ``qo_lens`` new tokens each."""
-    req, pos = [], []
+    req: list[int] = []
+    pos: list[int] = []
     for r, (nq, nkv) in enumerate(zip(qo_lens, kv_lens)):
         if nq > nkv:
             raise ValueError(f"request {r}: {nq} query tokens but only {nkv} cached tokens")

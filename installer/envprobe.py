@@ -13,14 +13,14 @@ from importlib import metadata
 def main() -> int:
     dists = []
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+        name = str(dist.metadata["Name"] or "")
         if not name:
             continue
         direct = dist.read_text("direct_url.json")
         dists.append({"name": name, "version": dist.version,
                       "direct_url": json.loads(direct) if direct else None,
                       "installer": (dist.read_text("INSTALLER") or "").strip() or None})
-    dists.sort(key=lambda d: d["name"].lower())
+    dists.sort(key=lambda d: str(d["name"]).lower())
     json.dump({"python": sys.version.split()[0], "distributions": dists}, sys.stdout)
     return 0
 

@@ -25,6 +25,7 @@ expected / found / fix, their text passed through :func:`installer.redact.redact
 from __future__ import annotations
 
 import os
+from typing import Any
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -237,7 +238,7 @@ def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_d
     """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``."""
     from huggingface_hub import snapshot_download
 
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if quiet:
         kwargs["tqdm_class"] = _QuietTqdm.get()
     with _hub_errors(repo, revision, "downloading the model"):
