@@ -173,3 +173,10 @@ def test_runner_timeout_kills_a_silent_hang(tmp_path: Path) -> None:
         Runner(tmp_path).run([sys.executable, "-c", "import time; time.sleep(30)"], step="s", timeout=1)
     assert time.monotonic() - start < 10
     assert "killed after 1 s" in info.value.message
+
+
+def test_conftest_guard_refuses_non_loopback_connections() -> None:
+    """tests/conftest.py's guard must itself be able to stop a test that reaches out."""
+    import socket
+    with pytest.raises(ConnectionRefusedError, match="only connect to loopback"):
+        socket.create_connection(("192.0.2.1", 443), timeout=1)
