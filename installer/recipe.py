@@ -1,24 +1,21 @@
 """Recipes and forks as data: TOML files loaded into frozen, validated objects.
 
-Every validation error names the file, the key, what was expected and what was
-found (:class:`installer.errors.RecipeError`).
+Key-by-key validation lives in :mod:`installer.tomlcheck`.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError
 from installer.hashing import sha256_file
+from installer.tomlcheck import FORMAT_VERSION, Table, check_format, describe, read_toml, version_key
 
-FORMAT_VERSION = 1
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -184,126 +181,12 @@ class Recipe:
         return self.raw.get(key)
 
 
-# ----------------------------------------------------------------------- checking
-
-
-class _Table:
-    """A TOML table being validated: remembers the file and the dotted key path."""
-
-    def __init__(self, file: Path, data: Any, key: str) -> None:
-        if not isinstance(data, dict):
-            raise RecipeError(file, key or "<top>", expected="a table", found=_describe(data))
-        self.file = file
-        self.data: dict[str, Any] = data
-        self.key = key
-        self.seen: set[str] = set()
-
-    def _k(self, name: str) -> str:
-        return f"{self.key}.{name}" if self.key else name
-
-    def err(self, name: str, expected: str, found: Any) -> RecipeError:
-        return RecipeError(self.file, self._k(name), expected=expected, found=_describe(found))
-
-    def get(self, name: str, typ: type | tuple[type, ...], *, required: bool = True,
-            default: Any = None, what: str | None = None) -> Any:
-        self.seen.add(name)
-        if name not in self.data:
-            if required:
-                raise RecipeError(self.file, self._k(name), expected=what or _typename(typ),
-                                  found="the key is missing")
-            return default
-        value = self.data[name]
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) and typ in (int, float):
-            raise self.err(name, what or _typename(typ), value)
-        if not isinstance(value, typ):
-            raise self.err(name, what or _typename(typ), value)
-        return value
-
-    def str_list(self, name: str, *, required: bool = True) -> tuple[str, ...]:
-        value = self.get(name, list, required=required, default=[], what="a list of strings")
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise RecipeError(self.file, f"{self._k(name)}[{i}]", expected="a string",
-                                  found=_describe(item))
-        return tuple(value)
-
-    def table(self, name: str, *, required: bool = True) -> "_Table | None":
-        self.seen.add(name)
-        if name not in self.data:
-            if required:
-                raise RecipeError(self.file, self._k(name), expected="a table",
-                                  found="the key is missing")
-            return None
-        return _Table(self.file, self.data[name], self._k(name))
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            raise RecipeError(self.file, self._k(unknown[0]),
-                              expected=f"one of {sorted(self.seen)}",
-                              found=f"unknown key '{unknown[0]}'",
-                              fix=f"remove or rename '{self._k(unknown[0])}' in {self.file}")
-
-
-def _typename(typ: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             list: "a list", dict: "a table"}
-    if isinstance(typ, tuple):
-        return " or ".join(names.get(t, t.__name__) for t in typ)
-    return names.get(typ, typ.__name__)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, list):
-        return f"a list ({len(value)} items)"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise RecipeError(path, "<file>", expected="an existing TOML file", found="no such file",
-                          fix="check the path or the recipe name (see recipes/)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(path, "<file>", expected="valid TOML", found=f"a syntax error: {exc}",
-                          fix=f"fix the TOML syntax in {path}") from None
-
-
-def _version(t: _Table, name: str, *, required: bool = True) -> str | None:
-    value = t.get(name, str, required=required, what="a version string such as '2.10.0'")
-    if value is None:
-        return None
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise t.err(name, "a PEP 440 version such as '2.10.0'", value) from None
-    return value
-
-
-def _check_format(t: _Table) -> None:
-    fv = t.get("format_version", int, what=f"format_version = {FORMAT_VERSION}")
-    if fv != FORMAT_VERSION:
-        raise t.err("format_version", f"{FORMAT_VERSION} (this tool's recipe format)", fv)
-
-
 # -------------------------------------------------------------------------- forks
 
 
 def load_forks(path: Path) -> dict[str, Fork]:
-    top = _Table(path, _read_toml(path), "")
-    _check_format(top)
+    top = Table(path, read_toml(path), "")
+    check_format(top)
     forks_t = top.table("forks")
     assert forks_t is not None
     top.done()
@@ -329,14 +212,14 @@ def load_forks(path: Path) -> dict[str, Fork]:
     return forks
 
 
-def _parse_pin(t: _Table, name: str, value: Any) -> Pin:
+def _parse_pin(t: Table, name: str, value: Any) -> Pin:
     if isinstance(value, str):
         if not FULL_SHA.match(value):
             raise t.err(name, "a 40-character lowercase hex commit id "
                         "(or a table {prefix = ..., branch = ...})", value)
         return Pin(name=name, commit=value)
     if isinstance(value, dict):
-        pt = _Table(t.file, value, t._k(name))
+        pt = Table(t.file, value, t._k(name))
         pt.get("source", str, required=False)
         fetch_from = pt.get("fetch_from", str, required=False, default="fork")
         if fetch_from not in ("fork", "upstream"):
@@ -375,9 +258,9 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         raise RecipeError(path, "<file>", expected=f"a recipe name ({', '.join(available) or 'none'}) "
                           "or a path to a .toml file", found=f"no file for '{name_or_path}'",
                           fix="pass --recipe with one of the names above")
-    raw = _read_toml(path)
-    top = _Table(path, raw, "")
-    _check_format(top)
+    raw = read_toml(path)
+    top = Table(path, raw, "")
+    check_format(top)
     name = top.get("name", str)
     description = top.get("description", str, required=False, default="")
     forks_file = top.get("forks_file", str, required=False, default=None)
@@ -386,12 +269,12 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
 
     py = top.table("python")
     assert py is not None
-    python = _version(py, "version")
+    python = version_key(py, "version")
     py.done()
 
     tt = top.table("torch")
     assert tt is not None
-    torch = TorchPin(version=_version(tt, "version") or "", index_url=tt.get("index", str, required=False))
+    torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False))
     tt.done()
 
     bt = top.table("build", required=False)
@@ -413,10 +296,10 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
     fork_list = raw.get("forks")
     if not isinstance(fork_list, list) or not fork_list:
         raise RecipeError(path, "forks", expected="an array of tables [[forks]] with at least one fork",
-                          found=_describe(fork_list) if "forks" in raw else "the key is missing")
+                          found=describe(fork_list) if "forks" in raw else "the key is missing")
     uses: list[ForkUse] = []
     for i, entry in enumerate(fork_list):
-        ft = _Table(path, entry, f"forks[{i}]")
+        ft = Table(path, entry, f"forks[{i}]")
         fname = ft.get("name", str)
         if fname not in known_forks:
             raise ft.err("name", f"a fork defined in {forks_path.name} ({', '.join(sorted(known_forks))})", fname)
@@ -453,7 +336,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         if sha is not None and not SHA256.match(sha):
             raise wt.err("sha256", "64 lowercase hex characters", sha)
         wheel = BaseWheel(url=wt.get("url", str), filename=wt.get("filename", str),
-                          name=wt.get("name", str), version=_version(wt, "version") or "",
+                          name=wt.get("name", str), version=version_key(wt, "version") or "",
                           sha256=sha, cuda_variant=wt.get("cuda_variant", str, required=False),
                           cudart_major=wt.get("cudart_major", str, required=False),
                           requires_torch=wt.get("requires_torch", str, required=False))
@@ -491,7 +374,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
             raise jt.err("builder", "a dotted Python module name", jit_builder)
         jt.done()
         for i, m in enumerate(mods):
-            mt = _Table(path, m, f"jit.modules[{i}]")
+            mt = Table(path, m, f"jit.modules[{i}]")
             kind = mt.get("kind", str)
             if kind not in JIT_KINDS:
                 raise mt.err("kind", f"one of {', '.join(JIT_KINDS)}", kind)
