@@ -58,7 +58,7 @@ def test_shipped_recipes_load() -> None:
     assert cur.models["awq"].repo == "Qwen/Qwen3-8B-AWQ"
     new = load_recipe("20260702")
     assert all(not f.pin.is_prefix for f in new.forks) and new.torch.version.startswith("2.11.0")
-    assert new.fork("flashinfer").fetch_url == "https://github.com/flashinfer-ai/flashinfer.git"
+    assert new.fork("flashinfer").fetch_url == "https://github.com/mcgrof/flashinfer.git"
     assert new.fork("vllm").fetch_url == "https://github.com/mcgrof/vllm.git"
 
 
