@@ -8,7 +8,7 @@ import pytest
 
 from installer.errors import PreflightError, RecipeError, UsageError
 from installer.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
-from installer.preflight.checks import (CheckResult, apply_skips, gb_floor, parse_capability,
+from installer.preflight.checks import (CheckResult, apply_skips, arch_list_capabilities, gb_floor, parse_capability,
                                         punch_list, run_checks)
 from installer.preflight.probes import GpuFact, MachineFacts, ToolFact
 from installer.recipe import CudaPin, PreflightLimits
@@ -202,7 +202,8 @@ def test_punch_list_has_every_failure_at_once() -> None:
                        git=missing("git"), cc=missing("gcc"), cxx=missing("g++"), uv=tool("/u/uv", "0.8.3"))
     results = run_checks(bad, LIMITS, CUDA)
     problems = punch_list(results)
-    assert [name for name, _ in problems] == list(CHECK_NAMES)
+    # every check but cuda_arch, which needs a GPU to compare (no GPU is the gpu check's failure)
+    assert [name for name, _ in problems] == [n for n in CHECK_NAMES if n != "cuda_arch"]
     err = PreflightError(problems)
     text = str(err)
     assert text.startswith("9 preflight check(s) failed:")
@@ -223,7 +224,8 @@ def test_skips_are_recorded_with_what_the_check_found() -> None:
 
 def test_skipping_a_check_that_does_not_apply_is_still_recorded() -> None:
     results = apply_skips(run_checks(good_facts(), LIMITS, None), ("nvcc",))
-    assert [r.name for r in results] == list(CHECK_NAMES)  # order kept, nvcc inserted
+    # order kept, nvcc inserted; cuda_arch does not apply without [cuda] and is not skipped
+    assert [r.name for r in results] == [n for n in CHECK_NAMES if n != "cuda_arch"]
     assert by_name(results)["nvcc"].detail == ("skipped by --skip-preflight (the check does not apply "
                                                "to this recipe)")
 
@@ -232,7 +234,7 @@ def test_unknown_skip_name_is_a_usage_error_listing_valid_names() -> None:
     with pytest.raises(UsageError) as info:
         validate_skip(("ram", "gpus"))
     assert str(info.value) == (
-        "--skip-preflight names an unknown check: gpus. Expected one of os, arch, nvcc, gpu, ram, disk, git, "
+        "--skip-preflight names an unknown check: gpus. Expected one of os, arch, nvcc, gpu, cuda_arch, ram, disk, git, "
         "compiler, uv, found 'gpus'.\n  -> use the check names exactly as listed (as `current doctor` prints them)")
     assert validate_skip(("ram", "disk", "ram")) == ("disk", "ram")
 
@@ -258,3 +260,15 @@ def test_machine_facts_json_summary_round_trips_from_stored_facts() -> None:
     assert machine_facts_json(facts_json(facts)) == summary
     none = machine_facts_json(good_facts(gpus=(), nvcc=missing("nvcc")))
     assert none["gpu_name"] is None and none["gpu_count"] == 0 and none["cuda"] is None
+
+
+def test_cuda_arch_list_must_cover_every_gpu() -> None:
+    """A JIT cache built for the wrong arch is a quiet failure: the GPU must be in the arch list."""
+    assert arch_list_capabilities("8.9 9.0a;10.0+PTX") == {(8, 9), (9, 0), (10, 0)}
+    assert one("cuda_arch", good_facts()).ok  # H100 9.0 vs "9.0"
+    assert one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list="9.0a")).ok
+    bad = one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list="8.0 8.9"))
+    assert not bad.ok
+    assert "expected every GPU's compute capability in the recipe's [cuda].arch_list ('8.0 8.9')" in bad.detail
+    assert "NVIDIA H100 80GB HBM3 9.0" in bad.detail and "includes 9.0" in bad.detail
+    assert "cuda_arch" not in {r.name for r in run_checks(good_facts(gpus=()), LIMITS, CUDA)}

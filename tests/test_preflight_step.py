@@ -73,9 +73,9 @@ def test_all_failures_at_once_and_no_marker(tmp_path: Path, stand_ins: Path) -> 
     with pytest.raises(PreflightError) as info:
         run_pipeline([PreflightStep()], ctx)
     names = [name for name, _ in info.value.problems]
-    assert names == ["nvcc", "gpu", "ram", "disk", "uv"]
+    assert names == ["nvcc", "gpu", "cuda_arch", "ram", "disk", "uv"]
     text = str(info.value)
-    assert text.startswith("5 preflight check(s) failed:")
+    assert text.startswith("6 preflight check(s) failed:")
     assert "[nvcc] expected nvcc 12.8 (the recipe's [cuda].version), found nvcc 12.9.86 at" in text
     assert "[gpu] expected an NVIDIA GPU with compute capability >= 9.0" in text
     assert text.endswith("-> fix the items above, or skip one you know is fine with --skip-preflight NAME")
@@ -102,7 +102,7 @@ def test_unknown_skip_name(tmp_path: Path) -> None:
     ctx = make_ctx(tmp_path, recipe, skip=("rams",))
     with pytest.raises(UsageError) as info:
         run_pipeline([PreflightStep()], ctx)
-    assert "Expected one of os, arch, nvcc, gpu, ram, disk, git, compiler, uv, found 'rams'" in str(info.value)
+    assert "Expected one of os, arch, nvcc, gpu, cuda_arch, ram, disk, git, compiler, uv, found 'rams'" in str(info.value)
     assert not ctx.paths.marker("preflight").exists()
 
 
@@ -111,7 +111,7 @@ def test_doctor_reports_without_raising(tmp_path: Path, stand_ins: Path) -> None
                           cuda="12.9")
     results, facts = doctor(recipe, tmp_path / "stack", ("disk",), Runner(tmp_path / "logs"))
     status = {r.name: r.status for r in results}
-    assert status == {"os": "passed", "arch": "passed", "nvcc": "passed", "gpu": "passed",
+    assert status == {"os": "passed", "arch": "passed", "nvcc": "passed", "gpu": "passed", "cuda_arch": "passed",
                       "ram": "failed", "disk": "skipped", "git": "passed", "compiler": "passed",
                       "uv": "passed"}
     assert facts.gpus[0].compute_capability == "9.0"

@@ -24,7 +24,7 @@ from installer.errors import RecipeError
 from installer.preflight.probes import MachineFacts, ToolFact
 from installer.recipe import CudaPin, PreflightLimits
 
-CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "ram", "disk", "git", "compiler", "uv")
+CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "cuda_arch", "ram", "disk", "git", "compiler", "uv")
 GB = 10**9
 # Minimum Linux driver (major) for each CUDA toolkit major under minor-version
 # compatibility (NVIDIA "CUDA Compatibility" guide, table "CUDA Toolkit 11.x,
@@ -144,6 +144,28 @@ def check_gpu(facts: MachineFacts, min_capability: str, cuda: CudaPin | None) ->
     return _result("gpu", True, expected, found, "")
 
 
+def arch_list_capabilities(arch_list: str) -> set[tuple[int, int]]:
+    """``"8.9 9.0a;10.0+PTX"`` -> {(8, 9), (9, 0), (10, 0)} (suffixes such as ``a``/``+PTX`` dropped)."""
+    caps: set[tuple[int, int]] = set()
+    for item in re.split(r"[\s;,]+", arch_list.strip()):
+        m = re.match(r"^(\d+)\.(\d+)", item)
+        if m:
+            caps.add((int(m.group(1)), int(m.group(2))))
+    return caps
+
+
+def check_cuda_arch(facts: MachineFacts, cuda: CudaPin) -> CheckResult:
+    """Every GPU here must be in the recipe's JIT arch list, or the kernels are built for the wrong arch."""
+    expected = f"every GPU's compute capability in the recipe's [cuda].arch_list ({cuda.arch_list!r})"
+    wanted = arch_list_capabilities(cuda.arch_list)
+    found = ", ".join(f"{g.name} {g.compute_capability}" for g in facts.gpus)
+    missing = [g for g in facts.gpus if parse_capability(g.compute_capability) not in wanted]
+    return _result("cuda_arch", not missing, expected, found,
+                   f"use a recipe whose [cuda].arch_list includes "
+                   f"{', '.join(sorted({g.compute_capability for g in missing}))} (a JIT cache built for "
+                   "another arch cannot run here)" if missing else "")
+
+
 def _driver_major(driver: str) -> int | None:
     head = driver.strip().split(".")[0]
     return int(head) if head.isdigit() else None
@@ -206,7 +228,8 @@ def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | Non
     """Every check that applies to the recipe, in :data:`CHECK_NAMES` order.
 
     ``nvcc`` applies only with a ``[cuda]`` section, ``gpu`` only with
-    ``min_compute_capability``, ``compiler`` only when ``need_compiler``.
+    ``min_compute_capability``, ``cuda_arch`` only with ``[cuda]`` and a GPU to compare
+    (no GPU is the ``gpu`` check's failure), ``compiler`` only when ``need_compiler``.
     """
     if limits.min_compute_capability is not None and parse_capability(limits.min_compute_capability) is None:
         raise RecipeError(recipe_file, "preflight.min_compute_capability",
@@ -217,6 +240,8 @@ def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | Non
         results.append(check_nvcc(facts, cuda))
     if limits.min_compute_capability is not None:
         results.append(check_gpu(facts, limits.min_compute_capability, cuda))
+    if cuda is not None and facts.gpus:
+        results.append(check_cuda_arch(facts, cuda))
     results += [check_ram(facts, limits), check_disk(facts, limits), check_git(facts)]
     if limits.need_compiler:
         results.append(check_compiler(facts))
