@@ -132,3 +132,22 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
     assert uris[1].startswith("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
     assert "posenc_1" in uris[1] and uris[1].endswith("_f16qk_False")
     assert out["cached"] is False and JitStep().run(ctx)["cached"] is True
+
+
+def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
+    """nvcc reached through a link is resolved once, so the JIT build files name one toolkit path."""
+    from installer.steps.jit import builder_env
+
+    toolkit = tmp_path / "cuda-12.9"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (tmp_path / "cuda").symlink_to(toolkit)
+    links = sf.make_links(tmp_path)
+    rec = sf.recipe(links, None, tmp_path)
+    ctx = sf.context(tmp_path / "stack", rec, tmp_path / "cache")
+    ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"path": str(tmp_path / "cuda" / "bin" / "nvcc")}}})
+    env = builder_env(ctx, "9.0")
+    assert env["CUDA_HOME"] == str(toolkit.resolve())
+    assert env["PATH"].split(":")[1] == str(toolkit.resolve() / "bin")
+    assert env["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path / "stack" / "jit")
+    assert env["FLASHINFER_CUDA_ARCH_LIST"] == "9.0"

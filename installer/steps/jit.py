@@ -34,10 +34,24 @@ def module_request(i: int, m: JitModule) -> dict[str, Any]:
             "posenc": m.posenc, "backend": m.backend}
 
 
+def resolved_nvcc(ctx: StepContext) -> Path | None:
+    """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
+    files, so the same toolkit reached by another path would force a full rebuild."""
+    pre = ctx.done.get("preflight")
+    facts = pre.outputs.get("facts") if pre is not None else None
+    path = ((facts or {}).get("nvcc") or {}).get("path") if isinstance(facts, dict) else None
+    return Path(path).resolve() if path else None
+
+
 def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    path = env.get("PATH", "")
+    nvcc = resolved_nvcc(ctx)
+    if nvcc is not None:
+        env["CUDA_HOME"] = str(nvcc.parent.parent)
+        path = f"{nvcc.parent}{os.pathsep}{path}"
     env.update({"PYTHONPATH": str(PROJECT_ROOT), "PYTHONNOUSERSITE": "1", "VIRTUAL_ENV": str(ctx.paths.env),
-                "PATH": f"{ctx.paths.env / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+                "PATH": f"{ctx.paths.env / 'bin'}{os.pathsep}{path}",
                 "FLASHINFER_WORKSPACE_BASE": str(ctx.paths.jit), "FLASHINFER_CUDA_ARCH_LIST": arch_list,
                 "FLASHINFER_DISABLE_VERSION_CHECK": "1", "MAX_JOBS": env.get("MAX_JOBS", str(os.cpu_count() or 1))})
     return env
@@ -52,7 +66,8 @@ class JitStep:
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         return {"modules": [module_request(i, m) for i, m in enumerate(r.jit)],
-                "arch_list": r.cuda.arch_list if r.cuda else None, "builder": self.builder}
+                "arch_list": r.cuda.arch_list if r.cuda else None, "builder": self.builder,
+                "nvcc": str(resolved_nvcc(ctx) or "")}
 
     def _arch_list(self, ctx: StepContext) -> str:
         cuda = ctx.recipe.cuda
