@@ -253,7 +253,9 @@ def _held_bytes(device: torch.device) -> int:
     gc.collect()
     storages: dict[int, int] = {}
     for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.device.type == device.type:
+        # type(), not isinstance(): isinstance falls back to __class__, which some lazy
+        # module attributes (torch.distributed.reduce_op) turn into a warning
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == device.type:
             try:
                 st = obj.untyped_storage()
             except (RuntimeError, NotImplementedError):

@@ -109,12 +109,16 @@ def run(args: argparse.Namespace) -> int:
         results, choice = run_reference(device, args.seed, manifest, fixtures)
         if device.type != "cuda":
             notes.append("reference level on a CPU: CUDA-only checks are skipped, so passed is false")
+    elif level == "kernel":
+        # runs on a CPU too (the CUDA-graph check is then skipped): a missing fork is
+        # reported as unsupported wherever it happens
+        from checks.kernel import run_kernel_level
+        results, choice = run_kernel_level(device, args.seed, manifest, fixtures)
+        if device.type != "cuda":
+            notes.append("kernel level on a CPU: CUDA-only checks are skipped, so passed is false")
     elif device.type != "cuda":
         results = [res.CheckResult(n, res.SKIPPED, f"skipped: level {level} needs a CUDA device")
                    for n, _ in res.REQUIRED_CHECKS]
-    elif level == "kernel":
-        from checks.kernel import run_kernel_level
-        results, choice = run_kernel_level(device, args.seed, manifest, fixtures)
     else:
         from checks.engine import run_engine_level
         assert manifest is not None

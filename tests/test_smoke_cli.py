@@ -100,12 +100,13 @@ def test_usage_errors_exit_2_and_write_nothing(tmp_path: Path, capsys) -> None:
     assert not (out / "receipt.json").exists()
 
 
-def test_kernel_level_without_the_fork_is_unsupported_or_skipped(tmp_path: Path) -> None:
+def test_kernel_level_without_the_fork_is_unsupported(tmp_path: Path) -> None:
+    """No FlashInfer here: every kernel-level check is unsupported (never a crash, never a pass)."""
     out = tmp_path / "out"
     rc = smoke.main(["--level", "kernel", "--device", "cpu", "--output", str(out)])
     receipt = json.loads((out / "receipt.json").read_text())
     jsonschema.validate(receipt, SCHEMA)
-    assert rc == 1 and set(_status(receipt).values()) == {"skipped"}
+    assert rc == 1 and set(_status(receipt).values()) == {"unsupported"}
     assert len(receipt["reasons"]) == 6
 
 
