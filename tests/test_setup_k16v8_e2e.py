@@ -138,7 +138,9 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
     assert isinstance(wheel, Path)
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     with serve_find_links(wheel.parent) as served:
-        recipe = write_recipe(tmp_path, w, served.url + wheel.name)
+        # credentials in the wheel URL must reach the server, never a log, marker, lock or receipt
+        secret = "s3cr3t-t0ken-xyz"
+        recipe = write_recipe(tmp_path, w, served.url.replace("http://", f"http://october:{secret}@") + wheel.name)
         cmd = [sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe),
                "--cache-dir", str(cache), "--skip-preflight", "nvcc"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
@@ -179,3 +181,8 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
 
         again = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
         assert again.returncode == 0 and "0 step(s) ran" in again.stdout
+
+    leaks = [p for root in (stack, cache) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
+             and secret.encode() in p.read_bytes()]
+    assert leaks == [], f"the URL credential leaked into {leaks}"
+    assert secret not in proc.stdout + proc.stderr + again.stdout + again.stderr
