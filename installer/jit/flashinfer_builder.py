@@ -27,7 +27,6 @@ asymmetric fork.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import json
@@ -36,6 +35,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from installer.hashing import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3
@@ -46,14 +47,6 @@ WRAPPERS = {"decode": "BatchDecodeWithPagedKVCacheWrapper", "prefill": "BatchPre
 Module = Mapping[str, Any]           # one request entry: id, kind, q, k, v, o, head_dim, posenc, backend
 Built = dict[str, Any]               # id, uri, path, cached
 BuildFn = Callable[[Any, Sequence[Module]], list[Built]]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def asymmetric_problem(fi: Any, kinds: Sequence[str]) -> str | None:

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import subprocess
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Mapping
 
 from installer import __version__
+from installer.errors import CommandFailed, ToolMissing
 from installer.hashing import sha256_file
 from installer.pipeline import StepContext
 from installer.receipts import write_receipt
 from installer.recipe import PROJECT_ROOT
+from installer.runner import Runner
 
 
-def tool_git_commit() -> tuple[str, bool]:
+def tool_git_commit(runner: Runner) -> tuple[str, bool]:
     """The tool's own commit (``unknown`` outside a checkout) and whether its tree is dirty."""
     try:
-        head = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        head = runner.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], step="receipt", check=False,
+                          timeout=30)
+        dirty = runner.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           step="receipt", check=False, timeout=30)
+    except (ToolMissing, CommandFailed):
         return "unknown", False
-    commit = head.stdout.strip()
+    commit = head.output.strip()
     if head.returncode != 0 or len(commit) != 40:
         return "unknown", False
-    return commit, bool(dirty.stdout.strip())
+    return commit, bool(dirty.output.strip())
 
 
 class ReceiptStep:
@@ -37,7 +38,7 @@ class ReceiptStep:
 
     def build(self, ctx: StepContext) -> dict[str, Any]:
         o = ctx.options
-        commit, dirty = tool_git_commit()
+        commit, dirty = tool_git_commit(ctx.runner)
         fetch = ctx.done["fetch"].outputs["forks"] if "fetch" in ctx.done else {}
         pre = ctx.done["preflight"].outputs if "preflight" in ctx.done else None
         wheel = ctx.done["wheel"].outputs if "wheel" in ctx.done else None
