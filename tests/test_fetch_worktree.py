@@ -173,3 +173,38 @@ def test_strip_credentials_keeps_tokens_out_of_origin() -> None:
     assert strip_credentials("HTTP://tok@host/x.git") == "HTTP://host/x.git"
     assert strip_credentials("ssh://git@github.com/mcgrof/vllm.git") == "ssh://git@github.com/mcgrof/vllm.git"
     assert strip_credentials("file:///tmp/x.git") == "file:///tmp/x.git"
+
+
+def _global_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """Plant a post-checkout hook for every repository git touches from now on
+    (GIT_CONFIG_GLOBAL -> core.hooksPath): the way a user's global git setup can
+    change a fresh checkout behind the tool's back."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    hook = hooks / "post-checkout"
+    hook.write_text("#!/bin/sh\n" + body)
+    hook.chmod(0o755)
+    cfg = tmp_path / "gitconfig"
+    cfg.write_text(f"[core]\n\thooksPath = {hooks}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
+
+
+def test_a_tree_dirty_right_after_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = make_repo(tmp_path, "alpha", commits=2)
+    recipe = make_recipe([fork_use("alpha", url, ids[-1])])
+    _global_hook(tmp_path, monkeypatch, 'echo planted > "$(git rev-parse --show-toplevel)/planted.txt"\n')
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
+    assert "is not clean after checkout" in err.value.message and "planted.txt" in err.value.message
+    assert "--allow-dirty" in err.value.message
+
+
+def test_head_moved_off_the_pin_after_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = make_repo(tmp_path, "alpha", commits=2)
+    recipe = make_recipe([fork_use("alpha", url, ids[-1])])
+    _global_hook(tmp_path, monkeypatch,
+                 '[ -n "$PLANTED" ] && exit 0\nPLANTED=1 git checkout -q --detach HEAD~1\n')
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
+    assert "is not at the pinned commit" in err.value.message
+    assert f"HEAD = {ids[-1]}" in err.value.message and f"HEAD = {ids[0]}" in err.value.message
