@@ -197,3 +197,20 @@ def test_malformed_expected_sha256(tmp_path: Path) -> None:
     with pytest.raises(WheelError) as err:
         download_wheel("https://example.invalid/x.whl", NAME, tmp_path, sha256="ABC", policy=FAST)
     assert "64 lowercase hex" in str(err.value)
+
+
+def test_tofu_remembers_the_first_hash_and_refuses_changed_bytes(server: WheelServer, tmp_path: Path) -> None:
+    """Trust on first use means once: the same URL is then a cache hit, and other bytes are refused."""
+    server.add("/w.whl", DATA)
+    first = download_wheel(server.url("/w.whl"), NAME, tmp_path, sha256=None, policy=FAST)
+    assert first.sha256 == SHA and not first.cached
+    again = download_wheel(server.url("/w.whl"), NAME, tmp_path, sha256=None, policy=FAST)
+    assert again.cached and again.transferred == 0 and len(server.requests) == 1
+    # the host now serves other bytes under the same URL, and the cached copy is gone
+    first.path.unlink()
+    server.add("/w.whl", DATA[::-1])
+    with pytest.raises(WheelError) as err:
+        download_wheel(server.url("/w.whl"), NAME, tmp_path, sha256=None, policy=FAST)
+    assert "now serves other bytes than when it was first trusted" in err.value.message
+    assert f"sha256 {SHA}" in err.value.message and "pin [wheel].sha256" in err.value.message
+    assert not partial_path(tmp_path, server.url("/w.whl")).exists()

@@ -218,8 +218,9 @@ def test_fault_wheel_fails_naming_the_check_and_installs_nothing(tmp_path: Path,
         WheelStep(policy=POLICY).run(ctx)
     assert FAULTS[kind] in str(err.value)
     assert installed(ctx) == []
-    if kind == "truncated-tofu":                       # unverified TOFU bytes leave the cache too
+    if kind == "truncated-tofu":                       # unverified TOFU bytes leave the cache too,
         assert not list((tmp_path / "cache" / "wheels" / "sha256").rglob("*.whl"))
+        assert not list((tmp_path / "cache" / "wheels" / "seen").glob("*.json"))  # and are not "trusted"
 
 
 def test_wheel_from_outside_the_fork_history_is_refused(tmp_path: Path, hist: Histories,

@@ -26,7 +26,7 @@ from installer.pipeline import JSON, LockedState, StepContext
 from installer.recipe import BaseWheel, ForkUse, Recipe
 from installer.redact import redact_url
 from installer.wheels.ancestry import check_ancestry
-from installer.wheels.download import DownloadPolicy, download_wheel
+from installer.wheels.download import DownloadPolicy, download_wheel, seen_path
 from installer.wheels.tags import PythonFacts, probe_python, supported_tags
 from installer.wheels.verify import WheelExpectation, verify_wheel
 from installer.wheels.version_info import read_version_info
@@ -168,7 +168,8 @@ class WheelStep:
             report = verify_wheel(got.path, expectation(ctx.recipe, tags, facts))
         except WheelError:
             if trust == "tofu":
-                got.path.unlink(missing_ok=True)   # unverified bytes do not stay in the cache
+                got.path.unlink(missing_ok=True)   # unverified bytes do not stay in the cache,
+                seen_path(ctx.options.cache_dir, w.url).unlink(missing_ok=True)  # nor count as trusted
             raise
         checks += report.checks
         info = read_version_info(got.path)

@@ -6,6 +6,11 @@ Layout under the cache dir::
     wheels/partial/<urlhash>.part       an unfinished download of one URL (resumed next time)
     wheels/partial/<urlhash>.json       its validator (ETag / Last-Modified) for If-Range
     wheels/partial/<urlhash>.lock       one downloader per URL at a time
+    wheels/seen/<urlhash>.json          trust on first use: the sha256 a URL gave the first time
+
+A URL downloaded without a pinned sha256 is trusted on first use; the hash it gave is
+remembered, so a later download of that URL is a cache hit, and a host that later serves
+other bytes under it is refused instead of silently trusted again.
 
 The sha256 is computed while the bytes stream in; on resume the bytes already
 on disk are hashed once and the stream continues, so every byte crosses the
@@ -82,9 +87,26 @@ def cache_path(cache_dir: Path, sha256: str, filename: str) -> Path:
     return cache_dir / "wheels" / "sha256" / sha256 / filename
 
 
+def _url_key(url: str) -> str:
+    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
+
+
 def partial_path(cache_dir: Path, url: str) -> Path:
-    key = hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
-    return cache_dir / "wheels" / "partial" / f"{key}.part"
+    return cache_dir / "wheels" / "partial" / f"{_url_key(url)}.part"
+
+
+def seen_path(cache_dir: Path, url: str) -> Path:
+    return cache_dir / "wheels" / "seen" / f"{_url_key(url)}.json"
+
+
+def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
+    """The sha256 this URL gave when it was first trusted (None: never downloaded unpinned)."""
+    try:
+        data = json.loads(seen_path(cache_dir, url).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    sha = data.get("sha256") if isinstance(data, dict) and data.get("filename") == filename else None
+    return sha if isinstance(sha, str) and _SHA256.match(sha) else None
 
 
 # ------------------------------------------------------------------------ partial file
@@ -321,6 +343,9 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
                          found=repr(sha256), fix="fix [wheel].sha256 in the recipe (or the lock)")
     _check_url(url, sha256)
     _tag_cache(cache_dir)
+    remembered = first_seen(cache_dir, url, filename) if sha256 is None else None
+    tofu = sha256 is None
+    sha256 = sha256 or remembered
     if sha256 is not None:
         hit = cache_path(cache_dir, sha256, filename)
         if hit.exists():
@@ -341,6 +366,14 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
             raise
         part.close()
         digest = part.hasher.hexdigest()
+        if remembered is not None and digest != remembered:
+            size = part.size
+            part.discard()
+            raise WheelError(f"[sha256] {redact_url(url)} now serves other bytes than when it was first trusted",
+                             expected=f"sha256 {remembered} (first seen, recorded in {seen_path(cache_dir, url)})",
+                             found=f"sha256 {digest} ({size} bytes)",
+                             fix="the file was deleted; pin [wheel].sha256 in the recipe to the wheel you mean "
+                                 "(delete the record above only if the change is expected)")
         if sha256 is not None and digest != sha256:
             size = part.size
             part.discard()
@@ -352,4 +385,7 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part_path, final)
         part.meta_path.unlink(missing_ok=True)
+        if tofu and remembered is None:
+            write_json_atomic(seen_path(cache_dir, url), {"url": redact_url(url), "filename": filename,
+                                                          "sha256": digest, "tool": __version__})
         return Downloaded(final, digest, final.stat().st_size, counter[0], part.resumed_from, False)
