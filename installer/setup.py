@@ -60,9 +60,26 @@ class SetupResult:
     paths: StackPaths
 
 
+def check_stack_dir(paths: StackPaths) -> None:
+    """Refuse to provision into a directory that holds something else (no lost data)."""
+    root = paths.root
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
+                         found="a file", fix="pass a directory path as STACK")
+    others = sorted(p.name for p in root.iterdir() if p != paths.lockfile) if root.is_dir() else []
+    if others and not paths.state.is_dir():
+        shown = ", ".join(others[:5])
+        raise UsageError(f"the stack path {root} is not empty and is not an october stack",
+                         expected="a new or empty directory, or a stack made by october_setup (with .state/)",
+                         found=f"other files ({shown}{', ...' if len(others) > 5 else ''})",
+                         fix="choose a new directory for the stack; nothing was changed")
+
+
 def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = False) -> SetupResult:
     paths = StackPaths(options.stack.resolve())
+    check_stack_dir(paths)
     paths.root.mkdir(parents=True, exist_ok=True)
+    paths.state.mkdir(parents=True, exist_ok=True)
     steps = plan_steps(options.recipe)
     with StackLock(paths.lockfile):
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)

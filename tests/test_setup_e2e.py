@@ -209,3 +209,19 @@ def test_pin_fetched_from_upstream(world: World, tmp_path: Path) -> None:
     assert (tmp_path / "stack" / "src" / "alpha" / "alpha" / "pr.py").exists()
     lock = (tmp_path / "stack" / "pylock.toml").read_text()
     assert f'commit-id = "{pr_head}"' in lock and upstream.as_uri() in lock
+
+
+def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: Path) -> None:
+    """No lost data: a non-empty directory that is not a stack is refused before anything is written."""
+    home = tmp_path / "home"
+    (home / "env").mkdir(parents=True)
+    (home / "env" / "precious.txt").write_text("keep me")
+    proc = cli(str(home), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 2 and "is not empty and is not an october stack" in proc.stderr
+    assert "env" in proc.stderr and "choose a new directory" in proc.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["env"]
+    assert (home / "env" / "precious.txt").read_text() == "keep me"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = cli(str(afile), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 2 and "is a file" in proc.stderr
