@@ -26,7 +26,7 @@ from installer.setup import run_setup
 from installer.stacklock import StackLock
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import add_commit
-from tests.fixtures.world import World, make_world
+from tests.fixtures.world import World, make_world, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +44,6 @@ def setup(world: World, stack: Path, cache: Path, **kw: object):
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, env=env, timeout=300)
-
-
-def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """mtime and size of every file, except the stack lock itself (taken and released per run)."""
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in root.rglob("*") if (p.is_file() or p.is_symlink()) and p.name != ".october.lock"}
 
 
 def test_full_run_then_noop(world: World, tmp_path: Path) -> None:

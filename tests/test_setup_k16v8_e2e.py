@@ -26,6 +26,7 @@ from tests.fixtures.base_wheels import vllm_wheel
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git
 from tests.fixtures.stack_forks import FLASHINFER_ASYM, TORCH, make_links, write_project
+from tests.fixtures.world import snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -179,8 +180,10 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
             so = next((stack / "jit").rglob(f"{m['uri']}.so"))
             assert sha256_file(so) == m["sha256"]
 
+        before = snapshot(stack)
         again = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
         assert again.returncode == 0 and "0 step(s) ran" in again.stdout
+        assert snapshot(stack) == before, "a no-op re-run must change no file (wheel, jit included)"
 
     leaks = [p for root in (stack, cache) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
              and secret.encode() in p.read_bytes()]

@@ -95,7 +95,8 @@ def test_good_pinned_wheel(tmp_path: Path, hist: Histories, server: WheelServer)
     out = step.run(ctx)
     dest = ctx.paths.wheels / whl.name
     assert out == {"path": str(dest), "filename": whl.name, "url": url, "sha256": sha, "size": whl.stat().st_size,
-                   "trust": "pinned", "source_commit": hist.base, "checks": ALL_CHECKS}
+                   "mtime_ns": dest.stat().st_mtime_ns, "trust": "pinned", "source_commit": hist.base,
+                   "checks": ALL_CHECKS}
     assert dest.read_bytes() == whl.read_bytes() and installed(ctx) == [whl.name]
     assert step.verify(ctx, out) is None
     json.dumps(out)                                    # outputs go into a JSON done-marker
@@ -233,11 +234,12 @@ def test_wheel_from_outside_the_fork_history_is_refused(tmp_path: Path, hist: Hi
     assert "not an ancestor" in str(err.value) and installed(ctx) == []
 
 
-def test_inputs_carry_the_wheel_table_lock_and_stack_tags(tmp_path: Path, hist: Histories) -> None:
+def test_inputs_carry_the_wheel_table_and_lock_and_run_nothing(tmp_path: Path, hist: Histories) -> None:
     w = BaseWheel(url="https://user:secret@example.invalid/v.whl", filename="v.whl", name="vllm",
                   version="0.18.0", sha256=None)
     lock = LockedState(path=Path("pylock.toml"), sha256="", commits={}, wheel_sha256="c" * 64, packages={})
     got = WheelStep().inputs(make_ctx(tmp_path, hist, w, locked=lock))
     assert got["locked_sha256"] == "c" * 64 and got["wheel"]["filename"] == "v.whl"
     assert got["fork"] == {"name": "vllm", "commit": hist.fork, "upstream": str(hist.upstream)}
-    assert isinstance(got["python_tags"], list) and "py3-none-any" in got["python_tags"]
+    # a no-op re-run computes every step's inputs: this one must start no process and write no log
+    assert "python_tags" not in got and not (tmp_path / "stack" / "logs").exists()

@@ -135,14 +135,14 @@ class WheelStep:
             return {"wheel": None}
         locked = ctx.options.locked
         fork = precompiled_fork(ctx.recipe)
-        tags = supported_tags(self._python(ctx)) if ctx.paths.python.exists() else None
+        # The stack Python's tags are not probed here: the env step's fingerprint (Python version)
+        # is chained into ours, and a no-op re-run must not start processes or write logs.
         return {"wheel": asdict(w), "locked": locked is not None,
                 "locked_sha256": locked.wheel_sha256 if locked else None,
                 "torch": ctx.recipe.torch.version,
                 "cuda_variant": ctx.recipe.cuda.variant if ctx.recipe.cuda else None,
                 "fork": {"name": fork.name, "commit": fork.pin.commit,
-                         "upstream": redact_url(fork.upstream or "")} if fork else None,
-                "python_tags": tags}
+                         "upstream": redact_url(fork.upstream or "")} if fork else None}
 
     # --------------------------------------------------------------------- run
 
@@ -193,7 +193,8 @@ class WheelStep:
         place(got.path, dest, got.sha256)
         ctx.ui.detail(f"verified {w.filename}: {', '.join(checks)}")
         return {"path": str(dest), "filename": w.filename, "url": redact_url(w.url), "sha256": got.sha256,
-                "size": got.size, "trust": trust, "source_commit": source_commit, "checks": checks}
+                "size": got.size, "mtime_ns": dest.stat().st_mtime_ns, "trust": trust,
+                "source_commit": source_commit, "checks": checks}
 
     # ------------------------------------------------------------------ verify
 
@@ -203,8 +204,11 @@ class WheelStep:
         path = Path(str(outputs.get("path", "")))
         if not path.is_file():
             return f"{path} is missing"
-        if path.stat().st_size != outputs.get("size"):
+        st = path.stat()
+        if st.st_size != outputs.get("size"):
             return f"{path.name} changed size"
+        if st.st_mtime_ns == outputs.get("mtime_ns"):
+            return None  # untouched since it was verified: no need to re-read ~430 MB on a no-op run
         if sha256_file(path) != outputs.get("sha256"):
             return f"{path.name} no longer has sha256 {outputs.get('sha256')}"
         return None
