@@ -214,3 +214,15 @@ def test_tofu_remembers_the_first_hash_and_refuses_changed_bytes(server: WheelSe
     assert "now serves other bytes than when it was first trusted" in err.value.message
     assert f"sha256 {SHA}" in err.value.message and "pin [wheel].sha256" in err.value.message
     assert not partial_path(tmp_path, server.url("/w.whl")).exists()
+
+
+def test_an_interrupted_download_keeps_no_credential_on_disk(server: WheelServer, tmp_path: Path) -> None:
+    """A partial download left behind (connection dropped, no retries left) must not hold the URL's token."""
+    server.add("/w.whl", DATA, drop_after=1000)
+    url = server.url("/w.whl").replace("http://", "http://user:hf_SECRETTOKEN123@")
+    with pytest.raises(WheelError):
+        download_wheel(url, NAME, tmp_path, sha256=SHA, policy=DownloadPolicy(timeout_s=2, attempts=1, backoff_s=0))
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".part" for p in files)            # the partial is kept for resuming
+    assert any(p.suffix == ".json" for p in files)            # with its validator, for If-Range
+    assert not [p for p in files if b"hf_SECRETTOKEN123" in p.read_bytes()]

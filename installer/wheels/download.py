@@ -137,7 +137,8 @@ class _Partial:
             meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
             return None
-        if isinstance(meta, dict) and meta.get("url") == self.url and isinstance(meta.get("validator"), str):
+        if isinstance(meta, dict) and meta.get("url") == redact_url(self.url) \
+                and isinstance(meta.get("validator"), str):
             return meta["validator"]
         return None
 
@@ -146,7 +147,8 @@ class _Partial:
         validator = etag if etag and not etag.startswith("W/") else headers.get("last-modified")
         if validator and validator != self.validator:
             self.validator = validator
-            write_json_atomic(self.meta_path, {"url": self.url, "validator": validator})
+            # the file is keyed by a hash of the full URL; the URL itself is stored without credentials
+            write_json_atomic(self.meta_path, {"url": redact_url(self.url), "validator": validator})
 
     def write(self, chunk: bytes) -> None:
         self.fh.write(chunk)
