@@ -304,6 +304,11 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
         if found.error is None:
             choice = ScaleChoice(found.v_scales[:1], "fixtures", found.path,
                                  note="layer 0's V scale from the fixtures file")
+        elif found.path is not None and Path(found.path).exists():
+            # a scales file that is there but wrong (another model or revision, a NaN) is never
+            # silently replaced: the run goes on with the synthetic scale and the check fails
+            choice = ScaleChoice((0.05,), "synthetic", found.path, error=found.error,
+                                 note="the fixtures file was rejected")
     fi, why = probe()
     if fi is None:
         return [CheckResult(n, "unsupported", f"unsupported: {why}") for n, _ in REQUIRED_CHECKS], choice
@@ -311,7 +316,12 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     fns: dict[str, Callable[[KernelBackend], CheckResult]] = {
         "physical_k16v8": _physical, "calibrated_scales": _scales, "mixed_prefill": _mixed,
         "decode_graphs": _graphs, "clean_memory": _memory, "deterministic_generation": _deterministic}
-    return [run_check(n, fns[n], kb) for n, _ in REQUIRED_CHECKS], choice
+    results = [run_check(n, fns[n], kb) for n, _ in REQUIRED_CHECKS]
+    if choice.error is not None:
+        results = [CheckResult(r.name, FAILED, f"the supplied scales were rejected: {choice.error.splitlines()[0]}",
+                               {"scales_file": choice.path, "error": choice.error}, r.limits, r.seconds)
+                   if r.name == "calibrated_scales" else r for r in results]
+    return results, choice
 
 
 __all__ = ["probe", "run_kernel_level", "Unsupported"]

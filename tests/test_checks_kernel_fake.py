@@ -255,3 +255,24 @@ def test_stale_graph_buffers_fail_on_real_cuda_graphs(tmp_path: Path) -> None:
     assert receipt["passed"] is False and _status(receipt) == expected
     graphs = _check(receipt, "decode_graphs")
     assert graphs["measured"]["cuda_graphs"] is True and "graph replay" in graphs["summary"]
+
+
+@pytest.mark.parametrize("what", ["other_revision", "nan"])
+def test_cli_kernel_level_rejects_scales_made_for_another_model(tmp_path: Path, what: str) -> None:
+    """A fixtures file that exists but is for another revision (or holds a NaN) fails calibrated
+    scales; it is never silently replaced by the synthetic scale."""
+    from checks.scales import scales_path, write_scales
+    from tests.test_smoke_cli import REPO, REV, _manifest
+
+    fixtures = tmp_path / "fixtures"
+    rev = "0" * 40 if what == "other_revision" else REV
+    write_scales(scales_path(fixtures, REPO), repo=REPO, revision=rev,
+                 v_scales=[0.02, float("nan")] if what == "nan" else [0.02, 0.03])
+    out = tmp_path / "out"
+    run = _run([sys.executable, "-m", "checks.smoke", "--level", "kernel", "--device", "cpu", "--format", "awq",
+                "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures), "--output", str(out)], out, "")
+    assert run["receipt"] is not None, _show(run)
+    assert _status(run["receipt"]) == _PASS_CPU | {"calibrated_scales": "failed"}, _show(run)
+    check = _check(run["receipt"], "calibrated_scales")
+    assert "the supplied scales were rejected" in check["summary"]
+    assert run["receipt"]["scales"]["error"] and run["rc"] == 1
