@@ -14,7 +14,7 @@ from typing import Callable, Optional, TypeVar
 import typer
 from platformdirs import user_cache_dir
 
-from installer.errors import OctoberError
+from installer.errors import FileSystemError, OctoberError
 from installer.ui import ConsoleReporter
 
 T = TypeVar("T")
@@ -36,6 +36,10 @@ def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
     except OctoberError as exc:
         ui.error(exc.title, exc.message)
         raise typer.Exit(exc.exit_code) from None
+    except OSError as exc:  # anything a step did not map: still a message, never a traceback
+        err = FileSystemError.from_os_error(exc)
+        ui.error(err.title, err.message)
+        raise typer.Exit(err.exit_code) from None
     except KeyboardInterrupt:
         ui.error("interrupted", "stopped by the user; re-run the same command to resume")
         raise typer.Exit(130) from None

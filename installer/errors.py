@@ -190,3 +190,18 @@ class SmokeError(OctoberError):
 class StateError(OctoberError):
     exit_code = 18
     title = "stack state error"
+
+
+class FileSystemError(OctoberError):
+    """A path the user gave cannot be read or written (permissions, a file where a directory
+    belongs, a full disk): raised by the CLI for any OSError a step did not map itself."""
+
+    exit_code = 19
+    title = "file system error"
+
+    @classmethod
+    def from_os_error(cls, exc: OSError) -> "FileSystemError":
+        where = exc.filename if exc.filename is not None else "a path"
+        return cls(f"cannot use {where}", expected="a path that can be read and written there",
+                   found=exc.strerror or type(exc).__name__,
+                   fix="check the path (a file where a directory belongs?), its permissions and free space")

@@ -81,9 +81,18 @@ class Runner:
             if cwd is not None:
                 fh.write(f"# cwd: {cwd}\n")
             fh.flush()
-            with subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  text=True, errors="replace", bufsize=1) as proc:
+            try:
+                proc_cm = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           text=True, errors="replace", bufsize=1)
+            except OSError as exc:
+                fh.write(f"# could not start: {exc}\n")
+                raise ToolMissing(f"step '{step}' could not start `{shown}`",
+                                  expected=f"an executable {exe}" + (f" and a directory {cwd}" if cwd else ""),
+                                  found=exc.strerror or str(exc),
+                                  fix="check that the program is executable and the directory exists; "
+                                      "re-running recreates what earlier steps made") from None
+            with proc_cm as proc:
                 assert proc.stdout is not None
                 timer = threading.Timer(timeout, proc.kill) if timeout else None
                 if timer is not None:

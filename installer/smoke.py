@@ -17,7 +17,7 @@ import jsonschema
 
 from checks.results import format_table
 from installer.atomic import write_json_atomic
-from installer.errors import ReceiptError, SmokeError
+from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
 from installer.runner import Runner
 
@@ -116,15 +116,23 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
     return info
 
 
+def check_choices(opts: SmokeOptions) -> None:
+    """Usage errors first, before anything is looked at or written."""
+    if opts.format not in FORMATS:
+        raise UsageError("unknown model format", expected=" or ".join(FORMATS), found=repr(opts.format),
+                         fix="pass --format awq or --format fp16")
+    if opts.level is not None and opts.level not in LEVELS:
+        raise UsageError("unknown smoke level", expected=", ".join(LEVELS), found=repr(opts.level),
+                         fix="pass --level reference, kernel or engine, or leave it out")
+    if opts.output.exists() and not opts.output.is_dir():
+        raise UsageError(f"--output {opts.output} is a file", expected="a directory for receipt.json (made if missing)",
+                         found="a file", fix="pass a directory path to --output")
+
+
 def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
                base_env: Mapping[str, str]) -> SmokePlan:
     """The command and environment; pure (reads nothing, runs nothing)."""
-    if opts.format not in FORMATS:
-        raise SmokeError("unknown model format", expected=" or ".join(FORMATS), found=repr(opts.format),
-                         fix="pass --format awq or --format fp16")
-    if opts.level is not None and opts.level not in LEVELS:
-        raise SmokeError("unknown smoke level", expected=", ".join(LEVELS), found=repr(opts.level),
-                         fix="pass --level reference, kernel or engine, or leave it out")
+    check_choices(opts)
     argv = [str(python), "-m", "checks.smoke", "--format", opts.format,
             "--output", str(opts.output), "--stack-info", str(info_path),
             "--device", opts.device, "--seed", str(opts.seed)]
@@ -165,6 +173,7 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
     import os
     env = dict(os.environ if base_env is None else base_env)
+    check_choices(opts)
     python = stack_python(opts.install)
     manifest = resolve_manifest(opts, cwd or Path.cwd())
     opts.output.mkdir(parents=True, exist_ok=True)

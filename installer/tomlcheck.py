@@ -106,6 +106,15 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(path, "<file>", expected="valid TOML", found=f"a syntax error: {exc}",
                           fix=f"fix the TOML syntax in {path}") from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(path, "<file>", expected="a UTF-8 TOML file", found=f"undecodable bytes ({exc.reason})",
+                          fix=f"save {path} as UTF-8") from None
+    except IsADirectoryError:
+        raise RecipeError(path, "<file>", expected="a TOML file", found="a directory",
+                          fix="pass a recipe name (see recipes/) or the path of a .toml file") from None
+    except OSError as exc:
+        raise RecipeError(path, "<file>", expected="a readable TOML file", found=exc.strerror or str(exc),
+                          fix=f"check the permissions of {path}") from None
 
 
 def version_key(t: Table, name: str, *, required: bool = True) -> str | None:

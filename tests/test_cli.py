@@ -63,3 +63,36 @@ def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -
     assert statuses["changing decode graphs"] == "skipped"
     assert statuses["physical K16/V8"] == "passed"
     assert "changing decode graphs" in proc.stdout + proc.stderr
+
+
+def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
+    """Paths that are directories, files or unwritable: each is a message with a documented code."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [
+        # (argv, module, exit code, text in stderr)
+        (["october_setup", str(tmp_path / "s"), "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
+        (["doctor", "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
+        (["download", "--format", "awq", "--output", str(tmp_path)], 2, "is a directory"),
+        (["download", "--format", "awq", "--output", str(afile / "x.json")], 2, "is a file"),
+        (["smoke", "--install", str(tmp_path), "--format", "bogus", "--output", str(tmp_path / "o")], 2,
+         "unknown model format"),
+        (["smoke", "--install", str(tmp_path), "--format", "awq", "--level", "bogus", "--output",
+          str(tmp_path / "o")], 2, "unknown smoke level"),
+        (["smoke", "--install", str(tmp_path), "--format", "awq", "--output", str(afile)], 2, "is a file"),
+        (["october_setup", "/proc/no-such-dir/stack", "--recipe", "current", "--skip-preflight",
+          "nvcc,gpu,ram,disk"], 19, "file system error"),
+    ]
+    bad_utf8 = tmp_path / "bad.toml"
+    bad_utf8.write_bytes(b"name = \"\xff\xfe\"\n")
+    cases.append((["october_setup", str(tmp_path / "s2"), "--recipe", str(bad_utf8)], 3, "Expected a UTF-8 TOML file"))
+    for argv, code, text in cases:
+        if argv[0] == "october_setup":
+            proc = subprocess.run([sys.executable, "-m", "installer.october_setup", *argv[1:]], cwd=PROJECT_ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        else:
+            proc = current(*argv)
+        assert "Traceback" not in proc.stderr, (argv, proc.stderr)
+        assert proc.returncode == code, (argv, proc.returncode, proc.stderr)
+        assert text in proc.stderr, (argv, proc.stderr)
+        assert "->" in proc.stderr, (argv, proc.stderr)

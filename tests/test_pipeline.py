@@ -180,3 +180,15 @@ def test_conftest_guard_refuses_non_loopback_connections() -> None:
     import socket
     with pytest.raises(ConnectionRefusedError, match="only connect to loopback"):
         socket.create_connection(("192.0.2.1", 443), timeout=1)
+
+
+def test_runner_program_that_cannot_start(tmp_path: Path) -> None:
+    """A file that is there but not executable, or a missing working directory: a message, not a traceback."""
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\necho hi\n")
+    with pytest.raises(ToolMissing) as info:
+        Runner(tmp_path / "logs").run([str(script)], step="s")
+    assert "could not start" in info.value.message and "Permission denied" in info.value.message
+    with pytest.raises(ToolMissing) as info:
+        Runner(tmp_path / "logs").run([sys.executable, "-c", "pass"], step="s", cwd=tmp_path / "nowhere")
+    assert "No such file or directory" in info.value.message

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import SmokeError
+from installer.errors import SmokeError, UsageError
 from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, resolve_manifest,
                              run_smoke, stack_info, stack_python)
 
@@ -55,8 +55,9 @@ def test_plan_leaves_out_what_was_not_given(tmp_path: Path) -> None:
 def test_plan_rejects_unknown_choices(tmp_path: Path, field: str, value: str) -> None:
     opts = SmokeOptions(install=tmp_path, format="awq", output=tmp_path)
     opts = SmokeOptions(**{**opts.__dict__, field: value})
-    with pytest.raises(SmokeError, match="Expected"):
+    with pytest.raises(UsageError, match="Expected") as err:
         plan_smoke(opts, Path("py"), None, Path("i.json"), {})
+    assert err.value.exit_code == 2
 
 
 def test_missing_stack_python_says_how_to_fix(tmp_path: Path) -> None:

@@ -81,6 +81,14 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
                           expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",
                           found="an empty list")
+    output = opts.output.expanduser().absolute()
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a directory", expected="a path for the manifest JSON file",
+                         found="a directory", fix=f"pass a file path, e.g. --output {output / (opts.format + '-download.json')}")
+    parent = next((p for p in output.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
+                         found=f"{parent} is a file", fix="pass a path inside a directory")
     cache_dir = (opts.cache_dir or default_cache_dir(env)).expanduser().absolute()
     if opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
@@ -93,6 +101,6 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),
                         cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
-                        output=opts.output.expanduser().absolute(), offline=opts.offline,
+                        output=output, offline=opts.offline,
                         fixtures=fixtures.expanduser().absolute() if fixtures is not None else None,
                         quiet=opts.quiet)
