@@ -150,8 +150,10 @@ def run_pipeline(steps: Sequence[Step], ctx: StepContext,
                                 str(marker.get("finished_at", "")), "cached")
             ctx.ui.step_skip(step.name)
         else:
-            if marker_path.exists():
-                marker_path.unlink()
+            # this step and every later one are no longer done: drop their markers before any work,
+            # so a run killed anywhere from here on cannot leave a later step looking "cached"
+            for later in steps[steps.index(step):]:
+                ctx.paths.marker(later.name).unlink(missing_ok=True)
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()
             outputs = dict(step.run(ctx))

@@ -192,3 +192,22 @@ def test_runner_program_that_cannot_start(tmp_path: Path) -> None:
     with pytest.raises(ToolMissing) as info:
         Runner(tmp_path / "logs").run([sys.executable, "-c", "pass"], step="s", cwd=tmp_path / "nowhere")
     assert "No such file or directory" in info.value.message
+
+
+def test_rerun_drops_later_markers_before_any_work(tmp_path: Path) -> None:
+    """Killed right after a re-run step wrote its marker, the next run must not trust later markers."""
+    steps = [FileStep("a", {"v": "1"}), FileStep("b", {"v": "2"}), FileStep("c", {"v": "3"})]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    (ctx.paths.root / "b.txt").unlink()          # b's outputs no longer verify
+
+    def killed_after(rec: Any) -> None:
+        if rec.name == "b" and rec.status == "ran":
+            raise KeyboardInterrupt
+
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(steps, ctx2, on_record=killed_after)
+    assert ctx.paths.marker("b").exists() and not ctx.paths.marker("c").exists()
+    ctx3 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx3)] == ["cached", "cached", "ran"]

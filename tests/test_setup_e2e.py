@@ -219,3 +219,19 @@ def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: 
     afile.write_text("x")
     proc = cli(str(afile), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 2 and "is a file" in proc.stderr
+
+
+def test_a_package_changed_by_hand_is_noticed_and_locked(world: World, tmp_path: Path) -> None:
+    """The lock must not go stale: a package upgraded in the env by hand re-runs lock (and receipt)."""
+    from installer.uvcmd import uv_exe
+    from tests.fixtures.wheels import build_wheel
+
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    build_wheel(world.wheels, "tinydep", "2.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--python", str(stack / "env" / "bin" / "python"),
+                    "--no-index", "--find-links", str(world.wheels), "tinydep==2.0"], check=True,
+                   env=dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uvc")))
+    res = setup(world, stack, cache)
+    assert {r.name: r.status for r in res.records}["lock"] == "ran"
+    assert locked_state(stack / "pylock.toml").packages["tinydep"] == "2.0"

@@ -8,6 +8,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from packaging.utils import canonicalize_name
+
 from installer.atomic import write_text_atomic
 from installer.errors import LockError
 from installer.hashing import sha256_file
@@ -131,4 +133,23 @@ class LockStep:
             return "pylock.toml is missing"
         if sha256_file(ctx.paths.pylock) != outputs.get("sha256"):
             return "pylock.toml was changed"
+        with open(ctx.paths.pylock, "rb") as fh:
+            locked = {str(canonicalize_name(p["name"])): str(p.get("version"))
+                      for p in tomllib.load(fh).get("packages", [])}
+        now = installed_versions(ctx.paths.env)
+        changed = sorted(n for n in set(locked) | set(now) if locked.get(n) != now.get(n))
+        if changed:
+            return "the env changed since the lock was written: " + ", ".join(
+                f"{n} {locked.get(n, '-')} -> {now.get(n, '-')}" for n in changed[:5])
         return None
+
+
+def installed_versions(env: Path) -> dict[str, str]:
+    """name -> version of every distribution in the env, read from its .dist-info directory names
+    (no process started: this runs on every no-op re-run)."""
+    out: dict[str, str] = {}
+    for site in env.glob("lib/python*/site-packages"):
+        for info in site.glob("*.dist-info"):
+            name, _, version = info.name[: -len(".dist-info")].partition("-")
+            out[str(canonicalize_name(name))] = version
+    return out
