@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError
 from installer.hashing import sha256_file
@@ -19,6 +21,7 @@ from installer.tomlcheck import FORMAT_VERSION, Table, check_format, describe, r
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+ARCH_ITEM = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
 INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 JIT_KINDS = ("decode", "prefill")
 JIT_DTYPES = ("f16", "bf16", "e4m3", "e5m2")
@@ -275,6 +278,8 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
     tt = top.table("torch")
     assert tt is not None
     torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False))
+    if torch.index_url is not None and not re.match(r"^(https?|file)://", torch.index_url):
+        raise tt.err("index", "an https:// (or file://) package index URL", torch.index_url)
     tt.done()
 
     bt = top.table("build", required=False)
@@ -328,6 +333,11 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
             raise ct.err("version", "a CUDA major.minor such as '12.9'", cver)
         cuda = CudaPin(version=cver, arch_list=ct.get("arch_list", str), variant=ct.get("variant", str))
         ct.done()
+        items = [x for x in re.split(r"[\s;,]+", cuda.arch_list.strip()) if x]
+        if not items or not all(ARCH_ITEM.match(x) for x in items):
+            raise ct.err("arch_list", "compute capabilities such as '9.0' or '8.9 9.0a'", cuda.arch_list)
+        if not re.match(r"^cu\d{3}$", cuda.variant):
+            raise ct.err("variant", "a CUDA wheel variant such as 'cu129' or 'cu130'", cuda.variant)
 
     wt = top.table("wheel", required=False)
     wheel = None
@@ -335,11 +345,26 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         sha = wt.get("sha256", str, required=False)
         if sha is not None and not SHA256.match(sha):
             raise wt.err("sha256", "64 lowercase hex characters", sha)
-        wheel = BaseWheel(url=wt.get("url", str), filename=wt.get("filename", str),
+        url = wt.get("url", str)
+        if not re.match(r"^(https?|file)://", url):
+            raise wt.err("url", "an https://, http:// or file:// URL", url)
+        fname = wt.get("filename", str)
+        try:
+            parse_wheel_filename(fname)
+        except InvalidWheelFilename:
+            raise wt.err("filename", "a wheel filename such as 'vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl'",
+                         fname) from None
+        req_torch = wt.get("requires_torch", str, required=False)
+        if req_torch is not None:
+            try:
+                Version(req_torch)
+            except InvalidVersion:
+                raise wt.err("requires_torch", "a torch version such as '2.10.0'", req_torch) from None
+        wheel = BaseWheel(url=url, filename=fname,
                           name=wt.get("name", str), version=version_key(wt, "version") or "",
                           sha256=sha, cuda_variant=wt.get("cuda_variant", str, required=False),
                           cudart_major=wt.get("cudart_major", str, required=False),
-                          requires_torch=wt.get("requires_torch", str, required=False))
+                          requires_torch=req_torch)
         wt.done()
 
     pt = top.table("preflight", required=False)
@@ -359,6 +384,9 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
             min_compute_capability=pt.get("min_compute_capability", str, required=False),
             uv=uvspec,
             need_compiler=pt.get("need_compiler", bool, required=False, default=True))
+        mcc = preflight.min_compute_capability
+        if mcc is not None and not re.match(r"^\d+\.\d+$", mcc):
+            raise pt.err("min_compute_capability", "a compute capability major.minor such as '8.9'", mcc)
         for key in ("min_ram_gb", "min_disk_gb"):
             if getattr(preflight, key) < 0:
                 raise pt.err(key, "a number >= 0", getattr(preflight, key))
@@ -429,6 +457,9 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                             prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
                             max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128),
                             seed=smt.get("seed", int, required=False, default=0))
+        for key in ("prompt_tokens", "max_new_tokens"):
+            if getattr(smoke, key) <= 0:
+                raise smt.err(key, "a positive number of tokens", getattr(smoke, key))
         smt.done()
 
     top.done()

@@ -106,3 +106,16 @@ def test_vllm_C_import_failure_and_not_verifiable():
     assert got == "not verifiable here: no CUDA library loads (libcuda.so.1: cannot open)"
     with pytest.raises(InstallError):
         evaluate(SPEC, _facts(imports={}))
+
+
+def test_only_a_torch_version_conflict_is_called_one() -> None:
+    """A failure is blamed on torch only when uv talks about a torch version."""
+    from installer.errors import CommandFailed
+    from installer.steps.install import _install_failed
+
+    conflict = CommandFailed("install", ["uv"], 1, "Because torch-mover==1.0 depends on torch==2.11.0 and you "
+                             "require torch==2.10.0+cpu, we can conclude ...", None)
+    build = CommandFailed("install", ["uv"], 1, "error: /opt/torch/include/c10/util/x.h: No such file", None)
+    assert "would move torch" in _install_failed("vllm", "2.10.0+cpu", conflict).message
+    assert "would move torch" not in _install_failed("vllm", "2.10.0+cpu", build).message
+    assert "failed" in _install_failed("vllm", "2.10.0+cpu", build).message

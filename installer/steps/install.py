@@ -16,6 +16,7 @@ Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -176,10 +177,15 @@ def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, P
     return None
 
 
+_TORCH_SPEC = re.compile(r"\btorch(\[[^\]]*\])?\s*(==|>=|<=|!=|~=|<|>)\s*\d")
+
+
 def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
     lines = [ln for ln in exc.tail.rstrip().splitlines() if not ln.startswith("Using Python")][-12:]
     said = "\n".join("    | " + ln for ln in lines)
-    moves_torch = any("torch" in ln for ln in lines)
+    # a resolver line about a torch version (e.g. "depends on torch==2.11.0"), not any line that
+    # merely contains "torch" (a build error under a path named torch/ is not a torch conflict)
+    moves_torch = any(_TORCH_SPEC.search(ln) for ln in lines)
     what = (f"installing fork '{fork}' would move torch away from the pinned {torch}" if moves_torch
             else f"installing fork '{fork}' failed")
     return InstallError(what, expected=f"the fork to install with torch held at torch=={torch} (recipe [torch]) "
