@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -23,14 +24,18 @@ class StackLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            if not holder:  # the holder took the lock a moment ago and is writing its pid
+                time.sleep(0.1)
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise StackLockedError(
                 f"the stack {self.path.parent} is being set up by another process",
                 expected="no other october_setup on this stack", found=f"pid {holder} holds {self.path}",
                 fix=f"wait for pid {holder} to finish, or stop it (kill {holder}) and re-run") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)           # write, then trim: the file is never seen empty while held
+        os.ftruncate(fd, len(pid))
         self._fd = fd
         return self
 
