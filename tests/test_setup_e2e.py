@@ -235,3 +235,33 @@ def test_a_package_changed_by_hand_is_noticed_and_locked(world: World, tmp_path:
     res = setup(world, stack, cache)
     assert {r.name: r.status for r in res.records}["lock"] == "ran"
     assert locked_state(stack / "pylock.toml").packages["tinydep"] == "2.0"
+
+
+def test_each_verify_notices_its_output_changed(world: World, tmp_path: Path) -> None:
+    """Planted faults for env, install, lock and receipt verification: each re-runs from that step."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+
+    def statuses() -> dict[str, str]:
+        return {r.name: r.status for r in setup(world, stack, cache).records}
+
+    receipt = stack / "receipts" / "setup.json"
+    receipt.write_text(receipt.read_text().replace('"fixture"', '"forged"'))
+    assert statuses() == {"preflight": "cached", "fetch": "cached", "env": "cached", "install": "cached",
+                          "lock": "cached", "receipt": "ran"}
+    assert '"forged"' not in receipt.read_text()
+
+    lock = stack / "pylock.toml"
+    lock.write_text(lock.read_text().replace('version = "1.0"', 'version = "0.9"'))
+    assert statuses()["lock"] == "ran" and 'version = "0.9"' not in lock.read_text()
+
+    site = next((stack / "env").glob("lib/python*/site-packages"))
+    alpha_info = next(site.glob("alpha-*.dist-info"))
+    (alpha_info / "direct_url.json").write_text('{"url": "https://pypi.org/alpha", "archive_info": {}}')
+    got = statuses()
+    assert got["install"] == "ran" and got["env"] == "cached"
+
+    shutil.rmtree(next(site.glob("torch-*.dist-info")))
+    got = statuses()
+    assert got["env"] == "ran" and got["install"] == "ran" and got["lock"] == "ran"
+    assert next(site.glob("torch-*.dist-info")).name == "torch-2.10.0+fixture.dist-info"

@@ -1,0 +1,311 @@
+"""The engine smoke level end to end against the stand-in vLLM fork, with planted faults.
+
+``tests/fixtures/fake_vllm`` is a test stand-in for the mcgrof/vllm fork (which
+cannot be installed here): each run puts it on ``PYTHONPATH`` in a subprocess,
+so this process never imports ``vllm``.  ``FAKE_VLLM_FAULT`` plants one fault
+per run; every engine-level check must fail for its fault, and a fork missing
+an attribute the harness touches makes the checks that need it ``unsupported``
+with its name.
+
+The "downloaded model" is a tiny model dir (``config.json`` for the stand-in's
+random-weight decoder), a download manifest shaped like
+``receipts/download.schema.json`` and a scales file written with
+``checks.scales.write_scales``, calibrated (amax / 448) by the stand-in's own
+model code on text other than the harness prompts.  Every run goes through the
+CLI: ``python -m checks.smoke --level engine --manifest M --fixtures F``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+with warnings.catch_warnings():  # torch warns at import when numpy is absent
+    warnings.simplefilter("ignore", UserWarning)
+    import torch  # noqa: F401  (the stand-in's model code below needs it)
+
+import pytest
+
+from checks.scales import scales_path, write_scales
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = ROOT / "tests" / "fixtures" / "fake_vllm"
+CHECKS = ("physical_k16v8", "calibrated_scales", "mixed_prefill", "decode_graphs", "clean_memory",
+          "deterministic_generation")
+REPO, REVISION = "fake-org/Tiny-K16V8", "0123456789abcdef0123456789abcdef01234567"
+MODEL_CONFIG = {"architectures": ["FakeTinyForCausalLM"], "model_type": "fake_tiny", "vocab_size": 320,
+                "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+                "max_position_embeddings": 4160, "torch_dtype": "bfloat16", "seed": 1234}
+CALIBRATION_TEXT = ("The quick brown fox jumps over the lazy dog.",
+                    "Once upon a time, in a land far away, lived a sea captain.",
+                    "Numbers: 2, 3, 5, 7, 11, 13; code: for i in range(10): print(i)")
+
+# fault -> (the check it exists to fail, every check's status on a CPU)
+_PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped"}
+CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
+    "": (None, _PASS_CPU),
+    # a 16-bit V cache also breaks the (2 + 1)-byte formula of the memory check
+    "symmetric_bf16": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed", "clean_memory": "failed"}),
+    "scales_default": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed"}),
+    "mixed_prefill_offset": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed"}),
+    "stale_graph": ("decode_graphs", _PASS_CPU | {"decode_graphs": "failed"}),
+    "leak": ("clean_memory", _PASS_CPU | {"clean_memory": "failed"}),
+    "nan": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed"}),
+    # noisy sampling also breaks every other comparison of two runs
+    "nondeterministic": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed",
+                                                                  "mixed_prefill": "failed",
+                                                                  "decode_graphs": "failed"}),
+    "missing_kv_caches": ("*", _PASS_CPU | dict.fromkeys(("physical_k16v8", "calibrated_scales",
+                                                          "clean_memory"), "unsupported")),
+}
+
+
+def _load_tiny() -> Any:
+    """The stand-in's model code under a private name: this process's ``vllm`` stays unimported."""
+    name = "_fake_vllm_tiny_under_test"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, FAKE / "vllm" / "_tiny.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod            # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_inputs(base: Path, layers_in_scales: int | None = None) -> tuple[Path, Path, Path]:
+    """(manifest, fixtures dir, model dir) for the tiny model."""
+    model = base / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIG), encoding="utf-8")
+    scales = _load_tiny().calibrate_v_scales(model, CALIBRATION_TEXT)
+    if layers_in_scales is not None:
+        scales = (scales * layers_in_scales)[:layers_in_scales]
+    fixtures = base / "fixtures"
+    write_scales(scales_path(fixtures, REPO), repo=REPO, revision=REVISION, v_scales=scales,
+                 method={"statistic": "amax / 448", "calibration_tokens": sum(map(len, CALIBRATION_TEXT)),
+                         "dataset": "tests/test_checks_engine_fake.py CALIBRATION_TEXT",
+                         "dtype": "float8_e4m3fn"})
+    manifest = base / "download.json"
+    manifest.write_text(json.dumps({
+        "format_version": 1, "kind": "october-download-manifest",
+        "recipe": {"name": "test-k16v8", "sha256": "0" * 64, "path": "recipes/test.toml"},
+        "selection": "fp16", "repo": REPO, "revision": REVISION, "resolved_revision": REVISION,
+        "patterns": ["config.json"], "local_path": str(model), "endpoint": "https://hub.invalid",
+        "offline": True,
+        "files": [{"path": "config.json", "size": (model / "config.json").stat().st_size, "sha256": "1" * 64,
+                   "verified_against": "record"}],
+        "tool": {"name": "october", "version": "0.1.0"}, "created_at": "2025-01-01T00:00:00Z",
+        "scales": None}, indent=2), encoding="utf-8")
+    return manifest, fixtures, model
+
+
+def _env(fault: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(FAKE)]), OMP_NUM_THREADS="1")
+    env.pop("FAKE_VLLM_FAULT", None)
+    env.pop("KNLP_KV_FIXTURES", None)
+    if fault:
+        env["FAKE_VLLM_FAULT"] = fault
+    return env
+
+
+def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "cpu",
+         timeout: int = 240) -> dict[str, Any]:
+    manifest, fixtures, _ = inputs
+    cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", device,
+           "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out)]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(fault), capture_output=True, text=True, timeout=timeout)
+    wall = time.monotonic() - start
+    path = out / "receipt.json"
+    receipt = json.loads(path.read_text()) if path.exists() else None
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "receipt": receipt,
+            "wall": wall, "fault": fault}
+
+
+def _status(receipt: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in receipt["checks"]}
+
+
+def _check(receipt: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in receipt["checks"] if c["name"] == name)
+
+
+def _show(run: dict[str, Any]) -> str:
+    return f"fault {run['fault'] or 'none'} rc {run['rc']} ({run['wall']:.1f}s)\n{run['stdout']}\n{run['stderr'][-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    return make_inputs(tmp_path_factory.mktemp("engine_inputs"))
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(inputs: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """One engine-level CLI run on the CPU per fault (two at a time: each is a torch process)."""
+    base = tmp_path_factory.mktemp("engine_cpu")
+
+    def one(fault: str) -> dict[str, Any]:
+        return _run(inputs, base / (fault or "none"), fault)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(CPU_EXPECTED, pool.map(one, CPU_EXPECTED)))
+
+
+def test_inputs_are_what_current_download_writes(inputs: tuple[Path, Path, Path]) -> None:
+    from checks.inputs import engine_scales, load_manifest
+    from installer.download.manifest import validate_manifest
+    manifest, fixtures, _ = inputs
+    validate_manifest(json.loads(manifest.read_text()))
+    choice = engine_scales(load_manifest(manifest), fixtures, MODEL_CONFIG["num_hidden_layers"])
+    assert choice.error is None and len(choice.v_scales) == 3
+
+
+def test_no_fault_passes_everything_but_the_cpu_graph_check(cpu_runs: dict[str, dict[str, Any]]) -> None:
+    import jsonschema
+    run = cpu_runs[""]
+    receipt = run["receipt"]
+    assert receipt is not None, _show(run)
+    jsonschema.validate(receipt, json.loads((ROOT / "receipts" / "smoke.schema.json").read_text()))
+    assert _status(receipt) == _PASS_CPU, _show(run)
+    assert run["rc"] == 1 and receipt["passed"] is False and receipt["level"] == "engine"
+    assert len(receipt["reasons"]) == 1 and receipt["reasons"][0].startswith("changing decode graphs: skipped")
+    assert any("engine level on a CPU" in n for n in receipt["notes"])
+    assert receipt["model"]["repo"] == REPO and receipt["scales"]["source"] == "fixtures"
+    graphs = _check(receipt, "decode_graphs")["measured"]
+    assert graphs["graphs_captured"] is True and graphs["eager_engine_captured"] is False
+    assert graphs["cuda_graphs"] is False and graphs["match"] == [True, True, True]
+    physical = _check(receipt, "physical_k16v8")["measured"]
+    assert physical["v_dtype"] == "torch.float8_e4m3fn" and physical["state_vs_bf16"] == 0.75
+    assert physical["live"] == "K and V changed" and physical["layers"] == 3
+    scales = _check(receipt, "calibrated_scales")["measured"]
+    assert scales["v_scale_float"] == receipt["scales"]["v_scales"]
+    assert scales["events"] == ["scales_loaded", "graphs_captured"]
+    assert min(scales["v_range_used"]) > 0.5 and max(scales["v_saturated_share"]) < 0.01
+    memory = _check(receipt, "clean_memory")
+    assert memory["measured"]["kv_bytes"] == memory["limits"]["kv_bytes"] == 128 * 16 * 3 * 2 * 16 * 3
+    assert len(set(memory["measured"]["free_blocks_after_rounds"])) == 1
+    assert len(set(memory["measured"]["held_after_rounds"])) == 1
+    mixed = _check(receipt, "mixed_prefill")["measured"]
+    assert mixed["first_step_outputs"]["mixed-c"] == 1 and len(set(mixed["solo"])) > 3
+
+
+@pytest.mark.parametrize("fault", [f for f in CPU_EXPECTED if f])
+def test_each_planted_fault_fails_its_check(cpu_runs: dict[str, dict[str, Any]], fault: str) -> None:
+    run = cpu_runs[fault]
+    receipt = run["receipt"]
+    assert receipt is not None, _show(run)
+    target, expected = CPU_EXPECTED[fault]
+    assert _status(receipt) == expected, _show(run)
+    assert run["rc"] == 1 and receipt["passed"] is False
+    if target != "*":
+        assert expected[target] == "failed"
+        assert any(r.startswith(_check(receipt, target)["title"] + ": failed") for r in receipt["reasons"])
+
+
+def test_fault_measurements_name_the_fault(cpu_runs: dict[str, dict[str, Any]]) -> None:
+    def measured(fault: str, name: str) -> dict[str, Any]:
+        return _check(cpu_runs[fault]["receipt"], name)["measured"]
+
+    bf16 = measured("symmetric_bf16", "physical_k16v8")
+    assert bf16["v_dtype"] == "torch.bfloat16" and bf16["state_vs_bf16"] == 1.0
+    # the layers hold the supplied scales (the harness wrote them), yet V was stored with 1.0:
+    # only the stored-V measurement sees it
+    default = measured("scales_default", "calibrated_scales")
+    assert default["v_scale_float"] == cpu_runs[""]["receipt"]["scales"]["v_scales"]
+    assert max(default["v_range_used"]) < 1 / 16
+    offset = measured("mixed_prefill_offset", "mixed_prefill")
+    assert offset["first_step_outputs"]["mixed-c"] == 1 and offset["mixed"] != offset["solo"]
+    stale = _check(cpu_runs["stale_graph"]["receipt"], "decode_graphs")
+    assert stale["measured"]["graphs_captured"] is True and "graph-path decode differs" in stale["summary"]
+    leak = measured("leak", "clean_memory")
+    start, after = leak["free_blocks_start"], leak["free_blocks_after_rounds"]
+    assert after == [start - 1 - i for i in range(len(after))]
+    assert len(set(leak["held_after_rounds"])) == 1          # a leaked block shows in no byte count
+    assert measured("nan", "deterministic_generation")["nonfinite_logprobs"] == 32
+    noisy = measured("nondeterministic", "deterministic_generation")
+    assert noisy["tokens"] != noisy["tokens_second_run"] and noisy["nonfinite_logprobs"] == 0
+    for name in ("physical_k16v8", "calibrated_scales", "clean_memory"):
+        summary = _check(cpu_runs["missing_kv_caches"]["receipt"], name)["summary"]
+        assert "'kv_caches'" in summary and summary.startswith("unsupported:"), summary
+
+
+def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("a vllm is importable in this environment")
+    from checks import smoke
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")      # restored after the test
+    manifest, fixtures, _ = inputs
+    rc = smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
+                     "--fixtures", str(fixtures), "--output", str(tmp_path)])
+    receipt = json.loads((tmp_path / "receipt.json").read_text())
+    assert rc == 1 and set(_status(receipt).values()) == {"unsupported"}
+    assert "vllm.v1.worker.gpu_model_runner cannot be imported" in receipt["checks"][0]["summary"]
+
+
+def test_scales_for_another_layer_count_fail_before_the_engine_starts(tmp_path: Path) -> None:
+    from checks import smoke
+    manifest, fixtures, _ = make_inputs(tmp_path / "in", layers_in_scales=5)
+    rc = smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
+                     "--fixtures", str(fixtures), "--output", str(tmp_path / "out")])
+    receipt = json.loads((tmp_path / "out" / "receipt.json").read_text())
+    assert rc == 1 and _status(receipt) == dict.fromkeys(CHECKS, "skipped") | {"calibrated_scales": "failed"}
+    assert "num_layers" in _check(receipt, "calibrated_scales")["summary"]
+
+
+def test_a_model_dir_without_config_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from checks import smoke
+    manifest, fixtures, model = make_inputs(tmp_path / "in")
+    (model / "config.json").unlink()
+    assert smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
+                       "--fixtures", str(fixtures), "--output", str(tmp_path / "out")]) == 2
+    assert "config.json" in capsys.readouterr().err and not (tmp_path / "out" / "receipt.json").exists()
+
+
+def test_the_stand_in_is_not_the_reference() -> None:
+    """No ``checks`` import in the stand-in: the engine runs are not compared with the harness's own code."""
+    for path in (FAKE / "vllm").rglob("*.py"):
+        source = path.read_text()
+        assert "from checks" not in source and "import checks" not in source, path
+    from checks.engine import TOUCHED
+    for name in ("load_model", "capture_model", "kv_caches", "static_forward_context", "_v_scale_float",
+                 "add_request", "get_num_free_blocks", "num_gpu_blocks"):
+        assert any(name in entry for entry in TOUCHED), name
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+@pytest.mark.gpu
+def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
+    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", "", device="cuda")
+    print(_show(run))
+    receipt = run["receipt"]
+    assert receipt is not None and run["rc"] == 0, _show(run)
+    assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS, "passed")
+    graphs = _check(receipt, "decode_graphs")["measured"]
+    assert graphs["cuda_graphs"] is True and graphs["match"] == [True, True, True]
+    assert _check(receipt, "clean_memory")["measured"]["held_measure"] == "allocated GPU bytes"
+    assert receipt["machine"]["device"].startswith("cuda") and receipt["machine"]["gpu"]
+
+
+@pytest.mark.gpu
+def test_stale_graph_inputs_fail_the_engine_level_on_cuda(tmp_path: Path) -> None:
+    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", "stale_graph", device="cuda")
+    print(_show(run))
+    receipt = run["receipt"]
+    assert receipt is not None and run["rc"] == 1, _show(run)
+    expected = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "failed"}
+    assert receipt["passed"] is False and _status(receipt) == expected
+    graphs = _check(receipt, "decode_graphs")
+    assert graphs["measured"]["cuda_graphs"] is True and "CUDA graph decode differs" in graphs["summary"]
