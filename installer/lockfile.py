@@ -148,7 +148,7 @@ def read_lock(path: Path) -> dict[str, Any]:
 def locked_state(path: Path) -> LockedState:
     parts = locked_state_from_dict(read_lock(path))
     return LockedState(path=path.resolve(), sha256=sha256_file(path), commits=parts["commits"],
-                       wheel_sha256=parts["wheel_sha256"], packages=parts["packages"])
+                       wheel_sha256=parts["wheel_sha256"], packages=parts["packages"], hashes=parts["hashes"])
 
 
 def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
@@ -175,11 +175,16 @@ def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
 def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
     commits: dict[str, str] = {}
     packages: dict[str, str] = {}
+    hashes: dict[str, tuple[str, ...]] = {}
     for p in lock.get("packages", []):
         fork = p.get("tool", {}).get(TOOL, {}).get("fork")
         if fork and "vcs" in p:
             commits[fork] = p["vcs"]["commit-id"]
         elif "version" in p:
-            packages[str(canonicalize_name(p["name"]))] = str(p["version"])
+            name = str(canonicalize_name(p["name"]))
+            packages[name] = str(p["version"])
+            shas = tuple(w["hashes"]["sha256"] for w in p.get("wheels") or [] if "sha256" in w.get("hashes", {}))
+            if shas:
+                hashes[name] = shas
     wheel = lock.get("tool", {}).get(TOOL, {}).get("wheel") or {}
-    return {"commits": commits, "packages": packages, "wheel_sha256": wheel.get("sha256")}
+    return {"commits": commits, "packages": packages, "hashes": hashes, "wheel_sha256": wheel.get("sha256")}

@@ -38,6 +38,7 @@ class LockedState:
     commits: Mapping[str, str]                 # fork name -> full commit id
     wheel_sha256: str | None
     packages: Mapping[str, str]                # normalized name -> version (index packages)
+    hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> sha256 of its locked wheels
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,25 @@ def test_locked_reproduces_the_same_lock_and_refuses_drift(world: World, tmp_pat
                         + "0" * 64 + '" } }]\n')
     with pytest.raises(LockError) as info:
         setup(world, tmp_path / "s3", cache, locked=locked_state(tampered))
-    assert "ghost 1.0 is in the lock but not installed" in info.value.message
+    assert "gives no file hash" not in info.value.message
+    assert "do not match the lock" in info.value.message  # ghost's file does not exist anywhere
+
+    # a lock whose recorded file hash differs from what the sources serve is refused before any fork install
+    state = locked_state(lock1)
+    forged = tmp_path / "forged.toml"
+    forged.write_text(lock1.read_text().replace(state.hashes["tinydep"][0], "f" * 64))
+    with pytest.raises(LockError) as info:
+        setup(world, tmp_path / "s4", cache, locked=locked_state(forged))
+    assert "do not match the lock" in info.value.message and "sha256" in info.value.message
+    assert not (tmp_path / "s4" / ".state" / "install.json").exists()
+
+    # a version drift that hashes cannot catch (a package the lock has and the stack lacks) is listed
+    extra = tmp_path / "extra.toml"
+    text = lock1.read_text()
+    extra.write_text(text.replace('name = "tinydep"', 'name = "tinydep-gone"', 1))
+    with pytest.raises(LockError) as info:
+        setup(world, tmp_path / "s5", cache, locked=locked_state(extra))
+    assert "tinydep-gone" in info.value.message
 
 
 def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Path) -> None:

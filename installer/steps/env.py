@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Mapping
 
-from installer.errors import EnvError
+from installer.atomic import write_text_atomic
+from installer.errors import CommandFailed, EnvError, LockError
 from installer.pipeline import StepContext
 from installer.uvcmd import pip_install, source_args, uv_env, uv_exe
 
@@ -39,7 +40,8 @@ class EnvStep:
         locked = ctx.options.locked
         return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
                 "build": list(r.build_requirements), "sources": source_args(ctx, torch_index=True),
-                "locked": dict(locked.packages) if locked else None}
+                "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
+                if locked else None}
 
     def run(self, ctx: StepContext) -> Mapping[str, Any]:
         r = ctx.recipe
@@ -54,12 +56,38 @@ class EnvStep:
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
         pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements], torch_index=True)
+        if ctx.options.locked is not None:
+            self._install_locked_files(ctx)
         if not _dist_info_present(ctx, "torch", r.torch.version):
             raise EnvError("torch is not the pinned build after installing it",
                            expected=f"torch {r.torch.version}", found="another version or none",
                            fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
         return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
                 "torch": r.torch.version, "site_packages": _site_packages(ctx)}
+
+    def _install_locked_files(self, ctx: StepContext) -> None:
+        """--locked: every index package of the lock, at its version, from a file with the locked sha256
+        (uv refuses any other bytes), before the forks are installed on top."""
+        locked = ctx.options.locked
+        assert locked is not None
+        lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in locked.hashes[name])
+                 for name, version in sorted(locked.packages.items()) if locked.hashes.get(name)]
+        missing = sorted(n for n in locked.packages if not locked.hashes.get(n))
+        if missing:
+            raise LockError(f"the lock {locked.path} gives no file hash for {', '.join(missing)}",
+                            expected="a sha256 for every locked wheel", found="entries without hashes",
+                            fix="re-create the lock with october_setup (without --locked)")
+        req = ctx.paths.state / "locked-requirements.txt"
+        write_text_atomic(req, "\n".join(lines) + "\n")
+        ctx.ui.info(f"installing {len(lines)} locked files from {locked.path.name} (hashes enforced)")
+        try:
+            pip_install(ctx, self.name, ["--require-hashes", "--no-deps", "-r", str(req)], torch_index=True)
+        except CommandFailed as exc:
+            raise LockError(f"the files the recipe's sources serve do not match the lock {locked.path}",
+                            expected="every locked package at its locked version and sha256",
+                            found=f"uv refused ({exc.tail.strip().splitlines()[-1] if exc.tail.strip() else 'see log'})",
+                            fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
+                                f"{exc.log_path}") from None
 
     def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
         if not ctx.paths.python.exists():
