@@ -39,7 +39,8 @@ def test_step_passes_records_outputs_and_is_cached(tmp_path: Path, stand_ins: Pa
     [record] = run_pipeline([PreflightStep()], ctx)
     out = record.outputs
     assert record.status == "ran"
-    assert set(out) == {"facts", "machine", "checks", "skipped"}
+    assert set(out) == {"facts", "machine", "checks", "skipped", "tools"}
+    assert str(stand_ins / "nvcc") in out["tools"]
     assert [c["name"] for c in out["checks"]] == list(CHECK_NAMES)
     assert all(c["status"] == "passed" for c in out["checks"]), out["checks"]
     assert out["skipped"] == []
@@ -53,6 +54,11 @@ def test_step_passes_records_outputs_and_is_cached(tmp_path: Path, stand_ins: Pa
     again = make_ctx(tmp_path, recipe)
     [cached] = run_pipeline([PreflightStep()], again)
     assert cached.status == "cached" and log.stat().st_size == size  # verify() never re-probes
+
+    # a toolkit update (the nvcc program changed) is noticed without starting it, and re-probed
+    fake_tool(stand_ins, "nvcc", "Cuda compilation tools, release 12.9, V12.9.99\n")
+    [rerun] = run_pipeline([PreflightStep()], make_ctx(tmp_path, recipe))
+    assert rerun.status == "ran" and rerun.outputs["facts"]["nvcc"]["version"] == "12.9.99"
 
 
 def test_changed_limits_rerun_the_step(tmp_path: Path, stand_ins: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import ClassVar, Mapping
 
 from installer.errors import PreflightError
@@ -15,8 +16,11 @@ from installer.preflight.probes import gather_facts
 class PreflightStep:
     """Outputs: ``{"facts": {...}, "machine": {...}, "checks": [{name, status, detail}], "skipped": [...]}``.
 
-    Facts are gathered again only when the inputs change (recipe limits, skip
-    list, stack path): ``verify`` never re-probes.
+    Facts are gathered again when the inputs change (recipe limits, skip list,
+    stack path) or when a tool they came from changed: ``verify`` compares the
+    recorded size and mtime of each probed program (nvcc, nvidia-smi, git, the
+    compilers, uv) without starting any of them, so a no-op re-run stays fast and
+    writes nothing, while a toolkit or driver update is noticed.
     """
 
     name: ClassVar[str] = "preflight"
@@ -43,12 +47,41 @@ class PreflightStep:
         problems = punch_list(results)
         if problems:
             raise PreflightError(problems)
+        fj = facts_json(facts)
         return {
-            "facts": facts_json(facts),
+            "facts": fj,
             "machine": machine_facts_json(facts),
             "checks": [r.as_json() for r in results],
             "skipped": list(skip),
+            "tools": tool_stats(fj),
         }
 
     def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
+        recorded = outputs.get("tools")
+        if not isinstance(recorded, dict):
+            return "no record of the probed tools"
+        now = tool_stats(outputs.get("facts") if isinstance(outputs.get("facts"), dict) else {})
+        for path, stat in recorded.items():
+            if now.get(path) != stat:
+                return f"{path} changed since it was checked"
         return None
+
+
+TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv")
+
+
+def tool_stats(facts: Mapping[str, JSON]) -> dict[str, list[int] | None]:
+    """path -> [size, mtime_ns] (None when gone) for every program a fact was read from."""
+    out: dict[str, list[int] | None] = {}
+    for key in TOOL_FACTS:
+        fact = facts.get(key)
+        path = fact.get("path") if isinstance(fact, dict) else None
+        if not path:
+            continue
+        try:
+            st = Path(path).resolve().stat()
+        except OSError:
+            out[str(path)] = None
+            continue
+        out[str(path)] = [st.st_size, st.st_mtime_ns]
+    return out
