@@ -95,7 +95,7 @@ class StepContext:
 
     def output(self, step: str) -> Mapping[str, JSON]:
         if step not in self.done:
-            raise StateError(f"an earlier step's result is missing", expected=f"step '{step}' done",
+            raise StateError("an earlier step's result is missing", expected=f"step '{step}' done",
                              found="no record", fix="re-run october_setup")
         return self.done[step].outputs
 

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError
 from installer.hashing import sha256_file
-from installer.tomlcheck import FORMAT_VERSION, Table, check_format, describe, read_toml, version_key
+from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")

@@ -20,9 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +31,8 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
     import torch  # noqa: F401  (the stand-in's model code below needs it)
 
 import pytest
+
+from tests.fixtures.smoke_runs import check as _check, run_and_read, show as _show, statuses as _status
 
 from checks.scales import scales_path, write_scales
 
@@ -123,25 +123,10 @@ def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "
     manifest, fixtures, _ = inputs
     cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", device,
            "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out)]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(fault), capture_output=True, text=True, timeout=timeout)
-    wall = time.monotonic() - start
-    path = out / "receipt.json"
-    receipt = json.loads(path.read_text()) if path.exists() else None
-    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "receipt": receipt,
-            "wall": wall, "fault": fault}
+    return run_and_read(cmd, out, _env(fault), fault, timeout)
 
 
-def _status(receipt: dict[str, Any]) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in receipt["checks"]}
 
-
-def _check(receipt: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(c for c in receipt["checks"] if c["name"] == name)
-
-
-def _show(run: dict[str, Any]) -> str:
-    return f"fault {run['fault'] or 'none'} rc {run['rc']} ({run['wall']:.1f}s)\n{run['stdout']}\n{run['stderr'][-3000:]}"
 
 
 @pytest.fixture(scope="module")

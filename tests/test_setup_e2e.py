@@ -200,7 +200,7 @@ def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: P
     setup(world, tmp_path / "s1", tmp_path / "cache")
     lock = tmp_path / "s1" / "pylock.toml"
     assert locked_state(lock).commits["alpha"] == full
-    assert f'requested-revision = "main"' in lock.read_text()
+    assert 'requested-revision = "main"' in lock.read_text()
     # --locked uses the full id even after the branch moved on
     add_commit(world.alpha_bare, {"alpha/later.py": "L = 1\n"})
     setup(world, tmp_path / "s2", tmp_path / "cache", locked=locked_state(lock))
