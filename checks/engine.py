@@ -444,7 +444,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                    "mixed_prefill": run_check("mixed_prefill", _mixed, llm),
                    "clean_memory": run_check("clean_memory", _memory, llm, hooks, shape),
                    "deterministic_generation": run_check("deterministic_generation", _deterministic, llm)}
-        graphed: Generated | BaseException
+        graphed: list[Generated] | BaseException
         try:
             graphed = [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES]
         except Exception as exc:

@@ -60,7 +60,8 @@ class PreflightStep:
         recorded = outputs.get("tools")
         if not isinstance(recorded, dict):
             return "no record of the probed tools"
-        now = tool_stats(outputs.get("facts") if isinstance(outputs.get("facts"), dict) else {})
+        facts = outputs.get("facts")
+        now = tool_stats(facts if isinstance(facts, dict) else {})
         for path, stat in recorded.items():
             if now.get(path) != stat:
                 return f"{path} changed since it was checked"
