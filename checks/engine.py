@@ -383,7 +383,7 @@ def _deterministic(llm: Any) -> CheckResult:
                    {"tokens": "identical across runs", "logprobs": "all finite"})
 
 
-def _graphs(manifest: Manifest, seed: int, h: _Hooks, graphed: Generated | BaseException,
+def _graphs(manifest: Manifest, seed: int, h: _Hooks, graphed: list[Generated] | BaseException,
             graph_captured: bool, device: torch.device) -> CheckResult:
     if isinstance(graphed, BaseException):
         raise graphed
