@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -32,14 +31,13 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from tests.fixtures.smoke_runs import check as _check, run_and_read, show as _show, statuses as _status
+from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
+from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
 
 from checks.scales import scales_path, write_scales
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fixtures" / "fake_vllm"
-CHECKS = ("physical_k16v8", "calibrated_scales", "mixed_prefill", "decode_graphs", "clean_memory",
-          "deterministic_generation")
 REPO, REVISION = "fake-org/Tiny-K16V8", "0123456789abcdef0123456789abcdef01234567"
 MODEL_CONFIG = {"architectures": ["FakeTinyForCausalLM"], "model_type": "fake_tiny", "vocab_size": 320,
                 "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
@@ -110,12 +108,7 @@ def make_inputs(base: Path, layers_in_scales: int | None = None) -> tuple[Path, 
 
 
 def _env(fault: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(FAKE)]), OMP_NUM_THREADS="1")
-    env.pop("FAKE_VLLM_FAULT", None)
-    env.pop("KNLP_KV_FIXTURES", None)
-    if fault:
-        env["FAKE_VLLM_FAULT"] = fault
-    return env
+    return stand_in_env(FAKE, "FAKE_VLLM_FAULT", fault, drop=("KNLP_KV_FIXTURES",))
 
 
 def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "cpu",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +26,11 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from tests.fixtures.smoke_runs import check as _check, run_and_read, show as _show, statuses as _status
+from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
+from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fixtures" / "fake_flashinfer"
-CHECKS = ("physical_k16v8", "calibrated_scales", "mixed_prefill", "decode_graphs", "clean_memory",
-          "deterministic_generation")
 
 _DRIVER = """
 import sys, time, warnings
@@ -77,11 +75,7 @@ CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
 
 
 def _env(fault: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(FAKE)]), OMP_NUM_THREADS="1")
-    env.pop("FAKE_FLASHINFER_FAULT", None)
-    if fault:
-        env["FAKE_FLASHINFER_FAULT"] = fault
-    return env
+    return stand_in_env(FAKE, "FAKE_FLASHINFER_FAULT", fault)
 
 
 def _run(cmd: list[str], out: Path, fault: str, timeout: int = 240) -> dict[str, Any]:
