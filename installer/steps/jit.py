@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 from installer.errors import CommandFailed, JitError
 from installer.hashing import sha256_file
+from installer.jit.cache import SharedJitCache, cache_key
+from installer.jit.integrity import discard, read_manifest, untrusted_libraries, write_manifest
 from installer.jit.flashinfer_builder import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from installer.pipeline import StepContext
 from installer.recipe import PROJECT_ROOT, JitModule
@@ -57,6 +59,37 @@ def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
     return env
 
 
+def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[str, Any] | None:
+    """What a built module's bytes depend on besides its request, or None when one is unknown (then
+    nothing is shared): the FlashInfer fork's commit, nvcc's version, the arch list, the torch build."""
+    fetched = ctx.done["fetch"].outputs.get("forks", {}) if "fetch" in ctx.done else {}
+    fork = next((f for f in ctx.recipe.forks if f.mode == "flashinfer"), None)
+    commit = (fetched.get(fork.name) or {}).get("commit") if fork is not None else None
+    pre = ctx.done.get("preflight")
+    facts = pre.outputs.get("facts") if pre is not None else None
+    nvcc = ((facts or {}).get("nvcc") or {}).get("version") if isinstance(facts, dict) else None
+    env = ctx.done.get("env")
+    torch = (env.outputs.get("torch") if env is not None else None) or ctx.recipe.torch.version
+    if not commit or not nvcc or not arch_list:
+        return None
+    return {"flashinfer_commit": commit, "nvcc": nvcc, "arch_list": arch_list, "torch": torch,
+            "torch_cuda": (env.outputs.get("torch_cuda") if env is not None else None), "builder": builder}
+
+
+def _fields(jm: JitModule) -> dict[str, Any]:
+    return {"kind": jm.kind, "q": jm.q, "k": jm.k, "v": jm.v, "o": jm.o, "head_dim": jm.head_dim,
+            "posenc": jm.posenc, "backend": jm.backend}
+
+
+def _version_from_paths(workspace: Path, modules: list[dict[str, Any]]) -> str | None:
+    """``.cache/flashinfer/<version>/<arch>/cached_ops/...``: the FlashInfer version that built them."""
+    for m in modules:
+        parts = Path(m["path"]).relative_to(workspace).parts
+        if len(parts) > 2 and parts[:2] == (".cache", "flashinfer"):
+            return parts[2]
+    return None
+
+
 class JitStep:
     name: ClassVar[str] = "jit"
 
@@ -86,6 +119,15 @@ class JitStep:
                     "builder": self.builder, "flashinfer_version": None}
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
+        discarded = self._discard_untrusted(ctx, workspace)
+        inputs = shared_cache_inputs(ctx, arch_list, self.builder)
+        keys = [cache_key(inputs, q) if inputs else None for q in requests]
+        cache = SharedJitCache(ctx.options.cache_dir / "jit") if inputs else None
+        ready = self._ready(ctx, workspace, keys, cache)
+        if cache is not None and all(k in ready for k in keys):
+            modules = [{**ready[k], **_fields(jm)} for k, jm in zip(keys, r.jit) if k is not None]
+            ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
+            return self._finish(ctx, workspace, modules, keys, inputs, cache, discarded, result=None)
         work = ctx.paths.state / "jit"
         work.mkdir(parents=True, exist_ok=True)
         request_path, result_path = work / "request.json", work / "result.json"
@@ -115,10 +157,79 @@ class JitStep:
                            found=f"exit code {failure.returncode}; last lines:\n{failure.tail}",
                            fix=f"read the full log {failure.log_path}") from failure
         modules = self._check(workspace, requests, r.jit, result)
+        for m, k in zip(modules, keys):
+            if k in ready:
+                m["source"] = ready[k]["source"]
+            if m["cached"] and k in ready and m["sha256"] != ready[k]["sha256"]:
+                raise JitError(f"JIT module {m['uri']} changed while the builder ran",
+                               expected=f"sha256 {ready[k]['sha256']} (verified before the build)",
+                               found=f"sha256 {m['sha256']}", fix="re-run october_setup; do not share STACK/jit "
+                               "between concurrent runs")
         cached = all(m["cached"] for m in modules)
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
-        return {"workspace": str(workspace), "arch_list": arch_list, "modules": modules, "cached": cached,
-                "builder": self.builder, "flashinfer_version": result.get("flashinfer_version")}
+        return self._finish(ctx, workspace, modules, keys, inputs, cache, discarded, result=result)
+
+    # ------------------------------------------------------------ integrity and reuse
+
+    @staticmethod
+    def _discard_untrusted(ctx: StepContext, workspace: Path) -> list[dict[str, str]]:
+        """A library whose bytes are not what this step recorded is never a cache hit: remove its module
+        directory so the builder compiles it again."""
+        bad = untrusted_libraries(workspace)
+        for item in bad:
+            ctx.ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
+            ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
+        discard(bad)
+        return [{"path": str(b.path), "reason": b.reason} for b in bad]
+
+    @staticmethod
+    def _ready(ctx: StepContext, workspace: Path, keys: list[str | None], cache: SharedJitCache | None
+               ) -> dict[str, dict[str, Any]]:
+        """key -> module record for each module already verified in the workspace or restored from the
+        shared cache (verified by hash there)."""
+        ready: dict[str, dict[str, Any]] = {}
+        manifest = read_manifest(workspace)       # after _discard_untrusted: every listed file verifies
+        by_key = {rec["key"]: (uri, rec) for uri, rec in manifest.items()
+                  if rec.get("key") and (workspace / rec["path"]).is_file()}
+        for key in keys:
+            if key is None or key in ready:
+                continue
+            if key in by_key:
+                uri, rec = by_key[key]
+                ready[key] = {"uri": uri, "path": str(workspace / rec["path"]), "sha256": rec["sha256"],
+                              "cached": True, "source": "workspace"}
+                continue
+            if cache is None:
+                continue
+            found = cache.restore(key, workspace)
+            if found.refused:
+                ctx.ui.warn(found.refused)
+                ctx.runner.note("jit", found.refused)
+            if found.restored is not None:
+                got = found.restored
+                ready[key] = {"uri": got.uri, "path": str(workspace / got.lib), "sha256": got.sha256,
+                              "cached": True, "source": "shared-cache"}
+                ctx.ui.info(f"JIT module {got.uri[:60]}... restored from the shared cache (sha256 verified)")
+        return ready
+
+    def _finish(self, ctx: StepContext, workspace: Path, modules: list[dict[str, Any]], keys: list[str | None],
+                inputs: Mapping[str, Any] | None, cache: SharedJitCache | None, discarded: list[dict[str, str]],
+                *, result: Mapping[str, Any] | None) -> dict[str, Any]:
+        stored = 0
+        for m, k in zip(modules, keys):
+            m.setdefault("source", "workspace" if m["cached"] else "built")
+            if cache is not None and k is not None and inputs is not None and m["source"] != "shared-cache":
+                stored += cache.store(k, inputs, workspace, m["uri"], Path(m["path"]), m["sha256"])
+        records = {m["uri"]: {"path": Path(m["path"]).relative_to(workspace).as_posix(), "sha256": m["sha256"],
+                              **({"key": k} if k else {})} for m, k in zip(modules, keys)}
+        write_manifest(workspace, records)
+        return {"workspace": str(workspace), "arch_list": ctx.recipe.cuda.arch_list if ctx.recipe.cuda else "",
+                "modules": modules, "cached": all(m["cached"] for m in modules), "builder": self.builder,
+                "flashinfer_version": result.get("flashinfer_version") if result is not None
+                else _version_from_paths(workspace, modules), "discarded": discarded,
+                "shared_cache": {"dir": str(cache.root), "key_inputs": dict(inputs or {}),
+                                 "restored": sum(m["source"] == "shared-cache" for m in modules),
+                                 "stored": stored} if cache is not None else None}
 
     @staticmethod
     def _read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
@@ -170,9 +281,8 @@ class JitStep:
             if e.get("sha256") != digest:
                 problems.append(f"{label}: the builder reported sha256 {e.get('sha256')}, the file has {digest}")
                 continue
-            modules.append({"uri": uri, "path": str(path), "sha256": digest, "kind": jm.kind, "q": jm.q, "k": jm.k,
-                            "v": jm.v, "o": jm.o, "head_dim": jm.head_dim, "posenc": jm.posenc,
-                            "backend": jm.backend, "cached": bool(e.get("cached"))})
+            modules.append({"uri": uri, "path": str(path), "sha256": digest, **_fields(jm),
+                            "cached": bool(e.get("cached"))})
         if problems:
             raise JitError(f"{len(problems)} JIT module(s) missing or wrong:\n"
                            + "\n".join(f"  - {p}" for p in problems),

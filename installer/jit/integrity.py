@@ -1,0 +1,132 @@
+"""Which JIT libraries in ``STACK/jit`` may be trusted: exactly the bytes the jit step recorded.
+
+Standard library only (the smoke side may call it inside the stack env).  The
+jit step writes :data:`MANIFEST` in the workspace after every successful build:
+``{"format": 1, "modules": {uri: {"path": <relative to the workspace>, "sha256": ...}}}``.
+A shared library under the workspace whose bytes differ from that record
+(corrupted, truncated), or that no record names, is not a cache hit:
+:func:`untrusted_libraries` finds it and :func:`discard` removes its whole
+module build directory, so FlashInfer's ninja builds it again from scratch
+instead of linking stale objects or loading bad bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST = ".october-jit.json"
+MANIFEST_FORMAT = 1
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Untrusted:
+    path: Path
+    reason: str            # "bytes differ from the recorded sha256 ..." | "not recorded by the jit step"
+
+
+def read_manifest(workspace: Path) -> dict[str, dict[str, str]]:
+    """uri -> {"path", "sha256"}; an unreadable or foreign manifest trusts nothing (empty)."""
+    try:
+        data = json.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("modules"), dict):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for uri, rec in data["modules"].items():
+        if isinstance(rec, dict) and isinstance(rec.get("path"), str) and isinstance(rec.get("sha256"), str):
+            out[str(uri)] = {"path": rec["path"], "sha256": rec["sha256"],
+                             **({"key": rec["key"]} if isinstance(rec.get("key"), str) else {})}
+    return out
+
+
+def write_manifest(workspace: Path, modules: Mapping[str, Mapping[str, str]]) -> None:
+    """Atomically record uri -> {path (relative to ``workspace``), sha256[, key (shared-cache key)]}."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    body = {"format": MANIFEST_FORMAT,
+            "modules": {u: {k: str(v) for k, v in m.items() if k in ("path", "sha256", "key")}
+                        for u, m in sorted(modules.items())}}
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=workspace)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(body, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, workspace / MANIFEST)
+
+
+def libraries(workspace: Path) -> list[Path]:
+    """Every shared library FlashInfer could load from the workspace (its ``cached_ops`` trees)."""
+    root = workspace / ".cache"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*.so") if p.is_file() and "cached_ops" in p.parts)
+
+
+def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]] | None = None
+                        ) -> list[Untrusted]:
+    """Libraries under ``workspace`` that are not byte-for-byte what the jit step recorded."""
+    records = read_manifest(workspace) if manifest is None else manifest
+    by_path = {(workspace / rec["path"]).resolve(): rec["sha256"] for rec in records.values()}
+    found: list[Untrusted] = []
+    for lib in libraries(workspace):
+        want = by_path.get(lib.resolve())
+        if want is None:
+            found.append(Untrusted(lib, "not recorded by the jit step"))
+            continue
+        got = _sha256(lib)
+        if got != want:
+            found.append(Untrusted(lib, f"bytes differ from the recorded sha256 {want[:12]}... "
+                                        f"(now {got[:12]}..., {lib.stat().st_size} bytes)"))
+    return found
+
+
+def missing_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+    """URIs the manifest records whose library file is gone."""
+    records = read_manifest(workspace) if manifest is None else manifest
+    return sorted(u for u, rec in records.items() if not (workspace / rec["path"]).is_file())
+
+
+def module_dir(lib: Path) -> Path | None:
+    """FlashInfer builds ``cached_ops/<uri>/<uri>.so``: that directory holds the objects and ninja state."""
+    parent = lib.parent
+    if parent.name == lib.stem and parent.parent.name == "cached_ops":
+        return parent
+    return None
+
+
+def discard(items: list[Untrusted]) -> list[str]:
+    """Remove each untrusted library with its module build directory; returns what was removed."""
+    removed: list[str] = []
+    for item in items:
+        d = module_dir(item.path)
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+        else:
+            item.path.unlink(missing_ok=True)
+            removed.append(str(item.path))
+    return removed
+
+
+def report(workspace: Path) -> dict[str, Any]:
+    """JSON-able integrity summary: {"ok", "untrusted": [{path, reason}], "missing": [uri]}."""
+    bad = untrusted_libraries(workspace)
+    gone = missing_libraries(workspace)
+    return {"ok": not bad and not gone, "untrusted": [{"path": str(b.path), "reason": b.reason} for b in bad],
+            "missing": gone}

@@ -1,0 +1,149 @@
+"""JIT integrity and reuse: a library whose bytes differ from what the jit step recorded is rebuilt, never
+taken as a cache hit; a second stack with the same inputs reuses the built modules from the shared cache.
+
+Real parts: a uv venv with a stand-in ``flashinfer`` wheel (asymmetric ``plan``), the real builder ``main``
+(tests/fixtures/jit_standin.py replaces only the CUDA compile with gcc, which cannot run here), the real
+step, the real pipeline engine for the re-run.  Faults are planted in the files on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from installer.hashing import sha256_file
+from installer.jit.cache import SharedJitCache
+from installer.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
+from installer.pipeline import StepContext
+from installer.recipe import JitModule
+from installer.steps.jit import JitStep
+from tests.fixtures import stack_forks as sf
+
+STANDIN = "tests.fixtures.jit_standin"
+MODULES = (JitModule(kind="decode", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128),
+           JitModule(kind="decode", q="f16", k="f16", v="e4m3", o="f16", head_dim=64))
+COMMIT = "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"
+
+
+@pytest.fixture(scope="session")
+def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
+    d = tmp_path_factory.mktemp("jitint") / "links"
+    links = sf.Links(d, b"")
+    links.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM})
+    return links
+
+
+def _ctx(root: Path, links: sf.Links, cache: Path, *, shared: bool = True) -> StepContext:
+    stack = root / "stack"
+    sf.make_env(stack, links, cache / "uv", packages=["flashinfer-python==0.6.7"])
+    ctx = sf.context(stack, sf.recipe(links, None, root, jit=MODULES), cache)
+    if shared:   # the facts the shared-cache key is made of, as the fetch/preflight/env steps record them
+        ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {"commit": COMMIT, "path": "x"}}})
+        ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"version": "13.0", "path": None}}})
+        ctx.done["env"] = sf.record("env", {"torch": "2.11.0+cu130", "torch_cuda": "13.0"})
+    return ctx
+
+
+def _lib(out: dict, i: int = 0) -> Path:
+    return Path(out["modules"][i]["path"])
+
+
+@pytest.mark.parametrize("fault", ["truncated", "corrupted", "deleted", "unrecorded"])
+def test_a_library_that_is_not_what_was_recorded_is_rebuilt(tmp_path, links, fault):
+    ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
+    step = JitStep(builder=STANDIN)
+    first = step.run(ctx)
+    lib, good = _lib(first), first["modules"][0]["sha256"]
+    if fault == "truncated":
+        lib.write_bytes(lib.read_bytes()[:100])
+    elif fault == "corrupted":
+        data = bytearray(lib.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lib.write_bytes(bytes(data))
+    elif fault == "deleted":
+        lib.unlink()
+    else:   # a library the step never recorded (its record lost): not trusted either
+        (ctx.paths.jit / MANIFEST).unlink()
+    if fault != "unrecorded":
+        assert step.verify(ctx, first) is not None          # the no-op re-run notices
+    again = step.run(ctx)
+    m = again["modules"][0]
+    assert m["cached"] is False and m["source"] == "built"   # compiled again, not taken as a hit
+    assert m["sha256"] == sha256_file(lib) == good          # the lock gets the good bytes' hash
+    if fault in ("truncated", "corrupted", "unrecorded"):
+        assert again["discarded"] and again["discarded"][0]["path"] == str(lib)
+    assert again["modules"][1]["cached"] is (fault != "unrecorded")
+    assert step.verify(ctx, again) is None and report(ctx.paths.jit)["ok"] is True
+
+
+def test_a_corrupted_library_is_found_by_the_integrity_report(tmp_path, links):
+    ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
+    out = JitStep(builder=STANDIN).run(ctx)
+    lib = _lib(out)
+    assert report(ctx.paths.jit) == {"ok": True, "untrusted": [], "missing": []}
+    lib.write_bytes(b"\x7fELF" + b"\0" * 10)
+    got = report(ctx.paths.jit)
+    assert got["ok"] is False and got["untrusted"][0]["path"] == str(lib)
+    assert "bytes differ from the recorded sha256" in got["untrusted"][0]["reason"]
+
+
+def test_a_second_stack_reuses_the_shared_cache_without_building(tmp_path, links, monkeypatch):
+    cache = tmp_path / "cache"
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    assert first["shared_cache"]["stored"] == 2 and first["shared_cache"]["restored"] == 0
+    # The builder must not run for the second stack: if it did, it would fail on purpose.
+    monkeypatch.setenv("JIT_STANDIN_FAULT", "crash")
+    ctx2 = _ctx(tmp_path / "b", links, cache)
+    second = JitStep(builder=STANDIN).run(ctx2)
+    assert [m["source"] for m in second["modules"]] == ["shared-cache", "shared-cache"]
+    assert [m["sha256"] for m in second["modules"]] == [m["sha256"] for m in first["modules"]]
+    assert _lib(second).is_relative_to(ctx2.paths.jit) and sha256_file(_lib(second)) == first["modules"][0]["sha256"]
+    assert not ctx2.runner.log_path("jit").exists() or "jit_standin" not in ctx2.runner.log_path("jit").read_text()
+    assert untrusted_libraries(ctx2.paths.jit) == [] and set(read_manifest(ctx2.paths.jit)) == {
+        m["uri"] for m in second["modules"]}
+
+
+@pytest.mark.parametrize("tamper", ["library", "entry", "extra-file"])
+def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, tamper):
+    cache = tmp_path / "cache"
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    entries = sorted(p.parent for p in (cache / "jit").glob("*/*/entry.json"))
+    assert len(entries) == 2
+    uri = first["modules"][0]["uri"]
+    entry = next(e for e in entries if json.loads((e / "entry.json").read_text())["uri"] == uri)
+    if tamper == "library":
+        so = entry / "files" / f"{uri}.so"
+        os.chmod(so, 0o644)
+        so.write_bytes(so.read_bytes()[:-8] + b"tampered")
+    elif tamper == "entry":   # the entry's own record rewritten to match bad bytes: the lib path escapes
+        doc = json.loads((entry / "entry.json").read_text())
+        doc["lib"] = "../../elsewhere.so"
+        (entry / "entry.json").write_text(json.dumps(doc))
+    else:
+        (entry / "files" / "planted.so").write_bytes(b"x")
+    ctx2 = _ctx(tmp_path / "b", links, cache)
+    second = JitStep(builder=STANDIN).run(ctx2)
+    sources = {m["uri"]: m["source"] for m in second["modules"]}
+    assert sources[uri] == "built" and list(sources.values()).count("shared-cache") == 1
+    assert second["modules"][0]["sha256"] == first["modules"][0]["sha256"]
+    log = ctx2.runner.log_path("jit").read_text()
+    assert "refused and removed" in log
+    assert second["shared_cache"]["stored"] == 1              # the rebuilt one replaces the bad entry
+    assert SharedJitCache(cache / "jit").restore(
+        json.loads((entry / "entry.json").read_text())["key"], tmp_path / "ws").restored is not None
+
+
+def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
+    """Another torch build (or commit, nvcc, arch) is another key: the second stack compiles."""
+    cache = tmp_path / "cache"
+    JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    ctx2 = _ctx(tmp_path / "b", links, cache)
+    ctx2.done["env"] = sf.record("env", {"torch": "2.11.0+cu129", "torch_cuda": "12.9"})
+    out = JitStep(builder=STANDIN).run(ctx2)
+    assert [m["source"] for m in out["modules"]] == ["built", "built"]
+    assert len(list((cache / "jit").glob("*/*/entry.json"))) == 4
+    shutil.rmtree(tmp_path / "a")
