@@ -56,6 +56,7 @@ def october_setup(
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock for --locked (default: locks/<recipe>.pylock.toml, else STACK/pylock.toml)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
+    system_python: Optional[Path] = typer.Option(None, "--system-python", help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
 ) -> None:
     """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped."""
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
@@ -65,7 +66,9 @@ def october_setup(
         from installer.recipe import load_recipe
         from installer.setup import resolve_locked, run_setup
 
-        rec = load_recipe(recipe)
+        from installer.systorch import with_system_torch
+
+        rec = with_system_torch(load_recipe(recipe), system_python)
         skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
         opts = SetupOptions(stack=stack.resolve(), recipe=rec, cache_dir=(cache_dir or default_cache_dir()).resolve(),
                             allow_dirty=allow_dirty, skip_preflight=skips,
@@ -85,6 +88,7 @@ def doctor(
     recipe: str = typer.Option("current", "--recipe", "-r"),
     stack: Path = typer.Option(Path("."), "--stack", help="Where the stack will live (for the disk check)."),
     skip_preflight: list[str] = typer.Option([], "--skip-preflight"),
+    system_python: Optional[Path] = typer.Option(None, "--system-python", help="Check the torch of this interpreter too."),
 ) -> None:
     """Run the preflight checks alone and print them as a table."""
     ui = ConsoleReporter()
@@ -95,7 +99,9 @@ def doctor(
         from installer.runner import Runner
         import tempfile
 
-        rec = load_recipe(recipe)
+        from installer.systorch import with_system_torch
+
+        rec = with_system_torch(load_recipe(recipe), system_python)
         skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
             results, _facts = run_doctor(rec, stack.resolve(), skips, Runner(Path(logs)))

@@ -19,9 +19,10 @@ def main() -> int:
         direct = dist.read_text("direct_url.json")
         dists.append({"name": name, "version": dist.version,
                       "direct_url": json.loads(direct) if direct else None,
-                      "installer": (dist.read_text("INSTALLER") or "").strip() or None})
+                      "installer": (dist.read_text("INSTALLER") or "").strip() or None,
+                      "site": str(dist.locate_file(""))})
     dists.sort(key=lambda d: str(d["name"]).lower())
-    json.dump({"python": sys.version.split()[0], "distributions": dists}, sys.stdout)
+    json.dump({"python": sys.version.split()[0], "prefix": sys.prefix, "distributions": dists}, sys.stdout)
     return 0
 
 

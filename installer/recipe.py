@@ -85,10 +85,20 @@ class Sources:
     no_index: bool = False
 
 
+TORCH_SOURCES = ("index", "system")
+
+
 @dataclass(frozen=True)
 class TorchPin:
     version: str            # exact, with local build tag when the index has one: "2.10.0+cu128"
     index_url: str | None = None
+    source: str = "index"   # "system": torch comes from a given interpreter (see installer.systorch)
+    allow_system: bool = False          # an index recipe that may also take torch from --system-python
+    system_python: str | None = None    # the interpreter, set from --system-python (never from the recipe file)
+
+    @property
+    def from_system(self) -> bool:
+        return self.source == "system"
 
     @property
     def requirement(self) -> str:
@@ -277,9 +287,14 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
 
     tt = top.table("torch")
     assert tt is not None
-    torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False))
+    torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False),
+                     source=tt.get("source", str, required=False, default="index"),
+                     allow_system=tt.get("allow_system", bool, required=False, default=False))
     if torch.index_url is not None and not re.match(r"^(https?|file)://", torch.index_url):
         raise tt.err("index", "an https:// (or file://) package index URL", torch.index_url)
+    if torch.source not in TORCH_SOURCES:
+        raise tt.err("source", "'index' (install the pinned torch) or 'system' (torch from --system-python)",
+                     torch.source)
     tt.done()
 
     bt = top.table("build", required=False)

@@ -52,7 +52,7 @@ def source_args(ctx: StepContext, *, torch_index: bool = False) -> list[str]:
         args += ["--index-url", s.index_url]
     for url in s.extra_index_urls:
         args += ["--extra-index-url", url]
-    if torch_index and ctx.recipe.torch.index_url:
+    if torch_index and ctx.recipe.torch.index_url and not ctx.recipe.torch.from_system:
         args += ["--extra-index-url", ctx.recipe.torch.index_url, "--index-strategy", "unsafe-best-match"]
     for link in s.find_links:
         args += ["--find-links", link]

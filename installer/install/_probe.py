@@ -66,8 +66,9 @@ def main(argv):
     dists = list(md.distributions())
     out = {"python": sys.version.split()[0], "executable": sys.executable}
     tname = req["torch"]
-    out["torch"] = {"versions": sorted(d.version for d in dists if (d.metadata["Name"] or "").lower() == tname),
-                    "import": _origin(tname)}
+    tdists = [d for d in dists if (d.metadata["Name"] or "").lower() == tname]
+    out["torch"] = {"versions": sorted(d.version for d in tdists), "import": _origin(tname),
+                    "dists": [{"version": d.version, "site": str(d.locate_file(""))} for d in tdists]}
     forks = {}
     for package, src in req["forks"].items():
         found = []

@@ -34,6 +34,7 @@ class GuardSpec:
     forks: Mapping[str, Path]                  # import name -> checkout (STACK/src/<fork>)
     imports: tuple[str, ...] = ()              # e.g. ("vllm._C",): tried only where CUDA libraries load
     cuda_libs: tuple[str, ...] = CUDA_LIBS
+    system_torch: Mapping[str, Any] | None = None   # a site-provided torch (installer.systorch.record)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,18 @@ def _describe(d: Mapping[str, Any]) -> str:
     return f"{d.get('name')} {d.get('version')} {where}"
 
 
+def _check_system_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
+    """A site-provided torch: nothing in the env may shadow or replace it."""
+    from installer import systorch
+
+    assert spec.system_torch is not None
+    return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,
+                                                          facts.get("torch", {}))]
+
+
 def _check_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
+    if spec.system_torch is not None:
+        return _check_system_torch(spec, facts)
     versions = list(facts.get("torch", {}).get("versions", []))
     if versions == [spec.torch_version]:
         return []

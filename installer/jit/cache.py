@@ -95,7 +95,7 @@ class SharedJitCache:
         m = _LIB.match(lib) if isinstance(lib, str) else None
         if m is None or m.group("uri") != entry.get("uri") or not isinstance(files, dict):
             return f"{ENTRY} names no library inside a FlashInfer module directory", None
-        so = PurePosixPath(lib).name
+        so = PurePosixPath(str(lib)).name
         if files.get(so) != entry.get("sha256"):
             return "the library's recorded sha256 disagrees with the file list", None
         on_disk = sorted(p.name for p in (d / "files").iterdir()) if (d / "files").is_dir() else []

@@ -91,10 +91,13 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
     for m in modules:
         q, k, v, o = (dtypes[m[x]] for x in ("q", "k", "v", "o"))
         common = (q, k, o, torch.int32, m["head_dim"], m["head_dim"], m["posenc"], False, False)
+        # K == V: the ordinary module (same URI FlashInfer's own wrappers ask for, e.g. the bf16 ragged
+        # prefill of the mixed route); the dtype_k/dtype_v keywords only for an asymmetric one.
+        kv = {"dtype_k": k, "dtype_v": v} if m["k"] != m["v"] else {}
         if m["kind"] == "decode":
-            spec = gen_decode(*common, dtype_k=k, dtype_v=v)
+            spec = gen_decode(*common, **kv)
         else:
-            spec = gen_prefill(m.get("backend", "fa2"), *common, False, dtype_k=k, dtype_v=v)
+            spec = gen_prefill(m.get("backend", "fa2"), *common, False, **kv)
         specs.append(spec)
     cached = [Path(s.jit_library_path).is_file() for s in specs]
     todo = [s for s, c in zip(specs, cached) if not c]
@@ -125,7 +128,9 @@ def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     fi = importlib.import_module("flashinfer")
     result["flashinfer_version"] = str(getattr(fi, "__version__", "unknown"))
     result["flashinfer_file"] = str(getattr(fi, "__file__", ""))
-    problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"]])
+    # Only asymmetric modules (K dtype != V dtype) need the fork's asymmetric wrappers; an ordinary bf16
+    # prefill (the mixed route's fresh-prompt attention) is built by any FlashInfer.
+    problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"] if m["k"] != m["v"]])
     if problem is not None:
         result["problem"] = problem
         return finish(EXIT_NOT_ASYMMETRIC)

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from installer.errors import UsageError
 from installer.preflight.checks import (CHECK_NAMES, CheckResult, apply_skips, failures, punch_list,
-                                        run_checks)
+                                        run_checks, system_torch_result)
 from installer.preflight.probes import GpuFact, MachineFacts, ToolFact, gather_facts
 from installer.recipe import Recipe
 from installer.runner import Runner
@@ -35,11 +35,26 @@ def validate_skip(skip: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
-def evaluate(recipe: Recipe, facts: MachineFacts, skip: Iterable[str]) -> list[CheckResult]:
-    """Judge ``facts`` against the recipe (pure), with ``skip`` applied."""
+def evaluate(recipe: Recipe, facts: MachineFacts, skip: Iterable[str],
+             torch_facts: Mapping[str, Any] | None = None) -> list[CheckResult]:
+    """Judge ``facts`` (and, for a site-provided torch, ``torch_facts``) against the recipe (pure),
+    with ``skip`` applied."""
+    from installer import systorch
+
     names = validate_skip(skip)
     results = run_checks(facts, recipe.preflight, recipe.cuda, recipe_file=recipe.path)
+    if recipe.torch.from_system:
+        results.append(system_torch_result(systorch.check(recipe, torch_facts or {"error": "not probed"})))
     return apply_skips(results, names)
+
+
+def system_torch_facts(recipe: Recipe, runner: Runner, step: str) -> dict[str, Any] | None:
+    """Probe the site-provided torch's interpreter, when the recipe takes torch from one."""
+    from installer import systorch
+
+    if not recipe.torch.from_system or not recipe.torch.system_python:
+        return None
+    return systorch.probe(runner, step, Path(recipe.torch.system_python))
 
 
 def doctor(recipe: Recipe, stack: Path, skip: tuple[str, ...], runner: Runner) -> tuple[list[CheckResult], MachineFacts]:
@@ -49,7 +64,7 @@ def doctor(recipe: Recipe, stack: Path, skip: tuple[str, ...], runner: Runner) -
     """
     validate_skip(skip)
     facts = gather_facts(stack, runner)
-    return evaluate(recipe, facts, skip), facts
+    return evaluate(recipe, facts, skip, system_torch_facts(recipe, runner, "doctor")), facts
 
 
 def facts_json(facts: MachineFacts) -> dict[str, Any]:

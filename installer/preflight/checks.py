@@ -25,6 +25,8 @@ from installer.preflight.probes import MachineFacts, ToolFact
 from installer.recipe import CudaPin, PreflightLimits
 
 CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "cuda_arch", "ram", "disk", "git", "compiler", "uv")
+# Not skippable (not in CHECK_NAMES): a site-provided torch that is not the recipe's cannot be waved through.
+SYSTEM_TORCH_CHECK = "torch"
 GB = 10**9
 # Minimum Linux driver (major) for each CUDA toolkit major under minor-version
 # compatibility (NVIDIA "CUDA Compatibility" guide, table "CUDA Toolkit 11.x,
@@ -271,6 +273,12 @@ def apply_skips(results: Sequence[CheckResult], skip: Iterable[str]) -> list[Che
                                           "to this recipe)"))
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     return sorted(out, key=lambda r: order.get(r.name, len(order)))
+
+
+def system_torch_result(judged: tuple[bool, str, str, str]) -> CheckResult:
+    """The ``torch`` check (only for a site-provided torch): ``judged`` is :func:`installer.systorch.check`."""
+    ok, expected, found, fix = judged
+    return _result(SYSTEM_TORCH_CHECK, ok, expected, found, fix)
 
 
 def failures(results: Sequence[CheckResult]) -> list[CheckResult]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from installer import systorch
 from installer.atomic import write_text_atomic
 from installer.errors import CommandFailed, EnvError, LockError
 from installer.pipeline import StepContext
@@ -44,13 +46,15 @@ class EnvStep:
                 if locked else None}
 
     def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        if ctx.recipe.torch.from_system:
+            return run_on_system_torch(ctx, self.name)
         r = ctx.recipe
         # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
         ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
                        step=self.name, env=uv_env(ctx))
         got = _pyvenv_version(ctx)
-        if got != r.python:
+        if not python_matches(r.python, got):
             raise EnvError("the stack env has the wrong Python", expected=f"Python {r.python} (recipe python.version)",
                            found=f"Python {got}", fix=f"install Python {r.python} (e.g. `uv python install {r.python}`) and re-run")
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
@@ -92,8 +96,75 @@ class EnvStep:
     def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
-        if _pyvenv_version(ctx) != ctx.recipe.python:
+        if ctx.recipe.torch.from_system:
+            return system_torch_env_problem(ctx, outputs)
+        if not python_matches(ctx.recipe.python, _pyvenv_version(ctx)):
             return "the env's Python version changed"
         if not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
         return None
+
+
+# ------------------------------------------------------------------ site-provided torch
+
+
+def python_matches(recipe_python: str, got: str | None) -> bool:
+    """"3.12" accepts any 3.12.x (a system interpreter's patch level is the site's); "3.12.11" is exact."""
+    return got is not None and (got == recipe_python or got.startswith(recipe_python + "."))
+
+
+def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
+    """The env on the system interpreter, its site directories visible, torch never installed here."""
+    r = ctx.recipe
+    python = r.torch.system_python
+    assert python is not None
+    facts = systorch.probe(ctx.runner, step, Path(python))
+    ok, expected, found, fix = systorch.check(r, facts)
+    if not ok:
+        raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)
+    if not python_matches(r.python, facts.get("python")):
+        raise EnvError("the system interpreter has the wrong Python", expected=f"Python {r.python} (recipe "
+                       "python.version)", found=f"Python {facts.get('python')} at {python}",
+                       fix="point --system-python at an interpreter of the recipe's Python version")
+    ctx.ui.info(f"creating {ctx.paths.env} on {python} (torch {facts.get('version')} from its site packages)")
+    ctx.runner.run([uv_exe(), "venv", "--clear", "--system-site-packages", "--python", python, str(ctx.paths.env)],
+                   step=step, env=uv_env(ctx))
+    systorch.write_pth(ctx.paths.env, facts)
+    if r.build_requirements:
+        ctx.ui.info(f"installing {len(r.build_requirements)} build requirements (torch stays the system's)")
+        pip_install(ctx, step, list(r.build_requirements))
+    seen = systorch.probe(ctx.runner, step, ctx.paths.python)
+    problems = systorch.guard_problems(ctx.paths.env, facts, {
+        "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
+        "import": {"origin": seen.get("file")}})
+    if seen.get("error") or seen.get("version") != facts.get("version") or problems:
+        raise EnvError("the stack env does not see the system torch", expected=f"torch {facts.get('version')} from "
+                       f"{', '.join(systorch.site_dirs(facts))}", found=str(seen.get("error") or
+                       (problems[0][2] if problems else f"torch {seen.get('version')}")),
+                       fix="check that the interpreter's site directories are readable; report this with "
+                           f"{ctx.runner.log_path(step)}")
+    got = _pyvenv_version(ctx)
+    return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
+            "torch": facts.get("version"), "torch_cuda": facts.get("cuda"), "torch_source": "system",
+            "system_torch": systorch.record(facts), "site_packages": _site_packages(ctx)}
+
+
+def system_torch_env_problem(ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    """No process started (no-op re-runs stay fast): the .pth is in place, no torch in the env's own
+    site-packages, and the recorded system torch is still where it was."""
+    rec = outputs.get("system_torch") or {}
+    if rec.get("python") != ctx.recipe.torch.system_python:
+        return "the system interpreter changed"
+    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
+        if any(sp.glob("torch-*.dist-info")) or (sp / "torch").exists():
+            return f"torch was installed into {sp} (it must come from the system)"
+        if not (sp / systorch.PTH_NAME).is_file():
+            return f"{sp / systorch.PTH_NAME} is missing"
+    where = rec.get("path")
+    version = rec.get("version")
+    if not where or not (Path(where) / "__init__.py").is_file():
+        return f"the system torch at {where} is gone"
+    sites = [Path(d) for d in rec.get("site_packages") or []]
+    if version and not any((d / f"torch-{version}.dist-info").is_dir() for d in sites):
+        return f"torch {version} is no longer installed in the system site directories"
+    return None

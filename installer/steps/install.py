@@ -136,7 +136,8 @@ class InstallStep:
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}
         return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
-                         forks={f.use.name: f.path for f in forks}, imports=imports, **extra)
+                         forks={f.use.name: f.path for f in forks}, imports=imports,
+                         system_torch=system_torch_record(ctx), **extra)
 
     # ------------------------------------------------------------------ verify
 
@@ -150,16 +151,33 @@ class InstallStep:
         # A no-op re-run must stay fast and write nothing: read the env's metadata files
         # directly instead of starting the stack's Python (the full guards ran at install time).
         return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
-                                       {f["name"]: Path(f["path"]) for f in forks})
+                                       {f["name"]: Path(f["path"]) for f in forks},
+                                       system_torch=ctx.recipe.torch.from_system)
 
 
-def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, Path]) -> str | None:
+def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
+    """The env step's record of a site-provided torch (None when the env installs its own)."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.done.get("env")
+    rec = env.outputs.get("system_torch") if env is not None else None
+    if not isinstance(rec, dict):
+        raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
+                           "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
+    return rec
+
+
+def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, Path], *,
+                            system_torch: bool = False) -> str | None:
     """Why the env no longer matches what install left (torch build, editable forks), or None."""
     site = sorted(env.glob("lib/python*/site-packages"))
     if not site:
         return f"no site-packages under {env}"
     sp = site[0]
-    if not (sp / f"torch-{torch_version}.dist-info").is_dir():
+    if system_torch:
+        if any(sp.glob("torch-*.dist-info")):
+            return f"a torch was installed into {sp} over the system torch"
+    elif not (sp / f"torch-{torch_version}.dist-info").is_dir():
         found = sorted(p.name for p in sp.glob("torch-*.dist-info")) or ["no torch"]
         return f"torch {torch_version} is no longer installed (found {', '.join(found)})"
     editable: dict[Path, str] = {}

@@ -20,14 +20,43 @@ from installer.uvcmd import source_args, uv_env, uv_exe
 PROBE = Path(__file__).resolve().parent.parent / "envprobe.py"
 
 
-def installed_distributions(ctx: StepContext, step: str) -> tuple[str, list[Installed]]:
+def probe_env(ctx: StepContext, step: str) -> dict[str, Any]:
     out = ctx.runner.run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if line is None:
         raise LockError("could not list the stack env's packages", expected="a JSON line from envprobe.py",
                         found=out[-200:] or "no output", fix=f"run {ctx.paths.python} -I {PROBE} by hand")
-    data = json.loads(line)
-    return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in data["distributions"]]
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
+def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any] | None = None
+                            ) -> tuple[str, list[Installed]]:
+    """The env's own distributions (a site-provided torch and its neighbours are not the env's: see
+    :func:`system_section`)."""
+    data = data if data is not None else probe_env(ctx, step)
+    own = [d for d in data["distributions"] if not from_system_site(ctx, d)]
+    return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in own]
+
+
+def from_system_site(ctx: StepContext, dist: Mapping[str, Any]) -> bool:
+    """True for a distribution the system interpreter provides (outside the stack env)."""
+    if not ctx.recipe.torch.from_system or not dist.get("site"):
+        return False
+    return not Path(str(dist["site"])).resolve().is_relative_to(ctx.paths.env.resolve())
+
+
+def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``[tool.october.system]``: torch as provided by the system (version, CUDA build, where) and every
+    other distribution the stack uses from the system's site directories, name -> version."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.done.get("env")
+    rec = dict((env.outputs.get("system_torch") or {}) if env is not None else {})
+    others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in data["distributions"]
+              if from_system_site(ctx, d) and canonicalize_name(d["name"]) != "torch"}
+    return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
+            "packages": dict(sorted(others.items()))}
 
 
 def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[dict[str, Any]]:
@@ -86,7 +115,8 @@ class LockStep:
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
 
     def run(self, ctx: StepContext) -> Mapping[str, Any]:
-        python_version, dists = installed_distributions(ctx, self.name)
+        raw = probe_env(ctx, self.name)
+        python_version, dists = installed_distributions(ctx, self.name, raw)
         fetch = ctx.output("fetch")["forks"]
         fork_paths = {name: Path(rec["path"]) for name, rec in fetch.items()}
         forks, index, other = split_installed(dists, fork_paths)
@@ -111,6 +141,9 @@ class LockStep:
         install = ctx.done.get("install")
         if install is not None and install.outputs.get("vllm_base_commit"):
             tool["forks"].setdefault("vllm", {})["upstream-base"] = install.outputs["vllm_base_commit"]
+        system = system_section(ctx, raw)
+        if system is not None:
+            tool["system"] = system
         jit = ctx.done.get("jit")
         if jit is not None and jit.outputs.get("modules"):
             tool["jit"] = [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit.outputs["modules"]]

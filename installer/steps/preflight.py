@@ -8,7 +8,7 @@ from typing import ClassVar, Mapping
 
 from installer.errors import PreflightError
 from installer.pipeline import JSON, StepContext
-from installer.preflight import evaluate, facts_json, machine_facts_json, validate_skip
+from installer.preflight import evaluate, facts_json, machine_facts_json, system_torch_facts, validate_skip
 from installer.preflight.checks import punch_list
 from installer.preflight.probes import gather_facts
 
@@ -32,12 +32,15 @@ class PreflightStep:
             "cuda": asdict(recipe.cuda) if recipe.cuda is not None else None,
             "skip": sorted(set(ctx.options.skip_preflight)),
             "stack": str(ctx.paths.root.absolute()),
+            **({"torch": {"version": recipe.torch.version, "system_python": recipe.torch.system_python}}
+               if recipe.torch.from_system else {}),
         }
 
     def run(self, ctx: StepContext) -> Mapping[str, JSON]:
         skip = validate_skip(ctx.options.skip_preflight)
         facts = gather_facts(ctx.paths.root, ctx.runner)
-        results = evaluate(ctx.recipe, facts, skip)
+        torch_facts = system_torch_facts(ctx.recipe, ctx.runner, self.name)
+        results = evaluate(ctx.recipe, facts, skip, torch_facts)
         for r in results:
             line = f"{r.name:<9} {r.status:<7} {r.detail}"
             if r.status == "skipped":
@@ -48,6 +51,8 @@ class PreflightStep:
         if problems:
             raise PreflightError(problems)
         fj = facts_json(facts)
+        if torch_facts is not None:
+            fj["system_torch"] = {**torch_facts, "path": torch_facts.get("file")}
         return {
             "facts": fj,
             "machine": machine_facts_json(facts),
@@ -68,7 +73,7 @@ class PreflightStep:
         return None
 
 
-TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv")
+TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")
 
 
 def tool_stats(facts: Mapping[str, JSON]) -> dict[str, list[int] | None]:

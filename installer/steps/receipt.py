@@ -29,6 +29,25 @@ def tool_git_commit(runner: Runner) -> tuple[str, bool]:
     return commit, bool(dirty.output.strip())
 
 
+def torch_record(ctx: StepContext) -> dict[str, Any]:
+    """Where the stack's torch comes from: the recipe's index, or the system (version, CUDA build, path)."""
+    t = ctx.recipe.torch
+    env = ctx.done["env"].outputs if "env" in ctx.done else {}
+    if t.from_system:
+        return dict(env.get("system_torch") or {"source": "system", "version": None})
+    return {"source": "index", "version": t.version, "index": t.index_url}
+
+
+def promised_level(ctx: StepContext) -> str:
+    """The smoke level this stack promises: engine with the vLLM fork, kernel with FlashInfer alone."""
+    modes = {f.mode for f in ctx.recipe.forks}
+    if "vllm-precompiled" in modes or any(f.name == "vllm" for f in ctx.recipe.forks):
+        return "engine"
+    if "flashinfer" in modes:
+        return "kernel"
+    return "reference"
+
+
 class ReceiptStep:
     name: ClassVar[str] = "receipt"
 
@@ -66,6 +85,8 @@ class ReceiptStep:
             "options": {"allow_dirty": o.allow_dirty, "skip_preflight": list(o.skip_preflight),
                         "locked": o.locked is not None},
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch_record(ctx),
+            "promises": promised_level(ctx),
         }
 
     def run(self, ctx: StepContext) -> Mapping[str, Any]:
