@@ -175,6 +175,7 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
+    refuse_untrusted_jit(opts.install)
     manifest = resolve_manifest(opts, cwd or Path.cwd())
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
@@ -201,3 +202,18 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
                            expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
                            fix="re-run current smoke")
     return 0 if receipt["passed"] else 1
+
+
+def refuse_untrusted_jit(install: Path) -> None:
+    """Never run the checks on JIT libraries whose bytes are not what the jit step recorded."""
+    from installer.errors import JitError
+    from installer.jit.integrity import report
+
+    got = report(install / "jit")
+    if got["ok"]:
+        return
+    found = "; ".join([f"{u['path']}: {u['reason']}" for u in got["untrusted"]]
+                      + [f"{m}: recorded, missing" for m in got["missing"]])
+    raise JitError("the stack's JIT libraries are not the ones october_setup built", expected="every library "
+                   f"under {install / 'jit'} byte-for-byte as the jit step recorded it", found=found,
+                   fix=f"re-run `october_setup {install} --recipe <recipe>`: the jit step rebuilds what changed")

@@ -95,7 +95,7 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
         problems.append("version")
     if cuda is not None and facts.get("cuda") != cuda:
         problems.append("CUDA build")
-    if facts.get("dist_version") not in (None, facts.get("version")):
+    if facts.get("dist_version") not in (None, *same_build(str(facts.get("version")))):
         problems.append("metadata")
         found += f"; its metadata says {facts.get('dist_version')}"
     if not problems:
@@ -105,6 +105,12 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
     if recipe.torch.allow_system and recipe.torch.index_url:
         fix += f", or drop --system-python to install torch {want} from {recipe.torch.index_url}"
     return False, expected, found, fix
+
+
+def same_build(version: str) -> tuple[str, str]:
+    """The versions a torch distribution's metadata may carry for ``torch.__version__`` = ``version``:
+    the index builds keep the local tag (2.11.0+cu130), PyPI's CUDA wheels drop it (2.15.0 for 2.15.0+cu132)."""
+    return version, version.partition("+")[0]
 
 
 def site_dirs(facts: Mapping[str, Any]) -> list[str]:
@@ -150,7 +156,7 @@ def guard_problems(env: Path, expected: Mapping[str, Any], facts: Mapping[str, A
     if own:
         problems.append(("torch", f"no torch distribution in {env} (torch {version} comes from the system)",
                          "; ".join(f"torch {d.get('version')} in {d.get('site')}" for d in own), fix))
-    if [str(d.get("version")) for d in dists] != [version]:
+    if len(dists) != 1 or str(dists[0].get("version")) not in same_build(version):
         problems.append(("torch", f"exactly one torch, {version}, visible in the stack env",
                          ", ".join(f"torch {d.get('version')} in {d.get('site')}" for d in dists) or "no torch", fix))
     origin = (facts.get("import") or {}).get("origin")
@@ -164,5 +170,6 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
     """What the lock and receipt say about a site-provided torch."""
     return {"source": "system", "version": facts.get("version"), "cuda": facts.get("cuda"),
             "path": str(Path(str(facts.get("file"))).parent) if facts.get("file") else None,
+            "dist_version": facts.get("dist_version"),
             "python": facts.get("python_path"), "python_version": facts.get("python"),
             "site_packages": site_dirs(facts)}

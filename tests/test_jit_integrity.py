@@ -147,3 +147,22 @@ def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     assert [m["source"] for m in out["modules"]] == ["built", "built"]
     assert len(list((cache / "jit").glob("*/*/entry.json"))) == 4
     shutil.rmtree(tmp_path / "a")
+
+
+def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
+    """`current smoke` does not run the checks on bytes the jit step did not record (exit 12)."""
+    from installer.errors import JitError
+    from installer.smoke import refuse_untrusted_jit
+
+    ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
+    out = JitStep(builder=STANDIN).run(ctx)
+    refuse_untrusted_jit(ctx.paths.root)                    # intact: no objection
+    lib = _lib(out)
+    lib.write_bytes(lib.read_bytes()[: len(lib.read_bytes()) // 2])
+    with pytest.raises(JitError) as err:
+        refuse_untrusted_jit(ctx.paths.root)
+    assert err.value.exit_code == 12 and "bytes differ from the recorded sha256" in str(err.value)
+    lib.unlink()
+    with pytest.raises(JitError) as err:
+        refuse_untrusted_jit(ctx.paths.root)
+    assert "recorded, missing" in str(err.value)

@@ -165,6 +165,7 @@ def system_torch_env_problem(ctx: StepContext, outputs: Mapping[str, Any]) -> st
     if not where or not (Path(where) / "__init__.py").is_file():
         return f"the system torch at {where} is gone"
     sites = [Path(d) for d in rec.get("site_packages") or []]
-    if version and not any((d / f"torch-{version}.dist-info").is_dir() for d in sites):
+    dist = rec.get("dist_version") or version
+    if dist and not any((d / f"torch-{dist}.dist-info").is_dir() for d in sites):
         return f"torch {version} is no longer installed in the system site directories"
     return None

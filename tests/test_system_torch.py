@@ -1,0 +1,170 @@
+"""A site-provided torch (``--system-python``): preflight checks it, the env is made on its interpreter
+with its site directories visible, nothing in the env may shadow it, the lock and receipt record it.
+
+The "system" interpreters are real: a uv venv holding a small torch stand-in (a real wheel whose
+``torch/__init__.py`` and ``torch/version.py`` carry ``__version__`` and ``cuda`` the way torch does; it is
+a stand-in because a CUDA torch cannot be installed offline here, and the preflight/guard logic only reads
+those attributes and the distribution metadata), and, in ``test_the_real_torch_of_the_dev_env_...``, this
+project's own dev env with its real torch (2.15.0+cu132).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from installer import systorch
+from installer.errors import EnvError, InstallError, UsageError
+from installer.install.guards import GuardSpec, evaluate, probe
+from installer.preflight import evaluate as preflight_evaluate
+from installer.recipe import CudaPin, TorchPin, load_recipe
+from installer.steps.env import EnvStep
+from installer.steps.lock import installed_distributions, probe_env, system_section
+from installer.uvcmd import uv_exe
+from tests.fixtures import stack_forks as sf
+from tests.fixtures.preflight import good_facts
+from tests.fixtures.wheels import build_wheel
+
+TORCH = "2.11.0+cu130"
+
+
+def _torch_wheel(d: Path, version: str = TORCH, cuda: str = "13.0") -> Path:
+    return build_wheel(d, "torch", version, {
+        "torch/__init__.py": f'__version__ = "{version}"\nfrom . import version\n',
+        "torch/version.py": f'__version__ = "{version}"\ncuda = "{cuda}"\n'})
+
+
+def _uv(*args: str, cache: Path) -> None:
+    env = dict(os.environ, UV_CACHE_DIR=str(cache))
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), *args], check=True, env=env, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A system interpreter (a venv, like the H200 image's /opt/torch/.venv) with torch 2.11.0+cu130."""
+    root = tmp_path_factory.mktemp("system")
+    wheels = root / "wheels"
+    _torch_wheel(wheels)
+    _uv("venv", "-q", "--python", sys.executable, str(root / "sys"), cache=root / "uvcache")
+    _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links", str(wheels),
+        f"torch=={TORCH}", cache=root / "uvcache")
+    return root / "sys" / "bin" / "python"
+
+
+def _recipe(tmp: Path, python: Path, version: str = TORCH, cuda: str = "13.0"):
+    links = sf.Links(tmp / "links", b"")
+    rec = sf.recipe(links, None, tmp, fork_uses=())
+    return dataclasses.replace(rec, torch=TorchPin(version, source="system", system_python=str(python)),
+                               cuda=CudaPin(version=cuda, arch_list="9.0", variant="cu" + cuda.replace(".", "")))
+
+
+def _env(tmp: Path, recipe):
+    ctx = sf.context(tmp / "stack", recipe, tmp / "cache")
+    out = EnvStep().run(ctx)
+    ctx.done["env"] = sf.record("env", dict(out))
+    return ctx, out
+
+
+def test_preflight_checks_version_and_cuda_build(tmp_path, system):
+    facts = systorch.probe(sf.context(tmp_path / "s", _recipe(tmp_path, system), tmp_path / "c").runner, "t", system)
+    assert facts["version"] == TORCH and facts["cuda"] == "13.0"
+    assert systorch.check(_recipe(tmp_path, system), facts)[0] is True
+    ok, expected, found, fix = systorch.check(_recipe(tmp_path, system, "2.11.0+cu129", "12.9"), facts)
+    assert not ok and "torch 2.11.0+cu129 built for CUDA 12.9" in expected and "torch 2.11.0+cu130 (CUDA 13.0)" in found
+    assert "--system-python" in fix
+    ok, _, found, fix = systorch.check(_recipe(tmp_path, system, TORCH, "12.8"), facts)
+    assert not ok and "CUDA build" in fix
+    # In the preflight table: a failed, unskippable 'torch' check with the punch-list line.
+    results = preflight_evaluate(_recipe(tmp_path, system, "2.10.0+cu128", "13.0"), good_facts(), ("nvcc", "cuda_arch"),
+                                 facts)
+    torch = next(r for r in results if r.name == "torch")
+    assert torch.status == "failed" and "expected torch 2.10.0+cu128" in torch.detail and "-> " in torch.detail
+
+
+def test_an_interpreter_without_torch_fails_preflight(tmp_path):
+    ctx = sf.context(tmp_path / "s", _recipe(tmp_path, Path(sys.executable)), tmp_path / "c")
+    bare = tmp_path / "bare"
+    _uv("venv", "-q", "--python", sys.executable, str(bare), cache=tmp_path / "uvc")
+    facts = systorch.probe(ctx.runner, "t", bare / "bin" / "python")
+    ok, _, found, fix = systorch.check(_recipe(tmp_path, bare / "bin/python"), facts)
+    assert not ok and "import torch failed" in found and "install torch" in fix
+
+
+def test_env_on_the_system_interpreter_sees_its_torch_and_records_it(tmp_path, system):
+    ctx, out = _env(tmp_path, _recipe(tmp_path, system))
+    assert out["torch"] == TORCH and out["torch_source"] == "system" and out["torch_cuda"] == "13.0"
+    sys_site = Path(out["system_torch"]["path"]).parent
+    assert out["system_torch"]["path"] == str(sys_site / "torch")
+    assert sys_site in {Path(p) for p in out["system_torch"]["site_packages"]}
+    assert "include-system-site-packages = true" in (ctx.paths.env / "pyvenv.cfg").read_text()
+    seen = subprocess.run([str(ctx.paths.python), "-I", "-c", "import torch; print(torch.__file__)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(seen).parent == sys_site / "torch"
+    assert not list(ctx.paths.env.glob("lib/python*/site-packages/torch*"))
+    assert EnvStep().verify(ctx, out) is None
+    # lock: torch and its neighbours are the system's, not the env's packages
+    raw = probe_env(ctx, "lock")
+    _, own = installed_distributions(ctx, "lock", raw)
+    assert "torch" not in {d.name for d in own}
+    section = system_section(ctx, raw)
+    assert section is not None and section["torch"]["version"] == TORCH and section["torch"]["cuda"] == "13.0"
+
+
+def test_a_torch_installed_into_the_env_is_caught(tmp_path, system):
+    """The guard proves nothing shadows the system torch: plant a torch in the env's own site-packages."""
+    ctx, out = _env(tmp_path, _recipe(tmp_path, system))
+    spec = GuardSpec(python=ctx.paths.python, torch_version=TORCH, forks={}, system_torch=out["system_torch"])
+    assert evaluate(spec, probe(ctx.runner, "install", spec)).results["torch"] == "ok"
+    wheels = tmp_path / "shadow"
+    _torch_wheel(wheels)       # the very same version, but in the env: still a shadow
+    _uv("pip", "install", "-q", "--python", str(ctx.paths.python), "--no-index", "--find-links", str(wheels),
+        f"torch=={TORCH}", cache=tmp_path / "cache" / "uv")
+    with pytest.raises(InstallError) as err:
+        evaluate(spec, probe(ctx.runner, "install", spec))
+    text = str(err.value)
+    assert "no torch distribution in" in text and "it resolves to" in text and "re-run october_setup" in text
+    assert "torch was installed into" in (EnvStep().verify(ctx, out) or "")
+
+
+def test_a_wrong_system_torch_stops_the_env_step(tmp_path, system):
+    with pytest.raises(EnvError) as err:
+        _env(tmp_path, _recipe(tmp_path, system, "2.11.0+cu129", "12.9"))
+    assert "expected torch 2.11.0+cu129" in str(err.value).lower() or "2.11.0+cu129" in str(err.value)
+
+
+def test_the_recipe_must_allow_a_system_torch(tmp_path, system):
+    rec = load_recipe("20260702")
+    with pytest.raises(UsageError) as err:
+        systorch.with_system_torch(rec, system)
+    assert "allow_system" in str(err.value)
+    pr = load_recipe("flashinfer-pr3812")
+    assert systorch.with_system_torch(pr, None).torch.from_system is False
+    got = systorch.with_system_torch(pr, system).torch
+    assert got.from_system and got.system_python == str(system.absolute()) and got.version == "2.11.0+cu130"
+    with pytest.raises(UsageError):
+        systorch.with_system_torch(pr, tmp_path / "no-python")
+
+
+def test_the_real_torch_of_the_dev_env_as_the_system_torch(tmp_path):
+    """This project's dev env (its real torch) as the site-provided torch: probe, env, import, guard."""
+    facts = json.loads(subprocess.run(     # the dev env's real torch, read without importing it here
+        [sys.executable, "-W", "ignore", "-c", "import torch, json; print(json.dumps([torch.__version__, "
+         "torch.version.cuda, torch.__file__]))"], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    version, cuda, torch_file = facts
+    python = Path(sys.executable)
+    rec = _recipe(tmp_path, python, version, cuda or "13.0")
+    ctx, out = _env(tmp_path, rec)
+    assert out["torch"] == version and Path(out["system_torch"]["path"]) == Path(torch_file).parent
+    code = "import torch, json; print(json.dumps([torch.__version__, torch.__file__, float(torch.ones(3).sum())]))"
+    got = json.loads(subprocess.run([str(ctx.paths.python), "-I", "-W", "ignore", "-c", code], capture_output=True, text=True,
+                                    check=True).stdout.strip().splitlines()[-1])
+    assert got[0] == version and Path(got[1]) == Path(torch_file) and got[2] == 3.0
+    spec = GuardSpec(python=ctx.paths.python, torch_version=version, forks={}, system_torch=out["system_torch"])
+    assert evaluate(spec, probe(ctx.runner, "install", spec)).results["torch"] == "ok"
