@@ -168,3 +168,45 @@ def test_the_real_torch_of_the_dev_env_as_the_system_torch(tmp_path):
     assert got[0] == version and Path(got[1]) == Path(torch_file) and got[2] == 3.0
     spec = GuardSpec(python=ctx.paths.python, torch_version=version, forks={}, system_torch=out["system_torch"])
     assert evaluate(spec, probe(ctx.runner, "install", spec)).results["torch"] == "ok"
+
+
+@pytest.mark.slow
+def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
+    """october_setup on the offline fixture world with torch from a system interpreter: every step runs,
+    the lock lists no torch package but records the system torch, the receipt says where torch came from;
+    the no-op re-run runs nothing; a torch planted into the env is noticed and the env made again."""
+    from installer.lockfile import read_lock
+    from installer.pipeline import SetupOptions, SilentReporter
+    from installer.setup import run_setup
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    world.recipe.write_text(world.recipe.read_text().replace('version = "2.10.0+fixture"\n',
+                                                             'version = "2.10.0+fixture"\nallow_system = true\n'))
+    root = tmp_path / "system"
+    _torch_wheel(root / "wheels", "2.10.0+fixture", "13.0")
+    _uv("venv", "-q", "--python", sys.executable, str(root / "sys"), cache=root / "uvc")
+    _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
+        str(root / "wheels"), "torch==2.10.0+fixture", cache=root / "uvc")
+    recipe = systorch.with_system_torch(load_recipe(str(world.recipe)), root / "sys/bin/python")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
+    first = run_setup(opts, SilentReporter())
+    assert all(r.status == "ran" for r in first.records)
+    lock = read_lock(stack / "pylock.toml")
+    assert "torch" not in {p["name"] for p in lock["packages"]}
+    assert {"alpha", "beta", "tinydep"} <= {p["name"] for p in lock["packages"]}
+    system = lock["tool"]["october"]["system"]
+    assert system["torch"]["version"] == "2.10.0+fixture" and system["torch"]["cuda"] == "13.0"
+    assert Path(system["torch"]["path"]).is_relative_to(root / "sys")
+    receipt = json.loads((stack / "receipts/setup.json").read_text())
+    assert receipt["torch"]["source"] == "system" and receipt["torch"]["version"] == "2.10.0+fixture"
+    torch_check = next(c for c in receipt["preflight"]["checks"] if c["name"] == "torch")
+    assert torch_check["status"] == "passed"
+    again = run_setup(opts, SilentReporter())
+    assert all(r.status == "cached" for r in again.records)
+    _uv("pip", "install", "-q", "--python", str(stack / "env/bin/python"), "--no-index", "--find-links",
+        str(root / "wheels"), "torch==2.10.0+fixture", cache=root / "uvc")
+    third = run_setup(opts, SilentReporter())
+    assert {r.name: r.status for r in third.records}["env"] == "ran"
+    assert not list((stack / "env").glob("lib/python*/site-packages/torch*"))
