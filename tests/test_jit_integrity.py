@@ -20,6 +20,7 @@ from installer.jit.cache import SharedJitCache
 from installer.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
 from installer.pipeline import StepContext
 from installer.recipe import JitModule
+from installer.steps.env import write_stack_env
 from installer.steps.jit import JitStep
 from tests.fixtures import stack_forks as sf
 
@@ -45,6 +46,7 @@ def _ctx(root: Path, links: sf.Links, cache: Path, *, shared: bool = True) -> St
         ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {"commit": COMMIT, "path": "x"}}})
         ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"version": "13.0", "path": None}}})
         ctx.done["env"] = sf.record("env", {"torch": "2.11.0+cu130", "torch_cuda": "13.0"})
+    write_stack_env(ctx)
     return ctx
 
 
