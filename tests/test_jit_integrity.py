@@ -168,3 +168,35 @@ def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
     with pytest.raises(JitError) as err:
         refuse_untrusted_jit(ctx.paths.root)
     assert "recorded, missing" in str(err.value)
+
+
+def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
+    """With the real FlashInfer, one combined ``build_jit_specs`` ninja leaves its log in ``cached_ops/``,
+    which the runtime's per-module ninja never reads (measured on the H200: the first use compiled again).
+    The builder therefore calls each spec's own ``build`` (mocked JIT API: no CUDA here)."""
+    from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT, FAKE_TORCH
+    api_src = FAKE_FLASHINFER_JIT.replace('''class JitSpec:
+    def __init__(self, name):
+        self.name = name
+''', '''class JitSpec:
+    def __init__(self, name):
+        self.name = name
+
+    def build(self, verbose=None, need_lock=False):
+        assert need_lock is True
+        CALLS.append(("build", self.name))
+        self.jit_library_path.parent.mkdir(parents=True, exist_ok=True)
+        self.jit_library_path.write_bytes(("per-module " + self.name).encode())
+''')
+    assert api_src != FAKE_FLASHINFER_JIT
+    d = tmp_path / "apilinks"
+    api = sf.Links(d, b"")
+    api.add("torch", sf.TORCH, {"torch/__init__.py": FAKE_TORCH})
+    api.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM,
+                                           "flashinfer/jit/__init__.py": api_src})
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
+    ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
+    write_stack_env(ctx)
+    out = JitStep().run(ctx)
+    assert [Path(m["path"]).read_bytes()[:10] for m in out["modules"]] == [b"per-module"] * 2

@@ -14,8 +14,10 @@ and ``flashinfer/jit/core.py``):
   dtype_k, dtype_v)`` and ``gen_batch_prefill_module(backend, ...same...,
   use_fp16_qk_reduction, *, dtype_k, dtype_v)`` return a ``JitSpec`` whose
   ``name`` is the module URI and ``jit_library_path`` the ``.so`` it builds;
-* ``build_jit_specs(specs, verbose=..., skip_prebuilt=...)`` builds them all with
-  one ninja run (parallel; ``MAX_JOBS`` caps the jobs).
+* ``JitSpecNvcc.build(verbose, need_lock)`` writes the module's own ``build.ninja`` and runs
+  ninja in ``cached_ops/<uri>/``, exactly as the runtime's ``build_and_load`` does, so the
+  runtime finds its ninja log up to date (``MAX_JOBS`` caps each ninja's jobs);
+  ``build_jit_specs(specs, verbose=..., skip_prebuilt=...)`` is the fallback.
 * ``dtype_kv`` is passed as the K dtype: the wrappers default K to
   ``kv_data_type``, so that is the module a K16/V8 ``plan`` asks for.
 
@@ -102,9 +104,23 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
     cached = [Path(s.jit_library_path).is_file() for s in specs]
     todo = [s for s, c in zip(specs, cached) if not c]
     if todo:
-        build_jit_specs(todo, verbose=False, skip_prebuilt=False)
+        build_specs(todo, build_jit_specs)
     return [{"id": m["id"], "uri": s.name, "path": str(s.jit_library_path), "cached": c}
             for m, s, c in zip(modules, specs, cached)]
+
+
+def build_specs(specs: Sequence[Any], build_jit_specs: Callable[..., Any]) -> None:
+    """Build each module the way FlashInfer's runtime does (``spec.build()``: its own ``build.ninja``
+    run with ``ninja -C cached_ops/<uri>``), modules in parallel.  ``build_jit_specs`` runs one combined
+    ninja from ``cached_ops/`` whose log the runtime's per-module ninja never reads, so the first use at
+    runtime would compile every module again; it is the fallback for specs without ``build``."""
+    if not all(callable(getattr(s, "build", None)) for s in specs):
+        build_jit_specs(list(specs), verbose=False, skip_prebuilt=False)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+        list(pool.map(lambda spec: spec.build(verbose=False, need_lock=True), specs))
 
 
 def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
