@@ -46,6 +46,9 @@ def _ctx(root: Path, links: sf.Links, cache: Path, *, shared: bool = True) -> St
         ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {"commit": COMMIT, "path": "x"}}})
         ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"version": "13.0", "path": None}}})
         ctx.done["env"] = sf.record("env", {"torch": "2.11.0+cu130", "torch_cuda": "13.0"})
+        # the fork's checkout, as the install step records it: FlashInfer's AOT dir is <it>/flashinfer/data/aot
+        ctx.done["install"] = sf.record("install", {"forks": [{"name": "flashinfer", "mode": "flashinfer",
+                                                              "path": str(root / "src-flashinfer")}]})
     write_stack_env(ctx)
     return ctx
 
@@ -200,3 +203,55 @@ def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
     write_stack_env(ctx)
     out = JitStep().run(ctx)
     assert [Path(m["path"]).read_bytes()[:10] for m in out["modules"]] == [b"per-module"] * 2
+
+
+def _aot(root: Path) -> Path:
+    return root / "src-flashinfer" / "flashinfer" / "data" / "aot"
+
+
+def test_verified_libraries_are_placed_where_flashinfer_loads_prebuilt_modules(tmp_path, links):
+    """FlashInfer loads ``<package>/data/aot/<uri>/<uri>.so`` without ninja; what is there must be the
+    recorded bytes: a corrupted copy is noticed and replaced, a stale unrecorded one removed."""
+    ctx = _ctx(tmp_path, links, tmp_path / "cache")
+    step = JitStep(builder=STANDIN)
+    out = step.run(ctx)
+    aot = _aot(tmp_path)
+    for m in out["modules"]:
+        assert Path(m["aot_path"]) == aot / m["uri"] / f"{m['uri']}.so"
+        assert sha256_file(Path(m["aot_path"])) == m["sha256"]
+    assert json.loads((ctx.paths.jit / MANIFEST).read_text())["aot_dir"] == str(aot)
+    copy = Path(out["modules"][0]["aot_path"])
+    copy.write_bytes(copy.read_bytes()[:64])
+    stale = aot / "batch_decode_old" / "batch_decode_old.so"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an older commit's module")
+    assert "changed" in (step.verify(ctx, out) or "")
+    assert {u.path for u in untrusted_libraries(ctx.paths.jit)} == {copy, stale}
+    again = step.run(ctx)
+    assert {d["path"] for d in again["discarded"]} == {str(copy), str(stale)}
+    assert not stale.exists() and sha256_file(copy) == out["modules"][0]["sha256"]
+    assert step.verify(ctx, again) is None and report(ctx.paths.jit)["ok"] is True
+
+
+def test_a_second_stack_gets_the_aot_copies_from_the_shared_cache(tmp_path, links, monkeypatch):
+    cache = tmp_path / "cache"
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    monkeypatch.setenv("JIT_STANDIN_FAULT", "crash")       # the builder must not run
+    second = JitStep(builder=STANDIN).run(_ctx(tmp_path / "b", links, cache))
+    for a, b in zip(first["modules"], second["modules"]):
+        assert b["source"] == "shared-cache" and Path(b["aot_path"]).is_relative_to(_aot(tmp_path / "b"))
+        assert sha256_file(Path(b["aot_path"])) == a["sha256"]
+
+
+def test_smoke_refuses_a_corrupted_aot_copy(tmp_path, links):
+    from installer.errors import JitError
+    from installer.smoke import refuse_untrusted_jit
+
+    ctx = _ctx(tmp_path, links, tmp_path / "cache")
+    out = JitStep(builder=STANDIN).run(ctx)
+    refuse_untrusted_jit(ctx.paths.root)
+    copy = Path(out["modules"][1]["aot_path"])
+    copy.write_bytes(b"\x7fELF truncated")
+    with pytest.raises(JitError) as err:
+        refuse_untrusted_jit(ctx.paths.root)
+    assert str(copy) in str(err.value)

@@ -109,6 +109,17 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
             for m, s, c in zip(modules, specs, cached)]
 
 
+def aot_dir() -> str | None:
+    """``flashinfer.jit.env.FLASHINFER_AOT_DIR``: prebuilt modules found there are loaded as they are,
+    without ninja (``JitSpecNvcc.try_load``)."""
+    try:
+        env = importlib.import_module("flashinfer.jit.env")
+    except Exception:  # noqa: BLE001 - a FlashInfer without this module has no AOT directory to use
+        return None
+    found = getattr(env, "FLASHINFER_AOT_DIR", None)
+    return str(found) if found else None
+
+
 def build_specs(specs: Sequence[Any], build_jit_specs: Callable[..., Any]) -> None:
     """Build each module the way FlashInfer's runtime does (``spec.build()``: its own ``build.ninja``
     run with ``ninja -C cached_ops/<uri>``), modules in parallel.  ``build_jit_specs`` runs one combined
@@ -144,6 +155,7 @@ def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     fi = importlib.import_module("flashinfer")
     result["flashinfer_version"] = str(getattr(fi, "__version__", "unknown"))
     result["flashinfer_file"] = str(getattr(fi, "__file__", ""))
+    result["aot_dir"] = aot_dir()
     # Only asymmetric modules (K dtype != V dtype) need the fork's asymmetric wrappers; an ordinary bf16
     # prefill (the mixed route's fresh-prompt attention) is built by any FlashInfer.
     problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"] if m["k"] != m["v"]])

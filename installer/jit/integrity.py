@@ -56,10 +56,32 @@ def read_manifest(workspace: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-def write_manifest(workspace: Path, modules: Mapping[str, Mapping[str, str]]) -> None:
-    """Atomically record uri -> {path (relative to ``workspace``), sha256[, key (shared-cache key)]}."""
+def manifest_aot_dir(workspace: Path) -> Path | None:
+    """The FlashInfer AOT directory the jit step placed the verified libraries in, if any."""
+    try:
+        data = json.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get("aot_dir") if isinstance(data, dict) else None
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def aot_path(aot_dir: Path, uri: str) -> Path:
+    """Where FlashInfer loads a prebuilt module from (``JitSpecNvcc.aot_path``), without running ninja."""
+    return aot_dir / uri / f"{uri}.so"
+
+
+def aot_libraries(aot_dir: Path | None) -> list[Path]:
+    if aot_dir is None or not aot_dir.is_dir():
+        return []
+    return sorted(p for p in aot_dir.glob("*/*.so") if p.is_file() and p.parent.name == p.stem)
+
+
+def write_manifest(workspace: Path, modules: Mapping[str, Mapping[str, str]], aot_dir: Path | None = None) -> None:
+    """Atomically record uri -> {path (relative to ``workspace``), sha256[, key (shared-cache key)]}, and
+    the AOT directory holding verified copies (FlashInfer loads those without building)."""
     workspace.mkdir(parents=True, exist_ok=True)
-    body = {"format": MANIFEST_FORMAT,
+    body = {"format": MANIFEST_FORMAT, "aot_dir": str(aot_dir) if aot_dir is not None else None,
             "modules": {u: {k: str(v) for k, v in m.items() if k in ("path", "sha256", "key")}
                         for u, m in sorted(modules.items())}}
     fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=workspace)
@@ -78,13 +100,17 @@ def libraries(workspace: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.so") if p.is_file() and "cached_ops" in p.parts)
 
 
-def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]] | None = None
-                        ) -> list[Untrusted]:
-    """Libraries under ``workspace`` that are not byte-for-byte what the jit step recorded."""
+def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]] | None = None,
+                        aot_dirs: tuple[Path | None, ...] = ()) -> list[Untrusted]:
+    """Libraries under ``workspace`` (and in the AOT directories: the recorded one and ``aot_dirs``) that
+    are not byte-for-byte what the jit step recorded."""
     records = read_manifest(workspace) if manifest is None else manifest
     by_path = {(workspace / rec["path"]).resolve(): rec["sha256"] for rec in records.values()}
+    dirs = {d.resolve() for d in (manifest_aot_dir(workspace), *aot_dirs) if d is not None}
+    for d in dirs:
+        by_path.update({aot_path(d, uri).resolve(): rec["sha256"] for uri, rec in records.items()})
     found: list[Untrusted] = []
-    for lib in libraries(workspace):
+    for lib in libraries(workspace) + [p for d in sorted(dirs) for p in aot_libraries(d)]:
         want = by_path.get(lib.resolve())
         if want is None:
             found.append(Untrusted(lib, "not recorded by the jit step"))
@@ -99,7 +125,9 @@ def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str
 def missing_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
     """URIs the manifest records whose library file is gone."""
     records = read_manifest(workspace) if manifest is None else manifest
-    return sorted(u for u, rec in records.items() if not (workspace / rec["path"]).is_file())
+    aot = manifest_aot_dir(workspace)
+    return sorted(u for u, rec in records.items() if not (workspace / rec["path"]).is_file()
+                  or (aot is not None and not aot_path(aot, u).is_file()))
 
 
 def module_dir(lib: Path) -> Path | None:
@@ -110,11 +138,17 @@ def module_dir(lib: Path) -> Path | None:
     return None
 
 
+def _own_dir(lib: Path) -> Path | None:
+    """The module's own directory: ``cached_ops/<uri>/`` or an AOT ``<uri>/``."""
+    d = module_dir(lib)
+    return d if d is not None else (lib.parent if lib.parent.name == lib.stem else None)
+
+
 def discard(items: list[Untrusted]) -> list[str]:
     """Remove each untrusted library with its module build directory; returns what was removed."""
     removed: list[str] = []
     for item in items:
-        d = module_dir(item.path)
+        d = _own_dir(item.path)
         if d is not None:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(str(d))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,7 +24,8 @@ from installer import stackenv
 from installer.errors import CommandFailed, JitError
 from installer.hashing import sha256_file
 from installer.jit.cache import SharedJitCache, cache_key
-from installer.jit.integrity import discard, read_manifest, untrusted_libraries, write_manifest
+from installer.jit.integrity import (aot_path, discard, manifest_aot_dir, read_manifest, untrusted_libraries,
+                                    write_manifest)
 from installer.jit.flashinfer_builder import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from installer.pipeline import StepContext
 from installer.recipe import PROJECT_ROOT, JitModule
@@ -115,7 +117,7 @@ class JitStep:
                     "builder": self.builder, "flashinfer_version": None}
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
-        discarded = self._discard_untrusted(ctx, workspace)
+        discarded = self._discard_untrusted(ctx, workspace, known_aot_dir(ctx, workspace))
         inputs = shared_cache_inputs(ctx, arch_list, self.builder)
         keys = [cache_key(inputs, q) if inputs else None for q in requests]
         cache = SharedJitCache(ctx.options.cache_dir / "jit") if inputs else None
@@ -168,10 +170,11 @@ class JitStep:
     # ------------------------------------------------------------ integrity and reuse
 
     @staticmethod
-    def _discard_untrusted(ctx: StepContext, workspace: Path) -> list[dict[str, str]]:
+    def _discard_untrusted(ctx: StepContext, workspace: Path, aot: Path | None) -> list[dict[str, str]]:
         """A library whose bytes are not what this step recorded is never a cache hit: remove its module
-        directory so the builder compiles it again."""
-        bad = untrusted_libraries(workspace)
+        directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
+        it without any check, too)."""
+        bad = untrusted_libraries(workspace, aot_dirs=(aot,))
         for item in bad:
             ctx.ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
@@ -216,9 +219,14 @@ class JitStep:
             m.setdefault("source", "workspace" if m["cached"] else "built")
             if cache is not None and k is not None and inputs is not None and m["source"] != "shared-cache":
                 stored += cache.store(k, inputs, workspace, m["uri"], Path(m["path"]), m["sha256"])
+        aot = (Path(result["aot_dir"]) if result is not None and result.get("aot_dir")
+               else known_aot_dir(ctx, workspace))
+        if aot is not None:
+            for m in modules:
+                m["aot_path"] = str(place_aot(aot, m["uri"], Path(m["path"]), m["sha256"]))
         records = {m["uri"]: {"path": Path(m["path"]).relative_to(workspace).as_posix(), "sha256": m["sha256"],
                               **({"key": k} if k else {})} for m, k in zip(modules, keys)}
-        write_manifest(workspace, records)
+        write_manifest(workspace, records, aot)
         return {"workspace": str(workspace), "arch_list": ctx.recipe.cuda.arch_list if ctx.recipe.cuda else "",
                 "modules": modules, "cached": all(m["cached"] for m in modules), "builder": self.builder,
                 "flashinfer_version": result.get("flashinfer_version") if result is not None
@@ -289,9 +297,42 @@ class JitStep:
 
     def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
         for m in outputs.get("modules", []):
-            path = Path(m["path"])
-            if not path.is_file():
-                return f"JIT library {path} is missing"
-            if sha256_file(path) != m["sha256"]:
-                return f"JIT library {path} changed (sha256 differs)"
+            for path in [Path(m["path"])] + ([Path(m["aot_path"])] if m.get("aot_path") else []):
+                if not path.is_file():
+                    return f"JIT library {path} is missing"
+                if sha256_file(path) != m["sha256"]:
+                    return f"JIT library {path} changed (sha256 differs)"
         return None
+
+
+def known_aot_dir(ctx: StepContext, workspace: Path) -> Path | None:
+    """FlashInfer's AOT directory for this stack without starting it: the one recorded last time, else
+    FlashInfer's own rule for the fork's checkout (``<package>/data/aot``; ``flashinfer/data/`` is
+    ignored by the fork's git, so the checkout stays clean)."""
+    recorded = manifest_aot_dir(workspace)
+    if recorded is not None:
+        return recorded
+    install = ctx.done.get("install")
+    for f in (install.outputs.get("forks") or []) if install is not None else []:
+        if isinstance(f, dict) and f.get("mode") == "flashinfer" and f.get("path"):
+            return Path(f["path"]) / "flashinfer" / "data" / "aot"
+    return None
+
+
+def place_aot(aot: Path, uri: str, lib: Path, sha256: str) -> Path:
+    """Put the verified library where FlashInfer loads prebuilt modules without running ninja: its
+    runtime ninja rebuilds a module whose build files name another stack's paths, so a module reused
+    from the shared cache is only reused at runtime from here (measured on the H200)."""
+    target = aot_path(aot, uri)
+    if target.is_file() and sha256_file(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(lib, tmp)
+    os.replace(tmp, target)
+    got = sha256_file(target)
+    if got != sha256:
+        raise JitError(f"the AOT copy of {uri} does not match what was verified", expected=f"sha256 {sha256}",
+                       found=f"sha256 {got} at {target}", fix="check the disk holding the FlashInfer checkout; "
+                       "re-run october_setup")
+    return target
