@@ -58,6 +58,18 @@ def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
     return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", system_python=str(exe)))
 
 
+def mark_system(recipe: Recipe) -> Recipe:
+    """The recipe with torch from the system, no interpreter named yet (an offline kit made elsewhere
+    carries no torch wheel for it); a usage error when the recipe does not allow it."""
+    t = recipe.torch
+    if not (t.from_system or t.allow_system):
+        raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
+                         expected="a recipe with [torch] source = \"system\" or allow_system = true",
+                         found="--system-torch", fix="drop --system-torch, or use a recipe that allows a "
+                         "site-provided torch")
+    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system"))
+
+
 def probe(runner: Runner, step: str, python: Path) -> dict[str, Any]:
     """Facts about ``python`` and its torch (never raises for a missing torch: ``error`` says why)."""
     done = runner.run([str(python), "-I", str(PROBE)], step=step, check=False, timeout=300)

@@ -210,3 +210,10 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     third = run_setup(opts, SilentReporter())
     assert {r.name: r.status for r in third.records}["env"] == "ran"
     assert not list((stack / "env").glob("lib/python*/site-packages/torch*"))
+
+
+def test_a_kit_can_be_marked_for_a_site_provided_torch():
+    pr = systorch.mark_system(load_recipe("flashinfer-pr3812"))
+    assert pr.torch.from_system and pr.torch.system_python is None
+    with pytest.raises(UsageError):
+        systorch.mark_system(load_recipe("20260702"))
