@@ -55,7 +55,8 @@ def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
     if not exe.is_file():
         raise UsageError("--system-python is not a file", expected="the path of a Python interpreter",
                          found=f"{exe} does not exist", fix="pass the interpreter itself, e.g. /opt/torch/.venv/bin/python")
-    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", system_python=str(exe)))
+    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", system_python=str(exe),
+                                                                 index_url=None))
 
 
 def mark_system(recipe: Recipe) -> Recipe:
@@ -67,7 +68,7 @@ def mark_system(recipe: Recipe) -> Recipe:
                          expected="a recipe with [torch] source = \"system\" or allow_system = true",
                          found="--system-torch", fix="drop --system-torch, or use a recipe that allows a "
                          "site-provided torch")
-    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system"))
+    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", index_url=None))
 
 
 def probe(runner: Runner, step: str, python: Path) -> dict[str, Any]:
