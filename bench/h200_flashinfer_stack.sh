@@ -1,0 +1,44 @@
+#!/bin/bash
+# The FlashInfer-only stack on the lent H200, offline, from a kit (issue 10 item 5).  Run from the
+# repository root with the tool's cp312 wheels in $WHEELS and the kit in $KIT; writes $OUT.
+#   WHEELS=DIR KIT=DIR OUT=DIR bash bench/h200_flashinfer_stack.sh
+# Steps: tool env from wheels; october_setup (every step, no preflight skip, torch from the image's
+# /opt/torch/.venv); current smoke --level kernel; no-op re-run; a corrupted .so refused by smoke and
+# rebuilt by october_setup; a second stack from the shared JIT cache, and its smoke.
+set -u
+export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda-13.0/bin:$PATH
+SYS=/opt/torch/.venv/bin/python
+R=$PWD; S1=/tmp/st1; S2=/tmp/st2; CACHE=/tmp/october-cache
+rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE
+now() { python3 -c "import time; print(time.time())"; }
+since() { python3 -c "import time; print(round(time.time() - $1, 2))"; }
+steps() { python3 - "$1" <<'P'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for s in r["steps"]:
+    print(f"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s")
+P
+}
+"$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
+/tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
+/tmp/boot/bin/uv pip install -q --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req.txt" || exit 1
+T=/tmp/toolenv/bin/python
+setup() { $T -m installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
+smoke() { $T -m installer smoke --install "$1" --level kernel --output "$2"; }
+
+echo "== 1. october_setup $S1 (kit, system torch)"; t=$(now); setup $S1; rc=$?; echo "setup rc=$rc in $(since $t) s"; steps $S1/receipts/setup.json
+[ $rc = 0 ] || { cp -r $S1/logs $OUT/logs1 2>/dev/null; exit 1; }
+echo "== 2. current smoke --level kernel"; t=$(now); smoke $S1 $OUT/smoke1; echo "smoke rc=$? in $(since $t) s"
+echo "== 3. no-op re-run"; t=$(now); setup $S1 >/dev/null; echo "noop rc=$? in $(since $t) s"; steps $S1/receipts/setup.json
+echo "== 4. corrupted .so"
+SO=$(python3 -c "import json;print(json.load(open('$S1/.state/jit.json'))['outputs']['modules'][0]['path'])")
+python3 - "$SO" <<'P'
+import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xFF; open(p, "wb").write(bytes(b))
+P
+smoke $S1 $OUT/smoke-corrupt; echo "smoke on corrupted rc=$? (12 = refused)"
+t=$(now); setup $S1 >/dev/null; echo "re-run after corruption rc=$? in $(since $t) s"; steps $S1/receipts/setup.json
+python3 -c "import json;m=json.load(open('$S1/.state/jit.json'))['outputs'];print('discarded', m['discarded']);print([(x['source'], x['sha256'][:12]) for x in m['modules']])"
+echo "== 5. second stack $S2, same cache"; t=$(now); setup $S2 >/dev/null; echo "setup2 rc=$? in $(since $t) s"; steps $S2/receipts/setup.json
+python3 -c "import json;m=json.load(open('$S2/.state/jit.json'))['outputs'];print([(x['source'], x['sha256'][:12]) for x in m['modules']], m['shared_cache']['restored'])"
+t=$(now); smoke $S2 $OUT/smoke2; echo "smoke2 rc=$? in $(since $t) s"
+cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/pylock.toml $OUT/pylock.toml; cp $S2/receipts/setup.json $OUT/setup2.json
