@@ -1,0 +1,107 @@
+"""One pass over a wheel's members: every byte is decompressed once and serves every check.
+
+Reading a member feeds, chunk by chunk, its RECORD hash (and size), the ELF
+scanner when it is a shared object (``DT_NEEDED`` for the CUDA-variant check and
+the dynamic string table for ``PyInit_<name>``), and keeps the bytes of the few
+small members named in ``keep`` (``vllm/_version.py``).  A shared object whose
+string table lay outside the scanner's window is read a second time with the
+seeking reader (:func:`installer.wheels.elf.read_dynamic`); :attr:`WheelScan.rereads`
+counts those, and the benchmark reports it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass
+from typing import Collection, Mapping
+
+from installer.hashing import CHUNK
+from installer.wheels.elf import DynamicScanner, ElfFormatError, read_dynamic
+
+SO_NAME = re.compile(r"\.so(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class SharedObject:
+    needed: tuple[str, ...]          # DT_NEEDED sonames, in file order
+    strtab: bytes                    # the dynamic string table
+
+
+@dataclass(frozen=True)
+class MemberScan:
+    name: str
+    size: int                        # bytes after decompression
+    digest: str | None               # urlsafe base64 of the RECORD algorithm's digest, no padding
+    error: str | None                # why the member could not be read (zip damage)
+    elf: SharedObject | None = None
+    elf_error: str | None = None     # why a .so member is not a readable ELF object
+
+
+@dataclass(frozen=True)
+class WheelScan:
+    members: Mapping[str, MemberScan]
+    kept: Mapping[str, bytes]        # the bytes of the members named in ``keep``
+    rereads: int                     # shared objects read twice (string table outside the window)
+
+
+def is_shared_object(name: str) -> bool:
+    return bool(SO_NAME.search(name))
+
+
+def _digest(h: "hashlib._Hash") -> str:
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+
+def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Collection[str] = (),
+                 elf: bool = True) -> WheelScan:
+    """Read every file member of ``zf`` once.
+
+    ``algorithms`` maps a member to the hash RECORD names for it (members absent
+    from it are still read, sized and scanned, but not hashed); ``elf`` turns the
+    shared-object scan on.
+    """
+    out: dict[str, MemberScan] = {}
+    kept: dict[str, bytes] = {}
+    rereads = 0
+    for info in zf.infolist():
+        if info.is_dir() or info.filename in out:
+            continue
+        name = info.filename
+        algo = algorithms.get(name)
+        h = hashlib.new(algo) if algo else None
+        scanner = DynamicScanner() if elf and is_shared_object(name) else None
+        held = bytearray() if name in keep else None
+        size = 0
+        try:
+            with zf.open(info) as fh:
+                while chunk := fh.read(CHUNK):
+                    size += len(chunk)
+                    if h is not None:
+                        h.update(chunk)
+                    if scanner is not None and not scanner.done:
+                        scanner.feed(chunk)
+                    if held is not None:
+                        held += chunk
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            out[name] = MemberScan(name, size, None, str(exc) or type(exc).__name__)
+            continue
+        if held is not None:
+            kept[name] = bytes(held)
+        so: SharedObject | None = None
+        so_error: str | None = None
+        if scanner is not None:
+            try:
+                if scanner.lost:
+                    rereads += 1
+                    with zf.open(info) as fh:
+                        needed, strtab = read_dynamic(fh)  # type: ignore[arg-type]
+                    so = SharedObject(tuple(needed), strtab)
+                else:
+                    so = SharedObject(tuple(scanner.finish()), scanner.strtab)
+            except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
+                so_error = str(exc) or type(exc).__name__
+        out[name] = MemberScan(name, size, _digest(h) if h is not None else None, None, so, so_error)
+    return WheelScan(out, kept, rereads)
