@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Collection, Mapping
 
 from installer.hashing import CHUNK
-from installer.wheels.elf import DynamicScanner, ElfFormatError, read_dynamic
+from installer.wheels.elf import DEFAULT_KEEP, DynamicScanner, ElfFormatError, read_dynamic
 
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 
@@ -56,12 +56,13 @@ def _digest(h: "hashlib._Hash") -> str:
 
 
 def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Collection[str] = (),
-                 elf: bool = True) -> WheelScan:
+                 elf: bool = True, elf_window: int = DEFAULT_KEEP) -> WheelScan:
     """Read every file member of ``zf`` once.
 
     ``algorithms`` maps a member to the hash RECORD names for it (members absent
     from it are still read, sized and scanned, but not hashed); ``elf`` turns the
-    shared-object scan on.
+    shared-object scan on; ``elf_window`` is how many leading bytes of each shared
+    object the scanner holds for a string table that precedes ``.dynamic``.
     """
     out: dict[str, MemberScan] = {}
     kept: dict[str, bytes] = {}
@@ -72,7 +73,7 @@ def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Co
         name = info.filename
         algo = algorithms.get(name)
         h = hashlib.new(algo) if algo else None
-        scanner = DynamicScanner() if elf and is_shared_object(name) else None
+        scanner = DynamicScanner(elf_window) if elf and is_shared_object(name) else None
         held = bytearray() if name in keep else None
         size = 0
         try:
