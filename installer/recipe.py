@@ -368,18 +368,18 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                 Version(req_torch)
             except InvalidVersion:
                 raise wt.err("requires_torch", "a torch version such as '2.10.0'", req_torch) from None
-        sources = wt.get("compiled_sources", list, required=False)
-        if sources is not None:
-            if not sources or not all(isinstance(p, str) and p and not p.startswith("/") and "\\" not in p
-                                      and ".." not in p.split("/") and p == p.strip("/") for p in sources):
+        compiled = wt.get("compiled_sources", list, required=False)
+        if compiled is not None:
+            if not compiled or not all(isinstance(p, str) and p and not p.startswith("/") and "\\" not in p
+                                       and ".." not in p.split("/") and p == p.strip("/") for p in compiled):
                 raise wt.err("compiled_sources", "a non-empty list of relative paths in the fork such as "
-                             "['csrc', 'CMakeLists.txt', 'cmake']", sources)
+                             "['csrc', 'CMakeLists.txt', 'cmake']", compiled)
         wheel = BaseWheel(url=url, filename=fname,
                           name=wt.get("name", str), version=version_key(wt, "version") or "",
                           sha256=sha, cuda_variant=wt.get("cuda_variant", str, required=False),
                           cudart_major=wt.get("cudart_major", str, required=False),
                           requires_torch=req_torch,
-                          compiled_sources=tuple(sources) if sources is not None else DEFAULT_COMPILED_SOURCES)
+                          compiled_sources=tuple(compiled) if compiled is not None else DEFAULT_COMPILED_SOURCES)
         wt.done()
 
     pt = top.table("preflight", required=False)

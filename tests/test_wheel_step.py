@@ -270,3 +270,29 @@ def test_inputs_carry_the_wheel_table_and_lock_and_run_nothing(tmp_path: Path, h
     assert got["fork"] == {"name": "vllm", "commit": hist.fork, "upstream": hist.upstream_url}
     # a no-op re-run computes every step's inputs: this one must start no process and write no log
     assert "python_tags" not in got and not (tmp_path / "stack" / "logs").exists()
+
+
+def test_lock_and_receipt_carry_retag_extensions_and_compared_trees(tmp_path: Path, hist: Histories,
+                                                                   server: WheelServer) -> None:
+    import jsonschema
+    import tomli_w
+
+    from installer.steps.lock import wheel_facts_for_lock
+
+    whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
+    url, sha = serve(server, whl)
+    out = WheelStep(policy=POLICY).run(make_ctx(tmp_path, hist, base_wheel(url, whl, sha)))
+    lock = wheel_facts_for_lock(out)
+    arch = platform.machine()
+    assert lock["retag"] == [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}]
+    assert lock["extensions"] == real_facts()["0.18.0"]["extensions"]
+    eq = lock["source-equivalence"]
+    assert (eq["source-commit"], eq["fork-commit"], eq["fetched-upstream"]) == (hist.release, hist.fork, True)
+    assert [p["path"] for p in eq["paths"]] == ["csrc", "CMakeLists.txt", "cmake"] and all(
+        len(p["id"]) == 40 for p in eq["paths"])
+    tomli_w.dumps({"tool": {"october": {"wheel": lock}}})               # TOML-serialisable (no nulls)
+    schema = json.loads((Path(__file__).parent.parent / "receipts" / "setup.schema.json").read_text())
+    jsonschema.validate(out, schema["properties"]["wheel"])             # the receipt embeds the outputs
+    bad = dict(out, source_equivalence={**out["source_equivalence"], "compared_in": "somewhere"})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema["properties"]["wheel"])

@@ -17,8 +17,12 @@ import guard is built from this list (:func:`installer.install.guards.import_gua
 
 from __future__ import annotations
 
+import csv
+import io
 import re
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Collection
 
 from installer.wheels.elf import exports_symbol
@@ -66,3 +70,19 @@ def extension_modules(scan: WheelScan, recorded: Collection[str], python: tuple[
             continue
         found.setdefault(module, Extension(module, name))
     return tuple(found.values())
+
+
+def extensions_from_record(wheel: Path, python: tuple[int, int] | None = None) -> tuple[Extension, ...]:
+    """By file name alone, from RECORD (for wheel-step outputs recorded before ``extensions`` existed).
+
+    Without the stack Python's version every ``cpython-XY`` build is listed, so one module may
+    appear with several files.
+    """
+    with zipfile.ZipFile(wheel) as zf:
+        record = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1), None)
+        text = zf.read(record).decode("utf-8", errors="replace") if record else ""
+    found: list[Extension] = []
+    for row in csv.reader(io.StringIO(text)):
+        if row and (module := module_of(row[0], python)) is not None:
+            found.append(Extension(module, row[0]))
+    return tuple(found)
