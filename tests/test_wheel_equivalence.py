@@ -168,8 +168,11 @@ def test_added_and_removed_files_are_named(tmp_path: Path, runner: Runner) -> No
 
 def test_compared_paths_are_recipe_data(hist: Histories, runner: Runner, tmp_path: Path) -> None:
     """Comparing only cmake/ (a recipe's choice) passes where csrc/ differs; a path absent at both is recorded."""
-    got = check(runner, hist, hist.kernel, hist.fork, tmp_path / "cache", paths=("cmake", "build_tools"))
-    assert [(p.path, p.kind) for p in got.paths] == [("cmake", "tree"), ("build_tools", None)]
+    got = check(runner, hist, hist.kernel, hist.fork, tmp_path / "cache",
+                paths=("cmake", "cmake/external_projects/vllm_flash_attn.cmake", "build_tools"))
+    assert [(p.path, p.kind) for p in got.paths] == [("cmake", "tree"),
+                                                     ("cmake/external_projects/vllm_flash_attn.cmake", "blob"),
+                                                     ("build_tools", None)]
 
 
 def test_no_compiled_sources_in_the_fork_fails_closed(hist: Histories, runner: Runner, tmp_path: Path) -> None:
@@ -212,3 +215,29 @@ def test_non_hex_commit_is_refused_before_git(hist: Histories, runner: Runner, t
         check(runner, hist, "--upload-pack=evil", hist.fork, tmp_path / "cache")
     assert "not a commit id" in str(err.value)
     assert not runner.log_path("wheel").exists()
+
+
+# ------------------------------------------------------------------ recipe data
+
+
+def _recipe_with(tmp_path: Path, line: str):
+    from installer.recipe import PROJECT_ROOT, load_recipe
+    text = (PROJECT_ROOT / "recipes" / "current.toml").read_text()
+    path = tmp_path / "r.toml"
+    path.write_text(text.replace('requires_torch = "2.10.0"\n', f'requires_torch = "2.10.0"\n{line}\n', 1))
+    return load_recipe(str(path))
+
+
+def test_compiled_sources_default_and_override(tmp_path: Path) -> None:
+    from installer.recipe import load_recipe
+    assert load_recipe("current").wheel.compiled_sources == ("csrc", "CMakeLists.txt", "cmake")  # type: ignore[union-attr]
+    got = _recipe_with(tmp_path, 'compiled_sources = ["csrc", "cmake/external_projects"]')
+    assert got.wheel.compiled_sources == ("csrc", "cmake/external_projects")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["[]", '["../csrc"]', '["/etc"]', '["csrc/"]', '"csrc"', "[1]"])
+def test_bad_compiled_sources_are_refused(tmp_path: Path, value: str) -> None:
+    from installer.errors import RecipeError
+    with pytest.raises(RecipeError) as err:
+        _recipe_with(tmp_path, f"compiled_sources = {value}")
+    assert "compiled_sources" in str(err.value)
