@@ -101,6 +101,17 @@ def _entries(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, r
     return found
 
 
+def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step: str) -> dict[str, tuple[str, str]]:
+    """Each path's own entry at ``commit`` (one ``ls-tree`` per path: with a deeper path in the same call
+    git would list that instead of its parent tree)."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        entry = _entries(runner, repo, commit, [path], recursive=False, step=step).get(path)
+        if entry is not None:
+            found[path] = entry
+    return found
+
+
 # ----------------------------------------------------------------------- upstream
 
 
@@ -207,8 +218,8 @@ def check_source_equivalence(runner: Runner, clone: Path, source_commit: str, fo
 
 def _compare(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence[str], where: str,
              fetched: bool, fork_name: str, step: str) -> SourceEquivalence:
-    at_source = _entries(runner, repo, source, paths, recursive=False, step=step)
-    at_fork = _entries(runner, repo, fork, paths, recursive=False, step=step)
+    at_source = _tops(runner, repo, source, paths, step=step)
+    at_fork = _tops(runner, repo, fork, paths, step=step)
     if not at_fork:
         raise WheelError(
             f"none of the compiled-source paths exist at the {fork_name} fork commit {fork[:12]}",
