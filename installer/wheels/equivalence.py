@@ -115,18 +115,23 @@ def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step
 # ----------------------------------------------------------------------- upstream
 
 
-def _fetch(runner: Runner, mirror: Mirror, upstream: str, refspecs: Sequence[str], *, step: str) -> bool:
+def _fetch(runner: Runner, mirror: Mirror, upstream: str, refspecs: Sequence[str], *,
+           step: str) -> CommandFailed | None:
     try:
         runner.run(["git", "-C", str(mirror.path), "fetch", "--no-tags", "--quiet", upstream, *refspecs],
                    step=step, env=git_env())
-    except CommandFailed:
-        return False
-    return True
+    except CommandFailed as exc:
+        return exc
+    return None
 
 
 def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: str, version: str | None, *,
-                        step: str) -> str | None:
-    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock); its full id or None."""
+                        step: str) -> tuple[str | None, CommandFailed | None]:
+    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock).
+
+    Returns (its full id or None, the failure of the last fetch tried: None when that fetch worked,
+    so a missing commit is then really missing upstream rather than unreachable).
+    """
     attempts: list[list[str]] = []
     if FULL_SHA.match(commit):
         attempts.append([f"+{commit}:{UPSTREAM_REFS}/wheel-source/{commit}"])
@@ -134,14 +139,15 @@ def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: s
         tag = f"v{version}"
         attempts.append([f"+refs/tags/{tag}:{UPSTREAM_REFS}/tags/{tag}"])
     attempts.append([f"+refs/heads/*:{UPSTREAM_REFS}/heads/*", f"+refs/tags/*:{UPSTREAM_REFS}/tags/*"])
+    failed: CommandFailed | None = None
     for refspecs in attempts:
-        _fetch(runner, mirror, upstream, refspecs, step=step)
+        failed = _fetch(runner, mirror, upstream, refspecs, step=step)
         full = resolve_commit(runner, mirror.path, commit, step=step)
         if full is not None:
             runner.run(["git", "-C", str(mirror.path), "update-ref", f"{PIN_REFS}/{full}", full],
                        step=step, env=git_env())
-            return full
-    return None
+            return full, None
+    return None, failed
 
 
 # ------------------------------------------------------------------------ compare
@@ -196,17 +202,26 @@ def check_source_equivalence(runner: Runner, clone: Path, source_commit: str, fo
                 ensure_commit(runner, step, mirror, fork_full)      # the mirror holds the fork's history
             except FetchError:
                 pass                                                 # compared below only if present
-            source_full = fetch_from_upstream(runner, mirror, upstream, source_commit, wheel_version, step=step)
+            source_full, failed = fetch_from_upstream(runner, mirror, upstream, source_commit, wheel_version,
+                                                      step=step)
             fetched = True
+            if source_full is None and failed is not None:
+                last = (failed.tail.strip().splitlines() or [f"exit code {failed.returncode}"])[-1].strip()
+                raise WheelError(
+                    f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
+                    f"{fork_name} fork clone, and its upstream {redact_url(upstream)} could not be fetched",
+                    expected=f"a reachable upstream serving commit {source_commit}",
+                    found=f"git fetch failed (exit {failed.returncode}): {last}",
+                    fix=f"check the upstream URL in forks.toml and your network; full log: {failed.log_path}")
             if source_full is None:
                 raise WheelError(
                     f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
                     f"{fork_name} fork clone nor at its upstream {redact_url(upstream)}",
                     expected=f"commit {source_commit} reachable from upstream"
                              + (f" (tag v{wheel_version}, a branch or a tag)" if wheel_version else ""),
-                    found="no such commit (or no unique one) after fetching upstream's branches and tags",
-                    fix=f"check the upstream URL in forks.toml and your network (log: {runner.log_path(step)}); "
-                        "the wheel must be an upstream vLLM build")
+                    found="no such commit (or no unique one) after fetching every upstream branch and tag",
+                    fix="the wheel is not an upstream vLLM build: use an upstream release wheel in [wheel], or set "
+                        "the fork's upstream in forks.toml to the repository the wheel was built from")
             if resolve_commit(runner, mirror.path, fork_full, step=step) is None:
                 raise WheelError(f"the {fork_name} fork commit {fork_full[:12]} is not in the mirror {mirror.path}",
                                  expected="the fork's history in its shared mirror (made by the fetch step)",
