@@ -55,6 +55,44 @@ def _digest(h: "hashlib._Hash") -> str:
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
 
+def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep: bool, elf: bool,
+              elf_window: int) -> tuple[MemberScan, bytes | None, bool]:
+    """(facts, the member's bytes when ``keep``, whether the ELF scan had to read it twice)."""
+    name = info.filename
+    h = hashlib.new(algo) if algo else None
+    scanner = DynamicScanner(elf_window) if elf else None
+    held = bytearray() if keep else None
+    size = 0
+    try:
+        with zf.open(info) as fh:
+            while chunk := fh.read(CHUNK):
+                size += len(chunk)
+                if h is not None:
+                    h.update(chunk)
+                if scanner is not None and not scanner.done:
+                    scanner.feed(chunk)
+                if held is not None:
+                    held += chunk
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return MemberScan(name, size, None, str(exc) or type(exc).__name__), None, False
+    so: SharedObject | None = None
+    so_error: str | None = None
+    reread = False
+    if scanner is not None:
+        try:
+            if scanner.lost:
+                reread = True
+                with zf.open(info) as fh:
+                    needed, strtab = read_dynamic(fh)  # type: ignore[arg-type]
+                so = SharedObject(tuple(needed), strtab)
+            else:
+                so = SharedObject(tuple(scanner.finish()), scanner.strtab)
+        except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
+            so_error = str(exc) or type(exc).__name__
+    member = MemberScan(name, size, _digest(h) if h is not None else None, None, so, so_error)
+    return member, bytes(held) if held is not None else None, reread
+
+
 def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Collection[str] = (),
                  elf: bool = True, elf_window: int = DEFAULT_KEEP) -> WheelScan:
     """Read every file member of ``zf`` once.
@@ -70,39 +108,10 @@ def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Co
     for info in zf.infolist():
         if info.is_dir() or info.filename in out:
             continue
-        name = info.filename
-        algo = algorithms.get(name)
-        h = hashlib.new(algo) if algo else None
-        scanner = DynamicScanner(elf_window) if elf and is_shared_object(name) else None
-        held = bytearray() if name in keep else None
-        size = 0
-        try:
-            with zf.open(info) as fh:
-                while chunk := fh.read(CHUNK):
-                    size += len(chunk)
-                    if h is not None:
-                        h.update(chunk)
-                    if scanner is not None and not scanner.done:
-                        scanner.feed(chunk)
-                    if held is not None:
-                        held += chunk
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            out[name] = MemberScan(name, size, None, str(exc) or type(exc).__name__)
-            continue
+        member, held, reread = _scan_one(zf, info, algorithms.get(info.filename), info.filename in keep,
+                                         elf and is_shared_object(info.filename), elf_window)
+        out[member.name] = member
         if held is not None:
-            kept[name] = bytes(held)
-        so: SharedObject | None = None
-        so_error: str | None = None
-        if scanner is not None:
-            try:
-                if scanner.lost:
-                    rereads += 1
-                    with zf.open(info) as fh:
-                        needed, strtab = read_dynamic(fh)  # type: ignore[arg-type]
-                    so = SharedObject(tuple(needed), strtab)
-                else:
-                    so = SharedObject(tuple(scanner.finish()), scanner.strtab)
-            except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
-                so_error = str(exc) or type(exc).__name__
-        out[name] = MemberScan(name, size, _digest(h) if h is not None else None, None, so, so_error)
+            kept[member.name] = held
+        rereads += reread
     return WheelScan(out, kept, rereads)
