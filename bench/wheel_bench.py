@@ -8,8 +8,9 @@ For each recipe's [wheel] (vLLM 0.18.0 for ``current``, 0.24.0 for ``20260702``)
 * ``anchor``       one plain pass that decompresses every member and sha256-hashes it (zipfile + hashlib).
 
 ``verify`` and ``anchor`` run interleaved ``--repeat`` times, alternating which goes first; the
-best of each and the median of the paired ratios are printed (the machine is shared).  The goal is verify <= 1.2x anchor.  The recipe's forks are left out (source
-equivalence needs the fork's git history, not the wheel).
+best of each and the median of the paired ratios are printed (the machine is shared).  The goal is
+verify <= 1.2x anchor.  The recipe's forks are left out (source equivalence needs the fork's git
+history, not the wheel).
 
     uv run python bench/wheel_bench.py [--recipes current 20260702] [--repeat 3] [--offline]
 

@@ -231,7 +231,8 @@ def _recipe_with(tmp_path: Path, line: str):
 
 def test_compiled_sources_default_and_override(tmp_path: Path) -> None:
     from installer.recipe import load_recipe
-    assert load_recipe("current").wheel.compiled_sources == ("csrc", "CMakeLists.txt", "cmake")  # type: ignore[union-attr]
+    default = load_recipe("current").wheel
+    assert default is not None and default.compiled_sources == ("csrc", "CMakeLists.txt", "cmake")
     got = _recipe_with(tmp_path, 'compiled_sources = ["csrc", "cmake/external_projects"]')
     assert got.wheel.compiled_sources == ("csrc", "cmake/external_projects")  # type: ignore[union-attr]
 

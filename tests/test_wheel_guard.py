@@ -75,7 +75,7 @@ def test_outputs_without_the_list_fall_back_to_record(tmp_path: Path) -> None:
     """A wheel step done-marker from before ``extensions`` existed: file names from RECORD."""
     whl = vllm_wheel(tmp_path / "w", version="0.24.0")
     src = tmp_path / "src" / "vllm"
-    place(src, ["vllm/_moe_C_stable_libtorch.abi3.so",
-                f"vllm/third_party/deep_gemm/_C.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"])
+    here = f"{sys.version_info[0]}{sys.version_info[1]}"
+    place(src, ["vllm/_moe_C_stable_libtorch.abi3.so", f"vllm/third_party/deep_gemm/_C.cpython-{here}-x86_64-linux-gnu.so"])
     got = import_guard({"path": str(whl)}, {"vllm": src})
     assert got == ("vllm._moe_C_stable_libtorch", "vllm.third_party.deep_gemm._C")

@@ -38,8 +38,8 @@ class InstallStep:
     name: ClassVar[str] = "install"
 
     def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
-        # Which libraries count as "CUDA exists" for importing the wheel's extension modules; tests point it at a library
-        # that exists on a CPU-only machine.
+        # Which libraries count as "CUDA exists" for importing the wheel's extension modules; tests
+        # point it at a library that exists on a CPU-only machine.
         self.cuda_libs = cuda_libs
 
     # ------------------------------------------------------------------ inputs
