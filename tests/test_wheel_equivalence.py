@@ -243,3 +243,12 @@ def test_bad_compiled_sources_are_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(RecipeError) as err:
         _recipe_with(tmp_path, f"compiled_sources = {value}")
     assert "compiled_sources" in str(err.value)
+
+
+def test_fork_commit_the_mirror_cannot_get_fails(tmp_path: Path, runner: Runner) -> None:
+    """The clone has the fork commit but its mirror neither has it nor can fetch it (fork URL gone)."""
+    h = make_histories(tmp_path / "g")
+    with pytest.raises(WheelError) as err:
+        check(runner, h, h.release[:9], h.fork, tmp_path / "cache", fork_url=(tmp_path / "gone.git").as_uri())
+    msg = str(err.value)
+    assert f"fork commit {h.fork[:12]} is not in the mirror" in msg and "re-run october_setup" in msg
