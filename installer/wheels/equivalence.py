@@ -186,49 +186,53 @@ def check_source_equivalence(runner: Runner, clone: Path, source_commit: str, fo
         raise WheelError(f"the {fork_name} fork clone {clone} does not contain its own pinned commit",
                          expected=f"commit {fork_commit} in {clone}", found="no such commit",
                          fix="re-run october_setup so the fetch step re-creates the clone")
-    repo, where, fetched = clone, "fork-clone", False
     source_full = resolve_commit(runner, clone, source_commit, step=step)
+    if source_full is not None:
+        return _compare(runner, clone, source_full, fork_full, paths, "fork-clone", False, fork_name, step)
+    if not upstream:
+        raise WheelError(
+            f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
+            f"{fork_name} fork clone, and the fork has no upstream URL to fetch it from",
+            expected=f"commit {source_commit} in {clone} or an upstream URL in forks.toml",
+            found="neither", fix=f"set [forks.{fork_name}].upstream in forks.toml (vLLM: "
+                                 "https://github.com/vllm-project/vllm.git)")
+    mirror = open_mirror(cache_dir, fork_url or upstream, fork_name)
+    with mirror.locked():
+        source_full = _into_mirror(runner, mirror, upstream, source_commit, fork_full, wheel_version, fork_name,
+                                   step)
+        return _compare(runner, mirror.path, source_full, fork_full, paths, "fork-mirror", True, fork_name, step)
+
+
+def _into_mirror(runner: Runner, mirror: Mirror, upstream: str, source_commit: str, fork_full: str,
+                 wheel_version: str | None, fork_name: str, step: str) -> str:
+    """Both commits in the fork's mirror (caller holds its lock): the full id of the wheel's commit."""
+    try:
+        ensure_commit(runner, step, mirror, fork_full)      # the mirror holds the fork's history
+    except FetchError:
+        pass                                                 # checked below, after the upstream fetch
+    source_full, failed = fetch_from_upstream(runner, mirror, upstream, source_commit, wheel_version, step=step)
+    if source_full is None and failed is not None:
+        last = (failed.tail.strip().splitlines() or [f"exit code {failed.returncode}"])[-1].strip()
+        raise WheelError(
+            f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
+            f"{fork_name} fork clone, and its upstream {redact_url(upstream)} could not be fetched",
+            expected=f"a reachable upstream serving commit {source_commit}",
+            found=f"git fetch failed (exit {failed.returncode}): {last}",
+            fix=f"check the upstream URL in forks.toml and your network; full log: {failed.log_path}")
     if source_full is None:
-        if not upstream:
-            raise WheelError(
-                f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
-                f"{fork_name} fork clone, and the fork has no upstream URL to fetch it from",
-                expected=f"commit {source_commit} in {clone} or an upstream URL in forks.toml",
-                found="neither", fix=f"set [forks.{fork_name}].upstream in forks.toml (vLLM: "
-                                     "https://github.com/vllm-project/vllm.git)")
-        mirror = open_mirror(cache_dir, fork_url or upstream, fork_name)
-        with mirror.locked():
-            try:
-                ensure_commit(runner, step, mirror, fork_full)      # the mirror holds the fork's history
-            except FetchError:
-                pass                                                 # compared below only if present
-            source_full, failed = fetch_from_upstream(runner, mirror, upstream, source_commit, wheel_version,
-                                                      step=step)
-            fetched = True
-            if source_full is None and failed is not None:
-                last = (failed.tail.strip().splitlines() or [f"exit code {failed.returncode}"])[-1].strip()
-                raise WheelError(
-                    f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
-                    f"{fork_name} fork clone, and its upstream {redact_url(upstream)} could not be fetched",
-                    expected=f"a reachable upstream serving commit {source_commit}",
-                    found=f"git fetch failed (exit {failed.returncode}): {last}",
-                    fix=f"check the upstream URL in forks.toml and your network; full log: {failed.log_path}")
-            if source_full is None:
-                raise WheelError(
-                    f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
-                    f"{fork_name} fork clone nor at its upstream {redact_url(upstream)}",
-                    expected=f"commit {source_commit} reachable from upstream"
-                             + (f" (tag v{wheel_version}, a branch or a tag)" if wheel_version else ""),
-                    found="no such commit (or no unique one) after fetching every upstream branch and tag",
-                    fix="the wheel is not an upstream vLLM build: use an upstream release wheel in [wheel], or set "
-                        "the fork's upstream in forks.toml to the repository the wheel was built from")
-            if resolve_commit(runner, mirror.path, fork_full, step=step) is None:
-                raise WheelError(f"the {fork_name} fork commit {fork_full[:12]} is not in the mirror {mirror.path}",
-                                 expected="the fork's history in its shared mirror (made by the fetch step)",
-                                 found="no such commit there", fix="re-run october_setup (the fetch step fills it)")
-            repo, where = mirror.path, "fork-mirror"
-            return _compare(runner, repo, source_full, fork_full, paths, where, fetched, fork_name, step)
-    return _compare(runner, repo, source_full, fork_full, paths, where, fetched, fork_name, step)
+        raise WheelError(
+            f"the base wheel's source commit {source_commit} (from vllm/_version.py) is not in the "
+            f"{fork_name} fork clone nor at its upstream {redact_url(upstream)}",
+            expected=f"commit {source_commit} reachable from upstream"
+                     + (f" (tag v{wheel_version}, a branch or a tag)" if wheel_version else ""),
+            found="no such commit (or no unique one) after fetching every upstream branch and tag",
+            fix="the wheel is not an upstream vLLM build: use an upstream release wheel in [wheel], or set "
+                "the fork's upstream in forks.toml to the repository the wheel was built from")
+    if resolve_commit(runner, mirror.path, fork_full, step=step) is None:
+        raise WheelError(f"the {fork_name} fork commit {fork_full[:12]} is not in the mirror {mirror.path}",
+                         expected="the fork's history in its shared mirror (made by the fetch step)",
+                         found="no such commit there", fix="re-run october_setup (the fetch step fills it)")
+    return source_full
 
 
 def _compare(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence[str], where: str,
