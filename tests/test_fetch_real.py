@@ -1,0 +1,84 @@
+"""Real tier: the fetch step on the real FlashInfer 2f3f0f6d (PR #3812 head, the 20260702 pin)
+and the real CCCL it records, from ../shared/real-forks, through git's url.insteadOf as a user
+without GitHub access would point git at a copy.  Commit ids are git's own object hashes, so a
+checkout at the pinned ids is the real source."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from installer.errors import FetchError
+from installer.git.mirror import mirror_path
+from installer.pipeline import run_pipeline
+from installer.recipe import load_recipe
+from installer.steps.fetch import FetchStep
+from tests.fixtures.fetchctx import make_ctx, make_recipe
+
+pytestmark = pytest.mark.real
+
+FLASHINFER = "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"
+CCCL = "876867684f7fac130e0f5911236e0a92a970d4fd"
+SPDLOG = "c3aed4b6"      # recorded gitlink prefix; no reachable copy has it
+
+
+def _rewrite(monkeypatch: pytest.MonkeyPatch, mirror: Path) -> None:
+    """git config through the environment (as ``git -c`` would): the fork URL and every
+    github.com URL (submodules) resolve to the real copies."""
+    fi = mirror / "github.com" / "flashinfer-ai" / "flashinfer.git"
+    pairs = [(f"url.{fi.as_uri()}.insteadOf", "https://github.com/mcgrof/flashinfer.git"),
+             (f"url.{(mirror / 'github.com').as_uri()}/.insteadOf", "https://github.com/")]
+    monkeypatch.setenv("GIT_CONFIG_COUNT", str(len(pairs)))
+    for i, (key, value) in enumerate(pairs):
+        monkeypatch.setenv(f"GIT_CONFIG_KEY_{i}", key)
+        monkeypatch.setenv(f"GIT_CONFIG_VALUE_{i}", value)
+
+
+def _leftovers(cache: Path) -> list[str]:
+    return [str(p) for p in (cache / "git").rglob("*") if p.name.startswith("tmp_")
+            or (p.suffix == ".pack" and not p.with_suffix(".idx").exists())]
+
+
+def test_real_flashinfer_with_its_selected_cccl(real_mirror: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    _rewrite(monkeypatch, real_mirror)
+    fork = load_recipe("20260702").fork("flashinfer")
+    assert fork.pin.commit == FLASHINFER and fork.submodule_paths == ("3rdparty/cccl",)
+    cache, stack = tmp_path / "cache", tmp_path / "stack"
+    [rec] = run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork]), cache))
+    out = rec.outputs["forks"]["flashinfer"]
+    assert out["commit"] == FLASHINFER and out["submodules"] == {"3rdparty/cccl": CCCL}
+    src = stack / "src" / "flashinfer"
+    with git.Repo(src) as repo:
+        assert repo.head.commit.hexsha == FLASHINFER
+        assert repo.git.rev_parse("HEAD:3rdparty/cccl") == CCCL      # the gitlink the fork records
+    with git.Repo(src / "3rdparty" / "cccl") as repo:
+        assert repo.head.commit.hexsha == CCCL
+    # the commit's objects hash to its id: git verifies the whole tree
+    subprocess.run(["git", "-C", str(src), "fsck", "--connectivity-only", "--no-dangling"], check=True,
+                   capture_output=True)
+    assert (src / "3rdparty" / "cccl" / "libcudacxx" / "include").is_dir()
+    assert not any((src / "3rdparty" / "cutlass").iterdir()) and not any((src / "3rdparty" / "spdlog").iterdir())
+    assert not mirror_path(cache, "https://github.com/NVIDIA/cutlass.git").exists()
+    assert _leftovers(cache) == []
+    [again] = run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork]), cache))
+    assert again.status == "cached"
+
+
+def test_a_missing_real_submodule_fails_closed_naming_it(real_mirror: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _rewrite(monkeypatch, real_mirror)
+    fork = dataclasses.replace(load_recipe("20260702").fork("flashinfer"),
+                               submodule_paths=("3rdparty/cccl", "3rdparty/spdlog"))
+    cache, stack = tmp_path / "cache", tmp_path / "stack"
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork]), cache))
+    msg = str(err.value)
+    assert f"submodule 3rdparty/spdlog @ {SPDLOG}" in msg and "gabime/spdlog" in msg
+    assert "no repository at" in msg and "leave it out of the fork entry's submodules" in msg
+    assert not (stack / ".state" / "fetch.json").exists(), "no done-marker for a failed fetch"
+    assert _leftovers(cache) == []
