@@ -40,7 +40,9 @@ class FetchStep:
 
     def _fork(self, ctx: StepContext, fork: ForkUse) -> dict[str, Any]:
         o = ctx.options
-        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name)
+        kit = o.kit
+        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name,
+                             source=kit.source_for(fork.fetch_url) if kit is not None else None)
         locked = o.locked.commits if o.locked is not None else None
         res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
         if res.how == "prefix":
@@ -52,7 +54,8 @@ class FetchStep:
         dest = ctx.paths.fork(fork.name)
         out = sync_clone(ctx.runner, self.name, dest, mirror, res.commit, cache_dir=o.cache_dir,
                          submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail,
-                         submodule_paths=fork.submodule_paths)
+                         submodule_paths=fork.submodule_paths,
+                         **({"rewrite": kit.source_for} if kit is not None else {}))
         if out.dirty:
             ctx.ui.warn(f"{fork.name}: keeping {len(out.dirty)} local change(s) in {dest} "
                         "(--allow-dirty; recorded)")
