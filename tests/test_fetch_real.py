@@ -82,3 +82,38 @@ def test_a_missing_real_submodule_fails_closed_naming_it(real_mirror: Path, tmp_
     assert "no repository at" in msg and "leave it out of the fork entry's submodules" in msg
     assert not (stack / ".state" / "fetch.json").exists(), "no done-marker for a failed fetch"
     assert _leftovers(cache) == []
+
+
+def test_real_flashinfer_through_a_kit_offline(real_mirror: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The git half of a kit for the 20260702 FlashInfer: made from the real copies, then used with
+    git allowed local files only and no rewriting to the real copies (only the kit's own mapping)."""
+    from installer.kit.gitcopy import KitRepos
+    from installer.kit.use import Kit
+    from installer.runner import Runner
+
+    _rewrite(monkeypatch, real_mirror)
+    fork = load_recipe("20260702").fork("flashinfer")
+    kit_dir = tmp_path / "kit"
+    repos = KitRepos(Runner(tmp_path / "logs"), "kit", tmp_path / "cache-kit", kit_dir, lambda _: None)
+    assert repos.add_fork(fork) == FLASHINFER
+    made = {c.owner: c for c in repos.repos.values()}
+    assert set(made) == {"flashinfer", "flashinfer/3rdparty/cccl"}
+    assert made["flashinfer/3rdparty/cccl"].commits == [CCCL]
+    assert made["flashinfer/3rdparty/cccl"].url == "https://github.com/NVIDIA/cccl.git"
+    size = sum(p.stat().st_size for p in kit_dir.rglob("*") if p.is_file())
+    print(f"real FlashInfer 2f3f0f6d + CCCL kit repos: {size / 1e6:.1f} MB")
+
+    for key in ("GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "GIT_CONFIG_KEY_1", "GIT_CONFIG_VALUE_1"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("GIT_ALLOW_PROTOCOL", "file")
+    kit = Kit(root=kit_dir, manifest={"repos": [c.as_json() for c in repos.repos.values()]},
+              repos={str(c.as_json()["key"]): kit_dir / c.path for c in repos.repos.values()})
+    ctx = make_ctx(tmp_path / "stack", make_recipe([fork]), tmp_path / "cache-offline")
+    ctx = dataclasses.replace(ctx, options=dataclasses.replace(ctx.options, kit=kit))
+    [rec] = run_pipeline([FetchStep()], ctx)
+    out = rec.outputs["forks"]["flashinfer"]
+    assert out["commit"] == FLASHINFER and out["submodules"] == {"3rdparty/cccl": CCCL}
+    assert out["url"] == "https://github.com/mcgrof/flashinfer.git"     # recorded as online, not the kit path
+    subprocess.run(["git", "-C", str(tmp_path / "stack" / "src" / "flashinfer"), "fsck", "--connectivity-only"],
+                   check=True, capture_output=True)
