@@ -53,15 +53,17 @@ def torch_from_system(recipe: Recipe) -> bool:
     return False
 
 
-def target_tags(recipe: Recipe) -> set[Tag]:
-    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`."""
+def target_tags(recipe: Recipe) -> list[Tag]:
+    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`, best first:
+    the interpreter's own ABI before abi3 before pure, and for each the oldest glibc first (the
+    most portable file)."""
     major, minor = (int(x) for x in recipe.python.split(".")[:2])
     arch = recipe.preflight.arch or "x86_64"
-    platforms = [f"manylinux_{GLIBC[0]}_{m}_{arch}" for m in range(GLIBC[1], 16, -1)]
-    platforms += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
+    platforms = [f"linux_{arch}", f"manylinux1_{arch}", f"manylinux2010_{arch}", f"manylinux2014_{arch}"]
+    platforms = platforms[1:] + [f"manylinux_{GLIBC[0]}_{m}_{arch}" for m in range(5, GLIBC[1] + 1)] + platforms[:1]
     abi = f"cp{major}{minor}"
-    tags = set(cpython_tags((major, minor), abis=[abi, "abi3", "none"], platforms=platforms))
-    tags |= set(compatible_tags((major, minor), interpreter=abi, platforms=platforms))
+    tags = list(cpython_tags((major, minor), abis=[abi, "abi3", "none"], platforms=platforms))
+    tags += [t for t in compatible_tags((major, minor), interpreter=abi, platforms=platforms) if t not in tags]
     return tags
 
 
@@ -80,28 +82,32 @@ def _source(entry: Mapping[str, Any], base: Path) -> str:
     return (p if p.is_absolute() else (base / p)).resolve().as_uri()
 
 
-def pick(package: Mapping[str, Any], tags: set[Tag], base: Path, role: str) -> list[WheelWant]:
-    """The files of one pylock package that install on the target: every matching wheel, else its
-    sdist; a package that is a directory, a VCS checkout or a local archive (a fork) gives none."""
+def pick(package: Mapping[str, Any], tags: Sequence[Tag], base: Path, role: str) -> list[WheelWant]:
+    """The one file of a pylock package the target installs: its best wheel by ``tags`` order, else
+    its sdist; a package that is a directory, a VCS checkout or a local archive (a fork) gives none."""
     name = str(canonicalize_name(str(package.get("name", ""))))
-    wants: list[WheelWant] = []
+    rank = {t: i for i, t in enumerate(tags)}
+    best: tuple[int, Mapping[str, Any]] | None = None
     for wheel in package.get("wheels") or []:
-        filename = _filename(wheel)
         try:
-            _, _, _, wtags = parse_wheel_filename(filename)
+            _, _, _, wtags = parse_wheel_filename(_filename(wheel))
         except InvalidWheelFilename:
             continue
-        if wtags & tags:
-            wants.append(WheelWant(name, filename, _source(wheel, base), (wheel.get("hashes") or {}).get("sha256"), role))
-    if not wants and package.get("sdist"):
+        score = min((rank[t] for t in wtags if t in rank), default=None)
+        if score is not None and (best is None or score < best[0]):
+            best = (score, wheel)
+    if best is not None:
+        w = best[1]
+        return [WheelWant(name, _filename(w), _source(w, base), (w.get("hashes") or {}).get("sha256"), role)]
+    if package.get("sdist"):
         sd = package["sdist"]
-        wants.append(WheelWant(name, _filename(sd), _source(sd, base), (sd.get("hashes") or {}).get("sha256"), role))
-    if package.get("wheels") and not wants and not package.get("sdist"):
+        return [WheelWant(name, _filename(sd), _source(sd, base), (sd.get("hashes") or {}).get("sha256"), role)]
+    if package.get("wheels"):
         raise KitError(f"no file of {name} {package.get('version')} installs on the kit's target",
                        expected=f"a wheel for the recipe's CPython on Linux (glibc <= {GLIBC[0]}.{GLIBC[1]})",
                        found=", ".join(_filename(w) for w in package["wheels"])[:300],
                        fix="check the recipe's python version and the lock's packages")
-    return wants
+    return []
 
 
 def from_lock(lock: Path, recipe: Recipe, *, skip: Iterable[str] = ()) -> list[WheelWant]:
