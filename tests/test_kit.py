@@ -79,6 +79,8 @@ def _receipt_core(path: Path, stack: Path) -> dict[str, Any]:
     for key in ("created_at", "steps", "preflight"):
         doc.pop(key)
     doc["lock"].pop("sha256")
+    if doc.get("wheel"):
+        doc["wheel"].pop("mtime_ns")          # when the file was placed, not what it is
     return doc
 
 
@@ -217,3 +219,47 @@ def test_relative_submodule_urls_resolve_as_git_does(base: str, url: str, want: 
 def test_url_keys_match_the_forms_git_uses() -> None:
     assert url_key("https://github.com/a/b.git") == url_key("https://github.com/a/b/") == "https://github.com/a/b"
     assert url_key("git@github.com:gabime/spdlog.git") == "https://github.com/gabime/spdlog"
+
+
+def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path) -> None:
+    """The whole K16/V8 path (base wheel + ancestry, precompiled vLLM fork, FlashInfer fork, JIT) from a
+    kit, with the wheel server stopped and the git repos and find-links directory moved away."""
+    from tests.fixtures.findlinks_server import serve_find_links
+    from tests.test_setup_k16v8_e2e import make_k16v8_world, write_recipe
+
+    root = tmp_path / "w"
+    w = make_k16v8_world(root)
+    wheel = w["wheel"]
+    assert isinstance(wheel, Path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
+    skip = ["--skip-preflight", "nvcc"]
+    with serve_find_links(wheel.parent) as served:
+        recipe = write_recipe(root, w, served.url + wheel.name)
+        online = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "online"), "--recipe",
+                                 str(recipe), "--cache-dir", str(tmp_path / "c-online"), *skip, "-q"],
+                                cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
+        assert online.returncode == 0, online.stderr
+        made = cli("kit", "--recipe", str(recipe), str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-kit"))
+        assert made.returncode == 0, made.stderr
+    doc = json.loads((tmp_path / "kit" / "kit.json").read_text())
+    assert doc["base_wheel"]["sha256"] == json.loads((tmp_path / "online" / "receipts" / "setup.json").read_text())["wheel"]["sha256"]
+    vllm = next(r for r in doc["repos"] if r["owner"] == "vllm")
+    # the fork's copy reaches down to the wheel's source commit, so ancestry is checkable offline
+    depth = subprocess.run(["git", "--git-dir", str(tmp_path / "kit" / vllm["path"]), "rev-list", "--count",
+                            f"refs/october/pins/{w['vllm']}"], capture_output=True, text=True, check=True).stdout
+    assert int(depth) == 2
+
+    for gone in ("git", "links", "served"):
+        shutil.move(str(root / gone), str(tmp_path / f"gone-{gone}"))
+    stack = tmp_path / "offline"
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe), "--kit",
+                           str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-offline"), *skip],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, env={**env, **_offline_env()}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "wheel: ok" in proc.stderr and "jit: ok" in proc.stderr
+    a = _sources_out(tomllib.loads((tmp_path / "online" / "pylock.toml").read_text()))
+    b = _sources_out(tomllib.loads((stack / "pylock.toml").read_text()))
+    assert a == b
+    ra = _receipt_core(tmp_path / "online" / "receipts" / "setup.json", tmp_path / "online")
+    rb = _receipt_core(stack / "receipts" / "setup.json", stack)
+    assert ra == rb

@@ -163,12 +163,14 @@ def is_shallow(repo: Path) -> bool:
 def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
     From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
-    shallow roots to a complete clone, and a depth-1 fetch adds exactly the commit's objects."""
+    shallow roots to a complete clone unless told to (``--update-shallow``)."""
     if has_commit(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
-    depth = ["--depth=1"] if is_shallow(mirror.path) else []
-    g(["-C", str(repo_dir), "fetch", "--no-tags", *depth, _source(mirror), f"+{ref}:{ref}"],
+    # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
+    # the commits down to the base wheel's source commit)
+    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
+    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
 
@@ -204,8 +206,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
-        depth = ["--depth=1"] if is_shallow(mirror.path) else []
-        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", *depth, _source(mirror), str(partial)],
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
     _set_origin(g, partial, mirror.url)

@@ -20,8 +20,9 @@ import git
 
 from installer.errors import CommandFailed, FetchError, KitError
 from installer.git import git_env
-from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
+from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
 from installer.git.resolve import resolve_pin
+from installer.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
 from installer.kit import repo_relpath, url_key
 from installer.recipe import ForkUse
 from installer.redact import redact_url
@@ -93,8 +94,9 @@ class KitRepos:
 
     # ------------------------------------------------------------------ one commit
 
-    def add(self, mirror: Mirror, commit: str, *, role: str, owner: str, branch: str | None = None) -> RepoCopy:
-        """Copy ``commit`` (present in ``mirror`` under its pin ref) into the kit, depth 1."""
+    def add(self, mirror: Mirror, commit: str, *, role: str, owner: str, branch: str | None = None,
+            depth: int = 1) -> RepoCopy:
+        """Copy ``commit`` (present in ``mirror`` under its pin ref) into the kit, ``depth`` commits deep."""
         rel = repo_relpath(mirror.url)
         copy = self.repos.get(rel)
         if copy is None:
@@ -107,7 +109,7 @@ class KitRepos:
             shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
         ref = f"{PIN_REFS}/{commit}"
         with mirror.locked():
-            _git(self.runner, self.step, ["-C", str(dest), "fetch", "--quiet", "--no-tags", "--depth=1",
+            _git(self.runner, self.step, ["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}",
                                           mirror.path.as_uri(), f"+{ref}:{ref}"],
                  doing=f"copying {commit} of {mirror.shown_url} into the kit",
                  fix=f"remove {mirror.path} (a cache) and make the kit again")
@@ -121,17 +123,81 @@ class KitRepos:
 
     # -------------------------------------------------------------------- a fork
 
-    def add_fork(self, fork: ForkUse) -> str:
-        """The fork at its pin, and its selected submodules; returns the resolved commit."""
+    def add_fork(self, fork: ForkUse, *, wheel_source: str | None = None) -> str:
+        """The fork at its pin, and its selected submodules; returns the resolved commit.
+
+        ``wheel_source``: the base wheel's source commit (full or abbreviated) for a fork built on
+        that wheel.  When the fork's history holds it, the kit keeps the commits from there to the
+        pin (so the wheel step can see the ancestry offline); otherwise that commit is copied from
+        the fork's upstream, depth 1 (for a comparison of the two trees)."""
         mirror = open_mirror(self.cache_dir, fork.fetch_url, fork.name)
         res = resolve_pin(self.runner, self.step, mirror, fork.pin, None)
         ensure_commit(self.runner, self.step, mirror, res.commit)
         self.say(f"{fork.name}: {res.commit}" + (f" ('{res.requested}' on {res.branch})" if res.how == "prefix" else ""))
+        depth = 1
+        if wheel_source:
+            depth = self._wheel_source(fork, mirror, res.commit, wheel_source)
+        if fork.mode == "vllm-precompiled" and fork.upstream:
+            depth = max(depth, self._upstream_base(fork, mirror, res.commit))
         self.add(mirror, res.commit, role="fork", owner=fork.name,
-                 branch=res.branch if res.how == "prefix" else None)
+                 branch=res.branch if res.how == "prefix" else None, depth=depth)
         if fork.submodules:
             self._submodules(mirror, res.commit, fork.fetch_url, fork.name, fork.submodule_paths, 0)
         return res.commit
+
+    def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> int:
+        """How deep the fork's copy must be to hold ``source``; copies it from upstream when the fork lacks it."""
+        full = _rev(mirror.path, source)
+        if full is not None and _is_ancestor(mirror.path, full, commit):
+            depth = _count(mirror.path, full, commit) + 1
+            self.say(f"{fork.name}: keeping {depth} commit(s), down to the base wheel's source {full[:12]}")
+            return depth
+        if fork.upstream:
+            up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
+            if full is None and len(source) == 40:
+                ensure_commit(self.runner, self.step, up, source, shallow=True)
+                full = source
+            elif full is None:
+                with up.locked():
+                    _git(self.runner, self.step, ["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
+                                                  "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                         doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
+                         fix="check the fork's upstream URL and your network")
+                full = _rev(up.path, source)
+                if full is None:
+                    return 1                  # the wheel step names the missing commit, online or not
+                ensure_commit(self.runner, self.step, up, full)
+            else:
+                ensure_commit(self.runner, self.step, up, full)
+            self.say(f"{fork.name}: base wheel's source {full[:12]} from upstream {up.shown_url}")
+            self.add(up, full, role="wheel-source", owner=f"{fork.name} upstream")
+        return 1
+
+    def _upstream_base(self, fork: ForkUse, mirror: Mirror, commit: str) -> int:
+        """The install step computes ``git merge-base HEAD <upstream> main``.  The kit answers that
+        offline as it is answered now: the merge-base M is computed here, the fork's copy reaches
+        down to M, and the upstream copy's ``main`` is M (recorded as such in the manifest).
+        Returns the depth the fork's copy needs (1 when the upstream cannot be read now)."""
+        assert fork.upstream is not None
+        up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
+        try:
+            tip = fetch_branch(self.runner, self.step, up, UPSTREAM_REF)
+        except FetchError as exc:
+            self.say(f"{fork.name}: upstream {up.shown_url} {UPSTREAM_REF} not readable now ({exc.found}); the "
+                     "offline install falls back to the base wheel's source commit")
+            return 1
+        ref = "refs/october/upstream-main"
+        with mirror.locked():
+            _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                                          str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"],
+                 doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork", fix=f"remove {mirror.path} (a cache)")
+        base = _merge_base(mirror.path, commit, tip)
+        if base is None:
+            return 1
+        ensure_commit(self.runner, self.step, up, base)
+        self.say(f"{fork.name}: upstream base {base[:12]} (merge-base with {up.shown_url} {UPSTREAM_REF})")
+        self.add(up, base, role="upstream-base", owner=f"{fork.name} upstream", branch=UPSTREAM_REF)
+        return _count(mirror.path, base, commit) + 1
 
     def _submodules(self, mirror: Mirror, commit: str, base_url: str, owner: str,
                     selection: Sequence[str] | None, depth: int) -> None:
@@ -164,6 +230,36 @@ class KitRepos:
             self.say(f"{who}: {sub_commit}")
             self.add(sub_mirror, sub_commit, role="submodule", owner=who)
             self._submodules(sub_mirror, sub_commit, url, who, None, depth + 1)
+
+
+def _rev(repo: Path, commit: str) -> str | None:
+    with git.Repo(repo) as r:
+        try:
+            return str(r.git.rev_parse("--verify", "--quiet", f"{commit}^{{commit}}")).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def _merge_base(repo: Path, a: str, b: str) -> str | None:
+    with git.Repo(repo) as r:
+        try:
+            return str(r.git.merge_base(a, b)).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    with git.Repo(repo) as r:
+        try:
+            r.git.merge_base("--is-ancestor", older, newer)
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def _count(repo: Path, older: str, newer: str) -> int:
+    with git.Repo(repo) as r:
+        return int(str(r.git.rev_list("--count", f"{older}..{newer}")).strip())
 
 
 def gitmodules_at(repo: Path, commit: str) -> dict[str, tuple[str, str]]:

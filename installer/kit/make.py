@@ -28,6 +28,7 @@ from installer.recipe import PROJECT_ROOT, ForkUse, Recipe
 from installer.redact import redact_url
 from installer.runner import Runner
 from installer.wheels.download import download_wheel
+from installer.wheels.version_info import read_version_info
 
 STEP = "kit"
 Say = Callable[[str], None]
@@ -115,19 +116,22 @@ def make_kit(opts: KitOptions, say: Say = lambda _: None) -> Path:
 
 def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
     r, out = opts.recipe, opts.out
-    repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
-    commits = {fork.name: repos.add_fork(fork) for fork in r.forks}
-
     wheels_dir = out / "wheels"
     wants: list[WheelWant] = []
     base: dict[str, Any] | None = None
     base_path: Path | None = None
+    wheel_source: str | None = None
     if r.wheel is not None:
         say(f"base wheel {r.wheel.filename}")
         got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256)
         base_path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
                           opts.cache_dir, wheels_dir)
         base = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
+        wheel_source = read_version_info(base_path).commit
+
+    repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
+    commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.mode == "vllm-precompiled" else None)
+               for fork in r.forks}
 
     system_torch = torch_from_system(r)
     skip = ["torch"] if system_torch else []
@@ -138,14 +142,20 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
         lock_info: dict[str, Any] = {"source": "lock", "name": lock.name}
     else:
         say("wheels of the env, resolved by uv pip compile (no committed lock)")
-        reqs = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements)
-        if base_path is not None:
-            reqs.append(str(base_path))
+        common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements)
+        # one resolution per root, as the install makes them (the env, then each fork with its
+        # dependencies); the kit takes the union of their files
+        roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_path else []), {})]
         for fork in r.forks:
             if installs_deps(fork):
-                reqs.append(str(_checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)))
-        wants += [w for w in compile_wants(runner, STEP, r, work / "compile", reqs, "lock", skip=skip)
-                  if w.filename != (r.wheel.filename if r.wheel else None)]
+                src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)
+                env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(base_path)} \
+                    if fork.mode == "vllm-precompiled" and base_path is not None else {}
+                roots.append((f"fork-{fork.name}", common + [str(src)], env))
+        for label, reqs, env in roots:
+            wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,
+                                               extra_env=env)
+                      if w.filename != (r.wheel.filename if r.wheel else None)]
         lock_info = {"source": "uv pip compile"}
     for fork in r.forks:
         if fork.build_isolation:

@@ -127,7 +127,7 @@ def from_lock(lock: Path, recipe: Recipe, *, skip: Iterable[str] = ()) -> list[W
 
 
 def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, requirements: Sequence[str],
-                  role: str, *, skip: Iterable[str] = ()) -> list[WheelWant]:
+                  role: str, *, skip: Iterable[str] = (), extra_env: Mapping[str, str] | None = None) -> list[WheelWant]:
     """``uv pip compile`` of ``requirements`` for the target, as a PEP 751 lock; its files."""
     if not requirements:
         return []
@@ -142,7 +142,7 @@ def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, require
             "--python-platform", f"{arch}-manylinux_{GLIBC[0]}_{GLIBC[1]}", "--constraint", str(constraint),
             *recipe_source_args(recipe), "-o", str(out)]
     try:
-        runner.run(argv, step=step, env=_uv_env(work))
+        runner.run(argv, step=step, env={**_uv_env(work), **(extra_env or {})})
     except CommandFailed as exc:
         raise KitError(f"uv could not resolve the recipe's {role} requirements for the kit",
                        expected="a resolution from the recipe's sources",
