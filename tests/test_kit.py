@@ -100,6 +100,16 @@ def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: Worl
     assert doc["forks"] == world.commits
     assert all(len(f["sha256"]) == 64 for f in doc["files"].values()) and len(doc["files"]) > 10
 
+    # a kit made from a lock carries exactly the lock's index files
+    from_lock = cli("kit", "--recipe", str(recipe), str(tmp_path / "kit-from-lock"), "--cache-dir",
+                    str(tmp_path / "cache-kit"), "--lock-file", str(tmp_path / "online" / "pylock.toml"), "-q")
+    assert from_lock.returncode == 0, from_lock.stderr
+    lock_doc = json.loads((tmp_path / "kit-from-lock" / "kit.json").read_text())
+    assert lock_doc["lock"] == {"source": "lock", "name": "pylock.toml"}
+    online_lock = tomllib.loads((tmp_path / "online" / "pylock.toml").read_text())
+    assert {w["sha256"] for w in lock_doc["wheels"]} == {w["hashes"]["sha256"] for p in online_lock["packages"]
+                                                         for w in p.get("wheels") or []}
+
     # nothing but the kit from here on: the world's repos and wheels are gone, proxies are dead
     shutil.move(str(world.root), str(tmp_path / "world-gone"))
     stack = tmp_path / "offline"
@@ -196,14 +206,35 @@ def test_a_refreshed_kit_is_rewritten_and_other_directories_are_not_taken_over(k
                                                                               tmp_path: Path) -> None:
     kit, recipe = kit_and_recipe
     before = json.loads((kit / "kit.json").read_text())
+    # a wheel left by an earlier kit would be offered to uv by --find-links: a refresh drops it
+    shutil.copy(kit / "wheels" / "tinydep-1.0-py3-none-any.whl", kit / "wheels" / "tinydep-9.0-py3-none-any.whl")
     make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
     assert json.loads((kit / "kit.json").read_text())["files"] == before["files"]
+    assert not (kit / "wheels" / "tinydep-9.0-py3-none-any.whl").exists()
     other = tmp_path / "photos"
     other.mkdir()
     (other / "cat.jpg").write_bytes(b"\xff\xd8")
     with pytest.raises(KitError, match="holds other files"):
         make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=other, cache_dir=tmp_path / "cache-kit"))
     assert (other / "cat.jpg").exists()
+
+
+def test_a_prefix_pin_resolves_offline_to_the_same_commit(world: World, tmp_path: Path) -> None:
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    full = world.commits["alpha"]
+    forks = recipe.parent / "forks.toml"
+    forks.write_text(forks.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1))
+    kit = tmp_path / "kit"
+    assert cli("kit", "--recipe", str(recipe), str(kit), "--cache-dir", str(tmp_path / "ck"), "-q").returncode == 0
+    alpha = next(r for r in json.loads((kit / "kit.json").read_text())["repos"] if r["owner"] == "alpha")
+    assert alpha["branches"] == {"main": full}
+    shutil.move(str(world.root), str(tmp_path / "world-gone"))
+    proc = cli(str(tmp_path / "s"), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(tmp_path / "c"), "-q",
+               extra_env=_offline_env())
+    assert proc.returncode == 0, proc.stderr
+    lock = tomllib.loads((tmp_path / "s" / "pylock.toml").read_text())
+    assert lock["tool"]["october"]["forks"]["alpha"] == {**lock["tool"]["october"]["forks"]["alpha"],
+                                                        "commit": full, "requested": full[:9], "branch": "main"}
 
 
 @pytest.mark.parametrize(("base", "url", "want"), [

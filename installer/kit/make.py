@@ -88,6 +88,18 @@ def _build_system_requires(cache_dir: Path, fork: ForkUse, commit: str) -> list[
     return [str(r) for r in reqs] if isinstance(reqs, list) else []
 
 
+def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
+    """A refreshed kit keeps nothing of an earlier one that this recipe no longer needs: an old wheel
+    left in ``wheels/`` would be offered to uv by --find-links and could change the resolution."""
+    for p in sorted((out / "wheels").iterdir()) if (out / "wheels").is_dir() else []:
+        if p.name not in keep_wheels:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for head in sorted((out / "git").rglob("HEAD")) if (out / "git").is_dir() else []:
+        repo = head.parent
+        if repo.relative_to(out).as_posix() not in keep_repos and (repo / "objects").is_dir():
+            shutil.rmtree(repo)
+
+
 def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
     seen: dict[str, WheelWant] = {}
     for w in wants:
@@ -166,6 +178,8 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
     for w in wants:
         fetch(w, opts.cache_dir, wheels_dir)
 
+    _prune(out, keep_wheels={w.filename for w in wants} | ({r.wheel.filename} if r.wheel else set()),
+           keep_repos={c.path for c in repos.repos.values()})
     files = file_table(out)
     doc: dict[str, Any] = {
         "format_version": KIT_FORMAT, "kind": KIND,
