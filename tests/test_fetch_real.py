@@ -117,3 +117,39 @@ def test_real_flashinfer_through_a_kit_offline(real_mirror: Path, tmp_path: Path
     assert out["url"] == "https://github.com/mcgrof/flashinfer.git"     # recorded as online, not the kit path
     subprocess.run(["git", "-C", str(tmp_path / "stack" / "src" / "flashinfer"), "fsck", "--connectivity-only"],
                    check=True, capture_output=True)
+
+
+def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole kit, real parts only: the real FlashInfer 2f3f0f6d + CCCL from ../shared/real-forks and
+    the wheels its JIT import needs beside a system torch (apache-tvm-ffi and the build requirements),
+    resolved and downloaded from PyPI by the kit's own code; then verified as an install would."""
+    from installer.kit.make import KitOptions, make_kit
+    from installer.kit.use import open_kit
+
+    @dataclasses.dataclass(frozen=True)
+    class SystemTorch:          # the recipe option helper t10 adds: torch comes from the interpreter
+        version: str = "2.11.0+cu130"
+        index_url: str | None = None
+        system: bool = True
+
+        @property
+        def requirement(self) -> str:
+            return f"torch=={self.version}"
+
+    _rewrite(monkeypatch, real_mirror)
+    base = load_recipe("20260702")
+    recipe = dataclasses.replace(base, name="flashinfer-real-kit", forks=(base.fork("flashinfer"),), wheel=None,
+                                 torch=SystemTorch(),  # type: ignore[arg-type]
+                                 build_requirements=("packaging", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2"))
+    kit = tmp_path / "kit"
+    make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "cache"))
+    doc = open_kit(kit, recipe).manifest
+    assert doc["forks"] == {"flashinfer": FLASHINFER} and doc["torch"]["from_system"] is True
+    assert {r["owner"]: r["commits"] for r in doc["repos"]} == {"flashinfer": [FLASHINFER],
+                                                                "flashinfer/3rdparty/cccl": [CCCL]}
+    names = sorted(w["package"] for w in doc["wheels"])
+    assert "apache-tvm-ffi" in names and "packaging" in names and "torch" not in names
+    tvm = next(w for w in doc["wheels"] if w["package"] == "apache-tvm-ffi")
+    assert "cp312" in tvm["filename"] and "x86_64" in tvm["filename"] and tvm["url"].startswith("https://")
+    print(f"kit: {doc['size_bytes'] / 1e6:.1f} MB, wheels {names}")

@@ -63,3 +63,22 @@ def test_torch_from_system_reads_the_recipes_flag() -> None:
         system: bool = True
 
     assert torch_from_system(dataclasses.replace(r, torch=SystemTorch("2.11.0+cu130"))) is True  # type: ignore[arg-type]
+
+
+def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from installer.recipe import PROJECT_ROOT
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=120)
+
+    helped = run("kit", "--help")
+    assert helped.returncode == 0 and "--recipe" in helped.stdout and "kit.json" in helped.stdout
+    setup_help = run("--help")
+    assert setup_help.returncode == 0 and "--kit" in setup_help.stdout and "october_setup kit" in setup_help.stdout
+    missing = run(str(tmp_path / "stack"), "--recipe", "20260702", "--kit", str(tmp_path / "no-kit"))
+    assert missing.returncode == KitError.exit_code and "no kit at" in missing.stderr
+    assert not (tmp_path / "stack").exists()
