@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from installer.kit.gitcopy import KitRepos  # noqa: E402
-from installer.kit.wheels import WheelWant, from_lock  # noqa: E402
+from installer.kit.wheels import WheelWant, from_lock, torch_from_system  # noqa: E402
 from installer.recipe import Recipe, load_recipe  # noqa: E402
 from installer.runner import Runner  # noqa: E402
 from installer.uvcmd import uv_exe  # noqa: E402
@@ -63,9 +63,11 @@ def wheel_lock(recipe: Recipe, work: Path) -> tuple[Path, str]:
     if committed.is_file():
         return committed, f"committed lock {committed.relative_to(ROOT)}"
     torch = recipe.torch.version.split("+", 1)[0]
-    reqs = [f"torch=={torch}", *recipe.build_requirements]
+    reqs = ([] if torch_from_system(recipe) else [f"torch=={torch}"]) + list(recipe.build_requirements)
     if recipe.wheel is not None:
         reqs.append(f"{recipe.wheel.name}=={recipe.wheel.version}")
+    if not reqs:
+        reqs = ["packaging"]          # uv needs one requirement; a kit with no wheels is not a shipped case
     req = work / f"{recipe.name}.in"
     req.write_text("\n".join(reqs) + "\n")
     out = work / f"pylock.{recipe.name.replace('.', '_')}.toml"

@@ -188,6 +188,13 @@ def test_a_kit_for_another_recipe_or_without_manifest_is_refused(kit_and_recipe:
     recipe.write_text(changed)
     with pytest.raises(KitError, match="made for another recipe"):
         open_kit(kit, load_recipe(str(recipe)))
+    recipe.write_text(changed.replace("min_ram_gb = 0.2", "min_ram_gb = 0.1"))
+    # a manifest naming a commit its repository lacks (the files themselves unchanged)
+    doc = json.loads((kit / "kit.json").read_text())
+    doc["repos"][0]["commits"] = ["1" * 40]
+    (kit / "kit.json").write_text(json.dumps(doc))
+    with pytest.raises(KitError, match="lacks commit"):
+        open_kit(kit, load_recipe(str(recipe)))
     (kit / "kit.json").unlink()
     with pytest.raises(KitError, match="not a finished kit"):
         open_kit(kit, load_recipe(str(recipe)))

@@ -82,3 +82,30 @@ def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path)
     missing = run(str(tmp_path / "stack"), "--recipe", "20260702", "--kit", str(tmp_path / "no-kit"))
     assert missing.returncode == KitError.exit_code and "no kit at" in missing.stderr
     assert not (tmp_path / "stack").exists()
+
+
+def test_a_downloaded_file_that_is_not_the_locked_one_is_refused(tmp_path: Path) -> None:
+    from installer.kit.wheels import WheelWant, fetch
+
+    src = tmp_path / "demo-1.0-py3-none-any.whl"
+    src.write_bytes(b"not the locked bytes")
+    want = WheelWant("demo", src.name, src.as_uri(), "0" * 64, "lock")
+    with pytest.raises(KitError, match="is not the file the lock names"):
+        fetch(want, tmp_path / "cache", tmp_path / "kit" / "wheels")
+    assert not (tmp_path / "kit" / "wheels" / src.name).exists()
+
+
+def test_a_base_wheel_other_than_the_recipes_is_refused(tmp_path: Path) -> None:
+    from installer.kit.use import Kit, seed_cache
+    from installer.recipe import BaseWheel
+
+    r = dataclasses.replace(load_recipe("20260702"))
+    assert r.wheel is not None
+    kit = Kit(root=tmp_path, manifest={"base_wheel": {"filename": r.wheel.filename, "sha256": "f" * 64, "url": r.wheel.url},
+                                       "tool": {"version": "0"}}, repos={})
+    with pytest.raises(KitError, match="base wheel is not the recipe's"):
+        seed_cache(kit, r, tmp_path / "cache")
+    no_base = Kit(root=tmp_path, manifest={"base_wheel": None}, repos={})
+    with pytest.raises(KitError, match="has no base wheel"):
+        seed_cache(no_base, r, tmp_path / "cache")
+    assert isinstance(r.wheel, BaseWheel)
