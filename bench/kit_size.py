@@ -67,7 +67,9 @@ def wheel_lock(recipe: Recipe, work: Path) -> tuple[Path, str]:
     if recipe.wheel is not None:
         reqs.append(f"{recipe.wheel.name}=={recipe.wheel.version}")
     if not reqs:
-        reqs = ["packaging"]          # uv needs one requirement; a kit with no wheels is not a shipped case
+        empty = work / f"pylock.{recipe.name.replace('.', '_')}-empty.toml"
+        empty.write_text('lock-version = "1.0"\ncreated-by = "bench"\npackages = []\n')
+        return empty, "nothing to resolve"
     req = work / f"{recipe.name}.in"
     req.write_text("\n".join(reqs) + "\n")
     out = work / f"pylock.{recipe.name.replace('.', '_')}.toml"
