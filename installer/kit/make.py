@@ -18,6 +18,7 @@ import git
 from installer import __version__
 from installer.errors import KitError
 from installer.git import git_env
+from installer.git.diagnose import remove_partial_objects
 from installer.git.mirror import PIN_REFS, open_mirror
 from installer.install.plan import installs_deps
 from installer.kit import KIND, KIT_FORMAT, MANIFEST
@@ -98,6 +99,8 @@ def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
         repo = head.parent
         if repo.relative_to(out).as_posix() not in keep_repos and (repo / "objects").is_dir():
             shutil.rmtree(repo)
+        elif (repo / "objects").is_dir():
+            remove_partial_objects(repo)          # nothing half-written goes into the manifest
 
 
 def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
