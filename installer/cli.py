@@ -147,13 +147,15 @@ def make_kit_cmd(
     guarded(go, ui)
 
 
-def setup_main(argv: list[str] | None = None) -> None:
-    """``october_setup``: ``october_setup kit ...`` writes a kit; anything else provisions a stack."""
+def setup_main(argv: list[str] | None = None) -> int:
+    """Console script ``october_setup`` (and ``python -m installer.october_setup``):
+    ``october_setup kit ...`` writes a kit; anything else provisions a stack."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["kit"]:
         kit_app(args=args[1:], prog_name="october_setup kit")
     else:
         setup_app(args=args, prog_name="october_setup")
+    return 0
 
 
 @current_app.command()
