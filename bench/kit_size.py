@@ -122,7 +122,8 @@ def repo_sizes(recipe: Recipe, forks_dir: Path | None, work: Path) -> dict[str, 
 def measure(recipe: Recipe, forks_dir: Path | None, work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     lock, how = wheel_lock(recipe, work)
-    wants: list[WheelWant] = from_lock(lock, recipe)
+    # the base wheel is counted once, as itself (the compile above names it as name==version)
+    wants: list[WheelWant] = from_lock(lock, recipe, skip=[recipe.wheel.name] if recipe.wheel else [])
     sizes = _sizes(lock)
     missing = [w.filename for w in wants if w.filename not in sizes]
     wheel_bytes = {w.filename: sizes.get(w.filename, 0) for w in wants}
