@@ -261,14 +261,25 @@ def test_url_keys_match_the_forms_git_uses() -> None:
     assert url_key("git@github.com:gabime/spdlog.git") == "https://github.com/gabime/spdlog"
 
 
-def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path) -> None:
-    """The whole K16/V8 path (base wheel + ancestry, precompiled vLLM fork, FlashInfer fork, JIT) from a
-    kit, with the wheel server stopped and the git repos and find-links directory moved away."""
+@pytest.mark.parametrize("wheel_from", ["fork-history", "release-branch"])
+def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, wheel_from: str) -> None:
+    """The whole K16/V8 path (base wheel + source equivalence, precompiled vLLM fork, FlashInfer fork,
+    JIT) from a kit, with the wheel server stopped and the git repos and find-links directory moved
+    away.  ``release-branch``: the wheel was built from an upstream release commit that is not in the
+    fork's history (as vLLM cuts its releases), so the kit must carry that commit too."""
+    from tests.fixtures.base_wheels import vllm_wheel
     from tests.fixtures.findlinks_server import serve_find_links
+    from tests.fixtures.gitrepos import add_commit
+    from tests.fixtures.stack_forks import TORCH
     from tests.test_setup_k16v8_e2e import make_k16v8_world, write_recipe
 
     root = tmp_path / "w"
     w = make_k16v8_world(root)
+    if wheel_from == "release-branch":
+        release = add_commit(root / "git" / "vllm-upstream.git", {"RELEASE": "v0.18.0\n"}, branch="releases/v0.18.0",
+                             base=str(w["up_commit"]), message="release v0.18.0")
+        w["wheel"] = vllm_wheel(root / "served", commit_id="g" + release[:9], torch=TORCH.split("+")[0],
+                                requires=[f"torch=={TORCH.split('+')[0]}"], so=None, cudart="12")
     wheel = w["wheel"]
     assert isinstance(wheel, Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
@@ -284,10 +295,12 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path) -> 
     doc = json.loads((tmp_path / "kit" / "kit.json").read_text())
     assert doc["base_wheel"]["sha256"] == json.loads((tmp_path / "online" / "receipts" / "setup.json").read_text())["wheel"]["sha256"]
     vllm = next(r for r in doc["repos"] if r["owner"] == "vllm")
-    # the fork's copy reaches down to the wheel's source commit, so ancestry is checkable offline
+    # the fork's copy reaches down to its upstream base (and the wheel's source when that is in its history)
     depth = subprocess.run(["git", "--git-dir", str(tmp_path / "kit" / vllm["path"]), "rev-list", "--count",
                             f"refs/october/pins/{w['vllm']}"], capture_output=True, text=True, check=True).stdout
     assert int(depth) == 2
+    if wheel_from == "release-branch":
+        assert release in vllm["commits"] and len(vllm["commits"]) == 2
 
     for gone in ("git", "links", "served"):
         shutil.move(str(root / gone), str(tmp_path / f"gone-{gone}"))
@@ -303,3 +316,5 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path) -> 
     ra = _receipt_core(tmp_path / "online" / "receipts" / "setup.json", tmp_path / "online")
     rb = _receipt_core(stack / "receipts" / "setup.json", stack)
     assert ra == rb
+    assert ra["wheel"]["source_equivalence"]["compared_in"] == ("fork-mirror" if wheel_from == "release-branch"
+                                                                else "fork-clone")

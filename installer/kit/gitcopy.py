@@ -127,37 +127,43 @@ class KitRepos:
         """The fork at its pin, and its selected submodules; returns the resolved commit.
 
         ``wheel_source``: the base wheel's source commit (full or abbreviated) for a fork built on
-        that wheel.  When the fork's history holds it, the kit keeps the commits from there to the
-        pin (so the wheel step can see the ancestry offline); otherwise that commit is copied from
-        the fork's upstream, depth 1 (for a comparison of the two trees)."""
+        that wheel: the kit holds it too (see :meth:`_wheel_source`), so the wheel step can compare
+        the compiled sources of both commits offline."""
         mirror = open_mirror(self.cache_dir, fork.fetch_url, fork.name)
         res = resolve_pin(self.runner, self.step, mirror, fork.pin, None)
         ensure_commit(self.runner, self.step, mirror, res.commit)
         self.say(f"{fork.name}: {res.commit}" + (f" ('{res.requested}' on {res.branch})" if res.how == "prefix" else ""))
-        depth = 1
+        depth, beside = 1, None
         if wheel_source:
-            depth = self._wheel_source(fork, mirror, res.commit, wheel_source)
+            depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source)
         if fork.mode == "vllm-precompiled" and fork.upstream:
             depth = max(depth, self._upstream_base(fork, mirror, res.commit))
         self.add(mirror, res.commit, role="fork", owner=fork.name,
                  branch=res.branch if res.how == "prefix" else None, depth=depth)
+        if beside is not None and beside != res.commit:
+            self.add(mirror, beside, role="fork", owner=fork.name)
         if fork.submodules:
             self._submodules(mirror, res.commit, fork.fetch_url, fork.name, fork.submodule_paths, 0)
         return res.commit
 
-    def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> int:
-        """How deep the fork's copy must be to hold ``source``; copies it from upstream when the fork lacks it."""
+    def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> tuple[int, str | None]:
+        """-> (how deep the fork's copy must be, a commit to copy beside the pin).
+
+        When the fork's history holds the base wheel's source commit, the copy reaches down to it.
+        Otherwise (a release commit off the fork's history) the commit is taken from the fork's
+        mirror or its upstream and copied into the fork's kit repository beside the pin, depth 1:
+        the wheel step finds it in the fork's mirror offline, as it finds it there online."""
         full = _rev(mirror.path, source)
         if full is not None and _is_ancestor(mirror.path, full, commit):
             depth = _count(mirror.path, full, commit) + 1
             self.say(f"{fork.name}: keeping {depth} commit(s), down to the base wheel's source {full[:12]}")
-            return depth
-        if fork.upstream:
+            return depth, None
+        if full is None and fork.upstream:
             up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
-            if full is None and len(source) == 40:
+            if len(source) == 40:
                 ensure_commit(self.runner, self.step, up, source, shallow=True)
                 full = source
-            elif full is None:
+            else:
                 with up.locked():
                     _git(self.runner, self.step, ["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
                                                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
@@ -165,13 +171,18 @@ class KitRepos:
                          fix="check the fork's upstream URL and your network")
                 full = _rev(up.path, source)
                 if full is None:
-                    return 1                  # the wheel step names the missing commit, online or not
+                    return 1, None            # the wheel step names the missing commit, online or not
                 ensure_commit(self.runner, self.step, up, full)
-            else:
-                ensure_commit(self.runner, self.step, up, full)
+            ref = f"{PIN_REFS}/{full}"
+            with mirror.locked():
+                _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                                              up.path.as_uri(), f"+{ref}:{ref}"],
+                     doing=f"copying the base wheel's source {full[:12]} next to the fork", fix=f"remove {mirror.path}")
             self.say(f"{fork.name}: base wheel's source {full[:12]} from upstream {up.shown_url}")
-            self.add(up, full, role="wheel-source", owner=f"{fork.name} upstream")
-        return 1
+        if full is None:
+            return 1, None
+        ensure_commit(self.runner, self.step, mirror, full)      # pins it in the fork's mirror
+        return 1, full
 
     def _upstream_base(self, fork: ForkUse, mirror: Mirror, commit: str) -> int:
         """The install step computes ``git merge-base HEAD <upstream> main``.  The kit answers that

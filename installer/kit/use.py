@@ -56,6 +56,11 @@ class Kit:
                                "machine with network access): the recipe's forks or submodules changed")
         return hit.as_uri()
 
+    def commits_for(self, url: str) -> list[str]:
+        """Every commit the kit's copy of ``url`` carries (the pin first is not implied)."""
+        key = url_key(url)
+        return [c for repo in self.manifest["repos"] if repo["key"] == key for c in repo["commits"]]
+
     def git_config(self) -> dict[str, str]:
         """Environment that makes every git process read these URLs from the kit, and only from files."""
         pairs: list[tuple[str, str]] = []

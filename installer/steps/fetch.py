@@ -51,6 +51,12 @@ class FetchStep:
             ctx.ui.detail(f"{fork.name}: fetched {res.commit} from {mirror.shown_url}")
         else:
             ctx.ui.detail(f"{fork.name}: {res.commit} already in the cache ({mirror.path})")
+        if kit is not None:
+            # what else the kit carries for this fork (the base wheel's source commit) goes into the
+            # fork's mirror too, where the wheel step looks for it before asking the upstream
+            for extra in kit.commits_for(fork.fetch_url):
+                if extra != res.commit:
+                    ensure_commit(ctx.runner, self.name, mirror, extra)
         dest = ctx.paths.fork(fork.name)
         out = sync_clone(ctx.runner, self.name, dest, mirror, res.commit, cache_dir=o.cache_dir,
                          submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail,
