@@ -153,3 +153,19 @@ def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, t
     tvm = next(w for w in doc["wheels"] if w["package"] == "apache-tvm-ffi")
     assert "cp312" in tvm["filename"] and "x86_64" in tvm["filename"] and tvm["url"].startswith("https://")
     print(f"kit: {doc['size_bytes'] / 1e6:.1f} MB, wheels {names}")
+
+
+def test_a_kit_that_needs_a_missing_real_submodule_fails_closed(real_mirror: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from installer.kit.gitcopy import KitRepos
+    from installer.runner import Runner
+
+    _rewrite(monkeypatch, real_mirror)
+    fork = dataclasses.replace(load_recipe("20260702").fork("flashinfer"),
+                               submodule_paths=("3rdparty/cccl", "3rdparty/cutlass"))
+    cache = tmp_path / "cache"
+    with pytest.raises(FetchError) as err:
+        KitRepos(Runner(tmp_path / "logs"), "kit", cache, tmp_path / "kit", lambda _: None).add_fork(fork)
+    msg = str(err.value)
+    assert "submodule 3rdparty/cutlass" in msg and "NVIDIA/cutlass" in msg and "for the kit" in msg
+    assert _leftovers(cache) == []
