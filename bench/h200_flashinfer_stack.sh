@@ -21,11 +21,12 @@ P
 }
 "$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
 /tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req.txt" || exit 1
+/tmp/boot/bin/uv pip install -q --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
 T=/tmp/toolenv/bin/python
 setup() { $T -m installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
-smoke() { $T -m installer smoke --install "$1" --level kernel --output "$2"; }
+smoke() { $T -m installer smoke --install "$1" --level kernel --format fp16 --recipe flashinfer-pr3812 --output "$2"; }
 
+echo "== 0. machine"; grep MemTotal /proc/meminfo; df -h /tmp | tail -1; command -v uv || echo "no uv on the image"
 echo "== 1. october_setup $S1 (kit, system torch)"; t=$(now); setup $S1; rc=$?; echo "setup rc=$rc in $(since $t) s"; steps $S1/receipts/setup.json
 [ $rc = 0 ] || { cp -r $S1/logs $OUT/logs1 2>/dev/null; exit 1; }
 echo "== 2. current smoke --level kernel"; t=$(now); smoke $S1 $OUT/smoke1; echo "smoke rc=$? in $(since $t) s"
