@@ -543,6 +543,20 @@ def _jit(sel: Selection, shape: ModelShape, before: dict[str, str], after: dict[
 # ------------------------------------------------------------------------------ the run
 
 
+def layer_pair(kv_cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's ``(k_cache, v_cache)``: bound directly (vLLM 0.24: one object per layer) or per
+    virtual engine (vLLM 0.18: a list whose [0] is the current one)."""
+    def is_pair(x: Any) -> bool:
+        return isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, torch.Tensor) and t.dim() == 4
+                                                                     for t in x)
+    if is_pair(kv_cache):
+        return kv_cache[0], kv_cache[1]
+    if isinstance(kv_cache, (tuple, list)) and kv_cache and is_pair(kv_cache[0]):
+        return kv_cache[0][0], kv_cache[0][1]
+    raise Unsupported(f"Attention.kv_cache is {type(kv_cache).__name__}, expected a (k_cache, v_cache) pair of "
+                      "4-D tensors (or a list of them per virtual engine)")
+
+
 def _middle_layer(h: _Hooks) -> tuple[int, Any]:
     layers = h.layers(h.runner)
     i = len(layers) // 2
@@ -552,9 +566,7 @@ def _middle_layer(h: _Hooks) -> tuple[int, Any]:
 def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int]) -> oracle.LayerVerdict:
     """One request on the eager engine with one layer's impl wrapped and its cache zeroed first."""
     index, layer = _middle_layer(h)
-    pair = _need(layer, "kv_cache")[0]
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise Unsupported(f"Attention.kv_cache[0] is {type(pair).__name__}, expected (k_cache, v_cache)")
+    pair = layer_pair(_need(layer, "kv_cache"))
     cap = oracle.Capture(head_dim=shape.head_dim)
     restore = oracle.wrap_impl(layer, cap, _need)
     try:
