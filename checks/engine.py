@@ -651,7 +651,8 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     workspace = jit_workspace(sel)
     if workspace is not None:           # FlashInfer reads it at import: the verified workspace, not $HOME
-        os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", str(workspace))
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
+        facts["jit_workspace"] = str(workspace)
     jit_before = built_modules(workspace)
     hooks = _Hooks(choice.v_scales)
     try:
