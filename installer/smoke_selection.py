@@ -11,20 +11,35 @@ checks ``unsupported`` instead of guessing.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any
 
 from installer.errors import RecipeError
 from installer.jit.derive import selection_facts
-from installer.recipe import load_recipe
+from installer.recipe import load_recipe, resolve_recipe_path
+
+
+def _recipe_arg(install: Path, recipe_name: str) -> str:
+    """What ``october_setup --recipe`` was given: the shipped name, or the recipe file the setup
+    receipt records when that is not the shipped one."""
+    try:
+        rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe") or {}
+    except (OSError, ValueError, AttributeError):
+        return recipe_name
+    path = rec.get("path") if isinstance(rec, dict) else None
+    if isinstance(path, str) and Path(path).is_file() and Path(path).resolve() != resolve_recipe_path(recipe_name):
+        return path
+    return recipe_name
 
 
 def selection_info(install: Path, recipe_name: str | None, fmt: str) -> dict[str, Any] | None:
     if not recipe_name:
         return None
+    arg = _recipe_arg(install, recipe_name)
     try:
-        recipe = load_recipe(recipe_name)
+        recipe = load_recipe(arg)
     except RecipeError:
         return None
     sel = recipe.models.get(fmt)
@@ -36,7 +51,7 @@ def selection_info(install: Path, recipe_name: str | None, fmt: str) -> dict[str
     return selection_facts(sel.compute_dtype, sel.v_format, modules, {
         "recipe": recipe.name, "format": fmt, "repo": sel.repo, "revision": sel.revision,
         "jit_workspace": str(install / "jit"),
-        "setup_command": f"october_setup {shlex.quote(str(install))} --recipe {shlex.quote(recipe.name)}",
+        "setup_command": f"october_setup {shlex.quote(str(install))} --recipe {shlex.quote(arg)}",
         "shape": None if shape is None else {
             "num_attention_heads": shape.num_attention_heads, "num_key_value_heads": shape.num_key_value_heads,
             "head_dim": shape.head_dim, "num_hidden_layers": shape.num_hidden_layers},
