@@ -13,6 +13,7 @@ set -uo pipefail
 DEV=$(realpath "$1"); OUT=$(realpath "$2"); REPO=$(pwd); PY=${PY:-/opt/torch/.venv/bin/python}
 W=${W:-/tmp/k8w}; rm -rf "$W"; mkdir -p "$W/mirror" "$OUT"
 now() { date +%s.%N; }
+sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 T0=$(now)
 for t in "$DEV"/*.tar; do tar -xf "$t" -C "$W/mirror"; done
 RW="url.file://$W/mirror/github.com/.insteadOf=https://github.com/"
@@ -51,7 +52,8 @@ PYEOF
 cp -a "$W/stack/jit" "$W/jit-pristine"
 "$PY" -m checks.smoke --device cuda --stack-info "$W/stack-info.json" --output "$OUT/pass"; echo "smoke rc $?"
 T3=$(now)
-echo "TIMES setup $(echo "$T1 - $T0" | bc) jit $(echo "$T2 - $T1" | bc) smoke $(echo "$T3 - $T2" | bc) jit+smoke $(echo "$T3 - $T1" | bc)"
+echo "TIMES setup $(sub $T1 $T0) jit $(sub $T2 $T1) smoke $(sub $T3 $T2) jit+smoke $(sub $T3 $T1)"
+[ "${FAULTS:-1}" = 0 ] && exit 0
 for f in out_x0 v_scale_1 v_stored_2x k8v8 upcast_v no_flashinfer; do
   rm -rf "$W/stack/jit"; cp -a "$W/jit-pristine" "$W/stack/jit"
   "$PY" -m tests.fixtures.kernel_faults $f --device cuda --stack-info "$W/stack-info.json" --output "$OUT/fault-$f" \
@@ -68,4 +70,4 @@ if [ -n "$SYM" ]; then
     > "$OUT/fault-stale_module.log" 2>&1; echo "fault stale_module rc $?"; sed -n 1,8p "$OUT/fault-stale_module.log"
 fi
 T4=$(now)
-echo "TIMES faults $(echo "$T4 - $T3" | bc)"
+echo "TIMES faults $(sub $T4 $T3)"

@@ -15,8 +15,11 @@ and ``flashinfer/jit/core.py``):
   dtype_k, dtype_v)`` and ``gen_batch_prefill_module(backend, ...same...,
   use_fp16_qk_reduction, *, dtype_k, dtype_v)`` return a ``JitSpec`` whose
   ``name`` is the module URI and ``jit_library_path`` the ``.so`` it builds;
-* ``build_jit_specs(specs, verbose=..., skip_prebuilt=...)`` builds them all with
-  one ninja run (parallel; ``MAX_JOBS`` caps the jobs).
+* ``JitSpec.build(verbose=...)`` builds one module with the per-module ``build.ninja``
+  the runtime's ``build_and_load()`` re-checks; modules are built side by side
+  (``build_jit_specs`` is the fallback for a spec without ``build``: its combined ninja
+  file leaves no per-module log, so FlashInfer 0.6.15 rebuilt every module on first
+  use, which the smoke's workspace watch caught on the H200).
 * ``dtype_kv`` is passed as the K dtype: the wrappers default K to
   ``kv_data_type``, so that is the module a K16/V8 ``plan`` asks for.
 
@@ -100,9 +103,18 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
         else:
             spec = gen_prefill(m.get("backend", "fa2"), *common, False, dtype_k=k, dtype_v=v)
         specs.append(spec)
-    cached = [Path(s.jit_library_path).is_file() for s in specs]
+    cached = [Path(s.jit_library_path).is_file() and Path(s.ninja_path).is_file() if hasattr(s, "ninja_path")
+              else Path(s.jit_library_path).is_file() for s in specs]
     todo = [s for s, c in zip(specs, cached) if not c]
-    if todo:
+    if todo and all(hasattr(s, "build") for s in todo):
+        # each module through JitSpec.build(): the per-module build.ninja and ninja log the runtime's
+        # build_and_load() checks, so a smoke run finds them up to date (build_jit_specs' one combined
+        # ninja file leaves no per-module log, and FlashInfer then rebuilds every module on first use);
+        # the modules build side by side, each ninja run parallel over its own sources
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            list(pool.map(lambda spec: spec.build(verbose=False), todo))
+    elif todo:
         build_jit_specs(todo, verbose=False, skip_prebuilt=False)
     return [{"id": m["id"], "uri": s.name, "path": str(s.jit_library_path), "cached": c}
             for m, s, c in zip(modules, specs, cached)]
