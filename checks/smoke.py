@@ -100,13 +100,13 @@ def run(args: argparse.Namespace) -> int:
     if args.level is None and promised is None:
         raise InputError("no level: expected --level or the stack's promise (--promised-level, or promised_level "
                          "in --stack-info), found neither.\n  -> run through `current smoke`, or pass --level")
-    level = args.level or promised
+    level = str(args.level or promised)
     if promised is not None and LEVELS.index(level) > LEVELS.index(promised):
         raise InputError(f"--level {level}: the stack promises only {promised}.\n"
                          f"  -> leave --level out, or pass --level {promised} or lower")
     if level != promised:
         notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
-    smoke_cfg = stack.get("smoke") if isinstance(stack.get("smoke"), dict) else {}
+    smoke_cfg: dict[str, Any] = stack["smoke"] if isinstance(stack.get("smoke"), dict) else {}
     prompt_tokens = args.prompt_tokens or int(smoke_cfg.get("prompt_tokens") or 8192)
     max_new_tokens = args.max_new_tokens or int(smoke_cfg.get("max_new_tokens") or 128)
     base = os.environ.get("FLASHINFER_WORKSPACE_BASE")
