@@ -51,8 +51,7 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str], tuple[str, str]]] = {
     "leak": ({"fault": "leak"}, PASS_CPU | {"clean_memory": "failed"}, ("clean_memory", "held bytes changed")),
     "nondeterministic": ({"fault": "nondeterministic"}, PASS_CPU | {"deterministic_generation": "failed"},
                          ("deterministic_generation", "identical=False")),
-    "nan": ({"fault": "nan"}, PASS_CPU | {"physical_k16v8": "failed", "mixed_prefill": "failed",
-                                         "deterministic_generation": "failed"},
+    "nan": ({"fault": "nan"}, PASS_CPU | {"mixed_prefill": "failed", "deterministic_generation": "failed"},
             ("deterministic_generation", "finite=False")),
     # faults planted by the driver (the same on the real FlashInfer)
     "v_scale_1": ({"driver": "v_scale_1"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
@@ -73,10 +72,16 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str], tuple[str, str]]] = {
     "0615_declared_asym_prefill": ({"asym_prefill": "1"}, PASS_CPU | {"mixed_prefill": "unsupported"},
                                    ("mixed_prefill", "declares an asymmetric paged prefill")),
     # the workspace
-    "stale_module": ({"workspace": "stale"}, PASS_CPU | {"physical_k16v8": "failed"},
+    # an e5m2-V library under the e4m3 name: it misreads V everywhere, and its hash is not the jit step's
+    "stale_module": ({"workspace": "stale"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                                        "mixed_prefill": "failed", "decode_graphs": "failed",
+                                                        "deterministic_generation": "failed"},
                      ("physical_k16v8", "a stale or foreign module")),
     "missing_module": ({"workspace": "missing"}, PASS_CPU, ("", "")),
-    "jit_step_combined_build": ({"workspace": "combined"}, PASS_CPU, ("", "")),
+    # the jit step as it was (one combined build): FlashInfer rebuilds every module on first use, as the
+    # real 2f3f0f6d did on the H200; the rebuilt decode module is not the one the jit step recorded
+    "jit_step_combined_build": ({"workspace": "combined"}, PASS_CPU | {"physical_k16v8": "failed"},
+                                ("physical_k16v8", "a stale or foreign module")),
 }
 
 
@@ -101,9 +106,10 @@ def _one(base: Path, name: str) -> dict[str, Any]:
                 "False,False)], skip_prebuilt=False)")
         ws.mkdir(parents=True)
         subprocess.run([sys.executable, "-c", code], env=jit_env(ws), check=True, timeout=120, capture_output=True)
-        result = fake_jit.build(ws, fake_jit.MODULES)      # the builder now finds them (cached) and hashes them
-        for m in result["modules"]:
-            m["cached"] = True
+        from installer.hashing import sha256_file
+        result = {"modules": [{"uri": so.parent.name, "sha256": sha256_file(so), "path": str(so)}
+                              for so in sorted(ws.glob(".cache/flashinfer/*/*/cached_ops/*/*.so"))]}
+        assert len(result["modules"]) == 2
     else:
         result = fake_jit.build(ws, modules, api)
     if how.get("workspace") == "stale":
