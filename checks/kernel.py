@@ -46,7 +46,8 @@ ROUTE_PAGED = "fresh prompts: asymmetric paged prefill over the K16/V8 cache the
 @dataclass(frozen=True)
 class KernelConfig:
     prompt_tokens: int = 8192           # the longest context (recipe [smoke] prompt_tokens)
-    max_new_tokens: int = 128           # recipe [smoke] max_new_tokens (decode steps after the mixed step)
+    max_new_tokens: int = 128           # recipe [smoke] max_new_tokens: recorded; the kernel level decodes one
+                                        # step after the mixed one (the engine level runs the continuation)
     hq: int = 32
     hkv: int = 8
     d: int = 128
@@ -202,8 +203,11 @@ def _cumsum(xs: list[int]) -> list[int]:
 
 
 def _tol(expected: torch.Tensor) -> float:
-    # bf16 query/output rounding (2**-8 relative) on top of identical fp8 values.
-    return 2.0 ** -7 * float(expected.abs().max()) + 1e-3
+    """bf16 output rounding (half an ulp, 2**-8 relative) and the kernel's bf16 partial results
+    (split-KV merge, P.V), four half-ulps of the largest output.  On the H200 the real 2f3f0f6d kernel's
+    worst error was 0.6% of the largest output (0.070 at 11.4); faults sit far above this (K8: ~10%,
+    V read with scale 1.0 or stored 2x off, output x0: 50% to 20x)."""
+    return 2.0 ** -6 * float(expected.abs().max()) + 1e-3
 
 
 def _err(out: torch.Tensor, want: torch.Tensor) -> float:
@@ -460,7 +464,7 @@ def _graphs(kb: KernelBackend) -> CheckResult:
             replays.append({"batch": batch, "kv_lens": list(cache.lens), "max_abs_diff": diff,
                             "eager_vs_reference": err})
     measured = {"cuda_graphs": cuda, "replays": replays, "worst_diff_over_bound": worst}
-    limits = {"max_abs_diff": "2**-7 * max|eager| + 1e-3 (replay vs eager, eager vs reference)"}
+    limits = {"max_abs_diff": "2**-6 * max|eager| + 1e-3 (replay vs eager, eager vs reference)"}
     if not worst <= 1.0:
         what = "graph replay" if cuda else "static-buffer run"
         return CheckResult("decode_graphs", FAILED, f"a {what} after re-plan differs from eager or the "
