@@ -186,7 +186,6 @@ def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
         self.name = name
 
     def build(self, verbose=None, need_lock=False):
-        assert need_lock is True
         CALLS.append(("build", self.name))
         self.jit_library_path.parent.mkdir(parents=True, exist_ok=True)
         self.jit_library_path.write_bytes(("per-module " + self.name).encode())
