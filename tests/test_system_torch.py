@@ -139,8 +139,16 @@ def test_a_wrong_system_torch_stops_the_env_step(tmp_path, system):
     assert "expected torch 2.11.0+cu129" in str(err.value).lower() or "2.11.0+cu129" in str(err.value)
 
 
+def _index_only(tmp_path):
+    """flashinfer-pr3812 with allow_system removed: a recipe that installs torch itself."""
+    text = (Path(__file__).resolve().parent.parent / "recipes" / "flashinfer-pr3812.toml").read_text()
+    path = tmp_path / "index-only.toml"
+    path.write_text(text.replace("allow_system = true\n", ""))
+    return load_recipe(str(path))
+
+
 def test_the_recipe_must_allow_a_system_torch(tmp_path, system):
-    rec = load_recipe("20260702")
+    rec = _index_only(tmp_path)
     with pytest.raises(UsageError) as err:
         systorch.with_system_torch(rec, system)
     assert "allow_system" in str(err.value)
@@ -212,8 +220,8 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     assert not list((stack / "env").glob("lib/python*/site-packages/torch*"))
 
 
-def test_a_kit_can_be_marked_for_a_site_provided_torch():
+def test_a_kit_can_be_marked_for_a_site_provided_torch(tmp_path):
     pr = systorch.mark_system(load_recipe("flashinfer-pr3812"))
-    assert pr.torch.from_system and pr.torch.system_python is None
+    assert pr.torch.from_system and pr.torch.system_python is None and pr.torch.index_url is None
     with pytest.raises(UsageError):
-        systorch.mark_system(load_recipe("20260702"))
+        systorch.mark_system(_index_only(tmp_path))
