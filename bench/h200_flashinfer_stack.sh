@@ -25,21 +25,25 @@ P
 T=/tmp/toolenv/bin/python
 setup() { $T -m installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 smoke() { $T -m installer smoke --install "$1" --level kernel --format fp16 --recipe flashinfer-pr3812 --output "$2"; }
+keep() { cp "$1" "$OUT/$2"; }   # at most 8 files come back
 
 echo "== 0. machine"; grep MemTotal /proc/meminfo; df -h /tmp | tail -1; command -v uv || echo "no uv on the image"
 echo "== 1. october_setup $S1 (kit, system torch)"; t=$(now); setup $S1; rc=$?; echo "setup rc=$rc in $(since $t) s"; steps $S1/receipts/setup.json
-[ $rc = 0 ] || { cp -r $S1/logs $OUT/logs1 2>/dev/null; exit 1; }
-echo "== 2. current smoke --level kernel"; t=$(now); smoke $S1 $OUT/smoke1; echo "smoke rc=$? in $(since $t) s"
+[ $rc = 0 ] || { tail -50 $S1/logs/*.log; exit 1; }
+keep $S1/receipts/setup.json setup.json; keep $S1/pylock.toml pylock.toml
+echo "== 2. current smoke --level kernel"; t=$(now); smoke $S1 /tmp/smoke1; echo "smoke rc=$? in $(since $t) s"
+keep /tmp/smoke1/receipt.json smoke.json
 echo "== 3. no-op re-run"; t=$(now); setup $S1 >/dev/null; echo "noop rc=$? in $(since $t) s"; steps $S1/receipts/setup.json
+t=$(now); $T -m installer.october_setup --help >/dev/null; echo "tool start alone (--help): $(since $t) s"
 echo "== 4. corrupted .so"
 SO=$(python3 -c "import json;print(json.load(open('$S1/.state/jit.json'))['outputs']['modules'][0]['path'])")
 python3 - "$SO" <<'P'
 import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xFF; open(p, "wb").write(bytes(b))
 P
-smoke $S1 $OUT/smoke-corrupt; echo "smoke on corrupted rc=$? (12 = refused)"
+smoke $S1 /tmp/smoke-corrupt; echo "smoke on corrupted rc=$? (12 = refused)"
 t=$(now); setup $S1 >/dev/null; echo "re-run after corruption rc=$? in $(since $t) s"; steps $S1/receipts/setup.json
 python3 -c "import json;m=json.load(open('$S1/.state/jit.json'))['outputs'];print('discarded', m['discarded']);print([(x['source'], x['sha256'][:12]) for x in m['modules']])"
 echo "== 5. second stack $S2, same cache"; t=$(now); setup $S2 >/dev/null; echo "setup2 rc=$? in $(since $t) s"; steps $S2/receipts/setup.json
 python3 -c "import json;m=json.load(open('$S2/.state/jit.json'))['outputs'];print([(x['source'], x['sha256'][:12]) for x in m['modules']], m['shared_cache']['restored'])"
-t=$(now); smoke $S2 $OUT/smoke2; echo "smoke2 rc=$? in $(since $t) s"
-cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/pylock.toml $OUT/pylock.toml; cp $S2/receipts/setup.json $OUT/setup2.json
+t=$(now); smoke $S2 /tmp/smoke2; echo "smoke2 rc=$? in $(since $t) s"
+keep /tmp/smoke2/receipt.json smoke2.json; keep $S2/receipts/setup.json setup2.json; keep $S1/receipts/setup.json setup-repaired.json
