@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     receipt = build_receipt(
         level=level, promised_level=promised, problems=problems,
         extra={"protocol": {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens},
-               "jit_workspace": watched if level != "reference" else None, **extra},
+               "jit_workspace": watched if level != "reference" else None} | extra,
         device=device, seed=args.seed, stack=stack,
         selection=manifest.selection if manifest else args.format,
         model=manifest.as_json() if manifest else None,
