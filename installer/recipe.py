@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError
 from installer.hashing import sha256_file
+from installer.install.policy import InstallPolicy, parse_build_env, parse_install, parse_nested_installs
 from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -66,6 +67,8 @@ class ForkUse:
     deps: bool = True
     build_isolation: bool = True
     submodules: bool = True
+    build_env: Mapping[str, str] = field(default_factory=dict)        # [forks.build_env]
+    nested_installs: Mapping[str, str] = field(default_factory=dict)  # [forks.nested_installs]: name -> why
 
     @property
     def fetch_url(self) -> str:
@@ -173,6 +176,7 @@ class Recipe:
     smoke: SmokeConfig
     raw: Mapping[str, Any]
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
+    install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
 
     def fork(self, name: str) -> ForkUse:
         for f in self.forks:
@@ -319,7 +323,8 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         uses.append(ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
                             mode=mode, deps=ft.get("deps", bool, required=False, default=True),
                             build_isolation=ft.get("build_isolation", bool, required=False, default=True),
-                            submodules=ft.get("submodules", bool, required=False, default=True)))
+                            submodules=ft.get("submodules", bool, required=False, default=True),
+                            build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft)))
         ft.done()
     names = [u.name for u in uses]
     if len(set(names)) != len(names):
@@ -462,11 +467,12 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                 raise smt.err(key, "a positive number of tokens", getattr(smoke, key))
         smt.done()
 
+    install = parse_install(top)
     top.done()
     return Recipe(name=name, path=path, sha256=sha256_file(path), description=description,
                   python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
                   forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
-                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder)
+                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder, install=install)
 
 
 def _local_or_url(recipe_path: Path, value: str) -> str:

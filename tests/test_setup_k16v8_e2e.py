@@ -99,6 +99,15 @@ pin = "k16v8"
 mode = "flashinfer"
 deps = false
 build_isolation = false
+[forks.build_env]
+BUILD_NVEP = "0"
+[forks.nested_installs]
+nvidia-cuda-nvcc = "cuTile compile chain; not on the decode path"
+[install]
+[[install.exceptions]]
+package = "vllm"
+requires = "flashinfer-python"
+why = "the FlashInfer fork supersedes vLLM's pin"
 [cuda]
 version = "12.9"
 arch_list = "9.0"
