@@ -11,8 +11,9 @@ that counts requests; ``UV_INDEX_URL`` / ``PIP_INDEX_URL`` point nested processe
 Shown: no request reaches any index during the install (so no nested uv or pip fetched anything), the
 build backend's nested ``uv pip install`` of cuTile's compile chain was recorded and refused, nothing
 waited on uv's env lock, the env differs from before only by the fork itself, every index distribution
-is at its locked version, and the only unmet requirement is the one the recipe declares
-(``cuda-tile>=1.4.0``), agreeing with ``uv pip check``.
+is at its locked version, the only unmet requirement is the one the recipe declares
+(``cuda-tile>=1.4.0``), agreeing with ``uv pip check``, and ``import flashinfer`` (beside vLLM's pinned
+``flashinfer-cubin`` 0.6.12) fails without the stack environment and works with it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Iterator
 
 import pytest
 
+from installer import stackenv
 from installer.errors import InstallError
 from installer.install import consistency
 from installer.indexlock import lock_path
@@ -90,7 +92,9 @@ def _env_from_lock(stack: Path, fork_src: Path, uv_cache: Path) -> Path:
     # cuda-tile>=1.4.0 cannot resolve with torch 2.11.0's pins (the recipe's declared exception): as in the
     # stack, the resolvable 1.3.0 is what gets installed
     reqs = ["cuda-tile" if r.startswith("cuda-tile") else r for r in reqs]
-    reqs += ["torch==2.11.0", "setuptools>=77.0.3,<81", "packaging>=24", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2"]
+    # flashinfer-cubin: vLLM 0.24.0 pins 0.6.12 and it stays under the 0.6.15 fork
+    reqs += ["torch==2.11.0", "setuptools>=77.0.3,<81", "packaging>=24", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2",
+             "flashinfer-cubin"]
     (work / "requirements.txt").write_text("\n".join(reqs) + "\n")
     env = dict(os.environ, UV_CACHE_DIR=str(uv_cache), UV_LINK_MODE="hardlink")
     env.pop("VIRTUAL_ENV", None)
@@ -165,6 +169,17 @@ def test_real_flashinfer_editable_install_fetches_nothing_and_changes_only_the_f
                            capture_output=True, text=True, env=dict(os.environ, UV_CACHE_DIR=str(uv_cache)))
     assert "Found 1 incompatibility" in check.stdout + check.stderr, check.stdout + check.stderr
     assert "cuda-tile" in check.stdout + check.stderr
+    # import flashinfer: refused beside the 0.6.12 cubin without the stack environment, works with it
+    py = str(env / "bin" / "python")
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
+    bare = subprocess.run([py, "-c", "import flashinfer"], env=plain, capture_output=True, text=True)
+    assert bare.returncode != 0 and "flashinfer-cubin version (0.6.12) does not match" in bare.stderr, bare.stderr
+    with_env = stackenv.apply(stackenv.runtime_env(ctx.paths.root, "9.0", None), plain)
+    ok = subprocess.run([py, "-c", "import flashinfer; print(flashinfer.__version__, flashinfer.__file__)"],
+                        env=with_env, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    version, where = ok.stdout.split()[-2:]
+    assert version == "0.6.15" and Path(where).is_relative_to(src)
     # the build left the fork's tree clean (only ignored build files), and no NIXL patch was applied
     status = subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True, text=True,
                             check=True).stdout
