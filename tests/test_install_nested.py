@@ -12,6 +12,7 @@ The real backend is exercised in tests/test_install_real.py (``real`` tier).
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 from pathlib import Path
 
@@ -20,8 +21,10 @@ import pytest
 from installer.errors import InstallError
 from installer.hashing import sha256_file
 from installer.install import nested
+from installer.steps.env import write_stack_env
 from installer.steps.install import InstallStep
 from installer.steps.lock import installed_versions
+from installer.uvcmd import uv_exe
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow
@@ -68,6 +71,7 @@ def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
     for name, version in (("nvidia-cuda-nvcc", "13.2.0"), ("nvidia-nvjitlink", "13.3.0"),
                           ("nvidia-nccl-cu13", "2.30.7")):
         links.add(name, version)
+    links.add("flashinfer-cubin", "0.6.6", {"flashinfer_cubin/__init__.py": '__version__ = "0.6.6"\n'})
     return links
 
 
@@ -86,6 +90,7 @@ def _ctx(tmp_path: Path, links: sf.Links, monkeypatch: pytest.MonkeyPatch, *, bu
                              build_isolation=False)  # as in the real recipes: the build runs in the stack env
     rec = dataclasses.replace(base, forks=(base.fork("vllm"), fi))
     ctx = sf.context(stack, rec, tmp_path / "cache")
+    write_stack_env(ctx)
     ctx.done["fetch"] = sf.record("fetch", {"forks": {
         "vllm": {"path": str(forks.vllm), "commit": forks.commits["vllm"], "url": "https://github.com/mcgrof/vllm.git"},
         "flashinfer": {"path": str(forks.flashinfer), "commit": forks.commits["flashinfer"],
@@ -173,3 +178,26 @@ def test_without_the_guard_the_stand_in_backend_really_installs(tmp_path, links,
     with pytest.raises(InstallError, match="inconsistent"):
         InstallStep().run(ctx)
     assert {"nvidia-cuda-nvcc", "nvidia-nvjitlink"} <= set(installed_versions(ctx.paths.env))
+
+
+def test_flashinfer_imports_beside_an_older_cubin_only_with_the_stack_env(tmp_path, links, monkeypatch):
+    """vLLM pins a flashinfer-cubin that stays under the fork (as 0.6.12 under 0.6.15 in 20260702): the
+    install step imports flashinfer with STACK/stack-env.json applied; planted: the version-check
+    switch emptied in that file, and the import fails the step."""
+    import json
+
+    from installer import stackenv
+
+    ctx = _ctx(tmp_path, links, monkeypatch, build_env={"BUILD_NVEP": "0"}, declared=CHAIN_WHY)
+    sf_env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv"))
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--python", str(ctx.paths.python), "--no-index",
+                    "--find-links", str(links.dir), "flashinfer-cubin==0.6.6"], check=True, env=sf_env)
+    out = InstallStep().run(ctx)
+    assert out["imports_with_stack_env"] == {"flashinfer": "0.6.7"}
+    path = stackenv.env_file(ctx.paths.root)
+    doc = json.loads(path.read_text())
+    doc["env"]["FLASHINFER_DISABLE_VERSION_CHECK"] = ""
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InstallError) as err:
+        InstallStep().run(ctx)
+    assert "import flashinfer" in str(err.value) and "flashinfer-cubin version (0.6.6) does not match" in str(err.value)

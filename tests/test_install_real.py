@@ -35,6 +35,7 @@ from installer.install import consistency
 from installer.indexlock import lock_path
 from installer.lockfile import locked_state
 from installer.recipe import Sources, load_recipe
+from installer.steps.env import write_stack_env
 from installer.steps.install import InstallStep
 from installer.steps.lock import installed_versions
 from installer.uvcmd import uv_exe
@@ -126,6 +127,7 @@ def real_stack(tmp_path: Path, real_mirror: Path, dead_index: tuple[str, list[st
     recipe = dataclasses.replace(shipped, python=python, forks=(shipped.fork("flashinfer"),), wheel=None,
                                  sources=Sources(index_url=index))
     ctx = sf.context(stack, recipe, tmp_path / "cache")
+    write_stack_env(ctx)
     ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {
         "path": str(src), "commit": COMMIT, "url": "https://github.com/mcgrof/flashinfer.git"}}})
     # anything nested that escaped the guard would ask this index (and be counted), not PyPI
@@ -180,6 +182,7 @@ def test_real_flashinfer_editable_install_fetches_nothing_and_changes_only_the_f
     assert ok.returncode == 0, ok.stderr[-2000:]
     version, where = ok.stdout.split()[-2:]
     assert version == "0.6.15" and Path(where).is_relative_to(src)
+    assert out["imports_with_stack_env"] == {"flashinfer": "0.6.15"}
     # the build left the fork's tree clean (only ignored build files), and no NIXL patch was applied
     status = subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True, text=True,
                             check=True).stdout

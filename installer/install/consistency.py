@@ -76,7 +76,7 @@ def installed(env: Path) -> list[Dist]:
 
 def marker_environment(python_version: str) -> dict[str, str]:
     """This machine's marker environment with the stack's Python version."""
-    env = dict(default_environment())
+    env = {k: str(v) for k, v in default_environment().items()}
     env["python_full_version"] = python_version
     env["python_version"] = ".".join(python_version.split(".")[:2])
     env["implementation_version"] = python_version

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+from installer import stackenv
 from installer.errors import CommandFailed, InstallError
 from installer.hashing import sha256_file
 from installer.install import consistency, nested
@@ -119,10 +120,12 @@ class InstallStep:
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
         judged = self.check_consistency(ctx)
+        imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
         return {
             "nested_installs": nested_out,
             "consistency": judged.as_json(),
+            "imports_with_stack_env": imported,
             "order": list(plan.order),
             "forks": [{"name": f.use.name, "path": str(f.path), "commit": f.commit, "mode": f.use.mode,
                        "dist": f.dist, "version": _editable_version(facts.get(f.use.name, {}), f.path),
@@ -189,6 +192,29 @@ class InstallStep:
         for e in judged.unused:
             ctx.ui.warn(f"declared exception not seen: {e.package} -> {e.requires}; the recipe may be stale")
         return judged
+
+    def check_imports(self, ctx: StepContext, forks: list[ForkSource]) -> dict[str, str]:
+        """``import flashinfer`` with the stack environment (STACK/stack-env.json), as jit, smoke and
+        serving run it: a FlashInfer fork laid over an index ``flashinfer-cubin`` of another version
+        imports only with the version check the stack environment disables."""
+        names = [f.use.name for f in forks if f.use.mode == "flashinfer"]
+        if not names:
+            return {}
+        env = stackenv.apply(stackenv.load(ctx.paths.root), os.environ)
+        out: dict[str, str] = {}
+        for name in names:
+            code = f"import {name}; print('OCTOBER_IMPORT', {name}.__version__)"
+            done = ctx.runner.run([str(ctx.paths.python), "-I", "-c", code], step=self.name, env=env, check=False)
+            line = next((ln for ln in done.output.splitlines() if ln.startswith("OCTOBER_IMPORT ")), None)
+            if done.returncode != 0 or line is None:
+                last = (done.output.strip().splitlines() or ["no output"])[-1]
+                raise InstallError(f"`import {name}` fails in the stack env with the stack's environment",
+                                   expected=f"`import {name}` to work with {stackenv.env_file(ctx.paths.root)} applied",
+                                   found=f"exit code {done.returncode}: {last[:400]}",
+                                   fix=f"read {ctx.runner.log_path(self.name)}; a missing module means the fork "
+                                       "needs a runtime package: supply it through the recipe's [install] supply")
+            out[name] = line.split(" ", 1)[1].strip()
+        return out
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
