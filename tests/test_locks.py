@@ -111,3 +111,23 @@ def test_index_request_is_the_recipes_real_requirement_set() -> None:
     argv = req.argv("uv", Path("r.in"), Path("pylock.toml"), "2026-12-01T00:00:00Z")
     assert argv[argv.index("--python-platform") + 1] == PLATFORM and "--exclude-newer" in argv
     assert "--extra-index-url" not in argv            # torch comes from PyPI (recipe says why)
+
+
+def test_locked_against_an_index_lock_compares_packages_and_wheel_not_fork_commits() -> None:
+    """An index-scope lock names no fork commits: a stack's lock (which has them) matches it when its
+    index packages and base wheel do; a changed package or wheel is still reported."""
+    from installer.lockfile import diff_against
+
+    state = locked_state(lock_path("20260702"))
+    lock = copy.deepcopy(_lock("20260702"))
+    lock["packages"].append({"name": "flashinfer-python", "version": "0.6.15",
+                             "vcs": {"type": "git", "url": "https://github.com/mcgrof/flashinfer.git",
+                                     "commit-id": "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"},
+                             "tool": {"october": {"fork": "flashinfer", "editable": True}}})
+    assert diff_against(state, lock) == []
+    for p in lock["packages"]:
+        if p["name"] == "numpy":
+            p["version"] = "1.0.0"
+    lock["tool"]["october"]["wheel"]["sha256"] = "0" * 64
+    problems = diff_against(state, lock)
+    assert any(p.startswith("numpy: lock says") for p in problems) and any("base wheel" in p for p in problems)

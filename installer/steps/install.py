@@ -4,9 +4,13 @@ vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
 ``VLLM_PRECOMPILED_WHEEL_LOCATION`` = the verified local base wheel (re-hashed
 just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
 computed here (see :mod:`installer.install.upstream`).  FlashInfer (mode
-``flashinfer``): editable, ``--no-deps``, installed last.  Afterwards the guards
-check torch, each fork's ``direct_url.json`` and import location, and
-``import vllm._C`` where CUDA libraries exist.
+``flashinfer``): editable, ``--no-deps``, installed last.  Each fork install gets the
+recipe's ``[forks.build_env]`` and runs behind the nested-install guard
+(:mod:`installer.install.nested`).  Afterwards the guards check torch, each fork's
+``direct_url.json`` and import location, and ``import vllm._C`` where CUDA libraries
+exist; every installed requirement is checked against the recipe's declared
+exceptions (:mod:`installer.install.consistency`); a FlashInfer-mode fork is
+imported with the stack environment (:mod:`installer.stackenv`).
 
 Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 ``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
