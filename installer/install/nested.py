@@ -9,7 +9,7 @@ installs packages past the recipe's sources, the torch constraint and ``--locked
 The guard: for the fork installs, ``PATH`` starts with ``STACK/.state/build-guard`` whose ``uv``,
 ``pip`` and ``pip3`` refuse (exit 3) after appending their arguments to ``$OCTOBER_NESTED_LOG``;
 ``PIP_NO_INDEX=1`` stops a ``python -m pip`` fallback from reaching an index.  uv puts only the
-target env's ``bin`` before our ``PATH`` (checked: that directory must hold no ``uv``/``pip``).
+target env's ``bin`` before our ``PATH`` (checked: that directory must hold no ``uv``).
 Afterwards every attempt is judged against the fork's ``[forks.nested_installs]``: a package the
 recipe declares not needed is recorded; anything else fails the install, naming it.
 """
@@ -111,8 +111,10 @@ def guard_env(directory: Path, log: Path, base_path: str) -> dict[str, str]:
 
 
 def shadowing(env_bin: Path) -> list[Path]:
-    """Installers in the target env's ``bin`` (uv puts it before our ``PATH``): they would bypass the guard."""
-    return [env_bin / n for n in GUARDED if (env_bin / n).exists()]
+    """A ``uv`` in the target env's ``bin`` (uv puts that directory before our ``PATH``) would bypass the
+    guard, and a nested uv takes its index from the environment.  A ``pip`` there is no such hole:
+    ``PIP_NO_INDEX=1`` leaves it nothing to fetch from (and ``python -m pip`` never looks at ``PATH``)."""
+    return [env_bin / "uv"] if (env_bin / "uv").exists() else []
 
 
 def read_attempts(log: Path) -> list[Attempt]:

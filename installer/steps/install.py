@@ -150,8 +150,7 @@ class InstallStep:
         shadow = nested.shadowing(ctx.paths.env / "bin")
         if shadow:
             raise InstallError("the stack env holds its own package installer, which a fork's build would use "
-                               "instead of the guard", expected=f"no {', '.join(nested.GUARDED)} in "
-                               f"{ctx.paths.env / 'bin'}", found=", ".join(str(p) for p in shadow),
+                               "instead of the guard", expected=f"no uv in {ctx.paths.env / 'bin'}", found=", ".join(str(p) for p in shadow),
                                fix="remove the package that installs it from the recipe's requirements, or "
                                    "re-run october_setup (the env step makes a fresh env)")
         log = ctx.paths.state / "nested" / f"{inv.fork}.log"
