@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
 
 import typer
 from platformdirs import user_cache_dir
@@ -54,10 +55,12 @@ def october_setup(
     skip_preflight: list[str] = typer.Option([], "--skip-preflight", help="Skip one preflight check by name (repeatable)."),
     locked: bool = typer.Option(False, "--locked", help="Install exactly what a lock says; fail on any difference."),
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock for --locked (default: locks/<recipe>.pylock.toml, else STACK/pylock.toml)."),
+    kit: Optional[Path] = typer.Option(None, "--kit", help="Install offline from a kit made by `october_setup kit` (no other network access)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
 ) -> None:
-    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped."""
+    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
+    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`.)"""
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
 
     def go() -> None:
@@ -67,10 +70,20 @@ def october_setup(
 
         rec = load_recipe(recipe)
         skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
-        opts = SetupOptions(stack=stack.resolve(), recipe=rec, cache_dir=(cache_dir or default_cache_dir()).resolve(),
-                            allow_dirty=allow_dirty, skip_preflight=skips,
-                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet, verbose=verbose)
-        result = run_setup(opts, ui, echo_commands=verbose)
+        cache = (cache_dir or default_cache_dir()).resolve()
+        used_kit = None
+        if kit is not None:
+            from installer.kit.use import kit_recipe, open_kit, seed_cache
+
+            used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
+            seed_cache(used_kit, rec, cache)
+            ui.info(f"offline: installing from the kit {used_kit.root}")
+        opts = SetupOptions(stack=stack.resolve(), recipe=kit_recipe(rec, used_kit) if used_kit else rec,
+                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=skips,
+                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet, verbose=verbose,
+                            kit=used_kit)
+        with offline_env(used_kit.git_config() if used_kit else None):
+            result = run_setup(opts, ui, echo_commands=verbose)
         ran = sum(1 for r in result.records if r.status == "ran")
         if not quiet:
             print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} cached)")
@@ -78,6 +91,71 @@ def october_setup(
             print(f"  receipt: {result.paths.setup_receipt}")
 
     guarded(go, ui)
+
+
+@contextmanager
+def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
+    """For a kit install: every child git reads the kit's URLs from the kit and may use only local
+    files; uv runs offline.  Restored afterwards (the CLI may run in-process in tests)."""
+    if git_config is None:
+        yield
+        return
+    extra = {**git_config, "UV_OFFLINE": "1"}
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+kit_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
+
+
+@kit_app.command()
+def make_kit_cmd(
+    out: Path = typer.Argument(..., help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
+    recipe: str = typer.Option("current", "--recipe", "-r", help="Recipe name in recipes/ or a path to a .toml."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Shared cache (git mirrors, wheels)."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock whose wheels go into the kit (default: locks/<recipe>.pylock.toml, else uv pip compile)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> None:
+        from installer.kit.make import KitOptions, make_kit
+        from installer.recipe import load_recipe
+
+        opts = KitOptions(recipe=load_recipe(recipe), out=out.resolve(),
+                          cache_dir=(cache_dir or default_cache_dir()).resolve(),
+                          lock=lock_file.resolve() if lock_file else None)
+        manifest = make_kit(opts, say=ui.detail)
+        if not quiet:
+            import json
+
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
+                  f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
+            print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
+
+    guarded(go, ui)
+
+
+def setup_main(argv: list[str] | None = None) -> int:
+    """Console script ``october_setup`` (and ``python -m installer.october_setup``):
+    ``october_setup kit ...`` writes a kit; anything else provisions a stack."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["kit"]:
+        kit_app(args=args[1:], prog_name="october_setup kit")
+    else:
+        setup_app(args=args, prog_name="october_setup")
+    return 0
 
 
 @current_app.command()
@@ -166,7 +244,7 @@ def smoke(
 
 
 def main_setup() -> None:  # pragma: no cover - console entry for `python -m installer.october_setup`
-    setup_app(prog_name="october_setup")
+    setup_main()
 
 
 if __name__ == "__main__":  # pragma: no cover

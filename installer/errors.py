@@ -205,3 +205,10 @@ class FileSystemError(OctoberError):
         return cls(f"cannot use {where}", expected="a path that can be read and written there",
                    found=exc.strerror or type(exc).__name__,
                    fix="check the path (a file where a directory belongs?), its permissions and free space")
+
+
+class KitError(OctoberError):
+    """An offline kit cannot be made, or cannot be used: missing, tampered, or for another recipe."""
+
+    exit_code = 20
+    title = "kit error"
