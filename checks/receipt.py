@@ -56,9 +56,9 @@ def machine_facts(device: torch.device) -> dict[str, Any]:
 def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[str, Any],
                   selection: str | None, model: dict[str, Any] | None, scales: dict[str, Any],
                   results: list[CheckResult], timings: dict[str, float],
-                  notes: list[str]) -> dict[str, Any]:
+                  notes: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     passed, reasons = overall(results)
-    return {
+    return dict(extra or {}) | {
         "format_version": FORMAT_VERSION, "kind": KIND,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "level": level, "seed": seed, "stack": stack, "selection": selection, "model": model,

@@ -28,7 +28,9 @@ REQUIRED_CHECKS: tuple[tuple[str, str], ...] = (
     ("clean_memory", "clean memory"),
     ("deterministic_generation", "finite deterministic generation"),
 )
-TITLES = dict(REQUIRED_CHECKS)
+# Checks a level adds beside the six (the engine level's JIT check); present and not passed fails the receipt.
+EXTRA_CHECKS: tuple[tuple[str, str], ...] = (("jit_complete", "JIT modules pre-built"),)
+TITLES = dict(REQUIRED_CHECKS + EXTRA_CHECKS)
 
 
 class Unsupported(Exception):
@@ -100,6 +102,9 @@ def overall(results: list[CheckResult]) -> tuple[bool, list[str]]:
             reasons.append(f"{title}: missing")
         elif r.status != PASSED:
             reasons.append(f"{title}: {r.status}: {r.summary}")
+    for r in results:
+        if r.name not in dict(REQUIRED_CHECKS) and r.status != PASSED:
+            reasons.append(f"{r.title}: {r.status}: {r.summary}")
     return (not reasons, reasons)
 
 

@@ -37,7 +37,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, required=True, help="directory for receipt.json")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--token-counts", type=_token_counts, default=None, metavar="PROMPT,NEW",
+                   help="engine level: override the recipe's [smoke] prompt_tokens,max_new_tokens "
+                        "(recorded in the receipt; for stand-in tests)")
     return p.parse_args(argv)
+
+
+def _token_counts(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PROMPT,NEW (two integers), found {text!r}") from None
+    if a < 2 or b < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 2 prompt and 1 new token, found {text!r}")
+    return a, b
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -105,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
                          "  -> run `current download` first and pass its output")
     setup = time.monotonic() - started
     choice: ScaleChoice | None = None
+    extra: dict[str, Any] = {}
     if level == "reference":
         results, choice = run_reference(device, args.seed, manifest, fixtures)
         if device.type != "cuda":
@@ -120,7 +134,10 @@ def run(args: argparse.Namespace) -> int:
         # runs on a CPU too, like the kernel level (the CUDA-graph check is then skipped)
         from checks.engine import run_engine_level
         assert manifest is not None
-        results, choice = run_engine_level(manifest, fixtures, args.seed, device)
+        engine_facts: dict[str, Any] = {}
+        results, choice = run_engine_level(manifest, fixtures, args.seed, device, stack.get("selection"),
+                                           args.token_counts, engine_facts)
+        extra["engine"] = engine_facts
         if device.type != "cuda":
             notes.append("engine level on a CPU: CUDA-only checks are skipped, so passed is false")
     receipt = build_receipt(
@@ -129,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         model=manifest.as_json() if manifest else None,
         scales=choice.as_json() if choice else {"source": "none", "path": None, "v_scales": [],
                                                 "note": None, "error": None},
-        results=results, notes=notes,
+        results=results, notes=notes, extra=extra,
         timings={"setup_seconds": setup, "checks_seconds": sum(r.seconds for r in results),
                  "total_seconds": time.monotonic() - started})
     path = write_receipt(args.output, receipt)

@@ -20,6 +20,8 @@ from installer.atomic import write_json_atomic
 from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
 from installer.runner import Runner
+from installer.smoke_mutex import SmokeMutex
+from installer.smoke_selection import selection_info
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "receipts" / "smoke.schema.json"
@@ -175,10 +177,18 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
+    with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
+        return _run_smoke(opts, python, cwd, echo, env)
+
+
+def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
+               env: dict[str, str]) -> int:
     manifest = resolve_manifest(opts, cwd or Path.cwd())
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
-    write_json_atomic(info_path, stack_info(opts.install, opts.recipe))
+    info = stack_info(opts.install, opts.recipe)
+    info["selection"] = selection_info(opts.install, (info.get("recipe") or {}).get("name"), opts.format)
+    write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env)
     old = plan.receipt
     if old.exists():

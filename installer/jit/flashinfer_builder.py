@@ -125,7 +125,8 @@ def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     fi = importlib.import_module("flashinfer")
     result["flashinfer_version"] = str(getattr(fi, "__version__", "unknown"))
     result["flashinfer_file"] = str(getattr(fi, "__file__", ""))
-    problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"]])
+    # only modules with K != V need the asymmetric API (the fresh-prefill route's ragged prefill is symmetric)
+    problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"] if m["k"] != m["v"]])
     if problem is not None:
         result["problem"] = problem
         return finish(EXIT_NOT_ASYMMETRIC)
