@@ -186,3 +186,42 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
             "dist_version": facts.get("dist_version"),
             "python": facts.get("python_path"), "python_version": facts.get("python"),
             "site_packages": site_dirs(facts)}
+
+
+def site_distributions(sites: Sequence[str]) -> dict[str, str]:
+    """canonical name -> version of every distribution in the given site directories (METADATA read
+    from disk, no process started)."""
+    from email.parser import HeaderParser
+
+    from packaging.utils import canonicalize_name
+
+    out: dict[str, str] = {}
+    for site in sites:
+        for info in sorted(Path(site).glob("*.dist-info")):
+            try:
+                msg = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+            if msg.get("Name") and msg.get("Version"):
+                out.setdefault(str(canonicalize_name(msg["Name"])), str(msg["Version"]).strip())
+    return out
+
+
+def unmet(requirements: Sequence[str], have: Mapping[str, str]) -> list[str]:
+    """The requirements the system interpreter's distributions do not already satisfy (installing those
+    into the env would only shadow the system's copies)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    out: list[str] = []
+    for line in requirements:
+        req = Requirement(line)
+        got = have.get(str(canonicalize_name(req.name)))
+        try:
+            ok = got is not None and req.specifier.contains(Version(got), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            out.append(line)
+    return out

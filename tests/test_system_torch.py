@@ -225,3 +225,21 @@ def test_a_kit_can_be_marked_for_a_site_provided_torch(tmp_path):
     assert pr.torch.from_system and pr.torch.system_python is None and pr.torch.index_url is None
     with pytest.raises(UsageError):
         systorch.mark_system(_index_only(tmp_path))
+
+
+def test_supply_and_consistency_count_the_system_interpreter_s_packages(tmp_path, system):
+    """With torch from the system, a supplied requirement the system already meets is not installed (it
+    would only shadow the system's copy), and the system's distributions meet the env's requirements."""
+    from installer.install import consistency
+
+    have = systorch.site_distributions(systorch.site_dirs(systorch.probe(
+        sf.context(tmp_path / "s", _recipe(tmp_path, system), tmp_path / "c").runner, "t", system)))
+    assert have["torch"] == TORCH
+    assert systorch.unmet(["torch>=2.11", "apache-tvm-ffi>=0.1.6", "torch<2"], have) == ["apache-tvm-ffi>=0.1.6",
+                                                                                        "torch<2"]
+    fork = consistency.Dist("flashinfer-python", "0.6.15", ("torch", "apache-tvm-ffi"))
+    provided = consistency.installed_in([Path(d) for d in systorch.site_dirs({"site_packages": [
+        str(p) for p in (system.parent.parent / "lib").glob("python*/site-packages")]})])
+    missing = consistency.conflicts([fork], "3.11.7", provided)
+    assert [c.requires for c in missing] == ["apache-tvm-ffi"]          # torch met by the system
+    assert [c.requires for c in consistency.conflicts([fork], "3.11.7")] == ["apache-tvm-ffi", "torch"]

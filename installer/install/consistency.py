@@ -59,9 +59,14 @@ class Judgement:
 
 def installed(env: Path) -> list[Dist]:
     """Every ``*.dist-info`` of the env's site-packages, with its ``Requires-Dist``."""
+    return installed_in(sorted(env.glob("lib/python*/site-packages")))
+
+
+def installed_in(sites: Sequence[Path]) -> list[Dist]:
+    """Every ``*.dist-info`` of the given site directories (e.g. a site-provided torch's interpreter)."""
     out: list[Dist] = []
-    for site in sorted(env.glob("lib/python*/site-packages")):
-        for info in sorted(site.glob("*.dist-info")):
+    for site in sites:
+        for info in sorted(Path(site).glob("*.dist-info")):
             meta = info / "METADATA"
             try:
                 msg = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
@@ -98,9 +103,11 @@ def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> 
     return any(req.marker.evaluate({**env, "extra": e}) for e in extras)
 
 
-def conflicts(dists: Sequence[Dist], python_version: str) -> list[Conflict]:
+def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
+    """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can
+    meet them but are not themselves checked (the env's own distributions shadow them)."""
     env = marker_environment(python_version)
-    have = {d.name: d for d in dists}
+    have = {d.name: d for d in (*provided, *dists)}
     wanted_extras: dict[str, set[str]] = {}
     parsed: dict[str, list[tuple[str, Requirement]]] = {}
     for d in dists:

@@ -157,7 +157,9 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
         lock_info: dict[str, Any] = {"source": "lock", "name": lock.name}
     else:
         say("wheels of the env, resolved by uv pip compile (no committed lock)")
-        common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements)
+        # the env's roots as the env step installs them: torch (unless the system gives it), the build
+        # requirements and the forks' supplied runtime needs ([install] supply)
+        common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements) + list(r.install.supply)
         # one resolution per root, as the install makes them (the env, then each fork with its
         # dependencies); the kit takes the union of their files
         roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_path else []), {})]

@@ -164,9 +164,12 @@ def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
     ctx.runner.run([uv_exe(), "venv", "--clear", "--system-site-packages", "--python", python, str(ctx.paths.env)],
                    step=step, env=uv_env(ctx))
     systorch.write_pth(ctx.paths.env, facts)
-    if r.build_requirements:
-        ctx.ui.info(f"installing {len(r.build_requirements)} build requirements (torch stays the system's)")
-        pip_install(ctx, step, list(r.build_requirements))
+    wanted = [*r.build_requirements, *r.install.supply]
+    needed = systorch.unmet(wanted, systorch.site_distributions(systorch.site_dirs(facts)))
+    if needed:
+        ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
+                    "come from the system interpreter)")
+        pip_install(ctx, step, needed)
     seen = systorch.probe(ctx.runner, step, ctx.paths.python)
     problems = systorch.guard_problems(ctx.paths.env, facts, {
         "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],

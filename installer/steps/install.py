@@ -179,7 +179,7 @@ class InstallStep:
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
         version = consistency.env_python_version(ctx.paths.env) or ctx.recipe.python
-        found = consistency.conflicts(consistency.installed(ctx.paths.env), version)
+        found = consistency.conflicts(consistency.installed(ctx.paths.env), version, system_provided(ctx))
         judged = consistency.judge(found, ctx.recipe.install.exceptions)
         if judged.undeclared:
             lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)
@@ -309,3 +309,11 @@ def _editable_version(info: Mapping[str, Any], path: Path) -> str | None:
         if du.get("dir_info", {}).get("editable") and str(du.get("url", "")).rstrip("/").endswith(path.name):
             return str(d.get("version"))
     return None
+
+
+def system_provided(ctx: StepContext) -> list[consistency.Dist]:
+    """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
+    rec = system_torch_record(ctx)
+    if rec is None:
+        return []
+    return consistency.installed_in([Path(d) for d in rec.get("site_packages") or []])
