@@ -1,0 +1,43 @@
+"""The committed example receipts (receipts/examples/) still match their schemas and carry no machine path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "receipts" / "examples"
+MACHINE = re.compile(r"(/tmp/|/root/|/home/|/work/|/opt/|/usr/)")
+
+
+@pytest.mark.parametrize("name,schema", [("setup.json", "setup.schema.json"), ("smoke.json", "smoke.schema.json")])
+def test_examples_match_their_schema(name: str, schema: str) -> None:
+    found = sorted(EXAMPLES.glob(f"*/{name}"))
+    assert found
+    for path in found:
+        jsonschema.validate(json.loads(path.read_text()), json.loads((ROOT / "receipts" / schema).read_text()))
+
+
+def test_examples_name_no_machine_path() -> None:
+    """The run's files (the README may name the image's paths to explain the placeholders)."""
+    for path in (EXAMPLES / "flashinfer-pr3812-h200").iterdir():
+        if path.name != "README.md":
+            hits = MACHINE.findall(path.read_text(encoding="utf-8"))
+            assert not hits, f"{path}: {hits[:3]}"
+
+
+def test_the_h200_example_is_a_kernel_level_stack_verdict_with_a_system_torch() -> None:
+    d = EXAMPLES / "flashinfer-pr3812-h200"
+    setup, smoke = json.loads((d / "setup.json").read_text()), json.loads((d / "smoke.json").read_text())
+    assert setup["promises"] == "kernel" and setup["torch"]["source"] == "system"
+    assert setup["torch"]["version"] == "2.11.0+cu130" and setup["torch"]["cuda"] == "13.0"
+    assert [s["name"] for s in setup["steps"]] == ["preflight", "fetch", "env", "install", "jit", "lock"]
+    assert {s["status"] for s in setup["steps"]} == {"ran"} and setup["preflight"]["skipped"] == []
+    assert smoke["passed"] is True and smoke["level"] == "kernel" and smoke["proves"] == "stack"
+    assert {c["status"] for c in smoke["checks"]} == {"passed"} and len(smoke["checks"]) == 6
+    lock = (d / "pylock.toml").read_text()
+    assert 'version = "2.11.0+cu130"' in lock and "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55" in lock
