@@ -171,6 +171,8 @@ def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
     with pytest.raises(JitError) as err:
         refuse_untrusted_jit(ctx.paths.root)
     assert "recorded, missing" in str(err.value)
+    (ctx.paths.jit / MANIFEST).unlink()       # a stack whose jit step recorded nothing: the checks judge it
+    refuse_untrusted_jit(ctx.paths.root)
 
 
 def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
