@@ -9,8 +9,8 @@ one run with the smoke shows the smoke's own refusal reported as the node's fail
 verdict with identical nodes is covered without Ray in test_fleet_plan.py.
 
 Node n2 of the lost-node test runs with a ``git`` on its PATH that sleeps 4 s before running the
-real git (a stand-in for a slow network or disk, nothing else), so that it is still installing
-when it is killed.
+real git while the file slowbin/on exists (a stand-in for a slow network or disk, nothing else), so that
+it is still installing when it is killed, interrupted or timed out.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def _slow_git(where: Path) -> Path:
     real = shutil.which("git")
     assert real
     wrapper = where / "git"
-    wrapper.write_text(f"#!/bin/sh\nsleep 4\nexec {real} \"$@\"\n")
+    (where / "on").touch()                  # removed to make it fast again
+    wrapper.write_text(f"#!/bin/sh\n[ -e {where / 'on'} ] && sleep 4\nexec {real} \"$@\"\n")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     return where
 
@@ -188,3 +189,41 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     assert all(n["status"] == "installed" for n in nodes.values()), again.stdout + again.stderr
     assert nodes["n0"]["resumed"] and nodes["n1"]["resumed"] and not nodes["n2"]["resumed"]
     assert nodes["n2"]["setup"]["exit_code"] == 0 and doc["consistent"]
+
+
+def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = _slow_git(tmp_path / "slowbin")
+    with monkeypatch.context() as m:
+        m.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+        cluster.add_node(**_node_args("n2"))
+    cluster.wait_for_nodes()
+    args = fleet_args(cluster, kit, tmp_path, "--no-smoke")
+    short = [a if a != "300" else "6" for a in args]                 # --timeout 6: n2's slow git cannot make it
+    timed = cli(*short)
+    nodes = by_name(receipt(tmp_path))
+    assert timed.returncode == 1 and nodes["n2"]["status"] == "timeout", timed.stdout + timed.stderr
+    assert "killed after the node's 6 s" in nodes["n2"]["detail"]
+    assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed"
+
+    # Ctrl-C while n2 installs: its task is cancelled, its children die, the receipt says cancelled
+    proc = subprocess.Popen([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    seen = "n2: install on"
+    buf = ""
+    assert proc.stdout is not None
+    while seen not in buf and time.monotonic() < deadline:
+        buf += proc.stdout.readline()
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out = buf + proc.communicate(timeout=120)[0]
+    nodes = by_name(receipt(tmp_path))
+    assert proc.returncode == 130, out
+    assert nodes["n2"]["status"] == "cancelled" and nodes["n0"]["resumed"] and nodes["n1"]["resumed"]
+
+    # nothing left holding n2's stack: a re-run finishes it
+    (slow / "on").unlink()
+    resumed = cli(*args)
+    nodes = by_name(receipt(tmp_path))
+    assert all(n["status"] == "installed" for n in nodes.values()), resumed.stdout + resumed.stderr
