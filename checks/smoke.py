@@ -161,13 +161,13 @@ def run(args: argparse.Namespace) -> int:
     receipt = build_receipt(
         level=level, promised_level=promised, problems=problems,
         extra={"protocol": {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens},
-               "jit_workspace": watched if level != "reference" else None},
+               "jit_workspace": watched if level != "reference" else None} | extra,
         device=device, seed=args.seed, stack=stack,
         selection=manifest.selection if manifest else args.format,
         model=manifest.as_json() if manifest else None,
         scales=choice.as_json() if choice else {"source": "none", "path": None, "v_scales": [],
                                                 "note": None, "error": None},
-        results=results, notes=notes, extra=extra,
+        results=results, notes=notes,
         timings={"setup_seconds": setup, "checks_seconds": sum(r.seconds for r in results),
                  "total_seconds": time.monotonic() - started})
     path = write_receipt(args.output, receipt)
