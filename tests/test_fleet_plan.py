@@ -201,3 +201,19 @@ def test_a_shipped_kit_is_verified_on_arrival(tmp_path: Path) -> None:
     with pytest.raises(KitError, match="arrived damaged"):
         receive_kit(dest, ship, fetch)
     assert fetched == ["b"] and sha256_bytes(b"bad") != table["b.txt"]["sha256"]   # a.whl was not fetched again
+
+
+def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
+    """Ray itself would retry the GCS for minutes; a closed loopback port is refused in well under that."""
+    import socket
+    import time
+
+    from installer.fleet.cluster import connect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]                  # bound, never listening: connection refused
+        start = time.monotonic()
+        with pytest.raises(UsageError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+            connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 15

@@ -10,11 +10,12 @@ resumes exactly the nodes that did not finish.
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from installer.errors import ToolMissing
+from installer.errors import ToolMissing, UsageError
 from installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
 from installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
 from installer.kit import MANIFEST
@@ -32,10 +33,31 @@ def import_ray() -> Any:
     return ray
 
 
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Ray retries an unreachable GCS for minutes; a closed port is said at once instead."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}",
+                         expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
+                         found=exc.strerror or str(exc),
+                         fix="start the cluster (`ray start --head`) or check `ray status`, then pass its address") from None
+
+
 def connect(address: str) -> Any:
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        check_reachable(address)
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"cannot join the Ray cluster at {address}",
+                             expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
+                             found=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}",
+                             fix="check `ray status --address ADDR` on this machine, then pass that address") from None
     return ray
 
 
