@@ -43,7 +43,16 @@ class Shipment:
 
 def receive_kit(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
     """Write the shipped kit to ``dest`` (files already there with the right sha256 are kept), then
-    verify the whole directory against its manifest; return the bytes received."""
+    verify the whole directory against its manifest; return the bytes received.  Nodes that share a
+    machine (and so this path) take turns: one's temporary files are not another's extra files."""
+    from filelock import FileLock
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):
+        return _receive(dest, shipment, fetch)
+
+
+def _receive(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
     got = 0
     for f in shipment.files:
         p = dest / f.rel
