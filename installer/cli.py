@@ -61,7 +61,8 @@ def october_setup(
     system_python: Optional[Path] = typer.Option(None, "--system-python", help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
 ) -> None:
     """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
-    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`.)"""
+    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`;
+    `october_setup fleet` provisions every node of a Ray cluster; see `october_setup fleet --help`.)"""
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
 
     def go() -> None:
@@ -154,12 +155,59 @@ def make_kit_cmd(
     guarded(go, ui)
 
 
+fleet_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Provision and prove one stack on every node of a Ray cluster, from one kit.")
+
+
+@fleet_app.command()
+def fleet_cmd(
+    stack: str = typer.Argument(..., help="Stack path on each node; may hold {name}, {host}, {node_id}."),
+    address: str = typer.Option(..., "--address", help="Ray cluster address (host:port, or auto)."),
+    kit: Path = typer.Option(..., "--kit", help="The kit (made by `october_setup kit`); a path every node sees, unless --ship-kit."),
+    recipe: str = typer.Option("current", "--recipe", "-r", help="Recipe name in recipes/ or a path every node sees."),
+    receipt: Path = typer.Option(Path("fleet-receipt.json"), "--receipt", help="Fleet receipt; an earlier one here is resumed from."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="The lock every node installs with --locked (sent with the task)."),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Cache dir on each node (same placeholders as STACK)."),
+    select: str = typer.Option("all", "--select", help="all: every alive node; gpu: the nodes with GPUs."),
+    node: list[str] = typer.Option([], "--node", help="Only this node: id (or 8+ char prefix), hostname or october-node label (repeatable)."),
+    ship_kit: bool = typer.Option(False, "--ship-kit", help="The nodes share no path: send the kit through Ray, verified on arrival."),
+    ship_dir: Optional[str] = typer.Option(None, "--ship-dir", help="Where a shipped kit lands on each node (default /tmp/october-fleet-kit-<sha>)."),
+    max_parallel: int = typer.Option(8, "--max-parallel", help="Nodes installing at once."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds per node for setup and smoke together."),
+    smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run `current smoke` on each node (without it the fleet cannot pass)."),
+    smoke_format: str = typer.Option("fp16", "--smoke-format", help="awq or fp16, for current smoke."),
+    smoke_level: Optional[str] = typer.Option(None, "--smoke-level", help="Default: the level the stack promises."),
+    smoke_arg: list[str] = typer.Option([], "--smoke-arg", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
+    Writes a fleet receipt; re-running resumes only the nodes that did not finish.  Needs Ray (`uv sync --extra fleet`)."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> int:
+        from installer.fleet.plan import FleetOptions
+        from installer.fleet.run import run_fleet
+
+        opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
+                            cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
+                            nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
+                            timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
+                            smoke_args=tuple(smoke_arg))
+        return run_fleet(opts, say=(lambda s: None) if quiet else print)
+
+    code = guarded(go, ui)
+    raise typer.Exit(code)
+
+
 def setup_main(argv: list[str] | None = None) -> int:
     """Console script ``october_setup`` (and ``python -m installer.october_setup``):
-    ``october_setup kit ...`` writes a kit; anything else provisions a stack."""
+    ``october_setup kit ...`` writes a kit; ``october_setup fleet ...`` provisions a Ray cluster;
+    anything else provisions a stack."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["kit"]:
         kit_app(args=args[1:], prog_name="october_setup kit")
+    elif args[:1] == ["fleet"]:
+        fleet_app(args=args[1:], prog_name="october_setup fleet")
     else:
         setup_app(args=args, prog_name="october_setup")
     return 0

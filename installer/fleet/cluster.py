@@ -1,0 +1,160 @@
+"""The thin Ray part of ``october_setup fleet``: connect, find nodes, pin one task per node with
+hard node affinity, ship the kit through the object store when asked, gather the node records.
+
+A node that dies under its task (NodeDiedError, WorkerCrashedError, an unschedulable pin after
+the node left) is recorded ``lost``; a task past its deadline is cancelled and ``timeout``; Ctrl-C
+cancels every task (the node's children die with their worker; each stack stays resumable) and
+marks the unfinished nodes ``cancelled``.  No task is retried by Ray: a re-run of the command
+resumes exactly the nodes that did not finish.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from installer.errors import ToolMissing, UsageError
+from installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
+from installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
+from installer.kit import MANIFEST
+
+INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'october[fleet]'`) on the driver and every node"
+GRACE_S = 30.0          # past a node's own timeout, the driver cancels its task
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ToolMissing("`october_setup fleet` needs Ray", expected="the Python package ray (>= 2.40)",
+                          found=f"not importable ({exc})", fix=INSTALL_HINT) from None
+    return ray
+
+
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Ray retries an unreachable GCS for minutes; a closed port is said at once instead."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}",
+                         expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
+                         found=exc.strerror or str(exc),
+                         fix="start the cluster (`ray start --head`) or check `ray status`, then pass its address") from None
+
+
+def connect(address: str) -> Any:
+    ray = import_ray()
+    if not ray.is_initialized():
+        check_reachable(address)
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"cannot join the Ray cluster at {address}",
+                             expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
+                             found=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}",
+                             fix="check `ray status --address ADDR` on this machine, then pass that address") from None
+    return ray
+
+
+def cluster_nodes(ray: Any) -> tuple[NodeInfo, ...]:
+    return parse_nodes(ray.nodes())
+
+
+def ship(ray: Any, kit: Path, manifest: dict[str, Any], lock: bytes | None, lock_sha: str | None,
+         with_files: bool) -> Shipment:
+    """Put the kit's files (verified by the caller against the manifest) into the object store in
+    chunks; every node fetches them by reference."""
+    files = []
+    if with_files:
+        for rel, meta in sorted(manifest["files"].items()):
+            refs = []
+            with open(kit / rel, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    refs.append(ray.put(chunk))
+            files.append(ShippedFile(rel=rel, sha256=meta["sha256"], size=int(meta["size"]), chunks=tuple(refs)))
+    return Shipment(manifest=(kit / MANIFEST).read_bytes(), files=tuple(files), lock=lock, lock_sha256=lock_sha)
+
+
+def _remote(ray: Any) -> Any:
+    def node_task(job: NodeJob, shipment: Shipment | None) -> dict[str, Any]:
+        here = ray.get_runtime_context().get_node_id()
+        if here != job.node_id:          # hard affinity makes this impossible; a receipt must not rest on it
+            raise RuntimeError(f"the task for {job.name} ran on node {here}, not on {job.node_id}")
+        return run_job(job, shipment, fetch=lambda ref: ray.get(ref))
+    return ray.remote(num_cpus=0, max_retries=0)(node_task)
+
+
+def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    ex = ray.exceptions
+    names = ("NodeDiedError", "WorkerCrashedError", "ActorDiedError", "TaskUnschedulableError",
+             "ObjectLostError", "OwnerDiedError", "RaySystemError", "LocalRayletDiedError")
+    return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
+
+
+def _placeholder(job: NodeJob, status: str, detail: str) -> dict[str, Any]:
+    return {"name": job.name, "node_id": job.node_id, "host": job.host, "resumed": job.setup_argv is None,
+            "status": status, "detail": detail, "stack": job.stack, "gpu": None, "arch": None,
+            "lock_sha256": None, "jit": [], "kit_received_bytes": None, "setup": None, "smoke": None, "seconds": None}
+
+
+def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
+             say: Callable[[str], None] = lambda s: None) -> tuple[list[dict[str, Any]], bool]:
+    """Run the plan; return the node records (plan order) and whether the user interrupted it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = _remote(ray)
+    lost = lost_errors(ray)
+    pending = list(plan.jobs)
+    running: dict[Any, tuple[NodeJob, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    interrupted = False
+    try:
+        while pending or running:
+            while pending and len(running) < plan.max_parallel:
+                job = pending.pop(0)
+                strategy = NodeAffinitySchedulingStrategy(node_id=job.node_id, soft=False)
+                ref = task.options(scheduling_strategy=strategy, name=f"october-fleet-{job.name}").remote(job, shipment)
+                running[ref] = (job, time.monotonic() + job.timeout_s + GRACE_S)
+                say(f"{job.name}: {'install' if job.setup_argv else 're-check'} on {job.node_id[:8]} ({job.host})")
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            for ref in ready:
+                job, _deadline = running.pop(ref)
+                out[job.name] = _gather(ray, ref, job, lost)
+                say(f"{job.name}: {out[job.name]['status']}")
+            now = time.monotonic()
+            for ref, (job, deadline) in list(running.items()):
+                if now > deadline:
+                    ray.cancel(ref, force=True)
+                    running.pop(ref)
+                    out[job.name] = _placeholder(job, "timeout", f"no answer within {job.timeout_s:.0f} s "
+                                                 f"(+{GRACE_S:.0f} s grace); the task was cancelled")
+    except KeyboardInterrupt:
+        interrupted = True
+        for ref, (job, _d) in running.items():
+            ray.cancel(ref, force=True)
+            out[job.name] = _placeholder(job, "cancelled", "interrupted by the user; re-run to resume this node")
+        for job in pending:
+            out[job.name] = _placeholder(job, "cancelled", "interrupted before it started")
+    return [out[j.name] for j in plan.jobs], interrupted
+
+
+def _gather(ray: Any, ref: Any, job: NodeJob, lost: tuple[type[BaseException], ...]) -> dict[str, Any]:
+    try:
+        rec: dict[str, Any] = ray.get(ref)
+        return rec
+    except lost as exc:
+        return _placeholder(job, "lost", f"the node died or left mid-install ({type(exc).__name__}); "
+                            "re-run the fleet command when it is back to resume it")
+    except ray.exceptions.TaskCancelledError:
+        return _placeholder(job, "cancelled", "the task was cancelled")
+    except ray.exceptions.RayTaskError as exc:
+        return _placeholder(job, "error", f"the node task raised: {str(exc).strip().splitlines()[-1][:400]}")
+
+
+def node_records_order(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(records, key=lambda r: r["name"])

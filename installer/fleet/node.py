@@ -1,0 +1,201 @@
+"""What runs on one node (inside its pinned Ray task, but with no Ray import here): receive a
+shipped kit and lock, verified; run october_setup and current smoke as children through
+:class:`installer.runner.Runner`; report the node's facts as a fleet receipt node record."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from installer.atomic import write_bytes_atomic
+from installer.errors import CommandFailed, KitError, OctoberError
+from installer.fleet.plan import NodeJob
+from installer.hashing import sha256_bytes, sha256_file
+from installer.kit import MANIFEST
+from installer.kit.manifest import check_files, listed, read_manifest
+from installer.runner import Completed, Runner
+
+CHUNK = 8 << 20          # bytes per object-store chunk of a shipped kit file
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    rel: str
+    sha256: str
+    size: int
+    chunks: tuple[Any, ...]          # object refs; ``fetch`` turns one into bytes
+
+
+@dataclass(frozen=True)
+class Shipment:
+    manifest: bytes
+    files: tuple[ShippedFile, ...]
+    lock: bytes | None
+    lock_sha256: str | None
+
+
+def receive_kit(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
+    """Write the shipped kit to ``dest`` (files already there with the right sha256 are kept), then
+    verify the whole directory against its manifest; return the bytes received.  Nodes that share a
+    machine (and so this path) take turns: one's temporary files are not another's extra files."""
+    from filelock import FileLock
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):
+        return _receive(dest, shipment, fetch)
+
+
+def _receive(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
+    got = 0
+    for f in shipment.files:
+        p = dest / f.rel
+        if p.is_file() and p.stat().st_size == f.size and sha256_file(p) == f.sha256:
+            continue
+        data = b"".join(fetch(c) for c in f.chunks)
+        got += len(data)
+        if sha256_bytes(data) != f.sha256:
+            raise KitError(f"the kit file {f.rel} arrived damaged on {socket.gethostname()}",
+                           expected=f"sha256 {f.sha256}", found=f"sha256 {sha256_bytes(data)}",
+                           fix="re-run the fleet command (finished nodes are kept)")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(p, data)
+    write_bytes_atomic(dest / MANIFEST, shipment.manifest)
+    problems = check_files(dest, read_manifest(dest))
+    if problems:
+        raise KitError(f"the shipped kit at {dest} does not match its manifest: {listed(problems)}",
+                       expected="every file as kit.json records it", found="the differences listed",
+                       fix=f"remove {dest} on that node and re-run the fleet command")
+    return got
+
+
+def _gpu(runner: Runner) -> tuple[dict[str, Any] | None, str | None]:
+    """GPU name, count and driver, and the first GPU's arch, from nvidia-smi (None without one)."""
+    if shutil.which("nvidia-smi") is None:
+        return None, None
+    done = runner.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+                      step="fleet-gpu", check=False, timeout=60)
+    rows = [[c.strip() for c in line.split(",")] for line in done.output.splitlines() if line.count(",") >= 2]
+    if done.returncode != 0 or not rows:
+        return None, None
+    return {"name": rows[0][0], "count": len(rows), "driver": rows[0][1]}, rows[0][2]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _tail(text: str, n: int = 4) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-n:])[-600:]
+
+
+def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], bytes],
+            python: str = sys.executable) -> dict[str, Any]:
+    """Run the job on this node; return its node record (status, facts, times)."""
+    start = time.monotonic()
+    stack = Path(job.stack)
+    logs = Path(f"{job.stack}.fleet-logs")
+    runner = Runner(logs)
+    rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
+                           "resumed": job.setup_argv is None, "status": "error", "detail": None,
+                           "stack": job.stack, "gpu": None, "arch": None, "lock_sha256": None, "jit": [],
+                           "kit_received_bytes": None, "setup": None, "smoke": None}
+    try:
+        rec["gpu"], rec["arch"] = _gpu(runner)
+        if shipment is not None and job.setup_argv is not None:
+            rec["kit_received_bytes"] = receive_kit(Path(job.kit_dir), shipment, fetch)
+        if job.lock_path is not None and shipment is not None and shipment.lock is not None:
+            if sha256_bytes(shipment.lock) != shipment.lock_sha256:
+                raise KitError("the lock arrived damaged", expected=f"sha256 {shipment.lock_sha256}",
+                               found=f"sha256 {sha256_bytes(shipment.lock)}", fix="re-run the fleet command")
+            Path(job.lock_path).parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(Path(job.lock_path), shipment.lock)
+        if job.setup_argv is not None:
+            left = job.timeout_s - (time.monotonic() - start)
+            done = _run(runner, "fleet-setup", _child(python, job.setup_argv), left)
+            if done is None:
+                rec["status"], rec["detail"] = "timeout", (f"october_setup killed after the node's {job.timeout_s:.0f} s "
+                                                           f"(log: {runner.log_path('fleet-setup')}); re-run to resume")
+                return _facts(rec, stack)
+            rec["setup"] = {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
+            if done.returncode != 0:
+                rec["status"] = "failed"
+                rec["detail"] = (f"october_setup exit {done.returncode}: {_tail(done.output)} "
+                                 f"(log: {runner.log_path('fleet-setup')})")
+                return _facts(rec, stack)
+        _facts(rec, stack)
+        if job.smoke_argv is not None:
+            left = job.timeout_s - (time.monotonic() - start)
+            done = _run(runner, "fleet-smoke", _child(python, job.smoke_argv), left)
+            if done is None:
+                rec["status"], rec["detail"] = "timeout", (f"current smoke killed after the node's {job.timeout_s:.0f} s "
+                                                           f"(log: {runner.log_path('fleet-smoke')})")
+                return rec
+            receipt = _read_json(Path(job.smoke_receipt)) if job.smoke_receipt else None
+            rec["smoke"] = _smoke_fact(receipt, done.returncode, done.seconds)
+            if done.returncode != 0 or not rec["smoke"]["passed"]:
+                rec["status"] = "failed"
+                rec["detail"] = (f"current smoke exit {done.returncode}: {_tail(done.output)} "
+                                 f"(log: {runner.log_path('fleet-smoke')})")
+                return rec
+            rec["status"] = "passed"
+        elif job.smoke_receipt is not None:          # a finished node: its smoke receipt is re-read
+            receipt = _read_json(Path(job.smoke_receipt))
+            rec["smoke"] = _smoke_fact(receipt, 0 if receipt and receipt.get("passed") else 1, None)
+            rec["status"] = "passed" if rec["smoke"]["passed"] else "failed"
+            if not rec["smoke"]["passed"]:
+                rec["detail"] = f"its smoke receipt {job.smoke_receipt} no longer says passed"
+        else:
+            rec["status"] = "installed"
+        if rec["lock_sha256"] is None and rec["status"] in ("passed", "installed"):
+            rec["status"], rec["detail"] = "failed", f"no lock at {stack / 'pylock.toml'}"
+        return rec
+    except OctoberError as exc:
+        rec["status"], rec["detail"] = "error", exc.message
+        return rec
+    finally:
+        rec["seconds"] = round(time.monotonic() - start, 3)
+
+
+def _run(runner: Runner, step: str, argv: list[str], left: float) -> Completed | None:
+    """The command's result, or None when the node's time ran out and it was killed."""
+    if left <= 0:
+        return None
+    try:
+        return runner.run(argv, step=step, check=False, timeout=left)
+    except CommandFailed:                 # Runner raises this only for a command it killed on timeout
+        return None
+
+
+def _child(python: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` started through :mod:`installer.fleet.child`, so it dies with this task's worker."""
+    return [python, "-m", "installer.fleet.child", *argv]
+
+
+def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
+    passed = bool(receipt and receipt.get("passed") is True and rc == 0)
+    return {"passed": passed, "exit_code": rc, "level": (receipt or {}).get("level"),
+            "seconds": round(seconds, 3) if seconds is not None else None,
+            "reasons": [str(r) for r in (receipt or {}).get("reasons", [])][:8]}
+
+
+def _facts(rec: dict[str, Any], stack: Path) -> dict[str, Any]:
+    """Lock sha256 (of the stack's own pylock.toml) and JIT module hashes (the setup receipt's)."""
+    lock = stack / "pylock.toml"
+    rec["lock_sha256"] = sha256_file(lock) if lock.is_file() else None
+    setup = _read_json(stack / "receipts" / "setup.json") or {}
+    rec["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in setup.get("jit") or []
+                  if isinstance(m, dict) and m.get("uri") and m.get("sha256")]
+    return rec
+
+

@@ -1,0 +1,244 @@
+"""The fleet, planned: which nodes, what each runs, what the previous receipt already finished, and
+the verdict.  Pure functions over frozen dataclasses; nothing here imports Ray or runs anything."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from installer.errors import UsageError
+from installer.fleet import NAME_LABEL
+
+SELECT_MODES = ("all", "gpu")
+#: what a node record's ``status`` may be; only the first two count as finished
+FINISHED = ("passed", "installed")
+STATUSES = FINISHED + ("failed", "lost", "timeout", "cancelled", "error")
+PLACEHOLDERS = ("{name}", "{host}", "{node_id}")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One Ray node as ``ray.nodes()`` describes it."""
+
+    node_id: str
+    host: str
+    address: str
+    name: str                 # the label ``october-node`` when set, else the hostname
+    alive: bool
+    gpus: float
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    address: str
+    recipe: str
+    kit: Path                          # the kit on the driver (and, without ship_kit, on every node)
+    stack: str                         # the stack path on each node; may hold {name}, {host}, {node_id}
+    receipt: Path                      # the fleet receipt (read first: finished nodes are not re-installed)
+    cache_dir: str | None = None       # per node, same placeholders; None: each node's default
+    lock_file: Path | None = None      # the lock every node installs (shipped to the nodes with the task)
+    select: str = "all"                # all alive nodes, or those with GPUs
+    nodes: tuple[str, ...] = ()        # or these: node ids (or 8+ character prefixes), hostnames, names
+    ship_kit: bool = False             # nodes share no path: send the kit through Ray's object store
+    ship_dir: str | None = None        # where a shipped kit lands on each node (default: tmp, by manifest sha)
+    max_parallel: int = 8              # nodes installing at once
+    timeout_s: float = 3600.0          # per node, setup and smoke together
+    smoke: bool = True
+    smoke_format: str = "fp16"
+    smoke_level: str | None = None     # None: the level the stack promises
+    smoke_args: tuple[str, ...] = ()   # passed on to `current smoke` (e.g. --fixtures, --manifest)
+    python: str = sys.executable       # the interpreter october runs under on the nodes
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """What one node does.  ``setup_argv`` is None for a node the previous receipt finished: it only
+    reports its facts again (so a stack that drifted since is still caught)."""
+
+    name: str
+    node_id: str
+    host: str
+    stack: str
+    kit_dir: str
+    lock_path: str | None
+    setup_argv: tuple[str, ...] | None
+    smoke_argv: tuple[str, ...] | None
+    smoke_receipt: str | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    jobs: tuple[NodeJob, ...]
+    max_parallel: int
+    resumed: tuple[str, ...] = ()      # names the previous receipt finished (facts re-read only)
+    previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
+    """``ray.nodes()`` entries as :class:`NodeInfo` (dead ones too, marked)."""
+    out = []
+    for n in raw:
+        labels = n.get("Labels") or {}
+        host = str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?")
+        out.append(NodeInfo(node_id=str(n["NodeID"]), host=host, address=str(n.get("NodeManagerAddress") or ""),
+                            name=str(labels.get(NAME_LABEL) or host), alive=bool(n.get("Alive")),
+                            gpus=float((n.get("Resources") or {}).get("GPU", 0.0))))
+    return tuple(sorted(out, key=lambda i: (i.name, i.node_id)))
+
+
+def select_nodes(nodes: Sequence[NodeInfo], mode: str, wanted: Sequence[str]) -> tuple[NodeInfo, ...]:
+    """The alive nodes the user asked for; an unknown name, an empty choice or two nodes sharing a
+    name (their stacks would collide) is a usage error."""
+    if mode not in SELECT_MODES:
+        raise UsageError("unknown node selection", expected=" or ".join(SELECT_MODES), found=repr(mode),
+                         fix="pass --select all or --select gpu, or name nodes with --node")
+    alive = [n for n in nodes if n.alive]
+    shown = ", ".join(f"{n.name} ({n.node_id[:8]}, {n.host})" for n in alive) or "none"
+    if wanted:
+        chosen: list[NodeInfo] = []
+        for w in wanted:
+            hits = [n for n in alive if w in (n.name, n.host, n.node_id) or (len(w) >= 8 and n.node_id.startswith(w))]
+            if not hits:
+                raise UsageError(f"no alive node matches --node {w}", expected="a node id (or 8+ character prefix), "
+                                 "hostname or october-node label", found=f"alive nodes: {shown}",
+                                 fix="pick from the nodes listed, or check `ray status`")
+            chosen += [h for h in hits if h not in chosen]
+    elif mode == "gpu":
+        chosen = [n for n in alive if n.gpus > 0]
+    else:
+        chosen = alive
+    if not chosen:
+        raise UsageError("the fleet has no node to install", expected=f"at least one alive node ({mode})",
+                         found=f"alive nodes: {shown}",
+                         fix="start Ray on the nodes, or choose nodes with --node / --select all")
+    dup = sorted(k for k, c in Counter(n.name for n in chosen).items() if c > 1)
+    if dup:
+        raise UsageError(f"several selected nodes are named {', '.join(dup)}",
+                         expected="one name per node (each gets its own stack and receipt entry)",
+                         found=f"{len(chosen)} nodes: {shown}",
+                         fix=f"start each node with a label: `ray start ... --labels {NAME_LABEL}=NAME`")
+    return tuple(chosen)
+
+
+def expand(template: str, node: NodeInfo) -> str:
+    return template.replace("{name}", node.name).replace("{host}", node.host).replace("{node_id}", node.node_id)
+
+
+def kit_dir_on_node(opts: FleetOptions, manifest_sha: str) -> str:
+    """Shared kit: the same path as on the driver.  Shipped: the same node-local path on every node
+    (the lock records where wheels were read, so per-node paths would make locks differ)."""
+    if not opts.ship_kit:
+        return str(opts.kit)
+    return opts.ship_dir or f"/tmp/october-fleet-kit-{manifest_sha[:16]}"
+
+
+def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, install: bool) -> NodeJob:
+    stack = expand(opts.stack, node)
+    lock_path = f"{stack}.fleet-pylock.toml" if opts.lock_file is not None else None
+    setup: tuple[str, ...] | None = None
+    if install:
+        setup = (opts.python, "-m", "installer.october_setup", stack, "--recipe", recipe, "--kit", kit_dir, "--locked")
+        if lock_path is not None:
+            setup += ("--lock-file", lock_path)
+        if opts.cache_dir is not None:
+            setup += ("--cache-dir", expand(opts.cache_dir, node))
+        setup += ("--quiet",)
+    smoke: tuple[str, ...] | None = None
+    receipt: str | None = None
+    if opts.smoke:
+        out = f"{stack}/receipts/smoke"
+        receipt = f"{out}/receipt.json"
+        smoke = (opts.python, "-c", "from installer.cli import current_app; current_app()", "smoke",
+                 "--install", stack, "--format", opts.smoke_format, "--output", out, "--recipe", recipe)
+        if opts.smoke_level is not None:
+            smoke += ("--level", opts.smoke_level)
+        smoke += tuple(opts.smoke_args)
+        if not install:
+            smoke = None            # a finished node's smoke receipt is re-read, not re-run
+    return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
+                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke, smoke_receipt=receipt,
+                   timeout_s=opts.timeout_s)
+
+
+def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_sha: str,
+                    lock_sha: str | None, smoke: bool) -> dict[str, Mapping[str, Any]]:
+    """Node records of the previous fleet receipt that finished this same install (same recipe, kit
+    and lock; with a smoke when this run wants one), by name."""
+    if not previous:
+        return {}
+    same = (previous.get("recipe", {}).get("sha256") == recipe_sha and previous.get("kit", {}).get("sha256") == kit_sha
+            and previous.get("lock_file_sha256") == lock_sha)
+    if not same:
+        return {}
+    ok = ("passed",) if smoke else FINISHED
+    return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}
+
+
+def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: str, recipe: str,
+               done: Mapping[str, Mapping[str, Any]]) -> FleetPlan:
+    if opts.max_parallel < 1:
+        raise UsageError("--max-parallel must be at least 1", expected="1 or more", found=str(opts.max_parallel),
+                         fix="pass --max-parallel N")
+    if opts.timeout_s <= 0:
+        raise UsageError("--timeout must be positive", expected="seconds > 0", found=str(opts.timeout_s),
+                         fix="pass --timeout SECONDS")
+    hosts = Counter(n.host for n in nodes)
+    if any(c > 1 for c in hosts.values()) and not any(p in opts.stack for p in ("{name}", "{node_id}")):
+        raise UsageError("several selected nodes run on one host and would share one stack path",
+                         expected="a STACK with {name} or {node_id} in it", found=f"STACK {opts.stack}",
+                         fix="pass e.g. /scratch/october/{name}")
+    kit_dir = kit_dir_on_node(opts, manifest_sha)
+    jobs = tuple(node_job(opts, n, kit_dir, recipe, install=n.name not in done) for n in nodes)
+    return FleetPlan(jobs=jobs, max_parallel=opts.max_parallel,
+                     resumed=tuple(j.name for j in jobs if j.setup_argv is None), previous=dict(done))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    consistent: bool
+    reasons: tuple[str, ...]
+    differs: Mapping[str, tuple[str, ...]]       # node name -> what differs from the rest
+
+
+def _majority(values: Mapping[str, Any]) -> Any:
+    counts = Counter(values.values())
+    return max(counts, key=lambda v: (counts[v], -sorted(values.values(), key=str).index(v))) if counts else None
+
+
+def judge(records: Sequence[Mapping[str, Any]], *, smoke: bool) -> Verdict:
+    """The fleet passes only when every node passed its smoke and all locks (and, per GPU arch,
+    all JIT module hashes) are identical; a node that differs is named with what differs."""
+    reasons: list[str] = []
+    differs: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        if r["status"] not in FINISHED:
+            reasons.append(f"{r['name']}: {r['status']}" + (f" ({r['detail']})" if r.get("detail") else ""))
+    finished = [r for r in records if r["status"] in FINISHED]
+    locks = {r["name"]: r.get("lock_sha256") for r in finished}
+    common = _majority(locks)
+    for name, sha in sorted(locks.items()):
+        if sha != common:
+            differs[name].append(f"lock sha256 {sha}, the fleet's is {common}")
+    by_arch: dict[str, dict[str, tuple[tuple[str, str], ...]]] = defaultdict(dict)
+    for r in finished:
+        by_arch[str(r.get("arch"))][r["name"]] = tuple(sorted((m["uri"], m["sha256"]) for m in r.get("jit") or []))
+    for arch, mods in by_arch.items():
+        want = _majority(mods)
+        for name, got in sorted(mods.items()):
+            if got != want:
+                odd = sorted(set(got) ^ set(want))
+                differs[name].append(f"JIT modules for arch {arch} differ from the fleet's in "
+                                     + ", ".join(sorted({u for u, _ in odd})))
+    for name, what in sorted(differs.items()):
+        reasons.append(f"{name} differs: " + "; ".join(what))
+    consistent = not differs
+    if not smoke and finished:
+        reasons.append("no smoke ran (--no-smoke): the stacks are installed and identical at best, not proven")
+    passed = bool(records) and consistent and all(r["status"] == "passed" for r in records) and smoke
+    return Verdict(passed=passed, consistent=consistent, reasons=tuple(reasons),
+                   differs={k: tuple(v) for k, v in differs.items()})

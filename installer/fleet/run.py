@@ -1,0 +1,94 @@
+"""``october_setup fleet``: verify the kit here, plan, run the plan on Ray, judge, write the receipt."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from installer import __version__
+from installer.errors import ReceiptError, UsageError
+from installer.fleet import FLEET_FORMAT
+from installer.fleet.plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes
+from installer.hashing import sha256_bytes, sha256_file
+from installer.kit import MANIFEST
+from installer.receipts import validate, write_receipt
+
+
+def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
+    """The previous fleet receipt at the same path (what to resume from); a damaged one is an error."""
+    if not opts.receipt.is_file():
+        return None
+    try:
+        doc = json.loads(opts.receipt.read_text(encoding="utf-8"))
+        validate("fleet", doc, where=str(opts.receipt))
+    except (ValueError, ReceiptError) as exc:
+        raise UsageError(f"the previous fleet receipt {opts.receipt} cannot be resumed from",
+                         expected="a fleet receipt written by october_setup fleet", found=str(exc).splitlines()[0],
+                         fix="move it away to install every node again, or pass another --receipt") from None
+    return doc
+
+
+def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
+    """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C."""
+    from installer.fleet.cluster import connect, cluster_nodes, run_plan, ship
+    from installer.kit.use import open_kit
+    from installer.recipe import load_recipe
+
+    started = time.monotonic()
+    rec = load_recipe(opts.recipe)
+    kit = open_kit(opts.kit, rec)                      # verified here once, and again on every node
+    kit_sha = sha256_file(kit.root / MANIFEST)
+    lock = opts.lock_file.read_bytes() if opts.lock_file is not None else None
+    lock_sha = sha256_bytes(lock) if lock is not None else None
+    previous = read_previous(opts)
+    done = finished_before(previous, recipe_sha=rec.sha256, kit_sha=kit_sha, lock_sha=lock_sha, smoke=opts.smoke)
+
+    ray = connect(opts.address)
+    chosen = select_nodes(cluster_nodes(ray), opts.select, opts.nodes)
+    plan = plan_fleet(opts, chosen, manifest_sha=kit_sha, recipe=opts.recipe,
+                      done={k: v for k, v in done.items() if v.get("node_id") in {n.node_id for n in chosen}})
+    if plan.resumed:
+        say(f"resuming: {len(plan.resumed)} node(s) finished before are re-checked, not re-installed "
+            f"({', '.join(plan.resumed)})")
+    shipment = None
+    if opts.ship_kit or lock is not None:
+        say("shipping the kit through the Ray object store" if opts.ship_kit else "shipping the lock")
+        shipment = ship(ray, kit.root, dict(kit.manifest), lock, lock_sha, with_files=opts.ship_kit)
+    records, interrupted = run_plan(ray, plan, shipment, say=say)
+    doc = receipt_doc(opts, plan, records, interrupted=interrupted, recipe=(rec.name, rec.sha256),
+                      kit_sha=kit_sha, lock_sha=lock_sha, wall=time.monotonic() - started)
+    opts.receipt.parent.mkdir(parents=True, exist_ok=True)
+    write_receipt("fleet", opts.receipt, doc)
+    for line in doc["reasons"]:
+        say(f"  - {line}")
+    say(f"fleet {'PASSED' if doc['passed'] else 'did not pass'}: {len(records)} node(s); receipt: {opts.receipt}")
+    if interrupted:
+        return 130
+    return 0 if doc["passed"] else 1
+
+
+def receipt_doc(opts: FleetOptions, plan: FleetPlan, records: list[dict[str, Any]], *, interrupted: bool,
+                recipe: tuple[str, str], kit_sha: str, lock_sha: str | None, wall: float) -> dict[str, Any]:
+    verdict = judge(records, smoke=opts.smoke)
+    for r in records:
+        r["differs"] = list(verdict.differs.get(r["name"], ()))
+    return {
+        "format_version": FLEET_FORMAT, "kind": "fleet",
+        "tool": {"name": "october", "version": __version__},
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "address": opts.address,
+        "recipe": {"name": recipe[0], "sha256": recipe[1]},
+        "kit": {"path": str(opts.kit), "sha256": kit_sha, "shipped": opts.ship_kit},
+        "lock_file_sha256": lock_sha,
+        "options": {"select": opts.select, "nodes": list(opts.nodes), "stack": opts.stack,
+                    "max_parallel": opts.max_parallel, "timeout_s": opts.timeout_s, "smoke": opts.smoke,
+                    "smoke_format": opts.smoke_format, "smoke_level": opts.smoke_level},
+        "passed": verdict.passed and not interrupted,
+        "consistent": verdict.consistent,
+        "interrupted": interrupted,
+        "wall_seconds": round(wall, 3),
+        "reasons": list(verdict.reasons) + (["interrupted by the user"] if interrupted else []),
+        "nodes": records,
+    }

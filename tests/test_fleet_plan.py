@@ -1,0 +1,219 @@
+"""The fleet's pure part: node selection, per-node commands, resume, verdict and receipt schema.
+No Ray here (the real-cluster tests are in test_fleet_ray.py); ``ray.nodes()`` entries below are
+copied from a real Ray 2.60 two-node cluster (NodeID, Alive, hostnames, Resources, Labels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from installer.errors import UsageError
+from installer.fleet.plan import (FleetOptions, NodeInfo, finished_before, judge, parse_nodes, plan_fleet,
+                                  select_nodes)
+from installer.recipe import PROJECT_ROOT
+
+RAW = [  # recorded from ray.nodes() on a local two-node cluster (ray 2.60.0)
+    {"NodeID": "3254eb02b5939caa4b0ae5f2ef37ba17542a89b4d911bc7cf66a8330", "Alive": True, "NodeManagerHostname": "vm",
+     "NodeManagerAddress": "192.0.2.2", "Resources": {"node:192.0.2.2": 1.0, "CPU": 1.0, "fleetnode_0": 1.0},
+     "Labels": {"october-node": "n0", "ray.io/node-id": "3254eb02b5939caa4b0ae5f2ef37ba17542a89b4d911bc7cf66a8330"}},
+    {"NodeID": "9ded9a9b9c3f9998fcb36179f822bb206e5ac7fc6a53912b93617d07", "Alive": True, "NodeManagerHostname": "vm",
+     "NodeManagerAddress": "192.0.2.2", "Resources": {"node:192.0.2.2": 1.0, "CPU": 1.0, "GPU": 8.0},
+     "Labels": {"october-node": "n1", "ray.io/node-id": "9ded9a9b9c3f9998fcb36179f822bb206e5ac7fc6a53912b93617d07"}},
+    {"NodeID": "77aa", "Alive": False, "NodeManagerHostname": "gone", "NodeManagerAddress": "10.0.0.9",
+     "Resources": {}, "Labels": {}},
+]
+SHA = "a" * 64
+
+
+def opts(**kw: Any) -> FleetOptions:
+    base: dict[str, Any] = dict(address="127.0.0.1:6379", recipe="fixture", kit=Path("/shared/kit"),
+                                stack="/scratch/{name}", receipt=Path("/tmp/fleet.json"), python="/usr/bin/python3")
+    base.update(kw)
+    return FleetOptions(**base)
+
+
+def test_nodes_are_parsed_named_by_label_and_selected() -> None:
+    nodes = parse_nodes(RAW)
+    assert [n.name for n in nodes] == ["gone", "n0", "n1"]
+    assert [n.name for n in select_nodes(nodes, "all", [])] == ["n0", "n1"]          # the dead one is left out
+    assert [n.name for n in select_nodes(nodes, "gpu", [])] == ["n1"]
+    assert [n.name for n in select_nodes(nodes, "all", ["9ded9a9b"])] == ["n1"]       # by id prefix
+    assert [n.name for n in select_nodes(nodes, "all", ["vm"])] == ["n0", "n1"]       # by hostname
+    with pytest.raises(UsageError, match="no alive node matches --node gone"):
+        select_nodes(nodes, "all", ["gone"])
+    with pytest.raises(UsageError, match="no node to install"):
+        select_nodes(nodes[:1] + nodes[1:2], "gpu", [])
+    unlabelled = parse_nodes([{**r, "Labels": {}} for r in RAW[:2]])
+    with pytest.raises(UsageError, match="several selected nodes are named vm"):
+        select_nodes(unlabelled, "all", [])
+
+
+def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
+    nodes = select_nodes(parse_nodes(RAW), "all", [])
+    plan = plan_fleet(opts(lock_file=Path("/l/pylock.toml"), cache_dir="/c/{name}", smoke_level="kernel",
+                           smoke_args=("--fixtures=/f",), max_parallel=1), nodes, manifest_sha=SHA,
+                      recipe="fixture", done={})
+    a = plan.jobs[0]
+    assert a.setup_argv == ("/usr/bin/python3", "-m", "installer.october_setup", "/scratch/n0", "--recipe", "fixture",
+                            "--kit", "/shared/kit", "--locked", "--lock-file", "/scratch/n0.fleet-pylock.toml",
+                            "--cache-dir", "/c/n0", "--quiet")
+    assert a.smoke_argv is not None and a.smoke_argv[3:] == (
+        "smoke", "--install", "/scratch/n0", "--format", "fp16", "--output", "/scratch/n0/receipts/smoke",
+        "--recipe", "fixture", "--level", "kernel", "--fixtures=/f")
+    assert plan.jobs[1].stack == "/scratch/n1" and plan.max_parallel == 1
+    shipped = plan_fleet(opts(ship_kit=True), nodes, manifest_sha=SHA, recipe="fixture", done={})
+    assert {j.kit_dir for j in shipped.jobs} == {"/tmp/october-fleet-kit-" + SHA[:16]}   # one path: equal locks
+    with pytest.raises(UsageError, match="share one stack path"):
+        plan_fleet(opts(stack="/scratch/stack"), nodes, manifest_sha=SHA, recipe="fixture", done={})
+    with pytest.raises(UsageError, match="--max-parallel"):
+        plan_fleet(opts(max_parallel=0), nodes, manifest_sha=SHA, recipe="fixture", done={})
+    with pytest.raises(UsageError, match="--timeout"):
+        plan_fleet(opts(timeout_s=0), nodes, manifest_sha=SHA, recipe="fixture", done={})
+
+
+def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:
+    prev = {"recipe": {"sha256": SHA}, "kit": {"sha256": SHA}, "lock_file_sha256": None,
+            "nodes": [{"name": "n0", "status": "passed", "node_id": "x"}, {"name": "n1", "status": "lost"}]}
+    done = finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=True)
+    assert list(done) == ["n0"]
+    nodes = select_nodes(parse_nodes(RAW), "all", [])
+    plan = plan_fleet(opts(), nodes, manifest_sha=SHA, recipe="fixture", done=done)
+    assert plan.resumed == ("n0",)
+    assert plan.jobs[0].setup_argv is None and plan.jobs[0].smoke_argv is None   # facts re-read only
+    assert plan.jobs[1].setup_argv is not None
+    # another kit, lock or recipe: nothing is kept
+    assert finished_before(prev, recipe_sha=SHA, kit_sha="b" * 64, lock_sha=None, smoke=True) == {}
+    assert finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha="c" * 64, smoke=True) == {}
+    # an installed-but-unproven node is not finished for a run that smokes
+    prev["nodes"][0]["status"] = "installed"
+    assert finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=True) == {}
+    assert list(finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=False)) == ["n0"]
+
+
+def rec(name: str, status: str = "passed", lock: str = SHA, arch: str | None = "9.0",
+        jit: tuple[tuple[str, str], ...] = (("decode", "d" * 64),)) -> dict[str, Any]:
+    return {"name": name, "node_id": "ab" * 4, "host": "h", "resumed": False, "status": status, "detail": None,
+            "stack": f"/s/{name}", "gpu": None, "arch": arch, "lock_sha256": lock,
+            "jit": [{"uri": u, "sha256": s} for u, s in jit], "kit_received_bytes": None,
+            "setup": {"exit_code": 0, "seconds": 1.0},
+            "smoke": {"passed": status == "passed", "exit_code": 0, "level": "kernel", "seconds": 1.0, "reasons": []},
+            "seconds": 2.0}
+
+
+def test_the_verdict_passes_only_identical_passing_nodes_and_names_the_odd_one() -> None:
+    ok = judge([rec("n0"), rec("n1"), rec("n2", arch="8.0", jit=(("decode", "e" * 64),))], smoke=True)
+    assert ok.passed and ok.consistent and not ok.reasons          # JIT hashes are compared per arch
+    bad = judge([rec("n0"), rec("n1", lock="f" * 64), rec("n2")], smoke=True)
+    assert not bad.passed and not bad.consistent and list(bad.differs) == ["n1"]
+    assert "lock sha256 " + "f" * 64 in bad.differs["n1"][0] and SHA in bad.differs["n1"][0]
+    jit = judge([rec("n0"), rec("n1"), rec("n2", jit=(("decode", "0" * 64),))], smoke=True)
+    assert list(jit.differs) == ["n2"] and "JIT modules for arch 9.0" in jit.differs["n2"][0]
+    lost = judge([rec("n0"), rec("n1", status="lost")], smoke=True)
+    assert not lost.passed and lost.consistent and lost.reasons == ("n1: lost",)
+    unproven = judge([rec("n0", status="installed"), rec("n1", status="installed")], smoke=False)
+    assert not unproven.passed and unproven.consistent and "no smoke ran" in unproven.reasons[-1]
+    assert not judge([], smoke=True).passed
+
+
+def test_the_schema_refuses_a_receipt_that_over_claims() -> None:
+    schema = json.loads((PROJECT_ROOT / "receipts" / "fleet.schema.json").read_text())
+    doc = {"format_version": 1, "kind": "fleet", "tool": {"name": "october", "version": "0"}, "created_at": "now",
+           "address": "a", "recipe": {"name": "r", "sha256": SHA}, "kit": {"path": "/k", "sha256": SHA, "shipped": False},
+           "lock_file_sha256": None, "options": {}, "passed": True, "consistent": True, "interrupted": False,
+           "wall_seconds": 1.0, "reasons": [], "nodes": [dict(rec("n0"), differs=[])]}
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    for bad in ({"consistent": False}, {"interrupted": True}, {"nodes": []},
+                {"nodes": [dict(rec("n0", status="lost"), differs=[])]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft202012Validator(schema).validate({**doc, **bad})
+
+
+def test_single_node_commands_neither_import_nor_need_ray(tmp_path: Path) -> None:
+    """`october_setup --help`, `kit --help`, a single-node run (stopped by its recipe error) and the
+    fleet's own option checks run with ray made unimportable (sys.modules['ray'] = None) and never
+    import it."""
+    prog = ("import sys; sys.modules['ray'] = None\n"
+            "from installer.cli import setup_main\n"
+            "codes = []\n"
+            "for argv in {argv!r}:\n"
+            "    try:\n"
+            "        setup_main(argv)\n"
+            "    except SystemExit as e:\n"
+            "        codes.append(e.code)\n"
+            "sys.stderr.write('CODES %r RAY %r\\n' % (codes, sys.modules.get('ray') is not None))\n")
+    argv = [["--help"], ["kit", "--help"], [str(tmp_path / "s"), "--recipe", str(tmp_path / "nope.toml")],
+            ["fleet", "--help"],
+            ["fleet", str(tmp_path / "{name}"), "--address", "127.0.0.1:1", "--kit", str(tmp_path),
+             "--recipe", str(tmp_path / "nope.toml")]]
+    done = subprocess.run([sys.executable, "-c", prog.format(argv=argv)], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, timeout=120)
+    assert "CODES [0, 0, 3, 0, 3] RAY False" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_fleet_without_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from installer.errors import ToolMissing
+    from installer.fleet.cluster import connect
+
+    monkeypatch.setitem(sys.modules, "ray", None)          # as if ray were not installed
+    with pytest.raises(ToolMissing) as err:
+        connect("127.0.0.1:1")
+    assert err.value.exit_code == 7 and "uv sync --extra fleet" in err.value.message
+
+
+def test_a_shipped_kit_is_verified_on_arrival(tmp_path: Path) -> None:
+    """receive_kit with a fetch that hands out the stored chunks (Ray's object store stands behind it in
+    the real runs): a damaged chunk is refused, files already present and right are not fetched again."""
+    from installer.errors import KitError
+    from installer.fleet.node import Shipment, ShippedFile, receive_kit
+    from installer.hashing import sha256_bytes
+    from installer.kit.manifest import file_table
+
+    src = tmp_path / "kit"
+    (src / "wheels").mkdir(parents=True)
+    (src / "wheels" / "a.whl").write_bytes(b"A" * 1000)
+    (src / "b.txt").write_bytes(b"bee")
+    table = file_table(src)
+    manifest = json.dumps({"files": table}).encode()
+    store = {"a1": b"A" * 600, "a2": b"A" * 400, "b": b"bee"}
+    ship = Shipment(manifest=manifest, lock=None, lock_sha256=None, files=(
+        ShippedFile("b.txt", table["b.txt"]["sha256"], 3, ("b",)),
+        ShippedFile("wheels/a.whl", table["wheels/a.whl"]["sha256"], 1000, ("a1", "a2"))))
+    fetched: list[str] = []
+
+    def fetch(ref: Any) -> bytes:
+        fetched.append(ref)
+        return store[ref]
+
+    dest = tmp_path / "node"
+    with pytest.raises(KitError):          # not a kit manifest this october reads: refused after arrival
+        receive_kit(dest, ship, fetch)
+    assert (dest / "wheels" / "a.whl").read_bytes() == b"A" * 1000
+    store["b"] = b"bad"
+    (dest / "b.txt").unlink()
+    fetched.clear()
+    with pytest.raises(KitError, match="arrived damaged"):
+        receive_kit(dest, ship, fetch)
+    assert fetched == ["b"] and sha256_bytes(b"bad") != table["b.txt"]["sha256"]   # a.whl was not fetched again
+
+
+def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
+    """Ray itself would retry the GCS for minutes; a closed loopback port is refused in well under that."""
+    import socket
+    import time
+
+    from installer.fleet.cluster import connect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]                  # bound, never listening: connection refused
+        start = time.monotonic()
+        with pytest.raises(UsageError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+            connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 15
