@@ -14,6 +14,11 @@ from typing import Callable, Optional, TypeVar
 import typer
 from platformdirs import user_cache_dir
 
+try:  # typer >= 0.20 carries its own copy of click; older ones use click itself
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+
 from installer.errors import FileSystemError, OctoberError
 from installer.ui import ConsoleReporter
 
@@ -23,6 +28,23 @@ setup_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
 current_app = typer.Typer(add_completion=False, no_args_is_help=True,
                           help="Check the machine, download pinned models, and prove a stack does K16/V8.")
+
+
+def _version_callback(prog: str) -> Callable[[bool], None]:
+    def show(value: bool) -> None:
+        if value:
+            from installer.version import version_line
+            print(version_line(prog))
+            raise typer.Exit(0)
+    return show
+
+
+@current_app.callback()
+def _current_options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version_callback("current"),
+                                 help="Show the tool's version (and git commit in a checkout) and exit."),
+) -> None:
+    """Check the machine, download pinned models, and prove a stack does K16/V8."""
 
 
 def default_cache_dir() -> Path:
@@ -56,6 +78,8 @@ def october_setup(
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock for --locked (default: locks/<recipe>.pylock.toml, else STACK/pylock.toml)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version_callback("october_setup"),
+                                 help="Show the tool's version (and git commit in a checkout) and exit."),
 ) -> None:
     """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped."""
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
@@ -165,9 +189,40 @@ def smoke(
     raise typer.Exit(code)
 
 
-def main_setup() -> None:  # pragma: no cover - console entry for `python -m installer.october_setup`
-    setup_app(prog_name="october_setup")
+def _command_path(app: typer.Typer, prog: str, argv: list[str] | None) -> str:
+    """``current smoke`` when the arguments name a subcommand of ``app``, else ``prog``."""
+    args = sys.argv[1:] if argv is None else argv
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    first = next((a for a in args if not a.startswith("-")), None)
+    return f"{prog} {first}" if len(names) > 1 and first in names else prog
+
+
+def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
+    """Run ``app``; typer's own parse errors become our usage message (what is wrong, what to do)."""
+    try:
+        rv = app(prog_name=prog, args=argv, standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as exc:
+        exc.show()
+        return exc.exit_code
+    except click_exc.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
+        ConsoleReporter().error("usage error", f"{exc.format_message()}\n  -> run `{where} --help` for the options")
+        return 2
+    except (click_exc.Abort, typer.Abort):
+        ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")
+        return 130
+    return rv if isinstance(rv, int) else 0
+
+
+def setup_main(argv: list[str] | None = None) -> int:
+    """Console script ``october_setup`` (and ``python -m installer.october_setup``)."""
+    return _main(setup_app, "october_setup", argv)
+
+
+def current_main(argv: list[str] | None = None) -> int:
+    """Console script ``current`` (and ``python -m installer``)."""
+    return _main(current_app, "current", argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(setup_app())
+    sys.exit(setup_main())

@@ -1,6 +1,8 @@
 """``python -m installer.october_setup`` == the ``october_setup`` console script."""
 
-from installer.cli import setup_app
+import sys
+
+from installer.cli import setup_main
 
 if __name__ == "__main__":
-    setup_app(prog_name="october_setup")
+    sys.exit(setup_main())

@@ -96,3 +96,47 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
         assert proc.returncode == code, (argv, proc.returncode, proc.stderr)
         assert text in proc.stderr, (argv, proc.stderr)
         assert "->" in proc.stderr, (argv, proc.stderr)
+
+
+def test_version_names_the_tool_and_the_checkout_commit() -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
+    for argv, prog in ((["-m", "installer", "--version"], "current"),
+                       (["-m", "installer.october_setup", "--version"], "october_setup")):
+        proc = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"{prog} 0.1.0 (git {head[:12]})"
+
+
+def test_head_commit_reads_loose_packed_and_worktree_refs(tmp_path: Path) -> None:
+    from installer.version import head_commit
+
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "f").write_text("1")
+    git("add", "f", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one", cwd=repo)
+    first = git("rev-parse", "HEAD", cwd=repo)
+    assert head_commit(repo) == first                       # loose ref
+    git("pack-refs", "--all", cwd=repo)
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    assert head_commit(repo) == first                       # packed-refs
+    git("worktree", "add", "-q", "-b", "side", str(tmp_path / "wt"), cwd=repo)
+    assert head_commit(tmp_path / "wt") == first            # a linked worktree (.git is a file)
+    git("checkout", "-q", "--detach", cwd=repo)
+    assert head_commit(repo) == first                       # detached HEAD
+    assert head_commit(tmp_path) is None                    # not a checkout
+
+
+def test_parse_errors_say_what_to_do() -> None:
+    proc = current("smoke", "--format")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'--format' requires an argument" in proc.stderr and "run `current smoke --help`" in proc.stderr
+    proc = current("bogus")
+    assert proc.returncode == 2 and "No such command 'bogus'" in proc.stderr and "run `current --help`" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", "s", "--bogus"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--bogus" in proc.stderr and "run `october_setup --help`" in proc.stderr
