@@ -6,20 +6,18 @@ turn an :class:`OctoberError` into a message and its exit code.
 
 from __future__ import annotations
 
-import os
+import importlib
 import sys
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import typer
-from platformdirs import user_cache_dir
 
-try:  # typer >= 0.20 carries its own copy of click; older ones use click itself
-    from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover
-    from click import exceptions as click_exc  # type: ignore[no-redef]
+# the click exceptions module typer parses with (recent typers carry their own copy of click)
+click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
 
 from installer.errors import FileSystemError, OctoberError
+from installer.paths import default_cache_dir
 from installer.ui import ConsoleReporter
 
 T = TypeVar("T")
@@ -45,10 +43,6 @@ def _current_options(
                                  help="Show the tool's version (and git commit in a checkout) and exit."),
 ) -> None:
     """Check the machine, download pinned models, and prove a stack does K16/V8."""
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("OCTOBER_CACHE_DIR") or user_cache_dir("october"))
 
 
 def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
@@ -187,6 +181,29 @@ def smoke(
 
     code = guarded(go, ui)
     raise typer.Exit(code)
+
+
+@current_app.command("recipes")
+def recipes_cmd() -> None:
+    """List the shipped recipes, one line each (name, then description)."""
+    ui = ConsoleReporter()
+
+    def go() -> None:
+        from installer.recipe import load_recipe
+        from installer.resources import shipped_recipes
+
+        paths = shipped_recipes()
+        width = max((len(p.stem) for p in paths), default=0)
+        for path in paths:
+            try:
+                rec = load_recipe(str(path))
+                text = rec.description or "(no description)"
+                name = rec.name
+            except OctoberError as exc:
+                name, text = path.stem, f"INVALID: {exc.what}"
+            print(f"{name:{width}}  {text}")
+
+    guarded(go, ui)
 
 
 def _command_path(app: typer.Typer, prog: str, argv: list[str] | None) -> str:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The shared cache (git mirrors, wheels, models, uv's cache): ``$OCTOBER_CACHE_DIR``, else
+    platformdirs' per-user cache (``~/.cache/october`` on Linux).  The one definition."""
+    from platformdirs import user_cache_path
+
+    env = os.environ if environ is None else environ
+    value = env.get("OCTOBER_CACHE_DIR")
+    return Path(value).expanduser() if value else user_cache_path("october")
 
 
 @dataclass(frozen=True)

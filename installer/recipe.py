@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError
 from installer.hashing import sha256_file
+from installer.resources import DATA_ROOT
 from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -26,7 +27,7 @@ INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 JIT_KINDS = ("decode", "prefill")
 JIT_DTYPES = ("f16", "bf16", "e4m3", "e5m2")
 MODEL_FORMATS = ("awq", "fp16")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see installer.resources
 
 
 # --------------------------------------------------------------------------- data

@@ -11,7 +11,8 @@ from installer.lockfile import locked_state
 from installer.paths import StackPaths
 from installer.pipeline import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
                                 run_pipeline)
-from installer.recipe import PROJECT_ROOT, Recipe
+from installer.recipe import Recipe
+from installer.resources import locks_dir
 from installer.runner import Runner
 from installer.stacklock import StackLock
 
@@ -41,7 +42,7 @@ def plan_steps(recipe: Recipe) -> list[Step]:
 
 def default_lock_path(recipe: Recipe, stack: Path) -> Path:
     """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
-    committed = PROJECT_ROOT / "locks" / f"{recipe.name}.pylock.toml"
+    committed = locks_dir() / f"{recipe.name}.pylock.toml"
     return committed if committed.exists() else StackPaths(stack).pylock
 
 

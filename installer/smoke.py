@@ -19,10 +19,12 @@ from checks.results import format_table
 from installer.atomic import write_json_atomic
 from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
+from installer.paths import default_cache_dir
+from installer.resources import PACKAGE_DIR, schema_path, stack_code_root
 from installer.runner import Runner
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO_ROOT / "receipts" / "smoke.schema.json"
+SCHEMA_PATH = schema_path("smoke")
+REPO_ROOT = PACKAGE_DIR.parent  # holds the `checks` package in a checkout (installed: see stack_code_root)
 LEVELS = ("reference", "kernel", "engine")
 FORMATS = ("awq", "fp16")
 STEP = "smoke"
@@ -130,8 +132,9 @@ def check_choices(opts: SmokeOptions) -> None:
 
 
 def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
-               base_env: Mapping[str, str]) -> SmokePlan:
-    """The command and environment; pure (reads nothing, runs nothing)."""
+               base_env: Mapping[str, str], code_root: Path = REPO_ROOT) -> SmokePlan:
+    """The command and environment; pure (reads nothing, runs nothing).  ``code_root`` is the
+    directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
     argv = [str(python), "-m", "checks.smoke", "--format", opts.format,
             "--output", str(opts.output), "--stack-info", str(info_path),
@@ -143,8 +146,8 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
     if opts.fixtures is not None:
         argv += ["--fixtures", str(opts.fixtures)]
     old = base_env.get("PYTHONPATH")
-    env = {"PYTHONPATH": str(REPO_ROOT) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"}
-    return SmokePlan(argv=tuple(argv), env=env, cwd=REPO_ROOT, receipt=opts.output / "receipt.json",
+    env = {"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"}
+    return SmokePlan(argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
                      logs_dir=opts.output)
 
 
@@ -179,7 +182,7 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
     write_json_atomic(info_path, stack_info(opts.install, opts.recipe))
-    plan = plan_smoke(opts, python, manifest, info_path, env)
+    plan = plan_smoke(opts, python, manifest, info_path, env, stack_code_root(default_cache_dir(env)))
     old = plan.receipt
     if old.exists():
         old.unlink()

@@ -11,7 +11,7 @@ import pytest
 
 from installer.download import DownloadOptions, make_plan
 from installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, load_schema, write_manifest
-from installer.download.plan import default_cache_dir
+from installer.paths import default_cache_dir
 from installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
 from installer.errors import DownloadError, ReceiptError, RecipeError, UsageError
 from installer.recipe import load_recipe

@@ -7,6 +7,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -79,3 +81,92 @@ def test_every_imported_third_party_module_is_declared() -> None:
                     continue
                 found.add(import_names.get(top, top).lower().replace("_", "-"))
     assert sorted(found - declared) == []
+
+
+# ------------------------------------------------------------------ the tool as an installed wheel
+
+def _tool_env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    from tests.conftest import real_cache_dir
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
+    env.update(UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
+               UV_CACHE_DIR=str(real_cache_dir() / "uv-cache"), PIPX_HOME=str(tmp_path / "pipx"),
+               PIPX_BIN_DIR=str(tmp_path / "pipx-bin"), OCTOBER_CACHE_DIR=str(tmp_path / "october-cache"),
+               PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}")
+    return env
+
+
+def _check_installed_tool(bin_dir: Path, env: dict[str, str], cwd: Path) -> None:
+    """The installed commands work from anywhere, with every shipped recipe, and no checkout."""
+    import subprocess
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bin_dir / argv[0]), *argv[1:]], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    help_ = run("october_setup", "--help")
+    assert help_.returncode == 0 and "--recipe" in help_.stdout, help_.stderr
+    version = run("october_setup", "--version")
+    assert version.returncode == 0 and version.stdout.strip() == "october_setup 0.1.0", version.stdout
+    listed = run("current", "recipes")
+    assert listed.returncode == 0, listed.stderr
+    names = {ln.split()[0] for ln in listed.stdout.splitlines() if ln.strip()}
+    assert names == {p.stem for p in (ROOT / "recipes").glob("*.toml")}
+    assert "INVALID" not in listed.stdout
+    doctor = run("current", "doctor", "--recipe", "current")
+    assert doctor.returncode in (0, 1), doctor.stderr          # 1: this machine lacks the GPU / CUDA
+    assert "Expected a recipe name" not in doctor.stderr and " os " in f" {doctor.stdout} "
+    # the schemas, forks.toml and the stack-env code root come from the installed copy, not a checkout
+    tool_python = (bin_dir / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
+    probe = subprocess.run([tool_python, "-c", (
+        "import json, os, sys; from installer import resources as r; "
+        "code = r.stack_code_root(__import__('pathlib').Path(os.environ['OCTOBER_CACHE_DIR'])); "
+        "print(json.dumps({'data': str(r.DATA_ROOT), 'checkout': r.checkout_root(), "
+        "'schemas': [r.schema_path(n).is_file() for n in ('setup', 'smoke', 'download')], "
+        "'forks': r.forks_file().is_file(), 'code': sorted(os.listdir(code)), "
+        "'checks': os.path.isfile(os.path.join(code, 'checks', 'smoke.py'))}))")],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    import json
+
+    facts = json.loads(probe.stdout)
+    assert facts["checkout"] is None and str(ROOT) not in facts["data"], facts
+    assert facts["schemas"] == [True, True, True] and facts["forks"] and facts["checks"], facts
+    assert facts["code"] == ["checks", "installer"], facts
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
+    """Real uv builds the project and installs it as a tool (dependencies from PyPI)."""
+    import shutil
+    import subprocess
+
+    env = _tool_env(tmp_path)
+    uv = shutil.which("uv")
+    assert uv is not None
+    done = subprocess.run([uv, "tool", "install", str(ROOT)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _check_installed_tool(tmp_path / "bin", env, tmp_path)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_pipx_install_of_the_wheel_gives_working_commands(tmp_path: Path) -> None:
+    """Real pipx (run by uvx) installs the wheel real uv builds."""
+    import shutil
+    import subprocess
+
+    env = _tool_env(tmp_path)
+    uv = shutil.which("uv")
+    assert uv is not None
+    built = subprocess.run([uv, "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp_path / "dist").glob("october-*.whl"))
+    done = subprocess.run([uv, "tool", "run", "pipx", "install", str(wheel)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _check_installed_tool(tmp_path / "pipx-bin", env, tmp_path)

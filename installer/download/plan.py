@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Mapping
 
 from installer.errors import RecipeError, UsageError
+from installer.paths import default_cache_dir
 from installer.recipe import MODEL_FORMATS, Recipe
 
-APP_NAME = "october"
 FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable checks.scales reads
 
 
@@ -22,7 +22,7 @@ class DownloadOptions:
     format: str                      # "awq" | "fp16"
     output: Path                     # the manifest to write
     local_dir: Path | None = None    # default: <cache_dir>/models/<org>__<name>/<revision>
-    cache_dir: Path | None = None    # default: platformdirs.user_cache_dir("october")
+    cache_dir: Path | None = None    # default: installer.paths.default_cache_dir()
     offline: bool = False            # re-verify an existing copy, no network
     fixtures: Path | None = None     # calibrated scales dir; default $KNLP_KV_FIXTURES
     quiet: bool = False              # no progress bars or progress lines (warnings still shown)
@@ -50,13 +50,6 @@ class DownloadPlan:
     def where(self) -> str:
         return f"{self.repo}@{self.revision}"
 
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$OCTOBER_CACHE_DIR`` (as the CLI honours it), else platformdirs' per-user cache."""
-    from platformdirs import user_cache_dir
-
-    env = os.environ if environ is None else environ
-    return Path(env.get("OCTOBER_CACHE_DIR") or user_cache_dir(APP_NAME))
 
 
 def repo_dir_name(repo: str) -> str:

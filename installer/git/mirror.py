@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterator
 
 import git
-import platformdirs
 from filelock import FileLock, Timeout
 
 from installer.errors import CommandFailed, FetchError
@@ -34,11 +33,6 @@ _CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                  "# This file marks a cache directory made by october (git mirrors).\n")
 _LOCKS: dict[Path, FileLock] = {}
 _GITHUB_SSH = re.compile(r"^(?:git@github\.com:|ssh://git@github\.com/)(?P<path>[^/\s]+/[^/\s]+?)/?$")
-
-
-def default_cache_dir() -> Path:
-    """The per-user cache (``~/.cache/october`` on Linux) used when ``--cache-dir`` is not given."""
-    return platformdirs.user_cache_path("october")
 
 
 def fetchable_url(url: str) -> str:

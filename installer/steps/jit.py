@@ -22,7 +22,8 @@ from installer.errors import CommandFailed, JitError
 from installer.hashing import sha256_file
 from installer.jit.flashinfer_builder import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from installer.pipeline import StepContext
-from installer.recipe import PROJECT_ROOT, JitModule
+from installer.recipe import JitModule
+from installer.resources import stack_code_root
 
 DEFAULT_BUILDER = "installer.jit.flashinfer_builder"
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
@@ -50,7 +51,7 @@ def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
     if nvcc is not None:
         env["CUDA_HOME"] = str(nvcc.parent.parent)
         path = f"{nvcc.parent}{os.pathsep}{path}"
-    env.update({"PYTHONPATH": str(PROJECT_ROOT), "PYTHONNOUSERSITE": "1", "VIRTUAL_ENV": str(ctx.paths.env),
+    env.update({"PYTHONPATH": str(stack_code_root(ctx.options.cache_dir)), "PYTHONNOUSERSITE": "1", "VIRTUAL_ENV": str(ctx.paths.env),
                 "PATH": f"{ctx.paths.env / 'bin'}{os.pathsep}{path}",
                 "FLASHINFER_WORKSPACE_BASE": str(ctx.paths.jit), "FLASHINFER_CUDA_ARCH_LIST": arch_list,
                 "FLASHINFER_DISABLE_VERSION_CHECK": "1", "MAX_JOBS": env.get("MAX_JOBS", str(os.cpu_count() or 1))})
