@@ -1,31 +1,56 @@
-"""Command line: ``october_setup`` and ``current`` (doctor, download, smoke).
+"""Command line: ``october_setup`` and ``current`` (doctor, verify, env, recipes, download, smoke).
 
 Thin on purpose: parse options into a frozen options object, call one function,
 turn an :class:`OctoberError` into a message and its exit code.
+
+One vocabulary: the stack is ``STACK`` (positional) for ``october_setup`` and ``--install STACK``
+for every ``current`` command that looks at one; ``--format`` and ``--level`` are choices;
+``--output`` names a directory (``download`` also takes a ``FILE.json``); ``--json`` prints the
+machine-readable form of a report.
 """
 
 from __future__ import annotations
 
+import enum
 import importlib
+import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
-# the click exceptions module typer parses with (recent typers carry their own copy of click)
-click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
-
 from installer.errors import FileSystemError, OctoberError
 from installer.paths import default_cache_dir
 from installer.ui import ConsoleReporter
 
+# the click exceptions module typer parses with (recent typers carry their own copy of click)
+click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
+
 T = TypeVar("T")
 
-setup_app = typer.Typer(add_completion=False, no_args_is_help=True,
+# plain help (rich_markup_mode=None): flags show no "<bool>", choices show as <awq|fp16>
+setup_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                        pretty_exceptions_enable=False,
                         help="Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
-current_app = typer.Typer(add_completion=False, no_args_is_help=True,
+current_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                          pretty_exceptions_enable=False,
                           help="Check the machine, download pinned models, and prove a stack does K16/V8.")
+
+
+class ModelFormat(str, enum.Enum):
+    awq = "awq"
+    fp16 = "fp16"
+
+
+class SmokeLevel(str, enum.Enum):
+    reference = "reference"
+    kernel = "kernel"
+    engine = "engine"
+
+
+RECIPE_HELP = "Recipe name (see `current recipes`) or a path to a .toml."
 
 
 def _version_callback(prog: str) -> Callable[[bool], None]:
@@ -61,16 +86,25 @@ def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
         raise typer.Exit(130) from None
 
 
+def _skips(values: list[str]) -> tuple[str, ...]:
+    return tuple(s for item in values for s in item.split(",") if s)
+
+
 @setup_app.command()
 def october_setup(
-    stack: Path = typer.Argument(..., help="Directory to provision (created if missing)."),
-    recipe: str = typer.Option("current", "--recipe", "-r", help="Recipe name in recipes/ or a path to a .toml."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Shared cache (git mirrors, wheels, uv)."),
+    stack: Path = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
+    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Shared cache: git mirrors, wheels, models and uv's cache "
+                                                  "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
-    skip_preflight: list[str] = typer.Option([], "--skip-preflight", help="Skip one preflight check by name (repeatable)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
+                                             help="Skip one preflight check by name (repeatable)."),
     locked: bool = typer.Option(False, "--locked", help="Install exactly what a lock says; fail on any difference."),
-    lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Lock for --locked (default: locks/<recipe>.pylock.toml, else STACK/pylock.toml)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock for --locked (default: locks/<recipe>.pylock.toml, "
+                                                  "else STACK/pylock.toml)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version_callback("october_setup"),
                                  help="Show the tool's version (and git commit in a checkout) and exit."),
@@ -84,103 +118,109 @@ def october_setup(
         from installer.setup import resolve_locked, run_setup
 
         rec = load_recipe(recipe)
-        skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
         opts = SetupOptions(stack=stack.resolve(), recipe=rec, cache_dir=(cache_dir or default_cache_dir()).resolve(),
-                            allow_dirty=allow_dirty, skip_preflight=skips,
+                            allow_dirty=allow_dirty, skip_preflight=_skips(skip_preflight),
                             locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet, verbose=verbose)
         result = run_setup(opts, ui, echo_commands=verbose)
         ran = sum(1 for r in result.records if r.status == "ran")
         if not quiet:
-            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} cached)")
+            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
+                  "already done)")
             print(f"  lock:    {result.paths.pylock}")
             print(f"  receipt: {result.paths.setup_receipt}")
 
     guarded(go, ui)
 
 
+def doctor_table(results: list[Any]) -> list[str]:
+    """The checks as an aligned table: CHECK, STATUS, DETAIL."""
+    width = max([len("CHECK")] + [len(r.name) for r in results])
+    lines = [f"{'CHECK':{width}}  {'STATUS':7}  DETAIL"]
+    lines += [f"{r.name:{width}}  {r.status:7}  {r.detail}" for r in results]
+    return lines
+
+
 @current_app.command()
 def doctor(
-    recipe: str = typer.Option("current", "--recipe", "-r"),
-    stack: Path = typer.Option(Path("."), "--stack", help="Where the stack will live (for the disk check)."),
-    skip_preflight: list[str] = typer.Option([], "--skip-preflight"),
+    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    install: Path = typer.Option(Path("."), "--install", metavar="STACK",
+                                 help="Where the stack lives or will live (for the disk check)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
+                                             help="Skip one check by name (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks and machine facts as JSON."),
 ) -> None:
-    """Run the preflight checks alone and print them as a table."""
+    """Run the preflight checks alone and print them as a table; exit 1 when one fails."""
     ui = ConsoleReporter()
 
     def go() -> int:
         from installer.preflight import doctor as run_doctor
+        from installer.preflight import facts_json
         from installer.recipe import load_recipe
         from installer.runner import Runner
-        import tempfile
 
         rec = load_recipe(recipe)
-        skips = tuple(s for item in skip_preflight for s in item.split(",") if s)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
-            results, _facts = run_doctor(rec, stack.resolve(), skips, Runner(Path(logs)))
-        failed = 0
-        for r in results:
-            status = getattr(r, "status", None) or ("passed" if r.ok else "failed")
-            failed += status == "failed"
-            print(f"{status:8} {r.name:10} {r.detail}")
-        print(f"{len(results) - failed} of {len(results)} checks passed" if failed else "all checks passed")
+            results, facts = run_doctor(rec, install.resolve(), _skips(skip_preflight), Runner(Path(logs)))
+        failed = sum(r.status == "failed" for r in results)
+        if as_json:
+            print(json.dumps({"recipe": {"name": rec.name, "sha256": rec.sha256}, "passed": failed == 0,
+                              "checks": [{"name": r.name, "status": r.status, "detail": r.detail,
+                                          "expected": r.expected, "found": r.found, "fix": r.fix} for r in results],
+                              "facts": facts_json(facts)}, indent=2))
+        else:
+            print("\n".join(doctor_table(results)))
+            print(f"{len(results) - failed} of {len(results)} checks passed" if failed else "all checks passed")
         return 1 if failed else 0
 
-    code = guarded(go, ui)
-    raise typer.Exit(code)
+    raise typer.Exit(guarded(go, ui))
 
 
 @current_app.command()
-def download(
-    format: str = typer.Option(..., "--format", "-f", help="awq or fp16"),
-    output: Path = typer.Option(..., "--output", "-o", help="Manifest JSON to write."),
-    recipe: str = typer.Option("current", "--recipe", "-r"),
-    local_dir: Optional[Path] = typer.Option(None, "--local-dir"),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
-    offline: bool = typer.Option(False, "--offline", help="Re-verify an existing copy without network."),
-    fixtures: Optional[Path] = typer.Option(None, "--fixtures", help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+def verify(
+    install: Path = typer.Option(..., "--install", metavar="STACK", help="The stack directory made by october_setup."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Download the recipe's pinned model and write a verified manifest."""
-    ui = ConsoleReporter(quiet=quiet)
-
-    def go() -> None:
-        from installer.download import DownloadOptions, run_download
-        from installer.recipe import load_recipe
-
-        opts = DownloadOptions(recipe=load_recipe(recipe), format=format, output=output.resolve(),
-                               local_dir=local_dir.resolve() if local_dir else None,
-                               cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
-                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet)
-        path = run_download(opts)
-        if not quiet:
-            print(f"manifest written: {path}")
-
-    guarded(go, ui)
-
-
-@current_app.command()
-def smoke(
-    install: Path = typer.Option(..., "--install", help="The stack directory made by october_setup."),
-    format: str = typer.Option(..., "--format", "-f", help="awq or fp16"),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory for receipt.json."),
-    level: Optional[str] = typer.Option(None, "--level", help="kernel, engine or reference (default: highest supported)."),
-    manifest: Optional[Path] = typer.Option(None, "--manifest", help="Download manifest (default: <format>-download.json)."),
-    fixtures: Optional[Path] = typer.Option(None, "--fixtures", help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
-    recipe: str = typer.Option("current", "--recipe", "-r"),
-) -> None:
-    """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed."""
+    """Re-check a stack against its lock and receipts, offline: fork commits and trees, every
+    installed distribution and file, torch, the base wheel, the JIT libraries. Exit 0, or 13
+    with every difference listed."""
     ui = ConsoleReporter()
 
     def go() -> int:
-        from installer.smoke import SmokeOptions, run_smoke
+        from installer.verify import format_report, verify_stack
 
-        opts = SmokeOptions(install=install.resolve(), format=format, output=output.resolve(), level=level,
-                            fixtures=fixtures.resolve() if fixtures else None,
-                            manifest=manifest.resolve() if manifest else None, recipe=recipe)
-        return run_smoke(opts)
+        report = verify_stack(install, progress=None if as_json else ui.progress)
+        if as_json:
+            print(json.dumps(report.as_json(), indent=2))
+            return 0 if report.ok else report.error().exit_code
+        for line in format_report(report):
+            print(line)
+        if not report.ok:
+            raise report.error()
+        return 0
 
-    code = guarded(go, ui)
-    raise typer.Exit(code)
+    raise typer.Exit(guarded(go, ui))
+
+
+@current_app.command("env")
+def env_cmd(
+    install: Optional[Path] = typer.Option(None, "--install", metavar="STACK",
+                                           help="Also report this stack (recipe, lock, forks, torch)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """An environment report for bug reports: GPU, driver, CUDA, torch, fork commits, recipe,
+    lock hash. Holds no secrets (token variables show as set / not set)."""
+    ui = ConsoleReporter()
+
+    def go() -> None:
+        from installer.envreport import collect, format_text
+        from installer.runner import Runner
+
+        with tempfile.TemporaryDirectory(prefix="october-env-") as logs:
+            report = collect(install.resolve() if install else None, recipe, Runner(Path(logs)))
+        print(json.dumps(report, indent=2) if as_json else "\n".join(format_text(report)))
+
+    guarded(go, ui)
 
 
 @current_app.command("recipes")
@@ -197,13 +237,76 @@ def recipes_cmd() -> None:
         for path in paths:
             try:
                 rec = load_recipe(str(path))
-                text = rec.description or "(no description)"
-                name = rec.name
+                name, text = rec.name, rec.description or "(no description)"
             except OctoberError as exc:
                 name, text = path.stem, f"INVALID: {exc.what}"
             print(f"{name:{width}}  {text}")
 
     guarded(go, ui)
+
+
+@current_app.command()
+def download(
+    format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
+    output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR",
+                                help="Directory for <format>-download.json (made if missing), or a FILE.json."),
+    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    local_dir: Optional[Path] = typer.Option(None, "--local-dir", metavar="DIR",
+                                             help="Where the model files go (default: the cache's models/)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    offline: bool = typer.Option(False, "--offline", help="Re-verify an existing copy without network."),
+    fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
+                                            help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+) -> None:
+    """Download the recipe's pinned model and write a verified manifest."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> None:
+        from installer.download import DownloadOptions, run_download
+        from installer.recipe import load_recipe
+
+        opts = DownloadOptions(recipe=load_recipe(recipe), format=format.value, output=output.resolve(),
+                               local_dir=local_dir.resolve() if local_dir else None,
+                               cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
+                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet)
+        path = run_download(opts)
+        if not quiet:
+            print(f"manifest written: {path}")
+
+    guarded(go, ui)
+
+
+@current_app.command()
+def smoke(
+    install: Path = typer.Option(..., "--install", metavar="STACK", help="The stack directory made by october_setup."),
+    format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
+    output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Directory for receipt.json (made if missing)."),
+    level: Optional[SmokeLevel] = typer.Option(None, "--level",
+                                               help="What to exercise (default: the highest the stack supports)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE",
+                                            help="Download manifest (default: ./<format>-download.json)."),
+    fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
+                                            help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
+    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+) -> None:
+    """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed."""
+    ui = ConsoleReporter()
+
+    def go() -> int:
+        from installer.smoke import SmokeOptions, run_smoke
+
+        opts = SmokeOptions(install=install.resolve(), format=format.value, output=output.resolve(),
+                            level=level.value if level else None,
+                            fixtures=fixtures.resolve() if fixtures else None,
+                            manifest=manifest.resolve() if manifest else None, recipe=recipe)
+        return run_smoke(opts)
+
+    raise typer.Exit(guarded(go, ui))
+
+
+# ------------------------------------------------------------------------------ entry points
 
 
 def _command_path(app: typer.Typer, prog: str, argv: list[str] | None) -> str:
@@ -220,7 +323,7 @@ def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         rv = app(prog_name=prog, args=argv, standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:
         exc.show()
-        return exc.exit_code
+        return int(exc.exit_code)
     except click_exc.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
         ConsoleReporter().error("usage error", f"{exc.format_message()}\n  -> run `{where} --help` for the options")

@@ -69,5 +69,10 @@ class StackPaths:
         return self.root / "logs"
 
     @property
+    def uv_cache(self) -> Path:
+        """uv's cache when ``--cache-dir`` is on another filesystem than the stack."""
+        return self.root / ".uv-cache"
+
+    @property
     def lockfile(self) -> Path:
         return self.root / ".october.lock"

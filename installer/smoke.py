@@ -17,6 +17,7 @@ import jsonschema
 
 from checks.results import format_table
 from installer.atomic import write_json_atomic
+from installer.download.plan import fixtures_dir
 from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
 from installer.paths import default_cache_dir
@@ -84,6 +85,24 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path) -> Path | None:
     raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
                      fix=f"run `current download --format {opts.format} --output {path.name}` "
                          "first, pass --manifest, or use --level reference")
+
+
+def check_manifest(path: Path, fmt: str) -> None:
+    """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
+    caught here, before the stack env is started, with the command that makes a good one."""
+    from installer.download.manifest import load_manifest
+
+    redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
+    try:
+        data = load_manifest(path)
+    except ReceiptError as exc:
+        raise ReceiptError(f"the download manifest {path} is not one `current download` wrote",
+                           expected="a manifest valid against receipts/download.schema.json",
+                           found=f"{exc.what}: {exc.found}" if exc.found else exc.what, fix=redo) from None
+    if data.get("selection") != fmt:
+        raise UsageError(f"the download manifest {path} is for another model format",
+                         expected=f"a manifest of the {fmt} model", found=f"selection {data.get('selection')!r}",
+                         fix=f"pass --format {data.get('selection')}, or {redo}")
 
 
 def _forks(data: Any) -> dict[str, str]:
@@ -178,7 +197,10 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
+    fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
     manifest = resolve_manifest(opts, cwd or Path.cwd())
+    if manifest is not None:
+        check_manifest(manifest, opts.format)
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
     write_json_atomic(info_path, stack_info(opts.install, opts.recipe))

@@ -47,6 +47,7 @@ def test_plan_defaults(recipe, tmp_path: Path) -> None:
 
 
 def test_plan_fp16_explicit_dirs_and_fixtures(recipe, tmp_path: Path) -> None:
+    (tmp_path / "fx").mkdir()
     plan = make_plan(opts(recipe, tmp_path, format="fp16", local_dir=tmp_path / "m", fixtures=tmp_path / "fx",
                           offline=True), environ={"KNLP_KV_FIXTURES": "/ignored"})
     assert (plan.repo, plan.revision) == (FP16_REPO, FP16_REV)
@@ -55,6 +56,7 @@ def test_plan_fp16_explicit_dirs_and_fixtures(recipe, tmp_path: Path) -> None:
 
 
 def test_plan_fixtures_from_environment(recipe, tmp_path: Path) -> None:
+    (tmp_path / "env-fx").mkdir()
     plan = make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "env-fx")})
     assert plan.fixtures == tmp_path / "env-fx"
 
@@ -203,3 +205,26 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(json.dumps({"kind": "something-else"}))
     with pytest.raises(ReceiptError, match="schema"):
         load_manifest(tmp_path / "other.json")
+
+
+def test_output_is_a_directory_like_smoke_or_a_json_file(recipe, tmp_path: Path) -> None:
+    """`--output DIR` writes DIR/<format>-download.json (the name smoke looks for); `--output X.json`
+    is the file itself."""
+    from installer.download.plan import manifest_path
+
+    assert manifest_path(tmp_path, "awq") == tmp_path / "awq-download.json"
+    assert manifest_path(tmp_path / "new-dir", "fp16") == tmp_path / "new-dir" / "fp16-download.json"
+    assert manifest_path(tmp_path / "m.json", "awq") == tmp_path / "m.json"
+    (tmp_path / "odd.json").mkdir()
+    assert manifest_path(tmp_path / "odd.json", "awq") == tmp_path / "odd.json" / "awq-download.json"
+    plan = make_plan(opts(recipe, tmp_path, output=tmp_path / "out"), environ={})
+    assert plan.output == tmp_path / "out" / "awq-download.json"
+
+
+def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        make_plan(opts(recipe, tmp_path, fixtures=tmp_path / "missing"), environ={})
+    assert "--fixtures" in e.value.message and "nothing there" in e.value.message
+    with pytest.raises(UsageError) as e:
+        make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
+    assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" in e.value.message

@@ -57,6 +57,37 @@ def repo_dir_name(repo: str) -> str:
     return repo.replace("/", "__")
 
 
+def default_manifest_name(fmt: str) -> str:
+    """``awq-download.json``: the name ``current smoke`` looks for in its working directory."""
+    return f"{fmt}-download.json"
+
+
+def manifest_path(output: Path, fmt: str) -> Path:
+    """``--output`` names a directory (like ``current smoke --output DIR``; the manifest is
+    ``DIR/<format>-download.json``), or the manifest file itself when it ends in ``.json``."""
+    if output.suffix == ".json" and not output.is_dir():
+        return output
+    return output / default_manifest_name(fmt)
+
+
+def fixtures_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """The calibrated scales directory: ``--fixtures``, else ``$KNLP_KV_FIXTURES``, else None.
+    One that is named but does not exist is a usage error (never silently ignored)."""
+    if given is not None:
+        where, path = "--fixtures", given
+    elif environ.get(FIXTURES_ENV):
+        where, path = f"${FIXTURES_ENV}", Path(environ[FIXTURES_ENV])
+    else:
+        return None
+    path = path.expanduser().absolute()
+    if not path.is_dir():
+        raise UsageError(f"{where} points at {path}, which is not a directory",
+                         expected="a directory of <org>__<name>.kv_scales.json files",
+                         found="a file" if path.exists() else "nothing there",
+                         fix=f"fix {where} (or unset it to run without calibrated scales)")
+    return path
+
+
 def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -> DownloadPlan:
     env = os.environ if environ is None else environ
     if opts.format not in MODEL_FORMATS:
@@ -74,10 +105,11 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
                           expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",
                           found="an empty list")
-    output = opts.output.expanduser().absolute()
+    output = manifest_path(opts.output.expanduser().absolute(), opts.format)
     if output.is_dir():
         raise UsageError(f"--output {output} is a directory", expected="a path for the manifest JSON file",
-                         found="a directory", fix=f"pass a file path, e.g. --output {output / (opts.format + '-download.json')}")
+                         found="a directory", fix=f"pass a directory (the manifest becomes "
+                         f"DIR/{default_manifest_name(opts.format)}) or a file path ending in .json")
     parent = next((p for p in output.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UsageError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
@@ -87,13 +119,11 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
         local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
-    fixtures = opts.fixtures
-    if fixtures is None and env.get(FIXTURES_ENV):
-        fixtures = Path(env[FIXTURES_ENV])
+    fixtures = fixtures_dir(opts.fixtures, env)
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),
                         cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
                         output=output, offline=opts.offline,
-                        fixtures=fixtures.expanduser().absolute() if fixtures is not None else None,
+                        fixtures=fixtures,
                         quiet=opts.quiet)
