@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
-from installer.errors import FileSystemError, OctoberError
+from installer.errors import FileSystemError, OctoberError, as_disk_full
 from installer.paths import default_cache_dir
 from installer.ui import ConsoleReporter
 
@@ -74,11 +74,9 @@ def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
     """Run ``fn``; an OctoberError becomes a printed message and its exit code."""
     try:
         return fn()
-    except OctoberError as exc:
-        ui.error(exc.title, exc.message)
-        raise typer.Exit(exc.exit_code) from None
-    except OSError as exc:  # anything a step did not map: still a message, never a traceback
-        err = FileSystemError.from_os_error(exc)
+    except (OctoberError, OSError) as exc:
+        full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
+        err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
         ui.error(err.title, err.message)
         raise typer.Exit(err.exit_code) from None
     except KeyboardInterrupt:
