@@ -66,6 +66,20 @@ class RecipeError(OctoberError):
                          fix=fix or f"edit '{key}' in {self.file}")
 
 
+class RecipeNotFound(RecipeError):
+    """``--recipe`` names no shipped recipe and no file (exit 3, like any recipe problem)."""
+
+    def __init__(self, name: str, path: Path, *, available: Sequence[str]) -> None:
+        self.file = str(path)
+        self.key = "<file>"
+        given_path = name.endswith(".toml") or "/" in name
+        OctoberError.__init__(
+            self, f"there is no recipe '{name}'",
+            expected=f"a shipped recipe name ({', '.join(available) or 'none'}) or a path to a .toml file",
+            found=f"no file {path}",
+            fix="check the path" if given_path else "run `current recipes` to list them, or pass --recipe PATH.toml")
+
+
 class PreflightError(OctoberError):
     """One or more machine checks failed; ``problems`` is the punch list."""
 

@@ -18,6 +18,19 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(value).expanduser() if value else user_cache_path("october")
 
 
+def inside(base: Path, name: str) -> Path:
+    """``base / name``, refusing a name that would lead outside ``base`` (recipe data names paths)."""
+    path = base / name
+    if not name or name in (".", "..") or "/" in name or "\\" in name or \
+            not os.path.normpath(path).startswith(os.path.normpath(base) + os.sep):
+        from installer.errors import UsageError
+
+        raise UsageError(f"the name {name!r} would make a path outside {base}",
+                         expected="a plain name (letters, digits, '.', '_', '-')", found=repr(name),
+                         fix="fix the name in the recipe or forks.toml")
+    return path
+
+
 @dataclass(frozen=True)
 class StackPaths:
     root: Path
@@ -27,7 +40,7 @@ class StackPaths:
         return self.root / "src"
 
     def fork(self, name: str) -> Path:
-        return self.src / name
+        return inside(self.src, name)
 
     @property
     def env(self) -> Path:

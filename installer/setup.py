@@ -8,7 +8,7 @@ from typing import Sequence
 
 from installer.errors import UsageError
 from installer.lockfile import locked_state
-from installer.paths import StackPaths
+from installer.paths import StackPaths, inside
 from installer.pipeline import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
                                 run_pipeline)
 from installer.recipe import Recipe
@@ -42,7 +42,7 @@ def plan_steps(recipe: Recipe) -> list[Step]:
 
 def default_lock_path(recipe: Recipe, stack: Path) -> Path:
     """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
-    committed = locks_dir() / f"{recipe.name}.pylock.toml"
+    committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
     return committed if committed.exists() else StackPaths(stack).pylock
 
 
