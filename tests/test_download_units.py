@@ -228,3 +228,32 @@ def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
     with pytest.raises(UsageError) as e:
         make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
     assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" in e.value.message
+
+
+@pytest.mark.parametrize("value,why", [("huggingface.co", "scheme ''"), ("ftp://hub.example", "scheme 'ftp'"),
+                                       ("https://", "no host name"), ("https://hub.example:port", "port"),
+                                       ("https://user:s3cret@hub example", "white space")])
+def test_a_malformed_hf_endpoint_is_a_usage_error_naming_it(value: str, why: str) -> None:
+    from installer.download import hub
+
+    with pytest.raises(UsageError) as info:
+        hub.endpoint({"HF_ENDPOINT": value})
+    text = info.value.message
+    assert "HF_ENDPOINT is not a hub URL" in text and why.split("'")[0] in text and "unset it" in text
+    assert "s3cret" not in text
+    assert hub.endpoint({"HF_ENDPOINT": "http://127.0.0.1:8080/"}) == "http://127.0.0.1:8080"
+    assert hub.endpoint({}) == "https://huggingface.co"
+
+
+def test_download_with_a_malformed_hf_endpoint_exits_2(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from installer.recipe import PROJECT_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "installer", "download", "--format", "awq", "--output",
+                           str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, HF_ENDPOINT="hub.internal:8080"))
+    assert proc.returncode == 2 and "HF_ENDPOINT is not a hub URL" in proc.stderr
+    assert "unexpected failure" not in proc.stderr and not list(tmp_path.iterdir())

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.errors import DownloadError
+from installer.errors import DownloadError, UsageError
 from installer.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -72,7 +72,33 @@ def endpoint(environ: dict[str, str] | None = None) -> str:
     explicitly on every call so that the value at call time is the one used.
     """
     env = os.environ if environ is None else environ
-    return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    value = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    check_endpoint(value)
+    return value
+
+
+def check_endpoint(value: str) -> None:
+    """``HF_ENDPOINT`` must be an http(s) URL with a host; anything else is a usage error that
+    names the variable (huggingface_hub would fail later with an unrelated-looking error)."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = f"scheme {parts.scheme or '(none)'!r}"
+        elif not parts.hostname:
+            problem = "no host name"
+        elif any(c.isspace() for c in value):
+            problem = "white space in it"
+    if problem is not None:
+        raise UsageError("HF_ENDPOINT is not a hub URL", expected="an http:// or https:// URL such as "
+                         f"{DEFAULT_ENDPOINT}", found=f"{redact_url(value)!r} ({problem})",
+                         fix="set HF_ENDPOINT to the hub (or mirror) URL, or unset it to use huggingface.co")
 
 
 def shown_endpoint(environ: dict[str, str] | None = None) -> str:

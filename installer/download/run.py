@@ -53,6 +53,8 @@ def _printer(quiet: bool) -> tuple[Callable[[str], None], Callable[[str], None]]
 def run_download(opts: DownloadOptions) -> Path:
     """Download (or with ``offline`` re-verify) the selection and write its manifest; return its path."""
     plan = make_plan(opts)
+    if not plan.offline:
+        hub.endpoint()          # a malformed HF_ENDPOINT is a usage error before anything starts
     say, warn = _printer(plan.quiet)
     if plan.offline and not plan.local_dir.is_dir():
         raise DownloadError(f"--offline: no local copy of {plan.where}",
