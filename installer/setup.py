@@ -14,7 +14,7 @@ from installer.pipeline import (LockedState, Reporter, SetupOptions, Step, StepC
 from installer.recipe import Recipe
 from installer.resources import locks_dir
 from installer.runner import Runner
-from installer.stacklock import StackLock
+from installer.stacklock import StackLock, holder_file
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
@@ -67,7 +67,8 @@ def check_stack_dir(paths: StackPaths) -> None:
     if root.exists() and not root.is_dir():
         raise UsageError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
                          found="a file", fix="pass a directory path as STACK")
-    others = sorted(p.name for p in root.iterdir() if p != paths.lockfile) if root.is_dir() else []
+    ours = (paths.lockfile, holder_file(paths.lockfile))
+    others = sorted(p.name for p in root.iterdir() if p not in ours) if root.is_dir() else []
     if others and not paths.state.is_dir():
         shown = ", ".join(others[:5])
         raise UsageError(f"the stack path {root} is not empty and is not an october stack",
