@@ -257,3 +257,20 @@ def test_download_with_a_malformed_hf_endpoint_exits_2(tmp_path: Path) -> None:
                           env=dict(os.environ, HF_ENDPOINT="hub.internal:8080"))
     assert proc.returncode == 2 and "HF_ENDPOINT is not a hub URL" in proc.stderr
     assert "unexpected failure" not in proc.stderr and not list(tmp_path.iterdir())
+
+
+def test_one_pass_digests_agree_with_huggingface_hubs_own_checksums(tmp_path: Path) -> None:
+    """Our digest (sha256 and git blob id in one read) computes what huggingface_hub's verification
+    (`hf cache verify`) computes; this fails if either side changes its definition."""
+    import os
+
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+
+    for size in (0, 1, 4096, (1 << 20) + 17):
+        data = os.urandom(size)
+        f = tmp_path / f"f{size}"
+        f.write_bytes(data)
+        d = digest_file(f)
+        with open(f, "rb") as fh:
+            assert d.sha256 == sha_fileobj(fh).hex()
+        assert d.blob_id == git_hash(data) and d.size == size

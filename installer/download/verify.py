@@ -4,6 +4,14 @@ Every file is read once, streaming, computing its sha256 and its git blob id
 (sha1 of ``b"blob <size>\\0" + content``), so regular git files, whose only
 hub-side record is the blob id, are checked as well as LFS files. All problems
 are collected first and reported together in one :class:`DownloadError`.
+
+Why not ``HfApi.verify_repo_checksums`` / ``hf cache verify``: they list the whole repository
+on the hub (no ``--offline`` re-verification), report every file the recipe's patterns leave out
+as "missing" and our own record as "extra", know nothing of hashes pinned in the recipe, and read
+each file once per algorithm (twice for 5 to 16 GB of weights).  What they compute is the same
+thing: ``tests/test_download_units.py`` checks our one-pass digests against huggingface_hub's own
+``sha_fileobj`` and ``git_hash``, and the hub listing they compare with is the one
+:mod:`installer.download.hub` reads (``model_info(files_metadata=True)``).
 """
 
 from __future__ import annotations
