@@ -17,6 +17,8 @@ import pytest
 from installer.errors import JitError
 from installer.hashing import sha256_file
 from installer.recipe import JitModule
+from installer.errors import StateError
+from installer.steps.env import write_stack_env
 from installer.steps.jit import JitStep
 from tests.fixtures import stack_forks as sf
 
@@ -39,7 +41,9 @@ def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
 def _ctx(tmp_path: Path, links: sf.Links, *, flashinfer: str = "0.6.7", modules=MODULES):
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     sf.make_env(stack, links, cache / "uv", packages=[f"flashinfer-python=={flashinfer}"])
-    return sf.context(stack, sf.recipe(links, None, tmp_path, jit=modules), cache)
+    ctx = sf.context(stack, sf.recipe(links, None, tmp_path, jit=modules), cache)
+    write_stack_env(ctx)
+    return ctx
 
 
 def test_builds_records_hashes_and_rerun_is_a_cache_hit(tmp_path, links):
@@ -125,6 +129,7 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
     ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
+    write_stack_env(ctx)
     out = JitStep().run(ctx)
     uris = [m["uri"] for m in out["modules"]]
     assert uris[0] == ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_dtype_o_bf16_dtype_idx_i32_"
@@ -146,8 +151,29 @@ def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
     rec = sf.recipe(links, None, tmp_path)
     ctx = sf.context(tmp_path / "stack", rec, tmp_path / "cache")
     ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"path": str(tmp_path / "cuda" / "bin" / "nvcc")}}})
+    write_stack_env(ctx)
     env = builder_env(ctx, "9.0")
     assert env["CUDA_HOME"] == str(toolkit.resolve())
     assert env["PATH"].split(":")[1] == str(toolkit.resolve() / "bin")
     assert env["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path / "stack" / "jit")
     assert env["FLASHINFER_CUDA_ARCH_LIST"] == "9.0"
+
+
+def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch):
+    """The builder gets STACK/stack-env.json laid over the caller's env (not values of its own): a
+    FLASHINFER_WORKSPACE_BASE from the caller is dropped, and without the file the step refuses."""
+    from installer import stackenv
+    from installer.steps.jit import builder_env
+
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "home-cache"))
+    ctx = _ctx(tmp_path, links, modules=MODULES[:1])
+    env = builder_env(ctx, "9.0")
+    stack = stackenv.load(ctx.paths.root)
+    assert {k: env[k] for k in stack if k != "PATH"} == {k: v for k, v in stack.items() if k != "PATH"}
+    assert env["PATH"].startswith(stack["PATH"] + ":")
+    assert env["FLASHINFER_WORKSPACE_BASE"] == str(ctx.paths.jit)
+    with pytest.raises(JitError, match="other CUDA architectures"):
+        builder_env(ctx, "8.9")
+    stackenv.env_file(ctx.paths.root).unlink()
+    with pytest.raises(StateError, match="no runtime environment file"):
+        JitStep(builder=STANDIN).run(ctx)

@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from installer.hashing import sha256_file
 from installer.errors import FetchError, LockError, StackLockedError
 from installer.lockfile import locked_state
 from installer.pipeline import SetupOptions, SilentReporter
@@ -63,6 +64,11 @@ def test_full_run_then_noop(world: World, tmp_path: Path) -> None:
     assert receipt["recipe"]["name"] == "fixture" and len(receipt["recipe"]["sha256"]) == 64
     assert {f["name"]: f["commit"] for f in receipt["forks"]} == world.commits
     assert [s["name"] for s in receipt["steps"]] == ["preflight", "fetch", "env", "install", "lock"]
+    # the one runtime environment of the stack: written by the env step, recorded with its hash
+    assert receipt["stack_env"]["path"] == str(stack / "stack-env.json")
+    assert receipt["stack_env"]["sha256"] == sha256_file(stack / "stack-env.json")
+    assert receipt["stack_env"]["env"]["FLASHINFER_WORKSPACE_BASE"] == str(stack / "jit")
+    assert (stack / "activate").is_file()
 
     env_py = stack / "env" / "bin" / "python"
     out = subprocess.run([str(env_py), "-c", "import alpha, beta, tinydep, torch; print(torch.__version__)"],
@@ -278,6 +284,11 @@ def test_each_verify_notices_its_output_changed(world: World, tmp_path: Path) ->
     (alpha_info / "direct_url.json").write_text('{"url": "https://pypi.org/alpha", "archive_info": {}}')
     got = statuses()
     assert got["install"] == "ran" and got["env"] == "cached"
+
+    env_file = stack / "stack-env.json"
+    env_file.write_text(env_file.read_text().replace(str(stack / "jit"), "/elsewhere/jit"))
+    got = statuses()
+    assert got["env"] == "ran" and "/elsewhere" not in env_file.read_text()
 
     shutil.rmtree(next(site.glob("torch-*.dist-info")))
     got = statuses()

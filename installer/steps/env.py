@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from installer import stackenv
 from installer.atomic import write_text_atomic
 from installer.errors import CommandFailed, EnvError, LockError
+from installer.hashing import sha256_file
 from installer.pipeline import StepContext
 from installer.uvcmd import pip_install, source_args, uv_env, uv_exe
+
+
+def resolved_nvcc(ctx: StepContext) -> Path | None:
+    """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
+    files, so the same toolkit reached by another path would force a full rebuild."""
+    pre = ctx.done.get("preflight")
+    facts = pre.outputs.get("facts") if pre is not None else None
+    path = ((facts or {}).get("nvcc") or {}).get("path") if isinstance(facts, dict) else None
+    return Path(path).resolve() if path else None
+
+
+def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
+    """The stack's runtime environment (see :mod:`installer.stackenv`) for this recipe and machine."""
+    nvcc = resolved_nvcc(ctx)
+    arch_list = ctx.recipe.cuda.arch_list if ctx.recipe.cuda else ""
+    return stackenv.runtime_env(ctx.paths.root, arch_list, nvcc.parent.parent if nvcc else None)
+
+
+def write_stack_env(ctx: StepContext) -> dict[str, Any]:
+    """Write STACK/stack-env.json and STACK/activate; -> {path, activate, sha256, env} for the receipt."""
+    env = stack_runtime_env(ctx)
+    path = stackenv.write(ctx.paths.root, env)
+    return {"path": str(path), "activate": str(stackenv.activate_file(ctx.paths.root)),
+            "sha256": sha256_file(path), "env": env}
 
 
 def _site_packages(ctx: StepContext) -> list[str]:
@@ -41,7 +68,7 @@ class EnvStep:
         return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
                 "build": list(r.build_requirements), "sources": source_args(ctx, torch_index=True),
                 "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
-                if locked else None}
+                if locked else None, "stack_env": stack_runtime_env(ctx)}
 
     def run(self, ctx: StepContext) -> Mapping[str, Any]:
         r = ctx.recipe
@@ -63,7 +90,7 @@ class EnvStep:
                            expected=f"torch {r.torch.version}", found="another version or none",
                            fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
         return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
-                "torch": r.torch.version, "site_packages": _site_packages(ctx)}
+                "torch": r.torch.version, "site_packages": _site_packages(ctx), "stack_env": write_stack_env(ctx)}
 
     def _install_locked_files(self, ctx: StepContext) -> None:
         """--locked: every index package of the lock, at its version, from a file with the locked sha256
@@ -96,4 +123,10 @@ class EnvStep:
             return "the env's Python version changed"
         if not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
+        recorded = outputs.get("stack_env") or {}
+        path = stackenv.env_file(ctx.paths.root)
+        if not path.is_file() or sha256_file(path) != recorded.get("sha256"):
+            return f"{path} is missing or changed"
+        if not stackenv.activate_file(ctx.paths.root).is_file():
+            return f"{stackenv.activate_file(ctx.paths.root)} is missing"
         return None

@@ -1,8 +1,9 @@
 """``jit``: pre-build the recipe's asymmetric FlashInfer modules into ``STACK/jit`` and record their hashes.
 
 The build runs in the stack env (``STACK/env/bin/python -P -s -m <builder>``)
-with ``FLASHINFER_WORKSPACE_BASE=STACK/jit`` and ``FLASHINFER_CUDA_ARCH_LIST``
-set before flashinfer is imported, and ``PYTHONPATH`` = this repository only so
+with the stack's runtime environment (:mod:`installer.stackenv`: ``FLASHINFER_WORKSPACE_BASE=STACK/jit``,
+``FLASHINFER_CUDA_ARCH_LIST``, ``CUDA_HOME``, ...) set before flashinfer is imported, and
+``PYTHONPATH`` = this repository only so
 the builder module is found (it imports the standard library, flashinfer and
 torch; nothing of the tool env).  The builder defaults to
 :mod:`installer.jit.flashinfer_builder`; tests pass a stand-in.  The step trusts
@@ -18,12 +19,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from installer import stackenv
 from installer.errors import CommandFailed, JitError
 from installer.hashing import sha256_file
 from installer.jit.flashinfer_builder import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from installer.pipeline import StepContext
 from installer.recipe import JitModule
 from installer.resources import stack_code_root
+from installer.steps.env import resolved_nvcc
 
 DEFAULT_BUILDER = "installer.jit.flashinfer_builder"
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
@@ -35,26 +38,19 @@ def module_request(i: int, m: JitModule) -> dict[str, Any]:
             "posenc": m.posenc, "backend": m.backend}
 
 
-def resolved_nvcc(ctx: StepContext) -> Path | None:
-    """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
-    files, so the same toolkit reached by another path would force a full rebuild."""
-    pre = ctx.done.get("preflight")
-    facts = pre.outputs.get("facts") if pre is not None else None
-    path = ((facts or {}).get("nvcc") or {}).get("path") if isinstance(facts, dict) else None
-    return Path(path).resolve() if path else None
-
-
 def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
+    """The stack's own runtime environment (STACK/stack-env.json, written by the env step), plus
+    ``PYTHONPATH`` = this repository (so the builder module is found) and ``MAX_JOBS``."""
+    stack = stackenv.load(ctx.paths.root)
+    if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
+        raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
+                       expected=f"FLASHINFER_CUDA_ARCH_LIST={arch_list} (recipe [cuda] arch_list)",
+                       found=f"{stack.get('FLASHINFER_CUDA_ARCH_LIST')!r} in {stackenv.env_file(ctx.paths.root)}",
+                       fix="re-run october_setup (the env step rewrites the stack environment)")
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-    path = env.get("PATH", "")
-    nvcc = resolved_nvcc(ctx)
-    if nvcc is not None:
-        env["CUDA_HOME"] = str(nvcc.parent.parent)
-        path = f"{nvcc.parent}{os.pathsep}{path}"
-    env.update({"PYTHONPATH": str(stack_code_root(ctx.options.cache_dir)), "PYTHONNOUSERSITE": "1", "VIRTUAL_ENV": str(ctx.paths.env),
-                "PATH": f"{ctx.paths.env / 'bin'}{os.pathsep}{path}",
-                "FLASHINFER_WORKSPACE_BASE": str(ctx.paths.jit), "FLASHINFER_CUDA_ARCH_LIST": arch_list,
-                "FLASHINFER_DISABLE_VERSION_CHECK": "1", "MAX_JOBS": env.get("MAX_JOBS", str(os.cpu_count() or 1))})
+    env = stackenv.apply(stack, env)
+    env["PYTHONPATH"] = str(stack_code_root(ctx.options.cache_dir))
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     return env
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Mapping
 
-from installer import __version__
+from installer import __version__, stackenv
 from installer.errors import CommandFailed, ToolMissing
 from installer.hashing import sha256_file
 from installer.pipeline import StepContext
@@ -47,6 +47,7 @@ class ReceiptStep:
         wheel = ctx.done["wheel"].outputs if "wheel" in ctx.done else None
         install = ctx.done["install"].outputs if "install" in ctx.done else None
         jit = ctx.done["jit"].outputs.get("modules", []) if "jit" in ctx.done else []
+        env_file = stackenv.env_file(ctx.paths.root)
         return {
             "format_version": 1, "kind": "october-setup-receipt",
             "tool": {"name": "october", "version": __version__, "git_commit": commit, "git_dirty": dirty},
@@ -62,6 +63,9 @@ class ReceiptStep:
             "wheel": dict(wheel) if wheel is not None else None,
             "install": dict(install) if install is not None else None,
             "jit": [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit],
+            "stack_env": {"path": str(env_file), "sha256": sha256_file(env_file),
+                          "activate": str(stackenv.activate_file(ctx.paths.root)),
+                          "env": stackenv.load(ctx.paths.root)} if env_file.is_file() else None,
             "machine": (pre.get("machine") or pre.get("facts")) if pre else None,
             "preflight": {"checks": pre.get("checks"), "skipped": pre.get("skipped")} if pre else None,
             "steps": [{"name": r.name, "status": r.status, "seconds": r.seconds, "finished_at": r.finished_at}
