@@ -269,7 +269,7 @@ def download(
                                local_dir=local_dir.resolve() if local_dir else None,
                                cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
                                fixtures=fixtures.resolve() if fixtures else None, quiet=quiet)
-        path = run_download(opts)
+        path = run_download(opts, bars=lambda label, done, total: ui.transfer(label, done, total, "B"))
         if not quiet:
             print(f"manifest written: {path}")
 

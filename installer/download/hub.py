@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,14 +259,41 @@ class _QuietTqdm:
         return cls.cls
 
 
+def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
+    """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)``.
+
+    ``snapshot_download`` builds its byte bars from ``tqdm_class`` (unit "B") and grows their
+    ``total`` as each file starts; the file-count bar (no unit) and the network-side "Downloading
+    bytes" bar are not forwarded (the written bytes are what the user waits for)."""
+    from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+
+    class Forward(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            self._forward = kwargs.get("unit") == "B" and not str(kwargs.get("desc", "")).startswith("Downloading")
+            self._done = float(kwargs.get("initial") or 0)
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> None:
+            self._done += float(n or 0)
+            if self._forward:
+                report(self._done, float(self.total) if self.total else None)
+
+    return Forward
+
+
 def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
-                      quiet: bool = False, max_workers: int = 8) -> Path:
-    """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``."""
+                      quiet: bool = False, max_workers: int = 8,
+                      report: Callable[[float, float | None], None] | None = None) -> Path:
+    """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``; with
+    ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
     kwargs: dict[str, Any] = {}
     if quiet:
         kwargs["tqdm_class"] = _QuietTqdm.get()
+    elif report is not None:
+        kwargs["tqdm_class"] = forwarding_tqdm(report)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),

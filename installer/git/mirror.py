@@ -136,7 +136,7 @@ def has_commit(path: Path, commit: str) -> bool:
 
 
 def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool) -> CommandFailed | None:
-    argv = ["git", "-C", str(mirror.path), "fetch",
+    argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
             "--tags" if tags else "--no-tags", mirror.fetch_url, *refspecs]
     try:
         runner.run(argv, step=step, env=git_env())
