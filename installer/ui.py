@@ -93,7 +93,12 @@ class ConsoleReporter:
         self._tenths.clear()
 
     def step_start(self, name: str, reason: str) -> None:
-        why = "starting" if reason in ("", "not done yet") else f"running again: {reason}"
+        if reason in ("", "not done yet"):
+            why = "starting"
+        elif reason.startswith("an earlier step ("):
+            why = f"starting ({reason.removeprefix('an ')})"
+        else:
+            why = f"running again: {reason}"
         self._say(f"==> {name}: {why}")
         self._step = name
         if self.live:

@@ -43,7 +43,7 @@ def test_step_lines_use_plain_words() -> None:
     text = out.getvalue()
     assert "==> fetch: starting" in text and "fetch: ok in 1.2s" in text
     assert "==> env: already done (inputs unchanged)" in text
-    assert "==> jit: running again: an earlier step ('install') ran" in text
+    assert "==> jit: starting (earlier step ('install') ran)" in text
     assert "not done yet" not in text and "cached" not in text
 
 
