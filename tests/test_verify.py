@@ -220,3 +220,24 @@ def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     assert data["october"]["version"] == "0.1.0"
     assert f"lock sha256:" in text and forks["vllm"]["head"] in text and f"torch:" in text
     assert "gpu" in text and "nvcc:" in text
+
+
+def test_a_moved_submodule_is_listed(tmp_path: Path) -> None:
+    """The fixture world's fork 'beta' carries a git submodule (third_party/gamma)."""
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    root = tmp_path / "stack"
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(root), "--recipe", str(world.recipe),
+                           "--cache-dir", str(tmp_path / "cache"), "--skip-preflight", "nvcc,gpu,cuda_arch"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    stack = Stack(root, tmp_path, tmp_path / "cache", tmp_path)
+    assert differences(stack) == []
+    sub = root / "src" / "beta" / "third_party" / "gamma"
+    before = git(sub, "rev-parse", "HEAD")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "local experiment")
+    moved = git(sub, "rev-parse", "HEAD")
+    diffs = differences(stack)
+    assert {"check": "forks", "what": f"fork beta ({root / 'src' / 'beta'}) submodule third_party/gamma",
+            "expected": f"commit {before}", "found": f"commit {moved}"} in diffs
