@@ -186,7 +186,8 @@ def verify(
     def go() -> int:
         from installer.verify import format_report, verify_stack
 
-        report = verify_stack(install, progress=None if as_json else ui.progress)
+        bar = None if as_json else (lambda done, total: ui.transfer("hashing installed files", done, total, "B"))
+        report = verify_stack(install, hashed=bar)
         if as_json:
             print(json.dumps(report.as_json(), indent=2))
             return 0 if report.ok else report.error().exit_code
@@ -326,7 +327,7 @@ def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
         ConsoleReporter().error("usage error", f"{exc.format_message()}\n  -> run `{where} --help` for the options")
         return 2
-    except (click_exc.Abort, typer.Abort):
+    except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
         ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")
         return 130
     return rv if isinstance(rv, int) else 0

@@ -134,11 +134,13 @@ def record_rows(dist: Dist) -> Iterator[tuple[str, str, str]]:
                 yield row[0], (row[1] if len(row) > 1 else ""), (row[2] if len(row) > 2 else "")
 
 
-def record_hash(path: Path, algo: str) -> str:
+def record_hash(path: Path, algo: str, on_chunk: Callable[[int], None] | None = None) -> str:
     h = hashlib.new(algo)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
@@ -223,28 +225,38 @@ def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mappi
     return diffs
 
 
-def check_files(dists: Mapping[str, Dist], progress: Callable[[str], None] | None = None
-                ) -> tuple[int, list[Difference]]:
+Bytes = Callable[[float, "float | None"], None]   # (done, total) bytes hashed, for a progress bar
+
+
+def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None) -> tuple[int, list[Difference]]:
     """Every hashed RECORD entry of every distribution; -> (files checked, differences)."""
     checked = 0
     diffs: list[Difference] = []
+    records: dict[str, list[tuple[str, str, str]]] = {}
     for name, d in sorted(dists.items()):
-        if progress is not None:
-            progress(f"hashing {name} {d.version}")
         try:
-            rows = list(record_rows(d))
+            records[name] = list(record_rows(d))
         except OSError:
             diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file"))
-            continue
+    total = float(sum(int(size) for rows in records.values() for _p, h, size in rows if h and size.isdigit()))
+    done = [0.0]
+
+    def on_chunk(n: int) -> None:
+        done[0] += n
+        if hashed is not None:
+            hashed(done[0], total or None)
+
+    for name, rows in records.items():
+        d = dists[name]
         bad: list[str] = []
-        for rel, hashed, _size in rows:
-            if not hashed or "=" not in hashed:
+        for rel, recorded, _size in rows:
+            if not recorded or "=" not in recorded:
                 continue
-            algo, _, value = hashed.partition("=")
+            algo, _, value = recorded.partition("=")
             path = (d.site / rel).resolve()
             checked += 1
             try:
-                got = record_hash(path, algo)
+                got = record_hash(path, algo, on_chunk)
             except FileNotFoundError:
                 bad.append(f"{rel} (missing)")
                 continue
@@ -329,7 +341,8 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
     return (receipt if isinstance(receipt, dict) else {}), read_lock(paths.pylock)
 
 
-def verify_stack(stack: Path, progress: Callable[[str], None] | None = None) -> VerifyReport:
+def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
+                 hashed: Bytes | None = None) -> VerifyReport:
     paths = StackPaths(stack.resolve())
     receipt, lock = read_stack_records(paths)
     dists = installed(paths.env)
@@ -342,7 +355,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None) -> 
     diffs += forks
     say("distributions")
     diffs += check_distributions(paths, lock, dists)
-    files, file_diffs = check_files(dists, progress)
+    files, file_diffs = check_files(dists, hashed)
     diffs += file_diffs
     diffs += check_torch(lock, dists)
     say("base wheel")

@@ -89,6 +89,7 @@ def test_a_fresh_stack_verifies(stack: Stack) -> None:
     proc = verify(stack)
     assert proc.returncode == 0, proc.stderr
     assert "matches its lock" in proc.stdout
+    assert "hashing installed files: 100%" in proc.stderr      # the progress, as plain lines in a pipe
     data = json.loads(verify(stack, "--json").stdout)
     assert data["ok"] is True and data["differences"] == []
     c = data["checked"]
