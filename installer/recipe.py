@@ -105,6 +105,13 @@ class CudaPin:
     variant: str            # wheel CUDA variant, e.g. "cu129"
 
 
+# What vLLM's build compiles into the base wheel's .so files: csrc/ (every kernel and binding,
+# plus the generators it runs), CMakeLists.txt (targets, flags, arch lists) and cmake/ (helpers,
+# and the external projects -- vllm-flash-attn, FlashMLA, CUTLASS, ... -- pinned by GIT_TAG).
+# setup.py only drives CMake (and in precompiled mode copies files out of the wheel).
+DEFAULT_COMPILED_SOURCES = ("csrc", "CMakeLists.txt", "cmake")
+
+
 @dataclass(frozen=True)
 class BaseWheel:
     url: str
@@ -115,6 +122,7 @@ class BaseWheel:
     cuda_variant: str | None = None
     cudart_major: str | None = None
     requires_torch: str | None = None
+    compiled_sources: tuple[str, ...] = DEFAULT_COMPILED_SOURCES   # compared at wheel and fork commits
 
 
 @dataclass(frozen=True)
@@ -369,11 +377,18 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                 Version(req_torch)
             except InvalidVersion:
                 raise wt.err("requires_torch", "a torch version such as '2.10.0'", req_torch) from None
+        compiled = wt.get("compiled_sources", list, required=False)
+        if compiled is not None:
+            if not compiled or not all(isinstance(p, str) and p and not p.startswith("/") and "\\" not in p
+                                       and ".." not in p.split("/") and p == p.strip("/") for p in compiled):
+                raise wt.err("compiled_sources", "a non-empty list of relative paths in the fork such as "
+                             "['csrc', 'CMakeLists.txt', 'cmake']", compiled)
         wheel = BaseWheel(url=url, filename=fname,
                           name=wt.get("name", str), version=version_key(wt, "version") or "",
                           sha256=sha, cuda_variant=wt.get("cuda_variant", str, required=False),
                           cudart_major=wt.get("cudart_major", str, required=False),
-                          requires_torch=req_torch)
+                          requires_torch=req_torch,
+                          compiled_sources=tuple(compiled) if compiled is not None else DEFAULT_COMPILED_SOURCES)
         wt.done()
 
     pt = top.table("preflight", required=False)

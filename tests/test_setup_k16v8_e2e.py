@@ -22,7 +22,7 @@ import pytest
 from installer.hashing import sha256_file
 from installer.lockfile import read_lock
 from installer.recipe import PROJECT_ROOT
-from tests.fixtures.base_wheels import vllm_wheel
+from tests.fixtures.base_wheels import VLLM_TREE, vllm_wheel
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git
 from tests.fixtures.stack_forks import FLASHINFER_ASYM, TORCH, make_links, write_project
@@ -43,6 +43,9 @@ def make_k16v8_world(root: Path) -> dict[str, object]:
     up = root / "work" / "vllm-upstream"
     write_project(up, "vllm", "0.18.0", "vllm", '__version__ = "0.18.0"\n', deps=["flashinfer-python==0.6.6"],
                   precompiled=True)
+    for rel in ("CMakeLists.txt", "cmake/utils.cmake", "csrc/cache_kernels.cu"):  # what the wheel step compares
+        (up / rel).parent.mkdir(parents=True, exist_ok=True)
+        (up / rel).write_text(VLLM_TREE[rel])
     git("init", "-q", "-b", "main", cwd=up)
     git("add", "-A", cwd=up)
     git("commit", "-q", "-m", "upstream v0.18.0", cwd=up)

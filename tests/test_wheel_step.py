@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -20,18 +21,21 @@ from installer.recipe import BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, 
 from installer.runner import Runner
 from installer.steps.wheel import WheelStep, choose_sha256
 from installer.wheels.download import DownloadPolicy
-from tests.fixtures.base_wheels import Histories, make_histories, python_link, vllm_wheel
+from tests.fixtures.base_wheels import Histories, host_tag, make_histories, python_link, real_facts, vllm_wheel
 from tests.fixtures.base_wheels import vllm_wheel as _vllm_wheel
 from tests.fixtures.wheel_server import WheelServer
 
+EXTENSIONS_0_18 = [(m, next(p for p in real_facts()["0.18.0"]["so_files"]
+                           if p.replace("/", ".").startswith(m + ".")))
+                   for m in real_facts()["0.18.0"]["extensions"]]
 POLICY = DownloadPolicy(timeout_s=5, attempts=2, backoff_s=0)
 ALL_CHECKS = ["sha256", "zip", "filename", "tags", "metadata", "torch-pin", "record", "paths", "cuda-variant",
-              "source-commit", "ancestry"]
+              "source-commit", "source-equivalence"]
 
 
 def gid(hist: Histories) -> str:
-    """The upstream base commit as setuptools-scm writes it into vllm/_version.py."""
-    return "g" + hist.base[:9]
+    """The upstream release commit (off main, not in the fork) as setuptools-scm writes it into _version.py."""
+    return "g" + hist.release[:9]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def server():
 
 
 def make_recipe(tmp: Path, hist: Histories, wheel: BaseWheel | None) -> Recipe:
-    fork = ForkUse(name="vllm", url=hist.clone.as_uri(), upstream=str(hist.upstream),
+    fork = ForkUse(name="vllm", url=hist.clone.as_uri(), upstream=hist.upstream_url,
                    pin=Pin("paper", hist.fork), mode="vllm-precompiled")
     return Recipe(name="t", path=tmp / "t.toml", sha256="0" * 64, description="", python="3.11",
                   torch=TorchPin("2.10.0+cu128"), build_requirements=(), sources=Sources(), forks=(fork,),
@@ -94,9 +98,18 @@ def test_good_pinned_wheel(tmp_path: Path, hist: Histories, server: WheelServer)
     step = WheelStep(policy=POLICY)
     out = step.run(ctx)
     dest = ctx.paths.wheels / whl.name
+    equivalence = out.pop("source_equivalence")
+    arch = platform.machine()
     assert out == {"path": str(dest), "filename": whl.name, "url": url, "sha256": sha, "size": whl.stat().st_size,
-                   "mtime_ns": dest.stat().st_mtime_ns, "trust": "pinned", "source_commit": hist.base,
-                   "checks": ALL_CHECKS}
+                   "mtime_ns": dest.stat().st_mtime_ns, "trust": "pinned", "source_commit": hist.release,
+                   "checks": ALL_CHECKS, "wheel_tags": [f"cp38-abi3-linux_{arch}"],
+                   "retag": [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}],
+                   "extensions": [{"module": m, "path": p} for m, p in EXTENSIONS_0_18]}
+    # the release commit is not in the fork's history: fetched from upstream, compared tree by tree
+    assert (equivalence["source_commit"], equivalence["fork_commit"]) == (hist.release, hist.fork)
+    assert (equivalence["compared_in"], equivalence["fetched_upstream"]) == ("fork-mirror", True)
+    assert [(p["path"], p["type"]) for p in equivalence["paths"]] == [("csrc", "tree"), ("CMakeLists.txt", "blob"),
+                                                                     ("cmake", "tree")]
     assert dest.read_bytes() == whl.read_bytes() and installed(ctx) == [whl.name]
     assert step.verify(ctx, out) is None
     json.dumps(out)                                    # outputs go into a JSON done-marker
@@ -194,8 +207,10 @@ def _fault(tmp: Path, kind: str, hist: Histories) -> tuple[Path, bytes | None, d
     if kind == "truncated-tofu":
         whl = vllm_wheel(build)
         return whl, whl.read_bytes()[:2000], {"sha256": None}
-    if kind == "ancestry":
+    if kind == "source-commit":
         return vllm_wheel(build, commit_id=None, version="0.18.0"), None, {}
+    if kind == "retag":
+        return vllm_wheel(build, wheel_tag=f"cp38-abi3-manylinux2014_{platform.machine()}"), None, {}
     raise AssertionError(kind)
 
 
@@ -204,7 +219,8 @@ FAULTS = {"sha256": "[sha256]", "record": "[record] vllm/__init__.py: hash misma
           "metadata-name": "[metadata] METADATA Name", "metadata-version": "[metadata] METADATA Version",
           "torch-pin": "[torch-pin]", "cuda-variant": "[cuda-variant] expected libcudart.so.12",
           "truncated-pinned": "[sha256]", "truncated-tofu": "[zip]",
-          "ancestry": "does not say which commit it was built from"}
+          "source-commit": "does not say which commit it was built from",
+          "retag": "[tags] WHEEL declares tags cp38-abi3-manylinux2014_"}
 
 
 @pytest.mark.parametrize("kind", sorted(FAULTS))
@@ -224,14 +240,25 @@ def test_fault_wheel_fails_naming_the_check_and_installs_nothing(tmp_path: Path,
         assert not list((tmp_path / "cache" / "wheels" / "seen").glob("*.json"))  # and are not "trusted"
 
 
-def test_wheel_from_outside_the_fork_history_is_refused(tmp_path: Path, hist: Histories,
-                                                        server: WheelServer) -> None:
-    whl = vllm_wheel(tmp_path / "build", commit_id="g" + hist.side[:9])
+def test_wheel_whose_kernels_differ_from_the_fork_is_refused(tmp_path: Path, hist: Histories,
+                                                             server: WheelServer) -> None:
+    """The wheel comes from a later upstream main that changed csrc/: the fork lacks those kernels."""
+    whl = vllm_wheel(tmp_path / "build", commit_id="g" + hist.kernel[:9])
     url, sha = serve(server, whl)
     ctx = make_ctx(tmp_path, hist, base_wheel(url, whl, sha))
     with pytest.raises(WheelError) as err:
         WheelStep(policy=POLICY).run(ctx)
-    assert "not an ancestor" in str(err.value) and installed(ctx) == []
+    msg = str(err.value)
+    assert "the precompiled path is wrong for the vllm fork" in msg
+    assert "csrc/attention/paged_attention_v2.cu (changed)" in msg and installed(ctx) == []
+
+
+def test_compiled_sources_come_from_the_recipe(tmp_path: Path, hist: Histories, server: WheelServer) -> None:
+    whl = vllm_wheel(tmp_path / "build", commit_id="g" + hist.kernel[:9])
+    url, sha = serve(server, whl)
+    ctx = make_ctx(tmp_path, hist, base_wheel(url, whl, sha, compiled_sources=("CMakeLists.txt", "cmake")))
+    out = WheelStep(policy=POLICY).run(ctx)
+    assert [p["path"] for p in out["source_equivalence"]["paths"]] == ["CMakeLists.txt", "cmake"]
 
 
 def test_inputs_carry_the_wheel_table_and_lock_and_run_nothing(tmp_path: Path, hist: Histories) -> None:
@@ -240,6 +267,32 @@ def test_inputs_carry_the_wheel_table_and_lock_and_run_nothing(tmp_path: Path, h
     lock = LockedState(path=Path("pylock.toml"), sha256="", commits={}, wheel_sha256="c" * 64, packages={})
     got = WheelStep().inputs(make_ctx(tmp_path, hist, w, locked=lock))
     assert got["locked_sha256"] == "c" * 64 and got["wheel"]["filename"] == "v.whl"
-    assert got["fork"] == {"name": "vllm", "commit": hist.fork, "upstream": str(hist.upstream)}
+    assert got["fork"] == {"name": "vllm", "commit": hist.fork, "upstream": hist.upstream_url}
     # a no-op re-run computes every step's inputs: this one must start no process and write no log
     assert "python_tags" not in got and not (tmp_path / "stack" / "logs").exists()
+
+
+def test_lock_and_receipt_carry_retag_extensions_and_compared_trees(tmp_path: Path, hist: Histories,
+                                                                   server: WheelServer) -> None:
+    import jsonschema
+    import tomli_w
+
+    from installer.steps.lock import wheel_facts_for_lock
+
+    whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
+    url, sha = serve(server, whl)
+    out = WheelStep(policy=POLICY).run(make_ctx(tmp_path, hist, base_wheel(url, whl, sha)))
+    lock = wheel_facts_for_lock(out)
+    arch = platform.machine()
+    assert lock["retag"] == [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}]
+    assert lock["extensions"] == real_facts()["0.18.0"]["extensions"]
+    eq = lock["source-equivalence"]
+    assert (eq["source-commit"], eq["fork-commit"], eq["fetched-upstream"]) == (hist.release, hist.fork, True)
+    assert [p["path"] for p in eq["paths"]] == ["csrc", "CMakeLists.txt", "cmake"] and all(
+        len(p["id"]) == 40 for p in eq["paths"])
+    tomli_w.dumps({"tool": {"october": {"wheel": lock}}})               # TOML-serialisable (no nulls)
+    schema = json.loads((Path(__file__).parent.parent / "receipts" / "setup.schema.json").read_text())
+    jsonschema.validate(out, schema["properties"]["wheel"])             # the receipt embeds the outputs
+    bad = dict(out, source_equivalence={**out["source_equivalence"], "compared_in": "somewhere"})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema["properties"]["wheel"])

@@ -5,6 +5,8 @@ The stack Python's tags come from a real probe of this interpreter through a Run
 
 from __future__ import annotations
 
+import io
+import platform
 import shutil
 import stat
 import sys
@@ -15,10 +17,13 @@ import pytest
 
 from installer.errors import EnvError, WheelError
 from installer.runner import Runner
-from installer.wheels.elf import ElfFormatError, needed_libraries
+from installer.wheels.elf import DynamicScanner, ElfFormatError, exports_symbol, needed_libraries, read_dynamic
+from installer.wheels.extensions import module_of
+from installer.wheels.retag import match_tags
+from installer.wheels.scan import scan_members
 from installer.wheels.tags import PythonFacts, probe_python, supported_tags
 from installer.wheels.verify import CHECKS, WheelExpectation, verify_wheel
-from tests.fixtures.base_wheels import elf_so, host_tag, vllm_wheel
+from tests.fixtures.base_wheels import elf_so, host_tag, real_facts, vllm_wheel
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +115,14 @@ def test_good_wheel_passes_every_check(tmp_path: Path, tags: frozenset[str], fac
     assert report.checks == CHECKS
     assert (report.name, report.version, report.torch_requirement) == ("vllm", "0.18.0", "torch==2.10.0")
     assert report.cuda is not None and report.cuda.cudart_majors == {"12"}
-    assert report.files == 7
+    assert report.files == 13                          # 3 Python files, 7 shared objects, 3 dist-info files
+    # like the real 0.18.0 wheel: WHEEL says linux_<arch>, the file name manylinux; accepted and recorded
+    arch = platform.machine()
+    assert report.wheel_tags == (f"cp38-abi3-linux_{arch}",)
+    assert [r.as_json() for r in report.retag] == [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}]
+    assert [e.module for e in report.extensions] == real_facts()["0.18.0"]["extensions"]
+    assert report.version_info is not None and report.version_info.commit == "bcf2be961"
+    assert report.rereads == 0
 
 
 def test_one_record_hash_wrong(tmp_path: Path, tags: frozenset[str], facts: PythonFacts) -> None:
@@ -294,3 +306,113 @@ def test_weak_record_hash(tmp_path: Path, tags: frozenset[str], facts: PythonFac
     rewrite(whl, replace={record: weak.encode()})
     assert "[record] vllm/__init__.py: expected a sha256 (or stronger) hash in RECORD, found 'md5=AAAA'" in \
         failure(whl, expect_for(whl, tags, facts))
+
+
+# ---------------------------------------------------------------------- retag
+
+
+def test_retag_rules() -> None:
+    """Only linux_<arch> -> manylinux/musllinux of the same interpreter, ABI and arch is accepted."""
+    def check(declared: set[str], names: set[str]) -> tuple[list[tuple[str, str]], bool]:
+        retags, problem = match_tags(frozenset(declared), frozenset(names))
+        return [(r.wheel, r.filename) for r in retags], problem is None
+
+    plain = "cp38-abi3-linux_x86_64"
+    assert check({plain}, {"cp38-abi3-manylinux_2_31_x86_64"}) == ([(plain, "cp38-abi3-manylinux_2_31_x86_64")], True)
+    assert check({plain}, {"cp38-abi3-manylinux2014_x86_64"})[1]
+    assert check({plain}, {"cp38-abi3-musllinux_1_2_x86_64"})[1]
+    assert check({"a-b-c"}, {"a-b-c"}) == ([], True)
+    for declared, names in (
+            ({plain}, {"cp38-abi3-manylinux_2_31_aarch64"}),                    # another arch
+            ({"cp312-cp312-linux_x86_64"}, {"cp38-abi3-manylinux_2_31_x86_64"}),  # another interpreter/ABI
+            ({"cp38-abi3-manylinux_2_17_x86_64"}, {"cp38-abi3-manylinux_2_31_x86_64"}),  # manylinux -> manylinux
+            ({"cp38-abi3-manylinux_2_31_x86_64"}, {plain}),                     # the wrong direction
+            ({plain}, {"cp38-abi3-win_amd64"}), ({plain}, {"cp38-abi3-macosx_11_0_x86_64"}),
+            ({plain, "cp38-abi3-linux_aarch64"}, {"cp38-abi3-manylinux_2_31_x86_64"}),  # one declared unmatched
+            (set(), {"cp38-abi3-manylinux_2_31_x86_64"})):
+        assert check(declared, names) == ([], False), (declared, names)
+
+
+@pytest.mark.parametrize("wheel_tag", ["cp38-abi3-manylinux2014_{arch}", "cp312-cp312-linux_{arch}",
+                                       "cp38-abi3-linux_riscv64", "cp38-abi3-win_amd64"])
+def test_any_other_wheel_tag_still_fails(tmp_path: Path, tags: frozenset[str], facts: PythonFacts,
+                                         wheel_tag: str) -> None:
+    declared = wheel_tag.format(arch=platform.machine())
+    whl = vllm_wheel(tmp_path, wheel_tag=declared)
+    msg = failure(whl, expect_for(whl, tags, facts))
+    assert f"[tags] WHEEL declares tags {declared}, expected the file name's {host_tag()}" in msg
+
+
+# -------------------------------------------------------------- extension modules
+
+
+def test_module_names_follow_cpython_suffixes() -> None:
+    assert module_of("vllm/_C.abi3.so", (3, 12)) == "vllm._C"
+    assert module_of("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", (3, 12)) == "vllm.vllm_flash_attn._vllm_fa2_C"
+    deep = "vllm/third_party/deep_gemm/_C.cpython-{}-x86_64-linux-gnu.so"
+    assert module_of(deep.format(312), (3, 12)) == "vllm.third_party.deep_gemm._C"
+    assert module_of(deep.format(310), (3, 12)) is None and module_of(deep.format("313t"), (3, 13)) is not None
+    assert module_of("vllm.libs/libcudart-1a2b3c4d.so.12", (3, 12)) is None
+    assert module_of("vllm/lib-foo.so", (3, 12)) is None
+
+
+def test_extensions_follow_the_real_wheel_of_each_version(tmp_path: Path, tags: frozenset[str],
+                                                          facts: PythonFacts) -> None:
+    """0.24.0 ships no vllm._C: the list comes from the wheel, and only this Python's deep_gemm build counts."""
+    whl = vllm_wheel(tmp_path, version="0.24.0")
+    report = verify_wheel(whl, expect_for(whl, tags, facts, version="0.24.0", torch="2.11.0", cuda_variant="cu130",
+                                          cudart_major="13", python_version=(3, 12)))
+    modules = [e.module for e in report.extensions]
+    assert "vllm._C" not in modules and "vllm._C_stable_libtorch" in modules
+    assert modules == real_facts()["0.24.0"]["extensions"]
+    deep = [e.path for e in report.extensions if e.module == "vllm.third_party.deep_gemm._C"]
+    assert deep == ["vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
+    other = verify_wheel(whl, expect_for(whl, tags, facts, version="0.24.0", torch="2.11.0", cuda_variant="cu130",
+                                         cudart_major="13", python_version=(3, 11)))
+    assert [e.path for e in other.extensions if "deep_gemm" in e.path] == \
+        ["vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so"]
+
+
+def test_a_shared_library_without_pyinit_is_not_an_extension(tmp_path: Path, tags: frozenset[str],
+                                                            facts: PythonFacts) -> None:
+    lib = elf_so(["libcudart.so.12", "libc.so.6"])                       # exports no PyInit_helper
+    whl = vllm_wheel(tmp_path, extra_record=[("vllm/helper.so", lib)])
+    report = verify_wheel(whl, expect_for(whl, tags, facts))
+    assert "vllm.helper" not in [e.module for e in report.extensions] and "vllm._C" in \
+        [e.module for e in report.extensions]
+
+
+# ------------------------------------------------------------------ one pass
+
+
+def test_forward_scanner_matches_the_seeking_reader() -> None:
+    data = elf_so(["libtorch.so", "libcudart.so.13", "libc.so.6"], exports=["PyInit__C"])
+    for chunk in (1, 7, 64, len(data)):
+        sc = DynamicScanner()
+        for i in range(0, len(data), chunk):
+            sc.feed(data[i:i + chunk])
+        assert sc.finish() == needed_libraries(io.BytesIO(data)) == ["libtorch.so", "libcudart.so.13", "libc.so.6"]
+        assert exports_symbol(sc.strtab, "PyInit__C") and not exports_symbol(sc.strtab, "PyInit__")
+    assert read_dynamic(io.BytesIO(data))[1] == sc.strtab
+    bad = DynamicScanner()
+    bad.feed(b"MZ not an elf file at all")
+    with pytest.raises(ElfFormatError):
+        bad.finish()
+    short = DynamicScanner()
+    short.feed(data[:100])
+    with pytest.raises(ElfFormatError):
+        short.finish()
+
+
+def test_string_table_outside_the_window_is_read_again(tmp_path: Path) -> None:
+    """A string table the scanner did not hold (a 16-byte window) is read again with seeks: same facts."""
+    data = elf_so(["libcudart.so.12"], exports=["PyInit__C"])
+    sc = DynamicScanner(keep=16)
+    sc.feed(data)
+    assert sc.lost
+    whl = vllm_wheel(tmp_path)
+    with zipfile.ZipFile(whl) as zf:
+        normal = scan_members(zf, {})
+        small = scan_members(zf, {}, elf_window=16)
+    assert (normal.rereads, small.rereads) == (0, 7)
+    assert {n: m.elf for n, m in small.members.items()} == {n: m.elf for n, m in normal.members.items()}

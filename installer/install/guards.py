@@ -1,10 +1,13 @@
-"""Post-install guards: torch is still the pinned build, each fork is the editable checkout, ``vllm._C`` imports.
+"""Post-install guards: torch is still the pinned build, each fork is the editable checkout, the wheel's modules import.
 
 The facts are read by ``_probe.py`` run with the stack python through the
 runner; :func:`evaluate` judges them without running anything.  Every problem
-is collected first and raised once as :class:`InstallError`.  ``import vllm._C``
-is attempted only where a CUDA library loads; elsewhere the outcome is recorded
-as ``"not verifiable here: <reason>"``, never as a pass.
+is collected first and raised once as :class:`InstallError`.  The modules imported
+come from the verified base wheel (:func:`import_guard`: its compiled extension
+modules, e.g. ``vllm._C`` on 0.18.0, ``vllm._C_stable_libtorch`` on 0.24.0, that the
+precompiled install placed in the checkout), never from a hard-coded name.  They are
+attempted only where a CUDA library loads; elsewhere the outcome is recorded as
+``"not verifiable here: <reason>"``, never as a pass.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from installer.errors import InstallError
 from installer.runner import Runner
+from installer.wheels.extensions import extensions_from_record
 
 PROBE = Path(__file__).resolve().parent / "_probe.py"
 MARK = "OCTOBER_PROBE "
@@ -127,6 +131,43 @@ def _check_fork(package: str, src: Path, facts: Mapping[str, Any]) -> list[_Prob
         problems.append(_Problem(f"import {package}", f"`import {package}` to load from {src}",
                                  f"it resolves to {where}", fix))
     return problems
+
+
+def import_guard(wheel: Mapping[str, Any], checkouts: Mapping[str, Path]) -> tuple[str, ...]:
+    """The modules to import after a precompiled install, derived from what the verified wheel ships.
+
+    ``wheel`` is the wheel step's outputs: ``extensions`` lists the compiled extension
+    modules from the wheel's RECORD (with ``PyInit_<name>`` in their ELF); outputs from
+    before that field existed fall back to RECORD's file names.  A module counts when the
+    precompiled install placed its file in the fork checkout (``checkouts``: top package ->
+    checkout), since the fork's ``setup.py`` decides which files it copies out of the wheel.
+    None placed at all means the precompiled install took nothing from the wheel: that fails.
+    """
+    listed = wheel.get("extensions")
+    if not isinstance(listed, list):
+        path = Path(str(wheel.get("path", "")))
+        listed = [e.as_json() for e in extensions_from_record(path)] if path.is_file() else []
+    placed: list[str] = []
+    shipped: list[str] = []
+    for ext in listed:
+        module, rel = str(ext.get("module", "")), str(ext.get("path", ""))
+        checkout = checkouts.get(module.split(".", 1)[0])
+        if checkout is None or not module:
+            continue
+        shipped.append(rel)
+        if (checkout / rel).is_file() and module not in placed:
+            placed.append(module)
+    if not placed:
+        where = ", ".join(str(p) for p in checkouts.values()) or "no checkout"
+        raise InstallError(
+            "the precompiled install placed none of the base wheel's compiled extension modules in the fork",
+            expected=("one or more of " + ", ".join(shipped[:6]) + (" ..." if len(shipped) > 6 else "")
+                      if shipped else "the base wheel to ship compiled extension modules (RECORD, PyInit_*)")
+                     + f" under {where}",
+            found="none of them" if shipped else "a wheel with no extension module",
+            fix="check that the fork's setup.py honours VLLM_USE_PRECOMPILED / VLLM_PRECOMPILED_WHEEL_LOCATION "
+                "(see logs/install.log), and that [wheel] in the recipe is a compiled vLLM wheel")
+    return tuple(placed)
 
 
 def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str, str], list[_Problem]]:

@@ -5,8 +5,8 @@ vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
 just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
 computed here (see :mod:`installer.install.upstream`).  FlashInfer (mode
 ``flashinfer``): editable, ``--no-deps``, installed last.  Afterwards the guards
-check torch, each fork's ``direct_url.json`` and import location, and
-``import vllm._C`` where CUDA libraries exist.
+check torch, each fork's ``direct_url.json`` and import location, and import
+the base wheel's compiled extension modules where CUDA libraries exist.
 
 Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 ``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlparse
 
 from installer.errors import CommandFailed, InstallError
 from installer.hashing import sha256_file
-from installer.install.guards import GuardSpec, run_guards
+from installer.install.guards import GuardSpec, import_guard, run_guards
 from installer.install.plan import ForkSource, InstallPlan, fork_sources, make_plan
 from installer.install.upstream import BaseCommit, upstream_base
 from installer.pipeline import StepContext
@@ -38,8 +38,8 @@ class InstallStep:
     name: ClassVar[str] = "install"
 
     def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
-        # Which libraries count as "CUDA exists" for `import vllm._C`; tests point it at a library
-        # that exists on a CPU-only machine.
+        # Which libraries count as "CUDA exists" for importing the wheel's extension modules; tests
+        # point it at a library that exists on a CPU-only machine.
         self.cuda_libs = cuda_libs
 
     # ------------------------------------------------------------------ inputs
@@ -132,7 +132,8 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
-        imports = ("vllm._C",) if any(f.use.mode == PRECOMPILED for f in forks) else ()
+        imports = import_guard(ctx.output("wheel"), {f.use.name: f.path for f in forks}) \
+            if any(f.use.mode == PRECOMPILED for f in forks) else ()
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}
         return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,

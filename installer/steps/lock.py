@@ -78,6 +78,26 @@ def _uv_version(ctx: StepContext) -> str:
     return out.split()[1] if len(out.split()) > 1 else out
 
 
+def wheel_facts_for_lock(outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The base wheel's verified facts for ``[tool.october.wheel]``: WHEEL's tags and an accepted
+    retag, its extension modules, and the compiled-source trees compared with the fork's
+    (TOML has no null: absent values are left out)."""
+    out: dict[str, Any] = {}
+    if outputs.get("wheel_tags"):
+        out["wheel-tags"] = list(outputs["wheel_tags"])
+    if outputs.get("retag"):
+        out["retag"] = [dict(r) for r in outputs["retag"]]
+    if outputs.get("extensions"):
+        out["extensions"] = [e["module"] for e in outputs["extensions"]]
+    eq = outputs.get("source_equivalence")
+    if eq:
+        out["source-equivalence"] = {
+            "source-commit": eq["source_commit"], "fork-commit": eq["fork_commit"],
+            "compared-in": eq["compared_in"], "fetched-upstream": bool(eq["fetched_upstream"]),
+            "paths": [{k: v for k, v in p.items() if v is not None} for p in eq["paths"]]}
+    return out
+
+
 class LockStep:
     name: ClassVar[str] = "lock"
 
@@ -108,6 +128,7 @@ class LockStep:
         if wheel is not None and "sha256" in wheel.outputs:
             tool["wheel"] = {k: wheel.outputs[k] for k in ("filename", "url", "sha256", "trust", "source_commit")
                              if wheel.outputs.get(k) is not None}
+            tool["wheel"].update(wheel_facts_for_lock(wheel.outputs))
         install = ctx.done.get("install")
         if install is not None and install.outputs.get("vllm_base_commit"):
             tool["forks"].setdefault("vllm", {})["upstream-base"] = install.outputs["vllm_base_commit"]

@@ -2,13 +2,20 @@
 
 Order: decide which sha256 to trust (recipe > lock under ``--locked`` > trust on
 first use), probe the stack Python's tags, download into the shared cache,
-verify every check (:mod:`installer.wheels.verify`), read the wheel's source
-commit and prove it is an ancestor of the vLLM fork commit, and only then
+verify every check in one read of the wheel (:mod:`installer.wheels.verify`),
+take the wheel's source commit from its ``vllm/_version.py`` and prove that the
+compiled sources (``[wheel].compiled_sources``) are the same at that commit and
+at the vLLM fork commit (:mod:`installer.wheels.equivalence`), and only then
 hard-link (or copy) the file into ``STACK/wheels``.  Any failure leaves
 ``STACK/wheels`` without a wheel.
 
 Outputs: ``{"path", "filename", "url" (redacted), "sha256", "size",
-"trust": "pinned"|"locked"|"tofu", "source_commit", "checks": [...]}``, or
+"trust": "pinned"|"locked"|"tofu", "source_commit", "checks": [...],
+"wheel_tags": [...] (WHEEL's Tag lines), "retag": [{"wheel", "filename"}] (an
+accepted linux -> manylinux retag), "extensions": [{"module", "path"}] (the compiled
+extension modules the stack Python loads; the install step's import guard),
+"source_equivalence": {"source_commit", "fork_commit", "compared_in",
+"fetched_upstream", "paths": [{"path", "type", "id"}]} or None}``, or
 ``{"skipped": "recipe has no [wheel]"}``.
 """
 
@@ -25,11 +32,11 @@ from installer.hashing import sha256_file
 from installer.pipeline import JSON, LockedState, StepContext
 from installer.recipe import BaseWheel, ForkUse, Recipe
 from installer.redact import redact_url
-from installer.wheels.ancestry import check_ancestry
 from installer.wheels.download import DownloadPolicy, download_wheel, seen_path
+from installer.wheels.equivalence import check_source_equivalence
 from installer.wheels.tags import PythonFacts, probe_python, supported_tags
 from installer.wheels.verify import WheelExpectation, verify_wheel
-from installer.wheels.version_info import read_version_info
+from installer.wheels.version_info import VERSION_FILE
 
 SKIPPED = "recipe has no [wheel]"
 PRECOMPILED = "vllm-precompiled"
@@ -71,7 +78,7 @@ def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExp
         filename=w.filename, name=w.name, version=w.version, supported_tags=frozenset(tags),
         marker_env=dict(facts.markers), torch=(w.requires_torch or recipe.torch.version).lstrip("="),
         cuda_variant=w.cuda_variant or (recipe.cuda.variant if recipe.cuda else None),
-        cudart_major=w.cudart_major)
+        cudart_major=w.cudart_major, python_version=facts.version)
 
 
 def _progress(ctx: StepContext, filename: str) -> Callable[[int, int | None], None]:
@@ -165,29 +172,40 @@ class WheelStep:
                 seen_path(ctx.options.cache_dir, w.url).unlink(missing_ok=True)  # nor count as trusted
             raise
         checks += report.checks
-        info = read_version_info(got.path)
-        source_commit = info.commit
+        info = report.version_info
+        source_commit = info.commit if info else None
+        equivalence = None
         fork = precompiled_fork(ctx.recipe)
         if fork is not None:
-            if info.commit is None:
+            if info is None or info.commit is None:
                 raise WheelError(f"the base wheel {w.filename} does not say which commit it was built from",
-                                 expected="__commit_id__ (or a +g<hash> version) in vllm/_version.py",
-                                 found=f"version {info.version!r} and no commit id",
-                                 fix=f"use a vLLM release wheel built by vLLM's setup.py, so its ancestry "
-                                     f"against the {fork.name} fork can be checked")
+                                 expected=f"__commit_id__ (or a +g<hash> version) in {VERSION_FILE}",
+                                 found=f"no {VERSION_FILE}" if info is None else
+                                       f"version {info.version!r} and no commit id",
+                                 fix="use a vLLM release wheel built by vLLM's setup.py (PyPI or wheels.vllm.ai), "
+                                     f"so its compiled sources can be compared with the {fork.name} fork's")
             rec = ctx.output("fetch").get("forks", {}).get(fork.name, {})
             clone = Path(str(rec.get("path") or ctx.paths.fork(fork.name)))
             fork_commit = str(rec.get("commit") or fork.pin.commit)
-            result = check_ancestry(ctx.runner, clone, info.commit, fork_commit, upstream=fork.upstream,
-                                    fork_name=fork.name, step=self.name)
-            source_commit = result.source_commit
-            checks += ["source-commit", "ancestry"]
+            equivalence = check_source_equivalence(
+                ctx.runner, clone, info.commit, fork_commit, paths=w.compiled_sources, upstream=fork.upstream,
+                cache_dir=ctx.options.cache_dir, fork_url=fork.fetch_url, wheel_version=w.version,
+                fork_name=fork.name, step=self.name)
+            source_commit = equivalence.source_commit
+            checks += ["source-commit", "source-equivalence"]
+            ctx.ui.detail(f"compiled sources ({', '.join(w.compiled_sources)}) equal at wheel commit "
+                          f"{equivalence.source_commit[:12]} and fork commit {equivalence.fork_commit[:12]}")
+        for r in report.retag:
+            ctx.ui.detail(f"accepted retag: WHEEL says {r.wheel}, the file name {r.filename}")
         dest = ctx.paths.wheels / w.filename
         place(got.path, dest, got.sha256)
         ctx.ui.detail(f"verified {w.filename}: {', '.join(checks)}")
         return {"path": str(dest), "filename": w.filename, "url": redact_url(w.url), "sha256": got.sha256,
                 "size": got.size, "mtime_ns": dest.stat().st_mtime_ns, "trust": trust,
-                "source_commit": source_commit, "checks": checks}
+                "source_commit": source_commit, "checks": checks, "wheel_tags": list(report.wheel_tags),
+                "retag": [r.as_json() for r in report.retag],
+                "extensions": [e.as_json() for e in report.extensions],
+                "source_equivalence": equivalence.as_json() if equivalence is not None else None}
 
     # ------------------------------------------------------------------ verify
 

@@ -1,19 +1,22 @@
-"""The vLLM base (precompiled) wheel: download, verification, source commit, ancestry.
+"""The vLLM base (precompiled) wheel: download, verification, source commit, source equivalence.
 
 ``download``      httpx download into a content-addressed cache, resumable, hashed while streaming
+``scan``          one pass over the members: RECORD hashes, ELF scan and kept files from one read
 ``verify``        every check on the wheel file, all problems reported at once
+``retag``         WHEEL's tags against the file name's (vLLM's linux -> manylinux retag accepted, recorded)
+``extensions``    the compiled extension modules the wheel ships (RECORD + ``PyInit_<name>``)
 ``tags``          the stack Python's supported wheel tags (probed through the Runner)
-``elf``           DT_NEEDED of the wheel's extensions (for the CUDA-variant check)
+``elf``           DT_NEEDED and the dynamic string table of the wheel's shared objects
 ``version_info``  the source commit from ``vllm/_version.py`` (parsed, never imported)
-``ancestry``      the source commit must be an ancestor of the fork commit (git via the Runner)
+``equivalence``   the compiled sources at the wheel's commit equal the fork's (git via the Runner)
 
 The ``wheel`` step (:mod:`installer.steps.wheel`) strings these together.
 """
 
-from installer.wheels.ancestry import Ancestry, check_ancestry
 from installer.wheels.download import Downloaded, DownloadPolicy, download_wheel
+from installer.wheels.equivalence import SourceEquivalence, check_source_equivalence
 from installer.wheels.verify import WheelExpectation, WheelReport, verify_wheel
 from installer.wheels.version_info import VersionInfo, read_version_info
 
-__all__ = ["Ancestry", "check_ancestry", "Downloaded", "DownloadPolicy", "download_wheel",
+__all__ = ["SourceEquivalence", "check_source_equivalence", "Downloaded", "DownloadPolicy", "download_wheel",
            "WheelExpectation", "WheelReport", "verify_wheel", "VersionInfo", "read_version_info"]

@@ -5,7 +5,9 @@
 
 ``zip``           the file is a readable zip archive
 ``filename``      the name parses as a wheel name and matches the recipe
-``tags``          a filename tag is supported by the stack Python; WHEEL's tags agree
+``tags``          a filename tag is supported by the stack Python; WHEEL's tags agree, or
+                  differ only by a recorded retag from ``linux_<arch>`` to a
+                  ``manylinux``/``musllinux`` tag of the same interpreter, ABI and arch
 ``metadata``      one ``.dist-info``; METADATA name and version as the recipe says
 ``torch-pin``     ``Requires-Dist`` pins torch to the recipe's torch (public version)
 ``record``        every file is in RECORD with a matching hash and size, and vice versa
@@ -13,14 +15,15 @@
 ``cuda-variant``  the wheel's CUDA build matches the recipe (see :func:`wheel_cuda_facts`)
 
 The function reads the wheel and nothing else: the stack's supported tags and
-marker environment come in with the :class:`WheelExpectation`.
+marker environment come in with the :class:`WheelExpectation`.  Every member is
+decompressed once (:mod:`installer.wheels.scan`): that one read serves the RECORD
+hashes, the ELF scan of the shared objects (CUDA variant, extension modules) and
+``vllm/_version.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import re
 import stat
@@ -35,14 +38,15 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from installer.errors import WheelError
-from installer.hashing import CHUNK
-from installer.wheels.elf import ElfFormatError, needed_libraries
+from installer.wheels.extensions import Extension, extension_modules
+from installer.wheels.retag import Retag, match_tags
+from installer.wheels.scan import WheelScan, scan_members
+from installer.wheels.version_info import VERSION_FILE, VersionInfo, parse_version_file
 
 CHECKS = ("zip", "filename", "tags", "metadata", "torch-pin", "record", "paths", "cuda-variant")
 RECORD_HASHES = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b")
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 MAX_LISTED = 12
-_SO_NAME = re.compile(r"\.so(\.\d+)*$")
 # "libcudart.so.12", or an auditwheel-style bundled copy "libcudart-1a2b3c4d.so.12"
 _CUDART = re.compile(r"^libcudart(?:-[0-9a-f]+)?\.so\.(\d+)(?:\.|$)")
 _CU_LOCAL = re.compile(r"^cu(\d+)$")
@@ -58,6 +62,7 @@ class WheelExpectation:
     torch: str | None = None                      # torch version the wheel must pin ("2.10.0+cu128" ok)
     cuda_variant: str | None = None               # "cu129"
     cudart_major: str | None = None               # "12"; derived from cuda_variant when None
+    python_version: tuple[int, int] | None = None # the stack Python, for which extension files it loads
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ class WheelReport:
     cuda: CudaFacts | None
     files: int
     checks: tuple[str, ...]                       # the checks that ran and passed
+    wheel_tags: tuple[str, ...] = ()              # the Tag lines of WHEEL
+    retag: tuple[Retag, ...] = ()                 # accepted linux -> manylinux/musllinux retags
+    extensions: tuple[Extension, ...] = ()        # compiled extension modules the stack Python loads
+    version_info: VersionInfo | None = None       # vllm/_version.py, parsed (None when absent)
+    rereads: int = 0                              # shared objects read twice by the ELF scan
 
 
 @dataclass
@@ -111,7 +121,7 @@ def expected_cudart_major(expect: WheelExpectation) -> str | None:
     return m.group(1)[:-1] if m and len(m.group(1)) >= 3 else None   # cu129 -> "12", cu130 -> "13"
 
 
-def wheel_cuda_facts(zf: zipfile.ZipFile, metadata_version: str | None) -> CudaFacts:
+def wheel_cuda_facts(scan: WheelScan, metadata_version: str | None) -> CudaFacts:
     """What a vLLM wheel tells about the CUDA it was built for.
 
     This is the one place that encodes that assumption.  A vLLM CUDA wheel shows
@@ -121,9 +131,10 @@ def wheel_cuda_facts(zf: zipfile.ZipFile, metadata_version: str | None) -> CudaF
       when the build's CUDA differs from ``VLLM_MAIN_CUDA_VERSION`` (wheels on the
       GitHub release / wheels.vllm.ai, e.g. ``0.18.0+cu130``); the PyPI wheel is
       the main-CUDA build and carries no local segment;
-    * the ``DT_NEEDED`` entries of its compiled extensions (``vllm/_C.abi3.so``,
-      ``_moe_C.abi3.so``, the flash-attention modules, ...): CUDA 12 builds need
-      ``libcudart.so.12``, CUDA 13 builds ``libcudart.so.13``.
+    * the ``DT_NEEDED`` entries of its compiled extensions (``vllm/_C.abi3.so`` on
+      0.18.0, ``vllm/_C_stable_libtorch.abi3.so`` on 0.24.0, ``_moe_C``, the
+      flash-attention modules, ...): CUDA 12 builds need ``libcudart.so.12``, CUDA 13
+      builds ``libcudart.so.13``.
 
     So the local segment (when present) gives the exact variant and the ELF
     entries give the CUDA runtime major; a wheel showing neither fails closed.
@@ -139,18 +150,13 @@ def wheel_cuda_facts(zf: zipfile.ZipFile, metadata_version: str | None) -> CudaF
                 local_variant = part
     cudart: dict[str, tuple[str, ...]] = {}
     unreadable: dict[str, str] = {}
-    for info in zf.infolist():
-        if info.is_dir() or not _SO_NAME.search(info.filename):
-            continue
-        try:
-            with zf.open(info) as fh:
-                libs = needed_libraries(fh)  # type: ignore[arg-type]
-        except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
-            unreadable[info.filename] = str(exc) or type(exc).__name__
-            continue
-        found = tuple(lib for lib in libs if _CUDART.match(lib))
-        if found:
-            cudart[info.filename] = found
+    for name, member in scan.members.items():
+        if member.elf_error is not None:
+            unreadable[name] = member.elf_error
+        elif member.elf is not None:
+            found = tuple(lib for lib in member.elf.needed if _CUDART.match(lib))
+            if found:
+                cudart[name] = found
     return CudaFacts(local_variant, cudart, unreadable)
 
 
@@ -227,16 +233,19 @@ def _read(zf: zipfile.ZipFile, name: str) -> bytes | None:
 
 
 def _check_wheel_file(zf: zipfile.ZipFile, info_dir: str, file_tags: frozenset[str],
-                      problems: _Problems) -> None:
+                      problems: _Problems) -> tuple[tuple[str, ...], tuple[Retag, ...]]:
     raw = _read(zf, f"{info_dir}/WHEEL")
     if raw is None:
         problems.add("metadata", f"expected {info_dir}/WHEEL, found no such file")
-        return
+        return (), ()
     msg = BytesParser().parsebytes(raw)
-    declared = frozenset(msg.get_all("Tag") or [])
-    if file_tags and declared != file_tags:
-        problems.add("tags", f"WHEEL declares tags {', '.join(sorted(declared)) or 'none'}, "
-                             f"expected the file name's {', '.join(sorted(file_tags))}")
+    declared = frozenset(str(t).strip() for t in (msg.get_all("Tag") or []))
+    if not file_tags:
+        return tuple(sorted(declared)), ()
+    retags, problem = match_tags(declared, file_tags)
+    if problem is not None:
+        problems.add("tags", problem)
+    return tuple(sorted(declared)), retags
 
 
 def _check_metadata(zf: zipfile.ZipFile, info_dir: str, expect: WheelExpectation,
@@ -302,12 +311,13 @@ def _record_digest(data_hash: str) -> tuple[str, str] | None:
     return (algo, digest) if sep and digest else None
 
 
-def _check_record(zf: zipfile.ZipFile, info_dir: str, problems: _Problems) -> int:
+def _record_rows(zf: zipfile.ZipFile, info_dir: str, problems: _Problems
+                 ) -> tuple[dict[str, tuple[str, str]] | None, list[str]]:
     record_name = f"{info_dir}/RECORD"
     raw = _read(zf, record_name)
     if raw is None:
         problems.add("record", f"expected {record_name}, found no such file")
-        return 0
+        return None, []
     rows: dict[str, tuple[str, str]] = {}
     bad: list[str] = []
     for row in csv.reader(io.StringIO(raw.decode("utf-8", errors="replace"))):
@@ -320,6 +330,22 @@ def _check_record(zf: zipfile.ZipFile, info_dir: str, problems: _Problems) -> in
         if path in rows:
             bad.append(f"RECORD lists {path} twice")
         rows[path] = (digest, recorded_size)
+    return rows, bad
+
+
+def _algorithms(rows: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """member -> the hash RECORD names for it, where that hash is one we accept."""
+    out: dict[str, str] = {}
+    for path, (digest_field, _size) in rows.items():
+        parsed = _record_digest(digest_field)
+        if parsed is not None and parsed[0] in RECORD_HASHES:
+            out[path] = parsed[0]
+    return out
+
+
+def _check_record(zf: zipfile.ZipFile, info_dir: str, rows: Mapping[str, tuple[str, str]], bad: list[str],
+                  scan: WheelScan, problems: _Problems) -> int:
+    record_name = f"{info_dir}/RECORD"
     signatures = {f"{info_dir}/{s}" for s in SIGNATURES}
     seen: set[str] = set()
     files = 0
@@ -343,21 +369,15 @@ def _check_record(zf: zipfile.ZipFile, info_dir: str, problems: _Problems) -> in
             bad.append(f"{name}: expected a sha256 (or stronger) hash in RECORD, found {digest_field!r}")
             continue
         algo, want = parsed
-        h = hashlib.new(algo)
-        size = 0
-        try:
-            with zf.open(info) as fh:
-                while chunk := fh.read(CHUNK):
-                    h.update(chunk)
-                    size += len(chunk)
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            bad.append(f"{name} cannot be read from the zip ({exc})")
+        member = scan.members.get(name)
+        if member is None or member.error is not None or member.digest is None:
+            why = member.error if member is not None else "not read"
+            bad.append(f"{name} cannot be read from the zip ({why})")
             continue
-        got = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
-        if got != want.rstrip("="):
-            bad.append(f"{name}: hash mismatch, expected {algo}={want} (RECORD), found {algo}={got}")
-        if size_field and size_field != str(size):
-            bad.append(f"{name}: size mismatch, expected {size_field} bytes (RECORD), found {size}")
+        if member.digest != want.rstrip("="):
+            bad.append(f"{name}: hash mismatch, expected {algo}={want} (RECORD), found {algo}={member.digest}")
+        if size_field and size_field != str(member.size):
+            bad.append(f"{name}: size mismatch, expected {size_field} bytes (RECORD), found {member.size}")
     for path in sorted(set(rows) - seen):
         bad.append(f"RECORD lists {path}, which is not in the wheel")
     problems.add_many("record", bad)
@@ -399,6 +419,11 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
     torch_req: str | None = None
     cuda: CudaFacts | None = None
     files = 0
+    wheel_tags: tuple[str, ...] = ()
+    retag: tuple[Retag, ...] = ()
+    extensions: tuple[Extension, ...] = ()
+    info: VersionInfo | None = None
+    rereads = 0
     ran = {"filename", "tags"}
     try:
         zf = zipfile.ZipFile(path)
@@ -410,20 +435,33 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
         ran |= {"zip", "metadata", "record", "paths"}
         with zf:
             info_dir = _dist_info(zf, problems)
+            rows: dict[str, tuple[str, str]] | None = None
+            bad: list[str] = []
             if info_dir is not None:
-                _check_wheel_file(zf, info_dir, file_tags, problems)
+                wheel_tags, retag = _check_wheel_file(zf, info_dir, file_tags, problems)
                 meta = _check_metadata(zf, info_dir, expect, problems)
                 if meta is not None:
                     name, version, requires = meta
                     if expect.torch is not None:
                         ran.add("torch-pin")
                         torch_req = _check_torch(requires, expect, problems)
-                files = _check_record(zf, info_dir, problems)
+                rows, bad = _record_rows(zf, info_dir, problems)
+            # the one pass: RECORD hashes, the ELF scan and vllm/_version.py from a single read of each member
+            scan = scan_members(zf, _algorithms(rows or {}), keep=(VERSION_FILE,))
+            rereads = scan.rereads
+            if info_dir is not None and rows is not None:
+                files = _check_record(zf, info_dir, rows, bad, scan, problems)
             _check_paths(zf, _read(zf, f"{info_dir}/RECORD") if info_dir else None, problems)
             if expect.cuda_variant or expect.cudart_major:
                 ran.add("cuda-variant")
-                cuda = wheel_cuda_facts(zf, version or None)
+                cuda = wheel_cuda_facts(scan, version or None)
                 _check_cuda(cuda, expect, problems)
+            extensions = extension_modules(scan, set(rows or {}), expect.python_version)
+            if VERSION_FILE in scan.kept:
+                try:
+                    info = parse_version_file(scan.kept[VERSION_FILE].decode("utf-8", errors="replace"))
+                except WheelError as exc:
+                    problems.add("metadata", f"{exc.what}: expected {exc.expected}, found {exc.found}")
     if problems.items:
         failed = sorted({c for c, _ in problems.items}, key=CHECKS.index)
         lines = "\n".join(f"  - [{c}] {t}" for c, t in problems.items)
@@ -432,4 +470,6 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
             fix="nothing was installed; point [wheel] in the recipe at the right release wheel "
                 "(url, filename, version, sha256) for this stack, then re-run")
     passed = tuple(c for c in CHECKS if c in ran)
-    return WheelReport(path.name, name, version, tuple(sorted(file_tags)), torch_req, cuda, files, passed)
+    return WheelReport(path.name, name, version, tuple(sorted(file_tags)), torch_req, cuda, files, passed,
+                       wheel_tags=wheel_tags, retag=retag, extensions=extensions, version_info=info,
+                       rereads=rereads)
