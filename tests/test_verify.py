@@ -219,7 +219,7 @@ def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     assert data["environment"]["HF_ENDPOINT"] == "https://***@hub.example.invalid"
     assert data["recipe"]["name"] == "current" and len(data["recipe"]["sha256"]) == 64
     assert data["october"]["version"] == "0.1.0"
-    assert f"lock sha256:" in text and forks["vllm"]["head"] in text and f"torch:" in text
+    assert "lock sha256:" in text and forks["vllm"]["head"] in text and "torch:" in text
     assert "gpu" in text and "nvcc:" in text
 
 
