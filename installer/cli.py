@@ -1,4 +1,5 @@
-"""Command line: ``october_setup`` and ``current`` (doctor, verify, env, recipes, download, smoke).
+"""Command line: ``october_setup`` (and ``october_setup kit``) and ``current`` (doctor, verify, env,
+recipes, download, smoke).
 
 Thin on purpose: parse options into a frozen options object, call one function,
 turn an :class:`OctoberError` into a message and its exit code.
@@ -14,10 +15,12 @@ from __future__ import annotations
 import enum
 import importlib
 import json
+import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 
@@ -102,12 +105,16 @@ def october_setup(
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
                                              help="Lock for --locked (default: locks/<recipe>.pylock.toml, "
                                                   "else STACK/pylock.toml)."),
+    kit: Optional[Path] = typer.Option(None, "--kit", metavar="DIR",
+                                       help="Install offline from a kit made by `october_setup kit` "
+                                            "(no other network access)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version_callback("october_setup"),
                                  help="Show the tool's version (and git commit in a checkout) and exit."),
 ) -> None:
-    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped."""
+    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
+    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`.)"""
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
 
     def go() -> None:
@@ -116,16 +123,82 @@ def october_setup(
         from installer.setup import resolve_locked, run_setup
 
         rec = load_recipe(recipe)
-        opts = SetupOptions(stack=stack.resolve(), recipe=rec, cache_dir=(cache_dir or default_cache_dir()).resolve(),
-                            allow_dirty=allow_dirty, skip_preflight=_skips(skip_preflight),
-                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet, verbose=verbose)
-        result = run_setup(opts, ui, echo_commands=verbose)
+        cache = (cache_dir or default_cache_dir()).resolve()
+        used_kit = None
+        if kit is not None:
+            from installer.kit.use import kit_recipe, open_kit, seed_cache
+
+            used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
+            seed_cache(used_kit, rec, cache)
+            ui.info(f"offline: installing from the kit {used_kit.root}")
+        opts = SetupOptions(stack=stack.resolve(), recipe=kit_recipe(rec, used_kit) if used_kit else rec,
+                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=_skips(skip_preflight),
+                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet,
+                            verbose=verbose, kit=used_kit)
+        with offline_env(used_kit.git_config() if used_kit else None):
+            result = run_setup(opts, ui, echo_commands=verbose)
         ran = sum(1 for r in result.records if r.status == "ran")
         if not quiet:
             print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
                   "already done)")
             print(f"  lock:    {result.paths.pylock}")
             print(f"  receipt: {result.paths.setup_receipt}")
+
+    guarded(go, ui)
+
+
+@contextmanager
+def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
+    """For a kit install: every child git reads the kit's URLs from the kit and may use only local
+    files; uv runs offline.  Restored afterwards (the CLI may run in-process in tests)."""
+    if git_config is None:
+        yield
+        return
+    extra = {**git_config, "UV_OFFLINE": "1"}
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+kit_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                      pretty_exceptions_enable=False,
+                      help="Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
+
+
+@kit_app.command()
+def make_kit_cmd(
+    out: Path = typer.Argument(..., metavar="DIR", help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
+    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock whose wheels go into the kit (default: "
+                                                  "locks/<recipe>.pylock.toml, else uv pip compile)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+) -> None:
+    """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> None:
+        from installer.kit.make import KitOptions, make_kit
+        from installer.recipe import load_recipe
+
+        opts = KitOptions(recipe=load_recipe(recipe), out=out.resolve(),
+                          cache_dir=(cache_dir or default_cache_dir()).resolve(),
+                          lock=lock_file.resolve() if lock_file else None)
+        manifest = make_kit(opts, say=ui.detail)
+        if not quiet:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
+                  f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
+            print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
 
     guarded(go, ui)
 
@@ -334,8 +407,12 @@ def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
 
 
 def setup_main(argv: list[str] | None = None) -> int:
-    """Console script ``october_setup`` (and ``python -m installer.october_setup``)."""
-    return _main(setup_app, "october_setup", argv)
+    """Console script ``october_setup`` (and ``python -m installer.october_setup``):
+    ``october_setup kit ...`` writes a kit; anything else provisions a stack."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["kit"]:
+        return _main(kit_app, "october_setup kit", args[1:])
+    return _main(setup_app, "october_setup", args)
 
 
 def current_main(argv: list[str] | None = None) -> int:

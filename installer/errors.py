@@ -265,3 +265,10 @@ def as_disk_full(exc: BaseException) -> DiskFullError | None:
     if isinstance(exc, OctoberError) and says_disk_full(exc.message):
         return DiskFullError.from_error(exc)
     return None
+
+
+class KitError(OctoberError):
+    """An offline kit cannot be made, or cannot be used: missing, tampered, or for another recipe."""
+
+    exit_code = 20
+    title = "kit error"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from installer import __version__
 from installer.atomic import write_json_atomic
@@ -24,6 +24,9 @@ from installer.hashing import fingerprint
 from installer.paths import StackPaths
 from installer.recipe import Recipe
 from installer.runner import Runner
+
+if TYPE_CHECKING:
+    from installer.kit.use import Kit
 
 MARKER_FORMAT = 1
 JSON = Any
@@ -51,6 +54,7 @@ class SetupOptions:
     locked: LockedState | None = None
     quiet: bool = False
     verbose: bool = False
+    kit: "Kit | None" = None    # --kit: git objects come from this offline kit only (installer.kit.use)
 
 
 class Reporter(Protocol):

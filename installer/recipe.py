@@ -69,6 +69,18 @@ class ForkUse:
     deps: bool = True
     build_isolation: bool = True
     submodules: bool = True
+    # Which submodules (paths relative to the fork, top level) are fetched; None: all of them.
+    # ``submodules = ["3rdparty/cccl"]`` in the recipe's fork entry; each selected one brings its own
+    # nested submodules.
+    submodule_paths: tuple[str, ...] | None = None
+
+    def wants_submodule(self, path: str) -> bool:
+        """Whether the submodule at ``path`` (relative to the fork) is fetched."""
+        if not self.submodules:
+            return False
+        if self.submodule_paths is None:
+            return True
+        return any(path == p or path.startswith(p + "/") for p in self.submodule_paths)
 
     @property
     def fetch_url(self) -> str:
@@ -334,7 +346,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         uses.append(ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
                             mode=mode, deps=ft.get("deps", bool, required=False, default=True),
                             build_isolation=ft.get("build_isolation", bool, required=False, default=True),
-                            submodules=ft.get("submodules", bool, required=False, default=True)))
+                            **_submodule_selection(ft)))
         ft.done()
     names = [u.name for u in uses]
     if len(set(names)) != len(names):
@@ -491,6 +503,26 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                   python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
                   forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
                   models=models, smoke=smoke, raw=raw, jit_builder=jit_builder)
+
+
+def _submodule_selection(ft: Table) -> dict[str, Any]:
+    """``submodules = true|false`` (all or none) or a list of submodule paths (only those)."""
+    value = ft.get("submodules", (bool, list), required=False, default=True,
+                   what="true, false, or a list of submodule paths such as [\"3rdparty/cccl\"]")
+    if isinstance(value, bool):
+        return {"submodules": value}
+    paths = ft.str_list("submodules")
+    cleaned = []
+    for i, p in enumerate(paths):
+        norm = p.strip().strip("/")
+        if not norm or norm.startswith("..") or "/../" in f"/{norm}/" or p.startswith("/"):
+            raise RecipeError(ft.file, f"{ft._k('submodules')}[{i}]",
+                              expected="a submodule path relative to the fork, e.g. \"3rdparty/cccl\"",
+                              found=repr(p))
+        cleaned.append(norm)
+    if len(set(cleaned)) != len(cleaned):
+        raise ft.err("submodules", "each submodule path at most once", paths)
+    return {"submodules": bool(cleaned), "submodule_paths": tuple(cleaned)}
 
 
 def _local_or_url(recipe_path: Path, value: str) -> str:

@@ -28,12 +28,14 @@ def _head(path: Path) -> str:
 
 
 def test_submodule_moved_off_its_recorded_commit_is_caught(tmp_path: Path) -> None:
-    s_url, s_ids, _, sub_ids = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=3, sub_at=2)
+    s_url, s_ids, sub_url, sub_ids = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=3, sub_at=2)
     recipe = make_recipe([fork_use("beta", s_url, s_ids[-1])])
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     [rec] = run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
     sub = stack / "src" / "beta" / "third_party" / "sub"
     with git.Repo(sub) as repo:
+        # the submodule was fetched shallow (its recorded commit only): bring an older one by hand
+        repo.git.fetch("--quiet", "--unshallow", str(bare_path(sub_url)), "+refs/heads/*:refs/remotes/full/*")
         repo.git.checkout("--detach", sub_ids[0])
     out = rec.outputs["forks"]["beta"]
     assert check_clone(Path(out["path"]), out["commit"], allow_dirty=False, submodules=out["submodules"])

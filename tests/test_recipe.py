@@ -60,6 +60,11 @@ def test_shipped_recipes_load() -> None:
     assert all(not f.pin.is_prefix for f in new.forks) and new.torch.version.startswith("2.11.0")
     assert new.fork("flashinfer").fetch_url == "https://github.com/mcgrof/flashinfer.git"
     assert new.fork("vllm").fetch_url == "https://github.com/mcgrof/vllm.git"
+    # FlashInfer's decode JIT needs only the CCCL headers; vLLM takes all its submodules (default)
+    fi = new.fork("flashinfer")
+    assert fi.submodule_paths == ("3rdparty/cccl",) and fi.wants_submodule("3rdparty/cccl")
+    assert not fi.wants_submodule("3rdparty/cutlass") and not fi.wants_submodule("3rdparty/spdlog")
+    assert new.fork("vllm").submodule_paths is None and new.fork("vllm").wants_submodule("anything")
 
 
 def test_good_fixture_recipe(tmp_path: Path) -> None:
@@ -117,6 +122,12 @@ BAD = [
      "key 'torch.index' is invalid. Expected an https:// (or file://) package index URL, found 'pytorch.org/whl'"),
     (lambda s: s.replace('name = "t"', 'name = "t'),
      "key '<file>' is invalid. Expected valid TOML, found a syntax error"),
+    (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '[[forks]]\nname = "alpha"\npin = "one"\nsubmodules = "cccl"\n'),
+     "key 'forks[0].submodules' is invalid. Expected true, false, or a list of submodule paths"),
+    (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '[[forks]]\nname = "alpha"\npin = "one"\nsubmodules = ["../x"]\n'),
+     "key 'forks[0].submodules[0]' is invalid. Expected a submodule path relative to the fork"),
+    (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '[[forks]]\nname = "alpha"\npin = "one"\nsubmodules = ["a", 3]\n'),
+     "key 'forks[0].submodules[1]' is invalid. Expected a string"),
 ]
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import jsonschema
@@ -63,6 +64,13 @@ def test_full_run_then_noop(world: World, tmp_path: Path) -> None:
     jsonschema.Draft202012Validator(schema).validate(receipt)
     assert receipt["recipe"]["name"] == "fixture" and len(receipt["recipe"]["sha256"]) == 64
     assert {f["name"]: f["commit"] for f in receipt["forks"]} == world.commits
+    # submodule commits (the gitlinks checked out) in the lock and the receipt
+    gamma = subprocess.run(["git", "-C", str(world.beta_bare), "rev-parse", f"{world.commits['beta']}:third_party/gamma"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    lock_doc = tomllib.loads((stack / "pylock.toml").read_text())
+    assert lock_doc["tool"]["october"]["forks"]["beta"]["submodules"] == {"third_party/gamma": gamma}
+    assert "submodules" not in lock_doc["tool"]["october"]["forks"]["alpha"]
+    assert {f["name"]: f.get("submodules") for f in receipt["forks"]} == {"alpha": {}, "beta": {"third_party/gamma": gamma}}
     assert [s["name"] for s in receipt["steps"]] == ["preflight", "fetch", "env", "install", "lock"]
     # the one runtime environment of the stack: written by the env step, recorded with its hash
     assert receipt["stack_env"]["path"] == str(stack / "stack-env.json")

@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 
 from installer.errors import CommandFailed, FetchError
 from installer.git import FULL_SHA, git_env
+from installer.git.diagnose import diagnose, remove_partial_objects
 from installer.redact import redact_url
 from installer.runner import Runner
 
@@ -64,14 +65,15 @@ class Mirror:
     path: Path
     url: str
     fork: str
+    source: str | None = None   # fetch from here instead of ``url`` (a kit's copy); the mirror stays keyed by ``url``
 
     @property
     def shown_url(self) -> str:
-        return redact_url(self.url)
+        return redact_url(self.source or self.url)
 
     @property
     def fetch_url(self) -> str:
-        return fetchable_url(self.url)
+        return self.source or fetchable_url(self.url)
 
     @contextmanager
     def locked(self) -> Iterator["Mirror"]:
@@ -92,8 +94,9 @@ class Mirror:
             lock.release()
 
 
-def open_mirror(cache_dir: Path, url: str, fork: str) -> Mirror:
-    """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it."""
+def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None) -> Mirror:
+    """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it (``source``: fetch
+    from there instead, e.g. a kit's copy of ``url``)."""
     path = mirror_path(cache_dir, url)
     tag = path.parent / "CACHEDIR.TAG"
     try:
@@ -104,7 +107,7 @@ def open_mirror(cache_dir: Path, url: str, fork: str) -> Mirror:
         raise FetchError(f"fork '{fork}': cannot use the cache directory {cache_dir}",
                          expected="a writable directory for the git mirrors", found=str(exc),
                          fix="pass --cache-dir pointing at a writable directory") from None
-    mirror = Mirror(path=path, url=url, fork=fork)
+    mirror = Mirror(path=path, url=url, fork=fork, source=source)
     with mirror.locked():
         if not (path / "HEAD").exists():
             try:
@@ -135,14 +138,39 @@ def has_commit(path: Path, commit: str) -> bool:
     return True
 
 
-def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool) -> CommandFailed | None:
+def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool,
+           depth: int | None = None) -> CommandFailed | None:
+    """One ``git fetch`` into the mirror (lock held by the caller).  Whatever a failed or killed
+    fetch leaves behind (``tmp_pack_*``, a pack without its index, stale ref locks) is removed
+    before and after, so a broken remote never leaves megabytes of partial packs in the cache."""
+    _clean(runner, step, mirror)
     argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
-            "--tags" if tags else "--no-tags", mirror.fetch_url, *refspecs]
+            "--tags" if tags else "--no-tags",
+            # --update-shallow: a shallow remote (a kit, a depth-1 copy) may add shallow roots
+            *([f"--depth={depth}"] if depth else ["--update-shallow"]), mirror.fetch_url, *refspecs]
     try:
         runner.run(argv, step=step, env=git_env())
     except CommandFailed as exc:
+        _clean(runner, step, mirror)
         return exc
     return None
+
+
+def _clean(runner: Runner, step: str, mirror: Mirror) -> None:
+    removed = remove_partial_objects(mirror.path)
+    if removed:
+        runner.note(step, f"# removed what a failed fetch left in {mirror.path}: " + ", ".join(removed))
+
+
+def _failed(mirror: Mirror, exc: CommandFailed, *, title: str, expected: str) -> FetchError:
+    """A fetch failure with its cause told apart: damaged remote, network, no such repository."""
+    d = diagnose(exc.tail, what=f"'{mirror.fork}'", url=mirror.shown_url)
+    cause = {"remote-damaged": "the remote is damaged or incomplete",
+             "network": "the remote could not be reached",
+             "not-found": "there is no repository at that URL"}.get(d.cause, "git fetch failed")
+    return FetchError(f"fork '{mirror.fork}': {title}", expected=expected,
+                      found=f"{cause} (exit {exc.returncode}): {d.found}",
+                      fix=f"{d.fix}; full log: {exc.log_path}")
 
 
 def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
@@ -150,11 +178,13 @@ def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
                step=step, env=git_env())
 
 
-def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str) -> bool:
+def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, shallow: bool = False) -> bool:
     """Make ``commit`` (40-hex) present in the mirror; return True when it had to be fetched.
 
-    Raises :class:`FetchError` naming fork, URL and commit when the remote
-    cannot be reached or does not have the commit.
+    ``shallow``: fetch only that commit and its tree (``--depth 1``), as for a submodule at
+    its recorded commit, and never fall back to fetching every branch.  Raises
+    :class:`FetchError` naming fork (or submodule), URL and commit, and telling a damaged
+    remote from an unreachable one, when the commit cannot be had.
     """
     if not FULL_SHA.match(commit):
         raise FetchError(f"fork '{mirror.fork}': not a full commit id",
@@ -164,18 +194,20 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str) -> boo
         if has_commit(mirror.path, commit):
             _pin_ref(runner, step, mirror, commit)
             return False
-        exact = _fetch(runner, step, mirror, [f"+{commit}:{PIN_REFS}/{commit}"], tags=False)
+        exact = _fetch(runner, step, mirror, [f"+{commit}:{PIN_REFS}/{commit}"], tags=False,
+                       depth=1 if shallow else None)
         if exact is None and has_commit(mirror.path, commit):
             return True
+        if exact is not None and (shallow or diagnose(exact.tail, what="", url="").cause in ("network", "not-found")):
+            # a shallow fetch has no fallback; an unreachable remote will not serve branches either
+            raise _failed(mirror, exact, title=f"cannot fetch commit {commit} from {mirror.shown_url}",
+                          expected=f"a reachable git remote serving commit {commit} with all its objects")
         # Some servers refuse unadvertised ids: take every branch and tag instead.
         broad = _fetch(runner, step, mirror, ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
                        tags=True)
         if broad is not None:
-            raise FetchError(
-                f"fork '{mirror.fork}': cannot fetch from {mirror.shown_url}",
-                expected=f"a reachable git remote serving commit {commit}",
-                found=f"git fetch failed (exit {broad.returncode}): {_last_line(broad.tail)}",
-                fix=f"check the URL and your network/credentials; full log: {broad.log_path}")
+            raise _failed(mirror, broad, title=f"cannot fetch from {mirror.shown_url}",
+                          expected=f"a reachable git remote serving commit {commit}")
         if not has_commit(mirror.path, commit):
             raise FetchError(
                 f"fork '{mirror.fork}': commit {commit} is missing upstream at {mirror.shown_url}",
@@ -193,12 +225,15 @@ def fetch_branch(runner: Runner, step: str, mirror: Mirror, branch: str) -> str:
     with mirror.locked():
         failed = _fetch(runner, step, mirror, [f"+{ref}:{ref}"], tags=False)
         if failed is not None:
-            raise FetchError(
-                f"fork '{mirror.fork}': cannot fetch branch '{branch}' from {mirror.shown_url}",
-                expected=f"branch '{branch}' on {mirror.shown_url}",
-                found=f"git fetch failed (exit {failed.returncode}): {_last_line(failed.tail)}",
-                fix="check the branch name in the pin, the URL and your network; "
-                    f"full log: {failed.log_path}")
+            err = _failed(mirror, failed, title=f"cannot fetch branch '{branch}' from {mirror.shown_url}",
+                          expected=f"branch '{branch}' on {mirror.shown_url}")
+            if diagnose(failed.tail, what="", url="").cause == "remote-damaged" and "remote ref" in failed.tail:
+                err = FetchError(f"fork '{mirror.fork}': cannot fetch branch '{branch}' from {mirror.shown_url}",
+                                 expected=f"branch '{branch}' on {mirror.shown_url}",
+                                 found=f"git fetch failed (exit {failed.returncode}): {_last_line(failed.tail)}",
+                                 fix="check the branch name in the pin in forks.toml; "
+                                     f"full log: {failed.log_path}")
+            raise err
         with git.Repo(mirror.path) as repo:
             return str(repo.git.rev_parse("--verify", f"{ref}^{{commit}}")).strip()
 

@@ -91,11 +91,13 @@ def submodule_states(path: Path) -> list[SubmoduleState]:
 
 
 def check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                submodules: Mapping[str, str] | None = None) -> str | None:
-    """None when the clone at ``path`` is at ``commit`` (and clean, and its submodules
-    at the recorded commits); otherwise the reason it is not."""
+                submodules: Mapping[str, str] | None = None,
+                submodule_paths: Sequence[str] | None = None) -> str | None:
+    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
+    submodules at the recorded commits); otherwise the reason it is not."""
     try:
-        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules)
+        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules,
+                            selection=submodule_paths)
     except git.GitCommandError as exc:
         return f"git cannot inspect {path} ({_stderr(exc)})"
 
@@ -107,7 +109,7 @@ def _stderr(exc: git.GitCommandError) -> str:
 
 
 def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                 submodules: Mapping[str, str] | None) -> str | None:
+                 submodules: Mapping[str, str] | None, selection: Sequence[str] | None = None) -> str | None:
     head = head_commit(path)
     if head is None:
         return f"{path} is not a git clone"
@@ -118,7 +120,10 @@ def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
         if dirty:
             return f"{path} has local changes ({_listed(dirty)})"
     if submodules is not None:
-        now = {s.path: s.commit for s in submodule_states(path)}
+        now = {s.path: s.commit for s in submodule_states(path) if selected(s.path, selection)}
+        off = [s.path for s in submodule_states(path) if selected(s.path, selection) and s.flag != " "]
+        if off:
+            return f"{path} submodules not at their recorded commits: {', '.join(off)}"
         if now != dict(submodules):
             return f"{path} submodules are {now}, not {dict(submodules)}"
     return None
@@ -151,14 +156,30 @@ class _Git:
                              fix=f"{fix}; full log: {exc.log_path}") from None
 
 
+def is_shallow(repo: Path) -> bool:
+    """Whether a repository (bare or the ``.git`` of a clone) has shallow roots."""
+    return (repo / "shallow").exists() or (repo / ".git" / "shallow").exists()
+
+
 def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
-    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network)."""
+    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
+    From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
+    shallow roots to a complete clone unless told to (``--update-shallow``)."""
     if has_commit(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
-    g(["-C", str(repo_dir), "fetch", "--no-tags", str(mirror.path), f"+{ref}:{ref}"],
+    # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
+    # the commits down to the base wheel's source commit)
+    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
+    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
+
+
+def _source(mirror: Mirror) -> str:
+    """How a clone reads the local mirror: a path (hard links) unless the mirror is shallow,
+    then a file:// URL (git ignores --depth for plain paths)."""
+    return mirror.path.as_uri() if is_shallow(mirror.path) else str(mirror.path)
 
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
@@ -186,7 +207,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
-        g(["clone", "--quiet", "--no-checkout", str(mirror.path), str(partial)],
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
     _set_origin(g, partial, mirror.url)
@@ -224,38 +245,78 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
         _checkout(g, dest, commit)
 
 
-def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0) -> None:
+Rewrite = Callable[[str], "str | None"]
+
+
+def _no_rewrite(url: str) -> str | None:
+    return None
+
+
+def selected(path: str, selection: Sequence[str] | None) -> bool:
+    """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
+    if selection is None:
+        return True
+    return any(path == p or path.startswith(p + "/") for p in selection)
+
+
+def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> None:
     if not (repo_dir / ".gitmodules").exists():
+        if selection:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
+                             expected=f"submodules {', '.join(selection)} in {repo_dir}/.gitmodules",
+                             found="no .gitmodules", fix="fix the fork entry's submodules = [...] in the recipe")
         return
     if depth > MAX_DEPTH:
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
+    with _open(repo_dir) as repo:
+        declared = {str(sm.path) for sm in repo.submodules}
+    if selection is not None:
+        unknown = [p for p in selection if p not in declared]
+        if unknown:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
+                             expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
+                             found=", ".join(unknown),
+                             fix="fix the fork entry's submodules = [...] in the recipe")
+    only = ["--", *selection] if selection is not None else []
     # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
     # against origin), undoing a mirror path left in .git/config by a killed run.
     for verb in ("init", "sync"):
-        g(["-C", str(repo_dir), "submodule", "--quiet", verb], doing=f"submodule {verb} in {repo_dir}",
+        g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
     with _open(repo_dir) as repo:
-        subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules]
+        subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
+                if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
     for name, rel, commit in subs:
         url = urls[name]
         sub_dir = repo_dir / rel
-        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}")
-        if ensure_commit(g.runner, g.step, mirror, commit):
-            say(f"{g.fork}: fetched submodule {rel} @ {commit} from {redact_url(url)}")
+        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
+        try:
+            fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
+        except FetchError as exc:
+            raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
+                             expected=exc.expected or "", found=exc.found or "",
+                             fix=(exc.fix or "") + f"; if the build does not need {rel}, leave it out of "
+                                 "the fork entry's submodules = [...] in the recipe") from None
+        if fetched:
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
         with mirror.locked():
             cloned = (sub_dir / ".git").exists()
             if cloned:
                 _bring_commit(g, sub_dir, mirror, commit)
             else:
-                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", str(mirror.path)],
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", _source(mirror)],
                   doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
             try:
-                # protocol.file.allow: the clone source is our own local mirror (a path).
+                # protocol.file.allow: the clone source is our own local mirror.  No --no-fetch:
+                # a clone of a shallow mirror copies branches only, so the commit (held by a pin
+                # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
+                shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
                 g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
-                   "--init", "--checkout", "--no-fetch", "--", rel],
+                   "--init", "--checkout", *shallow, "--", rel],
                   doing=f"checking out submodule {rel} at {commit}",
                   fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
             finally:
@@ -263,16 +324,19 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                     g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
                       doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
         _set_origin(g, sub_dir, url)
-        _update_submodules(g, sub_dir, cache_dir, say, depth + 1)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite)
 
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
-               submodules: bool, allow_dirty: bool, say: Say = lambda _: None) -> Checkout:
+               submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> Checkout:
     """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
-    with submodules at their recorded commits; verify HEAD and cleanliness."""
+    with submodules (all, or the top-level ``submodule_paths`` and what nests in them) at their
+    recorded commits, each fetched shallow into its own mirror; verify HEAD and cleanliness.
+    ``rewrite`` maps a submodule URL to the place to fetch it from instead (a kit), or None."""
     try:
         return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
-                           allow_dirty=allow_dirty, say=say)
+                           allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite)
     except git.GitCommandError as exc:   # a read through GitPython failed
         shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
         raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
@@ -282,7 +346,8 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
 
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
-                submodules: bool, allow_dirty: bool, say: Say) -> Checkout:
+                submodules: bool, allow_dirty: bool, say: Say, selection: Sequence[str] | None,
+                rewrite: Rewrite) -> Checkout:
     g = _Git(runner, step, mirror.fork)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
@@ -294,13 +359,13 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
         _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
-        _update_submodules(g, dest, cache_dir, say)
+        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite)
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
                          expected=f"HEAD = {commit}", found=f"HEAD = {head}",
                          fix=f"delete {dest} and re-run")
-    states = submodule_states(dest) if submodules else []
+    states = [s for s in submodule_states(dest) if selected(s.path, selection)] if submodules else []
     off = [s for s in states if s.flag != " "]
     if off:
         raise FetchError(f"fork '{mirror.fork}': submodules of {dest} are not at their recorded commits",

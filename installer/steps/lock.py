@@ -120,7 +120,9 @@ class LockStep:
         tool: dict[str, Any] = {
             "format-version": 1,
             "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},
-            "forks": {n: {k: v for k, v in rec.items() if k in ("url", "commit", "pin", "branch", "requested")}
+            "forks": {n: {k: v for k, v in rec.items()
+                          if k in ("url", "commit", "pin", "branch", "requested")
+                          or (k == "submodules" and v)}      # path -> commit, as checked out
                       for n, rec in sorted(fetch.items())},
             "toolchain": toolchain_facts(ctx, python_version),
         }

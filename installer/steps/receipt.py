@@ -58,7 +58,10 @@ class ReceiptStep:
             "forks": [{k: v for k, v in {"name": n, "url": r["url"], "commit": r["commit"], "pin": r.get("pin", ""),
                                          "requested": r.get("requested"), "branch": r.get("branch"),
                                          "dirty_allowed": r.get("dirty_allowed", False),
-                                         "dirty": r.get("dirty", False)}.items() if v is not None or k == "branch"}
+                                         "dirty": r.get("dirty", False),
+                                         "submodules": dict(r.get("submodules") or {}),
+                                         "submodules_selected": r.get("submodule_paths")}.items()
+                       if v is not None or k == "branch"}
                       for n, r in sorted(fetch.items())],
             "wheel": dict(wheel) if wheel is not None else None,
             "install": dict(install) if install is not None else None,

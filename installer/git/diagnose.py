@@ -1,0 +1,160 @@
+"""Why a ``git fetch`` failed, from its own words, and what to do about it.
+
+Three causes need different fixes, so they are told apart:
+
+- ``remote-damaged``: the remote answered but cannot serve a complete object set (a missing
+  blob, "did not send all necessary objects", "not our ref", corruption on the remote side).
+  Retrying or checking the network does not help; another copy of the repository does.
+- ``network``: the remote was never reached (DNS, refused or timed-out connection, TLS,
+  authentication).  The repository may be fine.
+- ``not-found``: the host answered that there is no such repository.
+
+Anything else is ``unknown`` and keeps the generic advice.  Markers are git's own messages
+(git 2.39 to 2.47, curl transport, file and ssh transports).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+_DAMAGED = [
+    r"did not send all necessary objects",
+    r"possible repository corruption",
+    r"unable to read [0-9a-f]{7,}",
+    r"missing (?:blob|tree|commit|object)",
+    r"bad object",
+    r"not our ref",
+    r"upload-pack: not our ref",
+    r"could not find remote ref",
+    r"couldn't find remote ref",
+    r"no such remote ref",
+    r"invalid index-pack output",
+    r"pack has \d+ unresolved delta",
+    r"fatal: protocol error: bad pack header",
+    r"object file .* is empty",
+    r"loose object .* is corrupt",
+]
+_NETWORK = [
+    r"could not resolve host",
+    r"could not resolve hostname",
+    r"temporary failure in name resolution",
+    r"name or service not known",
+    r"failed to connect",
+    r"couldn't connect to server",
+    r"connection refused",
+    r"connection timed out",
+    r"operation timed out",
+    r"timed out",
+    r"network is unreachable",
+    r"no route to host",
+    r"connection reset",
+    r"ssl[ _]",
+    r"gnutls",
+    r"authentication failed",
+    r"could not read username",
+    r"could not read password",
+    r"permission denied \(publickey",
+    r"host key verification failed",
+    r"the requested url returned error: 40[13]",
+    r"proxy",
+]
+_NOT_FOUND = [
+    r"does not appear to be a git repository",
+    r"repository .*not found",
+    r"the requested url returned error: 404",
+    r"no such file or directory",
+]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str        # remote-damaged | network | not-found | unknown
+    found: str        # the line of git's output that decided it
+    fix: str
+
+
+def _first(patterns: list[str], lines: list[str]) -> str | None:
+    for pat in patterns:
+        rx = re.compile(pat, re.IGNORECASE)
+        for ln in lines:
+            if rx.search(ln):
+                return ln
+    return None
+
+
+def diagnose(output: str, *, what: str, url: str) -> Diagnosis:
+    """Classify a failed fetch's output; ``what`` names the repository (fork or submodule)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    hit = _first(_DAMAGED, lines)
+    if hit is not None:
+        return Diagnosis("remote-damaged", hit,
+                         f"the remote {url} was reached but cannot serve a complete copy of {what} "
+                         "(a missing or corrupt object there): retrying will not help; fetch from another "
+                         "copy (a mirror via git's url.<copy>.insteadOf, or an october kit with --kit), "
+                         "or ask its owner to repair the repository")
+    hit = _first(_NETWORK, lines)
+    if hit is not None:
+        return Diagnosis("network", hit,
+                         f"{url} could not be reached (network, DNS, proxy or credentials): check the "
+                         "connection and any credentials, then re-run; on an offline machine use a kit "
+                         "(october_setup kit ... on a connected machine, then --kit)")
+    hit = _first(_NOT_FOUND, lines)
+    if hit is not None:
+        return Diagnosis("not-found", hit,
+                         f"no repository at {url}: check the URL (forks.toml, or the fork's .gitmodules "
+                         "for a submodule) or point it at a copy that exists (url.<copy>.insteadOf)")
+    last = lines[-1] if lines else "no output"
+    return Diagnosis("unknown", last, "check the URL and your network/credentials")
+
+
+def remove_partial_objects(repo: Path) -> list[str]:
+    """Remove what an interrupted or failed fetch leaves in a bare repository: ``tmp_pack_*``,
+    ``tmp_idx_*``, ``tmp_obj_*``, a ``.pack`` without its ``.idx`` (or the reverse), and stale
+    ``*.lock`` files of refs and ``shallow``.  The caller holds the repository's file lock, so no
+    other october process is writing.  Returns the removed paths (relative), for the log."""
+    removed: list[str] = []
+    objects = repo / "objects"
+
+    def drop(p: Path) -> None:
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(str(p.relative_to(repo)))
+        except FileNotFoundError:
+            pass
+
+    pack = objects / "pack"
+    if pack.is_dir():
+        for p in pack.iterdir():
+            if p.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_bitmap_")):
+                drop(p)
+        for p in list(pack.glob("pack-*.pack")):
+            if not p.with_suffix(".idx").exists():
+                drop(p)
+        for p in list(pack.glob("pack-*.idx")):
+            if not p.with_suffix(".pack").exists():
+                drop(p)
+        for p in list(pack.glob("pack-*.keep")):
+            # a .keep written by an unfinished index-pack (no pack beside it)
+            if not p.with_suffix(".pack").exists():
+                drop(p)
+    if objects.is_dir():
+        for p in objects.glob("*/tmp_obj_*"):
+            drop(p)
+        for p in objects.glob("tmp_obj_*"):
+            drop(p)
+        for p in objects.glob("incoming-*"):
+            drop(p)
+    for name in ("shallow.lock", "packed-refs.lock", "HEAD.lock", "config.lock", "index.lock"):
+        if (repo / name).exists():
+            drop(repo / name)
+    refs = repo / "refs"
+    if refs.is_dir():
+        for p in refs.rglob("*.lock"):
+            drop(p)
+    return removed

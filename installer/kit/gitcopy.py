@@ -1,0 +1,307 @@
+"""The git half of a kit: each fork at its pin, and its selected submodules at their recorded
+commits, as shallow bare repositories under ``DIR/git/``.
+
+Everything comes through the shared mirrors (:mod:`installer.git.mirror`), so what a kit holds
+is what an online install would check out: the pin is resolved the same way (a prefix on its
+branch), submodules are read from the fork commit's own ``.gitmodules`` and gitlinks, relative
+submodule URLs are resolved against the fork URL as git resolves them against ``origin``.
+A prefix pin's branch is written into the kit repository pointing at the resolved commit, so
+the offline install resolves the prefix to the same id.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import git
+
+from installer.errors import CommandFailed, FetchError, KitError
+from installer.git import git_env
+from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
+from installer.git.resolve import resolve_pin
+from installer.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
+from installer.kit import repo_relpath, url_key
+from installer.recipe import ForkUse
+from installer.redact import redact_url
+from installer.runner import Runner
+
+MAX_DEPTH = 8
+Say = Callable[[str], None]
+
+
+@dataclass
+class RepoCopy:
+    """One repository in the kit (mutable while the kit is assembled)."""
+
+    url: str                      # as the installer sees it (credentials masked)
+    path: str                     # relative to the kit
+    role: str                     # "fork" | "submodule"
+    owner: str                    # fork name, or "<fork>/<submodule path>"
+    commits: list[str] = field(default_factory=list)
+    branches: dict[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, object]:
+        return {"url": self.url, "key": url_key(self.url), "path": self.path, "role": self.role,
+                "owner": self.owner, "commits": sorted(self.commits), "branches": dict(sorted(self.branches.items()))}
+
+
+def resolve_submodule_url(base: str, url: str) -> str:
+    """A ``.gitmodules`` URL made absolute the way git does: ``./x`` and ``../x`` are taken
+    relative to the superproject's remote URL (each ``../`` drops one path component)."""
+    if not (url.startswith("./") or url.startswith("../")):
+        return url
+    root = base.rstrip("/")
+    rest = url
+    while True:
+        if rest.startswith("./"):
+            rest = rest[2:]
+        elif rest.startswith("../"):
+            rest = rest[3:]
+            cut = max(root.rfind("/"), root.rfind(":"))
+            if cut <= 0:
+                raise KitError(f"cannot resolve the relative submodule URL {url!r} against {redact_url(base)}",
+                               expected="a remote URL with enough path components", found=redact_url(base),
+                               fix="give the submodule an absolute URL in the fork's .gitmodules")
+            root = root[:cut]
+        else:
+            break
+    return f"{root}/{rest}"
+
+
+def _git(runner: Runner, step: str, args: Sequence[str], *, doing: str, fix: str) -> None:
+    try:
+        runner.run(["git", *args], step=step, env=git_env())
+    except CommandFailed as exc:
+        last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-3:]
+        raise KitError(f"{doing} failed", expected="git to succeed",
+                       found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
+                       fix=f"{fix}; full log: {exc.log_path}") from None
+
+
+class KitRepos:
+    """Assembles ``DIR/git``: one shallow bare repository per URL, commits added as needed."""
+
+    def __init__(self, runner: Runner, step: str, cache_dir: Path, kit_dir: Path, say: Say) -> None:
+        self.runner = runner
+        self.step = step
+        self.cache_dir = cache_dir
+        self.kit_dir = kit_dir
+        self.say = say
+        self.repos: dict[str, RepoCopy] = {}
+
+    # ------------------------------------------------------------------ one commit
+
+    def add(self, mirror: Mirror, commit: str, *, role: str, owner: str, branch: str | None = None,
+            depth: int = 1) -> RepoCopy:
+        """Copy ``commit`` (present in ``mirror`` under its pin ref) into the kit, ``depth`` commits deep."""
+        rel = repo_relpath(mirror.url)
+        copy = self.repos.get(rel)
+        if copy is None:
+            copy = self.repos[rel] = RepoCopy(url=redact_url(mirror.url), path=rel, role=role, owner=owner)
+        dest = self.kit_dir / rel
+        if not (dest / "HEAD").exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
+                 doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
+            shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
+        ref = f"{PIN_REFS}/{commit}"
+        with mirror.locked():
+            _git(self.runner, self.step, ["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}",
+                                          mirror.path.as_uri(), f"+{ref}:{ref}"],
+                 doing=f"copying {commit} of {mirror.shown_url} into the kit",
+                 fix=f"remove {mirror.path} (a cache) and make the kit again")
+        if branch:
+            _git(self.runner, self.step, ["-C", str(dest), "update-ref", f"refs/heads/{branch}", commit],
+                 doing=f"recording branch {branch} in {dest}", fix=f"check {dest}")
+            copy.branches[branch] = commit
+        if commit not in copy.commits:
+            copy.commits.append(commit)
+        return copy
+
+    # -------------------------------------------------------------------- a fork
+
+    def add_fork(self, fork: ForkUse, *, wheel_source: str | None = None) -> str:
+        """The fork at its pin, and its selected submodules; returns the resolved commit.
+
+        ``wheel_source``: the base wheel's source commit (full or abbreviated) for a fork built on
+        that wheel: the kit holds it too (see :meth:`_wheel_source`), so the wheel step can compare
+        the compiled sources of both commits offline."""
+        mirror = open_mirror(self.cache_dir, fork.fetch_url, fork.name)
+        res = resolve_pin(self.runner, self.step, mirror, fork.pin, None)
+        ensure_commit(self.runner, self.step, mirror, res.commit)
+        self.say(f"{fork.name}: {res.commit}" + (f" ('{res.requested}' on {res.branch})" if res.how == "prefix" else ""))
+        depth, beside = 1, None
+        if wheel_source:
+            depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source)
+        if fork.mode == "vllm-precompiled" and fork.upstream:
+            depth = max(depth, self._upstream_base(fork, mirror, res.commit))
+        self.add(mirror, res.commit, role="fork", owner=fork.name,
+                 branch=res.branch if res.how == "prefix" else None, depth=depth)
+        if beside is not None and beside != res.commit:
+            self.add(mirror, beside, role="fork", owner=fork.name)
+        if fork.submodules:
+            self._submodules(mirror, res.commit, fork.fetch_url, fork.name, fork.submodule_paths, 0)
+        return res.commit
+
+    def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> tuple[int, str | None]:
+        """-> (how deep the fork's copy must be, a commit to copy beside the pin).
+
+        When the fork's history holds the base wheel's source commit, the copy reaches down to it.
+        Otherwise (a release commit off the fork's history) the commit is taken from the fork's
+        mirror or its upstream and copied into the fork's kit repository beside the pin, depth 1:
+        the wheel step finds it in the fork's mirror offline, as it finds it there online."""
+        full = _rev(mirror.path, source)
+        if full is not None and _is_ancestor(mirror.path, full, commit):
+            depth = _count(mirror.path, full, commit) + 1
+            self.say(f"{fork.name}: keeping {depth} commit(s), down to the base wheel's source {full[:12]}")
+            return depth, None
+        if full is None and fork.upstream:
+            up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
+            if len(source) == 40:
+                ensure_commit(self.runner, self.step, up, source, shallow=True)
+                full = source
+            else:
+                with up.locked():
+                    _git(self.runner, self.step, ["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
+                                                  "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                         doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
+                         fix="check the fork's upstream URL and your network")
+                full = _rev(up.path, source)
+                if full is None:
+                    return 1, None            # the wheel step names the missing commit, online or not
+                ensure_commit(self.runner, self.step, up, full)
+            ref = f"{PIN_REFS}/{full}"
+            with mirror.locked():
+                _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                                              up.path.as_uri(), f"+{ref}:{ref}"],
+                     doing=f"copying the base wheel's source {full[:12]} next to the fork", fix=f"remove {mirror.path}")
+            self.say(f"{fork.name}: base wheel's source {full[:12]} from upstream {up.shown_url}")
+        if full is None:
+            return 1, None
+        ensure_commit(self.runner, self.step, mirror, full)      # pins it in the fork's mirror
+        return 1, full
+
+    def _upstream_base(self, fork: ForkUse, mirror: Mirror, commit: str) -> int:
+        """The install step computes ``git merge-base HEAD <upstream> main``.  The kit answers that
+        offline as it is answered now: the merge-base M is computed here, the fork's copy reaches
+        down to M, and the upstream copy's ``main`` is M (recorded as such in the manifest).
+        Returns the depth the fork's copy needs (1 when the upstream cannot be read now)."""
+        assert fork.upstream is not None
+        up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
+        try:
+            tip = fetch_branch(self.runner, self.step, up, UPSTREAM_REF)
+        except FetchError as exc:
+            self.say(f"{fork.name}: upstream {up.shown_url} {UPSTREAM_REF} not readable now ({exc.found}); the "
+                     "offline install falls back to the base wheel's source commit")
+            return 1
+        ref = "refs/october/upstream-main"
+        with mirror.locked():
+            _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                                          str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"],
+                 doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork", fix=f"remove {mirror.path} (a cache)")
+        base = _merge_base(mirror.path, commit, tip)
+        if base is None:
+            return 1
+        ensure_commit(self.runner, self.step, up, base)
+        self.say(f"{fork.name}: upstream base {base[:12]} (merge-base with {up.shown_url} {UPSTREAM_REF})")
+        self.add(up, base, role="upstream-base", owner=f"{fork.name} upstream", branch=UPSTREAM_REF)
+        return _count(mirror.path, base, commit) + 1
+
+    def _submodules(self, mirror: Mirror, commit: str, base_url: str, owner: str,
+                    selection: Sequence[str] | None, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise FetchError(f"fork '{owner}': submodules nest too deep", expected=f"at most {MAX_DEPTH} levels",
+                             found="more", fix="check the fork's .gitmodules for a cycle")
+        subs = gitmodules_at(mirror.path, commit)
+        if selection is not None:
+            unknown = [p for p in selection if p not in {path for path, _ in subs.values()}]
+            if unknown:
+                raise FetchError(f"fork '{owner}': the recipe selects submodule(s) the fork does not have",
+                                 expected="paths among " + (", ".join(sorted(p for p, _ in subs.values())) or "none"),
+                                 found=", ".join(unknown), fix="fix the fork entry's submodules = [...] in the recipe")
+        for _name, (path, raw_url) in sorted(subs.items()):
+            if selection is not None and path not in selection:
+                continue
+            sub_commit = gitlink_at(mirror.path, commit, path)
+            if sub_commit is None:
+                continue               # declared but not recorded: git skips it too
+            url = resolve_submodule_url(base_url, raw_url)
+            who = f"{owner}/{path}"
+            sub_mirror = open_mirror(self.cache_dir, url, who)
+            try:
+                ensure_commit(self.runner, self.step, sub_mirror, sub_commit, shallow=True)
+            except FetchError as exc:
+                raise FetchError(f"fork '{owner.split('/')[0]}': submodule {path} @ {sub_commit} cannot be fetched "
+                                 "for the kit", expected=exc.expected or "", found=exc.found or "",
+                                 fix=(exc.fix or "") + f"; if the build does not need {path}, leave it out of "
+                                     "the fork entry's submodules = [...] in the recipe") from None
+            self.say(f"{who}: {sub_commit}")
+            self.add(sub_mirror, sub_commit, role="submodule", owner=who)
+            self._submodules(sub_mirror, sub_commit, url, who, None, depth + 1)
+
+
+def _rev(repo: Path, commit: str) -> str | None:
+    with git.Repo(repo) as r:
+        try:
+            return str(r.git.rev_parse("--verify", "--quiet", f"{commit}^{{commit}}")).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def _merge_base(repo: Path, a: str, b: str) -> str | None:
+    with git.Repo(repo) as r:
+        try:
+            return str(r.git.merge_base(a, b)).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    with git.Repo(repo) as r:
+        try:
+            r.git.merge_base("--is-ancestor", older, newer)
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def _count(repo: Path, older: str, newer: str) -> int:
+    with git.Repo(repo) as r:
+        return int(str(r.git.rev_list("--count", f"{older}..{newer}")).strip())
+
+
+def gitmodules_at(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
+    """name -> (path, url) from ``.gitmodules`` at ``commit`` (read-only; empty when there is none)."""
+    with git.Repo(repo) as r:
+        try:
+            r.git.cat_file("-e", f"{commit}:.gitmodules")
+        except git.GitCommandError:
+            return {}
+        try:
+            out = r.git.config("--blob", f"{commit}:.gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$")
+        except git.GitCommandError:
+            return {}
+    found: dict[str, dict[str, str]] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        name, _, attr = key[len("submodule."):].rpartition(".")
+        found.setdefault(name, {})[attr] = value
+    return {n: (v["path"], v["url"]) for n, v in found.items() if "path" in v and "url" in v}
+
+
+def gitlink_at(repo: Path, commit: str, path: str) -> str | None:
+    """The commit a gitlink at ``path`` records in ``commit``, or None when there is none."""
+    with git.Repo(repo) as r:
+        try:
+            out = r.git.ls_tree(commit, "--", path)
+        except git.GitCommandError:
+            return None
+    for line in out.splitlines():
+        meta, _, where = line.partition("\t")
+        mode, kind, sha = meta.split()
+        if kind == "commit" and where == path:
+            return sha
+    return None

@@ -1,0 +1,205 @@
+"""``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`installer.kit`).
+
+Order: the git repositories (forks, selected submodules), the base wheel, the wheels of the
+env's lock (committed lock, or ``uv pip compile``), the build-isolation requirements, then the
+manifest -- last, so a kit without ``kit.json`` is never taken for a finished one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import git
+
+from installer import __version__
+from installer.errors import KitError
+from installer.git import git_env
+from installer.git.diagnose import remove_partial_objects
+from installer.git.mirror import PIN_REFS, open_mirror
+from installer.install.plan import installs_deps
+from installer.kit import KIND, KIT_FORMAT, MANIFEST
+from installer.kit.gitcopy import KitRepos
+from installer.kit.manifest import file_table, write_manifest
+from installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
+from installer.recipe import PROJECT_ROOT, ForkUse, Recipe
+from installer.redact import redact_url
+from installer.runner import Runner
+from installer.wheels.download import download_wheel
+from installer.wheels.version_info import read_version_info
+
+STEP = "kit"
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class KitOptions:
+    recipe: Recipe
+    out: Path
+    cache_dir: Path
+    lock: Path | None = None       # None: locks/<recipe>.pylock.toml when it exists, else uv pip compile
+
+
+def committed_lock(recipe: Recipe) -> Path | None:
+    p = PROJECT_ROOT / "locks" / f"{recipe.name}.pylock.toml"
+    return p if p.is_file() else None
+
+
+def _prepare(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise KitError(f"{out} is a file", expected="a directory for the kit (new, empty, or an earlier kit)",
+                       found="a file", fix="choose another DIR")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).exists() and not (out / "git").is_dir():
+        raise KitError(f"{out} holds other files", expected="a new or empty directory, or an earlier kit",
+                       found=", ".join(sorted(p.name for p in out.iterdir())[:5]),
+                       fix="choose an empty DIR (nothing is deleted for you)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)     # unfinished until the manifest is written again
+
+
+def _checkout(runner: Runner, cache_dir: Path, fork: ForkUse, commit: str, dest: Path) -> Path:
+    """A plain checkout of ``commit`` (for uv to read the fork's metadata), from the shared mirror."""
+    mirror = open_mirror(cache_dir, fork.fetch_url, fork.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    ref = f"{PIN_REFS}/{commit}"
+    for args in (["init", "--quiet", str(dest)],
+                 ["-C", str(dest), "fetch", "--quiet", "--no-tags", "--depth=1", mirror.path.as_uri(), f"+{ref}:{ref}"],
+                 ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit]):
+        runner.run(["git", *args], step=STEP, env=git_env())
+    return dest
+
+
+def _build_system_requires(cache_dir: Path, fork: ForkUse, commit: str) -> list[str]:
+    mirror = open_mirror(cache_dir, fork.fetch_url, fork.name)
+    with git.Repo(mirror.path) as repo:
+        try:
+            text = repo.git.show(f"{commit}:pyproject.toml")
+        except git.GitCommandError:
+            return ["setuptools>=40.8.0"]          # PEP 517's default for a project without pyproject.toml
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise KitError(f"fork '{fork.name}': pyproject.toml at {commit} is not valid TOML",
+                       expected="a readable [build-system] table", found=str(exc),
+                       fix="fix the fork, or install it without build isolation") from None
+    reqs = data.get("build-system", {}).get("requires", [])
+    return [str(r) for r in reqs] if isinstance(reqs, list) else []
+
+
+def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
+    """A refreshed kit keeps nothing of an earlier one that this recipe no longer needs: an old wheel
+    left in ``wheels/`` would be offered to uv by --find-links and could change the resolution."""
+    for p in sorted((out / "wheels").iterdir()) if (out / "wheels").is_dir() else []:
+        if p.name not in keep_wheels:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for head in sorted((out / "git").rglob("HEAD")) if (out / "git").is_dir() else []:
+        repo = head.parent
+        if repo.relative_to(out).as_posix() not in keep_repos and (repo / "objects").is_dir():
+            shutil.rmtree(repo)
+        elif (repo / "objects").is_dir():
+            remove_partial_objects(repo)          # nothing half-written goes into the manifest
+
+
+def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
+    seen: dict[str, WheelWant] = {}
+    for w in wants:
+        prior = seen.get(w.filename)
+        if prior is not None and prior.sha256 and w.sha256 and prior.sha256 != w.sha256:
+            raise KitError(f"two different files are both named {w.filename}", expected="one sha256 per file name",
+                           found=f"{prior.sha256} and {w.sha256}", fix="check the recipe's sources and the lock")
+        seen.setdefault(w.filename, w)
+    return list(seen.values())
+
+
+def make_kit(opts: KitOptions, say: Say = lambda _: None) -> Path:
+    """Write the kit; return the path of its manifest."""
+    r = opts.recipe
+    out = opts.out
+    _prepare(out)
+    work = opts.cache_dir / "kit-work" / r.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    runner = Runner(opts.cache_dir / "kit-logs" / r.name)
+    try:
+        return _make(opts, runner, work, say)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
+    r, out = opts.recipe, opts.out
+    wheels_dir = out / "wheels"
+    wants: list[WheelWant] = []
+    base: dict[str, Any] | None = None
+    base_path: Path | None = None
+    wheel_source: str | None = None
+    if r.wheel is not None:
+        say(f"base wheel {r.wheel.filename}")
+        got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256)
+        base_path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
+                          opts.cache_dir, wheels_dir)
+        base = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
+        wheel_source = read_version_info(base_path).commit
+
+    repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
+    commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.mode == "vllm-precompiled" else None)
+               for fork in r.forks}
+
+    system_torch = torch_from_system(r)
+    skip = ["torch"] if system_torch else []
+    lock = opts.lock or committed_lock(r)
+    if lock is not None:
+        say(f"wheels of the lock {lock.name}")
+        wants += from_lock(lock, r, skip=skip)
+        lock_info: dict[str, Any] = {"source": "lock", "name": lock.name}
+    else:
+        say("wheels of the env, resolved by uv pip compile (no committed lock)")
+        common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements)
+        # one resolution per root, as the install makes them (the env, then each fork with its
+        # dependencies); the kit takes the union of their files
+        roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_path else []), {})]
+        for fork in r.forks:
+            if installs_deps(fork):
+                src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)
+                env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(base_path)} \
+                    if fork.mode == "vllm-precompiled" and base_path is not None else {}
+                roots.append((f"fork-{fork.name}", common + [str(src)], env))
+        for label, reqs, env in roots:
+            wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,
+                                               extra_env=env)
+                      if w.filename != (r.wheel.filename if r.wheel else None)]
+        lock_info = {"source": "uv pip compile"}
+    for fork in r.forks:
+        if fork.build_isolation:
+            build_reqs = _build_system_requires(opts.cache_dir, fork, commits[fork.name])
+            wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build")
+    wants = _dedupe(wants)
+    say(f"{len(wants)} wheel(s)")
+    for w in wants:
+        fetch(w, opts.cache_dir, wheels_dir)
+
+    _prune(out, keep_wheels={w.filename for w in wants} | ({r.wheel.filename} if r.wheel else set()),
+           keep_repos={c.path for c in repos.repos.values()})
+    files = file_table(out)
+    doc: dict[str, Any] = {
+        "format_version": KIT_FORMAT, "kind": KIND,
+        "tool": {"name": "october", "version": __version__},
+        "recipe": {"name": r.name, "sha256": r.sha256},
+        "target": {"python": r.python, "arch": r.preflight.arch},
+        "torch": {"requirement": r.torch.requirement, "from_system": system_torch},
+        "lock": lock_info,
+        "forks": {name: commit for name, commit in sorted(commits.items())},
+        "repos": sorted((c.as_json() for c in repos.repos.values()), key=lambda d: str(d["path"])),
+        "base_wheel": base,
+        "wheels": sorted(({"filename": w.filename, "package": w.package, "role": w.role,
+                           "sha256": files[f"wheels/{w.filename}"]["sha256"], "url": redact_url(w.url)}
+                          for w in wants), key=lambda d: d["filename"]),
+        "files": files,
+        "size_bytes": sum(int(f["size"]) for f in files.values()),
+    }
+    path = out / MANIFEST
+    write_manifest(path, doc)
+    return path

@@ -1,0 +1,141 @@
+"""``october_setup STACK --recipe R --kit DIR``: install from a kit and from nothing else.
+
+:func:`open_kit` checks the kit before anything runs: its manifest (schema, same recipe name
+and sha256), every file's sha256 (a tampered, missing or extra file is refused, named), and
+every recorded commit present in its repository.  Then:
+
+- git: :meth:`Kit.source_for` maps each fork and submodule URL to its copy in the kit (a URL
+  the kit lacks is an error naming it); :meth:`Kit.git_config` gives the same mapping as
+  ``url.<copy>.insteadOf`` for any other git process, with ``GIT_ALLOW_PROTOCOL=file``;
+- wheels: :func:`kit_recipe` is the recipe with its sources replaced by
+  ``--no-index --find-links DIR/wheels`` and no torch index;
+- base wheel: :func:`seed_cache` puts it into the download cache under its sha256, where
+  the wheel step finds it without a download.
+
+The recipe's name and sha256 are unchanged, so the lock and receipt read as an online install's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from installer.atomic import write_json_atomic
+from installer.errors import KitError
+from installer.git.mirror import has_commit
+from installer.kit import MANIFEST, url_key
+from installer.kit.manifest import check_files, listed, read_manifest
+from installer.recipe import Recipe, Sources
+from installer.redact import redact_url
+from installer.wheels.download import cache_path, seen_path
+
+
+@dataclass(frozen=True)
+class Kit:
+    root: Path
+    manifest: Mapping[str, Any]
+    repos: Mapping[str, Path]          # url_key -> bare repository in the kit
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.root / "wheels"
+
+    def source_for(self, url: str) -> str:
+        """The kit's copy of ``url`` (a file:// URL); a URL the kit lacks is an error naming it."""
+        hit = self.repos.get(url_key(url))
+        if hit is None:
+            have = ", ".join(sorted(self.repos)) or "none"
+            raise KitError(f"the kit {self.root} has no copy of {redact_url(url)}",
+                           expected=f"a repository for {redact_url(url)} in the kit",
+                           found=f"copies of: {have}",
+                           fix="make the kit again from this recipe (`october_setup kit --recipe R DIR` on a "
+                               "machine with network access): the recipe's forks or submodules changed")
+        return hit.as_uri()
+
+    def commits_for(self, url: str) -> list[str]:
+        """Every commit the kit's copy of ``url`` carries (the pin first is not implied)."""
+        key = url_key(url)
+        return [c for repo in self.manifest["repos"] if repo["key"] == key for c in repo["commits"]]
+
+    def git_config(self) -> dict[str, str]:
+        """Environment that makes every git process read these URLs from the kit, and only from files."""
+        pairs: list[tuple[str, str]] = []
+        for repo in self.manifest["repos"]:
+            target = (self.root / repo["path"]).as_uri()
+            for form in {repo["key"], repo["key"] + ".git", repo["url"]}:
+                pairs.append((f"url.{target}.insteadOf", form))
+        env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ALLOW_PROTOCOL": "file"}
+        for i, (key, value) in enumerate(pairs):
+            env[f"GIT_CONFIG_KEY_{i}"] = key
+            env[f"GIT_CONFIG_VALUE_{i}"] = value
+        return env
+
+
+def open_kit(root: Path, recipe: Recipe) -> Kit:
+    """Read and verify the kit at ``root`` for ``recipe``; refuse anything that does not match."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise KitError(f"no kit at {root}", expected="a directory made by `october_setup kit`",
+                       found="no such directory", fix="pass the kit's directory to --kit")
+    doc = read_manifest(root)
+    want = doc["recipe"]
+    if want["name"] != recipe.name or want["sha256"] != recipe.sha256:
+        raise KitError(f"the kit {root} was made for another recipe",
+                       expected=f"recipe '{recipe.name}' sha256 {recipe.sha256}",
+                       found=f"recipe '{want['name']}' sha256 {want['sha256']}",
+                       fix=f"make a kit from this recipe (`october_setup kit --recipe {recipe.name} DIR`), "
+                           "or use the recipe the kit was made from")
+    problems = check_files(root, doc)
+    if problems:
+        raise KitError(f"the kit {root} does not match its manifest in {len(problems)} place(s): {listed(problems)}",
+                       expected=f"every file as {MANIFEST} records it (sha256 and size)",
+                       found="the differences listed (tampered, damaged or incomplete copy)",
+                       fix="copy the kit again from where it was made (all parts), or make it again")
+    repos: dict[str, Path] = {}
+    for repo in doc["repos"]:
+        path = root / repo["path"]
+        missing = [c for c in repo["commits"] if not has_commit(path, c)]
+        if missing:
+            raise KitError(f"the kit's copy of {repo['url']} lacks commit(s) {', '.join(missing)}",
+                           expected="every recorded commit in its repository", found="not there",
+                           fix="make the kit again")
+        repos[repo["key"]] = path
+    return Kit(root=root, manifest=doc, repos=repos)
+
+
+def kit_recipe(recipe: Recipe, kit: Kit) -> Recipe:
+    """The recipe with its package sources replaced by the kit's wheels (nothing else changes)."""
+    return dataclasses.replace(recipe, sources=Sources(no_index=True, find_links=(str(kit.wheels_dir),)),
+                               torch=dataclasses.replace(recipe.torch, index_url=None))
+
+
+def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:
+    """Put the kit's base wheel where the wheel step looks first: the download cache, by sha256."""
+    base = kit.manifest.get("base_wheel")
+    if base is None or recipe.wheel is None:
+        if recipe.wheel is not None:
+            raise KitError(f"the kit {kit.root} has no base wheel", expected=recipe.wheel.filename,
+                           found="none", fix="make the kit again from this recipe")
+        return None
+    if recipe.wheel.sha256 is not None and recipe.wheel.sha256 != base["sha256"]:
+        raise KitError(f"the kit's base wheel is not the recipe's", expected=f"sha256 {recipe.wheel.sha256}",
+                       found=f"sha256 {base['sha256']}", fix="make the kit again from this recipe")
+    src = kit.wheels_dir / base["filename"]
+    dest = cache_path(cache_dir, base["sha256"], base["filename"])
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.partial")
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    if recipe.wheel.sha256 is None:      # trusted on first use when the kit was made: that record travels
+        write_json_atomic(seen_path(cache_dir, recipe.wheel.url),
+                          {"url": redact_url(recipe.wheel.url), "filename": base["filename"],
+                           "sha256": base["sha256"], "tool": kit.manifest["tool"]["version"]})
+    return dest

@@ -1,0 +1,320 @@
+"""Offline kits end to end on the fixture world: real git repos, real wheels, real uv.
+
+The kit install runs after the world's git repositories and wheel directory are moved away and
+with HTTP(S) proxies pointing at a closed loopback port, so any attempt to reach a source other
+than the kit fails; the tool itself adds GIT_ALLOW_PROTOCOL=file and UV_OFFLINE=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from installer.errors import KitError
+from installer.kit import url_key
+from installer.kit.gitcopy import resolve_submodule_url
+from installer.kit.make import KitOptions, make_kit
+from installer.kit.use import open_kit
+from installer.recipe import PROJECT_ROOT, load_recipe
+from tests.fixtures.world import World, make_world
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> World:
+    return make_world(tmp_path / "world")
+
+
+def _recipe_copy(world: World, where: Path) -> Path:
+    """The world's recipe and forks.toml beside each other elsewhere (same bytes, so the same recipe
+    sha256), its find-links pointing at the world's wheels by absolute path."""
+    where.mkdir(parents=True)
+    text = world.recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{world.wheels}"]')
+    (where / "fixture.toml").write_text(text)
+    shutil.copy(world.forks_toml, where / "forks.toml")
+    return where / "fixture.toml"
+
+
+def _offline_env() -> dict[str, str]:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    return {"HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead, "ALL_PROXY": dead}
+
+
+def _sources_out(lock: dict[str, Any]) -> dict[str, Any]:
+    """The lock with the recorded sources of wheels reduced to their file names."""
+    for p in lock.get("packages", []):
+        for w in p.get("wheels") or []:
+            w["url"] = w["url"].rsplit("/", 1)[-1]
+    return lock
+
+
+def _receipt_core(path: Path, stack: Path) -> dict[str, Any]:
+    """The receipt with the stack's own path written as STACK, without times, free-disk figures and
+    the lock's sha256 (its bytes record where the wheels were read)."""
+    doc = json.loads(path.read_text().replace(str(stack), "STACK"))
+    for key in ("created_at", "steps", "preflight"):
+        doc.pop(key)
+    doc["lock"].pop("sha256")
+    if doc.get("wheel"):
+        doc["wheel"].pop("mtime_ns")          # when the file was placed, not what it is
+    if doc.get("stack_env"):
+        doc["stack_env"].pop("sha256")        # the file names the stack's path (compared above as STACK)
+    return doc
+
+
+def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: World, tmp_path: Path) -> None:
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    online = cli(str(tmp_path / "online"), "--recipe", str(recipe), "--cache-dir", str(tmp_path / "cache-online"), "-q")
+    assert online.returncode == 0, online.stderr
+
+    kit = tmp_path / "kit"
+    made = cli("kit", "--recipe", str(recipe), str(kit), "--cache-dir", str(tmp_path / "cache-kit"))
+    assert made.returncode == 0, made.stderr
+    doc = json.loads((kit / "kit.json").read_text())
+    jsonschema.Draft202012Validator(json.loads((PROJECT_ROOT / "receipts" / "kit.schema.json").read_text())).validate(doc)
+    assert {r["owner"] for r in doc["repos"]} == {"alpha", "beta", "beta/third_party/gamma"}
+    assert sorted(w["filename"] for w in doc["wheels"]) == ["tinydep-1.0-py3-none-any.whl",
+                                                            "torch-2.10.0+fixture-py3-none-any.whl"]
+    assert doc["forks"] == world.commits
+    assert all(len(f["sha256"]) == 64 for f in doc["files"].values()) and len(doc["files"]) > 10
+
+    # a kit made from a lock carries exactly the lock's index files
+    from_lock = cli("kit", "--recipe", str(recipe), str(tmp_path / "kit-from-lock"), "--cache-dir",
+                    str(tmp_path / "cache-kit"), "--lock-file", str(tmp_path / "online" / "pylock.toml"), "-q")
+    assert from_lock.returncode == 0, from_lock.stderr
+    lock_doc = json.loads((tmp_path / "kit-from-lock" / "kit.json").read_text())
+    assert lock_doc["lock"] == {"source": "lock", "name": "pylock.toml"}
+    online_lock = tomllib.loads((tmp_path / "online" / "pylock.toml").read_text())
+    assert {w["sha256"] for w in lock_doc["wheels"]} == {w["hashes"]["sha256"] for p in online_lock["packages"]
+                                                         for w in p.get("wheels") or []}
+
+    # nothing but the kit from here on: the world's repos and wheels are gone, proxies are dead
+    shutil.move(str(world.root), str(tmp_path / "world-gone"))
+    stack = tmp_path / "offline"
+    done = cli(str(stack), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(tmp_path / "cache-offline"),
+               extra_env=_offline_env())
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "offline: installing from the kit" in done.stderr + done.stdout
+
+    # the same lock and receipt as the online install, apart from where the wheels were read
+    a = _sources_out(tomllib.loads((tmp_path / "online" / "pylock.toml").read_text()))
+    b = _sources_out(tomllib.loads((stack / "pylock.toml").read_text()))
+    assert a == b
+    assert _receipt_core(tmp_path / "online" / "receipts" / "setup.json", tmp_path / "online") == \
+        _receipt_core(stack / "receipts" / "setup.json", stack)
+    # and the kit's wheels were what the env got (uv read them from the kit, not a cache of the online run)
+    assert any(str(kit / "wheels") in w["url"] for p in tomllib.loads((stack / "pylock.toml").read_text())["packages"]
+               for w in p.get("wheels") or [])
+
+    # a --locked kit install reproduces the online lock exactly
+    locked = cli(str(tmp_path / "offline-locked"), "--recipe", str(recipe), "--kit", str(kit), "--locked",
+                 "--lock-file", str(tmp_path / "online" / "pylock.toml"), "--cache-dir", str(tmp_path / "cache-locked"),
+                 "-q", extra_env=_offline_env())
+    assert locked.returncode == 0, locked.stderr
+    assert _sources_out(tomllib.loads((tmp_path / "offline-locked" / "pylock.toml").read_text())) == a
+
+
+def test_without_the_kit_the_same_offline_run_fails(world: World, tmp_path: Path) -> None:
+    """The control for the test above: with the world gone, an install without --kit cannot succeed."""
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    shutil.move(str(world.root), str(tmp_path / "world-gone"))
+    proc = cli(str(tmp_path / "s"), "--recipe", str(recipe), "--cache-dir", str(tmp_path / "c"), extra_env=_offline_env())
+    assert proc.returncode != 0
+
+
+@pytest.fixture()
+def kit_and_recipe(world: World, tmp_path: Path) -> tuple[Path, Path]:
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    kit = tmp_path / "kit"
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    return kit, recipe
+
+
+@pytest.mark.parametrize("plant", ["tamper-wheel", "tamper-git", "missing", "extra-wheel"])
+def test_a_kit_that_differs_from_its_manifest_is_refused_naming_the_file(kit_and_recipe: tuple[Path, Path],
+                                                                         tmp_path: Path, plant: str) -> None:
+    kit, recipe = kit_and_recipe
+    wheel = kit / "wheels" / "tinydep-1.0-py3-none-any.whl"
+    if plant == "tamper-wheel":
+        data = bytearray(wheel.read_bytes())
+        data[-30] ^= 0x01
+        wheel.write_bytes(bytes(data))
+        named = "wheels/tinydep-1.0-py3-none-any.whl: sha256"
+    elif plant == "tamper-git":
+        target = next(p for p in sorted((kit / "git").rglob("*")) if p.is_file() and "/objects/" in p.as_posix())
+        target.chmod(0o644)
+        target.write_bytes(target.read_bytes() + b"x")
+        named = target.relative_to(kit).as_posix()
+    elif plant == "missing":
+        wheel.unlink()
+        named = "wheels/tinydep-1.0-py3-none-any.whl: missing"
+    else:
+        shutil.copy(wheel, kit / "wheels" / "tinydep-9.0-py3-none-any.whl")
+        named = "wheels/tinydep-9.0-py3-none-any.whl: not in the manifest"
+    proc = cli(str(tmp_path / "s"), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(tmp_path / "c"),
+               extra_env=_offline_env())
+    assert proc.returncode == KitError.exit_code, proc.stderr
+    assert named in proc.stderr and "copy the kit again" in proc.stderr
+    assert not (tmp_path / "s" / "src").exists(), "nothing may be installed from a kit that failed verification"
+
+
+def test_a_kit_for_another_recipe_or_without_manifest_is_refused(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    kit, recipe = kit_and_recipe
+    changed = recipe.read_text().replace("min_ram_gb = 0.1", "min_ram_gb = 0.2")
+    recipe.write_text(changed)
+    with pytest.raises(KitError, match="made for another recipe"):
+        open_kit(kit, load_recipe(str(recipe)))
+    recipe.write_text(changed.replace("min_ram_gb = 0.2", "min_ram_gb = 0.1"))
+    # a manifest naming a commit its repository lacks (the files themselves unchanged)
+    doc = json.loads((kit / "kit.json").read_text())
+    doc["repos"][0]["commits"] = ["1" * 40]
+    (kit / "kit.json").write_text(json.dumps(doc))
+    with pytest.raises(KitError, match="lacks commit"):
+        open_kit(kit, load_recipe(str(recipe)))
+    (kit / "kit.json").unlink()
+    with pytest.raises(KitError, match="not a finished kit"):
+        open_kit(kit, load_recipe(str(recipe)))
+
+
+def test_a_url_the_kit_lacks_is_named_with_what_to_do(kit_and_recipe: tuple[Path, Path]) -> None:
+    kit, recipe = kit_and_recipe
+    opened = open_kit(kit, load_recipe(str(recipe)))
+    with pytest.raises(KitError) as err:
+        opened.source_for("https://github.com/gabime/spdlog.git")
+    assert "https://github.com/gabime/spdlog.git" in str(err.value) and "october_setup kit" in str(err.value)
+    # git's own URL rewriting covers every form of a kit URL, and allows local files only
+    env = opened.git_config()
+    assert env["GIT_ALLOW_PROTOCOL"] == "file" and int(env["GIT_CONFIG_COUNT"]) >= 3
+
+
+def test_a_refreshed_kit_is_rewritten_and_other_directories_are_not_taken_over(kit_and_recipe: tuple[Path, Path],
+                                                                              tmp_path: Path) -> None:
+    kit, recipe = kit_and_recipe
+    before = json.loads((kit / "kit.json").read_text())
+    # a wheel left by an earlier kit would be offered to uv by --find-links: a refresh drops it
+    shutil.copy(kit / "wheels" / "tinydep-1.0-py3-none-any.whl", kit / "wheels" / "tinydep-9.0-py3-none-any.whl")
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    assert json.loads((kit / "kit.json").read_text())["files"] == before["files"]
+    assert not (kit / "wheels" / "tinydep-9.0-py3-none-any.whl").exists()
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(KitError, match="holds other files"):
+        make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=other, cache_dir=tmp_path / "cache-kit"))
+    assert (other / "cat.jpg").exists()
+
+
+def test_a_prefix_pin_resolves_offline_to_the_same_commit(world: World, tmp_path: Path) -> None:
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    full = world.commits["alpha"]
+    forks = recipe.parent / "forks.toml"
+    forks.write_text(forks.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1))
+    kit = tmp_path / "kit"
+    assert cli("kit", "--recipe", str(recipe), str(kit), "--cache-dir", str(tmp_path / "ck"), "-q").returncode == 0
+    alpha = next(r for r in json.loads((kit / "kit.json").read_text())["repos"] if r["owner"] == "alpha")
+    assert alpha["branches"] == {"main": full}
+    shutil.move(str(world.root), str(tmp_path / "world-gone"))
+    proc = cli(str(tmp_path / "s"), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(tmp_path / "c"), "-q",
+               extra_env=_offline_env())
+    assert proc.returncode == 0, proc.stderr
+    lock = tomllib.loads((tmp_path / "s" / "pylock.toml").read_text())
+    assert lock["tool"]["october"]["forks"]["alpha"] == {**lock["tool"]["october"]["forks"]["alpha"],
+                                                        "commit": full, "requested": full[:9], "branch": "main"}
+
+
+@pytest.mark.parametrize(("base", "url", "want"), [
+    ("https://github.com/mcgrof/flashinfer.git", "../../NVIDIA/cccl.git", "https://github.com/NVIDIA/cccl.git"),
+    ("file:///x/origins/beta.git", "../gamma.git", "file:///x/origins/gamma.git"),
+    ("https://h/a/b", "./c", "https://h/a/b/c"),
+    ("https://h/a/b", "https://other/x.git", "https://other/x.git"),
+])
+def test_relative_submodule_urls_resolve_as_git_does(base: str, url: str, want: str) -> None:
+    assert resolve_submodule_url(base, url) == want
+
+
+def test_url_keys_match_the_forms_git_uses() -> None:
+    assert url_key("https://github.com/a/b.git") == url_key("https://github.com/a/b/") == "https://github.com/a/b"
+    assert url_key("git@github.com:gabime/spdlog.git") == "https://github.com/gabime/spdlog"
+
+
+@pytest.mark.parametrize("wheel_from", ["fork-history", "release-branch"])
+def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, wheel_from: str) -> None:
+    """The whole K16/V8 path (base wheel + source equivalence, precompiled vLLM fork, FlashInfer fork,
+    JIT) from a kit, with the wheel server stopped and the git repos and find-links directory moved
+    away.  ``release-branch``: the wheel was built from an upstream release commit that is not in the
+    fork's history (as vLLM cuts its releases), so the kit must carry that commit too."""
+    from tests.fixtures.base_wheels import vllm_wheel
+    from tests.fixtures.findlinks_server import serve_find_links
+    from tests.fixtures.gitrepos import add_commit
+    from tests.fixtures.stack_forks import TORCH
+    from tests.test_setup_k16v8_e2e import make_k16v8_world, write_recipe
+
+    root = tmp_path / "w"
+    w = make_k16v8_world(root)
+    if wheel_from == "release-branch":
+        release = add_commit(root / "git" / "vllm-upstream.git", {"RELEASE": "v0.18.0\n"}, branch="releases/v0.18.0",
+                             base=str(w["up_commit"]), message="release v0.18.0")
+        w["wheel"] = vllm_wheel(root / "served", commit_id="g" + release[:9], torch=TORCH.split("+")[0],
+                                requires=[f"torch=={TORCH.split('+')[0]}"], so=None, cudart="12")
+    wheel = w["wheel"]
+    assert isinstance(wheel, Path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
+    skip = ["--skip-preflight", "nvcc"]
+    with serve_find_links(wheel.parent) as served:
+        recipe = write_recipe(root, w, served.url + wheel.name)
+        online = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "online"), "--recipe",
+                                 str(recipe), "--cache-dir", str(tmp_path / "c-online"), *skip, "-q"],
+                                cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
+        assert online.returncode == 0, online.stderr
+        made = cli("kit", "--recipe", str(recipe), str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-kit"))
+        assert made.returncode == 0, made.stderr
+    doc = json.loads((tmp_path / "kit" / "kit.json").read_text())
+    assert doc["base_wheel"]["sha256"] == json.loads((tmp_path / "online" / "receipts" / "setup.json").read_text())["wheel"]["sha256"]
+    vllm = next(r for r in doc["repos"] if r["owner"] == "vllm")
+    # the fork's copy reaches down to its upstream base (and the wheel's source when that is in its history)
+    depth = subprocess.run(["git", "--git-dir", str(tmp_path / "kit" / vllm["path"]), "rev-list", "--count",
+                            f"refs/october/pins/{w['vllm']}"], capture_output=True, text=True, check=True).stdout
+    assert int(depth) == 2
+    if wheel_from == "release-branch":
+        assert release in vllm["commits"] and len(vllm["commits"]) == 2
+
+    for gone in ("git", "links", "served"):
+        shutil.move(str(root / gone), str(tmp_path / f"gone-{gone}"))
+    stack = tmp_path / "offline"
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe), "--kit",
+                           str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-offline"), *skip],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, env={**env, **_offline_env()}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "wheel: ok" in proc.stderr and "jit: ok" in proc.stderr
+    a = _sources_out(tomllib.loads((tmp_path / "online" / "pylock.toml").read_text()))
+    b = _sources_out(tomllib.loads((stack / "pylock.toml").read_text()))
+    assert a == b
+    ra = _receipt_core(tmp_path / "online" / "receipts" / "setup.json", tmp_path / "online")
+    rb = _receipt_core(stack / "receipts" / "setup.json", stack)
+    assert ra == rb
+    assert ra["wheel"]["source_equivalence"]["compared_in"] == ("fork-mirror" if wheel_from == "release-branch"
+                                                                else "fork-clone")
