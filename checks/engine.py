@@ -9,14 +9,31 @@ process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the model runner's
 attention layer right after the weights load, before ``capture_model`` builds
 the CUDA graphs, and the wrapper records that order.
 
+The engine starts with the recipe selection's compute dtype (``vllm.LLM(dtype=...)``)
+and K16/V8 as ``kv_cache_dtype=("auto", "fp8_e4m3")``: K is the compute dtype.  The
+selection (compute dtype, K/V cache dtypes, derived JIT modules, workspace) and the
+``[smoke]`` token protocol come from the stack info ``current smoke`` writes.  Besides
+the engine's own consistency, three checks compare it with oracles it did not compute
+(``checks.engine_oracle``): one layer's captured q/k/v against the torch reference, the
+stored V codes against ``quant(v, supplied scale)``, and the same model with a 16-bit KV
+cache over the protocol prompt.
+
 Each check measures what the engine controls, not what this harness wrote:
 
 * physical K16/V8 reads the cache tensors the runner allocated and requires a
   generation to change them (they are the live cache);
-* calibrated scales also reads the V cache bytes the engine wrote: with the
-  supplied ``amax / 448`` scale in effect the stored e4m3 values use most of
-  the e4m3 range; with a scale that silently stayed 1.0 they use ``amax / 448``
-  of it (the layer attributes alone would only echo what the hook wrote);
+* physical K16/V8 requires exactly the recipe's K dtype, V e4m3, the FlashInfer
+  backend on every layer, and decode outputs that read the 8-bit V (closer to the
+  K16/V8 reference than to a 16-bit-V one);
+* calibrated scales compares the scales in effect after engine start with the supplied
+  ones exactly, and the V codes the engine stored with ``quant(v, s)`` of the captured
+  values (the layer attributes alone would only echo what the hook wrote), and the decode
+  rows with the reference dequantized by the supplied scale (a V read back with 1.0 fails);
+* mixed fresh-prefill route: a fresh prompt in the same step as decodes equals its solo
+  run, the captured layer's prefill and decode rows match the torch reference, and the
+  protocol run agrees with the 16-bit-cache engine;
+* JIT modules pre-built: every module derived for the selection is in the stack's
+  workspace before the engine starts, and the workspace gains none while it runs;
 * clean memory counts the scheduler's free KV blocks across rounds (a leaked
   block never shows in allocated bytes: the cache is allocated once), besides
   allocated GPU bytes (on a CPU: live tensor bytes) and the byte formula, whose
@@ -33,16 +50,16 @@ import importlib
 import json
 import math
 import os
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from checks import engine_oracle as oracle
 from checks import reference as ref
 from checks.inputs import InputError, Manifest, ScaleChoice, engine_scales
-from checks.results import (FAILED, PASSED, SKIPPED, CheckResult, REQUIRED_CHECKS, Unsupported,
+from checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
                             run_check, verdict)
 
 KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
@@ -50,10 +67,11 @@ ATTENTION_CONFIG = {"backend": "FLASHINFER"}
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 FREE_BLOCKS = "llm_engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks"
 TOUCHED = (
-    "vllm.LLM(model, kv_cache_dtype, attention_config, seed, enforce_eager, "
+    "vllm.LLM(model, dtype, kv_cache_dtype, attention_config, seed, enforce_eager, "
     "gpu_memory_utilization, enable_prefix_caching, max_model_len)",
     "vllm.SamplingParams(temperature, max_tokens, logprobs)",
-    "LLM.generate(prompts, sampling_params, use_tqdm)",
+    "LLM.generate(prompts, sampling_params, use_tqdm); prompts as {'prompt_token_ids': [...]}",
+    "LLM.get_tokenizer().encode(text, add_special_tokens)",
     "LLM.llm_engine.add_request / .step / .has_unfinished_requests",
     "LLM.llm_engine.vllm_config.cache_config.num_gpu_blocks / .block_size",
     "LLM." + FREE_BLOCKS,
@@ -61,7 +79,11 @@ TOUCHED = (
     f"{RUNNER_MODULE}.GPUModelRunner.load_model / .capture_model / .kv_caches / .vllm_config",
     "VllmConfig.compilation_config.static_forward_context",
     "Attention._v_scale / ._v_scale_float",
+    "Attention.kv_cache[0] (k_cache, v_cache) / .attn_backend.get_name()",
+    "Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output)",
 )
+JIT_CHECK = ("jit_complete", "JIT modules pre-built")
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 PROMPTS = ("The capital of France is", "Write one sentence about the sea.",
            "List three prime numbers:", "def fibonacci(n):", "Translate 'good morning' to German:")
 MAX_TOKENS = 16
@@ -69,8 +91,6 @@ GRAPH_BATCHES = (1, 3, 5)
 MEMORY_ROUNDS = 3
 K_BYTES, V_BYTES = 2, 1
 FP8_MAX = ref.FP8_MAX
-MIN_USED_RANGE = 1.0 / 16     # median over layers of max|V stored| / 448
-MAX_SATURATED = 0.01          # share of stored V values clamped at +-448, per layer
 
 Generated = list[tuple[list[int], list[float]]]
 
@@ -91,6 +111,7 @@ class ModelShape:
     layers: int
     kv_heads: int
     head_dim: int
+    q_heads: int = 0
 
 
 def model_shape(manifest: Manifest) -> ModelShape:
@@ -101,7 +122,7 @@ def model_shape(manifest: Manifest) -> ModelShape:
         cfg = cfg.get("text_config", cfg)
         heads = int(cfg["num_attention_heads"])
         return ModelShape(int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads", heads)),
-                          int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads))
+                          int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads), heads)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"model config {path}: expected num_hidden_layers, num_attention_heads and "
                          f"hidden_size or head_dim, found {type(exc).__name__}: {exc}.\n  -> {fix}") from None
@@ -165,25 +186,76 @@ class _Hooks:
         self.events.append("scales_loaded")
 
 
-def _start(manifest: Manifest, seed: int, eager: bool) -> Any:
+@dataclass(frozen=True)
+class Selection:
+    """What the recipe says this selection serves (``stack-info.json``'s ``selection``)."""
+
+    compute_dtype: str | None = None
+    k_cache_dtype: str | None = None
+    v_cache_dtype: str = "fp8_e4m3"
+    jit_modules: tuple[str, ...] = ()
+    jit_workspace: str | None = None
+    setup_command: str | None = None
+    shape: dict[str, int] | None = None
+    prompt_tokens: int = 8192
+    max_new_tokens: int = 128
+    tokens_from: str = "default (the seed's 8,192 + 128 protocol)"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None, override: tuple[int, int] | None = None) -> "Selection":
+        data = data or {}
+        smoke = data.get("smoke") or {}
+        sel = cls(compute_dtype=data.get("compute_dtype"), k_cache_dtype=data.get("k_cache_dtype"),
+                  v_cache_dtype=data.get("v_cache_dtype") or "fp8_e4m3",
+                  jit_modules=tuple(str(m["uri"] if isinstance(m, dict) else m)
+                                    for m in data.get("jit_modules") or ()),
+                  jit_workspace=data.get("jit_workspace"), setup_command=data.get("setup_command"),
+                  shape=data.get("shape"))
+        if smoke.get("prompt_tokens") and smoke.get("max_new_tokens"):
+            sel = _replace(sel, prompt_tokens=int(smoke["prompt_tokens"]),
+                           max_new_tokens=int(smoke["max_new_tokens"]), tokens_from="recipe [smoke]")
+        if override is not None:
+            sel = _replace(sel, prompt_tokens=override[0], max_new_tokens=override[1],
+                           tokens_from=f"override --token-counts {override[0]},{override[1]} (not the recipe's "
+                                       f"{sel.prompt_tokens} + {sel.max_new_tokens})")
+        return sel
+
+    def as_json(self) -> dict[str, Any]:
+        return {"compute_dtype": self.compute_dtype, "k_cache_dtype": self.k_cache_dtype,
+                "v_cache_dtype": self.v_cache_dtype, "kv_cache_dtype": list(KV_CACHE_DTYPE),
+                "prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens,
+                "tokens_from": self.tokens_from}
+
+
+def _replace(sel: Selection, **kw: Any) -> Selection:
+    import dataclasses
+    return dataclasses.replace(sel, **kw)
+
+
+def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_bit: bool = False) -> Any:
+    """The K16/V8 engine (FlashInfer), or with ``sixteen_bit`` the oracle: the same model with a
+    16-bit KV cache and vLLM's own backend choice."""
     try:
         vllm = importlib.import_module("vllm")
     except ImportError as exc:
         raise Unsupported(f"vllm cannot be imported ({type(exc).__name__}: {exc})") from None
     llm_cls = _need(vllm, "LLM")
+    kw: dict[str, Any] = {"kv_cache_dtype": "auto"} if sixteen_bit else \
+        {"kv_cache_dtype": KV_CACHE_DTYPE, "attention_config": ATTENTION_CONFIG}
+    length = -(-(sel.prompt_tokens + sel.max_new_tokens + 64) // 256) * 256
     try:
-        return llm_cls(model=manifest.local_path, kv_cache_dtype=KV_CACHE_DTYPE,
-                       attention_config=ATTENTION_CONFIG, seed=seed, enforce_eager=eager,
-                       gpu_memory_utilization=0.45, enable_prefix_caching=False, max_model_len=4096)
+        return llm_cls(model=manifest.local_path, dtype=sel.compute_dtype or "auto", seed=seed,
+                       enforce_eager=eager, gpu_memory_utilization=0.45, enable_prefix_caching=False,
+                       max_model_len=max(4096, length), **kw)
     except TypeError as exc:
         if "unexpected keyword argument" in str(exc):
             raise Unsupported(f"vllm.LLM does not take the arguments this check needs ({exc})") from None
         raise
 
 
-def _params(max_tokens: int = MAX_TOKENS) -> Any:
+def _params(max_tokens: int = MAX_TOKENS, logprobs: int = 1) -> Any:
     vllm = importlib.import_module("vllm")
-    return _need(vllm, "SamplingParams")(temperature=0.0, max_tokens=max_tokens, logprobs=1)
+    return _need(vllm, "SamplingParams")(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs)
 
 
 def _tokens(out: Any) -> tuple[list[int], list[float]]:
@@ -194,8 +266,16 @@ def _tokens(out: Any) -> tuple[list[int], list[float]]:
     return ids, lps
 
 
-def _generate(llm: Any, prompts: list[str]) -> Generated:
-    return [_tokens(o) for o in _need(llm, "generate")(prompts, _params(), use_tqdm=False)]
+def _generate(llm: Any, prompts: list[Any], max_tokens: int = MAX_TOKENS) -> Generated:
+    return [_tokens(o) for o in _need(llm, "generate")(prompts, _params(max_tokens), use_tqdm=False)]
+
+
+def _generate_top(llm: Any, ids: list[int], max_tokens: int) -> oracle.Generation:
+    """Greedy tokens with each position's top-2 logprobs (for the 16-bit oracle comparison)."""
+    out, = _need(llm, "generate")([{"prompt_token_ids": ids}], _params(max_tokens, logprobs=2), use_tqdm=False)
+    c = _need(out, "outputs")[0]
+    return (list(_need(c, "token_ids")),
+            [{int(k): float(v.logprob) for k, v in d.items()} for d in (_need(c, "logprobs") or [])])
 
 
 def _held_bytes(device: torch.device) -> int:
@@ -217,7 +297,26 @@ def _checksum(t: torch.Tensor) -> int:
     return int(t.view(torch.uint8).sum(dtype=torch.int64))
 
 
-def _physical(llm: Any, h: _Hooks) -> CheckResult:
+def _amend(result: CheckResult, problems: list[str], measured: dict[str, Any], limits: dict[str, Any],
+           unsupported: str | None = None) -> CheckResult:
+    """Add later evidence (the oracles) to a check measured earlier: a problem fails a passed check."""
+    result.measured.update(measured)
+    result.limits.update(limits)
+    if result.status == PASSED and unsupported:
+        result.status, result.summary = UNSUPPORTED, f"unsupported: {unsupported}"
+    elif result.status == PASSED and problems:
+        result.status, result.summary = FAILED, "; ".join(problems)
+    elif result.status == FAILED and problems:
+        result.summary = "; ".join([result.summary] + problems)
+    return result
+
+
+def _physical(llm: Any, h: _Hooks, sel: Selection) -> CheckResult:
+    if sel.k_cache_dtype not in DTYPES:
+        raise Unsupported("no recipe K cache dtype to hold the cache to (expected the selection's "
+                          f"k_cache_dtype in the stack info, found {sel.k_cache_dtype!r}): run through "
+                          "`current smoke`, or pass --stack-info with a selection")
+    want_k = DTYPES[sel.k_cache_dtype]
     caches = _caches(h)
     problems = []
     for i, entry in enumerate(caches):
@@ -225,10 +324,13 @@ def _physical(llm: Any, h: _Hooks) -> CheckResult:
             problems.append(f"layer {i}: expected a (k_cache, v_cache) tuple, found {type(entry).__name__}")
             continue
         k, v = entry
-        if k.dtype not in ref.K_DTYPES or v.dtype != ref.FP8 or v.nbytes * 2 != k.nbytes \
+        if k.dtype != want_k or v.dtype != ref.FP8 or v.nbytes * 2 != k.nbytes \
                 or k.dim() != 4 or k.shape != v.shape:
             problems.append(f"layer {i}: K {k.dtype} {tuple(k.shape)} {k.nbytes}B, "
                             f"V {v.dtype} {tuple(v.shape)} {v.nbytes}B")
+    backends = sorted({str(_need(layer, "attn_backend").get_name()) for layer in h.layers(h.runner)})
+    if backends != ["FLASHINFER"]:
+        problems.append(f"attention backends {backends}, expected FLASHINFER on every layer")
     pairs = [e for e in caches if isinstance(e, (tuple, list)) and len(e) == 2]
     live = "no (k_cache, v_cache) pairs"
     if pairs:
@@ -245,43 +347,29 @@ def _physical(llm: Any, h: _Hooks) -> CheckResult:
     first = pairs[0] if pairs else None
     return verdict("physical_k16v8", not problems,
                    f"{len(caches)} layers, K {first[0].dtype if first else '?'} / V "
-                   f"{first[1].dtype if first else '?'}, state {ratio:.3f}x BF16, live",
+                   f"{first[1].dtype if first else '?'}, state {ratio:.3f}x BF16, live, FLASHINFER",
                    "; ".join(problems[:3]),
                    {"layers": len(caches), "k_dtype": str(first[0].dtype) if first else None,
-                    "v_dtype": str(first[1].dtype) if first else None,
+                    "v_dtype": str(first[1].dtype) if first else None, "attention_backends": backends,
                     "layer_shape": list(first[0].shape) if first else None, "k_bytes": k_bytes,
                     "v_bytes": v_bytes, "state_vs_bf16": ratio, "live": live, "problems": problems},
-                   {"k_dtype": ["torch.float16", "torch.bfloat16"], "v_dtype": "torch.float8_e4m3fn",
+                   {"k_dtype": str(want_k), "v_dtype": "torch.float8_e4m3fn", "attention_backends": ["FLASHINFER"],
                     "v_bytes": "k_bytes / 2", "state_vs_bf16": 0.75, "live": "K and V changed"})
 
 
-def _v_range(v: torch.Tensor) -> tuple[float, int, int]:
-    """max |value stored|, how many sit at +-448, how many are non-zero (chunked: caches are big)."""
-    amax, saturated, written = 0.0, 0, 0
-    step = max(1, (64 << 20) // max(1, v[0].numel() * 4))
-    for start in range(0, v.shape[0], step):
-        a = v[start:start + step].float().abs()
-        amax = max(amax, float(a.max()))
-        saturated += int((a >= FP8_MAX).sum())
-        written += int((a > 0).sum())
-    return amax, saturated, written
-
-
 def _scales(llm: Any, h: _Hooks) -> CheckResult:
+    """The scales in effect after engine start, exactly the supplied ones, loaded before capture.
+    (The stored codes and the read-back scale are judged from the captured layer later.)"""
     layers = h.layers(h.runner)
     supplied = list(h.v_scales)
     _generate(llm, list(PROMPTS))
     as_float = [float(_need(layer, "_v_scale_float")) for layer in layers]
     as_tensor = [float(_need(layer, "_v_scale").detach().float().reshape(-1)[0]) for layer in layers]
-    caches = _caches(h)
-    ranges = [_v_range(entry[1]) for entry in caches]
-    used = [a / FP8_MAX for a, _, _ in ranges]
-    sat = [s / w if w else 0.0 for _, s, w in ranges]
     problems = []
-    if not (len(as_float) == len(supplied) == len(caches)):
-        problems.append(f"{len(layers)} scaled layers and {len(caches)} caches for {len(supplied)} scales")
+    if len(as_float) != len(supplied):
+        problems.append(f"{len(layers)} scaled layers for {len(supplied)} scales")
     bad = [i for i, (f, t, s) in enumerate(zip(as_float, as_tensor, supplied))
-           if abs(f - s) > 1e-6 * s or abs(t - s) > 1e-6 * s]
+           if f != s or t != float(torch.tensor(s, dtype=torch.float32))]
     if bad:
         problems.append(f"layers {bad[:8]} do not hold the supplied scales after generation")
     order_ok = "scales_loaded" in h.events and (
@@ -289,20 +377,12 @@ def _scales(llm: Any, h: _Hooks) -> CheckResult:
         or h.events.index("scales_loaded") < h.events.index("graphs_captured"))
     if not order_ok:
         problems.append(f"scales not loaded before graph capture ({h.events})")
-    median_used = statistics.median(used) if used else 0.0
-    if median_used < MIN_USED_RANGE:
-        problems.append(f"stored V uses {median_used:.3g} of the e4m3 range (median over layers): "
-                        f"written with another scale than supplied (1.0?)")
-    over = [i for i, s in enumerate(sat) if s > MAX_SATURATED]
-    if over:
-        problems.append(f"layers {over[:8]} clamp more than {MAX_SATURATED:.0%} of V at 448")
     return verdict("calibrated_scales", not problems,
-                   f"{len(supplied)} layer scales in effect before capture; stored V uses "
-                   f"{median_used:.2f} of the e4m3 range", "; ".join(problems),
-                   {"supplied": supplied, "v_scale_float": as_float, "v_scale": as_tensor,
-                    "events": h.events, "v_range_used": used, "v_saturated_share": sat},
-                   {"max_rel_diff": 1e-6, "order": "scales_loaded before graphs_captured",
-                    "v_range_used_median_min": MIN_USED_RANGE, "v_saturated_share_max": MAX_SATURATED})
+                   f"{len(supplied)} layer scales in effect before capture; stored V codes are quant(v, s)",
+                   "; ".join(problems),
+                   {"supplied": supplied, "v_scale_float": as_float, "v_scale": as_tensor, "events": h.events},
+                   {"v_scale_float": "equal to supplied", "v_scale": "equal to supplied (float32)",
+                    "order": "scales_loaded before graphs_captured"})
 
 
 def _mixed(llm: Any) -> CheckResult:
@@ -325,8 +405,11 @@ def _mixed(llm: Any) -> CheckResult:
     ok = same_step and mixed == solo
     why = "the fresh prompt was not admitted in the same step as the decodes" if not same_step else \
         "fresh prefill in a mixed step gives other tokens than its solo run"
-    return verdict("mixed_prefill", ok, "fresh prompt admitted beside 2 decodes matches solo", why,
-                   {"first_step_outputs": first, "solo": solo, "mixed": mixed},
+    return verdict("mixed_prefill", ok, "fresh prompt beside 2 decodes matches solo, the torch reference "
+                   "on a captured layer and the 16-bit-cache engine", why,
+                   {"route": "fresh prompt prefilled in the same step as 2 decodes, its K/V written to the "
+                             "K16/V8 cache, then decoded from it",
+                    "first_step_outputs": first, "solo": solo, "mixed": mixed},
                    {"first_step": "mixed-a, mixed-b and mixed-c (1 token)",
                     "tokens": "identical to the solo run"})
 
@@ -383,18 +466,12 @@ def _deterministic(llm: Any) -> CheckResult:
                    {"tokens": "identical across runs", "logprobs": "all finite"})
 
 
-def _graphs(manifest: Manifest, seed: int, h: _Hooks, graphed: list[Generated] | BaseException,
-            graph_captured: bool, device: torch.device) -> CheckResult:
+def _graphs(h: _Hooks, graphed: list[Generated] | BaseException, eager: list[Generated] | BaseException,
+            graph_captured: bool, eager_captured: bool, device: torch.device) -> CheckResult:
     if isinstance(graphed, BaseException):
         raise graphed
-    captures = h.captures
-    llm = _start(manifest, seed, eager=True)
-    try:
-        eager_captured = h.captures > captures
-        eager = [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES]
-    finally:
-        del llm
-        gc.collect()
+    if isinstance(eager, BaseException):
+        raise eager
     same = [[t for t, _ in g] == [t for t, _ in e] for g, e in zip(graphed, eager)]
     cuda = device.type == "cuda"
     measured = {"batches": list(GRAPH_BATCHES), "match": same, "graphs_captured": graph_captured,
@@ -416,9 +493,153 @@ def _graphs(manifest: Manifest, seed: int, h: _Hooks, graphed: list[Generated] |
                        "matches eager", measured, limits)
 
 
+# ------------------------------------------------------------------------------ JIT modules
+
+
+def jit_workspace(sel: Selection) -> Path | None:
+    ws = sel.jit_workspace or os.environ.get("FLASHINFER_WORKSPACE_BASE")
+    return Path(ws) if ws else None
+
+
+def built_modules(workspace: Path | None) -> dict[str, str]:
+    """URI -> library path of every module FlashInfer has in ``workspace`` (any version, any arch)."""
+    if workspace is None:
+        return {}
+    root = workspace / ".cache" / "flashinfer"
+    return {p.parent.name: str(p) for p in sorted(root.glob("*/*/cached_ops/*/*.so")) if p.stem == p.parent.name}
+
+
+def _jit(sel: Selection, shape: ModelShape, before: dict[str, str], after: dict[str, str]) -> CheckResult:
+    name = JIT_CHECK[0]
+    workspace = jit_workspace(sel)
+    if not sel.jit_modules or workspace is None:
+        return CheckResult(name, UNSUPPORTED, "unsupported: no derived JIT module list or workspace for this "
+                           "selection (expected the stack info `current smoke` writes)",
+                           {"workspace": str(workspace) if workspace else None}, {})
+    fix = sel.setup_command or "october_setup STACK --recipe RECIPE"
+    missing = [u for u in sel.jit_modules if u not in before]
+    gained = sorted(set(after) - set(before))
+    problems = []
+    if missing:
+        problems.append(f"module {missing[0]} is not pre-built in {workspace}"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                        + f"; run `{fix}` to build it")
+    if gained:
+        problems.append(f"the engine JIT-built {len(gained)} module(s) during the smoke ({gained[0]}): "
+                        f"they are outside the verified workspace; run `{fix}`")
+    got = {"num_attention_heads": shape.q_heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+           "num_hidden_layers": shape.layers}
+    if sel.shape:
+        wrong = {k: (v, got[k]) for k, v in sel.shape.items() if got.get(k) is not None and got[k] != v}
+        if wrong:
+            problems.append(f"the modules were derived for another model shape: recipe vs config.json {wrong}")
+    return verdict(name, not problems, f"{len(sel.jit_modules)} derived modules pre-built; the workspace "
+                   "gained none during the smoke", "; ".join(problems),
+                   {"workspace": str(workspace), "expected": list(sel.jit_modules), "missing": missing,
+                    "present": {u: before[u] for u in sel.jit_modules if u in before}, "gained": gained},
+                   {"missing": [], "gained": [], "build_command": fix})
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def layer_pair(kv_cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's ``(k_cache, v_cache)``: bound directly (vLLM 0.24: one object per layer) or per
+    virtual engine (vLLM 0.18: a list whose [0] is the current one)."""
+    def is_pair(x: Any) -> bool:
+        return isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, torch.Tensor) and t.dim() == 4
+                                                                     for t in x)
+    if is_pair(kv_cache):
+        return kv_cache[0], kv_cache[1]
+    if isinstance(kv_cache, (tuple, list)) and kv_cache and is_pair(kv_cache[0]):
+        return kv_cache[0][0], kv_cache[0][1]
+    raise Unsupported(f"Attention.kv_cache is {type(kv_cache).__name__}, expected a (k_cache, v_cache) pair of "
+                      "4-D tensors (or a list of them per virtual engine)")
+
+
+def _middle_layer(h: _Hooks) -> tuple[int, Any]:
+    layers = h.layers(h.runner)
+    i = len(layers) // 2
+    return i, layers[i]
+
+
+def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int]) -> oracle.LayerVerdict:
+    """One request on the eager engine with one layer's impl wrapped and its cache zeroed first."""
+    index, layer = _middle_layer(h)
+    pair = layer_pair(_need(layer, "kv_cache"))
+    cap = oracle.Capture(head_dim=shape.head_dim)
+    restore = oracle.wrap_impl(layer, cap, _need)
+    try:
+        pair[0].zero_()
+        pair[1].zero_()
+        cap.armed = True
+        _generate(llm, [{"prompt_token_ids": ids[:oracle.CAPTURE_PROMPT]}], oracle.CAPTURE_STEPS)
+    finally:
+        cap.armed = False
+        restore()
+    want_k = DTYPES.get(sel.k_cache_dtype or "", pair[0].dtype)
+    return oracle.judge_layer(cap, pair[1], h.v_scales[index], want_k, index)
+
+
+def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseException,
+             agreement: tuple[Any, ...] | BaseException) -> None:
+    """Fold the outside oracles into the checks they prove."""
+    if isinstance(layer, BaseException):
+        why = f"the captured-layer oracle could not run: {type(layer).__name__}: {layer}"
+        unsup = str(layer) if isinstance(layer, Unsupported) else None
+        for n in ("physical_k16v8", "calibrated_scales", "mixed_prefill"):
+            _amend(results[n], [why], {"layer_oracle": why}, {}, unsup)
+    else:
+        m, lim = layer.measured, layer.limits
+        _amend(results["physical_k16v8"], [] if layer.reads_8bit else [
+            f"decode on layer {m['layer']} reads a 16-bit V underneath (rel L2 {m['decode_rel_l2_vs_k16v8_reference']:.3g}"
+            f" vs the K16/V8 reference, {m['decode_rel_l2_vs_16bit_v_reference']:.3g} vs 16-bit V)"],
+            {"layer_oracle": m}, {"layer_oracle": lim})
+        scale_problems = []
+        if not layer.ok_codes:
+            scale_problems.append(f"layer {m['layer']} stored V codes are not quant(v, supplied scale): "
+                                  f"{m['codes_equal_share']:.3f} equal, stored/predicted max "
+                                  f"{m['stored_over_predicted_amax']:.3g} (a scale stuck at 1.0 or off)")
+        if not layer.ok_decode:
+            scale_problems.append(f"layer {m['layer']} decode differs from the reference dequantized with "
+                                  f"the supplied scale by {m['decode_max_err_vs_k16v8_reference']:.3g}")
+        _amend(results["calibrated_scales"], scale_problems, {"layer_oracle": m}, {"layer_oracle": lim})
+        mixed_problems = []
+        if not layer.ok_prefill:
+            mixed_problems.append(f"layer {m['layer']} prefill rows differ from the torch reference by "
+                                  f"{min(m['prefill_max_err_vs_fresh_reference'], m['prefill_max_err_vs_cached_reference']):.3g}")
+        if not layer.ok_decode:
+            mixed_problems.append(f"layer {m['layer']} decode rows differ from the torch reference by "
+                                  f"{m['decode_max_err_vs_k16v8_reference']:.3g}")
+        _amend(results["mixed_prefill"], mixed_problems,
+               {"layer_oracle": m, "prefill_route_observed": layer.prefill_route}, {"layer_oracle": lim})
+    if isinstance(agreement, BaseException):
+        why = f"the 16-bit-cache oracle could not run: {type(agreement).__name__}: {agreement}"
+        _amend(results["mixed_prefill"], [why], {"sixteen_bit_oracle": why}, {},
+               str(agreement) if isinstance(agreement, Unsupported) else None)
+    else:
+        ok, why, measured, limits = agreement
+        _amend(results["mixed_prefill"], [] if ok else [f"against the 16-bit-cache engine: {why}"],
+               {"sixteen_bit_oracle": measured}, {"sixteen_bit_oracle": limits})
+
+
+def _safely(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:        # recorded against the checks that needed it
+        return exc
+
+
 def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
-                     device: torch.device | None = None) -> tuple[list[CheckResult], ScaleChoice]:
+                     device: torch.device | None = None, selection: dict[str, Any] | None = None,
+                     token_counts: tuple[int, int] | None = None,
+                     facts: dict[str, Any] | None = None) -> tuple[list[CheckResult], ScaleChoice]:
+    """The six checks (plus JIT modules pre-built); ``facts`` (when given) receives what the receipt
+    records about the engine: compute dtype, K/V cache dtypes asked and found, the token protocol."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sel = Selection.from_json(selection, token_counts)
+    facts = facts if facts is not None else {}
+    facts.update(sel.as_json())
     shape = model_shape(manifest)
     choice = engine_scales(manifest, fixtures, shape.layers)
     names = [n for n, _ in REQUIRED_CHECKS]
@@ -428,34 +649,70 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                             else "skipped: no valid calibrated scales to start the engine with")
                 for n in names], choice
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    workspace = jit_workspace(sel)
+    if workspace is not None:           # FlashInfer reads it at import: the verified workspace, not $HOME
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
+        facts["jit_workspace"] = str(workspace)
+    jit_before = built_modules(workspace)
     hooks = _Hooks(choice.v_scales)
     try:
         try:
             hooks.install()
-            llm = _start(manifest, seed, eager=False)
+            llm = _start(manifest, seed, eager=False, sel=sel)
         except Unsupported as exc:
             return [CheckResult(n, "unsupported", f"unsupported: {exc}") for n in names], choice
         except Exception as exc:     # the engine did not start: nothing was verified
             return [CheckResult(n, FAILED, f"the engine did not start: {type(exc).__name__}: {exc}")
                     for n in names], choice
         graph_captured = hooks.captures > 0
-        results = {"physical_k16v8": run_check("physical_k16v8", _physical, llm, hooks),
+        results = {"physical_k16v8": run_check("physical_k16v8", _physical, llm, hooks, sel),
                    "calibrated_scales": run_check("calibrated_scales", _scales, llm, hooks),
                    "mixed_prefill": run_check("mixed_prefill", _mixed, llm),
                    "clean_memory": run_check("clean_memory", _memory, llm, hooks, shape),
                    "deterministic_generation": run_check("deterministic_generation", _deterministic, llm)}
-        graphed: list[Generated] | BaseException
+        first = results["physical_k16v8"].measured
+        facts.update({"k_cache_dtype_found": first.get("k_dtype"), "v_cache_dtype_found": first.get("v_dtype"),
+                      "attention_backends": first.get("attention_backends")})
+        ids = _safely(lambda: oracle.protocol_ids(_need(llm, "get_tokenizer")(), sel.prompt_tokens))
+        graphed = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
+        k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.max_new_tokens)
+        del llm
+        _release()
+        captures = hooks.captures
+        layer: Any = ids
+        eager: Any = RuntimeError("the enforce_eager engine did not start")
+        eager_captured = False
         try:
-            graphed = [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES]
-        except Exception as exc:
-            graphed = exc
-        finally:
+            llm = _start(manifest, seed, eager=True, sel=sel)
+            eager_captured = hooks.captures > captures
+            if not isinstance(ids, BaseException):
+                layer = _safely(_capture_run, llm, hooks, sel, shape, ids)
+            eager = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
             del llm
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        results["decode_graphs"] = run_check("decode_graphs", _graphs, manifest, seed, hooks, graphed,
-                                             graph_captured, device)
+        except Exception as exc:
+            eager = layer = exc
+        _release()
+        agreement: Any = k16v8
+        if not isinstance(k16v8, BaseException):
+            try:
+                llm = _start(manifest, seed, eager=True, sel=sel, sixteen_bit=True)
+                sixteen = _safely(_generate_top, llm, ids, sel.max_new_tokens)
+                del llm
+                agreement = sixteen if isinstance(sixteen, BaseException) else \
+                    oracle.compare_with_16bit(k16v8, sixteen)
+            except Exception as exc:
+                agreement = exc
+            _release()
+        results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
+                                             graph_captured, eager_captured, device)
+        _oracles(results, layer, agreement)
+        jit = run_check(JIT_CHECK[0], _jit, sel, shape, jit_before, built_modules(workspace))
     finally:
         hooks.uninstall()
-    return [results[n] for n in names], choice
+    return [results[n] for n in names] + [jit], choice
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

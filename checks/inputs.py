@@ -63,8 +63,15 @@ def load_manifest(path: Path) -> Manifest:
 
 def load_stack_info(path: Path) -> dict[str, Any]:
     data = _read_json(path, "stack info", "pass the file `current smoke` writes, or leave it out")
-    return {"recipe": data.get("recipe"), "lock_sha256": data.get("lock_sha256"),
+    info = {"recipe": data.get("recipe"), "lock_sha256": data.get("lock_sha256"),
             "forks": data.get("forks") or {}, "setup_receipt": data.get("setup_receipt")}
+    if isinstance(data.get("selection"), dict):      # the recipe selection: dtypes, JIT modules, [smoke]
+        info["selection"] = data["selection"]
+    # what the stack promises and what its jit step built (from its setup receipt), when given
+    for key in ("promised_level", "jit", "smoke", "asym_prefill"):
+        if key in data:
+            info[key] = data[key]
+    return info
 
 
 @dataclass(frozen=True)

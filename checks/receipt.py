@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from checks.results import CheckResult, overall
+from checks.results import PASSED, REQUIRED_CHECKS, CheckResult, overall, proves
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KIND = "october-smoke-receipt"
 FILENAME = "receipt.json"
 
@@ -56,17 +56,26 @@ def machine_facts(device: torch.device) -> dict[str, Any]:
 def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[str, Any],
                   selection: str | None, model: dict[str, Any] | None, scales: dict[str, Any],
                   results: list[CheckResult], timings: dict[str, float],
-                  notes: list[str]) -> dict[str, Any]:
-    passed, reasons = overall(results)
-    return {
+                  notes: list[str], promised_level: str | None = None,
+                  extra: dict[str, Any] | None = None, problems: list[str] | None = None) -> dict[str, Any]:
+    """The receipt.  ``passed`` is the stack verdict: every check passed at the level the stack
+    promises (``proves == "stack"``) and no run-level ``problems``; ``checks_passed`` says only
+    whether the six checks passed at the level that ran."""
+    passed, reasons = overall(results, level, promised_level, problems)
+    by_name = {r.name: r for r in results}
+    checks_passed = all(n in by_name and by_name[n].status == PASSED for n, _ in REQUIRED_CHECKS)
+    doc = {
         "format_version": FORMAT_VERSION, "kind": KIND,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "level": level, "seed": seed, "stack": stack, "selection": selection, "model": model,
+        "level": level, "promised_level": promised_level, "proves": proves(level, promised_level),
+        "seed": seed, "stack": stack, "selection": selection, "model": model,
         "scales": scales, "machine": machine_facts(device),
         "checks": [r.as_json() for r in results],
         "timings": {k: round(v, 4) for k, v in timings.items()},
-        "notes": notes, "passed": passed, "reasons": reasons,
+        "notes": notes, "checks_passed": checks_passed, "passed": passed, "reasons": reasons,
     }
+    doc.update(extra or {})
+    return doc
 
 
 def _finite(obj: Any) -> Any:

@@ -50,7 +50,10 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     heads, dim = k_cache.shape[2], k_cache.shape[3]
     k_flat = k_cache.view(-1, heads, dim)
     v_flat = v_cache.view(torch.uint8).view(-1, heads, dim)
-    k_flat.index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    if k_cache.element_size() == 1:             # an 8-bit K (a K8/V8 cache): index_copy through bytes
+        k_flat.view(torch.uint8).index_copy_(0, slot_mapping, k.to(k_cache.dtype).view(torch.uint8))
+    else:
+        k_flat.index_copy_(0, slot_mapping, k.to(k_cache.dtype))
     v_flat.index_copy_(0, slot_mapping, quantize_v(v, v_scale).view(torch.uint8))
 
 

@@ -28,7 +28,9 @@ REQUIRED_CHECKS: tuple[tuple[str, str], ...] = (
     ("clean_memory", "clean memory"),
     ("deterministic_generation", "finite deterministic generation"),
 )
-TITLES = dict(REQUIRED_CHECKS)
+# Checks a level adds beside the six (the engine level's JIT check); present and not passed fails the receipt.
+EXTRA_CHECKS: tuple[tuple[str, str], ...] = (("jit_complete", "JIT modules pre-built"),)
+TITLES = dict(REQUIRED_CHECKS + EXTRA_CHECKS)
 
 
 class Unsupported(Exception):
@@ -90,8 +92,26 @@ def unsupported_all(reason: str) -> list[CheckResult]:
     return [CheckResult(n, UNSUPPORTED, f"unsupported: {reason}") for n, _ in REQUIRED_CHECKS]
 
 
-def overall(results: list[CheckResult]) -> tuple[bool, list[str]]:
-    """``passed`` is true only when every required check is present and passed."""
+LEVELS = ("reference", "kernel", "engine")     # lowest to highest
+PROVES = {"reference": "harness", "kernel": "kernel", "engine": "stack"}
+
+
+def proves(level: str, promised: str | None) -> str:
+    """What a run at ``level`` proves about a stack that promises ``promised``.
+
+    ``stack`` only when the level is the one the stack promises (kernel for a
+    FlashInfer-only stack, engine with the vLLM fork); otherwise ``harness``
+    (reference: our own torch code) or ``kernel`` (the FlashInfer fork alone).
+    """
+    if promised is not None and level == promised:
+        return "stack"
+    return PROVES[level] if PROVES[level] != "stack" or promised is None else "kernel"
+
+
+def overall(results: list[CheckResult], level: str | None = None, promised: str | None = None,
+            extra: list[str] | None = None) -> tuple[bool, list[str]]:
+    """``passed`` is true only when every required check is present and passed, the level run is the
+    level the stack promises, and no run-level problem (``extra``) was found."""
     by_name = {r.name: r for r in results}
     reasons = []
     for name, title in REQUIRED_CHECKS:
@@ -100,6 +120,15 @@ def overall(results: list[CheckResult]) -> tuple[bool, list[str]]:
             reasons.append(f"{title}: missing")
         elif r.status != PASSED:
             reasons.append(f"{title}: {r.status}: {r.summary}")
+    for r in results:
+        if r.name not in dict(REQUIRED_CHECKS) and r.status != PASSED:
+            reasons.append(f"{r.title}: {r.status}: {r.summary}")
+    if level is not None and proves(level, promised) != "stack":
+        what = proves(level, promised)
+        reasons.append(f"level {level} proves the {what} only, not the stack" +
+                       (f" (the stack promises level {promised})" if promised else
+                        " (no stack promise was given: pass --promised-level or --stack-info)"))
+    reasons += list(extra or [])
     return (not reasons, reasons)
 
 

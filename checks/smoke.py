@@ -1,13 +1,19 @@
 """``python -m checks.smoke``: run the smoke checks in the stack env and write receipt.json.
 
-Exit status: 0 when the receipt says ``passed``, 1 when a check did not pass,
+The level that runs is the one the stack promises (``--promised-level``, or
+``promised_level`` in ``--stack-info``: ``engine`` when the stack has the vLLM
+fork, ``kernel`` when it has FlashInfer only), never one chosen by what
+imports.  A lower level runs only when named with ``--level``; its receipt says
+what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.
+
+Exit status: 0 when the receipt says ``passed``, 1 when it does not,
 2 on a usage error (nothing is written then).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,18 +22,25 @@ from typing import Any, Sequence
 import torch
 
 from checks import results as res
+from checks import workspace
 from checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
     reference_scales
 from checks.receipt import build_receipt, write_receipt
 from checks.scales import fixtures_dir
 
-LEVELS = ("reference", "kernel", "engine")     # lowest to highest
+LEVELS = res.LEVELS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m checks.smoke", description=__doc__)
     p.add_argument("--level", choices=LEVELS, default=None,
-                   help="default: the highest level this stack supports")
+                   help="default: the level the stack promises (a lower one only proves the harness or kernel)")
+    p.add_argument("--promised-level", choices=LEVELS, default=None,
+                   help="the level the stack promises (default: promised_level in --stack-info)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="longest context (default: the recipe's [smoke] prompt_tokens from --stack-info, else 8192)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the recipe's [smoke] max_new_tokens from --stack-info, else 128")
     p.add_argument("--format", choices=("awq", "fp16"), default=None)
     p.add_argument("--manifest", type=Path, default=None, help="download manifest JSON")
     p.add_argument("--fixtures", type=Path, default=None,
@@ -37,7 +50,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, required=True, help="directory for receipt.json")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--token-counts", type=_token_counts, default=None, metavar="PROMPT,NEW",
+                   help="engine level: override the recipe's [smoke] prompt_tokens,max_new_tokens "
+                        "(recorded in the receipt; for stand-in tests)")
     return p.parse_args(argv)
+
+
+def _token_counts(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PROMPT,NEW (two integers), found {text!r}") from None
+    if a < 2 or b < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 2 prompt and 1 new token, found {text!r}")
+    return a, b
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -48,21 +74,6 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(choice)
-
-
-def default_level(device: torch.device) -> tuple[str, str]:
-    """The highest level the stack supports, and why."""
-    if device.type != "cuda":
-        return "reference", "no CUDA device"
-    if importlib.util.find_spec("flashinfer") is None:
-        return "reference", "flashinfer is not installed"
-    from checks.kernel import probe
-    _, why = probe()
-    if why is not None:
-        return "reference", why
-    if importlib.util.find_spec("vllm") is None:
-        return "kernel", "vllm is not installed"
-    return "engine", "vllm and the asymmetric flashinfer API are present"
 
 
 def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
@@ -95,16 +106,30 @@ def run(args: argparse.Namespace) -> int:
         {"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None}
     fixtures = fixtures_dir(args.fixtures)
     notes: list[str] = []
-    if args.level is None:
-        level, why = default_level(device)
-        notes.append(f"level {level} chosen: {why}")
-    else:
-        level = args.level
+    promised = args.promised_level or stack.get("promised_level")
+    if promised is not None and promised not in LEVELS:
+        raise InputError(f"stack info: expected promised_level in {LEVELS}, found {promised!r}.\n"
+                         "  -> pass the file `current smoke` writes, or --promised-level")
+    if args.level is None and promised is None:
+        raise InputError("no level: expected --level or the stack's promise (--promised-level, or promised_level "
+                         "in --stack-info), found neither.\n  -> run through `current smoke`, or pass --level")
+    level = str(args.level or promised)
+    if promised is not None and LEVELS.index(level) > LEVELS.index(promised):
+        raise InputError(f"--level {level}: the stack promises only {promised}.\n"
+                         f"  -> leave --level out, or pass --level {promised} or lower")
+    if level != promised:
+        notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
+    smoke_cfg: dict[str, Any] = stack["smoke"] if isinstance(stack.get("smoke"), dict) else {}
+    prompt_tokens = args.prompt_tokens or int(smoke_cfg.get("prompt_tokens") or 8192)
+    max_new_tokens = args.max_new_tokens or int(smoke_cfg.get("max_new_tokens") or 128)
+    base = os.environ.get("FLASHINFER_WORKSPACE_BASE")
+    before = workspace.snapshot(Path(base) if base else None)
     if level == "engine" and manifest is None:
         raise InputError("--level engine: expected a download manifest (--manifest), found none.\n"
                          "  -> run `current download` first and pass its output")
     setup = time.monotonic() - started
     choice: ScaleChoice | None = None
+    extra: dict[str, Any] = {}
     if level == "reference":
         results, choice = run_reference(device, args.seed, manifest, fixtures)
         if device.type != "cuda":
@@ -112,19 +137,32 @@ def run(args: argparse.Namespace) -> int:
     elif level == "kernel":
         # runs on a CPU too (the CUDA-graph check is then skipped): a missing fork is
         # reported as unsupported wherever it happens
-        from checks.kernel import run_kernel_level
-        results, choice = run_kernel_level(device, args.seed, manifest, fixtures)
+        from checks.kernel import KernelConfig, run_kernel_level
+        jit = stack.get("jit")
+        cfg = KernelConfig(prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+                           asym_prefill=bool(stack.get("asym_prefill")),
+                           jit_record={str(m["uri"]): str(m["sha256"]) for m in jit} if isinstance(jit, list) else None)
+        results, choice = run_kernel_level(device, args.seed, manifest, fixtures, cfg)
         if device.type != "cuda":
             notes.append("kernel level on a CPU: CUDA-only checks are skipped, so passed is false")
     else:
         # runs on a CPU too, like the kernel level (the CUDA-graph check is then skipped)
         from checks.engine import run_engine_level
         assert manifest is not None
-        results, choice = run_engine_level(manifest, fixtures, args.seed, device)
+        engine_facts: dict[str, Any] = {}
+        results, choice = run_engine_level(manifest, fixtures, args.seed, device, stack.get("selection"),
+                                           args.token_counts, engine_facts)
+        extra["engine"] = engine_facts
         if device.type != "cuda":
             notes.append("engine level on a CPU: CUDA-only checks are skipped, so passed is false")
+    watched, problems = workspace.compare(before, workspace.snapshot(Path(base) if base else None))
+    if level == "reference" or (level == "engine" and before is None):
+        problems = []               # no FlashInfer at the reference level; the engine level watches it when set
     receipt = build_receipt(
-        level=level, device=device, seed=args.seed, stack=stack,
+        level=level, promised_level=promised, problems=problems,
+        extra={"protocol": {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens},
+               "jit_workspace": watched if level != "reference" else None} | extra,
+        device=device, seed=args.seed, stack=stack,
         selection=manifest.selection if manifest else args.format,
         model=manifest.as_json() if manifest else None,
         scales=choice.as_json() if choice else {"source": "none", "path": None, "v_scales": [],
@@ -136,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
     print(res.format_table(receipt["checks"], receipt["passed"]))
     for reason in receipt["reasons"]:
         print(f"  - {reason}")
-    print(f"level {level} on {device}; {receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
+    print(f"level {level} on {device} proves the {receipt['proves']}; "
+          f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
     return 0 if receipt["passed"] else 1
 
 

@@ -104,6 +104,12 @@ class StackLockedError(OctoberError):
     title = "stack busy"
 
 
+class SmokeBusyError(StackLockedError):
+    """Another `current smoke` holds the stack or the GPU (same code: the stack is busy)."""
+
+    title = "smoke busy"
+
+
 class CommandFailed(OctoberError):
     """An external command exited non-zero (or could not start)."""
 

@@ -6,7 +6,7 @@ Key-by-key validation lives in :mod:`installer.tomlcheck`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +16,8 @@ from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError, RecipeNotFound
 from installer.hashing import sha256_file
+from installer.jit.derive import (COMPUTE_DTYPES, DEFAULT_ROUTES, ROUTES, V_FORMATS, DeriveError, ModelShape,
+                                  ModuleKey, derive_modules)
 from installer.resources import DATA_ROOT
 from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
@@ -158,6 +160,16 @@ class JitModule:
     head_dim: int
     posenc: int = 0
     backend: str = "fa2"
+    route: str = ""         # the serving route it was derived for ("" when only hand-listed)
+
+    @property
+    def uri(self) -> str:
+        return self.key.uri
+
+    @property
+    def key(self) -> ModuleKey:
+        return ModuleKey(self.kind, self.q, self.k, self.v, self.o, self.head_dim, self.posenc, self.backend,
+                         route=self.route)
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,10 @@ class ModelSelection:
     revision: str
     patterns: tuple[str, ...]
     sha256: Mapping[str, str] = field(default_factory=dict)
+    compute_dtype: str | None = None        # vLLM --dtype the engine runs with (float16 | bfloat16)
+    v_format: str = "fp8_e4m3"              # the V cache dtype; K is the compute dtype (K16)
+    shape: ModelShape | None = None         # from config.json at the pinned revision
+    jit_modules: tuple[str, ...] = ()       # URIs derived for this selection
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,7 @@ class Recipe:
     smoke: SmokeConfig
     raw: Mapping[str, Any]
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
+    jit_routes: tuple[str, ...] = DEFAULT_ROUTES
 
     def fork(self, name: str) -> ForkUse:
         for f in self.forks:
@@ -431,9 +448,14 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
     jt = top.table("jit", required=False)
     jit: list[JitModule] = []
     jit_builder: str | None = None
+    jit_routes: tuple[str, ...] = DEFAULT_ROUTES
     if jt is not None:
-        mods = jt.get("modules", list, what="an array of tables [[jit.modules]]")
+        mods = jt.get("modules", list, required=False, what="an array of tables [[jit.modules]]") or []
         jit_builder = jt.get("builder", str, required=False, what="a Python module name")
+        jit_routes = jt.str_list("routes", required=False) or DEFAULT_ROUTES
+        bad = [r for r in jit_routes if r not in ROUTES]
+        if bad or "decode" not in jit_routes or len(set(jit_routes)) != len(jit_routes):
+            raise jt.err("routes", f"distinct routes from {', '.join(ROUTES)}, including decode", list(jit_routes))
         if jit_builder is not None and not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", jit_builder):
             raise jt.err("builder", "a dotted Python module name", jit_builder)
         jt.done()
@@ -476,8 +498,17 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                     if not isinstance(h, str) or not SHA256.match(h):
                         raise hashes_t.err(fname, "64 lowercase hex characters", h)
                     hashes[fname] = h
+            compute = sel.get("compute_dtype", str, required=jt is not None,
+                              what=f"the dtype the engine computes in ({', '.join(COMPUTE_DTYPES)})")
+            if compute is not None and compute not in COMPUTE_DTYPES:
+                raise sel.err("compute_dtype", f"one of {', '.join(COMPUTE_DTYPES)}", compute)
+            v_format = sel.get("v_format", str, required=False, default="fp8_e4m3")
+            if v_format not in V_FORMATS:
+                raise sel.err("v_format", f"one of {', '.join(V_FORMATS)}", v_format)
+            shape = _model_shape(sel, required=jt is not None)
             models[fmt] = ModelSelection(format=fmt, repo=sel.get("repo", str, what="'org/name'"),
-                                         revision=rev, patterns=sel.str_list("patterns"), sha256=hashes)
+                                         revision=rev, patterns=sel.str_list("patterns"), sha256=hashes,
+                                         compute_dtype=compute, v_format=v_format, shape=shape)
             if "/" not in models[fmt].repo:
                 raise sel.err("repo", "a hub repository 'org/name'", models[fmt].repo)
             sel.done()
@@ -499,10 +530,58 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         smt.done()
 
     top.done()
+    if jt is not None:
+        jit, models = _derive_jit(path, jit, models, jit_routes)
     return Recipe(name=name, path=path, sha256=sha256_file(path), description=description,
                   python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
                   forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
-                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder)
+                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder, jit_routes=jit_routes)
+
+
+SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")
+
+
+def _model_shape(sel: Table, required: bool) -> ModelShape | None:
+    """``[models.X.config]``: the attention shape from the model's config.json, with its source."""
+    ct = sel.table("config", required=required)
+    if ct is None:
+        return None
+    values = {k: ct.get(k, int, what="a positive integer from the model's config.json") for k in SHAPE_KEYS}
+    source = ct.get("source", str, what="where the values were read (repo, revision, file)")
+    ct.done()
+    for k, v in values.items():
+        if v <= 0:
+            raise ct.err(k, "a positive integer", v)
+    return ModelShape(source=source, **values)
+
+
+def _derive_jit(path: Path, listed: list[JitModule], models: dict[str, ModelSelection],
+                routes: tuple[str, ...]) -> tuple[list[JitModule], dict[str, ModelSelection]]:
+    """Derived modules first, then hand-listed extras; a hand-list that misses a derived module is an error."""
+    out: dict[str, JitModule] = {}
+    by_sel: dict[str, ModelSelection] = {}
+    for fmt, sel in models.items():
+        assert sel.compute_dtype is not None and sel.shape is not None
+        try:
+            keys = derive_modules(sel.shape, sel.compute_dtype, sel.v_format, routes)
+        except DeriveError as exc:
+            raise RecipeError(path, f"models.{fmt}", expected="a selection FlashInfer can serve",
+                              found=str(exc)) from None
+        for key in keys:
+            out.setdefault(key.uri, JitModule(kind=key.kind, q=key.q, k=key.k, v=key.v, o=key.o,
+                                              head_dim=key.head_dim, posenc=key.posenc, backend=key.backend,
+                                              route=key.route))
+        by_sel[fmt] = replace(sel, jit_modules=tuple(k.uri for k in keys))
+    listed_uris = {m.uri for m in listed}
+    missing = [u for u in out if listed and u not in listed_uris]
+    if missing:
+        raise RecipeError(path, "jit.modules", expected="every module derived from the model selections "
+                          "(the list may add modules, never leave one out)",
+                          found=f"{len(missing)} derived module(s) not listed: {', '.join(missing)}",
+                          fix=f"add them to [[jit.modules]] in {path}, or remove the hand-written list")
+    for m in listed:
+        out.setdefault(m.uri, m)
+    return list(out.values()), by_sel
 
 
 def _submodule_selection(ft: Table) -> dict[str, Any]:

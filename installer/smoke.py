@@ -4,6 +4,12 @@ The tool env never imports torch for this: it plans a command (a pure function
 of the options and a few facts read from the stack), runs it through
 :class:`installer.runner.Runner` with the log in the output directory, then
 validates ``OUTPUT/receipt.json`` against ``receipts/smoke.schema.json``.
+
+What the stack promises comes from its setup receipt (``STACK/receipts/setup.json``):
+``engine`` when it has the vLLM fork, ``kernel`` when it has FlashInfer only; that level
+runs unless a lower one is named.  The checks run with the stack's own runtime
+environment (``STACK/stack-env.json``, :mod:`installer.stackenv`): the JIT workspace
+``STACK/jit`` the jit step built into, the CUDA arch list, ``FLASHINFER_DISABLE_VERSION_CHECK``.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from installer.atomic import write_json_atomic
 from installer.download.plan import fixtures_dir
 from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
+from installer import stackenv
 from installer.paths import default_cache_dir
 from installer.resources import PACKAGE_DIR, schema_path, stack_code_root
 from installer.runner import Runner
+from installer.smoke_mutex import SmokeMutex
+from installer.smoke_selection import selection_info
 
 SCHEMA_PATH = schema_path("smoke")
 REPO_ROOT = PACKAGE_DIR.parent  # holds the `checks` package in a checkout (installed: see stack_code_root)
@@ -38,7 +47,7 @@ class SmokeOptions:
     install: Path                   # the STACK directory made by october_setup
     format: str                     # awq | fp16
     output: Path                    # receipt.json, stack-info.json and smoke.log go here
-    level: str | None = None        # None: the highest level the stack supports
+    level: str | None = None        # None: the level the stack promises (a lower one proves less)
     fixtures: Path | None = None    # calibrated scales dir (default: $KNLP_KV_FIXTURES)
     manifest: Path | None = None    # default: ./<format>-download.json
     recipe: str | None = None       # recipe name, when setup.json does not say
@@ -49,7 +58,8 @@ class SmokeOptions:
 @dataclass(frozen=True)
 class SmokePlan:
     argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)      # set over the caller's environment
+    drop: tuple[str, ...] = ()                                # removed from it (stackenv.DROP)
     cwd: Path = REPO_ROOT
     receipt: Path = Path("receipt.json")
     logs_dir: Path = Path(".")
@@ -69,8 +79,8 @@ def default_manifest(fmt: str, cwd: Path) -> Path:
     return cwd / f"{fmt}-download.json"
 
 
-def resolve_manifest(opts: SmokeOptions, cwd: Path) -> Path | None:
-    """The manifest to pass, or None where a level can do without one."""
+def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None) -> Path | None:
+    """The manifest to pass, or None where the level that will run can do without one."""
     if opts.manifest is not None:
         if not opts.manifest.is_file():
             raise SmokeError("the download manifest does not exist", expected=f"a file {opts.manifest}",
@@ -80,7 +90,7 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path) -> Path | None:
     path = default_manifest(opts.format, cwd)
     if path.is_file():
         return path
-    if opts.level in ("reference", "kernel"):
+    if (opts.level or promised) in ("reference", "kernel"):
         return None
     raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
                      fix=f"run `current download --format {opts.format} --output {path.name}` "
@@ -115,25 +125,66 @@ def _forks(data: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
 
 
+def promised_level(forks: Mapping[str, str]) -> str | None:
+    """The level a stack with these forks promises: engine with the vLLM fork, kernel with FlashInfer only."""
+    if "vllm" in forks:
+        return "engine"
+    if "flashinfer" in forks:
+        return "kernel"
+    return None
+
+
+def _recipe_smoke(rec: Any) -> dict[str, int] | None:
+    """The recipe's [smoke] token counts, read from the recipe file the setup receipt names."""
+    path = rec.get("path") if isinstance(rec, Mapping) else None
+    if not isinstance(path, str) or not Path(path).is_file():
+        return None
+    from installer.errors import RecipeError
+    from installer.recipe import load_recipe
+    try:
+        smoke = load_recipe(path).smoke
+    except RecipeError:
+        return None
+    return {"prompt_tokens": smoke.prompt_tokens, "max_new_tokens": smoke.max_new_tokens}
+
+
 def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
-    """Recipe, lock hash and fork commits from STACK/pylock.toml and STACK/receipts/setup.json."""
+    """Recipe, lock hash, fork commits, the promised level and the jit step's modules, from
+    STACK/pylock.toml and STACK/receipts/setup.json."""
     lock = install / "pylock.toml"
     setup = install / "receipts" / "setup.json"
     info: dict[str, Any] = {"recipe": {"name": recipe, "sha256": None} if recipe else None,
                             "lock_sha256": sha256_file(lock) if lock.is_file() else None,
                             "forks": {}, "setup_receipt": str(setup) if setup.is_file() else None}
-    if setup.is_file():
-        try:
-            data = json.loads(setup.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
-                             found=f"{exc}", fix="re-run october_setup to rewrite it") from None
-        rec = data.get("recipe") if isinstance(data, Mapping) else None
-        if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
-            sha = rec.get("sha256")
-            info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
-        if isinstance(data, Mapping):
-            info["forks"] = _forks(data.get("forks"))
+    if not setup.is_file():
+        raise SmokeError("the stack has no setup receipt, so what it promises is unknown",
+                         expected=f"{setup} (written by october_setup)", found="nothing",
+                         fix=f"run `october_setup {install} --recipe <name>` to finish the stack")
+    try:
+        data = json.loads(setup.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
+                         found=f"{exc}", fix="re-run october_setup to rewrite it") from None
+    rec = data.get("recipe") if isinstance(data, Mapping) else None
+    if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
+        sha = rec.get("sha256")
+        info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
+    if isinstance(data, Mapping):
+        info["forks"] = _forks(data.get("forks"))
+    info["promised_level"] = promised_level(info["forks"])
+    if info["promised_level"] is None:
+        raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
+                         expected=f"a flashinfer or vllm fork in {setup}",
+                         found=f"forks {sorted(info['forks']) or 'none'}",
+                         fix="re-run october_setup with a K16/V8 recipe")
+    jit = data.get("jit") if isinstance(data, Mapping) else None
+    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in jit or []
+                   if isinstance(m, Mapping) and m.get("uri") and m.get("sha256")]
+    # an asymmetric paged prefill is declared when the jit step built one (K != V prefill module)
+    info["asym_prefill"] = any(m["uri"].startswith("batch_prefill_") and "_dtype_k_" in m["uri"] for m in info["jit"])
+    smoke = _recipe_smoke(rec)
+    if smoke is not None:
+        info["smoke"] = smoke
     return info
 
 
@@ -151,8 +202,10 @@ def check_choices(opts: SmokeOptions) -> None:
 
 
 def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
-               base_env: Mapping[str, str], code_root: Path = REPO_ROOT) -> SmokePlan:
-    """The command and environment; pure (reads nothing, runs nothing).  ``code_root`` is the
+               base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None,
+               code_root: Path = REPO_ROOT) -> SmokePlan:
+    """The command and environment; pure (reads nothing, runs nothing).  ``stack_env`` is the stack's
+    runtime environment (:func:`installer.stackenv.load`), laid over ``base_env``; ``code_root`` the
     directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
     argv = [str(python), "-m", "checks.smoke", "--format", opts.format,
@@ -165,8 +218,15 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
     if opts.fixtures is not None:
         argv += ["--fixtures", str(opts.fixtures)]
     old = base_env.get("PYTHONPATH")
-    env = {"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"}
-    return SmokePlan(argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
+    env: dict[str, str] = {}
+    drop: tuple[str, ...] = ()
+    if stack_env is not None:
+        applied = stackenv.apply(stack_env, base_env)
+        env = {k: v for k, v in applied.items() if base_env.get(k) != v}
+        drop = tuple(k for k in base_env if k not in applied)
+        old = None                  # the stack's environment drops the caller's PYTHONPATH
+    env.update({"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"})
+    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
                      logs_dir=opts.output)
 
 
@@ -197,18 +257,28 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
+    info = stack_info(opts.install, opts.recipe)
+    runtime = stackenv.load(opts.install)
+    with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
+        return _run_smoke(opts, python, cwd, echo, env, info, runtime)
+
+
+def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
+               env: dict[str, str], info: dict[str, Any], runtime: dict[str, str]) -> int:
     fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
-    manifest = resolve_manifest(opts, cwd or Path.cwd())
+    manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
     if manifest is not None:
         check_manifest(manifest, opts.format)
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
-    write_json_atomic(info_path, stack_info(opts.install, opts.recipe))
-    plan = plan_smoke(opts, python, manifest, info_path, env, stack_code_root(default_cache_dir(env)))
+    info["selection"] = selection_info(opts.install, (info.get("recipe") or {}).get("name"), opts.format)
+    write_json_atomic(info_path, info)
+    plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     old = plan.receipt
     if old.exists():
         old.unlink()
-    done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd, env=env,
+    done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd,
+                                     env={k: v for k, v in env.items() if k not in plan.drop},
                                      extra_env=plan.env, check=False)
     if done.returncode not in (0, 1) or not plan.receipt.is_file():
         tail = "\n".join(done.output.rstrip().splitlines()[-15:])

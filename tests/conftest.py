@@ -49,6 +49,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
     cache: Path = tmp_path_factory.mktemp("october-cache")
     monkeypatch.setenv("OCTOBER_CACHE_DIR", str(cache))
+    monkeypatch.setenv("OCTOBER_LOCK_DIR", str(tmp_path_factory.mktemp("october-locks")))  # smoke GPU locks
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
     yield
 

@@ -41,29 +41,42 @@ FAKE = ROOT / "tests" / "fixtures" / "fake_vllm"
 REPO, REVISION = "fake-org/Tiny-K16V8", "0123456789abcdef0123456789abcdef01234567"
 MODEL_CONFIG = {"architectures": ["FakeTinyForCausalLM"], "model_type": "fake_tiny", "vocab_size": 320,
                 "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-                "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+                "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 128,
                 "max_position_embeddings": 4160, "torch_dtype": "bfloat16", "seed": 1234}
 CALIBRATION_TEXT = ("The quick brown fox jumps over the lazy dog.",
                     "Once upon a time, in a land far away, lived a sea captain.",
                     "Numbers: 2, 3, 5, 7, 11, 13; code: for i in range(10): print(i)")
 
 # fault -> (the check it exists to fail, every check's status on a CPU)
-_PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped"}
+_PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped", "jit_complete": "passed"}
 CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
     "": (None, _PASS_CPU),
-    # a 16-bit V cache also breaks the (2 + 1)-byte formula of the memory check
-    "symmetric_bf16": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed", "clean_memory": "failed"}),
-    "scales_default": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed"}),
+    # a 16-bit V cache also breaks the (2 + 1)-byte formula, stores no e4m3 codes, reads other values
+    # than the K16/V8 reference, and asks FlashInfer for a module nobody pre-built
+    "symmetric_bf16": ("physical_k16v8", _PASS_CPU | dict.fromkeys(
+        ("physical_k16v8", "clean_memory", "calibrated_scales", "mixed_prefill", "jit_complete"), "failed")),
+    # V stored (and read) with the 1.0 seen at load time: the codes show it, and the decode rows
+    "scales_default": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed", "mixed_prefill": "failed"}),
     "mixed_prefill_offset": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed"}),
     "stale_graph": ("decode_graphs", _PASS_CPU | {"decode_graphs": "failed"}),
     "leak": ("clean_memory", _PASS_CPU | {"clean_memory": "failed"}),
-    "nan": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed"}),
+    # NaN logprobs also fail the comparison with the 16-bit-cache engine
+    "nan": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed", "mixed_prefill": "failed"}),
     # noisy sampling also breaks every other comparison of two runs
     "nondeterministic": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed",
                                                                   "mixed_prefill": "failed",
                                                                   "decode_graphs": "failed"}),
-    "missing_kv_caches": ("*", _PASS_CPU | dict.fromkeys(("physical_k16v8", "calibrated_scales",
-                                                          "clean_memory"), "unsupported")),
+    "missing_kv_caches": ("*", _PASS_CPU | dict.fromkeys(("physical_k16v8", "clean_memory"), "unsupported")),
+    # issue 8's engine-level faults: each gave the healthy result before the outside oracles
+    "attn_zero": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed", "calibrated_scales": "failed"}),
+    "v_read_scale_one": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed", "mixed_prefill": "failed"}),
+    "v_scale_2x": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed"}),
+    # K8/V8: also other bytes than the formula, other decode values, and a K8 module nobody pre-built
+    "k_fp8": ("physical_k16v8", _PASS_CPU | dict.fromkeys(
+        ("physical_k16v8", "clean_memory", "calibrated_scales", "mixed_prefill", "jit_complete"), "failed")),
+    "v_upcast_bf16": ("physical_k16v8", _PASS_CPU | dict.fromkeys(
+        ("physical_k16v8", "calibrated_scales", "mixed_prefill"), "failed")),
+    "no_flashinfer": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed"}),
 }
 
 
@@ -78,6 +91,44 @@ def _load_tiny() -> Any:
     sys.modules[name] = mod            # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+TOKENS = (96, 12)          # --token-counts: the protocol scaled down for the tiny model (recorded in the receipt)
+COMPUTE = "float16"
+
+
+def selection(model: Path, workspace: Path, compute: str = COMPUTE) -> dict[str, Any]:
+    """What `current smoke` tells the stack about a selection: derived from the tiny model's config the
+    way installer/jit/derive.py derives a recipe's (the same function)."""
+    from installer.jit.derive import ModelShape, derive_modules, selection_facts
+    cfg = MODEL_CONFIG
+    shape = ModelShape(cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
+                       cfg["num_hidden_layers"])
+    mods = derive_modules(shape, compute)
+    return selection_facts(compute, "fp8_e4m3", mods, {
+        "jit_workspace": str(workspace), "setup_command": f"october_setup {model.parent / 'stack'} --recipe test",
+        "shape": {"num_attention_heads": shape.num_attention_heads, "num_key_value_heads": shape.num_key_value_heads,
+                  "head_dim": shape.head_dim, "num_hidden_layers": shape.num_hidden_layers},
+        "smoke": {"prompt_tokens": 8192, "max_new_tokens": 128}})
+
+
+def prebuild(workspace: Path, uris: list[str]) -> None:
+    """A workspace as the jit step leaves it (FlashInfer's layout; the stand-in finds modules there)."""
+    for uri in uris:
+        lib = workspace / ".cache" / "flashinfer" / "0.6.15" / "90a" / "cached_ops" / uri / f"{uri}.so"
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        lib.write_bytes(b"prebuilt " + uri.encode())
+
+
+def stack_info(base: Path, model: Path, skip: int = 0) -> Path:
+    """stack-info.json with the selection; its workspace pre-built except the first ``skip`` modules."""
+    workspace = base / "jit"
+    sel = selection(model, workspace)
+    prebuild(workspace, [m["uri"] for m in sel["jit_modules"]][skip:])
+    info = base / "stack-info.json"
+    info.write_text(json.dumps({"recipe": {"name": "test", "sha256": None}, "lock_sha256": None, "forks": {},
+                                "setup_receipt": None, "selection": sel}), encoding="utf-8")
+    return info
 
 
 def make_inputs(base: Path, layers_in_scales: int | None = None) -> tuple[Path, Path, Path]:
@@ -108,14 +159,20 @@ def make_inputs(base: Path, layers_in_scales: int | None = None) -> tuple[Path, 
 
 
 def _env(fault: str) -> dict[str, str]:
-    return stand_in_env(FAKE, "FAKE_VLLM_FAULT", fault, drop=("KNLP_KV_FIXTURES",))
+    return stand_in_env(FAKE, "FAKE_VLLM_FAULT", fault,
+                        drop=("KNLP_KV_FIXTURES", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST"))
 
 
 def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "cpu",
-         timeout: int = 240) -> dict[str, Any]:
-    manifest, fixtures, _ = inputs
+         timeout: int = 300, skip_modules: int = 0, tokens: tuple[int, int] | None = TOKENS) -> dict[str, Any]:
+    """One engine-level CLI run with its own stack info and pre-built JIT workspace under ``out``."""
+    manifest, fixtures, model = inputs
+    out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", device,
-           "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out)]
+           "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out),
+           "--stack-info", str(stack_info(out, model, skip_modules))]
+    if tokens:
+        cmd += ["--token-counts", f"{tokens[0]},{tokens[1]}"]
     return run_and_read(cmd, out, _env(fault), fault, timeout)
 
 
@@ -159,22 +216,39 @@ def test_no_fault_passes_everything_but_the_cpu_graph_check(cpu_runs: dict[str, 
     assert len(receipt["reasons"]) == 1 and receipt["reasons"][0].startswith("changing decode graphs: skipped")
     assert any("engine level on a CPU" in n for n in receipt["notes"])
     assert receipt["model"]["repo"] == REPO and receipt["scales"]["source"] == "fixtures"
+    engine = receipt["engine"]
+    assert engine["compute_dtype"] == engine["k_cache_dtype"] == COMPUTE and engine["v_cache_dtype"] == "fp8_e4m3"
+    assert engine["k_cache_dtype_found"] == "torch.float16" and engine["v_cache_dtype_found"] == "torch.float8_e4m3fn"
+    assert (engine["prompt_tokens"], engine["max_new_tokens"]) == TOKENS
+    assert engine["tokens_from"].startswith("override --token-counts 96,12 (not the recipe's 8192 + 128")
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["graphs_captured"] is True and graphs["eager_engine_captured"] is False
     assert graphs["cuda_graphs"] is False and graphs["match"] == [True, True, True]
-    physical = _check(receipt, "physical_k16v8")["measured"]
-    assert physical["v_dtype"] == "torch.float8_e4m3fn" and physical["state_vs_bf16"] == 0.75
-    assert physical["live"] == "K and V changed" and physical["layers"] == 3
+    physical = _check(receipt, "physical_k16v8")
+    assert physical["measured"]["v_dtype"] == "torch.float8_e4m3fn" and physical["measured"]["state_vs_bf16"] == 0.75
+    assert physical["measured"]["live"] == "K and V changed" and physical["measured"]["layers"] == 3
+    assert physical["limits"]["k_dtype"] == "torch.float16" and physical["measured"]["attention_backends"] == ["FLASHINFER"]
     scales = _check(receipt, "calibrated_scales")["measured"]
     assert scales["v_scale_float"] == receipt["scales"]["v_scales"]
     assert scales["events"] == ["scales_loaded", "graphs_captured"]
-    assert min(scales["v_range_used"]) > 0.5 and max(scales["v_saturated_share"]) < 0.01
+    layer = scales["layer_oracle"]
+    assert layer["codes_equal_share"] >= 0.98 and layer["stored_over_predicted_amax"] == 1.0
+    assert layer["stored_v_codes"] == layer["predicted_v_codes"] > 0
+    assert layer["tokens"] == [64] + [1] * 7
+    assert layer["decode_rel_l2_vs_k16v8_reference"] < layer["decode_rel_l2_vs_16bit_v_reference"] / 10
     memory = _check(receipt, "clean_memory")
-    assert memory["measured"]["kv_bytes"] == memory["limits"]["kv_bytes"] == 128 * 16 * 3 * 2 * 16 * 3
+    assert memory["measured"]["kv_bytes"] == memory["limits"]["kv_bytes"] == 128 * 16 * 3 * 2 * 64 * 3
     assert len(set(memory["measured"]["free_blocks_after_rounds"])) == 1
     assert len(set(memory["measured"]["held_after_rounds"])) == 1
     mixed = _check(receipt, "mixed_prefill")["measured"]
     assert mixed["first_step_outputs"]["mixed-c"] == 1 and len(set(mixed["solo"])) > 3
+    assert mixed["prefill_route_observed"] == "in-flight K/V at full precision (fresh prefill)"
+    oracle = mixed["sixteen_bit_oracle"]
+    assert oracle["tokens"] == TOKENS[1] and oracle["agree_until"] == TOKENS[1]
+    assert oracle["logprob_diff_max"] < 0.5
+    jit = _check(receipt, "jit_complete")
+    assert jit["title"] == "JIT modules pre-built" and jit["measured"]["missing"] == jit["measured"]["gained"] == []
+    assert len(jit["measured"]["present"]) == 2
 
 
 @pytest.mark.parametrize("fault", [f for f in CPU_EXPECTED if f])
@@ -191,19 +265,34 @@ def test_each_planted_fault_fails_its_check(cpu_runs: dict[str, dict[str, Any]],
 
 
 def test_fault_measurements_name_the_fault(cpu_runs: dict[str, dict[str, Any]]) -> None:
+    def check(fault: str, name: str) -> dict[str, Any]:
+        return _check(cpu_runs[fault]["receipt"], name)
+
     def measured(fault: str, name: str) -> dict[str, Any]:
-        return _check(cpu_runs[fault]["receipt"], name)["measured"]
+        return check(fault, name)["measured"]
 
     bf16 = measured("symmetric_bf16", "physical_k16v8")
     assert bf16["v_dtype"] == "torch.bfloat16" and bf16["state_vs_bf16"] == 1.0
     # the layers hold the supplied scales (the harness wrote them), yet V was stored with 1.0:
-    # only the stored-V measurement sees it
+    # the stored codes are the supplied scale's times smaller than quant(v, s) predicts
     default = measured("scales_default", "calibrated_scales")
     assert default["v_scale_float"] == cpu_runs[""]["receipt"]["scales"]["v_scales"]
-    assert max(default["v_range_used"]) < 1 / 16
+    layer = default["layer_oracle"]
+    assert layer["stored_over_predicted_amax"] == pytest.approx(layer["supplied_scale"], rel=0.07)
+    two = measured("v_scale_2x", "calibrated_scales")["layer_oracle"]
+    assert two["stored_over_predicted_amax"] == pytest.approx(0.5, rel=0.07) and two["codes_equal_share"] < 0.5
+    one = check("v_read_scale_one", "calibrated_scales")
+    assert one["measured"]["layer_oracle"]["codes_equal_share"] == 1.0        # stored right, read wrong
+    assert "decode differs from the reference dequantized with the supplied scale" in one["summary"]
+    zero = check("attn_zero", "mixed_prefill")
+    assert "prefill rows differ from the torch reference" in zero["summary"]
+    assert "against the 16-bit-cache engine" in zero["summary"]
+    assert "reads a 16-bit V underneath" in check("v_upcast_bf16", "physical_k16v8")["summary"]
+    assert "K torch.float8_e4m3fn" in check("k_fp8", "physical_k16v8")["summary"]
+    assert "attention backends ['TRITON_ATTN'], expected FLASHINFER" in check("no_flashinfer", "physical_k16v8")["summary"]
     offset = measured("mixed_prefill_offset", "mixed_prefill")
     assert offset["first_step_outputs"]["mixed-c"] == 1 and offset["mixed"] != offset["solo"]
-    stale = _check(cpu_runs["stale_graph"]["receipt"], "decode_graphs")
+    stale = check("stale_graph", "decode_graphs")
     assert stale["measured"]["graphs_captured"] is True and "graph-path decode differs" in stale["summary"]
     leak = measured("leak", "clean_memory")
     start, after = leak["free_blocks_start"], leak["free_blocks_after_rounds"]
@@ -212,9 +301,37 @@ def test_fault_measurements_name_the_fault(cpu_runs: dict[str, dict[str, Any]]) 
     assert measured("nan", "deterministic_generation")["nonfinite_logprobs"] == 32
     noisy = measured("nondeterministic", "deterministic_generation")
     assert noisy["tokens"] != noisy["tokens_second_run"] and noisy["nonfinite_logprobs"] == 0
-    for name in ("physical_k16v8", "calibrated_scales", "clean_memory"):
-        summary = _check(cpu_runs["missing_kv_caches"]["receipt"], name)["summary"]
+    for name in ("physical_k16v8", "clean_memory"):
+        summary = check("missing_kv_caches", name)["summary"]
         assert "'kv_caches'" in summary and summary.startswith("unsupported:"), summary
+
+
+def test_a_module_that_was_not_pre_built_fails_the_jit_check(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The decode module missing from the workspace: named, with the october_setup command that builds it."""
+    run = _run(inputs, tmp_path / "out", "", skip_modules=1)
+    receipt = run["receipt"]
+    assert receipt is not None, _show(run)
+    jit = _check(receipt, "jit_complete")
+    assert jit["status"] == "failed" and run["rc"] == 1
+    uri = ("batch_decode_with_kv_cache_dtype_q_f16_dtype_k_f16_dtype_v_e4m3_dtype_o_f16_dtype_idx_i32_"
+           "head_dim_qk_64_head_dim_vo_64_posenc_0_use_swa_False_use_logits_cap_False")
+    assert jit["measured"]["missing"] == [uri] and jit["measured"]["gained"] == [uri]
+    assert f"module {uri} is not pre-built" in jit["summary"]
+    assert f"run `october_setup {inputs[2].parent / 'stack'} --recipe test`" in jit["summary"]
+    assert any(r.startswith("JIT modules pre-built: failed") for r in receipt["reasons"])
+
+
+def test_without_a_selection_the_k_dtype_and_jit_checks_are_unsupported(inputs: tuple[Path, Path, Path],
+                                                                         tmp_path: Path) -> None:
+    manifest, fixtures, _ = inputs
+    cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", "cpu", "--manifest", str(manifest),
+           "--fixtures", str(fixtures), "--output", str(tmp_path), "--token-counts", "96,12"]
+    run = run_and_read(cmd, tmp_path, _env(""), "", 300)
+    receipt = run["receipt"]
+    assert receipt is not None, _show(run)
+    st = _status(receipt)
+    assert st["physical_k16v8"] == st["jit_complete"] == "unsupported" and run["rc"] == 1
+    assert "no recipe K cache dtype" in _check(receipt, "physical_k16v8")["summary"]
 
 
 def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path, Path], tmp_path: Path,
@@ -228,6 +345,7 @@ def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path
                      "--fixtures", str(fixtures), "--output", str(tmp_path)])
     receipt = json.loads((tmp_path / "receipt.json").read_text())
     assert rc == 1 and set(_status(receipt).values()) == {"unsupported"}
+    assert len(receipt["checks"]) == 6
     assert "vllm.v1.worker.gpu_model_runner cannot be imported" in receipt["checks"][0]["summary"]
 
 
@@ -270,7 +388,7 @@ def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
     print(_show(run))
     receipt = run["receipt"]
     assert receipt is not None and run["rc"] == 0, _show(run)
-    assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS, "passed")
+    assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS + ("jit_complete",), "passed")
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["cuda_graphs"] is True and graphs["match"] == [True, True, True]
     assert _check(receipt, "clean_memory")["measured"]["held_measure"] == "allocated GPU bytes"
@@ -283,7 +401,7 @@ def test_stale_graph_inputs_fail_the_engine_level_on_cuda(tmp_path: Path) -> Non
     print(_show(run))
     receipt = run["receipt"]
     assert receipt is not None and run["rc"] == 1, _show(run)
-    expected = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "failed"}
+    expected = dict.fromkeys(CHECKS + ("jit_complete",), "passed") | {"decode_graphs": "failed"}
     assert receipt["passed"] is False and _status(receipt) == expected
     graphs = _check(receipt, "decode_graphs")
     assert graphs["measured"]["cuda_graphs"] is True and "CUDA graph decode differs" in graphs["summary"]

@@ -1,257 +1,202 @@
-"""The kernel smoke level end to end against the stand-in FlashInfer fork, with planted faults.
+"""The kernel smoke level end to end against the stand-in FlashInfer, with planted faults.
 
-``tests/fixtures/fake_flashinfer`` is a test stand-in for the mcgrof/flashinfer
-fork (which cannot be installed here): each run puts it on ``PYTHONPATH`` in a
-subprocess, so this process never imports ``flashinfer``.  ``FAKE_FLASHINFER_FAULT``
-plants one fault per run; every kernel-level check must fail for its fault.
-
-The CPU fault runs go through ``checks.kernel.run_kernel_level`` and
-``checks.receipt`` directly (``_DRIVER``, the same calls smoke.py makes for the
-kernel level); ``test_cli_runs_the_kernel_level_on_cpu`` covers the CLI route.
+``tests/fixtures/fake_flashinfer`` is a test stand-in for FlashInfer 0.6.15 with the asymmetric
+series (it cannot run its real CUDA kernels here); its signatures are checked against the ones
+recorded from the real source (tests/test_asym.py).  Each run is a subprocess: the real jit builder
+first builds the stack's modules into a fresh workspace (tests/fixtures/fake_jit.py), then
+``python -m checks.smoke`` runs at the level the stack promises (kernel), with a short longest
+context (``--prompt-tokens 256``) so a CPU can run it.  Faults are planted in the stand-in
+(``FAKE_FLASHINFER_FAULT``), by the fault driver (``tests.fixtures.kernel_faults``, the same
+driver the H200 proof uses), or in the workspace (a stale or a missing module).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import shutil
 import sys
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-with warnings.catch_warnings():  # torch warns at import when numpy is absent
-    warnings.simplefilter("ignore", UserWarning)
-    import torch
-
 import pytest
 
-from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
+from tests.fixtures import fake_jit
+from tests.fixtures.smoke_runs import CHECKS, run_and_read
 from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = ROOT / "tests" / "fixtures" / "fake_flashinfer"
+PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped"}
+ALL_UNSUPPORTED = dict.fromkeys(CHECKS, "unsupported")
 
-_DRIVER = """
-import sys, time, warnings
-from pathlib import Path
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", UserWarning)
-    import torch
-from checks.kernel import run_kernel_level
-from checks.receipt import build_receipt, write_receipt
-from checks.results import format_table
-start = time.monotonic()
-device = torch.device(sys.argv[2])
-results, choice = run_kernel_level(device, 0, None, None)
-receipt = build_receipt(level="kernel", device=device, seed=0,
-                        stack={"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None},
-                        selection=None, model=None, scales=choice.as_json(), results=results, notes=[],
-                        timings={"setup_seconds": 0.0, "checks_seconds": sum(r.seconds for r in results),
-                                 "total_seconds": time.monotonic() - start})
-write_receipt(Path(sys.argv[1]), receipt)
-print(format_table(receipt["checks"], receipt["passed"]))
-for reason in receipt["reasons"]:
-    print(f"  - {reason}")
-sys.exit(0 if receipt["passed"] else 1)
-"""
-
-# fault -> (the check it exists to fail, the status every check must have on a CPU)
-_PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped"}
-CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
-    "": (None, _PASS_CPU),
-    "no_asym": ("*", dict.fromkeys(CHECKS, "unsupported")),
-    # the output is 1/v_scale too large: every comparison with the reference fails
-    "ignore_v_scale": ("calibrated_scales", _PASS_CPU | {"physical_k16v8": "failed",
-                                                         "calibrated_scales": "failed",
-                                                         "mixed_prefill": "failed"}),
-    "stale_graph": ("decode_graphs", _PASS_CPU | {"decode_graphs": "failed"}),
-    "bf16_v": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed"}),
-    "prefill_offset": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed"}),
-    "leak": ("clean_memory", _PASS_CPU | {"clean_memory": "failed"}),
-    "nondeterministic": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed"}),
-    "nan": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed"}),
+# name -> (how it is planted, the statuses it must produce on a CPU, words in the targeted check's summary)
+CASES: dict[str, tuple[dict[str, str], dict[str, str], tuple[str, str]]] = {
+    "": ({}, PASS_CPU, ("", "")),
+    # FlashInfer-side faults in the stand-in
+    "out_x0": ({"fault": "out_x0"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                               "mixed_prefill": "failed", "decode_graphs": "failed"},
+               ("physical_k16v8", "differs from the reference")),
+    "ignore_v_scale": ({"fault": "ignore_v_scale"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                                               "mixed_prefill": "failed", "decode_graphs": "failed"},
+                       ("calibrated_scales", "does not follow v_scale")),
+    "k_fp8": ({"fault": "k_fp8"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                             "mixed_prefill": "failed", "decode_graphs": "failed"},
+              ("physical_k16v8", "differs from the reference")),
+    "upcast_v": ({"fault": "upcast_v"}, PASS_CPU | {"physical_k16v8": "failed"},
+                 ("physical_k16v8", "a symmetric decode module ran")),
+    "bf16_v": ({"fault": "bf16_v"}, PASS_CPU | {"physical_k16v8": "failed"}, ("physical_k16v8", "bf16 V cache")),
+    "stale_graph": ({"fault": "stale_graph"}, PASS_CPU | {"decode_graphs": "failed"}, ("decode_graphs", "differs")),
+    "prefill_offset": ({"fault": "prefill_offset"}, PASS_CPU | {"mixed_prefill": "failed"},
+                       ("mixed_prefill", "fresh_prefill_bf16 differs")),
+    "leak": ({"fault": "leak"}, PASS_CPU | {"clean_memory": "failed"}, ("clean_memory", "held bytes changed")),
+    "nondeterministic": ({"fault": "nondeterministic"}, PASS_CPU | {"deterministic_generation": "failed"},
+                         ("deterministic_generation", "identical=False")),
+    "nan": ({"fault": "nan"}, PASS_CPU | {"mixed_prefill": "failed", "deterministic_generation": "failed"},
+            ("deterministic_generation", "finite=False")),
+    # faults planted by the driver (the same on the real FlashInfer)
+    "v_scale_1": ({"driver": "v_scale_1"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                                      "mixed_prefill": "failed", "decode_graphs": "failed"},
+                  ("calibrated_scales", "does not follow v_scale")),
+    "v_stored_2x": ({"driver": "v_stored_2x"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                                          "mixed_prefill": "failed", "decode_graphs": "failed"},
+                    ("calibrated_scales", "stored with a scale too large")),
+    "k8v8": ({"driver": "k8v8"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                            "mixed_prefill": "failed", "decode_graphs": "failed"},
+             ("physical_k16v8", "no K bf16 / V e4m3 decode module was loaded")),
+    "upcast_v_driver": ({"driver": "upcast_v"}, PASS_CPU | {"physical_k16v8": "failed"},
+                        ("physical_k16v8", "a symmetric decode module ran")),
+    "no_flashinfer": ({"driver": "no_flashinfer"}, ALL_UNSUPPORTED, ("physical_k16v8", "cannot be imported")),
+    # API forms
+    "symmetric_api": ({"api": "symmetric"}, ALL_UNSUPPORTED, ("physical_k16v8", "symmetric FlashInfer")),
+    "explicit_api_asym_prefill": ({"api": "explicit", "asym_prefill": "1"}, PASS_CPU, ("", "")),
+    "0615_declared_asym_prefill": ({"asym_prefill": "1"}, PASS_CPU | {"mixed_prefill": "unsupported"},
+                                   ("mixed_prefill", "declares an asymmetric paged prefill")),
+    # the workspace
+    # an e5m2-V library under the e4m3 name: it misreads V everywhere, and its hash is not the jit step's
+    "stale_module": ({"workspace": "stale"}, PASS_CPU | {"physical_k16v8": "failed", "calibrated_scales": "failed",
+                                                        "mixed_prefill": "failed", "decode_graphs": "failed",
+                                                        "deterministic_generation": "failed"},
+                     ("physical_k16v8", "a stale or foreign module")),
+    "missing_module": ({"workspace": "missing"}, PASS_CPU, ("", "")),
+    # the jit step as it was (one combined build): FlashInfer rebuilds every module on first use, as the
+    # real 2f3f0f6d did on the H200; the rebuilt decode module is not the one the jit step recorded
+    "jit_step_combined_build": ({"workspace": "combined"}, PASS_CPU | {"physical_k16v8": "failed"},
+                                ("physical_k16v8", "a stale or foreign module")),
 }
 
 
-def _env(fault: str) -> dict[str, str]:
-    return stand_in_env(FAKE, "FAKE_FLASHINFER_FAULT", fault)
-
-
-def _run(cmd: list[str], out: Path, fault: str, timeout: int = 240) -> dict[str, Any]:
-    return run_and_read(cmd, out, _env(fault), fault, timeout)
-
-
-
+def _one(base: Path, name: str) -> dict[str, Any]:
+    how = CASES[name][0]
+    d = base / (name or "healthy")
+    ws = d / "ws"
+    d.mkdir(parents=True)
+    api = how.get("api", "0.6.15")
+    modules = list(fake_jit.MODULES) + ([fake_jit.PREFILL_ASYM] if how.get("api") == "explicit" else [])
+    if how.get("workspace") == "missing":
+        modules = [fake_jit.DECODE]                        # the jit step left the prefill module out
+    if how.get("api") == "symmetric":
+        result = {"modules": []}                           # the jit step refuses it (tested in test_jit_step)
+    elif how.get("workspace") == "combined":
+        # the jit step as it was: FlashInfer's build_jit_specs (one combined ninja run)
+        from tests.fixtures.fake_jit import jit_env
+        import subprocess
+        code = ("from flashinfer.jit import build_jit_specs, gen_batch_decode_module, gen_batch_prefill_module; import torch\n"
+                "b=torch.bfloat16; build_jit_specs([gen_batch_decode_module(b,b,b,torch.int32,128,128,0,False,False,"
+                "dtype_k=b,dtype_v=torch.float8_e4m3fn), gen_batch_prefill_module('fa2',b,b,b,torch.int32,128,128,0,False,"
+                "False,False)], skip_prebuilt=False)")
+        ws.mkdir(parents=True)
+        subprocess.run([sys.executable, "-c", code], env=jit_env(ws), check=True, timeout=120, capture_output=True)
+        from installer.hashing import sha256_file
+        result = {"modules": [{"uri": so.parent.name, "sha256": sha256_file(so), "path": str(so)}
+                              for so in sorted(ws.glob(".cache/flashinfer/*/*/cached_ops/*/*.so"))]}
+        assert len(result["modules"]) == 2
+    else:
+        result = fake_jit.build(ws, modules, api)
+    if how.get("workspace") == "stale":
+        other = fake_jit.build(d / "other", [{**fake_jit.DECODE, "v": "e5m2"}])["modules"][0]["path"]
+        asym = next(m["path"] for m in result["modules"] if "dtype_v_e4m3" in m["uri"] and "decode" in m["uri"])
+        shutil.copy(other, asym)                           # another dtype's library under the K16/V8 name
+    info = fake_jit.stack_info(d / "stack-info.json", result, asym_prefill=bool(how.get("asym_prefill")))
+    env = fake_jit.jit_env(ws, api)
+    if how.get("fault"):
+        env["FAKE_FLASHINFER_FAULT"] = how["fault"]
+    smoke = ["--device", "cpu", "--stack-info", str(info), "--output", str(d / "out")]
+    cmd = [sys.executable, "-m", "tests.fixtures.kernel_faults", how["driver"], *smoke] if how.get("driver") \
+        else [sys.executable, "-m", "checks.smoke", *smoke]
+    return run_and_read(cmd, d / "out", env, name)
 
 
 @pytest.fixture(scope="module")
-def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """One kernel-level run on the CPU per fault (two at a time: each is a torch process)."""
-    base = tmp_path_factory.mktemp("kernel_cpu")
-
-    def one(fault: str) -> dict[str, Any]:
-        out = base / (fault or "none")
-        return _run([sys.executable, "-c", _DRIVER, str(out), "cpu"], out, fault)
-
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    base = tmp_path_factory.mktemp("kernel")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(CPU_EXPECTED, pool.map(one, CPU_EXPECTED)))
+        return dict(zip(CASES, pool.map(lambda n: _one(base, n), CASES)))
 
 
-def test_no_fault_passes_everything_but_the_cpu_graph_check(cpu_runs: dict[str, dict[str, Any]]) -> None:
+def test_healthy_stand_in_passes_all_but_the_cpu_graph_check(runs: dict[str, dict[str, Any]]) -> None:
     import jsonschema
-    run = cpu_runs[""]
+    run = runs[""]
     receipt = run["receipt"]
     assert receipt is not None, _show(run)
     jsonschema.validate(receipt, json.loads((ROOT / "receipts" / "smoke.schema.json").read_text()))
-    assert _status(receipt) == _PASS_CPU, _show(run)
-    assert run["rc"] == 1 and receipt["passed"] is False and receipt["level"] == "kernel"
-    assert len(receipt["reasons"]) == 1 and receipt["reasons"][0].startswith("changing decode graphs: skipped")
-    graphs = _check(receipt, "decode_graphs")
-    assert graphs["measured"]["cuda_graphs"] is False and len(graphs["measured"]["replays"]) == 4
-    physical = _check(receipt, "physical_k16v8")
-    assert physical["measured"]["bf16_v_cache"] == "ValueError naming v_data_type"
-    assert physical["measured"]["v_bytes"] * 2 == physical["measured"]["k_bytes"]
-    memory = _check(receipt, "clean_memory")["measured"]
-    assert len(set(memory["held_after_rounds"])) == 1 and memory["held_measure"] == "live tensor bytes"
+    assert _status(receipt) == PASS_CPU, _show(run)
+    assert receipt["level"] == receipt["promised_level"] == "kernel" and receipt["proves"] == "stack"
+    assert run["rc"] == 1 and receipt["passed"] is False and receipt["checks_passed"] is False
+    assert receipt["reasons"] == [r for r in receipt["reasons"] if r.startswith("changing decode graphs: skipped")]
+    assert receipt["jit_workspace"]["unchanged"] is True and receipt["jit_workspace"]["modules_before"] == 2
+    assert receipt["protocol"] == {"prompt_tokens": 256, "max_new_tokens": 128}
+    physical = _check(receipt, "physical_k16v8")["measured"]
+    assert physical["bf16_v_cache"] == "ValueError naming v_data_type" and max(physical["contexts"]) == 256
+    assert physical["decode_module"].startswith("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
+    assert physical["jit_record"] == "sha256 equals the jit step's record"
+    mixed = _check(receipt, "mixed_prefill")["measured"]
+    assert len(mixed["routes"]) == 1 and "ragged prefill" in mixed["routes"][0]
+    assert mixed["paged_prefill"]["asymmetric"] is False
+    assert set(mixed["max_abs_err"]) == {"running_decode", "fresh_prefill_bf16", "decode_after_prefill"}
+    scales = _check(receipt, "calibrated_scales")["measured"]
+    assert scales["stored_amax_over_e4m3_max"] > 0.7 and scales["saturated_fraction"] == 0
 
 
-@pytest.mark.parametrize("fault", [f for f in CPU_EXPECTED if f])
-def test_each_planted_fault_fails_its_check(cpu_runs: dict[str, dict[str, Any]], fault: str) -> None:
-    run = cpu_runs[fault]
+@pytest.mark.parametrize("name", [n for n in CASES if n])
+def test_each_planted_fault_fails_its_check(runs: dict[str, dict[str, Any]], name: str) -> None:
+    run = runs[name]
     receipt = run["receipt"]
     assert receipt is not None, _show(run)
-    target, expected = CPU_EXPECTED[fault]
+    _, expected, (target, words) = CASES[name]
     assert _status(receipt) == expected, _show(run)
     assert run["rc"] == 1 and receipt["passed"] is False
-    if target != "*":
-        assert expected[target] == "failed"
-        assert any(r.startswith(_check(receipt, target)["title"] + ": failed") for r in receipt["reasons"])
+    if target:
+        assert words in _check(receipt, target)["summary"], _show(run)
 
 
-def test_fault_measurements_name_the_fault(cpu_runs: dict[str, dict[str, Any]]) -> None:
-    asym = _check(cpu_runs["no_asym"]["receipt"], "physical_k16v8")["summary"]
-    assert "k_data_type" in asym and "not the asymmetric fork" in asym
-    bf16 = _check(cpu_runs["bf16_v"]["receipt"], "physical_k16v8")["measured"]
-    assert bf16["bf16_v_cache"].startswith("accepted")
-    scale = _check(cpu_runs["ignore_v_scale"]["receipt"], "calibrated_scales")["measured"]
-    assert scale["max_abs_err_if_scale_1"] < scale["max_abs_err"]
-    stale = _check(cpu_runs["stale_graph"]["receipt"], "decode_graphs")
-    assert stale["measured"]["worst_diff_over_bound"] > 1 and "static-buffer run" in stale["summary"]
-    held = _check(cpu_runs["leak"]["receipt"], "clean_memory")["measured"]["held_after_rounds"]
-    assert held == sorted(held) and len(set(held)) == len(held)
-    assert _check(cpu_runs["nondeterministic"]["receipt"], "deterministic_generation")["measured"] == \
-        {"finite": True, "identical": False}
-    assert _check(cpu_runs["nan"]["receipt"], "deterministic_generation")["measured"]["finite"] is False
+def test_explicit_api_with_a_declared_asymmetric_prefill_checks_that_route(runs: dict[str, dict[str, Any]]) -> None:
+    mixed = _check(runs["explicit_api_asym_prefill"]["receipt"], "mixed_prefill")["measured"]
+    assert len(mixed["routes"]) == 2 and "asymmetric paged prefill" in mixed["routes"][1]
+    assert "asymmetric_paged_prefill" in mixed["max_abs_err"]
 
 
-def test_cli_runs_the_kernel_level_on_cpu(tmp_path: Path) -> None:
-    run = _run([sys.executable, "-m", "checks.smoke", "--level", "kernel", "--device", "cpu",
-                "--output", str(tmp_path)], tmp_path, "")
-    assert run["receipt"] is not None, _show(run)
-    assert _status(run["receipt"]) == _PASS_CPU, _show(run)
+def test_a_module_the_jit_step_did_not_build_fails_the_run(runs: dict[str, dict[str, Any]]) -> None:
+    """Every check passes, but FlashInfer had to build the prefill module during the smoke: passed is false."""
+    for name in ("missing_module", "jit_step_combined_build"):
+        receipt = runs[name]["receipt"]
+        watched = receipt["jit_workspace"]
+        assert watched["unchanged"] is False, name
+        assert (watched["gained"] if name == "missing_module" else watched["changed"]), name
+        assert any("JIT workspace gained" in r or "changed during the smoke" in r for r in receipt["reasons"]), name
 
 
-# ---------------------------------------------------------------- the stand-in itself
-
-
-def _load_fake() -> Any:
-    """The stand-in under a private name: this process's ``flashinfer`` stays unimported."""
-    spec = importlib.util.spec_from_file_location("_fake_flashinfer_under_test",
-                                                  FAKE / "flashinfer" / "__init__.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_stand_in_follows_the_documented_fork_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    import inspect
-    monkeypatch.delenv("FAKE_FLASHINFER_FAULT", raising=False)
-    fi = _load_fake()
-    ws = torch.empty(1024, dtype=torch.uint8)
-    for cls in (fi.BatchDecodeWithPagedKVCacheWrapper, fi.BatchPrefillWithPagedKVCacheWrapper):
-        params = inspect.signature(cls.plan).parameters
-        assert params["k_data_type"].kind is inspect.Parameter.KEYWORD_ONLY
-        assert params["v_data_type"].kind is inspect.Parameter.KEYWORD_ONLY
-    g = torch.Generator().manual_seed(0)
-    k = torch.randn(4, 4, 1, 16, generator=g).to(torch.bfloat16)
-    v = (torch.randn(4, 4, 1, 16, generator=g) * 8).to(torch.float8_e4m3fn)
-    q = torch.randn(2, 2, 16, generator=g).to(torch.bfloat16)
-    i32 = dict(dtype=torch.int32)
-    indptr, indices, last = torch.tensor([0, 1, 3], **i32), torch.tensor([2, 0, 3], **i32), torch.tensor([3, 2], **i32)
-    w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
-    w.plan(indptr, indices, last, 2, 1, 16, 4, q_data_type=torch.bfloat16, k_data_type=torch.bfloat16,
-           v_data_type=torch.float8_e4m3fn)
-    one, half = w.run(q, (k, v)).float(), w.run(q, (k, v), v_scale=0.5).float()
-    assert torch.allclose(half, one * 0.5, rtol=2 ** -7, atol=1e-3)           # v_scale multiplies the output
-    with pytest.raises(ValueError, match="v_data_type"):
-        w.run(q, (k, v.to(torch.bfloat16)))
-    w.plan(indptr, indices, last, 2, 1, 16, 4, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
-    with pytest.raises(ValueError, match="v_data_type"):                       # v defaults to kv_data_type
-        w.run(q, (k, v))
-    with pytest.raises(NotImplementedError):
-        w.plan(indptr, indices, last, 2, 1, 512, 4, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
-    # the CUDA-graph path (static buffers, padded gather) agrees with the eager per-request loop
-    graph_w = fi.BatchDecodeWithPagedKVCacheWrapper(
-        ws, "NHD", use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(3, **i32),
-        paged_kv_indices_buffer=torch.zeros(4, **i32), paged_kv_last_page_len_buffer=torch.zeros(2, **i32))
-    graph_w.plan(indptr, indices, last, 2, 1, 16, 4, q_data_type=torch.bfloat16,
-                 k_data_type=torch.bfloat16, v_data_type=torch.float8_e4m3fn)
-    assert torch.allclose(graph_w.run(q, (k, v), v_scale=0.5).float(), half, rtol=2 ** -7, atol=1e-3)
-    # no checks.reference in the stand-in: the comparison in checks/kernel.py is not with itself
-    source = (FAKE / "flashinfer" / "__init__.py").read_text()
-    assert "from checks" not in source and "import checks" not in source
-    monkeypatch.setenv("FAKE_FLASHINFER_FAULT", "no_asym")
-    assert "v_data_type" not in inspect.signature(fi.BatchDecodeWithPagedKVCacheWrapper.plan).parameters
-
-
-# ---------------------------------------------------------------- CUDA
+def test_the_healthy_run_gained_nothing_and_the_upcast_gained_the_symmetric_module(
+        runs: dict[str, dict[str, Any]]) -> None:
+    gained = runs["upcast_v"]["receipt"]["jit_workspace"]["gained"]
+    assert len(gained) == 1 and "_dtype_kv_bf16_" in gained[0]
+    assert runs[""]["receipt"]["jit_workspace"]["gained"] == []
 
 
 @pytest.mark.gpu
 def test_kernel_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
-    run = _run([sys.executable, "-m", "checks.smoke", "--level", "kernel", "--device", "cuda",
-                "--output", str(tmp_path)], tmp_path, "")
-    print(_show(run))
-    receipt = run["receipt"]
-    assert receipt is not None and run["rc"] == 0, _show(run)
-    assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS, "passed")
-    graphs = _check(receipt, "decode_graphs")["measured"]
-    assert graphs["cuda_graphs"] is True and {r["batch"] for r in graphs["replays"]} == {2, 4}
-    assert _check(receipt, "clean_memory")["measured"]["held_measure"] == "allocated GPU bytes"
-    assert receipt["machine"]["device"].startswith("cuda") and receipt["machine"]["gpu"]
-
-
-@pytest.mark.gpu
-def test_stale_graph_buffers_fail_on_real_cuda_graphs(tmp_path: Path) -> None:
-    run = _run([sys.executable, "-m", "checks.smoke", "--level", "kernel", "--device", "cuda",
-                "--output", str(tmp_path)], tmp_path, "stale_graph")
-    print(_show(run))
-    receipt = run["receipt"]
-    assert receipt is not None and run["rc"] == 1, _show(run)
-    expected = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "failed"}
-    assert receipt["passed"] is False and _status(receipt) == expected
-    graphs = _check(receipt, "decode_graphs")
-    assert graphs["measured"]["cuda_graphs"] is True and "graph replay" in graphs["summary"]
-
-
-@pytest.mark.parametrize("what", ["other_revision", "nan"])
-def test_cli_kernel_level_rejects_scales_made_for_another_model(tmp_path: Path, what: str) -> None:
-    """A fixtures file that exists but is for another revision (or holds a NaN) fails calibrated
-    scales; it is never silently replaced by the synthetic scale."""
-    from checks.scales import scales_path, write_scales
-    from tests.test_smoke_cli import REPO, REV, _manifest
-
-    fixtures = tmp_path / "fixtures"
-    rev = "0" * 40 if what == "other_revision" else REV
-    write_scales(scales_path(fixtures, REPO), repo=REPO, revision=rev,
-                 v_scales=[0.02, float("nan")] if what == "nan" else [0.02, 0.03])
-    out = tmp_path / "out"
-    run = _run([sys.executable, "-m", "checks.smoke", "--level", "kernel", "--device", "cpu", "--format", "awq",
-                "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures), "--output", str(out)], out, "")
-    assert run["receipt"] is not None, _show(run)
-    assert _status(run["receipt"]) == _PASS_CPU | {"calibrated_scales": "failed"}, _show(run)
-    check = _check(run["receipt"], "calibrated_scales")
-    assert "the supplied scales were rejected" in check["summary"]
-    assert run["receipt"]["scales"]["error"] and run["rc"] == 1
+    result = fake_jit.build(tmp_path / "ws")
+    info = fake_jit.stack_info(tmp_path / "stack-info.json", result)
+    run = run_and_read([sys.executable, "-m", "checks.smoke", "--device", "cuda", "--stack-info", str(info),
+                        "--output", str(tmp_path / "out")], tmp_path / "out", fake_jit.jit_env(tmp_path / "ws"), "")
+    assert run["receipt"] is not None and run["rc"] == 0, _show(run)
+    assert run["receipt"]["passed"] is True and _status(run["receipt"]) == dict.fromkeys(CHECKS, "passed")

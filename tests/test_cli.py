@@ -87,13 +87,18 @@ def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
 def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -> None:
     """A stand-in stack whose env is the tool env (it has torch); on a CPU the graph check is
     skipped, so the receipt must say passed: false and the command must exit non-zero."""
+    from installer import stackenv
     stack = tmp_path / "stack"
-    stack.mkdir()
+    (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)
+    (stack / "receipts" / "setup.json").write_text(json.dumps(
+        {"recipe": {"name": "20260702"}, "forks": [{"name": "flashinfer", "commit": "2f3f0f6d" + "0" * 32}]}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     out = tmp_path / "smoke"
     proc = current("smoke", "--install", str(stack), "--format", "awq", "--output", str(out), "--level", "reference")
     receipt = json.loads((out / "receipt.json").read_text())
     assert receipt["passed"] is False and proc.returncode != 0
+    assert receipt["promised_level"] == "kernel" and receipt["proves"] == "harness"
     statuses = {c["title"]: c["status"] for c in receipt["checks"]}
     assert statuses["changing decode graphs"] == "skipped"
     assert statuses["physical K16/V8"] == "passed"

@@ -46,10 +46,13 @@ def _status(receipt: dict[str, Any]) -> dict[str, str]:
 
 def test_cpu_reference_receipt_fails_only_for_skipped_graphs(tmp_path: Path, capsys) -> None:
     rc, receipt = _smoke(tmp_path)
-    assert rc == 1 and receipt["passed"] is False
+    assert rc == 1 and receipt["passed"] is False and receipt["checks_passed"] is False
     assert _status(receipt)["decode_graphs"] == "skipped"
     assert [s for n, s in _status(receipt).items() if n != "decode_graphs"] == ["passed"] * 5
-    assert receipt["reasons"] == [r for r in receipt["reasons"] if "changing decode graphs" in r]
+    assert receipt["reasons"][0].startswith("changing decode graphs: skipped")
+    # a reference run proves the harness, never the stack, whatever its checks say
+    assert receipt["proves"] == "harness" and receipt["promised_level"] is None
+    assert receipt["reasons"][1:] == [r for r in receipt["reasons"] if "proves the harness only" in r]
     assert receipt["scales"]["source"] == "calibrated" and "no download manifest" in receipt["scales"]["note"]
     assert receipt["machine"]["device"] == "cpu" and receipt["level"] == "reference"
     table = capsys.readouterr().out
@@ -101,13 +104,46 @@ def test_usage_errors_exit_2_and_write_nothing(tmp_path: Path, capsys) -> None:
 
 
 def test_kernel_level_without_the_fork_is_unsupported(tmp_path: Path) -> None:
-    """No FlashInfer here: every kernel-level check is unsupported (never a crash, never a pass)."""
+    """No FlashInfer here: a stack that promises the kernel level gets every check unsupported, exit 1
+    (never a crash, never a silent fall back to the reference level)."""
     out = tmp_path / "out"
-    rc = smoke.main(["--level", "kernel", "--device", "cpu", "--output", str(out)])
+    rc = smoke.main(["--promised-level", "kernel", "--device", "cpu", "--output", str(out)])
     receipt = json.loads((out / "receipt.json").read_text())
     jsonschema.validate(receipt, SCHEMA)
-    assert rc == 1 and set(_status(receipt).values()) == {"unsupported"}
-    assert len(receipt["reasons"]) == 6
+    assert rc == 1 and set(_status(receipt).values()) == {"unsupported"} and receipt["level"] == "kernel"
+    assert len(receipt["reasons"]) == 7 and receipt["proves"] == "stack"
+    assert "cannot be imported" in receipt["checks"][0]["summary"]
+    assert any("JIT workspace was not watched" in r for r in receipt["reasons"])
+
+
+@pytest.mark.parametrize("promised", ["kernel", "engine"])
+def test_a_lower_level_runs_only_when_named_and_never_passes(tmp_path: Path, promised: str) -> None:
+    """The promise decides the level; --level reference on such a stack proves the harness only."""
+    out = tmp_path / "out"
+    rc = smoke.main(["--promised-level", promised, "--level", "reference", "--device", "cpu", "--output", str(out)])
+    receipt = json.loads((out / "receipt.json").read_text())
+    jsonschema.validate(receipt, SCHEMA)
+    assert rc == 1 and receipt["passed"] is False and receipt["proves"] == "harness"
+    assert receipt["level"] == "reference" and receipt["promised_level"] == promised
+    assert any(f"the stack promises level {promised}" in r for r in receipt["reasons"])
+
+
+def test_no_level_and_no_promise_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert smoke.main(["--device", "cpu", "--output", str(tmp_path / "o")]) == 2
+    assert "expected --level or the stack's promise" in capsys.readouterr().err
+    assert smoke.main(["--promised-level", "kernel", "--level", "engine", "--device", "cpu",
+                       "--output", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o" / "receipt.json").exists()
+
+
+def test_schema_refuses_a_pass_that_is_not_a_stack_verdict(tmp_path: Path) -> None:
+    example = json.loads((ROOT / "receipts" / "examples" / "kernel-smoke-flashinfer-2f3f0f6d-h200.json").read_text())
+    jsonschema.validate(example, SCHEMA)
+    assert example["passed"] is True and example["proves"] == "stack"
+    for forged in (dict(example, proves="harness"), dict(example, checks_passed=False),
+                   dict(example, jit_workspace=dict(example["jit_workspace"], gained=["x"]))):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(forged, SCHEMA)
 
 
 def test_kernel_probe_names_what_is_missing() -> None:

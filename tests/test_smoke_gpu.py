@@ -1,4 +1,4 @@
-"""On a CUDA GPU the reference level passes all six checks, CUDA graphs included."""
+"""On a CUDA GPU the reference level passes all six checks, CUDA graphs included (and proves the harness only)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ def test_reference_level_passes_on_cuda(tmp_path: Path) -> None:
     print(proc.stdout, proc.stderr, f"wall {time.monotonic() - start:.1f}s", sep="\n")
     receipt = json.loads((tmp_path / "receipt.json").read_text())
     status = {c["name"]: c["status"] for c in receipt["checks"]}
-    assert proc.returncode == 0, status
-    assert receipt["passed"] is True and set(status.values()) == {"passed"} and len(status) == 6
+    # every check passes, but a reference run proves the harness only: never a stack verdict
+    assert receipt["checks_passed"] is True and set(status.values()) == {"passed"} and len(status) == 6, status
+    assert receipt["proves"] == "harness" and receipt["passed"] is False and proc.returncode == 1
     graphs = next(c for c in receipt["checks"] if c["name"] == "decode_graphs")
     assert graphs["measured"]["cuda_graphs"] is True
     assert {r["batch"] for r in graphs["measured"]["replays"]} == {1, 2, 3, 4}

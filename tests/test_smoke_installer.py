@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import ReceiptError, SmokeError, UsageError
-from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, resolve_manifest,
-                             run_smoke, stack_info, stack_python)
+from installer import stackenv
+from installer.errors import ReceiptError, SmokeError, StateError, UsageError
+from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, promised_level,
+                             resolve_manifest, run_smoke, stack_info, stack_python)
+
+FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"}
+VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}
 
 
-def _stack(tmp: Path) -> Path:
+def _stack(tmp: Path, forks: list[dict[str, str]] | None = None, jit: list[dict[str, str]] | None = None) -> Path:
     stack = tmp / "stack"
     stack.mkdir()
     # STACK/env is the tool env itself, so STACK/env/bin/python is its python *with* its venv
@@ -23,9 +27,9 @@ def _stack(tmp: Path) -> Path:
     (stack / "pylock.toml").write_text('lock-version = "1.0"\n')
     (stack / "receipts").mkdir()
     (stack / "receipts" / "setup.json").write_text(json.dumps({
-        "recipe": {"name": "current", "sha256": "a" * 64},
-        "forks": [{"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"},
-                  {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}]}))
+        "recipe": {"name": "current", "sha256": "a" * 64, "path": str(REPO_ROOT / "recipes" / "20260702.toml")},
+        "forks": [FI, VLLM] if forks is None else forks, "jit": jit or []}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     return stack
 
 
@@ -87,6 +91,46 @@ def test_stack_info_reads_lock_and_setup_receipt(tmp_path: Path) -> None:
     assert info["lock_sha256"] == hashlib.sha256(b'lock-version = "1.0"\n').hexdigest()
     assert info["recipe"] == {"name": "current", "sha256": "a" * 64}
     assert info["forks"]["vllm"].startswith("758786e2")
+    assert info["promised_level"] == "engine" and info["asym_prefill"] is False
+    assert info["smoke"] == {"prompt_tokens": 8192, "max_new_tokens": 128}     # the recipe's [smoke]
+
+
+def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
+    assert promised_level({"vllm": "a", "flashinfer": "b"}) == "engine"
+    assert promised_level({"flashinfer": "b"}) == "kernel" and promised_level({}) is None
+    asym = "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_x"
+    info = stack_info(_stack(tmp_path, [FI], [{"uri": asym, "sha256": "0" * 64}]), None)
+    assert info["promised_level"] == "kernel" and info["asym_prefill"] is True
+    assert info["jit"] == [{"uri": asym, "sha256": "0" * 64}]
+
+
+def test_a_stack_that_promises_nothing_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SmokeError, match="promises nothing") as err:
+        stack_info(_stack(tmp_path, []), None)
+    assert err.value.exit_code == 17
+    (tmp_path / "stack" / "receipts" / "setup.json").unlink()
+    with pytest.raises(SmokeError, match="no setup receipt"):
+        stack_info(tmp_path / "stack", None)
+
+
+def test_plan_takes_the_stack_runtime_env(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    runtime = stackenv.load(stack)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o")
+    plan = plan_smoke(opts, Path("py"), None, Path("i.json"),
+                      {"PYTHONPATH": "/elsewhere", "FLASHINFER_WORKSPACE_BASE": "/home/u", "HOME": "/home/u"}, runtime)
+    assert plan.env["FLASHINFER_WORKSPACE_BASE"] == str(stack / "jit")
+    assert plan.env["FLASHINFER_DISABLE_VERSION_CHECK"] == "1" and plan.env["FLASHINFER_CUDA_ARCH_LIST"] == "9.0"
+    assert plan.env["PYTHONPATH"] == str(REPO_ROOT) and "HOME" not in plan.env
+    assert "--level" not in plan.argv                    # the promise decides, in checks.smoke
+
+
+def test_a_stack_without_its_runtime_env_is_refused(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    stackenv.env_file(stack).unlink()
+    with pytest.raises(StateError, match="runtime environment"):
+        run_smoke(SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference"),
+                  cwd=tmp_path, echo=lambda _: None)
 
 
 def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
@@ -99,12 +143,15 @@ def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
     receipt = load_receipt(out / "receipt.json")
     assert receipt["stack"]["recipe"]["name"] == "current"
     assert receipt["stack"]["forks"]["flashinfer"].startswith("2b532f7b")
+    assert receipt["promised_level"] == "engine" and receipt["proves"] == "harness"
+    assert any("proves the harness only" in r for r in receipt["reasons"])
     assert "changing decode graphs" in "\n".join(lines) and "passed: false" in "\n".join(lines)
     assert (out / "smoke.log").read_text().count("checks.smoke") >= 1
 
 
 def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
-    stack = tmp_path / "stack"
+    stack = _stack(tmp_path)
+    (stack / "env").unlink()                  # the link to the tool env, not the env itself
     (stack / "env" / "bin").mkdir(parents=True)
     bad = stack / "env" / "bin" / "python"
     bad.write_text("#!/bin/sh\necho 'Fatal Python error: boom' >&2\nexit 2\n")
@@ -132,7 +179,8 @@ def test_a_bad_manifest_is_refused_before_the_stack_runs(tmp_path: Path) -> None
 
 
 def test_a_python_without_torch_is_a_smoke_error(tmp_path: Path) -> None:
-    stack = tmp_path / "stack"
+    stack = _stack(tmp_path)
+    (stack / "env").unlink()
     (stack / "env" / "bin").mkdir(parents=True)
     fake = stack / "env" / "bin" / "python"
     fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")

@@ -7,15 +7,19 @@ and ``flashinfer/jit/core.py``):
 * ``FLASHINFER_WORKSPACE_BASE`` / ``FLASHINFER_CUDA_ARCH_LIST`` are read when
   flashinfer is imported, so they must be set before (the step sets them; this
   module refuses to run if flashinfer was imported already or they are unset);
-* the asymmetric fork's ``BatchDecodeWithPagedKVCacheWrapper.plan`` (and the
-  prefill wrapper's) take keyword-only ``k_data_type`` / ``v_data_type``;
+* the asymmetric fork's ``BatchDecodeWithPagedKVCacheWrapper.plan`` accepts
+  ``k_data_type`` / ``v_data_type``, named (older series) or through ``**kwargs``
+  forwarded to ``_plan_impl`` (0.6.15); decided by :mod:`checks.asym`;
 * ``gen_batch_decode_module(dtype_q, dtype_kv, dtype_o, dtype_idx, head_dim_qk,
   head_dim_vo, pos_encoding_mode, use_sliding_window, use_logits_soft_cap, *,
   dtype_k, dtype_v)`` and ``gen_batch_prefill_module(backend, ...same...,
   use_fp16_qk_reduction, *, dtype_k, dtype_v)`` return a ``JitSpec`` whose
   ``name`` is the module URI and ``jit_library_path`` the ``.so`` it builds;
-* ``build_jit_specs(specs, verbose=..., skip_prebuilt=...)`` builds them all with
-  one ninja run (parallel; ``MAX_JOBS`` caps the jobs).
+* ``JitSpec.build(verbose=...)`` builds one module with the per-module ``build.ninja``
+  the runtime's ``build_and_load()`` re-checks; modules are built side by side
+  (``build_jit_specs`` is the fallback for a spec without ``build``: its combined ninja
+  file leaves no per-module log, so FlashInfer 0.6.15 rebuilt every module on first
+  use, which the smoke's workspace watch caught on the H200).
 * ``dtype_kv`` is passed as the K dtype: the wrappers default K to
   ``kv_data_type``, so that is the module a K16/V8 ``plan`` asks for.
 
@@ -28,7 +32,6 @@ asymmetric fork.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import sys
@@ -36,34 +39,38 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from checks import asym  # stdlib only, safe in the stack env
 from installer.hashing import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3
 ENV_VARS = ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")
-ASYM_KWARGS = ("k_data_type", "v_data_type")
-WRAPPERS = {"decode": "BatchDecodeWithPagedKVCacheWrapper", "prefill": "BatchPrefillWithPagedKVCacheWrapper"}
 
 Module = Mapping[str, Any]           # one request entry: id, kind, q, k, v, o, head_dim, posenc, backend
 Built = dict[str, Any]               # id, uri, path, cached
 BuildFn = Callable[[Any, Sequence[Module]], list[Built]]
 
 
-def asymmetric_problem(fi: Any, kinds: Sequence[str]) -> str | None:
-    """``None`` when every wrapper the modules need has ``plan(..., k_data_type=, v_data_type=)``."""
-    for kind in sorted(set(kinds)):
-        cls_name = WRAPPERS[kind]
-        cls = getattr(fi, cls_name, None)
-        if cls is None:
-            return f"flashinfer {getattr(fi, '__version__', '?')} has no {cls_name}"
-        try:
-            params = inspect.signature(cls.plan).parameters
-        except (TypeError, ValueError) as exc:
-            return f"cannot read the signature of {cls_name}.plan ({exc})"
-        missing = [k for k in ASYM_KWARGS if k not in params]
-        if missing:
-            return (f"{cls_name}.plan has no {', '.join(missing)} parameter "
-                    f"(flashinfer {getattr(fi, '__version__', '?')} from {getattr(fi, '__file__', '?')})")
+def asymmetric_problem(fi: Any, modules: Sequence[Module]) -> str | None:
+    """``None`` when this FlashInfer serves every requested module, else why not.
+
+    Decided by :mod:`checks.asym` (the same function the kernel smoke level uses): the
+    decode wrapper must accept ``k_data_type``/``v_data_type`` (explicit or forwarding
+    form), and so must the paged prefill wrapper when an asymmetric (K != V) prefill
+    module is requested; a K == V prefill module (the fresh-prefill route's plain bf16
+    prefill) needs only FlashInfer's ordinary ragged prefill wrapper.
+    """
+    caps = asym.capabilities(fi)
+    where = f"flashinfer {caps.version} from {getattr(fi, '__file__', '?')}"
+    problem = caps.problem()
+    if problem is not None:
+        return f"{problem}; {where}"
+    for m in modules:
+        if m["kind"] == "prefill" and m["k"] != m["v"] and not caps.paged_prefill.asymmetric:
+            return (f"the recipe asks for an asymmetric prefill module (k={m['k']}, v={m['v']}) but "
+                    f"{caps.paged_prefill.reason}; {where}")
+        if m["kind"] == "prefill" and m["k"] == m["v"] and not caps.ragged_prefill:
+            return f"{where} has no {asym.RAGGED_PREFILL} for the fresh-prefill route"
     return None
 
 
@@ -96,9 +103,18 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
         else:
             spec = gen_prefill(m.get("backend", "fa2"), *common, False, dtype_k=k, dtype_v=v)
         specs.append(spec)
-    cached = [Path(s.jit_library_path).is_file() for s in specs]
+    cached = [Path(s.jit_library_path).is_file() and Path(s.ninja_path).is_file() if hasattr(s, "ninja_path")
+              else Path(s.jit_library_path).is_file() for s in specs]
     todo = [s for s, c in zip(specs, cached) if not c]
-    if todo:
+    if todo and all(hasattr(s, "build") for s in todo):
+        # each module through JitSpec.build(): the per-module build.ninja and ninja log the runtime's
+        # build_and_load() checks, so a smoke run finds them up to date (build_jit_specs' one combined
+        # ninja file leaves no per-module log, and FlashInfer then rebuilds every module on first use);
+        # the modules build side by side, each ninja run parallel over its own sources
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            list(pool.map(lambda spec: spec.build(verbose=False), todo))
+    elif todo:
         build_jit_specs(todo, verbose=False, skip_prebuilt=False)
     return [{"id": m["id"], "uri": s.name, "path": str(s.jit_library_path), "cached": c}
             for m, s, c in zip(modules, specs, cached)]
@@ -125,7 +141,7 @@ def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     fi = importlib.import_module("flashinfer")
     result["flashinfer_version"] = str(getattr(fi, "__version__", "unknown"))
     result["flashinfer_file"] = str(getattr(fi, "__file__", ""))
-    problem = asymmetric_problem(fi, [m["kind"] for m in request["modules"]])
+    problem = asymmetric_problem(fi, request["modules"])
     if problem is not None:
         result["problem"] = problem
         return finish(EXIT_NOT_ASYMMETRIC)

@@ -100,8 +100,9 @@ class JitStep:
         if result.get("problem"):
             if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
                 raise JitError("the installed FlashInfer is not the asymmetric fork",
-                               expected="BatchDecode/BatchPrefill...Wrapper.plan(..., k_data_type=, v_data_type=) "
-                                        "(the mcgrof/flashinfer asymmetric K/V fork)",
+                               expected="a BatchDecodeWithPagedKVCacheWrapper.plan that accepts k_data_type/"
+                                        "v_data_type, named or forwarded to _plan_impl (checks/asym.py), and an "
+                                        "asymmetric paged prefill where the recipe asks for one",
                                found=str(result["problem"]),
                                fix="re-run october_setup so the install step lays the fork over whatever "
                                    "replaced it, and check the recipe pins the asymmetric fork commit")

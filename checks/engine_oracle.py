@@ -1,0 +1,220 @@
+"""Engine level: oracles the engine did not compute.
+
+Two outside oracles, each compared with the live K16/V8 engine:
+
+* **one layer's attention against the torch reference.**  The layer's
+  ``impl.forward(layer, query, key, value, kv_cache, attn_metadata, output)`` (vLLM's
+  ``AttentionImpl`` API) is wrapped on an ``enforce_eager`` engine and one request
+  (a short prompt, then a few decode steps) is run with the layer's cache zeroed
+  first.  From the captured q/k/v alone (no engine metadata) the reference computes
+  what K16/V8 must give: the prompt's rows on its in-flight K/V at full precision
+  (the fresh-prefill route; a paged prefill over the K16/V8 cache is accepted and
+  named), every decode row over K in the K dtype and V ``dequant(quant(v, s))``
+  with the supplied scale ``s``.  Decode rows must also sit closer to that
+  reference than to the same math on unquantized V: an engine that reads a 16-bit
+  V underneath does not.  The V codes the layer stored must be exactly
+  ``quant(v, s)`` (as a multiset: slots need no metadata), so a scale stuck at 1.0
+  or 2x off fails however large V is.
+* **the same model with a 16-bit KV cache** (``kv_cache_dtype="auto"``, vLLM's own
+  backend choice): greedy tokens over the recipe's ``[smoke]`` protocol
+  (``prompt_tokens`` + ``max_new_tokens``) must agree until a divergence the 16-bit
+  run itself calls a near-tie, and the chosen tokens' logprobs stay within a bound.
+
+torch + the standard library; vLLM is reached only through the objects passed in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from checks import reference as ref
+from checks.results import Unsupported
+
+CAPTURE_PROMPT = 64          # prompt tokens of the captured request
+CAPTURE_STEPS = 8            # generated tokens (the first comes from the prefill)
+TOL_REL = 2.0 ** -6          # max |engine - reference| <= TOL_REL * max |reference| + TOL_ABS
+TOL_ABS = 1e-3
+CODES_EQUAL_MIN = 0.98       # share of stored V codes equal to quant(v, s) (sorted multisets)
+AMAX_RATIO = (0.97, 1.03)    # max |stored code| / max |quant(v, s)|
+LOGPROB_MAX = 1.0            # nats, chosen tokens, until the first divergence
+LOGPROB_MEAN = 0.2
+NEAR_TIE = 1.0               # nats: the 16-bit run's top-1 minus top-2 where a divergence is allowed
+PASSAGE = ("The lighthouse keeper wrote in his log every evening. The wind came from the west, the sea "
+           "was grey, and three ships passed the point before dark. He counted the lamps, trimmed the "
+           "wicks, and noted the oil that remained: {n} gallons. ")
+
+
+def protocol_ids(tokenizer: Any, n: int) -> list[int]:
+    """``n`` prompt token ids from a fixed passage (numbered, so it never repeats exactly)."""
+    ids: list[int] = []
+    i = 0
+    while len(ids) < n:
+        ids.extend(int(t) for t in tokenizer.encode(PASSAGE.format(n=40 + i), add_special_tokens=False))
+        i += 1
+    return ids[:n]
+
+
+@dataclass
+class Capture:
+    """What one layer's ``impl.forward`` saw while armed: per call q, k, v, output (float32 copies)."""
+
+    head_dim: int
+    calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    armed: bool = False
+
+
+def wrap_impl(layer: Any, cap: Capture, need: Callable[[Any, str], Any]) -> Callable[[], None]:
+    """Wrap ``layer.impl.forward``; returns the function that restores it."""
+    impl = need(layer, "impl")
+    orig = need(impl, "forward")
+    try:
+        params = inspect.signature(orig).parameters
+    except (TypeError, ValueError) as exc:
+        raise Unsupported(f"cannot read the signature of Attention.impl.forward ({exc})") from None
+    missing = [p for p in ("query", "key", "value") if p not in params]
+    if missing:
+        raise Unsupported(f"Attention.impl.forward has no {', '.join(missing)} parameter "
+                          f"(found {list(params)})")
+    sig = inspect.signature(orig)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        out = orig(*args, **kwargs)
+        if cap.armed:
+            bound = sig.bind(*args, **kwargs).arguments
+            q, k, v = bound["query"], bound["key"], bound["value"]
+            o = out if out is not None else bound.get("output")
+            if k is None or v is None or o is None:
+                raise Unsupported("Attention.impl.forward was called without key/value or output")
+            d = cap.head_dim
+            cap.calls.append(tuple(t.detach().reshape(t.shape[0], -1, d).float().clone()   # type: ignore[misc]
+                                   for t in (q, k, v, o)))
+        return out
+
+    had = "forward" in vars(impl)
+    impl.forward = forward
+
+    def restore() -> None:
+        if had:
+            impl.forward = orig
+        else:
+            del impl.forward
+    return restore
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal GQA attention in float64: the last ``len(q)`` positions of ``k``/``v``."""
+    return ref.dense_attention(q.double(), k.double(), v.double())
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """(max abs difference, relative L2)"""
+    diff = (a.double() - b.double())
+    return float(diff.abs().max()), float(diff.norm() / b.double().norm().clamp_min(1e-30))
+
+
+@dataclass(frozen=True)
+class LayerVerdict:
+    ok_prefill: bool
+    ok_decode: bool
+    reads_8bit: bool
+    ok_codes: bool
+    prefill_route: str
+    measured: dict[str, Any]
+    limits: dict[str, Any]
+
+
+def judge_layer(cap: Capture, v_cache: torch.Tensor, scale: float, k_dtype: torch.dtype,
+                layer_index: int) -> LayerVerdict:
+    """Compare the captured request with the torch reference (see the module docstring)."""
+    sizes = [c[0].shape[0] for c in cap.calls]
+    if len(sizes) < 2 or sizes[0] < 2 or any(s != 1 for s in sizes[1:]):
+        raise Unsupported(f"the captured layer saw token counts {sizes[:12]}, expected one prefill "
+                          "then single-token decodes (a scheduler this harness does not model)")
+    q_all = [c[0] for c in cap.calls]
+    k_all = torch.cat([c[1] for c in cap.calls]).to(k_dtype)      # K as a 16-bit cache holds it
+    v_all = torch.cat([c[2] for c in cap.calls])
+    o_all = [c[3] for c in cap.calls]
+    v_deq = ref.dequantize_v(ref.quantize_v(v_all, scale), scale)
+    n0 = sizes[0]
+    fresh = _attend(q_all[0], k_all[:n0], v_all[:n0])
+    paged = _attend(q_all[0], k_all[:n0], v_deq[:n0])
+    e_fresh, _ = _err(o_all[0], fresh)
+    e_paged, _ = _err(o_all[0], paged)
+    tol_p = TOL_REL * float(fresh.abs().max()) + TOL_ABS
+    dec_out = torch.cat(o_all[1:])
+    ref8 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_deq[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
+    ref16 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_all[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
+    e8, l2_8 = _err(dec_out, ref8)
+    e16, l2_16 = _err(dec_out, ref16)
+    tol_d = TOL_REL * float(ref8.abs().max()) + TOL_ABS
+    # reads a 16-bit V underneath: the output follows the unquantized values, not the stored codes
+    reads_16bit = l2_16 < l2_8 and e16 <= tol_d
+    stored = v_cache.float().reshape(-1)
+    stored = stored[stored != 0].sort().values
+    predicted = ref.quantize_v(v_all, scale).float().reshape(-1)
+    predicted = predicted[predicted != 0].sort().values
+    same_count = stored.numel() == predicted.numel()
+    equal = float((stored == predicted).float().mean()) if same_count and stored.numel() else 0.0
+    s_max = float(stored.abs().max()) if stored.numel() else 0.0
+    p_max = float(predicted.abs().max()) if predicted.numel() else 0.0
+    ratio = s_max / p_max if p_max else math.inf
+    ok_codes = same_count and equal >= CODES_EQUAL_MIN and AMAX_RATIO[0] <= ratio <= AMAX_RATIO[1]
+    route = "in-flight K/V at full precision (fresh prefill)" if e_fresh <= e_paged else \
+        "the paged K16/V8 cache"
+    measured = {
+        "layer": layer_index, "tokens": sizes, "supplied_scale": scale,
+        "prefill_max_err_vs_fresh_reference": e_fresh, "prefill_max_err_vs_cached_reference": e_paged,
+        "prefill_route_observed": route,
+        "decode_max_err_vs_k16v8_reference": e8, "decode_rel_l2_vs_k16v8_reference": l2_8,
+        "decode_rel_l2_vs_16bit_v_reference": l2_16, "decode_max_err_vs_16bit_v_reference": e16,
+        "reference_max": float(ref8.abs().max()),
+        "stored_v_codes": int(stored.numel()), "predicted_v_codes": int(predicted.numel()),
+        "codes_equal_share": equal, "stored_over_predicted_amax": ratio,
+    }
+    limits = {"prefill_max_err": tol_p, "decode_max_err": tol_d,
+              "reads_16bit_v": "fails when the decode rows match the 16-bit-V reference within the "
+                               "tolerance and closer than the K16/V8 one",
+              "tolerance": f"{TOL_REL:g} x max|reference| + {TOL_ABS:g}",
+              "codes_equal_share_min": CODES_EQUAL_MIN, "stored_over_predicted_amax": list(AMAX_RATIO),
+              "codes": "the stored V codes are quant(v, supplied scale) of the captured values"}
+    return LayerVerdict(min(e_fresh, e_paged) <= tol_p, e8 <= tol_d, not reads_16bit, ok_codes, route,
+                        measured, limits)
+
+
+Generation = tuple[list[int], list[dict[int, float]]]
+
+
+def compare_with_16bit(k16v8: Generation, oracle: Generation) -> tuple[bool, str, dict[str, Any], dict[str, Any]]:
+    """Greedy agreement and logprob bound against the 16-bit-cache run of the same protocol prompt."""
+    (ta, la), (tb, lb) = k16v8, oracle
+    n = min(len(ta), len(tb))
+    first = next((i for i in range(n) if ta[i] != tb[i]), n)
+    diffs = [abs(la[i].get(ta[i], math.nan) - lb[i].get(tb[i], math.nan)) for i in range(first)]
+    finite = all(math.isfinite(d) for d in diffs)
+    worst = max(diffs) if diffs else 0.0
+    mean = sum(diffs) / len(diffs) if diffs else 0.0
+    margin = None
+    if first < n:
+        top = sorted(lb[first].values(), reverse=True)
+        margin = top[0] - top[1] if len(top) > 1 else None
+    problems = []
+    if len(ta) != len(tb) or not ta:
+        problems.append(f"{len(ta)} tokens from K16/V8, {len(tb)} from the 16-bit cache")
+    if not finite:
+        problems.append("non-finite logprobs")
+    elif worst > LOGPROB_MAX or mean > LOGPROB_MEAN:
+        problems.append(f"chosen-token logprobs differ by up to {worst:.3g} (mean {mean:.3g}) nats")
+    if first < n and (margin is None or margin > NEAR_TIE):
+        problems.append(f"greedy tokens diverge at {first} of {n} where the 16-bit run is sure "
+                        f"(top-2 margin {margin if margin is None else round(margin, 3)} nats)")
+    measured = {"tokens": n, "agree_until": first, "divergence_margin": margin,
+                "logprob_diff_max": worst, "logprob_diff_mean": mean,
+                "k16v8_tokens": ta[:32], "oracle_tokens": tb[:32]}
+    limits = {"logprob_diff_max": LOGPROB_MAX, "logprob_diff_mean": LOGPROB_MEAN,
+              "divergence": f"only where the 16-bit run's top-2 margin <= {NEAR_TIE} nats"}
+    return not problems, "; ".join(problems), measured, limits

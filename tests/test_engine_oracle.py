@@ -1,0 +1,133 @@
+"""The engine level's outside oracles on synthetic captures (real torch, no engine): each judgement can fail."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+with warnings.catch_warnings():  # torch warns at import when numpy is absent
+    warnings.simplefilter("ignore", UserWarning)
+    import torch
+
+import pytest
+
+from checks import engine_oracle as oracle
+from checks import reference as ref
+from checks.engine import layer_pair
+from checks.results import Unsupported
+
+HQ, HKV, D, N0, STEPS = 4, 2, 64, 24, 5
+
+
+def _capture(amax: float, *, store_scale: float, read_scale: float, upcast: bool = False,
+             zero: bool = False) -> tuple[oracle.Capture, torch.Tensor, float]:
+    """What a K16/V8 engine would hand impl.forward for one prompt + decodes, V values up to ``amax``."""
+    g = torch.Generator().manual_seed(7)
+    n = N0 + STEPS
+    q = torch.randn(n, HQ, D, generator=g)
+    k = torch.randn(n, HKV, D, generator=g).to(torch.float16).float()
+    v = torch.randn(n, HKV, D, generator=g)
+    v = v / v.abs().max() * amax
+    supplied = amax / ref.FP8_MAX
+    cache = torch.zeros(8, 16, HKV, D, dtype=ref.FP8)
+    cache.view(-1, HKV, D)[:n] = ref.quantize_v(v, store_scale)
+    stored = ref.dequantize_v(cache.view(-1, HKV, D)[:n], read_scale)
+    seen = v if upcast else stored
+    cap = oracle.Capture(head_dim=D)
+    out0 = ref.dense_attention(q[:N0], k[:N0], v[:N0]).float()            # fresh prefill: in-flight K/V
+    cap.calls.append((q[:N0], k[:N0], v[:N0], out0 * (0 if zero else 1)))
+    for j in range(STEPS):
+        p = N0 + j
+        o = ref.dense_attention(q[p:p + 1], k[:p + 1], seen[:p + 1]).float()
+        cap.calls.append((q[p:p + 1], k[p:p + 1], v[p:p + 1], o * (0 if zero else 1)))
+    return cap, cache, supplied
+
+
+def _judge(**kw: float | bool) -> oracle.LayerVerdict:
+    cap, cache, supplied = _capture(100.0, **kw)  # type: ignore[arg-type]
+    return oracle.judge_layer(cap, cache, supplied, torch.float16, 0)
+
+
+def test_a_healthy_k16v8_layer_passes_every_judgement() -> None:
+    s = 100.0 / ref.FP8_MAX
+    v = _judge(store_scale=s, read_scale=s)
+    assert (v.ok_prefill, v.ok_decode, v.reads_8bit, v.ok_codes) == (True, True, True, True)
+    assert v.prefill_route == "in-flight K/V at full precision (fresh prefill)"
+    assert v.measured["codes_equal_share"] == 1.0 and v.measured["stored_over_predicted_amax"] == 1.0
+
+
+def test_a_scale_stuck_at_one_fails_even_when_v_is_large() -> None:
+    """The old bound (stored V uses >= 1/16 of e4m3's range) passed this whenever amax > 28."""
+    v = _judge(store_scale=1.0, read_scale=1.0)
+    assert not v.ok_codes and v.measured["stored_over_predicted_amax"] == pytest.approx(100 / 448, rel=0.07)
+
+
+def test_a_scale_twice_off_fails_the_codes() -> None:
+    s = 100.0 / ref.FP8_MAX
+    v = _judge(store_scale=2 * s, read_scale=2 * s)
+    assert not v.ok_codes and v.measured["stored_over_predicted_amax"] == pytest.approx(0.5, rel=0.07)
+    assert v.ok_decode                     # the values read back are close: only the codes tell
+
+
+def test_v_read_back_with_one_fails_the_decode_rows() -> None:
+    s = 100.0 / ref.FP8_MAX
+    v = _judge(store_scale=s, read_scale=1.0)
+    assert v.ok_codes and not v.ok_decode
+
+
+def test_a_16_bit_v_underneath_is_seen() -> None:
+    s = 100.0 / ref.FP8_MAX
+    v = _judge(store_scale=s, read_scale=s, upcast=True)
+    assert not v.reads_8bit
+    assert v.measured["decode_rel_l2_vs_16bit_v_reference"] < v.measured["decode_rel_l2_vs_k16v8_reference"]
+
+
+def test_attention_times_zero_fails_prefill_and_decode() -> None:
+    s = 100.0 / ref.FP8_MAX
+    v = _judge(store_scale=s, read_scale=s, zero=True)
+    assert not v.ok_prefill and not v.ok_decode and v.reads_8bit
+
+
+def test_an_unmodelled_schedule_is_unsupported_not_a_verdict() -> None:
+    s = 100.0 / ref.FP8_MAX
+    cap, cache, supplied = _capture(100.0, store_scale=s, read_scale=s)
+    cap.calls = cap.calls[:1] + [cap.calls[1], cap.calls[1]]
+    cap.calls[1] = tuple(torch.cat([t, t]) for t in cap.calls[1])  # type: ignore[assignment]
+    with pytest.raises(Unsupported, match="one prefill then single-token decodes"):
+        oracle.judge_layer(cap, cache, supplied, torch.float16, 0)
+
+
+def _gen(tokens: list[int], lps: list[float], second: list[float] | None = None) -> oracle.Generation:
+    second = second or [lp - 5.0 for lp in lps]
+    return tokens, [{t: lp, 10_000 + i: s} for i, (t, lp, s) in enumerate(zip(tokens, lps, second))]
+
+
+def test_16_bit_oracle_agreement_and_bounds() -> None:
+    base = _gen([1, 2, 3, 4], [-0.1, -0.2, -0.1, -0.3])
+    ok, why, m, _ = oracle.compare_with_16bit(_gen([1, 2, 3, 4], [-0.12, -0.25, -0.1, -0.3]), base)
+    assert ok and m["agree_until"] == 4 and m["logprob_diff_max"] == pytest.approx(0.05)
+    ok, why, m, _ = oracle.compare_with_16bit(_gen([1, 2, 9, 9], [-0.1, -0.2, -0.1, -0.3]), base)
+    assert not ok and "diverge at 2 of 4 where the 16-bit run is sure" in why
+    near_tie = _gen([1, 2, 3, 4], [-0.1, -0.2, -0.7, -0.3], [-5.0, -5.0, -0.71, -5.0])
+    ok, why, m, _ = oracle.compare_with_16bit(_gen([1, 2, 9, 9], [-0.1, -0.2, -0.7, -0.3]), near_tie)
+    assert ok and m["agree_until"] == 2 and m["divergence_margin"] == pytest.approx(0.01)
+    ok, why, _, _ = oracle.compare_with_16bit(_gen([1, 2, 3, 4], [-2.0, -2.0, -2.0, -2.0]), base)
+    assert not ok and "logprobs differ" in why
+    ok, why, _, _ = oracle.compare_with_16bit(_gen([1, 2, 3, 4], [math.nan] * 4), base)
+    assert not ok and "non-finite" in why
+
+
+def test_protocol_prompt_has_exactly_the_asked_tokens() -> None:
+    class Bytes:
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            return list(text.encode())
+    ids = oracle.protocol_ids(Bytes(), 8192)
+    assert len(ids) == 8192 and ids != oracle.protocol_ids(Bytes(), 8192)[:1] * 8192
+
+
+def test_layer_pair_takes_both_vllm_layouts() -> None:
+    k, v = torch.zeros(2, 16, 2, 64, dtype=torch.float16), torch.zeros(2, 16, 2, 64, dtype=ref.FP8)
+    assert layer_pair((k, v))[1] is v                  # 0.24: bound per layer
+    assert layer_pair([(k, v)])[0] is k                # 0.18: per virtual engine
+    with pytest.raises(Unsupported, match="Attention.kv_cache is Tensor"):
+        layer_pair(torch.zeros(2, 2, 16, 2, 64))
