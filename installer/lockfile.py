@@ -163,7 +163,8 @@ def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
             problems.append(f"{name} {want} is in the lock but not installed")
         elif want != got:
             problems.append(f"{name}: lock says {want}, installed {got}")
-    for fork in sorted(set(locked.commits) | set(new["commits"])):
+    # an index-scope lock (locks/<recipe>.pylock.toml) names no fork commits: the recipe pins those
+    for fork in sorted(set(locked.commits) | (set(new["commits"]) if locked.commits else set())):
         want, got = locked.commits.get(fork), new["commits"].get(fork)
         if want != got:
             problems.append(f"fork {fork}: lock says commit {want}, stack has {got}")
@@ -183,7 +184,8 @@ def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
         elif "version" in p:
             name = str(canonicalize_name(p["name"]))
             packages[name] = str(p["version"])
-            shas = tuple(w["hashes"]["sha256"] for w in p.get("wheels") or [] if "sha256" in w.get("hashes", {}))
+            files = [*(p.get("wheels") or []), *([p["sdist"]] if isinstance(p.get("sdist"), dict) else [])]
+            shas = tuple(f["hashes"]["sha256"] for f in files if "sha256" in f.get("hashes", {}))
             if shas:
                 hashes[name] = shas
     wheel = lock.get("tool", {}).get(TOOL, {}).get("wheel") or {}

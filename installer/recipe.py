@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from installer.errors import RecipeError, RecipeNotFound
 from installer.hashing import sha256_file
+from installer.install.policy import InstallPolicy, parse_build_env, parse_install, parse_nested_installs
 from installer.jit.derive import (COMPUTE_DTYPES, DEFAULT_ROUTES, ROUTES, V_FORMATS, DeriveError, ModelShape,
                                   ModuleKey, derive_modules)
 from installer.resources import DATA_ROOT
@@ -71,6 +72,8 @@ class ForkUse:
     deps: bool = True
     build_isolation: bool = True
     submodules: bool = True
+    build_env: Mapping[str, str] = field(default_factory=dict)        # [forks.build_env]
+    nested_installs: Mapping[str, str] = field(default_factory=dict)  # [forks.nested_installs]: name -> why
     # Which submodules (paths relative to the fork, top level) are fetched; None: all of them.
     # ``submodules = ["3rdparty/cccl"]`` in the recipe's fork entry; each selected one brings its own
     # nested submodules.
@@ -212,6 +215,7 @@ class Recipe:
     smoke: SmokeConfig
     raw: Mapping[str, Any]
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
+    install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
     jit_routes: tuple[str, ...] = DEFAULT_ROUTES
 
     def fork(self, name: str) -> ForkUse:
@@ -363,6 +367,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         uses.append(ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
                             mode=mode, deps=ft.get("deps", bool, required=False, default=True),
                             build_isolation=ft.get("build_isolation", bool, required=False, default=True),
+                            build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft),
                             **_submodule_selection(ft)))
         ft.done()
     names = [u.name for u in uses]
@@ -529,13 +534,15 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                 raise smt.err(key, "a positive number of tokens", getattr(smoke, key))
         smt.done()
 
+    install = parse_install(top)
     top.done()
     if jt is not None:
         jit, models = _derive_jit(path, jit, models, jit_routes)
     return Recipe(name=name, path=path, sha256=sha256_file(path), description=description,
                   python=python or "", torch=torch, build_requirements=build_reqs, sources=sources,
                   forks=tuple(uses), cuda=cuda, wheel=wheel, preflight=preflight, jit=tuple(jit),
-                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder, jit_routes=jit_routes)
+                  models=models, smoke=smoke, raw=raw, jit_builder=jit_builder, install=install,
+                  jit_routes=jit_routes)
 
 
 SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")

@@ -35,6 +35,15 @@ def test_flashinfer_goes_last_whatever_the_recipe_order():
     assert f.args == ("--reinstall-package", "flashinfer-python", "--no-deps", "--editable", "/stack/src/flashinfer")
 
 
+def test_a_forks_build_env_goes_into_its_install_only():
+    import dataclasses
+    fi = _fork("flashinfer", "flashinfer", dist="flashinfer-python")
+    fi = dataclasses.replace(fi, use=dataclasses.replace(fi.use, build_env={"BUILD_NVEP": "0", "BUILD_NIXL_EP": "0"}))
+    plan = make_plan([fi, _fork("tool")])
+    tool, f = plan.installs
+    assert f.env_dict == {"BUILD_NIXL_EP": "0", "BUILD_NVEP": "0"} and tool.env == ()
+
+
 def test_precompiled_without_a_wheel_is_refused():
     with pytest.raises(InstallError) as err:
         make_plan([_fork("vllm", "vllm-precompiled")])

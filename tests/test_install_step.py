@@ -21,6 +21,7 @@ from installer.hashing import sha256_file
 from installer.install.guards import GuardSpec, run_guards
 from installer.install.upstream import upstream_base
 from installer.runner import Runner
+from installer.steps.env import write_stack_env
 from installer.steps.install import InstallStep
 from installer.uvcmd import uv_exe
 from tests.fixtures import stack_forks as sf
@@ -48,6 +49,7 @@ def _setup(tmp_path: Path, links: sf.Links, cache: Path, *, payload: bytes | Non
     sf.make_env(stack, links, cache / "uv")
     rec = sf.recipe(links, forks, tmp_path, vllm_upstream=vllm_upstream)
     ctx = sf.context(stack, rec, cache)
+    write_stack_env(ctx)
     ctx.done["fetch"] = sf.record("fetch", {"forks": {
         "vllm": {"path": str(forks.vllm), "commit": forks.commits["vllm"], "url": "https://github.com/mcgrof/vllm.git"},
         "flashinfer": {"path": str(forks.flashinfer), "commit": forks.commits["flashinfer"],

@@ -49,7 +49,7 @@ def write(tmp_path: Path, recipe: str, forks: str = FORKS) -> Path:
 
 def test_shipped_recipes_load() -> None:
     cur = load_recipe("current")
-    assert cur.python == "3.12.11" and cur.torch.version == "2.10.0+cu128"
+    assert cur.python == "3.12.11" and cur.torch.version == "2.10.0" and cur.torch.index_url is None
     vllm = cur.fork("vllm")
     assert vllm.pin.is_prefix and vllm.pin.commit == "2315e62e2" and vllm.pin.branch == "paper-memory-decode-v0.18"
     assert cur.fork("flashinfer").pin.commit == "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"
@@ -182,3 +182,56 @@ def test_cli_exit_code_and_message_for_bad_recipe(tmp_path: Path) -> None:
     assert proc.returncode == 3
     assert "key 'forks[0].pin' is invalid" in proc.stderr and "->" in proc.stderr
     assert not (tmp_path / "stack").exists()
+
+
+INSTALL_KEYS = """
+[forks.build_env]
+BUILD_NVEP = "0"
+[forks.nested_installs]
+Nvidia_CUDA_NVCC = "cuTile only"
+[install]
+supply = ["nccl4py>=0.3.1"]
+[[install.exceptions]]
+package = "vllm"
+requires = "FlashInfer_Python"
+why = "the fork replaces it"
+"""
+
+
+def _with_install_keys(text: str) -> str:
+    return GOOD.replace('pin = "one"\n', 'pin = "one"\n' + text, 1)
+
+
+def test_install_keys_parse(tmp_path: Path) -> None:
+    r = load_recipe(str(write(tmp_path, _with_install_keys(INSTALL_KEYS))))
+    alpha = r.fork("alpha")
+    assert alpha.build_env == {"BUILD_NVEP": "0"} and alpha.nested_installs == {"nvidia-cuda-nvcc": "cuTile only"}
+    assert r.install.supply == ("nccl4py>=0.3.1",)
+    assert [(e.package, e.requires) for e in r.install.exceptions] == [("vllm", "flashinfer-python")]
+    shipped = load_recipe("20260702")
+    assert shipped.fork("flashinfer").build_env["BUILD_NVEP"] == "0"
+    assert "nvidia-nvjitlink" in shipped.fork("flashinfer").nested_installs
+
+
+BAD_INSTALL = [
+    (INSTALL_KEYS.replace('BUILD_NVEP = "0"', "BUILD_NVEP = 0"),
+     "key 'forks[0].build_env.BUILD_NVEP' is invalid. Expected a string value"),
+    (INSTALL_KEYS.replace('BUILD_NVEP = "0"', 'PATH = "/x"'),
+     "key 'forks[0].build_env.PATH' is invalid. Expected an environment variable name the tool does not set"),
+    (INSTALL_KEYS.replace('"cuTile only"', '""'),
+     "key 'forks[0].nested_installs.Nvidia_CUDA_NVCC' is invalid. Expected the reason"),
+    (INSTALL_KEYS.replace('supply = ["nccl4py>=0.3.1"]', 'supply = ["nccl4py >>= 1"]'),
+     "key 'install.supply[0]' is invalid. Expected a requirement"),
+    (INSTALL_KEYS.replace('why = "the fork replaces it"\n', ''),
+     "key 'install.exceptions[0].why' is invalid. Expected a string, found the key is missing"),
+    (INSTALL_KEYS + '[[install.exceptions]]\npackage = "vllm"\nrequires = "flashinfer-python"\nwhy = "again"\n',
+     "key 'install.exceptions' is invalid. Expected each (package, requires) pair at most once"),
+    (INSTALL_KEYS.replace("[install]", "[install]\ncolour = 1"), "key 'install.colour' is invalid"),
+]
+
+
+@pytest.mark.parametrize("text,fragment", BAD_INSTALL, ids=[f"bad_install{i}" for i in range(len(BAD_INSTALL))])
+def test_malformed_install_keys(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(write(tmp_path, _with_install_keys(text))))
+    assert fragment in info.value.message, info.value.message

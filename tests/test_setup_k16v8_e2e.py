@@ -102,6 +102,15 @@ pin = "k16v8"
 mode = "flashinfer"
 deps = false
 build_isolation = false
+[forks.build_env]
+BUILD_NVEP = "0"
+[forks.nested_installs]
+nvidia-cuda-nvcc = "cuTile compile chain; not on the decode path"
+[install]
+[[install.exceptions]]
+package = "vllm"
+requires = "flashinfer-python"
+why = "the FlashInfer fork supersedes vLLM's pin"
 [cuda]
 version = "12.9"
 arch_list = "9.0"
@@ -158,6 +167,13 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
         assert receipt["install"]["vllm_base_commit"] == w["up_commit"]
         assert receipt["install"]["checks"]["import vllm._C"].startswith("not verifiable here")
         assert receipt["options"]["skip_preflight"] == ["nvcc"]
+        # the declared exception is listed, with its reason; the stack environment is recorded by hash
+        declared = receipt["install"]["consistency"]["declared"]
+        assert [(d["package"], d["requirement"]) for d in declared] == [("vllm", "flashinfer-python==0.6.6")]
+        assert declared[0]["why"] and receipt["install"]["consistency"]["undeclared"] == []
+        assert receipt["install"]["imports_with_stack_env"] == {"flashinfer": "0.6.7"}
+        assert receipt["stack_env"]["sha256"] == sha256_file(stack / "stack-env.json")
+        assert receipt["stack_env"]["env"]["FLASHINFER_WORKSPACE_BASE"] == str(stack / "jit")
         assert {m["uri"] for m in receipt["jit"]} and all(len(m["sha256"]) == 64 for m in receipt["jit"])
         assert any("dtype_k_bf16_dtype_v_e4m3" in m["uri"] for m in receipt["jit"])
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from installer import stackenv
+
 from installer.errors import SmokeBusyError
 from installer.smoke import SmokeOptions, run_smoke
 from installer.smoke_mutex import SmokeMutex, gpu_key
@@ -32,7 +34,8 @@ def _stack(tmp: Path, name: str = "stack") -> Path:
     (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)
     (stack / "receipts" / "setup.json").write_text(json.dumps({"recipe": {"name": "current", "sha256": "a" * 64},
-                                                               "forks": []}))
+                                                               "forks": [{"name": "vllm", "commit": "7" * 40}, {"name": "flashinfer", "commit": "2" * 40}]}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     return stack
 
 

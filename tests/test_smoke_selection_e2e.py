@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from installer import stackenv
 from installer.smoke import SmokeOptions, load_receipt, run_smoke
 from tests.test_checks_engine_fake import FAKE, MODEL_CONFIG, REPO, REVISION, make_inputs, prebuild
 
@@ -44,9 +45,15 @@ def test_current_smoke_names_the_module_the_jit_step_did_not_build(tmp_path: Pat
     decode, prefill = sel.jit_modules
     stack = tmp_path / "stack"
     (stack / "receipts").mkdir(parents=True)
-    (stack / "env").symlink_to(sys.prefix)
+    # the stack env: this interpreter with the stand-in vLLM on its path (the stack's runtime
+    # environment drops the caller's PYTHONPATH, as it must for a real stack)
+    (stack / "env" / "bin").mkdir(parents=True)
+    (stack / "env" / "bin" / "python").write_text(
+        f'#!/bin/sh\nPYTHONPATH="{FAKE}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    (stack / "env" / "bin" / "python").chmod(0o755)
     (stack / "receipts" / "setup.json").write_text(json.dumps({"recipe": {"name": "current", "path": str(recipe), "sha256": None},
-                                                               "forks": []}))
+                                                               "forks": [{"name": "vllm", "commit": "7" * 40}, {"name": "flashinfer", "commit": "2" * 40}]}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     prebuild(stack / "jit", [prefill])                       # the decode module was never built
     manifest, fixtures, _ = make_inputs(tmp_path / "in")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_") and k != "FAKE_VLLM_FAULT"}

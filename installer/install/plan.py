@@ -85,6 +85,7 @@ def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
             env += [("VLLM_USE_PRECOMPILED", "1"), ("VLLM_PRECOMPILED_WHEEL_LOCATION", str(wheel))]
             if base_commit is not None:
                 env.append(("VLLM_PRECOMPILED_WHEEL_COMMIT", base_commit))
+        env += sorted(use.build_env.items())      # the recipe's knobs for this fork's build backend
         args += ["--editable", str(src.path)]
         if use.mode == "flashinfer":
             why = "last, --no-deps: nothing installed after it can replace the fork"

@@ -66,7 +66,7 @@ class EnvStep:
         r = ctx.recipe
         locked = ctx.options.locked
         return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
-                "build": list(r.build_requirements), "sources": source_args(ctx, torch_index=True),
+                "build": list(r.build_requirements), "supply": list(r.install.supply), "sources": source_args(ctx, torch_index=True),
                 "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
@@ -82,7 +82,8 @@ class EnvStep:
                            found=f"Python {got}", fix=f"install Python {r.python} (e.g. `uv python install {r.python}`) and re-run")
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
-        pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements], torch_index=True)
+        # [install] supply: runtime needs of a --no-deps fork, resolved here under the torch constraint
+        pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements, *r.install.supply], torch_index=True)
         if ctx.options.locked is not None:
             self._install_locked_files(ctx)
         if not _dist_info_present(ctx, "torch", r.torch.version):

@@ -4,9 +4,13 @@ vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
 ``VLLM_PRECOMPILED_WHEEL_LOCATION`` = the verified local base wheel (re-hashed
 just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
 computed here (see :mod:`installer.install.upstream`).  FlashInfer (mode
-``flashinfer``): editable, ``--no-deps``, installed last.  Afterwards the guards
-check torch, each fork's ``direct_url.json`` and import location, and import
-the base wheel's compiled extension modules where CUDA libraries exist.
+``flashinfer``): editable, ``--no-deps``, installed last.  Each fork install gets the
+recipe's ``[forks.build_env]`` and runs behind the nested-install guard
+(:mod:`installer.install.nested`).  Afterwards the guards check torch, each fork's
+``direct_url.json`` and import location, and import the base wheel's compiled
+extension modules where CUDA libraries exist; every installed requirement is checked
+against the recipe's declared exceptions (:mod:`installer.install.consistency`); a
+FlashInfer-mode fork is imported with the stack environment (:mod:`installer.stackenv`).
 
 Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 ``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
@@ -16,16 +20,20 @@ Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+from installer import stackenv
 from installer.errors import CommandFailed, InstallError
 from installer.hashing import sha256_file
+from installer.install import consistency, nested
 from installer.install.guards import GuardSpec, import_guard, run_guards
-from installer.install.plan import ForkSource, InstallPlan, fork_sources, make_plan
+from installer.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
+from installer.install.policy import as_json as policy_json
 from installer.install.upstream import BaseCommit, upstream_base
 from installer.pipeline import StepContext
 from installer.redact import redact_url
@@ -49,7 +57,9 @@ class InstallStep:
         wheel = ctx.done.get("wheel")
         return {"forks": [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
                            "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
-                           "build_isolation": f.build_isolation} for f in r.forks],
+                           "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
+                           "nested_installs": dict(f.nested_installs)} for f in r.forks],
+                "policy": policy_json(r.install),
                 "torch": r.torch.version, "sources": source_args(ctx),
                 "wheel_sha256": wheel.outputs.get("sha256") if wheel else None,
                 "locked": dict(ctx.options.locked.packages) if ctx.options.locked else None}
@@ -103,19 +113,23 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
+        guard = nested.install_guard(ctx.paths.state / "build-guard")
+        nested_out: dict[str, Any] = {}
         for inv in plan.installs:
             ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
-            try:
-                pip_install(ctx, self.name, inv.args, extra_env=inv.env_dict)
-            except CommandFailed as exc:
-                raise _install_failed(inv.fork, r.torch.version, exc) from exc
+            nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
         spec = self.guard_spec(ctx, forks)
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
+        judged = self.check_consistency(ctx)
+        imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
         return {
+            "nested_installs": nested_out,
+            "consistency": judged.as_json(),
+            "imports_with_stack_env": imported,
             "order": list(plan.order),
             "forks": [{"name": f.use.name, "path": str(f.path), "commit": f.commit, "mode": f.use.mode,
                        "dist": f.dist, "version": _editable_version(facts.get(f.use.name, {}), f.path),
@@ -129,6 +143,81 @@ class InstallStep:
             "vllm_base_commit_detail": base.detail if base else None,
             "checks": dict(report.results),
         }
+
+    def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
+        """One fork's ``uv pip install`` with the nested-install guard first on PATH; judge what its
+        build backend tried to install by itself against the recipe's ``[forks.nested_installs]``."""
+        shadow = nested.shadowing(ctx.paths.env / "bin")
+        if shadow:
+            raise InstallError("the stack env holds its own package installer, which a fork's build would use "
+                               "instead of the guard", expected=f"no uv in {ctx.paths.env / 'bin'}", found=", ".join(str(p) for p in shadow),
+                               fix="remove the package that installs it from the recipe's requirements, or "
+                                   "re-run october_setup (the env step makes a fresh env)")
+        log = ctx.paths.state / "nested" / f"{inv.fork}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
+        env = {**inv.env_dict, **nested.guard_env(guard, log, os.environ.get("PATH", ""))}
+        try:
+            pip_install(ctx, self.name, inv.args, extra_env=env)
+        except CommandFailed as exc:
+            raise _install_failed(inv.fork, ctx.recipe.torch.version, exc) from exc
+        verdict = nested.judge(nested.read_attempts(log), src.use.nested_installs)
+        if verdict.undeclared or verdict.unparsed:
+            what = ", ".join(verdict.undeclared) or "; ".join(verdict.unparsed)
+            raise InstallError(
+                f"the build of fork '{inv.fork}' tried to install packages by itself (refused): {what}",
+                expected="a build that installs nothing outside the recipe's sources, or each such package "
+                         f"declared in the recipe's [forks.nested_installs] of '{inv.fork}'",
+                found="\n    " + "\n    ".join(a.command for a in verdict.attempts),
+                fix=f"set the fork's build knobs in [forks.build_env] (e.g. BUILD_NVEP = \"0\") so it does not, "
+                    "supply what it needs through [install] supply, or declare why the stack does not need it "
+                    f"in [forks.nested_installs]; log: {ctx.runner.log_path(self.name)}")
+        for name, why in verdict.refused_declared.items():
+            ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
+        return verdict.as_json()
+
+    def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
+        """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
+        version = consistency.env_python_version(ctx.paths.env) or ctx.recipe.python
+        found = consistency.conflicts(consistency.installed(ctx.paths.env), version)
+        judged = consistency.judge(found, ctx.recipe.install.exceptions)
+        if judged.undeclared:
+            lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)
+            raise InstallError(f"the stack env is inconsistent: {len(judged.undeclared)} requirement(s) unmet "
+                               f"that the recipe does not declare:\n{lines}",
+                               expected="every installed distribution's requirements met, or the conflict declared "
+                                        "in the recipe's [[install.exceptions]] with the reason",
+                               found=f"{len(judged.undeclared)} undeclared, {len(judged.declared)} declared",
+                               fix="supply the missing package through [install] supply (it must resolve with "
+                                   "the pinned torch), or declare the conflict if it is intended")
+        for c, e in judged.declared:
+            ctx.ui.detail(f"declared exception: {c.describe()} ({e.why})")
+        for e in judged.unused:
+            ctx.ui.warn(f"declared exception not seen: {e.package} -> {e.requires}; the recipe may be stale")
+        return judged
+
+    def check_imports(self, ctx: StepContext, forks: list[ForkSource]) -> dict[str, str]:
+        """``import flashinfer`` with the stack environment (STACK/stack-env.json), as jit, smoke and
+        serving run it: a FlashInfer fork laid over an index ``flashinfer-cubin`` of another version
+        imports only with the version check the stack environment disables."""
+        names = [f.use.name for f in forks if f.use.mode == "flashinfer"]
+        if not names:
+            return {}
+        env = stackenv.apply(stackenv.load(ctx.paths.root), os.environ)
+        out: dict[str, str] = {}
+        for name in names:
+            code = f"import {name}; print('OCTOBER_IMPORT', {name}.__version__)"
+            done = ctx.runner.run([str(ctx.paths.python), "-I", "-c", code], step=self.name, env=env, check=False)
+            line = next((ln for ln in done.output.splitlines() if ln.startswith("OCTOBER_IMPORT ")), None)
+            if done.returncode != 0 or line is None:
+                last = (done.output.strip().splitlines() or ["no output"])[-1]
+                raise InstallError(f"`import {name}` fails in the stack env with the stack's environment",
+                                   expected=f"`import {name}` to work with {stackenv.env_file(ctx.paths.root)} applied",
+                                   found=f"exit code {done.returncode}: {last[:400]}",
+                                   fix=f"read {ctx.runner.log_path(self.name)}; a missing module means the fork "
+                                       "needs a runtime package: supply it through the recipe's [install] supply")
+            out[name] = line.split(" ", 1)[1].strip()
+        return out
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:

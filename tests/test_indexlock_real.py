@@ -1,0 +1,120 @@
+"""Real tier: both recipes' real requirement sets resolved again on PyPI with ``uv pip compile``.
+
+1. With the date the committed lock records (``exclude-newer``), the resolution is the committed lock,
+   file for file (so ``locks/*.pylock.toml`` are PyPI's answer, not an edited file).
+2. Laying the forks over that resolution leaves exactly the recipe's declared exceptions unmet: every
+   distribution that requires a replaced one (found from uv's own ``# via`` annotations, its requirement
+   read from the requirer's real METADATA on PyPI, PEP 658) and, for 20260702, every requirement of the
+   real FlashInfer fork at 2f3f0f6d (its ``requirements.txt`` from ../shared/real-forks) checked against
+   the resolved versions.  An undeclared conflict or a declaration the resolution does not show fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+import urllib.request
+from email.parser import HeaderParser
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from installer.indexlock import build_index_lock, compile_recipe, index_request, lock_path
+from installer.install.consistency import marker_environment
+from installer.recipe import load_recipe
+from installer.runner import Runner
+from installer.uvcmd import uv_exe
+
+pytestmark = pytest.mark.real
+
+FLASHINFER_COMMIT = "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"
+
+
+def _committed(name: str) -> dict:
+    with open(lock_path(name), "rb") as fh:
+        return tomllib.load(fh)
+
+
+def _files(p: dict) -> list[tuple[str, str]]:
+    files = [*(p.get("wheels") or []), *([p["sdist"]] if isinstance(p.get("sdist"), dict) else [])]
+    return sorted((f["url"], f["hashes"]["sha256"]) for f in files)
+
+
+def _fork_source(real_mirror: Path, tmp_path: Path) -> Path:
+    src = tmp_path / "flashinfer"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(real_mirror / "github.com/flashinfer-ai/flashinfer.git"),
+                    str(src)], check=True)
+    subprocess.run(["git", "-C", str(src), "checkout", "-q", "--detach", FLASHINFER_COMMIT], check=True)
+    return src
+
+
+def _via(name: str, date: str, tmp_path: Path) -> dict[str, list[str]]:
+    """package -> the distributions that require it, from uv's annotations of the same resolution."""
+    recipe = load_recipe(name)
+    req = index_request(recipe)
+    (tmp_path / "r.in").write_text("\n".join(req.requirements) + "\n")
+    argv = req.argv(uv_exe(), tmp_path / "r.in", tmp_path / "r.txt", date)
+    argv.insert(argv.index("--no-header"), "--annotation-style=line")
+    subprocess.run(argv, check=True, capture_output=True)
+    out: dict[str, list[str]] = {}
+    for line in (tmp_path / "r.txt").read_text().splitlines():
+        if "==" in line and "# via" in line:
+            pkg = str(canonicalize_name(line.split("==")[0]))
+            out[pkg] = [str(canonicalize_name(v.strip())) for v in line.split("# via", 1)[1].split(",")
+                        if not v.strip().startswith("-r")]
+    return out
+
+
+def _requires_dist(wheel_url: str) -> list[str]:
+    with urllib.request.urlopen(wheel_url + ".metadata", timeout=60) as resp:   # PEP 658
+        msg = HeaderParser().parsestr(resp.read().decode("utf-8"))
+    return list(msg.get_all("Requires-Dist") or [])
+
+
+@pytest.mark.parametrize("name", ["current", "20260702"])
+def test_resolution_is_the_committed_lock_and_leaves_only_the_declared_exceptions(
+        name: str, tmp_path: Path, real_mirror: Path) -> None:
+    recipe = load_recipe(name)
+    committed = _committed(name)
+    date = committed["tool"]["october"]["exclude-newer"]
+    compiled = compile_recipe(recipe, Runner(tmp_path / "logs"), uv_exe(), date)
+    again = build_index_lock(recipe, compiled, date)
+    assert {p["name"]: (p["version"], _files(p)) for p in again["packages"]} == \
+        {p["name"]: (p["version"], _files(p)) for p in committed["packages"]}
+
+    resolved = {str(canonicalize_name(p["name"])): p for p in compiled["packages"]}
+    versions = {n: str(p["version"]) for n, p in resolved.items()}
+    env = marker_environment(recipe.python)
+    if name == "20260702":
+        src = _fork_source(real_mirror, tmp_path)
+        fork_version = (src / "version.txt").read_text().strip()
+        fork_reqs = [ln.strip() for ln in (src / "requirements.txt").read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+    else:
+        fork_version, fork_reqs = "0.6.7", []
+    assert fork_version in ("0.6.15", "0.6.7")
+
+    conflicts: set[tuple[str, str]] = set()
+    # (a) whoever requires a distribution a fork replaces, at a version the fork is not
+    fork_versions = {"flashinfer-python": fork_version}
+    via = _via(name, date, tmp_path)
+    for replaced, version in fork_versions.items():
+        for requirer in via.get(replaced, []):
+            wheel = resolved[requirer]["wheels"][0]["url"] if requirer in resolved else recipe.wheel.url
+            for line in _requires_dist(wheel):
+                r = Requirement(line)
+                if str(canonicalize_name(r.name)) == replaced and (r.marker is None or r.marker.evaluate(
+                        {**env, "extra": ""})) and not r.specifier.contains(Version(version), prereleases=True):
+                    conflicts.add((requirer, replaced))
+    # (b) the FlashInfer fork's own requirements (installed --no-deps) against what the index part holds
+    for line in fork_reqs:
+        r = Requirement(line)
+        got = versions.get(str(canonicalize_name(r.name)))
+        if got is None or not r.specifier.contains(Version(got), prereleases=True):
+            conflicts.add(("flashinfer-python", str(canonicalize_name(r.name))))
+    declared = {(e.package, e.requires) for e in recipe.install.exceptions}
+    assert conflicts == declared, (f"undeclared: {sorted(conflicts - declared)}; "
+                                   f"declared but not in the resolution: {sorted(declared - conflicts)}")
