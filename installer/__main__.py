@@ -1,6 +1,8 @@
 """``python -m installer`` == the ``current`` console script."""
 
-from installer.cli import current_app
+import sys
+
+from installer.cli import current_main
 
 if __name__ == "__main__":
-    current_app(prog_name="current")
+    sys.exit(current_main())

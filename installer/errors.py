@@ -7,6 +7,8 @@ these and turns them into a printed message and an exit status.
 
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 from typing import ClassVar, Sequence
 
@@ -62,6 +64,20 @@ class RecipeError(OctoberError):
         self.key = key
         super().__init__(f"{self.file}: key '{key}' is invalid", expected=expected, found=found,
                          fix=fix or f"edit '{key}' in {self.file}")
+
+
+class RecipeNotFound(RecipeError):
+    """``--recipe`` names no shipped recipe and no file (exit 3, like any recipe problem)."""
+
+    def __init__(self, name: str, path: Path, *, available: Sequence[str]) -> None:
+        self.file = str(path)
+        self.key = "<file>"
+        given_path = name.endswith(".toml") or "/" in name
+        OctoberError.__init__(
+            self, f"there is no recipe '{name}'",
+            expected=f"a shipped recipe name ({', '.join(available) or 'none'}) or a path to a .toml file",
+            found=f"no file {path}",
+            fix="check the path" if given_path else "run `current recipes` to list them, or pass --recipe PATH.toml")
 
 
 class PreflightError(OctoberError):
@@ -211,6 +227,50 @@ class FileSystemError(OctoberError):
         return cls(f"cannot use {where}", expected="a path that can be read and written there",
                    found=exc.strerror or type(exc).__name__,
                    fix="check the path (a file where a directory belongs?), its permissions and free space")
+
+
+# how "the disk is full" reads in the output of git, uv, pip, gcc/ninja and Python
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|os error 28\b|Errno 28\b|Disk quota exceeded|"
+                        r"\bEDQUOT\b|os error 122\b|Errno 122\b")
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_FIX = ("free space there (`df -h` shows which filesystem is full), or point STACK / --cache-dir "
+                 "at a larger one; then re-run the same command (finished work is kept)")
+
+
+def says_disk_full(text: str) -> bool:
+    return bool(_DISK_FULL.search(text))
+
+
+class DiskFullError(FileSystemError):
+    """A write failed because a filesystem is full (ENOSPC / EDQUOT), in our code or in any command."""
+
+    title = "disk full"
+
+    @classmethod
+    def from_os_error(cls, exc: OSError) -> "DiskFullError":
+        where = exc.filename if exc.filename is not None else "a path"
+        return cls(f"cannot write {where}", expected="free space on its filesystem",
+                   found=exc.strerror or "ENOSPC", fix=DISK_FULL_FIX)
+
+    @classmethod
+    def from_error(cls, exc: OctoberError) -> "DiskFullError":
+        """Another error whose cause, as its message shows, was a full disk (e.g. git's)."""
+        lines = [ln.strip(" |") for ln in exc.message.splitlines()]
+        cause = next((ln for ln in lines if says_disk_full(ln)), "No space left on device")
+        cause = cause.rsplit("found ", 1)[-1].rstrip(".").strip()
+        return cls(exc.what.splitlines()[0], expected="free space on the filesystem written to",
+                   found=cause, fix=DISK_FULL_FIX)
+
+
+def as_disk_full(exc: BaseException) -> DiskFullError | None:
+    """The DiskFullError that ``exc`` really is, or None."""
+    if isinstance(exc, DiskFullError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return DiskFullError.from_os_error(exc)
+    if isinstance(exc, OctoberError) and says_disk_full(exc.message):
+        return DiskFullError.from_error(exc)
+    return None
 
 
 class KitError(OctoberError):

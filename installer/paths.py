@@ -2,8 +2,33 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The shared cache (git mirrors, wheels, models, uv's cache): ``$OCTOBER_CACHE_DIR``, else
+    platformdirs' per-user cache (``~/.cache/october`` on Linux).  The one definition."""
+    from platformdirs import user_cache_path
+
+    env = os.environ if environ is None else environ
+    value = env.get("OCTOBER_CACHE_DIR")
+    return Path(value).expanduser() if value else user_cache_path("october")
+
+
+def inside(base: Path, name: str) -> Path:
+    """``base / name``, refusing a name that would lead outside ``base`` (recipe data names paths)."""
+    path = base / name
+    if not name or name in (".", "..") or "/" in name or "\\" in name or \
+            not os.path.normpath(path).startswith(os.path.normpath(base) + os.sep):
+        from installer.errors import UsageError
+
+        raise UsageError(f"the name {name!r} would make a path outside {base}",
+                         expected="a plain name (letters, digits, '.', '_', '-')", found=repr(name),
+                         fix="fix the name in the recipe or forks.toml")
+    return path
 
 
 @dataclass(frozen=True)
@@ -15,7 +40,7 @@ class StackPaths:
         return self.root / "src"
 
     def fork(self, name: str) -> Path:
-        return self.src / name
+        return inside(self.src, name)
 
     @property
     def env(self) -> Path:
@@ -55,6 +80,11 @@ class StackPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def uv_cache(self) -> Path:
+        """uv's cache when ``--cache-dir`` is on another filesystem than the stack."""
+        return self.root / ".uv-cache"
 
     @property
     def lockfile(self) -> Path:

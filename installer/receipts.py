@@ -11,13 +11,11 @@ import jsonschema
 
 from installer.atomic import write_json_atomic
 from installer.errors import ReceiptError
-from installer.recipe import PROJECT_ROOT
-
-SCHEMA_DIR = PROJECT_ROOT / "receipts"
+from installer.resources import schema_path
 
 
 def load_schema(name: str) -> dict[str, Any]:
-    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
+    return json.loads(schema_path(name).read_text(encoding="utf-8"))
 
 
 def validate(name: str, doc: Mapping[str, Any], *, where: str = "receipt") -> None:

@@ -14,14 +14,17 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from installer.errors import RecipeError
+from installer.errors import RecipeError, RecipeNotFound
 from installer.hashing import sha256_file
 from installer.install.policy import InstallPolicy, parse_build_env, parse_install, parse_nested_installs
 from installer.jit.derive import (COMPUTE_DTYPES, DEFAULT_ROUTES, ROUTES, V_FORMATS, DeriveError, ModelShape,
                                   ModuleKey, derive_modules)
+from installer.resources import DATA_ROOT
 from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+# names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 ARCH_ITEM = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
@@ -29,7 +32,7 @@ INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 JIT_KINDS = ("decode", "prefill")
 JIT_DTYPES = ("f16", "bf16", "e4m3", "e5m2")
 MODEL_FORMATS = ("awq", "fp16")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see installer.resources
 
 
 # --------------------------------------------------------------------------- data
@@ -246,6 +249,9 @@ def load_forks(path: Path) -> dict[str, Fork]:
     top.done()
     forks: dict[str, Fork] = {}
     for name in forks_t.data:
+        if not SAFE_NAME.match(name):
+            raise forks_t.err(name, "a plain fork name: letters, digits, '.', '_' or '-' (it names the "
+                              "clone directory STACK/src/<name>)", name)
         ft = forks_t.table(name)
         assert ft is not None
         url = ft.get("url", str, what="a git URL")
@@ -309,13 +315,14 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
     path = resolve_recipe_path(name_or_path, root)
     if not path.exists():
         available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
-        raise RecipeError(path, "<file>", expected=f"a recipe name ({', '.join(available) or 'none'}) "
-                          "or a path to a .toml file", found=f"no file for '{name_or_path}'",
-                          fix="pass --recipe with one of the names above")
+        raise RecipeNotFound(name_or_path, path, available=available)
     raw = read_toml(path)
     top = Table(path, raw, "")
     check_format(top)
     name = top.get("name", str)
+    if not SAFE_NAME.match(name):
+        raise top.err("name", "a plain name: letters, digits, '.', '_' or '-', starting with a letter or "
+                      "digit, at most 64 characters (it names files: locks/<name>.pylock.toml)", name)
     description = top.get("description", str, required=False, default="")
     forks_file = top.get("forks_file", str, required=False, default=None)
     forks_path = (path.parent / forks_file).resolve() if forks_file else root / "forks.toml"
@@ -406,6 +413,8 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         if not re.match(r"^(https?|file)://", url):
             raise wt.err("url", "an https://, http:// or file:// URL", url)
         fname = wt.get("filename", str)
+        if "/" in fname or "\\" in fname or fname.startswith("."):
+            raise wt.err("filename", "a plain wheel file name (it names STACK/wheels/<filename>)", fname)
         try:
             parse_wheel_filename(fname)
         except InvalidWheelFilename:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from installer.errors import CommandFailed, ToolMissing
+from installer.errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
 from installer.redact import env_secrets, redact
 
 TAIL_LINES = 25
@@ -120,5 +120,10 @@ class Runner:
             elapsed = time.monotonic() - start
             fh.write(f"# exit {rc} after {elapsed:.2f}s\n")
         if check and rc != 0:
+            if says_disk_full("\n".join(tail)):
+                cause = next(ln for ln in reversed(tail) if says_disk_full(ln))
+                raise DiskFullError(f"step '{step}': `{shown}` could not write",
+                                    expected="free space on the filesystem it writes to",
+                                    found=f"exit code {rc}: {cause.strip()} (full log: {log})", fix=DISK_FULL_FIX)
             raise CommandFailed(step, [shown], rc, "\n".join(tail), log)
         return Completed(tuple(args), rc, "".join(chunks), elapsed)

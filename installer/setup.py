@@ -8,12 +8,13 @@ from typing import Sequence
 
 from installer.errors import UsageError
 from installer.lockfile import locked_state
-from installer.paths import StackPaths
+from installer.paths import StackPaths, inside
 from installer.pipeline import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
                                 run_pipeline)
-from installer.recipe import PROJECT_ROOT, Recipe
+from installer.recipe import Recipe
+from installer.resources import locks_dir
 from installer.runner import Runner
-from installer.stacklock import StackLock
+from installer.stacklock import StackLock, holder_file
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
@@ -41,7 +42,7 @@ def plan_steps(recipe: Recipe) -> list[Step]:
 
 def default_lock_path(recipe: Recipe, stack: Path) -> Path:
     """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
-    committed = PROJECT_ROOT / "locks" / f"{recipe.name}.pylock.toml"
+    committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
     return committed if committed.exists() else StackPaths(stack).pylock
 
 
@@ -66,7 +67,8 @@ def check_stack_dir(paths: StackPaths) -> None:
     if root.exists() and not root.is_dir():
         raise UsageError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
                          found="a file", fix="pass a directory path as STACK")
-    others = sorted(p.name for p in root.iterdir() if p != paths.lockfile) if root.is_dir() else []
+    ours = (paths.lockfile, holder_file(paths.lockfile))
+    others = sorted(p.name for p in root.iterdir() if p not in ours) if root.is_dir() else []
     if others and not paths.state.is_dir():
         shown = ", ".join(others[:5])
         raise UsageError(f"the stack path {root} is not empty and is not an october stack",

@@ -23,15 +23,18 @@ import jsonschema
 
 from checks.results import format_table
 from installer.atomic import write_json_atomic
+from installer.download.plan import fixtures_dir
 from installer.errors import ReceiptError, SmokeError, UsageError
 from installer.hashing import sha256_file
 from installer import stackenv
+from installer.paths import default_cache_dir
+from installer.resources import PACKAGE_DIR, schema_path, stack_code_root
 from installer.runner import Runner
 from installer.smoke_mutex import SmokeMutex
 from installer.smoke_selection import selection_info
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO_ROOT / "receipts" / "smoke.schema.json"
+SCHEMA_PATH = schema_path("smoke")
+REPO_ROOT = PACKAGE_DIR.parent  # holds the `checks` package in a checkout (installed: see stack_code_root)
 LEVELS = ("reference", "kernel", "engine")
 FORMATS = ("awq", "fp16")
 STEP = "smoke"
@@ -92,6 +95,24 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
     raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
                      fix=f"run `current download --format {opts.format} --output {path.name}` "
                          "first, pass --manifest, or use --level reference")
+
+
+def check_manifest(path: Path, fmt: str) -> None:
+    """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
+    caught here, before the stack env is started, with the command that makes a good one."""
+    from installer.download.manifest import load_manifest
+
+    redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
+    try:
+        data = load_manifest(path)
+    except ReceiptError as exc:
+        raise ReceiptError(f"the download manifest {path} is not one `current download` wrote",
+                           expected="a manifest valid against receipts/download.schema.json",
+                           found=f"{exc.what}: {exc.found}" if exc.found else exc.what, fix=redo) from None
+    if data.get("selection") != fmt:
+        raise UsageError(f"the download manifest {path} is for another model format",
+                         expected=f"a manifest of the {fmt} model", found=f"selection {data.get('selection')!r}",
+                         fix=f"pass --format {data.get('selection')}, or {redo}")
 
 
 def _forks(data: Any) -> dict[str, str]:
@@ -181,9 +202,11 @@ def check_choices(opts: SmokeOptions) -> None:
 
 
 def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
-               base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None) -> SmokePlan:
+               base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None,
+               code_root: Path = REPO_ROOT) -> SmokePlan:
     """The command and environment; pure (reads nothing, runs nothing).  ``stack_env`` is the stack's
-    runtime environment (:func:`installer.stackenv.load`), laid over ``base_env``."""
+    runtime environment (:func:`installer.stackenv.load`), laid over ``base_env``; ``code_root`` the
+    directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
     argv = [str(python), "-m", "checks.smoke", "--format", opts.format,
             "--output", str(opts.output), "--stack-info", str(info_path),
@@ -202,8 +225,8 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
         env = {k: v for k, v in applied.items() if base_env.get(k) != v}
         drop = tuple(k for k in base_env if k not in applied)
         old = None                  # the stack's environment drops the caller's PYTHONPATH
-    env.update({"PYTHONPATH": str(REPO_ROOT) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"})
-    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=REPO_ROOT, receipt=opts.output / "receipt.json",
+    env.update({"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"})
+    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
                      logs_dir=opts.output)
 
 
@@ -243,12 +266,15 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
 
 def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
                env: dict[str, str], info: dict[str, Any], runtime: dict[str, str]) -> int:
+    fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
     manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
+    if manifest is not None:
+        check_manifest(manifest, opts.format)
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
     info["selection"] = selection_info(opts.install, (info.get("recipe") or {}).get("name"), opts.format)
     write_json_atomic(info_path, info)
-    plan = plan_smoke(opts, python, manifest, info_path, env, runtime)
+    plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     old = plan.receipt
     if old.exists():
         old.unlink()

@@ -1,48 +1,66 @@
-"""One lock per stack: a second concurrent run fails at once, naming the holder."""
+"""One lock per stack: a second concurrent run fails at once, naming the holder.
+
+The mutex is :class:`filelock.FileLock` on ``STACK/.october.lock`` (the same library guards the
+shared caches); the holder's pid is written beside it (``.october.lock.pid``) once the lock is
+held, so a second run can say who holds it.  A holder that dies releases the lock with its file
+descriptor; its stale pid file is simply overwritten by the next holder.
+"""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from pathlib import Path
 from types import TracebackType
 
+from filelock import FileLock, Timeout
+
 from installer.errors import StackLockedError
 
 
+def holder_file(lock: Path) -> Path:
+    return lock.with_name(lock.name + ".pid")
+
+
 class StackLock:
-    """An exclusive ``flock`` on ``STACK/.october.lock``; the file holds the holder's pid."""
+    """An exclusive, non-blocking :class:`filelock.FileLock` on ``STACK/.october.lock``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = None
+        self._lock: FileLock | None = None
+
+    def _holder(self) -> str:
+        for _ in range(10):  # the holder took the lock a moment ago and may still be writing its pid
+            try:
+                text = holder_file(self.path).read_text(encoding="utf-8").strip()
+            except OSError:
+                text = ""
+            if text:
+                return text
+            time.sleep(0.05)
+        return "unknown"
 
     def __enter__(self) -> "StackLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = FileLock(self.path, timeout=0)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            if not holder:  # the holder took the lock a moment ago and is writing its pid
-                time.sleep(0.1)
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            lock.acquire(blocking=False)
+        except Timeout:
+            holder = self._holder()
             raise StackLockedError(
                 f"the stack {self.path.parent} is being set up by another process",
                 expected="no other october_setup on this stack", found=f"pid {holder} holds {self.path}",
                 fix=f"wait for pid {holder} to finish, or stop it (kill {holder}) and re-run") from None
-        pid = f"{os.getpid()}\n".encode()
-        os.pwrite(fd, pid, 0)           # write, then trim: the file is never seen empty while held
-        os.ftruncate(fd, len(pid))
-        self._fd = fd
+        pid_file = holder_file(self.path)
+        tmp = pid_file.with_name(f"{pid_file.name}.{os.getpid()}")
+        tmp.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        os.replace(tmp, pid_file)       # never seen half-written
+        self._lock = lock
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            holder_file(self.path).unlink(missing_ok=True)
+            self._lock.release()
+            self._lock = None

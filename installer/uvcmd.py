@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from installer.atomic import write_text_atomic
+from installer.paths import StackPaths
 from installer.pipeline import StepContext
 
 
@@ -21,16 +22,22 @@ def uv_exe() -> str:
     return found or "uv"
 
 
-def uv_cache_dir(ctx: StepContext) -> Path:
-    """uv's cache on the same filesystem as the stack, so installs hard-link instead of copying."""
-    preferred = ctx.options.cache_dir / "uv"
+def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
+    """uv's cache on the same filesystem as the stack, so installs hard-link instead of copying:
+    ``CACHE/uv`` (shared by every stack), or, when the cache is on another filesystem,
+    ``STACK/.uv-cache`` (removed with the stack).  Never anywhere else."""
+    preferred = cache_dir / "uv"
     preferred.mkdir(parents=True, exist_ok=True)
-    ctx.paths.root.mkdir(parents=True, exist_ok=True)
-    if os.stat(preferred).st_dev == os.stat(ctx.paths.root).st_dev:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    if os.stat(preferred).st_dev == os.stat(paths.root).st_dev:
         return preferred
-    fallback = ctx.paths.root.parent / ".october-uv-cache"
+    fallback = paths.uv_cache
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback
+
+
+def uv_cache_dir(ctx: StepContext) -> Path:
+    return choose_uv_cache(ctx.options.cache_dir, ctx.paths)
 
 
 def uv_env(ctx: StepContext) -> dict[str, str]:

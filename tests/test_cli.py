@@ -15,23 +15,57 @@ def current(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess
                           timeout=300)
 
 
-def test_help_lists_the_three_commands() -> None:
+def test_help_lists_the_commands_in_one_vocabulary() -> None:
     out = current("--help").stdout
-    for cmd in ("doctor", "download", "smoke"):
+    for cmd in ("doctor", "verify", "env", "recipes", "download", "smoke"):
         assert cmd in out
     setup_help = subprocess.run([sys.executable, "-m", "installer.october_setup", "--help"], cwd=PROJECT_ROOT,
                                 capture_output=True, text=True).stdout
     assert "--recipe" in setup_help and "--locked" in setup_help and "--skip-preflight" in setup_help
+    assert "STACK" in setup_help and "<bool>" not in setup_help
+    for cmd in ("doctor", "verify", "smoke", "env"):
+        text = current(cmd, "--help").stdout
+        assert "--install STACK" in text and "--stack" not in text and "<bool>" not in text, (cmd, text)
+    smoke_help = current("smoke", "--help").stdout
+    assert "<awq|fp16>" in smoke_help and "<reference|kernel|engine>" in smoke_help
+    assert "<awq|fp16>" in current("download", "--help").stdout
+    assert "--json" in current("doctor", "--help").stdout and "--json" in current("verify", "--help").stdout
 
 
-def test_doctor_prints_a_table_and_fails_on_this_machine() -> None:
-    """This CI machine has no GPU and no CUDA 12.9: the real recipe's doctor must say so and exit 1."""
+def _doctor_rows(stdout: str) -> dict[str, str]:
+    lines = stdout.splitlines()
+    assert lines[0].split() == ["CHECK", "STATUS", "DETAIL"], lines[0]
+    return {ln.split()[0]: ln.split()[1] for ln in lines[1:] if len(ln.split()) > 1
+            and ln.split()[1] in ("passed", "failed", "skipped")}
+
+
+def test_doctor_prints_a_table_and_its_exit_code_follows_it() -> None:
+    """On any machine (a CPU box or the GPU machine): one row per check under a header, and exit 1
+    exactly when a row failed; the JSON form says the same."""
+    from installer.preflight import CHECK_NAMES
+
     proc = current("doctor", "--recipe", "current")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = {ln.split()[1]: ln.split()[0] for ln in proc.stdout.splitlines() if len(ln.split()) > 1
-             and ln.split()[0] in ("passed", "failed", "skipped")}
-    assert lines["gpu"] == "failed" and lines["os"] == "passed" and lines["git"] == "passed"
-    assert "checks passed" in proc.stdout
+    rows = _doctor_rows(proc.stdout)
+    assert set(rows) <= set(CHECK_NAMES) and {"os", "arch", "nvcc", "gpu", "git", "uv"} <= set(rows), proc.stdout
+    failed = [n for n, s in rows.items() if s == "failed"]
+    assert proc.returncode == (1 if failed else 0), proc.stdout + proc.stderr
+    assert rows["os"] == "passed" and rows["git"] == "passed"
+    assert ("all checks passed" if not failed else f"{len(rows) - len(failed)} of {len(rows)} checks passed") \
+        in proc.stdout
+    as_json = current("doctor", "--recipe", "current", "--json")
+    data = json.loads(as_json.stdout)
+    assert as_json.returncode == proc.returncode and data["passed"] is (not failed)
+    assert {c["name"]: c["status"] for c in data["checks"]} == rows and "gpus" in data["facts"]
+
+
+def test_doctor_fails_a_planted_os_mismatch_on_every_machine(tmp_path: Path) -> None:
+    recipe = tmp_path / "plan9.toml"
+    text = (PROJECT_ROOT / "recipes" / "current.toml").read_text()
+    assert 'os = "Linux"' in text
+    recipe.write_text(text.replace('os = "Linux"', 'os = "Plan9"', 1))
+    proc = current("doctor", "--recipe", str(recipe), "--skip-preflight", "gpu,nvcc,cuda_arch")
+    rows = _doctor_rows(proc.stdout)
+    assert proc.returncode == 1 and rows["os"] == "failed" and rows["gpu"] == "skipped", proc.stdout
 
 
 def test_doctor_unknown_skip_is_a_usage_error() -> None:
@@ -42,6 +76,7 @@ def test_doctor_unknown_skip_is_a_usage_error() -> None:
 def test_download_unknown_format() -> None:
     proc = current("download", "--format", "int8", "--output", "x.json")
     assert proc.returncode == 2 and "awq" in proc.stderr and "fp16" in proc.stderr
+    assert "run `current download --help`" in proc.stderr
 
 
 def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
@@ -78,12 +113,11 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
         # (argv, module, exit code, text in stderr)
         (["october_setup", str(tmp_path / "s"), "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
         (["doctor", "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
-        (["download", "--format", "awq", "--output", str(tmp_path)], 2, "is a directory"),
         (["download", "--format", "awq", "--output", str(afile / "x.json")], 2, "is a file"),
         (["smoke", "--install", str(tmp_path), "--format", "bogus", "--output", str(tmp_path / "o")], 2,
-         "unknown model format"),
+         "'bogus' is not one of 'awq', 'fp16'"),
         (["smoke", "--install", str(tmp_path), "--format", "awq", "--level", "bogus", "--output",
-          str(tmp_path / "o")], 2, "unknown smoke level"),
+          str(tmp_path / "o")], 2, "'bogus' is not one of 'reference', 'kernel', 'engine'"),
         (["smoke", "--install", str(tmp_path), "--format", "awq", "--output", str(afile)], 2, "is a file"),
         (["october_setup", "/proc/no-such-dir/stack", "--recipe", "current", "--skip-preflight",
           "nvcc,gpu,ram,disk"], 19, "file system error"),
@@ -101,3 +135,47 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
         assert proc.returncode == code, (argv, proc.returncode, proc.stderr)
         assert text in proc.stderr, (argv, proc.stderr)
         assert "->" in proc.stderr, (argv, proc.stderr)
+
+
+def test_version_names_the_tool_and_the_checkout_commit() -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
+    for argv, prog in ((["-m", "installer", "--version"], "current"),
+                       (["-m", "installer.october_setup", "--version"], "october_setup")):
+        proc = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"{prog} 0.1.0 (git {head[:12]})"
+
+
+def test_head_commit_reads_loose_packed_and_worktree_refs(tmp_path: Path) -> None:
+    from installer.version import head_commit
+
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "f").write_text("1")
+    git("add", "f", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one", cwd=repo)
+    first = git("rev-parse", "HEAD", cwd=repo)
+    assert head_commit(repo) == first                       # loose ref
+    git("pack-refs", "--all", cwd=repo)
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    assert head_commit(repo) == first                       # packed-refs
+    git("worktree", "add", "-q", "-b", "side", str(tmp_path / "wt"), cwd=repo)
+    assert head_commit(tmp_path / "wt") == first            # a linked worktree (.git is a file)
+    git("checkout", "-q", "--detach", cwd=repo)
+    assert head_commit(repo) == first                       # detached HEAD
+    assert head_commit(tmp_path) is None                    # not a checkout
+
+
+def test_parse_errors_say_what_to_do() -> None:
+    proc = current("smoke", "--format")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'--format' requires an argument" in proc.stderr and "run `current smoke --help`" in proc.stderr
+    proc = current("bogus")
+    assert proc.returncode == 2 and "No such command 'bogus'" in proc.stderr and "run `current --help`" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", "s", "--bogus"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--bogus" in proc.stderr and "run `october_setup --help`" in proc.stderr

@@ -378,3 +378,16 @@ def test_planted_token_appears_nowhere(env: Env, capfd: pytest.CaptureFixture[st
     cap = capfd.readouterr()
     assert_no_token(env, cap.out, cap.err, str(e1.value), str(e2.value), repr(e1.value), repr(e2.value))
     assert env.token not in json.dumps(json.loads((env.tmp / "awq-download.json").read_text()))
+
+
+def test_download_and_hashing_report_their_bytes(env: Env) -> None:
+    """The bars: huggingface_hub's own byte counts are forwarded (its bars draw nothing), and the
+    sha256 pass reports every byte it reads; both end at their totals."""
+    calls: dict[str, list[tuple[float, float | None]]] = {}
+    run_download(env.opts("awq", quiet=False), bars=lambda label, done, total: calls.setdefault(label, []).append(
+        (done, total)))
+    wanted = sum(len(d) for p, d in env.awq.files.items() if not p.startswith(("README", ".git", "original/")))
+    assert set(calls) == {"model files", "sha256"}
+    assert calls["sha256"][-1] == (wanted, wanted)
+    done, total = calls["model files"][-1]
+    assert done == total and total >= wanted

@@ -11,7 +11,7 @@ import pytest
 
 from installer.download import DownloadOptions, make_plan
 from installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, load_schema, write_manifest
-from installer.download.plan import default_cache_dir
+from installer.paths import default_cache_dir
 from installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
 from installer.errors import DownloadError, ReceiptError, RecipeError, UsageError
 from installer.recipe import load_recipe
@@ -47,6 +47,7 @@ def test_plan_defaults(recipe, tmp_path: Path) -> None:
 
 
 def test_plan_fp16_explicit_dirs_and_fixtures(recipe, tmp_path: Path) -> None:
+    (tmp_path / "fx").mkdir()
     plan = make_plan(opts(recipe, tmp_path, format="fp16", local_dir=tmp_path / "m", fixtures=tmp_path / "fx",
                           offline=True), environ={"KNLP_KV_FIXTURES": "/ignored"})
     assert (plan.repo, plan.revision) == (FP16_REPO, FP16_REV)
@@ -55,6 +56,7 @@ def test_plan_fp16_explicit_dirs_and_fixtures(recipe, tmp_path: Path) -> None:
 
 
 def test_plan_fixtures_from_environment(recipe, tmp_path: Path) -> None:
+    (tmp_path / "env-fx").mkdir()
     plan = make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "env-fx")})
     assert plan.fixtures == tmp_path / "env-fx"
 
@@ -203,3 +205,72 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(json.dumps({"kind": "something-else"}))
     with pytest.raises(ReceiptError, match="schema"):
         load_manifest(tmp_path / "other.json")
+
+
+def test_output_is_a_directory_like_smoke_or_a_json_file(recipe, tmp_path: Path) -> None:
+    """`--output DIR` writes DIR/<format>-download.json (the name smoke looks for); `--output X.json`
+    is the file itself."""
+    from installer.download.plan import manifest_path
+
+    assert manifest_path(tmp_path, "awq") == tmp_path / "awq-download.json"
+    assert manifest_path(tmp_path / "new-dir", "fp16") == tmp_path / "new-dir" / "fp16-download.json"
+    assert manifest_path(tmp_path / "m.json", "awq") == tmp_path / "m.json"
+    (tmp_path / "odd.json").mkdir()
+    assert manifest_path(tmp_path / "odd.json", "awq") == tmp_path / "odd.json" / "awq-download.json"
+    plan = make_plan(opts(recipe, tmp_path, output=tmp_path / "out"), environ={})
+    assert plan.output == tmp_path / "out" / "awq-download.json"
+
+
+def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        make_plan(opts(recipe, tmp_path, fixtures=tmp_path / "missing"), environ={})
+    assert "--fixtures" in e.value.message and "nothing there" in e.value.message
+    with pytest.raises(UsageError) as e:
+        make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
+    assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" in e.value.message
+
+
+@pytest.mark.parametrize("value,why", [("huggingface.co", "scheme ''"), ("ftp://hub.example", "scheme 'ftp'"),
+                                       ("https://", "no host name"), ("https://hub.example:port", "port"),
+                                       ("https://user:s3cret@hub example", "white space")])
+def test_a_malformed_hf_endpoint_is_a_usage_error_naming_it(value: str, why: str) -> None:
+    from installer.download import hub
+
+    with pytest.raises(UsageError) as info:
+        hub.endpoint({"HF_ENDPOINT": value})
+    text = info.value.message
+    assert "HF_ENDPOINT is not a hub URL" in text and why.split("'")[0] in text and "unset it" in text
+    assert "s3cret" not in text
+    assert hub.endpoint({"HF_ENDPOINT": "http://127.0.0.1:8080/"}) == "http://127.0.0.1:8080"
+    assert hub.endpoint({}) == "https://huggingface.co"
+
+
+def test_download_with_a_malformed_hf_endpoint_exits_2(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from installer.recipe import PROJECT_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "installer", "download", "--format", "awq", "--output",
+                           str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, HF_ENDPOINT="hub.internal:8080"))
+    assert proc.returncode == 2 and "HF_ENDPOINT is not a hub URL" in proc.stderr
+    assert "unexpected failure" not in proc.stderr and not list(tmp_path.iterdir())
+
+
+def test_one_pass_digests_agree_with_huggingface_hubs_own_checksums(tmp_path: Path) -> None:
+    """Our digest (sha256 and git blob id in one read) computes what huggingface_hub's verification
+    (`hf cache verify`) computes; this fails if either side changes its definition."""
+    import os
+
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+
+    for size in (0, 1, 4096, (1 << 20) + 17):
+        data = os.urandom(size)
+        f = tmp_path / f"f{size}"
+        f.write_bytes(data)
+        d = digest_file(f)
+        with open(f, "rb") as fh:
+            assert d.sha256 == sha_fileobj(fh).hex()
+        assert d.blob_id == git_hash(data) and d.size == size

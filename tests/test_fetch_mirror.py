@@ -9,7 +9,8 @@ import git
 import pytest
 
 from installer.errors import FetchError
-from installer.git.mirror import (PIN_REFS, default_cache_dir, ensure_commit, fetch_branch, has_commit,
+from installer.paths import default_cache_dir
+from installer.git.mirror import (PIN_REFS, ensure_commit, fetch_branch, has_commit,
                                   mirror_path, open_mirror)
 from installer.runner import Runner
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
@@ -33,7 +34,7 @@ def test_mirror_path_layout_and_credentials_do_not_matter(tmp_path: Path) -> Non
     assert with_token == mirror_path(tmp_path, "https://other:x@github.com/mcgrof/vllm.git")
     assert "tok3n" not in str(with_token)
     assert mirror_path(tmp_path, "https://github.com/mcgrof/flashinfer.git") != p
-    assert default_cache_dir().name == "october"
+    assert default_cache_dir({}).name == "october"
 
 
 def test_open_mirror_creates_one_bare_repo_with_cachedir_tag(tmp_path: Path) -> None:

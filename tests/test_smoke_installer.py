@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from installer import stackenv
-from installer.errors import SmokeError, StateError, UsageError
+from installer.errors import ReceiptError, SmokeError, StateError, UsageError
 from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, promised_level,
                              resolve_manifest, run_smoke, stack_info, stack_python)
 
@@ -151,12 +151,31 @@ def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
 
 def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
-    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference",
-                        manifest=tmp_path / "bad.json")
-    (tmp_path / "bad.json").write_text("not json")
+    (stack / "env").unlink()                  # the link to the tool env, not the env itself
+    (stack / "env" / "bin").mkdir(parents=True)
+    bad = stack / "env" / "bin" / "python"
+    bad.write_text("#!/bin/sh\necho 'Fatal Python error: boom' >&2\nexit 2\n")
+    bad.chmod(0o755)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
     with pytest.raises(SmokeError) as info:
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
     assert "exit code 2" in str(info.value) and "smoke.log" in str(info.value)
+
+
+def test_a_bad_manifest_is_refused_before_the_stack_runs(tmp_path: Path) -> None:
+    """Not JSON, not schema-valid, or for the other format: each says how to write a good one,
+    and the stack's Python is never started (no smoke.log)."""
+    stack = _stack(tmp_path)
+    (tmp_path / "bad.json").write_text("not json")
+    (tmp_path / "odd.json").write_text('{"format_version": 1}')
+    for name in ("bad.json", "odd.json"):
+        opts = SmokeOptions(install=stack, format="awq", output=tmp_path / name.replace(".", "-"),
+                            level="reference", manifest=tmp_path / name)
+        with pytest.raises(ReceiptError) as info:
+            run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
+        assert "not one `current download` wrote" in str(info.value)
+        assert "current download --format awq --output" in str(info.value)
+        assert not (tmp_path / name.replace(".", "-") / "smoke.log").exists()
 
 
 def test_a_python_without_torch_is_a_smoke_error(tmp_path: Path) -> None:
@@ -177,3 +196,17 @@ def test_receipt_that_breaks_the_schema_is_refused(tmp_path: Path) -> None:
     (tmp_path / "receipt.json").write_text(json.dumps({"kind": "october-smoke-receipt", "passed": True}))
     with pytest.raises(ReceiptError, match="does not match"):
         load_receipt(tmp_path / "receipt.json")
+
+
+def test_fixtures_pointing_nowhere_is_refused_at_every_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = _stack(tmp_path)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference",
+                        fixtures=tmp_path / "no-such-dir")
+    with pytest.raises(UsageError) as info:
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
+    assert "--fixtures" in str(info.value) and "nothing there" in str(info.value)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
+    with pytest.raises(UsageError) as info:
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None, base_env={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
+    assert "$KNLP_KV_FIXTURES" in str(info.value)
+    assert not (tmp_path / "o" / "smoke.log").exists()

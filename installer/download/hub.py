@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.errors import DownloadError
+from installer.errors import DownloadError, UsageError
 from installer.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -72,7 +72,33 @@ def endpoint(environ: dict[str, str] | None = None) -> str:
     explicitly on every call so that the value at call time is the one used.
     """
     env = os.environ if environ is None else environ
-    return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    value = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    check_endpoint(value)
+    return value
+
+
+def check_endpoint(value: str) -> None:
+    """``HF_ENDPOINT`` must be an http(s) URL with a host; anything else is a usage error that
+    names the variable (huggingface_hub would fail later with an unrelated-looking error)."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = f"scheme {parts.scheme or '(none)'!r}"
+        elif not parts.hostname:
+            problem = "no host name"
+        elif any(c.isspace() for c in value):
+            problem = "white space in it"
+    if problem is not None:
+        raise UsageError("HF_ENDPOINT is not a hub URL", expected="an http:// or https:// URL such as "
+                         f"{DEFAULT_ENDPOINT}", found=f"{redact_url(value)!r} ({problem})",
+                         fix="set HF_ENDPOINT to the hub (or mirror) URL, or unset it to use huggingface.co")
 
 
 def shown_endpoint(environ: dict[str, str] | None = None) -> str:
@@ -233,14 +259,41 @@ class _QuietTqdm:
         return cls.cls
 
 
+def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
+    """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)``.
+
+    ``snapshot_download`` builds its byte bars from ``tqdm_class`` (unit "B") and grows their
+    ``total`` as each file starts; the file-count bar (no unit) and the network-side "Downloading
+    bytes" bar are not forwarded (the written bytes are what the user waits for)."""
+    from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+
+    class Forward(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            self._forward = kwargs.get("unit") == "B" and not str(kwargs.get("desc", "")).startswith("Downloading")
+            self._done = float(kwargs.get("initial") or 0)
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> None:
+            self._done += float(n or 0)
+            if self._forward:
+                report(self._done, float(self.total) if self.total else None)
+
+    return Forward
+
+
 def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
-                      quiet: bool = False, max_workers: int = 8) -> Path:
-    """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``."""
+                      quiet: bool = False, max_workers: int = 8,
+                      report: Callable[[float, float | None], None] | None = None) -> Path:
+    """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``; with
+    ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
     kwargs: dict[str, Any] = {}
     if quiet:
         kwargs["tqdm_class"] = _QuietTqdm.get()
+    elif report is not None:
+        kwargs["tqdm_class"] = forwarding_tqdm(report)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),

@@ -16,11 +16,11 @@ from installer.atomic import write_json_atomic
 from installer.download.plan import DownloadPlan
 from installer.download.verify import VerifiedFile
 from installer.errors import ReceiptError
-from installer.recipe import PROJECT_ROOT
+from installer.resources import schema_path
 
 FORMAT_VERSION = 1
 KIND = "october-download-manifest"
-SCHEMA_PATH = PROJECT_ROOT / "receipts" / "download.schema.json"
+SCHEMA_PATH = schema_path("download")
 
 
 @lru_cache(maxsize=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Mapping
 
 from installer.errors import RecipeError, UsageError
+from installer.paths import default_cache_dir
 from installer.recipe import MODEL_FORMATS, Recipe
 
-APP_NAME = "october"
 FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable checks.scales reads
 
 
@@ -22,7 +22,7 @@ class DownloadOptions:
     format: str                      # "awq" | "fp16"
     output: Path                     # the manifest to write
     local_dir: Path | None = None    # default: <cache_dir>/models/<org>__<name>/<revision>
-    cache_dir: Path | None = None    # default: platformdirs.user_cache_dir("october")
+    cache_dir: Path | None = None    # default: installer.paths.default_cache_dir()
     offline: bool = False            # re-verify an existing copy, no network
     fixtures: Path | None = None     # calibrated scales dir; default $KNLP_KV_FIXTURES
     quiet: bool = False              # no progress bars or progress lines (warnings still shown)
@@ -51,17 +51,41 @@ class DownloadPlan:
         return f"{self.repo}@{self.revision}"
 
 
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$OCTOBER_CACHE_DIR`` (as the CLI honours it), else platformdirs' per-user cache."""
-    from platformdirs import user_cache_dir
-
-    env = os.environ if environ is None else environ
-    return Path(env.get("OCTOBER_CACHE_DIR") or user_cache_dir(APP_NAME))
-
 
 def repo_dir_name(repo: str) -> str:
     """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as checks.scales.scales_path)."""
     return repo.replace("/", "__")
+
+
+def default_manifest_name(fmt: str) -> str:
+    """``awq-download.json``: the name ``current smoke`` looks for in its working directory."""
+    return f"{fmt}-download.json"
+
+
+def manifest_path(output: Path, fmt: str) -> Path:
+    """``--output`` names a directory (like ``current smoke --output DIR``; the manifest is
+    ``DIR/<format>-download.json``), or the manifest file itself when it ends in ``.json``."""
+    if output.suffix == ".json" and not output.is_dir():
+        return output
+    return output / default_manifest_name(fmt)
+
+
+def fixtures_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """The calibrated scales directory: ``--fixtures``, else ``$KNLP_KV_FIXTURES``, else None.
+    One that is named but does not exist is a usage error (never silently ignored)."""
+    if given is not None:
+        where, path = "--fixtures", given
+    elif environ.get(FIXTURES_ENV):
+        where, path = f"${FIXTURES_ENV}", Path(environ[FIXTURES_ENV])
+    else:
+        return None
+    path = path.expanduser().absolute()
+    if not path.is_dir():
+        raise UsageError(f"{where} points at {path}, which is not a directory",
+                         expected="a directory of <org>__<name>.kv_scales.json files",
+                         found="a file" if path.exists() else "nothing there",
+                         fix=f"fix {where} (or unset it to run without calibrated scales)")
+    return path
 
 
 def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -> DownloadPlan:
@@ -81,10 +105,11 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
                           expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",
                           found="an empty list")
-    output = opts.output.expanduser().absolute()
+    output = manifest_path(opts.output.expanduser().absolute(), opts.format)
     if output.is_dir():
         raise UsageError(f"--output {output} is a directory", expected="a path for the manifest JSON file",
-                         found="a directory", fix=f"pass a file path, e.g. --output {output / (opts.format + '-download.json')}")
+                         found="a directory", fix=f"pass a directory (the manifest becomes "
+                         f"DIR/{default_manifest_name(opts.format)}) or a file path ending in .json")
     parent = next((p for p in output.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UsageError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
@@ -94,13 +119,11 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
         local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
-    fixtures = opts.fixtures
-    if fixtures is None and env.get(FIXTURES_ENV):
-        fixtures = Path(env[FIXTURES_ENV])
+    fixtures = fixtures_dir(opts.fixtures, env)
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),
                         cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
                         output=output, offline=opts.offline,
-                        fixtures=fixtures.expanduser().absolute() if fixtures is not None else None,
+                        fixtures=fixtures,
                         quiet=opts.quiet)

@@ -50,9 +50,21 @@ def _printer(quiet: bool) -> tuple[Callable[[str], None], Callable[[str], None]]
     return say, warn
 
 
-def run_download(opts: DownloadOptions) -> Path:
-    """Download (or with ``offline`` re-verify) the selection and write its manifest; return its path."""
+Bars = Callable[[str, float, "float | None"], None]   # (label, done, total bytes): a progress bar
+
+
+def _bar(bars: Bars | None, label: str) -> Callable[[float, float | None], None] | None:
+    if bars is None:
+        return None
+    return lambda done, total: bars(label, done, total)
+
+
+def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
+    """Download (or with ``offline`` re-verify) the selection and write its manifest; return its path.
+    ``bars(label, done, total)`` shows the bytes written and hashed (the CLI's ConsoleReporter)."""
     plan = make_plan(opts)
+    if not plan.offline:
+        hub.endpoint()          # a malformed HF_ENDPOINT is a usage error before anything starts
     say, warn = _printer(plan.quiet)
     if plan.offline and not plan.local_dir.is_dir():
         raise DownloadError(f"--offline: no local copy of {plan.where}",
@@ -62,9 +74,9 @@ def run_download(opts: DownloadOptions) -> Path:
     with _dir_lock(plan):
         if plan.offline:
             say(f"re-verifying {plan.where} in {plan.local_dir} (offline)")
-            resolved, files = _reverify_offline(plan, say)
+            resolved, files = _reverify_offline(plan, say, bars)
         else:
-            resolved, files = _download_online(plan, say)
+            resolved, files = _download_online(plan, say, bars)
         _write_record(plan, files)
         scales = check_scales(plan, warn)
         manifest = build_manifest(plan, resolved_revision=resolved, files=files, scales=scales,
@@ -77,7 +89,8 @@ def run_download(opts: DownloadOptions) -> Path:
 # ----------------------------------------------------------------------- online
 
 
-def _download_online(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[str, list[VerifiedFile]]:
+def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
+                     ) -> tuple[str, list[VerifiedFile]]:
     say(f"asking {hub.shown_endpoint()} for {plan.where}")
     snap = hub.fetch_snapshot_info(plan.repo, plan.revision, plan.patterns)
     if snap.resolved_revision != plan.revision:
@@ -94,7 +107,8 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[st
     if plan.default_local_dir:
         _tag_cache(plan.cache_dir / "models")
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
-    hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet)
+    hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
+                          report=_bar(bars, "model files"))
 
     commits = hub.recorded_commits(plan.local_dir, [f.path for f in snap.files])
     wrong = {p: c for p, c in commits.items() if c != plan.revision}
@@ -107,7 +121,8 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[st
 
     say("verifying sha256 of every file")
     files = verify_files(plan.local_dir, expected, where=plan.where,
-                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say)
+                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
+                         hashed=_bar(bars, "sha256"))
     return snap.resolved_revision, files
 
 
@@ -160,7 +175,8 @@ def _write_record(plan: DownloadPlan, files: list[VerifiedFile]) -> None:
     })
 
 
-def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[str, list[VerifiedFile]]:
+def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
+                      ) -> tuple[str, list[VerifiedFile]]:
     rec_path = _record_path(plan)
     fix = "run the download once without --offline to record the hub's hashes for this copy"
     try:
@@ -198,7 +214,8 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None]) -> tuple[s
         expected.append(Expected(p, r["size"], pinned or r["sha256"], None,
                                  source="recipe" if pinned else "record"))
     files = verify_files(plan.local_dir, expected, where=plan.where,
-                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say)
+                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
+                         hashed=_bar(bars, "sha256"))
     return plan.revision, files
 
 

@@ -4,6 +4,14 @@ Every file is read once, streaming, computing its sha256 and its git blob id
 (sha1 of ``b"blob <size>\\0" + content``), so regular git files, whose only
 hub-side record is the blob id, are checked as well as LFS files. All problems
 are collected first and reported together in one :class:`DownloadError`.
+
+Why not ``HfApi.verify_repo_checksums`` / ``hf cache verify``: they list the whole repository
+on the hub (no ``--offline`` re-verification), report every file the recipe's patterns leave out
+as "missing" and our own record as "extra", know nothing of hashes pinned in the recipe, and read
+each file once per algorithm (twice for 5 to 16 GB of weights).  What they compute is the same
+thing: ``tests/test_download_units.py`` checks our one-pass digests against huggingface_hub's own
+``sha_fileobj`` and ``git_hash``, and the hub listing they compare with is the one
+:mod:`installer.download.hub` reads (``model_info(files_metadata=True)``).
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ class Problem:
         return f"{self.path}: expected {self.what} {self.expected}, found {self.found}{tail}"
 
 
-def digest_file(path: Path) -> Digest:
+def digest_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Digest:
     size = path.stat().st_size
     sha = hashlib.sha256()
     blob = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
@@ -69,6 +77,8 @@ def digest_file(path: Path) -> Digest:
             sha.update(chunk)
             blob.update(chunk)
             n += len(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     if n != size:  # the file changed while we read it
         raise DownloadError(f"{path} changed while it was being hashed", expected=f"{size} bytes",
                             found=f"{n} bytes", fix="make sure no other process writes there, then re-run")
@@ -82,11 +92,12 @@ def move_aside(path: Path, found_sha256: str) -> Path:
     return aside
 
 
-def _check(root: Path, exp: Expected) -> tuple[VerifiedFile | None, Problem | None]:
+def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = None
+           ) -> tuple[VerifiedFile | None, Problem | None]:
     f = root / exp.path
     if not f.is_file():
         return None, Problem(exp.path, "file", "to exist", "nothing")
-    d = digest_file(f)
+    d = digest_file(f, on_chunk)
     if exp.sha256 is not None and d.sha256 != exp.sha256:
         return None, Problem(exp.path, "sha256", exp.sha256, d.sha256)
     if exp.sha256 is None:
@@ -102,16 +113,26 @@ def _check(root: Path, exp: Expected) -> tuple[VerifiedFile | None, Problem | No
 
 def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
                  on_bad: Callable[[str], None] | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[VerifiedFile]:
+                 progress: Callable[[str], None] | None = None,
+                 hashed: Callable[[float, float | None], None] | None = None) -> list[VerifiedFile]:
     """Verify every file; on any problem move the bad files aside and raise once with the full list.
 
     ``on_bad(path)`` is called for each file moved aside (the caller drops the
-    downloader's own record of it so that a re-run fetches it again).
+    downloader's own record of it so that a re-run fetches it again).  ``hashed(done, total)``
+    follows the bytes read over all files (for a progress bar).
     """
     good: list[VerifiedFile] = []
     problems: list[Problem] = []
+    total = float(sum((root / e.path).stat().st_size for e in expected if (root / e.path).is_file()))
+    done = [0.0]
+
+    def on_chunk(n: int) -> None:
+        done[0] += n
+        if hashed is not None:
+            hashed(done[0], total or None)
+
     for exp in sorted(expected, key=lambda e: e.path):
-        ok, bad = _check(root, exp)
+        ok, bad = _check(root, exp, on_chunk if hashed is not None else None)
         if ok is not None:
             good.append(ok)
             if progress:

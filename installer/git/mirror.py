@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterator
 
 import git
-import platformdirs
 from filelock import FileLock, Timeout
 
 from installer.errors import CommandFailed, FetchError
@@ -35,11 +34,6 @@ _CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                  "# This file marks a cache directory made by october (git mirrors).\n")
 _LOCKS: dict[Path, FileLock] = {}
 _GITHUB_SSH = re.compile(r"^(?:git@github\.com:|ssh://git@github\.com/)(?P<path>[^/\s]+/[^/\s]+?)/?$")
-
-
-def default_cache_dir() -> Path:
-    """The per-user cache (``~/.cache/october`` on Linux) used when ``--cache-dir`` is not given."""
-    return platformdirs.user_cache_path("october")
 
 
 def fetchable_url(url: str) -> str:
@@ -150,7 +144,8 @@ def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, ta
     fetch leaves behind (``tmp_pack_*``, a pack without its index, stale ref locks) is removed
     before and after, so a broken remote never leaves megabytes of partial packs in the cache."""
     _clean(runner, step, mirror)
-    argv = ["git", "-C", str(mirror.path), "fetch", "--tags" if tags else "--no-tags",
+    argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
+            "--tags" if tags else "--no-tags",
             # --update-shallow: a shallow remote (a kit, a depth-1 copy) may add shallow roots
             *([f"--depth={depth}"] if depth else ["--update-shallow"]), mirror.fetch_url, *refspecs]
     try:

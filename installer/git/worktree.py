@@ -25,6 +25,7 @@ import git
 
 from installer.errors import CommandFailed, FetchError
 from installer.git import git_env, strip_credentials
+from installer.git.exclude import exclude_build_outputs
 from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
 from installer.redact import redact_url
 from installer.runner import Runner
@@ -354,7 +355,9 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
     else:
+        exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
         _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
+    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite)
     head = head_commit(dest)

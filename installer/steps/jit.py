@@ -28,7 +28,8 @@ from installer.jit.integrity import (aot_path, discard, manifest_aot_dir, read_m
                                     write_manifest)
 from installer.jit.flashinfer_builder import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from installer.pipeline import StepContext
-from installer.recipe import PROJECT_ROOT, JitModule
+from installer.recipe import JitModule
+from installer.resources import stack_code_root
 from installer.steps.env import resolved_nvcc
 
 DEFAULT_BUILDER = "installer.jit.flashinfer_builder"
@@ -52,7 +53,7 @@ def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
                        fix="re-run october_setup (the env step rewrites the stack environment)")
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
     env = stackenv.apply(stack, env)
-    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    env["PYTHONPATH"] = str(stack_code_root(ctx.options.cache_dir))
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     return env
 

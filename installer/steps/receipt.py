@@ -10,16 +10,19 @@ from installer.errors import CommandFailed, ToolMissing
 from installer.hashing import sha256_file
 from installer.pipeline import StepContext
 from installer.receipts import write_receipt
-from installer.recipe import PROJECT_ROOT
+from installer.resources import checkout_root
 from installer.runner import Runner
 
 
 def tool_git_commit(runner: Runner) -> tuple[str, bool]:
     """The tool's own commit (``unknown`` outside a checkout) and whether its tree is dirty."""
+    root = checkout_root()
+    if root is None:  # an installed tool: no checkout to ask
+        return "unknown", False
     try:
-        head = runner.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], step="receipt", check=False,
+        head = runner.run(["git", "-C", str(root), "rev-parse", "HEAD"], step="receipt", check=False,
                           timeout=30)
-        dirty = runner.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        dirty = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                            step="receipt", check=False, timeout=30)
     except (ToolMissing, CommandFailed):
         return "unknown", False

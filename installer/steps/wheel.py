@@ -82,15 +82,8 @@ def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExp
 
 
 def _progress(ctx: StepContext, filename: str) -> Callable[[int, int | None], None]:
-    last = [-1]
-
     def report(done: int, total: int | None) -> None:
-        if not total:
-            return
-        tenth = done * 10 // total
-        if tenth != last[0]:
-            last[0] = tenth
-            ctx.ui.detail(f"{filename}: {done / 2**20:.1f} of {total / 2**20:.1f} MiB")
+        ctx.ui.transfer(filename, done, total, "B")     # a bar with bytes, rate and time left
     return report
 
 

@@ -1,0 +1,61 @@
+"""Build outputs of the stack are not source changes.
+
+Installing a fork editable builds it in place: setuptools writes ``<name>.egg-info/`` (and
+``build/``), extension builds leave ``*.so`` next to the sources, imports leave ``__pycache__``.
+A fork without a ``.gitignore`` for them would look "dirty" on the next run, and be refused.  The
+fetch step therefore lists them in the clone's own ``.git/info/exclude`` (local to the clone,
+never committed, never touching the fork's files).  Only *untracked* files can be excluded, so a
+change to a tracked file, or a new source file, is still a local change and still caught.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BEGIN = "# >>> october: build outputs of the stack's own installs (not source changes)"
+END = "# <<< october"
+BUILD_OUTPUTS = (
+    "*.egg-info",
+    "/build/",
+    "/dist/",
+    "/.eggs/",
+    "__pycache__/",
+    "*.py[cod]",
+    "*.so",
+)
+
+
+def git_dir(repo: Path) -> Path | None:
+    """``repo/.git``, or the directory a ``.git`` file points at (worktrees, submodules)."""
+    dot = repo / ".git"
+    if dot.is_dir():
+        return dot
+    if dot.is_file():
+        text = dot.read_text(encoding="utf-8", errors="replace").strip()
+        if text.startswith("gitdir:"):
+            gd = Path(text[len("gitdir:"):].strip())
+            return gd if gd.is_absolute() else (repo / gd).resolve()
+    return None
+
+
+def exclude_build_outputs(repo: Path) -> Path | None:
+    """Write (or refresh) our block in ``<git dir>/info/exclude``; keep every other line."""
+    gd = git_dir(repo)
+    if gd is None:
+        return None
+    path = gd / "info" / "exclude"
+    old = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    kept: list[str] = []
+    inside = False
+    for line in old.splitlines():
+        if line == BEGIN:
+            inside = True
+        elif line == END and inside:
+            inside = False
+        elif not inside:
+            kept.append(line)
+    text = "\n".join([*kept, BEGIN, *BUILD_OUTPUTS, END]) + "\n"
+    if text != old:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return path

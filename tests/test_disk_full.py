@@ -1,0 +1,98 @@
+"""A full disk is exit 19 and says "disk full", wherever it happens: our own writes, git, uv.
+
+Real parts: a real tiny tmpfs filled to the last byte (mounted for the test; it needs root, as on
+the development and CI machines; elsewhere the test skips and says why), real git, the real CLI.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from rich.console import Console
+
+from installer.cli import guarded
+from installer.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
+from installer.recipe import PROJECT_ROOT
+from installer.runner import Runner
+from installer.ui import ConsoleReporter
+from tests.fixtures.gitrepos import git
+from tests.fixtures.world import make_world
+
+
+@pytest.fixture
+def full_dir(tmp_path: Path) -> Iterator[Path]:
+    where = tmp_path / "full"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tiny tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        with open(where / "filler", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _reporter() -> tuple[ConsoleReporter, io.StringIO]:
+    out = io.StringIO()
+    return ConsoleReporter(console=Console(file=out, width=200)), out
+
+
+def test_our_own_write_to_a_full_disk_is_exit_19() -> None:
+    ui, out = _reporter()
+
+    def write() -> None:
+        with open("/dev/full", "w") as fh:
+            fh.write("x")
+
+    with pytest.raises(typer.Exit) as e:
+        guarded(write, ui)
+    assert e.value.exit_code == 19 and "disk full" in out.getvalue() and "df -h" in out.getvalue()
+
+
+def test_a_steps_error_caused_by_a_full_disk_is_exit_19() -> None:
+    """A step that maps git's failure to its own error (exit 8) still ends as 19 when git said ENOSPC."""
+    err = FetchError("fork 'x': cloning the mirror failed", expected="git to succeed",
+                     found="exit 128: fatal: write error: No space left on device", fix="check the disk")
+    full = as_disk_full(err)
+    assert isinstance(full, DiskFullError) and full.exit_code == 19
+    assert "No space left on device" in full.message and full.title == "disk full"
+    failed = CommandFailed("env", ["uv", "venv"], 2, "error: failed to write: No space left on device (os error 28)",
+                           None)
+    assert as_disk_full(failed) is not None
+    assert as_disk_full(FetchError("x", expected="a", found="exit 128: repository not found")) is None
+
+
+def test_git_running_out_of_space_is_disk_full(tmp_path: Path, full_dir: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    git("init", "-q", "-b", "main", cwd=src)
+    (src / "blob").write_bytes(os.urandom(400_000))
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "big", cwd=src)
+    with pytest.raises(DiskFullError) as e:
+        Runner(tmp_path / "logs").run(["git", "clone", "-q", str(src), str(full_dir / "dest")], step="fetch")
+    assert e.value.exit_code == 19 and "No space left on device" in e.value.message
+
+
+def test_setup_with_a_full_cache_disk_exits_19_and_says_so(tmp_path: Path, full_dir: Path) -> None:
+    world = make_world(tmp_path / "world")
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"),
+                           "--recipe", str(world.recipe), "--cache-dir", str(full_dir / "cache"),
+                           "--skip-preflight", "nvcc,gpu,cuda_arch"], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 19, proc.stderr
+    assert "disk full" in proc.stderr and "Traceback" not in proc.stderr and "->" in proc.stderr

@@ -1,0 +1,172 @@
+"""The project's own install story: what a fresh clone's run command pulls in, what the README
+and CI say, and the tool's wheel (built by real uv, installed into a real tool environment)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lock_packages() -> dict[str, dict]:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
+    return {p["name"]: p for p in lock["package"]}
+
+
+def _closure(packages: dict[str, dict], roots: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [d["name"] for d in packages[name].get("dependencies", [])]
+    return seen
+
+
+def test_the_run_command_installs_no_torch() -> None:
+    """`uv run october_setup` syncs the project's dependencies plus the default groups; none of
+    that may pull torch, CUDA or triton (the tool never imports them)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = _lock_packages()
+    default_groups = pyproject.get("tool", {}).get("uv", {}).get("default-groups", ["dev"])
+    roots = [d["name"] for d in packages["october"].get("dependencies", [])]
+    for group in default_groups:
+        roots += [d["name"] for d in packages["october"].get("dev-dependencies", {}).get(group, [])]
+    needed = _closure(packages, roots)
+    heavy = sorted(n for n in needed if n in ("torch", "triton") or n.startswith("nvidia-"))
+    assert heavy == [], f"the run command would install {heavy}"
+    tests = _closure(packages, [d["name"] for d in packages["october"]["dev-dependencies"]["test"]])
+    assert {"torch", "pytest"} <= tests
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Tests", 1)[1]
+    command = re.search(r"```\n(.+?)\n```", section, re.S)
+    assert command is not None
+    ci_lines = [ln for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if ln.strip()]
+    assert ci_lines[-1] == command.group(1).strip()
+    assert "--group test" in ci_lines[-1]
+
+
+def test_every_imported_third_party_module_is_declared() -> None:
+    """A module the tool imports must come from a declared dependency (not by luck, through
+    another package's dependencies)."""
+    import ast
+    import sys
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower().replace("_", "-")
+                for d in pyproject["project"]["dependencies"]}
+    import_names = {"git": "gitpython", "yaml": "pyyaml", "tomli_w": "tomli-w", "huggingface_hub": "huggingface-hub"}
+    ours = {"installer", "checks", "october", "tests"}
+    # run inside the stack env (`python -m ...` with the stack's Python), where torch lives
+    in_stack_env = {"installer/jit/flashinfer_builder.py"}
+    found: set[str] = set()
+    for path in (ROOT / "installer").rglob("*.py"):
+        if path.relative_to(ROOT).as_posix() in in_stack_env:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in ours or top in sys.stdlib_module_names or top == "__future__":
+                    continue
+                found.add(import_names.get(top, top).lower().replace("_", "-"))
+    assert sorted(found - declared) == []
+
+
+# ------------------------------------------------------------------ the tool as an installed wheel
+
+def _tool_env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    from tests.conftest import real_cache_dir
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
+    env.update(UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
+               UV_CACHE_DIR=str(real_cache_dir() / "uv-cache"), PIPX_HOME=str(tmp_path / "pipx"),
+               PIPX_BIN_DIR=str(tmp_path / "pipx-bin"), OCTOBER_CACHE_DIR=str(tmp_path / "october-cache"),
+               PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}")
+    return env
+
+
+def _check_installed_tool(bin_dir: Path, env: dict[str, str], cwd: Path) -> None:
+    """The installed commands work from anywhere, with every shipped recipe, and no checkout."""
+    import subprocess
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bin_dir / argv[0]), *argv[1:]], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    help_ = run("october_setup", "--help")
+    assert help_.returncode == 0 and "--recipe" in help_.stdout, help_.stderr
+    version = run("october_setup", "--version")
+    assert version.returncode == 0 and version.stdout.strip() == "october_setup 0.1.0", version.stdout
+    listed = run("current", "recipes")
+    assert listed.returncode == 0, listed.stderr
+    names = {ln.split()[0] for ln in listed.stdout.splitlines() if ln.strip()}
+    assert names == {p.stem for p in (ROOT / "recipes").glob("*.toml")}
+    assert "INVALID" not in listed.stdout
+    doctor = run("current", "doctor", "--recipe", "current")
+    assert doctor.returncode in (0, 1), doctor.stderr          # 1: this machine lacks the GPU / CUDA
+    assert "there is no recipe" not in doctor.stderr and re.search(r"^os\s+passed", doctor.stdout, re.M)
+    # the schemas, forks.toml and the stack-env code root come from the installed copy, not a checkout
+    tool_python = (bin_dir / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
+    probe = subprocess.run([tool_python, "-c", (
+        "import json, os, sys; from installer import resources as r; "
+        "code = r.stack_code_root(__import__('pathlib').Path(os.environ['OCTOBER_CACHE_DIR'])); "
+        "print(json.dumps({'data': str(r.DATA_ROOT), 'checkout': r.checkout_root(), "
+        "'schemas': [r.schema_path(n).is_file() for n in ('setup', 'smoke', 'download')], "
+        "'forks': r.forks_file().is_file(), 'code': sorted(os.listdir(code)), "
+        "'checks': os.path.isfile(os.path.join(code, 'checks', 'smoke.py'))}))")],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    import json
+
+    facts = json.loads(probe.stdout)
+    assert facts["checkout"] is None and str(ROOT) not in facts["data"], facts
+    assert facts["schemas"] == [True, True, True] and facts["forks"] and facts["checks"], facts
+    assert facts["code"] == ["checks", "installer"], facts
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
+    """Real uv builds the project and installs it as a tool (dependencies from PyPI)."""
+    import shutil
+    import subprocess
+
+    env = _tool_env(tmp_path)
+    uv = shutil.which("uv")
+    assert uv is not None
+    done = subprocess.run([uv, "tool", "install", str(ROOT)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _check_installed_tool(tmp_path / "bin", env, tmp_path)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_pipx_install_of_the_wheel_gives_working_commands(tmp_path: Path) -> None:
+    """Real pipx (run by uvx) installs the wheel real uv builds."""
+    import shutil
+    import subprocess
+
+    env = _tool_env(tmp_path)
+    uv = shutil.which("uv")
+    assert uv is not None
+    built = subprocess.run([uv, "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp_path / "dist").glob("october-*.whl"))
+    done = subprocess.run([uv, "tool", "run", "pipx", "install", str(wheel)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _check_installed_tool(tmp_path / "pipx-bin", env, tmp_path)

@@ -1,0 +1,244 @@
+"""`current verify --install STACK` on a real stack made by october_setup, with planted faults.
+
+The stack is the K16/V8 stand-in world of tests/test_setup_k16v8_e2e.py (real git repos, real uv,
+real wheels, a real base wheel and JIT libraries built by gcc; stand-ins only for what cannot exist
+here: GitHub, the vLLM wheel host, CUDA).  It is set up once per module; every test plants one or
+more faults, checks that verify reports each of them with exit 13, and puts the stack back (and
+checks that verify then passes again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from installer.recipe import PROJECT_ROOT
+from installer.uvcmd import uv_exe
+from tests.fixtures.findlinks_server import serve_find_links
+from tests.fixtures.stack_forks import TORCH
+from tests.fixtures.wheels import build_wheel
+from tests.test_setup_k16v8_e2e import make_k16v8_world, write_recipe
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class Stack:
+    root: Path
+    links: Path
+    cache: Path
+    tmp: Path
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("verify")
+    w = make_k16v8_world(tmp)
+    wheel = w["wheel"]
+    assert isinstance(wheel, Path)
+    root, cache = tmp / "stack", tmp / "cache"
+    with serve_find_links(wheel.parent) as served:
+        recipe = write_recipe(tmp, w, served.url + wheel.name)
+        proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(root), "--recipe", str(recipe),
+                               "--cache-dir", str(cache), "--skip-preflight", "nvcc"], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    yield Stack(root, tmp / "links", cache, tmp)
+
+
+def verify(stack: Stack, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "installer", "verify", "--install", str(stack.root), *extra],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=300)
+
+
+def differences(stack: Stack) -> list[dict[str, str]]:
+    proc = verify(stack, "--json")
+    data = json.loads(proc.stdout)
+    assert proc.returncode == (0 if data["ok"] else 13), proc.stderr
+    return list(data["differences"])
+
+
+def uv_pip(stack: Stack, *args: str) -> None:
+    env = dict(os.environ, UV_CACHE_DIR=str(stack.cache / "uv"))
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "pip", *args, "--python", str(stack.root / "env" / "bin" / "python")],
+                   check=True, capture_output=True, env=env)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def site(stack: Stack) -> Path:
+    return next((stack.root / "env" / "lib").glob("python*/site-packages"))
+
+
+def test_a_fresh_stack_verifies(stack: Stack) -> None:
+    proc = verify(stack)
+    assert proc.returncode == 0, proc.stderr
+    assert "matches its lock" in proc.stdout
+    assert "hashing installed files: 100%" in proc.stderr      # the progress, as plain lines in a pipe
+    data = json.loads(verify(stack, "--json").stdout)
+    assert data["ok"] is True and data["differences"] == []
+    c = data["checked"]
+    assert c["forks"] == 2 and c["jit"] == 2 and c["wheel"] == 1 and c["distributions"] >= 3 and c["files"] > 5
+
+
+def test_an_extra_installed_package_is_listed(stack: Stack) -> None:
+    extra = build_wheel(stack.tmp / "extra", "sneaky-extra", "1.0", {"sneaky_extra/__init__.py": ""})
+    uv_pip(stack, "install", "--no-deps", str(extra))
+    try:
+        proc = verify(stack)
+        assert proc.returncode == 13, proc.stdout + proc.stderr
+        assert "sneaky-extra 1.0 installed" in proc.stderr and "not in the lock" in proc.stderr
+        assert "october_setup" in proc.stderr and "--locked" in proc.stderr      # says what to do
+    finally:
+        uv_pip(stack, "uninstall", "sneaky-extra")
+    assert differences(stack) == []
+
+
+def test_a_changed_file_in_site_packages_is_listed(stack: Stack) -> None:
+    target = site(stack) / "torch" / "__init__.py"
+    original = target.read_bytes()
+    target.write_bytes(original + b"\n# patched by hand\n")
+    try:
+        diffs = differences(stack)
+        assert [d["check"] for d in diffs] == ["files"]
+        assert diffs[0]["what"] == f"torch {TORCH}" and "torch/__init__.py (changed)" in diffs[0]["found"]
+    finally:
+        target.write_bytes(original)
+    target.unlink()
+    try:
+        diffs = differences(stack)
+        assert "torch/__init__.py (missing)" in diffs[0]["found"]
+    finally:
+        target.write_bytes(original)
+    assert differences(stack) == []
+
+
+def test_a_moved_fork_head_is_listed(stack: Stack) -> None:
+    fork = stack.root / "src" / "flashinfer"
+    before = git(fork, "rev-parse", "HEAD")
+    git(fork, "commit", "-q", "--allow-empty", "-m", "someone's experiment")
+    moved = git(fork, "rev-parse", "HEAD")
+    try:
+        diffs = differences(stack)
+        assert [(d["check"], d["expected"], d["found"]) for d in diffs] == [
+            ("forks", f"HEAD at {before}", f"HEAD at {moved}")]
+    finally:
+        git(fork, "checkout", "-q", "--detach", before)
+    assert differences(stack) == []
+
+
+def test_a_dirty_tree_and_a_changed_jit_library_are_both_listed(stack: Stack) -> None:
+    src = stack.root / "src" / "vllm" / "vllm" / "__init__.py"
+    so = next((stack.root / "jit").rglob("*.so"))
+    src_bytes, so_bytes = src.read_bytes(), so.read_bytes()
+    src.write_bytes(src_bytes + b"DEBUG = True\n")
+    so.write_bytes(so_bytes + b"\0")
+    try:
+        diffs = differences(stack)
+        checks = sorted(d["check"] for d in diffs)
+        assert checks == ["forks", "jit"], diffs
+        fork = next(d for d in diffs if d["check"] == "forks")
+        assert "local changes" in fork["found"] and "vllm/__init__.py" in fork["found"]
+        proc = verify(stack)
+        assert proc.returncode == 13 and "2 place(s)" in proc.stderr
+    finally:
+        src.write_bytes(src_bytes)
+        so.write_bytes(so_bytes)
+    assert differences(stack) == []
+
+
+def test_a_changed_base_wheel_is_listed(stack: Stack) -> None:
+    wheel = next((stack.root / "wheels").glob("*.whl"))
+    original = wheel.read_bytes()
+    wheel.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    try:
+        diffs = differences(stack)
+        assert [d["check"] for d in diffs] == ["wheel"] and "sha256" in diffs[0]["found"]
+    finally:
+        wheel.write_bytes(original)
+    assert differences(stack) == []
+
+
+def test_another_torch_build_is_listed(stack: Stack) -> None:
+    uv_pip(stack, "install", "--no-deps", "--no-index", "--find-links", str(stack.links), "torch==2.11.0")
+    try:
+        diffs = differences(stack)
+        kinds = {d["check"]: d for d in diffs}
+        assert kinds["torch"]["expected"].startswith(f"torch {TORCH}") and kinds["torch"]["found"] == "torch 2.11.0"
+        assert kinds["distributions"]["found"] == "version 2.11.0"
+    finally:
+        uv_pip(stack, "install", "--no-deps", "--no-index", "--find-links", str(stack.links), f"torch=={TORCH}")
+    assert differences(stack) == []
+
+
+def test_verify_of_a_directory_that_is_no_stack_says_what_to_run(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "installer", "verify", "--install", str(tmp_path)],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 18 and "not a finished october stack" in proc.stderr and "october_setup" in proc.stderr
+
+
+def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
+    """`current env --install STACK`: recipe, lock hash, fork commits, torch; planted secrets (a token
+    variable, credentials in an endpoint URL) appear nowhere in the text or JSON form."""
+    from installer.hashing import sha256_file
+
+    token, password = "hf_Zq81xxYYzz00aabbccdd", "pa55w0rd-xyz"
+    env = dict(_env(), HF_TOKEN=token, HF_ENDPOINT=f"https://me:{password}@hub.example.invalid",
+               CUDA_VISIBLE_DEVICES="0")
+    outs = []
+    for extra in ((), ("--json",)):
+        proc = subprocess.run([sys.executable, "-m", "installer", "env", "--install", str(stack.root),
+                               "--recipe", "current", *extra], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert token not in proc.stdout + proc.stderr and password not in proc.stdout + proc.stderr
+        outs.append(proc.stdout)
+    text, data = outs[0], json.loads(outs[1])
+    s = data["stack"]
+    assert s["lock_sha256"] == sha256_file(stack.root / "pylock.toml")
+    assert s["recipe"]["name"] == "k16v8-standin" and s["torch"]["version"] == TORCH
+    forks = {f["name"]: f for f in s["forks"]}
+    assert set(forks) == {"vllm", "flashinfer"}
+    assert all(f["head"] == f["locked"] and f["dirty"] is False for f in forks.values())
+    assert data["environment"]["HF_TOKEN"] == "set (value not shown)"
+    assert data["environment"]["HF_ENDPOINT"] == "https://***@hub.example.invalid"
+    assert data["recipe"]["name"] == "current" and len(data["recipe"]["sha256"]) == 64
+    assert data["october"]["version"] == "0.1.0"
+    assert "lock sha256:" in text and forks["vllm"]["head"] in text and "torch:" in text
+    assert "gpu" in text and "nvcc:" in text
+
+
+def test_a_moved_submodule_is_listed(tmp_path: Path) -> None:
+    """The fixture world's fork 'beta' carries a git submodule (third_party/gamma)."""
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    root = tmp_path / "stack"
+    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(root), "--recipe", str(world.recipe),
+                           "--cache-dir", str(tmp_path / "cache"), "--skip-preflight", "nvcc,gpu,cuda_arch"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    stack = Stack(root, tmp_path, tmp_path / "cache", tmp_path)
+    assert differences(stack) == []
+    sub = root / "src" / "beta" / "third_party" / "gamma"
+    before = git(sub, "rev-parse", "HEAD")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "local experiment")
+    moved = git(sub, "rev-parse", "HEAD")
+    diffs = differences(stack)
+    assert {"check": "forks", "what": f"fork beta ({root / 'src' / 'beta'}) submodule third_party/gamma",
+            "expected": f"commit {before}", "found": f"commit {moved}"} in diffs
