@@ -413,7 +413,7 @@ def smoke(
     format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
     output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Directory for receipt.json (made if missing)."),
     level: Optional[SmokeLevel] = typer.Option(None, "--level",
-                                               help="What to exercise (default: the highest the stack supports)."),
+                                               help="What to exercise (default: the level the stack promises in its setup receipt; a lower level proves less and never passes as a stack verdict)."),
     manifest: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE",
                                             help="Download manifest (default: ./<format>-download.json)."),
     fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
