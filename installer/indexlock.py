@@ -33,6 +33,7 @@ from installer.install.policy import as_json as policy_json
 from installer.lockfile import TOOL, dumps
 from installer.recipe import PROJECT_ROOT, Recipe, load_recipe
 from installer.runner import Runner
+from installer.uvcmd import recipe_source_args
 
 # glibc 2.31: the oldest the stacks run on anyway (vLLM 0.18.0's wheel is manylinux_2_31); on 2_28
 # some packages (llguidance 1.7.6) have only an sdist, which a GPU host would have to build.
@@ -67,18 +68,7 @@ def index_request(recipe: Recipe) -> IndexRequest:
     for f in recipe.forks:
         if f.mode in FORK_DISTS:
             replaced.append(FORK_DISTS[f.mode])
-    s = recipe.sources
-    sources: list[str] = []
-    if s.no_index:
-        sources.append("--no-index")
-    if s.index_url:
-        sources += ["--index-url", s.index_url]
-    for url in s.extra_index_urls:
-        sources += ["--extra-index-url", url]
-    if recipe.torch.index_url:
-        sources += ["--extra-index-url", recipe.torch.index_url, "--index-strategy", "unsafe-best-match"]
-    for link in s.find_links:
-        sources += ["--find-links", link]
+    sources = recipe_source_args(recipe)
     return IndexRequest(recipe.name, recipe.python, tuple(reqs), tuple(dict.fromkeys(replaced)), tuple(sources))
 
 

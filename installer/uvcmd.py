@@ -11,6 +11,7 @@ from typing import Sequence
 from installer.atomic import write_text_atomic
 from installer.paths import StackPaths
 from installer.pipeline import StepContext
+from installer.recipe import Recipe
 
 
 def uv_exe() -> str:
@@ -50,8 +51,10 @@ def uv_env(ctx: StepContext) -> dict[str, str]:
     return env
 
 
-def source_args(ctx: StepContext, *, torch_index: bool = False) -> list[str]:
-    s = ctx.recipe.sources
+def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:
+    """The recipe's own package sources as uv arguments (index, extra indexes, find-links), plus the
+    torch index when ``torch_index`` is set and the recipe names one."""
+    s = recipe.sources
     args: list[str] = []
     if s.no_index:
         args.append("--no-index")
@@ -59,11 +62,16 @@ def source_args(ctx: StepContext, *, torch_index: bool = False) -> list[str]:
         args += ["--index-url", s.index_url]
     for url in s.extra_index_urls:
         args += ["--extra-index-url", url]
-    if torch_index and ctx.recipe.torch.index_url and not ctx.recipe.torch.from_system:
-        args += ["--extra-index-url", ctx.recipe.torch.index_url, "--index-strategy", "unsafe-best-match"]
+    if torch_index and recipe.torch.index_url:
+        args += ["--extra-index-url", recipe.torch.index_url, "--index-strategy", "unsafe-best-match"]
     for link in s.find_links:
         args += ["--find-links", link]
     return args
+
+
+def source_args(ctx: StepContext, *, torch_index: bool = False) -> list[str]:
+    """The step's sources; a site-provided torch never takes the torch index."""
+    return recipe_source_args(ctx.recipe, torch_index=torch_index and not ctx.recipe.torch.from_system)
 
 
 def constraints_args(ctx: StepContext) -> list[str]:

@@ -5,7 +5,6 @@ copied from a real Ray 2.60 two-node cluster (NodeID, Alive, hostnames, Resource
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import jsonschema
 import pytest
 
 from installer.errors import UsageError
-from installer.fleet.plan import (FleetOptions, NodeInfo, finished_before, judge, parse_nodes, plan_fleet,
+from installer.fleet.plan import (FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
                                   select_nodes)
 from installer.recipe import PROJECT_ROOT
 

@@ -5,7 +5,6 @@ shipped kit and lock, verified; run october_setup and current smoke as children 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import sys

@@ -122,7 +122,7 @@ def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:
                            found="none", fix="make the kit again from this recipe")
         return None
     if recipe.wheel.sha256 is not None and recipe.wheel.sha256 != base["sha256"]:
-        raise KitError(f"the kit's base wheel is not the recipe's", expected=f"sha256 {recipe.wheel.sha256}",
+        raise KitError("the kit's base wheel is not the recipe's", expected=f"sha256 {recipe.wheel.sha256}",
                        found=f"sha256 {base['sha256']}", fix="make the kit again from this recipe")
     src = kit.wheels_dir / base["filename"]
     dest = cache_path(cache_dir, base["sha256"], base["filename"])

@@ -27,7 +27,7 @@ from installer.hashing import sha256_file
 from installer.recipe import Recipe
 from installer.redact import redact_url
 from installer.runner import Runner
-from installer.uvcmd import uv_exe
+from installer.uvcmd import recipe_source_args, uv_exe
 from installer.wheels.download import download_wheel
 
 GLIBC = (2, 35)        # the newest glibc a kit's wheels may need (manylinux_2_35: Ubuntu 22.04, RHEL 10)
@@ -149,23 +149,6 @@ def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, require
                        found=(exc.tail.strip().splitlines() or ["no output"])[-1],
                        fix=f"check the recipe's [sources] and your network; full log: {exc.log_path}") from None
     return [WheelWant(w.package, w.filename, w.url, w.sha256, role) for w in from_lock(out, recipe, skip=skip)]
-
-
-def recipe_source_args(recipe: Recipe) -> list[str]:
-    """The recipe's own sources for uv (what an online install uses)."""
-    s = recipe.sources
-    args: list[str] = []
-    if s.no_index:
-        args.append("--no-index")
-    if s.index_url:
-        args += ["--index-url", s.index_url]
-    for url in s.extra_index_urls:
-        args += ["--extra-index-url", url]
-    if recipe.torch.index_url:
-        args += ["--extra-index-url", recipe.torch.index_url, "--index-strategy", "unsafe-best-match"]
-    for link in s.find_links:
-        args += ["--find-links", link]
-    return args
 
 
 def _uv_env(work: Path) -> dict[str, str]:
