@@ -143,7 +143,7 @@ def test_single_node_commands_neither_import_nor_need_ray(tmp_path: Path) -> Non
             "codes = []\n"
             "for argv in {argv!r}:\n"
             "    try:\n"
-            "        setup_main(argv)\n"
+            "        codes.append(setup_main(argv))\n"
             "    except SystemExit as e:\n"
             "        codes.append(e.code)\n"
             "sys.stderr.write('CODES %r RAY %r\\n' % (codes, sys.modules.get('ray') is not None))\n")
