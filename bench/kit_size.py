@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tarfile
@@ -36,6 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from installer.envoverlay import environ_overlay  # noqa: E402
 from installer.kit.gitcopy import KitRepos  # noqa: E402
 from installer.kit.wheels import WheelWant, from_lock, torch_from_system  # noqa: E402
 from installer.recipe import Recipe, load_recipe  # noqa: E402
@@ -99,9 +99,7 @@ def repo_sizes(recipe: Recipe, forks_dir: Path | None, work: Path) -> dict[str, 
     env = {"GIT_CONFIG_COUNT": "2",
            "GIT_CONFIG_KEY_0": f"url.{fi.as_uri()}.insteadOf", "GIT_CONFIG_VALUE_0": "https://github.com/mcgrof/flashinfer.git",
            "GIT_CONFIG_KEY_1": f"url.{(mirror / 'github.com').as_uri()}/.insteadOf", "GIT_CONFIG_VALUE_1": "https://github.com/"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ_overlay(env):
         for fork in recipe.forks:
             kit = work / f"kit-{recipe.name}-{fork.name}"
             try:
@@ -110,12 +108,6 @@ def repo_sizes(recipe: Recipe, forks_dir: Path | None, work: Path) -> dict[str, 
                 out[fork.name] = f"n/a ({type(exc).__name__}: no reachable copy of the pin)"
                 continue
             out[fork.name] = sum(p.stat().st_size for p in kit.rglob("*") if p.is_file())
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return out
 
 

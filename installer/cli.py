@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import importlib
 import json
-import os
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 
+from installer.envoverlay import environ_overlay
 from installer.errors import FileSystemError, OctoberError, as_disk_full
 from installer.paths import default_cache_dir
 from installer.ui import ConsoleReporter
@@ -159,17 +159,8 @@ def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
     if git_config is None:
         yield
         return
-    extra = {**git_config, "UV_OFFLINE": "1"}
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
+    with environ_overlay({**git_config, "UV_OFFLINE": "1"}):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 kit_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
