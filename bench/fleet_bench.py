@@ -33,7 +33,7 @@ from tests.test_kit import _recipe_copy  # noqa: E402
 
 def run(*args: str) -> float:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=ROOT,
                           capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"october_setup {' '.join(args[:2])} failed ({done.returncode}):\n{done.stdout}{done.stderr}")

@@ -6,8 +6,8 @@
 # DEV holds the two real-fork tars (../shared/real-forks) and the apache-tvm-ffi cp312 wheel; OUT gets
 # receipts and timings.  Steps: clone FlashInfer 2f3f0f6d + 3rdparty/cccl from the tars (git URL
 # rewriting), make the flashinfer/data links and _build_meta.py its build backend would make, run the
-# jit builder (installer.jit.flashinfer_builder: decode K bf16/V e4m3 + bf16 fa2 prefill) into a fresh
-# workspace, then `python -m checks.smoke` promised level kernel, then each planted fault on a copy of the
+# jit builder (october.checks.jit_build: decode K bf16/V e4m3 + bf16 fa2 prefill) into a fresh
+# workspace, then `python -m october.checks.smoke` promised level kernel, then each planted fault on a copy of the
 # built workspace.  PY defaults to the H200 image's Python.
 set -uo pipefail
 DEV=$(realpath "$1"); OUT=$(realpath "$2"); REPO=$(pwd); PY=${PY:-/opt/torch/.venv/bin/python}
@@ -36,7 +36,7 @@ cat > "$W/req.json" <<JSON
              {"id": "m1", "kind": "prefill", "q": "bf16", "k": "bf16", "v": "bf16", "o": "bf16", "head_dim": 128, "posenc": 0, "backend": "fa2"}],
  "result": "$OUT/jit-result.json"}
 JSON
-(cd "$W/stack/jit" && "$PY" -P -s -m installer.jit.flashinfer_builder "$W/req.json"); echo "jit rc $?"
+(cd "$W/stack/jit" && "$PY" -P -s -m october.checks.jit_build "$W/req.json"); echo "jit rc $?"
 T2=$(now)
 "$PY" - "$OUT/jit-result.json" "$W/stack-info.json" "$REPO/recipes/20260702.toml" <<'PYEOF'
 import hashlib, json, sys
@@ -50,7 +50,7 @@ for m in r["modules"]:
     print("jit module", m["uri"], m["sha256"], "cached" if m["cached"] else "built")
 PYEOF
 cp -a "$W/stack/jit" "$W/jit-pristine"
-"$PY" -m checks.smoke --device cuda --stack-info "$W/stack-info.json" --output "$OUT/pass"; echo "smoke rc $?"
+"$PY" -m october.checks.smoke --device cuda --stack-info "$W/stack-info.json" --output "$OUT/pass"; echo "smoke rc $?"
 T3=$(now)
 echo "TIMES setup $(sub $T1 $T0) jit $(sub $T2 $T1) smoke $(sub $T3 $T2) jit+smoke $(sub $T3 $T1)"
 [ "${FAULTS:-1}" = 0 ] && exit 0
@@ -66,7 +66,7 @@ ASYM=$(cd "$W/stack/jit" && ls -d .cache/flashinfer/*/*/cached_ops/batch_decode_
 SYM=$(cd "$W/jit-upcast" && ls -d .cache/flashinfer/*/*/cached_ops/batch_decode_*dtype_kv_bf16* | head -1)
 if [ -n "$SYM" ]; then
   cp "$W/jit-upcast/$SYM/$(basename "$SYM").so" "$W/stack/jit/$ASYM/$(basename "$ASYM").so"
-  "$PY" -m checks.smoke --device cuda --stack-info "$W/stack-info.json" --output "$OUT/fault-stale_module" \
+  "$PY" -m october.checks.smoke --device cuda --stack-info "$W/stack-info.json" --output "$OUT/fault-stale_module" \
     > "$OUT/fault-stale_module.log" 2>&1; echo "fault stale_module rc $?"; sed -n 1,8p "$OUT/fault-stale_module.log"
 fi
 T4=$(now)

@@ -9,7 +9,7 @@ For each recipes/*.toml it adds up what ``october_setup kit`` would write:
   torch (PyPI's build of the pinned version: the PyTorch index is not reachable here), the
   build requirements and the base wheel's ``name==version`` (its dependencies are the vLLM fork's,
   which installs with deps on the same base).  The files are chosen by the kit's own selection
-  (:func:`installer.kit.wheels.pick`) and summed from the sizes the lock records.
+  (:func:`october.installer.kit.wheels.pick`) and summed from the sizes the lock records.
 - base wheel: its Content-Length (HEAD on the recipe URL).
 - git: measured by building the kit's repositories with the kit's own code from
   ``../shared/real-forks`` where a copy of the pinned commit exists (FlashInfer 2f3f0f6d + CCCL);
@@ -35,12 +35,12 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from installer.envoverlay import environ_overlay  # noqa: E402
-from installer.kit.gitcopy import KitRepos  # noqa: E402
-from installer.kit.wheels import WheelWant, from_lock, torch_from_system  # noqa: E402
-from installer.recipe import Recipe, load_recipe  # noqa: E402
-from installer.runner import Runner  # noqa: E402
-from installer.uvcmd import uv_exe  # noqa: E402
+from october.installer.core.envoverlay import environ_overlay  # noqa: E402
+from october.installer.kit.gitcopy import KitRepos  # noqa: E402
+from october.installer.kit.wheels import WheelWant, from_lock, torch_from_system  # noqa: E402
+from october.installer.recipe import Recipe, load_recipe  # noqa: E402
+from october.installer.core.runner import Runner  # noqa: E402
+from october.installer.steps.env.uvcmd import uv_exe  # noqa: E402
 
 MB = 1e6
 

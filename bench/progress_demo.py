@@ -30,9 +30,9 @@ print(f"wheel {wheel.stat().st_size} bytes", flush=True)
 with serve_find_links(wheel.parent, rate=float(sys.argv[1])) as served:
     recipe = write_recipe(root, w, served.url + wheel.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
-    subprocess.run([sys.executable, "-m", "installer.october_setup", str(root / "stack"), "--recipe", str(recipe),
+    subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root / "stack"), "--recipe", str(recipe),
                     "--cache-dir", str(root / "cache"), "--skip-preflight", "nvcc"], cwd=ROOT, env=env)
     print("--- no-op re-run ---", flush=True)
-    subprocess.run([sys.executable, "-m", "installer.october_setup", str(root / "stack"), "--recipe", str(recipe),
+    subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root / "stack"), "--recipe", str(recipe),
                     "--cache-dir", str(root / "cache"), "--skip-preflight", "nvcc"], cwd=ROOT, env=env)
 time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)

@@ -31,7 +31,7 @@ from tests.fixtures.world import make_world  # noqa: E402
 
 def timed_setup(stack: Path, recipe: Path, cache: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe),
+    subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
                     "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True)
     return time.perf_counter() - start
 

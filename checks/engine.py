@@ -14,7 +14,7 @@ and K16/V8 as ``kv_cache_dtype=("auto", "fp8_e4m3")``: K is the compute dtype.  
 selection (compute dtype, K/V cache dtypes, derived JIT modules, workspace) and the
 ``[smoke]`` token protocol come from the stack info ``current smoke`` writes.  Besides
 the engine's own consistency, three checks compare it with oracles it did not compute
-(``checks.engine_oracle``): one layer's captured q/k/v against the torch reference, the
+(``october.checks.engine_oracle``): one layer's captured q/k/v against the torch reference, the
 stored V codes against ``quant(v, supplied scale)``, and the same model with a 16-bit KV
 cache over the protocol prompt.
 
@@ -56,10 +56,10 @@ from typing import Any
 
 import torch
 
-from checks import engine_oracle as oracle
-from checks import reference as ref
-from checks.inputs import InputError, Manifest, ScaleChoice, engine_scales
-from checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
+from october.checks import engine_oracle as oracle
+from october.checks import reference as ref
+from october.checks.inputs import InputError, Manifest, ScaleChoice, engine_scales
+from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
                             run_check, verdict)
 
 KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
@@ -282,7 +282,7 @@ def _held_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         return int(torch.cuda.memory_allocated(device))
-    from checks.kernel import _held_bytes as live_tensor_bytes
+    from october.checks.kernel import _held_bytes as live_tensor_bytes
     return live_tensor_bytes(device)
 
 

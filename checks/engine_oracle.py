@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 import torch
 
-from checks import reference as ref
-from checks.results import Unsupported
+from october.checks import reference as ref
+from october.checks.results import Unsupported
 
 CAPTURE_PROMPT = 64          # prompt tokens of the captured request
 CAPTURE_STEPS = 8            # generated tokens (the first comes from the prefill)

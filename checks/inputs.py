@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from checks.scales import ScalesInvalid, check_model, load_scales, scales_path
+from october.checks.scales import ScalesInvalid, check_model, load_scales, scales_path
 
 MANIFEST_KIND = "october-download-manifest"
 

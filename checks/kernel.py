@@ -1,6 +1,6 @@
 """Kernel level: the FlashInfer fork's asymmetric decode (and the pair's fresh-prefill route) vs the torch reference.
 
-The API is probed first with :mod:`checks.asym` (the function the jit builder
+The API is probed first with :mod:`october.checks.asym` (the function the jit builder
 uses): a FlashInfer whose decode ``plan`` does not accept ``k_data_type`` /
 ``v_data_type`` is ``unsupported``, never a crash.  Data are random, shaped as
 Qwen3-8B's attention (32 query heads, 8 KV heads, head dim 128, page 16), with
@@ -9,7 +9,7 @@ float8_e4m3fn with one per-layer scale, NHD layout.
 
 The oracle never reads what the stack wrote or computed: it is fp32 torch math
 on the *true* K/V the harness generated, with V quantized and dequantized by
-:mod:`checks.reference` itself (the dequantized-V reference); fresh-prefill
+:mod:`october.checks.reference` itself (the dequantized-V reference); fresh-prefill
 outputs are compared with full-precision causal attention on the in-flight K/V.
 The cache is written by :attr:`KernelBackend.write` (the reference writer; the
 20260702 FlashInfer series has no asymmetric append), so a writer storing V with
@@ -28,10 +28,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from checks import asym
-from checks import reference as ref
-from checks.inputs import Manifest, ScaleChoice
-from checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
+from october.checks import asym
+from october.checks import reference as ref
+from october.checks.inputs import Manifest, ScaleChoice
+from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
                             run_check, verdict)
 
 WORKSPACE = 128 * 1024 * 1024
@@ -82,7 +82,7 @@ def loaded_modules() -> list[str] | None:
         return None
     found = {line.split(None, 5)[5].strip() for line in text.splitlines() if len(line.split(None, 5)) == 6}
     # cached_ops: built in the JIT workspace; data/aot: the jit step's verified copy, which FlashInfer
-    # loads without running ninja (installer.steps.jit.place_aot)
+    # loads without running ninja (october.installer.steps.jit.step.place_aot)
     return sorted(p for p in found if ("/cached_ops/" in p or "/data/aot/" in p) and p.endswith(".so"))
 
 
@@ -561,7 +561,7 @@ CHECKS: dict[str, Callable[[KernelBackend], CheckResult]] = {
 
 
 def kernel_scales(manifest: Manifest | None, fixtures: Path | None) -> ScaleChoice:
-    from checks.inputs import engine_scales
+    from october.checks.inputs import engine_scales
     choice = ScaleChoice((0.05,), "synthetic", note="kernel level: one scale for random data")
     if manifest is not None and fixtures is not None:
         found = engine_scales(manifest, fixtures, None)

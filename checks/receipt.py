@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from checks.results import PASSED, REQUIRED_CHECKS, CheckResult, overall, proves
+from october.checks.results import PASSED, REQUIRED_CHECKS, CheckResult, overall, proves
 
 FORMAT_VERSION = 2
 KIND = "october-smoke-receipt"

@@ -1,6 +1,6 @@
 """Calibrated per-layer KV scales: the file format, loading and validation.
 
-Standard library only: this module runs in the stack env (``checks.smoke``)
+Standard library only: this module runs in the stack env (``october.checks.smoke``)
 and in the tool env (``current download`` validates the file it finds).
 
 File: ``<fixtures>/<org>__<name>.kv_scales.json`` (``scales_path``), where

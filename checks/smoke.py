@@ -1,4 +1,4 @@
-"""``python -m checks.smoke``: run the smoke checks in the stack env and write receipt.json.
+"""``python -m october.checks.smoke``: run the smoke checks in the stack env and write receipt.json.
 
 The level that runs is the one the stack promises (``--promised-level``, or
 ``promised_level`` in ``--stack-info``: ``engine`` when the stack has the vLLM
@@ -21,18 +21,18 @@ from typing import Any, Sequence
 
 import torch
 
-from checks import results as res
-from checks import workspace
-from checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
+from october.checks import results as res
+from october.checks import workspace
+from october.checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
     reference_scales
-from checks.receipt import build_receipt, write_receipt
-from checks.scales import fixtures_dir
+from october.checks.receipt import build_receipt, write_receipt
+from october.checks.scales import fixtures_dir
 
 LEVELS = res.LEVELS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m checks.smoke", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m october.checks.smoke", description=__doc__)
     p.add_argument("--level", choices=LEVELS, default=None,
                    help="default: the level the stack promises (a lower one only proves the harness or kernel)")
     p.add_argument("--promised-level", choices=LEVELS, default=None,
@@ -78,9 +78,9 @@ def resolve_device(choice: str) -> torch.device:
 
 def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
                   fixtures: Path | None) -> tuple[list[res.CheckResult], ScaleChoice]:
-    from checks.backend import ReferenceBackend
-    from checks.model import calibrate_v_scales
-    from checks.suite import SuiteConfig, make_prompts, run_reference_suite
+    from october.checks.backend import ReferenceBackend
+    from october.checks.model import calibrate_v_scales
+    from october.checks.suite import SuiteConfig, make_prompts, run_reference_suite
 
     backend = ReferenceBackend(seed=seed, device=device)
     calib_prompt = make_prompts(backend.cfg.vocab, [48], seed + 100)[0]
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     elif level == "kernel":
         # runs on a CPU too (the CUDA-graph check is then skipped): a missing fork is
         # reported as unsupported wherever it happens
-        from checks.kernel import KernelConfig, run_kernel_level
+        from october.checks.kernel import KernelConfig, run_kernel_level
         jit = stack.get("jit")
         cfg = KernelConfig(prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                            asym_prefill=bool(stack.get("asym_prefill")),
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             notes.append("kernel level on a CPU: CUDA-only checks are skipped, so passed is false")
     else:
         # runs on a CPU too, like the kernel level (the CUDA-graph check is then skipped)
-        from checks.engine import run_engine_level
+        from october.checks.engine import run_engine_level
         assert manifest is not None
         engine_facts: dict[str, Any] = {}
         results, choice = run_engine_level(manifest, fixtures, args.seed, device, stack.get("selection"),

@@ -1,6 +1,6 @@
 """The six smoke checks on the reference backend (see shared/reference/smoke.md).
 
-Each check is a function over a started :class:`~checks.backend.ReferenceBackend`
+Each check is a function over a started :class:`~october.checks.backend.ReferenceBackend`
 and returns what it measured and the limits it held that to.  Tests plant
 faults by subclassing the backend; each check must fail for its fault.
 """
@@ -13,9 +13,9 @@ from typing import Sequence
 
 import torch
 
-from checks import reference as ref
-from checks.backend import ReferenceBackend, Request
-from checks.results import (PASSED, SKIPPED, CheckResult, REQUIRED_CHECKS, run_check,
+from october.checks import reference as ref
+from october.checks.backend import ReferenceBackend, Request
+from october.checks.results import (PASSED, SKIPPED, CheckResult, REQUIRED_CHECKS, run_check,
                             verdict)
 
 SCALE_RTOL = 1e-6           # scales are stored as float32

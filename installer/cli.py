@@ -23,10 +23,10 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 
-from installer.envoverlay import environ_overlay
-from installer.errors import FileSystemError, OctoberError, as_disk_full
-from installer.paths import default_cache_dir
-from installer.ui import ConsoleReporter
+from october.installer.core.envoverlay import environ_overlay
+from october.installer.core.errors import FileSystemError, OctoberError, as_disk_full
+from october.installer.core.paths import default_cache_dir
+from october.installer.core.ui import ConsoleReporter
 
 # the click exceptions module typer parses with (recent typers carry their own copy of click)
 click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
@@ -59,7 +59,7 @@ RECIPE_HELP = "Recipe name (see `current recipes`) or a path to a .toml."
 def _version_callback(prog: str) -> Callable[[bool], None]:
     def show(value: bool) -> None:
         if value:
-            from installer.version import version_line
+            from october.installer.core.version import version_line
             print(version_line(prog))
             raise typer.Exit(0)
     return show
@@ -121,17 +121,17 @@ def october_setup(
     ui = ConsoleReporter(quiet=quiet, verbose=verbose)
 
     def go() -> None:
-        from installer.pipeline import SetupOptions
-        from installer.recipe import load_recipe
-        from installer.setup import resolve_locked, run_setup
+        from october.installer.pipeline.engine import SetupOptions
+        from october.installer.recipe import load_recipe
+        from october.installer.pipeline.plan import resolve_locked, run_setup
 
-        from installer.systorch import with_system_torch
+        from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         cache = (cache_dir or default_cache_dir()).resolve()
         used_kit = None
         if kit is not None:
-            from installer.kit.use import kit_recipe, open_kit, seed_cache
+            from october.installer.kit.use import kit_recipe, open_kit, seed_cache
 
             used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
             seed_cache(used_kit, rec, cache)
@@ -184,10 +184,10 @@ def make_kit_cmd(
     ui = ConsoleReporter(quiet=quiet)
 
     def go() -> None:
-        from installer.kit.make import KitOptions, make_kit
-        from installer.recipe import load_recipe
+        from october.installer.kit.make import KitOptions, make_kit
+        from october.installer.recipe import load_recipe
 
-        from installer.systorch import mark_system
+        from october.installer.steps.env.systorch import mark_system
 
         rec = load_recipe(recipe)
         opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=out.resolve(),
@@ -234,8 +234,8 @@ def fleet_cmd(
     ui = ConsoleReporter(quiet=quiet)
 
     def go() -> int:
-        from installer.fleet.plan import FleetOptions
-        from installer.fleet.run import run_fleet
+        from october.installer.fleet.plan import FleetOptions
+        from october.installer.fleet.run import run_fleet
 
         opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
                             cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
@@ -270,12 +270,12 @@ def doctor(
     ui = ConsoleReporter()
 
     def go() -> int:
-        from installer.preflight import doctor as run_doctor
-        from installer.preflight import facts_json
-        from installer.recipe import load_recipe
-        from installer.runner import Runner
+        from october.installer.steps.preflight import doctor as run_doctor
+        from october.installer.steps.preflight import facts_json
+        from october.installer.recipe import load_recipe
+        from october.installer.core.runner import Runner
 
-        from installer.systorch import with_system_torch
+        from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
@@ -305,7 +305,7 @@ def verify(
     ui = ConsoleReporter()
 
     def go() -> int:
-        from installer.verify import format_report, verify_stack
+        from october.installer.verify import format_report, verify_stack
 
         bar = None if as_json else (lambda done, total: ui.transfer("hashing installed files", done, total, "B"))
         report = verify_stack(install, hashed=bar)
@@ -333,8 +333,8 @@ def env_cmd(
     ui = ConsoleReporter()
 
     def go() -> None:
-        from installer.envreport import collect, format_text
-        from installer.runner import Runner
+        from october.installer.envreport import collect, format_text
+        from october.installer.core.runner import Runner
 
         with tempfile.TemporaryDirectory(prefix="october-env-") as logs:
             report = collect(install.resolve() if install else None, recipe, Runner(Path(logs)))
@@ -349,8 +349,8 @@ def recipes_cmd() -> None:
     ui = ConsoleReporter()
 
     def go() -> None:
-        from installer.recipe import load_recipe
-        from installer.resources import shipped_recipes
+        from october.installer.recipe import load_recipe
+        from october.installer.core.resources import shipped_recipes
 
         paths = shipped_recipes()
         width = max((len(p.stem) for p in paths), default=0)
@@ -384,8 +384,8 @@ def download(
     ui = ConsoleReporter(quiet=quiet)
 
     def go() -> None:
-        from installer.download import DownloadOptions, run_download
-        from installer.recipe import load_recipe
+        from october.installer.download import DownloadOptions, run_download
+        from october.installer.recipe import load_recipe
 
         opts = DownloadOptions(recipe=load_recipe(recipe), format=format.value, output=output.resolve(),
                                local_dir=local_dir.resolve() if local_dir else None,
@@ -415,7 +415,7 @@ def smoke(
     ui = ConsoleReporter()
 
     def go() -> int:
-        from installer.smoke import SmokeOptions, run_smoke
+        from october.installer.smoke.launch import SmokeOptions, run_smoke
 
         opts = SmokeOptions(install=install.resolve(), format=format.value, output=output.resolve(),
                             level=level.value if level else None,
@@ -455,7 +455,7 @@ def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
 
 
 def setup_main(argv: list[str] | None = None) -> int:
-    """Console script ``october_setup`` (and ``python -m installer.october_setup``):
+    """Console script ``october_setup`` (and ``python -m october.installer.october_setup``):
     ``october_setup kit ...`` writes a kit; ``october_setup fleet ...`` provisions a Ray cluster;
     anything else provisions a stack."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -467,7 +467,7 @@ def setup_main(argv: list[str] | None = None) -> int:
 
 
 def current_main(argv: list[str] | None = None) -> int:
-    """Console script ``current`` (and ``python -m installer``)."""
+    """Console script ``current`` (and ``python -m october``)."""
     return _main(current_app, "current", argv)
 
 

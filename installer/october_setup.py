@@ -1,8 +1,8 @@
-"""``python -m installer.october_setup`` == the ``october_setup`` console script."""
+"""``python -m october.installer.october_setup`` == the ``october_setup`` console script."""
 
 import sys
 
-from installer.cli import setup_main
+from october.installer.cli import setup_main
 
 if __name__ == "__main__":
     sys.exit(setup_main())

@@ -1,6 +1,6 @@
 """Recipes and forks as data: TOML files loaded into frozen, validated objects.
 
-Key-by-key validation lives in :mod:`installer.tomlcheck`.
+Key-by-key validation lives in :mod:`october.installer.tomlcheck`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from installer.errors import RecipeError, RecipeNotFound
-from installer.hashing import sha256_file
-from installer.install.policy import InstallPolicy, parse_build_env, parse_install, parse_nested_installs
-from installer.jit.derive import (COMPUTE_DTYPES, DEFAULT_ROUTES, ROUTES, V_FORMATS, DeriveError, ModelShape,
+from october.installer.core.errors import RecipeError, RecipeNotFound
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.install.policy import InstallPolicy, parse_build_env, parse_install, parse_nested_installs
+from october.installer.steps.jit.derive import (COMPUTE_DTYPES, DEFAULT_ROUTES, ROUTES, V_FORMATS, DeriveError, ModelShape,
                                   ModuleKey, derive_modules)
-from installer.resources import DATA_ROOT
-from installer.tomlcheck import Table, check_format, describe, read_toml, version_key
+from october.installer.core.resources import DATA_ROOT
+from october.installer.tomlcheck import Table, check_format, describe, read_toml, version_key
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
@@ -32,7 +32,7 @@ INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 JIT_KINDS = ("decode", "prefill")
 JIT_DTYPES = ("f16", "bf16", "e4m3", "e5m2")
 MODEL_FORMATS = ("awq", "fp16")
-PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see installer.resources
+PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
 
 
 # --------------------------------------------------------------------------- data
@@ -112,7 +112,7 @@ TORCH_SOURCES = ("index", "system")
 class TorchPin:
     version: str            # exact, with local build tag when the index has one: "2.10.0+cu128"
     index_url: str | None = None
-    source: str = "index"   # "system": torch comes from a given interpreter (see installer.systorch)
+    source: str = "index"   # "system": torch comes from a given interpreter (see october.installer.steps.env.systorch)
     allow_system: bool = False          # an index recipe that may also take torch from --system-python
     system_python: str | None = None    # the interpreter, set from --system-python (never from the recipe file)
 

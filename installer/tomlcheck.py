@@ -1,5 +1,5 @@
 """Validate TOML tables key by key: every error names the file, the key, what was expected
-and what was found (:class:`installer.errors.RecipeError`)."""
+and what was found (:class:`october.installer.core.errors.RecipeError`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from installer.errors import RecipeError
+from october.installer.core.errors import RecipeError
 
 FORMAT_VERSION = 1
 

@@ -31,11 +31,11 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from installer.errors import LockError, StateError
-from installer.hashing import CHUNK, sha256_file
-from installer.lockfile import TOOL, read_lock
-from installer.paths import StackPaths
-from installer.pipeline import read_marker
+from october.installer.core.errors import LockError, StateError
+from october.installer.core.hashing import CHUNK, sha256_file
+from october.installer.steps.lock.pylock import TOOL, read_lock
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import read_marker
 
 MAX_FILES_LISTED = 20
 
@@ -167,7 +167,7 @@ def _fork_entries(lock: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
-    from installer.git.worktree import dirty_entries, head_commit, submodule_states
+    from october.installer.steps.fetch.worktree import dirty_entries, head_commit, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}

@@ -10,9 +10,9 @@ with its name.
 The "downloaded model" is a tiny model dir (``config.json`` for the stand-in's
 random-weight decoder), a download manifest shaped like
 ``receipts/download.schema.json`` and a scales file written with
-``checks.scales.write_scales``, calibrated (amax / 448) by the stand-in's own
+``october.checks.scales.write_scales``, calibrated (amax / 448) by the stand-in's own
 model code on text other than the harness prompts.  Every run goes through the
-CLI: ``python -m checks.smoke --level engine --manifest M --fixtures F``.
+CLI: ``python -m october.checks.smoke --level engine --manifest M --fixtures F``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pytest
 from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
 from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
 
-from checks.scales import scales_path, write_scales
+from october.checks.scales import scales_path, write_scales
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fixtures" / "fake_vllm"
@@ -99,8 +99,8 @@ COMPUTE = "float16"
 
 def selection(model: Path, workspace: Path, compute: str = COMPUTE) -> dict[str, Any]:
     """What `current smoke` tells the stack about a selection: derived from the tiny model's config the
-    way installer/jit/derive.py derives a recipe's (the same function)."""
-    from installer.jit.derive import ModelShape, derive_modules, selection_facts
+    way installer/steps/jit/derive.py derives a recipe's (the same function)."""
+    from october.installer.steps.jit.derive import ModelShape, derive_modules, selection_facts
     cfg = MODEL_CONFIG
     shape = ModelShape(cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
                        cfg["num_hidden_layers"])
@@ -168,7 +168,7 @@ def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "
     """One engine-level CLI run with its own stack info and pre-built JIT workspace under ``out``."""
     manifest, fixtures, model = inputs
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", device,
+    cmd = [sys.executable, "-m", "october.checks.smoke", "--level", "engine", "--device", device,
            "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out),
            "--stack-info", str(stack_info(out, model, skip_modules))]
     if tokens:
@@ -197,8 +197,8 @@ def cpu_runs(inputs: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathF
 
 
 def test_inputs_are_what_current_download_writes(inputs: tuple[Path, Path, Path]) -> None:
-    from checks.inputs import engine_scales, load_manifest
-    from installer.download.manifest import validate_manifest
+    from october.checks.inputs import engine_scales, load_manifest
+    from october.installer.download.manifest import validate_manifest
     manifest, fixtures, _ = inputs
     validate_manifest(json.loads(manifest.read_text()))
     choice = engine_scales(load_manifest(manifest), fixtures, MODEL_CONFIG["num_hidden_layers"])
@@ -324,7 +324,7 @@ def test_a_module_that_was_not_pre_built_fails_the_jit_check(inputs: tuple[Path,
 def test_without_a_selection_the_k_dtype_and_jit_checks_are_unsupported(inputs: tuple[Path, Path, Path],
                                                                          tmp_path: Path) -> None:
     manifest, fixtures, _ = inputs
-    cmd = [sys.executable, "-m", "checks.smoke", "--level", "engine", "--device", "cpu", "--manifest", str(manifest),
+    cmd = [sys.executable, "-m", "october.checks.smoke", "--level", "engine", "--device", "cpu", "--manifest", str(manifest),
            "--fixtures", str(fixtures), "--output", str(tmp_path), "--token-counts", "96,12"]
     run = run_and_read(cmd, tmp_path, _env(""), "", 300)
     receipt = run["receipt"]
@@ -338,7 +338,7 @@ def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("a vllm is importable in this environment")
-    from checks import smoke
+    from october.checks import smoke
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")      # restored after the test
     manifest, fixtures, _ = inputs
     rc = smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
@@ -350,7 +350,7 @@ def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path
 
 
 def test_scales_for_another_layer_count_fail_before_the_engine_starts(tmp_path: Path) -> None:
-    from checks import smoke
+    from october.checks import smoke
     manifest, fixtures, _ = make_inputs(tmp_path / "in", layers_in_scales=5)
     rc = smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
                      "--fixtures", str(fixtures), "--output", str(tmp_path / "out")])
@@ -360,7 +360,7 @@ def test_scales_for_another_layer_count_fail_before_the_engine_starts(tmp_path: 
 
 
 def test_a_model_dir_without_config_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from checks import smoke
+    from october.checks import smoke
     manifest, fixtures, model = make_inputs(tmp_path / "in")
     (model / "config.json").unlink()
     assert smoke.main(["--level", "engine", "--device", "cpu", "--manifest", str(manifest),
@@ -373,7 +373,7 @@ def test_the_stand_in_is_not_the_reference() -> None:
     for path in (FAKE / "vllm").rglob("*.py"):
         source = path.read_text()
         assert "from checks" not in source and "import checks" not in source, path
-    from checks.engine import TOUCHED
+    from october.checks.engine import TOUCHED
     for name in ("load_model", "capture_model", "kv_caches", "static_forward_context", "_v_scale_float",
                  "add_request", "get_num_free_blocks", "num_gpu_blocks"):
         assert any(name in entry for entry in TOUCHED), name

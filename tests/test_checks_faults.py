@@ -17,10 +17,10 @@ from typing import Sequence
 
 import pytest
 
-from checks import suite
-from checks.backend import Batch, DecodeGraph, ReferenceBackend, Request
-from checks.model import PagedKVCache, calibrate_v_scales
-from checks.results import FAILED, PASSED, SKIPPED, CheckResult
+from october.checks import suite
+from october.checks.backend import Batch, DecodeGraph, ReferenceBackend, Request
+from october.checks.model import PagedKVCache, calibrate_v_scales
+from october.checks.results import FAILED, PASSED, SKIPPED, CheckResult
 
 SC = suite.SuiteConfig()
 

@@ -4,7 +4,7 @@
 series (it cannot run its real CUDA kernels here); its signatures are checked against the ones
 recorded from the real source (tests/test_asym.py).  Each run is a subprocess: the real jit builder
 first builds the stack's modules into a fresh workspace (tests/fixtures/fake_jit.py), then
-``python -m checks.smoke`` runs at the level the stack promises (kernel), with a short longest
+``python -m october.checks.smoke`` runs at the level the stack promises (kernel), with a short longest
 context (``--prompt-tokens 256``) so a CPU can run it.  Faults are planted in the stand-in
 (``FAKE_FLASHINFER_FAULT``), by the fault driver (``tests.fixtures.kernel_faults``, the same
 driver the H200 proof uses), or in the workspace (a stale or a missing module).
@@ -106,7 +106,7 @@ def _one(base: Path, name: str) -> dict[str, Any]:
                 "False,False)], skip_prebuilt=False)")
         ws.mkdir(parents=True)
         subprocess.run([sys.executable, "-c", code], env=jit_env(ws), check=True, timeout=120, capture_output=True)
-        from installer.hashing import sha256_file
+        from october.installer.core.hashing import sha256_file
         result = {"modules": [{"uri": so.parent.name, "sha256": sha256_file(so), "path": str(so)}
                               for so in sorted(ws.glob(".cache/flashinfer/*/*/cached_ops/*/*.so"))]}
         assert len(result["modules"]) == 2
@@ -122,7 +122,7 @@ def _one(base: Path, name: str) -> dict[str, Any]:
         env["FAKE_FLASHINFER_FAULT"] = how["fault"]
     smoke = ["--device", "cpu", "--stack-info", str(info), "--output", str(d / "out")]
     cmd = [sys.executable, "-m", "tests.fixtures.kernel_faults", how["driver"], *smoke] if how.get("driver") \
-        else [sys.executable, "-m", "checks.smoke", *smoke]
+        else [sys.executable, "-m", "october.checks.smoke", *smoke]
     return run_and_read(cmd, d / "out", env, name)
 
 
@@ -196,7 +196,7 @@ def test_the_healthy_run_gained_nothing_and_the_upcast_gained_the_symmetric_modu
 def test_kernel_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
     result = fake_jit.build(tmp_path / "ws")
     info = fake_jit.stack_info(tmp_path / "stack-info.json", result)
-    run = run_and_read([sys.executable, "-m", "checks.smoke", "--device", "cuda", "--stack-info", str(info),
+    run = run_and_read([sys.executable, "-m", "october.checks.smoke", "--device", "cuda", "--stack-info", str(info),
                         "--output", str(tmp_path / "out")], tmp_path / "out", fake_jit.jit_env(tmp_path / "ws"), "")
     assert run["receipt"] is not None and run["rc"] == 0, _show(run)
     assert run["receipt"]["passed"] is True and _status(run["receipt"]) == dict.fromkeys(CHECKS, "passed")

@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from installer.recipe import PROJECT_ROOT
+from october.installer.recipe import PROJECT_ROOT
 
 
 def current(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "installer", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "october", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -19,7 +19,7 @@ def test_help_lists_the_commands_in_one_vocabulary() -> None:
     out = current("--help").stdout
     for cmd in ("doctor", "verify", "env", "recipes", "download", "smoke"):
         assert cmd in out
-    setup_help = subprocess.run([sys.executable, "-m", "installer.october_setup", "--help"], cwd=PROJECT_ROOT,
+    setup_help = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "--help"], cwd=PROJECT_ROOT,
                                 capture_output=True, text=True).stdout
     assert "--recipe" in setup_help and "--locked" in setup_help and "--skip-preflight" in setup_help
     assert "STACK" in setup_help and "<bool>" not in setup_help
@@ -42,7 +42,7 @@ def _doctor_rows(stdout: str) -> dict[str, str]:
 def test_doctor_prints_a_table_and_its_exit_code_follows_it() -> None:
     """On any machine (a CPU box or the GPU machine): one row per check under a header, and exit 1
     exactly when a row failed; the JSON form says the same."""
-    from installer.preflight import CHECK_NAMES
+    from october.installer.steps.preflight import CHECK_NAMES
 
     proc = current("doctor", "--recipe", "current")
     rows = _doctor_rows(proc.stdout)
@@ -87,7 +87,7 @@ def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
 def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -> None:
     """A stand-in stack whose env is the tool env (it has torch); on a CPU the graph check is
     skipped, so the receipt must say passed: false and the command must exit non-zero."""
-    from installer import stackenv
+    from october.installer.steps.env import stackenv
     stack = tmp_path / "stack"
     (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)
@@ -127,7 +127,7 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
     cases.append((["october_setup", str(tmp_path / "s2"), "--recipe", str(bad_utf8)], 3, "Expected a UTF-8 TOML file"))
     for argv, code, text in cases:
         if argv[0] == "october_setup":
-            proc = subprocess.run([sys.executable, "-m", "installer.october_setup", *argv[1:]], cwd=PROJECT_ROOT,
+            proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *argv[1:]], cwd=PROJECT_ROOT,
                                   capture_output=True, text=True, timeout=120)
         else:
             proc = current(*argv)
@@ -139,15 +139,15 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
 
 def test_version_names_the_tool_and_the_checkout_commit() -> None:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
-    for argv, prog in ((["-m", "installer", "--version"], "current"),
-                       (["-m", "installer.october_setup", "--version"], "october_setup")):
+    for argv, prog in ((["-m", "october", "--version"], "current"),
+                       (["-m", "october.installer.october_setup", "--version"], "october_setup")):
         proc = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == f"{prog} 0.1.0 (git {head[:12]})"
 
 
 def test_head_commit_reads_loose_packed_and_worktree_refs(tmp_path: Path) -> None:
-    from installer.version import head_commit
+    from october.installer.core.version import head_commit
 
     def git(*args: str, cwd: Path) -> str:
         return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
@@ -176,6 +176,6 @@ def test_parse_errors_say_what_to_do() -> None:
     assert "'--format' requires an argument" in proc.stderr and "run `current smoke --help`" in proc.stderr
     proc = current("bogus")
     assert proc.returncode == 2 and "No such command 'bogus'" in proc.stderr and "run `current --help`" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", "s", "--bogus"], cwd=PROJECT_ROOT,
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "s", "--bogus"], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--bogus" in proc.stderr and "run `october_setup --help`" in proc.stderr

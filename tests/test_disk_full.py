@@ -17,11 +17,11 @@ import pytest
 import typer
 from rich.console import Console
 
-from installer.cli import guarded
-from installer.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
-from installer.recipe import PROJECT_ROOT
-from installer.runner import Runner
-from installer.ui import ConsoleReporter
+from october.installer.cli import guarded
+from october.installer.core.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.core.runner import Runner
+from october.installer.core.ui import ConsoleReporter
 from tests.fixtures.gitrepos import git
 from tests.fixtures.world import make_world
 
@@ -90,7 +90,7 @@ def test_git_running_out_of_space_is_disk_full(tmp_path: Path, full_dir: Path) -
 
 def test_setup_with_a_full_cache_disk_exits_19_and_says_so(tmp_path: Path, full_dir: Path) -> None:
     world = make_world(tmp_path / "world")
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"),
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "stack"),
                            "--recipe", str(world.recipe), "--cache-dir", str(full_dir / "cache"),
                            "--skip-preflight", "nvcc,gpu,cuda_arch"], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=300)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from installer.download import DownloadOptions, make_plan
-from installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, load_schema, write_manifest
-from installer.paths import default_cache_dir
-from installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
-from installer.errors import DownloadError, ReceiptError, RecipeError, UsageError
-from installer.recipe import load_recipe
+from october.installer.download import DownloadOptions, make_plan
+from october.installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, load_schema, write_manifest
+from october.installer.core.paths import default_cache_dir
+from october.installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
+from october.installer.core.errors import DownloadError, ReceiptError, RecipeError, UsageError
+from october.installer.recipe import load_recipe
 from tests.download_server import git_blob_id
 from tests.test_download_hub import AWQ_REPO, AWQ_REV, FP16_REPO, FP16_REV, PATTERNS, write_recipe
 
@@ -210,7 +210,7 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
 def test_output_is_a_directory_like_smoke_or_a_json_file(recipe, tmp_path: Path) -> None:
     """`--output DIR` writes DIR/<format>-download.json (the name smoke looks for); `--output X.json`
     is the file itself."""
-    from installer.download.plan import manifest_path
+    from october.installer.download.plan import manifest_path
 
     assert manifest_path(tmp_path, "awq") == tmp_path / "awq-download.json"
     assert manifest_path(tmp_path / "new-dir", "fp16") == tmp_path / "new-dir" / "fp16-download.json"
@@ -234,7 +234,7 @@ def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
                                        ("https://", "no host name"), ("https://hub.example:port", "port"),
                                        ("https://user:s3cret@hub example", "white space")])
 def test_a_malformed_hf_endpoint_is_a_usage_error_naming_it(value: str, why: str) -> None:
-    from installer.download import hub
+    from october.installer.download import hub
 
     with pytest.raises(UsageError) as info:
         hub.endpoint({"HF_ENDPOINT": value})
@@ -250,9 +250,9 @@ def test_download_with_a_malformed_hf_endpoint_exits_2(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from installer.recipe import PROJECT_ROOT
+    from october.installer.recipe import PROJECT_ROOT
 
-    proc = subprocess.run([sys.executable, "-m", "installer", "download", "--format", "awq", "--output",
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--output",
                            str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, HF_ENDPOINT="hub.internal:8080"))
     assert proc.returncode == 2 and "HF_ENDPOINT is not a hub URL" in proc.stderr

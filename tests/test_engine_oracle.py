@@ -11,10 +11,10 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from checks import engine_oracle as oracle
-from checks import reference as ref
-from checks.engine import layer_pair
-from checks.results import Unsupported
+from october.checks import engine_oracle as oracle
+from october.checks import reference as ref
+from october.checks.engine import layer_pair
+from october.checks.results import Unsupported
 
 HQ, HKV, D, N0, STEPS = 4, 2, 64, 24, 5
 

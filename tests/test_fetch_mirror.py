@@ -8,11 +8,11 @@ from pathlib import Path
 import git
 import pytest
 
-from installer.errors import FetchError
-from installer.paths import default_cache_dir
-from installer.git.mirror import (PIN_REFS, ensure_commit, fetch_branch, has_commit,
+from october.installer.core.errors import FetchError
+from october.installer.core.paths import default_cache_dir
+from october.installer.steps.fetch.mirror import (PIN_REFS, ensure_commit, fetch_branch, has_commit,
                                   mirror_path, open_mirror)
-from installer.runner import Runner
+from october.installer.core.runner import Runner
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
 
 
@@ -132,7 +132,7 @@ def test_fetch_branch_returns_tip_and_follows_force_push(tmp_path: Path) -> None
 
 def test_github_ssh_urls_are_fetched_over_https(tmp_path: Path) -> None:
     """FlashInfer's .gitmodules has spdlog as git@github.com:gabime/spdlog.git."""
-    from installer.git.mirror import fetchable_url
+    from october.installer.steps.fetch.mirror import fetchable_url
     https = "https://github.com/gabime/spdlog.git"
     assert fetchable_url("git@github.com:gabime/spdlog.git") == https
     assert fetchable_url("ssh://git@github.com/gabime/spdlog.git") == https

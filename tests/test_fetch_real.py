@@ -12,11 +12,11 @@ from pathlib import Path
 import git
 import pytest
 
-from installer.errors import FetchError
-from installer.git.mirror import mirror_path
-from installer.pipeline import run_pipeline
-from installer.recipe import load_recipe
-from installer.steps.fetch import FetchStep
+from october.installer.core.errors import FetchError
+from october.installer.steps.fetch.mirror import mirror_path
+from october.installer.pipeline.engine import run_pipeline
+from october.installer.recipe import load_recipe
+from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import make_ctx, make_recipe
 
 pytestmark = pytest.mark.real
@@ -88,9 +88,9 @@ def test_real_flashinfer_through_a_kit_offline(real_mirror: Path, tmp_path: Path
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The git half of a kit for the 20260702 FlashInfer: made from the real copies, then used with
     git allowed local files only and no rewriting to the real copies (only the kit's own mapping)."""
-    from installer.kit.gitcopy import KitRepos
-    from installer.kit.use import Kit
-    from installer.runner import Runner
+    from october.installer.kit.gitcopy import KitRepos
+    from october.installer.kit.use import Kit
+    from october.installer.core.runner import Runner
 
     _rewrite(monkeypatch, real_mirror)
     fork = load_recipe("20260702").fork("flashinfer")
@@ -124,8 +124,8 @@ def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, t
     """A whole kit, real parts only: the real FlashInfer 2f3f0f6d + CCCL from ../shared/real-forks and
     the wheels its JIT import needs beside a system torch (apache-tvm-ffi and the build requirements),
     resolved and downloaded from PyPI by the kit's own code; then verified as an install would."""
-    from installer.kit.make import KitOptions, make_kit
-    from installer.kit.use import open_kit
+    from october.installer.kit.make import KitOptions, make_kit
+    from october.installer.kit.use import open_kit
 
     @dataclasses.dataclass(frozen=True)
     class SystemTorch:          # the recipe option helper t10 adds: torch comes from the interpreter
@@ -157,8 +157,8 @@ def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, t
 
 def test_a_kit_that_needs_a_missing_real_submodule_fails_closed(real_mirror: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from installer.kit.gitcopy import KitRepos
-    from installer.runner import Runner
+    from october.installer.kit.gitcopy import KitRepos
+    from october.installer.core.runner import Runner
 
     _rewrite(monkeypatch, real_mirror)
     fork = dataclasses.replace(load_recipe("20260702").fork("flashinfer"),

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import FetchError, LockError
-from installer.git.mirror import open_mirror
-from installer.git.resolve import match_prefix, resolve_pin, resolve_prefix
-from installer.recipe import Pin
-from installer.runner import Runner
+from october.installer.core.errors import FetchError, LockError
+from october.installer.steps.fetch.mirror import open_mirror
+from october.installer.steps.fetch.resolve import match_prefix, resolve_pin, resolve_prefix
+from october.installer.recipe import Pin
+from october.installer.core.runner import Runner
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import git
 import pytest
 
-from installer.errors import FetchError
-from installer.git.diagnose import diagnose, remove_partial_objects
-from installer.git.mirror import ensure_commit, mirror_path, open_mirror
-from installer.pipeline import run_pipeline
-from installer.runner import Runner
-from installer.steps.fetch import FetchStep
+from october.installer.core.errors import FetchError
+from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
+from october.installer.steps.fetch.mirror import ensure_commit, mirror_path, open_mirror
+from october.installer.pipeline.engine import run_pipeline
+from october.installer.core.runner import Runner
+from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, git as fixture_git, make_repo
 

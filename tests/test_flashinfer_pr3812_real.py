@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import PROJECT_ROOT, load_recipe
 
 pytestmark = pytest.mark.real
 
@@ -42,7 +42,7 @@ def test_kit_for_a_site_provided_torch_from_the_real_sources(real_mirror: Path, 
                GIT_CONFIG_KEY_0=f"url.{(real_mirror / 'github.com').as_uri()}/.insteadOf",
                GIT_CONFIG_VALUE_0="https://github.com/")
     kit = tmp_path / "kit"
-    done = subprocess.run([sys.executable, "-m", "installer.october_setup", "kit", "--recipe", "flashinfer-pr3812",
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "flashinfer-pr3812",
                            "--system-torch", "--cache-dir", str(tmp_path / "cache"), str(kit)],
                           cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr

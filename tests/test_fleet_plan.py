@@ -13,10 +13,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from installer.errors import UsageError
-from installer.fleet.plan import (FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
+from october.installer.core.errors import UsageError
+from october.installer.fleet.plan import (FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
                                   select_nodes)
-from installer.recipe import PROJECT_ROOT
+from october.installer.recipe import PROJECT_ROOT
 
 RAW = [  # recorded from ray.nodes() on a local two-node cluster (ray 2.60.0)
     {"NodeID": "3254eb02b5939caa4b0ae5f2ef37ba17542a89b4d911bc7cf66a8330", "Alive": True, "NodeManagerHostname": "vm",
@@ -60,7 +60,7 @@ def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
                            smoke_args=("--fixtures=/f",), max_parallel=1), nodes, manifest_sha=SHA,
                       recipe="fixture", done={})
     a = plan.jobs[0]
-    assert a.setup_argv == ("/usr/bin/python3", "-m", "installer.october_setup", "/scratch/n0", "--recipe", "fixture",
+    assert a.setup_argv == ("/usr/bin/python3", "-m", "october.installer.october_setup", "/scratch/n0", "--recipe", "fixture",
                             "--kit", "/shared/kit", "--locked", "--lock-file", "/scratch/n0.fleet-pylock.toml",
                             "--cache-dir", "/c/n0", "--quiet")
     assert a.smoke_argv is not None and a.smoke_argv[3:] == (
@@ -139,7 +139,7 @@ def test_single_node_commands_neither_import_nor_need_ray(tmp_path: Path) -> Non
     fleet's own option checks run with ray made unimportable (sys.modules['ray'] = None) and never
     import it."""
     prog = ("import sys; sys.modules['ray'] = None\n"
-            "from installer.cli import setup_main\n"
+            "from october.installer.cli import setup_main\n"
             "codes = []\n"
             "for argv in {argv!r}:\n"
             "    try:\n"
@@ -157,8 +157,8 @@ def test_single_node_commands_neither_import_nor_need_ray(tmp_path: Path) -> Non
 
 
 def test_the_fleet_without_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from installer.errors import ToolMissing
-    from installer.fleet.cluster import connect
+    from october.installer.core.errors import ToolMissing
+    from october.installer.fleet.cluster import connect
 
     monkeypatch.setitem(sys.modules, "ray", None)          # as if ray were not installed
     with pytest.raises(ToolMissing) as err:
@@ -169,10 +169,10 @@ def test_the_fleet_without_ray_says_how_to_install_it(monkeypatch: pytest.Monkey
 def test_a_shipped_kit_is_verified_on_arrival(tmp_path: Path) -> None:
     """receive_kit with a fetch that hands out the stored chunks (Ray's object store stands behind it in
     the real runs): a damaged chunk is refused, files already present and right are not fetched again."""
-    from installer.errors import KitError
-    from installer.fleet.node import Shipment, ShippedFile, receive_kit
-    from installer.hashing import sha256_bytes
-    from installer.kit.manifest import file_table
+    from october.installer.core.errors import KitError
+    from october.installer.fleet.node import Shipment, ShippedFile, receive_kit
+    from october.installer.core.hashing import sha256_bytes
+    from october.installer.kit.manifest import file_table
 
     src = tmp_path / "kit"
     (src / "wheels").mkdir(parents=True)
@@ -207,7 +207,7 @@ def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
     import socket
     import time
 
-    from installer.fleet.cluster import connect
+    from october.installer.fleet.cluster import connect
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -28,9 +28,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from installer.hashing import sha256_file
-from installer.receipts import validate
-from installer.recipe import PROJECT_ROOT
+from october.installer.core.hashing import sha256_file
+from october.installer.core.schemas import validate
+from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.world import make_world
 from tests.test_kit import _recipe_copy
 
@@ -39,7 +39,7 @@ ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 
 def cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -163,7 +163,7 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
         m.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
         n2 = cluster.add_node(**_node_args("n2"))
     cluster.wait_for_nodes()
-    proc = subprocess.Popen([sys.executable, "-m", "installer.october_setup",
+    proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup",
                              *fleet_args(cluster, kit, tmp_path, "--no-smoke")],
                             cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / "stacks" / "n2.fleet-logs" / "fleet-setup.log"
@@ -207,7 +207,7 @@ def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit:
     assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed"
 
     # Ctrl-C while n2 installs: its task is cancelled, its children die, the receipt says cancelled
-    proc = subprocess.Popen([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     seen = "n2: install on"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from installer.git.exclude import BEGIN, exclude_build_outputs
-from installer.recipe import PROJECT_ROOT
+from october.installer.steps.fetch.exclude import BEGIN, exclude_build_outputs
+from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.gitrepos import git
 from tests.fixtures.repack import repack
 from tests.fixtures.wheels import build_wheel
@@ -78,7 +78,7 @@ need_compiler = false
 
 
 def setup(stack: Path, recipe: Path, cache: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe),
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
                            "--cache-dir", str(cache), "--skip-preflight", "nvcc,gpu,cuda_arch"],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
 

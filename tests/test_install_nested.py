@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InstallError
-from installer.hashing import sha256_file
-from installer.install import nested
-from installer.steps.env import write_stack_env
-from installer.steps.install import InstallStep
-from installer.steps.lock import installed_versions
-from installer.uvcmd import uv_exe
+from october.installer.core.errors import InstallError
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.install import nested
+from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.install.step import InstallStep
+from october.installer.steps.lock.step import installed_versions
+from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow
@@ -186,7 +186,7 @@ def test_flashinfer_imports_beside_an_older_cubin_only_with_the_stack_env(tmp_pa
     switch emptied in that file, and the import fails the step."""
     import json
 
-    from installer import stackenv
+    from october.installer.steps.env import stackenv
 
     ctx = _ctx(tmp_path, links, monkeypatch, build_env={"BUILD_NVEP": "0"}, declared=CHAIN_WHY)
     sf_env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv"))

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InstallError
-from installer.hashing import sha256_file
-from installer.install.guards import GuardSpec, run_guards
-from installer.install.upstream import upstream_base
-from installer.runner import Runner
-from installer.steps.env import write_stack_env
-from installer.steps.install import InstallStep
-from installer.uvcmd import uv_exe
+from october.installer.core.errors import InstallError
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.install.guards import GuardSpec, run_guards
+from october.installer.steps.install.upstream import upstream_base
+from october.installer.core.runner import Runner
+from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.install.step import InstallStep
+from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import RecipeError
-from installer.jit.derive import DeriveError, ModelShape, ModuleKey, derive_modules, module_uri
-from installer.recipe import load_recipe
+from october.installer.core.errors import RecipeError
+from october.installer.steps.jit.derive import DeriveError, ModelShape, ModuleKey, derive_modules, module_uri
+from october.installer.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE = ROOT / "tests" / "fixtures" / "flashinfer_uri_rule.json"
@@ -100,7 +100,7 @@ def test_a_hand_list_that_misses_a_derived_module_is_refused(tmp_path: Path) -> 
         load_recipe(str(path))
     assert exc.value.exit_code == 3 and "jit.modules" in str(exc.value)
     assert "batch_prefill_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16" in str(exc.value)
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"),
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "stack"),
                            "--recipe", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "1 derived module(s) not listed" in proc.stderr

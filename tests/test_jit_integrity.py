@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from installer.hashing import sha256_file
-from installer.jit.cache import SharedJitCache
-from installer.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
-from installer.pipeline import StepContext
-from installer.recipe import JitModule
-from installer.steps.env import write_stack_env
-from installer.steps.jit import JitStep
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.jit.cache import SharedJitCache
+from october.installer.steps.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
+from october.installer.pipeline.engine import StepContext
+from october.installer.recipe import JitModule
+from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.jit.step import JitStep
 from tests.fixtures import stack_forks as sf
 
 STANDIN = "tests.fixtures.jit_standin"
@@ -156,8 +156,8 @@ def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
 
 def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
     """`current smoke` does not run the checks on bytes the jit step did not record (exit 12)."""
-    from installer.errors import JitError
-    from installer.smoke import refuse_untrusted_jit
+    from october.installer.core.errors import JitError
+    from october.installer.smoke.launch import refuse_untrusted_jit
 
     ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
     out = JitStep(builder=STANDIN).run(ctx)
@@ -245,8 +245,8 @@ def test_a_second_stack_gets_the_aot_copies_from_the_shared_cache(tmp_path, link
 
 
 def test_smoke_refuses_a_corrupted_aot_copy(tmp_path, links):
-    from installer.errors import JitError
-    from installer.smoke import refuse_untrusted_jit
+    from october.installer.core.errors import JitError
+    from october.installer.smoke.launch import refuse_untrusted_jit
 
     ctx = _ctx(tmp_path, links, tmp_path / "cache")
     out = JitStep(builder=STANDIN).run(ctx)

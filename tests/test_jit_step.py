@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import JitError
-from installer.hashing import sha256_file
-from installer.recipe import JitModule
-from installer.errors import StateError
-from installer.steps.env import write_stack_env
-from installer.steps.jit import JitStep
+from october.installer.core.errors import JitError
+from october.installer.core.hashing import sha256_file
+from october.installer.recipe import JitModule
+from october.installer.core.errors import StateError
+from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.jit.step import JitStep
 from tests.fixtures import stack_forks as sf
 
 STANDIN = "tests.fixtures.jit_standin"
@@ -117,7 +117,7 @@ def test_no_arch_list_is_refused(tmp_path, links):
 
 
 def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, links):
-    """The default builder (installer.jit.flashinfer_builder) runs unchanged; what is mocked is FlashInfer's
+    """The default builder (october.checks.jit_build) runs unchanged; what is mocked is FlashInfer's
     JIT API and torch's dtypes (no CUDA build can run here): stubs with the signatures read from
     mcgrof/flashinfer, so a wrong argument count or keyword in our calls fails this test."""
     from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT, FAKE_TORCH
@@ -141,7 +141,7 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
 
 def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
     """nvcc reached through a link is resolved once, so the JIT build files name one toolkit path."""
-    from installer.steps.jit import builder_env
+    from october.installer.steps.jit.step import builder_env
 
     toolkit = tmp_path / "cuda-12.9"
     (toolkit / "bin").mkdir(parents=True)
@@ -162,8 +162,8 @@ def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
 def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch):
     """The builder gets STACK/stack-env.json laid over the caller's env (not values of its own): a
     FLASHINFER_WORKSPACE_BASE from the caller is dropped, and without the file the step refuses."""
-    from installer import stackenv
-    from installer.steps.jit import builder_env
+    from october.installer.steps.env import stackenv
+    from october.installer.steps.jit.step import builder_env
 
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "home-cache"))
     ctx = _ctx(tmp_path, links, modules=MODULES[:1])

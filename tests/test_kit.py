@@ -20,12 +20,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from installer.errors import KitError
-from installer.kit import url_key
-from installer.kit.gitcopy import resolve_submodule_url
-from installer.kit.make import KitOptions, make_kit
-from installer.kit.use import open_kit
-from installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.core.errors import KitError
+from october.installer.kit import url_key
+from october.installer.kit.gitcopy import resolve_submodule_url
+from october.installer.kit.make import KitOptions, make_kit
+from october.installer.kit.use import open_kit
+from october.installer.recipe import PROJECT_ROOT, load_recipe
 from tests.fixtures.world import World, make_world
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def _free_port() -> int:
 def cli(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -286,7 +286,7 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, whe
     skip = ["--skip-preflight", "nvcc"]
     with serve_find_links(wheel.parent) as served:
         recipe = write_recipe(root, w, served.url + wheel.name)
-        online = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "online"), "--recipe",
+        online = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "online"), "--recipe",
                                  str(recipe), "--cache-dir", str(tmp_path / "c-online"), *skip, "-q"],
                                 cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
         assert online.returncode == 0, online.stderr
@@ -305,7 +305,7 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, whe
     for gone in ("git", "links", "served"):
         shutil.move(str(root / gone), str(tmp_path / f"gone-{gone}"))
     stack = tmp_path / "offline"
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe), "--kit",
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe), "--kit",
                            str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-offline"), *skip],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, env={**env, **_offline_env()}, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import KitError
-from installer.kit.wheels import from_lock, pick, target_tags, torch_from_system
-from installer.recipe import load_recipe
+from october.installer.core.errors import KitError
+from october.installer.kit.wheels import from_lock, pick, target_tags, torch_from_system
+from october.installer.recipe import load_recipe
 
 
 def _pkg(*files: str, sdist: bool = False) -> dict:
@@ -69,10 +69,10 @@ def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path)
     import subprocess
     import sys
 
-    from installer.recipe import PROJECT_ROOT
+    from october.installer.recipe import PROJECT_ROOT
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+        return subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
                               capture_output=True, text=True, timeout=120)
 
     helped = run("kit", "--help")
@@ -85,7 +85,7 @@ def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path)
 
 
 def test_a_downloaded_file_that_is_not_the_locked_one_is_refused(tmp_path: Path) -> None:
-    from installer.kit.wheels import WheelWant, fetch
+    from october.installer.kit.wheels import WheelWant, fetch
 
     src = tmp_path / "demo-1.0-py3-none-any.whl"
     src.write_bytes(b"not the locked bytes")
@@ -96,8 +96,8 @@ def test_a_downloaded_file_that_is_not_the_locked_one_is_refused(tmp_path: Path)
 
 
 def test_a_base_wheel_other_than_the_recipes_is_refused(tmp_path: Path) -> None:
-    from installer.kit.use import Kit, seed_cache
-    from installer.recipe import BaseWheel
+    from october.installer.kit.use import Kit, seed_cache
+    from october.installer.recipe import BaseWheel
 
     r = dataclasses.replace(load_recipe("20260702"))
     assert r.wheel is not None

@@ -1,8 +1,8 @@
 """The committed index locks (locks/<recipe>.pylock.toml) against packaging.pylock and their recipes.
 
-The locks were resolved for real (``uv run python -m installer.indexlock``, PyPI); the ``real`` tier
+The locks were resolved for real (``uv run python -m october.installer.steps.lock.indexlock``, PyPI); the ``real`` tier
 re-resolves them (tests/test_indexlock_real.py).  Here: no network.  Each check of
-:func:`installer.indexlock.check_index_lock` is also shown failing on a planted fault.
+:func:`october.installer.steps.lock.indexlock.check_index_lock` is also shown failing on a planted fault.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from installer.indexlock import PLATFORM, build_index_lock, check_index_lock, index_request, lock_path
-from installer.install.policy import DeclaredException
-from installer.lockfile import locked_state
-from installer.recipe import load_recipe
+from october.installer.steps.lock.indexlock import PLATFORM, build_index_lock, check_index_lock, index_request, lock_path
+from october.installer.steps.install.policy import DeclaredException
+from october.installer.steps.lock.pylock import locked_state
+from october.installer.recipe import load_recipe
 
 RECIPES = ("current", "20260702")
 
@@ -116,7 +116,7 @@ def test_index_request_is_the_recipes_real_requirement_set() -> None:
 def test_locked_against_an_index_lock_compares_packages_and_wheel_not_fork_commits() -> None:
     """An index-scope lock names no fork commits: a stack's lock (which has them) matches it when its
     index packages and base wheel do; a changed package or wheel is still reported."""
-    from installer.lockfile import diff_against
+    from october.installer.steps.lock.pylock import diff_against
 
     state = locked_state(lock_path("20260702"))
     lock = copy.deepcopy(_lock("20260702"))

@@ -12,12 +12,12 @@ from typing import Any, Mapping
 
 import pytest
 
-from installer.errors import CommandFailed, StackLockedError, ToolMissing
-from installer.paths import StackPaths
-from installer.pipeline import SetupOptions, SilentReporter, StepContext, run_pipeline
-from installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
-from installer.runner import Runner
-from installer.stacklock import StackLock
+from october.installer.core.errors import CommandFailed, StackLockedError, ToolMissing
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, run_pipeline
+from october.installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
+from october.installer.core.runner import Runner
+from october.installer.core.stackmutex import StackLock
 
 
 def toy_recipe(tmp_path: Path) -> Recipe:
@@ -146,7 +146,7 @@ def test_stack_lock_refuses_second_holder(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import time, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from installer.stacklock import StackLock
+from october.installer.core.stackmutex import StackLock
 from pathlib import Path
 with StackLock(Path({str(lock)!r})):
     print('held', flush=True)

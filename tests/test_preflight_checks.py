@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from installer.errors import PreflightError, RecipeError, UsageError
-from installer.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
-from installer.preflight.checks import (CheckResult, apply_skips, arch_list_capabilities, gb_floor, parse_capability,
+from october.installer.core.errors import PreflightError, RecipeError, UsageError
+from october.installer.steps.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
+from october.installer.steps.preflight.rules import (CheckResult, apply_skips, arch_list_capabilities, gb_floor, parse_capability,
                                         punch_list, run_checks)
-from installer.preflight.probes import GpuFact, MachineFacts, ToolFact
-from installer.recipe import CudaPin, PreflightLimits
+from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact
+from october.installer.recipe import CudaPin, PreflightLimits
 from tests.fixtures.preflight import good_facts, missing, tool
 
 LIMITS = PreflightLimits(os="Linux", arch="x86_64", min_ram_gb=100, min_disk_gb=100,
@@ -248,7 +248,7 @@ def test_evaluate_uses_the_recipe_sections(tmp_path) -> None:  # type: ignore[no
 
 
 def test_machine_facts_json_summary_round_trips_from_stored_facts() -> None:
-    from installer.preflight import facts_json
+    from october.installer.steps.preflight import facts_json
 
     facts = good_facts()
     summary = machine_facts_json(facts)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from installer.preflight import gather_facts
-from installer.preflight.probes import (find_nvcc, nearest_existing, parse_compiler, parse_nvcc,
+from october.installer.steps.preflight import gather_facts
+from october.installer.steps.preflight.probes import (find_nvcc, nearest_existing, parse_compiler, parse_nvcc,
                                         parse_nvidia_smi, parse_uv, read_ram_bytes)
-from installer.runner import Runner
-from installer.uvcmd import uv_exe
+from october.installer.core.runner import Runner
+from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures.preflight import NVCC_12_9, SMI_H100, fake_tool, link_real
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import PreflightError, UsageError
-from installer.pipeline import run_pipeline
-from installer.preflight import CHECK_NAMES, doctor
-from installer.runner import Runner
-from installer.steps.preflight import PreflightStep
+from october.installer.core.errors import PreflightError, UsageError
+from october.installer.pipeline.engine import run_pipeline
+from october.installer.steps.preflight import CHECK_NAMES, doctor
+from october.installer.core.runner import Runner
+from october.installer.steps.preflight.step import PreflightStep
 from tests.fixtures.preflight import NVCC_12_9, SMI_H100, fake_tool, make_ctx, write_recipe
 
 

@@ -66,16 +66,12 @@ def test_every_imported_third_party_module_is_declared() -> None:
                 for d in pyproject["project"]["dependencies"]}
     import_names = {"git": "gitpython", "yaml": "pyyaml", "tomli_w": "tomli-w", "huggingface_hub": "huggingface-hub"}
     ours = {"installer", "checks", "october", "tests"}
-    # run inside the stack env (`python -m ...` with the stack's Python), where torch lives
-    in_stack_env = {"installer/jit/flashinfer_builder.py", "installer/_torch_probe.py"}
     # an extra's modules may import what that extra declares (the fleet command: ray)
     extras = {f"installer/{name}/": {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower().replace("_", "-")
                                      for d in deps}
               for name, deps in pyproject["project"].get("optional-dependencies", {}).items()}
     found: set[str] = set()
     for path in (ROOT / "installer").rglob("*.py"):
-        if path.relative_to(ROOT).as_posix() in in_stack_env:
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
@@ -129,19 +125,19 @@ def _check_installed_tool(bin_dir: Path, env: dict[str, str], cwd: Path) -> None
     # the schemas, forks.toml and the stack-env code root come from the installed copy, not a checkout
     tool_python = (bin_dir / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
     probe = subprocess.run([tool_python, "-c", (
-        "import json, os, sys; from installer import resources as r; "
+        "import json, os, sys; from october.installer.core import resources as r; "
         "code = r.stack_code_root(__import__('pathlib').Path(os.environ['OCTOBER_CACHE_DIR'])); "
         "print(json.dumps({'data': str(r.DATA_ROOT), 'checkout': r.checkout_root(), "
         "'schemas': [r.schema_path(n).is_file() for n in ('setup', 'smoke', 'download')], "
         "'forks': r.forks_file().is_file(), 'code': sorted(os.listdir(code)), "
-        "'checks': os.path.isfile(os.path.join(code, 'checks', 'smoke.py'))}))")],
+        "'checks': os.path.isfile(os.path.join(code, 'october', 'checks', 'smoke.py'))}))")],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     import json
 
     facts = json.loads(probe.stdout)
     assert facts["checkout"] is None and str(ROOT) not in facts["data"], facts
     assert facts["schemas"] == [True, True, True] and facts["forks"] and facts["checks"], facts
-    assert facts["code"] == ["checks", "installer"], facts
+    assert facts["code"] == ["october"], facts
 
 
 @pytest.mark.real
@@ -158,6 +154,42 @@ def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     _check_installed_tool(tmp_path / "bin", env, tmp_path)
+    # PyPA's `installer` distribution owns the top-level name `installer`: installing it into the
+    # tool's env and removing it again must not touch a file of ours (issue 11: it once deleted
+    # the project's installer/__init__.py)
+    tool_python = (tmp_path / "bin" / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
+    for verb in ("install", "uninstall"):
+        pip = subprocess.run([uv, "pip", verb, "--python", tool_python, "installer"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert pip.returncode == 0, pip.stderr
+    _check_installed_tool(tmp_path / "bin", env, tmp_path)
+
+
+@pytest.mark.real
+def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
+    """Every file of the built wheel is under ``october/`` or its dist-info: no top-level name
+    another distribution could claim (``installer`` is PyPA's).  Real uv builds the wheel."""
+    import shutil
+    import subprocess
+    import zipfile
+
+    uv = shutil.which("uv")
+    assert uv is not None
+    built = subprocess.run([uv, "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)], env=_tool_env(tmp_path),
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp_path / "dist").glob("october-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names}
+    assert tops == {"october", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
+    for must in ("october/__init__.py", "october/installer/cli.py", "october/checks/smoke.py",
+                 "october/installer/_shipped/forks.toml", "october/installer/_shipped/recipes/current.toml",
+                 "october/installer/steps/fetch/step.py"):
+        assert must in names, must
+    record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+    listed = {row.split(",", 1)[0] for row in zipfile.ZipFile(wheel).read(record).decode().splitlines() if row}
+    assert {p.split("/", 1)[0] for p in listed} == tops
+    assert len(names) == len(set(names)), "a file is in the wheel twice"
 
 
 @pytest.mark.real

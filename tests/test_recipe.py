@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import RecipeError
-from installer.recipe import PROJECT_ROOT, load_forks, load_recipe
+from october.installer.core.errors import RecipeError
+from october.installer.recipe import PROJECT_ROOT, load_forks, load_recipe
 
 FULL = "a" * 40
 FORKS = f"""
@@ -177,7 +177,7 @@ def test_unknown_recipe_name_lists_the_choices() -> None:
 
 def test_cli_exit_code_and_message_for_bad_recipe(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace('pin = "one"', 'pin = "nope"'))
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"),
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "stack"),
                            "--recipe", str(path)], capture_output=True, text=True, cwd=PROJECT_ROOT)
     assert proc.returncode == 3
     assert "key 'forks[0].pin' is invalid" in proc.stderr and "->" in proc.stderr

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import RecipeError, UsageError
-from installer.paths import StackPaths, inside
-from installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.core.errors import RecipeError, UsageError
+from october.installer.core.paths import StackPaths, inside
+from october.installer.recipe import PROJECT_ROOT, load_recipe
 from tests.test_recipe import FORKS, GOOD, write
 
 
@@ -25,7 +25,7 @@ def test_unsafe_recipe_names_are_refused(tmp_path: Path, name: str) -> None:
 
 def test_a_traversing_name_never_reaches_the_lock_lookup(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace('name = "t"', 'name = "../../etc/passwd"'))
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(tmp_path / "stack"), "--recipe",
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "stack"), "--recipe",
                            str(path), "--locked"], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
     assert proc.returncode == 3 and "plain name" in proc.stderr and "passwd.pylock" not in proc.stderr
     assert not (tmp_path / "stack").exists()
@@ -56,7 +56,7 @@ def test_stack_paths_stay_inside_the_stack(tmp_path: Path) -> None:
 
 
 def test_a_missing_recipe_names_the_choices_and_what_to_run() -> None:
-    proc = subprocess.run([sys.executable, "-m", "installer", "doctor", "--recipe", "nonexistent"],
+    proc = subprocess.run([sys.executable, "-m", "october", "doctor", "--recipe", "nonexistent"],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
     assert proc.returncode == 3
     assert "there is no recipe 'nonexistent'" in proc.stderr

@@ -19,13 +19,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from installer.hashing import sha256_file
-from installer.errors import FetchError, LockError, StackLockedError
-from installer.lockfile import locked_state
-from installer.pipeline import SetupOptions, SilentReporter
-from installer.recipe import PROJECT_ROOT, load_recipe
-from installer.setup import run_setup
-from installer.stacklock import StackLock
+from october.installer.core.hashing import sha256_file
+from october.installer.core.errors import FetchError, LockError, StackLockedError
+from october.installer.steps.lock.pylock import locked_state
+from october.installer.pipeline.engine import SetupOptions, SilentReporter
+from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.pipeline.plan import run_setup
+from october.installer.core.stackmutex import StackLock
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import add_commit
 from tests.fixtures.world import World, make_world, snapshot
@@ -44,7 +44,7 @@ def setup(world: World, stack: Path, cache: Path, **kw: object):
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "installer.october_setup", *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -188,7 +188,7 @@ def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Pat
     with serve_find_links(world.wheels, slow="torch-2.10.0+fixture-py3-none-any.whl", pause=30) as slow:
         world.recipe.write_text(text.replace('find_links = ["wheels"]', f'find_links = ["{slow.url}"]'))
         stack = tmp_path / "stack"
-        proc = subprocess.Popen([sys.executable, "-m", "installer.october_setup", str(stack), "--recipe",
+        proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
                                  str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q"],
                                 cwd=PROJECT_ROOT, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -255,7 +255,7 @@ def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: 
 
 def test_a_package_changed_by_hand_is_noticed_and_locked(world: World, tmp_path: Path) -> None:
     """The lock must not go stale: a package upgraded in the env by hand re-runs lock (and receipt)."""
-    from installer.uvcmd import uv_exe
+    from october.installer.steps.env.uvcmd import uv_exe
     from tests.fixtures.wheels import build_wheel
 
     stack, cache = tmp_path / "stack", tmp_path / "cache"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.hashing import sha256_file
-from installer.lockfile import read_lock
-from installer.recipe import PROJECT_ROOT
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.lock.pylock import read_lock
+from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.base_wheels import VLLM_TREE, vllm_wheel
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git
@@ -154,7 +154,7 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
         # credentials in the wheel URL must reach the server, never a log, marker, lock or receipt
         secret = "s3cr3t-t0ken-xyz"
         recipe = write_recipe(tmp_path, w, served.url.replace("http://", f"http://october:{secret}@") + wheel.name)
-        cmd = [sys.executable, "-m", "installer.october_setup", str(stack), "--recipe", str(recipe),
+        cmd = [sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
                "--cache-dir", str(cache), "--skip-preflight", "nvcc"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
         proc = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)

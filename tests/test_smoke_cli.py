@@ -1,4 +1,4 @@
-"""`python -m checks.smoke` at reference level, in-process, and the receipt schema."""
+"""`python -m october.checks.smoke` at reference level, in-process, and the receipt schema."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 import jsonschema
 import pytest
 
-from checks import smoke
-from checks.scales import write_scales
+from october.checks import smoke
+from october.checks.scales import write_scales
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "receipts" / "smoke.schema.json").read_text())
@@ -147,7 +147,7 @@ def test_schema_refuses_a_pass_that_is_not_a_stack_verdict(tmp_path: Path) -> No
 
 
 def test_kernel_probe_names_what_is_missing() -> None:
-    from checks.kernel import probe
+    from october.checks.kernel import probe
     fi, why = probe()
     if fi is None:
         assert why and ("flashinfer" in why)

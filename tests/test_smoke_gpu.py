@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 def test_reference_level_passes_on_cuda(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "checks.smoke", "--level", "reference",
+    proc = subprocess.run([sys.executable, "-m", "october.checks.smoke", "--level", "reference",
                            "--device", "cuda", "--output", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     print(proc.stdout, proc.stderr, f"wall {time.monotonic() - start:.1f}s", sep="\n")
@@ -39,8 +39,8 @@ def test_stale_graph_inputs_fail_on_cuda() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         import torch  # noqa: F401
-    from checks import suite
-    from checks.backend import DecodeGraph, ReferenceBackend
+    from october.checks import suite
+    from october.checks.backend import DecodeGraph, ReferenceBackend
 
     class Stale(DecodeGraph):
         def load(self, batch):  # type: ignore[no-untyped-def]

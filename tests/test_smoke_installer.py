@@ -1,4 +1,4 @@
-"""installer.smoke: planning (pure), stack facts, errors, and one real subprocess run."""
+"""october.installer.smoke.launch: planning (pure), stack facts, errors, and one real subprocess run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from installer import stackenv
-from installer.errors import ReceiptError, SmokeError, StateError, UsageError
-from installer.smoke import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, promised_level,
+from october.installer.steps.env import stackenv
+from october.installer.core.errors import ReceiptError, SmokeError, StateError, UsageError
+from october.installer.smoke.launch import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, promised_level,
                              resolve_manifest, run_smoke, stack_info, stack_python)
 
 FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"}
@@ -38,7 +38,7 @@ def test_plan_is_pure_and_complete(tmp_path: Path) -> None:
                         level="engine", fixtures=tmp_path / "fx", seed=3)
     plan = plan_smoke(opts, Path("/s/env/bin/python"), Path("/m/awq-download.json"),
                       Path("/o/stack-info.json"), {"PYTHONPATH": "/x"})
-    assert plan.argv == ("/s/env/bin/python", "-m", "checks.smoke", "--format", "awq",
+    assert plan.argv == ("/s/env/bin/python", "-m", "october.checks.smoke", "--format", "awq",
                          "--output", str(tmp_path / "o"), "--stack-info", "/o/stack-info.json",
                          "--device", "auto", "--seed", "3", "--level", "engine",
                          "--manifest", "/m/awq-download.json", "--fixtures", str(tmp_path / "fx"))
@@ -122,7 +122,7 @@ def test_plan_takes_the_stack_runtime_env(tmp_path: Path) -> None:
     assert plan.env["FLASHINFER_WORKSPACE_BASE"] == str(stack / "jit")
     assert plan.env["FLASHINFER_DISABLE_VERSION_CHECK"] == "1" and plan.env["FLASHINFER_CUDA_ARCH_LIST"] == "9.0"
     assert plan.env["PYTHONPATH"] == str(REPO_ROOT) and "HOME" not in plan.env
-    assert "--level" not in plan.argv                    # the promise decides, in checks.smoke
+    assert "--level" not in plan.argv                    # the promise decides, in october.checks.smoke
 
 
 def test_a_stack_without_its_runtime_env_is_refused(tmp_path: Path) -> None:
@@ -146,7 +146,7 @@ def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
     assert receipt["promised_level"] == "engine" and receipt["proves"] == "harness"
     assert any("proves the harness only" in r for r in receipt["reasons"])
     assert "changing decode graphs" in "\n".join(lines) and "passed: false" in "\n".join(lines)
-    assert (out / "smoke.log").read_text().count("checks.smoke") >= 1
+    assert (out / "smoke.log").read_text().count("october.checks.smoke") >= 1
 
 
 def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
@@ -192,7 +192,7 @@ def test_a_python_without_torch_is_a_smoke_error(tmp_path: Path) -> None:
 
 
 def test_receipt_that_breaks_the_schema_is_refused(tmp_path: Path) -> None:
-    from installer.errors import ReceiptError
+    from october.installer.core.errors import ReceiptError
     (tmp_path / "receipt.json").write_text(json.dumps({"kind": "october-smoke-receipt", "passed": True}))
     with pytest.raises(ReceiptError, match="does not match"):
         load_receipt(tmp_path / "receipt.json")

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from installer import stackenv
+from october.installer.steps.env import stackenv
 
-from installer.errors import SmokeBusyError
-from installer.smoke import SmokeOptions, run_smoke
-from installer.smoke_mutex import SmokeMutex, gpu_key
-from installer.smoke_selection import selection_info
+from october.installer.core.errors import SmokeBusyError
+from october.installer.smoke.launch import SmokeOptions, run_smoke
+from october.installer.smoke.mutex import SmokeMutex, gpu_key
+from october.installer.smoke.selection import selection_info
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLDER = """
 import sys, time
 from pathlib import Path
-from installer.smoke_mutex import SmokeMutex
+from october.installer.smoke.mutex import SmokeMutex
 with SmokeMutex(Path(sys.argv[1]), sys.argv[2], {"OCTOBER_LOCK_DIR": sys.argv[3]}):
     print("held", flush=True)
     time.sleep(120)
@@ -81,7 +81,7 @@ def test_current_smoke_while_another_process_holds_the_stack_exits_5(tmp_path: P
             run_smoke(opts, cwd=tmp_path, echo=lambda s: None, base_env={**os.environ, "OCTOBER_LOCK_DIR": str(locks)})
         assert time.monotonic() - started < 5 and f"pid {holder.pid}" in str(exc.value)
         assert not (tmp_path / "out" / "receipt.json").exists()
-        proc = subprocess.run([sys.executable, "-c", "from installer.cli import current_app; current_app()",
+        proc = subprocess.run([sys.executable, "-c", "from october.installer.cli import current_app; current_app()",
                                "smoke", "--install", str(stack), "--format", "awq", "--output", str(tmp_path / "o2"),
                                "--level", "reference"], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "OCTOBER_LOCK_DIR": str(locks)}, timeout=120)

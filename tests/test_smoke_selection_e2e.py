@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from installer import stackenv
-from installer.smoke import SmokeOptions, load_receipt, run_smoke
+from october.installer.steps.env import stackenv
+from october.installer.smoke.launch import SmokeOptions, load_receipt, run_smoke
 from tests.test_checks_engine_fake import FAKE, MODEL_CONFIG, REPO, REVISION, make_inputs, prebuild
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def _recipe(tmp: Path) -> Path:
 
 
 def test_current_smoke_names_the_module_the_jit_step_did_not_build(tmp_path: Path) -> None:
-    from installer.recipe import load_recipe
+    from october.installer.recipe import load_recipe
     recipe = _recipe(tmp_path)
     sel = load_recipe(str(recipe)).models["fp16"]
     decode, prefill = sel.jit_modules

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from installer.runner import Runner
-from installer.ui import ConsoleReporter, parse_progress
+from october.installer.core.runner import Runner
+from october.installer.core.ui import ConsoleReporter, parse_progress
 from tests.fixtures.gitrepos import git
 
 # lines as git 2.39 and ninja print them (recorded)

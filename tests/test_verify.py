@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from installer.recipe import PROJECT_ROOT
-from installer.uvcmd import uv_exe
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.stack_forks import TORCH
 from tests.fixtures.wheels import build_wheel
@@ -50,7 +50,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root, cache = tmp / "stack", tmp / "cache"
     with serve_find_links(wheel.parent) as served:
         recipe = write_recipe(tmp, w, served.url + wheel.name)
-        proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(root), "--recipe", str(recipe),
+        proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root), "--recipe", str(recipe),
                                "--cache-dir", str(cache), "--skip-preflight", "nvcc"], cwd=PROJECT_ROOT,
                               capture_output=True, text=True, env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -58,7 +58,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def verify(stack: Stack, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "installer", "verify", "--install", str(stack.root), *extra],
+    return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack.root), *extra],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=300)
 
 
@@ -187,7 +187,7 @@ def test_another_torch_build_is_listed(stack: Stack) -> None:
 
 
 def test_verify_of_a_directory_that_is_no_stack_says_what_to_run(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "installer", "verify", "--install", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(tmp_path)],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 18 and "not a finished october stack" in proc.stderr and "october_setup" in proc.stderr
 
@@ -195,14 +195,14 @@ def test_verify_of_a_directory_that_is_no_stack_says_what_to_run(tmp_path: Path)
 def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     """`current env --install STACK`: recipe, lock hash, fork commits, torch; planted secrets (a token
     variable, credentials in an endpoint URL) appear nowhere in the text or JSON form."""
-    from installer.hashing import sha256_file
+    from october.installer.core.hashing import sha256_file
 
     token, password = "hf_Zq81xxYYzz00aabbccdd", "pa55w0rd-xyz"
     env = dict(_env(), HF_TOKEN=token, HF_ENDPOINT=f"https://me:{password}@hub.example.invalid",
                CUDA_VISIBLE_DEVICES="0")
     outs = []
     for extra in ((), ("--json",)):
-        proc = subprocess.run([sys.executable, "-m", "installer", "env", "--install", str(stack.root),
+        proc = subprocess.run([sys.executable, "-m", "october", "env", "--install", str(stack.root),
                                "--recipe", "current", *extra], cwd=PROJECT_ROOT, capture_output=True, text=True,
                               env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr
@@ -229,7 +229,7 @@ def test_a_moved_submodule_is_listed(tmp_path: Path) -> None:
 
     world = make_world(tmp_path / "world")
     root = tmp_path / "stack"
-    proc = subprocess.run([sys.executable, "-m", "installer.october_setup", str(root), "--recipe", str(world.recipe),
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root), "--recipe", str(world.recipe),
                            "--cache-dir", str(tmp_path / "cache"), "--skip-preflight", "nvcc,gpu,cuda_arch"],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -20,13 +20,13 @@ from typing import Any
 
 import warnings
 
-with warnings.catch_warnings():  # torch warns at import when numpy is absent (checks.engine imports it)
+with warnings.catch_warnings():  # torch warns at import when numpy is absent (october.checks.engine imports it)
     warnings.simplefilter("ignore", UserWarning)
     import torch  # noqa: F401
 
 import pytest
 
-from installer.recipe import load_recipe
+from october.installer.recipe import load_recipe
 from tests.fixtures.smoke_runs import stand_in_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def _call_args(entry: str) -> set[str]:
 
 
 def test_the_engine_level_touches_only_the_recorded_surface() -> None:
-    from checks.engine import ATTENTION_CONFIG, KV_CACHE_DTYPE, TOUCHED
+    from october.checks.engine import ATTENTION_CONFIG, KV_CACHE_DTYPE, TOUCHED
     llm = next(t for t in TOUCHED if t.startswith("vllm.LLM("))
     assert _call_args(llm) == set(API["llm_kwargs"]["explicit"] + API["llm_kwargs"]["engine_args"])
     sp = next(t for t in TOUCHED if t.startswith("vllm.SamplingParams("))

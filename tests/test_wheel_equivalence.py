@@ -2,7 +2,7 @@
 
 Nothing is mocked: the upstream is a git repository reached by a file:// URL (a real transfer),
 the fork clone is a real clone of its main branch, and the fork's shared mirror is made by
-:mod:`installer.git.mirror` in a temporary cache dir.
+:mod:`october.installer.steps.fetch.mirror` in a temporary cache dir.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import WheelError
-from installer.recipe import DEFAULT_COMPILED_SOURCES
-from installer.runner import Runner
-from installer.git.mirror import mirror_path
-from installer.wheels.equivalence import check_source_equivalence
-from installer.wheels.version_info import parse_version_file, read_version_info
+from october.installer.core.errors import WheelError
+from october.installer.recipe import DEFAULT_COMPILED_SOURCES
+from october.installer.core.runner import Runner
+from october.installer.steps.fetch.mirror import mirror_path
+from october.installer.steps.wheel.equivalence import check_source_equivalence
+from october.installer.steps.wheel.version_info import parse_version_file, read_version_info
 from tests.fixtures.base_wheels import GIT_ENV, Histories, git, make_histories, version_py, vllm_wheel
 
 PATHS = DEFAULT_COMPILED_SOURCES
@@ -222,7 +222,7 @@ def test_non_hex_commit_is_refused_before_git(hist: Histories, runner: Runner, t
 
 
 def _recipe_with(tmp_path: Path, line: str):
-    from installer.recipe import PROJECT_ROOT, load_recipe
+    from october.installer.recipe import PROJECT_ROOT, load_recipe
     text = (PROJECT_ROOT / "recipes" / "current.toml").read_text()
     path = tmp_path / "r.toml"
     path.write_text(text.replace('requires_torch = "2.10.0"\n', f'requires_torch = "2.10.0"\n{line}\n', 1))
@@ -230,7 +230,7 @@ def _recipe_with(tmp_path: Path, line: str):
 
 
 def test_compiled_sources_default_and_override(tmp_path: Path) -> None:
-    from installer.recipe import load_recipe
+    from october.installer.recipe import load_recipe
     default = load_recipe("current").wheel
     assert default is not None and default.compiled_sources == ("csrc", "CMakeLists.txt", "cmake")
     got = _recipe_with(tmp_path, 'compiled_sources = ["csrc", "cmake/external_projects"]')
@@ -239,7 +239,7 @@ def test_compiled_sources_default_and_override(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["[]", '["../csrc"]', '["/etc"]', '["csrc/"]', '"csrc"', "[1]"])
 def test_bad_compiled_sources_are_refused(tmp_path: Path, value: str) -> None:
-    from installer.errors import RecipeError
+    from october.installer.core.errors import RecipeError
     with pytest.raises(RecipeError) as err:
         _recipe_with(tmp_path, f"compiled_sources = {value}")
     assert "compiled_sources" in str(err.value)

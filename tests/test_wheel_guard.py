@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InstallError
-from installer.install.guards import import_guard
-from installer.wheels.verify import WheelExpectation, verify_wheel
+from october.installer.core.errors import InstallError
+from october.installer.steps.install.guards import import_guard
+from october.installer.steps.wheel.verify import WheelExpectation, verify_wheel
 from tests.fixtures.base_wheels import host_tag, real_facts, vllm_wheel
 
 

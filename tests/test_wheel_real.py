@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from installer.paths import StackPaths
-from installer.pipeline import SetupOptions, SilentReporter, StepContext
-from installer.recipe import load_recipe
-from installer.runner import Runner
-from installer.steps.wheel import WheelStep
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext
+from october.installer.recipe import load_recipe
+from october.installer.core.runner import Runner
+from october.installer.steps.wheel.step import WheelStep
 from tests.conftest import real_cache_dir
 from tests.fixtures.base_wheels import python_link, real_facts, vllm_wheel, wheel_facts
 

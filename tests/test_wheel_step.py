@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import LockError, WheelError
-from installer.paths import StackPaths
-from installer.pipeline import LockedState, SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
-from installer.recipe import BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
-from installer.runner import Runner
-from installer.steps.wheel import WheelStep, choose_sha256
-from installer.wheels.download import DownloadPolicy
+from october.installer.core.errors import LockError, WheelError
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import LockedState, SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
+from october.installer.recipe import BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
+from october.installer.core.runner import Runner
+from october.installer.steps.wheel.step import WheelStep, choose_sha256
+from october.installer.steps.wheel.download import DownloadPolicy
 from tests.fixtures.base_wheels import Histories, host_tag, make_histories, python_link, real_facts, vllm_wheel
 from tests.fixtures.base_wheels import vllm_wheel as _vllm_wheel
 from tests.fixtures.wheel_server import WheelServer
@@ -277,7 +277,7 @@ def test_lock_and_receipt_carry_retag_extensions_and_compared_trees(tmp_path: Pa
     import jsonschema
     import tomli_w
 
-    from installer.steps.lock import wheel_facts_for_lock
+    from october.installer.steps.lock.step import wheel_facts_for_lock
 
     whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
     url, sha = serve(server, whl)

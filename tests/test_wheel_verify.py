@@ -1,4 +1,4 @@
-"""installer.wheels.verify / tags / elf on real wheels built by the fixtures (no mocks).
+"""october.installer.steps.wheel.verify / tags / elf on real wheels built by the fixtures (no mocks).
 
 The stack Python's tags come from a real probe of this interpreter through a Runner.
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import EnvError, WheelError
-from installer.runner import Runner
-from installer.wheels.elf import DynamicScanner, ElfFormatError, exports_symbol, needed_libraries, read_dynamic
-from installer.wheels.extensions import module_of
-from installer.wheels.retag import match_tags
-from installer.wheels.scan import scan_members
-from installer.wheels.tags import PythonFacts, probe_python, supported_tags
-from installer.wheels.verify import CHECKS, WheelExpectation, verify_wheel
+from october.installer.core.errors import EnvError, WheelError
+from october.installer.core.runner import Runner
+from october.installer.steps.wheel.elf import DynamicScanner, ElfFormatError, exports_symbol, needed_libraries, read_dynamic
+from october.installer.steps.wheel.extensions import module_of
+from october.installer.steps.wheel.retag import match_tags
+from october.installer.steps.wheel.scan import scan_members
+from october.installer.steps.wheel.tags import PythonFacts, probe_python, supported_tags
+from october.installer.steps.wheel.verify import CHECKS, WheelExpectation, verify_wheel
 from tests.fixtures.base_wheels import elf_so, host_tag, real_facts, vllm_wheel
 
 

@@ -18,8 +18,8 @@ Everything this tool assumes about the hub's behaviour lives here:
   written by ``hf auth login``); this module never reads or stores it except to
   mask it out of messages.
 
-Hub exceptions are turned into :class:`installer.errors.DownloadError` with
-expected / found / fix, their text passed through :func:`installer.redact.redact`.
+Hub exceptions are turned into :class:`october.installer.core.errors.DownloadError` with
+expected / found / fix, their text passed through :func:`october.installer.core.redact.redact`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.errors import DownloadError, UsageError
-from installer.redact import env_secrets, redact, redact_url
+from october.installer.core.errors import DownloadError, UsageError
+from october.installer.core.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 LOGIN_FIX = "run `hf auth login` (or set HF_TOKEN) with an account that has accepted the model's terms"

@@ -11,12 +11,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from installer import __version__
-from installer.atomic import write_json_atomic
-from installer.download.plan import DownloadPlan
-from installer.download.verify import VerifiedFile
-from installer.errors import ReceiptError
-from installer.resources import schema_path
+from october.installer import __version__
+from october.installer.core.atomic import write_json_atomic
+from october.installer.download.plan import DownloadPlan
+from october.installer.download.verify import VerifiedFile
+from october.installer.core.errors import ReceiptError
+from october.installer.core.resources import schema_path
 
 FORMAT_VERSION = 1
 KIND = "october-download-manifest"

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from installer.errors import RecipeError, UsageError
-from installer.paths import default_cache_dir
-from installer.recipe import MODEL_FORMATS, Recipe
+from october.installer.core.errors import RecipeError, UsageError
+from october.installer.core.paths import default_cache_dir
+from october.installer.recipe import MODEL_FORMATS, Recipe
 
-FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable checks.scales reads
+FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable october.checks.scales reads
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class DownloadOptions:
     format: str                      # "awq" | "fp16"
     output: Path                     # the manifest to write
     local_dir: Path | None = None    # default: <cache_dir>/models/<org>__<name>/<revision>
-    cache_dir: Path | None = None    # default: installer.paths.default_cache_dir()
+    cache_dir: Path | None = None    # default: october.installer.core.paths.default_cache_dir()
     offline: bool = False            # re-verify an existing copy, no network
     fixtures: Path | None = None     # calibrated scales dir; default $KNLP_KV_FIXTURES
     quiet: bool = False              # no progress bars or progress lines (warnings still shown)
@@ -53,7 +53,7 @@ class DownloadPlan:
 
 
 def repo_dir_name(repo: str) -> str:
-    """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as checks.scales.scales_path)."""
+    """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as october.checks.scales.scales_path)."""
     return repo.replace("/", "__")
 
 

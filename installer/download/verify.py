@@ -11,7 +11,7 @@ as "missing" and our own record as "extra", know nothing of hashes pinned in the
 each file once per algorithm (twice for 5 to 16 GB of weights).  What they compute is the same
 thing: ``tests/test_download_units.py`` checks our one-pass digests against huggingface_hub's own
 ``sha_fileobj`` and ``git_hash``, and the hub listing they compare with is the one
-:mod:`installer.download.hub` reads (``model_info(files_metadata=True)``).
+:mod:`october.installer.download.hub` reads (``model_info(files_metadata=True)``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from installer.errors import DownloadError
-from installer.hashing import CHUNK
+from october.installer.core.errors import DownloadError
+from october.installer.core.hashing import CHUNK
 
 CORRUPT_INFIX = ".corrupt-"
 

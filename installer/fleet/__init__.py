@@ -6,7 +6,7 @@ as subprocesses (``october_setup STACK --recipe R --kit KIT --locked``, then ``c
 - :mod:`.plan`   pure: which nodes, what each runs, the previous receipt's finished nodes, the verdict
   (frozen dataclasses, tested without Ray);
 - :mod:`.node`   what runs on a node: receive a shipped kit (verified against its manifest), run
-  the two commands through :class:`installer.runner.Runner`, report the facts;
+  the two commands through :class:`october.installer.core.runner.Runner`, report the facts;
 - :mod:`.cluster` the thin Ray part (imported only by this command): find nodes, pin one task
   per node with hard node affinity, limit concurrency, time out, cancel on Ctrl-C, map a dead node
   to ``lost``.

@@ -1,4 +1,4 @@
-"""``python -m installer.fleet.child ARGV...``: exec ARGV so that it dies with its parent.
+"""``python -m october.installer.fleet.child ARGV...``: exec ARGV so that it dies with its parent.
 
 A node's task runs october_setup and current smoke as children of a Ray worker.  When the node
 dies (raylet killed, machine removed) the worker is killed; without this the child would go on
@@ -16,7 +16,7 @@ import sys
 
 def main(argv: list[str]) -> None:
     if not argv:
-        sys.exit("usage: python -m installer.fleet.child PROGRAM [ARGS...]")
+        sys.exit("usage: python -m october.installer.fleet.child PROGRAM [ARGS...]")
     if sys.platform.startswith("linux"):
         import ctypes
 

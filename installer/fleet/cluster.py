@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from installer.errors import ToolMissing, UsageError
-from installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
-from installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
-from installer.kit import MANIFEST
+from october.installer.core.errors import ToolMissing, UsageError
+from october.installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
+from october.installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
+from october.installer.kit import MANIFEST
 
 INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'october[fleet]'`) on the driver and every node"
 GRACE_S = 30.0          # past a node's own timeout, the driver cancels its task

@@ -1,6 +1,6 @@
 """What runs on one node (inside its pinned Ray task, but with no Ray import here): receive a
 shipped kit and lock, verified; run october_setup and current smoke as children through
-:class:`installer.runner.Runner`; report the node's facts as a fleet receipt node record."""
+:class:`october.installer.core.runner.Runner`; report the node's facts as a fleet receipt node record."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from installer.atomic import write_bytes_atomic
-from installer.errors import CommandFailed, KitError, OctoberError
-from installer.fleet.plan import NodeJob
-from installer.hashing import sha256_bytes, sha256_file
-from installer.kit import MANIFEST
-from installer.kit.manifest import check_files, listed, read_manifest
-from installer.runner import Completed, Runner
+from october.installer.core.atomic import write_bytes_atomic
+from october.installer.core.errors import CommandFailed, KitError, OctoberError
+from october.installer.fleet.plan import NodeJob
+from october.installer.core.hashing import sha256_bytes, sha256_file
+from october.installer.kit import MANIFEST
+from october.installer.kit.manifest import check_files, listed, read_manifest
+from october.installer.core.runner import Completed, Runner
 
 CHUNK = 8 << 20          # bytes per object-store chunk of a shipped kit file
 
@@ -177,8 +177,8 @@ def _run(runner: Runner, step: str, argv: list[str], left: float) -> Completed |
 
 
 def _child(python: str, argv: Sequence[str]) -> list[str]:
-    """``argv`` started through :mod:`installer.fleet.child`, so it dies with this task's worker."""
-    return [python, "-m", "installer.fleet.child", *argv]
+    """``argv`` started through :mod:`october.installer.fleet.child`, so it dies with this task's worker."""
+    return [python, "-m", "october.installer.fleet.child", *argv]
 
 
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from installer.errors import UsageError
-from installer.fleet import NAME_LABEL
+from october.installer.core.errors import UsageError
+from october.installer.fleet import NAME_LABEL
 
 SELECT_MODES = ("all", "gpu")
 #: what a node record's ``status`` may be; only the first two count as finished
@@ -141,7 +141,7 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
     lock_path = f"{stack}.fleet-pylock.toml" if opts.lock_file is not None else None
     setup: tuple[str, ...] | None = None
     if install:
-        setup = (opts.python, "-m", "installer.october_setup", stack, "--recipe", recipe, "--kit", kit_dir, "--locked")
+        setup = (opts.python, "-m", "october.installer.october_setup", stack, "--recipe", recipe, "--kit", kit_dir, "--locked")
         if lock_path is not None:
             setup += ("--lock-file", lock_path)
         if opts.cache_dir is not None:
@@ -152,7 +152,7 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
     if opts.smoke:
         out = f"{stack}/receipts/smoke"
         receipt = f"{out}/receipt.json"
-        smoke = (opts.python, "-c", "from installer.cli import current_app; current_app()", "smoke",
+        smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
                  "--install", stack, "--format", opts.smoke_format, "--output", out, "--recipe", recipe)
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)

@@ -7,13 +7,13 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from installer import __version__
-from installer.errors import ReceiptError, UsageError
-from installer.fleet import FLEET_FORMAT
-from installer.fleet.plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes
-from installer.hashing import sha256_bytes, sha256_file
-from installer.kit import MANIFEST
-from installer.receipts import validate, write_receipt
+from october.installer import __version__
+from october.installer.core.errors import ReceiptError, UsageError
+from october.installer.fleet import FLEET_FORMAT
+from october.installer.fleet.plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes
+from october.installer.core.hashing import sha256_bytes, sha256_file
+from october.installer.kit import MANIFEST
+from october.installer.core.schemas import validate, write_receipt
 
 
 def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
@@ -32,9 +32,9 @@ def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
 
 def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
     """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C."""
-    from installer.fleet.cluster import connect, cluster_nodes, run_plan, ship
-    from installer.kit.use import open_kit
-    from installer.recipe import load_recipe
+    from october.installer.fleet.cluster import connect, cluster_nodes, run_plan, ship
+    from october.installer.kit.use import open_kit
+    from october.installer.recipe import load_recipe
 
     started = time.monotonic()
     rec = load_recipe(opts.recipe)

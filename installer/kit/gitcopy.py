@@ -1,7 +1,7 @@
 """The git half of a kit: each fork at its pin, and its selected submodules at their recorded
 commits, as shallow bare repositories under ``DIR/git/``.
 
-Everything comes through the shared mirrors (:mod:`installer.git.mirror`), so what a kit holds
+Everything comes through the shared mirrors (:mod:`october.installer.steps.fetch.mirror`), so what a kit holds
 is what an online install would check out: the pin is resolved the same way (a prefix on its
 branch), submodules are read from the fork commit's own ``.gitmodules`` and gitlinks, relative
 submodule URLs are resolved against the fork URL as git resolves them against ``origin``.
@@ -18,15 +18,15 @@ from typing import Callable, Sequence
 
 import git
 
-from installer.errors import CommandFailed, FetchError, KitError
-from installer.git import git_env
-from installer.git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
-from installer.git.resolve import resolve_pin
-from installer.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
-from installer.kit import repo_relpath, url_key
-from installer.recipe import ForkUse
-from installer.redact import redact_url
-from installer.runner import Runner
+from october.installer.core.errors import CommandFailed, FetchError, KitError
+from october.installer.steps.fetch import git_env
+from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
+from october.installer.steps.fetch.resolve import resolve_pin
+from october.installer.steps.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
+from october.installer.kit import repo_relpath, url_key
+from october.installer.recipe import ForkUse
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]

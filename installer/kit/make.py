@@ -1,4 +1,4 @@
-"""``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`installer.kit`).
+"""``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`october.installer.kit`).
 
 Order: the git repositories (forks, selected submodules), the base wheel, the wheels of the
 env's lock (committed lock, or ``uv pip compile``), the build-isolation requirements, then the
@@ -15,21 +15,21 @@ from typing import Any, Callable
 
 import git
 
-from installer import __version__
-from installer.errors import KitError
-from installer.git import git_env
-from installer.git.diagnose import remove_partial_objects
-from installer.git.mirror import PIN_REFS, open_mirror
-from installer.install.plan import installs_deps
-from installer.kit import KIND, KIT_FORMAT, MANIFEST
-from installer.kit.gitcopy import KitRepos
-from installer.kit.manifest import file_table, write_manifest
-from installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
-from installer.recipe import PROJECT_ROOT, ForkUse, Recipe
-from installer.redact import redact_url
-from installer.runner import Runner
-from installer.wheels.download import download_wheel
-from installer.wheels.version_info import read_version_info
+from october.installer import __version__
+from october.installer.core.errors import KitError
+from october.installer.steps.fetch import git_env
+from october.installer.steps.fetch.diagnose import remove_partial_objects
+from october.installer.steps.fetch.mirror import PIN_REFS, open_mirror
+from october.installer.steps.install.plan import installs_deps
+from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
+from october.installer.kit.gitcopy import KitRepos
+from october.installer.kit.manifest import file_table, write_manifest
+from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
+from october.installer.recipe import PROJECT_ROOT, ForkUse, Recipe
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
+from october.installer.steps.wheel.download import download_wheel
+from october.installer.steps.wheel.version_info import read_version_info
 
 STEP = "kit"
 Say = Callable[[str], None]

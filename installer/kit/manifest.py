@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from installer.errors import KitError, ReceiptError
-from installer.hashing import sha256_file
-from installer.kit import KIND, KIT_FORMAT, MANIFEST
-from installer.receipts import validate, write_receipt
+from october.installer.core.errors import KitError, ReceiptError
+from october.installer.core.hashing import sha256_file
+from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
+from october.installer.core.schemas import validate, write_receipt
 
 MAX_LISTED = 8
 

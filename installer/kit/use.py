@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from installer.atomic import write_json_atomic
-from installer.errors import KitError
-from installer.git.mirror import has_commit
-from installer.kit import MANIFEST, url_key
-from installer.kit.manifest import check_files, listed, read_manifest
-from installer.recipe import Recipe, Sources
-from installer.redact import redact_url
-from installer.wheels.download import cache_path, seen_path
+from october.installer.core.atomic import write_json_atomic
+from october.installer.core.errors import KitError
+from october.installer.steps.fetch.mirror import has_commit
+from october.installer.kit import MANIFEST, url_key
+from october.installer.kit.manifest import check_files, listed, read_manifest
+from october.installer.recipe import Recipe, Sources
+from october.installer.core.redact import redact_url
+from october.installer.steps.wheel.download import cache_path, seen_path
 
 
 @dataclass(frozen=True)

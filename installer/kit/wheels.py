@@ -22,13 +22,13 @@ from urllib.parse import unquote, urlsplit
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from installer.errors import CommandFailed, KitError
-from installer.hashing import sha256_file
-from installer.recipe import Recipe
-from installer.redact import redact_url
-from installer.runner import Runner
-from installer.uvcmd import recipe_source_args, uv_exe
-from installer.wheels.download import download_wheel
+from october.installer.core.errors import CommandFailed, KitError
+from october.installer.core.hashing import sha256_file
+from october.installer.recipe import Recipe
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
+from october.installer.steps.env.uvcmd import recipe_source_args, uv_exe
+from october.installer.steps.wheel.download import download_wheel
 
 GLIBC = (2, 35)        # the newest glibc a kit's wheels may need (manylinux_2_35: Ubuntu 22.04, RHEL 10)
 

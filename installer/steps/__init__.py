@@ -1,1 +1,1 @@
-"""One module per setup step, in pipeline order (see installer.setup.plan_steps)."""
+"""One module per setup step, in pipeline order (see october.installer.pipeline.plan.plan_steps)."""

@@ -1,0 +1,30 @@
+"""Run *inside the stack env* (stdlib only): print every installed distribution as JSON.
+
+Invoked as ``STACK/env/bin/python -I checks/probe_env.py``; never imported by the tool.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import metadata
+
+
+def main() -> int:
+    dists = []
+    for dist in metadata.distributions():
+        name = str(dist.metadata["Name"] or "")
+        if not name:
+            continue
+        direct = dist.read_text("direct_url.json")
+        dists.append({"name": name, "version": dist.version,
+                      "direct_url": json.loads(direct) if direct else None,
+                      "installer": (dist.read_text("INSTALLER") or "").strip() or None,
+                      "site": str(dist.locate_file(""))})
+    dists.sort(key=lambda d: str(d["name"]).lower())
+    json.dump({"python": sys.version.split()[0], "prefix": sys.prefix, "distributions": dists}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,8 +1,0 @@
-"""``python -m installer`` == the ``current`` console script."""
-
-import sys
-
-from installer.cli import current_main
-
-if __name__ == "__main__":
-    sys.exit(current_main())

@@ -1,0 +1,98 @@
+"""Where the tool finds what it ships, in one place.
+
+The repository keeps the folders its layout names: ``recipes/``, ``forks.toml``, ``receipts/``
+(JSON Schemas) and ``locks/`` beside the ``installer`` and ``checks`` folders, which the import
+package ``october`` reaches through links.  A wheel of the project (``uv tool install .``,
+``pipx install .``) carries the same files inside the package as ``october/installer/_shipped/...``
+(hatch ``force-include`` in pyproject.toml).  Every other module asks here; nothing else derives
+a data path from ``__file__``.
+
+The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``, the probes) with its
+own Python.  :func:`stack_code_root` gives the directory to put on its ``PYTHONPATH``: the checkout
+itself, or, for an installed tool, a directory holding one link to the ``october`` package (the
+tool env's site-packages must not shadow the stack's own packages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+_HERE = Path(__file__).absolute()           # .../october/installer/core/resources.py, links kept
+IMPORT_ROOT = _HERE.parents[3]              # the directory that holds the `october` package
+PACKAGE_DIR = _HERE.resolve().parents[1]    # the installer/ folder itself (links resolved)
+CHECKS_DIR = PACKAGE_DIR.parent / "checks"  # code run by the stack's own Python
+SHIPPED_DIR = PACKAGE_DIR / "_shipped"
+SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
+
+
+def _data_root() -> Path:
+    """The wheel's ``_shipped/``; else the checkout beside ``october/`` (a copy of a checkout too,
+    such as the working dir Ray uploads for a fleet, where links became folders)."""
+    if (SHIPPED_DIR / "forks.toml").is_file():
+        return SHIPPED_DIR
+    if (IMPORT_ROOT / "forks.toml").is_file():
+        return IMPORT_ROOT
+    return PACKAGE_DIR.parent
+
+
+DATA_ROOT = _data_root()
+
+
+def recipes_dir() -> Path:
+    return DATA_ROOT / "recipes"
+
+
+def forks_file() -> Path:
+    return DATA_ROOT / "forks.toml"
+
+
+def schema_path(name: str) -> Path:
+    """``receipts/<name>.schema.json``."""
+    return DATA_ROOT / "receipts" / f"{name}.schema.json"
+
+
+def locks_dir() -> Path:
+    return DATA_ROOT / "locks"
+
+
+def checkout_root() -> Path | None:
+    """The git checkout the tool runs from, or None for an installed tool."""
+    root = PACKAGE_DIR.parent
+    if DATA_ROOT == SHIPPED_DIR or not (root / ".git").exists():
+        return None
+    return root
+
+
+def shipped_recipes() -> list[Path]:
+    return sorted(recipes_dir().glob("*.toml"))
+
+
+def stack_script(name: str) -> Path:
+    """A stdlib-only script of ``checks/`` that the tool runs with another interpreter by path
+    (``PYTHON -I checks/<name>``: the stack's, or a candidate system Python)."""
+    return CHECKS_DIR / name
+
+
+def stack_code_root(cache_dir: Path) -> Path:
+    """A directory whose only package is ours, for the stack env's ``PYTHONPATH``.
+
+    A checkout is used as it is (its ``october/`` links to ``installer/`` and ``checks/``).  An
+    installed tool's package lives in a site-packages full of the tool's own dependencies, so the
+    directory is ``CACHE/tool-code/<hash>/`` with one link, ``october`` (made once, atomically,
+    per installed copy)."""
+    if DATA_ROOT != SHIPPED_DIR:
+        return IMPORT_ROOT
+    package = PACKAGE_DIR.parent          # site-packages/october
+    key = hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    root = cache_dir / "tool-code" / key
+    link = root / "october"
+    if link.is_symlink() and Path(os.readlink(link)) == package:
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".october.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(package, target_is_directory=True)
+    os.replace(tmp, link)
+    return root

@@ -1,0 +1,77 @@
+"""``--version``: the tool's version, and its git commit when it runs from a checkout.
+
+The commit is read from the checkout's ``.git`` files (HEAD, loose refs, packed-refs; linked
+worktrees too); no process is started, so ``--version`` works without git installed.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+from october.installer import __version__
+from october.installer.core.resources import checkout_root
+
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def tool_version() -> str:
+    try:
+        return metadata.version("october")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
+def _git_dir(root: Path) -> Path | None:
+    dot = root / ".git"
+    if dot.is_dir():
+        return dot
+    if dot.is_file():  # a linked worktree or submodule: "gitdir: PATH"
+        text = dot.read_text(encoding="utf-8", errors="replace").strip()
+        if text.startswith("gitdir:"):
+            gd = Path(text[len("gitdir:"):].strip())
+            return gd if gd.is_absolute() else (root / gd).resolve()
+    return None
+
+
+def head_commit(root: Path) -> str | None:
+    """The commit checked out at ``root`` (a 40-hex id), or None when it cannot be read."""
+    gd = _git_dir(root)
+    if gd is None:
+        return None
+    try:
+        head = (gd / "HEAD").read_text(encoding="utf-8").strip()
+        if FULL_SHA.match(head):
+            return head
+        if not head.startswith("ref: "):
+            return None
+        ref = head[len("ref: "):].strip()
+        common = gd
+        if (gd / "commondir").is_file():
+            common = (gd / (gd / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        for base in (gd, common):
+            loose = base / ref
+            if loose.is_file():
+                value = loose.read_text(encoding="utf-8").strip()
+                return value if FULL_SHA.match(value) else None
+        packed = common / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text(encoding="utf-8").splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[1] == ref and FULL_SHA.match(parts[0]):
+                    return parts[0]
+    except OSError:
+        return None
+    return None
+
+
+def tool_commit() -> str | None:
+    root = checkout_root()
+    return head_commit(root) if root is not None else None
+
+
+def version_line(prog: str) -> str:
+    commit = tool_commit()
+    where = f" (git {commit[:12]})" if commit else ""
+    return f"{prog} {tool_version()}{where}"

@@ -1,0 +1,91 @@
+"""Plan and run ``october_setup``: which steps, in which order, under one stack lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from october.installer.core.errors import UsageError
+from october.installer.steps.lock.pylock import locked_state
+from october.installer.core.paths import StackPaths, inside
+from october.installer.pipeline.engine import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
+                                run_pipeline)
+from october.installer.recipe import Recipe
+from october.installer.core.resources import locks_dir
+from october.installer.core.runner import Runner
+from october.installer.core.stackmutex import StackLock, holder_file
+
+STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
+
+
+def plan_steps(recipe: Recipe) -> list[Step]:
+    """The pipeline for ``recipe``: every step in STEP_ORDER that the recipe asks for."""
+    from october.installer.steps.env.step import EnvStep
+    from october.installer.steps.fetch.step import FetchStep
+    from october.installer.steps.install.step import InstallStep
+    from october.installer.steps.jit.step import JitStep
+    from october.installer.steps.lock.step import LockStep
+    from october.installer.steps.preflight.step import PreflightStep
+    from october.installer.steps.receipt.step import ReceiptStep
+    from october.installer.steps.wheel.step import WheelStep
+
+    steps: list[Step] = [PreflightStep(), FetchStep(), EnvStep()]
+    if recipe.wheel is not None:
+        steps.append(WheelStep())
+    steps.append(InstallStep())
+    if recipe.jit:
+        steps.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
+    steps += [LockStep(), ReceiptStep()]
+    return steps
+
+
+def default_lock_path(recipe: Recipe, stack: Path) -> Path:
+    """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
+    committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
+    return committed if committed.exists() else StackPaths(stack).pylock
+
+
+def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | None) -> LockedState | None:
+    if lock_file is not None and not locked:
+        raise UsageError("--lock-file only makes sense with --locked", expected="--locked --lock-file PATH",
+                         found="--lock-file alone", fix="add --locked, or drop --lock-file")
+    if not locked:
+        return None
+    return locked_state(lock_file or default_lock_path(recipe, stack))
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    records: Sequence[StepRecord]
+    paths: StackPaths
+
+
+def check_stack_dir(paths: StackPaths) -> None:
+    """Refuse to provision into a directory that holds something else (no lost data)."""
+    root = paths.root
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
+                         found="a file", fix="pass a directory path as STACK")
+    ours = (paths.lockfile, holder_file(paths.lockfile))
+    others = sorted(p.name for p in root.iterdir() if p not in ours) if root.is_dir() else []
+    if others and not paths.state.is_dir():
+        shown = ", ".join(others[:5])
+        raise UsageError(f"the stack path {root} is not empty and is not an october stack",
+                         expected="a new or empty directory, or a stack made by october_setup (with .state/)",
+                         found=f"other files ({shown}{', ...' if len(others) > 5 else ''})",
+                         fix="choose a new directory for the stack; nothing was changed")
+
+
+def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = False) -> SetupResult:
+    paths = StackPaths(options.stack.resolve())
+    check_stack_dir(paths)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.state.mkdir(parents=True, exist_ok=True)
+    steps = plan_steps(options.recipe)
+    with StackLock(paths.lockfile):
+        echo = ui.detail if echo_commands else getattr(ui, "progress", None)
+        runner = Runner(paths.logs, echo=echo)
+        ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
+        records = run_pipeline(steps, ctx)
+    return SetupResult(records=records, paths=paths)

@@ -1,0 +1,317 @@
+"""`current smoke`: run ``python -m october.checks.smoke`` in the stack env and check its receipt.
+
+The tool env never imports torch for this: it plans a command (a pure function
+of the options and a few facts read from the stack), runs it through
+:class:`october.installer.core.runner.Runner` with the log in the output directory, then
+validates ``OUTPUT/receipt.json`` against ``receipts/smoke.schema.json``.
+
+What the stack promises comes from its setup receipt (``STACK/receipts/setup.json``):
+``engine`` when it has the vLLM fork, ``kernel`` when it has FlashInfer only; that level
+runs unless a lower one is named.  The checks run with the stack's own runtime
+environment (``STACK/stack-env.json``, :mod:`october.installer.steps.env.stackenv`): the JIT workspace
+``STACK/jit`` the jit step built into, the CUDA arch list, ``FLASHINFER_DISABLE_VERSION_CHECK``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jsonschema
+
+from october.checks.results import format_table
+from october.installer.core.atomic import write_json_atomic
+from october.installer.download.plan import fixtures_dir
+from october.installer.core.errors import ReceiptError, SmokeError, UsageError
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.env import stackenv
+from october.installer.core.paths import default_cache_dir
+from october.installer.core.resources import IMPORT_ROOT, schema_path, stack_code_root
+from october.installer.core.runner import Runner
+from october.installer.smoke.mutex import SmokeMutex
+from october.installer.smoke.selection import selection_info
+
+SCHEMA_PATH = schema_path("smoke")
+REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
+LEVELS = ("reference", "kernel", "engine")
+FORMATS = ("awq", "fp16")
+STEP = "smoke"
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    """What `current smoke` was asked to do."""
+
+    install: Path                   # the STACK directory made by october_setup
+    format: str                     # awq | fp16
+    output: Path                    # receipt.json, stack-info.json and smoke.log go here
+    level: str | None = None        # None: the level the stack promises (a lower one proves less)
+    fixtures: Path | None = None    # calibrated scales dir (default: $KNLP_KV_FIXTURES)
+    manifest: Path | None = None    # default: ./<format>-download.json
+    recipe: str | None = None       # recipe name, when setup.json does not say
+    device: str = "auto"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SmokePlan:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)      # set over the caller's environment
+    drop: tuple[str, ...] = ()                                # removed from it (stackenv.DROP)
+    cwd: Path = REPO_ROOT
+    receipt: Path = Path("receipt.json")
+    logs_dir: Path = Path(".")
+
+
+def stack_python(install: Path) -> Path:
+    py = install / "env" / "bin" / "python"
+    if not py.exists():
+        raise SmokeError(f"the stack at {install} has no Python environment",
+                         expected=f"an executable {py}", found="nothing",
+                         fix=f"run `october_setup {install} --recipe <name>` first, "
+                             "or point --install at the stack directory")
+    return py
+
+
+def default_manifest(fmt: str, cwd: Path) -> Path:
+    return cwd / f"{fmt}-download.json"
+
+
+def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None) -> Path | None:
+    """The manifest to pass, or None where the level that will run can do without one."""
+    if opts.manifest is not None:
+        if not opts.manifest.is_file():
+            raise SmokeError("the download manifest does not exist", expected=f"a file {opts.manifest}",
+                             found="nothing", fix=f"run `current download --format {opts.format} "
+                             f"--output {opts.manifest}`")
+        return opts.manifest
+    path = default_manifest(opts.format, cwd)
+    if path.is_file():
+        return path
+    if (opts.level or promised) in ("reference", "kernel"):
+        return None
+    raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
+                     fix=f"run `current download --format {opts.format} --output {path.name}` "
+                         "first, pass --manifest, or use --level reference")
+
+
+def check_manifest(path: Path, fmt: str) -> None:
+    """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
+    caught here, before the stack env is started, with the command that makes a good one."""
+    from october.installer.download.manifest import load_manifest
+
+    redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
+    try:
+        data = load_manifest(path)
+    except ReceiptError as exc:
+        raise ReceiptError(f"the download manifest {path} is not one `current download` wrote",
+                           expected="a manifest valid against receipts/download.schema.json",
+                           found=f"{exc.what}: {exc.found}" if exc.found else exc.what, fix=redo) from None
+    if data.get("selection") != fmt:
+        raise UsageError(f"the download manifest {path} is for another model format",
+                         expected=f"a manifest of the {fmt} model", found=f"selection {data.get('selection')!r}",
+                         fix=f"pass --format {data.get('selection')}, or {redo}")
+
+
+def _forks(data: Any) -> dict[str, str]:
+    if isinstance(data, Mapping):
+        items = [(k, v.get("commit") if isinstance(v, Mapping) else v) for k, v in data.items()]
+    elif isinstance(data, list):
+        items = [(d.get("name"), d.get("commit")) for d in data if isinstance(d, Mapping)]
+    else:
+        items = []
+    return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
+
+
+def promised_level(forks: Mapping[str, str]) -> str | None:
+    """The level a stack with these forks promises: engine with the vLLM fork, kernel with FlashInfer only."""
+    if "vllm" in forks:
+        return "engine"
+    if "flashinfer" in forks:
+        return "kernel"
+    return None
+
+
+def _recipe_smoke(rec: Any) -> dict[str, int] | None:
+    """The recipe's [smoke] token counts, read from the recipe file the setup receipt names."""
+    path = rec.get("path") if isinstance(rec, Mapping) else None
+    if not isinstance(path, str) or not Path(path).is_file():
+        return None
+    from october.installer.core.errors import RecipeError
+    from october.installer.recipe import load_recipe
+    try:
+        smoke = load_recipe(path).smoke
+    except RecipeError:
+        return None
+    return {"prompt_tokens": smoke.prompt_tokens, "max_new_tokens": smoke.max_new_tokens}
+
+
+def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
+    """Recipe, lock hash, fork commits, the promised level and the jit step's modules, from
+    STACK/pylock.toml and STACK/receipts/setup.json."""
+    lock = install / "pylock.toml"
+    setup = install / "receipts" / "setup.json"
+    info: dict[str, Any] = {"recipe": {"name": recipe, "sha256": None} if recipe else None,
+                            "lock_sha256": sha256_file(lock) if lock.is_file() else None,
+                            "forks": {}, "setup_receipt": str(setup) if setup.is_file() else None}
+    if not setup.is_file():
+        raise SmokeError("the stack has no setup receipt, so what it promises is unknown",
+                         expected=f"{setup} (written by october_setup)", found="nothing",
+                         fix=f"run `october_setup {install} --recipe <name>` to finish the stack")
+    try:
+        data = json.loads(setup.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
+                         found=f"{exc}", fix="re-run october_setup to rewrite it") from None
+    rec = data.get("recipe") if isinstance(data, Mapping) else None
+    if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
+        sha = rec.get("sha256")
+        info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
+    if isinstance(data, Mapping):
+        info["forks"] = _forks(data.get("forks"))
+    info["promised_level"] = promised_level(info["forks"])
+    if info["promised_level"] is None:
+        raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
+                         expected=f"a flashinfer or vllm fork in {setup}",
+                         found=f"forks {sorted(info['forks']) or 'none'}",
+                         fix="re-run october_setup with a K16/V8 recipe")
+    jit = data.get("jit") if isinstance(data, Mapping) else None
+    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in jit or []
+                   if isinstance(m, Mapping) and m.get("uri") and m.get("sha256")]
+    # an asymmetric paged prefill is declared when the jit step built one (K != V prefill module)
+    info["asym_prefill"] = any(m["uri"].startswith("batch_prefill_") and "_dtype_k_" in m["uri"] for m in info["jit"])
+    smoke = _recipe_smoke(rec)
+    if smoke is not None:
+        info["smoke"] = smoke
+    return info
+
+
+def check_choices(opts: SmokeOptions) -> None:
+    """Usage errors first, before anything is looked at or written."""
+    if opts.format not in FORMATS:
+        raise UsageError("unknown model format", expected=" or ".join(FORMATS), found=repr(opts.format),
+                         fix="pass --format awq or --format fp16")
+    if opts.level is not None and opts.level not in LEVELS:
+        raise UsageError("unknown smoke level", expected=", ".join(LEVELS), found=repr(opts.level),
+                         fix="pass --level reference, kernel or engine, or leave it out")
+    if opts.output.exists() and not opts.output.is_dir():
+        raise UsageError(f"--output {opts.output} is a file", expected="a directory for receipt.json (made if missing)",
+                         found="a file", fix="pass a directory path to --output")
+
+
+def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
+               base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None,
+               code_root: Path = REPO_ROOT) -> SmokePlan:
+    """The command and environment; pure (reads nothing, runs nothing).  ``stack_env`` is the stack's
+    runtime environment (:func:`october.installer.steps.env.stackenv.load`), laid over ``base_env``; ``code_root`` the
+    directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
+    check_choices(opts)
+    argv = [str(python), "-m", "october.checks.smoke", "--format", opts.format,
+            "--output", str(opts.output), "--stack-info", str(info_path),
+            "--device", opts.device, "--seed", str(opts.seed)]
+    if opts.level is not None:
+        argv += ["--level", opts.level]
+    if manifest is not None:
+        argv += ["--manifest", str(manifest)]
+    if opts.fixtures is not None:
+        argv += ["--fixtures", str(opts.fixtures)]
+    old = base_env.get("PYTHONPATH")
+    env: dict[str, str] = {}
+    drop: tuple[str, ...] = ()
+    if stack_env is not None:
+        applied = stackenv.apply(stack_env, base_env)
+        env = {k: v for k, v in applied.items() if base_env.get(k) != v}
+        drop = tuple(k for k in base_env if k not in applied)
+        old = None                  # the stack's environment drops the caller's PYTHONPATH
+    env.update({"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"})
+    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
+                     logs_dir=opts.output)
+
+
+def load_receipt(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ReceiptError("the smoke run wrote no receipt", expected=f"{path}", found="nothing",
+                           fix=f"read {path.parent / (STEP + '.log')}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReceiptError("the smoke receipt is not JSON", expected="JSON", found=str(exc),
+                           fix="re-run current smoke") from None
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "<top>"
+        raise ReceiptError(f"the smoke receipt {path} does not match {SCHEMA_PATH.name}",
+                           expected="a receipt valid against the schema",
+                           found=f"{len(errors)} problem(s), first at {where}: {errors[0].message}",
+                           fix="the stack's checks package and this tool disagree: re-run from one checkout")
+    return data
+
+
+def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
+              echo: Callable[[str], None] = print, base_env: Mapping[str, str] | None = None) -> int:
+    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
+    import os
+    env = dict(os.environ if base_env is None else base_env)
+    check_choices(opts)
+    python = stack_python(opts.install)
+    refuse_untrusted_jit(opts.install)
+    info = stack_info(opts.install, opts.recipe)
+    runtime = stackenv.load(opts.install)
+    with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
+        return _run_smoke(opts, python, cwd, echo, env, info, runtime)
+
+
+def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
+               env: dict[str, str], info: dict[str, Any], runtime: dict[str, str]) -> int:
+    fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
+    manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
+    if manifest is not None:
+        check_manifest(manifest, opts.format)
+    opts.output.mkdir(parents=True, exist_ok=True)
+    info_path = opts.output / "stack-info.json"
+    info["selection"] = selection_info(opts.install, (info.get("recipe") or {}).get("name"), opts.format)
+    write_json_atomic(info_path, info)
+    plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
+    old = plan.receipt
+    if old.exists():
+        old.unlink()
+    done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd,
+                                     env={k: v for k, v in env.items() if k not in plan.drop},
+                                     extra_env=plan.env, check=False)
+    if done.returncode not in (0, 1) or not plan.receipt.is_file():
+        tail = "\n".join(done.output.rstrip().splitlines()[-15:])
+        raise SmokeError(f"`python -m october.checks.smoke` in {opts.install / 'env'} did not run",
+                         expected="exit code 0 (passed) or 1 (a check failed)",
+                         found=f"exit code {done.returncode}:\n{tail}",
+                         fix=f"read {Runner(plan.logs_dir).log_path(STEP)}")
+    receipt = load_receipt(plan.receipt)
+    echo(format_table(receipt["checks"], receipt["passed"]))
+    for reason in receipt["reasons"]:
+        echo(f"  - {reason}")
+    echo(f"receipt: {plan.receipt}")
+    if receipt["passed"] != (done.returncode == 0):
+        raise ReceiptError("the smoke exit code and receipt disagree",
+                           expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
+                           fix="re-run current smoke")
+    return 0 if receipt["passed"] else 1
+
+
+def refuse_untrusted_jit(install: Path) -> None:
+    """Never run the checks on JIT libraries whose bytes are not what the jit step recorded (corrupted,
+    truncated, gone, or not recorded at all beside a record)."""
+    from october.installer.core.errors import JitError
+    from october.installer.steps.jit.integrity import MANIFEST, report
+
+    if not (install / "jit" / MANIFEST).is_file():
+        return      # no jit step recorded anything here: the checks' own JIT check judges the workspace
+    got = report(install / "jit")
+    if got["ok"]:
+        return
+    found = "; ".join([f"{u['path']}: {u['reason']}" for u in got["untrusted"]]
+                      + [f"{m}: recorded, missing" for m in got["missing"]])
+    raise JitError("the stack's JIT libraries are not the ones october_setup built", expected="every library "
+                   f"under {install / 'jit'} byte-for-byte as the jit step recorded it", found=found,
+                   fix=f"re-run `october_setup {install} --recipe <recipe>`: the jit step rebuilds what changed")

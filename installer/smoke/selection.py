@@ -1,0 +1,58 @@
+"""What `current smoke` tells the stack env about the selection it runs (``stack-info.json``'s ``selection``).
+
+From the stack's recipe: the selection's compute dtype and K/V cache dtypes (the engine
+starts with them and the physical check holds the cache to them), the JIT modules derived
+for it (:mod:`october.installer.steps.jit.derive`) and the workspace the jit step built them into (the
+JIT check looks for each one there and names the ``october_setup`` command that builds a
+missing one), the model shape they were derived from, and the recipe's ``[smoke]`` token
+protocol.  ``None`` when the stack's recipe is unknown: the engine level then reports those
+checks ``unsupported`` instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from october.installer.core.errors import RecipeError
+from october.installer.steps.jit.derive import selection_facts
+from october.installer.recipe import load_recipe, resolve_recipe_path
+
+
+def _recipe_arg(install: Path, recipe_name: str) -> str:
+    """What ``october_setup --recipe`` was given: the shipped name, or the recipe file the setup
+    receipt records when that is not the shipped one."""
+    try:
+        rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe") or {}
+    except (OSError, ValueError, AttributeError):
+        return recipe_name
+    path = rec.get("path") if isinstance(rec, dict) else None
+    if isinstance(path, str) and Path(path).is_file() and Path(path).resolve() != resolve_recipe_path(recipe_name):
+        return path
+    return recipe_name
+
+
+def selection_info(install: Path, recipe_name: str | None, fmt: str) -> dict[str, Any] | None:
+    if not recipe_name:
+        return None
+    arg = _recipe_arg(install, recipe_name)
+    try:
+        recipe = load_recipe(arg)
+    except RecipeError:
+        return None
+    sel = recipe.models.get(fmt)
+    if sel is None or sel.compute_dtype is None:
+        return None
+    by_uri = {m.uri: m for m in recipe.jit}
+    modules = [by_uri[u].key for u in sel.jit_modules if u in by_uri]
+    shape = sel.shape
+    return selection_facts(sel.compute_dtype, sel.v_format, modules, {
+        "recipe": recipe.name, "format": fmt, "repo": sel.repo, "revision": sel.revision,
+        "jit_workspace": str(install / "jit"),
+        "setup_command": f"october_setup {shlex.quote(str(install))} --recipe {shlex.quote(arg)}",
+        "shape": None if shape is None else {
+            "num_attention_heads": shape.num_attention_heads, "num_key_value_heads": shape.num_key_value_heads,
+            "head_dim": shape.head_dim, "num_hidden_layers": shape.num_hidden_layers},
+        "smoke": {"prompt_tokens": recipe.smoke.prompt_tokens, "max_new_tokens": recipe.smoke.max_new_tokens}})

@@ -1,0 +1,209 @@
+"""``env``: the stack's own venv at the recipe's exact Python, with the pinned torch and build deps."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from october.installer.steps.env import stackenv, systorch
+from october.installer.core.atomic import write_text_atomic
+from october.installer.core.errors import CommandFailed, EnvError, LockError
+from october.installer.core.hashing import sha256_file
+from october.installer.pipeline.engine import StepContext
+from october.installer.steps.env.uvcmd import pip_install, source_args, uv_env, uv_exe
+
+
+def resolved_nvcc(ctx: StepContext) -> Path | None:
+    """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
+    files, so the same toolkit reached by another path would force a full rebuild."""
+    pre = ctx.done.get("preflight")
+    facts = pre.outputs.get("facts") if pre is not None else None
+    path = ((facts or {}).get("nvcc") or {}).get("path") if isinstance(facts, dict) else None
+    return Path(path).resolve() if path else None
+
+
+def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
+    """The stack's runtime environment (see :mod:`october.installer.steps.env.stackenv`) for this recipe and machine."""
+    nvcc = resolved_nvcc(ctx)
+    arch_list = ctx.recipe.cuda.arch_list if ctx.recipe.cuda else ""
+    return stackenv.runtime_env(ctx.paths.root, arch_list, nvcc.parent.parent if nvcc else None)
+
+
+def write_stack_env(ctx: StepContext) -> dict[str, Any]:
+    """Write STACK/stack-env.json and STACK/activate; -> {path, activate, sha256, env} for the receipt."""
+    env = stack_runtime_env(ctx)
+    path = stackenv.write(ctx.paths.root, env)
+    return {"path": str(path), "activate": str(stackenv.activate_file(ctx.paths.root)),
+            "sha256": sha256_file(path), "env": env}
+
+
+def _site_packages(ctx: StepContext) -> list[str]:
+    return sorted(str(p) for p in ctx.paths.env.glob("lib/python*/site-packages"))
+
+
+def _pyvenv_version(ctx: StepContext) -> str | None:
+    cfg = ctx.paths.env / "pyvenv.cfg"
+    try:
+        text = cfg.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    m = re.search(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _dist_info_present(ctx: StepContext, name: str, version: str) -> bool:
+    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
+        if (sp / f"{name}-{version}.dist-info").is_dir():
+            return True
+    return False
+
+
+class EnvStep:
+    name: ClassVar[str] = "env"
+
+    def inputs(self, ctx: StepContext) -> Any:
+        r = ctx.recipe
+        locked = ctx.options.locked
+        return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
+                "build": list(r.build_requirements), "supply": list(r.install.supply), "sources": source_args(ctx, torch_index=True),
+                "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
+                if locked else None, "stack_env": stack_runtime_env(ctx)}
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        if ctx.recipe.torch.from_system:
+            return run_on_system_torch(ctx, self.name)
+        r = ctx.recipe
+        # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
+        ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
+        ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
+                       step=self.name, env=uv_env(ctx))
+        got = _pyvenv_version(ctx)
+        if not python_matches(r.python, got):
+            raise EnvError("the stack env has the wrong Python", expected=f"Python {r.python} (recipe python.version)",
+                           found=f"Python {got}", fix=f"install Python {r.python} (e.g. `uv python install {r.python}`) and re-run")
+        ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
+                                                           if r.build_requirements else ""))
+        # [install] supply: runtime needs of a --no-deps fork, resolved here under the torch constraint
+        pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements, *r.install.supply], torch_index=True)
+        if ctx.options.locked is not None:
+            self._install_locked_files(ctx)
+        if not _dist_info_present(ctx, "torch", r.torch.version):
+            raise EnvError("torch is not the pinned build after installing it",
+                           expected=f"torch {r.torch.version}", found="another version or none",
+                           fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
+        return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
+                "torch": r.torch.version, "site_packages": _site_packages(ctx), "stack_env": write_stack_env(ctx)}
+
+    def _install_locked_files(self, ctx: StepContext) -> None:
+        """--locked: every index package of the lock, at its version, from a file with the locked sha256
+        (uv refuses any other bytes), before the forks are installed on top."""
+        locked = ctx.options.locked
+        assert locked is not None
+        lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in locked.hashes[name])
+                 for name, version in sorted(locked.packages.items()) if locked.hashes.get(name)]
+        missing = sorted(n for n in locked.packages if not locked.hashes.get(n))
+        if missing:
+            raise LockError(f"the lock {locked.path} gives no file hash for {', '.join(missing)}",
+                            expected="a sha256 for every locked wheel", found="entries without hashes",
+                            fix="re-create the lock with october_setup (without --locked)")
+        req = ctx.paths.state / "locked-requirements.txt"
+        write_text_atomic(req, "\n".join(lines) + "\n")
+        ctx.ui.info(f"installing {len(lines)} locked files from {locked.path.name} (hashes enforced)")
+        try:
+            pip_install(ctx, self.name, ["--require-hashes", "--no-deps", "-r", str(req)], torch_index=True)
+        except CommandFailed as exc:
+            raise LockError(f"the files the recipe's sources serve do not match the lock {locked.path}",
+                            expected="every locked package at its locked version and sha256",
+                            found=f"uv refused ({exc.tail.strip().splitlines()[-1] if exc.tail.strip() else 'see log'})",
+                            fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
+                                f"{exc.log_path}") from None
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        if not ctx.paths.python.exists():
+            return f"{ctx.paths.python} is missing"
+        if ctx.recipe.torch.from_system:
+            problem = system_torch_env_problem(ctx, outputs)
+            if problem is not None:
+                return problem
+        elif not python_matches(ctx.recipe.python, _pyvenv_version(ctx)):
+            return "the env's Python version changed"
+        elif not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
+            return f"torch {ctx.recipe.torch.version} is no longer installed"
+        recorded = outputs.get("stack_env") or {}
+        path = stackenv.env_file(ctx.paths.root)
+        if not path.is_file() or sha256_file(path) != recorded.get("sha256"):
+            return f"{path} is missing or changed"
+        if not stackenv.activate_file(ctx.paths.root).is_file():
+            return f"{stackenv.activate_file(ctx.paths.root)} is missing"
+        return None
+
+
+# ------------------------------------------------------------------ site-provided torch
+
+
+def python_matches(recipe_python: str, got: str | None) -> bool:
+    """"3.12" accepts any 3.12.x (a system interpreter's patch level is the site's); "3.12.11" is exact."""
+    return got is not None and (got == recipe_python or got.startswith(recipe_python + "."))
+
+
+def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
+    """The env on the system interpreter, its site directories visible, torch never installed here."""
+    r = ctx.recipe
+    python = r.torch.system_python
+    assert python is not None
+    facts = systorch.probe(ctx.runner, step, Path(python))
+    ok, expected, found, fix = systorch.check(r, facts)
+    if not ok:
+        raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)
+    if not python_matches(r.python, facts.get("python")):
+        raise EnvError("the system interpreter has the wrong Python", expected=f"Python {r.python} (recipe "
+                       "python.version)", found=f"Python {facts.get('python')} at {python}",
+                       fix="point --system-python at an interpreter of the recipe's Python version")
+    ctx.ui.info(f"creating {ctx.paths.env} on {python} (torch {facts.get('version')} from its site packages)")
+    ctx.runner.run([uv_exe(), "venv", "--clear", "--system-site-packages", "--python", python, str(ctx.paths.env)],
+                   step=step, env=uv_env(ctx))
+    systorch.write_pth(ctx.paths.env, facts)
+    wanted = [*r.build_requirements, *r.install.supply]
+    needed = systorch.unmet(wanted, systorch.site_distributions(systorch.site_dirs(facts)))
+    if needed:
+        ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
+                    "come from the system interpreter)")
+        pip_install(ctx, step, needed)
+    seen = systorch.probe(ctx.runner, step, ctx.paths.python)
+    problems = systorch.guard_problems(ctx.paths.env, facts, {
+        "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
+        "import": {"origin": seen.get("file")}})
+    if seen.get("error") or seen.get("version") != facts.get("version") or problems:
+        raise EnvError("the stack env does not see the system torch", expected=f"torch {facts.get('version')} from "
+                       f"{', '.join(systorch.site_dirs(facts))}", found=str(seen.get("error") or
+                       (problems[0][2] if problems else f"torch {seen.get('version')}")),
+                       fix="check that the interpreter's site directories are readable; report this with "
+                           f"{ctx.runner.log_path(step)}")
+    got = _pyvenv_version(ctx)
+    return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
+            "torch": facts.get("version"), "torch_cuda": facts.get("cuda"), "torch_source": "system",
+            "system_torch": systorch.record(facts), "site_packages": _site_packages(ctx),
+            "stack_env": write_stack_env(ctx)}
+
+
+def system_torch_env_problem(ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    """No process started (no-op re-runs stay fast): the .pth is in place, no torch in the env's own
+    site-packages, and the recorded system torch is still where it was."""
+    rec = outputs.get("system_torch") or {}
+    if rec.get("python") != ctx.recipe.torch.system_python:
+        return "the system interpreter changed"
+    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
+        if any(sp.glob("torch-*.dist-info")) or (sp / "torch").exists():
+            return f"torch was installed into {sp} (it must come from the system)"
+        if not (sp / systorch.PTH_NAME).is_file():
+            return f"{sp / systorch.PTH_NAME} is missing"
+    where = rec.get("path")
+    version = rec.get("version")
+    if not where or not (Path(where) / "__init__.py").is_file():
+        return f"the system torch at {where} is gone"
+    sites = [Path(d) for d in rec.get("site_packages") or []]
+    dist = rec.get("dist_version") or version
+    if dist and not any((d / f"torch-{dist}.dist-info").is_dir() for d in sites):
+        return f"torch {version} is no longer installed in the system site directories"
+    return None

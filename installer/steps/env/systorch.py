@@ -1,0 +1,228 @@
+"""A site-provided torch: the stack env is made on a given interpreter whose torch it uses, never replaces.
+
+``--system-python PATH`` (or a recipe with ``[torch] source = "system"``) says torch
+comes from PATH (an NGC container's python, a site module, the H200 image's
+``/opt/torch/.venv/bin/python``).  Then:
+
+* preflight runs :data:`PROBE` with that interpreter and :func:`check` compares
+  torch's exact version and CUDA build with the recipe (expected / found / fix);
+* the env step makes ``STACK/env`` on that interpreter with
+  ``--system-site-packages`` and a ``.pth`` (:func:`pth_text`) that adds the
+  interpreter's own site directories: a venv made from a venv sees only the
+  *base* interpreter's site-packages, which is not where a venv's torch lives;
+* the install guard (:func:`guard_problems`) fails when a torch distribution
+  sits in the stack env's own site-packages, when more than one torch is
+  visible, or when ``import torch`` resolves outside the interpreter's site
+  directories;
+* the lock and receipt record torch as provided by the system: version, CUDA
+  build, where it was found (:func:`record`).
+
+The tool env never imports torch: every fact comes from the probe's JSON line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from october.installer.core.resources import stack_script
+from october.installer.core.errors import EnvError, UsageError
+from october.installer.recipe import Recipe
+from october.installer.core.runner import Runner
+
+PROBE = stack_script("probe_torch.py")
+MARK = "OCTOBER_TORCH "
+PTH_NAME = "_october_system_site.pth"
+
+
+def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
+    """The recipe with torch taken from ``python``; a usage error when the recipe does not allow it."""
+    t = recipe.torch
+    if python is None:
+        if t.from_system:
+            raise UsageError(f"recipe {recipe.name} takes torch from the system", expected="--system-python PATH "
+                             "(the interpreter whose torch the stack uses)", found="no --system-python",
+                             fix=f"pass --system-python /path/to/python with torch {t.version} installed")
+        return recipe
+    if not (t.from_system or t.allow_system):
+        raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
+                         expected="a recipe with [torch] source = \"system\" or allow_system = true",
+                         found=f"--system-python {python}", fix="drop --system-python, or use a recipe that allows a "
+                         "site-provided torch")
+    exe = Path(python).expanduser().absolute()
+    if not exe.is_file():
+        raise UsageError("--system-python is not a file", expected="the path of a Python interpreter",
+                         found=f"{exe} does not exist", fix="pass the interpreter itself, e.g. /opt/torch/.venv/bin/python")
+    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", system_python=str(exe),
+                                                                 index_url=None))
+
+
+def mark_system(recipe: Recipe) -> Recipe:
+    """The recipe with torch from the system, no interpreter named yet (an offline kit made elsewhere
+    carries no torch wheel for it); a usage error when the recipe does not allow it."""
+    t = recipe.torch
+    if not (t.from_system or t.allow_system):
+        raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
+                         expected="a recipe with [torch] source = \"system\" or allow_system = true",
+                         found="--system-torch", fix="drop --system-torch, or use a recipe that allows a "
+                         "site-provided torch")
+    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", index_url=None))
+
+
+def probe(runner: Runner, step: str, python: Path) -> dict[str, Any]:
+    """Facts about ``python`` and its torch (never raises for a missing torch: ``error`` says why)."""
+    done = runner.run([str(python), "-I", str(PROBE)], step=step, check=False, timeout=300)
+    line = next((ln for ln in reversed(done.output.splitlines()) if ln.startswith(MARK)), None)
+    if line is None:
+        tail = (done.output.strip().splitlines() or ["no output"])[-1][:300]
+        return {"python_path": str(python), "error": f"{python} did not run the torch probe (exit {done.returncode}: "
+                f"{tail})"}
+    facts: dict[str, Any] = json.loads(line[len(MARK):])
+    facts["python_path"] = str(python)
+    return facts
+
+
+def cuda_of(recipe: Recipe) -> str | None:
+    """The CUDA build the recipe's torch must have: [cuda] version, else the +cuXYZ local tag."""
+    if recipe.cuda is not None:
+        return recipe.cuda.version
+    local = recipe.torch.version.partition("+")[2]
+    if local.startswith("cu") and local[2:].isdigit() and len(local) >= 5:
+        return f"{local[2:-1]}.{local[-1]}"
+    return None
+
+
+def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str]:
+    """-> (ok, expected, found, fix) for preflight's ``torch`` check."""
+    want, cuda = recipe.torch.version, cuda_of(recipe)
+    py = facts.get("python_path") or recipe.torch.system_python
+    expected = f"torch {want}" + (f" built for CUDA {cuda}" if cuda else "") + f" importable by {py}"
+    if facts.get("error"):
+        return False, expected, str(facts["error"]), (f"install torch {want} into that interpreter, or point "
+                                                       "--system-python at one that has it")
+    found = f"torch {facts.get('version')} (CUDA {facts.get('cuda')}) at {facts.get('file')}"
+    problems = []
+    if facts.get("version") != want:
+        problems.append("version")
+    if cuda is not None and facts.get("cuda") != cuda:
+        problems.append("CUDA build")
+    if facts.get("dist_version") not in (None, *same_build(str(facts.get("version")))):
+        problems.append("metadata")
+        found += f"; its metadata says {facts.get('dist_version')}"
+    if not problems:
+        return True, expected, found, ""
+    fix = (f"the {' and '.join(problems)} differ: point --system-python at an interpreter with torch {want}, "
+           f"or pick a recipe pinning torch {facts.get('version')}")
+    if recipe.torch.allow_system and recipe.torch.index_url:
+        fix += f", or drop --system-python to install torch {want} from {recipe.torch.index_url}"
+    return False, expected, found, fix
+
+
+def same_build(version: str) -> tuple[str, str]:
+    """The versions a torch distribution's metadata may carry for ``torch.__version__`` = ``version``:
+    the index builds keep the local tag (2.11.0+cu130), PyPI's CUDA wheels drop it (2.15.0 for 2.15.0+cu132)."""
+    return version, version.partition("+")[0]
+
+
+def site_dirs(facts: Mapping[str, Any]) -> list[str]:
+    return [str(d) for d in facts.get("site_packages") or [] if isinstance(d, str)]
+
+
+def pth_text(facts: Mapping[str, Any]) -> str:
+    """A ``.pth`` that adds the interpreter's site directories *after* the env's own (processing their
+    ``.pth`` files too, as the interpreter itself does)."""
+    lines = [f"import site; site.addsitedir({d!r})" for d in site_dirs(facts)]
+    return "# written by october: torch comes from the system interpreter's site directories\n" + "\n".join(lines) + "\n"
+
+
+def write_pth(env: Path, facts: Mapping[str, Any]) -> Path:
+    sites = sorted(env.glob("lib/python*/site-packages"))
+    if not sites:
+        raise EnvError("the stack env has no site-packages", expected=f"{env}/lib/pythonX.Y/site-packages",
+                       found="none", fix="re-run october_setup (the env step makes the env again)")
+    path = sites[0] / PTH_NAME
+    path.write_text(pth_text(facts), encoding="utf-8")
+    return path
+
+
+def _under(path: str | None, roots: Sequence[str]) -> bool:
+    if not path:
+        return False
+    p = Path(path).resolve()
+    return any(p.is_relative_to(Path(r).resolve()) for r in roots)
+
+
+def guard_problems(env: Path, expected: Mapping[str, Any], facts: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(check, expected, found, fix) for every way the env shadows or replaced the system torch.
+
+    ``expected``: the recorded system torch (``version``, ``site_packages``); ``facts``: the guard probe's
+    ``torch`` entry (``dists``: [{version, site}], ``import``: {origin})."""
+    version, sites = str(expected.get("version")), site_dirs(expected)
+    dists = list(facts.get("dists") or [])
+    env_sites = [str(p) for p in env.glob("lib/python*/site-packages")]
+    fix = ("something installed torch into the stack env: re-run october_setup (the env step makes the env again "
+           "on the system interpreter); keep torch out of the forks' dependencies (the recipe's constraint pins it)")
+    problems: list[tuple[str, str, str, str]] = []
+    own = [d for d in dists if _under(d.get("site"), env_sites)]
+    if own:
+        problems.append(("torch", f"no torch distribution in {env} (torch {version} comes from the system)",
+                         "; ".join(f"torch {d.get('version')} in {d.get('site')}" for d in own), fix))
+    if len(dists) != 1 or str(dists[0].get("version")) not in same_build(version):
+        problems.append(("torch", f"exactly one torch, {version}, visible in the stack env",
+                         ", ".join(f"torch {d.get('version')} in {d.get('site')}" for d in dists) or "no torch", fix))
+    origin = (facts.get("import") or {}).get("origin")
+    if not _under(origin, sites) or _under(origin, env_sites):
+        problems.append(("import torch", f"`import torch` to load from the system site directories "
+                         f"{', '.join(sites)}", f"it resolves to {origin or 'nothing'}", fix))
+    return problems
+
+
+def record(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What the lock and receipt say about a site-provided torch."""
+    return {"source": "system", "version": facts.get("version"), "cuda": facts.get("cuda"),
+            "path": str(Path(str(facts.get("file"))).parent) if facts.get("file") else None,
+            "dist_version": facts.get("dist_version"),
+            "python": facts.get("python_path"), "python_version": facts.get("python"),
+            "site_packages": site_dirs(facts)}
+
+
+def site_distributions(sites: Sequence[str]) -> dict[str, str]:
+    """canonical name -> version of every distribution in the given site directories (METADATA read
+    from disk, no process started)."""
+    from email.parser import HeaderParser
+
+    from packaging.utils import canonicalize_name
+
+    out: dict[str, str] = {}
+    for site in sites:
+        for info in sorted(Path(site).glob("*.dist-info")):
+            try:
+                msg = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+            if msg.get("Name") and msg.get("Version"):
+                out.setdefault(str(canonicalize_name(msg["Name"])), str(msg["Version"]).strip())
+    return out
+
+
+def unmet(requirements: Sequence[str], have: Mapping[str, str]) -> list[str]:
+    """The requirements the system interpreter's distributions do not already satisfy (installing those
+    into the env would only shadow the system's copies)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    out: list[str] = []
+    for line in requirements:
+        req = Requirement(line)
+        got = have.get(str(canonicalize_name(req.name)))
+        try:
+            ok = got is not None and req.specifier.contains(Version(got), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            out.append(line)
+    return out

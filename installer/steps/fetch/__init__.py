@@ -1,0 +1,51 @@
+"""git for the fetch step: shared bare mirrors, prefix pins, working clones.
+
+How git is called (one rule, so every byte that changes disk is logged):
+
+- Everything that *writes* -- network fetches, clones, checkouts, submodule
+  updates, config and ref updates -- runs as ``git ...`` through
+  :meth:`october.installer.core.runner.Runner.run`, so its full output lands in
+  ``STACK/logs/<step>.log`` with secrets masked, and a failure carries the
+  command, exit code and last lines.
+- Everything that only *reads* -- ``rev-parse``, ``cat-file -e``, ``status``,
+  ``rev-list``, submodule listings -- goes through GitPython (``git.Repo``),
+  which keeps these quick look-ups out of the log.  The one exception is
+  creating an empty bare mirror with ``Repo.init(bare=True)``: no network,
+  nothing worth logging.
+
+Modules: :mod:`.mirror` (one bare mirror per URL in the cache dir, file-locked),
+:mod:`.resolve` (a pin -> a full 40-hex commit), :mod:`.worktree` (the clone
+in ``STACK/src/<fork>``, its submodules and its checks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+HEX = re.compile(r"^[0-9a-f]+$")
+_HTTP_USERINFO = re.compile(r"^((?i:https?)://)[^/@\s]*@")
+
+# Variables that would point git at some other repository than the one we mean.
+_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                      "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for our git commands: never prompt, never follow a stray GIT_DIR."""
+    env = dict(os.environ if base is None else base)
+    for key in _GIT_LOCATION_VARS:
+        env.pop(key, None)
+    env["GIT_TERMINAL_PROMPT"] = "0"      # a private repo fails at once instead of hanging
+    env["GCM_INTERACTIVE"] = "never"
+    env["LC_ALL"] = "C"                   # stable messages in logs
+    return env
+
+
+def strip_credentials(url: str) -> str:
+    """``https://user:token@host/x`` -> ``https://host/x``: what a clone's ``origin`` may keep on disk.
+
+    Only http(s) userinfo is dropped (that is where tokens live); ``ssh://git@host`` keeps its user.
+    """
+    return _HTTP_USERINFO.sub(lambda m: m.group(1), url)

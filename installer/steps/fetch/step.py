@@ -1,0 +1,90 @@
+"""fetch: every fork cloned at its exact pinned commit, through the shared mirror cache.
+
+For each fork of the recipe: open the bare mirror of its URL in the cache dir,
+turn the pin into a full commit (a prefix is resolved on its branch, or taken
+from the lock under ``--locked``), fetch it into the mirror only if missing,
+then make ``STACK/src/<fork>`` a clone detached at that commit with submodules
+at their recorded commits, and check HEAD and cleanliness.  See
+:mod:`october.installer.steps.fetch` for which git calls go through the runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
+from october.installer.steps.fetch.resolve import resolve_pin
+from october.installer.steps.fetch.worktree import check_clone, sync_clone
+from october.installer.pipeline.engine import JSON, StepContext
+from october.installer.recipe import ForkUse
+from october.installer.core.redact import redact_url
+
+
+class FetchStep:
+    name: ClassVar[str] = "fetch"
+
+    def inputs(self, ctx: StepContext) -> JSON:
+        locked = ctx.options.locked
+        return {"forks": [{"name": f.name, "url": redact_url(f.fetch_url),
+                           "upstream": redact_url(f.upstream) if f.upstream else None,
+                           "pin": f.pin.name, "commit": f.pin.commit, "branch": f.pin.branch,
+                           "submodules": f.submodules,
+                           **({"submodule_paths": list(f.submodule_paths)} if f.submodule_paths is not None else {}),
+                           "allow_dirty": ctx.options.allow_dirty,
+                           "locked": locked.commits.get(f.name) if locked is not None else None}
+                          for f in ctx.recipe.forks]}
+
+    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
+        return {"forks": {f.name: self._fork(ctx, f) for f in ctx.recipe.forks}}
+
+    def _fork(self, ctx: StepContext, fork: ForkUse) -> dict[str, Any]:
+        o = ctx.options
+        kit = o.kit
+        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name,
+                             source=kit.source_for(fork.fetch_url) if kit is not None else None)
+        locked = o.locked.commits if o.locked is not None else None
+        res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
+        if res.how == "prefix":
+            ctx.ui.detail(f"{fork.name}: '{res.requested}' on branch '{res.branch}' is {res.commit}")
+        if ensure_commit(ctx.runner, self.name, mirror, res.commit):
+            ctx.ui.detail(f"{fork.name}: fetched {res.commit} from {mirror.shown_url}")
+        else:
+            ctx.ui.detail(f"{fork.name}: {res.commit} already in the cache ({mirror.path})")
+        if kit is not None:
+            # what else the kit carries for this fork (the base wheel's source commit) goes into the
+            # fork's mirror too, where the wheel step looks for it before asking the upstream
+            for extra in kit.commits_for(fork.fetch_url):
+                if extra != res.commit:
+                    ensure_commit(ctx.runner, self.name, mirror, extra)
+        dest = ctx.paths.fork(fork.name)
+        out = sync_clone(ctx.runner, self.name, dest, mirror, res.commit, cache_dir=o.cache_dir,
+                         submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail,
+                         submodule_paths=fork.submodule_paths,
+                         **({"rewrite": kit.source_for} if kit is not None else {}))
+        if out.dirty:
+            ctx.ui.warn(f"{fork.name}: keeping {len(out.dirty)} local change(s) in {dest} "
+                        "(--allow-dirty; recorded)")
+            ctx.runner.note(self.name, f"# {fork.name}: dirty tree kept (--allow-dirty):\n"
+                            + "\n".join(out.dirty))
+        return {"path": str(dest), "url": redact_url(fork.fetch_url),
+                "upstream": redact_url(fork.upstream) if fork.upstream else None,
+                "pin": fork.pin.name, "requested": res.requested, "branch": res.branch,
+                "commit": res.commit, "submodules": dict(out.submodules),
+                **({"submodule_paths": list(fork.submodule_paths)} if fork.submodule_paths is not None else {}),
+                "dirty_allowed": o.allow_dirty, "dirty": bool(out.dirty)}
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
+        recorded = outputs.get("forks")
+        if not isinstance(recorded, dict):
+            return "no fork records"
+        for fork in ctx.recipe.forks:
+            rec = recorded.get(fork.name)
+            if not isinstance(rec, dict) or "commit" not in rec or "path" not in rec:
+                return f"fork '{fork.name}' has no record"
+            bad = check_clone(Path(rec["path"]), rec["commit"], allow_dirty=bool(rec.get("dirty_allowed")),
+                              submodules=rec.get("submodules") if fork.submodules else None,
+                              submodule_paths=fork.submodule_paths)
+            if bad is not None:
+                return f"fork '{fork.name}': {bad}"
+        return None

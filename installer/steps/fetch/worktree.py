@@ -1,0 +1,382 @@
+"""The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
+
+The clone is a local ``git clone`` of the bare mirror: git hard-links the
+mirror's object files (or copies them across file systems), so nothing is
+downloaded twice and, unlike ``--reference``/alternates, the clone keeps
+working if the cache is later deleted.  ``origin`` then points at the real
+fork URL.  Submodules go through a mirror of their own URL the same way: the
+submodule's URL is pointed at its mirror for the ``submodule update`` and set
+back to the real URL afterwards.
+
+A new clone is built in ``src/.<fork>.partial`` and renamed into place once
+checked out, so a killed run never leaves a half clone under the real name.
+An existing clone at another commit is moved if clean; a dirty one is refused
+unless ``allow_dirty``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import git
+
+from october.installer.core.errors import CommandFailed, FetchError
+from october.installer.steps.fetch import git_env, strip_credentials
+from october.installer.steps.fetch.exclude import exclude_build_outputs
+from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
+
+MAX_LISTED = 10
+MAX_DEPTH = 8
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: Path
+    commit: str
+    submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
+    dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
+
+
+@dataclass(frozen=True)
+class SubmoduleState:
+    flag: str        # " " at the recorded commit, "+" another commit, "-" not initialized, "U" conflict
+    commit: str
+    path: str
+
+
+# ---------------------------------------------------------------------- inspection
+
+
+def _open(path: Path) -> git.Repo:
+    return git.Repo(path, search_parent_directories=False)
+
+
+def head_commit(path: Path) -> str | None:
+    """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
+    try:
+        with _open(path) as repo:
+            return str(repo.git.rev_parse("--verify", "HEAD^{commit}")).strip()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
+        return None
+
+
+def dirty_entries(path: Path) -> list[str]:
+    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
+        # GIT_OPTIONAL_LOCKS=0: a read-only look must not refresh (rewrite) the index
+        out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def submodule_states(path: Path) -> list[SubmoduleState]:
+    """``git submodule status --recursive``, parsed."""
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
+        out = repo.git.submodule("status", "--recursive")
+    states: list[SubmoduleState] = []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        flag, rest = line[0], line[1:]
+        commit, _, where = rest.partition(" ")
+        if where.endswith(")") and " (" in where:
+            where = where.rsplit(" (", 1)[0]
+        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
+    return states
+
+
+def check_clone(path: Path, commit: str, *, allow_dirty: bool,
+                submodules: Mapping[str, str] | None = None,
+                submodule_paths: Sequence[str] | None = None) -> str | None:
+    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
+    submodules at the recorded commits); otherwise the reason it is not."""
+    try:
+        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules,
+                            selection=submodule_paths)
+    except git.GitCommandError as exc:
+        return f"git cannot inspect {path} ({_stderr(exc)})"
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {exc.status}"
+
+
+def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
+                 submodules: Mapping[str, str] | None, selection: Sequence[str] | None = None) -> str | None:
+    head = head_commit(path)
+    if head is None:
+        return f"{path} is not a git clone"
+    if head != commit:
+        return f"{path} is at {head}, not {commit}"
+    if not allow_dirty:
+        dirty = dirty_entries(path)
+        if dirty:
+            return f"{path} has local changes ({_listed(dirty)})"
+    if submodules is not None:
+        now = {s.path: s.commit for s in submodule_states(path) if selected(s.path, selection)}
+        off = [s.path for s in submodule_states(path) if selected(s.path, selection) and s.flag != " "]
+        if off:
+            return f"{path} submodules not at their recorded commits: {', '.join(off)}"
+        if now != dict(submodules):
+            return f"{path} submodules are {now}, not {dict(submodules)}"
+    return None
+
+
+def _listed(items: Sequence[str]) -> str:
+    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
+    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+
+
+# ------------------------------------------------------------------------- writing
+
+
+class _Git:
+    """git commands for one fork, through the runner, with failures mapped to FetchError."""
+
+    def __init__(self, runner: Runner, step: str, fork: str) -> None:
+        self.runner = runner
+        self.step = step
+        self.fork = fork
+
+    def __call__(self, args: Sequence[str], *, doing: str, fix: str, cwd: Path | None = None) -> None:
+        try:
+            self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
+        except CommandFailed as exc:
+            last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-4:]
+            raise FetchError(f"fork '{self.fork}': {doing} failed",
+                             expected="git to succeed",
+                             found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
+                             fix=f"{fix}; full log: {exc.log_path}") from None
+
+
+def is_shallow(repo: Path) -> bool:
+    """Whether a repository (bare or the ``.git`` of a clone) has shallow roots."""
+    return (repo / "shallow").exists() or (repo / ".git" / "shallow").exists()
+
+
+def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
+    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
+    From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
+    shallow roots to a complete clone unless told to (``--update-shallow``)."""
+    if has_commit(repo_dir, commit):
+        return
+    ref = f"{PIN_REFS}/{commit}"
+    # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
+    # the commits down to the base wheel's source commit)
+    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
+    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
+      doing=f"copying commit {commit} from the mirror {mirror.path}",
+      fix=f"remove {mirror.path} (a cache) and re-run")
+
+
+def _source(mirror: Mirror) -> str:
+    """How a clone reads the local mirror: a path (hard links) unless the mirror is shallow,
+    then a file:// URL (git ignores --depth for plain paths)."""
+    return mirror.path.as_uri() if is_shallow(mirror.path) else str(mirror.path)
+
+
+def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
+    url = strip_credentials(url)          # never leave a token in the clone's .git/config
+    with _open(repo_dir) as repo:
+        current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
+    if current == url:
+        return
+    verb = "set-url" if current is not None else "add"
+    g(["-C", str(repo_dir), "remote", verb, "origin", url],
+      doing=f"pointing origin at {redact_url(url)}", fix=f"check {repo_dir}/.git/config")
+
+
+def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
+    g(["-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+      doing=f"checking out {commit} in {repo_dir}",
+      fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
+
+
+def _partial(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.partial"
+
+
+def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    partial = _partial(dest)
+    say(f"{g.fork}: cloning from the mirror {mirror.path}")
+    with mirror.locked():
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
+          doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
+        _bring_commit(g, partial, mirror, commit)
+    _set_origin(g, partial, mirror.url)
+    _checkout(g, partial, commit)
+    if dest.exists():
+        dest.rmdir()          # only an empty directory gets here
+    partial.rename(dest)
+
+
+def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
+                     say: Say) -> None:
+    try:
+        with _open(dest) as repo:
+            top = Path(repo.working_tree_dir or "")
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = None
+    if top is None or top.resolve() != dest.resolve():
+        raise FetchError(f"fork '{g.fork}': {dest} exists but is not a git clone",
+                         expected=f"a clone of {mirror.shown_url} (or no directory)",
+                         found="a directory that is not the top of a git repository",
+                         fix=f"move {dest} away (or delete it) and re-run")
+    dirty = dirty_entries(dest)
+    head = head_commit(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
+                         expected=f"a clean tree at {commit}",
+                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {_listed(dirty)}",
+                         fix=f"commit, stash or discard them in {dest} (or delete the clone), "
+                             "or re-run with --allow-dirty to keep them (recorded in the receipt)")
+    _set_origin(g, dest, mirror.url)
+    if head != commit:
+        say(f"{g.fork}: moving {dest} from {head} to {commit}")
+        with mirror.locked():
+            _bring_commit(g, dest, mirror, commit)
+        _checkout(g, dest, commit)
+
+
+Rewrite = Callable[[str], "str | None"]
+
+
+def _no_rewrite(url: str) -> str | None:
+    return None
+
+
+def selected(path: str, selection: Sequence[str] | None) -> bool:
+    """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
+    if selection is None:
+        return True
+    return any(path == p or path.startswith(p + "/") for p in selection)
+
+
+def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> None:
+    if not (repo_dir / ".gitmodules").exists():
+        if selection:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
+                             expected=f"submodules {', '.join(selection)} in {repo_dir}/.gitmodules",
+                             found="no .gitmodules", fix="fix the fork entry's submodules = [...] in the recipe")
+        return
+    if depth > MAX_DEPTH:
+        raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
+                         expected=f"at most {MAX_DEPTH} levels", found="more",
+                         fix="check the fork's .gitmodules for a cycle")
+    with _open(repo_dir) as repo:
+        declared = {str(sm.path) for sm in repo.submodules}
+    if selection is not None:
+        unknown = [p for p in selection if p not in declared]
+        if unknown:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
+                             expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
+                             found=", ".join(unknown),
+                             fix="fix the fork entry's submodules = [...] in the recipe")
+    only = ["--", *selection] if selection is not None else []
+    # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
+    # against origin), undoing a mirror path left in .git/config by a killed run.
+    for verb in ("init", "sync"):
+        g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
+          fix=f"check {repo_dir}/.gitmodules")
+    with _open(repo_dir) as repo:
+        subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
+                if selection is None or str(sm.path) in selection]
+        urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
+    for name, rel, commit in subs:
+        url = urls[name]
+        sub_dir = repo_dir / rel
+        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
+        try:
+            fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
+        except FetchError as exc:
+            raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
+                             expected=exc.expected or "", found=exc.found or "",
+                             fix=(exc.fix or "") + f"; if the build does not need {rel}, leave it out of "
+                                 "the fork entry's submodules = [...] in the recipe") from None
+        if fetched:
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
+        with mirror.locked():
+            cloned = (sub_dir / ".git").exists()
+            if cloned:
+                _bring_commit(g, sub_dir, mirror, commit)
+            else:
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", _source(mirror)],
+                  doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
+            try:
+                # protocol.file.allow: the clone source is our own local mirror.  No --no-fetch:
+                # a clone of a shallow mirror copies branches only, so the commit (held by a pin
+                # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
+                shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
+                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
+                   "--init", "--checkout", *shallow, "--", rel],
+                  doing=f"checking out submodule {rel} at {commit}",
+                  fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+            finally:
+                if not cloned:
+                    g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
+                      doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
+        _set_origin(g, sub_dir, url)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite)
+
+
+def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+               submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> Checkout:
+    """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
+    with submodules (all, or the top-level ``submodule_paths`` and what nests in them) at their
+    recorded commits, each fetched shallow into its own mirror; verify HEAD and cleanliness.
+    ``rewrite`` maps a submodule URL to the place to fetch it from instead (a kit), or None."""
+    try:
+        return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
+                           allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite)
+    except git.GitCommandError as exc:   # a read through GitPython failed
+        shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
+                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
+                             f"or delete {dest} and re-run") from None
+
+
+def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+                submodules: bool, allow_dirty: bool, say: Say, selection: Sequence[str] | None,
+                rewrite: Rewrite) -> Checkout:
+    g = _Git(runner, step, mirror.fork)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if _partial(dest).exists():           # left by a killed run
+        shutil.rmtree(_partial(dest))
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        _clone_new(g, dest, mirror, commit, say)
+    else:
+        exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
+        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
+    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
+    if submodules:
+        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite)
+    head = head_commit(dest)
+    if head != commit:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
+                         expected=f"HEAD = {commit}", found=f"HEAD = {head}",
+                         fix=f"delete {dest} and re-run")
+    states = [s for s in submodule_states(dest) if selected(s.path, selection)] if submodules else []
+    off = [s for s in states if s.flag != " "]
+    if off:
+        raise FetchError(f"fork '{mirror.fork}': submodules of {dest} are not at their recorded commits",
+                         expected="every submodule initialized at the commit the fork records",
+                         found="; ".join(f"{s.path} ({'not initialized' if s.flag == '-' else 'at ' + s.commit})"
+                                         for s in off),
+                         fix=f"delete {dest} and re-run")
+    dirty = dirty_entries(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
+                         expected=f"a clean tree at {commit}", found=_listed(dirty),
+                         fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
+    return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
+                    dirty=tuple(dirty))

@@ -1,0 +1,113 @@
+"""The install plan: which ``uv pip install`` runs, in which order, with which environment.
+
+Computed from the recipe's forks and the earlier steps' results, without running
+anything, so the order and the arguments can be tested on their own.
+
+Order rule: forks installed *with* dependencies go first, forks installed with
+``--no-deps`` after them, and a ``flashinfer``-mode fork last of all.  A
+dependency resolution (vLLM pulls ``flashinfer-python`` from an index) can then
+never overwrite a fork that was installed before it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from october.installer.core.errors import InstallError
+from october.installer.recipe import ForkUse
+
+
+@dataclass(frozen=True)
+class ForkSource:
+    """A fork as the install step sees it: where its checkout is, at which commit, which distribution."""
+
+    use: ForkUse
+    path: Path
+    commit: str
+    dist: str                 # the distribution name its pyproject declares (e.g. flashinfer-python)
+
+
+@dataclass(frozen=True)
+class UvInstall:
+    """One ``uv pip install`` (the common ``--python``/sources/constraints part is added by uvcmd)."""
+
+    fork: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    why: str
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    installs: tuple[UvInstall, ...]
+    base_commit: str | None
+    wheel: Path | None
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return tuple(i.fork for i in self.installs)
+
+
+def installs_deps(use: ForkUse) -> bool:
+    """A ``flashinfer``-mode fork is always ``--no-deps``; any other fork as the recipe says."""
+    return use.deps and use.mode != "flashinfer"
+
+
+def _position(use: ForkUse) -> tuple[int, int]:
+    return (1 if use.mode == "flashinfer" else 0, 0 if installs_deps(use) else 1)
+
+
+def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
+              base_commit: str | None = None) -> InstallPlan:
+    """Order the installs and build each one's arguments and environment."""
+    installs: list[UvInstall] = []
+    for src in sorted(forks, key=lambda f: _position(f.use)):  # stable: recipe order within a group
+        use = src.use
+        args: list[str] = ["--reinstall-package", src.dist]
+        env: list[tuple[str, str]] = []
+        if not installs_deps(use):
+            args.append("--no-deps")
+        if not use.build_isolation:
+            args.append("--no-build-isolation")
+        if use.mode == "vllm-precompiled":
+            if wheel is None:
+                raise InstallError(f"fork '{use.name}' is installed in mode 'vllm-precompiled' but no base wheel "
+                                   "was verified", expected="a [wheel] section in the recipe (the wheel step "
+                                   "verifies it)", found="no wheel", fix="add the base wheel to the recipe's "
+                                   "[wheel] section, or install the fork in mode 'editable' (compiles CUDA)")
+            env += [("VLLM_USE_PRECOMPILED", "1"), ("VLLM_PRECOMPILED_WHEEL_LOCATION", str(wheel))]
+            if base_commit is not None:
+                env.append(("VLLM_PRECOMPILED_WHEEL_COMMIT", base_commit))
+        env += sorted(use.build_env.items())      # the recipe's knobs for this fork's build backend
+        args += ["--editable", str(src.path)]
+        if use.mode == "flashinfer":
+            why = "last, --no-deps: nothing installed after it can replace the fork"
+        elif installs_deps(use):
+            why = "first: its dependencies resolve before any --no-deps fork is laid over them"
+        else:
+            why = "after the forks with dependencies, --no-deps"
+        installs.append(UvInstall(fork=use.name, args=tuple(args), env=tuple(env), why=why))
+    return InstallPlan(installs=tuple(installs), base_commit=base_commit, wheel=wheel)
+
+
+def dist_name(path: Path, fallback: str) -> str:
+    """The ``[project] name`` a checkout declares (FlashInfer's is ``flashinfer-python``), else ``fallback``."""
+    try:
+        with open(path / "pyproject.toml", "rb") as fh:
+            data = tomllib.load(fh)
+    except (FileNotFoundError, tomllib.TOMLDecodeError):
+        return fallback
+    name = data.get("project", {}).get("name")
+    return name if isinstance(name, str) and name else fallback
+
+
+def fork_sources(forks: Sequence[ForkUse], paths: Mapping[str, Path], commits: Mapping[str, str]) -> list[ForkSource]:
+    return [ForkSource(use=f, path=paths[f.name], commit=commits[f.name], dist=dist_name(paths[f.name], f.name))
+            for f in forks]

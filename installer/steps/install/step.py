@@ -1,0 +1,319 @@
+"""``install``: each fork into the stack env as the recipe says, then prove what ended up there.
+
+vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
+``VLLM_PRECOMPILED_WHEEL_LOCATION`` = the verified local base wheel (re-hashed
+just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
+computed here (see :mod:`october.installer.steps.install.upstream`).  FlashInfer (mode
+``flashinfer``): editable, ``--no-deps``, installed last.  Each fork install gets the
+recipe's ``[forks.build_env]`` and runs behind the nested-install guard
+(:mod:`october.installer.steps.install.nested`).  Afterwards the guards check torch, each fork's
+``direct_url.json`` and import location, and import the base wheel's compiled
+extension modules where CUDA libraries exist; every installed requirement is checked
+against the recipe's declared exceptions (:mod:`october.installer.steps.install.consistency`); a
+FlashInfer-mode fork is imported with the stack environment (:mod:`october.installer.steps.env.stackenv`).
+
+Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
+``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
+``sha256`` and optionally ``source_commit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
+
+from october.installer.steps.env import stackenv
+from october.installer.core.errors import CommandFailed, InstallError
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.install import consistency, nested
+from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
+from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
+from october.installer.steps.install.policy import as_json as policy_json
+from october.installer.steps.install.upstream import BaseCommit, upstream_base
+from october.installer.pipeline.engine import StepContext
+from october.installer.core.redact import redact_url
+from october.installer.steps.env.uvcmd import pip_install, source_args
+
+PRECOMPILED = "vllm-precompiled"
+
+
+class InstallStep:
+    name: ClassVar[str] = "install"
+
+    def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
+        # Which libraries count as "CUDA exists" for importing the wheel's extension modules; tests
+        # point it at a library that exists on a CPU-only machine.
+        self.cuda_libs = cuda_libs
+
+    # ------------------------------------------------------------------ inputs
+
+    def inputs(self, ctx: StepContext) -> Any:
+        r = ctx.recipe
+        wheel = ctx.done.get("wheel")
+        return {"forks": [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
+                           "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
+                           "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
+                           "nested_installs": dict(f.nested_installs)} for f in r.forks],
+                "policy": policy_json(r.install),
+                "torch": r.torch.version, "sources": source_args(ctx),
+                "wheel_sha256": wheel.outputs.get("sha256") if wheel else None,
+                "locked": dict(ctx.options.locked.packages) if ctx.options.locked else None}
+
+    # --------------------------------------------------------------------- run
+
+    def _forks(self, ctx: StepContext) -> list[ForkSource]:
+        fetched = ctx.output("fetch").get("forks", {}) if "fetch" in ctx.done else {}
+        paths: dict[str, Path] = {}
+        commits: dict[str, str] = {}
+        for f in ctx.recipe.forks:
+            rec = fetched.get(f.name, {})
+            path = Path(rec["path"]) if rec.get("path") else ctx.paths.fork(f.name)
+            if not (path / "pyproject.toml").exists() and not (path / "setup.py").exists():
+                raise InstallError(f"the checkout of fork '{f.name}' is not an installable project",
+                                   expected=f"{path} with a pyproject.toml or setup.py",
+                                   found="neither" if path.exists() else "no such directory",
+                                   fix="re-run october_setup so the fetch step checks the fork out again")
+            paths[f.name] = path
+            commits[f.name] = rec.get("commit") or ctx.runner.run(
+                ["git", "-C", str(path), "rev-parse", "HEAD"], step=self.name).output.strip()
+        return fork_sources(ctx.recipe.forks, paths, commits)
+
+    def _wheel(self, ctx: StepContext) -> tuple[Path, str, str | None]:
+        out = ctx.output("wheel")
+        path = Path(str(out.get("path", "")))
+        want = out.get("sha256")
+        if not path.is_file():
+            raise InstallError("the verified base wheel is gone", expected=f"the file {path}",
+                               found="no such file", fix="re-run october_setup (the wheel step fetches it again)")
+        got = sha256_file(path)
+        if got != want:
+            raise InstallError(f"the base wheel {path.name} changed after it was verified",
+                               expected=f"sha256 {want}", found=f"sha256 {got}",
+                               fix="re-run october_setup (the wheel step verifies it again)")
+        commit = out.get("source_commit")
+        return path, got, commit if isinstance(commit, str) else None
+
+    def plan(self, ctx: StepContext, forks: list[ForkSource]) -> tuple[InstallPlan, BaseCommit | None]:
+        precompiled = [f for f in forks if f.use.mode == PRECOMPILED]
+        if not precompiled:
+            return make_plan(forks), None
+        wheel, _sha, wheel_commit = self._wheel(ctx)
+        vllm = precompiled[0]
+        base = upstream_base(ctx.runner, self.name, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
+        ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
+        return make_plan(forks, wheel=wheel, base_commit=base.commit), base
+
+    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        r = ctx.recipe
+        forks = self._forks(ctx)
+        plan, base = self.plan(ctx, forks)
+        by_name = {f.use.name: f for f in forks}
+        guard = nested.install_guard(ctx.paths.state / "build-guard")
+        nested_out: dict[str, Any] = {}
+        for inv in plan.installs:
+            ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
+            nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+        spec = self.guard_spec(ctx, forks)
+        report = run_guards(ctx.runner, self.name, spec)
+        for check, outcome in report.results.items():
+            if outcome != "ok":
+                ctx.ui.warn(f"{check}: {outcome}")
+        judged = self.check_consistency(ctx)
+        imported = self.check_imports(ctx, forks)
+        facts = report.facts.get("forks", {})
+        return {
+            "nested_installs": nested_out,
+            "consistency": judged.as_json(),
+            "imports_with_stack_env": imported,
+            "order": list(plan.order),
+            "forks": [{"name": f.use.name, "path": str(f.path), "commit": f.commit, "mode": f.use.mode,
+                       "dist": f.dist, "version": _editable_version(facts.get(f.use.name, {}), f.path),
+                       "editable": True, "args": list(inv.args),
+                       "env": {k: v for k, v in inv.env}}
+                      for inv in plan.installs for f in [by_name[inv.fork]]],
+            "torch": r.torch.version,
+            "wheel": {"path": str(plan.wheel), "sha256": sha256_file(plan.wheel)} if plan.wheel else None,
+            "vllm_base_commit": base.commit if base else None,
+            "vllm_base_commit_source": base.source if base else None,
+            "vllm_base_commit_detail": base.detail if base else None,
+            "checks": dict(report.results),
+        }
+
+    def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
+        """One fork's ``uv pip install`` with the nested-install guard first on PATH; judge what its
+        build backend tried to install by itself against the recipe's ``[forks.nested_installs]``."""
+        shadow = nested.shadowing(ctx.paths.env / "bin")
+        if shadow:
+            raise InstallError("the stack env holds its own package installer, which a fork's build would use "
+                               "instead of the guard", expected=f"no uv in {ctx.paths.env / 'bin'}", found=", ".join(str(p) for p in shadow),
+                               fix="remove the package that installs it from the recipe's requirements, or "
+                                   "re-run october_setup (the env step makes a fresh env)")
+        log = ctx.paths.state / "nested" / f"{inv.fork}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
+        env = {**inv.env_dict, **nested.guard_env(guard, log, os.environ.get("PATH", ""))}
+        try:
+            pip_install(ctx, self.name, inv.args, extra_env=env)
+        except CommandFailed as exc:
+            raise _install_failed(inv.fork, ctx.recipe.torch.version, exc) from exc
+        verdict = nested.judge(nested.read_attempts(log), src.use.nested_installs)
+        if verdict.undeclared or verdict.unparsed:
+            what = ", ".join(verdict.undeclared) or "; ".join(verdict.unparsed)
+            raise InstallError(
+                f"the build of fork '{inv.fork}' tried to install packages by itself (refused): {what}",
+                expected="a build that installs nothing outside the recipe's sources, or each such package "
+                         f"declared in the recipe's [forks.nested_installs] of '{inv.fork}'",
+                found="\n    " + "\n    ".join(a.command for a in verdict.attempts),
+                fix=f"set the fork's build knobs in [forks.build_env] (e.g. BUILD_NVEP = \"0\") so it does not, "
+                    "supply what it needs through [install] supply, or declare why the stack does not need it "
+                    f"in [forks.nested_installs]; log: {ctx.runner.log_path(self.name)}")
+        for name, why in verdict.refused_declared.items():
+            ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
+        return verdict.as_json()
+
+    def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
+        """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
+        version = consistency.env_python_version(ctx.paths.env) or ctx.recipe.python
+        found = consistency.conflicts(consistency.installed(ctx.paths.env), version, system_provided(ctx))
+        judged = consistency.judge(found, ctx.recipe.install.exceptions)
+        if judged.undeclared:
+            lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)
+            raise InstallError(f"the stack env is inconsistent: {len(judged.undeclared)} requirement(s) unmet "
+                               f"that the recipe does not declare:\n{lines}",
+                               expected="every installed distribution's requirements met, or the conflict declared "
+                                        "in the recipe's [[install.exceptions]] with the reason",
+                               found=f"{len(judged.undeclared)} undeclared, {len(judged.declared)} declared",
+                               fix="supply the missing package through [install] supply (it must resolve with "
+                                   "the pinned torch), or declare the conflict if it is intended")
+        for c, e in judged.declared:
+            ctx.ui.detail(f"declared exception: {c.describe()} ({e.why})")
+        for e in judged.unused:
+            ctx.ui.warn(f"declared exception not seen: {e.package} -> {e.requires}; the recipe may be stale")
+        return judged
+
+    def check_imports(self, ctx: StepContext, forks: list[ForkSource]) -> dict[str, str]:
+        """``import flashinfer`` with the stack environment (STACK/stack-env.json), as jit, smoke and
+        serving run it: a FlashInfer fork laid over an index ``flashinfer-cubin`` of another version
+        imports only with the version check the stack environment disables."""
+        names = [f.use.name for f in forks if f.use.mode == "flashinfer"]
+        if not names:
+            return {}
+        env = stackenv.apply(stackenv.load(ctx.paths.root), os.environ)
+        out: dict[str, str] = {}
+        for name in names:
+            code = f"import {name}; print('OCTOBER_IMPORT', {name}.__version__)"
+            done = ctx.runner.run([str(ctx.paths.python), "-I", "-c", code], step=self.name, env=env, check=False)
+            line = next((ln for ln in done.output.splitlines() if ln.startswith("OCTOBER_IMPORT ")), None)
+            if done.returncode != 0 or line is None:
+                last = (done.output.strip().splitlines() or ["no output"])[-1]
+                raise InstallError(f"`import {name}` fails in the stack env with the stack's environment",
+                                   expected=f"`import {name}` to work with {stackenv.env_file(ctx.paths.root)} applied",
+                                   found=f"exit code {done.returncode}: {last[:400]}",
+                                   fix=f"read {ctx.runner.log_path(self.name)}; a missing module means the fork "
+                                       "needs a runtime package: supply it through the recipe's [install] supply")
+            out[name] = line.split(" ", 1)[1].strip()
+        return out
+
+    def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
+                   ) -> GuardSpec:
+        imports = import_guard(ctx.output("wheel"), {f.use.name: f.path for f in forks}) \
+            if any(f.use.mode == PRECOMPILED for f in forks) else ()
+        libs = cuda_libs or self.cuda_libs
+        extra = {"cuda_libs": libs} if libs else {}
+        return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
+                         forks={f.use.name: f.path for f in forks}, imports=imports,
+                         system_torch=system_torch_record(ctx), **extra)
+
+    # ------------------------------------------------------------------ verify
+
+    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+        if not ctx.paths.python.exists():
+            return f"{ctx.paths.python} is missing"
+        forks = outputs.get("forks", [])
+        for f in forks:
+            if not Path(f["path"]).is_dir():
+                return f"the checkout {f['path']} is missing"
+        # A no-op re-run must stay fast and write nothing: read the env's metadata files
+        # directly instead of starting the stack's Python (the full guards ran at install time).
+        return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
+                                       {f["name"]: Path(f["path"]) for f in forks},
+                                       system_torch=ctx.recipe.torch.from_system)
+
+
+def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
+    """The env step's record of a site-provided torch (None when the env installs its own)."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.done.get("env")
+    rec = env.outputs.get("system_torch") if env is not None else None
+    if not isinstance(rec, dict):
+        raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
+                           "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
+    return rec
+
+
+def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, Path], *,
+                            system_torch: bool = False) -> str | None:
+    """Why the env no longer matches what install left (torch build, editable forks), or None."""
+    site = sorted(env.glob("lib/python*/site-packages"))
+    if not site:
+        return f"no site-packages under {env}"
+    sp = site[0]
+    if system_torch:
+        if any(sp.glob("torch-*.dist-info")):
+            return f"a torch was installed into {sp} over the system torch"
+    elif not (sp / f"torch-{torch_version}.dist-info").is_dir():
+        found = sorted(p.name for p in sp.glob("torch-*.dist-info")) or ["no torch"]
+        return f"torch {torch_version} is no longer installed (found {', '.join(found)})"
+    editable: dict[Path, str] = {}
+    for direct in sp.glob("*.dist-info/direct_url.json"):
+        try:
+            info = json.loads(direct.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        url = str(info.get("url", ""))
+        if url.startswith("file://") and info.get("dir_info", {}).get("editable"):
+            editable[Path(unquote(urlparse(url).path)).resolve()] = direct.parent.name
+    for name, path in forks.items():
+        if path.resolve() not in editable:
+            return f"fork {name} is no longer installed editable from {path}"
+    return None
+
+
+_TORCH_SPEC = re.compile(r"\btorch(\[[^\]]*\])?\s*(==|>=|<=|!=|~=|<|>)\s*\d")
+
+
+def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
+    lines = [ln for ln in exc.tail.rstrip().splitlines() if not ln.startswith("Using Python")][-12:]
+    said = "\n".join("    | " + ln for ln in lines)
+    # a resolver line about a torch version (e.g. "depends on torch==2.11.0"), not any line that
+    # merely contains "torch" (a build error under a path named torch/ is not a torch conflict)
+    moves_torch = any(_TORCH_SPEC.search(ln) for ln in lines)
+    what = (f"installing fork '{fork}' would move torch away from the pinned {torch}" if moves_torch
+            else f"installing fork '{fork}' failed")
+    return InstallError(what, expected=f"the fork to install with torch held at torch=={torch} (recipe [torch]) "
+                        "and every dependency resolvable", found=f"uv exit code {exc.returncode}:\n{said}\n",
+                        fix=(f"the fork or a dependency needs a torch other than {torch}: pick a recipe whose "
+                             "torch matches the fork" if moves_torch else "read uv's message above")
+                        + f"; full log: {exc.log_path}")
+
+
+def _editable_version(info: Mapping[str, Any], path: Path) -> str | None:
+    for d in info.get("dists", []):
+        du = d.get("direct_url") or {}
+        if du.get("dir_info", {}).get("editable") and str(du.get("url", "")).rstrip("/").endswith(path.name):
+            return str(d.get("version"))
+    return None
+
+
+def system_provided(ctx: StepContext) -> list[consistency.Dist]:
+    """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
+    rec = system_torch_record(ctx)
+    if rec is None:
+        return []
+    return consistency.installed_in([Path(d) for d in rec.get("site_packages") or []])

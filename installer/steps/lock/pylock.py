@@ -1,0 +1,192 @@
+"""PEP 751 ``pylock.toml`` for a stack: build it, read it back for ``--locked``, compare.
+
+Index packages get their wheel URLs and hashes from ``uv pip compile`` (pinned
+``name==version``, no deps): the lock says exactly which files those versions
+are.  Forks become VCS entries with their full ``commit-id``.  Toolchain facts,
+the base wheel and the JIT modules live under ``[tool.october]``.  The lock
+holds no timestamps of ours, so an identical install gives an identical file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import unquote, urlparse
+
+import tomli_w
+from packaging.pylock import Pylock, PylockValidationError
+from packaging.utils import canonicalize_name
+
+from october.installer import __version__
+from october.installer.core.errors import LockError
+from october.installer.core.hashing import sha256_file
+from october.installer.pipeline.engine import LockedState
+from october.installer.core.redact import redact_url
+
+TOOL = "october"
+
+
+@dataclass(frozen=True)
+class Installed:
+    name: str
+    version: str
+    direct_url: Mapping[str, Any] | None
+
+
+def direct_path(d: Installed) -> Path | None:
+    if not d.direct_url:
+        return None
+    url = str(d.direct_url.get("url", ""))
+    if not url.startswith("file://"):
+        return None
+    return Path(unquote(urlparse(url).path)).resolve()
+
+
+def is_editable(d: Installed) -> bool:
+    return bool(d.direct_url and d.direct_url.get("dir_info", {}).get("editable"))
+
+
+def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
+                    ) -> tuple[dict[str, Installed], list[Installed], list[Installed]]:
+    """-> (fork name -> dist, index dists, other direct-URL dists)."""
+    by_path = {p.resolve(): name for name, p in fork_paths.items()}
+    forks: dict[str, Installed] = {}
+    index: list[Installed] = []
+    other: list[Installed] = []
+    for d in dists:
+        p = direct_path(d)
+        if p is not None and p in by_path and is_editable(d):
+            forks[by_path[p]] = d
+        elif d.direct_url:
+            other.append(d)
+        else:
+            index.append(d)
+    return forks, index, other
+
+
+def _canonical(obj: Any) -> Any:
+    """Keys sorted at every level: the same facts give the same bytes, whatever order they came in."""
+    if isinstance(obj, dict):
+        return {k: _canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def _drop_none(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _drop_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_drop_none(v) for v in obj]
+    return obj
+
+
+def build_lock(*, python_version: str, index_packages: Sequence[Mapping[str, Any]],
+               forks: Mapping[str, tuple[Installed, Mapping[str, Any]]],
+               other: Sequence[Installed], tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Assemble the lock dict; ``forks`` maps fork name -> (installed dist, fetch record)."""
+    packages: list[dict[str, Any]] = [dict(p) for p in index_packages]
+    for name, (dist, rec) in sorted(forks.items()):
+        packages.append({
+            "name": str(canonicalize_name(dist.name)), "version": dist.version,
+            "vcs": {"type": "git", "url": redact_url(str(rec["url"])),
+                    "requested-revision": rec.get("branch") or rec.get("requested") or rec["commit"],
+                    "commit-id": rec["commit"]},
+            "tool": {TOOL: {"fork": name, "editable": True, "path": f"src/{name}"}},
+        })
+    for dist in other:
+        info = dict(dist.direct_url or {})
+        hashes = info.get("archive_info", {}).get("hashes") or {}
+        if not hashes and "hash" in info.get("archive_info", {}):
+            algo, _, value = info["archive_info"]["hash"].partition("=")
+            hashes = {algo: value}
+        entry: dict[str, Any] = {"name": str(canonicalize_name(dist.name)), "version": dist.version}
+        url = redact_url(str(info.get("url", "")))
+        if hashes:
+            entry["archive"] = {"url": url, "hashes": dict(hashes)}
+        else:
+            entry["directory"] = {"path": unquote(urlparse(url).path) if url.startswith("file://") else url,
+                                  "editable": bool(info.get("dir_info", {}).get("editable"))}
+        packages.append(entry)
+    packages.sort(key=lambda p: (p["name"], str(p.get("version", ""))))
+    lock = _drop_none({"lock-version": "1.0", "created-by": TOOL,
+                       "requires-python": f"=={python_version}", "packages": packages,
+                       "tool": {TOOL: _canonical(dict(tool))}})
+    try:
+        Pylock.from_dict(lock)
+    except PylockValidationError as exc:
+        raise LockError("the lock we built is not valid PEP 751", expected="a valid pylock.toml",
+                        found=str(exc), fix="report this as a bug with STACK/logs/lock.log") from None
+    return lock
+
+
+def dumps(lock: Mapping[str, Any]) -> str:
+    header = f"# pylock.toml written by october {__version__}; PEP 751. Do not edit by hand.\n"
+    return header + tomli_w.dumps(lock)
+
+
+def read_lock(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise LockError("the lock file for --locked does not exist", expected=f"a pylock.toml at {path}",
+                        found="no such file", fix="run october_setup once without --locked, or pass the lock path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError("the lock file is not valid TOML", expected="a pylock.toml", found=str(exc),
+                        fix=f"restore {path} from version control") from None
+    try:
+        Pylock.from_dict(data)
+    except PylockValidationError as exc:
+        raise LockError("the lock file is not valid PEP 751", expected="a valid pylock.toml",
+                        found=str(exc), fix=f"restore {path} or re-create it without --locked") from None
+    return data
+
+
+def locked_state(path: Path) -> LockedState:
+    parts = locked_state_from_dict(read_lock(path))
+    return LockedState(path=path.resolve(), sha256=sha256_file(path), commits=parts["commits"],
+                       wheel_sha256=parts["wheel_sha256"], packages=parts["packages"], hashes=parts["hashes"])
+
+
+def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
+    """Every way ``lock`` (just built) differs from what ``--locked`` demanded."""
+    new = locked_state_from_dict(lock)
+    problems: list[str] = []
+    for name in sorted(set(locked.packages) | set(new["packages"])):
+        want, got = locked.packages.get(name), new["packages"].get(name)
+        if want is None:
+            problems.append(f"{name} {got} is installed but not in the lock")
+        elif got is None:
+            problems.append(f"{name} {want} is in the lock but not installed")
+        elif want != got:
+            problems.append(f"{name}: lock says {want}, installed {got}")
+    # an index-scope lock (locks/<recipe>.pylock.toml) names no fork commits: the recipe pins those
+    for fork in sorted(set(locked.commits) | (set(new["commits"]) if locked.commits else set())):
+        want, got = locked.commits.get(fork), new["commits"].get(fork)
+        if want != got:
+            problems.append(f"fork {fork}: lock says commit {want}, stack has {got}")
+    if locked.wheel_sha256 and locked.wheel_sha256 != new["wheel_sha256"]:
+        problems.append(f"base wheel: lock says sha256 {locked.wheel_sha256}, stack has {new['wheel_sha256']}")
+    return problems
+
+
+def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
+    commits: dict[str, str] = {}
+    packages: dict[str, str] = {}
+    hashes: dict[str, tuple[str, ...]] = {}
+    for p in lock.get("packages", []):
+        fork = p.get("tool", {}).get(TOOL, {}).get("fork")
+        if fork and "vcs" in p:
+            commits[fork] = p["vcs"]["commit-id"]
+        elif "version" in p:
+            name = str(canonicalize_name(p["name"]))
+            packages[name] = str(p["version"])
+            files = [*(p.get("wheels") or []), *([p["sdist"]] if isinstance(p.get("sdist"), dict) else [])]
+            shas = tuple(f["hashes"]["sha256"] for f in files if "sha256" in f.get("hashes", {}))
+            if shas:
+                hashes[name] = shas
+    wheel = lock.get("tool", {}).get(TOOL, {}).get("wheel") or {}
+    return {"commits": commits, "packages": packages, "hashes": hashes, "wheel_sha256": wheel.get("sha256")}

@@ -1,0 +1,1 @@
+"""Step ``receipt``: ``STACK/receipts/setup.json``."""

@@ -1,0 +1,8 @@
+"""``python -m october`` == the ``current`` console script."""
+
+import sys
+
+from october.installer.cli import current_main
+
+if __name__ == "__main__":
+    sys.exit(current_main())
