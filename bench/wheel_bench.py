@@ -71,7 +71,7 @@ def step_run(work: Path, recipe: Recipe, cache: Path, label: str) -> tuple[float
     paths.python.symlink_to(sys.executable)
     ctx = StepContext(options=SetupOptions(stack=paths.root, recipe=recipe, cache_dir=cache), paths=paths,
                       runner=Runner(paths.logs), ui=SilentReporter())
-    seconds, out = timed(lambda: dict(WheelStep().run(ctx)))
+    seconds, out = timed(lambda: WheelStep().run(ctx).to_json())
     return seconds, out
 
 

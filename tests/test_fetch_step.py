@@ -165,7 +165,7 @@ def test_dirty_submodule_is_refused(tmp_path: Path) -> None:
 
 def _marker_outputs(ctx: object) -> dict:
     import json
-    return json.loads(ctx.paths.marker("fetch").read_text())["outputs"]  # type: ignore[attr-defined]
+    return FetchStep().load(json.loads(ctx.paths.marker("fetch").read_text())["outputs"])  # type: ignore[attr-defined]
 
 
 def test_pin_missing_upstream_fails_clearly(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def test_only_selected_submodules_are_fetched_shallow_and_recorded(tmp_path: Pat
     assert again.status == "cached"
     shutil.rmtree(src / "3rdparty" / "cccl")
     (src / "3rdparty" / "cccl").mkdir()
-    assert FetchStep().verify(make_ctx(stack, make_recipe([fork]), cache), rec.outputs) is not None
+    assert FetchStep().verify(make_ctx(stack, make_recipe([fork]), cache), rec.result) is not None
 
 
 def test_a_selected_path_that_is_no_submodule_is_refused(tmp_path: Path) -> None:

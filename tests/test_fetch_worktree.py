@@ -18,6 +18,7 @@ from october.installer.steps.fetch.worktree import check_clone, sync_clone
 from october.installer.pipeline.engine import run_pipeline
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch.step import FetchStep
+from october.installer.steps.results import FetchResult
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, git as fixture_git, make_repo, make_repo_with_submodule
 
@@ -149,9 +150,13 @@ def test_sync_clone_into_an_empty_directory(tmp_path: Path) -> None:
 def test_verify_without_records_asks_for_a_rerun(tmp_path: Path) -> None:
     url, ids = make_repo(tmp_path, "alpha")
     ctx = make_ctx(tmp_path / "stack", make_recipe([fork_use("alpha", url, ids[0])]), tmp_path / "cache")
-    assert FetchStep().verify(ctx, {}) == "no fork records"
-    assert FetchStep().verify(ctx, {"forks": {}}) == "fork 'alpha' has no record"
-    missing = {"forks": {"alpha": {"path": str(tmp_path / "nope"), "commit": ids[0]}}}
+    for unknown in ({}, {"forks": []}, {"forks": {"alpha": {"commit": ids[0]}}}):   # not a result: not done
+        with pytest.raises(ValueError):
+            FetchStep().load(unknown)
+    assert FetchStep().verify(ctx, FetchResult(forks={})) == "fork 'alpha' has no record"
+    missing = FetchStep().load({"forks": {"alpha": {"path": str(tmp_path / "nope"), "commit": ids[0], "url": url,
+                                                    "pin": "test", "upstream": None, "requested": ids[0],
+                                                    "branch": None}}})
     assert "not a git clone" in (FetchStep().verify(ctx, missing) or "")
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.core.hashing import sha256_file
 from october.installer.steps.install import nested
 from october.installer.steps.env.step import write_stack_env
 from october.installer.steps.install.step import InstallStep
@@ -91,12 +90,10 @@ def _ctx(tmp_path: Path, links: sf.Links, monkeypatch: pytest.MonkeyPatch, *, bu
     rec = dataclasses.replace(base, forks=(base.fork("vllm"), fi))
     ctx = sf.context(stack, rec, tmp_path / "cache")
     write_stack_env(ctx)
-    ctx.done["fetch"] = sf.record("fetch", {"forks": {
-        "vllm": {"path": str(forks.vllm), "commit": forks.commits["vllm"], "url": "https://github.com/mcgrof/vllm.git"},
-        "flashinfer": {"path": str(forks.flashinfer), "commit": forks.commits["flashinfer"],
-                       "url": "https://github.com/mcgrof/flashinfer.git"}}})
+    ctx.done["fetch"] = sf.record(sf.fetched({"vllm": (forks.vllm, forks.commits["vllm"]),
+                                              "flashinfer": (forks.flashinfer, forks.commits["flashinfer"])}))
     wheel = sf.base_wheel(tmp_path, links.c_ext, source_commit=forks.upstream_commit)
-    ctx.done["wheel"] = sf.record("wheel", {"path": str(wheel), "sha256": sha256_file(wheel), "filename": wheel.name})
+    ctx.done["wheel"] = sf.record(sf.verified_wheel(wheel))
     # a nested uv/pip that escaped the guard would find the packages it asks for here
     monkeypatch.setenv("UV_FIND_LINKS", str(links.dir))
     monkeypatch.setenv("UV_NO_INDEX", "1")
@@ -106,7 +103,7 @@ def _ctx(tmp_path: Path, links: sf.Links, monkeypatch: pytest.MonkeyPatch, *, bu
 
 def test_knobs_and_declarations_keep_the_build_from_installing_anything(tmp_path, links, monkeypatch):
     ctx = _ctx(tmp_path, links, monkeypatch, build_env={"BUILD_NVEP": "0"}, declared=CHAIN_WHY)
-    out = InstallStep().run(ctx)
+    out = InstallStep().run(ctx).to_json()
     got = out["nested_installs"]["flashinfer"]
     assert got["refused"] == CHAIN_WHY and got["undeclared"] == []
     assert all(a.startswith("uv pip install --python ") for a in got["attempts"])
@@ -192,7 +189,7 @@ def test_flashinfer_imports_beside_an_older_cubin_only_with_the_stack_env(tmp_pa
     sf_env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv"))
     subprocess.run([uv_exe(), "pip", "install", "-q", "--python", str(ctx.paths.python), "--no-index",
                     "--find-links", str(links.dir), "flashinfer-cubin==0.6.6"], check=True, env=sf_env)
-    out = InstallStep().run(ctx)
+    out = InstallStep().run(ctx).to_json()
     assert out["imports_with_stack_env"] == {"flashinfer": "0.6.7"}
     path = stackenv.env_file(ctx.paths.root)
     doc = json.loads(path.read_text())

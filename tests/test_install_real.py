@@ -128,8 +128,7 @@ def real_stack(tmp_path: Path, real_mirror: Path, dead_index: tuple[str, list[st
                                  sources=Sources(index_url=index))
     ctx = sf.context(stack, recipe, tmp_path / "cache")
     write_stack_env(ctx)
-    ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {
-        "path": str(src), "commit": COMMIT, "url": "https://github.com/mcgrof/flashinfer.git"}}})
+    ctx.done["fetch"] = sf.record(sf.fetched({"flashinfer": (src, COMMIT)}))
     # anything nested that escaped the guard would ask this index (and be counted), not PyPI
     for var in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL"):
         monkeypatch.setenv(var, index)
@@ -144,7 +143,7 @@ def test_real_flashinfer_editable_install_fetches_nothing_and_changes_only_the_f
     assert "flashinfer-python" not in before
 
     start = time.monotonic()
-    out = InstallStep().run(ctx)
+    out = InstallStep().run(ctx).to_json()
     seconds = time.monotonic() - start
 
     assert hits == [], f"an index was contacted during the install: {hits}"

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.core.hashing import sha256_file
 from october.installer.steps.install.guards import GuardSpec, run_guards
 from october.installer.steps.install.upstream import upstream_base
 from october.installer.core.runner import Runner
@@ -50,14 +49,9 @@ def _setup(tmp_path: Path, links: sf.Links, cache: Path, *, payload: bytes | Non
     rec = sf.recipe(links, forks, tmp_path, vllm_upstream=vllm_upstream)
     ctx = sf.context(stack, rec, cache)
     write_stack_env(ctx)
-    ctx.done["fetch"] = sf.record("fetch", {"forks": {
-        "vllm": {"path": str(forks.vllm), "commit": forks.commits["vllm"], "url": "https://github.com/mcgrof/vllm.git"},
-        "flashinfer": {"path": str(forks.flashinfer), "commit": forks.commits["flashinfer"],
-                       "url": "https://github.com/mcgrof/flashinfer.git"}}})
-    wheel_out = {"path": str(wheel), "sha256": sha256_file(wheel), "filename": wheel.name}
-    if wheel_commit is not None:
-        wheel_out["source_commit"] = wheel_commit
-    ctx.done["wheel"] = sf.record("wheel", wheel_out)
+    ctx.done["fetch"] = sf.record(sf.fetched({"vllm": (forks.vllm, forks.commits["vllm"]),
+                                              "flashinfer": (forks.flashinfer, forks.commits["flashinfer"])}))
+    ctx.done["wheel"] = sf.record(sf.verified_wheel(wheel, source_commit=wheel_commit))
     return ctx, forks, wheel
 
 
@@ -73,7 +67,7 @@ def test_install_consumes_the_verified_wheel_and_lays_flashinfer_last(tmp_path, 
     (libcuda.so.1 cannot exist here), and the stand-in _C is a real compiled extension."""
     ctx, forks, wheel = _setup(tmp_path, links, cache)
     step = InstallStep(cuda_libs=("libc.so.6",))
-    out = step.run(ctx)
+    out = step.run(ctx).to_json()
     assert out["order"] == ["vllm", "flashinfer"]
     # the build consumed exactly the verified wheel's file
     consumed = json.loads((forks.vllm / "vllm" / "_precompiled.json").read_text())
@@ -85,12 +79,12 @@ def test_install_consumes_the_verified_wheel_and_lays_flashinfer_last(tmp_path, 
     assert out["checks"] == {"torch": "ok", "vllm": "ok", "flashinfer": "ok", "import vllm._C": "ok"}
     fi = next(f for f in out["forks"] if f["name"] == "flashinfer")
     assert fi["dist"] == "flashinfer-python" and fi["version"] == "0.6.7" and "--no-deps" in fi["args"]
-    assert step.verify(ctx, out) is None
+    assert step.verify(ctx, step.load(out)) is None
 
 
 def test_vllm_C_is_not_verifiable_without_cuda_and_says_so(tmp_path, links, cache):
     ctx, _, _ = _setup(tmp_path, links, cache)
-    out = InstallStep(cuda_libs=("libcuda-does-not-exist.so.1",)).run(ctx)
+    out = InstallStep(cuda_libs=("libcuda-does-not-exist.so.1",)).run(ctx).to_json()
     assert out["checks"]["import vllm._C"].startswith("not verifiable here: no CUDA library loads")
 
 
@@ -117,7 +111,7 @@ def test_a_dependency_that_moves_torch_fails_naming_torch(tmp_path, links, cache
 def test_guard_fires_when_a_non_editable_flashinfer_lands_over_the_fork(tmp_path, links, cache):
     ctx, forks, _ = _setup(tmp_path, links, cache)
     step = InstallStep()
-    out = step.run(ctx)
+    out = step.run(ctx).to_json()
     _uv_into(ctx, "--find-links", str(links.dir), "--reinstall", "--no-deps", "flashinfer-python==0.6.6")
     spec = GuardSpec(python=ctx.paths.python, torch_version=sf.TORCH,
                      forks={"vllm": forks.vllm, "flashinfer": forks.flashinfer})
@@ -125,7 +119,7 @@ def test_guard_fires_when_a_non_editable_flashinfer_lands_over_the_fork(tmp_path
         run_guards(ctx.runner, "install", spec)
     text = str(err.value)
     assert "flashinfer" in text and str(forks.flashinfer) in text and "from an index" in text
-    assert "flashinfer" in (step.verify(ctx, out) or "")
+    assert "flashinfer" in (step.verify(ctx, step.load(out)) or "")
 
 
 def test_guard_fires_when_torch_was_replaced(tmp_path, links, cache):
@@ -151,7 +145,7 @@ def test_rerun_with_a_new_wheel_rebuilds_the_fork(tmp_path, links, cache):
     ctx, forks, _wheel = _setup(tmp_path, links, cache)
     InstallStep().run(ctx)
     other = sf.base_wheel(tmp_path / "second", b"second payload", source_commit=forks.upstream_commit)
-    ctx.done["wheel"] = sf.record("wheel", {"path": str(other), "sha256": sha256_file(other)})
+    ctx.done["wheel"] = sf.record(sf.verified_wheel(other))
     InstallStep().run(ctx)
     assert (forks.vllm / "vllm" / "_C.abi3.so").read_bytes() == b"second payload"
 

@@ -43,12 +43,11 @@ def _ctx(root: Path, links: sf.Links, cache: Path, *, shared: bool = True) -> St
     sf.make_env(stack, links, cache / "uv", packages=["flashinfer-python==0.6.7"])
     ctx = sf.context(stack, sf.recipe(links, None, root, jit=MODULES), cache)
     if shared:   # the facts the shared-cache key is made of, as the fetch/preflight/env steps record them
-        ctx.done["fetch"] = sf.record("fetch", {"forks": {"flashinfer": {"commit": COMMIT, "path": "x"}}})
-        ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"version": "13.0", "path": None}}})
-        ctx.done["env"] = sf.record("env", {"torch": "2.11.0+cu130", "torch_cuda": "13.0"})
+        ctx.done["fetch"] = sf.record(sf.fetched({"flashinfer": ("x", COMMIT)}))
+        ctx.done["preflight"] = sf.record(sf.preflight_facts(nvcc={"version": "13.0", "path": None}))
+        ctx.done["env"] = sf.record(sf.env_torch("2.11.0+cu130", "13.0"))
         # the fork's checkout, as the install step records it: FlashInfer's AOT dir is <it>/flashinfer/data/aot
-        ctx.done["install"] = sf.record("install", {"forks": [{"name": "flashinfer", "mode": "flashinfer",
-                                                              "path": str(root / "src-flashinfer")}]})
+        ctx.done["install"] = sf.record(sf.installed({"flashinfer": (root / "src-flashinfer", COMMIT, "flashinfer")}))
     write_stack_env(ctx)
     return ctx
 
@@ -61,7 +60,7 @@ def _lib(out: dict, i: int = 0) -> Path:
 def test_a_library_that_is_not_what_was_recorded_is_rebuilt(tmp_path, links, fault):
     ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
     step = JitStep(builder=STANDIN)
-    first = step.run(ctx)
+    first = step.run(ctx).to_json()
     lib, good = _lib(first), first["modules"][0]["sha256"]
     if fault == "truncated":
         lib.write_bytes(lib.read_bytes()[:100])
@@ -74,20 +73,20 @@ def test_a_library_that_is_not_what_was_recorded_is_rebuilt(tmp_path, links, fau
     else:   # a library the step never recorded (its record lost): not trusted either
         (ctx.paths.jit / MANIFEST).unlink()
     if fault != "unrecorded":
-        assert step.verify(ctx, first) is not None          # the no-op re-run notices
-    again = step.run(ctx)
+        assert step.verify(ctx, step.load(first)) is not None          # the no-op re-run notices
+    again = step.run(ctx).to_json()
     m = again["modules"][0]
     assert m["cached"] is False and m["source"] == "built"   # compiled again, not taken as a hit
     assert m["sha256"] == sha256_file(lib) == good          # the lock gets the good bytes' hash
     if fault in ("truncated", "corrupted", "unrecorded"):
         assert again["discarded"] and again["discarded"][0]["path"] == str(lib)
     assert again["modules"][1]["cached"] is (fault != "unrecorded")
-    assert step.verify(ctx, again) is None and report(ctx.paths.jit)["ok"] is True
+    assert step.verify(ctx, step.load(again)) is None and report(ctx.paths.jit)["ok"] is True
 
 
 def test_a_corrupted_library_is_found_by_the_integrity_report(tmp_path, links):
     ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
-    out = JitStep(builder=STANDIN).run(ctx)
+    out = JitStep(builder=STANDIN).run(ctx).to_json()
     lib = _lib(out)
     assert report(ctx.paths.jit) == {"ok": True, "untrusted": [], "missing": []}
     lib.write_bytes(b"\x7fELF" + b"\0" * 10)
@@ -98,12 +97,12 @@ def test_a_corrupted_library_is_found_by_the_integrity_report(tmp_path, links):
 
 def test_a_second_stack_reuses_the_shared_cache_without_building(tmp_path, links, monkeypatch):
     cache = tmp_path / "cache"
-    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache)).to_json()
     assert first["shared_cache"]["stored"] == 2 and first["shared_cache"]["restored"] == 0
     # The builder must not run for the second stack: if it did, it would fail on purpose.
     monkeypatch.setenv("JIT_STANDIN_FAULT", "crash")
     ctx2 = _ctx(tmp_path / "b", links, cache)
-    second = JitStep(builder=STANDIN).run(ctx2)
+    second = JitStep(builder=STANDIN).run(ctx2).to_json()
     assert [m["source"] for m in second["modules"]] == ["shared-cache", "shared-cache"]
     assert [m["sha256"] for m in second["modules"]] == [m["sha256"] for m in first["modules"]]
     assert _lib(second).is_relative_to(ctx2.paths.jit) and sha256_file(_lib(second)) == first["modules"][0]["sha256"]
@@ -115,7 +114,7 @@ def test_a_second_stack_reuses_the_shared_cache_without_building(tmp_path, links
 @pytest.mark.parametrize("tamper", ["library", "entry", "extra-file"])
 def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, tamper):
     cache = tmp_path / "cache"
-    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache)).to_json()
     entries = sorted(p.parent for p in (cache / "jit").glob("*/*/entry.json"))
     assert len(entries) == 2
     uri = first["modules"][0]["uri"]
@@ -131,7 +130,7 @@ def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, t
     else:
         (entry / "files" / "planted.so").write_bytes(b"x")
     ctx2 = _ctx(tmp_path / "b", links, cache)
-    second = JitStep(builder=STANDIN).run(ctx2)
+    second = JitStep(builder=STANDIN).run(ctx2).to_json()
     sources = {m["uri"]: m["source"] for m in second["modules"]}
     assert sources[uri] == "built" and list(sources.values()).count("shared-cache") == 1
     assert second["modules"][0]["sha256"] == first["modules"][0]["sha256"]
@@ -147,8 +146,8 @@ def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     cache = tmp_path / "cache"
     JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
     ctx2 = _ctx(tmp_path / "b", links, cache)
-    ctx2.done["env"] = sf.record("env", {"torch": "2.11.0+cu129", "torch_cuda": "12.9"})
-    out = JitStep(builder=STANDIN).run(ctx2)
+    ctx2.done["env"] = sf.record(sf.env_torch("2.11.0+cu129", "12.9"))
+    out = JitStep(builder=STANDIN).run(ctx2).to_json()
     assert [m["source"] for m in out["modules"]] == ["built", "built"]
     assert len(list((cache / "jit").glob("*/*/entry.json"))) == 4
     shutil.rmtree(tmp_path / "a")
@@ -160,7 +159,7 @@ def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
     from october.installer.smoke.launch import refuse_untrusted_jit
 
     ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
-    out = JitStep(builder=STANDIN).run(ctx)
+    out = JitStep(builder=STANDIN).run(ctx).to_json()
     refuse_untrusted_jit(ctx.paths.root)                    # intact: no objection
     lib = _lib(out)
     lib.write_bytes(lib.read_bytes()[: len(lib.read_bytes()) // 2])
@@ -202,7 +201,7 @@ def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
     sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
     ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
     write_stack_env(ctx)
-    out = JitStep().run(ctx)
+    out = JitStep().run(ctx).to_json()
     assert [Path(m["path"]).read_bytes()[:10] for m in out["modules"]] == [b"per-module"] * 2
 
 
@@ -215,7 +214,7 @@ def test_verified_libraries_are_placed_where_flashinfer_loads_prebuilt_modules(t
     recorded bytes: a corrupted copy is noticed and replaced, a stale unrecorded one removed."""
     ctx = _ctx(tmp_path, links, tmp_path / "cache")
     step = JitStep(builder=STANDIN)
-    out = step.run(ctx)
+    out = step.run(ctx).to_json()
     aot = _aot(tmp_path)
     for m in out["modules"]:
         assert Path(m["aot_path"]) == aot / m["uri"] / f"{m['uri']}.so"
@@ -226,19 +225,19 @@ def test_verified_libraries_are_placed_where_flashinfer_loads_prebuilt_modules(t
     stale = aot / "batch_decode_old" / "batch_decode_old.so"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"an older commit's module")
-    assert "changed" in (step.verify(ctx, out) or "")
+    assert "changed" in (step.verify(ctx, step.load(out)) or "")
     assert {u.path for u in untrusted_libraries(ctx.paths.jit)} == {copy, stale}
-    again = step.run(ctx)
+    again = step.run(ctx).to_json()
     assert {d["path"] for d in again["discarded"]} == {str(copy), str(stale)}
     assert not stale.exists() and sha256_file(copy) == out["modules"][0]["sha256"]
-    assert step.verify(ctx, again) is None and report(ctx.paths.jit)["ok"] is True
+    assert step.verify(ctx, step.load(again)) is None and report(ctx.paths.jit)["ok"] is True
 
 
 def test_a_second_stack_gets_the_aot_copies_from_the_shared_cache(tmp_path, links, monkeypatch):
     cache = tmp_path / "cache"
-    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache)).to_json()
     monkeypatch.setenv("JIT_STANDIN_FAULT", "crash")       # the builder must not run
-    second = JitStep(builder=STANDIN).run(_ctx(tmp_path / "b", links, cache))
+    second = JitStep(builder=STANDIN).run(_ctx(tmp_path / "b", links, cache)).to_json()
     for a, b in zip(first["modules"], second["modules"]):
         assert b["source"] == "shared-cache" and Path(b["aot_path"]).is_relative_to(_aot(tmp_path / "b"))
         assert sha256_file(Path(b["aot_path"])) == a["sha256"]
@@ -249,7 +248,7 @@ def test_smoke_refuses_a_corrupted_aot_copy(tmp_path, links):
     from october.installer.smoke.launch import refuse_untrusted_jit
 
     ctx = _ctx(tmp_path, links, tmp_path / "cache")
-    out = JitStep(builder=STANDIN).run(ctx)
+    out = JitStep(builder=STANDIN).run(ctx).to_json()
     refuse_untrusted_jit(ctx.paths.root)
     copy = Path(out["modules"][1]["aot_path"])
     copy.write_bytes(b"\x7fELF truncated")

@@ -49,7 +49,7 @@ def _ctx(tmp_path: Path, links: sf.Links, *, flashinfer: str = "0.6.7", modules=
 def test_builds_records_hashes_and_rerun_is_a_cache_hit(tmp_path, links):
     ctx = _ctx(tmp_path, links)
     step = JitStep(builder=STANDIN)
-    out = step.run(ctx)
+    out = step.run(ctx).to_json()
     assert out["cached"] is False and out["arch_list"] == "9.0" and out["flashinfer_version"] == "0.6.7"
     assert len(out["modules"]) == 3
     first = out["modules"][0]
@@ -57,20 +57,20 @@ def test_builds_records_hashes_and_rerun_is_a_cache_hit(tmp_path, links):
     so = Path(first["path"])
     assert so == ctx.paths.jit / ".cache/flashinfer/0.6.7/90/cached_ops" / first["uri"] / f"{first['uri']}.so"
     assert first["sha256"] == sha256_file(so) and so.read_bytes()[:4] == b"\x7fELF"
-    assert step.verify(ctx, out) is None
+    assert step.verify(ctx, step.load(out)) is None
     start = time.monotonic()
-    again = step.run(ctx)
+    again = step.run(ctx).to_json()
     assert time.monotonic() - start < 5
     assert again["cached"] is True and [m["sha256"] for m in again["modules"]] == [m["sha256"] for m in out["modules"]]
     so.write_bytes(b"changed")
-    assert "changed" in (step.verify(ctx, out) or "")
+    assert "changed" in (step.verify(ctx, step.load(out)) or "")
 
 
 def test_builder_sees_the_env_it_needs(tmp_path, links, monkeypatch):
     """PYTHONPATH from the caller must not leak in; the builder finds only the repo root."""
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "elsewhere"))
     ctx = _ctx(tmp_path, links, modules=MODULES[:1])
-    out = JitStep(builder=STANDIN).run(ctx)
+    out = JitStep(builder=STANDIN).run(ctx).to_json()
     assert len(out["modules"]) == 1
     log = ctx.runner.log_path("jit").read_text()
     assert "-P -s -m tests.fixtures.jit_standin" in log
@@ -130,13 +130,13 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
     sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
     ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
     write_stack_env(ctx)
-    out = JitStep().run(ctx)
+    out = JitStep().run(ctx).to_json()
     uris = [m["uri"] for m in out["modules"]]
     assert uris[0] == ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_dtype_o_bf16_dtype_idx_i32_"
                        "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False")
     assert uris[1].startswith("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
     assert "posenc_1" in uris[1] and uris[1].endswith("_f16qk_False")
-    assert out["cached"] is False and JitStep().run(ctx)["cached"] is True
+    assert out["cached"] is False and JitStep().run(ctx).to_json()["cached"] is True
 
 
 def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
     links = sf.make_links(tmp_path)
     rec = sf.recipe(links, None, tmp_path)
     ctx = sf.context(tmp_path / "stack", rec, tmp_path / "cache")
-    ctx.done["preflight"] = sf.record("preflight", {"facts": {"nvcc": {"path": str(tmp_path / "cuda" / "bin" / "nvcc")}}})
+    ctx.done["preflight"] = sf.record(sf.preflight_facts(nvcc={"path": str(tmp_path / "cuda" / "bin" / "nvcc")}))
     write_stack_env(ctx)
     env = builder_env(ctx, "9.0")
     assert env["CUDA_HOME"] == str(toolkit.resolve())

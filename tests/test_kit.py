@@ -293,7 +293,7 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, whe
         made = cli("kit", "--recipe", str(recipe), str(tmp_path / "kit"), "--cache-dir", str(tmp_path / "c-kit"))
         assert made.returncode == 0, made.stderr
     doc = json.loads((tmp_path / "kit" / "kit.json").read_text())
-    assert doc["base_wheel"]["sha256"] == json.loads((tmp_path / "online" / "receipts" / "setup.json").read_text())["wheel"]["sha256"]
+    assert doc["base_wheel"]["sha256"] == json.loads((tmp_path / "online" / "receipts" / "setup.json").read_text())["wheel"]["wheel_sha256"]
     vllm = next(r for r in doc["repos"] if r["owner"] == "vllm")
     # the fork's copy reaches down to its upstream base (and the wheel's source when that is in its history)
     depth = subprocess.run(["git", "--git-dir", str(tmp_path / "kit" / vllm["path"]), "rev-list", "--count",

@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import pytest
 
 from october.installer.core.errors import CommandFailed, StackLockedError, ToolMissing
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, run_pipeline
+from october.installer.pipeline.engine import MARKER_FORMAT, SetupOptions, SilentReporter, StepContext, run_pipeline
 from october.installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock
@@ -27,26 +28,49 @@ def toy_recipe(tmp_path: Path) -> Recipe:
                   preflight=PreflightLimits(), jit=(), models={}, smoke=SmokeConfig(), raw={})
 
 
+@dataclass(frozen=True)
+class FileResult:
+    step: ClassVar[str] = "toy"
+    file: str
+    value: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "value": self.value}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileResult":
+        if not isinstance(d.get("file"), str) or not isinstance(d.get("value"), str):
+            raise ValueError("not a FileResult")
+        return cls(file=d["file"], value=d["value"])
+
+    def chain_json(self) -> Any:
+        return self.to_json()
+
+
 class FileStep:
-    """Writes STACK/<name>.txt with its input value; counts runs in a side file."""
+    """Writes STACK/<name>.txt with its input value; counts runs in a side file.  ``note`` is an
+    input that does not reach the result (as ``--skip-preflight`` for the preflight step's facts)."""
 
     def __init__(self, name: str, value: dict[str, str]) -> None:
         self.name = name  # type: ignore[misc]
         self.value = value
 
     def inputs(self, ctx: StepContext) -> Any:
-        return {"value": self.value["v"]}
+        return {"value": self.value["v"], "note": self.value.get("note")}
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def load(self, outputs: Mapping[str, Any]) -> FileResult:
+        return FileResult.from_json(outputs)
+
+    def run(self, ctx: StepContext) -> FileResult:
         out = ctx.paths.root / f"{self.name}.txt"
         out.write_text(self.value["v"])
         runs = ctx.paths.root / "runs.log"
         with open(runs, "a") as fh:
             fh.write(self.name + "\n")
-        return {"file": str(out)}
+        return FileResult(file=str(out), value=self.value["v"])
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
-        return None if Path(outputs["file"]).exists() else "file missing"
+    def verify(self, ctx: StepContext, result: FileResult) -> str | None:
+        return None if Path(result.file).exists() else "file missing"
 
 
 def make_ctx(tmp_path: Path) -> StepContext:
@@ -68,26 +92,72 @@ def test_skip_rerun_and_cascade(tmp_path: Path) -> None:
     recs = run_pipeline(steps, ctx)
     assert [r.status for r in recs] == ["ran"] * 3
     marker = json.loads(ctx.paths.marker("a").read_text())
-    assert marker["format_version"] == 1 and marker["outputs"]["file"].endswith("a.txt")
+    assert marker["format_version"] == MARKER_FORMAT == 2 and marker["outputs"]["file"].endswith("a.txt")
 
     ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
     assert [r.status for r in run_pipeline(steps, ctx2)] == ["cached"] * 3
     assert runs(ctx) == ["a", "b", "c"]
 
-    vals[1]["v"] = "changed"  # a changed input re-runs that step and every later one
+    vals[1]["v"] = "changed"  # a changed input re-runs that step; its new result re-runs every later one
     ctx3 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
     assert [r.status for r in run_pipeline(steps, ctx3)] == ["cached", "ran", "ran"]
 
-    (ctx.paths.root / "a.txt").unlink()  # outputs that no longer verify re-run the step (and the rest)
+    (ctx.paths.root / "a.txt").unlink()  # outputs that no longer verify re-run the step; the same result
     ctx4 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
-    assert [r.status for r in run_pipeline(steps, ctx4)] == ["ran", "ran", "ran"]
+    assert [r.status for r in run_pipeline(steps, ctx4)] == ["ran", "cached", "cached"]
+    assert (ctx.paths.root / "a.txt").read_text() == "1"
+
+
+def test_an_input_that_does_not_change_the_result_reruns_only_its_step(tmp_path: Path) -> None:
+    """Issue 11: changing --skip-preflight re-ran all eight steps.  A step whose inputs changed runs
+    again; the steps after it stay cached while its result is the same."""
+    vals = [{"v": "1"}, {"v": "2"}, {"v": "3"}]
+    steps = [FileStep(n, v) for n, v in zip("abc", vals)]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    vals[0]["note"] = "skip-something"
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx2)] == ["ran", "cached", "cached"]
+    assert runs(ctx) == ["a", "b", "c", "a"]
+
+
+def test_a_planted_change_in_an_earlier_result_reruns_the_later_steps(tmp_path: Path) -> None:
+    """The later steps' fingerprints chain on the earlier results: a result that differs from the one
+    they were made from (here planted in a's marker, which still verifies) re-runs them."""
+    steps = [FileStep(n, {"v": v}) for n, v in zip("abc", "123")]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    marker = json.loads(ctx.paths.marker("a").read_text())
+    marker["outputs"]["value"] = "planted"
+    ctx.paths.marker("a").write_text(json.dumps(marker))
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    reasons: list[str] = []
+
+    class Recording(SilentReporter):
+        def step_start(self, name: str, reason: str) -> None:
+            reasons.append(f"{name}: {reason}")
+
+    ctx2.ui = Recording()
+    assert [r.status for r in run_pipeline(steps, ctx2)] == ["cached", "ran", "ran"]
+    assert reasons[0] == "b: an earlier step's result changed"
+
+
+def test_old_format_or_unknown_result_counts_as_not_done(tmp_path: Path) -> None:
+    steps = [FileStep("a", {"v": "1"})]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    marker = json.loads(ctx.paths.marker("a").read_text())
+    for planted in ({**marker, "format_version": 1}, {**marker, "outputs": {"file": 7}}, {**marker, "outputs": []}):
+        ctx.paths.marker("a").write_text(json.dumps(planted))
+        again = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+        assert [r.status for r in run_pipeline(steps, again)] == ["ran"]
 
 
 def test_failed_step_leaves_no_marker_and_resumes(tmp_path: Path) -> None:
     class Boom(FileStep):
         fail = True
 
-        def run(self, ctx: StepContext) -> Mapping[str, Any]:
+        def run(self, ctx: StepContext) -> FileResult:
             if Boom.fail:
                 raise RuntimeError("killed")
             return super().run(ctx)
@@ -194,20 +264,49 @@ def test_runner_program_that_cannot_start(tmp_path: Path) -> None:
     assert "No such file or directory" in info.value.message
 
 
-def test_rerun_drops_later_markers_before_any_work(tmp_path: Path) -> None:
-    """Killed right after a re-run step wrote its marker, the next run must not trust later markers."""
-    steps = [FileStep("a", {"v": "1"}), FileStep("b", {"v": "2"}), FileStep("c", {"v": "3"})]
+def test_killed_after_an_earlier_step_ran_later_steps_never_look_cached(tmp_path: Path) -> None:
+    """Killed right after a step re-ran: a later marker is trusted only if the result it was made
+    from is the one now recorded."""
+    vals = [{"v": "1"}, {"v": "2"}, {"v": "3"}]
+    steps = [FileStep(n, v) for n, v in zip("abc", vals)]
     ctx = make_ctx(tmp_path)
     run_pipeline(steps, ctx)
-    (ctx.paths.root / "b.txt").unlink()          # b's outputs no longer verify
 
     def killed_after(rec: Any) -> None:
         if rec.name == "b" and rec.status == "ran":
             raise KeyboardInterrupt
 
+    vals[1]["v"] = "new"                          # b's result changes; c's marker stays from before
     ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(steps, ctx2, on_record=killed_after)
-    assert ctx.paths.marker("b").exists() and not ctx.paths.marker("c").exists()
+    assert ctx.paths.marker("c").exists()
     ctx3 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
     assert [r.status for r in run_pipeline(steps, ctx3)] == ["cached", "cached", "ran"]
+
+    (ctx.paths.root / "b.txt").unlink()          # b re-runs to the same result: c stays valid
+    ctx4 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(steps, ctx4, on_record=killed_after)
+    ctx5 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx5)] == ["cached", "cached", "cached"]
+
+
+def test_a_step_killed_while_running_leaves_no_marker(tmp_path: Path) -> None:
+    """A step that runs again has no marker until it finishes, even when it had one before."""
+    vals = [{"v": "1"}, {"v": "2"}]
+    steps = [FileStep(n, v) for n, v in zip("ab", vals)]
+    ctx = make_ctx(tmp_path)
+    run_pipeline(steps, ctx)
+    vals[0]["v"] = "changed"
+
+    class Killed(SilentReporter):
+        def step_start(self, name: str, reason: str) -> None:
+            raise KeyboardInterrupt
+
+    ctx2 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=Killed())
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(steps, ctx2)
+    assert not ctx.paths.marker("a").exists()
+    ctx3 = StepContext(options=ctx.options, paths=ctx.paths, runner=ctx.runner, ui=ctx.ui)
+    assert [r.status for r in run_pipeline(steps, ctx3)] == ["ran", "ran"]

@@ -111,6 +111,30 @@ def test_changed_pin_reruns_from_fetch_and_second_stack_uses_cache(world: World,
     assert (tmp_path / "s2" / "src" / "alpha" / "alpha" / "extra.py").exists()
 
 
+def test_changing_skip_preflight_reruns_preflight_and_the_receipt_only(world: World, tmp_path: Path) -> None:
+    """Issue 11: changing --skip-preflight re-ran all eight steps.  Later steps chain on the earlier
+    steps' results, not their inputs: preflight gathers the same facts, so fetch..lock stay cached;
+    the receipt, which records the options and the preflight verdicts, is written again.  A result
+    that does change (planted in fetch's marker, which still verifies) re-runs every later step."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    lock_before = (stack / "pylock.toml").read_bytes()
+    recs = setup(world, stack, cache, skip_preflight=("disk",)).records
+    assert {r.name: r.status for r in recs} == {"preflight": "ran", "fetch": "cached", "env": "cached",
+                                                "install": "cached", "lock": "cached", "receipt": "ran"}
+    receipt = json.loads((stack / "receipts" / "setup.json").read_text())
+    assert receipt["options"]["skip_preflight"] == ["disk"] and receipt["preflight"]["skipped"] == ["disk"]
+    assert (stack / "pylock.toml").read_bytes() == lock_before
+
+    marker_path = stack / ".state" / "fetch.json"
+    marker = json.loads(marker_path.read_text())
+    marker["outputs"]["forks"]["alpha"]["requested"] = "planted"
+    marker_path.write_text(json.dumps(marker))
+    recs = setup(world, stack, cache, skip_preflight=("disk",)).records
+    assert {r.name: r.status for r in recs} == {"preflight": "cached", "fetch": "cached", "env": "ran",
+                                                "install": "ran", "lock": "ran", "receipt": "ran"}
+
+
 def test_dirty_fork_refused_then_allowed(world: World, tmp_path: Path) -> None:
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     setup(world, stack, cache)
@@ -300,5 +324,8 @@ def test_each_verify_notices_its_output_changed(world: World, tmp_path: Path) ->
 
     shutil.rmtree(next(site.glob("torch-*.dist-info")))
     got = statuses()
-    assert got["env"] == "ran" and got["install"] == "ran" and got["lock"] == "ran"
+    # env and install put back the same results, so the lock (which still verifies against the env's
+    # distributions) stays cached; its packages are the env's again
+    assert got["env"] == "ran" and got["install"] == "ran" and got["lock"] == "cached"
     assert next(site.glob("torch-*.dist-info")).name == "torch-2.10.0+fixture.dist-info"
+    assert locked_state(lock).packages["torch"] == "2.10.0+fixture"

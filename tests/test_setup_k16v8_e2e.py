@@ -162,7 +162,7 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
         assert "jit: ok" in proc.stderr and "wheel: ok" in proc.stderr
 
         receipt = json.loads((stack / "receipts" / "setup.json").read_text())
-        assert receipt["wheel"]["trust"] == "pinned" and receipt["wheel"]["sha256"] == sha256_file(wheel)
+        assert receipt["wheel"]["trust"] == "pinned" and receipt["wheel"]["wheel_sha256"] == sha256_file(wheel)
         assert receipt["wheel"]["source_commit"] == w["up_commit"]
         assert receipt["install"]["vllm_base_commit"] == w["up_commit"]
         assert receipt["install"]["checks"]["import vllm._C"].startswith("not verifiable here")

@@ -67,8 +67,8 @@ def _recipe(tmp: Path, python: Path, version: str = TORCH, cuda: str = "13.0"):
 
 def _env(tmp: Path, recipe):
     ctx = sf.context(tmp / "stack", recipe, tmp / "cache")
-    out = EnvStep().run(ctx)
-    ctx.done["env"] = sf.record("env", dict(out))
+    out = EnvStep().run(ctx).to_json()
+    ctx.done["env"] = sf.record(EnvStep().load(out))
     return ctx, out
 
 
@@ -108,7 +108,7 @@ def test_env_on_the_system_interpreter_sees_its_torch_and_records_it(tmp_path, s
                           capture_output=True, text=True, check=True).stdout.strip()
     assert Path(seen).parent == sys_site / "torch"
     assert not list(ctx.paths.env.glob("lib/python*/site-packages/torch*"))
-    assert EnvStep().verify(ctx, out) is None
+    assert EnvStep().verify(ctx, EnvStep().load(out)) is None
     # lock: torch and its neighbours are the system's, not the env's packages
     raw = probe_env(ctx, "lock")
     _, own = installed_distributions(ctx, "lock", raw)
@@ -130,7 +130,7 @@ def test_a_torch_installed_into_the_env_is_caught(tmp_path, system):
         evaluate(spec, probe(ctx.runner, "install", spec))
     text = str(err.value)
     assert "no torch distribution in" in text and "it resolves to" in text and "re-run october_setup" in text
-    assert "torch was installed into" in (EnvStep().verify(ctx, out) or "")
+    assert "torch was installed into" in (EnvStep().verify(ctx, EnvStep().load(out)) or "")
 
 
 def test_a_wrong_system_torch_stops_the_env_step(tmp_path, system):

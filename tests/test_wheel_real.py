@@ -64,9 +64,10 @@ def test_real_wheel_step_downloads_once_and_verifies(tmp_path: Path, recipe_name
     opts = SetupOptions(stack=paths.root, recipe=recipe, cache_dir=real_cache_dir())
     ctx = StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
     step = WheelStep()
-    out: dict[str, Any] = dict(step.run(ctx))
+    result = step.run(ctx)
+    out: dict[str, Any] = result.to_json()
     real = real_facts()[recipe.wheel.version]
-    assert (out["sha256"], out["size"], out["trust"]) == (real["sha256"], real["size"], "pinned")
+    assert (out["wheel_sha256"], out["size"], out["trust"]) == (real["sha256"], real["size"], "pinned")
     assert out["checks"] == VERIFY_CHECKS
     # vLLM's retag, accepted and recorded
     assert out["wheel_tags"] == real["wheel_tags"] == ["cp38-abi3-linux_x86_64"]
@@ -74,6 +75,6 @@ def test_real_wheel_step_downloads_once_and_verifies(tmp_path: Path, recipe_name
     assert [e["module"] for e in out["extensions"]] == real["extensions"]
     assert ("vllm._C" in real["extensions"]) == (recipe.wheel.version == "0.18.0")
     assert out["source_commit"] == real["commit_id"][1:] and out["source_equivalence"] is None
-    assert step.verify(ctx, out) is None and Path(out["path"]).stat().st_size == real["size"]
+    assert step.verify(ctx, result) is None and Path(out["path"]).stat().st_size == real["size"]
     # the recording is the real wheel's: re-read it independently of the step
     assert wheel_facts(Path(out["path"])) == {k: v for k, v in real.items() if k not in ("url", "sha256", "size")}

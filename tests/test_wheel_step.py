@@ -16,7 +16,9 @@ import pytest
 
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import LockedState, SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
+from october.installer.steps.lock.pylock import LockedState
+from october.installer.steps.results import FetchResult, ForkRecord, NoWheel, WheelResult
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
 from october.installer.recipe import BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
 from october.installer.core.runner import Runner
 from october.installer.steps.wheel.step import WheelStep, choose_sha256
@@ -79,7 +81,8 @@ def make_ctx(tmp: Path, hist: Histories, wheel: BaseWheel | None, *, locked: Loc
     recipe = make_recipe(tmp, hist, wheel)
     opts = SetupOptions(stack=paths.root, recipe=recipe, cache_dir=tmp / "cache", locked=locked)
     ctx = StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
-    fetch = {"forks": {"vllm": {"path": str(hist.clone), "commit": hist.fork, "url": hist.clone.as_uri()}}}
+    fetch = FetchResult(forks={"vllm": ForkRecord(path=str(hist.clone), url=hist.clone.as_uri(), upstream=None,
+                                                  pin="p", requested=hist.fork, branch=None, commit=hist.fork)})
     ctx.done["fetch"] = StepRecord("fetch", "f" * 64, fetch, 0.0, "", "ran")
     return ctx
 
@@ -96,11 +99,13 @@ def test_good_pinned_wheel(tmp_path: Path, hist: Histories, server: WheelServer)
     url, sha = serve(server, whl)
     ctx = make_ctx(tmp_path, hist, base_wheel(url, whl, sha))
     step = WheelStep(policy=POLICY)
-    out = step.run(ctx)
+    result = step.run(ctx)
+    assert isinstance(result, WheelResult) and step.load(result.to_json()) == result   # marker round trip
+    out = result.to_json()
     dest = ctx.paths.wheels / whl.name
     equivalence = out.pop("source_equivalence")
     arch = platform.machine()
-    assert out == {"path": str(dest), "filename": whl.name, "url": url, "sha256": sha, "size": whl.stat().st_size,
+    assert out == {"path": str(dest), "filename": whl.name, "url": url, "wheel_sha256": sha, "size": whl.stat().st_size,
                    "mtime_ns": dest.stat().st_mtime_ns, "trust": "pinned", "source_commit": hist.release,
                    "checks": ALL_CHECKS, "wheel_tags": [f"cp38-abi3-linux_{arch}"],
                    "retag": [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}],
@@ -111,12 +116,12 @@ def test_good_pinned_wheel(tmp_path: Path, hist: Histories, server: WheelServer)
     assert [(p["path"], p["type"]) for p in equivalence["paths"]] == [("csrc", "tree"), ("CMakeLists.txt", "blob"),
                                                                      ("cmake", "tree")]
     assert dest.read_bytes() == whl.read_bytes() and installed(ctx) == [whl.name]
-    assert step.verify(ctx, out) is None
+    assert step.verify(ctx, result) is None
     json.dumps(out)                                    # outputs go into a JSON done-marker
     dest.write_bytes(dest.read_bytes()[:-1] + b"!")     # tampered after the fact
-    assert "no longer has sha256" in (step.verify(ctx, out) or "")
+    assert "no longer has sha256" in (step.verify(ctx, result) or "")
     dest.unlink()
-    assert "missing" in (step.verify(ctx, out) or "")
+    assert "missing" in (step.verify(ctx, result) or "")
 
 
 def test_step_runs_in_the_pipeline_and_is_cached(tmp_path: Path, hist: Histories, server: WheelServer) -> None:
@@ -134,11 +139,12 @@ def test_tofu_records_the_hash_and_locked_enforces_it(tmp_path: Path, hist: Hist
     whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
     url, sha = serve(server, whl)
     out = WheelStep(policy=POLICY).run(make_ctx(tmp_path / "a", hist, base_wheel(url, whl, None)))
-    assert (out["trust"], out["sha256"]) == ("tofu", sha) and "sha256" not in out["checks"]
+    assert isinstance(out, WheelResult)
+    assert (out.trust, out.wheel_sha256) == ("tofu", sha) and "sha256" not in out.checks
     lock = LockedState(path=tmp_path / "pylock.toml", sha256="", commits={}, wheel_sha256=sha, packages={})
     ctx = make_ctx(tmp_path / "b", hist, base_wheel(url, whl, None), locked=lock)
     out = WheelStep(policy=POLICY).run(ctx)
-    assert (out["trust"], out["checks"][0]) == ("locked", "sha256")
+    assert isinstance(out, WheelResult) and (out.trust, out.checks[0]) == ("locked", "sha256")
     # The host now serves other bytes: --locked refuses them.
     other = vllm_wheel(tmp_path / "other", commit_id=gid(hist), tamper={"vllm/__init__.py": b"# changed\n"})
     server.add(f"/packages/{whl.name}", other.read_bytes())
@@ -168,9 +174,10 @@ def test_trust_rules() -> None:
 def test_recipe_without_wheel_is_skipped(tmp_path: Path, hist: Histories) -> None:
     ctx = make_ctx(tmp_path, hist, None)
     step = WheelStep()
-    assert step.run(ctx) == {"skipped": "recipe has no [wheel]"}
+    assert step.run(ctx) == NoWheel("recipe has no [wheel]")
+    assert step.load({"skipped": "recipe has no [wheel]"}) == NoWheel("recipe has no [wheel]")
     assert step.inputs(ctx) == {"wheel": None}
-    assert step.verify(ctx, {"skipped": "recipe has no [wheel]"}) is None
+    assert step.verify(ctx, NoWheel("recipe has no [wheel]")) is None
 
 
 # ------------------------------------------------------------------------ faults
@@ -257,7 +264,7 @@ def test_compiled_sources_come_from_the_recipe(tmp_path: Path, hist: Histories, 
     whl = vllm_wheel(tmp_path / "build", commit_id="g" + hist.kernel[:9])
     url, sha = serve(server, whl)
     ctx = make_ctx(tmp_path, hist, base_wheel(url, whl, sha, compiled_sources=("CMakeLists.txt", "cmake")))
-    out = WheelStep(policy=POLICY).run(ctx)
+    out = WheelStep(policy=POLICY).run(ctx).to_json()
     assert [p["path"] for p in out["source_equivalence"]["paths"]] == ["CMakeLists.txt", "cmake"]
 
 
@@ -266,7 +273,7 @@ def test_inputs_carry_the_wheel_table_and_lock_and_run_nothing(tmp_path: Path, h
                   version="0.18.0", sha256=None)
     lock = LockedState(path=Path("pylock.toml"), sha256="", commits={}, wheel_sha256="c" * 64, packages={})
     got = WheelStep().inputs(make_ctx(tmp_path, hist, w, locked=lock))
-    assert got["locked_sha256"] == "c" * 64 and got["wheel"]["filename"] == "v.whl"
+    assert got["locked_wheel_sha256"] == "c" * 64 and got["wheel"]["filename"] == "v.whl"
     assert got["fork"] == {"name": "vllm", "commit": hist.fork, "upstream": hist.upstream_url}
     # a no-op re-run computes every step's inputs: this one must start no process and write no log
     assert "python_tags" not in got and not (tmp_path / "stack" / "logs").exists()
@@ -277,12 +284,15 @@ def test_lock_and_receipt_carry_retag_extensions_and_compared_trees(tmp_path: Pa
     import jsonschema
     import tomli_w
 
-    from october.installer.steps.lock.step import wheel_facts_for_lock
+    from october.installer.steps.lock.step import wheel_for_lock
 
     whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
     url, sha = serve(server, whl)
-    out = WheelStep(policy=POLICY).run(make_ctx(tmp_path, hist, base_wheel(url, whl, sha)))
-    lock = wheel_facts_for_lock(out)
+    result = WheelStep(policy=POLICY).run(make_ctx(tmp_path, hist, base_wheel(url, whl, sha)))
+    assert isinstance(result, WheelResult)
+    out = result.to_json()
+    lock = wheel_for_lock(result)
+    assert lock["sha256"] == out["wheel_sha256"] == sha                # [tool.october.wheel] sha256
     arch = platform.machine()
     assert lock["retag"] == [{"wheel": f"cp38-abi3-linux_{arch}", "filename": host_tag()}]
     assert lock["extensions"] == real_facts()["0.18.0"]["extensions"]

@@ -1,11 +1,17 @@
 """The step engine: fingerprinted, resumable, atomic done-markers.
 
-A step declares its inputs (JSON-able), runs, and returns its outputs
-(JSON-able).  On success the engine writes ``STACK/.state/<step>.json``
-atomically with the input fingerprint (chained with the previous step's) and
-the outputs.  A re-run skips a step whose marker fingerprint still matches and
-whose outputs still verify; once one step runs, every later step runs too.  A
-killed run leaves no marker for the unfinished step.
+A step declares its inputs (JSON-able), runs, and returns its result (a frozen
+dataclass with ``to_json`` / ``chain_json``; the step's ``load`` reads it back).
+On success the engine writes ``STACK/.state/<step>.json`` atomically with the
+step's fingerprint and its result as ``outputs``.  The fingerprint covers the
+step's inputs and the ``chain_json`` digest of every earlier step's result, so a
+re-run skips a step whose inputs are unchanged, whose earlier steps produced
+the same results, and whose recorded result still verifies; a step that runs
+again and produces a different result makes every later step run again.  A
+step's marker is removed before it runs, so a killed run leaves no marker for
+the unfinished step, and a later step's marker, chained on the results it was
+made from, cannot match once an earlier result changed.  A marker of another
+format, a torn file or a result the step does not recognise means "not done".
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
 
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import StateError
 from october.installer.core.hashing import fingerprint
+from october.installer.steps.lock.pylock import LockedState
 from october.installer.core.paths import StackPaths
 from october.installer.recipe import Recipe
 from october.installer.core.runner import Runner
@@ -28,20 +35,8 @@ from october.installer.core.runner import Runner
 if TYPE_CHECKING:
     from october.installer.kit.use import Kit
 
-MARKER_FORMAT = 1
+MARKER_FORMAT = 2     # 2: typed results, chained on their outputs; a marker of format 1 means "not done"
 JSON = Any
-
-
-@dataclass(frozen=True)
-class LockedState:
-    """What a ``--locked`` run must reproduce, read from an existing pylock."""
-
-    path: Path
-    sha256: str
-    commits: Mapping[str, str]                 # fork name -> full commit id
-    wheel_sha256: str | None
-    packages: Mapping[str, str]                # normalized name -> version (index packages)
-    hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> sha256 of its locked wheels
 
 
 @dataclass(frozen=True)
@@ -77,14 +72,34 @@ class SilentReporter:
     def warn(self, text: str) -> None: ...
 
 
+class StepResult(Protocol):
+    """One step's result: saved in its done-marker, read by later steps (installer/steps/results.py)."""
+
+    step: ClassVar[str]
+
+    def to_json(self) -> dict[str, JSON]:
+        """The result as JSON, stored as the marker's ``outputs``."""
+
+    def chain_json(self) -> JSON:
+        """The part of the result later steps depend on; their fingerprints chain on its digest."""
+
+
+R = TypeVar("R", bound=StepResult)
+S = TypeVar("S", bound=StepResult)
+
+
 @dataclass(frozen=True)
 class StepRecord:
     name: str
     fingerprint: str
-    outputs: Mapping[str, JSON]
+    result: StepResult
     seconds: float
     finished_at: str
     status: str  # "ran" | "cached"
+
+    @property
+    def outputs(self) -> dict[str, JSON]:
+        return self.result.to_json()
 
 
 @dataclass
@@ -99,24 +114,35 @@ class StepContext:
     def recipe(self) -> Recipe:
         return self.options.recipe
 
-    def output(self, step: str) -> Mapping[str, JSON]:
-        if step not in self.done:
-            raise StateError("an earlier step's result is missing", expected=f"step '{step}' done",
+    def result(self, kind: type[R]) -> R | None:
+        """The result of the earlier step ``kind.step`` when it is done and of that type, else None."""
+        rec = self.done.get(kind.step)
+        return rec.result if rec is not None and isinstance(rec.result, kind) else None
+
+    def need(self, kind: type[R]) -> R:
+        """Like :meth:`result`, for a step whose result must be there."""
+        got = self.result(kind)
+        if got is None:
+            raise StateError("an earlier step's result is missing", expected=f"step '{kind.step}' done",
                              found="no record", fix="re-run october_setup")
-        return self.done[step].outputs
+        return got
 
 
-class Step(Protocol):
+class Step(Protocol[S]):
     name: ClassVar[str]
 
     def inputs(self, ctx: StepContext) -> JSON:
-        """Everything the step reads, as JSON; part of its fingerprint."""
+        """What the step reads from the recipe and the options, as JSON; its fingerprint is these inputs
+        together with the digests of every earlier step's result."""
 
-    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
-        """Do the work; return outputs (JSON) stored in the done-marker."""
+    def run(self, ctx: StepContext) -> S:
+        """Do the work; return the result stored in the done-marker."""
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
-        """``None`` when the recorded outputs are still valid, else the reason they are not."""
+    def load(self, outputs: Mapping[str, JSON]) -> S:
+        """The result back from a marker's ``outputs``; raises ``ValueError`` when it is not one."""
+
+    def verify(self, ctx: StepContext, result: S) -> str | None:
+        """``None`` when the recorded result is still valid, else the reason it is not."""
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
@@ -131,50 +157,61 @@ def read_marker(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def run_pipeline(steps: Sequence[Step], ctx: StepContext,
+def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
+    """The step's result from its marker, or None when there is none or it is not one."""
+    if marker is None or not isinstance(marker.get("outputs"), dict):
+        return None
+    try:
+        return step.load(marker["outputs"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
                  on_record: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
     """Run ``steps`` in order; return one record per step (ran or cached)."""
-    previous = ""
-    rerun_reason: str | None = None
+    upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
     for step in steps:
-        fp = fingerprint({"step": step.name, "inputs": step.inputs(ctx), "previous": previous})
+        inputs_fp = fingerprint({"step": step.name, "inputs": step.inputs(ctx)})
+        upstream_fp = fingerprint(upstream)
+        fp = fingerprint({"inputs": inputs_fp, "upstream": upstream_fp})
         marker_path = ctx.paths.marker(step.name)
         marker = read_marker(marker_path)
-        reason = rerun_reason
-        if reason is None:
-            if marker is None:
-                reason = "not done yet"
-            elif marker.get("fingerprint") != fp:
-                reason = "its inputs changed"
-            else:
-                bad = step.verify(ctx, marker.get("outputs", {}))
-                if bad is not None:
-                    reason = f"its outputs no longer verify ({bad})"
-        if reason is None and marker is not None:
-            record = StepRecord(step.name, fp, marker.get("outputs", {}), float(marker.get("seconds", 0.0)),
+        result = load_result(step, marker)
+        reason: str | None = None
+        if marker is None or result is None:
+            reason = "not done yet"
+        elif marker.get("inputs") != inputs_fp:
+            reason = "its inputs changed"
+        elif marker.get("fingerprint") != fp:
+            reason = "an earlier step's result changed"
+        else:
+            bad = step.verify(ctx, result)
+            reason = f"its outputs no longer verify ({bad})" if bad is not None else None
+        if reason is None and marker is not None and result is not None:
+            record = StepRecord(step.name, fp, result, float(marker.get("seconds", 0.0)),
                                 str(marker.get("finished_at", "")), "cached")
             ctx.ui.step_skip(step.name)
         else:
-            # this step and every later one are no longer done: drop their markers before any work,
-            # so a run killed anywhere from here on cannot leave a later step looking "cached"
-            for later in steps[steps.index(step):]:
-                ctx.paths.marker(later.name).unlink(missing_ok=True)
+            # not done until it finishes: a run killed from here on leaves no marker for this step,
+            # and a later step's marker is chained on the results it was made from
+            marker_path.unlink(missing_ok=True)
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()
-            outputs = dict(step.run(ctx))
+            result = step.run(ctx)
             seconds = round(time.monotonic() - start, 3)
             finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
             write_json_atomic(marker_path, {"format_version": MARKER_FORMAT, "step": step.name,
-                                            "fingerprint": fp, "outputs": outputs, "seconds": seconds,
+                                            "fingerprint": fp, "inputs": inputs_fp, "upstream": upstream_fp,
+                                            "outputs": result.to_json(), "seconds": seconds,
                                             "finished_at": finished, "tool_version": __version__})
-            record = StepRecord(step.name, fp, outputs, seconds, finished, "ran")
+            record = StepRecord(step.name, fp, result, seconds, finished, "ran")
             ctx.ui.step_done(step.name, seconds)
-            rerun_reason = f"an earlier step ('{step.name}') ran"
         ctx.done[step.name] = record
         records.append(record)
         if on_record is not None:
             on_record(record)
-        previous = fp
+        upstream.append([step.name, fingerprint(result.chain_json())])
     return records

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from october.installer.core.errors import UsageError
-from october.installer.steps.lock.pylock import locked_state
+from october.installer.steps.lock.pylock import LockedState, locked_state
 from october.installer.core.paths import StackPaths, inside
-from october.installer.pipeline.engine import (LockedState, Reporter, SetupOptions, Step, StepContext, StepRecord,
-                                run_pipeline)
+from october.installer.pipeline.engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline
 from october.installer.recipe import Recipe
 from october.installer.core.resources import locks_dir
 from october.installer.core.runner import Runner
@@ -19,8 +18,9 @@ from october.installer.core.stackmutex import StackLock, holder_file
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
 
-def plan_steps(recipe: Recipe) -> list[Step]:
-    """The pipeline for ``recipe``: every step in STEP_ORDER that the recipe asks for."""
+def plan_steps(recipe: Recipe) -> list[Step[Any]]:
+    """The pipeline for ``recipe``: every step of STEP_ORDER, in that order, that the recipe asks for
+    (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules)."""
     from october.installer.steps.env.step import EnvStep
     from october.installer.steps.fetch.step import FetchStep
     from october.installer.steps.install.step import InstallStep
@@ -30,14 +30,12 @@ def plan_steps(recipe: Recipe) -> list[Step]:
     from october.installer.steps.receipt.step import ReceiptStep
     from october.installer.steps.wheel.step import WheelStep
 
-    steps: list[Step] = [PreflightStep(), FetchStep(), EnvStep()]
+    planned: list[Step[Any]] = [PreflightStep(), FetchStep(), EnvStep(), InstallStep(), LockStep(), ReceiptStep()]
     if recipe.wheel is not None:
-        steps.append(WheelStep())
-    steps.append(InstallStep())
+        planned.append(WheelStep())
     if recipe.jit:
-        steps.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
-    steps += [LockStep(), ReceiptStep()]
-    return steps
+        planned.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
+    return sorted(planned, key=lambda step: STEP_ORDER.index(step.name))
 
 
 def default_lock_path(recipe: Recipe, stack: Path) -> Path:

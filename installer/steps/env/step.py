@@ -11,16 +11,22 @@ from october.installer.core.atomic import write_text_atomic
 from october.installer.core.errors import CommandFailed, EnvError, LockError
 from october.installer.core.hashing import sha256_file
 from october.installer.pipeline.engine import StepContext
-from october.installer.steps.env.uvcmd import pip_install, source_args, uv_env, uv_exe
+from october.installer.steps.results import EnvResult, PreflightResult
+from october.installer.steps.env.uvcmd import StackUv, uv_exe
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
     """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
     files, so the same toolkit reached by another path would force a full rebuild."""
-    pre = ctx.done.get("preflight")
-    facts = pre.outputs.get("facts") if pre is not None else None
-    path = ((facts or {}).get("nvcc") or {}).get("path") if isinstance(facts, dict) else None
+    pre = ctx.result(PreflightResult)
+    path = pre.nvcc_path if pre is not None else None
     return Path(path).resolve() if path else None
+
+
+def stack_uv(ctx: StepContext) -> StackUv:
+    """uv for this stack's env: its paths, the recipe, the cache, the --locked packages."""
+    locked = ctx.options.locked
+    return StackUv(ctx.paths, ctx.recipe, ctx.options.cache_dir, locked.packages if locked is not None else None)
 
 
 def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
@@ -62,22 +68,25 @@ def _dist_info_present(ctx: StepContext, name: str, version: str) -> bool:
 class EnvStep:
     name: ClassVar[str] = "env"
 
+    def load(self, outputs: Mapping[str, Any]) -> EnvResult:
+        return EnvResult.from_json(outputs)
+
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         locked = ctx.options.locked
         return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
-                "build": list(r.build_requirements), "supply": list(r.install.supply), "sources": source_args(ctx, torch_index=True),
+                "build": list(r.build_requirements), "supply": list(r.install.supply), "sources": stack_uv(ctx).sources(torch_index=True),
                 "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def run(self, ctx: StepContext) -> EnvResult:
         if ctx.recipe.torch.from_system:
             return run_on_system_torch(ctx, self.name)
         r = ctx.recipe
         # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
         ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
-                       step=self.name, env=uv_env(ctx))
+                       step=self.name, env=stack_uv(ctx).env())
         got = _pyvenv_version(ctx)
         if not python_matches(r.python, got):
             raise EnvError("the stack env has the wrong Python", expected=f"Python {r.python} (recipe python.version)",
@@ -85,15 +94,17 @@ class EnvStep:
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
         # [install] supply: runtime needs of a --no-deps fork, resolved here under the torch constraint
-        pip_install(ctx, self.name, [r.torch.requirement, *r.build_requirements, *r.install.supply], torch_index=True)
+        stack_uv(ctx).pip_install(ctx.runner, self.name, [r.torch.requirement, *r.build_requirements, *r.install.supply],
+                                  torch_index=True)
         if ctx.options.locked is not None:
             self._install_locked_files(ctx)
         if not _dist_info_present(ctx, "torch", r.torch.version):
             raise EnvError("torch is not the pinned build after installing it",
                            expected=f"torch {r.torch.version}", found="another version or none",
                            fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
-        return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
-                "torch": r.torch.version, "site_packages": _site_packages(ctx), "stack_env": write_stack_env(ctx)}
+        return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
+                         torch=r.torch.version, site_packages=tuple(_site_packages(ctx)),
+                         stack_env=write_stack_env(ctx))
 
     def _install_locked_files(self, ctx: StepContext) -> None:
         """--locked: every index package of the lock, at its version, from a file with the locked sha256
@@ -111,7 +122,8 @@ class EnvStep:
         write_text_atomic(req, "\n".join(lines) + "\n")
         ctx.ui.info(f"installing {len(lines)} locked files from {locked.path.name} (hashes enforced)")
         try:
-            pip_install(ctx, self.name, ["--require-hashes", "--no-deps", "-r", str(req)], torch_index=True)
+            stack_uv(ctx).pip_install(ctx.runner, self.name, ["--require-hashes", "--no-deps", "-r", str(req)],
+                                      torch_index=True)
         except CommandFailed as exc:
             raise LockError(f"the files the recipe's sources serve do not match the lock {locked.path}",
                             expected="every locked package at its locked version and sha256",
@@ -119,18 +131,18 @@ class EnvStep:
                             fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
                                 f"{exc.log_path}") from None
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    def verify(self, ctx: StepContext, result: EnvResult) -> str | None:
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
         if ctx.recipe.torch.from_system:
-            problem = system_torch_env_problem(ctx, outputs)
+            problem = system_torch_env_problem(ctx, result)
             if problem is not None:
                 return problem
         elif not python_matches(ctx.recipe.python, _pyvenv_version(ctx)):
             return "the env's Python version changed"
         elif not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
-        recorded = outputs.get("stack_env") or {}
+        recorded = result.stack_env
         path = stackenv.env_file(ctx.paths.root)
         if not path.is_file() or sha256_file(path) != recorded.get("sha256"):
             return f"{path} is missing or changed"
@@ -147,7 +159,7 @@ def python_matches(recipe_python: str, got: str | None) -> bool:
     return got is not None and (got == recipe_python or got.startswith(recipe_python + "."))
 
 
-def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
+def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     """The env on the system interpreter, its site directories visible, torch never installed here."""
     r = ctx.recipe
     python = r.torch.system_python
@@ -162,14 +174,14 @@ def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
                        fix="point --system-python at an interpreter of the recipe's Python version")
     ctx.ui.info(f"creating {ctx.paths.env} on {python} (torch {facts.get('version')} from its site packages)")
     ctx.runner.run([uv_exe(), "venv", "--clear", "--system-site-packages", "--python", python, str(ctx.paths.env)],
-                   step=step, env=uv_env(ctx))
+                   step=step, env=stack_uv(ctx).env())
     systorch.write_pth(ctx.paths.env, facts)
     wanted = [*r.build_requirements, *r.install.supply]
     needed = systorch.unmet(wanted, systorch.site_distributions(systorch.site_dirs(facts)))
     if needed:
         ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
                     "come from the system interpreter)")
-        pip_install(ctx, step, needed)
+        stack_uv(ctx).pip_install(ctx.runner, step, needed)
     seen = systorch.probe(ctx.runner, step, ctx.paths.python)
     problems = systorch.guard_problems(ctx.paths.env, facts, {
         "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
@@ -181,16 +193,18 @@ def run_on_system_torch(ctx: StepContext, step: str) -> dict[str, Any]:
                        fix="check that the interpreter's site directories are readable; report this with "
                            f"{ctx.runner.log_path(step)}")
     got = _pyvenv_version(ctx)
-    return {"path": str(ctx.paths.env), "python": str(ctx.paths.python), "python_version": got,
-            "torch": facts.get("version"), "torch_cuda": facts.get("cuda"), "torch_source": "system",
-            "system_torch": systorch.record(facts), "site_packages": _site_packages(ctx),
-            "stack_env": write_stack_env(ctx)}
+    version, cuda = facts.get("version"), facts.get("cuda")
+    return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
+                     torch=str(version) if version is not None else None,
+                     torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
+                     system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
+                     stack_env=write_stack_env(ctx))
 
 
-def system_torch_env_problem(ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+def system_torch_env_problem(ctx: StepContext, result: EnvResult) -> str | None:
     """No process started (no-op re-runs stay fast): the .pth is in place, no torch in the env's own
     site-packages, and the recorded system torch is still where it was."""
-    rec = outputs.get("system_torch") or {}
+    rec = result.system_torch or {}
     if rec.get("python") != ctx.recipe.torch.system_python:
         return "the system interpreter changed"
     for sp in ctx.paths.env.glob("lib/python*/site-packages"):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import StepContext
 from october.installer.recipe import Recipe
+from october.installer.core.runner import Runner
 
 
 def uv_exe() -> str:
@@ -37,18 +38,50 @@ def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
     return fallback
 
 
-def uv_cache_dir(ctx: StepContext) -> Path:
-    return choose_uv_cache(ctx.options.cache_dir, ctx.paths)
+@dataclass(frozen=True)
+class StackUv:
+    """What uv needs to install into one stack's env: its paths, the recipe (sources, torch pin),
+    the cache dir, and under ``--locked`` the locked index packages (name -> version)."""
 
+    paths: StackPaths
+    recipe: Recipe
+    cache_dir: Path
+    locked_packages: Mapping[str, str] | None = None
 
-def uv_env(ctx: StepContext) -> dict[str, str]:
-    env = dict(os.environ)
-    env["UV_CACHE_DIR"] = str(uv_cache_dir(ctx))
-    env["UV_LINK_MODE"] = "hardlink"
-    env["UV_PYTHON_DOWNLOADS"] = env.get("UV_PYTHON_DOWNLOADS", "automatic")
-    env.pop("VIRTUAL_ENV", None)
-    env.pop("UV_PROJECT_ENVIRONMENT", None)
-    return env
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["UV_CACHE_DIR"] = str(choose_uv_cache(self.cache_dir, self.paths))
+        env["UV_LINK_MODE"] = "hardlink"
+        env["UV_PYTHON_DOWNLOADS"] = env.get("UV_PYTHON_DOWNLOADS", "automatic")
+        env.pop("VIRTUAL_ENV", None)
+        env.pop("UV_PROJECT_ENVIRONMENT", None)
+        return env
+
+    def sources(self, *, torch_index: bool = False) -> list[str]:
+        """The recipe's sources; a site-provided torch never takes the torch index."""
+        return recipe_source_args(self.recipe, torch_index=torch_index and not self.recipe.torch.from_system)
+
+    def constraints(self) -> list[str]:
+        """Always pin torch (nothing may move it); under --locked pin everything the lock lists."""
+        lines = [self.recipe.torch.requirement]
+        if self.locked_packages is not None:
+            lines += [f"{name}=={version}" for name, version in sorted(self.locked_packages.items())
+                      if name != "torch"]
+        path = self.paths.state / "constraints.txt"
+        text = "\n".join(lines) + "\n"
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            write_text_atomic(path, text)
+        return ["--constraint", str(path)]
+
+    def pip_install(self, runner: Runner, step: str, args: Sequence[str], *, torch_index: bool = False,
+                    extra_env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+        """``uv pip install`` into the stack env with the recipe's sources and the torch constraint."""
+        argv = [uv_exe(), "pip", "install", "--python", str(self.paths.python),
+                *self.sources(torch_index=torch_index), *self.constraints(), *args]
+        env = self.env()
+        if extra_env:
+            env.update(extra_env)
+        runner.run(argv, step=step, env=env, cwd=cwd)
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:
@@ -67,33 +100,3 @@ def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]
     for link in s.find_links:
         args += ["--find-links", link]
     return args
-
-
-def source_args(ctx: StepContext, *, torch_index: bool = False) -> list[str]:
-    """The step's sources; a site-provided torch never takes the torch index."""
-    return recipe_source_args(ctx.recipe, torch_index=torch_index and not ctx.recipe.torch.from_system)
-
-
-def constraints_args(ctx: StepContext) -> list[str]:
-    """Always pin torch (nothing may move it); under --locked pin everything the lock lists."""
-    lines = [ctx.recipe.torch.requirement]
-    locked = ctx.options.locked
-    if locked is not None:
-        lines += [f"{name}=={version}" for name, version in sorted(locked.packages.items())
-                  if name != "torch"]
-    path = ctx.paths.state / "constraints.txt"
-    text = "\n".join(lines) + "\n"
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        write_text_atomic(path, text)
-    return ["--constraint", str(path)]
-
-
-def pip_install(ctx: StepContext, step: str, args: Sequence[str], *, torch_index: bool = False,
-                extra_env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
-    """``uv pip install`` into the stack env with the recipe's sources and the torch constraint."""
-    argv = [uv_exe(), "pip", "install", "--python", str(ctx.paths.python),
-            *source_args(ctx, torch_index=torch_index), *constraints_args(ctx), *args]
-    env = uv_env(ctx)
-    if extra_env:
-        env.update(extra_env)
-    ctx.runner.run(argv, step=step, env=env, cwd=cwd)

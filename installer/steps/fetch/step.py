@@ -11,7 +11,7 @@ at their recorded commits, and check HEAD and cleanliness.  See
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar, Mapping
 
 from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
@@ -19,10 +19,14 @@ from october.installer.steps.fetch.worktree import check_clone, sync_clone
 from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import ForkUse
 from october.installer.core.redact import redact_url
+from october.installer.steps.results import FetchResult, ForkRecord
 
 
 class FetchStep:
     name: ClassVar[str] = "fetch"
+
+    def load(self, outputs: Mapping[str, JSON]) -> FetchResult:
+        return FetchResult.from_json(outputs)
 
     def inputs(self, ctx: StepContext) -> JSON:
         locked = ctx.options.locked
@@ -35,10 +39,10 @@ class FetchStep:
                            "locked": locked.commits.get(f.name) if locked is not None else None}
                           for f in ctx.recipe.forks]}
 
-    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
-        return {"forks": {f.name: self._fork(ctx, f) for f in ctx.recipe.forks}}
+    def run(self, ctx: StepContext) -> FetchResult:
+        return FetchResult(forks={f.name: self._fork(ctx, f) for f in ctx.recipe.forks})
 
-    def _fork(self, ctx: StepContext, fork: ForkUse) -> dict[str, Any]:
+    def _fork(self, ctx: StepContext, fork: ForkUse) -> ForkRecord:
         o = ctx.options
         kit = o.kit
         mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name,
@@ -67,23 +71,20 @@ class FetchStep:
                         "(--allow-dirty; recorded)")
             ctx.runner.note(self.name, f"# {fork.name}: dirty tree kept (--allow-dirty):\n"
                             + "\n".join(out.dirty))
-        return {"path": str(dest), "url": redact_url(fork.fetch_url),
-                "upstream": redact_url(fork.upstream) if fork.upstream else None,
-                "pin": fork.pin.name, "requested": res.requested, "branch": res.branch,
-                "commit": res.commit, "submodules": dict(out.submodules),
-                **({"submodule_paths": list(fork.submodule_paths)} if fork.submodule_paths is not None else {}),
-                "dirty_allowed": o.allow_dirty, "dirty": bool(out.dirty)}
+        return ForkRecord(path=str(dest), url=redact_url(fork.fetch_url),
+                          upstream=redact_url(fork.upstream) if fork.upstream else None,
+                          pin=fork.pin.name, requested=res.requested, branch=res.branch,
+                          commit=res.commit, submodules=dict(out.submodules),
+                          submodule_paths=tuple(fork.submodule_paths) if fork.submodule_paths is not None else None,
+                          dirty_allowed=o.allow_dirty, dirty=bool(out.dirty))
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
-        recorded = outputs.get("forks")
-        if not isinstance(recorded, dict):
-            return "no fork records"
+    def verify(self, ctx: StepContext, result: FetchResult) -> str | None:
         for fork in ctx.recipe.forks:
-            rec = recorded.get(fork.name)
-            if not isinstance(rec, dict) or "commit" not in rec or "path" not in rec:
+            rec = result.forks.get(fork.name)
+            if rec is None:
                 return f"fork '{fork.name}' has no record"
-            bad = check_clone(Path(rec["path"]), rec["commit"], allow_dirty=bool(rec.get("dirty_allowed")),
-                              submodules=rec.get("submodules") if fork.submodules else None,
+            bad = check_clone(Path(rec.path), rec.commit, allow_dirty=rec.dirty_allowed,
+                              submodules=dict(rec.submodules) if fork.submodules else None,
                               submodule_paths=fork.submodule_paths)
             if bad is not None:
                 return f"fork '{fork.name}': {bad}"

@@ -12,9 +12,9 @@ extension modules where CUDA libraries exist; every installed requirement is che
 against the recipe's declared exceptions (:mod:`october.installer.steps.install.consistency`); a
 FlashInfer-mode fork is imported with the stack environment (:mod:`october.installer.steps.env.stackenv`).
 
-Reads: ``fetch`` outputs ``forks.<name>.path`` / ``.commit`` (falls back to
-``STACK/src/<name>`` and ``git rev-parse HEAD``); ``wheel`` outputs ``path``,
-``sha256`` and optionally ``source_commit``.
+Reads: the fetch result's forks (path, commit; without one, ``STACK/src/<name>``
+and ``git rev-parse HEAD``); the wheel result's path, ``wheel_sha256`` and
+source commit.  Result: :class:`~october.installer.steps.results.InstallResult`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
 from october.installer.pipeline.engine import StepContext
 from october.installer.core.redact import redact_url
-from october.installer.steps.env.uvcmd import pip_install, source_args
+from october.installer.steps.env.step import stack_uv
+from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 PRECOMPILED = "vllm-precompiled"
 
@@ -50,43 +51,47 @@ class InstallStep:
         # point it at a library that exists on a CPU-only machine.
         self.cuda_libs = cuda_libs
 
+    def load(self, outputs: Mapping[str, Any]) -> InstallResult:
+        return InstallResult.from_json(outputs)
+
     # ------------------------------------------------------------------ inputs
 
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
-        wheel = ctx.done.get("wheel")
+        wheel = ctx.result(WheelResult)
         return {"forks": [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
                            "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
                            "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
                            "nested_installs": dict(f.nested_installs)} for f in r.forks],
                 "policy": policy_json(r.install),
-                "torch": r.torch.version, "sources": source_args(ctx),
-                "wheel_sha256": wheel.outputs.get("sha256") if wheel else None,
+                "torch": r.torch.version, "sources": stack_uv(ctx).sources(),
+                "wheel_sha256": wheel.wheel_sha256 if wheel else None,
                 "locked": dict(ctx.options.locked.packages) if ctx.options.locked else None}
 
     # --------------------------------------------------------------------- run
 
     def _forks(self, ctx: StepContext) -> list[ForkSource]:
-        fetched = ctx.output("fetch").get("forks", {}) if "fetch" in ctx.done else {}
+        fetch = ctx.result(FetchResult)
+        fetched = fetch.forks if fetch is not None else {}
         paths: dict[str, Path] = {}
         commits: dict[str, str] = {}
         for f in ctx.recipe.forks:
-            rec = fetched.get(f.name, {})
-            path = Path(rec["path"]) if rec.get("path") else ctx.paths.fork(f.name)
+            rec = fetched.get(f.name)
+            path = Path(rec.path) if rec is not None else ctx.paths.fork(f.name)
             if not (path / "pyproject.toml").exists() and not (path / "setup.py").exists():
                 raise InstallError(f"the checkout of fork '{f.name}' is not an installable project",
                                    expected=f"{path} with a pyproject.toml or setup.py",
                                    found="neither" if path.exists() else "no such directory",
                                    fix="re-run october_setup so the fetch step checks the fork out again")
             paths[f.name] = path
-            commits[f.name] = rec.get("commit") or ctx.runner.run(
+            commits[f.name] = rec.commit if rec is not None else ctx.runner.run(
                 ["git", "-C", str(path), "rev-parse", "HEAD"], step=self.name).output.strip()
         return fork_sources(ctx.recipe.forks, paths, commits)
 
     def _wheel(self, ctx: StepContext) -> tuple[Path, str, str | None]:
-        out = ctx.output("wheel")
-        path = Path(str(out.get("path", "")))
-        want = out.get("sha256")
+        out = ctx.need(WheelResult)
+        path = Path(out.path)
+        want = out.wheel_sha256
         if not path.is_file():
             raise InstallError("the verified base wheel is gone", expected=f"the file {path}",
                                found="no such file", fix="re-run october_setup (the wheel step fetches it again)")
@@ -95,8 +100,7 @@ class InstallStep:
             raise InstallError(f"the base wheel {path.name} changed after it was verified",
                                expected=f"sha256 {want}", found=f"sha256 {got}",
                                fix="re-run october_setup (the wheel step verifies it again)")
-        commit = out.get("source_commit")
-        return path, got, commit if isinstance(commit, str) else None
+        return path, got, out.source_commit
 
     def plan(self, ctx: StepContext, forks: list[ForkSource]) -> tuple[InstallPlan, BaseCommit | None]:
         precompiled = [f for f in forks if f.use.mode == PRECOMPILED]
@@ -108,7 +112,7 @@ class InstallStep:
         ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
         return make_plan(forks, wheel=wheel, base_commit=base.commit), base
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def run(self, ctx: StepContext) -> InstallResult:
         r = ctx.recipe
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
@@ -126,23 +130,23 @@ class InstallStep:
         judged = self.check_consistency(ctx)
         imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
-        return {
-            "nested_installs": nested_out,
-            "consistency": judged.as_json(),
-            "imports_with_stack_env": imported,
-            "order": list(plan.order),
-            "forks": [{"name": f.use.name, "path": str(f.path), "commit": f.commit, "mode": f.use.mode,
-                       "dist": f.dist, "version": _editable_version(facts.get(f.use.name, {}), f.path),
-                       "editable": True, "args": list(inv.args),
-                       "env": {k: v for k, v in inv.env}}
-                      for inv in plan.installs for f in [by_name[inv.fork]]],
-            "torch": r.torch.version,
-            "wheel": {"path": str(plan.wheel), "sha256": sha256_file(plan.wheel)} if plan.wheel else None,
-            "vllm_base_commit": base.commit if base else None,
-            "vllm_base_commit_source": base.source if base else None,
-            "vllm_base_commit_detail": base.detail if base else None,
-            "checks": dict(report.results),
-        }
+        return InstallResult(
+            nested_installs=nested_out,
+            consistency=judged.as_json(),
+            imports_with_stack_env=imported,
+            order=tuple(plan.order),
+            forks=tuple(InstalledFork(name=f.use.name, path=str(f.path), commit=f.commit, mode=f.use.mode,
+                                      dist=f.dist, version=_editable_version(facts.get(f.use.name, {}), f.path),
+                                      editable=True, args=tuple(inv.args), env={k: v for k, v in inv.env})
+                        for inv in plan.installs for f in [by_name[inv.fork]]),
+            torch=r.torch.version,
+            wheel_path=str(plan.wheel) if plan.wheel else None,
+            wheel_sha256=sha256_file(plan.wheel) if plan.wheel else None,
+            vllm_base_commit=base.commit if base else None,
+            vllm_base_commit_source=base.source if base else None,
+            vllm_base_commit_detail=base.detail if base else None,
+            checks=dict(report.results),
+        )
 
     def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
         """One fork's ``uv pip install`` with the nested-install guard first on PATH; judge what its
@@ -158,7 +162,7 @@ class InstallStep:
         log.unlink(missing_ok=True)
         env = {**inv.env_dict, **nested.guard_env(guard, log, os.environ.get("PATH", ""))}
         try:
-            pip_install(ctx, self.name, inv.args, extra_env=env)
+            stack_uv(ctx).pip_install(ctx.runner, self.name, inv.args, extra_env=env)
         except CommandFailed as exc:
             raise _install_failed(inv.fork, ctx.recipe.torch.version, exc) from exc
         verdict = nested.judge(nested.read_attempts(log), src.use.nested_installs)
@@ -221,7 +225,7 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
-        imports = import_guard(ctx.output("wheel"), {f.use.name: f.path for f in forks}) \
+        imports = import_guard(ctx.need(WheelResult).to_json(), {f.use.name: f.path for f in forks}) \
             if any(f.use.mode == PRECOMPILED for f in forks) else ()
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}
@@ -231,17 +235,16 @@ class InstallStep:
 
     # ------------------------------------------------------------------ verify
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    def verify(self, ctx: StepContext, result: InstallResult) -> str | None:
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
-        forks = outputs.get("forks", [])
-        for f in forks:
-            if not Path(f["path"]).is_dir():
-                return f"the checkout {f['path']} is missing"
+        for f in result.forks:
+            if not Path(f.path).is_dir():
+                return f"the checkout {f.path} is missing"
         # A no-op re-run must stay fast and write nothing: read the env's metadata files
         # directly instead of starting the stack's Python (the full guards ran at install time).
         return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
-                                       {f["name"]: Path(f["path"]) for f in forks},
+                                       {f.name: Path(f.path) for f in result.forks},
                                        system_torch=ctx.recipe.torch.from_system)
 
 
@@ -249,9 +252,9 @@ def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
     """The env step's record of a site-provided torch (None when the env installs its own)."""
     if not ctx.recipe.torch.from_system:
         return None
-    env = ctx.done.get("env")
-    rec = env.outputs.get("system_torch") if env is not None else None
-    if not isinstance(rec, dict):
+    env = ctx.result(EnvResult)
+    rec = env.system_torch if env is not None else None
+    if rec is None:
         raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
                            "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
     return rec

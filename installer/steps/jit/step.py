@@ -31,6 +31,7 @@ from october.installer.pipeline.engine import StepContext
 from october.installer.recipe import JitModule
 from october.installer.core.resources import stack_code_root
 from october.installer.steps.env.step import resolved_nvcc
+from october.installer.steps.results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
 
 DEFAULT_BUILDER = "october.checks.jit_build"
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
@@ -61,18 +62,18 @@ def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
 def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[str, Any] | None:
     """What a built module's bytes depend on besides its request, or None when one is unknown (then
     nothing is shared): the FlashInfer fork's commit, nvcc's version, the arch list, the torch build."""
-    fetched = ctx.done["fetch"].outputs.get("forks", {}) if "fetch" in ctx.done else {}
+    fetch = ctx.result(FetchResult)
     fork = next((f for f in ctx.recipe.forks if f.mode == "flashinfer"), None)
-    commit = (fetched.get(fork.name) or {}).get("commit") if fork is not None else None
-    pre = ctx.done.get("preflight")
-    facts = pre.outputs.get("facts") if pre is not None else None
-    nvcc = ((facts or {}).get("nvcc") or {}).get("version") if isinstance(facts, dict) else None
-    env = ctx.done.get("env")
-    torch = (env.outputs.get("torch") if env is not None else None) or ctx.recipe.torch.version
+    rec = fetch.forks.get(fork.name) if fetch is not None and fork is not None else None
+    commit = rec.commit if rec is not None else None
+    pre = ctx.result(PreflightResult)
+    nvcc = pre.nvcc_version if pre is not None else None
+    env = ctx.result(EnvResult)
+    torch = (env.torch if env is not None else None) or ctx.recipe.torch.version
     if not commit or not nvcc or not arch_list:
         return None
     return {"flashinfer_commit": commit, "nvcc": nvcc, "arch_list": arch_list, "torch": torch,
-            "torch_cuda": (env.outputs.get("torch_cuda") if env is not None else None), "builder": builder}
+            "torch_cuda": env.torch_cuda if env is not None else None, "builder": builder}
 
 
 def _fields(jm: JitModule) -> dict[str, Any]:
@@ -95,6 +96,9 @@ class JitStep:
     def __init__(self, builder: str = DEFAULT_BUILDER) -> None:
         self.builder = builder
 
+    def load(self, outputs: Mapping[str, Any]) -> JitResult:
+        return JitResult.from_json(outputs)
+
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         return {"modules": [module_request(i, m) for i, m in enumerate(r.jit)],
@@ -109,13 +113,13 @@ class JitStep:
                            fix=f"add [cuda] arch_list to {ctx.recipe.path}")
         return cuda.arch_list
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def run(self, ctx: StepContext) -> JitResult:
         r = ctx.recipe
         arch_list = self._arch_list(ctx) if r.jit else (r.cuda.arch_list if r.cuda else "")
         workspace = ctx.paths.jit
         if not r.jit:
-            return {"workspace": str(workspace), "arch_list": arch_list, "modules": [], "cached": True,
-                    "builder": self.builder, "flashinfer_version": None}
+            return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
+                             builder=self.builder, flashinfer_version=None)
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
         discarded = self._discard_untrusted(ctx, workspace, known_aot_dir(ctx, workspace))
@@ -215,7 +219,7 @@ class JitStep:
 
     def _finish(self, ctx: StepContext, workspace: Path, modules: list[dict[str, Any]], keys: list[str | None],
                 inputs: Mapping[str, Any] | None, cache: SharedJitCache | None, discarded: list[dict[str, str]],
-                *, result: Mapping[str, Any] | None) -> dict[str, Any]:
+                *, result: Mapping[str, Any] | None) -> JitResult:
         stored = 0
         for m, k in zip(modules, keys):
             m.setdefault("source", "workspace" if m["cached"] else "built")
@@ -229,13 +233,14 @@ class JitStep:
         records = {m["uri"]: {"path": Path(m["path"]).relative_to(workspace).as_posix(), "sha256": m["sha256"],
                               **({"key": k} if k else {})} for m, k in zip(modules, keys)}
         write_manifest(workspace, records, aot)
-        return {"workspace": str(workspace), "arch_list": ctx.recipe.cuda.arch_list if ctx.recipe.cuda else "",
-                "modules": modules, "cached": all(m["cached"] for m in modules), "builder": self.builder,
-                "flashinfer_version": result.get("flashinfer_version") if result is not None
-                else _version_from_paths(workspace, modules), "discarded": discarded,
-                "shared_cache": {"dir": str(cache.root), "key_inputs": dict(inputs or {}),
-                                 "restored": sum(m["source"] == "shared-cache" for m in modules),
-                                 "stored": stored} if cache is not None else None}
+        version = result.get("flashinfer_version") if result is not None else _version_from_paths(workspace, modules)
+        return JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.arch_list if ctx.recipe.cuda else "",
+                         modules=tuple(modules), cached=all(m["cached"] for m in modules), builder=self.builder,
+                         flashinfer_version=str(version) if version is not None else None,
+                         discarded=tuple(discarded),
+                         shared_cache={"dir": str(cache.root), "key_inputs": dict(inputs or {}),
+                                       "restored": sum(m["source"] == "shared-cache" for m in modules),
+                                       "stored": stored} if cache is not None else None)
 
     @staticmethod
     def _read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
@@ -297,8 +302,8 @@ class JitStep:
                            "not built, and the stack cannot serve it")
         return modules
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
-        for m in outputs.get("modules", []):
+    def verify(self, ctx: StepContext, result: JitResult) -> str | None:
+        for m in result.modules:
             for path in [Path(m["path"])] + ([Path(m["aot_path"])] if m.get("aot_path") else []):
                 if not path.is_file():
                     return f"JIT library {path} is missing"
@@ -314,10 +319,10 @@ def known_aot_dir(ctx: StepContext, workspace: Path) -> Path | None:
     recorded = manifest_aot_dir(workspace)
     if recorded is not None:
         return recorded
-    install = ctx.done.get("install")
-    for f in (install.outputs.get("forks") or []) if install is not None else []:
-        if isinstance(f, dict) and f.get("mode") == "flashinfer" and f.get("path"):
-            return Path(f["path"]) / "flashinfer" / "data" / "aot"
+    install = ctx.result(InstallResult)
+    for f in install.forks if install is not None else ():
+        if f.mode == "flashinfer" and f.path:
+            return Path(f.path) / "flashinfer" / "data" / "aot"
     return None
 
 

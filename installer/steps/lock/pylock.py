@@ -10,7 +10,7 @@ holds no timestamps of ours, so an identical install gives an identical file.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote, urlparse
@@ -22,10 +22,21 @@ from packaging.utils import canonicalize_name
 from october.installer import __version__
 from october.installer.core.errors import LockError
 from october.installer.core.hashing import sha256_file
-from october.installer.pipeline.engine import LockedState
 from october.installer.core.redact import redact_url
 
 TOOL = "october"
+
+
+@dataclass(frozen=True)
+class LockedState:
+    """What a ``--locked`` run must reproduce, read from an existing pylock."""
+
+    path: Path
+    sha256: str
+    commits: Mapping[str, str]                 # fork name -> full commit id
+    wheel_sha256: str | None
+    packages: Mapping[str, str]                # normalized name -> version (index packages)
+    hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> sha256 of its locked wheels
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ from october.installer.core.errors import LockError
 from october.installer.core.hashing import sha256_file
 from october.installer.steps.lock.pylock import Installed, build_lock, diff_against, dumps, split_installed
 from october.installer.pipeline.engine import StepContext
-from october.installer.steps.env.uvcmd import source_args, uv_env, uv_exe
+from october.installer.steps.env.step import stack_uv
+from october.installer.steps.results import (EnvResult, FetchResult, ForkRecord, InstallResult, JitResult, LockResult,
+                                     PreflightResult, WheelResult)
+from october.installer.steps.env.uvcmd import uv_exe
 
 PROBE = stack_script("probe_env.py")
 
@@ -52,8 +55,8 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     other distribution the stack uses from the system's site directories, name -> version."""
     if not ctx.recipe.torch.from_system:
         return None
-    env = ctx.done.get("env")
-    rec = dict((env.outputs.get("system_torch") or {}) if env is not None else {})
+    env = ctx.result(EnvResult)
+    rec = dict((env.system_torch or {}) if env is not None else {})
     others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in data["distributions"]
               if from_system_site(ctx, d) and canonicalize_name(d["name"]) != "torch"}
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
@@ -70,9 +73,10 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[di
     req = work / "requirements.in"
     req.write_text("".join(f"{d.name}=={d.version}\n" for d in dists), encoding="utf-8")
     out = work / "pylock.toml"
+    uv = stack_uv(ctx)
     ctx.runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
-                    "--python", str(ctx.paths.python), *source_args(ctx, torch_index=True), "-o", str(out)],
-                   step="lock", env=uv_env(ctx))
+                    "--python", str(ctx.paths.python), *uv.sources(torch_index=True), "-o", str(out)],
+                   step="lock", env=uv.env())
     with open(out, "rb") as fh:
         packages = list(tomllib.load(fh).get("packages", []))
     shutil.rmtree(work, ignore_errors=True)
@@ -86,18 +90,16 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
                              "uv": _uv_version(ctx)}
     if r.cuda is not None:
         facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.arch_list, "cuda-variant": r.cuda.variant})
-    pre = ctx.done.get("preflight")
-    machine = pre.outputs.get("facts") if pre is not None else None
-    if isinstance(machine, dict):
+    pre = ctx.result(PreflightResult)
+    if pre is not None:
         for key in ("os", "arch"):
-            if machine.get(key):
-                facts[key] = machine[key]
+            if pre.facts.get(key):
+                facts[key] = pre.facts[key]
         for tool in ("nvcc", "cc", "cxx", "git"):
-            version = (machine.get(tool) or {}).get("version")
+            version = pre.tool(tool).get("version")
             if version:
                 facts[tool] = version
-        gpus = [{k: g.get(k) for k in ("name", "compute_capability", "driver") if g.get(k)}
-                for g in machine.get("gpus") or [] if isinstance(g, dict)]
+        gpus = [{k: g.get(k) for k in ("name", "compute_capability", "driver") if g.get(k)} for g in pre.gpus]
         if gpus:
             facts["gpus"] = gpus
     return facts
@@ -108,18 +110,21 @@ def _uv_version(ctx: StepContext) -> str:
     return out.split()[1] if len(out.split()) > 1 else out
 
 
-def wheel_facts_for_lock(outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The base wheel's verified facts for ``[tool.october.wheel]``: WHEEL's tags and an accepted
-    retag, its extension modules, and the compiled-source trees compared with the fork's
-    (TOML has no null: absent values are left out)."""
-    out: dict[str, Any] = {}
-    if outputs.get("wheel_tags"):
-        out["wheel-tags"] = list(outputs["wheel_tags"])
-    if outputs.get("retag"):
-        out["retag"] = [dict(r) for r in outputs["retag"]]
-    if outputs.get("extensions"):
-        out["extensions"] = [e["module"] for e in outputs["extensions"]]
-    eq = outputs.get("source_equivalence")
+def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
+    """``[tool.october.wheel]``: the base wheel (its hash under the PEP 751-style key ``sha256`` of
+    the wheel table), WHEEL's tags and an accepted retag, its extension modules, and the
+    compiled-source trees compared with the fork's (TOML has no null: absent values are left out)."""
+    out: dict[str, Any] = {"filename": wheel.filename, "url": wheel.url, "sha256": wheel.wheel_sha256,
+                           "trust": wheel.trust}
+    if wheel.source_commit is not None:
+        out["source_commit"] = wheel.source_commit
+    if wheel.wheel_tags:
+        out["wheel-tags"] = list(wheel.wheel_tags)
+    if wheel.retag:
+        out["retag"] = [dict(r) for r in wheel.retag]
+    if wheel.extensions:
+        out["extensions"] = [e["module"] for e in wheel.extensions]
+    eq = wheel.source_equivalence
     if eq:
         out["source-equivalence"] = {
             "source-commit": eq["source_commit"], "fork-commit": eq["fork_commit"],
@@ -128,18 +133,29 @@ def wheel_facts_for_lock(outputs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
+    """A fork under ``[tool.october.forks]``: where it came from and the commit (submodules as
+    checked out, when it has any); TOML has no null."""
+    out: dict[str, Any] = {"url": rec.url, "commit": rec.commit, "pin": rec.pin, "branch": rec.branch,
+                           "requested": rec.requested, "submodules": dict(rec.submodules) or None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 class LockStep:
     name: ClassVar[str] = "lock"
+
+    def load(self, outputs: Mapping[str, Any]) -> LockResult:
+        return LockResult.from_json(outputs)
 
     def inputs(self, ctx: StepContext) -> Any:
         locked = ctx.options.locked
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def run(self, ctx: StepContext) -> LockResult:
         raw = probe_env(ctx, self.name)
         python_version, dists = installed_distributions(ctx, self.name, raw)
-        fetch = ctx.output("fetch")["forks"]
-        fork_paths = {name: Path(rec["path"]) for name, rec in fetch.items()}
+        fetch = ctx.need(FetchResult).forks
+        fork_paths = {name: Path(rec.path) for name, rec in fetch.items()}
         forks, index, other = split_installed(dists, fork_paths)
         missing = sorted(set(fork_paths) - set(forks))
         if missing:
@@ -151,28 +167,23 @@ class LockStep:
         tool: dict[str, Any] = {
             "format-version": 1,
             "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},
-            "forks": {n: {k: v for k, v in rec.items()
-                          if k in ("url", "commit", "pin", "branch", "requested")
-                          or (k == "submodules" and v)}      # path -> commit, as checked out
-                      for n, rec in sorted(fetch.items())},
+            "forks": {n: fork_for_lock(rec) for n, rec in sorted(fetch.items())},
             "toolchain": toolchain_facts(ctx, python_version),
         }
-        wheel = ctx.done.get("wheel")
-        if wheel is not None and "sha256" in wheel.outputs:
-            tool["wheel"] = {k: wheel.outputs[k] for k in ("filename", "url", "sha256", "trust", "source_commit")
-                             if wheel.outputs.get(k) is not None}
-            tool["wheel"].update(wheel_facts_for_lock(wheel.outputs))
-        install = ctx.done.get("install")
-        if install is not None and install.outputs.get("vllm_base_commit"):
-            tool["forks"].setdefault("vllm", {})["upstream-base"] = install.outputs["vllm_base_commit"]
+        wheel = ctx.result(WheelResult)
+        if wheel is not None:
+            tool["wheel"] = wheel_for_lock(wheel)
+        install = ctx.result(InstallResult)
+        if install is not None and install.vllm_base_commit:
+            tool["forks"].setdefault("vllm", {})["upstream-base"] = install.vllm_base_commit
         system = system_section(ctx, raw)
         if system is not None:
             tool["system"] = system
-        jit = ctx.done.get("jit")
-        if jit is not None and jit.outputs.get("modules"):
-            tool["jit"] = [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit.outputs["modules"]]
+        jit = ctx.result(JitResult)
+        if jit is not None and jit.modules:
+            tool["jit"] = jit.libraries
         lock = build_lock(python_version=python_version, index_packages=index_pkgs,
-                          forks={n: (forks[n], fetch[n]) for n in forks}, other=other, tool=tool)
+                          forks={n: (forks[n], fetch[n].to_json()) for n in forks}, other=other, tool=tool)
         if ctx.options.locked is not None:
             problems = diff_against(ctx.options.locked, lock)
             if problems:
@@ -182,13 +193,13 @@ class LockStep:
                                 found="the differences listed", fix="update the lock deliberately (run without --locked) "
                                 "or fix the recipe's sources so they serve the locked files")
         write_text_atomic(ctx.paths.pylock, dumps(lock))
-        return {"path": str(ctx.paths.pylock), "sha256": sha256_file(ctx.paths.pylock),
-                "packages": len(lock["packages"])}
+        return LockResult(path=str(ctx.paths.pylock), sha256=sha256_file(ctx.paths.pylock),
+                          packages=len(lock["packages"]))
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    def verify(self, ctx: StepContext, result: LockResult) -> str | None:
         if not ctx.paths.pylock.exists():
             return "pylock.toml is missing"
-        if sha256_file(ctx.paths.pylock) != outputs.get("sha256"):
+        if sha256_file(ctx.paths.pylock) != result.sha256:
             return "pylock.toml was changed"
         with open(ctx.paths.pylock, "rb") as fh:
             locked = {str(canonicalize_name(p["name"])): str(p.get("version"))

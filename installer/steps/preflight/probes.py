@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from october.installer.core.errors import CommandFailed, ToolMissing
 from october.installer.core.runner import Runner
+from october.installer.steps.env.uvcmd import uv_exe
 
 STEP = "preflight"
 PROBE_TIMEOUT_S = 120.0
@@ -293,7 +294,6 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
     """Probe this machine. ``uv`` defaults to :func:`october.installer.steps.env.uvcmd.uv_exe` (the tool env's uv)."""
     env = dict(os.environ if environ is None else environ)
     if uv is None:
-        from october.installer.steps.env.uvcmd import uv_exe  # late: uvcmd imports the pipeline
         uv = uv_exe()
     nvidia_smi, gpus = probe_gpus(runner, env)
     disk_path, free = disk_free(stack)

@@ -11,10 +11,11 @@ from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.steps.preflight import evaluate, facts_json, machine_facts_json, system_torch_facts, validate_skip
 from october.installer.steps.preflight.rules import punch_list
 from october.installer.steps.preflight.probes import gather_facts
+from october.installer.steps.results import PreflightResult
 
 
 class PreflightStep:
-    """Outputs: ``{"facts": {...}, "machine": {...}, "checks": [{name, status, detail}], "skipped": [...]}``.
+    """Result: :class:`~october.installer.steps.results.PreflightResult` (facts, machine, checks, skipped, tools).
 
     Facts are gathered again when the inputs change (recipe limits, skip list,
     stack path) or when a tool they came from changed: ``verify`` compares the
@@ -24,6 +25,9 @@ class PreflightStep:
     """
 
     name: ClassVar[str] = "preflight"
+
+    def load(self, outputs: Mapping[str, JSON]) -> PreflightResult:
+        return PreflightResult.from_json(outputs)
 
     def inputs(self, ctx: StepContext) -> JSON:
         recipe = ctx.recipe
@@ -36,7 +40,7 @@ class PreflightStep:
                if recipe.torch.from_system else {}),
         }
 
-    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
+    def run(self, ctx: StepContext) -> PreflightResult:
         skip = validate_skip(ctx.options.skip_preflight)
         facts = gather_facts(ctx.paths.root, ctx.runner)
         torch_facts = system_torch_facts(ctx.recipe, ctx.runner, self.name)
@@ -53,21 +57,12 @@ class PreflightStep:
         fj = facts_json(facts)
         if torch_facts is not None:
             fj["system_torch"] = {**torch_facts, "path": torch_facts.get("file")}
-        return {
-            "facts": fj,
-            "machine": machine_facts_json(facts),
-            "checks": [r.as_json() for r in results],
-            "skipped": list(skip),
-            "tools": tool_stats(fj),
-        }
+        return PreflightResult(facts=fj, machine=machine_facts_json(facts), checks=tuple(r.as_json() for r in results),
+                               skipped=tuple(skip), tools=tool_stats(fj))
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
-        recorded = outputs.get("tools")
-        if not isinstance(recorded, dict):
-            return "no record of the probed tools"
-        facts = outputs.get("facts")
-        now = tool_stats(facts if isinstance(facts, dict) else {})
-        for path, stat in recorded.items():
+    def verify(self, ctx: StepContext, result: PreflightResult) -> str | None:
+        now = tool_stats(result.facts)
+        for path, stat in result.tools.items():
             if now.get(path) != stat:
                 return f"{path} changed since it was checked"
         return None

@@ -9,11 +9,13 @@ from october.installer import __version__
 
 from october.installer.steps.env import stackenv
 from october.installer.core.errors import CommandFailed, ToolMissing
-from october.installer.core.hashing import sha256_file
+from october.installer.core.hashing import fingerprint, sha256_file
 from october.installer.pipeline.engine import StepContext
 from october.installer.core.schemas import write_receipt
 from october.installer.core.resources import checkout_root
 from october.installer.core.runner import Runner
+from october.installer.steps.results import (EnvResult, FetchResult, InstallResult, JitResult, PreflightResult,
+                                     ReceiptResult, WheelResult)
 
 
 def tool_git_commit(runner: Runner) -> tuple[str, bool]:
@@ -37,9 +39,9 @@ def tool_git_commit(runner: Runner) -> tuple[str, bool]:
 def torch_record(ctx: StepContext) -> dict[str, Any]:
     """Where the stack's torch comes from: the recipe's index, or the system (version, CUDA build, path)."""
     t = ctx.recipe.torch
-    env = ctx.done["env"].outputs if "env" in ctx.done else {}
+    env = ctx.result(EnvResult)
     if t.from_system:
-        return dict(env.get("system_torch") or {"source": "system", "version": None})
+        return dict((env.system_torch if env is not None else None) or {"source": "system", "version": None})
     return {"source": "index", "version": t.version, "index": t.index_url}
 
 
@@ -56,18 +58,26 @@ def promised_level(ctx: StepContext) -> str:
 class ReceiptStep:
     name: ClassVar[str] = "receipt"
 
+    def load(self, outputs: Mapping[str, Any]) -> ReceiptResult:
+        return ReceiptResult.from_json(outputs)
+
     def inputs(self, ctx: StepContext) -> Any:
+        """The options it records, and every earlier step's whole result and when it finished: the
+        receipt records all of them, so it is written again whenever any earlier step ran."""
         o = ctx.options
-        return {"allow_dirty": o.allow_dirty, "skip": list(o.skip_preflight)}
+        return {"allow_dirty": o.allow_dirty, "skip": list(o.skip_preflight),
+                "steps": [[r.name, r.finished_at, fingerprint(r.result.to_json())] for r in ctx.done.values()
+                          if r.name != self.name]}
 
     def build(self, ctx: StepContext) -> dict[str, Any]:
         o = ctx.options
         commit, dirty = tool_git_commit(ctx.runner)
-        fetch = ctx.done["fetch"].outputs["forks"] if "fetch" in ctx.done else {}
-        pre = ctx.done["preflight"].outputs if "preflight" in ctx.done else None
-        wheel = ctx.done["wheel"].outputs if "wheel" in ctx.done else None
-        install = ctx.done["install"].outputs if "install" in ctx.done else None
-        jit = ctx.done["jit"].outputs.get("modules", []) if "jit" in ctx.done else []
+        fetched = ctx.result(FetchResult)
+        fetch = fetched.forks if fetched is not None else {}
+        pre = ctx.result(PreflightResult)
+        wheel = ctx.result(WheelResult)
+        install = ctx.result(InstallResult)
+        jit = ctx.result(JitResult)
         env_file = stackenv.env_file(ctx.paths.root)
         return {
             "format_version": 1, "kind": "october-setup-receipt",
@@ -76,22 +86,23 @@ class ReceiptStep:
             "stack": str(ctx.paths.root),
             "lock": {"path": str(ctx.paths.pylock), "sha256": sha256_file(ctx.paths.pylock),
                      "locked_from": str(o.locked.path) if o.locked else None},
-            "forks": [{k: v for k, v in {"name": n, "url": r["url"], "commit": r["commit"], "pin": r.get("pin", ""),
-                                         "requested": r.get("requested"), "branch": r.get("branch"),
-                                         "dirty_allowed": r.get("dirty_allowed", False),
-                                         "dirty": r.get("dirty", False),
-                                         "submodules": dict(r.get("submodules") or {}),
-                                         "submodules_selected": r.get("submodule_paths")}.items()
+            "forks": [{k: v for k, v in {"name": n, "url": r.url, "commit": r.commit, "pin": r.pin,
+                                         "requested": r.requested, "branch": r.branch,
+                                         "dirty_allowed": r.dirty_allowed, "dirty": r.dirty,
+                                         "submodules": dict(r.submodules),
+                                         "submodules_selected": list(r.submodule_paths)
+                                         if r.submodule_paths is not None else None}.items()
                        if v is not None or k == "branch"}
                       for n, r in sorted(fetch.items())],
-            "wheel": dict(wheel) if wheel is not None else None,
-            "install": dict(install) if install is not None else None,
-            "jit": [{"uri": m["uri"], "sha256": m["sha256"]} for m in jit],
+            "wheel": wheel.to_json() if wheel is not None else None,
+            "install": install.to_json() if install is not None else None,
+            "jit": jit.libraries if jit is not None else [],
             "stack_env": {"path": str(env_file), "sha256": sha256_file(env_file),
                           "activate": str(stackenv.activate_file(ctx.paths.root)),
                           "env": stackenv.load(ctx.paths.root)} if env_file.is_file() else None,
-            "machine": (pre.get("machine") or pre.get("facts")) if pre else None,
-            "preflight": {"checks": pre.get("checks"), "skipped": pre.get("skipped")} if pre else None,
+            "machine": dict(pre.machine or pre.facts) if pre is not None else None,
+            "preflight": {"checks": [dict(c) for c in pre.checks], "skipped": list(pre.skipped)}
+            if pre is not None else None,
             "steps": [{"name": r.name, "status": r.status, "seconds": r.seconds, "finished_at": r.finished_at}
                       for r in ctx.done.values()],
             "options": {"allow_dirty": o.allow_dirty, "skip_preflight": list(o.skip_preflight),
@@ -101,15 +112,15 @@ class ReceiptStep:
             "promises": promised_level(ctx),
         }
 
-    def run(self, ctx: StepContext) -> Mapping[str, Any]:
+    def run(self, ctx: StepContext) -> ReceiptResult:
         doc = self.build(ctx)
         write_receipt("setup", ctx.paths.setup_receipt, doc)
-        return {"path": str(ctx.paths.setup_receipt), "sha256": sha256_file(ctx.paths.setup_receipt)}
+        return ReceiptResult(path=str(ctx.paths.setup_receipt), sha256=sha256_file(ctx.paths.setup_receipt))
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, Any]) -> str | None:
+    def verify(self, ctx: StepContext, result: ReceiptResult) -> str | None:
         p = ctx.paths.setup_receipt
         if not p.exists():
             return "setup.json is missing"
-        if sha256_file(p) != outputs.get("sha256"):
+        if sha256_file(p) != result.sha256:
             return "setup.json was changed"
         return None

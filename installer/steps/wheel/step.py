@@ -9,14 +9,11 @@ at the vLLM fork commit (:mod:`october.installer.steps.wheel.equivalence`), and 
 hard-link (or copy) the file into ``STACK/wheels``.  Any failure leaves
 ``STACK/wheels`` without a wheel.
 
-Outputs: ``{"path", "filename", "url" (redacted), "sha256", "size",
-"trust": "pinned"|"locked"|"tofu", "source_commit", "checks": [...],
-"wheel_tags": [...] (WHEEL's Tag lines), "retag": [{"wheel", "filename"}] (an
-accepted linux -> manylinux retag), "extensions": [{"module", "path"}] (the compiled
-extension modules the stack Python loads; the install step's import guard),
-"source_equivalence": {"source_commit", "fork_commit", "compared_in",
-"fetched_upstream", "paths": [{"path", "type", "id"}]} or None}``, or
-``{"skipped": "recipe has no [wheel]"}``.
+Result: :class:`~october.installer.steps.results.WheelResult` (path, filename, url
+(redacted), ``wheel_sha256``, size, trust "pinned"|"locked"|"tofu", source
+commit, checks, WHEEL's tags, an accepted retag, the compiled extension modules
+the install step's import guard imports, the source-equivalence record), or
+:class:`~october.installer.steps.results.NoWheel` for a recipe without ``[wheel]``.
 """
 
 from __future__ import annotations
@@ -29,9 +26,11 @@ from typing import Callable, ClassVar, Mapping
 
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.hashing import sha256_file
-from october.installer.pipeline.engine import JSON, LockedState, StepContext
+from october.installer.steps.lock.pylock import LockedState
+from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import BaseWheel, ForkUse, Recipe
 from october.installer.core.redact import redact_url
+from october.installer.steps.results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
 from october.installer.steps.wheel.download import DownloadPolicy, download_wheel, seen_path
 from october.installer.steps.wheel.equivalence import check_source_equivalence
 from october.installer.steps.wheel.tags import PythonFacts, probe_python, supported_tags
@@ -117,6 +116,9 @@ def place(source: Path, dest: Path, sha256: str) -> None:
 class WheelStep:
     name: ClassVar[str] = "wheel"
 
+    def load(self, outputs: Mapping[str, JSON]) -> WheelResult | NoWheel:
+        return wheel_result_from_json(outputs)
+
     def __init__(self, *, policy: DownloadPolicy | None = None) -> None:
         self.policy = policy or DownloadPolicy()
         self._facts: dict[str, PythonFacts] = {}
@@ -138,7 +140,7 @@ class WheelStep:
         # The stack Python's tags are not probed here: the env step's fingerprint (Python version)
         # is chained into ours, and a no-op re-run must not start processes or write logs.
         return {"wheel": asdict(w), "locked": locked is not None,
-                "locked_sha256": locked.wheel_sha256 if locked else None,
+                "locked_wheel_sha256": locked.wheel_sha256 if locked else None,
                 "torch": ctx.recipe.torch.version,
                 "cuda_variant": ctx.recipe.cuda.variant if ctx.recipe.cuda else None,
                 "fork": {"name": fork.name, "commit": fork.pin.commit,
@@ -146,10 +148,10 @@ class WheelStep:
 
     # --------------------------------------------------------------------- run
 
-    def run(self, ctx: StepContext) -> Mapping[str, JSON]:
+    def run(self, ctx: StepContext) -> WheelResult | NoWheel:
         w = ctx.recipe.wheel
         if w is None:
-            return {"skipped": SKIPPED}
+            return NoWheel(SKIPPED)
         want_sha, trust = choose_sha256(w, ctx.options.locked)
         _clear_installed(ctx.paths.wheels)
         facts = self._python(ctx)
@@ -184,9 +186,9 @@ class WheelStep:
                                        f"version {info.version!r} and no commit id",
                                  fix="use a vLLM release wheel built by vLLM's setup.py (PyPI or wheels.vllm.ai), "
                                      f"so its compiled sources can be compared with the {fork.name} fork's")
-            rec = ctx.output("fetch").get("forks", {}).get(fork.name, {})
-            clone = Path(str(rec.get("path") or ctx.paths.fork(fork.name)))
-            fork_commit = str(rec.get("commit") or fork.pin.commit)
+            rec = ctx.need(FetchResult).forks.get(fork.name)
+            clone = Path(rec.path) if rec is not None else ctx.paths.fork(fork.name)
+            fork_commit = rec.commit if rec is not None else fork.pin.commit
             equivalence = check_source_equivalence(
                 ctx.runner, clone, info.commit, fork_commit, paths=w.compiled_sources, upstream=fork.upstream,
                 cache_dir=ctx.options.cache_dir, fork_url=fork.fetch_url, wheel_version=w.version,
@@ -200,27 +202,27 @@ class WheelStep:
         dest = ctx.paths.wheels / w.filename
         place(got.path, dest, got.sha256)
         ctx.ui.detail(f"verified {w.filename}: {', '.join(checks)}")
-        return {"path": str(dest), "filename": w.filename, "url": redact_url(w.url), "sha256": got.sha256,
-                "size": got.size, "mtime_ns": dest.stat().st_mtime_ns, "trust": trust,
-                "source_commit": source_commit, "checks": checks, "wheel_tags": list(report.wheel_tags),
-                "retag": [r.as_json() for r in report.retag],
-                "extensions": [e.as_json() for e in report.extensions],
-                "source_equivalence": equivalence.as_json() if equivalence is not None else None}
+        return WheelResult(path=str(dest), filename=w.filename, url=redact_url(w.url), wheel_sha256=got.sha256,
+                           size=got.size, mtime_ns=dest.stat().st_mtime_ns, trust=trust,
+                           source_commit=source_commit, checks=tuple(checks), wheel_tags=tuple(report.wheel_tags),
+                           retag=tuple(r.as_json() for r in report.retag),
+                           extensions=tuple(e.as_json() for e in report.extensions),
+                           source_equivalence=equivalence.as_json() if equivalence is not None else None)
 
     # ------------------------------------------------------------------ verify
 
-    def verify(self, ctx: StepContext, outputs: Mapping[str, JSON]) -> str | None:
-        if "skipped" in outputs:
+    def verify(self, ctx: StepContext, result: WheelResult | NoWheel) -> str | None:
+        if isinstance(result, NoWheel):
             return None if ctx.recipe.wheel is None else "the recipe now has a [wheel]"
-        path = Path(str(outputs.get("path", "")))
+        path = Path(result.path)
         if not path.is_file():
             return f"{path} is missing"
         st = path.stat()
-        if st.st_size != outputs.get("size"):
+        if st.st_size != result.size:
             return f"{path.name} changed size"
-        if st.st_mtime_ns == outputs.get("mtime_ns"):
+        if st.st_mtime_ns == result.mtime_ns:
             return None  # untouched since it was verified: no need to re-read ~430 MB on a no-op run
-        if sha256_file(path) != outputs.get("sha256"):
-            return f"{path.name} no longer has sha256 {outputs.get('sha256')}"
+        if sha256_file(path) != result.wheel_sha256:
+            return f"{path.name} no longer has sha256 {result.wheel_sha256}"
         return None
 
