@@ -227,6 +227,8 @@ def fleet_cmd(
     smoke_format: str = typer.Option("fp16", "--smoke-format", metavar="awq|fp16", help="awq or fp16, for current smoke."),
     smoke_level: Optional[str] = typer.Option(None, "--smoke-level", metavar="LEVEL", help="Default: the level the stack promises."),
     smoke_arg: list[str] = typer.Option([], "--smoke-arg", metavar="ARG", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
+    system_python: Optional[str] = typer.Option(None, "--system-python", metavar="PYTHON", help="Take torch from this interpreter on every node (october_setup --system-python; a path each node sees)."),
+    setup_arg: list[str] = typer.Option([], "--setup-arg", metavar="ARG", help="Passed on to october_setup (repeatable, e.g. --setup-arg=--skip-preflight=gpu)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
 ) -> None:
     """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
@@ -241,7 +243,7 @@ def fleet_cmd(
                             cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
                             nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
                             timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
-                            smoke_args=tuple(smoke_arg))
+                            smoke_args=tuple(smoke_arg), system_python=system_python, setup_args=tuple(setup_arg))
         return run_fleet(opts, say=(lambda s: None) if quiet else print)
 
     code = guarded(go, ui)

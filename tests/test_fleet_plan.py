@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from october.installer.core.errors import UsageError
-from october.installer.fleet.plan import (FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
+from october.installer.fleet.plan import (JIT_HINT, FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
                                   select_nodes)
 from october.installer.recipe import PROJECT_ROOT
 
@@ -67,6 +67,15 @@ def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
         "smoke", "--install", "/scratch/n0", "--format", "fp16", "--output", "/scratch/n0/receipts/smoke",
         "--recipe", "fixture", "--level", "kernel", "--fixtures=/f")
     assert plan.jobs[1].stack == "/scratch/n1" and plan.max_parallel == 1
+    assert plan.seed is False                                   # per-node caches: nothing to seed
+    site = plan_fleet(opts(system_python="/opt/torch/bin/python", setup_args=("--skip-preflight=gpu",),
+                           cache_dir="/shared/cache"), nodes, manifest_sha=SHA, recipe="fixture", done={})
+    assert site.jobs[0].setup_argv is not None and site.jobs[0].setup_argv[-6:] == (
+        "--cache-dir", "/shared/cache", "--system-python", "/opt/torch/bin/python", "--skip-preflight=gpu", "--quiet")
+    assert site.seed is True                                    # one cache for all: one node installs first
+    one_left = plan_fleet(opts(cache_dir="/shared/cache"), nodes, manifest_sha=SHA, recipe="fixture",
+                          done={"n0": {"name": "n0", "status": "passed"}})
+    assert one_left.seed is False                               # a single node to install needs no seed
     shipped = plan_fleet(opts(ship_kit=True), nodes, manifest_sha=SHA, recipe="fixture", done={})
     assert {j.kit_dir for j in shipped.jobs} == {"/tmp/october-fleet-kit-" + SHA[:16]}   # one path: equal locks
     with pytest.raises(UsageError, match="share one stack path"):
@@ -114,6 +123,9 @@ def test_the_verdict_passes_only_identical_passing_nodes_and_names_the_odd_one()
     assert "lock sha256 " + "f" * 64 in bad.differs["n1"][0] and SHA in bad.differs["n1"][0]
     jit = judge([rec("n0"), rec("n1"), rec("n2", jit=(("decode", "0" * 64),))], smoke=True)
     assert list(jit.differs) == ["n2"] and "JIT modules for arch 9.0" in jit.differs["n2"][0]
+    assert jit.reasons[-1] == JIT_HINT and "--cache-dir" in JIT_HINT         # how to get one build on every node
+    shared = judge([rec("n0"), rec("n1"), rec("n2", jit=(("decode", "0" * 64),))], smoke=True, shared_cache=True)
+    assert list(shared.differs) == ["n2"] and JIT_HINT not in shared.reasons   # it had one: n2 drifted
     lost = judge([rec("n0"), rec("n1", status="lost")], smoke=True)
     assert not lost.passed and lost.consistent and lost.reasons == ("n1: lost",)
     unproven = judge([rec("n0", status="installed"), rec("n1", status="installed")], smoke=False)
@@ -128,6 +140,9 @@ def test_the_schema_refuses_a_receipt_that_over_claims() -> None:
            "lock_file_sha256": None, "options": {}, "passed": True, "consistent": True, "interrupted": False,
            "wall_seconds": 1.0, "reasons": [], "nodes": [dict(rec("n0"), differs=[])]}
     jsonschema.Draft202012Validator(schema).validate(doc)
+    smoked = dict(rec("n0"), differs=[])
+    smoked["smoke"] = dict(smoked["smoke"], proves="stack", device="cuda", checks={"physical_k16v8": "passed"})
+    jsonschema.Draft202012Validator(schema).validate({**doc, "nodes": [smoked]})
     for bad in ({"consistent": False}, {"interrupted": True}, {"nodes": []},
                 {"nodes": [dict(rec("n0", status="lost"), differs=[])]}):
         with pytest.raises(jsonschema.ValidationError):

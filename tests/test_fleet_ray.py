@@ -3,10 +3,15 @@ separate raylet processes, each its own node id, labelled ``october-node=nK``), 
 from the fixture world of tests/test_kit.py.  The fleet CLI runs as a subprocess and connects to
 the cluster by its address, as a user's would.
 
-The fixture stacks promise no smoke level (their forks are neither FlashInfer nor vLLM), so these
-runs install with ``--no-smoke`` (the receipt then never passes: "installed", not "passed"), and
-one run with the smoke shows the smoke's own refusal reported as the node's failure.  A passing
-verdict with identical nodes is covered without Ray in test_fleet_plan.py.
+Two fixture kits.  The kernel kit (tests/fixtures/kernel_kit.py) is a stack that promises the kernel
+level: its FlashInfer fork is the FlashInfer stand-in in a real git repo, torch is this interpreter's
+real torch (``--system-python``), and on each node `current smoke` really runs the kernel checks
+against the stack's own installed stand-in and the torch reference oracle.  On a CPU those checks pass
+except the CUDA-graph check, which is skipped, so every node's smoke (and the fleet) does not pass,
+for that reason alone; with CUDA the same test expects a passing fleet.  The world kit of
+tests/test_kit.py (forks that promise no level) covers re-checks, resume, shipping, timeout and
+Ctrl-C with ``--no-smoke`` (the receipt then never passes: "installed", not "passed").  A passing
+verdict with identical nodes is also covered without Ray in test_fleet_plan.py.
 
 Node n2 of the lost-node test runs with a ``git`` on its PATH that sleeps 4 s before running the
 real git while the file slowbin/on exists (a stand-in for a slow network or disk, nothing else), so that
@@ -31,6 +36,7 @@ import pytest
 from october.installer.core.hashing import sha256_file
 from october.installer.core.schemas import validate
 from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.kernel_kit import SKIP_PREFLIGHT, make_kernel_world, setup_args
 from tests.fixtures.world import make_world
 from tests.test_kit import _recipe_copy
 
@@ -48,12 +54,25 @@ def _node_args(name: str) -> dict[str, Any]:
             "object_store_memory": 80 * 1024 * 1024}
 
 
+def add_node(c: Any, name: str, **env: str) -> Any:
+    """Start node ``name``.  Its processes get their own OCTOBER_LOCK_DIR (the GPU smoke lock's
+    directory, /tmp on a real node): nodes of one machine must not share that machine-wide lock."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("OCTOBER_LOCK_DIR", str(c.locks / f"locks-{name}"))
+        for k, v in env.items():
+            m.setenv(k, v)
+        return c.add_node(**_node_args(name))
+
+
 @pytest.fixture()
-def cluster() -> Iterator[Any]:
-    c = ray_cluster_utils.Cluster(initialize_head=True,
-                                  head_node_args={**_node_args("n0"), "include_dashboard": False})
+def cluster(tmp_path: Path) -> Iterator[Any]:
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("OCTOBER_LOCK_DIR", str(tmp_path / "locks-n0"))
+        c = ray_cluster_utils.Cluster(initialize_head=True,
+                                      head_node_args={**_node_args("n0"), "include_dashboard": False})
+    c.locks = tmp_path
     try:
-        c.add_node(**_node_args("n1"))
+        add_node(c, "n1")
         yield c
     finally:
         c.shutdown()
@@ -72,6 +91,29 @@ def kit(tmp_path: Path) -> dict[str, Path]:
     return {"recipe": recipe, "kit": tmp_path / "kit", "lock": tmp_path / "single" / "pylock.toml"}
 
 
+@pytest.fixture()
+def kernel_kit(tmp_path: Path) -> dict[str, Any]:
+    """The kernel-level world, its kit (no torch in it: --system-torch), and the lock of a single-node
+    install from that kit with this interpreter's torch (its own cache: the fleet builds its JIT anew)."""
+    world = make_kernel_world(tmp_path / "kworld")
+    kit = tmp_path / "kkit"
+    made = cli("kit", "--recipe", str(world.recipe), str(kit), "--cache-dir", str(tmp_path / "cache-kit"),
+               "--system-torch", "-q")
+    assert made.returncode == 0, made.stderr
+    single = cli(str(tmp_path / "single"), "--recipe", str(world.recipe), "--kit", str(kit),
+                 "--cache-dir", str(tmp_path / "cache-single"), *setup_args(), "-q")
+    assert single.returncode == 0, single.stderr
+    return {"world": world, "recipe": world.recipe, "kit": kit, "lock": tmp_path / "single" / "pylock.toml"}
+
+
+def kernel_fleet_args(c: Any, k: dict[str, Any], tmp: Path, *extra: str) -> list[str]:
+    """One cache every node shares (so the first node builds the JIT and the others restore it)."""
+    return ["fleet", "--address", c.address, "--recipe", str(k["recipe"]), "--kit", str(k["kit"]),
+            "--lock-file", str(k["lock"]), "--receipt", str(tmp / "fleet.json"), "--cache-dir", str(tmp / "shared-cache"),
+            "--timeout", "300", "--system-python", sys.executable,
+            *(f"--setup-arg=--skip-preflight={c}" for c in SKIP_PREFLIGHT), *extra, str(tmp / "stacks" / "{name}")]
+
+
 def fleet_args(c: Any, k: dict[str, Path], tmp: Path, *extra: str) -> list[str]:
     return ["fleet", "--address", c.address, "--recipe", str(k["recipe"]), "--kit", str(k["kit"]),
             "--lock-file", str(k["lock"]), "--receipt", str(tmp / "fleet.json"), "--cache-dir", str(tmp / "cache-{name}"),
@@ -88,43 +130,77 @@ def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["name"]: n for n in doc["nodes"]}
 
 
-def test_fleet_installs_each_node_pinned_identical_and_names_a_planted_lock(cluster: Any, kit: dict[str, Path],
-                                                                           tmp_path: Path) -> None:
-    cluster.add_node(**_node_args("n2"))
+CUDA = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                      text=True).stdout.strip().endswith("True")
+KERNEL_CHECKS = ("physical_k16v8", "calibrated_scales", "mixed_prefill", "decode_graphs", "clean_memory",
+                 "deterministic_generation")
+
+
+def test_a_kernel_level_fleet_smokes_every_node_and_names_a_node_with_its_own_jit_build(
+        cluster: Any, kernel_kit: dict[str, Any], tmp_path: Path) -> None:
+    add_node(cluster, "n2")
     cluster.wait_for_nodes()
-    done = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke", "--max-parallel", "2"))
+    done = cli(*kernel_fleet_args(cluster, kernel_kit, tmp_path))
     doc = receipt(tmp_path)
     nodes = by_name(doc)
     assert sorted(nodes) == ["n0", "n1", "n2"], done.stdout + done.stderr
-    assert all(n["status"] == "installed" for n in nodes.values()), json.dumps(doc, indent=1)
+    stacks = tmp_path / "stacks"
+    for name, n in nodes.items():
+        smoke = n["smoke"]
+        assert smoke is not None and n["setup"]["exit_code"] == 0, json.dumps(n, indent=1)
+        # the smoke ran at the level the stack promises, on the stack's own receipt of what it is
+        assert smoke["level"] == "kernel" and smoke["proves"] == "stack", json.dumps(n, indent=1)
+        sm = json.loads((stacks / name / "receipts" / "smoke" / "receipt.json").read_text())
+        assert sm["promised_level"] == "kernel" and sm["stack"]["forks"] == {"flashinfer": kernel_kit["world"].commit}
+        assert sm["stack"]["lock_sha256"] == n["lock_sha256"] == sha256_file(stacks / name / "pylock.toml")
+        physical = next(c for c in sm["checks"] if c["name"] == "physical_k16v8")["measured"]
+        assert physical["jit_record"] == "sha256 equals the jit step's record"    # the node's own JIT modules ran
+        assert sm["jit_workspace"]["unchanged"] is True and sm["jit_workspace"]["modules_before"] == 2
+        # and the flashinfer it imported is the fork october_setup installed into that stack
+        where = subprocess.run([str(stacks / name / "env" / "bin" / "python"), "-c",
+                                "import flashinfer; print(flashinfer.__file__)"], capture_output=True, text=True,
+                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert where.stdout.strip().startswith(str(stacks / name / "src" / "flashinfer")), where.stderr[-800:]
+        if CUDA:
+            assert n["status"] == "passed" and smoke["checks"] == dict.fromkeys(KERNEL_CHECKS, "passed")
+        else:       # a CPU runs every check but the CUDA-graph one: the smoke, so the node, did not pass
+            assert smoke["device"] == "cpu" and n["status"] == "failed" and smoke["exit_code"] == 1
+            assert smoke["checks"] == dict.fromkeys(KERNEL_CHECKS, "passed") | {"decode_graphs": "skipped"}
+            assert smoke["reasons"] == [r for r in smoke["reasons"] if r.startswith("changing decode graphs: skipped")]
+            assert len(smoke["reasons"]) == 1 and "current smoke exit 1" in n["detail"]
+    # identical stacks: one lock, one set of JIT hashes (built once by the first node, restored by the others)
+    assert len({n["lock_sha256"] for n in nodes.values()}) == 1
+    jits = {json.dumps(n["jit"], sort_keys=True) for n in nodes.values()}
+    assert len(jits) == 1 and len(nodes["n0"]["jit"]) == 2 and doc["consistent"] is True
     assert len({n["node_id"] for n in nodes.values()}) == 3                     # three real Ray nodes
     live = {n["NodeID"]: n["Labels"]["october-node"] for n in cluster_nodes(cluster)}
     assert {n["node_id"]: name for name, n in nodes.items()} == live            # each ran where it was pinned
-    shas = {n["lock_sha256"] for n in nodes.values()}
-    assert shas == {sha256_file(tmp_path / "stacks" / name / "pylock.toml") for name in nodes} and len(shas) == 1
-    assert doc["consistent"] is True and doc["passed"] is False and done.returncode == 1   # no smoke: not proven
-    assert any("no smoke ran" in r for r in doc["reasons"])
+    sources = {name: sorted(m["source"] for m in json.loads((stacks / name / ".state" / "jit.json").read_text())
+                            ["outputs"]["modules"]) for name in nodes}
+    assert sorted(sources.values()) == [["built", "built"], ["shared-cache", "shared-cache"],
+                                        ["shared-cache", "shared-cache"]], sources
+    assert doc["options"]["seed"] is True
+    assert doc["passed"] is CUDA and done.returncode == (0 if CUDA else 1)
+    if not CUDA:
+        assert [r.split(":")[0] for r in doc["reasons"]] == ["n0", "n1", "n2"], doc["reasons"]
 
-    # a re-run re-installs nothing: every node finished, its facts are re-read on the node
-    again = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
-    nodes = by_name(receipt(tmp_path))
-    assert all(n["resumed"] and n["setup"] is None and n["status"] == "installed" for n in nodes.values()), again.stdout
-
-    # a node whose lock differs is named, with what differs
-    lock = tmp_path / "stacks" / "n1" / "pylock.toml"
-    lock.write_text(lock.read_text() + "\n# planted\n")
-    planted = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
+    # n1's JIT modules built again on their own (its workspace and the shared entries gone, n1 alone):
+    # a rebuild's bytes differ, so n1's lock and JIT hashes differ from the fleet's, and it is named
+    shutil.rmtree(stacks / "n1" / "jit")
+    shutil.rmtree(tmp_path / "shared-cache" / "jit")
+    (tmp_path / "fleet.json").unlink()                    # no earlier receipt: n1 runs its setup again
+    alone = cli(*kernel_fleet_args(cluster, kernel_kit, tmp_path, "--no-smoke", "--node", "n1"))
+    assert by_name(receipt(tmp_path))["n1"]["status"] == "installed", alone.stdout + alone.stderr
+    again = cli(*kernel_fleet_args(cluster, kernel_kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
-    assert planted.returncode == 1 and doc["consistent"] is False
-    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"]
-    assert "lock sha256 " + sha256_file(lock) in by_name(doc)["n1"]["differs"][0]
-    assert any(r.startswith("n1 differs: lock sha256") for r in doc["reasons"]) and "n1 differs" in planted.stdout
-
-    # with the smoke: these stacks promise no level, and the fleet reports each node's smoke refusal
-    smoked = cli(*fleet_args(cluster, kit, tmp_path, "--node", "n0"))
-    n0 = by_name(receipt(tmp_path))["n0"]
-    assert smoked.returncode == 1 and n0["status"] == "failed" and n0["smoke"]["exit_code"] == 17
-    assert "promises nothing to check" in n0["detail"]
+    nodes = by_name(doc)
+    assert again.returncode == 1 and doc["passed"] is False and doc["consistent"] is False, again.stdout
+    assert nodes["n1"]["resumed"] and not nodes["n0"]["resumed"]        # n1 re-checked: its stack is as it was
+    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"], json.dumps(doc["reasons"], indent=1)
+    what = nodes["n1"]["differs"]
+    assert what[0].startswith("lock sha256 " + sha256_file(stacks / "n1" / "pylock.toml"))
+    assert what[1].startswith("JIT modules for arch None differ from the fleet's in batch_decode_")
+    assert any(r.startswith("n1 differs: lock sha256") for r in doc["reasons"]) and "n1 differs" in again.stdout
 
 
 def cluster_nodes(c: Any) -> list[dict[str, Any]]:
@@ -157,11 +233,9 @@ def _slow_git(where: Path) -> Path:
 
 
 def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any, kit: dict[str, Path],
-                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                   tmp_path: Path) -> None:
     slow = _slow_git(tmp_path / "slowbin")
-    with monkeypatch.context() as m:                 # only n2's processes see the slow git
-        m.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
-        n2 = cluster.add_node(**_node_args("n2"))
+    n2 = add_node(cluster, "n2", PATH=f"{slow}{os.pathsep}{os.environ['PATH']}")   # only n2 sees the slow git
     cluster.wait_for_nodes()
     proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup",
                              *fleet_args(cluster, kit, tmp_path, "--no-smoke")],
@@ -181,7 +255,7 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed"
     assert not (tmp_path / "stacks" / "n2" / "receipts" / "setup.json").exists()   # really stopped mid-install
 
-    cluster.add_node(**_node_args("n2"))             # the node is back (a new Ray node id, the same name)
+    add_node(cluster, "n2")             # the node is back (a new Ray node id, the same name)
     cluster.wait_for_nodes()
     again = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
@@ -189,22 +263,32 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     assert all(n["status"] == "installed" for n in nodes.values()), again.stdout + again.stderr
     assert nodes["n0"]["resumed"] and nodes["n1"]["resumed"] and not nodes["n2"]["resumed"]
     assert nodes["n2"]["setup"]["exit_code"] == 0 and doc["consistent"]
+    assert len({n["lock_sha256"] for n in nodes.values()}) == 1
+
+    # a finished node is re-checked on every run: a lock planted on n1 since is named, with what differs
+    lock = tmp_path / "stacks" / "n1" / "pylock.toml"
+    lock.write_text(lock.read_text() + "\n# planted\n")
+    planted = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
+    doc = receipt(tmp_path)
+    assert planted.returncode == 1 and doc["consistent"] is False and all(n["resumed"] for n in doc["nodes"])
+    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"]
+    assert by_name(doc)["n1"]["differs"] == ["lock sha256 " + sha256_file(lock) + ", the fleet's is "
+                                             + by_name(doc)["n0"]["lock_sha256"]]
+    assert any(r.startswith("n1 differs: lock sha256") for r in doc["reasons"]) and "n1 differs" in planted.stdout
 
 
-def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit: dict[str, Path], tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit: dict[str, Path], tmp_path: Path) -> None:
     slow = _slow_git(tmp_path / "slowbin")
-    with monkeypatch.context() as m:
-        m.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
-        cluster.add_node(**_node_args("n2"))
+    add_node(cluster, "n2", PATH=f"{slow}{os.pathsep}{os.environ['PATH']}")
     cluster.wait_for_nodes()
     args = fleet_args(cluster, kit, tmp_path, "--no-smoke")
-    short = [a if a != "300" else "6" for a in args]                 # --timeout 6: n2's slow git cannot make it
+    # --timeout 6 for n2 alone: its slow git cannot make it (the others are left out: on a loaded CI
+    # machine their ordinary setup may take longer than 6 s too)
+    short = [a if a != "300" else "6" for a in args[:-1]] + ["--node", "n2", args[-1]]
     timed = cli(*short)
     nodes = by_name(receipt(tmp_path))
     assert timed.returncode == 1 and nodes["n2"]["status"] == "timeout", timed.stdout + timed.stderr
-    assert "killed after the node's 6 s" in nodes["n2"]["detail"]
-    assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed"
+    assert "killed after the node's 6 s" in nodes["n2"]["detail"] and sorted(nodes) == ["n2"]
 
     # Ctrl-C while n2 installs: its task is cancelled, its children die, the receipt says cancelled
     proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
@@ -220,7 +304,8 @@ def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit:
     out = buf + proc.communicate(timeout=120)[0]
     nodes = by_name(receipt(tmp_path))
     assert proc.returncode == 130, out
-    assert nodes["n2"]["status"] == "cancelled" and nodes["n0"]["resumed"] and nodes["n1"]["resumed"]
+    assert nodes["n2"]["status"] == "cancelled"
+    assert {nodes["n0"]["status"], nodes["n1"]["status"]} <= {"installed", "cancelled"}     # as far as they got
 
     # nothing left holding n2's stack: a re-run finishes it
     (slow / "on").unlink()

@@ -110,12 +110,17 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
     task = _remote(ray)
     lost = lost_errors(ray)
     pending = list(plan.jobs)
+    seed = next((j for j in pending if j.setup_argv is not None), None) if plan.seed else None
+    if seed is not None:                  # it goes first, alone (see FleetPlan.seed)
+        pending.remove(seed)
+        pending.insert(0, seed)
     running: dict[Any, tuple[NodeJob, float]] = {}
     out: dict[str, dict[str, Any]] = {}
     interrupted = False
     try:
         while pending or running:
-            while pending and len(running) < plan.max_parallel:
+            limit = 1 if seed is not None and seed.name not in out else plan.max_parallel
+            while pending and len(running) < limit:
                 job = pending.pop(0)
                 strategy = NodeAffinitySchedulingStrategy(node_id=job.node_id, soft=False)
                 ref = task.options(scheduling_strategy=strategy, name=f"october-fleet-{job.name}").remote(job, shipment)

@@ -120,32 +120,21 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             Path(job.lock_path).parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(Path(job.lock_path), shipment.lock)
         if job.setup_argv is not None:
-            left = job.timeout_s - (time.monotonic() - start)
-            done = _run(runner, "fleet-setup", _child(python, job.setup_argv), left)
-            if done is None:
-                rec["status"], rec["detail"] = "timeout", (f"october_setup killed after the node's {job.timeout_s:.0f} s "
-                                                           f"(log: {runner.log_path('fleet-setup')}); re-run to resume")
-                return _facts(rec, stack)
-            rec["setup"] = {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
-            if done.returncode != 0:
-                rec["status"] = "failed"
-                rec["detail"] = (f"october_setup exit {done.returncode}: {_tail(done.output)} "
-                                 f"(log: {runner.log_path('fleet-setup')})")
+            done = _command(runner, rec, "fleet-setup", "october_setup", _child(python, job.setup_argv), job, start)
+            rec["setup"] = None if done is None else {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
+            if done is None or done.returncode != 0:
                 return _facts(rec, stack)
         _facts(rec, stack)
         if job.smoke_argv is not None:
-            left = job.timeout_s - (time.monotonic() - start)
-            done = _run(runner, "fleet-smoke", _child(python, job.smoke_argv), left)
+            done = _command(runner, rec, "fleet-smoke", "current smoke", _child(python, job.smoke_argv), job, start)
             if done is None:
-                rec["status"], rec["detail"] = "timeout", (f"current smoke killed after the node's {job.timeout_s:.0f} s "
-                                                           f"(log: {runner.log_path('fleet-smoke')})")
                 return rec
             receipt = _read_json(Path(job.smoke_receipt)) if job.smoke_receipt else None
             rec["smoke"] = _smoke_fact(receipt, done.returncode, done.seconds)
-            if done.returncode != 0 or not rec["smoke"]["passed"]:
+            if done.returncode == 0 and not rec["smoke"]["passed"]:
                 rec["status"] = "failed"
-                rec["detail"] = (f"current smoke exit {done.returncode}: {_tail(done.output)} "
-                                 f"(log: {runner.log_path('fleet-smoke')})")
+                rec["detail"] = f"current smoke exit 0 but its receipt {job.smoke_receipt} does not say passed"
+            if rec["status"] == "failed":
                 return rec
             rec["status"] = "passed"
         elif job.smoke_receipt is not None:          # a finished node: its smoke receipt is re-read
@@ -166,14 +155,25 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         rec["seconds"] = round(time.monotonic() - start, 3)
 
 
-def _run(runner: Runner, step: str, argv: list[str], left: float) -> Completed | None:
-    """The command's result, or None when the node's time ran out and it was killed."""
-    if left <= 0:
-        return None
-    try:
-        return runner.run(argv, step=step, check=False, timeout=left)
-    except CommandFailed:                 # Runner raises this only for a command it killed on timeout
-        return None
+def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, argv: list[str], job: NodeJob,
+             start: float) -> Completed | None:
+    """Run one of the node's two commands in what is left of its time.  None when the time ran out and
+    it was killed (``rec`` says ``timeout``); a non-zero exit sets ``rec`` to ``failed`` with the
+    output's last lines."""
+    left = job.timeout_s - (time.monotonic() - start)
+    done: Completed | None = None
+    if left > 0:
+        try:
+            done = runner.run(argv, step=step, check=False, timeout=left)
+        except CommandFailed:             # Runner raises this only for a command it killed on timeout
+            done = None
+    log = runner.log_path(step)
+    if done is None:
+        rec["status"], rec["detail"] = "timeout", (f"{what} killed after the node's {job.timeout_s:.0f} s "
+                                                   f"(log: {log}); re-run to resume")
+    elif done.returncode != 0:
+        rec["status"], rec["detail"] = "failed", f"{what} exit {done.returncode}: {_tail(done.output)} (log: {log})"
+    return done
 
 
 def _child(python: str, argv: Sequence[str]) -> list[str]:
@@ -183,9 +183,14 @@ def _child(python: str, argv: Sequence[str]) -> list[str]:
 
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
     passed = bool(receipt and receipt.get("passed") is True and rc == 0)
-    return {"passed": passed, "exit_code": rc, "level": (receipt or {}).get("level"),
+    doc = receipt or {}
+    machine = doc.get("machine")
+    machine = machine if isinstance(machine, dict) else {}
+    return {"passed": passed, "exit_code": rc, "level": doc.get("level"),
             "seconds": round(seconds, 3) if seconds is not None else None,
-            "reasons": [str(r) for r in (receipt or {}).get("reasons", [])][:8]}
+            "reasons": [str(r) for r in doc.get("reasons", [])][:8],
+            "proves": doc.get("proves"), "device": machine.get("device"),
+            "checks": {str(c.get("name")): str(c.get("status")) for c in doc.get("checks") or [] if isinstance(c, dict)}}
 
 
 def _facts(rec: dict[str, Any], stack: Path) -> dict[str, Any]:

@@ -50,6 +50,8 @@ class FleetOptions:
     smoke_format: str = "fp16"
     smoke_level: str | None = None     # None: the level the stack promises
     smoke_args: tuple[str, ...] = ()   # passed on to `current smoke` (e.g. --fixtures, --manifest)
+    system_python: str | None = None   # torch from this interpreter on every node (october_setup --system-python)
+    setup_args: tuple[str, ...] = ()   # passed on to october_setup (e.g. --skip-preflight CHECK)
     python: str = sys.executable       # the interpreter october runs under on the nodes
 
 
@@ -72,8 +74,14 @@ class NodeJob:
 
 @dataclass(frozen=True)
 class FleetPlan:
+    """``seed``: the first installing node runs alone before the others start.  Set when the nodes
+    share one cache directory: FlashInfer's JIT builds are not byte-reproducible (two nvcc builds of
+    one module differ), so only modules built once and restored by the others from the shared JIT
+    cache (verified by sha256) give every node the same JIT hashes."""
+
     jobs: tuple[NodeJob, ...]
     max_parallel: int
+    seed: bool = False
     resumed: tuple[str, ...] = ()      # names the previous receipt finished (facts re-read only)
     previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -146,7 +154,9 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
             setup += ("--lock-file", lock_path)
         if opts.cache_dir is not None:
             setup += ("--cache-dir", expand(opts.cache_dir, node))
-        setup += ("--quiet",)
+        if opts.system_python is not None:
+            setup += ("--system-python", expand(opts.system_python, node))
+        setup += tuple(opts.setup_args) + ("--quiet",)
     smoke: tuple[str, ...] | None = None
     receipt: str | None = None
     if opts.smoke:
@@ -162,6 +172,11 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
                    lock_path=lock_path, setup_argv=setup, smoke_argv=smoke, smoke_receipt=receipt,
                    timeout_s=opts.timeout_s)
+
+
+def shared_cache(opts: FleetOptions) -> bool:
+    """Whether the nodes share one cache directory (given, and not made per node by a placeholder)."""
+    return opts.cache_dir is not None and not any(p in opts.cache_dir for p in PLACEHOLDERS)
 
 
 def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_sha: str,
@@ -193,7 +208,8 @@ def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: s
                          fix="pass e.g. /scratch/october/{name}")
     kit_dir = kit_dir_on_node(opts, manifest_sha)
     jobs = tuple(node_job(opts, n, kit_dir, recipe, install=n.name not in done) for n in nodes)
-    return FleetPlan(jobs=jobs, max_parallel=opts.max_parallel,
+    installing = sum(j.setup_argv is not None for j in jobs)
+    return FleetPlan(jobs=jobs, max_parallel=opts.max_parallel, seed=shared_cache(opts) and installing > 1,
                      resumed=tuple(j.name for j in jobs if j.setup_argv is None), previous=dict(done))
 
 
@@ -210,9 +226,15 @@ def _majority(values: Mapping[str, Any]) -> Any:
     return max(counts, key=lambda v: (counts[v], -sorted(values.values(), key=str).index(v))) if counts else None
 
 
-def judge(records: Sequence[Mapping[str, Any]], *, smoke: bool) -> Verdict:
+JIT_HINT = ("FlashInfer's JIT builds are not byte-reproducible, so nodes that each build their own modules "
+            "differ: give every node one shared --cache-dir (a path they all see) and the fleet builds on one "
+            "node first, the others restore those modules verified by sha256")
+
+
+def judge(records: Sequence[Mapping[str, Any]], *, smoke: bool, shared_cache: bool = False) -> Verdict:
     """The fleet passes only when every node passed its smoke and all locks (and, per GPU arch,
-    all JIT module hashes) are identical; a node that differs is named with what differs."""
+    all JIT module hashes) are identical; a node that differs is named with what differs.  When
+    JIT hashes differ and the nodes did not share a cache, the reasons say how to get one build."""
     reasons: list[str] = []
     differs: dict[str, list[str]] = defaultdict(list)
     for r in records:
@@ -236,6 +258,8 @@ def judge(records: Sequence[Mapping[str, Any]], *, smoke: bool) -> Verdict:
                                      + ", ".join(sorted({u for u, _ in odd})))
     for name, what in sorted(differs.items()):
         reasons.append(f"{name} differs: " + "; ".join(what))
+    if not shared_cache and any("JIT modules" in w for what in differs.values() for w in what):
+        reasons.append(JIT_HINT)
     consistent = not differs
     if not smoke and finished:
         reasons.append("no smoke ran (--no-smoke): the stacks are installed and identical at best, not proven")

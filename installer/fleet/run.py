@@ -10,7 +10,8 @@ from typing import Any, Callable
 from october.installer import __version__
 from october.installer.core.errors import ReceiptError, UsageError
 from october.installer.fleet import FLEET_FORMAT
-from october.installer.fleet.plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes
+from october.installer.fleet.plan import (FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes,
+                                  shared_cache)
 from october.installer.core.hashing import sha256_bytes, sha256_file
 from october.installer.kit import MANIFEST
 from october.installer.core.schemas import validate, write_receipt
@@ -49,6 +50,13 @@ def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
     chosen = select_nodes(cluster_nodes(ray), opts.select, opts.nodes)
     plan = plan_fleet(opts, chosen, manifest_sha=kit_sha, recipe=opts.recipe,
                       done={k: v for k, v in done.items() if v.get("node_id") in {n.node_id for n in chosen}})
+    if rec.jit and not shared_cache(opts) and sum(j.setup_argv is not None for j in plan.jobs) > 1:
+        say(f"warning: the recipe builds {len(rec.jit)} JIT module(s) and the nodes do not share --cache-dir: each "
+            "node builds its own, the builds are not byte-reproducible, and the fleet will name the JIT (and lock) "
+            "differences; pass one --cache-dir every node sees to build once")
+    if plan.seed:
+        say(f"the nodes share the cache {opts.cache_dir}: {next(j.name for j in plan.jobs if j.setup_argv)} "
+            "installs first (its JIT modules are restored by the others)")
     if plan.resumed:
         say(f"resuming: {len(plan.resumed)} node(s) finished before are re-checked, not re-installed "
             f"({', '.join(plan.resumed)})")
@@ -71,7 +79,7 @@ def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
 
 def receipt_doc(opts: FleetOptions, plan: FleetPlan, records: list[dict[str, Any]], *, interrupted: bool,
                 recipe: tuple[str, str], kit_sha: str, lock_sha: str | None, wall: float) -> dict[str, Any]:
-    verdict = judge(records, smoke=opts.smoke)
+    verdict = judge(records, smoke=opts.smoke, shared_cache=shared_cache(opts))
     for r in records:
         r["differs"] = list(verdict.differs.get(r["name"], ()))
     return {
@@ -84,7 +92,8 @@ def receipt_doc(opts: FleetOptions, plan: FleetPlan, records: list[dict[str, Any
         "lock_file_sha256": lock_sha,
         "options": {"select": opts.select, "nodes": list(opts.nodes), "stack": opts.stack,
                     "max_parallel": opts.max_parallel, "timeout_s": opts.timeout_s, "smoke": opts.smoke,
-                    "smoke_format": opts.smoke_format, "smoke_level": opts.smoke_level},
+                    "smoke_format": opts.smoke_format, "smoke_level": opts.smoke_level,
+                    "system_python": opts.system_python, "setup_args": list(opts.setup_args), "seed": plan.seed},
         "passed": verdict.passed and not interrupted,
         "consistent": verdict.consistent,
         "interrupted": interrupted,
