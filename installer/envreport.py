@@ -95,7 +95,7 @@ def recipe_report(name_or_path: str) -> dict[str, Any]:
         return {"name": name_or_path, "error": exc.what}
     return {"name": r.name, "path": str(r.path), "sha256": r.sha256, "description": r.description,
             "torch": r.torch.version, "cuda": r.cuda.version if r.cuda else None,
-            "arch_list": r.cuda.arch_list if r.cuda else None}
+            "arch_list": r.cuda.flashinfer_arch_list if r.cuda else None}
 
 
 def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:

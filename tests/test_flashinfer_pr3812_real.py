@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import PROJECT_ROOT, ComputeCapability, load_recipe
 
 pytestmark = pytest.mark.real
 
@@ -31,7 +31,7 @@ def test_the_recipe_pins_the_upstream_pr_head_for_the_kernel_level():
     assert fork.fetch_url == "https://github.com/flashinfer-ai/flashinfer.git"
     assert fork.submodule_paths == ("3rdparty/cccl",)
     assert r.torch.version == "2.11.0+cu130" and r.torch.allow_system and r.cuda and r.cuda.version == "13.0"
-    assert r.cuda.arch_list == "9.0"
+    assert r.cuda.arch_list == (ComputeCapability(9, 0),)
     kinds = {(m.kind, m.k, m.v, m.backend) for m in r.jit}
     assert kinds == {("decode", "bf16", "e4m3", "fa2"), ("prefill", "bf16", "bf16", "fa2")}
     assert r.preflight.min_ram_gb <= 128 and r.preflight.min_disk_gb <= 64 and not r.models

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import RecipeError
-from october.installer.steps.jit.derive import DeriveError, ModelShape, ModuleKey, derive_modules, module_uri
+from october.installer.steps.jit.derive import DeriveError, ModelShape, JitModule, derive_modules, module_uri
 from october.installer.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ def test_uris_follow_the_recorded_real_rule() -> None:
     assert rule["source"]["commit"] == "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"
     assert len(rule["samples"]) >= 6
     for s in rule["samples"]:
-        key = ModuleKey(s["kind"], s["q"], s["k"], s["v"], s["o"], s["head_dim"], s["posenc"],
+        key = JitModule(s["kind"], s["q"], s["k"], s["v"], s["o"], s["head_dim"], s["posenc"],
                         s["backend"] or "fa2", s["use_swa"], s["use_logits_cap"], s["f16qk"])
         assert module_uri(key) == s["uri"], s
 
@@ -68,6 +68,15 @@ def test_shipped_recipes_derive_their_modules() -> None:
                 "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False"), fmt
         assert [m.uri for m in r.jit] == list(r.models["awq"].jit_modules)
     assert load_recipe("current").models["fp16"].compute_dtype == "float16"
+
+
+def test_a_recipe_holds_the_derived_modules_themselves() -> None:
+    """One module type: what the recipe lists is what derive_modules returns, route and all."""
+    r = load_recipe("current")
+    sel = r.models["fp16"]
+    assert sel.shape is not None and sel.compute_dtype is not None
+    assert r.jit == derive_modules(sel.shape, sel.compute_dtype, sel.v_format, r.jit_routes)
+    assert [m.route for m in r.jit] == ["decode", "fresh_prefill"]
 
 
 def _recipe(tmp_path: Path, jit: str, models_extra: str = "") -> Path:

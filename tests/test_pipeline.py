@@ -25,7 +25,7 @@ def toy_recipe(tmp_path: Path) -> Recipe:
     return Recipe(name="toy", path=tmp_path / "toy.toml", sha256="0" * 64, description="", python="3.11",
                   torch=TorchPin("2.0.0"), build_requirements=(), sources=Sources(),
                   forks=(ForkUse("a", "file:///a", None, Pin("p", "a" * 40)),), cuda=None, wheel=None,
-                  preflight=PreflightLimits(), jit=(), models={}, smoke=SmokeConfig(), raw={})
+                  preflight=PreflightLimits(), jit=(), models={}, smoke=SmokeConfig())
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,15 @@ import pytest
 
 from october.installer.core.errors import PreflightError, RecipeError, UsageError
 from october.installer.steps.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
-from october.installer.steps.preflight.rules import (CheckResult, apply_skips, arch_list_capabilities, gb_floor, parse_capability,
-                                        punch_list, run_checks)
+from october.installer.steps.preflight.rules import (CheckResult, apply_skips, gb_floor, parse_capability, punch_list,
+                                        run_checks)
 from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact
-from october.installer.recipe import CudaPin, PreflightLimits
+from october.installer.recipe import CudaPin, PreflightLimits, parse_arch_list
 from tests.fixtures.preflight import good_facts, missing, tool
 
 LIMITS = PreflightLimits(os="Linux", arch="x86_64", min_ram_gb=100, min_disk_gb=100,
                          min_compute_capability="9.0", uv=">=0.8.17", need_compiler=True)
-CUDA = CudaPin(version="12.9", arch_list="9.0", variant="cu129")
+CUDA = CudaPin(version="12.9", arch_list=parse_arch_list("9.0"), variant="cu129")
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -118,7 +118,7 @@ def test_every_gpu_must_reach_the_minimum() -> None:
 def test_driver_too_old_for_the_cuda_major() -> None:
     r = one("gpu", good_facts(gpus=(GpuFact("NVIDIA H100 80GB HBM3", "9.0", "520.61.05"),)))
     assert not r.ok and r.detail.endswith("-> install an NVIDIA driver >= 525")
-    cuda13 = CudaPin(version="13.0", arch_list="9.0", variant="cu130")
+    cuda13 = CudaPin(version="13.0", arch_list=parse_arch_list("9.0"), variant="cu130")
     assert not one("gpu", good_facts(), cuda=cuda13).ok          # 575 < 580
     assert one("gpu", good_facts(), cuda=None).ok                # no toolkit pin: no driver floor
 
@@ -264,10 +264,10 @@ def test_machine_facts_json_summary_round_trips_from_stored_facts() -> None:
 
 def test_cuda_arch_list_must_cover_every_gpu() -> None:
     """A JIT cache built for the wrong arch is a quiet failure: the GPU must be in the arch list."""
-    assert arch_list_capabilities("8.9 9.0a;10.0+PTX") == {(8, 9), (9, 0), (10, 0)}
+    assert {c.pair for c in parse_arch_list("8.9 9.0a;10.0+PTX")} == {(8, 9), (9, 0), (10, 0)}
     assert one("cuda_arch", good_facts()).ok  # H100 9.0 vs "9.0"
-    assert one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list="9.0a")).ok
-    bad = one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list="8.0 8.9"))
+    assert one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list=parse_arch_list("9.0a"))).ok
+    bad = one("cuda_arch", good_facts(), cuda=replace(CUDA, arch_list=parse_arch_list("8.0 8.9")))
     assert not bad.ok
     assert "expected every GPU's compute capability in the recipe's [cuda].arch_list ('8.0 8.9')" in bad.detail
     assert "NVIDIA H100 80GB HBM3 9.0" in bad.detail and "includes 9.0" in bad.detail

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from october.installer.core.errors import RecipeError
-from october.installer.recipe import PROJECT_ROOT, load_forks, load_recipe
+from october.installer.core.errors import ReceiptError, RecipeError
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord
+from october.installer.core.schemas import validate
+from october.installer.recipe import PROJECT_ROOT, ComputeCapability, load_forks, load_recipe, parse_arch_list
+from october.installer.core.runner import Runner
+from october.installer.steps.receipt.step import ReceiptStep
 
 FULL = "a" * 40
 FORKS = f"""
@@ -235,3 +242,48 @@ def test_malformed_install_keys(tmp_path: Path, text: str, fragment: str) -> Non
     with pytest.raises(RecipeError) as info:
         load_recipe(str(write(tmp_path, _with_install_keys(text))))
     assert fragment in info.value.message, info.value.message
+
+
+CUDA = '\n[cuda]\nversion = "12.9"\narch_list = "{}"\nvariant = "cu129"\n'
+
+
+def test_arch_list_is_parsed_once_into_compute_capabilities(tmp_path: Path) -> None:
+    r = load_recipe(str(write(tmp_path, GOOD + CUDA.format("8.9;9.0a, 10.0+PTX"))))
+    assert r.cuda is not None
+    assert r.cuda.arch_list == (ComputeCapability(8, 9), ComputeCapability(9, 0, "a"),
+                                ComputeCapability(10, 0, "", ptx=True))
+    assert [c.pair for c in r.cuda.arch_list] == [(8, 9), (9, 0), (10, 0)]
+    # FlashInfer splits FLASHINFER_CUDA_ARCH_LIST on single spaces: whatever the recipe separates with
+    assert r.cuda.flashinfer_arch_list == "8.9 9.0a 10.0+PTX"
+    assert r.cuda.as_recipe() == {"version": "12.9", "arch_list": "8.9 9.0a 10.0+PTX", "variant": "cu129"}
+    shipped = load_recipe("current").cuda
+    assert shipped is not None and shipped.as_recipe()["arch_list"] == "9.0"   # the preflight fingerprint's shape
+    for bad in ("", " ; ", "9", "9.0A", "9.0ab", "sm90", "9.0+ptx"):
+        with pytest.raises(ValueError):
+            parse_arch_list(bad)
+
+
+def test_the_setup_receipt_records_the_parsed_arch_list(tmp_path: Path) -> None:
+    """The receipt step's document, built for a recipe with [cuda] and one without, against the schema."""
+    stack = tmp_path / "stack"
+    paths = StackPaths(stack)
+    paths.pylock.parent.mkdir(parents=True)
+    paths.pylock.write_text("lock-version = '1.0'\n")
+
+    def receipt(text: str) -> dict[str, object]:
+        recipe = load_recipe(str(write(tmp_path, text)))
+        ctx = StepContext(options=SetupOptions(stack=stack, recipe=recipe, cache_dir=tmp_path / "cache"),
+                          paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
+        ctx.done["env"] = StepRecord("env", "0" * 64, {}, 0.1, "2026-12-01T00:00:00+00:00", "ran")
+        doc = ReceiptStep().build(ctx)
+        validate("setup", doc)
+        return doc
+
+    assert receipt(GOOD + CUDA.format("8.9 9.0a"))["cuda_arch_list"] == ["8.9", "9.0a"]
+    assert receipt(GOOD)["cuda_arch_list"] is None
+    doc = receipt(GOOD + CUDA.format("9.0"))
+    for wrong in (["hopper"], [], "9.0", [9.0]):
+        with pytest.raises(ReceiptError, match="cuda_arch_list"):
+            validate("setup", {**doc, "cuda_arch_list": wrong})
+    schema = json.loads((PROJECT_ROOT / "receipts" / "setup.schema.json").read_text())
+    jsonschema.validate({k: v for k, v in doc.items() if k != "cuda_arch_list"}, schema)  # older receipts

@@ -23,7 +23,7 @@ from october.installer.steps.env import systorch
 from october.installer.core.errors import EnvError, InstallError, UsageError
 from october.installer.steps.install.guards import GuardSpec, evaluate, probe
 from october.installer.steps.preflight import evaluate as preflight_evaluate
-from october.installer.recipe import CudaPin, TorchPin, load_recipe
+from october.installer.recipe import CudaPin, TorchPin, load_recipe, parse_arch_list
 from october.installer.steps.env.step import EnvStep
 from october.installer.steps.lock.step import installed_distributions, probe_env, system_section
 from october.installer.steps.env.uvcmd import uv_exe
@@ -62,7 +62,7 @@ def _recipe(tmp: Path, python: Path, version: str = TORCH, cuda: str = "13.0"):
     links = sf.Links(tmp / "links", b"")
     rec = sf.recipe(links, None, tmp, fork_uses=())
     return dataclasses.replace(rec, torch=TorchPin(version, source="system", system_python=str(python)),
-                               cuda=CudaPin(version=cuda, arch_list="9.0", variant="cu" + cuda.replace(".", "")))
+                               cuda=CudaPin(version=cuda, arch_list=parse_arch_list("9.0"), variant="cu" + cuda.replace(".", "")))
 
 
 def _env(tmp: Path, recipe):

@@ -19,7 +19,8 @@ from october.installer.core.paths import StackPaths
 from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, ForkRecord, NoWheel, WheelResult
 from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
-from october.installer.recipe import BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
+from october.installer.recipe import (BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin,
+                                        parse_arch_list)
 from october.installer.core.runner import Runner
 from october.installer.steps.wheel.step import WheelStep, choose_sha256
 from october.installer.steps.wheel.download import DownloadPolicy
@@ -56,8 +57,8 @@ def make_recipe(tmp: Path, hist: Histories, wheel: BaseWheel | None) -> Recipe:
                    pin=Pin("paper", hist.fork), mode="vllm-precompiled")
     return Recipe(name="t", path=tmp / "t.toml", sha256="0" * 64, description="", python="3.11",
                   torch=TorchPin("2.10.0+cu128"), build_requirements=(), sources=Sources(), forks=(fork,),
-                  cuda=CudaPin("12.9", "9.0", "cu129"), wheel=wheel, preflight=PreflightLimits(), jit=(),
-                  models={}, smoke=SmokeConfig(), raw={})
+                  cuda=CudaPin("12.9", parse_arch_list("9.0"), "cu129"), wheel=wheel, preflight=PreflightLimits(),
+                  jit=(), models={}, smoke=SmokeConfig())
 
 
 def serve(server: WheelServer, whl: Path, data: bytes | None = None) -> tuple[str, str]:

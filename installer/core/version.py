@@ -11,9 +11,8 @@ from importlib import metadata
 from pathlib import Path
 
 from october.installer import __version__
+from october.installer.ids import FULL_SHA
 from october.installer.core.resources import checkout_root
-
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 def tool_version() -> str:

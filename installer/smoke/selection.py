@@ -46,7 +46,7 @@ def selection_info(install: Path, recipe_name: str | None, fmt: str) -> dict[str
     if sel is None or sel.compute_dtype is None:
         return None
     by_uri = {m.uri: m for m in recipe.jit}
-    modules = [by_uri[u].key for u in sel.jit_modules if u in by_uri]
+    modules = [by_uri[u] for u in sel.jit_modules if u in by_uri]
     shape = sel.shape
     return selection_facts(sel.compute_dtype, sel.v_format, modules, {
         "recipe": recipe.name, "format": fmt, "repo": sel.repo, "revision": sel.revision,

@@ -32,7 +32,7 @@ def stack_uv(ctx: StepContext) -> StackUv:
 def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
     """The stack's runtime environment (see :mod:`october.installer.steps.env.stackenv`) for this recipe and machine."""
     nvcc = resolved_nvcc(ctx)
-    arch_list = ctx.recipe.cuda.arch_list if ctx.recipe.cuda else ""
+    arch_list = ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else ""
     return stackenv.runtime_env(ctx.paths.root, arch_list, nvcc.parent.parent if nvcc else None)
 
 

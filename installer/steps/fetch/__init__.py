@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 HEX = re.compile(r"^[0-9a-f]+$")
 _HTTP_USERINFO = re.compile(r"^((?i:https?)://)[^/@\s]*@")
 

@@ -17,8 +17,9 @@ from typing import Iterable, Mapping
 import git
 
 from october.installer.core.errors import FetchError, LockError
-from october.installer.steps.fetch import FULL_SHA, HEX
+from october.installer.steps.fetch import HEX
 from october.installer.steps.fetch.mirror import Mirror, fetch_branch
+from october.installer.ids import FULL_SHA
 from october.installer.recipe import Pin
 from october.installer.core.runner import Runner
 

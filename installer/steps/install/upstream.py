@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from october.installer.core.errors import CommandFailed, InstallError
+from october.installer.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_UPSTREAM_REF = "main"
 
 

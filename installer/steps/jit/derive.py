@@ -31,6 +31,8 @@ DEFAULT_ROUTES = ("decode", "fresh_prefill")
 COMPUTE_DTYPES = {"float16": "f16", "bfloat16": "bf16"}     # vLLM --dtype name -> FlashInfer name
 V_FORMATS = {"fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}          # vLLM cache dtype -> FlashInfer name
 HEAD_DIMS = (64, 128, 256)                                    # FlashInfer rejects > 256
+KINDS = ("decode", "prefill")                                 # a module's kind
+DTYPES = ("f16", "bf16", "e4m3", "e5m2")                      # FlashInfer names a module's q/k/v/o dtypes
 GQA_GROUPS = (1, 2, 3, 4, 8)                                  # DISPATCH_GQA_GROUP_SIZE in include/flashinfer/utils.cuh
 IDX = "i32"                                                   # vLLM's FlashInfer indptr dtype (int32)
 
@@ -51,8 +53,12 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
-class ModuleKey:
-    """One FlashInfer attention module: what ``gen_batch_{decode,prefill}_module`` is called with."""
+class JitModule:
+    """One FlashInfer attention module: what ``gen_batch_{decode,prefill}_module`` is called with.
+
+    Derived from a model selection (:func:`derive_modules`, which sets ``route``) or listed by hand
+    in a recipe's ``[[jit.modules]]`` (``route`` empty).
+    """
 
     kind: str               # decode | prefill
     q: str
@@ -65,7 +71,7 @@ class ModuleKey:
     use_swa: bool = False
     use_logits_cap: bool = False
     f16qk: bool = False
-    route: str = ""
+    route: str = ""         # the serving route it was derived for ("" when only hand-listed)
 
     @property
     def uri(self) -> str:
@@ -76,7 +82,7 @@ def _kv_fragment(k: str, v: str) -> str:
     return f"dtype_kv_{k}" if k == v else f"dtype_k_{k}_dtype_v_{v}"
 
 
-def module_uri(m: ModuleKey) -> str:
+def module_uri(m: JitModule) -> str:
     """FlashInfer's URI for the module (its JIT cache directory and ``.so`` name)."""
     tail = (f"dtype_o_{m.o}_dtype_idx_{IDX}_head_dim_qk_{m.head_dim}_head_dim_vo_{m.head_dim}_"
             f"posenc_{m.posenc}_use_swa_{m.use_swa}_use_logits_cap_{m.use_logits_cap}")
@@ -102,7 +108,7 @@ def check_shape(shape: ModelShape) -> None:
 
 
 def derive_modules(shape: ModelShape, compute_dtype: str, v_format: str = "fp8_e4m3",
-                   routes: Sequence[str] = DEFAULT_ROUTES) -> tuple[ModuleKey, ...]:
+                   routes: Sequence[str] = DEFAULT_ROUTES) -> tuple[JitModule, ...]:
     """The modules a K16/V8 engine asks FlashInfer for when it serves this selection."""
     if compute_dtype not in COMPUTE_DTYPES:
         raise DeriveError(f"compute dtype {compute_dtype!r}: expected one of {', '.join(COMPUTE_DTYPES)}")
@@ -113,14 +119,14 @@ def derive_modules(shape: ModelShape, compute_dtype: str, v_format: str = "fp8_e
         raise DeriveError(f"routes {unknown}: expected some of {', '.join(ROUTES)}")
     check_shape(shape)
     c, v, d = COMPUTE_DTYPES[compute_dtype], V_FORMATS[v_format], shape.head_dim
-    out: list[ModuleKey] = []
+    out: list[JitModule] = []
     for route in routes:
         if route == "decode":
-            out.append(ModuleKey("decode", c, c, v, c, d, route=route))
+            out.append(JitModule("decode", c, c, v, c, d, route=route))
         elif route == "fresh_prefill":
-            out.append(ModuleKey("prefill", c, c, c, c, d, route=route))
+            out.append(JitModule("prefill", c, c, c, c, d, route=route))
         else:
-            out.append(ModuleKey("prefill", c, c, v, c, d, route=route))
+            out.append(JitModule("prefill", c, c, v, c, d, route=route))
     return tuple(out)
 
 
@@ -129,7 +135,7 @@ def module_paths(uri: str) -> str:
     return f".cache/flashinfer/*/*/cached_ops/{uri}/{uri}.so"
 
 
-def selection_facts(compute_dtype: str, v_format: str, modules: Sequence[ModuleKey],
+def selection_facts(compute_dtype: str, v_format: str, modules: Sequence[JitModule],
                     extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """What the smoke run is told about a selection (JSON-able)."""
     facts: dict[str, object] = {

@@ -102,20 +102,20 @@ class JitStep:
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         return {"modules": [module_request(i, m) for i, m in enumerate(r.jit)],
-                "arch_list": r.cuda.arch_list if r.cuda else None, "builder": self.builder,
+                "arch_list": r.cuda.flashinfer_arch_list if r.cuda else None, "builder": self.builder,
                 "nvcc": str(resolved_nvcc(ctx) or "")}
 
     def _arch_list(self, ctx: StepContext) -> str:
         cuda = ctx.recipe.cuda
-        if cuda is None or not cuda.arch_list.strip():
+        if cuda is None or not cuda.arch_list:
             raise JitError("the recipe lists JIT modules but no CUDA architectures to build them for",
                            expected="[cuda] arch_list (e.g. '9.0') in the recipe", found="no [cuda] arch_list",
                            fix=f"add [cuda] arch_list to {ctx.recipe.path}")
-        return cuda.arch_list
+        return cuda.flashinfer_arch_list
 
     def run(self, ctx: StepContext) -> JitResult:
         r = ctx.recipe
-        arch_list = self._arch_list(ctx) if r.jit else (r.cuda.arch_list if r.cuda else "")
+        arch_list = self._arch_list(ctx) if r.jit else (r.cuda.flashinfer_arch_list if r.cuda else "")
         workspace = ctx.paths.jit
         if not r.jit:
             return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
@@ -234,7 +234,7 @@ class JitStep:
                               **({"key": k} if k else {})} for m, k in zip(modules, keys)}
         write_manifest(workspace, records, aot)
         version = result.get("flashinfer_version") if result is not None else _version_from_paths(workspace, modules)
-        return JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.arch_list if ctx.recipe.cuda else "",
+        return JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else "",
                          modules=tuple(modules), cached=all(m["cached"] for m in modules), builder=self.builder,
                          flashinfer_version=str(version) if version is not None else None,
                          discarded=tuple(discarded),

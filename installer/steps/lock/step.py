@@ -89,7 +89,7 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
     facts: dict[str, Any] = {"python": python_version, "torch": r.torch.version,
                              "uv": _uv_version(ctx)}
     if r.cuda is not None:
-        facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.arch_list, "cuda-variant": r.cuda.variant})
+        facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.flashinfer_arch_list, "cuda-variant": r.cuda.variant})
     pre = ctx.result(PreflightResult)
     if pre is not None:
         for key in ("os", "arch"):

@@ -146,20 +146,10 @@ def check_gpu(facts: MachineFacts, min_capability: str, cuda: CudaPin | None) ->
     return _result("gpu", True, expected, found, "")
 
 
-def arch_list_capabilities(arch_list: str) -> set[tuple[int, int]]:
-    """``"8.9 9.0a;10.0+PTX"`` -> {(8, 9), (9, 0), (10, 0)} (suffixes such as ``a``/``+PTX`` dropped)."""
-    caps: set[tuple[int, int]] = set()
-    for item in re.split(r"[\s;,]+", arch_list.strip()):
-        m = re.match(r"^(\d+)\.(\d+)", item)
-        if m:
-            caps.add((int(m.group(1)), int(m.group(2))))
-    return caps
-
-
 def check_cuda_arch(facts: MachineFacts, cuda: CudaPin) -> CheckResult:
     """Every GPU here must be in the recipe's JIT arch list, or the kernels are built for the wrong arch."""
-    expected = f"every GPU's compute capability in the recipe's [cuda].arch_list ({cuda.arch_list!r})"
-    wanted = arch_list_capabilities(cuda.arch_list)
+    expected = f"every GPU's compute capability in the recipe's [cuda].arch_list ({cuda.flashinfer_arch_list!r})"
+    wanted = {c.pair for c in cuda.arch_list}     # "9.0a" runs on a 9.0 GPU: the suffix is how it is built
     found = ", ".join(f"{g.name} {g.compute_capability}" for g in facts.gpus)
     missing = [g for g in facts.gpus if parse_capability(g.compute_capability) not in wanted]
     return _result("cuda_arch", not missing, expected, found,

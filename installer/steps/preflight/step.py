@@ -33,7 +33,7 @@ class PreflightStep:
         recipe = ctx.recipe
         return {
             "preflight": asdict(recipe.preflight),
-            "cuda": asdict(recipe.cuda) if recipe.cuda is not None else None,
+            "cuda": recipe.cuda.as_recipe() if recipe.cuda is not None else None,
             "skip": sorted(set(ctx.options.skip_preflight)),
             "stack": str(ctx.paths.root.absolute()),
             **({"torch": {"version": recipe.torch.version, "system_python": recipe.torch.system_python}}

@@ -109,6 +109,7 @@ class ReceiptStep:
                         "locked": o.locked is not None},
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "torch": torch_record(ctx),
+            "cuda_arch_list": [str(c) for c in ctx.recipe.cuda.arch_list] if ctx.recipe.cuda else None,
             "promises": promised_level(ctx),
         }
 

@@ -54,13 +54,13 @@ from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import WheelError
 from october.installer.core.hashing import CHUNK, sha256_file
+from october.installer.ids import SHA256
 from october.installer.core.redact import redact_url
 
 Progress = Callable[[int, "int | None"], None]
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
 _UNSATISFIED_RANGE = re.compile(r"^bytes\s+\*/(\d+)$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This directory is a cache made by october; see https://bford.info/cachedir/\n")
 
@@ -106,7 +106,7 @@ def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     sha = data.get("sha256") if isinstance(data, dict) and data.get("filename") == filename else None
-    return sha if isinstance(sha, str) and _SHA256.match(sha) else None
+    return sha if isinstance(sha, str) and SHA256.match(sha) else None
 
 
 # ------------------------------------------------------------------------ partial file
@@ -340,7 +340,7 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
                    sleep: Callable[[float], None] = time.sleep) -> Downloaded:
     """Fetch ``url`` into the cache; check ``sha256`` when given (else the caller trusts on first use)."""
     _check_filename(filename)
-    if sha256 is not None and not _SHA256.match(sha256):
+    if sha256 is not None and not SHA256.match(sha256):
         raise WheelError("the expected wheel sha256 is malformed", expected="64 lowercase hex characters",
                          found=repr(sha256), fix="fix [wheel].sha256 in the recipe (or the lock)")
     _check_url(url, sha256)

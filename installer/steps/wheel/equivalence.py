@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Sequence
 
 from october.installer.core.errors import CommandFailed, FetchError, WheelError
-from october.installer.steps.fetch import FULL_SHA, git_env
+from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
+from october.installer.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 

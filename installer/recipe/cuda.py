@@ -1,0 +1,84 @@
+"""``[cuda]``: the toolkit nvcc must report, the architectures the JIT modules are built for, the wheel variant.
+
+``arch_list`` is parsed once, here, into :class:`ComputeCapability` values; everything else (the
+stack's ``FLASHINFER_CUDA_ARCH_LIST``, the preflight arch check, the lock, the setup receipt) reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from october.installer.tomlcheck import Table
+
+ARCH_ITEM = re.compile(r"^(\d+)\.(\d+)([a-z]?)(\+PTX)?$")
+ARCH_SEPARATORS = re.compile(r"[\s;,]+")
+
+
+@dataclass(frozen=True, order=True)
+class ComputeCapability:
+    """One entry of ``[cuda].arch_list``: ``9.0``, ``9.0a`` (arch-specific features), ``10.0+PTX``."""
+
+    major: int
+    minor: int
+    suffix: str = ""        # "a" / "f": nvcc's sm_90a-style variant; "" the plain architecture
+    ptx: bool = False       # "+PTX": PTX embedded as well
+
+    @classmethod
+    def parse(cls, text: str) -> ComputeCapability:
+        m = ARCH_ITEM.match(text)
+        if m is None:
+            raise ValueError(f"{text!r} is not a compute capability such as '9.0' or '9.0a'")
+        return cls(int(m.group(1)), int(m.group(2)), m.group(3), m.group(4) is not None)
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        """(major, minor): what a GPU reports; the suffixes only say how the code is built for it."""
+        return (self.major, self.minor)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}{self.suffix}{'+PTX' if self.ptx else ''}"
+
+
+def parse_arch_list(text: str) -> tuple[ComputeCapability, ...]:
+    """``"8.9 9.0a"`` (spaces, ';' or ',' between) -> the capabilities, in order; ValueError when empty or bad."""
+    items = [x for x in ARCH_SEPARATORS.split(text.strip()) if x]
+    if not items:
+        raise ValueError("no compute capability")
+    return tuple(ComputeCapability.parse(x) for x in items)
+
+
+@dataclass(frozen=True)
+class CudaPin:
+    version: str                                # toolkit major.minor nvcc must report, e.g. "12.9"
+    arch_list: tuple[ComputeCapability, ...]    # what the JIT modules are built for, e.g. (9.0,)
+    variant: str                                # wheel CUDA variant, e.g. "cu129"
+
+    @property
+    def flashinfer_arch_list(self) -> str:
+        """The ``FLASHINFER_CUDA_ARCH_LIST`` value: the capabilities joined by single spaces (FlashInfer
+        splits the variable on " ")."""
+        return " ".join(str(c) for c in self.arch_list)
+
+    def as_recipe(self) -> dict[str, str]:
+        """The table as the recipe states it (arch_list in its canonical spelling): JSON for fingerprints."""
+        return {"version": self.version, "arch_list": self.flashinfer_arch_list, "variant": self.variant}
+
+
+def parse_cuda(top: Table) -> CudaPin | None:
+    ct = top.table("cuda", required=False)
+    if ct is None:
+        return None
+    cver = ct.get("version", str, what="a CUDA major.minor such as '12.9'")
+    if not re.match(r"^\d+\.\d+$", cver):
+        raise ct.err("version", "a CUDA major.minor such as '12.9'", cver)
+    arch_text = ct.get("arch_list", str)
+    variant = ct.get("variant", str)
+    ct.done()
+    try:
+        arch_list = parse_arch_list(arch_text)
+    except ValueError:
+        raise ct.err("arch_list", "compute capabilities such as '9.0' or '8.9 9.0a'", arch_text) from None
+    if not re.match(r"^cu\d{3}$", variant):
+        raise ct.err("variant", "a CUDA wheel variant such as 'cu129' or 'cu130'", variant)
+    return CudaPin(version=cver, arch_list=arch_list, variant=variant)

@@ -1,0 +1,205 @@
+"""``forks.toml`` (the forks october knows, with named pins) and a recipe's ``[[forks]]`` entries."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from october.installer.core.errors import RecipeError
+from october.installer.ids import FULL_SHA
+from october.installer.steps.install.policy import parse_build_env, parse_nested_installs
+from october.installer.tomlcheck import Table, check_format, describe, read_toml
+
+# names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
+INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A commit: a full 40-hex id, or a prefix that must be resolved on ``branch``."""
+
+    name: str
+    commit: str
+    branch: str | None = None
+    fetch_from: str = "fork"   # "upstream": the commit lives in the upstream repo (e.g. a PR head)
+
+    @property
+    def is_prefix(self) -> bool:
+        return len(self.commit) < 40
+
+
+@dataclass(frozen=True)
+class Fork:
+    name: str
+    url: str
+    upstream: str | None
+    pins: Mapping[str, Pin]
+
+
+@dataclass(frozen=True)
+class ForkUse:
+    """A fork as a recipe uses it: which pin, and how it is installed."""
+
+    name: str
+    url: str
+    upstream: str | None
+    pin: Pin
+    mode: str = "editable"
+    deps: bool = True
+    build_isolation: bool = True
+    submodules: bool = True
+    build_env: Mapping[str, str] = field(default_factory=dict)        # [forks.build_env]
+    nested_installs: Mapping[str, str] = field(default_factory=dict)  # [forks.nested_installs]: name -> why
+    # Which submodules (paths relative to the fork, top level) are fetched; None: all of them.
+    # ``submodules = ["3rdparty/cccl"]`` in the recipe's fork entry; each selected one brings its own
+    # nested submodules.
+    submodule_paths: tuple[str, ...] | None = None
+
+    def wants_submodule(self, path: str) -> bool:
+        """Whether the submodule at ``path`` (relative to the fork) is fetched."""
+        if not self.submodules:
+            return False
+        if self.submodule_paths is None:
+            return True
+        return any(path == p or path.startswith(p + "/") for p in self.submodule_paths)
+
+    @property
+    def fetch_url(self) -> str:
+        """Where the pinned commit is fetched from: the fork, or its upstream for pins that say so."""
+        if self.pin.fetch_from == "upstream" and self.upstream:
+            return self.upstream
+        return self.url
+
+
+# ------------------------------------------------------------------------- forks.toml
+
+
+def load_forks(path: Path) -> dict[str, Fork]:
+    top = Table(path, read_toml(path), "")
+    check_format(top)
+    forks_t = top.table("forks")
+    assert forks_t is not None
+    top.done()
+    forks: dict[str, Fork] = {}
+    for name in forks_t.data:
+        if not SAFE_NAME.match(name):
+            raise forks_t.err(name, "a plain fork name: letters, digits, '.', '_' or '-' (it names the "
+                              "clone directory STACK/src/<name>)", name)
+        forks[name] = _parse_fork(forks_t, name)
+    forks_t.done()
+    return forks
+
+
+def _parse_fork(forks_t: Table, name: str) -> Fork:
+    ft = forks_t.table(name)
+    assert ft is not None
+    url = ft.get("url", str, what="a git URL")
+    upstream = ft.get("upstream", str, required=False)
+    pins_t = ft.table("pins")
+    assert pins_t is not None
+    ft.done()
+    pins: dict[str, Pin] = {}
+    for pin_name, value in pins_t.data.items():
+        pins_t.seen.add(pin_name)
+        pins[pin_name] = parse_pin(pins_t, pin_name, value)
+    for pin in pins.values():
+        if pin.fetch_from == "upstream" and not upstream:
+            raise RecipeError(forks_t.file, f"forks.{name}.pins.{pin.name}.fetch_from",
+                              expected=f"an 'upstream' URL for fork '{name}'", found="no upstream key")
+    return Fork(name=name, url=url, upstream=upstream, pins=pins)
+
+
+def parse_pin(t: Table, name: str, value: Any) -> Pin:
+    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}``."""
+    if isinstance(value, str):
+        if not FULL_SHA.match(value):
+            raise t.err(name, "a 40-character lowercase hex commit id "
+                        "(or a table {prefix = ..., branch = ...})", value)
+        return Pin(name=name, commit=value)
+    if isinstance(value, dict):
+        return _parse_pin_table(Table(t.file, value, t._k(name)), name)
+    raise t.err(name, "a 40-hex commit id or a table {prefix, branch}", value)
+
+
+def _parse_pin_table(pt: Table, name: str) -> Pin:
+    pt.get("source", str, required=False)
+    fetch_from = pt.get("fetch_from", str, required=False, default="fork")
+    if fetch_from not in ("fork", "upstream"):
+        raise pt.err("fetch_from", "'fork' or 'upstream'", fetch_from)
+    if "commit" in pt.data:
+        commit = pt.get("commit", str)
+        pt.done()
+        if not FULL_SHA.match(commit):
+            raise pt.err("commit", "a 40-character lowercase hex commit id", commit)
+        return Pin(name=name, commit=commit, fetch_from=fetch_from)
+    prefix = pt.get("prefix", str, what="a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>")
+    branch = pt.get("branch", str, what="the branch the prefix is resolved on")
+    pt.done()
+    if not SHA_PREFIX.match(prefix):
+        raise pt.err("prefix", "a lowercase hex commit prefix of 7 to 39 characters", prefix)
+    if not branch.strip():
+        raise pt.err("branch", "a non-empty branch name", branch)
+    return Pin(name=name, commit=prefix, branch=branch, fetch_from=fetch_from)
+
+
+# ------------------------------------------------------------------- recipe [[forks]]
+
+
+def parse_fork_uses(top: Table, known: Mapping[str, Fork], forks_file: str) -> tuple[ForkUse, ...]:
+    """The recipe's ``[[forks]]``: at least one, each a fork of ``forks_file`` at one of its pins, at most once."""
+    top.seen.add("forks")
+    entries = top.data.get("forks")
+    if not isinstance(entries, list) or not entries:
+        raise RecipeError(top.file, "forks", expected="an array of tables [[forks]] with at least one fork",
+                          found=describe(entries) if "forks" in top.data else "the key is missing")
+    uses = tuple(_parse_fork_use(Table(top.file, entry, f"forks[{i}]"), known, forks_file)
+                 for i, entry in enumerate(entries))
+    names = [u.name for u in uses]
+    if len(set(names)) != len(names):
+        raise RecipeError(top.file, "forks", expected="each fork at most once", found=f"{names}")
+    return uses
+
+
+def _parse_fork_use(ft: Table, known: Mapping[str, Fork], forks_file: str) -> ForkUse:
+    fname = ft.get("name", str)
+    if fname not in known:
+        raise ft.err("name", f"a fork defined in {forks_file} ({', '.join(sorted(known))})", fname)
+    fork = known[fname]
+    pin_name = ft.get("pin", str)
+    if pin_name not in fork.pins:
+        raise ft.err("pin", f"a pin of fork '{fname}' in {forks_file} "
+                     f"({', '.join(sorted(fork.pins)) or 'none'})", pin_name)
+    mode = ft.get("mode", str, required=False, default="editable")
+    if mode not in INSTALL_MODES:
+        raise ft.err("mode", f"one of {', '.join(INSTALL_MODES)}", mode)
+    use = ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
+                  mode=mode, deps=ft.get("deps", bool, required=False, default=True),
+                  build_isolation=ft.get("build_isolation", bool, required=False, default=True),
+                  build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft),
+                  **_submodule_selection(ft))
+    ft.done()
+    return use
+
+
+def _submodule_selection(ft: Table) -> dict[str, Any]:
+    """``submodules = true|false`` (all or none) or a list of submodule paths (only those)."""
+    value = ft.get("submodules", (bool, list), required=False, default=True,
+                   what="true, false, or a list of submodule paths such as [\"3rdparty/cccl\"]")
+    if isinstance(value, bool):
+        return {"submodules": value}
+    paths = ft.str_list("submodules")
+    cleaned = []
+    for i, p in enumerate(paths):
+        norm = p.strip().strip("/")
+        if not norm or norm.startswith("..") or "/../" in f"/{norm}/" or p.startswith("/"):
+            raise RecipeError(ft.file, f"{ft._k('submodules')}[{i}]",
+                              expected="a submodule path relative to the fork, e.g. \"3rdparty/cccl\"",
+                              found=repr(p))
+        cleaned.append(norm)
+    if len(set(cleaned)) != len(cleaned):
+        raise ft.err("submodules", "each submodule path at most once", paths)
+    return {"submodules": bool(cleaned), "submodule_paths": tuple(cleaned)}

@@ -1,0 +1,108 @@
+"""A recipe file (``recipes/<name>.toml``) loaded into one frozen :class:`Recipe`.
+
+Each section has its parser next to its dataclass (:mod:`.forks`, :mod:`.env`, :mod:`.cuda`,
+:mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`, :mod:`.models`, :mod:`.smoke`; ``[install]`` in
+:mod:`october.installer.steps.install.policy`); this module reads the top level and calls them in file order, so
+the first problem found is the one reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from october.installer.core.errors import RecipeNotFound
+from october.installer.core.hashing import sha256_file
+from october.installer.steps.install.policy import InstallPolicy, parse_install
+from october.installer.steps.jit.derive import DEFAULT_ROUTES, JitModule
+from october.installer.recipe.cuda import CudaPin, parse_cuda
+from october.installer.recipe.env import Sources, TorchPin, parse_build, parse_python, parse_sources, parse_torch
+from october.installer.recipe.forks import SAFE_NAME, Fork, ForkUse, load_forks, parse_fork_uses
+from october.installer.recipe.jit import derive_jit, parse_jit
+from october.installer.recipe.models import ModelSelection, parse_models
+from october.installer.recipe.preflight import PreflightLimits, parse_preflight
+from october.installer.recipe.smoke import SmokeConfig, parse_smoke
+from october.installer.recipe.wheel import BaseWheel, parse_wheel
+from october.installer.core.resources import DATA_ROOT
+from october.installer.tomlcheck import Table, check_format, read_toml
+
+PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    sha256: str
+    description: str
+    python: str
+    torch: TorchPin
+    build_requirements: tuple[str, ...]
+    sources: Sources
+    forks: tuple[ForkUse, ...]
+    cuda: CudaPin | None
+    wheel: BaseWheel | None
+    preflight: PreflightLimits
+    jit: tuple[JitModule, ...]
+    models: Mapping[str, ModelSelection]
+    smoke: SmokeConfig
+    jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
+    install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
+    jit_routes: tuple[str, ...] = DEFAULT_ROUTES
+
+    def fork(self, name: str) -> ForkUse:
+        for f in self.forks:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
+    """``current`` -> ``<root>/recipes/current.toml``; a path ending in .toml is used as is."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return Path(name_or_path).expanduser().resolve()
+    return root / "recipes" / f"{name_or_path}.toml"
+
+
+def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
+    path = resolve_recipe_path(name_or_path, root)
+    if not path.exists():
+        available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
+        raise RecipeNotFound(name_or_path, path, available=available)
+    top = Table(path, read_toml(path), "")
+    check_format(top)
+    name = _recipe_name(top)
+    description = top.get("description", str, required=False, default="")
+    forks_path, known_forks = _known_forks(top, root)
+    python, torch = parse_python(top), parse_torch(top)
+    build_requirements, sources = parse_build(top), parse_sources(top)
+    forks = parse_fork_uses(top, known_forks, forks_path.name)
+    cuda, wheel, preflight = parse_cuda(top), parse_wheel(top), parse_preflight(top)
+    jit = parse_jit(top)
+    models = parse_models(top, for_jit=jit is not None)
+    smoke, install = parse_smoke(top), parse_install(top)
+    top.done()
+    modules: tuple[JitModule, ...] = ()
+    if jit is not None:
+        modules, models = derive_jit(path, jit.modules, models, jit.routes)
+    return Recipe(name=name, path=path, sha256=sha256_file(path), description=description, python=python,
+                  torch=torch, build_requirements=build_requirements, sources=sources, forks=forks, cuda=cuda,
+                  wheel=wheel, preflight=preflight, jit=modules, models=models, smoke=smoke,
+                  jit_builder=jit.builder if jit is not None else None, install=install,
+                  jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
+
+
+def _recipe_name(top: Table) -> str:
+    name: str = top.get("name", str)
+    if not SAFE_NAME.match(name):
+        raise top.err("name", "a plain name: letters, digits, '.', '_' or '-', starting with a letter or "
+                      "digit, at most 64 characters (it names files: locks/<name>.pylock.toml)", name)
+    return name
+
+
+def _known_forks(top: Table, root: Path) -> tuple[Path, dict[str, Fork]]:
+    """``forks_file`` (relative to the recipe; default ``<root>/forks.toml``) and the forks it defines."""
+    forks_file = top.get("forks_file", str, required=False, default=None)
+    forks_path = (top.file.parent / forks_file).resolve() if forks_file else root / "forks.toml"
+    return forks_path, load_forks(forks_path)

@@ -1,0 +1,32 @@
+"""``[smoke]``: the level the smoke run checks at by default, and the size of its generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from october.installer.tomlcheck import Table
+
+@dataclass(frozen=True)
+class SmokeConfig:
+    level: str | None = None
+    prompt_tokens: int = 8192
+    max_new_tokens: int = 128
+    seed: int = 0
+
+
+def parse_smoke(top: Table) -> SmokeConfig:
+    smt = top.table("smoke", required=False)
+    if smt is None:
+        return SmokeConfig()
+    level = smt.get("level", str, required=False)
+    if level is not None and level not in ("kernel", "engine", "reference"):   # checks' LEVELS
+        raise smt.err("level", "one of kernel, engine, reference", level)
+    smoke = SmokeConfig(level=level,
+                        prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
+                        max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128),
+                        seed=smt.get("seed", int, required=False, default=0))
+    for key in ("prompt_tokens", "max_new_tokens"):
+        if getattr(smoke, key) <= 0:
+            raise smt.err(key, "a positive number of tokens", getattr(smoke, key))
+    smt.done()
+    return smoke
