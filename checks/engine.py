@@ -33,7 +33,8 @@ Each check measures what the engine controls, not what this harness wrote:
   run, the captured layer's prefill and decode rows match the torch reference, and the
   protocol run agrees with the 16-bit-cache engine;
 * JIT modules pre-built: every module derived for the selection is in the stack's
-  workspace before the engine starts, and the workspace gains none while it runs;
+  workspace before the engine starts, and the run's watch over it (:class:`october.checks.workspace.Watch`,
+  the same one the kernel level reports through) sees none gained or changed while it runs;
 * clean memory counts the scheduler's free KV blocks across rounds (a leaked
   block never shows in allocated bytes: the cache is allocated once), besides
   allocated GPU bytes (on a CPU: live tensor bytes) and the byte formula, whose
@@ -57,10 +58,14 @@ from typing import Any
 import torch
 
 from october.checks import engine_oracle as oracle
+from october.checks.contract import EXTRA_CHECKS
 from october.checks import reference as ref
-from october.checks.inputs import InputError, Manifest, ScaleChoice, engine_scales
-from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
-                            run_check, verdict)
+from october.checks.inputs import (InputError, Manifest, ScaleChoice, TokenProtocol, engine_scales,
+                           token_protocol)
+from october.checks.memory import held_bytes
+from october.checks.workspace import Watch, base as workspace_base, uri as module_uri
+from october.checks.results import (CHECK_NAMES, FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported,
+                            every_check, in_order, run_check, run_checks, verdict)
 
 KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}
@@ -82,7 +87,7 @@ TOUCHED = (
     "Attention.kv_cache[0] (k_cache, v_cache) / .attn_backend.get_name()",
     "Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output)",
 )
-JIT_CHECK = ("jit_complete", "JIT modules pre-built")
+JIT_CHECK = EXTRA_CHECKS[0]                       # ("jit_complete", "JIT modules pre-built")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 PROMPTS = ("The capital of France is", "Write one sentence about the sea.",
            "List three prime numbers:", "def fibonacci(n):", "Translate 'good morning' to German:")
@@ -197,39 +202,22 @@ class Selection:
     jit_workspace: str | None = None
     setup_command: str | None = None
     shape: dict[str, int] | None = None
-    prompt_tokens: int = 8192
-    max_new_tokens: int = 128
-    tokens_from: str = "default (the seed's 8,192 + 128 protocol)"
+    tokens: TokenProtocol = token_protocol({})       # the seed's 8,192 + 128 until given
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None, override: tuple[int, int] | None = None) -> "Selection":
+    def from_json(cls, data: dict[str, Any] | None, tokens: TokenProtocol) -> "Selection":
         data = data or {}
-        smoke = data.get("smoke") or {}
-        sel = cls(compute_dtype=data.get("compute_dtype"), k_cache_dtype=data.get("k_cache_dtype"),
-                  v_cache_dtype=data.get("v_cache_dtype") or "fp8_e4m3",
-                  jit_modules=tuple(str(m["uri"] if isinstance(m, dict) else m)
-                                    for m in data.get("jit_modules") or ()),
-                  jit_workspace=data.get("jit_workspace"), setup_command=data.get("setup_command"),
-                  shape=data.get("shape"))
-        if smoke.get("prompt_tokens") and smoke.get("max_new_tokens"):
-            sel = _replace(sel, prompt_tokens=int(smoke["prompt_tokens"]),
-                           max_new_tokens=int(smoke["max_new_tokens"]), tokens_from="recipe [smoke]")
-        if override is not None:
-            sel = _replace(sel, prompt_tokens=override[0], max_new_tokens=override[1],
-                           tokens_from=f"override --token-counts {override[0]},{override[1]} (not the recipe's "
-                                       f"{sel.prompt_tokens} + {sel.max_new_tokens})")
-        return sel
+        return cls(compute_dtype=data.get("compute_dtype"), k_cache_dtype=data.get("k_cache_dtype"),
+                   v_cache_dtype=data.get("v_cache_dtype") or "fp8_e4m3",
+                   jit_modules=tuple(str(m["uri"] if isinstance(m, dict) else m)
+                                     for m in data.get("jit_modules") or ()),
+                   jit_workspace=data.get("jit_workspace"), setup_command=data.get("setup_command"),
+                   shape=data.get("shape"), tokens=tokens)
 
     def as_json(self) -> dict[str, Any]:
         return {"compute_dtype": self.compute_dtype, "k_cache_dtype": self.k_cache_dtype,
                 "v_cache_dtype": self.v_cache_dtype, "kv_cache_dtype": list(KV_CACHE_DTYPE),
-                "prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens,
-                "tokens_from": self.tokens_from}
-
-
-def _replace(sel: Selection, **kw: Any) -> Selection:
-    import dataclasses
-    return dataclasses.replace(sel, **kw)
+                **self.tokens.as_json(), "tokens_from": self.tokens.source}
 
 
 def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_bit: bool = False) -> Any:
@@ -242,7 +230,7 @@ def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_b
     llm_cls = _need(vllm, "LLM")
     kw: dict[str, Any] = {"kv_cache_dtype": "auto"} if sixteen_bit else \
         {"kv_cache_dtype": KV_CACHE_DTYPE, "attention_config": ATTENTION_CONFIG}
-    length = -(-(sel.prompt_tokens + sel.max_new_tokens + 64) // 256) * 256
+    length = -(-(sel.tokens.prompt_tokens + sel.tokens.max_new_tokens + 64) // 256) * 256
     try:
         return llm_cls(model=manifest.local_path, dtype=sel.compute_dtype or "auto", seed=seed,
                        enforce_eager=eager, gpu_memory_utilization=0.45, enable_prefix_caching=False,
@@ -276,14 +264,6 @@ def _generate_top(llm: Any, ids: list[int], max_tokens: int) -> oracle.Generatio
     c = _need(out, "outputs")[0]
     return (list(_need(c, "token_ids")),
             [{int(k): float(v.logprob) for k, v in d.items()} for d in (_need(c, "logprobs") or [])])
-
-
-def _held_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.memory_allocated(device))
-    from october.checks.kernel import _held_bytes as live_tensor_bytes
-    return live_tensor_bytes(device)
 
 
 def _caches(h: _Hooks) -> list[Any]:
@@ -424,11 +404,11 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape) -> CheckResult:
     device = caches[0][0].device
     free_start = int(free())
     _generate(llm, list(PROMPTS))                       # warm-up round
-    free_after, held = [int(free())], [_held_bytes(device)]
+    free_after, held = [int(free())], [held_bytes(device)]
     for _ in range(MEMORY_ROUNDS):
         _generate(llm, list(PROMPTS))
         free_after.append(int(free()))
-        held.append(_held_bytes(device))
+        held.append(held_bytes(device))
     problems = []
     if actual != expected:
         problems.append(f"KV bytes {actual}, formula gives {expected}")
@@ -496,29 +476,21 @@ def _graphs(h: _Hooks, graphed: list[Generated] | BaseException, eager: list[Gen
 # ------------------------------------------------------------------------------ JIT modules
 
 
-def jit_workspace(sel: Selection) -> Path | None:
-    ws = sel.jit_workspace or os.environ.get("FLASHINFER_WORKSPACE_BASE")
-    return Path(ws) if ws else None
-
-
-def built_modules(workspace: Path | None) -> dict[str, str]:
-    """URI -> library path of every module FlashInfer has in ``workspace`` (any version, any arch)."""
-    if workspace is None:
-        return {}
-    root = workspace / ".cache" / "flashinfer"
-    return {p.parent.name: str(p) for p in sorted(root.glob("*/*/cached_ops/*/*.so")) if p.stem == p.parent.name}
-
-
-def _jit(sel: Selection, shape: ModelShape, before: dict[str, str], after: dict[str, str]) -> CheckResult:
+def _jit(sel: Selection, shape: ModelShape, watch: Watch) -> CheckResult:
+    """The derived modules were in the workspace before the engine started, and the run's watch
+    (:class:`october.checks.workspace.Watch`) saw none gained or changed while it ran."""
     name = JIT_CHECK[0]
-    workspace = jit_workspace(sel)
+    workspace = watch.base
     if not sel.jit_modules or workspace is None:
         return CheckResult(name, UNSUPPORTED, "unsupported: no derived JIT module list or workspace for this "
                            "selection (expected the stack info `current smoke` writes)",
                            {"workspace": str(workspace) if workspace else None}, {})
     fix = sel.setup_command or "october_setup STACK --recipe RECIPE"
+    before = watch.built_before()
+    entry, _ = watch.finish()
     missing = [u for u in sel.jit_modules if u not in before]
-    gained = sorted(set(after) - set(before))
+    gained = sorted(module_uri(g) for g in entry["gained"])
+    changed = sorted(module_uri(c) for c in entry["changed"])
     problems = []
     if missing:
         problems.append(f"module {missing[0]} is not pre-built in {workspace}"
@@ -527,6 +499,8 @@ def _jit(sel: Selection, shape: ModelShape, before: dict[str, str], after: dict[
     if gained:
         problems.append(f"the engine JIT-built {len(gained)} module(s) during the smoke ({gained[0]}): "
                         f"they are outside the verified workspace; run `{fix}`")
+    if changed:
+        problems.append(f"{len(changed)} JIT module(s) changed during the smoke ({changed[0]}); run `{fix}`")
     got = {"num_attention_heads": shape.q_heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
            "num_hidden_layers": shape.layers}
     if sel.shape:
@@ -536,8 +510,9 @@ def _jit(sel: Selection, shape: ModelShape, before: dict[str, str], after: dict[
     return verdict(name, not problems, f"{len(sel.jit_modules)} derived modules pre-built; the workspace "
                    "gained none during the smoke", "; ".join(problems),
                    {"workspace": str(workspace), "expected": list(sel.jit_modules), "missing": missing,
-                    "present": {u: before[u] for u in sel.jit_modules if u in before}, "gained": gained},
-                   {"missing": [], "gained": [], "build_command": fix})
+                    "present": {u: before[u] for u in sel.jit_modules if u in before}, "gained": gained,
+                    "changed": changed},
+                   {"missing": [], "gained": [], "changed": [], "build_command": fix})
 
 
 # ------------------------------------------------------------------------------ the run
@@ -632,50 +607,48 @@ def _safely(fn: Any, *args: Any) -> Any:
 
 def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                      device: torch.device | None = None, selection: dict[str, Any] | None = None,
-                     token_counts: tuple[int, int] | None = None,
-                     facts: dict[str, Any] | None = None) -> tuple[list[CheckResult], ScaleChoice]:
+                     tokens: TokenProtocol | None = None,
+                     facts: dict[str, Any] | None = None,
+                     watch: Watch | None = None) -> tuple[list[CheckResult], ScaleChoice]:
     """The six checks (plus JIT modules pre-built); ``facts`` (when given) receives what the receipt
-    records about the engine: compute dtype, K/V cache dtypes asked and found, the token protocol."""
+    records about the engine: compute dtype, K/V cache dtypes asked and found, the token protocol.
+    ``watch``: the run's watch over the JIT workspace (started here on the selection's when not given)."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    sel = Selection.from_json(selection, token_counts)
+    sel = Selection.from_json(selection, tokens or token_protocol({}))
     facts = facts if facts is not None else {}
     facts.update(sel.as_json())
     shape = model_shape(manifest)
     choice = engine_scales(manifest, fixtures, shape.layers)
-    names = [n for n, _ in REQUIRED_CHECKS]
     if choice.error is not None:
-        return [CheckResult(n, FAILED if n == "calibrated_scales" else SKIPPED,
-                            choice.error.splitlines()[0] if n == "calibrated_scales"
-                            else "skipped: no valid calibrated scales to start the engine with")
-                for n in names], choice
+        return [CheckResult(r.name, FAILED, choice.error.splitlines()[0]) if r.name == "calibrated_scales" else r
+                for r in every_check(SKIPPED, "skipped: no valid calibrated scales to start the engine with")], choice
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    workspace = jit_workspace(sel)
-    if workspace is not None:           # FlashInfer reads it at import: the verified workspace, not $HOME
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
-        facts["jit_workspace"] = str(workspace)
-    jit_before = built_modules(workspace)
+    watch = watch or Watch.start(workspace_base(selection))
+    if watch.base is not None:
+        facts["jit_workspace"] = str(watch.base)
     hooks = _Hooks(choice.v_scales)
     try:
         try:
             hooks.install()
             llm = _start(manifest, seed, eager=False, sel=sel)
         except Unsupported as exc:
-            return [CheckResult(n, "unsupported", f"unsupported: {exc}") for n in names], choice
+            return every_check(UNSUPPORTED, f"unsupported: {exc}"), choice
         except Exception as exc:     # the engine did not start: nothing was verified
-            return [CheckResult(n, FAILED, f"the engine did not start: {type(exc).__name__}: {exc}")
-                    for n in names], choice
+            return every_check(FAILED, f"the engine did not start: {type(exc).__name__}: {exc}"), choice
         graph_captured = hooks.captures > 0
-        results = {"physical_k16v8": run_check("physical_k16v8", _physical, llm, hooks, sel),
-                   "calibrated_scales": run_check("calibrated_scales", _scales, llm, hooks),
-                   "mixed_prefill": run_check("mixed_prefill", _mixed, llm),
-                   "clean_memory": run_check("clean_memory", _memory, llm, hooks, shape),
-                   "deterministic_generation": run_check("deterministic_generation", _deterministic, llm)}
+        # on the graph engine now; decode_graphs below, once the enforce_eager engine has run
+        on_graph_engine = [n for n in CHECK_NAMES if n != "decode_graphs"]
+        results = run_checks({"physical_k16v8": lambda: _physical(llm, hooks, sel),
+                              "calibrated_scales": lambda: _scales(llm, hooks),
+                              "mixed_prefill": lambda: _mixed(llm),
+                              "clean_memory": lambda: _memory(llm, hooks, shape),
+                              "deterministic_generation": lambda: _deterministic(llm)}, on_graph_engine)
         first = results["physical_k16v8"].measured
         facts.update({"k_cache_dtype_found": first.get("k_dtype"), "v_cache_dtype_found": first.get("v_dtype"),
                       "attention_backends": first.get("attention_backends")})
-        ids = _safely(lambda: oracle.protocol_ids(_need(llm, "get_tokenizer")(), sel.prompt_tokens))
+        ids = _safely(lambda: oracle.protocol_ids(_need(llm, "get_tokenizer")(), sel.tokens.prompt_tokens))
         graphed = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
-        k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.max_new_tokens)
+        k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
         del llm
         _release()
         captures = hooks.captures
@@ -696,7 +669,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         if not isinstance(k16v8, BaseException):
             try:
                 llm = _start(manifest, seed, eager=True, sel=sel, sixteen_bit=True)
-                sixteen = _safely(_generate_top, llm, ids, sel.max_new_tokens)
+                sixteen = _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
                 del llm
                 agreement = sixteen if isinstance(sixteen, BaseException) else \
                     oracle.compare_with_16bit(k16v8, sixteen)
@@ -706,10 +679,10 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
                                              graph_captured, eager_captured, device)
         _oracles(results, layer, agreement)
-        jit = run_check(JIT_CHECK[0], _jit, sel, shape, jit_before, built_modules(workspace))
+        jit = run_check(JIT_CHECK[0], _jit, sel, shape, watch)
     finally:
         hooks.uninstall()
-    return [results[n] for n in names] + [jit], choice
+    return in_order(results) + [jit], choice
 
 
 def _release() -> None:

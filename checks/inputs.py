@@ -6,59 +6,33 @@ Standard library only (plus the scales module).  Problems a user can fix raise
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from october.checks.contract import ContractError, Manifest, parse_manifest, read_json_object
 from october.checks.scales import ScalesInvalid, check_model, load_scales, scales_path
-
-MANIFEST_KIND = "october-download-manifest"
 
 
 class InputError(Exception):
     """A usage problem: exit status 2."""
 
 
-@dataclass(frozen=True)
-class Manifest:
-    path: str
-    selection: str
-    repo: str
-    revision: str
-    local_path: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {"manifest": self.path, "selection": self.selection, "repo": self.repo,
-                "revision": self.revision, "local_path": self.local_path}
-
-
 def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"{what} {path}: expected an existing JSON file, found nothing.\n  -> {fix}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{what} {path}: expected JSON, found invalid JSON ({exc}).\n  -> {fix}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{what} {path}: expected a JSON object, found {type(data).__name__}.\n  -> {fix}")
-    return data
+        return read_json_object(path, what)
+    except ContractError as exc:
+        raise InputError(f"{exc}.\n  -> {fix}") from None
 
 
 def load_manifest(path: Path) -> Manifest:
+    """The download manifest, by the contract's rule (:func:`october.checks.contract.parse_manifest`)."""
     fix = "run `current download --format awq|fp16 --output FILE` and pass that file"
     data = _read_json(path, "download manifest", fix)
-    if data.get("kind") != MANIFEST_KIND:
-        raise InputError(f"download manifest {path}: expected kind {MANIFEST_KIND!r}, "
-                         f"found {data.get('kind')!r}.\n  -> {fix}")
-    fields = {}
-    for key in ("selection", "repo", "revision", "local_path"):
-        value = data.get(key)
-        if not isinstance(value, str) or not value:
-            raise InputError(f"download manifest {path}: expected a string '{key}', "
-                             f"found {value!r}.\n  -> {fix}")
-        fields[key] = value
-    return Manifest(path=str(path), **fields)
+    try:
+        return parse_manifest(data, path)
+    except ContractError as exc:
+        raise InputError(f"{exc}.\n  -> {fix}") from None
 
 
 def load_stack_info(path: Path) -> dict[str, Any]:
@@ -72,6 +46,38 @@ def load_stack_info(path: Path) -> dict[str, Any]:
         if key in data:
             info[key] = data[key]
     return info
+
+
+DEFAULT_TOKENS = (8192, 128)         # the seed's protocol: longest context, new tokens
+
+
+@dataclass(frozen=True)
+class TokenProtocol:
+    """How long the longest context and the generation are, and where those counts came from."""
+
+    prompt_tokens: int
+    max_new_tokens: int
+    source: str
+
+    def as_json(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens}
+
+
+def token_protocol(stack: dict[str, Any], override: tuple[int, int] | None = None) -> TokenProtocol:
+    """The one rule for every level: ``--token-counts`` (recorded as an override), else the recipe's
+    ``[smoke]`` (``smoke`` in the stack info `current smoke` writes), else the seed's 8,192 + 128."""
+    found = stack.get("smoke")
+    smoke: dict[str, Any] = found if isinstance(found, dict) else {}
+    recipe = (int(smoke["prompt_tokens"]), int(smoke["max_new_tokens"])) \
+        if smoke.get("prompt_tokens") and smoke.get("max_new_tokens") else None
+    if override is not None:
+        theirs = f"not the recipe's {recipe[0]} + {recipe[1]}" if recipe else \
+            f"no recipe [smoke] given; the default is {DEFAULT_TOKENS[0]} + {DEFAULT_TOKENS[1]}"
+        return TokenProtocol(override[0], override[1],
+                             f"override --token-counts {override[0]},{override[1]} ({theirs})")
+    if recipe is not None:
+        return TokenProtocol(recipe[0], recipe[1], "recipe [smoke]")
+    return TokenProtocol(DEFAULT_TOKENS[0], DEFAULT_TOKENS[1], "default (the seed's 8,192 + 128 protocol)")
 
 
 @dataclass(frozen=True)

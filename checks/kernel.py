@@ -4,8 +4,9 @@ The API is probed first with :mod:`october.checks.asym` (the function the jit bu
 uses): a FlashInfer whose decode ``plan`` does not accept ``k_data_type`` /
 ``v_data_type`` is ``unsupported``, never a crash.  Data are random, shaped as
 Qwen3-8B's attention (32 query heads, 8 KV heads, head dim 128, page 16), with
-contexts up to the recipe's ``[smoke] prompt_tokens``; K is stored bfloat16, V
-float8_e4m3fn with one per-layer scale, NHD layout.
+contexts up to the recipe's ``[smoke] prompt_tokens``; q, K and the output are in the
+selection's compute dtype (``KernelConfig.compute_dtype``: bfloat16 or float16, as the engine
+runs it), V float8_e4m3fn with one per-layer scale, NHD layout.
 
 The oracle never reads what the stack wrote or computed: it is fp32 torch math
 on the *true* K/V the harness generated, with V quantized and dequantized by
@@ -19,7 +20,7 @@ read from the process's memory map (``/proc/self/maps``), not from FlashInfer.
 
 from __future__ import annotations
 
-import gc
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,16 +31,18 @@ import torch
 
 from october.checks import asym
 from october.checks import reference as ref
+from october.checks.contract import COMPUTE_DTYPES
 from october.checks.inputs import Manifest, ScaleChoice
-from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, REQUIRED_CHECKS, Unsupported,
-                            run_check, verdict)
+from october.checks.memory import held_bytes
+from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, every_check, in_order,
+                            run_checks, verdict)
 
 WORKSPACE = 128 * 1024 * 1024
 K_STD = 4.0                 # logits std ~4: peaked attention, so K rounding (K8) moves outputs
 V_FILL = 6.0                # V std = v_scale * 448 / V_FILL: stored |V| fills ~0.9 of e4m3's range
 STORED_MIN = 1 / 1.5        # stored V amax / 448 must reach this (a scale 2x too large gives ~0.45)
 SATURATED_MAX = 1e-4        # and at most this fraction saturated (a scale 2x too small clamps ~0.3%)
-ROUTE_RAGGED = "fresh prompts: bf16 ragged prefill (fa2) on in-flight K/V, K16/V8 written; asymmetric decode"
+ROUTE_RAGGED = "fresh prompts: {c} ragged prefill (fa2) on in-flight K/V, K16/V8 written; asymmetric decode"
 ROUTE_PAGED = "fresh prompts: asymmetric paged prefill over the K16/V8 cache they wrote"
 
 
@@ -55,6 +58,7 @@ class KernelConfig:
     asym_prefill: bool = False          # the recipe declares an asymmetric paged prefill
     jit_record: Mapping[str, str] | None = None   # uri -> sha256 the jit step recorded (setup receipt)
     prefill_backend: str = "fa2"
+    compute_dtype: str = "bfloat16"     # the selection's (stack info); q, K (K16) and o are in it
 
     def decode_lens(self) -> list[int]:
         n = self.prompt_tokens
@@ -118,14 +122,14 @@ class Cache:
 
     def kv(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         c, dev = self.cfg, self.kb.device
-        k = (torch.randn(n, c.hkv, c.d, generator=self._g) * K_STD).to(dev, torch.bfloat16)
+        k = (torch.randn(n, c.hkv, c.d, generator=self._g) * K_STD).to(dev, self.kb.dtype)
         v = (torch.randn(n, c.hkv, c.d, generator=self._g) * (self.kb.v_scale * ref.FP8_MAX / V_FILL)).to(dev)
         return k, v
 
     def add(self, n: int, kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> int:
         self.tables.append([])
         self.lens.append(0)
-        self.k_true.append(torch.empty(0, self.cfg.hkv, self.cfg.d, dtype=torch.bfloat16, device=self.kb.device))
+        self.k_true.append(torch.empty(0, self.cfg.hkv, self.cfg.d, dtype=self.kb.dtype, device=self.kb.device))
         self.v_true.append(torch.empty(0, self.cfg.hkv, self.cfg.d, device=self.kb.device))
         r = len(self.lens) - 1
         if n:
@@ -143,7 +147,7 @@ class Cache:
                              device=self.kb.device)
         self.kb.write(self.k, self.v, k, v, slots, self.kb.v_scale)
         self.lens[r] += n
-        self.k_true[r] = torch.cat([self.k_true[r], k.to(torch.bfloat16)])
+        self.k_true[r] = torch.cat([self.k_true[r], k.to(self.kb.dtype)])
         self.v_true[r] = torch.cat([self.v_true[r], v.float()])
 
     def meta(self, rows: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,7 +209,7 @@ def _cumsum(xs: list[int]) -> list[int]:
 
 
 def _tol(expected: torch.Tensor) -> float:
-    """bf16 output rounding (half an ulp, 2**-8 relative) and the kernel's bf16 partial results
+    """bf16 output rounding (half an ulp, 2**-8 relative; fp16's is finer) and the kernel's 16-bit partial results
     (split-KV merge, P.V), four half-ulps of the largest output.  On the H200 the real 2f3f0f6d kernel's
     worst error was 0.6% of the largest output (0.070 at 11.4); faults sit far above this (K8: ~10%,
     V read with scale 1.0 or stored 2x off, output x0: 50% to 20x)."""
@@ -224,7 +228,22 @@ class KernelBackend:
     seed: int
     cfg: KernelConfig
     write: Callable[..., None] = field(default=ref.write_kv)
-    k_dtype: torch.dtype = torch.bfloat16       # K16; a planted fault sets float8_e4m3fn (K8/V8)
+    k_dtype: torch.dtype = field(init=False)    # K16: the compute dtype (a planted fault makes it float8_e4m3fn)
+
+    def __post_init__(self) -> None:
+        if self.cfg.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute dtype {self.cfg.compute_dtype!r}: expected one of {', '.join(COMPUTE_DTYPES)}")
+        self.k_dtype = self.dtype
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype: q, K16 and the output."""
+        return torch.float16 if self.cfg.compute_dtype == "float16" else torch.bfloat16
+
+    @property
+    def short(self) -> str:
+        """FlashInfer's name for the compute dtype (``bf16``, ``f16``), as in its module URIs."""
+        return COMPUTE_DTYPES[self.cfg.compute_dtype]
 
     def workspace(self) -> torch.Tensor:
         return torch.empty(WORKSPACE, dtype=torch.uint8, device=self.device)
@@ -232,7 +251,7 @@ class KernelBackend:
     def plan_decode(self, w: Any, cache: Cache, rows: Sequence[int]) -> None:
         indptr, indices, last = cache.meta(rows)
         c = self.cfg
-        w.plan(indptr, indices, last, c.hq, c.hkv, c.d, c.page, q_data_type=torch.bfloat16,
+        w.plan(indptr, indices, last, c.hq, c.hkv, c.d, c.page, q_data_type=self.dtype,
                k_data_type=self.k_dtype, v_data_type=ref.FP8)
 
     def decode(self, cache: Cache, rows: Sequence[int], q: torch.Tensor, v_scale: float | None = None,
@@ -246,23 +265,23 @@ class KernelBackend:
         w = self.fi.BatchPrefillWithRaggedKVCacheWrapper(self.workspace(), "NHD", backend=c.prefill_backend)
         i32: dict[str, Any] = dict(dtype=torch.int32, device=self.device)
         indptr = torch.tensor([0] + _cumsum([k.shape[0] for k in ks]), **i32)
-        w.plan(indptr, indptr, c.hq, c.hkv, c.d, causal=True, q_data_type=torch.bfloat16,
-               kv_data_type=torch.bfloat16)
-        return w.run(q, torch.cat(ks).to(torch.bfloat16).contiguous(),
-                     torch.cat(vs).to(torch.bfloat16).contiguous())
+        w.plan(indptr, indptr, c.hq, c.hkv, c.d, causal=True, q_data_type=self.dtype,
+               kv_data_type=self.dtype)
+        return w.run(q, torch.cat(ks).to(self.dtype).contiguous(),
+                     torch.cat(vs).to(self.dtype).contiguous())
 
     def paged_prefill(self, cache: Cache, rows: Sequence[int], q: torch.Tensor, qo_lens: list[int]) -> torch.Tensor:
         c = self.cfg
         w = self.fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace(), "NHD", backend=c.prefill_backend)
         indptr, indices, last = cache.meta(rows)
         qo = torch.tensor([0] + _cumsum(qo_lens), dtype=torch.int32, device=self.device)
-        w.plan(qo, indptr, indices, last, c.hq, c.hkv, c.d, c.page, causal=True, q_data_type=torch.bfloat16,
-               k_data_type=torch.bfloat16, v_data_type=ref.FP8)
+        w.plan(qo, indptr, indices, last, c.hq, c.hkv, c.d, c.page, causal=True, q_data_type=self.dtype,
+               k_data_type=self.k_dtype, v_data_type=ref.FP8)
         return w.run(q, (cache.k, cache.v), v_scale=self.v_scale)
 
     def q(self, n: int, salt: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed * 1000 + 500 + salt)
-        return torch.randn(n, self.cfg.hq, self.cfg.d, generator=g).to(self.device, torch.bfloat16)
+        return torch.randn(n, self.cfg.hq, self.cfg.d, generator=g).to(self.device, self.dtype)
 
 
 # ---------------------------------------------------------------- 1. physical K16/V8
@@ -275,11 +294,11 @@ def _module_facts(kb: KernelBackend) -> tuple[dict[str, Any], list[str]]:
         return {"loaded_modules": None}, ["cannot read /proc/self/maps: which kernel ran is unknown"]
     names = [Path(p).stem for p in mods]
     decode = [(p, n) for p, n in zip(mods, names) if n.startswith("batch_decode_")]
-    asym_decode = [(p, n) for p, n in decode if "_dtype_k_bf16_dtype_v_e4m3_" in n]
+    asym_decode = [(p, n) for p, n in decode if f"_dtype_k_{kb.short}_dtype_v_e4m3_" in n]
     symmetric = [n for _, n in decode if "_dtype_kv_" in n]
     problems = []
     if not asym_decode:
-        problems.append(f"no K bf16 / V e4m3 decode module was loaded (decode modules: {[n for _, n in decode]})")
+        problems.append(f"no K {kb.short} / V e4m3 decode module was loaded (decode modules: {[n for _, n in decode]})")
     if symmetric:
         problems.append(f"a symmetric decode module ran: {symmetric[0]} (V upcast, not K16/V8)")
     facts: dict[str, Any] = {"loaded_modules": names, "decode_module": asym_decode[0][1] if asym_decode else None}
@@ -299,6 +318,7 @@ def _module_facts(kb: KernelBackend) -> tuple[dict[str, Any], list[str]]:
 
 
 def _physical(kb: KernelBackend) -> CheckResult:
+    c = kb.short
     lens = kb.cfg.decode_lens()
     cache = Cache(kb, lens, 1)
     rows = list(range(len(lens)))
@@ -309,23 +329,23 @@ def _physical(kb: KernelBackend) -> CheckResult:
     w = kb.fi.BatchDecodeWithPagedKVCacheWrapper(kb.workspace(), "NHD")
     kb.plan_decode(w, cache, rows)
     try:
-        w.run(q, (cache.k, cache.v.to(torch.bfloat16)), v_scale=kb.v_scale)
-        refusal = "accepted a bf16 V cache planned as fp8"
+        w.run(q, (cache.k, cache.v.to(kb.dtype)), v_scale=kb.v_scale)
+        refusal = f"accepted a {c} V cache planned as fp8"
     except ValueError as exc:
         refusal = "ValueError naming v_data_type" if "v_data_type" in str(exc) else \
             f"ValueError not naming v_data_type: {exc}"
     facts, problems = _module_facts(kb)
     if refusal != "ValueError naming v_data_type":
-        problems.append(f"bf16 V cache: {refusal}")
+        problems.append(f"{c} V cache: {refusal}")
     if not err <= _tol(want):
         problems.append(f"decode differs from the reference (err {err:.3g} > {_tol(want):.3g})")
     m = {"contexts": lens, "decode_max_abs_err": err, "reference_max_abs": float(want.abs().max()),
-         "bf16_v_cache": refusal, **facts}
+         f"{c}_v_cache": refusal, "compute_dtype": kb.cfg.compute_dtype, **facts}
     return verdict("physical_k16v8", not problems,
-                   f"K bf16 / V e4m3 decode module ran ({len(lens)} requests up to {max(lens)} tokens, "
-                   f"err {err:.2g}); a bf16 V cache is refused", "; ".join(problems), m,
-                   {"decode_max_abs_err": _tol(want), "bf16_v_cache": "ValueError naming v_data_type",
-                    "decode_module": "*_dtype_k_bf16_dtype_v_e4m3_* loaded, no *_dtype_kv_* decode module",
+                   f"K {c} / V e4m3 decode module ran ({len(lens)} requests up to {max(lens)} tokens, "
+                   f"err {err:.2g}); a {c} V cache is refused", "; ".join(problems), m,
+                   {"decode_max_abs_err": _tol(want), f"{c}_v_cache": "ValueError naming v_data_type",
+                    "decode_module": f"*_dtype_k_{c}_dtype_v_e4m3_* loaded, no *_dtype_kv_* decode module",
                     "decode_module_sha256": "equal to the jit step's record"})
 
 
@@ -379,9 +399,9 @@ def _mixed(kb: KernelBackend) -> CheckResult:
     pre = kb.ragged_prefill(q_pre, [k for k, _ in fresh_kv], [v for _, v in fresh_kv])
     want_dec = cache.decode_ref(q_dec, list(range(len(running))))
     want_pre, at = [], 0
-    for k, v in fresh_kv:            # full precision on the in-flight K/V (bf16, as the step holds them)
+    for k, v in fresh_kv:            # full precision on the in-flight K/V (the compute dtype, as the step holds them)
         n = k.shape[0]
-        want_pre.append(attend(q_pre[at:at + n], k.float(), v.to(torch.bfloat16).float(), causal=True))
+        want_pre.append(attend(q_pre[at:at + n], k.float(), v.to(kb.dtype).float(), causal=True))
         at += n
     want_p = torch.cat(want_pre)
     # next step: everyone decodes from the asymmetric cache, the fresh requests from what they wrote
@@ -392,9 +412,9 @@ def _mixed(kb: KernelBackend) -> CheckResult:
     nxt = kb.decode(cache, rows, q_next)
     want_next = cache.decode_ref(q_next, rows)
     errs = {"running_decode": (_err(dec, want_dec), _tol(want_dec)),
-            "fresh_prefill_bf16": (_err(pre, want_p), _tol(want_p)),
+            f"fresh_prefill_{kb.short}": (_err(pre, want_p), _tol(want_p)),
             "decode_after_prefill": (_err(nxt, want_next), _tol(want_next))}
-    routes = [ROUTE_RAGGED]
+    routes = [ROUTE_RAGGED.format(c=kb.short)]
     caps = asym.capabilities(kb.fi)
     if c.asym_prefill:
         if not caps.paged_prefill.asymmetric:
@@ -414,7 +434,7 @@ def _mixed(kb: KernelBackend) -> CheckResult:
                    f"(up to {max(running) + 1}) and their next decode match the reference",
                    "; ".join(f"{k} differs from the reference (err {e:.3g} > {errs[k][1]:.3g})" for k, e in bad.items()),
                    m, {"max_abs_err": {k: t for k, (_, t) in errs.items()},
-                       "oracle": "fp32 torch; decode on the dequantized V, fresh prefill on in-flight bf16 K/V"})
+                       "oracle": f"fp32 torch; decode on the dequantized V, fresh prefill on in-flight {kb.short} K/V"})
 
 
 # ---------------------------------------------------------------- 4. changing decode graphs
@@ -481,26 +501,6 @@ def _graphs(kb: KernelBackend) -> CheckResult:
 # ---------------------------------------------------------------- 5. clean memory
 
 
-def _held_bytes(device: torch.device) -> int:
-    """Bytes held on ``device``: the CUDA caching allocator's count, or on a CPU the
-    storage bytes of every live (gc-tracked) tensor there."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.memory_allocated(device))
-    gc.collect()
-    storages: dict[int, int] = {}
-    for obj in gc.get_objects():
-        # type(), not isinstance(): isinstance falls back to __class__, which some lazy
-        # module attributes (torch.distributed.reduce_op) turn into a warning
-        if issubclass(type(obj), torch.Tensor) and obj.device.type == device.type:
-            try:
-                st = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            storages[st.data_ptr()] = st.nbytes()
-    return sum(storages.values())
-
-
 def _memory(kb: KernelBackend) -> CheckResult:
     lens = [64, 33, kb.cfg.prompt_tokens]
     cache = Cache(kb, lens, 9)
@@ -508,7 +508,7 @@ def _memory(kb: KernelBackend) -> CheckResult:
     q = kb.q(len(rows), 9)
     w = kb.fi.BatchDecodeWithPagedKVCacheWrapper(kb.workspace(), "NHD")
     kb.decode(cache, rows, q, wrapper=w)
-    seen = [_held_bytes(kb.device)]
+    seen = [held_bytes(kb.device)]
     peak_extra = None
     for _ in range(4):
         if kb.device.type == "cuda":
@@ -520,7 +520,7 @@ def _memory(kb: KernelBackend) -> CheckResult:
             del out
         else:
             kb.decode(cache, rows, q, wrapper=w)
-        seen.append(_held_bytes(kb.device))
+        seen.append(held_bytes(kb.device))
     v_bytes = cache.v.nbytes
     problems = []
     if len(set(seen)) != 1:
@@ -583,9 +583,9 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     choice = kernel_scales(manifest, fixtures)
     fi, why = probe()
     if fi is None:
-        return [CheckResult(n, UNSUPPORTED, f"unsupported: {why}") for n, _ in REQUIRED_CHECKS], choice
+        return every_check(UNSUPPORTED, f"unsupported: {why}"), choice
     kb = backend(fi, device, float(choice.v_scales[0]), seed, cfg)
-    results = [run_check(n, CHECKS[n], kb) for n, _ in REQUIRED_CHECKS]
+    results = in_order(run_checks({name: functools.partial(fn, kb) for name, fn in CHECKS.items()}))
     if choice.error is not None:
         results = [CheckResult(r.name, FAILED, f"the supplied scales were rejected: {choice.error.splitlines()[0]}",
                                {"scales_file": choice.path, "error": choice.error}, r.limits, r.seconds)

@@ -1,23 +1,18 @@
-"""The smoke receipt: machine facts, assembly, atomic write (standard library + torch)."""
+"""The smoke receipt: machine facts and assembly (standard library + torch); its format is in :mod:`october.checks.contract`."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
 import platform
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from october.checks.results import PASSED, REQUIRED_CHECKS, CheckResult, overall, proves
-
-FORMAT_VERSION = 2
-KIND = "october-smoke-receipt"
-FILENAME = "receipt.json"
+from october.checks.contract import (CHECK_NAMES, PASSED, SMOKE_RECEIPT_FILENAME, SMOKE_RECEIPT_FORMAT_VERSION,
+                             SMOKE_RECEIPT_KIND, proves, write_json_atomic)
+from october.checks.results import CheckResult, overall
 
 
 def _driver_version() -> str | None:
@@ -63,9 +58,9 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
     whether the six checks passed at the level that ran."""
     passed, reasons = overall(results, level, promised_level, problems)
     by_name = {r.name: r for r in results}
-    checks_passed = all(n in by_name and by_name[n].status == PASSED for n, _ in REQUIRED_CHECKS)
+    checks_passed = all(n in by_name and by_name[n].status == PASSED for n in CHECK_NAMES)
     doc = {
-        "format_version": FORMAT_VERSION, "kind": KIND,
+        "format_version": SMOKE_RECEIPT_FORMAT_VERSION, "kind": SMOKE_RECEIPT_KIND,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "level": level, "promised_level": promised_level, "proves": proves(level, promised_level),
         "seed": seed, "stack": stack, "selection": selection, "model": model,
@@ -90,22 +85,7 @@ def _finite(obj: Any) -> Any:
 
 
 def write_receipt(out_dir: Path, receipt: dict[str, Any]) -> Path:
-    """Temp file in the same directory, fsync, then replace: never a half-written receipt."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / FILENAME
-    data = (json.dumps(_finite(receipt), indent=2, sort_keys=True, default=str,
-                       allow_nan=False) + "\n").encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".tmp", dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Atomically (:func:`october.checks.contract.write_json_atomic`): never a half-written receipt."""
+    path = out_dir / SMOKE_RECEIPT_FILENAME
+    write_json_atomic(path, _finite(receipt), default=str, allow_nan=False)
     return path

@@ -1,4 +1,6 @@
-"""Check results: the six required checks, their statuses, and how one is run.
+"""Check results: a check's result, how one is run, and how a level's six are dispatched.
+
+The check names, statuses, levels and what a level proves are the contract's (:mod:`october.checks.contract`).
 
 Standard library only.  A check function returns a :class:`CheckResult`; it may
 raise :class:`Unsupported` (the stack lacks a capability: not a pass, not a
@@ -11,26 +13,14 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
-PASSED = "passed"
-FAILED = "failed"
-SKIPPED = "skipped"
-UNSUPPORTED = "unsupported"
-STATUSES = (PASSED, FAILED, SKIPPED, UNSUPPORTED)
+from october.checks.contract import (CHECK_NAMES, EXTRA_CHECKS, FAILED, LEVELS, PASSED, PROVES, REQUIRED_CHECKS, SKIPPED,
+                             STATUSES, TITLES, UNSUPPORTED, proves)
 
-# (name, title as users read it), in the order of smoke.md.
-REQUIRED_CHECKS: tuple[tuple[str, str], ...] = (
-    ("physical_k16v8", "physical K16/V8"),
-    ("calibrated_scales", "calibrated scales"),
-    ("mixed_prefill", "mixed fresh-prefill route"),
-    ("decode_graphs", "changing decode graphs"),
-    ("clean_memory", "clean memory"),
-    ("deterministic_generation", "finite deterministic generation"),
-)
-# Checks a level adds beside the six (the engine level's JIT check); present and not passed fails the receipt.
-EXTRA_CHECKS: tuple[tuple[str, str], ...] = (("jit_complete", "JIT modules pre-built"),)
-TITLES = dict(REQUIRED_CHECKS + EXTRA_CHECKS)
+__all__ = ["CHECK_NAMES", "EXTRA_CHECKS", "FAILED", "LEVELS", "PASSED", "PROVES", "REQUIRED_CHECKS", "SKIPPED",
+           "STATUSES", "TITLES", "UNSUPPORTED", "proves", "CheckResult", "Skipped", "Unsupported", "every_check",
+           "format_table", "in_order", "overall", "run_check", "run_checks", "verdict"]
 
 
 class Unsupported(Exception):
@@ -87,25 +77,27 @@ def run_check(name: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: A
     return result
 
 
-def unsupported_all(reason: str) -> list[CheckResult]:
-    """Every required check marked unsupported for one shared reason."""
-    return [CheckResult(n, UNSUPPORTED, f"unsupported: {reason}") for n, _ in REQUIRED_CHECKS]
+def run_checks(table: Mapping[str, Callable[[], CheckResult]],
+               names: Sequence[str] = CHECK_NAMES) -> dict[str, CheckResult]:
+    """Run a level's checks (``table``: check name -> its implementation, bound to the level's
+    backend) in the contract's order, each through :func:`run_check`.  The one dispatch of the six
+    checks: a level's table must name exactly the contract's checks (``names``: the ones run now)."""
+    if set(table) != set(names):
+        raise ValueError(f"a level's check table must name {sorted(names)}, found {sorted(table)}")
+    return {n: run_check(n, table[n]) for n in CHECK_NAMES if n in table}
 
 
-LEVELS = ("reference", "kernel", "engine")     # lowest to highest
-PROVES = {"reference": "harness", "kernel": "kernel", "engine": "stack"}
+def in_order(results: Mapping[str, CheckResult]) -> list[CheckResult]:
+    """The six results in the contract's order; a missing one is a harness bug, never a silent gap."""
+    missing = [n for n in CHECK_NAMES if n not in results]
+    if missing:
+        raise ValueError(f"the level produced no result for {missing}")
+    return [results[n] for n in CHECK_NAMES]
 
 
-def proves(level: str, promised: str | None) -> str:
-    """What a run at ``level`` proves about a stack that promises ``promised``.
-
-    ``stack`` only when the level is the one the stack promises (kernel for a
-    FlashInfer-only stack, engine with the vLLM fork); otherwise ``harness``
-    (reference: our own torch code) or ``kernel`` (the FlashInfer fork alone).
-    """
-    if promised is not None and level == promised:
-        return "stack"
-    return PROVES[level] if PROVES[level] != "stack" or promised is None else "kernel"
+def every_check(status: str, summary: str) -> list[CheckResult]:
+    """One status for all six checks (a level that could not start: nothing was measured)."""
+    return [CheckResult(n, status, summary) for n in CHECK_NAMES]
 
 
 def overall(results: list[CheckResult], level: str | None = None, promised: str | None = None,

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from october.checks.contract import write_text_atomic
+
 FORMAT_VERSION = 1
 KIND = "october-kv-scales"
 ENV_VAR = "KNLP_KV_FIXTURES"
@@ -147,7 +149,4 @@ def write_scales(path: Path, *, repo: str, revision: str, v_scales: list[float],
             "v_scales": v_scales, "k_scales": k_scales,
             "method": method or {"statistic": "amax / 448", "calibration_tokens": 0,
                                  "dataset": "unspecified", "dtype": "float8_e4m3fn"}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, allow_nan=True) + "\n")

@@ -13,7 +13,6 @@ Exit status: 0 when the receipt says ``passed``, 1 when it does not,
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,12 +22,11 @@ import torch
 
 from october.checks import results as res
 from october.checks import workspace
+from october.checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
 from october.checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
-    reference_scales
+    reference_scales, token_protocol
 from october.checks.receipt import build_receipt, write_receipt
 from october.checks.scales import fixtures_dir
-
-LEVELS = res.LEVELS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -37,11 +35,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="default: the level the stack promises (a lower one only proves the harness or kernel)")
     p.add_argument("--promised-level", choices=LEVELS, default=None,
                    help="the level the stack promises (default: promised_level in --stack-info)")
-    p.add_argument("--prompt-tokens", type=int, default=None,
-                   help="longest context (default: the recipe's [smoke] prompt_tokens from --stack-info, else 8192)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="default: the recipe's [smoke] max_new_tokens from --stack-info, else 128")
-    p.add_argument("--format", choices=("awq", "fp16"), default=None)
+    p.add_argument("--format", choices=FORMATS, default=None)
     p.add_argument("--manifest", type=Path, default=None, help="download manifest JSON")
     p.add_argument("--fixtures", type=Path, default=None,
                    help="calibrated scales directory (default: $KNLP_KV_FIXTURES)")
@@ -51,8 +45,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--token-counts", type=_token_counts, default=None, metavar="PROMPT,NEW",
-                   help="engine level: override the recipe's [smoke] prompt_tokens,max_new_tokens "
-                        "(recorded in the receipt; for stand-in tests)")
+                   help="kernel and engine levels: the longest context and the new tokens instead of the "
+                        "recipe's [smoke] prompt_tokens,max_new_tokens from --stack-info (default 8192,128); "
+                        "recorded in the receipt as an override")
     return p.parse_args(argv)
 
 
@@ -94,6 +89,19 @@ def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
     return results, choice
 
 
+def kernel_compute_dtype(selection: dict[str, Any] | None, notes: list[str]) -> str:
+    """The dtype the kernel level computes in: the selection's compute dtype (what the engine runs,
+    and what the jit step built the modules for), else bfloat16 with a note saying so."""
+    compute = (selection or {}).get("compute_dtype")
+    if compute is None:
+        notes.append("no selection compute dtype in the stack info: the kernel level ran in bfloat16")
+        return "bfloat16"
+    if compute not in COMPUTE_DTYPES:
+        raise InputError(f"stack info: expected the selection's compute_dtype in {tuple(COMPUTE_DTYPES)}, found "
+                         f"{compute!r}.\n  -> pass the file `current smoke` writes")
+    return str(compute)
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     device = resolve_device(args.device)
@@ -119,14 +127,13 @@ def run(args: argparse.Namespace) -> int:
                          f"  -> leave --level out, or pass --level {promised} or lower")
     if level != promised:
         notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
-    smoke_cfg: dict[str, Any] = stack["smoke"] if isinstance(stack.get("smoke"), dict) else {}
-    prompt_tokens = args.prompt_tokens or int(smoke_cfg.get("prompt_tokens") or 8192)
-    max_new_tokens = args.max_new_tokens or int(smoke_cfg.get("max_new_tokens") or 128)
-    base = os.environ.get("FLASHINFER_WORKSPACE_BASE")
-    before = workspace.snapshot(Path(base) if base else None)
+    tokens = token_protocol(stack, args.token_counts)
+    selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
     if level == "engine" and manifest is None:
         raise InputError("--level engine: expected a download manifest (--manifest), found none.\n"
                          "  -> run `current download` first and pass its output")
+    # the one watch over the JIT workspace (none at the reference level: no FlashInfer there)
+    watch = workspace.Watch.start(workspace.base(selection)) if level != "reference" else None
     setup = time.monotonic() - started
     choice: ScaleChoice | None = None
     extra: dict[str, Any] = {}
@@ -139,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         # reported as unsupported wherever it happens
         from october.checks.kernel import KernelConfig, run_kernel_level
         jit = stack.get("jit")
-        cfg = KernelConfig(prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+        cfg = KernelConfig(prompt_tokens=tokens.prompt_tokens, max_new_tokens=tokens.max_new_tokens,
+                           compute_dtype=kernel_compute_dtype(selection, notes),
                            asym_prefill=bool(stack.get("asym_prefill")),
                            jit_record={str(m["uri"]): str(m["sha256"]) for m in jit} if isinstance(jit, list) else None)
         results, choice = run_kernel_level(device, args.seed, manifest, fixtures, cfg)
@@ -150,18 +158,17 @@ def run(args: argparse.Namespace) -> int:
         from october.checks.engine import run_engine_level
         assert manifest is not None
         engine_facts: dict[str, Any] = {}
-        results, choice = run_engine_level(manifest, fixtures, args.seed, device, stack.get("selection"),
-                                           args.token_counts, engine_facts)
+        results, choice = run_engine_level(manifest, fixtures, args.seed, device, selection,
+                                           tokens, engine_facts, watch)
         extra["engine"] = engine_facts
         if device.type != "cuda":
             notes.append("engine level on a CPU: CUDA-only checks are skipped, so passed is false")
-    watched, problems = workspace.compare(before, workspace.snapshot(Path(base) if base else None))
-    if level == "reference" or (level == "engine" and before is None):
-        problems = []               # no FlashInfer at the reference level; the engine level watches it when set
+    watched, problems = watch.finish() if watch is not None else (None, [])
+    if level == "engine":
+        problems = []               # the engine level's JIT check (jit_complete) judges the same watch
     receipt = build_receipt(
         level=level, promised_level=promised, problems=problems,
-        extra={"protocol": {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens},
-               "jit_workspace": watched if level != "reference" else None} | extra,
+        extra={"protocol": tokens.as_json(), "jit_workspace": watched} | extra,
         device=device, seed=args.seed, stack=stack,
         selection=manifest.selection if manifest else args.format,
         model=manifest.as_json() if manifest else None,

@@ -15,8 +15,8 @@ import torch
 
 from october.checks import reference as ref
 from october.checks.backend import ReferenceBackend, Request
-from october.checks.results import (PASSED, SKIPPED, CheckResult, REQUIRED_CHECKS, run_check,
-                            verdict)
+from october.checks.memory import held_bytes
+from october.checks.results import PASSED, SKIPPED, CheckResult, in_order, run_checks, verdict
 
 SCALE_RTOL = 1e-6           # scales are stored as float32
 K_BYTES, V_BYTES, SCALE_BYTES = 2, 1, 4
@@ -214,10 +214,7 @@ def expected_cache_bytes(backend: ReferenceBackend) -> int:
 
 
 def _gpu_allocated(backend: ReferenceBackend) -> int | None:
-    if backend.device.type != "cuda":
-        return None
-    torch.cuda.synchronize(backend.device)
-    return int(torch.cuda.memory_allocated(backend.device))
+    return held_bytes(backend.device) if backend.device.type == "cuda" else None
 
 
 def check_clean_memory(backend: ReferenceBackend, sc: SuiteConfig) -> CheckResult:
@@ -284,10 +281,10 @@ def check_deterministic(backend: ReferenceBackend, sc: SuiteConfig) -> CheckResu
 def run_reference_suite(backend: ReferenceBackend, v_scales: Sequence[float], source: str,
                         sc: SuiteConfig) -> list[CheckResult]:
     backend.start(v_scales)
-    fns = {"physical_k16v8": lambda: check_physical(backend, sc),
-           "calibrated_scales": lambda: check_scales(backend, v_scales, source),
-           "mixed_prefill": lambda: check_mixed_prefill(backend, sc),
-           "decode_graphs": lambda: check_decode_graphs(backend, sc),
-           "clean_memory": lambda: check_clean_memory(backend, sc),
-           "deterministic_generation": lambda: check_deterministic(backend, sc)}
-    return [run_check(name, fns[name]) for name, _ in REQUIRED_CHECKS]
+    return in_order(run_checks({
+        "physical_k16v8": lambda: check_physical(backend, sc),
+        "calibrated_scales": lambda: check_scales(backend, v_scales, source),
+        "mixed_prefill": lambda: check_mixed_prefill(backend, sc),
+        "decode_graphs": lambda: check_decode_graphs(backend, sc),
+        "clean_memory": lambda: check_clean_memory(backend, sc),
+        "deterministic_generation": lambda: check_deterministic(backend, sc)}))

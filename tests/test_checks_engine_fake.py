@@ -127,7 +127,8 @@ def stack_info(base: Path, model: Path, skip: int = 0) -> Path:
     prebuild(workspace, [m["uri"] for m in sel["jit_modules"]][skip:])
     info = base / "stack-info.json"
     info.write_text(json.dumps({"recipe": {"name": "test", "sha256": None}, "lock_sha256": None, "forks": {},
-                                "setup_receipt": None, "selection": sel}), encoding="utf-8")
+                                "setup_receipt": None, "selection": sel,
+                                "smoke": {"prompt_tokens": 8192, "max_new_tokens": 128}}), encoding="utf-8")
     return info
 
 

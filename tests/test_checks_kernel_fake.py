@@ -5,7 +5,7 @@ series (it cannot run its real CUDA kernels here); its signatures are checked ag
 recorded from the real source (tests/test_asym.py).  Each run is a subprocess: the real jit builder
 first builds the stack's modules into a fresh workspace (tests/fixtures/fake_jit.py), then
 ``python -m october.checks.smoke`` runs at the level the stack promises (kernel), with a short longest
-context (``--prompt-tokens 256``) so a CPU can run it.  Faults are planted in the stand-in
+context (the stack info's ``[smoke] prompt_tokens = 256``) so a CPU can run it.  Faults are planted in the stand-in
 (``FAKE_FLASHINFER_FAULT``), by the fault driver (``tests.fixtures.kernel_faults``, the same
 driver the H200 proof uses), or in the workspace (a stale or a missing module).
 """
@@ -190,6 +190,51 @@ def test_the_healthy_run_gained_nothing_and_the_upcast_gained_the_symmetric_modu
     gained = runs["upcast_v"]["receipt"]["jit_workspace"]["gained"]
     assert len(gained) == 1 and "_dtype_kv_bf16_" in gained[0]
     assert runs[""]["receipt"]["jit_workspace"]["gained"] == []
+
+
+F16_MODULES = ({**fake_jit.DECODE, "q": "f16", "k": "f16", "o": "f16"},
+               {**fake_jit.PREFILL_BF16, "q": "f16", "k": "f16", "v": "f16", "o": "f16"})
+
+
+def _f16_run(base: Path, fault: str = "") -> dict[str, Any]:
+    """A stack whose selection computes in float16: the jit step built the f16 modules."""
+    result = fake_jit.build(base / "ws", F16_MODULES)
+    info = fake_jit.stack_info(base / "stack-info.json", result, compute_dtype="float16")
+    env = fake_jit.jit_env(base / "ws")
+    if fault:
+        env["FAKE_FLASHINFER_FAULT"] = fault
+    return run_and_read([sys.executable, "-m", "october.checks.smoke", "--device", "cpu", "--stack-info", str(info),
+                         "--output", str(base / "out")], base / "out", env, fault)
+
+
+def test_a_float16_selection_runs_the_kernel_level_in_float16(tmp_path: Path) -> None:
+    """The kernel level follows the selection's compute dtype: q, K16 and the output in float16, the
+    f16 decode module the jit step built (hash compared), nothing JIT-built during the run.  (Run in
+    bfloat16, it would load modules the jit step never built: the workspace gains them and the
+    physical check finds no recorded K f16 / V e4m3 module.)  A planted fault still fails in float16."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        healthy, faulty = pool.map(lambda a: _f16_run(tmp_path / (a or "healthy"), a), ["", "ignore_v_scale"])
+    receipt = healthy["receipt"]
+    assert receipt is not None, _show(healthy)
+    assert _status(receipt) == PASS_CPU, _show(healthy)
+    physical = _check(receipt, "physical_k16v8")["measured"]
+    assert physical["compute_dtype"] == "float16"
+    assert physical["decode_module"].startswith("batch_decode_with_kv_cache_dtype_q_f16_dtype_k_f16_dtype_v_e4m3_")
+    assert physical["jit_record"] == "sha256 equals the jit step's record"
+    assert physical["f16_v_cache"] == "ValueError naming v_data_type"
+    assert "fresh_prefill_f16" in _check(receipt, "mixed_prefill")["measured"]["max_abs_err"]
+    assert receipt["jit_workspace"]["unchanged"] is True and receipt["jit_workspace"]["gained"] == []
+    assert not any("ran in bfloat16" in n for n in receipt["notes"])
+    bad = faulty["receipt"]
+    assert bad is not None, _show(faulty)
+    assert _status(bad)["calibrated_scales"] == "failed" and bad["passed"] is False, _show(faulty)
+    assert "does not follow v_scale" in _check(bad, "calibrated_scales")["summary"]
+
+
+def test_without_a_selection_the_kernel_level_says_it_ran_in_bfloat16(runs: dict[str, dict[str, Any]]) -> None:
+    receipt = runs[""]["receipt"]
+    assert _check(receipt, "physical_k16v8")["measured"]["compute_dtype"] == "bfloat16"
+    assert any("ran in bfloat16" in n for n in receipt["notes"])
 
 
 @pytest.mark.gpu

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from october.installer.download import DownloadOptions, make_plan
-from october.installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, load_schema, write_manifest
+from october.installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, write_manifest
+from october.installer.core.schemas import load_schema
 from october.installer.core.paths import default_cache_dir
 from october.installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
 from october.installer.core.errors import DownloadError, ReceiptError, RecipeError, UsageError
@@ -152,7 +153,7 @@ def _manifest(recipe, tmp_path: Path) -> dict:
 def test_schema_is_valid_draft_2020_12() -> None:
     from jsonschema import Draft202012Validator
 
-    schema = load_schema()
+    schema = load_schema("download")
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert SCHEMA_PATH.parent.name == "receipts"

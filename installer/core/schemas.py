@@ -1,5 +1,6 @@
 """Receipts: JSON documents with a format version, validated against ``receipts/*.schema.json``
-and written atomically."""
+and written atomically.  :func:`validate` is the one schema check for every document the tool
+writes or reads back (setup, kit, fleet receipts, the download manifest, the smoke receipt)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,26 @@ from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import ReceiptError
 from october.installer.core.resources import schema_path
 
+BUG = "this is a bug in october: report it with the stack's logs/"
+SHOWN = 3           # problems named in the message (the count says how many there are)
+
 
 def load_schema(name: str) -> dict[str, Any]:
     return json.loads(schema_path(name).read_text(encoding="utf-8"))
 
 
-def validate(name: str, doc: Mapping[str, Any], *, where: str = "receipt") -> None:
-    validator = jsonschema.Draft202012Validator(load_schema(name))
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
+def validate(name: str, doc: Any, *, where: str = "receipt", fix: str = BUG) -> None:
+    """Raise ReceiptError naming the first problems (by location) when ``doc`` does not match
+    ``receipts/<name>.schema.json`` (formats such as date-time checked where a checker is installed)."""
+    validator = jsonschema.Draft202012Validator(load_schema(name),
+                                                format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
-        first = errors[0]
-        key = "/".join(str(p) for p in first.path) or "<top>"
+        shown = "; ".join(f"at '{'/'.join(str(p) for p in e.absolute_path) or '<top>'}': {e.message}"
+                          for e in errors[:SHOWN])
+        more = f" (and {len(errors) - SHOWN} more)" if len(errors) > SHOWN else ""
         raise ReceiptError(f"the {where} does not match receipts/{name}.schema.json ({len(errors)} problem(s))",
-                           expected=f"a valid value at '{key}'", found=first.message,
-                           fix="this is a bug in october: report it with the stack's logs/")
+                           expected="a document valid against the schema", found=shown + more, fix=fix)
 
 
 def write_receipt(name: str, path: Path, doc: Mapping[str, Any]) -> None:

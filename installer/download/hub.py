@@ -322,8 +322,3 @@ def recorded_commits(local_dir: Path, paths: Sequence[str]) -> dict[str, str | N
 def forget_file(local_dir: Path, path: str) -> None:
     """Drop huggingface_hub's download record for a file we moved aside, so a re-run refetches it."""
     _metadata_path(local_dir, path).unlink(missing_ok=True)
-
-
-def is_hub_bookkeeping(rel_path: str) -> bool:
-    """Files huggingface_hub keeps inside ``local_dir`` for itself."""
-    return rel_path.startswith(".cache/huggingface/")

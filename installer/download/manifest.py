@@ -7,25 +7,19 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from october.checks.contract import MANIFEST_FORMAT_VERSION, MANIFEST_KIND, ContractError, parse_manifest, read_json_object
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.download.plan import DownloadPlan
 from october.installer.download.verify import VerifiedFile
 from october.installer.core.errors import ReceiptError
+from october.installer.core.schemas import validate
 from october.installer.core.resources import schema_path
 
-FORMAT_VERSION = 1
-KIND = "october-download-manifest"
 SCHEMA_PATH = schema_path("download")
-
-
-@lru_cache(maxsize=1)
-def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
 def now_utc() -> str:
@@ -35,8 +29,8 @@ def now_utc() -> str:
 def build_manifest(plan: DownloadPlan, *, resolved_revision: str, files: Sequence[VerifiedFile],
                    scales: dict[str, Any] | None, endpoint: str, created_at: str | None = None) -> dict[str, Any]:
     return {
-        "format_version": FORMAT_VERSION,
-        "kind": KIND,
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "kind": MANIFEST_KIND,
         "recipe": {"name": plan.recipe_name, "sha256": plan.recipe_sha256, "path": str(plan.recipe_path)},
         "selection": plan.selection,
         "repo": plan.repo,
@@ -55,21 +49,14 @@ def build_manifest(plan: DownloadPlan, *, resolved_revision: str, files: Sequenc
 
 
 def validate_manifest(obj: Any, *, source: str = "download manifest") -> None:
-    """Raise ReceiptError listing every schema violation (not just the first)."""
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(load_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"    - {'/'.join(str(p) for p in e.absolute_path) or '<top>'}: {e.message}" for e in errors[:20]]
-        raise ReceiptError(f"{source} does not match {SCHEMA_PATH.name}",
-                           expected="a manifest valid against the schema",
-                           found=f"{len(errors)} problem(s):\n" + "\n".join(lines),
-                           fix="re-run `current download` to write a fresh manifest")
-    if obj.get("resolved_revision", obj["revision"]) != obj["revision"]:
-        raise ReceiptError(f"{source}: resolved revision differs from the pinned one",
-                           expected=obj["revision"], found=obj["resolved_revision"],
-                           fix="re-run `current download`")
+    """The schema (:func:`october.installer.core.schemas.validate`), then the rule the checks apply too
+    (:func:`october.checks.contract.parse_manifest`); a ReceiptError naming what is wrong."""
+    fix = "re-run `current download` to write a fresh manifest"
+    validate("download", obj, where=source, fix=fix)
+    try:
+        parse_manifest(obj, source.removeprefix("download manifest").strip() or "(to be written)")
+    except ContractError as exc:
+        raise ReceiptError(exc.what, expected=exc.expected, found=exc.found, fix=fix) from None
 
 
 def write_manifest(path: Path, obj: dict[str, Any], *, secrets: Iterable[str] = ()) -> None:
@@ -87,13 +74,10 @@ def write_manifest(path: Path, obj: dict[str, Any], *, secrets: Iterable[str] = 
 def load_manifest(path: Path) -> dict[str, Any]:
     """Read and validate a manifest written by `current download` (for `current smoke`)."""
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReceiptError(f"download manifest {path} does not exist", expected="a file written by "
-                           "`current download --output`", found="nothing",
+        obj = read_json_object(path, "download manifest")
+    except ContractError as exc:
+        raise ReceiptError(exc.what, expected="a JSON object written by `current download --output`",
+                           found=exc.found,
                            fix="run `current download --format <awq|fp16> --output FILE.json` first") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReceiptError(f"download manifest {path} is not JSON", expected="JSON", found=str(exc),
-                           fix="re-run `current download`") from None
     validate_manifest(obj, source=f"download manifest {path}")
     return obj

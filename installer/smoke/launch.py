@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import jsonschema
-
+from october.checks.contract import FORMATS, LEVELS, SMOKE_RECEIPT_FILENAME
 from october.checks.results import format_table
 from october.installer.core.atomic import write_json_atomic
 from october.installer.download.plan import fixtures_dir
@@ -28,15 +27,13 @@ from october.installer.core.errors import ReceiptError, SmokeError, UsageError
 from october.installer.core.hashing import sha256_file
 from october.installer.steps.env import stackenv
 from october.installer.core.paths import default_cache_dir
-from october.installer.core.resources import IMPORT_ROOT, schema_path, stack_code_root
+from october.installer.core.schemas import validate
+from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
 
-SCHEMA_PATH = schema_path("smoke")
 REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
-LEVELS = ("reference", "kernel", "engine")
-FORMATS = ("awq", "fp16")
 STEP = "smoke"
 
 
@@ -61,7 +58,7 @@ class SmokePlan:
     env: Mapping[str, str] = field(default_factory=dict)      # set over the caller's environment
     drop: tuple[str, ...] = ()                                # removed from it (stackenv.DROP)
     cwd: Path = REPO_ROOT
-    receipt: Path = Path("receipt.json")
+    receipt: Path = Path(SMOKE_RECEIPT_FILENAME)
     logs_dir: Path = Path(".")
 
 
@@ -226,7 +223,7 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
         drop = tuple(k for k in base_env if k not in applied)
         old = None                  # the stack's environment drops the caller's PYTHONPATH
     env.update({"PYTHONPATH": str(code_root) + (f":{old}" if old else ""), "PYTHONNOUSERSITE": "1"})
-    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / "receipt.json",
+    return SmokePlan(drop=drop, argv=tuple(argv), env=env, cwd=code_root, receipt=opts.output / SMOKE_RECEIPT_FILENAME,
                      logs_dir=opts.output)
 
 
@@ -239,14 +236,8 @@ def load_receipt(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ReceiptError("the smoke receipt is not JSON", expected="JSON", found=str(exc),
                            fix="re-run current smoke") from None
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=str)
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "<top>"
-        raise ReceiptError(f"the smoke receipt {path} does not match {SCHEMA_PATH.name}",
-                           expected="a receipt valid against the schema",
-                           found=f"{len(errors)} problem(s), first at {where}: {errors[0].message}",
-                           fix="the stack's checks package and this tool disagree: re-run from one checkout")
+    validate("smoke", data, where=f"smoke receipt {path}",
+             fix="the stack's checks package and this tool disagree: re-run from one checkout")
     return data
 
 

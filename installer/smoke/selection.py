@@ -4,8 +4,9 @@ From the stack's recipe: the selection's compute dtype and K/V cache dtypes (the
 starts with them and the physical check holds the cache to them), the JIT modules derived
 for it (:mod:`october.installer.steps.jit.derive`) and the workspace the jit step built them into (the
 JIT check looks for each one there and names the ``october_setup`` command that builds a
-missing one), the model shape they were derived from, and the recipe's ``[smoke]`` token
-protocol.  ``None`` when the stack's recipe is unknown: the engine level then reports those
+missing one), and the model shape they were derived from (the recipe's ``[smoke]`` token
+counts are the stack info's own ``smoke``, :func:`october.installer.smoke.launch.stack_info`).  ``None``
+when the stack's recipe is unknown: the engine level then reports those
 checks ``unsupported`` instead of guessing.
 """
 
@@ -54,5 +55,4 @@ def selection_info(install: Path, recipe_name: str | None, fmt: str) -> dict[str
         "setup_command": f"october_setup {shlex.quote(str(install))} --recipe {shlex.quote(arg)}",
         "shape": None if shape is None else {
             "num_attention_heads": shape.num_attention_heads, "num_key_value_heads": shape.num_key_value_heads,
-            "head_dim": shape.head_dim, "num_hidden_layers": shape.num_hidden_layers},
-        "smoke": {"prompt_tokens": recipe.smoke.prompt_tokens, "max_new_tokens": recipe.smoke.max_new_tokens}})
+            "head_dim": shape.head_dim, "num_hidden_layers": shape.num_hidden_layers}})
