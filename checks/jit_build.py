@@ -35,9 +35,10 @@ import importlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from october.checks import asym  # stdlib only, safe in the stack env
 from october.installer.core.hashing import sha256_file  # stdlib only, safe in the stack env
@@ -48,7 +49,33 @@ ENV_VARS = ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")
 
 Module = Mapping[str, Any]           # one request entry: id, kind, q, k, v, o, head_dim, posenc, backend
 Built = dict[str, Any]               # id, uri, path, cached
-BuildFn = Callable[[Any, Sequence[Module]], list[Built]]
+
+
+class ModuleProgress:
+    """A line on stdout as modules are ready, ``JIT modules built: 1/3 (URI)`` (the cached ones
+    first, in one line), which the tool's console turns into a modules done / total bar
+    (``october.installer.core.ui.JIT_MODULES``).  Safe to call from the threads that build modules side by side."""
+
+    def __init__(self, total: int, out: TextIO | None = None) -> None:
+        self.total, self.done = total, 0
+        self._out = out if out is not None else sys.stdout
+        self._lock = threading.Lock()
+
+    def _line(self, what: str) -> None:
+        print(f"JIT modules built: {self.done}/{self.total} ({what})", file=self._out, flush=True)
+
+    def cached(self, count: int) -> None:
+        with self._lock:
+            self.done += count
+            self._line(f"{count} found cached" if count else "starting")
+
+    def built(self, uri: str) -> None:
+        with self._lock:
+            self.done += 1
+            self._line(uri)
+
+
+BuildFn = Callable[[Any, Sequence[Module], ModuleProgress], list[Built]]
 
 
 def asymmetric_problem(fi: Any, modules: Sequence[Module]) -> str | None:
@@ -85,7 +112,7 @@ def _first_attr(modules: Sequence[str], name: str) -> Any:
     raise ImportError(f"none of {', '.join(modules)} defines {name}")
 
 
-def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
+def build_with_flashinfer(fi: Any, modules: Sequence[Module], progress: ModuleProgress) -> list[Built]:
     """Generate one JitSpec per module and build them all in one parallel ninja run."""
     import torch
 
@@ -109,16 +136,23 @@ def build_with_flashinfer(fi: Any, modules: Sequence[Module]) -> list[Built]:
     cached = [Path(s.jit_library_path).is_file() and Path(s.ninja_path).is_file() if hasattr(s, "ninja_path")
               else Path(s.jit_library_path).is_file() for s in specs]
     todo = [s for s, c in zip(specs, cached) if not c]
+    progress.cached(len(specs) - len(todo))
     if todo and all(hasattr(s, "build") for s in todo):
         # each module through JitSpec.build(): the per-module build.ninja and ninja log the runtime's
         # build_and_load() checks, so a smoke run finds them up to date (build_jit_specs' one combined
         # ninja file leaves no per-module log, and FlashInfer then rebuilds every module on first use);
         # the modules build side by side, each ninja run parallel over its own sources
         from concurrent.futures import ThreadPoolExecutor
+        def build_one(spec: Any) -> None:
+            spec.build(verbose=False)
+            progress.built(spec.name)
+
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            list(pool.map(lambda spec: spec.build(verbose=False), todo))
+            list(pool.map(build_one, todo))
     elif todo:
         build_jit_specs(todo, verbose=False, skip_prebuilt=False)
+        for spec in todo:               # one combined ninja run: every module is ready at its end
+            progress.built(spec.name)
     return [{"id": m["id"], "uri": s.name, "path": str(s.jit_library_path), "cached": c}
             for m, s, c in zip(modules, specs, cached)]
 
@@ -160,7 +194,7 @@ def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     if problem is not None:
         result["problem"] = problem
         return finish(EXIT_NOT_ASYMMETRIC)
-    for built in build(fi, request["modules"]):
+    for built in build(fi, request["modules"], ModuleProgress(len(request["modules"]))):
         path = Path(built["path"])
         built["sha256"] = sha256_file(path) if path.is_file() else None
         result["modules"].append(built)

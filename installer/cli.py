@@ -33,13 +33,19 @@ click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
 
 T = TypeVar("T")
 
-# plain help (rich_markup_mode=None): flags show no "<bool>", choices show as <awq|fp16>
-setup_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                        pretty_exceptions_enable=False,
-                        help="Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
-current_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                          pretty_exceptions_enable=False,
-                          help="Check the machine, download pinned models, and prove a stack does K16/V8.")
+
+
+def _app(help_text: str) -> typer.Typer:
+    """Every command group is built alike: plain help (rich_markup_mode=None: flags show no "<bool>",
+    choices show as <awq|fp16>), help when called bare, no shell completion, our own error messages."""
+    return typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                       pretty_exceptions_enable=False, help=help_text)
+
+
+setup_app = _app("Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
+current_app = _app("Check the machine, download pinned models, and prove a stack does K16/V8.")
+kit_app = _app("Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
+fleet_app = _app("Provision and prove one stack on every node of a Ray cluster, from one kit.")
 
 
 class ModelFormat(str, enum.Enum):
@@ -54,6 +60,20 @@ class SmokeLevel(str, enum.Enum):
 
 
 RECIPE_HELP = "Recipe name (see `current recipes`) or a path to a .toml."
+CACHE_HELP = "Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."
+
+
+# the options several commands share, spelled once
+def recipe_option(help_text: str = RECIPE_HELP) -> Any:
+    return typer.Option("current", "--recipe", "-r", metavar="NAME", help=help_text)
+
+
+def cache_dir_option(help_text: str = CACHE_HELP) -> Any:
+    return typer.Option(None, "--cache-dir", metavar="DIR", help=help_text)
+
+
+def quiet_option() -> Any:
+    return typer.Option(False, "--quiet", "-q", help="Print errors only.")
 
 
 def _version_callback(prog: str) -> Callable[[bool], None]:
@@ -94,10 +114,9 @@ def _skips(values: list[str]) -> tuple[str, ...]:
 @setup_app.command()
 def october_setup(
     stack: Path = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
-                                             help="Shared cache: git mirrors, wheels, models and uv's cache "
-                                                  "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option("Shared cache: git mirrors, wheels, models and uv's cache "
+                                                        "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
     skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
                                              help="Skip one preflight check by name (repeatable)."),
@@ -108,7 +127,7 @@ def october_setup(
     kit: Optional[Path] = typer.Option(None, "--kit", metavar="DIR",
                                        help="Install offline from a kit made by `october_setup kit` "
                                             "(no other network access)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+    quiet: bool = quiet_option(),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
     system_python: Optional[Path] = typer.Option(None, "--system-python", metavar="PYTHON",
                                                  help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
@@ -163,21 +182,15 @@ def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
         yield
 
 
-kit_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                      pretty_exceptions_enable=False,
-                      help="Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
-
-
 @kit_app.command()
 def make_kit_cmd(
     out: Path = typer.Argument(..., metavar="DIR", help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
-                                             help="Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option(),
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
                                              help="Lock whose wheels go into the kit (default: "
                                                   "locks/<recipe>.pylock.toml, else uv pip compile)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+    quiet: bool = quiet_option(),
     system_torch: bool = typer.Option(False, "--system-torch", help="Leave torch out: the stack takes it from --system-python on the target (the recipe must allow it)."),
 ) -> None:
     """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
@@ -203,20 +216,15 @@ def make_kit_cmd(
     guarded(go, ui)
 
 
-fleet_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                        pretty_exceptions_enable=False,
-                        help="Provision and prove one stack on every node of a Ray cluster, from one kit.")
-
-
 @fleet_app.command()
 def fleet_cmd(
     stack: str = typer.Argument(..., metavar="STACK", help="Stack path on each node; may hold {name}, {host}, {node_id}."),
     address: str = typer.Option(..., "--address", metavar="ADDR", help="Ray cluster address (host:port, or auto)."),
     kit: Path = typer.Option(..., "--kit", metavar="DIR", help="The kit (made by `october_setup kit`); a path every node sees, unless --ship-kit."),
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help="Recipe name in recipes/ or a path every node sees."),
+    recipe: str = recipe_option("Recipe name in recipes/ or a path every node sees."),
     receipt: Path = typer.Option(Path("fleet-receipt.json"), "--receipt", metavar="FILE", help="Fleet receipt; an earlier one here is resumed from."),
     lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE", help="The lock every node installs with --locked (sent with the task)."),
-    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR", help="Cache dir on each node (same placeholders as STACK)."),
+    cache_dir: Optional[str] = cache_dir_option("Cache dir on each node (same placeholders as STACK)."),
     select: str = typer.Option("all", "--select", metavar="all|gpu", help="all: every alive node; gpu: the nodes with GPUs."),
     node: list[str] = typer.Option([], "--node", metavar="NODE", help="Only this node: id (or 8+ char prefix), hostname or october-node label (repeatable)."),
     ship_kit: bool = typer.Option(False, "--ship-kit", help="The nodes share no path: send the kit through Ray, verified on arrival."),
@@ -229,7 +237,7 @@ def fleet_cmd(
     smoke_arg: list[str] = typer.Option([], "--smoke-arg", metavar="ARG", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
     system_python: Optional[str] = typer.Option(None, "--system-python", metavar="PYTHON", help="Take torch from this interpreter on every node (october_setup --system-python; a path each node sees)."),
     setup_arg: list[str] = typer.Option([], "--setup-arg", metavar="ARG", help="Passed on to october_setup (repeatable, e.g. --setup-arg=--skip-preflight=gpu)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+    quiet: bool = quiet_option(),
 ) -> None:
     """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
     Writes a fleet receipt; re-running resumes only the nodes that did not finish.  Needs Ray (`uv sync --extra fleet`)."""
@@ -260,7 +268,7 @@ def doctor_table(results: list[Any]) -> list[str]:
 
 @current_app.command()
 def doctor(
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    recipe: str = recipe_option(),
     install: Path = typer.Option(Path("."), "--install", metavar="STACK",
                                  help="Where the stack lives or will live (for the disk check)."),
     skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
@@ -372,15 +380,14 @@ def download(
     format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
     output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR",
                                 help="Directory for <format>-download.json (made if missing), or a FILE.json."),
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    recipe: str = recipe_option(),
     local_dir: Optional[Path] = typer.Option(None, "--local-dir", metavar="DIR",
                                              help="Where the model files go (default: the cache's models/)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
-                                             help="Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    cache_dir: Optional[Path] = cache_dir_option(),
     offline: bool = typer.Option(False, "--offline", help="Re-verify an existing copy without network."),
     fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
                                             help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print errors only."),
+    quiet: bool = quiet_option(),
 ) -> None:
     """Download the recipe's pinned model and write a verified manifest."""
     ui = ConsoleReporter(quiet=quiet)
@@ -411,7 +418,7 @@ def smoke(
                                             help="Download manifest (default: ./<format>-download.json)."),
     fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
                                             help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
-    recipe: str = typer.Option("current", "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
+    recipe: str = recipe_option(),
 ) -> None:
     """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed."""
     ui = ConsoleReporter()

@@ -124,6 +124,15 @@ class _Base(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
         pass
 
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._dispatch()
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        raise NotImplementedError
+
     def _record(self) -> None:
         with self.hub._lock:
             self.hub.seen.append(Seen(self.server_name_, self.command, urlsplit(self.path).path,
@@ -193,12 +202,6 @@ class _Base(BaseHTTPRequestHandler):
 
 class _HubHandler(_Base):
     server_name_ = "hub"
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._dispatch()
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._dispatch()
 
     def _dispatch(self) -> None:
         self._record()
@@ -278,12 +281,6 @@ class _HubHandler(_Base):
 
 class _CdnHandler(_Base):
     server_name_ = "cdn"
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._dispatch()
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._dispatch()
 
     def _dispatch(self) -> None:
         self._record()

@@ -383,12 +383,18 @@ def test_the_stand_in_is_not_the_reference() -> None:
 # ---------------------------------------------------------------- CUDA
 
 
-@pytest.mark.gpu
-def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
-    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", "", device="cuda")
+def _cuda_receipt(tmp_path: Path, fault: str, rc: int) -> dict:
+    """The engine level on CUDA with the stand-in and ``fault`` planted; it must exit ``rc``."""
+    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", fault, device="cuda")
     print(_show(run))
     receipt = run["receipt"]
-    assert receipt is not None and run["rc"] == 0, _show(run)
+    assert receipt is not None and run["rc"] == rc, _show(run)
+    return receipt
+
+
+@pytest.mark.gpu
+def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
+    receipt = _cuda_receipt(tmp_path, "", 0)
     assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS + ("jit_complete",), "passed")
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["cuda_graphs"] is True and graphs["match"] == [True, True, True]
@@ -398,10 +404,7 @@ def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_stale_graph_inputs_fail_the_engine_level_on_cuda(tmp_path: Path) -> None:
-    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", "stale_graph", device="cuda")
-    print(_show(run))
-    receipt = run["receipt"]
-    assert receipt is not None and run["rc"] == 1, _show(run)
+    receipt = _cuda_receipt(tmp_path, "stale_graph", 1)
     expected = dict.fromkeys(CHECKS + ("jit_complete",), "passed") | {"decode_graphs": "failed"}
     assert receipt["passed"] is False and _status(receipt) == expected
     graphs = _check(receipt, "decode_graphs")

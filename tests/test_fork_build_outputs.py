@@ -21,7 +21,7 @@ from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.gitrepos import git
 from tests.fixtures.repack import repack
 from tests.fixtures.wheels import build_wheel
-from tests.fixtures.world import publish, python_version
+from tests.fixtures.world import RELAXED_PREFLIGHT, fork_entry, publish, recipe_head, write_forks_file
 
 pytestmark = pytest.mark.slow
 
@@ -46,34 +46,10 @@ def make_setuptools_world(root: Path) -> Path:
         packages = ["plain"]
         """))
     commit = publish(work, root / "git" / "plain.git")       # no .gitignore: an ordinary fork
-    (root / "forks.toml").write_text(f"""format_version = 1
-[forks.plain]
-url = "{(root / 'git' / 'plain.git').as_uri()}"
-[forks.plain.pins]
-main = "{commit}"
-""")
+    write_forks_file(root / "forks.toml", {"plain": {"url": (root / "git" / "plain.git").as_uri(), "commit": commit}})
     recipe = root / "plain.toml"
-    recipe.write_text(f"""format_version = 1
-name = "plain"
-forks_file = "forks.toml"
-[python]
-version = "{python_version()}"
-[torch]
-version = "2.10.0+fixture"
-[sources]
-no_index = true
-find_links = ["links"]
-[[forks]]
-name = "plain"
-pin = "main"
-mode = "editable"
-deps = false
-build_isolation = true
-[preflight]
-min_ram_gb = 0.1
-min_disk_gb = 0.01
-need_compiler = false
-""")
+    recipe.write_text(recipe_head("plain", "2.10.0+fixture", "links")
+                      + fork_entry("plain", "main", "editable", deps=False, build_isolation=True) + RELAXED_PREFLIGHT)
     return recipe
 
 

@@ -20,11 +20,10 @@ from october.installer.steps.jit.cache import SharedJitCache
 from october.installer.steps.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
 from october.installer.pipeline.engine import StepContext
 from october.installer.recipe import JitModule
-from october.installer.steps.env.step import write_stack_env
 from october.installer.steps.jit.step import JitStep
 from tests.fixtures import stack_forks as sf
+from tests.fixtures.jit_ctx import STANDIN, jit_api_context, jit_context
 
-STANDIN = "tests.fixtures.jit_standin"
 MODULES = (JitModule(kind="decode", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128),
            JitModule(kind="decode", q="f16", k="f16", v="e4m3", o="f16", head_dim=64))
 COMMIT = "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55"
@@ -39,17 +38,14 @@ def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
 
 
 def _ctx(root: Path, links: sf.Links, cache: Path, *, shared: bool = True) -> StepContext:
-    stack = root / "stack"
-    sf.make_env(stack, links, cache / "uv", packages=["flashinfer-python==0.6.7"])
-    ctx = sf.context(stack, sf.recipe(links, None, root, jit=MODULES), cache)
-    if shared:   # the facts the shared-cache key is made of, as the fetch/preflight/env steps record them
-        ctx.done["fetch"] = sf.record(sf.fetched({"flashinfer": ("x", COMMIT)}))
-        ctx.done["preflight"] = sf.record(sf.preflight_facts(nvcc={"version": "13.0", "path": None}))
-        ctx.done["env"] = sf.record(sf.env_torch("2.11.0+cu130", "13.0"))
-        # the fork's checkout, as the install step records it: FlashInfer's AOT dir is <it>/flashinfer/data/aot
-        ctx.done["install"] = sf.record(sf.installed({"flashinfer": (root / "src-flashinfer", COMMIT, "flashinfer")}))
-    write_stack_env(ctx)
-    return ctx
+    # the facts the shared-cache key is made of, as the fetch/preflight/env steps record them, and the fork's
+    # checkout as the install step records it: FlashInfer's AOT dir is <it>/flashinfer/data/aot
+    done = {"fetch": sf.record(sf.fetched({"flashinfer": ("x", COMMIT)})),
+            "preflight": sf.record(sf.preflight_facts(nvcc={"version": "13.0", "path": None})),
+            "env": sf.record(sf.env_torch("2.11.0+cu130", "13.0")),
+            "install": sf.record(sf.installed({"flashinfer": (root / "src-flashinfer", COMMIT, "flashinfer")}))}
+    return jit_context(root, links, MODULES, packages=["flashinfer-python==0.6.7"], cache=cache,
+                       done=done if shared else None)
 
 
 def _lib(out: dict, i: int = 0) -> Path:
@@ -178,7 +174,7 @@ def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
     """With the real FlashInfer, one combined ``build_jit_specs`` ninja leaves its log in ``cached_ops/``,
     which the runtime's per-module ninja never reads (measured on the H200: the first use compiled again).
     The builder therefore calls each spec's own ``build`` (mocked JIT API: no CUDA here)."""
-    from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT, FAKE_TORCH
+    from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT
     api_src = FAKE_FLASHINFER_JIT.replace('''class JitSpec:
     def __init__(self, name):
         self.name = name
@@ -192,16 +188,7 @@ def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
         self.jit_library_path.write_bytes(("per-module " + self.name).encode())
 ''')
     assert api_src != FAKE_FLASHINFER_JIT
-    d = tmp_path / "apilinks"
-    api = sf.Links(d, b"")
-    api.add("torch", sf.TORCH, {"torch/__init__.py": FAKE_TORCH})
-    api.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM,
-                                           "flashinfer/jit/__init__.py": api_src})
-    stack, cache = tmp_path / "stack", tmp_path / "cache"
-    sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
-    ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
-    write_stack_env(ctx)
-    out = JitStep().run(ctx).to_json()
+    out = JitStep().run(jit_api_context(tmp_path, MODULES, api_src)).to_json()
     assert [Path(m["path"]).read_bytes()[:10] for m in out["modules"]] == [b"per-module"] * 2
 
 

@@ -21,8 +21,8 @@ from october.installer.core.errors import StateError
 from october.installer.steps.env.step import write_stack_env
 from october.installer.steps.jit.step import JitStep
 from tests.fixtures import stack_forks as sf
+from tests.fixtures.jit_ctx import STANDIN, jit_api_context, jit_context
 
-STANDIN = "tests.fixtures.jit_standin"
 MODULES = (JitModule(kind="decode", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128),
            JitModule(kind="prefill", q="bf16", k="bf16", v="e4m3", o="bf16", head_dim=128, posenc=1),
            JitModule(kind="decode", q="f16", k="f16", v="e4m3", o="f16", head_dim=64))
@@ -39,11 +39,7 @@ def links(tmp_path_factory: pytest.TempPathFactory) -> sf.Links:
 
 
 def _ctx(tmp_path: Path, links: sf.Links, *, flashinfer: str = "0.6.7", modules=MODULES):
-    stack, cache = tmp_path / "stack", tmp_path / "cache"
-    sf.make_env(stack, links, cache / "uv", packages=[f"flashinfer-python=={flashinfer}"])
-    ctx = sf.context(stack, sf.recipe(links, None, tmp_path, jit=modules), cache)
-    write_stack_env(ctx)
-    return ctx
+    return jit_context(tmp_path, links, modules, packages=[f"flashinfer-python=={flashinfer}"])
 
 
 def test_builds_records_hashes_and_rerun_is_a_cache_hit(tmp_path, links):
@@ -120,16 +116,7 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
     """The default builder (october.checks.jit_build) runs unchanged; what is mocked is FlashInfer's
     JIT API and torch's dtypes (no CUDA build can run here): stubs with the signatures read from
     mcgrof/flashinfer, so a wrong argument count or keyword in our calls fails this test."""
-    from tests.fixtures.jit_standin import FAKE_FLASHINFER_JIT, FAKE_TORCH
-    d = tmp_path / "apilinks"
-    api = sf.Links(d, b"")
-    api.add("torch", sf.TORCH, {"torch/__init__.py": FAKE_TORCH})
-    api.add("flashinfer-python", "0.6.7", {"flashinfer/__init__.py": sf.FLASHINFER_ASYM,
-                                           "flashinfer/jit/__init__.py": FAKE_FLASHINFER_JIT})
-    stack, cache = tmp_path / "stack", tmp_path / "cache"
-    sf.make_env(stack, api, cache / "uv", packages=[f"torch=={sf.TORCH}", "flashinfer-python==0.6.7"])
-    ctx = sf.context(stack, sf.recipe(api, None, tmp_path, jit=MODULES), cache)
-    write_stack_env(ctx)
+    ctx = jit_api_context(tmp_path, MODULES)
     out = JitStep().run(ctx).to_json()
     uris = [m["uri"] for m in out["modules"]]
     assert uris[0] == ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_dtype_o_bf16_dtype_idx_i32_"

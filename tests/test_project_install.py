@@ -140,19 +140,23 @@ def _check_installed_tool(bin_dir: Path, env: dict[str, str], cwd: Path) -> None
     assert facts["code"] == ["october"], facts
 
 
+def _uv(env: dict[str, str], cwd: Path, *args: str) -> None:
+    """Real uv (the one on PATH) with ``args``; it must succeed."""
+    import shutil
+    import subprocess
+
+    uv = shutil.which("uv")
+    assert uv is not None
+    done = subprocess.run([uv, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
     """Real uv builds the project and installs it as a tool (dependencies from PyPI)."""
-    import shutil
-    import subprocess
-
     env = _tool_env(tmp_path)
-    uv = shutil.which("uv")
-    assert uv is not None
-    done = subprocess.run([uv, "tool", "install", str(ROOT)], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    _uv(env, tmp_path, "tool", "install", str(ROOT))
     _check_installed_tool(tmp_path / "bin", env, tmp_path)
     # PyPA's `installer` distribution owns the top-level name `installer`: installing it into the
     # tool's env and removing it again must not touch a file of ours (issue 11: it once deleted
@@ -196,17 +200,8 @@ def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pipx_install_of_the_wheel_gives_working_commands(tmp_path: Path) -> None:
     """Real pipx (run by uvx) installs the wheel real uv builds."""
-    import shutil
-    import subprocess
-
     env = _tool_env(tmp_path)
-    uv = shutil.which("uv")
-    assert uv is not None
-    built = subprocess.run([uv, "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)], env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr
+    _uv(env, tmp_path, "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT))
     wheel = next((tmp_path / "dist").glob("october-*.whl"))
-    done = subprocess.run([uv, "tool", "run", "pipx", "install", str(wheel)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    _uv(env, tmp_path, "tool", "run", "pipx", "install", str(wheel))
     _check_installed_tool(tmp_path / "pipx-bin", env, tmp_path)

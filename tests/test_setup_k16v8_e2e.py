@@ -26,7 +26,7 @@ from tests.fixtures.base_wheels import VLLM_TREE, vllm_wheel
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git
 from tests.fixtures.stack_forks import FLASHINFER_ASYM, TORCH, make_links, write_project
-from tests.fixtures.world import snapshot
+from tests.fixtures.world import fork_entry, recipe_head, snapshot, write_forks_file
 
 pytestmark = pytest.mark.slow
 
@@ -68,40 +68,14 @@ def make_k16v8_world(root: Path) -> dict[str, object]:
 def write_recipe(root: Path, w: dict[str, object], wheel_url: str) -> Path:
     wheel = w["wheel"]
     assert isinstance(wheel, Path)
-    (root / "forks.toml").write_text(f"""format_version = 1
-[forks.vllm]
-url = "{(root / 'git' / 'vllm.git').as_uri()}"
-upstream = "{(root / 'git' / 'vllm-upstream.git').as_uri()}"
-[forks.vllm.pins]
-k16v8 = "{w['vllm']}"
-[forks.flashinfer]
-url = "{(root / 'git' / 'flashinfer.git').as_uri()}"
-[forks.flashinfer.pins]
-k16v8 = "{w['flashinfer']}"
-""")
+    write_forks_file(root / "forks.toml", {
+        "vllm": {"url": (root / "git" / "vllm.git").as_uri(), "commit": str(w["vllm"]),
+                 "upstream": (root / "git" / "vllm-upstream.git").as_uri()},
+        "flashinfer": {"url": (root / "git" / "flashinfer.git").as_uri(), "commit": str(w["flashinfer"])}}, pin="k16v8")
     recipe = root / "k16v8.toml"
-    recipe.write_text(f"""format_version = 1
-name = "k16v8-standin"
-forks_file = "forks.toml"
-[python]
-version = "{'.'.join(map(str, sys.version_info[:3]))}"
-[torch]
-version = "{TORCH}"
-[sources]
-no_index = true
-find_links = ["links"]
-[[forks]]
-name = "vllm"
-pin = "k16v8"
-mode = "vllm-precompiled"
-deps = true
-build_isolation = false
-[[forks]]
-name = "flashinfer"
-pin = "k16v8"
-mode = "flashinfer"
-deps = false
-build_isolation = false
+    recipe.write_text(recipe_head("k16v8-standin", TORCH, "links")
+                      + fork_entry("vllm", "k16v8", "vllm-precompiled", deps=True, build_isolation=False)
+                      + fork_entry("flashinfer", "k16v8", "flashinfer", deps=False, build_isolation=False) + f"""\
 [forks.build_env]
 BUILD_NVEP = "0"
 [forks.nested_installs]

@@ -149,17 +149,24 @@ def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
     assert (out / "smoke.log").read_text().count("october.checks.smoke") >= 1
 
 
-def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
+def _smoke_with_stack_python(tmp_path: Path, script: str) -> SmokeError:
+    """Smoke a stack whose env Python is ``script`` (a shell script standing in for a broken interpreter);
+    -> the SmokeError it must raise."""
     stack = _stack(tmp_path)
     (stack / "env").unlink()                  # the link to the tool env, not the env itself
     (stack / "env" / "bin").mkdir(parents=True)
-    bad = stack / "env" / "bin" / "python"
-    bad.write_text("#!/bin/sh\necho 'Fatal Python error: boom' >&2\nexit 2\n")
-    bad.chmod(0o755)
+    fake = stack / "env" / "bin" / "python"
+    fake.write_text(script)
+    fake.chmod(0o755)
     opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
     with pytest.raises(SmokeError) as info:
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
-    assert "exit code 2" in str(info.value) and "smoke.log" in str(info.value)
+    return info.value
+
+
+def test_a_crashing_stack_python_is_a_smoke_error(tmp_path: Path) -> None:
+    err = _smoke_with_stack_python(tmp_path, "#!/bin/sh\necho 'Fatal Python error: boom' >&2\nexit 2\n")
+    assert "exit code 2" in str(err) and "smoke.log" in str(err)
 
 
 def test_a_bad_manifest_is_refused_before_the_stack_runs(tmp_path: Path) -> None:
@@ -179,16 +186,8 @@ def test_a_bad_manifest_is_refused_before_the_stack_runs(tmp_path: Path) -> None
 
 
 def test_a_python_without_torch_is_a_smoke_error(tmp_path: Path) -> None:
-    stack = _stack(tmp_path)
-    (stack / "env").unlink()
-    (stack / "env" / "bin").mkdir(parents=True)
-    fake = stack / "env" / "bin" / "python"
-    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
-    fake.chmod(0o755)
-    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
-    with pytest.raises(SmokeError) as info:
-        run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
-    assert "No module named" in str(info.value) and "smoke.log" in str(info.value)
+    err = _smoke_with_stack_python(tmp_path, "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    assert "No module named" in str(err) and "smoke.log" in str(err)
 
 
 def test_receipt_that_breaks_the_schema_is_refused(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """Console output: step progress, details in --verbose, nothing but errors in --quiet.
 
 On a terminal a long step shows live progress: a bar with bytes, rate and time left for
-transfers (the base wheel, git fetches, model files, hashing) and a done / total bar for
-counted work (JIT compile jobs); otherwise a spinner with the latest line of the command it is
-running.  In a log or pipe the same progress becomes a plain line at every tenth, so a CI log
-shows it without a flood.  Command output lines are recognised here (git's ``Receiving objects:
-45% (450/1000), 1.20 GiB | 30.00 MiB/s``, ninja's ``[12/40] ...``), so the steps need not know.
+transfers (the base wheel, git fetches, uv's wheel downloads, model files, hashing) and a done /
+total bar for counted work (JIT modules, uv's source builds); otherwise a spinner with the latest
+line of the command it is running.  In a log or pipe the same progress becomes a plain line at
+every tenth, so a CI log shows it without a flood.  Command output lines are recognised here
+(git's ``Receiving objects: 45% (450/1000), 1.20 GiB | 30.00 MiB/s``, ninja's ``[12/40] ...``,
+uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``, the JIT builder's ``JIT modules
+built: 1/2``), so the steps need not know.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import re
 import sys
 from typing import Any
 
+from rich import filesize
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
-                           TextColumn, TimeRemainingColumn, TransferSpeedColumn)
+                           TextColumn, TimeRemainingColumn)
 from rich.text import Text
 
 GIT_PROGRESS = re.compile(r"^(?:remote: )?(?P<what>Receiving objects|Resolving deltas|Counting objects|"
@@ -24,9 +27,21 @@ GIT_PROGRESS = re.compile(r"^(?:remote: )?(?P<what>Receiving objects|Resolving d
                           r"\((?P<done>\d+)/(?P<total>\d+)\)(?:, (?P<transfer>[\d.]+ [KMGT]?i?B(?: \| [\d.]+ "
                           r"[KMGT]?i?B/s)?))?")
 NINJA_PROGRESS = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+)\]\s")
+# october.checks.jit_build.ModuleProgress prints this once per module (cached ones first)
+JIT_MODULES = re.compile(r"^JIT modules built: (?P<done>\d+)/(?P<total>\d+)(?:\s|$)")
+# uv (0.4 and later) in a pipe: no bars, but a line when a wheel of 1 MiB or more starts and ends
+# downloading, and when a source distribution starts and ends building (recorded from uv 0.13.9)
+UV_DOWNLOADING = re.compile(r"^Downloading (?P<name>\S+) \((?P<size>[\d.]+)\s?(?P<unit>[KMGT]?i?B)\)$")
+UV_DOWNLOADED = re.compile(r"^Downloaded (?P<name>\S+)$")
+UV_BUILDING = re.compile(r"^Building (?P<what>\S+(?: @ \S+|==\S+))$")
+UV_BUILT = re.compile(r"^Built (?P<what>\S+(?: @ \S+|==\S+))$")
+_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+Progress5 = tuple[str, str, float, float, str]
 
 
-def parse_progress(line: str) -> tuple[str, str, float, float, str] | None:
+def parse_progress(line: str) -> Progress5 | None:
     """(key, label, done, total, unit) from a command's progress line, or None.  ``unit`` is "B" for
     bytes and "" for a count.  git counts objects; the bytes received so far and git's own rate
     ride in the label (``git: receiving objects, 1.20 GiB | 30.00 MiB/s``)."""
@@ -38,7 +53,51 @@ def parse_progress(line: str) -> tuple[str, str, float, float, str] | None:
     m = NINJA_PROGRESS.match(line.strip())
     if m:
         return ("compile jobs", "compile jobs", float(m.group("done")), float(m.group("total")), "")
+    m = JIT_MODULES.match(line.strip())
+    if m:
+        return ("JIT modules", "JIT modules built", float(m.group("done")), float(m.group("total")), "")
     return None
+
+
+class UvProgress:
+    """uv's own progress, read from its output lines: the wheels it downloads (bytes done / total from
+    the sizes uv announces; a wheel counts as done when uv says so, uv reports nothing in between)
+    and the source distributions it builds (done / total).  One per step: several uv commands of a
+    step add to the same bars."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[str, float] = {}
+        self._downloaded: set[str] = set()
+        self._builds: set[str] = set()
+        self._built: set[str] = set()
+
+    def feed(self, line: str) -> Progress5 | None:
+        text = line.strip()
+        m = UV_DOWNLOADING.match(text)
+        if m:
+            self._sizes[m.group("name")] = float(m.group("size")) * _UNITS.get(m.group("unit"), 1)
+            return self._downloads()
+        m = UV_DOWNLOADED.match(text)
+        if m and m.group("name") in self._sizes:
+            self._downloaded.add(m.group("name"))
+            return self._downloads()
+        m = UV_BUILDING.match(text)
+        if m:
+            self._builds.add(m.group("what"))
+            return self._count()
+        m = UV_BUILT.match(text)
+        if m and m.group("what") in self._builds:
+            self._built.add(m.group("what"))
+            return self._count()
+        return None
+
+    def _downloads(self) -> Progress5:
+        done = sum(size for name, size in self._sizes.items() if name in self._downloaded)   # == total at the end
+        label = f"uv: {len(self._downloaded)} of {len(self._sizes)} wheel(s) downloaded"
+        return ("uv: downloads", label, done, sum(self._sizes.values()), "B")
+
+    def _count(self) -> Progress5:
+        return ("uv: builds", "uv: source builds", float(len(self._built)), float(len(self._builds)), "")
 
 
 class _Amount(ProgressColumn):
@@ -54,12 +113,16 @@ class _Amount(ProgressColumn):
 
 
 class _Rate(ProgressColumn):
-    def __init__(self) -> None:
-        super().__init__()
-        self._speed = TransferSpeedColumn()
+    """Bytes per second for transfers: rich's own rate, else the average since the bar began (a bar fed
+    in few large steps, such as uv's wheel downloads, has too few samples for rich's)."""
 
     def render(self, task: Task) -> Text:
-        return self._speed.render(task) if task.fields.get("unit") == "B" else Text("")
+        if task.fields.get("unit") != "B":
+            return Text("")
+        speed = task.finished_speed or task.speed
+        if speed is None and task.elapsed and task.completed:
+            speed = task.completed / task.elapsed
+        return Text("?" if speed is None else f"{filesize.decimal(int(speed))}/s", style="progress.data.speed")
 
 
 class ConsoleReporter:
@@ -72,6 +135,7 @@ class ConsoleReporter:
         self._tasks: dict[str, Any] = {}
         self._tenths: dict[str, int] = {}
         self._step = ""
+        self._uv = UvProgress()
 
     @property
     def live(self) -> bool:
@@ -91,6 +155,7 @@ class ConsoleReporter:
             self._bars = None
         self._tasks.clear()
         self._tenths.clear()
+        self._uv = UvProgress()
 
     def step_start(self, name: str, reason: str) -> None:
         if reason in ("", "not done yet"):
@@ -101,6 +166,7 @@ class ConsoleReporter:
             why = f"running again: {reason}"
         self._say(f"==> {name}: {why}")
         self._step = name
+        self._uv = UvProgress()
         if self.live:
             self._status = self.console.status(f"{name} ...", spinner="dots")
             self._status.start()
@@ -126,7 +192,7 @@ class ConsoleReporter:
             self._bars.update(task, completed=done, total=total or None, description=label)
             return
         if total:
-            tenth = min(10, int(done * 10 // total))
+            tenth = 10 if done >= total else int(done * 10 // total)     # (a float 10x // x can be 9)
             if self._tenths.get(key) != tenth:
                 self._tenths[key] = tenth
                 amount = (f"{done / 1e6:.1f} of {total / 1e6:.1f} MB" if unit == "B"
@@ -136,7 +202,7 @@ class ConsoleReporter:
     def progress(self, line: str) -> None:
         """The latest output line of the running command: a bar when it reports progress,
         else the spinner's text (on a terminal)."""
-        parsed = parse_progress(line)
+        parsed = parse_progress(line) or self._uv.feed(line)
         if parsed is not None:
             key, label, done, total, unit = parsed
             where = f"{self._step}: " if self._step else ""
