@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from october.installer import __version__
-from october.installer.ids import FULL_SHA
+from october.installer.core.ids import FULL_SHA
 from october.installer.core.resources import checkout_root
 
 

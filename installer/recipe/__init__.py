@@ -10,7 +10,7 @@ One module per part of the recipe file, each holding its dataclass and the parse
 - :mod:`.jit`: ``[jit]`` and the modules derived from the model selections; :mod:`.models`: ``[models.*]``.
 
 ``[install]`` and the install keys of ``[[forks]]`` are parsed in :mod:`october.installer.steps.install.policy`;
-key-by-key validation lives in :mod:`october.installer.tomlcheck`.
+key-by-key validation lives in :mod:`october.installer.recipe.tomlcheck`.
 """
 
 from __future__ import annotations

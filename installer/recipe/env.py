@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.tomlcheck import Table, version_key
+from october.installer.recipe.tomlcheck import Table, version_key
 
 TORCH_SOURCES = ("index", "system")
 

@@ -25,7 +25,7 @@ from october.installer.recipe.preflight import PreflightLimits, parse_preflight
 from october.installer.recipe.smoke import SmokeConfig, parse_smoke
 from october.installer.recipe.wheel import BaseWheel, parse_wheel
 from october.installer.core.resources import DATA_ROOT
-from october.installer.tomlcheck import Table, check_format, read_toml
+from october.installer.recipe.tomlcheck import Table, check_format, read_toml
 
 PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
 

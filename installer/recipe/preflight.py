@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from october.installer.tomlcheck import Table
+from october.installer.recipe.tomlcheck import Table
 
 
 @dataclass(frozen=True)

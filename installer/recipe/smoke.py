@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from october.installer.tomlcheck import Table
+from october.installer.recipe.tomlcheck import Table
 
 @dataclass(frozen=True)
 class SmokeConfig:

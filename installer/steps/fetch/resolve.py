@@ -19,7 +19,7 @@ import git
 from october.installer.core.errors import FetchError, LockError
 from october.installer.steps.fetch import HEX
 from october.installer.steps.fetch.mirror import Mirror, fetch_branch
-from october.installer.ids import FULL_SHA
+from october.installer.core.ids import FULL_SHA
 from october.installer.recipe import Pin
 from october.installer.core.runner import Runner
 

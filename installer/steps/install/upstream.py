@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from october.installer.core.errors import CommandFailed, InstallError
-from october.installer.ids import FULL_SHA
+from october.installer.core.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 

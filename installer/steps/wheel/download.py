@@ -54,7 +54,7 @@ from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import WheelError
 from october.installer.core.hashing import CHUNK, sha256_file
-from october.installer.ids import SHA256
+from october.installer.core.ids import SHA256
 from october.installer.core.redact import redact_url
 
 Progress = Callable[[int, "int | None"], None]

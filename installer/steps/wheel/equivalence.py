@@ -35,7 +35,7 @@ from typing import Sequence
 from october.installer.core.errors import CommandFailed, FetchError, WheelError
 from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
-from october.installer.ids import FULL_SHA
+from october.installer.core.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 
