@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from october.installer.core.hashing import CHUNK  # noqa: E402
 from october.installer.core.paths import StackPaths  # noqa: E402
+from october.installer.core.runner import Runner  # noqa: E402
 from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext  # noqa: E402
 from october.installer.recipe import Recipe, load_recipe  # noqa: E402
-from october.installer.core.runner import Runner  # noqa: E402
 from october.installer.steps.wheel.step import WheelStep, expectation  # noqa: E402
 from october.installer.steps.wheel.tags import probe_python, supported_tags  # noqa: E402
 from october.installer.steps.wheel.verify import verify_wheel  # noqa: E402

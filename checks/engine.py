@@ -58,14 +58,27 @@ from typing import Any
 import torch
 
 from october.checks import engine_oracle as oracle
-from october.checks.contract import EXTRA_CHECKS
 from october.checks import reference as ref
-from october.checks.inputs import (InputError, Manifest, ScaleChoice, TokenProtocol, engine_scales,
-                           token_protocol)
+from october.checks.contract import EXTRA_CHECKS
+from october.checks.inputs import InputError, Manifest, ScaleChoice, TokenProtocol, engine_scales, token_protocol
 from october.checks.memory import held_bytes
-from october.checks.workspace import Watch, base as workspace_base, uri as module_uri
-from october.checks.results import (CHECK_NAMES, FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported,
-                            every_check, in_order, run_check, run_checks, verdict)
+from october.checks.results import (
+    CHECK_NAMES,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    UNSUPPORTED,
+    CheckResult,
+    Unsupported,
+    every_check,
+    in_order,
+    run_check,
+    run_checks,
+    verdict,
+)
+from october.checks.workspace import Watch
+from october.checks.workspace import base as workspace_base
+from october.checks.workspace import uri as module_uri
 
 KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}

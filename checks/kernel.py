@@ -34,8 +34,18 @@ from october.checks import reference as ref
 from october.checks.contract import COMPUTE_DTYPES
 from october.checks.inputs import Manifest, ScaleChoice
 from october.checks.memory import held_bytes
-from october.checks.results import (FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, every_check, in_order,
-                            run_checks, verdict)
+from october.checks.results import (
+    FAILED,
+    PASSED,
+    SKIPPED,
+    UNSUPPORTED,
+    CheckResult,
+    Unsupported,
+    every_check,
+    in_order,
+    run_checks,
+    verdict,
+)
 
 WORKSPACE = 128 * 1024 * 1024
 K_STD = 4.0                 # logits std ~4: peaked attention, so K rounding (K8) moves outputs

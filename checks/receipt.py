@@ -10,8 +10,15 @@ from typing import Any
 
 import torch
 
-from october.checks.contract import (CHECK_NAMES, PASSED, SMOKE_RECEIPT_FILENAME, SMOKE_RECEIPT_FORMAT_VERSION,
-                             SMOKE_RECEIPT_KIND, proves, write_json_atomic)
+from october.checks.contract import (
+    CHECK_NAMES,
+    PASSED,
+    SMOKE_RECEIPT_FILENAME,
+    SMOKE_RECEIPT_FORMAT_VERSION,
+    SMOKE_RECEIPT_KIND,
+    proves,
+    write_json_atomic,
+)
 from october.checks.results import CheckResult, overall
 
 

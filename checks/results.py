@@ -15,8 +15,20 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from october.checks.contract import (CHECK_NAMES, EXTRA_CHECKS, FAILED, LEVELS, PASSED, PROVES, REQUIRED_CHECKS, SKIPPED,
-                             STATUSES, TITLES, UNSUPPORTED, proves)
+from october.checks.contract import (
+    CHECK_NAMES,
+    EXTRA_CHECKS,
+    FAILED,
+    LEVELS,
+    PASSED,
+    PROVES,
+    REQUIRED_CHECKS,
+    SKIPPED,
+    STATUSES,
+    TITLES,
+    UNSUPPORTED,
+    proves,
+)
 
 __all__ = ["CHECK_NAMES", "EXTRA_CHECKS", "FAILED", "LEVELS", "PASSED", "PROVES", "REQUIRED_CHECKS", "SKIPPED",
            "STATUSES", "TITLES", "UNSUPPORTED", "proves", "CheckResult", "Skipped", "Unsupported", "every_check",

@@ -23,8 +23,15 @@ import torch
 from october.checks import results as res
 from october.checks import workspace
 from october.checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
-from october.checks.inputs import InputError, Manifest, ScaleChoice, load_manifest, load_stack_info, \
-    reference_scales, token_protocol
+from october.checks.inputs import (
+    InputError,
+    Manifest,
+    ScaleChoice,
+    load_manifest,
+    load_stack_info,
+    reference_scales,
+    token_protocol,
+)
 from october.checks.receipt import build_receipt, write_receipt
 from october.checks.scales import fixtures_dir
 

@@ -141,9 +141,8 @@ def october_setup(
 
     def go() -> None:
         from october.installer.pipeline.engine import SetupOptions
-        from october.installer.recipe import load_recipe
         from october.installer.pipeline.plan import resolve_locked, run_setup
-
+        from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(recipe), system_python)
@@ -199,7 +198,6 @@ def make_kit_cmd(
     def go() -> None:
         from october.installer.kit.make import KitOptions, make_kit
         from october.installer.recipe import load_recipe
-
         from october.installer.steps.env.systorch import mark_system
 
         rec = load_recipe(recipe)
@@ -280,12 +278,11 @@ def doctor(
     ui = ConsoleReporter()
 
     def go() -> int:
+        from october.installer.core.runner import Runner
+        from october.installer.recipe import load_recipe
+        from october.installer.steps.env.systorch import with_system_torch
         from october.installer.steps.preflight import doctor as run_doctor
         from october.installer.steps.preflight import facts_json
-        from october.installer.recipe import load_recipe
-        from october.installer.core.runner import Runner
-
-        from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
@@ -343,8 +340,8 @@ def env_cmd(
     ui = ConsoleReporter()
 
     def go() -> None:
-        from october.installer.envreport import collect, format_text
         from october.installer.core.runner import Runner
+        from october.installer.envreport import collect, format_text
 
         with tempfile.TemporaryDirectory(prefix="october-env-") as logs:
             report = collect(install.resolve() if install else None, recipe, Runner(Path(logs)))
@@ -359,8 +356,8 @@ def recipes_cmd() -> None:
     ui = ConsoleReporter()
 
     def go() -> None:
-        from october.installer.recipe import load_recipe
         from october.installer.core.resources import shipped_recipes
+        from october.installer.recipe import load_recipe
 
         paths = shipped_recipes()
         width = max((len(p.stem) for p in paths), default=0)

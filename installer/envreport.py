@@ -108,8 +108,8 @@ def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
 
 def collect(stack: Path | None, recipe: str | None, runner: Runner,
             environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    from october.installer.steps.preflight.probes import gather_facts
     from october.installer.core.version import tool_commit, tool_version
+    from october.installer.steps.preflight.probes import gather_facts
 
     env = dict(os.environ if environ is None else environ)
     f = gather_facts(stack or Path.cwd(), runner, environ=env)

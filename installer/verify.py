@@ -33,9 +33,9 @@ from packaging.utils import canonicalize_name
 
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import CHUNK, sha256_file
-from october.installer.steps.lock.pylock import TOOL, read_lock
 from october.installer.core.paths import StackPaths
 from october.installer.pipeline.engine import read_marker
+from october.installer.steps.lock.pylock import TOOL, read_lock
 
 MAX_FILES_LISTED = 20
 

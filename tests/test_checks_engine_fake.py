@@ -31,10 +31,11 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
-from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
-
 from october.checks.scales import scales_path, write_scales
+from tests.fixtures.smoke_runs import CHECKS, run_and_read, stand_in_env
+from tests.fixtures.smoke_runs import check as _check
+from tests.fixtures.smoke_runs import show as _show
+from tests.fixtures.smoke_runs import statuses as _status
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fixtures" / "fake_vllm"

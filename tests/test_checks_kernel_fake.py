@@ -23,7 +23,9 @@ import pytest
 
 from tests.fixtures import fake_jit
 from tests.fixtures.smoke_runs import CHECKS, run_and_read
-from tests.fixtures.smoke_runs import check as _check, show as _show, statuses as _status
+from tests.fixtures.smoke_runs import check as _check
+from tests.fixtures.smoke_runs import show as _show
+from tests.fixtures.smoke_runs import statuses as _status
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS_CPU = dict.fromkeys(CHECKS, "passed") | {"decode_graphs": "skipped"}
@@ -98,8 +100,9 @@ def _one(base: Path, name: str) -> dict[str, Any]:
         result = {"modules": []}                           # the jit step refuses it (tested in test_jit_step)
     elif how.get("workspace") == "combined":
         # the jit step as it was: FlashInfer's build_jit_specs (one combined ninja run)
-        from tests.fixtures.fake_jit import jit_env
         import subprocess
+
+        from tests.fixtures.fake_jit import jit_env
         code = ("from flashinfer.jit import build_jit_specs, gen_batch_decode_module, gen_batch_prefill_module; import torch\n"
                 "b=torch.bfloat16; build_jit_specs([gen_batch_decode_module(b,b,b,torch.int32,128,128,0,False,False,"
                 "dtype_k=b,dtype_v=torch.float8_e4m3fn), gen_batch_prefill_module('fa2',b,b,b,torch.int32,128,128,0,False,"

@@ -103,9 +103,10 @@ def _manifest(**change: object) -> dict:
     ({"resolved_revision": "b" * 40}, "resolved revision differs"),
 ])
 def test_one_manifest_rule_refuses_on_both_sides(tmp_path: Path, change: dict, words: str) -> None:
-    from october.checks.inputs import InputError, load_manifest as checks_load
-    from october.installer.download.manifest import validate_manifest
+    from october.checks.inputs import InputError
+    from october.checks.inputs import load_manifest as checks_load
     from october.installer.core.errors import ReceiptError
+    from october.installer.download.manifest import validate_manifest
 
     path = tmp_path / "m.json"
     path.write_text(json.dumps(_manifest(**change)))

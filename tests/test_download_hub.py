@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from october.checks.scales import write_scales
+from october.installer.core.errors import DownloadError, ScalesError
 from october.installer.download import DownloadOptions, load_manifest, run_download
 from october.installer.download.manifest import validate_manifest
-from october.installer.core.errors import DownloadError, ScalesError
 from october.installer.recipe import load_recipe
 from tests.download_server import FakeHub, FakeRepo, model_files, running, safetensors_blob
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.core.errors import DownloadError, ReceiptError, RecipeError, UsageError
+from october.installer.core.paths import default_cache_dir
+from october.installer.core.schemas import load_schema
 from october.installer.download import DownloadOptions, make_plan
 from october.installer.download.manifest import SCHEMA_PATH, build_manifest, load_manifest, write_manifest
-from october.installer.core.schemas import load_schema
-from october.installer.core.paths import default_cache_dir
 from october.installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
-from october.installer.core.errors import DownloadError, ReceiptError, RecipeError, UsageError
 from october.installer.recipe import load_recipe
 from tests.download_server import git_blob_id
 from tests.test_download_hub import AWQ_REPO, AWQ_REV, FP16_REPO, FP16_REV, PATTERNS, write_recipe

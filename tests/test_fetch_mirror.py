@@ -10,9 +10,15 @@ import pytest
 
 from october.installer.core.errors import FetchError
 from october.installer.core.paths import default_cache_dir
-from october.installer.steps.fetch.mirror import (PIN_REFS, ensure_commit, fetch_branch, has_commit,
-                                  mirror_path, open_mirror)
 from october.installer.core.runner import Runner
+from october.installer.steps.fetch.mirror import (
+    PIN_REFS,
+    ensure_commit,
+    fetch_branch,
+    has_commit,
+    mirror_path,
+    open_mirror,
+)
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
 
 

@@ -13,9 +13,9 @@ import git
 import pytest
 
 from october.installer.core.errors import FetchError
-from october.installer.steps.fetch.mirror import mirror_path
 from october.installer.pipeline.engine import run_pipeline
 from october.installer.recipe import load_recipe
+from october.installer.steps.fetch.mirror import mirror_path
 from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import make_ctx, make_recipe
 
@@ -88,9 +88,9 @@ def test_real_flashinfer_through_a_kit_offline(real_mirror: Path, tmp_path: Path
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The git half of a kit for the 20260702 FlashInfer: made from the real copies, then used with
     git allowed local files only and no rewriting to the real copies (only the kit's own mapping)."""
+    from october.installer.core.runner import Runner
     from october.installer.kit.gitcopy import KitRepos
     from october.installer.kit.use import Kit
-    from october.installer.core.runner import Runner
 
     _rewrite(monkeypatch, real_mirror)
     fork = load_recipe("20260702").fork("flashinfer")
@@ -157,8 +157,8 @@ def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, t
 
 def test_a_kit_that_needs_a_missing_real_submodule_fails_closed(real_mirror: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from october.installer.kit.gitcopy import KitRepos
     from october.installer.core.runner import Runner
+    from october.installer.kit.gitcopy import KitRepos
 
     _rewrite(monkeypatch, real_mirror)
     fork = dataclasses.replace(load_recipe("20260702").fork("flashinfer"),

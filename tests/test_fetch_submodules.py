@@ -17,13 +17,14 @@ import git
 import pytest
 
 from october.installer.core.errors import FetchError
+from october.installer.core.runner import Runner
+from october.installer.pipeline.engine import run_pipeline
 from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
 from october.installer.steps.fetch.mirror import ensure_commit, mirror_path, open_mirror
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.core.runner import Runner
 from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
-from tests.fixtures.gitrepos import bare_path, git as fixture_git, make_repo
+from tests.fixtures.gitrepos import bare_path, make_repo
+from tests.fixtures.gitrepos import git as fixture_git
 
 
 def _super_with(tmp: Path, subs: dict[str, str]) -> tuple[str, str, dict[str, str]]:

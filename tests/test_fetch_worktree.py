@@ -13,14 +13,15 @@ from filelock import FileLock
 
 import october.installer.steps.fetch.mirror as mirror_mod
 from october.installer.core.errors import FetchError
-from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
-from october.installer.steps.fetch.worktree import check_clone, sync_clone
-from october.installer.pipeline.engine import run_pipeline
 from october.installer.core.runner import Runner
+from october.installer.pipeline.engine import run_pipeline
+from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
 from october.installer.steps.fetch.step import FetchStep
+from october.installer.steps.fetch.worktree import check_clone, sync_clone
 from october.installer.steps.results import FetchResult
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
-from tests.fixtures.gitrepos import bare_path, git as fixture_git, make_repo, make_repo_with_submodule
+from tests.fixtures.gitrepos import bare_path, make_repo, make_repo_with_submodule
+from tests.fixtures.gitrepos import git as fixture_git
 
 
 def _head(path: Path) -> str:

@@ -14,8 +14,15 @@ import jsonschema
 import pytest
 
 from october.installer.core.errors import UsageError
-from october.installer.fleet.plan import (JIT_HINT, FleetOptions, finished_before, judge, parse_nodes, plan_fleet,
-                                  select_nodes)
+from october.installer.fleet.plan import (
+    JIT_HINT,
+    FleetOptions,
+    finished_before,
+    judge,
+    parse_nodes,
+    plan_fleet,
+    select_nodes,
+)
 from october.installer.recipe import PROJECT_ROOT
 
 RAW = [  # recorded from ray.nodes() on a local two-node cluster (ray 2.60.0)
@@ -185,8 +192,8 @@ def test_a_shipped_kit_is_verified_on_arrival(tmp_path: Path) -> None:
     """receive_kit with a fetch that hands out the stored chunks (Ray's object store stands behind it in
     the real runs): a damaged chunk is refused, files already present and right are not fetched again."""
     from october.installer.core.errors import KitError
-    from october.installer.fleet.node import Shipment, ShippedFile, receive_kit
     from october.installer.core.hashing import sha256_bytes
+    from october.installer.fleet.node import Shipment, ShippedFile, receive_kit
     from october.installer.kit.manifest import file_table
 
     src = tmp_path / "kit"

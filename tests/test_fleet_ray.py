@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import stat
 import subprocess
 import sys

@@ -22,11 +22,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from october.installer.steps.lock.indexlock import build_index_lock, compile_recipe, index_request, lock_path
-from october.installer.steps.install.consistency import marker_environment
-from october.installer.recipe import load_recipe
 from october.installer.core.runner import Runner
+from october.installer.recipe import load_recipe
 from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.install.consistency import marker_environment
+from october.installer.steps.lock.indexlock import build_index_lock, compile_recipe, index_request, lock_path
 
 pytestmark = pytest.mark.real
 

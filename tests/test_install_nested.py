@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.steps.install import nested
 from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.install import nested
 from october.installer.steps.install.step import InstallStep
 from october.installer.steps.lock.step import installed_versions
-from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow

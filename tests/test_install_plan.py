@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
+from october.installer.recipe import ForkUse, Pin
 from october.installer.steps.install.guards import GuardSpec, evaluate
 from october.installer.steps.install.plan import ForkSource, dist_name, make_plan
-from october.installer.recipe import ForkUse, Pin
 
 SRC = Path("/stack/src")
 

@@ -29,16 +29,16 @@ from typing import Iterator
 
 import pytest
 
-from october.installer.steps.env import stackenv
 from october.installer.core.errors import InstallError
+from october.installer.recipe import Sources, load_recipe
+from october.installer.steps.env import stackenv
+from october.installer.steps.env.step import write_stack_env
+from october.installer.steps.env.uvcmd import uv_exe
 from october.installer.steps.install import consistency
+from october.installer.steps.install.step import InstallStep
 from october.installer.steps.lock.indexlock import lock_path
 from october.installer.steps.lock.pylock import locked_state
-from october.installer.recipe import Sources, load_recipe
-from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.install.step import InstallStep
 from october.installer.steps.lock.step import installed_versions
-from october.installer.steps.env.uvcmd import uv_exe
 from tests.conftest import real_cache_dir
 from tests.fixtures import stack_forks as sf
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.steps.install.guards import GuardSpec, run_guards
-from october.installer.steps.install.upstream import upstream_base
 from october.installer.core.runner import Runner
 from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.install.step import InstallStep
 from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.install.guards import GuardSpec, run_guards
+from october.installer.steps.install.step import InstallStep
+from october.installer.steps.install.upstream import upstream_base
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow

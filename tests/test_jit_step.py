@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import JitError
+from october.installer.core.errors import JitError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.recipe import JitModule
-from october.installer.core.errors import StateError
 from october.installer.steps.env.step import write_stack_env
 from october.installer.steps.jit.step import JitStep
 from tests.fixtures import stack_forks as sf

@@ -15,10 +15,16 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from october.installer.steps.lock.indexlock import PLATFORM, build_index_lock, check_index_lock, index_request, lock_path
-from october.installer.steps.install.policy import DeclaredException
-from october.installer.steps.lock.pylock import locked_state
 from october.installer.recipe import load_recipe
+from october.installer.steps.install.policy import DeclaredException
+from october.installer.steps.lock.indexlock import (
+    PLATFORM,
+    build_index_lock,
+    check_index_lock,
+    index_request,
+    lock_path,
+)
+from october.installer.steps.lock.pylock import locked_state
 
 RECIPES = ("current", "20260702")
 

@@ -15,10 +15,10 @@ import pytest
 
 from october.installer.core.errors import CommandFailed, StackLockedError, ToolMissing
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import MARKER_FORMAT, SetupOptions, SilentReporter, StepContext, run_pipeline
-from october.installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock
+from october.installer.pipeline.engine import MARKER_FORMAT, SetupOptions, SilentReporter, StepContext, run_pipeline
+from october.installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
 
 
 def toy_recipe(tmp_path: Path) -> Recipe:

@@ -7,11 +7,17 @@ from dataclasses import replace
 import pytest
 
 from october.installer.core.errors import PreflightError, RecipeError, UsageError
-from october.installer.steps.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
-from october.installer.steps.preflight.rules import (CheckResult, apply_skips, gb_floor, parse_capability, punch_list,
-                                        run_checks)
-from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact
 from october.installer.recipe import CudaPin, PreflightLimits, parse_arch_list
+from october.installer.steps.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
+from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact
+from october.installer.steps.preflight.rules import (
+    CheckResult,
+    apply_skips,
+    gb_floor,
+    parse_capability,
+    punch_list,
+    run_checks,
+)
 from tests.fixtures.preflight import good_facts, missing, tool
 
 LIMITS = PreflightLimits(os="Linux", arch="x86_64", min_ram_gb=100, min_disk_gb=100,

@@ -16,11 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.preflight import gather_facts
-from october.installer.steps.preflight.probes import (find_nvcc, nearest_existing, parse_compiler, parse_nvcc,
-                                        parse_nvidia_smi, parse_uv, read_ram_bytes)
 from october.installer.core.runner import Runner
 from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.preflight import gather_facts
+from october.installer.steps.preflight.probes import (
+    find_nvcc,
+    nearest_existing,
+    parse_compiler,
+    parse_nvcc,
+    parse_nvidia_smi,
+    parse_uv,
+    read_ram_bytes,
+)
 from tests.fixtures.preflight import NVCC_12_9, SMI_H100, fake_tool, link_real
 
 

@@ -163,9 +163,7 @@ def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
     # the project's installer/__init__.py)
     tool_python = (tmp_path / "bin" / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
     for verb in ("install", "uninstall"):
-        pip = subprocess.run([uv, "pip", verb, "--python", tool_python, "installer"], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
-        assert pip.returncode == 0, pip.stderr
+        _uv(env, tmp_path, "pip", verb, "--python", tool_python, "installer")
     _check_installed_tool(tmp_path / "bin", env, tmp_path)
 
 

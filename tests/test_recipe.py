@@ -12,10 +12,10 @@ import pytest
 
 from october.installer.core.errors import ReceiptError, RecipeError
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord
-from october.installer.core.schemas import validate
-from october.installer.recipe import PROJECT_ROOT, ComputeCapability, load_forks, load_recipe, parse_arch_list
 from october.installer.core.runner import Runner
+from october.installer.core.schemas import validate
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord
+from october.installer.recipe import PROJECT_ROOT, ComputeCapability, load_forks, load_recipe, parse_arch_list
 from october.installer.steps.receipt.step import ReceiptStep
 
 FULL = "a" * 40

@@ -19,13 +19,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from october.installer.core.hashing import sha256_file
 from october.installer.core.errors import FetchError, LockError, StackLockedError
-from october.installer.steps.lock.pylock import locked_state
-from october.installer.pipeline.engine import SetupOptions, SilentReporter
-from october.installer.recipe import PROJECT_ROOT, load_recipe
-from october.installer.pipeline.plan import run_setup
+from october.installer.core.hashing import sha256_file
 from october.installer.core.stackmutex import StackLock
+from october.installer.pipeline.engine import SetupOptions, SilentReporter
+from october.installer.pipeline.plan import run_setup
+from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.steps.lock.pylock import locked_state
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import add_commit
 from tests.fixtures.world import World, make_world, snapshot

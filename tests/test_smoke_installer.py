@@ -9,10 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.env import stackenv
 from october.installer.core.errors import ReceiptError, SmokeError, StateError, UsageError
-from october.installer.smoke.launch import (REPO_ROOT, SmokeOptions, load_receipt, plan_smoke, promised_level,
-                             resolve_manifest, run_smoke, stack_info, stack_python)
+from october.installer.smoke.launch import (
+    REPO_ROOT,
+    SmokeOptions,
+    load_receipt,
+    plan_smoke,
+    promised_level,
+    resolve_manifest,
+    run_smoke,
+    stack_info,
+    stack_python,
+)
+from october.installer.steps.env import stackenv
 
 FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"}
 VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}

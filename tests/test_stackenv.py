@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.env import stackenv
 from october.installer.core.errors import StateError
+from october.installer.steps.env import stackenv
 
 
 def _env(tmp_path: Path, cuda: Path | None = None) -> dict[str, str]:

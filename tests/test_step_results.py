@@ -10,12 +10,23 @@ from typing import Any
 import pytest
 
 from october.installer.pipeline.engine import StepResult
-from october.installer.recipe import BaseWheel, JitModule
 from october.installer.pipeline.plan import STEP_ORDER, plan_steps
+from october.installer.recipe import BaseWheel, JitModule
 from october.installer.steps.markerjson import MalformedResult
-from october.installer.steps.results import (EnvResult, FetchResult, ForkRecord, InstalledFork, InstallResult, JitResult,
-                                     LockResult, NoWheel, PreflightResult, ReceiptResult,
-                                     WheelResult, wheel_result_from_json)
+from october.installer.steps.results import (
+    EnvResult,
+    FetchResult,
+    ForkRecord,
+    InstalledFork,
+    InstallResult,
+    JitResult,
+    LockResult,
+    NoWheel,
+    PreflightResult,
+    ReceiptResult,
+    WheelResult,
+    wheel_result_from_json,
+)
 from tests.test_pipeline import toy_recipe
 
 SHA = "a" * 64

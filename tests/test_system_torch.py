@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.env import systorch
 from october.installer.core.errors import EnvError, InstallError, UsageError
-from october.installer.steps.install.guards import GuardSpec, evaluate, probe
-from october.installer.steps.preflight import evaluate as preflight_evaluate
 from october.installer.recipe import CudaPin, TorchPin, load_recipe, parse_arch_list
+from october.installer.steps.env import systorch
 from october.installer.steps.env.step import EnvStep
-from october.installer.steps.lock.step import installed_distributions, probe_env, system_section
 from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.install.guards import GuardSpec, evaluate, probe
+from october.installer.steps.lock.step import installed_distributions, probe_env, system_section
+from october.installer.steps.preflight import evaluate as preflight_evaluate
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.preflight import good_facts
 from tests.fixtures.wheels import build_wheel
@@ -183,9 +183,9 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     """october_setup on the offline fixture world with torch from a system interpreter: every step runs,
     the lock lists no torch package but records the system torch, the receipt says where torch came from;
     the no-op re-run runs nothing; a torch planted into the env is noticed and the env made again."""
-    from october.installer.steps.lock.pylock import read_lock
     from october.installer.pipeline.engine import SetupOptions, SilentReporter
     from october.installer.pipeline.plan import run_setup
+    from october.installer.steps.lock.pylock import read_lock
     from tests.fixtures.world import make_world
 
     world = make_world(tmp_path / "world")

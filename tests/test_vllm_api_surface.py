@@ -14,11 +14,10 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
-
-import warnings
 
 with warnings.catch_warnings():  # torch warns at import when numpy is absent (october.checks.engine imports it)
     warnings.simplefilter("ignore", UserWarning)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import WheelError
-from october.installer.recipe import DEFAULT_COMPILED_SOURCES
 from october.installer.core.runner import Runner
+from october.installer.recipe import DEFAULT_COMPILED_SOURCES
 from october.installer.steps.fetch.mirror import mirror_path
 from october.installer.steps.wheel.equivalence import check_source_equivalence
 from october.installer.steps.wheel.version_info import parse_version_file, read_version_info

@@ -16,14 +16,24 @@ import pytest
 
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.paths import StackPaths
+from october.installer.core.runner import Runner
+from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
+from october.installer.recipe import (
+    BaseWheel,
+    CudaPin,
+    ForkUse,
+    Pin,
+    PreflightLimits,
+    Recipe,
+    SmokeConfig,
+    Sources,
+    TorchPin,
+    parse_arch_list,
+)
 from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, ForkRecord, NoWheel, WheelResult
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
-from october.installer.recipe import (BaseWheel, CudaPin, ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin,
-                                        parse_arch_list)
-from october.installer.core.runner import Runner
-from october.installer.steps.wheel.step import WheelStep, choose_sha256
 from october.installer.steps.wheel.download import DownloadPolicy
+from october.installer.steps.wheel.step import WheelStep, choose_sha256
 from tests.fixtures.base_wheels import Histories, host_tag, make_histories, python_link, real_facts, vllm_wheel
 from tests.fixtures.base_wheels import vllm_wheel as _vllm_wheel
 from tests.fixtures.wheel_server import WheelServer

@@ -17,7 +17,13 @@ import pytest
 
 from october.installer.core.errors import EnvError, WheelError
 from october.installer.core.runner import Runner
-from october.installer.steps.wheel.elf import DynamicScanner, ElfFormatError, exports_symbol, needed_libraries, read_dynamic
+from october.installer.steps.wheel.elf import (
+    DynamicScanner,
+    ElfFormatError,
+    exports_symbol,
+    needed_libraries,
+    read_dynamic,
+)
 from october.installer.steps.wheel.extensions import module_of
 from october.installer.steps.wheel.retag import match_tags
 from october.installer.steps.wheel.scan import scan_members

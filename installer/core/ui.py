@@ -18,8 +18,16 @@ from typing import Any
 
 from rich import filesize
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
-                           TextColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 GIT_PROGRESS = re.compile(r"^(?:remote: )?(?P<what>Receiving objects|Resolving deltas|Counting objects|"

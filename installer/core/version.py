@@ -6,7 +6,6 @@ worktrees too); no process is started, so ``--version`` works without git instal
 
 from __future__ import annotations
 
-import re
 from importlib import metadata
 from pathlib import Path
 

@@ -25,11 +25,11 @@ expected / found / fix, their text passed through :func:`october.installer.core.
 from __future__ import annotations
 
 import os
-from typing import Any
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from october.installer.core.errors import DownloadError, UsageError
 from october.installer.core.redact import env_secrets, redact, redact_url
@@ -189,8 +189,8 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
 
 @contextmanager
 def _hub_errors(repo: str, revision: str, what: str) -> Iterator[None]:
-    from huggingface_hub import errors as hf
     import httpx2
+    from huggingface_hub import errors as hf
 
     try:
         yield

@@ -10,14 +10,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from october.checks.contract import MANIFEST_FORMAT_VERSION, MANIFEST_KIND, ContractError, parse_manifest, read_json_object
+from october.checks.contract import (
+    MANIFEST_FORMAT_VERSION,
+    MANIFEST_KIND,
+    ContractError,
+    parse_manifest,
+    read_json_object,
+)
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
+from october.installer.core.errors import ReceiptError
+from october.installer.core.resources import schema_path
+from october.installer.core.schemas import validate
 from october.installer.download.plan import DownloadPlan
 from october.installer.download.verify import VerifiedFile
-from october.installer.core.errors import ReceiptError
-from october.installer.core.schemas import validate
-from october.installer.core.resources import schema_path
 
 SCHEMA_PATH = schema_path("download")
 

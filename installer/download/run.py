@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from october.installer.core.atomic import write_json_atomic, write_text_atomic
+from october.installer.core.errors import DownloadError, ScalesError
+from october.installer.core.hashing import sha256_file
 from october.installer.download import hub
 from october.installer.download.manifest import build_manifest, write_manifest
 from october.installer.download.plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
 from october.installer.download.verify import Expected, VerifiedFile, verify_files
-from october.installer.core.errors import DownloadError, ScalesError
-from october.installer.core.hashing import sha256_file
 
 RECORD_DIR = ".october"
 RECORD_NAME = "verified.json"

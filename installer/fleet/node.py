@@ -15,11 +15,11 @@ from typing import Any, Callable, Sequence
 
 from october.installer.core.atomic import write_bytes_atomic
 from october.installer.core.errors import CommandFailed, KitError, OctoberError
-from october.installer.fleet.plan import NodeJob
 from october.installer.core.hashing import sha256_bytes, sha256_file
+from october.installer.core.runner import Completed, Runner
+from october.installer.fleet.plan import NodeJob
 from october.installer.kit import MANIFEST
 from october.installer.kit.manifest import check_files, listed, read_manifest
-from october.installer.core.runner import Completed, Runner
 
 CHUNK = 8 << 20          # bytes per object-store chunk of a shipped kit file
 

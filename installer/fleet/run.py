@@ -9,12 +9,19 @@ from typing import Any, Callable
 
 from october.installer import __version__
 from october.installer.core.errors import ReceiptError, UsageError
-from october.installer.fleet import FLEET_FORMAT
-from october.installer.fleet.plan import (FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes,
-                                  shared_cache)
 from october.installer.core.hashing import sha256_bytes, sha256_file
-from october.installer.kit import MANIFEST
 from october.installer.core.schemas import validate, write_receipt
+from october.installer.fleet import FLEET_FORMAT
+from october.installer.fleet.plan import (
+    FleetOptions,
+    FleetPlan,
+    finished_before,
+    judge,
+    plan_fleet,
+    select_nodes,
+    shared_cache,
+)
+from october.installer.kit import MANIFEST
 
 
 def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
@@ -33,7 +40,7 @@ def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
 
 def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
     """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C."""
-    from october.installer.fleet.cluster import connect, cluster_nodes, run_plan, ship
+    from october.installer.fleet.cluster import cluster_nodes, connect, run_plan, ship
     from october.installer.kit.use import open_kit
     from october.installer.recipe import load_recipe
 

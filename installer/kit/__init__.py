@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from october.installer.steps.fetch.mirror import fetchable_url
 from october.installer.core.redact import redact_url
+from october.installer.steps.fetch.mirror import fetchable_url
 
 KIT_FORMAT = 1
 MANIFEST = "kit.json"

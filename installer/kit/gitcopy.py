@@ -19,14 +19,14 @@ from typing import Callable, Sequence
 import git
 
 from october.installer.core.errors import CommandFailed, FetchError, KitError
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
+from october.installer.kit import repo_relpath, url_key
+from october.installer.recipe import ForkUse
 from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
 from october.installer.steps.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
-from october.installer.kit import repo_relpath, url_key
-from october.installer.recipe import ForkUse
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]

@@ -26,11 +26,11 @@ from typing import Any, Mapping
 
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import KitError
-from october.installer.steps.fetch.mirror import has_commit
+from october.installer.core.redact import redact_url
 from october.installer.kit import MANIFEST, url_key
 from october.installer.kit.manifest import check_files, listed, read_manifest
 from october.installer.recipe import Recipe, Sources
-from october.installer.core.redact import redact_url
+from october.installer.steps.fetch.mirror import has_commit
 from october.installer.steps.wheel.download import cache_path, seen_path
 
 

@@ -24,9 +24,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from october.installer.core.errors import CommandFailed, KitError
 from october.installer.core.hashing import sha256_file
-from october.installer.recipe import Recipe
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
 from october.installer.steps.env.uvcmd import recipe_source_args, uv_exe
 from october.installer.steps.wheel.download import download_wheel
 

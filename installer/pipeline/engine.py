@@ -27,10 +27,10 @@ from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import StateError
 from october.installer.core.hashing import fingerprint
-from october.installer.steps.lock.pylock import LockedState
 from october.installer.core.paths import StackPaths
-from october.installer.recipe import Recipe
 from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
+from october.installer.steps.lock.pylock import LockedState
 
 if TYPE_CHECKING:
     from october.installer.kit.use import Kit

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from october.installer.core.errors import UsageError
-from october.installer.steps.lock.pylock import LockedState, locked_state
 from october.installer.core.paths import StackPaths, inside
-from october.installer.pipeline.engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline
-from october.installer.recipe import Recipe
 from october.installer.core.resources import locks_dir
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock, holder_file
+from october.installer.pipeline.engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline
+from october.installer.recipe import Recipe
+from october.installer.steps.lock.pylock import LockedState, locked_state
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 

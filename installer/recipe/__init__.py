@@ -15,7 +15,6 @@ key-by-key validation lives in :mod:`october.installer.recipe.tomlcheck`.
 
 from __future__ import annotations
 
-from october.installer.steps.jit.derive import JitModule
 from october.installer.recipe.cuda import ComputeCapability, CudaPin, parse_arch_list
 from october.installer.recipe.env import Sources, TorchPin
 from october.installer.recipe.forks import Fork, ForkUse, Pin, load_forks
@@ -24,6 +23,7 @@ from october.installer.recipe.models import MODEL_FORMATS, ModelSelection
 from october.installer.recipe.preflight import PreflightLimits
 from october.installer.recipe.smoke import SmokeConfig
 from october.installer.recipe.wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
+from october.installer.steps.jit.derive import JitModule
 
 __all__ = ["DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS", "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin",
            "Fork", "ForkUse", "JitModule", "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SmokeConfig",

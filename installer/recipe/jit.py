@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
-from october.installer.steps.jit.derive import (DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, DeriveError, JitModule,
-                                  derive_modules)
 from october.installer.recipe.models import ModelSelection
 from october.installer.recipe.tomlcheck import Table
+from october.installer.steps.jit.derive import (
+    DEFAULT_ROUTES,
+    DTYPES,
+    HEAD_DIMS,
+    KINDS,
+    ROUTES,
+    DeriveError,
+    JitModule,
+    derive_modules,
+)
 
 MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 

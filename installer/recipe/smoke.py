@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from october.installer.recipe.tomlcheck import Table
 
+
 @dataclass(frozen=True)
 class SmokeConfig:
     level: str | None = None

@@ -22,16 +22,16 @@ from typing import Any, Callable, Mapping
 from october.checks.contract import FORMATS, LEVELS, SMOKE_RECEIPT_FILENAME
 from october.checks.results import format_table
 from october.installer.core.atomic import write_json_atomic
-from october.installer.download.plan import fixtures_dir
 from october.installer.core.errors import ReceiptError, SmokeError, UsageError
 from october.installer.core.hashing import sha256_file
-from october.installer.steps.env import stackenv
 from october.installer.core.paths import default_cache_dir
-from october.installer.core.schemas import validate
 from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
+from october.installer.core.schemas import validate
+from october.installer.download.plan import fixtures_dir
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
+from october.installer.steps.env import stackenv
 
 REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
 STEP = "smoke"

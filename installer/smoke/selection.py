@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from october.installer.core.errors import RecipeError
-from october.installer.steps.jit.derive import selection_facts
 from october.installer.recipe import load_recipe, resolve_recipe_path
+from october.installer.steps.jit.derive import selection_facts
 
 
 def _recipe_arg(install: Path, recipe_name: str) -> str:

@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from october.installer.steps.env import stackenv, systorch
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.errors import CommandFailed, EnvError, LockError
 from october.installer.core.hashing import sha256_file
 from october.installer.pipeline.engine import StepContext
-from october.installer.steps.results import EnvResult, PreflightResult
+from october.installer.steps.env import stackenv, systorch
 from october.installer.steps.env.uvcmd import StackUv, uv_exe
+from october.installer.steps.results import EnvResult, PreflightResult
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:

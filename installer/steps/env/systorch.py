@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from october.installer.core.resources import stack_script
 from october.installer.core.errors import EnvError, UsageError
-from october.installer.recipe import Recipe
+from october.installer.core.resources import stack_script
 from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
 
 PROBE = stack_script("probe_torch.py")
 MARK = "OCTOBER_TORCH "

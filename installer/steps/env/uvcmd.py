@@ -11,8 +11,8 @@ from typing import Mapping, Sequence
 
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.paths import StackPaths
-from october.installer.recipe import Recipe
 from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
 
 
 def uv_exe() -> str:

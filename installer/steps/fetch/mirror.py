@@ -23,11 +23,11 @@ import git
 from filelock import FileLock, Timeout
 
 from october.installer.core.errors import CommandFailed, FetchError
-from october.installer.steps.fetch import git_env
-from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
 from october.installer.core.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.steps.fetch import git_env
+from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
 
 PIN_REFS = "refs/october/pins"
 LOCK_TIMEOUT_S = 3600.0

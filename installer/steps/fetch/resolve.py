@@ -17,11 +17,11 @@ from typing import Iterable, Mapping
 import git
 
 from october.installer.core.errors import FetchError, LockError
+from october.installer.core.ids import FULL_SHA
+from october.installer.core.runner import Runner
+from october.installer.recipe import Pin
 from october.installer.steps.fetch import HEX
 from october.installer.steps.fetch.mirror import Mirror, fetch_branch
-from october.installer.core.ids import FULL_SHA
-from october.installer.recipe import Pin
-from october.installer.core.runner import Runner
 
 MAX_LISTED = 10
 

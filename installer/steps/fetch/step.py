@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Mapping
 
+from october.installer.core.redact import redact_url
+from october.installer.pipeline.engine import JSON, StepContext
+from october.installer.recipe import ForkUse
 from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
 from october.installer.steps.fetch.worktree import check_clone, sync_clone
-from october.installer.pipeline.engine import JSON, StepContext
-from october.installer.recipe import ForkUse
-from october.installer.core.redact import redact_url
 from october.installer.steps.results import FetchResult, ForkRecord
 
 

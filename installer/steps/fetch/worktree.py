@@ -24,11 +24,11 @@ from typing import Callable, Mapping, Sequence
 import git
 
 from october.installer.core.errors import CommandFailed, FetchError
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env, strip_credentials
 from october.installer.steps.fetch.exclude import exclude_build_outputs
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
 
 MAX_LISTED = 10
 MAX_DEPTH = 8

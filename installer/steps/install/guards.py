@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from october.installer.core.resources import stack_script
 from october.installer.core.errors import InstallError
+from october.installer.core.resources import stack_script
 from october.installer.core.runner import Runner
 from october.installer.steps.wheel.extensions import extensions_from_record
 

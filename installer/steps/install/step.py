@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
-from october.installer.steps.env import stackenv
 from october.installer.core.errors import CommandFailed, InstallError
 from october.installer.core.hashing import sha256_file
+from october.installer.core.redact import redact_url
+from october.installer.pipeline.engine import StepContext
+from october.installer.steps.env import stackenv
+from october.installer.steps.env.step import stack_uv
 from october.installer.steps.install import consistency, nested
 from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
-from october.installer.pipeline.engine import StepContext
-from october.installer.core.redact import redact_url
-from october.installer.steps.env.step import stack_uv
 from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 PRECOMPILED = "vllm-precompiled"

@@ -20,17 +20,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from october.installer.steps.env import stackenv
+from october.checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from october.installer.core.errors import CommandFailed, JitError
 from october.installer.core.hashing import sha256_file
-from october.installer.steps.jit.cache import SharedJitCache, cache_key
-from october.installer.steps.jit.integrity import (aot_path, discard, manifest_aot_dir, read_manifest, untrusted_libraries,
-                                    write_manifest)
-from october.checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
+from october.installer.core.resources import stack_code_root
 from october.installer.pipeline.engine import StepContext
 from october.installer.recipe import JitModule
-from october.installer.core.resources import stack_code_root
+from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import resolved_nvcc
+from october.installer.steps.jit.cache import SharedJitCache, cache_key
+from october.installer.steps.jit.integrity import (
+    aot_path,
+    discard,
+    manifest_aot_dir,
+    read_manifest,
+    untrusted_libraries,
+    write_manifest,
+)
 from october.installer.steps.results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
 
 DEFAULT_BUILDER = "october.checks.jit_build"

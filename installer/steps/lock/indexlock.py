@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from datetime import datetime, timezone
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from october.installer.core.errors import LockError
+from october.installer.core.runner import Runner
+from october.installer.recipe import PROJECT_ROOT, Recipe, load_recipe
+from october.installer.steps.env.uvcmd import recipe_source_args
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.lock.pylock import TOOL, dumps
-from october.installer.recipe import PROJECT_ROOT, Recipe, load_recipe
-from october.installer.core.runner import Runner
-from october.installer.steps.env.uvcmd import recipe_source_args
 
 # glibc 2.31: the oldest the stacks run on anyway (vLLM 0.18.0's wheel is manylinux_2_31); on 2_28
 # some packages (llguidance 1.7.6) have only an sdist, which a GPU host would have to build.

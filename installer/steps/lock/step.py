@@ -10,16 +10,24 @@ from typing import Any, ClassVar, Mapping
 
 from packaging.utils import canonicalize_name
 
-from october.installer.core.resources import stack_script
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.errors import LockError
 from october.installer.core.hashing import sha256_file
-from october.installer.steps.lock.pylock import Installed, build_lock, diff_against, dumps, split_installed
+from october.installer.core.resources import stack_script
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env.step import stack_uv
-from october.installer.steps.results import (EnvResult, FetchResult, ForkRecord, InstallResult, JitResult, LockResult,
-                                     PreflightResult, WheelResult)
 from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.steps.lock.pylock import Installed, build_lock, diff_against, dumps, split_installed
+from october.installer.steps.results import (
+    EnvResult,
+    FetchResult,
+    ForkRecord,
+    InstallResult,
+    JitResult,
+    LockResult,
+    PreflightResult,
+    WheelResult,
+)
 
 PROBE = stack_script("probe_env.py")
 

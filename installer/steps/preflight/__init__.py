@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from october.installer.core.errors import UsageError
-from october.installer.steps.preflight.rules import (CHECK_NAMES, CheckResult, apply_skips, failures, punch_list,
-                                        run_checks, system_torch_result)
-from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact, gather_facts
-from october.installer.recipe import Recipe
 from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
+from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact, gather_facts
+from october.installer.steps.preflight.rules import (
+    CHECK_NAMES,
+    CheckResult,
+    apply_skips,
+    failures,
+    punch_list,
+    run_checks,
+    system_torch_result,
+)
 
 __all__ = ["CHECK_NAMES", "CheckResult", "GpuFact", "MachineFacts", "ToolFact", "doctor",
            "evaluate", "facts_json", "failures", "machine_facts_json", "punch_list", "validate_skip"]

@@ -21,8 +21,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from october.installer.core.errors import RecipeError
-from october.installer.steps.preflight.probes import MachineFacts, ToolFact
 from october.installer.recipe import CudaPin, PreflightLimits
+from october.installer.steps.preflight.probes import MachineFacts, ToolFact
 
 CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "cuda_arch", "ram", "disk", "git", "compiler", "uv")
 # Not skippable (not in CHECK_NAMES): a site-provided torch that is not the recipe's cannot be waved through.

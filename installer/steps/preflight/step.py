@@ -8,9 +8,15 @@ from typing import ClassVar, Mapping
 
 from october.installer.core.errors import PreflightError
 from october.installer.pipeline.engine import JSON, StepContext
-from october.installer.steps.preflight import evaluate, facts_json, machine_facts_json, system_torch_facts, validate_skip
-from october.installer.steps.preflight.rules import punch_list
+from october.installer.steps.preflight import (
+    evaluate,
+    facts_json,
+    machine_facts_json,
+    system_torch_facts,
+    validate_skip,
+)
 from october.installer.steps.preflight.probes import gather_facts
+from october.installer.steps.preflight.rules import punch_list
 from october.installer.steps.results import PreflightResult
 
 

@@ -6,16 +6,22 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar, Mapping
 
 from october.installer import __version__
-
-from october.installer.steps.env import stackenv
 from october.installer.core.errors import CommandFailed, ToolMissing
 from october.installer.core.hashing import fingerprint, sha256_file
-from october.installer.pipeline.engine import StepContext
-from october.installer.core.schemas import write_receipt
 from october.installer.core.resources import checkout_root
 from october.installer.core.runner import Runner
-from october.installer.steps.results import (EnvResult, FetchResult, InstallResult, JitResult, PreflightResult,
-                                     ReceiptResult, WheelResult)
+from october.installer.core.schemas import write_receipt
+from october.installer.pipeline.engine import StepContext
+from october.installer.steps.env import stackenv
+from october.installer.steps.results import (
+    EnvResult,
+    FetchResult,
+    InstallResult,
+    JitResult,
+    PreflightResult,
+    ReceiptResult,
+    WheelResult,
+)
 
 
 def tool_git_commit(runner: Runner) -> tuple[str, bool]:

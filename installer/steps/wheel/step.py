@@ -26,10 +26,10 @@ from typing import Callable, ClassVar, Mapping
 
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.hashing import sha256_file
-from october.installer.steps.lock.pylock import LockedState
+from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import BaseWheel, ForkUse, Recipe
-from october.installer.core.redact import redact_url
+from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
 from october.installer.steps.wheel.download import DownloadPolicy, download_wheel, seen_path
 from october.installer.steps.wheel.equivalence import check_source_equivalence
