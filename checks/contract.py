@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any, Mapping
 # ------------------------------------------------------------------ levels, formats, proofs
 
 LEVELS = ("reference", "kernel", "engine")      # lowest to highest
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")        # a full git commit id (or hub revision): 40 lowercase hex
+SHA256 = re.compile(r"^[0-9a-f]{64}$")          # a sha256 digest: 64 lowercase hex
 FORMATS = ("awq", "fp16")                       # the model formats a recipe selects (`--format`)
 COMPUTE_DTYPES = {"float16": "f16", "bfloat16": "bf16"}     # a selection's compute dtype -> FlashInfer's name
 # what a run at each level proves on its own (``proves`` below: ``stack`` only at the promised level)

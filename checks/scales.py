@@ -29,17 +29,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from october.checks.contract import write_text_atomic
+from october.checks.contract import FULL_SHA, write_text_atomic
 
 FORMAT_VERSION = 1
 KIND = "october-kv-scales"
 ENV_VAR = "KNLP_KV_FIXTURES"
-_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 class ScalesInvalid(ValueError):
@@ -112,7 +110,7 @@ def load_scales(path: Path) -> KVScales:
                     "regenerate the file with this tool's format")
     model = data.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("repo"), str) \
-            or not isinstance(model.get("revision"), str) or not _SHA.match(model["revision"]):
+            or not isinstance(model.get("revision"), str) or not FULL_SHA.match(model["revision"]):
         raise _fail(path, "model", "{repo: 'org/name', revision: <40 hex>}", repr(model),
                     "record the model the scales were calibrated on")
     n = data.get("num_layers")

@@ -1,8 +1,10 @@
-"""The shapes of the identifiers the tool checks: git commit ids and sha256 digests (standard library only)."""
+"""The shapes of the identifiers the tool checks: git commit ids and sha256 digests.
+
+Defined once, in the stdlib-only contract both interpreters share (``checks/scales.py`` checks the
+same revision shape inside the stack env)."""
 
 from __future__ import annotations
 
-import re
+from october.checks.contract import FULL_SHA, SHA256
 
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")   # a full git commit id (or hub revision): 40 lowercase hex
-SHA256 = re.compile(r"^[0-9a-f]{64}$")     # a sha256 digest: 64 lowercase hex
+__all__ = ["FULL_SHA", "SHA256"]

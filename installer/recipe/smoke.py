@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from october.checks.contract import LEVELS
 from october.installer.recipe.tomlcheck import Table
 
 
@@ -20,7 +21,7 @@ def parse_smoke(top: Table) -> SmokeConfig:
     if smt is None:
         return SmokeConfig()
     level = smt.get("level", str, required=False)
-    if level is not None and level not in ("kernel", "engine", "reference"):   # checks' LEVELS
+    if level is not None and level not in LEVELS:
         raise smt.err("level", "one of kernel, engine, reference", level)
     smoke = SmokeConfig(level=level,
                         prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
