@@ -12,6 +12,7 @@ test holds them to these.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -166,3 +167,13 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, obj: Any, *, default: Any = None, allow_nan: bool = True) -> None:
     """``obj`` as indented, key-sorted JSON (``default`` and ``allow_nan`` as in :func:`json.dumps`)."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=default, allow_nan=allow_nan) + "\n")
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file, read in 1 MiB chunks (the tool's hashing and the stack-side JIT builder
+    and kernel level all hash modules this one way)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from october.checks import asym  # stdlib only, safe in the stack env
-from october.installer.core.hashing import sha256_file  # stdlib only, safe in the stack env
+from october.checks.contract import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3

@@ -22,12 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _imports(path: Path) -> set[str]:
+    """The top-level names a module imports; our own package counts as ``october.checks`` or
+    ``october.installer`` (the one import package holds both sides)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            modules = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
+            modules = [node.module]
+        else:
+            continue
+        for name in modules:
+            parts = name.split(".")
+            names.add(".".join(parts[:2]) if parts[0] == "october" else parts[0])
     return names
 
 
@@ -36,13 +43,17 @@ def test_the_contract_imports_the_standard_library_only() -> None:
     assert sorted(n for n in found if n not in sys.stdlib_module_names) == []
 
 
-def test_the_checks_import_neither_the_tool_nor_its_dependencies() -> None:
+def test_the_checks_import_neither_the_tool_nor_its_dependencies(tmp_path: Path) -> None:
     """checks/ runs in the stack env: stdlib, torch, the forks and its own modules; never installer/
     or jsonschema (not installed there)."""
-    allowed = {"checks", "torch", "flashinfer", "vllm", "__future__"}
+    allowed = {"october.checks", "torch", "flashinfer", "vllm", "__future__"}
     for path in sorted((ROOT / "checks").glob("*.py")):
         extra = sorted(n for n in _imports(path) if n not in allowed and n not in sys.stdlib_module_names)
         assert extra == [], path.name
+    # the guard sees a planted import of the tool side (through the one import package, too)
+    planted = tmp_path / "planted.py"
+    planted.write_text("import jsonschema\nfrom october.installer.core.errors import OctoberError\n", encoding="utf-8")
+    assert {"jsonschema", "october.installer"} <= _imports(planted) - allowed
 
 
 def _schema(name: str) -> dict:

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
-CHUNK = 1 << 20
+from october.checks.contract import sha256_file  # one definition, shared with the stack side
 
+__all__ = ["CHUNK", "fingerprint", "sha256_bytes", "sha256_file"]
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+CHUNK = 1 << 20     # read size for streamed hashing and copying
 
 
 def sha256_bytes(data: bytes) -> str:
