@@ -1,0 +1,175 @@
+"""The ``october_setup`` commands: provision a stack (``october_setup STACK``), write an offline kit
+(``october_setup kit``), provision every node of a Ray cluster (``october_setup fleet``).
+
+Thin on purpose: parse options into a frozen options object, call one function, and let
+:func:`~october.installer.cli_common.guarded` turn an error into a message and its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from october.installer.cli_common import (
+    cache_dir_option,
+    fleet_app,
+    guarded,
+    kit_app,
+    quiet_option,
+    recipe_option,
+    setup_app,
+    split_skips,
+    version_callback,
+)
+from october.installer.core.envoverlay import environ_overlay
+from october.installer.core.paths import default_cache_dir
+from october.installer.core.ui import ConsoleReporter
+
+
+@setup_app.command()
+def october_setup(
+    stack: Path = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option("Shared cache: git mirrors, wheels, models and uv's cache "
+                                                        "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
+                                             help="Skip one preflight check by name (repeatable)."),
+    locked: bool = typer.Option(False, "--locked", help="Install exactly what a lock says; fail on any difference."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock for --locked (default: locks/<recipe>.pylock.toml, "
+                                                  "else STACK/pylock.toml)."),
+    kit: Optional[Path] = typer.Option(None, "--kit", metavar="DIR",
+                                       help="Install offline from a kit made by `october_setup kit` "
+                                            "(no other network access)."),
+    quiet: bool = quiet_option(),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
+    system_python: Optional[Path] = typer.Option(None, "--system-python", metavar="PYTHON",
+                                                 help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=version_callback("october_setup"),
+                                 help="Show the tool's version (and git commit in a checkout) and exit."),
+) -> None:
+    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
+    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`;
+    `october_setup fleet` provisions every node of a Ray cluster; see `october_setup fleet --help`.)"""
+    ui = ConsoleReporter(quiet=quiet, verbose=verbose)
+
+    def go() -> None:
+        from october.installer.pipeline.engine import SetupOptions
+        from october.installer.pipeline.plan import resolve_locked, run_setup
+        from october.installer.recipe import load_recipe
+        from october.installer.steps.env.systorch import with_system_torch
+
+        rec = with_system_torch(load_recipe(recipe), system_python)
+        cache = (cache_dir or default_cache_dir()).resolve()
+        used_kit = None
+        if kit is not None:
+            from october.installer.kit.use import kit_recipe, open_kit, seed_cache
+
+            used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
+            seed_cache(used_kit, rec, cache)
+            ui.info(f"offline: installing from the kit {used_kit.root}")
+        opts = SetupOptions(stack=stack.resolve(), recipe=kit_recipe(rec, used_kit) if used_kit else rec,
+                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=split_skips(skip_preflight),
+                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet,
+                            verbose=verbose, kit=used_kit)
+        with offline_env(used_kit.git_config() if used_kit else None):
+            result = run_setup(opts, ui, echo_commands=verbose)
+        ran = sum(1 for r in result.records if r.status == "ran")
+        if not quiet:
+            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
+                  "already done)")
+            print(f"  lock:    {result.paths.pylock}")
+            print(f"  receipt: {result.paths.setup_receipt}")
+
+    guarded(go, ui)
+
+
+@contextmanager
+def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
+    """For a kit install: every child git reads the kit's URLs from the kit and may use only local
+    files; uv runs offline.  Restored afterwards (the CLI may run in-process in tests)."""
+    if git_config is None:
+        yield
+        return
+    with environ_overlay({**git_config, "UV_OFFLINE": "1"}):
+        yield
+
+
+@kit_app.command()
+def make_kit_cmd(
+    out: Path = typer.Argument(..., metavar="DIR", help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option(),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock whose wheels go into the kit (default: "
+                                                  "locks/<recipe>.pylock.toml, else uv pip compile)."),
+    quiet: bool = quiet_option(),
+    system_torch: bool = typer.Option(False, "--system-torch", help="Leave torch out: the stack takes it from --system-python on the target (the recipe must allow it)."),
+) -> None:
+    """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> None:
+        from october.installer.kit.make import KitOptions, make_kit
+        from october.installer.recipe import load_recipe
+        from october.installer.steps.env.systorch import mark_system
+
+        rec = load_recipe(recipe)
+        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=out.resolve(),
+                          cache_dir=(cache_dir or default_cache_dir()).resolve(),
+                          lock=lock_file.resolve() if lock_file else None)
+        manifest = make_kit(opts, say=ui.detail)
+        if not quiet:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
+                  f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
+            print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
+
+    guarded(go, ui)
+
+
+@fleet_app.command()
+def fleet_cmd(
+    stack: str = typer.Argument(..., metavar="STACK", help="Stack path on each node; may hold {name}, {host}, {node_id}."),
+    address: str = typer.Option(..., "--address", metavar="ADDR", help="Ray cluster address (host:port, or auto)."),
+    kit: Path = typer.Option(..., "--kit", metavar="DIR", help="The kit (made by `october_setup kit`); a path every node sees, unless --ship-kit."),
+    recipe: str = recipe_option("Recipe name in recipes/ or a path every node sees."),
+    receipt: Path = typer.Option(Path("fleet-receipt.json"), "--receipt", metavar="FILE", help="Fleet receipt; an earlier one here is resumed from."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE", help="The lock every node installs with --locked (sent with the task)."),
+    cache_dir: Optional[str] = cache_dir_option("Cache dir on each node (same placeholders as STACK)."),
+    select: str = typer.Option("all", "--select", metavar="all|gpu", help="all: every alive node; gpu: the nodes with GPUs."),
+    node: list[str] = typer.Option([], "--node", metavar="NODE", help="Only this node: id (or 8+ char prefix), hostname or october-node label (repeatable)."),
+    ship_kit: bool = typer.Option(False, "--ship-kit", help="The nodes share no path: send the kit through Ray, verified on arrival."),
+    ship_dir: Optional[str] = typer.Option(None, "--ship-dir", metavar="DIR", help="Where a shipped kit lands on each node (default /tmp/october-fleet-kit-<sha>)."),
+    max_parallel: int = typer.Option(8, "--max-parallel", metavar="N", help="Nodes installing at once."),
+    timeout: float = typer.Option(3600.0, "--timeout", metavar="SECONDS", help="Seconds per node for setup and smoke together."),
+    smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run `current smoke` on each node (without it the fleet cannot pass)."),
+    smoke_format: str = typer.Option("fp16", "--smoke-format", metavar="awq|fp16", help="awq or fp16, for current smoke."),
+    smoke_level: Optional[str] = typer.Option(None, "--smoke-level", metavar="LEVEL", help="Default: the level the stack promises."),
+    smoke_arg: list[str] = typer.Option([], "--smoke-arg", metavar="ARG", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
+    system_python: Optional[str] = typer.Option(None, "--system-python", metavar="PYTHON", help="Take torch from this interpreter on every node (october_setup --system-python; a path each node sees)."),
+    setup_arg: list[str] = typer.Option([], "--setup-arg", metavar="ARG", help="Passed on to october_setup (repeatable, e.g. --setup-arg=--skip-preflight=gpu)."),
+    quiet: bool = quiet_option(),
+) -> None:
+    """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
+    Writes a fleet receipt; re-running resumes only the nodes that did not finish.  Needs Ray (`uv sync --extra fleet`)."""
+    ui = ConsoleReporter(quiet=quiet)
+
+    def go() -> int:
+        from october.installer.fleet.plan import FleetOptions
+        from october.installer.fleet.run import run_fleet
+
+        opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
+                            cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
+                            nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
+                            timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
+                            smoke_args=tuple(smoke_arg), system_python=system_python, setup_args=tuple(setup_arg))
+        return run_fleet(opts, say=(lambda s: None) if quiet else print)
+
+    code = guarded(go, ui)
+    raise typer.Exit(code)
