@@ -31,6 +31,7 @@ asymmetric fork.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -41,7 +42,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from october.checks import asym  # stdlib only, safe in the stack env
-from october.installer.core.hashing import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3
@@ -76,6 +76,16 @@ class ModuleProgress:
 
 
 BuildFn = Callable[[Any, Sequence[Module], ModuleProgress], list[Built]]
+
+
+def sha256_file(path: Path) -> str:
+    """The file's sha256, as ``october.installer.core.hashing.sha256_file`` spells it (checks/ never imports
+    the installer: this runs in the stack env)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def asymmetric_problem(fi: Any, modules: Sequence[Module]) -> str | None:

@@ -21,13 +21,20 @@ from october.checks import contract
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _top(module: str) -> str:
+    """The top-level name, with the ``october`` package's layout folders as their own names
+    (``october.checks.x`` -> ``checks``, ``october.installer.y`` -> ``installer``)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "october" and len(parts) > 1 else parts[0]
+
+
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {_top(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
+            names.add(_top(node.module))
     return names
 
 
@@ -168,7 +175,8 @@ def _lib(ws: Path, uri: str, data: bytes) -> None:
 def test_the_engine_jit_check_judges_the_run_watch(tmp_path: Path, after: str) -> None:
     """The engine level's JIT check reads the run's watch: a module built or rewritten while the
     engine ran fails it, as the kernel level's run-level problems do."""
-    from october.checks.engine import ModelShape, Selection, _jit
+    from october.checks.engine_checks import _jit
+    from october.checks.engine_vllm import ModelShape, Selection
     from october.checks.inputs import token_protocol
     from october.checks.workspace import Watch
 
