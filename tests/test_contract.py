@@ -179,7 +179,8 @@ def _lib(ws: Path, uri: str, data: bytes) -> None:
 def test_the_engine_jit_check_judges_the_run_watch(tmp_path: Path, after: str) -> None:
     """The engine level's JIT check reads the run's watch: a module built or rewritten while the
     engine ran fails it, as the kernel level's run-level problems do."""
-    from october.checks.engine import ModelShape, Selection, _jit
+    from october.checks.engine_checks import _jit
+    from october.checks.engine_vllm import ModelShape, Selection
     from october.checks.inputs import token_protocol
     from october.checks.workspace import Watch
 

@@ -1,0 +1,325 @@
+"""Engine level, the checks: each one judges what the started engine controls, not what this harness wrote.
+
+:mod:`october.checks.engine` starts the engines (:mod:`october.checks.engine_vllm`) and calls these;
+:func:`_oracles` folds the outside oracles (:mod:`october.checks.engine_oracle`: the captured layer
+and the 16-bit-cache engine) into the checks they prove, and :func:`_jit` judges the run's watch
+over the JIT workspace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from october.checks import engine_oracle as oracle
+from october.checks import reference as ref
+from october.checks.contract import EXTRA_CHECKS
+from october.checks.engine_vllm import (
+    DTYPES,
+    FREE_BLOCKS,
+    PROMPTS,
+    Generated,
+    ModelShape,
+    Selection,
+    _caches,
+    _generate,
+    _Hooks,
+    _need,
+    _params,
+    _tokens,
+)
+from october.checks.memory import held_bytes
+from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
+from october.checks.workspace import Watch
+from october.checks.workspace import uri as module_uri
+
+JIT_CHECK = EXTRA_CHECKS[0]                       # ("jit_complete", "JIT modules pre-built")
+GRAPH_BATCHES = (1, 3, 5)
+MEMORY_ROUNDS = 3
+K_BYTES, V_BYTES = 2, 1
+
+
+def _checksum(t: torch.Tensor) -> int:
+    return int(t.view(torch.uint8).sum(dtype=torch.int64))
+
+
+def _amend(result: CheckResult, problems: list[str], measured: dict[str, Any], limits: dict[str, Any],
+           unsupported: str | None = None) -> CheckResult:
+    """Add later evidence (the oracles) to a check measured earlier: a problem fails a passed check."""
+    result.measured.update(measured)
+    result.limits.update(limits)
+    if result.status == PASSED and unsupported:
+        result.status, result.summary = UNSUPPORTED, f"unsupported: {unsupported}"
+    elif result.status == PASSED and problems:
+        result.status, result.summary = FAILED, "; ".join(problems)
+    elif result.status == FAILED and problems:
+        result.summary = "; ".join([result.summary] + problems)
+    return result
+
+
+def _physical(llm: Any, h: _Hooks, sel: Selection) -> CheckResult:
+    if sel.k_cache_dtype not in DTYPES:
+        raise Unsupported("no recipe K cache dtype to hold the cache to (expected the selection's "
+                          f"k_cache_dtype in the stack info, found {sel.k_cache_dtype!r}): run through "
+                          "`current smoke`, or pass --stack-info with a selection")
+    want_k = DTYPES[sel.k_cache_dtype]
+    caches = _caches(h)
+    problems = []
+    for i, entry in enumerate(caches):
+        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            problems.append(f"layer {i}: expected a (k_cache, v_cache) tuple, found {type(entry).__name__}")
+            continue
+        k, v = entry
+        if k.dtype != want_k or v.dtype != ref.FP8 or v.nbytes * 2 != k.nbytes \
+                or k.dim() != 4 or k.shape != v.shape:
+            problems.append(f"layer {i}: K {k.dtype} {tuple(k.shape)} {k.nbytes}B, "
+                            f"V {v.dtype} {tuple(v.shape)} {v.nbytes}B")
+    backends = sorted({str(_need(layer, "attn_backend").get_name()) for layer in h.layers(h.runner)})
+    if backends != ["FLASHINFER"]:
+        problems.append(f"attention backends {backends}, expected FLASHINFER on every layer")
+    pairs = [e for e in caches if isinstance(e, (tuple, list)) and len(e) == 2]
+    live = "no (k_cache, v_cache) pairs"
+    if pairs:
+        before = [_checksum(t) for t in pairs[0]]
+        _generate(llm, [PROMPTS[3]])
+        after = [_checksum(t) for t in pairs[0]]
+        live = "K and V changed" if before[0] != after[0] and before[1] != after[1] else \
+            f"layer 0 K changed={before[0] != after[0]}, V changed={before[1] != after[1]}"
+        if live != "K and V changed":
+            problems.append(f"generation did not write the caches read here ({live})")
+    k_bytes = sum(e[0].nbytes for e in pairs)
+    v_bytes = sum(e[1].nbytes for e in pairs)
+    ratio = (k_bytes + v_bytes) / (2 * k_bytes) if k_bytes else 0.0
+    first = pairs[0] if pairs else None
+    return verdict("physical_k16v8", not problems,
+                   f"{len(caches)} layers, K {first[0].dtype if first else '?'} / V "
+                   f"{first[1].dtype if first else '?'}, state {ratio:.3f}x BF16, live, FLASHINFER",
+                   "; ".join(problems[:3]),
+                   {"layers": len(caches), "k_dtype": str(first[0].dtype) if first else None,
+                    "v_dtype": str(first[1].dtype) if first else None, "attention_backends": backends,
+                    "layer_shape": list(first[0].shape) if first else None, "k_bytes": k_bytes,
+                    "v_bytes": v_bytes, "state_vs_bf16": ratio, "live": live, "problems": problems},
+                   {"k_dtype": str(want_k), "v_dtype": "torch.float8_e4m3fn", "attention_backends": ["FLASHINFER"],
+                    "v_bytes": "k_bytes / 2", "state_vs_bf16": 0.75, "live": "K and V changed"})
+
+
+def _scales(llm: Any, h: _Hooks) -> CheckResult:
+    """The scales in effect after engine start, exactly the supplied ones, loaded before capture.
+    (The stored codes and the read-back scale are judged from the captured layer later.)"""
+    layers = h.layers(h.runner)
+    supplied = list(h.v_scales)
+    _generate(llm, list(PROMPTS))
+    as_float = [float(_need(layer, "_v_scale_float")) for layer in layers]
+    as_tensor = [float(_need(layer, "_v_scale").detach().float().reshape(-1)[0]) for layer in layers]
+    problems = []
+    if len(as_float) != len(supplied):
+        problems.append(f"{len(layers)} scaled layers for {len(supplied)} scales")
+    bad = [i for i, (f, t, s) in enumerate(zip(as_float, as_tensor, supplied))
+           if f != s or t != float(torch.tensor(s, dtype=torch.float32))]
+    if bad:
+        problems.append(f"layers {bad[:8]} do not hold the supplied scales after generation")
+    order_ok = "scales_loaded" in h.events and (
+        "graphs_captured" not in h.events
+        or h.events.index("scales_loaded") < h.events.index("graphs_captured"))
+    if not order_ok:
+        problems.append(f"scales not loaded before graph capture ({h.events})")
+    return verdict("calibrated_scales", not problems,
+                   f"{len(supplied)} layer scales in effect before capture; stored V codes are quant(v, s)",
+                   "; ".join(problems),
+                   {"supplied": supplied, "v_scale_float": as_float, "v_scale": as_tensor, "events": h.events},
+                   {"v_scale_float": "equal to supplied", "v_scale": "equal to supplied (float32)",
+                    "order": "scales_loaded before graphs_captured"})
+
+
+def _mixed(llm: Any) -> CheckResult:
+    engine = _need(llm, "llm_engine")
+    add, step = _need(engine, "add_request"), _need(engine, "step")
+    unfinished = _need(engine, "has_unfinished_requests")
+    solo = _generate(llm, [PROMPTS[2]])[0][0]
+    add("mixed-a", PROMPTS[0], _params(64))
+    add("mixed-b", PROMPTS[1], _params(64))
+    for _ in range(3):
+        step()
+    add("mixed-c", PROMPTS[2], _params())
+    latest = {_need(o, "request_id"): _tokens(o)[0] for o in step()}
+    first = {rid: len(ids) for rid, ids in latest.items()}
+    while unfinished():
+        for o in step():
+            latest[_need(o, "request_id")] = _tokens(o)[0]
+    mixed = latest.get("mixed-c", [])
+    same_step = {"mixed-a", "mixed-b", "mixed-c"} <= set(first) and first["mixed-c"] == 1
+    ok = same_step and mixed == solo
+    why = "the fresh prompt was not admitted in the same step as the decodes" if not same_step else \
+        "fresh prefill in a mixed step gives other tokens than its solo run"
+    return verdict("mixed_prefill", ok, "fresh prompt beside 2 decodes matches solo, the torch reference "
+                   "on a captured layer and the 16-bit-cache engine", why,
+                   {"route": "fresh prompt prefilled in the same step as 2 decodes, its K/V written to the "
+                             "K16/V8 cache, then decoded from it",
+                    "first_step_outputs": first, "solo": solo, "mixed": mixed},
+                   {"first_step": "mixed-a, mixed-b and mixed-c (1 token)",
+                    "tokens": "identical to the solo run"})
+
+
+def _memory(llm: Any, h: _Hooks, shape: ModelShape) -> CheckResult:
+    cfg = _need(llm, "llm_engine.vllm_config.cache_config")
+    blocks, block_size = int(_need(cfg, "num_gpu_blocks")), int(_need(cfg, "block_size"))
+    free = _need(llm, FREE_BLOCKS)
+    caches = _caches(h)
+    expected = blocks * block_size * shape.layers * shape.kv_heads * shape.head_dim * (K_BYTES + V_BYTES)
+    actual = sum(k.nbytes + v.nbytes for k, v in caches)
+    device = caches[0][0].device
+    free_start = int(free())
+    _generate(llm, list(PROMPTS))                       # warm-up round
+    free_after, held = [int(free())], [held_bytes(device)]
+    for _ in range(MEMORY_ROUNDS):
+        _generate(llm, list(PROMPTS))
+        free_after.append(int(free()))
+        held.append(held_bytes(device))
+    problems = []
+    if actual != expected:
+        problems.append(f"KV bytes {actual}, formula gives {expected}")
+    if any(f != free_start for f in free_after):
+        problems.append(f"free KV blocks {free_start} -> {free_after} across rounds")
+    what = "allocated GPU bytes" if device.type == "cuda" else "live tensor bytes"
+    if len(set(held)) != 1:
+        problems.append(f"{what} changed across rounds: {held}")
+    return verdict("clean_memory", not problems,
+                   f"{actual} KV bytes as the formula says; blocks returned and {what} steady over "
+                   f"{MEMORY_ROUNDS + 1} rounds", "; ".join(problems),
+                   {"kv_bytes": actual, "num_gpu_blocks": blocks, "block_size": block_size,
+                    "free_blocks_start": free_start, "free_blocks_after_rounds": free_after,
+                    "held_after_rounds": held, "held_measure": what},
+                   {"kv_bytes": expected,
+                    "formula": f"blocks x block_size x layers {shape.layers} x kv_heads {shape.kv_heads}"
+                               f" x head_dim {shape.head_dim} x (2 + 1)",
+                    "free_blocks": "back to the start after every round",
+                    "held": "unchanged after the warm-up round"})
+
+
+def _deterministic(llm: Any) -> CheckResult:
+    (t1, l1), = _generate(llm, [PROMPTS[0]])
+    (t2, l2), = _generate(llm, [PROMPTS[0]])
+    nonfinite = sum(1 for x in l1 + l2 if not math.isfinite(x))
+    problems = []
+    if not t1:
+        problems.append("empty answer")
+    if nonfinite or len(l1) != len(t1):
+        problems.append(f"{nonfinite} non-finite logprobs ({len(l1)} for {len(t1)} tokens)")
+    if t1 != t2:
+        problems.append("two runs of the same prompt gave different tokens")
+    return verdict("deterministic_generation", not problems, f"{len(t1)} tokens, finite, identical twice",
+                   "; ".join(problems), {"tokens": t1, "tokens_second_run": t2, "nonfinite_logprobs": nonfinite},
+                   {"tokens": "identical across runs", "logprobs": "all finite"})
+
+
+def _graphs(h: _Hooks, graphed: list[Generated] | BaseException, eager: list[Generated] | BaseException,
+            graph_captured: bool, eager_captured: bool, device: torch.device) -> CheckResult:
+    if isinstance(graphed, BaseException):
+        raise graphed
+    if isinstance(eager, BaseException):
+        raise eager
+    same = [[t for t, _ in g] == [t for t, _ in e] for g, e in zip(graphed, eager)]
+    cuda = device.type == "cuda"
+    measured = {"batches": list(GRAPH_BATCHES), "match": same, "graphs_captured": graph_captured,
+                "eager_engine_captured": eager_captured, "cuda_graphs": cuda and graph_captured}
+    limits = {"tokens": "identical to enforce_eager", "graphs_captured": True,
+              "eager_engine_captured": False}
+    if not graph_captured or eager_captured:
+        return CheckResult("decode_graphs", FAILED, "the graph engine captured no decode graphs"
+                           if not graph_captured else "the enforce_eager engine captured graphs too",
+                           measured, limits)
+    if not all(same):
+        bad = [n for n, s in zip(GRAPH_BATCHES, same) if not s]
+        return CheckResult("decode_graphs", FAILED, f"{'CUDA graph' if cuda else 'graph-path'} decode "
+                           f"differs from eager at batches {bad}", measured, limits)
+    if not cuda:
+        return CheckResult("decode_graphs", SKIPPED, "CUDA graphs need a GPU; the engine's graph path "
+                           f"matched eager at batches {list(GRAPH_BATCHES)}", measured, limits)
+    return CheckResult("decode_graphs", PASSED, f"CUDA graph decode at batches {list(GRAPH_BATCHES)} "
+                       "matches eager", measured, limits)
+
+
+# ------------------------------------------------------------------------------ JIT modules
+
+
+def _jit(sel: Selection, shape: ModelShape, watch: Watch) -> CheckResult:
+    """The derived modules were in the workspace before the engine started, and the run's watch
+    (:class:`october.checks.workspace.Watch`) saw none gained or changed while it ran."""
+    name = JIT_CHECK[0]
+    workspace = watch.base
+    if not sel.jit_modules or workspace is None:
+        return CheckResult(name, UNSUPPORTED, "unsupported: no derived JIT module list or workspace for this "
+                           "selection (expected the stack info `current smoke` writes)",
+                           {"workspace": str(workspace) if workspace else None}, {})
+    fix = sel.setup_command or "october_setup STACK --recipe RECIPE"
+    before = watch.built_before()
+    entry, _ = watch.finish()
+    missing = [u for u in sel.jit_modules if u not in before]
+    gained = sorted(module_uri(g) for g in entry["gained"])
+    changed = sorted(module_uri(c) for c in entry["changed"])
+    problems = []
+    if missing:
+        problems.append(f"module {missing[0]} is not pre-built in {workspace}"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                        + f"; run `{fix}` to build it")
+    if gained:
+        problems.append(f"the engine JIT-built {len(gained)} module(s) during the smoke ({gained[0]}): "
+                        f"they are outside the verified workspace; run `{fix}`")
+    if changed:
+        problems.append(f"{len(changed)} JIT module(s) changed during the smoke ({changed[0]}); run `{fix}`")
+    got = {"num_attention_heads": shape.q_heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+           "num_hidden_layers": shape.layers}
+    if sel.shape:
+        wrong = {k: (v, got[k]) for k, v in sel.shape.items() if got.get(k) is not None and got[k] != v}
+        if wrong:
+            problems.append(f"the modules were derived for another model shape: recipe vs config.json {wrong}")
+    return verdict(name, not problems, f"{len(sel.jit_modules)} derived modules pre-built; the workspace "
+                   "gained none during the smoke", "; ".join(problems),
+                   {"workspace": str(workspace), "expected": list(sel.jit_modules), "missing": missing,
+                    "present": {u: before[u] for u in sel.jit_modules if u in before}, "gained": gained,
+                    "changed": changed},
+                   {"missing": [], "gained": [], "changed": [], "build_command": fix})
+
+
+def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseException,
+             agreement: tuple[Any, ...] | BaseException) -> None:
+    """Fold the outside oracles into the checks they prove."""
+    if isinstance(layer, BaseException):
+        why = f"the captured-layer oracle could not run: {type(layer).__name__}: {layer}"
+        unsup = str(layer) if isinstance(layer, Unsupported) else None
+        for n in ("physical_k16v8", "calibrated_scales", "mixed_prefill"):
+            _amend(results[n], [why], {"layer_oracle": why}, {}, unsup)
+    else:
+        m, lim = layer.measured, layer.limits
+        _amend(results["physical_k16v8"], [] if layer.reads_8bit else [
+            f"decode on layer {m['layer']} reads a 16-bit V underneath (rel L2 {m['decode_rel_l2_vs_k16v8_reference']:.3g}"
+            f" vs the K16/V8 reference, {m['decode_rel_l2_vs_16bit_v_reference']:.3g} vs 16-bit V)"],
+            {"layer_oracle": m}, {"layer_oracle": lim})
+        scale_problems = []
+        if not layer.ok_codes:
+            scale_problems.append(f"layer {m['layer']} stored V codes are not quant(v, supplied scale): "
+                                  f"{m['codes_equal_share']:.3f} equal, stored/predicted max "
+                                  f"{m['stored_over_predicted_amax']:.3g} (a scale stuck at 1.0 or off)")
+        if not layer.ok_decode:
+            scale_problems.append(f"layer {m['layer']} decode differs from the reference dequantized with "
+                                  f"the supplied scale by {m['decode_max_err_vs_k16v8_reference']:.3g}")
+        _amend(results["calibrated_scales"], scale_problems, {"layer_oracle": m}, {"layer_oracle": lim})
+        mixed_problems = []
+        if not layer.ok_prefill:
+            mixed_problems.append(f"layer {m['layer']} prefill rows differ from the torch reference by "
+                                  f"{min(m['prefill_max_err_vs_fresh_reference'], m['prefill_max_err_vs_cached_reference']):.3g}")
+        if not layer.ok_decode:
+            mixed_problems.append(f"layer {m['layer']} decode rows differ from the torch reference by "
+                                  f"{m['decode_max_err_vs_k16v8_reference']:.3g}")
+        _amend(results["mixed_prefill"], mixed_problems,
+               {"layer_oracle": m, "prefill_route_observed": layer.prefill_route}, {"layer_oracle": lim})
+    if isinstance(agreement, BaseException):
+        why = f"the 16-bit-cache oracle could not run: {type(agreement).__name__}: {agreement}"
+        _amend(results["mixed_prefill"], [why], {"sixteen_bit_oracle": why}, {},
+               str(agreement) if isinstance(agreement, Unsupported) else None)
+    else:
+        ok, why, measured, limits = agreement
+        _amend(results["mixed_prefill"], [] if ok else [f"against the 16-bit-cache engine: {why}"],
+               {"sixteen_bit_oracle": measured}, {"sixteen_bit_oracle": limits})

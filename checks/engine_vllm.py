@@ -1,0 +1,274 @@
+"""Engine level, the vLLM side: the model start, the load/capture hooks, generation and the layer capture.
+
+Kept deliberately small: every vLLM attribute the engine level touches (here, in
+:mod:`october.checks.engine_checks` and :mod:`october.checks.engine`) is listed in
+``TOUCHED`` and reached through :func:`_need`, so a fork that lacks one makes
+the checks ``unsupported`` with its name instead of crashing (a vLLM that
+cannot be imported makes them all ``unsupported``).  The engine runs in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the model runner's
+``load_model`` can be wrapped (:class:`_Hooks`): the fixture V scales are written into every
+attention layer right after the weights load, before ``capture_model`` builds
+the CUDA graphs, and the wrapper records that order.
+
+The engine starts with the recipe selection's compute dtype (``vllm.LLM(dtype=...)``)
+and K16/V8 as ``kv_cache_dtype=("auto", "fp8_e4m3")``: K is the compute dtype (:func:`_start`).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from october.checks import engine_oracle as oracle
+from october.checks.inputs import InputError, Manifest, TokenProtocol, token_protocol
+from october.checks.results import Unsupported
+
+KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
+ATTENTION_CONFIG = {"backend": "FLASHINFER"}
+RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+FREE_BLOCKS = "llm_engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks"
+TOUCHED = (
+    "vllm.LLM(model, dtype, kv_cache_dtype, attention_config, seed, enforce_eager, "
+    "gpu_memory_utilization, enable_prefix_caching, max_model_len)",
+    "vllm.SamplingParams(temperature, max_tokens, logprobs)",
+    "LLM.generate(prompts, sampling_params, use_tqdm); prompts as {'prompt_token_ids': [...]}",
+    "LLM.get_tokenizer().encode(text, add_special_tokens)",
+    "LLM.llm_engine.add_request / .step / .has_unfinished_requests",
+    "LLM.llm_engine.vllm_config.cache_config.num_gpu_blocks / .block_size",
+    "LLM." + FREE_BLOCKS,
+    "RequestOutput.request_id / .outputs[0].token_ids / .outputs[0].logprobs[i][token].logprob",
+    f"{RUNNER_MODULE}.GPUModelRunner.load_model / .capture_model / .kv_caches / .vllm_config",
+    "VllmConfig.compilation_config.static_forward_context",
+    "Attention._v_scale / ._v_scale_float",
+    "Attention.kv_cache[0] (k_cache, v_cache) / .attn_backend.get_name()",
+    "Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output)",
+)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+PROMPTS = ("The capital of France is", "Write one sentence about the sea.",
+           "List three prime numbers:", "def fibonacci(n):", "Translate 'good morning' to German:")
+MAX_TOKENS = 16
+
+Generated = list[tuple[list[int], list[float]]]
+
+
+def _need(obj: Any, dotted: str) -> Any:
+    cur = obj
+    for part in dotted.split("."):
+        if not hasattr(cur, part):
+            raise Unsupported(f"the vLLM fork has no attribute '{dotted}' (missing '{part}')")
+        cur = getattr(cur, part)
+    return cur
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the model's config.json says the KV cache must hold (not what the engine reports)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    q_heads: int = 0
+
+
+def model_shape(manifest: Manifest) -> ModelShape:
+    path = Path(manifest.local_path) / "config.json"
+    fix = "re-run `current download` for this manifest"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = cfg.get("text_config", cfg)
+        heads = int(cfg["num_attention_heads"])
+        return ModelShape(int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads", heads)),
+                          int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads), heads)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"model config {path}: expected num_hidden_layers, num_attention_heads and "
+                         f"hidden_size or head_dim, found {type(exc).__name__}: {exc}.\n  -> {fix}") from None
+
+
+class _Hooks:
+    """Wraps GPUModelRunner.load_model/capture_model: scales in, order recorded per runner."""
+
+    def __init__(self, v_scales: tuple[float, ...]) -> None:
+        self.v_scales = v_scales
+        self.runner: Any = None
+        self.events: list[str] = []
+        self.captures = 0
+        self._restore: tuple[Any, Any, Any] | None = None
+
+    def install(self) -> None:
+        try:
+            mod = importlib.import_module(RUNNER_MODULE)
+        except ImportError as exc:
+            raise Unsupported(f"{RUNNER_MODULE} cannot be imported ({type(exc).__name__}: {exc})") from None
+        cls = _need(mod, "GPUModelRunner")
+        load, capture = _need(cls, "load_model"), _need(cls, "capture_model")
+        hooks = self
+
+        def load_model(runner: Any, *a: Any, **kw: Any) -> Any:
+            out = load(runner, *a, **kw)
+            hooks.runner = runner
+            hooks.events = []                       # a new engine: its own order
+            hooks.apply_scales(runner)
+            return out
+
+        def capture_model(runner: Any, *a: Any, **kw: Any) -> Any:
+            hooks.events.append("graphs_captured")
+            hooks.captures += 1
+            return capture(runner, *a, **kw)
+
+        self._restore = (cls, load, capture)
+        cls.load_model, cls.capture_model = load_model, capture_model
+
+    def uninstall(self) -> None:
+        if self._restore is not None:
+            cls, load, capture = self._restore
+            cls.load_model, cls.capture_model = load, capture
+            self._restore = None
+
+    def layers(self, runner: Any) -> list[Any]:
+        ctx = _need(runner, "vllm_config.compilation_config.static_forward_context")
+        found = [layer for layer in ctx.values() if hasattr(layer, "_v_scale_float")]
+        if not found:
+            raise Unsupported("no layer in static_forward_context has '_v_scale_float'")
+        return found
+
+    def apply_scales(self, runner: Any) -> None:
+        layers = self.layers(runner)
+        if len(layers) != len(self.v_scales):
+            self.events.append(f"scales_not_loaded: {len(layers)} layers, {len(self.v_scales)} scales")
+            return
+        for layer, s in zip(layers, self.v_scales):
+            _need(layer, "_v_scale").fill_(s)
+            layer._v_scale_float = float(s)
+        self.events.append("scales_loaded")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the recipe says this selection serves (``stack-info.json``'s ``selection``)."""
+
+    compute_dtype: str | None = None
+    k_cache_dtype: str | None = None
+    v_cache_dtype: str = "fp8_e4m3"
+    jit_modules: tuple[str, ...] = ()
+    jit_workspace: str | None = None
+    setup_command: str | None = None
+    shape: dict[str, int] | None = None
+    tokens: TokenProtocol = token_protocol({})       # the seed's 8,192 + 128 until given
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None, tokens: TokenProtocol) -> "Selection":
+        data = data or {}
+        return cls(compute_dtype=data.get("compute_dtype"), k_cache_dtype=data.get("k_cache_dtype"),
+                   v_cache_dtype=data.get("v_cache_dtype") or "fp8_e4m3",
+                   jit_modules=tuple(str(m["uri"] if isinstance(m, dict) else m)
+                                     for m in data.get("jit_modules") or ()),
+                   jit_workspace=data.get("jit_workspace"), setup_command=data.get("setup_command"),
+                   shape=data.get("shape"), tokens=tokens)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"compute_dtype": self.compute_dtype, "k_cache_dtype": self.k_cache_dtype,
+                "v_cache_dtype": self.v_cache_dtype, "kv_cache_dtype": list(KV_CACHE_DTYPE),
+                **self.tokens.as_json(), "tokens_from": self.tokens.source}
+
+
+def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_bit: bool = False) -> Any:
+    """The K16/V8 engine (FlashInfer), or with ``sixteen_bit`` the oracle: the same model with a
+    16-bit KV cache and vLLM's own backend choice."""
+    try:
+        vllm = importlib.import_module("vllm")
+    except ImportError as exc:
+        raise Unsupported(f"vllm cannot be imported ({type(exc).__name__}: {exc})") from None
+    llm_cls = _need(vllm, "LLM")
+    kw: dict[str, Any] = {"kv_cache_dtype": "auto"} if sixteen_bit else \
+        {"kv_cache_dtype": KV_CACHE_DTYPE, "attention_config": ATTENTION_CONFIG}
+    length = -(-(sel.tokens.prompt_tokens + sel.tokens.max_new_tokens + 64) // 256) * 256
+    try:
+        return llm_cls(model=manifest.local_path, dtype=sel.compute_dtype or "auto", seed=seed,
+                       enforce_eager=eager, gpu_memory_utilization=0.45, enable_prefix_caching=False,
+                       max_model_len=max(4096, length), **kw)
+    except TypeError as exc:
+        if "unexpected keyword argument" in str(exc):
+            raise Unsupported(f"vllm.LLM does not take the arguments this check needs ({exc})") from None
+        raise
+
+
+def _params(max_tokens: int = MAX_TOKENS, logprobs: int = 1) -> Any:
+    vllm = importlib.import_module("vllm")
+    return _need(vllm, "SamplingParams")(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs)
+
+
+def _tokens(out: Any) -> tuple[list[int], list[float]]:
+    c = _need(out, "outputs")[0]
+    ids = list(_need(c, "token_ids"))
+    lps = [next((float(v.logprob) for k, v in d.items() if k == t), math.nan)
+           for t, d in zip(ids, _need(c, "logprobs") or [])]
+    return ids, lps
+
+
+def _generate(llm: Any, prompts: list[Any], max_tokens: int = MAX_TOKENS) -> Generated:
+    return [_tokens(o) for o in _need(llm, "generate")(prompts, _params(max_tokens), use_tqdm=False)]
+
+
+def _generate_top(llm: Any, ids: list[int], max_tokens: int) -> oracle.Generation:
+    """Greedy tokens with each position's top-2 logprobs (for the 16-bit oracle comparison)."""
+    out, = _need(llm, "generate")([{"prompt_token_ids": ids}], _params(max_tokens, logprobs=2), use_tqdm=False)
+    c = _need(out, "outputs")[0]
+    return (list(_need(c, "token_ids")),
+            [{int(k): float(v.logprob) for k, v in d.items()} for d in (_need(c, "logprobs") or [])])
+
+
+def _caches(h: _Hooks) -> list[Any]:
+    caches = list(_need(h.runner, "kv_caches"))
+    if not caches:
+        raise Unsupported("GPUModelRunner.kv_caches is empty after engine start")
+    return caches
+
+def layer_pair(kv_cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's ``(k_cache, v_cache)``: bound directly (vLLM 0.24: one object per layer) or per
+    virtual engine (vLLM 0.18: a list whose [0] is the current one)."""
+    def is_pair(x: Any) -> bool:
+        return isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, torch.Tensor) and t.dim() == 4
+                                                                     for t in x)
+    if is_pair(kv_cache):
+        return kv_cache[0], kv_cache[1]
+    if isinstance(kv_cache, (tuple, list)) and kv_cache and is_pair(kv_cache[0]):
+        return kv_cache[0][0], kv_cache[0][1]
+    raise Unsupported(f"Attention.kv_cache is {type(kv_cache).__name__}, expected a (k_cache, v_cache) pair of "
+                      "4-D tensors (or a list of them per virtual engine)")
+
+
+def _middle_layer(h: _Hooks) -> tuple[int, Any]:
+    layers = h.layers(h.runner)
+    i = len(layers) // 2
+    return i, layers[i]
+
+
+def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int]) -> oracle.LayerVerdict:
+    """One request on the eager engine with one layer's impl wrapped and its cache zeroed first."""
+    index, layer = _middle_layer(h)
+    pair = layer_pair(_need(layer, "kv_cache"))
+    cap = oracle.Capture(head_dim=shape.head_dim)
+    restore = oracle.wrap_impl(layer, cap, _need)
+    try:
+        pair[0].zero_()
+        pair[1].zero_()
+        cap.armed = True
+        _generate(llm, [{"prompt_token_ids": ids[:oracle.CAPTURE_PROMPT]}], oracle.CAPTURE_STEPS)
+    finally:
+        cap.armed = False
+        restore()
+    want_k = DTYPES.get(sel.k_cache_dtype or "", pair[0].dtype)
+    return oracle.judge_layer(cap, pair[1], h.v_scales[index], want_k, index)
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
