@@ -41,3 +41,24 @@ def test_the_h200_example_is_a_kernel_level_stack_verdict_with_a_system_torch() 
     assert {c["status"] for c in smoke["checks"]} == {"passed"} and len(smoke["checks"]) == 6
     lock = (d / "pylock.toml").read_text()
     assert 'version = "2.11.0+cu130"' in lock and "2f3f0f6df6fdb48e9a8e92969711ecb7e6f23b55" in lock
+
+
+def test_the_h200_fleet_example_passed_on_every_node_with_one_lock_and_one_jit_set() -> None:
+    """A real 2-node Ray fleet on the H200 (receipts/examples/fleet-h200): the recorded receipts still
+    match the fleet schema, and what they record is a pass by the fleet's own rules."""
+    d = EXAMPLES / "fleet-h200"
+    schema = json.loads((ROOT / "receipts" / "fleet.schema.json").read_text())
+    for name in ("fleet.json", "fleet-rerun.json"):
+        doc = json.loads((d / name).read_text())
+        jsonschema.validate(doc, schema)
+        assert doc["passed"] is True and doc["consistent"] is True and doc["reasons"] == []
+        nodes = doc["nodes"]
+        assert [n["name"] for n in nodes] == ["n0", "n1"] and len({n["node_id"] for n in nodes}) == 2
+        assert {n["status"] for n in nodes} == {"passed"}
+        assert len({n["lock_sha256"] for n in nodes}) == 1
+        assert len({tuple(sorted((m["uri"], m["sha256"]) for m in n["jit"])) for n in nodes}) == 1
+        assert all(n["smoke"]["level"] == "kernel" and n["smoke"]["proves"] == "stack" for n in nodes)
+        assert all(n["gpu"]["name"] == "NVIDIA H200" for n in nodes)
+    for path in d.iterdir():
+        if path.name != "README.md":
+            assert not MACHINE.findall(path.read_text(encoding="utf-8")), path
