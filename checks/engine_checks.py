@@ -30,7 +30,7 @@ from october.checks.engine_vllm import (
     _params,
     _tokens,
 )
-from october.checks.memory import held_bytes
+from october.checks.memory import held_bytes, sample_rounds
 from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
 from october.checks.workspace import Watch
 from october.checks.workspace import uri as module_uri
@@ -171,12 +171,9 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape) -> CheckResult:
     actual = sum(k.nbytes + v.nbytes for k, v in caches)
     device = caches[0][0].device
     free_start = int(free())
-    _generate(llm, list(PROMPTS))                       # warm-up round
-    free_after, held = [int(free())], [held_bytes(device)]
-    for _ in range(MEMORY_ROUNDS):
-        _generate(llm, list(PROMPTS))
-        free_after.append(int(free()))
-        held.append(held_bytes(device))
+    samples = sample_rounds(lambda: _generate(llm, list(PROMPTS)), lambda: (int(free()), held_bytes(device)),
+                            MEMORY_ROUNDS)
+    free_after, held = [f for f, _ in samples], [b for _, b in samples]
     problems = []
     if actual != expected:
         problems.append(f"KV bytes {actual}, formula gives {expected}")

@@ -44,7 +44,7 @@ from october.checks.kernel_paged import (
     loaded_modules,
     probe,
 )
-from october.checks.memory import held_bytes
+from october.checks.memory import held_bytes, sample_rounds
 from october.checks.results import (
     FAILED,
     PASSED,
@@ -287,20 +287,21 @@ def _memory(kb: KernelBackend) -> CheckResult:
     rows = list(range(len(lens)))
     q = kb.q(len(rows), 9)
     w = kb.fi.BatchDecodeWithPagedKVCacheWrapper(kb.workspace(), "NHD")
-    kb.decode(cache, rows, q, wrapper=w)
-    seen = [held_bytes(kb.device)]
-    peak_extra = None
-    for _ in range(4):
-        if kb.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(kb.device)
-            before = torch.cuda.memory_allocated(kb.device)
-            out = kb.decode(cache, rows, q, wrapper=w)
-            torch.cuda.synchronize(kb.device)
-            peak_extra = max(peak_extra or 0, int(torch.cuda.max_memory_allocated(kb.device)) - before)
-            del out
-        else:
+    peaks: list[int] = []      # extra bytes at peak of each measured run (CUDA)
+
+    def run() -> None:
+        if kb.device.type != "cuda":
             kb.decode(cache, rows, q, wrapper=w)
-        seen.append(held_bytes(kb.device))
+            return
+        torch.cuda.reset_peak_memory_stats(kb.device)
+        before = torch.cuda.memory_allocated(kb.device)
+        out = kb.decode(cache, rows, q, wrapper=w)
+        torch.cuda.synchronize(kb.device)
+        peaks.append(int(torch.cuda.max_memory_allocated(kb.device)) - before)
+        del out
+
+    seen = sample_rounds(run, lambda: held_bytes(kb.device), 4)
+    peak_extra = max(peaks[1:]) if len(peaks) > 1 else None    # the warm-up run is not judged
     v_bytes = cache.v.nbytes
     problems = []
     if len(set(seen)) != 1:

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import gc
+from typing import Callable, TypeVar
 
 import torch
+
+T = TypeVar("T")
+
+
+def sample_rounds(run: Callable[[], object], sample: Callable[[], T], rounds: int) -> list[T]:
+    """One warm-up ``run``, then ``sample``; then ``rounds`` more runs, sampling after each.
+    Every level's clean-memory check judges its samples from here (steady = all equal)."""
+    run()
+    samples = [sample()]
+    for _ in range(rounds):
+        run()
+        samples.append(sample())
+    return samples
 
 
 def held_bytes(device: torch.device) -> int:

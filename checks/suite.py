@@ -15,7 +15,7 @@ import torch
 
 from october.checks import reference as ref
 from october.checks.backend import ReferenceBackend, Request
-from october.checks.memory import held_bytes
+from october.checks.memory import held_bytes, sample_rounds
 from october.checks.results import PASSED, SKIPPED, CheckResult, in_order, run_checks, verdict
 
 SCALE_RTOL = 1e-6           # scales are stored as float32
@@ -222,13 +222,9 @@ def check_clean_memory(backend: ReferenceBackend, sc: SuiteConfig) -> CheckResul
     actual = backend.cache.nbytes()
     prompts = make_prompts(backend.cfg.vocab, [6, 11, 4], sc.seed + 7)
     free_start = backend.allocator.num_free
-    backend.generate(prompts, sc.max_new_tokens)            # warm-up round
-    free_after = [backend.allocator.num_free]
-    gpu = [_gpu_allocated(backend)]
-    for _ in range(sc.rounds):
-        backend.generate(prompts, sc.max_new_tokens)
-        free_after.append(backend.allocator.num_free)
-        gpu.append(_gpu_allocated(backend))
+    samples = sample_rounds(lambda: backend.generate(prompts, sc.max_new_tokens),
+                            lambda: (backend.allocator.num_free, _gpu_allocated(backend)), sc.rounds)
+    free_after, gpu = [f for f, _ in samples], [g for _, g in samples]
     problems = []
     if actual != expected:
         problems.append(f"cache holds {actual} bytes, formula gives {expected}")
