@@ -26,7 +26,13 @@ from october.installer.core.runner import Runner
 from october.installer.recipe import load_recipe
 from october.installer.steps.env.uvcmd import uv_exe
 from october.installer.steps.install.consistency import marker_environment
-from october.installer.steps.lock.indexlock import build_index_lock, compile_recipe, index_request, lock_path
+from october.installer.steps.lock.indexlock import (
+    build_index_lock,
+    compile_recipe,
+    index_request,
+    lock_path,
+    settled_problems,
+)
 
 pytestmark = pytest.mark.real
 
@@ -79,9 +85,10 @@ def test_resolution_is_the_committed_lock_and_leaves_only_the_declared_exception
         name: str, tmp_path: Path, real_mirror: Path) -> None:
     recipe = load_recipe(name)
     committed = _committed(name)
-    date = committed["tool"]["october"]["exclude-newer"]
+    date, made = committed["tool"]["october"]["exclude-newer"], committed["tool"]["october"]["resolved-at"]
+    assert settled_problems(date, made) == []      # the cutoff had SETTLE days to reach every index
     compiled = compile_recipe(recipe, Runner(tmp_path / "logs"), uv_exe(), date)
-    again = build_index_lock(recipe, compiled, date)
+    again = build_index_lock(recipe, compiled, date, made)
     assert {p["name"]: (p["version"], _files(p)) for p in again["packages"]} == \
         {p["name"]: (p["version"], _files(p)) for p in committed["packages"]}
 

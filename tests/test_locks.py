@@ -65,7 +65,8 @@ def test_the_lock_is_rebuilt_identically_from_its_own_resolution() -> None:
     """build_index_lock over the committed packages gives the committed lock (nothing hand-edited)."""
     for name in RECIPES:
         recipe, lock = load_recipe(name), _lock(name)
-        again = build_index_lock(recipe, {"packages": lock["packages"]}, lock["tool"]["october"]["exclude-newer"])
+        tool = lock["tool"]["october"]
+        again = build_index_lock(recipe, {"packages": lock["packages"]}, tool["exclude-newer"], tool["resolved-at"])
         assert again == lock
 
 
@@ -81,6 +82,8 @@ def _with(recipe, **kw):
     ("hash", "without a sha256"),
     ("python", "requires-python"),
     ("setuptools", "setuptools>=77.0.3,<81"),
+    ("unsettled", "less than 3 days before resolved-at"),
+    ("no-resolved-at", "must be RFC 3339"),
 ])
 def test_planted_faults_are_reported(fault: str, words: str) -> None:
     recipe = load_recipe("20260702")
@@ -101,6 +104,10 @@ def test_planted_faults_are_reported(fault: str, words: str) -> None:
         lock["packages"][0]["wheels"][0]["hashes"] = {"md5": "0" * 32}
     elif fault == "python":
         lock["requires-python"] = "==3.12.10"
+    elif fault == "unsettled":      # a cutoff equal to the resolution time (the lock that broke CI)
+        lock["tool"]["october"]["exclude-newer"] = lock["tool"]["october"]["resolved-at"]
+    elif fault == "no-resolved-at":
+        del lock["tool"]["october"]["resolved-at"]
     elif fault == "setuptools":
         for p in lock["packages"]:
             if p["name"] == "setuptools":
@@ -137,3 +144,13 @@ def test_locked_against_an_index_lock_compares_packages_and_wheel_not_fork_commi
     lock["tool"]["october"]["wheel"]["sha256"] = "0" * 64
     problems = diff_against(state, lock)
     assert any(p.startswith("numpy: lock says") for p in problems) and any("base wheel" in p for p in problems)
+
+
+def test_regenerate_refuses_a_cutoff_that_is_not_settled(tmp_path: Path) -> None:
+    """Asking for today's date as the cutoff fails before anything is resolved or written."""
+    from october.installer.core.errors import LockError
+    from october.installer.steps.lock.indexlock import now_rfc3339, regenerate, settled_cutoff
+
+    with pytest.raises(LockError, match="too recent"):
+        regenerate(["current"], tmp_path, "uv-is-never-run", exclude_newer=now_rfc3339())
+    assert settled_cutoff("2026-12-01T22:14:56Z") == "2026-11-28T22:00:00Z"

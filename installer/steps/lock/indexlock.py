@@ -19,7 +19,7 @@ import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,11 @@ from october.installer.steps.lock.pylock import TOOL, dumps
 PLATFORM = "x86_64-manylinux_2_31"
 SCOPE = "index"
 FORK_DISTS = {"flashinfer": "flashinfer-python"}   # install mode -> the index distribution the fork replaces
+# How far before the resolution the cutoff lies.  An index (a mirror, a CDN, PyPI's own simple pages) can
+# list a file days after its upload time: a cutoff equal to the resolution time then re-resolves to a newer
+# file once the index catches up (anthropic 2.15.0, uploaded 2026-11-30T19:30Z, seen here only after a lock
+# cut at 2026-12-01T01:28Z).  Every file uploaded before ``resolved-at - SETTLE`` had SETTLE to appear.
+SETTLE = timedelta(days=3)
 
 
 @dataclass(frozen=True)
@@ -72,9 +77,9 @@ def index_request(recipe: Recipe) -> IndexRequest:
     return IndexRequest(recipe.name, recipe.python, tuple(reqs), tuple(dict.fromkeys(replaced)), tuple(sources))
 
 
-def tool_section(recipe: Recipe, exclude_newer: str) -> dict[str, Any]:
-    tool: dict[str, Any] = {"format-version": 1, "scope": SCOPE, "platform": PLATFORM,
-                            "exclude-newer": exclude_newer,
+def tool_section(recipe: Recipe, exclude_newer: str, resolved_at: str) -> dict[str, Any]:
+    tool: dict[str, Any] = {"format-version": 2, "scope": SCOPE, "platform": PLATFORM,
+                            "exclude-newer": exclude_newer, "resolved-at": resolved_at,
                             "recipe": {"name": recipe.name},
                             "torch": recipe.torch.version,
                             "install": dict(policy_json(recipe.install)),
@@ -84,13 +89,14 @@ def tool_section(recipe: Recipe, exclude_newer: str) -> dict[str, Any]:
     return tool
 
 
-def build_index_lock(recipe: Recipe, compiled: Mapping[str, Any], exclude_newer: str) -> dict[str, Any]:
+def build_index_lock(recipe: Recipe, compiled: Mapping[str, Any], exclude_newer: str,
+                     resolved_at: str) -> dict[str, Any]:
     """``uv pip compile``'s pylock, less what the forks replace, with our ``[tool.october]``."""
     req = index_request(recipe)
     packages = [dict(p) for p in compiled.get("packages", [])
                 if str(canonicalize_name(p["name"])) not in req.replaced]
     lock = {"lock-version": "1.0", "created-by": TOOL, "requires-python": f"=={recipe.python}",
-            "packages": sorted(packages, key=lambda p: str(p["name"])), "tool": {TOOL: tool_section(recipe, exclude_newer)}}
+            "packages": sorted(packages, key=lambda p: str(p["name"])), "tool": {TOOL: tool_section(recipe, exclude_newer, resolved_at)}}
     try:
         Pylock.from_dict(lock)
     except PylockValidationError as exc:
@@ -107,12 +113,14 @@ def check_index_lock(recipe: Recipe, lock: Mapping[str, Any]) -> list[str]:
     except PylockValidationError as exc:
         problems.append(f"not valid PEP 751: {exc}")
     tool = lock.get("tool", {}).get(TOOL, {})
-    want = tool_section(recipe, str(tool.get("exclude-newer", "")))
+    want = tool_section(recipe, str(tool.get("exclude-newer", "")), str(tool.get("resolved-at", "")))
     for key in sorted(set(want) | set(tool)):
         if tool.get(key) != want.get(key):
             problems.append(f"[tool.{TOOL}] {key}: lock has {tool.get(key)!r}, recipe gives {want.get(key)!r}")
     if not tool.get("exclude-newer"):
         problems.append(f"[tool.{TOOL}] exclude-newer is missing: the resolution cannot be repeated")
+    else:
+        problems.extend(settled_problems(str(tool.get("exclude-newer")), str(tool.get("resolved-at", ""))))
     if lock.get("requires-python") != f"=={recipe.python}":
         problems.append(f"requires-python {lock.get('requires-python')!r}, recipe Python {recipe.python}")
     versions: dict[str, str] = {}
@@ -150,8 +158,41 @@ def lock_path(name: str, root: Path = PROJECT_ROOT) -> Path:
     return root / "locks" / f"{name}.pylock.toml"
 
 
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _parse_rfc3339(text: str) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _rfc3339(datetime.now(timezone.utc))
+
+
+def settled_cutoff(resolved_at: str) -> str:
+    """The cutoff for a resolution made at ``resolved_at``: SETTLE earlier, on the hour."""
+    when = _parse_rfc3339(resolved_at)
+    if when is None:
+        raise ValueError(f"not an RFC 3339 time with a zone: {resolved_at!r}")
+    return _rfc3339((when - SETTLE).replace(minute=0, second=0))
+
+
+def settled_problems(exclude_newer: str, resolved_at: str) -> list[str]:
+    """Why a lock's cutoff cannot be repeated against an index that lists files late (empty: it can)."""
+    cutoff, made = _parse_rfc3339(exclude_newer), _parse_rfc3339(resolved_at)
+    if cutoff is None or made is None:
+        return [f"[tool.{TOOL}] exclude-newer {exclude_newer!r} and resolved-at {resolved_at!r} must be RFC 3339 "
+                "times with a zone"]
+    if made - cutoff < SETTLE:
+        return [f"[tool.{TOOL}] exclude-newer {exclude_newer} is less than {SETTLE.days} days before resolved-at "
+                f"{resolved_at}: an index that lists files late resolves it differently; regenerate with "
+                "locks/regenerate.sh"]
+    return []
 
 
 def regenerate(names: Sequence[str], logs: Path, uv: str, exclude_newer: str | None = None) -> list[Path]:
@@ -159,10 +200,16 @@ def regenerate(names: Sequence[str], logs: Path, uv: str, exclude_newer: str | N
 
     written: list[Path] = []
     runner = Runner(logs)
-    date = exclude_newer or now_rfc3339()
+    resolved_at = now_rfc3339()
+    date = exclude_newer or settled_cutoff(resolved_at)
+    problems = settled_problems(date, resolved_at)
+    if problems:
+        raise LockError("the index lock's cutoff is too recent to repeat", expected=f"a cutoff {SETTLE.days} days "
+                        "or more before now", found=problems[0], fix="leave --exclude-newer out (the default is "
+                        "settled) or give an earlier date")
     for name in names:
         recipe = load_recipe(name)
-        lock = build_index_lock(recipe, compile_recipe(recipe, runner, uv, date), date)
+        lock = build_index_lock(recipe, compile_recipe(recipe, runner, uv, date), date, resolved_at)
         path = lock_path(name)
         write_text_atomic(path, dumps(lock))
         written.append(path)
