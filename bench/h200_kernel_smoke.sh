@@ -54,7 +54,7 @@ cp -a "$W/stack/jit" "$W/jit-pristine"
 T3=$(now)
 echo "TIMES setup $(sub $T1 $T0) jit $(sub $T2 $T1) smoke $(sub $T3 $T2) jit+smoke $(sub $T3 $T1)"
 [ "${FAULTS:-1}" = 0 ] && exit 0
-for f in out_x0 v_scale_1 v_stored_2x k8v8 upcast_v no_flashinfer; do
+for f in ${FAULT_LIST:-out_x0 v_scale_1 v_stored_2x k8v8 upcast_v no_flashinfer out_x1_01 sm_scale_x1_02}; do
   rm -rf "$W/stack/jit"; cp -a "$W/jit-pristine" "$W/stack/jit"
   "$PY" -m tests.fixtures.kernel_faults $f --device cuda --stack-info "$W/stack-info.json" --output "$OUT/fault-$f" \
     > "$OUT/fault-$f.log" 2>&1; echo "fault $f rc $?"; sed -n 1,8p "$OUT/fault-$f.log"

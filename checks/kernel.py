@@ -38,7 +38,10 @@ from october.checks.kernel_paged import (
     KernelBackend,
     KernelConfig,
     _cumsum,
+    SLOPE_BOUND,
     _err,
+    _slope,
+    _slope_ok,
     _tol,
     attend,
     loaded_modules,
@@ -119,12 +122,18 @@ def _physical(kb: KernelBackend) -> CheckResult:
         problems.append(f"{c} V cache: {refusal}")
     if not err <= _tol(want):
         problems.append(f"decode differs from the reference (err {err:.3g} > {_tol(want):.3g})")
-    m = {"contexts": lens, "decode_max_abs_err": err, "reference_max_abs": float(want.abs().max()),
+    slope = _slope(out, want)
+    if not _slope_ok(slope):
+        problems.append(f"decode differs from the reference by a systematic scale (slope {slope:.5f}, "
+                        f"|slope - 1| > {SLOPE_BOUND})")
+    m = {"contexts": lens, "decode_max_abs_err": err, "decode_slope": slope,
+         "reference_max_abs": float(want.abs().max()),
          f"{c}_v_cache": refusal, "compute_dtype": kb.cfg.compute_dtype, **facts}
     return verdict("physical_k16v8", not problems,
                    f"K {c} / V e4m3 decode module ran ({len(lens)} requests up to {max(lens)} tokens, "
                    f"err {err:.2g}); a {c} V cache is refused", "; ".join(problems), m,
-                   {"decode_max_abs_err": _tol(want), f"{c}_v_cache": "ValueError naming v_data_type",
+                   {"decode_max_abs_err": _tol(want), "decode_slope": f"1 +- {SLOPE_BOUND}",
+                    f"{c}_v_cache": "ValueError naming v_data_type",
                     "decode_module": f"*_dtype_k_{c}_dtype_v_e4m3_* loaded, no *_dtype_kv_* decode module",
                     "decode_module_sha256": "equal to the jit step's record"})
 
@@ -191,9 +200,8 @@ def _mixed(kb: KernelBackend) -> CheckResult:
     q_next = kb.q(len(rows), 32)
     nxt = kb.decode(cache, rows, q_next)
     want_next = cache.decode_ref(q_next, rows)
-    errs = {"running_decode": (_err(dec, want_dec), _tol(want_dec)),
-            f"fresh_prefill_{kb.short}": (_err(pre, want_p), _tol(want_p)),
-            "decode_after_prefill": (_err(nxt, want_next), _tol(want_next))}
+    pairs = {"running_decode": (dec, want_dec), f"fresh_prefill_{kb.short}": (pre, want_p),
+             "decode_after_prefill": (nxt, want_next)}
     routes = [ROUTE_RAGGED.format(c=kb.short)]
     caps = asym.capabilities(kb.fi)
     if c.asym_prefill:
@@ -204,16 +212,21 @@ def _mixed(kb: KernelBackend) -> CheckResult:
         pp = kb.paged_prefill(cache, f_rows, q_pp, qo)
         want_pp = torch.cat([attend(q_pp[s - n:s], cache.k_true[r].float(), cache.oracle_v(r), causal=True)
                              for r, n, s in zip(f_rows, qo, _cumsum(qo))])
-        errs["asymmetric_paged_prefill"] = (_err(pp, want_pp), _tol(want_pp))
+        pairs["asymmetric_paged_prefill"] = (pp, want_pp)
         routes.append(ROUTE_PAGED)
-    bad = {k: e for k, (e, t) in errs.items() if not e <= t}
+    errs = {k: (_err(o, w), _tol(w)) for k, (o, w) in pairs.items()}
+    slopes = {k: _slope(o, w) for k, (o, w) in pairs.items()}
+    bad = [f"{k} differs from the reference (err {e:.3g} > {t:.3g})" for k, (e, t) in errs.items() if not e <= t]
+    bad += [f"{k} differs from the reference by a systematic scale (slope {s:.5f}, |slope - 1| > {SLOPE_BOUND})"
+            for k, s in slopes.items() if not _slope_ok(s)]
     m = {"routes": routes, "running_contexts": [n + 1 for n in running], "fresh_prompts": fresh,
-         "max_abs_err": {k: e for k, (e, _) in errs.items()}, "paged_prefill": caps.paged_prefill.as_json()}
+         "max_abs_err": {k: e for k, (e, _) in errs.items()}, "slope": slopes,
+         "paged_prefill": caps.paged_prefill.as_json()}
     return verdict("mixed_prefill", not bad,
                    f"{len(fresh)} fresh prompts ({'+'.join(map(str, fresh))} tokens) beside {len(running)} decodes "
                    f"(up to {max(running) + 1}) and their next decode match the reference",
-                   "; ".join(f"{k} differs from the reference (err {e:.3g} > {errs[k][1]:.3g})" for k, e in bad.items()),
-                   m, {"max_abs_err": {k: t for k, (_, t) in errs.items()},
+                   "; ".join(bad),
+                   m, {"max_abs_err": {k: t for k, (_, t) in errs.items()}, "slope": f"1 +- {SLOPE_BOUND}",
                        "oracle": f"fp32 torch; decode on the dequantized V, fresh prefill on in-flight {kb.short} K/V"})
 
 

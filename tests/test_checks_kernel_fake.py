@@ -68,6 +68,12 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str], tuple[str, str]]] = {
     "upcast_v_driver": ({"driver": "upcast_v"}, PASS_CPU | {"physical_k16v8": "failed"},
                         ("physical_k16v8", "a symmetric decode module ran")),
     "no_flashinfer": ({"driver": "no_flashinfer"}, ALL_UNSUPPORTED, ("physical_k16v8", "cannot be imported")),
+    # systematic errors under the max-abs bound: the slope against the reference catches them (issue 18, item 5)
+    "out_x1_01": ({"driver": "out_x1_01"}, PASS_CPU | {"physical_k16v8": "failed", "mixed_prefill": "failed"},
+                  ("physical_k16v8", "systematic scale")),
+    "sm_scale_x1_02": ({"driver": "sm_scale_x1_02"}, PASS_CPU | {"physical_k16v8": "failed", "mixed_prefill": "failed",
+                                                                "decode_graphs": "failed"},
+                       ("mixed_prefill", "systematic scale")),
     # API forms
     "symmetric_api": ({"api": "symmetric"}, ALL_UNSUPPORTED, ("physical_k16v8", "symmetric FlashInfer")),
     "explicit_api_asym_prefill": ({"api": "explicit", "asym_prefill": "1"}, PASS_CPU, ("", "")),
@@ -156,6 +162,8 @@ def test_healthy_stand_in_passes_all_but_the_cpu_graph_check(runs: dict[str, dic
     assert len(mixed["routes"]) == 1 and "ragged prefill" in mixed["routes"][0]
     assert mixed["paged_prefill"]["asymmetric"] is False
     assert set(mixed["max_abs_err"]) == {"running_decode", "fresh_prefill_bf16", "decode_after_prefill"}
+    assert set(mixed["slope"]) == set(mixed["max_abs_err"])
+    assert all(abs(s - 1) <= 0.004 for s in [physical["decode_slope"], *mixed["slope"].values()])
     scales = _check(receipt, "calibrated_scales")["measured"]
     assert scales["stored_amax_over_e4m3_max"] > 0.7 and scales["saturated_fraction"] == 0
 
