@@ -150,6 +150,8 @@ def judge_layer(cap: Capture, v_cache: torch.Tensor, scale: float, k_dtype: torc
     ref8 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_deq[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
     ref16 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_all[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
     e8, l2_8 = _err(dec_out, ref8)
+    slope_d = ref.slope(dec_out, ref8)
+    slope_p = ref.slope(o_all[0], fresh if e_fresh <= e_paged else paged)
     e16, l2_16 = _err(dec_out, ref16)
     tol_d = TOL_REL * float(ref8.abs().max()) + TOL_ABS
     # reads a 16-bit V underneath: the output follows the unquantized values, not the stored codes
@@ -173,6 +175,7 @@ def judge_layer(cap: Capture, v_cache: torch.Tensor, scale: float, k_dtype: torc
         "decode_max_err_vs_k16v8_reference": e8, "decode_rel_l2_vs_k16v8_reference": l2_8,
         "decode_rel_l2_vs_16bit_v_reference": l2_16, "decode_max_err_vs_16bit_v_reference": e16,
         "reference_max": float(ref8.abs().max()),
+        "prefill_slope_vs_reference": slope_p, "decode_slope_vs_k16v8_reference": slope_d,
         "stored_v_codes": int(stored.numel()), "predicted_v_codes": int(predicted.numel()),
         "codes_equal_share": equal, "stored_over_predicted_amax": ratio,
     }
@@ -180,10 +183,11 @@ def judge_layer(cap: Capture, v_cache: torch.Tensor, scale: float, k_dtype: torc
               "reads_16bit_v": "fails when the decode rows match the 16-bit-V reference within the "
                                "tolerance and closer than the K16/V8 one",
               "tolerance": f"{TOL_REL:g} x max|reference| + {TOL_ABS:g}",
+              "slope": f"1 +- {ref.SLOPE_BOUND} (least squares of the output against the reference)",
               "codes_equal_share_min": CODES_EQUAL_MIN, "stored_over_predicted_amax": list(AMAX_RATIO),
               "codes": "the stored V codes are quant(v, supplied scale) of the captured values"}
-    return LayerVerdict(min(e_fresh, e_paged) <= tol_p, e8 <= tol_d, not reads_16bit, ok_codes, route,
-                        measured, limits)
+    return LayerVerdict(min(e_fresh, e_paged) <= tol_p and ref.slope_ok(slope_p), e8 <= tol_d and ref.slope_ok(slope_d),
+                        not reads_16bit, ok_codes, route, measured, limits)
 
 
 Generation = tuple[list[int], list[dict[int, float]]]

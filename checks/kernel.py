@@ -32,16 +32,16 @@ import torch
 from october.checks import asym
 from october.checks import reference as ref
 from october.checks.contract import sha256_file
+from october.checks.reference import SLOPE_BOUND
+from october.checks.reference import slope as _slope
+from october.checks.reference import slope_ok as _slope_ok
 from october.checks.inputs import Manifest, ScaleChoice
 from october.checks.kernel_paged import (
     Cache,
     KernelBackend,
     KernelConfig,
     _cumsum,
-    SLOPE_BOUND,
     _err,
-    _slope,
-    _slope_ok,
     _tol,
     attend,
     loaded_modules,

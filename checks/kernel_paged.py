@@ -194,23 +194,6 @@ def _err(out: torch.Tensor, want: torch.Tensor) -> float:
     return float((out.float() - want).abs().max())
 
 
-# A systematic error hides under the max-abs bound: the output x1.01 stays at 0.63 of ``_tol`` (1% of the
-# largest output against 1.6%).  The least-squares slope of the output against the reference,
-# <out, ref> / <ref, ref> over every element, averages the kernel's rounding away (it is unbiased, ~1e-4 here)
-# and keeps a systematic one: output x1.01 gives 1.010, the softmax scale x1.02 gives 1.006 at 17 tokens and
-# 1.014..1.022 from 100 up (logit std ~4, fp64 torch over the harness's own data).
-SLOPE_BOUND = 0.004
-
-
-def _slope(out: torch.Tensor, want: torch.Tensor) -> float:
-    """The least-squares slope of ``out`` against ``want`` (1.0: no systematic scale error)."""
-    o, w = out.double().flatten(), want.double().flatten()
-    den = float(w @ w)
-    return float(o @ w) / den if den > 0 else float("nan")
-
-
-def _slope_ok(slope: float) -> bool:
-    return abs(slope - 1.0) <= SLOPE_BOUND      # False for nan too
 
 
 @dataclass

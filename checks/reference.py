@@ -131,3 +131,24 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     mask = torch.arange(length, device=q.device)[None, :] <= qpos
     scores = scores.masked_fill(~mask[None], float("-inf"))
     return torch.einsum("hnl,lhd->nhd", torch.softmax(scores, dim=-1), vv)
+
+
+# A systematic error hides under the max-abs bound: the output x1.01 stays at 0.63 of ``_tol`` (1% of the
+# largest output against 1.6%).  The least-squares slope of the output against the reference,
+# <out, ref> / <ref, ref> over every element, averages the kernel's rounding away (it is unbiased, ~1e-4 here)
+# and keeps a systematic one: output x1.01 gives 1.010, the softmax scale x1.02 gives 1.006 at 17 tokens and
+# 1.014..1.022 from 100 up (logit std ~4, fp64 torch over the harness's own data).  Measured on the H200 with
+# the real FlashInfer 2f3f0f6d (receipts/examples/kernel-sensitivity-h200): healthy within 1.4e-4 of 1,
+# output x1.01 at 1.0098, softmax x1.02 at 1.011..1.017.
+SLOPE_BOUND = 0.004
+
+
+def slope(out: torch.Tensor, want: torch.Tensor) -> float:
+    """The least-squares slope of ``out`` against ``want`` (1.0: no systematic scale error)."""
+    o, w = out.double().flatten(), want.double().flatten()
+    den = float(w @ w)
+    return float(o @ w) / den if den > 0 else float("nan")
+
+
+def slope_ok(slope: float) -> bool:
+    return abs(slope - 1.0) <= SLOPE_BOUND      # False for nan too

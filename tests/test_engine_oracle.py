@@ -20,7 +20,8 @@ HQ, HKV, D, N0, STEPS = 4, 2, 64, 24, 5
 
 
 def _capture(amax: float, *, store_scale: float, read_scale: float, upcast: bool = False,
-             zero: bool = False) -> tuple[oracle.Capture, torch.Tensor, float]:
+             zero: bool = False, out_scale: float = 1.0, sm_scale: float = 1.0
+             ) -> tuple[oracle.Capture, torch.Tensor, float]:
     """What a K16/V8 engine would hand impl.forward for one prompt + decodes, V values up to ``amax``."""
     g = torch.Generator().manual_seed(7)
     n = N0 + STEPS
@@ -34,12 +35,14 @@ def _capture(amax: float, *, store_scale: float, read_scale: float, upcast: bool
     stored = ref.dequantize_v(cache.view(-1, HKV, D)[:n], read_scale)
     seen = v if upcast else stored
     cap = oracle.Capture(head_dim=D)
-    out0 = ref.dense_attention(q[:N0], k[:N0], v[:N0]).float()            # fresh prefill: in-flight K/V
-    cap.calls.append((q[:N0], k[:N0], v[:N0], out0 * (0 if zero else 1)))
+    f = 0.0 if zero else out_scale
+    qs = q * sm_scale                      # an engine whose softmax scale is sm_scale x 1/sqrt(D)
+    out0 = ref.dense_attention(qs[:N0], k[:N0], v[:N0]).float()           # fresh prefill: in-flight K/V
+    cap.calls.append((q[:N0], k[:N0], v[:N0], out0 * f))
     for j in range(STEPS):
         p = N0 + j
-        o = ref.dense_attention(q[p:p + 1], k[:p + 1], seen[:p + 1]).float()
-        cap.calls.append((q[p:p + 1], k[p:p + 1], v[p:p + 1], o * (0 if zero else 1)))
+        o = ref.dense_attention(qs[p:p + 1], k[:p + 1], seen[:p + 1]).float()
+        cap.calls.append((q[p:p + 1], k[p:p + 1], v[p:p + 1], o * f))
     return cap, cache, supplied
 
 
@@ -86,6 +89,19 @@ def test_attention_times_zero_fails_prefill_and_decode() -> None:
     s = 100.0 / ref.FP8_MAX
     v = _judge(store_scale=s, read_scale=s, zero=True)
     assert not v.ok_prefill and not v.ok_decode and v.reads_8bit
+
+
+@pytest.mark.parametrize("fault", [{"out_scale": 1.01}, {"sm_scale": 1.02}])
+def test_a_systematic_error_under_the_max_abs_bound_fails_by_its_slope(fault: dict[str, float]) -> None:
+    """Output x1.01 and softmax scale x1.02 (issue 18, item 5): the slope against the reference catches them."""
+    s = 100.0 / ref.FP8_MAX
+    healthy = _judge(store_scale=s, read_scale=s)
+    v = _judge(store_scale=s, read_scale=s, **fault)
+    for m in (healthy.measured, v.measured):
+        assert set(m) >= {"prefill_slope_vs_reference", "decode_slope_vs_k16v8_reference"}
+    assert abs(healthy.measured["decode_slope_vs_k16v8_reference"] - 1) < 1e-3
+    assert not v.ok_decode and not v.ok_prefill, v.measured
+    assert abs(v.measured["decode_slope_vs_k16v8_reference"] - 1) > ref.SLOPE_BOUND
 
 
 def test_an_unmodelled_schedule_is_unsupported_not_a_verdict() -> None:
