@@ -158,6 +158,9 @@ def download(
     offline: bool = typer.Option(False, "--offline", help="Re-verify an existing copy without network."),
     fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
                                             help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
+                                             help="A local copy (shared storage): checked in place against the "
+                                                  "recipe's sha256 pins, no hub, nothing written there."),
     quiet: bool = quiet_option(),
 ) -> None:
     """Download the recipe's pinned model and write a verified manifest."""
@@ -170,7 +173,8 @@ def download(
         opts = DownloadOptions(recipe=load_recipe(recipe), format=format.value, output=output.resolve(),
                                local_dir=local_dir.resolve() if local_dir else None,
                                cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
-                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet)
+                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet,
+                               model_dir=model_dir.resolve() if model_dir else None)
         path = run_download(opts, bars=lambda label, done, total: ui.transfer(label, done, total, "B"))
         if not quiet:
             print(f"manifest written: {path}")

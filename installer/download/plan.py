@@ -26,6 +26,7 @@ class DownloadOptions:
     offline: bool = False            # re-verify an existing copy, no network
     fixtures: Path | None = None     # calibrated scales dir; default $KNLP_KV_FIXTURES
     quiet: bool = False              # no progress bars or progress lines (warnings still shown)
+    model_dir: Path | None = None    # a local copy (shared storage): hashed in place against the recipe's pins
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class DownloadPlan:
     offline: bool
     fixtures: Path | None
     quiet: bool
+    local_source: bool = False         # --model-dir: no hub; every file checked against the recipe's sha256 pins
 
     @property
     def where(self) -> str:
@@ -115,7 +117,19 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         raise UsageError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
                          found=f"{parent} is a file", fix="pass a path inside a directory")
     cache_dir = (opts.cache_dir or default_cache_dir(env)).expanduser().absolute()
-    if opts.local_dir is not None:
+    if opts.model_dir is not None:
+        if opts.local_dir is not None or opts.offline:
+            raise UsageError("--model-dir names the copy to check in place",
+                             expected="--model-dir alone", found="--local-dir or --offline beside it",
+                             fix="drop --local-dir/--offline: a --model-dir copy is never downloaded into")
+        model_dir = opts.model_dir.expanduser().absolute()
+        if not model_dir.is_dir():
+            raise UsageError(f"--model-dir {model_dir} is not a directory",
+                             expected="the directory holding the model's files (config.json, *.safetensors, ...)",
+                             found="a file" if model_dir.exists() else "nothing there",
+                             fix="pass the model's directory")
+        local_dir, default_dir = model_dir, False
+    elif opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
         local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
@@ -126,4 +140,4 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
                         cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
                         output=output, offline=opts.offline,
                         fixtures=fixtures,
-                        quiet=opts.quiet)
+                        quiet=opts.quiet, local_source=opts.model_dir is not None)

@@ -11,6 +11,10 @@ Online::
 
 ``--offline`` skips the hub entirely and re-verifies the local copy against
 that record (recipe pins still win), then writes the manifest the same way.
+
+``--model-dir DIR`` takes a copy that is already there (a site's shared storage, a model made offline):
+no hub, nothing written into DIR, nothing moved; every file the selection's patterns match must have a
+sha256 pinned in the recipe (the only record the copy did not produce itself), and is checked against it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ RECORD_DIR = ".october"
 RECORD_NAME = "verified.json"
 RECORD_KIND = "october-verified-files"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+LOCAL_ENDPOINT = "local directory (--model-dir)"
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This file is a cache directory tag created by october.\n"
                 "# For information about cache directory tags see https://bford.info/cachedir/\n")
@@ -71,6 +76,15 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             expected=f"a directory {plan.local_dir} from an earlier download",
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
+    if plan.local_source:
+        say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
+        files = _verify_local(plan, say, bars)
+        scales = check_scales(plan, warn)
+        manifest = build_manifest(plan, resolved_revision=plan.revision, files=files, scales=scales,
+                                  endpoint=LOCAL_ENDPOINT)
+        write_manifest(plan.output, manifest, secrets=hub.secrets())
+        say(f"wrote {plan.output} ({len(files)} files verified, {sum(f.size for f in files)} bytes)")
+        return plan.output
     with _dir_lock(plan):
         if plan.offline:
             say(f"re-verifying {plan.where} in {plan.local_dir} (offline)")
@@ -158,6 +172,52 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
                             found=", ".join(sorted(listed)),
                             fix=f"add the weight patterns to [models.{plan.selection}].patterns")
     return out
+
+
+# ------------------------------------------------------------------------ local
+
+
+def _local_files(root: Path) -> list[str]:
+    """Every regular file under ``root`` as a '/'-separated relative path; hidden folders (.cache, .git,
+    .october) are bookkeeping, not the model."""
+    out = []
+    for f in root.rglob("*"):
+        rel = f.relative_to(root)
+        if f.is_file() and not any(part.startswith(".") for part in rel.parts[:-1]):
+            out.append(rel.as_posix())
+    return sorted(out)
+
+
+def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None) -> list[VerifiedFile]:
+    where = f"{plan.where} in {plan.local_dir}"
+    table = f"[models.{plan.selection}.sha256] of {plan.recipe_path}"
+    present = _local_files(plan.local_dir)
+    wanted = hub.select(present, plan.patterns)
+    if not wanted:
+        raise DownloadError(f"no file in {plan.local_dir} matches the recipe's patterns",
+                            expected=f"files matching {list(plan.patterns)}", found=", ".join(present[:8]) or "none",
+                            fix="pass the model's own directory to --model-dir")
+    if not any(_is_weight(p) for p in wanted):
+        raise DownloadError(f"the selection of {where} contains no weight file",
+                            expected=f"at least one of {', '.join('*' + s for s in WEIGHT_SUFFIXES)}",
+                            found=", ".join(wanted[:8]), fix=f"add the weight patterns to [models.{plan.selection}].patterns")
+    unpinned = [p for p in wanted if p not in plan.pinned_sha256]
+    if unpinned:
+        raise DownloadError(f"{len(unpinned)} file(s) of the local copy have no sha256 pinned in the recipe "
+                            f"(first: '{unpinned[0]}')",
+                            expected=f"a pin for every selected file in {table}",
+                            found=f"none for {', '.join(unpinned[:4])}{' ...' if len(unpinned) > 4 else ''}",
+                            fix=f"pin them from a copy you trust (sha256sum of each file) under {table}; "
+                                "a local copy is never trusted by its own hashes")
+    stray = sorted(set(plan.pinned_sha256) - set(wanted))
+    if stray:
+        raise DownloadError(f"the recipe pins a sha256 for '{stray[0]}', which {plan.local_dir} does not hold "
+                            "under the selection's patterns", expected=f"one of {wanted[:8]}", found=repr(stray[0]),
+                            fix="pass the complete copy to --model-dir, or fix the pins in the recipe")
+    expected = [Expected(p, None, plan.pinned_sha256[p], None, source="recipe") for p in wanted]
+    return verify_files(plan.local_dir, expected, where=where, progress=say, hashed=_bar(bars, "sha256"),
+                        move_bad=False, fix=f"the copy in {plan.local_dir} is not the pinned model: restore it "
+                        "from a copy you trust (nothing was moved or changed)")
 
 
 # ---------------------------------------------------------------------- offline

@@ -114,12 +114,14 @@ def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = N
 def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
                  on_bad: Callable[[str], None] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 hashed: Callable[[float, float | None], None] | None = None) -> list[VerifiedFile]:
+                 hashed: Callable[[float, float | None], None] | None = None,
+                 move_bad: bool = True, fix: str | None = None) -> list[VerifiedFile]:
     """Verify every file; on any problem move the bad files aside and raise once with the full list.
 
     ``on_bad(path)`` is called for each file moved aside (the caller drops the
     downloader's own record of it so that a re-run fetches it again).  ``hashed(done, total)``
-    follows the bytes read over all files (for a progress bar).
+    follows the bytes read over all files (for a progress bar).  ``move_bad=False`` leaves bad files where they
+    are (a copy the tool does not own, e.g. a site's shared model directory): they are only reported.
     """
     good: list[VerifiedFile] = []
     problems: list[Problem] = []
@@ -140,20 +142,20 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
             continue
         assert bad is not None
         f = root / exp.path
-        if f.is_file():
+        if f.is_file() and move_bad:
             bad = Problem(bad.path, bad.what, bad.expected, bad.found,
                           moved_to=move_aside(f, digest_file(f).sha256))
             if on_bad is not None:
                 on_bad(exp.path)
         problems.append(bad)
     if problems:
-        raise _error(problems, where)
+        raise _error(problems, where, fix)
     return good
 
 
-def _error(problems: list[Problem], where: str) -> DownloadError:
-    fix = ("re-run the download to fetch the bad file(s) again; if the mismatch repeats, the hub or a "
-           "proxy serves other bytes than its record says: do not use them")
+def _error(problems: list[Problem], where: str, fix: str | None = None) -> DownloadError:
+    fix = fix or ("re-run the download to fetch the bad file(s) again; if the mismatch repeats, the hub or a "
+                  "proxy serves other bytes than its record says: do not use them")
     if len(problems) == 1:
         p = problems[0]
         moved = f"; it was moved aside to {p.moved_to}" if p.moved_to else ""
