@@ -172,7 +172,11 @@ class ConsoleReporter:
             why = f"starting ({reason.removeprefix('an ')})"
         else:
             why = f"running again: {reason}"
-        self._say(f"==> {name}: {why}")
+        self.task_start(name, why)
+
+    def task_start(self, name: str, text: str) -> None:
+        """One long piece of work begins: a ``==> name: text`` line, then a spinner on a terminal."""
+        self._say(f"==> {name}: {text}")
         self._step = name
         self._uv = UvProgress()
         if self.live:
