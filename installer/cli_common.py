@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import importlib
 import json
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -177,24 +176,29 @@ def _file_above(path: Path) -> Path | None:
 
 
 def dir_option(option: str, path: Path, *, must_exist: bool = False) -> Path:
-    """A directory option (made if missing unless ``must_exist``): a file there or above it is exit 19."""
+    """A directory option (made if missing unless ``must_exist``): a file there or above it, or
+    (``must_exist``) nothing there, is exit 19, said as such."""
     path = path.expanduser()
     blocker = _file_above(path)
-    if blocker is not None or (must_exist and not path.is_dir()):
-        where = path if blocker is None or blocker == path else blocker
-        raise FileSystemError(f"{option} {path} cannot be used as a directory",
-                              expected="a directory" + ("" if must_exist else " (made if missing)"),
-                              found=f"{_kind(where)} at {where}",
-                              fix=f"pass a directory to {option}")
-    return path.resolve()
+    if blocker == path:
+        what = f"{option} {path} is a file"
+    elif blocker is not None:
+        what = f"{option} {path} lies under a file ({blocker})"
+    elif must_exist and not path.is_dir():
+        what = f"{option} {path} does not exist"
+    else:
+        return path.resolve()
+    raise FileSystemError(what, expected="a directory" + ("" if must_exist else " (made if missing)"),
+                          found=f"{_kind(blocker or path)} at {blocker or path}", fix=f"pass a directory to {option}")
 
 
 def file_option(option: str, path: Path) -> Path:
     """A file option that must exist: nothing there, or a directory, is exit 19."""
     path = path.expanduser()
     if not path.is_file():
-        raise FileSystemError(f"{option} {path} cannot be read as a file", expected="an existing file",
-                              found=_kind(path), fix=f"check the path given to {option}")
+        what = f"{option} {path} is a directory" if path.is_dir() else f"{option} {path} does not exist"
+        raise FileSystemError(what, expected="an existing file", found=f"{_kind(path)} at {path}",
+                              fix=f"check the path given to {option}")
     return path.resolve()
 
 
