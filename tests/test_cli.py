@@ -114,7 +114,7 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
         (["october_setup", str(tmp_path / "s"), "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
         (["doctor", "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
         # a file where a directory belongs is exit 19 for every path option (README "Exit codes")
-        (["download", "--format", "awq", "--output", str(afile / "x.json")], 19, "lies under a file"),
+        (["download", "--format", "awq", "--output", str(afile / "x.json")], 19, "is a file"),
         (["smoke", "--install", str(tmp_path), "--format", "bogus", "--output", str(tmp_path / "o")], 2,
          "'bogus' is not one of 'awq', 'fp16'"),
         (["smoke", "--install", str(tmp_path), "--format", "awq", "--level", "bogus", "--output",
