@@ -78,7 +78,8 @@ def october_setup(
         skips = split_skips(skip_preflight)
         validate_skip(skips)
         cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
-        kit_dir = dir_option("--kit", kit, must_exist=True) if kit is not None else None
+        # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
+        kit_dir = dir_option("--kit", kit) if kit is not None else None
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         rec = with_system_torch(load_recipe(recipe), system_python)
         locked_state = resolve_locked(rec, root, locked, lock)
