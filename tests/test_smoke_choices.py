@@ -94,6 +94,14 @@ def test_a_two_model_recipe_takes_the_format_of_the_manifest_here(tmp_path: Path
     assert opts.format == "awq" and made["format"] == {"value": "awq", "source": "recipe"}
 
 
+def test_a_recipe_option_that_names_nothing_is_refused(tmp_path: Path) -> None:
+    from october.installer.core.errors import RecipeError
+
+    stack = _stack(tmp_path, "flashinfer-pr3812", [FI])
+    with pytest.raises(RecipeError, match="there is no recipe 'nope'"):
+        _resolve(stack, tmp_path, "kernel", recipe="nope")
+
+
 def test_a_receipt_without_a_recipe_asks_for_one(tmp_path: Path) -> None:
     stack = _stack(tmp_path, "current", [FI])
     (stack / "receipts" / "setup.json").write_text(json.dumps({"forks": [FI]}))
