@@ -110,3 +110,26 @@ def test_a_setup_and_a_kit_on_a_terminal_and_in_a_pipe(world: World, tmp_path: P
         assert all(ln.rstrip().endswith(")") and "100% (" in ln for ln in git_lines), (name, git_lines)
     # a terminal gets live drawing (cursor movement / redraws), a pipe does not
     assert "\x1b[" in seen["setup, terminal"] and "\x1b[" in seen["kit, terminal"]
+
+
+def test_probe_json_and_uv_hints_never_reach_the_spinner() -> None:
+    """The lines measured on the H200 (issue 19): the system-torch probe behind its marker, the wheel
+    probe's JSON, uv's activation hint.  The spinner's text is recorded by replacing the real
+    spinner's ``update`` (rich draws it from a thread, too late to read back reliably)."""
+    import io
+
+    from rich.console import Console
+
+    from october.installer.core.ui import ConsoleReporter
+
+    ui = ConsoleReporter(console=Console(file=io.StringIO(), force_terminal=True, width=120))
+    ui.step_start("preflight", "")
+    shown: list[str] = []
+    ui._status.update = shown.append
+    for line in ('OCTOBER_TORCH {"base_prefix": "/opt/torch", "cuda": "13.0"}',
+                 '{"implementation": "cpython", "version": [3, 12], "abi": "cp312"}',
+                 "Activate with: source wstack/env/bin/activate", '[{"name": "torch"}]',
+                 "Resolved 5 packages in 12ms"):
+        ui.progress(line)
+    ui.step_done("preflight", 0.1)
+    assert shown == ["preflight: Resolved 5 packages in 12ms"]
