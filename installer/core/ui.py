@@ -6,9 +6,9 @@ total bar for counted work (JIT modules, uv's source builds); otherwise a spinne
 line of the command it is running.  In a log or pipe the same progress becomes a plain line at
 every tenth (git's: one line as each phase ends), so a CI log shows it without a flood.  What a
 command prints for us (a probe's JSON, uv's "Activate with" hint) never reaches the spinner.
-Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB | 30.00 MiB/s``, ninja's ``[12/40] ...``,
-uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``, the JIT builder's ``JIT modules
-built: 1/2``), so the steps need not know.
+Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB |
+30.00 MiB/s``, ninja's ``[12/40] ...``, uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``,
+the JIT builder's ``JIT modules built: 1/2``), so the steps need not know.
 """
 
 from __future__ import annotations
