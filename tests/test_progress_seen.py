@@ -6,6 +6,7 @@ kit is not silent on a terminal; in a pipe git reports phases, not a line per te
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -15,8 +16,10 @@ import sys
 import termios
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from october.installer.cli import current_main
 from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.world import World, make_world
 
@@ -77,7 +80,8 @@ def world(tmp_path: Path) -> World:
     return make_world(tmp_path / "world")
 
 
-def test_a_setup_and_a_kit_on_a_terminal_and_in_a_pipe(world: World, tmp_path: Path) -> None:
+def test_a_setup_and_a_kit_on_a_terminal_and_in_a_pipe(world: World, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     seen: dict[str, str] = {}
     runs = {
         "setup, terminal": (in_pty, _argv(str(tmp_path / "s1"), "--recipe", str(world.recipe), "--cache-dir",
@@ -110,6 +114,14 @@ def test_a_setup_and_a_kit_on_a_terminal_and_in_a_pipe(world: World, tmp_path: P
         assert all(ln.rstrip().endswith(")") and "100% (" in ln for ln in git_lines), (name, git_lines)
     # a terminal gets live drawing (cursor movement / redraws), a pipe does not
     assert "\x1b[" in seen["setup, terminal"] and "\x1b[" in seen["kit, terminal"]
+
+    # the stack's --json reports are versioned and match their schemas (verify, env)
+    for cmd, kind in ((["verify", "--install", str(tmp_path / "s2"), "--json"], "verify"),
+                      (["env", "--install", str(tmp_path / "s2"), "--json"], "env")):
+        assert current_main(cmd) == 0, cmd
+        doc = json.loads(capsys.readouterr().out)
+        jsonschema.validate(doc, json.loads((PROJECT_ROOT / "receipts" / f"{kind}.schema.json").read_text()))
+        assert doc["format_version"] == 1 and doc["kind"] == f"october-{kind}"
 
 
 def test_probe_json_and_uv_hints_never_reach_the_spinner() -> None:
