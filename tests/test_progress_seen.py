@@ -80,6 +80,7 @@ def world(tmp_path: Path) -> World:
     return make_world(tmp_path / "world")
 
 
+@pytest.mark.slow
 def test_a_setup_and_a_kit_on_a_terminal_and_in_a_pipe(world: World, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     seen: dict[str, str] = {}

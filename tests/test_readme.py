@@ -128,6 +128,7 @@ def test_parse_only_catches_what_a_user_would_hit() -> None:
             parse_only(argv)
 
 
+@pytest.mark.slow
 def test_the_cpu_blocks_run_as_printed_on_a_fresh_copy(tmp_path: Path) -> None:
     """The prerequisites line and the first commands, with bash -e, in a copy without .venv (uv makes
     it from its cache, or from the index where the cache is cold: the tool's own dependencies only)."""
