@@ -14,21 +14,24 @@ machine-readable form of a report.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 import typer
 
 # importing the command modules registers their commands on the apps
 from october.installer import cli_current, cli_setup  # noqa: F401
-from october.installer.cli_common import current_app, fleet_app, guarded, kit_app, setup_app
+from october.installer.cli_common import (
+    click_exc,
+    current_app,
+    fleet_app,
+    guarded,
+    kit_app,
+    print_json_error,
+    setup_app,
+)
 from october.installer.core.ui import ConsoleReporter
 
 __all__ = ["current_app", "current_main", "fleet_app", "guarded", "kit_app", "setup_app", "setup_main"]
-
-# the click exceptions module typer parses with (recent typers carry their own copy of click)
-click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -51,7 +54,10 @@ def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except click_exc.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
-        ConsoleReporter().error("usage error", f"{exc.format_message()}\n  -> run `{where} --help` for the options")
+        text = f"{exc.format_message()}\n  -> run `{where} --help` for the options"
+        ConsoleReporter().error("usage error", text)
+        if "--json" in (sys.argv[1:] if argv is None else argv):      # stdout is JSON whatever happened
+            print_json_error(where, 2, "usage error", text)
         return 2
     except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
         ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")

@@ -7,7 +7,6 @@ machine-readable form of a report.  Thin on purpose: parse options, call one fun
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -19,15 +18,21 @@ from october.installer.cli_common import (
     ModelFormat,
     SmokeLevel,
     cache_dir_option,
+    command,
     current_app,
+    dir_option,
+    file_option,
     guarded,
+    json_option,
+    print_json,
     quiet_option,
     recipe_option,
+    reporter,
     split_skips,
+    verbose_option,
 )
 from october.installer.core.errors import OctoberError
 from october.installer.core.paths import default_cache_dir
-from october.installer.core.ui import ConsoleReporter
 
 
 def doctor_table(results: list[Any]) -> list[str]:
@@ -38,18 +43,20 @@ def doctor_table(results: list[Any]) -> list[str]:
     return lines
 
 
-@current_app.command()
+@command(current_app)
 def doctor(
     recipe: str = recipe_option(),
     install: Path = typer.Option(Path("."), "--install", metavar="STACK",
                                  help="Where the stack lives or will live (for the disk check)."),
     skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
                                              help="Skip one check by name (repeatable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the checks and machine facts as JSON."),
+    as_json: bool = json_option("the checks and machine facts"),
     system_python: Optional[Path] = typer.Option(None, "--system-python", metavar="PYTHON", help="Check the torch of this interpreter too."),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Run the preflight checks alone and print them as a table; exit 1 when one fails."""
-    ui = ConsoleReporter()
+    ui = reporter(quiet, verbose)
 
     def go() -> int:
         from october.installer.core.runner import Runner
@@ -63,35 +70,38 @@ def doctor(
             results, facts = run_doctor(rec, install.resolve(), split_skips(skip_preflight), Runner(Path(logs)))
         failed = sum(r.status == "failed" for r in results)
         if as_json:
-            print(json.dumps({"recipe": {"name": rec.name, "sha256": rec.sha256}, "passed": failed == 0,
-                              "checks": [{"name": r.name, "status": r.status, "detail": r.detail,
-                                          "expected": r.expected, "found": r.found, "fix": r.fix} for r in results],
-                              "facts": facts_json(facts)}, indent=2))
+            print_json("doctor", {"recipe": {"name": rec.name, "sha256": rec.sha256}, "passed": failed == 0,
+                                  "checks": [{"name": r.name, "status": r.status, "detail": r.detail,
+                                              "expected": r.expected, "found": r.found, "fix": r.fix} for r in results],
+                                  "facts": facts_json(facts)})
         else:
             print("\n".join(doctor_table(results)))
             print(f"{len(results) - failed} of {len(results)} checks passed" if failed else "all checks passed")
         return 1 if failed else 0
 
-    raise typer.Exit(guarded(go, ui))
+    raise typer.Exit(guarded(go, ui, json_command="current doctor" if as_json else None))
 
 
-@current_app.command()
+@command(current_app)
 def verify(
     install: Path = typer.Option(..., "--install", metavar="STACK", help="The stack directory made by october_setup."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = json_option("the report"),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option("Name each group of checks as it starts."),
 ) -> None:
     """Re-check a stack against its lock and receipts, offline: fork commits and trees, every
     installed distribution and file, torch, the base wheel, the JIT libraries. Exit 0, or 13
     with every difference listed."""
-    ui = ConsoleReporter()
+    ui = reporter(quiet, verbose)
 
     def go() -> int:
         from october.installer.verify import format_report, verify_stack
 
-        bar = None if as_json else (lambda done, total: ui.transfer("hashing installed files", done, total, "B"))
-        report = verify_stack(install, hashed=bar)
+        stack = dir_option("--install", install, must_exist=True)
+        bar = lambda done, total: ui.transfer("hashing installed files", done, total, "B")  # noqa: E731
+        report = verify_stack(stack, progress=ui.detail, hashed=bar)
         if as_json:
-            print(json.dumps(report.as_json(), indent=2))
+            print_json("verify", {**report.as_json(), "exit_code": 0 if report.ok else report.error().exit_code})
             return 0 if report.ok else report.error().exit_code
         for line in format_report(report):
             print(line)
@@ -99,35 +109,48 @@ def verify(
             raise report.error()
         return 0
 
-    raise typer.Exit(guarded(go, ui))
+    raise typer.Exit(guarded(go, ui, json_command="current verify" if as_json else None))
 
 
-@current_app.command("env")
+@command(current_app, "env")
 def env_cmd(
     install: Optional[Path] = typer.Option(None, "--install", metavar="STACK",
                                            help="Also report this stack (recipe, lock, forks, torch)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME", help=RECIPE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = json_option("the report"),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """An environment report for bug reports: GPU, driver, CUDA, torch, fork commits, recipe,
     lock hash. Holds no secrets (token variables show as set / not set)."""
-    ui = ConsoleReporter()
+    ui = reporter(quiet, verbose)
 
     def go() -> None:
         from october.installer.core.runner import Runner
         from october.installer.envreport import collect, format_text
+        from october.installer.recipe import load_recipe
 
+        stack = dir_option("--install", install, must_exist=True) if install is not None else None
+        if recipe is not None:
+            load_recipe(recipe)        # an unknown or invalid recipe is refused (exit 3), not reported as fine
         with tempfile.TemporaryDirectory(prefix="october-env-") as logs:
-            report = collect(install.resolve() if install else None, recipe, Runner(Path(logs)))
-        print(json.dumps(report, indent=2) if as_json else "\n".join(format_text(report)))
+            report = collect(stack, recipe, Runner(Path(logs)))
+        if as_json:
+            print_json("env", report)
+        else:
+            print("\n".join(format_text(report)))
 
-    guarded(go, ui)
+    guarded(go, ui, json_command="current env" if as_json else None)
 
 
-@current_app.command("recipes")
-def recipes_cmd() -> None:
+@command(current_app, "recipes")
+def recipes_cmd(
+    as_json: bool = json_option("the list"),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
+) -> None:
     """List the shipped recipes, one line each (name, then description)."""
-    ui = ConsoleReporter()
+    ui = reporter(quiet, verbose)
 
     def go() -> None:
         from october.installer.core.resources import shipped_recipes
@@ -135,18 +158,25 @@ def recipes_cmd() -> None:
 
         paths = shipped_recipes()
         width = max((len(p.stem) for p in paths), default=0)
+        rows = []
         for path in paths:
             try:
                 rec = load_recipe(str(path))
-                name, text = rec.name, rec.description or "(no description)"
+                rows.append({"name": rec.name, "description": rec.description, "models": sorted(rec.models),
+                             "error": None})
             except OctoberError as exc:
-                name, text = path.stem, f"INVALID: {exc.what}"
-            print(f"{name:{width}}  {text}")
+                rows.append({"name": path.stem, "description": None, "models": [], "error": exc.what})
+        if as_json:
+            print_json("recipes", {"recipes": rows})
+            return
+        for row in rows:
+            text = f"INVALID: {row['error']}" if row["error"] else row["description"] or "(no description)"
+            print(f"{row['name']:{width}}  {text}")
 
-    guarded(go, ui)
+    guarded(go, ui, json_command="current recipes" if as_json else None)
 
 
-@current_app.command()
+@command(current_app)
 def download(
     format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
     output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR",
@@ -162,30 +192,41 @@ def download(
                                              help="A local copy (shared storage): checked in place against the "
                                                   "recipe's sha256 pins, no hub, nothing written there."),
     quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
+    as_json: bool = json_option("where the manifest went"),
 ) -> None:
     """Download the recipe's pinned model and write a verified manifest."""
-    ui = ConsoleReporter(quiet=quiet)
+    ui = reporter(quiet, verbose)
 
     def go() -> None:
         from october.installer.download import DownloadOptions, run_download
         from october.installer.recipe import load_recipe
 
-        opts = DownloadOptions(recipe=load_recipe(recipe), format=format.value, output=output.resolve(),
-                               local_dir=local_dir.resolve() if local_dir else None,
-                               cache_dir=(cache_dir or default_cache_dir()).resolve(), offline=offline,
-                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet,
+        out = (dir_option("--output", output.parent) / output.name if output.suffix == ".json"
+               else dir_option("--output", output))
+        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
+        local = dir_option("--local-dir", local_dir) if local_dir else None
+        opts = DownloadOptions(recipe=load_recipe(recipe), format=format.value, output=out, local_dir=local,
+                               cache_dir=cache, offline=offline,
+                               fixtures=fixtures.resolve() if fixtures else None, quiet=quiet or as_json,
                                model_dir=model_dir.resolve() if model_dir else None)
         path = run_download(opts, bars=lambda label, done, total: ui.transfer(label, done, total, "B"))
-        if not quiet:
+        if as_json:
+            print_json("result", {"command": "current download", "ok": True, "exit_code": 0,
+                                  "result": {"manifest": str(path), "format": format.value}})
+        elif not quiet:
             print(f"manifest written: {path}")
 
-    guarded(go, ui)
+    guarded(go, ui, json_command="current download" if as_json else None)
 
 
-@current_app.command()
+@command(current_app)
 def smoke(
     install: Path = typer.Option(..., "--install", metavar="STACK", help="The stack directory made by october_setup."),
-    format: ModelFormat = typer.Option(..., "--format", "-f", help="Which of the recipe's models."),
+    format: Optional[ModelFormat] = typer.Option(None, "--format", "-f",
+                                                 help="Which of the recipe's models (default: the recipe's only one, "
+                                                      "none for a FlashInfer-only recipe, or the one whose "
+                                                      "<format>-download.json is here)."),
     output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Directory for receipt.json (made if missing)."),
     level: Optional[SmokeLevel] = typer.Option(None, "--level",
                                                help="What to exercise (default: the level the stack promises in its setup receipt; a lower level proves less and never passes as a stack verdict)."),
@@ -193,18 +234,31 @@ def smoke(
                                             help="Download manifest (default: ./<format>-download.json)."),
     fixtures: Optional[Path] = typer.Option(None, "--fixtures", metavar="DIR",
                                             help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
-    recipe: str = recipe_option(),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME",
+                                         help="Recipe for the model selection (default: the one the setup receipt names)."),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option("Echo the checks' output as they run."),
+    as_json: bool = json_option("the verdict and where the receipt is"),
 ) -> None:
-    """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed."""
-    ui = ConsoleReporter()
+    """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed.
+    What is left out comes from the stack: its recipe and promised level from STACK/receipts/setup.json,
+    the format from that recipe's models (receipt.json records each choice and any override)."""
+    ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from october.installer.smoke.launch import SmokeOptions, run_smoke
+        from october.installer.smoke.launch import SmokeOptions, load_receipt, run_smoke
 
-        opts = SmokeOptions(install=install.resolve(), format=format.value, output=output.resolve(),
-                            level=level.value if level else None,
+        opts = SmokeOptions(install=install.resolve(), format=format.value if format else None,
+                            output=dir_option("--output", output), level=level.value if level else None,
                             fixtures=fixtures.resolve() if fixtures else None,
-                            manifest=manifest.resolve() if manifest else None, recipe=recipe)
-        return run_smoke(opts)
+                            manifest=file_option("--manifest", manifest) if manifest else None, recipe=recipe)
+        say = (lambda _line: None) if quiet or as_json else print
+        code = run_smoke(opts, echo=say, ui=ui)
+        if as_json:
+            receipt = load_receipt(opts.output / "receipt.json")
+            print_json("result", {"command": "current smoke", "ok": code == 0, "exit_code": code, "result": {
+                "receipt": str(opts.output / "receipt.json"), "passed": receipt["passed"], "proves": receipt["proves"],
+                "level": receipt["level"], "choices": receipt["stack"].get("choices")}})
+        return code
 
-    raise typer.Exit(guarded(go, ui))
+    raise typer.Exit(guarded(go, ui, json_command="current smoke" if as_json else None))

@@ -16,23 +16,30 @@ import typer
 
 from october.installer.cli_common import (
     cache_dir_option,
+    command,
+    dir_option,
+    file_option,
     fleet_app,
     guarded,
+    json_option,
     kit_app,
+    print_json,
     quiet_option,
     recipe_option,
+    reporter,
     setup_app,
     split_skips,
+    stack_argument,
+    verbose_option,
     version_callback,
 )
 from october.installer.core.envoverlay import environ_overlay
 from october.installer.core.paths import default_cache_dir
-from october.installer.core.ui import ConsoleReporter
 
 
-@setup_app.command()
+@command(setup_app)
 def october_setup(
-    stack: Path = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
+    stack: str = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
     recipe: str = recipe_option(),
     cache_dir: Optional[Path] = cache_dir_option("Shared cache: git mirrors, wheels, models and uv's cache "
                                                         "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
@@ -47,7 +54,8 @@ def october_setup(
                                        help="Install offline from a kit made by `october_setup kit` "
                                             "(no other network access)."),
     quiet: bool = quiet_option(),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo every command's output."),
+    verbose: bool = verbose_option("Echo every command's output (not with -q)."),
+    as_json: bool = json_option("where the stack, lock and receipt are"),
     system_python: Optional[Path] = typer.Option(None, "--system-python", metavar="PYTHON",
                                                  help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=version_callback("october_setup"),
@@ -56,37 +64,50 @@ def october_setup(
     """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
     (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`;
     `october_setup fleet` provisions every node of a Ray cluster; see `october_setup fleet --help`.)"""
-    ui = ConsoleReporter(quiet=quiet, verbose=verbose)
+    ui = reporter(quiet, verbose)
 
     def go() -> None:
         from october.installer.pipeline.engine import SetupOptions
         from october.installer.pipeline.plan import resolve_locked, run_setup
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import with_system_torch
+        from october.installer.steps.preflight import validate_skip
 
+        # every option is checked before anything is written (no lock, no .state, no "preflight: starting")
+        root = stack_argument(stack).resolve()
+        skips = split_skips(skip_preflight)
+        validate_skip(skips)
+        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
+        # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
+        kit_dir = dir_option("--kit", kit) if kit is not None else None
+        lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         rec = with_system_torch(load_recipe(recipe), system_python)
-        cache = (cache_dir or default_cache_dir()).resolve()
+        locked_state = resolve_locked(rec, root, locked, lock)
         used_kit = None
-        if kit is not None:
+        if kit_dir is not None:
             from october.installer.kit.use import kit_recipe, open_kit, seed_cache
 
-            used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
+            used_kit = open_kit(kit_dir, rec)          # verified against its manifest before anything runs
             seed_cache(used_kit, rec, cache)
             ui.info(f"offline: installing from the kit {used_kit.root}")
-        opts = SetupOptions(stack=stack.resolve(), recipe=kit_recipe(rec, used_kit) if used_kit else rec,
-                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=split_skips(skip_preflight),
-                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet,
-                            verbose=verbose, kit=used_kit)
+        opts = SetupOptions(stack=root, recipe=kit_recipe(rec, used_kit) if used_kit else rec,
+                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=skips,
+                            locked=locked_state, quiet=quiet, verbose=verbose, kit=used_kit)
         with offline_env(used_kit.git_config() if used_kit else None):
             result = run_setup(opts, ui, echo_commands=verbose)
         ran = sum(1 for r in result.records if r.status == "ran")
-        if not quiet:
+        if as_json:
+            print_json("result", {"command": "october_setup", "ok": True, "exit_code": 0, "result": {
+                "stack": str(result.paths.root), "lock": str(result.paths.pylock),
+                "receipt": str(result.paths.setup_receipt), "steps_ran": ran,
+                "steps_done_before": len(result.records) - ran}})
+        elif not quiet:
             print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
                   "already done)")
             print(f"  lock:    {result.paths.pylock}")
             print(f"  receipt: {result.paths.setup_receipt}")
 
-    guarded(go, ui)
+    guarded(go, ui, json_command="october_setup" if as_json else None)
 
 
 @contextmanager
@@ -100,7 +121,7 @@ def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
         yield
 
 
-@kit_app.command()
+@command(kit_app)
 def make_kit_cmd(
     out: Path = typer.Argument(..., metavar="DIR", help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
     recipe: str = recipe_option(),
@@ -109,31 +130,39 @@ def make_kit_cmd(
                                              help="Lock whose wheels go into the kit (default: "
                                                   "locks/<recipe>.pylock.toml, else uv pip compile)."),
     quiet: bool = quiet_option(),
+    verbose: bool = verbose_option("Echo every command's output (not with -q)."),
+    as_json: bool = json_option("where the kit is and what it holds"),
     system_torch: bool = typer.Option(False, "--system-torch", help="Leave torch out: the stack takes it from --system-python on the target (the recipe must allow it)."),
 ) -> None:
     """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
-    ui = ConsoleReporter(quiet=quiet)
+    ui = reporter(quiet, verbose)
 
     def go() -> None:
         from october.installer.kit.make import KitOptions, make_kit
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import mark_system
 
+        kit_out = dir_option("DIR", out)
+        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
+        lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         rec = load_recipe(recipe)
-        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=out.resolve(),
-                          cache_dir=(cache_dir or default_cache_dir()).resolve(),
-                          lock=lock_file.resolve() if lock_file else None)
-        manifest = make_kit(opts, say=ui.detail)
-        if not quiet:
+        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock)
+        manifest = make_kit(opts, say=ui.detail, ui=ui)
+        if as_json:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print_json("result", {"command": "october_setup kit", "ok": True, "exit_code": 0, "result": {
+                "kit": str(opts.out), "manifest": str(manifest), "repositories": len(doc["repos"]),
+                "wheels": len(doc["wheels"]), "base_wheel": bool(doc["base_wheel"]), "size_bytes": doc["size_bytes"]}})
+        elif not quiet:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
             print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
                   f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
             print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
 
-    guarded(go, ui)
+    guarded(go, ui, json_command="october_setup kit" if as_json else None)
 
 
-@fleet_app.command()
+@command(fleet_app)
 def fleet_cmd(
     stack: str = typer.Argument(..., metavar="STACK", help="Stack path on each node; may hold {name}, {host}, {node_id}."),
     address: str = typer.Option(..., "--address", metavar="ADDR", help="Ray cluster address (host:port, or auto)."),
@@ -149,16 +178,19 @@ def fleet_cmd(
     max_parallel: int = typer.Option(8, "--max-parallel", metavar="N", help="Nodes installing at once."),
     timeout: float = typer.Option(3600.0, "--timeout", metavar="SECONDS", help="Seconds per node for setup and smoke together."),
     smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run `current smoke` on each node (without it the fleet cannot pass)."),
-    smoke_format: str = typer.Option("fp16", "--smoke-format", metavar="awq|fp16", help="awq or fp16, for current smoke."),
+    smoke_format: Optional[str] = typer.Option(None, "--smoke-format", metavar="awq|fp16",
+                                               help="awq or fp16, for current smoke (default: the stack's, as current smoke chooses)."),
     smoke_level: Optional[str] = typer.Option(None, "--smoke-level", metavar="LEVEL", help="Default: the level the stack promises."),
     smoke_arg: list[str] = typer.Option([], "--smoke-arg", metavar="ARG", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
     system_python: Optional[str] = typer.Option(None, "--system-python", metavar="PYTHON", help="Take torch from this interpreter on every node (october_setup --system-python; a path each node sees)."),
     setup_arg: list[str] = typer.Option([], "--setup-arg", metavar="ARG", help="Passed on to october_setup (repeatable, e.g. --setup-arg=--skip-preflight=gpu)."),
     quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
+    as_json: bool = json_option("the fleet verdict and where its receipt is"),
 ) -> None:
     """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
     Writes a fleet receipt; re-running resumes only the nodes that did not finish.  Needs Ray (`uv sync --extra fleet`)."""
-    ui = ConsoleReporter(quiet=quiet)
+    ui = reporter(quiet, verbose)
 
     def go() -> int:
         from october.installer.fleet.plan import FleetOptions
@@ -169,7 +201,11 @@ def fleet_cmd(
                             nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
                             timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
                             smoke_args=tuple(smoke_arg), system_python=system_python, setup_args=tuple(setup_arg))
-        return run_fleet(opts, say=(lambda s: None) if quiet else print)
+        code = run_fleet(opts, say=(lambda s: None) if quiet or as_json else print)
+        if as_json:
+            print_json("result", {"command": "october_setup fleet", "ok": code == 0, "exit_code": code,
+                                  "result": {"receipt": str(opts.receipt)}})
+        return code
 
-    code = guarded(go, ui)
+    code = guarded(go, ui, json_command="october_setup fleet" if as_json else None)
     raise typer.Exit(code)

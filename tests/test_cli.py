@@ -113,12 +113,13 @@ def test_misuse_gives_messages_not_tracebacks(tmp_path: Path) -> None:
         # (argv, module, exit code, text in stderr)
         (["october_setup", str(tmp_path / "s"), "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
         (["doctor", "--recipe", str(tmp_path)], 3, "Expected a TOML file, found a directory"),
-        (["download", "--format", "awq", "--output", str(afile / "x.json")], 2, "is a file"),
+        # a file where a directory belongs is exit 19 for every path option (README "Exit codes")
+        (["download", "--format", "awq", "--output", str(afile / "x.json")], 19, "is a file"),
         (["smoke", "--install", str(tmp_path), "--format", "bogus", "--output", str(tmp_path / "o")], 2,
          "'bogus' is not one of 'awq', 'fp16'"),
         (["smoke", "--install", str(tmp_path), "--format", "awq", "--level", "bogus", "--output",
           str(tmp_path / "o")], 2, "'bogus' is not one of 'reference', 'kernel', 'engine'"),
-        (["smoke", "--install", str(tmp_path), "--format", "awq", "--output", str(afile)], 2, "is a file"),
+        (["smoke", "--install", str(tmp_path), "--format", "awq", "--output", str(afile)], 19, "is a file"),
         (["october_setup", "/proc/no-such-dir/stack", "--recipe", "current", "--skip-preflight",
           "nvcc,gpu,ram,disk"], 19, "file system error"),
     ]

@@ -40,7 +40,8 @@ SHA = "a" * 64
 
 def opts(**kw: Any) -> FleetOptions:
     base: dict[str, Any] = dict(address="127.0.0.1:6379", recipe="fixture", kit=Path("/shared/kit"),
-                                stack="/scratch/{name}", receipt=Path("/tmp/fleet.json"), python="/usr/bin/python3")
+                                stack="/scratch/{name}", receipt=Path("/tmp/fleet.json"), python="/usr/bin/python3",
+                                smoke_format="fp16")
     base.update(kw)
     return FleetOptions(**base)
 
@@ -91,6 +92,14 @@ def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
         plan_fleet(opts(max_parallel=0), nodes, manifest_sha=SHA, recipe="fixture", done={})
     with pytest.raises(UsageError, match="--timeout"):
         plan_fleet(opts(timeout_s=0), nodes, manifest_sha=SHA, recipe="fixture", done={})
+
+
+def test_without_smoke_format_each_node_smokes_what_its_stack_says() -> None:
+    """A FlashInfer-only recipe has no model: no --format goes to `current smoke`, which reads the stack."""
+    nodes = select_nodes(parse_nodes(RAW), "all", [])
+    plan = plan_fleet(opts(smoke_format=None), nodes, manifest_sha=SHA, recipe="fixture", done={})
+    argv = plan.jobs[0].smoke_argv
+    assert argv is not None and "--format" not in argv and argv[3:6] == ("smoke", "--install", "/scratch/n0")
 
 
 def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:

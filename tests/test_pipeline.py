@@ -218,6 +218,7 @@ import time, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 from october.installer.core.stackmutex import StackLock
 from pathlib import Path
+sys.argv = ["october_setup", "./stack", "--recipe", "current"]
 with StackLock(Path({str(lock)!r})):
     print('held', flush=True)
     time.sleep(30)
@@ -227,7 +228,8 @@ with StackLock(Path({str(lock)!r})):
         with pytest.raises(StackLockedError) as info:
             with StackLock(lock):
                 pass
-        assert f"pid {holder.pid}" in info.value.message
+        # the holder's pid and its command, as the README promises
+        assert f"pid {holder.pid} (october_setup ./stack --recipe current)" in info.value.message
     finally:
         holder.kill()
         holder.wait()

@@ -278,3 +278,31 @@ class KitError(OctoberError):
 
     exit_code = 20
     title = "kit error"
+
+
+# The one table of exit codes: the README's "Exit codes" table and every command's --help epilog
+# are this table (tests/test_exit_codes.py holds the three equal, and every class above to a code here).
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, 'success (for `current smoke`: the receipt says `passed: true`)'),
+    (1, "`current smoke`: a check did not pass (see the receipt); `current doctor`: a check failed; `october_setup fleet`: the fleet did not pass (the receipt names each node's status and what differs)"),
+    (2, 'usage error (an unknown or missing option, a value not among the choices, options that exclude each other)'),
+    (3, 'recipe or forks.toml invalid (the message names the file and key)'),
+    (4, 'preflight failed (the punch list names every failed check)'),
+    (5, "another `october_setup` holds the stack, or another `current smoke` holds the stack or the GPU (the message names the holder's pid and command)"),
+    (6, 'an external command failed (the message names the step, command, exit code, log)'),
+    (7, 'a required program is missing (also: Ray, for `october_setup fleet`)'),
+    (8, 'fetch failed (unreachable remote, missing commit, dirty tree)'),
+    (9, 'the stack env could not be made as the recipe says'),
+    (10, 'the base wheel failed download or verification'),
+    (11, "a post-install guard fired (torch moved, flashinfer not the fork, an extension module of the base wheel does not import, a fork's build tried to install packages, an undeclared conflict in the env, `import flashinfer` fails with the stack environment)"),
+    (12, 'JIT build failed, or the installed FlashInfer is not the asymmetric fork'),
+    (13, 'the stack differs from the lock (`october_setup --locked`, `current verify`)'),
+    (14, 'a receipt or manifest does not match its schema'),
+    (15, 'model download or verification failed'),
+    (16, 'calibrated scales invalid or for another model'),
+    (17, 'the smoke harness could not run'),
+    (18, 'stack state error'),
+    (19, 'a path cannot be read or written, or is the wrong kind (a missing file, a file where a directory belongs, permissions); "disk full" when any write ran out of space (ours, git\'s, uv\'s, a compiler\'s)'),
+    (20, 'an offline kit cannot be made or used (missing piece, tampered file, other recipe)'),
+    (130, "interrupted (Ctrl-C); re-run the same command to resume"),
+)

@@ -1,7 +1,7 @@
 """One lock per stack: a second concurrent run fails at once, naming the holder.
 
 The mutex is :class:`filelock.FileLock` on ``STACK/.october.lock`` (the same library guards the
-shared caches); the holder's pid is written beside it (``.october.lock.pid``) once the lock is
+shared caches); the holder's pid and command line are written beside it (``.october.lock.pid``) once the lock is
 held, so a second run can say who holds it.  A holder that dies releases the lock with its file
 descriptor; its stale pid file is simply overwritten by the next holder.
 """
@@ -9,6 +9,7 @@ descriptor; its stale pid file is simply overwritten by the next holder.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -46,14 +47,15 @@ class StackLock:
         try:
             lock.acquire(blocking=False)
         except Timeout:
-            holder = self._holder()
+            pid, _, cmd = self._holder().partition("\n")
+            holder = f"pid {pid} ({cmd.strip() or 'command unknown'})"
             raise StackLockedError(
                 f"the stack {self.path.parent} is being set up by another process",
-                expected="no other october_setup on this stack", found=f"pid {holder} holds {self.path}",
-                fix=f"wait for pid {holder} to finish, or stop it (kill {holder}) and re-run") from None
+                expected="no other october_setup on this stack", found=f"{holder} holds {self.path}",
+                fix=f"wait for pid {pid} to finish, or stop it (kill {pid}) and re-run") from None
         pid_file = holder_file(self.path)
         tmp = pid_file.with_name(f"{pid_file.name}.{os.getpid()}")
-        tmp.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
         os.replace(tmp, pid_file)       # never seen half-written
         self._lock = lock
         return self

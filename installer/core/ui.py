@@ -4,10 +4,11 @@ On a terminal a long step shows live progress: a bar with bytes, rate and time l
 transfers (the base wheel, git fetches, uv's wheel downloads, model files, hashing) and a done /
 total bar for counted work (JIT modules, uv's source builds); otherwise a spinner with the latest
 line of the command it is running.  In a log or pipe the same progress becomes a plain line at
-every tenth, so a CI log shows it without a flood.  Command output lines are recognised here
-(git's ``Receiving objects: 45% (450/1000), 1.20 GiB | 30.00 MiB/s``, ninja's ``[12/40] ...``,
-uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``, the JIT builder's ``JIT modules
-built: 1/2``), so the steps need not know.
+every tenth (git's: one line as each phase ends), so a CI log shows it without a flood.  What a
+command prints for us (a probe's JSON, uv's "Activate with" hint) never reaches the spinner.
+Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB |
+30.00 MiB/s``, ninja's ``[12/40] ...``, uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``,
+the JIT builder's ``JIT modules built: 1/2``), so the steps need not know.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ UV_DOWNLOADING = re.compile(r"^Downloading (?P<name>\S+) \((?P<size>[\d.]+)\s?(?
 UV_DOWNLOADED = re.compile(r"^Downloaded (?P<name>\S+)$")
 UV_BUILDING = re.compile(r"^Building (?P<what>\S+(?: @ \S+|==\S+))$")
 UV_BUILT = re.compile(r"^Built (?P<what>\S+(?: @ \S+|==\S+))$")
+# what a command prints for us, not for the user: a probe's JSON (``{"implementation": ...}``, or behind a
+# marker, ``OCTOBER_TORCH {...}``) and uv's hints about activating the env (the stack's is STACK/activate)
+_NOT_FOR_USERS = re.compile(r"^(?:[A-Z][A-Z0-9_]* )?[\[{]|^Activate with:")
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
           "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
@@ -172,7 +176,11 @@ class ConsoleReporter:
             why = f"starting ({reason.removeprefix('an ')})"
         else:
             why = f"running again: {reason}"
-        self._say(f"==> {name}: {why}")
+        self.task_start(name, why)
+
+    def task_start(self, name: str, text: str) -> None:
+        """One long piece of work begins: a ``==> name: text`` line, then a spinner on a terminal."""
+        self._say(f"==> {name}: {text}")
         self._step = name
         self._uv = UvProgress()
         if self.live:
@@ -203,6 +211,8 @@ class ConsoleReporter:
             tenth = 10 if done >= total else int(done * 10 // total)     # (a float 10x // x can be 9)
             if self._tenths.get(key) != tenth:
                 self._tenths[key] = tenth
+                if "git: " in key and tenth < 10:
+                    return          # git in a log: one line per phase done, not one per tenth of each
                 amount = (f"{done / 1e6:.1f} of {total / 1e6:.1f} MB" if unit == "B"
                           else f"{int(done)} of {int(total)}")
                 self._say(f"    {label}: {tenth * 10}% ({amount})")
@@ -216,7 +226,7 @@ class ConsoleReporter:
             where = f"{self._step}: " if self._step else ""
             self.transfer(where + label, done, total, unit, key=where + key)
             return
-        if self._status is not None and line.strip():
+        if self._status is not None and line.strip() and not _NOT_FOR_USERS.match(line.strip()):
             self._status.update(f"{self._step}: {line.strip()[:100]}")
 
     def step_skip(self, name: str) -> None:

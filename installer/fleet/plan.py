@@ -47,7 +47,7 @@ class FleetOptions:
     max_parallel: int = 8              # nodes installing at once
     timeout_s: float = 3600.0          # per node, setup and smoke together
     smoke: bool = True
-    smoke_format: str = "fp16"
+    smoke_format: str | None = None      # None: current smoke takes the stack's (its recipe's models)
     smoke_level: str | None = None     # None: the level the stack promises
     smoke_args: tuple[str, ...] = ()   # passed on to `current smoke` (e.g. --fixtures, --manifest)
     system_python: str | None = None   # torch from this interpreter on every node (october_setup --system-python)
@@ -163,7 +163,8 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
         out = f"{stack}/receipts/smoke"
         receipt = f"{out}/receipt.json"
         smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
-                 "--install", stack, "--format", opts.smoke_format, "--output", out, "--recipe", recipe)
+                 "--install", stack, *(("--format", opts.smoke_format) if opts.smoke_format else ()),
+                 "--output", out, "--recipe", recipe)
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)
         smoke += tuple(opts.smoke_args)

@@ -8,6 +8,7 @@ manifest -- last, so a kit without ``kit.json`` is never taken for a finished on
 from __future__ import annotations
 
 import shutil
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,22 +115,49 @@ def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
     return list(seen.values())
 
 
-def make_kit(opts: KitOptions, say: Say = lambda _: None) -> Path:
-    """Write the kit; return the path of its manifest."""
+class _Phases:
+    """Progress as every long command shows it (:class:`~october.installer.core.ui.ConsoleReporter`):
+    a ``==> kit: <phase>`` line per phase, bars for git and the base wheel, ``n of N`` for the wheels."""
+
+    def __init__(self, ui: Any) -> None:
+        self.ui, self._name, self._began = ui, "", 0.0
+
+    def start(self, text: str) -> None:
+        self.end()
+        if self.ui is not None:
+            self._name, self._began = "kit", time.monotonic()
+            self.ui.task_start("kit", text)
+
+    def end(self) -> None:
+        if self.ui is not None and self._name:
+            self.ui.step_done(self._name, time.monotonic() - self._began)
+        self._name = ""
+
+    def bytes(self, label: str) -> Callable[[int, int | None], None] | None:
+        return None if self.ui is None else (lambda done, total: self.ui.transfer(label, done, total, "B"))
+
+    def count(self, label: str, done: int, total: int) -> None:
+        if self.ui is not None:
+            self.ui.transfer(label, done, total, "")
+
+
+def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Path:
+    """Write the kit; return the path of its manifest.  ``ui`` shows its progress (None: silent)."""
     r = opts.recipe
     out = opts.out
     _prepare(out)
     work = opts.cache_dir / "kit-work" / r.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    runner = Runner(opts.cache_dir / "kit-logs" / r.name)
+    echo = None if ui is None else ui.detail if ui.verbose else ui.progress
+    runner = Runner(opts.cache_dir / "kit-logs" / r.name, echo=echo)
     try:
-        return _make(opts, runner, work, say)
+        return _make(opts, runner, work, say, _Phases(ui))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
+def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phases) -> Path:
     r, out = opts.recipe, opts.out
     wheels_dir = out / "wheels"
     wants: list[WheelWant] = []
@@ -137,13 +165,16 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
     base_path: Path | None = None
     wheel_source: str | None = None
     if r.wheel is not None:
+        phases.start(f"base wheel {r.wheel.filename}")
         say(f"base wheel {r.wheel.filename}")
-        got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256)
+        got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256,
+                             progress=phases.bytes(r.wheel.filename))
         base_path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
                           opts.cache_dir, wheels_dir)
         base = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
         wheel_source = read_version_info(base_path).commit
 
+    phases.start(f"{len(r.forks)} fork(s) at their pins, with submodules")
     repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
     commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.mode == "vllm-precompiled" else None)
                for fork in r.forks}
@@ -151,6 +182,7 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
     system_torch = torch_from_system(r)
     skip = ["torch"] if system_torch else []
     lock = opts.lock or committed_lock(r)
+    phases.start("the env's wheels" + (f" (lock {lock.name})" if lock is not None else " (uv pip compile)"))
     if lock is not None:
         say(f"wheels of the lock {lock.name}")
         wants += from_lock(lock, r, skip=skip)
@@ -180,8 +212,11 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
             wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build")
     wants = _dedupe(wants)
     say(f"{len(wants)} wheel(s)")
-    for w in wants:
+    for i, w in enumerate(wants):
+        phases.count("wheels in the kit", i, len(wants))
         fetch(w, opts.cache_dir, wheels_dir)
+    phases.count("wheels in the kit", len(wants), len(wants))
+    phases.start("kit.json (sha256 of every file)")
 
     _prune(out, keep_wheels={w.filename for w in wants} | ({r.wheel.filename} if r.wheel else set()),
            keep_repos={c.path for c in repos.repos.values()})
@@ -204,4 +239,5 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say) -> Path:
     }
     path = out / MANIFEST
     write_manifest(path, doc)
+    phases.end()
     return path

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from october.installer.core.errors import UsageError
+from october.installer.core.errors import FileSystemError, UsageError
 from october.installer.core.paths import StackPaths, inside
 from october.installer.core.resources import locks_dir
 from october.installer.core.runner import Runner
@@ -63,7 +63,7 @@ def check_stack_dir(paths: StackPaths) -> None:
     """Refuse to provision into a directory that holds something else (no lost data)."""
     root = paths.root
     if root.exists() and not root.is_dir():
-        raise UsageError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
+        raise FileSystemError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
                          found="a file", fix="pass a directory path as STACK")
     ours = (paths.lockfile, holder_file(paths.lockfile))
     others = sorted(p.name for p in root.iterdir() if p not in ours) if root.is_dir() else []

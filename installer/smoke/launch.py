@@ -29,6 +29,7 @@ from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
 from october.installer.core.schemas import validate
 from october.installer.download.plan import fixtures_dir
+from october.installer.smoke import choices
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
 from october.installer.steps.env import stackenv
@@ -42,12 +43,12 @@ class SmokeOptions:
     """What `current smoke` was asked to do."""
 
     install: Path                   # the STACK directory made by october_setup
-    format: str                     # awq | fp16
+    format: str | None              # awq | fp16; None: the stack's (installer/smoke/choices.py)
     output: Path                    # receipt.json, stack-info.json and smoke.log go here
     level: str | None = None        # None: the level the stack promises (a lower one proves less)
     fixtures: Path | None = None    # calibrated scales dir (default: $KNLP_KV_FIXTURES)
     manifest: Path | None = None    # default: ./<format>-download.json
-    recipe: str | None = None       # recipe name, when setup.json does not say
+    recipe: str | None = None       # None: the recipe the setup receipt names
     device: str = "auto"
     seed: int = 0
 
@@ -84,17 +85,18 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
                              found="nothing", fix=f"run `current download --format {opts.format} "
                              f"--output {opts.manifest}`")
         return opts.manifest
-    path = default_manifest(opts.format, cwd)
-    if path.is_file():
+    path = default_manifest(opts.format, cwd) if opts.format else None
+    if path is not None and path.is_file():
         return path
     if (opts.level or promised) in ("reference", "kernel"):
         return None
-    raise SmokeError("no download manifest for the smoke run", expected=f"{path}", found="nothing",
-                     fix=f"run `current download --format {opts.format} --output {path.name}` "
-                         "first, pass --manifest, or use --level reference")
+    fmt = opts.format or "awq"
+    raise SmokeError("no download manifest for the smoke run", expected=f"{default_manifest(fmt, cwd)}",
+                     found="nothing", fix=f"run `current download --format {fmt} --output .` "
+                     "first, pass --manifest, or use --level kernel")
 
 
-def check_manifest(path: Path, fmt: str) -> None:
+def check_manifest(path: Path, fmt: str | None) -> None:
     """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
     caught here, before the stack env is started, with the command that makes a good one."""
     from october.installer.download.manifest import load_manifest
@@ -106,7 +108,7 @@ def check_manifest(path: Path, fmt: str) -> None:
         raise ReceiptError(f"the download manifest {path} is not one `current download` wrote",
                            expected="a manifest valid against receipts/download.schema.json",
                            found=f"{exc.what}: {exc.found}" if exc.found else exc.what, fix=redo) from None
-    if data.get("selection") != fmt:
+    if fmt is not None and data.get("selection") != fmt:
         raise UsageError(f"the download manifest {path} is for another model format",
                          expected=f"a manifest of the {fmt} model", found=f"selection {data.get('selection')!r}",
                          fix=f"pass --format {data.get('selection')}, or {redo}")
@@ -187,7 +189,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
 
 def check_choices(opts: SmokeOptions) -> None:
     """Usage errors first, before anything is looked at or written."""
-    if opts.format not in FORMATS:
+    if opts.format is not None and opts.format not in FORMATS:
         raise UsageError("unknown model format", expected=" or ".join(FORMATS), found=repr(opts.format),
                          fix="pass --format awq or --format fp16")
     if opts.level is not None and opts.level not in LEVELS:
@@ -205,7 +207,7 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
     runtime environment (:func:`october.installer.steps.env.stackenv.load`), laid over ``base_env``; ``code_root`` the
     directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
-    argv = [str(python), "-m", "october.checks.smoke", "--format", opts.format,
+    argv = [str(python), "-m", "october.checks.smoke", *(["--format", opts.format] if opts.format else []),
             "--output", str(opts.output), "--stack-info", str(info_path),
             "--device", opts.device, "--seed", str(opts.seed)]
     if opts.level is not None:
@@ -241,37 +243,45 @@ def load_receipt(path: Path) -> dict[str, Any]:
     return data
 
 
-def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None,
-              echo: Callable[[str], None] = print, base_env: Mapping[str, str] | None = None) -> int:
-    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
+def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[str], None] = print,
+              base_env: Mapping[str, str] | None = None, ui: Any = None) -> int:
+    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass.  ``ui`` (a
+    :class:`~october.installer.core.ui.ConsoleReporter`) shows the run as every long command does."""
     import os
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
     refuse_untrusted_jit(opts.install)
     info = stack_info(opts.install, opts.recipe)
+    opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
     runtime = stackenv.load(opts.install)
     with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
-        return _run_smoke(opts, python, cwd, echo, env, info, runtime)
+        return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
 
 
 def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
-               env: dict[str, str], info: dict[str, Any], runtime: dict[str, str]) -> int:
+               env: dict[str, str], info: dict[str, Any], runtime: dict[str, str], ui: Any = None) -> int:
     fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
     manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
     if manifest is not None:
         check_manifest(manifest, opts.format)
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
-    info["selection"] = selection_info(opts.install, (info.get("recipe") or {}).get("name"), opts.format)
+    info["selection"] = selection_info(opts.install, opts.recipe, opts.format) if opts.format else None
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     old = plan.receipt
     if old.exists():
         old.unlink()
-    done = Runner(plan.logs_dir).run(plan.argv, step=STEP, cwd=plan.cwd,
-                                     env={k: v for k, v in env.items() if k not in plan.drop},
-                                     extra_env=plan.env, check=False)
+    if ui is not None:
+        ui.task_start(STEP, f"level {opts.level or info['promised_level']}, "
+                            f"format {opts.format or 'none (no model)'}, recipe {opts.recipe}")
+    echo_line = None if ui is None else ui.detail if ui.verbose else ui.progress
+    done = Runner(plan.logs_dir, echo=echo_line).run(plan.argv, step=STEP, cwd=plan.cwd,
+                                                     env={k: v for k, v in env.items() if k not in plan.drop},
+                                                     extra_env=plan.env, check=False)
+    if ui is not None:
+        ui.step_done(STEP, done.seconds)
     if done.returncode not in (0, 1) or not plan.receipt.is_file():
         tail = "\n".join(done.output.rstrip().splitlines()[-15:])
         raise SmokeError(f"`python -m october.checks.smoke` in {opts.install / 'env'} did not run",

@@ -29,7 +29,7 @@ def _recipe_arg(install: Path, recipe_name: str) -> str:
         rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe") or {}
     except (OSError, ValueError, AttributeError):
         return recipe_name
-    path = rec.get("path") if isinstance(rec, dict) else None
+    path = rec.get("path") if isinstance(rec, dict) and rec.get("name") == recipe_name else None
     if isinstance(path, str) and Path(path).is_file() and Path(path).resolve() != resolve_recipe_path(recipe_name):
         return path
     return recipe_name

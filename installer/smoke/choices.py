@@ -1,0 +1,121 @@
+"""What `current smoke` runs when an option is left out: the stack already knows.
+
+The setup receipt (``STACK/receipts/setup.json``) names the recipe the stack was made from and the
+level it promises; the recipe names its model selections.  So ``current smoke --install STACK
+--output DIR`` needs nothing else: the recipe is the receipt's, the level the promised one, and the
+format the recipe's only selection (none for a FlashInfer-only recipe), or the one whose download
+manifest is in the working directory (or given with ``--manifest``).  An option overrides, and
+``choices`` in the stack info (hence in ``receipt.json``'s ``stack``) records every value with where
+it came from (``option`` / ``setup receipt`` / ``recipe`` / ``download manifest``) and, for an
+override, what the stack said.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from october.installer.core.errors import RecipeError, SmokeError, UsageError
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: str | None
+    source: str                       # option | setup receipt | recipe | download manifest
+    stack_says: str | None = None     # for an override: what the stack would have chosen
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "source": self.source}
+        if self.source == "option" and self.stack_says != self.value:
+            out["stack_says"] = self.stack_says
+        return out
+
+
+def receipt_recipe(install: Path) -> tuple[str | None, str | None]:
+    """(name, path) of the recipe the setup receipt names; (None, None) when it names none."""
+    try:
+        rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    if not isinstance(rec, Mapping):
+        return None, None
+    name, path = rec.get("name"), rec.get("path")
+    return (name if isinstance(name, str) else None,
+            path if isinstance(path, str) and Path(path).is_file() else None)
+
+
+def recipe_choice(install: Path, given: str | None) -> Choice:
+    name, _ = receipt_recipe(install)
+    if given is not None:
+        return Choice(given, "option", name)
+    if name is None:
+        raise UsageError("the stack's setup receipt names no recipe", expected=f"recipe.name in "
+                         f"{install / 'receipts' / 'setup.json'}", found="none", fix="pass --recipe NAME")
+    return Choice(name, "setup receipt")
+
+
+def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
+    """The recipe's model selections, in file order (the recipe file the receipt records, when it is
+    the receipt's recipe; else the named one)."""
+    from october.installer.recipe import load_recipe
+
+    name, path = receipt_recipe(install)
+    arg = path if path is not None and recipe.value == name else recipe.value
+    if recipe.source == "option":
+        return tuple(load_recipe(str(arg)).models)      # a --recipe that names nothing is refused (exit 3)
+    try:
+        return tuple(load_recipe(str(arg)).models)
+    except RecipeError:
+        return ()                 # the receipt's recipe file is gone or changed: no selection, said in the receipt
+
+
+def _manifest_selection(path: Path) -> str | None:
+    try:
+        sel = json.loads(path.read_text(encoding="utf-8")).get("selection")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return sel if isinstance(sel, str) else None
+
+
+def format_choice(given: str | None, selections: tuple[str, ...], manifest: Path | None, cwd: Path,
+                  level: str | None) -> Choice:
+    """--format, else the recipe's only selection, else the one whose manifest is here, else (a
+    level that needs no model) the recipe's first selection."""
+    if given is not None:
+        return Choice(given, "option", selections[0] if len(selections) == 1 else None)
+    if not selections:
+        return Choice(None, "recipe")             # no model: the kernel level needs none
+    if len(selections) == 1:
+        return Choice(selections[0], "recipe")
+    if manifest is not None and _manifest_selection(manifest) in selections:
+        return Choice(_manifest_selection(manifest), "download manifest")
+    present = [s for s in selections if (cwd / f"{s}-download.json").is_file()]
+    if len(present) == 1:
+        return Choice(present[0], "download manifest")
+    if len(present) > 1:
+        raise UsageError("several download manifests here, so the model to check is ambiguous",
+                         expected="one <format>-download.json in the working directory, or --format",
+                         found=", ".join(f"{s}-download.json" for s in present),
+                         fix=f"pass --format {' or --format '.join(present)}")
+    if level in ("kernel", "reference"):
+        return Choice(selections[0], "recipe")    # no model is read: the first selection's dtypes
+    raise SmokeError("no download manifest for the smoke run", expected=" or ".join(
+        f"{cwd / (s + '-download.json')}" for s in selections), found="nothing",
+        fix=f"run `current download --format {selections[0]} --output .` first, pass --manifest, "
+            "or use --level kernel")
+
+
+def level_choice(given: str | None, promised: str | None) -> Choice:
+    return Choice(given, "option", promised) if given is not None else Choice(promised, "setup receipt")
+
+
+def resolve(opts: Any, promised: str | None, cwd: Path) -> tuple[Any, dict[str, Any]]:
+    """``opts`` (a SmokeOptions) with recipe and format filled in from the stack, and the record of
+    every choice for the receipt."""
+    recipe = recipe_choice(opts.install, opts.recipe)
+    level = level_choice(opts.level, promised)
+    fmt = format_choice(opts.format, recipe_selections(opts.install, recipe), opts.manifest, cwd, level.value)
+    return (replace(opts, recipe=recipe.value, format=fmt.value),
+            {"recipe": recipe.as_json(), "format": fmt.as_json(), "level": level.as_json()})

@@ -1,0 +1,112 @@
+"""`current smoke --install STACK` needs nothing the setup receipt already says (issue 19, item 1):
+recipe and promised level from STACK/receipts/setup.json, the format from that recipe's models;
+options override, and receipt.json records every choice and where it came from."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from october.installer.cli import current_main
+from october.installer.core.errors import SmokeError, UsageError
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.smoke import choices
+from october.installer.smoke.launch import SmokeOptions
+from october.installer.steps.env import stackenv
+
+FI = {"name": "flashinfer", "commit": "2f3f0f6d" + "0" * 32}
+VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}
+
+
+def _stack(tmp: Path, recipe: str, forks: list[dict[str, str]]) -> Path:
+    """A stand-in stack whose env is the tool env (it has torch, not FlashInfer)."""
+    stack = tmp / "stack"
+    (stack / "receipts").mkdir(parents=True)
+    (stack / "env").symlink_to(sys.prefix)
+    (stack / "receipts" / "setup.json").write_text(json.dumps({
+        "recipe": {"name": recipe, "sha256": "a" * 64, "path": str(PROJECT_ROOT / "recipes" / f"{recipe}.toml")},
+        "forks": forks, "promises": "engine" if len(forks) > 1 else "kernel", "jit": []}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
+    return stack
+
+
+def _resolve(stack: Path, cwd: Path, promised: str, **given: object) -> tuple[SmokeOptions, dict]:
+    opts = SmokeOptions(install=stack, output=cwd / "o", **{"format": None, **given})  # type: ignore[arg-type]
+    return choices.resolve(opts, promised, cwd)
+
+
+def test_a_flashinfer_only_stack_needs_no_format_and_the_receipt_records_the_choices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's own line for the FlashInfer-only stack, as printed (no --format, no --recipe):
+    on this CPU machine without FlashInfer the kernel checks are unsupported (exit 1), but the run
+    happens and says why."""
+    stack = _stack(tmp_path, "flashinfer-pr3812", [FI])
+    monkeypatch.chdir(tmp_path)
+    code = current_main(["smoke", "--install", str(stack), "--output", "fi-smoke", "--json", "-q"])
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, json.loads((PROJECT_ROOT / "receipts" / "result.schema.json").read_text()))
+    receipt = json.loads((tmp_path / "fi-smoke" / "receipt.json").read_text())
+    jsonschema.validate(receipt, json.loads((PROJECT_ROOT / "receipts" / "smoke.schema.json").read_text()))
+    assert code == 1 == out["exit_code"] and receipt["passed"] is False
+    assert receipt["level"] == "kernel" == receipt["promised_level"] and receipt["selection"] is None
+    assert receipt["stack"]["choices"] == {
+        "recipe": {"value": "flashinfer-pr3812", "source": "setup receipt"},
+        "format": {"value": None, "source": "recipe"},
+        "level": {"value": "kernel", "source": "setup receipt"}}
+    assert out["result"]["choices"] == receipt["stack"]["choices"]
+
+
+def test_options_override_the_stack_and_the_override_is_recorded(tmp_path: Path) -> None:
+    stack = _stack(tmp_path, "flashinfer-pr3812", [FI])
+    opts, made = _resolve(stack, tmp_path, "kernel", recipe="current", format="fp16", level="reference")
+    assert (opts.recipe, opts.format, opts.level) == ("current", "fp16", "reference")
+    assert made == {"recipe": {"value": "current", "source": "option", "stack_says": "flashinfer-pr3812"},
+                    "format": {"value": "fp16", "source": "option", "stack_says": None},
+                    "level": {"value": "reference", "source": "option", "stack_says": "kernel"}}
+
+
+def test_a_two_model_recipe_takes_the_format_of_the_manifest_here(tmp_path: Path) -> None:
+    stack = _stack(tmp_path, "current", [FI, VLLM])
+    (tmp_path / "fp16-download.json").write_text(json.dumps({"selection": "fp16"}))
+    opts, made = _resolve(stack, tmp_path, "engine")
+    assert opts.format == "fp16" and made["format"] == {"value": "fp16", "source": "download manifest"}
+    # --manifest names the selection too
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "m.json").write_text(json.dumps({"selection": "awq"}))
+    opts, made = _resolve(stack, tmp_path / "elsewhere", "engine", manifest=tmp_path / "elsewhere" / "m.json")
+    assert opts.format == "awq" and made["format"]["source"] == "download manifest"
+    # two manifests here: ambiguous, said so, with the way out
+    (tmp_path / "awq-download.json").write_text(json.dumps({"selection": "awq"}))
+    with pytest.raises(UsageError, match="several download manifests") as info:
+        _resolve(stack, tmp_path, "engine")
+    assert "--format awq or --format fp16" in str(info.value)
+    # none at all: the engine level needs a model; a kernel run takes the recipe's first selection
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SmokeError, match="no download manifest") as info:
+        _resolve(stack, empty, "engine")
+    assert "current download --format awq" in str(info.value)
+    opts, made = _resolve(stack, empty, "engine", level="kernel")
+    assert opts.format == "awq" and made["format"] == {"value": "awq", "source": "recipe"}
+
+
+def test_a_recipe_option_that_names_nothing_is_refused(tmp_path: Path) -> None:
+    from october.installer.core.errors import RecipeError
+
+    stack = _stack(tmp_path, "flashinfer-pr3812", [FI])
+    with pytest.raises(RecipeError, match="there is no recipe 'nope'"):
+        _resolve(stack, tmp_path, "kernel", recipe="nope")
+
+
+def test_a_receipt_without_a_recipe_asks_for_one(tmp_path: Path) -> None:
+    stack = _stack(tmp_path, "current", [FI])
+    (stack / "receipts" / "setup.json").write_text(json.dumps({"forks": [FI]}))
+    with pytest.raises(UsageError, match="names no recipe"):
+        _resolve(stack, tmp_path, "kernel")
+    opts, made = _resolve(stack, tmp_path, "kernel", recipe="flashinfer-pr3812")
+    assert opts.format is None and made["recipe"] == {"value": "flashinfer-pr3812", "source": "option",
+                                                      "stack_says": None}
