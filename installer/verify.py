@@ -88,12 +88,12 @@ class VerifyReport:
 # ----------------------------------------------------------------------------------- checks
 
 
-def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
+def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Difference]:
     want = (receipt.get("lock") or {}).get("sha256")
     got = sha256_file(paths.pylock)
     if want and want != got:
         return [Difference("lock", str(paths.pylock), f"sha256 {want} (as the setup receipt recorded)",
-                           f"sha256 {got}", rerun)]
+                           f"sha256 {got}", fixes.rewrite_lock(paths, receipt))]
     return []
 
 
@@ -329,7 +329,7 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
         receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StateError("the stack's setup receipt is unreadable", expected=f"JSON in {paths.setup_receipt}",
-                         found=str(exc), fix=f"re-run `october_setup {paths.root}` to rewrite it") from None
+                         found=str(exc), fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock))) from None
     return (receipt if isinstance(receipt, dict) else {}), read_lock(paths.pylock)
 
 
@@ -342,7 +342,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say = progress or (lambda _msg: None)
     diffs: list[Difference] = []
     say("lock file")
-    diffs += check_lock_file(paths, receipt, rerun)
+    diffs += check_lock_file(paths, receipt)
     say("fork clones")
     diffs += check_forks(paths, lock, receipt, rerun)
     say("distributions")

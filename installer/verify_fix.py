@@ -11,8 +11,10 @@ Each line is one that was run against a planted difference and seen to bring the
 * a file changed in place in the env: uv hard-links installed files to its cache, so the cache
   holds the same bytes; the distribution's cache entry goes first, then the env, then the re-run;
 * a file no RECORD owns, a JIT library no record names: the re-run leaves them, so they are removed;
+* a changed lock file: the setup command again *without* ``--locked`` (which would install from the
+  changed lock): the lock step sees the file changed and writes it again from the stack;
 * everything else (an extra, missing or other-version distribution, a moved fork HEAD, another torch,
-  a changed base wheel or JIT library, a changed lock file): the setup command again with ``--locked``.
+  a changed base wheel or JIT library): the setup command again with ``--locked``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,25 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
 def rerun_locked(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     return (f"re-run `{setup_command(paths, receipt, '--locked')}` to put it back as locked "
             "(add --kit KIT if it was set up from a kit)")
+
+
+def rewrite_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
+    # not --locked: that would install from the changed lock (the stack's own, when the project ships none)
+    return (f"re-run `{setup_command(paths, receipt)}`: the lock step writes the lock again from the stack "
+            "(add --kit KIT if it was set up from a kit)")
+
+
+def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
+    """An unreadable receipt: the receipt step writes it again on a re-run with the recipe the lock names."""
+    name = str(((lock.get("tool") or {}).get("october") or {}).get("recipe", {}).get("name") or "")
+    shipped = recipes_dir() / f"{name}.toml"
+    if name and shipped.is_file():
+        command = setup_command(paths, {"recipe": {"name": name, "path": str(shipped)}})
+        return (f"re-run `{command}` (with the --system-python, --skip-preflight, --cache-dir or --kit it was set up "
+                "with): the receipt step writes the receipt again")
+    return (f"re-run `october_setup {_q(paths.root)} --recipe RECIPE` with RECIPE the path of the recipe "
+            f"'{name or 'it was set up with'}' (and the options it was set up with): the receipt step writes the "
+            "receipt again")
 
 
 def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:

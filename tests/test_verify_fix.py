@@ -10,6 +10,7 @@ tests/test_verify_real.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -94,3 +95,28 @@ def test_keeping_local_changes_on_record_works_too(stack: Stack) -> None:
     run_commands(f"`{back}`")
     assert differences(stack) == []
     shutil.rmtree(stack.tmp / "extra-fix", ignore_errors=True)
+
+
+def test_a_changed_lock_file_is_written_again_by_the_suggested_command(stack: Stack) -> None:
+    lock = stack.root / "pylock.toml"
+    original = lock.read_bytes()
+    lock.write_bytes(original + b"# edited by hand\n")
+    diffs = differences(stack)
+    assert [d["check"] for d in diffs] == ["lock"] and "--locked" not in diffs[0]["fix"]
+    run_commands(diffs[0]["fix"])
+    assert b"# edited by hand" not in lock.read_bytes() and differences(stack) == []
+
+
+def test_an_unreadable_receipt_names_the_recipe_and_the_rerun_rewrites_it(stack: Stack) -> None:
+    """The recipe here is a file of the test, not a shipped one: verify names it (from the lock) and
+    asks for its path; the command with the path filled in (and the stack's options) rewrites it."""
+    receipt = stack.root / "receipts" / "setup.json"
+    original = receipt.read_text()
+    receipt.write_text("{ not json")
+    proc = verify(stack)
+    assert proc.returncode == 18 and "k16v8-standin" in proc.stderr, proc.stderr
+    command = COMMAND.search(proc.stderr.split("->", 1)[1])
+    assert command is not None and command.group(1).endswith("--recipe RECIPE")
+    recipe = json.loads(original)["recipe"]["path"]
+    run_commands(f"`{command.group(1).replace('RECIPE', recipe)} --skip-preflight nvcc --cache-dir {stack.cache}`")
+    assert json.loads(receipt.read_text())["recipe"]["name"] == "k16v8-standin" and differences(stack) == []
