@@ -35,13 +35,13 @@ from packaging.utils import canonicalize_name
 
 from october.installer import verify_fix as fixes
 from october.installer import verify_jit, verify_unowned
-from october.installer.verify_dists import Dist, installed, record_hash, record_rows
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
 from october.installer.pipeline.engine import read_marker
 from october.installer.steps.env.systorch import same_build
 from october.installer.steps.lock.pylock import TOOL, read_lock
+from october.installer.verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
 

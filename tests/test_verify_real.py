@@ -125,7 +125,7 @@ def test_a_zero_byte_aot_copy_is_named(real_stack: Path) -> None:
     aot.mkdir(parents=True)
     (aot / f"{uri}.so").write_bytes(b"")
     try:
-        rc, data, err = _verify(real_stack)
+        rc, data, _err = _verify(real_stack)
         assert rc == 13 and [(d["check"], d["what"]) for d in data["differences"]] == [
             ("jit", f"{uri} ({aot / f'{uri}.so'})")]
         assert "a library no record names (0 bytes)" in data["differences"][0]["found"]
@@ -142,7 +142,7 @@ def test_a_moved_selected_submodule_is_named_and_its_fix_works(real_stack: Path)
                             check=True).stdout.strip()
     subprocess.run(["git", "-C", str(cccl), "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q",
                     "--allow-empty", "-m", "local"], check=True)
-    rc, data, err = _verify(real_stack)
+    rc, data, _err = _verify(real_stack)
     assert rc == 13
     sub = [d for d in data["differences"] if d["what"].endswith("submodule 3rdparty/cccl")]
     assert len(sub) == 1 and sub[0]["expected"] == f"commit {before}", data
