@@ -168,3 +168,30 @@ def test_a_torch_over_the_system_one_is_named(real_stack: Path, tmp_path: Path) 
     finally:
         subprocess.run([uv_exe(), "pip", "uninstall", "-q", "--python", python, "torch"], env=env, check=True)
     assert _verify(real_stack)[0] == 0
+
+
+def test_a_real_stack_built_from_a_kit_verifies(real_mirror: Path, tmp_path: Path) -> None:
+    """The H200's path: `october_setup kit --system-torch` on a machine with network, then the stack from
+    the kit alone (offline) on the site-provided torch; verify passes, and a planted AOT copy is named."""
+    recipe = _recipe(tmp_path)
+    kit = tmp_path / "kit"
+    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", str(recipe),
+                           "--system-torch", "--cache-dir", str(tmp_path / "cache-kit"), str(kit)],
+                          cwd=PROJECT_ROOT, env=_git_env(real_mirror), capture_output=True, text=True, timeout=1500)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    stack = tmp_path / "stack"
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
+                           "--kit", str(kit), "--system-python", sys.executable, "--cache-dir", str(tmp_path / "cache"),
+                           "--skip-preflight", "nvcc,gpu,cuda_arch,ram,disk"],
+                          cwd=PROJECT_ROOT, env=plain, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "offline: installing from the kit" in done.stdout + done.stderr
+    rc, data, err = _verify(stack)
+    assert rc == 0 and data["differences"] == [], err
+    uri = "single_decode_planted"
+    aot = stack / "src" / "flashinfer" / "flashinfer" / "data" / "aot" / uri
+    aot.mkdir(parents=True)
+    (aot / f"{uri}.so").write_bytes(b"")
+    rc, data, _err = _verify(stack)
+    assert rc == 13 and [d["what"] for d in data["differences"]] == [f"{uri} ({aot / f'{uri}.so'})"]
