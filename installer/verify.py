@@ -208,7 +208,7 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
         try:
             records[name] = list(record_rows(d))
         except OSError:
-            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file"))
+            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file", fix([name])))
     owned = verify_unowned.owned_paths((dists[n].site, rel) for n, rows in records.items() for rel, _h, _s in rows)
     total = float(sum(int(size) for rows in records.values() for _p, h, size in rows if h and size.isdigit()))
     done = [0.0]
