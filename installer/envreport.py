@@ -35,7 +35,7 @@ def _tool(fact: Any) -> str | None:
 def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
     from october.installer.steps.fetch.worktree import dirty_entries, head_commit
-    from october.installer.verify import installed
+    from october.installer.verify_dists import installed
 
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],

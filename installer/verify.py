@@ -8,10 +8,16 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
   recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
 * every distribution in the stack env against the lock: nothing extra, nothing missing, the
   locked version; forks installed editable from ``STACK/src/<fork>``;
-* every file each distribution's RECORD lists with a hash still has that hash (and exists);
-* torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``);
+* every file each distribution's RECORD lists with a hash still has that hash (and exists), and
+  every file in the env that no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
+* torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
+  a site-provided torch (``[tool.october.system]``), none in the env and the recorded one in place;
 * the base wheel in ``STACK/wheels`` has the locked sha256;
-* every JIT library has the sha256 the lock recorded.
+* every JIT library FlashInfer can load (workspace and AOT copies) has the sha256 the lock
+  recorded, and none other exists (see :mod:`verify_jit`).
+
+Submodules the recipe did not select are gitlinks, not checkouts: they must stay uninitialized.
+Each difference carries the command that puts it back (:mod:`verify_fix`).
 
 Distributions are read from their ``.dist-info`` directories (no process is started), so a
 stack whose Python no longer runs can still be verified.
@@ -19,23 +25,23 @@ stack whose Python no longer runs can still be verified.
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import json
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
-from urllib.parse import unquote, urlparse
+from typing import Any, Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from october.installer import verify_fix as fixes
+from october.installer import verify_jit, verify_unowned
 from october.installer.core.errors import LockError, StateError
-from october.installer.core.hashing import CHUNK, sha256_file
+from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
 from october.installer.pipeline.engine import read_marker
+from october.installer.steps.env.systorch import same_build
 from october.installer.steps.lock.pylock import TOOL, read_lock
+from october.installer.verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
 
@@ -46,12 +52,14 @@ class Difference:
     what: str
     expected: str
     found: str
+    fix: str = ""       # the command that puts it back (verify_fix)
 
     def line(self) -> str:
         return f"[{self.check}] {self.what}: expected {self.expected}, found {self.found}"
 
     def as_json(self) -> dict[str, str]:
-        return {"check": self.check, "what": self.what, "expected": self.expected, "found": self.found}
+        return {"check": self.check, "what": self.what, "expected": self.expected, "found": self.found,
+                "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -71,77 +79,10 @@ class VerifyReport:
 
     def error(self) -> LockError:
         lines = "\n".join(f"  - {d.line()}" for d in self.differences)
+        todo = list(dict.fromkeys(d.fix for d in self.differences if d.fix))     # in order, each once
+        fix = todo[0] if len(todo) == 1 else "\n     ".join(f"{i}. {t}" for i, t in enumerate(todo, 1))
         return LockError(f"the stack {self.stack} differs from its lock in {len(self.differences)} place(s):\n{lines}",
-                         fix=f"re-run `october_setup {self.stack} --locked` to put it back as locked, or "
-                             "re-run october_setup without --locked to record the change deliberately")
-
-
-# ---------------------------------------------------------------------------------- reading
-
-
-@dataclass(frozen=True)
-class Dist:
-    name: str                        # canonical
-    version: str
-    info: Path                       # the .dist-info directory
-    direct_url: Mapping[str, Any] | None
-
-    @property
-    def site(self) -> Path:
-        return self.info.parent
-
-    @property
-    def editable_path(self) -> Path | None:
-        d = self.direct_url or {}
-        url = str(d.get("url", ""))
-        if d.get("dir_info", {}).get("editable") and url.startswith("file://"):
-            return Path(unquote(urlparse(url).path)).resolve()
-        return None
-
-
-def site_packages(env: Path) -> list[Path]:
-    return sorted(p for p in env.glob("lib/python*/site-packages") if p.is_dir())
-
-
-def installed(env: Path) -> dict[str, Dist]:
-    """Every distribution in the env, from its .dist-info METADATA and direct_url.json."""
-    out: dict[str, Dist] = {}
-    for site in site_packages(env):
-        for info in sorted(site.glob("*.dist-info")):
-            try:
-                meta = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
-            except OSError:
-                continue
-            name, version = meta.get("Name"), meta.get("Version")
-            if not name or not version:
-                continue
-            direct = None
-            if (info / "direct_url.json").is_file():
-                try:
-                    direct = json.loads((info / "direct_url.json").read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError):
-                    direct = {"url": "unreadable"}
-            out[str(canonicalize_name(name))] = Dist(str(canonicalize_name(name)), version, info, direct)
-    return out
-
-
-def record_rows(dist: Dist) -> Iterator[tuple[str, str, str]]:
-    """(path, hash, size) rows of the distribution's RECORD."""
-    record = dist.info / "RECORD"
-    with open(record, encoding="utf-8", newline="") as fh:
-        for row in csv.reader(fh):
-            if row:
-                yield row[0], (row[1] if len(row) > 1 else ""), (row[2] if len(row) > 2 else "")
-
-
-def record_hash(path: Path, algo: str, on_chunk: Callable[[int], None] | None = None) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-            if on_chunk is not None:
-                on_chunk(len(chunk))
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+                         fix=(fix + "\n     then run `current verify` again") if fix else None)
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -152,7 +93,7 @@ def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Diffe
     got = sha256_file(paths.pylock)
     if want and want != got:
         return [Difference("lock", str(paths.pylock), f"sha256 {want} (as the setup receipt recorded)",
-                           f"sha256 {got}")]
+                           f"sha256 {got}", fixes.rewrite_lock(paths, receipt))]
     return []
 
 
@@ -166,34 +107,60 @@ def _fork_entries(lock: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
-    from october.installer.steps.fetch.worktree import dirty_entries, head_commit, submodule_states
+def _fork_dir(paths: StackPaths, name: str, entry: Mapping[str, Any]) -> Path:
+    return paths.root / str(entry.get("path") or f"src/{name}")
+
+
+def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> list[str] | None:
+    """The recipe's submodule selection as fetch recorded it (None: all of them)."""
+    for where, key in ((fetched, "submodule_paths"), (receipt_fork, "submodules_selected")):
+        if isinstance(where.get(key), list):
+            return [str(p) for p in where[key]]
+    return None
+
+
+def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
+    from october.installer.steps.fetch.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}
     receipt_forks = {f.get("name"): f for f in receipt.get("forks") or [] if isinstance(f, dict)}
     diffs: list[Difference] = []
     for name, entry in sorted(_fork_entries(lock).items()):
-        where = paths.root / str(entry.get("path") or f"src/{name}")
+        where = _fork_dir(paths, name, entry)
         what = f"fork {name} ({where})"
         head = head_commit(where)
         if head is None:
-            diffs.append(Difference("forks", what, f"a git clone at {entry['commit']}", "no clone"))
+            diffs.append(Difference("forks", what, f"a git clone at {entry['commit']}", "no clone", rerun))
             continue
         if head != entry["commit"]:
-            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}"))
+            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun))
         dirty = dirty_entries(where)
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
             shown = "; ".join(d.strip() for d in dirty[:MAX_FILES_LISTED])
             more = f"; ... {len(dirty) - MAX_FILES_LISTED} more" if len(dirty) > MAX_FILES_LISTED else ""
-            diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}{more}"))
-        subs = (recorded.get(name) or {}).get("submodules")
-        if isinstance(subs, dict) and subs:
-            now = {s.path: s.commit for s in submodule_states(where)}
-            for sub in sorted(set(subs) | set(now)):
-                if subs.get(sub) != now.get(sub):
-                    diffs.append(Difference("forks", f"{what} submodule {sub}",
-                                            f"commit {subs.get(sub) or '(none)'}", f"commit {now.get(sub) or '(none)'}"))
+            diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}{more}",
+                                    fixes.dirty_fork(paths, receipt, where)))
+        fetched = recorded.get(name) or {}
+        subs = fetched.get("submodules")
+        if not isinstance(subs, dict):
+            continue
+        chosen = _selection(fetched, receipt_forks.get(name) or {}) if subs else []
+        for s in submodule_states(where):
+            if s.path not in subs and not selected(s.path, chosen) and s.flag == "-":
+                continue                  # not selected: a gitlink, left uninitialized, as set up
+            if s.path not in subs and not selected(s.path, chosen):
+                diffs.append(Difference("forks", f"{what} submodule {s.path}",
+                                        "not checked out (the recipe does not select it)",
+                                        f"checked out at commit {s.commit}", fixes.unselected_submodule(where, s.path)))
+            elif subs.get(s.path) != s.commit or s.flag != " ":
+                now = "not checked out" if s.flag == "-" else f"commit {s.commit}"
+                diffs.append(Difference("forks", f"{what} submodule {s.path}",
+                                        f"commit {subs.get(s.path) or '(none)'}", now,
+                                        fixes.moved_submodule(where, s.path)))
+        gone = sorted(set(subs) - {s.path for s in submodule_states(where)})
+        diffs += [Difference("forks", f"{what} submodule {p}", f"commit {subs[p]}", "no such submodule", rerun)
+                  for p in gone]
     return diffs
 
 
@@ -201,35 +168,39 @@ def locked_versions(lock: Mapping[str, Any]) -> dict[str, str]:
     return {str(canonicalize_name(p["name"])): str(p.get("version", "")) for p in lock.get("packages", [])}
 
 
-def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist]) -> list[Difference]:
+def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist],
+                        rerun: str) -> list[Difference]:
     want = locked_versions(lock)
     forks = {e["name"]: (fork, e) for fork, e in _fork_entries(lock).items()}
     diffs: list[Difference] = []
     for name in sorted(set(want) | set(dists)):
         d = dists.get(name)
         if d is None:
-            diffs.append(Difference("distributions", name, f"{name} {want[name]} installed (locked)", "not installed"))
+            diffs.append(Difference("distributions", name, f"{name} {want[name]} installed (locked)", "not installed",
+                                    rerun))
         elif name not in want:
             how = "editable" if d.editable_path else ("from " + str((d.direct_url or {}).get("url"))
                                                      if d.direct_url else "from an index")
             diffs.append(Difference("distributions", name, "only the locked distributions",
-                                    f"{name} {d.version} installed ({how}), not in the lock"))
+                                    f"{name} {d.version} installed ({how}), not in the lock", rerun))
         elif d.version != want[name]:
-            diffs.append(Difference("distributions", name, f"version {want[name]}", f"version {d.version}"))
+            diffs.append(Difference("distributions", name, f"version {want[name]}", f"version {d.version}", rerun))
         if d is not None and name in forks:
             fork, entry = forks[name]
-            src = (paths.root / str(entry.get("path") or f"src/{fork}")).resolve()
+            src = _fork_dir(paths, fork, entry).resolve()
             if d.editable_path != src:
                 diffs.append(Difference("distributions", name, f"the fork {fork} installed editable from {src}",
-                                        f"{d.editable_path or 'a non-editable copy'}"))
+                                        f"{d.editable_path or 'a non-editable copy'}", rerun))
     return diffs
 
 
 Bytes = Callable[[float, "float | None"], None]   # (done, total) bytes hashed, for a progress bar
 
 
-def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None) -> tuple[int, list[Difference]]:
-    """Every hashed RECORD entry of every distribution; -> (files checked, differences)."""
+def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
+                fix: Callable[[list[str]], str] = lambda _names: "") -> tuple[int, list[Difference], set[str]]:
+    """Every hashed RECORD entry of every distribution; -> (files checked, differences, every path
+    a RECORD owns)."""
     checked = 0
     diffs: list[Difference] = []
     records: dict[str, list[tuple[str, str, str]]] = {}
@@ -237,7 +208,8 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None) -> tuple
         try:
             records[name] = list(record_rows(d))
         except OSError:
-            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file"))
+            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file", fix([name])))
+    owned = verify_unowned.owned_paths((dists[n].site, rel) for n, rows in records.items() for rel, _h, _s in rows)
     total = float(sum(int(size) for rows in records.values() for _p, h, size in rows if h and size.isdigit()))
     done = [0.0]
 
@@ -246,6 +218,7 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None) -> tuple
         if hashed is not None:
             hashed(done[0], total or None)
 
+    changed: list[tuple[str, Dist, list[str]]] = []
     for name, rows in records.items():
         d = dists[name]
         bad: list[str] = []
@@ -266,59 +239,78 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None) -> tuple
             if got != value:
                 bad.append(f"{rel} (changed)")
         if bad:
-            shown = ", ".join(bad[:MAX_FILES_LISTED]) + (f", ... {len(bad) - MAX_FILES_LISTED} more"
-                                                         if len(bad) > MAX_FILES_LISTED else "")
-            diffs.append(Difference("files", f"{name} {d.version}", "every file as its RECORD hashes it",
-                                    f"{len(bad)} file(s) differ: {shown}"))
-    return checked, diffs
+            changed.append((name, d, bad))
+    todo = fix([name for name, _d, _b in changed])
+    for name, d, bad in changed:
+        shown = ", ".join(bad[:MAX_FILES_LISTED]) + (f", ... {len(bad) - MAX_FILES_LISTED} more"
+                                                     if len(bad) > MAX_FILES_LISTED else "")
+        diffs.append(Difference("files", f"{name} {d.version}", "every file as its RECORD hashes it",
+                                f"{len(bad)} file(s) differ: {shown}", todo))
+    return checked, diffs, owned
 
 
-def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist]) -> list[Difference]:
-    toolchain = ((lock.get("tool") or {}).get(TOOL) or {}).get("toolchain") or {}
-    want = toolchain.get("torch")
+def check_unowned(paths: StackPaths, owned: set[str]) -> list[Difference]:
+    env_marker = read_marker(paths.marker("env")) or {}
+    system = (env_marker.get("outputs") or {}).get("system_torch")
+    extra = verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
+    if not extra:
+        return []
+    shown = "; ".join(verify_unowned.describe(p) for p in extra[:MAX_FILES_LISTED])
+    more = f"; ... {len(extra) - MAX_FILES_LISTED} more" if len(extra) > MAX_FILES_LISTED else ""
+    return [Difference("files", f"files in {paths.env} that no RECORD owns",
+                       "every file owned by an installed distribution's RECORD (or the venv's own)",
+                       f"{len(extra)} other file(s): {shown}{more}", fixes.remove_files(extra))]
+
+
+def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) -> list[Difference]:
+    tool = (lock.get("tool") or {}).get(TOOL) or {}
+    want = (tool.get("toolchain") or {}).get("torch")
+    system = (tool.get("system") or {}).get("torch") if isinstance(tool.get("system"), dict) else None
     if not want:
         return []
     d = dists.get("torch")
     got = d.version if d is not None else None
-    if got != want:
-        return [Difference("torch", "torch build", f"torch {want} (the recipe's build)",
-                           f"torch {got}" if got else "no torch")]
+    if system is None:
+        if got != want:
+            return [Difference("torch", "torch build", f"torch {want} (the recipe's build)",
+                               f"torch {got}" if got else "no torch", rerun)]
+        return []
+    # a site-provided torch: none in the env (it would shadow the system's), the recorded one in place
+    if d is not None:
+        return [Difference("torch", "torch build", f"no torch in the env (torch {want} from the system, "
+                           f"{system.get('path')})", f"torch {got} installed in {d.site}", rerun)]
+    where = Path(str(system.get("path") or ""))
+    infos = sorted(where.parent.glob("torch-*.dist-info")) if system.get("path") else []
+    versions = [HeaderParser().parsestr((i / "METADATA").read_text(encoding="utf-8", errors="replace")).get("Version")
+                for i in infos if (i / "METADATA").is_file()]
+    if not (where / "__init__.py").is_file() or not set(versions) & set(same_build(str(want))):
+        found = f"torch {', '.join(str(v) for v in versions)} there" if versions else f"no torch at {where}"
+        return [Difference("torch", "system torch", f"torch {want} at {where} (recorded in [tool.october.system])",
+                           found, rerun)]
     return []
 
 
-def check_wheel(paths: StackPaths, lock: Mapping[str, Any]) -> list[Difference]:
+def check_wheel(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> list[Difference]:
     wheel = ((lock.get("tool") or {}).get(TOOL) or {}).get("wheel") or {}
     if not wheel.get("sha256") or not wheel.get("filename"):
         return []
     path = paths.wheels / str(wheel["filename"])
     if not path.is_file():
-        return [Difference("wheel", str(path), f"the base wheel with sha256 {wheel['sha256']}", "no such file")]
+        return [Difference("wheel", str(path), f"the base wheel with sha256 {wheel['sha256']}", "no such file", rerun)]
     got = sha256_file(path)
     if got != wheel["sha256"]:
-        return [Difference("wheel", str(path), f"sha256 {wheel['sha256']}", f"sha256 {got}")]
+        return [Difference("wheel", str(path), f"sha256 {wheel['sha256']}", f"sha256 {got}", rerun)]
     return []
 
 
-def _jit_paths(paths: StackPaths) -> dict[str, Path]:
-    marker = read_marker(paths.marker("jit")) or {}
-    return {str(m["uri"]): Path(str(m["path"])) for m in (marker.get("outputs") or {}).get("modules", [])
-            if isinstance(m, dict) and m.get("uri") and m.get("path")}
-
-
-def check_jit(paths: StackPaths, lock: Mapping[str, Any]) -> tuple[int, list[Difference]]:
+def check_jit(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:
     modules = ((lock.get("tool") or {}).get(TOOL) or {}).get("jit") or []
-    known = _jit_paths(paths)
-    diffs: list[Difference] = []
-    for m in modules:
-        uri, want = str(m.get("uri")), str(m.get("sha256"))
-        path = known.get(uri) or next(iter(sorted(paths.jit.rglob(f"{uri}.so"))), None)
-        if path is None or not path.is_file():
-            diffs.append(Difference("jit", uri, f"the built library {uri}.so under {paths.jit}", "no such file"))
-            continue
-        got = sha256_file(path)
-        if got != want:
-            diffs.append(Difference("jit", f"{uri} ({path})", f"sha256 {want}", f"sha256 {got}"))
-    return len(modules), diffs
+    forks = [_fork_dir(paths, n, e) for n, e in _fork_entries(lock).items()]
+    looked, findings = verify_jit.check(paths, modules, forks)
+    unrecorded = [f.path for f in findings if f.unrecorded]
+    return max(looked, len(modules)), [
+        Difference("jit", f"{f.uri} ({f.path})", f.expected, f.found,
+                   fixes.remove_files(unrecorded) if f.unrecorded else rerun) for f in findings]
 
 
 # ------------------------------------------------------------------------------------ entry
@@ -337,7 +329,7 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
         receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StateError("the stack's setup receipt is unreadable", expected=f"JSON in {paths.setup_receipt}",
-                         found=str(exc), fix=f"re-run `october_setup {paths.root}` to rewrite it") from None
+                         found=str(exc), fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock))) from None
     return (receipt if isinstance(receipt, dict) else {}), read_lock(paths.pylock)
 
 
@@ -345,23 +337,25 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
                  hashed: Bytes | None = None) -> VerifyReport:
     paths = StackPaths(stack.resolve())
     receipt, lock = read_stack_records(paths)
+    rerun = fixes.rerun_locked(paths, receipt)
     dists = installed(paths.env)
     say = progress or (lambda _msg: None)
     diffs: list[Difference] = []
     say("lock file")
     diffs += check_lock_file(paths, receipt)
     say("fork clones")
-    forks = check_forks(paths, lock, receipt)
-    diffs += forks
+    diffs += check_forks(paths, lock, receipt, rerun)
     say("distributions")
-    diffs += check_distributions(paths, lock, dists)
-    files, file_diffs = check_files(dists, hashed)
+    diffs += check_distributions(paths, lock, dists, rerun)
+    files, file_diffs, owned = check_files(dists, hashed, lambda names: fixes.changed_files(paths, receipt, names))
     diffs += file_diffs
-    diffs += check_torch(lock, dists)
+    say("files no RECORD owns")
+    diffs += check_unowned(paths, owned)
+    diffs += check_torch(lock, dists, rerun)
     say("base wheel")
-    diffs += check_wheel(paths, lock)
+    diffs += check_wheel(paths, lock, rerun)
     say("JIT libraries")
-    jit_count, jit_diffs = check_jit(paths, lock)
+    jit_count, jit_diffs = check_jit(paths, lock, rerun)
     diffs += jit_diffs
     checked = {"forks": len(_fork_entries(lock)), "distributions": len(dists), "files": files,
                "jit": jit_count, "wheel": int(bool(((lock.get("tool") or {}).get(TOOL) or {}).get("wheel")))}

@@ -119,6 +119,10 @@ def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: Worl
                extra_env=_offline_env())
     assert done.returncode == 0, done.stderr + done.stdout
     assert "offline: installing from the kit" in done.stderr + done.stdout
+    # a kit-built stack verifies clean (issue 22, item 2)
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
 
     # the same lock and receipt as the online install, apart from where the wheels were read
     a = _sources_out(tomllib.loads((tmp_path / "online" / "pylock.toml").read_text()))
@@ -310,6 +314,10 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, whe
                           cwd=PROJECT_ROOT, capture_output=True, text=True, env={**env, **_offline_env()}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "wheel: ok" in proc.stderr and "jit: ok" in proc.stderr
+    # a kit-built stack verifies clean (issue 22, item 2)
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
     a = _sources_out(tomllib.loads((tmp_path / "online" / "pylock.toml").read_text()))
     b = _sources_out(tomllib.loads((stack / "pylock.toml").read_text()))
     assert a == b

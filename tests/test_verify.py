@@ -93,7 +93,8 @@ def test_a_fresh_stack_verifies(stack: Stack) -> None:
     data = json.loads(verify(stack, "--json").stdout)
     assert data["ok"] is True and data["differences"] == []
     c = data["checked"]
-    assert c["forks"] == 2 and c["jit"] == 2 and c["wheel"] == 1 and c["distributions"] >= 3 and c["files"] > 5
+    # jit: each of the 2 modules in the workspace and as its AOT copy
+    assert c["forks"] == 2 and c["jit"] == 4 and c["wheel"] == 1 and c["distributions"] >= 3 and c["files"] > 5
 
 
 def test_an_extra_installed_package_is_listed(stack: Stack) -> None:
@@ -186,6 +187,66 @@ def test_another_torch_build_is_listed(stack: Stack) -> None:
     assert differences(stack) == []
 
 
+def test_a_pth_and_a_module_no_record_owns_are_named_pth_first(stack: Stack) -> None:
+    """Issue 22, item 3: a .pth runs code at every interpreter start; nothing installed it."""
+    pth, mod = site(stack) / "zz.pth", site(stack) / "zz_payload.py"
+    pth.write_text("import zz_payload\n")
+    mod.write_text("print('ran at startup')\n")
+    try:
+        diffs = differences(stack)
+        assert [(d["check"], d["what"]) for d in diffs] == [
+            ("files", f"files in {stack.root / 'env'} that no RECORD owns")], diffs
+        found = diffs[0]["found"]
+        assert found.startswith("2 other file(s): ") and "zz.pth (a .pth: runs at every interpreter start)" in found
+        assert found.index("zz.pth") < found.index("zz_payload.py")
+        assert f"rm -f -- {pth} {mod}" in diffs[0]["fix"]
+        proc = verify(stack)
+        assert proc.returncode == 13 and str(pth) in proc.stderr
+    finally:
+        pth.unlink()
+        mod.unlink()
+    # bytecode of an owned source is legitimately unowned; bytecode without its source is not
+    cache = site(stack) / "torch" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "__init__.cpython-311.pyc").write_bytes(b"bytecode")
+    assert differences(stack) == []
+    (cache / "gone.cpython-311.pyc").write_bytes(b"bytecode")
+    try:
+        assert "torch/__pycache__/gone.cpython-311.pyc" in differences(stack)[0]["found"]
+    finally:
+        import shutil
+
+        shutil.rmtree(cache)
+    assert differences(stack) == []
+
+
+def test_every_jit_copy_flashinfer_loads_is_checked_aot_included(stack: Stack) -> None:
+    """Issue 22, item 3: a zero-byte copy in FlashInfer's AOT folder (the copy it loads first) and a
+    library there that no record names."""
+    aot = stack.root / "src" / "flashinfer" / "flashinfer" / "data" / "aot"
+    recorded = next(aot.glob("*/*.so"))
+    original = recorded.read_bytes()
+    recorded.write_bytes(b"")
+    stray = aot / "stray_module" / "stray_module.so"
+    stray.parent.mkdir()
+    stray.write_bytes(b"\x7fELF")
+    try:
+        diffs = {d["what"]: d for d in differences(stack)}
+        assert set(diffs) == {f"{recorded.stem} ({recorded})", f"stray_module ({stray})"}, diffs
+        assert diffs[f"{recorded.stem} ({recorded})"]["found"].endswith("(0 bytes)")
+        assert "a library no record names" in diffs[f"stray_module ({stray})"]["found"]
+    finally:
+        recorded.write_bytes(original)
+        stray.unlink()
+        stray.parent.rmdir()
+    recorded.unlink()                     # a placed AOT copy that is gone
+    try:
+        assert [d["found"] for d in differences(stack)] == ["no such file"]
+    finally:
+        recorded.write_bytes(original)
+    assert differences(stack) == []
+
+
 def test_verify_of_a_directory_that_is_no_stack_says_what_to_run(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(tmp_path)],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
@@ -223,22 +284,56 @@ def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     assert "gpu" in text and "nvcc:" in text
 
 
-def test_a_moved_submodule_is_listed(tmp_path: Path) -> None:
-    """The fixture world's fork 'beta' carries a git submodule (third_party/gamma)."""
+def _world_stack(tmp_path: Path, beta_entry_extra: str = "") -> Stack:
+    """A stack of the fixture world, whose fork 'beta' carries a git submodule (third_party/gamma)."""
     from tests.fixtures.world import make_world
 
     world = make_world(tmp_path / "world")
+    if beta_entry_extra:
+        text = world.recipe.read_text()
+        head = 'name = "beta"\n'
+        world.recipe.write_text(text.replace(head, head + beta_entry_extra, 1))
     root = tmp_path / "stack"
     proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root), "--recipe", str(world.recipe),
                            "--cache-dir", str(tmp_path / "cache"), "--skip-preflight", "nvcc,gpu,cuda_arch"],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    stack = Stack(root, tmp_path, tmp_path / "cache", tmp_path)
+    return Stack(root, tmp_path, tmp_path / "cache", tmp_path)
+
+
+def run_fix(fix: str) -> None:
+    """Run the commands of a fix line, in order (of alternatives joined by ", or ", the first)."""
+    from tests.test_verify_fix import run_commands
+
+    run_commands(fix.split(", or ")[0])
+
+
+def test_a_moved_submodule_is_listed(tmp_path: Path) -> None:
+    stack = _world_stack(tmp_path)
+    root = stack.root
     assert differences(stack) == []
     sub = root / "src" / "beta" / "third_party" / "gamma"
     before = git(sub, "rev-parse", "HEAD")
     git(sub, "commit", "-q", "--allow-empty", "-m", "local experiment")
     moved = git(sub, "rev-parse", "HEAD")
     diffs = differences(stack)
-    assert {"check": "forks", "what": f"fork beta ({root / 'src' / 'beta'}) submodule third_party/gamma",
-            "expected": f"commit {before}", "found": f"commit {moved}"} in diffs
+    mine = [d for d in diffs if d["what"] == f"fork beta ({root / 'src' / 'beta'}) submodule third_party/gamma"]
+    assert [(d["check"], d["expected"], d["found"]) for d in mine] == [
+        ("forks", f"commit {before}", f"commit {moved}")]
+    run_fix(mine[0]["fix"])                    # its what-to-do line puts it back
+    assert differences(stack) == []
+
+
+def test_an_unselected_submodule_is_a_gitlink_and_a_checkout_of_it_is_listed(tmp_path: Path) -> None:
+    """Issue 22, item 2: submodules the recipe does not select are gitlinks, not checkouts; verify
+    passes on such a stack, and names one that someone checked out (then its fix works)."""
+    stack = _world_stack(tmp_path, "submodules = false\n")
+    fork = stack.root / "src" / "beta"
+    assert differences(stack) == []
+    git(fork, "-c", "protocol.file.allow=always", "submodule", "update", "--init", "--", "third_party/gamma")
+    diffs = differences(stack)
+    assert [(d["check"], d["expected"]) for d in diffs] == [
+        ("forks", "not checked out (the recipe does not select it)")], diffs
+    assert "submodule deinit" in diffs[0]["fix"]
+    run_fix(diffs[0]["fix"])
+    assert differences(stack) == []

@@ -1,0 +1,78 @@
+"""Every JIT library FlashInfer can load from a stack, against the sha256 the lock recorded.
+
+FlashInfer loads a module from its AOT directory first (``<fork>/flashinfer/data/aot/<uri>/<uri>.so``,
+ignored by the fork's git, so the clean-tree check cannot see it) and else from the JIT workspace
+(``STACK/jit/.../cached_ops/<uri>/<uri>.so``).  Each copy of a recorded module must have the recorded
+bytes, each copy the jit step placed must exist, and a library in either place that no record names
+is a difference too (FlashInfer would load it for its URI).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from october.installer.core.hashing import sha256_file
+from october.installer.core.paths import StackPaths
+from october.installer.pipeline.engine import read_marker
+from october.installer.steps.jit.integrity import manifest_aot_dir
+
+
+@dataclass(frozen=True)
+class JitFinding:
+    uri: str
+    path: Path
+    expected: str
+    found: str
+    unrecorded: bool = False
+
+
+def _marker_modules(paths: StackPaths) -> list[dict[str, Any]]:
+    marker = read_marker(paths.marker("jit")) or {}
+    return [m for m in (marker.get("outputs") or {}).get("modules", []) if isinstance(m, dict) and m.get("uri")]
+
+
+def aot_dirs(paths: StackPaths, fork_dirs: Iterable[Path]) -> list[Path]:
+    """FlashInfer's AOT directories of this stack: each fork checkout's ``flashinfer/data/aot``, the one
+    the jit step recorded, and those of the AOT copies it placed."""
+    dirs = {(f / "flashinfer" / "data" / "aot") for f in fork_dirs}
+    recorded = manifest_aot_dir(paths.jit)
+    if recorded is not None:
+        dirs.add(recorded)
+    dirs |= {Path(str(m["aot_path"])).parent.parent for m in _marker_modules(paths) if m.get("aot_path")}
+    return sorted({d.resolve() for d in dirs if d.is_dir()})
+
+
+def _libraries(roots: Iterable[Path]) -> list[Path]:
+    return sorted({p.resolve() for r in roots if r.is_dir() for p in r.rglob("*.so") if p.is_file()})
+
+
+def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dirs: Iterable[Path]
+          ) -> tuple[int, list[JitFinding]]:
+    """-> (libraries looked at, findings)."""
+    want = {str(m.get("uri")): str(m.get("sha256")) for m in lock_modules}
+    placed = {str(m["uri"]): m for m in _marker_modules(paths)}
+    found: list[JitFinding] = []
+    seen_workspace: set[str] = set()
+    libs = _libraries([paths.jit, *aot_dirs(paths, fork_dirs)])
+    for lib in libs:
+        uri = lib.stem if lib.parent.name == lib.stem else ""
+        if uri not in want:
+            found.append(JitFinding(uri or lib.name, lib, "only the JIT libraries the lock records",
+                                    f"a library no record names ({lib.stat().st_size} bytes)", unrecorded=True))
+            continue
+        if lib.is_relative_to(paths.jit.resolve()):
+            seen_workspace.add(uri)
+        got = sha256_file(lib)
+        if got != want[uri]:
+            found.append(JitFinding(uri, lib, f"sha256 {want[uri]}", f"sha256 {got} ({lib.stat().st_size} bytes)"))
+    for uri in sorted(want):
+        rec = placed.get(uri) or {}
+        if uri not in seen_workspace:
+            where = Path(str(rec["path"])) if rec.get("path") else paths.jit
+            found.append(JitFinding(uri, where, f"the built library {uri}.so under {paths.jit}", "no such file"))
+        aot = Path(str(rec["aot_path"])) if rec.get("aot_path") else None
+        if aot is not None and not aot.is_file():
+            found.append(JitFinding(uri, aot, f"the verified AOT copy with sha256 {want[uri]}", "no such file"))
+    return len(libs), found

@@ -1,0 +1,86 @@
+"""Files in the stack env that no distribution's RECORD owns (``current verify``).
+
+A file no RECORD lists was put there by hand or by a tool outside the setup: nothing checks its
+bytes, and some of it runs code (a ``.pth`` line starting with ``import`` runs at every interpreter
+start; a module beside it is importable by every program).  Every such file is named, ``.pth``
+files first.  Legitimately unowned, and why:
+
+* the venv's own scaffolding, which ``uv venv`` writes (no RECORD can own it), at the env's top and in
+  ``bin/`` only: ``pyvenv.cfg``, ``.gitignore``, ``.lock``, ``CACHEDIR.TAG``, the ``lib64`` link, the
+  ``bin/python*`` links and the ``activate`` scripts (run only when a user sources them; the stack's
+  own ``STACK/activate`` is outside the env);
+* bytecode caches, ``<dir>/__pycache__/<name>.<tag>.pyc`` beside an existing ``<dir>/<name>.py``:
+  Python writes them on import and reads them only for that source (a ``.pyc`` in ``__pycache__`` whose
+  source is gone is never imported, so it is named).  Their bytes are not checked: Python itself trusts
+  the recorded source mtime and size, and a re-import after a source change rewrites them;
+* our own file: ``_october_system_site.pth`` of a stack on a site-provided torch, accepted only with
+  exactly the text the env step writes for the recorded system site directories.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from october.installer.steps.env.systorch import PTH_NAME, pth_text
+
+SCAFFOLD_TOP = {"pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", "lib64"}
+SCAFFOLD_BIN = re.compile(r"(python(3(\.\d+)?)?|activate(\.\w+)?|activate_this\.py|deactivate\.bat|pydoc\.bat)")
+BYTECODE = re.compile(r"(?P<stem>[^.]+)\.[\w-]+(\.opt-\d+)?\.pyc")
+
+
+def _norm(path: Path | str) -> str:
+    return os.path.normpath(str(path))
+
+
+def owned_paths(rows: Iterable[tuple[Path, str]]) -> set[str]:
+    """Normalized absolute paths of (site directory, RECORD path) rows."""
+    return {_norm(Path(site) / rel) for site, rel in rows}
+
+
+def _bytecode_ok(path: Path) -> bool:
+    if path.parent.name != "__pycache__":
+        return False
+    m = BYTECODE.fullmatch(path.name)
+    return m is not None and (path.parent.parent / f"{m['stem']}.py").is_file()
+
+
+def _scaffold(env: Path, path: Path) -> bool:
+    rel = path.relative_to(env)
+    if len(rel.parts) == 1:
+        return rel.name in SCAFFOLD_TOP and (rel.name != "lib64" or path.is_symlink())
+    if len(rel.parts) == 2 and rel.parts[0] == "bin" and SCAFFOLD_BIN.fullmatch(rel.name):
+        return not rel.name.startswith("python") or path.is_symlink()
+    return False
+
+
+def _our_pth(path: Path, system_torch: Mapping[str, Any] | None) -> bool:
+    if path.name != PTH_NAME or not system_torch or path.parent.name != "site-packages":
+        return False
+    try:
+        return path.read_text(encoding="utf-8") == pth_text(system_torch)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def unowned(env: Path, owned: set[str], system_torch: Mapping[str, Any] | None = None) -> list[Path]:
+    """Every file (or link) under ``env`` that no RECORD owns and that is not legitimately unowned
+    (the module docstring), ``.pth`` files first."""
+    found: list[Path] = []
+    for top, dirs, files in os.walk(env, followlinks=False):
+        here = Path(top)
+        links = [d for d in dirs if (here / d).is_symlink()]          # a linked directory is an entry
+        for name in [*files, *links]:
+            path = here / name
+            if _norm(path) in owned or _scaffold(env, path) or _bytecode_ok(path) or _our_pth(path, system_torch):
+                continue
+            found.append(path)
+    return sorted(found, key=lambda p: (p.suffix != ".pth", str(p)))
+
+
+def describe(path: Path) -> str:
+    if path.suffix == ".pth":
+        return f"{path} (a .pth: runs at every interpreter start)"
+    return str(path) + (" (a link)" if path.is_symlink() else "")

@@ -1,0 +1,122 @@
+"""Issue 22, item 8: every what-to-do line `current verify` prints is one that works.
+
+On the K16/V8 stand-in stack of tests/test_verify.py (real git, uv, wheels, gcc-built JIT libraries;
+stand-ins only for GitHub, the vLLM wheel host and CUDA), faults of every kind verify reports are
+planted together; each command its error suggests is then run as printed (through bash, with the
+tool's own ``october_setup`` and uv on PATH), and verify must pass afterwards.  The submodule lines
+are run in tests/test_verify.py (the fixture world has a submodule), the real stack's in
+tests/test_verify_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.steps.env.uvcmd import uv_exe
+from tests.fixtures.wheels import build_wheel
+from tests.test_verify import Stack, differences, git, site, stack, uv_pip, verify  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+
+COMMAND = re.compile(r"`([^`]+)`")
+
+
+def run_commands(fix: str) -> list[str]:
+    """Run every `command` of a fix line in order, as a user would paste it; -> the commands."""
+    commands = COMMAND.findall(fix)
+    assert commands, f"no command in the fix line: {fix}"
+    tools = os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), str(Path(uv_exe()).parent)]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_") and k != "VIRTUAL_ENV"}
+    env["PATH"] = tools + os.pathsep + env.get("PATH", "")
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, f"`{command}` failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return commands
+
+
+def test_every_suggested_command_puts_the_stack_back(stack: Stack) -> None:
+    fi, vllm = stack.root / "src" / "flashinfer", stack.root / "src" / "vllm"
+    # an extra distribution, a file changed in place (hard-linked to uv's cache), a .pth, a moved fork
+    # HEAD, local changes in the other fork, a zero-byte AOT copy, an AOT library no record names
+    extra = build_wheel(stack.tmp / "extra-fix", "sneaky-fix", "1.0", {"sneaky_fix/__init__.py": ""})
+    uv_pip(stack, "install", "--no-deps", str(extra))
+    with open(site(stack) / "torch" / "__init__.py", "ab") as fh:
+        fh.write(b"\n# patched by hand\n")
+    (site(stack) / "zz.pth").write_text("import zz_payload\n")
+    (site(stack) / "zz_payload.py").write_text("print('ran')\n")
+    git(vllm, "commit", "-q", "--allow-empty", "-m", "someone's experiment")
+    (fi / "flashinfer" / "__init__.py").write_text("# edited\n")
+    (fi / "notes.txt").write_text("scratch\n")
+    aot = fi / "flashinfer" / "data" / "aot"
+    next(aot.glob("*/*.so")).write_bytes(b"")
+    (aot / "stray" ).mkdir()
+    (aot / "stray" / "stray.so").write_bytes(b"\x7fELF")
+
+    diffs = differences(stack)
+    kinds = {(d["check"], d["what"].split(" (")[0]) for d in diffs}
+    assert {c for c, _w in kinds} == {"distributions", "files", "forks", "jit"}, diffs
+    fixes = list(dict.fromkeys(d["fix"] for d in diffs))
+    assert all(fixes), diffs
+    proc = verify(stack)
+    assert proc.returncode == 13
+    for i, fix in enumerate(fixes, 1):
+        assert f"{i}. {fix}" in proc.stderr.replace("\n     ", " ") or fix in proc.stderr
+    ran = [c for fix in fixes for c in run_commands(fix.split(", or ")[0])]
+    assert any("--locked" in c for c in ran) and any("stash push" in c for c in ran)
+    assert any("uv cache clean torch" in c for c in ran) and any(c.startswith("rm -f -- ") for c in ran)
+    assert differences(stack) == []
+    proc = verify(stack)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_keeping_local_changes_on_record_works_too(stack: Stack) -> None:
+    """The other half of the dirty-fork line: re-run with --allow-dirty; the receipt records the tree as
+    dirty and verify accepts it.  (Then the changes are stashed and the stack set up clean again.)"""
+    fi = stack.root / "src" / "flashinfer"
+    (fi / "notes.txt").write_text("kept on purpose\n")
+    diffs = differences(stack)
+    assert [d["check"] for d in diffs] == ["forks"]
+    keep = diffs[0]["fix"].split(", or ")[1]
+    assert "--allow-dirty" in keep
+    run_commands(keep)
+    assert differences(stack) == []
+    git(fi, "stash", "push", "-q", "--include-untracked")
+    back = re.sub(r" --allow-dirty$", "", COMMAND.findall(keep)[0])
+    run_commands(f"`{back}`")
+    assert differences(stack) == []
+    shutil.rmtree(stack.tmp / "extra-fix", ignore_errors=True)
+
+
+def test_a_changed_lock_file_is_written_again_by_the_suggested_command(stack: Stack) -> None:
+    lock = stack.root / "pylock.toml"
+    original = lock.read_bytes()
+    lock.write_bytes(original + b"# edited by hand\n")
+    diffs = differences(stack)
+    assert [d["check"] for d in diffs] == ["lock"] and "--locked" not in diffs[0]["fix"]
+    run_commands(diffs[0]["fix"])
+    assert b"# edited by hand" not in lock.read_bytes() and differences(stack) == []
+
+
+def test_an_unreadable_receipt_names_the_recipe_and_the_rerun_rewrites_it(stack: Stack) -> None:
+    """The recipe here is a file of the test, not a shipped one: verify names it (from the lock) and
+    asks for its path; the command with the path filled in (and the stack's options) rewrites it."""
+    receipt = stack.root / "receipts" / "setup.json"
+    original = receipt.read_text()
+    receipt.write_text("{ not json")
+    proc = verify(stack)
+    assert proc.returncode == 18 and "k16v8-standin" in proc.stderr, proc.stderr
+    command = COMMAND.search(proc.stderr.split("->", 1)[1])
+    assert command is not None and command.group(1).endswith("--recipe RECIPE")
+    recipe = json.loads(original)["recipe"]["path"]
+    run_commands(f"`{command.group(1).replace('RECIPE', recipe)} --skip-preflight nvcc --cache-dir {stack.cache}`")
+    assert json.loads(receipt.read_text())["recipe"]["name"] == "k16v8-standin" and differences(stack) == []

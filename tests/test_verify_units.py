@@ -1,0 +1,88 @@
+"""Units of `current verify`: which unowned env files are legitimate, the setup command its fixes print.
+
+Real directories and files (no stack needed); the end-to-end checks are in tests/test_verify*.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from october.installer.core.paths import StackPaths
+from october.installer.core.resources import recipes_dir
+from october.installer.pipeline.engine import MARKER_FORMAT
+from october.installer.steps.env.systorch import PTH_NAME, pth_text
+from october.installer.verify_fix import remove_files, setup_command
+from october.installer.verify_unowned import owned_paths, unowned
+
+
+def _env(tmp: Path) -> tuple[Path, Path]:
+    env = tmp / "env"
+    site = env / "lib" / "python3.12" / "site-packages"
+    (site / "pkg" / "__pycache__").mkdir(parents=True)
+    (env / "bin").mkdir()
+    for name in ("pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", "bin/activate", "bin/activate.fish",
+                 "bin/activate_this.py", "bin/deactivate.bat", "bin/pydoc.bat", "pkg_owned"):
+        (env / name).write_text("x")
+    (env / "bin" / "python").symlink_to("/usr/bin/python3")
+    (env / "bin" / "python3.12").symlink_to("python")
+    (env / "lib64").symlink_to("lib")
+    (site / "pkg" / "__init__.py").write_text("")
+    (site / "pkg" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"b")
+    (site / "pkg" / "__pycache__" / "__init__.cpython-312.opt-1.pyc").write_bytes(b"b")
+    return env, site
+
+
+def test_only_scaffolding_bytecode_with_its_source_and_our_pth_are_legitimately_unowned(tmp_path: Path) -> None:
+    env, site = _env(tmp_path)
+    owned = owned_paths([(site, "pkg/__init__.py"), (site, "../../../pkg_owned")])
+    facts = {"site_packages": ["/opt/sys/site-packages"]}
+    (site / PTH_NAME).write_text(pth_text(facts))
+    assert unowned(env, owned, facts) == []
+    # each of these is named: .pth files first
+    planted = [site / "zz.pth", site / "zz_payload.py", site / "pkg" / "__pycache__" / "gone.cpython-312.pyc",
+               env / "bin" / "tool", env / "include" / "x.h", site / "pkg" / "extra.so"]
+    for p in planted:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    got = unowned(env, owned, facts)
+    assert got[0] == site / "zz.pth" and set(got) == set(planted)
+
+
+def test_scaffold_names_count_only_in_their_place_and_shape(tmp_path: Path) -> None:
+    env, site = _env(tmp_path)
+    owned = owned_paths([(site, "pkg/__init__.py"), (site, "../../../pkg_owned")])
+    (env / "bin" / "python").unlink()
+    (env / "bin" / "python").write_text("#!/bin/sh\n")          # a python that is a file, not the link
+    (site / "pyvenv.cfg").write_text("x")                       # a top-level name, but in site-packages
+    (env / "lib64").unlink()
+    (env / "lib64").mkdir()
+    (env / "lib64" / "f").write_text("x")
+    (site / PTH_NAME).write_text("import os; os.system('x')\n")  # our name, not our text
+    got = set(unowned(env, owned, {"site_packages": ["/opt/sys/site-packages"]}))
+    assert got == {env / "bin" / "python", site / "pyvenv.cfg", env / "lib64" / "f", site / PTH_NAME}
+    # without a system torch recorded, our .pth is not ours either
+    (site / PTH_NAME).write_text(pth_text({"site_packages": []}))
+    assert site / PTH_NAME in unowned(env, owned, None)
+
+
+def test_the_setup_command_carries_the_recorded_options(tmp_path: Path) -> None:
+    paths = StackPaths(tmp_path / "my stack")
+    shipped = recipes_dir() / "flashinfer-pr3812.toml"
+    receipt = {"recipe": {"name": "flashinfer-pr3812", "path": str(shipped)},
+               "torch": {"source": "system", "python": "/opt/torch/.venv/bin/python"},
+               "options": {"skip_preflight": ["nvcc", "gpu"]}}
+    assert setup_command(paths, receipt, "--locked") == (
+        f"october_setup '{paths.root}' --recipe flashinfer-pr3812 --system-python /opt/torch/.venv/bin/python "
+        "--skip-preflight nvcc,gpu --locked")
+    (paths.state).mkdir(parents=True)
+    (paths.marker("jit")).write_text(json.dumps({"format_version": MARKER_FORMAT,
+                                                 "outputs": {"shared_cache": {"dir": "/c/jit"}}}))
+    receipt = {"recipe": {"name": "mine", "path": "/r/mine.toml"}, "torch": {"source": "index"}, "options": {}}
+    assert setup_command(paths, receipt) == f"october_setup '{paths.root}' --recipe /r/mine.toml --cache-dir /c"
+
+
+def test_remove_files_lists_at_most_ten_and_says_how_many_more(tmp_path: Path) -> None:
+    files = [tmp_path / f"f{i}" for i in range(12)]
+    text = remove_files(files)
+    assert "`rm -f -- " + " ".join(str(f) for f in files[:10]) + "`" in text and "other 2 listed" in text
