@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Se
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import StateError
+from october.installer.core.filetrust import FileTrust
 from october.installer.core.hashing import fingerprint
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
@@ -109,6 +110,15 @@ class StepContext:
     runner: Runner
     ui: Reporter
     done: dict[str, StepRecord] = field(default_factory=dict)
+    _trust: FileTrust | None = None
+
+    @property
+    def trust(self) -> FileTrust:
+        """Digests of files whose stat signature is unchanged since they were hashed
+        (:mod:`october.installer.core.filetrust`): what a no-op trusts instead of re-reading."""
+        if self._trust is None:
+            self._trust = FileTrust(self.paths.state / "file-trust.json")
+        return self._trust
 
     @property
     def recipe(self) -> Recipe:
@@ -214,4 +224,6 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
         if on_record is not None:
             on_record(record)
         upstream.append([step.name, fingerprint(result.chain_json())])
+    if ctx._trust is not None and any(r.status == "ran" for r in records):
+        ctx._trust.save()           # a no-op writes nothing
     return records

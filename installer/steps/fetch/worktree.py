@@ -1,7 +1,7 @@
 """The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
 
-The clone is a local ``git clone`` of the bare mirror: git hard-links the
-mirror's object files (or copies them across file systems), so nothing is
+The clone is a local ``git clone --no-hardlinks`` of the bare mirror: git copies the
+mirror's object files (never shares their inodes with the cache), so nothing is
 downloaded twice and, unlike ``--reference``/alternates, the clone keeps
 working if the cache is later deleted.  ``origin`` then points at the real
 fork URL.  Submodules go through a mirror of their own URL the same way: the
@@ -207,7 +207,9 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
-        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
+        # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes (issue 22)
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-hardlinks", "--no-checkout",
+           _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
     _set_origin(g, partial, mirror.url)

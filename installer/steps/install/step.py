@@ -33,7 +33,7 @@ from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
-from october.installer.steps.install import consistency, nested
+from october.installer.steps.install import consistency, nested, records
 from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
@@ -117,11 +117,13 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
+        self.repair(ctx)
         guard = nested.install_guard(ctx.paths.state / "build-guard")
         nested_out: dict[str, Any] = {}
         for inv in plan.installs:
             ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
             nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+        self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
@@ -179,6 +181,25 @@ class InstallStep:
         for name, why in verdict.refused_declared.items():
             ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
         return verdict.as_json()
+
+    def repair(self, ctx: StepContext) -> None:
+        """Put back every index distribution whose files no longer match its RECORD (an edit in the
+        env since it was installed), from its source at the installed version."""
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        args = records.reinstall_args(ctx.paths.env, sorted(bad))
+        if args:
+            ctx.ui.warn(f"re-installing what no longer matches its RECORD: {records.describe(bad)}")
+            stack_uv(ctx).pip_install(ctx.runner, self.name, args, torch_index=True)
+
+    def check_records(self, ctx: StepContext) -> None:
+        """Every file of every distribution in the env as its RECORD hashes it, before install is done."""
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        if bad:
+            raise InstallError(f"installed files differ from their distribution's RECORD: {records.describe(bad)}",
+                               expected="every file in the stack env with the hash its RECORD lists",
+                               found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
+                               fix=f"uv's cache served these bytes: delete {stack_uv(ctx).env()['UV_CACHE_DIR']} (a "
+                                   "cache edited through a stack that hard-linked it) and re-run october_setup")
 
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
@@ -243,9 +264,14 @@ class InstallStep:
                 return f"the checkout {f.path} is missing"
         # A no-op re-run must stay fast and write nothing: read the env's metadata files
         # directly instead of starting the stack's Python (the full guards ran at install time).
-        return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
-                                       {f.name: Path(f.path) for f in result.forks},
-                                       system_torch=ctx.recipe.torch.from_system)
+        problem = installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
+                                          {f.name: Path(f.path) for f in result.forks},
+                                          system_torch=ctx.recipe.torch.from_system)
+        if problem is not None:
+            return problem
+        # every RECORD'ed file; only those whose stat signature moved are read again
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
 
 
 def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:

@@ -6,7 +6,7 @@ verify every check in one read of the wheel (:mod:`october.installer.steps.wheel
 take the wheel's source commit from its ``vllm/_version.py`` and prove that the
 compiled sources (``[wheel].compiled_sources``) are the same at that commit and
 at the vLLM fork commit (:mod:`october.installer.steps.wheel.equivalence`), and only then
-hard-link (or copy) the file into ``STACK/wheels``.  Any failure leaves
+reflink (or copy, never hard-link) the file into ``STACK/wheels``.  Any failure leaves
 ``STACK/wheels`` without a wheel.
 
 Result: :class:`~october.installer.steps.results.WheelResult` (path, filename, url
@@ -19,11 +19,11 @@ the install step's import guard imports, the source-equivalence record), or
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping
 
+from october.installer.core.clonefile import clone_or_copy
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.redact import redact_url
@@ -96,20 +96,18 @@ def _clear_installed(wheels_dir: Path) -> None:
 
 
 def place(source: Path, dest: Path, sha256: str) -> None:
-    """Hard-link (else copy) the verified file to ``dest`` atomically; a copy is re-hashed."""
+    """Reflink (else copy) the verified file to ``dest`` atomically, then re-hash it.  Never a hard
+    link: the stack's wheel would be the cache's inode, and an edit to one would be the other's."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-        got = sha256_file(tmp)
-        if got != sha256:
-            tmp.unlink()
-            raise WheelError(f"copying the verified wheel to {dest.parent} changed it",
-                             expected=f"sha256 {sha256}", found=f"sha256 {got}",
-                             fix="check the disk under the stack (free space, errors), then re-run")
+    clone_or_copy(source, tmp)
+    got = sha256_file(tmp)
+    if got != sha256:
+        tmp.unlink()
+        raise WheelError(f"copying the verified wheel to {dest.parent} changed it",
+                         expected=f"sha256 {sha256}", found=f"sha256 {got}",
+                         fix="check the disk under the stack (free space, errors), then re-run")
     os.replace(tmp, dest)
 
 

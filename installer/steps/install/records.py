@@ -1,0 +1,66 @@
+"""Every installed file as its distribution's RECORD hashes it: checked before install is marked
+done, on every re-run (through the stat signatures of :mod:`october.installer.core.filetrust`,
+so a no-op re-reads only what changed), and the way back for a tampered file (re-install the
+distributions whose RECORD no longer matches).
+
+RECORD rows are read with ``current verify``'s reader (:mod:`october.installer.verify`), the
+one definition of how a row and its hash are read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from october.installer.core.filetrust import FileTrust
+from october.installer.verify import Dist, installed, record_hash, record_rows
+
+MAX_SHOWN = 5
+
+
+def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
+    """distribution -> its files that are missing or differ from their RECORD hash (none: {})."""
+    return {name: bad for name, d in sorted(installed(env).items()) if (bad := dist_problems(d, trust))}
+
+
+def dist_problems(dist: Dist, trust: FileTrust) -> list[str]:
+    bad: list[str] = []
+    try:
+        rows = list(record_rows(dist))
+    except OSError:
+        return [f"{dist.info.name}/RECORD (missing)"]
+    for rel, recorded, _size in rows:
+        algo, sep, value = recorded.partition("=")
+        if not sep:
+            continue        # RECORD itself, bytecode: no hash to hold them to
+        path = dist.site / rel
+        try:
+            got = trust.digest(path, f"record-{algo}", lambda p, a=algo: record_hash(p, a))
+        except FileNotFoundError:
+            bad.append(f"{rel} (missing)")
+            continue
+        except (OSError, ValueError) as exc:
+            bad.append(f"{rel} ({exc.__class__.__name__})")
+            continue
+        if got != value:
+            bad.append(f"{rel} (changed)")
+    return bad
+
+
+def describe(found: Mapping[str, list[str]]) -> str:
+    """One line per distribution, at most :data:`MAX_SHOWN` files each."""
+    return "; ".join(f"{name}: " + ", ".join(files[:MAX_SHOWN]) + (f", ... {len(files) - MAX_SHOWN} more"
+                                                                   if len(files) > MAX_SHOWN else "")
+                     for name, files in found.items())
+
+
+def reinstall_args(env: Path, names: list[str]) -> list[str]:
+    """``uv pip install`` arguments that put the named index distributions back at their installed
+    version from their source (nothing else moves: ``--no-deps``); an editable fork is not among
+    them (the install step installs every fork again anyway).  [] when there is none."""
+    dists = installed(env)
+    index = [n for n in names if n in dists and dists[n].editable_path is None]
+    if not index:
+        return []
+    return ["--no-deps", *(a for n in index for a in ("--reinstall-package", n)),
+            *(f"{n}=={dists[n].version}" for n in index)]
