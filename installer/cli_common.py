@@ -13,6 +13,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
+from october.installer.core.cliargs import split_skips  # noqa: F401  (shared with the no-op fast path)
 from october.installer.core.errors import FileSystemError, OctoberError, as_disk_full
 from october.installer.core.ui import ConsoleReporter
 
@@ -89,7 +90,3 @@ def guarded(fn: Callable[[], T], ui: ConsoleReporter) -> T:
     except KeyboardInterrupt:
         ui.error("interrupted", "stopped by the user; re-run the same command to resume")
         raise typer.Exit(130) from None
-
-
-def split_skips(values: list[str]) -> tuple[str, ...]:
-    return tuple(s for item in values for s in item.split(",") if s)

@@ -60,7 +60,7 @@ def october_setup(
 
     def go() -> None:
         from october.installer.pipeline.engine import SetupOptions
-        from october.installer.pipeline.plan import resolve_locked, run_setup
+        from october.installer.pipeline.plan import resolve_locked, run_setup, summary
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import with_system_torch
 
@@ -79,12 +79,8 @@ def october_setup(
                             verbose=verbose, kit=used_kit)
         with offline_env(used_kit.git_config() if used_kit else None):
             result = run_setup(opts, ui, echo_commands=verbose)
-        ran = sum(1 for r in result.records if r.status == "ran")
         if not quiet:
-            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
-                  "already done)")
-            print(f"  lock:    {result.paths.pylock}")
-            print(f"  receipt: {result.paths.setup_receipt}")
+            print(summary(result))
 
     guarded(go, ui)
 

@@ -177,9 +177,27 @@ def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
         return None
 
 
+def skip_line(name: str) -> str:
+    """What a reporter says for a step that is already done."""
+    return f"==> {name}: already done (inputs unchanged)"
+
+
 def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
                  on_record: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
     """Run ``steps`` in order; return one record per step (ran or cached)."""
+    records = _walk(steps, ctx, on_record, verify_only=False)
+    assert records is not None
+    return records
+
+
+def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRecord] | None:
+    """Every step's record when all of them are done and still verify (all "cached"); None as soon as
+    one would run.  Runs nothing and writes nothing: the no-op fast path (:mod:`october.installer.noop`)."""
+    return _walk(steps, ctx, None, verify_only=True)
+
+
+def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,
+          verify_only: bool) -> list[StepRecord] | None:
     upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
@@ -204,6 +222,8 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
             record = StepRecord(step.name, fp, result, float(marker.get("seconds", 0.0)),
                                 str(marker.get("finished_at", "")), "cached")
             ctx.ui.step_skip(step.name)
+        elif verify_only:
+            return None
         else:
             # not done until it finishes: a run killed from here on leaves no marker for this step,
             # and a later step's marker is chained on the results it was made from

@@ -10,7 +10,9 @@ one definition of how a row and its hash are read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
+
+from packaging.utils import canonicalize_name
 
 from october.installer.core.filetrust import FileTrust
 from october.installer.verify import Dist, installed, record_hash, record_rows
@@ -54,12 +56,14 @@ def describe(found: Mapping[str, list[str]]) -> str:
                      for name, files in found.items())
 
 
-def reinstall_args(env: Path, names: list[str]) -> list[str]:
+def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> list[str]:
     """``uv pip install`` arguments that put the named index distributions back at their installed
-    version from their source (nothing else moves: ``--no-deps``); an editable fork is not among
-    them (the install step installs every fork again anyway).  [] when there is none."""
+    version from their source (nothing else moves: ``--no-deps``); a fork (``forks``: distribution
+    names) or any editable install is not among them (the install step installs every fork again
+    anyway).  [] when there is none."""
     dists = installed(env)
-    index = [n for n in names if n in dists and dists[n].editable_path is None]
+    skip = {str(canonicalize_name(f)) for f in forks}
+    index = [n for n in names if n in dists and n not in skip and dists[n].editable_path is None]
     if not index:
         return []
     return ["--no-deps", *(a for n in index for a in ("--reinstall-package", n)),

@@ -117,7 +117,7 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
-        self.repair(ctx)
+        self.repair(ctx, [f.dist for f in forks])
         guard = nested.install_guard(ctx.paths.state / "build-guard")
         nested_out: dict[str, Any] = {}
         for inv in plan.installs:
@@ -182,11 +182,12 @@ class InstallStep:
             ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
         return verdict.as_json()
 
-    def repair(self, ctx: StepContext) -> None:
+    def repair(self, ctx: StepContext, forks: list[str]) -> None:
         """Put back every index distribution whose files no longer match its RECORD (an edit in the
-        env since it was installed), from its source at the installed version."""
+        env since it was installed), from its source at the installed version (the forks, ``forks``,
+        are installed again below anyway)."""
         bad = records.tampered(ctx.paths.env, ctx.trust)
-        args = records.reinstall_args(ctx.paths.env, sorted(bad))
+        args = records.reinstall_args(ctx.paths.env, sorted(bad), forks)
         if args:
             ctx.ui.warn(f"re-installing what no longer matches its RECORD: {records.describe(bad)}")
             stack_uv(ctx).pip_install(ctx.runner, self.name, args, torch_index=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
 from october.installer.core.clonefile import clone_or_copy
 from october.installer.core.errors import LockError, WheelError
@@ -31,11 +31,15 @@ from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import BaseWheel, ForkUse, Recipe
 from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
-from october.installer.steps.wheel.download import DownloadPolicy, download_wheel, seen_path
-from october.installer.steps.wheel.equivalence import check_source_equivalence
-from october.installer.steps.wheel.tags import PythonFacts, probe_python, supported_tags
-from october.installer.steps.wheel.verify import WheelExpectation, verify_wheel
 from october.installer.steps.wheel.version_info import VERSION_FILE
+
+if TYPE_CHECKING:
+    from october.installer.steps.wheel.download import DownloadPolicy
+    from october.installer.steps.wheel.tags import PythonFacts
+    from october.installer.steps.wheel.verify import WheelExpectation
+
+# download (httpx), equivalence (GitPython), tags and verify are imported where the step runs: a
+# no-op re-run only reads the marker and stats the wheel
 
 SKIPPED = "recipe has no [wheel]"
 PRECOMPILED = "vllm-precompiled"
@@ -71,6 +75,8 @@ def precompiled_fork(recipe: Recipe) -> ForkUse | None:
 
 
 def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExpectation:
+    from october.installer.steps.wheel.verify import WheelExpectation
+
     w = recipe.wheel
     assert w is not None
     return WheelExpectation(
@@ -118,10 +124,19 @@ class WheelStep:
         return wheel_result_from_json(outputs)
 
     def __init__(self, *, policy: DownloadPolicy | None = None) -> None:
-        self.policy = policy or DownloadPolicy()
+        self._policy = policy
         self._facts: dict[str, PythonFacts] = {}
 
+    @property
+    def policy(self) -> DownloadPolicy:
+        if self._policy is None:
+            from october.installer.steps.wheel.download import DownloadPolicy
+            self._policy = DownloadPolicy()
+        return self._policy
+
     def _python(self, ctx: StepContext) -> PythonFacts:
+        from october.installer.steps.wheel.tags import probe_python
+
         key = str(ctx.paths.python)
         if key not in self._facts:
             self._facts[key] = probe_python(ctx.runner, ctx.paths.python, step=self.name)
@@ -147,6 +162,11 @@ class WheelStep:
     # --------------------------------------------------------------------- run
 
     def run(self, ctx: StepContext) -> WheelResult | NoWheel:
+        from october.installer.steps.wheel.download import download_wheel, seen_path
+        from october.installer.steps.wheel.equivalence import check_source_equivalence
+        from october.installer.steps.wheel.tags import supported_tags
+        from october.installer.steps.wheel.verify import verify_wheel
+
         w = ctx.recipe.wheel
         if w is None:
             return NoWheel(SKIPPED)

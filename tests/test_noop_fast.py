@@ -1,0 +1,70 @@
+"""Issue 20: the no-op re-run of ``october_setup`` answers from the fast path (no typer, nothing run,
+nothing written) only when every step still verifies; anything else goes to the full command line.
+
+Real uv, real git, real wheels (tests/fixtures/world.py); the CLI runs as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from october.installer.noop import parse
+from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.world import World, make_world, snapshot
+
+PROBE = """
+import json, sys
+from october.installer.entry import setup_main
+rc = setup_main(sys.argv[1:])
+print(json.dumps({"rc": rc, "typer": "typer" in sys.modules, "git": "git" in sys.modules,
+                  "httpx": "httpx" in sys.modules, "jsonschema": "jsonschema" in sys.modules}))
+"""
+
+
+def setup_cli(*args: str) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    last = proc.stdout.strip().splitlines()[-1]
+    return json.loads(last), proc
+
+
+@pytest.mark.slow
+def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
+    world: World = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    first, proc = setup_cli(*args)
+    assert first["rc"] == 0 and first["typer"], proc.stderr      # a new stack: the full command line
+
+    before = snapshot(stack)
+    again, proc = setup_cli(*args)
+    assert again == {"rc": 0, "typer": False, "git": False, "httpx": False, "jsonschema": False}, proc.stderr
+    assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
+    assert "==> install: already done (inputs unchanged)" in proc.stderr
+    assert snapshot(stack) == before, "the fast path must change no file"
+
+    # a local change in a fork: the fast path does not answer; the full command line reports it
+    (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
+    changed, proc = setup_cli(*args)
+    assert changed["typer"] and changed["rc"] != 0
+    assert "local changes" in proc.stderr
+
+    # an option the fast path does not take, and a different option value, go to the full path
+    assert parse([*args, "--kit", str(tmp_path)]) is None
+    assert parse(["kit", "--recipe", "x", str(tmp_path)]) is None
+    assert parse([*args, "--verbose"]) is None and parse([*args, "--help"]) is None
+    assert parse([*args, "--skip-preflight", "gpu,nvcc", "-q"]).skip_preflight == ["gpu,nvcc"]
+
+
+def test_parse_refuses_what_it_does_not_know() -> None:
+    assert parse([]) is None
+    assert parse(["s", "--no-such-option"]) is None
+    assert parse(["s", "t"]) is None                            # two stacks: typer's usage error
+    assert parse(["s", "--recipe"]) is None                     # a missing value
+    ns = parse(["s", "-r", "r.toml", "--cache-dir=c", "--locked", "--lock-file", "l.toml", "--allow-dirty"])
+    assert ns is not None and (ns.recipe, str(ns.cache_dir), ns.locked, ns.allow_dirty) == ("r.toml", "c", True, True)
