@@ -7,8 +7,10 @@ Real uv, real git, real wheels (tests/fixtures/world.py); the CLI runs as a user
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,21 @@ def test_parse_refuses_what_it_does_not_know() -> None:
     assert parse(["s", "--recipe"]) is None                     # a missing value
     ns = parse(["s", "-r", "r.toml", "--cache-dir=c", "--locked", "--lock-file", "l.toml", "--allow-dirty"])
     assert ns is not None and (ns.recipe, str(ns.cache_dir), ns.locked, ns.allow_dirty) == ("r.toml", "c", True, True)
+
+
+def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_path: Path) -> None:
+    """PYTHONDONTWRITEBYTECODE=1: Python writes no .pyc; the tool writes those of what it imported,
+    once, and a module whose source changed is compiled again."""
+    (tmp_path / "fresh_mod.py").write_text("X = 1\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fresh_mod; "
+            "from october.installer.entry import compile_imported; print(compile_imported())")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    run = lambda: subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,  # noqa: E731
+                                 env=env, check=True, cwd=PROJECT_ROOT).stdout.strip()
+    pyc = tmp_path / "__pycache__" / f"fresh_mod.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc"
+    assert not pyc.exists()
+    assert int(run()) >= 1 and pyc.is_file()
+    assert run() == "0"                                         # nothing left to compile
+    time.sleep(0.01)
+    (tmp_path / "fresh_mod.py").write_text("X = 22\n")
+    assert run() == "1"
