@@ -31,10 +31,9 @@ from october.installer.core.hashing import fingerprint
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
-from october.installer.steps.lock.pylock import LockedState
-
 if TYPE_CHECKING:
     from october.installer.kit.use import Kit
+    from october.installer.steps.lock.pylock import LockedState
 
 MARKER_FORMAT = 2     # 2: typed results, chained on their outputs; a marker of format 1 means "not done"
 JSON = Any

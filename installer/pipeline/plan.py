@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from october.installer.core.errors import UsageError
 from october.installer.core.paths import StackPaths, inside
@@ -21,7 +21,8 @@ from october.installer.pipeline.engine import (
     verify_pipeline,
 )
 from october.installer.recipe import Recipe
-from october.installer.steps.lock.pylock import LockedState, locked_state
+if TYPE_CHECKING:
+    from october.installer.steps.lock.pylock import LockedState
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
@@ -58,6 +59,8 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
                          found="--lock-file alone", fix="add --locked, or drop --lock-file")
     if not locked:
         return None
+    from october.installer.steps.lock.pylock import locked_state  # packaging.pylock: only under --locked
+
     return locked_state(lock_file or default_lock_path(recipe, stack))
 
 

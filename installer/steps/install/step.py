@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
 from october.installer.core.errors import CommandFailed, InstallError
@@ -34,11 +34,15 @@ from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
 from october.installer.steps.install import consistency, nested, records
-from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
 from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
+
+if TYPE_CHECKING:
+    from october.installer.steps.install.guards import GuardSpec
+
+# guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
 PRECOMPILED = "vllm-precompiled"
 
@@ -125,6 +129,8 @@ class InstallStep:
             nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
+        from october.installer.steps.install.guards import run_guards
+
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
             if outcome != "ok":
@@ -247,6 +253,8 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
+        from october.installer.steps.install.guards import GuardSpec, import_guard
+
         imports = import_guard(ctx.need(WheelResult).to_json(), {f.use.name: f.path for f in forks}) \
             if any(f.use.mode == PRECOMPILED for f in forks) else ()
         libs = cuda_libs or self.cuda_libs
