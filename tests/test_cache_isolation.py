@@ -126,6 +126,7 @@ def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
     assert len(calls) == 2 and str(f) in trust.entries
 
     again = FileTrust(store)
+    assert again.known(f, "sha256") == sha256_file(f) and again.known(f, "other") is None
     assert again.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 2   # trusted
     assert again.digest(f, "other", _hash(calls)) and len(calls) == 3                      # another kind
 
@@ -133,7 +134,10 @@ def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
     st = f.stat()
     f.write_bytes(b"b" * 100)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert FileTrust(store).known(f, "sha256") is None
     assert FileTrust(store).digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 4
+    with pytest.raises(FileNotFoundError):
+        FileTrust(store).known(tmp_path / "gone", "sha256")
 
     # a torn or foreign store trusts nothing
     store.write_text("{not json")

@@ -59,6 +59,16 @@ class FileTrust:
         if isinstance(files, dict):
             self.entries = {k: v for k, v in files.items() if isinstance(v, list) and len(v) == 6}
 
+    def known(self, file: Path, kind: str) -> str | None:
+        """The recorded ``kind`` digest of ``file`` when its signature is unchanged, else None (one
+        ``stat``, nothing read).  Raises ``OSError`` when the file cannot be stat'ed."""
+        hit = self.entries.get(str(file))
+        if hit is not None and hit[4] == kind and hit[:4] == signature(os.stat(file)):
+            return str(hit[5])
+        if hit is None:
+            os.stat(file)
+        return None
+
     def digest(self, file: Path, kind: str, compute: Callable[[Path], str]) -> str:
         """The ``kind`` digest of ``file`` (``compute(file)``), from the store when its signature is
         unchanged.  Raises ``OSError`` (``FileNotFoundError``) when the file cannot be read."""

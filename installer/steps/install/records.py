@@ -9,44 +9,69 @@ one definition of how a row and its hash are read.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
 from october.installer.core.filetrust import FileTrust
-from october.installer.verify import Dist, installed, record_hash, record_rows
+from october.installer.verify import installed, record_hash, record_rows
 
 MAX_SHOWN = 5
+HASH_THREADS = min(8, os.cpu_count() or 1)
 
 
 def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
-    """distribution -> its files that are missing or differ from their RECORD hash (none: {})."""
-    return {name: bad for name, d in sorted(installed(env).items()) if (bad := dist_problems(d, trust))}
-
-
-def dist_problems(dist: Dist, trust: FileTrust) -> list[str]:
-    bad: list[str] = []
-    try:
-        rows = list(record_rows(dist))
-    except OSError:
-        return [f"{dist.info.name}/RECORD (missing)"]
-    for rel, recorded, _size in rows:
-        algo, sep, value = recorded.partition("=")
-        if not sep:
-            continue        # RECORD itself, bytecode: no hash to hold them to
-        path = dist.site / rel
+    """distribution -> its files that are missing or differ from their RECORD hash (none: {}).
+    Files whose stat signature is unchanged since they were hashed are not read; the others are
+    hashed in parallel (hashlib releases the GIL: a multi-GB torch is hashed on every core)."""
+    bad: dict[str, list[str]] = {}
+    todo: list[tuple[str, str, str, str, Path]] = []        # dist, rel, algo, value, path
+    for name, dist in sorted(installed(env).items()):
         try:
-            got = trust.digest(path, f"record-{algo}", lambda p, a=algo: record_hash(p, a))
+            rows = list(record_rows(dist))
+        except OSError:
+            bad.setdefault(name, []).append(f"{dist.info.name}/RECORD (missing)")
+            continue
+        for rel, recorded, _size in rows:
+            algo, sep, value = recorded.partition("=")
+            if not sep:
+                continue        # RECORD itself, bytecode: no hash to hold them to
+            path = dist.site / rel
+            try:
+                got = trust.known(path, f"record-{algo}")
+            except FileNotFoundError:
+                bad.setdefault(name, []).append(f"{rel} (missing)")
+                continue
+            except OSError as exc:
+                bad.setdefault(name, []).append(f"{rel} ({exc.__class__.__name__})")
+                continue
+            if got is None:
+                todo.append((name, rel, algo, value, path))
+            elif got != value:
+                bad.setdefault(name, []).append(f"{rel} (changed)")
+
+    def check(row: tuple[str, str, str, str, Path]) -> str | None:
+        _name, rel, algo, value, path = row
+        try:
+            got = trust.digest(path, f"record-{algo}", lambda p: record_hash(p, algo))
         except FileNotFoundError:
-            bad.append(f"{rel} (missing)")
-            continue
+            return f"{rel} (missing)"
         except (OSError, ValueError) as exc:
-            bad.append(f"{rel} ({exc.__class__.__name__})")
-            continue
-        if got != value:
-            bad.append(f"{rel} (changed)")
-    return bad
+            return f"{rel} ({exc.__class__.__name__})"
+        return None if got == value else f"{rel} (changed)"
+
+    if len(todo) > 1 and HASH_THREADS > 1:
+        with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
+            verdicts = list(pool.map(check, todo))
+    else:
+        verdicts = [check(row) for row in todo]
+    for row, verdict in zip(todo, verdicts):
+        if verdict is not None:
+            bad.setdefault(row[0], []).append(verdict)
+    return {name: bad[name] for name in sorted(bad)}
 
 
 def describe(found: Mapping[str, list[str]]) -> str:
