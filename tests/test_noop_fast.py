@@ -88,3 +88,37 @@ def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_pa
     time.sleep(0.01)
     (tmp_path / "fresh_mod.py").write_text("X = 22\n")
     assert run() == "1"
+
+
+def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> None:
+    """The fetch step's verify reads submodule HEADs from their files when the tree is clean (no
+    `git submodule status`): a submodule moved to another commit, or not checked out, is caught,
+    with and without --allow-dirty."""
+    from october.installer.pipeline.engine import run_pipeline
+    from october.installer.steps.fetch.clonecheck import check_clone
+    from october.installer.steps.fetch.step import FetchStep
+    from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
+    from tests.fixtures.gitrepos import git as fixture_git
+    from tests.fixtures.gitrepos import make_repo
+    from tests.test_fetch_submodules import _super_with
+
+    sub_url, _ = make_repo(tmp_path, "sub", commits=2)
+    url, commit, recorded = _super_with(tmp_path, {"3rdparty/sub": sub_url})
+    [rec] = run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", make_recipe([fork_use("fi", url, commit)]),
+                                                 tmp_path / "cache"))
+    src, subs = tmp_path / "stack" / "src" / "fi", dict(rec.outputs["forks"]["fi"]["submodules"])
+    assert subs == recorded
+    assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
+    assert check_clone(src, commit, allow_dirty=True, submodules=subs) is None
+
+    fixture_git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "moved",
+                cwd=src / "3rdparty" / "sub")
+    assert "local changes" in (check_clone(src, commit, allow_dirty=False, submodules=subs) or "")
+    assert "3rdparty/sub" in (check_clone(src, commit, allow_dirty=True, submodules=subs) or "")
+
+    fixture_git("checkout", "-q", "--detach", recorded["3rdparty/sub"], cwd=src / "3rdparty" / "sub")
+    assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
+    fixture_git("submodule", "deinit", "-q", "-f", "3rdparty/sub", cwd=src)
+    for dirty in (False, True):
+        assert "not at their recorded commits: 3rdparty/sub" in (
+            check_clone(src, commit, allow_dirty=dirty, submodules=subs) or "")

@@ -97,6 +97,16 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
             dirty = dirty_entries(path)
             if dirty:
                 return f"{path} has local changes ({listed(dirty)})"
+            if submodules is not None and submodules:
+                # A clean `git status --ignore-submodules=none` already says every checked-out
+                # submodule is at the commit HEAD records (else " M <sub>"), recursively; what it
+                # does not see is a selected submodule that is not checked out.  HEAD is the pin, so
+                # the recorded commits are HEAD's: each must be checked out at its commit (read from
+                # its files, no `git submodule status` and the processes it starts).
+                off = [sub for sub, want in sorted(submodules.items()) if head_commit(path / sub) != want]
+                if off:
+                    return f"{path} submodules not at their recorded commits: {', '.join(off)}"
+                return None
         if submodules is not None:
             states = [s for s in submodule_states(path) if selected(s.path, submodule_paths)]
             off = [s.path for s in states if s.flag != " "]
