@@ -1,19 +1,26 @@
 """Benchmark (not a test): cold setup, no-op re-run, and a second stack sharing the cache.
 
 Runs ``october_setup`` as a user would (a subprocess of this interpreter) on the offline
-fixture world from tests/fixtures/world.py, and prints the three wall times and their ratios,
-all measured in one run.  To model what makes a real cold setup slow (downloads), the wheels
+fixture world from tests/fixtures/world.py, and prints the wall times (and the CPU seconds of each
+run, its children included: the machine's load moves wall times, not these) and their ratios, all
+measured in one run.
+
+The project's goals (issue 20): a no-op re-run under 0.5 s, whatever PYTHONDONTWRITEBYTECODE says
+(the bench runs with it set, as this workplace and many containers do); a second stack with the
+same inputs at least 10x faster than the first; a cold FlashInfer-only stack under 45 s on the H200
+(bench/h200_flashinfer_stack.sh measures that one; here the cold run is the fixture world's).  To model what makes a real cold setup slow (downloads), the wheels
 are served from a loopback find-links server throttled to ``--link-mbps``, and the torch
 stand-in carries ``--torch-mb`` of incompressible payload (the real cu128 torch wheel is
 ~900 MB).  Fork clones come from local bare repos (git over file://, not throttled).
 
-    env -u PYTHONDONTWRITEBYTECODE uv run python bench/setup_bench.py [--link-mbps 400] [--torch-mb 64]
+    uv run python bench/setup_bench.py [--link-mbps 400] [--torch-mb 64] [--noops 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -29,11 +36,21 @@ from tests.fixtures.wheels import build_wheel  # noqa: E402
 from tests.fixtures.world import make_world  # noqa: E402
 
 
-def timed_setup(stack: Path, recipe: Path, cache: Path) -> float:
+NOOP_GOAL_S = 0.5
+SECOND_GOAL_X = 10.0
+H200_COLD_GOAL_S = 45.0
+
+
+def timed_setup(stack: Path, recipe: Path, cache: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the run and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
-                    "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True)
-    return time.perf_counter() - start
+                    "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True,
+                   env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -41,6 +58,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
     ap.add_argument("--link-mbps", type=float, default=400.0, help="simulated download link, Mbit/s")
     ap.add_argument("--torch-mb", type=int, default=64, help="payload of the torch stand-in wheel, MB")
+    ap.add_argument("--noops", type=int, default=3, help="no-op re-runs (the best counts: load only slows)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="october-bench-"))
     try:
@@ -53,18 +71,26 @@ def main() -> int:
             world.recipe.write_text(text)
             cache = work / "cache"
             cold = timed_setup(work / "stack1", world.recipe, cache)
-            noop = timed_setup(work / "stack1", world.recipe, cache)
+            noops = [timed_setup(work / "stack1", world.recipe, cache) for _ in range(max(1, args.noops))]
             second = timed_setup(work / "stack2", world.recipe, cache)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"world: torch stand-in {args.torch_mb} MB over a {args.link_mbps:.0f} Mbit/s loopback link; 2 forks, 1 submodule")
-    print(f"cold setup         {cold:8.3f} s")
-    print(f"no-op re-run       {noop:8.3f} s   cold/no-op   = {cold / noop:6.1f}x")
-    print(f"second stack       {second:8.3f} s   cold/second  = {cold / second:6.1f}x")
-    ok = noop < 1.0 and cold / second >= 3.0
-    print("goals (no-op < 1 s, second stack >= 3x faster than cold):", "met" if ok else "NOT met")
-    return 0 if ok else 1
+    noop = min(noops)
+    print(f"world: torch stand-in {args.torch_mb} MB over a {args.link_mbps:.0f} Mbit/s loopback link; 2 forks, 1 submodule; "
+          f"PYTHONDONTWRITEBYTECODE=1; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'run':<16}{'wall s':>9}{'cpu s':>9}   ratio (wall)")
+    print(f"{'cold setup':<16}{cold[0]:9.3f}{cold[1]:9.3f}")
+    print(f"{'no-op re-run':<16}{noop[0]:9.3f}{noop[1]:9.3f}   cold/no-op  = {cold[0] / noop[0]:6.1f}x"
+          f"   (all: {', '.join(f'{n[0]:.3f}' for n in noops)})")
+    print(f"{'second stack':<16}{second[0]:9.3f}{second[1]:9.3f}   cold/second = {cold[0] / second[0]:6.1f}x"
+          f"   (cpu: {cold[1] / second[1]:.1f}x)")
+    ok_noop = noop[0] < NOOP_GOAL_S
+    ok_second = cold[0] / second[0] >= SECOND_GOAL_X
+    print(f"goal: no-op < {NOOP_GOAL_S} s: {'met' if ok_noop else 'NOT met'}; second stack >= {SECOND_GOAL_X:.0f}x "
+          f"faster than cold: {'met' if ok_second else 'NOT met'}; cold FlashInfer-only stack < {H200_COLD_GOAL_S:.0f} s "
+          "on the H200: bench/h200_flashinfer_stack.sh")
+    return 0 if ok_noop and ok_second else 1
 
 
 if __name__ == "__main__":

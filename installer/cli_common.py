@@ -18,6 +18,7 @@ from typing import Any, Callable, TypeVar
 import typer
 from typer.core import TyperCommand
 
+from october.installer.core.cliargs import split_skips  # noqa: F401  (shared with the no-op fast path)
 from october.installer.core.errors import EXIT_CODES, FileSystemError, OctoberError, UsageError, as_disk_full
 from october.installer.core.ui import ConsoleReporter
 
@@ -208,7 +209,3 @@ def stack_argument(value: str) -> Path:
         raise UsageError("the stack path is empty", expected="a directory path, e.g. ./stack", found=repr(value),
                          fix="pass the directory to provision as STACK")
     return dir_option("STACK", Path(value))
-
-
-def split_skips(values: list[str]) -> tuple[str, ...]:
-    return tuple(s for item in values for s in item.split(",") if s)

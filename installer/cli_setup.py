@@ -68,7 +68,7 @@ def october_setup(
 
     def go() -> None:
         from october.installer.pipeline.engine import SetupOptions
-        from october.installer.pipeline.plan import resolve_locked, run_setup
+        from october.installer.pipeline.plan import resolve_locked, run_setup, summary
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import with_system_torch
         from october.installer.steps.preflight import validate_skip
@@ -102,10 +102,7 @@ def october_setup(
                 "receipt": str(result.paths.setup_receipt), "steps_ran": ran,
                 "steps_done_before": len(result.records) - ran}})
         elif not quiet:
-            print(f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} "
-                  "already done)")
-            print(f"  lock:    {result.paths.pylock}")
-            print(f"  receipt: {result.paths.setup_receipt}")
+            print(summary(result))
 
     guarded(go, ui, json_command="october_setup" if as_json else None)
 

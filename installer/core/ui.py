@@ -230,7 +230,8 @@ class ConsoleReporter:
             self._status.update(f"{self._step}: {line.strip()[:100]}")
 
     def step_skip(self, name: str) -> None:
-        self._say(f"==> {name}: already done (inputs unchanged)")
+        from october.installer.pipeline.engine import skip_line
+        self._say(skip_line(name))
 
     def step_done(self, name: str, seconds: float) -> None:
         self._stop()

@@ -6,7 +6,6 @@ worktrees too); no process is started, so ``--version`` works without git instal
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 from october.installer import __version__
@@ -15,6 +14,8 @@ from october.installer.core.resources import checkout_root
 
 
 def tool_version() -> str:
+    from importlib import metadata      # not on a no-op re-run, which reads clones' HEADs from here
+
     try:
         return metadata.version("october")
     except metadata.PackageNotFoundError:

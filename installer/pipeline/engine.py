@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Se
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import StateError
+from october.installer.core.filetrust import FileTrust
 from october.installer.core.hashing import fingerprint
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
-from october.installer.steps.lock.pylock import LockedState
-
 if TYPE_CHECKING:
     from october.installer.kit.use import Kit
+    from october.installer.steps.lock.pylock import LockedState
 
 MARKER_FORMAT = 2     # 2: typed results, chained on their outputs; a marker of format 1 means "not done"
 JSON = Any
@@ -109,6 +109,15 @@ class StepContext:
     runner: Runner
     ui: Reporter
     done: dict[str, StepRecord] = field(default_factory=dict)
+    _trust: FileTrust | None = None
+
+    @property
+    def trust(self) -> FileTrust:
+        """Digests of files whose stat signature is unchanged since they were hashed
+        (:mod:`october.installer.core.filetrust`): what a no-op trusts instead of re-reading."""
+        if self._trust is None:
+            self._trust = FileTrust(self.paths.state / "file-trust.json")
+        return self._trust
 
     @property
     def recipe(self) -> Recipe:
@@ -167,9 +176,27 @@ def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
         return None
 
 
+def skip_line(name: str) -> str:
+    """What a reporter says for a step that is already done."""
+    return f"==> {name}: already done (inputs unchanged)"
+
+
 def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
                  on_record: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
     """Run ``steps`` in order; return one record per step (ran or cached)."""
+    records = _walk(steps, ctx, on_record, verify_only=False)
+    assert records is not None
+    return records
+
+
+def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRecord] | None:
+    """Every step's record when all of them are done and still verify (all "cached"); None as soon as
+    one would run.  Runs nothing and writes nothing: the no-op fast path (:mod:`october.installer.noop`)."""
+    return _walk(steps, ctx, None, verify_only=True)
+
+
+def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,
+          verify_only: bool) -> list[StepRecord] | None:
     upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
@@ -194,6 +221,8 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
             record = StepRecord(step.name, fp, result, float(marker.get("seconds", 0.0)),
                                 str(marker.get("finished_at", "")), "cached")
             ctx.ui.step_skip(step.name)
+        elif verify_only:
+            return None
         else:
             # not done until it finishes: a run killed from here on leaves no marker for this step,
             # and a later step's marker is chained on the results it was made from
@@ -214,4 +243,6 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
         if on_record is not None:
             on_record(record)
         upstream.append([step.name, fingerprint(result.chain_json())])
+    if ctx._trust is not None and any(r.status == "ran" for r in records):
+        ctx._trust.save()           # a no-op writes nothing
     return records

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from october.installer.core.errors import FileSystemError, UsageError
 from october.installer.core.paths import StackPaths, inside
 from october.installer.core.resources import locks_dir
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock, holder_file
-from october.installer.pipeline.engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline
+from october.installer.pipeline.engine import (
+    Reporter,
+    SetupOptions,
+    Step,
+    StepContext,
+    StepRecord,
+    run_pipeline,
+    verify_pipeline,
+)
 from october.installer.recipe import Recipe
-from october.installer.steps.lock.pylock import LockedState, locked_state
+if TYPE_CHECKING:
+    from october.installer.steps.lock.pylock import LockedState
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
@@ -24,16 +33,16 @@ def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     from october.installer.steps.env.step import EnvStep
     from october.installer.steps.fetch.step import FetchStep
     from october.installer.steps.install.step import InstallStep
-    from october.installer.steps.jit.step import JitStep
     from october.installer.steps.lock.step import LockStep
     from october.installer.steps.preflight.step import PreflightStep
     from october.installer.steps.receipt.step import ReceiptStep
-    from october.installer.steps.wheel.step import WheelStep
 
     planned: list[Step[Any]] = [PreflightStep(), FetchStep(), EnvStep(), InstallStep(), LockStep(), ReceiptStep()]
     if recipe.wheel is not None:
+        from october.installer.steps.wheel.step import WheelStep
         planned.append(WheelStep())
     if recipe.jit:
+        from october.installer.steps.jit.step import JitStep
         planned.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
     return sorted(planned, key=lambda step: STEP_ORDER.index(step.name))
 
@@ -50,6 +59,8 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
                          found="--lock-file alone", fix="add --locked, or drop --lock-file")
     if not locked:
         return None
+    from october.installer.steps.lock.pylock import locked_state  # packaging.pylock: only under --locked
+
     return locked_state(lock_file or default_lock_path(recipe, stack))
 
 
@@ -57,6 +68,14 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
 class SetupResult:
     records: Sequence[StepRecord]
     paths: StackPaths
+
+
+def summary(result: SetupResult) -> str:
+    """What ``october_setup`` prints when the stack is ready."""
+    ran = sum(1 for r in result.records if r.status == "ran")
+    return (f"stack ready: {result.paths.root} ({ran} step(s) ran, {len(result.records) - ran} already done)\n"
+            f"  lock:    {result.paths.pylock}\n"
+            f"  receipt: {result.paths.setup_receipt}")
 
 
 def check_stack_dir(paths: StackPaths) -> None:
@@ -87,3 +106,16 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         records = run_pipeline(steps, ctx)
     return SetupResult(records=records, paths=paths)
+
+
+def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:
+    """The setup of a finished stack whose every step still verifies, with nothing run and nothing
+    written; None when a step would run (or the stack is not one october_setup finished)."""
+    paths = StackPaths(options.stack.resolve())
+    if not paths.marker(STEP_ORDER[-1]).is_file():
+        return None
+    steps = plan_steps(options.recipe)
+    with StackLock(paths.lockfile):
+        ctx = StepContext(options=options, paths=paths, runner=Runner(paths.logs), ui=ui)
+        records = verify_pipeline(steps, ctx)
+    return SetupResult(records=records, paths=paths) if records is not None else None

@@ -10,9 +10,19 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from october.installer.core.atomic import write_text_atomic
+from october.installer.core.clonefile import reflinks_work
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
+
+
+def link_mode(uv_cache: Path) -> str:
+    """Never "hardlink" (or "symlink"): a hard link shares one inode between the cache and every stack,
+    so an edit to an installed file in one stack edits the cache and reaches the next stack installed
+    from it (issue 22).  "clone" (a reflink: own inode, blocks shared until one side writes) where the
+    cache's filesystem has reflinks (btrfs, XFS), else "copy".  uv's own "clone" is not enough: where
+    the reflink fails it falls back to a hard link (uv 0.13, measured: tests/test_cache_isolation.py)."""
+    return "clone" if reflinks_work(uv_cache) else "copy"
 
 
 def uv_exe() -> str:
@@ -25,9 +35,9 @@ def uv_exe() -> str:
 
 
 def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
-    """uv's cache on the same filesystem as the stack, so installs hard-link instead of copying:
-    ``CACHE/uv`` (shared by every stack), or, when the cache is on another filesystem,
-    ``STACK/.uv-cache`` (removed with the stack).  Never anywhere else."""
+    """uv's cache on the same filesystem as the stack, so installs can reflink (copy-on-write) where
+    the filesystem supports it: ``CACHE/uv`` (shared by every stack), or, when the cache is on another
+    filesystem, ``STACK/.uv-cache`` (removed with the stack).  Never anywhere else."""
     preferred = cache_dir / "uv"
     preferred.mkdir(parents=True, exist_ok=True)
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -50,8 +60,9 @@ class StackUv:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["UV_CACHE_DIR"] = str(choose_uv_cache(self.cache_dir, self.paths))
-        env["UV_LINK_MODE"] = "hardlink"
+        cache = choose_uv_cache(self.cache_dir, self.paths)
+        env["UV_CACHE_DIR"] = str(cache)
+        env["UV_LINK_MODE"] = link_mode(cache)
         env["UV_PYTHON_DOWNLOADS"] = env.get("UV_PYTHON_DOWNLOADS", "automatic")
         env.pop("VIRTUAL_ENV", None)
         env.pop("UV_PROJECT_ENVIRONMENT", None)

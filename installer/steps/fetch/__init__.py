@@ -9,13 +9,15 @@ How git is called (one rule, so every byte that changes disk is logged):
   command, exit code and last lines.
 - Everything that only *reads* -- ``rev-parse``, ``cat-file -e``, ``status``,
   ``rev-list``, submodule listings -- goes through GitPython (``git.Repo``),
-  which keeps these quick look-ups out of the log.  The one exception is
+  which keeps these quick look-ups out of the log; the clone checks every re-run
+  makes (:mod:`.clonecheck`: HEAD from the clone's files, one ``git status``) start
+  git directly, so a no-op re-run does not import GitPython.  The one exception is
   creating an empty bare mirror with ``Repo.init(bare=True)``: no network,
   nothing worth logging.
 
 Modules: :mod:`.mirror` (one bare mirror per URL in the cache dir, file-locked),
 :mod:`.resolve` (a pin -> a full 40-hex commit), :mod:`.worktree` (the clone
-in ``STACK/src/<fork>``, its submodules and its checks).
+in ``STACK/src/<fork>`` and its submodules), :mod:`.clonecheck` (its checks).
 """
 
 from __future__ import annotations

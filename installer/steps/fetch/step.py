@@ -13,13 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Mapping
 
+from concurrent.futures import ThreadPoolExecutor
+
 from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import ForkUse
-from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
-from october.installer.steps.fetch.resolve import resolve_pin
-from october.installer.steps.fetch.worktree import check_clone, sync_clone
+from october.installer.steps.fetch.clonecheck import check_clone
 from october.installer.steps.results import FetchResult, ForkRecord
+
+# mirror/resolve/worktree (GitPython) are imported where the step runs, not on a no-op re-run
 
 
 class FetchStep:
@@ -43,6 +45,10 @@ class FetchStep:
         return FetchResult(forks={f.name: self._fork(ctx, f) for f in ctx.recipe.forks})
 
     def _fork(self, ctx: StepContext, fork: ForkUse) -> ForkRecord:
+        from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
+        from october.installer.steps.fetch.resolve import resolve_pin
+        from october.installer.steps.fetch.worktree import sync_clone
+
         o = ctx.options
         kit = o.kit
         mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name,
@@ -79,13 +85,21 @@ class FetchStep:
                           dirty_allowed=o.allow_dirty, dirty=bool(out.dirty))
 
     def verify(self, ctx: StepContext, result: FetchResult) -> str | None:
-        for fork in ctx.recipe.forks:
-            rec = result.forks.get(fork.name)
-            if rec is None:
-                return f"fork '{fork.name}' has no record"
+        """Every fork's clone still at its commit, clean, submodules at their commits; the forks are
+        looked at in parallel (each look is one or two git processes)."""
+        missing = [f.name for f in ctx.recipe.forks if f.name not in result.forks]
+        if missing:
+            return f"fork '{missing[0]}' has no record"
+
+        def look(fork: ForkUse) -> str | None:
+            rec = result.forks[fork.name]
             bad = check_clone(Path(rec.path), rec.commit, allow_dirty=rec.dirty_allowed,
                               submodules=dict(rec.submodules) if fork.submodules else None,
                               submodule_paths=fork.submodule_paths)
-            if bad is not None:
-                return f"fork '{fork.name}': {bad}"
-        return None
+            return f"fork '{fork.name}': {bad}" if bad is not None else None
+
+        forks = list(ctx.recipe.forks)
+        if len(forks) < 2:
+            return look(forks[0]) if forks else None
+        with ThreadPoolExecutor(max_workers=len(forks)) as pool:
+            return next((bad for bad in pool.map(look, forks) if bad is not None), None)

@@ -1,7 +1,7 @@
 """The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
 
-The clone is a local ``git clone`` of the bare mirror: git hard-links the
-mirror's object files (or copies them across file systems), so nothing is
+The clone is a local ``git clone --no-hardlinks`` of the bare mirror: git copies the
+mirror's object files (never shares their inodes with the cache), so nothing is
 downloaded twice and, unlike ``--reference``/alternates, the clone keeps
 working if the cache is later deleted.  ``origin`` then points at the real
 fork URL.  Submodules go through a mirror of their own URL the same way: the
@@ -27,10 +27,19 @@ from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env, strip_credentials
+from october.installer.steps.fetch.clonecheck import (  # noqa: F401  (the inspection lives there; re-exported)
+    GitInspectError,
+    SubmoduleState,
+    check_clone,
+    dirty_entries,
+    head_commit,
+    listed,
+    selected,
+    submodule_states,
+)
 from october.installer.steps.fetch.exclude import exclude_build_outputs
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
 
-MAX_LISTED = 10
 MAX_DEPTH = 8
 Say = Callable[[str], None]
 
@@ -43,95 +52,11 @@ class Checkout:
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
 
 
-@dataclass(frozen=True)
-class SubmoduleState:
-    flag: str        # " " at the recorded commit, "+" another commit, "-" not initialized, "U" conflict
-    commit: str
-    path: str
-
-
 # ---------------------------------------------------------------------- inspection
 
 
 def _open(path: Path) -> git.Repo:
     return git.Repo(path, search_parent_directories=False)
-
-
-def head_commit(path: Path) -> str | None:
-    """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
-    try:
-        with _open(path) as repo:
-            return str(repo.git.rev_parse("--verify", "HEAD^{commit}")).strip()
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
-        return None
-
-
-def dirty_entries(path: Path) -> list[str]:
-    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
-    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
-        # GIT_OPTIONAL_LOCKS=0: a read-only look must not refresh (rewrite) the index
-        out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
-    return [ln for ln in out.splitlines() if ln.strip()]
-
-
-def submodule_states(path: Path) -> list[SubmoduleState]:
-    """``git submodule status --recursive``, parsed."""
-    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
-        out = repo.git.submodule("status", "--recursive")
-    states: list[SubmoduleState] = []
-    for line in out.splitlines():
-        if not line.strip():
-            continue
-        flag, rest = line[0], line[1:]
-        commit, _, where = rest.partition(" ")
-        if where.endswith(")") and " (" in where:
-            where = where.rsplit(" (", 1)[0]
-        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
-    return states
-
-
-def check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                submodules: Mapping[str, str] | None = None,
-                submodule_paths: Sequence[str] | None = None) -> str | None:
-    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
-    submodules at the recorded commits); otherwise the reason it is not."""
-    try:
-        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules,
-                            selection=submodule_paths)
-    except git.GitCommandError as exc:
-        return f"git cannot inspect {path} ({_stderr(exc)})"
-
-
-def _stderr(exc: git.GitCommandError) -> str:
-    text = str(exc.stderr or "").strip().strip("'").strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit {exc.status}"
-
-
-def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                 submodules: Mapping[str, str] | None, selection: Sequence[str] | None = None) -> str | None:
-    head = head_commit(path)
-    if head is None:
-        return f"{path} is not a git clone"
-    if head != commit:
-        return f"{path} is at {head}, not {commit}"
-    if not allow_dirty:
-        dirty = dirty_entries(path)
-        if dirty:
-            return f"{path} has local changes ({_listed(dirty)})"
-    if submodules is not None:
-        now = {s.path: s.commit for s in submodule_states(path) if selected(s.path, selection)}
-        off = [s.path for s in submodule_states(path) if selected(s.path, selection) and s.flag != " "]
-        if off:
-            return f"{path} submodules not at their recorded commits: {', '.join(off)}"
-        if now != dict(submodules):
-            return f"{path} submodules are {now}, not {dict(submodules)}"
-    return None
-
-
-def _listed(items: Sequence[str]) -> str:
-    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
-    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
 
 
 # ------------------------------------------------------------------------- writing
@@ -207,7 +132,9 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
-        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
+        # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes (issue 22)
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-hardlinks", "--no-checkout",
+           _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
     _set_origin(g, partial, mirror.url)
@@ -234,7 +161,7 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
                          expected=f"a clean tree at {commit}",
-                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {_listed(dirty)}",
+                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
                          fix=f"commit, stash or discard them in {dest} (or delete the clone), "
                              "or re-run with --allow-dirty to keep them (recorded in the receipt)")
     _set_origin(g, dest, mirror.url)
@@ -250,13 +177,6 @@ Rewrite = Callable[[str], "str | None"]
 
 def _no_rewrite(url: str) -> str | None:
     return None
-
-
-def selected(path: str, selection: Sequence[str] | None) -> bool:
-    """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
-    if selection is None:
-        return True
-    return any(path == p or path.startswith(p + "/") for p in selection)
 
 
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
@@ -343,6 +263,17 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
                          expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
                          fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
                              f"or delete {dest} and re-run") from None
+    except GitInspectError as exc:       # a read through clonecheck failed
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
+                         expected="`git status` / `git submodule status` to succeed", found=str(exc),
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
+                             f"or delete {dest} and re-run") from None
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {exc.status}"
 
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
@@ -376,7 +307,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dirty = dirty_entries(dest)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
-                         expected=f"a clean tree at {commit}", found=_listed(dirty),
+                         expected=f"a clean tree at {commit}", found=listed(dirty),
                          fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
     return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
                     dirty=tuple(dirty))

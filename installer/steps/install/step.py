@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
 from october.installer.core.errors import CommandFailed, InstallError
@@ -33,12 +33,16 @@ from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
-from october.installer.steps.install import consistency, nested
-from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
+from october.installer.steps.install import consistency, nested, records
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
 from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
+
+if TYPE_CHECKING:
+    from october.installer.steps.install.guards import GuardSpec
+
+# guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
 PRECOMPILED = "vllm-precompiled"
 
@@ -117,12 +121,16 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
+        self.repair(ctx, [f.dist for f in forks])
         guard = nested.install_guard(ctx.paths.state / "build-guard")
         nested_out: dict[str, Any] = {}
         for inv in plan.installs:
             ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
             nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+        self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
+        from october.installer.steps.install.guards import run_guards
+
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
             if outcome != "ok":
@@ -180,6 +188,26 @@ class InstallStep:
             ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
         return verdict.as_json()
 
+    def repair(self, ctx: StepContext, forks: list[str]) -> None:
+        """Put back every index distribution whose files no longer match its RECORD (an edit in the
+        env since it was installed), from its source at the installed version (the forks, ``forks``,
+        are installed again below anyway)."""
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        args = records.reinstall_args(ctx.paths.env, sorted(bad), forks)
+        if args:
+            ctx.ui.warn(f"re-installing what no longer matches its RECORD: {records.describe(bad)}")
+            stack_uv(ctx).pip_install(ctx.runner, self.name, args, torch_index=True)
+
+    def check_records(self, ctx: StepContext) -> None:
+        """Every file of every distribution in the env as its RECORD hashes it, before install is done."""
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        if bad:
+            raise InstallError(f"installed files differ from their distribution's RECORD: {records.describe(bad)}",
+                               expected="every file in the stack env with the hash its RECORD lists",
+                               found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
+                               fix=f"uv's cache served these bytes: delete {stack_uv(ctx).env()['UV_CACHE_DIR']} (a "
+                                   "cache edited through a stack that hard-linked it) and re-run october_setup")
+
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
         version = consistency.env_python_version(ctx.paths.env) or ctx.recipe.python
@@ -225,6 +253,8 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
+        from october.installer.steps.install.guards import GuardSpec, import_guard
+
         imports = import_guard(ctx.need(WheelResult).to_json(), {f.use.name: f.path for f in forks}) \
             if any(f.use.mode == PRECOMPILED for f in forks) else ()
         libs = cuda_libs or self.cuda_libs
@@ -243,9 +273,14 @@ class InstallStep:
                 return f"the checkout {f.path} is missing"
         # A no-op re-run must stay fast and write nothing: read the env's metadata files
         # directly instead of starting the stack's Python (the full guards ran at install time).
-        return installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
-                                       {f.name: Path(f.path) for f in result.forks},
-                                       system_torch=ctx.recipe.torch.from_system)
+        problem = installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
+                                          {f.name: Path(f.path) for f in result.forks},
+                                          system_torch=ctx.recipe.torch.from_system)
+        if problem is not None:
+            return problem
+        # every RECORD'ed file; only those whose stat signature moved are read again
+        bad = records.tampered(ctx.paths.env, ctx.trust)
+        return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
 
 
 def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:

@@ -6,7 +6,7 @@ import json
 import shutil
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -17,7 +17,10 @@ from october.installer.core.resources import stack_script
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env.step import stack_uv
 from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.lock.pylock import Installed, build_lock, diff_against, dumps, split_installed
+if TYPE_CHECKING:
+    from october.installer.steps.lock.pylock import Installed
+
+# pylock (packaging.pylock, tomli_w) is imported where the lock is written, not on a no-op re-run
 from october.installer.steps.results import (
     EnvResult,
     FetchResult,
@@ -48,6 +51,8 @@ def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any]
     :func:`system_section`)."""
     data = data if data is not None else probe_env(ctx, step)
     own = [d for d in data["distributions"] if not from_system_site(ctx, d)]
+    from october.installer.steps.lock.pylock import Installed
+
     return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in own]
 
 
@@ -160,6 +165,8 @@ class LockStep:
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
 
     def run(self, ctx: StepContext) -> LockResult:
+        from october.installer.steps.lock.pylock import build_lock, diff_against, dumps, split_installed
+
         raw = probe_env(ctx, self.name)
         python_version, dists = installed_distributions(ctx, self.name, raw)
         fetch = ctx.need(FetchResult).forks

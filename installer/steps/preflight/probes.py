@@ -15,6 +15,7 @@ import re
 import shlex
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -295,15 +296,21 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
     env = dict(os.environ if environ is None else environ)
     if uv is None:
         uv = uv_exe()
-    nvidia_smi, gpus = probe_gpus(runner, env)
-    disk_path, free = disk_free(stack)
-    return MachineFacts(
-        os=platform.system(), os_release=platform.release(), arch=platform.machine(),
-        cpu_count=os.cpu_count() or 0, python=platform.python_version() or sys.version.split()[0],
-        ram_bytes=read_ram_bytes(meminfo), disk_path=disk_path, disk_free_bytes=free,
-        nvcc=probe_nvcc(runner, env), nvidia_smi=nvidia_smi, gpus=gpus,
-        git=probe_simple(runner, env, "git", parse_git),
-        cc=probe_compiler(runner, env, "CC", ("gcc", "cc", "clang")),
-        cxx=probe_compiler(runner, env, "CXX", ("g++", "c++", "clang++")),
-        uv=probe_simple(runner, env, uv, parse_uv),
-    )
+    # the probes start one program each (nvidia-smi alone took seconds on the H200): all at once
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        gpus_f = pool.submit(probe_gpus, runner, env)
+        nvcc_f = pool.submit(probe_nvcc, runner, env)
+        git_f = pool.submit(probe_simple, runner, env, "git", parse_git)
+        cc_f = pool.submit(probe_compiler, runner, env, "CC", ("gcc", "cc", "clang"))
+        cxx_f = pool.submit(probe_compiler, runner, env, "CXX", ("g++", "c++", "clang++"))
+        uv_f = pool.submit(probe_simple, runner, env, uv, parse_uv)
+        disk_path, free = disk_free(stack)
+        ram = read_ram_bytes(meminfo)
+        nvidia_smi, gpus = gpus_f.result()
+        return MachineFacts(
+            os=platform.system(), os_release=platform.release(), arch=platform.machine(),
+            cpu_count=os.cpu_count() or 0, python=platform.python_version() or sys.version.split()[0],
+            ram_bytes=ram, disk_path=disk_path, disk_free_bytes=free,
+            nvcc=nvcc_f.result(), nvidia_smi=nvidia_smi, gpus=gpus, git=git_f.result(),
+            cc=cc_f.result(), cxx=cxx_f.result(), uv=uv_f.result(),
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar, Mapping
@@ -48,8 +49,10 @@ class PreflightStep:
 
     def run(self, ctx: StepContext) -> PreflightResult:
         skip = validate_skip(ctx.options.skip_preflight)
-        facts = gather_facts(ctx.paths.root, ctx.runner)
-        torch_facts = system_torch_facts(ctx.recipe, ctx.runner, self.name)
+        with ThreadPoolExecutor(max_workers=1) as pool:      # the system torch's import beside the probes
+            torch_job = pool.submit(system_torch_facts, ctx.recipe, ctx.runner, self.name)
+            facts = gather_facts(ctx.paths.root, ctx.runner)
+            torch_facts = torch_job.result()
         results = evaluate(ctx.recipe, facts, skip, torch_facts)
         for r in results:
             line = f"{r.name:<9} {r.status:<7} {r.detail}"

@@ -10,7 +10,6 @@ from october.installer.core.errors import CommandFailed, ToolMissing
 from october.installer.core.hashing import fingerprint, sha256_file
 from october.installer.core.resources import checkout_root
 from october.installer.core.runner import Runner
-from october.installer.core.schemas import write_receipt
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.results import (
@@ -121,6 +120,8 @@ class ReceiptStep:
 
     def run(self, ctx: StepContext) -> ReceiptResult:
         doc = self.build(ctx)
+        from october.installer.core.schemas import write_receipt  # jsonschema: not on a no-op re-run
+
         write_receipt("setup", ctx.paths.setup_receipt, doc)
         return ReceiptResult(path=str(ctx.paths.setup_receipt), sha256=sha256_file(ctx.paths.setup_receipt))
 

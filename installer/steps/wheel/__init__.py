@@ -13,10 +13,24 @@
 The ``wheel`` step (:mod:`october.installer.steps.wheel.step`) strings these together.
 """
 
-from october.installer.steps.wheel.download import Downloaded, DownloadPolicy, download_wheel
-from october.installer.steps.wheel.equivalence import SourceEquivalence, check_source_equivalence
-from october.installer.steps.wheel.verify import WheelExpectation, WheelReport, verify_wheel
-from october.installer.steps.wheel.version_info import VersionInfo, read_version_info
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# The names below load their module on first use (PEP 562): importing one light module of this
+# package (``extensions``, for the install guards) must not import httpx and GitPython, which a
+# no-op re-run never needs.
+_WHERE = {"Downloaded": "download", "DownloadPolicy": "download", "download_wheel": "download",
+          "SourceEquivalence": "equivalence", "check_source_equivalence": "equivalence",
+          "WheelExpectation": "verify", "WheelReport": "verify", "verify_wheel": "verify",
+          "VersionInfo": "version_info", "read_version_info": "version_info"}
 
 __all__ = ["SourceEquivalence", "check_source_equivalence", "Downloaded", "DownloadPolicy", "download_wheel",
            "WheelExpectation", "WheelReport", "verify_wheel", "VersionInfo", "read_version_info"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -6,7 +6,7 @@ verify every check in one read of the wheel (:mod:`october.installer.steps.wheel
 take the wheel's source commit from its ``vllm/_version.py`` and prove that the
 compiled sources (``[wheel].compiled_sources``) are the same at that commit and
 at the vLLM fork commit (:mod:`october.installer.steps.wheel.equivalence`), and only then
-hard-link (or copy) the file into ``STACK/wheels``.  Any failure leaves
+reflink (or copy, never hard-link) the file into ``STACK/wheels``.  Any failure leaves
 ``STACK/wheels`` without a wheel.
 
 Result: :class:`~october.installer.steps.results.WheelResult` (path, filename, url
@@ -19,11 +19,11 @@ the install step's import guard imports, the source-equivalence record), or
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
+from october.installer.core.clonefile import clone_or_copy
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.redact import redact_url
@@ -31,11 +31,15 @@ from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import BaseWheel, ForkUse, Recipe
 from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
-from october.installer.steps.wheel.download import DownloadPolicy, download_wheel, seen_path
-from october.installer.steps.wheel.equivalence import check_source_equivalence
-from october.installer.steps.wheel.tags import PythonFacts, probe_python, supported_tags
-from october.installer.steps.wheel.verify import WheelExpectation, verify_wheel
 from october.installer.steps.wheel.version_info import VERSION_FILE
+
+if TYPE_CHECKING:
+    from october.installer.steps.wheel.download import DownloadPolicy
+    from october.installer.steps.wheel.tags import PythonFacts
+    from october.installer.steps.wheel.verify import WheelExpectation
+
+# download (httpx), equivalence (GitPython), tags and verify are imported where the step runs: a
+# no-op re-run only reads the marker and stats the wheel
 
 SKIPPED = "recipe has no [wheel]"
 PRECOMPILED = "vllm-precompiled"
@@ -71,6 +75,8 @@ def precompiled_fork(recipe: Recipe) -> ForkUse | None:
 
 
 def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExpectation:
+    from october.installer.steps.wheel.verify import WheelExpectation
+
     w = recipe.wheel
     assert w is not None
     return WheelExpectation(
@@ -96,20 +102,18 @@ def _clear_installed(wheels_dir: Path) -> None:
 
 
 def place(source: Path, dest: Path, sha256: str) -> None:
-    """Hard-link (else copy) the verified file to ``dest`` atomically; a copy is re-hashed."""
+    """Reflink (else copy) the verified file to ``dest`` atomically, then re-hash it.  Never a hard
+    link: the stack's wheel would be the cache's inode, and an edit to one would be the other's."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-        got = sha256_file(tmp)
-        if got != sha256:
-            tmp.unlink()
-            raise WheelError(f"copying the verified wheel to {dest.parent} changed it",
-                             expected=f"sha256 {sha256}", found=f"sha256 {got}",
-                             fix="check the disk under the stack (free space, errors), then re-run")
+    clone_or_copy(source, tmp)
+    got = sha256_file(tmp)
+    if got != sha256:
+        tmp.unlink()
+        raise WheelError(f"copying the verified wheel to {dest.parent} changed it",
+                         expected=f"sha256 {sha256}", found=f"sha256 {got}",
+                         fix="check the disk under the stack (free space, errors), then re-run")
     os.replace(tmp, dest)
 
 
@@ -120,10 +124,19 @@ class WheelStep:
         return wheel_result_from_json(outputs)
 
     def __init__(self, *, policy: DownloadPolicy | None = None) -> None:
-        self.policy = policy or DownloadPolicy()
+        self._policy = policy
         self._facts: dict[str, PythonFacts] = {}
 
+    @property
+    def policy(self) -> DownloadPolicy:
+        if self._policy is None:
+            from october.installer.steps.wheel.download import DownloadPolicy
+            self._policy = DownloadPolicy()
+        return self._policy
+
     def _python(self, ctx: StepContext) -> PythonFacts:
+        from october.installer.steps.wheel.tags import probe_python
+
         key = str(ctx.paths.python)
         if key not in self._facts:
             self._facts[key] = probe_python(ctx.runner, ctx.paths.python, step=self.name)
@@ -149,6 +162,11 @@ class WheelStep:
     # --------------------------------------------------------------------- run
 
     def run(self, ctx: StepContext) -> WheelResult | NoWheel:
+        from october.installer.steps.wheel.download import download_wheel, seen_path
+        from october.installer.steps.wheel.equivalence import check_source_equivalence
+        from october.installer.steps.wheel.tags import supported_tags
+        from october.installer.steps.wheel.verify import verify_wheel
+
         w = ctx.recipe.wheel
         if w is None:
             return NoWheel(SKIPPED)

@@ -1,0 +1,105 @@
+"""Digests a re-run may take without re-reading a file: what a no-op trusts, and why that is safe.
+
+A stack's checks hash many files (every file each env distribution's RECORD lists, every JIT
+library).  A no-op re-run must not read them all again.  ``STACK/.state/file-trust.json`` keeps, per
+file, the *stat signature* it had when its content was hashed -- ``(st_ino, st_size, st_mtime_ns,
+st_ctime_ns)`` -- and the digest.  A file whose signature is unchanged is taken to hold the same
+bytes; any other file is hashed again.
+
+Why that is safe (the same rule git's index uses for ``git status``):
+
+* every write to a file moves its mtime and ctime; replacing it (rename over, delete + create)
+  gives it another inode and ctime; truncating or appending changes its size as well;
+* ctime cannot be set from user space (``touch -d``/``os.utime`` set mtime only, and move ctime to
+  now), so restoring an edited file's mtime still changes its signature;
+* timestamps come from a coarse clock (one kernel tick), so a write in the same tick as the stat
+  that took the signature could leave it unchanged ("racy" files).  A signature is recorded only
+  when the file's mtime and ctime are older than :data:`RACY_NS` at that stat, and the file is
+  stat'ed again after hashing (a write while it was read is not recorded).
+
+What it does not defend against: someone who can write the stack rewriting this file together with
+the files it covers, a clock set back by root, or a filesystem that does not keep ctime.
+``current verify`` re-reads every byte and never uses this file.
+
+A digest is recorded whether or not it was the expected one: the store caches content, it does not
+judge it.  A no-op writes nothing, so the store is saved only by a run in which a step ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from october.installer.core.atomic import write_text_atomic
+
+TRUST_FORMAT = 1
+RACY_NS = 1_000_000_000         # a signature younger than this at the stat is not recorded
+
+
+def signature(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class FileTrust:
+    """path -> (signature, kind, digest), loaded from and saved to ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[str, list[object]] = {}
+        self.racy: dict[str, tuple[str, Callable[[Path], str]]] = {}
+        self.changed = False
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return              # none yet, torn or foreign: trust nothing
+        files = data.get("files") if isinstance(data, dict) and data.get("format") == TRUST_FORMAT else None
+        if isinstance(files, dict):
+            self.entries = {k: v for k, v in files.items() if isinstance(v, list) and len(v) == 6}
+
+    def known(self, file: Path, kind: str) -> str | None:
+        """The recorded ``kind`` digest of ``file`` when its signature is unchanged, else None (one
+        ``stat``, nothing read).  Raises ``OSError`` when the file cannot be stat'ed."""
+        hit = self.entries.get(str(file))
+        if hit is not None and hit[4] == kind and hit[:4] == signature(os.stat(file)):
+            return str(hit[5])
+        if hit is None:
+            os.stat(file)
+        return None
+
+    def digest(self, file: Path, kind: str, compute: Callable[[Path], str]) -> str:
+        """The ``kind`` digest of ``file`` (``compute(file)``), from the store when its signature is
+        unchanged.  Raises ``OSError`` (``FileNotFoundError``) when the file cannot be read."""
+        key = str(file)
+        now = time.time_ns()
+        st = os.stat(file)
+        sig = signature(st)
+        hit = self.entries.get(key)
+        if hit is not None and hit[:4] == sig and hit[4] == kind:
+            return str(hit[5])
+        value = compute(file)
+        after = os.stat(file)
+        if signature(after) == sig and now - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+            self.entries[key] = [*sig, kind, value]
+            self.racy.pop(key, None)
+        else:
+            self.racy[key] = (kind, compute)
+            if self.entries.pop(key, None) is None:
+                return value
+        self.changed = True
+        return value
+
+    def save(self) -> None:
+        """Settle the files that were too new to record (hash them again now), then write the store."""
+        for key, (kind, compute) in list(self.racy.items()):
+            try:
+                self.digest(Path(key), kind, compute)
+            except OSError:
+                self.entries.pop(key, None)
+        if self.changed:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps({"format": TRUST_FORMAT, "files": self.entries},
+                                                    separators=(",", ":")))
+            self.changed = False

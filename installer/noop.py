@@ -1,0 +1,94 @@
+"""The no-op fast path of ``october_setup STACK ...``: a finished stack that still verifies is
+answered without the command-line framework (typer, rich and pydantic cost more than the whole
+check) and without running or writing anything.
+
+It reads the same options as the full command line (argparse, the same spellings), builds the same
+:class:`~october.installer.pipeline.engine.SetupOptions`, and asks the same pipeline whether every
+step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
+each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
+option it does not take (``--kit``, ``--verbose``, ``--help``, ``--version``, ``kit``, ``fleet``), a
+usage or recipe error -- returns None and the full command line runs from the start, so errors,
+progress and the work itself are exactly what they were.
+
+What a no-op trusts instead of re-reading (each step's ``verify``): the done-markers' fingerprints
+of the inputs; the stat signatures of the preflight's tools, the base wheel, and every file hashed
+before (:mod:`october.installer.core.filetrust`: every env file against its RECORD, the JIT
+libraries); git's own index for the fork clones (``git status``, which re-reads only files whose
+stat data changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+NOT_FAST = {"kit", "fleet"}
+
+
+class _Parsed(Exception):
+    """argparse said no (it reports through ``error``, which must not exit here)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _Parsed(message)
+
+
+def parse(args: Sequence[str]) -> argparse.Namespace | None:
+    """The options of a plain ``october_setup STACK ...``, or None for anything else."""
+    if not args or args[0] in NOT_FAST or any(a in ("--help", "-h", "--version") for a in args):
+        return None
+    p = _Parser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    p.add_argument("stack")
+    p.add_argument("--recipe", "-r", default="current")
+    p.add_argument("--cache-dir", type=Path)
+    p.add_argument("--allow-dirty", action="store_true")
+    p.add_argument("--skip-preflight", action="append", default=[])
+    p.add_argument("--locked", action="store_true")
+    p.add_argument("--lock-file", type=Path)
+    p.add_argument("--system-python", type=Path)
+    p.add_argument("--quiet", "-q", action="store_true")
+    try:
+        ns = p.parse_args(list(args))
+    except (_Parsed, argparse.ArgumentError):
+        return None
+    if not ns.stack.strip():
+        return None                 # an empty STACK is the full command line's usage error
+    ns.stack = Path(ns.stack)
+    return ns
+
+
+def try_noop(args: Sequence[str]) -> int | None:
+    """0 when the stack is finished and nothing would run (the summary printed as the full command
+    prints it); None when the full command line must run."""
+    ns = parse(args)
+    if ns is None:
+        return None
+    from october.installer.core.errors import OctoberError
+    from october.installer.core.paths import StackPaths, default_cache_dir
+
+    stack = ns.stack.resolve()
+    if not StackPaths(stack).state.is_dir():
+        return None                 # a new stack: nothing to verify
+    try:
+        from october.installer.pipeline.engine import SetupOptions, SilentReporter, skip_line
+        from october.installer.core.cliargs import split_skips
+        from october.installer.pipeline.plan import finished_setup, resolve_locked, summary
+        from october.installer.recipe import load_recipe
+        from october.installer.steps.env.systorch import with_system_torch
+
+        rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
+        opts = SetupOptions(stack=stack, recipe=rec, cache_dir=(ns.cache_dir or default_cache_dir()).resolve(),
+                            allow_dirty=ns.allow_dirty, skip_preflight=split_skips(ns.skip_preflight),
+                            locked=resolve_locked(rec, stack, ns.locked, ns.lock_file), quiet=ns.quiet)
+        result = finished_setup(opts, SilentReporter())
+    except (OctoberError, OSError, ValueError):
+        return None                 # the full command line says what is wrong
+    if result is None:
+        return None
+    if not ns.quiet:
+        print("\n".join(skip_line(r.name) for r in result.records), file=sys.stderr)
+        print(summary(result))
+    return 0

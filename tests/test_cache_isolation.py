@@ -1,0 +1,146 @@
+"""Issue 22 item 4: a poisoned cache does not spread, and a tampered installed file is put back.
+
+Real uv, real git, real wheels (the offline fixture world of tests/fixtures/world.py); nothing is
+mocked.  The stacks and the cache share one filesystem, as ``--cache-dir`` is meant to be used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.errors import InstallError
+from october.installer.core.filetrust import RACY_NS, FileTrust
+from october.installer.core.hashing import sha256_file
+from october.installer.pipeline.engine import SetupOptions, SilentReporter
+from october.installer.pipeline.plan import run_setup
+from october.installer.recipe import load_recipe
+from october.installer.steps.lock.pylock import locked_state
+from tests.fixtures.world import World, make_world
+
+POISON = "\nimport os  # planted\n"
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> World:
+    return make_world(tmp_path / "world")
+
+
+def setup(world: World, stack: Path, cache: Path, **kw: object):
+    opts = SetupOptions(stack=stack, recipe=load_recipe(str(world.recipe)), cache_dir=cache, **kw)  # type: ignore[arg-type]
+    return run_setup(opts, SilentReporter())
+
+
+def site(stack: Path) -> Path:
+    return next((stack / "env").glob("lib/python*/site-packages"))
+
+
+def inodes(root: Path) -> set[tuple[int, int]]:
+    return {(st.st_dev, st.st_ino) for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+            for st in [p.stat()]}
+
+
+@pytest.mark.slow
+def test_an_edit_in_one_stack_reaches_neither_the_cache_nor_the_next_stack(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    s1, s2 = tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    # no installed file, base wheel or clone object is an inode of the cache
+    shared = inodes(s1) & inodes(cache)
+    assert not shared, f"{len(shared)} file(s) of stack 1 are the cache's inodes"
+    tiny, torch_init = site(s1) / "tinydep" / "__init__.py", site(s1) / "torch" / "__init__.py"
+    clean = {p.name: p.read_text() for p in (tiny,)} | {"torch": torch_init.read_text()}
+    for p in (tiny, torch_init):
+        with open(p, "a") as fh:
+            fh.write(POISON)
+
+    setup(world, s2, cache)
+    assert (site(s2) / "tinydep" / "__init__.py").read_text() == clean["__init__.py"]
+    assert (site(s2) / "torch" / "__init__.py").read_text() == clean["torch"]
+
+    # a plain re-run of stack 1 re-installs only the distributions whose RECORD no longer matches
+    # (env stays cached); the run after that is a no-op again
+    statuses = {r.name: r.status for r in setup(world, s1, cache).records}
+    assert statuses["install"] == "ran" and statuses["env"] == "cached"
+    assert tiny.read_text() == clean["__init__.py"] and torch_init.read_text() == clean["torch"]
+    assert all(r.status == "cached" for r in setup(world, s1, cache).records)
+
+    # `october_setup STACK --locked` puts an edited file back too
+    with open(tiny, "a") as fh:
+        fh.write(POISON)
+    res = setup(world, s1, cache, locked=locked_state(s1 / "pylock.toml"))
+    assert {r.name: r.status for r in res.records}["install"] == "ran"
+    assert tiny.read_text() == clean["__init__.py"]
+    with open(tiny, "a") as fh:
+        fh.write(POISON)
+    res = setup(world, s1, cache, locked=locked_state(s1 / "pylock.toml"))
+    assert {r.name: r.status for r in res.records}["env"] == "cached"   # the same --locked inputs
+    assert tiny.read_text() == clean["__init__.py"]
+
+
+@pytest.mark.slow
+def test_install_is_not_done_when_the_cache_serves_other_bytes(world: World, tmp_path: Path) -> None:
+    """A cache poisoned some other way (e.g. through a stack made by an older, hard-linking
+    version) is caught by the RECORD check before install is marked done."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    planted = [p for p in (cache / "uv").rglob("tinydep/__init__.py")]
+    assert planted, "uv's cache should hold the unpacked tinydep"
+    for p in planted:
+        os.chmod(p, 0o644)
+        with open(p, "a") as fh:
+            fh.write(POISON)
+    with pytest.raises(InstallError) as info:
+        setup(world, tmp_path / "s2", cache)
+    assert "tinydep: tinydep/__init__.py (changed)" in info.value.message
+    assert str(cache / "uv") in info.value.fix
+    assert not (tmp_path / "s2" / ".state" / "install.json").exists()
+
+
+def _hash(counter: list[int]):
+    def compute(p: Path) -> str:
+        counter.append(1)
+        return sha256_file(p)
+    return compute
+
+
+def _age(path: Path, seconds: float) -> None:
+    t = time.time_ns() - int(seconds * 1e9)
+    os.utime(path, ns=(t, t))
+
+
+def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"a" * 100)
+    store = tmp_path / "trust.json"
+    calls: list[int] = []
+    trust = FileTrust(store)
+    # ctime is "now" after any write, so a fresh file is racy: hashed, not recorded
+    assert trust.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 1
+    assert str(f) not in trust.entries
+    time.sleep(RACY_NS / 1e9 + 0.05)
+    trust.save()                        # settles the racy file: hashed again, recorded
+    assert len(calls) == 2 and str(f) in trust.entries
+
+    again = FileTrust(store)
+    assert again.known(f, "sha256") == sha256_file(f) and again.known(f, "other") is None
+    assert again.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 2   # trusted
+    assert again.digest(f, "other", _hash(calls)) and len(calls) == 3                      # another kind
+
+    # same size, mtime put back: ctime moved, so it is read again and the new digest returned
+    st = f.stat()
+    f.write_bytes(b"b" * 100)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert FileTrust(store).known(f, "sha256") is None
+    assert FileTrust(store).digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 4
+    with pytest.raises(FileNotFoundError):
+        FileTrust(store).known(tmp_path / "gone", "sha256")
+
+    # a torn or foreign store trusts nothing
+    store.write_text("{not json")
+    assert FileTrust(store).entries == {}
+    store.write_text('{"format": 99, "files": {}}')
+    assert FileTrust(store).entries == {}

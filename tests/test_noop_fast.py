@@ -1,0 +1,124 @@
+"""Issue 20: the no-op re-run of ``october_setup`` answers from the fast path (no typer, nothing run,
+nothing written) only when every step still verifies; anything else goes to the full command line.
+
+Real uv, real git, real wheels (tests/fixtures/world.py); the CLI runs as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from october.installer.noop import parse
+from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.world import World, make_world, snapshot
+
+PROBE = """
+import json, sys
+from october.installer.entry import setup_main
+rc = setup_main(sys.argv[1:])
+print(json.dumps({"rc": rc, "typer": "typer" in sys.modules, "git": "git" in sys.modules,
+                  "httpx": "httpx" in sys.modules, "jsonschema": "jsonschema" in sys.modules}))
+"""
+
+
+def setup_cli(*args: str) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    last = proc.stdout.strip().splitlines()[-1]
+    return json.loads(last), proc
+
+
+@pytest.mark.slow
+def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
+    world: World = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    first, proc = setup_cli(*args)
+    assert first["rc"] == 0 and first["typer"], proc.stderr      # a new stack: the full command line
+
+    before = snapshot(stack)
+    again, proc = setup_cli(*args)
+    assert again == {"rc": 0, "typer": False, "git": False, "httpx": False, "jsonschema": False}, proc.stderr
+    assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
+    assert "==> install: already done (inputs unchanged)" in proc.stderr
+    assert snapshot(stack) == before, "the fast path must change no file"
+
+    # a local change in a fork: the fast path does not answer; the full command line reports it
+    (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
+    changed, proc = setup_cli(*args)
+    assert changed["typer"] and changed["rc"] != 0
+    assert "local changes" in proc.stderr
+
+    # an option the fast path does not take, and a different option value, go to the full path
+    assert parse([*args, "--kit", str(tmp_path)]) is None
+    assert parse(["kit", "--recipe", "x", str(tmp_path)]) is None
+    assert parse([*args, "--verbose"]) is None and parse([*args, "--help"]) is None
+    assert parse([*args, "--skip-preflight", "gpu,nvcc", "-q"]).skip_preflight == ["gpu,nvcc"]
+
+
+def test_parse_refuses_what_it_does_not_know() -> None:
+    assert parse([]) is None
+    assert parse(["s", "--no-such-option"]) is None
+    assert parse(["s", "t"]) is None                            # two stacks: typer's usage error
+    assert parse(["s", "--recipe"]) is None                     # a missing value
+    ns = parse(["s", "-r", "r.toml", "--cache-dir=c", "--locked", "--lock-file", "l.toml", "--allow-dirty"])
+    assert ns is not None and (ns.recipe, str(ns.cache_dir), ns.locked, ns.allow_dirty) == ("r.toml", "c", True, True)
+
+
+def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_path: Path) -> None:
+    """PYTHONDONTWRITEBYTECODE=1: Python writes no .pyc; the tool writes those of what it imported,
+    once, and a module whose source changed is compiled again."""
+    (tmp_path / "fresh_mod.py").write_text("X = 1\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fresh_mod; "
+            "from october.installer.entry import compile_imported; print(compile_imported())")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    run = lambda: subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,  # noqa: E731
+                                 env=env, check=True, cwd=PROJECT_ROOT).stdout.strip()
+    pyc = tmp_path / "__pycache__" / f"fresh_mod.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc"
+    assert not pyc.exists()
+    assert int(run()) >= 1 and pyc.is_file()
+    assert run() == "0"                                         # nothing left to compile
+    time.sleep(0.01)
+    (tmp_path / "fresh_mod.py").write_text("X = 22\n")
+    assert run() == "1"
+
+
+def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> None:
+    """The fetch step's verify reads submodule HEADs from their files when the tree is clean (no
+    `git submodule status`): a submodule moved to another commit, or not checked out, is caught,
+    with and without --allow-dirty."""
+    from october.installer.pipeline.engine import run_pipeline
+    from october.installer.steps.fetch.clonecheck import check_clone
+    from october.installer.steps.fetch.step import FetchStep
+    from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
+    from tests.fixtures.gitrepos import git as fixture_git
+    from tests.fixtures.gitrepos import make_repo
+    from tests.test_fetch_submodules import _super_with
+
+    sub_url, _ = make_repo(tmp_path, "sub", commits=2)
+    url, commit, recorded = _super_with(tmp_path, {"3rdparty/sub": sub_url})
+    [rec] = run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", make_recipe([fork_use("fi", url, commit)]),
+                                                 tmp_path / "cache"))
+    src, subs = tmp_path / "stack" / "src" / "fi", dict(rec.outputs["forks"]["fi"]["submodules"])
+    assert subs == recorded
+    assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
+    assert check_clone(src, commit, allow_dirty=True, submodules=subs) is None
+
+    fixture_git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "moved",
+                cwd=src / "3rdparty" / "sub")
+    assert "local changes" in (check_clone(src, commit, allow_dirty=False, submodules=subs) or "")
+    assert "3rdparty/sub" in (check_clone(src, commit, allow_dirty=True, submodules=subs) or "")
+
+    fixture_git("checkout", "-q", "--detach", recorded["3rdparty/sub"], cwd=src / "3rdparty" / "sub")
+    assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
+    fixture_git("submodule", "deinit", "-q", "-f", "3rdparty/sub", cwd=src)
+    for dirty in (False, True):
+        assert "not at their recorded commits: 3rdparty/sub" in (
+            check_clone(src, commit, allow_dirty=dirty, submodules=subs) or "")
