@@ -20,7 +20,7 @@ INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 
 @dataclass(frozen=True)
 class SdistSource:
-    """A released source distribution a fork is made from (``source = "sdist"`` in forks.toml).
+    """A released source distribution a fork's pin is made from (a pin ``{sdist = URL, ...}`` in forks.toml).
 
     The fetch step downloads it (checked against ``sha256``) and commits its files, as upstream's
     git would track them, into a local git repository tagged ``v<version>``
@@ -56,7 +56,6 @@ class Fork:
     url: str
     upstream: str | None
     pins: Mapping[str, Pin]
-    source: str = "git"        # "sdist": every pin is made from a source distribution (no git URL)
 
 
 @dataclass(frozen=True)
@@ -119,10 +118,7 @@ def load_forks(path: Path) -> dict[str, Fork]:
 def _parse_fork(forks_t: Table, name: str) -> Fork:
     ft = forks_t.table(name)
     assert ft is not None
-    source = ft.get("source", str, required=False, default="git")
-    if source not in ("git", "sdist"):
-        raise ft.err("source", "'git' (a repository URL) or 'sdist' (pins made from source distributions)", source)
-    url = ft.get("url", str, what="a git URL") if source == "git" else "sdist"
+    url = ft.get("url", str, what="a git URL")
     upstream = ft.get("upstream", str, required=False)
     pins_t = ft.table("pins")
     assert pins_t is not None
@@ -130,13 +126,12 @@ def _parse_fork(forks_t: Table, name: str) -> Fork:
     pins: dict[str, Pin] = {}
     for pin_name, value in pins_t.data.items():
         pins_t.seen.add(pin_name)
-        pins[pin_name] = parse_sdist_pin(pins_t, pin_name, value) if source == "sdist" \
-            else parse_pin(pins_t, pin_name, value)
+        pins[pin_name] = parse_pin(pins_t, pin_name, value)
     for pin in pins.values():
         if pin.fetch_from == "upstream" and not upstream:
             raise RecipeError(forks_t.file, f"forks.{name}.pins.{pin.name}.fetch_from",
                               expected=f"an 'upstream' URL for fork '{name}'", found="no upstream key")
-    return Fork(name=name, url=url, upstream=upstream, pins=pins, source=source)
+    return Fork(name=name, url=url, upstream=upstream, pins=pins)
 
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -167,13 +162,16 @@ def parse_sdist_pin(t: Table, name: str, value: Any) -> Pin:
 
 
 def parse_pin(t: Table, name: str, value: Any) -> Pin:
-    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}``."""
+    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}`` /
+    ``{sdist = ..., sha256 = ..., version = ..., commit = ...}``."""
     if isinstance(value, str):
         if not FULL_SHA.match(value):
             raise t.err(name, "a 40-character lowercase hex commit id "
                         "(or a table {prefix = ..., branch = ...})", value)
         return Pin(name=name, commit=value)
     if isinstance(value, dict):
+        if "sdist" in value:
+            return parse_sdist_pin(t, name, value)
         return _parse_pin_table(Table(t.file, value, t._k(name)), name)
     raise t.err(name, "a 40-hex commit id or a table {prefix, branch}", value)
 

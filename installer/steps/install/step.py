@@ -33,8 +33,8 @@ from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
-from october.installer.steps.install import consistency, nested
-from october.installer.steps.install.guards import GuardSpec, import_guard, run_guards
+from october.installer.steps.install import consistency, nested, overwritten
+from october.installer.steps.install.guards import GuardSpec, extension_files, import_guard, run_guards
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
@@ -108,6 +108,11 @@ class InstallStep:
             return make_plan(forks), None
         wheel, _sha, wheel_commit = self._wheel(ctx)
         vllm = precompiled[0]
+        if vllm.use.pin.sdist is not None:
+            # made from the release's sdist: no history, no upstream commit to claim; setup.py needs none,
+            # since the wheel location is set (VLLM_PRECOMPILED_WHEEL_COMMIT only picks a nightly)
+            ctx.ui.detail(f"vLLM fork made from {vllm.use.pin.sdist.filename}: no upstream base commit")
+            return make_plan(forks, wheel=wheel), None
         base = upstream_base(ctx.runner, self.name, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
         ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
         return make_plan(forks, wheel=wheel, base_commit=base.commit), base
@@ -121,7 +126,9 @@ class InstallStep:
         nested_out: dict[str, Any] = {}
         for inv in plan.installs:
             ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
+            before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
             nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+            overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
         spec = self.guard_spec(ctx, forks)
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
@@ -225,12 +232,14 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
-        imports = import_guard(ctx.need(WheelResult).to_json(), {f.use.name: f.path for f in forks}) \
+        checkouts = {f.use.name: f.path for f in forks}
+        imports = import_guard(ctx.need(WheelResult).to_json(), checkouts) \
             if any(f.use.mode == PRECOMPILED for f in forks) else ()
+        files = extension_files(ctx.need(WheelResult).to_json(), checkouts, imports) if imports else {}
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}
         return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
-                         forks={f.use.name: f.path for f in forks}, imports=imports,
+                         forks=checkouts, imports=imports, files=files,
                          system_torch=system_torch_record(ctx), **extra)
 
     # ------------------------------------------------------------------ verify
