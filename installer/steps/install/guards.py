@@ -247,9 +247,10 @@ def _judge_static(name: str, static: Mapping[str, Any] | None, cuda: Mapping[str
                             f"not found: {', '.join(other_libs)}",
                             "`libcudart.so.N` missing means the wheel's CUDA variant does not match the env's "
                             "CUDA runtime wheels: fix the recipe's [wheel] or [torch]")
+    left = static.get("driver_symbols", [])
+    rest = f" except {len(left)} driver symbol(s) ({', '.join(drivers) or 'the driver'} absent)" if left else ""
     return (f"{no_driver}; torch ABI checked statically: {static.get('checked')} undefined symbols of "
-            f"{Path(str(static.get('file'))).name}, all defined by the env's torch and libraries except "
-            f"{len(static.get('driver_symbols', []))} driver symbol(s) of {', '.join(drivers) or 'the driver'}"), None
+            f"{Path(str(static.get('file'))).name}, all defined by the env's torch and libraries{rest}"), None
 
 
 def evaluate(spec: GuardSpec, facts: Mapping[str, Any]) -> GuardReport:
