@@ -119,6 +119,9 @@ def test_materialised_commit_is_deterministic_tagged_and_tracks_as_git_would(tmp
     tag = subprocess.run(["git", "--git-dir", str(made.path), "rev-parse", "v9.9.0^{commit}"], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert tag == commit
+    msg = subprocess.run(["git", "--git-dir", str(made.path), "log", "-1", "--format=%B"], capture_output=True,
+                         text=True, check=True).stdout
+    assert f"sdist-sha256: {sdist.sha256}" in msg and "sdist-commit-id: gabc1234def" in msg   # travels with it
     rec = json.loads((made.path / RECORD).read_text())
     assert "vllm/_version.py" in rec["left_untracked"] and rec["sdist"]["sha256"] == sdist.sha256
 
@@ -179,7 +182,7 @@ WHEEL_FILES = {"vllm/__init__.py": FILES["vllm/__init__.py"], "vllm/layer.py": F
 def test_wheel_of_the_sdists_release_is_proved_file_by_file(tmp_path: Path) -> None:
     cache, clone, sdist, commit = _clone(tmp_path)
     out = check_sdist_equivalence(Runner(tmp_path / "logs"), clone, commit, _wheel(tmp_path, WHEEL_FILES),
-                                  wheel_commit="abc1234def", wheel_version="9.9.0", sdist=sdist, cache_dir=cache)
+                                  wheel_commit="abc1234def", wheel_version="9.9.0", sdist=sdist)
     assert out["method"] == "sdist-files" and out["python_files_identical"] == 2
     assert out["wheel_only"] == {"vllm/_version.py": 1, "vllm/third_party/x/": 1}
     assert blob_id(b"X = 1\n") == subprocess.run(["git", "hash-object", "--stdin"], input=b"X = 1\n",
@@ -191,7 +194,7 @@ def test_wheel_of_the_sdists_release_is_proved_file_by_file(tmp_path: Path) -> N
     ("missing", "vllm/layer.py (not in the wheel)"),
     ("commit", "says commit gabc1234def"),
     ("version", "version 9.9.1"),
-    ("record", "record of what its sdist said is missing"),
+    ("sdist", "does not say it was made from the pinned sdist"),
 ])
 def test_wheel_proof_fails_closed(tmp_path: Path, fault: str, expected: str) -> None:
     cache, clone, sdist, commit = _clone(tmp_path)
@@ -204,11 +207,11 @@ def test_wheel_proof_fails_closed(tmp_path: Path, fault: str, expected: str) -> 
         wheel_commit = "abc1234dee"
     elif fault == "version":
         version = "9.9.1"
-    elif fault == "record":
-        (repo_path(cache, sdist, "vllm") / RECORD).unlink()
+    elif fault == "sdist":   # another sdist than the one the fork commit was made from
+        sdist = SdistSource(sdist.url, "b" * 64, sdist.version)
     with pytest.raises(WheelError) as err:
         check_sdist_equivalence(Runner(tmp_path / "logs"), clone, commit, _wheel(tmp_path, files),
-                                wheel_commit=wheel_commit, wheel_version=version, sdist=sdist, cache_dir=cache)
+                                wheel_commit=wheel_commit, wheel_version=version, sdist=sdist)
     assert expected in str(err.value)
 
 

@@ -209,11 +209,11 @@ def test_overwritten_tracked_file_is_named(installed, tmp_path: Path) -> None:
     setup.py copies the wheel's file over it; the install fails naming the file."""
     got = installed["0.18.0"]
     fork = tmp_path / "fork"
-    subprocess.run(["git", "clone", "-q", str(got.fork), str(fork)], check=True)
+    subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "-q", str(got.fork), str(fork)], check=True)
     target = fork / "vllm" / "vllm_flash_attn" / "__init__.py"
     target.write_text(target.read_text() + "\n# the fork's own change\n")
     commit = sf.commit_all(fork, "fork change")
-    subprocess.run(["git", "-C", str(fork), "tag", "v0.18.0"], check=True)
+    subprocess.run(["git", "-C", str(fork), "tag", "--force", "v0.18.0"], check=True, capture_output=True)
     ctx = got.ctx
     ctx.done["fetch"] = sf.record(sf.fetched({"vllm": (fork, commit)}))
     with pytest.raises(InstallError) as err:

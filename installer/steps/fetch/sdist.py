@@ -13,10 +13,11 @@ Such a fork is *materialised* once per cache:
 3. the files are committed the way upstream's git tracks them: the sdist's own ``.gitignore``
    rules apply (so ``vllm/_version.py`` and ``*.egg-info/``, which setuptools writes at build
    time, stay untracked and an install never dirties the tree), with a fixed author, committer,
-   dates and message, so the commit id depends on the sdist's bytes alone and forks.toml pins it;
+   dates and a message made from the sdist (its sha256 and the commit id its ``vllm/_version.py`` names,
+   as trailers), so the commit id depends on the sdist's bytes alone and forks.toml pins it;
 4. the commit is tagged ``v<version>``: setuptools-scm then reports the release version
    (without a tag vLLM's version would be ``0.1.dev1+g<sha>.precompiled``);
-5. the result is a bare repository ``<cache>/sdist/repos/<sha256[:16]>-<name>.git`` (built
+5. the result is a bare repository ``<cache>/sdist/repos/<sha256[:16]>-<name>-f<format>.git`` (built
    beside it and renamed into place), plus ``october-sdist.json`` in it: what was made from what.
 
 The fetch step then treats that repository as the fork's remote: the mirror (keyed by the sdist
@@ -42,7 +43,7 @@ from october.installer.steps.fetch import git_env
 from october.installer.steps.wheel.download import download_wheel
 
 RECORD = "october-sdist.json"
-FORMAT = 1
+FORMAT = 2   # in the repository name: a repository made by another format is never reused
 # Fixed identity and date: the commit id is a function of the sdist's files only.
 _IDENTITY = {"GIT_AUTHOR_NAME": "october", "GIT_AUTHOR_EMAIL": "october@localhost",
              "GIT_COMMITTER_NAME": "october", "GIT_COMMITTER_EMAIL": "october@localhost",
@@ -62,12 +63,24 @@ class SdistRepo:
 
 
 def repo_path(cache_dir: Path, sdist: SdistSource, name: str) -> Path:
-    return cache_dir / "sdist" / "repos" / f"{sdist.sha256[:16]}-{name}.git"
+    return cache_dir / "sdist" / "repos" / f"{sdist.sha256[:16]}-{name}-f{FORMAT}.git"
 
 
-def message(sdist: SdistSource, name: str) -> str:
+def message(sdist: SdistSource, name: str, commit_id: str | None) -> str:
+    """The commit message: what the commit was made from, as trailers the wheel step reads back (they travel
+    with the commit, into kits too)."""
     return (f"{name} {sdist.version} from its source distribution {sdist.filename}\n\n"
-            f"sdist-sha256: {sdist.sha256}\n")
+            f"sdist-sha256: {sdist.sha256}\n" + (f"sdist-commit-id: {commit_id}\n" if commit_id else ""))
+
+
+def trailers(text: str) -> dict[str, str]:
+    """``sdist-sha256`` / ``sdist-commit-id`` from a commit message made by :func:`message`."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in ("sdist-sha256", "sdist-commit-id"):
+            out[key] = value.strip()
+    return out
 
 
 def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str,
@@ -140,8 +153,9 @@ def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: 
         git = ["git", *_CONFIG, "--git-dir", str(partial), "--work-tree", str(tree)]
         runner.run(["git", *_CONFIG, "init", "--quiet", "--bare", "--template=", str(partial)], step=step, env=env)
         runner.run([*git, "add", "--all", "."], step=step, env=env, cwd=tree)
-        runner.run([*git, "commit", "--quiet", "--no-verify", "-m", message(sdist, name)], step=step, env=env,
-                   cwd=tree)
+        recorded = _version_commit(tree)
+        runner.run([*git, "commit", "--quiet", "--no-verify", "-m", message(sdist, name, recorded)], step=step,
+                   env=env, cwd=tree)
         runner.run([*git, "tag", f"v{sdist.version}"], step=step, env=env, cwd=tree)
         commit = runner.run([*git, "rev-parse", "HEAD"], step=step, env=env).output.strip().splitlines()[-1]
         untracked = runner.run([*git, "ls-files", "--others", "--ignored", "--exclude-standard"],
@@ -149,7 +163,7 @@ def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: 
         write_json_atomic(partial / RECORD, {
             "format": FORMAT, "fork": name, "sdist": {"url": sdist.url, "sha256": sdist.sha256,
                                                       "version": sdist.version},
-            "commit": commit, "tag": f"v{sdist.version}", "recorded_commit_id": _version_commit(tree),
+            "commit": commit, "tag": f"v{sdist.version}", "recorded_commit_id": recorded,
             "left_untracked": sorted(untracked)})
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)

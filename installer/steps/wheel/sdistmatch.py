@@ -5,8 +5,9 @@ the wheel names its source commit only abbreviated (``vllm/_version.py``: ``gee0
 git comparison of :mod:`october.installer.steps.wheel.equivalence` cannot run.  What is proved
 instead, from the files alone (no network):
 
-1. the sdist's own ``vllm/_version.py`` (recorded when the fork was materialised) names the same
-   commit as the wheel's, and the sdist's version is the wheel's;
+1. the fork commit says (trailers of its message, made when the sdist was materialised) that it is the
+   pinned sdist, whose own ``vllm/_version.py`` names the same commit as the wheel's, and the sdist's
+   version is the wheel's;
 2. every Python file the fork tracks under the wheel's packages is in the wheel, byte for byte
    (compared as git blob ids against ``git ls-tree`` at the fork commit);
 3. what the wheel has beyond them is counted and listed by top directory (files vLLM's build
@@ -20,7 +21,6 @@ wheel's release.  Anything short of that fails closed with the reason.
 from __future__ import annotations
 
 import hashlib
-import json
 import zipfile
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from october.installer.core.errors import WheelError
 from october.installer.core.runner import Runner
 from october.installer.recipe import SdistSource
 from october.installer.steps.fetch import git_env
-from october.installer.steps.fetch.sdist import RECORD, repo_path
+from october.installer.steps.fetch.sdist import trailers
 
 METHOD = "sdist-files"
 MAX_LISTED = 12
@@ -68,25 +68,26 @@ def _listed(items: list[str]) -> str:
 
 
 def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel: Path, *, wheel_commit: str,
-                            wheel_version: str, sdist: SdistSource, cache_dir: Path, fork_name: str = "vllm",
+                            wheel_version: str, sdist: SdistSource, fork_name: str = "vllm",
                             step: str = "wheel") -> dict[str, object]:
     """The record of the proof (``method: sdist-files``); raise :class:`WheelError` where it fails."""
-    made = repo_path(cache_dir, sdist, fork_name) / RECORD
-    try:
-        record = json.loads(made.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise WheelError(f"cannot prove the base wheel fits the sdist-made fork '{fork_name}': the record of "
-                         "what its sdist said is missing", expected=f"{made} (written by the fetch step)",
-                         found=str(exc), fix="re-run october_setup (the fetch step materialises the sdist again)") \
-            from None
-    sdist_id, wheel_id = _short(record.get("recorded_commit_id")), _short(wheel_commit)
-    if record.get("commit") != fork_commit or sdist_id is None or sdist_id != wheel_id \
-            or sdist.version != wheel_version:
+    done = runner.run(["git", "-C", str(clone), "log", "-1", "--format=%B", fork_commit], step=step, env=git_env(),
+                      check=False)
+    said = trailers(done.output) if done.returncode == 0 else {}
+    if said.get("sdist-sha256") != sdist.sha256:
+        raise WheelError(f"cannot prove the base wheel fits the sdist-made fork '{fork_name}': its commit does not "
+                         "say it was made from the pinned sdist",
+                         expected=f"commit {fork_commit} with the trailer sdist-sha256: {sdist.sha256}",
+                         found=f"sdist-sha256 {said.get('sdist-sha256') or 'absent'}",
+                         fix="re-run october_setup (the fetch step materialises the sdist again)")
+    recorded = said.get("sdist-commit-id")
+    sdist_id, wheel_id = _short(recorded), _short(wheel_commit)
+    if sdist_id is None or sdist_id != wheel_id or sdist.version != wheel_version:
         raise WheelError(f"the base wheel is not the release the sdist-made fork '{fork_name}' was made from",
                          expected=f"the wheel's commit {wheel_commit} and version {wheel_version} equal to the "
                                   f"sdist's, and fork commit {fork_commit}",
-                         found=f"the sdist {sdist.filename} says commit {record.get('recorded_commit_id')} and "
-                               f"version {sdist.version}; it made commit {record.get('commit')}",
+                         found=f"the sdist {sdist.filename} (fork commit {fork_commit[:12]}) says commit "
+                               f"{recorded or 'none'} and version {sdist.version}",
                          fix="pin the sdist and the wheel of the same vLLM release (forks.toml and [wheel])")
     tracked = _tracked(runner, clone, fork_commit, step)
     with zipfile.ZipFile(wheel) as zf:
@@ -109,7 +110,7 @@ def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel
         key = n if n.endswith(GENERATED) else "/".join(n.split("/")[:3]) + "/"
         groups[key] = groups.get(key, 0) + 1
     return {"method": METHOD, "fork_commit": fork_commit, "sdist_sha256": sdist.sha256,
-            "sdist_commit_id": record.get("recorded_commit_id"), "wheel_commit_id": wheel_commit,
+            "sdist_commit_id": recorded, "wheel_commit_id": wheel_commit,
             "version": wheel_version, "python_files_identical": len(fork_py),
             "wheel_only": dict(sorted(groups.items())),
             "compiled_sources": "not comparable with a wheel: the fork's are the pinned sdist's"}

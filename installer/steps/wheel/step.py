@@ -193,7 +193,7 @@ class WheelStep:
             if fork.pin.sdist is not None:
                 sdist_eq = check_sdist_equivalence(
                     ctx.runner, clone, fork_commit, got.path, wheel_commit=info.commit, wheel_version=w.version,
-                    sdist=fork.pin.sdist, cache_dir=ctx.options.cache_dir, fork_name=fork.name, step=self.name)
+                    sdist=fork.pin.sdist, fork_name=fork.name, step=self.name)
                 checks += ["source-commit", "sdist-equivalence"]
                 ctx.ui.detail(f"the sdist-made fork is the wheel's release: {sdist_eq['python_files_identical']} "
                               f"Python files identical, commit {info.commit}")
