@@ -5,6 +5,7 @@ here, real wheels, gcc-built shared objects; the sdist is placed in the cache wh
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -45,7 +46,8 @@ FILES = {
 
 def _sdist(tmp: Path, files: dict[str, str] = FILES, *, uid: int = 1000) -> tuple[bytes, str]:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    # gzip's header holds a time: fixed, so the same files give the same sdist bytes (and sha256)
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tf:
         for rel, text in sorted(files.items()):
             data = text.encode()
             info = tarfile.TarInfo(f"vllm-9.9.0/{rel}")
