@@ -289,3 +289,33 @@ def test_guard_says_which_it_checked(static: dict, outcome: str) -> None:
     assert outcome in text
     if problem is None:
         assert verdict.startswith("not verifiable here: no CUDA driver (libcuda.so.1")
+
+
+# ------------------------------------------------------------------- receipt and lock
+
+
+def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
+    import jsonschema
+
+    from october.installer.core.schemas import load_schema
+    from october.installer.steps.lock.step import wheel_for_lock
+    from october.installer.steps.results import WheelResult
+
+    proof = {"method": "sdist-files", "fork_commit": "3" * 40, "sdist_sha256": "a" * 64,
+             "sdist_commit_id": "gee0da84ab", "wheel_commit_id": "ee0da84ab", "version": "0.24.0",
+             "python_files_identical": 1885, "wheel_only": {"vllm/_version.py": 1},
+             "compiled_sources": "not comparable with a wheel: the fork's are the pinned sdist's"}
+    wheel = {"path": "/s/wheels/w.whl", "filename": "w.whl", "wheel_sha256": "b" * 64, "trust": "pinned",
+             "source_equivalence": proof}
+    schema = load_schema("setup")["properties"]["wheel"]
+    jsonschema.validate(wheel, schema)
+    for bad in ({**proof, "python_files_identical": 0}, {**proof, "fork_commit": "3" * 12},
+                {k: v for k, v in proof.items() if k != "sdist_sha256"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**wheel, "source_equivalence": bad}, schema)
+    res = WheelResult(path=wheel["path"], filename="w.whl", url="https://x/w.whl", wheel_sha256="b" * 64, size=1,
+                      mtime_ns=0, trust="pinned", source_commit="ee0da84ab", checks=("sha256",),
+                      source_equivalence=proof)
+    locked = wheel_for_lock(res)["source-equivalence"]
+    assert locked["method"] == "sdist-files" and locked["python-files-identical"] == 1885
+    assert "wheel-only" not in locked
