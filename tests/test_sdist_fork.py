@@ -319,3 +319,19 @@ def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
     locked = wheel_for_lock(res)["source-equivalence"]
     assert locked["method"] == "sdist-files" and locked["python-files-identical"] == 1885
     assert "wheel-only" not in locked
+
+
+def test_a_build_module_missing_from_the_env_is_named() -> None:
+    """vLLM 0.24.0's setup.py imports setuptools_rust: without it in [build] the install says so in one line."""
+    from october.installer.core.errors import CommandFailed
+    from october.installer.steps.install.step import _install_failed
+
+    # as uv printed it for the real 0.24.0 setup.py in an env without setuptools-rust (torch's warning first)
+    tail = ("  torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy: No module named "
+            "'numpy' (Triggered internally)\n"
+            "  File \"/s/src/vllm/setup.py\", line 21, in <module>\n"
+            "    from setuptools_rust.build import build_rust\nModuleNotFoundError: No module named 'setuptools_rust'\n")
+    err = _install_failed("vllm", "2.11.0", CommandFailed("install", ["uv", "pip"], 1, tail, None))
+    assert "needs the module 'setuptools_rust'" in str(err) and "setuptools-rust" in str(err) and "[build]" in str(err)
+    other = _install_failed("vllm", "2.11.0", CommandFailed("install", ["uv", "pip"], 1, "error: boom\n", None))
+    assert "needs the module" not in str(other)

@@ -297,6 +297,7 @@ def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, P
     return None
 
 
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
 _TORCH_SPEC = re.compile(r"\btorch(\[[^\]]*\])?\s*(==|>=|<=|!=|~=|<|>)\s*\d")
 
 
@@ -306,6 +307,15 @@ def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
     # a resolver line about a torch version (e.g. "depends on torch==2.11.0"), not any line that
     # merely contains "torch" (a build error under a path named torch/ is not a torch conflict)
     moves_torch = any(_TORCH_SPEC.search(ln) for ln in lines)
+    # the last ModuleNotFoundError: uv's output also carries warnings such as torch's "No module named 'numpy'"
+    missing = next((m.group(1) for ln in reversed(exc.tail.splitlines()) if (m := _NO_MODULE.search(ln))), None)
+    if missing and not moves_torch:
+        # e.g. vLLM 0.24.0's setup.py imports setuptools_rust; with --no-build-isolation the env must hold it
+        return InstallError(f"the build of fork '{fork}' needs the module '{missing}', which the stack env lacks",
+                            expected=f"'{missing}' installed before the fork is built (--no-build-isolation)",
+                            found=f"uv exit code {exc.returncode}: No module named '{missing}'",
+                            fix=f"add its package (e.g. {missing.split('.')[0].replace('_', '-')}) to the recipe's "
+                                f"[build] requirements; full log: {exc.log_path}")
     what = (f"installing fork '{fork}' would move torch away from the pinned {torch}" if moves_torch
             else f"installing fork '{fork}' failed")
     return InstallError(what, expected=f"the fork to install with torch held at torch=={torch} (recipe [torch]) "
