@@ -35,6 +35,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from filelock import FileLock
+
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import FetchError, WheelError
 from october.installer.core.runner import Runner
@@ -88,8 +90,10 @@ def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, 
     """The bare repository made from ``sdist`` (made now if the cache lacks it), checked to hold
     ``expected_commit`` tagged ``v<version>``."""
     dest = repo_path(cache_dir, sdist, name)
-    if not (dest / RECORD).is_file():
-        _make(runner, step, cache_dir, sdist, name, dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
+        if not (dest / RECORD).is_file():
+            _make(runner, step, cache_dir, sdist, name, dest)
     rec = json.loads((dest / RECORD).read_text(encoding="utf-8"))
     made = str(rec.get("commit", ""))
     if made != expected_commit:
