@@ -35,7 +35,6 @@ from tests.fixtures.findlinks_server import serve_find_links  # noqa: E402
 from tests.fixtures.wheels import build_wheel  # noqa: E402
 from tests.fixtures.world import make_world  # noqa: E402
 
-
 NOOP_GOAL_S = 0.5
 SECOND_GOAL_X = 10.0
 H200_COLD_GOAL_S = 45.0

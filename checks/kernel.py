@@ -32,9 +32,6 @@ import torch
 from october.checks import asym
 from october.checks import reference as ref
 from october.checks.contract import sha256_file
-from october.checks.reference import SLOPE_BOUND
-from october.checks.reference import slope as _slope
-from october.checks.reference import slope_ok as _slope_ok
 from october.checks.inputs import Manifest, ScaleChoice
 from october.checks.kernel_paged import (
     Cache,
@@ -48,6 +45,9 @@ from october.checks.kernel_paged import (
     probe,
 )
 from october.checks.memory import held_bytes, sample_rounds
+from october.checks.reference import SLOPE_BOUND
+from october.checks.reference import slope as _slope
+from october.checks.reference import slope_ok as _slope_ok
 from october.checks.results import (
     FAILED,
     PASSED,

@@ -73,8 +73,8 @@ def try_noop(args: Sequence[str]) -> int | None:
     if not StackPaths(stack).state.is_dir():
         return None                 # a new stack: nothing to verify
     try:
-        from october.installer.pipeline.engine import SetupOptions, SilentReporter, skip_line
         from october.installer.core.cliargs import split_skips
+        from october.installer.pipeline.engine import SetupOptions, SilentReporter, skip_line
         from october.installer.pipeline.plan import finished_setup, resolve_locked, summary
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import with_system_torch

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import typer
 
-from october.installer.cli import current_app, fleet_app, kit_app, setup_app   # (registers the commands)
+from october.installer.cli import current_app, fleet_app, kit_app, setup_app  # (registers the commands)
 from october.installer.cli_common import click_exc
 from october.installer.recipe import PROJECT_ROOT
 

@@ -14,7 +14,7 @@ from october.installer.core.resources import checkout_root
 
 
 def tool_version() -> str:
-    from importlib import metadata      # not on a no-op re-run, which reads clones' HEADs from here
+    from importlib import metadata  # not on a no-op re-run, which reads clones' HEADs from here
 
     try:
         return metadata.version("october")

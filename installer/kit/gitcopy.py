@@ -26,6 +26,7 @@ from october.installer.recipe import ForkUse
 from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
+from october.installer.steps.fetch.sdist import materialise
 from october.installer.steps.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
 
 MAX_DEPTH = 8
@@ -129,14 +130,19 @@ class KitRepos:
         ``wheel_source``: the base wheel's source commit (full or abbreviated) for a fork built on
         that wheel: the kit holds it too (see :meth:`_wheel_source`), so the wheel step can compare
         the compiled sources of both commits offline."""
-        mirror = open_mirror(self.cache_dir, fork.fetch_url, fork.name)
+        source = None
+        if fork.pin.sdist is not None:   # an sdist-made fork: its repository is made from the verified sdist
+            source = str(materialise(self.runner, self.step, self.cache_dir, fork.pin.sdist, fork.name,
+                                     fork.pin.commit).path)
+            wheel_source = None          # no history: the wheel step compares files, not commits
+        mirror = open_mirror(self.cache_dir, fork.fetch_url, fork.name, source=source)
         res = resolve_pin(self.runner, self.step, mirror, fork.pin, None)
         ensure_commit(self.runner, self.step, mirror, res.commit)
         self.say(f"{fork.name}: {res.commit}" + (f" ('{res.requested}' on {res.branch})" if res.how == "prefix" else ""))
         depth, beside = 1, None
         if wheel_source:
             depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source)
-        if fork.mode == "vllm-precompiled" and fork.upstream:
+        if fork.mode == "vllm-precompiled" and fork.upstream and fork.pin.sdist is None:
             depth = max(depth, self._upstream_base(fork, mirror, res.commit))
         self.add(mirror, res.commit, role="fork", owner=fork.name,
                  branch=res.branch if res.how == "prefix" else None, depth=depth)

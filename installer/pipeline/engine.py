@@ -31,6 +31,7 @@ from october.installer.core.hashing import fingerprint
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
+
 if TYPE_CHECKING:
     from october.installer.kit.use import Kit
     from october.installer.steps.lock.pylock import LockedState

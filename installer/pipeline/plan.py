@@ -21,6 +21,7 @@ from october.installer.pipeline.engine import (
     verify_pipeline,
 )
 from october.installer.recipe import Recipe
+
 if TYPE_CHECKING:
     from october.installer.steps.lock.pylock import LockedState
 

@@ -19,6 +19,23 @@ INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 
 
 @dataclass(frozen=True)
+class SdistSource:
+    """A released source distribution a fork's pin is made from (a pin ``{sdist = URL, ...}`` in forks.toml).
+
+    The fetch step downloads it (checked against ``sha256``) and commits its files, as upstream's
+    git would track them, into a local git repository tagged ``v<version>``
+    (:mod:`october.installer.steps.fetch.sdist`); that commit is deterministic, so the pin names it."""
+
+    url: str
+    sha256: str
+    version: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
 class Pin:
     """A commit: a full 40-hex id, or a prefix that must be resolved on ``branch``."""
 
@@ -26,6 +43,7 @@ class Pin:
     commit: str
     branch: str | None = None
     fetch_from: str = "fork"   # "upstream": the commit lives in the upstream repo (e.g. a PR head)
+    sdist: SdistSource | None = None   # the fork is made from this sdist; ``commit`` is what that makes
 
     @property
     def is_prefix(self) -> bool:
@@ -69,7 +87,10 @@ class ForkUse:
 
     @property
     def fetch_url(self) -> str:
-        """Where the pinned commit is fetched from: the fork, or its upstream for pins that say so."""
+        """Where the pinned commit is fetched from: the fork, or its upstream for pins that say so (an
+        sdist-made fork: the sdist's URL, which keys its mirror)."""
+        if self.pin.sdist is not None:
+            return self.pin.sdist.url
         if self.pin.fetch_from == "upstream" and self.upstream:
             return self.upstream
         return self.url
@@ -113,14 +134,44 @@ def _parse_fork(forks_t: Table, name: str) -> Fork:
     return Fork(name=name, url=url, upstream=upstream, pins=pins)
 
 
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}$")
+
+
+def parse_sdist_pin(t: Table, name: str, value: Any) -> Pin:
+    """``{sdist = "https://.../vllm-0.24.0.tar.gz", sha256 = ..., version = "0.24.0", commit = <40 hex>}``:
+    ``commit`` is the commit materialising that sdist makes (deterministic; checked at fetch)."""
+    if not isinstance(value, dict):
+        raise t.err(name, "a table {sdist = URL, sha256 = ..., version = ..., commit = ...}", value)
+    pt = Table(t.file, value, t._k(name))
+    pt.get("source", str, required=False)
+    url = pt.get("sdist", str, what="the https URL of the source distribution (.tar.gz)")
+    sha = pt.get("sha256", str, what="the sdist's sha256 (64 lowercase hex)")
+    version = pt.get("version", str, what="the release version, e.g. 0.24.0 (the clone is tagged v<version>)")
+    commit = pt.get("commit", str, what="the 40-hex commit materialising the sdist makes")
+    pt.done()
+    if not url.startswith("https://") or not url.endswith(".tar.gz") or "/" not in url[len("https://"):]:
+        raise pt.err("sdist", "an https URL of a .tar.gz source distribution", url)
+    if not SHA256.match(sha):
+        raise pt.err("sha256", "64 lowercase hex characters", sha)
+    if not VERSION.match(version):
+        raise pt.err("version", "a release version such as 0.24.0", version)
+    if not FULL_SHA.match(commit):
+        raise pt.err("commit", "a 40-character lowercase hex commit id", commit)
+    return Pin(name=name, commit=commit, sdist=SdistSource(url=url, sha256=sha, version=version))
+
+
 def parse_pin(t: Table, name: str, value: Any) -> Pin:
-    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}``."""
+    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}`` /
+    ``{sdist = ..., sha256 = ..., version = ..., commit = ...}``."""
     if isinstance(value, str):
         if not FULL_SHA.match(value):
             raise t.err(name, "a 40-character lowercase hex commit id "
                         "(or a table {prefix = ..., branch = ...})", value)
         return Pin(name=name, commit=value)
     if isinstance(value, dict):
+        if "sdist" in value:
+            return parse_sdist_pin(t, name, value)
         return _parse_pin_table(Table(t.file, value, t._k(name)), name)
     raise t.err(name, "a 40-hex commit id or a table {prefix, branch}", value)
 
@@ -176,7 +227,8 @@ def _parse_fork_use(ft: Table, known: Mapping[str, Fork], forks_file: str) -> Fo
     mode = ft.get("mode", str, required=False, default="editable")
     if mode not in INSTALL_MODES:
         raise ft.err("mode", f"one of {', '.join(INSTALL_MODES)}", mode)
-    use = ForkUse(name=fname, url=fork.url, upstream=fork.upstream, pin=fork.pins[pin_name],
+    pin = fork.pins[pin_name]
+    use = ForkUse(name=fname, url=pin.sdist.url if pin.sdist else fork.url, upstream=fork.upstream, pin=pin,
                   mode=mode, deps=ft.get("deps", bool, required=False, default=True),
                   build_isolation=ft.get("build_isolation", bool, required=False, default=True),
                   build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft),

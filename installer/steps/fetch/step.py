@@ -10,14 +10,14 @@ at their recorded commits, and check HEAD and cleanliness.  See
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Mapping
-
-from concurrent.futures import ThreadPoolExecutor
 
 from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import ForkUse
+from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.clonecheck import check_clone
 from october.installer.steps.results import FetchResult, ForkRecord
 
@@ -47,12 +47,19 @@ class FetchStep:
     def _fork(self, ctx: StepContext, fork: ForkUse) -> ForkRecord:
         from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
         from october.installer.steps.fetch.resolve import resolve_pin
+        from october.installer.steps.fetch.sdist import materialise
         from october.installer.steps.fetch.worktree import sync_clone
 
         o = ctx.options
         kit = o.kit
-        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name,
-                             source=kit.source_for(fork.fetch_url) if kit is not None else None)
+        source = kit.source_for(fork.fetch_url) if kit is not None else None
+        sdist = fork.pin.sdist
+        if sdist is not None and source is None:
+            # an sdist-made fork: its git repository is made from the verified sdist, in the cache
+            made = materialise(ctx.runner, self.name, o.cache_dir, sdist, fork.name, fork.pin.commit)
+            ctx.ui.detail(f"{fork.name}: {sdist.filename} is commit {made.commit} (tag {made.tag}, {made.path})")
+            source = str(made.path)
+        mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name, source=source)
         locked = o.locked.commits if o.locked is not None else None
         res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
         if res.how == "prefix":
@@ -72,6 +79,10 @@ class FetchStep:
                          submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail,
                          submodule_paths=fork.submodule_paths,
                          **({"rewrite": kit.source_for} if kit is not None else {}))
+        if sdist is not None:
+            # setuptools-scm (vLLM's version) reads the release tag: without it 0.1.dev1+g<sha>
+            ctx.runner.run(["git", "-C", str(dest), "tag", "--force", f"v{sdist.version}", res.commit],
+                           step=self.name, env=git_env())
         if out.dirty:
             ctx.ui.warn(f"{fork.name}: keeping {len(out.dirty)} local change(s) in {dest} "
                         "(--allow-dirty; recorded)")

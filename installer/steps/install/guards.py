@@ -38,6 +38,7 @@ class GuardSpec:
     torch_version: str
     forks: Mapping[str, Path]                  # import name -> checkout (STACK/src/<fork>)
     imports: tuple[str, ...] = ()              # e.g. ("vllm._C",): tried only where CUDA libraries load
+    files: Mapping[str, Path] = field(default_factory=dict)   # module -> its .so: checked statically elsewhere
     cuda_libs: tuple[str, ...] = CUDA_LIBS
     system_torch: Mapping[str, Any] | None = None   # a site-provided torch (october.installer.steps.env.systorch.record)
 
@@ -59,7 +60,8 @@ class _Problem:
 def probe(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -> dict[str, Any]:
     """Run ``checks/probe_install.py`` with the stack python (``-I``: no PYTHONPATH, no user site, no cwd on sys.path)."""
     request = {"torch": "torch", "forks": {k: str(v) for k, v in spec.forks.items()},
-               "imports": list(spec.imports) if imports else [], "cuda_libs": list(spec.cuda_libs)}
+               "imports": list(spec.imports) if imports else [], "cuda_libs": list(spec.cuda_libs),
+               "files": {k: str(v) for k, v in spec.files.items()}}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
     env["VIRTUAL_ENV"] = str(spec.python.parent.parent)
     out = runner.run([str(spec.python), "-I", str(PROBE), json.dumps(request)], step=step, env=env).output
@@ -183,6 +185,18 @@ def import_guard(wheel: Mapping[str, Any], checkouts: Mapping[str, Path]) -> tup
     return tuple(placed)
 
 
+def extension_files(wheel: Mapping[str, Any], checkouts: Mapping[str, Path], modules: tuple[str, ...]
+                    ) -> dict[str, Path]:
+    """Each imported module's file as the precompiled install placed it in the fork checkout."""
+    out: dict[str, Path] = {}
+    for ext in wheel.get("extensions") or []:
+        module, rel = str(ext.get("module", "")), str(ext.get("path", ""))
+        checkout = checkouts.get(module.split(".", 1)[0])
+        if module in modules and checkout is not None and (checkout / rel).is_file():
+            out[module] = checkout / rel
+    return out
+
+
 def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str, str], list[_Problem]]:
     results: dict[str, str] = {}
     problems: list[_Problem] = []
@@ -193,7 +207,11 @@ def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str,
             problems.append(_Problem(f"import {name}", f"the probe to try `import {name}`", "no result",
                                      "re-run october_setup; report this as a bug if it repeats"))
         elif not got.get("attempted"):
-            results[f"import {name}"] = f"{NOT_VERIFIABLE}: no CUDA library loads ({cuda.get('reason', '?')})"
+            verdict, problem = _judge_static(name, got.get("static"), cuda)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                results[f"import {name}"] = verdict
         elif got.get("ok"):
             results[f"import {name}"] = OK
         else:
@@ -203,6 +221,36 @@ def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str,
                                      "the base wheel was compiled against; `libcudart.so.N` means the wheel's CUDA "
                                      "variant does not match the toolkit: fix the recipe's [wheel] or [torch]"))
     return results, problems
+
+
+def _judge_static(name: str, static: Mapping[str, Any] | None, cuda: Mapping[str, Any]
+                  ) -> tuple[str, _Problem | None]:
+    """No driver here: tell a missing driver apart from torch ABI drift by the extension's ELF symbols
+    (``checks/elfsyms.py``); say which was checked."""
+    no_driver = f"{NOT_VERIFIABLE}: no CUDA driver ({cuda.get('reason', '?')})"
+    if not static:
+        return f"{no_driver}; torch ABI not checked (no extension file given)", None
+    if static.get("error"):
+        return f"{no_driver}; torch ABI not checked ({static['error']})", None
+    drivers = [lib for lib in static.get("missing_libs", []) if lib.startswith("libcuda.so")]
+    other_libs = [lib for lib in static.get("missing_libs", []) if lib not in drivers]
+    unresolved = list(static.get("unresolved", []))
+    if unresolved:
+        return "", _Problem(f"import {name}", f"every symbol {static.get('file')} needs defined by the env's torch "
+                            "and libraries (the torch build the base wheel was compiled against)",
+                            f"torch ABI drift: {len(unresolved)} undefined symbol(s): {', '.join(unresolved[:6])}"
+                            + (f"; libraries not found: {', '.join(other_libs)}" if other_libs else ""),
+                            "torch is not the build the base wheel was compiled against: make the recipe's [torch] "
+                            "the version the wheel pins (its METADATA torch==)")
+    if other_libs:
+        return "", _Problem(f"import {name}", f"every library {static.get('file')} needs, but the driver, in the env",
+                            f"not found: {', '.join(other_libs)}",
+                            "`libcudart.so.N` missing means the wheel's CUDA variant does not match the env's "
+                            "CUDA runtime wheels: fix the recipe's [wheel] or [torch]")
+    left = static.get("driver_symbols", [])
+    rest = f" except {len(left)} driver symbol(s) ({', '.join(drivers) or 'the driver'} absent)" if left else ""
+    return (f"{no_driver}; torch ABI checked statically: {static.get('checked')} undefined symbols of "
+            f"{Path(str(static.get('file'))).name}, all defined by the env's torch and libraries{rest}"), None
 
 
 def evaluate(spec: GuardSpec, facts: Mapping[str, Any]) -> GuardReport:

@@ -82,7 +82,9 @@ def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
                                    "was verified", expected="a [wheel] section in the recipe (the wheel step "
                                    "verifies it)", found="no wheel", fix="add the base wheel to the recipe's "
                                    "[wheel] section, or install the fork in mode 'editable' (compiles CUDA)")
-            env += [("VLLM_USE_PRECOMPILED", "1"), ("VLLM_PRECOMPILED_WHEEL_LOCATION", str(wheel))]
+            # always absolute: setup.py resolves a relative location against the fork, not the caller; and
+            # always set: without it setup.py asks GitHub and wheels.vllm.ai for a nightly wheel
+            env += [("VLLM_USE_PRECOMPILED", "1"), ("VLLM_PRECOMPILED_WHEEL_LOCATION", str(Path(wheel).resolve()))]
             if base_commit is not None:
                 env.append(("VLLM_PRECOMPILED_WHEEL_COMMIT", base_commit))
         env += sorted(use.build_env.items())      # the recipe's knobs for this fork's build backend

@@ -33,7 +33,7 @@ from october.installer.core.redact import redact_url
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
-from october.installer.steps.install import consistency, nested, records
+from october.installer.steps.install import consistency, nested, overwritten, records
 from october.installer.steps.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
 from october.installer.steps.install.policy import as_json as policy_json
 from october.installer.steps.install.upstream import BaseCommit, upstream_base
@@ -112,6 +112,11 @@ class InstallStep:
             return make_plan(forks), None
         wheel, _sha, wheel_commit = self._wheel(ctx)
         vllm = precompiled[0]
+        if vllm.use.pin.sdist is not None:
+            # made from the release's sdist: no history, no upstream commit to claim; setup.py needs none,
+            # since the wheel location is set (VLLM_PRECOMPILED_WHEEL_COMMIT only picks a nightly)
+            ctx.ui.detail(f"vLLM fork made from {vllm.use.pin.sdist.filename}: no upstream base commit")
+            return make_plan(forks, wheel=wheel), None
         base = upstream_base(ctx.runner, self.name, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
         ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
         return make_plan(forks, wheel=wheel, base_commit=base.commit), base
@@ -126,7 +131,9 @@ class InstallStep:
         nested_out: dict[str, Any] = {}
         for inv in plan.installs:
             ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
+            before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
             nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+            overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
         from october.installer.steps.install.guards import run_guards
@@ -253,14 +260,16 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
-        from october.installer.steps.install.guards import GuardSpec, import_guard
+        from october.installer.steps.install.guards import GuardSpec, extension_files, import_guard
 
-        imports = import_guard(ctx.need(WheelResult).to_json(), {f.use.name: f.path for f in forks}) \
+        checkouts = {f.use.name: f.path for f in forks}
+        imports = import_guard(ctx.need(WheelResult).to_json(), checkouts) \
             if any(f.use.mode == PRECOMPILED for f in forks) else ()
+        files = extension_files(ctx.need(WheelResult).to_json(), checkouts, imports) if imports else {}
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}
         return GuardSpec(python=ctx.paths.python, torch_version=ctx.recipe.torch.version,
-                         forks={f.use.name: f.path for f in forks}, imports=imports,
+                         forks=checkouts, imports=imports, files=files,
                          system_torch=system_torch_record(ctx), **extra)
 
     # ------------------------------------------------------------------ verify
@@ -323,6 +332,7 @@ def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, P
     return None
 
 
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
 _TORCH_SPEC = re.compile(r"\btorch(\[[^\]]*\])?\s*(==|>=|<=|!=|~=|<|>)\s*\d")
 
 
@@ -332,6 +342,15 @@ def _install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
     # a resolver line about a torch version (e.g. "depends on torch==2.11.0"), not any line that
     # merely contains "torch" (a build error under a path named torch/ is not a torch conflict)
     moves_torch = any(_TORCH_SPEC.search(ln) for ln in lines)
+    # the last ModuleNotFoundError: uv's output also carries warnings such as torch's "No module named 'numpy'"
+    missing = next((m.group(1) for ln in reversed(exc.tail.splitlines()) if (m := _NO_MODULE.search(ln))), None)
+    if missing and not moves_torch:
+        # e.g. vLLM 0.24.0's setup.py imports setuptools_rust; with --no-build-isolation the env must hold it
+        return InstallError(f"the build of fork '{fork}' needs the module '{missing}', which the stack env lacks",
+                            expected=f"'{missing}' installed before the fork is built (--no-build-isolation)",
+                            found=f"uv exit code {exc.returncode}: No module named '{missing}'",
+                            fix=f"add its package (e.g. {missing.split('.')[0].replace('_', '-')}) to the recipe's "
+                                f"[build] requirements; full log: {exc.log_path}")
     what = (f"installing fork '{fork}' would move torch away from the pinned {torch}" if moves_torch
             else f"installing fork '{fork}' failed")
     return InstallError(what, expected=f"the fork to install with torch held at torch=={torch} (recipe [torch]) "

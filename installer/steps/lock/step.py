@@ -17,6 +17,7 @@ from october.installer.core.resources import stack_script
 from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env.step import stack_uv
 from october.installer.steps.env.uvcmd import uv_exe
+
 if TYPE_CHECKING:
     from october.installer.steps.lock.pylock import Installed
 
@@ -138,7 +139,9 @@ def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
     if wheel.extensions:
         out["extensions"] = [e["module"] for e in wheel.extensions]
     eq = wheel.source_equivalence
-    if eq:
+    if eq and eq.get("method") == "sdist-files":
+        out["source-equivalence"] = {k.replace("_", "-"): v for k, v in eq.items() if k != "wheel_only"}
+    elif eq:
         out["source-equivalence"] = {
             "source-commit": eq["source_commit"], "fork-commit": eq["fork_commit"],
             "compared-in": eq["compared_in"], "fetched-upstream": bool(eq["fetched_upstream"]),

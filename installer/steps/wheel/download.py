@@ -320,11 +320,12 @@ def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress 
 # ------------------------------------------------------------------------ entry point
 
 
-def _check_filename(filename: str) -> None:
+def _check_filename(filename: str, suffix: str = ".whl") -> None:
     if not filename or "/" in filename or "\\" in filename or filename in (".", "..") \
-            or not filename.endswith(".whl"):
-        raise WheelError(f"[wheel].filename {filename!r} is not a plain wheel file name",
-                         expected="a name like vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl",
+            or not filename.endswith(suffix):
+        raise WheelError(f"[wheel].filename {filename!r} is not a plain {suffix} file name",
+                         expected="a name like vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+                                  if suffix == ".whl" else f"a plain file name ending in {suffix}",
                          found=repr(filename), fix="fix [wheel].filename in the recipe")
 
 
@@ -337,9 +338,10 @@ def _tag_cache(cache_dir: Path) -> None:
 
 def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | None = None,
                    policy: DownloadPolicy = DownloadPolicy(), progress: Progress | None = None,
-                   sleep: Callable[[float], None] = time.sleep) -> Downloaded:
-    """Fetch ``url`` into the cache; check ``sha256`` when given (else the caller trusts on first use)."""
-    _check_filename(filename)
+                   sleep: Callable[[float], None] = time.sleep, suffix: str = ".whl") -> Downloaded:
+    """Fetch ``url`` into the cache; check ``sha256`` when given (else the caller trusts on first use).
+    ``suffix``: what the file name must end in (``.tar.gz`` for a fork's sdist)."""
+    _check_filename(filename, suffix)
     if sha256 is not None and not SHA256.match(sha256):
         raise WheelError("the expected wheel sha256 is malformed", expected="64 lowercase hex characters",
                          found=repr(sha256), fix="fix [wheel].sha256 in the recipe (or the lock)")

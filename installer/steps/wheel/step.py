@@ -34,9 +34,9 @@ from october.installer.steps.results import FetchResult, NoWheel, WheelResult, w
 from october.installer.steps.wheel.version_info import VERSION_FILE
 
 if TYPE_CHECKING:
-    from october.installer.steps.wheel.download import DownloadPolicy
+    from october.installer.steps.wheel.download import Downloaded, DownloadPolicy
     from october.installer.steps.wheel.tags import PythonFacts
-    from october.installer.steps.wheel.verify import WheelExpectation
+    from october.installer.steps.wheel.verify import WheelExpectation, WheelReport
 
 # download (httpx), equivalence (GitPython), tags and verify are imported where the step runs: a
 # no-op re-run only reads the marker and stats the wheel
@@ -164,6 +164,7 @@ class WheelStep:
     def run(self, ctx: StepContext) -> WheelResult | NoWheel:
         from october.installer.steps.wheel.download import download_wheel, seen_path
         from october.installer.steps.wheel.equivalence import check_source_equivalence
+        from october.installer.steps.wheel.sdistmatch import check_sdist_equivalence
         from october.installer.steps.wheel.tags import supported_tags
         from october.installer.steps.wheel.verify import verify_wheel
 
@@ -207,6 +208,14 @@ class WheelStep:
             rec = ctx.need(FetchResult).forks.get(fork.name)
             clone = Path(rec.path) if rec is not None else ctx.paths.fork(fork.name)
             fork_commit = rec.commit if rec is not None else fork.pin.commit
+            if fork.pin.sdist is not None:
+                sdist_eq = check_sdist_equivalence(
+                    ctx.runner, clone, fork_commit, got.path, wheel_commit=info.commit, wheel_version=w.version,
+                    sdist=fork.pin.sdist, fork_name=fork.name, step=self.name)
+                checks += ["source-commit", "sdist-equivalence"]
+                ctx.ui.detail(f"the sdist-made fork is the wheel's release: {sdist_eq['python_files_identical']} "
+                              f"Python files identical, commit {info.commit}")
+                return self._finish(ctx, got, trust, source_commit, checks, report, sdist_eq)
             equivalence = check_source_equivalence(
                 ctx.runner, clone, info.commit, fork_commit, paths=w.compiled_sources, upstream=fork.upstream,
                 cache_dir=ctx.options.cache_dir, fork_url=fork.fetch_url, wheel_version=w.version,
@@ -215,6 +224,13 @@ class WheelStep:
             checks += ["source-commit", "source-equivalence"]
             ctx.ui.detail(f"compiled sources ({', '.join(w.compiled_sources)}) equal at wheel commit "
                           f"{equivalence.source_commit[:12]} and fork commit {equivalence.fork_commit[:12]}")
+        return self._finish(ctx, got, trust, source_commit, checks, report,
+                            equivalence.as_json() if equivalence is not None else None)
+
+    def _finish(self, ctx: StepContext, got: Downloaded, trust: str, source_commit: str | None, checks: list[str],
+                report: WheelReport, equivalence: Mapping[str, JSON] | None) -> WheelResult:
+        w = ctx.recipe.wheel
+        assert w is not None
         for r in report.retag:
             ctx.ui.detail(f"accepted retag: WHEEL says {r.wheel}, the file name {r.filename}")
         dest = ctx.paths.wheels / w.filename
@@ -225,7 +241,7 @@ class WheelStep:
                            source_commit=source_commit, checks=tuple(checks), wheel_tags=tuple(report.wheel_tags),
                            retag=tuple(r.as_json() for r in report.retag),
                            extensions=tuple(e.as_json() for e in report.extensions),
-                           source_equivalence=equivalence.as_json() if equivalence is not None else None)
+                           source_equivalence=equivalence)
 
     # ------------------------------------------------------------------ verify
 
