@@ -27,10 +27,13 @@ from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env, strip_credentials
+from october.installer.steps.fetch.clonestate import (dirty_entries, git_stderr, head_commit, listed, open_repo,
+                                                      selected, submodule_states)
 from october.installer.steps.fetch.exclude import exclude_build_outputs
-from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
+from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from october.installer.steps.fetch.recover import (is_incomplete, mark_complete, mark_incomplete,
+                                                   remove_stale_locks, reset_broken_submodule)
 
-MAX_LISTED = 10
 MAX_DEPTH = 8
 Say = Callable[[str], None]
 
@@ -41,97 +44,6 @@ class Checkout:
     commit: str
     submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
-
-
-@dataclass(frozen=True)
-class SubmoduleState:
-    flag: str        # " " at the recorded commit, "+" another commit, "-" not initialized, "U" conflict
-    commit: str
-    path: str
-
-
-# ---------------------------------------------------------------------- inspection
-
-
-def _open(path: Path) -> git.Repo:
-    return git.Repo(path, search_parent_directories=False)
-
-
-def head_commit(path: Path) -> str | None:
-    """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
-    try:
-        with _open(path) as repo:
-            return str(repo.git.rev_parse("--verify", "HEAD^{commit}")).strip()
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
-        return None
-
-
-def dirty_entries(path: Path) -> list[str]:
-    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
-    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
-        # GIT_OPTIONAL_LOCKS=0: a read-only look must not refresh (rewrite) the index
-        out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
-    return [ln for ln in out.splitlines() if ln.strip()]
-
-
-def submodule_states(path: Path) -> list[SubmoduleState]:
-    """``git submodule status --recursive``, parsed."""
-    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
-        out = repo.git.submodule("status", "--recursive")
-    states: list[SubmoduleState] = []
-    for line in out.splitlines():
-        if not line.strip():
-            continue
-        flag, rest = line[0], line[1:]
-        commit, _, where = rest.partition(" ")
-        if where.endswith(")") and " (" in where:
-            where = where.rsplit(" (", 1)[0]
-        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
-    return states
-
-
-def check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                submodules: Mapping[str, str] | None = None,
-                submodule_paths: Sequence[str] | None = None) -> str | None:
-    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
-    submodules at the recorded commits); otherwise the reason it is not."""
-    try:
-        return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules,
-                            selection=submodule_paths)
-    except git.GitCommandError as exc:
-        return f"git cannot inspect {path} ({_stderr(exc)})"
-
-
-def _stderr(exc: git.GitCommandError) -> str:
-    text = str(exc.stderr or "").strip().strip("'").strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit {exc.status}"
-
-
-def _check_clone(path: Path, commit: str, *, allow_dirty: bool,
-                 submodules: Mapping[str, str] | None, selection: Sequence[str] | None = None) -> str | None:
-    head = head_commit(path)
-    if head is None:
-        return f"{path} is not a git clone"
-    if head != commit:
-        return f"{path} is at {head}, not {commit}"
-    if not allow_dirty:
-        dirty = dirty_entries(path)
-        if dirty:
-            return f"{path} has local changes ({_listed(dirty)})"
-    if submodules is not None:
-        now = {s.path: s.commit for s in submodule_states(path) if selected(s.path, selection)}
-        off = [s.path for s in submodule_states(path) if selected(s.path, selection) and s.flag != " "]
-        if off:
-            return f"{path} submodules not at their recorded commits: {', '.join(off)}"
-        if now != dict(submodules):
-            return f"{path} submodules are {now}, not {dict(submodules)}"
-    return None
-
-
-def _listed(items: Sequence[str]) -> str:
-    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
-    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
 
 
 # ------------------------------------------------------------------------- writing
@@ -165,7 +77,7 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
     From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
     shallow roots to a complete clone unless told to (``--update-shallow``)."""
-    if has_commit(repo_dir, commit):
+    if has_complete(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
     # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
@@ -184,7 +96,7 @@ def _source(mirror: Mirror) -> str:
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
     url = strip_credentials(url)          # never leave a token in the clone's .git/config
-    with _open(repo_dir) as repo:
+    with open_repo(repo_dir) as repo:
         current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
     if current == url:
         return
@@ -210,6 +122,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
         g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-checkout", _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
+    mark_incomplete(partial, commit)      # until every check passed, what is in the clone is ours
     _set_origin(g, partial, mirror.url)
     _checkout(g, partial, commit)
     if dest.exists():
@@ -218,9 +131,9 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
 
 
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
-                     say: Say) -> None:
+                     incomplete: bool, say: Say) -> None:
     try:
-        with _open(dest) as repo:
+        with open_repo(dest) as repo:
             top = Path(repo.working_tree_dir or "")
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
@@ -229,20 +142,42 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clone of {mirror.shown_url} (or no directory)",
                          found="a directory that is not the top of a git repository",
                          fix=f"move {dest} away (or delete it) and re-run")
+    if incomplete:
+        _finish_interrupted(g, dest, mirror, commit, say)
+        return
     dirty = dirty_entries(dest)
     head = head_commit(dest)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
                          expected=f"a clean tree at {commit}",
-                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {_listed(dirty)}",
+                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
                          fix=f"commit, stash or discard them in {dest} (or delete the clone), "
                              "or re-run with --allow-dirty to keep them (recorded in the receipt)")
+    if not dirty:
+        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
     if head != commit:
         say(f"{g.fork}: moving {dest} from {head} to {commit}")
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
         _checkout(g, dest, commit)
+
+
+def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    """A clone a killed run was changing (it was clean, or new, when that run began): its
+    differences are that run's own, so they are reset, not refused as local changes."""
+    removed = remove_stale_locks(dest)
+    if removed:
+        g.runner.note(g.step, "# removed what a killed git left: " + ", ".join(removed))
+    say(f"{g.fork}: finishing what a killed run left in {dest} (its half-done checkout is reset)")
+    _set_origin(g, dest, mirror.url)
+    with mirror.locked():
+        _bring_commit(g, dest, mirror, commit)
+    g(["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+      doing=f"checking out {commit} in {dest}", fix=f"delete {dest} and re-run")
+    # files a cut checkout wrote that the commit does not track; ignored build outputs stay
+    g(["-C", str(dest), "clean", "-d", "--force", "--quiet"],
+      doing=f"removing what a killed checkout left in {dest}", fix=f"delete {dest} and re-run")
 
 
 Rewrite = Callable[[str], "str | None"]
@@ -252,15 +187,9 @@ def _no_rewrite(url: str) -> str | None:
     return None
 
 
-def selected(path: str, selection: Sequence[str] | None) -> bool:
-    """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
-    if selection is None:
-        return True
-    return any(path == p or path.startswith(p + "/") for p in selection)
-
-
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
-                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> None:
+                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+                       recovering: bool = False) -> None:
     if not (repo_dir / ".gitmodules").exists():
         if selection:
             raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
@@ -271,7 +200,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
-    with _open(repo_dir) as repo:
+    with open_repo(repo_dir) as repo:
         declared = {str(sm.path) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
@@ -286,7 +215,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     for verb in ("init", "sync"):
         g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
-    with _open(repo_dir) as repo:
+    with open_repo(repo_dir) as repo:
         subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
                 if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
@@ -304,6 +233,10 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         if fetched:
             say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
         with mirror.locked():
+            reset = reset_broken_submodule(repo_dir, name, sub_dir, incomplete=recovering)
+            if reset is not None:
+                g.runner.note(g.step, f"# removed what a killed run left: {reset}")
+                say(f"{g.fork}: cloning submodule {rel} again (a killed run left it unusable)")
             cloned = (sub_dir / ".git").exists()
             if cloned:
                 _bring_commit(g, sub_dir, mirror, commit)
@@ -315,16 +248,22 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                 # a clone of a shallow mirror copies branches only, so the commit (held by a pin
                 # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
                 shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
+                # recovering: the submodule's differences are a killed run's (--force resets them)
+                force = ["--force"] if recovering and cloned else []
                 g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
-                   "--init", "--checkout", *shallow, "--", rel],
+                   "--init", "--checkout", *force, *shallow, "--", rel],
                   doing=f"checking out submodule {rel} at {commit}",
                   fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+                if force:
+                    g(["-C", str(sub_dir), "clean", "-d", "--force", "--quiet"],
+                      doing=f"removing what a killed checkout left in {sub_dir}",
+                      fix=f"delete {repo_dir} and re-run")
             finally:
                 if not cloned:
                     g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
                       doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
         _set_origin(g, sub_dir, url)
-        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering)
 
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
@@ -340,7 +279,7 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
     except git.GitCommandError as exc:   # a read through GitPython failed
         shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
         raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
-                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
+                         expected=f"`{redact_url(shown)}` to succeed", found=git_stderr(exc),
                          fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
                              f"or delete {dest} and re-run") from None
 
@@ -352,14 +291,17 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
+    recovering = False
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
     else:
+        recovering = is_incomplete(dest)  # a killed run was changing it
         exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
-        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
+        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
-        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite)
+        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
+                           recovering=recovering)
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
@@ -376,7 +318,8 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dirty = dirty_entries(dest)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
-                         expected=f"a clean tree at {commit}", found=_listed(dirty),
+                         expected=f"a clean tree at {commit}", found=listed(dirty),
                          fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
+    mark_complete(dest)                   # checked: from now on its changes are the user's
     return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
                     dirty=tuple(dirty))
