@@ -201,7 +201,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
     with open_repo(repo_dir) as repo:
-        declared = {str(sm.path) for sm in repo.submodules}
+        declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
         if unknown:
@@ -209,6 +209,13 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                              expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
                              found=", ".join(unknown),
                              fix="fix the fork entry's submodules = [...] in the recipe")
+    for rel, name in declared.items():
+        # before init/sync, which read a submodule's own config and stop at an unusable one
+        if selection is None or rel in selection:
+            reset = reset_broken_submodule(repo_dir, name, repo_dir / rel, incomplete=recovering)
+            if reset is not None:
+                g.runner.note(g.step, f"# removed what a killed run left: {reset}")
+                say(f"{g.fork}: cloning submodule {rel} again (a killed run left it unusable)")
     only = ["--", *selection] if selection is not None else []
     # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
     # against origin), undoing a mirror path left in .git/config by a killed run.
@@ -233,10 +240,6 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         if fetched:
             say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
         with mirror.locked():
-            reset = reset_broken_submodule(repo_dir, name, sub_dir, incomplete=recovering)
-            if reset is not None:
-                g.runner.note(g.step, f"# removed what a killed run left: {reset}")
-                say(f"{g.fork}: cloning submodule {rel} again (a killed run left it unusable)")
             cloned = (sub_dir / ".git").exists()
             if cloned:
                 _bring_commit(g, sub_dir, mirror, commit)
