@@ -16,6 +16,7 @@ unless ``allow_dirty``.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,8 +152,7 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
         raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
                          expected=f"a clean tree at {commit}",
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
-                         fix=f"commit, stash or discard them in {dest} (or delete the clone), "
-                             "or re-run with --allow-dirty to keep them (recorded in the receipt)")
+                         fix=_dirty_fix(dest))
     if not dirty:
         mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
@@ -161,6 +161,18 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
         _checkout(g, dest, commit)
+
+
+def _dirty_fix(dest: Path) -> str:
+    """The exact commands that get past a dirty clone, keeping the changes either way."""
+    keep = Path(f"{dest}.local-changes")
+    n = 1
+    while keep.exists() or keep.is_symlink():       # `mv` into an existing directory would nest it
+        n += 1
+        keep = Path(f"{dest}.local-changes-{n}")
+    return (f"run `mv {shlex.quote(str(dest))} {shlex.quote(str(keep))}` to keep your changes there, then "
+            "re-run the same october_setup command (it clones the fork again from the cache); or re-run "
+            "it with --allow-dirty to build with them in place (recorded in the receipt)")
 
 
 def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
