@@ -11,7 +11,9 @@ back to the real URL afterwards.
 A new clone is built in ``src/.<fork>.partial`` and renamed into place once
 checked out, so a killed run never leaves a half clone under the real name.
 An existing clone at another commit is moved if clean; a dirty one is refused
-unless ``allow_dirty``.
+unless ``allow_dirty``.  While the step changes a clone it is marked incomplete
+(:mod:`.recover`): a run killed half-way leaves changes the next run knows are its
+own and resets, and a submodule repository it left unusable is cloned again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from october.installer.steps.fetch import git_env, strip_credentials
 from october.installer.steps.fetch.clonestate import (dirty_entries, git_stderr, head_commit, listed, open_repo,
                                                       selected, submodule_states)
 from october.installer.steps.fetch.exclude import exclude_build_outputs
-from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from october.installer.steps.fetch.mirror import (PIN_REFS, Mirror, ensure_commit, has_commit, has_complete,
+                                                  open_mirror)
 from october.installer.steps.fetch.recover import (is_incomplete, mark_complete, mark_incomplete,
                                                    remove_stale_locks, reset_broken_submodule)
 
@@ -78,12 +81,16 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
     From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
     shallow roots to a complete clone unless told to (``--update-shallow``)."""
-    if has_complete(repo_dir, commit):
+    from_shallow = is_shallow(mirror.path)
+    # A fetch from a complete mirror writes a pack complete down to what the clone had, so the
+    # object alone says it is there.  One from a shallow mirror adds shallow roots after its pack:
+    # cut in between, the commit is there without its parent, so its history is checked (short).
+    if (has_complete if from_shallow or is_shallow(repo_dir) else has_commit)(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
     # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
     # the commits down to the base wheel's source commit)
-    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
+    shallow = ["--update-shallow"] if from_shallow else []
     g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
