@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.fetch_kill import Outcome, finish, install_git_wrapper, poll, run_fetch, start_fetch
 from tests.fixtures.gitrepos import bare_path, git, make_repo_with_submodule
+from tests.fixtures.world import make_world
 
 pytestmark = pytest.mark.slow
 
@@ -204,3 +208,35 @@ def test_a_kill_while_a_clone_moves_to_a_new_pin_is_finished_by_a_plain_rerun(tm
     print(f"moving stack: {n} kill points, {len(failures)} failed, {time.monotonic() - started:.0f}s")
     assert n >= 15
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("match,delay", [("submodule update", 0.03), ("init --bare", 0.01)])
+def test_october_setup_killed_in_its_fetch_is_finished_by_the_same_command(tmp_path: Path, match: str,
+                                                                           delay: float) -> None:
+    """The whole command, as a user runs it: killed inside the submodule's clone and checkout
+    (or inside the first mirror's `git init`), then run again as it
+    was, with no other step."""
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    args = [str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q"]
+    kill_dir = tmp_path / "kd"
+    kill_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_AUTHOR")
+           or k.startswith("GIT_COMMITTER")}
+    killed = subprocess.run(
+        ["bash", "-c", 'export KILL_PGID=$$; exec "$0" -m october.installer.october_setup "$@"', sys.executable, *args],
+        cwd=PROJECT_ROOT, start_new_session=True, capture_output=True, text=True, timeout=600,
+        env={**env, "PATH": f"{install_git_wrapper(tmp_path / 'bin')}{os.pathsep}{env['PATH']}",
+             "KILL_DIR": str(kill_dir), "KILL_MATCH": match, "KILL_MODE": "during" if delay else "before",
+             "KILL_DELAY": f"{delay}"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert "killed" in (kill_dir / "log").read_text()
+    assert not (stack / ".state" / "fetch.json").exists()
+    again = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
+                           capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    beta = stack / "src" / "beta"
+    assert git("rev-parse", "HEAD", cwd=beta) == world.commits["beta"]
+    assert git("status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all", cwd=beta) == ""
+    gamma = git("-C", str(world.beta_bare), "rev-parse", f"{world.commits['beta']}:third_party/gamma")
+    assert git("submodule", "status", "--recursive", cwd=beta).split()[:2] == [gamma, "third_party/gamma"]
