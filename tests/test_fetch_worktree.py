@@ -17,8 +17,7 @@ from october.installer.core.runner import Runner
 from october.installer.pipeline.engine import run_pipeline
 from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
 from october.installer.steps.fetch.step import FetchStep
-from october.installer.steps.fetch.clonestate import check_clone
-from october.installer.steps.fetch.worktree import sync_clone
+from october.installer.steps.fetch.worktree import check_clone, sync_clone
 from october.installer.steps.results import FetchResult
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, make_repo, make_repo_with_submodule

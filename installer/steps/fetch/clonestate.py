@@ -21,17 +21,14 @@ class SubmoduleState:
     path: str
 
 
-# ---------------------------------------------------------------------- inspection
-
-
-def open_repo(path: Path) -> git.Repo:
+def _open(path: Path) -> git.Repo:
     return git.Repo(path, search_parent_directories=False)
 
 
 def head_commit(path: Path) -> str | None:
     """The commit HEAD points at, or None when ``path`` is not a clone or HEAD is unborn."""
     try:
-        with open_repo(path) as repo:
+        with _open(path) as repo:
             return str(repo.git.rev_parse("--verify", "HEAD^{commit}")).strip()
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
         return None
@@ -39,7 +36,7 @@ def head_commit(path: Path) -> str | None:
 
 def dirty_entries(path: Path) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`)."""
-    with open_repo(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
         # GIT_OPTIONAL_LOCKS=0: a read-only look must not refresh (rewrite) the index
         out = repo.git.status("--porcelain", "--ignore-submodules=none", "--untracked-files=all")
     return [ln for ln in out.splitlines() if ln.strip()]
@@ -47,7 +44,7 @@ def dirty_entries(path: Path) -> list[str]:
 
 def submodule_states(path: Path) -> list[SubmoduleState]:
     """``git submodule status --recursive``, parsed."""
-    with open_repo(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
+    with _open(path) as repo, repo.git.custom_environment(GIT_OPTIONAL_LOCKS="0"):
         out = repo.git.submodule("status", "--recursive")
     states: list[SubmoduleState] = []
     for line in out.splitlines():
@@ -70,10 +67,10 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
         return _check_clone(path, commit, allow_dirty=allow_dirty, submodules=submodules,
                             selection=submodule_paths)
     except git.GitCommandError as exc:
-        return f"git cannot inspect {path} ({git_stderr(exc)})"
+        return f"git cannot inspect {path} ({_stderr(exc)})"
 
 
-def git_stderr(exc: git.GitCommandError) -> str:
+def _stderr(exc: git.GitCommandError) -> str:
     text = str(exc.stderr or "").strip().strip("'").strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else f"exit {exc.status}"

@@ -18,8 +18,7 @@ from october.installer.pipeline.engine import JSON, StepContext
 from october.installer.recipe import ForkUse
 from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
-from october.installer.steps.fetch.clonestate import check_clone
-from october.installer.steps.fetch.worktree import sync_clone
+from october.installer.steps.fetch.worktree import check_clone, sync_clone
 from october.installer.steps.results import FetchResult, ForkRecord
 
 

@@ -30,8 +30,15 @@ from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env, strip_credentials
-from october.installer.steps.fetch.clonestate import (dirty_entries, git_stderr, head_commit, listed, open_repo,
-                                                      selected, submodule_states)
+from october.installer.steps.fetch.clonestate import (  # noqa: F401  (the inspection lives there; re-exported)
+    SubmoduleState,
+    check_clone,
+    dirty_entries,
+    head_commit,
+    listed,
+    selected,
+    submodule_states,
+)
 from october.installer.steps.fetch.exclude import exclude_build_outputs
 from october.installer.steps.fetch.mirror import (PIN_REFS, Mirror, ensure_commit, has_commit, has_complete,
                                                   open_mirror)
@@ -48,6 +55,13 @@ class Checkout:
     commit: str
     submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
+
+
+# ---------------------------------------------------------------------- inspection
+
+
+def _open(path: Path) -> git.Repo:
+    return git.Repo(path, search_parent_directories=False)
 
 
 # ------------------------------------------------------------------------- writing
@@ -104,7 +118,7 @@ def _source(mirror: Mirror) -> str:
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
     url = strip_credentials(url)          # never leave a token in the clone's .git/config
-    with open_repo(repo_dir) as repo:
+    with _open(repo_dir) as repo:
         current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
     if current == url:
         return
@@ -141,7 +155,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
                      incomplete: bool, say: Say) -> None:
     try:
-        with open_repo(dest) as repo:
+        with _open(dest) as repo:
             top = Path(repo.working_tree_dir or "")
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
@@ -219,7 +233,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
-    with open_repo(repo_dir) as repo:
+    with _open(repo_dir) as repo:
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
@@ -241,7 +255,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     for verb in ("init", "sync"):
         g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
-    with open_repo(repo_dir) as repo:
+    with _open(repo_dir) as repo:
         subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
                 if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
@@ -301,9 +315,15 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
     except git.GitCommandError as exc:   # a read through GitPython failed
         shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
         raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
-                         expected=f"`{redact_url(shown)}` to succeed", found=git_stderr(exc),
+                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
                          fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
                              f"or delete {dest} and re-run") from None
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {exc.status}"
 
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
