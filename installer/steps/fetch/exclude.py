@@ -10,6 +10,7 @@ change to a tracked file, or a new source file, is still a local change and stil
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 BEGIN = "# >>> october: build outputs of the stack's own installs (not source changes)"
@@ -57,5 +58,7 @@ def exclude_build_outputs(repo: Path) -> Path | None:
     text = "\n".join([*kept, BEGIN, *BUILD_OUTPUTS, END]) + "\n"
     if text != old:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        tmp = path.with_name(path.name + ".october-tmp")      # renamed into place: a kill never truncates it
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
     return path

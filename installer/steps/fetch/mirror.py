@@ -13,7 +13,9 @@ needs is pinned by a ref ``refs/october/pins/<id>`` so no ``gc`` drops it.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,23 +112,62 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None)
                          fix="pass --cache-dir pointing at a writable directory") from None
     mirror = Mirror(path=path, url=url, fork=fork, source=source)
     with mirror.locked():
-        if not (path / "HEAD").exists():
-            try:
-                git.Repo.init(path, bare=True, mkdir=True).close()
-            except (git.GitCommandError, OSError) as exc:
-                raise FetchError(f"fork '{fork}': cannot create the git mirror {path}",
-                                 expected="a writable cache directory", found=str(exc),
-                                 fix="pass --cache-dir pointing at a writable directory") from None
-        else:
-            try:
-                with git.Repo(path) as repo:
-                    if not repo.bare:
-                        raise git.InvalidGitRepositoryError(str(path))
-            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-                raise FetchError(f"fork '{fork}': the cache path {path} is not a bare git mirror",
-                                 expected="a bare repository made by october", found="something else",
-                                 fix=f"remove {path} and re-run (it is only a cache)") from None
+        for stale in path.parent.glob(f".{path.name}.new-*"):     # left by a run killed in _create
+            shutil.rmtree(stale, ignore_errors=True)
+        if path.exists() and not _is_bare(path) and _half_made(path):
+            # a directory `git init` was killed in (made by an older version, in place): nothing
+            # fetched yet, so nothing is lost
+            shutil.rmtree(path)
+        if not path.exists():
+            _create(path, fork)
+        elif not _is_bare(path):
+            raise FetchError(f"fork '{fork}': the cache path {path} is not a bare git mirror",
+                             expected="a bare repository made by october", found="something else",
+                             fix=f"remove {path} and re-run (it is only a cache)")
     return mirror
+
+
+def _create(path: Path, fork: str) -> None:
+    """A new empty bare mirror at ``path``, made beside it and renamed into place, so a run
+    killed half-way through ``git init`` never leaves a half-made mirror under the real name."""
+    new = path.parent / f".{path.name}.new-{os.getpid()}"
+    try:
+        shutil.rmtree(new, ignore_errors=True)
+        git.Repo.init(new, bare=True, mkdir=True).close()
+        new.rename(path)
+    except (git.GitCommandError, OSError) as exc:
+        shutil.rmtree(new, ignore_errors=True)
+        raise FetchError(f"fork '{fork}': cannot create the git mirror {path}",
+                         expected="a writable cache directory", found=str(exc),
+                         fix="pass --cache-dir pointing at a writable directory") from None
+
+
+def _is_bare(path: Path) -> bool:
+    try:
+        with git.Repo(path) as repo:
+            return bool(repo.bare)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError, OSError, ValueError):
+        return False
+
+
+_INIT_NAMES = {"HEAD", "config", "description", "hooks", "info", "objects", "refs", "branches"}
+
+
+def _half_made(path: Path) -> bool:
+    """Whether ``path`` is what a killed ``git init --bare`` leaves: only git's skeleton files
+    (HEAD, if there, a symbolic ref), no object and no ref -- nothing anyone fetched."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    names = {p.name for p in path.iterdir()}
+    if not names <= _INIT_NAMES:
+        return False
+    head = path / "HEAD"
+    if head.exists() and not head.read_text(encoding="utf-8", errors="replace").startswith("ref: "):
+        return False
+    for sub in ("objects", "refs"):
+        if (path / sub).is_dir() and any(p.is_file() for p in (path / sub).rglob("*")):
+            return False
+    return True
 
 
 def has_commit(path: Path, commit: str) -> bool:
@@ -134,6 +175,30 @@ def has_commit(path: Path, commit: str) -> bool:
     with git.Repo(path) as repo:
         try:
             repo.git.cat_file("-e", f"{commit}^{{commit}}")
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def has_complete(path: Path, commit: str) -> bool:
+    """Whether ``commit`` is in the repository at ``path`` with everything it needs (its tree,
+    and its history down to the shallow roots), read-only.
+
+    An object alone is not enough: a ``git fetch`` killed after writing its pack but before
+    recording the shallow roots and refs leaves the commit without its parents.  The pin ref
+    is written last by our fetches, so a pinned commit is complete; any other commit is
+    walked (``rev-list --objects ... --not --all``, quick when a ref already reaches it).
+    """
+    with git.Repo(path) as repo:
+        try:
+            pinned = str(repo.git.rev_parse("--verify", "--quiet", f"{PIN_REFS}/{commit}")).strip()
+        except git.GitCommandError:
+            pinned = ""
+        if pinned == commit:
+            return True
+        try:
+            repo.git.cat_file("-e", f"{commit}^{{commit}}")
+            repo.git.rev_list("--objects", "--quiet", commit, "--not", "--all")
         except git.GitCommandError:
             return False
     return True
@@ -192,12 +257,12 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, sha
                          expected="40 lowercase hex characters", found=repr(commit),
                          fix="pin a full commit id, or a prefix with its branch")
     with mirror.locked():
-        if has_commit(mirror.path, commit):
+        if has_complete(mirror.path, commit):
             _pin_ref(runner, step, mirror, commit)
             return False
         exact = _fetch(runner, step, mirror, [f"+{commit}:{PIN_REFS}/{commit}"], tags=False,
                        depth=1 if shallow else None)
-        if exact is None and has_commit(mirror.path, commit):
+        if exact is None and has_complete(mirror.path, commit):
             return True
         if exact is not None and (shallow or diagnose(exact.tail, what="", url="").cause in ("network", "not-found")):
             # a shallow fetch has no fallback; an unreachable remote will not serve branches either
@@ -209,7 +274,7 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, sha
         if broad is not None:
             raise _failed(mirror, broad, title=f"cannot fetch from {mirror.shown_url}",
                           expected=f"a reachable git remote serving commit {commit}")
-        if not has_commit(mirror.path, commit):
+        if not has_complete(mirror.path, commit):
             raise FetchError(
                 f"fork '{mirror.fork}': commit {commit} is missing upstream at {mirror.shown_url}",
                 expected=f"commit {commit} reachable from a branch or tag of {mirror.shown_url}",

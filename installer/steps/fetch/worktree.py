@@ -11,11 +11,14 @@ back to the real URL afterwards.
 A new clone is built in ``src/.<fork>.partial`` and renamed into place once
 checked out, so a killed run never leaves a half clone under the real name.
 An existing clone at another commit is moved if clean; a dirty one is refused
-unless ``allow_dirty``.
+unless ``allow_dirty``.  While the step changes a clone it is marked incomplete
+(:mod:`.recover`): a run killed half-way leaves changes the next run knows are its
+own and resets, and a submodule repository it left unusable is cloned again.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,14 @@ from october.installer.steps.fetch.clonecheck import (  # noqa: F401  (the inspe
     submodule_states,
 )
 from october.installer.steps.fetch.exclude import exclude_build_outputs
-from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, open_mirror
+from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, has_complete, open_mirror
+from october.installer.steps.fetch.recover import (
+    is_incomplete,
+    mark_complete,
+    mark_incomplete,
+    remove_stale_locks,
+    reset_broken_submodule,
+)
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]
@@ -90,12 +100,16 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
     From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
     shallow roots to a complete clone unless told to (``--update-shallow``)."""
-    if has_commit(repo_dir, commit):
+    from_shallow = is_shallow(mirror.path)
+    # A fetch from a complete mirror writes a pack complete down to what the clone had, so the
+    # object alone says it is there.  One from a shallow mirror adds shallow roots after its pack:
+    # cut in between, the commit is there without its parent, so its history is checked (short).
+    if (has_complete if from_shallow or is_shallow(repo_dir) else has_commit)(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
     # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
     # the commits down to the base wheel's source commit)
-    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
+    shallow = ["--update-shallow"] if from_shallow else []
     g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
@@ -137,6 +151,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
            _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
+    mark_incomplete(partial, commit)      # until every check passed, what is in the clone is ours
     _set_origin(g, partial, mirror.url)
     _checkout(g, partial, commit)
     if dest.exists():
@@ -145,7 +160,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
 
 
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
-                     say: Say) -> None:
+                     incomplete: bool, say: Say) -> None:
     try:
         with _open(dest) as repo:
             top = Path(repo.working_tree_dir or "")
@@ -156,20 +171,53 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clone of {mirror.shown_url} (or no directory)",
                          found="a directory that is not the top of a git repository",
                          fix=f"move {dest} away (or delete it) and re-run")
+    if incomplete:
+        _finish_interrupted(g, dest, mirror, commit, say)
+        return
     dirty = dirty_entries(dest)
     head = head_commit(dest)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
                          expected=f"a clean tree at {commit}",
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
-                         fix=f"commit, stash or discard them in {dest} (or delete the clone), "
-                             "or re-run with --allow-dirty to keep them (recorded in the receipt)")
+                         fix=_dirty_fix(dest))
+    if not dirty:
+        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
     if head != commit:
         say(f"{g.fork}: moving {dest} from {head} to {commit}")
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
         _checkout(g, dest, commit)
+
+
+def _dirty_fix(dest: Path) -> str:
+    """The exact commands that get past a dirty clone, keeping the changes either way."""
+    keep = Path(f"{dest}.local-changes")
+    n = 1
+    while keep.exists() or keep.is_symlink():       # `mv` into an existing directory would nest it
+        n += 1
+        keep = Path(f"{dest}.local-changes-{n}")
+    return (f"run `mv {shlex.quote(str(dest))} {shlex.quote(str(keep))}` to keep your changes there, then "
+            "re-run the same october_setup command (it clones the fork again from the cache); or re-run "
+            "it with --allow-dirty to build with them in place (recorded in the receipt)")
+
+
+def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    """A clone a killed run was changing (it was clean, or new, when that run began): its
+    differences are that run's own, so they are reset, not refused as local changes."""
+    removed = remove_stale_locks(dest)
+    if removed:
+        g.runner.note(g.step, "# removed what a killed git left: " + ", ".join(removed))
+    say(f"{g.fork}: finishing what a killed run left in {dest} (its half-done checkout is reset)")
+    _set_origin(g, dest, mirror.url)
+    with mirror.locked():
+        _bring_commit(g, dest, mirror, commit)
+    g(["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+      doing=f"checking out {commit} in {dest}", fix=f"delete {dest} and re-run")
+    # files a cut checkout wrote that the commit does not track; ignored build outputs stay
+    g(["-C", str(dest), "clean", "-d", "--force", "--quiet"],
+      doing=f"removing what a killed checkout left in {dest}", fix=f"delete {dest} and re-run")
 
 
 Rewrite = Callable[[str], "str | None"]
@@ -180,7 +228,8 @@ def _no_rewrite(url: str) -> str | None:
 
 
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
-                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> None:
+                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+                       recovering: bool = False) -> None:
     if not (repo_dir / ".gitmodules").exists():
         if selection:
             raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
@@ -192,7 +241,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
     with _open(repo_dir) as repo:
-        declared = {str(sm.path) for sm in repo.submodules}
+        declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
         if unknown:
@@ -200,6 +249,13 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                              expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
                              found=", ".join(unknown),
                              fix="fix the fork entry's submodules = [...] in the recipe")
+    for rel, name in declared.items():
+        # before init/sync, which read a submodule's own config and stop at an unusable one
+        if selection is None or rel in selection:
+            reset = reset_broken_submodule(repo_dir, name, repo_dir / rel, incomplete=recovering)
+            if reset is not None:
+                g.runner.note(g.step, f"# removed what a killed run left: {reset}")
+                say(f"{g.fork}: cloning submodule {rel} again (a killed run left it unusable)")
     only = ["--", *selection] if selection is not None else []
     # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
     # against origin), undoing a mirror path left in .git/config by a killed run.
@@ -235,16 +291,22 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                 # a clone of a shallow mirror copies branches only, so the commit (held by a pin
                 # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
                 shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
+                # recovering: the submodule's differences are a killed run's (--force resets them)
+                force = ["--force"] if recovering and cloned else []
                 g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
-                   "--init", "--checkout", *shallow, "--", rel],
+                   "--init", "--checkout", *force, *shallow, "--", rel],
                   doing=f"checking out submodule {rel} at {commit}",
                   fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+                if force:
+                    g(["-C", str(sub_dir), "clean", "-d", "--force", "--quiet"],
+                      doing=f"removing what a killed checkout left in {sub_dir}",
+                      fix=f"delete {repo_dir} and re-run")
             finally:
                 if not cloned:
                     g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
                       doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
         _set_origin(g, sub_dir, url)
-        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering)
 
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
@@ -283,14 +345,17 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
+    recovering = False
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
     else:
+        recovering = is_incomplete(dest)  # a killed run was changing it
         exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
-        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, say=say)
+        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
-        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite)
+        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
+                           recovering=recovering)
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
@@ -309,5 +374,6 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
                          expected=f"a clean tree at {commit}", found=listed(dirty),
                          fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
+    mark_complete(dest)                   # checked: from now on its changes are the user's
     return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
                     dirty=tuple(dirty))
