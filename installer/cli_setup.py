@@ -67,15 +67,17 @@ def october_setup(
         rec = with_system_torch(load_recipe(recipe), system_python)
         cache = (cache_dir or default_cache_dir()).resolve()
         used_kit = None
+        locked_by = resolve_locked(rec, stack.resolve(), locked, lock_file)
         if kit is not None:
             from october.installer.kit.use import kit_recipe, open_kit, seed_cache
 
-            used_kit = open_kit(kit, rec)          # verified against its manifest before anything runs
+            # verified against its manifest, the recipe and the lock before anything runs
+            used_kit = open_kit(kit, rec, lock=locked_by.path if locked_by else None)
             seed_cache(used_kit, rec, cache)
             ui.info(f"offline: installing from the kit {used_kit.root}")
         opts = SetupOptions(stack=stack.resolve(), recipe=kit_recipe(rec, used_kit) if used_kit else rec,
                             cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=split_skips(skip_preflight),
-                            locked=resolve_locked(rec, stack.resolve(), locked, lock_file), quiet=quiet,
+                            locked=locked_by, quiet=quiet,
                             verbose=verbose, kit=used_kit)
         with offline_env(used_kit.git_config() if used_kit else None):
             result = run_setup(opts, ui, echo_commands=verbose)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from october.checks.contract import LEVELS
 from october.installer.recipe.tomlcheck import Table
 
+MAX_TOKENS = 1 << 20        # a smoke prompt or generation longer than this is a typo, not a test
+
 
 @dataclass(frozen=True)
 class SmokeConfig:
@@ -24,9 +26,11 @@ def parse_smoke(top: Table) -> SmokeConfig:
     if level is not None and level not in LEVELS:
         raise smt.err("level", "one of kernel, engine, reference", level)
     smoke = SmokeConfig(level=level,
-                        prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
-                        max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128),
-                        seed=smt.get("seed", int, required=False, default=0))
+                        prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192,
+                                              bounds=(-MAX_TOKENS, MAX_TOKENS)),
+                        max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128,
+                                               bounds=(-MAX_TOKENS, MAX_TOKENS)),
+                        seed=smt.get("seed", int, required=False, default=0, bounds=(0, 2**32 - 1)))
     for key in ("prompt_tokens", "max_new_tokens"):
         if getattr(smoke, key) <= 0:
             raise smt.err(key, "a positive number of tokens", getattr(smoke, key))

@@ -1,0 +1,83 @@
+"""The one read gate for the TOML files the tool is given: recipes, ``forks.toml``, pylock files.
+
+A file is bounded before it is parsed (its size), decoded strictly (UTF-8), parsed (``tomllib``) and
+bounded after (nesting depth), so no input reaches a parser's recursion limit, a quadratic path or a
+traceback.  Every refusal is one :class:`TomlRefused` with a short ``expected`` / ``found``; each
+reader turns it into its own error class (a recipe's into ``RecipeError``, exit 3; a lock's into
+``LockError``, exit 13) with its own fix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from october.installer.core.errors import one_line
+
+MAX_DEPTH = 24                   # tables and arrays inside each other; the shipped files reach 5
+RECIPE_MAX_BYTES = 1 << 20       # a recipe or forks.toml: the shipped ones are under 8 KB
+LOCK_MAX_BYTES = 16 << 20        # a pylock: the committed ones are under 150 KB
+
+
+class TomlRefused(Exception):
+    """Why a TOML file was not read.  ``kind``: missing, directory, unreadable, size, encoding,
+    syntax or depth."""
+
+    def __init__(self, kind: str, expected: str, found: str) -> None:
+        self.kind = kind
+        self.expected = expected
+        self.found = one_line(found, 200)
+        super().__init__(f"expected {expected}, found {self.found}")
+
+
+def read_toml_file(path: Path, *, max_bytes: int) -> dict[str, Any]:
+    """The document in ``path``, or :class:`TomlRefused`; at most ``max_bytes`` are read."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise TomlRefused("missing", "an existing TOML file", "no such file") from None
+    except IsADirectoryError:
+        raise TomlRefused("directory", "a TOML file", "a directory") from None
+    except OSError as exc:
+        raise TomlRefused("unreadable", "a readable TOML file", exc.strerror or type(exc).__name__) from None
+    if len(raw) > max_bytes:
+        raise TomlRefused("size", f"a TOML file of at most {max_bytes:,} bytes", f"more than {max_bytes:,} bytes")
+    return parse_toml_bytes(raw)
+
+
+def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TomlRefused("encoding", "a UTF-8 TOML file",
+                          f"bytes that are not UTF-8 at offset {exc.start} ({exc.reason})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlRefused("syntax", "valid TOML", f"a syntax error: {exc}") from None
+    except RecursionError:       # tomllib recurses once per level of arrays / inline tables
+        raise TomlRefused("depth", f"arrays and tables nested at most {MAX_DEPTH} deep",
+                          "nesting too deep to parse") from None
+    depth = nesting_depth(data, MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        raise TomlRefused("depth", f"arrays and tables nested at most {MAX_DEPTH} deep",
+                          f"more than {MAX_DEPTH} levels")
+    return data
+
+
+def nesting_depth(data: Any, limit: int) -> int:
+    """How deep tables and arrays nest in ``data`` (a scalar is 0), counted without recursion; the
+    count stops at ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest
