@@ -98,6 +98,15 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
                        expected=f"every file as {MANIFEST} records it (sha256 and size)",
                        found="the differences listed (tampered, damaged or incomplete copy)",
                        fix="copy the kit again from where it was made (all parts), or make it again")
+    repos: dict[str, Path] = {}
+    for repo in doc["repos"]:
+        path = root / repo["path"]
+        missing = [c for c in repo["commits"] if not has_commit(path, c)]
+        if missing:
+            raise KitError(f"the kit's copy of {repo['url']} lacks commit(s) {', '.join(missing)}",
+                           expected="every recorded commit in its repository", found="not there",
+                           fix="make the kit again")
+        repos[repo["key"]] = path
     lock = lock if lock is not None else committed_lock(recipe)
     problems = kit_problems(doc, recipe, lock)
     if problems:
@@ -108,15 +117,6 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
                        found="the differences listed (a kit made from another recipe, forks.toml or lock, or changed)",
                        fix=f"make the kit again from this recipe{' and lock' if lock else ''} "
                            f"(`october_setup kit --recipe {recipe.name} DIR`), or use the ones it was made from")
-    repos: dict[str, Path] = {}
-    for repo in doc["repos"]:
-        path = root / repo["path"]
-        missing = [c for c in repo["commits"] if not has_commit(path, c)]
-        if missing:
-            raise KitError(f"the kit's copy of {repo['url']} lacks commit(s) {', '.join(missing)}",
-                           expected="every recorded commit in its repository", found="not there",
-                           fix="make the kit again")
-        repos[repo["key"]] = path
     return Kit(root=root, manifest=doc, repos=repos)
 
 
