@@ -9,6 +9,7 @@ reader turns it into its own error class (a recipe's into ``RecipeError``, exit 
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ from typing import Any
 from october.installer.core.errors import one_line
 
 MAX_DEPTH = 24                   # tables and arrays inside each other; the shipped files reach 5
-RECIPE_MAX_BYTES = 1 << 20       # a recipe or forks.toml: the shipped ones are under 8 KB
-LOCK_MAX_BYTES = 16 << 20        # a pylock: the committed ones are under 150 KB
+RECIPE_MAX_BYTES = 256 << 10     # a recipe or forks.toml: the shipped ones are under 8 KB
+LOCK_MAX_BYTES = 2 << 20         # a pylock: the committed ones are under 150 KB (tomllib: ~1 s per MB)
+
+_SPECIAL = re.compile(r"[\"'#\[\]{}.=,\n]")   # what the nesting pre-scan looks at; the rest is skipped
+_BASIC_REST = re.compile(r'(?:[^"\\\n]|\\.)*"')   # the rest of a one-line basic string, closing quote included
 
 
 class TomlRefused(Exception):
@@ -53,6 +57,9 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise TomlRefused("encoding", "a UTF-8 TOML file",
                           f"bytes that are not UTF-8 at offset {exc.start} ({exc.reason})") from None
+    deep = _nesting_before_parse(text, MAX_DEPTH)
+    if deep:
+        raise TomlRefused("depth", f"arrays, tables and dotted keys nested at most {MAX_DEPTH} deep", deep)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -65,6 +72,67 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
         raise TomlRefused("depth", f"arrays and tables nested at most {MAX_DEPTH} deep",
                           f"more than {MAX_DEPTH} levels")
     return data
+
+
+def _nesting_before_parse(text: str, limit: int) -> str | None:
+    """Why ``text`` nests deeper than ``limit`` (None: it does not), in one linear pass over its
+    tokens (what is inside strings and comments never counts): tomllib recurses once per level of
+    brackets and braces, and takes time quadratic in the parts of a dotted key (``a.a.a... = 1``
+    with 5,000 parts takes a second), so neither may reach it.  The pass stops at an unterminated
+    string: tomllib stops there too, with a syntax error."""
+    depth = dots = 0
+    at = _SPECIAL.search(text)
+    while at is not None:
+        tok, i = at.group(), at.start()
+        nxt = i + 1
+        if tok in "\"'":
+            end = _string_end(text, i)
+            if end < 0:
+                return None
+            nxt = end
+        elif tok == "#":
+            end = text.find("\n", i)
+            nxt = len(text) if end < 0 else end
+        elif tok in "[{":
+            depth, dots = depth + 1, 0
+            if depth > limit:
+                return f"brackets nested more than {limit} deep"
+        elif tok in "]}":
+            depth, dots = max(depth - 1, 0), 0
+        elif tok == ".":
+            dots += 1
+            if dots > limit:
+                return f"a dotted key of more than {limit} parts"
+        else:                      # "=", ",", a newline: a dotted key ends
+            dots = 0
+        at = _SPECIAL.search(text, nxt)
+    return None
+
+
+def _string_end(text: str, i: int) -> int:
+    """Where the string opening at ``i`` ends (just past its closing quotes), or -1 when it does not."""
+    q = text[i]
+    if text.startswith(q * 3, i):                     # multi-line: up to two more quotes belong to it
+        j = i + 3
+        while True:
+            k = text.find(q * 3, j)
+            if k < 0:
+                return -1
+            run = k
+            while q == '"' and run > j and text[run - 1] == "\\":
+                run -= 1
+            if (k - run) % 2 == 0:                    # not escaped
+                end = k + 3
+                while end < len(text) and end < k + 5 and text[end] == q:
+                    end += 1
+                return end
+            j = k + 1
+    if q == "'":
+        k = text.find("'", i + 1)
+        nl = text.find("\n", i + 1)
+        return -1 if k < 0 or (0 <= nl < k) else k + 1
+    m = _BASIC_REST.match(text, i + 1)
+    return m.end() if m else -1
 
 
 def nesting_depth(data: Any, limit: int) -> int:

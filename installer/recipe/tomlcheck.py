@@ -78,10 +78,12 @@ class Table:
             for i, item in enumerate(value):
                 self._bounded(f"{name}[{i}]", item, max_len, None)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            lo, hi = bounds or (-MAX_INT, MAX_INT)
+            what = "an integer" if isinstance(value, int) else "a finite number"
+            lo, hi = bounds or ((-MAX_INT, MAX_INT) if isinstance(value, int) else (-math.inf, math.inf))
             if not math.isfinite(value) or not lo <= value <= hi:
-                raise self.err(name, f"a finite number from {lo:g} to {hi:g}" if bounds else "a finite number "
-                               "within the TOML integer range", value)
+                shown = f"{what} from {_num(lo)} to {_num(hi)}" if bounds else \
+                    ("an integer within the TOML range (64 bits)" if isinstance(value, int) else what)
+                raise self.err(name, shown, value)
 
     def str_list(self, name: str, *, required: bool = True, max_len: int = MAX_STR) -> tuple[str, ...]:
         value = self.get(name, list, required=required, default=[], what="a list of strings", max_len=max_len)
@@ -107,6 +109,10 @@ class Table:
                               expected=f"one of {sorted(self.seen)}",
                               found=f"unknown key '{unknown[0]}'",
                               fix=f"remove or rename '{self._k(unknown[0])}' in {self.file}")
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def typename(typ: type | tuple[type, ...]) -> str:
