@@ -69,11 +69,12 @@ def test_a_huge_url_in_forks_toml_is_refused_fast_in_one_line(tmp_path: Path) ->
 
 def test_credentials_are_masked_in_linear_time() -> None:
     """redact_url was a backtracking regular expression: 40,000 characters took 3.2 s, 300 KB minutes."""
-    for text in ("a" * 300_000, "https://" + "a" * 300_000, "a://" * 75_000, "https://u@h/" * 25_000,
-                 "https://" + "x:" * 150_000 + "@h"):
-        start = time.thread_time()
-        redact(redact_url(text))
-        assert time.thread_time() - start < 0.5, text[:20]
+    for n in (40_000, 300_000):            # the issue's 40,000 first: the old code fails there in seconds
+        for text in ("a" * n, "https://" + "a" * n, "a://" * (n // 4), "https://u@h/" * (n // 12),
+                     "https://" + "x:" * (n // 2) + "@h"):
+            start = time.thread_time()
+            redact(redact_url(text))
+            assert time.thread_time() - start < 0.5, (n, text[:20])
     assert redact_url("see https://user:pw@host/x and git+https://tok@github.com/a.git") == \
         "see https://***@host/x and git+https://***@github.com/a.git"
     assert redact_url("https://:token@h/x") == "https://***@h/x"          # an empty user hides nothing
