@@ -50,7 +50,8 @@ def parse_python(top: Table) -> str:
 def parse_torch(top: Table) -> TorchPin:
     tt = top.table("torch")
     assert tt is not None
-    torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False, max_len=MAX_URL),
+    torch = TorchPin(version=version_key(tt, "version") or "",
+                     index_url=tt.get("index", str, required=False, max_len=MAX_URL),
                      source=tt.get("source", str, required=False, default="index"),
                      allow_system=tt.get("allow_system", bool, required=False, default=False))
     if torch.index_url is not None and not re.match(r"^(https?|file)://", torch.index_url):

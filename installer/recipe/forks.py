@@ -126,7 +126,7 @@ def parse_pin(t: Table, name: str, value: Any) -> Pin:
 
 
 def _parse_pin_table(pt: Table, name: str) -> Pin:
-    pt.get("source", str, required=False)           # where the pin comes from, for people
+    pt.get("source", str, required=False)
     fetch_from = pt.get("fetch_from", str, required=False, default="fork")
     if fetch_from not in ("fork", "upstream"):
         raise pt.err("fetch_from", "'fork' or 'upstream'", fetch_from)

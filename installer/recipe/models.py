@@ -84,11 +84,10 @@ def model_shape(sel: Table, required: bool) -> ModelShape | None:
     ct = sel.table("config", required=required)
     if ct is None:
         return None
-    values = {k: ct.get(k, int, what="a positive integer from the model's config.json", bounds=(-SHAPE_MAX, SHAPE_MAX))
-              for k in SHAPE_KEYS}
+    values = {k: ct.get(k, int, what="a positive integer from the model's config.json") for k in SHAPE_KEYS}
     source = ct.get("source", str, what="where the values were read (repo, revision, file)")
     ct.done()
     for k, v in values.items():
-        if v <= 0:
-            raise ct.err(k, "a positive integer", v)
+        if not 0 < v <= SHAPE_MAX:
+            raise ct.err(k, "a positive integer" if v <= 0 else f"at most {SHAPE_MAX}", v)
     return ModelShape(source=source, **values)

@@ -26,13 +26,13 @@ def parse_smoke(top: Table) -> SmokeConfig:
     if level is not None and level not in LEVELS:
         raise smt.err("level", "one of kernel, engine, reference", level)
     smoke = SmokeConfig(level=level,
-                        prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192,
-                                              bounds=(-MAX_TOKENS, MAX_TOKENS)),
-                        max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128,
-                                               bounds=(-MAX_TOKENS, MAX_TOKENS)),
+                        prompt_tokens=smt.get("prompt_tokens", int, required=False, default=8192),
+                        max_new_tokens=smt.get("max_new_tokens", int, required=False, default=128),
                         seed=smt.get("seed", int, required=False, default=0, bounds=(0, 2**32 - 1)))
     for key in ("prompt_tokens", "max_new_tokens"):
         if getattr(smoke, key) <= 0:
             raise smt.err(key, "a positive number of tokens", getattr(smoke, key))
+        if getattr(smoke, key) > MAX_TOKENS:
+            raise smt.err(key, f"at most {MAX_TOKENS} tokens", getattr(smoke, key))
     smt.done()
     return smoke
