@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from october.installer.core.errors import one_line
 from october.installer.core.paths import inside
 from october.installer.core.resources import locks_dir
 from october.installer.kit import url_key
@@ -38,8 +39,10 @@ def committed_lock(recipe: Recipe) -> Path | None:
 
 
 def kit_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) -> list[str]:
-    """Every way the kit's manifest ``doc`` disagrees with ``recipe`` and ``lock`` (empty: none)."""
-    return [*fork_problems(doc, recipe), *target_problems(doc, recipe), *wheel_problems(doc, recipe, lock)]
+    """Every way the kit's manifest ``doc`` disagrees with ``recipe`` and ``lock`` (empty: none), each
+    one bounded line (a changed kit.json may hold any text)."""
+    found = [*fork_problems(doc, recipe), *target_problems(doc, recipe), *wheel_problems(doc, recipe, lock)]
+    return [one_line(p, 400) for p in found]
 
 
 def fork_problems(doc: Mapping[str, Any], recipe: Recipe) -> list[str]:
