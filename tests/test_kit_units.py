@@ -259,3 +259,8 @@ def test_a_kit_for_a_system_torch_needs_no_torch_wheel_when_the_recipe_takes_tor
     system = dataclasses.replace(r, torch=dataclasses.replace(r.torch, source="system"))
     assert kit_problems(doc, system, LOCK) == []
     assert any("the kit has no torch wheel" in p for p in kit_problems(doc, r, LOCK))
+    # a kit made with the index torch serves a --system-python install too: its torch wheel is the lock's
+    full, _ = _kit_doc()
+    assert kit_problems(full, system, LOCK) == []
+    _set_wheel_sha(full, torch_files[0], "5" * 64)
+    assert any(f"wheels/{torch_files[0]}: sha256 {'5' * 64}" in p for p in kit_problems(full, system, LOCK))

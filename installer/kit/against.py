@@ -97,15 +97,19 @@ def wheel_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) ->
         return problems + [f"wheels/{rel[7:]}: not listed among the kit's wheels" for rel in sorted(files)
                            if rel.startswith("wheels/") and rel[7:] not in listed
                            and rel[7:] != (base or {}).get("filename")]
-    skip = ["torch"] if recipe.torch.from_system or doc["torch"]["from_system"] else []
+    # a torch the system gives need not be in the kit; one that is must still be the lock's
+    optional = {"torch"} if recipe.torch.from_system or doc["torch"]["from_system"] else set()
     wanted: set[str] = set()
     assert lock_doc is not None
-    for want in wants_in(lock_doc, lock.parent, recipe, skip=skip):
+    for want in wants_in(lock_doc, lock.parent, recipe):
         wanted.add(want.filename)
         got = files.get(f"wheels/{want.filename}", {}).get("sha256")
         if got is None:
-            problems.append(f"wheels/{want.filename}: the lock's file for {want.package} is not in the kit")
-        elif want.sha256 and got != want.sha256:
+            if want.package not in optional:
+                problems.append(f"wheels/{want.filename}: the lock's file for {want.package} is not in the kit")
+        elif want.sha256 is None:
+            problems.append(f"wheels/{want.filename}: the lock {lock.name} names no sha256 to check it by")
+        elif got != want.sha256:
             problems.append(f"wheels/{want.filename}: sha256 {got}, the lock {lock.name} says {want.sha256}")
     for rel in sorted(files):
         name = rel[len("wheels/"):]
