@@ -32,7 +32,8 @@ def main() -> int:
         f = fuzz(Path(work), args.seed, args.cases, keep=args.keep)
     s = f.stats
     print(f"seed {args.seed}: {s.cases} cases in {time.monotonic() - started:.1f} s; {s.loaded} loaded, {s.refused} "
-          f"refused; slowest {s.slowest_s * 1000:.0f} ms CPU (case {s.slowest_case}); longest error line "
+          f"refused; slowest {s.slowest_s * 1000:.0f} ms CPU (case {s.slowest_case}), {s.slowest_wall_s * 1000:.0f} ms "
+          f"wall; longest error line "
           f"{s.longest_line} characters; {len(f.findings)} finding(s)")
     for x in f.findings:
         print(f"  case {x.case} ({x.target}, {x.how}): {x.problem}" + (f" [{x.sample}]" if x.sample else ""))

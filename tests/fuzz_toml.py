@@ -129,7 +129,11 @@ def _mutate_data(rng: random.Random, doc: dict[str, Any]) -> bytes | None:
     """The document changed in one to three places, as TOML (None when tomli_w cannot write it)."""
     doc = copy.deepcopy(doc)
     for _ in range(rng.randint(1, 3)):
-        path = rng.choice(_paths(doc)[1:] or [("zz",)])
+        paths = _paths(doc)[1:]
+        if not paths:                                            # everything deleted: start again
+            doc["zz_unknown"] = _hostile_values(rng)
+            continue
+        path = rng.choice(paths)
         parent: Any = doc
         for step in path[:-1]:
             parent = parent[step]
@@ -168,6 +172,7 @@ class Stats:
     refused: int = 0
     slowest_s: float = 0.0
     slowest_case: int = -1
+    slowest_wall_s: float = 0.0       # wall clock: on a shared machine it also measures the neighbours
     longest_line: int = 0
 
 
@@ -217,7 +222,7 @@ class Fuzzer:
 
     def run(self, i: int, target: str, how: str) -> None:
         self.stats.cases += 1
-        start = time.thread_time()
+        start, wall = time.thread_time(), time.perf_counter()
         problem: str | None = None
         try:
             if target == "lock":
@@ -235,6 +240,7 @@ class Fuzzer:
                 raise
             problem = f"{type(exc).__name__}: {str(exc)[:200]}"
         took = time.thread_time() - start
+        self.stats.slowest_wall_s = max(self.stats.slowest_wall_s, time.perf_counter() - wall)
         if took > self.stats.slowest_s:
             self.stats.slowest_s, self.stats.slowest_case = took, i
         if took > TIME_LIMIT_S:
