@@ -125,6 +125,14 @@ def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+# keys whose values become paths, URLs or names (where a NUL, a huge value or a wrong type would bite
+# outside the parser), set by the data mutations whether or not the file had them
+READ_KEYS = [("", "forks_file"), ("", "name"), ("", "description"), ("sources", "find_links"),
+             ("sources", "index_url"), ("sources", "extra_index_urls"), ("torch", "index"), ("wheel", "url"),
+             ("wheel", "filename"), ("jit", "builder"), ("python", "version"), ("preflight", "min_disk_gb"),
+             ("preflight", "min_ram_gb"), ("smoke", "seed"), ("install", "supply"), ("build", "requirements")]
+
+
 def _mutate_data(rng: random.Random, doc: dict[str, Any]) -> bytes | None:
     """The document changed in one to three places, as TOML (None when tomli_w cannot write it)."""
     doc = copy.deepcopy(doc)
@@ -138,8 +146,13 @@ def _mutate_data(rng: random.Random, doc: dict[str, Any]) -> bytes | None:
         for step in path[:-1]:
             parent = parent[step]
         last = path[-1]
-        op = rng.randrange(5)
-        if op == 0 and isinstance(parent, dict):
+        op = rng.randrange(6)
+        if op == 5:                                              # a key the loader reads, set to anything
+            table, key = rng.choice(READ_KEYS)
+            target = doc.setdefault(table, {}) if table else doc
+            if isinstance(target, dict):
+                target[key] = rng.choice([_hostile_values(rng), [_hostile_values(rng)], "a\x00b", ["a\x00b"]])
+        elif op == 0 and isinstance(parent, dict):
             parent.pop(last, None)
         elif op == 1 and isinstance(parent, dict):
             parent[rng.choice(["zz_unknown", "k" * rng.choice([129, 200_000]), "a\nb", "\x00", "é" * 60])] = \

@@ -118,6 +118,11 @@ def test_control_characters_in_keys_and_values_stay_on_one_line(tmp_path: Path) 
     exc = refused(write(tmp_path, GOOD.replace('revision = "', 'revision = "line\\nbreak')))
     assert "'line\\nbreak" in str(exc)
     assert one_line("a\nb\x00c" + "d" * 200) == "a\\nb\\x00c" + "d" * 68 + "..."
+    # a NUL would reach the file system (forks_file, find_links) as a ValueError traceback
+    exc = refused(write(tmp_path, GOOD.replace('forks_file = "forks.toml"', 'forks_file = "forks\\u0000.toml"')))
+    assert "key 'forks_file' is invalid. Expected a string without NUL characters, found 'forks\\x00.toml'" in str(exc)
+    exc = refused(write(tmp_path, GOOD + '\n[sources]\nfind_links = ["w\\u0000"]\n'))
+    assert "key 'sources.find_links[0]' is invalid. Expected a string without NUL characters" in str(exc)
 
 
 def test_tables_and_arrays_are_bounded_in_size(tmp_path: Path) -> None:

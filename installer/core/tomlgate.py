@@ -46,6 +46,8 @@ def read_toml_file(path: Path, *, max_bytes: int) -> dict[str, Any]:
         raise TomlRefused("directory", "a TOML file", "a directory") from None
     except OSError as exc:
         raise TomlRefused("unreadable", "a readable TOML file", exc.strerror or type(exc).__name__) from None
+    except ValueError:                       # a path with a NUL character: no file has one
+        raise TomlRefused("unreadable", "a file path", "a NUL character in the path") from None
     if len(raw) > max_bytes:
         raise TomlRefused("size", f"a TOML file of at most {max_bytes:,} bytes", f"more than {max_bytes:,} bytes")
     return parse_toml_bytes(raw)

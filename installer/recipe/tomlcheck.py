@@ -71,6 +71,8 @@ class Table:
         if isinstance(value, str) and len(value) > max_len:
             raise RecipeError(self.file, self._k(name), expected=f"at most {max_len} characters",
                               found=f"{len(value):,} characters ({describe(value)})")
+        if isinstance(value, str) and "\x00" in value:       # no path, URL or name holds one
+            raise self.err(name, "a string without NUL characters", value)
         if isinstance(value, list):
             if len(value) > MAX_ITEMS:
                 raise RecipeError(self.file, self._k(name), expected=f"at most {MAX_ITEMS} items",
