@@ -126,11 +126,16 @@ def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 # keys whose values become paths, URLs or names (where a NUL, a huge value or a wrong type would bite
-# outside the parser), set by the data mutations whether or not the file had them
-READ_KEYS = [("", "forks_file"), ("", "name"), ("", "description"), ("sources", "find_links"),
-             ("sources", "index_url"), ("sources", "extra_index_urls"), ("torch", "index"), ("wheel", "url"),
-             ("wheel", "filename"), ("jit", "builder"), ("python", "version"), ("preflight", "min_disk_gb"),
-             ("preflight", "min_ram_gb"), ("smoke", "seed"), ("install", "supply"), ("build", "requirements")]
+# outside the parser), set by the data mutations in any table, whether or not it had them
+READ_KEYS = ["forks_file", "name", "description", "find_links", "index_url", "extra_index_urls", "index", "url",
+             "filename", "builder", "version", "min_disk_gb", "min_ram_gb", "seed", "supply", "requirements", "path",
+             "commit-id", "sha256", "hashes", "wheels", "sdist", "fork", "prefix", "branch", "submodules"]
+
+
+def _at(doc: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        doc = doc[step]
+    return doc
 
 
 def _mutate_data(rng: random.Random, doc: dict[str, Any]) -> bytes | None:
@@ -147,11 +152,11 @@ def _mutate_data(rng: random.Random, doc: dict[str, Any]) -> bytes | None:
             parent = parent[step]
         last = path[-1]
         op = rng.randrange(6)
-        if op == 5:                                              # a key the loader reads, set to anything
-            table, key = rng.choice(READ_KEYS)
-            target = doc.setdefault(table, {}) if table else doc
-            if isinstance(target, dict):
-                target[key] = rng.choice([_hostile_values(rng), [_hostile_values(rng)], "a\x00b", ["a\x00b"]])
+        if op == 5:                                              # a key the loaders read, set to anything
+            tables = [p for p in _paths(doc) if isinstance(_at(doc, p), dict)]
+            target = _at(doc, rng.choice(tables))
+            target[rng.choice(READ_KEYS)] = rng.choice([_hostile_values(rng), [_hostile_values(rng)], "a\x00b",
+                                                        ["a\x00b"]])
         elif op == 0 and isinstance(parent, dict):
             parent.pop(last, None)
         elif op == 1 and isinstance(parent, dict):

@@ -118,11 +118,17 @@ def test_control_characters_in_keys_and_values_stay_on_one_line(tmp_path: Path) 
     exc = refused(write(tmp_path, GOOD.replace('revision = "', 'revision = "line\\nbreak')))
     assert "'line\\nbreak" in str(exc)
     assert one_line("a\nb\x00c" + "d" * 200) == "a\\nb\\x00c" + "d" * 68 + "..."
-    # a NUL would reach the file system (forks_file, find_links) as a ValueError traceback
+    # a NUL would reach the file system (forks_file, find_links, a lock's path) as a ValueError traceback
     exc = refused(write(tmp_path, GOOD.replace('forks_file = "forks.toml"', 'forks_file = "forks\\u0000.toml"')))
-    assert "key 'forks_file' is invalid. Expected a string without NUL characters, found 'forks\\x00.toml'" in str(exc)
+    assert "Expected keys and strings without NUL characters, found a NUL character at 'forks_file'" in str(exc)
     exc = refused(write(tmp_path, GOOD + '\n[sources]\nfind_links = ["w\\u0000"]\n'))
-    assert "key 'sources.find_links[0]' is invalid. Expected a string without NUL characters" in str(exc)
+    assert "found a NUL character at 'sources.find_links[0]'" in str(exc)
+    lock = tmp_path / "nul.pylock.toml"
+    lock.write_text('lock-version = "1.0"\ncreated-by = "t"\n[[packages]]\nname = "demo"\nversion = "1.0"\n'
+                    'wheels = [{ name = "demo-1.0-py3-none-any.whl", path = "x\\u0000", hashes = { sha256 = "'
+                    + "0" * 64 + '" } }]\n')
+    with pytest.raises(LockError, match=r"found a NUL character at 'packages\[0\]\.wheels\[0\]\.path'"):
+        read_lock(lock)
 
 
 def test_tables_and_arrays_are_bounded_in_size(tmp_path: Path) -> None:

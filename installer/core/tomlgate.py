@@ -69,10 +69,12 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
     except RecursionError:       # tomllib recurses once per level of arrays / inline tables
         raise TomlRefused("depth", f"arrays and tables nested at most {MAX_DEPTH} deep",
                           "nesting too deep to parse") from None
-    depth = nesting_depth(data, MAX_DEPTH)
+    depth, nul_at = walk(data, MAX_DEPTH)
     if depth > MAX_DEPTH:
         raise TomlRefused("depth", f"arrays and tables nested at most {MAX_DEPTH} deep",
                           f"more than {MAX_DEPTH} levels")
+    if nul_at is not None:        # no name, path or URL holds one; the file system refuses it with a ValueError
+        raise TomlRefused("nul", "keys and strings without NUL characters", f"a NUL character at '{nul_at}'")
     return data
 
 
@@ -137,17 +139,21 @@ def _string_end(text: str, i: int) -> int:
     return m.end() if m else -1
 
 
-def nesting_depth(data: Any, limit: int) -> int:
-    """How deep tables and arrays nest in ``data`` (a scalar is 0), counted without recursion; the
-    count stops at ``limit + 1``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(data, 1)] if isinstance(data, (dict, list)) else []
+def walk(data: Any, limit: int) -> tuple[int, str | None]:
+    """-> (how deep tables and arrays nest in ``data``, counted without recursion and only up to
+    ``limit + 1``; the dotted key of the first key or string holding a NUL character, or None)."""
+    deepest, nul_at = 0, None
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")] if isinstance(data, (dict, list)) else []
     while stack:
-        node, depth = stack.pop()
+        node, depth, where = stack.pop()
         deepest = max(deepest, depth)
         if depth > limit:
-            return depth
-        for child in node.values() if isinstance(node, dict) else node:
+            return depth, nul_at
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            at = f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"
+            if nul_at is None and any(isinstance(x, str) and "\x00" in x for x in (key, child)):
+                nul_at = at.lstrip(".")
             if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
-    return deepest
+                stack.append((child, depth + 1, at))
+    return deepest, nul_at

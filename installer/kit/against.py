@@ -57,7 +57,8 @@ def fork_problems(doc: Mapping[str, Any], recipe: Recipe) -> list[str]:
         if not pin.is_prefix and got != pin.commit:
             problems.append(f"fork {fork.name}: the kit has commit {got}, the recipe pins {pin.commit}")
         elif pin.is_prefix and not got.startswith(pin.commit):
-            problems.append(f"fork {fork.name}: the kit has commit {got}, the recipe pins {pin.commit}... on {pin.branch}")
+            problems.append(f"fork {fork.name}: the kit has commit {got}, the recipe pins {pin.commit}... "
+                            f"on {pin.branch}")
         elif pin.is_prefix and not any(r["branches"].get(str(pin.branch)) == got for r in copies):
             problems.append(f"fork {fork.name}: the kit's copy does not record {got} on branch {pin.branch}")
         elif not any(got in r["commits"] for r in copies):
@@ -73,7 +74,8 @@ def target_problems(doc: Mapping[str, Any], recipe: Recipe) -> list[str]:
     if target["python"] != recipe.python:
         problems.append(f"target: the kit's wheels are for Python {target['python']}, the recipe's is {recipe.python}")
     if target["arch"] != recipe.preflight.arch:
-        problems.append(f"target: the kit's wheels are for {target['arch']}, the recipe's arch is {recipe.preflight.arch}")
+        problems.append(f"target: the kit's wheels are for {target['arch']}, the recipe's arch is "
+                        f"{recipe.preflight.arch}")
     if torch["requirement"] != recipe.torch.requirement:
         problems.append(f"torch: the kit is for {torch['requirement']}, the recipe pins {recipe.torch.requirement}")
     elif torch["from_system"] and not recipe.torch.from_system:

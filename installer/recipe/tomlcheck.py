@@ -71,8 +71,6 @@ class Table:
         if isinstance(value, str) and len(value) > max_len:
             raise RecipeError(self.file, self._k(name), expected=f"at most {max_len} characters",
                               found=f"{len(value):,} characters ({describe(value)})")
-        if isinstance(value, str) and "\x00" in value:       # no path, URL or name holds one
-            raise self.err(name, "a string without NUL characters", value)
         if isinstance(value, list):
             if len(value) > MAX_ITEMS:
                 raise RecipeError(self.file, self._k(name), expected=f"at most {MAX_ITEMS} items",
@@ -158,6 +156,7 @@ _READ_FIX = {
     "encoding": "save {path} as UTF-8",
     "syntax": "fix the TOML syntax in {path}",
     "depth": "flatten the nested arrays or tables in {path}",
+    "nul": "remove the NUL character (written \\u0000) from {path}",
 }
 
 
