@@ -87,7 +87,8 @@ def october_setup(
         if kit_dir is not None:
             from october.installer.kit.use import kit_recipe, open_kit, seed_cache
 
-            used_kit = open_kit(kit_dir, rec)          # verified against its manifest before anything runs
+            # verified against its manifest, the recipe and the lock before anything runs
+            used_kit = open_kit(kit_dir, rec, lock=locked_state.path if locked_state else None)
             seed_cache(used_kit, rec, cache)
             ui.info(f"offline: installing from the kit {used_kit.root}")
         opts = SetupOptions(stack=root, recipe=kit_recipe(rec, used_kit) if used_kit else rec,

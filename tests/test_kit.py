@@ -7,6 +7,7 @@ than the kit fails; the tool itself adds GIT_ALLOW_PROTOCOL=file and UV_OFFLINE=
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -202,6 +203,63 @@ def test_a_kit_for_another_recipe_or_without_manifest_is_refused(kit_and_recipe:
     (kit / "kit.json").unlink()
     with pytest.raises(KitError, match="not a finished kit"):
         open_kit(kit, load_recipe(str(recipe)))
+
+
+def _lock_of(kit: Path, where: Path) -> Path:
+    """A PEP 751 lock naming the kit's wheels with their true sha256 (what `october_setup` writes for
+    the fixture recipe, reduced to its index packages)."""
+    doc = json.loads((kit / "kit.json").read_text())
+    lines = ['lock-version = "1.0"', 'created-by = "tests"', ""]
+    for w in doc["wheels"]:
+        version = w["filename"].split("-")[1]
+        lines += ["[[packages]]", f'name = "{w["package"]}"', f'version = "{version}"',
+                  f'wheels = [{{ url = "{(kit / "wheels" / w["filename"]).as_uri()}", hashes = {{ sha256 = "{w["sha256"]}" }} }}]',
+                  ""]
+    where.write_text("\n".join(lines))
+    return where
+
+
+def test_a_kit_is_checked_against_the_recipe_and_the_lock_not_only_itself(kit_and_recipe: tuple[Path, Path],
+                                                                          tmp_path: Path) -> None:
+    """Issue 22 (6): each edit below leaves the kit consistent with its own kit.json, so only the recipe
+    (fork pins, target) and the lock (wheel sha256) can tell; each is refused at the kit check (exit 20,
+    naming what differs) before anything is installed."""
+    from tests.fixtures.wheels import build_wheel
+
+    kit, recipe = kit_and_recipe
+    manifest = kit / "kit.json"
+    original = manifest.read_text()
+    lock = _lock_of(kit, tmp_path / "pylock.toml")
+    open_kit(kit, load_recipe(str(recipe)), lock=lock)            # the faithful kit passes, lock and all
+
+    def refused(edit: Any, named: str, *extra: str) -> None:
+        doc = json.loads(original)
+        edit(doc)
+        manifest.write_text(json.dumps(doc))
+        proc = cli(str(tmp_path / "s"), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(tmp_path / "c"),
+                   *extra, extra_env=_offline_env())
+        assert proc.returncode == KitError.exit_code, proc.stderr
+        assert named in proc.stderr and "does not match the recipe and lock" in proc.stderr, proc.stderr
+        assert not (tmp_path / "s" / "src").exists(), "nothing may be installed from a kit that failed its check"
+
+    refused(lambda d: d["forks"].update(alpha="a" * 40), f"fork alpha: the kit has commit {'a' * 40}")
+    refused(lambda d: d["target"].update(python="3.99.0"), "target: the kit's wheels are for Python 3.99.0")
+
+    # a wheel changed together with its hash (and size) in kit.json: caught by the lock, not later in env
+    wheel = kit / "wheels" / "tinydep-1.0-py3-none-any.whl"
+    honest = wheel.read_bytes()
+    build_wheel(tmp_path / "evil", "tinydep", "1.0", {"tinydep/__init__.py": "import os  # anything at all\n"})
+    wheel.write_bytes((tmp_path / "evil" / wheel.name).read_bytes())
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+    def swap(d: dict[str, Any]) -> None:
+        d["files"]["wheels/" + wheel.name] = {"sha256": sha, "size": wheel.stat().st_size}
+        next(w for w in d["wheels"] if w["filename"] == wheel.name)["sha256"] = sha
+
+    refused(swap, f"wheels/{wheel.name}: sha256 {sha}, the lock pylock.toml says", "--locked", "--lock-file", str(lock))
+    wheel.write_bytes(honest)
+    manifest.write_text(original)
+    open_kit(kit, load_recipe(str(recipe)), lock=lock)
 
 
 def test_a_url_the_kit_lacks_is_named_with_what_to_do(kit_and_recipe: tuple[Path, Path]) -> None:

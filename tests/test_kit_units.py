@@ -109,3 +109,158 @@ def test_a_base_wheel_other_than_the_recipes_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KitError, match="has no base wheel"):
         seed_cache(no_base, r, tmp_path / "cache")
     assert isinstance(r.wheel, BaseWheel)
+
+
+# ----------------------------------------------------------------- the kit against the recipe and lock
+
+LOCK = Path(__file__).resolve().parents[1] / "locks" / "current.pylock.toml"
+
+
+def _kit_doc(recipe_name: str = "current") -> tuple[dict, "object"]:
+    """The manifest a faithful kit of ``recipe_name`` has (the committed lock's files, the pins, the
+    target): what ``october_setup kit`` writes, built here without git or network."""
+    from october.installer.kit import repo_relpath, url_key
+
+    r = load_recipe(recipe_name)
+    assert r.wheel is not None and r.wheel.sha256
+    wants = from_lock(LOCK, r)
+    files = {f"wheels/{w.filename}": {"sha256": w.sha256, "size": 1} for w in wants}
+    files[f"wheels/{r.wheel.filename}"] = {"sha256": r.wheel.sha256, "size": 1}
+    forks, repos = {}, []
+    for f in r.forks:
+        commit = f.pin.commit.ljust(40, "0")
+        forks[f.name] = commit
+        repos.append({"url": f.fetch_url, "key": url_key(f.fetch_url), "path": repo_relpath(f.fetch_url), "role": "fork",
+                      "owner": f.name, "commits": [commit], "branches": {f.pin.branch: commit} if f.pin.is_prefix else {}})
+    doc = {"target": {"python": r.python, "arch": r.preflight.arch},
+           "torch": {"requirement": r.torch.requirement, "from_system": False}, "forks": forks, "repos": repos,
+           "base_wheel": {"filename": r.wheel.filename, "sha256": r.wheel.sha256, "url": r.wheel.url},
+           "wheels": [{"filename": w.filename, "package": w.package, "role": "lock", "sha256": w.sha256, "url": w.url}
+                      for w in wants],
+           "files": files}
+    return doc, r
+
+
+def _set_wheel_sha(doc: dict, filename: str, sha: str) -> None:
+    """A wheel changed together with its hash everywhere in kit.json (file table and wheel list)."""
+    doc["files"][f"wheels/{filename}"]["sha256"] = sha
+    for w in doc["wheels"]:
+        if w["filename"] == filename:
+            w["sha256"] = sha
+
+
+def _plant(doc: dict, fault: str) -> str:
+    """Plant ``fault`` in a faithful manifest; return the text its problem must contain."""
+    first = doc["wheels"][0]["filename"]
+    if fault == "fork-commit":                      # the issue's edit: a full pin's commit to 'a' x 40
+        doc["forks"]["flashinfer"] = "a" * 40
+        return "fork flashinfer: the kit has commit " + "a" * 40 + ", the recipe pins 2b532f7b"
+    if fault == "fork-commit-everywhere":           # ... and in its repository's record too
+        doc["forks"]["flashinfer"] = "a" * 40
+        doc["repos"][1]["commits"] = ["a" * 40]
+        return "fork flashinfer: the kit has commit " + "a" * 40
+    if fault == "prefix-other-commit":
+        doc["forks"]["vllm"] = "b" * 40
+        return "fork vllm: the kit has commit " + "b" * 40 + ", the recipe pins 2315e62e2... on paper-memory-decode-v0.18"
+    if fault == "prefix-branch":
+        doc["repos"][0]["branches"] = {"main": doc["forks"]["vllm"]}
+        return "fork vllm: the kit's copy does not record"
+    if fault == "commit-not-in-copy":
+        doc["repos"][1]["commits"] = ["c" * 40]
+        return "fork flashinfer: commit 2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d is not in the kit's copy"
+    if fault == "missing-fork":
+        del doc["forks"]["vllm"]
+        return "fork vllm: not in the kit"
+    if fault == "extra-fork":
+        doc["forks"]["sneaky"] = "d" * 40
+        return "fork sneaky: in the kit, not in the recipe"
+    if fault == "target-python":
+        doc["target"]["python"] = "3.11.7"
+        return "target: the kit's wheels are for Python 3.11.7, the recipe's is 3.12.11"
+    if fault == "target-arch":
+        doc["target"]["arch"] = "aarch64"
+        return "target: the kit's wheels are for aarch64"
+    if fault == "torch-requirement":
+        doc["torch"]["requirement"] = "torch==2.11.0"
+        return "torch: the kit is for torch==2.11.0, the recipe pins torch==2.10.0"
+    if fault == "torch-from-system":
+        doc["torch"]["from_system"] = True
+        return "torch: the kit has no torch wheel"
+    if fault == "wheel-and-hash":
+        _set_wheel_sha(doc, first, "e" * 64)
+        return f"wheels/{first}: sha256 {'e' * 64}, the lock current.pylock.toml says"
+    if fault == "wheel-missing":
+        del doc["files"][f"wheels/{first}"]
+        doc["wheels"] = doc["wheels"][1:]
+        return f"wheels/{first}: the lock's file for"
+    if fault == "wheel-extra":
+        doc["files"]["wheels/evil-9.0-py3-none-any.whl"] = {"sha256": "f" * 64, "size": 1}
+        doc["wheels"].append({"filename": "evil-9.0-py3-none-any.whl", "package": "evil", "role": "lock",
+                              "sha256": "f" * 64, "url": "https://x/evil-9.0-py3-none-any.whl"})
+        return "wheels/evil-9.0-py3-none-any.whl: not a file the lock current.pylock.toml names"
+    if fault == "wheel-list-vs-table":
+        doc["wheels"][0]["sha256"] = "1" * 64
+        return f"wheels/{first}: kit.json lists sha256 {'1' * 64}, its file table another"
+    if fault == "base-wheel":
+        base = doc["base_wheel"]
+        base["sha256"] = doc["files"][f"wheels/{base['filename']}"]["sha256"] = "2" * 64
+        return f"wheels/{base['filename']}: sha256 {'2' * 64}, the recipe (or lock) pins 0bc51491"
+    raise AssertionError(fault)
+
+
+FAULTS = ["fork-commit", "fork-commit-everywhere", "prefix-other-commit", "prefix-branch", "commit-not-in-copy",
+          "missing-fork", "extra-fork", "target-python", "target-arch", "torch-requirement", "torch-from-system",
+          "wheel-and-hash", "wheel-missing", "wheel-extra", "wheel-list-vs-table", "base-wheel"]
+
+
+def test_a_faithful_kit_has_no_problem_against_its_recipe_and_lock() -> None:
+    from october.installer.kit.against import kit_problems
+
+    doc, r = _kit_doc()
+    assert kit_problems(doc, r, LOCK) == []
+    # a build requirement the kit lists as such is not the lock's to vouch for
+    doc["files"]["wheels/setuptools-99.0-py3-none-any.whl"] = {"sha256": "3" * 64, "size": 1}
+    doc["wheels"].append({"filename": "setuptools-99.0-py3-none-any.whl", "package": "setuptools", "role": "build",
+                          "sha256": "3" * 64, "url": "https://x/setuptools-99.0-py3-none-any.whl"})
+    assert kit_problems(doc, r, LOCK) == []
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_each_way_a_kit_differs_from_its_recipe_or_lock_is_named(fault: str) -> None:
+    from october.installer.kit.against import kit_problems
+
+    doc, r = _kit_doc()
+    named = _plant(doc, fault)
+    problems = kit_problems(doc, r, LOCK)
+    assert any(named in p for p in problems), problems
+
+
+def test_without_a_lock_the_wheels_are_held_to_the_manifest() -> None:
+    """A recipe without a committed lock: a file under wheels/ that kit.json does not list is refused;
+    a listed one cannot be checked further (no lock names it)."""
+    from october.installer.kit.against import kit_problems
+
+    doc, r = _kit_doc()
+    assert kit_problems(doc, r, None) == []
+    doc["files"]["wheels/stray-1.0-py3-none-any.whl"] = {"sha256": "4" * 64, "size": 1}
+    assert kit_problems(doc, r, None) == ["wheels/stray-1.0-py3-none-any.whl: not listed among the kit's wheels"]
+
+
+def test_a_kit_for_a_system_torch_needs_no_torch_wheel_when_the_recipe_takes_torch_from_the_system() -> None:
+    from october.installer.kit.against import kit_problems
+
+    doc, r = _kit_doc()
+    torch_files = [w["filename"] for w in doc["wheels"] if w["package"] == "torch"]
+    assert torch_files, "the committed lock has a torch wheel"
+    for name in torch_files:
+        del doc["files"][f"wheels/{name}"]
+    doc["wheels"] = [w for w in doc["wheels"] if w["package"] != "torch"]
+    doc["torch"]["from_system"] = True
+    system = dataclasses.replace(r, torch=dataclasses.replace(r.torch, source="system"))
+    assert kit_problems(doc, system, LOCK) == []
+    assert any("the kit has no torch wheel" in p for p in kit_problems(doc, r, LOCK))
+    # a kit made with the index torch serves a --system-python install too: its torch wheel is the lock's
+    full, _ = _kit_doc()
+    assert kit_problems(full, system, LOCK) == []
+    _set_wheel_sha(full, torch_files[0], "5" * 64)
+    assert any(f"wheels/{torch_files[0]}: sha256 {'5' * 64}" in p for p in kit_problems(full, system, LOCK))

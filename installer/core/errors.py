@@ -13,6 +13,18 @@ from pathlib import Path
 from typing import ClassVar, Sequence
 
 
+SHOWN_MAX = 80      # characters of a value echoed from a file or a command line
+
+
+def one_line(text: str, limit: int = SHOWN_MAX) -> str:
+    """``text`` as one bounded line: control characters escaped (a newline in a value cannot start a
+    line of its own in a message), cut to ``limit`` characters with an ellipsis.  Only the part that
+    can be shown is looked at, so a 300 KB value costs no more than an 80-character one."""
+    head = text[:limit + 1]
+    shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in head)
+    return shown if len(shown) <= limit and len(text) <= limit else shown[:max(limit - 3, 1)] + "..."
+
+
 class OctoberError(Exception):
     """Base class: ``expected`` / ``found`` / ``fix`` make up the message."""
 
@@ -60,10 +72,10 @@ class RecipeError(OctoberError):
 
     def __init__(self, file: Path | str, key: str, *, expected: str, found: str,
                  fix: str | None = None) -> None:
-        self.file = str(file)
-        self.key = key
-        super().__init__(f"{self.file}: key '{key}' is invalid", expected=expected, found=found,
-                         fix=fix or f"edit '{key}' in {self.file}")
+        self.file = one_line(str(file), 240)
+        self.key = key = one_line(key)
+        super().__init__(f"{self.file}: key '{key}' is invalid", expected=one_line(expected, 320),
+                         found=one_line(found, 240), fix=one_line(fix or f"edit '{key}' in {self.file}", 400))
 
 
 class RecipeNotFound(RecipeError):

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Iterable
 
-_URL_CREDS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<creds>[^/@\s:]+(?::[^/@\s]*)?)@")
+_AUTHORITY_END = re.compile(r"[/\s]")      # what ends the user:password@host part of a URL
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}\b")
 _BEARER = re.compile(r"(?i)(authorization:\s*bearer\s+)\S+")
 SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "GITHUB_TOKEN", "GH_TOKEN")
@@ -23,11 +23,31 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Mask URL credentials, hf_ tokens, bearer headers and any explicitly named secret."""
     for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(s, MASK)
-    text = _URL_CREDS.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = redact_url(text)
     text = _HF_TOKEN.sub(MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
     return text
 
 
 def redact_url(url: str) -> str:
-    return _URL_CREDS.sub(lambda m: f"{m.group('scheme')}{MASK}@", url)
+    """Mask the credentials of every URL in ``url`` (a URL, or any text): whatever lies between a
+    ``://`` and the last ``@`` before the host part ends (at ``/`` or whitespace) becomes ``***``.
+
+    One pass, linear in the length: each ``://`` is found once and its host part scanned once (the
+    regular expression this replaces backtracked over every letter run, quadratic in its length)."""
+    if "@" not in url:
+        return url
+    out: list[str] = []
+    done = 0
+    at = url.find("://")
+    while at >= 0:
+        start = at + 3
+        end_match = _AUTHORITY_END.search(url, start)
+        end = end_match.start() if end_match else len(url)
+        cut = url.rfind("@", start, end)
+        if cut > start:
+            out += [url[done:start], MASK]
+            done = cut
+        at = url.find("://", max(end - 1, start))
+    out.append(url[done:])
+    return "".join(out)

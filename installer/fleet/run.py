@@ -46,7 +46,7 @@ def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
 
     started = time.monotonic()
     rec = load_recipe(opts.recipe)
-    kit = open_kit(opts.kit, rec)                      # verified here once, and again on every node
+    kit = open_kit(opts.kit, rec, lock=opts.lock_file)  # verified here once, and again on every node
     kit_sha = sha256_file(kit.root / MANIFEST)
     lock = opts.lock_file.read_bytes() if opts.lock_file is not None else None
     lock_sha = sha256_bytes(lock) if lock is not None else None

@@ -21,6 +21,7 @@ from october.installer.core.errors import KitError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
+from october.installer.kit.against import committed_lock
 from october.installer.kit.gitcopy import KitRepos
 from october.installer.kit.manifest import file_table, write_manifest
 from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
@@ -42,11 +43,6 @@ class KitOptions:
     out: Path
     cache_dir: Path
     lock: Path | None = None       # None: locks/<recipe>.pylock.toml when it exists, else uv pip compile
-
-
-def committed_lock(recipe: Recipe) -> Path | None:
-    p = PROJECT_ROOT / "locks" / f"{recipe.name}.pylock.toml"
-    return p if p.is_file() else None
 
 
 def _prepare(out: Path) -> None:

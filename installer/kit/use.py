@@ -28,6 +28,7 @@ from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import KitError
 from october.installer.core.redact import redact_url
 from october.installer.kit import MANIFEST, url_key
+from october.installer.kit.against import committed_lock, kit_problems
 from october.installer.kit.manifest import check_files, listed, read_manifest
 from october.installer.recipe import Recipe, Sources
 from october.installer.steps.fetch.mirror import has_commit
@@ -75,8 +76,10 @@ class Kit:
         return env
 
 
-def open_kit(root: Path, recipe: Recipe) -> Kit:
-    """Read and verify the kit at ``root`` for ``recipe``; refuse anything that does not match."""
+def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
+    """Read and verify the kit at ``root`` for ``recipe``; refuse anything that does not match: its
+    own manifest, then the recipe and ``lock`` (default: ``locks/<recipe>.pylock.toml`` when there is
+    one; see :mod:`october.installer.kit.against`)."""
     root = root.resolve()
     if not root.is_dir():
         raise KitError(f"no kit at {root}", expected="a directory made by `october_setup kit`",
@@ -104,6 +107,16 @@ def open_kit(root: Path, recipe: Recipe) -> Kit:
                            expected="every recorded commit in its repository", found="not there",
                            fix="make the kit again")
         repos[repo["key"]] = path
+    lock = lock if lock is not None else committed_lock(recipe)
+    problems = kit_problems(doc, recipe, lock)
+    if problems:
+        raise KitError(f"the kit {root} does not match the recipe and lock in {len(problems)} place(s): "
+                       f"{listed(problems)}",
+                       expected=f"the recipe's fork pins and target, and every wheel as "
+                                f"{lock.name if lock else 'the manifest'} records it",
+                       found="the differences listed (a kit made from another recipe, forks.toml or lock, or changed)",
+                       fix=f"make the kit again from this recipe{' and lock' if lock else ''} "
+                           f"(`october_setup kit --recipe {recipe.name} DIR`), or use the ones it was made from")
     return Kit(root=root, manifest=doc, repos=repos)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -28,6 +27,7 @@ from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
 from october.installer.steps.env.uvcmd import recipe_source_args, uv_exe
+from october.installer.steps.lock.pylock import read_lock
 from october.installer.steps.wheel.download import download_wheel
 
 GLIBC = (2, 35)        # the newest glibc a kit's wheels may need (manylinux_2_35: Ubuntu 22.04, RHEL 10)
@@ -112,8 +112,11 @@ def pick(package: Mapping[str, Any], tags: Sequence[Tag], base: Path, role: str)
 
 def from_lock(lock: Path, recipe: Recipe, *, skip: Iterable[str] = ()) -> list[WheelWant]:
     """Every file the committed lock's index packages need on the target (forks excluded)."""
-    with open(lock, "rb") as fh:
-        doc = tomllib.load(fh)
+    return wants_in(read_lock(lock), lock.parent, recipe, skip=skip)
+
+
+def wants_in(doc: Mapping[str, Any], base: Path, recipe: Recipe, *, skip: Iterable[str] = ()) -> list[WheelWant]:
+    """:func:`from_lock` of a lock already read (``base``: the directory its relative paths start from)."""
     tags = target_tags(recipe)
     skipped = {str(canonicalize_name(s)) for s in skip}
     wants: list[WheelWant] = []
@@ -122,7 +125,7 @@ def from_lock(lock: Path, recipe: Recipe, *, skip: Iterable[str] = ()) -> list[W
             continue
         if package.get("vcs") or package.get("directory") or package.get("archive"):
             continue
-        wants += pick(package, tags, lock.parent, "lock")
+        wants += pick(package, tags, base, "lock")
     return wants
 
 

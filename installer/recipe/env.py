@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.recipe.tomlcheck import Table, version_key
+from october.installer.recipe.tomlcheck import MAX_URL, Table, version_key
 
 TORCH_SOURCES = ("index", "system")
 
@@ -50,7 +50,8 @@ def parse_python(top: Table) -> str:
 def parse_torch(top: Table) -> TorchPin:
     tt = top.table("torch")
     assert tt is not None
-    torch = TorchPin(version=version_key(tt, "version") or "", index_url=tt.get("index", str, required=False),
+    torch = TorchPin(version=version_key(tt, "version") or "",
+                     index_url=tt.get("index", str, required=False, max_len=MAX_URL),
                      source=tt.get("source", str, required=False, default="index"),
                      allow_system=tt.get("allow_system", bool, required=False, default=False))
     if torch.index_url is not None and not re.match(r"^(https?|file)://", torch.index_url):
@@ -76,10 +77,10 @@ def parse_sources(top: Table) -> Sources:
     st = top.table("sources", required=False)
     if st is None:
         return Sources()
-    sources = Sources(index_url=st.get("index_url", str, required=False),
-                      extra_index_urls=st.str_list("extra_index_urls", required=False),
+    sources = Sources(index_url=st.get("index_url", str, required=False, max_len=MAX_URL),
+                      extra_index_urls=st.str_list("extra_index_urls", required=False, max_len=MAX_URL),
                       find_links=tuple(_local_or_url(top.file, x)
-                                       for x in st.str_list("find_links", required=False)),
+                                       for x in st.str_list("find_links", required=False, max_len=MAX_URL)),
                       no_index=st.get("no_index", bool, required=False, default=False))
     st.done()
     return sources

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
 from october.installer.core.ids import FULL_SHA
-from october.installer.recipe.tomlcheck import Table, check_format, describe, read_toml
+from october.installer.recipe.tomlcheck import MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
 from october.installer.steps.install.policy import parse_build_env, parse_nested_installs
 
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
@@ -118,15 +118,15 @@ def load_forks(path: Path) -> dict[str, Fork]:
 def _parse_fork(forks_t: Table, name: str) -> Fork:
     ft = forks_t.table(name)
     assert ft is not None
-    url = ft.get("url", str, what="a git URL")
-    upstream = ft.get("upstream", str, required=False)
+    url = ft.get("url", str, what="a git URL", max_len=MAX_URL)
+    upstream = ft.get("upstream", str, required=False, max_len=MAX_URL)
     pins_t = ft.table("pins")
     assert pins_t is not None
     ft.done()
     pins: dict[str, Pin] = {}
-    for pin_name, value in pins_t.data.items():
-        pins_t.seen.add(pin_name)
-        pins[pin_name] = parse_pin(pins_t, pin_name, value)
+    for pin_name in pins_t.data:
+        pins[pin_name] = parse_pin(pins_t, pin_name, pins_t.get(pin_name, (str, dict), what="a 40-hex commit id "
+                                                                 "or a table {prefix, branch}"))
     for pin in pins.values():
         if pin.fetch_from == "upstream" and not upstream:
             raise RecipeError(forks_t.file, f"forks.{name}.pins.{pin.name}.fetch_from",
@@ -188,7 +188,7 @@ def _parse_pin_table(pt: Table, name: str) -> Pin:
             raise pt.err("commit", "a 40-character lowercase hex commit id", commit)
         return Pin(name=name, commit=commit, fetch_from=fetch_from)
     prefix = pt.get("prefix", str, what="a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>")
-    branch = pt.get("branch", str, what="the branch the prefix is resolved on")
+    branch = pt.get("branch", str, what="the branch the prefix is resolved on", max_len=MAX_KEY)
     pt.done()
     if not SHA_PREFIX.match(prefix):
         raise pt.err("prefix", "a lowercase hex commit prefix of 7 to 39 characters", prefix)
@@ -216,11 +216,11 @@ def parse_fork_uses(top: Table, known: Mapping[str, Fork], forks_file: str) -> t
 
 
 def _parse_fork_use(ft: Table, known: Mapping[str, Fork], forks_file: str) -> ForkUse:
-    fname = ft.get("name", str)
+    fname = ft.get("name", str, max_len=MAX_KEY)
     if fname not in known:
         raise ft.err("name", f"a fork defined in {forks_file} ({', '.join(sorted(known))})", fname)
     fork = known[fname]
-    pin_name = ft.get("pin", str)
+    pin_name = ft.get("pin", str, max_len=MAX_KEY)
     if pin_name not in fork.pins:
         raise ft.err("pin", f"a pin of fork '{fname}' in {forks_file} "
                      f"({', '.join(sorted(fork.pins)) or 'none'})", pin_name)
@@ -250,7 +250,7 @@ def _submodule_selection(ft: Table) -> dict[str, Any]:
         if not norm or norm.startswith("..") or "/../" in f"/{norm}/" or p.startswith("/"):
             raise RecipeError(ft.file, f"{ft._k('submodules')}[{i}]",
                               expected="a submodule path relative to the fork, e.g. \"3rdparty/cccl\"",
-                              found=repr(p))
+                              found=describe(p))
         cleaned.append(norm)
     if len(set(cleaned)) != len(cleaned):
         raise ft.err("submodules", "each submodule path at most once", paths)

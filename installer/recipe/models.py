@@ -7,11 +7,12 @@ from typing import Mapping
 
 from october.checks.contract import FORMATS
 from october.installer.core.ids import FULL_SHA, SHA256
-from october.installer.recipe.tomlcheck import Table
+from october.installer.recipe.tomlcheck import MAX_KEY, Table
 from october.installer.steps.jit.derive import COMPUTE_DTYPES, V_FORMATS, ModelShape
 
 MODEL_FORMATS = FORMATS  # one definition: the contract both interpreters share
 SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")
+SHAPE_MAX = 1 << 16         # heads, head dim, layers: far above any model, far below an overflow
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def parse_selection(sel: Table, fmt: str, *, for_jit: bool) -> ModelSelection:
     if v_format not in V_FORMATS:
         raise sel.err("v_format", f"one of {', '.join(V_FORMATS)}", v_format)
     shape = model_shape(sel, required=for_jit)
-    selection = ModelSelection(format=fmt, repo=sel.get("repo", str, what="'org/name'"),
+    selection = ModelSelection(format=fmt, repo=sel.get("repo", str, what="'org/name'", max_len=MAX_KEY * 2),
                                revision=rev, patterns=sel.str_list("patterns"), sha256=hashes,
                                compute_dtype=compute, v_format=v_format, shape=shape)
     if "/" not in selection.repo:
@@ -70,9 +71,9 @@ def _file_hashes(sel: Table) -> dict[str, str]:
     hashes_t = sel.table("sha256", required=False)
     hashes: dict[str, str] = {}
     if hashes_t is not None:
-        for fname, h in hashes_t.data.items():
-            hashes_t.seen.add(fname)
-            if not isinstance(h, str) or not SHA256.match(h):
+        for fname in hashes_t.data:
+            h = hashes_t.get(fname, str, what="64 lowercase hex characters")
+            if not SHA256.match(h):
                 raise hashes_t.err(fname, "64 lowercase hex characters", h)
             hashes[fname] = h
     return hashes
@@ -87,6 +88,6 @@ def model_shape(sel: Table, required: bool) -> ModelShape | None:
     source = ct.get("source", str, what="where the values were read (repo, revision, file)")
     ct.done()
     for k, v in values.items():
-        if v <= 0:
-            raise ct.err(k, "a positive integer", v)
+        if not 0 < v <= SHAPE_MAX:
+            raise ct.err(k, "a positive integer" if v <= 0 else f"at most {SHAPE_MAX}", v)
     return ModelShape(source=source, **values)

@@ -9,6 +9,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from october.installer.recipe.tomlcheck import Table
 
+GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
+
 
 @dataclass(frozen=True)
 class PreflightLimits:
@@ -34,16 +36,13 @@ def parse_preflight(top: Table) -> PreflightLimits:
     limits = PreflightLimits(
         os=pt.get("os", str, required=False, default="Linux"),
         arch=pt.get("arch", str, required=False, default="x86_64"),
-        min_ram_gb=pt.get("min_ram_gb", float, required=False, default=0.0),
-        min_disk_gb=pt.get("min_disk_gb", float, required=False, default=0.0),
+        min_ram_gb=pt.get("min_ram_gb", float, required=False, default=0.0, bounds=GB_BOUNDS),
+        min_disk_gb=pt.get("min_disk_gb", float, required=False, default=0.0, bounds=GB_BOUNDS),
         min_compute_capability=pt.get("min_compute_capability", str, required=False),
         uv=uvspec,
         need_compiler=pt.get("need_compiler", bool, required=False, default=True))
     mcc = limits.min_compute_capability
     if mcc is not None and not re.match(r"^\d+\.\d+$", mcc):
         raise pt.err("min_compute_capability", "a compute capability major.minor such as '8.9'", mcc)
-    for key in ("min_ram_gb", "min_disk_gb"):
-        if getattr(limits, key) < 0:
-            raise pt.err(key, "a number >= 0", getattr(limits, key))
     pt.done()
     return limits

@@ -3,15 +3,23 @@ and what was found (:class:`october.installer.core.errors.RecipeError`)."""
 
 from __future__ import annotations
 
-import tomllib
+import math
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from october.installer.core.errors import RecipeError
+from october.installer.core.errors import SHOWN_MAX, RecipeError, one_line
+from october.installer.core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
 
 FORMAT_VERSION = 1
+# Bounds every value read through a Table meets (a field may set a tighter one)
+MAX_STR = 1024          # characters of a string value (descriptions, reasons, patterns, paths)
+MAX_URL = 2048          # characters of a URL
+MAX_KEY = 128           # characters of a key (names of forks, pins, files, variables)
+MAX_KEYS = 256          # keys in one table
+MAX_ITEMS = 256         # items in one array
+MAX_INT = 2**63 - 1     # |integer|, the TOML range, whatever the parser gives
 
 
 class Table:
@@ -24,6 +32,13 @@ class Table:
         self.data: dict[str, Any] = data
         self.key = key
         self.seen: set[str] = set()
+        if len(data) > MAX_KEYS:
+            raise RecipeError(file, key or "<top>", expected=f"a table of at most {MAX_KEYS} keys",
+                              found=f"{len(data)} keys")
+        for name in data:
+            if len(name) > MAX_KEY:
+                raise RecipeError(file, self._k(name), expected=f"a key of at most {MAX_KEY} characters",
+                                  found=f"a key of {len(name):,} characters")
 
     def _k(self, name: str) -> str:
         return f"{self.key}.{name}" if self.key else name
@@ -31,8 +46,11 @@ class Table:
     def err(self, name: str, expected: str, found: Any) -> RecipeError:
         return RecipeError(self.file, self._k(name), expected=expected, found=describe(found))
 
-    def get(self, name: str, typ: type | tuple[type, ...], *, required: bool = True,
-            default: Any = None, what: str | None = None) -> Any:
+    def get(self, name: str, typ: type | tuple[type, ...], *, required: bool = True, default: Any = None,
+            what: str | None = None, max_len: int = MAX_STR, bounds: tuple[float, float] | None = None) -> Any:
+        """``name``'s value, of type ``typ`` (a float key takes an integer too), within bounds: a string
+        at most ``max_len`` characters, a list at most :data:`MAX_ITEMS` items (its strings at most
+        ``max_len``), a number finite and within ``bounds`` (default: the TOML integer range)."""
         self.seen.add(name)
         if name not in self.data:
             if required:
@@ -46,10 +64,29 @@ class Table:
             raise self.err(name, what or typename(typ), value)
         if not isinstance(value, typ):
             raise self.err(name, what or typename(typ), value)
+        self._bounded(name, value, max_len, bounds)
         return value
 
-    def str_list(self, name: str, *, required: bool = True) -> tuple[str, ...]:
-        value = self.get(name, list, required=required, default=[], what="a list of strings")
+    def _bounded(self, name: str, value: Any, max_len: int, bounds: tuple[float, float] | None) -> None:
+        if isinstance(value, str) and len(value) > max_len:
+            raise RecipeError(self.file, self._k(name), expected=f"at most {max_len} characters",
+                              found=f"{len(value):,} characters ({describe(value)})")
+        if isinstance(value, list):
+            if len(value) > MAX_ITEMS:
+                raise RecipeError(self.file, self._k(name), expected=f"at most {MAX_ITEMS} items",
+                                  found=f"{len(value):,} items")
+            for i, item in enumerate(value):
+                self._bounded(f"{name}[{i}]", item, max_len, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            what = "an integer" if isinstance(value, int) else "a finite number"
+            lo, hi = bounds or ((-MAX_INT, MAX_INT) if isinstance(value, int) else (-math.inf, math.inf))
+            if not math.isfinite(value) or not lo <= value <= hi:
+                shown = f"{what} from {_num(lo)} to {_num(hi)}" if bounds else \
+                    ("an integer within the TOML range (64 bits)" if isinstance(value, int) else what)
+                raise self.err(name, shown, value)
+
+    def str_list(self, name: str, *, required: bool = True, max_len: int = MAX_STR) -> tuple[str, ...]:
+        value = self.get(name, list, required=required, default=[], what="a list of strings", max_len=max_len)
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 raise RecipeError(self.file, f"{self._k(name)}[{i}]", expected="a string",
@@ -74,6 +111,10 @@ class Table:
                               fix=f"remove or rename '{self._k(unknown[0])}' in {self.file}")
 
 
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def typename(typ: type | tuple[type, ...]) -> str:
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              list: "a list", dict: "a table"}
@@ -83,12 +124,14 @@ def typename(typ: type | tuple[type, ...]) -> str:
 
 
 def describe(value: Any) -> str:
+    """A value as an error shows it: one line, at most :data:`~october.installer.core.errors.SHOWN_MAX`
+    characters (a string is cut before it is quoted, so a 200 KB value costs nothing)."""
     if isinstance(value, str):
-        return repr(value)
+        return one_line(repr(value[:SHOWN_MAX + 1]))
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (int, float)):
-        return repr(value)
+        return one_line(repr(value))
     if isinstance(value, list):
         return f"a list ({len(value)} items)"
     if isinstance(value, dict):
@@ -97,28 +140,28 @@ def describe(value: Any) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """A recipe or forks.toml, through the one TOML read gate (size, UTF-8, syntax, depth)."""
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise RecipeError(path, "<file>", expected="an existing TOML file", found="no such file",
-                          fix="check the path or the recipe name (see recipes/)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(path, "<file>", expected="valid TOML", found=f"a syntax error: {exc}",
-                          fix=f"fix the TOML syntax in {path}") from None
-    except UnicodeDecodeError as exc:
-        raise RecipeError(path, "<file>", expected="a UTF-8 TOML file", found=f"undecodable bytes ({exc.reason})",
-                          fix=f"save {path} as UTF-8") from None
-    except IsADirectoryError:
-        raise RecipeError(path, "<file>", expected="a TOML file", found="a directory",
-                          fix="pass a recipe name (see recipes/) or the path of a .toml file") from None
-    except OSError as exc:
-        raise RecipeError(path, "<file>", expected="a readable TOML file", found=exc.strerror or str(exc),
-                          fix=f"check the permissions of {path}") from None
+        return read_toml_file(path, max_bytes=RECIPE_MAX_BYTES)
+    except TomlRefused as exc:
+        raise RecipeError(path, "<file>", expected=exc.expected, found=exc.found,
+                          fix=_READ_FIX[exc.kind].format(path=path)) from None
+
+
+_READ_FIX = {
+    "missing": "check the path or the recipe name (see recipes/)",
+    "directory": "pass a recipe name (see recipes/) or the path of a .toml file",
+    "unreadable": "check the permissions of {path}",
+    "size": "check that {path} is the recipe (or forks.toml) you meant",
+    "encoding": "save {path} as UTF-8",
+    "syntax": "fix the TOML syntax in {path}",
+    "depth": "flatten the nested arrays or tables in {path}",
+    "nul": "remove the NUL character (written \\u0000) from {path}",
+}
 
 
 def version_key(t: Table, name: str, *, required: bool = True) -> str | None:
-    value = t.get(name, str, required=required, what="a version string such as '2.10.0'")
+    value = t.get(name, str, required=required, what="a version string such as '2.10.0'", max_len=64)
     if value is None:
         return None
     try:

@@ -10,7 +10,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from october.installer.core.ids import SHA256
-from october.installer.recipe.tomlcheck import Table, version_key
+from october.installer.recipe.tomlcheck import MAX_URL, Table, version_key
 
 # What vLLM's build compiles into the base wheel's .so files: csrc/ (every kernel and binding,
 # plus the generators it runs), CMakeLists.txt (targets, flags, arch lists) and cmake/ (helpers,
@@ -39,7 +39,7 @@ def parse_wheel(top: Table) -> BaseWheel | None:
     sha = wt.get("sha256", str, required=False)
     if sha is not None and not SHA256.match(sha):
         raise wt.err("sha256", "64 lowercase hex characters", sha)
-    url = wt.get("url", str)
+    url = wt.get("url", str, max_len=MAX_URL)
     if not re.match(r"^(https?|file)://", url):
         raise wt.err("url", "an https://, http:// or file:// URL", url)
     fname = _filename(wt)
@@ -55,7 +55,7 @@ def parse_wheel(top: Table) -> BaseWheel | None:
 
 
 def _filename(wt: Table) -> str:
-    fname: str = wt.get("filename", str)
+    fname: str = wt.get("filename", str, max_len=255)
     if "/" in fname or "\\" in fname or fname.startswith("."):
         raise wt.err("filename", "a plain wheel file name (it names STACK/wheels/<filename>)", fname)
     try:

@@ -66,14 +66,11 @@ def parse_build_env(ft: Table) -> dict[str, str]:
     bt = ft.table("build_env")
     assert bt is not None
     out: dict[str, str] = {}
-    for key, value in bt.data.items():
-        bt.seen.add(key)
+    for key in bt.data:
         if not ENV_NAME.match(key) or key in RESERVED_ENV:
             raise bt.err(key, "an environment variable name the tool does not set itself "
                          f"(not {', '.join(RESERVED_ENV)})", key)
-        if not isinstance(value, str):
-            raise bt.err(key, "a string value (quote numbers: BUILD_NVEP = \"0\")", value)
-        out[key] = value
+        out[key] = bt.get(key, str, what="a string value (quote numbers: BUILD_NVEP = \"0\")")
     return out
 
 
@@ -85,9 +82,9 @@ def parse_nested_installs(ft: Table) -> dict[str, str]:
     nt = ft.table("nested_installs")
     assert nt is not None
     out: dict[str, str] = {}
-    for key, why in nt.data.items():
-        nt.seen.add(key)
-        if not isinstance(why, str) or not why.strip():
+    for key in nt.data:
+        why = nt.get(key, str, what="the reason the stack does not need it, as a non-empty string")
+        if not why.strip():
             raise nt.err(key, "the reason the stack does not need it, as a non-empty string", why)
         out[_name(nt, key, key)] = why
     return out

@@ -9,7 +9,6 @@ holds no timestamps of ours, so an identical install gives an identical file.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -20,9 +19,10 @@ from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
 from october.installer import __version__
-from october.installer.core.errors import LockError
+from october.installer.core.errors import LockError, one_line
 from october.installer.core.hashing import sha256_file
 from october.installer.core.redact import redact_url
+from october.installer.core.tomlgate import LOCK_MAX_BYTES, TomlRefused, read_toml_file
 
 TOOL = "october"
 
@@ -139,21 +139,41 @@ def dumps(lock: Mapping[str, Any]) -> str:
 
 
 def read_lock(path: Path) -> dict[str, Any]:
+    """A pylock through the one TOML read gate (size, UTF-8, syntax, depth), valid PEP 751, with the
+    ``[tool.october]`` parts this tool reads in the shapes it reads them."""
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise LockError("the lock file for --locked does not exist", expected=f"a pylock.toml at {path}",
-                        found="no such file", fix="run october_setup once without --locked, or pass the lock path") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LockError("the lock file is not valid TOML", expected="a pylock.toml", found=str(exc),
+        data = read_toml_file(path, max_bytes=LOCK_MAX_BYTES)
+    except TomlRefused as exc:
+        if exc.kind == "missing":
+            raise LockError("the lock file for --locked does not exist", expected=f"a pylock.toml at {path}",
+                            found="no such file", fix="run october_setup once without --locked, or pass the lock "
+                            "path") from None
+        raise LockError(f"the lock file {path} cannot be read", expected=exc.expected, found=exc.found,
                         fix=f"restore {path} from version control") from None
     try:
         Pylock.from_dict(data)
     except PylockValidationError as exc:
         raise LockError("the lock file is not valid PEP 751", expected="a valid pylock.toml",
-                        found=str(exc), fix=f"restore {path} or re-create it without --locked") from None
+                        found=one_line(str(exc), 200), fix=f"restore {path} or re-create it without --locked") from None
+    bad = _tool_shape(data)
+    if bad:
+        raise LockError(f"the lock file's [tool.{TOOL}] is malformed", expected=f"{bad} as a table",
+                        found="another type", fix=f"restore {path} or re-create it without --locked")
     return data
+
+
+def _tool_shape(lock: Mapping[str, Any]) -> str | None:
+    """The first ``[tool.october]`` part that is not a table (None: all are)."""
+    ours = lock.get("tool", {}).get(TOOL, {})
+    if not isinstance(ours, dict):
+        return f"[tool.{TOOL}]"
+    if not isinstance(ours.get("wheel", {}), dict):
+        return f"[tool.{TOOL}.wheel]"
+    for i, p in enumerate(lock.get("packages", [])):
+        tool = (p.get("tool") or {}).get(TOOL, {})
+        if not isinstance(tool, dict):
+            return f"packages[{i}].tool.{TOOL}"
+    return None
 
 
 def locked_state(path: Path) -> LockedState:
