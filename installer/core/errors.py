@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 from typing import ClassVar, Sequence
 
-
 SHOWN_MAX = 80      # characters of a value echoed from a file or a command line
 
 

@@ -25,7 +25,7 @@ from october.installer.kit.against import committed_lock
 from october.installer.kit.gitcopy import KitRepos
 from october.installer.kit.manifest import file_table, write_manifest
 from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
-from october.installer.recipe import PROJECT_ROOT, ForkUse, Recipe
+from october.installer.recipe import ForkUse, Recipe
 from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.diagnose import remove_partial_objects
 from october.installer.steps.fetch.mirror import PIN_REFS, open_mirror
