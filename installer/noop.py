@@ -6,7 +6,7 @@ It reads the same options as the full command line (argparse, the same spellings
 :class:`~october.installer.pipeline.engine.SetupOptions`, and asks the same pipeline whether every
 step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
 each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
-option it does not take (``--kit``, ``--verbose``, ``--help``, ``--version``, ``kit``, ``fleet``), a
+option it does not take (``--verbose``, ``--help``, ``--version``, ``kit``, ``fleet``), a
 usage or recipe error -- returns None and the full command line runs from the start, so errors,
 progress and the work itself are exactly what they were.
 
@@ -49,6 +49,7 @@ def parse(args: Sequence[str]) -> argparse.Namespace | None:
     p.add_argument("--locked", action="store_true")
     p.add_argument("--lock-file", type=Path)
     p.add_argument("--system-python", type=Path)
+    p.add_argument("--kit", type=Path)
     p.add_argument("--quiet", "-q", action="store_true")
     try:
         ns = p.parse_args(list(args))
@@ -76,10 +77,16 @@ def try_noop(args: Sequence[str]) -> int | None:
         from october.installer.core.cliargs import split_skips
         from october.installer.pipeline.engine import SetupOptions, SilentReporter, skip_line
         from october.installer.pipeline.plan import finished_setup, resolve_locked, summary
-        from october.installer.recipe import load_recipe
+        from october.installer.recipe import load_recipe, with_kit
         from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
+        if ns.kit is not None:
+            # a finished stack reads nothing from its kit: the kit only shapes the recipe's sources (and so the
+            # steps' fingerprints).  Were anything to run, the full command line verifies the kit first.
+            if not ns.kit.is_dir():
+                return None
+            rec = with_kit(rec, ns.kit.resolve())
         opts = SetupOptions(stack=stack, recipe=rec, cache_dir=(ns.cache_dir or default_cache_dir()).resolve(),
                             allow_dirty=ns.allow_dirty, skip_preflight=split_skips(ns.skip_preflight),
                             locked=resolve_locked(rec, stack, ns.locked, ns.lock_file), quiet=ns.quiet)

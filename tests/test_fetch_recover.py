@@ -18,7 +18,14 @@ import pytest
 from october.installer.core.errors import FetchError
 from october.installer.core.runner import Runner
 from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.fetch.mirror import PIN_REFS, ensure_commit, has_commit, has_complete, mirror_path, open_mirror
+from october.installer.steps.fetch.mirror import (
+    PIN_REFS,
+    ensure_commit,
+    has_commit,
+    has_complete,
+    mirror_path,
+    open_mirror,
+)
 from october.installer.steps.fetch.recover import MARKER, mark_incomplete
 from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe

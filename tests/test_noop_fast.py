@@ -57,7 +57,7 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert "local changes" in proc.stderr
 
     # an option the fast path does not take, and a different option value, go to the full path
-    assert parse([*args, "--kit", str(tmp_path)]) is None
+    assert parse([*args, "--kit", str(tmp_path)]).kit == tmp_path     # a kit: see the test below
     assert parse(["kit", "--recipe", "x", str(tmp_path)]) is None
     assert parse([*args, "--verbose"]) is None and parse([*args, "--help"]) is None
     assert parse([*args, "--skip-preflight", "gpu,nvcc", "-q"]).skip_preflight == ["gpu,nvcc"]
@@ -122,3 +122,33 @@ def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> 
     for dirty in (False, True):
         assert "not at their recorded commits: 3rdparty/sub" in (
             check_clone(src, commit, allow_dirty=dirty, submodules=subs) or "")
+
+
+@pytest.mark.slow
+def test_a_stack_set_up_from_a_kit_answers_its_no_op_from_the_fast_path(tmp_path: Path) -> None:
+    """The H200 run's command (``--kit KIT --system-python ...``) took the full command line on every no-op
+    (1.0 s there).  A finished stack reads nothing from its kit: the kit only shapes the recipe's sources,
+    so the fast path answers; were anything to run (a changed fork), the full command line verifies the kit."""
+    from tests.test_kit import _recipe_copy
+
+    world: World = make_world(tmp_path / "world")
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    kit, stack, cache = tmp_path / "kit", tmp_path / "stack", tmp_path / "cache"
+    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", str(recipe),
+                           str(kit), "--cache-dir", str(tmp_path / "cache-kit"), "-q"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    args = (str(stack), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(cache))
+    first, proc = setup_cli(*args)
+    assert first["rc"] == 0 and first["typer"], proc.stderr
+    again, proc = setup_cli(*args)
+    assert again == {"rc": 0, "typer": False, "git": False, "httpx": False, "jsonschema": False}, proc.stderr
+    # the same stack named without its kit has other sources (other fingerprints): the full command line runs
+    other, proc = setup_cli(str(stack), "--recipe", str(recipe), "--cache-dir", str(cache))
+    assert other["typer"]
+    # a changed fork with the kit tampered: the full command line runs and refuses the kit first
+    (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
+    wheel = next((kit / "wheels").glob("tinydep-*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    tampered, proc = setup_cli(*args)
+    assert tampered["typer"] and tampered["rc"] == 20, proc.stderr

@@ -17,7 +17,6 @@ The recipe's name and sha256 are unchanged, so the lock and receipt read as an o
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from october.installer.core.redact import redact_url
 from october.installer.kit import MANIFEST, url_key
 from october.installer.kit.against import committed_lock, kit_problems
 from october.installer.kit.manifest import check_files, listed, read_manifest
-from october.installer.recipe import Recipe, Sources
+from october.installer.recipe import Recipe, with_kit
 from october.installer.steps.fetch.mirror import has_commit
 from october.installer.steps.wheel.download import cache_path, seen_path
 
@@ -122,8 +121,7 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
 
 def kit_recipe(recipe: Recipe, kit: Kit) -> Recipe:
     """The recipe with its package sources replaced by the kit's wheels (nothing else changes)."""
-    return dataclasses.replace(recipe, sources=Sources(no_index=True, find_links=(str(kit.wheels_dir),)),
-                               torch=dataclasses.replace(recipe.torch, index_url=None))
+    return with_kit(recipe, kit.root)
 
 
 def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:

@@ -106,3 +106,15 @@ def _known_forks(top: Table, root: Path) -> tuple[Path, dict[str, Fork]]:
     forks_file = top.get("forks_file", str, required=False, default=None)
     forks_path = (top.file.parent / forks_file).resolve() if forks_file else root / "forks.toml"
     return forks_path, load_forks(forks_path)
+
+
+def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:
+    """The recipe as a stack set up from the kit at ``kit_root`` uses it: packages from the kit's wheels
+    only (no index, no torch index); nothing else changes.  Reads nothing in the kit (the no-op fast path
+    uses it too; the full command line verifies the kit first, :func:`october.installer.kit.use.open_kit`)."""
+    import dataclasses
+
+    from october.installer.recipe.env import Sources
+
+    return dataclasses.replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
+                               torch=dataclasses.replace(recipe.torch, index_url=None))
