@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from october.installer.recipe.tomlcheck import MAX_URL, Table, version_key
 
