@@ -127,20 +127,11 @@ def test_real_kit_for_the_flashinfer_fork_with_system_torch(real_mirror: Path, t
     from october.installer.kit.make import KitOptions, make_kit
     from october.installer.kit.use import open_kit
 
-    @dataclasses.dataclass(frozen=True)
-    class SystemTorch:          # the recipe option helper t10 adds: torch comes from the interpreter
-        version: str = "2.11.0+cu130"
-        index_url: str | None = None
-        system: bool = True
-
-        @property
-        def requirement(self) -> str:
-            return f"torch=={self.version}"
-
     _rewrite(monkeypatch, real_mirror)
     base = load_recipe("20260702")
     recipe = dataclasses.replace(base, name="flashinfer-real-kit", forks=(base.fork("flashinfer"),), wheel=None,
-                                 torch=SystemTorch(),  # type: ignore[arg-type]
+                                 torch=dataclasses.replace(base.torch, version="2.11.0+cu130", index_url=None,
+                                                           source="system"),
                                  build_requirements=("packaging", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2"))
     kit = tmp_path / "kit"
     make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "cache"))

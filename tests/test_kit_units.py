@@ -56,13 +56,8 @@ def test_torch_from_system_reads_the_recipes_flag() -> None:
     r = load_recipe("20260702")
     assert torch_from_system(r) is False
 
-    @dataclasses.dataclass(frozen=True)
-    class SystemTorch:
-        version: str
-        index_url: str | None = None
-        system: bool = True
-
-    assert torch_from_system(dataclasses.replace(r, torch=SystemTorch("2.11.0+cu130"))) is True  # type: ignore[arg-type]
+    system = dataclasses.replace(r.torch, version="2.11.0+cu130", index_url=None, source="system")
+    assert torch_from_system(dataclasses.replace(r, torch=system)) is True
 
 
 def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path) -> None:

@@ -44,13 +44,8 @@ class WheelWant:
 
 def torch_from_system(recipe: Recipe) -> bool:
     """Whether torch comes from the system interpreter, not from the stack's sources (then the kit
-    carries no torch wheel).  Reads the recipe's ``[torch]`` system flag when the recipe has one."""
-    torch = recipe.torch
-    for attr in ("system", "from_system", "provided_by_system"):
-        value = getattr(torch, attr, None)
-        if value:
-            return True
-    return False
+    carries no torch wheel): the recipe's ``[torch] source = "system"`` (or ``--system-torch``)."""
+    return recipe.torch.from_system
 
 
 def target_tags(recipe: Recipe) -> list[Tag]:
