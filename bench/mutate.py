@@ -94,13 +94,15 @@ class _Mutator(ast.NodeTransformer):
     def __init__(self, source: str, target: int | None = None) -> None:
         self.source = source
         self.target = target
+        self.lines = source.splitlines()
         self.sites: list[Mutant] = []
         self.depth = 0                     # 0: module level
 
     def _site(self, node: ast.AST, kind: str, what: str, apply: Callable[[], ast.AST | None]) -> ast.AST | None:
         index = len(self.sites)
-        code = (ast.get_source_segment(self.source, node) or "").split("\n")[0][:90]
-        self.sites.append(Mutant(index, getattr(node, "lineno", 0), kind, what, code))
+        line = getattr(node, "lineno", 0)
+        code = self.lines[line - 1].strip()[:90] if 0 < line <= len(self.lines) else ""
+        self.sites.append(Mutant(index, line, kind, what, code))
         if index == self.target:
             return apply()
         return None
