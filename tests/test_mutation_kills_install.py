@@ -280,3 +280,18 @@ def test_a_uv_in_the_env_bin_shadows_the_guard(tmp_path: Path) -> None:
     assert nested.shadowing(tmp_path) == []
     (tmp_path / "uv").write_text("")
     assert nested.shadowing(tmp_path) == [tmp_path / "uv"]
+
+
+def test_the_probe_runs_isolated_in_the_stack_python_and_asks_for_the_imports(tmp_path: Path) -> None:
+    """The real probe script, run by this interpreter (the test env stands in for the stack env)."""
+    import sys
+
+    from october.installer.core.runner import Runner
+    from october.installer.steps.install.guards import probe
+
+    spec = GuardSpec(python=Path(sys.executable), torch_version="0", forks={}, imports=("json",),
+                     cuda_libs=("libnot-a-real-library.so.9",))
+    facts = probe(Runner(tmp_path / "logs"), "install", spec)
+    assert facts["imports"] == {"json": {"attempted": False, "ok": None, "error": None}}
+    assert facts["cuda"]["present"] is False
+    assert probe(Runner(tmp_path / "logs"), "install", spec, imports=False)["imports"] == {}
