@@ -70,7 +70,8 @@ def test_a_clean_workspace_is_trusted_and_complete(tmp_path: Path) -> None:
 
 
 def test_write_manifest_keeps_only_path_sha256_and_key(tmp_path: Path) -> None:
-    write_manifest(tmp_path, {"m": {"path": "p.so", "sha256": "ab", "key": "k", "extra": "x"}})
+    write_manifest(tmp_path / "new" / "ws", {"m": {"path": "p.so", "sha256": "ab", "key": "k", "extra": "x"}})
+    tmp_path = tmp_path / "new" / "ws"                       # a workspace not made yet is made, parents too
     assert json.loads((tmp_path / MANIFEST).read_text())["modules"] == {"m": {"path": "p.so", "sha256": "ab", "key": "k"}}
     assert manifest_aot_dir(tmp_path) is None
 
