@@ -98,6 +98,11 @@ url = "https://download.example/six.whl"
 hashes = {{ sha256 = "{'1' * 64}" }}
 
 [[packages]]
+name = "gitdep"
+version = "0.1"
+vcs = {{ type = "git", url = "https://github.com/example/gitdep", commit-id = "{'2' * 40}" }}
+
+[[packages]]
 name = "flashinfer-python"
 version = "0.5.0"
 vcs = {{ type = "git", url = "https://github.com/example/flashinfer", commit-id = "{commit}" }}
@@ -144,6 +149,7 @@ def _build(tmp: Path) -> tuple[Path, str]:
     site = root / "env" / "lib" / "python3.12" / "site-packages"
     _dist(site, "torch", TORCH, {"torch/__init__.py": b"T = 1\n", "torch/lib/libtorch.so": b"\x7fELF" + b"t" * 64})
     _dist(site, "six", "1.16.0", {"six.py": b"# six\n"})
+    _dist(site, "gitdep", "0.1", {}, {"url": "https://github.com/example/gitdep", "vcs_info": {"vcs": "git"}})
     _dist(site, "flashinfer-python", "0.5.0", {"__editable__.flashinfer.pth": b"../../../../src/fi-custom\n"}, {})
 
     wheel = root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl"
@@ -199,13 +205,13 @@ def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stac
     said: list[str] = []
     report = verify_stack(stack.root, progress=said.append, hashed=lambda d, t: seen.append((d, t)))
     assert report.differences == () and report.ok
-    assert dict(report.checked) == {"forks": 1, "distributions": 3, "files": 4, "jit": 1, "wheel": 1}
+    assert dict(report.checked) == {"forks": 1, "distributions": 4, "files": 4, "jit": 1, "wheel": 1}
     assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
     total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
     assert seen and seen[-1] == (float(total), float(total))
     assert said == ["lock file", "fork clones", "distributions", "base wheel", "JIT libraries"]
     lines = format_report(report)
-    assert lines[0] == "checked 1 fork(s), 3 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
+    assert lines[0] == "checked 1 fork(s), 4 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
     assert lines[1].startswith(f"stack {stack.root.resolve()} matches its lock (sha256 {report.lock_sha256[:12]})")
     assert report.as_json()["ok"] is True and report.as_json()["differences"] == []
 
@@ -380,7 +386,7 @@ def test_dist_info_without_name_or_metadata_is_skipped(stack: Stack) -> None:
     half = stack.site / "half-1.0.dist-info"
     half.mkdir()
     (half / "METADATA").write_text("Metadata-Version: 2.1\nName: half\n")
-    assert sorted(installed(stack.root / "env")) == ["flashinfer-python", "six", "torch"]
+    assert sorted(installed(stack.root / "env")) == ["flashinfer-python", "gitdep", "six", "torch"]
     assert installed(stack.root / "nothing") == {}
 
 
@@ -415,7 +421,7 @@ def test_a_missing_record_and_an_unknown_hash_are_named(stack: Stack) -> None:
 
 def test_a_record_row_without_an_equals_sign_is_not_hashed(stack: Stack) -> None:
     record = stack.site / "six-1.16.0.dist-info" / "RECORD"
-    record.write_text(record.read_text() + "six_extra.py,sha256,3\nsix_short.py\n")
+    record.write_text(record.read_text() + "six_extra.py,sha256,3\nsix_short.py\nsix_two.py,sha256\n\n")
     assert diffs(stack) == []
 
 
