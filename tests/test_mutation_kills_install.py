@@ -295,3 +295,48 @@ def test_the_probe_runs_isolated_in_the_stack_python_and_asks_for_the_imports(tm
     assert facts["imports"] == {"json": {"attempted": False, "ok": None, "error": None}}
     assert facts["cuda"]["present"] is False
     assert probe(Runner(tmp_path / "logs"), "install", spec, imports=False)["imports"] == {}
+
+
+@pytest.mark.parametrize("imp,where", [({"error": "No module named flashinfer"}, "No module named flashinfer"),
+                                       ({}, "nothing"), ({"origin": "/x/flashinfer/__init__.py", "error": "e"},
+                                                         "/x/flashinfer/__init__.py")])
+def test_a_wrong_import_says_where_it_resolved(imp: dict[str, Any], where: str) -> None:
+    msg = _fails(_facts(forks={"flashinfer": {"dists": [_editable()], "import": imp}}))
+    assert f"it resolves to {where}" in msg
+
+
+SYSTEM = {"version": "2.10.0+cu128", "site_packages": ["/usr/lib/python3/site-packages"]}
+
+
+def test_a_site_provided_torch_is_judged_by_its_own_rules() -> None:
+    spec = GuardSpec(python=Path("/stack/env/bin/python"), torch_version="2.10.0+cu128", forks={}, imports=(),
+                     system_torch=SYSTEM)
+    good = {"dists": [{"version": "2.10.0", "site": "/usr/lib/python3/site-packages"}],
+            "import": {"origin": "/usr/lib/python3/site-packages/torch/__init__.py"}}
+    assert evaluate(spec, _facts(torch=good)).results == {"torch": OK}
+    shadow = {"dists": [{"version": "2.10.0", "site": "/usr/lib/python3/site-packages"},
+                        {"version": "2.11.0", "site": "/stack/env/lib/python3.12/site-packages"}],
+              "import": {"origin": "/stack/env/lib/python3.12/site-packages/torch/__init__.py"}}
+    with pytest.raises(InstallError) as err:
+        evaluate(spec, _facts(torch=shadow))
+    assert str(err.value).startswith("3 post-install checks failed")
+    assert "comes from the system" in str(err.value) and "exactly one torch" in str(err.value)
+
+
+def test_a_probe_that_prints_no_result_is_an_install_error(tmp_path: Path) -> None:
+    """A broken stack interpreter (a script that prints something else stands in for it)."""
+    from october.installer.core.runner import Runner
+    from october.installer.steps.install.guards import probe
+
+    fake = tmp_path / "env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\necho 'Fatal Python error: init_fs_encoding'\n")
+    fake.chmod(0o755)
+    spec = GuardSpec(python=fake, torch_version="0", forks={})
+    with pytest.raises(InstallError, match="printed no result") as err:
+        probe(Runner(tmp_path / "logs"), "install", spec)
+    assert err.value.found == "Fatal Python error: init_fs_encoding"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(InstallError, match="printed no result") as err:
+        probe(Runner(tmp_path / "logs"), "install", spec)
+    assert err.value.found == "no output"

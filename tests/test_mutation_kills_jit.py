@@ -66,6 +66,7 @@ def test_a_clean_workspace_is_trusted_and_complete(tmp_path: Path) -> None:
     assert report(ws) == {"ok": True, "untrusted": [], "missing": []}
     body = json.loads((ws / MANIFEST).read_text())
     assert body["format"] == MANIFEST_FORMAT == 1 and body["aot_dir"] == str(aot_dir)
+    assert (ws / MANIFEST).read_text() == json.dumps(body, indent=1, sort_keys=True)   # byte-stable
     assert not list(ws.glob(f".{MANIFEST}.*"))          # no temp file left behind
 
 

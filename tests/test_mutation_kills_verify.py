@@ -419,6 +419,14 @@ def test_a_missing_record_and_an_unknown_hash_are_named(stack: Stack) -> None:
     assert "torch/x.py (" in found[f"torch {TORCH}"].found and "torch/y.py" not in found[f"torch {TORCH}"].found
 
 
+def test_a_record_row_without_a_size_is_still_hashed(stack: Stack) -> None:
+    record = stack.site / "six-1.16.0.dist-info" / "RECORD"
+    record.write_text(f"six.py,sha256={_b64(b'other')}\n")                   # two fields: hash, no size
+    d = only(stack)
+    assert d.what == "six 1.16.0" and d.found == "1 file(s) differ: six.py (changed)"
+    assert MAX_FILES_LISTED == 20
+
+
 def test_a_record_row_without_an_equals_sign_is_not_hashed(stack: Stack) -> None:
     record = stack.site / "six-1.16.0.dist-info" / "RECORD"
     record.write_text(record.read_text() + "six_extra.py,sha256,3\nsix_short.py\nsix_two.py,sha256\n\n")
