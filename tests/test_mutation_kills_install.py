@@ -341,3 +341,14 @@ def test_a_probe_that_prints_no_result_is_an_install_error(tmp_path: Path) -> No
     with pytest.raises(InstallError, match="printed no result") as err:
         probe(Runner(tmp_path / "logs"), "install", spec)
     assert err.value.found == "no output"
+
+
+def test_nothing_placed_lists_the_first_six_shipped_modules(tmp_path: Path) -> None:
+    checkout = tmp_path / "vllm-src"
+    checkout.mkdir()
+    for n, more in ((7, " ..."), (6, "")):
+        wheel = {"extensions": [{"module": f"vllm._m{i}", "path": f"vllm/_m{i}.so"} for i in range(n)]}
+        with pytest.raises(InstallError) as err:
+            import_guard(wheel, {"vllm": checkout})
+        assert err.value.expected == ("one or more of " + ", ".join(f"vllm/_m{i}.so" for i in range(6)) + more
+                                      + f" under {checkout}")
