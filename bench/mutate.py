@@ -364,12 +364,20 @@ def _copy_tree(dest: Path) -> Path:
 Runner = Callable[[Path, "tuple[str, ...]", float], "tuple[str, float]"]
 
 
-def run_module(name: str, trees: list[Path], jobs: int, log: Callable[[str], None], run: Runner = _pytest
-               ) -> dict[str, object]:
+def run_module(name: str, trees: list[Path], jobs: int, log: Callable[[str], None], run: Runner = _pytest,
+               earlier: dict[str, object] | None = None) -> dict[str, object]:
     rel, tests = TARGETS[name]
     tests = tuple(t for t in tests if (trees[0] / t).is_file())     # a file not written yet is left out
     source = (REPO / rel).read_text(encoding="utf-8")
     cases = mutants(source)
+    total = len(cases)
+    if earlier is not None:
+        # re-run the earlier survivors, and any mutant that shares a survivor's line, kind and mutation (every
+        # other mutant was killed then; the module's source must be unchanged)
+        assert earlier["total"] == total, f"{name}: the module changed since the earlier run; run it whole"
+        left = {(s["line"], s["kind"], s["what"]) for s in earlier["survivors"]}  # type: ignore[attr-defined]
+        cases = [c for c in cases if (c[0].line, c[0].kind, c[0].what) in left]
+    killed_before = total - len(cases)
     base_state, base_s = run(trees[0], tests, 900)
     if base_state != "survived":
         raise SystemExit(f"{name}: the unmutated tests fail ({' '.join(tests)}); fix them first")
@@ -397,9 +405,9 @@ def run_module(name: str, trees: list[Path], jobs: int, log: Callable[[str], Non
     else:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             outcomes = list(pool.map(one, cases))
-    killed = sum(o.result != "survived" for o in outcomes)
-    return {"module": name, "path": rel, "tests": list(tests), "total": len(outcomes), "killed": killed,
-            "percent": round(100.0 * killed / len(outcomes), 1) if outcomes else 100.0,
+    killed = killed_before + sum(o.result != "survived" for o in outcomes)
+    return {"module": name, "path": rel, "tests": list(tests), "total": total, "killed": killed,
+            "percent": round(100.0 * killed / total, 1) if total else 100.0,
             "survivors": [asdict(o) for o in outcomes if o.result == "survived"],
             "timeouts": sum(o.result == "timeout" for o in outcomes)}
 
@@ -413,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                          "always so with --jobs > 1)")
     ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     ap.add_argument("--json", type=Path, help="write the results here as JSON")
+    ap.add_argument("--survivors-of", type=Path, metavar="JSON",
+                    help="re-run only the survivors recorded in an earlier --json (after new tests)")
     ap.add_argument("--min", type=float, default=90.0, help="exit 1 when a module kills fewer (default 90)")
     args = ap.parse_args(argv)
     names = args.module or list(TARGETS)
@@ -423,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{rel}:{site.line} [{site.kind}] {site.what}    {site.code}")
         return 0
     results = []
+    earlier = ({r["module"]: r for r in json.loads(args.survivors_of.read_text(encoding="utf-8"))}
+               if args.survivors_of else {})
+    if earlier and not args.module:
+        names = [n for n in names if n in earlier]
     forked = not args.subprocess and max(1, args.jobs) == 1
     if forked:
         _preload()
@@ -430,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         trees = [_copy_tree(Path(tmp) / f"tree{i}") for i in range(max(1, args.jobs))]
         for name in names:
             results.append(run_module(name, trees, max(1, args.jobs), lambda s: print(s, flush=True),
-                                      _pytest_forked if forked else _pytest))
+                                      _pytest_forked if forked else _pytest, earlier.get(name)))
     print(f"\n{'module':<22} {'killed':>7} {'total':>6} {'%':>6}")
     for r in results:
         print(f"{r['module']:<22} {r['killed']:>7} {r['total']:>6} {r['percent']:>6}")
