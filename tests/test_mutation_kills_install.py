@@ -352,3 +352,27 @@ def test_nothing_placed_lists_the_first_six_shipped_modules(tmp_path: Path) -> N
             import_guard(wheel, {"vllm": checkout})
         assert err.value.expected == ("one or more of " + ", ".join(f"vllm/_m{i}.so" for i in range(6)) + more
                                       + f" under {checkout}")
+
+
+def test_an_extra_asked_for_only_under_an_inactive_marker_is_not_wanted() -> None:
+    dists = [Dist("a", "1.0", ("f[x]>=1; python_version < '3'",)), Dist("f", "1.0", ("g; extra == 'x'",))]
+    assert conflicts(dists, "3.12.0") == []
+    dists[0] = Dist("a", "1.0", ("f[x]>=1",))
+    assert conflicts(dists, "3.12.0") == [Conflict("f", "1.0", "g; extra == 'x'", "g", None)]
+
+
+def test_run_guards_probes_and_judges(tmp_path: Path) -> None:
+    """The real probe in this interpreter (the test env stands in for a stack env with its torch)."""
+    import importlib.metadata
+    import sys
+
+    from october.installer.core.runner import Runner
+    from october.installer.steps.install.guards import run_guards
+
+    torch = importlib.metadata.version("torch")
+    spec = GuardSpec(python=Path(sys.executable), torch_version=torch, forks={}, imports=())
+    report = run_guards(Runner(tmp_path / "logs"), "install", spec)
+    assert dict(report.results) == {"torch": OK} and report.facts["torch"]["versions"] == [torch]
+    with pytest.raises(InstallError, match=r"\[torch\]"):
+        run_guards(Runner(tmp_path / "logs"), "install", GuardSpec(python=Path(sys.executable), torch_version="0.0.1",
+                                                                   forks={}, imports=()))

@@ -223,3 +223,13 @@ def test_discard_removes_each_module_directory_and_nothing_else(tmp_path: Path) 
     assert not a.parent.exists() and not aot_b.parent.exists() and not loose.exists()
     assert b.is_file() and (aot_dir / "mod_a" / "mod_a.so").is_file() and (loose.parent / "keep.txt").is_file()
     assert discard([]) == []
+
+
+def test_discard_twice_or_after_another_removal_is_quiet(tmp_path: Path) -> None:
+    ws, _, _ = _stack(tmp_path, aot=False)
+    a = ws / ".cache/flashinfer/90/cached_ops/mod_a/mod_a.so"
+    loose = tmp_path / "x.so"
+    loose.write_bytes(b"z")
+    items = [Untrusted(a, "r"), Untrusted(loose, "r")]
+    assert discard(items + items) == [str(a.parent), str(loose), str(a.parent), str(loose)]
+    assert not a.parent.exists() and not loose.exists()

@@ -324,6 +324,13 @@ def test_many_local_changes_are_listed_up_to_the_limit(stack: Stack) -> None:
     assert f"f{MAX_FILES_LISTED - 1:02d}.txt" in d.found and f"f{MAX_FILES_LISTED:02d}.txt" not in d.found
 
 
+def test_exactly_the_limit_of_local_changes_lists_them_all(stack: Stack) -> None:
+    for i in range(MAX_FILES_LISTED):
+        (stack.fork / f"f{i:02d}.txt").write_text("x")
+    d = only(stack)
+    assert "more" not in d.found and d.found.count(".txt") == MAX_FILES_LISTED
+
+
 def test_a_moved_submodule_is_named(stack: Stack) -> None:
     sub = stack.fork / "3rdparty" / "sub"
     (sub / "t.txt").write_text("y")
