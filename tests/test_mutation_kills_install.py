@@ -376,3 +376,15 @@ def test_run_guards_probes_and_judges(tmp_path: Path) -> None:
     with pytest.raises(InstallError, match=r"\[torch\]"):
         run_guards(Runner(tmp_path / "logs"), "install", GuardSpec(python=Path(sys.executable), torch_version="0.0.1",
                                                                    forks={}, imports=()))
+
+
+def test_attempt_packages_edge_cases() -> None:
+    assert nested.Attempt("pip", ("nixl",)).packages == ("nixl",)                  # a requirement first
+    assert nested.Attempt("uv", ("pip", "install", "pip")).packages == ("pip",)     # a package named pip
+    assert nested.Attempt("uv", ("pip", "install", "--upgrade-package", "torch", "-c", "constraints",
+                                 "nixl")).packages == ("nixl",)                     # option values are not packages
+
+
+def test_install_guard_makes_missing_parents(tmp_path: Path) -> None:
+    d = nested.install_guard(tmp_path / "a" / "b" / "guard")
+    assert sorted(p.name for p in d.iterdir()) == sorted(nested.GUARDED)

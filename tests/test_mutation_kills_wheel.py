@@ -182,3 +182,13 @@ def test_a_symlink_entry_is_refused(tmp_path: Path) -> None:
         check_paths(zf, None, problems)
     assert problems.items == [("paths", "pkg/link.py is a symbolic link entry (a wheel holds regular files only): "
                                         "expected a relative path inside the wheel")]
+
+
+def test_a_member_that_cannot_be_read_is_named_not_hashed(tmp_path: Path) -> None:
+    path = _zip(tmp_path, MEMBERS, _record(MEMBERS))
+    raw = path.read_bytes()
+    assert raw.count(b"x = 1\n") == 1
+    path.write_bytes(raw.replace(b"x = 1\n", b"x = 9\n"))          # the stored bytes no longer match their CRC
+    files, items = _check(path)
+    assert items == [("record", "pkg/__init__.py cannot be read from the zip (Bad CRC-32 for file 'pkg/__init__.py')")]
+    assert files == 3
