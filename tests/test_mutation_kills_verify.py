@@ -499,3 +499,24 @@ def test_a_jit_library_the_marker_does_not_name_is_found_under_jit(stack: Stack)
     lib = stack.root / "jit" / ".cache" / "cached_ops" / "batch_decode_k16" / "batch_decode_k16.so"
     lib.write_bytes(b"changed")
     assert only(stack).check == "jit"
+
+
+def test_exactly_the_limit_of_changed_files_lists_them_all(stack: Stack) -> None:
+    files = {f"pkg/m{i:02d}.py": b"a" for i in range(MAX_FILES_LISTED)}
+    _dist(stack.site, "six-extra", "1.0", files)
+    for rel in files:
+        (stack.site / rel).write_bytes(b"b")
+    d = next(d for d in diffs(stack) if d.check == "files")
+    assert d.found.startswith(f"{MAX_FILES_LISTED} file(s) differ") and "more" not in d.found
+
+
+def test_a_jit_library_the_marker_places_outside_jit_is_checked_there(stack: Stack) -> None:
+    lib = stack.root / JIT_LIB
+    aot = stack.root / "src" / "aot" / "batch_decode_k16" / "batch_decode_k16.so"
+    aot.parent.mkdir(parents=True)
+    lib.rename(aot)
+    (stack.root / ".state" / "jit.json").write_text(json.dumps(
+        {"format_version": 2, "outputs": {"modules": [{"uri": "batch_decode_k16", "path": str(aot)}]}}))
+    assert diffs(stack) == []
+    aot.write_bytes(b"changed")
+    assert only(stack).what == f"batch_decode_k16 ({aot})"

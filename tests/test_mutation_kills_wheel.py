@@ -192,3 +192,34 @@ def test_a_member_that_cannot_be_read_is_named_not_hashed(tmp_path: Path) -> Non
     files, items = _check(path)
     assert items == [("record", "pkg/__init__.py cannot be read from the zip (Bad CRC-32 for file 'pkg/__init__.py')")]
     assert files == 3
+
+
+# ------------------------------------------------------------------ whole wheels (the rules wired in verify_wheel)
+
+from october.installer.core.errors import WheelError  # noqa: E402
+from october.installer.steps.wheel.verify import verify_wheel  # noqa: E402
+from tests.fixtures.base_wheels import vllm_wheel  # noqa: E402
+from tests.test_wheel_verify import expect_for, facts, tags  # noqa: E402,F401  (module fixtures)
+
+
+def _rewrite_record(path: Path, extra_row: str) -> None:
+    with zipfile.ZipFile(path) as zf:
+        items = [(i, zf.read(i)) for i in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for info, data in items:
+            zf.writestr(info, data + extra_row.encode() if info.filename.endswith(".dist-info/RECORD") else data)
+
+
+def test_verify_wheel_checks_paths_that_only_record_lists(tmp_path: Path, tags, facts) -> None:  # noqa: F811
+    whl = vllm_wheel(tmp_path)
+    _rewrite_record(whl, f"../../etc/evil.py,{_digest(b'x')},1\n")
+    with pytest.raises(WheelError) as err:
+        verify_wheel(whl, expect_for(whl, tags, facts))
+    assert "[paths] ../../etc/evil.py has a '..' component that escapes the install tree (in RECORD)" in str(err.value)
+
+
+def test_verify_wheel_names_a_version_file_that_is_not_python(tmp_path: Path, tags, facts) -> None:  # noqa: F811
+    whl = vllm_wheel(tmp_path, version_file="def (:\n")
+    with pytest.raises(WheelError) as err:
+        verify_wheel(whl, expect_for(whl, tags, facts))
+    assert "[metadata] vllm/_version.py in the base wheel is not valid Python" in str(err.value)
