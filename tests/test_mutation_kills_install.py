@@ -120,7 +120,7 @@ def test_several_problems_are_listed_together_with_each_fix_once() -> None:
 
 def test_imports_not_attempted_failed_or_missing() -> None:
     got = evaluate(SPEC, _facts(cuda={"reason": "no libcuda"}, imports={"vllm._C": {"attempted": False}}))
-    assert got.results["import vllm._C"] == f"{NOT_VERIFIABLE}: no CUDA library loads (no libcuda)"
+    assert got.results["import vllm._C"].startswith(f"{NOT_VERIFIABLE}: no CUDA") and "(no libcuda)" in got.results["import vllm._C"]
     msg = _fails(_facts(imports={"vllm._C": {"attempted": True, "ok": False, "error": "undefined symbol"}}))
     assert "[import vllm._C]" in msg and "undefined symbol" in msg
     assert "the probe to try `import vllm._C`" in _fails(_facts(imports={}))

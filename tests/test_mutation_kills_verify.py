@@ -73,6 +73,8 @@ def _dist(site: Path, name: str, version: str, files: dict[str, bytes], direct: 
         rows.append(f"{rel},sha256={_b64(data)},{len(data)}")
     if direct is not None:
         (info / "direct_url.json").write_text(json.dumps(direct))
+        rows.append(f"{info.name}/direct_url.json,,")
+    rows.append(f"{info.name}/RECORD,,")                # RECORD owns every file of the distribution
     (info / "RECORD").write_text("\n".join(rows) + "\n")
     return info
 
