@@ -327,10 +327,17 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
                              "at the stack directory")
     try:
         receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StateError("the stack's setup receipt is unreadable", expected=f"JSON in {paths.setup_receipt}",
                          found=str(exc), fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock))) from None
-    return (receipt if isinstance(receipt, dict) else {}), read_lock(paths.pylock)
+    lock = receipt.get("lock") if isinstance(receipt, dict) else None
+    if not isinstance(receipt, dict) or not isinstance(lock, (dict, type(None))) \
+            or not isinstance((lock or {}).get("sha256"), (str, type(None))) \
+            or not isinstance(receipt.get("forks"), (list, type(None))):
+        raise StateError("the stack's setup receipt is malformed",
+                         expected=f"a JSON object in {paths.setup_receipt} with lock.sha256 (a string) and forks (a list)",
+                         found=json.dumps(receipt)[:200], fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock)))
+    return receipt, read_lock(paths.pylock)
 
 
 def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,

@@ -1,0 +1,524 @@
+"""`current verify`'s checks one by one, in-process and fast (bench/mutate.py's `verify` module).
+
+The stack is written by hand in ``tmp_path`` as october_setup leaves one: a PEP 751 lock, the setup
+receipt, the fetch and jit markers, ``.dist-info`` directories with real RECORD hashes, a real git
+clone of the fork (at a path the lock records, not the default ``src/<fork>``) with a real submodule,
+a base wheel file and a JIT library.  Nothing is mocked; no uv or Python env is needed because
+verify reads the ``.dist-info`` directories only.  Each test plants one fault and checks that exactly
+that difference is reported (tests/test_verify.py does the same on a stack october_setup built).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.errors import LockError, StateError
+from october.installer.core.hashing import sha256_file
+from october.installer.verify import (
+    MAX_FILES_LISTED,
+    Difference,
+    format_report,
+    installed,
+    read_stack_records,
+    verify_stack,
+)
+from october.installer.core.paths import StackPaths
+
+TORCH = "2.10.0+cu128"
+JIT_LIB = "jit/.cache/cached_ops/batch_decode_k16/batch_decode_k16.so"
+FORK_PATH = "src/fi-custom"          # recorded in the lock: verify must look here, not at src/flashinfer
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid",
+                           "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class Stack:
+    root: Path
+    site: Path
+    fork: Path
+    sub_commit: str
+
+    @property
+    def paths(self) -> StackPaths:
+        return StackPaths(self.root)
+
+    def lock_text(self) -> str:
+        return (self.root / "pylock.toml").read_text()
+
+
+def _dist(site: Path, name: str, version: str, files: dict[str, bytes], direct: dict | None = None) -> Path:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    rows = [f"{info.name}/METADATA,,"]
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+        rows.append(f"{rel},sha256={_b64(data)},{len(data)}")
+    if direct is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct))
+        rows.append(f"{info.name}/direct_url.json,,")
+    rows.append(f"{info.name}/RECORD,,")                # RECORD owns every file of the distribution
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    return info
+
+
+def _lock(commit: str, wheel_sha: str, jit_sha: str, torch: str = TORCH) -> str:
+    return f"""lock-version = "1.0"
+created-by = "october"
+
+[[packages]]
+name = "torch"
+version = "{torch}"
+[[packages.wheels]]
+name = "torch-2.10.0+cu128-cp312-cp312-linux_x86_64.whl"
+url = "https://download.example/torch.whl"
+hashes = {{ sha256 = "{'0' * 64}" }}
+
+[[packages]]
+name = "six"
+version = "1.16.0"
+[[packages.wheels]]
+name = "six-1.16.0-py2.py3-none-any.whl"
+url = "https://download.example/six.whl"
+hashes = {{ sha256 = "{'1' * 64}" }}
+
+[[packages]]
+name = "gitdep"
+version = "0.1"
+vcs = {{ type = "git", url = "https://github.com/example/gitdep", commit-id = "{'2' * 40}" }}
+
+[[packages]]
+name = "flashinfer-python"
+version = "0.5.0"
+vcs = {{ type = "git", url = "https://github.com/example/flashinfer", commit-id = "{commit}" }}
+[packages.tool.october]
+fork = "flashinfer"
+path = "{FORK_PATH}"
+
+[tool.october.toolchain]
+torch = "{torch}"
+
+[tool.october.wheel]
+filename = "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl"
+sha256 = "{wheel_sha}"
+
+[[tool.october.jit]]
+uri = "batch_decode_k16"
+sha256 = "{jit_sha}"
+"""
+
+
+def _write_receipt(stack_root: Path, **extra: object) -> None:
+    doc = {"lock": {"sha256": sha256_file(stack_root / "pylock.toml")}, "forks": [{"name": "flashinfer"}], **extra}
+    (stack_root / "receipts" / "setup.json").write_text(json.dumps(doc))
+
+
+def _build(tmp: Path) -> tuple[Path, str]:
+    root = tmp / "stack"
+    sub_src = tmp / "subsrc"
+    sub_src.mkdir(parents=True)
+    git(sub_src, "init", "-q")
+    (sub_src / "s.txt").write_text("sub\n")
+    git(sub_src, "add", "-A")
+    git(sub_src, "commit", "-qm", "sub")
+    fork = root / FORK_PATH
+    fork.mkdir(parents=True)
+    git(fork, "init", "-q")
+    (fork / "pyproject.toml").write_text("[project]\nname = 'flashinfer-python'\n")
+    git(fork, "submodule", "add", "-q", str(sub_src), "3rdparty/sub")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-qm", "fork")
+    commit = git(fork, "rev-parse", "HEAD")
+    sub_commit = git(fork / "3rdparty" / "sub", "rev-parse", "HEAD")
+
+    site = root / "env" / "lib" / "python3.12" / "site-packages"
+    _dist(site, "torch", TORCH, {"torch/__init__.py": b"T = 1\n", "torch/lib/libtorch.so": b"\x7fELF" + b"t" * 64})
+    _dist(site, "six", "1.16.0", {"six.py": b"# six\n"})
+    _dist(site, "gitdep", "0.1", {}, {"url": "https://github.com/example/gitdep", "vcs_info": {"vcs": "git"}})
+    _dist(site, "flashinfer-python", "0.5.0", {"__editable__.flashinfer.pth": b"../../../../src/fi-custom\n"}, {})
+
+    wheel = root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"PK base wheel bytes")
+    lib = root / JIT_LIB
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF jit library")
+    (root / "pylock.toml").write_text(_lock(commit, sha256_file(wheel), sha256_file(lib)))
+    (root / "receipts").mkdir()
+    _write_receipt(root)
+    (root / ".state").mkdir()
+    (root / ".state" / "fetch.json").write_text(json.dumps(
+        {"format_version": 2, "outputs": {"forks": {"flashinfer": {"submodules": {"3rdparty/sub": sub_commit}}}}}))
+    return root, sub_commit
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One stack per module (git is the slow part); each test gets its own copy."""
+    return _build(tmp_path_factory.mktemp("verify-template"))
+
+
+@pytest.fixture
+def stack(tmp_path: Path, template: tuple[Path, str]) -> Stack:
+    src, sub_commit = template
+    root = tmp_path / "stack"
+    shutil.copytree(src, root, symlinks=True)
+    fork = root / FORK_PATH
+    site = root / "env" / "lib" / "python3.12" / "site-packages"
+    (site / "flashinfer_python-0.5.0.dist-info" / "direct_url.json").write_text(
+        json.dumps({"url": fork.resolve().as_uri(), "dir_info": {"editable": True}}))
+    (root / ".state" / "jit.json").write_text(json.dumps(
+        {"format_version": 2, "outputs": {"modules": [{"uri": "batch_decode_k16", "path": str(root / JIT_LIB)}]}}))
+    return Stack(root, site, fork, sub_commit)
+
+
+def diffs(stack: Stack) -> list[Difference]:
+    return list(verify_stack(stack.root).differences)
+
+
+def only(stack: Stack) -> Difference:
+    found = diffs(stack)
+    assert len(found) == 1, [d.line() for d in found]
+    return found[0]
+
+
+# ------------------------------------------------------------------------------------ clean
+
+
+def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stack) -> None:
+    seen: list[tuple[float, float | None]] = []
+    said: list[str] = []
+    report = verify_stack(stack.root, progress=said.append, hashed=lambda d, t: seen.append((d, t)))
+    assert report.differences == () and report.ok
+    assert dict(report.checked) == {"forks": 1, "distributions": 4, "files": 4, "jit": 1, "wheel": 1}
+    assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
+    total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
+    assert seen and seen[-1] == (float(total), float(total))
+    assert said == ["lock file", "fork clones", "distributions", "base wheel", "JIT libraries"]
+    lines = format_report(report)
+    assert lines[0] == "checked 1 fork(s), 4 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
+    assert lines[1].startswith(f"stack {stack.root.resolve()} matches its lock (sha256 {report.lock_sha256[:12]})")
+    assert report.as_json()["ok"] is True and report.as_json()["differences"] == []
+
+
+def test_the_report_lists_every_difference_and_what_to_run(stack: Stack) -> None:
+    (stack.site / "six.py").write_bytes(b"# changed\n")
+    (stack.root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl").unlink()
+    report = verify_stack(stack.root)
+    assert not report.ok and len(report.differences) == 2
+    assert len(format_report(report)) == 1                      # no "matches its lock" line
+    err = report.error()
+    assert isinstance(err, LockError) and "differs from its lock in 2 place(s)" in str(err)
+    assert "--locked" in err.fix
+    body = report.as_json()
+    assert body["ok"] is False and [d["check"] for d in body["differences"]] == ["files", "wheel"]
+    d = report.differences[0]
+    assert d.line() == f"[{d.check}] {d.what}: expected {d.expected}, found {d.found}"
+    assert d.as_json() == {"check": d.check, "what": d.what, "expected": d.expected, "found": d.found}
+
+
+# ------------------------------------------------------------------------------- lock, receipt
+
+
+def test_a_changed_lock_file_is_named(stack: Stack) -> None:
+    (stack.root / "pylock.toml").write_text(stack.lock_text() + "# edited\n")
+    d = only(stack)
+    assert d.check == "lock" and "as the setup receipt recorded" in d.expected
+
+
+def test_a_receipt_without_a_lock_hash_skips_that_check(stack: Stack) -> None:
+    (stack.root / "pylock.toml").write_text(stack.lock_text() + "# edited\n")
+    (stack.root / "receipts" / "setup.json").write_text(json.dumps({"forks": []}))
+    assert diffs(stack) == []
+
+
+@pytest.mark.parametrize("body", ["{not json", "\xff\xfe", ""])
+def test_an_unreadable_receipt_is_a_state_error_not_a_traceback(stack: Stack, body: str) -> None:
+    (stack.root / "receipts" / "setup.json").write_bytes(body.encode("latin-1"))
+    with pytest.raises(StateError, match="setup receipt is unreadable") as info:
+        read_stack_records(stack.paths)
+    assert "re-run `october_setup" in info.value.fix
+
+
+@pytest.mark.parametrize("body", [{"lock": "abc"}, {"lock": {"sha256": 5}}, {"lock": []}, {"forks": 3},
+                                  {"forks": "x"}, [1, 2], "text", None])
+def test_a_corrupt_receipt_is_a_state_error_not_a_traceback(stack: Stack, body: object) -> None:
+    """Issue 22: a corrupt receipt ended in an AttributeError/TypeError traceback."""
+    (stack.root / "receipts" / "setup.json").write_text(json.dumps(body))
+    with pytest.raises(StateError, match="setup receipt is malformed") as info:
+        verify_stack(stack.root)
+    assert "lock.sha256" in info.value.expected and "re-run `october_setup" in info.value.fix
+
+
+def test_a_receipt_with_only_some_fields_is_read(stack: Stack) -> None:
+    (stack.root / "receipts" / "setup.json").write_text(json.dumps({"lock": None, "forks": None}))
+    assert verify_stack(stack.root).ok
+    (stack.root / "receipts" / "setup.json").write_text(json.dumps({"lock": {}, "forks": [{"name": "x", "dirty": 1}]}))
+    assert verify_stack(stack.root).ok
+
+
+@pytest.mark.parametrize("missing", ["pylock.toml", "receipts/setup.json"])
+def test_a_half_missing_stack_is_a_state_error(stack: Stack, missing: str) -> None:
+    (stack.root / missing).unlink()
+    with pytest.raises(StateError, match="not a finished october stack") as info:
+        verify_stack(stack.root)
+    assert missing.split("/")[-1] in info.value.found
+    assert "october_setup" in info.value.fix
+
+
+def test_the_records_are_the_receipt_and_the_lock(stack: Stack) -> None:
+    receipt, lock = read_stack_records(stack.paths)
+    assert receipt["forks"] == [{"name": "flashinfer"}] and lock["lock-version"] == "1.0"
+
+
+# ---------------------------------------------------------------------------------------- forks
+
+
+def test_the_fork_is_looked_for_where_the_lock_records_it(stack: Stack) -> None:
+    # a clone at the default src/<fork> is not the stack's fork
+    (stack.root / "src" / "flashinfer").mkdir(parents=True)
+    assert diffs(stack) == []
+    (stack.root / FORK_PATH).rename(stack.root / "src" / "moved")
+    found = {d.check: d for d in diffs(stack)}
+    assert found["forks"].found == "no clone" and FORK_PATH in found["forks"].what
+
+
+def test_a_fork_at_another_commit_is_named(stack: Stack) -> None:
+    (stack.fork / "new.txt").write_text("x")
+    git(stack.fork, "add", "-A")
+    git(stack.fork, "commit", "-qm", "moved")
+    d = only(stack)
+    assert d.check == "forks" and d.found == f"HEAD at {git(stack.fork, 'rev-parse', 'HEAD')}"
+
+
+def test_local_changes_are_named_unless_the_receipt_recorded_them(stack: Stack) -> None:
+    (stack.fork / "pyproject.toml").write_text("# edited\n")
+    d = only(stack)
+    assert d.expected == "a clean tree (as set up)" and "pyproject.toml" in d.found
+    _write_receipt(stack.root, forks=[{"name": "flashinfer", "dirty": True}])
+    assert diffs(stack) == []
+    _write_receipt(stack.root, forks=[{"name": "other", "dirty": True}, "junk"])
+    assert len(diffs(stack)) == 1
+
+
+def test_many_local_changes_are_listed_up_to_the_limit(stack: Stack) -> None:
+    for i in range(MAX_FILES_LISTED + 3):
+        (stack.fork / f"f{i:02d}.txt").write_text("x")
+    d = only(stack)
+    assert d.found.endswith("; ... 3 more") and d.found.count("f") >= MAX_FILES_LISTED
+    assert f"f{MAX_FILES_LISTED - 1:02d}.txt" in d.found and f"f{MAX_FILES_LISTED:02d}.txt" not in d.found
+
+
+def test_exactly_the_limit_of_local_changes_lists_them_all(stack: Stack) -> None:
+    for i in range(MAX_FILES_LISTED):
+        (stack.fork / f"f{i:02d}.txt").write_text("x")
+    d = only(stack)
+    assert "more" not in d.found and d.found.count(".txt") == MAX_FILES_LISTED
+
+
+def test_a_moved_submodule_is_named(stack: Stack) -> None:
+    sub = stack.fork / "3rdparty" / "sub"
+    (sub / "t.txt").write_text("y")
+    git(sub, "add", "-A")
+    git(sub, "commit", "-qm", "moved")
+    found = [d for d in diffs(stack) if " submodule " in d.what]
+    assert len(found) == 1
+    assert found[0].what.endswith("submodule 3rdparty/sub")
+    assert found[0].expected == f"commit {stack.sub_commit}" and found[0].found == f"commit {git(sub, 'rev-parse', 'HEAD')}"
+
+
+def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
+    marker = stack.root / ".state" / "fetch.json"
+    marker.write_text(json.dumps({"format_version": 2, "outputs": {"forks": {"flashinfer": {
+        "submodules": {"3rdparty/sub": stack.sub_commit, "3rdparty/gone": "c" * 40}}}}}))
+    d = only(stack)
+    assert d.what.endswith("submodule 3rdparty/gone") and d.found == "commit (none)"
+
+
+# --------------------------------------------------------------------------------- distributions
+
+
+def test_a_missing_distribution_is_named(stack: Stack) -> None:
+    shutil.rmtree(stack.site / "six-1.16.0.dist-info")
+    d = only(stack)
+    assert (d.check, d.what, d.found) == ("distributions", "six", "not installed")
+
+
+def test_an_extra_distribution_is_named_with_where_it_came_from(stack: Stack) -> None:
+    _dist(stack.site, "evil", "1.0", {"evil.py": b"x"})
+    _dist(stack.site, "evil2", "1.0", {"evil2.py": b"y"}, {"url": "https://evil.example/e.whl"})
+    found = {d.what: d for d in diffs(stack)}
+    assert set(found) == {"evil", "evil2"}
+    assert found["evil"].found == "evil 1.0 installed (from an index), not in the lock"
+    assert found["evil2"].found == "evil2 1.0 installed (from https://evil.example/e.whl), not in the lock"
+
+
+def test_a_wrong_version_is_named(stack: Stack) -> None:
+    meta = stack.site / "six-1.16.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("1.16.0", "1.17.0"))
+    d = only(stack)
+    assert (d.expected, d.found) == ("version 1.16.0", "version 1.17.0")
+
+
+def test_a_fork_not_installed_editable_from_its_clone_is_named(stack: Stack) -> None:
+    direct = stack.site / "flashinfer_python-0.5.0.dist-info" / "direct_url.json"
+    direct.write_text(json.dumps({"url": stack.fork.resolve().as_uri(), "dir_info": {}}))
+    d = only(stack)
+    assert d.check == "distributions" and d.found == "a non-editable copy"
+    direct.write_text(json.dumps({"url": (stack.root / "src" / "other").as_uri(), "dir_info": {"editable": True}}))
+    assert only(stack).found == str((stack.root / "src" / "other").resolve())
+    direct.write_text(json.dumps({"url": "https://x/y", "dir_info": {"editable": True}}))
+    assert only(stack).found == "a non-editable copy"
+    direct.write_text("{torn")
+    assert only(stack).found == "a non-editable copy"
+
+
+def test_dist_info_without_name_or_metadata_is_skipped(stack: Stack) -> None:
+    (stack.site / "broken-1.0.dist-info").mkdir()
+    half = stack.site / "half-1.0.dist-info"
+    half.mkdir()
+    (half / "METADATA").write_text("Metadata-Version: 2.1\nName: half\n")
+    assert sorted(installed(stack.root / "env")) == ["flashinfer-python", "gitdep", "six", "torch"]
+    assert installed(stack.root / "nothing") == {}
+
+
+# ---------------------------------------------------------------------------------------- files
+
+
+def test_a_changed_and_a_missing_file_are_named(stack: Stack) -> None:
+    (stack.site / "torch" / "__init__.py").write_bytes(b"T = 2\n")
+    (stack.site / "torch" / "lib" / "libtorch.so").unlink()
+    d = only(stack)
+    assert d.check == "files" and d.what == f"torch {TORCH}"
+    assert d.found == "2 file(s) differ: torch/__init__.py (changed), torch/lib/libtorch.so (missing)"
+
+
+def test_many_changed_files_are_listed_up_to_the_limit(stack: Stack) -> None:
+    files = {f"pkg/m{i:02d}.py": b"a" for i in range(MAX_FILES_LISTED + 2)}
+    _dist(stack.site, "six-extra", "1.0", files)
+    for rel in files:
+        (stack.site / rel).write_bytes(b"b")
+    d = next(d for d in diffs(stack) if d.check == "files")
+    assert d.found.startswith(f"{MAX_FILES_LISTED + 2} file(s) differ") and d.found.endswith(", ... 2 more")
+
+
+def test_a_missing_record_and_an_unknown_hash_are_named(stack: Stack) -> None:
+    (stack.site / "six-1.16.0.dist-info" / "RECORD").unlink()
+    record = stack.site / "torch-2.10.0+cu128.dist-info" / "RECORD"
+    record.write_text(record.read_text() + "torch/x.py,nohash=abc,1\ntorch/y.py,,\n")
+    found = {d.what: d for d in diffs(stack)}
+    assert found["six RECORD"].found == "no RECORD file"
+    assert found[f"torch {TORCH}"].found == "1 file(s) differ: torch/x.py (unsupported hash type nohash)"
+
+
+def test_a_record_row_without_a_size_is_still_hashed(stack: Stack) -> None:
+    record = stack.site / "six-1.16.0.dist-info" / "RECORD"
+    record.write_text(f"six.py,sha256={_b64(b'other')}\n")                   # two fields: hash, no size
+    d = only(stack)
+    assert d.what == "six 1.16.0" and d.found == "1 file(s) differ: six.py (changed)"
+    assert MAX_FILES_LISTED == 20
+
+
+def test_a_record_row_without_an_equals_sign_is_not_hashed(stack: Stack) -> None:
+    record = stack.site / "six-1.16.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + "six_extra.py,sha256,3\nsix_short.py\nsix_two.py,sha256\n\n")
+    assert diffs(stack) == []
+
+
+# -------------------------------------------------------------------------------- torch, wheel, jit
+
+
+def test_a_different_or_missing_torch_is_named(stack: Stack) -> None:
+    meta = stack.site / "torch-2.10.0+cu128.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace(TORCH, "2.10.0+cu126"))
+    by = {d.check: d for d in diffs(stack)}
+    assert by["torch"].expected == f"torch {TORCH} (the recipe's build)" and by["torch"].found == "torch 2.10.0+cu126"
+    meta.unlink()
+    by = {d.check: d for d in diffs(stack)}
+    assert by["torch"].found == "no torch"
+
+
+def test_a_lock_without_a_torch_build_skips_the_torch_check(stack: Stack) -> None:
+    text = stack.lock_text().replace(f'[tool.october.toolchain]\ntorch = "{TORCH}"\n', "")
+    (stack.root / "pylock.toml").write_text(text)
+    _write_receipt(stack.root)
+    meta = stack.site / "torch-2.10.0+cu128.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace(TORCH, "9.9"))
+    assert [d.check for d in diffs(stack)] == ["distributions"]
+
+
+def test_a_changed_or_missing_base_wheel_is_named(stack: Stack) -> None:
+    wheel = stack.root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl"
+    wheel.write_bytes(b"PK other bytes")
+    d = only(stack)
+    assert d.check == "wheel" and d.found == f"sha256 {sha256_file(wheel)}"
+    wheel.unlink()
+    assert only(stack).found == "no such file"
+
+
+def test_a_lock_without_a_base_wheel_checks_none(stack: Stack) -> None:
+    text = stack.lock_text()
+    start = text.index("[tool.october.wheel]")
+    text = text[:start] + text[text.index("[[tool.october.jit]]"):]
+    (stack.root / "pylock.toml").write_text(text)
+    _write_receipt(stack.root)
+    (stack.root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl").unlink()
+    report = verify_stack(stack.root)
+    assert report.ok and report.checked["wheel"] == 0
+
+
+def test_a_changed_or_missing_jit_library_is_named(stack: Stack) -> None:
+    lib = stack.root / "jit" / ".cache" / "cached_ops" / "batch_decode_k16" / "batch_decode_k16.so"
+    lib.write_bytes(b"\x7fELF other")
+    d = only(stack)
+    assert d.check == "jit" and d.what == f"batch_decode_k16 ({lib})" and d.found == f"sha256 {sha256_file(lib)}"
+    lib.unlink()
+    d = only(stack)
+    assert d.found == "no such file" and d.what == "batch_decode_k16"
+
+
+def test_a_jit_library_the_marker_does_not_name_is_found_under_jit(stack: Stack) -> None:
+    (stack.root / ".state" / "jit.json").write_text(json.dumps({"format_version": 2, "outputs": {"modules": [
+        {"uri": "other"}, "junk", {"uri": "batch_decode_k16"}]}}))
+    assert diffs(stack) == []
+    lib = stack.root / "jit" / ".cache" / "cached_ops" / "batch_decode_k16" / "batch_decode_k16.so"
+    lib.write_bytes(b"changed")
+    assert only(stack).check == "jit"
+
+
+def test_exactly_the_limit_of_changed_files_lists_them_all(stack: Stack) -> None:
+    files = {f"pkg/m{i:02d}.py": b"a" for i in range(MAX_FILES_LISTED)}
+    _dist(stack.site, "six-extra", "1.0", files)
+    for rel in files:
+        (stack.site / rel).write_bytes(b"b")
+    d = next(d for d in diffs(stack) if d.check == "files")
+    assert d.found.startswith(f"{MAX_FILES_LISTED} file(s) differ") and "more" not in d.found
+
+
+def test_a_jit_library_the_marker_places_outside_jit_is_checked_there(stack: Stack) -> None:
+    lib = stack.root / JIT_LIB
+    aot = stack.root / "src" / "aot" / "batch_decode_k16" / "batch_decode_k16.so"
+    aot.parent.mkdir(parents=True)
+    lib.rename(aot)
+    (stack.root / ".state" / "jit.json").write_text(json.dumps(
+        {"format_version": 2, "outputs": {"modules": [{"uri": "batch_decode_k16", "path": str(aot)}]}}))
+    assert diffs(stack) == []
+    aot.write_bytes(b"changed")
+    assert only(stack).what == f"batch_decode_k16 ({aot})"
