@@ -31,8 +31,8 @@ echo "== 5. verify with a planted .pth + module and a zero-byte AOT library ($(b
 $B/current verify --install $S1 > $OUT/verify-planted.log 2>&1; echo "verify planted rc=$? (13 = named)"; grep -n "zz\|aot\|\.so" $OUT/verify-planted.log | head -8
 rm $SITE/zz.pth $SITE/zz_planted.py; cp -p /tmp/aot.keep "$AOT"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after removing the plants rc=$?"
-echo "== 6. second stack $S2, same cache"; t=$(now); setup $S2 > $OUT/setup2.log 2>&1; rc=$?; C2=$(since $t); echo "setup2 rc=$rc in $C2 s"; steps $S2/receipts/setup.json
+echo "== 6. second stack $S2, same cache"; t=$(now); setup $S2 > /tmp/setup2.log 2>&1; rc=$?; C2=$(since $t); echo "setup2 rc=$rc in $C2 s"; steps $S2/receipts/setup.json
 for i in 1 2 3; do t=$(now); setup $S2 > /dev/null 2>&1; echo "noop2 $i rc=$? in $(since $t) s"; done
 $B/current verify --install $S2 > /dev/null 2>&1; echo "verify S2 rc=$?"
 awk -v a=$C1 -v b=$C2 'BEGIN { printf "RATIO cold/second = %.2f (goal >= 10); cold %.1f s (goal < 45 s on the H200)\n", a / b, a }'
-cp $S1/receipts/setup.json $OUT/setup.json
+cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/logs/preflight.log $OUT/preflight.log
