@@ -243,3 +243,33 @@ def test_supply_and_consistency_count_the_system_interpreter_s_packages(tmp_path
     missing = consistency.conflicts([fork], "3.11.7", provided)
     assert [c.requires for c in missing] == ["apache-tvm-ffi"]          # torch met by the system
     assert [c.requires for c in consistency.conflicts([fork], "3.11.7")] == ["apache-tvm-ffi", "torch"]
+
+
+def test_preflight_locates_torch_without_importing_it_and_agrees_with_the_import(tmp_path):
+    """Preflight's probe (``--locate``) reads torch's files instead of importing it (6.7 s cold on the H200);
+    on a real torch both modes give the same facts, so the stand-in mode cannot drift from the import."""
+    ctx = sf.context(tmp_path / "s", _recipe(tmp_path, Path(sys.executable)), tmp_path / "c")
+    imported = systorch.probe(ctx.runner, "t", Path(sys.executable))
+    located = systorch.probe(ctx.runner, "t", Path(sys.executable), locate=True)
+    keys = ("version", "cuda", "file", "dist_version", "dist_site", "site_packages", "python")
+    assert "error" not in imported and {k: located.get(k) for k in keys} == {k: imported.get(k) for k in keys}
+    recipe = _recipe(tmp_path, Path(sys.executable), imported["version"], imported["cuda"] or "13.0")
+    assert systorch.check(recipe, located)[0] == systorch.check(recipe, imported)[0]
+
+
+def test_a_torch_that_is_not_there_fails_the_located_probe_too(tmp_path):
+    """A package named torch whose import raises is still located (its version module read, nothing run);
+    an interpreter with no torch at all fails both probes."""
+    ctx = sf.context(tmp_path / "s", _recipe(tmp_path, Path(sys.executable)), tmp_path / "c")
+    bare = tmp_path / "bare"
+    _uv("venv", "-q", "--python", sys.executable, str(bare), cache=tmp_path / "uvc")
+    py = bare / "bin" / "python"
+    for locate in (False, True):
+        assert "import torch failed" in systorch.probe(ctx.runner, "t", py, locate=locate)["error"]
+    site = next((bare / "lib").glob("python3*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("raise RuntimeError('planted: importing torch runs this')\n")
+    (site / "torch" / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda = '13.0'\n")
+    located = systorch.probe(ctx.runner, "t", py, locate=True)
+    assert (located["version"], located["cuda"]) == ("2.11.0+cu130", "13.0") and "error" not in located
+    assert "planted: importing torch runs this" in systorch.probe(ctx.runner, "t", py)["error"]

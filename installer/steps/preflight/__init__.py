@@ -61,7 +61,7 @@ def system_torch_facts(recipe: Recipe, runner: Runner, step: str) -> dict[str, A
 
     if not recipe.torch.from_system or not recipe.torch.system_python:
         return None
-    return systorch.probe(runner, step, Path(recipe.torch.system_python))
+    return systorch.probe(runner, step, Path(recipe.torch.system_python), locate=True)
 
 
 def doctor(recipe: Recipe, stack: Path, skip: tuple[str, ...], runner: Runner) -> tuple[list[CheckResult], MachineFacts]:
