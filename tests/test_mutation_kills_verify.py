@@ -22,6 +22,7 @@ import pytest
 
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
+from october.installer.core.paths import StackPaths
 from october.installer.verify import (
     MAX_FILES_LISTED,
     Difference,
@@ -30,7 +31,6 @@ from october.installer.verify import (
     read_stack_records,
     verify_stack,
 )
-from october.installer.core.paths import StackPaths
 
 TORCH = "2.10.0+cu128"
 JIT_LIB = "jit/.cache/cached_ops/batch_decode_k16/batch_decode_k16.so"
