@@ -211,7 +211,7 @@ def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stac
     assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
     total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
     assert seen and seen[-1] == (float(total), float(total))
-    assert said == ["lock file", "fork clones", "distributions", "base wheel", "JIT libraries"]
+    assert said == ["lock file", "fork clones", "distributions", "files no RECORD owns", "base wheel", "JIT libraries"]
     lines = format_report(report)
     assert lines[0] == "checked 1 fork(s), 4 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
     assert lines[1].startswith(f"stack {stack.root.resolve()} matches its lock (sha256 {report.lock_sha256[:12]})")
@@ -231,7 +231,9 @@ def test_the_report_lists_every_difference_and_what_to_run(stack: Stack) -> None
     assert body["ok"] is False and [d["check"] for d in body["differences"]] == ["files", "wheel"]
     d = report.differences[0]
     assert d.line() == f"[{d.check}] {d.what}: expected {d.expected}, found {d.found}"
-    assert d.as_json() == {"check": d.check, "what": d.what, "expected": d.expected, "found": d.found}
+    assert d.fix and d.as_json() == {"check": d.check, "what": d.what, "expected": d.expected, "found": d.found,
+                                     "fix": d.fix}
+    assert report.differences[1].fix == err.fix.split("2. ")[1].split("\n")[0]      # each fix, in order
 
 
 # ------------------------------------------------------------------------------- lock, receipt
@@ -349,7 +351,8 @@ def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
     marker.write_text(json.dumps({"format_version": 2, "outputs": {"forks": {"flashinfer": {
         "submodules": {"3rdparty/sub": stack.sub_commit, "3rdparty/gone": "c" * 40}}}}}))
     d = only(stack)
-    assert d.what.endswith("submodule 3rdparty/gone") and d.found == "commit (none)"
+    assert d.what.endswith("submodule 3rdparty/gone")
+    assert (d.expected, d.found) == (f"commit {'c' * 40}", "no such submodule")
 
 
 # --------------------------------------------------------------------------------- distributions
@@ -357,6 +360,7 @@ def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
 
 def test_a_missing_distribution_is_named(stack: Stack) -> None:
     shutil.rmtree(stack.site / "six-1.16.0.dist-info")
+    (stack.site / "six.py").unlink()                      # the whole distribution gone, not just its RECORD
     d = only(stack)
     assert (d.check, d.what, d.found) == ("distributions", "six", "not installed")
 
@@ -430,7 +434,8 @@ def test_a_missing_record_and_an_unknown_hash_are_named(stack: Stack) -> None:
 
 def test_a_record_row_without_a_size_is_still_hashed(stack: Stack) -> None:
     record = stack.site / "six-1.16.0.dist-info" / "RECORD"
-    record.write_text(f"six.py,sha256={_b64(b'other')}\n")                   # two fields: hash, no size
+    record.write_text(f"six.py,sha256={_b64(b'other')}\n"                    # two fields: hash, no size
+                      "six-1.16.0.dist-info/METADATA,,\nsix-1.16.0.dist-info/RECORD,,\n")
     d = only(stack)
     assert d.what == "six 1.16.0" and d.found == "1 file(s) differ: six.py (changed)"
     assert MAX_FILES_LISTED == 20
@@ -488,10 +493,12 @@ def test_a_changed_or_missing_jit_library_is_named(stack: Stack) -> None:
     lib = stack.root / "jit" / ".cache" / "cached_ops" / "batch_decode_k16" / "batch_decode_k16.so"
     lib.write_bytes(b"\x7fELF other")
     d = only(stack)
-    assert d.check == "jit" and d.what == f"batch_decode_k16 ({lib})" and d.found == f"sha256 {sha256_file(lib)}"
+    assert d.check == "jit" and d.what == f"batch_decode_k16 ({lib})"
+    assert d.found == f"sha256 {sha256_file(lib)} ({lib.stat().st_size} bytes)"
     lib.unlink()
     d = only(stack)
-    assert d.found == "no such file" and d.what == "batch_decode_k16"
+    assert d.found == "no such file" and d.what == f"batch_decode_k16 ({lib})"     # where the marker placed it
+    assert d.expected == f"the built library batch_decode_k16.so under {stack.root / 'jit'}"
 
 
 def test_a_jit_library_the_marker_does_not_name_is_found_under_jit(stack: Stack) -> None:
@@ -513,12 +520,19 @@ def test_exactly_the_limit_of_changed_files_lists_them_all(stack: Stack) -> None
 
 
 def test_a_jit_library_the_marker_places_outside_jit_is_checked_there(stack: Stack) -> None:
+    """The jit step's AOT copy (``aot_path`` in its marker, outside STACK/jit): FlashInfer loads it first,
+    so verify hashes it, and a copy the marker names must exist."""
     lib = stack.root / JIT_LIB
     aot = stack.root / "src" / "aot" / "batch_decode_k16" / "batch_decode_k16.so"
     aot.parent.mkdir(parents=True)
-    lib.rename(aot)
-    (stack.root / ".state" / "jit.json").write_text(json.dumps(
-        {"format_version": 2, "outputs": {"modules": [{"uri": "batch_decode_k16", "path": str(aot)}]}}))
-    assert diffs(stack) == []
+    shutil.copyfile(lib, aot)
+    (stack.root / ".state" / "jit.json").write_text(json.dumps({"format_version": 2, "outputs": {"modules": [
+        {"uri": "batch_decode_k16", "path": str(lib), "aot_path": str(aot)}]}}))
+    report = verify_stack(stack.root)
+    assert report.differences == () and report.checked["jit"] == 2        # the workspace library and its AOT copy
     aot.write_bytes(b"changed")
-    assert only(stack).what == f"batch_decode_k16 ({aot})"
+    d = only(stack)
+    assert d.what == f"batch_decode_k16 ({aot.resolve()})" and d.found.startswith("sha256 ")
+    aot.unlink()
+    d = only(stack)
+    assert d.what == f"batch_decode_k16 ({aot})" and d.found == "no such file" and "AOT copy" in d.expected
