@@ -289,10 +289,12 @@ def test_the_probe_runs_isolated_in_the_stack_python_and_asks_for_the_imports(tm
     from october.installer.core.runner import Runner
     from october.installer.steps.install.guards import probe
 
+    so = tmp_path / "json.so"                         # no driver: the import is checked statically, on this file
     spec = GuardSpec(python=Path(sys.executable), torch_version="0", forks={}, imports=("json",),
-                     cuda_libs=("libnot-a-real-library.so.9",))
+                     files={"json": so}, cuda_libs=("libnot-a-real-library.so.9",))
     facts = probe(Runner(tmp_path / "logs"), "install", spec)
-    assert facts["imports"] == {"json": {"attempted": False, "ok": None, "error": None}}
+    assert facts["imports"] == {"json": {"attempted": False, "ok": None, "error": None,
+                                         "static": {"error": f"no file {so}"}}}
     assert facts["cuda"]["present"] is False
     assert probe(Runner(tmp_path / "logs"), "install", spec, imports=False)["imports"] == {}
 

@@ -211,7 +211,7 @@ def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stac
     assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
     total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
     assert seen and seen[-1] == (float(total), float(total))
-    assert said == ["lock file", "fork clones", "distributions", "base wheel", "JIT libraries"]
+    assert said == ["lock file", "fork clones", "distributions", "files no RECORD owns", "base wheel", "JIT libraries"]
     lines = format_report(report)
     assert lines[0] == "checked 1 fork(s), 4 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
     assert lines[1].startswith(f"stack {stack.root.resolve()} matches its lock (sha256 {report.lock_sha256[:12]})")
@@ -231,7 +231,9 @@ def test_the_report_lists_every_difference_and_what_to_run(stack: Stack) -> None
     assert body["ok"] is False and [d["check"] for d in body["differences"]] == ["files", "wheel"]
     d = report.differences[0]
     assert d.line() == f"[{d.check}] {d.what}: expected {d.expected}, found {d.found}"
-    assert d.as_json() == {"check": d.check, "what": d.what, "expected": d.expected, "found": d.found}
+    assert d.fix and d.as_json() == {"check": d.check, "what": d.what, "expected": d.expected, "found": d.found,
+                                     "fix": d.fix}
+    assert report.differences[1].fix == err.fix.split("2. ")[1].split("\n")[0]      # each fix, in order
 
 
 # ------------------------------------------------------------------------------- lock, receipt
@@ -349,7 +351,8 @@ def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
     marker.write_text(json.dumps({"format_version": 2, "outputs": {"forks": {"flashinfer": {
         "submodules": {"3rdparty/sub": stack.sub_commit, "3rdparty/gone": "c" * 40}}}}}))
     d = only(stack)
-    assert d.what.endswith("submodule 3rdparty/gone") and d.found == "commit (none)"
+    assert d.what.endswith("submodule 3rdparty/gone")
+    assert (d.expected, d.found) == (f"commit {'c' * 40}", "no such submodule")
 
 
 # --------------------------------------------------------------------------------- distributions
@@ -357,6 +360,7 @@ def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
 
 def test_a_missing_distribution_is_named(stack: Stack) -> None:
     shutil.rmtree(stack.site / "six-1.16.0.dist-info")
+    (stack.site / "six.py").unlink()                      # the whole distribution gone, not just its RECORD
     d = only(stack)
     assert (d.check, d.what, d.found) == ("distributions", "six", "not installed")
 
@@ -430,7 +434,8 @@ def test_a_missing_record_and_an_unknown_hash_are_named(stack: Stack) -> None:
 
 def test_a_record_row_without_a_size_is_still_hashed(stack: Stack) -> None:
     record = stack.site / "six-1.16.0.dist-info" / "RECORD"
-    record.write_text(f"six.py,sha256={_b64(b'other')}\n")                   # two fields: hash, no size
+    record.write_text(f"six.py,sha256={_b64(b'other')}\n"                    # two fields: hash, no size
+                      "six-1.16.0.dist-info/METADATA,,\nsix-1.16.0.dist-info/RECORD,,\n")
     d = only(stack)
     assert d.what == "six 1.16.0" and d.found == "1 file(s) differ: six.py (changed)"
     assert MAX_FILES_LISTED == 20
@@ -488,10 +493,12 @@ def test_a_changed_or_missing_jit_library_is_named(stack: Stack) -> None:
     lib = stack.root / "jit" / ".cache" / "cached_ops" / "batch_decode_k16" / "batch_decode_k16.so"
     lib.write_bytes(b"\x7fELF other")
     d = only(stack)
-    assert d.check == "jit" and d.what == f"batch_decode_k16 ({lib})" and d.found == f"sha256 {sha256_file(lib)}"
+    assert d.check == "jit" and d.what == f"batch_decode_k16 ({lib})"
+    assert d.found == f"sha256 {sha256_file(lib)} ({lib.stat().st_size} bytes)"
     lib.unlink()
     d = only(stack)
-    assert d.found == "no such file" and d.what == "batch_decode_k16"
+    assert d.found == "no such file" and d.what == f"batch_decode_k16 ({lib})"     # where the marker placed it
+    assert d.expected == f"the built library batch_decode_k16.so under {stack.root / 'jit'}"
 
 
 def test_a_jit_library_the_marker_does_not_name_is_found_under_jit(stack: Stack) -> None:
@@ -513,12 +520,113 @@ def test_exactly_the_limit_of_changed_files_lists_them_all(stack: Stack) -> None
 
 
 def test_a_jit_library_the_marker_places_outside_jit_is_checked_there(stack: Stack) -> None:
+    """The jit step's AOT copy (``aot_path`` in its marker, outside STACK/jit): FlashInfer loads it first,
+    so verify hashes it, and a copy the marker names must exist."""
     lib = stack.root / JIT_LIB
     aot = stack.root / "src" / "aot" / "batch_decode_k16" / "batch_decode_k16.so"
     aot.parent.mkdir(parents=True)
-    lib.rename(aot)
-    (stack.root / ".state" / "jit.json").write_text(json.dumps(
-        {"format_version": 2, "outputs": {"modules": [{"uri": "batch_decode_k16", "path": str(aot)}]}}))
-    assert diffs(stack) == []
+    shutil.copyfile(lib, aot)
+    (stack.root / ".state" / "jit.json").write_text(json.dumps({"format_version": 2, "outputs": {"modules": [
+        {"uri": "batch_decode_k16", "path": str(lib), "aot_path": str(aot)}]}}))
+    report = verify_stack(stack.root)
+    assert report.differences == () and report.checked["jit"] == 2        # the workspace library and its AOT copy
     aot.write_bytes(b"changed")
-    assert only(stack).what == f"batch_decode_k16 ({aot})"
+    d = only(stack)
+    assert d.what == f"batch_decode_k16 ({aot.resolve()})" and d.found.startswith("sha256 ")
+    aot.unlink()
+    d = only(stack)
+    assert d.what == f"batch_decode_k16 ({aot})" and d.found == "no such file" and "AOT copy" in d.expected
+
+
+# ------------------------------------------------------------------------------ submodule selection
+
+
+def _fetched(stack: Stack, **fork: object) -> None:
+    (stack.root / ".state" / "fetch.json").write_text(json.dumps(
+        {"format_version": 2, "outputs": {"forks": {"flashinfer": fork}}}))
+
+
+def test_a_fork_the_fetch_marker_does_not_record_has_no_submodule_check(stack: Stack) -> None:
+    (stack.root / ".state" / "fetch.json").write_text(json.dumps({"format_version": 2, "outputs": {"forks": {}}}))
+    assert diffs(stack) == []                              # nothing recorded to compare the submodule with
+
+
+def test_an_unselected_submodule_is_expected_as_an_uninitialized_gitlink(stack: Stack) -> None:
+    _fetched(stack, submodules={}, submodule_paths=[])
+    d = only(stack)                                        # checked out, though the recipe does not select it
+    assert d.what.endswith("submodule 3rdparty/sub") and d.expected == "not checked out (the recipe does not select it)"
+    assert d.found == f"checked out at commit {stack.sub_commit}"
+    git(stack.fork, "submodule", "-q", "deinit", "-f", "3rdparty/sub")
+    assert diffs(stack) == []                              # the gitlink, left alone, as set up
+    _fetched(stack, submodules={"3rdparty/sub": stack.sub_commit}, submodule_paths=["3rdparty/sub"])
+    d = only(stack)                                        # selected and recorded: it must be checked out
+    assert (d.expected, d.found) == (f"commit {stack.sub_commit}", "not checked out")
+
+
+@pytest.mark.parametrize("where", ["fetch", "receipt"])
+def test_the_selection_comes_from_the_fetch_marker_else_the_receipt(stack: Stack, where: str) -> None:
+    other = {"3rdparty/other": "c" * 40}                  # recorded, so the selection is read at all
+    if where == "fetch":
+        _fetched(stack, submodules=other, submodule_paths=["3rdparty/other"])
+    else:
+        _fetched(stack, submodules=other)
+        _write_receipt(stack.root, forks=[{"name": "flashinfer", "submodules_selected": ["3rdparty/other"]}])
+    found = {d.what.rsplit(" ", 1)[-1]: d for d in diffs(stack)}
+    assert set(found) == {"3rdparty/sub", "3rdparty/other"}
+    assert found["3rdparty/sub"].expected == "not checked out (the recipe does not select it)"
+    assert found["3rdparty/other"].found == "no such submodule"
+    _fetched(stack, submodules=other, submodule_paths=["3rdparty"])          # a parent path selects what is under it
+    sub = next(d for d in diffs(stack) if d.what.endswith("3rdparty/sub"))
+    assert (sub.expected, sub.found) == ("commit (none)", f"commit {stack.sub_commit}")
+
+
+def test_one_fix_is_given_as_is_not_numbered(stack: Stack) -> None:
+    (stack.root / "wheels" / "vllm-0.18.0-cp38-abi3-manylinux1_x86_64.whl").unlink()
+    d = only(stack)
+    assert verify_stack(stack.root).error().fix == f"{d.fix}\n     then run `current verify` again"
+
+
+@pytest.mark.parametrize("extra", [MAX_FILES_LISTED, MAX_FILES_LISTED + 2])
+def test_unowned_files_are_listed_up_to_the_limit(stack: Stack, extra: int) -> None:
+    for i in range(extra):
+        (stack.site / f"stray{i:02d}.py").write_text("x")
+    d = only(stack)
+    assert d.check == "files" and d.found.startswith(f"{extra} other file(s): ")
+    assert d.found.count("stray") == MAX_FILES_LISTED
+    assert d.found.endswith("; ... 2 more") if extra > MAX_FILES_LISTED else "more" not in d.found
+
+
+def test_torch_from_the_system_is_checked_where_the_lock_records_it(stack: Stack, tmp_path: Path) -> None:
+    system = tmp_path / "sys" / "torch"
+    (system.parent / f"torch-{TORCH}.dist-info").mkdir(parents=True)
+    (system.parent / f"torch-{TORCH}.dist-info" / "METADATA").write_text(f"Name: torch\nVersion: {TORCH}\n")
+    system.mkdir()
+    (system / "__init__.py").write_text("")
+    text = stack.lock_text()
+    text = text[:text.index("[[packages]]")] + text[text.index('[[packages]]\nname = "six"'):]  # no torch row
+    text += f'\n[tool.october.system]\ntorch = {{ path = "{system}" }}\n'
+    (stack.root / "pylock.toml").write_text(text)
+    _write_receipt(stack.root)
+    by = {d.check: d for d in diffs(stack)}                   # torch in the env: it would shadow the system's
+    assert by["torch"].found.startswith(f"torch {TORCH} installed in ")
+    shutil.rmtree(stack.site / "torch-2.10.0+cu128.dist-info")
+    shutil.rmtree(stack.site / "torch")
+    assert diffs(stack) == []                                  # the recorded torch, in its place
+    meta = system.parent / f"torch-{TORCH}.dist-info" / "METADATA"
+    meta.write_text("Name: torch\nVersion: 9.9\n")
+    by = {d.check: d for d in diffs(stack)}
+    assert by["torch"].what == "system torch" and by["torch"].found == "torch 9.9 there"
+    meta.write_text(f"Name: torch\nVersion: {TORCH}\n")
+    (system / "__init__.py").unlink()
+    assert {d.check: d for d in diffs(stack)}["torch"].found == f"torch {TORCH} there"
+    shutil.rmtree(system.parent)
+    assert {d.check: d for d in diffs(stack)}["torch"].found == f"no torch at {system}"
+
+
+def test_a_jit_library_no_record_names_is_named_with_a_command_that_removes_it(stack: Stack) -> None:
+    stray = stack.root / "jit" / ".cache" / "cached_ops" / "stray" / "stray.so"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"\x7fELF stray")
+    d = only(stack)
+    assert d.check == "jit" and d.found == "a library no record names (10 bytes)"
+    assert str(stray.resolve()) in d.fix and "--locked" not in d.fix
