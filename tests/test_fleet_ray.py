@@ -120,8 +120,11 @@ def fleet_args(c: Any, k: dict[str, Path], tmp: Path, *extra: str) -> list[str]:
             "--timeout", "300", *extra, str(tmp / "stacks" / "{name}")]
 
 
-def receipt(tmp: Path) -> dict[str, Any]:
-    doc = json.loads((tmp / "fleet.json").read_text())
+def receipt(tmp: Path, done: subprocess.CompletedProcess[str] | None = None) -> dict[str, Any]:
+    path = tmp / "fleet.json"
+    assert path.is_file(), (f"no fleet receipt (exit {done.returncode}): {done.stdout}{done.stderr}"
+                            if done is not None else "no fleet receipt")
+    doc = json.loads(path.read_text())
     validate("fleet", doc)
     return doc
 
@@ -141,7 +144,7 @@ def test_a_kernel_level_fleet_smokes_every_node_and_names_a_node_with_its_own_ji
     add_node(cluster, "n2")
     cluster.wait_for_nodes()
     done = cli(*kernel_fleet_args(cluster, kernel_kit, tmp_path))
-    doc = receipt(tmp_path)
+    doc = receipt(tmp_path, done)
     nodes = by_name(doc)
     assert sorted(nodes) == ["n0", "n1", "n2"], done.stdout + done.stderr
     stacks = tmp_path / "stacks"

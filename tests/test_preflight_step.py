@@ -73,7 +73,7 @@ def test_changed_limits_rerun_the_step(tmp_path: Path, stand_ins: Path) -> None:
 
 def test_all_failures_at_once_and_no_marker(tmp_path: Path, stand_ins: Path) -> None:
     fake_tool(stand_ins, "nvidia-smi", "NVIDIA L4, 8.9, 575.57.08\n")
-    recipe = write_recipe(tmp_path / "r", 'min_ram_gb = 100000\nmin_disk_gb = 100000000\n'
+    recipe = write_recipe(tmp_path / "r", 'min_ram_gb = 100000\nmin_disk_gb = 1000000\n'
                           'min_compute_capability = "9.0"\nuv = ">=99"\n', cuda="12.8")
     ctx = make_ctx(tmp_path, recipe)
     with pytest.raises(PreflightError) as info:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import datetime, timezone
@@ -46,6 +47,10 @@ def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
 
     started = time.monotonic()
     rec = load_recipe(opts.recipe)
+    if opts.system_python is not None and (rec.torch.from_system or rec.torch.allow_system):
+        # the nodes take torch from their interpreter (its path is each node's: not checked here), so the kit
+        # carries no torch wheel; each node's october_setup applies --system-python in full
+        rec = dataclasses.replace(rec, torch=dataclasses.replace(rec.torch, source="system", index_url=None))
     kit = open_kit(opts.kit, rec, lock=opts.lock_file)  # verified here once, and again on every node
     kit_sha = sha256_file(kit.root / MANIFEST)
     lock = opts.lock_file.read_bytes() if opts.lock_file is not None else None
