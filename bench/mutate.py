@@ -61,6 +61,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
                       ("tests/test_mutation_kills_jit.py", "tests/test_jit_integrity.py")),
     "verify": ("installer/verify.py", ("tests/test_mutation_kills_verify.py",)),
     "kit-check": ("installer/kit/manifest.py", ("tests/test_mutation_kills_kit.py",)),
+    "kit-against": ("installer/kit/against.py", ("tests/test_kit_units.py",)),
     "install-guards": ("installer/steps/install/guards.py",
                        ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py",
                         "tests/test_wheel_guard.py")),

@@ -200,12 +200,23 @@ def _plant(doc: dict, fault: str) -> str:
         base = doc["base_wheel"]
         base["sha256"] = doc["files"][f"wheels/{base['filename']}"]["sha256"] = "2" * 64
         return f"wheels/{base['filename']}: sha256 {'2' * 64}, the recipe (or lock) pins 0bc51491"
+    if fault == "base-wheel-table":                 # kit.json's base wheel entry disagrees with its own file table
+        base = doc["base_wheel"]
+        doc["files"][f"wheels/{base['filename']}"]["sha256"] = "6" * 64
+        return f"wheels/{base['filename']}: the base wheel's sha256 in kit.json is not its file table's"
+    if fault == "base-wheel-name":                  # another release's wheel as the base wheel
+        base = doc["base_wheel"]
+        other = base["filename"].replace("vllm-", "vllm-9", 1)
+        doc["files"][f"wheels/{other}"] = doc["files"].pop(f"wheels/{base['filename']}")
+        base["filename"] = other
+        return f"wheels/{other}: the recipe's base wheel is vllm-"
     raise AssertionError(fault)
 
 
 FAULTS = ["fork-commit", "fork-commit-everywhere", "prefix-other-commit", "prefix-branch", "commit-not-in-copy",
           "missing-fork", "extra-fork", "target-python", "target-arch", "torch-requirement", "torch-from-system",
-          "wheel-and-hash", "wheel-missing", "wheel-extra", "wheel-list-vs-table", "base-wheel"]
+          "wheel-and-hash", "wheel-missing", "wheel-extra", "wheel-list-vs-table", "base-wheel", "base-wheel-table",
+          "base-wheel-name"]
 
 
 def test_a_faithful_kit_has_no_problem_against_its_recipe_and_lock() -> None:
@@ -259,3 +270,33 @@ def test_a_kit_for_a_system_torch_needs_no_torch_wheel_when_the_recipe_takes_tor
     assert kit_problems(full, system, LOCK) == []
     _set_wheel_sha(full, torch_files[0], "5" * 64)
     assert any(f"wheels/{torch_files[0]}: sha256 {'5' * 64}" in p for p in kit_problems(full, system, LOCK))
+
+
+def test_a_base_wheel_for_a_recipe_without_one_and_a_lock_without_hashes_are_named(tmp_path: Path) -> None:
+    """The remaining ways the base wheel or the lock cannot vouch for a kit (mutation bench survivors)."""
+    import tomllib
+
+    from october.installer.kit.against import kit_problems
+
+    doc, r = _kit_doc()
+    no_wheel = dataclasses.replace(r, wheel=None)
+    assert any("a base wheel, and the recipe has no [wheel]" in p for p in kit_problems(doc, no_wheel, LOCK))
+    # the recipe's sha256 left out: the lock's [tool.october.wheel] pins the base wheel instead
+    unpinned = dataclasses.replace(r, wheel=dataclasses.replace(r.wheel, sha256=None))
+    assert kit_problems(doc, unpinned, LOCK) == []
+    base = doc["base_wheel"]
+    base["sha256"] = doc["files"][f"wheels/{base['filename']}"]["sha256"] = "7" * 64
+    assert any("7777" in p and "pins" in p for p in kit_problems(doc, unpinned, LOCK))
+    # a lock whose file has no sha256 never gets as far as the kit check: PEP 751 refuses it when read
+    from october.installer.core.errors import LockError
+
+    doc, r = _kit_doc()
+    lock = tomllib.loads(LOCK.read_text())
+    pkg = next(p for p in lock["packages"] if p.get("wheels"))
+    for w in pkg["wheels"]:
+        w["hashes"] = {}
+    import tomli_w
+    bare = tmp_path / "current.pylock.toml"
+    bare.write_text(tomli_w.dumps(lock))
+    with pytest.raises(LockError, match="At least one hash"):
+        kit_problems(doc, r, bare)
