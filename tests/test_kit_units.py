@@ -300,3 +300,10 @@ def test_a_base_wheel_for_a_recipe_without_one_and_a_lock_without_hashes_are_nam
     bare.write_text(tomli_w.dumps(lock))
     with pytest.raises(LockError, match="At least one hash"):
         kit_problems(doc, r, bare)
+
+
+def test_the_committed_lock_is_the_default_only_where_the_project_commits_one() -> None:
+    from october.installer.kit.against import committed_lock
+
+    assert committed_lock(load_recipe("current")) == LOCK
+    assert committed_lock(load_recipe("flashinfer-pr3812")) is None
