@@ -15,23 +15,11 @@ import pytest
 from october.installer.core.errors import InstallError
 from october.installer.core.filetrust import RACY_NS, FileTrust
 from october.installer.core.hashing import sha256_file
-from october.installer.pipeline.engine import SetupOptions, SilentReporter
-from october.installer.pipeline.plan import run_setup
-from october.installer.recipe import load_recipe
 from october.installer.steps.lock.pylock import locked_state
-from tests.fixtures.world import World, make_world
+from tests.fixtures.world import World
+from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
 
 POISON = "\nimport os  # planted\n"
-
-
-@pytest.fixture()
-def world(tmp_path: Path) -> World:
-    return make_world(tmp_path / "world")
-
-
-def setup(world: World, stack: Path, cache: Path, **kw: object):
-    opts = SetupOptions(stack=stack, recipe=load_recipe(str(world.recipe)), cache_dir=cache, **kw)  # type: ignore[arg-type]
-    return run_setup(opts, SilentReporter())
 
 
 def site(stack: Path) -> Path:
