@@ -240,3 +240,26 @@ def test_october_setup_killed_in_its_fetch_is_finished_by_the_same_command(tmp_p
     assert git("status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all", cwd=beta) == ""
     gamma = git("-C", str(world.beta_bare), "rev-parse", f"{world.commits['beta']}:third_party/gamma")
     assert git("submodule", "status", "--recursive", cwd=beta).split()[:2] == [gamma, "third_party/gamma"]
+
+
+def test_a_commit_whose_tree_a_killed_fetch_never_wrote_is_fetched_again(tmp_path: Path) -> None:
+    """The state CI hit once in the sweep above (20% into the clone's fetch): a small fetch is
+    unpacked into loose objects one at a time, commit first, so the kill left the new commit
+    object in the clone without its tree.  Planted here exactly: the commit object alone is
+    written into a finished clone at the old pin; the re-run must fetch the rest, not trust
+    the lone object and check out a commit git cannot read."""
+    fork = _fork(tmp_path)
+    bin_dir = install_git_wrapper(tmp_path / "bin")
+    done = run_fetch(_spec(tmp_path, fork, fork.old), bin_dir, tmp_path / "kd-base")
+    assert done.returncode == 0, done.output
+    clone = tmp_path / "stack" / "src" / "fork"
+    raw = subprocess.run(["git", "-C", str(bare_path(fork.url)), "cat-file", "commit", fork.new],
+                         capture_output=True, check=True).stdout
+    planted = subprocess.run(["git", "-C", str(clone), "hash-object", "-t", "commit", "-w", "--stdin"],
+                             input=raw, capture_output=True, check=True).stdout.decode().strip()
+    assert planted == fork.new
+    tree = git("-C", str(bare_path(fork.url)), "rev-parse", f"{fork.new}^{{tree}}")
+    assert subprocess.run(["git", "-C", str(clone), "cat-file", "-e", tree]).returncode != 0   # the fault is real
+    again = run_fetch(_spec(tmp_path, fork, fork.new), bin_dir, tmp_path / "kd-again")
+    assert again.returncode == 0, again.output
+    assert _check(tmp_path, fork, fork.new, fork.sub_new) is None

@@ -41,7 +41,7 @@ from october.installer.steps.fetch.clonecheck import (  # noqa: F401  (the inspe
     submodule_states,
 )
 from october.installer.steps.fetch.exclude import exclude_build_outputs
-from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_commit, has_complete, open_mirror
+from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
 from october.installer.steps.fetch.recover import (
     is_incomplete,
     mark_complete,
@@ -101,10 +101,12 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
     shallow roots to a complete clone unless told to (``--update-shallow``)."""
     from_shallow = is_shallow(mirror.path)
-    # A fetch from a complete mirror writes a pack complete down to what the clone had, so the
-    # object alone says it is there.  One from a shallow mirror adds shallow roots after its pack:
-    # cut in between, the commit is there without its parent, so its history is checked (short).
-    if (has_complete if from_shallow or is_shallow(repo_dir) else has_commit)(repo_dir, commit):
+    # The commit object alone does not say the rest is there: a small fetch is unpacked into
+    # loose objects one by one (fetch.unpackLimit), commit first, so a fetch killed part-way
+    # leaves the commit without its tree (CI, 2026-12-02); one from a shallow mirror adds its
+    # shallow roots after its pack.  So the history is always checked (quick: the walk stops at
+    # what a ref or HEAD already reaches, and a pin ref, written last, settles it at once).
+    if has_complete(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
     # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
