@@ -162,6 +162,7 @@ def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str
     manifest rows (None when a binary file carries the root: such a tree cannot be moved)."""
     pattern = _root_pattern(str(root))
     rows: dict[str, Any] = {}
+    dest.mkdir(parents=True, exist_ok=True)
     for rel in rels:
         s, d = src / rel, dest / rel
         st = os.lstat(s)

@@ -149,7 +149,15 @@ class InstallStep:
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
         judged = self.check_consistency(ctx)
-        imported = self.check_imports(ctx, forks)
+        # A copied stack takes the import verdict of the stack the entry was made from: the env and the
+        # fork outputs are its bytes (hashed against the manifest), the checkouts its commits (fetch
+        # checked them clean), the system torch the same files (the key's stat signatures); what the
+        # stack path changed (the editable finders, direct_url.json, links) the install guard has just
+        # read from this stack (each fork's import location and direct_url).  Importing torch again
+        # would cost seconds and prove nothing new.
+        imported = dict(builtstack_imports(entry, ctx.paths.root)) if entry is not None else {}
+        if {f.use.name for f in forks if f.use.mode == "flashinfer"} - set(imported):
+            imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
         result = InstallResult(
             nested_installs=nested_out,
@@ -169,7 +177,7 @@ class InstallStep:
             checks=dict(report.results),
         )
         if entry is None:
-            self.store_built_stack(ctx, forks, nested_out)
+            self.store_built_stack(ctx, forks, nested_out, imported)
         return result
 
     # ------------------------------------------------------------ the built-stack cache
@@ -217,7 +225,8 @@ class InstallStep:
         ctx.runner.note(self.name, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
         return dict(builtstack.placed(entry.facts.get("nested_installs") or {}, root))
 
-    def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any]) -> None:
+    def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any],
+                          imported: Mapping[str, str]) -> None:
         """Store this finished env and the forks' build outputs for the next stack with the same key
         (see :mod:`october.installer.steps.builtstack`); a stack that cannot be stored is said so, not
         failed."""
@@ -234,7 +243,7 @@ class InstallStep:
             listed = ctx.runner.run(["git", "-C", str(f.path), "ls-files", "-z", "--others"], step=self.name,
                                     env=git_env()).output
             outputs[f.use.name] = (f.path, [Path(p) for p in listed.split("\0") if p])
-        facts = {"interpreter": builtstack.interpreter_identity(ctx.paths.env),
+        facts = {"interpreter": builtstack.interpreter_identity(ctx.paths.env), "imports": dict(imported),
                  "wheel_sha256": wheel.wheel_sha256 if wheel else None, "nested_installs": dict(nested_out),
                  "env": {"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
                          "system_torch": dict(env.system_torch) if env.system_torch is not None else None}}
@@ -374,6 +383,14 @@ class InstallStep:
         # every RECORD'ed file; only those whose stat signature moved are read again
         bad = records.tampered(ctx.paths.env, ctx.trust)
         return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
+
+
+def builtstack_imports(entry: "builtstack.Entry", root: Path) -> Mapping[str, str]:
+    """The ``import <fork>`` verdicts recorded in a built-stack cache entry (fork -> version)."""
+    from october.installer.steps import builtstack
+
+    got = builtstack.placed(entry.facts.get("imports") or {}, root)
+    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
 
 
 def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
