@@ -162,3 +162,26 @@ def test_a_binary_file_naming_the_stack_path_is_not_stored(tmp_path: Path) -> No
     with pytest.raises(builtstack.EntryRefused, match="binary and names the stack path"):
         builtstack.store(tmp_path / "cache", "k" * 64, root, env, {}, {})
     assert entries(tmp_path / "cache") == []
+
+
+def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tmp_path: Path) -> None:
+    """The fork outputs the entry holds are already in the checkouts (the same bytes): kept, not refused."""
+    import shutil
+
+    cache, s1 = tmp_path / "cache", tmp_path / "s1"
+    setup(world, s1, cache)
+    (entry,) = entries(cache)
+    (s1 / "src" / "alpha" / "built.txt").write_text("made by the build\n")    # an ignored build output
+    with open(s1 / "src" / "alpha" / ".git" / "info" / "exclude", "a") as fh:
+        fh.write("built.txt\n")
+    shutil.rmtree(entry)
+    (s1 / ".state" / "install.json").unlink()
+    setup(world, s1, cache)                             # install runs again and stores an entry with that output
+    assert built_from(s1) is None
+    (entry,) = entries(cache)
+    assert (entry / "forks" / "alpha" / "built.txt").is_file()
+    shutil.rmtree(s1 / "env")
+    res = setup(world, s1, cache)
+    assert built_from(s1) == entry.name and statuses(res)["install"] == "ran"
+    assert "refused" not in (s1 / "logs" / "install.log").read_text() and entries(cache) == [entry]
+    assert verify(s1) == 0

@@ -169,3 +169,30 @@ def test_a_real_stack_built_from_a_kit_verifies(real_mirror: Path, tmp_path: Pat
     (aot / f"{uri}.so").write_bytes(b"")
     rc, data, _err = _verify(stack)
     assert rc == 13 and [d["what"] for d in data["differences"]] == [f"{uri} ({aot / f'{uri}.so'})"]
+
+
+def test_a_second_real_stack_is_copied_from_the_built_stack_and_verifies(real_stack: Path, real_mirror: Path) -> None:
+    """Issue 20 item 2 on the real fork: a second stack from the same cache takes the first one's env and
+    FlashInfer's build outputs (``_build_meta.py``, the ``data/`` links) as private copies relocated to
+    itself, skips the fork build, and `current verify` passes on it."""
+    tmp = real_stack.parent
+    stack2 = tmp / "stack2"
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack2), "--recipe",
+                           str(here_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
+                           "--skip-preflight", SKIP_PREFLIGHT],
+                          cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((stack2 / ".state" / "env.json").read_text())["outputs"].get("built_from")
+    assert "uv pip install" not in (stack2 / "logs" / "install.log").read_text()    # no fork build
+    src = stack2 / "src" / "flashinfer"
+    assert os.readlink(src / "flashinfer" / "data" / "csrc") == str(src / "csrc")
+    assert (src / "flashinfer" / "_build_meta.py").is_file()
+    site = next((stack2 / "env").glob("lib/python*/site-packages"))
+    (direct,) = site.glob("flashinfer_python-*.dist-info/direct_url.json")
+    assert json.loads(direct.read_text())["url"] == src.as_uri()
+    files = [p for p in (stack2 / "env").rglob("*") if p.is_file() and not p.is_symlink()]
+    first = {(st.st_dev, st.st_ino) for p in (real_stack / "env").rglob("*") if p.is_file() and not p.is_symlink()
+             for st in [p.stat()]}
+    assert not {(p.stat().st_dev, p.stat().st_ino) for p in files} & first
+    rc, data, err = _verify(stack2)
+    assert rc == 0 and data["differences"] == [], err

@@ -12,11 +12,13 @@ placeholder), each fork's commit and submodule commits, the system torch's ident
 the stat signatures of its files), the uv binary and this module's format.  A dirty fork, a wheel
 trusted on first use or a path that a URL would have to quote has no key: that stack is built.
 
-A later stack with the same key (:func:`restore_env`, from the env step) copies the entry's env
+A later stack with the same key and no env yet (:func:`restore_env`, from the env step; a stack whose
+existing env is made again builds it) copies the entry's env
 (copies or reflinks, never hard links: :mod:`october.installer.core.clonefile`), hashing every byte
 it copies against the manifest, puts its own path where the placeholder is, and checks that the
 interpreter the env links to is the one the entry was made with.  The install step then puts the
-fork outputs in place the same way (:func:`restore_fork_outputs`) and runs the same checks a
+fork outputs in place the same way (:func:`restore_fork_outputs`; one already there with the same
+bytes is kept) and runs the same checks a
 normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
 environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
@@ -259,7 +261,9 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         kind = row.get("kind")
         exists = os.path.lexists(d)
         if not fresh and kind != "dir" and exists:
-            raise EntryRefused(f"{d} exists already (the fork checkout is not as fetched)")
+            if _same(s, d, row, root):
+                continue            # left by this stack's own earlier install: the same bytes
+            raise EntryRefused(f"{d} exists already and differs (the fork checkout is not as fetched)")
         if created is not None and not exists:
             created.append(d)
         if kind == "dir":
@@ -286,6 +290,18 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         else:
             raise EntryRefused(f"{rel}: unknown kind {kind!r} in the manifest")
     return relocated
+
+
+def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
+    """Whether ``dest`` already is what restoring ``src`` (a manifest ``row``) would make it."""
+    if row.get("kind") == "link":
+        return dest.is_symlink() and os.readlink(dest) == str(row.get("target")).replace(PLACEHOLDER, str(root))
+    if dest.is_symlink() or not dest.is_file() or not src.is_file():
+        return False
+    data = src.read_bytes()
+    if _hash_bytes(data) != row.get("sha256"):
+        raise EntryRefused(f"{src} does not hash as the manifest says")
+    return dest.read_bytes() == (data.replace(PLACEHOLDER.encode(), str(root).encode()) if row.get("templated") else data)
 
 
 def rerecord(env: Path, relocated: list[Path]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -167,6 +168,8 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     there is no usable entry (a refused one is removed and said so: this stack is then built)."""
     from october.installer.steps import builtstack
 
+    if os.path.lexists(ctx.paths.env):
+        return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
     key = builtstack.stack_key(ctx)
     entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
     if key is None or entry is None:
