@@ -7,6 +7,7 @@ mocked.  The stacks and the cache share one filesystem, as ``--cache-dir`` is me
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -81,6 +82,9 @@ def test_install_is_not_done_when_the_cache_serves_other_bytes(world: World, tmp
         os.chmod(p, 0o644)
         with open(p, "a") as fh:
             fh.write(POISON)
+    # without the built-stack cache entry stack 1 left, so that stack 2 installs through uv's cache
+    # (a tampered entry: tests/test_built_stack.py)
+    shutil.rmtree(cache / "built")
     with pytest.raises(InstallError) as info:
         setup(world, tmp_path / "s2", cache)
     assert "tinydep: tinydep/__init__.py (changed)" in info.value.message

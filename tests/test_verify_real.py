@@ -29,37 +29,11 @@ import pytest
 from october.installer.recipe import PROJECT_ROOT
 from october.installer.steps.env.uvcmd import uv_exe
 from tests.conftest import real_cache_dir
+from tests.fixtures.realstack import SKIP_PREFLIGHT, dev_torch, git_env, here_recipe
 
 pytestmark = pytest.mark.real
 
 SUBMODULES = {"3rdparty/cccl", "3rdparty/cutlass", "3rdparty/nixl", "3rdparty/spdlog"}
-
-
-def _dev_torch() -> tuple[str, str, str]:
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", "import sys, torch; print(torch.__version__, "
-                          "torch.version.cuda, '%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, check=True).stdout.split()
-    return out[-3], out[-2], out[-1]
-
-
-def _recipe(tmp: Path) -> Path:
-    """flashinfer-pr3812 on this machine's torch and Python, without its JIT modules."""
-    torch, cuda, python = _dev_torch()
-    text = (PROJECT_ROOT / "recipes" / "flashinfer-pr3812.toml").read_text()
-    text = text[:text.index("# The asymmetric decode module")] + text[text.index("[smoke]"):]
-    text = text.replace('version = "3.12"', f'version = "{python}"')
-    text = text.replace('version = "2.11.0+cu130"', f'version = "{torch}"')
-    text = text.replace('version = "13.0"', f'version = "{cuda}"')
-    text = text.replace('variant = "cu130"', f'variant = "cu{cuda.replace(".", "")}"')
-    path = tmp / "flashinfer-pr3812-here.toml"
-    path.write_text(text)
-    return path
-
-
-def _git_env(mirror: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
-    return dict(env, GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{(mirror / 'github.com').as_uri()}/.insteadOf",
-                GIT_CONFIG_VALUE_0="https://github.com/")
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +41,9 @@ def real_stack(real_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     tmp = tmp_path_factory.mktemp("verify-real")
     stack = tmp / "stack"
     proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
-                           str(_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
-                           "--skip-preflight", "nvcc,gpu,cuda_arch,ram,disk"],
-                          cwd=PROJECT_ROOT, env=_git_env(real_mirror), capture_output=True, text=True, timeout=1500)
+                           str(here_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
+                           "--skip-preflight", SKIP_PREFLIGHT],
+                          cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return stack
 
@@ -155,7 +129,7 @@ def test_a_moved_selected_submodule_is_named_and_its_fix_works(real_stack: Path)
 def test_a_torch_over_the_system_one_is_named(real_stack: Path, tmp_path: Path) -> None:
     from tests.fixtures.wheels import build_wheel
 
-    torch, _cuda, _py = _dev_torch()
+    torch, _cuda, _py = dev_torch()
     wheel = build_wheel(tmp_path, "torch", torch.partition("+")[0], {"torch/__init__.py": ""})
     env = dict(os.environ, UV_CACHE_DIR=str(real_cache_dir() / "uv"))
     env.pop("VIRTUAL_ENV", None)
@@ -173,17 +147,17 @@ def test_a_torch_over_the_system_one_is_named(real_stack: Path, tmp_path: Path) 
 def test_a_real_stack_built_from_a_kit_verifies(real_mirror: Path, tmp_path: Path) -> None:
     """The H200's path: `october_setup kit --system-torch` on a machine with network, then the stack from
     the kit alone (offline) on the site-provided torch; verify passes, and a planted AOT copy is named."""
-    recipe = _recipe(tmp_path)
+    recipe = here_recipe(tmp_path)
     kit = tmp_path / "kit"
     made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", str(recipe),
                            "--system-torch", "--cache-dir", str(tmp_path / "cache-kit"), str(kit)],
-                          cwd=PROJECT_ROOT, env=_git_env(real_mirror), capture_output=True, text=True, timeout=1500)
+                          cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     stack = tmp_path / "stack"
     plain = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
     done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
                            "--kit", str(kit), "--system-python", sys.executable, "--cache-dir", str(tmp_path / "cache"),
-                           "--skip-preflight", "nvcc,gpu,cuda_arch,ram,disk"],
+                           "--skip-preflight", SKIP_PREFLIGHT],
                           cwd=PROJECT_ROOT, env=plain, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "offline: installing from the kit" in done.stdout + done.stderr
@@ -195,3 +169,30 @@ def test_a_real_stack_built_from_a_kit_verifies(real_mirror: Path, tmp_path: Pat
     (aot / f"{uri}.so").write_bytes(b"")
     rc, data, _err = _verify(stack)
     assert rc == 13 and [d["what"] for d in data["differences"]] == [f"{uri} ({aot / f'{uri}.so'})"]
+
+
+def test_a_second_real_stack_is_copied_from_the_built_stack_and_verifies(real_stack: Path, real_mirror: Path) -> None:
+    """Issue 20 item 2 on the real fork: a second stack from the same cache takes the first one's env and
+    FlashInfer's build outputs (``_build_meta.py``, the ``data/`` links) as private copies relocated to
+    itself, skips the fork build, and `current verify` passes on it."""
+    tmp = real_stack.parent
+    stack2 = tmp / "stack2"
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack2), "--recipe",
+                           str(here_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
+                           "--skip-preflight", SKIP_PREFLIGHT],
+                          cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((stack2 / ".state" / "env.json").read_text())["outputs"].get("built_from")
+    assert "uv pip install" not in (stack2 / "logs" / "install.log").read_text()    # no fork build
+    src = stack2 / "src" / "flashinfer"
+    assert os.readlink(src / "flashinfer" / "data" / "csrc") == str(src / "csrc")
+    assert (src / "flashinfer" / "_build_meta.py").is_file()
+    site = next((stack2 / "env").glob("lib/python*/site-packages"))
+    (direct,) = site.glob("flashinfer_python-*.dist-info/direct_url.json")
+    assert json.loads(direct.read_text())["url"] == src.as_uri()
+    files = [p for p in (stack2 / "env").rglob("*") if p.is_file() and not p.is_symlink()]
+    first = {(st.st_dev, st.st_ino) for p in (real_stack / "env").rglob("*") if p.is_file() and not p.is_symlink()
+             for st in [p.stat()]}
+    assert not {(p.stat().st_dev, p.stat().st_ino) for p in files} & first
+    rc, data, err = _verify(stack2)
+    assert rc == 0 and data["differences"] == [], err

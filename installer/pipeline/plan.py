@@ -106,7 +106,21 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         records = run_pipeline(steps, ctx)
+        if any(r.status == "ran" for r in records):
+            settle_clones(ctx)
     return SetupResult(records=records, paths=paths)
+
+
+def settle_clones(ctx: StepContext) -> None:
+    """After a run that changed the stack: each fork clone's index rewritten once its files are no
+    longer racily clean, so no-op re-runs do not hash them again (see
+    :func:`october.installer.steps.fetch.worktree.settle_index`)."""
+    from october.installer.steps.fetch.worktree import settle_index
+    from october.installer.steps.results import FetchResult
+
+    fetch = ctx.result(FetchResult)
+    for rec in (fetch.forks.values() if fetch is not None else ()):
+        settle_index(ctx.runner, "fetch", Path(rec.path))
 
 
 def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:

@@ -147,6 +147,7 @@ class EnvResult:
     torch_cuda: str | None = None
     torch_source: str | None = None
     system_torch: Mapping[str, JSON] | None = None
+    built_from: str | None = None       # the built-stack cache entry the env was copied from (its key)
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {"path": self.path, "python": self.python, "python_version": self.python_version,
@@ -154,6 +155,8 @@ class EnvResult:
         if self.torch_source is not None:
             out.update({"torch_cuda": self.torch_cuda, "torch_source": self.torch_source,
                         "system_torch": dict(self.system_torch or {})})
+        if self.built_from is not None:
+            out["built_from"] = self.built_from
         return {**out, "site_packages": list(self.site_packages), "stack_env": dict(self.stack_env)}
 
     @classmethod
@@ -162,7 +165,8 @@ class EnvResult:
                    python_version=mj.opt_text(d, "python_version"), torch=mj.opt_text(d, "torch"),
                    site_packages=mj.texts(d, "site_packages"),
                    stack_env=mj.obj(d, "stack_env"), torch_cuda=mj.opt_text(d, "torch_cuda"),
-                   torch_source=mj.opt_text(d, "torch_source"), system_torch=mj.opt_obj(d, "system_torch"))
+                   torch_source=mj.opt_text(d, "torch_source"), system_torch=mj.opt_obj(d, "system_torch"),
+                   built_from=mj.opt_text(d, "built_from"))
 
     def chain_json(self) -> JSON:
         return self.to_json()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.errors import CommandFailed, EnvError, LockError
@@ -13,6 +15,9 @@ from october.installer.pipeline.engine import StepContext
 from october.installer.steps.env import stackenv, systorch
 from october.installer.steps.env.uvcmd import StackUv, uv_exe
 from october.installer.steps.results import EnvResult, PreflightResult
+
+if TYPE_CHECKING:
+    from october.installer.steps import builtstack
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -80,6 +85,9 @@ class EnvStep:
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
     def run(self, ctx: StepContext) -> EnvResult:
+        reused = env_from_built_stack(ctx, self.name)
+        if reused is not None:
+            return reused
         if ctx.recipe.torch.from_system:
             return run_on_system_torch(ctx, self.name)
         r = ctx.recipe
@@ -149,6 +157,62 @@ class EnvStep:
         if not stackenv.activate_file(ctx.paths.root).is_file():
             return f"{stackenv.activate_file(ctx.paths.root)} is missing"
         return None
+
+
+# ------------------------------------------------------------------ the built-stack cache
+
+
+def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
+    """The env copied from the built-stack cache entry of this stack's key (see
+    :mod:`october.installer.steps.builtstack`), checked as the env step checks a new one; None when
+    there is no usable entry (a refused one is removed and said so: this stack is then built)."""
+    from october.installer.steps import builtstack
+
+    if os.path.lexists(ctx.paths.env):
+        return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
+    key = builtstack.stack_key(ctx)
+    entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
+    if key is None or entry is None:
+        return None
+    root = ctx.paths.root
+    facts = builtstack.placed(entry.facts, root)
+    interpreter = facts.get("interpreter") or [None, None]
+    if builtstack.stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
+        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {interpreter[0]} changed; building")
+        return None
+    ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
+    try:
+        builtstack.restore_env(entry, ctx.paths.env, root)
+    except (builtstack.EntryRefused, OSError) as exc:
+        refuse_entry(ctx, step, entry, str(exc))
+        return None
+    env = facts.get("env") or {}
+    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=_pyvenv_version(ctx),
+                       torch=env.get("torch"), torch_cuda=env.get("torch_cuda"), torch_source=env.get("torch_source"),
+                       system_torch=env.get("system_torch"), site_packages=tuple(_site_packages(ctx)),
+                       stack_env=write_stack_env(ctx), built_from=key)
+    problem = (system_torch_env_problem(ctx, result) if ctx.recipe.torch.from_system
+               else None if _dist_info_present(ctx, "torch", ctx.recipe.torch.version)
+               else f"torch {ctx.recipe.torch.version} is not in it")
+    if problem is None and not python_matches(ctx.recipe.python, result.python_version):
+        problem = f"Python {result.python_version}, not {ctx.recipe.python}"
+    if problem is not None:
+        refuse_entry(ctx, step, entry, problem)
+        return None
+    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
+    return result
+
+
+def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
+    """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
+    stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
+    from october.installer.steps import builtstack
+
+    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
+    ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
+    builtstack.discard(entry.path)
+    if drop_env:
+        shutil.rmtree(ctx.paths.env, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ site-provided torch

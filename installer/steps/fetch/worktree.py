@@ -379,3 +379,24 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     mark_complete(dest)                   # checked: from now on its changes are the user's
     return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
                     dirty=tuple(dirty))
+
+
+def settle_index(runner: Runner, step: str, path: Path) -> bool:
+    """Let git record the clone's (and its submodules') files as clean once they are older than the
+    index: entries written in the same second as the index are "racily clean", and every later
+    ``git status`` (each no-op re-run's check) hashes those files again until one status rewrites the
+    index.  One ``git status`` now, at the end of the run that checked the clone out, does that
+    rewrite instead of the first no-op; -> False (nothing run) while the index is too new for it
+    to help."""
+    import time
+
+    index = path / ".git" / "index"
+    try:
+        age = time.time() - index.stat().st_mtime
+    except OSError:
+        return False
+    if age < 1.0:
+        return False
+    runner.run(["git", "-C", str(path), "status", "--porcelain", "--ignore-submodules=none"], step=step,
+               env=git_env(), check=False)
+    return True

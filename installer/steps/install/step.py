@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -40,6 +41,7 @@ from october.installer.steps.install.upstream import BaseCommit, upstream_base
 from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
+    from october.installer.steps import builtstack
     from october.installer.steps.install.guards import GuardSpec
 
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
@@ -126,14 +128,18 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
-        self.repair(ctx, [f.dist for f in forks])
-        guard = nested.install_guard(ctx.paths.state / "build-guard")
-        nested_out: dict[str, Any] = {}
-        for inv in plan.installs:
-            ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
-            before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
-            nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
-            overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
+        entry = self.built_entry(ctx)
+        nested_out = self.forks_from_built_stack(ctx, entry, forks) if entry is not None else None
+        if nested_out is None:
+            entry = None
+            self.repair(ctx, [f.dist for f in forks])
+            guard = nested.install_guard(ctx.paths.state / "build-guard")
+            nested_out = {}
+            for inv in plan.installs:
+                ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
+                before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
+                nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
+                overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
         from october.installer.steps.install.guards import run_guards
@@ -143,9 +149,17 @@ class InstallStep:
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
         judged = self.check_consistency(ctx)
-        imported = self.check_imports(ctx, forks)
+        # A copied stack takes the import verdict of the stack the entry was made from: the env and the
+        # fork outputs are its bytes (hashed against the manifest), the checkouts its commits (fetch
+        # checked them clean), the system torch the same files (the key's stat signatures); what the
+        # stack path changed (the editable finders, direct_url.json, links) the install guard has just
+        # read from this stack (each fork's import location and direct_url).  Importing torch again
+        # would cost seconds and prove nothing new.
+        imported = dict(builtstack_imports(entry, ctx.paths.root)) if entry is not None else {}
+        if {f.use.name for f in forks if f.use.mode == "flashinfer"} - set(imported):
+            imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
-        return InstallResult(
+        result = InstallResult(
             nested_installs=nested_out,
             consistency=judged.as_json(),
             imports_with_stack_env=imported,
@@ -162,6 +176,85 @@ class InstallStep:
             vllm_base_commit_detail=base.detail if base else None,
             checks=dict(report.results),
         )
+        if entry is None:
+            self.store_built_stack(ctx, forks, nested_out, imported)
+        return result
+
+    # ------------------------------------------------------------ the built-stack cache
+
+    def built_entry(self, ctx: StepContext) -> "builtstack.Entry | None":
+        """The built-stack cache entry the env step copied the env from, when it still holds for this
+        stack (same key, the same base wheel), else None."""
+        from october.installer.steps import builtstack
+
+        env = ctx.result(EnvResult)
+        if env is None or env.built_from is None or builtstack.stack_key(ctx) != env.built_from:
+            return None
+        entry = builtstack.find(ctx.options.cache_dir, env.built_from)
+        wheel = ctx.result(WheelResult)
+        if entry is None or entry.facts.get("wheel_sha256") != (wheel.wheel_sha256 if wheel else None):
+            return None
+        return entry
+
+    def forks_from_built_stack(self, ctx: StepContext, entry: "builtstack.Entry",
+                               forks: list[ForkSource]) -> dict[str, Any] | None:
+        """Each fork's build outputs copied from the entry into its checkout instead of building it;
+        -> the nested-install verdicts the entry's build had, or None when the entry is refused (what
+        was copied is removed again and the forks are installed as usual)."""
+        from october.installer.steps import builtstack
+        from october.installer.steps.env.step import refuse_entry
+
+        root = ctx.paths.root
+        made: list[Path] = []
+        try:
+            for f in forks:
+                before = overwritten.changed_tracked(ctx.runner, self.name, f.path)
+                ctx.ui.info(f"fork {f.use.name}: its build outputs from the cache ({entry.path})")
+                builtstack.restore_fork_outputs(entry, f.use.name, f.path, root, created=made)
+                after = overwritten.changed_tracked(ctx.runner, self.name, f.path)
+                if after != before:
+                    raise builtstack.EntryRefused(f"it changes tracked files of fork {f.use.name}: {after[:3]}")
+        except (builtstack.EntryRefused, OSError) as exc:
+            for p in sorted(made, key=lambda q: len(q.parts), reverse=True):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+            refuse_entry(ctx, self.name, entry, str(exc), drop_env=False)
+            return None
+        ctx.runner.note(self.name, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
+        return dict(builtstack.placed(entry.facts.get("nested_installs") or {}, root))
+
+    def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any],
+                          imported: Mapping[str, str]) -> None:
+        """Store this finished env and the forks' build outputs for the next stack with the same key
+        (see :mod:`october.installer.steps.builtstack`); a stack that cannot be stored is said so, not
+        failed."""
+        from october.installer.steps import builtstack
+        from october.installer.steps.fetch import git_env
+
+        key = builtstack.stack_key(ctx)
+        if key is None:
+            return
+        env = ctx.need(EnvResult)
+        wheel = ctx.result(WheelResult)
+        outputs: dict[str, tuple[Path, list[Path]]] = {}
+        for f in forks:
+            listed = ctx.runner.run(["git", "-C", str(f.path), "ls-files", "-z", "--others"], step=self.name,
+                                    env=git_env()).output
+            outputs[f.use.name] = (f.path, [Path(p) for p in listed.split("\0") if p])
+        facts = {"interpreter": builtstack.interpreter_identity(ctx.paths.env), "imports": dict(imported),
+                 "wheel_sha256": wheel.wheel_sha256 if wheel else None, "nested_installs": dict(nested_out),
+                 "env": {"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
+                         "system_torch": dict(env.system_torch) if env.system_torch is not None else None}}
+        try:
+            entry = builtstack.store(ctx.options.cache_dir, key, ctx.paths.root, ctx.paths.env, outputs, facts)
+        except (builtstack.EntryRefused, OSError) as exc:
+            ctx.ui.detail(f"this stack is not kept in the built-stack cache: {exc}")
+            ctx.runner.note(self.name, f"# not stored in the built-stack cache: {exc}")
+            return
+        if entry is not None:
+            ctx.runner.note(self.name, f"# stored in the built-stack cache: {entry.path}")
 
     def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
         """One fork's ``uv pip install`` with the nested-install guard first on PATH; judge what its
@@ -290,6 +383,14 @@ class InstallStep:
         # every RECORD'ed file; only those whose stat signature moved are read again
         bad = records.tampered(ctx.paths.env, ctx.trust)
         return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
+
+
+def builtstack_imports(entry: "builtstack.Entry", root: Path) -> Mapping[str, str]:
+    """The ``import <fork>`` verdicts recorded in a built-stack cache entry (fork -> version)."""
+    from october.installer.steps import builtstack
+
+    got = builtstack.placed(entry.facts.get("imports") or {}, root)
+    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
 
 
 def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:

@@ -1,0 +1,401 @@
+"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and
+what its editable fork installs produced, as private copies, checked before anything reaches it.
+
+When the install step finishes (every check passed), it stores ``CACHE/built/<key>/``: a copy of
+``STACK/env`` and of each fork's untracked build outputs (``git ls-files --others``: FlashInfer's
+``_build_meta.py`` and ``data/`` links, vLLM's precompiled ``.so`` files), ``__pycache__`` left out,
+with the stack's own path in text files and link targets replaced by a placeholder, and
+``manifest.json``: the sha256, mode and kind of every stored file, which ones carry the placeholder,
+and the facts the entry was made under.  The key (:func:`entry_key`) is every input that decides
+what env and install produce: the env and install steps' inputs (the stack path replaced by the
+placeholder), each fork's commit and submodule commits, the system torch's identity (its facts and
+the stat signatures of its files), the uv binary and this module's format.  A dirty fork, a wheel
+trusted on first use or a path that a URL would have to quote has no key: that stack is built.
+
+A later stack with the same key and no env yet (:func:`restore_env`, from the env step; a stack whose
+existing env is made again builds it) copies the entry's env
+(copies or reflinks, never hard links: :mod:`october.installer.core.clonefile`), hashing every byte
+it copies against the manifest, puts its own path where the placeholder is, and checks that the
+interpreter the env links to is the one the entry was made with.  The install step then puts the
+fork outputs in place the same way (:func:`restore_fork_outputs`; one already there with the same
+bytes is kept) and runs the same checks a
+normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
+environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
+unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
+there were none.  What a restore trusts: the manifest, written once when the entry is made from a
+stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from october.installer import __version__
+from october.installer.core.atomic import write_text_atomic
+from october.installer.core.clonefile import clone_or_copy
+from october.installer.core.hashing import fingerprint
+
+if TYPE_CHECKING:
+    from october.installer.pipeline.engine import StepContext
+
+BUILT_FORMAT = 1
+PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")        # needs no quoting in a file:// URL, no regex meaning
+SKIP_DIRS = frozenset({"__pycache__"})
+MANIFEST = "manifest.json"
+
+
+class EntryRefused(Exception):
+    """A cache entry that does not match its manifest (the message says which file and how)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored built stack: its folder and its manifest."""
+
+    path: Path
+    manifest: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return str(self.manifest["key"])
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        return self.manifest["facts"]
+
+
+def built_dir(cache_dir: Path) -> Path:
+    return cache_dir / "built"
+
+
+def path_ok(root: Path) -> bool:
+    return bool(SAFE_PATH.match(str(root))) and PLACEHOLDER not in str(root)
+
+
+def _root_pattern(root: str) -> re.Pattern[bytes]:
+    # the root itself, not a longer name that starts with it (/tmp/st1 is not /tmp/st10)
+    return re.compile(re.escape(root.encode()) + rb"(?![A-Za-z0-9._+-])")
+
+
+def templated(value: Any, root: Path) -> Any:
+    """``value`` (JSON) with the stack root replaced by the placeholder in every string."""
+    text = json.dumps(value, sort_keys=True)
+    return json.loads(_root_pattern(str(root)).sub(PLACEHOLDER.encode(), text.encode()).decode())
+
+
+def placed(value: Any, root: Path) -> Any:
+    """The inverse of :func:`templated` for ``root``."""
+    return json.loads(json.dumps(value).replace(PLACEHOLDER, str(root)))
+
+
+def stat_identity(paths: list[Path]) -> list[list[Any]]:
+    """(path, inode, size, mtime_ns) of each file (a missing one: None): a reinstall changes them."""
+    out: list[list[Any]] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append([str(p), st.st_ino, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(p), None])
+    return out
+
+
+def system_torch_identity(facts: Mapping[str, Any]) -> list[Any]:
+    """The site-provided torch as preflight located it, plus the stat signatures of the files that
+    say which torch it is (its package, version, dist-info, the interpreter)."""
+    init = Path(str(facts.get("file") or facts.get("path") or ""))
+    torch_dir = init.parent
+    files = [init, torch_dir / "version.py", *sorted(torch_dir.glob("_C*.so"))]
+    site = facts.get("dist_site")
+    if site and facts.get("dist_version"):
+        info = Path(str(site)) / f"torch-{facts['dist_version']}.dist-info"
+        files += [info / "RECORD", info / "METADATA"]
+    exe = facts.get("python_path") or facts.get("executable")
+    if exe:
+        files.append(Path(os.path.realpath(str(exe))))
+    return [dict(facts), stat_identity(files)]
+
+
+def entry_key(parts: Mapping[str, Any]) -> str:
+    """The key of everything that decides what env and install produce (see the module doc)."""
+    return fingerprint({"format": BUILT_FORMAT, "tool": __version__, **parts})
+
+
+# ------------------------------------------------------------------------------- store
+
+
+def _walk(top: Path) -> list[Path]:
+    """Every file, link and directory under ``top`` (relative), ``__pycache__`` and ``*.pyc`` left out."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        here = Path(dirpath)
+        for d in dirnames:
+            out.append((here / d).relative_to(top))
+        out += [(here / f).relative_to(top) for f in sorted(filenames) if not f.endswith(".pyc")]
+    return out
+
+
+def with_parents(rels: list[Path]) -> list[Path]:
+    """``rels`` (files of a checkout) with the folders above them, parents first; bytecode left out."""
+    keep = [r for r in rels if not r.name.endswith(".pyc") and not SKIP_DIRS.intersection(r.parts)]
+    dirs = {p for r in keep for p in r.parents if str(p) != "."}
+    return sorted(dirs) + sorted(keep)
+
+
+def _hash_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str, Any]:
+    """Copy ``rels`` of ``src`` into ``dest`` (templated where the stack root appears); -> the
+    manifest rows (None when a binary file carries the root: such a tree cannot be moved)."""
+    pattern = _root_pattern(str(root))
+    rows: dict[str, Any] = {}
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in rels:
+        s, d = src / rel, dest / rel
+        st = os.lstat(s)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(s)
+            new = pattern.sub(PLACEHOLDER.encode(), target.encode()).decode()
+            d.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(new, d)
+            rows[str(rel)] = {"kind": "link", "target": new}
+        elif stat.S_ISDIR(st.st_mode):
+            d.mkdir(parents=True, exist_ok=True)
+            rows[str(rel)] = {"kind": "dir"}
+        elif stat.S_ISREG(st.st_mode):
+            d.parent.mkdir(parents=True, exist_ok=True)
+            data = s.read_bytes()
+            templ = False
+            if pattern.search(data):
+                if b"\0" in data:
+                    raise EntryRefused(f"{s} is binary and names the stack path")
+                data = pattern.sub(PLACEHOLDER.encode(), data)
+                templ = True
+            d.write_bytes(data)
+            mode = st.st_mode & 0o777
+            os.chmod(d, mode & ~0o222)
+            rows[str(rel)] = {"kind": "file", "sha256": _hash_bytes(data), "mode": mode, "templated": templ}
+        else:
+            raise EntryRefused(f"{s} is not a file, link or directory")
+    return rows
+
+
+def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mapping[str, tuple[Path, list[Path]]],
+          facts: Mapping[str, Any]) -> Entry | None:
+    """Store the finished env and the forks' build outputs (fork -> (checkout, untracked paths)) under
+    ``key``; -> the entry, or None when this stack cannot be stored (a reason is raised as
+    :class:`EntryRefused`).  An entry already there is replaced (it was refused or is stale)."""
+    base = built_dir(cache_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    partial = base / f".partial-{uuid.uuid4().hex}"
+    try:
+        partial.mkdir()
+        rows = {"env": _store_tree(env, partial / "env", _walk(env), root)}
+        forks: dict[str, Any] = {}
+        for name, (checkout, rels) in sorted(fork_outputs.items()):
+            forks[name] = _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
+        rows["forks"] = forks
+        manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "files": rows,
+                    "facts": templated(dict(facts), root)}
+        write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
+        final = base / key
+        if final.exists():
+            discard(final)
+        os.replace(partial, final)
+        return Entry(final, manifest)
+    finally:
+        if partial.exists():
+            discard(partial)
+
+
+def discard(path: Path) -> None:
+    """Remove an entry (its files are read-only, its folders are not: rmtree can remove them)."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- restore
+
+
+def find(cache_dir: Path, key: str) -> Entry | None:
+    """The entry stored under ``key`` when there is one with a readable manifest of this format."""
+    path = built_dir(cache_dir) / key
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUILT_FORMAT or manifest.get("key") != key \
+            or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("facts"), dict):
+        return None
+    return Entry(path, manifest)
+
+
+def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
+                  created: list[Path] | None = None) -> list[Path]:
+    """Make ``dest`` the tree the manifest ``rows`` describe, from ``src``: every file copied (never
+    linked), hashed against its row, the placeholder replaced by ``root``.  ``fresh``: ``dest`` must
+    hold nothing else afterwards (an env); otherwise only new paths are created (a fork checkout).
+    -> the files the placeholder was replaced in.  Raises :class:`EntryRefused` on the first difference."""
+    relocated: list[Path] = []
+    present = {str(p) for p in _walk(src)}
+    expected = set(rows)
+    if present != expected:
+        extra, missing = sorted(present - expected), sorted(expected - present)
+        raise EntryRefused(f"{src}: " + (f"unexpected {extra[0]}" if extra else f"missing {missing[0]}"))
+    for rel in sorted(rows):                  # parents sort before their children
+        row, s, d = rows[rel], src / rel, dest / rel
+        kind = row.get("kind")
+        exists = os.path.lexists(d)
+        if not fresh and kind != "dir" and exists:
+            if _same(s, d, row, root):
+                continue            # left by this stack's own earlier install: the same bytes
+            raise EntryRefused(f"{d} exists already and differs (the fork checkout is not as fetched)")
+        if created is not None and not exists:
+            created.append(d)
+        if kind == "dir":
+            d.mkdir(parents=True, exist_ok=True)
+        elif kind == "link":
+            if os.readlink(s) != row.get("target"):
+                raise EntryRefused(f"{s}: the link's target changed")
+            os.symlink(str(row["target"]).replace(PLACEHOLDER, str(root)), d)
+        elif kind == "file":
+            if not s.is_file() or s.is_symlink():
+                raise EntryRefused(f"{s} is not a plain file")
+            if row.get("templated"):
+                data = s.read_bytes()
+                if _hash_bytes(data) != row.get("sha256"):
+                    raise EntryRefused(f"{s} does not hash as the manifest says")
+                d.write_bytes(data.replace(PLACEHOLDER.encode(), str(root).encode()))
+                relocated.append(d)
+            else:
+                clone_or_copy(s, d)
+                got = _file_sha256(d)
+                if got != row.get("sha256"):
+                    raise EntryRefused(f"{s} does not hash as the manifest says")
+            os.chmod(d, int(row.get("mode", 0o644)) & 0o777)
+        else:
+            raise EntryRefused(f"{rel}: unknown kind {kind!r} in the manifest")
+    return relocated
+
+
+def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
+    """Whether ``dest`` already is what restoring ``src`` (a manifest ``row``) would make it."""
+    if row.get("kind") == "link":
+        return dest.is_symlink() and os.readlink(dest) == str(row.get("target")).replace(PLACEHOLDER, str(root))
+    if dest.is_symlink() or not dest.is_file() or not src.is_file():
+        return False
+    data = src.read_bytes()
+    if _hash_bytes(data) != row.get("sha256"):
+        raise EntryRefused(f"{src} does not hash as the manifest says")
+    return dest.read_bytes() == (data.replace(PLACEHOLDER.encode(), str(root).encode()) if row.get("templated") else data)
+
+
+def rerecord(env: Path, relocated: list[Path]) -> int:
+    """The RECORD rows of the files the stack's own path was put into, hashed again (their bytes are
+    the manifest's, verified, with that one substitution); -> how many rows changed."""
+    from october.installer.verify_dists import installed, record_hash, record_rows
+
+    moved = {p.resolve() for p in relocated}
+    changed = 0
+    for dist in installed(env).values():
+        rows = [list(r) for r in record_rows(dist)]
+        touched = False
+        for row in rows:
+            path = (dist.site / row[0]).resolve()
+            algo, sep, _value = row[1].partition("=")
+            if path in moved and sep:
+                row[1], row[2] = f"{algo}={record_hash(path, algo)}", str(path.stat().st_size)
+                touched = True
+                changed += 1
+        if touched:
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerows(rows)
+            write_text_atomic(dist.info / "RECORD", out.getvalue())
+    return changed
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def restore_env(entry: Entry, env: Path, root: Path) -> None:
+    """``env`` made anew as the entry's env (see :func:`_restore_tree`); a refused entry leaves no env."""
+    if os.path.lexists(env):
+        shutil.rmtree(env)
+    env.mkdir(parents=True)
+    try:
+        rerecord(env, _restore_tree(entry.path / "env", env, entry.manifest["files"]["env"], root, fresh=True))
+    except (EntryRefused, OSError):
+        shutil.rmtree(env, ignore_errors=True)
+        raise
+
+
+def restore_fork_outputs(entry: Entry, fork: str, checkout: Path, root: Path, *,
+                         created: list[Path] | None = None) -> list[str]:
+    """The fork's build outputs put into ``checkout`` (each path made is appended to ``created`` as it
+    is made: a refusal part-way can take them back); -> the paths of the manifest (relative)."""
+    rows = entry.manifest["files"]["forks"].get(fork)
+    if rows is None:
+        raise EntryRefused(f"the entry holds nothing for fork {fork}")
+    _restore_tree(entry.path / "forks" / fork, checkout, rows, root, fresh=False, created=created)
+    return sorted(rows)
+
+
+# ------------------------------------------------------------------------ the stack's key
+
+
+def stack_key(ctx: "StepContext") -> str | None:
+    """This stack's key (see the module doc), or None when it may not take or give an entry: a dirty
+    fork (``--allow-dirty``), a base wheel trusted on first use (no recipe sha256), a stack path a URL
+    would quote, a site-provided torch preflight did not locate."""
+    from october.installer.steps.env.step import EnvStep
+    from october.installer.steps.env.uvcmd import uv_exe
+    from october.installer.steps.install.step import InstallStep
+    from october.installer.steps.results import FetchResult, PreflightResult
+
+    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
+    fetch = ctx.result(FetchResult)
+    if fetch is None or o.allow_dirty or not path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
+        return None
+    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
+        return None
+    install = dict(InstallStep().inputs(ctx))
+    install.pop("wheel_sha256", None)           # the wheel step runs after env: the recipe's pin stands for it
+    parts: dict[str, Any] = {
+        "env": templated(EnvStep().inputs(ctx), root), "install": templated(install, root),
+        "wheel": r.wheel.sha256 if r.wheel is not None else None,
+        "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules)}
+                  for name, rec in sorted(fetch.forks.items())},
+        "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
+    }
+    if r.torch.from_system:
+        pre = ctx.result(PreflightResult)
+        facts = pre.facts.get("system_torch") if pre is not None else None
+        if not isinstance(facts, Mapping) or not facts.get("file"):
+            return None
+        parts["system_torch"] = system_torch_identity(facts)
+    return entry_key(parts)
+
+
+def interpreter_identity(env: Path) -> list[Any]:
+    """The interpreter the env's ``bin/python`` resolves to, with its stat signature."""
+    real = Path(os.path.realpath(env / "bin" / "python"))
+    return [str(real), stat_identity([real])]

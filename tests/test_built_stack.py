@@ -1,0 +1,187 @@
+"""Issue 20 item 2: a second stack with the same inputs takes the first one's finished env and fork
+build outputs from the built-stack cache (installer/steps/builtstack.py) -- as private, relocated
+copies, checked as a normal install is -- and a tampered cache entry never reaches a stack (issue 22's
+poisoned cache).  Real uv, real git, real wheels (the offline fixture world); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.filetrust import FileTrust
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.steps import builtstack
+from october.installer.steps.install import records
+from tests.fixtures.world import World
+from tests.test_cache_isolation import POISON, inodes, site
+from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
+
+pytestmark = pytest.mark.slow
+
+
+def statuses(res) -> dict[str, str]:
+    return {r.name: r.status for r in res.records}
+
+
+def built_from(stack: Path) -> str | None:
+    return json.loads((stack / ".state" / "env.json").read_text())["outputs"].get("built_from")
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(p for p in builtstack.built_dir(cache).iterdir() if not p.name.startswith("."))
+
+
+def verify(stack: Path) -> int:
+    return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300).returncode
+
+
+def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world: World, tmp_path: Path) -> None:
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    assert built_from(s1) is None and len(entries(cache)) == 1
+    entry = entries(cache)[0]
+
+    res = setup(world, s2, cache)
+    assert built_from(s2) == entry.name and all(s == "ran" for s in statuses(res).values())
+    assert "env copied from the built-stack cache entry" in (s2 / "logs" / "env.log").read_text()
+    # no file of the new stack is an inode of the cache or of the first stack
+    assert not inodes(s2) & inodes(cache) and not inodes(s2) & inodes(s1)
+    # the editable forks point at this stack's checkouts, and RECORD holds for every file
+    for fork in ("alpha", "beta"):
+        (direct,) = site(s2).glob(f"{fork}-*.dist-info/direct_url.json")
+        assert json.loads(direct.read_text())["url"] == (s2 / "src" / fork).as_uri()
+    assert str(s1) not in "".join(p.read_text(errors="replace") for p in (s2 / "env").rglob("*")
+                                   if p.is_file() and not p.is_symlink())
+    assert records.tampered(s2 / "env", FileTrust(tmp_path / "t.json")) == {}
+    assert subprocess.run([str(s2 / "env" / "bin" / "python"), "-c", "import alpha, beta, tinydep"]).returncode == 0
+    assert verify(s2) == 0
+    assert all(s == "cached" for s in statuses(setup(world, s2, cache)).values())
+
+    # an edit in the second stack reaches neither the entry nor a third stack
+    tiny = site(s2) / "tinydep" / "__init__.py"
+    clean = tiny.read_text()
+    with open(tiny, "a") as fh:
+        fh.write(POISON)
+    setup(world, tmp_path / "s3", cache)
+    assert built_from(tmp_path / "s3") == entry.name
+    assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
+
+
+@pytest.mark.parametrize("plant", ["edit", "extra", "missing", "fork"])
+def test_a_tampered_entry_is_refused_removed_and_the_stack_built(world: World, tmp_path: Path, plant: str) -> None:
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    esite = next((entry / "env").glob("lib/python*/site-packages"))
+    tiny = esite / "tinydep" / "__init__.py"
+    if plant == "edit":                 # a byte of a stored file
+        os.chmod(tiny, 0o644)
+        with open(tiny, "a") as fh:
+            fh.write(POISON)
+    elif plant == "extra":              # a .pth (runs at every interpreter start) the manifest does not name
+        (esite / "zz.pth").write_text("import os\n")
+    elif plant == "missing":
+        tiny.unlink()
+    else:                               # a file planted among the forks' build outputs
+        (entry / "forks" / "alpha").mkdir(parents=True, exist_ok=True)
+        (entry / "forks" / "alpha" / "planted.py").write_text("import os\n")
+
+    res = setup(world, s2, cache)
+    step = "install" if plant == "fork" else "env"
+    assert "refused" in (s2 / "logs" / f"{step}.log").read_text()
+    assert statuses(res)["install"] == "ran"
+    # nothing of the plant reached the stack: it was built, and its files are its RECORDs'
+    assert POISON not in (site(s2) / "tinydep" / "__init__.py").read_text()
+    assert not (site(s2) / "zz.pth").exists() and not (s2 / "src" / "alpha" / "planted.py").exists()
+    assert records.tampered(s2 / "env", FileTrust(tmp_path / "t.json")) == {}
+    assert verify(s2) == 0
+    # the refused entry is gone; the stack that was built stored a clean one in its place
+    (again,) = entries(cache)
+    assert not (next((again / "env").glob("lib/python*/site-packages")) / "zz.pth").exists()
+    assert POISON not in (next((again / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py").read_text()
+    assert not (again / "forks" / "alpha" / "planted.py").exists()
+
+
+def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) -> None:
+    """The manifest and a file changed together (the hash a planted file has) pass the manifest, and
+    install's RECORD check still refuses the file before install is done."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    rel = next(r for r in manifest["files"]["env"] if r.endswith("tinydep/__init__.py"))
+    path = entry / "env" / rel
+    os.chmod(path, 0o644)
+    path.write_text("VALUE = 2\n")
+    manifest["files"]["env"][rel]["sha256"] = builtstack._file_sha256(path)
+    os.chmod(entry / "manifest.json", 0o644)
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    from october.installer.core.errors import InstallError
+
+    with pytest.raises(InstallError) as info:
+        setup(world, s2, cache)
+    assert "tinydep: tinydep/__init__.py (changed)" in info.value.message
+    assert not (s2 / ".state" / "install.json").exists()
+
+
+def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) -> None:
+    """Another recipe input (a build requirement) is another key: the stack is built, not copied."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    text = world.recipe.read_text()
+    world.recipe.write_text(text.replace("[build]\nrequirements = [", '[build]\nrequirements = ["tinydep", ', 1)
+                            if "[build]\nrequirements = [" in text else text + '\n[build]\nrequirements = ["tinydep"]\n')
+    setup(world, tmp_path / "s2", cache)
+    assert built_from(tmp_path / "s2") is None and len(entries(cache)) == 2
+
+
+def test_the_stack_root_is_replaced_only_where_it_is_the_root(tmp_path: Path) -> None:
+    root = Path("/tmp/st1")
+    value = {"a": "/tmp/st1/src/x", "b": "/tmp/st10/src", "c": "file:///tmp/st1", "d": "/tmp/st1.bak"}
+    t = builtstack.templated(value, root)
+    assert t == {"a": f"{builtstack.PLACEHOLDER}/src/x", "b": "/tmp/st10/src", "c": f"file://{builtstack.PLACEHOLDER}",
+                 "d": "/tmp/st1.bak"}
+    assert builtstack.placed(t, Path("/srv/other")) == {"a": "/srv/other/src/x", "b": "/tmp/st10/src",
+                                                        "c": "file:///srv/other", "d": "/tmp/st1.bak"}
+    assert not builtstack.path_ok(Path("/tmp/with space")) and not builtstack.path_ok(Path("/tmp/a%20b"))
+    assert builtstack.path_ok(Path("/tmp/st_1.x+y-z"))
+
+
+def test_a_binary_file_naming_the_stack_path_is_not_stored(tmp_path: Path) -> None:
+    root = tmp_path / "stack"
+    env = root / "env"
+    env.mkdir(parents=True)
+    (env / "lib.so").write_bytes(b"\0ELF" + str(root).encode() + b"\0")
+    with pytest.raises(builtstack.EntryRefused, match="binary and names the stack path"):
+        builtstack.store(tmp_path / "cache", "k" * 64, root, env, {}, {})
+    assert entries(tmp_path / "cache") == []
+
+
+def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tmp_path: Path) -> None:
+    """The fork outputs the entry holds are already in the checkouts (the same bytes): kept, not refused."""
+    import shutil
+
+    cache, s1 = tmp_path / "cache", tmp_path / "s1"
+    setup(world, s1, cache)
+    (entry,) = entries(cache)
+    (s1 / "src" / "alpha" / "built.txt").write_text("made by the build\n")    # an ignored build output
+    with open(s1 / "src" / "alpha" / ".git" / "info" / "exclude", "a") as fh:
+        fh.write("built.txt\n")
+    shutil.rmtree(entry)
+    (s1 / ".state" / "install.json").unlink()
+    setup(world, s1, cache)                             # install runs again and stores an entry with that output
+    assert built_from(s1) is None
+    (entry,) = entries(cache)
+    assert (entry / "forks" / "alpha" / "built.txt").is_file()
+    shutil.rmtree(s1 / "env")
+    res = setup(world, s1, cache)
+    assert built_from(s1) == entry.name and statuses(res)["install"] == "ran"
+    assert "refused" not in (s1 / "logs" / "install.log").read_text() and entries(cache) == [entry]
+    assert verify(s1) == 0
