@@ -36,3 +36,4 @@ for i in 1 2 3; do t=$(now); setup $S2 > /dev/null 2>&1; echo "noop2 $i rc=$? in
 $B/current verify --install $S2 > /dev/null 2>&1; echo "verify S2 rc=$?"
 awk -v a=$C1 -v b=$C2 'BEGIN { printf "RATIO cold/second = %.2f (goal >= 10); cold %.1f s (goal < 45 s on the H200)\n", a / b, a }'
 cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/logs/preflight.log $OUT/preflight.log
+for s in 1 2; do for l in fetch env install jit; do grep -E "^\$ |^# exit" /tmp/st$s/logs/$l.log > $OUT/st$s-$l.timings 2>/dev/null; done; done

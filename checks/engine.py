@@ -69,6 +69,7 @@ from october.checks.engine_checks import (
     _physical,
     _scales,
 )
+from october.checks.engine_refusal import refusal_results, refused_cache_dtype
 from october.checks.engine_vllm import (
     ATTENTION_CONFIG,
     KV_CACHE_DTYPE,
@@ -139,6 +140,10 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         except Unsupported as exc:
             return every_check(UNSUPPORTED, f"unsupported: {exc}"), choice
         except Exception as exc:     # the engine did not start: nothing was verified
+            refused = refused_cache_dtype(exc)
+            if refused is not None:     # upstream vLLM: one cache dtype for K and V
+                facts["engine_refused"] = refused.as_json()
+                return refusal_results(refused), choice
             return every_check(FAILED, f"the engine did not start: {type(exc).__name__}: {exc}"), choice
         graph_captured = hooks.captures > 0
         # on the graph engine now; decode_graphs below, once the enforce_eager engine has run

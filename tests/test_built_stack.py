@@ -185,3 +185,16 @@ def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tm
     assert built_from(s1) == entry.name and statuses(res)["install"] == "ran"
     assert "refused" not in (s1 / "logs" / "install.log").read_text() and entries(cache) == [entry]
     assert verify(s1) == 0
+
+
+def test_no_entry_made_by_other_tool_code(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool's own code is part of the key (not just its version number, 0.1.0 on every commit): an
+    entry stored by other code -- planted here as another code hash -- is never taken."""
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(builtstack, "_TOOL_CODE", ["0" * 64])
+    setup(world, tmp_path / "s1", cache)
+    monkeypatch.setattr(builtstack, "_TOOL_CODE", [])          # this code, hashed from its files
+    setup(world, tmp_path / "s2", cache)
+    assert built_from(tmp_path / "s2") is None and len(entries(cache)) == 2
+    setup(world, tmp_path / "s3", cache)
+    assert built_from(tmp_path / "s3") is not None

@@ -78,6 +78,10 @@ CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
     "v_upcast_bf16": ("physical_k16v8", _PASS_CPU | dict.fromkeys(
         ("physical_k16v8", "calibrated_scales", "mixed_prefill"), "failed")),
     "no_flashinfer": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed"}),
+    # upstream vLLM 0.24.0 refuses the (k, v) pair with its own message: physical K16/V8 names the refusal
+    "upstream_one_dtype": ("physical_k16v8", {"physical_k16v8": "failed"} | dict.fromkeys(
+        ("calibrated_scales", "mixed_prefill", "clean_memory", "decode_graphs", "deterministic_generation"),
+        "skipped")),
 }
 
 
@@ -410,3 +414,20 @@ def test_stale_graph_inputs_fail_the_engine_level_on_cuda(tmp_path: Path) -> Non
     assert receipt["passed"] is False and _status(receipt) == expected
     graphs = _check(receipt, "decode_graphs")
     assert graphs["measured"]["cuda_graphs"] is True and "CUDA graph decode differs" in graphs["summary"]
+
+
+def test_an_engine_that_refuses_the_pair_is_a_named_failure_not_a_crash(cpu_runs: dict[str, dict[str, Any]]) -> None:
+    """Upstream vLLM (the stand-in raising the real 0.24.0 message): physical K16/V8 names what was
+    refused and what the engine accepts instead; nothing else ran, and the receipt says so."""
+    run = cpu_runs["upstream_one_dtype"]
+    receipt = run["receipt"]
+    physical = _check(receipt, "physical_k16v8")
+    assert "refused kv_cache_dtype=('auto', 'fp8_e4m3')" in physical["summary"], _show(run)
+    assert "one cache dtype for K and V (auto, float16, bfloat16, fp8, fp8_e4m3" in physical["summary"]
+    refused = physical["measured"]["engine_refused"]
+    assert refused["error"].startswith("ValidationError: 1 validation error for CacheConfig")
+    assert "fp8_e4m3" in refused["accepts"] and "nvfp4" in refused["accepts"] and len(refused["accepts"]) == 15
+    assert refused["cache_holds"].startswith("nothing")
+    assert all(c["summary"].startswith("not run: the engine refused") for c in receipt["checks"]
+               if c["name"] not in ("physical_k16v8", "jit_complete"))
+    assert receipt["passed"] is False and run["rc"] == 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -298,3 +299,69 @@ def test_stand_in_handles_the_location_as_the_real_setup_py(installed, trap, tmp
     real = _real_behaviour(installed["0.24.0"], trap, tmp_path)
     assert real == {"unset": "nightly", "relative": "fork-dir"}, real
     assert _stand_in_behaviour(tmp_path) == real
+
+
+def test_the_real_engine_refuses_the_k16v8_pair_as_the_stand_in_does(installed) -> None:
+    """Upstream 0.24.0 keeps one cache dtype for K and V: its real ``CacheConfig`` (what ``vllm.LLM`` builds
+    from ``kv_cache_dtype``; on CPU the engine stops earlier, at the device) refuses the pair the harness
+    passes.  Its message is the one the stand-in raises (``upstream_one_dtype``) and the one
+    ``checks.engine_refusal`` turns into a named physical K16/V8 failure; a drift fails here."""
+    import warnings
+
+    from october.checks.engine_refusal import refused_cache_dtype
+    with warnings.catch_warnings():  # torch warns at import when numpy is absent
+        warnings.simplefilter("ignore", UserWarning)
+        from october.checks.engine_vllm import KV_CACHE_DTYPE
+
+    py = installed["0.24.0"].env / "bin" / "python"
+    code = ("import sys\nfrom vllm.config import CacheConfig\n"
+            f"try:\n    CacheConfig(cache_dtype={KV_CACHE_DTYPE!r})\nexcept Exception as e:\n"
+            "    sys.stdout.write('@@refusal@@' + type(e).__name__ + '\\n' + str(e) + '\\n')\n"
+            "else:\n    print('@@refusal@@accepted')\n")
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    name, _, message = out.stdout.partition("@@refusal@@")[2].partition("\n")
+    assert name == "ValidationError", out.stdout + out.stderr[-2000:]
+    recorded = (ROOT / "tests/fixtures/vllm_0_24_0_cache_dtype_refusal.txt").read_text(encoding="utf-8")
+    assert message == recorded, "the real refusal drifted from the stand-in's copy: re-record it"
+    refusal = refused_cache_dtype(type("ValidationError", (ValueError,), {})(message.rstrip("\n")))
+    assert refusal is not None and "fp8_e4m3" in refusal.accepts and len(refusal.accepts) == 15
+    assert refusal.error.startswith("ValidationError: 1 validation error for CacheConfig")
+
+
+def test_a_tiny_qwen3_made_offline_is_a_local_model_the_tool_checks(installed, tmp_path: Path) -> None:
+    """Issue 18, deliverable 3: ``bench/tiny_qwen3.py`` run by the real 0.24.0 env's Python (its real
+    transformers and tokenizers, from requirements/common.txt) makes a random-weight Qwen3 (head dim 128, a
+    local byte tokenizer), its calibrated V scales and a recipe pinning every file; ``current download
+    --model-dir`` checks the copy in place and writes the manifest the engine level reads, scales included.
+    Planted: one byte of the weights changed -- refused (exit 19 is a download failure), nothing written."""
+    py = installed["0.24.0"].env / "bin" / "python"
+    model, fixtures, recipe, out = (tmp_path / n for n in ("model", "fixtures", "tiny.toml", "out"))
+    made = subprocess.run([str(py), str(ROOT / "bench/tiny_qwen3.py"), str(model), "--fixtures", str(fixtures),
+                           "--recipe-from", str(ROOT / "recipes/vllm-0.24.0-pr3812.toml"),
+                           "--recipe-out", str(recipe)], capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    info = json.loads(made.stdout)
+    cfg = json.loads((model / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3ForCausalLM"] and cfg["head_dim"] == 128
+    tok = subprocess.run([str(py), "-c", "import sys; from transformers import AutoTokenizer as A; "
+                          "t = A.from_pretrained(sys.argv[1]); s = 'K16/V8 caché: ok'; "
+                          "print(t.decode(t.encode(s, add_special_tokens=False)) == s)", str(model)],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert tok.stdout.strip().endswith("True"), tok.stderr[-2000:]
+    loaded = load_recipe(str(recipe))
+    assert loaded.models["fp16"].repo == "local/tiny-qwen3" and loaded.models["fp16"].revision == info["revision"]
+    cmd = [sys.executable, "-m", "october", "download", "--recipe", str(recipe), "--format", "fp16",
+           "--model-dir", str(model), "--output", str(out), "--fixtures", str(fixtures), "-q"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    manifest = json.loads((out / "fp16-download.json").read_text())
+    assert manifest["scales"]["num_layers"] == 2 and len(manifest["files"]) == 5
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    (out / "fp16-download.json").unlink()
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert bad.returncode != 0 and "model.safetensors" in bad.stdout + bad.stderr
+    assert not (out / "fp16-download.json").exists()

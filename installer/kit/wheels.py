@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from october.installer.core.errors import CommandFailed, KitError
 from october.installer.core.hashing import sha256_file
@@ -124,6 +125,20 @@ def wants_in(doc: Mapping[str, Any], base: Path, recipe: Recipe, *, skip: Iterab
     return wants
 
 
+def torch_constraint(recipe: Recipe) -> str:
+    """The torch the kit's resolution holds the other packages to.  A system torch is left out of the
+    kit, and any build of it satisfies its public version (``2.11.0+cu130`` satisfies ``==2.11.0``), so
+    the kit resolves on the recipe's own index: the local build (``+cu130``) exists only on the PyTorch
+    index, and vLLM 0.24.0's ``torch==2.11.0`` met ``torch==2.11.0+cu130`` there (issue 18: a kit for
+    recipes/vllm-0.24.0-pr3812.toml failed "no version of torch==2.11.0+cu130" on PyPI)."""
+    if recipe.torch.from_system:
+        try:
+            return f"torch=={Version(recipe.torch.version).public}"
+        except InvalidVersion:
+            pass
+    return recipe.torch.requirement
+
+
 def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, requirements: Sequence[str],
                   role: str, *, skip: Iterable[str] = (), extra_env: Mapping[str, str] | None = None) -> list[WheelWant]:
     """``uv pip compile`` of ``requirements`` for the target, as a PEP 751 lock; its files."""
@@ -134,11 +149,11 @@ def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, require
     req.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
     out = work / f"pylock.{role}.toml"
     constraint = work / "torch-constraint.txt"
-    constraint.write_text(recipe.torch.requirement + "\n", encoding="utf-8")
+    constraint.write_text(torch_constraint(recipe) + "\n", encoding="utf-8")
     arch = recipe.preflight.arch or "x86_64"
     argv = [uv_exe(), "pip", "compile", str(req), "--no-header", "--quiet", "--python-version", recipe.python,
             "--python-platform", f"{arch}-manylinux_{GLIBC[0]}_{GLIBC[1]}", "--constraint", str(constraint),
-            *recipe_source_args(recipe), "-o", str(out)]
+            *recipe_source_args(recipe, torch_index=not recipe.torch.from_system), "-o", str(out)]
     try:
         runner.run(argv, step=step, env={**_uv_env(work), **(extra_env or {})})
     except CommandFailed as exc:

@@ -385,6 +385,7 @@ def stack_key(ctx: "StepContext") -> str | None:
         "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules)}
                   for name, rec in sorted(fetch.forks.items())},
         "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
+        "tool": tool_code(),
     }
     if r.torch.from_system:
         pre = ctx.result(PreflightResult)
@@ -393,6 +394,29 @@ def stack_key(ctx: "StepContext") -> str | None:
             return None
         parts["system_torch"] = system_torch_identity(facts)
     return entry_key(parts)
+
+
+_TOOL_CODE: list[str] = []
+
+
+def tool_code() -> str:
+    """sha256 of the tool's own code (every ``.py`` under the ``october`` package, by relative path):
+    an entry made by other code (another commit, an edited checkout) is never taken, whatever the
+    version number says.  Read once per process (~250 files, ~60 ms).  It is part of the key only, so
+    a no-op re-run never reads it."""
+    if not _TOOL_CODE:
+        import october
+
+        top = Path(october.__file__).resolve().parent
+        h = hashlib.sha256()
+        files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)   # a checkout links installer/
+                 for f in names if f.endswith(".py")
+                 if "__pycache__" not in Path(d).parts and "_shipped" not in Path(d).parts]
+        for path in sorted(files, key=lambda p: p.relative_to(top).as_posix()):
+            h.update(path.relative_to(top).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        _TOOL_CODE.append(h.hexdigest())
+    return _TOOL_CODE[0]
 
 
 def interpreter_identity(env: Path) -> list[Any]:
