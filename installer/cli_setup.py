@@ -131,11 +131,13 @@ def make_kit_cmd(
     verbose: bool = verbose_option("Echo every command's output (not with -q)."),
     as_json: bool = json_option("where the kit is and what it holds"),
     system_torch: bool = typer.Option(False, "--system-torch", help="Leave torch out: the stack takes it from --system-python on the target (the recipe must allow it)."),
+    have: Optional[Path] = typer.Option(None, "--have", metavar="FILE", help="With --system-torch: leave out the wheels the target's interpreter already has at the same version (FILE: its `pip list` or `pip freeze` output)."),
 ) -> None:
     """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
     ui = reporter(quiet, verbose)
 
     def go() -> None:
+        from october.installer.core.errors import UsageError
         from october.installer.kit.make import KitOptions, make_kit
         from october.installer.recipe import load_recipe
         from october.installer.steps.env.systorch import mark_system
@@ -143,8 +145,16 @@ def make_kit_cmd(
         kit_out = dir_option("DIR", out)
         cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
+        have_file = file_option("--have", have) if have is not None else None
+        if have_file is not None and not system_torch:
+            raise UsageError("--have needs --system-torch", expected="--have together with --system-torch (the stack "
+                             "uses the target interpreter's packages only when it takes torch from it)",
+                             found="--have alone", fix="add --system-torch, or drop --have")
+        from october.installer.kit.have import read_have
+
         rec = load_recipe(recipe)
-        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock)
+        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
+                          have=read_have(have_file) if have_file is not None else None)
         manifest = make_kit(opts, say=ui.detail, ui=ui)
         if as_json:
             doc = json.loads(manifest.read_text(encoding="utf-8"))

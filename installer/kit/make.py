@@ -12,9 +12,10 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import git
+from packaging.utils import parse_wheel_filename
 
 from october.installer import __version__
 from october.installer.core.errors import KitError
@@ -23,6 +24,7 @@ from october.installer.core.runner import Runner
 from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
 from october.installer.kit.against import committed_lock
 from october.installer.kit.gitcopy import KitRepos
+from october.installer.kit.have import has
 from october.installer.kit.manifest import file_table, write_manifest
 from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
 from october.installer.recipe import ForkUse, Recipe
@@ -43,6 +45,7 @@ class KitOptions:
     out: Path
     cache_dir: Path
     lock: Path | None = None       # None: locks/<recipe>.pylock.toml when it exists, else uv pip compile
+    have: Mapping[str, str] | None = None   # --have: what the target has (name -> version); not carried
 
 
 def _prepare(out: Path) -> None:
@@ -199,7 +202,7 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
                 roots.append((f"fork-{fork.name}", common + [str(src)], env))
         for label, reqs, env in roots:
             wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,
-                                               extra_env=env)
+                                               extra_env=env, have=opts.have)
                       if w.filename != (r.wheel.filename if r.wheel else None)]
         lock_info = {"source": "uv pip compile"}
     for fork in r.forks:
@@ -207,6 +210,18 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
             build_reqs = _build_system_requires(opts.cache_dir, fork, commits[fork.name])
             wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build")
     wants = _dedupe(wants)
+    left_out: list[dict[str, str]] = []
+    if opts.have:
+        kept = []
+        for w in wants:
+            version = str(parse_wheel_filename(w.filename)[1])
+            if w.role != "build" and has(opts.have, w.package, version):
+                left_out.append({"package": w.package, "version": version, "filename": w.filename,
+                                 "why": "the target has it (--have)"})
+            else:
+                kept.append(w)
+        say(f"{len(left_out)} wheel(s) left out: the target has them (--have)")
+        wants = kept
     say(f"{len(wants)} wheel(s)")
     for i, w in enumerate(wants):
         phases.count("wheels in the kit", i, len(wants))
@@ -230,6 +245,7 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         "wheels": sorted(({"filename": w.filename, "package": w.package, "role": w.role,
                            "sha256": files[f"wheels/{w.filename}"]["sha256"], "url": redact_url(w.url)}
                           for w in wants), key=lambda d: d["filename"]),
+        "left_out": sorted(left_out, key=lambda d: d["filename"]),
         "files": files,
         "size_bytes": sum(int(f["size"]) for f in files.values()),
     }

@@ -12,6 +12,7 @@ that install on the target (the recipe's CPython on Linux of the recipe's arch) 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,9 @@ def wants_in(doc: Mapping[str, Any], base: Path, recipe: Recipe, *, skip: Iterab
     return wants
 
 
+HAVE_TRIES = 8      # resolutions tried with the target's versions, each without the ones the last one clashed on
+
+
 def torch_constraint(recipe: Recipe) -> str:
     """The torch the kit's resolution holds the other packages to.  A system torch is left out of the
     kit, and any build of it satisfies its public version (``2.11.0+cu130`` satisfies ``==2.11.0``), so
@@ -140,10 +144,37 @@ def torch_constraint(recipe: Recipe) -> str:
 
 
 def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, requirements: Sequence[str],
-                  role: str, *, skip: Iterable[str] = (), extra_env: Mapping[str, str] | None = None) -> list[WheelWant]:
-    """``uv pip compile`` of ``requirements`` for the target, as a PEP 751 lock; its files."""
+                  role: str, *, skip: Iterable[str] = (), extra_env: Mapping[str, str] | None = None,
+                  have: Mapping[str, str] | None = None) -> list[WheelWant]:
+    """``uv pip compile`` of ``requirements`` for the target, as a PEP 751 lock; its files.  ``have``
+    (``--have``: what the target's interpreter holds) is tried first as constraints, so the resolution
+    keeps the target's versions where they fit -- as the env step's install on that interpreter does --
+    and the kit need not carry another version of them; when they do not all fit, the resolution is
+    made without them (the target then upgrades those, from the kit)."""
     if not requirements:
         return []
+    held = {n: v for n, v in have.items() if n != "torch"} if have else {}
+    for _ in range(HAVE_TRIES if held else 0):
+        pins = work / "have-constraints.txt"
+        work.mkdir(parents=True, exist_ok=True)
+        pins.write_text("".join(f"{n}=={v}\n" for n, v in sorted(held.items())), encoding="utf-8")
+        try:
+            return _compile(runner, step, recipe, work, requirements, role, skip, extra_env, [pins], raw=True)
+        except CommandFailed as exc:
+            # uv names the packages of the conflict; the target's version of those does not fit
+            clash = {n for n in held if re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", exc.tail, re.I)}
+            runner.note(step, f"# the target's versions do not all fit the {role} requirements"
+                              f" ({', '.join(sorted(clash)) or 'no package named'}): "
+                              + ("resolving without those" if clash else "resolving without any"))
+            if not clash:
+                break
+            held = {n: v for n, v in held.items() if n not in clash}
+    return _compile(runner, step, recipe, work, requirements, role, skip, extra_env, [])
+
+
+def _compile(runner: Runner, step: str, recipe: Recipe, work: Path, requirements: Sequence[str], role: str,
+             skip: Iterable[str], extra_env: Mapping[str, str] | None, constraints: list[Path],
+             raw: bool = False) -> list[WheelWant]:
     work.mkdir(parents=True, exist_ok=True)
     req = work / f"{role}.in"
     req.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
@@ -153,10 +184,13 @@ def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, require
     arch = recipe.preflight.arch or "x86_64"
     argv = [uv_exe(), "pip", "compile", str(req), "--no-header", "--quiet", "--python-version", recipe.python,
             "--python-platform", f"{arch}-manylinux_{GLIBC[0]}_{GLIBC[1]}", "--constraint", str(constraint),
+            *(a for c in constraints for a in ("--constraint", str(c))),
             *recipe_source_args(recipe, torch_index=not recipe.torch.from_system), "-o", str(out)]
     try:
         runner.run(argv, step=step, env={**_uv_env(work), **(extra_env or {})})
     except CommandFailed as exc:
+        if raw:
+            raise
         raise KitError(f"uv could not resolve the recipe's {role} requirements for the kit",
                        expected="a resolution from the recipe's sources",
                        found=(exc.tail.strip().splitlines() or ["no output"])[-1],

@@ -228,7 +228,10 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     r = ctx.recipe
     python = r.torch.system_python
     assert python is not None
-    facts = systorch.probe(ctx.runner, step, Path(python))
+    # Located, not imported (as preflight does): the import is proved below, once, by the stack env's
+    # own interpreter -- the import that matters, and the one that pays torch's cold start (~5 s on the
+    # H200); importing it in the system interpreter first as well paid it twice (issue 20, cold < 45 s).
+    facts = systorch.probe(ctx.runner, step, Path(python), locate=True)
     ok, expected, found, fix = systorch.check(r, facts)
     if not ok:
         raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)

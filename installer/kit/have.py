@@ -1,0 +1,71 @@
+"""``october_setup kit --have FILE``: what the target machine already has, so the kit need not carry it.
+
+A site image (a container with torch preinstalled, the lent H200's ``/opt/torch/.venv``) already holds
+most of what a stack on its system torch needs; the env step installs only what that interpreter lacks
+(``systorch.unmet``).  A kit made for such a target leaves out every wheel whose distribution the target
+has at the same version: vLLM 0.24.0's kit on a system torch was 3.8 GB with 198 wheels, most of which
+the image has.
+
+FILE is the target interpreter's own listing, in any of the forms its tools print: ``pip list``
+(``name  version`` columns, its two header lines skipped), ``pip freeze`` / ``uv pip freeze``
+(``name==version``; ``name @ URL`` lines name nothing to leave out and are skipped).  A line in none of
+these forms is an error naming the line: a listing misread would silently leave out what the target
+lacks.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from october.installer.core.errors import UsageError, one_line
+
+_FREEZE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*(\S+)$")
+_COLUMNS = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(?:\s+\S.*)?$")     # pip list: name version [location]
+_DIRECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s+@\s+\S+")
+_HEADER = re.compile(r"^(Package\s+Version\b.*|[-\s]+)$")
+
+
+def read_have(path: Path) -> dict[str, str]:
+    """canonical distribution name -> version, from a ``pip list`` / ``pip freeze`` listing."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--have {path} cannot be read", expected="a readable text file (pip list or pip freeze "
+                         "output of the target's interpreter)", found=f"{type(exc).__name__}: {exc}",
+                         fix="write it on the target with `PYTHON -m pip list > FILE` and pass that file") from None
+    have: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#") or _HEADER.match(line) or _DIRECT.match(line):
+            continue
+        m = _FREEZE.match(line) or _COLUMNS.match(line)
+        version = m.group(2) if m else ""
+        try:
+            Version(version)
+        except InvalidVersion:
+            m = None
+        if m is None:
+            raise UsageError(f"--have {path}: line {n} is not a distribution and its version",
+                             expected="`name==version` (pip freeze) or `name  version` (pip list) lines",
+                             found=repr(one_line(line)),
+                             fix="pass the unedited output of `PYTHON -m pip list` or `pip freeze` on the target")
+        have[str(canonicalize_name(m.group(1)))] = version
+    if not have:
+        raise UsageError(f"--have {path} lists no distribution", expected="the target interpreter's distributions",
+                         found="an empty listing", fix="write it with `PYTHON -m pip list > FILE` on the target")
+    return have
+
+
+def has(have: dict[str, str], package: str, version: str) -> bool:
+    """Whether the target has ``package`` at exactly ``version`` (versions compared as PEP 440 versions)."""
+    got = have.get(str(canonicalize_name(package)))
+    if got is None:
+        return False
+    try:
+        return Version(got) == Version(version)
+    except InvalidVersion:
+        return got == version
