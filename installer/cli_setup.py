@@ -209,7 +209,7 @@ def fleet_cmd(
                             nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
                             timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
                             smoke_args=tuple(smoke_arg), system_python=system_python, setup_args=tuple(setup_arg))
-        code = run_fleet(opts, say=(lambda s: None) if quiet or as_json else print)
+        code = run_fleet(opts, ui, say=(lambda _line: None) if quiet or as_json else print)
         if as_json:
             print_json("result", {"command": "october_setup fleet", "ok": code == 0, "exit_code": code,
                                   "result": {"receipt": str(opts.receipt)}})

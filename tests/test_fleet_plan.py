@@ -70,7 +70,7 @@ def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
     a = plan.jobs[0]
     assert a.setup_argv == ("/usr/bin/python3", "-m", "october.installer.october_setup", "/scratch/n0", "--recipe", "fixture",
                             "--kit", "/shared/kit", "--locked", "--lock-file", "/scratch/n0.fleet-pylock.toml",
-                            "--cache-dir", "/c/n0", "--quiet")
+                            "--cache-dir", "/c/n0")
     assert a.smoke_argv is not None and a.smoke_argv[3:] == (
         "smoke", "--install", "/scratch/n0", "--format", "fp16", "--output", "/scratch/n0/receipts/smoke",
         "--recipe", "fixture", "--level", "kernel", "--fixtures=/f")
@@ -78,8 +78,8 @@ def test_each_node_runs_the_single_node_commands_on_its_own_stack() -> None:
     assert plan.seed is False                                   # per-node caches: nothing to seed
     site = plan_fleet(opts(system_python="/opt/torch/bin/python", setup_args=("--skip-preflight=gpu",),
                            cache_dir="/shared/cache"), nodes, manifest_sha=SHA, recipe="fixture", done={})
-    assert site.jobs[0].setup_argv is not None and site.jobs[0].setup_argv[-6:] == (
-        "--cache-dir", "/shared/cache", "--system-python", "/opt/torch/bin/python", "--skip-preflight=gpu", "--quiet")
+    assert site.jobs[0].setup_argv is not None and site.jobs[0].setup_argv[-5:] == (
+        "--cache-dir", "/shared/cache", "--system-python", "/opt/torch/bin/python", "--skip-preflight=gpu")
     assert site.seed is True                                    # one cache for all: one node installs first
     one_left = plan_fleet(opts(cache_dir="/shared/cache"), nodes, manifest_sha=SHA, recipe="fixture",
                           done={"n0": {"name": "n0", "status": "passed"}})
@@ -119,6 +119,60 @@ def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:
     prev["nodes"][0]["status"] = "installed"
     assert finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=True) == {}
     assert list(finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=False)) == ["n0"]
+
+
+def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:
+    """FleetProgress on a real ConsoleReporter (a log, -v, a terminal), fed as run_plan feeds it: n0
+    finished before (re-checked), n1 installs and its smoke fails.  The phases are read from the lines a
+    node's october_setup prints in a pipe (engine.skip_line / ConsoleReporter.task_start)."""
+    import io
+
+    from rich.console import Console
+
+    from october.installer.core.ui import ConsoleReporter
+    from october.installer.fleet.progress import FleetProgress, setup_phase
+    from october.installer.pipeline.engine import skip_line
+    from october.installer.pipeline.plan import STEP_ORDER
+
+    assert setup_phase("==> fetch: starting", STEP_ORDER) == "setup: fetch"
+    assert setup_phase(skip_line("preflight"), STEP_ORDER) == "setup: preflight"
+    assert setup_phase("==> smoke: level kernel", STEP_ORDER) is None           # current smoke's, not a step
+    assert setup_phase("    fetch: ok in 1.0s", STEP_ORDER) is None
+    plan = plan_fleet(opts(), select_nodes(parse_nodes(RAW), "all", []), manifest_sha=SHA, recipe="fixture",
+                      done={"n0": {"name": "n0", "status": "passed", "node_id": RAW[0]["NodeID"]}})
+
+    def run(**ui_kw: Any) -> tuple[ConsoleReporter, str, list[str]]:
+        out = io.StringIO()
+        ui = ConsoleReporter(console=Console(file=out, width=120, highlight=False, **ui_kw.pop("console", {})), **ui_kw)
+        progress = FleetProgress(ui, plan, setup_steps=6, shipped=False)
+        progress.begin()
+        for job in plan.jobs:
+            progress.started(job)
+        for name, phase in (("n0", "re-check"), ("n1", "setup: preflight"), ("n1", "setup: fetch")):
+            progress.phase(name, phase)
+        progress.finished("n0", "passed")
+        progress.phase("n0", "late")                     # a report that arrives after the node's end
+        progress.phase("n1", "smoke")
+        bars = [f"{t.description} {t.completed:.0f}/{t.total:.0f}" for t in ui._bars.tasks] if ui._bars else []
+        progress.finished("n1", "failed")
+        progress.end()
+        return ui, out.getvalue(), bars
+
+    _, log, bars = run()
+    assert bars == []
+    lines = log.splitlines()
+    assert lines[:3] == ["==> fleet: 2 node(s): 1 to install, 1 finished before to re-check",
+                         "    n0: re-check on 3254eb02 (vm)", "    n1: install on 9ded9a9b (vm)"]
+    assert lines[3:5] == ["    n0: passed (1 of 2 node(s) done: 1 ok, 0 failed)",
+                          "    n1: failed (2 of 2 node(s) done: 1 ok, 1 failed)"]
+    assert lines[5].startswith("    fleet: 2 node(s) in ") and lines[5].endswith("s: 1 ok, 1 failed") and len(lines) == 6
+    _, verbose, _ = run(verbose=True)
+    assert "      n1: setup: fetch (1/7)\n" in verbose and "      n1: smoke (2/7)\n" in verbose   # 6 steps + smoke
+    assert "late" not in verbose and "      nodes: 1 ok, 1 failed (2/2)\n" in verbose
+    assert run(quiet=True)[1] == ""
+    ui, drawn, bars = run(console={"force_terminal": True})
+    assert bars == ["nodes: 1 ok, 0 failed 1/2", "n1: smoke 2/7"]       # n0's bar went as it ended
+    assert ui._tasks == {} and "━" in drawn and "n1: failed" in drawn   # and n1's, and the nodes' at the end
 
 
 def rec(name: str, status: str = "passed", lock: str = SHA, arch: str | None = "9.0",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -39,6 +40,7 @@ from october.installer.recipe import PROJECT_ROOT
 from tests.fixtures.kernel_kit import SKIP_PREFLIGHT, make_kernel_world, setup_args
 from tests.fixtures.world import make_world
 from tests.test_kit import _recipe_copy
+from tests.test_progress_seen import ANSI, _argv, in_pipe, in_pty, raw_lines, screen_lines
 
 pytestmark = pytest.mark.slow
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -315,3 +317,59 @@ def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit:
     resumed = cli(*args)
     nodes = by_name(receipt(tmp_path))
     assert all(n["status"] == "installed" for n in nodes.values()), resumed.stdout + resumed.stderr
+
+
+RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+[A-Z]+ \S+:\d+ -- ")   # Ray's own log format
+# every line a fleet of two fresh nodes may print in a pipe (--no-smoke): progress, then the verdict
+FLEET_PIPE_LINES = (
+    re.compile(r"==> fleet: 2 node\(s\): 2 to install"),
+    re.compile(r"    shipping the lock"),
+    re.compile(r"    n[01]: install on [0-9a-f]{8} \(.+\)"),
+    re.compile(r"    n[01]: installed \([12] of 2 node\(s\) done: [12] ok, 0 failed\)"),
+    re.compile(r"    fleet: 2 node\(s\) in [\d.]+s: 2 ok, 0 failed"),
+    re.compile(r"  - no smoke ran \(--no-smoke\): .*"),
+    re.compile(r"fleet did not pass: 2 node\(s\); receipt: .*fleet\.json"),
+)
+
+
+def test_fleet_progress_on_a_terminal_and_in_a_pipe(cluster: Any, kit: dict[str, Path], tmp_path: Path) -> None:
+    """What a user sees of a fleet (issue 19, item 2), as tests/test_progress_seen.py records it for a setup
+    and a kit: on a terminal (a real pty) live bars, one per node at its phase and one for the nodes done;
+    in a pipe a few plain lines, each one of FLEET_PIPE_LINES; with -v the nodes' phases as lines; with -q
+    nothing.  Never Ray's own log lines (its working-dir upload warnings) or raw JSON."""
+    cluster.wait_for_nodes()
+    seen: dict[str, tuple[int, str]] = {}
+    for name, how, extra in (("terminal", in_pty, ()), ("pipe", in_pipe, ()), ("verbose", in_pipe, ("-v",))):
+        out = tmp_path / name
+        out.mkdir()
+        seen[name] = how(_argv(*fleet_args(cluster, kit, out, "--no-smoke", *extra)))
+        code, text = seen[name]
+        assert code == 1 and all(n["status"] == "installed" for n in receipt(out)["nodes"]), (name, text[-3000:])
+        lines = screen_lines(text)
+        assert raw_lines(lines) == [] and not any(RAY_LOG_LINE.match(ln) for ln in lines), (name, lines)
+        assert "Traceback" not in text and "WARNING" not in text, (name, text[-3000:])
+
+    _, text = seen["terminal"]
+    lines = screen_lines(text)
+    assert "\x1b[" in text and "==> fleet: 2 node(s): 2 to install" in lines, lines
+    bars = [ln for ln in lines if "━" in ln]
+    assert any(re.match(r"nodes: 1 ok, 0 failed\s+━+.* 1/2", ln) for ln in bars), bars       # the nodes done
+    assert any(re.match(r"n[01]: setup: [a-z]+\s+━+.* \d/6", ln) for ln in bars), bars       # a node at its step
+    assert "n0: install on" in text and "fleet: 2 node(s) in" in text and "fleet did not pass" in text
+
+    _, text = seen["pipe"]
+    assert "\x1b[" not in text and "\r" not in text
+    odd = [ln for ln in text.splitlines() if not any(p.fullmatch(ln) for p in FLEET_PIPE_LINES)]
+    assert odd == [], odd
+    assert sum(ln.startswith("    n") for ln in text.splitlines()) == 4          # each node: started, ended
+
+    _, text = seen["verbose"]
+    plain = ANSI.sub("", text)
+    order = ["preflight", "fetch", "env", "install", "lock", "receipt"]      # the world recipe's steps
+    for node in ("n0", "n1"):        # each node's phases, in order (one reported as it ends may come too late)
+        steps = re.findall(rf"^      {node}: setup: ([a-z]+) \(\d/6\)$", plain, re.M)
+        assert len(steps) >= 3 and steps == order[:len(steps)], (node, plain)
+
+    quiet = in_pipe(_argv(*fleet_args(cluster, kit, tmp_path / "verbose", "--no-smoke", "-q")))
+    assert quiet == (1, ""), quiet                       # re-checked, not passed (--no-smoke); nothing said
+    assert all(n["resumed"] for n in receipt(tmp_path / "verbose")["nodes"])

@@ -4,7 +4,9 @@ On a terminal a long step shows live progress: a bar with bytes, rate and time l
 transfers (the base wheel, git fetches, uv's wheel downloads, model files, hashing) and a done /
 total bar for counted work (JIT modules, uv's source builds); otherwise a spinner with the latest
 line of the command it is running.  In a log or pipe the same progress becomes a plain line at
-every tenth (git's: one line as each phase ends), so a CI log shows it without a flood.  What a
+every tenth (git's: one line as each phase ends), so a CI log shows it without a flood.  Pieces of work
+that run side by side (a fleet's nodes) get a bar each on a terminal (:meth:`ConsoleReporter.stage`);
+a log says only as each starts and ends, their phases under --verbose.  What a
 command prints for us (a probe's JSON, uv's "Activate with" hint) never reaches the spinner.
 Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB |
 30.00 MiB/s``, ninja's ``[12/40] ...``, uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``,
@@ -204,7 +206,7 @@ class ConsoleReporter:
                 self._bars.start()
             task = self._tasks.get(key)
             if task is None:
-                task = self._tasks[key] = self._bars.add_task(label, total=total or None, unit=unit)
+                task = self._tasks[key] = self._bars.add_task(label, total=total or None, completed=done, unit=unit)
             self._bars.update(task, completed=done, total=total or None, description=label)
             return
         if total:
@@ -233,9 +235,29 @@ class ConsoleReporter:
         from october.installer.pipeline.engine import skip_line
         self._say(skip_line(name))
 
+    def stage(self, key: str, label: str, done: int, total: int) -> None:
+        """Where one of several pieces of work running side by side is (a fleet node at a step): on a
+        terminal a done / total bar named ``key``, gone when the piece ends (``done >= total``: its end
+        is said in a line of its own); in a log a line under --verbose only."""
+        if not self.live:
+            self.detail(f"{label} ({done}/{total})")
+            return
+        if done < total:
+            self.transfer(label, done, total, "", key=key)
+        else:
+            task = self._tasks.pop(key, None)
+            if task is not None and self._bars is not None:
+                self._bars.remove_task(task)
+        if self._bars is not None:
+            self._bars.refresh()          # drawn now: a line printed next shows the bars as they are
+
     def step_done(self, name: str, seconds: float) -> None:
+        self.task_done(name, f"ok in {seconds:.1f}s")
+
+    def task_done(self, name: str, text: str) -> None:
+        """The work of :meth:`task_start` ended: its bars and spinner stop, a ``    name: text`` line."""
         self._stop()
-        self._say(f"    {name}: ok in {seconds:.1f}s")
+        self._say(f"    {name}: {text}")
 
     def info(self, text: str) -> None:
         self._say(f"    {text}")

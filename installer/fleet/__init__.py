@@ -10,6 +10,8 @@ as subprocesses (``october_setup STACK --recipe R --kit KIT --locked``, then ``c
 - :mod:`.cluster` the thin Ray part (imported only by this command): find nodes, pin one task
   per node with hard node affinity, limit concurrency, time out, cancel on Ctrl-C, map a dead node
   to ``lost``.
+- :mod:`.progress` what the user sees meanwhile: each node's phase (the steps its october_setup
+  reports, then the smoke) and the counts done / ok / failed, as every long command shows progress.
 
 Ray is an optional dependency (``pip install 'october[fleet]'``); nothing else imports it.
 """

@@ -6,18 +6,25 @@ the node left) is recorded ``lost``; a task past its deadline is cancelled and `
 cancels every task (the node's children die with their worker; each stack stays resumable) and
 marks the unfinished nodes ``cancelled``.  No task is retried by Ray: a re-run of the command
 resumes exactly the nodes that did not finish.
+
+The nodes report their phases to a small actor (:class:`Board`), which the driver reads between
+its waits for :class:`~october.installer.fleet.progress.FleetProgress`; Ray's
+own log lines go to the command's reporter, not raw to the terminal (:func:`ray_logs_to`).
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from october.installer.core.errors import ToolMissing, UsageError
 from october.installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
 from october.installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
+from october.installer.fleet.progress import FleetProgress
 from october.installer.kit import MANIFEST
 
 INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'october[fleet]'`) on the driver and every node"
@@ -31,6 +38,36 @@ def import_ray() -> Any:
         raise ToolMissing("`october_setup fleet` needs Ray", expected="the Python package ray (>= 2.40)",
                           found=f"not importable ({exc})", fix=INSTALL_HINT) from None
     return ray
+
+
+class _RayLogs(logging.Handler):
+    """Ray's log records on the command's reporter: errors as warnings, the rest (such as the folders
+    its working-dir upload leaves out) under --verbose only."""
+
+    def __init__(self, ui: Any) -> None:
+        super().__init__()
+        self.ui = ui
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"ray: {record.getMessage()}"
+        if record.levelno >= logging.ERROR:
+            self.ui.warn(text)
+        else:
+            self.ui.detail(text)
+
+
+@contextmanager
+def ray_logs_to(ui: Any) -> Iterator[None]:
+    """While Ray runs for the command, the driver's ``ray`` logger writes to ``ui`` (its own handler,
+    set up when ray is imported, prints timestamped lines to stderr); restored afterwards."""
+    import_ray()
+    logger = logging.getLogger("ray")
+    before = logger.handlers[:]
+    logger.handlers[:] = [_RayLogs(ui)]
+    try:
+        yield
+    finally:
+        logger.handlers[:] = before
 
 
 def check_reachable(address: str, timeout: float = 10.0) -> None:
@@ -66,26 +103,71 @@ def cluster_nodes(ray: Any) -> tuple[NodeInfo, ...]:
 
 
 def ship(ray: Any, kit: Path, manifest: dict[str, Any], lock: bytes | None, lock_sha: str | None,
-         with_files: bool) -> Shipment:
+         with_files: bool, progress: Callable[[int, int], None] = lambda _done, _total: None) -> Shipment:
     """Put the kit's files (verified by the caller against the manifest) into the object store in
-    chunks; every node fetches them by reference."""
+    chunks; every node fetches them by reference.  ``progress`` hears the bytes put so far, of all."""
     files = []
     if with_files:
+        total, done = sum(int(meta["size"]) for meta in manifest["files"].values()), 0
         for rel, meta in sorted(manifest["files"].items()):
             refs = []
             with open(kit / rel, "rb") as fh:
                 while chunk := fh.read(CHUNK):
                     refs.append(ray.put(chunk))
+                    done += len(chunk)
+                    progress(done, total)
             files.append(ShippedFile(rel=rel, sha256=meta["sha256"], size=int(meta["size"]), chunks=tuple(refs)))
     return Shipment(manifest=(kit / MANIFEST).read_bytes(), files=tuple(files), lock=lock, lock_sha256=lock_sha)
 
 
+class Board:
+    """The nodes' phases as they report them, kept until the driver takes them (a Ray actor)."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[str, str]] = []
+
+    def put(self, name: str, phase: str) -> None:
+        self._seen.append((name, phase))
+
+    def take(self) -> list[tuple[str, str]]:
+        seen, self._seen = self._seen, []
+        return seen
+
+
+class _BoardReader:
+    """The driver's side of the :class:`Board` (kept on the driver's node when it can be: a node that
+    dies then takes only its own reports along): passes what the nodes reported on to ``progress``,
+    never waiting for the board (a slow or lost board costs the phases, not the fleet's time)."""
+
+    def __init__(self, ray: Any, progress: FleetProgress, lost: tuple[type[BaseException], ...]) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+        self.board = ray.remote(num_cpus=0, max_restarts=0)(Board).options(scheduling_strategy=here).remote()
+        self.ray, self.progress, self.lost = ray, progress, lost
+        self._taking: Any = self.board.take.remote()
+
+    def pass_on(self) -> None:
+        if self._taking is None or not self.ray.wait([self._taking], timeout=0)[0]:
+            return
+        try:
+            seen = self.ray.get(self._taking)
+        except (*self.lost, self.ray.exceptions.RayActorError):
+            self._taking = None          # the board is gone: the nodes' starts and ends still show
+            return
+        for name, phase in seen:
+            self.progress.phase(name, phase)
+        self._taking = self.board.take.remote()
+
+
 def _remote(ray: Any) -> Any:
-    def node_task(job: NodeJob, shipment: Shipment | None) -> dict[str, Any]:
+    def node_task(job: NodeJob, shipment: Shipment | None, board: Any) -> dict[str, Any]:
         here = ray.get_runtime_context().get_node_id()
         if here != job.node_id:          # hard affinity makes this impossible; a receipt must not rest on it
             raise RuntimeError(f"the task for {job.name} ran on node {here}, not on {job.node_id}")
-        return run_job(job, shipment, fetch=lambda ref: ray.get(ref))
+        # a report is not waited for: the install never stalls on the driver's progress
+        return run_job(job, shipment, fetch=lambda ref: ray.get(ref),
+                       report=lambda phase: board.put.remote(job.name, phase))
     return ray.remote(num_cpus=0, max_retries=0)(node_task)
 
 
@@ -103,12 +185,13 @@ def _placeholder(job: NodeJob, status: str, detail: str) -> dict[str, Any]:
 
 
 def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
-             say: Callable[[str], None] = lambda s: None) -> tuple[list[dict[str, Any]], bool]:
+             progress: FleetProgress) -> tuple[list[dict[str, Any]], bool]:
     """Run the plan; return the node records (plan order) and whether the user interrupted it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = _remote(ray)
     lost = lost_errors(ray)
+    phases = _BoardReader(ray, progress, lost)
     pending = list(plan.jobs)
     seed = next((j for j in pending if j.setup_argv is not None), None) if plan.seed else None
     if seed is not None:                  # it goes first, alone (see FleetPlan.seed)
@@ -123,14 +206,16 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
             while pending and len(running) < limit:
                 job = pending.pop(0)
                 strategy = NodeAffinitySchedulingStrategy(node_id=job.node_id, soft=False)
-                ref = task.options(scheduling_strategy=strategy, name=f"october-fleet-{job.name}").remote(job, shipment)
+                ref = task.options(scheduling_strategy=strategy, name=f"october-fleet-{job.name}").remote(
+                    job, shipment, phases.board)
                 running[ref] = (job, time.monotonic() + job.timeout_s + GRACE_S)
-                say(f"{job.name}: {'install' if job.setup_argv else 're-check'} on {job.node_id[:8]} ({job.host})")
+                progress.started(job)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            phases.pass_on()
             for ref in ready:
                 job, _deadline = running.pop(ref)
                 out[job.name] = _gather(ray, ref, job, lost)
-                say(f"{job.name}: {out[job.name]['status']}")
+                progress.finished(job.name, out[job.name]["status"])
             now = time.monotonic()
             for ref, (job, deadline) in list(running.items()):
                 if now > deadline:
@@ -138,13 +223,16 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
                     running.pop(ref)
                     out[job.name] = _placeholder(job, "timeout", f"no answer within {job.timeout_s:.0f} s "
                                                  f"(+{GRACE_S:.0f} s grace); the task was cancelled")
+                    progress.finished(job.name, "timeout")
     except KeyboardInterrupt:
         interrupted = True
         for ref, (job, _d) in running.items():
             ray.cancel(ref, force=True)
             out[job.name] = _placeholder(job, "cancelled", "interrupted by the user; re-run to resume this node")
+            progress.finished(job.name, "cancelled")
         for job in pending:
             out[job.name] = _placeholder(job, "cancelled", "interrupted before it started")
+            progress.finished(job.name, "cancelled")
     return [out[j.name] for j in plan.jobs], interrupted
 
 

@@ -18,6 +18,7 @@ from october.installer.core.errors import CommandFailed, KitError, OctoberError
 from october.installer.core.hashing import sha256_bytes, sha256_file
 from october.installer.core.runner import Completed, Runner
 from october.installer.fleet.plan import NodeJob
+from october.installer.fleet.progress import RECEIVING, RECHECK, SMOKE, setup_phase
 from october.installer.kit import MANIFEST
 from october.installer.kit.manifest import check_files, listed, read_manifest
 
@@ -99,12 +100,21 @@ def _tail(text: str, n: int = 4) -> str:
 
 
 def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], bytes],
-            python: str = sys.executable) -> dict[str, Any]:
-    """Run the job on this node; return its node record (status, facts, times)."""
+            python: str = sys.executable, report: Callable[[str], None] = lambda _phase: None) -> dict[str, Any]:
+    """Run the job on this node; return its node record (status, facts, times).  ``report`` hears each
+    phase as it begins (see :mod:`october.installer.fleet.progress`)."""
+    from october.installer.pipeline.plan import STEP_ORDER
+
     start = time.monotonic()
     stack = Path(job.stack)
     logs = Path(f"{job.stack}.fleet-logs")
-    runner = Runner(logs)
+
+    def echo(line: str) -> None:
+        phase = setup_phase(line, STEP_ORDER)
+        if phase is not None:
+            report(phase)
+
+    runner = Runner(logs, echo=echo)
     rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
                            "resumed": job.setup_argv is None, "status": "error", "detail": None,
                            "stack": job.stack, "gpu": None, "arch": None, "lock_sha256": None, "jit": [],
@@ -112,6 +122,8 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
     try:
         rec["gpu"], rec["arch"] = _gpu(runner)
         if shipment is not None and job.setup_argv is not None:
+            if shipment.files:
+                report(RECEIVING)
             rec["kit_received_bytes"] = receive_kit(Path(job.kit_dir), shipment, fetch)
         if job.lock_path is not None and shipment is not None and shipment.lock is not None:
             if sha256_bytes(shipment.lock) != shipment.lock_sha256:
@@ -119,13 +131,16 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
                                found=f"sha256 {sha256_bytes(shipment.lock)}", fix="re-run the fleet command")
             Path(job.lock_path).parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(Path(job.lock_path), shipment.lock)
-        if job.setup_argv is not None:
+        if job.setup_argv is None:
+            report(RECHECK)
+        else:
             done = _command(runner, rec, "fleet-setup", "october_setup", _child(python, job.setup_argv), job, start)
             rec["setup"] = None if done is None else {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
             if done is None or done.returncode != 0:
                 return _facts(rec, stack)
         _facts(rec, stack)
         if job.smoke_argv is not None:
+            report(SMOKE)
             done = _command(runner, rec, "fleet-smoke", "current smoke", _child(python, job.smoke_argv), job, start)
             if done is None:
                 return rec

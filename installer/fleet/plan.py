@@ -156,7 +156,7 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
             setup += ("--cache-dir", expand(opts.cache_dir, node))
         if opts.system_python is not None:
             setup += ("--system-python", expand(opts.system_python, node))
-        setup += tuple(opts.setup_args) + ("--quiet",)
+        setup += tuple(opts.setup_args)      # not --quiet: its `==> step:` lines are the node's phases (and log)
     smoke: tuple[str, ...] | None = None
     receipt: str | None = None
     if opts.smoke:

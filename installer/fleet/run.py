@@ -1,4 +1,5 @@
-"""``october_setup fleet``: verify the kit here, plan, run the plan on Ray, judge, write the receipt."""
+"""``october_setup fleet``: verify the kit here, plan, run the plan on Ray, judge, write the receipt.
+Progress on the command's reporter (:mod:`.progress`); the verdict and its reasons on ``say``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from october.installer.fleet.plan import (
     select_nodes,
     shared_cache,
 )
+from october.installer.fleet.progress import FleetProgress
 from october.installer.kit import MANIFEST
 
 
@@ -39,10 +41,12 @@ def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
     return doc
 
 
-def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
-    """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C."""
-    from october.installer.fleet.cluster import cluster_nodes, connect, run_plan, ship
+def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -> int:
+    """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C.  ``ui`` (a
+    :class:`~october.installer.core.ui.ConsoleReporter`) shows the run as every long command does."""
+    from october.installer.fleet.cluster import cluster_nodes, connect, ray_logs_to, run_plan, ship
     from october.installer.kit.use import open_kit
+    from october.installer.pipeline.plan import plan_steps
     from october.installer.recipe import load_recipe
 
     started = time.monotonic()
@@ -58,25 +62,30 @@ def run_fleet(opts: FleetOptions, say: Callable[[str], None] = print) -> int:
     previous = read_previous(opts)
     done = finished_before(previous, recipe_sha=rec.sha256, kit_sha=kit_sha, lock_sha=lock_sha, smoke=opts.smoke)
 
-    ray = connect(opts.address)
-    chosen = select_nodes(cluster_nodes(ray), opts.select, opts.nodes)
-    plan = plan_fleet(opts, chosen, manifest_sha=kit_sha, recipe=opts.recipe,
-                      done={k: v for k, v in done.items() if v.get("node_id") in {n.node_id for n in chosen}})
-    if rec.jit and not shared_cache(opts) and sum(j.setup_argv is not None for j in plan.jobs) > 1:
-        say(f"warning: the recipe builds {len(rec.jit)} JIT module(s) and the nodes do not share --cache-dir: each "
-            "node builds its own, the builds are not byte-reproducible, and the fleet will name the JIT (and lock) "
-            "differences; pass one --cache-dir every node sees to build once")
-    if plan.seed:
-        say(f"the nodes share the cache {opts.cache_dir}: {next(j.name for j in plan.jobs if j.setup_argv)} "
-            "installs first (its JIT modules are restored by the others)")
-    if plan.resumed:
-        say(f"resuming: {len(plan.resumed)} node(s) finished before are re-checked, not re-installed "
-            f"({', '.join(plan.resumed)})")
-    shipment = None
-    if opts.ship_kit or lock is not None:
-        say("shipping the kit through the Ray object store" if opts.ship_kit else "shipping the lock")
-        shipment = ship(ray, kit.root, dict(kit.manifest), lock, lock_sha, with_files=opts.ship_kit)
-    records, interrupted = run_plan(ray, plan, shipment, say=say)
+    with ray_logs_to(ui):
+        ray = connect(opts.address)
+        chosen = select_nodes(cluster_nodes(ray), opts.select, opts.nodes)
+        plan = plan_fleet(opts, chosen, manifest_sha=kit_sha, recipe=opts.recipe,
+                          done={k: v for k, v in done.items() if v.get("node_id") in {n.node_id for n in chosen}})
+        if rec.jit and not shared_cache(opts) and sum(j.setup_argv is not None for j in plan.jobs) > 1:
+            ui.warn(f"the recipe builds {len(rec.jit)} JIT module(s) and the nodes do not share --cache-dir: each "
+                    "node builds its own, the builds are not byte-reproducible, and the fleet will name the JIT (and "
+                    "lock) differences; pass one --cache-dir every node sees to build once")
+        progress = FleetProgress(ui, plan, setup_steps=len(plan_steps(rec)), shipped=opts.ship_kit)
+        progress.begin()
+        if plan.seed:
+            ui.info(f"the nodes share the cache {opts.cache_dir}: {next(j.name for j in plan.jobs if j.setup_argv)} "
+                    "installs first (its JIT modules are restored by the others)")
+        if plan.resumed:
+            ui.info(f"resuming: {len(plan.resumed)} node(s) finished before are re-checked, not re-installed "
+                    f"({', '.join(plan.resumed)})")
+        shipment = None
+        if opts.ship_kit or lock is not None:
+            ui.info("shipping the kit through the Ray object store" if opts.ship_kit else "shipping the lock")
+            shipment = ship(ray, kit.root, dict(kit.manifest), lock, lock_sha, with_files=opts.ship_kit,
+                            progress=lambda got, total: ui.transfer("shipping the kit", got, total, "B"))
+        records, interrupted = run_plan(ray, plan, shipment, progress)
+        progress.end()
     doc = receipt_doc(opts, plan, records, interrupted=interrupted, recipe=(rec.name, rec.sha256),
                       kit_sha=kit_sha, lock_sha=lock_sha, wall=time.monotonic() - started)
     opts.receipt.parent.mkdir(parents=True, exist_ok=True)
