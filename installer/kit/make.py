@@ -193,7 +193,11 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements) + list(r.install.supply)
         # one resolution per root, as the install makes them (the env, then each fork with its
         # dependencies); the kit takes the union of their files
-        roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_path else []), {})]
+        # the base wheel's own requirements are installed only by a precompiled fork that takes its
+        # dependencies; a --no-deps one (upstream vLLM on a site image) never installs them, and carrying
+        # them cost 447 MB of flashinfer-cubin alone (issue 18)
+        base_root = base_path is not None and any(f.mode == "vllm-precompiled" and installs_deps(f) for f in r.forks)
+        roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_root else []), {})]
         for fork in r.forks:
             if installs_deps(fork):
                 src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)

@@ -244,11 +244,14 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                    step=step, env=stack_uv(ctx).env())
     systorch.write_pth(ctx.paths.env, facts)
     wanted = [*r.build_requirements, *r.install.supply]
-    needed = systorch.unmet(wanted, systorch.site_distributions(systorch.site_dirs(facts)))
+    system = systorch.site_distributions(systorch.site_dirs(facts))
+    needed = systorch.unmet(wanted, system)
     if needed:
         ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
                     "come from the system interpreter)")
-        stack_uv(ctx).pip_install(ctx.runner, step, needed)
+        carried = kit_packages(ctx.options.kit.wheels_dir) if ctx.options.kit is not None else set()
+        excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed, carried)
+        stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
     seen = systorch.probe(ctx.runner, step, ctx.paths.python)
     problems = systorch.guard_problems(ctx.paths.env, facts, {
         "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
@@ -266,6 +269,19 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                      torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
                      system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
                      stack_env=write_stack_env(ctx))
+
+
+def kit_packages(wheels: Path) -> set[str]:
+    """The distributions a kit carries a wheel of (canonical names)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    out: set[str] = set()
+    for w in wheels.glob("*.whl"):
+        try:
+            out.add(str(parse_wheel_filename(w.name)[0]))
+        except InvalidWheelFilename:
+            continue
+    return out
 
 
 def system_torch_env_problem(ctx: StepContext, result: EnvResult) -> str | None:
