@@ -273,3 +273,34 @@ def test_a_torch_that_is_not_there_fails_the_located_probe_too(tmp_path):
     located = systorch.probe(ctx.runner, "t", py, locate=True)
     assert (located["version"], located["cuda"]) == ("2.11.0+cu130", "13.0") and "error" not in located
     assert "planted: importing torch runs this" in systorch.probe(ctx.runner, "t", py)["error"]
+
+
+def test_a_supplied_package_that_needs_the_system_s_torch_installs_offline(tmp_path):
+    """uv does not see a venv's system site packages (astral-sh/uv#7358).  Offline, from a find-links that
+    holds only what the system lacks (as a kit made with --have does), a supplied package requiring torch
+    and another system package made uv look for its own torch: "torch was not found" -- met on the real
+    vLLM recipe (compressed-tensors needs torch).  The env now excludes torch and the system's packages
+    from uv's resolution; a package the find-links carries (a version the stack needs) is installed."""
+    root = tmp_path / "sys"
+    wheels, kit = tmp_path / "syswheels", tmp_path / "kitwheels"
+    _torch_wheel(wheels)
+    build_wheel(wheels, "sysdep", "1.0")
+    build_wheel(wheels, "carried", "1.0")
+    _uv("venv", "-q", "--python", sys.executable, str(root), cache=tmp_path / "uvc")
+    _uv("pip", "install", "-q", "--python", str(root / "bin/python"), "--no-index", "--find-links", str(wheels),
+        f"torch=={TORCH}", "sysdep==1.0", "carried==1.0", cache=tmp_path / "uvc")
+    build_wheel(kit, "needs-torch", "1.0", requires=[f"torch=={TORCH}", "sysdep>=1.0", "carried>=2.0"])
+    build_wheel(kit, "carried", "2.0")
+    rec = _recipe(tmp_path, root / "bin" / "python")
+    rec = dataclasses.replace(rec, sources=dataclasses.replace(rec.sources, find_links=(str(kit),), no_index=True),
+                              install=dataclasses.replace(rec.install, supply=("needs-torch",)))
+    ctx, out = _env(tmp_path, rec)
+    own = {p.name.split("-")[0] for p in ctx.paths.env.glob("lib/python*/site-packages/*.dist-info")}
+    assert {"needs_torch", "carried"} <= own and not own & {"torch", "sysdep"}, own
+    excluded = (ctx.paths.state / "system-excludes.txt").read_text().split()
+    assert "torch" in excluded and "sysdep" in excluded and "needs-torch" not in excluded
+    # the fault, planted: the same install without the excludes is what failed
+    proc = subprocess.run([uv_exe(), "pip", "install", "--python", str(ctx.paths.python), "--no-index",
+                           "--find-links", str(kit), "--reinstall", "needs-torch"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+    assert proc.returncode != 0 and "torch" in proc.stderr

@@ -249,8 +249,8 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     if needed:
         ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
                     "come from the system interpreter)")
-        carried = kit_packages(ctx.options.kit.wheels_dir) if ctx.options.kit is not None else set()
-        excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed, carried)
+        excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed,
+                                           _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
     seen = systorch.probe(ctx.runner, step, ctx.paths.python)
     problems = systorch.guard_problems(ctx.paths.env, facts, {
@@ -269,6 +269,17 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                      torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
                      system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
                      stack_env=write_stack_env(ctx))
+
+
+def _offline_packages(ctx: StepContext) -> set[str] | None:
+    """What an offline install can take (the kit's wheels, or a ``no_index`` recipe's find-links), by
+    canonical name; None when an index serves the rest (then only torch is taken as the system's)."""
+    if ctx.options.kit is not None:
+        return kit_packages(ctx.options.kit.wheels_dir)
+    src = ctx.recipe.sources
+    if src.no_index:
+        return set().union(*(kit_packages(Path(d)) for d in src.find_links if Path(d).is_dir()))
+    return None
 
 
 def kit_packages(wheels: Path) -> set[str]:

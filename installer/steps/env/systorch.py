@@ -210,19 +210,21 @@ def site_distributions(sites: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def write_excludes(path: Path, system: Mapping[str, str], needed: Sequence[str], carried: set[str]) -> Path:
+def write_excludes(path: Path, system: Mapping[str, str], needed: Sequence[str], carried: set[str] | None) -> Path:
     """The ``uv pip install --excludes`` file for an env on the system interpreter: torch and every
     distribution the interpreter has, so the resolution takes them as given.  uv does not see a venv's
     system site packages (astral-sh/uv#7358): without this, a supplied package that needs torch
     (vLLM's compressed-tensors) made uv look for a torch of its own -- offline "torch was not found"
     (issue 18), online a second torch in the env.  Not excluded: a requirement installed here (it is
-    unmet by the system's copy) and, from a kit, any distribution the kit carries (its resolution kept
-    the target's version where it fit, so a carried one is a version the stack needs instead)."""
+    unmet by the system's copy) and, offline, any distribution the kit (or find-links) carries (a kit's
+    resolution kept the target's version where it fit, so a carried one is a version the stack needs
+    instead).  ``carried`` None: an index serves everything, so only torch is excluded (uv may then
+    install a newer copy of a system package, as before; never a torch)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    keep = {str(canonicalize_name(Requirement(r).name)) for r in needed} | set(carried)
-    names = sorted(({"torch"} | set(system)) - keep)
+    keep = {str(canonicalize_name(Requirement(r).name)) for r in needed} | set(carried or ())
+    names = sorted(({"torch"} | (set(system) if carried is not None else set())) - keep)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
     return path
