@@ -120,7 +120,7 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     path = entry / "env" / rel
     os.chmod(path, 0o644)
     path.write_text("VALUE = 2\n")
-    manifest["files"]["env"][rel]["sha256"] = builtstack._file_sha256(path)
+    manifest["files"]["env"][rel]["sha256"] = builtstack.sha256_file(path)
     os.chmod(entry / "manifest.json", 0o644)
     (entry / "manifest.json").write_text(json.dumps(manifest))
     from october.installer.core.errors import InstallError

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from october.installer import __version__
+from october.installer.core.hashing import sha256_file
 from october.installer.core.atomic import write_text_atomic
 from october.installer.core.clonefile import clone_or_copy
 from october.installer.core.hashing import fingerprint
@@ -283,7 +284,7 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
                 relocated.append(d)
             else:
                 clone_or_copy(s, d)
-                got = _file_sha256(d)
+                got = sha256_file(d)
                 if got != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
             os.chmod(d, int(row.get("mode", 0o644)) & 0o777)
@@ -327,13 +328,6 @@ def rerecord(env: Path, relocated: list[Path]) -> int:
             write_text_atomic(dist.info / "RECORD", out.getvalue())
     return changed
 
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def restore_env(entry: Entry, env: Path, root: Path) -> None:
