@@ -62,3 +62,19 @@ def test_the_h200_fleet_example_passed_on_every_node_with_one_lock_and_one_jit_s
     for path in d.iterdir():
         if path.name != "README.md":
             assert not MACHINE.findall(path.read_text(encoding="utf-8")), path
+
+
+def test_the_real_vllm_engine_example_is_a_named_refusal_never_a_pass() -> None:
+    """Upstream vLLM 0.24.0 on the H200 (receipts/examples/h200-vllm-engine): the engine level's receipt
+    matches the smoke schema, says passed: false, and physical K16/V8 names the real engine's refusal with
+    the same message the stand-in and the real tier hold (tests/fixtures/vllm_0_24_0_cache_dtype_refusal.txt)."""
+    d = EXAMPLES / "h200-vllm-engine"
+    receipt = json.loads((d / "engine-receipt.json").read_text())
+    jsonschema.validate(receipt, json.loads((ROOT / "receipts" / "smoke.schema.json").read_text()))
+    assert receipt["passed"] is False and receipt["level"] == "engine"
+    checks = {c["name"]: c for c in receipt["checks"]}
+    refused = checks["physical_k16v8"]["measured"]["engine_refused"]
+    assert checks["physical_k16v8"]["status"] == "failed" and refused["kv_cache_dtype_asked"] == ["auto", "fp8_e4m3"]
+    recorded = (ROOT / "tests" / "fixtures" / "vllm_0_24_0_cache_dtype_refusal.txt").read_text()
+    assert all(f"'{a}'" in recorded for a in refused["accepts"]) and len(refused["accepts"]) == 15
+    assert {c["status"] for n, c in checks.items() if n != "physical_k16v8"} == {"skipped"}
