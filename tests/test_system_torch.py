@@ -304,3 +304,21 @@ def test_a_supplied_package_that_needs_the_system_s_torch_installs_offline(tmp_p
                            "--find-links", str(kit), "--reinstall", "needs-torch"], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
     assert proc.returncode != 0 and "torch" in proc.stderr
+
+
+def test_a_system_package_s_requirement_is_checked_where_the_env_shadows_what_it_needs():
+    """uv's resolution does not see the system interpreter's packages, so nothing there holds torch's own
+    pins: a newer triton installed into the env would shadow the one torch pins, and the env's own
+    requirements would all be met.  Planted: the system's torch requires triton==3.6.0 and an extra of a
+    system package needs a distribution nobody installed; the env installs triton 3.9.0 and asks for
+    the extra.  Both are named; untouched system requirements are not judged."""
+    from october.installer.steps.install import consistency
+
+    system = [consistency.Dist("torch", TORCH, ("triton==3.6.0", "filelock")),
+              consistency.Dist("triton", "3.6.0", ()),
+              consistency.Dist("sysx", "1.0", ("speedup; extra == 'fast'", "gone-from-site>=1"))]
+    env = [consistency.Dist("triton", "3.9.0", ()), consistency.Dist("needs-x", "1.0", ("sysx[fast]",))]
+    found = {(c.package, c.requires, c.found) for c in consistency.conflicts(env, "3.12.3", system)}
+    assert found == {("torch", "triton", "3.9.0"), ("sysx", "speedup", None)}
+    # nothing shadowed, no extra asked: the system's own state is not judged
+    assert consistency.conflicts([consistency.Dist("other", "1.0", ())], "3.12.3", system) == []

@@ -105,7 +105,10 @@ def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> 
 
 def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
     """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can
-    meet them but are not themselves checked (the env's own distributions shadow them)."""
+    meet them.  A provided distribution's own requirements are checked where the env changed what they
+    see: one naming a distribution the env shadows (torch's ``triton==3.6.0`` against a newer triton
+    installed here), and one an env distribution turned on by asking for an extra of it; the rest of the
+    system interpreter is the site's, as it was."""
     env = marker_environment(python_version)
     have = {d.name: d for d in (*provided, *dists)}
     wanted_extras: dict[str, set[str]] = {}
@@ -116,8 +119,20 @@ def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dis
         for _line, r in reqs:
             if r.extras and _active(r, env, ()):
                 wanted_extras.setdefault(str(canonicalize_name(r.name)), set()).update(r.extras)
+    shadowed = {d.name for d in dists}
+    subjects = list(dists)
+    for p in provided:
+        if p.name in shadowed:
+            continue
+        asked = wanted_extras.get(p.name, set())
+        reqs = [(line, r) for line in p.requires if (r := _parse(line)) is not None
+                and (str(canonicalize_name(r.name)) in shadowed
+                     or (asked and not _active(r, env, ()) and _active(r, env, asked)))]
+        if reqs:
+            parsed[p.name] = reqs
+            subjects.append(p)
     out: list[Conflict] = []
-    for d in dists:
+    for d in subjects:
         extras = sorted(wanted_extras.get(d.name, ()))
         for line, r in parsed[d.name]:
             if not _active(r, env, extras):
