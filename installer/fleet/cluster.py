@@ -152,8 +152,8 @@ class _BoardReader:
             return
         try:
             seen = self.ray.get(self._taking)
-        except (*self.lost, self.ray.exceptions.RayActorError):
-            self._taking = None          # the board is gone: the nodes' starts and ends still show
+        except (*self.lost, self.ray.exceptions.RayError):
+            self._taking = None          # the board is gone or failed: the nodes' starts and ends still show
             return
         for name, phase in seen:
             self.progress.phase(name, phase)

@@ -112,7 +112,10 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
     def echo(line: str) -> None:
         phase = setup_phase(line, STEP_ORDER)
         if phase is not None:
-            report(phase)
+            try:
+                report(phase)
+            except Exception:  # noqa: BLE001 - progress is a courtesy: it never fails a node's install
+                pass
 
     runner = Runner(logs, echo=echo)
     rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
