@@ -322,3 +322,40 @@ def test_a_system_package_s_requirement_is_checked_where_the_env_shadows_what_it
     assert found == {("torch", "triton", "3.9.0"), ("sysx", "speedup", None)}
     # nothing shadowed, no extra asked: the system's own state is not judged
     assert consistency.conflicts([consistency.Dist("other", "1.0", ())], "3.12.3", system) == []
+
+
+def test_what_a_kit_left_out_must_be_in_the_system_interpreter(tmp_path):
+    """A kit made with --have left out what that listing said the target has.  Planted: a kit whose
+    manifest left out a distribution this interpreter lacks, and one at another version; the env step
+    refuses before installing anything, naming both.  The same kit minus those two passes."""
+    import dataclasses as dc
+
+    from october.installer.kit.use import Kit
+
+    root = tmp_path / "sys"
+    wheels, kitdir = tmp_path / "syswheels", tmp_path / "kit"
+    _torch_wheel(wheels)
+    build_wheel(wheels, "sysdep", "1.0")
+    _uv("venv", "-q", "--python", sys.executable, str(root), cache=tmp_path / "uvc")
+    _uv("pip", "install", "-q", "--python", str(root / "bin/python"), "--no-index", "--find-links", str(wheels),
+        f"torch=={TORCH}", "sysdep==1.0", cache=tmp_path / "uvc")
+    (kitdir / "wheels").mkdir(parents=True)
+    build_wheel(kitdir / "wheels", "needs-sysdep", "1.0", requires=["sysdep>=1.0"])
+    rec = _recipe(tmp_path, root / "bin" / "python")
+    rec = dc.replace(rec, sources=dc.replace(rec.sources, find_links=(str(kitdir / "wheels"),), no_index=True),
+                     install=dc.replace(rec.install, supply=("needs-sysdep",)))
+
+    def run(left_out):
+        ctx = sf.context(tmp_path / f"stack{len(left_out)}", rec, tmp_path / "cache")
+        kit = Kit(root=kitdir, manifest={"left_out": [{"package": p, "version": v, "filename": f"{p}-{v}.whl",
+                                                       "why": "the target has it (--have)"} for p, v in left_out]},
+                  repos={})
+        ctx = dc.replace(ctx, options=dc.replace(ctx.options, kit=kit))
+        return ctx, EnvStep().run(ctx)
+
+    with pytest.raises(EnvError) as err:
+        run([("sysdep", "1.0"), ("Absent_Pkg", "2.0"), ("sysdep", "9.0")])
+    assert "Absent_Pkg==2.0 (found none)" in str(err.value) and "sysdep==9.0 (found 1.0)" in str(err.value)
+    assert "left out 2 wheel(s)" in str(err.value)
+    ctx, out = run([("sysdep", "1.0")])
+    assert out.torch == TORCH

@@ -245,6 +245,8 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     systorch.write_pth(ctx.paths.env, facts)
     wanted = [*r.build_requirements, *r.install.supply]
     system = systorch.site_distributions(systorch.site_dirs(facts))
+    if ctx.options.kit is not None:
+        _left_out_present(ctx.options.kit, system, python)
     needed = systorch.unmet(wanted, system)
     if needed:
         ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
@@ -269,6 +271,28 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                      torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
                      system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
                      stack_env=write_stack_env(ctx))
+
+
+def _left_out_present(kit: Any, system: Mapping[str, str], python: str) -> None:
+    """A kit made with ``--have`` left out what that listing said the target has; a listing of another
+    interpreter (or a stale one) would leave the stack without them, found only when something imports
+    them.  Each one is checked here, before anything is installed, and every difference named."""
+    from october.installer.kit.have import has
+
+    missing = [f"{d['package']}=={d['version']} (found {system.get(_canonical(d['package'])) or 'none'})"
+               for d in kit.manifest.get("left_out") or () if not has(dict(system), d["package"], d["version"])]
+    if missing:
+        raise EnvError(f"the kit {kit.root} left out {len(missing)} wheel(s) the interpreter {python} does not have",
+                       expected="every distribution the kit's --have listing named, at that version, in the "
+                                "system interpreter", found="; ".join(missing[:8]) + ("; ..." if len(missing) > 8 else ""),
+                       fix=f"make the kit again with --have from this interpreter (`{python} -m pip list > FILE`), "
+                           "or point --system-python at the interpreter the listing came from")
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
 
 
 def _offline_packages(ctx: StepContext) -> set[str] | None:
