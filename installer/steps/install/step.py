@@ -233,10 +233,12 @@ class InstallStep:
         from october.installer.steps import builtstack
         from october.installer.steps.fetch import git_env
 
+        env = ctx.result(EnvResult)
+        if env is None:       # an env no env step of this stack recorded is nobody's to copy
+            return
         key = builtstack.stack_key(ctx)
         if key is None:
             return
-        env = ctx.need(EnvResult)
         wheel = ctx.result(WheelResult)
         outputs: dict[str, tuple[Path, list[Path]]] = {}
         for f in forks:
