@@ -140,7 +140,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         except Unsupported as exc:
             return every_check(UNSUPPORTED, f"unsupported: {exc}"), choice
         except Exception as exc:     # the engine did not start: nothing was verified
-            refused = refused_cache_dtype(exc)
+            refused = refused_cache_dtype(exc, KV_CACHE_DTYPE)
             if refused is not None:     # upstream vLLM: one cache dtype for K and V
                 facts["engine_refused"] = refused.as_json()
                 return refusal_results(refused), choice

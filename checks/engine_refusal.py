@@ -34,10 +34,10 @@ class Refusal:
                 "cache_holds": "nothing: the engine refused its configuration before allocating a cache"}
 
 
-def refused_cache_dtype(exc: BaseException, asked: tuple[str, ...] = ("auto", "fp8_e4m3")) -> Refusal | None:
-    """A :class:`Refusal` when ``exc`` is the engine refusing the cache dtype it was given, else None."""
+def refused_cache_dtype(exc: BaseException, asked: tuple[str, ...]) -> Refusal | None:
+    """A :class:`Refusal` when ``exc`` is the engine refusing the cache dtype ``asked``, else None."""
     text = str(exc)
-    if not any(m in text for m in _MARKS) or isinstance(exc, (MemoryError, KeyboardInterrupt)):
+    if not any(m in text for m in _MARKS):
         return None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     head = next((ln for ln in lines if not any(ln.startswith(m) for m in _MARKS) and "validation error" not in ln),

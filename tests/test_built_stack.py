@@ -191,9 +191,9 @@ def test_no_entry_made_by_other_tool_code(world: World, tmp_path: Path, monkeypa
     """The tool's own code is part of the key (not just its version number, 0.1.0 on every commit): an
     entry stored by other code -- planted here as another code hash -- is never taken."""
     cache = tmp_path / "cache"
-    monkeypatch.setattr(builtstack, "_TOOL_CODE", ["0" * 64])
+    monkeypatch.setattr(builtstack, "tool_code", lambda: "0" * 64)
     setup(world, tmp_path / "s1", cache)
-    monkeypatch.setattr(builtstack, "_TOOL_CODE", [])          # this code, hashed from its files
+    monkeypatch.undo()                                            # this code, hashed from its files
     setup(world, tmp_path / "s2", cache)
     assert built_from(tmp_path / "s2") is None and len(entries(cache)) == 2
     setup(world, tmp_path / "s3", cache)

@@ -36,15 +36,21 @@ pytestmark = pytest.mark.real
 SUBMODULES = {"3rdparty/cccl", "3rdparty/cutlass", "3rdparty/nixl", "3rdparty/spdlog"}
 
 
-@pytest.fixture(scope="module")
-def real_stack(real_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("verify-real")
-    stack = tmp / "stack"
+def _setup(stack: Path, tmp: Path, real_mirror: Path) -> None:
+    """`october_setup` as a user runs it on the real fork: the shipped recipe made to run here, the dev
+    env as the system interpreter, the shared cache under ``tmp``."""
     proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
                            str(here_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
                            "--skip-preflight", SKIP_PREFLIGHT],
                           cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def real_stack(real_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("verify-real")
+    stack = tmp / "stack"
+    _setup(stack, tmp, real_mirror)
     return stack
 
 
@@ -177,11 +183,7 @@ def test_a_second_real_stack_is_copied_from_the_built_stack_and_verifies(real_st
     itself, skips the fork build, and `current verify` passes on it."""
     tmp = real_stack.parent
     stack2 = tmp / "stack2"
-    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack2), "--recipe",
-                           str(here_recipe(tmp)), "--system-python", sys.executable, "--cache-dir", str(tmp / "cache"),
-                           "--skip-preflight", SKIP_PREFLIGHT],
-                          cwd=PROJECT_ROOT, env=git_env(real_mirror), capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _setup(stack2, tmp, real_mirror)
     assert json.loads((stack2 / ".state" / "env.json").read_text())["outputs"].get("built_from")
     assert "uv pip install" not in (stack2 / "logs" / "install.log").read_text()    # no fork build
     src = stack2 / "src" / "flashinfer"

@@ -324,7 +324,7 @@ def test_the_real_engine_refuses_the_k16v8_pair_as_the_stand_in_does(installed) 
     assert name == "ValidationError", out.stdout + out.stderr[-2000:]
     recorded = (ROOT / "tests/fixtures/vllm_0_24_0_cache_dtype_refusal.txt").read_text(encoding="utf-8")
     assert message == recorded, "the real refusal drifted from the stand-in's copy: re-record it"
-    refusal = refused_cache_dtype(type("ValidationError", (ValueError,), {})(message.rstrip("\n")))
+    refusal = refused_cache_dtype(type("ValidationError", (ValueError,), {})(message.rstrip("\n")), KV_CACHE_DTYPE)
     assert refusal is not None and "fp8_e4m3" in refusal.accepts and len(refusal.accepts) == 15
     assert refusal.error.startswith("ValidationError: 1 validation error for CacheConfig")
 

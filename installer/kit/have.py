@@ -16,6 +16,7 @@ lacks.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -60,7 +61,7 @@ def read_have(path: Path) -> dict[str, str]:
     return have
 
 
-def has(have: dict[str, str], package: str, version: str) -> bool:
+def has(have: Mapping[str, str], package: str, version: str) -> bool:
     """Whether the target has ``package`` at exactly ``version`` (versions compared as PEP 440 versions)."""
     got = have.get(str(canonicalize_name(package)))
     if got is None:

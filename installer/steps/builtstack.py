@@ -29,6 +29,7 @@ stack whose checks had all passed (an entry is read-only; nothing of a stack sha
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -390,27 +391,23 @@ def stack_key(ctx: "StepContext") -> str | None:
     return entry_key(parts)
 
 
-_TOOL_CODE: list[str] = []
-
-
+@functools.cache
 def tool_code() -> str:
     """sha256 of the tool's own code (every ``.py`` under the ``october`` package, by relative path):
     an entry made by other code (another commit, an edited checkout) is never taken, whatever the
     version number says.  Read once per process (~250 files, ~60 ms).  It is part of the key only, so
     a no-op re-run never reads it."""
-    if not _TOOL_CODE:
-        import october
+    import october
 
-        top = Path(october.__file__).resolve().parent
-        h = hashlib.sha256()
-        files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)   # a checkout links installer/
-                 for f in names if f.endswith(".py")
-                 if "__pycache__" not in Path(d).parts and "_shipped" not in Path(d).parts]
-        for path in sorted(files, key=lambda p: p.relative_to(top).as_posix()):
-            h.update(path.relative_to(top).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-        _TOOL_CODE.append(h.hexdigest())
-    return _TOOL_CODE[0]
+    top = Path(october.__file__).resolve().parent
+    h = hashlib.sha256()
+    files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)   # a checkout links installer/
+             for f in names if f.endswith(".py")
+             if "__pycache__" not in Path(d).parts and "_shipped" not in Path(d).parts]
+    for path in sorted(files, key=lambda p: p.relative_to(top).as_posix()):
+        h.update(path.relative_to(top).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def interpreter_identity(env: Path) -> list[Any]:

@@ -279,20 +279,16 @@ def _left_out_present(kit: Any, system: Mapping[str, str], python: str) -> None:
     them.  Each one is checked here, before anything is installed, and every difference named."""
     from october.installer.kit.have import has
 
-    missing = [f"{d['package']}=={d['version']} (found {system.get(_canonical(d['package'])) or 'none'})"
-               for d in kit.manifest.get("left_out") or () if not has(dict(system), d["package"], d["version"])]
+    from packaging.utils import canonicalize_name
+
+    missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
+               for d in kit.manifest.get("left_out") or () if not has(system, d["package"], d["version"])]
     if missing:
         raise EnvError(f"the kit {kit.root} left out {len(missing)} wheel(s) the interpreter {python} does not have",
                        expected="every distribution the kit's --have listing named, at that version, in the "
                                 "system interpreter", found="; ".join(missing[:8]) + ("; ..." if len(missing) > 8 else ""),
                        fix=f"make the kit again with --have from this interpreter (`{python} -m pip list > FILE`), "
                            "or point --system-python at the interpreter the listing came from")
-
-
-def _canonical(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return str(canonicalize_name(name))
 
 
 def _offline_packages(ctx: StepContext) -> set[str] | None:
