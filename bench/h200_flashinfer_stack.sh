@@ -21,7 +21,7 @@ P
 }
 "$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
 /tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
+/tmp/boot/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
 T=/tmp/toolenv/bin/python
 setup() { $T -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 smoke() { $T -m october smoke --install "$1" --level kernel --format fp16 --recipe flashinfer-pr3812 --output "$2"; }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issues 20 and 22 on the lent H200: the FlashInfer-only stack from a kit with the image's torch, as a new
-# user runs it (tool from wheels, PYTHONDONTWRITEBYTECODE=1 as in many containers).  Times the cold setup,
+# user runs it (tool from wheels with its bytecode compiled, as the README's `uv tool install --compile-bytecode`, PYTHONDONTWRITEBYTECODE=1 as in many containers).  Times the cold setup,
 # the no-op re-runs and a second stack from the same cache; runs `current verify` on the real stack
 # (must pass), then plants a .pth + module in the env and a zero-byte AOT library (must be named, exit 13).
 #   WHEELS=DIR KIT=DIR OUT=DIR bash bench/h200_trust_speed.sh      (WHEELS from bench/h200_tool_wheels.sh)
@@ -13,7 +13,7 @@ now() { date +%s.%N; }
 since() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN { printf "%.3f", a - b }'; }
 "$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
 /tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
+/tmp/boot/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
 B=/tmp/toolenv/bin
 setup() { $B/october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 steps() { $SYS -c "import json,sys; [print(f\"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s\") for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
@@ -23,17 +23,30 @@ echo "== 2. smoke (the README's command)"; t=$(now); $B/current smoke --install 
 cp /tmp/smoke1/receipt.json $OUT/smoke.json
 echo "== 3. no-op re-runs"; for i in 1 2 3 4 5; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop $i rc=$? in $(since $t) s"; done; tail -3 /tmp/noop.log
 t=$(now); $B/october_setup --help > /dev/null; echo "october_setup --help: $(since $t) s"
-echo "== 4. current verify on the real stack"; t=$(now); $B/current verify --install $S1 > $OUT/verify-clean.log 2>&1; echo "verify rc=$? in $(since $t) s"; tail -6 $OUT/verify-clean.log
+echo "== 3b. no-op diagnostics"; $SYS bench/index_stat_check.py $S1/src/flashinfer $S1/src/flashinfer/3rdparty/cccl
+$B/python -m cProfile -s tottime -m october.installer.october_setup $S1 --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE" 2>&1 | grep -E "^ +[0-9]" | head -12 | cut -c1-150
+echo "== 4. current verify on the real stack"; t=$(now); $B/current verify --install $S1 > /tmp/verify-clean.log 2>&1; echo "verify rc=$? in $(since $t) s"; tail -6 /tmp/verify-clean.log
 SITE=$(ls -d $S1/env/lib/python3*/site-packages); AOT=$(ls $S1/src/flashinfer/flashinfer/data/aot/*/*.so | head -1)
 echo "import sys" > $SITE/zz_planted.py; echo "import zz_planted" > $SITE/zz.pth
 cp -p "$AOT" /tmp/aot.keep; : > "$AOT"
 echo "== 5. verify with a planted .pth + module and a zero-byte AOT library ($(basename $AOT))"
-$B/current verify --install $S1 > $OUT/verify-planted.log 2>&1; echo "verify planted rc=$? (13 = named)"; grep -n "zz\|aot\|\.so" $OUT/verify-planted.log | head -8
+$B/current verify --install $S1 > /tmp/verify-planted.log 2>&1; echo "verify planted rc=$? (13 = named)"; grep -n "zz\|aot\|\.so" /tmp/verify-planted.log | head -8
 rm $SITE/zz.pth $SITE/zz_planted.py; cp -p /tmp/aot.keep "$AOT"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after removing the plants rc=$?"
 echo "== 6. second stack $S2, same cache"; t=$(now); setup $S2 > /tmp/setup2.log 2>&1; rc=$?; C2=$(since $t); echo "setup2 rc=$rc in $C2 s"; steps $S2/receipts/setup.json
 for i in 1 2 3; do t=$(now); setup $S2 > /dev/null 2>&1; echo "noop2 $i rc=$? in $(since $t) s"; done
+$SYS bench/index_stat_check.py $S2/src/flashinfer $S2/src/flashinfer/3rdparty/cccl
 $B/current verify --install $S2 > /dev/null 2>&1; echo "verify S2 rc=$?"
 awk -v a=$C1 -v b=$C2 'BEGIN { printf "RATIO cold/second = %.2f (goal >= 10); cold %.1f s (goal < 45 s on the H200)\n", a / b, a }'
 cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/logs/preflight.log $OUT/preflight.log
-for s in 1 2; do for l in fetch env install jit; do grep -E "^\$ |^# exit" /tmp/st$s/logs/$l.log > $OUT/st$s-$l.timings 2>/dev/null; done; done
+echo "== 7. where the time goes (files in OUT: st{1,2}-STEP.timings, ninja.log)"
+mkdir -p /tmp/timings; for s in 1 2; do for l in preflight fetch env install jit lock; do grep -aE "^[$] |^# exit" /tmp/st$s/logs/$l.log > /tmp/timings/st$s-$l.timings 2>/dev/null; done; done
+find $S1/jit -name .ninja_log | while read -r f; do echo "## $f"; cat "$f"; done > /tmp/timings/ninja.log
+tar czf $OUT/timings.tgz -C /tmp/timings . ; rm -rf /tmp/timings
+stat -f -c "filesystem of /tmp: %T" /tmp; nproc
+t=$(now); $SYS -c "import torch" ; echo "warm torch import: $(since $t) s"
+t=$(now); $SYS -c "import torch; torch.zeros(1, device='cuda')" ; echo "warm torch import + CUDA init: $(since $t) s"
+M=$(ls -d $CACHE/git/*cccl.git | head -1); P=$(git -C "$M" for-each-ref --format='%(objectname)' refs/october/pins | head -1)
+for w in 1 0; do rm -rf /tmp/co$w; git -c protocol.file.allow=always clone -q --no-checkout "file://$M" /tmp/co$w 2>/dev/null
+  git -C /tmp/co$w fetch -q --no-tags "file://$M" "+refs/october/pins/$P:refs/october/pins/$P"
+  t=$(now); git -C /tmp/co$w -c checkout.workers=$w -c advice.detachedHead=false checkout -q --detach "$P"; echo "cccl checkout, checkout.workers=$w: $(since $t) s"; done

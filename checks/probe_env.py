@@ -5,19 +5,28 @@ Invoked as ``STACK/env/bin/python -I checks/probe_env.py``; never imported by th
 
 from __future__ import annotations
 
+import email
 import json
 import sys
 from importlib import metadata
 
 
+def headers(dist):
+    """Name and Version from the metadata's header block only: ``dist.metadata`` parses the whole file
+    (long descriptions included) on every access, twice per distribution for name and version."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    head = email.message_from_string(text.replace("\r\n", "\n").split("\n\n", 1)[0])
+    return str(head["Name"] or ""), str(head["Version"] or "")
+
+
 def main() -> int:
     dists = []
     for dist in metadata.distributions():
-        name = str(dist.metadata["Name"] or "")
+        name, version = headers(dist)
         if not name:
             continue
         direct = dist.read_text("direct_url.json")
-        dists.append({"name": name, "version": dist.version,
+        dists.append({"name": name, "version": version,
                       "direct_url": json.loads(direct) if direct else None,
                       "installer": (dist.read_text("INSTALLER") or "").strip() or None,
                       "site": str(dist.locate_file(""))})

@@ -34,6 +34,16 @@ def _direct_url(dist):
 
 def _ships(dist, package):
     init = package + "/__init__.py"
+    # RECORD read as text: ``dist.files`` builds a path object per row (torch alone has tens of
+    # thousands), 80% of this probe's time with a system site-packages behind the env (issue 20).
+    # A row is ``path,hash,size``; a path with a comma or quote is quoted, which this package's
+    # __init__.py never is.  No RECORD (an egg-info install): the full listing, as before.
+    try:
+        record = dist.read_text("RECORD")
+    except Exception:  # noqa: BLE001 - unreadable: fall back to importlib's own listing
+        record = None
+    if record is not None:
+        return any(row.split(",", 1)[0].replace("\\", "/") == init for row in record.splitlines())
     for f in dist.files or ():
         if str(f).replace("\\", "/") == init:
             return True

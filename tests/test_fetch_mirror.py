@@ -147,3 +147,21 @@ def test_github_ssh_urls_are_fetched_over_https(tmp_path: Path) -> None:
     assert mirror_path(tmp_path, "git@github.com:gabime/spdlog.git") == mirror_path(tmp_path, https)
     m = open_mirror(tmp_path, "git@github.com:gabime/spdlog.git", "flashinfer/3rdparty/spdlog")
     assert m.fetch_url == https and m.url == "git@github.com:gabime/spdlog.git"
+
+
+def test_git_env_adds_parallel_checkout_after_the_callers_own_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """git_env() appends checkout.workers (parallel checkout) to GIT_CONFIG_COUNT without dropping a pair the
+    caller set there (the kit's insteadOf rewrites, a test's protocol.version): real git reads both."""
+    import subprocess
+
+    from october.installer.steps.fetch import git_env
+
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "url.file:///kit/x.git.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/o/x")
+    env = git_env()
+    got = subprocess.run(["git", "config", "--get-regexp", r"^(checkout\.workers|url\..*\.insteadof)$"], env=env,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "checkout.workers 0" in got
+    assert "url.file:///kit/x.git.insteadof https://github.com/o/x" in got
+    assert env["GIT_CONFIG_COUNT"] == "3"

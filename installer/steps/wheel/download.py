@@ -44,11 +44,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
-import httpx
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    import httpx
 
 from october.installer import __version__
 from october.installer.core.atomic import write_json_atomic
@@ -298,6 +300,8 @@ def _request(client: httpx.Client, url: str, part: _Partial, progress: Progress 
 
 def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress | None,
            sleep: Callable[[float], None], counter: list[int]) -> None:
+    import httpx        # here, not at the top: a stack from the cache or a kit never downloads (0.12 s)
+
     timeout = httpx.Timeout(policy.timeout_s)
     headers = {"Accept-Encoding": "identity", "User-Agent": f"october/{__version__}"}
     with httpx.Client(timeout=timeout, follow_redirects=True, headers=headers) as client:
