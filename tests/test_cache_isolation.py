@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.core.filetrust import RACY_FINE_NS, RACY_NS, FileTrust, racy_margin
+from october.installer.core.filetrust import RACY_NS, FileTrust
 from october.installer.core.hashing import sha256_file
 from october.installer.steps.lock.pylock import locked_state
 from tests.fixtures.world import World
@@ -113,7 +113,7 @@ def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
     # ctime is "now" after any write, so a fresh file is racy: hashed, not recorded
     assert trust.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 1
     assert str(f) not in trust.entries
-    time.sleep(racy_margin(f.stat()) / 1e9 + 0.05)
+    time.sleep(RACY_NS / 1e9 + 0.05)
     trust.save()                        # settles the racy file: hashed again, recorded
     assert len(calls) == 2 and str(f) in trust.entries
 
@@ -136,34 +136,3 @@ def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
     assert FileTrust(store).entries == {}
     store.write_text('{"format": 99, "files": {}}')
     assert FileTrust(store).entries == {}
-
-
-def test_the_racy_margin_is_a_second_for_whole_second_timestamps_and_a_tenth_for_fine_ones(tmp_path: Path) -> None:
-    """A filesystem that keeps whole seconds only (ext3, some network filesystems) cannot tell a write
-    in the same second from none: its files keep the 1 s margin.  One with sub-second timestamps gets
-    100 ms, so a second stack's copied env is recorded by the run that copied it (issue 20)."""
-    f = tmp_path / "f.bin"
-    f.write_bytes(b"a")
-    whole = (time.time_ns() // 10**9 - 5) * 10**9
-    os.utime(f, ns=(whole, whole))
-    st = f.stat()
-    # utime moves ctime to now (sub-second here): a file is judged by both timestamps
-    assert racy_margin(st) == (RACY_NS if st.st_ctime_ns % 10**9 == 0 else RACY_FINE_NS)
-
-    class Whole:                                # what a seconds-only filesystem reports
-        st_mtime_ns = whole
-        st_ctime_ns = whole
-    assert racy_margin(Whole()) == RACY_NS      # type: ignore[arg-type]
-
-    # planted: a file just written on this (fine) filesystem is racy, not recorded;
-    # once 100 ms old it is recorded
-    g = tmp_path / "g.bin"
-    g.write_bytes(b"b")
-    if g.stat().st_ctime_ns % 10**9 == 0:
-        pytest.skip("this filesystem keeps whole-second timestamps only")
-    trust = FileTrust(tmp_path / "trust.json")
-    trust.digest(g, "sha256", sha256_file)
-    assert str(g) not in trust.entries and str(g) in trust.racy
-    time.sleep(RACY_FINE_NS / 1e9 + 0.02)
-    trust.digest(g, "sha256", sha256_file)
-    assert str(g) in trust.entries

@@ -12,16 +12,10 @@ Why that is safe (the same rule git's index uses for ``git status``):
   gives it another inode and ctime; truncating or appending changes its size as well;
 * ctime cannot be set from user space (``touch -d``/``os.utime`` set mtime only, and move ctime to
   now), so restoring an edited file's mtime still changes its signature;
-* timestamps come from a coarse clock (one kernel tick, 1-10 ms; a whole second on filesystems
-  without sub-second timestamps), so a write in the same tick as the stat that took the signature
-  could leave it unchanged ("racy" files).  A signature is recorded only when the file's mtime and
-  ctime are older than the margin at that stat -- :data:`RACY_NS` (1 s) when both are whole
-  seconds (a filesystem that keeps seconds only, or a file that happens to fall on one),
-  :data:`RACY_FINE_NS` (100 ms, ten ticks at HZ=100) when either has a sub-second part, which only
-  a filesystem with fine timestamps can give -- and the file is stat'ed again after hashing (a
-  write while it was read is not recorded).  The fine margin matters for a second stack: its env
-  is copied and hashed within a second, and a 1 s margin left every copied file for each no-op
-  to hash again (0.25 s of a 0.5 s no-op on the H200, issue 20).
+* timestamps come from a coarse clock (one kernel tick), so a write in the same tick as the stat
+  that took the signature could leave it unchanged ("racy" files).  A signature is recorded only
+  when the file's mtime and ctime are older than :data:`RACY_NS` at that stat, and the file is
+  stat'ed again after hashing (a write while it was read is not recorded).
 
 What it does not defend against: someone who can write the stack rewriting this file together with
 the files it covers, a clock set back by root, or a filesystem that does not keep ctime.
@@ -43,17 +37,10 @@ from october.installer.core.atomic import write_text_atomic
 
 TRUST_FORMAT = 1
 RACY_NS = 1_000_000_000         # a signature younger than this at the stat is not recorded
-RACY_FINE_NS = 100_000_000      # ... when the filesystem keeps sub-second timestamps
 
 
 def signature(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def racy_margin(st: os.stat_result) -> int:
-    """How old (ns) a file's newest timestamp must be before its signature may be recorded."""
-    fine = st.st_mtime_ns % 1_000_000_000 or st.st_ctime_ns % 1_000_000_000
-    return RACY_FINE_NS if fine else RACY_NS
 
 
 class FileTrust:
@@ -94,7 +81,7 @@ class FileTrust:
             return str(hit[5])
         value = compute(file)
         after = os.stat(file)
-        if signature(after) == sig and now - max(st.st_mtime_ns, st.st_ctime_ns) > racy_margin(st):
+        if signature(after) == sig and now - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
             self.entries[key] = [*sig, kind, value]
             self.racy.pop(key, None)
         else:

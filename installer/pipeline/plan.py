@@ -117,16 +117,18 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
 
 
 class CloneSettler:
-    """Each fork clone's index rewritten once its files are no longer racily clean, so no-op re-runs
+    """Each fork clone's indexes rewritten once its files are no longer racily clean, so no-op re-runs
     do not hash them again (see :func:`october.installer.steps.fetch.worktree.settle_index`).
 
-    That rewrite hashes the racily clean files once (0.4-0.6 s for FlashInfer + CCCL on the H200).
-    A background thread does it while later steps run, as soon as the install step is done (the
-    last step that writes into the clones: an editable build rewrites files there, and a settle
-    before it leaves the index racy again, which every no-op then pays for) and the index is a
-    second old; what it has not reached when the pipeline ends is settled then, as before.  It only
-    reads the work tree (``git status``; git takes the index lock or skips the rewrite), and a
-    failure of its own only loses the speed-up: it is noted in the fetch log, never raised."""
+    The rewrite hashes the racily clean files once (0.3-0.6 s for FlashInfer + CCCL on the H200).
+    A background thread does it while later steps run, once the install step is done (the last step
+    that writes into the clones: an editable build rewrites files there, and a settle before it
+    leaves the index racy again) and every index of the clone is a timestamp tick old.  What it has
+    not reached when the pipeline ends is settled then, after the wait that is left (at most 1 s;
+    0.25 s where the filesystem keeps sub-second timestamps): a stack left racy makes every no-op
+    hash those files again (0.25 s of the H200's second-stack no-op of 0.5 s).  It only reads the
+    work tree (``git status``; git takes the index lock or skips the rewrite), and a failure of its
+    own only loses the speed-up: it is noted in the fetch log, never raised."""
 
     POLL_S = 0.05
 
@@ -175,7 +177,7 @@ class CloneSettler:
 
         for path in self._paths():
             if str(path) not in self.settled:
-                settle_index(self.ctx.runner, "fetch", path)
+                settle_index(self.ctx.runner, "fetch", path, wait=True)
 
 
 def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:

@@ -381,22 +381,50 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
                     dirty=tuple(dirty))
 
 
-def settle_index(runner: Runner, step: str, path: Path) -> bool:
-    """Let git record the clone's (and its submodules') files as clean once they are older than the
-    index: entries written in the same second as the index are "racily clean", and every later
-    ``git status`` (each no-op re-run's check) hashes those files again until one status rewrites the
-    index.  One ``git status`` now, at the end of the run that checked the clone out, does that
-    rewrite instead of the first no-op; -> False (nothing run) while the index is too new for it
-    to help."""
+COARSE_MARGIN_S = 1.0      # whole-second timestamps (ext3, some network filesystems)
+FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 ms
+
+
+def index_files(path: Path) -> list[Path]:
+    """The clone's index and each (nested) submodule's, under ``.git/modules``."""
+    git_dir = path / ".git"
+    return [git_dir / "index", *sorted((git_dir / "modules").glob("**/index"))] if git_dir.is_dir() else []
+
+
+def settle_wait(path: Path) -> float | None:
+    """Seconds until every index of the clone is old enough for a rewrite to leave no racily clean
+    entry (one timestamp tick after the files it lists were written; the margin is 1 s where the
+    timestamps are whole seconds, else 0.25 s); 0.0 when it is now; None without an index."""
     import time
 
-    index = path / ".git" / "index"
-    try:
-        age = time.time() - index.stat().st_mtime
-    except OSError:
+    waits = []
+    for index in index_files(path):
+        try:
+            st = index.stat()
+        except OSError:
+            continue
+        coarse = st.st_mtime_ns % 1_000_000_000 == 0
+        margin = COARSE_MARGIN_S if coarse else FINE_MARGIN_S
+        waits.append(max(0.0, margin - (time.time() - st.st_mtime_ns / 1e9)))
+    return max(waits) if waits else None
+
+
+def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -> bool:
+    """Let git record the clone's (and its submodules') files as clean once they are older than its
+    indexes: entries written in the same timestamp tick as their index are "racily clean", and every
+    later ``git status`` (each no-op re-run's check, which never rewrites the index) hashes those
+    files again -- 0.3 s for CCCL's on the H200.  One ``git status`` (it recurses into submodules
+    and rewrites each index) does that rewrite; -> False (nothing run) while an index is too new
+    for it to help, unless ``wait``: then it first sleeps the little that is left (at most 1 s)."""
+    import time
+
+    left = settle_wait(path)
+    if left is None:
         return False
-    if age < 1.0:
-        return False
+    if left > 0:
+        if not wait:
+            return False
+        time.sleep(left)
     runner.run(["git", "-C", str(path), "status", "--porcelain", "--ignore-submodules=none"], step=step,
                env=git_env(), check=False)
     return True

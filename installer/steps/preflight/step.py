@@ -16,7 +16,6 @@ from october.installer.steps.preflight import (
     system_torch_facts,
     validate_skip,
 )
-from october.installer.steps.preflight import readahead
 from october.installer.steps.preflight.probes import gather_facts
 from october.installer.steps.preflight.rules import punch_list
 from october.installer.steps.results import PreflightResult
@@ -54,8 +53,6 @@ class PreflightStep:
             torch_job = pool.submit(system_torch_facts, ctx.recipe, ctx.runner, self.name)
             facts = gather_facts(ctx.paths.root, ctx.runner)
             torch_facts = torch_job.result()
-        if torch_facts is not None and not torch_facts.get("error"):
-            readahead.start(torch_facts)      # the env step's first `import torch` finds it in memory
         results = evaluate(ctx.recipe, facts, skip, torch_facts)
         for r in results:
             line = f"{r.name:<9} {r.status:<7} {r.detail}"
