@@ -1,6 +1,7 @@
-"""Benchmark helper (not a test): how many of a git clone's index entries no longer match their file's
-stat data (each one is hashed again by every ``git status`` a no-op runs, since no-op checks never
-rewrite the index), and whether this filesystem keeps sub-second timestamps.
+"""Benchmark helper (not a test): how many of a git clone's index entries git must hash again on every
+``git status`` a no-op runs (no-op checks never rewrite the index): those whose stat data no longer
+matches the file, and the "racily clean" ones, whose mtime is not older than the index itself; and
+whether this filesystem keeps sub-second timestamps.
 
     python bench/index_stat_check.py CLONE [CLONE ...]
 """
@@ -12,11 +13,14 @@ import subprocess
 import sys
 
 
-def mismatched(clone: str) -> tuple[int, int, list[str]]:
+def mismatched(clone: str) -> tuple[int, int, list[str], int]:
     out = subprocess.run(["git", "-C", clone, "ls-files", "--debug"], capture_output=True, text=True,
                          check=True).stdout.splitlines()
+    git_dir = subprocess.run(["git", "-C", clone, "rev-parse", "--absolute-git-dir"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    index_ns = os.stat(os.path.join(git_dir, "index")).st_mtime_ns
     bad: list[str] = []
-    total, name, ctime, mtime = 0, "", "", ""
+    total, racy, name, ctime, mtime = 0, 0, "", "", ""
     for ln in out:
         if not ln.startswith("  "):
             name = ln
@@ -36,14 +40,15 @@ def mismatched(clone: str) -> tuple[int, int, list[str]]:
             size = int(rest.split()[0])
             if (st.st_ctime_ns, st.st_mtime_ns, st.st_size) != (c, m, size):
                 bad.append(name)
-    return total, len(bad), bad[:5]
+            racy += m >= index_ns
+    return total, len(bad), bad[:5], racy
 
 
 def main(argv: list[str]) -> int:
     for clone in argv:
-        total, n, first = mismatched(clone)
+        total, n, first, racy = mismatched(clone)
         sample = os.lstat(os.path.join(clone, ".git")).st_mtime_ns
-        print(f"{clone}: {n} of {total} index entries differ from the file's stat data {first}; "
+        print(f"{clone}: {n} of {total} index entries differ from the file's stat data {first}, {racy} racily clean; "
               f"sub-second timestamps: {'yes' if sample % 10**9 else 'no (or a whole second)'}")
     return 0
 

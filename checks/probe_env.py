@@ -14,7 +14,8 @@ from importlib import metadata
 def headers(dist):
     """Name and Version from the metadata's header block only: ``dist.metadata`` parses the whole file
     (long descriptions included) on every access, twice per distribution for name and version."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    # "": a legacy .egg-info that is a single file (Debian's dist-packages), as importlib.metadata reads it
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
     head = email.message_from_string(text.replace("\r\n", "\n").split("\n\n", 1)[0])
     return str(head["Name"] or ""), str(head["Version"] or "")
 

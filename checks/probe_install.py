@@ -6,6 +6,7 @@ torch distribution, each fork's import name and checkout, the modules to import
 when CUDA libraries exist, and which libraries count as "CUDA exists".
 """
 
+import csv
 import ctypes
 import glob
 import importlib
@@ -13,6 +14,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+import posixpath
 import sys
 import traceback
 
@@ -36,14 +38,17 @@ def _ships(dist, package):
     init = package + "/__init__.py"
     # RECORD read as text: ``dist.files`` builds a path object per row (torch alone has tens of
     # thousands), 80% of this probe's time with a system site-packages behind the env (issue 20).
-    # A row is ``path,hash,size``; a path with a comma or quote is quoted, which this package's
-    # __init__.py never is.  No RECORD (an egg-info install): the full listing, as before.
+    # Only the rows that mention the file are parsed (as CSV, normalised as a PackagePath would be:
+    # quotes, "./").  No RECORD (an egg-info install): the full listing, as before.
     try:
         record = dist.read_text("RECORD")
     except Exception:  # noqa: BLE001 - unreadable: fall back to importlib's own listing
         record = None
     if record is not None:
-        return any(row.split(",", 1)[0].replace("\\", "/") == init for row in record.splitlines())
+        if init not in record.replace("\\", "/"):
+            return False
+        rows = csv.reader(ln for ln in record.splitlines() if init in ln.replace("\\", "/"))
+        return any(row and posixpath.normpath(row[0].replace("\\", "/")) == init for row in rows)
     for f in dist.files or ():
         if str(f).replace("\\", "/") == init:
             return True

@@ -1,13 +1,16 @@
-"""The background settling of a fresh clone's index (issue 20): once the install step is done (the
-last one writing into the clones) and the clone's index is a second old, ``git status`` rewrites it while later steps still run, so the run's
-end does not wait for it and no-op re-runs find the files clean by their stat data.
+"""The settling of a fresh clone's indexes (issue 20).  Once the install step is done (the last one
+writing into the clones) and every index of the clone is a timestamp tick old, ``git status`` rewrites
+them while later steps still run, so entries checked out in their index's own tick stop being "racily
+clean" and no-op re-runs (whose ``git status`` never rewrites an index) do not hash those files again.
 
-Real git repositories and the real Runner; the step context is a stand-in holding only what the
-settler reads (a FetchResult and the runner), because a whole pipeline cannot be paused between
-steps from a test (``result`` answers only whether the fetch and install results exist)."""
+Real git repositories (a real submodule among them) and the real Runner; the step context is a
+stand-in holding only what the settler reads (the fetch/install results, whether those steps ran
+in this run, the logs directory and the runner's secrets), because a whole pipeline cannot be
+paused between steps from a test."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -15,34 +18,76 @@ from types import SimpleNamespace
 
 from october.installer.core.runner import Runner
 from october.installer.pipeline.plan import CloneSettler
+from october.installer.steps.fetch.worktree import COARSE_MARGIN_S, index_files, settle_index, settle_wait
 from october.installer.steps.results import FetchResult, ForkRecord, InstallResult
 
 
-def _clone(tmp: Path) -> Path:
-    repo = tmp / "fork"
-    repo.mkdir()
-    for i in range(20):
-        (repo / f"f{i}.txt").write_text(f"{i}\n")
-    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
-    run("init", "-q")
-    run("add", ".")
-    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    return repo
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                           "-c", "protocol.file.allow=always", *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _repo(where: Path, files: int = 20) -> Path:
+    where.mkdir(parents=True)
+    for i in range(files):
+        (where / f"f{i}.txt").write_text(f"{where.name} {i}\n")
+    _git(where, "init", "-q")
+    _git(where, "add", ".")
+    _git(where, "commit", "-qm", "x")
+    return where
+
+
+def _clone_with_submodule(tmp: Path) -> Path:
+    """A clone whose submodule is named a/b (its git dir is .git/modules/a/b, as CCCL's is 3rdparty/cccl)."""
+    sub = _repo(tmp / "sub-origin")
+    top = _repo(tmp / "fork")
+    _git(top, "submodule", "add", "-q", str(sub), "a/b")
+    _git(top, "commit", "-qm", "sub")
+    return top
+
+
+def _racy(repo: Path) -> int:
+    """Index entries whose file's mtime is not older than the index itself (git hashes each again)."""
+    index_ns = (repo / ".git" / "index").stat().st_mtime_ns if (repo / ".git").is_dir() else \
+        Path(_git(repo, "rev-parse", "--absolute-git-dir").strip(), "index").stat().st_mtime_ns
+    count, name = 0, ""
+    for ln in _git(repo, "ls-files", "--debug").splitlines():
+        if not ln.startswith("  "):
+            name = ln
+        elif ln.strip().startswith("mtime:") and (repo / name).is_file():
+            sec, ns = ln.split()[1].split(":")
+            count += int(sec) * 10**9 + int(ns) >= index_ns
+    return count
+
+
+def _make_racy(repo: Path) -> None:
+    """Every file and every index of the clone stamped with the same instant, 5 s ago."""
+    t = time.time_ns() - 5 * 10**9 + 123
+    for f in repo.rglob("*"):
+        if f.is_file() and ".git" not in f.relative_to(repo).parts:
+            os.utime(f, ns=(t, t))
+    for index in index_files(repo):
+        os.utime(index, ns=(t, t))
 
 
 class _Ctx:
     def __init__(self, tmp: Path, repo: Path) -> None:
         self.runner = Runner(tmp / "logs")
+        self.paths = SimpleNamespace(logs=tmp / "logs")
         self.fetch: FetchResult | None = None
         self.installed = False
+        self.done: dict[str, SimpleNamespace] = {}
         self.record = ForkRecord(path=str(repo), url="u", upstream=None, pin="p", requested=None, branch=None,
                                  commit="c" * 40)
 
-    def finish_fetch(self) -> None:
+    def finish_fetch(self, status: str = "ran") -> None:
         self.fetch = FetchResult(forks={"fork": self.record})
+        self.done["fetch"] = SimpleNamespace(status=status)
 
-    def finish_install(self) -> None:
+    def finish_install(self, status: str = "ran") -> None:
         self.installed = True
+        self.done["install"] = SimpleNamespace(status=status)
 
     def result(self, kind: type) -> object:
         if kind is InstallResult:
@@ -55,8 +100,18 @@ def _statuses(tmp: Path) -> int:
     return log.read_text().count(" status --porcelain") if log.exists() else 0
 
 
-def test_the_index_is_settled_in_the_background_once_install_is_done_and_a_second_old(tmp_path: Path) -> None:
-    repo = _clone(tmp_path)
+def test_settling_clears_the_racy_entries_of_the_clone_and_its_submodule(tmp_path: Path) -> None:
+    repo = _clone_with_submodule(tmp_path)
+    sub = repo / "a" / "b"
+    assert index_files(repo) == [repo / ".git" / "index", repo / ".git" / "modules" / "a" / "b" / "index"]
+    _make_racy(repo)
+    assert _racy(repo) > 0 and _racy(sub) > 0          # planted: what a fresh checkout in one tick leaves
+    assert settle_index(Runner(tmp_path / "logs"), "fetch", repo) is True
+    assert _racy(repo) == 0 and _racy(sub) == 0
+
+
+def test_the_index_is_settled_in_the_background_once_install_is_done_and_a_tick_old(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "fork")
     ctx = _Ctx(tmp_path, repo)
     settler = CloneSettler(ctx)  # type: ignore[arg-type]
     settler.start()
@@ -75,48 +130,63 @@ def test_the_index_is_settled_in_the_background_once_install_is_done_and_a_secon
     assert _statuses(tmp_path) == 1
 
 
-def test_what_the_background_did_not_reach_is_settled_at_the_end(tmp_path: Path) -> None:
-    repo = _clone(tmp_path)
+def test_what_the_background_did_not_reach_is_settled_at_the_end_after_the_wait(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "fork")
     ctx = _Ctx(tmp_path, repo)
     ctx.finish_fetch()
     ctx.finish_install()
+    now = time.time_ns()
+    whole = now - now % 10**9 + 10**9 - 1             # just before a whole second: the fine margin applies
+    os.utime(repo / ".git" / "index", ns=(whole, whole))
     settler = CloneSettler(ctx)  # type: ignore[arg-type]
     settler.start()
-    (repo / ".git" / "index").touch()               # a fresh index: too new to settle yet
     settler.stop()                                  # the pipeline ended at once
     assert settler.settled == set() and _statuses(tmp_path) == 0
+    left = settle_wait(repo)
+    assert left is not None and left > 0.05
     start = time.monotonic()
     settler.settle_rest()                           # waits out the rest of the margin, then settles
-    assert _statuses(tmp_path) == 1 and time.monotonic() - start <= 1.2
+    assert _statuses(tmp_path) == 1 and time.monotonic() - start >= left - 0.05
+
+
+def test_nothing_is_settled_when_fetch_and_install_were_already_done(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "fork")
+    _make_racy(repo)
+    ctx = _Ctx(tmp_path, repo)
+    ctx.finish_fetch(status="cached")
+    ctx.finish_install(status="cached")
+    settler = CloneSettler(ctx)  # type: ignore[arg-type]
+    settler.start()
+    time.sleep(0.4)
+    settler.stop()
+    settler.settle_rest()
+    assert _statuses(tmp_path) == 0
+
+
+def test_a_submodule_index_too_new_holds_the_settle_back_and_the_wait_is_bounded(tmp_path: Path) -> None:
+    repo = _clone_with_submodule(tmp_path)
+    _make_racy(repo)
+    assert settle_wait(repo) == 0.0
+    sub_index = repo / ".git" / "modules" / "a" / "b" / "index"
+    sub_index.touch()                               # the submodule checked out after the parent's index
+    left = settle_wait(repo)
+    assert left is not None and 0 < left <= COARSE_MARGIN_S
+    future = time.time_ns() + 3600 * 10**9          # an index from the future (a clock set back)
+    os.utime(sub_index, ns=(future, future))
+    assert 0 < (settle_wait(repo) or 0) <= COARSE_MARGIN_S
 
 
 def test_a_failure_of_the_settler_is_noted_never_raised(tmp_path: Path) -> None:
-    repo = _clone(tmp_path)
+    repo = _repo(tmp_path / "fork")
     ctx = _Ctx(tmp_path, repo)
     ctx.finish_fetch()
     ctx.finish_install()
-    ctx.record = None  # type: ignore[assignment]
     ctx.fetch = SimpleNamespace(forks={"fork": None})  # type: ignore[assignment]  # planted: unreadable result
     settler = CloneSettler(ctx)  # type: ignore[arg-type]
     settler.start()
     time.sleep(0.3)
     settler.stop()
-    assert "settling the clone indexes in the background stopped" in (tmp_path / "logs" / "fetch.log").read_text()
-
-
-def test_a_submodule_index_too_new_holds_the_settle_back(tmp_path: Path) -> None:
-    """The wait covers every index of the clone: a submodule checked out after the parent's index was
-    written (CCCL in FlashInfer) is what stays racy on the H200."""
-    from october.installer.steps.fetch.worktree import FINE_MARGIN_S, index_files, settle_wait
-
-    repo = _clone(tmp_path)
-    sub_index = repo / ".git" / "modules" / "3rdparty" / "cccl" / "index"
-    sub_index.parent.mkdir(parents=True)
-    old = time.time_ns() - 5 * 10**9 + 123
-    import os
-    os.utime(repo / ".git" / "index", ns=(old, old))
-    assert settle_wait(repo) == 0.0
-    sub_index.write_bytes(b"")
-    assert sub_index in index_files(repo)
-    left = settle_wait(repo)
-    assert left is not None and 0 < left <= max(FINE_MARGIN_S, 1.0)
+    settler.settle_rest()
+    log = (tmp_path / "logs" / "fetch.log").read_text()
+    assert "settling the clone indexes in the background stopped" in log
+    assert "settling the clone indexes at the end of the run failed" in log

@@ -165,3 +165,21 @@ def test_git_env_adds_parallel_checkout_after_the_callers_own_config(monkeypatch
     assert "checkout.workers 0" in got
     assert "url.file:///kit/x.git.insteadof https://github.com/o/x" in got
     assert env["GIT_CONFIG_COUNT"] == "3"
+
+
+def test_git_env_leaves_a_malformed_count_for_git_to_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GIT_CONFIG_COUNT git would refuse is not papered over (its pairs are not overwritten)."""
+    import subprocess
+
+    from october.installer.steps.fetch import git_env
+
+    for bad in ("abc", "-1", ""):
+        monkeypatch.setenv("GIT_CONFIG_COUNT", bad)
+        monkeypatch.setenv("GIT_CONFIG_KEY_0", "user.name")
+        monkeypatch.setenv("GIT_CONFIG_VALUE_0", "theirs")
+        env = git_env()
+        assert env["GIT_CONFIG_COUNT"] == bad and env["GIT_CONFIG_VALUE_0"] == "theirs"
+        assert "GIT_CONFIG_KEY_1" not in env
+        if bad:
+            done = subprocess.run(["git", "config", "--get", "user.name"], env=env, capture_output=True, text=True)
+            assert done.returncode != 0 and "GIT_CONFIG_COUNT" in done.stderr

@@ -111,8 +111,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
             records = run_pipeline(steps, ctx)
         finally:
             settler.stop()
-        if any(r.status == "ran" for r in records):
-            settler.settle_rest()
+        settler.settle_rest()
     return SetupResult(records=records, paths=paths)
 
 
@@ -132,10 +131,15 @@ class CloneSettler:
 
     POLL_S = 0.05
 
+    CHANGES_CLONES = ("fetch", "install")
+
     def __init__(self, ctx: StepContext) -> None:
         import threading
 
         self.ctx = ctx
+        # its own runner: the same log files, nothing echoed to the terminal (the progress display
+        # belongs to the step that runs meanwhile)
+        self.runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
         self.settled: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="october-settle", daemon=True)
@@ -146,6 +150,11 @@ class CloneSettler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def _changed(self) -> bool:
+        """Whether this run checked a clone out or installed into one (else its index is as settled
+        as the run that did left it)."""
+        return any(rec is not None and rec.status == "ran" for rec in map(self.ctx.done.get, self.CHANGES_CLONES))
 
     def _paths(self, *, after_install: bool = False) -> list[Path]:
         from october.installer.steps.results import FetchResult, InstallResult
@@ -161,23 +170,39 @@ class CloneSettler:
         try:
             while not self._stop.wait(self.POLL_S):
                 ready = self._paths(after_install=True)
+                if ready and not self._changed():
+                    return                  # fetch and install were already done: nothing new to settle
                 todo = [p for p in ready if str(p) not in self.settled]
                 if ready and not todo:
                     return
                 for path in todo:
                     if self._stop.is_set():
                         return
-                    if settle_index(self.ctx.runner, "fetch", path):
+                    if settle_index(self.runner, "fetch", path):
                         self.settled.add(str(path))
         except Exception as exc:  # noqa: BLE001 - a speed-up only: the end of the run settles instead
-            self.ctx.runner.note("fetch", f"# settling the clone indexes in the background stopped: {exc!r}")
+            self._note(f"# settling the clone indexes in the background stopped: {exc!r}")
 
     def settle_rest(self) -> None:
+        """What the thread did not reach, after the wait that is left; never raises (a failure here only
+        costs the next no-op its speed)."""
         from october.installer.steps.fetch.worktree import settle_index
 
-        for path in self._paths():
-            if str(path) not in self.settled:
-                settle_index(self.ctx.runner, "fetch", path, wait=True)
+        if not self._changed():
+            return
+        try:
+            for path in self._paths():
+                if str(path) not in self.settled:
+                    settle_index(self.runner, "fetch", path, wait=True)
+                    self.settled.add(str(path))
+        except Exception as exc:  # noqa: BLE001 - see above
+            self._note(f"# settling the clone indexes at the end of the run failed: {exc!r}")
+
+    def _note(self, text: str) -> None:
+        try:
+            self.runner.note("fetch", text)
+        except OSError:
+            pass
 
 
 def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:

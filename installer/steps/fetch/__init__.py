@@ -52,11 +52,12 @@ PARALLEL_CHECKOUT = (("checkout.workers", "0"), ("checkout.thresholdForParalleli
 def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """``env`` with git config ``pairs`` added through GIT_CONFIG_COUNT/KEY_n/VALUE_n, after any the
     caller already set there (theirs are kept and read first; git applies them in order, so a later
-    key of ours wins only for the keys we set).  Submodule commands inherit them."""
-    try:
-        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
-    except ValueError:
-        count = 0
+    key of ours wins only for the keys we set).  Submodule commands inherit them.  A malformed count
+    is left alone: git then refuses it with its own message ("bogus count in GIT_CONFIG_COUNT")."""
+    raw = env.get("GIT_CONFIG_COUNT", "0")
+    if not raw.isdigit():
+        return env              # not a count git accepts: left as it is, for git to name
+    count = int(raw)
     for key, value in pairs:
         env[f"GIT_CONFIG_KEY_{count}"] = key
         env[f"GIT_CONFIG_VALUE_{count}"] = value

@@ -386,9 +386,26 @@ FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 m
 
 
 def index_files(path: Path) -> list[Path]:
-    """The clone's index and each (nested) submodule's, under ``.git/modules``."""
+    """The clone's index and each (nested) submodule's: the ``index`` of every git directory under
+    ``.git/modules`` (a directory holding ``HEAD``; a submodule named ``a/b`` lives in ``modules/a/b``)."""
     git_dir = path / ".git"
-    return [git_dir / "index", *sorted((git_dir / "modules").glob("**/index"))] if git_dir.is_dir() else []
+    if not git_dir.is_dir():
+        return []
+    found = [git_dir / "index"]
+    todo = [git_dir / "modules"]
+    while todo:
+        here = todo.pop()
+        try:
+            children = sorted(c for c in here.iterdir() if c.is_dir())
+        except OSError:
+            continue
+        for child in children:
+            if (child / "HEAD").is_file():
+                found.append(child / "index")
+                todo.append(child / "modules")
+            else:
+                todo.append(child)
+    return found
 
 
 def settle_wait(path: Path) -> float | None:
@@ -405,7 +422,8 @@ def settle_wait(path: Path) -> float | None:
             continue
         coarse = st.st_mtime_ns % 1_000_000_000 == 0
         margin = COARSE_MARGIN_S if coarse else FINE_MARGIN_S
-        waits.append(max(0.0, margin - (time.time() - st.st_mtime_ns / 1e9)))
+        # clamped: an index from the future (a server clock ahead, a clock set back) waits no longer
+        waits.append(min(margin, max(0.0, margin - (time.time() - st.st_mtime_ns / 1e9))))
     return max(waits) if waits else None
 
 
@@ -425,6 +443,7 @@ def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -
         if not wait:
             return False
         time.sleep(left)
-    runner.run(["git", "-C", str(path), "status", "--porcelain", "--ignore-submodules=none"], step=step,
-               env=git_env(), check=False)
+    # -uno: the rewrite needs the tracked files only (submodule indexes included); no walk for untracked ones
+    runner.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none"],
+               step=step, env=git_env(), check=False)
     return True
