@@ -10,8 +10,6 @@ export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda-13.0/bin:$PATH
 SYS=/opt/torch/.venv/bin/python
 R=$PWD; S1=/tmp/st1; S2=/tmp/st2; CACHE=/tmp/october-cache
 rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE
-now() { python3 -c "import time; print(time.time())"; }
-since() { python3 -c "import time; print(round(time.time() - $1, 2))"; }
 steps() { python3 - "$1" <<'P'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -19,9 +17,7 @@ for s in r["steps"]:
     print(f"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s")
 P
 }
-"$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
-/tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
+. "$(dirname "$0")/h200_tool_install.sh"
 T=/tmp/toolenv/bin/python
 setup() { $T -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 smoke() { $T -m october smoke --install "$1" --level kernel --format fp16 --recipe flashinfer-pr3812 --output "$2"; }

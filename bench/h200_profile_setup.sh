@@ -8,12 +8,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/usr/local/cuda-13.0/bi
 SYS=/opt/torch/.venv/bin/python
 S1=/tmp/pst1; S2=/tmp/pst2; CACHE=/tmp/october-pcache; P=/tmp/prof
 rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE $P; mkdir -p $P
-now() { date +%s.%N; }
-since() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN { printf "%.3f", a - b }'; }
-"$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
-/tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
-B=/tmp/toolenv/bin
+. "$(dirname "$0")/h200_tool_install.sh"
 setup() { $B/python -m cProfile -o "$2" -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 top() { $B/python -c "import pstats,sys; s=pstats.Stats(sys.argv[1]); s.sort_stats(sys.argv[2]).print_stats(int(sys.argv[3]))" "$@" | grep -E "^ +[0-9]" | cut -c1-180; }
 for s in 1 2; do

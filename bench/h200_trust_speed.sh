@@ -9,12 +9,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/usr/local/cuda-13.0/bi
 SYS=/opt/torch/.venv/bin/python
 S1=/tmp/st1; S2=/tmp/st2; CACHE=/tmp/october-cache
 rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE
-now() { date +%s.%N; }
-since() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN { printf "%.3f", a - b }'; }
-"$SYS" -m pip install -q --no-index --no-deps --target /tmp/boot "$WHEELS"/uv-*.whl || exit 1
-/tmp/boot/bin/uv venv -q /tmp/toolenv --python "$SYS" || exit 1
-/tmp/boot/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
-B=/tmp/toolenv/bin
+. "$(dirname "$0")/h200_tool_install.sh"
 setup() { $B/october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 steps() { $SYS -c "import json,sys; [print(f\"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s\") for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
 echo "== 1. cold setup $S1"; t=$(now); setup $S1 > $OUT/setup1.log 2>&1; rc=$?; C1=$(since $t); echo "setup rc=$rc in $C1 s"; steps $S1/receipts/setup.json
