@@ -174,6 +174,16 @@ def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:
     assert bars == ["nodes: 1 ok, 0 failed 1/2", "n1: smoke 2/7"]       # n0's bar went as it ended
     assert ui._tasks == {} and "━" in drawn and "n1: failed" in drawn   # and n1's, and the nodes' at the end
 
+    # --no-smoke: a node that installed is not counted "ok" (the verdict will say the fleet did not pass)
+    out = io.StringIO()
+    ui = ConsoleReporter(console=Console(file=out, width=120, highlight=False))
+    progress = FleetProgress(ui, plan, setup_steps=6, shipped=False)
+    progress.begin()
+    progress.finished("n0", "passed")
+    progress.finished("n1", "installed")
+    progress.end()
+    assert out.getvalue().splitlines()[-1].endswith("s: 1 ok, 1 installed without a smoke, 0 failed")
+
 
 def rec(name: str, status: str = "passed", lock: str = SHA, arch: str | None = "9.0",
         jit: tuple[tuple[str, str], ...] = (("decode", "d" * 64),)) -> dict[str, Any]:

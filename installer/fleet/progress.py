@@ -16,6 +16,8 @@ from typing import Any
 
 from october.installer.fleet.plan import FINISHED, FleetPlan, NodeJob
 
+PASSED = "passed"
+
 RECEIVING = "receiving the kit"
 RECHECK = "re-check"
 SMOKE = "smoke"
@@ -48,16 +50,21 @@ class FleetProgress:
         self._status: dict[str, str] = {}        # per finished node
         self._began = time.monotonic()
 
-    def _counts(self) -> tuple[int, int]:
-        ok = sum(s in FINISHED for s in self._status.values())
-        return ok, len(self._status) - ok
+    def _counts(self) -> str:
+        """``N ok, M failed``; a node installed without a smoke (--no-smoke) is neither: it is counted
+        apart, so the last progress line does not call ok what the verdict then calls not passed."""
+        done = list(self._status.values())
+        unproven = sum(s in FINISHED and s != PASSED for s in done)
+        ok = sum(s == PASSED for s in done)
+        return (f"{ok} ok" + (f", {unproven} installed without a smoke" if unproven else "")
+                + f", {len(done) - ok - unproven} failed")
 
     def begin(self) -> None:
         install = sum(j.setup_argv is not None for j in self._jobs.values())
         recheck = len(self._jobs) - install
         self.ui.task_start("fleet", f"{len(self._jobs)} node(s): {install} to install"
                                     + (f", {recheck} finished before to re-check" if recheck else ""))
-        self.ui.stage("fleet nodes", "nodes: 0 ok, 0 failed", 0, len(self._jobs))
+        self.ui.stage("fleet nodes", f"nodes: {self._counts()}", 0, len(self._jobs))
 
     def started(self, job: NodeJob) -> None:
         self._seen[job.name] = 0
@@ -76,11 +83,10 @@ class FleetProgress:
         self._status[name] = status
         if name in self._seen:
             self.ui.stage(f"node {name}", name, self._total[name], self._total[name])
-        ok, bad = self._counts()
-        self.ui.stage("fleet nodes", f"nodes: {ok} ok, {bad} failed", len(self._status), len(self._jobs))
-        self.ui.info(f"{name}: {status} ({len(self._status)} of {len(self._jobs)} node(s) done: {ok} ok, {bad} failed)")
+        counts = self._counts()
+        self.ui.stage("fleet nodes", f"nodes: {counts}", len(self._status), len(self._jobs))
+        self.ui.info(f"{name}: {status} ({len(self._status)} of {len(self._jobs)} node(s) done: {counts})")
 
     def end(self) -> None:
-        ok, bad = self._counts()
         self.ui.task_done("fleet", f"{len(self._status)} node(s) in {time.monotonic() - self._began:.1f}s: "
-                                   f"{ok} ok, {bad} failed")
+                                   f"{self._counts()}")
