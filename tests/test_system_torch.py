@@ -201,6 +201,11 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
     first = run_setup(opts, SilentReporter())
     assert all(r.status == "ran" for r in first.records)
+    # the run's torch imports shared one bytecode prefix, gone with the run; nothing was compiled beside
+    # the system interpreter's own files (a -I probe would otherwise write torch/__pycache__ there)
+    assert not (stack / ".state" / "pycache").exists()
+    assert not [p for p in (root / "sys").rglob("__pycache__") if "torch" in p.parts]
+    assert f"-X pycache_prefix={stack / '.state' / 'pycache'}" in (stack / "logs" / "env.log").read_text()
     lock = read_lock(stack / "pylock.toml")
     assert "torch" not in {p["name"] for p in lock["packages"]}
     assert {"alpha", "beta", "tinydep"} <= {p["name"] for p in lock["packages"]}

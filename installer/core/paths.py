@@ -78,6 +78,20 @@ class StackPaths:
         return self.state / f"{step}.json"
 
     @property
+    def run_pycache(self) -> Path:
+        """This run's bytecode for the stack env's imports (see :func:`pycache_args`); removed when the run ends."""
+        return self.state / "pycache"
+
+    def pycache_args(self) -> list[str]:
+        """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch (the env probe,
+        install's import check, the JIT builder).  A site torch without bytecode (the H200 image's:
+        ``torch/__pycache__`` empty, ``PYTHONDONTWRITEBYTECODE=1``) is compiled again by every import,
+        2-4 s each; with one prefix per run the first import writes the bytecode there and the next ones
+        read it.  Nothing is written beside the interpreter's own files, and nothing outlives the run, so
+        no later stack, smoke or verify ever runs bytecode the run did not compile from the sources."""
+        return ["-X", f"pycache_prefix={self.run_pycache}"]
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

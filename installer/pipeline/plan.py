@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -111,6 +112,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
             records = run_pipeline(steps, ctx)
         finally:
             settler.stop()
+            shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only
         settler.settle_rest()
     return SetupResult(records=records, paths=paths)
 

@@ -254,7 +254,7 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
         excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed,
                                            _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
-    seen = systorch.probe(ctx.runner, step, ctx.paths.python)
+    seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
     problems = systorch.guard_problems(ctx.paths.env, facts, {
         "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
         "import": {"origin": seen.get("file")}})

@@ -72,10 +72,13 @@ def mark_system(recipe: Recipe) -> Recipe:
     return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", index_url=None))
 
 
-def probe(runner: Runner, step: str, python: Path, *, locate: bool = False) -> dict[str, Any]:
+def probe(runner: Runner, step: str, python: Path, *, locate: bool = False,
+          python_args: Sequence[str] = ()) -> dict[str, Any]:
     """Facts about ``python`` and its torch (never raises for a missing torch: ``error`` says why).
-    ``locate``: from torch's files, without importing it (preflight; see checks/probe_torch.py)."""
-    done = runner.run([str(python), "-I", str(PROBE), *(["--locate"] if locate else [])], step=step, check=False,
+    ``locate``: from torch's files, without importing it (preflight; see checks/probe_torch.py).
+    ``python_args``: options for the interpreter (the run's bytecode prefix)."""
+    done = runner.run([str(python), *python_args, "-I", str(PROBE), *(["--locate"] if locate else [])], step=step,
+                      check=False,
                       timeout=300)
     line = next((ln for ln in reversed(done.output.splitlines()) if ln.startswith(MARK)), None)
     if line is None:

@@ -341,7 +341,8 @@ class InstallStep:
         out: dict[str, str] = {}
         for name in names:
             code = f"import {name}; print('OCTOBER_IMPORT', {name}.__version__)"
-            done = ctx.runner.run([str(ctx.paths.python), "-I", "-c", code], step=self.name, env=env, check=False)
+            done = ctx.runner.run([str(ctx.paths.python), *ctx.paths.pycache_args(), "-I", "-c", code], step=self.name,
+                                  env=env, check=False)
             line = next((ln for ln in done.output.splitlines() if ln.startswith("OCTOBER_IMPORT ")), None)
             if done.returncode != 0 or line is None:
                 last = (done.output.strip().splitlines() or ["no output"])[-1]

@@ -144,7 +144,7 @@ class JitStep:
         request_path.write_text(json.dumps({"modules": requests, "result": str(result_path)}, indent=1),
                                 encoding="utf-8")
         ctx.ui.info(f"building {len(requests)} JIT module(s) for sm {arch_list} into {workspace}")
-        argv = [str(ctx.paths.python), "-P", "-s", "-m", self.builder, str(request_path)]
+        argv = [str(ctx.paths.python), *ctx.paths.pycache_args(), "-P", "-s", "-m", self.builder, str(request_path)]
         failure: CommandFailed | None = None
         try:
             ctx.runner.run(argv, step=self.name, env=builder_env(ctx, arch_list), cwd=workspace)
