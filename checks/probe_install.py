@@ -90,15 +90,20 @@ def _lib_dirs():
     return dirs
 
 
+def _sibling(name):
+    """A module of this directory, loaded by path (-I leaves the script's directory off sys.path)."""
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("october_" + name, where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _static(path):
     if not path or not os.path.isfile(path):
         return {"error": f"no file {path}"}
     try:
-        # beside this script, loaded by path (-I leaves the script's directory off sys.path)
-        where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elfsyms.py")
-        spec = importlib.util.spec_from_file_location("october_elfsyms", where)
-        elfsyms = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(elfsyms)
+        elfsyms = _sibling("elfsyms")
         dirs = _lib_dirs()
         torch_libs = sorted(glob.glob(os.path.join(dirs[0], "*.so*"))) if dirs else []
         left, missing, checked = elfsyms.unresolved(path, dirs, extra_providers=torch_libs)
@@ -114,7 +119,10 @@ def main(argv):
     dists = list(md.distributions())
     out = {"python": sys.version.split()[0], "executable": sys.executable}
     tname = req["torch"]
-    tdists = [d for d in dists if (d.metadata["Name"] or "").lower() == tname]
+    # names from the METADATA headers only (checks/probe_env.py's reader): ``d.metadata`` parses each whole
+    # file, long descriptions included, for the ~200 distributions of a system site behind the env
+    headers = _sibling("probe_env").headers
+    tdists = [d for d in dists if headers(d)[0].lower() == tname]
     out["torch"] = {"versions": sorted(d.version for d in tdists), "import": _origin(tname),
                     "dists": [{"version": d.version, "site": str(d.locate_file(""))} for d in tdists]}
     forks = {}
