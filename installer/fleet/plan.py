@@ -14,7 +14,8 @@ from october.installer.fleet import NAME_LABEL
 
 SELECT_MODES = ("all", "gpu")
 #: what a node record's ``status`` may be; only the first two count as finished
-FINISHED = ("passed", "installed")
+PASSED = "passed"
+FINISHED = (PASSED, "installed")
 STATUSES = FINISHED + ("failed", "lost", "timeout", "cancelled", "error")
 PLACEHOLDERS = ("{name}", "{host}", "{node_id}")
 
@@ -190,7 +191,7 @@ def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_
             and previous.get("lock_file_sha256") == lock_sha)
     if not same:
         return {}
-    ok = ("passed",) if smoke else FINISHED
+    ok = (PASSED,) if smoke else FINISHED
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}
 
 

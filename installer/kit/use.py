@@ -30,6 +30,7 @@ from october.installer.kit import MANIFEST, url_key
 from october.installer.kit.against import committed_lock, kit_problems
 from october.installer.kit.manifest import check_files, listed, read_manifest
 from october.installer.recipe import Recipe, with_kit
+from october.installer.steps.fetch import with_config
 from october.installer.steps.fetch.mirror import has_commit
 from october.installer.steps.wheel.download import cache_path, seen_path
 
@@ -68,11 +69,7 @@ class Kit:
             target = (self.root / repo["path"]).as_uri()
             for form in {repo["key"], repo["key"] + ".git", repo["url"]}:
                 pairs.append((f"url.{target}.insteadOf", form))
-        env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ALLOW_PROTOCOL": "file"}
-        for i, (key, value) in enumerate(pairs):
-            env[f"GIT_CONFIG_KEY_{i}"] = key
-            env[f"GIT_CONFIG_VALUE_{i}"] = value
-        return env
+        return with_config({"GIT_ALLOW_PROTOCOL": "file"}, tuple(pairs))
 
 
 def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
