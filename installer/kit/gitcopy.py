@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import git
 
@@ -27,6 +27,7 @@ from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
 from october.installer.steps.fetch.resolve import resolve_pin
 from october.installer.steps.fetch.sdist import materialise
+from october.installer.steps.fetch.sparse import bring, serve_config
 from october.installer.steps.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
 
 MAX_DEPTH = 8
@@ -43,10 +44,15 @@ class RepoCopy:
     owner: str                    # fork name, or "<fork>/<submodule path>"
     commits: list[str] = field(default_factory=list)
     branches: dict[str, str] = field(default_factory=dict)
+    sparse: dict[str, list[str]] = field(default_factory=dict)     # commit -> directories held (a partial copy)
 
     def as_json(self) -> dict[str, object]:
-        return {"url": self.url, "key": url_key(self.url), "path": self.path, "role": self.role,
-                "owner": self.owner, "commits": sorted(self.commits), "branches": dict(sorted(self.branches.items()))}
+        out: dict[str, object] = {"url": self.url, "key": url_key(self.url), "path": self.path, "role": self.role,
+                                  "owner": self.owner, "commits": sorted(self.commits),
+                                  "branches": dict(sorted(self.branches.items()))}
+        if self.sparse:
+            out["sparse"] = dict(sorted(self.sparse.items()))
+        return out
 
 
 def resolve_submodule_url(base: str, url: str) -> str:
@@ -149,7 +155,8 @@ class KitRepos:
         if beside is not None and beside != res.commit:
             self.add(mirror, beside, role="fork", owner=fork.name)
         if fork.submodules:
-            self._submodules(mirror, res.commit, fork.fetch_url, fork.name, fork.submodule_paths, 0)
+            self._submodules(mirror, res.commit, fork.fetch_url, fork.name, fork.submodule_paths, 0,
+                             sparse=fork.sparse)
         return res.commit
 
     def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> tuple[int, str | None]:
@@ -216,8 +223,37 @@ class KitRepos:
         self.add(up, base, role="upstream-base", owner=f"{fork.name} upstream", branch=UPSTREAM_REF)
         return _count(mirror.path, base, commit) + 1
 
+    def _sparse_submodule(self, url: str, who: str, commit: str, dirs: Sequence[str]) -> None:
+        """A sparse submodule (:mod:`october.installer.steps.fetch.sparse`): the commit, its trees and the
+        cone's blobs, into the cache's partial mirror and from there into a partial copy in the kit."""
+        sub_mirror = open_mirror(self.cache_dir, url, who, partial=True)
+        what = f"fork '{who.split('/')[0]}': submodule {who.split('/', 1)[1]}"
+        with sub_mirror.locked():
+            bring(self.runner, self.step, sub_mirror.path, sub_mirror.fetch_url, sub_mirror.shown_url, commit, dirs,
+                  who=what)
+            rel = repo_relpath(sub_mirror.url)
+            if rel in self.repos and not self.repos[rel].sparse:
+                raise KitError(f"the kit needs {redact_url(url)} both whole and sparse",
+                               expected="each repository either whole or sparse in one kit",
+                               found=f"{self.repos[rel].owner} whole, {who} sparse",
+                               fix="select the submodule the same way in every fork entry of the recipe")
+            copy = self.repos.setdefault(rel, RepoCopy(url=redact_url(url), path=rel, role="submodule", owner=who))
+            dest = self.kit_dir / rel
+            if not (dest / "HEAD").exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
+                     doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
+                shutil.rmtree(dest / "hooks", ignore_errors=True)
+                serve_config(self.runner, self.step, dest)   # the target's partial fetches ask it by id
+            bring(self.runner, self.step, dest, sub_mirror.path.as_uri(), sub_mirror.shown_url, commit, dirs, who=what)
+        self.say(f"{who}: {commit} (sparse: {', '.join(dirs)})")
+        if commit not in copy.commits:
+            copy.commits.append(commit)
+        copy.sparse[commit] = list(dirs)
+
     def _submodules(self, mirror: Mirror, commit: str, base_url: str, owner: str,
-                    selection: Sequence[str] | None, depth: int) -> None:
+                    selection: Sequence[str] | None, depth: int,
+                    sparse: Mapping[str, Sequence[str]] | None = None) -> None:
         if depth > MAX_DEPTH:
             raise FetchError(f"fork '{owner}': submodules nest too deep", expected=f"at most {MAX_DEPTH} levels",
                              found="more", fix="check the fork's .gitmodules for a cycle")
@@ -236,6 +272,9 @@ class KitRepos:
                 continue               # declared but not recorded: git skips it too
             url = resolve_submodule_url(base_url, raw_url)
             who = f"{owner}/{path}"
+            if sparse and path in sparse:
+                self._sparse_submodule(url, who, sub_commit, sparse[path])
+                continue                   # a sparse submodule's own submodules are not fetched
             sub_mirror = open_mirror(self.cache_dir, url, who)
             try:
                 ensure_commit(self.runner, self.step, sub_mirror, sub_commit, shallow=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
 from october.installer.core.ids import FULL_SHA
-from october.installer.recipe.tomlcheck import MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
+from october.installer.recipe.tomlcheck import MAX_ITEMS, MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
 from october.installer.steps.install.policy import parse_build_env, parse_nested_installs
 
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
@@ -76,6 +76,13 @@ class ForkUse:
     # ``submodules = ["3rdparty/cccl"]`` in the recipe's fork entry; each selected one brings its own
     # nested submodules.
     submodule_paths: tuple[str, ...] | None = None
+    # Submodules checked out sparse: path -> the directories (relative to the submodule) it keeps.
+    # ``sparse = { "3rdparty/cutlass" = ["include", "tools/util/include"] }``: the submodule is
+    # fetched without the blobs outside those directories (a partial clone) and checked out in git's
+    # cone mode, so a submodule commit whose copies lack an unused file (a PNG under ``media/``)
+    # still checks out, and only the headers the build reads are carried.  Nested submodules of a
+    # sparse one are not fetched.
+    sparse: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def wants_submodule(self, path: str) -> bool:
         """Whether the submodule at ``path`` (relative to the fork) is fetched."""
@@ -233,6 +240,9 @@ def _parse_fork_use(ft: Table, known: Mapping[str, Fork], forks_file: str) -> Fo
                   build_isolation=ft.get("build_isolation", bool, required=False, default=True),
                   build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft),
                   **_submodule_selection(ft))
+    sparse = _sparse_selection(ft, use.submodule_paths)
+    if sparse:
+        use = replace(use, sparse=sparse)
     ft.done()
     return use
 
@@ -255,3 +265,44 @@ def _submodule_selection(ft: Table) -> dict[str, Any]:
     if len(set(cleaned)) != len(cleaned):
         raise ft.err("submodules", "each submodule path at most once", paths)
     return {"submodules": bool(cleaned), "submodule_paths": tuple(cleaned)}
+
+
+def _clean_relpath(p: str) -> str | None:
+    norm = p.strip().strip("/")
+    if not norm or p.startswith("/") or "\\" in norm or any(part in ("", ".", "..") for part in norm.split("/")):
+        return None
+    return norm
+
+
+def _sparse_selection(ft: Table, selected: tuple[str, ...] | None) -> dict[str, tuple[str, ...]]:
+    """``sparse = { "<submodule path>" = ["<dir>", ...] }``: each key a submodule the entry selects by
+    name in ``submodules = [...]``, each value the directories kept (relative to the submodule)."""
+    raw = ft.get("sparse", dict, required=False, default={},
+                 what='a table such as { "3rdparty/cutlass" = ["include", "tools/util/include"] }')
+    out: dict[str, tuple[str, ...]] = {}
+    for key, dirs in raw.items():
+        where = f"{ft._k('sparse')}.{key}"
+        sub = _clean_relpath(str(key))
+        if sub is None or selected is None or sub not in selected:
+            raise RecipeError(ft.file, where,
+                              expected="a submodule path that the entry's submodules = [...] lists"
+                                       + (f" ({', '.join(selected)})" if selected else
+                                          " (list the submodules by path first)"),
+                              found=describe(key))
+        if not isinstance(dirs, list) or not dirs or len(dirs) > MAX_ITEMS \
+                or not all(isinstance(d, str) and len(d) <= MAX_KEY for d in dirs):
+            raise RecipeError(ft.file, where, expected="a non-empty list of directories, e.g. [\"include\"]",
+                              found=describe(dirs))
+        cleaned = []
+        for i, d in enumerate(dirs):
+            norm = _clean_relpath(d)
+            if norm is None:
+                raise RecipeError(ft.file, f"{where}[{i}]",
+                                  expected="a directory relative to the submodule, e.g. \"include\"", found=describe(d))
+            cleaned.append(norm)
+        twice = sorted({d for d in cleaned if cleaned.count(d) > 1})
+        if twice:
+            raise RecipeError(ft.file, where, expected="each directory at most once",
+                              found=", ".join(f"'{d}' twice" for d in twice))
+        out[sub] = tuple(cleaned)
+    return out

@@ -91,6 +91,7 @@ class ForkRecord:
     submodule_paths: tuple[str, ...] | None = None                # the recipe's selection; None: all
     dirty_allowed: bool = False
     dirty: bool = False
+    sparse: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # submodule path -> directories kept
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {"path": self.path, "url": self.url, "upstream": self.upstream, "pin": self.pin,
@@ -98,6 +99,8 @@ class ForkRecord:
                                 "submodules": dict(self.submodules)}
         if self.submodule_paths is not None:
             out["submodule_paths"] = list(self.submodule_paths)
+        if self.sparse:
+            out["sparse"] = {k: list(v) for k, v in self.sparse.items()}
         return {**out, "dirty_allowed": self.dirty_allowed, "dirty": self.dirty}
 
     @classmethod
@@ -109,7 +112,12 @@ class ForkRecord:
                    commit=mj.text(d, "commit"),
                    submodules=mj.text_map(d, "submodules", required=False),
                    submodule_paths=mj.texts(d, "submodule_paths") if "submodule_paths" in d else None,
-                   dirty_allowed=mj.flag(d, "dirty_allowed"), dirty=mj.flag(d, "dirty"))
+                   dirty_allowed=mj.flag(d, "dirty_allowed"), dirty=mj.flag(d, "dirty"),
+                   sparse=_sparse_map(mj.obj(d, "sparse", required=False)))
+
+
+def _sparse_map(m: Mapping[str, JSON]) -> dict[str, tuple[str, ...]]:
+    return {str(k): mj.texts(m, str(k)) for k in m}
 
 
 @dataclass(frozen=True)

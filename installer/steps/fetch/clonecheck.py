@@ -84,14 +84,23 @@ def listed(items: Sequence[str]) -> str:
 
 def check_clone(path: Path, commit: str, *, allow_dirty: bool,
                 submodules: Mapping[str, str] | None = None,
-                submodule_paths: Sequence[str] | None = None) -> str | None:
+                submodule_paths: Sequence[str] | None = None,
+                sparse: Mapping[str, Sequence[str]] | None = None) -> str | None:
     """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
-    submodules at the recorded commits); otherwise the reason it is not."""
+    submodules at the recorded commits, the sparse ones keeping exactly their directories);
+    otherwise the reason it is not."""
     head = head_commit(path)
     if head is None:
         return f"{path} is not a git clone"
     if head != commit:
         return f"{path} is at {head}, not {commit}"
+    if sparse:
+        from october.installer.steps.fetch.sparse import cone_problem
+
+        for sub, dirs in sorted(sparse.items()):
+            bad = cone_problem(path / sub, dirs)
+            if bad is not None:
+                return f"submodule {sub}: {bad}"
     try:
         if not allow_dirty:
             dirty = dirty_entries(path)

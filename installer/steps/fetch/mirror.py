@@ -50,15 +50,17 @@ def fetchable_url(url: str) -> str:
     return f"https://github.com/{m.group('path')}" if m else url
 
 
-def mirror_path(cache_dir: Path, url: str) -> Path:
-    """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing)."""
+def mirror_path(cache_dir: Path, url: str, *, partial: bool = False) -> Path:
+    """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing);
+    ``partial``: ``...-<basename>.partial.git``, the mirror of sparse submodules (blobs outside their
+    directories left out), kept apart so a full mirror never holds a partial commit."""
     shown = redact_url(fetchable_url(url))
     digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()[:16]
     tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
     if tail.endswith(".git"):
         tail = tail[:-4]
     base = re.sub(r"[^A-Za-z0-9._-]", "_", tail).strip(".") or "repo"
-    return cache_dir / "git" / f"{digest}-{base}.git"
+    return cache_dir / "git" / f"{digest}-{base}{'.partial' if partial else ''}.git"
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,12 @@ class Mirror:
             lock.release()
 
 
-def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None) -> Mirror:
+def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None, *,
+                partial: bool = False) -> Mirror:
     """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it (``source``: fetch
-    from there instead, e.g. a kit's copy of ``url``)."""
-    path = mirror_path(cache_dir, url)
+    from there instead, e.g. a kit's copy of ``url``; ``partial``: the sparse submodules' mirror,
+    :mod:`october.installer.steps.fetch.sparse`)."""
+    path = mirror_path(cache_dir, url, partial=partial)
     tag = path.parent / "CACHEDIR.TAG"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +123,7 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None)
             # fetched yet, so nothing is lost
             shutil.rmtree(path)
         if not path.exists():
-            _create(path, fork)
+            _create(path, fork, partial=partial)
         elif not _is_bare(path):
             raise FetchError(f"fork '{fork}': the cache path {path} is not a bare git mirror",
                              expected="a bare repository made by october", found="something else",
@@ -127,13 +131,22 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None)
     return mirror
 
 
-def _create(path: Path, fork: str) -> None:
+def _create(path: Path, fork: str, *, partial: bool = False) -> None:
     """A new empty bare mirror at ``path``, made beside it and renamed into place, so a run
-    killed half-way through ``git init`` never leaves a half-made mirror under the real name."""
+    killed half-way through ``git init`` never leaves a half-made mirror under the real name.
+    A partial one lets its clones ask for filters and objects by id (their checkout's lazy fetch)."""
+    from october.installer.steps.fetch.sparse import SERVE_CONFIG
+
     new = path.parent / f".{path.name}.new-{os.getpid()}"
     try:
         shutil.rmtree(new, ignore_errors=True)
-        git.Repo.init(new, bare=True, mkdir=True).close()
+        repo = git.Repo.init(new, bare=True, mkdir=True)
+        if partial:
+            with repo.config_writer() as cw:
+                for key, value in SERVE_CONFIG:
+                    section, _, option = key.partition(".")
+                    cw.set_value(section, option, value)
+        repo.close()
         new.rename(path)
     except (git.GitCommandError, OSError) as exc:
         shutil.rmtree(new, ignore_errors=True)

@@ -37,6 +37,7 @@ class FetchStep:
                            "pin": f.pin.name, "commit": f.pin.commit, "branch": f.pin.branch,
                            "submodules": f.submodules,
                            **({"submodule_paths": list(f.submodule_paths)} if f.submodule_paths is not None else {}),
+                           **({"sparse": {k: list(v) for k, v in f.sparse.items()}} if f.sparse else {}),
                            "allow_dirty": ctx.options.allow_dirty,
                            "locked": locked.commits.get(f.name) if locked is not None else None}
                           for f in ctx.recipe.forks]}
@@ -77,7 +78,7 @@ class FetchStep:
         dest = ctx.paths.fork(fork.name)
         out = sync_clone(ctx.runner, self.name, dest, mirror, res.commit, cache_dir=o.cache_dir,
                          submodules=fork.submodules, allow_dirty=o.allow_dirty, say=ctx.ui.detail,
-                         submodule_paths=fork.submodule_paths,
+                         submodule_paths=fork.submodule_paths, sparse=fork.sparse,
                          **({"rewrite": kit.source_for} if kit is not None else {}))
         if sdist is not None:
             # setuptools-scm (vLLM's version) reads the release tag: without it 0.1.dev1+g<sha>
@@ -93,7 +94,7 @@ class FetchStep:
                           pin=fork.pin.name, requested=res.requested, branch=res.branch,
                           commit=res.commit, submodules=dict(out.submodules),
                           submodule_paths=tuple(fork.submodule_paths) if fork.submodule_paths is not None else None,
-                          dirty_allowed=o.allow_dirty, dirty=bool(out.dirty))
+                          dirty_allowed=o.allow_dirty, dirty=bool(out.dirty), sparse=dict(fork.sparse))
 
     def verify(self, ctx: StepContext, result: FetchResult) -> str | None:
         """Every fork's clone still at its commit, clean, submodules at their commits; the forks are
@@ -106,7 +107,7 @@ class FetchStep:
             rec = result.forks[fork.name]
             bad = check_clone(Path(rec.path), rec.commit, allow_dirty=rec.dirty_allowed,
                               submodules=dict(rec.submodules) if fork.submodules else None,
-                              submodule_paths=fork.submodule_paths)
+                              submodule_paths=fork.submodule_paths, sparse=rec.sparse)
             return f"fork '{fork.name}': {bad}" if bad is not None else None
 
         forks = list(ctx.recipe.forks)

@@ -229,9 +229,51 @@ def _no_rewrite(url: str) -> str | None:
     return None
 
 
+def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
+                      url: str, dirs: Sequence[str], rewrite: Rewrite) -> None:
+    """A submodule checked out sparse (:mod:`.sparse`): its commit, trees and the cone's blobs in the
+    cache's partial mirror, then a partial clone of that mirror in cone mode, its git directory
+    absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it."""
+    from october.installer.steps.fetch.sparse import PARTIAL_REFS, UPLOAD_PACK, bring, cone_problem, git_dir
+
+    who = f"fork '{g.fork}': submodule {rel}"
+    mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url), partial=True)
+    with mirror.locked():
+        if bring(g.runner, g.step, mirror.path, mirror.fetch_url, mirror.shown_url, commit, dirs, who=who):
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} (sparse: {', '.join(dirs)}) from "
+                f"{redact_url(mirror.fetch_url)}")
+        sub_dir = repo_dir / rel
+        if head_commit(sub_dir) == commit and cone_problem(sub_dir, dirs) is None:
+            return                     # as a previous run left it (its cleanliness is checked with the clone's)
+        if git_dir(sub_dir) is not None and head_commit(sub_dir) is not None:
+            changed = dirty_entries(sub_dir)
+            if changed:
+                raise FetchError(f"{who} has local changes and must move to {commit} (or change its cone)",
+                                 expected="a clean sparse submodule", found=listed(changed),
+                                 fix=f"save your changes in {sub_dir} elsewhere, delete it, and re-run")
+        gd = git_dir(sub_dir)
+        for stale in {p for p in (gd, repo_dir / ".git" / "modules" / name) if p is not None}:
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(sub_dir, ignore_errors=True)
+        sub_dir.mkdir(parents=True, exist_ok=True)
+        doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
+        fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
+        g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+           f"--upload-pack={UPLOAD_PACK}", mirror.path.as_uri(), f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+          doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
+        # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
+        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
+          doing=doing, fix=fix)
+        g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
+    _set_origin(g, sub_dir, url)
+
+
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
                        selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
-                       recovering: bool = False) -> None:
+                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None) -> None:
+    sparse = sparse or {}
     if not (repo_dir / ".gitmodules").exists():
         if selection:
             raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
@@ -271,6 +313,10 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     for name, rel, commit in subs:
         url = urls[name]
         sub_dir = repo_dir / rel
+        if rel in sparse:
+            _sparse_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=url,
+                              dirs=sparse[rel], rewrite=rewrite)
+            continue                   # a sparse submodule's own submodules are not fetched
         mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
         try:
             fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
@@ -313,14 +359,16 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
                submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
-               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite) -> Checkout:
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+               sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
     """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
     with submodules (all, or the top-level ``submodule_paths`` and what nests in them) at their
     recorded commits, each fetched shallow into its own mirror; verify HEAD and cleanliness.
     ``rewrite`` maps a submodule URL to the place to fetch it from instead (a kit), or None."""
     try:
         return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
-                           allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite)
+                           allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite,
+                           sparse=sparse)
     except git.GitCommandError as exc:   # a read through GitPython failed
         shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
         raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
@@ -342,7 +390,7 @@ def _stderr(exc: git.GitCommandError) -> str:
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
                 submodules: bool, allow_dirty: bool, say: Say, selection: Sequence[str] | None,
-                rewrite: Rewrite) -> Checkout:
+                rewrite: Rewrite, sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
     g = _Git(runner, step, mirror.fork)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
@@ -357,7 +405,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
-                           recovering=recovering)
+                           recovering=recovering, sparse=sparse)
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",

@@ -1,0 +1,295 @@
+"""Sparse submodules (``sparse = { "3rdparty/cutlass" = [...] }``): the real situation is a submodule
+commit whose only reachable copy lacks one file outside the directories the build reads (CUTLASS
+b46b16d0 without a PNG under ``media/``).  Planted here with real git: a bare origin whose one blob
+under ``media/`` is deleted from its object store.  A whole checkout of it fails; a sparse one fetches
+the commit, its trees and the cone's blobs only, checks out clean, and goes through a kit.  The real
+CUTLASS copy (the ``fetch`` tool's snapshot, when this machine has it) is used in the ``real`` tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from october.installer.core.errors import FetchError, RecipeError
+from october.installer.core.runner import Runner
+from october.installer.kit import repo_relpath, url_key
+from october.installer.kit.gitcopy import KitRepos
+from october.installer.recipe import PROJECT_ROOT
+from october.installer.recipe.forks import _sparse_selection
+from october.installer.recipe.tomlcheck import Table
+from october.installer.steps.fetch.clonecheck import check_clone, dirty_entries, submodule_states
+from october.installer.steps.fetch.mirror import mirror_path, open_mirror
+from october.installer.steps.fetch.sparse import cone_blobs, cone_problem, missing_objects
+from october.installer.steps.fetch.step import FetchStep
+from october.installer.steps.fetch.worktree import sync_clone
+from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
+from tests.fixtures.gitrepos import bare_path, make_repo
+from tests.fixtures.gitrepos import git as fixture_git
+
+DIRS = ("include", "tools/util/include")
+CUTLASS_LIKE = {
+    "README.md": "cutlass\n",
+    "CMakeLists.txt": "project(x)\n",
+    "include/cutlass/cutlass.h": "#pragma once\n",
+    "include/cute/tensor.hpp": "#pragma once\n// cute\n",
+    "tools/CMakeLists.txt": "add_subdirectory(util)\n",
+    "tools/util/CMakeLists.txt": "# util\n",
+    "tools/util/include/cutlass/util/device_memory.h": "#pragma once\n// util\n",
+    "tools/profiler/main.cpp": "int main() {}\n",
+    "media/images/big.png": "\x89PNG not really\n" * 50,
+    "examples/00/a.cu": "// example\n",
+}
+
+
+def _explode(bare: Path) -> None:
+    for pack in list((bare / "objects" / "pack").glob("*.pack")):
+        moved = pack.with_suffix(".moved")
+        pack.rename(moved)
+        pack.with_suffix(".idx").unlink()
+        with open(moved, "rb") as fh:
+            subprocess.run(["git", "-C", str(bare), "unpack-objects", "-q"], stdin=fh, check=True)
+        moved.unlink()
+
+
+def _drop(bare: Path, commit: str, path: str) -> str:
+    """Delete the blob of ``path`` at ``commit`` from the bare repo (as the real copy lacks one)."""
+    _explode(bare)
+    blob = fixture_git("-C", str(bare), "rev-parse", f"{commit}:{path}")
+    (bare / "objects" / blob[:2] / blob[2:]).unlink()
+    return blob
+
+
+def _super(tmp: Path, sub_url: str, sub_commit: str, cccl: tuple[str, str] | None = None) -> tuple[str, str]:
+    url, _ = make_repo(tmp, "super")
+    work = tmp / "work-super"
+    fixture_git("clone", "--quiet", str(bare_path(url)), str(work))
+    subs = {"3rdparty/cutlass": (sub_url, sub_commit), **({"3rdparty/cccl": cccl} if cccl else {})}
+    text = ""
+    for path, (u, c) in subs.items():
+        text += f"[submodule \"{path}\"]\n\tpath = {path}\n\turl = {u}\n"
+        fixture_git("update-index", "--add", "--cacheinfo", f"160000,{c},{path}", cwd=work)
+    (work / ".gitmodules").write_text(text, encoding="utf-8")
+    fixture_git("add", ".gitmodules", cwd=work)
+    fixture_git("commit", "--quiet", "-m", "submodules", cwd=work)
+    fixture_git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=work)
+    return url, fixture_git("rev-parse", "HEAD", cwd=work)
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> dict:
+    cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)
+    dropped = _drop(bare_path(cut_url), cut_ids[0], "media/images/big.png")
+    cccl_url, cccl_ids = make_repo(tmp_path, "cccl")
+    url, commit = _super(tmp_path, cut_url, cut_ids[0], (cccl_url, cccl_ids[0]))
+    return {"url": url, "commit": commit, "cut_url": cut_url, "cut": cut_ids[0], "dropped": dropped}
+
+
+def _fork(world: dict, sparse: dict | None = None, paths: tuple[str, ...] = ("3rdparty/cccl", "3rdparty/cutlass")):
+    import dataclasses
+    use = fork_use("fi", world["url"], world["commit"])
+    return dataclasses.replace(use, submodule_paths=paths, sparse=sparse if sparse is not None else {"3rdparty/cutlass": DIRS})
+
+
+def _fetch(tmp: Path, fork, cache: Path | None = None):
+    stack = tmp / "stack"
+    ctx = make_ctx(stack, make_recipe([fork]), cache or tmp / "cache")
+    step = FetchStep()
+    return ctx, step, step.run(ctx)
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts
+            and p.name != ".git"}
+
+
+def test_a_whole_checkout_of_a_commit_whose_copy_lacks_a_file_fails_naming_the_submodule(tmp_path: Path, world: dict) -> None:
+    fork = _fork(world, sparse={})
+    with pytest.raises(FetchError) as exc:
+        _fetch(tmp_path, fork)
+    assert "3rdparty/cutlass" in str(exc.value)
+
+
+def test_a_sparse_submodule_checks_out_only_its_cone_clean_from_a_copy_lacking_a_file_elsewhere(
+        tmp_path: Path, world: dict) -> None:
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    rec = result.forks["fi"]
+    sub = Path(rec.path) / "3rdparty/cutlass"
+    assert _files(sub) == {"README.md", "CMakeLists.txt", "include/cutlass/cutlass.h", "include/cute/tensor.hpp",
+                           "tools/CMakeLists.txt", "tools/util/CMakeLists.txt",
+                           "tools/util/include/cutlass/util/device_memory.h"}
+    assert rec.submodules["3rdparty/cutlass"] == world["cut"]
+    assert rec.sparse == {"3rdparty/cutlass": DIRS}
+    assert dirty_entries(Path(rec.path)) == []
+    assert {s.path: s.flag for s in submodule_states(Path(rec.path))} == {"3rdparty/cccl": " ", "3rdparty/cutlass": " "}
+    assert (Path(rec.path) / ".git" / "modules" / "3rdparty/cutlass").is_dir()      # absorbed, as submodule update
+    assert step.verify(ctx, result) is None
+    # the cache's partial mirror holds the cone, not the rest (and never the whole mirror's name)
+    partial = mirror_path(tmp_path / "cache", world["cut_url"], partial=True)
+    assert partial.is_dir() and not mirror_path(tmp_path / "cache", world["cut_url"]).exists()
+    gone = missing_objects(partial, world["cut"])
+    assert world["dropped"] in gone
+    assert not set(cone_blobs(partial, world["cut"], DIRS, who="t").values()) & gone
+    # the record round-trips through the step's marker
+    assert step.load(result.to_json()).forks["fi"].sparse == {"3rdparty/cutlass": DIRS}
+
+
+def test_a_second_run_keeps_the_sparse_checkout_and_a_second_stack_fetches_nothing(tmp_path: Path, world: dict) -> None:
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    marker = sub / "include" / "cutlass" / "cutlass.h"
+    before = marker.stat().st_ino
+    step.run(ctx)
+    assert marker.stat().st_ino == before          # not checked out again
+    # a second stack on the same cache: the partial mirror answers, the origin is not asked
+    os.rename(bare_path(world["cut_url"]), tmp_path / "gone.git")
+    ctx2 = make_ctx(tmp_path / "stack2", make_recipe([_fork(world)]), tmp_path / "cache")
+    out = FetchStep().run(ctx2)
+    assert (Path(out.forks["fi"].path) / "3rdparty/cutlass/include/cute/tensor.hpp").is_file()
+
+
+def test_a_changed_cone_in_the_stack_is_found_and_the_next_run_restores_it(tmp_path: Path, world: dict) -> None:
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    fixture_git("-C", str(sub), "sparse-checkout", "set", "--cone", "include")
+    bad = step.verify(ctx, result)
+    assert bad is not None and "3rdparty/cutlass" in bad and "tools/util/include" in bad
+    assert check_clone(Path(result.forks["fi"].path), world["commit"], allow_dirty=False,
+                       sparse={"3rdparty/cutlass": DIRS}) is not None
+    step.run(ctx)
+    assert cone_problem(sub, DIRS) is None
+    assert (sub / "tools/util/include/cutlass/util/device_memory.h").is_file()
+    # sparse checkout turned off: named too
+    fixture_git("-C", str(sub), "config", "--worktree", "core.sparseCheckout", "false")
+    assert "not a sparse checkout" in (cone_problem(sub, DIRS) or "")
+
+
+def test_local_changes_in_a_sparse_submodule_are_never_thrown_away(tmp_path: Path, world: dict) -> None:
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    (sub / "include/cute/tensor.hpp").write_text("// my edit\n", encoding="utf-8")
+    fixture_git("-C", str(sub), "sparse-checkout", "set", "--cone", "include")   # forces a re-checkout
+    with pytest.raises(FetchError) as exc:
+        step.run(ctx)
+    assert "local changes" in str(exc.value)
+    assert (sub / "include/cute/tensor.hpp").read_text(encoding="utf-8") == "// my edit\n"
+
+
+def test_a_kept_directory_the_commit_lacks_is_named(tmp_path: Path, world: dict) -> None:
+    with pytest.raises(FetchError) as exc:
+        _fetch(tmp_path, _fork(world, sparse={"3rdparty/cutlass": ("include", "tools/util/inc")}))
+    assert "tools/util/inc" in str(exc.value) and "sparse" in exc.value.fix
+
+
+def test_a_source_that_lacks_a_file_inside_the_cone_is_refused_naming_it(tmp_path: Path) -> None:
+    cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)
+    _drop(bare_path(cut_url), cut_ids[0], "include/cute/tensor.hpp")
+    url, commit = _super(tmp_path, cut_url, cut_ids[0])
+    fork = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
+    with pytest.raises(FetchError) as exc:
+        _fetch(tmp_path, fork)
+    assert "3rdparty/cutlass" in str(exc.value)
+    assert not (tmp_path / "stack" / "src" / "fi" / "3rdparty/cutlass/include").exists()
+
+
+def test_a_kit_carries_the_cone_only_and_an_offline_stack_checks_it_out(tmp_path: Path, world: dict) -> None:
+    fork = _fork(world)
+    runner = Runner(tmp_path / "logs")
+    kit = tmp_path / "kit"
+    repos = KitRepos(runner, "kit", tmp_path / "kitcache", kit, say=lambda _: None)
+    repos.add_fork(fork)
+    copy = repos.repos[repo_relpath(world["cut_url"])]
+    assert copy.as_json()["sparse"] == {world["cut"]: list(DIRS)}
+    # kit.json's schema takes the record (the kit step validates kit.json against it)
+    doc = {"repos": [c.as_json() for c in repos.repos.values()]}
+    schema = json.loads((PROJECT_ROOT / "receipts" / "kit.schema.json").read_text(encoding="utf-8"))
+    item = {**schema["properties"]["repos"]["items"], "$defs": schema.get("$defs", {})}
+    for repo in doc["repos"]:
+        jsonschema.validate(repo, item)
+    kit_cut = kit / copy.path
+    assert world["dropped"] in missing_objects(kit_cut, world["cut"])
+    assert not set(cone_blobs(kit_cut, world["cut"], DIRS, who="t").values()) & missing_objects(kit_cut, world["cut"])
+    # the origins are gone: everything comes from the kit
+    for u in (world["url"], world["cut_url"]):
+        os.rename(bare_path(u), str(bare_path(u)) + ".away")
+    by_key = {c.as_json()["key"]: (kit / c.path).as_uri() for c in repos.repos.values()}
+    def rewrite(u: str) -> str | None:
+        return by_key.get(url_key(u))
+    mirror = open_mirror(tmp_path / "cache", fork.fetch_url, "fi", source=by_key[url_key(world["url"])])
+    from october.installer.steps.fetch.mirror import ensure_commit
+    ensure_commit(runner, "fetch", mirror, world["commit"])
+    out = sync_clone(runner, "fetch", tmp_path / "stack" / "src" / "fi", mirror, world["commit"],
+                     cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False,
+                     submodule_paths=fork.submodule_paths, sparse=fork.sparse, rewrite=rewrite)
+    assert out.submodules["3rdparty/cutlass"] == world["cut"] and not out.dirty
+    assert (out.path / "3rdparty/cutlass/tools/util/include/cutlass/util/device_memory.h").is_file()
+    assert not (out.path / "3rdparty/cutlass/media").exists()
+
+
+@pytest.mark.parametrize("raw, paths, found", [
+    ({"3rdparty/spdlog": ["include"]}, ("3rdparty/cutlass",), "3rdparty/spdlog"),
+    ({"3rdparty/cutlass": ["include"]}, None, "3rdparty/cutlass"),
+    ({"3rdparty/cutlass": ["../x"]}, ("3rdparty/cutlass",), "../x"),
+    ({"3rdparty/cutlass": []}, ("3rdparty/cutlass",), "empty"),
+    ({"3rdparty/cutlass": ["include", "include/"]}, ("3rdparty/cutlass",), "'include' twice"),
+    ({"3rdparty/cutlass": "include"}, ("3rdparty/cutlass",), "include"),
+])
+def test_a_sparse_table_that_does_not_fit_the_selection_is_refused(raw, paths, found) -> None:
+    ft = Table(Path("r.toml"), {"sparse": raw}, "forks[0]")
+    with pytest.raises(RecipeError) as exc:
+        _sparse_selection(ft, paths)
+    assert found in str(exc.value)
+
+
+def test_the_vllm_recipe_keeps_the_two_cutlass_directories_flashinfer_reads() -> None:
+    from october.installer.recipe import load_recipe
+    r = load_recipe("vllm-0.24.0-pr3812")
+    fi = next(f for f in r.forks if f.name == "flashinfer")
+    assert fi.sparse == {"3rdparty/cutlass": DIRS}
+
+
+def _real_cutlass() -> Path | None:
+    """The real NVIDIA/cutlass copy the ``fetch`` tool brings (it holds b46b16d0 less one PNG):
+    $OCTOBER_REAL_CUTLASS, or the tool's snapshot on this machine."""
+    for c in (os.environ.get("OCTOBER_REAL_CUTLASS"), "/work/.mirror/NVIDIA+cutlass/repo"):
+        if c and (Path(c) / "objects").is_dir():
+            return Path(c)
+    return None
+
+
+@pytest.mark.real
+def test_real_flashinfer_pr3812_gets_cutlass_b46b16d0_sparse_from_the_one_copy_that_lacks_a_png(
+        tmp_path: Path, real_mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real objects: FlashInfer 2f3f0f6d (../shared/real-forks) records CUTLASS b46b16d0, whose only
+    reachable copy lacks blob 06ebe5ad (a PNG under media/): a whole fetch cannot work, the recipe's
+    sparse one must, with the two directories FlashInfer's JIT reads."""
+    cutlass = _real_cutlass()
+    if cutlass is None:
+        pytest.skip("no copy of NVIDIA/cutlass on this machine (set OCTOBER_REAL_CUTLASS to one)")
+    mirror = tmp_path / "mirror"
+    (mirror / "github.com" / "NVIDIA").mkdir(parents=True)
+    for owner_name in ("flashinfer-ai/flashinfer.git", "NVIDIA/cccl.git"):
+        (mirror / "github.com" / owner_name).parent.mkdir(parents=True, exist_ok=True)
+        (mirror / "github.com" / owner_name).symlink_to(real_mirror / "github.com" / owner_name)
+    (mirror / "github.com" / "NVIDIA" / "cutlass.git").symlink_to(cutlass)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{(mirror / 'github.com').as_uri()}/.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+    from october.installer.recipe import load_recipe
+    fi = next(f for f in load_recipe("vllm-0.24.0-pr3812").forks if f.name == "flashinfer")
+    ctx, step, result = _fetch(tmp_path, fi)
+    rec = result.forks["flashinfer"]
+    sub = Path(rec.path) / "3rdparty" / "cutlass"
+    assert rec.submodules["3rdparty/cutlass"] == "b46b16d003484063bca4ed365e44095c4c6ed633"
+    for header in ("include/cute/tensor.hpp", "include/cutlass/arch/reg_reconfig.h",
+                   "tools/util/include/cutlass/util/device_memory.h"):
+        assert (sub / header).is_file(), header
+    assert not (sub / "media").exists() and not (sub / "examples").exists()
+    assert dirty_entries(Path(rec.path)) == [] and step.verify(ctx, result) is None
+    partial = mirror_path(tmp_path / "cache", "https://github.com/NVIDIA/cutlass.git", partial=True)
+    assert "06ebe5ad" in " ".join(missing_objects(partial, rec.submodules["3rdparty/cutlass"]))
