@@ -120,6 +120,7 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
+    from october.installer.steps.fetch.sparse import cone_problem
     from october.installer.steps.fetch.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
@@ -158,6 +159,13 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
                 diffs.append(Difference("forks", f"{what} submodule {s.path}",
                                         f"commit {subs.get(s.path) or '(none)'}", now,
                                         fixes.moved_submodule(where, s.path)))
+        sparse = fetched.get("sparse") if isinstance(fetched.get("sparse"), dict) else {}
+        for sub, dirs in sorted(sparse.items()):
+            kept = [str(d) for d in dirs] if isinstance(dirs, list) else []
+            bad = cone_problem(where / sub, kept) if kept else "the fetch record's sparse directories are unreadable"
+            if bad is not None:
+                diffs.append(Difference("forks", f"{what} submodule {sub}",
+                                        f"a sparse checkout of {', '.join(kept) or '(unknown)'} (as set up)", bad, rerun))
         gone = sorted(set(subs) - {s.path for s in submodule_states(where)})
         diffs += [Difference("forks", f"{what} submodule {p}", f"commit {subs[p]}", "no such submodule", rerun)
                   for p in gone]

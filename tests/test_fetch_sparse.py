@@ -169,6 +169,24 @@ def test_a_changed_cone_in_the_stack_is_found_and_the_next_run_restores_it(tmp_p
     assert "not a sparse checkout" in (cone_problem(sub, DIRS) or "")
 
 
+def test_current_verify_names_a_changed_cone(tmp_path: Path, world: dict) -> None:
+    from october.installer.core.paths import StackPaths
+    from october.installer.pipeline.engine import MARKER_FORMAT
+    from october.installer.verify import check_forks
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    paths = StackPaths(tmp_path / "stack")
+    paths.marker("fetch").parent.mkdir(parents=True, exist_ok=True)
+    paths.marker("fetch").write_text(json.dumps({"format_version": MARKER_FORMAT, "outputs": result.to_json()}),
+                                     encoding="utf-8")
+    lock = {"packages": [{"name": "fi", "version": "0.1.0", "vcs": {"commit-id": world["commit"]},
+                          "tool": {"october": {"fork": "fi", "path": "src/fi"}}}]}
+    assert check_forks(paths, lock, {"forks": []}, "re-run") == []
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    fixture_git("-C", str(sub), "sparse-checkout", "set", "--cone", "include")
+    diffs = check_forks(paths, lock, {"forks": []}, "re-run")
+    assert len(diffs) == 1 and "3rdparty/cutlass" in diffs[0].what and "tools/util/include" in diffs[0].found
+
+
 def test_local_changes_in_a_sparse_submodule_are_never_thrown_away(tmp_path: Path, world: dict) -> None:
     ctx, step, result = _fetch(tmp_path, _fork(world))
     sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
