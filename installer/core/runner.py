@@ -13,6 +13,7 @@ import collections
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -32,6 +33,82 @@ class Completed:
     returncode: int
     output: str
     seconds: float
+
+
+class Started:
+    """A command :meth:`Runner.start` runs in the background, in a process group of its own.
+
+    Its output goes to the step's log as :meth:`Runner.run`'s does, and to the progress display only
+    from :meth:`attach` on (the step that waits for it owns the display then).  :meth:`kill` ends the
+    whole group: the command and every process it started (ninja, the compilers)."""
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._killed = False
+        self._echo: Callable[[str], None] | None = None
+        self._last: str | None = None
+        self._outcome: Completed | BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def attach(self, echo: Callable[[str], None] | None) -> None:
+        """From now on each output line also goes to ``echo``, starting with the latest one so far."""
+        with self._lock:
+            self._echo = echo
+            if echo is not None and self._last is not None:
+                echo(self._last)
+
+    def wait(self) -> Completed:
+        """What :meth:`Runner.run` returns or raises, once the command has ended."""
+        assert self._thread is not None
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
+
+    @property
+    def finished(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def kill(self) -> None:
+        """End the command and everything it started (SIGKILL to its process group); then wait."""
+        with self._lock:
+            self._killed = True
+            proc = self._proc
+        if proc is not None and not self.finished:     # an ended group's id may be another's by now
+            _kill_group(proc)
+        if self._thread is not None:
+            self._thread.join()
+
+    # ------------------------------------------------------------ the runner's side
+
+    def _spawned(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._proc = proc
+            killed = self._killed
+        if killed:              # killed while it was being started
+            _kill_group(proc)
+
+    def _line(self, line: str) -> None:
+        with self._lock:
+            self._last = line
+            if self._echo is not None:
+                self._echo(line)
+
+    def _work(self, job: Callable[[], Completed]) -> None:
+        try:
+            self._outcome = job()
+        except BaseException as exc:  # noqa: BLE001 - handed to wait(), which raises it in the step
+            self._outcome = exc
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass                    # the group has ended
 
 
 class Runner:
@@ -55,6 +132,22 @@ class Runner:
     def run(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
             env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,
             check: bool = True, timeout: float | None = None) -> Completed:
+        args, full_env = self._resolve(argv, step, env, extra_env)
+        return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None)
+
+    def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
+              env: Mapping[str, str] | None = None) -> Started:
+        """:meth:`run` in a thread of its own (``check=True``, no timeout); :meth:`Started.wait` gives its
+        answer.  A missing program raises here, as :meth:`run` would."""
+        args, full_env = self._resolve(argv, step, env, None)
+        job = Started()
+        job._thread = threading.Thread(target=job._work, name=f"october-{step}", daemon=True, args=(
+            lambda: self._run(args, full_env, step=step, cwd=cwd, check=True, timeout=None, job=job),))
+        job._thread.start()
+        return job
+
+    def _resolve(self, argv: Sequence[str | os.PathLike[str]], step: str, env: Mapping[str, str] | None,
+                 extra_env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str]]:
         args = [os.fspath(a) for a in argv]
         full_env = dict(os.environ if env is None else env)
         if extra_env:
@@ -70,6 +163,12 @@ class Runner:
             raise ToolMissing(f"step '{step}' needs the program '{exe}'",
                               expected=f"the file {exe}", found="no such file",
                               fix="re-run so the earlier steps recreate it")
+        return args, full_env
+
+    def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
+             timeout: float | None, job: Started | None) -> Completed:
+        exe = args[0]
+        echo = job._line if job is not None else self.echo
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(step)
         shown = redact(shlex.join(args), self.secrets)
@@ -84,7 +183,8 @@ class Runner:
             try:
                 proc_cm = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           text=True, errors="replace", bufsize=1)
+                                           text=True, errors="replace", bufsize=1,
+                                           process_group=0 if job is not None else None)
             except OSError as exc:
                 fh.write(f"# could not start: {exc}\n")
                 raise ToolMissing(f"step '{step}' could not start `{shown}`",
@@ -94,6 +194,8 @@ class Runner:
                                       "re-running recreates what earlier steps made") from None
             with proc_cm as proc:
                 assert proc.stdout is not None
+                if job is not None:
+                    job._spawned(proc)
                 timer = threading.Timer(timeout, proc.kill) if timeout else None
                 if timer is not None:
                     timer.daemon = True
@@ -104,10 +206,12 @@ class Runner:
                         fh.write(clean)
                         chunks.append(clean)
                         tail.append(clean.rstrip("\n"))
-                        if self.echo is not None:
-                            self.echo(clean.rstrip("\n"))
+                        if echo is not None:
+                            echo(clean.rstrip("\n"))
                     rc = proc.wait()
                 except BaseException:
+                    if job is not None:
+                        _kill_group(proc)
                     proc.kill()
                     proc.wait()
                     raise

@@ -111,6 +111,19 @@ class StepContext:
     ui: Reporter
     done: dict[str, StepRecord] = field(default_factory=dict)
     _trust: FileTrust | None = None
+    # Work a later step may begin before its turn, and what it began: a step announces a point it has
+    # reached (FORKS_INSTALLED), each listener for it may start work for a later step and leaves it in
+    # ``early`` under that step's name, for the step to take when it runs (october.installer.steps.jit.early).
+    listeners: dict[str, list[Callable[["StepContext"], None]]] = field(default_factory=dict)
+    early: dict[str, Any] = field(default_factory=dict)
+
+    def listen(self, event: str, listener: Callable[["StepContext"], None]) -> None:
+        self.listeners.setdefault(event, []).append(listener)
+
+    def announce(self, event: str) -> None:
+        """``event`` reached by the running step: run each listener (a listener's failure is its own to handle)."""
+        for listener in self.listeners.get(event, ()):
+            listener(self)
 
     @property
     def trust(self) -> FileTrust:
@@ -136,6 +149,10 @@ class StepContext:
             raise StateError("an earlier step's result is missing", expected=f"step '{kind.step}' done",
                              found="no record", fix="re-run october_setup")
         return got
+
+
+# The install step has put every fork in place (the editable installs done, before its checks).
+FORKS_INSTALLED = "forks-installed"
 
 
 class Step(Protocol[S]):
@@ -177,6 +194,20 @@ def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
         return None
 
 
+def inputs_fingerprint(step: Step[Any], ctx: StepContext) -> str:
+    return fingerprint({"step": step.name, "inputs": step.inputs(ctx)})
+
+
+def must_run(step: Step[Any], ctx: StepContext) -> bool:
+    """Whether ``step`` runs when the walk reaches it, whatever the earlier steps' results are: its marker
+    is missing or unreadable, or its inputs changed.  A step this says False of may still run (an earlier
+    result changed, its outputs no longer verify); nothing is begun early for it."""
+    marker = read_marker(ctx.paths.marker(step.name))
+    if marker is None or load_result(step, marker) is None:
+        return True
+    return marker.get("inputs") != inputs_fingerprint(step, ctx)
+
+
 def skip_line(name: str) -> str:
     """What a reporter says for a step that is already done."""
     return f"==> {name}: already done (inputs unchanged)"
@@ -202,7 +233,7 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
     for step in steps:
-        inputs_fp = fingerprint({"step": step.name, "inputs": step.inputs(ctx)})
+        inputs_fp = inputs_fingerprint(step, ctx)
         upstream_fp = fingerprint(upstream)
         fp = fingerprint({"inputs": inputs_fp, "upstream": upstream_fp})
         marker_path = ctx.paths.marker(step.name)

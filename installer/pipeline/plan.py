@@ -108,9 +108,14 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         settler = CloneSettler(ctx)
         settler.start()
+        from october.installer.steps.jit.early import EarlyJit
+
+        early = EarlyJit.wire(ctx, steps)       # the JIT build begun during install's checks
         try:
             records = run_pipeline(steps, ctx)
         finally:
+            if early is not None:
+                early.stop(ctx)                 # before the lock is released and this run's bytecode removed
             settler.stop()
             shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only
         settler.settle_rest()

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from october.installer.core.errors import CommandFailed, InstallError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.redact import redact_url
-from october.installer.pipeline.engine import StepContext
+from october.installer.pipeline.engine import FORKS_INSTALLED, StepContext
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import stack_uv
 from october.installer.steps.install import consistency, nested, overwritten, records
@@ -140,6 +140,9 @@ class InstallStep:
                 before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
                 nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
                 overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
+        # every fork's files are in place: work that needs no more than that (the JIT build) may begin
+        # while the checks below run (october.installer.steps.jit.early)
+        ctx.announce(FORKS_INSTALLED)
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
         from october.installer.steps.install.guards import run_guards

@@ -8,7 +8,10 @@ the builder module is found (it imports the standard library, flashinfer and
 torch; nothing of the tool env).  The builder defaults to
 :mod:`october.checks.jit_build`; tests pass a stand-in.  The step trusts
 nothing the builder says: each requested module must come back once, its
-library must exist inside the workspace, and the step hashes it itself.
+library must exist inside the workspace, and the step hashes it itself.  In a run
+that installs the forks, the preparation and the builder may have begun during the
+install step's checks (:mod:`october.installer.steps.jit.early`); the step then
+takes that build and waits for it, and checks what it made the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,11 +28,12 @@ from october.checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from october.installer.core.errors import CommandFailed, JitError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.resources import stack_code_root
-from october.installer.pipeline.engine import StepContext
+from october.installer.pipeline.engine import Reporter, StepContext
 from october.installer.recipe import JitModule
 from october.installer.steps.env import stackenv
 from october.installer.steps.env.step import resolved_nvcc
 from october.installer.steps.jit.cache import SharedJitCache, cache_key
+from october.installer.steps.jit.early import take_early
 from october.installer.steps.jit.integrity import (
     aot_path,
     discard,
@@ -96,6 +101,24 @@ def _version_from_paths(workspace: Path, modules: list[dict[str, Any]]) -> str |
     return None
 
 
+@dataclass
+class JitBuild:
+    """What :meth:`JitStep.prepare` found: the modules already verified (``ready``, by shared-cache key)
+    and, when some are still to build, the builder's command (``argv`` None: nothing to build)."""
+
+    workspace: Path
+    aot: Path | None
+    requests: list[dict[str, Any]]
+    keys: list[str | None]
+    inputs: Mapping[str, Any] | None
+    cache: SharedJitCache | None
+    ready: dict[str, dict[str, Any]]
+    discarded: list[dict[str, str]]
+    argv: list[str] | None = None
+    env: dict[str, str] | None = None
+    result_path: Path | None = None
+
+
 class JitStep:
     name: ClassVar[str] = "jit"
 
@@ -121,36 +144,68 @@ class JitStep:
 
     def run(self, ctx: StepContext) -> JitResult:
         r = ctx.recipe
-        arch_list = self._arch_list(ctx) if r.jit else (r.cuda.flashinfer_arch_list if r.cuda else "")
         workspace = ctx.paths.jit
         if not r.jit:
+            arch_list = r.cuda.flashinfer_arch_list if r.cuda else ""
             return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
                              builder=self.builder, flashinfer_version=None)
+        early = take_early(ctx, self)
+        if early is not None:
+            build, started = early
+        else:
+            build, started = self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None
+        if build.argv is None:
+            modules = [{**build.ready[k], **_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
+            ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
+            return self._finish(ctx, build, modules, result=None)
+        failure: CommandFailed | None = None
+        try:
+            if started is not None:
+                started.attach(ctx.runner.echo)
+                started.wait()
+            else:
+                ctx.runner.run(build.argv, step=self.name, env=build.env, cwd=workspace)
+        except CommandFailed as exc:
+            failure = exc
+        return self.complete(ctx, build, failure)
+
+    def prepare(self, ctx: StepContext, ui: Reporter, aot: Path | None) -> JitBuild:
+        """Everything before the builder runs: the untrusted libraries discarded (in ``aot``, FlashInfer's
+        AOT directory, too), the modules already verified found (in the workspace or the shared cache),
+        and, when some are still to build, the request file and the builder's command.  What it says goes
+        to ``ui``."""
+        r = ctx.recipe
+        arch_list = self._arch_list(ctx)
+        workspace = ctx.paths.jit
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
-        discarded = self._discard_untrusted(ctx, workspace, known_aot_dir(ctx, workspace))
+        discarded = self._discard_untrusted(ctx, ui, workspace, aot)
         inputs = shared_cache_inputs(ctx, arch_list, self.builder)
         keys = [cache_key(inputs, q) if inputs else None for q in requests]
         cache = SharedJitCache(ctx.options.cache_dir / "jit") if inputs else None
-        ready = self._ready(ctx, workspace, keys, cache)
+        ready = self._ready(ctx, ui, workspace, keys, cache)
+        build = JitBuild(workspace=workspace, aot=aot, requests=requests, keys=keys, inputs=inputs, cache=cache,
+                         ready=ready, discarded=discarded)
         if cache is not None and all(k in ready for k in keys):
-            modules = [{**ready[k], **_fields(jm)} for k, jm in zip(keys, r.jit) if k is not None]
-            ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
-            return self._finish(ctx, workspace, modules, keys, inputs, cache, discarded, result=None)
+            return build
         work = ctx.paths.state / "jit"
         work.mkdir(parents=True, exist_ok=True)
-        request_path, result_path = work / "request.json", work / "result.json"
-        result_path.unlink(missing_ok=True)
-        request_path.write_text(json.dumps({"modules": requests, "result": str(result_path)}, indent=1),
+        request_path, build.result_path = work / "request.json", work / "result.json"
+        build.result_path.unlink(missing_ok=True)
+        request_path.write_text(json.dumps({"modules": requests, "result": str(build.result_path)}, indent=1),
                                 encoding="utf-8")
-        ctx.ui.info(f"building {len(requests)} JIT module(s) for sm {arch_list} into {workspace}")
-        argv = [str(ctx.paths.python), *ctx.paths.pycache_args(), "-P", "-s", "-m", self.builder, str(request_path)]
-        failure: CommandFailed | None = None
-        try:
-            ctx.runner.run(argv, step=self.name, env=builder_env(ctx, arch_list), cwd=workspace)
-        except CommandFailed as exc:
-            failure = exc
-        result = self._read_result(result_path, failure)
+        ui.info(f"building {len(requests)} JIT module(s) for sm {arch_list} into {workspace}")
+        build.argv = [str(ctx.paths.python), *ctx.paths.pycache_args(), "-P", "-s", "-m", self.builder,
+                      str(request_path)]
+        build.env = builder_env(ctx, arch_list)
+        return build
+
+    def complete(self, ctx: StepContext, build: JitBuild, failure: CommandFailed | None) -> JitResult:
+        """The builder has ended (``failure`` when it exited non-zero): trust nothing it says, check
+        every module, record them."""
+        assert build.result_path is not None
+        workspace, ready = build.workspace, build.ready
+        result = self._read_result(build.result_path, failure)
         if result.get("problem"):
             if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
                 raise JitError("the installed FlashInfer is not the asymmetric fork",
@@ -166,8 +221,8 @@ class JitStep:
             raise JitError("building the JIT modules failed", expected="the builder to exit 0",
                            found=f"exit code {failure.returncode}; last lines:\n{failure.tail}",
                            fix=f"read the full log {failure.log_path}") from failure
-        modules = self._check(workspace, requests, r.jit, result)
-        for m, k in zip(modules, keys):
+        modules = self._check(workspace, build.requests, ctx.recipe.jit, result)
+        for m, k in zip(modules, build.keys):
             if k in ready:
                 m["source"] = ready[k]["source"]
             if m["cached"] and k in ready and m["sha256"] != ready[k]["sha256"]:
@@ -177,25 +232,26 @@ class JitStep:
                                "between concurrent runs")
         cached = all(m["cached"] for m in modules)
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
-        return self._finish(ctx, workspace, modules, keys, inputs, cache, discarded, result=result)
+        return self._finish(ctx, build, modules, result=result)
 
     # ------------------------------------------------------------ integrity and reuse
 
     @staticmethod
-    def _discard_untrusted(ctx: StepContext, workspace: Path, aot: Path | None) -> list[dict[str, str]]:
+    def _discard_untrusted(ctx: StepContext, ui: Reporter, workspace: Path, aot: Path | None
+                           ) -> list[dict[str, str]]:
         """A library whose bytes are not what this step recorded is never a cache hit: remove its module
         directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
         it without any check, too)."""
         bad = untrusted_libraries(workspace, aot_dirs=(aot,))
         for item in bad:
-            ctx.ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
+            ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
         discard(bad)
         return [{"path": str(b.path), "reason": b.reason} for b in bad]
 
     @staticmethod
-    def _ready(ctx: StepContext, workspace: Path, keys: list[str | None], cache: SharedJitCache | None
-               ) -> dict[str, dict[str, Any]]:
+    def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
+               cache: SharedJitCache | None) -> dict[str, dict[str, Any]]:
         """key -> module record for each module already verified in the workspace or restored from the
         shared cache (verified by hash there)."""
         ready: dict[str, dict[str, Any]] = {}
@@ -214,18 +270,18 @@ class JitStep:
                 continue
             found = cache.restore(key, workspace)
             if found.refused:
-                ctx.ui.warn(found.refused)
+                ui.warn(found.refused)
                 ctx.runner.note("jit", found.refused)
             if found.restored is not None:
                 got = found.restored
                 ready[key] = {"uri": got.uri, "path": str(workspace / got.lib), "sha256": got.sha256,
                               "cached": True, "source": "shared-cache"}
-                ctx.ui.info(f"JIT module {got.uri[:60]}... restored from the shared cache (sha256 verified)")
+                ui.info(f"JIT module {got.uri[:60]}... restored from the shared cache (sha256 verified)")
         return ready
 
-    def _finish(self, ctx: StepContext, workspace: Path, modules: list[dict[str, Any]], keys: list[str | None],
-                inputs: Mapping[str, Any] | None, cache: SharedJitCache | None, discarded: list[dict[str, str]],
-                *, result: Mapping[str, Any] | None) -> JitResult:
+    def _finish(self, ctx: StepContext, build: JitBuild, modules: list[dict[str, Any]], *,
+                result: Mapping[str, Any] | None) -> JitResult:
+        workspace, keys, inputs, cache = build.workspace, build.keys, build.inputs, build.cache
         stored = 0
         for m, k in zip(modules, keys):
             m.setdefault("source", "workspace" if m["cached"] else "built")
@@ -246,7 +302,7 @@ class JitStep:
         return JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else "",
                          modules=tuple(modules), cached=all(m["cached"] for m in modules), builder=self.builder,
                          flashinfer_version=str(version) if version is not None else None,
-                         discarded=tuple(discarded),
+                         discarded=tuple(build.discarded),
                          shared_cache={"dir": str(cache.root), "key_inputs": dict(inputs or {}),
                                        "restored": sum(m["source"] == "shared-cache" for m in modules),
                                        "stored": stored} if cache is not None else None)
@@ -322,10 +378,11 @@ class JitStep:
         return None
 
 
-def known_aot_dir(ctx: StepContext, workspace: Path) -> Path | None:
+def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = None) -> Path | None:
     """FlashInfer's AOT directory for this stack without starting it: the one recorded last time, else
     FlashInfer's own rule for the fork's checkout (``<package>/data/aot``; ``flashinfer/data/`` is
-    ignored by the fork's git, so the checkout stays clean)."""
+    ignored by the fork's git, so the checkout stays clean): the checkout install recorded, else
+    ``checkout`` (the build begun before install has recorded it, :mod:`october.installer.steps.jit.early`)."""
     recorded = manifest_aot_dir(workspace)
     if recorded is not None:
         return recorded
@@ -333,6 +390,8 @@ def known_aot_dir(ctx: StepContext, workspace: Path) -> Path | None:
     for f in install.forks if install is not None else ():
         if f.mode == "flashinfer" and f.path:
             return Path(f.path) / "flashinfer" / "data" / "aot"
+    if install is None and checkout is not None:
+        return checkout / "flashinfer" / "data" / "aot"
     return None
 
 
