@@ -67,6 +67,14 @@ CHECK_NAMES = tuple(name for name, _ in REQUIRED_CHECKS)
 EXTRA_CHECKS: tuple[tuple[str, str], ...] = (("jit_complete", "JIT modules pre-built"),)
 TITLES = dict(REQUIRED_CHECKS + EXTRA_CHECKS)
 
+# An engine-level diagnostic (``--diagnostic-cache``: a symmetric cache, every engine check run for real) is
+# never a stack verdict: ``current smoke`` exits DIAGNOSTIC_AGREED_EXIT when every check passed on every
+# cache asked for (the harness agrees with the engine), 1 when one did not.
+DIAGNOSTIC_CACHES = ("bf16", "fp8_e4m3", "both")
+DIAGNOSTIC_AGREED_EXIT = 21
+# Faults a diagnostic may plant into the real engine (``--plant-fault``; checks/engine_faults.py).
+ENGINE_FAULTS = ("attn_output_zero", "v_read_scale_2x")
+
 # ------------------------------------------------------------------ files the two sides exchange
 
 SMOKE_RECEIPT_FORMAT_VERSION = 2

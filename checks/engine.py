@@ -57,6 +57,7 @@ from typing import Any
 import torch
 
 from october.checks import engine_oracle as oracle
+from october.checks.engine_cache import K16V8, CachePlan
 from october.checks.engine_checks import (
     GRAPH_BATCHES,
     JIT_CHECK,
@@ -115,14 +116,21 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                      device: torch.device | None = None, selection: dict[str, Any] | None = None,
                      tokens: TokenProtocol | None = None,
                      facts: dict[str, Any] | None = None,
-                     watch: Watch | None = None) -> tuple[list[CheckResult], ScaleChoice]:
+                     watch: Watch | None = None, plan: CachePlan = K16V8,
+                     fault: str | None = None) -> tuple[list[CheckResult], ScaleChoice]:
     """The six checks (plus JIT modules pre-built); ``facts`` (when given) receives what the receipt
     records about the engine: compute dtype, K/V cache dtypes asked and found, the token protocol.
-    ``watch``: the run's watch over the JIT workspace (started here on the selection's when not given)."""
+    ``watch``: the run's watch over the JIT workspace (started here on the selection's when not given).
+    ``plan``: the cache asked for (K16/V8; a diagnostic's symmetric one, :mod:`october.checks.engine_diagnostic`);
+    ``fault``: one of :data:`october.checks.engine_faults.FAULTS`, planted into the engines under test."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sel = Selection.from_json(selection, tokens or token_protocol({}))
     facts = facts if facts is not None else {}
     facts.update(sel.as_json())
+    if plan.diagnostic:
+        facts.update({"kv_cache_dtype": plan.kv_cache_dtype, "cache": plan.as_json()})
+    if fault:
+        facts["fault_planted"] = fault
     shape = model_shape(manifest)
     choice = engine_scales(manifest, fixtures, shape.layers)
     if choice.error is not None:
@@ -132,15 +140,16 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     watch = watch or Watch.start(workspace_base(selection))
     if watch.base is not None:
         facts["jit_workspace"] = str(watch.base)
-    hooks = _Hooks(choice.v_scales)
+    hooks = _Hooks(plan.v_scales(choice.v_scales), fault)
     try:
         try:
             hooks.install()
-            llm = _start(manifest, seed, eager=False, sel=sel)
+            llm = _start(manifest, seed, eager=False, sel=sel, plan=plan)
         except Unsupported as exc:
             return every_check(UNSUPPORTED, f"unsupported: {exc}"), choice
         except Exception as exc:     # the engine did not start: nothing was verified
-            refused = refused_cache_dtype(exc, KV_CACHE_DTYPE)
+            refused = refused_cache_dtype(exc, plan.kv_cache_dtype if isinstance(plan.kv_cache_dtype, tuple)
+                                          else (plan.kv_cache_dtype,))
             if refused is not None:     # upstream vLLM: one cache dtype for K and V
                 facts["engine_refused"] = refused.as_json()
                 return refusal_results(refused), choice
@@ -148,10 +157,10 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         graph_captured = hooks.captures > 0
         # on the graph engine now; decode_graphs below, once the enforce_eager engine has run
         on_graph_engine = [n for n in CHECK_NAMES if n != "decode_graphs"]
-        results = run_checks({"physical_k16v8": lambda: _physical(llm, hooks, sel),
+        results = run_checks({"physical_k16v8": lambda: _physical(llm, hooks, sel, plan),
                               "calibrated_scales": lambda: _scales(llm, hooks),
                               "mixed_prefill": lambda: _mixed(llm),
-                              "clean_memory": lambda: _memory(llm, hooks, shape),
+                              "clean_memory": lambda: _memory(llm, hooks, shape, plan),
                               "deterministic_generation": lambda: _deterministic(llm)}, on_graph_engine)
         first = results["physical_k16v8"].measured
         facts.update({"k_cache_dtype_found": first.get("k_dtype"), "v_cache_dtype_found": first.get("v_dtype"),
@@ -166,10 +175,10 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         eager: Any = RuntimeError("the enforce_eager engine did not start")
         eager_captured = False
         try:
-            llm = _start(manifest, seed, eager=True, sel=sel)
+            llm = _start(manifest, seed, eager=True, sel=sel, plan=plan)
             eager_captured = hooks.captures > captures
             if not isinstance(ids, BaseException):
-                layer = _safely(_capture_run, llm, hooks, sel, shape, ids)
+                layer = _safely(_capture_run, llm, hooks, sel, shape, ids, plan)
             eager = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
             del llm
         except Exception as exc:
@@ -177,6 +186,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         _release()
         agreement: Any = k16v8
         if not isinstance(k16v8, BaseException):
+            hooks.subject = False           # the oracle engine: no scales written, no fault planted
             try:
                 llm = _start(manifest, seed, eager=True, sel=sel, sixteen_bit=True)
                 sixteen = _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
@@ -185,11 +195,13 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                     oracle.compare_with_16bit(k16v8, sixteen)
             except Exception as exc:
                 agreement = exc
+            finally:
+                hooks.subject = True
             _release()
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
                                              graph_captured, eager_captured, device)
         _oracles(results, layer, agreement)
-        jit = run_check(JIT_CHECK[0], _jit, sel, shape, watch)
+        jit = run_check(JIT_CHECK[0], _jit, sel, shape, watch, plan.diagnostic)
     finally:
         hooks.uninstall()
     return in_order(results) + [jit], choice

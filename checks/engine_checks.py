@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from october.checks import engine_oracle as oracle
-from october.checks import reference as ref
 from october.checks.contract import EXTRA_CHECKS
+from october.checks.engine_cache import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
 from october.checks.engine_vllm import (
     DTYPES,
     FREE_BLOCKS,
@@ -38,7 +38,6 @@ from october.checks.workspace import uri as module_uri
 JIT_CHECK = EXTRA_CHECKS[0]                       # ("jit_complete", "JIT modules pre-built")
 GRAPH_BATCHES = (1, 3, 5)
 MEMORY_ROUNDS = 3
-K_BYTES, V_BYTES = 2, 1
 
 
 def _checksum(t: torch.Tensor) -> int:
@@ -59,27 +58,40 @@ def _amend(result: CheckResult, problems: list[str], measured: dict[str, Any], l
     return result
 
 
-def _physical(llm: Any, h: _Hooks, sel: Selection) -> CheckResult:
-    if sel.k_cache_dtype not in DTYPES:
-        raise Unsupported("no recipe K cache dtype to hold the cache to (expected the selection's "
-                          f"k_cache_dtype in the stack info, found {sel.k_cache_dtype!r}): run through "
+def _physical(llm: Any, h: _Hooks, sel: Selection, plan: CachePlan = K16V8) -> CheckResult:
+    """The live cache holds what ``plan`` asked for on every layer, through FlashInfer: K16/V8 (K the
+    recipe's K dtype, V e4m3, V bytes K/2), or a diagnostic's symmetric cache (both sides the compute
+    dtype, or both e4m3, stored as e4m3 or as its uint8 bytes the way vLLM 0.24 keeps them)."""
+    key = sel.compute_dtype if plan.diagnostic else sel.k_cache_dtype
+    if key not in DTYPES:
+        what = "compute_dtype" if plan.diagnostic else "k_cache_dtype"
+        raise Unsupported(f"no recipe {'compute' if plan.diagnostic else 'K cache'} dtype to hold the cache to "
+                          f"(expected the selection's {what} in the stack info, found {key!r}): run through "
                           "`current smoke`, or pass --stack-info with a selection")
-    want_k = DTYPES[sel.k_cache_dtype]
+    want_k, want_v = plan.holds(DTYPES[key])
+    k_b, v_b = plan.bytes_per_value()
     caches = _caches(h)
     problems = []
+    pairs = []
     for i, entry in enumerate(caches):
-        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-            problems.append(f"layer {i}: expected a (k_cache, v_cache) tuple, found {type(entry).__name__}")
+        try:
+            k, v = split_kv(entry)
+        except Unsupported as exc:
+            problems.append(f"layer {i}: {exc}")
             continue
-        k, v = entry
-        if k.dtype != want_k or v.dtype != ref.FP8 or v.nbytes * 2 != k.nbytes \
-                or k.dim() != 4 or k.shape != v.shape:
+        pairs.append((k, v))
+        if not side_ok(k, plan.k_fp8, want_k) or not side_ok(v, plan.v_fp8, want_v) \
+                or v.nbytes * k_b != k.nbytes * v_b or k.dim() != 4 or k.shape != v.shape:
             problems.append(f"layer {i}: K {k.dtype} {tuple(k.shape)} {k.nbytes}B, "
                             f"V {v.dtype} {tuple(v.shape)} {v.nbytes}B")
-    backends = sorted({str(_need(layer, "attn_backend").get_name()) for layer in h.layers(h.runner)})
+    layers = h.layers(h.runner)
+    backends = sorted({str(_need(layer, "attn_backend").get_name()) for layer in layers})
     if backends != ["FLASHINFER"]:
         problems.append(f"attention backends {backends}, expected FLASHINFER on every layer")
-    pairs = [e for e in caches if isinstance(e, (tuple, list)) and len(e) == 2]
+    declared = sorted({str(d) for d in map(layer_cache_dtype, layers) if d is not None})
+    asked = plan.kv_cache_dtype if isinstance(plan.kv_cache_dtype, str) else None
+    if plan.diagnostic and declared and declared != [asked]:
+        problems.append(f"the layers say they store {declared}, expected {asked!r} on every layer")
     live = "no (k_cache, v_cache) pairs"
     if pairs:
         before = [_checksum(t) for t in pairs[0]]
@@ -89,25 +101,32 @@ def _physical(llm: Any, h: _Hooks, sel: Selection) -> CheckResult:
             f"layer 0 K changed={before[0] != after[0]}, V changed={before[1] != after[1]}"
         if live != "K and V changed":
             problems.append(f"generation did not write the caches read here ({live})")
-    k_bytes = sum(e[0].nbytes for e in pairs)
-    v_bytes = sum(e[1].nbytes for e in pairs)
-    ratio = (k_bytes + v_bytes) / (2 * k_bytes) if k_bytes else 0.0
+    k_bytes = sum(k.nbytes for k, _ in pairs)
+    v_bytes = sum(v.nbytes for _, v in pairs)
+    k_values = sum(k.numel() for k, _ in pairs)
+    ratio = (k_bytes + v_bytes) / (4 * k_values) if k_values else 0.0     # against K and V both 16-bit
+    want_ratio = (k_b + v_b) / 4
     first = pairs[0] if pairs else None
+    found = f"K {first[0].dtype if first else '?'} / V {first[1].dtype if first else '?'}"
     return verdict("physical_k16v8", not problems,
-                   f"{len(caches)} layers, K {first[0].dtype if first else '?'} / V "
-                   f"{first[1].dtype if first else '?'}, state {ratio:.3f}x BF16, live, FLASHINFER",
+                   f"{len(caches)} layers, {found}{' (e4m3 bytes)' if first and first[1].dtype == torch.uint8 else ''}"
+                   f", state {ratio:.3f}x BF16, live, FLASHINFER" + (f" (diagnostic {plan.name})" if plan.diagnostic else ""),
                    "; ".join(problems[:3]),
                    {"layers": len(caches), "k_dtype": str(first[0].dtype) if first else None,
                     "v_dtype": str(first[1].dtype) if first else None, "attention_backends": backends,
+                    "layers_declare": declared, "cache": plan.as_json(),
                     "layer_shape": list(first[0].shape) if first else None, "k_bytes": k_bytes,
                     "v_bytes": v_bytes, "state_vs_bf16": ratio, "live": live, "problems": problems},
-                   {"k_dtype": str(want_k), "v_dtype": "torch.float8_e4m3fn", "attention_backends": ["FLASHINFER"],
-                    "v_bytes": "k_bytes / 2", "state_vs_bf16": 0.75, "live": "K and V changed"})
+                   {"k_dtype": str(want_k) + (" (or its uint8 bytes)" if plan.k_fp8 else ""),
+                    "v_dtype": str(want_v) + (" (or its uint8 bytes)" if plan.v_fp8 else ""),
+                    "attention_backends": ["FLASHINFER"],
+                    "v_bytes": f"k_bytes x {v_b} / {k_b}", "state_vs_bf16": want_ratio, "live": "K and V changed"})
 
 
 def _scales(llm: Any, h: _Hooks) -> CheckResult:
-    """The scales in effect after engine start, exactly the supplied ones, loaded before capture.
-    (The stored codes and the read-back scale are judged from the captured layer later.)"""
+    """The scales in effect after engine start, exactly the supplied ones (``h.v_scales``: the calibrated V
+    scales, or 1.0 where V is not quantized), loaded before capture.  (The stored codes and the read-back
+    scale are judged from the captured layer later.)"""
     layers = h.layers(h.runner)
     supplied = list(h.v_scales)
     _generate(llm, list(PROMPTS))
@@ -125,10 +144,13 @@ def _scales(llm: Any, h: _Hooks) -> CheckResult:
         or h.events.index("scales_loaded") < h.events.index("graphs_captured"))
     if not order_ok:
         problems.append(f"scales not loaded before graph capture ({h.events})")
+    k_scales = [float(layer._k_scale.detach().float().reshape(-1)[0]) if hasattr(layer, "_k_scale") else None
+                for layer in layers]
     return verdict("calibrated_scales", not problems,
                    f"{len(supplied)} layer scales in effect before capture; stored V codes are quant(v, s)",
                    "; ".join(problems),
-                   {"supplied": supplied, "v_scale_float": as_float, "v_scale": as_tensor, "events": h.events},
+                   {"supplied": supplied, "v_scale_float": as_float, "v_scale": as_tensor, "k_scale": k_scales,
+                    "events": h.events},
                    {"v_scale_float": "equal to supplied", "v_scale": "equal to supplied (float32)",
                     "order": "scales_loaded before graphs_captured"})
 
@@ -162,12 +184,13 @@ def _mixed(llm: Any) -> CheckResult:
                     "tokens": "identical to the solo run"})
 
 
-def _memory(llm: Any, h: _Hooks, shape: ModelShape) -> CheckResult:
+def _memory(llm: Any, h: _Hooks, shape: ModelShape, plan: CachePlan = K16V8) -> CheckResult:
     cfg = _need(llm, "llm_engine.vllm_config.cache_config")
     blocks, block_size = int(_need(cfg, "num_gpu_blocks")), int(_need(cfg, "block_size"))
     free = _need(llm, FREE_BLOCKS)
-    caches = _caches(h)
-    expected = blocks * block_size * shape.layers * shape.kv_heads * shape.head_dim * (K_BYTES + V_BYTES)
+    caches = [split_kv(e) for e in _caches(h)]
+    k_b, v_b = plan.bytes_per_value()
+    expected = blocks * block_size * shape.layers * shape.kv_heads * shape.head_dim * (k_b + v_b)
     actual = sum(k.nbytes + v.nbytes for k, v in caches)
     device = caches[0][0].device
     free_start = int(free())
@@ -190,7 +213,7 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape) -> CheckResult:
                     "held_after_rounds": held, "held_measure": what},
                    {"kv_bytes": expected,
                     "formula": f"blocks x block_size x layers {shape.layers} x kv_heads {shape.kv_heads}"
-                               f" x head_dim {shape.head_dim} x (2 + 1)",
+                               f" x head_dim {shape.head_dim} x ({k_b} + {v_b})",
                     "free_blocks": "back to the start after every round",
                     "held": "unchanged after the warm-up round"})
 
@@ -241,9 +264,11 @@ def _graphs(h: _Hooks, graphed: list[Generated] | BaseException, eager: list[Gen
 # ------------------------------------------------------------------------------ JIT modules
 
 
-def _jit(sel: Selection, shape: ModelShape, watch: Watch) -> CheckResult:
+def _jit(sel: Selection, shape: ModelShape, watch: Watch, diagnostic: bool = False) -> CheckResult:
     """The derived modules were in the workspace before the engine started, and the run's watch
-    (:class:`october.checks.workspace.Watch`) saw none gained or changed while it ran."""
+    (:class:`october.checks.workspace.Watch`) saw none gained or changed while it ran.  A diagnostic's
+    symmetric cache needs modules no recipe derives (its own workspace, a copy of the stack's): the
+    watch still runs and lists what the engine built, and only a pre-built module that changed fails."""
     name = JIT_CHECK[0]
     workspace = watch.base
     if not sel.jit_modules or workspace is None:
@@ -261,7 +286,7 @@ def _jit(sel: Selection, shape: ModelShape, watch: Watch) -> CheckResult:
         problems.append(f"module {missing[0]} is not pre-built in {workspace}"
                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
                         + f"; run `{fix}` to build it")
-    if gained:
+    if gained and not diagnostic:
         problems.append(f"the engine JIT-built {len(gained)} module(s) during the smoke ({gained[0]}): "
                         f"they are outside the verified workspace; run `{fix}`")
     if changed:
@@ -272,12 +297,15 @@ def _jit(sel: Selection, shape: ModelShape, watch: Watch) -> CheckResult:
         wrong = {k: (v, got[k]) for k, v in sel.shape.items() if got.get(k) is not None and got[k] != v}
         if wrong:
             problems.append(f"the modules were derived for another model shape: recipe vs config.json {wrong}")
-    return verdict(name, not problems, f"{len(sel.jit_modules)} derived modules pre-built; the workspace "
-                   "gained none during the smoke", "; ".join(problems),
+    ok_text = f"{len(sel.jit_modules)} derived modules pre-built; the workspace " + (
+        f"gained {len(gained)} module(s) for the diagnostic's symmetric cache, changed none" if diagnostic
+        else "gained none during the smoke")
+    return verdict(name, not problems, ok_text, "; ".join(problems),
                    {"workspace": str(workspace), "expected": list(sel.jit_modules), "missing": missing,
                     "present": {u: before[u] for u in sel.jit_modules if u in before}, "gained": gained,
                     "changed": changed},
-                   {"missing": [], "gained": [], "changed": [], "build_command": fix})
+                   {"missing": [], "gained": "listed (a diagnostic's symmetric modules)" if diagnostic else [],
+                    "changed": [], "build_command": fix})
 
 
 def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseException,

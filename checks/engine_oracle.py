@@ -91,7 +91,9 @@ def wrap_impl(layer: Any, cap: Capture, need: Callable[[Any, str], Any]) -> Call
             if k is None or v is None or o is None:
                 raise Unsupported("Attention.impl.forward was called without key/value or output")
             d = cap.head_dim
-            cap.calls.append(tuple(t.detach().reshape(t.shape[0], -1, d).float().clone()   # type: ignore[misc]
+            # vLLM pads inputs and output for CUDA graphs; its metadata says how many tokens are real
+            n = getattr(bound.get("attn_metadata"), "num_actual_tokens", None) or q.shape[0]
+            cap.calls.append(tuple(t.detach()[:n].reshape(n, -1, d).float().clone()   # type: ignore[misc]
                                    for t in (q, k, v, o)))
         return out
 
@@ -128,66 +130,91 @@ class LayerVerdict:
     limits: dict[str, Any]
 
 
-def judge_layer(cap: Capture, v_cache: torch.Tensor, scale: float, k_dtype: torch.dtype,
-                layer_index: int) -> LayerVerdict:
-    """Compare the captured request with the torch reference (see the module docstring)."""
+def _codes_agree(stored: torch.Tensor, predicted: torch.Tensor) -> tuple[bool, dict[str, Any]]:
+    """The values a cache side holds against what it must hold, as multisets of the non-zero values
+    (slots need no metadata); exact for a 16-bit side, :data:`CODES_EQUAL_MIN` for e4m3 codes."""
+    exact = stored.dtype != ref.FP8
+    a = stored.float().reshape(-1)
+    a = a[a != 0].sort().values
+    b = predicted.float().reshape(-1)
+    b = b[b != 0].sort().values
+    same_count = a.numel() == b.numel()
+    equal = float((a == b).float().mean()) if same_count and a.numel() else 0.0
+    a_max = float(a.abs().max()) if a.numel() else 0.0
+    b_max = float(b.abs().max()) if b.numel() else 0.0
+    ratio = a_max / b_max if b_max else math.inf
+    ok = same_count and (equal == 1.0 if exact else equal >= CODES_EQUAL_MIN) and AMAX_RATIO[0] <= ratio <= AMAX_RATIO[1]
+    return ok, {"stored": int(a.numel()), "predicted": int(b.numel()), "equal_share": equal,
+                "stored_over_predicted_amax": ratio}
+
+
+def judge_layer(cap: Capture, cache: torch.Tensor | tuple[torch.Tensor, torch.Tensor], scale: float | None,
+                k_dtype: torch.dtype, layer_index: int, k_scale: float | None = None,
+                value_dtype: torch.dtype | None = None) -> LayerVerdict:
+    """Compare the captured request with the torch reference (see the module docstring).
+
+    ``cache``: the layer's V cache, or its ``(k_cache, v_cache)`` (then K is judged too).  ``scale``: the
+    supplied V scale, or None for a 16-bit V (stored and read as it is, in ``value_dtype``); ``k_scale``:
+    K's scale when K is stored as e4m3 too (a symmetric fp8 cache), else K is ``k_dtype``."""
+    k_cache, v_cache = cache if isinstance(cache, tuple) else (None, cache)
     sizes = [c[0].shape[0] for c in cap.calls]
     if len(sizes) < 2 or sizes[0] < 2 or any(s != 1 for s in sizes[1:]):
         raise Unsupported(f"the captured layer saw token counts {sizes[:12]}, expected one prefill "
                           "then single-token decodes (a scheduler this harness does not model)")
     q_all = [c[0] for c in cap.calls]
-    k_all = torch.cat([c[1] for c in cap.calls]).to(k_dtype)      # K as a 16-bit cache holds it
+    k_raw = torch.cat([c[1] for c in cap.calls])
+    k_all = k_raw.to(k_dtype)                                      # K as a 16-bit cache holds it
     v_all = torch.cat([c[2] for c in cap.calls])
     o_all = [c[3] for c in cap.calls]
-    v_deq = ref.dequantize_v(ref.quantize_v(v_all, scale), scale)
+    k_held = ref.quantize_v(k_raw, k_scale) if k_scale is not None else k_all
+    k_ref = ref.dequantize_v(k_held, k_scale) if k_scale is not None else k_all
+    v_held = ref.quantize_v(v_all, scale) if scale is not None else v_all.to(value_dtype or k_dtype)
+    v_deq = ref.dequantize_v(v_held, scale) if scale is not None else v_held.float()
     n0 = sizes[0]
     fresh = _attend(q_all[0], k_all[:n0], v_all[:n0])
-    paged = _attend(q_all[0], k_all[:n0], v_deq[:n0])
+    paged = _attend(q_all[0], k_ref[:n0], v_deq[:n0])
     e_fresh, _ = _err(o_all[0], fresh)
     e_paged, _ = _err(o_all[0], paged)
     tol_p = TOL_REL * float(fresh.abs().max()) + TOL_ABS
     dec_out = torch.cat(o_all[1:])
-    ref8 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_deq[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
-    ref16 = torch.cat([_attend(q, k_all[:n0 + j + 1], v_all[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
+    ref8 = torch.cat([_attend(q, k_ref[:n0 + j + 1], v_deq[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
+    ref16 = torch.cat([_attend(q, k_ref[:n0 + j + 1], v_all[:n0 + j + 1]) for j, q in enumerate(q_all[1:])])
     e8, l2_8 = _err(dec_out, ref8)
     slope_d = ref.slope(dec_out, ref8)
     slope_p = ref.slope(o_all[0], fresh if e_fresh <= e_paged else paged)
     e16, l2_16 = _err(dec_out, ref16)
     tol_d = TOL_REL * float(ref8.abs().max()) + TOL_ABS
     # reads a 16-bit V underneath: the output follows the unquantized values, not the stored codes
-    reads_16bit = l2_16 < l2_8 and e16 <= tol_d
-    stored = v_cache.float().reshape(-1)
-    stored = stored[stored != 0].sort().values
-    predicted = ref.quantize_v(v_all, scale).float().reshape(-1)
-    predicted = predicted[predicted != 0].sort().values
-    same_count = stored.numel() == predicted.numel()
-    equal = float((stored == predicted).float().mean()) if same_count and stored.numel() else 0.0
-    s_max = float(stored.abs().max()) if stored.numel() else 0.0
-    p_max = float(predicted.abs().max()) if predicted.numel() else 0.0
-    ratio = s_max / p_max if p_max else math.inf
-    ok_codes = same_count and equal >= CODES_EQUAL_MIN and AMAX_RATIO[0] <= ratio <= AMAX_RATIO[1]
+    reads_16bit = scale is not None and l2_16 < l2_8 and e16 <= tol_d
+    ok_v, v_codes = _codes_agree(v_cache, v_held)
+    ok_k, k_codes = _codes_agree(k_cache, k_held) if k_cache is not None else (True, None)
     route = "in-flight K/V at full precision (fresh prefill)" if e_fresh <= e_paged else \
-        "the paged K16/V8 cache"
+        "the paged cache"
     measured = {
-        "layer": layer_index, "tokens": sizes, "supplied_scale": scale,
+        "layer": layer_index, "tokens": sizes, "supplied_scale": scale, "k_scale": k_scale,
+        "cache_reference": ("K " + ("e4m3" if k_scale is not None else str(k_dtype)) + ", V "
+                            + ("e4m3" if scale is not None else str(value_dtype or k_dtype))),
         "prefill_max_err_vs_fresh_reference": e_fresh, "prefill_max_err_vs_cached_reference": e_paged,
         "prefill_route_observed": route,
         "decode_max_err_vs_k16v8_reference": e8, "decode_rel_l2_vs_k16v8_reference": l2_8,
         "decode_rel_l2_vs_16bit_v_reference": l2_16, "decode_max_err_vs_16bit_v_reference": e16,
         "reference_max": float(ref8.abs().max()),
         "prefill_slope_vs_reference": slope_p, "decode_slope_vs_k16v8_reference": slope_d,
-        "stored_v_codes": int(stored.numel()), "predicted_v_codes": int(predicted.numel()),
-        "codes_equal_share": equal, "stored_over_predicted_amax": ratio,
+        "stored_v_codes": v_codes["stored"], "predicted_v_codes": v_codes["predicted"],
+        "codes_equal_share": v_codes["equal_share"], "stored_over_predicted_amax": v_codes["stored_over_predicted_amax"],
+        "k_codes": k_codes,
     }
     limits = {"prefill_max_err": tol_p, "decode_max_err": tol_d,
               "reads_16bit_v": "fails when the decode rows match the 16-bit-V reference within the "
-                               "tolerance and closer than the K16/V8 one",
+                               "tolerance and closer than the K16/V8 one (only where V is quantized)",
               "tolerance": f"{TOL_REL:g} x max|reference| + {TOL_ABS:g}",
               "slope": f"1 +- {ref.SLOPE_BOUND} (least squares of the output against the reference)",
-              "codes_equal_share_min": CODES_EQUAL_MIN, "stored_over_predicted_amax": list(AMAX_RATIO),
-              "codes": "the stored V codes are quant(v, supplied scale) of the captured values"}
+              "codes_equal_share_min": CODES_EQUAL_MIN if scale is not None else 1.0,
+              "stored_over_predicted_amax": list(AMAX_RATIO),
+              "codes": "the stored V codes are quant(v, supplied scale) of the captured values (a 16-bit V: "
+                       "the captured values exactly); K likewise with its own scale, or exactly at 16 bits"}
     return LayerVerdict(min(e_fresh, e_paged) <= tol_p and ref.slope_ok(slope_p), e8 <= tol_d and ref.slope_ok(slope_d),
-                        not reads_16bit, ok_codes, route, measured, limits)
+                        not reads_16bit, ok_v and ok_k, route, measured, limits)
 
 
 Generation = tuple[list[int], list[dict[int, float]]]

@@ -26,13 +26,17 @@ from typing import Any
 
 import torch
 
+from october.checks import engine_faults
 from october.checks import engine_oracle as oracle
+from october.checks.engine_cache import DTYPES, K16V8, CachePlan, codes, split_kv
 from october.checks.inputs import InputError, Manifest, TokenProtocol, token_protocol
 from october.checks.results import Unsupported
 
-KV_CACHE_DTYPE = ("auto", "fp8_e4m3")
+KV_CACHE_DTYPE = K16V8.kv_cache_dtype
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+# vLLM 0.24 runs some architectures (Qwen3, Llama, ...) on its V2 model runner by default: both are hooked
+RUNNER_MODULES = (RUNNER_MODULE, "vllm.v1.worker.gpu.model_runner")
 FREE_BLOCKS = "llm_engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks"
 TOUCHED = (
     "vllm.LLM(model, dtype, kv_cache_dtype, attention_config, seed, enforce_eager, "
@@ -44,13 +48,15 @@ TOUCHED = (
     "LLM.llm_engine.vllm_config.cache_config.num_gpu_blocks / .block_size",
     "LLM." + FREE_BLOCKS,
     "RequestOutput.request_id / .outputs[0].token_ids / .outputs[0].logprobs[i][token].logprob",
-    f"{RUNNER_MODULE}.GPUModelRunner.load_model / .capture_model / .kv_caches / .vllm_config",
+    (f"{RUNNER_MODULE}.GPUModelRunner (and vllm.v1.worker.gpu.model_runner.GPUModelRunner where it exists)"
+     ".load_model / .capture_model / .kv_caches / .vllm_config"),
     "VllmConfig.compilation_config.static_forward_context",
-    "Attention._v_scale / ._v_scale_float",
-    "Attention.kv_cache[0] (k_cache, v_cache) / .attn_backend.get_name()",
-    "Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output)",
+    "Attention._v_scale / ._v_scale_float / ._k_scale / ._k_scale_float / .kv_cache_dtype (when present)",
+    ("Attention.kv_cache: (k_cache, v_cache), [(k_cache, v_cache)] or [num_blocks, 2, block_size, heads, dim]"
+     " / .attn_backend.get_name()"),
+    ("Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output); "
+     "attn_metadata.num_actual_tokens (when present)"),
 )
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 PROMPTS = ("The capital of France is", "Write one sentence about the sea.",
            "List three prime numbers:", "def fibonacci(n):", "Translate 'good morning' to German:")
 MAX_TOKENS = 16
@@ -92,21 +98,33 @@ def model_shape(manifest: Manifest) -> ModelShape:
 
 
 class _Hooks:
-    """Wraps GPUModelRunner.load_model/capture_model: scales in, order recorded per runner."""
+    """Wraps GPUModelRunner.load_model/capture_model: scales in, order recorded per runner.
 
-    def __init__(self, v_scales: tuple[float, ...]) -> None:
+    ``subject`` is False while the 16-bit-cache oracle engine starts: it gets neither the scales (its
+    cache quantizes nothing, and FlashInfer multiplies its output by the layer's V scale whatever the
+    cache dtype) nor a planted ``fault`` (:mod:`october.checks.engine_faults`)."""
+
+    def __init__(self, v_scales: tuple[float, ...], fault: str | None = None) -> None:
         self.v_scales = v_scales
+        self.fault = fault
+        self.subject = True
         self.runner: Any = None
         self.events: list[str] = []
         self.captures = 0
-        self._restore: tuple[Any, Any, Any] | None = None
+        self._restore: list[tuple[Any, Any, Any]] = []
 
     def install(self) -> None:
-        try:
-            mod = importlib.import_module(RUNNER_MODULE)
-        except ImportError as exc:
-            raise Unsupported(f"{RUNNER_MODULE} cannot be imported ({type(exc).__name__}: {exc})") from None
-        cls = _need(mod, "GPUModelRunner")
+        found = []
+        for name in RUNNER_MODULES:
+            try:
+                found.append(_need(importlib.import_module(name), "GPUModelRunner"))
+            except ImportError as exc:
+                if name == RUNNER_MODULE:
+                    raise Unsupported(f"{RUNNER_MODULE} cannot be imported ({type(exc).__name__}: {exc})") from None
+        for cls in found:
+            self._wrap(cls)
+
+    def _wrap(self, cls: Any) -> None:
         load, capture = _need(cls, "load_model"), _need(cls, "capture_model")
         hooks = self
 
@@ -114,7 +132,10 @@ class _Hooks:
             out = load(runner, *a, **kw)
             hooks.runner = runner
             hooks.events = []                       # a new engine: its own order
-            hooks.apply_scales(runner)
+            if hooks.subject:
+                hooks.apply_scales(runner)
+                if hooks.fault:
+                    hooks.events.append(engine_faults.plant(hooks.fault, hooks.layers(runner), _need))
             return out
 
         def capture_model(runner: Any, *a: Any, **kw: Any) -> Any:
@@ -122,14 +143,13 @@ class _Hooks:
             hooks.captures += 1
             return capture(runner, *a, **kw)
 
-        self._restore = (cls, load, capture)
+        self._restore.append((cls, load, capture))
         cls.load_model, cls.capture_model = load_model, capture_model
 
     def uninstall(self) -> None:
-        if self._restore is not None:
-            cls, load, capture = self._restore
+        while self._restore:
+            cls, load, capture = self._restore.pop()
             cls.load_model, cls.capture_model = load, capture
-            self._restore = None
 
     def layers(self, runner: Any) -> list[Any]:
         ctx = _need(runner, "vllm_config.compilation_config.static_forward_context")
@@ -177,17 +197,22 @@ class Selection:
                 "v_cache_dtype": self.v_cache_dtype, "kv_cache_dtype": list(KV_CACHE_DTYPE),
                 **self.tokens.as_json(), "tokens_from": self.tokens.source}
 
+    def compute(self) -> torch.dtype | None:
+        return DTYPES.get(self.compute_dtype or "")
 
-def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_bit: bool = False) -> Any:
-    """The K16/V8 engine (FlashInfer), or with ``sixteen_bit`` the oracle: the same model with a
-    16-bit KV cache and vLLM's own backend choice."""
+
+def _start(manifest: Manifest, seed: int, eager: bool, sel: Selection, sixteen_bit: bool = False,
+           plan: CachePlan = K16V8) -> Any:
+    """The engine under test (``plan``'s cache, FlashInfer: K16/V8 unless a diagnostic asks for a symmetric
+    cache), or with ``sixteen_bit`` the oracle: the same model with a 16-bit KV cache and vLLM's own
+    backend choice."""
     try:
         vllm = importlib.import_module("vllm")
     except ImportError as exc:
         raise Unsupported(f"vllm cannot be imported ({type(exc).__name__}: {exc})") from None
     llm_cls = _need(vllm, "LLM")
     kw: dict[str, Any] = {"kv_cache_dtype": "auto"} if sixteen_bit else \
-        {"kv_cache_dtype": KV_CACHE_DTYPE, "attention_config": ATTENTION_CONFIG}
+        {"kv_cache_dtype": plan.kv_cache_dtype, "attention_config": ATTENTION_CONFIG}
     length = -(-(sel.tokens.prompt_tokens + sel.tokens.max_new_tokens + 64) // 256) * 256
     try:
         return llm_cls(model=manifest.local_path, dtype=sel.compute_dtype or "auto", seed=seed,
@@ -230,18 +255,8 @@ def _caches(h: _Hooks) -> list[Any]:
         raise Unsupported("GPUModelRunner.kv_caches is empty after engine start")
     return caches
 
-def layer_pair(kv_cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """A layer's ``(k_cache, v_cache)``: bound directly (vLLM 0.24: one object per layer) or per
-    virtual engine (vLLM 0.18: a list whose [0] is the current one)."""
-    def is_pair(x: Any) -> bool:
-        return isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, torch.Tensor) and t.dim() == 4
-                                                                     for t in x)
-    if is_pair(kv_cache):
-        return kv_cache[0], kv_cache[1]
-    if isinstance(kv_cache, (tuple, list)) and kv_cache and is_pair(kv_cache[0]):
-        return kv_cache[0][0], kv_cache[0][1]
-    raise Unsupported(f"Attention.kv_cache is {type(kv_cache).__name__}, expected a (k_cache, v_cache) pair of "
-                      "4-D tensors (or a list of them per virtual engine)")
+
+layer_pair = split_kv      # a layer's (k_cache, v_cache), whatever layout the engine binds (engine_cache)
 
 
 def _middle_layer(h: _Hooks) -> tuple[int, Any]:
@@ -250,7 +265,8 @@ def _middle_layer(h: _Hooks) -> tuple[int, Any]:
     return i, layers[i]
 
 
-def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int]) -> oracle.LayerVerdict:
+def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int],
+                 plan: CachePlan = K16V8) -> oracle.LayerVerdict:
     """One request on the eager engine with one layer's impl wrapped and its cache zeroed first."""
     index, layer = _middle_layer(h)
     pair = layer_pair(_need(layer, "kv_cache"))
@@ -264,8 +280,12 @@ def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: li
     finally:
         cap.armed = False
         restore()
-    want_k = DTYPES.get(sel.k_cache_dtype or "", pair[0].dtype)
-    return oracle.judge_layer(cap, pair[1], h.v_scales[index], want_k, index)
+    compute = sel.compute() or (pair[0].dtype if pair[0].dtype in DTYPES.values() else torch.bfloat16)
+    want_k = compute if plan.diagnostic else DTYPES.get(sel.k_cache_dtype or "", pair[0].dtype)
+    k_scale = float(_need(layer, "_k_scale").detach().float().reshape(-1)[0]) if plan.k_fp8 else None
+    held = (codes(pair[0], plan.k_fp8), codes(pair[1], plan.v_fp8))
+    return oracle.judge_layer(cap, held, h.v_scales[index] if plan.v_fp8 else None, want_k, index, k_scale,
+                              value_dtype=compute)
 
 
 def _release() -> None:

@@ -59,17 +59,24 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
                   selection: str | None, model: dict[str, Any] | None, scales: dict[str, Any],
                   results: list[CheckResult], timings: dict[str, float],
                   notes: list[str], promised_level: str | None = None,
-                  extra: dict[str, Any] | None = None, problems: list[str] | None = None) -> dict[str, Any]:
+                  extra: dict[str, Any] | None = None, problems: list[str] | None = None,
+                  diagnostic: dict[str, Any] | None = None) -> dict[str, Any]:
     """The receipt.  ``passed`` is the stack verdict: every check passed at the level the stack
     promises (``proves == "stack"``) and no run-level ``problems``; ``checks_passed`` says only
-    whether the six checks passed at the level that ran."""
+    whether the six checks passed at the level that ran.  A ``diagnostic`` run (a symmetric cache on
+    the engine, :mod:`october.checks.engine_diagnostic`) proves the harness and is never passed."""
     passed, reasons = overall(results, level, promised_level, problems)
+    what = proves(level, promised_level)
+    if diagnostic is not None:
+        passed, what = False, "harness"
+        reasons.append(f"diagnostic run ({', '.join(diagnostic['caches'])} cache): it proves {diagnostic['proves']}; "
+                       "it can never pass as a stack verdict")
     by_name = {r.name: r for r in results}
     checks_passed = all(n in by_name and by_name[n].status == PASSED for n in CHECK_NAMES)
     doc = {
         "format_version": SMOKE_RECEIPT_FORMAT_VERSION, "kind": SMOKE_RECEIPT_KIND,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "level": level, "promised_level": promised_level, "proves": proves(level, promised_level),
+        "level": level, "promised_level": promised_level, "proves": what,
         "seed": seed, "stack": stack, "selection": selection, "model": model,
         "scales": scales, "machine": machine_facts(device),
         "checks": [r.as_json() for r in results],
@@ -77,6 +84,8 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
         "notes": notes, "checks_passed": checks_passed, "passed": passed, "reasons": reasons,
     }
     doc.update(extra or {})
+    if diagnostic is not None:
+        doc["diagnostic"] = diagnostic
     return doc
 
 

@@ -6,8 +6,13 @@ fork, ``kernel`` when it has FlashInfer only), never one chosen by what
 imports.  A lower level runs only when named with ``--level``; its receipt says
 what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.
 
-Exit status: 0 when the receipt says ``passed``, 1 when it does not,
-2 on a usage error (nothing is written then).
+``--diagnostic-cache bf16|fp8_e4m3|both`` (engine level only) runs every engine check on a symmetric
+cache instead of K16/V8 (:mod:`october.checks.engine_diagnostic`): it proves the harness on a real engine,
+never the stack, so its receipt is never passed; ``--plant-fault`` (diagnostic only, for benches) plants
+one of :data:`october.checks.engine_faults.FAULTS` into the engine.
+
+Exit status: 0 when the receipt says ``passed``, 1 when it does not (always for a diagnostic: whether the
+harness agreed is the receipt's ``diagnostic.harness_ok``), 2 on a usage error (nothing is written then).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import torch
 
 from october.checks import results as res
 from october.checks import workspace
-from october.checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
+from october.checks.contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS
+from october.checks.engine_faults import FAULTS
 from october.checks.inputs import (
     InputError,
     Manifest,
@@ -55,6 +61,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="kernel and engine levels: the longest context and the new tokens instead of the "
                         "recipe's [smoke] prompt_tokens,max_new_tokens from --stack-info (default 8192,128); "
                         "recorded in the receipt as an override")
+    p.add_argument("--diagnostic-cache", choices=DIAGNOSTIC_CACHES, default=None,
+                   help="engine level: run every engine check on this symmetric cache instead of K16/V8 (both: bf16, "
+                        "then fp8_e4m3); proves the harness on a real engine, never passes")
+    p.add_argument("--plant-fault", choices=FAULTS, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -136,14 +146,25 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
     tokens = token_protocol(stack, args.token_counts)
     selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
+    if args.diagnostic_cache and level != "engine":
+        raise InputError(f"--diagnostic-cache: expected the engine level, found level {level}.\n"
+                         "  -> pass --level engine, or leave --diagnostic-cache out")
+    if args.plant_fault and not args.diagnostic_cache:
+        raise InputError("--plant-fault: a fault is planted only into a diagnostic run, found no --diagnostic-cache."
+                         "\n  -> add --diagnostic-cache bf16|fp8_e4m3|both")
     if level == "engine" and manifest is None:
         raise InputError("--level engine: expected a download manifest (--manifest), found none.\n"
                          "  -> run `current download` first and pass its output")
     # the one watch over the JIT workspace (none at the reference level: no FlashInfer there)
-    watch = workspace.Watch.start(workspace.base(selection)) if level != "reference" else None
+    ws_base = workspace.base(selection)
+    if args.diagnostic_cache:           # never the stack's verified workspace: a copy of it in the output
+        from october.checks.engine_diagnostic import own_workspace
+        ws_base = own_workspace(ws_base, args.output)
+    watch = workspace.Watch.start(ws_base) if level != "reference" else None
     setup = time.monotonic() - started
     choice: ScaleChoice | None = None
     extra: dict[str, Any] = {}
+    diagnostic: dict[str, Any] | None = None
     if level == "reference":
         results, choice = run_reference(device, args.seed, manifest, fixtures)
         if device.type != "cuda":
@@ -160,6 +181,14 @@ def run(args: argparse.Namespace) -> int:
         results, choice = run_kernel_level(device, args.seed, manifest, fixtures, cfg)
         if device.type != "cuda":
             notes.append("kernel level on a CPU: CUDA-only checks are skipped, so passed is false")
+    elif args.diagnostic_cache:
+        from october.checks.engine_diagnostic import run_diagnostic
+        assert manifest is not None
+        results, choice, diagnostic = run_diagnostic(manifest, fixtures, args.seed, device, selection, tokens,
+                                                     args.diagnostic_cache, args.plant_fault, ws_base)
+        extra["engine"] = diagnostic["per_cache"][diagnostic["caches"][-1]]["engine"]
+        if device.type != "cuda":
+            notes.append("engine diagnostic on a CPU: CUDA-only checks are skipped, so the harness cannot agree")
     else:
         # runs on a CPU too, like the kernel level (the CUDA-graph check is then skipped)
         from october.checks.engine import run_engine_level
@@ -181,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         model=manifest.as_json() if manifest else None,
         scales=choice.as_json() if choice else {"source": "none", "path": None, "v_scales": [],
                                                 "note": None, "error": None},
-        results=results, notes=notes,
+        results=results, notes=notes, diagnostic=diagnostic,
         timings={"setup_seconds": setup, "checks_seconds": sum(r.seconds for r in results),
                  "total_seconds": time.monotonic() - started})
     path = write_receipt(args.output, receipt)
@@ -190,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  - {reason}")
     print(f"level {level} on {device} proves the {receipt['proves']}; "
           f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
+    if diagnostic is not None:
+        print(f"diagnostic ({', '.join(diagnostic['caches'])}): the harness "
+              f"{'agreed' if diagnostic['harness_ok'] else 'did not agree'} with the engine"
+              + (f"; planted fault {args.plant_fault} {'caught' if diagnostic['fault_caught'] else 'NOT caught'}"
+                 if args.plant_fault else ""))
     return 0 if receipt["passed"] else 1
 
 

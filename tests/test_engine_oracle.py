@@ -141,9 +141,15 @@ def test_protocol_prompt_has_exactly_the_asked_tokens() -> None:
     assert len(ids) == 8192 and ids != oracle.protocol_ids(Bytes(), 8192)[:1] * 8192
 
 
-def test_layer_pair_takes_both_vllm_layouts() -> None:
+def test_layer_pair_takes_every_vllm_layout() -> None:
     k, v = torch.zeros(2, 16, 2, 64, dtype=torch.float16), torch.zeros(2, 16, 2, 64, dtype=ref.FP8)
-    assert layer_pair((k, v))[1] is v                  # 0.24: bound per layer
+    assert layer_pair((k, v))[1] is v                  # the fork on 0.24: bound per layer
     assert layer_pair([(k, v)])[0] is k                # 0.18: per virtual engine
-    with pytest.raises(Unsupported, match="Attention.kv_cache is Tensor"):
-        layer_pair(torch.zeros(2, 2, 16, 2, 64))
+    # upstream 0.24, a symmetric cache: one [num_blocks, 2, block_size, heads, dim] tensor; K and V are views
+    joint = torch.zeros(3, 2, 16, 2, 64, dtype=torch.uint8)
+    jk, jv = layer_pair(joint)
+    jv.fill_(7)
+    assert jk.shape == jv.shape == (3, 16, 2, 64) and int(joint[:, 1].sum()) == 7 * jv.numel() and int(jk.sum()) == 0
+    for bad in (torch.zeros(2, 3, 16, 2, 64), torch.zeros(16, 2, 64)):
+        with pytest.raises(Unsupported, match="the layer's KV cache is Tensor"):
+            layer_pair(bad)
