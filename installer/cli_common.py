@@ -78,6 +78,14 @@ class SmokeLevel(str, enum.Enum):
     engine = "engine"
 
 
+class DiagnosticCache(str, enum.Enum):
+    """`current smoke --diagnostic-cache` (october.checks.contract.DIAGNOSTIC_CACHES)."""
+
+    bf16 = "bf16"
+    fp8_e4m3 = "fp8_e4m3"
+    both = "both"
+
+
 RECIPE_HELP = "Recipe name (see `current recipes`) or a path to a .toml."
 CACHE_HELP = "Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."
 

@@ -15,6 +15,7 @@ import typer
 
 from october.installer.cli_common import (
     RECIPE_HELP,
+    DiagnosticCache,
     ModelFormat,
     SmokeLevel,
     cache_dir_option,
@@ -236,13 +237,23 @@ def smoke(
                                             help="Calibrated scales dir (default $KNLP_KV_FIXTURES)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME",
                                          help="Recipe for the model selection (default: the one the setup receipt names)."),
+    diagnostic_cache: Optional[DiagnosticCache] = typer.Option(
+        None, "--diagnostic-cache",
+        help="Engine level: run every engine check on a symmetric cache the engine can store instead of K16/V8 "
+             "(bf16: kv_cache_dtype='auto', fp8_e4m3: K and V e4m3; both: bf16 then fp8_e4m3). Proves the harness "
+             "on a real engine, never the stack: passed is always false; exit 21 when every check passed on every "
+             "cache (the harness agrees with the engine), 1 when one did not."),
+    plant_fault: Optional[str] = typer.Option(None, "--plant-fault", hidden=True,
+                                              help="Diagnostic only (benches): attn_output_zero or v_read_scale_2x."),
     quiet: bool = quiet_option(),
     verbose: bool = verbose_option("Echo the checks' output as they run."),
     as_json: bool = json_option("the verdict and where the receipt is"),
 ) -> None:
     """Prove on this machine that the stack really does K16/V8; exit 0 only when receipt.json says passed.
     What is left out comes from the stack: its recipe and promised level from STACK/receipts/setup.json,
-    the format from that recipe's models (receipt.json records each choice and any override)."""
+    the format from that recipe's models (receipt.json records each choice and any override).
+    With --diagnostic-cache the engine checks run on a symmetric cache: exit 21 means the diagnostic
+    finished and the harness agreed with the engine on every cache, 1 that it did not."""
     ui = reporter(quiet, verbose)
 
     def go() -> int:
@@ -251,14 +262,20 @@ def smoke(
         opts = SmokeOptions(install=install.resolve(), format=format.value if format else None,
                             output=dir_option("--output", output), level=level.value if level else None,
                             fixtures=fixtures.resolve() if fixtures else None,
-                            manifest=file_option("--manifest", manifest) if manifest else None, recipe=recipe)
+                            manifest=file_option("--manifest", manifest) if manifest else None, recipe=recipe,
+                            diagnostic_cache=diagnostic_cache.value if diagnostic_cache else None,
+                            plant_fault=plant_fault)
         say = (lambda _line: None) if quiet or as_json else print
         code = run_smoke(opts, echo=say, ui=ui)
         if as_json:
             receipt = load_receipt(opts.output / "receipt.json")
+            diagnostic = receipt.get("diagnostic")
             print_json("result", {"command": "current smoke", "ok": code == 0, "exit_code": code, "result": {
                 "receipt": str(opts.output / "receipt.json"), "passed": receipt["passed"], "proves": receipt["proves"],
-                "level": receipt["level"], "choices": receipt["stack"].get("choices")}})
+                "level": receipt["level"], "choices": receipt["stack"].get("choices"),
+                "diagnostic": None if diagnostic is None else {
+                    "caches": diagnostic["caches"], "harness_ok": diagnostic["harness_ok"],
+                    "fault": (diagnostic["fault"] or {}).get("name"), "fault_caught": diagnostic["fault_caught"]}}})
         return code
 
     raise typer.Exit(guarded(go, ui, json_command="current smoke" if as_json else None))

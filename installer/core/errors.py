@@ -315,5 +315,6 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (18, 'stack state error'),
     (19, 'a path cannot be read or written, or is the wrong kind (a missing file, a file where a directory belongs, permissions); "disk full" when any write ran out of space (ours, git\'s, uv\'s, a compiler\'s)'),
     (20, 'an offline kit cannot be made or used (missing piece, tampered file, other recipe)'),
+    (21, '`current smoke --diagnostic-cache`: the diagnostic finished and every engine check passed on every symmetric cache asked for (the harness agrees with the engine; never a stack verdict: `passed` is false; a check that did not pass is exit 1)'),
     (130, "interrupted (Ctrl-C); re-run the same command to resume"),
 )

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from october.checks.contract import FORMATS, LEVELS, SMOKE_RECEIPT_FILENAME
+from october.checks.contract import (
+    DIAGNOSTIC_AGREED_EXIT,
+    DIAGNOSTIC_CACHES,
+    ENGINE_FAULTS,
+    FORMATS,
+    LEVELS,
+    SMOKE_RECEIPT_FILENAME,
+)
 from october.checks.results import format_table
 from october.installer.core.atomic import write_json_atomic
 from october.installer.core.errors import ReceiptError, SmokeError, UsageError
@@ -51,6 +58,8 @@ class SmokeOptions:
     recipe: str | None = None       # None: the recipe the setup receipt names
     device: str = "auto"
     seed: int = 0
+    diagnostic_cache: str | None = None   # bf16 | fp8_e4m3 | both: the engine checks on a symmetric cache
+    plant_fault: str | None = None        # a diagnostic only: one of ENGINE_FAULTS planted into the engine
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,19 @@ def check_choices(opts: SmokeOptions) -> None:
     if opts.level is not None and opts.level not in LEVELS:
         raise UsageError("unknown smoke level", expected=", ".join(LEVELS), found=repr(opts.level),
                          fix="pass --level reference, kernel or engine, or leave it out")
+    if opts.diagnostic_cache is not None and opts.diagnostic_cache not in DIAGNOSTIC_CACHES:
+        raise UsageError("unknown diagnostic cache", expected=", ".join(DIAGNOSTIC_CACHES),
+                         found=repr(opts.diagnostic_cache), fix="pass --diagnostic-cache bf16, fp8_e4m3 or both")
+    if opts.diagnostic_cache is not None and opts.level not in (None, "engine"):
+        raise UsageError("--diagnostic-cache runs the engine checks", expected="--level engine (or no --level on "
+                         "a stack that promises the engine level)", found=f"--level {opts.level}",
+                         fix="leave --level out, or leave --diagnostic-cache out")
+    if opts.plant_fault is not None and (opts.diagnostic_cache is None or opts.plant_fault not in ENGINE_FAULTS):
+        raise UsageError("a fault is planted only into a diagnostic run, and only a known one",
+                         expected=f"--diagnostic-cache with --plant-fault {' or '.join(ENGINE_FAULTS)}",
+                         found=f"--plant-fault {opts.plant_fault}"
+                         + ("" if opts.diagnostic_cache else " without --diagnostic-cache"),
+                         fix="add --diagnostic-cache bf16|fp8_e4m3|both, or leave --plant-fault out")
     if opts.output.exists() and not opts.output.is_dir():
         raise UsageError(f"--output {opts.output} is a file", expected="a directory for receipt.json (made if missing)",
                          found="a file", fix="pass a directory path to --output")
@@ -216,6 +238,10 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
         argv += ["--manifest", str(manifest)]
     if opts.fixtures is not None:
         argv += ["--fixtures", str(opts.fixtures)]
+    if opts.diagnostic_cache is not None:
+        argv += ["--diagnostic-cache", opts.diagnostic_cache]
+    if opts.plant_fault is not None:
+        argv += ["--plant-fault", opts.plant_fault]
     old = base_env.get("PYTHONPATH")
     env: dict[str, str] = {}
     drop: tuple[str, ...] = ()
@@ -254,6 +280,10 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
     refuse_untrusted_jit(opts.install)
     info = stack_info(opts.install, opts.recipe)
     opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
+    if opts.diagnostic_cache is not None and (opts.level or info["promised_level"]) != "engine":
+        raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the engine "
+                         "level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
+                         fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
     runtime = stackenv.load(opts.install)
     with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
         return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
@@ -297,6 +327,15 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
         raise ReceiptError("the smoke exit code and receipt disagree",
                            expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
                            fix="re-run current smoke")
+    return exit_code(receipt)
+
+
+def exit_code(receipt: Mapping[str, Any]) -> int:
+    """0 only for a stack verdict that passed; a diagnostic (never passed) exits DIAGNOSTIC_AGREED_EXIT (21)
+    when every engine check passed on every symmetric cache asked for, 1 when one did not."""
+    diagnostic = receipt.get("diagnostic")
+    if isinstance(diagnostic, Mapping):
+        return DIAGNOSTIC_AGREED_EXIT if diagnostic.get("harness_ok") is True else 1
     return 0 if receipt["passed"] else 1
 
 

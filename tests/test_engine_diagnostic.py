@@ -1,0 +1,200 @@
+"""The engine-level diagnostic (``--diagnostic-cache``): every engine check on a symmetric cache, against
+the stand-in vLLM (which copies what upstream 0.24.0 does with one: ``tests/test_vllm_symmetric_real.py``),
+and faults planted into the engine by the harness itself (``--plant-fault``), as they will be on the real
+engine on the H200 (``bench/h200_engine_diagnostic.sh``).
+
+A diagnostic proves the harness on a real engine, never the stack: its receipt is never passed, even when
+every check passed; ``current smoke`` exits 21 when the harness agreed with the engine on every cache, 1
+when it did not.  Each planted fault must make the diagnostic disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+with warnings.catch_warnings():  # torch warns at import when numpy is absent
+    warnings.simplefilter("ignore", UserWarning)
+    import torch
+
+import jsonschema
+import pytest
+
+from october.checks.contract import DIAGNOSTIC_AGREED_EXIT, ENGINE_FAULTS
+from october.checks.engine_diagnostic import combine
+from october.checks.receipt import build_receipt
+from october.checks.results import CHECK_NAMES, FAILED, PASSED, SKIPPED, CheckResult
+from october.installer.core.errors import UsageError
+from october.installer.smoke.launch import SmokeOptions, check_choices, exit_code, plan_smoke
+from tests.fixtures.smoke_runs import run_and_read
+from tests.test_checks_engine_fake import TOKENS, _env, make_inputs, stack_info
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((ROOT / "receipts" / "smoke.schema.json").read_text())
+ALL = (*CHECK_NAMES, "jit_complete")
+RUNS = ("", *ENGINE_FAULTS)
+
+
+def _run(inputs: tuple[Path, Path, Path], out: Path, cache: str, fault: str = "", *extra: str) -> dict[str, Any]:
+    manifest, fixtures, model = inputs
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "october.checks.smoke", "--level", "engine", "--device", "cpu",
+           "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out),
+           "--stack-info", str(stack_info(out, model)), "--token-counts", f"{TOKENS[0]},{TOKENS[1]}",
+           "--diagnostic-cache", cache, *(["--plant-fault", fault] if fault else []), *extra]
+    return run_and_read(cmd, out, _env(""), fault, 400)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    return make_inputs(tmp_path_factory.mktemp("diag_inputs"))
+
+
+@pytest.fixture(scope="module")
+def runs(inputs: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """``--diagnostic-cache both`` on the CPU: healthy, then each planted fault (two at a time)."""
+    base = tmp_path_factory.mktemp("diag")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(RUNS, pool.map(lambda f: _run(inputs, base / (f or "none"), "both", f), RUNS)))
+
+
+def _per_cache(receipt: dict[str, Any], cache: str) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in receipt["diagnostic"]["per_cache"][cache]["checks"]}
+
+
+def _measured(receipt: dict[str, Any], cache: str, name: str) -> dict[str, Any]:
+    return next(c for c in receipt["diagnostic"]["per_cache"][cache]["checks"] if c["name"] == name)["measured"]
+
+
+def test_every_engine_check_runs_on_each_symmetric_cache(runs: dict[str, dict[str, Any]]) -> None:
+    run = runs[""]
+    receipt = run["receipt"]
+    assert receipt is not None, run["stderr"][-3000:]
+    jsonschema.validate(receipt, SCHEMA)
+    d = receipt["diagnostic"]
+    assert d["caches"] == ["bf16", "fp8_e4m3"] and d["never_a_stack_verdict"] is True and d["fault"] is None
+    # on a CPU the graph check cannot pass (no CUDA graphs): everything else does, on both caches
+    for cache in d["caches"]:
+        assert _per_cache(receipt, cache) == dict.fromkeys(ALL, PASSED) | {"decode_graphs": SKIPPED}, cache
+        assert d["per_cache"][cache]["harness_ok"] is False
+    assert receipt["passed"] is False and receipt["proves"] == "harness" and d["harness_ok"] is False
+    assert run["rc"] == 1 and exit_code(receipt) == 1
+    assert any("can never pass as a stack verdict" in r for r in receipt["reasons"])
+    # what each cache holds: the compute dtype on both sides, or e4m3 stored as its uint8 bytes (vLLM 0.24)
+    bf16 = _measured(receipt, "bf16", "physical_k16v8")
+    fp8 = _measured(receipt, "fp8_e4m3", "physical_k16v8")
+    assert (bf16["k_dtype"], bf16["v_dtype"], bf16["layers_declare"]) == ("torch.float16", "torch.float16", ["auto"])
+    assert (fp8["k_dtype"], fp8["v_dtype"], fp8["layers_declare"]) == ("torch.uint8", "torch.uint8", ["fp8_e4m3"])
+    assert bf16["state_vs_bf16"] == 1.0 and fp8["state_vs_bf16"] == 0.5
+    # the stored values against the captured ones: exactly at 16 bits, quant(x, scale) for K and V in e4m3
+    lb, lf = (_measured(receipt, c, "calibrated_scales")["layer_oracle"] for c in ("bf16", "fp8_e4m3"))
+    assert lb["codes_equal_share"] == 1.0 and lb["k_codes"]["equal_share"] == 1.0 and lb["supplied_scale"] is None
+    assert lf["codes_equal_share"] >= 0.98 and lf["k_codes"]["equal_share"] >= 0.98 and lf["k_scale"] == 1.0
+    assert lf["supplied_scale"] == receipt["scales"]["v_scales"][lf["layer"]]
+    # the scales in effect: 1.0 where nothing is quantized, the calibrated ones on the fp8 cache
+    assert _measured(receipt, "bf16", "calibrated_scales")["supplied"] == [1.0] * 3
+    assert _measured(receipt, "fp8_e4m3", "calibrated_scales")["supplied"] == receipt["scales"]["v_scales"]
+
+
+def test_the_diagnostic_never_touches_the_stack_workspace(runs: dict[str, dict[str, Any]]) -> None:
+    receipt = runs[""]["receipt"]
+    out = Path(receipt["diagnostic"]["workspace"])
+    assert out.name == "diagnostic-jit"
+    stack_ws = Path(json.loads((out.parent / "stack-info.json").read_text())["selection"]["jit_workspace"])
+    stack = {p.relative_to(stack_ws) for p in stack_ws.rglob("*.so")}
+    copy = {p.relative_to(out) for p in out.rglob("*.so")}
+    assert stack < copy                        # the symmetric modules went into the copy alone
+    gained = receipt["diagnostic"]["per_cache"]["fp8_e4m3"]["jit_workspace"]["gained"]
+    assert gained and all("e4m3" in g for g in gained)
+
+
+@pytest.mark.parametrize("fault", ENGINE_FAULTS)
+def test_each_planted_fault_fails_its_checks_on_both_caches(runs: dict[str, dict[str, Any]], fault: str) -> None:
+    run = runs[fault]
+    receipt = run["receipt"]
+    assert receipt is not None, run["stderr"][-3000:]
+    jsonschema.validate(receipt, SCHEMA)
+    d = receipt["diagnostic"]
+    assert d["fault"]["name"] == fault and d["fault_caught"] is True and d["harness_ok"] is False
+    assert run["rc"] == 1 and exit_code(receipt) == 1 and receipt["passed"] is False
+    for cache in d["caches"]:
+        st = _per_cache(receipt, cache)
+        # the captured layer's rows are off (x0, or V read at 2x): both checks it feeds fail
+        assert st["calibrated_scales"] == st["mixed_prefill"] == FAILED, (cache, st)
+        events = _measured(receipt, cache, "calibrated_scales")["events"]
+        assert any(e.startswith(f"fault_planted: {fault}") for e in events)
+        assert d["per_cache"][cache]["engine"]["fault_planted"] == fault
+    if fault == "v_read_scale_2x":               # what the layers read with is not what was supplied
+        scales = _measured(receipt, "fp8_e4m3", "calibrated_scales")
+        assert scales["v_scale_float"] == [2 * s for s in scales["supplied"]]
+        assert scales["v_scale"] == pytest.approx(scales["supplied"])      # stored with the right one
+
+
+def _results(status: str = PASSED) -> list[CheckResult]:
+    return [CheckResult(n, status, "ok") for n in ALL]
+
+
+def test_a_diagnostic_receipt_is_never_passed_even_when_every_check_passes() -> None:
+    diagnostic = {"caches": ["bf16", "fp8_e4m3"], "proves": "the engine harness on a real engine, not the stack",
+                  "never_a_stack_verdict": True, "harness_ok": True, "fault": None, "fault_caught": None,
+                  "workspace": None, "exit_codes": {"harness agreed": 21, "harness disagreed": 1},
+                  "per_cache": {c: {"kv_cache_dtype": c, "harness_ok": True, "checks": [r.as_json() for r in _results()]}
+                                for c in ("bf16", "fp8_e4m3")}}
+    kw: dict[str, Any] = {"level": "engine", "promised_level": "engine", "device": torch.device("cpu"), "seed": 0,
+                          "stack": {"recipe": None, "lock_sha256": None, "forks": {}}, "selection": "fp16",
+                          "model": None, "scales": {"source": "none", "path": None, "v_scales": [], "note": None,
+                                                    "error": None},
+                          "results": _results(), "timings": {"total_seconds": 1.0}, "notes": [],
+                          "extra": {"protocol": {"prompt_tokens": 96, "max_new_tokens": 12}, "jit_workspace": None}}
+    stack_verdict = build_receipt(**kw)
+    assert stack_verdict["passed"] is True and exit_code(stack_verdict) == 0      # the same checks, K16/V8
+    receipt = build_receipt(**kw, diagnostic=diagnostic)
+    jsonschema.validate(receipt, SCHEMA)
+    assert receipt["passed"] is False and receipt["checks_passed"] is True and receipt["proves"] == "harness"
+    assert exit_code(receipt) == DIAGNOSTIC_AGREED_EXIT == 21
+    assert exit_code({**receipt, "diagnostic": {**diagnostic, "harness_ok": False}}) == 1
+
+
+def test_the_folded_checks_pass_only_where_every_cache_passed() -> None:
+    bad = _results()
+    bad[1] = CheckResult(CHECK_NAMES[1], FAILED, "codes differ")
+    folded = {r.name: r for r in combine({"bf16": _results(), "fp8_e4m3": bad})}
+    assert folded[CHECK_NAMES[0]].status == PASSED and folded[CHECK_NAMES[1]].status == FAILED
+    assert folded[CHECK_NAMES[1]].summary == "bf16: passed: ok; fp8_e4m3: failed: codes differ"
+    assert set(folded[CHECK_NAMES[1]].measured) == {"bf16", "fp8_e4m3"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--diagnostic-cache", "bf16", "--level", "kernel"), "--diagnostic-cache: expected the engine level"),
+    (("--plant-fault", "attn_output_zero"), "--plant-fault: a fault is planted only into a diagnostic run"),
+])
+def test_a_fault_or_a_diagnostic_out_of_place_is_a_usage_error(args: tuple[str, ...], message: str,
+                                                                inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    manifest, fixtures, model = inputs
+    level = [] if "--level" in args else ["--level", "engine"]
+    cmd = [sys.executable, "-m", "october.checks.smoke", *level, "--device", "cpu", "--manifest", str(manifest),
+           "--fixtures", str(fixtures), "--output", str(tmp_path), "--stack-info", str(stack_info(tmp_path, model)),
+           "--promised-level", "engine", *args]
+    run = run_and_read(cmd, tmp_path, _env(""), "", 120)
+    assert run["rc"] == 2 and message in run["stderr"] and run["receipt"] is None, run["stderr"][-2000:]
+
+
+def test_current_smoke_passes_the_diagnostic_on_and_refuses_a_fault_without_one(tmp_path: Path) -> None:
+    opts = SmokeOptions(install=tmp_path, format="fp16", output=tmp_path / "o", diagnostic_cache="both",
+                        plant_fault="v_read_scale_2x")
+    argv = plan_smoke(opts, Path("py"), None, tmp_path / "info.json", {}).argv
+    assert argv[argv.index("--diagnostic-cache") + 1] == "both" and argv[argv.index("--plant-fault") + 1] == "v_read_scale_2x"
+    plain = plan_smoke(SmokeOptions(install=tmp_path, format="fp16", output=tmp_path / "o"), Path("py"), None,
+                       tmp_path / "info.json", {}).argv
+    assert "--plant-fault" not in plain and "--diagnostic-cache" not in plain      # never in a normal run
+    for bad in (SmokeOptions(install=tmp_path, format="fp16", output=tmp_path / "o", plant_fault="attn_output_zero"),
+                SmokeOptions(install=tmp_path, format="fp16", output=tmp_path / "o", diagnostic_cache="bf16",
+                             level="kernel"),
+                SmokeOptions(install=tmp_path, format="fp16", output=tmp_path / "o", diagnostic_cache="bf16",
+                             plant_fault="softmax_2x")):
+        with pytest.raises(UsageError):
+            check_choices(bad)
