@@ -44,8 +44,11 @@ Each check measures what the engine controls, not what this harness wrote:
   is ``skipped`` after the comparison (a mismatch still fails).
 
 The module layout: :mod:`october.checks.engine_vllm` (the vLLM surface: start, hooks, generation,
-the layer capture), :mod:`october.checks.engine_checks` (the checks and the oracle folding) and
-this module, the run driver (:func:`run_engine_level`).
+the layer capture), :mod:`october.checks.engine_checks` (the checks and the oracle folding),
+:mod:`october.checks.engine_cache` (the cache asked for: K16/V8, or a diagnostic's symmetric one, and the
+layouts engines bind), :mod:`october.checks.engine_diagnostic` (``--diagnostic-cache``: every check on a
+symmetric cache, never a stack verdict), :mod:`october.checks.engine_faults` (faults planted into the
+engine for a diagnostic) and this module, the run driver (:func:`run_engine_level`).
 """
 
 from __future__ import annotations
@@ -169,6 +172,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         graphed = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
         k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
         del llm
+        hooks.runner = None             # the runner holds the engine's cache: let it go before the next engine
         _release()
         captures = hooks.captures
         layer: Any = ids
@@ -183,6 +187,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
             del llm
         except Exception as exc:
             eager = layer = exc
+        hooks.runner = None
         _release()
         agreement: Any = k16v8
         if not isinstance(k16v8, BaseException):

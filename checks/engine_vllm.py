@@ -121,6 +121,9 @@ class _Hooks:
             except ImportError as exc:
                 if name == RUNNER_MODULE:
                     raise Unsupported(f"{RUNNER_MODULE} cannot be imported ({type(exc).__name__}: {exc})") from None
+            except Exception:               # the V2 runner is optional: a vLLM that cannot load it never uses it
+                if name == RUNNER_MODULE:
+                    raise
         for cls in found:
             self._wrap(cls)
 

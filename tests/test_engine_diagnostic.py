@@ -157,6 +157,11 @@ def test_a_diagnostic_receipt_is_never_passed_even_when_every_check_passes() -> 
     assert receipt["passed"] is False and receipt["checks_passed"] is True and receipt["proves"] == "harness"
     assert exit_code(receipt) == DIAGNOSTIC_AGREED_EXIT == 21
     assert exit_code({**receipt, "diagnostic": {**diagnostic, "harness_ok": False}}) == 1
+    # the schema refuses a forged pass of a diagnostic receipt, whatever else it says
+    forged = {**receipt, "passed": True, "proves": "stack", "reasons": []}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(forged, SCHEMA)
+    jsonschema.validate({k: v for k, v in forged.items() if k != "diagnostic"}, SCHEMA)
 
 
 def test_the_folded_checks_pass_only_where_every_cache_passed() -> None:
@@ -198,3 +203,44 @@ def test_current_smoke_passes_the_diagnostic_on_and_refuses_a_fault_without_one(
                              plant_fault="softmax_2x")):
         with pytest.raises(UsageError):
             check_choices(bad)
+
+
+def test_current_smoke_runs_a_diagnostic_with_a_planted_fault_end_to_end(tmp_path: Path) -> None:
+    """Through `current smoke` (run_smoke: the plan, the stack env, the receipt check): the fault is planted,
+    caught, said so, recorded; the exit code is 1 (the harness did not agree); STACK/jit is left as it was."""
+    import os
+
+    from october.installer.recipe import load_recipe
+    from october.installer.smoke.launch import load_receipt, run_smoke
+    from october.installer.steps.env import stackenv
+    from tests.test_checks_engine_fake import FAKE, prebuild
+    from tests.test_smoke_selection_e2e import _recipe
+
+    recipe = _recipe(tmp_path)
+    stack = tmp_path / "stack"
+    (stack / "receipts").mkdir(parents=True)
+    (stack / "env" / "bin").mkdir(parents=True)
+    (stack / "env" / "bin" / "python").write_text(
+        f'#!/bin/sh\nPYTHONPATH="{FAKE}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    (stack / "env" / "bin" / "python").chmod(0o755)
+    (stack / "receipts" / "setup.json").write_text(json.dumps({
+        "recipe": {"name": "current", "path": str(recipe), "sha256": None},
+        "forks": [{"name": "vllm", "commit": "7" * 40}, {"name": "flashinfer", "commit": "2" * 40}]}))
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
+    prebuild(stack / "jit", list(load_recipe(str(recipe)).models["fp16"].jit_modules))
+    before = sorted(str(p.relative_to(stack / "jit")) for p in (stack / "jit").rglob("*"))
+    manifest, fixtures, _ = make_inputs(tmp_path / "in")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_") and k != "FAKE_VLLM_FAULT"}
+    env["PYTHONPATH"] = str(FAKE)
+    out = tmp_path / "out"
+    said: list[str] = []
+    opts = SmokeOptions(install=stack, format="fp16", output=out, fixtures=fixtures, manifest=manifest, device="cpu",
+                        diagnostic_cache="fp8_e4m3", plant_fault="v_read_scale_2x")
+    assert run_smoke(opts, cwd=tmp_path, echo=said.append, base_env=env) == 1
+    receipt = load_receipt(out / "receipt.json")            # schema-checked
+    d = receipt["diagnostic"]
+    assert d["caches"] == ["fp8_e4m3"] and d["fault"]["name"] == "v_read_scale_2x" and d["fault_caught"] is True
+    assert receipt["passed"] is False and receipt["proves"] == "harness" and receipt["level"] == "engine"
+    assert any("planted fault v_read_scale_2x caught" in line and "exit 1" in line for line in said), said
+    assert sorted(str(p.relative_to(stack / "jit")) for p in (stack / "jit").rglob("*")) == before
+    assert (out / "diagnostic-jit").is_dir()

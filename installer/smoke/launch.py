@@ -323,6 +323,13 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     for reason in receipt["reasons"]:
         echo(f"  - {reason}")
     echo(f"receipt: {plan.receipt}")
+    diagnostic = receipt.get("diagnostic")
+    if isinstance(diagnostic, Mapping):
+        echo(f"diagnostic ({', '.join(diagnostic['caches'])} cache, never a stack verdict): the harness "
+             + (f"agreed with the engine on every cache: exit {DIAGNOSTIC_AGREED_EXIT}" if diagnostic["harness_ok"]
+                else "did not agree with the engine (see the checks above): exit 1")
+             + (f"; planted fault {diagnostic['fault']['name']} "
+                f"{'caught' if diagnostic['fault_caught'] else 'NOT caught'}" if diagnostic.get("fault") else ""))
     if receipt["passed"] != (done.returncode == 0):
         raise ReceiptError("the smoke exit code and receipt disagree",
                            expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
