@@ -43,6 +43,7 @@ CODES_EQUAL_MIN = 0.98       # share of stored V codes equal to quant(v, s) (sor
 AMAX_RATIO = (0.97, 1.03)    # max |stored code| / max |quant(v, s)|
 LOGPROB_MAX = 1.0            # nats, chosen tokens, until the first divergence
 LOGPROB_MEAN = 0.2
+SLICE_VALUES = 1 << 26       # cache values converted to float32 at a time when reading the stored codes
 NEAR_TIE = 1.0               # nats: the 16-bit run's top-1 minus top-2 where a divergence is allowed
 PASSAGE = ("The lighthouse keeper wrote in his log every evening. The wind came from the west, the sea "
            "was grey, and three ships passed the point before dark. He counted the lamps, trimmed the "
@@ -130,14 +131,20 @@ class LayerVerdict:
     limits: dict[str, Any]
 
 
+def _nonzero(t: torch.Tensor) -> torch.Tensor:
+    """The non-zero values of a cache side as float32, read a slice of blocks at a time (a live cache
+    is most of a GPU: converting it whole would double it)."""
+    per = max(1, SLICE_VALUES // max(1, t[0].numel())) if t.dim() else 1
+    parts = [c[c != 0] for c in (chunk.float() for chunk in (t.split(per) if t.dim() else [t]))]
+    return torch.cat(parts) if parts else torch.zeros(0)
+
+
 def _codes_agree(stored: torch.Tensor, predicted: torch.Tensor) -> tuple[bool, dict[str, Any]]:
     """The values a cache side holds against what it must hold, as multisets of the non-zero values
     (slots need no metadata); exact for a 16-bit side, :data:`CODES_EQUAL_MIN` for e4m3 codes."""
     exact = stored.dtype != ref.FP8
-    a = stored.float().reshape(-1)
-    a = a[a != 0].sort().values
-    b = predicted.float().reshape(-1)
-    b = b[b != 0].sort().values
+    a = _nonzero(stored).sort().values
+    b = _nonzero(predicted).sort().values
     same_count = a.numel() == b.numel()
     equal = float((a == b).float().mean()) if same_count and a.numel() else 0.0
     a_max = float(a.abs().max()) if a.numel() else 0.0
