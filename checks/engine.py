@@ -172,8 +172,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         graphed = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
         k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
         del llm
-        hooks.runner = None             # the runner holds the engine's cache: let it go before the next engine
-        _release()
+        _release(hooks)                 # the runner and its layers hold the cache: let it go before the next engine
         captures = hooks.captures
         layer: Any = ids
         eager: Any = RuntimeError("the enforce_eager engine did not start")
@@ -187,8 +186,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
             del llm
         except Exception as exc:
             eager = layer = exc
-        hooks.runner = None
-        _release()
+        _release(hooks)
         agreement: Any = k16v8
         if not isinstance(k16v8, BaseException):
             hooks.subject = False           # the oracle engine: no scales written, no fault planted
@@ -202,7 +200,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                 agreement = exc
             finally:
                 hooks.subject = True
-            _release()
+            _release(hooks)
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
                                              graph_captured, eager_captured, device)
         _oracles(results, layer, agreement)

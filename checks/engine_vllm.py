@@ -291,7 +291,19 @@ def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: li
                               value_dtype=compute)
 
 
-def _release() -> None:
+def _release(h: _Hooks | None = None) -> None:
+    """Free a finished engine's memory before the next one starts: with ``h``, drop the cache its runner and
+    layers hold (torch.compile's caches may keep the model, and with it the cache, alive) and the runner."""
+    if h is not None and h.runner is not None:
+        try:
+            for layer in h.layers(h.runner):
+                layer.kv_cache = torch.zeros(0)
+            caches = getattr(h.runner, "kv_caches", None)
+            if isinstance(caches, list):
+                caches.clear()
+        except Unsupported:
+            pass
+        h.runner = None
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
