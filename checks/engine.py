@@ -158,6 +158,8 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                 return refusal_results(refused), choice
             return every_check(FAILED, f"the engine did not start: {type(exc).__name__}: {exc}"), choice
         graph_captured = hooks.captures > 0
+        if hooks.runner is not None:        # vLLM 0.24 starts some architectures on its V2 model runner
+            facts["model_runner"] = f"{type(hooks.runner).__module__}.{type(hooks.runner).__qualname__}"
         # on the graph engine now; decode_graphs below, once the enforce_eager engine has run
         on_graph_engine = [n for n in CHECK_NAMES if n != "decode_graphs"]
         results = run_checks({"physical_k16v8": lambda: _physical(llm, hooks, sel, plan),

@@ -134,6 +134,27 @@ def test_each_planted_fault_fails_its_checks_on_both_caches(runs: dict[str, dict
         assert scales["v_scale"] == pytest.approx(scales["supplied"])      # stored with the right one
 
 
+def test_a_model_vllm_starts_on_its_v2_runner_is_hooked_too(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """vLLM 0.24 runs Qwen3 (the H200's tiny model) on ``vllm.v1.worker.gpu.model_runner.GPUModelRunner``,
+    a class of its own: the scales, the order and the faults reach it as they reach the V1 runner."""
+    manifest, fixtures, model = inputs
+    qwen = tmp_path / "qwen3"
+    qwen.mkdir()
+    config = json.loads((model / "config.json").read_text())
+    (qwen / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}))
+    data = json.loads(manifest.read_text())
+    (tmp_path / "m.json").write_text(json.dumps({**data, "local_path": str(qwen)}))
+    run = _run((tmp_path / "m.json", fixtures, qwen), tmp_path / "out", "fp8_e4m3", "v_read_scale_2x")
+    receipt = run["receipt"]
+    assert receipt is not None, run["stderr"][-3000:]
+    engine = receipt["diagnostic"]["per_cache"]["fp8_e4m3"]["engine"]
+    assert engine["model_runner"] == "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+    st = _per_cache(receipt, "fp8_e4m3")
+    assert st["physical_k16v8"] == st["clean_memory"] == PASSED and st["calibrated_scales"] == FAILED
+    events = _measured(receipt, "fp8_e4m3", "calibrated_scales")["events"]
+    assert events[:2] == ["scales_loaded", "fault_planted: v_read_scale_2x on 3 layers"], events
+
+
 def _results(status: str = PASSED) -> list[CheckResult]:
     return [CheckResult(n, status, "ok") for n in ALL]
 
