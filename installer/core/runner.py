@@ -15,6 +15,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,43 @@ from october.installer.core.errors import DISK_FULL_FIX, CommandFailed, DiskFull
 from october.installer.core.redact import env_secrets, redact
 
 TAIL_LINES = 25
+
+# What :meth:`Runner.start` runs: the command under a small guard that leads the command's process group
+# and holds the descriptors it is given (the stack lock: october.installer.core.stackmutex).  The guard
+# ends the whole group (SIGKILL: the command and every process it started, the guard last) when the
+# thread that started it ends (PR_SET_PDEATHSIG: the run was killed, even with SIGKILL) or when it gets
+# SIGTERM, SIGHUP or SIGINT; otherwise it waits for the command and exits as the command did.  The
+# command itself dies with the guard (PR_SET_PDEATHSIG too), so it never runs on without the lock.
+# Standard library only (python -I -S), any interpreter.
+GUARD = r"""
+import os, signal, subprocess, sys
+parent, argv = int(sys.argv[1]), sys.argv[3:]
+fds = [int(f) for f in sys.argv[2].split(",") if f]
+def end_group(*_):
+    os.killpg(0, signal.SIGKILL)
+for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(sig, end_group)
+prctl = None
+if sys.platform.startswith("linux"):
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(1, signal.SIGTERM, 0, 0, 0)                   # PR_SET_PDEATHSIG: the starter ended
+if os.getppid() != parent:                              # it ended before prctl took effect
+    end_group()
+def dies_with_guard():
+    if prctl is not None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)
+try:
+    child = subprocess.Popen(argv, preexec_fn=dies_with_guard)
+except OSError as exc:
+    print(f"# could not start {argv[0]}: {exc}", flush=True)
+    sys.exit(127)
+rc = child.wait()
+if rc < 0:
+    signal.signal(-rc, signal.SIG_DFL)
+    os.kill(os.getpid(), -rc)
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
 
 
 @dataclass(frozen=True)
@@ -40,7 +78,12 @@ class Started:
 
     Its output goes to the step's log as :meth:`Runner.run`'s does, and to the progress display only
     from :meth:`attach` on (the step that waits for it owns the display then).  :meth:`kill` ends the
-    whole group: the command and every process it started (ninja, the compilers)."""
+    whole group: the command and every process it started (ninja, the compilers); so does the run's
+    death, however it comes (:data:`GUARD`)."""
+
+    # how long :meth:`kill` waits for the command's output to close: a process outside the group (one
+    # that made a session of its own) may hold the pipe open for ever
+    KILL_WAIT_S = 10.0
 
     def __init__(self) -> None:
         self.started_at = time.monotonic()
@@ -51,6 +94,9 @@ class Started:
         self._last: str | None = None
         self._outcome: Completed | BaseException | None = None
         self._thread: threading.Thread | None = None
+        # set when the command's thread is done; never Thread.join/is_alive: a join interrupted by a
+        # signal handler's exception (Ctrl-C, SIGTERM) marks a running thread stopped (CPython 3.11)
+        self._done = threading.Event()
 
     def attach(self, echo: Callable[[str], None] | None) -> None:
         """From now on each output line also goes to ``echo``, starting with the latest one so far."""
@@ -62,7 +108,7 @@ class Started:
     def wait(self) -> Completed:
         """What :meth:`Runner.run` returns or raises, once the command has ended."""
         assert self._thread is not None
-        self._thread.join()
+        self._done.wait()
         if isinstance(self._outcome, BaseException):
             raise self._outcome
         assert self._outcome is not None
@@ -70,17 +116,21 @@ class Started:
 
     @property
     def finished(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
+        return self._done.is_set()
 
-    def kill(self) -> None:
-        """End the command and everything it started (SIGKILL to its process group); then wait."""
+    def kill(self) -> bool:
+        """End the command and everything it started (SIGKILL to its process group); then wait, at most
+        :attr:`KILL_WAIT_S` for its output to close.  False when it did not: a process outside the group
+        still holds the output pipe (the reader is left to end with it; closing the pipe from here would
+        wait on the reader's own lock)."""
         with self._lock:
             self._killed = True
             proc = self._proc
         if proc is not None and not self.finished:     # an ended group's id may be another's by now
             _kill_group(proc)
         if self._thread is not None:
-            self._thread.join()
+            self._done.wait(self.KILL_WAIT_S)
+        return self.finished
 
     # ------------------------------------------------------------ the runner's side
 
@@ -102,6 +152,8 @@ class Started:
             self._outcome = job()
         except BaseException as exc:  # noqa: BLE001 - handed to wait(), which raises it in the step
             self._outcome = exc
+        finally:
+            self._done.set()
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -118,7 +170,7 @@ class Runner:
                  secrets: Sequence[str] = ()) -> None:
         self.logs_dir = logs_dir
         self.echo = echo
-        self.secrets = tuple(secrets) + tuple(env_secrets())
+        self.secrets = tuple(dict.fromkeys((*secrets, *env_secrets())))     # each once (a runner's secrets passed on)
 
     def log_path(self, step: str) -> Path:
         return self.logs_dir / f"{step}.log"
@@ -136,13 +188,18 @@ class Runner:
         return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None)
 
     def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
-              env: Mapping[str, str] | None = None) -> Started:
-        """:meth:`run` in a thread of its own (``check=True``, no timeout); :meth:`Started.wait` gives its
-        answer.  A missing program raises here, as :meth:`run` would."""
+              env: Mapping[str, str] | None = None, hold_fds: Sequence[int] = (),
+              preface: str | None = None) -> Started:
+        """:meth:`run` in a thread of its own (``check=True``, no timeout), under :data:`GUARD` (a process
+        group of its own, ended with the run); :meth:`Started.wait` gives its answer.  ``hold_fds`` are
+        held by the guard for as long as the group lives (the stack lock); ``preface`` is written to the
+        step's log just before the command's ``$`` line.  A missing program raises here, as :meth:`run`
+        would.  Nothing is echoed until :meth:`Started.attach`."""
         args, full_env = self._resolve(argv, step, env, None)
         job = Started()
         job._thread = threading.Thread(target=job._work, name=f"october-{step}", daemon=True, args=(
-            lambda: self._run(args, full_env, step=step, cwd=cwd, check=True, timeout=None, job=job),))
+            lambda: self._run(args, full_env, step=step, cwd=cwd, check=True, timeout=None, job=job,
+                              hold_fds=tuple(hold_fds), preface=preface),))
         job._thread.start()
         return job
 
@@ -166,9 +223,12 @@ class Runner:
         return args, full_env
 
     def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
-             timeout: float | None, job: Started | None) -> Completed:
+             timeout: float | None, job: Started | None, hold_fds: tuple[int, ...] = (),
+             preface: str | None = None) -> Completed:
         exe = args[0]
         echo = job._line if job is not None else self.echo
+        launch = args if job is None else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
+                                           ",".join(map(str, hold_fds)), *args]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(step)
         shown = redact(shlex.join(args), self.secrets)
@@ -176,14 +236,16 @@ class Runner:
         chunks: list[str] = []
         start = time.monotonic()
         with open(log, "a", encoding="utf-8") as fh:
+            if preface is not None:
+                fh.write(redact(preface, self.secrets).rstrip("\n") + "\n")
             fh.write(f"$ {shown}\n")
             if cwd is not None:
                 fh.write(f"# cwd: {cwd}\n")
             fh.flush()
             try:
-                proc_cm = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                proc_cm = subprocess.Popen(launch, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           text=True, errors="replace", bufsize=1,
+                                           text=True, errors="replace", bufsize=1, pass_fds=hold_fds,
                                            process_group=0 if job is not None else None)
             except OSError as exc:
                 fh.write(f"# could not start: {exc}\n")

@@ -1,20 +1,26 @@
 """One lock per stack: a second concurrent run fails at once, naming the holder.
 
-The mutex is :class:`filelock.FileLock` on ``STACK/.october.lock`` (the same library guards the
-shared caches); the holder's pid and command line are written beside it (``.october.lock.pid``) once the lock is
-held, so a second run can say who holds it.  A holder that dies releases the lock with its file
-descriptor; its stale pid file is simply overwritten by the next holder.
+The mutex is an exclusive ``flock`` on ``STACK/.october.lock`` (what :class:`filelock.FileLock`, which
+guards the shared caches, takes too); the holder's pid and command line are written beside it
+(``.october.lock.pid``) once the lock is held, so a second run can say who holds it.  A holder that dies
+releases the lock with its file descriptor; its stale pid file is simply overwritten by the next holder.
+
+An ``flock`` belongs to the open file description, not to the process: a process the holder starts with
+the descriptor (:attr:`StackLock.fd`, ``pass_fds``) holds the lock too, and the lock is free only once
+every such process has ended.  The JIT builder begun in the background gets it
+(:mod:`october.installer.steps.jit.early`): however the run ends, even killed outright, no other run
+takes the stack while the builder still writes into it.  So releasing never unlocks the description
+(``LOCK_UN`` would free it for those processes too); it only closes this process's descriptor.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
 from pathlib import Path
 from types import TracebackType
-
-from filelock import FileLock, Timeout
 
 from october.installer.core.errors import StackLockedError
 
@@ -23,12 +29,29 @@ def holder_file(lock: Path) -> Path:
     return lock.with_name(lock.name + ".pid")
 
 
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class StackLock:
-    """An exclusive, non-blocking :class:`filelock.FileLock` on ``STACK/.october.lock``."""
+    """An exclusive, non-blocking ``flock`` on ``STACK/.october.lock``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock: FileLock | None = None
+        self._fd: int | None = None
+
+    @property
+    def fd(self) -> int:
+        """The locked descriptor (close-on-exec): pass it to a child (``pass_fds``) that must hold the
+        stack for as long as it lives."""
+        assert self._fd is not None, "the stack lock is not held"
+        return self._fd
 
     def _holder(self) -> str:
         for _ in range(10):  # the holder took the lock a moment ago and may still be writing its pid
@@ -43,26 +66,40 @@ class StackLock:
 
     def __enter__(self) -> "StackLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.path, timeout=0)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            lock.acquire(blocking=False)
-        except Timeout:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             pid, _, cmd = self._holder().partition("\n")
             holder = f"pid {pid} ({cmd.strip() or 'command unknown'})"
+            if _alive(pid):
+                raise StackLockedError(
+                    f"the stack {self.path.parent} is being set up by another process",
+                    expected="no other october_setup on this stack", found=f"{holder} holds {self.path}",
+                    fix=f"wait for pid {pid} to finish, or stop it (kill {pid}) and re-run") from None
             raise StackLockedError(
-                f"the stack {self.path.parent} is being set up by another process",
-                expected="no other october_setup on this stack", found=f"{holder} holds {self.path}",
-                fix=f"wait for pid {pid} to finish, or stop it (kill {pid}) and re-run") from None
+                f"the stack {self.path.parent} is still held by a process an earlier run started",
+                expected="no other october_setup on this stack, and nothing it started still running",
+                found=f"{holder} has ended, but a process it started (the JIT builder) still holds {self.path}",
+                fix=f"wait a few seconds and re-run; `fuser -v {self.path}` names the holder if it stays") from None
+        except BaseException:
+            os.close(fd)
+            raise
         pid_file = holder_file(self.path)
         tmp = pid_file.with_name(f"{pid_file.name}.{os.getpid()}")
-        tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
-        os.replace(tmp, pid_file)       # never seen half-written
-        self._lock = lock
+        try:
+            tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
+            os.replace(tmp, pid_file)       # never seen half-written
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._lock is not None:
+        if self._fd is not None:
             holder_file(self.path).unlink(missing_ok=True)
-            self._lock.release()
-            self._lock = None
+            fd, self._fd = self._fd, None
+            os.close(fd)        # never LOCK_UN: a child given the descriptor still holds the lock

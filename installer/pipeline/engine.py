@@ -112,18 +112,20 @@ class StepContext:
     done: dict[str, StepRecord] = field(default_factory=dict)
     _trust: FileTrust | None = None
     # Work a later step may begin before its turn, and what it began: a step announces a point it has
-    # reached (FORKS_INSTALLED), each listener for it may start work for a later step and leaves it in
-    # ``early`` under that step's name, for the step to take when it runs (october.installer.steps.jit.early).
-    listeners: dict[str, list[Callable[["StepContext"], None]]] = field(default_factory=dict)
+    # reached (FORKS_INSTALLED) with what it knows there, each listener for it may start work for a later
+    # step and leaves it in ``early`` under that step's name, for the step to take when it runs
+    # (october.installer.steps.jit.early).
+    listeners: dict[str, list[Callable[["StepContext", Any], None]]] = field(default_factory=dict)
     early: dict[str, Any] = field(default_factory=dict)
 
-    def listen(self, event: str, listener: Callable[["StepContext"], None]) -> None:
+    def listen(self, event: str, listener: Callable[["StepContext", Any], None]) -> None:
         self.listeners.setdefault(event, []).append(listener)
 
-    def announce(self, event: str) -> None:
-        """``event`` reached by the running step: run each listener (a listener's failure is its own to handle)."""
+    def announce(self, event: str, detail: Any) -> None:
+        """``event`` reached by the running step, ``detail`` what it says of it: run each listener (a
+        listener's failure is its own to handle)."""
         for listener in self.listeners.get(event, ()):
-            listener(self)
+            listener(self, detail)
 
     @property
     def trust(self) -> FileTrust:
@@ -151,7 +153,9 @@ class StepContext:
         return got
 
 
-# The install step has put every fork in place (the editable installs done, before its checks).
+# The install step has put every fork in place (the editable installs done, before its checks); its
+# detail: the forks as it installed them (list of october.installer.steps.install.plan.ForkSource: each
+# checkout's path, the one source of truth for where FlashInfer's AOT directory is before install records it).
 FORKS_INSTALLED = "forks-installed"
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Sequence
 
 from october.installer.core.errors import FileSystemError, UsageError
@@ -102,7 +105,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.state.mkdir(parents=True, exist_ok=True)
     steps = plan_steps(options.recipe)
-    with StackLock(paths.lockfile):
+    with Signals() as signals, StackLock(paths.lockfile) as lock:
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
@@ -110,16 +113,90 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         settler.start()
         from october.installer.steps.jit.early import EarlyJit
 
-        early = EarlyJit.wire(ctx, steps)       # the JIT build begun during install's checks
+        # the JIT build begun during install's checks; its guard holds the stack lock while its group lives
+        early = EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,))
         try:
             records = run_pipeline(steps, ctx)
         finally:
-            if early is not None:
-                early.stop(ctx)                 # before the lock is released and this run's bytecode removed
-            settler.stop()
-            shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only
+            with signals.held():                # a second Ctrl-C or SIGTERM waits for this clean-up
+                try:
+                    if early is not None:
+                        early.stop(ctx)         # before the lock is released and this run's bytecode removed
+                finally:
+                    settler.stop()
+                    shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only
         settler.settle_rest()
     return SetupResult(records=records, paths=paths)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``timeout``, a closed terminal, a cancelled CI job) during ``run_setup``: raised
+    in the main thread like Ctrl-C's KeyboardInterrupt, so the run ends as an interrupted one does (the
+    background JIT build killed, the stack lock released, resumable)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class Signals:
+    """While a run holds the stack: SIGTERM and SIGHUP raise :class:`Terminated` (without this Python
+    dies at once, no ``finally`` runs, and the background build would outlive the lock); inside
+    :meth:`held`, those and SIGINT wait until the clean-up is done and are raised then (when nothing
+    else is).  The previous handlers come back at the end.  Only in the main thread (elsewhere signals
+    cannot be handled; the builder's guard still ends it with the process)."""
+
+    RAISES = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._holding = False
+        self._pending: int | None = None
+
+    def __enter__(self) -> "Signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.RAISES:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._holding:
+            self._pending = self._pending or signum
+            return
+        raise Terminated(signum)
+
+    def held(self) -> "_Held":
+        return _Held(self)
+
+
+class _Held:
+    def __init__(self, signals: Signals) -> None:
+        self.signals = signals
+        self._sigint: Any = None
+
+    def __enter__(self) -> None:
+        s = self.signals
+        if not s._previous:                 # not the main thread: nothing to hold
+            return
+        s._holding = True
+        self._sigint = signal.signal(signal.SIGINT, s._handle)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        s = self.signals
+        if not s._previous:
+            return
+        signal.signal(signal.SIGINT, self._sigint)
+        s._holding = False
+        pending, s._pending = s._pending, None
+        if pending is not None and exc_type is None:
+            raise KeyboardInterrupt() if pending == signal.SIGINT else Terminated(pending)
 
 
 class CloneSettler:

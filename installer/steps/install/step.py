@@ -142,7 +142,7 @@ class InstallStep:
                 overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
         # every fork's files are in place: work that needs no more than that (the JIT build) may begin
         # while the checks below run (october.installer.steps.jit.early)
-        ctx.announce(FORKS_INSTALLED)
+        ctx.announce(FORKS_INSTALLED, forks)
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
         from october.installer.steps.install.guards import run_guards

@@ -6,28 +6,34 @@ after them (each distribution's RECORD, the guards, the env's consistency, ``imp
 every fork is installed (:data:`~october.installer.pipeline.engine.FORKS_INSTALLED`), :class:`EarlyJit`
 does what the jit step does before its builder (:meth:`JitStep.prepare`) and starts the builder in the
 background through the one gate for commands (:meth:`Runner.start`: the jit log, a process group of its
-own); the jit step takes it (:func:`take_early`), says what was put off, and waits for it.
+own under a guard that holds the stack lock's descriptor and ends the group when the run dies, however
+it dies); the jit step takes it (:func:`take_early`), says what was put off, and waits for it.  The
+install step says which checkout it installed FlashInfer from with its announcement (one source of
+truth for the AOT directory the preparation cleans).
 
 Begun only where the plan runs the jit step right after install and the jit step runs in this walk
 whatever install's result (:func:`~october.installer.pipeline.engine.must_run`).  What the builder leaves
 is trusted no sooner than before: the jit step checks and hashes every library itself and records them
 (the manifest, the shared cache, the AOT copies) only at its end.  When the run ends before the jit step
 has waited for the builder (install failed, an interrupt), :meth:`EarlyJit.stop` kills the builder and
-every process it started, before the stack lock is released; what it left in ``STACK/jit`` is recorded
-nowhere, so the next run's jit step discards it as untrusted and builds it again.
+every process it started, before the stack lock is released, and says the warnings its preparation put
+off; what it left in ``STACK/jit`` is recorded nowhere, so the next run's jit step discards it as
+untrusted and builds it again.  Libraries the preparation discarded are kept in
+``STACK/.state/jit/discarded.json`` until a jit result records them.  A run killed outright (SIGKILL)
+takes the builder's group with it (the guard), and the stack lock stays held until that group is gone.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from october.installer.core.runner import Runner, Started
+from october.installer.core.runner import Started
 from october.installer.pipeline.engine import FORKS_INSTALLED, StepContext, must_run
 
 if TYPE_CHECKING:
     from october.installer.pipeline.engine import Step
+    from october.installer.steps.install.plan import ForkSource
     from october.installer.steps.jit.step import JitBuild, JitStep
 
 
@@ -37,9 +43,12 @@ class Deferred:
     def __init__(self) -> None:
         self.said: list[tuple[str, tuple[Any, ...]]] = []
 
-    def replay(self, ui: Any) -> None:
-        for method, args in self.said:
-            getattr(ui, method)(*args)
+    def replay(self, ui: Any, *, only: tuple[str, ...] | None = None) -> None:
+        """Say what was kept (``only`` those methods, e.g. the warnings), once."""
+        said, self.said = self.said, []
+        for method, args in said:
+            if only is None or method in only:
+                getattr(ui, method)(*args)
 
     def _keep(self, method: str, *args: Any) -> None:
         self.said.append((method, args))
@@ -69,52 +78,63 @@ class Deferred:
 class EarlyJit:
     """The jit step's preparation and builder, begun when the install step announces its forks are in place."""
 
-    def __init__(self, step: JitStep) -> None:
+    def __init__(self, step: JitStep, hold_fds: Sequence[int] = ()) -> None:
         self.step = step
+        self.hold_fds = tuple(hold_fds)
         self.build: JitBuild | None = None
         self.started: Started | None = None
         self.deferred = Deferred()
         self.taken = False
 
     @classmethod
-    def wire(cls, ctx: StepContext, steps: Sequence[Step[Any]]) -> EarlyJit | None:
-        """Listen for the install step's forks when the plan runs jit right after install, else None."""
+    def wire(cls, ctx: StepContext, steps: Sequence[Step[Any]], *, hold_fds: Sequence[int] = ()
+             ) -> EarlyJit | None:
+        """Listen for the install step's forks when the plan runs jit right after install, else None.
+        ``hold_fds`` (the stack lock) are held by the builder's guard for as long as its group lives."""
         names = [s.name for s in steps]
         if "install" not in names or "jit" not in names or names.index("jit") != names.index("install") + 1:
             return None
-        early = cls(steps[names.index("jit")])      # type: ignore[arg-type]
+        early = cls(steps[names.index("jit")], hold_fds)      # type: ignore[arg-type]
         ctx.listen(FORKS_INSTALLED, early.begin)
         return early
 
-    def begin(self, ctx: StepContext) -> None:
-        """Listener for FORKS_INSTALLED (in the install step): prepare and start the build, or do nothing."""
+    def begin(self, ctx: StepContext, forks: Sequence[ForkSource]) -> None:
+        """Listener for FORKS_INSTALLED (in the install step, with the forks it installed): prepare and
+        start the build, or do nothing."""
         from october.installer.steps.jit.step import known_aot_dir
 
+        begun = "# begun during the install step's checks (october.installer.steps.jit.early)"
         try:
             if self.build is not None or not ctx.recipe.jit or not must_run(self.step, ctx):
                 return
-            build = self.step.prepare(ctx, self.deferred, known_aot_dir(ctx, ctx.paths.jit,
-                                                                        checkout=fetched_checkout(ctx)))
-            if build.argv is not None:
-                runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)   # nothing echoed until the jit step
-                self.started = runner.start(build.argv, step=self.step.name, env=build.env, cwd=build.workspace)
+            checkout = next((f.path for f in forks if f.use.mode == "flashinfer"), None)
+            build = self.step.prepare(ctx, self.deferred, known_aot_dir(ctx, ctx.paths.jit, checkout=checkout))
+            if build.argv is not None:      # nothing echoed until the jit step attaches
+                self.started = ctx.runner.start(build.argv, step=self.step.name, env=build.env,
+                                                cwd=build.workspace, hold_fds=self.hold_fds, preface=begun)
         except Exception as exc:  # noqa: BLE001 - the jit step prepares again in its turn and says what fails
             self._note(ctx, f"# not begun during install: {exc!r}")
+            self.deferred.replay(ctx.ui, only=("warn",))     # what was discarded, said now
             self.deferred = Deferred()
             return
         self.build = build
-        self._note(ctx, "# begun during the install step's checks (october.installer.steps.jit.early)")
+        if self.started is None:
+            self._note(ctx, begun + ": every module verified, nothing to build")
         ctx.early[self.step.name] = self
 
     def stop(self, ctx: StepContext, why: str = "the run ended before the jit step took its result") -> None:
         """At the end of the run, before the stack lock is released: a builder the jit step has not waited
         for to its end is killed with every process it started, and what it did is not used."""
+        if not self.taken:
+            self.deferred.replay(ctx.ui, only=("warn",))     # the libraries its preparation discarded
         if self.started is None or (self.taken and self.started.finished):
             return
         killed = not self.started.finished
-        self.started.kill()
+        ended = self.started.kill()
         self._note(ctx, "# the JIT build begun during install was " + ("killed" if killed else "not used")
-                   + f": {why}; nothing it built is recorded")
+                   + f": {why}; nothing it built is recorded"
+                   + ("" if ended else f" (its output was still held open by a process outside its group "
+                                       f"after {self.started.KILL_WAIT_S:.0f}s; not waiting longer)"))
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
@@ -141,16 +161,3 @@ def take_early(ctx: StepContext, step: JitStep) -> tuple[JitBuild, Started | Non
     if early.started is not None:
         ctx.ui.info(f"(the builder started during install, {time.monotonic() - early.started.started_at:.1f}s ago)")
     return early.build, early.started
-
-
-def fetched_checkout(ctx: StepContext) -> Path | None:
-    """The FlashInfer-mode fork's checkout, as the install step finds it (the fetch result's path, else
-    ``STACK/src/<name>``), before install has recorded it."""
-    from october.installer.steps.results import FetchResult
-
-    fork = next((f for f in ctx.recipe.forks if f.mode == "flashinfer"), None)
-    if fork is None:
-        return None
-    fetch = ctx.result(FetchResult)
-    rec = fetch.forks.get(fork.name) if fetch is not None else None
-    return Path(rec.path) if rec is not None else ctx.paths.fork(fork.name)

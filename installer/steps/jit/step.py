@@ -243,11 +243,20 @@ class JitStep:
         directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
         it without any check, too)."""
         bad = untrusted_libraries(workspace, aot_dirs=(aot,))
+        pending = discards_path(ctx)
+        earlier = read_discards(pending)
+        for item in earlier:
+            ui.info(f"JIT library {item['path']} was discarded before, by a run (or a build begun early) that "
+                    f"did not finish ({item['reason']}): recorded now")
+        now = [{"path": str(b.path), "reason": b.reason} for b in bad]
+        every = earlier + [d for d in now if d not in earlier]
+        if now:     # kept before anything is removed: recorded by the run that finishes the step
+            write_discards(pending, every)
         for item in bad:
             ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
         discard(bad)
-        return [{"path": str(b.path), "reason": b.reason} for b in bad]
+        return every
 
     @staticmethod
     def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
@@ -299,13 +308,15 @@ class JitStep:
             for path in [Path(m["path"])] + ([Path(m["aot_path"])] if m.get("aot_path") else []):
                 ctx.trust.digest(path, "sha256", sha256_file)
         version = result.get("flashinfer_version") if result is not None else _version_from_paths(workspace, modules)
-        return JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else "",
+        done = JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else "",
                          modules=tuple(modules), cached=all(m["cached"] for m in modules), builder=self.builder,
                          flashinfer_version=str(version) if version is not None else None,
                          discarded=tuple(build.discarded),
                          shared_cache={"dir": str(cache.root), "key_inputs": dict(inputs or {}),
                                        "restored": sum(m["source"] == "shared-cache" for m in modules),
                                        "stored": stored} if cache is not None else None)
+        discards_path(ctx).unlink(missing_ok=True)      # in this result from here on
+        return done
 
     @staticmethod
     def _read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
@@ -376,6 +387,30 @@ class JitStep:
                 if ctx.trust.digest(path, "sha256", sha256_file) != m["sha256"]:
                     return f"JIT library {path} changed (sha256 differs)"
         return None
+
+
+def discards_path(ctx: StepContext) -> Path:
+    """The libraries discarded as untrusted that no jit result has recorded yet (a run that discarded
+    them ended before the jit step finished: install failed, an interrupt); the step that finishes folds
+    them into its result (``discarded``), so the receipt names them whichever run removed them."""
+    return ctx.paths.state / "jit" / "discarded.json"
+
+
+def read_discards(path: Path) -> list[dict[str, str]]:
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    items = got.get("discarded") if isinstance(got, dict) else None
+    return [{"path": str(d["path"]), "reason": str(d["reason"])} for d in items or ()
+            if isinstance(d, dict) and "path" in d and "reason" in d]
+
+
+def write_discards(path: Path, items: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"discarded": items}, indent=1), encoding="utf-8")
+    os.replace(tmp, path)           # never seen half-written
 
 
 def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = None) -> Path | None:
