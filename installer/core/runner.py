@@ -44,8 +44,12 @@ for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
     signal.signal(sig, end_group)
 prctl = None
 if sys.platform.startswith("linux"):
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):      # no ctypes: the run's own clean-up still kills the group
+        print("# no PR_SET_PDEATHSIG here: a run killed outright leaves this command running", flush=True)
+if prctl is not None:
     prctl(1, signal.SIGTERM, 0, 0, 0)                   # PR_SET_PDEATHSIG: the starter ended
 if os.getppid() != parent:                              # it ended before prctl took effect
     end_group()
