@@ -6,7 +6,7 @@
 # was stored with).  Each run's receipt is passed: false (a diagnostic is never a stack verdict); the exit code
 # says whether the harness agreed with the engine: 21 = agreed on every cache, 1 = a check did not pass (what
 # each planted fault must give).  Every call is bounded by `timeout` (124 = it ran out).
-#   B=TOOL_BIN_DIR OUT=DIR bash bench/h200_engine_diagnostic.sh
+#   B=TOOL_BIN_DIR OUT=DIR bash bench/h200_engine_diagnostic.sh [RUN ...]
 # after bench/h200_vllm_engine.sh (the stack at /tmp/vst, the tiny Qwen3 at /tmp/tq with its recipe /tmp/tqr/tiny.toml,
 # scales /tmp/tqf and manifest $OUT/tiny/fp16-download.json).  LIMIT (s, default 1500) bounds each call: the first
 # one JIT-builds FlashInfer's symmetric modules into its own copy of STACK/jit (OUTPUT/diagnostic-jit).
@@ -40,9 +40,18 @@ run() {    # NAME EXTRA-ARGS...
   [ -f "$OUT/$name/receipt.json" ] && show "$OUT/$name/receipt.json"
   cp "$OUT/$name/smoke.log" "$OUT/$name-checks.log" 2>/dev/null
 }
+# The symmetric modules the first run builds are kept for the next ones (a device call lasts at most 600 s).
+export OCTOBER_DIAGNOSTIC_JIT=${OCTOBER_DIAGNOSTIC_JIT:-/tmp/diag-jit}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
-run diag-bf16 --diagnostic-cache bf16
-run diag-fp8 --diagnostic-cache fp8_e4m3
-run fault-attn-x0 --diagnostic-cache both --plant-fault attn_output_zero
-run fault-v-2x --diagnostic-cache both --plant-fault v_read_scale_2x
-ls "$OUT"/diag-*/diagnostic-jit/.cache/flashinfer/*/*/cached_ops 2>/dev/null | sed 's/^/  built: /' | sort -u | head -20
+# Which runs (default all): diag-bf16 diag-fp8 fault-attn-x0 (bf16 cache) fault-v-2x (fp8 cache: a bf16 cache
+# is not read through a V scale).
+for r in ${@:-diag-bf16 diag-fp8 fault-attn-x0 fault-v-2x}; do
+  case $r in
+    diag-bf16) run diag-bf16 --diagnostic-cache bf16 ;;
+    diag-fp8) run diag-fp8 --diagnostic-cache fp8_e4m3 ;;
+    fault-attn-x0) run fault-attn-x0 --diagnostic-cache bf16 --plant-fault attn_output_zero ;;
+    fault-v-2x) run fault-v-2x --diagnostic-cache fp8_e4m3 --plant-fault v_read_scale_2x ;;
+    *) echo "unknown run $r"; exit 2 ;;
+  esac
+done
+ls "$OCTOBER_DIAGNOSTIC_JIT"/.cache/flashinfer/*/*/cached_ops 2>/dev/null | sed 's/^/  built: /' | sort -u | head -20

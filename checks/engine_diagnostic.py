@@ -21,6 +21,7 @@ The run never touches the stack's JIT workspace: FlashInfer builds the symmetric
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,28 @@ WORKSPACE = "diagnostic-jit"
 _WORST = (FAILED, UNSUPPORTED, SKIPPED)
 
 
-def own_workspace(stack_ws: Path | None, out_dir: Path) -> Path | None:
+REUSE_ENV = "OCTOBER_DIAGNOSTIC_JIT"
+
+
+def own_workspace(stack_ws: Path | None, out_dir: Path, reuse: str | None = None) -> Path | None:
     """A copy of the stack's JIT workspace under the output directory (None: the stack has none): the
-    symmetric modules FlashInfer builds land there, never in the verified ``STACK/jit``."""
+    symmetric modules FlashInfer builds land there, never in the verified ``STACK/jit``.
+
+    ``reuse`` (default ``$OCTOBER_DIAGNOSTIC_JIT``): a directory kept across diagnostic runs instead, made
+    once as that copy and then taken as it is, so the symmetric modules one run built are not built again
+    by the next (the benches' runs on the H200; a diagnostic is never a stack verdict)."""
     if stack_ws is None:
         return None
+    reuse = reuse if reuse is not None else os.environ.get(REUSE_ENV) or None
+    if reuse is not None:
+        kept = Path(reuse)
+        if not kept.is_dir():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            if stack_ws.is_dir():
+                shutil.copytree(stack_ws, kept, symlinks=True)
+            else:
+                kept.mkdir()
+        return kept
     dest = out_dir / WORKSPACE
     if dest.exists():
         shutil.rmtree(dest)

@@ -162,11 +162,15 @@ def guarded(fn: Callable[[], T], ui: ConsoleReporter, *, json_command: str | Non
         if json_command:
             print_json_error(json_command, err.exit_code, err.title, err.message)
         raise typer.Exit(err.exit_code) from None
-    except KeyboardInterrupt:
-        ui.error("interrupted", "stopped by the user; re-run the same command to resume")
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: 130; SIGTERM/SIGHUP turned into plan.Terminated: 128 + the signal, as a shell reports it
+        signum = getattr(exc, "signum", None)
+        code = 128 + signum if isinstance(signum, int) else 130
+        why = f"stopped by {exc}" if signum is not None else "stopped by the user"
+        ui.error("interrupted", f"{why}; re-run the same command to resume")
         if json_command:
-            print_json_error(json_command, 130, "interrupted", "stopped by the user; re-run the same command to resume")
-        raise typer.Exit(130) from None
+            print_json_error(json_command, code, "interrupted", f"{why}; re-run the same command to resume")
+        raise typer.Exit(code) from None
 
 
 # ------------------------------------------------------------------ options checked before anything is written

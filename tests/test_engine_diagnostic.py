@@ -265,3 +265,24 @@ def test_current_smoke_runs_a_diagnostic_with_a_planted_fault_end_to_end(tmp_pat
     assert any("planted fault v_read_scale_2x caught" in line and "exit 1" in line for line in said), said
     assert sorted(str(p.relative_to(stack / "jit")) for p in (stack / "jit").rglob("*")) == before
     assert (out / "diagnostic-jit").is_dir()
+
+
+def test_a_kept_diagnostic_workspace_is_made_once_from_the_stack_s_and_then_reused(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """$OCTOBER_DIAGNOSTIC_JIT (the H200 benches): the modules one diagnostic built stay for the next; the stack's
+    own workspace is copied, never used."""
+    from october.checks.engine_diagnostic import REUSE_ENV, own_workspace
+    stack_ws = tmp_path / "stack" / "jit"
+    (stack_ws / "cached_ops").mkdir(parents=True)
+    (stack_ws / "cached_ops" / "k16v8.so").write_bytes(b"prebuilt")
+    kept = tmp_path / "kept"
+    monkeypatch.setenv(REUSE_ENV, str(kept))
+    first = own_workspace(stack_ws, tmp_path / "out1")
+    assert first == kept and (kept / "cached_ops" / "k16v8.so").read_bytes() == b"prebuilt"
+    (kept / "cached_ops" / "symmetric.so").write_bytes(b"built by run 1")
+    assert own_workspace(stack_ws, tmp_path / "out2") == kept
+    assert (kept / "cached_ops" / "symmetric.so").is_file()               # not built again
+    assert not (stack_ws / "cached_ops" / "symmetric.so").exists()       # the stack's own never touched
+    monkeypatch.delenv(REUSE_ENV)
+    fresh = own_workspace(stack_ws, tmp_path / "out3")
+    assert fresh == tmp_path / "out3" / "diagnostic-jit" and not (fresh / "cached_ops" / "symmetric.so").exists()

@@ -534,3 +534,27 @@ def test_the_build_begins_during_install_when_the_jit_marker_is_there_but_its_in
     log = (StackPaths(stack).logs / "jit.log").read_text()
     assert log.count("# begun during the install step's checks") == 2 and builder_runs(stack) == 2
     assert len(done["jit"].outputs["modules"]) == 4 and report(stack / "jit")["ok"]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (None, 130)])
+def test_the_cli_exits_128_plus_the_signal_that_stopped_the_run(signum, code) -> None:
+    """A run stopped by SIGTERM/SIGHUP (plan.Terminated) exits as a shell reports a signal (143, 129); Ctrl-C 130."""
+    import io
+
+    import typer
+    from rich.console import Console
+
+    from october.installer.cli_common import guarded
+    from october.installer.core.ui import ConsoleReporter
+    from october.installer.pipeline.plan import Terminated
+
+    out = io.StringIO()
+    ui = ConsoleReporter(console=Console(file=out, width=200))
+
+    def stopped() -> None:
+        raise Terminated(signum) if signum is not None else KeyboardInterrupt()
+
+    with pytest.raises(typer.Exit) as exc:
+        guarded(stopped, ui)
+    assert exc.value.exit_code == code
+    assert ("SIGTERM" if signum == signal.SIGTERM else "SIGHUP" if signum else "by the user") in out.getvalue()
