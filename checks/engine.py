@@ -82,8 +82,8 @@ from october.checks.engine_vllm import (
     ModelShape,
     Selection,
     _capture_run,
-    _generate,
     _generate_top,
+    _generate_tops,
     _Hooks,
     _need,
     _release,
@@ -171,7 +171,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         facts.update({"k_cache_dtype_found": first.get("k_dtype"), "v_cache_dtype_found": first.get("v_dtype"),
                       "attention_backends": first.get("attention_backends")})
         ids = _safely(lambda: oracle.protocol_ids(_need(llm, "get_tokenizer")(), sel.tokens.prompt_tokens))
-        graphed = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
+        graphed = _safely(lambda: [_generate_tops(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
         k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
         del llm
         _release(hooks)                 # the runner and its layers hold the cache: let it go before the next engine
@@ -184,7 +184,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
             eager_captured = hooks.captures > captures
             if not isinstance(ids, BaseException):
                 layer = _safely(_capture_run, llm, hooks, sel, shape, ids, plan)
-            eager = _safely(lambda: [_generate(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
+            eager = _safely(lambda: [_generate_tops(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
             del llm
         except Exception as exc:
             eager = layer = exc

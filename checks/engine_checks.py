@@ -40,8 +40,20 @@ GRAPH_BATCHES = (1, 3, 5)
 MEMORY_ROUNDS = 3
 
 
+CHECKSUM_CHUNK_BYTES = 64 << 20   # a live cache side is gigabytes on the H200 (15.6 GiB for the tiny model's
+                                  # layer at gpu_memory_utilization 0.45); an int64 sum of it whole needs 8x that
+
+
 def _checksum(t: torch.Tensor) -> int:
-    return int(t.view(torch.uint8).sum(dtype=torch.int64))
+    """Sum of the tensor's bytes, a slice of blocks (dim 0) at a time: never more than a chunk's copy."""
+    if t.numel() == 0:
+        return 0
+    if t.dim() == 0:
+        return int(t.reshape(1).view(torch.uint8).sum(dtype=torch.int64))
+    per = max(1, (t.numel() // max(1, t.shape[0])) * t.element_size())
+    step = max(1, CHECKSUM_CHUNK_BYTES // per)
+    return sum(int(t[i:i + step].reshape(-1).view(torch.uint8).sum(dtype=torch.int64))
+               for i in range(0, t.shape[0], step))
 
 
 def _amend(result: CheckResult, problems: list[str], measured: dict[str, Any], limits: dict[str, Any],
@@ -239,18 +251,54 @@ def _deterministic(llm: Any) -> CheckResult:
                    {"tokens": "identical across runs", "logprobs": "all finite"})
 
 
-def _graphs(h: _Hooks, graphed: list[Generated] | BaseException, eager: list[Generated] | BaseException,
+GRAPH_LOGPROB_MAX = 0.1    # nats: the chosen tokens' logprobs, graph against eager, until a divergence
+GRAPH_NEAR_TIE = 0.1       # nats: eager's top-1 minus top-2 where the graph run may take the other token
+
+
+def _graph_agrees(g: oracle.Generation, e: oracle.Generation) -> tuple[bool, dict[str, Any]]:
+    """The graph run of one prompt against its eager run: the same greedy tokens with logprobs within
+    GRAPH_LOGPROB_MAX, up to a divergence that only a near tie (eager's top-2 margin <= GRAPH_NEAR_TIE)
+    allows.  Measured on the H200: a random-weight model's nearly flat logits tie often, and the padded
+    graph batch (3 -> 4, 5 -> 8) changes FlashInfer's split of the reduction."""
+    (tg, lg), (te, le) = g, e
+    n = min(len(tg), len(te))
+    first = next((i for i in range(n) if tg[i] != te[i]), n)
+    pairs = [(lg[i].get(tg[i], math.nan), le[i].get(te[i], math.nan)) for i in range(min(first, len(lg), len(le)))]
+    # both non-finite at one place is the same output (finiteness is the determinism check's); one side only is not
+    diffs = [abs(a - b) if math.isfinite(a) and math.isfinite(b) else 0.0 if not (math.isfinite(a) or math.isfinite(b))
+             else math.inf for a, b in pairs]
+    finite = all(math.isfinite(d) for d in diffs)
+    worst = max(diffs, default=0.0)
+    margin = None
+    if first < n and first < len(le):
+        top = sorted(le[first].values(), reverse=True)
+        margin = top[0] - top[1] if len(top) > 1 else None
+    ok = bool(tg) and finite and worst <= GRAPH_LOGPROB_MAX and \
+        (first == n and len(tg) == len(te) or first < n and margin is not None and margin <= GRAPH_NEAR_TIE)
+    return ok, {"agree_until": first, "tokens": [len(tg), len(te)], "logprob_diff_max": worst if finite else None,
+                "divergence_margin": margin}
+
+
+def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
+            eager: list[list[oracle.Generation]] | BaseException,
             graph_captured: bool, eager_captured: bool, device: torch.device) -> CheckResult:
     if isinstance(graphed, BaseException):
         raise graphed
     if isinstance(eager, BaseException):
         raise eager
-    same = [[t for t, _ in g] == [t for t, _ in e] for g, e in zip(graphed, eager)]
+    pairs = [[_graph_agrees(g, e) for g, e in zip(gb, eb)] + ([(False, {"prompts": f"{len(gb)} vs {len(eb)}"})]
+                                                               if len(gb) != len(eb) else [])
+             for gb, eb in zip(graphed, eager)]
+    same = [all(ok for ok, _ in batch) for batch in pairs]
     cuda = device.type == "cuda"
-    measured = {"batches": list(GRAPH_BATCHES), "match": same, "graphs_captured": graph_captured,
+    measured = {"batches": list(GRAPH_BATCHES), "match": same,
+                "exact": [all(g[0] == e[0] for g, e in zip(gb, eb)) for gb, eb in zip(graphed, eager)],
+                "per_prompt": [[m for _, m in batch] for batch in pairs],
+                "graphs_captured": graph_captured,
                 "eager_engine_captured": eager_captured, "cuda_graphs": cuda and graph_captured}
-    limits = {"tokens": "identical to enforce_eager", "graphs_captured": True,
-              "eager_engine_captured": False}
+    limits = {"tokens": f"identical to enforce_eager, or diverging only where eager's top-2 margin <= "
+                        f"{GRAPH_NEAR_TIE} nats (a near tie: the graph's padded batch may reduce in another order)",
+              "logprob_diff_max": GRAPH_LOGPROB_MAX, "graphs_captured": True, "eager_engine_captured": False}
     if not graph_captured or eager_captured:
         return CheckResult("decode_graphs", FAILED, "the graph engine captured no decode graphs"
                            if not graph_captured else "the enforce_eager engine captured graphs too",

@@ -244,12 +244,21 @@ def _generate(llm: Any, prompts: list[Any], max_tokens: int = MAX_TOKENS) -> Gen
     return [_tokens(o) for o in _need(llm, "generate")(prompts, _params(max_tokens), use_tqdm=False)]
 
 
-def _generate_top(llm: Any, ids: list[int], max_tokens: int) -> oracle.Generation:
-    """Greedy tokens with each position's top-2 logprobs (for the 16-bit oracle comparison)."""
-    out, = _need(llm, "generate")([{"prompt_token_ids": ids}], _params(max_tokens, logprobs=2), use_tqdm=False)
+def _top(out: Any) -> oracle.Generation:
     c = _need(out, "outputs")[0]
     return (list(_need(c, "token_ids")),
             [{int(k): float(v.logprob) for k, v in d.items()} for d in (_need(c, "logprobs") or [])])
+
+
+def _generate_top(llm: Any, ids: list[int], max_tokens: int) -> oracle.Generation:
+    """Greedy tokens with each position's top-2 logprobs (for the 16-bit oracle comparison)."""
+    out, = _need(llm, "generate")([{"prompt_token_ids": ids}], _params(max_tokens, logprobs=2), use_tqdm=False)
+    return _top(out)
+
+
+def _generate_tops(llm: Any, prompts: list[Any], max_tokens: int = MAX_TOKENS) -> list[oracle.Generation]:
+    """One batch of prompts, greedy, each position's top-2 logprobs (the graph-vs-eager comparison)."""
+    return [_top(o) for o in _need(llm, "generate")(list(prompts), _params(max_tokens, logprobs=2), use_tqdm=False)]
 
 
 def _caches(h: _Hooks) -> list[Any]:
