@@ -78,3 +78,29 @@ def test_the_real_vllm_engine_example_is_a_named_refusal_never_a_pass() -> None:
     recorded = (ROOT / "tests" / "fixtures" / "vllm_0_24_0_cache_dtype_refusal.txt").read_text()
     assert all(f"'{a}'" in recorded for a in refused["accepts"]) and len(refused["accepts"]) == 15
     assert {c["status"] for n, c in checks.items() if n != "physical_k16v8"} == {"skipped"}
+
+
+def test_the_real_engine_diagnostics_never_pass_and_agree_only_where_no_fault_was_planted() -> None:
+    """receipts/examples/h200-vllm-diagnostic: the engine-level diagnostic on the real vLLM 0.24.0 on the H200
+    (issue 18).  Each receipt matches the smoke schema, none is a stack verdict, the healthy runs agreed on
+    every check and each planted fault was caught by the checks its README names."""
+    d = EXAMPLES / "h200-vllm-diagnostic"
+    schema = json.loads((ROOT / "receipts" / "smoke.schema.json").read_text())
+    want = {"diag-bf16": ("bf16", None), "diag-fp8": ("fp8_e4m3", None),
+            "fault-attn-x0": ("bf16", "attn_output_zero"), "fault-v-2x": ("fp8_e4m3", "v_read_scale_2x")}
+    for name, (cache, fault) in want.items():
+        r = json.loads((d / f"{name}.receipt.json").read_text())
+        jsonschema.validate(r, schema)
+        diag = r["diagnostic"]
+        assert r["passed"] is False and r["proves"] == "harness" and list(diag["per_cache"]) == [cache]
+        status = {c["name"]: c["status"] for c in r["checks"]}
+        assert r["engine"]["model_runner"] == "vllm.v1.worker.gpu.model_runner.GPUModelRunner"   # vLLM's V2 runner
+        if fault is None:
+            assert diag["harness_ok"] is True and set(status.values()) == {"passed"}, status
+        else:
+            assert diag["fault"]["name"] == fault and diag["fault_caught"] is True and diag["harness_ok"] is False
+            assert status["calibrated_scales"] == status["mixed_prefill"] == "failed", status
+    verdict = json.loads((d / "k16v8-verdict.receipt.json").read_text())
+    assert verdict["passed"] is False and "refused" in verdict["checks"][0]["summary"]
+    assert not MACHINE.findall("".join(p.read_text(encoding="utf-8") for p in d.glob("*.receipt.json"))), \
+        "a machine path in the example receipts"
