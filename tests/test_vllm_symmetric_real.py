@@ -113,3 +113,30 @@ def test_the_recorded_symmetric_facts_are_the_real_vllm_0_24() -> None:
         member = next(m for m in tf.getmembers() if m.name.endswith("csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh"))
         cuh = tf.extractfile(member).read().decode()     # type: ignore[union-attr]
     assert _flat(SYM["write_fp8"]) in _flat(cuh)
+
+
+def _observed_from_receipts() -> dict:
+    ex = ROOT / "receipts" / "examples" / "h200-vllm-diagnostic"
+    out: dict = {"found_dtypes": {}, "layer_side_shape": {}, "prefill_route": {}}
+    for cache, name in (("bf16", "diag-bf16"), ("fp8_e4m3", "diag-fp8")):
+        r = json.loads((ex / f"{name}.receipt.json").read_text())
+        checks = {c["name"]: c for c in r["diagnostic"]["per_cache"][cache]["checks"]}
+        m = checks["physical_k16v8"]["measured"]
+        out["model_runner"], out["attention_backends"] = r["engine"]["model_runner"], m["attention_backends"]
+        out["found_dtypes"][cache] = [m["k_dtype"], m["v_dtype"]]
+        out["layer_side_shape"][cache] = ["num_blocks", *m["layer_shape"][1:]]
+        out["prefill_route"][cache] = checks["mixed_prefill"]["measured"]["prefill_route_observed"]
+    return out
+
+
+def test_the_recorded_real_run_is_what_the_h200_receipts_say_and_the_stand_in_agrees(tmp_path: Path) -> None:
+    """tests/fixtures/vllm_fork_api.json ``observed_h200`` is re-recorded from what ran on the H200 (the
+    diagnostic's example receipts); the stand-in stores an fp8 cache as the real engine did and has the V2
+    runner class at the dotted path the real engine reported."""
+    obs = json.loads((ROOT / "tests" / "fixtures" / "vllm_fork_api.json").read_text())["observed_h200"]
+    assert {k: v for k, v in obs.items() if k not in ("about", "receipts")} == _observed_from_receipts()
+    assert obs["found_dtypes"]["fp8_e4m3"] == [SYM["storage_dtype"]["fp8_e4m3"]] * 2
+    module, _, cls = obs["model_runner"].rpartition(".")
+    fake = FAKE / (module.replace(".", "/") + ".py")
+    assert fake.is_file() and f"class {cls}" in fake.read_text(encoding="utf-8")
+    assert _probe(tmp_path, "fp8_e4m3")["storage_dtype"] == obs["found_dtypes"]["fp8_e4m3"][0]
