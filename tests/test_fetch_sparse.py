@@ -311,3 +311,73 @@ def test_real_flashinfer_pr3812_gets_cutlass_b46b16d0_sparse_from_the_one_copy_t
     assert dirty_entries(Path(rec.path)) == [] and step.verify(ctx, result) is None
     partial = mirror_path(tmp_path / "cache", "https://github.com/NVIDIA/cutlass.git", partial=True)
     assert "06ebe5ad" in " ".join(missing_objects(partial, rec.submodules["3rdparty/cutlass"]))
+
+
+@pytest.mark.parametrize("source, passed", [
+    ("file:///c/x.partial.git", True), ("/c/x.git", True), ("https://github.com/NVIDIA/cutlass.git", True),
+    ("ssh://git@gitlab.example/x/y.git", False), ("git@gitlab.example:x/y.git", False)])
+def test_upload_pack_is_asked_for_local_and_https_sources_never_over_ssh(source: str, passed: bool) -> None:
+    from october.installer.steps.fetch.sparse import upload_pack
+    assert bool(upload_pack(source)) is passed
+
+
+def test_a_submodule_kept_sparse_before_is_checked_out_whole_when_the_recipe_says_so(tmp_path: Path) -> None:
+    """Review finding: a sparse -> whole change of the recipe left the submodule sparse, and the re-run
+    check passed.  Now the checkout is made whole, and a sparse one the record calls whole is named."""
+    cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)          # complete this time
+    url, commit = _super(tmp_path, cut_url, cut_ids[0])
+    sparse = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
+    ctx, step, result = _fetch(tmp_path, sparse)
+    root = Path(result.forks["fi"].path)
+    sub = root / "3rdparty/cutlass"
+    assert not (sub / "media").exists()
+    subs = dict(result.forks["fi"].submodules)
+    assert "wants it whole" in (check_clone(root, commit, allow_dirty=False, submodules=subs) or "")
+    whole = _fork({"url": url, "commit": commit}, sparse={}, paths=("3rdparty/cutlass",))
+    ctx2 = make_ctx(tmp_path / "stack", make_recipe([whole]), tmp_path / "cache")
+    out = FetchStep().run(ctx2)
+    assert (sub / "media/images/big.png").is_file() and (sub / "tools/profiler/main.cpp").is_file()
+    assert check_clone(root, commit, allow_dirty=False, submodules=dict(out.forks["fi"].submodules)) is None
+    assert FetchStep().verify(ctx2, out) is None
+
+
+def test_an_untracked_file_in_a_sparse_submodule_stops_a_re_checkout(tmp_path: Path, world: dict) -> None:
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    (sub / "build").mkdir()
+    (sub / "build" / "out.o").write_bytes(b"mine")
+    fixture_git("-C", str(sub), "sparse-checkout", "set", "--cone", "include")
+    with pytest.raises(FetchError) as exc:
+        step.run(ctx)
+    assert ("local changes" in str(exc.value) or "build/" in str(exc.value))
+    assert (sub / "build" / "out.o").read_bytes() == b"mine"
+    # the submodule's own guard, reached directly (the clone's dirty check above comes first in a run)
+    from october.installer.steps.fetch.worktree import _clear_submodule
+    with pytest.raises(FetchError) as inner:
+        _clear_submodule(sub.parent.parent, "3rdparty/cutlass", "3rdparty/cutlass", "fi", "a test")
+    assert "build/" in str(inner.value) and (sub / "build" / "out.o").read_bytes() == b"mine"
+
+
+def test_the_kit_s_partial_copy_names_its_upstream_not_this_machine_s_cache_and_is_never_also_whole(
+        tmp_path: Path, world: dict) -> None:
+    from october.installer.core.errors import KitError
+    runner = Runner(tmp_path / "logs")
+    repos = KitRepos(runner, "kit", tmp_path / "kitcache", tmp_path / "kit", say=lambda _: None)
+    repos.add_fork(_fork(world))
+    copy = repos.repos[repo_relpath(world["cut_url"])]
+    config = (tmp_path / "kit" / copy.path / "config").read_text(encoding="utf-8")
+    assert str(tmp_path / "kitcache") not in config
+    assert fixture_git("-C", str(tmp_path / "kit" / copy.path), "config", "remote.origin.url") == world["cut_url"]
+    # a look at the partial copy never fetches what it lacks from its promisor (GIT_NO_LAZY_FETCH)
+    from october.installer.steps.fetch.mirror import has_commit
+    kit_cut = tmp_path / "kit" / copy.path
+    outside = fixture_git("-C", str(bare_path(world["cut_url"])), "rev-parse", f"{world['cut']}:tools/profiler/main.cpp")
+    before = sorted(str(p.relative_to(kit_cut)) for p in kit_cut.rglob("*"))
+    assert outside in missing_objects(kit_cut, world["cut"])
+    assert not has_commit(kit_cut, outside)
+    assert sorted(str(p.relative_to(kit_cut)) for p in kit_cut.rglob("*")) == before
+    assert outside in missing_objects(kit_cut, world["cut"])
+    whole = open_mirror(tmp_path / "kitcache", world["cut_url"], "fi/3rdparty/cutlass")
+    with pytest.raises(KitError) as exc:
+        repos.add(whole, world["cut"], role="submodule", owner="other/3rdparty/cutlass")
+    assert "both whole and sparse" in str(exc.value)

@@ -114,6 +114,11 @@ class KitRepos:
             _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
                  doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
             shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
+        if copy.sparse:
+            raise KitError(f"the kit needs {copy.url} both whole and sparse",
+                           expected="each repository either whole or sparse in one kit",
+                           found=f"{copy.owner} sparse ({', '.join(sorted({d for ds in copy.sparse.values() for d in ds}))}),"
+                                 f" {owner} whole", fix="select the submodule the same way in every fork entry of the recipe")
         ref = f"{PIN_REFS}/{commit}"
         with mirror.locked():
             _git(self.runner, self.step, ["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}",
@@ -245,11 +250,19 @@ class KitRepos:
                      doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
                 shutil.rmtree(dest / "hooks", ignore_errors=True)
                 serve_config(self.runner, self.step, dest)   # the target's partial fetches ask it by id
-            bring(self.runner, self.step, dest, sub_mirror.path.as_uri(), sub_mirror.shown_url, commit, dirs, who=what)
-        self.say(f"{who}: {commit} (sparse: {', '.join(dirs)})")
+            kept = sorted(set(copy.sparse.get(commit, [])) | set(dirs))     # two entries' cones: their union
+            bring(self.runner, self.step, dest, sub_mirror.path.as_uri(), sub_mirror.shown_url, commit, kept, who=what)
+            # git named the promisor after the cache it fetched from (a path of this machine): the kit's copy
+            # names the upstream instead, and nothing it lacks is ever fetched (GIT_NO_LAZY_FETCH on reads)
+            self.runner.run(["git", "-C", str(dest), "config", "--remove-section",
+                             f"remote.{sub_mirror.path.as_uri()}"], step=self.step, env=git_env(), check=False)
+            for key, value in (("url", redact_url(url)), ("promisor", "true"), ("partialclonefilter", "blob:none")):
+                _git(self.runner, self.step, ["-C", str(dest), "config", f"remote.origin.{key}", value],
+                     doing=f"recording {dest}'s upstream", fix=f"check {dest}")
+        self.say(f"{who}: {commit} (sparse: {', '.join(kept)})")
         if commit not in copy.commits:
             copy.commits.append(commit)
-        copy.sparse[commit] = list(dirs)
+        copy.sparse[commit] = kept
 
     def _submodules(self, mirror: Mirror, commit: str, base_url: str, owner: str,
                     selection: Sequence[str] | None, depth: int,

@@ -377,7 +377,8 @@ def stack_key(ctx: "StepContext") -> str | None:
     parts: dict[str, Any] = {
         "env": templated(EnvStep().inputs(ctx), root), "install": templated(install, root),
         "wheel": r.wheel.sha256 if r.wheel is not None else None,
-        "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules)}
+        "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules),
+                         **({"sparse": {k: list(v) for k, v in sorted(rec.sparse.items())}} if rec.sparse else {})}
                   for name, rec in sorted(fetch.forks.items())},
         "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
         "tool": tool_code(),

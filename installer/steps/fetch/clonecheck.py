@@ -94,13 +94,16 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
         return f"{path} is not a git clone"
     if head != commit:
         return f"{path} is at {head}, not {commit}"
-    if sparse:
-        from october.installer.steps.fetch.sparse import cone_problem
+    if sparse or submodules:
+        from october.installer.steps.fetch.sparse import cone_problem, partial_or_sparse
 
-        for sub, dirs in sorted(sparse.items()):
+        for sub, dirs in sorted((sparse or {}).items()):
             bad = cone_problem(path / sub, dirs)
             if bad is not None:
                 return f"submodule {sub}: {bad}"
+        for sub in sorted(set(submodules or {}) - set(sparse or {})):
+            if partial_or_sparse(path / sub):
+                return f"submodule {sub} is a sparse or partial checkout; the recipe wants it whole"
     try:
         if not allow_dirty:
             dirty = dirty_entries(path)

@@ -184,8 +184,10 @@ def _half_made(path: Path) -> bool:
 
 
 def has_commit(path: Path, commit: str) -> bool:
-    """Whether the repository at ``path`` holds ``commit`` as a commit object (read-only)."""
+    """Whether the repository at ``path`` holds ``commit`` as a commit object (read-only; in a partial
+    repository a missing object is not fetched from its promisor: GIT_NO_LAZY_FETCH)."""
     with git.Repo(path) as repo:
+        repo.git.update_environment(GIT_NO_LAZY_FETCH="1")
         try:
             repo.git.cat_file("-e", f"{commit}^{{commit}}")
         except git.GitCommandError:
@@ -203,6 +205,7 @@ def has_complete(path: Path, commit: str) -> bool:
     walked (``rev-list --objects ... --not --all``, quick when a ref already reaches it).
     """
     with git.Repo(path) as repo:
+        repo.git.update_environment(GIT_NO_LAZY_FETCH="1")
         try:
             pinned = str(repo.git.rev_parse("--verify", "--quiet", f"{PIN_REFS}/{commit}")).strip()
         except git.GitCommandError:

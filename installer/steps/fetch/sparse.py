@@ -26,8 +26,6 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-import git
-
 from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env
@@ -39,6 +37,28 @@ SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InW
 UPLOAD_PACK = "git " + " ".join(f"-c {k}={v}" for k, v in SERVE_CONFIG) + " upload-pack"
 BLOBS_PER_FETCH = 2000          # ids per `git fetch` command line (a cone of CUTLASS headers: 891)
 _ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P<path>.*)$", re.S)
+
+
+def _repo(path: Path) -> "git.Repo":
+    """A read-only look: in a partial repository a missing object must never be fetched from its promisor
+    (GIT_NO_LAZY_FETCH, git >= 2.39.4 and 2.44): a kit's copy would otherwise fetch from the cache it was
+    made from, and the cache's partial mirror from the network."""
+    import git     # GitPython only where git is read (the no-op's cone check reads files)
+
+    r = git.Repo(path)
+    r.git.update_environment(GIT_NO_LAZY_FETCH="1")
+    return r
+
+
+_SSH = re.compile(r"^(ssh://|git\+ssh://|ssh\+git://|[A-Za-z0-9._-]+@[^/:]+:)")
+
+
+def upload_pack(source: str) -> list[str]:
+    """``--upload-pack`` asking a local repository to allow filters and ids (git strips client config
+    before starting a local upload-pack; an https URL may be rewritten to a local copy by
+    ``url.<copy>.insteadOf``, and https itself ignores the option); never for ssh, whose host would be
+    asked to run a command it may refuse."""
+    return [] if _SSH.match(source) else [f"--upload-pack={UPLOAD_PACK}"]
 
 
 def parents(dirs: Sequence[str]) -> list[str]:
@@ -65,8 +85,10 @@ def _entries(text: str) -> list[tuple[str, str, str]]:
 
 def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dict[str, str]:
     """path -> blob id of every file a cone checkout of ``dirs`` writes (trees must be present)."""
+    import git
+
     found: dict[str, str] = {}
-    with git.Repo(repo) as r:
+    with _repo(repo) as r:
         for parent in parents(dirs):
             try:
                 text = r.git.ls_tree("-z", f"{commit}:{parent}" if parent else commit)
@@ -91,7 +113,7 @@ def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dic
 
 def missing_objects(repo: Path, commit: str) -> set[str]:
     """Ids reachable from ``commit`` that the repository does not hold (no lazy fetch is made)."""
-    with git.Repo(repo) as r:
+    with _repo(repo) as r:
         out = str(r.git.rev_list("--objects", "--missing=print", commit))
     return {ln[1:].strip() for ln in out.splitlines() if ln.startswith("?")}
 
@@ -99,7 +121,9 @@ def missing_objects(repo: Path, commit: str) -> set[str]:
 def _has_ref(repo: Path, commit: str) -> bool:
     """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and
     its trees (a ``cat-file`` on a missing object would make git fetch it lazily instead)."""
-    with git.Repo(repo) as r:
+    import git
+
+    with _repo(repo) as r:
         try:
             return str(r.git.rev_parse("--verify", "--quiet", f"{PARTIAL_REFS}/{commit}")).strip() == commit
         except git.GitCommandError:
@@ -133,14 +157,14 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
         return False
     if need is None:
         _git(runner, step, ["-C", str(repo), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-                            f"--upload-pack={UPLOAD_PACK}", source, f"+{commit}:{PARTIAL_REFS}/{commit}"],
+                            *upload_pack(source), source, f"+{commit}:{PARTIAL_REFS}/{commit}"],
              who=who, doing=f"fetching commit {commit} (trees only) from {shown}", source=shown)
     gone = missing_objects(repo, commit)
     ids = sorted({oid for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone})
     for i in range(0, len(ids), BLOBS_PER_FETCH):
         _git(runner, step, ["-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet",
                             "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no", "--filter=blob:none",
-                            f"--upload-pack={UPLOAD_PACK}", source, *ids[i:i + BLOBS_PER_FETCH]],
+                            *upload_pack(source), source, *ids[i:i + BLOBS_PER_FETCH]],
              who=who, doing=f"fetching {len(ids)} file(s) under {', '.join(dirs)} of {commit} from {shown}",
              source=shown)
     still = lacking(repo, commit, dirs, who=who)
@@ -162,6 +186,31 @@ def serve_config(runner: Runner, step: str, repo: Path) -> None:
 # ------------------------------------------------------------------ the checkout's cone
 
 
+def _setting(gd: Path, key: str) -> str | None:
+    """A core.<key> value as git reads it for a work tree: config.worktree over config (last one wins)."""
+    for name in ("config.worktree", "config"):
+        try:
+            text = (gd / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.findall(rf"(?im)^\s*{key}\s*=\s*(\S+)\s*$", text)
+        if found:
+            return found[-1].lower()
+    return None
+
+
+def partial_or_sparse(work: Path) -> bool:
+    """Whether a (submodule) work tree is a partial clone or a sparse checkout (read from its files)."""
+    gd = git_dir(work)
+    if gd is None:
+        return False
+    try:
+        conf = (gd / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        conf = ""
+    return bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf)) or _setting(gd, "sparsecheckout") == "true"
+
+
 def cone_patterns(dirs: Sequence[str]) -> set[str]:
     """The directories a cone-mode sparse-checkout file lists for ``dirs`` (the kept ones and parents)."""
     return {p for p in parents(dirs) if p} | set(dirs)
@@ -173,14 +222,10 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
-    conf = ""
-    for name in ("config.worktree", "config"):
-        try:
-            conf += (gd / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            pass
-    if not re.search(r"(?im)^\s*sparsecheckout\s*=\s*true\s*$", conf):
+    if _setting(gd, "sparsecheckout") != "true":
         return f"{work} is not a sparse checkout (core.sparseCheckout is not true)"
+    if _setting(gd, "sparsecheckoutcone") != "true":
+        return f"{work} is a sparse checkout, not in cone mode (core.sparseCheckoutCone is not true)"
     try:
         lines = (gd / "info" / "sparse-checkout").read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:

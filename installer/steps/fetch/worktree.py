@@ -42,6 +42,7 @@ from october.installer.steps.fetch.clonecheck import (  # noqa: F401  (the inspe
 )
 from october.installer.steps.fetch.exclude import exclude_build_outputs
 from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from october.installer.steps.fetch.sparse import partial_or_sparse
 from october.installer.steps.fetch.recover import (
     is_incomplete,
     mark_complete,
@@ -229,38 +230,68 @@ def _no_rewrite(url: str) -> str | None:
     return None
 
 
+def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
+    """Remove a submodule's work tree and git directory to check it out again -- only when nothing in it
+    is the user's: no local change, no untracked or ignored file (a ``build/`` made there)."""
+    from october.installer.steps.fetch.sparse import git_dir
+
+    sub_dir = repo_dir / rel
+    if head_commit(sub_dir) is not None:
+        theirs = [ln for ln in _status_all(sub_dir) if ln.strip()]
+        if theirs:
+            raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
+                             expected="a submodule with no local change, untracked or ignored file",
+                             found=listed(theirs),
+                             fix=f"save what you need from {sub_dir} elsewhere, delete {sub_dir}, and re-run")
+    elif sub_dir.is_dir() and any(p.name != ".git" for p in sub_dir.iterdir()):
+        raise FetchError(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
+                         "git repository", expected="a submodule git can read, or an empty directory",
+                         found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
+    gd = git_dir(sub_dir)
+    for stale in {p for p in (gd, repo_dir / ".git" / "modules" / name) if p is not None}:
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(sub_dir, ignore_errors=True)
+
+
+def _status_all(path: Path) -> list[str]:
+    """Every change, untracked and ignored file (what a re-checkout would throw away)."""
+    from october.installer.steps.fetch.clonecheck import _git as look
+
+    return look(path, "status", "--porcelain", "--untracked-files=all", "--ignored=matching").splitlines()
+
+
 def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
                       url: str, dirs: Sequence[str], rewrite: Rewrite) -> None:
     """A submodule checked out sparse (:mod:`.sparse`): its commit, trees and the cone's blobs in the
     cache's partial mirror, then a partial clone of that mirror in cone mode, its git directory
-    absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it."""
-    from october.installer.steps.fetch.sparse import PARTIAL_REFS, UPLOAD_PACK, bring, cone_problem, git_dir
+    absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it.  The
+    checkout's promisor is that mirror: a file outside the cone is had from there, so widening the cone
+    by hand needs the cache (the recipe's ``sparse`` is the way to widen it)."""
+    from october.installer.steps.fetch.sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
 
     who = f"fork '{g.fork}': submodule {rel}"
+    sub_dir = repo_dir / rel
+    if head_commit(sub_dir) == commit and cone_problem(sub_dir, dirs) is None:
+        # as a run left it (its cleanliness is checked with the clone's); a run killed before the
+        # absorb or the origin left them undone
+        if (sub_dir / ".git").is_dir():
+            g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel],
+              doing=f"moving submodule {rel}'s git directory under .git/modules", fix=f"delete {sub_dir} and re-run")
+        _set_origin(g, sub_dir, url)
+        return
     mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url), partial=True)
     with mirror.locked():
         if bring(g.runner, g.step, mirror.path, mirror.fetch_url, mirror.shown_url, commit, dirs, who=who):
             say(f"{g.fork}: fetched submodule {rel} @ {commit} (sparse: {', '.join(dirs)}) from "
                 f"{redact_url(mirror.fetch_url)}")
-        sub_dir = repo_dir / rel
-        if head_commit(sub_dir) == commit and cone_problem(sub_dir, dirs) is None:
-            return                     # as a previous run left it (its cleanliness is checked with the clone's)
-        if git_dir(sub_dir) is not None and head_commit(sub_dir) is not None:
-            changed = dirty_entries(sub_dir)
-            if changed:
-                raise FetchError(f"{who} has local changes and must move to {commit} (or change its cone)",
-                                 expected="a clean sparse submodule", found=listed(changed),
-                                 fix=f"save your changes in {sub_dir} elsewhere, delete it, and re-run")
-        gd = git_dir(sub_dir)
-        for stale in {p for p in (gd, repo_dir / ".git" / "modules" / name) if p is not None}:
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.rmtree(sub_dir, ignore_errors=True)
+        _clear_submodule(repo_dir, name, rel, who, f"to commit {commit}, sparse: {', '.join(dirs)}")
         sub_dir.mkdir(parents=True, exist_ok=True)
         doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
         fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
+        source = mirror.path.as_uri()
         g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
         g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-           f"--upload-pack={UPLOAD_PACK}", mirror.path.as_uri(), f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
           doing=doing, fix=fix)
         g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
@@ -317,6 +348,8 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
             _sparse_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=url,
                               dirs=sparse[rel], rewrite=rewrite)
             continue                   # a sparse submodule's own submodules are not fetched
+        if partial_or_sparse(sub_dir):      # a recipe that kept it sparse before: whole now
+            _clear_submodule(repo_dir, name, rel, f"fork '{g.fork}': submodule {rel}", "whole now, sparse before")
         mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
         try:
             fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
