@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -29,7 +28,7 @@ from october.installer.steps.fetch.sparse import cone_blobs, cone_problem, missi
 from october.installer.steps.fetch.step import FetchStep
 from october.installer.steps.fetch.worktree import sync_clone
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
-from tests.fixtures.gitrepos import bare_path, make_repo
+from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
 from tests.fixtures.gitrepos import git as fixture_git
 
 DIRS = ("include", "tools/util/include")
@@ -47,22 +46,9 @@ CUTLASS_LIKE = {
 }
 
 
-def _explode(bare: Path) -> None:
-    for pack in list((bare / "objects" / "pack").glob("*.pack")):
-        moved = pack.with_suffix(".moved")
-        pack.rename(moved)
-        pack.with_suffix(".idx").unlink()
-        with open(moved, "rb") as fh:
-            subprocess.run(["git", "-C", str(bare), "unpack-objects", "-q"], stdin=fh, check=True)
-        moved.unlink()
-
-
 def _drop(bare: Path, commit: str, path: str) -> str:
     """Delete the blob of ``path`` at ``commit`` from the bare repo (as the real copy lacks one)."""
-    _explode(bare)
-    blob = fixture_git("-C", str(bare), "rev-parse", f"{commit}:{path}")
-    (bare / "objects" / blob[:2] / blob[2:]).unlink()
-    return blob
+    return drop_blob(bare, commit, path)
 
 
 def _super(tmp: Path, sub_url: str, sub_commit: str, cccl: tuple[str, str] | None = None) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from october.installer.steps.fetch.diagnose import diagnose, remove_partial_obje
 from october.installer.steps.fetch.mirror import ensure_commit, mirror_path, open_mirror
 from october.installer.steps.fetch.step import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
-from tests.fixtures.gitrepos import bare_path, make_repo
+from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
 from tests.fixtures.gitrepos import git as fixture_git
 
 
@@ -53,17 +53,7 @@ def _damaged_repo(tmp: Path, name: str, files: int = 150) -> tuple[str, str]:
     files_ = {f"f{i:03d}.txt": "".join(hashlib.sha256(f"{i}.{j}".encode()).hexdigest() for j in range(40))
               for i in range(files)}
     url, ids = make_repo(tmp, name, files=files_)
-    bare = bare_path(url)
-    packs = list((bare / "objects" / "pack").glob("*.pack"))
-    for pack in packs:      # explode packs so one object file can be removed
-        moved = pack.with_suffix(".moved")
-        pack.rename(moved)
-        pack.with_suffix(".idx").unlink()
-        with open(moved, "rb") as fh:
-            subprocess.run(["git", "-C", str(bare), "unpack-objects", "-q"], stdin=fh, check=True)
-        moved.unlink()
-    blob = fixture_git("-C", str(bare), "rev-parse", f"{ids[0]}:f077.txt")
-    (bare / "objects" / blob[:2] / blob[2:]).unlink()
+    drop_blob(bare_path(url), ids[0], "f077.txt")
     return url, ids[0]
 
 
