@@ -3,7 +3,8 @@
 # cannot store K16/V8 (bench/h200_vllm_engine.sh: passed false, the refusal named), so every engine check runs
 # on a symmetric cache it can store -- bf16 (kv_cache_dtype="auto"), then fp8_e4m3 (K and V e4m3) -- and then
 # with each fault the harness plants into the engine itself (attention output x0; V read at twice the scale it
-# was stored with).  Each run's receipt is passed: false (a diagnostic is never a stack verdict); the exit code
+# was stored with; issue 18 item 5: attention output x1.01 and the softmax scale 2% high, which the layer
+# oracle's slope of the output against the reference, bound 1 +- 0.004, must catch).  Each run's receipt is passed: false (a diagnostic is never a stack verdict); the exit code
 # says whether the harness agreed with the engine: 21 = agreed on every cache, 1 = a check did not pass (what
 # each planted fault must give).  Every call is bounded by `timeout` (124 = it ran out).
 #   B=TOOL_BIN_DIR OUT=DIR bash bench/h200_engine_diagnostic.sh [RUN ...]
@@ -28,6 +29,10 @@ for cache, c in (d.get("per_cache") or {}).items():
     print(f"  [{cache}] harness_ok={c['harness_ok']}")
     for k in c["checks"]:
         print(f"    {k['name']:<26} {k['status']:<11} {k['seconds']:7.1f}s  {k['summary'][:160]}")
+        lo = (k.get("measured") or {}).get("layer_oracle")
+        if k["name"] in ("calibrated_scales", "mixed_prefill") and isinstance(lo, dict):
+            print(f"      slope vs reference: prefill {lo['prefill_slope_vs_reference']:.5f}, decode "
+                  f"{lo['decode_slope_vs_k16v8_reference']:.5f} (bound {k['limits']['layer_oracle']['slope']})")
 PY
 }
 run() {    # NAME EXTRA-ARGS...
@@ -44,13 +49,16 @@ run() {    # NAME EXTRA-ARGS...
 export OCTOBER_DIAGNOSTIC_JIT=${OCTOBER_DIAGNOSTIC_JIT:-/tmp/diag-jit}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 # Which runs (default all): diag-bf16 diag-fp8 fault-attn-x0 (bf16 cache) fault-v-2x (fp8 cache: a bf16 cache
-# is not read through a V scale).
-for r in ${@:-diag-bf16 diag-fp8 fault-attn-x0 fault-v-2x}; do
+# is not read through a V scale) fault-out-1pct fault-softmax-2pct (bf16 cache: the output x1.01; the softmax
+# scale x1.02 planted as FlashInferImpl.scale, which FlashInferMetadataBuilder reads into every plan()).
+for r in ${@:-diag-bf16 diag-fp8 fault-attn-x0 fault-v-2x fault-out-1pct fault-softmax-2pct}; do
   case $r in
     diag-bf16) run diag-bf16 --diagnostic-cache bf16 ;;
     diag-fp8) run diag-fp8 --diagnostic-cache fp8_e4m3 ;;
     fault-attn-x0) run fault-attn-x0 --diagnostic-cache bf16 --plant-fault attn_output_zero ;;
     fault-v-2x) run fault-v-2x --diagnostic-cache fp8_e4m3 --plant-fault v_read_scale_2x ;;
+    fault-out-1pct) run fault-out-1pct --diagnostic-cache bf16 --plant-fault attn_output_x1_01 ;;
+    fault-softmax-2pct) run fault-softmax-2pct --diagnostic-cache bf16 --plant-fault softmax_scale_x1_02 ;;
     *) echo "unknown run $r"; exit 2 ;;
   esac
 done

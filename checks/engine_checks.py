@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from october.checks import engine_oracle as oracle
+from october.checks import reference as ref
 from october.checks.contract import EXTRA_CHECKS
 from october.checks.engine_cache import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
 from october.checks.engine_vllm import (
@@ -361,6 +362,22 @@ def _jit(sel: Selection, shape: ModelShape, watch: Watch, diagnostic: bool = Fal
                     "changed": [], "build_command": fix})
 
 
+def _off(m: dict[str, Any], lim: dict[str, Any], rows: str) -> str:
+    """How the layer oracle's ``rows`` (prefill or decode) are off: by more than the max-abs tolerance,
+    and/or by a systematic scale (the slope of the output against the reference outside its bound)."""
+    if rows == "prefill":
+        err = min(m["prefill_max_err_vs_fresh_reference"], m["prefill_max_err_vs_cached_reference"])
+        slope = m["prefill_slope_vs_reference"]
+    else:
+        err, slope = m["decode_max_err_vs_k16v8_reference"], m["decode_slope_vs_k16v8_reference"]
+    parts = [f"by {err:.3g}" + (f" (max; limit {lim[rows + '_max_err']:.3g})" if err > lim[rows + "_max_err"] else
+                                " (max, within its limit)")]
+    if not ref.slope_ok(slope):
+        parts.append(f"by a systematic scale: slope {slope:.5f} against the reference, outside 1 +- "
+                     f"{ref.SLOPE_BOUND}")
+    return "; ".join(parts)
+
+
 def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseException,
              agreement: tuple[Any, ...] | BaseException) -> None:
     """Fold the outside oracles into the checks they prove."""
@@ -382,15 +399,15 @@ def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseE
                                   f"{m['stored_over_predicted_amax']:.3g} (a scale stuck at 1.0 or off)")
         if not layer.ok_decode:
             scale_problems.append(f"layer {m['layer']} decode differs from the reference dequantized with "
-                                  f"the supplied scale by {m['decode_max_err_vs_k16v8_reference']:.3g}")
+                                  f"the supplied scale {_off(m, lim, 'decode')}")
         _amend(results["calibrated_scales"], scale_problems, {"layer_oracle": m}, {"layer_oracle": lim})
         mixed_problems = []
         if not layer.ok_prefill:
-            mixed_problems.append(f"layer {m['layer']} prefill rows differ from the torch reference by "
-                                  f"{min(m['prefill_max_err_vs_fresh_reference'], m['prefill_max_err_vs_cached_reference']):.3g}")
+            mixed_problems.append(f"layer {m['layer']} prefill rows differ from the torch reference "
+                                  f"{_off(m, lim, 'prefill')}")
         if not layer.ok_decode:
-            mixed_problems.append(f"layer {m['layer']} decode rows differ from the torch reference by "
-                                  f"{m['decode_max_err_vs_k16v8_reference']:.3g}")
+            mixed_problems.append(f"layer {m['layer']} decode rows differ from the torch reference "
+                                  f"{_off(m, lim, 'decode')}")
         _amend(results["mixed_prefill"], mixed_problems,
                {"layer_oracle": m, "prefill_route_observed": layer.prefill_route}, {"layer_oracle": lim})
     if isinstance(agreement, BaseException):

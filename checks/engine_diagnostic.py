@@ -32,6 +32,7 @@ from october.checks import engine_faults
 from october.checks.contract import DIAGNOSTIC_AGREED_EXIT
 from october.checks.engine_cache import diagnostic_plans
 from october.checks.inputs import Manifest, ScaleChoice, TokenProtocol
+from october.checks.reference import SLOPE_BOUND, slope_ok
 from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult
 from october.checks.workspace import Watch
 
@@ -89,6 +90,18 @@ def combine(per_cache: dict[str, list[CheckResult]]) -> list[CheckResult]:
     return out
 
 
+def layer_oracle_slope(results: list[CheckResult]) -> dict[str, Any] | None:
+    """The layer oracle's least-squares slopes of the captured layer's output against the torch reference,
+    with the bound they are held to (what a systematic scale fault, ``attn_output_x1_01`` or
+    ``softmax_scale_x1_02``, moves); None when the oracle did not run."""
+    lo = next((r.measured.get("layer_oracle") for r in results if r.name == "calibrated_scales"), None)
+    if not isinstance(lo, dict) or "decode_slope_vs_k16v8_reference" not in lo:
+        return None
+    prefill, decode = lo["prefill_slope_vs_reference"], lo["decode_slope_vs_k16v8_reference"]
+    return {"prefill": prefill, "decode": decode, "bound": SLOPE_BOUND, "rule": f"|slope - 1| <= {SLOPE_BOUND}",
+            "held": slope_ok(prefill) and slope_ok(decode)}
+
+
 def run_diagnostic(manifest: Manifest, fixtures: Path | None, seed: int, device: torch.device,
                    selection: dict[str, Any] | None, tokens: TokenProtocol, choice_name: str,
                    fault: str | None, workspace: Path | None
@@ -108,7 +121,8 @@ def run_diagnostic(manifest: Manifest, fixtures: Path | None, seed: int, device:
         entry, _ = watch.finish()
         per_cache[plan.name] = results
         section[plan.name] = {"kv_cache_dtype": plan.kv_cache_dtype, "harness_ok": all(r.status == PASSED for r in results),
-                              "checks": [r.as_json() for r in results], "engine": facts, "jit_workspace": entry}
+                              "checks": [r.as_json() for r in results], "engine": facts, "jit_workspace": entry,
+                              "layer_oracle_slope": layer_oracle_slope(results)}
     assert choice is not None
     agreed = all(c["harness_ok"] for c in section.values())
     diagnostic = {"caches": list(section), "proves": PROVES, "never_a_stack_verdict": True,

@@ -56,6 +56,8 @@ TOUCHED = (
      " / .attn_backend.get_name()"),
     ("Attention.impl.forward(layer, query, key, value, kv_cache, attn_metadata, output); "
      "attn_metadata.num_actual_tokens (when present)"),
+    ("Attention.impl.scale (the softmax scale FlashInferMetadataBuilder reads into every plan(); written only "
+     "by a diagnostic's planted softmax_scale_x1_02)"),
 )
 PROMPTS = ("The capital of France is", "Write one sentence about the sea.",
            "List three prime numbers:", "def fibonacci(n):", "Translate 'good morning' to German:")

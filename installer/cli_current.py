@@ -244,7 +244,8 @@ def smoke(
              "on a real engine, never the stack: passed is always false; exit 21 when every check passed on every "
              "cache (the harness agrees with the engine), 1 when one did not."),
     plant_fault: Optional[str] = typer.Option(None, "--plant-fault", hidden=True,
-                                              help="Diagnostic only (benches): attn_output_zero or v_read_scale_2x."),
+                                              help="Diagnostic only (benches): attn_output_zero, v_read_scale_2x, "
+                                                   "attn_output_x1_01 or softmax_scale_x1_02."),
     quiet: bool = quiet_option(),
     verbose: bool = verbose_option("Echo the checks' output as they run."),
     as_json: bool = json_option("the verdict and where the receipt is"),

@@ -27,6 +27,7 @@ import pytest
 from october.checks.contract import DIAGNOSTIC_AGREED_EXIT, ENGINE_FAULTS
 from october.checks.engine_diagnostic import combine
 from october.checks.receipt import build_receipt
+from october.checks.reference import SLOPE_BOUND
 from october.checks.results import CHECK_NAMES, FAILED, PASSED, SKIPPED, CheckResult
 from october.installer.core.errors import UsageError
 from october.installer.smoke.launch import SmokeOptions, check_choices, exit_code, plan_smoke
@@ -98,6 +99,13 @@ def test_every_engine_check_runs_on_each_symmetric_cache(runs: dict[str, dict[st
     # the scales in effect: 1.0 where nothing is quantized, the calibrated ones on the fp8 cache
     assert _measured(receipt, "bf16", "calibrated_scales")["supplied"] == [1.0] * 3
     assert _measured(receipt, "fp8_e4m3", "calibrated_scales")["supplied"] == receipt["scales"]["v_scales"]
+    # no systematic scale on either cache: the slopes of the output against the reference hold their bound
+    for cache, lo in (("bf16", lb), ("fp8_e4m3", lf)):
+        assert abs(lo["decode_slope_vs_k16v8_reference"] - 1) <= SLOPE_BOUND
+        assert abs(lo["prefill_slope_vs_reference"] - 1) <= SLOPE_BOUND
+        assert d["per_cache"][cache]["layer_oracle_slope"] == {
+            "prefill": lo["prefill_slope_vs_reference"], "decode": lo["decode_slope_vs_k16v8_reference"],
+            "bound": SLOPE_BOUND, "rule": f"|slope - 1| <= {SLOPE_BOUND}", "held": True}
 
 
 def test_the_diagnostic_never_touches_the_stack_workspace(runs: dict[str, dict[str, Any]]) -> None:
@@ -123,8 +131,15 @@ def test_each_planted_fault_fails_its_checks_on_both_caches(runs: dict[str, dict
     assert run["rc"] == 1 and exit_code(receipt) == 1 and receipt["passed"] is False
     for cache in d["caches"]:
         st = _per_cache(receipt, cache)
-        # the captured layer's rows are off (x0, or V read at 2x): both checks it feeds fail
+        # the captured layer's rows are off (x0, V read at 2x, x1.01, the softmax 2% sharp): both checks it
+        # feeds fail
         assert st["calibrated_scales"] == st["mixed_prefill"] == FAILED, (cache, st)
+        if fault in SLOPE_FAULTS:
+            _caught_by_the_slope(receipt, cache, fault)
+            held = d["per_cache"][cache]["layer_oracle_slope"]       # the receipt's short record of it
+            assert held["held"] is False and held["bound"] == SLOPE_BOUND
+            assert held["decode"] == _measured(receipt, cache, "calibrated_scales")["layer_oracle"][
+                "decode_slope_vs_k16v8_reference"]
         events = _measured(receipt, cache, "calibrated_scales")["events"]
         assert any(e.startswith(f"fault_planted: {fault}") for e in events)
         assert d["per_cache"][cache]["engine"]["fault_planted"] == fault
@@ -132,6 +147,27 @@ def test_each_planted_fault_fails_its_checks_on_both_caches(runs: dict[str, dict
         scales = _measured(receipt, "fp8_e4m3", "calibrated_scales")
         assert scales["v_scale_float"] == [2 * s for s in scales["supplied"]]
         assert scales["v_scale"] == pytest.approx(scales["supplied"])      # stored with the right one
+
+
+SLOPE_FAULTS = ("attn_output_x1_01", "softmax_scale_x1_02")
+
+
+def _caught_by_the_slope(receipt: dict[str, Any], cache: str, fault: str) -> None:
+    """A systematic scale error: the layer oracle's slope of the output against the reference, recorded
+    with its bound in each check it fails, is outside 1 +- SLOPE_BOUND, and the summary says so."""
+    for name in ("calibrated_scales", "mixed_prefill"):
+        check = next(c for c in receipt["diagnostic"]["per_cache"][cache]["checks"] if c["name"] == name)
+        m, lim = check["measured"]["layer_oracle"], check["limits"]["layer_oracle"]
+        assert lim["slope"].startswith(f"1 +- {SLOPE_BOUND} "), lim
+        decode, prefill = m["decode_slope_vs_k16v8_reference"], m["prefill_slope_vs_reference"]
+        assert abs(decode - 1) > SLOPE_BOUND and abs(prefill - 1) > SLOPE_BOUND, (cache, name, decode, prefill)
+        assert f"slope {decode:.5f} against the reference, outside 1 +- {SLOPE_BOUND}" in check["summary"]
+        if fault == "attn_output_x1_01":     # exactly x1.01, and within the max-abs bound: the slope alone
+            assert decode == pytest.approx(1.01, abs=2e-4) and prefill == pytest.approx(1.01, abs=2e-4)
+            assert m["decode_max_err_vs_k16v8_reference"] <= lim["decode_max_err"]
+            assert "(max, within its limit)" in check["summary"]
+        else:                                # a sharper softmax weights the larger values up: above 1
+            assert decode > 1 + SLOPE_BOUND and prefill > 1 + SLOPE_BOUND
 
 
 def test_a_model_vllm_starts_on_its_v2_runner_is_hooked_too(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
