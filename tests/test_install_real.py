@@ -147,7 +147,10 @@ def test_real_flashinfer_editable_install_fetches_nothing_and_changes_only_the_f
     seconds = time.monotonic() - start
 
     assert hits == [], f"an index was contacted during the install: {hits}"
-    assert seconds < 120, f"the install took {seconds:.0f} s (a nested uv waiting on the env lock?)"
+    # Not a speed claim (benches make those): a nested uv that waited on the env lock would wait uv's
+    # lock timeout (UV_LOCK_TIMEOUT, 300 s by default) before failing.  The install alone takes 60-70 s on
+    # this 2-core machine and has taken 130 s under a loaded CI run, so the bound sits between the two.
+    assert seconds < 240, f"the install took {seconds:.0f} s (a nested uv waiting on the env lock?)"
     nested = out["nested_installs"]["flashinfer"]
     assert set(nested["refused"]) == CHAIN and nested["undeclared"] == [] and nested["unparsed"] == []
     assert nested["attempts"] and all(a.startswith("uv pip install --python ") for a in nested["attempts"])
