@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -26,7 +24,7 @@ import pytest
 with warnings.catch_warnings():  # torch warns at import when numpy is absent
     warnings.simplefilter("ignore", UserWarning)
     from october.checks.engine_faults import SOFTMAX_FACTOR
-from tests.fixtures.smoke_runs import stand_in_env
+from tests.fixtures.smoke_runs import stand_in_probe
 from tests.test_vllm_api_surface import _class, _func, _wheel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +34,7 @@ SM = json.loads((ROOT / "tests" / "fixtures" / "vllm_fork_api.json").read_text()
 
 
 def _probe(tmp: Path, fault: str) -> dict:
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "config.json").write_text(json.dumps({
-        "vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 64, "max_position_embeddings": 4160,
-        "torch_dtype": "bfloat16", "seed": 1}))
-    env = stand_in_env(FAKE, "FAKE_VLLM_FAULT", "", drop=("FLASHINFER_WORKSPACE_BASE",))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "fixtures" / "fake_vllm_softmax_probe.py"),
-                           str(tmp), fault], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return stand_in_probe("fake_vllm_softmax_probe.py", tmp, fault)
 
 
 def _flat(node: ast.AST) -> str:

@@ -30,6 +30,7 @@ from october.installer.steps.fetch.worktree import sync_clone
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
 from tests.fixtures.gitrepos import git as fixture_git
+from tests.test_fetch_submodules import _super_with
 
 DIRS = ("include", "tools/util/include")
 CUTLASS_LIKE = {
@@ -51,28 +52,18 @@ def _drop(bare: Path, commit: str, path: str) -> str:
     return drop_blob(bare, commit, path)
 
 
-def _super(tmp: Path, sub_url: str, sub_commit: str, cccl: tuple[str, str] | None = None) -> tuple[str, str]:
-    url, _ = make_repo(tmp, "super")
-    work = tmp / "work-super"
-    fixture_git("clone", "--quiet", str(bare_path(url)), str(work))
-    subs = {"3rdparty/cutlass": (sub_url, sub_commit), **({"3rdparty/cccl": cccl} if cccl else {})}
-    text = ""
-    for path, (u, c) in subs.items():
-        text += f"[submodule \"{path}\"]\n\tpath = {path}\n\turl = {u}\n"
-        fixture_git("update-index", "--add", "--cacheinfo", f"160000,{c},{path}", cwd=work)
-    (work / ".gitmodules").write_text(text, encoding="utf-8")
-    fixture_git("add", ".gitmodules", cwd=work)
-    fixture_git("commit", "--quiet", "-m", "submodules", cwd=work)
-    fixture_git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=work)
-    return url, fixture_git("rev-parse", "HEAD", cwd=work)
+def _super(tmp: Path, sub_url: str, cccl_url: str | None = None) -> tuple[str, str]:
+    """A superproject recording 3rdparty/cutlass (and 3rdparty/cccl) at their tips."""
+    url, commit, _ = _super_with(tmp, {"3rdparty/cutlass": sub_url, **({"3rdparty/cccl": cccl_url} if cccl_url else {})})
+    return url, commit
 
 
 @pytest.fixture()
 def world(tmp_path: Path) -> dict:
     cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)
     dropped = _drop(bare_path(cut_url), cut_ids[0], "media/images/big.png")
-    cccl_url, cccl_ids = make_repo(tmp_path, "cccl")
-    url, commit = _super(tmp_path, cut_url, cut_ids[0], (cccl_url, cccl_ids[0]))
+    cccl_url, _ = make_repo(tmp_path, "cccl")
+    url, commit = _super(tmp_path, cut_url, cccl_url)
     return {"url": url, "commit": commit, "cut_url": cut_url, "cut": cut_ids[0], "dropped": dropped}
 
 
@@ -193,7 +184,7 @@ def test_a_kept_directory_the_commit_lacks_is_named(tmp_path: Path, world: dict)
 def test_a_source_that_lacks_a_file_inside_the_cone_is_refused_naming_it(tmp_path: Path) -> None:
     cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)
     _drop(bare_path(cut_url), cut_ids[0], "include/cute/tensor.hpp")
-    url, commit = _super(tmp_path, cut_url, cut_ids[0])
+    url, commit = _super(tmp_path, cut_url)
     fork = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
     with pytest.raises(FetchError) as exc:
         _fetch(tmp_path, fork)
@@ -311,7 +302,7 @@ def test_a_submodule_kept_sparse_before_is_checked_out_whole_when_the_recipe_say
     """Review finding: a sparse -> whole change of the recipe left the submodule sparse, and the re-run
     check passed.  Now the checkout is made whole, and a sparse one the record calls whole is named."""
     cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=CUTLASS_LIKE)          # complete this time
-    url, commit = _super(tmp_path, cut_url, cut_ids[0])
+    url, commit = _super(tmp_path, cut_url)
     sparse = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
     ctx, step, result = _fetch(tmp_path, sparse)
     root = Path(result.forks["fi"].path)
