@@ -1,7 +1,12 @@
 """Real tier: both recipes' real requirement sets resolved again on PyPI with ``uv pip compile``.
 
-1. With the date the committed lock records (``exclude-newer``), the resolution is the committed lock,
-   file for file (so ``locks/*.pylock.toml`` are PyPI's answer, not an edited file).
+1. With the date the committed lock records (``exclude-newer``) and the lock's own versions as constraints,
+   the resolution is the committed lock, file for file: every version is one PyPI's resolver accepts for the
+   recipe at that date and every URL and sha256 is PyPI's (so ``locks/*.pylock.toml`` are PyPI's answer, not
+   an edited file).  The pins make the check immune to an index that lists files late (sse-starlette 3.7.1,
+   uploaded 2026-11-22, was listed here only after the locks were cut on 2026-12-01): without them a fresh
+   resolution moves forward and the check fails on a lock nobody touched.  A lock pinning a version the
+   cutoff excludes, or one PyPI does not have, fails to resolve (planted below).
 2. Laying the forks over that resolution leaves exactly the recipe's declared exceptions unmet: every
    distribution that requires a replaced one (found from uv's own ``# via`` annotations, its requirement
    read from the requirer's real METADATA on PyPI, PEP 658) and, for 20260702, every requirement of the
@@ -22,6 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from october.installer.core.errors import CommandFailed
 from october.installer.core.runner import Runner
 from october.installer.recipe import load_recipe
 from october.installer.steps.env.uvcmd import uv_exe
@@ -31,6 +37,7 @@ from october.installer.steps.lock.indexlock import (
     compile_recipe,
     index_request,
     lock_path,
+    lock_pins,
     settled_problems,
 )
 
@@ -57,12 +64,13 @@ def _fork_source(real_mirror: Path, tmp_path: Path) -> Path:
     return src
 
 
-def _via(name: str, date: str, tmp_path: Path) -> dict[str, list[str]]:
-    """package -> the distributions that require it, from uv's annotations of the same resolution."""
+def _via(name: str, date: str, pins: dict[str, str], tmp_path: Path) -> dict[str, list[str]]:
+    """package -> the distributions that require it, from uv's annotations of the same (pinned) resolution."""
     recipe = load_recipe(name)
     req = index_request(recipe)
     (tmp_path / "r.in").write_text("\n".join(req.requirements) + "\n")
-    argv = req.argv(uv_exe(), tmp_path / "r.in", tmp_path / "r.txt", date)
+    (tmp_path / "pins.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())))
+    argv = req.argv(uv_exe(), tmp_path / "r.in", tmp_path / "r.txt", date, tmp_path / "pins.txt")
     argv.insert(argv.index("--no-header"), "--annotation-style=line")
     subprocess.run(argv, check=True, capture_output=True)
     out: dict[str, list[str]] = {}
@@ -87,7 +95,8 @@ def test_resolution_is_the_committed_lock_and_leaves_only_the_declared_exception
     committed = _committed(name)
     date, made = committed["tool"]["october"]["exclude-newer"], committed["tool"]["october"]["resolved-at"]
     assert settled_problems(date, made) == []      # the cutoff had SETTLE days to reach every index
-    compiled = compile_recipe(recipe, Runner(tmp_path / "logs"), uv_exe(), date)
+    pins = lock_pins(committed)
+    compiled = compile_recipe(recipe, Runner(tmp_path / "logs"), uv_exe(), date, pins)
     again = build_index_lock(recipe, compiled, date, made)
     assert {p["name"]: (p["version"], _files(p)) for p in again["packages"]} == \
         {p["name"]: (p["version"], _files(p)) for p in committed["packages"]}
@@ -107,7 +116,7 @@ def test_resolution_is_the_committed_lock_and_leaves_only_the_declared_exception
     conflicts: set[tuple[str, str]] = set()
     # (a) whoever requires a distribution a fork replaces, at a version the fork is not
     fork_versions = {"flashinfer-python": fork_version}
-    via = _via(name, date, tmp_path)
+    via = _via(name, date, pins, tmp_path)
     for replaced, version in fork_versions.items():
         for requirer in via.get(replaced, []):
             wheel = resolved[requirer]["wheels"][0]["url"] if requirer in resolved else recipe.wheel.url
@@ -125,3 +134,20 @@ def test_resolution_is_the_committed_lock_and_leaves_only_the_declared_exception
     declared = {(e.package, e.requires) for e in recipe.install.exceptions}
     assert conflicts == declared, (f"undeclared: {sorted(conflicts - declared)}; "
                                    f"declared but not in the resolution: {sorted(declared - conflicts)}")
+
+
+@pytest.mark.parametrize("fault", ["after-cutoff", "not-on-pypi"])
+def test_a_lock_pinning_what_the_cutoff_or_pypi_does_not_have_fails_to_resolve(fault: str, tmp_path: Path) -> None:
+    """The planted fault for check 1: an edited pin.  anthropic 2.15.0 is on PyPI, uploaded 2026-11-30T19:30Z,
+    after the committed cutoff (2026-11-28T22:00Z), so its files are excluded; 999.0 does not exist.  Either
+    way the pinned resolution fails, naming the package, so the equality above only passes on versions PyPI
+    offered at that date."""
+    committed = _committed("current")
+    date = committed["tool"]["october"]["exclude-newer"]
+    assert date == "2026-11-28T22:00:00Z", "the planted version was chosen for this cutoff: choose another"
+    pins = lock_pins(committed)
+    assert pins["anthropic"] == "2.14.0"
+    pins["anthropic"] = "2.15.0" if fault == "after-cutoff" else "999.0"
+    with pytest.raises(CommandFailed) as err:
+        compile_recipe(load_recipe("current"), Runner(tmp_path / "logs"), uv_exe(), date, pins)
+    assert f"anthropic=={pins['anthropic']}" in err.value.message

@@ -44,6 +44,10 @@ FORK_DISTS = {"flashinfer": "flashinfer-python"}   # install mode -> the index d
 # list a file days after its upload time: a cutoff equal to the resolution time then re-resolves to a newer
 # file once the index catches up (anthropic 2.15.0, uploaded 2026-11-30T19:30Z, seen here only after a lock
 # cut at 2026-12-01T01:28Z).  Every file uploaded before ``resolved-at - SETTLE`` had SETTLE to appear.
+# SETTLE narrows that window; it cannot close it: sse-starlette 3.7.1 (uploaded 2026-11-22T19:19Z) was not
+# listed here when the locks were cut at 2026-12-01T22:16Z with a 2026-11-28T22:00Z cutoff, and was by
+# 2026-12-02.  So a lock is checked against the index *with its own pins* (``compile_recipe(pins=...)``):
+# the same files and hashes come back however many files the index lists late.
 SETTLE = timedelta(days=3)
 
 
@@ -55,12 +59,14 @@ class IndexRequest:
     replaced: tuple[str, ...]          # canonical names the forks replace, dropped from the lock
     sources: tuple[str, ...]           # uv source arguments
 
-    def argv(self, uv: str, requirements_file: Path, output: Path, exclude_newer: str) -> list[str]:
-        """``exclude_newer`` (RFC 3339): files uploaded later are ignored, so the same date resolves the
-        same lock again (the real-tier test re-resolves with the date the committed lock records)."""
+    def argv(self, uv: str, requirements_file: Path, output: Path, exclude_newer: str,
+             constraints: Path | None = None) -> list[str]:
+        """``exclude_newer`` (RFC 3339): files uploaded later are ignored.  ``constraints``: a file of
+        ``name==version`` pins (a committed lock's, see :func:`lock_pins`), so the resolution is checked
+        against that lock's versions even after the index lists more files under the same cutoff."""
         return [uv, "pip", "compile", str(requirements_file), "--python-version", self.python,
                 "--python-platform", PLATFORM, "--exclude-newer", exclude_newer, "--no-header", "--quiet",
-                *self.sources, "-o", str(output)]
+                *self.sources, *(["--constraint", str(constraints)] if constraints else []), "-o", str(output)]
 
 
 def index_request(recipe: Recipe) -> IndexRequest:
@@ -143,13 +149,25 @@ def check_index_lock(recipe: Recipe, lock: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def compile_recipe(recipe: Recipe, runner: Runner, uv: str, exclude_newer: str) -> dict[str, Any]:
+def lock_pins(lock: Mapping[str, Any]) -> dict[str, str]:
+    """canonical name -> version of every package a (committed) lock holds."""
+    return {str(canonicalize_name(p["name"])): str(p["version"]) for p in lock.get("packages", [])}
+
+
+def compile_recipe(recipe: Recipe, runner: Runner, uv: str, exclude_newer: str,
+                   pins: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``uv pip compile`` of the recipe's index part; ``pins`` (name -> version) constrain it."""
     req = index_request(recipe)
     with tempfile.TemporaryDirectory(prefix="october-indexlock-") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n", encoding="utf-8")
+        constraints = None
+        if pins:
+            constraints = work / "pins.txt"
+            constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())), encoding="utf-8")
         out = work / "pylock.toml"
-        runner.run(req.argv(uv, work / "requirements.in", out, exclude_newer), step=f"indexlock-{recipe.name}")
+        runner.run(req.argv(uv, work / "requirements.in", out, exclude_newer, constraints),
+                   step=f"indexlock-{recipe.name}")
         with open(out, "rb") as fh:
             return tomllib.load(fh)
 
