@@ -40,11 +40,12 @@ SECOND_GOAL_X = 10.0
 H200_COLD_GOAL_S = 45.0
 
 
-def timed_setup(stack: Path, recipe: Path, cache: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the run and its children)."""
+def timed_setup(stack: Path, recipe: Path, cache: Path, profile: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the run and its children); ``profile``: run it under cProfile."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
+    prof = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    subprocess.run([sys.executable, *prof, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
                     "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True,
                    env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     wall = time.perf_counter() - start
@@ -58,6 +59,7 @@ def main() -> int:
     ap.add_argument("--link-mbps", type=float, default=400.0, help="simulated download link, Mbit/s")
     ap.add_argument("--torch-mb", type=int, default=64, help="payload of the torch stand-in wheel, MB")
     ap.add_argument("--noops", type=int, default=3, help="no-op re-runs (the best counts: load only slows)")
+    ap.add_argument("--profile", type=Path, help="after the measured runs, a third stack under cProfile, stats here")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="october-bench-"))
     try:
@@ -72,6 +74,8 @@ def main() -> int:
             cold = timed_setup(work / "stack1", world.recipe, cache)
             noops = [timed_setup(work / "stack1", world.recipe, cache) for _ in range(max(1, args.noops))]
             second = timed_setup(work / "stack2", world.recipe, cache)
+            if args.profile:
+                timed_setup(work / "stack3", world.recipe, cache, args.profile)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
