@@ -113,6 +113,27 @@ def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
     assert info["jit"] == [{"uri": asym, "sha256": "0" * 64}]
 
 
+@pytest.mark.parametrize(("mode", "promises"), [("flashinfer", "kernel"), ("vllm-precompiled", "engine")])
+def test_the_receipts_promise_wins_over_fork_names(tmp_path: Path, mode: str, promises: str) -> None:
+    """Fork names are free-form (a recipe may call its FlashInfer fork anything); the setup step decides the
+    promise from the fork modes.  Planted: a fork named ``fi-asym``, which the name rule alone refuses."""
+    from october.installer.steps.receipt.step import promised_level as setup_promise
+
+    fork = {**FI, "name": "fi-asym"}
+    stack = _stack(tmp_path, [fork])
+    with pytest.raises(SmokeError, match="promises nothing"):
+        stack_info(stack, None)                                   # an old receipt: only the names to go by
+    spec = type("Fork", (), {"name": "fi-asym", "mode": mode})()
+    ctx = type("Ctx", (), {"recipe": type("Recipe", (), {"forks": [spec]})()})()
+    assert setup_promise(ctx) == promises                        # what october_setup writes for this fork
+    receipt = stack / "receipts" / "setup.json"
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "promises": promises}))
+    assert stack_info(stack, None)["promised_level"] == promises
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "promises": "reference"}))
+    with pytest.raises(SmokeError, match="promises nothing"):
+        stack_info(stack, None)                                   # nothing for the smoke to check
+
+
 def test_a_stack_that_promises_nothing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SmokeError, match="promises nothing") as err:
         stack_info(_stack(tmp_path, []), None)

@@ -133,8 +133,13 @@ def _forks(data: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
 
 
+PROMISES = ("kernel", "engine")    # what a setup receipt's ``promises`` may name that the smoke can check
+
+
 def promised_level(forks: Mapping[str, str]) -> str | None:
-    """The level a stack with these forks promises: engine with the vLLM fork, kernel with FlashInfer only."""
+    """For a setup receipt without ``promises`` (written before it had one): the level read from the fork
+    names, engine with a fork named vllm, kernel with one named flashinfer.  A receipt's own ``promises``
+    (the setup step's verdict from the fork *modes*) wins: fork names are free-form."""
     if "vllm" in forks:
         return "engine"
     if "flashinfer" in forks:
@@ -179,7 +184,8 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
     if isinstance(data, Mapping):
         info["forks"] = _forks(data.get("forks"))
-    info["promised_level"] = promised_level(info["forks"])
+    promise = data.get("promises") if isinstance(data, Mapping) else None
+    info["promised_level"] = promise if promise in PROMISES else promised_level(info["forks"])
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",
