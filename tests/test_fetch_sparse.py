@@ -358,3 +358,28 @@ def test_the_kit_s_partial_copy_names_its_upstream_not_this_machine_s_cache_and_
     with pytest.raises(KitError) as exc:
         repos.add(whole, world["cut"], role="submodule", owner="other/3rdparty/cutlass")
     assert "both whole and sparse" in str(exc.value)
+
+
+@pytest.mark.parametrize("guard", [{}, {"GIT_NO_LAZY_FETCH": "1"}, {"GIT_ALLOW_PROTOCOL": ""}, "NO_FETCH"])
+def test_each_no_fetch_guard_alone_keeps_a_look_at_a_partial_copy_local(
+        tmp_path: Path, world: dict, monkeypatch: pytest.MonkeyPatch, guard) -> None:
+    """A look at a partial repository fetches nothing, on a git that honours GIT_NO_LAZY_FETCH and on an
+    older one that ignores it (there an empty GIT_ALLOW_PROTOCOL refuses the transport).  Each guard is
+    tried alone; the planted fault is no guard at all ({}), under which git fetches the missing blob
+    from the promisor the copy names."""
+    from october.installer.steps import fetch as fetch_pkg
+    from october.installer.steps.fetch.mirror import has_commit
+
+    repos = KitRepos(Runner(tmp_path / "logs"), "kit", tmp_path / "kitcache", tmp_path / "kit", say=lambda _: None)
+    repos.add_fork(_fork(world))
+    kit_cut = tmp_path / "kit" / repos.repos[repo_relpath(world["cut_url"])].path
+    fixture_git("-C", str(kit_cut), "config", "remote.origin.url", f"file://{bare_path(world['cut_url'])}")
+    for key, value in (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true")):
+        fixture_git("-C", str(bare_path(world["cut_url"])), "config", key, value)   # a promisor that would serve
+    outside = fixture_git("-C", str(bare_path(world["cut_url"])), "rev-parse", f"{world['cut']}:tools/profiler/main.cpp")
+    assert outside in missing_objects(kit_cut, world["cut"])
+    monkeypatch.setattr(fetch_pkg, "NO_FETCH", fetch_pkg.NO_FETCH if guard == "NO_FETCH" else guard)
+    monkeypatch.delenv("GIT_NO_LAZY_FETCH", raising=False)
+    monkeypatch.delenv("GIT_ALLOW_PROTOCOL", raising=False)
+    fetched = has_commit(kit_cut, outside) or outside not in missing_objects(kit_cut, world["cut"])
+    assert fetched == (guard == {}), f"guard {guard}: the missing blob was {'' if fetched else 'not '}fetched"

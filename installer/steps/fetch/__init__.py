@@ -44,6 +44,15 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return with_config(env, PARALLEL_CHECKOUT)
 
 
+# For a look that must never fetch: in a partial repository git lazily fetches a missing object from its
+# promisor remote (a kit's copy names github.com).  GIT_NO_LAZY_FETCH refuses that on git with the
+# CVE-2024-32004 fix (2.39.4, 2.40.2, 2.41.1, 2.42.2, 2.43.4, 2.44.1, 2.45.1 and later; distributions
+# backport it without changing the number, so a version check would refuse patched gits); any older git
+# ignores it, and an empty GIT_ALLOW_PROTOCOL then refuses every transport (git >= 2.12), so the fetch
+# fails at once, offline.  A look is local: nothing it does needs a transport.
+NO_FETCH = {"GIT_NO_LAZY_FETCH": "1", "GIT_ALLOW_PROTOCOL": ""}
+
+
 # A checkout writes thousands of files (CCCL alone 8,173): one worker per core (git >= 2.32; older git
 # ignores the keys).  Measured on the H200: see bench/h200_trust_speed.sh.
 PARALLEL_CHECKOUT = (("checkout.workers", "0"), ("checkout.thresholdForParallelism", "100"))

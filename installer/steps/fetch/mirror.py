@@ -28,6 +28,7 @@ from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.ids import FULL_SHA
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.steps import fetch as fetch_pkg
 from october.installer.steps.fetch import git_env
 from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
 
@@ -185,9 +186,9 @@ def _half_made(path: Path) -> bool:
 
 def has_commit(path: Path, commit: str) -> bool:
     """Whether the repository at ``path`` holds ``commit`` as a commit object (read-only; in a partial
-    repository a missing object is not fetched from its promisor: GIT_NO_LAZY_FETCH)."""
+    repository a missing object is never fetched from its promisor: :data:`..fetch.NO_FETCH`)."""
     with git.Repo(path) as repo:
-        repo.git.update_environment(GIT_NO_LAZY_FETCH="1")
+        repo.git.update_environment(**fetch_pkg.NO_FETCH)
         try:
             repo.git.cat_file("-e", f"{commit}^{{commit}}")
         except git.GitCommandError:
@@ -205,7 +206,7 @@ def has_complete(path: Path, commit: str) -> bool:
     walked (``rev-list --objects ... --not --all``, quick when a ref already reaches it).
     """
     with git.Repo(path) as repo:
-        repo.git.update_environment(GIT_NO_LAZY_FETCH="1")
+        repo.git.update_environment(**fetch_pkg.NO_FETCH)
         try:
             pinned = str(repo.git.rev_parse("--verify", "--quiet", f"{PIN_REFS}/{commit}")).strip()
         except git.GitCommandError:

@@ -29,6 +29,7 @@ from typing import Sequence
 from october.installer.core.errors import CommandFailed, FetchError
 from october.installer.core.runner import Runner
 from october.installer.steps.fetch import git_env
+from october.installer.steps import fetch as fetch_pkg
 from october.installer.steps.fetch.diagnose import diagnose
 from october.installer.steps.fetch.exclude import git_dir
 
@@ -41,12 +42,12 @@ _ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P
 
 def _repo(path: Path) -> "git.Repo":
     """A read-only look: in a partial repository a missing object must never be fetched from its promisor
-    (GIT_NO_LAZY_FETCH, git >= 2.39.4 and 2.44): a kit's copy would otherwise fetch from the cache it was
-    made from, and the cache's partial mirror from the network."""
+    (:data:`..fetch.NO_FETCH`): a kit's copy would otherwise fetch from its upstream, and the cache's
+    partial mirror from the network."""
     import git     # GitPython only where git is read (the no-op's cone check reads files)
 
     r = git.Repo(path)
-    r.git.update_environment(GIT_NO_LAZY_FETCH="1")
+    r.git.update_environment(**fetch_pkg.NO_FETCH)
     return r
 
 
