@@ -383,3 +383,40 @@ def test_each_no_fetch_guard_alone_keeps_a_look_at_a_partial_copy_local(
     monkeypatch.delenv("GIT_ALLOW_PROTOCOL", raising=False)
     fetched = has_commit(kit_cut, outside) or outside not in missing_objects(kit_cut, world["cut"])
     assert fetched == (guard == {}), f"guard {guard}: the missing blob was {'' if fetched else 'not '}fetched"
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL right after one git command: nothing of ours runs after it (no except, no
+    finally of the step catches a BaseException it does not know)."""
+
+
+@pytest.mark.parametrize("after", ["init", "fetch", "sparse-checkout", "checkout", "absorbgitdirs"])
+def test_a_run_killed_inside_the_sparse_checkout_is_finished_by_the_next_run(
+        tmp_path: Path, world: dict, monkeypatch: pytest.MonkeyPatch, after: str) -> None:
+    """Killed right after each command of the sparse checkout (the review's gap: between the checkout and
+    ``absorbgitdirs`` the submodule's git directory is still inside it), the next run leaves what a run
+    that was never killed leaves: the cone, clean, its git directory under .git/modules."""
+    real_run = Runner.run
+
+    def run(self, argv, *a, **kw):
+        out = real_run(self, argv, *a, **kw)
+        words = [str(w) for w in argv]
+        if after in words and any(w.endswith("3rdparty/cutlass") for w in words):
+            monkeypatch.setattr(Runner, "run", real_run)          # one kill
+            raise _Killed(after)
+        return out
+
+    monkeypatch.setattr(Runner, "run", run)
+    with pytest.raises(_Killed):
+        _fetch(tmp_path, _fork(world))
+    monkeypatch.setattr(Runner, "run", real_run)
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    root = Path(result.forks["fi"].path)
+    sub = root / "3rdparty/cutlass"
+    assert _files(sub) == {"README.md", "CMakeLists.txt", "include/cutlass/cutlass.h", "include/cute/tensor.hpp",
+                           "tools/CMakeLists.txt", "tools/util/CMakeLists.txt",
+                           "tools/util/include/cutlass/util/device_memory.h"}
+    assert (sub / ".git").is_file() and (root / ".git" / "modules" / "3rdparty/cutlass").is_dir()
+    assert result.forks["fi"].submodules["3rdparty/cutlass"] == world["cut"]
+    assert dirty_entries(root) == [] and step.verify(ctx, result) is None
+    assert fixture_git("-C", str(sub), "config", "remote.origin.url") == world["cut_url"]
