@@ -97,6 +97,18 @@ def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Diffe
     return []
 
 
+def check_receipt_file(paths: StackPaths, receipt: Mapping[str, Any], lock: Mapping[str, Any]) -> list[Difference]:
+    """setup.json as the receipt step wrote it (its marker records the sha256): the smoke reads the stack's
+    promise and recipe from it, so an edited receipt is named, never believed."""
+    marker = read_marker(paths.marker("receipt"))
+    want = ((marker or {}).get("outputs") or {}).get("sha256")
+    got = sha256_file(paths.setup_receipt)
+    if isinstance(want, str) and want != got:
+        return [Difference("receipt", str(paths.setup_receipt), f"sha256 {want} (as the receipt step wrote it)",
+                           f"sha256 {got}: it was changed since", fixes.rewrite_receipt(paths, lock))]
+    return []
+
+
 def _fork_entries(lock: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for p in lock.get("packages", []):
@@ -358,6 +370,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     diffs: list[Difference] = []
     say("lock file")
     diffs += check_lock_file(paths, receipt)
+    diffs += check_receipt_file(paths, receipt, lock)
     say("fork clones")
     diffs += check_forks(paths, lock, receipt, rerun)
     say("distributions")

@@ -4,6 +4,7 @@ options override, and receipt.json records every choice and where it came from."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ def _stack(tmp: Path, recipe: str, forks: list[dict[str, str]]) -> Path:
     (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)
     (stack / "receipts" / "setup.json").write_text(json.dumps({
-        "recipe": {"name": recipe, "sha256": "a" * 64, "path": str(PROJECT_ROOT / "recipes" / f"{recipe}.toml")},
+        "recipe": {"name": recipe, "path": str(PROJECT_ROOT / "recipes" / f"{recipe}.toml"),
+                   "sha256": hashlib.sha256((PROJECT_ROOT / "recipes" / f"{recipe}.toml").read_bytes()).hexdigest()},
         "forks": forks, "promises": "engine" if len(forks) > 1 else "kernel", "jit": []}))
     stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     return stack

@@ -27,6 +27,10 @@ FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"
 VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}
 
 
+RECIPE = REPO_ROOT / "recipes" / "20260702.toml"
+RECIPE_SHA = hashlib.sha256(RECIPE.read_bytes()).hexdigest()
+
+
 def _stack(tmp: Path, forks: list[dict[str, str]] | None = None, jit: list[dict[str, str]] | None = None) -> Path:
     stack = tmp / "stack"
     stack.mkdir()
@@ -36,7 +40,7 @@ def _stack(tmp: Path, forks: list[dict[str, str]] | None = None, jit: list[dict[
     (stack / "pylock.toml").write_text('lock-version = "1.0"\n')
     (stack / "receipts").mkdir()
     (stack / "receipts" / "setup.json").write_text(json.dumps({
-        "recipe": {"name": "current", "sha256": "a" * 64, "path": str(REPO_ROOT / "recipes" / "20260702.toml")},
+        "recipe": {"name": "current", "sha256": RECIPE_SHA, "path": str(RECIPE)},
         "forks": [FI, VLLM] if forks is None else forks, "jit": jit or []}))
     stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     return stack
@@ -98,7 +102,7 @@ def test_stack_info_reads_lock_and_setup_receipt(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
     info = stack_info(stack, None)
     assert info["lock_sha256"] == hashlib.sha256(b'lock-version = "1.0"\n').hexdigest()
-    assert info["recipe"] == {"name": "current", "sha256": "a" * 64}
+    assert info["recipe"] == {"name": "current", "sha256": RECIPE_SHA}
     assert info["forks"]["vllm"].startswith("758786e2")
     assert info["promised_level"] == "engine" and info["asym_prefill"] is False
     assert info["smoke"] == {"prompt_tokens": 8192, "max_new_tokens": 128}     # the recipe's [smoke]
@@ -114,24 +118,60 @@ def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "promises"), [("flashinfer", "kernel"), ("vllm-precompiled", "engine")])
-def test_the_receipts_promise_wins_over_fork_names(tmp_path: Path, mode: str, promises: str) -> None:
-    """Fork names are free-form (a recipe may call its FlashInfer fork anything); the setup step decides the
-    promise from the fork modes.  Planted: a fork named ``fi-asym``, which the name rule alone refuses."""
-    from october.installer.steps.receipt.step import promised_level as setup_promise
-
-    fork = {**FI, "name": "fi-asym"}
-    stack = _stack(tmp_path, [fork])
-    with pytest.raises(SmokeError, match="promises nothing"):
-        stack_info(stack, None)                                   # an old receipt: only the names to go by
-    spec = type("Fork", (), {"name": "fi-asym", "mode": mode})()
-    ctx = type("Ctx", (), {"recipe": type("Recipe", (), {"forks": [spec]})()})()
-    assert setup_promise(ctx) == promises                        # what october_setup writes for this fork
+def test_the_promise_comes_from_fork_modes_whatever_the_forks_are_called(tmp_path: Path, mode: str,
+                                                                         promises: str) -> None:
+    """Fork names are free-form (a recipe may call its FlashInfer fork anything): the installed forks' modes
+    (setup.json's install.forks) give the promise.  Planted: a fork named ``fi-asym``, which the name rule
+    alone refuses."""
+    stack = _stack(tmp_path, [{**FI, "name": "fi-asym"}])
     receipt = stack / "receipts" / "setup.json"
-    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "promises": promises}))
-    assert stack_info(stack, None)["promised_level"] == promises
-    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "promises": "reference"}))
     with pytest.raises(SmokeError, match="promises nothing"):
-        stack_info(stack, None)                                   # nothing for the smoke to check
+        stack_info(stack, None)                                   # names only: nothing to go by
+    data = json.loads(receipt.read_text())
+    receipt.write_text(json.dumps({**data, "install": {"forks": [{"name": "fi-asym", "mode": mode}]}}))
+    assert stack_info(stack, None)["promised_level"] == promises
+    receipt.write_text(json.dumps({**data, "install": {"forks": [{"name": "fi-asym", "mode": mode}]},
+                                   "promises": promises}))
+    assert stack_info(stack, None)["promised_level"] == promises
+
+
+@pytest.mark.parametrize("edited", ["kernel", "reference"])
+def test_a_receipt_edited_to_promise_less_than_its_forks_is_refused(tmp_path: Path, edited: str) -> None:
+    """The review's false pass: setup.json of a vLLM stack edited to promise ``kernel`` made the smoke run
+    (and pass) the kernel level only.  The promise is re-derived from the forks the receipt names and a
+    disagreeing ``promises`` is refused, naming both."""
+    stack = _stack(tmp_path)                                      # forks flashinfer and vllm
+    receipt = stack / "receipts" / "setup.json"
+    data = json.loads(receipt.read_text())
+    receipt.write_text(json.dumps({**data, "promises": "engine"}))
+    assert stack_info(stack, None)["promised_level"] == "engine"
+    receipt.write_text(json.dumps({**data, "promises": edited}))
+    with pytest.raises(SmokeError) as err:
+        stack_info(stack, None)
+    assert f"promises {edited!r}" in str(err.value) and "'engine'" in str(err.value) and err.value.exit_code == 17
+
+
+def test_one_rule_for_the_promise_the_highest_any_fork_gives() -> None:
+    """:func:`promise_of` reads mode, name and installed distribution; no one of them lowers it, and the
+    setup receipt writes what it gives (an editable vLLM fork under another name is still the engine)."""
+    from october.installer.recipe.forks import promise_of
+    from october.installer.steps.receipt.step import promised_level as setup_promise
+    from october.installer.steps.results import InstalledFork, InstallResult
+
+    assert promise_of([{"name": "fi", "mode": "flashinfer"}, {"name": "v", "mode": "editable", "dist": "vllm"}]) == "engine"
+    assert promise_of([{"name": "x", "mode": "editable", "dist": "flashinfer-python"}]) == "kernel"
+    assert promise_of([{"name": "x", "mode": "editable", "dist": "numpy"}]) is None and promise_of([]) is None
+
+    class Ctx:       # the two things promised_level reads of a StepContext
+        recipe = type("Recipe", (), {"forks": [type("Fork", (), {"name": "myvllm", "mode": "editable"})()]})()
+
+        @staticmethod
+        def result(kind):
+            assert kind is InstallResult
+            return type("R", (), {"forks": (InstalledFork(name="myvllm", path="p", commit="c" * 40,
+                                                          mode="editable", dist="vllm"),)})()
+
+    assert setup_promise(Ctx()) == "engine"
 
 
 def test_a_stack_that_promises_nothing_is_refused(tmp_path: Path) -> None:
@@ -239,3 +279,20 @@ def test_fixtures_pointing_nowhere_is_refused_at_every_level(tmp_path: Path, mon
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None, base_env={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
     assert "$KNLP_KV_FIXTURES" in str(info.value)
     assert not (tmp_path / "o" / "smoke.log").exists()
+
+
+def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it(tmp_path: Path) -> None:
+    """The review's finding: the smoke read the [smoke] token counts, dtypes and JIT list again from the
+    recipe file while the receipt kept the setup-time sha256.  Planted: the recipe file edited after setup
+    (a copy of it, pointed at by the receipt)."""
+    stack = _stack(tmp_path)
+    recipe = tmp_path / "r.toml"
+    recipe.write_bytes(RECIPE.read_bytes())
+    receipt = stack / "receipts" / "setup.json"
+    data = json.loads(receipt.read_text())
+    receipt.write_text(json.dumps({**data, "recipe": {**data["recipe"], "path": str(recipe)}}))
+    assert stack_info(stack, None)["smoke"] == {"prompt_tokens": 8192, "max_new_tokens": 128}
+    recipe.write_text(recipe.read_text().replace("prompt_tokens = 8192", "prompt_tokens = 16"))
+    with pytest.raises(SmokeError) as err:
+        stack_info(stack, None)
+    assert "changed since the stack was set up" in str(err.value) and RECIPE_SHA in str(err.value)

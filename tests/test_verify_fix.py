@@ -120,3 +120,21 @@ def test_an_unreadable_receipt_names_the_recipe_and_the_rerun_rewrites_it(stack:
     recipe = json.loads(original)["recipe"]["path"]
     run_commands(f"`{command.group(1).replace('RECIPE', recipe)} --skip-preflight nvcc --cache-dir {stack.cache}`")
     assert json.loads(receipt.read_text())["recipe"]["name"] == "k16v8-standin" and differences(stack) == []
+
+
+def test_an_edited_receipt_is_named_and_the_rerun_writes_it_again(stack: Stack) -> None:
+    """The review's false pass: setup.json edited to promise less than the stack's forks (the smoke reads
+    the promise from it).  verify names the receipt by the sha256 its step recorded; the suggested re-run
+    (recipe path filled in, as above) writes it again."""
+    receipt = stack.root / "receipts" / "setup.json"
+    data = json.loads(receipt.read_text())
+    assert data["promises"] == "engine"
+    receipt.write_text(json.dumps({**data, "promises": "kernel"}, indent=2))
+    diffs = differences(stack)
+    assert [d["check"] for d in diffs] == ["receipt"], diffs
+    assert "changed since" in diffs[0]["found"]
+    command = COMMAND.search(diffs[0]["fix"])
+    assert command is not None
+    run_commands(f"`{command.group(1).replace('RECIPE', data['recipe']['path'])} --skip-preflight nvcc "
+                 f"--cache-dir {stack.cache}`")
+    assert json.loads(receipt.read_text())["promises"] == "engine" and differences(stack) == []

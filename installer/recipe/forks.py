@@ -17,6 +17,23 @@ SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
 
+# What a stack promises the smoke (`current smoke`), in ascending order, and what says so: a fork's install
+# mode, its name, or the distribution it installed as.  One rule for the setup receipt that writes the
+# promise and the smoke that reads it (:func:`promise_of`).
+PROMISE_LEVELS = ("kernel", "engine")
+_PROMISE_BY = {"mode": {"vllm-precompiled": "engine", "flashinfer": "kernel"},
+               "name": {"vllm": "engine", "flashinfer": "kernel"},
+               "dist": {"vllm": "engine", "flashinfer-python": "kernel"}}
+
+
+def promise_of(forks: "list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]") -> str | None:
+    """The highest level any fork's ``mode``, ``name`` or ``dist`` gives (None: nothing to check).  Taking
+    the highest means no one piece of evidence can lower the promise: a vLLM fork in mode ``editable``
+    under another name is still the engine when it installed the ``vllm`` distribution."""
+    found = {_PROMISE_BY[key].get(str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY}
+    levels = [lv for lv in PROMISE_LEVELS if lv in found]
+    return levels[-1] if levels else None
+
 
 @dataclass(frozen=True)
 class SdistSource:

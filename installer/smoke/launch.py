@@ -36,6 +36,7 @@ from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
 from october.installer.core.schemas import validate
 from october.installer.download.plan import fixtures_dir
+from october.installer.recipe.forks import PROMISE_LEVELS, promise_of
 from october.installer.smoke import choices
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
@@ -133,18 +134,41 @@ def _forks(data: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
 
 
-PROMISES = ("kernel", "engine")    # what a setup receipt's ``promises`` may name that the smoke can check
-
-
 def promised_level(forks: Mapping[str, str]) -> str | None:
-    """For a setup receipt without ``promises`` (written before it had one): the level read from the fork
-    names, engine with a fork named vllm, kernel with one named flashinfer.  A receipt's own ``promises``
-    (the setup step's verdict from the fork *modes*) wins: fork names are free-form."""
-    if "vllm" in forks:
-        return "engine"
-    if "flashinfer" in forks:
-        return "kernel"
-    return None
+    """The level fork names alone give (engine with a fork named vllm, kernel with one named flashinfer)."""
+    return promise_of([{"name": n} for n in forks])
+
+
+def receipt_promise(data: Mapping[str, Any], setup: Path) -> str | None:
+    """What the setup receipt promises, by the one rule (:func:`promise_of`) over every fork it names (the
+    fetched forks' names; the installed forks' modes, names and distributions).  Its own ``promises`` must
+    agree: a receipt edited to promise less (or more) than its forks is refused, never believed."""
+    installed = ((data.get("install") or {}).get("forks") if isinstance(data.get("install"), Mapping) else None)
+    evidence = [f for f in (data.get("forks") or []) if isinstance(f, Mapping)] \
+        + [f for f in (installed or []) if isinstance(f, Mapping)]
+    level = promise_of(evidence)
+    said = data.get("promises")
+    if said is not None and level is not None and said != level:
+        raise SmokeError("the stack's setup receipt promises a level its forks do not give",
+                         expected=f"promises {level!r} (from its forks: "
+                                  f"{', '.join(sorted({str(f.get('name')) for f in evidence}))})",
+                         found=f"promises {said!r} in {setup}",
+                         fix="the receipt was edited: re-run october_setup on the stack to write it again")
+    return level if level is not None else (said if said in PROMISE_LEVELS else None)
+
+
+def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
+    """The smoke reads the stack's own recipe again (its [smoke] token counts, the selection's dtypes, JIT
+    modules and model shape): that file must be the one the stack was set up from, byte for byte."""
+    path, sha = rec.get("path"), rec.get("sha256")
+    if not (isinstance(path, str) and isinstance(sha, str) and Path(path).is_file()):
+        return
+    now = sha256_file(Path(path))
+    if now != sha:
+        raise SmokeError(f"the stack's recipe {path} changed since the stack was set up from it",
+                         expected=f"sha256 {sha} (the setup receipt's)", found=f"sha256 {now}",
+                         fix=f"re-run `october_setup {install} --recipe {path}` so the stack follows the recipe, "
+                             "or put the recipe back as it was")
 
 
 def _recipe_smoke(rec: Any) -> dict[str, int] | None:
@@ -182,10 +206,10 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
     if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
         sha = rec.get("sha256")
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
+        _same_recipe(rec, install)
     if isinstance(data, Mapping):
         info["forks"] = _forks(data.get("forks"))
-    promise = data.get("promises") if isinstance(data, Mapping) else None
-    info["promised_level"] = promise if promise in PROMISES else promised_level(info["forks"])
+    info["promised_level"] = receipt_promise(data, setup) if isinstance(data, Mapping) else None
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",

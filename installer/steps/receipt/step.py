@@ -11,6 +11,7 @@ from october.installer.core.hashing import fingerprint, sha256_file
 from october.installer.core.resources import checkout_root
 from october.installer.core.runner import Runner
 from october.installer.pipeline.engine import StepContext
+from october.installer.recipe.forks import promise_of
 from october.installer.steps.env import stackenv
 from october.installer.steps.results import (
     EnvResult,
@@ -51,13 +52,12 @@ def torch_record(ctx: StepContext) -> dict[str, Any]:
 
 
 def promised_level(ctx: StepContext) -> str:
-    """The smoke level this stack promises: engine with the vLLM fork, kernel with FlashInfer alone."""
-    modes = {f.mode for f in ctx.recipe.forks}
-    if "vllm-precompiled" in modes or any(f.name == "vllm" for f in ctx.recipe.forks):
-        return "engine"
-    if "flashinfer" in modes:
-        return "kernel"
-    return "reference"
+    """The smoke level this stack promises (:func:`promise_of` over each fork's mode, name and installed
+    distribution): engine with the vLLM fork, kernel with FlashInfer alone, else reference."""
+    install = ctx.result(InstallResult)
+    dists = {f.name: f.dist for f in install.forks} if install is not None else {}
+    return promise_of([{"mode": f.mode, "name": f.name, "dist": dists.get(f.name)}
+                       for f in ctx.recipe.forks]) or "reference"
 
 
 class ReceiptStep:
