@@ -200,7 +200,8 @@ class Selection:
     def as_json(self) -> dict[str, Any]:
         return {"compute_dtype": self.compute_dtype, "k_cache_dtype": self.k_cache_dtype,
                 "v_cache_dtype": self.v_cache_dtype, "kv_cache_dtype": list(KV_CACHE_DTYPE),
-                **self.tokens.as_json(), "tokens_from": self.tokens.source}
+                "prompt_tokens": self.tokens.prompt_tokens, "max_new_tokens": self.tokens.max_new_tokens,
+                "tokens_from": self.tokens.source}
 
     def compute(self) -> torch.dtype | None:
         return DTYPES.get(self.compute_dtype or "")

@@ -59,8 +59,8 @@ class TokenProtocol:
     max_new_tokens: int
     source: str
 
-    def as_json(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens}
+    def as_json(self) -> dict[str, int | str]:
+        return {"prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens, "source": self.source}
 
 
 def token_protocol(stack: dict[str, Any], override: tuple[int, int] | None = None) -> TokenProtocol:

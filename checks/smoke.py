@@ -131,7 +131,12 @@ def run(args: argparse.Namespace) -> int:
         {"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None}
     fixtures = fixtures_dir(args.fixtures)
     notes: list[str] = []
-    promised = args.promised_level or stack.get("promised_level")
+    given = stack.get("promised_level")
+    if args.promised_level and given is not None and args.promised_level != given:
+        raise InputError(f"--promised-level {args.promised_level}: expected the stack's own promise, found "
+                         f"promised_level {given!r} in {args.stack_info}.\n"
+                         "  -> leave --promised-level out (it is only for a run without --stack-info)")
+    promised = args.promised_level or given
     if promised is not None and promised not in LEVELS:
         raise InputError(f"stack info: expected promised_level in {LEVELS}, found {promised!r}.\n"
                          "  -> pass the file `current smoke` writes, or --promised-level")
@@ -145,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if level != promised:
         notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
     tokens = token_protocol(stack, args.token_counts)
+    overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
+        if args.token_counts is not None else []
     selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
     if args.diagnostic_cache and level != "engine":
         raise InputError(f"--diagnostic-cache: expected the engine level, found level {level}.\n"
@@ -203,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     if level == "engine":
         problems = []               # the engine level's JIT check (jit_complete) judges the same watch
     receipt = build_receipt(
-        level=level, promised_level=promised, problems=problems,
+        level=level, promised_level=promised, problems=problems + overridden,
         extra={"protocol": tokens.as_json(), "jit_workspace": watched} | extra,
         device=device, seed=args.seed, stack=stack,
         selection=manifest.selection if manifest else args.format,

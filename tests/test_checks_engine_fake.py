@@ -98,7 +98,7 @@ def _load_tiny() -> Any:
     return mod
 
 
-TOKENS = (96, 12)          # --token-counts: the protocol scaled down for the tiny model (recorded in the receipt)
+TOKENS = (96, 12)          # the stack info's [smoke]: the protocol scaled down for the tiny model
 COMPUTE = "float16"
 
 
@@ -133,7 +133,7 @@ def stack_info(base: Path, model: Path, skip: int = 0) -> Path:
     info = base / "stack-info.json"
     info.write_text(json.dumps({"recipe": {"name": "test", "sha256": None}, "lock_sha256": None, "forks": {},
                                 "setup_receipt": None, "selection": sel,
-                                "smoke": {"prompt_tokens": 8192, "max_new_tokens": 128}}), encoding="utf-8")
+                                "smoke": {"prompt_tokens": TOKENS[0], "max_new_tokens": TOKENS[1]}}), encoding="utf-8")
     return info
 
 
@@ -170,7 +170,7 @@ def _env(fault: str) -> dict[str, str]:
 
 
 def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "cpu",
-         timeout: int = 300, skip_modules: int = 0, tokens: tuple[int, int] | None = TOKENS) -> dict[str, Any]:
+         timeout: int = 300, skip_modules: int = 0, tokens: tuple[int, int] | None = None) -> dict[str, Any]:
     """One engine-level CLI run with its own stack info and pre-built JIT workspace under ``out``."""
     manifest, fixtures, model = inputs
     out.mkdir(parents=True, exist_ok=True)
@@ -226,7 +226,7 @@ def test_no_fault_passes_everything_but_the_cpu_graph_check(cpu_runs: dict[str, 
     assert engine["compute_dtype"] == engine["k_cache_dtype"] == COMPUTE and engine["v_cache_dtype"] == "fp8_e4m3"
     assert engine["k_cache_dtype_found"] == "torch.float16" and engine["v_cache_dtype_found"] == "torch.float8_e4m3fn"
     assert (engine["prompt_tokens"], engine["max_new_tokens"]) == TOKENS
-    assert engine["tokens_from"].startswith("override --token-counts 96,12 (not the recipe's 8192 + 128")
+    assert engine["tokens_from"] == "recipe [smoke]" == receipt["protocol"]["source"]
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["graphs_captured"] is True and graphs["eager_engine_captured"] is False
     assert graphs["cuda_graphs"] is False and graphs["match"] == [True, True, True]
@@ -325,6 +325,21 @@ def test_a_module_that_was_not_pre_built_fails_the_jit_check(inputs: tuple[Path,
     assert f"module {uri} is not pre-built" in jit["summary"]
     assert f"run `october_setup {inputs[2].parent / 'stack'} --recipe test`" in jit["summary"]
     assert any(r.startswith("JIT modules pre-built: failed") for r in receipt["reasons"])
+
+
+def test_token_counts_given_by_hand_are_recorded_and_never_a_stack_verdict(inputs: tuple[Path, Path, Path],
+                                                                          tmp_path: Path) -> None:
+    """The review's finding: ``--token-counts`` replaced the stack's protocol with nothing in the receipt to
+    say so.  Now the receipt's protocol names its source and a run-level reason keeps it from passing (a
+    short context also hides a 2% softmax-scale error from the layer oracle's slope)."""
+    run = _run(inputs, tmp_path / "out", "", tokens=(64, 8))
+    receipt = run["receipt"]
+    assert receipt is not None, _show(run)
+    assert receipt["protocol"] == {"prompt_tokens": 64, "max_new_tokens": 8,
+                                   "source": "override --token-counts 64,8 (not the recipe's 96 + 12)"}
+    assert any(r.startswith("token counts override --token-counts 64,8") and "no stack verdict" in r
+               for r in receipt["reasons"]), receipt["reasons"]
+    assert receipt["passed"] is False and run["rc"] == 1
 
 
 def test_without_a_selection_the_k_dtype_and_jit_checks_are_unsupported(inputs: tuple[Path, Path, Path],

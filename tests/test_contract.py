@@ -217,12 +217,13 @@ def test_the_workspace_is_the_selections_then_the_environment(tmp_path: Path) ->
 def test_one_token_count_rule() -> None:
     from october.checks.inputs import token_protocol
     recipe = {"smoke": {"prompt_tokens": 1024, "max_new_tokens": 16}}
-    assert token_protocol(recipe).as_json() == {"prompt_tokens": 1024, "max_new_tokens": 16}
+    assert token_protocol(recipe).as_json() == {"prompt_tokens": 1024, "max_new_tokens": 16, "source": "recipe [smoke]"}
     assert token_protocol(recipe).source == "recipe [smoke]"
     over = token_protocol(recipe, (96, 12))
     assert (over.prompt_tokens, over.max_new_tokens) == (96, 12)
     assert over.source == "override --token-counts 96,12 (not the recipe's 1024 + 16)"
-    assert token_protocol({}).as_json() == {"prompt_tokens": 8192, "max_new_tokens": 128}
+    assert token_protocol({}).as_json() == {"prompt_tokens": 8192, "max_new_tokens": 128,
+                                            "source": "default (the seed's 8,192 + 128 protocol)"}
 
 
 def test_the_old_token_flags_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
