@@ -30,6 +30,7 @@ from october.checks import workspace
 from october.checks.contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS
 from october.checks.engine_faults import FAULTS
 from october.checks.inputs import (
+    MIN_PROMPT_TOKENS,
     InputError,
     Manifest,
     ScaleChoice,
@@ -152,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     tokens = token_protocol(stack, args.token_counts)
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
+    if level != "reference" and tokens.prompt_tokens < MIN_PROMPT_TOKENS:
+        overridden.append(f"the protocol's longest context is {tokens.prompt_tokens} tokens ({tokens.source}), expected "
+                          f">= {MIN_PROMPT_TOKENS}: too short for the oracles to see a 2% softmax-scale error, so "
+                          "this is no stack verdict")
     selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
     if args.diagnostic_cache and level != "engine":
         raise InputError(f"--diagnostic-cache: expected the engine level, found level {level}.\n"

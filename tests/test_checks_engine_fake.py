@@ -98,7 +98,8 @@ def _load_tiny() -> Any:
     return mod
 
 
-TOKENS = (96, 12)          # the stack info's [smoke]: the protocol scaled down for the tiny model
+TOKENS = (96, 12)          # the stack info's [smoke]: the protocol scaled down for the tiny model (the faults'
+                           # expectations are tuned to it; below the harness's floor, so never a stack verdict)
 COMPUTE = "float16"
 
 
@@ -125,7 +126,7 @@ def prebuild(workspace: Path, uris: list[str]) -> None:
         lib.write_bytes(b"prebuilt " + uri.encode())
 
 
-def stack_info(base: Path, model: Path, skip: int = 0) -> Path:
+def stack_info(base: Path, model: Path, skip: int = 0, smoke: tuple[int, int] = TOKENS) -> Path:
     """stack-info.json with the selection; its workspace pre-built except the first ``skip`` modules."""
     workspace = base / "jit"
     sel = selection(model, workspace)
@@ -133,7 +134,7 @@ def stack_info(base: Path, model: Path, skip: int = 0) -> Path:
     info = base / "stack-info.json"
     info.write_text(json.dumps({"recipe": {"name": "test", "sha256": None}, "lock_sha256": None, "forks": {},
                                 "setup_receipt": None, "selection": sel,
-                                "smoke": {"prompt_tokens": TOKENS[0], "max_new_tokens": TOKENS[1]}}), encoding="utf-8")
+                                "smoke": {"prompt_tokens": smoke[0], "max_new_tokens": smoke[1]}}), encoding="utf-8")
     return info
 
 
@@ -170,13 +171,14 @@ def _env(fault: str) -> dict[str, str]:
 
 
 def _run(inputs: tuple[Path, Path, Path], out: Path, fault: str, device: str = "cpu",
-         timeout: int = 300, skip_modules: int = 0, tokens: tuple[int, int] | None = None) -> dict[str, Any]:
+         timeout: int = 300, skip_modules: int = 0, tokens: tuple[int, int] | None = None,
+         smoke: tuple[int, int] = TOKENS) -> dict[str, Any]:
     """One engine-level CLI run with its own stack info and pre-built JIT workspace under ``out``."""
     manifest, fixtures, model = inputs
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "october.checks.smoke", "--level", "engine", "--device", device,
            "--manifest", str(manifest), "--fixtures", str(fixtures), "--output", str(out),
-           "--stack-info", str(stack_info(out, model, skip_modules))]
+           "--stack-info", str(stack_info(out, model, skip_modules, smoke))]
     if tokens:
         cmd += ["--token-counts", f"{tokens[0]},{tokens[1]}"]
     return run_and_read(cmd, out, _env(fault), fault, timeout)
@@ -219,7 +221,8 @@ def test_no_fault_passes_everything_but_the_cpu_graph_check(cpu_runs: dict[str, 
     jsonschema.validate(receipt, json.loads((ROOT / "receipts" / "smoke.schema.json").read_text()))
     assert _status(receipt) == _PASS_CPU, _show(run)
     assert run["rc"] == 1 and receipt["passed"] is False and receipt["level"] == "engine"
-    assert len(receipt["reasons"]) == 1 and receipt["reasons"][0].startswith("changing decode graphs: skipped")
+    assert len(receipt["reasons"]) == 2 and receipt["reasons"][0].startswith("changing decode graphs: skipped")
+    assert receipt["reasons"][1].startswith("the protocol's longest context is 96 tokens (recipe [smoke])")
     assert any("engine level on a CPU" in n for n in receipt["notes"])
     assert receipt["model"]["repo"] == REPO and receipt["scales"]["source"] == "fixtures"
     engine = receipt["engine"]
@@ -339,6 +342,8 @@ def test_token_counts_given_by_hand_are_recorded_and_never_a_stack_verdict(input
                                    "source": "override --token-counts 64,8 (not the recipe's 96 + 12)"}
     assert any(r.startswith("token counts override --token-counts 64,8") and "no stack verdict" in r
                for r in receipt["reasons"]), receipt["reasons"]
+    assert any(r.startswith("the protocol's longest context is 64 tokens") and ">= 256" in r
+               for r in receipt["reasons"]), receipt["reasons"]
     assert receipt["passed"] is False and run["rc"] == 1
 
 
@@ -403,9 +408,9 @@ def test_the_stand_in_is_not_the_reference() -> None:
 # ---------------------------------------------------------------- CUDA
 
 
-def _cuda_receipt(tmp_path: Path, fault: str, rc: int) -> dict:
+def _cuda_receipt(tmp_path: Path, fault: str, rc: int, smoke: tuple[int, int] = TOKENS) -> dict:
     """The engine level on CUDA with the stand-in and ``fault`` planted; it must exit ``rc``."""
-    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", fault, device="cuda")
+    run = _run(make_inputs(tmp_path / "in"), tmp_path / "out", fault, device="cuda", smoke=smoke)
     print(_show(run))
     receipt = run["receipt"]
     assert receipt is not None and run["rc"] == rc, _show(run)
@@ -414,7 +419,8 @@ def _cuda_receipt(tmp_path: Path, fault: str, rc: int) -> dict:
 
 @pytest.mark.gpu
 def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
-    receipt = _cuda_receipt(tmp_path, "", 0)
+    from october.checks.inputs import MIN_PROMPT_TOKENS
+    receipt = _cuda_receipt(tmp_path, "", 0, smoke=(MIN_PROMPT_TOKENS, TOKENS[1]))   # a stack verdict needs the floor
     assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS + ("jit_complete",), "passed")
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["cuda_graphs"] is True and graphs["match"] == [True, True, True]
