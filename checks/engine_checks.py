@@ -265,6 +265,9 @@ def _graph_agrees(g: oracle.Generation, e: oracle.Generation) -> tuple[bool, dic
     n = min(len(tg), len(te))
     first = next((i for i in range(n) if tg[i] != te[i]), n)
     pairs = [(lg[i].get(tg[i], math.nan), le[i].get(te[i], math.nan)) for i in range(min(first, len(lg), len(le)))]
+    # at the divergence the contexts are still the same: every token both report is compared there
+    shared = oracle.at_divergence(lg[first], le[first]) if first < min(n, len(lg), len(le)) else []
+    pairs += shared
     # both non-finite at one place is the same output (finiteness is the determinism check's); one side only is not
     diffs = [abs(a - b) if math.isfinite(a) and math.isfinite(b) else 0.0 if not (math.isfinite(a) or math.isfinite(b))
              else math.inf for a, b in pairs]
@@ -275,9 +278,9 @@ def _graph_agrees(g: oracle.Generation, e: oracle.Generation) -> tuple[bool, dic
         top = sorted(le[first].values(), reverse=True)
         margin = top[0] - top[1] if len(top) > 1 else None
     ok = bool(tg) and finite and worst <= GRAPH_LOGPROB_MAX and \
-        (first == n and len(tg) == len(te) or first < n and margin is not None and margin <= GRAPH_NEAR_TIE)
+        (first == n and len(tg) == len(te) or first < n and margin is not None and margin <= GRAPH_NEAR_TIE and bool(shared))
     return ok, {"agree_until": first, "tokens": [len(tg), len(te)], "logprob_diff_max": worst if finite else None,
-                "divergence_margin": margin}
+                "divergence_margin": margin, "compared_at_divergence": len(shared)}
 
 
 def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,

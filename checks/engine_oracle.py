@@ -227,12 +227,22 @@ def judge_layer(cap: Capture, cache: torch.Tensor | tuple[torch.Tensor, torch.Te
 Generation = tuple[list[int], list[dict[int, float]]]
 
 
+def at_divergence(a: dict[int, float], b: dict[int, float]) -> list[tuple[float, float]]:
+    """Where two greedy runs first choose differently their contexts are still the same, so their logprobs
+    there are comparable token for token: the pairs for the tokens both runs report (top-k and chosen)."""
+    return [(a[t], b[t]) for t in sorted(set(a) & set(b))]
+
+
 def compare_with_16bit(k16v8: Generation, oracle: Generation) -> tuple[bool, str, dict[str, Any], dict[str, Any]]:
-    """Greedy agreement and logprob bound against the 16-bit-cache run of the same protocol prompt."""
+    """Greedy agreement and logprob bound against the 16-bit-cache run of the same protocol prompt: the
+    chosen tokens' logprobs up to the first divergence, and at it every token both runs report (so a
+    divergence at the first token still compares the prefill's distribution, never nothing)."""
     (ta, la), (tb, lb) = k16v8, oracle
     n = min(len(ta), len(tb))
     first = next((i for i in range(n) if ta[i] != tb[i]), n)
     diffs = [abs(la[i].get(ta[i], math.nan) - lb[i].get(tb[i], math.nan)) for i in range(first)]
+    shared = at_divergence(la[first], lb[first]) if first < min(n, len(la), len(lb)) else []
+    diffs += [abs(x - y) for x, y in shared]
     finite = all(math.isfinite(d) for d in diffs)
     worst = max(diffs) if diffs else 0.0
     mean = sum(diffs) / len(diffs) if diffs else 0.0
@@ -250,7 +260,10 @@ def compare_with_16bit(k16v8: Generation, oracle: Generation) -> tuple[bool, str
     if first < n and (margin is None or margin > NEAR_TIE):
         problems.append(f"greedy tokens diverge at {first} of {n} where the 16-bit run is sure "
                         f"(top-2 margin {margin if margin is None else round(margin, 3)} nats)")
-    measured = {"tokens": n, "agree_until": first, "divergence_margin": margin,
+    elif first < n and not shared:
+        problems.append(f"greedy tokens diverge at {first} of {n} and the runs report no token in common there: "
+                        "nothing to compare the divergence by")
+    measured = {"tokens": n, "agree_until": first, "divergence_margin": margin, "compared_at_divergence": len(shared),
                 "logprob_diff_max": worst, "logprob_diff_mean": mean,
                 "k16v8_tokens": ta[:32], "oracle_tokens": tb[:32]}
     limits = {"logprob_diff_max": LOGPROB_MAX, "logprob_diff_mean": LOGPROB_MEAN,

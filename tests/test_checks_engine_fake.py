@@ -59,7 +59,9 @@ CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
     # V stored (and read) with the 1.0 seen at load time: the codes show it, and the decode rows
     "scales_default": ("calibrated_scales", _PASS_CPU | {"calibrated_scales": "failed", "mixed_prefill": "failed"}),
     "mixed_prefill_offset": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed"}),
-    "stale_graph": ("decode_graphs", _PASS_CPU | {"decode_graphs": "failed"}),
+    # the stale graph also replays into the K16/V8 run the 16-bit oracle judges: they part at a near tie,
+    # and at the parting their distributions share no token (compared there since session 8)
+    "stale_graph": ("decode_graphs", _PASS_CPU | {"decode_graphs": "failed", "mixed_prefill": "failed"}),
     "leak": ("clean_memory", _PASS_CPU | {"clean_memory": "failed"}),
     # NaN logprobs also fail the comparison with the 16-bit-cache engine
     "nan": ("deterministic_generation", _PASS_CPU | {"deterministic_generation": "failed", "mixed_prefill": "failed"}),

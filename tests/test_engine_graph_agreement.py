@@ -78,3 +78,31 @@ def test_the_graph_check_fails_a_batch_where_a_sure_token_differs() -> None:
     assert good.status == PASSED and good.measured["exact"] == [True, True]
     bad = _graphs(Hooks(), graphed_bad, eager, True, False, cuda)
     assert bad.status == FAILED and bad.measured["match"] == [True, False]
+
+
+def test_a_divergence_at_the_first_token_still_compares_the_distribution_there() -> None:
+    """The review's finding: two runs that diverged at token 0 at a near tie compared nothing and passed.
+    At the divergence the contexts are still the same, so every token both runs report is compared there:
+    a near tie with the same logprobs passes; a fault that moved the whole distribution (the chosen token's
+    logprob 3 nats away) fails, in the 16-bit oracle and in the graph check alike."""
+    from october.checks.engine_oracle import LOGPROB_MAX, NEAR_TIE, compare_with_16bit
+
+    tie = NEAR_TIE / 2
+    oracle16 = ([7, 1, 2], [{7: -1.0, 8: -1.0 - tie}, {1: -0.5}, {2: -0.5}])
+    healthy = ([8, 3, 4], [{8: -1.0 - tie + 0.01, 7: -1.0 + 0.01}, {3: -0.5}, {4: -0.5}])
+    faulty = ([8, 3, 4], [{8: -1.0 - tie + 3 * LOGPROB_MAX, 7: -1.0 + 3 * LOGPROB_MAX}, {3: -0.5}, {4: -0.5}])
+    ok, why, measured, _ = compare_with_16bit(healthy, oracle16)
+    assert ok, why
+    assert measured["agree_until"] == 0 and measured["compared_at_divergence"] == 2
+    ok, why, measured, _ = compare_with_16bit(faulty, oracle16)
+    assert not ok and "differ by up to" in why and measured["logprob_diff_max"] == pytest.approx(3 * LOGPROB_MAX)
+    alien = ([9, 3, 4], [{9: -0.1}, {3: -0.5}, {4: -0.5}])                   # nothing in common at the fork
+    ok, why, measured, _ = compare_with_16bit(alien, ([7, 1, 2], [{7: -1.0, 8: -1.0 - tie}, {1: -0.5}, {2: -0.5}]))
+    assert not ok and "no token in common" in why and measured["compared_at_divergence"] == 0
+
+    g_tie = GRAPH_NEAR_TIE / 2
+    eager = ([7, 1], [{7: -1.0, 8: -1.0 - g_tie}, {1: -0.5}])
+    assert _graph_agrees(([8, 3], [{8: -1.0 - g_tie, 7: -1.0}, {3: -0.5}]), eager)[0]
+    ok, m = _graph_agrees(([8, 3], [{8: -1.0 - g_tie + 1.0, 7: -1.0 + 1.0}, {3: -0.5}]), eager)
+    assert not ok and m["agree_until"] == 0 and m["compared_at_divergence"] == 2
+    assert not _graph_agrees(([9, 3], [{9: -0.1}, {3: -0.5}]), eager)[0]
