@@ -4,6 +4,7 @@ copied from a real Ray 2.60 two-node cluster (NodeID, Alive, hostnames, Resource
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -311,3 +312,36 @@ def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
         with pytest.raises(UsageError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
             connect(f"127.0.0.1:{port}")
     assert time.monotonic() - start < 15
+
+
+@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "not-json"])
+def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: Path, plant: str | None) -> None:
+    """The review's finding: a node the last fleet run finished re-read its smoke receipt and took any file
+    saying passed.  Now the receipt must be one `current smoke` writes (schema) and name the stack's lock.
+    The receipt is the real H200 kernel smoke's (receipts/examples), its lock set to this stack's."""
+    from october.installer.fleet.node import run_job
+    from october.installer.fleet.plan import NodeJob
+
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    (stack / "pylock.toml").write_text('lock-version = "1.0"\n')
+    lock_sha = hashlib.sha256((stack / "pylock.toml").read_bytes()).hexdigest()
+    receipt = json.loads((PROJECT_ROOT / "receipts" / "examples" / "kernel-smoke-flashinfer-2f3f0f6d-h200.json").read_text())
+    receipt["stack"]["lock_sha256"] = lock_sha
+    if plant == "hand-written":
+        receipt = {"passed": True}
+    elif plant == "other-lock":
+        receipt["stack"]["lock_sha256"] = "0" * 64
+    path = tmp_path / "smoke" / "receipt.json"
+    path.parent.mkdir()
+    path.write_text("{ not json" if plant == "not-json" else json.dumps(receipt))
+    job = NodeJob(name="n0", node_id="ab" * 4, host="h", stack=str(stack), kit_dir=str(tmp_path / "kit"),
+                  lock_path=None, setup_argv=None, smoke_argv=None, smoke_receipt=str(path), timeout_s=60)
+    rec = run_job(job, None, lambda _ref: b"")
+    if plant is None:
+        assert rec["status"] == "passed" and rec["smoke"]["passed"] is True, rec
+        return
+    assert rec["status"] == "failed" and rec["smoke"]["passed"] is False, rec
+    assert "is not believed" in rec["detail"]
+    if plant == "other-lock":
+        assert "0" * 64 in rec["detail"] and lock_sha in rec["detail"]

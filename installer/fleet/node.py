@@ -157,9 +157,12 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             rec["status"] = "passed"
         elif job.smoke_receipt is not None:          # a finished node: its smoke receipt is re-read
             receipt = _read_json(Path(job.smoke_receipt))
-            rec["smoke"] = _smoke_fact(receipt, 0 if receipt and receipt.get("passed") else 1, None)
+            wrong = _foreign_receipt(receipt, rec["lock_sha256"])
+            rec["smoke"] = _smoke_fact(None if wrong else receipt, 0 if receipt and receipt.get("passed") else 1, None)
             rec["status"] = "passed" if rec["smoke"]["passed"] else "failed"
-            if not rec["smoke"]["passed"]:
+            if wrong:
+                rec["detail"] = f"its smoke receipt {job.smoke_receipt} is not believed: {wrong}"
+            elif not rec["smoke"]["passed"]:
                 rec["detail"] = f"its smoke receipt {job.smoke_receipt} no longer says passed"
         else:
             rec["status"] = "installed"
@@ -197,6 +200,23 @@ def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, argv: li
 def _child(python: str, argv: Sequence[str]) -> list[str]:
     """``argv`` started through :mod:`october.installer.fleet.child`, so it dies with this task's worker."""
     return [python, "-m", "october.installer.fleet.child", *argv]
+
+
+def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None) -> str | None:
+    """Why a re-read smoke receipt says nothing about this node's stack as it is now (None: it does): it
+    must be one `current smoke` writes (receipts/smoke.schema.json) and name the lock the stack has."""
+    if receipt is None:
+        return "it is missing or not JSON"
+    from october.installer.core.errors import ReceiptError
+    from october.installer.core.schemas import validate
+    try:
+        validate("smoke", receipt)
+    except ReceiptError as exc:
+        return exc.what
+    stack = receipt.get("stack") if isinstance(receipt.get("stack"), dict) else {}
+    if stack.get("lock_sha256") != lock_sha256:
+        return f"it names lock sha256 {stack.get('lock_sha256')}, the stack's lock is sha256 {lock_sha256}"
+    return None
 
 
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
