@@ -296,3 +296,22 @@ def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it
     with pytest.raises(SmokeError) as err:
         stack_info(stack, None)
     assert "changed since the stack was set up" in str(err.value) and RECIPE_SHA in str(err.value)
+
+
+def test_a_manifest_of_another_model_than_the_recipe_pins_is_refused(tmp_path: Path) -> None:
+    """The review's finding: only the format was compared, so another model with the same attention shape
+    could be smoked under the recipe's name.  The recipe's selection for the format names repo and revision."""
+    from october.installer.smoke.launch import check_model
+    from october.installer.smoke.selection import selection_info
+
+    stack = _stack(tmp_path)
+    sel = selection_info(stack, "current", "awq")
+    assert sel is not None and sel["repo"] and len(sel["revision"]) == 40
+    manifest = tmp_path / "awq-download.json"
+    manifest.write_text(json.dumps({"selection": "awq", "repo": sel["repo"], "revision": sel["revision"]}))
+    check_model(manifest, sel)
+    for planted in ({"repo": "someone/other-model"}, {"revision": "0" * 40}):
+        manifest.write_text(json.dumps({"selection": "awq", "repo": sel["repo"], "revision": sel["revision"]} | planted))
+        with pytest.raises(UsageError) as err:
+            check_model(manifest, sel)
+        assert "another model than the recipe pins" in str(err.value) and sel["repo"] in str(err.value)

@@ -124,6 +124,21 @@ def check_manifest(path: Path, fmt: str | None) -> None:
                          fix=f"pass --format {data.get('selection')}, or {redo}")
 
 
+def check_model(path: Path, selection: Mapping[str, Any]) -> None:
+    """The manifest's model must be the one the recipe pins for this format (repository and revision): the
+    JIT modules, dtypes and shape the smoke is told about are that model's."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    want = (selection.get("repo"), selection.get("revision"))
+    got = (data.get("repo"), data.get("revision"))
+    if None not in want and got != want:
+        raise UsageError(f"the download manifest {path} is for another model than the recipe pins",
+                         expected=f"{want[0]} at revision {want[1]} (recipe {selection.get('recipe')}, "
+                                  f"format {selection.get('format')})",
+                         found=f"{got[0]} at revision {got[1]}",
+                         fix=f"run `current download --format {selection.get('format')} --recipe "
+                             f"{selection.get('recipe')} --output {path}`, or pass the manifest of that model")
+
+
 def _forks(data: Any) -> dict[str, str]:
     if isinstance(data, Mapping):
         items = [(k, v.get("commit") if isinstance(v, Mapping) else v) for k, v in data.items()]
@@ -328,6 +343,8 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
     info["selection"] = selection_info(opts.install, opts.recipe, opts.format) if opts.format else None
+    if manifest is not None and info["selection"]:
+        check_model(manifest, info["selection"])
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     old = plan.receipt
