@@ -23,6 +23,7 @@ this module holds the six checks and the run driver (:func:`run_kernel_level`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any, Callable
@@ -383,6 +384,10 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     if choice.error is not None:
         results = [CheckResult(r.name, FAILED, f"the supplied scales were rejected: {choice.error.splitlines()[0]}",
                                {"scales_file": choice.path, "error": choice.error}, r.limits, r.seconds)
+                   if r.name == "calibrated_scales" else r for r in results]
+    elif choice.source != "fixtures":     # say in the summary where the scale came from (the receipt's scales too)
+        results = [dataclasses.replace(r, summary=f"{r.summary}; no calibrated scales were supplied: the scale is "
+                                                  f"{choice.source} ({choice.note})")
                    if r.name == "calibrated_scales" else r for r in results]
     return results, choice
 

@@ -154,6 +154,9 @@ def test_healthy_stand_in_passes_all_but_the_cpu_graph_check(runs: dict[str, dic
     assert receipt["reasons"] == [r for r in receipt["reasons"] if r.startswith("changing decode graphs: skipped")]
     assert receipt["jit_workspace"]["unchanged"] is True and receipt["jit_workspace"]["modules_before"] == 2
     assert receipt["protocol"] == {"prompt_tokens": 256, "max_new_tokens": 128, "source": "recipe [smoke]"}
+    # the scale's source is said where the check is read, not only in the receipt's scales (review, session 8)
+    assert receipt["scales"]["source"] == "synthetic"
+    assert "no calibrated scales were supplied: the scale is synthetic" in _check(receipt, "calibrated_scales")["summary"]
     physical = _check(receipt, "physical_k16v8")["measured"]
     assert physical["bf16_v_cache"] == "ValueError naming v_data_type" and max(physical["contexts"]) == 256
     assert physical["decode_module"].startswith("batch_decode_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_")
