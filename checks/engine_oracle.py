@@ -242,9 +242,9 @@ def compare_with_16bit(k16v8: Generation, oracle: Generation) -> tuple[bool, str
     first = next((i for i in range(n) if ta[i] != tb[i]), n)
     diffs = [abs(la[i].get(ta[i], math.nan) - lb[i].get(tb[i], math.nan)) for i in range(first)]
     shared = at_divergence(la[first], lb[first]) if first < min(n, len(la), len(lb)) else []
-    diffs += [abs(x - y) for x, y in shared]
-    finite = all(math.isfinite(d) for d in diffs)
-    worst = max(diffs) if diffs else 0.0
+    at_fork = [abs(x - y) for x, y in shared]      # held to LOGPROB_MAX, not the mean: at an early parting
+    finite = all(math.isfinite(d) for d in diffs + at_fork)      # they would be most of it
+    worst = max(diffs + at_fork) if diffs + at_fork else 0.0
     mean = sum(diffs) / len(diffs) if diffs else 0.0
     margin = None
     if first < n:

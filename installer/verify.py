@@ -38,7 +38,7 @@ from october.installer import verify_jit, verify_unowned
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import read_marker
+from october.installer.pipeline.engine import read_marker, written_sha256
 from october.installer.steps.env.systorch import same_build
 from october.installer.steps.lock.pylock import TOOL, read_lock
 from october.installer.verify_dists import Dist, installed, record_hash, record_rows
@@ -100,10 +100,9 @@ def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Diffe
 def check_receipt_file(paths: StackPaths, receipt: Mapping[str, Any], lock: Mapping[str, Any]) -> list[Difference]:
     """setup.json as the receipt step wrote it (its marker records the sha256): the smoke reads the stack's
     promise and recipe from it, so an edited receipt is named, never believed."""
-    marker = read_marker(paths.marker("receipt"))
-    want = ((marker or {}).get("outputs") or {}).get("sha256")
+    want = written_sha256(paths.marker("receipt"))
     got = sha256_file(paths.setup_receipt)
-    if isinstance(want, str) and want != got:
+    if want is not None and want != got:
         return [Difference("receipt", str(paths.setup_receipt), f"sha256 {want} (as the receipt step wrote it)",
                            f"sha256 {got}: it was changed since", fixes.rewrite_receipt(paths, lock))]
     return []

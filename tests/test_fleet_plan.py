@@ -314,7 +314,7 @@ def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
     assert time.monotonic() - start < 15
 
 
-@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "not-json"])
+@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json"])
 def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: Path, plant: str | None) -> None:
     """The review's finding: a node the last fleet run finished re-read its smoke receipt and took any file
     saying passed.  Now the receipt must be one `current smoke` writes (schema) and name the stack's lock.
@@ -328,6 +328,9 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     lock_sha = hashlib.sha256((stack / "pylock.toml").read_bytes()).hexdigest()
     receipt = json.loads((PROJECT_ROOT / "receipts" / "examples" / "kernel-smoke-flashinfer-2f3f0f6d-h200.json").read_text())
     receipt["stack"]["lock_sha256"] = lock_sha
+    receipt["stack"]["setup_receipt"] = str(stack / "receipts" / "setup.json")
+    if plant == "other-node":          # another node's passing receipt, same kit lock, copied over
+        receipt["stack"]["setup_receipt"] = "/elsewhere/stack/receipts/setup.json"
     if plant == "hand-written":
         receipt = {"passed": True}
     elif plant == "other-lock":
@@ -345,3 +348,6 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     assert "is not believed" in rec["detail"]
     if plant == "other-lock":
         assert "0" * 64 in rec["detail"] and lock_sha in rec["detail"]
+    if plant == "other-node":
+        assert "/elsewhere/stack/receipts/setup.json" in rec["detail"]
+    assert "re-run the fleet command" in rec["detail"]

@@ -2,11 +2,12 @@
 
 1. With the date the committed lock records (``exclude-newer``) and the lock's own versions as constraints,
    the resolution is the committed lock, file for file: every version is one PyPI's resolver accepts for the
-   recipe at that date and every URL and sha256 is PyPI's (so ``locks/*.pylock.toml`` are PyPI's answer, not
-   an edited file).  The pins make the check immune to an index that lists files late (sse-starlette 3.7.1,
-   uploaded 2026-11-22, was listed here only after the locks were cut on 2026-12-01): without them a fresh
-   resolution moves forward and the check fails on a lock nobody touched.  A lock pinning a version the
-   cutoff excludes, or one PyPI does not have, fails to resolve (planted below).
+   recipe at that date, the set is complete and consistent, and every URL and sha256 is PyPI's.  What this
+   does not prove: that each version is the newest the date allowed (a lock moved back to an older release
+   that also resolves, with PyPI's own hashes, passes).  The pins make the check immune to an index that lists
+   files late (sse-starlette 3.7.1, uploaded 2026-11-22, was listed here only after the locks were cut on
+   2026-12-01): without them a fresh resolution moves forward and the check fails on a lock nobody touched.
+   A lock pinning a version the cutoff excludes, or one PyPI does not have, fails to resolve (planted below).
 2. Laying the forks over that resolution leaves exactly the recipe's declared exceptions unmet: every
    distribution that requires a replaced one (found from uv's own ``# via`` annotations, its requirement
    read from the requirer's real METADATA on PyPI, PEP 658) and, for 20260702, every requirement of the

@@ -135,20 +135,49 @@ def test_the_promise_comes_from_fork_modes_whatever_the_forks_are_called(tmp_pat
     assert stack_info(stack, None)["promised_level"] == promises
 
 
-@pytest.mark.parametrize("edited", ["kernel", "reference"])
-def test_a_receipt_edited_to_promise_less_than_its_forks_is_refused(tmp_path: Path, edited: str) -> None:
+def _mark(stack: Path) -> None:
+    """The receipt step's marker, as october_setup leaves it (the sha256 of the setup.json it wrote)."""
+    from october.installer.core.atomic import write_json_atomic
+    from october.installer.pipeline.engine import MARKER_FORMAT
+
+    receipt = stack / "receipts" / "setup.json"
+    write_json_atomic(stack / ".state" / "receipt.json", {
+        "format_version": MARKER_FORMAT, "step": "receipt",
+        "outputs": {"path": str(receipt), "sha256": hashlib.sha256(receipt.read_bytes()).hexdigest()}})
+
+
+@pytest.mark.parametrize("edit", ["promise-kernel", "promise-reference", "consistent"])
+def test_a_receipt_edited_since_setup_is_refused(tmp_path: Path, edit: str) -> None:
     """The review's false pass: setup.json of a vLLM stack edited to promise ``kernel`` made the smoke run
-    (and pass) the kernel level only.  The promise is re-derived from the forks the receipt names and a
-    disagreeing ``promises`` is refused, naming both."""
+    (and pass) the kernel level only; an edit that also drops the vLLM fork from the receipt's forks is
+    consistent in itself.  The receipt must be the one the receipt step wrote (its marker's sha256)."""
     stack = _stack(tmp_path)                                      # forks flashinfer and vllm
     receipt = stack / "receipts" / "setup.json"
     data = json.loads(receipt.read_text())
     receipt.write_text(json.dumps({**data, "promises": "engine"}))
+    _mark(stack)
     assert stack_info(stack, None)["promised_level"] == "engine"
-    receipt.write_text(json.dumps({**data, "promises": edited}))
+    if edit == "consistent":
+        data = {**data, "forks": [FI], "promises": "kernel"}
+    else:
+        data = {**data, "promises": edit.split("-")[1]}
+    receipt.write_text(json.dumps(data))
     with pytest.raises(SmokeError) as err:
         stack_info(stack, None)
-    assert f"promises {edited!r}" in str(err.value) and "'engine'" in str(err.value) and err.value.exit_code == 17
+    assert "changed since october_setup wrote it" in str(err.value) and "current verify" in str(err.value)
+    assert err.value.exit_code == 17
+
+
+def test_an_unmarked_receipt_never_promises_less_than_its_forks(tmp_path: Path) -> None:
+    """Without a marker (a receipt from before it, or a copied stack) the promise is the highest of the
+    receipt's own word and its forks': a lower ``promises`` cannot lower it, a higher one is kept."""
+    stack = _stack(tmp_path)
+    receipt = stack / "receipts" / "setup.json"
+    data = json.loads(receipt.read_text())
+    receipt.write_text(json.dumps({**data, "promises": "kernel"}))
+    assert stack_info(stack, None)["promised_level"] == "engine"
+    receipt.write_text(json.dumps({**data, "forks": [FI], "promises": "engine"}))
+    assert stack_info(stack, None)["promised_level"] == "engine"
 
 
 def test_one_rule_for_the_promise_the_highest_any_fork_gives() -> None:
@@ -160,6 +189,7 @@ def test_one_rule_for_the_promise_the_highest_any_fork_gives() -> None:
 
     assert promise_of([{"name": "fi", "mode": "flashinfer"}, {"name": "v", "mode": "editable", "dist": "vllm"}]) == "engine"
     assert promise_of([{"name": "x", "mode": "editable", "dist": "flashinfer-python"}]) == "kernel"
+    assert promise_of([{"name": "x", "mode": "editable", "dist": "FlashInfer_Python"}]) == "kernel"
     assert promise_of([{"name": "x", "mode": "editable", "dist": "numpy"}]) is None and promise_of([]) is None
 
     class Ctx:       # the two things promised_level reads of a StepContext
@@ -296,6 +326,11 @@ def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it
     with pytest.raises(SmokeError) as err:
         stack_info(stack, None)
     assert "changed since the stack was set up" in str(err.value) and RECIPE_SHA in str(err.value)
+    # the recorded file gone: the smoke would read the shipped recipe of that name, which must match too
+    recipe.unlink()
+    with pytest.raises(SmokeError) as err:
+        stack_info(stack, None)
+    assert "recipes/current.toml changed since" in str(err.value)
 
 
 def test_a_manifest_of_another_model_than_the_recipe_pins_is_refused(tmp_path: Path) -> None:

@@ -157,11 +157,12 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             rec["status"] = "passed"
         elif job.smoke_receipt is not None:          # a finished node: its smoke receipt is re-read
             receipt = _read_json(Path(job.smoke_receipt))
-            wrong = _foreign_receipt(receipt, rec["lock_sha256"])
+            wrong = _foreign_receipt(receipt, rec["lock_sha256"], str(stack / "receipts" / "setup.json"))
             rec["smoke"] = _smoke_fact(None if wrong else receipt, 0 if receipt and receipt.get("passed") else 1, None)
             rec["status"] = "passed" if rec["smoke"]["passed"] else "failed"
             if wrong:
-                rec["detail"] = f"its smoke receipt {job.smoke_receipt} is not believed: {wrong}"
+                rec["detail"] = (f"its smoke receipt {job.smoke_receipt} is not believed: {wrong}; re-run the fleet "
+                                 "command with its smoke to write a fresh one")
             elif not rec["smoke"]["passed"]:
                 rec["detail"] = f"its smoke receipt {job.smoke_receipt} no longer says passed"
         else:
@@ -202,9 +203,11 @@ def _child(python: str, argv: Sequence[str]) -> list[str]:
     return [python, "-m", "october.installer.fleet.child", *argv]
 
 
-def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None) -> str | None:
+def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
+                     setup_receipt: str | None = None) -> str | None:
     """Why a re-read smoke receipt says nothing about this node's stack as it is now (None: it does): it
-    must be one `current smoke` writes (receipts/smoke.schema.json) and name the lock the stack has."""
+    must be one `current smoke` writes (receipts/smoke.schema.json), name the lock the stack has, and be
+    this stack's (its setup receipt's path: every node has the same lock)."""
     if receipt is None:
         return "it is missing or not JSON"
     from october.installer.core.errors import ReceiptError
@@ -212,10 +215,13 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None) ->
     try:
         validate("smoke", receipt)
     except ReceiptError as exc:
-        return exc.what
+        return f"{exc.what}: {exc.found}" if exc.found else exc.what
     stack = receipt.get("stack") if isinstance(receipt.get("stack"), dict) else {}
     if stack.get("lock_sha256") != lock_sha256:
         return f"it names lock sha256 {stack.get('lock_sha256')}, the stack's lock is sha256 {lock_sha256}"
+    theirs = stack.get("setup_receipt")
+    if setup_receipt is not None and (not isinstance(theirs, str) or Path(theirs).resolve() != Path(setup_receipt).resolve()):
+        return f"it is the smoke of the stack whose setup receipt is {stack.get('setup_receipt')}, not {setup_receipt}"
     return None
 
 

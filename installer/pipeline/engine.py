@@ -188,6 +188,12 @@ def read_marker(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def written_sha256(marker_path: Path) -> str | None:
+    """The sha256 a step's marker records for the file it wrote (``outputs.sha256``), or None."""
+    want = ((read_marker(marker_path) or {}).get("outputs") or {}).get("sha256")
+    return want if isinstance(want, str) else None
+
+
 def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
     """The step's result from its marker, or None when there is none or it is not one."""
     if marker is None or not isinstance(marker.get("outputs"), dict):

@@ -30,7 +30,10 @@ def promise_of(forks: "list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]")
     """The highest level any fork's ``mode``, ``name`` or ``dist`` gives (None: nothing to check).  Taking
     the highest means no one piece of evidence can lower the promise: a vLLM fork in mode ``editable``
     under another name is still the engine when it installed the ``vllm`` distribution."""
-    found = {_PROMISE_BY[key].get(str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY}
+    from packaging.utils import canonicalize_name
+
+    found = {_PROMISE_BY[key].get(str(canonicalize_name(str(f.get(key) or ""))) if key == "dist"
+                                   else str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY}
     levels = [lv for lv in PROMISE_LEVELS if lv in found]
     return levels[-1] if levels else None
 

@@ -154,35 +154,52 @@ def promised_level(forks: Mapping[str, str]) -> str | None:
     return promise_of([{"name": n} for n in forks])
 
 
-def receipt_promise(data: Mapping[str, Any], setup: Path) -> str | None:
+def receipt_promise(data: Mapping[str, Any]) -> str | None:
     """What the setup receipt promises, by the one rule (:func:`promise_of`) over every fork it names (the
-    fetched forks' names; the installed forks' modes, names and distributions).  Its own ``promises`` must
-    agree: a receipt edited to promise less (or more) than its forks is refused, never believed."""
+    fetched forks' names; the installed forks' modes, names and distributions) and its own ``promises``:
+    the highest of them, so nothing in it can lower the level the smoke must reach (an edited receipt is
+    caught before this, by :func:`unchanged_receipt`)."""
     installed = ((data.get("install") or {}).get("forks") if isinstance(data.get("install"), Mapping) else None)
     evidence = [f for f in (data.get("forks") or []) if isinstance(f, Mapping)] \
         + [f for f in (installed or []) if isinstance(f, Mapping)]
-    level = promise_of(evidence)
-    said = data.get("promises")
-    if said is not None and level is not None and said != level:
-        raise SmokeError("the stack's setup receipt promises a level its forks do not give",
-                         expected=f"promises {level!r} (from its forks: "
-                                  f"{', '.join(sorted({str(f.get('name')) for f in evidence}))})",
-                         found=f"promises {said!r} in {setup}",
-                         fix="the receipt was edited: re-run october_setup on the stack to write it again")
-    return level if level is not None else (said if said in PROMISE_LEVELS else None)
+    levels = {promise_of(evidence), data.get("promises")}
+    found = [lv for lv in PROMISE_LEVELS if lv in levels]
+    return found[-1] if found else None
+
+
+def unchanged_receipt(install: Path, setup: Path) -> None:
+    """setup.json as the receipt step wrote it (the sha256 its marker records; the check `current verify`
+    makes): the smoke takes the stack's promise and recipe from it, so an edited one is refused."""
+    from october.installer.core.paths import StackPaths
+    from october.installer.pipeline.engine import written_sha256
+
+    want = written_sha256(StackPaths(install).marker("receipt"))
+    got = sha256_file(setup)
+    if want is not None and want != got:
+        raise SmokeError("the stack's setup receipt was changed since october_setup wrote it",
+                         expected=f"sha256 {want} (as the receipt step recorded it)", found=f"sha256 {got}",
+                         fix=f"run `current verify --install {install}`; it names the re-run that writes it again")
 
 
 def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
     """The smoke reads the stack's own recipe again (its [smoke] token counts, the selection's dtypes, JIT
-    modules and model shape): that file must be the one the stack was set up from, byte for byte."""
-    path, sha = rec.get("path"), rec.get("sha256")
-    if not (isinstance(path, str) and isinstance(sha, str) and Path(path).is_file()):
+    modules and model shape): that file -- the recorded one, or where it is gone the shipped recipe of the
+    same name the smoke then reads -- must be the one the stack was set up from, byte for byte."""
+    path, sha, name = rec.get("path"), rec.get("sha256"), rec.get("name")
+    if not isinstance(sha, str):
         return
-    now = sha256_file(Path(path))
+    where = Path(path) if isinstance(path, str) and Path(path).is_file() else None
+    if where is None and isinstance(name, str):
+        from october.installer.recipe import resolve_recipe_path
+        shipped = resolve_recipe_path(name)
+        where = shipped if shipped.is_file() else None
+    if where is None:
+        return                      # no file to read: nothing is taken from one
+    now = sha256_file(where)
     if now != sha:
-        raise SmokeError(f"the stack's recipe {path} changed since the stack was set up from it",
+        raise SmokeError(f"the stack's recipe {where} changed since the stack was set up from it",
                          expected=f"sha256 {sha} (the setup receipt's)", found=f"sha256 {now}",
-                         fix=f"re-run `october_setup {install} --recipe {path}` so the stack follows the recipe, "
+                         fix=f"re-run `october_setup {install} --recipe {where}` so the stack follows the recipe, "
                              "or put the recipe back as it was")
 
 
@@ -217,6 +234,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
                          found=f"{exc}", fix="re-run october_setup to rewrite it") from None
+    unchanged_receipt(install, setup)
     rec = data.get("recipe") if isinstance(data, Mapping) else None
     if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
         sha = rec.get("sha256")
@@ -224,7 +242,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         _same_recipe(rec, install)
     if isinstance(data, Mapping):
         info["forks"] = _forks(data.get("forks"))
-    info["promised_level"] = receipt_promise(data, setup) if isinstance(data, Mapping) else None
+    info["promised_level"] = receipt_promise(data) if isinstance(data, Mapping) else None
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",
