@@ -256,7 +256,9 @@ def compare_with_16bit(k16v8: Generation, oracle: Generation) -> tuple[bool, str
     if not finite:
         problems.append("non-finite logprobs")
     elif worst > LOGPROB_MAX or mean > LOGPROB_MEAN:
-        problems.append(f"chosen-token logprobs differ by up to {worst:.3g} (mean {mean:.3g}) nats")
+        problems.append(f"chosen-token logprobs differ by up to {worst:.3g} (mean {mean:.3g}) nats"
+                        + (f" (with the {len(shared)} tokens both runs report where they part at {first})"
+                           if shared else ""))
     if first < n and (margin is None or margin > NEAR_TIE):
         problems.append(f"greedy tokens diverge at {first} of {n} where the 16-bit run is sure "
                         f"(top-2 margin {margin if margin is None else round(margin, 3)} nats)")

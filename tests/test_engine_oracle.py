@@ -124,9 +124,17 @@ def test_16_bit_oracle_agreement_and_bounds() -> None:
     assert ok and m["agree_until"] == 4 and m["logprob_diff_max"] == pytest.approx(0.05)
     ok, why, m, _ = oracle.compare_with_16bit(_gen([1, 2, 9, 9], [-0.1, -0.2, -0.1, -0.3]), base)
     assert not ok and "diverge at 2 of 4 where the 16-bit run is sure" in why
-    near_tie = _gen([1, 2, 3, 4], [-0.1, -0.2, -0.7, -0.3], [-5.0, -5.0, -0.71, -5.0])
-    ok, why, m, _ = oracle.compare_with_16bit(_gen([1, 2, 9, 9], [-0.1, -0.2, -0.7, -0.3]), near_tie)
-    assert ok and m["agree_until"] == 2 and m["divergence_margin"] == pytest.approx(0.01)
+    # a near tie as the engines report one (top-2 and the chosen token): at position 2 the 16-bit run takes
+    # 3 over 9 by 0.01 nats, the K16/V8 run 9 over 3; both report both, with the same logprobs
+    near_tie = ([1, 2, 3, 4], [{1: -0.1}, {2: -0.2}, {3: -0.7, 9: -0.71}, {4: -0.3}])
+    parted = ([1, 2, 9, 9], [{1: -0.1}, {2: -0.2}, {9: -0.7, 3: -0.71}, {9: -0.3}])
+    ok, why, m, _ = oracle.compare_with_16bit(parted, near_tie)
+    assert ok and m["agree_until"] == 2 and m["divergence_margin"] == pytest.approx(0.01), why
+    assert m["compared_at_divergence"] == 2
+    # the same parting where the K16/V8 run's distribution moved (3 at -3.0): caught at the divergence
+    moved = ([1, 2, 9, 9], [{1: -0.1}, {2: -0.2}, {9: -0.7, 3: -3.0}, {9: -0.3}])
+    ok, why, m, _ = oracle.compare_with_16bit(moved, near_tie)
+    assert not ok and "logprobs differ" in why and m["logprob_diff_max"] == pytest.approx(2.3)
     ok, why, _, _ = oracle.compare_with_16bit(_gen([1, 2, 3, 4], [-2.0, -2.0, -2.0, -2.0]), base)
     assert not ok and "logprobs differ" in why
     ok, why, _, _ = oracle.compare_with_16bit(_gen([1, 2, 3, 4], [math.nan] * 4), base)
