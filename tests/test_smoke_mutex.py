@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import SmokeBusyError
+from october.installer.recipe import PROJECT_ROOT
 from october.installer.smoke.launch import SmokeOptions, run_smoke
 from october.installer.smoke.mutex import SmokeMutex, gpu_key
 from october.installer.smoke.selection import selection_info
@@ -32,7 +34,8 @@ def _stack(tmp: Path, name: str = "stack") -> Path:
     stack = tmp / name
     (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)
-    (stack / "receipts" / "setup.json").write_text(json.dumps({"recipe": {"name": "current", "sha256": "a" * 64},
+    shipped = hashlib.sha256((PROJECT_ROOT / "recipes" / "current.toml").read_bytes()).hexdigest()
+    (stack / "receipts" / "setup.json").write_text(json.dumps({"recipe": {"name": "current", "sha256": shipped},
                                                                "forks": [{"name": "vllm", "commit": "7" * 40}, {"name": "flashinfer", "commit": "2" * 40}]}))
     stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
     return stack
