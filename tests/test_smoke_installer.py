@@ -15,7 +15,6 @@ from october.installer.smoke.launch import (
     SmokeOptions,
     load_receipt,
     plan_smoke,
-    promised_level,
     resolve_manifest,
     run_smoke,
     stack_info,
@@ -109,6 +108,11 @@ def test_stack_info_reads_lock_and_setup_receipt(tmp_path: Path) -> None:
 
 
 def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
+    from october.installer.recipe.forks import promise_of
+
+    def promised_level(forks: dict[str, str]) -> str | None:        # fork names alone
+        return promise_of([{"name": n} for n in forks])
+
     assert promised_level({"vllm": "a", "flashinfer": "b"}) == "engine"
     assert promised_level({"flashinfer": "b"}) == "kernel" and promised_level({}) is None
     asym = "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_k_bf16_dtype_v_e4m3_x"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from october.installer.core.atomic import write_bytes_atomic
-from october.installer.core.errors import CommandFailed, KitError, OctoberError
+from october.installer.core.errors import CommandFailed, KitError, OctoberError, ReceiptError
 from october.installer.core.hashing import sha256_bytes, sha256_file
 from october.installer.core.runner import Completed, Runner
 from october.installer.fleet.plan import NodeJob
@@ -210,8 +210,7 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
     this stack's (its setup receipt's path: every node has the same lock)."""
     if receipt is None:
         return "it is missing or not JSON"
-    from october.installer.core.errors import ReceiptError
-    from october.installer.core.schemas import validate
+    from october.installer.core.schemas import validate      # jsonschema: only for a re-read receipt
     try:
         validate("smoke", receipt)
     except ReceiptError as exc:

@@ -32,10 +32,14 @@ def promise_of(forks: "list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]")
     under another name is still the engine when it installed the ``vllm`` distribution."""
     from packaging.utils import canonicalize_name
 
-    found = {_PROMISE_BY[key].get(str(canonicalize_name(str(f.get(key) or ""))) if key == "dist"
-                                   else str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY}
-    levels = [lv for lv in PROMISE_LEVELS if lv in found]
-    return levels[-1] if levels else None
+    return highest({_PROMISE_BY[key].get(str(canonicalize_name(str(f.get(key) or ""))) if key == "dist"
+                                         else str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY})
+
+
+def highest(levels: "set[Any]") -> str | None:
+    """The highest of ``levels`` that is a promise level (None: none is)."""
+    found = [lv for lv in PROMISE_LEVELS if lv in levels]
+    return found[-1] if found else None
 
 
 @dataclass(frozen=True)

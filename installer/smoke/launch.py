@@ -36,7 +36,7 @@ from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
 from october.installer.core.schemas import validate
 from october.installer.download.plan import fixtures_dir
-from october.installer.recipe.forks import PROMISE_LEVELS, promise_of
+from october.installer.recipe.forks import highest, promise_of
 from october.installer.smoke import choices
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
@@ -149,11 +149,6 @@ def _forks(data: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
 
 
-def promised_level(forks: Mapping[str, str]) -> str | None:
-    """The level fork names alone give (engine with a fork named vllm, kernel with one named flashinfer)."""
-    return promise_of([{"name": n} for n in forks])
-
-
 def receipt_promise(data: Mapping[str, Any]) -> str | None:
     """What the setup receipt promises, by the one rule (:func:`promise_of`) over every fork it names (the
     fetched forks' names; the installed forks' modes, names and distributions) and its own ``promises``:
@@ -162,9 +157,7 @@ def receipt_promise(data: Mapping[str, Any]) -> str | None:
     installed = ((data.get("install") or {}).get("forks") if isinstance(data.get("install"), Mapping) else None)
     evidence = [f for f in (data.get("forks") or []) if isinstance(f, Mapping)] \
         + [f for f in (installed or []) if isinstance(f, Mapping)]
-    levels = {promise_of(evidence), data.get("promises")}
-    found = [lv for lv in PROMISE_LEVELS if lv in levels]
-    return found[-1] if found else None
+    return highest({promise_of(evidence), data.get("promises")})
 
 
 def unchanged_receipt(install: Path, setup: Path) -> None:
