@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import enum
 import importlib
-import json
 import textwrap
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import typer
 from typer.core import TyperCommand
 
-from october.installer.core.cliargs import split_skips  # noqa: F401  (shared with the no-op fast path)
-from october.installer.core.errors import EXIT_CODES, FileSystemError, OctoberError, UsageError, as_disk_full
+from october.installer.core.cliargs import (  # noqa: F401  (shared with the plain fast path)
+    JSON_FORMAT_VERSION,
+    CommandExit,
+    dir_option,
+    file_option,
+    json_doc,
+    print_json,
+    print_json_error,
+    run_guarded,
+    split_skips,
+    stack_argument,
+)
+from october.installer.core.errors import EXIT_CODES
 from october.installer.core.ui import ConsoleReporter
 
 T = TypeVar("T")
@@ -28,7 +37,6 @@ T = TypeVar("T")
 click_exc: Any = importlib.import_module(typer.BadParameter.__module__)
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-JSON_FORMAT_VERSION = 1      # of every --json document (schemas: receipts/<kind>.schema.json)
 
 
 def exit_codes_epilog(width: int = 100) -> str:
@@ -118,21 +126,6 @@ def reporter(quiet: bool, verbose: bool) -> ConsoleReporter:
     return ConsoleReporter(quiet=quiet, verbose=verbose)
 
 
-def json_doc(kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A --json document: ``format_version`` and ``kind`` first (schema ``receipts/<kind>.schema.json``)."""
-    return {"format_version": JSON_FORMAT_VERSION, "kind": f"october-{kind}", **body}
-
-
-def print_json(kind: str, body: dict[str, Any]) -> None:
-    print(json.dumps(json_doc(kind, body), indent=2))
-
-
-def print_json_error(command: str, code: int, title: str, message: str) -> None:
-    """A failed command's --json output (``receipts/error.schema.json``), so stdout is JSON whatever happened."""
-    print_json("error", {"command": command, "ok": False, "exit_code": code,
-                         "error": {"title": title, "message": message}})
-
-
 def version_callback(prog: str) -> Callable[[bool], None]:
     def show(value: bool) -> None:
         if value:
@@ -152,72 +145,9 @@ def _current_options(
 
 def guarded(fn: Callable[[], T], ui: ConsoleReporter, *, json_command: str | None = None) -> T:
     """Run ``fn``; an OctoberError becomes a printed message and its exit code (and, with
-    ``json_command``, the error as JSON on stdout)."""
+    ``json_command``, the error as JSON on stdout): :func:`~october.installer.core.cliargs.run_guarded`
+    as a typer exit."""
     try:
-        return fn()
-    except (OctoberError, OSError) as exc:
-        full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
-        err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
-        ui.error(err.title, err.message)
-        if json_command:
-            print_json_error(json_command, err.exit_code, err.title, err.message)
-        raise typer.Exit(err.exit_code) from None
-    except KeyboardInterrupt as exc:
-        # Ctrl-C: 130; SIGTERM/SIGHUP turned into plan.Terminated: 128 + the signal, as a shell reports it
-        signum = getattr(exc, "signum", None)
-        code = 128 + signum if isinstance(signum, int) else 130
-        why = f"stopped by {exc}" if signum is not None else "stopped by the user"
-        ui.error("interrupted", f"{why}; re-run the same command to resume")
-        if json_command:
-            print_json_error(json_command, code, "interrupted", f"{why}; re-run the same command to resume")
-        raise typer.Exit(code) from None
-
-
-# ------------------------------------------------------------------ options checked before anything is written
-
-
-def _kind(path: Path) -> str:
-    return "a directory" if path.is_dir() else "a file" if path.exists() else "nothing"
-
-
-def _file_above(path: Path) -> Path | None:
-    """The first existing ancestor of ``path`` that is not a directory (it can never be made)."""
-    for parent in [path, *path.parents]:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
-
-
-def dir_option(option: str, path: Path, *, must_exist: bool = False) -> Path:
-    """A directory option (made if missing unless ``must_exist``): a file there or above it, or
-    (``must_exist``) nothing there, is exit 19, said as such."""
-    path = path.expanduser()
-    blocker = _file_above(path)
-    if blocker == path:
-        what = f"{option} {path} is a file"
-    elif blocker is not None:
-        what = f"{option} {path} lies under a file ({blocker})"
-    elif must_exist and not path.is_dir():
-        what = f"{option} {path} does not exist"
-    else:
-        return path.resolve()
-    raise FileSystemError(what, expected="a directory" + ("" if must_exist else " (made if missing)"),
-                          found=f"{_kind(blocker or path)} at {blocker or path}", fix=f"pass a directory to {option}")
-
-
-def file_option(option: str, path: Path) -> Path:
-    """A file option that must exist: nothing there, or a directory, is exit 19."""
-    path = path.expanduser()
-    if not path.is_file():
-        what = f"{option} {path} is a directory" if path.is_dir() else f"{option} {path} does not exist"
-        raise FileSystemError(what, expected="an existing file", found=f"{_kind(path)} at {path}",
-                              fix=f"check the path given to {option}")
-    return path.resolve()
-
-
-def stack_argument(value: str) -> Path:
-    """STACK: an empty or blank path is refused (it would silently mean the current directory)."""
-    if not value.strip():
-        raise UsageError("the stack path is empty", expected="a directory path, e.g. ./stack", found=repr(value),
-                         fix="pass the directory to provision as STACK")
-    return dir_option("STACK", Path(value))
+        return run_guarded(fn, ui, json_command=json_command)
+    except CommandExit as exc:
+        raise typer.Exit(exc.code) from None

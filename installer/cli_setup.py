@@ -8,9 +8,8 @@ Thin on purpose: parse options into a frozen options object, call one function, 
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import typer
 
@@ -28,13 +27,11 @@ from october.installer.cli_common import (
     recipe_option,
     reporter,
     setup_app,
-    split_skips,
-    stack_argument,
     verbose_option,
     version_callback,
 )
-from october.installer.core.envoverlay import environ_overlay
 from october.installer.core.paths import default_cache_dir
+from october.installer.provision import SetupArgs, provision
 
 
 @command(setup_app)
@@ -65,58 +62,10 @@ def october_setup(
     (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`;
     `october_setup fleet` provisions every node of a Ray cluster; see `october_setup fleet --help`.)"""
     ui = reporter(quiet, verbose)
-
-    def go() -> None:
-        from october.installer.pipeline.engine import SetupOptions
-        from october.installer.pipeline.plan import resolve_locked, run_setup, summary
-        from october.installer.recipe import load_recipe
-        from october.installer.steps.env.systorch import with_system_torch
-        from october.installer.steps.preflight import validate_skip
-
-        # every option is checked before anything is written (no lock, no .state, no "preflight: starting")
-        root = stack_argument(stack).resolve()
-        skips = split_skips(skip_preflight)
-        validate_skip(skips)
-        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
-        # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
-        kit_dir = dir_option("--kit", kit) if kit is not None else None
-        lock = file_option("--lock-file", lock_file) if lock_file is not None else None
-        rec = with_system_torch(load_recipe(recipe), system_python)
-        locked_state = resolve_locked(rec, root, locked, lock)
-        used_kit = None
-        if kit_dir is not None:
-            from october.installer.kit.use import kit_recipe, open_kit, seed_cache
-
-            # verified against its manifest, the recipe and the lock before anything runs
-            used_kit = open_kit(kit_dir, rec, lock=locked_state.path if locked_state else None)
-            seed_cache(used_kit, rec, cache)
-            ui.info(f"offline: installing from the kit {used_kit.root}")
-        opts = SetupOptions(stack=root, recipe=kit_recipe(rec, used_kit) if used_kit else rec,
-                            cache_dir=cache, allow_dirty=allow_dirty, skip_preflight=skips,
-                            locked=locked_state, quiet=quiet, verbose=verbose, kit=used_kit)
-        with offline_env(used_kit.git_config() if used_kit else None):
-            result = run_setup(opts, ui, echo_commands=verbose)
-        ran = sum(1 for r in result.records if r.status == "ran")
-        if as_json:
-            print_json("result", {"command": "october_setup", "ok": True, "exit_code": 0, "result": {
-                "stack": str(result.paths.root), "lock": str(result.paths.pylock),
-                "receipt": str(result.paths.setup_receipt), "steps_ran": ran,
-                "steps_done_before": len(result.records) - ran}})
-        elif not quiet:
-            print(summary(result))
-
-    guarded(go, ui, json_command="october_setup" if as_json else None)
-
-
-@contextmanager
-def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
-    """For a kit install: every child git reads the kit's URLs from the kit and may use only local
-    files; uv runs offline.  Restored afterwards (the CLI may run in-process in tests)."""
-    if git_config is None:
-        yield
-        return
-    with environ_overlay({**git_config, "UV_OFFLINE": "1"}):
-        yield
+    args = SetupArgs(stack=stack, recipe=recipe, cache_dir=cache_dir, allow_dirty=allow_dirty,
+                     skip_preflight=tuple(skip_preflight), locked=locked, lock_file=lock_file, kit=kit, quiet=quiet,
+                     verbose=verbose, as_json=as_json, system_python=system_python)
+    guarded(lambda: provision(args, ui), ui, json_command="october_setup" if as_json else None)
 
 
 @command(kit_app)

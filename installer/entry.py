@@ -1,6 +1,8 @@
-"""The ``october_setup`` console script: a finished stack that still verifies is answered by the no-op
-fast path (:mod:`october.installer.noop`, no command-line framework imported); everything else by
-the full command line (:func:`october.installer.cli.setup_main`)."""
+"""The ``october_setup`` console script: plain options (``STACK --recipe R --cache-dir C ...``) are answered
+by the fast path (:mod:`october.installer.noop`, no command-line framework imported: a finished stack
+that still verifies is a no-op, anything else runs the same provisioning function as the full command
+line); everything else (help, --json, -v, kit, fleet, usage errors) by the full command line
+(:func:`october.installer.cli.setup_main`)."""
 
 from __future__ import annotations
 
@@ -46,9 +48,9 @@ def compile_imported() -> int:
 def setup_main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from october.installer.noop import try_noop
+        from october.installer.noop import fast_setup
 
-        done = try_noop(args)
+        done = fast_setup(args)
         if done is not None:
             return done
         from october.installer.cli import setup_main as full

@@ -1,14 +1,17 @@
-"""The no-op fast path of ``october_setup STACK ...``: a finished stack that still verifies is
+"""The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
 answered without the command-line framework (typer, rich and pydantic cost more than the whole
-check) and without running or writing anything.
+check) and without running or writing anything; any other run with plain options (a new stack, a
+resumed one, a step that would run) goes straight to :func:`october.installer.provision.provision`,
+the function the typer command calls, still without typer, click or pydantic (0.4 s, issue 20).
 
 It reads the same options as the full command line (argparse, the same spellings), builds the same
 :class:`~october.installer.pipeline.engine.SetupOptions`, and asks the same pipeline whether every
 step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
 each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
-option it does not take (``--verbose``, ``--help``, ``--version``, ``kit``, ``fleet``), a
-usage or recipe error -- returns None and the full command line runs from the start, so errors,
-progress and the work itself are exactly what they were.
+option it does not take (``--verbose``, ``--json``, ``--help``, ``--version``, ``kit``, ``fleet``), a
+usage or recipe error -- is not a no-op.  Options the plain parser does not take go to the typer
+command line (its help, usage errors and --json); plain ones run :func:`provision` here, whose
+errors, progress and output are the typer command's own.
 
 What a no-op trusts instead of re-reading (each step's ``verify``): the done-markers' fingerprints
 of the inputs; the stat signatures of the preflight's tools, the base wheel, and every file hashed
@@ -59,6 +62,33 @@ def parse(args: Sequence[str]) -> argparse.Namespace | None:
         return None                 # an empty STACK is the full command line's usage error
     ns.stack = Path(ns.stack)
     return ns
+
+
+def fast_setup(args: Sequence[str]) -> int | None:
+    """The exit code of a plain ``october_setup STACK ...`` (a no-op, or the run itself); None when the
+    options need the typer command line."""
+    ns = parse(args)
+    if ns is None:
+        return None
+    done = try_noop(args)
+    return done if done is not None else run_plain(ns)
+
+
+def run_plain(ns: argparse.Namespace) -> int:
+    """Provision with plain options: the typer command's own function and error handling."""
+    from october.installer.core.cliargs import CommandExit, run_guarded
+    from october.installer.core.ui import ConsoleReporter
+    from october.installer.provision import SetupArgs, provision
+
+    ui = ConsoleReporter(quiet=ns.quiet, verbose=False)
+    args = SetupArgs(stack=str(ns.stack), recipe=ns.recipe, cache_dir=ns.cache_dir, allow_dirty=ns.allow_dirty,
+                     skip_preflight=tuple(ns.skip_preflight), locked=ns.locked, lock_file=ns.lock_file, kit=ns.kit,
+                     quiet=ns.quiet, system_python=ns.system_python)
+    try:
+        run_guarded(lambda: provision(args, ui), ui)
+    except CommandExit as exc:
+        return exc.code
+    return 0
 
 
 def try_noop(args: Sequence[str]) -> int | None:

@@ -21,11 +21,20 @@ from tests.fixtures.world import World, make_world, snapshot
 
 PROBE = """
 import json, sys
+from october.installer import noop
 from october.installer.entry import setup_main
+answered = []
+def watched(args, _orig=noop.try_noop):
+    rc = _orig(args)
+    answered.append(rc is not None)
+    return rc
+noop.try_noop = watched
 rc = setup_main(sys.argv[1:])
-print(json.dumps({"rc": rc, "typer": "typer" in sys.modules, "git": "git" in sys.modules,
+print(json.dumps({"rc": rc, "typer": "typer" in sys.modules, "pydantic": "pydantic" in sys.modules,
+                  "noop": any(answered), "git": "git" in sys.modules,
                   "httpx": "httpx" in sys.modules, "jsonschema": "jsonschema" in sys.modules}))
 """
+NOOP = {"rc": 0, "typer": False, "pydantic": False, "noop": True, "git": False, "httpx": False, "jsonschema": False}
 
 
 def setup_cli(*args: str) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
@@ -41,11 +50,13 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     first, proc = setup_cli(*args)
-    assert first["rc"] == 0 and first["typer"], proc.stderr      # a new stack: the full command line
+    # a new stack: not a no-op; plain options run the same provisioning without typer, click or pydantic
+    assert (first["rc"], first["noop"], first["typer"], first["pydantic"]) == (0, False, False, False), proc.stderr
+    assert "stack ready:" in proc.stdout
 
     before = snapshot(stack)
     again, proc = setup_cli(*args)
-    assert again == {"rc": 0, "typer": False, "git": False, "httpx": False, "jsonschema": False}, proc.stderr
+    assert again == NOOP, proc.stderr
     assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
     assert "==> install: already done (inputs unchanged)" in proc.stderr
     assert snapshot(stack) == before, "the fast path must change no file"
@@ -53,7 +64,7 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     # a local change in a fork: the fast path does not answer; the full command line reports it
     (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
     changed, proc = setup_cli(*args)
-    assert changed["typer"] and changed["rc"] != 0
+    assert not changed["noop"] and changed["rc"] != 0
     assert "local changes" in proc.stderr
 
     # an option the fast path does not take, and a different option value, go to the full path
@@ -61,6 +72,32 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert parse(["kit", "--recipe", "x", str(tmp_path)]) is None
     assert parse([*args, "--verbose"]) is None and parse([*args, "--help"]) is None
     assert parse([*args, "--skip-preflight", "gpu,nvcc", "-q"]).skip_preflight == ["gpu,nvcc"]
+
+
+@pytest.mark.parametrize("extra, code", [
+    (("--recipe", "no-such-recipe"), 3),                        # a recipe error
+    (("--lock-file", "missing.toml"), 19),                      # an option checked before anything is written
+    (("--skip-preflight", "no-such-check"), 2),                 # a usage error the command itself raises
+])
+def test_plain_and_typer_command_lines_fail_alike(tmp_path: Path, extra: tuple[str, ...], code: int) -> None:
+    """A failing run with plain options goes through the fast path; it must say exactly what the typer
+    command line says, with the same exit code (one provisioning function, one error handler)."""
+    args = (str(tmp_path / "stack"), "--cache-dir", str(tmp_path / "cache"), *extra)
+    plain, proc_plain = setup_cli(*args)
+    typer_run = subprocess.run([sys.executable, "-c", "import sys; from october.installer.cli import setup_main; "
+                                "sys.exit(setup_main(sys.argv[1:]))", *args], cwd=PROJECT_ROOT, capture_output=True,
+                               text=True, timeout=120)
+    assert (plain["rc"], plain["typer"], plain["pydantic"]) == (code, False, False), proc_plain.stderr
+    assert typer_run.returncode == code, typer_run.stderr
+    assert proc_plain.stderr == typer_run.stderr and proc_plain.stderr.strip()
+    assert not (tmp_path / "stack" / ".state").exists()
+
+
+def test_options_the_plain_parser_does_not_take_go_to_typer(tmp_path: Path) -> None:
+    """--json, -v and --help are the typer command line's (their output is its own)."""
+    out, proc = setup_cli(str(tmp_path / "stack"), "--recipe", "no-such-recipe", "--json")
+    assert out["typer"] and out["rc"] == 3
+    assert '"kind": "october-error"' in proc.stdout
 
 
 def test_parse_refuses_what_it_does_not_know() -> None:
@@ -140,15 +177,15 @@ def test_a_stack_set_up_from_a_kit_answers_its_no_op_from_the_fast_path(tmp_path
     assert made.returncode == 0, made.stderr
     args = (str(stack), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(cache))
     first, proc = setup_cli(*args)
-    assert first["rc"] == 0 and first["typer"], proc.stderr
+    assert first["rc"] == 0 and not first["noop"], proc.stderr
     again, proc = setup_cli(*args)
-    assert again == {"rc": 0, "typer": False, "git": False, "httpx": False, "jsonschema": False}, proc.stderr
-    # the same stack named without its kit has other sources (other fingerprints): the full command line runs
+    assert again == NOOP, proc.stderr
+    # the same stack named without its kit has other sources (other fingerprints): the pipeline runs
     other, proc = setup_cli(str(stack), "--recipe", str(recipe), "--cache-dir", str(cache))
-    assert other["typer"]
+    assert not other["noop"]
     # a changed fork with the kit tampered: the full command line runs and refuses the kit first
     (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
     wheel = next((kit / "wheels").glob("tinydep-*.whl"))
     wheel.write_bytes(wheel.read_bytes() + b"x")
     tampered, proc = setup_cli(*args)
-    assert tampered["typer"] and tampered["rc"] == 20, proc.stderr
+    assert not tampered["noop"] and tampered["rc"] == 20, proc.stderr
