@@ -40,14 +40,18 @@ SECOND_GOAL_X = 10.0
 H200_COLD_GOAL_S = 45.0
 
 
-def timed_setup(stack: Path, recipe: Path, cache: Path, profile: Path | None = None) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the run and its children); ``profile``: run it under cProfile."""
+def timed_setup(stack: Path, recipe: Path, cache: Path, profile: Path | None = None,
+                importtime: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the run and its children); ``profile``: run it under cProfile;
+    ``importtime``: write its ``-X importtime`` report there."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     prof = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    subprocess.run([sys.executable, *prof, "-m", "october.installer.october_setup", str(stack), "--recipe", str(recipe),
-                    "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True,
-                   env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    imp = ["-X", "importtime"] if importtime else []
+    with open(importtime or os.devnull, "w") as err:
+        subprocess.run([sys.executable, *imp, *prof, "-m", "october.installer.october_setup", str(stack),
+                        "--recipe", str(recipe), "--cache-dir", str(cache), "--quiet"], cwd=ROOT, check=True,
+                       stderr=err if importtime else None, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -60,6 +64,7 @@ def main() -> int:
     ap.add_argument("--torch-mb", type=int, default=64, help="payload of the torch stand-in wheel, MB")
     ap.add_argument("--noops", type=int, default=3, help="no-op re-runs (the best counts: load only slows)")
     ap.add_argument("--profile", type=Path, help="after the measured runs, a third stack under cProfile, stats here")
+    ap.add_argument("--importtime", type=Path, help="after the measured runs, a stack under -X importtime, report here")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="october-bench-"))
     try:
@@ -76,6 +81,8 @@ def main() -> int:
             second = timed_setup(work / "stack2", world.recipe, cache)
             if args.profile:
                 timed_setup(work / "stack3", world.recipe, cache, args.profile)
+            if args.importtime:
+                timed_setup(work / "stack4", world.recipe, cache, importtime=args.importtime)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
