@@ -1,4 +1,4 @@
-"""What the real engine exposes of the surface checks/engine_vllm.py TOUCHED lists, on a symmetric cache.
+"""What the real engine exposes of the surface checks/engine/vllm_surface.py TOUCHED lists, on a symmetric cache.
 
     STACK/env/bin/python bench/vllm_surface_probe.py MODEL_DIR [auto|fp8_e4m3]
 

@@ -72,7 +72,7 @@ TITLES = dict(REQUIRED_CHECKS + EXTRA_CHECKS)
 # cache asked for (the harness agrees with the engine), 1 when one did not.
 DIAGNOSTIC_CACHES = ("bf16", "fp8_e4m3", "both")
 DIAGNOSTIC_AGREED_EXIT = 21
-# Faults a diagnostic may plant into the real engine (``--plant-fault``; checks/engine_faults.py).
+# Faults a diagnostic may plant into the real engine (``--plant-fault``; checks/engine/planted_faults.py).
 ENGINE_FAULTS = ("attn_output_zero", "v_read_scale_2x", "attn_output_x1_01", "softmax_scale_x1_02")
 
 # ------------------------------------------------------------------ files the two sides exchange

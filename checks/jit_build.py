@@ -9,7 +9,7 @@ and ``flashinfer/jit/core.py``):
   module refuses to run if flashinfer was imported already or they are unset);
 * the asymmetric fork's ``BatchDecodeWithPagedKVCacheWrapper.plan`` accepts
   ``k_data_type`` / ``v_data_type``, named (older series) or through ``**kwargs``
-  forwarded to ``_plan_impl`` (0.6.15); decided by :mod:`october.checks.asym`;
+  forwarded to ``_plan_impl`` (0.6.15); decided by :mod:`october.checks.flashinfer_asym`;
 * ``gen_batch_decode_module(dtype_q, dtype_kv, dtype_o, dtype_idx, head_dim_qk,
   head_dim_vo, pos_encoding_mode, use_sliding_window, use_logits_soft_cap, *,
   dtype_k, dtype_v)`` and ``gen_batch_prefill_module(backend, ...same...,
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from october.checks import asym  # stdlib only, safe in the stack env
+from october.checks import flashinfer_asym  # stdlib only, safe in the stack env
 from october.checks.contract import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
@@ -81,13 +81,13 @@ BuildFn = Callable[[Any, Sequence[Module], ModuleProgress], list[Built]]
 def asymmetric_problem(fi: Any, modules: Sequence[Module]) -> str | None:
     """``None`` when this FlashInfer serves every requested module, else why not.
 
-    Decided by :mod:`october.checks.asym` (the same function the kernel smoke level uses): the
+    Decided by :mod:`october.checks.flashinfer_asym` (the same function the kernel smoke level uses): the
     decode wrapper must accept ``k_data_type``/``v_data_type`` (explicit or forwarding
     form), and so must the paged prefill wrapper when an asymmetric (K != V) prefill
     module is requested; a K == V prefill module (the fresh-prefill route's plain bf16
     prefill) needs only FlashInfer's ordinary ragged prefill wrapper.
     """
-    caps = asym.capabilities(fi)
+    caps = flashinfer_asym.capabilities(fi)
     where = f"flashinfer {caps.version} from {getattr(fi, '__file__', '?')}"
     problem = caps.problem()
     if problem is not None:
@@ -97,7 +97,7 @@ def asymmetric_problem(fi: Any, modules: Sequence[Module]) -> str | None:
             return (f"the recipe asks for an asymmetric prefill module (k={m['k']}, v={m['v']}) but "
                     f"{caps.paged_prefill.reason}; {where}")
         if m["kind"] == "prefill" and m["k"] == m["v"] and not caps.ragged_prefill:
-            return f"{where} has no {asym.RAGGED_PREFILL} for the fresh-prefill route"
+            return f"{where} has no {flashinfer_asym.RAGGED_PREFILL} for the fresh-prefill route"
     return None
 
 

@@ -64,7 +64,7 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
     """The receipt.  ``passed`` is the stack verdict: every check passed at the level the stack
     promises (``proves == "stack"``) and no run-level ``problems``; ``checks_passed`` says only
     whether the six checks passed at the level that ran.  A ``diagnostic`` run (a symmetric cache on
-    the engine, :mod:`october.checks.engine_diagnostic`) proves the harness and is never passed."""
+    the engine, :mod:`october.checks.engine.diagnostic`) proves the harness and is never passed."""
     passed, reasons = overall(results, level, promised_level, problems)
     what = proves(level, promised_level)
     if diagnostic is not None:

@@ -1,4 +1,4 @@
-"""october.checks.asym: 'asymmetric' decided by what plan accepts, on hand-written forms, the stand-in, and the real
+"""october.checks.flashinfer_asym: 'asymmetric' decided by what plan accepts, on hand-written forms, the stand-in, and the real
 FlashInfer (the 2f3f0f6d source from ../shared/real-forks and the released flashinfer-python wheel)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from october.checks import asym
+from october.checks import flashinfer_asym
 from tests.conftest import real_cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,22 +69,22 @@ class Opaque:
     (Opaque, False, None, "cannot follow"),
 ])
 def test_forms(cls: type, ok: bool, form: str | None, says: str) -> None:
-    v = asym.plan_verdict(cls, "w")
+    v = flashinfer_asym.plan_verdict(cls, "w")
     assert (v.asymmetric, v.form) == (ok, form) and says in v.reason, v
 
 
 def test_missing_wrapper_is_refused() -> None:
     class Fi:
         __version__ = "9"
-    caps = asym.capabilities(Fi)
+    caps = flashinfer_asym.capabilities(Fi)
     assert caps.problem() and "has no BatchDecodeWithPagedKVCacheWrapper" in caps.problem()  # type: ignore[operator]
 
 
 def _caps_in_subprocess(pythonpath: list[Path], env_extra: dict[str, str] | None = None) -> dict[str, Any]:
-    """Import flashinfer from ``pythonpath`` in a fresh interpreter and print october.checks.asym's verdict."""
+    """Import flashinfer from ``pythonpath`` in a fresh interpreter and print october.checks.flashinfer_asym's verdict."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in [ROOT, *pythonpath]),
                FLASHINFER_DISABLE_VERSION_CHECK="1", **(env_extra or {}))
-    code = ("import json, flashinfer; from october.checks.asym import capabilities; "
+    code = ("import json, flashinfer; from october.checks.flashinfer_asym import capabilities; "
             "print(json.dumps({'file': flashinfer.__file__, **capabilities(flashinfer).as_json()}))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

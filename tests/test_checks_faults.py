@@ -17,21 +17,21 @@ from typing import Sequence
 
 import pytest
 
-from october.checks import suite
-from october.checks.backend import Batch, DecodeGraph, ReferenceBackend, Request
-from october.checks.model import PagedKVCache, calibrate_v_scales
+from october.checks.reference import checks as reference_checks
+from october.checks.reference.backend import Batch, DecodeGraph, ReferenceBackend, Request
+from october.checks.reference.tiny_decoder import PagedKVCache, calibrate_v_scales
 from october.checks.results import FAILED, PASSED, SKIPPED, CheckResult
 
-SC = suite.SuiteConfig()
+SC = reference_checks.SuiteConfig()
 
 
 def _scales(backend: ReferenceBackend) -> list[float]:
-    return calibrate_v_scales(backend.model, suite.make_prompts(backend.cfg.vocab, [32], 99)[0])
+    return calibrate_v_scales(backend.model, reference_checks.make_prompts(backend.cfg.vocab, [32], 99)[0])
 
 
 def _run(cls: type[ReferenceBackend]) -> dict[str, CheckResult]:
     backend = cls(seed=0)
-    results = suite.run_reference_suite(backend, _scales(backend), "calibrated", SC)
+    results = reference_checks.run_reference_suite(backend, _scales(backend), "calibrated", SC)
     return {r.name: r for r in results}
 
 
@@ -144,7 +144,7 @@ def test_scales_loaded_after_graphs_fail() -> None:
     scales = _scales(backend)
     backend.start([1.0, 1.0])
     backend.load_scales(scales)                       # too late: after the graphs
-    result = suite.check_scales(backend, scales, "calibrated")
+    result = reference_checks.check_scales(backend, scales, "calibrated")
     assert result.status == FAILED and "after the decode graphs" in result.summary
 
 

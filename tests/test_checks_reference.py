@@ -10,7 +10,7 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from october.checks import reference as ref
+from october.checks import torch_reference as ref
 
 HQ, HKV, D, BS, NB = 8, 2, 32, 4, 48
 

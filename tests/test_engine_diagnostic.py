@@ -25,9 +25,9 @@ import jsonschema
 import pytest
 
 from october.checks.contract import DIAGNOSTIC_AGREED_EXIT, ENGINE_FAULTS
-from october.checks.engine_diagnostic import combine
+from october.checks.engine.diagnostic import combine
 from october.checks.receipt import build_receipt
-from october.checks.reference import SLOPE_BOUND
+from october.checks.torch_reference import SLOPE_BOUND
 from october.checks.results import CHECK_NAMES, FAILED, PASSED, SKIPPED, CheckResult
 from october.installer.core.errors import UsageError
 from october.installer.smoke.launch import SmokeOptions, check_choices, exit_code, plan_smoke
@@ -307,7 +307,7 @@ def test_a_kept_diagnostic_workspace_is_made_once_from_the_stack_s_and_then_reus
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """$OCTOBER_DIAGNOSTIC_JIT (the H200 benches): the modules one diagnostic built stay for the next; the stack's
     own workspace is copied, never used."""
-    from october.checks.engine_diagnostic import REUSE_ENV, own_workspace
+    from october.checks.engine.diagnostic import REUSE_ENV, own_workspace
     stack_ws = tmp_path / "stack" / "jit"
     (stack_ws / "cached_ops").mkdir(parents=True)
     (stack_ws / "cached_ops" / "k16v8.so").write_bytes(b"prebuilt")

@@ -20,8 +20,8 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
     warnings.simplefilter("ignore")
     import torch
 
-from october.checks import engine_checks
-from october.checks.engine_checks import GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _checksum, _graph_agrees, _graphs
+from october.checks.engine import checks as engine_level_checks
+from october.checks.engine.checks import GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _checksum, _graph_agrees, _graphs
 from october.checks.results import FAILED, PASSED
 
 
@@ -30,7 +30,7 @@ def test_the_chunked_byte_sum_is_the_whole_sum_and_sees_one_changed_byte(monkeyp
     cache = torch.randint(0, 255, (37, 2, 16, 2, 8), dtype=torch.uint8, generator=g).view(torch.float16)
     side = cache[:, 1]                                           # a non-contiguous side, as split_kv gives
     whole = int(side.contiguous().view(torch.uint8).sum(dtype=torch.int64))
-    monkeypatch.setattr(engine_checks, "CHECKSUM_CHUNK_BYTES", 3 * side[0].numel() * side.element_size())
+    monkeypatch.setattr(engine_level_checks, "CHECKSUM_CHUNK_BYTES", 3 * side[0].numel() * side.element_size())
     assert _checksum(side) == whole
     side.view(torch.uint8)[20, 3, 1, 5] += 1
     assert _checksum(side) == whole + 1
@@ -85,7 +85,7 @@ def test_a_divergence_at_the_first_token_still_compares_the_distribution_there()
     At the divergence the contexts are still the same, so every token both runs report is compared there:
     a near tie with the same logprobs passes; a fault that moved the whole distribution (the chosen token's
     logprob 3 nats away) fails, in the 16-bit oracle and in the graph check alike."""
-    from october.checks.engine_oracle import LOGPROB_MAX, NEAR_TIE, compare_with_16bit
+    from october.checks.engine.oracles import LOGPROB_MAX, NEAR_TIE, compare_with_16bit
 
     tie = NEAR_TIE / 2
     oracle16 = ([7, 1, 2], [{7: -1.0, 8: -1.0 - tie}, {1: -0.5}, {2: -0.5}])

@@ -11,9 +11,9 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
 
 import pytest
 
-from october.checks import engine_oracle as oracle
-from october.checks import reference as ref
-from october.checks.engine import layer_pair
+from october.checks.engine import oracles as oracle
+from october.checks import torch_reference as ref
+from october.checks.engine.driver import layer_pair
 from october.checks.results import Unsupported
 
 HQ, HKV, D, N0, STEPS = 4, 2, 64, 24, 5

@@ -23,7 +23,7 @@ import pytest
 
 with warnings.catch_warnings():  # torch warns at import when numpy is absent
     warnings.simplefilter("ignore", UserWarning)
-    from october.checks.engine_faults import SOFTMAX_FACTOR
+    from october.checks.engine.planted_faults import SOFTMAX_FACTOR
 from tests.fixtures.smoke_runs import stand_in_probe
 from tests.test_vllm_api_surface import _class, _func, _wheel
 

@@ -1,7 +1,7 @@
 """The install guards rule by rule, without running an install (bench/mutate.py's `install-*` modules).
 
 :mod:`~october.installer.steps.install.guards` judges the probe's facts (plain dicts, as
-``checks/probe_install.py`` prints them), :mod:`~october.installer.steps.install.consistency` reads
+``checks/probes/install_facts.py`` prints them), :mod:`~october.installer.steps.install.consistency` reads
 ``.dist-info`` directories written here, :mod:`~october.installer.steps.install.nested` parses the
 guard log and runs the real guard script.  tests/test_install_step.py and tests/test_install_nested.py
 run the same rules inside real installs.

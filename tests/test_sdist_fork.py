@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from october.checks import elfsyms
+from october.checks.probes import elf_symbols
 from october.installer.core.errors import FetchError, InstallError, RecipeError, WheelError
 from october.installer.core.runner import Runner
 from october.installer.recipe import SdistSource, load_forks
@@ -267,10 +267,10 @@ def test_elf_symbols_tell_a_missing_provider_from_a_driver_symbol(tmp_path: Path
     _so(tmp_path, "torchlike", "int provided(void) { return 1; }\n")
     ext = _so(tmp_path, "ext", "int provided(void); int cuInit(int); int drifted(void);\n"
               "int use(void) { return provided() + cuInit(0) + drifted(); }\n", "torchlike")
-    left, missing, checked = elfsyms.unresolved(str(ext), [str(tmp_path)])
+    left, missing, checked = elf_symbols.unresolved(str(ext), [str(tmp_path)])
     assert left == ["cuInit", "drifted"] and missing == [] and checked >= 3
-    assert [s for s in left if elfsyms.is_driver_symbol(s)] == ["cuInit"]
-    assert not elfsyms.is_driver_symbol("cudaMalloc") and not elfsyms.is_driver_symbol("_ZN3c104cuda")
+    assert [s for s in left if elf_symbols.is_driver_symbol(s)] == ["cuInit"]
+    assert not elf_symbols.is_driver_symbol("cudaMalloc") and not elf_symbols.is_driver_symbol("_ZN3c104cuda")
 
 
 @pytest.mark.parametrize("static,outcome", [

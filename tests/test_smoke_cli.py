@@ -147,7 +147,7 @@ def test_schema_refuses_a_pass_that_is_not_a_stack_verdict(tmp_path: Path) -> No
 
 
 def test_kernel_probe_names_what_is_missing() -> None:
-    from october.checks.kernel import probe
+    from october.checks.kernel.checks import probe
     fi, why = probe()
     if fi is None:
         assert why and ("flashinfer" in why)

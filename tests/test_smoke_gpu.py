@@ -39,8 +39,8 @@ def test_stale_graph_inputs_fail_on_cuda() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         import torch  # noqa: F401
-    from october.checks import suite
-    from october.checks.backend import DecodeGraph, ReferenceBackend
+    from october.checks.reference import checks as reference_checks
+    from october.checks.reference.backend import DecodeGraph, ReferenceBackend
 
     class Stale(DecodeGraph):
         def load(self, batch):  # type: ignore[no-untyped-def]
@@ -52,4 +52,4 @@ def test_stale_graph_inputs_fail_on_cuda() -> None:
     b = Backend(seed=0, device="cuda")
     b.start([0.01, 0.02])
     assert b.uses_cuda_graphs
-    assert suite.check_decode_graphs(b, suite.SuiteConfig()).status == "failed"
+    assert reference_checks.check_decode_graphs(b, reference_checks.SuiteConfig()).status == "failed"

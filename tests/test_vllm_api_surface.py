@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-with warnings.catch_warnings():  # torch warns at import when numpy is absent (october.checks.engine_vllm imports it)
+with warnings.catch_warnings():  # torch warns at import when numpy is absent (october.checks.engine.vllm_surface imports it)
     warnings.simplefilter("ignore", UserWarning)
     import torch  # noqa: F401
 
@@ -85,7 +85,7 @@ def _call_args(entry: str) -> set[str]:
 
 
 def test_the_engine_level_touches_only_the_recorded_surface() -> None:
-    from october.checks.engine_vllm import ATTENTION_CONFIG, KV_CACHE_DTYPE, TOUCHED
+    from october.checks.engine.vllm_surface import ATTENTION_CONFIG, KV_CACHE_DTYPE, TOUCHED
     llm = next(t for t in TOUCHED if t.startswith("vllm.LLM("))
     assert _call_args(llm) == set(API["llm_kwargs"]["explicit"] + API["llm_kwargs"]["engine_args"])
     sp = next(t for t in TOUCHED if t.startswith("vllm.SamplingParams("))
@@ -123,10 +123,10 @@ def test_every_name_the_engine_modules_need_is_in_touched() -> None:
     """The engine level is split over modules (the vLLM side, the checks, the driver, the layer oracle):
     every vLLM attribute any of them reaches through ``_need`` is listed in ``TOUCHED``, so the surface
     checked above is the whole surface."""
-    from october.checks.engine_vllm import TOUCHED
+    from october.checks.engine.vllm_surface import TOUCHED
     words = set(re.findall(r"\w+", " ".join(TOUCHED)))
-    trees = {p.name: ast.parse(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "checks").glob("engine*.py"))}
-    assert set(trees) >= {"engine.py", "engine_vllm.py", "engine_checks.py", "engine_oracle.py"}
+    trees = {p.name: ast.parse(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "checks" / "engine").glob("*.py"))}
+    assert set(trees) >= {"driver.py", "vllm_surface.py", "checks.py", "oracles.py"}
     consts = {k: v for tree in trees.values() for k, v in _string_constants(tree).items()}
     needed = {name for n, tree in trees.items() for name in _needed(n, tree, consts)}
     assert {"load_model", "impl", "forward", "llm_engine.vllm_config.cache_config"} <= needed
@@ -140,7 +140,7 @@ def _built(workspace: Path) -> set[str]:
 
 @pytest.mark.parametrize("recipe", ["current", "20260702"])
 def test_derived_modules_are_what_the_stand_in_engine_requests(recipe: str, tmp_path: Path) -> None:
-    """For every selection: the stand-in started as checks/engine_vllm.py starts it (the selection's compute
+    """For every selection: the stand-in started as checks/engine/vllm_surface.py starts it (the selection's compute
     dtype, K16/V8, FlashInfer) JIT-builds exactly the recipe's derived modules into an empty workspace.
     The model keeps the recipe's heads and head dim; layers and hidden size are cut to 2 and 64 (no
     module name depends on them)."""

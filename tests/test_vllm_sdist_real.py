@@ -305,13 +305,13 @@ def test_the_real_engine_refuses_the_k16v8_pair_as_the_stand_in_does(installed) 
     """Upstream 0.24.0 keeps one cache dtype for K and V: its real ``CacheConfig`` (what ``vllm.LLM`` builds
     from ``kv_cache_dtype``; on CPU the engine stops earlier, at the device) refuses the pair the harness
     passes.  Its message is the one the stand-in raises (``upstream_one_dtype``) and the one
-    ``checks.engine_refusal`` turns into a named physical K16/V8 failure; a drift fails here."""
+    ``checks.engine.refusal`` turns into a named physical K16/V8 failure; a drift fails here."""
     import warnings
 
-    from october.checks.engine_refusal import refused_cache_dtype
+    from october.checks.engine.refusal import refused_cache_dtype
     with warnings.catch_warnings():  # torch warns at import when numpy is absent
         warnings.simplefilter("ignore", UserWarning)
-        from october.checks.engine_vllm import KV_CACHE_DTYPE
+        from october.checks.engine.vllm_surface import KV_CACHE_DTYPE
 
     py = installed["0.24.0"].env / "bin" / "python"
     code = ("import sys\nfrom vllm.config import CacheConfig\n"

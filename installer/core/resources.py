@@ -7,7 +7,7 @@ package ``october`` reaches through links.  A wheel of the project (``uv tool in
 (hatch ``force-include`` in pyproject.toml).  Every other module asks here; nothing else derives
 a data path from ``__file__``.
 
-The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``, the probes) with its
+The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``; the probes run by path) with its
 own Python.  :func:`stack_code_root` gives the directory to put on its ``PYTHONPATH``: the checkout
 itself, or, for an installed tool, a directory holding one link to the ``october`` package (the
 tool env's site-packages must not shadow the stack's own packages).
@@ -70,9 +70,9 @@ def shipped_recipes() -> list[Path]:
 
 
 def stack_script(name: str) -> Path:
-    """A stdlib-only script of ``checks/`` that the tool runs with another interpreter by path
-    (``PYTHON -I checks/<name>``: the stack's, or a candidate system Python)."""
-    return CHECKS_DIR / name
+    """A probe: a stdlib-only script of ``checks/probes/`` that the tool runs with another interpreter
+    by path (``PYTHON -I checks/probes/<name>``: the stack's, or a candidate system Python)."""
+    return CHECKS_DIR / "probes" / name
 
 
 def stack_code_root(cache_dir: Path) -> Path:

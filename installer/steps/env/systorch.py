@@ -33,7 +33,7 @@ from october.installer.core.resources import stack_script
 from october.installer.core.runner import Runner
 from october.installer.recipe import Recipe
 
-PROBE = stack_script("probe_torch.py")
+PROBE = stack_script("torch_facts.py")
 MARK = "OCTOBER_TORCH "
 PTH_NAME = "_october_system_site.pth"
 
@@ -75,7 +75,7 @@ def mark_system(recipe: Recipe) -> Recipe:
 def probe(runner: Runner, step: str, python: Path, *, locate: bool = False,
           python_args: Sequence[str] = ()) -> dict[str, Any]:
     """Facts about ``python`` and its torch (never raises for a missing torch: ``error`` says why).
-    ``locate``: from torch's files, without importing it (preflight; see checks/probe_torch.py).
+    ``locate``: from torch's files, without importing it (preflight; see checks/probes/torch_facts.py).
     ``python_args``: options for the interpreter (the run's bytecode prefix)."""
     done = runner.run([str(python), *python_args, "-I", str(PROBE), *(["--locate"] if locate else [])], step=step,
                       check=False,

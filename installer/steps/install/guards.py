@@ -1,6 +1,6 @@
 """Post-install guards: torch is still the pinned build, each fork is the editable checkout, the wheel's modules import.
 
-The facts are read by ``checks/probe_install.py`` run with the stack python through the
+The facts are read by ``checks/probes/install_facts.py`` run with the stack python through the
 runner; :func:`evaluate` judges them without running anything.  Every problem
 is collected first and raised once as :class:`InstallError`.  The modules imported
 come from the verified base wheel (:func:`import_guard`: its compiled extension
@@ -25,7 +25,7 @@ from october.installer.core.resources import stack_script
 from october.installer.core.runner import Runner
 from october.installer.steps.wheel.extensions import extensions_from_record
 
-PROBE = stack_script("probe_install.py")
+PROBE = stack_script("install_facts.py")
 MARK = "OCTOBER_PROBE "
 OK = "ok"
 NOT_VERIFIABLE = "not verifiable here"
@@ -58,7 +58,7 @@ class _Problem:
 
 
 def probe(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -> dict[str, Any]:
-    """Run ``checks/probe_install.py`` with the stack python (``-I``: no PYTHONPATH, no user site, no cwd on sys.path)."""
+    """Run ``checks/probes/install_facts.py`` with the stack python (``-I``: no PYTHONPATH, no user site, no cwd on sys.path)."""
     request = {"torch": "torch", "forks": {k: str(v) for k, v in spec.forks.items()},
                "imports": list(spec.imports) if imports else [], "cuda_libs": list(spec.cuda_libs),
                "files": {k: str(v) for k, v in spec.files.items()}}
@@ -226,7 +226,7 @@ def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str,
 def _judge_static(name: str, static: Mapping[str, Any] | None, cuda: Mapping[str, Any]
                   ) -> tuple[str, _Problem | None]:
     """No driver here: tell a missing driver apart from torch ABI drift by the extension's ELF symbols
-    (``checks/elfsyms.py``); say which was checked."""
+    (``checks/probes/elf_symbols.py``); say which was checked."""
     no_driver = f"{NOT_VERIFIABLE}: no CUDA driver ({cuda.get('reason', '?')})"
     if not static:
         return f"{no_driver}; torch ABI not checked (no extension file given)", None

@@ -210,7 +210,7 @@ class JitStep:
             if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
                 raise JitError("the installed FlashInfer is not the asymmetric fork",
                                expected="a BatchDecodeWithPagedKVCacheWrapper.plan that accepts k_data_type/"
-                                        "v_data_type, named or forwarded to _plan_impl (checks/asym.py), and an "
+                                        "v_data_type, named or forwarded to _plan_impl (checks/flashinfer_asym.py), and an "
                                         "asymmetric paged prefill where the recipe asks for one",
                                found=str(result["problem"]),
                                fix="re-run october_setup so the install step lays the fork over whatever "

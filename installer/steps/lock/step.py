@@ -33,14 +33,14 @@ from october.installer.steps.results import (
     WheelResult,
 )
 
-PROBE = stack_script("probe_env.py")
+PROBE = stack_script("distributions.py")
 
 
 def probe_env(ctx: StepContext, step: str) -> dict[str, Any]:
     out = ctx.runner.run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if line is None:
-        raise LockError("could not list the stack env's packages", expected="a JSON line from checks/probe_env.py",
+        raise LockError("could not list the stack env's packages", expected="a JSON line from checks/probes/distributions.py",
                         found=out[-200:] or "no output", fix=f"run {ctx.paths.python} -I {PROBE} by hand")
     data: dict[str, Any] = json.loads(line)
     return data

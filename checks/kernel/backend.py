@@ -1,12 +1,12 @@
 """Kernel level, the stand-alone route: a paged K16/V8 cache, FlashInfer's wrappers driven on it, and the torch oracle.
 
-Nothing here judges: :mod:`october.checks.kernel` runs the checks on these pieces.
+Nothing here judges: :mod:`october.checks.kernel.checks` runs the checks on these pieces.
 :class:`KernelBackend` plans and runs FlashInfer's decode, ragged prefill and paged prefill
 wrappers in the selection's compute dtype (``KernelConfig.compute_dtype``) with V float8_e4m3fn
 and one per-layer scale, NHD layout; its :attr:`KernelBackend.write` (the reference writer: the
 20260702 FlashInfer series has no asymmetric append) fills the :class:`Cache`.  The cache keeps each
 request's *true* K/V, so the oracle (:func:`attend`, fp32 torch; V quantized and dequantized by
-:mod:`october.checks.reference` itself) never reads what the stack wrote or computed.  Which JIT
+:mod:`october.checks.torch_reference` itself) never reads what the stack wrote or computed.  Which JIT
 module actually ran is read from the process's memory map (:func:`loaded_modules`).
 """
 
@@ -20,8 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from october.checks import asym
-from october.checks import reference as ref
+from october.checks import flashinfer_asym
+from october.checks import torch_reference as ref
 from october.checks.contract import COMPUTE_DTYPES
 
 WORKSPACE = 128 * 1024 * 1024
@@ -57,7 +57,7 @@ def probe() -> tuple[ModuleType | None, str | None]:
         import flashinfer  # type: ignore[import-not-found]
     except Exception as exc:  # ImportError, or a broken JIT environment
         return None, f"flashinfer cannot be imported ({type(exc).__name__}: {exc})"
-    problem = asym.capabilities(flashinfer).problem()
+    problem = flashinfer_asym.capabilities(flashinfer).problem()
     return (None, problem) if problem else (flashinfer, None)
 
 

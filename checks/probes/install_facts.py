@@ -1,4 +1,4 @@
-"""Post-install facts, read *inside the stack env* (run as ``STACK/env/bin/python -I checks/probe_install.py JSON``).
+"""Post-install facts, read *inside the stack env* (run as ``STACK/env/bin/python -I checks/probes/install_facts.py JSON``).
 
 Standard library only.  Prints one line ``OCTOBER_PROBE {json}``; decides nothing
 (``october.installer.steps.install.guards`` judges the facts).  The JSON argument names the
@@ -103,15 +103,15 @@ def _static(path):
     if not path or not os.path.isfile(path):
         return {"error": f"no file {path}"}
     try:
-        elfsyms = _sibling("elfsyms")
+        elf_symbols = _sibling("elf_symbols")
         dirs = _lib_dirs()
         torch_libs = sorted(glob.glob(os.path.join(dirs[0], "*.so*"))) if dirs else []
-        left, missing, checked = elfsyms.unresolved(path, dirs, extra_providers=torch_libs)
+        left, missing, checked = elf_symbols.unresolved(path, dirs, extra_providers=torch_libs)
     except Exception as exc:  # noqa: BLE001 - reported, judged by the guard
         return {"error": repr(exc)[:400]}
     return {"file": path, "checked": checked, "missing_libs": missing,
-            "driver_symbols": [s for s in left if elfsyms.is_driver_symbol(s)],
-            "unresolved": [s for s in left if not elfsyms.is_driver_symbol(s)][:40]}
+            "driver_symbols": [s for s in left if elf_symbols.is_driver_symbol(s)],
+            "unresolved": [s for s in left if not elf_symbols.is_driver_symbol(s)][:40]}
 
 
 def main(argv):
@@ -119,9 +119,9 @@ def main(argv):
     dists = list(md.distributions())
     out = {"python": sys.version.split()[0], "executable": sys.executable}
     tname = req["torch"]
-    # names from the METADATA headers only (checks/probe_env.py's reader): ``d.metadata`` parses each whole
+    # names from the METADATA headers only (checks/probes/distributions.py's reader): ``d.metadata`` parses each whole
     # file, long descriptions included, for the ~200 distributions of a system site behind the env
-    headers = _sibling("probe_env").headers
+    headers = _sibling("distributions").headers
     tdists = [d for d in dists if headers(d)[0].lower() == tname]
     out["torch"] = {"versions": sorted(d.version for d in tdists), "import": _origin(tname),
                     "dists": [{"version": d.version, "site": str(d.locate_file(""))} for d in tdists]}
@@ -144,7 +144,7 @@ def main(argv):
     for name in req.get("imports", []):
         if not cuda["present"]:
             # no driver: importing would stop at libcuda.so.1 before any symbol is resolved, so the
-            # torch ABI is checked statically instead (checks/elfsyms.py)
+            # torch ABI is checked statically instead (checks/probes/elf_symbols.py)
             imports[name] = {"attempted": False, "ok": None, "error": None,
                              "static": _static(req.get("files", {}).get(name))}
             continue

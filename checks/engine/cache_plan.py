@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from october.checks import reference as ref
+from october.checks import torch_reference as ref
 from october.checks.contract import DIAGNOSTIC_CACHES
 from october.checks.results import Unsupported
 

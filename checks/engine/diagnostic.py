@@ -1,9 +1,9 @@
 """Engine level, diagnostic run: every engine check on a real engine with a symmetric cache.
 
-Upstream vLLM cannot store K16/V8 (:mod:`october.checks.engine_refusal`), so on it the stack verdict
+Upstream vLLM cannot store K16/V8 (:mod:`october.checks.engine.refusal`), so on it the stack verdict
 is an honest failure and proves nothing about the harness.  A diagnostic (``--diagnostic-cache bf16``,
 ``fp8_e4m3`` or ``both``: bf16, then fp8_e4m3) asks the same engine for a cache it can store
-(:data:`october.checks.engine_cache.DIAGNOSTIC`) and runs every engine check for real against it: the
+(:data:`october.checks.engine.cache_plan.DIAGNOSTIC`) and runs every engine check for real against it: the
 physical check holds the cache to the asked dtype on every layer with FlashInfer, the scales check
 and the captured layer compare what the engine stored with ``quant(x, scale)`` of the captured values
 (a 16-bit side: the values exactly), the layer oracle uses a reference that dequantizes what the cache
@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from october.checks import engine_faults
+from october.checks.engine import planted_faults
 from october.checks.contract import DIAGNOSTIC_AGREED_EXIT
-from october.checks.engine_cache import diagnostic_plans
+from october.checks.engine.cache_plan import diagnostic_plans
 from october.checks.inputs import Manifest, ScaleChoice, TokenProtocol
-from october.checks.reference import SLOPE_BOUND, slope_ok
+from october.checks.torch_reference import SLOPE_BOUND, slope_ok
 from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult
 from october.checks.workspace import Watch
 
@@ -108,7 +108,7 @@ def run_diagnostic(manifest: Manifest, fixtures: Path | None, seed: int, device:
                    ) -> tuple[list[CheckResult], ScaleChoice, dict[str, Any]]:
     """Every engine check per asked cache; returns the folded results, the scales, and the receipt's
     ``diagnostic`` section.  ``workspace``: the diagnostic's own JIT workspace (:func:`own_workspace`)."""
-    from october.checks.engine import run_engine_level
+    from october.checks.engine.driver import run_engine_level
 
     per_cache: dict[str, list[CheckResult]] = {}
     section: dict[str, Any] = {}
@@ -126,7 +126,7 @@ def run_diagnostic(manifest: Manifest, fixtures: Path | None, seed: int, device:
     assert choice is not None
     agreed = all(c["harness_ok"] for c in section.values())
     diagnostic = {"caches": list(section), "proves": PROVES, "never_a_stack_verdict": True,
-                  "harness_ok": agreed, "fault": engine_faults.describe(fault),
+                  "harness_ok": agreed, "fault": planted_faults.describe(fault),
                   "fault_caught": None if fault is None else not agreed,
                   "workspace": str(workspace) if workspace else None,
                   "exit_codes": {"harness agreed": AGREED_EXIT, "harness disagreed": DISAGREED_EXIT},

@@ -1,6 +1,6 @@
 """Kernel level: the FlashInfer fork's asymmetric decode (and the pair's fresh-prefill route) vs the torch reference.
 
-The API is probed first with :mod:`october.checks.asym` (the function the jit builder
+The API is probed first with :mod:`october.checks.flashinfer_asym` (the function the jit builder
 uses): a FlashInfer whose decode ``plan`` does not accept ``k_data_type`` /
 ``v_data_type`` is ``unsupported``, never a crash.  Data are random, shaped as
 Qwen3-8B's attention (32 query heads, 8 KV heads, head dim 128, page 16), with
@@ -10,14 +10,14 @@ runs it), V float8_e4m3fn with one per-layer scale, NHD layout.
 
 The oracle never reads what the stack wrote or computed: it is fp32 torch math
 on the *true* K/V the harness generated, with V quantized and dequantized by
-:mod:`october.checks.reference` itself (the dequantized-V reference); fresh-prefill
+:mod:`october.checks.torch_reference` itself (the dequantized-V reference); fresh-prefill
 outputs are compared with full-precision causal attention on the in-flight K/V.
 The cache is written by :attr:`KernelBackend.write` (the reference writer; the
 20260702 FlashInfer series has no asymmetric append), so a writer storing V with
 a wrong scale is caught by the same oracle.  Which JIT module actually ran is
 read from the process's memory map (``/proc/self/maps``), not from FlashInfer.
 
-The data, the cache, FlashInfer's wrappers and the oracle live in :mod:`october.checks.kernel_paged`;
+The data, the cache, FlashInfer's wrappers and the oracle live in :mod:`october.checks.kernel.backend`;
 this module holds the six checks and the run driver (:func:`run_kernel_level`).
 """
 
@@ -30,11 +30,11 @@ from typing import Any, Callable
 
 import torch
 
-from october.checks import asym
-from october.checks import reference as ref
+from october.checks import flashinfer_asym
+from october.checks import torch_reference as ref
 from october.checks.contract import sha256_file
 from october.checks.inputs import Manifest, ScaleChoice
-from october.checks.kernel_paged import (
+from october.checks.kernel.backend import (
     Cache,
     KernelBackend,
     KernelConfig,
@@ -46,9 +46,9 @@ from october.checks.kernel_paged import (
     probe,
 )
 from october.checks.memory import held_bytes, sample_rounds
-from october.checks.reference import SLOPE_BOUND
-from october.checks.reference import slope as _slope
-from october.checks.reference import slope_ok as _slope_ok
+from october.checks.torch_reference import SLOPE_BOUND
+from october.checks.torch_reference import slope as _slope
+from october.checks.torch_reference import slope_ok as _slope_ok
 from october.checks.results import (
     FAILED,
     PASSED,
@@ -204,7 +204,7 @@ def _mixed(kb: KernelBackend) -> CheckResult:
     pairs = {"running_decode": (dec, want_dec), f"fresh_prefill_{kb.short}": (pre, want_p),
              "decode_after_prefill": (nxt, want_next)}
     routes = [ROUTE_RAGGED.format(c=kb.short)]
-    caps = asym.capabilities(kb.fi)
+    caps = flashinfer_asym.capabilities(kb.fi)
     if c.asym_prefill:
         if not caps.paged_prefill.asymmetric:
             raise Unsupported(f"the recipe declares an asymmetric paged prefill but {caps.paged_prefill.reason}")
@@ -394,7 +394,7 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
 
 def capabilities_json() -> dict[str, Any] | None:
     fi, _ = probe()
-    return asym.capabilities(fi).as_json() if fi is not None else None
+    return flashinfer_asym.capabilities(fi).as_json() if fi is not None else None
 
 
 __all__ = ["KernelBackend", "KernelConfig", "probe", "run_kernel_level", "Unsupported", "loaded_modules"]

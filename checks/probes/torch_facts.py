@@ -1,6 +1,6 @@
 """Facts about an interpreter and its torch, printed as one line ``OCTOBER_TORCH {json}``.
 
-Run as ``PYTHON -I checks/probe_torch.py`` (standard library + ``import torch``); never
+Run as ``PYTHON -I checks/probes/torch_facts.py`` (standard library + ``import torch``); never
 imported by the tool.  Decides nothing: :mod:`october.installer.steps.env.systorch` judges.
 
 ``--locate`` (preflight) finds torch and reads its ``torch/version.py`` without importing torch: the

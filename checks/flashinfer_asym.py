@@ -1,7 +1,7 @@
 """Does this FlashInfer take asymmetric K/V dtypes?  Decided by what ``plan`` accepts (stdlib only).
 
 Shared by the jit builder (``october.checks.jit_build``) and the kernel
-smoke level (``october.checks.kernel``), so both reach the same verdict on the same
+smoke level (``october.checks.kernel.checks``), so both reach the same verdict on the same
 FlashInfer.  Two forms are asymmetric:
 
 * ``explicit``: ``plan`` names ``k_data_type`` and ``v_data_type`` itself (the

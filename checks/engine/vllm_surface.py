@@ -1,7 +1,7 @@
 """Engine level, the vLLM side: the model start, the load/capture hooks, generation and the layer capture.
 
 Kept deliberately small: every vLLM attribute the engine level touches (here, in
-:mod:`october.checks.engine_checks` and :mod:`october.checks.engine`) is listed in
+:mod:`october.checks.engine.checks` and :mod:`october.checks.engine.driver`) is listed in
 ``TOUCHED`` and reached through :func:`_need`, so a fork that lacks one makes
 the checks ``unsupported`` with its name instead of crashing (a vLLM that
 cannot be imported makes them all ``unsupported``).  The engine runs in this
@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from october.checks import engine_faults
-from october.checks import engine_oracle as oracle
-from october.checks.engine_cache import DTYPES, K16V8, CachePlan, codes, split_kv
+from october.checks.engine import planted_faults
+from october.checks.engine import oracles as oracle
+from october.checks.engine.cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
 from october.checks.inputs import InputError, Manifest, TokenProtocol, token_protocol
 from october.checks.results import Unsupported
 
@@ -104,7 +104,7 @@ class _Hooks:
 
     ``subject`` is False while the 16-bit-cache oracle engine starts: it gets neither the scales (its
     cache quantizes nothing, and FlashInfer multiplies its output by the layer's V scale whatever the
-    cache dtype) nor a planted ``fault`` (:mod:`october.checks.engine_faults`)."""
+    cache dtype) nor a planted ``fault`` (:mod:`october.checks.engine.planted_faults`)."""
 
     def __init__(self, v_scales: tuple[float, ...], fault: str | None = None) -> None:
         self.v_scales = v_scales
@@ -140,7 +140,7 @@ class _Hooks:
             if hooks.subject:
                 hooks.apply_scales(runner)
                 if hooks.fault:
-                    hooks.events.append(engine_faults.plant(hooks.fault, hooks.layers(runner), _need))
+                    hooks.events.append(planted_faults.plant(hooks.fault, hooks.layers(runner), _need))
             return out
 
         def capture_model(runner: Any, *a: Any, **kw: Any) -> Any:
@@ -271,7 +271,7 @@ def _caches(h: _Hooks) -> list[Any]:
     return caches
 
 
-layer_pair = split_kv      # a layer's (k_cache, v_cache), whatever layout the engine binds (engine_cache)
+layer_pair = split_kv      # a layer's (k_cache, v_cache), whatever layout the engine binds (cache_plan)
 
 
 def _middle_layer(h: _Hooks) -> tuple[int, Any]:

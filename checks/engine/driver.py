@@ -1,7 +1,7 @@
 """Engine level: the vLLM fork with the downloaded model, K16/V8, FlashInfer backend.
 
 Kept deliberately small: every vLLM attribute it touches is listed in
-``TOUCHED`` (:mod:`october.checks.engine_vllm`) and reached through ``_need``, so a fork that lacks one makes
+``TOUCHED`` (:mod:`october.checks.engine.vllm_surface`) and reached through ``_need``, so a fork that lacks one makes
 the checks ``unsupported`` with its name instead of crashing (a vLLM that
 cannot be imported makes them all ``unsupported``).  The engine runs in this
 process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the model runner's
@@ -14,7 +14,7 @@ and K16/V8 as ``kv_cache_dtype=("auto", "fp8_e4m3")``: K is the compute dtype.  
 selection (compute dtype, K/V cache dtypes, derived JIT modules, workspace) and the
 ``[smoke]`` token protocol come from the stack info ``current smoke`` writes.  Besides
 the engine's own consistency, three checks compare it with oracles it did not compute
-(``october.checks.engine_oracle``): one layer's captured q/k/v against the torch reference, the
+(``october.checks.engine.oracles``): one layer's captured q/k/v against the torch reference, the
 stored V codes against ``quant(v, supplied scale)``, and the same model with a 16-bit KV
 cache over the protocol prompt.
 
@@ -43,11 +43,11 @@ Each check measures what the engine controls, not what this harness wrote:
   the ``enforce_eager`` engine did not; on a CPU there are no CUDA graphs, so it
   is ``skipped`` after the comparison (a mismatch still fails).
 
-The module layout: :mod:`october.checks.engine_vllm` (the vLLM surface: start, hooks, generation,
-the layer capture), :mod:`october.checks.engine_checks` (the checks and the oracle folding),
-:mod:`october.checks.engine_cache` (the cache asked for: K16/V8, or a diagnostic's symmetric one, and the
-layouts engines bind), :mod:`october.checks.engine_diagnostic` (``--diagnostic-cache``: every check on a
-symmetric cache, never a stack verdict), :mod:`october.checks.engine_faults` (faults planted into the
+The module layout: :mod:`october.checks.engine.vllm_surface` (the vLLM surface: start, hooks, generation,
+the layer capture), :mod:`october.checks.engine.checks` (the checks and the oracle folding),
+:mod:`october.checks.engine.cache_plan` (the cache asked for: K16/V8, or a diagnostic's symmetric one, and the
+layouts engines bind), :mod:`october.checks.engine.diagnostic` (``--diagnostic-cache``: every check on a
+symmetric cache, never a stack verdict), :mod:`october.checks.engine.planted_faults` (faults planted into the
 engine for a diagnostic) and this module, the run driver (:func:`run_engine_level`).
 """
 
@@ -59,9 +59,9 @@ from typing import Any
 
 import torch
 
-from october.checks import engine_oracle as oracle
-from october.checks.engine_cache import K16V8, CachePlan
-from october.checks.engine_checks import (
+from october.checks.engine import oracles as oracle
+from october.checks.engine.cache_plan import K16V8, CachePlan
+from october.checks.engine.checks import (
     GRAPH_BATCHES,
     JIT_CHECK,
     _deterministic,
@@ -73,8 +73,8 @@ from october.checks.engine_checks import (
     _physical,
     _scales,
 )
-from october.checks.engine_refusal import refusal_results, refused_cache_dtype
-from october.checks.engine_vllm import (
+from october.checks.engine.refusal import refusal_results, refused_cache_dtype
+from october.checks.engine.vllm_surface import (
     ATTENTION_CONFIG,
     KV_CACHE_DTYPE,
     PROMPTS,
@@ -124,8 +124,8 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     """The six checks (plus JIT modules pre-built); ``facts`` (when given) receives what the receipt
     records about the engine: compute dtype, K/V cache dtypes asked and found, the token protocol.
     ``watch``: the run's watch over the JIT workspace (started here on the selection's when not given).
-    ``plan``: the cache asked for (K16/V8; a diagnostic's symmetric one, :mod:`october.checks.engine_diagnostic`);
-    ``fault``: one of :data:`october.checks.engine_faults.FAULTS`, planted into the engines under test."""
+    ``plan``: the cache asked for (K16/V8; a diagnostic's symmetric one, :mod:`october.checks.engine.diagnostic`);
+    ``fault``: one of :data:`october.checks.engine.planted_faults.FAULTS`, planted into the engines under test."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sel = Selection.from_json(selection, tokens or token_protocol({}))
     facts = facts if facts is not None else {}
@@ -212,6 +212,6 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     return in_order(results) + [jit], choice
 
 
-# the public surface, where tests and smoke.py import it (defined in engine_vllm)
+# the public surface, where tests and smoke.py import it (defined in vllm_surface)
 __all__ = ["ATTENTION_CONFIG", "KV_CACHE_DTYPE", "TOUCHED", "ModelShape", "Selection", "layer_pair", "model_shape",
            "run_engine_level"]

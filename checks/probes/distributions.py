@@ -1,6 +1,6 @@
 """Run *inside the stack env* (stdlib only): print every installed distribution as JSON.
 
-Invoked as ``STACK/env/bin/python -I checks/probe_env.py``; never imported by the tool.
+Invoked as ``STACK/env/bin/python -I checks/probes/distributions.py``; never imported by the tool.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Would a shared object's symbols resolve?  A static check for machines without a GPU driver.
 
-Standard library only (it runs inside the stack's Python, from ``checks/probe_install.py``).  On a
+Standard library only (it runs inside the stack's Python, from ``checks/probes/install_facts.py``).  On a
 machine without ``libcuda.so.1`` every vLLM extension fails to load at the missing driver, before the
 dynamic loader resolves a single symbol, so an import cannot tell whether torch is the build the wheel
 was compiled against.  This reads the ELF instead: the extension's undefined dynamic symbols against

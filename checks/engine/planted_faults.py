@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from october.checks.contract import ENGINE_FAULTS
-from october.checks.reference import SLOPE_BOUND
+from october.checks.torch_reference import SLOPE_BOUND
 
 FAULTS = ENGINE_FAULTS
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from october.checks import reference as ref
+from october.checks import torch_reference as ref
 from october.checks.results import Unsupported
 
 CAPTURE_PROMPT = 64          # prompt tokens of the captured request

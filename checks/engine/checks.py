@@ -1,7 +1,7 @@
 """Engine level, the checks: each one judges what the started engine controls, not what this harness wrote.
 
-:mod:`october.checks.engine` starts the engines (:mod:`october.checks.engine_vllm`) and calls these;
-:func:`_oracles` folds the outside oracles (:mod:`october.checks.engine_oracle`: the captured layer
+:mod:`october.checks.engine.driver` starts the engines (:mod:`october.checks.engine.vllm_surface`) and calls these;
+:func:`_oracles` folds the outside oracles (:mod:`october.checks.engine.oracles`: the captured layer
 and the 16-bit-cache engine) into the checks they prove, and :func:`_jit` judges the run's watch
 over the JIT workspace.
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from october.checks import engine_oracle as oracle
-from october.checks import reference as ref
+from october.checks.engine import oracles as oracle
+from october.checks import torch_reference as ref
 from october.checks.contract import EXTRA_CHECKS
-from october.checks.engine_cache import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
-from october.checks.engine_vllm import (
+from october.checks.engine.cache_plan import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
+from october.checks.engine.vllm_surface import (
     DTYPES,
     FREE_BLOCKS,
     PROMPTS,

@@ -1,6 +1,6 @@
 """The six smoke checks on the reference backend (see shared/reference/smoke.md).
 
-Each check is a function over a started :class:`~october.checks.backend.ReferenceBackend`
+Each check is a function over a started :class:`~october.checks.reference.backend.ReferenceBackend`
 and returns what it measured and the limits it held that to.  Tests plant
 faults by subclassing the backend; each check must fail for its fault.
 """
@@ -13,8 +13,8 @@ from typing import Sequence
 
 import torch
 
-from october.checks import reference as ref
-from october.checks.backend import ReferenceBackend, Request
+from october.checks import torch_reference as ref
+from october.checks.reference.backend import ReferenceBackend, Request
 from october.checks.memory import held_bytes, sample_rounds
 from october.checks.results import PASSED, SKIPPED, CheckResult, in_order, run_checks, verdict
 
