@@ -1,21 +1,30 @@
 """october.installer.steps.wheel.verify / tags / elf on real wheels built by the fixtures (no mocks).
 
-The stack Python's tags come from a real probe of this interpreter through a Runner.
+The stack Python's tags come from a real probe of this interpreter through a Runner (packaging's
+``sys_tags()`` run there); planted faults live in real interpreters (a venv whose ``.pth`` changes them).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
+import json
+import os
 import platform
 import shutil
 import stat
+import subprocess
 import sys
+import venv
 import zipfile
 from pathlib import Path
 
+import packaging.markers
+import packaging.tags
 import pytest
+from packaging.specifiers import SpecifierSet
 
-from october.installer.core.errors import EnvError, WheelError
+from october.installer.core.errors import CommandFailed, EnvError, WheelError
 from october.installer.core.runner import Runner
 from october.installer.steps.wheel.elf import (
     DynamicScanner,
@@ -27,7 +36,7 @@ from october.installer.steps.wheel.elf import (
 from october.installer.steps.wheel.extensions import module_of
 from october.installer.steps.wheel.retag import match_tags
 from october.installer.steps.wheel.scan import scan_members
-from october.installer.steps.wheel.tags import PythonFacts, probe_python, supported_tags
+from october.installer.steps.wheel.tags import PythonFacts, packaging_dir, probe_python, supported_tags
 from october.installer.steps.wheel.verify import CHECKS, WheelExpectation, verify_wheel
 from tests.fixtures.base_wheels import elf_so, host_tag, real_facts, vllm_wheel
 
@@ -67,13 +76,133 @@ def test_probe_and_tags_of_the_real_interpreter(facts: PythonFacts, tags: frozen
     assert not any("win_amd64" in t or "macosx" in t for t in tags)
 
 
-def test_tags_follow_glibc_and_arch(facts: PythonFacts) -> None:
-    old = PythonFacts(**{**facts.__dict__, "libc": "glibc 2.28", "machine": "x86_64", "platform": "linux-x86_64"})
+def test_probe_is_packaging_in_the_interpreter_itself(facts: PythonFacts) -> None:
+    """For this interpreter the probe's answer is packaging's own, computed in this process."""
+    assert list(facts.tags) == supported_tags(facts) == [str(t) for t in packaging.tags.sys_tags()]
+    assert dict(facts.markers) == packaging.markers.default_environment()
+
+
+def _other_pythons() -> list[Path]:
+    """Other CPythons on this machine that the tool's packaging supports: uv's 3.12 / 3.13 / 3.10,
+    ``python3.1x`` on PATH, the system's python3 (none of them needs packaging installed)."""
+    cands: list[str] = []
+    uv = shutil.which("uv")
+    for minor in ("3.12", "3.13", "3.10"):
+        if uv is not None:
+            done = subprocess.run([uv, "python", "find", "--no-project", minor], capture_output=True, text=True)
+            cands += [done.stdout.strip()] if done.returncode == 0 and done.stdout.strip() else []
+        cands += [p for p in [shutil.which(f"python{minor}")] if p is not None]
+    cands.append("/usr/bin/python3")
+    need = SpecifierSet(importlib.metadata.metadata("packaging")["Requires-Python"] or "")
+    found: dict[Path, Path] = {Path(sys.executable).resolve(): Path(sys.executable)}
+    for cand in cands:
+        try:
+            done = subprocess.run([cand, "-I", "-c", "import platform, sys; print(sys.executable); "
+                                   "print(sys.implementation.name, platform.python_version())"],
+                                  capture_output=True, text=True, timeout=60)
+        except OSError:
+            continue
+        lines = done.stdout.split("\n")
+        if done.returncode != 0 or len(lines) < 2 or lines[1].split()[0] != "cpython":
+            continue
+        real = Path(lines[0]).resolve()
+        if real not in found and need.contains(lines[1].split()[1]):
+            found[real] = Path(cand)
+    return list(found.values())[1:]
+
+
+SYS_TAGS = ("import json, sys; sys.path.insert(0, sys.argv[1]); from packaging import markers, tags; "
+            "print(json.dumps({'tags': [str(t) for t in tags.sys_tags()], 'markers': markers.default_environment()}))")
+
+
+def test_probe_is_packaging_in_another_interpreter(tmp_path: Path) -> None:
+    """Another Python (which need not have packaging): the probe's tags and markers are what
+    ``packaging`` says when that interpreter imports it the ordinary way."""
+    others = _other_pythons()
+    if not others:
+        pytest.skip("no second CPython on this machine (uv python find 3.12, python3.12 on PATH, /usr/bin/python3)")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "packaging").symlink_to(packaging_dir(), target_is_directory=True)
+    for other in others:
+        done = subprocess.run([str(other), "-I", "-B", "-c", SYS_TAGS, str(site)], capture_output=True, text=True,
+                              check=True)
+        want = json.loads(done.stdout.strip().splitlines()[-1])
+        got = probe_python(Runner(tmp_path / "logs"), other, step="wheel")
+        assert list(got.tags) == want["tags"] and dict(got.markers) == want["markers"], other
+        assert got.version == tuple(int(x) for x in want["markers"]["python_version"].split("."))
+
+
+def test_probe_answer_stays_out_of_the_progress_display(tmp_path: Path) -> None:
+    """The probe's JSON goes to the step's log (with its command), never to the runner's echo."""
+    seen: list[str] = []
+    runner = Runner(tmp_path / "logs", echo=seen.append)
+    runner.run([sys.executable, "-c", "print('progress 1 of 2')"], step="wheel")
+    assert seen == ["progress 1 of 2"]                  # the same runner echoes an ordinary command
+    facts = probe_python(runner, Path(sys.executable), step="wheel")
+    assert seen == ["progress 1 of 2"]
+    log = runner.log_path("wheel").read_text()
+    assert f"$ {sys.executable} -I -B -c " in log and json.dumps(list(facts.tags))[:200] in log
+
+
+def _venv_with_pth(root: Path, pth: str) -> Path:
+    """A venv of this CPython whose site-packages runs ``pth`` at start-up (a fault planted in the interpreter)."""
+    venv.create(root, with_pip=False, symlinks=True)
+    site = next(root.glob("lib/python*/site-packages"))
+    (site / "planted.pth").write_text(pth + "\n")
+    return root / "bin" / "python"
+
+
+def test_stack_env_packaging_is_not_the_one_asked(tmp_path: Path, facts: PythonFacts) -> None:
+    """A stack env with a packaging of its own, already imported at start-up: the probe still loads the
+    tool's packaging by path and answers as this interpreter (the same base CPython) does."""
+    python = _venv_with_pth(tmp_path / "env", "import packaging.tags")
+    own = next((tmp_path / "env").glob("lib/python*/site-packages")) / "packaging"
+    own.mkdir()
+    (own / "__init__.py").write_text("")
+    (own / "tags.py").write_text("def sys_tags():\n    return ['py3-none-stack_own']\n")
+    got = probe_python(Runner(tmp_path / "logs"), python, step="wheel")
+    assert got.tags == facts.tags and "py3-none-stack_own" not in got.tags
+
+
+def test_old_glibc_interpreter_refuses_a_newer_manylinux_wheel(tmp_path: Path, facts: PythonFacts) -> None:
+    """A stack Python that sees glibc 2.28: packaging there offers manylinux_2_28 and older, so a wheel
+    needing glibc 2.31 (like vLLM 0.18's) is refused, naming the glibc it would need."""
+    arch = platform.machine()
+    python = _venv_with_pth(tmp_path / "env", "import os; _c = os.confstr; "
+                            "os.confstr = lambda n: 'glibc 2.28' if n == 'CS_GNU_LIBC_VERSION' else _c(n)")
+    old = probe_python(Runner(tmp_path / "logs"), python, step="wheel")
     got = set(supported_tags(old))
-    assert "cp38-abi3-manylinux_2_28_x86_64" in got and "cp38-abi3-manylinux2014_x86_64" in got
-    assert "cp38-abi3-manylinux_2_31_x86_64" not in got    # vLLM 0.18 needs glibc 2.31
-    musl = PythonFacts(**{**facts.__dict__, "libc": "", "machine": "x86_64", "platform": "linux-x86_64"})
-    assert not any("manylinux" in t for t in supported_tags(musl))
+    assert f"cp38-abi3-manylinux_2_28_{arch}" in got and f"cp38-abi3-manylinux_2_31_{arch}" not in got
+    if arch in ("x86_64", "aarch64"):
+        assert f"cp38-abi3-manylinux2014_{arch}" in got
+    whl = vllm_wheel(tmp_path, tag=f"cp38-abi3-manylinux_2_31_{arch}")
+    msg = failure(whl, expect_for(whl, frozenset(got), old))
+    assert "[tags] expected a tag the stack Python supports (platforms up to " \
+           f"manylinux_2_28_{arch}, i.e. glibc 2.28 on {arch})" in msg
+    if f"cp38-abi3-manylinux_2_31_{arch}" in facts.tags:           # this machine's own Python takes it
+        assert "tags" in verify_wheel(whl, expect_for(whl, frozenset(supported_tags(facts)), facts)).checks
+
+
+# the .pth sends the interpreter's stdout to /dev/null and writes its own line: the probe exits 0
+_JUNK = "import os, sys; sys.stdout = open(os.devnull, 'w'); os.write(1, {line!r})"
+
+
+@pytest.mark.parametrize("line", [b"{not json}\n", b"{}\n", b"Python 3.11 says hello\n"],
+                         ids=["junk_json", "no_tags", "no_json"])
+def test_interpreter_that_answers_junk_is_an_env_error(tmp_path: Path, line: bytes) -> None:
+    python = _venv_with_pth(tmp_path / "env", _JUNK.format(line=line))
+    with pytest.raises(EnvError) as err:
+        probe_python(Runner(tmp_path / "logs"), python, step="wheel")
+    assert err.value.expected == "one JSON line from the tag probe (packaging.tags.sys_tags() run there)"
+    assert line.decode().strip() in str(err.value.found) and "did not describe itself" in str(err.value)
+
+
+def test_interpreter_that_fails_is_a_command_failure(tmp_path: Path) -> None:
+    python = _venv_with_pth(tmp_path / "env", "import os; os._exit(3)")
+    with pytest.raises(CommandFailed) as err:
+        probe_python(Runner(tmp_path / "logs"), python, step="wheel")
+    assert err.value.returncode == 3
 
 
 def test_non_cpython_stack_python_is_refused(facts: PythonFacts) -> None:

@@ -187,9 +187,11 @@ class Runner:
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
             env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,
-            check: bool = True, timeout: float | None = None) -> Completed:
+            check: bool = True, timeout: float | None = None, quiet: bool = False) -> Completed:
+        """``quiet``: the output goes to the step's log and :attr:`Completed.output` only, not to ``echo``
+        (a probe's JSON answer is not progress)."""
         args, full_env = self._resolve(argv, step, env, extra_env)
-        return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None)
+        return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None, quiet=quiet)
 
     def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
               env: Mapping[str, str] | None = None, hold_fds: Sequence[int] = (),
@@ -228,9 +230,9 @@ class Runner:
 
     def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
              timeout: float | None, job: Started | None, hold_fds: tuple[int, ...] = (),
-             preface: str | None = None) -> Completed:
+             preface: str | None = None, quiet: bool = False) -> Completed:
         exe = args[0]
-        echo = job._line if job is not None else self.echo
+        echo = job._line if job is not None else None if quiet else self.echo
         launch = args if job is None else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
                                            ",".join(map(str, hold_fds)), *args]
         self.logs_dir.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 """Which wheel tags the *stack* Python accepts, and its PEP 508 marker environment.
 
-The stack env's interpreter is asked (through a Runner) for a few facts with a
-stdlib-only script; the tag list is then computed here, in the tool env, with
-``packaging.tags`` from those facts, so nothing of the tool leaks into the stack
-env and the computation itself is a pure, testable function.
+Both are packaging's own answer in the stack interpreter: ``packaging.tags.sys_tags()`` and
+``packaging.markers.default_environment()`` run there (``python -I -B``), with the tool's copy of
+``packaging`` loaded from its directory by path -- the stack env need not have packaging, and nothing
+else of the tool's site-packages goes on the stack's ``sys.path``; no bytecode is written beside it.
+The answer is one JSON line, kept in the step's log and not echoed to the progress display.
 """
 
 from __future__ import annotations
@@ -13,111 +14,66 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from packaging import tags as ptags
+import packaging
 
 from october.installer.core.errors import EnvError
 from october.installer.core.runner import Runner
 
-# Runs inside the stack interpreter: standard library only.
+# Runs inside the stack interpreter; argv[1] is the tool's packaging package directory.
 PROBE_SCRIPT = r"""
-import json, os, platform, struct, sys, sysconfig
-try:
-    libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-except (AttributeError, ValueError, OSError):
-    libc = ""
-impl = sys.implementation
-iv = impl.version
-impl_version = "%d.%d.%d" % (iv.major, iv.minor, iv.micro)
-if iv.releaselevel != "final":
-    impl_version += iv.releaselevel[0] + str(iv.serial)
+import importlib.util, json, os, sys
+where = sys.argv[1]
+for name in [n for n in sys.modules if n == "packaging" or n.startswith("packaging.")]:
+    del sys.modules[name]
+spec = importlib.util.spec_from_file_location("packaging", os.path.join(where, "__init__.py"),
+                                              submodule_search_locations=[where])
+module = importlib.util.module_from_spec(spec)
+sys.modules["packaging"] = module
+spec.loader.exec_module(module)
+from packaging import markers, tags
 print(json.dumps({
-    "implementation": impl.name,
-    "version": [sys.version_info[0], sys.version_info[1]],
-    "py_debug": bool(sysconfig.get_config_var("Py_DEBUG")),
-    "gil_disabled": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-    "platform": sysconfig.get_platform(),
-    "machine": platform.machine(),
-    "pointer_bits": struct.calcsize("P") * 8,
-    "libc": libc,
-    "markers": {
-        "implementation_name": impl.name,
-        "implementation_version": impl_version,
-        "os_name": os.name,
-        "platform_machine": platform.machine(),
-        "platform_release": platform.release(),
-        "platform_system": platform.system(),
-        "platform_version": platform.version(),
-        "python_full_version": platform.python_version(),
-        "platform_python_implementation": platform.python_implementation(),
-        "python_version": "%d.%d" % sys.version_info[:2],
-        "sys_platform": sys.platform,
-    },
+    "implementation": sys.implementation.name,
+    "version": list(sys.version_info[:2]),
+    "tags": [str(t) for t in tags.sys_tags()],
+    "markers": dict(markers.default_environment()),
 }))
 """
-
-# manylinux legacy aliases: (glibc minor, arches it applies to)
-_LEGACY = {17: ("manylinux2014", ("x86_64", "i686", "aarch64", "armv7l", "ppc64", "ppc64le", "s390x")),
-           12: ("manylinux2010", ("x86_64", "i686")),
-           5: ("manylinux1", ("x86_64", "i686"))}
 
 
 @dataclass(frozen=True)
 class PythonFacts:
     implementation: str
     version: tuple[int, int]
-    py_debug: bool
-    gil_disabled: bool
-    platform: str            # sysconfig.get_platform(), e.g. "linux-x86_64"
-    machine: str
-    libc: str                # "glibc 2.36", or "" (musl, macOS, ...)
-    markers: Mapping[str, str]
+    tags: tuple[str, ...]            # packaging.tags.sys_tags() there, most specific first
+    markers: Mapping[str, str]       # packaging.markers.default_environment() there
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "PythonFacts":
+        tags = data["tags"]
+        if not isinstance(tags, list) or not tags or not all(isinstance(t, str) for t in tags):
+            raise TypeError("tags")
         return cls(implementation=str(data["implementation"]),
                    version=(int(data["version"][0]), int(data["version"][1])),
-                   py_debug=bool(data["py_debug"]), gil_disabled=bool(data["gil_disabled"]),
-                   platform=str(data["platform"]), machine=str(data["machine"]),
-                   libc=str(data.get("libc", "")), markers=dict(data["markers"]))
+                   tags=tuple(tags), markers={str(k): str(v) for k, v in dict(data["markers"]).items()})
+
+
+def packaging_dir() -> Path:
+    """The directory of the tool's own ``packaging`` package (what the probe loads)."""
+    return Path(packaging.__file__).resolve().parent
 
 
 def probe_python(runner: Runner, python: Path, *, step: str) -> PythonFacts:
-    """Ask ``python`` (the stack interpreter) for its tag-relevant facts."""
-    done = runner.run([python, "-c", PROBE_SCRIPT], step=step)
+    """Ask ``python`` (the stack interpreter) what packaging says there: its tags and marker environment."""
+    done = runner.run([python, "-I", "-B", "-c", PROBE_SCRIPT, packaging_dir()], step=step, quiet=True)
     lines = [ln for ln in done.output.splitlines() if ln.startswith("{")]
     try:
         return PythonFacts.from_json(json.loads(lines[-1]))
-    except (IndexError, ValueError, KeyError, TypeError):
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError):
         raise EnvError(f"the stack Python {python} did not describe itself",
-                       expected="one JSON line from the tag probe",
-                       found=repr(done.output[-300:]),
+                       expected="one JSON line from the tag probe (packaging.tags.sys_tags() run there)",
+                       found=f"{done.output[-300:]!r} (log: {runner.log_path(step)})",
                        fix=f"run `{python} -c 'import sys; print(sys.version)'`; re-run the env step if it fails"
                        ) from None
-
-
-def _platforms(facts: PythonFacts) -> list[str]:
-    if not facts.platform.startswith("linux"):
-        # Not a target of this tool (Linux only): accept just the exact platform, fail closed.
-        return [facts.platform.replace("-", "_").replace(".", "_")]
-    arch = facts.machine
-    if arch == "x86_64" and facts.platform.endswith("i686"):
-        arch = "i686"
-    out: list[str] = []
-    parts = facts.libc.split()
-    if len(parts) == 2 and parts[0] == "glibc":
-        try:
-            major, minor = (int(x) for x in parts[1].split(".")[:2])
-        except ValueError:
-            major, minor = 0, 0
-        if major == 2:
-            floor = 5 if arch in ("x86_64", "i686") else 17
-            for m in range(minor, floor - 1, -1):
-                out.append(f"manylinux_2_{m}_{arch}")
-                legacy = _LEGACY.get(m)
-                if legacy and arch in legacy[1]:
-                    out.append(f"{legacy[0]}_{arch}")
-    out.append(f"linux_{arch}")
-    return out
 
 
 def supported_tags(facts: PythonFacts) -> list[str]:
@@ -125,13 +81,4 @@ def supported_tags(facts: PythonFacts) -> list[str]:
     if facts.implementation != "cpython":
         raise EnvError("the stack Python is not CPython", expected="CPython (the recipe's python)",
                        found=facts.implementation, fix="re-create the stack env with the recipe's CPython")
-    platforms = _platforms(facts)
-    major, minor = facts.version
-    abi = f"cp{major}{minor}{'t' if facts.gil_disabled else ''}{'d' if facts.py_debug else ''}"
-    found: list[str] = []
-    for tag in ptags.cpython_tags(python_version=facts.version, abis=[abi], platforms=platforms):
-        found.append(str(tag))
-    for tag in ptags.compatible_tags(python_version=facts.version, interpreter=f"cp{major}{minor}",
-                                     platforms=platforms):
-        found.append(str(tag))
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(facts.tags))
