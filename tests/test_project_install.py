@@ -64,7 +64,8 @@ def test_every_imported_third_party_module_is_declared() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     declared = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower().replace("_", "-")
                 for d in pyproject["project"]["dependencies"]}
-    import_names = {"git": "gitpython", "yaml": "pyyaml", "tomli_w": "tomli-w", "huggingface_hub": "huggingface-hub"}
+    import_names = {"git": "gitpython", "yaml": "pyyaml", "tomli_w": "tomli-w", "huggingface_hub": "huggingface-hub",
+                    "elftools": "pyelftools"}
     ours = {"installer", "checks", "october", "tests"}
     # an extra's modules may import what that extra declares (the fleet command: ray)
     extras = {f"installer/{name}/": {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower().replace("_", "-")

@@ -6,7 +6,7 @@
 ``retag``         WHEEL's tags against the file name's (vLLM's linux -> manylinux retag accepted, recorded)
 ``extensions``    the compiled extension modules the wheel ships (RECORD + ``PyInit_<name>``)
 ``tags``          the stack Python's wheel tags and markers: packaging's answer, run there through the Runner
-``elf``           DT_NEEDED and the dynamic string table of the wheel's shared objects
+``elf``           DT_NEEDED and the dynamic string table of the wheel's shared objects (pyelftools)
 ``version_info``  the source commit from ``vllm/_version.py`` (parsed, never imported)
 ``equivalence``   the compiled sources at the wheel's commit equal the fork's (git via the Runner)
 

@@ -80,13 +80,14 @@ def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep
     reread = False
     if scanner is not None:
         try:
+            needed = scanner.finish()                  # may itself find a range already streamed past: lost
             if scanner.lost:
                 reread = True
                 with zf.open(info) as fh:
                     needed, strtab = read_dynamic(fh)  # type: ignore[arg-type]
                 so = SharedObject(tuple(needed), strtab)
             else:
-                so = SharedObject(tuple(scanner.finish()), scanner.strtab)
+                so = SharedObject(tuple(needed), scanner.strtab)
         except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
             so_error = str(exc) or type(exc).__name__
     member = MemberScan(name, size, _digest(h) if h is not None else None, None, so, so_error)
