@@ -32,7 +32,8 @@ import tomli_w
 
 from october.installer.core.errors import OctoberError
 from october.installer.kit.wheels import wants_in
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.steps.lock.pylock import locked_state, read_lock
 
 MAX_LINE = 1200          # characters of an error's first line

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.filetrust import FileTrust
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.steps import builtstack
 from october.installer.steps.install import records
 from tests.fixtures.world import World

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 
 
 def current(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ import pytest
 from october.installer import cli_common
 from october.installer.cli import current_main, setup_main
 from october.installer.core import errors
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 
 # every command, with the least arguments that get it past click's own checks
 COMMANDS: dict[str, tuple[str, ...]] = {

@@ -21,7 +21,7 @@ from october.installer.cli import guarded
 from october.installer.core.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
 from october.installer.core.runner import Runner
 from october.installer.core.ui import ConsoleReporter
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.gitrepos import git
 from tests.fixtures.world import make_world
 

@@ -15,7 +15,8 @@ import pytest
 
 from october.installer.core.errors import DownloadError, UsageError
 from october.installer.download import DownloadOptions, load_manifest, run_download
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from tests.test_download_hub import AWQ_REPO, AWQ_REV, write_recipe
 
 FILES = {"config.json": b'{"num_hidden_layers": 2, "head_dim": 128}', "tokenizer.json": b'{"model": {}}',

@@ -251,7 +251,7 @@ def test_download_with_a_malformed_hf_endpoint_exits_2(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from october.installer.recipe import PROJECT_ROOT
+    from tests.fixtures.root import PROJECT_ROOT
 
     proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--output",
                            str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,

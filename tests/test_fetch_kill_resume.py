@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.fetch_kill import Outcome, finish, install_git_wrapper, poll, run_fetch, start_fetch
 from tests.fixtures.gitrepos import bare_path, git, make_repo_with_submodule
 from tests.fixtures.world import make_world

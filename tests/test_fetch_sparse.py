@@ -19,7 +19,7 @@ from october.installer.core.errors import FetchError, RecipeError
 from october.installer.core.runner import Runner
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.recipe.forks import _sparse_selection
 from october.installer.recipe.tomlcheck import Table
 from october.installer.steps.fetch.clonecheck import check_clone, dirty_entries, submodule_states

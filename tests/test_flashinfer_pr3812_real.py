@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.recipe import PROJECT_ROOT, ComputeCapability, load_recipe
+from october.installer.recipe import ComputeCapability, load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 
 pytestmark = pytest.mark.real
 

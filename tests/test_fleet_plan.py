@@ -24,7 +24,7 @@ from october.installer.fleet.plan import (
     plan_fleet,
     select_nodes,
 )
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 
 RAW = [  # recorded from ray.nodes() on a local two-node cluster (ray 2.60.0)
     {"NodeID": "3254eb02b5939caa4b0ae5f2ef37ba17542a89b4d911bc7cf66a8330", "Alive": True, "NodeManagerHostname": "vm",

@@ -36,7 +36,7 @@ import pytest
 
 from october.installer.core.hashing import sha256_file
 from october.installer.core.schemas import validate
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.kernel_kit import SKIP_PREFLIGHT, make_kernel_world, setup_args
 from tests.fixtures.world import make_world
 from tests.test_kit import _recipe_copy

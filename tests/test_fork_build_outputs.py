@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.steps.fetch.exclude import BEGIN, exclude_build_outputs
 from tests.fixtures.gitrepos import git
 from tests.fixtures.repack import repack

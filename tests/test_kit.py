@@ -26,7 +26,8 @@ from october.installer.kit import url_key
 from october.installer.kit.gitcopy import resolve_submodule_url
 from october.installer.kit.make import KitOptions, make_kit
 from october.installer.kit.use import open_kit
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World, make_world
 
 pytestmark = pytest.mark.slow

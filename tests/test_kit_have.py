@@ -15,7 +15,8 @@ import pytest
 from october.installer.core.errors import UsageError
 from october.installer.kit.have import has, read_have
 from october.installer.kit.make import KitOptions, make_kit
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World
 from tests.test_kit import _recipe_copy
 from tests.test_setup_e2e import world  # noqa: F401  (the world fixture)

@@ -64,7 +64,7 @@ def test_the_kit_command_and_the_setup_command_share_one_program(tmp_path: Path)
     import subprocess
     import sys
 
-    from october.installer.recipe import PROJECT_ROOT
+    from tests.fixtures.root import PROJECT_ROOT
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,

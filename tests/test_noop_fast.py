@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.noop import parse
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World, make_world, snapshot
 
 PROBE = """

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 
 from october.installer.cli import current_main
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World, make_world
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

@@ -169,6 +169,48 @@ def test_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.real
+@pytest.mark.slow
+def test_editable_uv_tool_install_gives_working_commands(tmp_path: Path) -> None:
+    """An editable install (as a developer's ``uv sync`` or ``uv tool install --editable .``) reads the
+    checkout through the same links the wheel is built from: the same data paths, the same commands."""
+    env = _tool_env(tmp_path)
+    _uv(env, tmp_path, "tool", "install", "--editable", str(ROOT))
+    bin_dir = tmp_path / "bin"
+    import json
+    import subprocess
+
+    tool_python = (bin_dir / "current").read_text().splitlines()[0].removeprefix("#!").split()[0]
+    probe = subprocess.run([tool_python, "-c", (
+        "import json; from october.installer.core import resources as r; "
+        "print(json.dumps({'data': str(r.DATA_ROOT), 'checkout': str(r.checkout_root()), "
+        "'forks': r.forks_file().resolve() == r.checkout_root() / 'forks.toml'}))")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    facts = json.loads(probe.stdout)
+    assert facts == {"data": str(ROOT / "october" / "_data"), "checkout": str(ROOT), "forks": True}, probe.stderr
+    listed = subprocess.run([str(bin_dir / "current"), "recipes"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert {ln.split()[0] for ln in listed.stdout.splitlines() if ln.strip()} == \
+        {p.stem for p in (ROOT / "recipes").glob("*.toml")}, listed.stderr
+
+
+def test_the_package_reaches_the_layout_through_links_only() -> None:
+    """One mechanism for the package name and the data: ``october/installer``, ``october/checks`` and
+    ``october/_data/<name>`` are links to the layout's folders and files (hatch follows them into the
+    wheel); pyproject.toml rewrites no path (no ``force-include``, no ``sources``)."""
+    import tomllib
+
+    from october.installer.core import resources
+
+    links = {"installer": "installer", "checks": "checks", **{f"_data/{n}": n for n in resources.SHIPPED_NAMES}}
+    for inside, target in links.items():
+        path = ROOT / "october" / inside
+        assert path.is_symlink() and path.resolve() == (ROOT / target).resolve(), inside
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel == {"packages": ["october"]}, wheel
+    assert resources.DATA_ROOT == ROOT / "october" / "_data" and resources.forks_file().is_file()
+
+
+@pytest.mark.real
 def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
     """Every file of the built wheel is under ``october/`` or its dist-info: no top-level name
     another distribution could claim (``installer`` is PyPA's).  Real uv builds the wheel."""
@@ -186,8 +228,8 @@ def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"october", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
     for must in ("october/__init__.py", "october/installer/cli.py", "october/checks/smoke.py",
-                 "october/installer/_shipped/forks.toml", "october/installer/_shipped/recipes/current.toml",
-                 "october/installer/steps/fetch/step.py"):
+                 "october/_data/forks.toml", "october/_data/recipes/current.toml",
+                 "october/_data/receipts/setup.schema.json", "october/_data/locks/current.pylock.toml"):
         assert must in names, must
     record = next(n for n in names if n.endswith(".dist-info/RECORD"))
     listed = {row.split(",", 1)[0] for row in zipfile.ZipFile(wheel).read(record).decode().splitlines() if row}

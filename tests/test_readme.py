@@ -23,7 +23,7 @@ import typer
 
 from october.installer.cli import current_app, fleet_app, kit_app, setup_app  # (registers the commands)
 from october.installer.cli_common import click_exc
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
 

@@ -11,7 +11,8 @@ import pytest
 
 from october.installer.core.errors import RecipeError, UsageError
 from october.installer.core.paths import StackPaths, inside
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from tests.test_recipe import FORKS, GOOD, write
 
 

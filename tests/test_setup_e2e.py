@@ -24,7 +24,8 @@ from october.installer.core.hashing import sha256_file
 from october.installer.core.stackmutex import StackLock
 from october.installer.pipeline.engine import SetupOptions, SilentReporter
 from october.installer.pipeline.plan import run_setup
-from october.installer.recipe import PROJECT_ROOT, load_recipe
+from october.installer.recipe import load_recipe
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.steps.lock.pylock import locked_state
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import add_commit

@@ -14,7 +14,7 @@ import pytest
 
 from october.installer.cli import current_main
 from october.installer.core.errors import SmokeError, UsageError
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.smoke import choices
 from october.installer.smoke.launch import SmokeOptions
 from october.installer.steps.env import stackenv

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import SmokeBusyError
-from october.installer.recipe import PROJECT_ROOT
+from tests.fixtures.root import PROJECT_ROOT
 from october.installer.smoke.launch import SmokeOptions, run_smoke
 from october.installer.smoke.mutex import SmokeMutex, gpu_key
 from october.installer.smoke.selection import selection_info

@@ -222,7 +222,8 @@ def test_non_hex_commit_is_refused_before_git(hist: Histories, runner: Runner, t
 
 
 def _recipe_with(tmp_path: Path, line: str):
-    from october.installer.recipe import PROJECT_ROOT, load_recipe
+    from october.installer.recipe import load_recipe
+    from tests.fixtures.root import PROJECT_ROOT
     text = (PROJECT_ROOT / "recipes" / "current.toml").read_text()
     path = tmp_path / "r.toml"
     path.write_text(text.replace('requires_torch = "2.10.0"\n', f'requires_torch = "2.10.0"\n{line}\n', 1))

@@ -1,13 +1,14 @@
-"""Where the tool finds what it ships, in one place.
+"""Where the tool finds what it ships, in one place, one way.
 
 The repository keeps the folders its layout names: ``recipes/``, ``forks.toml``, ``receipts/``
-(JSON Schemas) and ``locks/`` beside the ``installer`` and ``checks`` folders, which the import
-package ``october`` reaches through links.  A wheel of the project (``uv tool install .``,
-``pipx install .``) carries the same files inside the package as ``october/installer/_shipped/...``
-(hatch ``force-include`` in pyproject.toml).  Every other module asks here; nothing else derives
-a data path from ``__file__``.
+(JSON Schemas) and ``locks/`` beside the ``installer`` and ``checks`` folders.  The import package
+``october`` reaches all of them through links (``october/installer``, ``october/checks``,
+``october/_data/<name>``); hatch follows the links into the wheel (``uv tool install .``, ``pipx
+install .``), and a copy of a checkout that turned links into folders (the working dir Ray uploads
+for a fleet) has the same paths.  So the data is always ``<october package>/_data/<name>``.  Every
+other module asks here; nothing else derives a data path from ``__file__``.
 
-The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``; the probes run by path) with its
+The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``, the probes) with its
 own Python.  :func:`stack_code_root` gives the directory to put on its ``PYTHONPATH``: the checkout
 itself, or, for an installed tool, a directory holding one link to the ``october`` package (the
 tool env's site-packages must not shadow the stack's own packages).
@@ -20,24 +21,12 @@ import os
 from pathlib import Path
 
 _HERE = Path(__file__).absolute()           # .../october/installer/core/resources.py, links kept
-IMPORT_ROOT = _HERE.parents[3]              # the directory that holds the `october` package
+PACKAGE_ROOT = _HERE.parents[2]             # the `october` package (links kept)
+IMPORT_ROOT = PACKAGE_ROOT.parent           # the directory that holds the `october` package
 PACKAGE_DIR = _HERE.resolve().parents[1]    # the installer/ folder itself (links resolved)
 CHECKS_DIR = PACKAGE_DIR.parent / "checks"  # code run by the stack's own Python
-SHIPPED_DIR = PACKAGE_DIR / "_shipped"
+DATA_ROOT = PACKAGE_ROOT / "_data"          # recipes/, forks.toml, receipts/, locks/
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
-
-
-def _data_root() -> Path:
-    """The wheel's ``_shipped/``; else the checkout beside ``october/`` (a copy of a checkout too,
-    such as the working dir Ray uploads for a fleet, where links became folders)."""
-    if (SHIPPED_DIR / "forks.toml").is_file():
-        return SHIPPED_DIR
-    if (IMPORT_ROOT / "forks.toml").is_file():
-        return IMPORT_ROOT
-    return PACKAGE_DIR.parent
-
-
-DATA_ROOT = _data_root()
 
 
 def recipes_dir() -> Path:
@@ -60,9 +49,7 @@ def locks_dir() -> Path:
 def checkout_root() -> Path | None:
     """The git checkout the tool runs from, or None for an installed tool."""
     root = PACKAGE_DIR.parent
-    if DATA_ROOT == SHIPPED_DIR or not (root / ".git").exists():
-        return None
-    return root
+    return root if (root / ".git").exists() else None
 
 
 def shipped_recipes() -> list[Path]:
@@ -82,7 +69,7 @@ def stack_code_root(cache_dir: Path) -> Path:
     installed tool's package lives in a site-packages full of the tool's own dependencies, so the
     directory is ``CACHE/tool-code/<hash>/`` with one link, ``october`` (made once, atomically,
     per installed copy)."""
-    if DATA_ROOT != SHIPPED_DIR:
+    if checkout_root() is not None:
         return IMPORT_ROOT
     package = PACKAGE_DIR.parent          # site-packages/october
     key = hashlib.sha256(str(package).encode()).hexdigest()[:16]

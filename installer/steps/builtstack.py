@@ -404,7 +404,7 @@ def tool_code() -> str:
     h = hashlib.sha256()
     files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)   # a checkout links installer/
              for f in names if f.endswith(".py")
-             if "__pycache__" not in Path(d).parts and "_shipped" not in Path(d).parts]
+             if "__pycache__" not in Path(d).parts and "_data" not in Path(d).parts]
     for path in sorted(files, key=lambda p: p.relative_to(top).as_posix()):
         h.update(path.relative_to(top).as_posix().encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
