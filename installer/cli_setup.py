@@ -67,11 +67,11 @@ def october_setup(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from october.installer.pipeline.engine import SetupOptions
+        from october.installer.engine import SetupOptions
+        from october.installer.machine import validate_skip
         from october.installer.pipeline.plan import resolve_locked, run_setup, summary
+        from october.installer.pyenv.systorch import with_system_torch
         from october.installer.recipe import load_recipe
-        from october.installer.steps.env.systorch import with_system_torch
-        from october.installer.steps.preflight import validate_skip
 
         # every option is checked before anything is written (no lock, no .state, no "preflight: starting")
         root = stack_argument(stack).resolve()
@@ -139,8 +139,8 @@ def make_kit_cmd(
     def go() -> None:
         from october.installer.core.errors import UsageError
         from october.installer.kit.make import KitOptions, make_kit
+        from october.installer.pyenv.systorch import mark_system
         from october.installer.recipe import load_recipe
-        from october.installer.steps.env.systorch import mark_system
 
         kit_out = dir_option("DIR", out)
         cache = dir_option("--cache-dir", cache_dir or default_cache_dir())

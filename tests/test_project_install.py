@@ -186,7 +186,7 @@ def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
     assert tops == {"october", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
     for must in ("october/__init__.py", "october/installer/cli.py", "october/checks/smoke.py",
                  "october/installer/_shipped/forks.toml", "october/installer/_shipped/recipes/current.toml",
-                 "october/installer/steps/fetch/step.py"):
+                 "october/installer/steps/fetch.py"):
         assert must in names, must
     record = next(n for n in names if n.endswith(".dist-info/RECORD"))
     listed = {row.split(",", 1)[0] for row in zipfile.ZipFile(wheel).read(record).decode().splitlines() if row}
