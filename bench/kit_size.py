@@ -40,7 +40,7 @@ from october.installer.core.runner import Runner  # noqa: E402
 from october.installer.kit.gitcopy import KitRepos  # noqa: E402
 from october.installer.kit.wheels import WheelWant, from_lock, torch_from_system  # noqa: E402
 from october.installer.recipe import Recipe, load_recipe  # noqa: E402
-from october.installer.steps.env.uvcmd import uv_exe  # noqa: E402
+from october.installer.pyenv.uvcmd import uv_exe  # noqa: E402
 
 MB = 1e6
 

@@ -53,21 +53,21 @@ REPO = Path(__file__).resolve().parent.parent
 # slower files).
 TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "redact": ("installer/core/redact.py", ("tests/test_mutation_kills_redact.py",)),
-    "wheel-record": ("installer/steps/wheel/record.py",
+    "wheel-record": ("installer/wheels/record.py",
                      ("tests/test_mutation_kills_wheel.py", "tests/test_wheel_verify.py")),
-    "wheel-verify": ("installer/steps/wheel/verify.py",
+    "wheel-verify": ("installer/wheels/verify.py",
                      ("tests/test_mutation_kills_wheel.py", "tests/test_wheel_verify.py")),
-    "jit-integrity": ("installer/steps/jit/integrity.py",
+    "jit-integrity": ("installer/jit/integrity.py",
                       ("tests/test_mutation_kills_jit.py", "tests/test_jit_integrity.py")),
     "verify": ("installer/verify.py", ("tests/test_mutation_kills_verify.py",)),
     "kit-check": ("installer/kit/manifest.py", ("tests/test_mutation_kills_kit.py",)),
     "kit-against": ("installer/kit/against.py", ("tests/test_kit_units.py",)),
-    "install-guards": ("installer/steps/install/guards.py",
+    "install-guards": ("installer/install/guards.py",
                        ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py",
                         "tests/test_wheel_guard.py")),
-    "install-consistency": ("installer/steps/install/consistency.py",
+    "install-consistency": ("installer/install/consistency.py",
                             ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py")),
-    "install-nested": ("installer/steps/install/nested.py", ("tests/test_mutation_kills_install.py",)),
+    "install-nested": ("installer/install/nested.py", ("tests/test_mutation_kills_install.py",)),
 }
 
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not real")

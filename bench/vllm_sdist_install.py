@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from october.installer.steps.fetch.step import FetchStep  # noqa: E402
-from october.installer.steps.install.step import InstallStep  # noqa: E402
-from october.installer.steps.wheel.step import WheelStep  # noqa: E402
+from october.installer.steps.fetch import FetchStep  # noqa: E402
+from october.installer.steps.install import InstallStep  # noqa: E402
+from october.installer.steps.wheel import WheelStep  # noqa: E402
 from tests.conftest import real_cache_dir  # noqa: E402
 from tests.fixtures import stack_forks as sf  # noqa: E402
 from tests.test_install_real import _python312  # noqa: E402

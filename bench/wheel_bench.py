@@ -4,7 +4,7 @@ For each recipe's [wheel] (vLLM 0.18.0 for ``current``, 0.24.0 for ``20260702``)
 
 * ``step cold``    the wheel step (download from the recipe URL into an empty cache, verify, place);
 * ``step cached``  the wheel step again on a new stack with that cache (re-hash the cached file, verify, place);
-* ``verify``       :func:`october.installer.steps.wheel.verify.verify_wheel` alone (every check, one pass over the members);
+* ``verify``       :func:`october.installer.wheels.verify.verify_wheel` alone (every check, one pass over the members);
 * ``anchor``       one plain pass that decompresses every member and sha256-hashes it (zipfile + hashlib).
 
 ``verify`` and ``anchor`` run interleaved ``--repeat`` times, alternating which goes first; the
@@ -39,11 +39,11 @@ sys.path.insert(0, str(ROOT))
 from october.installer.core.hashing import CHUNK  # noqa: E402
 from october.installer.core.paths import StackPaths  # noqa: E402
 from october.installer.core.runner import Runner  # noqa: E402
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext  # noqa: E402
+from october.installer.engine import SetupOptions, SilentReporter, StepContext  # noqa: E402
 from october.installer.recipe import Recipe, load_recipe  # noqa: E402
-from october.installer.steps.wheel.step import WheelStep, expectation  # noqa: E402
-from october.installer.steps.wheel.tags import probe_python, supported_tags  # noqa: E402
-from october.installer.steps.wheel.verify import verify_wheel  # noqa: E402
+from october.installer.steps.wheel import WheelStep, expectation  # noqa: E402
+from october.installer.wheels.tags import probe_python, supported_tags  # noqa: E402
+from october.installer.wheels.verify import verify_wheel  # noqa: E402
 
 
 def anchor(path: Path) -> int:

@@ -61,10 +61,10 @@ def doctor(
 
     def go() -> int:
         from october.installer.core.runner import Runner
+        from october.installer.machine import doctor as run_doctor
+        from october.installer.machine import facts_json
+        from october.installer.pyenv.systorch import with_system_torch
         from october.installer.recipe import load_recipe
-        from october.installer.steps.env.systorch import with_system_torch
-        from october.installer.steps.preflight import doctor as run_doctor
-        from october.installer.steps.preflight import facts_json
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:

@@ -88,8 +88,8 @@ def make_kit_cmd(
     def go() -> None:
         from october.installer.core.errors import UsageError
         from october.installer.kit.make import KitOptions, make_kit
+        from october.installer.pyenv.systorch import mark_system
         from october.installer.recipe import load_recipe
-        from october.installer.steps.env.systorch import mark_system
 
         kit_out = dir_option("DIR", out)
         cache = dir_option("--cache-dir", cache_dir or default_cache_dir())

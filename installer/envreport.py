@@ -34,7 +34,7 @@ def _tool(fact: Any) -> str | None:
 
 def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
-    from october.installer.steps.fetch.worktree import dirty_entries, head_commit
+    from october.installer.git.worktree import dirty_entries, head_commit
     from october.installer.verify_dists import installed
 
     paths = StackPaths(stack.resolve())
@@ -109,7 +109,7 @@ def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
 def collect(stack: Path | None, recipe: str | None, runner: Runner,
             environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     from october.installer.core.version import tool_commit, tool_version
-    from october.installer.steps.preflight.probes import gather_facts
+    from october.installer.machine.probes import gather_facts
 
     env = dict(os.environ if environ is None else environ)
     f = gather_facts(stack or Path.cwd(), runner, environ=env)

@@ -5,7 +5,7 @@ resumed one, a step that would run) goes straight to :func:`october.installer.pr
 the function the typer command calls, still without typer, click or pydantic (0.4 s, issue 20).
 
 It reads the same options as the full command line (argparse, the same spellings), builds the same
-:class:`~october.installer.pipeline.engine.SetupOptions`, and asks the same pipeline whether every
+:class:`~october.installer.engine.SetupOptions`, and asks the same pipeline whether every
 step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
 each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
 option it does not take (``--verbose``, ``--json``, ``--help``, ``--version``, ``kit``, ``fleet``), a
@@ -105,10 +105,11 @@ def try_noop(args: Sequence[str]) -> int | None:
         return None                 # a new stack: nothing to verify
     try:
         from october.installer.core.cliargs import split_skips
-        from october.installer.pipeline.engine import SetupOptions, SilentReporter, skip_line
+        from october.installer.core.reportlines import skip_line
+        from october.installer.engine import SetupOptions, SilentReporter
         from october.installer.pipeline.plan import finished_setup, resolve_locked, summary
+        from october.installer.pyenv.systorch import with_system_torch
         from october.installer.recipe import load_recipe, with_kit
-        from october.installer.steps.env.systorch import with_system_torch
 
         rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
         if ns.kit is not None:

@@ -39,11 +39,11 @@ class SetupArgs:
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     """Check every option (no lock, no .state, no "preflight: starting" before), open a ``--kit``
     against its manifest, the recipe and the lock, run the pipeline, print the summary or the JSON."""
-    from october.installer.pipeline.engine import SetupOptions
+    from october.installer.engine import SetupOptions
     from october.installer.pipeline.plan import resolve_locked, run_setup, summary
     from october.installer.recipe import load_recipe
-    from october.installer.steps.env.systorch import with_system_torch
-    from october.installer.steps.preflight import validate_skip
+    from october.installer.pyenv.systorch import with_system_torch
+    from october.installer.machine import validate_skip
 
     root = stack_argument(args.stack).resolve()
     skips = split_skips(args.skip_preflight)

@@ -38,9 +38,9 @@ from october.installer import verify_jit, verify_unowned
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import read_marker, written_sha256
-from october.installer.steps.env.systorch import same_build
-from october.installer.steps.lock.pylock import TOOL, read_lock
+from october.installer.engine import read_marker, written_sha256
+from october.installer.lock.pylock import TOOL, read_lock
+from october.installer.pyenv.systorch import same_build
 from october.installer.verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
@@ -131,8 +131,8 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
-    from october.installer.steps.fetch.sparse import cone_problem
-    from october.installer.steps.fetch.worktree import dirty_entries, head_commit, selected, submodule_states
+    from october.installer.git.sparse import cone_problem
+    from october.installer.git.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from october.installer.core.paths import StackPaths
 from october.installer.core.resources import recipes_dir
-from october.installer.pipeline.engine import read_marker
+from october.installer.engine import read_marker
 
 MAX_PATHS = 10
 

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping
 
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
-from october.installer.pipeline.engine import read_marker
-from october.installer.steps.jit.integrity import manifest_aot_dir
+from october.installer.engine import read_marker
+from october.installer.jit.integrity import manifest_aot_dir
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ import tomli_w
 
 from october.installer.core.errors import OctoberError
 from october.installer.kit.wheels import wants_in
+from october.installer.lock.pylock import locked_state, read_lock
 from october.installer.recipe import load_recipe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.lock.pylock import locked_state, read_lock
 
 MAX_LINE = 1200          # characters of an error's first line
 MAX_FIX = 600            # characters of its fix line

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.filetrust import FileTrust
+from october.installer.install import records
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.steps import builtstack
-from october.installer.steps.install import records
 from tests.fixtures.world import World
 from tests.test_cache_isolation import POISON, inodes, site
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)

@@ -16,7 +16,7 @@ import pytest
 from october.installer.core.errors import InstallError
 from october.installer.core.filetrust import RACY_NS, FileTrust
 from october.installer.core.hashing import sha256_file
-from october.installer.steps.lock.pylock import locked_state
+from october.installer.lock.pylock import locked_state
 from tests.fixtures.world import World
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
 

@@ -107,8 +107,8 @@ COMPUTE = "float16"
 
 def selection(model: Path, workspace: Path, compute: str = COMPUTE) -> dict[str, Any]:
     """What `current smoke` tells the stack about a selection: derived from the tiny model's config the
-    way installer/steps/jit/derive.py derives a recipe's (the same function)."""
-    from october.installer.steps.jit.derive import ModelShape, derive_modules, selection_facts
+    way installer/recipe/jitmodules.py derives a recipe's (the same function)."""
+    from october.installer.recipe.jitmodules import ModelShape, derive_modules, selection_facts
     cfg = MODEL_CONFIG
     shape = ModelShape(cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
                        cfg["num_hidden_layers"])

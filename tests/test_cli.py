@@ -42,7 +42,7 @@ def _doctor_rows(stdout: str) -> dict[str, str]:
 def test_doctor_prints_a_table_and_its_exit_code_follows_it() -> None:
     """On any machine (a CPU box or the GPU machine): one row per check under a header, and exit 1
     exactly when a row failed; the JSON form says the same."""
-    from october.installer.steps.preflight import CHECK_NAMES
+    from october.installer.machine import CHECK_NAMES
 
     proc = current("doctor", "--recipe", "current")
     rows = _doctor_rows(proc.stdout)
@@ -87,7 +87,7 @@ def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
 def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -> None:
     """A stand-in stack whose env is the tool env (it has torch); on a CPU the graph check is
     skipped, so the receipt must say passed: false and the command must exit non-zero."""
-    from october.installer.steps.env import stackenv
+    from october.installer.pyenv import stackenv
     stack = tmp_path / "stack"
     (stack / "receipts").mkdir(parents=True)
     (stack / "env").symlink_to(sys.prefix)

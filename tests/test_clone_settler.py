@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from october.installer.core.runner import Runner
+from october.installer.git.worktree import COARSE_MARGIN_S, index_files, settle_index, settle_wait
 from october.installer.pipeline.plan import CloneSettler
-from october.installer.steps.fetch.worktree import COARSE_MARGIN_S, index_files, settle_index, settle_wait
 from october.installer.steps.results import FetchResult, ForkRecord, InstallResult
 
 

@@ -85,8 +85,8 @@ def test_the_download_schema_spells_the_contract() -> None:
 
 def test_the_tool_reads_the_contract_facts() -> None:
     from october.installer import recipe
+    from october.installer.recipe import jitmodules as derive
     from october.installer.smoke import launch as smoke
-    from october.installer.steps.jit import derive
     assert recipe.MODEL_FORMATS is contract.FORMATS and smoke.FORMATS is contract.FORMATS
     assert smoke.LEVELS is contract.LEVELS and derive.COMPUTE_DTYPES is contract.COMPUTE_DTYPES
 

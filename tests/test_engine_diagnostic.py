@@ -267,9 +267,9 @@ def test_current_smoke_runs_a_diagnostic_with_a_planted_fault_end_to_end(tmp_pat
     caught, said so, recorded; the exit code is 1 (the harness did not agree); STACK/jit is left as it was."""
     import os
 
+    from october.installer.pyenv import stackenv
     from october.installer.recipe import load_recipe
     from october.installer.smoke.launch import load_receipt, run_smoke
-    from october.installer.steps.env import stackenv
     from tests.test_checks_engine_fake import FAKE, prebuild
     from tests.test_smoke_selection_e2e import _recipe
 

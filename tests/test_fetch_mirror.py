@@ -11,7 +11,7 @@ import pytest
 from october.installer.core.errors import FetchError
 from october.installer.core.paths import default_cache_dir
 from october.installer.core.runner import Runner
-from october.installer.steps.fetch.mirror import (
+from october.installer.git.mirror import (
     PIN_REFS,
     ensure_commit,
     fetch_branch,
@@ -138,7 +138,7 @@ def test_fetch_branch_returns_tip_and_follows_force_push(tmp_path: Path) -> None
 
 def test_github_ssh_urls_are_fetched_over_https(tmp_path: Path) -> None:
     """FlashInfer's .gitmodules has spdlog as git@github.com:gabime/spdlog.git."""
-    from october.installer.steps.fetch.mirror import fetchable_url
+    from october.installer.git.mirror import fetchable_url
     https = "https://github.com/gabime/spdlog.git"
     assert fetchable_url("git@github.com:gabime/spdlog.git") == https
     assert fetchable_url("ssh://git@github.com/gabime/spdlog.git") == https
@@ -154,7 +154,7 @@ def test_git_env_adds_parallel_checkout_after_the_callers_own_config(monkeypatch
     caller set there (the kit's insteadOf rewrites, a test's protocol.version): real git reads both."""
     import subprocess
 
-    from october.installer.steps.fetch import git_env
+    from october.installer.git import git_env
 
     monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
     monkeypatch.setenv("GIT_CONFIG_KEY_0", "url.file:///kit/x.git.insteadOf")
@@ -171,7 +171,7 @@ def test_git_env_leaves_a_malformed_count_for_git_to_name(monkeypatch: pytest.Mo
     """A GIT_CONFIG_COUNT git would refuse is not papered over (its pairs are not overwritten)."""
     import subprocess
 
-    from october.installer.steps.fetch import git_env
+    from october.installer.git import git_env
 
     for bad in ("abc", "-1", ""):
         monkeypatch.setenv("GIT_CONFIG_COUNT", bad)

@@ -13,10 +13,10 @@ import git
 import pytest
 
 from october.installer.core.errors import FetchError
-from october.installer.pipeline.engine import run_pipeline
+from october.installer.engine import run_pipeline
+from october.installer.git.mirror import mirror_path
 from october.installer.recipe import load_recipe
-from october.installer.steps.fetch.mirror import mirror_path
-from october.installer.steps.fetch.step import FetchStep
+from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import make_ctx, make_recipe
 
 pytestmark = pytest.mark.real

@@ -17,8 +17,8 @@ import pytest
 
 from october.installer.core.errors import FetchError
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.fetch.mirror import (
+from october.installer.engine import run_pipeline
+from october.installer.git.mirror import (
     PIN_REFS,
     ensure_commit,
     has_commit,
@@ -26,8 +26,8 @@ from october.installer.steps.fetch.mirror import (
     mirror_path,
     open_mirror,
 )
-from october.installer.steps.fetch.recover import MARKER, mark_incomplete
-from october.installer.steps.fetch.step import FetchStep
+from october.installer.git.recover import MARKER, mark_incomplete
+from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, make_repo, make_repo_with_submodule
 from tests.fixtures.gitrepos import git as fixture_git

@@ -9,9 +9,9 @@ import pytest
 
 from october.installer.core.errors import FetchError, LockError
 from october.installer.core.runner import Runner
+from october.installer.git.mirror import open_mirror
+from october.installer.git.resolve import match_prefix, resolve_pin, resolve_prefix
 from october.installer.recipe import Pin
-from october.installer.steps.fetch.mirror import open_mirror
-from october.installer.steps.fetch.resolve import match_prefix, resolve_pin, resolve_prefix
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
 
 

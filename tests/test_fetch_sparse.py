@@ -17,16 +17,16 @@ import pytest
 
 from october.installer.core.errors import FetchError, RecipeError
 from october.installer.core.runner import Runner
+from october.installer.git.clonecheck import check_clone, dirty_entries, submodule_states
+from october.installer.git.mirror import mirror_path, open_mirror
+from october.installer.git.sparse import cone_blobs, cone_problem, missing_objects
+from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.recipe.forks import _sparse_selection
 from october.installer.recipe.tomlcheck import Table
-from october.installer.steps.fetch.clonecheck import check_clone, dirty_entries, submodule_states
-from october.installer.steps.fetch.mirror import mirror_path, open_mirror
-from october.installer.steps.fetch.sparse import cone_blobs, cone_problem, missing_objects
-from october.installer.steps.fetch.step import FetchStep
-from october.installer.steps.fetch.worktree import sync_clone
+from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
 from tests.fixtures.gitrepos import git as fixture_git
@@ -148,7 +148,7 @@ def test_a_changed_cone_in_the_stack_is_found_and_the_next_run_restores_it(tmp_p
 
 def test_current_verify_names_a_changed_cone(tmp_path: Path, world: dict) -> None:
     from october.installer.core.paths import StackPaths
-    from october.installer.pipeline.engine import MARKER_FORMAT
+    from october.installer.engine import MARKER_FORMAT
     from october.installer.verify import check_forks
     ctx, step, result = _fetch(tmp_path, _fork(world))
     paths = StackPaths(tmp_path / "stack")
@@ -216,7 +216,7 @@ def test_a_kit_carries_the_cone_only_and_an_offline_stack_checks_it_out(tmp_path
     def rewrite(u: str) -> str | None:
         return by_key.get(url_key(u))
     mirror = open_mirror(tmp_path / "cache", fork.fetch_url, "fi", source=by_key[url_key(world["url"])])
-    from october.installer.steps.fetch.mirror import ensure_commit
+    from october.installer.git.mirror import ensure_commit
     ensure_commit(runner, "fetch", mirror, world["commit"])
     out = sync_clone(runner, "fetch", tmp_path / "stack" / "src" / "fi", mirror, world["commit"],
                      cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False,
@@ -294,7 +294,7 @@ def test_real_flashinfer_pr3812_gets_cutlass_b46b16d0_sparse_from_the_one_copy_t
     ("file:///c/x.partial.git", True), ("/c/x.git", True), ("https://github.com/NVIDIA/cutlass.git", True),
     ("ssh://git@gitlab.example/x/y.git", False), ("git@gitlab.example:x/y.git", False)])
 def test_upload_pack_is_asked_for_local_and_https_sources_never_over_ssh(source: str, passed: bool) -> None:
-    from october.installer.steps.fetch.sparse import upload_pack
+    from october.installer.git.sparse import upload_pack
     assert bool(upload_pack(source)) is passed
 
 
@@ -329,7 +329,7 @@ def test_an_untracked_file_in_a_sparse_submodule_stops_a_re_checkout(tmp_path: P
     assert ("local changes" in str(exc.value) or "build/" in str(exc.value))
     assert (sub / "build" / "out.o").read_bytes() == b"mine"
     # the submodule's own guard, reached directly (the clone's dirty check above comes first in a run)
-    from october.installer.steps.fetch.worktree import _clear_submodule
+    from october.installer.git.worktree import _clear_submodule
     with pytest.raises(FetchError) as inner:
         _clear_submodule(sub.parent.parent, "3rdparty/cutlass", "3rdparty/cutlass", "fi", "a test")
     assert "build/" in str(inner.value) and (sub / "build" / "out.o").read_bytes() == b"mine"
@@ -346,7 +346,7 @@ def test_the_kit_s_partial_copy_names_its_upstream_not_this_machine_s_cache_and_
     assert str(tmp_path / "kitcache") not in config
     assert fixture_git("-C", str(tmp_path / "kit" / copy.path), "config", "remote.origin.url") == world["cut_url"]
     # a look at the partial copy never fetches what it lacks from its promisor (GIT_NO_LAZY_FETCH)
-    from october.installer.steps.fetch.mirror import has_commit
+    from october.installer.git.mirror import has_commit
     kit_cut = tmp_path / "kit" / copy.path
     outside = fixture_git("-C", str(bare_path(world["cut_url"])), "rev-parse", f"{world['cut']}:tools/profiler/main.cpp")
     before = sorted(str(p.relative_to(kit_cut)) for p in kit_cut.rglob("*"))
@@ -367,8 +367,8 @@ def test_each_no_fetch_guard_alone_keeps_a_look_at_a_partial_copy_local(
     older one that ignores it (there an empty GIT_ALLOW_PROTOCOL refuses the transport).  Each guard is
     tried alone; the planted fault is no guard at all ({}), under which git fetches the missing blob
     from the promisor the copy names."""
-    from october.installer.steps import fetch as fetch_pkg
-    from october.installer.steps.fetch.mirror import has_commit
+    from october.installer import git as fetch_pkg
+    from october.installer.git.mirror import has_commit
 
     repos = KitRepos(Runner(tmp_path / "logs"), "kit", tmp_path / "kitcache", tmp_path / "kit", say=lambda _: None)
     repos.add_fork(_fork(world))

@@ -8,8 +8,8 @@ import git
 import pytest
 
 from october.installer.core.errors import FetchError
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.fetch.step import FetchStep
+from october.installer.engine import run_pipeline
+from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import CountingStep, fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo, make_repo_with_submodule
 

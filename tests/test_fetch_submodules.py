@@ -18,10 +18,10 @@ import pytest
 
 from october.installer.core.errors import FetchError
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.fetch.diagnose import diagnose, remove_partial_objects
-from october.installer.steps.fetch.mirror import ensure_commit, mirror_path, open_mirror
-from october.installer.steps.fetch.step import FetchStep
+from october.installer.engine import run_pipeline
+from october.installer.git.diagnose import diagnose, remove_partial_objects
+from october.installer.git.mirror import ensure_commit, mirror_path, open_mirror
+from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
 from tests.fixtures.gitrepos import git as fixture_git

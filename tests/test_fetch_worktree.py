@@ -11,13 +11,13 @@ import git
 import pytest
 from filelock import FileLock
 
-import october.installer.steps.fetch.mirror as mirror_mod
+import october.installer.git.mirror as mirror_mod
 from october.installer.core.errors import FetchError
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.fetch.mirror import ensure_commit, open_mirror
-from october.installer.steps.fetch.step import FetchStep
-from october.installer.steps.fetch.worktree import check_clone, sync_clone
+from october.installer.engine import run_pipeline
+from october.installer.git.mirror import ensure_commit, open_mirror
+from october.installer.git.worktree import check_clone, sync_clone
+from october.installer.steps.fetch import FetchStep
 from october.installer.steps.results import FetchResult
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, make_repo, make_repo_with_submodule
@@ -176,7 +176,7 @@ def test_a_mirror_url_left_by_a_killed_run_is_put_back(tmp_path: Path) -> None:
 
 
 def test_strip_credentials_keeps_tokens_out_of_origin() -> None:
-    from october.installer.steps.fetch import strip_credentials
+    from october.installer.git import strip_credentials
     assert strip_credentials("https://user:tok@github.com/mcgrof/vllm.git") == "https://github.com/mcgrof/vllm.git"
     assert strip_credentials("HTTP://tok@host/x.git") == "HTTP://host/x.git"
     assert strip_credentials("ssh://git@github.com/mcgrof/vllm.git") == "ssh://git@github.com/mcgrof/vllm.git"

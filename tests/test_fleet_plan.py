@@ -125,14 +125,14 @@ def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:
 def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:
     """FleetProgress on a real ConsoleReporter (a log, -v, a terminal), fed as run_plan feeds it: n0
     finished before (re-checked), n1 installs and its smoke fails.  The phases are read from the lines a
-    node's october_setup prints in a pipe (engine.skip_line / ConsoleReporter.task_start)."""
+    node's october_setup prints in a pipe (reportlines.skip_line / ConsoleReporter.task_start)."""
     import io
 
     from rich.console import Console
 
+    from october.installer.core.reportlines import skip_line
     from october.installer.core.ui import ConsoleReporter
     from october.installer.fleet.progress import FleetProgress, setup_phase
-    from october.installer.pipeline.engine import skip_line
     from october.installer.pipeline.plan import STEP_ORDER
 
     assert setup_phase("==> fetch: starting", STEP_ORDER) == "setup: fetch"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.git.exclude import BEGIN, exclude_build_outputs
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.fetch.exclude import BEGIN, exclude_build_outputs
 from tests.fixtures.gitrepos import git
 from tests.fixtures.repack import repack
 from tests.fixtures.wheels import build_wheel

@@ -30,10 +30,8 @@ from packaging.version import Version
 
 from october.installer.core.errors import CommandFailed
 from october.installer.core.runner import Runner
-from october.installer.recipe import load_recipe
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.install.consistency import marker_environment
-from october.installer.steps.lock.indexlock import (
+from october.installer.install.consistency import marker_environment
+from october.installer.lock.indexlock import (
     build_index_lock,
     compile_recipe,
     index_request,
@@ -41,6 +39,8 @@ from october.installer.steps.lock.indexlock import (
     lock_pins,
     settled_problems,
 )
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.recipe import load_recipe
 
 pytestmark = pytest.mark.real
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.install import nested
-from october.installer.steps.install.step import InstallStep
-from october.installer.steps.lock.step import installed_versions
+from october.installer.install import nested
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.steps.env import write_stack_env
+from october.installer.steps.install import InstallStep
+from october.installer.steps.lock import installed_versions
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow
@@ -183,7 +183,7 @@ def test_flashinfer_imports_beside_an_older_cubin_only_with_the_stack_env(tmp_pa
     switch emptied in that file, and the import fails the step."""
     import json
 
-    from october.installer.steps.env import stackenv
+    from october.installer.pyenv import stackenv
 
     ctx = _ctx(tmp_path, links, monkeypatch, build_env={"BUILD_NVEP": "0"}, declared=CHAIN_WHY)
     sf_env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv"))

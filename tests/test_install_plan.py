@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
+from october.installer.install.guards import GuardSpec, evaluate
+from october.installer.install.plan import ForkSource, dist_name, make_plan
 from october.installer.recipe import ForkUse, Pin
-from october.installer.steps.install.guards import GuardSpec, evaluate
-from october.installer.steps.install.plan import ForkSource, dist_name, make_plan
 
 SRC = Path("/stack/src")
 
@@ -121,7 +121,7 @@ def test_vllm_C_import_failure_and_not_verifiable():
 def test_only_a_torch_version_conflict_is_called_one() -> None:
     """A failure is blamed on torch only when uv talks about a torch version."""
     from october.installer.core.errors import CommandFailed
-    from october.installer.steps.install.step import _install_failed
+    from october.installer.steps.install import _install_failed
 
     conflict = CommandFailed("install", ["uv"], 1, "Because torch-mover==1.0 depends on torch==2.11.0 and you "
                              "require torch==2.10.0+cpu, we can conclude ...", None)

@@ -30,15 +30,15 @@ from typing import Iterator
 import pytest
 
 from october.installer.core.errors import InstallError
+from october.installer.install import consistency
+from october.installer.lock.indexlock import lock_path
+from october.installer.lock.pylock import locked_state
+from october.installer.pyenv import stackenv
+from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.recipe import Sources, load_recipe
-from october.installer.steps.env import stackenv
-from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.install import consistency
-from october.installer.steps.install.step import InstallStep
-from october.installer.steps.lock.indexlock import lock_path
-from october.installer.steps.lock.pylock import locked_state
-from october.installer.steps.lock.step import installed_versions
+from october.installer.steps.env import write_stack_env
+from october.installer.steps.install import InstallStep
+from october.installer.steps.lock import installed_versions
 from tests.conftest import real_cache_dir
 from tests.fixtures import stack_forks as sf
 

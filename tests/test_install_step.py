@@ -18,11 +18,11 @@ import pytest
 
 from october.installer.core.errors import InstallError
 from october.installer.core.runner import Runner
-from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.install.guards import GuardSpec, run_guards
-from october.installer.steps.install.step import InstallStep
-from october.installer.steps.install.upstream import upstream_base
+from october.installer.install.guards import GuardSpec, run_guards
+from october.installer.install.upstream import upstream_base
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.steps.env import write_stack_env
+from october.installer.steps.install import InstallStep
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow

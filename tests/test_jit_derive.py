@@ -12,7 +12,7 @@ import pytest
 
 from october.installer.core.errors import RecipeError
 from october.installer.recipe import load_recipe
-from october.installer.steps.jit.derive import DeriveError, JitModule, ModelShape, derive_modules, module_uri
+from october.installer.recipe.jitmodules import DeriveError, JitModule, ModelShape, derive_modules, module_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE = ROOT / "tests" / "fixtures" / "flashinfer_uri_rule.json"

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.hashing import sha256_file
-from october.installer.pipeline.engine import StepContext
+from october.installer.engine import StepContext
+from october.installer.jit.cache import SharedJitCache
+from october.installer.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
 from october.installer.recipe import JitModule
-from october.installer.steps.jit.cache import SharedJitCache
-from october.installer.steps.jit.integrity import MANIFEST, read_manifest, report, untrusted_libraries
-from october.installer.steps.jit.step import JitStep
+from october.installer.steps.jit import JitStep
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.jit_ctx import STANDIN, jit_api_context, jit_context
 

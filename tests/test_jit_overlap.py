@@ -1,5 +1,5 @@
 """Issue 20: the JIT build begins once the install step's forks are in place and runs while install checks
-them (october.installer.steps.jit.early); the verdicts, the resume and the no-op stay what they were.
+them (october.installer.steps.jitearly); the verdicts, the resume and the no-op stay what they were.
 
 A FlashInfer-only stack in a real offline world: a stand-in FlashInfer fork in a real bare git repo,
 real uv, git and pipeline; the JIT builder is the real builder's ``main`` with the stand-in gcc build
@@ -27,10 +27,10 @@ from october.installer.core.errors import CommandFailed, InstallError, JitError,
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock, holder_file
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepRecord
+from october.installer.engine import SetupOptions, SilentReporter, StepRecord
+from october.installer.jit.integrity import MANIFEST, report
 from october.installer.pipeline.plan import SetupResult, run_setup
 from october.installer.recipe import load_recipe
-from october.installer.steps.jit.integrity import MANIFEST, report
 from tests.fixtures.gitrepos import git
 from tests.fixtures.stack_forks import FLASHINFER_ASYM, TORCH, make_links, write_project
 from tests.fixtures.world import RELAXED_PREFLIGHT, fork_entry, recipe_head, snapshot, write_forks_file
@@ -119,7 +119,7 @@ def setup(recipe: Path, tmp_path: Path, ui: SilentReporter | None = None) -> Set
 SETUP_PROCESS = """
 import sys
 from pathlib import Path
-from october.installer.pipeline.engine import SetupOptions, SilentReporter
+from october.installer.engine import SetupOptions, SilentReporter
 from october.installer.pipeline.plan import run_setup
 from october.installer.recipe import load_recipe
 recipe, tmp = sys.argv[1], Path(sys.argv[2])
@@ -294,7 +294,7 @@ def test_a_build_prepared_for_another_checkout_is_not_used(recipe: Path, tmp_pat
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The build begun early names FlashInfer's AOT directory from the fetch result; when install recorded
     another checkout, the jit step drops it (killed, or its output not used) and builds as it always did."""
-    from october.installer.steps.jit.early import EarlyJit
+    from october.installer.steps.jitearly import EarlyJit
 
     begin = EarlyJit.begin        # install announces another checkout than it records
 
@@ -483,7 +483,7 @@ def test_a_preparation_that_fails_during_install_says_its_warnings_and_the_jit_s
     """The early preparation raises (after discarding a tampered library): nothing is begun during install
     ("# not begun during install" in the jit log), its warning is shown then, and the jit step prepares
     and builds in its turn, recording the discard."""
-    from october.installer.steps.jit.step import JitStep
+    from october.installer.steps.jit import JitStep
 
     stack = tmp_path / "stack"
     paths = StackPaths(stack)

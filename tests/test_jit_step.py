@@ -17,8 +17,8 @@ import pytest
 from october.installer.core.errors import JitError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.recipe import JitModule
-from october.installer.steps.env.step import write_stack_env
-from october.installer.steps.jit.step import JitStep
+from october.installer.steps.env import write_stack_env
+from october.installer.steps.jit import JitStep
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.jit_ctx import STANDIN, jit_api_context, jit_context
 
@@ -127,7 +127,7 @@ def test_real_builder_against_a_stand_in_of_the_flashinfer_jit_api(tmp_path, lin
 
 def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
     """nvcc reached through a link is resolved once, so the JIT build files name one toolkit path."""
-    from october.installer.steps.jit.step import builder_env
+    from october.installer.steps.jit import builder_env
 
     toolkit = tmp_path / "cuda-12.9"
     (toolkit / "bin").mkdir(parents=True)
@@ -148,8 +148,8 @@ def test_builder_env_uses_one_resolved_nvcc_path(tmp_path: Path) -> None:
 def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch):
     """The builder gets STACK/stack-env.json laid over the caller's env (not values of its own): a
     FLASHINFER_WORKSPACE_BASE from the caller is dropped, and without the file the step refuses."""
-    from october.installer.steps.env import stackenv
-    from october.installer.steps.jit.step import builder_env
+    from october.installer.pyenv import stackenv
+    from october.installer.steps.jit import builder_env
 
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "home-cache"))
     ctx = _ctx(tmp_path, links, modules=MODULES[:1])

@@ -1,8 +1,8 @@
 """The committed index locks (locks/<recipe>.pylock.toml) against packaging.pylock and their recipes.
 
-The locks were resolved for real (``uv run python -m october.installer.steps.lock.indexlock``, PyPI); the ``real`` tier
+The locks were resolved for real (``uv run python -m october.installer.lock.indexlock``, PyPI); the ``real`` tier
 re-resolves them (tests/test_indexlock_real.py).  Here: no network.  Each check of
-:func:`october.installer.steps.lock.indexlock.check_index_lock` is also shown failing on a planted fault.
+:func:`october.installer.lock.indexlock.check_index_lock` is also shown failing on a planted fault.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from october.installer.recipe import load_recipe
-from october.installer.steps.install.policy import DeclaredException
-from october.installer.steps.lock.indexlock import (
+from october.installer.lock.indexlock import (
     PLATFORM,
     build_index_lock,
     check_index_lock,
     index_request,
     lock_path,
 )
-from october.installer.steps.lock.pylock import locked_state
+from october.installer.lock.pylock import locked_state
+from october.installer.recipe import load_recipe
+from october.installer.recipe.install import DeclaredException
 
 RECIPES = ("current", "20260702")
 
@@ -129,7 +129,7 @@ def test_index_request_is_the_recipes_real_requirement_set() -> None:
 def test_locked_against_an_index_lock_compares_packages_and_wheel_not_fork_commits() -> None:
     """An index-scope lock names no fork commits: a stack's lock (which has them) matches it when its
     index packages and base wheel do; a changed package or wheel is still reported."""
-    from october.installer.steps.lock.pylock import diff_against
+    from october.installer.lock.pylock import diff_against
 
     state = locked_state(lock_path("20260702"))
     lock = copy.deepcopy(_lock("20260702"))
@@ -149,7 +149,7 @@ def test_locked_against_an_index_lock_compares_packages_and_wheel_not_fork_commi
 def test_regenerate_refuses_a_cutoff_that_is_not_settled(tmp_path: Path) -> None:
     """Asking for today's date as the cutoff fails before anything is resolved or written."""
     from october.installer.core.errors import LockError
-    from october.installer.steps.lock.indexlock import now_rfc3339, regenerate, settled_cutoff
+    from october.installer.lock.indexlock import now_rfc3339, regenerate, settled_cutoff
 
     with pytest.raises(LockError, match="too recent"):
         regenerate(["current"], tmp_path, "uv-is-never-run", exclude_newer=now_rfc3339())

@@ -1,8 +1,8 @@
 """The install guards rule by rule, without running an install (bench/mutate.py's `install-*` modules).
 
-:mod:`~october.installer.steps.install.guards` judges the probe's facts (plain dicts, as
-``checks/probes/install_facts.py`` prints them), :mod:`~october.installer.steps.install.consistency` reads
-``.dist-info`` directories written here, :mod:`~october.installer.steps.install.nested` parses the
+:mod:`~october.installer.install.guards` judges the probe's facts (plain dicts, as
+``checks/probes/install_facts.py`` prints them), :mod:`~october.installer.install.consistency` reads
+``.dist-info`` directories written here, :mod:`~october.installer.install.nested` parses the
 guard log and runs the real guard script.  tests/test_install_step.py and tests/test_install_nested.py
 run the same rules inside real installs.
 """
@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.recipe import load_recipe  # noqa: F401  (first: recipe -> policy -> consistency import order)
-from october.installer.steps.install import nested
-from october.installer.steps.install.consistency import (
+from october.installer.install import nested
+from october.installer.install.consistency import (
     Conflict,
     Dist,
     conflicts,
@@ -29,8 +28,9 @@ from october.installer.steps.install.consistency import (
     judge,
     marker_environment,
 )
-from october.installer.steps.install.guards import NOT_VERIFIABLE, OK, GuardSpec, _under, evaluate, import_guard
-from october.installer.steps.install.policy import DeclaredException
+from october.installer.install.guards import NOT_VERIFIABLE, OK, GuardSpec, _under, evaluate, import_guard
+from october.installer.recipe import load_recipe  # noqa: F401  (first: recipe -> policy -> consistency import order)
+from october.installer.recipe.install import DeclaredException
 
 SRC = Path("/stack/src/flashinfer")
 SPEC = GuardSpec(python=Path("/stack/env/bin/python"), torch_version="2.10.0+cu128", forks={"flashinfer": SRC},
@@ -287,7 +287,7 @@ def test_the_probe_runs_isolated_in_the_stack_python_and_asks_for_the_imports(tm
     import sys
 
     from october.installer.core.runner import Runner
-    from october.installer.steps.install.guards import probe
+    from october.installer.install.guards import probe
 
     so = tmp_path / "json.so"                         # no driver: the import is checked statically, on this file
     spec = GuardSpec(python=Path(sys.executable), torch_version="0", forks={}, imports=("json",),
@@ -329,7 +329,7 @@ def test_a_site_provided_torch_is_judged_by_its_own_rules() -> None:
 def test_a_probe_that_prints_no_result_is_an_install_error(tmp_path: Path) -> None:
     """A broken stack interpreter (a script that prints something else stands in for it)."""
     from october.installer.core.runner import Runner
-    from october.installer.steps.install.guards import probe
+    from october.installer.install.guards import probe
 
     fake = tmp_path / "env" / "bin" / "python"
     fake.parent.mkdir(parents=True)
@@ -369,7 +369,7 @@ def test_run_guards_probes_and_judges(tmp_path: Path) -> None:
     import sys
 
     from october.installer.core.runner import Runner
-    from october.installer.steps.install.guards import run_guards
+    from october.installer.install.guards import run_guards
 
     torch = importlib.metadata.version("torch")
     spec = GuardSpec(python=Path(sys.executable), torch_version=torch, forks={}, imports=())

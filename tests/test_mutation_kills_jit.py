@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.jit.integrity import (
+from october.installer.jit.integrity import (
     MANIFEST,
     MANIFEST_FORMAT,
     Untrusted,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.wheel.expect import Problems
-from october.installer.steps.wheel.record import (
+from october.installer.wheels.expect import Problems
+from october.installer.wheels.record import (
     RECORD_HASHES,
     SIGNATURES,
     check_paths,
@@ -24,7 +24,7 @@ from october.installer.steps.wheel.record import (
     record_algorithms,
     record_rows,
 )
-from october.installer.steps.wheel.scan import scan_members
+from october.installer.wheels.scan import scan_members
 
 INFO = "pkg-1.0.dist-info"
 
@@ -197,7 +197,7 @@ def test_a_member_that_cannot_be_read_is_named_not_hashed(tmp_path: Path) -> Non
 # ------------------------------------------------------------------ whole wheels (the rules wired in verify_wheel)
 
 from october.installer.core.errors import WheelError  # noqa: E402
-from october.installer.steps.wheel.verify import verify_wheel  # noqa: E402
+from october.installer.wheels.verify import verify_wheel  # noqa: E402
 from tests.fixtures.base_wheels import vllm_wheel  # noqa: E402
 from tests.test_wheel_verify import expect_for, facts, tags  # noqa: E402,F401  (module fixtures)
 

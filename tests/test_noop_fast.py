@@ -134,9 +134,9 @@ def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> 
     """The fetch step's verify reads submodule HEADs from their files when the tree is clean (no
     `git submodule status`): a submodule moved to another commit, or not checked out, is caught,
     with and without --allow-dirty."""
-    from october.installer.pipeline.engine import run_pipeline
-    from october.installer.steps.fetch.clonecheck import check_clone
-    from october.installer.steps.fetch.step import FetchStep
+    from october.installer.engine import run_pipeline
+    from october.installer.git.clonecheck import check_clone
+    from october.installer.steps.fetch import FetchStep
     from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
     from tests.fixtures.gitrepos import git as fixture_git
     from tests.fixtures.gitrepos import make_repo

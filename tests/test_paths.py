@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.paths import StackPaths, default_cache_dir
-from october.installer.steps.env.uvcmd import choose_uv_cache
+from october.installer.pyenv.uvcmd import choose_uv_cache
 
 
 def test_default_cache_dir_honours_the_environment(tmp_path: Path) -> None:

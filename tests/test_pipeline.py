@@ -17,7 +17,7 @@ from october.installer.core.errors import CommandFailed, StackLockedError, ToolM
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.core.stackmutex import StackLock
-from october.installer.pipeline.engine import MARKER_FORMAT, SetupOptions, SilentReporter, StepContext, run_pipeline
+from october.installer.engine import MARKER_FORMAT, SetupOptions, SilentReporter, StepContext, run_pipeline
 from october.installer.recipe import ForkUse, Pin, PreflightLimits, Recipe, SmokeConfig, Sources, TorchPin
 
 

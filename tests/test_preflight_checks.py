@@ -7,10 +7,9 @@ from dataclasses import replace
 import pytest
 
 from october.installer.core.errors import PreflightError, RecipeError, UsageError
-from october.installer.recipe import CudaPin, PreflightLimits, parse_arch_list
-from october.installer.steps.preflight import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
-from october.installer.steps.preflight.probes import GpuFact, MachineFacts, ToolFact
-from october.installer.steps.preflight.rules import (
+from october.installer.machine import CHECK_NAMES, evaluate, machine_facts_json, validate_skip
+from october.installer.machine.probes import GpuFact, MachineFacts, ToolFact
+from october.installer.machine.rules import (
     CheckResult,
     apply_skips,
     gb_floor,
@@ -18,6 +17,7 @@ from october.installer.steps.preflight.rules import (
     punch_list,
     run_checks,
 )
+from october.installer.recipe import CudaPin, PreflightLimits, parse_arch_list
 from tests.fixtures.preflight import good_facts, missing, tool
 
 LIMITS = PreflightLimits(os="Linux", arch="x86_64", min_ram_gb=100, min_disk_gb=100,
@@ -254,7 +254,7 @@ def test_evaluate_uses_the_recipe_sections(tmp_path) -> None:  # type: ignore[no
 
 
 def test_machine_facts_json_summary_round_trips_from_stored_facts() -> None:
-    from october.installer.steps.preflight import facts_json
+    from october.installer.machine import facts_json
 
     facts = good_facts()
     summary = machine_facts_json(facts)

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.runner import Runner
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.preflight import gather_facts
-from october.installer.steps.preflight.probes import (
+from october.installer.machine import gather_facts
+from october.installer.machine.probes import (
     find_nvcc,
     nearest_existing,
     parse_compiler,
@@ -28,6 +27,7 @@ from october.installer.steps.preflight.probes import (
     parse_uv,
     read_ram_bytes,
 )
+from october.installer.pyenv.uvcmd import uv_exe
 from tests.fixtures.preflight import NVCC_12_9, SMI_H100, fake_tool, link_real
 
 

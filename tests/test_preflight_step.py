@@ -15,9 +15,9 @@ import pytest
 
 from october.installer.core.errors import PreflightError, UsageError
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import run_pipeline
-from october.installer.steps.preflight import CHECK_NAMES, doctor
-from october.installer.steps.preflight.step import PreflightStep
+from october.installer.engine import run_pipeline
+from october.installer.machine import CHECK_NAMES, doctor
+from october.installer.steps.preflight import PreflightStep
 from tests.fixtures.preflight import NVCC_12_9, SMI_H100, fake_tool, make_ctx, write_recipe
 
 

@@ -14,10 +14,10 @@ from october.installer.core.errors import ReceiptError, RecipeError
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.core.schemas import validate
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord
+from october.installer.engine import SetupOptions, SilentReporter, StepContext, StepRecord
 from october.installer.recipe import ComputeCapability, load_forks, load_recipe, parse_arch_list
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.receipt.step import ReceiptStep
+from october.installer.steps.receipt import ReceiptStep
 
 FULL = "a" * 40
 FORKS = f"""

@@ -16,9 +16,9 @@ import pytest
 from october.installer.core.errors import LockError, RecipeError, one_line
 from october.installer.core.redact import redact, redact_url
 from october.installer.core.tomlgate import LOCK_MAX_BYTES, RECIPE_MAX_BYTES, TomlRefused, parse_toml_bytes
+from october.installer.lock.pylock import locked_state, read_lock
 from october.installer.recipe import load_forks, load_recipe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.lock.pylock import locked_state, read_lock
 from tests.test_recipe import FORKS, FULL, GOOD, write
 
 MAX_LINE = 1000

@@ -19,15 +19,15 @@ import pytest
 from october.checks.probes import elf_symbols
 from october.installer.core.errors import FetchError, InstallError, RecipeError, WheelError
 from october.installer.core.runner import Runner
+from october.installer.git.sdist import RECORD, _extract, materialise, repo_path
+from october.installer.git.sdistmatch import blob_id, check_sdist_equivalence
+from october.installer.install import overwritten
+from october.installer.install.guards import _judge_static
+from october.installer.install.plan import ForkSource, make_plan
 from october.installer.recipe import SdistSource, load_forks
 from october.installer.recipe.forks import parse_pin
 from october.installer.recipe.tomlcheck import Table
-from october.installer.steps.fetch.sdist import RECORD, _extract, materialise, repo_path
-from october.installer.steps.install import overwritten
-from october.installer.steps.install.guards import _judge_static
-from october.installer.steps.install.plan import ForkSource, make_plan
-from october.installer.steps.wheel.download import cache_path
-from october.installer.steps.wheel.sdistmatch import blob_id, check_sdist_equivalence
+from october.installer.wheels.download import cache_path
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.wheels import build_wheel
 
@@ -298,7 +298,7 @@ def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
     import jsonschema
 
     from october.installer.core.schemas import load_schema
-    from october.installer.steps.lock.step import wheel_for_lock
+    from october.installer.steps.lock import wheel_for_lock
     from october.installer.steps.results import WheelResult
 
     proof = {"method": "sdist-files", "fork_commit": "3" * 40, "sdist_sha256": "a" * 64,
@@ -324,7 +324,7 @@ def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
 def test_a_build_module_missing_from_the_env_is_named() -> None:
     """vLLM 0.24.0's setup.py imports setuptools_rust: without it in [build] the install says so in one line."""
     from october.installer.core.errors import CommandFailed
-    from october.installer.steps.install.step import _install_failed
+    from october.installer.steps.install import _install_failed
 
     # as uv printed it for the real 0.24.0 setup.py in an env without setuptools-rust (torch's warning first)
     tail = ("  torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy: No module named "

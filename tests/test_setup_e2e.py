@@ -22,11 +22,11 @@ import pytest
 from october.installer.core.errors import FetchError, LockError, StackLockedError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.stackmutex import StackLock
-from october.installer.pipeline.engine import SetupOptions, SilentReporter
+from october.installer.engine import SetupOptions, SilentReporter
+from october.installer.lock.pylock import locked_state
 from october.installer.pipeline.plan import run_setup
 from october.installer.recipe import load_recipe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.lock.pylock import locked_state
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import add_commit
 from tests.fixtures.world import World, make_world, snapshot
@@ -280,7 +280,7 @@ def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: 
 
 def test_a_package_changed_by_hand_is_noticed_and_locked(world: World, tmp_path: Path) -> None:
     """The lock must not go stale: a package upgraded in the env by hand re-runs lock (and receipt)."""
-    from october.installer.steps.env.uvcmd import uv_exe
+    from october.installer.pyenv.uvcmd import uv_exe
     from tests.fixtures.wheels import build_wheel
 
     stack, cache = tmp_path / "stack", tmp_path / "cache"

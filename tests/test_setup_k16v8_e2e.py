@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.hashing import sha256_file
+from october.installer.lock.pylock import read_lock
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.lock.pylock import read_lock
 from tests.fixtures.base_wheels import VLLM_TREE, vllm_wheel
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git

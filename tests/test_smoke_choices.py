@@ -14,10 +14,10 @@ import pytest
 
 from october.installer.cli import current_main
 from october.installer.core.errors import SmokeError, UsageError
+from october.installer.pyenv import stackenv
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.smoke import choices
 from october.installer.smoke.launch import SmokeOptions
-from october.installer.steps.env import stackenv
 
 FI = {"name": "flashinfer", "commit": "2f3f0f6d" + "0" * 32}
 VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import ReceiptError, SmokeError, StateError, UsageError
+from october.installer.pyenv import stackenv
 from october.installer.smoke.launch import (
     REPO_ROOT,
     SmokeOptions,
@@ -20,7 +21,6 @@ from october.installer.smoke.launch import (
     stack_info,
     stack_python,
 )
-from october.installer.steps.env import stackenv
 
 FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"}
 VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}
@@ -142,7 +142,7 @@ def test_the_promise_comes_from_fork_modes_whatever_the_forks_are_called(tmp_pat
 def _mark(stack: Path) -> None:
     """The receipt step's marker, as october_setup leaves it (the sha256 of the setup.json it wrote)."""
     from october.installer.core.atomic import write_json_atomic
-    from october.installer.pipeline.engine import MARKER_FORMAT
+    from october.installer.engine import MARKER_FORMAT
 
     receipt = stack / "receipts" / "setup.json"
     write_json_atomic(stack / ".state" / "receipt.json", {
@@ -188,7 +188,7 @@ def test_one_rule_for_the_promise_the_highest_any_fork_gives() -> None:
     """:func:`promise_of` reads mode, name and installed distribution; no one of them lowers it, and the
     setup receipt writes what it gives (an editable vLLM fork under another name is still the engine)."""
     from october.installer.recipe.forks import promise_of
-    from october.installer.steps.receipt.step import promised_level as setup_promise
+    from october.installer.steps.receipt import promised_level as setup_promise
     from october.installer.steps.results import InstalledFork, InstallResult
 
     assert promise_of([{"name": "fi", "mode": "flashinfer"}, {"name": "v", "mode": "editable", "dist": "vllm"}]) == "engine"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import SmokeBusyError
+from october.installer.pyenv import stackenv
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.smoke.launch import SmokeOptions, run_smoke
 from october.installer.smoke.mutex import SmokeMutex, gpu_key
 from october.installer.smoke.selection import selection_info
-from october.installer.steps.env import stackenv
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLDER = """

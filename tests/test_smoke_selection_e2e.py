@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from october.installer.pyenv import stackenv
 from october.installer.smoke.launch import SmokeOptions, load_receipt, run_smoke
-from october.installer.steps.env import stackenv
 from tests.test_checks_engine_fake import FAKE, MODEL_CONFIG, REPO, REVISION, make_inputs, prebuild
 
 ROOT = Path(__file__).resolve().parent.parent

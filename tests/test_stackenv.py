@@ -1,7 +1,7 @@
-"""``october.installer.steps.env.stackenv``: one runtime environment for every stack process, written once, read back strictly.
+"""``october.installer.pyenv.stackenv``: one runtime environment for every stack process, written once, read back strictly.
 
 The activation file is sourced by a real ``sh`` here, so what a user's shell gets is what the
-JSON says (and what the jit step and smoke get through :func:`october.installer.steps.env.stackenv.apply`).
+JSON says (and what the jit step and smoke get through :func:`october.installer.pyenv.stackenv.apply`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import StateError
-from october.installer.steps.env import stackenv
+from october.installer.pyenv import stackenv
 
 
 def _env(tmp_path: Path, cuda: Path | None = None) -> dict[str, str]:

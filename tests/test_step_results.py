@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from october.installer.pipeline.engine import StepResult
+from october.installer.engine import StepResult
 from october.installer.pipeline.plan import STEP_ORDER, plan_steps
 from october.installer.recipe import BaseWheel, JitModule
 from october.installer.steps.markerjson import MalformedResult

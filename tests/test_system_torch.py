@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import EnvError, InstallError, UsageError
+from october.installer.install.guards import GuardSpec, evaluate, probe
+from october.installer.machine import evaluate as preflight_evaluate
+from october.installer.pyenv import systorch
+from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.recipe import CudaPin, TorchPin, load_recipe, parse_arch_list
-from october.installer.steps.env import systorch
-from october.installer.steps.env.step import EnvStep
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.install.guards import GuardSpec, evaluate, probe
-from october.installer.steps.lock.step import installed_distributions, probe_env, system_section
-from october.installer.steps.preflight import evaluate as preflight_evaluate
+from october.installer.steps.env import EnvStep
+from october.installer.steps.lock import installed_distributions, probe_env, system_section
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.preflight import good_facts
 from tests.fixtures.wheels import build_wheel
@@ -183,9 +183,9 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     """october_setup on the offline fixture world with torch from a system interpreter: every step runs,
     the lock lists no torch package but records the system torch, the receipt says where torch came from;
     the no-op re-run runs nothing; a torch planted into the env is noticed and the env made again."""
-    from october.installer.pipeline.engine import SetupOptions, SilentReporter
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.lock.pylock import read_lock
     from october.installer.pipeline.plan import run_setup
-    from october.installer.steps.lock.pylock import read_lock
     from tests.fixtures.world import make_world
 
     world = make_world(tmp_path / "world")
@@ -235,7 +235,7 @@ def test_a_kit_can_be_marked_for_a_site_provided_torch(tmp_path):
 def test_supply_and_consistency_count_the_system_interpreter_s_packages(tmp_path, system):
     """With torch from the system, a supplied requirement the system already meets is not installed (it
     would only shadow the system's copy), and the system's distributions meet the env's requirements."""
-    from october.installer.steps.install import consistency
+    from october.installer.install import consistency
 
     have = systorch.site_distributions(systorch.site_dirs(systorch.probe(
         sf.context(tmp_path / "s", _recipe(tmp_path, system), tmp_path / "c").runner, "t", system)))
@@ -317,7 +317,7 @@ def test_a_system_package_s_requirement_is_checked_where_the_env_shadows_what_it
     requirements would all be met.  Planted: the system's torch requires triton==3.6.0 and an extra of a
     system package needs a distribution nobody installed; the env installs triton 3.9.0 and asks for
     the extra.  Both are named; untouched system requirements are not judged."""
-    from october.installer.steps.install import consistency
+    from october.installer.install import consistency
 
     system = [consistency.Dist("torch", TORCH, ("triton==3.6.0", "filelock")),
               consistency.Dist("triton", "3.6.0", ()),

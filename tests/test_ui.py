@@ -13,7 +13,7 @@ from rich.console import Console
 from october.checks.jit_build import ModuleProgress
 from october.installer.core.runner import Runner
 from october.installer.core.ui import ConsoleReporter, UvProgress, parse_progress
-from october.installer.steps.env.uvcmd import uv_exe
+from october.installer.pyenv.uvcmd import uv_exe
 from tests.fixtures.fake_jit import MODULES, builder_command, jit_env
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.gitrepos import git

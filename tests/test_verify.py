@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.pyenv.uvcmd import uv_exe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures.findlinks_server import serve_find_links
 from tests.fixtures.stack_forks import TORCH
 from tests.fixtures.wheels import build_wheel

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.pyenv.uvcmd import uv_exe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.env.uvcmd import uv_exe
 from tests.fixtures.wheels import build_wheel
 from tests.test_verify import Stack, differences, git, site, stack, uv_pip, verify  # noqa: F401 (fixture)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.pyenv.uvcmd import uv_exe
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps.env.uvcmd import uv_exe
 from tests.conftest import real_cache_dir
 from tests.fixtures.realstack import SKIP_PREFLIGHT, dev_torch, git_env, here_recipe
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from october.installer.core.paths import StackPaths
 from october.installer.core.resources import recipes_dir
-from october.installer.pipeline.engine import MARKER_FORMAT
-from october.installer.steps.env.systorch import PTH_NAME, pth_text
+from october.installer.engine import MARKER_FORMAT
+from october.installer.pyenv.systorch import PTH_NAME, pth_text
 from october.installer.verify_fix import remove_files, setup_command
 from october.installer.verify_unowned import owned_paths, unowned
 

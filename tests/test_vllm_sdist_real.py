@@ -29,14 +29,14 @@ from typing import Iterator
 import pytest
 
 from october.installer.core.errors import InstallError
+from october.installer.git.sdist import materialise
+from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.recipe import Recipe, Sources, load_recipe
-from october.installer.steps.env.uvcmd import uv_exe
-from october.installer.steps.fetch.sdist import materialise
-from october.installer.steps.fetch.step import FetchStep
-from october.installer.steps.install.step import InstallStep
+from october.installer.steps.fetch import FetchStep
+from october.installer.steps.install import InstallStep
 from october.installer.steps.results import WheelResult
-from october.installer.steps.wheel.download import cache_path
-from october.installer.steps.wheel.step import WheelStep
+from october.installer.steps.wheel import WheelStep
+from october.installer.wheels.download import cache_path
 from tests.conftest import real_cache_dir
 from tests.fixtures import stack_forks as sf
 from tests.test_install_real import _python312
@@ -235,7 +235,7 @@ def test_abi_drift_is_told_apart_from_a_missing_driver(installed, tmp_path: Path
         ext.write_bytes(data.replace(name, b"torch_dtype_float8_e8m0fnX\0", 1))
         step = InstallStep()
         with pytest.raises(InstallError) as err:
-            from october.installer.steps.install.guards import run_guards
+            from october.installer.install.guards import run_guards
             run_guards(got.ctx.runner, "install", step.guard_spec(got.ctx, step._forks(got.ctx)))
         text = str(err.value)
         assert "torch ABI drift" in text and "torch_dtype_float8_e8m0fnX" in text

@@ -1,4 +1,4 @@
-"""october.installer.steps.wheel.download against a real loopback HTTP server (no mocks)."""
+"""october.installer.wheels.download against a real loopback HTTP server (no mocks)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import WheelError
-from october.installer.steps.wheel.download import DownloadPolicy, cache_path, download_wheel, partial_path
+from october.installer.wheels.download import DownloadPolicy, cache_path, download_wheel, partial_path
 from tests.fixtures.wheel_server import WheelServer
 
 NAME = "vllm-0.18.0-cp38-abi3-manylinux_2_17_x86_64.whl"

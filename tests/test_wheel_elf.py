@@ -1,4 +1,4 @@
-"""october.installer.steps.wheel.elf (pyelftools underneath) against binutils on real shared objects.
+"""october.installer.wheels.elf (pyelftools underneath) against binutils on real shared objects.
 
 Drift: the DT_NEEDED list and the exported ``PyInit_<name>`` of real extension modules and
 libraries from this environment, read from disk, from a zip member with seeks and through the
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.steps.wheel.elf import (
+from october.installer.wheels.elf import (
     DynamicScanner,
     ElfFormatError,
     exports_symbol,
     needed_libraries,
     read_dynamic,
 )
-from october.installer.steps.wheel.scan import scan_members
+from october.installer.wheels.scan import scan_members
 from tests.fixtures.base_wheels import elf_so
 
 READELF, NM = shutil.which("readelf"), shutil.which("nm")

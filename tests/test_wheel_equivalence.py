@@ -2,7 +2,7 @@
 
 Nothing is mocked: the upstream is a git repository reached by a file:// URL (a real transfer),
 the fork clone is a real clone of its main branch, and the fork's shared mirror is made by
-:mod:`october.installer.steps.fetch.mirror` in a temporary cache dir.
+:mod:`october.installer.git.mirror` in a temporary cache dir.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 
 from october.installer.core.errors import WheelError
 from october.installer.core.runner import Runner
+from october.installer.git.equivalence import check_source_equivalence
+from october.installer.git.mirror import mirror_path
 from october.installer.recipe import DEFAULT_COMPILED_SOURCES
-from october.installer.steps.fetch.mirror import mirror_path
-from october.installer.steps.wheel.equivalence import check_source_equivalence
-from october.installer.steps.wheel.version_info import parse_version_file, read_version_info
+from october.installer.wheels.version_info import parse_version_file, read_version_info
 from tests.fixtures.base_wheels import GIT_ENV, Histories, git, make_histories, version_py, vllm_wheel
 
 PATHS = DEFAULT_COMPILED_SOURCES

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.errors import InstallError
-from october.installer.steps.install.guards import import_guard
-from october.installer.steps.wheel.verify import WheelExpectation, verify_wheel
+from october.installer.install.guards import import_guard
+from october.installer.wheels.verify import WheelExpectation, verify_wheel
 from tests.fixtures.base_wheels import host_tag, real_facts, vllm_wheel
 
 

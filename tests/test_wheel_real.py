@@ -21,9 +21,9 @@ import pytest
 
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext
+from october.installer.engine import SetupOptions, SilentReporter, StepContext
 from october.installer.recipe import load_recipe
-from october.installer.steps.wheel.step import WheelStep
+from october.installer.steps.wheel import WheelStep
 from tests.conftest import real_cache_dir
 from tests.fixtures.base_wheels import python_link, real_facts, vllm_wheel, wheel_facts
 

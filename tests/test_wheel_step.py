@@ -17,7 +17,8 @@ import pytest
 from october.installer.core.errors import LockError, WheelError
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
-from october.installer.pipeline.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
+from october.installer.engine import SetupOptions, SilentReporter, StepContext, StepRecord, run_pipeline
+from october.installer.lock.pylock import LockedState
 from october.installer.recipe import (
     BaseWheel,
     CudaPin,
@@ -30,10 +31,9 @@ from october.installer.recipe import (
     TorchPin,
     parse_arch_list,
 )
-from october.installer.steps.lock.pylock import LockedState
 from october.installer.steps.results import FetchResult, ForkRecord, NoWheel, WheelResult
-from october.installer.steps.wheel.download import DownloadPolicy
-from october.installer.steps.wheel.step import WheelStep, choose_sha256
+from october.installer.steps.wheel import WheelStep, choose_sha256
+from october.installer.wheels.download import DownloadPolicy
 from tests.fixtures.base_wheels import Histories, host_tag, make_histories, python_link, real_facts, vllm_wheel
 from tests.fixtures.base_wheels import vllm_wheel as _vllm_wheel
 from tests.fixtures.wheel_server import WheelServer
@@ -295,7 +295,7 @@ def test_lock_and_receipt_carry_retag_extensions_and_compared_trees(tmp_path: Pa
     import jsonschema
     import tomli_w
 
-    from october.installer.steps.lock.step import wheel_for_lock
+    from october.installer.steps.lock import wheel_for_lock
 
     whl = vllm_wheel(tmp_path / "build", commit_id=gid(hist))
     url, sha = serve(server, whl)

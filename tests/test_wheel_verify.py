@@ -1,4 +1,4 @@
-"""october.installer.steps.wheel.verify / tags / elf on real wheels built by the fixtures (no mocks).
+"""october.installer.wheels.verify / tags / elf on real wheels built by the fixtures (no mocks).
 
 The stack Python's tags come from a real probe of this interpreter through a Runner (packaging's
 ``sys_tags()`` run there); planted faults live in real interpreters (a venv whose ``.pth`` changes them).
@@ -26,18 +26,18 @@ from packaging.specifiers import SpecifierSet
 
 from october.installer.core.errors import CommandFailed, EnvError, WheelError
 from october.installer.core.runner import Runner
-from october.installer.steps.wheel.elf import (
+from october.installer.wheels.elf import (
     DynamicScanner,
     ElfFormatError,
     exports_symbol,
     needed_libraries,
     read_dynamic,
 )
-from october.installer.steps.wheel.extensions import module_of
-from october.installer.steps.wheel.retag import match_tags
-from october.installer.steps.wheel.scan import scan_members
-from october.installer.steps.wheel.tags import PythonFacts, packaging_dir, probe_python, supported_tags
-from october.installer.steps.wheel.verify import CHECKS, WheelExpectation, verify_wheel
+from october.installer.wheels.extensions import module_of
+from october.installer.wheels.retag import match_tags
+from october.installer.wheels.scan import scan_members
+from october.installer.wheels.tags import PythonFacts, packaging_dir, probe_python, supported_tags
+from october.installer.wheels.verify import CHECKS, WheelExpectation, verify_wheel
 from tests.fixtures.base_wheels import elf_so, host_tag, real_facts, vllm_wheel
 
 

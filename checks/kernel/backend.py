@@ -69,7 +69,7 @@ def loaded_modules() -> list[str] | None:
         return None
     found = {line.split(None, 5)[5].strip() for line in text.splitlines() if len(line.split(None, 5)) == 6}
     # cached_ops: built in the JIT workspace; data/aot: the jit step's verified copy, which FlashInfer
-    # loads without running ninja (october.installer.steps.jit.step.place_aot)
+    # loads without running ninja (october.installer.steps.jit.place_aot)
     return sorted(p for p in found if ("/cached_ops/" in p or "/data/aot/" in p) and p.endswith(".so"))
 
 

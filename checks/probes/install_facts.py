@@ -1,7 +1,7 @@
 """Post-install facts, read *inside the stack env* (run as ``STACK/env/bin/python -I checks/probes/install_facts.py JSON``).
 
 Standard library only.  Prints one line ``OCTOBER_PROBE {json}``; decides nothing
-(``october.installer.steps.install.guards`` judges the facts).  The JSON argument names the
+(``october.installer.install.guards`` judges the facts).  The JSON argument names the
 torch distribution, each fork's import name and checkout, the modules to import
 when CUDA libraries exist, and which libraries count as "CUDA exists".
 """

@@ -1,7 +1,7 @@
 """Facts about an interpreter and its torch, printed as one line ``OCTOBER_TORCH {json}``.
 
 Run as ``PYTHON -I checks/probes/torch_facts.py`` (standard library + ``import torch``); never
-imported by the tool.  Decides nothing: :mod:`october.installer.steps.env.systorch` judges.
+imported by the tool.  Decides nothing: :mod:`october.installer.pyenv.systorch` judges.
 
 ``--locate`` (preflight) finds torch and reads its ``torch/version.py`` without importing torch: the
 import of a CUDA torch took 6.7 s cold on the H200, the whole rest of preflight 0.1 s.  The facts are the

@@ -8,7 +8,7 @@ releases the lock with its file descriptor; its stale pid file is simply overwri
 An ``flock`` belongs to the open file description, not to the process: a process the holder starts with
 the descriptor (:attr:`StackLock.fd`, ``pass_fds``) holds the lock too, and the lock is free only once
 every such process has ended.  The JIT builder begun in the background gets it
-(:mod:`october.installer.steps.jit.early`): however the run ends, even killed outright, no other run
+(the jit step's early start, ``steps/jitearly.py``): however the run ends, even killed outright, no other run
 takes the stack while the builder still writes into it.  So releasing never unlocks the description
 (``LOCK_UN`` would free it for those processes too); it only closes this process's descriptor.
 """

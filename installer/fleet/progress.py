@@ -19,7 +19,7 @@ from october.installer.fleet.plan import FINISHED, PASSED, FleetPlan, NodeJob
 RECEIVING = "receiving the kit"
 RECHECK = "re-check"
 SMOKE = "smoke"
-_STEP_LINE = re.compile(r"^==> (?P<step>[a-z]+): ")       # ConsoleReporter.task_start / engine.skip_line
+_STEP_LINE = re.compile(r"^==> (?P<step>[a-z]+): ")       # ConsoleReporter.task_start / reportlines.skip_line
 
 
 def setup_phase(line: str, steps: tuple[str, ...]) -> str | None:

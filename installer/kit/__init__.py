@@ -20,7 +20,7 @@ import re
 from urllib.parse import urlsplit
 
 from october.installer.core.redact import redact_url
-from october.installer.steps.fetch.mirror import fetchable_url
+from october.installer.git.mirror import fetchable_url
 
 KIT_FORMAT = 1
 MANIFEST = "kit.json"

@@ -28,8 +28,8 @@ from october.installer.core.paths import inside
 from october.installer.core.resources import locks_dir
 from october.installer.kit import url_key
 from october.installer.kit.wheels import wants_in
+from october.installer.lock.pylock import TOOL, read_lock
 from october.installer.recipe import Recipe
-from october.installer.steps.lock.pylock import TOOL, read_lock
 
 
 def committed_lock(recipe: Recipe) -> Path | None:

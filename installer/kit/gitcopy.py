@@ -1,7 +1,7 @@
 """The git half of a kit: each fork at its pin, and its selected submodules at their recorded
 commits, as shallow bare repositories under ``DIR/git/``.
 
-Everything comes through the shared mirrors (:mod:`october.installer.steps.fetch.mirror`), so what a kit holds
+Everything comes through the shared mirrors (:mod:`october.installer.git.mirror`), so what a kit holds
 is what an online install would check out: the pin is resolved the same way (a prefix on its
 branch), submodules are read from the fork commit's own ``.gitmodules`` and gitlinks, relative
 submodule URLs are resolved against the fork URL as git resolves them against ``origin``.
@@ -21,14 +21,14 @@ import git
 from october.installer.core.errors import CommandFailed, FetchError, KitError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.git import git_env
+from october.installer.git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
+from october.installer.git.resolve import resolve_pin
+from october.installer.git.sdist import materialise
+from october.installer.git.sparse import bring, serve_config
+from october.installer.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
 from october.installer.kit import repo_relpath, url_key
 from october.installer.recipe import ForkUse
-from october.installer.steps.fetch import git_env
-from october.installer.steps.fetch.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
-from october.installer.steps.fetch.resolve import resolve_pin
-from october.installer.steps.fetch.sdist import materialise
-from october.installer.steps.fetch.sparse import bring, serve_config
-from october.installer.steps.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]
@@ -229,7 +229,7 @@ class KitRepos:
         return _count(mirror.path, base, commit) + 1
 
     def _sparse_submodule(self, url: str, who: str, commit: str, dirs: Sequence[str]) -> None:
-        """A sparse submodule (:mod:`october.installer.steps.fetch.sparse`): the commit, its trees and the
+        """A sparse submodule (:mod:`october.installer.git.sparse`): the commit, its trees and the
         cone's blobs, into the cache's partial mirror and from there into a partial copy in the kit."""
         sub_mirror = open_mirror(self.cache_dir, url, who, partial=True)
         what = f"fork '{who.split('/')[0]}': submodule {who.split('/', 1)[1]}"

@@ -21,6 +21,10 @@ from october.installer import __version__
 from october.installer.core.errors import KitError
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.git import git_env
+from october.installer.git.diagnose import remove_partial_objects
+from october.installer.git.mirror import PIN_REFS, open_mirror
+from october.installer.install.plan import installs_deps
 from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
 from october.installer.kit.against import committed_lock
 from october.installer.kit.gitcopy import KitRepos
@@ -28,12 +32,8 @@ from october.installer.kit.have import has
 from october.installer.kit.manifest import file_table, write_manifest
 from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
 from october.installer.recipe import ForkUse, Recipe
-from october.installer.steps.fetch import git_env
-from october.installer.steps.fetch.diagnose import remove_partial_objects
-from october.installer.steps.fetch.mirror import PIN_REFS, open_mirror
-from october.installer.steps.install.plan import installs_deps
-from october.installer.steps.wheel.download import download_wheel
-from october.installer.steps.wheel.version_info import read_version_info
+from october.installer.wheels.download import download_wheel
+from october.installer.wheels.version_info import read_version_info
 
 STEP = "kit"
 Say = Callable[[str], None]

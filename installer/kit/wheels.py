@@ -27,10 +27,10 @@ from october.installer.core.errors import CommandFailed, KitError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.redact import redact_url
 from october.installer.core.runner import Runner
+from october.installer.lock.pylock import read_lock
+from october.installer.pyenv.uvcmd import recipe_source_args, uv_exe
 from october.installer.recipe import Recipe
-from october.installer.steps.env.uvcmd import recipe_source_args, uv_exe
-from october.installer.steps.lock.pylock import read_lock
-from october.installer.steps.wheel.download import download_wheel
+from october.installer.wheels.download import download_wheel
 
 GLIBC = (2, 35)        # the newest glibc a kit's wheels may need (manylinux_2_35: Ubuntu 22.04, RHEL 10)
 

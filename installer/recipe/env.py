@@ -25,7 +25,7 @@ class Sources:
 class TorchPin:
     version: str            # exact, with local build tag when the index has one: "2.10.0+cu128"
     index_url: str | None = None
-    source: str = "index"   # "system": torch comes from a given interpreter (see october.installer.steps.env.systorch)
+    source: str = "index"   # "system": torch comes from a given interpreter (see october.installer.pyenv.systorch)
     allow_system: bool = False          # an index recipe that may also take torch from --system-python
     system_python: str | None = None    # the interpreter, set from --system-python (never from the recipe file)
 

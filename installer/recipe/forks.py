@@ -9,8 +9,8 @@ from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
 from october.installer.core.ids import FULL_SHA
+from october.installer.recipe.install import parse_build_env, parse_nested_installs
 from october.installer.recipe.tomlcheck import MAX_ITEMS, MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
-from october.installer.steps.install.policy import parse_build_env, parse_nested_installs
 
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -48,7 +48,7 @@ class SdistSource:
 
     The fetch step downloads it (checked against ``sha256``) and commits its files, as upstream's
     git would track them, into a local git repository tagged ``v<version>``
-    (:mod:`october.installer.steps.fetch.sdist`); that commit is deterministic, so the pin names it."""
+    (:mod:`october.installer.git.sdist`); that commit is deterministic, so the pin names it."""
 
     url: str
     sha256: str

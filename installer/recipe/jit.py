@@ -1,6 +1,6 @@
 """``[jit]``: which FlashInfer modules are pre-built, by which builder, for which serving routes.
 
-The modules are derived from the model selections (:mod:`october.installer.steps.jit.derive`); ``[[jit.modules]]``
+The modules are derived from the model selections (:mod:`october.installer.recipe.jitmodules`); ``[[jit.modules]]``
 may add modules by hand, never leave a derived one out.
 """
 
@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
-from october.installer.recipe.models import ModelSelection
-from october.installer.recipe.tomlcheck import Table
-from october.installer.steps.jit.derive import (
+from october.installer.recipe.jitmodules import (
     DEFAULT_ROUTES,
     DTYPES,
     HEAD_DIMS,
@@ -24,6 +22,8 @@ from october.installer.steps.jit.derive import (
     JitModule,
     derive_modules,
 )
+from october.installer.recipe.models import ModelSelection
+from october.installer.recipe.tomlcheck import Table
 
 MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 

@@ -1,8 +1,7 @@
 """A recipe file (``recipes/<name>.toml``) loaded into one frozen :class:`Recipe`.
 
 Each section has its parser next to its dataclass (:mod:`.forks`, :mod:`.env`, :mod:`.cuda`,
-:mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`, :mod:`.models`, :mod:`.smoke`; ``[install]`` in
-:mod:`october.installer.steps.install.policy`); this module reads the top level and calls them in file order, so
+:mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`, :mod:`.models`, :mod:`.smoke`, :mod:`.install`); this module reads the top level and calls them in file order, so
 the first problem found is the one reported.
 """
 
@@ -18,14 +17,14 @@ from october.installer.core.resources import DATA_ROOT
 from october.installer.recipe.cuda import CudaPin, parse_cuda
 from october.installer.recipe.env import Sources, TorchPin, parse_build, parse_python, parse_sources, parse_torch
 from october.installer.recipe.forks import SAFE_NAME, Fork, ForkUse, load_forks, parse_fork_uses
+from october.installer.recipe.install import InstallPolicy, parse_install
 from october.installer.recipe.jit import derive_jit, parse_jit
+from october.installer.recipe.jitmodules import DEFAULT_ROUTES, JitModule
 from october.installer.recipe.models import ModelSelection, parse_models
 from october.installer.recipe.preflight import PreflightLimits, parse_preflight
 from october.installer.recipe.smoke import SmokeConfig, parse_smoke
 from october.installer.recipe.tomlcheck import Table, check_format, read_toml
 from october.installer.recipe.wheel import BaseWheel, parse_wheel
-from october.installer.steps.install.policy import InstallPolicy, parse_install
-from october.installer.steps.jit.derive import DEFAULT_ROUTES, JitModule
 
 PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
 

@@ -7,8 +7,8 @@ from typing import Mapping
 
 from october.checks.contract import FORMATS
 from october.installer.core.ids import FULL_SHA, SHA256
+from october.installer.recipe.jitmodules import COMPUTE_DTYPES, V_FORMATS, ModelShape
 from october.installer.recipe.tomlcheck import MAX_KEY, Table
-from october.installer.steps.jit.derive import COMPUTE_DTYPES, V_FORMATS, ModelShape
 
 MODEL_FORMATS = FORMATS  # one definition: the contract both interpreters share
 SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")

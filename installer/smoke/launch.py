@@ -8,7 +8,7 @@ validates ``OUTPUT/receipt.json`` against ``receipts/smoke.schema.json``.
 What the stack promises comes from its setup receipt (``STACK/receipts/setup.json``):
 ``engine`` when it has the vLLM fork, ``kernel`` when it has FlashInfer only; that level
 runs unless a lower one is named.  The checks run with the stack's own runtime
-environment (``STACK/stack-env.json``, :mod:`october.installer.steps.env.stackenv`): the JIT workspace
+environment (``STACK/stack-env.json``, :mod:`october.installer.pyenv.stackenv`): the JIT workspace
 ``STACK/jit`` the jit step built into, the CUDA arch list, ``FLASHINFER_DISABLE_VERSION_CHECK``.
 """
 
@@ -36,11 +36,11 @@ from october.installer.core.resources import IMPORT_ROOT, stack_code_root
 from october.installer.core.runner import Runner
 from october.installer.core.schemas import validate
 from october.installer.download.plan import fixtures_dir
+from october.installer.pyenv import stackenv
 from october.installer.recipe.forks import highest, promise_of
 from october.installer.smoke import choices
 from october.installer.smoke.mutex import SmokeMutex
 from october.installer.smoke.selection import selection_info
-from october.installer.steps.env import stackenv
 
 REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
 STEP = "smoke"
@@ -164,7 +164,7 @@ def unchanged_receipt(install: Path, setup: Path) -> None:
     """setup.json as the receipt step wrote it (the sha256 its marker records; the check `current verify`
     makes): the smoke takes the stack's promise and recipe from it, so an edited one is refused."""
     from october.installer.core.paths import StackPaths
-    from october.installer.pipeline.engine import written_sha256
+    from october.installer.engine import written_sha256
 
     want = written_sha256(StackPaths(install).marker("receipt"))
     got = sha256_file(setup)
@@ -282,7 +282,7 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
                base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None,
                code_root: Path = REPO_ROOT) -> SmokePlan:
     """The command and environment; pure (reads nothing, runs nothing).  ``stack_env`` is the stack's
-    runtime environment (:func:`october.installer.steps.env.stackenv.load`), laid over ``base_env``; ``code_root`` the
+    runtime environment (:func:`october.installer.pyenv.stackenv.load`), laid over ``base_env``; ``code_root`` the
     directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
     argv = [str(python), "-m", "october.checks.smoke", *(["--format", opts.format] if opts.format else []),
@@ -408,7 +408,7 @@ def refuse_untrusted_jit(install: Path) -> None:
     """Never run the checks on JIT libraries whose bytes are not what the jit step recorded (corrupted,
     truncated, gone, or not recorded at all beside a record)."""
     from october.installer.core.errors import JitError
-    from october.installer.steps.jit.integrity import MANIFEST, report
+    from october.installer.jit.integrity import MANIFEST, report
 
     if not (install / "jit" / MANIFEST).is_file():
         return      # no jit step recorded anything here: the checks' own JIT check judges the workspace

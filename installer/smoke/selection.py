@@ -2,7 +2,7 @@
 
 From the stack's recipe: the selection's compute dtype and K/V cache dtypes (the engine
 starts with them and the physical check holds the cache to them), the JIT modules derived
-for it (:mod:`october.installer.steps.jit.derive`) and the workspace the jit step built them into (the
+for it (:mod:`october.installer.recipe.jitmodules`) and the workspace the jit step built them into (the
 JIT check looks for each one there and names the ``october_setup`` command that builds a
 missing one), and the model shape they were derived from (the recipe's ``[smoke]`` token
 counts are the stack info's own ``smoke``, :func:`october.installer.smoke.launch.stack_info`).  ``None``
@@ -19,7 +19,7 @@ from typing import Any
 
 from october.installer.core.errors import RecipeError
 from october.installer.recipe import load_recipe, resolve_recipe_path
-from october.installer.steps.jit.derive import selection_facts
+from october.installer.recipe.jitmodules import selection_facts
 
 
 def _recipe_arg(install: Path, recipe_name: str) -> str:

@@ -49,7 +49,7 @@ from october.installer.core.clonefile import clone_or_copy
 from october.installer.core.hashing import fingerprint
 
 if TYPE_CHECKING:
-    from october.installer.pipeline.engine import StepContext
+    from october.installer.engine import StepContext
 
 BUILT_FORMAT = 1
 PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
@@ -361,9 +361,9 @@ def stack_key(ctx: "StepContext") -> str | None:
     """This stack's key (see the module doc), or None when it may not take or give an entry: a dirty
     fork (``--allow-dirty``), a base wheel trusted on first use (no recipe sha256), a stack path a URL
     would quote, a site-provided torch preflight did not locate."""
-    from october.installer.steps.env.step import EnvStep
-    from october.installer.steps.env.uvcmd import uv_exe
-    from october.installer.steps.install.step import InstallStep
+    from october.installer.steps.env import EnvStep
+    from october.installer.pyenv.uvcmd import uv_exe
+    from october.installer.steps.install import InstallStep
     from october.installer.steps.results import FetchResult, PreflightResult
 
     root, r, o = ctx.paths.root, ctx.recipe, ctx.options

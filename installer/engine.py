@@ -1,0 +1,285 @@
+"""The step engine: fingerprinted, resumable, atomic done-markers.
+
+A step declares its inputs (JSON-able), runs, and returns its result (a frozen
+dataclass with ``to_json`` / ``chain_json``; the step's ``load`` reads it back).
+On success the engine writes ``STACK/.state/<step>.json`` atomically with the
+step's fingerprint and its result as ``outputs``.  The fingerprint covers the
+step's inputs and the ``chain_json`` digest of every earlier step's result, so a
+re-run skips a step whose inputs are unchanged, whose earlier steps produced
+the same results, and whose recorded result still verifies; a step that runs
+again and produces a different result makes every later step run again.  A
+step's marker is removed before it runs, so a killed run leaves no marker for
+the unfinished step, and a later step's marker, chained on the results it was
+made from, cannot match once an earlier result changed.  A marker of another
+format, a torn file or a result the step does not recognise means "not done".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
+
+from october.installer import __version__
+from october.installer.core.atomic import write_json_atomic
+from october.installer.core.errors import StateError
+from october.installer.core.filetrust import FileTrust
+from october.installer.core.hashing import fingerprint
+from october.installer.core.paths import StackPaths
+from october.installer.core.runner import Runner
+from october.installer.recipe import Recipe
+
+if TYPE_CHECKING:
+    from october.installer.kit.use import Kit
+    from october.installer.lock.pylock import LockedState
+
+MARKER_FORMAT = 2     # 2: typed results, chained on their outputs; a marker of format 1 means "not done"
+JSON = Any
+
+
+@dataclass(frozen=True)
+class SetupOptions:
+    stack: Path
+    recipe: Recipe
+    cache_dir: Path
+    allow_dirty: bool = False
+    skip_preflight: tuple[str, ...] = ()
+    locked: LockedState | None = None
+    quiet: bool = False
+    verbose: bool = False
+    kit: "Kit | None" = None    # --kit: git objects come from this offline kit only (october.installer.kit.use)
+
+
+class Reporter(Protocol):
+    def step_start(self, name: str, reason: str) -> None: ...
+    def transfer(self, label: str, done: float, total: float | None, unit: str = "B") -> None: ...
+    def step_skip(self, name: str) -> None: ...
+    def step_done(self, name: str, seconds: float) -> None: ...
+    def info(self, text: str) -> None: ...
+    def detail(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+
+
+class SilentReporter:
+    def step_start(self, name: str, reason: str) -> None: ...
+    def transfer(self, label: str, done: float, total: float | None, unit: str = "B") -> None: ...
+    def step_skip(self, name: str) -> None: ...
+    def step_done(self, name: str, seconds: float) -> None: ...
+    def info(self, text: str) -> None: ...
+    def detail(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+
+
+class StepResult(Protocol):
+    """One step's result: saved in its done-marker, read by later steps (installer/steps/results.py)."""
+
+    step: ClassVar[str]
+
+    def to_json(self) -> dict[str, JSON]:
+        """The result as JSON, stored as the marker's ``outputs``."""
+
+    def chain_json(self) -> JSON:
+        """The part of the result later steps depend on; their fingerprints chain on its digest."""
+
+
+R = TypeVar("R", bound=StepResult)
+S = TypeVar("S", bound=StepResult)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    name: str
+    fingerprint: str
+    result: StepResult
+    seconds: float
+    finished_at: str
+    status: str  # "ran" | "cached"
+
+    @property
+    def outputs(self) -> dict[str, JSON]:
+        return self.result.to_json()
+
+
+@dataclass
+class StepContext:
+    options: SetupOptions
+    paths: StackPaths
+    runner: Runner
+    ui: Reporter
+    done: dict[str, StepRecord] = field(default_factory=dict)
+    _trust: FileTrust | None = None
+    # Work a later step may begin before its turn, and what it began: a step announces a point it has
+    # reached (FORKS_INSTALLED) with what it knows there, each listener for it may start work for a later
+    # step and leaves it in ``early`` under that step's name, for the step to take when it runs
+    # (the jit step's early start, ``steps/jitearly.py``).
+    listeners: dict[str, list[Callable[["StepContext", Any], None]]] = field(default_factory=dict)
+    early: dict[str, Any] = field(default_factory=dict)
+
+    def listen(self, event: str, listener: Callable[["StepContext", Any], None]) -> None:
+        self.listeners.setdefault(event, []).append(listener)
+
+    def announce(self, event: str, detail: Any) -> None:
+        """``event`` reached by the running step, ``detail`` what it says of it: run each listener (a
+        listener's failure is its own to handle)."""
+        for listener in self.listeners.get(event, ()):
+            listener(self, detail)
+
+    @property
+    def trust(self) -> FileTrust:
+        """Digests of files whose stat signature is unchanged since they were hashed
+        (:mod:`october.installer.core.filetrust`): what a no-op trusts instead of re-reading."""
+        if self._trust is None:
+            self._trust = FileTrust(self.paths.state / "file-trust.json")
+        return self._trust
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.options.recipe
+
+    def result(self, kind: type[R]) -> R | None:
+        """The result of the earlier step ``kind.step`` when it is done and of that type, else None."""
+        rec = self.done.get(kind.step)
+        return rec.result if rec is not None and isinstance(rec.result, kind) else None
+
+    def need(self, kind: type[R]) -> R:
+        """Like :meth:`result`, for a step whose result must be there."""
+        got = self.result(kind)
+        if got is None:
+            raise StateError("an earlier step's result is missing", expected=f"step '{kind.step}' done",
+                             found="no record", fix="re-run october_setup")
+        return got
+
+
+# The install step has put every fork in place (the editable installs done, before its checks); its
+# detail: the forks as it installed them (list of october.installer.install.plan.ForkSource: each
+# checkout's path, the one source of truth for where FlashInfer's AOT directory is before install records it).
+FORKS_INSTALLED = "forks-installed"
+
+
+class Step(Protocol[S]):
+    name: ClassVar[str]
+
+    def inputs(self, ctx: StepContext) -> JSON:
+        """What the step reads from the recipe and the options, as JSON; its fingerprint is these inputs
+        together with the digests of every earlier step's result."""
+
+    def run(self, ctx: StepContext) -> S:
+        """Do the work; return the result stored in the done-marker."""
+
+    def load(self, outputs: Mapping[str, JSON]) -> S:
+        """The result back from a marker's ``outputs``; raises ``ValueError`` when it is not one."""
+
+    def verify(self, ctx: StepContext, result: S) -> str | None:
+        """``None`` when the recorded result is still valid, else the reason it is not."""
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # a torn or foreign file is treated as "not done"
+    if not isinstance(data, dict) or data.get("format_version") != MARKER_FORMAT:
+        return None
+    return data
+
+
+def written_sha256(marker_path: Path) -> str | None:
+    """The sha256 a step's marker records for the file it wrote (``outputs.sha256``), or None."""
+    want = ((read_marker(marker_path) or {}).get("outputs") or {}).get("sha256")
+    return want if isinstance(want, str) else None
+
+
+def load_result(step: Step[S], marker: Mapping[str, Any] | None) -> S | None:
+    """The step's result from its marker, or None when there is none or it is not one."""
+    if marker is None or not isinstance(marker.get("outputs"), dict):
+        return None
+    try:
+        return step.load(marker["outputs"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def inputs_fingerprint(step: Step[Any], ctx: StepContext) -> str:
+    return fingerprint({"step": step.name, "inputs": step.inputs(ctx)})
+
+
+def must_run(step: Step[Any], ctx: StepContext) -> bool:
+    """Whether ``step`` runs when the walk reaches it, whatever the earlier steps' results are: its marker
+    is missing or unreadable, or its inputs changed.  A step this says False of may still run (an earlier
+    result changed, its outputs no longer verify); nothing is begun early for it."""
+    marker = read_marker(ctx.paths.marker(step.name))
+    if marker is None or load_result(step, marker) is None:
+        return True
+    return marker.get("inputs") != inputs_fingerprint(step, ctx)
+
+
+def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
+                 on_record: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
+    """Run ``steps`` in order; return one record per step (ran or cached)."""
+    records = _walk(steps, ctx, on_record, verify_only=False)
+    assert records is not None
+    return records
+
+
+def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRecord] | None:
+    """Every step's record when all of them are done and still verify (all "cached"); None as soon as
+    one would run.  Runs nothing and writes nothing: the no-op fast path (:mod:`october.installer.noop`)."""
+    return _walk(steps, ctx, None, verify_only=True)
+
+
+def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,
+          verify_only: bool) -> list[StepRecord] | None:
+    upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
+    records: list[StepRecord] = []
+    ctx.paths.state.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        inputs_fp = inputs_fingerprint(step, ctx)
+        upstream_fp = fingerprint(upstream)
+        fp = fingerprint({"inputs": inputs_fp, "upstream": upstream_fp})
+        marker_path = ctx.paths.marker(step.name)
+        marker = read_marker(marker_path)
+        result = load_result(step, marker)
+        reason: str | None = None
+        if marker is None or result is None:
+            reason = "not done yet"
+        elif marker.get("inputs") != inputs_fp:
+            reason = "its inputs changed"
+        elif marker.get("fingerprint") != fp:
+            reason = "an earlier step's result changed"
+        else:
+            bad = step.verify(ctx, result)
+            reason = f"its outputs no longer verify ({bad})" if bad is not None else None
+        if reason is None and marker is not None and result is not None:
+            record = StepRecord(step.name, fp, result, float(marker.get("seconds", 0.0)),
+                                str(marker.get("finished_at", "")), "cached")
+            ctx.ui.step_skip(step.name)
+        elif verify_only:
+            return None
+        else:
+            # not done until it finishes: a run killed from here on leaves no marker for this step,
+            # and a later step's marker is chained on the results it was made from
+            marker_path.unlink(missing_ok=True)
+            ctx.ui.step_start(step.name, reason or "")
+            start = time.monotonic()
+            result = step.run(ctx)
+            seconds = round(time.monotonic() - start, 3)
+            finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            write_json_atomic(marker_path, {"format_version": MARKER_FORMAT, "step": step.name,
+                                            "fingerprint": fp, "inputs": inputs_fp, "upstream": upstream_fp,
+                                            "outputs": result.to_json(), "seconds": seconds,
+                                            "finished_at": finished, "tool_version": __version__})
+            record = StepRecord(step.name, fp, result, seconds, finished, "ran")
+            ctx.ui.step_done(step.name, seconds)
+        ctx.done[step.name] = record
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+        upstream.append([step.name, fingerprint(result.chain_json())])
+    if ctx._trust is not None and any(r.status == "ran" for r in records):
+        ctx._trust.save()           # a no-op writes nothing
+    return records

@@ -1,0 +1,132 @@
+"""Read-only looks at a working clone: HEAD, local changes, submodule states, and the fetch step's
+verdict "still what fetch left".
+
+These run on every re-run (a no-op included), so they start as few processes as they can and no
+Python git library: HEAD is read from the clone's files (:func:`october.installer.core.version.head_commit`),
+local changes are one ``git status`` and submodules one ``git submodule status --recursive``, each
+with ``GIT_OPTIONAL_LOCKS=0`` (a look must not rewrite the index).  ``git status`` is what decides
+"clean" and does not re-read a file whose stat data matches git's index: the no-op trusts git's
+own index the way git does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from october.installer.core.version import head_commit
+from october.installer.git import git_env
+
+__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "selected",
+           "submodule_states"]
+
+MAX_LISTED = 10
+
+
+class GitInspectError(Exception):
+    """A read-only git command failed; ``str()`` is its last line of stderr."""
+
+
+@dataclass(frozen=True)
+class SubmoduleState:
+    flag: str        # " " at the recorded commit, "+" another commit, "-" not initialized, "U" conflict
+    commit: str
+    path: str
+
+
+def _git(path: Path, *args: str) -> str:
+    env = git_env()
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        done = subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, text=True,
+                              errors="replace", stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        raise GitInspectError(f"cannot run git ({exc.strerror or exc})") from None
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+        raise GitInspectError(lines[-1] if lines else f"exit {done.returncode}")
+    return done.stdout
+
+
+def dirty_entries(path: Path) -> list[str]:
+    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
+    out = _git(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def submodule_states(path: Path) -> list[SubmoduleState]:
+    """``git submodule status --recursive``, parsed."""
+    states: list[SubmoduleState] = []
+    for line in _git(path, "submodule", "status", "--recursive").splitlines():
+        if not line.strip():
+            continue
+        flag, rest = line[0], line[1:]
+        commit, _, where = rest.partition(" ")
+        if where.endswith(")") and " (" in where:
+            where = where.rsplit(" (", 1)[0]
+        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
+    return states
+
+
+def selected(path: str, selection: Sequence[str] | None) -> bool:
+    """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
+    if selection is None:
+        return True
+    return any(path == p or path.startswith(p + "/") for p in selection)
+
+
+def listed(items: Sequence[str]) -> str:
+    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
+    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+
+
+def check_clone(path: Path, commit: str, *, allow_dirty: bool,
+                submodules: Mapping[str, str] | None = None,
+                submodule_paths: Sequence[str] | None = None,
+                sparse: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
+    submodules at the recorded commits, the sparse ones keeping exactly their directories);
+    otherwise the reason it is not."""
+    head = head_commit(path)
+    if head is None:
+        return f"{path} is not a git clone"
+    if head != commit:
+        return f"{path} is at {head}, not {commit}"
+    if sparse or submodules:
+        from october.installer.git.sparse import cone_problem, partial_or_sparse
+
+        for sub, dirs in sorted((sparse or {}).items()):
+            bad = cone_problem(path / sub, dirs)
+            if bad is not None:
+                return f"submodule {sub}: {bad}"
+        for sub in sorted(set(submodules or {}) - set(sparse or {})):
+            if partial_or_sparse(path / sub):
+                return f"submodule {sub} is a sparse or partial checkout; the recipe wants it whole"
+    try:
+        if not allow_dirty:
+            dirty = dirty_entries(path)
+            if dirty:
+                return f"{path} has local changes ({listed(dirty)})"
+            if submodules is not None and submodules:
+                # A clean `git status --ignore-submodules=none` already says every checked-out
+                # submodule is at the commit HEAD records (else " M <sub>"), recursively; what it
+                # does not see is a selected submodule that is not checked out.  HEAD is the pin, so
+                # the recorded commits are HEAD's: each must be checked out at its commit (read from
+                # its files, no `git submodule status` and the processes it starts).
+                off = [sub for sub, want in sorted(submodules.items()) if head_commit(path / sub) != want]
+                if off:
+                    return f"{path} submodules not at their recorded commits: {', '.join(off)}"
+                return None
+        if submodules is not None:
+            states = [s for s in submodule_states(path) if selected(s.path, submodule_paths)]
+            off = [s.path for s in states if s.flag != " "]
+            if off:
+                return f"{path} submodules not at their recorded commits: {', '.join(off)}"
+            now = {s.path: s.commit for s in states}
+            if now != dict(submodules):
+                return f"{path} submodules are {now}, not {dict(submodules)}"
+    except GitInspectError as exc:
+        return f"git cannot inspect {path} ({exc})"
+    return None

@@ -1,0 +1,173 @@
+"""A fork made from a released source distribution (``source = "sdist"`` in forks.toml).
+
+vLLM's releases are on PyPI as sdists beside the wheels; an sdist holds the real ``setup.py``,
+``csrc/``, ``CMakeLists.txt``, ``cmake/``, ``requirements/`` and ``vllm/``, but no git history
+(its ``vllm/_version.py`` names the release commit only abbreviated, e.g. ``gee0da84ab``).
+Such a fork is *materialised* once per cache:
+
+1. the sdist is downloaded into the cache and checked against the pin's sha256;
+2. its members are extracted in Python (``tarfile``, ``filter="data"``: no absolute paths, no
+   ``..``, no links out, no device files, and no owner taken from the archive -- an sdist packed
+   by uid 1000 and extracted by root with ``tar`` keeps uid 1000, and git then refuses the
+   checkout as of "dubious ownership");
+3. the files are committed the way upstream's git tracks them: the sdist's own ``.gitignore``
+   rules apply (so ``vllm/_version.py`` and ``*.egg-info/``, which setuptools writes at build
+   time, stay untracked and an install never dirties the tree), with a fixed author, committer,
+   dates and a message made from the sdist (its sha256 and the commit id its ``vllm/_version.py`` names,
+   as trailers), so the commit id depends on the sdist's bytes alone and forks.toml pins it;
+4. the commit is tagged ``v<version>``: setuptools-scm then reports the release version
+   (without a tag vLLM's version would be ``0.1.dev1+g<sha>.precompiled``);
+5. the result is a bare repository ``<cache>/sdist/repos/<sha256[:16]>-<name>-f<format>.git`` (built
+   beside it and renamed into place), plus ``october-sdist.json`` in it: what was made from what.
+
+The fetch step then treats that repository as the fork's remote: the mirror (keyed by the sdist
+URL) fetches from it, and the clone in ``STACK/src/<fork>`` is made from the mirror as for any fork.
+Every git command goes through the runner (logged).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from filelock import FileLock
+
+from october.installer.core.atomic import write_json_atomic
+from october.installer.core.errors import FetchError, WheelError
+from october.installer.core.runner import Runner
+from october.installer.git import git_env
+from october.installer.recipe import SdistSource
+from october.installer.wheels.download import download_wheel
+
+RECORD = "october-sdist.json"
+FORMAT = 2   # in the repository name: a repository made by another format is never reused
+# Fixed identity and date: the commit id is a function of the sdist's files only.
+_IDENTITY = {"GIT_AUTHOR_NAME": "october", "GIT_AUTHOR_EMAIL": "october@localhost",
+             "GIT_COMMITTER_NAME": "october", "GIT_COMMITTER_EMAIL": "october@localhost",
+             "GIT_AUTHOR_DATE": "1970-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00+0000"}
+# No user or system configuration may change what is tracked or how (excludes, autocrlf, hooks).
+_CONFIG = ["-c", "core.excludesFile=/dev/null", "-c", "core.autocrlf=false", "-c", "core.fileMode=true",
+           "-c", "core.symlinks=true", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false",
+           "-c", "tag.gpgSign=false", "-c", "init.defaultBranch=main"]
+
+
+@dataclass(frozen=True)
+class SdistRepo:
+    path: Path            # a bare repository holding the one commit, tagged v<version>
+    commit: str
+    tag: str
+    recorded_commit_id: str | None   # what the sdist's vllm/_version.py says (abbreviated), if it says
+
+
+def repo_path(cache_dir: Path, sdist: SdistSource, name: str) -> Path:
+    return cache_dir / "sdist" / "repos" / f"{sdist.sha256[:16]}-{name}-f{FORMAT}.git"
+
+
+def message(sdist: SdistSource, name: str, commit_id: str | None) -> str:
+    """The commit message: what the commit was made from, as trailers the wheel step reads back (they travel
+    with the commit, into kits too)."""
+    return (f"{name} {sdist.version} from its source distribution {sdist.filename}\n\n"
+            f"sdist-sha256: {sdist.sha256}\n" + (f"sdist-commit-id: {commit_id}\n" if commit_id else ""))
+
+
+def trailers(text: str) -> dict[str, str]:
+    """``sdist-sha256`` / ``sdist-commit-id`` from a commit message made by :func:`message`."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in ("sdist-sha256", "sdist-commit-id"):
+            out[key] = value.strip()
+    return out
+
+
+def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str,
+                expected_commit: str) -> SdistRepo:
+    """The bare repository made from ``sdist`` (made now if the cache lacks it), checked to hold
+    ``expected_commit`` tagged ``v<version>``."""
+    dest = repo_path(cache_dir, sdist, name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
+        if not (dest / RECORD).is_file():
+            _make(runner, step, cache_dir, sdist, name, dest)
+    rec = json.loads((dest / RECORD).read_text(encoding="utf-8"))
+    made = str(rec.get("commit", ""))
+    if made != expected_commit:
+        raise FetchError(f"fork '{name}': the sdist {sdist.filename} makes commit {made}, not the pinned one",
+                         expected=f"commit {expected_commit} (forks.toml) from sdist sha256 {sdist.sha256}",
+                         found=f"commit {made} in {dest}",
+                         fix="if forks.toml's commit is stale, set it to the one found; if the cache is "
+                             f"damaged, remove {dest} and re-run")
+    done = runner.run(["git", "--git-dir", str(dest), "rev-parse", "--verify", "--quiet",
+                       f"refs/tags/v{sdist.version}^{{commit}}"], step=step, env=git_env(), check=False)
+    if done.returncode != 0 or done.output.strip().splitlines()[-1:] != [made]:
+        raise FetchError(f"fork '{name}': the materialised sdist repository {dest} is damaged",
+                         expected=f"tag v{sdist.version} at {made}", found=done.output.strip()[-200:] or "no tag",
+                         fix=f"remove {dest} and re-run (it is only a cache)")
+    return SdistRepo(dest, made, f"v{sdist.version}", rec.get("recorded_commit_id"))
+
+
+def _download(cache_dir: Path, sdist: SdistSource, name: str) -> Path:
+    try:
+        return download_wheel(sdist.url, sdist.filename, cache_dir, sha256=sdist.sha256, suffix=".tar.gz").path
+    except WheelError as exc:
+        raise FetchError(f"fork '{name}': cannot get its source distribution {sdist.filename}",
+                         expected=exc.expected, found=exc.found, fix=exc.fix) from None
+
+
+def _extract(archive: Path, into: Path, sdist: SdistSource, name: str) -> Path:
+    """The sdist's single top directory, extracted safely and owned by us."""
+    try:
+        with tarfile.open(archive, "r:gz") as tf:
+            members = tf.getmembers()
+            tops = {PurePosixPath(m.name).parts[0] for m in members if m.name not in ("", ".")}
+            if len(tops) != 1:
+                raise FetchError(f"fork '{name}': {sdist.filename} is not a one-directory source distribution",
+                                 expected="every member under one top directory (e.g. vllm-0.24.0/)",
+                                 found=f"{len(tops)} top-level entries", fix="check the pin's sdist URL")
+            tf.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise FetchError(f"fork '{name}': cannot unpack {sdist.filename}", expected="a readable .tar.gz",
+                         found=str(exc), fix=f"remove {archive} from the cache and re-run") from None
+    return into / tops.pop()
+
+
+_COMMIT_ID = re.compile(r"^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['\"](g?[0-9a-f]{7,40})['\"]", re.M)
+
+
+def _version_commit(tree: Path) -> str | None:
+    """The commit id setuptools-scm wrote into the sdist's ``vllm/_version.py`` (abbreviated), if any."""
+    f = tree / "vllm" / "_version.py"
+    m = _COMMIT_ID.search(f.read_text(encoding="utf-8")) if f.is_file() else None
+    return m.group(1) if m else None
+
+
+def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str, dest: Path) -> None:
+    archive = _download(cache_dir, sdist, name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    env = {**git_env(), **_IDENTITY}
+    with tempfile.TemporaryDirectory(prefix="october-sdist-", dir=dest.parent) as tmp:
+        tree = _extract(archive, Path(tmp), sdist, name)
+        git = ["git", *_CONFIG, "--git-dir", str(partial), "--work-tree", str(tree)]
+        runner.run(["git", *_CONFIG, "init", "--quiet", "--bare", "--template=", str(partial)], step=step, env=env)
+        runner.run([*git, "add", "--all", "."], step=step, env=env, cwd=tree)
+        recorded = _version_commit(tree)
+        runner.run([*git, "commit", "--quiet", "--no-verify", "-m", message(sdist, name, recorded)], step=step,
+                   env=env, cwd=tree)
+        runner.run([*git, "tag", f"v{sdist.version}"], step=step, env=env, cwd=tree)
+        commit = runner.run([*git, "rev-parse", "HEAD"], step=step, env=env).output.strip().splitlines()[-1]
+        untracked = runner.run([*git, "ls-files", "--others", "--ignored", "--exclude-standard"],
+                               step=step, env=env, cwd=tree).output.split()
+        write_json_atomic(partial / RECORD, {
+            "format": FORMAT, "fork": name, "sdist": {"url": sdist.url, "sha256": sdist.sha256,
+                                                      "version": sdist.version},
+            "commit": commit, "tag": f"v{sdist.version}", "recorded_commit_id": recorded,
+            "left_untracked": sorted(untracked)})
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)

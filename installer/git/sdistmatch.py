@@ -1,0 +1,116 @@
+"""Is the base wheel right for an sdist-made fork?  The fork must *be* the wheel's release source.
+
+An sdist-made fork (:mod:`october.installer.git.sdist`) has one commit and no history, and
+the wheel names its source commit only abbreviated (``vllm/_version.py``: ``gee0da84ab``), so the
+git comparison of :mod:`october.installer.git.equivalence` cannot run.  What is proved
+instead, from the files alone (no network):
+
+1. the fork commit says (trailers of its message, made when the sdist was materialised) that it is the
+   pinned sdist, whose own ``vllm/_version.py`` names the same commit as the wheel's, and the sdist's
+   version is the wheel's;
+2. every Python file the fork tracks under the wheel's packages is in the wheel, byte for byte
+   (compared as git blob ids against ``git ls-tree`` at the fork commit);
+3. what the wheel has beyond them is counted and listed by top directory (files vLLM's build
+   fetches, e.g. ``vllm/third_party/...``, and the generated ``vllm/_version.py``).
+
+The compiled sources (``csrc/``, ``cmake/``) cannot be compared with a wheel, which holds only
+their build: they are the sdist's, and the sdist is pinned by sha256 and shown by 1 and 2 to be the
+wheel's release.  Anything short of that fails closed with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+from october.installer.core.errors import WheelError
+from october.installer.core.runner import Runner
+from october.installer.git import git_env
+from october.installer.git.sdist import trailers
+from october.installer.recipe import SdistSource
+
+METHOD = "sdist-files"
+MAX_LISTED = 12
+GENERATED = ("/_version.py",)     # written by setuptools-scm at build time: in no source tree
+
+
+def blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _tracked(runner: Runner, clone: Path, commit: str, step: str) -> dict[str, str]:
+    done = runner.run(["git", "-C", str(clone), "ls-tree", "-r", "-z", "--full-tree", commit], step=step,
+                      env=git_env(), check=False)
+    if done.returncode != 0:
+        raise WheelError(f"git could not list the fork commit {commit[:12]} in {clone}",
+                         expected="`git ls-tree` to succeed", found=done.output.strip()[-300:],
+                         fix="re-run october_setup (the fetch step re-creates the clone)")
+    out: dict[str, str] = {}
+    for record in done.output.split("\0"):
+        meta, tab, path = record.partition("\t")
+        fields = meta.split()
+        if tab and len(fields) == 3 and fields[1] == "blob":
+            out[path] = fields[2]
+    return out
+
+
+def _short(commit_id: str | None) -> str | None:
+    """``gee0da84ab`` / ``ee0da84ab`` -> ``ee0da84ab``."""
+    if not commit_id:
+        return None
+    return commit_id[1:] if commit_id.startswith("g") else commit_id
+
+
+def _listed(items: list[str]) -> str:
+    shown = items[:MAX_LISTED] + ([f"... and {len(items) - MAX_LISTED} more"] if len(items) > MAX_LISTED else [])
+    return "\n".join(f"    {i}" for i in shown)
+
+
+def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel: Path, *, wheel_commit: str,
+                            wheel_version: str, sdist: SdistSource, fork_name: str = "vllm",
+                            step: str = "wheel") -> dict[str, object]:
+    """The record of the proof (``method: sdist-files``); raise :class:`WheelError` where it fails."""
+    done = runner.run(["git", "-C", str(clone), "log", "-1", "--format=%B", fork_commit], step=step, env=git_env(),
+                      check=False)
+    said = trailers(done.output) if done.returncode == 0 else {}
+    if said.get("sdist-sha256") != sdist.sha256:
+        raise WheelError(f"cannot prove the base wheel fits the sdist-made fork '{fork_name}': its commit does not "
+                         "say it was made from the pinned sdist",
+                         expected=f"commit {fork_commit} with the trailer sdist-sha256: {sdist.sha256}",
+                         found=f"sdist-sha256 {said.get('sdist-sha256') or 'absent'}",
+                         fix="re-run october_setup (the fetch step materialises the sdist again)")
+    recorded = said.get("sdist-commit-id")
+    sdist_id, wheel_id = _short(recorded), _short(wheel_commit)
+    if sdist_id is None or sdist_id != wheel_id or sdist.version != wheel_version:
+        raise WheelError(f"the base wheel is not the release the sdist-made fork '{fork_name}' was made from",
+                         expected=f"the wheel's commit {wheel_commit} and version {wheel_version} equal to the "
+                                  f"sdist's, and fork commit {fork_commit}",
+                         found=f"the sdist {sdist.filename} (fork commit {fork_commit[:12]}) says commit "
+                               f"{recorded or 'none'} and version {sdist.version}",
+                         fix="pin the sdist and the wheel of the same vLLM release (forks.toml and [wheel])")
+    tracked = _tracked(runner, clone, fork_commit, step)
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = {n: zf.read(n) for n in zf.namelist() if n.endswith(".py") and ".dist-info/" not in n}
+    packages = {n.split("/", 1)[0] for n in in_wheel if "/" in n}
+    fork_py = {p: i for p, i in tracked.items() if p.endswith(".py") and p.split("/", 1)[0] in packages}
+    differ = sorted(p for p, i in fork_py.items() if p in in_wheel and blob_id(in_wheel[p]) != i)
+    missing = sorted(p for p in fork_py if p not in in_wheel)
+    if differ or missing or not fork_py:
+        lines = [f"{p} (differs)" for p in differ] + [f"{p} (not in the wheel)" for p in missing]
+        raise WheelError(f"the sdist-made fork '{fork_name}' is not the base wheel's source: "
+                         f"{len(lines) or 'no'} Python file(s) disagree\n" + _listed(lines),
+                         expected=f"every Python file the fork tracks under {', '.join(sorted(packages))} "
+                                  f"in {wheel.name}, byte for byte",
+                         found=f"{len(fork_py)} tracked, {len(differ)} differ, {len(missing)} missing from the wheel",
+                         fix="pin the sdist and the wheel of the same vLLM release (forks.toml and [wheel])")
+    extra = sorted(n for n in in_wheel if n not in fork_py)
+    groups: dict[str, int] = {}
+    for n in extra:
+        key = n if n.endswith(GENERATED) else "/".join(n.split("/")[:3]) + "/"
+        groups[key] = groups.get(key, 0) + 1
+    return {"method": METHOD, "fork_commit": fork_commit, "sdist_sha256": sdist.sha256,
+            "sdist_commit_id": recorded, "wheel_commit_id": wheel_commit,
+            "version": wheel_version, "python_files_identical": len(fork_py),
+            "wheel_only": dict(sorted(groups.items())),
+            "compiled_sources": "not comparable with a wheel: the fork's are the pinned sdist's"}

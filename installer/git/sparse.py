@@ -1,0 +1,239 @@
+"""Sparse submodules: a partial clone that holds a commit, its trees and only the blobs under the
+directories a recipe keeps (``sparse = { "3rdparty/cutlass" = ["include", "tools/util/include"] }``),
+checked out in git's cone mode.
+
+Why: FlashInfer's JIT reads CUTLASS's ``include/`` and ``tools/util/include/`` only, and the one
+reachable copy of the CUTLASS commit FlashInfer records lacks a PNG under ``media/``, so a full
+fetch of that commit cannot succeed anywhere here.  A partial fetch asks for the commit with
+``--filter=blob:none`` and then for the cone's blobs by id, so what is carried is exactly what the
+checkout needs, and every object that arrives is hashed by git as any fetched object is.
+
+Cone mode keeps every file directly in the root and in each parent of a kept directory, besides the
+directories themselves (``tools/CMakeLists.txt`` and ``tools/util/CMakeLists.txt`` for
+``tools/util/include``): :func:`cone_blobs` lists the same set, so the checkout never needs an
+object the partial repository does not hold.
+
+The same :func:`bring` fills the cache's partial mirror (from the upstream or a kit) and a kit's
+copy (from the cache mirror).  Servers must allow filters and wants by id: GitHub does; a local
+repository is asked through ``--upload-pack`` (git strips config given to the client before it
+starts a local ``upload-pack``), and the partial repositories we make say so in their own config,
+for the lazy fetch that ``git checkout`` makes from them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from october.installer import git as fetch_pkg
+from october.installer.core.errors import CommandFailed, FetchError
+from october.installer.core.runner import Runner
+from october.installer.git import git_env
+from october.installer.git.diagnose import diagnose
+from october.installer.git.exclude import git_dir
+
+PARTIAL_REFS = "refs/october/partial"
+SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true"))
+UPLOAD_PACK = "git " + " ".join(f"-c {k}={v}" for k, v in SERVE_CONFIG) + " upload-pack"
+BLOBS_PER_FETCH = 2000          # ids per `git fetch` command line (a cone of CUTLASS headers: 891)
+_ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P<path>.*)$", re.S)
+
+
+def _repo(path: Path) -> "git.Repo":
+    """A read-only look: in a partial repository a missing object must never be fetched from its promisor
+    (:data:`october.installer.git.NO_FETCH`): a kit's copy would otherwise fetch from its upstream, and the cache's
+    partial mirror from the network."""
+    import git  # GitPython only where git is read (the no-op's cone check reads files)
+
+    r = git.Repo(path)
+    r.git.update_environment(**fetch_pkg.NO_FETCH)
+    return r
+
+
+_SSH = re.compile(r"^(ssh://|git\+ssh://|ssh\+git://|[A-Za-z0-9._-]+@[^/:]+:)")
+
+
+def upload_pack(source: str) -> list[str]:
+    """``--upload-pack`` asking a local repository to allow filters and ids (git strips client config
+    before starting a local upload-pack; an https URL may be rewritten to a local copy by
+    ``url.<copy>.insteadOf``, and https itself ignores the option); never for ssh, whose host would be
+    asked to run a command it may refuse."""
+    return [] if _SSH.match(source) else [f"--upload-pack={UPLOAD_PACK}"]
+
+
+def parents(dirs: Sequence[str]) -> list[str]:
+    """The root ("") and every parent directory of each kept directory, in order, once each."""
+    out = [""]
+    for d in dirs:
+        parts = d.split("/")
+        for i in range(1, len(parts)):
+            p = "/".join(parts[:i])
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def _entries(text: str) -> list[tuple[str, str, str]]:
+    """``git ls-tree -z`` output as (type, oid, path)."""
+    out = []
+    for item in text.split("\0"):
+        m = _ENTRY.match(item)
+        if m:
+            out.append((m["type"], m["oid"], m["path"]))
+    return out
+
+
+def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dict[str, str]:
+    """path -> blob id of every file a cone checkout of ``dirs`` writes (trees must be present)."""
+    import git
+
+    found: dict[str, str] = {}
+    with _repo(repo) as r:
+        for parent in parents(dirs):
+            try:
+                text = r.git.ls_tree("-z", f"{commit}:{parent}" if parent else commit)
+            except git.GitCommandError:
+                continue                   # a parent that is not a directory: the kept one fails below
+            found.update({(f"{parent}/{p}" if parent else p): oid
+                          for typ, oid, p in _entries(text) if typ == "blob"})
+        for d in dirs:
+            try:
+                kind = str(r.git.cat_file("-t", f"{commit}:{d}")).strip()
+            except git.GitCommandError:
+                kind = "nothing"
+            if kind != "tree":
+                raise FetchError(f"{who}: the recipe keeps directory '{d}', which commit {commit} does not have",
+                                 expected=f"a directory {d}/ in the submodule at {commit}",
+                                 found=kind if kind != "nothing" else "no such path",
+                                 fix="fix the fork entry's sparse = { ... } in the recipe")
+            found.update({p: oid for typ, oid, p in _entries(r.git.ls_tree("-r", "-z", commit, "--", f"{d}/"))
+                          if typ == "blob"})
+    return found
+
+
+def missing_objects(repo: Path, commit: str) -> set[str]:
+    """Ids reachable from ``commit`` that the repository does not hold (no lazy fetch is made)."""
+    with _repo(repo) as r:
+        out = str(r.git.rev_list("--objects", "--missing=print", commit))
+    return {ln[1:].strip() for ln in out.splitlines() if ln.startswith("?")}
+
+
+def _has_ref(repo: Path, commit: str) -> bool:
+    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and
+    its trees (a ``cat-file`` on a missing object would make git fetch it lazily instead)."""
+    import git
+
+    with _repo(repo) as r:
+        try:
+            return str(r.git.rev_parse("--verify", "--quiet", f"{PARTIAL_REFS}/{commit}")).strip() == commit
+        except git.GitCommandError:
+            return False
+
+
+def lacking(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> list[str] | None:
+    """None when the repository lacks the commit (or its trees); else the cone's paths it lacks."""
+    if not _has_ref(repo, commit):
+        return None
+    gone = missing_objects(repo, commit)
+    return sorted(p for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone)
+
+
+def _git(runner: Runner, step: str, argv: list[str], *, who: str, doing: str, source: str) -> None:
+    try:
+        runner.run(["git", *argv], step=step, env=git_env())
+    except CommandFailed as exc:
+        d = diagnose(exc.tail, what=f"'{who}'", url=source)
+        raise FetchError(f"{who}: {doing} failed", expected="git to succeed",
+                         found=f"exit {exc.returncode}: {d.found}", fix=f"{d.fix}; full log: {exc.log_path}") from None
+
+
+def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit: str, dirs: Sequence[str], *,
+          who: str) -> bool:
+    """Make ``repo`` (ours, locked by the caller) hold ``commit``, its trees and the cone's blobs,
+    fetched from ``source``; return True when anything was fetched.  Raises :class:`FetchError`
+    naming the files the source could not send."""
+    need = lacking(repo, commit, dirs, who=who)
+    if need == []:
+        return False
+    if need is None:
+        _git(runner, step, ["-C", str(repo), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+                            *upload_pack(source), source, f"+{commit}:{PARTIAL_REFS}/{commit}"],
+             who=who, doing=f"fetching commit {commit} (trees only) from {shown}", source=shown)
+    gone = missing_objects(repo, commit)
+    ids = sorted({oid for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone})
+    for i in range(0, len(ids), BLOBS_PER_FETCH):
+        _git(runner, step, ["-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet",
+                            "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no", "--filter=blob:none",
+                            *upload_pack(source), source, *ids[i:i + BLOBS_PER_FETCH]],
+             who=who, doing=f"fetching {len(ids)} file(s) under {', '.join(dirs)} of {commit} from {shown}",
+             source=shown)
+    still = lacking(repo, commit, dirs, who=who)
+    if still:
+        raise FetchError(f"{who}: {shown} did not send every file under {', '.join(dirs)} of {commit}",
+                         expected="every blob of the sparse directories", found=f"{len(still)} missing: "
+                         + ", ".join(still[:5]) + (" ..." if len(still) > 5 else ""),
+                         fix=f"fetch from a complete copy of the submodule ({shown} may be damaged), "
+                             "or remove the cache's partial mirror and re-run")
+    return True
+
+
+def serve_config(runner: Runner, step: str, repo: Path) -> None:
+    """Let clones of ``repo`` ask it for filters and objects by id (a lazy fetch from a checkout)."""
+    for key, value in SERVE_CONFIG:
+        runner.run(["git", "-C", str(repo), "config", key, value], step=step, env=git_env())
+
+
+# ------------------------------------------------------------------ the checkout's cone
+
+
+def _setting(gd: Path, key: str) -> str | None:
+    """A core.<key> value as git reads it for a work tree: config.worktree over config (last one wins)."""
+    for name in ("config.worktree", "config"):
+        try:
+            text = (gd / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.findall(rf"(?im)^\s*{key}\s*=\s*(\S+)\s*$", text)
+        if found:
+            return found[-1].lower()
+    return None
+
+
+def partial_or_sparse(work: Path) -> bool:
+    """Whether a (submodule) work tree is a partial clone or a sparse checkout (read from its files)."""
+    gd = git_dir(work)
+    if gd is None:
+        return False
+    try:
+        conf = (gd / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        conf = ""
+    return bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf)) or _setting(gd, "sparsecheckout") == "true"
+
+
+def cone_patterns(dirs: Sequence[str]) -> set[str]:
+    """The directories a cone-mode sparse-checkout file lists for ``dirs`` (the kept ones and parents)."""
+    return {p for p in parents(dirs) if p} | set(dirs)
+
+
+def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
+    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs``; else what it is.
+    Read from its files (the no-op re-run starts no process for it)."""
+    gd = git_dir(work)
+    if gd is None:
+        return f"{work} is not a git work tree"
+    if _setting(gd, "sparsecheckout") != "true":
+        return f"{work} is not a sparse checkout (core.sparseCheckout is not true)"
+    if _setting(gd, "sparsecheckoutcone") != "true":
+        return f"{work} is a sparse checkout, not in cone mode (core.sparseCheckoutCone is not true)"
+    try:
+        lines = (gd / "info" / "sparse-checkout").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return f"{work} has no sparse-checkout file"
+    listed = {ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("!") and ln.strip() != "/*"}
+    want = cone_patterns(dirs)
+    if listed != want:
+        return (f"{work} keeps {', '.join(sorted(listed)) or 'nothing'}, not {', '.join(sorted(want))} "
+                "(its sparse-checkout cone was changed)")
+    return None

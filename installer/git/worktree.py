@@ -1,0 +1,530 @@
+"""The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
+
+The clone is a local ``git clone --no-hardlinks`` of the bare mirror: git copies the
+mirror's object files (never shares their inodes with the cache), so nothing is
+downloaded twice and, unlike ``--reference``/alternates, the clone keeps
+working if the cache is later deleted.  ``origin`` then points at the real
+fork URL.  Submodules go through a mirror of their own URL the same way: the
+submodule's URL is pointed at its mirror for the ``submodule update`` and set
+back to the real URL afterwards.
+
+A new clone is built in ``src/.<fork>.partial`` and renamed into place once
+checked out, so a killed run never leaves a half clone under the real name.
+An existing clone at another commit is moved if clean; a dirty one is refused
+unless ``allow_dirty``.  While the step changes a clone it is marked incomplete
+(:mod:`.recover`): a run killed half-way leaves changes the next run knows are its
+own and resets, and a submodule repository it left unusable is cloned again.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import git
+
+from october.installer.core.errors import CommandFailed, FetchError
+from october.installer.core.redact import redact_url
+from october.installer.core.runner import Runner
+from october.installer.git import git_env, strip_credentials
+from october.installer.git.clonecheck import (  # noqa: F401  (the inspection lives there; re-exported)
+    GitInspectError,
+    SubmoduleState,
+    check_clone,
+    dirty_entries,
+    head_commit,
+    listed,
+    selected,
+    submodule_states,
+)
+from october.installer.git.exclude import exclude_build_outputs
+from october.installer.git.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from october.installer.git.recover import (
+    is_incomplete,
+    mark_complete,
+    mark_incomplete,
+    remove_stale_locks,
+    reset_broken_submodule,
+)
+from october.installer.git.sparse import partial_or_sparse
+
+MAX_DEPTH = 8
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: Path
+    commit: str
+    submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
+    dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
+
+
+# ---------------------------------------------------------------------- inspection
+
+
+def _open(path: Path) -> git.Repo:
+    return git.Repo(path, search_parent_directories=False)
+
+
+# ------------------------------------------------------------------------- writing
+
+
+class _Git:
+    """git commands for one fork, through the runner, with failures mapped to FetchError."""
+
+    def __init__(self, runner: Runner, step: str, fork: str) -> None:
+        self.runner = runner
+        self.step = step
+        self.fork = fork
+
+    def __call__(self, args: Sequence[str], *, doing: str, fix: str, cwd: Path | None = None) -> None:
+        try:
+            self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
+        except CommandFailed as exc:
+            last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-4:]
+            raise FetchError(f"fork '{self.fork}': {doing} failed",
+                             expected="git to succeed",
+                             found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
+                             fix=f"{fix}; full log: {exc.log_path}") from None
+
+
+def is_shallow(repo: Path) -> bool:
+    """Whether a repository (bare or the ``.git`` of a clone) has shallow roots."""
+    return (repo / "shallow").exists() or (repo / ".git" / "shallow").exists()
+
+
+def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
+    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
+    From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
+    shallow roots to a complete clone unless told to (``--update-shallow``)."""
+    from_shallow = is_shallow(mirror.path)
+    # The commit object alone does not say the rest is there: a small fetch is unpacked into
+    # loose objects one by one (fetch.unpackLimit), commit first, so a fetch killed part-way
+    # leaves the commit without its tree (CI, 2026-12-02); one from a shallow mirror adds its
+    # shallow roots after its pack.  So the history is always checked (quick: the walk stops at
+    # what a ref or HEAD already reaches, and a pin ref, written last, settles it at once).
+    if has_complete(repo_dir, commit):
+        return
+    ref = f"{PIN_REFS}/{commit}"
+    # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
+    # the commits down to the base wheel's source commit)
+    shallow = ["--update-shallow"] if from_shallow else []
+    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
+      doing=f"copying commit {commit} from the mirror {mirror.path}",
+      fix=f"remove {mirror.path} (a cache) and re-run")
+
+
+def _source(mirror: Mirror) -> str:
+    """How a clone reads the local mirror: a path (hard links) unless the mirror is shallow,
+    then a file:// URL (git ignores --depth for plain paths)."""
+    return mirror.path.as_uri() if is_shallow(mirror.path) else str(mirror.path)
+
+
+def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
+    url = strip_credentials(url)          # never leave a token in the clone's .git/config
+    with _open(repo_dir) as repo:
+        current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
+    if current == url:
+        return
+    verb = "set-url" if current is not None else "add"
+    g(["-C", str(repo_dir), "remote", verb, "origin", url],
+      doing=f"pointing origin at {redact_url(url)}", fix=f"check {repo_dir}/.git/config")
+
+
+def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
+    g(["-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+      doing=f"checking out {commit} in {repo_dir}",
+      fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
+
+
+def _partial(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.partial"
+
+
+def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    partial = _partial(dest)
+    say(f"{g.fork}: cloning from the mirror {mirror.path}")
+    with mirror.locked():
+        # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes (issue 22)
+        g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-hardlinks", "--no-checkout",
+           _source(mirror), str(partial)],
+          doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
+        _bring_commit(g, partial, mirror, commit)
+    mark_incomplete(partial, commit)      # until every check passed, what is in the clone is ours
+    _set_origin(g, partial, mirror.url)
+    _checkout(g, partial, commit)
+    if dest.exists():
+        dest.rmdir()          # only an empty directory gets here
+    partial.rename(dest)
+
+
+def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
+                     incomplete: bool, say: Say) -> None:
+    try:
+        with _open(dest) as repo:
+            top = Path(repo.working_tree_dir or "")
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = None
+    if top is None or top.resolve() != dest.resolve():
+        raise FetchError(f"fork '{g.fork}': {dest} exists but is not a git clone",
+                         expected=f"a clone of {mirror.shown_url} (or no directory)",
+                         found="a directory that is not the top of a git repository",
+                         fix=f"move {dest} away (or delete it) and re-run")
+    if incomplete:
+        _finish_interrupted(g, dest, mirror, commit, say)
+        return
+    dirty = dirty_entries(dest)
+    head = head_commit(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
+                         expected=f"a clean tree at {commit}",
+                         found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
+                         fix=_dirty_fix(dest))
+    if not dirty:
+        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
+    _set_origin(g, dest, mirror.url)
+    if head != commit:
+        say(f"{g.fork}: moving {dest} from {head} to {commit}")
+        with mirror.locked():
+            _bring_commit(g, dest, mirror, commit)
+        _checkout(g, dest, commit)
+
+
+def _dirty_fix(dest: Path) -> str:
+    """The exact commands that get past a dirty clone, keeping the changes either way."""
+    keep = Path(f"{dest}.local-changes")
+    n = 1
+    while keep.exists() or keep.is_symlink():       # `mv` into an existing directory would nest it
+        n += 1
+        keep = Path(f"{dest}.local-changes-{n}")
+    return (f"run `mv {shlex.quote(str(dest))} {shlex.quote(str(keep))}` to keep your changes there, then "
+            "re-run the same october_setup command (it clones the fork again from the cache); or re-run "
+            "it with --allow-dirty to build with them in place (recorded in the receipt)")
+
+
+def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
+    """A clone a killed run was changing (it was clean, or new, when that run began): its
+    differences are that run's own, so they are reset, not refused as local changes."""
+    removed = remove_stale_locks(dest)
+    if removed:
+        g.runner.note(g.step, "# removed what a killed git left: " + ", ".join(removed))
+    say(f"{g.fork}: finishing what a killed run left in {dest} (its half-done checkout is reset)")
+    _set_origin(g, dest, mirror.url)
+    with mirror.locked():
+        _bring_commit(g, dest, mirror, commit)
+    g(["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+      doing=f"checking out {commit} in {dest}", fix=f"delete {dest} and re-run")
+    # files a cut checkout wrote that the commit does not track; ignored build outputs stay
+    g(["-C", str(dest), "clean", "-d", "--force", "--quiet"],
+      doing=f"removing what a killed checkout left in {dest}", fix=f"delete {dest} and re-run")
+
+
+Rewrite = Callable[[str], "str | None"]
+
+
+def _no_rewrite(url: str) -> str | None:
+    return None
+
+
+def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
+    """Remove a submodule's work tree and git directory to check it out again -- only when nothing in it
+    is the user's: no local change, no untracked or ignored file (a ``build/`` made there)."""
+    from october.installer.git.sparse import git_dir
+
+    sub_dir = repo_dir / rel
+    if head_commit(sub_dir) is not None:
+        theirs = [ln for ln in _status_all(sub_dir) if ln.strip()]
+        if theirs:
+            raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
+                             expected="a submodule with no local change, untracked or ignored file",
+                             found=listed(theirs),
+                             fix=f"save what you need from {sub_dir} elsewhere, delete {sub_dir}, and re-run")
+    elif sub_dir.is_dir() and any(p.name != ".git" for p in sub_dir.iterdir()):
+        raise FetchError(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
+                         "git repository", expected="a submodule git can read, or an empty directory",
+                         found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
+    gd = git_dir(sub_dir)
+    for stale in {p for p in (gd, repo_dir / ".git" / "modules" / name) if p is not None}:
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(sub_dir, ignore_errors=True)
+
+
+def _status_all(path: Path) -> list[str]:
+    """Every change, untracked and ignored file (what a re-checkout would throw away)."""
+    from october.installer.git.clonecheck import _git as look
+
+    return look(path, "status", "--porcelain", "--untracked-files=all", "--ignored=matching").splitlines()
+
+
+def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
+                      url: str, dirs: Sequence[str], rewrite: Rewrite) -> None:
+    """A submodule checked out sparse (:mod:`.sparse`): its commit, trees and the cone's blobs in the
+    cache's partial mirror, then a partial clone of that mirror in cone mode, its git directory
+    absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it.  The
+    checkout's promisor is that mirror: a file outside the cone is had from there, so widening the cone
+    by hand needs the cache (the recipe's ``sparse`` is the way to widen it)."""
+    from october.installer.git.sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
+
+    who = f"fork '{g.fork}': submodule {rel}"
+    sub_dir = repo_dir / rel
+    if head_commit(sub_dir) == commit and cone_problem(sub_dir, dirs) is None:
+        # as a run left it (its cleanliness is checked with the clone's); a run killed before the
+        # absorb or the origin left them undone
+        if (sub_dir / ".git").is_dir():
+            g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel],
+              doing=f"moving submodule {rel}'s git directory under .git/modules", fix=f"delete {sub_dir} and re-run")
+        _set_origin(g, sub_dir, url)
+        return
+    mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url), partial=True)
+    with mirror.locked():
+        if bring(g.runner, g.step, mirror.path, mirror.fetch_url, mirror.shown_url, commit, dirs, who=who):
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} (sparse: {', '.join(dirs)}) from "
+                f"{redact_url(mirror.fetch_url)}")
+        _clear_submodule(repo_dir, name, rel, who, f"to commit {commit}, sparse: {', '.join(dirs)}")
+        sub_dir.mkdir(parents=True, exist_ok=True)
+        doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
+        fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
+        source = mirror.path.as_uri()
+        g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+          doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
+        # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
+        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
+          doing=doing, fix=fix)
+        g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
+    _set_origin(g, sub_dir, url)
+
+
+def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None) -> None:
+    sparse = sparse or {}
+    if not (repo_dir / ".gitmodules").exists():
+        if selection:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
+                             expected=f"submodules {', '.join(selection)} in {repo_dir}/.gitmodules",
+                             found="no .gitmodules", fix="fix the fork entry's submodules = [...] in the recipe")
+        return
+    if depth > MAX_DEPTH:
+        raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
+                         expected=f"at most {MAX_DEPTH} levels", found="more",
+                         fix="check the fork's .gitmodules for a cycle")
+    with _open(repo_dir) as repo:
+        declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
+    if selection is not None:
+        unknown = [p for p in selection if p not in declared]
+        if unknown:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
+                             expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
+                             found=", ".join(unknown),
+                             fix="fix the fork entry's submodules = [...] in the recipe")
+    for rel, name in declared.items():
+        # before init/sync, which read a submodule's own config and stop at an unusable one
+        if selection is None or rel in selection:
+            reset = reset_broken_submodule(repo_dir, name, repo_dir / rel, incomplete=recovering)
+            if reset is not None:
+                g.runner.note(g.step, f"# removed what a killed run left: {reset}")
+                say(f"{g.fork}: cloning submodule {rel} again (a killed run left it unusable)")
+    only = ["--", *selection] if selection is not None else []
+    # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
+    # against origin), undoing a mirror path left in .git/config by a killed run.
+    for verb in ("init", "sync"):
+        g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
+          fix=f"check {repo_dir}/.gitmodules")
+    with _open(repo_dir) as repo:
+        subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
+                if selection is None or str(sm.path) in selection]
+        urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
+    for name, rel, commit in subs:
+        url = urls[name]
+        sub_dir = repo_dir / rel
+        if rel in sparse:
+            _sparse_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=url,
+                              dirs=sparse[rel], rewrite=rewrite)
+            continue                   # a sparse submodule's own submodules are not fetched
+        if partial_or_sparse(sub_dir):      # a recipe that kept it sparse before: whole now
+            _clear_submodule(repo_dir, name, rel, f"fork '{g.fork}': submodule {rel}", "whole now, sparse before")
+        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
+        try:
+            fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
+        except FetchError as exc:
+            raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
+                             expected=exc.expected or "", found=exc.found or "",
+                             fix=(exc.fix or "") + f"; if the build does not need {rel}, leave it out of "
+                                 "the fork entry's submodules = [...] in the recipe") from None
+        if fetched:
+            say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
+        with mirror.locked():
+            cloned = (sub_dir / ".git").exists()
+            if cloned:
+                _bring_commit(g, sub_dir, mirror, commit)
+            else:
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", _source(mirror)],
+                  doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
+            try:
+                # protocol.file.allow: the clone source is our own local mirror.  No --no-fetch:
+                # a clone of a shallow mirror copies branches only, so the commit (held by a pin
+                # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
+                shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
+                # recovering: the submodule's differences are a killed run's (--force resets them)
+                force = ["--force"] if recovering and cloned else []
+                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
+                   "--init", "--checkout", *force, *shallow, "--", rel],
+                  doing=f"checking out submodule {rel} at {commit}",
+                  fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+                if force:
+                    g(["-C", str(sub_dir), "clean", "-d", "--force", "--quiet"],
+                      doing=f"removing what a killed checkout left in {sub_dir}",
+                      fix=f"delete {repo_dir} and re-run")
+            finally:
+                if not cloned:
+                    g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
+                      doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
+        _set_origin(g, sub_dir, url)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering)
+
+
+def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+               submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+               sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
+    """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
+    with submodules (all, or the top-level ``submodule_paths`` and what nests in them) at their
+    recorded commits, each fetched shallow into its own mirror; verify HEAD and cleanliness.
+    ``rewrite`` maps a submodule URL to the place to fetch it from instead (a kit), or None."""
+    try:
+        return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
+                           allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite,
+                           sparse=sparse)
+    except git.GitCommandError as exc:   # a read through GitPython failed
+        shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
+                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
+                             f"or delete {dest} and re-run") from None
+    except GitInspectError as exc:       # a read through clonecheck failed
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
+                         expected="`git status` / `git submodule status` to succeed", found=str(exc),
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
+                             f"or delete {dest} and re-run") from None
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {exc.status}"
+
+
+def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
+                submodules: bool, allow_dirty: bool, say: Say, selection: Sequence[str] | None,
+                rewrite: Rewrite, sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
+    g = _Git(runner, step, mirror.fork)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if _partial(dest).exists():           # left by a killed run
+        shutil.rmtree(_partial(dest))
+    recovering = False
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        _clone_new(g, dest, mirror, commit, say)
+    else:
+        recovering = is_incomplete(dest)  # a killed run was changing it
+        exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
+        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
+    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
+    if submodules:
+        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
+                           recovering=recovering, sparse=sparse)
+    head = head_commit(dest)
+    if head != commit:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
+                         expected=f"HEAD = {commit}", found=f"HEAD = {head}",
+                         fix=f"delete {dest} and re-run")
+    states = [s for s in submodule_states(dest) if selected(s.path, selection)] if submodules else []
+    off = [s for s in states if s.flag != " "]
+    if off:
+        raise FetchError(f"fork '{mirror.fork}': submodules of {dest} are not at their recorded commits",
+                         expected="every submodule initialized at the commit the fork records",
+                         found="; ".join(f"{s.path} ({'not initialized' if s.flag == '-' else 'at ' + s.commit})"
+                                         for s in off),
+                         fix=f"delete {dest} and re-run")
+    dirty = dirty_entries(dest)
+    if dirty and not allow_dirty:
+        raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
+                         expected=f"a clean tree at {commit}", found=listed(dirty),
+                         fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
+    mark_complete(dest)                   # checked: from now on its changes are the user's
+    return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
+                    dirty=tuple(dirty))
+
+
+COARSE_MARGIN_S = 1.0      # whole-second timestamps (ext3, some network filesystems)
+FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 ms
+
+
+def index_files(path: Path) -> list[Path]:
+    """The clone's index and each (nested) submodule's: the ``index`` of every git directory under
+    ``.git/modules`` (a directory holding ``HEAD``; a submodule named ``a/b`` lives in ``modules/a/b``)."""
+    git_dir = path / ".git"
+    if not git_dir.is_dir():
+        return []
+    found = [git_dir / "index"]
+    todo = [git_dir / "modules"]
+    while todo:
+        here = todo.pop()
+        try:
+            children = sorted(c for c in here.iterdir() if c.is_dir())
+        except OSError:
+            continue
+        for child in children:
+            if (child / "HEAD").is_file():
+                found.append(child / "index")
+                todo.append(child / "modules")
+            else:
+                todo.append(child)
+    return found
+
+
+def settle_wait(path: Path) -> float | None:
+    """Seconds until every index of the clone is old enough for a rewrite to leave no racily clean
+    entry (one timestamp tick after the files it lists were written; the margin is 1 s where the
+    timestamps are whole seconds, else 0.25 s); 0.0 when it is now; None without an index."""
+    import time
+
+    waits = []
+    for index in index_files(path):
+        try:
+            st = index.stat()
+        except OSError:
+            continue
+        coarse = st.st_mtime_ns % 1_000_000_000 == 0
+        margin = COARSE_MARGIN_S if coarse else FINE_MARGIN_S
+        # clamped: an index from the future (a server clock ahead, a clock set back) waits no longer
+        waits.append(min(margin, max(0.0, margin - (time.time() - st.st_mtime_ns / 1e9))))
+    return max(waits) if waits else None
+
+
+def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -> bool:
+    """Let git record the clone's (and its submodules') files as clean once they are older than its
+    indexes: entries written in the same timestamp tick as their index are "racily clean", and every
+    later ``git status`` (each no-op re-run's check, which never rewrites the index) hashes those
+    files again -- 0.3 s for CCCL's on the H200.  One ``git status`` (it recurses into submodules
+    and rewrites each index) does that rewrite; -> False (nothing run) while an index is too new
+    for it to help, unless ``wait``: then it first sleeps the little that is left (at most 1 s)."""
+    import time
+
+    left = settle_wait(path)
+    if left is None:
+        return False
+    if left > 0:
+        if not wait:
+            return False
+        time.sleep(left)
+    # -uno: the rewrite needs the tracked files only (submodule indexes included); no walk for untracked ones
+    runner.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none"],
+               step=step, env=git_env(), check=False)
+    return True

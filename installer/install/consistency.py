@@ -1,0 +1,178 @@
+"""Is the finished stack env consistent?  Every installed distribution's requirements, read from its
+``METADATA`` on disk (no process started), checked against what is installed.
+
+Markers are evaluated for the stack's Python (its version from ``pyvenv.cfg``; the platform is this
+machine's, where the env lives).  A requirement with an ``extra`` marker counts only when some
+installed distribution asks for that extra.  Each unmet requirement is a :class:`Conflict`; the recipe's
+``[[install.exceptions]]`` say which are intended (e.g. vLLM's ``flashinfer-python==X`` pin, superseded
+by the fork); :func:`judge` splits them into declared and undeclared.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from october.installer.recipe.install import DeclaredException
+
+
+@dataclass(frozen=True)
+class Dist:
+    name: str                       # canonical
+    version: str
+    requires: tuple[str, ...]       # Requires-Dist lines as written
+
+
+@dataclass(frozen=True)
+class Conflict:
+    package: str                    # the requirer (canonical)
+    version: str
+    requirement: str                # as written in its METADATA
+    requires: str                   # canonical name of the required distribution
+    found: str | None               # installed version, None when absent
+
+    def describe(self) -> str:
+        got = f"{self.requires} {self.found} is installed" if self.found else f"{self.requires} is not installed"
+        return f"{self.package} {self.version} requires {self.requirement}, but {got}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    declared: tuple[tuple[Conflict, DeclaredException], ...]
+    undeclared: tuple[Conflict, ...]
+    unused: tuple[DeclaredException, ...]     # declared, but the env does not show that conflict
+
+    def as_json(self) -> dict[str, object]:
+        return {"declared": [{"package": c.package, "version": c.version, "requirement": c.requirement,
+                              "found": c.found, "why": e.why} for c, e in self.declared],
+                "undeclared": [c.describe() for c in self.undeclared],
+                "unused_declarations": [{"package": e.package, "requires": e.requires} for e in self.unused]}
+
+
+def installed(env: Path) -> list[Dist]:
+    """Every ``*.dist-info`` of the env's site-packages, with its ``Requires-Dist``."""
+    return installed_in(sorted(env.glob("lib/python*/site-packages")))
+
+
+def installed_in(sites: Sequence[Path]) -> list[Dist]:
+    """Every ``*.dist-info`` of the given site directories (e.g. a site-provided torch's interpreter)."""
+    out: list[Dist] = []
+    for site in sites:
+        for info in sorted(Path(site).glob("*.dist-info")):
+            meta = info / "METADATA"
+            try:
+                msg = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
+            except FileNotFoundError:
+                continue
+            name, version = msg.get("Name"), msg.get("Version")
+            if not name or not version:
+                continue
+            out.append(Dist(str(canonicalize_name(name)), version.strip(), tuple(msg.get_all("Requires-Dist") or ())))
+    return out
+
+
+def marker_environment(python_version: str) -> dict[str, str]:
+    """This machine's marker environment with the stack's Python version."""
+    env = {k: str(v) for k, v in default_environment().items()}
+    env["python_full_version"] = python_version
+    env["python_version"] = ".".join(python_version.split(".")[:2])
+    env["implementation_version"] = python_version
+    return env
+
+
+def _parse(line: str) -> Requirement | None:
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        return None
+
+
+def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> bool:
+    if req.marker is None:
+        return True
+    if req.marker.evaluate({**env, "extra": ""}):
+        return True
+    return any(req.marker.evaluate({**env, "extra": e}) for e in extras)
+
+
+def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
+    """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can
+    meet them.  A provided distribution's own requirements are checked where the env changed what they
+    see: one naming a distribution the env shadows (torch's ``triton==3.6.0`` against a newer triton
+    installed here), and one an env distribution turned on by asking for an extra of it; the rest of the
+    system interpreter is the site's, as it was."""
+    env = marker_environment(python_version)
+    have = {d.name: d for d in (*provided, *dists)}
+    wanted_extras: dict[str, set[str]] = {}
+    parsed: dict[str, list[tuple[str, Requirement]]] = {}
+    for d in dists:
+        reqs = [(line, r) for line in d.requires if (r := _parse(line)) is not None]
+        parsed[d.name] = reqs
+        for _line, r in reqs:
+            if r.extras and _active(r, env, ()):
+                wanted_extras.setdefault(str(canonicalize_name(r.name)), set()).update(r.extras)
+    shadowed = {d.name for d in dists}
+    subjects = list(dists)
+    for p in provided:
+        if p.name in shadowed:
+            continue
+        asked = wanted_extras.get(p.name, set())
+        reqs = [(line, r) for line in p.requires if (r := _parse(line)) is not None
+                and (str(canonicalize_name(r.name)) in shadowed
+                     or (asked and not _active(r, env, ()) and _active(r, env, asked)))]
+        if reqs:
+            parsed[p.name] = reqs
+            subjects.append(p)
+    out: list[Conflict] = []
+    for d in subjects:
+        extras = sorted(wanted_extras.get(d.name, ()))
+        for line, r in parsed[d.name]:
+            if not _active(r, env, extras):
+                continue
+            name = str(canonicalize_name(r.name))
+            dep = have.get(name)
+            if dep is None:
+                out.append(Conflict(d.name, d.version, line, name, None))
+                continue
+            try:
+                ok = r.specifier.contains(Version(dep.version), prereleases=True)
+            except InvalidVersion:
+                ok = False
+            if not ok:
+                out.append(Conflict(d.name, d.version, line, name, dep.version))
+    return sorted(out, key=lambda c: (c.package, c.requires))
+
+
+def judge(found: Sequence[Conflict], declared: Sequence[DeclaredException]) -> Judgement:
+    by_pair = {(e.package, e.requires): e for e in declared}
+    matched: list[tuple[Conflict, DeclaredException]] = []
+    undeclared: list[Conflict] = []
+    used: set[tuple[str, str]] = set()
+    for c in found:
+        e = by_pair.get((c.package, c.requires))
+        if e is None:
+            undeclared.append(c)
+        else:
+            matched.append((c, e))
+            used.add((c.package, c.requires))
+    unused = tuple(e for pair, e in by_pair.items() if pair not in used)
+    return Judgement(tuple(matched), tuple(undeclared), unused)
+
+
+_VERSION_LINE = re.compile(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", re.M)
+
+
+def env_python_version(env: Path) -> str | None:
+    try:
+        m = _VERSION_LINE.search((env / "pyvenv.cfg").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return m.group(1) if m else None

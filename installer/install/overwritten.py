@@ -1,0 +1,55 @@
+"""A fork install must leave the fork's tracked files as committed.
+
+vLLM's ``setup.py`` in precompiled mode copies files out of the base wheel into the checkout.  Most
+are ignored build outputs (``*.so``, ``vllm/_version.py``), but vLLM 0.18.0's copies the wheel's
+``vllm/vllm_flash_attn/__init__.py`` and ``flash_attn_interface.py`` over the files the fork tracks
+(0.24.0's skips them).  Where the wheel's copy differs, the installed fork is no longer the pinned
+commit: the fork's own version of those files is silently gone.  So after each fork install the
+fork's ``git status`` is read (tracked files only), and any change fails the install, naming the
+files; files already changed before the install (``--allow-dirty``) count when their content changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from october.installer.core.errors import InstallError
+from october.installer.core.hashing import sha256_file
+from october.installer.core.runner import Runner
+from october.installer.git import git_env
+
+MAX_LISTED = 12
+
+
+def changed_tracked(runner: Runner, step: str, repo: Path) -> list[str]:
+    """Tracked files that differ from HEAD (``git status --porcelain --untracked-files=no``)."""
+    done = runner.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no",
+                       "--ignore-submodules=all"], step=step, env=git_env())
+    return [ln[3:] if len(ln) > 3 else ln for ln in done.output.splitlines() if ln.strip()]
+
+
+def snapshot(runner: Runner, step: str, repo: Path) -> dict[str, str | None]:
+    """The tracked files already changed before an install (``--allow-dirty``), with their content hash."""
+    out: dict[str, str | None] = {}
+    for rel in changed_tracked(runner, step, repo):
+        f = repo / rel
+        out[rel] = sha256_file(f) if f.is_file() else None
+    return out
+
+
+def check(runner: Runner, step: str, fork: str, repo: Path, before: Mapping[str, str | None]) -> None:
+    """Raise :class:`InstallError` naming every tracked file of ``fork`` the install changed (``before``:
+    :func:`snapshot` taken just before it)."""
+    changed = [rel for rel, digest in snapshot(runner, step, repo).items()
+               if rel not in before or before[rel] != digest]
+    if not changed:
+        return
+    shown = changed[:MAX_LISTED] + ([f"... and {len(changed) - MAX_LISTED} more"] if len(changed) > MAX_LISTED else [])
+    raise InstallError(
+        f"installing fork '{fork}' overwrote {len(changed)} of its tracked file(s): {', '.join(shown)}",
+        expected=f"the fork's tracked files in {repo} unchanged by the install (the pinned commit is what runs)",
+        found=f"`git -C {repo} status` shows them changed (vLLM's precompiled setup.py copies files out of the "
+              "base wheel over the checkout)",
+        fix=f"see `git -C {repo} diff`: the fork's version of those files differs from the base wheel's; pick the "
+            "base wheel of the release the fork carries, or a fork that does not change them")

@@ -1,0 +1,95 @@
+"""Every installed file as its distribution's RECORD hashes it: checked before install is marked
+done, on every re-run (through the stat signatures of :mod:`october.installer.core.filetrust`,
+so a no-op re-reads only what changed), and the way back for a tampered file (re-install the
+distributions whose RECORD no longer matches).
+
+RECORD rows are read with ``current verify``'s reader (:mod:`october.installer.verify`), the
+one definition of how a row and its hash are read.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Collection, Mapping
+
+from packaging.utils import canonicalize_name
+
+from october.installer.core.filetrust import FileTrust
+from october.installer.verify_dists import installed, record_hash, record_rows
+
+MAX_SHOWN = 5
+HASH_THREADS = min(8, os.cpu_count() or 1)
+
+
+def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
+    """distribution -> its files that are missing or differ from their RECORD hash (none: {}).
+    Files whose stat signature is unchanged since they were hashed are not read; the others are
+    hashed in parallel (hashlib releases the GIL: a multi-GB torch is hashed on every core)."""
+    bad: dict[str, list[str]] = {}
+    todo: list[tuple[str, str, str, str, Path]] = []        # dist, rel, algo, value, path
+    for name, dist in sorted(installed(env).items()):
+        try:
+            rows = list(record_rows(dist))
+        except OSError:
+            bad.setdefault(name, []).append(f"{dist.info.name}/RECORD (missing)")
+            continue
+        for rel, recorded, _size in rows:
+            algo, sep, value = recorded.partition("=")
+            if not sep:
+                continue        # RECORD itself, bytecode: no hash to hold them to
+            path = dist.site / rel
+            try:
+                got = trust.known(path, f"record-{algo}")
+            except FileNotFoundError:
+                bad.setdefault(name, []).append(f"{rel} (missing)")
+                continue
+            except OSError as exc:
+                bad.setdefault(name, []).append(f"{rel} ({exc.__class__.__name__})")
+                continue
+            if got is None:
+                todo.append((name, rel, algo, value, path))
+            elif got != value:
+                bad.setdefault(name, []).append(f"{rel} (changed)")
+
+    def check(row: tuple[str, str, str, str, Path]) -> str | None:
+        _name, rel, algo, value, path = row
+        try:
+            got = trust.digest(path, f"record-{algo}", lambda p: record_hash(p, algo))
+        except FileNotFoundError:
+            return f"{rel} (missing)"
+        except (OSError, ValueError) as exc:
+            return f"{rel} ({exc.__class__.__name__})"
+        return None if got == value else f"{rel} (changed)"
+
+    if len(todo) > 1 and HASH_THREADS > 1:
+        with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
+            verdicts = list(pool.map(check, todo))
+    else:
+        verdicts = [check(row) for row in todo]
+    for row, verdict in zip(todo, verdicts):
+        if verdict is not None:
+            bad.setdefault(row[0], []).append(verdict)
+    return {name: bad[name] for name in sorted(bad)}
+
+
+def describe(found: Mapping[str, list[str]]) -> str:
+    """One line per distribution, at most :data:`MAX_SHOWN` files each."""
+    return "; ".join(f"{name}: " + ", ".join(files[:MAX_SHOWN]) + (f", ... {len(files) - MAX_SHOWN} more"
+                                                                   if len(files) > MAX_SHOWN else "")
+                     for name, files in found.items())
+
+
+def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> list[str]:
+    """``uv pip install`` arguments that put the named index distributions back at their installed
+    version from their source (nothing else moves: ``--no-deps``); a fork (``forks``: distribution
+    names) or any editable install is not among them (the install step installs every fork again
+    anyway).  [] when there is none."""
+    dists = installed(env)
+    skip = {str(canonicalize_name(f)) for f in forks}
+    index = [n for n in names if n in dists and n not in skip and dists[n].editable_path is None]
+    if not index:
+        return []
+    return ["--no-deps", *(a for n in index for a in ("--reinstall-package", n)),
+            *(f"{n}=={dists[n].version}" for n in index)]

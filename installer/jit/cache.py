@@ -1,0 +1,140 @@
+"""The shared JIT cache: built FlashInfer modules reused by every stack on this machine.
+
+Content-addressed: an entry's key is the sha256 of everything the module's bytes
+depend on (the FlashInfer commit, the nvcc version, the arch list, the torch
+build, the builder and the module request, which fixes FlashInfer's module URI).
+An entry (``<cache_dir>/jit/<key[:2]>/<key>/``) holds the module's whole build
+directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
+``entry.json`` with each file's sha256.  Nothing is restored unless every file
+hashes to what ``entry.json`` says and the library to the recorded sha256; a
+tampered or half-written entry is removed and the module is built again.
+Entries are written to a temporary directory and renamed into place, so a killed
+run never leaves a half entry under its key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from october.installer.core.atomic import write_json_atomic
+from october.installer.core.hashing import fingerprint, sha256_file
+from october.installer.jit.integrity import module_dir
+
+ENTRY_FORMAT = 1
+ENTRY = "entry.json"
+_LIB = re.compile(r"^\.cache/flashinfer/[^/]+/[^/]+/cached_ops/(?P<uri>[A-Za-z0-9_.+-]+)/(?P=uri)\.so$")
+
+
+def cache_key(inputs: Mapping[str, Any], module: Mapping[str, Any]) -> str:
+    """sha256 of the build inputs and the module request (its ``id`` excluded: ids are per recipe)."""
+    return fingerprint({"inputs": dict(inputs), "module": {k: v for k, v in module.items() if k != "id"}})
+
+
+@dataclass(frozen=True)
+class Restored:
+    uri: str
+    lib: str                # relative to the workspace
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Lookup:
+    restored: Restored | None
+    refused: str | None = None      # why an entry under this key was not used (and was removed)
+
+
+class SharedJitCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    # ------------------------------------------------------------------ read
+
+    def restore(self, key: str, workspace: Path) -> Lookup:
+        """Copy the entry's module directory into ``workspace`` if it verifies; otherwise remove the entry."""
+        d = self.entry_dir(key)
+        if not d.is_dir():
+            return Lookup(None)
+        problem, entry = self._check(key, d)
+        if problem is not None or entry is None:
+            shutil.rmtree(d, ignore_errors=True)
+            return Lookup(None, refused=f"shared JIT cache entry {d} refused and removed: {problem}")
+        lib = PurePosixPath(entry["lib"])
+        target = workspace / lib.parent
+        workspace.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".restore-", dir=workspace))
+        try:
+            for name in entry["files"]:
+                shutil.copy2(d / "files" / name, tmp / name)
+            if sha256_file(tmp / lib.name) != entry["sha256"]:     # changed while we copied
+                return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied")
+            shutil.rmtree(target, ignore_errors=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return Lookup(Restored(uri=entry["uri"], lib=entry["lib"], sha256=entry["sha256"]))
+
+    def _check(self, key: str, d: Path) -> tuple[str | None, dict[str, Any] | None]:
+        try:
+            entry = json.loads((d / ENTRY).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return f"{ENTRY} unreadable ({type(exc).__name__})", None
+        if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
+            return f"{ENTRY} is not an entry for key {key[:12]}...", None
+        lib, files = entry.get("lib"), entry.get("files")
+        m = _LIB.match(lib) if isinstance(lib, str) else None
+        if m is None or m.group("uri") != entry.get("uri") or not isinstance(files, dict):
+            return f"{ENTRY} names no library inside a FlashInfer module directory", None
+        so = PurePosixPath(str(lib)).name
+        if files.get(so) != entry.get("sha256"):
+            return "the library's recorded sha256 disagrees with the file list", None
+        on_disk = sorted(p.name for p in (d / "files").iterdir()) if (d / "files").is_dir() else []
+        if on_disk != sorted(files):
+            return f"files differ from the list in {ENTRY}", None
+        for name, want in files.items():
+            if "/" in name or name in ("", ".", ".."):
+                return f"bad file name {name!r}", None
+            got = sha256_file(d / "files" / name)
+            if got != want:
+                return f"{name} has sha256 {got[:12]}..., the entry says {str(want)[:12]}...", None
+        return None, entry
+
+    # ----------------------------------------------------------------- write
+
+    def store(self, key: str, inputs: Mapping[str, Any], workspace: Path, uri: str, lib: Path, sha256: str) -> bool:
+        """Add the module built at ``lib`` (inside ``workspace``) under ``key``; False when not storable."""
+        d = self.entry_dir(key)
+        src = module_dir(lib)
+        rel = lib.relative_to(workspace).as_posix()
+        if d.is_dir() or src is None or not _LIB.match(rel) or sha256_file(lib) != sha256:
+            return False
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))
+        try:
+            (tmp / "files").mkdir()
+            files: dict[str, str] = {}
+            for f in sorted(src.iterdir()):
+                if f.is_file() and not f.is_symlink():
+                    shutil.copy2(f, tmp / "files" / f.name)
+                    files[f.name] = sha256_file(tmp / "files" / f.name)
+            if files.get(lib.name) != sha256:
+                return False
+            write_json_atomic(tmp / ENTRY, {"format": ENTRY_FORMAT, "key": key, "inputs": dict(inputs), "uri": uri,
+                                            "lib": rel, "sha256": sha256, "files": files})
+            try:
+                tmp.rename(d)
+            except OSError:             # another stack stored it first
+                return False
+            return True
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

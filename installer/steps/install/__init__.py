@@ -1,1 +1,0 @@
-"""The ``install`` step's parts: the ordered plan, the upstream base commit, the post-install guards."""

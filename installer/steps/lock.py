@@ -1,0 +1,241 @@
+"""``lock``: write ``STACK/pylock.toml`` (PEP 751) describing exactly what the stack env holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from packaging.utils import canonicalize_name
+
+from october.installer.core.atomic import write_text_atomic
+from october.installer.core.errors import LockError
+from october.installer.core.hashing import sha256_file
+from october.installer.core.resources import stack_script
+from october.installer.engine import StepContext
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.steps.env import stack_uv
+
+if TYPE_CHECKING:
+    from october.installer.lock.pylock import Installed
+
+# pylock (packaging.pylock, tomli_w) is imported where the lock is written, not on a no-op re-run
+from october.installer.steps.results import (
+    EnvResult,
+    FetchResult,
+    ForkRecord,
+    InstallResult,
+    JitResult,
+    LockResult,
+    PreflightResult,
+    WheelResult,
+)
+
+PROBE = stack_script("distributions.py")
+
+
+def probe_env(ctx: StepContext, step: str) -> dict[str, Any]:
+    out = ctx.runner.run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
+    if line is None:
+        raise LockError("could not list the stack env's packages", expected="a JSON line from checks/probes/distributions.py",
+                        found=out[-200:] or "no output", fix=f"run {ctx.paths.python} -I {PROBE} by hand")
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
+def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any] | None = None
+                            ) -> tuple[str, list[Installed]]:
+    """The env's own distributions (a site-provided torch and its neighbours are not the env's: see
+    :func:`system_section`)."""
+    data = data if data is not None else probe_env(ctx, step)
+    own = [d for d in data["distributions"] if not from_system_site(ctx, d)]
+    from october.installer.lock.pylock import Installed
+
+    return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in own]
+
+
+def from_system_site(ctx: StepContext, dist: Mapping[str, Any]) -> bool:
+    """True for a distribution the system interpreter provides (outside the stack env)."""
+    if not ctx.recipe.torch.from_system or not dist.get("site"):
+        return False
+    return not Path(str(dist["site"])).resolve().is_relative_to(ctx.paths.env.resolve())
+
+
+def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``[tool.october.system]``: torch as provided by the system (version, CUDA build, where) and every
+    other distribution the stack uses from the system's site directories, name -> version."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.result(EnvResult)
+    rec = dict((env.system_torch or {}) if env is not None else {})
+    others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in data["distributions"]
+              if from_system_site(ctx, d) and canonicalize_name(d["name"]) != "torch"}
+    return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
+            "packages": dict(sorted(others.items()))}
+
+
+def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[dict[str, Any]]:
+    """Ask uv which files (URLs + hashes) the installed ``name==version`` pins are."""
+    if not dists:
+        return []
+    work = ctx.paths.state / "lock-compile"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    req = work / "requirements.in"
+    req.write_text("".join(f"{d.name}=={d.version}\n" for d in dists), encoding="utf-8")
+    out = work / "pylock.toml"
+    uv = stack_uv(ctx)
+    ctx.runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
+                    "--python", str(ctx.paths.python), *uv.sources(torch_index=True), "-o", str(out)],
+                   step="lock", env=uv.env())
+    with open(out, "rb") as fh:
+        packages = list(tomllib.load(fh).get("packages", []))
+    shutil.rmtree(work, ignore_errors=True)
+    return packages
+
+
+def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
+    """Stable facts about the toolchain (no free disk, no paths): the lock must be reproducible."""
+    r = ctx.recipe
+    facts: dict[str, Any] = {"python": python_version, "torch": r.torch.version,
+                             "uv": _uv_version(ctx)}
+    if r.cuda is not None:
+        facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.flashinfer_arch_list, "cuda-variant": r.cuda.variant})
+    pre = ctx.result(PreflightResult)
+    if pre is not None:
+        for key in ("os", "arch"):
+            if pre.facts.get(key):
+                facts[key] = pre.facts[key]
+        for tool in ("nvcc", "cc", "cxx", "git"):
+            version = pre.tool(tool).get("version")
+            if version:
+                facts[tool] = version
+        gpus = [{k: g.get(k) for k in ("name", "compute_capability", "driver") if g.get(k)} for g in pre.gpus]
+        if gpus:
+            facts["gpus"] = gpus
+    return facts
+
+
+def _uv_version(ctx: StepContext) -> str:
+    out = ctx.runner.run([uv_exe(), "--version"], step="lock").output.strip()
+    return out.split()[1] if len(out.split()) > 1 else out
+
+
+def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
+    """``[tool.october.wheel]``: the base wheel (its hash under the PEP 751-style key ``sha256`` of
+    the wheel table), WHEEL's tags and an accepted retag, its extension modules, and the
+    compiled-source trees compared with the fork's (TOML has no null: absent values are left out)."""
+    out: dict[str, Any] = {"filename": wheel.filename, "url": wheel.url, "sha256": wheel.wheel_sha256,
+                           "trust": wheel.trust}
+    if wheel.source_commit is not None:
+        out["source_commit"] = wheel.source_commit
+    if wheel.wheel_tags:
+        out["wheel-tags"] = list(wheel.wheel_tags)
+    if wheel.retag:
+        out["retag"] = [dict(r) for r in wheel.retag]
+    if wheel.extensions:
+        out["extensions"] = [e["module"] for e in wheel.extensions]
+    eq = wheel.source_equivalence
+    if eq and eq.get("method") == "sdist-files":
+        out["source-equivalence"] = {k.replace("_", "-"): v for k, v in eq.items() if k != "wheel_only"}
+    elif eq:
+        out["source-equivalence"] = {
+            "source-commit": eq["source_commit"], "fork-commit": eq["fork_commit"],
+            "compared-in": eq["compared_in"], "fetched-upstream": bool(eq["fetched_upstream"]),
+            "paths": [{k: v for k, v in p.items() if v is not None} for p in eq["paths"]]}
+    return out
+
+
+def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
+    """A fork under ``[tool.october.forks]``: where it came from and the commit (submodules as
+    checked out, when it has any); TOML has no null."""
+    out: dict[str, Any] = {"url": rec.url, "commit": rec.commit, "pin": rec.pin, "branch": rec.branch,
+                           "requested": rec.requested, "submodules": dict(rec.submodules) or None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class LockStep:
+    name: ClassVar[str] = "lock"
+
+    def load(self, outputs: Mapping[str, Any]) -> LockResult:
+        return LockResult.from_json(outputs)
+
+    def inputs(self, ctx: StepContext) -> Any:
+        locked = ctx.options.locked
+        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
+
+    def run(self, ctx: StepContext) -> LockResult:
+        from october.installer.lock.pylock import build_lock, diff_against, dumps, split_installed
+
+        raw = probe_env(ctx, self.name)
+        python_version, dists = installed_distributions(ctx, self.name, raw)
+        fetch = ctx.need(FetchResult).forks
+        fork_paths = {name: Path(rec.path) for name, rec in fetch.items()}
+        forks, index, other = split_installed(dists, fork_paths)
+        missing = sorted(set(fork_paths) - set(forks))
+        if missing:
+            raise LockError("a fork is not installed as an editable checkout",
+                            expected=f"{', '.join(missing)} installed editable from STACK/src",
+                            found="another copy or none", fix="re-run october_setup (the install step re-runs)")
+        ctx.ui.info(f"locking {len(dists)} distributions ({len(forks)} forks)")
+        index_pkgs = _resolve_index_packages(ctx, index)
+        tool: dict[str, Any] = {
+            "format-version": 1,
+            "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},
+            "forks": {n: fork_for_lock(rec) for n, rec in sorted(fetch.items())},
+            "toolchain": toolchain_facts(ctx, python_version),
+        }
+        wheel = ctx.result(WheelResult)
+        if wheel is not None:
+            tool["wheel"] = wheel_for_lock(wheel)
+        install = ctx.result(InstallResult)
+        if install is not None and install.vllm_base_commit:
+            tool["forks"].setdefault("vllm", {})["upstream-base"] = install.vllm_base_commit
+        system = system_section(ctx, raw)
+        if system is not None:
+            tool["system"] = system
+        jit = ctx.result(JitResult)
+        if jit is not None and jit.modules:
+            tool["jit"] = jit.libraries
+        lock = build_lock(python_version=python_version, index_packages=index_pkgs,
+                          forks={n: (forks[n], fetch[n].to_json()) for n in forks}, other=other, tool=tool)
+        if ctx.options.locked is not None:
+            problems = diff_against(ctx.options.locked, lock)
+            if problems:
+                raise LockError(f"the stack differs from the lock {ctx.options.locked.path} in "
+                                f"{len(problems)} place(s): " + "; ".join(problems),
+                                expected="exactly the locked packages and commits",
+                                found="the differences listed", fix="update the lock deliberately (run without --locked) "
+                                "or fix the recipe's sources so they serve the locked files")
+        write_text_atomic(ctx.paths.pylock, dumps(lock))
+        return LockResult(path=str(ctx.paths.pylock), sha256=sha256_file(ctx.paths.pylock),
+                          packages=len(lock["packages"]))
+
+    def verify(self, ctx: StepContext, result: LockResult) -> str | None:
+        if not ctx.paths.pylock.exists():
+            return "pylock.toml is missing"
+        if sha256_file(ctx.paths.pylock) != result.sha256:
+            return "pylock.toml was changed"
+        with open(ctx.paths.pylock, "rb") as fh:
+            locked = {str(canonicalize_name(p["name"])): str(p.get("version"))
+                      for p in tomllib.load(fh).get("packages", [])}
+        now = installed_versions(ctx.paths.env)
+        changed = sorted(n for n in set(locked) | set(now) if locked.get(n) != now.get(n))
+        if changed:
+            return "the env changed since the lock was written: " + ", ".join(
+                f"{n} {locked.get(n, '-')} -> {now.get(n, '-')}" for n in changed[:5])
+        return None
+
+
+def installed_versions(env: Path) -> dict[str, str]:
+    """name -> version of every distribution in the env, read from its .dist-info directory names
+    (no process started: this runs on every no-op re-run)."""
+    out: dict[str, str] = {}
+    for site in env.glob("lib/python*/site-packages"):
+        for info in site.glob("*.dist-info"):
+            name, _, version = info.name[: -len(".dist-info")].partition("-")
+            out[str(canonicalize_name(name))] = version
+    return out

@@ -1,1 +1,0 @@
-"""Step ``lock``: the stack's PEP 751 pylock (and the committed index locks in ``locks/``)."""

@@ -1,0 +1,97 @@
+"""The ``preflight`` setup step: probe the machine, judge it, stop with the whole punch list."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import ClassVar, Mapping
+
+from october.installer.core.errors import PreflightError
+from october.installer.engine import JSON, StepContext
+from october.installer.machine import (
+    evaluate,
+    facts_json,
+    machine_facts_json,
+    system_torch_facts,
+    validate_skip,
+)
+from october.installer.machine.probes import gather_facts
+from october.installer.machine.rules import punch_list
+from october.installer.steps.results import PreflightResult
+
+
+class PreflightStep:
+    """Result: :class:`~october.installer.steps.results.PreflightResult` (facts, machine, checks, skipped, tools).
+
+    Facts are gathered again when the inputs change (recipe limits, skip list,
+    stack path) or when a tool they came from changed: ``verify`` compares the
+    recorded size and mtime of each probed program (nvcc, nvidia-smi, git, the
+    compilers, uv) without starting any of them, so a no-op re-run stays fast and
+    writes nothing, while a toolkit or driver update is noticed.
+    """
+
+    name: ClassVar[str] = "preflight"
+
+    def load(self, outputs: Mapping[str, JSON]) -> PreflightResult:
+        return PreflightResult.from_json(outputs)
+
+    def inputs(self, ctx: StepContext) -> JSON:
+        recipe = ctx.recipe
+        return {
+            "preflight": asdict(recipe.preflight),
+            "cuda": recipe.cuda.as_recipe() if recipe.cuda is not None else None,
+            "skip": sorted(set(ctx.options.skip_preflight)),
+            "stack": str(ctx.paths.root.absolute()),
+            **({"torch": {"version": recipe.torch.version, "system_python": recipe.torch.system_python}}
+               if recipe.torch.from_system else {}),
+        }
+
+    def run(self, ctx: StepContext) -> PreflightResult:
+        skip = validate_skip(ctx.options.skip_preflight)
+        with ThreadPoolExecutor(max_workers=1) as pool:      # the system torch's import beside the probes
+            torch_job = pool.submit(system_torch_facts, ctx.recipe, ctx.runner, self.name)
+            facts = gather_facts(ctx.paths.root, ctx.runner)
+            torch_facts = torch_job.result()
+        results = evaluate(ctx.recipe, facts, skip, torch_facts)
+        for r in results:
+            line = f"{r.name:<9} {r.status:<7} {r.detail}"
+            if r.status == "skipped":
+                ctx.ui.warn(f"preflight check '{r.name}' skipped by --skip-preflight")
+            ctx.ui.detail(line)
+            ctx.runner.note(self.name, line)
+        problems = punch_list(results)
+        if problems:
+            raise PreflightError(problems)
+        fj = facts_json(facts)
+        if torch_facts is not None:
+            fj["system_torch"] = {**torch_facts, "path": torch_facts.get("file")}
+        return PreflightResult(facts=fj, machine=machine_facts_json(facts), checks=tuple(r.as_json() for r in results),
+                               skipped=tuple(skip), tools=tool_stats(fj))
+
+    def verify(self, ctx: StepContext, result: PreflightResult) -> str | None:
+        now = tool_stats(result.facts)
+        for path, stat in result.tools.items():
+            if now.get(path) != stat:
+                return f"{path} changed since it was checked"
+        return None
+
+
+TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")
+
+
+def tool_stats(facts: Mapping[str, JSON]) -> dict[str, list[int] | None]:
+    """path -> [size, mtime_ns] (None when gone) for every program a fact was read from."""
+    out: dict[str, list[int] | None] = {}
+    for key in TOOL_FACTS:
+        fact = facts.get(key)
+        path = fact.get("path") if isinstance(fact, dict) else None
+        if not path:
+            continue
+        try:
+            st = Path(path).resolve().stat()
+        except OSError:
+            out[str(path)] = None
+            continue
+        out[str(path)] = [st.st_size, st.st_mtime_ns]
+    return out

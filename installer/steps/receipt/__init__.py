@@ -1,1 +1,0 @@
-"""Step ``receipt``: ``STACK/receipts/setup.json``."""

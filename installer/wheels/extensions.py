@@ -1,0 +1,88 @@
+"""The compiled extension modules a wheel ships, from its RECORD and the ELF scan.
+
+A member is an extension module the stack Python can import when
+
+* RECORD lists it (the wheel's own inventory; the record check proves the bytes),
+* its file name ends in a suffix CPython loads on Linux: ``.abi3.so``, ``.so``, or
+  ``.cpython-<XY>[t]-<platform>.so`` *for the stack Python's XY* (vLLM 0.24.0 ships
+  ``third_party/deep_gemm/_C.cpython-310 ... 314-x86_64-linux-gnu.so``; only one is for us),
+* and its dynamic string table names ``PyInit_<module>`` (CPython's entry point), so a
+  plain shared library that happens to end in ``.so`` is not mistaken for a module.
+
+vLLM 0.18.0 yields ``vllm._C``, ``vllm._moe_C``, ``vllm.cumem_allocator``, the flashmla and
+flash-attention modules; 0.24.0 has no ``vllm._C`` but ``vllm._C_stable_libtorch``,
+``vllm._moe_C_stable_libtorch``, ... (measured on the PyPI wheels).  The install step's
+import guard is built from this list (:func:`october.installer.install.guards.import_guard`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection
+
+from october.installer.wheels.elf import exports_symbol
+from october.installer.wheels.scan import WheelScan
+
+_CPYTHON = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.cpython-(?P<ver>\d)(?P<minor>\d+)t?-[\w-]+\.so$")
+_ABI3 = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.abi3\.so$")
+_BARE = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.so$")
+
+
+@dataclass(frozen=True)
+class Extension:
+    module: str           # vllm._C
+    path: str             # vllm/_C.abi3.so (as RECORD names it)
+
+    def as_json(self) -> dict[str, str]:
+        return {"module": self.module, "path": self.path}
+
+
+def module_of(path: str, python: tuple[int, int] | None) -> str | None:
+    """``vllm/_C.abi3.so`` -> ``vllm._C``; None when the stack Python would not load that file."""
+    parts = path.split("/")
+    base = parts[-1]
+    m = _ABI3.match(base) or _BARE.match(base)
+    if m is None:
+        c = _CPYTHON.match(base)
+        if c is None:
+            return None
+        if python is not None and (int(c.group("ver")), int(c.group("minor"))) != python:
+            return None
+        m = c
+    if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) for p in parts[:-1]) or ".dist-info" in path:
+        return None
+    return ".".join([*parts[:-1], m.group("mod")])
+
+
+def extension_modules(scan: WheelScan, recorded: Collection[str], python: tuple[int, int] | None
+                      ) -> tuple[Extension, ...]:
+    found: dict[str, Extension] = {}
+    for name, member in sorted(scan.members.items()):
+        if name not in recorded or member.elf is None:
+            continue
+        module = module_of(name, python)
+        if module is None or not exports_symbol(member.elf.strtab, "PyInit_" + module.rsplit(".", 1)[-1]):
+            continue
+        found.setdefault(module, Extension(module, name))
+    return tuple(found.values())
+
+
+def extensions_from_record(wheel: Path, python: tuple[int, int] | None = None) -> tuple[Extension, ...]:
+    """By file name alone, from RECORD (for wheel-step outputs recorded before ``extensions`` existed).
+
+    Without the stack Python's version every ``cpython-XY`` build is listed, so one module may
+    appear with several files.
+    """
+    with zipfile.ZipFile(wheel) as zf:
+        record = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1), None)
+        text = zf.read(record).decode("utf-8", errors="replace") if record else ""
+    found: list[Extension] = []
+    for row in csv.reader(io.StringIO(text)):
+        if row and (module := module_of(row[0], python)) is not None:
+            found.append(Extension(module, row[0]))
+    return tuple(found)
