@@ -186,7 +186,7 @@ def test_editable_uv_tool_install_gives_working_commands(tmp_path: Path) -> None
         "'forks': r.forks_file().resolve() == r.checkout_root() / 'forks.toml'}))")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     facts = json.loads(probe.stdout)
-    assert facts == {"data": str(ROOT / "october" / "_data"), "checkout": str(ROOT), "forks": True}, probe.stderr
+    assert facts == {"data": str(ROOT), "checkout": str(ROOT), "forks": True}, probe.stderr
     listed = subprocess.run([str(bin_dir / "current"), "recipes"], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=120)
     assert {ln.split()[0] for ln in listed.stdout.splitlines() if ln.strip()} == \
@@ -207,7 +207,7 @@ def test_the_package_reaches_the_layout_through_links_only() -> None:
         assert path.is_symlink() and path.resolve() == (ROOT / target).resolve(), inside
     wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert wheel == {"packages": ["october"]}, wheel
-    assert resources.DATA_ROOT == ROOT / "october" / "_data" and resources.forks_file().is_file()
+    assert resources.DATA_ROOT == ROOT and resources.forks_file() == ROOT / "forks.toml"
 
 
 @pytest.mark.real

@@ -5,7 +5,8 @@ The repository keeps the folders its layout names: ``recipes/``, ``forks.toml``,
 ``october`` reaches all of them through links (``october/installer``, ``october/checks``,
 ``october/_data/<name>``); hatch follows the links into the wheel (``uv tool install .``, ``pipx
 install .``), and a copy of a checkout that turned links into folders (the working dir Ray uploads
-for a fleet) has the same paths.  So the data is always ``<october package>/_data/<name>``.  Every
+for a fleet) has the same paths.  So the data is always ``<october package>/_data/<name>`` (read
+through the links: in a checkout, the layout's own files).  Every
 other module asks here; nothing else derives a data path from ``__file__``.
 
 The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``, the probes) with its
@@ -25,7 +26,9 @@ PACKAGE_ROOT = _HERE.parents[2]             # the `october` package (links kept)
 IMPORT_ROOT = PACKAGE_ROOT.parent           # the directory that holds the `october` package
 PACKAGE_DIR = _HERE.resolve().parents[1]    # the installer/ folder itself (links resolved)
 CHECKS_DIR = PACKAGE_DIR.parent / "checks"  # code run by the stack's own Python
-DATA_ROOT = PACKAGE_ROOT / "_data"          # recipes/, forks.toml, receipts/, locks/
+# recipes/, forks.toml, receipts/, locks/: the folder that really holds them, reached through the link (the
+# checkout's root, so recorded recipe paths read as they always have; an installed package's own _data/)
+DATA_ROOT = (PACKAGE_ROOT / "_data" / "forks.toml").resolve().parent
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
 
 

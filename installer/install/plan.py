@@ -56,12 +56,13 @@ class InstallPlan:
 
 
 def installs_deps(use: ForkUse) -> bool:
-    """A ``flashinfer``-mode fork is always ``--no-deps``; any other fork as the recipe says."""
-    return use.deps and use.mode != "flashinfer"
+    """A fork whose mode brings no dependencies (``flashinfer``) is always ``--no-deps``; any other fork
+    as the recipe says."""
+    return use.deps and use.traits.own_deps
 
 
 def _position(use: ForkUse) -> tuple[int, int]:
-    return (1 if use.mode == "flashinfer" else 0, 0 if installs_deps(use) else 1)
+    return (0 if use.traits.own_deps else 1, 0 if installs_deps(use) else 1)
 
 
 def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
@@ -76,9 +77,9 @@ def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
             args.append("--no-deps")
         if not use.build_isolation:
             args.append("--no-build-isolation")
-        if use.mode == "vllm-precompiled":
+        if use.traits.base_wheel:
             if wheel is None:
-                raise InstallError(f"fork '{use.name}' is installed in mode 'vllm-precompiled' but no base wheel "
+                raise InstallError(f"fork '{use.name}' is installed in mode '{use.mode}' but no base wheel "
                                    "was verified", expected="a [wheel] section in the recipe (the wheel step "
                                    "verifies it)", found="no wheel", fix="add the base wheel to the recipe's "
                                    "[wheel] section, or install the fork in mode 'editable' (compiles CUDA)")
@@ -89,7 +90,7 @@ def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
                 env.append(("VLLM_PRECOMPILED_WHEEL_COMMIT", base_commit))
         env += sorted(use.build_env.items())      # the recipe's knobs for this fork's build backend
         args += ["--editable", str(src.path)]
-        if use.mode == "flashinfer":
+        if not use.traits.own_deps:
             why = "last, --no-deps: nothing installed after it can replace the fork"
         elif installs_deps(use):
             why = "first: its dependencies resolve before any --no-deps fork is laid over them"

@@ -153,7 +153,7 @@ class KitRepos:
         depth, beside = 1, None
         if wheel_source:
             depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source)
-        if fork.mode == "vllm-precompiled" and fork.upstream and fork.pin.sdist is None:
+        if fork.traits.base_wheel and fork.upstream and fork.pin.sdist is None:
             depth = max(depth, self._upstream_base(fork, mirror, res.commit))
         self.add(mirror, res.commit, role="fork", owner=fork.name,
                  branch=res.branch if res.how == "prefix" else None, depth=depth)

@@ -175,7 +175,7 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
 
     phases.start(f"{len(r.forks)} fork(s) at their pins, with submodules")
     repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
-    commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.mode == "vllm-precompiled" else None)
+    commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.traits.base_wheel else None)
                for fork in r.forks}
 
     system_torch = torch_from_system(r)
@@ -196,13 +196,13 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         # the base wheel's own requirements are installed only by a precompiled fork that takes its
         # dependencies; a --no-deps one (upstream vLLM on a site image) never installs them, and carrying
         # them cost 447 MB of flashinfer-cubin alone (issue 18)
-        base_root = base_path is not None and any(f.mode == "vllm-precompiled" and installs_deps(f) for f in r.forks)
+        base_root = base_path is not None and any(f.traits.base_wheel and installs_deps(f) for f in r.forks)
         roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_root else []), {})]
         for fork in r.forks:
             if installs_deps(fork):
                 src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)
                 env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(base_path)} \
-                    if fork.mode == "vllm-precompiled" and base_path is not None else {}
+                    if fork.traits.base_wheel and base_path is not None else {}
                 roots.append((f"fork-{fork.name}", common + [str(src)], env))
         for label, reqs, env in roots:
             wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,

@@ -39,7 +39,6 @@ from october.installer.recipe.install import as_json as policy_json
 # some packages (llguidance 1.7.6) have only an sdist, which a GPU host would have to build.
 PLATFORM = "x86_64-manylinux_2_31"
 SCOPE = "index"
-FORK_DISTS = {"flashinfer": "flashinfer-python"}   # install mode -> the index distribution the fork replaces
 # How far before the resolution the cutoff lies.  An index (a mirror, a CDN, PyPI's own simple pages) can
 # list a file days after its upload time: a cutoff equal to the resolution time then re-resolves to a newer
 # file once the index catches up (anthropic 2.15.0, uploaded 2026-11-30T19:30Z, seen here only after a lock
@@ -77,8 +76,8 @@ def index_request(recipe: Recipe) -> IndexRequest:
         reqs.append(f"{recipe.wheel.name}=={recipe.wheel.version}")
         replaced.append(str(canonicalize_name(recipe.wheel.name)))
     for f in recipe.forks:
-        if f.mode in FORK_DISTS:
-            replaced.append(FORK_DISTS[f.mode])
+        if f.traits.replaces_dist:
+            replaced.append(f.traits.replaces_dist)
     sources = recipe_source_args(recipe)
     return IndexRequest(recipe.name, recipe.python, tuple(reqs), tuple(dict.fromkeys(replaced)), tuple(sources))
 

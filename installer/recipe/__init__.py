@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from october.installer.recipe.cuda import ComputeCapability, CudaPin, parse_arch_list
 from october.installer.recipe.env import Sources, TorchPin
-from october.installer.recipe.forks import Fork, ForkUse, Pin, SdistSource, load_forks
+from october.installer.recipe.forks import FORK_MODES, Fork, ForkMode, ForkUse, ModeTraits, Pin, SdistSource, load_forks
 from october.installer.recipe.jitmodules import JitModule
 from october.installer.recipe.load import PROJECT_ROOT, Recipe, load_recipe, resolve_recipe_path, with_kit
 from october.installer.recipe.models import MODEL_FORMATS, ModelSelection
@@ -26,6 +26,6 @@ from october.installer.recipe.preflight import PreflightLimits
 from october.installer.recipe.smoke import SmokeConfig
 from october.installer.recipe.wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
 
-__all__ = ["with_kit", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS", "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin",
+__all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS", "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin",
            "Fork", "ForkUse", "JitModule", "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SmokeConfig",
            "Sources", "TorchPin", "load_forks", "load_recipe", "parse_arch_list", "resolve_recipe_path"]

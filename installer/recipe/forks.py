@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from october.installer.core.errors import RecipeError
@@ -15,13 +17,49 @@ from october.installer.recipe.tomlcheck import MAX_ITEMS, MAX_KEY, MAX_URL, Tabl
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
-INSTALL_MODES = ("editable", "vllm-precompiled", "flashinfer")
+class ForkMode(StrEnum):
+    """How a recipe's fork is installed (``mode = "..."`` in its ``[[forks]]`` entry)."""
+
+    EDITABLE = "editable"                   # an editable install, built as its build backend says
+    VLLM_PRECOMPILED = "vllm-precompiled"   # vLLM's editable install over the recipe's verified base wheel
+    FLASHINFER = "flashinfer"               # FlashInfer's editable install, whose kernels the jit step builds
+
+
+@dataclass(frozen=True)
+class ModeTraits:
+    """What a fork's install mode means to every step: the one table every other place reads
+    (:data:`FORK_MODES`), so a new mode is one row here plus the code of what it does new."""
+
+    promise: str | None = None          # the smoke level a stack with such a fork promises
+    base_wheel: bool = False            # built over the verified vLLM base wheel (VLLM_USE_PRECOMPILED): the
+                                        # wheel step verifies it, a kit carries it, its upstream base is fetched
+    own_deps: bool = True               # installed with its dependencies (else --no-deps, after the others)
+    jit_checkout: bool = False          # the checkout the jit step builds from and whose AOT directory it fills
+    import_check: bool = False          # ``import <fork name>`` after install must load this checkout
+    replaces_dist: str | None = None    # the index distribution the fork's install replaces (lock check)
+
+
+FORK_MODES: Mapping[ForkMode, ModeTraits] = MappingProxyType({
+    ForkMode.EDITABLE: ModeTraits(),
+    ForkMode.VLLM_PRECOMPILED: ModeTraits(promise="engine", base_wheel=True),
+    ForkMode.FLASHINFER: ModeTraits(promise="kernel", own_deps=False, jit_checkout=True, import_check=True,
+                                    replaces_dist="flashinfer-python"),
+})
+INSTALL_MODES = tuple(m.value for m in ForkMode)
+
+
+def traits_of(mode: str) -> ModeTraits:
+    """The traits of a recorded mode (an install result's); one this tool does not know has none."""
+    try:
+        return FORK_MODES[ForkMode(mode)]
+    except ValueError:
+        return ModeTraits()
 
 # What a stack promises the smoke (`current smoke`), in ascending order, and what says so: a fork's install
 # mode, its name, or the distribution it installed as.  One rule for the setup receipt that writes the
 # promise and the smoke that reads it (:func:`promise_of`).
 PROMISE_LEVELS = ("kernel", "engine")
-_PROMISE_BY = {"mode": {"vllm-precompiled": "engine", "flashinfer": "kernel"},
+_PROMISE_BY = {"mode": {m.value: t.promise for m, t in FORK_MODES.items() if t.promise},
                "name": {"vllm": "engine", "flashinfer": "kernel"},
                "dist": {"vllm": "engine", "flashinfer-python": "kernel"}}
 
@@ -90,7 +128,7 @@ class ForkUse:
     url: str
     upstream: str | None
     pin: Pin
-    mode: str = "editable"
+    mode: ForkMode = ForkMode.EDITABLE
     deps: bool = True
     build_isolation: bool = True
     submodules: bool = True
@@ -107,6 +145,11 @@ class ForkUse:
     # still checks out, and only the headers the build reads are carried.  Nested submodules of a
     # sparse one are not fetched.
     sparse: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def traits(self) -> ModeTraits:
+        """What this fork's install mode means (:data:`FORK_MODES`)."""
+        return FORK_MODES[ForkMode(self.mode)]
 
     def wants_submodule(self, path: str) -> bool:
         """Whether the submodule at ``path`` (relative to the fork) is fetched."""
@@ -260,7 +303,7 @@ def _parse_fork_use(ft: Table, known: Mapping[str, Fork], forks_file: str) -> Fo
         raise ft.err("mode", f"one of {', '.join(INSTALL_MODES)}", mode)
     pin = fork.pins[pin_name]
     use = ForkUse(name=fname, url=pin.sdist.url if pin.sdist else fork.url, upstream=fork.upstream, pin=pin,
-                  mode=mode, deps=ft.get("deps", bool, required=False, default=True),
+                  mode=ForkMode(mode), deps=ft.get("deps", bool, required=False, default=True),
                   build_isolation=ft.get("build_isolation", bool, required=False, default=True),
                   build_env=parse_build_env(ft), nested_installs=parse_nested_installs(ft),
                   **_submodule_selection(ft))

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
-PRECOMPILED = "vllm-precompiled"
 
 
 class InstallStep:
@@ -109,7 +108,7 @@ class InstallStep:
         return path, got, out.source_commit
 
     def plan(self, ctx: StepContext, forks: list[ForkSource]) -> tuple[InstallPlan, BaseCommit | None]:
-        precompiled = [f for f in forks if f.use.mode == PRECOMPILED]
+        precompiled = [f for f in forks if f.use.traits.base_wheel]
         if not precompiled:
             return make_plan(forks), None
         wheel, _sha, wheel_commit = self._wheel(ctx)
@@ -159,7 +158,7 @@ class InstallStep:
         # read from this stack (each fork's import location and direct_url).  Importing torch again
         # would cost seconds and prove nothing new.
         imported = dict(builtstack_imports(entry, ctx.paths.root)) if entry is not None else {}
-        if {f.use.name for f in forks if f.use.mode == "flashinfer"} - set(imported):
+        if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
         result = InstallResult(
@@ -337,7 +336,7 @@ class InstallStep:
         """``import flashinfer`` with the stack environment (STACK/stack-env.json), as jit, smoke and
         serving run it: a FlashInfer fork laid over an index ``flashinfer-cubin`` of another version
         imports only with the version check the stack environment disables."""
-        names = [f.use.name for f in forks if f.use.mode == "flashinfer"]
+        names = [f.use.name for f in forks if f.use.traits.import_check]
         if not names:
             return {}
         env = stackenv.apply(stackenv.load(ctx.paths.root), os.environ)
@@ -363,7 +362,7 @@ class InstallStep:
 
         checkouts = {f.use.name: f.path for f in forks}
         imports = import_guard(ctx.need(WheelResult).to_json(), checkouts) \
-            if any(f.use.mode == PRECOMPILED for f in forks) else ()
+            if any(f.use.traits.base_wheel for f in forks) else ()
         files = extension_files(ctx.need(WheelResult).to_json(), checkouts, imports) if imports else {}
         libs = cuda_libs or self.cuda_libs
         extra = {"cuda_libs": libs} if libs else {}

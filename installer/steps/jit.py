@@ -40,6 +40,7 @@ from october.installer.jit.integrity import (
 )
 from october.installer.pyenv import stackenv
 from october.installer.recipe import JitModule
+from october.installer.recipe.forks import traits_of
 from october.installer.steps.env import resolved_nvcc
 from october.installer.steps.jitearly import take_early
 from october.installer.steps.results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
@@ -74,7 +75,7 @@ def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[
     """What a built module's bytes depend on besides its request, or None when one is unknown (then
     nothing is shared): the FlashInfer fork's commit, nvcc's version, the arch list, the torch build."""
     fetch = ctx.result(FetchResult)
-    fork = next((f for f in ctx.recipe.forks if f.mode == "flashinfer"), None)
+    fork = next((f for f in ctx.recipe.forks if f.traits.jit_checkout), None)
     rec = fetch.forks.get(fork.name) if fetch is not None and fork is not None else None
     commit = rec.commit if rec is not None else None
     pre = ctx.result(PreflightResult)
@@ -423,7 +424,7 @@ def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = 
         return recorded
     install = ctx.result(InstallResult)
     for f in install.forks if install is not None else ():
-        if f.mode == "flashinfer" and f.path:
+        if traits_of(f.mode).jit_checkout and f.path:
             return Path(f.path) / "flashinfer" / "data" / "aot"
     if install is None and checkout is not None:
         return checkout / "flashinfer" / "data" / "aot"

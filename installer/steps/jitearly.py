@@ -107,7 +107,7 @@ class EarlyJit:
         try:
             if self.build is not None or not ctx.recipe.jit or not must_run(self.step, ctx):
                 return
-            checkout = next((f.path for f in forks if f.use.mode == "flashinfer"), None)
+            checkout = next((f.path for f in forks if f.use.traits.jit_checkout), None)
             build = self.step.prepare(ctx, self.deferred, known_aot_dir(ctx, ctx.paths.jit, checkout=checkout))
             if build.argv is not None:      # nothing echoed until the jit step attaches
                 self.started = ctx.runner.start(build.argv, step=self.step.name, env=build.env,

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 # no-op re-run only reads the marker and stats the wheel
 
 SKIPPED = "recipe has no [wheel]"
-PRECOMPILED = "vllm-precompiled"
 
 
 def choose_sha256(wheel: BaseWheel, locked: LockedState | None) -> tuple[str | None, str]:
@@ -66,7 +65,7 @@ def choose_sha256(wheel: BaseWheel, locked: LockedState | None) -> tuple[str | N
 def precompiled_fork(recipe: Recipe) -> ForkUse | None:
     """The fork the base wheel serves: mode ``vllm-precompiled``, else the fork named ``vllm``."""
     for f in recipe.forks:
-        if f.mode == PRECOMPILED:
+        if f.traits.base_wheel:
             return f
     for f in recipe.forks:
         if f.name == "vllm":
