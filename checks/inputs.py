@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from october.checks.contract import ContractError, Manifest, parse_manifest, read_json_object
-from october.checks.scales import ScalesInvalid, check_model, load_scales, scales_path
+from .contract import ContractError, Manifest, parse_manifest, read_json_object
+from .scales import ScalesInvalid, check_model, load_scales, scales_path
 
 
 class InputError(Exception):

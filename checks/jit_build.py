@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from october.checks import flashinfer_asym  # stdlib only, safe in the stack env
-from october.checks.contract import sha256_file  # stdlib only, safe in the stack env
+from . import flashinfer_asym  # stdlib only, safe in the stack env
+from .contract import sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3

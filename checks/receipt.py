@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from october.checks.contract import (
+from .contract import (
     CHECK_NAMES,
     PASSED,
     SMOKE_RECEIPT_FILENAME,
@@ -19,7 +19,7 @@ from october.checks.contract import (
     proves,
     write_json_atomic,
 )
-from october.checks.results import CheckResult, overall
+from .results import CheckResult, overall
 
 
 def _driver_version() -> str | None:

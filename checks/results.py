@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from october.checks.contract import (
+from .contract import (
     CHECK_NAMES,
     EXTRA_CHECKS,
     FAILED,

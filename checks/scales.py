@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from october.checks.contract import FULL_SHA, write_text_atomic
+from .contract import FULL_SHA, write_text_atomic
 
 FORMAT_VERSION = 1
 KIND = "october-kv-scales"

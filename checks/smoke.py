@@ -25,11 +25,11 @@ from typing import Any, Sequence
 
 import torch
 
-from october.checks import results as res
-from october.checks import workspace
-from october.checks.contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS
-from october.checks.engine.planted_faults import FAULTS
-from october.checks.inputs import (
+from . import results as res
+from . import workspace
+from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS
+from .engine.planted_faults import FAULTS
+from .inputs import (
     MIN_PROMPT_TOKENS,
     InputError,
     Manifest,
@@ -39,8 +39,8 @@ from october.checks.inputs import (
     reference_scales,
     token_protocol,
 )
-from october.checks.receipt import build_receipt, write_receipt
-from october.checks.scales import fixtures_dir
+from .receipt import build_receipt, write_receipt
+from .scales import fixtures_dir
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -91,9 +91,9 @@ def resolve_device(choice: str) -> torch.device:
 
 def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
                   fixtures: Path | None) -> tuple[list[res.CheckResult], ScaleChoice]:
-    from october.checks.reference.backend import ReferenceBackend
-    from october.checks.reference.tiny_decoder import calibrate_v_scales
-    from october.checks.reference.checks import SuiteConfig, make_prompts, run_reference_suite
+    from .reference.backend import ReferenceBackend
+    from .reference.tiny_decoder import calibrate_v_scales
+    from .reference.checks import SuiteConfig, make_prompts, run_reference_suite
 
     backend = ReferenceBackend(seed=seed, device=device)
     calib_prompt = make_prompts(backend.cfg.vocab, [48], seed + 100)[0]
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     # the one watch over the JIT workspace (none at the reference level: no FlashInfer there)
     ws_base = workspace.base(selection)
     if args.diagnostic_cache:           # never the stack's verified workspace: a copy of it in the output
-        from october.checks.engine.diagnostic import own_workspace
+        from .engine.diagnostic import own_workspace
         ws_base = own_workspace(ws_base, args.output)
     watch = workspace.Watch.start(ws_base) if level != "reference" else None
     setup = time.monotonic() - started
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     elif level == "kernel":
         # runs on a CPU too (the CUDA-graph check is then skipped): a missing fork is
         # reported as unsupported wherever it happens
-        from october.checks.kernel.checks import KernelConfig, run_kernel_level
+        from .kernel.checks import KernelConfig, run_kernel_level
         jit = stack.get("jit")
         cfg = KernelConfig(prompt_tokens=tokens.prompt_tokens, max_new_tokens=tokens.max_new_tokens,
                            compute_dtype=kernel_compute_dtype(selection, notes),
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         if device.type != "cuda":
             notes.append("kernel level on a CPU: CUDA-only checks are skipped, so passed is false")
     elif args.diagnostic_cache:
-        from october.checks.engine.diagnostic import run_diagnostic
+        from .engine.diagnostic import run_diagnostic
         assert manifest is not None
         results, choice, diagnostic = run_diagnostic(manifest, fixtures, args.seed, device, selection, tokens,
                                                      args.diagnostic_cache, args.plant_fault, ws_base)
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             notes.append("engine diagnostic on a CPU: CUDA-only checks are skipped, so the harness cannot agree")
     else:
         # runs on a CPU too, like the kernel level (the CUDA-graph check is then skipped)
-        from october.checks.engine.driver import run_engine_level
+        from .engine.driver import run_engine_level
         assert manifest is not None
         engine_facts: dict[str, Any] = {}
         results, choice = run_engine_level(manifest, fixtures, args.seed, device, selection,

@@ -19,8 +19,8 @@ import sys
 import typer
 
 # importing the command modules registers their commands on the apps
-from october.installer import cli_current, cli_setup  # noqa: F401
-from october.installer.cli_common import (
+from . import cli_current, cli_setup  # noqa: F401
+from .cli_common import (
     click_exc,
     current_app,
     fleet_app,
@@ -29,7 +29,7 @@ from october.installer.cli_common import (
     print_json_error,
     setup_app,
 )
-from october.installer.core.ui import ConsoleReporter
+from .core.ui import ConsoleReporter
 
 __all__ = ["current_app", "current_main", "fleet_app", "guarded", "kit_app", "setup_app", "setup_main"]
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from october.installer.core.cliargs import (  # noqa: F401  (shared with the plain fast path)
+from .core.cliargs import (  # noqa: F401  (shared with the plain fast path)
     JSON_FORMAT_VERSION,
     CommandExit,
     dir_option,
@@ -28,8 +28,8 @@ from october.installer.core.cliargs import (  # noqa: F401  (shared with the pla
     split_skips,
     stack_argument,
 )
-from october.installer.core.errors import EXIT_CODES
-from october.installer.core.ui import ConsoleReporter
+from .core.errors import EXIT_CODES
+from .core.ui import ConsoleReporter
 
 T = TypeVar("T")
 
@@ -129,7 +129,7 @@ def reporter(quiet: bool, verbose: bool) -> ConsoleReporter:
 def version_callback(prog: str) -> Callable[[bool], None]:
     def show(value: bool) -> None:
         if value:
-            from october.installer.core.version import version_line
+            from .core.version import version_line
             print(version_line(prog))
             raise typer.Exit(0)
     return show

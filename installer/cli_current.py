@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from october.installer.cli_common import (
+from .cli_common import (
     RECIPE_HELP,
     DiagnosticCache,
     ModelFormat,
@@ -32,8 +32,8 @@ from october.installer.cli_common import (
     split_skips,
     verbose_option,
 )
-from october.installer.core.errors import OctoberError
-from october.installer.core.paths import default_cache_dir
+from .core.errors import OctoberError
+from .core.paths import default_cache_dir
 
 
 def doctor_table(results: list[Any]) -> list[str]:
@@ -60,11 +60,11 @@ def doctor(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from october.installer.core.runner import Runner
-        from october.installer.machine import doctor as run_doctor
-        from october.installer.machine import facts_json
-        from october.installer.pyenv.systorch import with_system_torch
-        from october.installer.recipe import load_recipe
+        from .core.runner import Runner
+        from .machine import doctor as run_doctor
+        from .machine import facts_json
+        from .pyenv.systorch import with_system_torch
+        from .recipe import load_recipe
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
@@ -96,7 +96,7 @@ def verify(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from october.installer.verify import format_report, verify_stack
+        from .verify import format_report, verify_stack
 
         stack = dir_option("--install", install, must_exist=True)
         bar = lambda done, total: ui.transfer("hashing installed files", done, total, "B")  # noqa: E731
@@ -127,9 +127,9 @@ def env_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from october.installer.core.runner import Runner
-        from october.installer.envreport import collect, format_text
-        from october.installer.recipe import load_recipe
+        from .core.runner import Runner
+        from .envreport import collect, format_text
+        from .recipe import load_recipe
 
         stack = dir_option("--install", install, must_exist=True) if install is not None else None
         if recipe is not None:
@@ -154,8 +154,8 @@ def recipes_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from october.installer.core.resources import shipped_recipes
-        from october.installer.recipe import load_recipe
+        from .core.resources import shipped_recipes
+        from .recipe import load_recipe
 
         paths = shipped_recipes()
         width = max((len(p.stem) for p in paths), default=0)
@@ -200,8 +200,8 @@ def download(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from october.installer.download import DownloadOptions, run_download
-        from october.installer.recipe import load_recipe
+        from .download import DownloadOptions, run_download
+        from .recipe import load_recipe
 
         out = (dir_option("--output", output.parent) / output.name if output.suffix == ".json"
                else dir_option("--output", output))
@@ -258,7 +258,7 @@ def smoke(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from october.installer.smoke.launch import SmokeOptions, load_receipt, run_smoke
+        from .smoke.launch import SmokeOptions, load_receipt, run_smoke
 
         opts = SmokeOptions(install=install.resolve(), format=format.value if format else None,
                             output=dir_option("--output", output), level=level.value if level else None,

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from october.installer.cli_common import (
+from .cli_common import (
     cache_dir_option,
     command,
     dir_option,
@@ -30,8 +30,8 @@ from october.installer.cli_common import (
     verbose_option,
     version_callback,
 )
-from october.installer.core.paths import default_cache_dir
-from october.installer.provision import SetupArgs, provision
+from .core.paths import default_cache_dir
+from .provision import SetupArgs, provision
 
 
 @command(setup_app)
@@ -86,10 +86,10 @@ def make_kit_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from october.installer.core.errors import UsageError
-        from october.installer.kit.make import KitOptions, make_kit
-        from october.installer.pyenv.systorch import mark_system
-        from october.installer.recipe import load_recipe
+        from .core.errors import UsageError
+        from .kit.make import KitOptions, make_kit
+        from .pyenv.systorch import mark_system
+        from .recipe import load_recipe
 
         kit_out = dir_option("DIR", out)
         cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
@@ -99,7 +99,7 @@ def make_kit_cmd(
             raise UsageError("--have needs --system-torch", expected="--have together with --system-torch (the stack "
                              "uses the target interpreter's packages only when it takes torch from it)",
                              found="--have alone", fix="add --system-torch, or drop --have")
-        from october.installer.kit.have import read_have
+        from .kit.have import read_have
 
         rec = load_recipe(recipe)
         opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
@@ -150,8 +150,8 @@ def fleet_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from october.installer.fleet.plan import FleetOptions
-        from october.installer.fleet.run import run_fleet
+        from .fleet.plan import FleetOptions
+        from .fleet.run import run_fleet
 
         opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
                             cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,

@@ -23,18 +23,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
 
-from october.installer import __version__
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import StateError
-from october.installer.core.filetrust import FileTrust
-from october.installer.core.hashing import fingerprint
-from october.installer.core.paths import StackPaths
-from october.installer.core.runner import Runner
-from october.installer.recipe import Recipe
+from . import __version__
+from .core.atomic import write_json_atomic
+from .core.errors import StateError
+from .core.filetrust import FileTrust
+from .core.hashing import fingerprint
+from .core.paths import StackPaths
+from .core.runner import Runner
+from .recipe import Recipe
 
 if TYPE_CHECKING:
-    from october.installer.kit.use import Kit
-    from october.installer.lock.pylock import LockedState
+    from .kit.use import Kit
+    from .lock.pylock import LockedState
 
 MARKER_FORMAT = 2     # 2: typed results, chained on their outputs; a marker of format 1 means "not done"
 JSON = Any

@@ -48,12 +48,12 @@ def compile_imported() -> int:
 def setup_main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from october.installer.noop import fast_setup
+        from .noop import fast_setup
 
         done = fast_setup(args)
         if done is not None:
             return done
-        from october.installer.cli import setup_main as full
+        from .cli import setup_main as full
 
         return full(args)
     finally:

@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from october.installer.core.hashing import sha256_file
-from october.installer.core.paths import StackPaths
-from october.installer.core.redact import SECRET_ENV_VARS, env_secrets, redact
-from october.installer.core.runner import Runner
+from .core.hashing import sha256_file
+from .core.paths import StackPaths
+from .core.redact import SECRET_ENV_VARS, env_secrets, redact
+from .core.runner import Runner
 
 SHOWN_ENV_VARS = ("CUDA_HOME", "CUDA_VISIBLE_DEVICES", "OCTOBER_CACHE_DIR", "UV_CACHE_DIR", "HF_HOME",
                   "HF_ENDPOINT", "HF_HUB_OFFLINE", "KNLP_KV_FIXTURES", "FLASHINFER_WORKSPACE_BASE",
@@ -34,8 +34,8 @@ def _tool(fact: Any) -> str | None:
 
 def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
-    from october.installer.git.worktree import dirty_entries, head_commit
-    from october.installer.verify_dists import installed
+    from .git.worktree import dirty_entries, head_commit
+    from .verify_dists import installed
 
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],
@@ -86,8 +86,8 @@ def stack_report(stack: Path) -> dict[str, Any]:
 
 
 def recipe_report(name_or_path: str) -> dict[str, Any]:
-    from october.installer.core.errors import OctoberError
-    from october.installer.recipe import load_recipe
+    from .core.errors import OctoberError
+    from .recipe import load_recipe
 
     try:
         r = load_recipe(name_or_path)
@@ -108,8 +108,8 @@ def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
 
 def collect(stack: Path | None, recipe: str | None, runner: Runner,
             environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    from october.installer.core.version import tool_commit, tool_version
-    from october.installer.machine.probes import gather_facts
+    from .core.version import tool_commit, tool_version
+    from .machine.probes import gather_facts
 
     env = dict(os.environ if environ is None else environ)
     f = gather_facts(stack or Path.cwd(), runner, environ=env)

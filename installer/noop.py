@@ -76,9 +76,9 @@ def fast_setup(args: Sequence[str]) -> int | None:
 
 def run_plain(ns: argparse.Namespace) -> int:
     """Provision with plain options: the typer command's own function and error handling."""
-    from october.installer.core.cliargs import CommandExit, run_guarded
-    from october.installer.core.ui import ConsoleReporter
-    from october.installer.provision import SetupArgs, provision
+    from .core.cliargs import CommandExit, run_guarded
+    from .core.ui import ConsoleReporter
+    from .provision import SetupArgs, provision
 
     ui = ConsoleReporter(quiet=ns.quiet, verbose=False)
     args = SetupArgs(stack=str(ns.stack), recipe=ns.recipe, cache_dir=ns.cache_dir, allow_dirty=ns.allow_dirty,
@@ -97,19 +97,19 @@ def try_noop(args: Sequence[str]) -> int | None:
     ns = parse(args)
     if ns is None:
         return None
-    from october.installer.core.errors import OctoberError
-    from october.installer.core.paths import StackPaths, default_cache_dir
+    from .core.errors import OctoberError
+    from .core.paths import StackPaths, default_cache_dir
 
     stack = ns.stack.resolve()
     if not StackPaths(stack).state.is_dir():
         return None                 # a new stack: nothing to verify
     try:
-        from october.installer.core.cliargs import split_skips
-        from october.installer.core.reportlines import skip_line
-        from october.installer.engine import SetupOptions, SilentReporter
-        from october.installer.pipeline.plan import finished_setup, resolve_locked, summary
-        from october.installer.pyenv.systorch import with_system_torch
-        from october.installer.recipe import load_recipe, with_kit
+        from .core.cliargs import split_skips
+        from .core.reportlines import skip_line
+        from .engine import SetupOptions, SilentReporter
+        from .pipeline.plan import finished_setup, resolve_locked, summary
+        from .pyenv.systorch import with_system_torch
+        from .recipe import load_recipe, with_kit
 
         rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
         if ns.kit is not None:

@@ -2,7 +2,7 @@
 
 import sys
 
-from october.installer.entry import setup_main
+from .entry import setup_main
 
 if __name__ == "__main__":
     sys.exit(setup_main())

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from october.installer.core.cliargs import dir_option, file_option, print_json, split_skips, stack_argument
-from october.installer.core.paths import default_cache_dir
+from .core.cliargs import dir_option, file_option, print_json, split_skips, stack_argument
+from .core.paths import default_cache_dir
 
 if TYPE_CHECKING:
-    from october.installer.core.ui import ConsoleReporter
+    from .core.ui import ConsoleReporter
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,11 @@ class SetupArgs:
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     """Check every option (no lock, no .state, no "preflight: starting" before), open a ``--kit``
     against its manifest, the recipe and the lock, run the pipeline, print the summary or the JSON."""
-    from october.installer.engine import SetupOptions
-    from october.installer.pipeline.plan import resolve_locked, run_setup, summary
-    from october.installer.recipe import load_recipe
-    from october.installer.pyenv.systorch import with_system_torch
-    from october.installer.machine import validate_skip
+    from .engine import SetupOptions
+    from .pipeline.plan import resolve_locked, run_setup, summary
+    from .recipe import load_recipe
+    from .pyenv.systorch import with_system_torch
+    from .machine import validate_skip
 
     root = stack_argument(args.stack).resolve()
     skips = split_skips(args.skip_preflight)
@@ -56,7 +56,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:
-        from october.installer.kit.use import kit_recipe, open_kit, seed_cache
+        from .kit.use import kit_recipe, open_kit, seed_cache
 
         # verified against its manifest, the recipe and the lock before anything runs
         used_kit = open_kit(kit_dir, rec, lock=locked_state.path if locked_state else None)
@@ -84,7 +84,7 @@ def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
     if git_config is None:
         yield
         return
-    from october.installer.core.envoverlay import environ_overlay
+    from .core.envoverlay import environ_overlay
 
     with environ_overlay({**git_config, "UV_OFFLINE": "1"}):
         yield

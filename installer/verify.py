@@ -33,15 +33,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from october.installer import verify_fix as fixes
-from october.installer import verify_jit, verify_unowned
-from october.installer.core.errors import LockError, StateError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.paths import StackPaths
-from october.installer.engine import read_marker, written_sha256
-from october.installer.lock.pylock import TOOL, read_lock
-from october.installer.pyenv.systorch import same_build
-from october.installer.verify_dists import Dist, installed, record_hash, record_rows
+from . import verify_fix as fixes
+from . import verify_jit, verify_unowned
+from .core.errors import LockError, StateError
+from .core.hashing import sha256_file
+from .core.paths import StackPaths
+from .engine import read_marker, written_sha256
+from .lock.pylock import TOOL, read_lock
+from .pyenv.systorch import same_build
+from .verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
 
@@ -131,8 +131,8 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
-    from october.installer.git.sparse import cone_problem
-    from october.installer.git.worktree import dirty_entries, head_commit, selected, submodule_states
+    from .git.sparse import cone_problem
+    from .git.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}

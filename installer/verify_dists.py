@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from october.installer.core.hashing import CHUNK
+from .core.hashing import CHUNK
 
 
 @dataclass(frozen=True)

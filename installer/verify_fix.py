@@ -24,9 +24,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from october.installer.core.paths import StackPaths
-from october.installer.core.resources import recipes_dir
-from october.installer.engine import read_marker
+from .core.paths import StackPaths
+from .core.resources import recipes_dir
+from .engine import read_marker
 
 MAX_PATHS = 10
 

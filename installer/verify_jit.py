@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from october.installer.core.hashing import sha256_file
-from october.installer.core.paths import StackPaths
-from october.installer.engine import read_marker
-from october.installer.jit.integrity import manifest_aot_dir
+from .core.hashing import sha256_file
+from .core.paths import StackPaths
+from .engine import read_marker
+from .jit.integrity import manifest_aot_dir
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from october.installer.pyenv.systorch import PTH_NAME, pth_text
+from .pyenv.systorch import PTH_NAME, pth_text
 
 SCAFFOLD_TOP = {"pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", "lib64"}
 SCAFFOLD_BIN = re.compile(r"(python(3(\.\d+)?)?|activate(\.\w+)?|activate_this\.py|deactivate\.bat|pydoc\.bat)")

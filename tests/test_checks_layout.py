@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from october.checks.contract import LEVELS
+from tests.fixtures.imports import imported_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "october.checks"
@@ -62,11 +63,12 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     for node in nodes:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module == PACKAGE or node.module.startswith(PACKAGE + "."):
-                found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            module = imported_module(node, path)
+            if module == PACKAGE or module.startswith(PACKAGE + "."):
+                found.update(f"{module}.{a.name}" for a in node.names)
             else:
-                found.add(node.module)
+                found.add(module)
     return found
 
 
@@ -119,7 +121,7 @@ def test_the_guard_sees_a_planted_violation(tmp_path: Path) -> None:
     (checks / "kernel" / "planted.py").write_text(
         "from october.checks.engine import oracles\n"
         "def f():\n    from october.checks.engine.driver import run_engine_level\n", encoding="utf-8")
-    (checks / "engine" / "planted.py").write_text("from october.checks import kernel\n", encoding="utf-8")
+    (checks / "engine" / "planted.py").write_text("from .. import kernel\n", encoding="utf-8")   # relative too
     (checks / "results.py").write_text((checks / "results.py").read_text(encoding="utf-8")
                                        + "from october.checks.reference.backend import Request\n", encoding="utf-8")
     (checks / "probes" / "planted.py").write_text("from october.checks import contract\n", encoding="utf-8")

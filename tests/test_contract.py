@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.imports import imported_module
+
 with warnings.catch_warnings():  # torch warns at import when numpy is absent
     warnings.simplefilter("ignore", UserWarning)
     import torch  # noqa: F401  (the engine's JIT check and the smoke CLI below import it)
@@ -28,8 +30,8 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             modules = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            modules = [node.module]
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            modules = [imported_module(node, path)]
         else:
             continue
         for name in modules:
@@ -54,6 +56,10 @@ def test_the_checks_import_neither_the_tool_nor_its_dependencies(tmp_path: Path)
     planted = tmp_path / "planted.py"
     planted.write_text("import jsonschema\nfrom october.installer.core.errors import OctoberError\n", encoding="utf-8")
     assert {"jsonschema", "october.installer"} <= _imports(planted) - allowed
+    relative = tmp_path / "checks" / "kernel" / "planted.py"     # the modules import each other relatively
+    relative.parent.mkdir(parents=True)
+    relative.write_text("from ...installer.core.errors import OctoberError\nfrom ..contract import LEVELS\n")
+    assert _imports(relative) == {"october.installer", "october.checks"}
 
 
 def _schema(name: str) -> dict:

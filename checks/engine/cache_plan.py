@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from october.checks import torch_reference as ref
-from october.checks.contract import DIAGNOSTIC_CACHES
-from october.checks.results import Unsupported
+from .. import torch_reference as ref
+from ..contract import DIAGNOSTIC_CACHES
+from ..results import Unsupported
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 FP8_NAMES = ("fp8", "fp8_e4m3")

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from october.checks.engine import oracles as oracle
-from october.checks import torch_reference as ref
-from october.checks.contract import EXTRA_CHECKS
-from october.checks.engine.cache_plan import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
-from october.checks.engine.vllm_surface import (
+from . import oracles as oracle
+from .. import torch_reference as ref
+from ..contract import EXTRA_CHECKS
+from .cache_plan import K16V8, CachePlan, layer_cache_dtype, side_ok, split_kv
+from .vllm_surface import (
     DTYPES,
     FREE_BLOCKS,
     PROMPTS,
@@ -31,10 +31,10 @@ from october.checks.engine.vllm_surface import (
     _params,
     _tokens,
 )
-from october.checks.memory import held_bytes, sample_rounds
-from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
-from october.checks.workspace import Watch
-from october.checks.workspace import uri as module_uri
+from ..memory import held_bytes, sample_rounds
+from ..results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
+from ..workspace import Watch
+from ..workspace import uri as module_uri
 
 JIT_CHECK = EXTRA_CHECKS[0]                       # ("jit_complete", "JIT modules pre-built")
 GRAPH_BATCHES = (1, 3, 5)

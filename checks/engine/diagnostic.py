@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from october.checks.engine import planted_faults
-from october.checks.contract import DIAGNOSTIC_AGREED_EXIT
-from october.checks.engine.cache_plan import diagnostic_plans
-from october.checks.inputs import Manifest, ScaleChoice, TokenProtocol
-from october.checks.torch_reference import SLOPE_BOUND, slope_ok
-from october.checks.results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult
-from october.checks.workspace import Watch
+from . import planted_faults
+from ..contract import DIAGNOSTIC_AGREED_EXIT
+from .cache_plan import diagnostic_plans
+from ..inputs import Manifest, ScaleChoice, TokenProtocol
+from ..torch_reference import SLOPE_BOUND, slope_ok
+from ..results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult
+from ..workspace import Watch
 
 PROVES = "the engine harness on a real engine, not the stack"
 AGREED_EXIT = DIAGNOSTIC_AGREED_EXIT   # `current smoke`: the diagnostic finished, every check passed on every cache
@@ -108,7 +108,7 @@ def run_diagnostic(manifest: Manifest, fixtures: Path | None, seed: int, device:
                    ) -> tuple[list[CheckResult], ScaleChoice, dict[str, Any]]:
     """Every engine check per asked cache; returns the folded results, the scales, and the receipt's
     ``diagnostic`` section.  ``workspace``: the diagnostic's own JIT workspace (:func:`own_workspace`)."""
-    from october.checks.engine.driver import run_engine_level
+    from .driver import run_engine_level
 
     per_cache: dict[str, list[CheckResult]] = {}
     section: dict[str, Any] = {}

@@ -59,9 +59,9 @@ from typing import Any
 
 import torch
 
-from october.checks.engine import oracles as oracle
-from october.checks.engine.cache_plan import K16V8, CachePlan
-from october.checks.engine.checks import (
+from . import oracles as oracle
+from .cache_plan import K16V8, CachePlan
+from .checks import (
     GRAPH_BATCHES,
     JIT_CHECK,
     _deterministic,
@@ -73,8 +73,8 @@ from october.checks.engine.checks import (
     _physical,
     _scales,
 )
-from october.checks.engine.refusal import refusal_results, refused_cache_dtype
-from october.checks.engine.vllm_surface import (
+from .refusal import refusal_results, refused_cache_dtype
+from .vllm_surface import (
     ATTENTION_CONFIG,
     KV_CACHE_DTYPE,
     PROMPTS,
@@ -91,8 +91,8 @@ from october.checks.engine.vllm_surface import (
     layer_pair,
     model_shape,
 )
-from october.checks.inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, token_protocol
-from october.checks.results import (
+from ..inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, token_protocol
+from ..results import (
     CHECK_NAMES,
     FAILED,
     SKIPPED,
@@ -104,8 +104,8 @@ from october.checks.results import (
     run_check,
     run_checks,
 )
-from october.checks.workspace import Watch
-from october.checks.workspace import base as workspace_base
+from ..workspace import Watch
+from ..workspace import base as workspace_base
 
 
 def _safely(fn: Any, *args: Any) -> Any:

@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 import torch
 
-from october.checks import torch_reference as ref
-from october.checks.results import Unsupported
+from .. import torch_reference as ref
+from ..results import Unsupported
 
 CAPTURE_PROMPT = 64          # prompt tokens of the captured request
 CAPTURE_STEPS = 8            # generated tokens (the first comes from the prefill)

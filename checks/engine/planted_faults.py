@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from october.checks.contract import ENGINE_FAULTS
-from october.checks.torch_reference import SLOPE_BOUND
+from ..contract import ENGINE_FAULTS
+from ..torch_reference import SLOPE_BOUND
 
 FAULTS = ENGINE_FAULTS
 

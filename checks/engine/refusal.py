@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from october.checks.results import CHECK_NAMES, FAILED, SKIPPED, CheckResult
+from ..results import CHECK_NAMES, FAILED, SKIPPED, CheckResult
 
 _MARKS = ("cache_dtype", "kv_cache_dtype")
 _ACCEPTS = re.compile(r"Input should be (.+?)(?: \[type=|$)", re.MULTILINE)

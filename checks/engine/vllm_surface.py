@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from october.checks.engine import planted_faults
-from october.checks.engine import oracles as oracle
-from october.checks.engine.cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
-from october.checks.inputs import InputError, Manifest, TokenProtocol, token_protocol
-from october.checks.results import Unsupported
+from . import planted_faults
+from . import oracles as oracle
+from .cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
+from ..inputs import InputError, Manifest, TokenProtocol, token_protocol
+from ..results import Unsupported
 
 KV_CACHE_DTYPE = K16V8.kv_cache_dtype
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}

@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from october.checks import flashinfer_asym
-from october.checks import torch_reference as ref
-from october.checks.contract import COMPUTE_DTYPES
+from .. import flashinfer_asym
+from .. import torch_reference as ref
+from ..contract import COMPUTE_DTYPES
 
 WORKSPACE = 128 * 1024 * 1024
 K_STD = 4.0                 # logits std ~4: peaked attention, so K rounding (K8) moves outputs

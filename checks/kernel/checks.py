@@ -30,11 +30,11 @@ from typing import Any, Callable
 
 import torch
 
-from october.checks import flashinfer_asym
-from october.checks import torch_reference as ref
-from october.checks.contract import sha256_file
-from october.checks.inputs import Manifest, ScaleChoice
-from october.checks.kernel.backend import (
+from .. import flashinfer_asym
+from .. import torch_reference as ref
+from ..contract import sha256_file
+from ..inputs import Manifest, ScaleChoice
+from .backend import (
     Cache,
     KernelBackend,
     KernelConfig,
@@ -45,11 +45,11 @@ from october.checks.kernel.backend import (
     loaded_modules,
     probe,
 )
-from october.checks.memory import held_bytes, sample_rounds
-from october.checks.torch_reference import SLOPE_BOUND
-from october.checks.torch_reference import slope as _slope
-from october.checks.torch_reference import slope_ok as _slope_ok
-from october.checks.results import (
+from ..memory import held_bytes, sample_rounds
+from ..torch_reference import SLOPE_BOUND
+from ..torch_reference import slope as _slope
+from ..torch_reference import slope_ok as _slope_ok
+from ..results import (
     FAILED,
     PASSED,
     SKIPPED,
@@ -356,7 +356,7 @@ CHECKS: dict[str, Callable[[KernelBackend], CheckResult]] = {
 
 
 def kernel_scales(manifest: Manifest | None, fixtures: Path | None) -> ScaleChoice:
-    from october.checks.inputs import engine_scales
+    from ..inputs import engine_scales
     choice = ScaleChoice((0.05,), "synthetic", note="kernel level: one scale for random data")
     if manifest is not None and fixtures is not None:
         found = engine_scales(manifest, fixtures, None)

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from october.checks.reference.tiny_decoder import PAD_BLOCK, BlockAllocator, PagedKVCache, TinyConfig, TinyDecoder
+from .tiny_decoder import PAD_BLOCK, BlockAllocator, PagedKVCache, TinyConfig, TinyDecoder
 
 
 @dataclass

@@ -13,10 +13,10 @@ from typing import Sequence
 
 import torch
 
-from october.checks import torch_reference as ref
-from october.checks.reference.backend import ReferenceBackend, Request
-from october.checks.memory import held_bytes, sample_rounds
-from october.checks.results import PASSED, SKIPPED, CheckResult, in_order, run_checks, verdict
+from .. import torch_reference as ref
+from .backend import ReferenceBackend, Request
+from ..memory import held_bytes, sample_rounds
+from ..results import PASSED, SKIPPED, CheckResult, in_order, run_checks, verdict
 
 SCALE_RTOL = 1e-6           # scales are stored as float32
 K_BYTES, V_BYTES, SCALE_BYTES = 2, 1, 4

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from october.checks import torch_reference as ref
+from .. import torch_reference as ref
 
 PAD_BLOCK = 0   # block 0 is never handed out: padded rows of a graph batch write there
 

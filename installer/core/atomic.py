@@ -7,6 +7,6 @@ for the tool's modules.
 
 from __future__ import annotations
 
-from october.checks.contract import write_bytes_atomic, write_json_atomic, write_text_atomic
+from ...checks.contract import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 __all__ = ["write_bytes_atomic", "write_json_atomic", "write_text_atomic"]

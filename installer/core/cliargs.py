@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from october.installer.core.errors import FileSystemError, OctoberError, UsageError, as_disk_full
+from .errors import FileSystemError, OctoberError, UsageError, as_disk_full
 
 if TYPE_CHECKING:
-    from october.installer.core.ui import ConsoleReporter
+    from .ui import ConsoleReporter
 
 T = TypeVar("T")
 JSON_FORMAT_VERSION = 1      # of every --json document (schemas: receipts/<kind>.schema.json)

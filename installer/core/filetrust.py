@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from october.installer.core.atomic import write_text_atomic
+from .atomic import write_text_atomic
 
 TRUST_FORMAT = 1
 RACY_NS = 1_000_000_000         # a signature younger than this at the stat is not recorded

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from october.checks.contract import sha256_file  # one definition, shared with the stack side
+from ...checks.contract import sha256_file  # one definition, shared with the stack side
 
 __all__ = ["CHUNK", "fingerprint", "sha256_bytes", "sha256_file"]
 

@@ -5,6 +5,6 @@ same revision shape inside the stack env)."""
 
 from __future__ import annotations
 
-from october.checks.contract import FULL_SHA, SHA256
+from ...checks.contract import FULL_SHA, SHA256
 
 __all__ = ["FULL_SHA", "SHA256"]

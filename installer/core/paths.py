@@ -23,7 +23,7 @@ def inside(base: Path, name: str) -> Path:
     path = base / name
     if not name or name in (".", "..") or "/" in name or "\\" in name or \
             not os.path.normpath(path).startswith(os.path.normpath(base) + os.sep):
-        from october.installer.core.errors import UsageError
+        from .errors import UsageError
 
         raise UsageError(f"the name {name!r} would make a path outside {base}",
                          expected="a plain name (letters, digits, '.', '_', '-')", found=repr(name),

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from october.installer.core.errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
-from october.installer.core.redact import env_secrets, redact
+from .errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
+from .redact import env_secrets, redact
 
 TAIL_LINES = 25
 

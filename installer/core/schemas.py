@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import ReceiptError
-from october.installer.core.resources import schema_path
+from .atomic import write_json_atomic
+from .errors import ReceiptError
+from .resources import schema_path
 
 BUG = "this is a bug in october: report it with the stack's logs/"
 SHOWN = 3           # problems named in the message (the count says how many there are)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from october.installer.core.errors import StackLockedError
+from .errors import StackLockedError
 
 
 def holder_file(lock: Path) -> Path:

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from october.installer.core.errors import one_line
+from .errors import one_line
 
 MAX_DEPTH = 24                   # tables and arrays inside each other; the shipped files reach 5
 RECIPE_MAX_BYTES = 256 << 10     # a recipe or forks.toml: the shipped ones are under 8 KB

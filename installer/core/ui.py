@@ -232,7 +232,7 @@ class ConsoleReporter:
             self._status.update(f"{self._step}: {line.strip()[:100]}")
 
     def step_skip(self, name: str) -> None:
-        from october.installer.core.reportlines import skip_line
+        from .reportlines import skip_line
         self._say(skip_line(name))
 
     def stage(self, key: str, label: str, done: int, total: int) -> None:

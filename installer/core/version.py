@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from october.installer import __version__
-from october.installer.core.ids import FULL_SHA
-from october.installer.core.resources import checkout_root
+from .. import __version__
+from .ids import FULL_SHA
+from .resources import checkout_root
 
 
 def tool_version() -> str:

@@ -9,8 +9,8 @@ Modules, one job each:
 * :mod:`.run`      -- :func:`run_download`, the entry point the CLI calls
 """
 
-from october.installer.download.manifest import load_manifest
-from october.installer.download.plan import DownloadOptions, DownloadPlan, make_plan
-from october.installer.download.run import run_download
+from .manifest import load_manifest
+from .plan import DownloadOptions, DownloadPlan, make_plan
+from .run import run_download
 
 __all__ = ["DownloadOptions", "DownloadPlan", "load_manifest", "make_plan", "run_download"]

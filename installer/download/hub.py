@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from october.installer.core.errors import DownloadError, UsageError
-from october.installer.core.redact import env_secrets, redact, redact_url
+from ..core.errors import DownloadError, UsageError
+from ..core.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 LOGIN_FIX = "run `hf auth login` (or set HF_TOKEN) with an account that has accepted the model's terms"

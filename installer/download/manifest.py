@@ -10,20 +10,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from october.checks.contract import (
+from ...checks.contract import (
     MANIFEST_FORMAT_VERSION,
     MANIFEST_KIND,
     ContractError,
     parse_manifest,
     read_json_object,
 )
-from october.installer import __version__
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import ReceiptError
-from october.installer.core.resources import schema_path
-from october.installer.core.schemas import validate
-from october.installer.download.plan import DownloadPlan
-from october.installer.download.verify import VerifiedFile
+from .. import __version__
+from ..core.atomic import write_json_atomic
+from ..core.errors import ReceiptError
+from ..core.resources import schema_path
+from ..core.schemas import validate
+from .plan import DownloadPlan
+from .verify import VerifiedFile
 
 SCHEMA_PATH = schema_path("download")
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from october.installer.core.errors import RecipeError, UsageError
-from october.installer.core.paths import default_cache_dir
-from october.installer.recipe import MODEL_FORMATS, Recipe
+from ..core.errors import RecipeError, UsageError
+from ..core.paths import default_cache_dir
+from ..recipe import MODEL_FORMATS, Recipe
 
 FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable october.checks.scales reads
 

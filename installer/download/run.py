@@ -26,13 +26,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from october.installer.core.atomic import write_json_atomic, write_text_atomic
-from october.installer.core.errors import DownloadError, ScalesError
-from october.installer.core.hashing import sha256_file
-from october.installer.download import hub
-from october.installer.download.manifest import build_manifest, write_manifest
-from october.installer.download.plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
-from october.installer.download.verify import Expected, VerifiedFile, verify_files
+from ..core.atomic import write_json_atomic, write_text_atomic
+from ..core.errors import DownloadError, ScalesError
+from ..core.hashing import sha256_file
+from . import hub
+from .manifest import build_manifest, write_manifest
+from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
+from .verify import Expected, VerifiedFile, verify_files
 
 RECORD_DIR = ".october"
 RECORD_NAME = "verified.json"
@@ -298,7 +298,7 @@ def _num_layers(config: Path) -> int | None:
 
 def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, Any] | None:
     """Validate the calibrated scales for this model; None (with a warning) when no fixtures dir is known."""
-    from october.checks.scales import ScalesInvalid, check_model, load_scales, scales_path
+    from ...checks.scales import ScalesInvalid, check_model, load_scales, scales_path
 
     if plan.fixtures is None:
         warn(f"no calibrated KV scales checked (neither --fixtures nor ${FIXTURES_ENV} is set); "

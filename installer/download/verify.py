@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from october.installer.core.errors import DownloadError
-from october.installer.core.hashing import CHUNK
+from ..core.errors import DownloadError
+from ..core.hashing import CHUNK
 
 CORRUPT_INFIX = ".corrupt-"
 

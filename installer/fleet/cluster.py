@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from october.installer.core.errors import ToolMissing, UsageError
-from october.installer.fleet.node import CHUNK, Shipment, ShippedFile, run_job
-from october.installer.fleet.plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
-from october.installer.fleet.progress import FleetProgress
-from october.installer.kit import MANIFEST
+from ..core.errors import ToolMissing, UsageError
+from .node import CHUNK, Shipment, ShippedFile, run_job
+from .plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
+from .progress import FleetProgress
+from ..kit import MANIFEST
 
 INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'october[fleet]'`) on the driver and every node"
 GRACE_S = 30.0          # past a node's own timeout, the driver cancels its task

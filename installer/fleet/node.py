@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from october.installer.core.atomic import write_bytes_atomic
-from october.installer.core.errors import CommandFailed, KitError, OctoberError, ReceiptError
-from october.installer.core.hashing import sha256_bytes, sha256_file
-from october.installer.core.runner import Completed, Runner
-from october.installer.fleet.plan import NodeJob
-from october.installer.fleet.progress import RECEIVING, RECHECK, SMOKE, setup_phase
-from october.installer.kit import MANIFEST
-from october.installer.kit.manifest import check_files, listed, read_manifest
+from ..core.atomic import write_bytes_atomic
+from ..core.errors import CommandFailed, KitError, OctoberError, ReceiptError
+from ..core.hashing import sha256_bytes, sha256_file
+from ..core.runner import Completed, Runner
+from .plan import NodeJob
+from .progress import RECEIVING, RECHECK, SMOKE, setup_phase
+from ..kit import MANIFEST
+from ..kit.manifest import check_files, listed, read_manifest
 
 CHUNK = 8 << 20          # bytes per object-store chunk of a shipped kit file
 
@@ -103,7 +103,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             python: str = sys.executable, report: Callable[[str], None] = lambda _phase: None) -> dict[str, Any]:
     """Run the job on this node; return its node record (status, facts, times).  ``report`` hears each
     phase as it begins (see :mod:`october.installer.fleet.progress`)."""
-    from october.installer.pipeline.plan import STEP_ORDER
+    from ..pipeline.plan import STEP_ORDER
 
     start = time.monotonic()
     stack = Path(job.stack)
@@ -210,7 +210,7 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
     this stack's (its setup receipt's path: every node has the same lock)."""
     if receipt is None:
         return "it is missing or not JSON"
-    from october.installer.core.schemas import validate      # jsonschema: only for a re-read receipt
+    from ..core.schemas import validate      # jsonschema: only for a re-read receipt
     try:
         validate("smoke", receipt)
     except ReceiptError as exc:

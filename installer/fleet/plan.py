@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from october.installer.core.errors import UsageError
-from october.installer.fleet import NAME_LABEL
+from ..core.errors import UsageError
+from . import NAME_LABEL
 
 SELECT_MODES = ("all", "gpu")
 #: what a node record's ``status`` may be; only the first two count as finished

@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any
 
-from october.installer.fleet.plan import FINISHED, PASSED, FleetPlan, NodeJob
+from .plan import FINISHED, PASSED, FleetPlan, NodeJob
 
 RECEIVING = "receiving the kit"
 RECHECK = "re-check"

@@ -9,12 +9,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from october.installer import __version__
-from october.installer.core.errors import ReceiptError, UsageError
-from october.installer.core.hashing import sha256_bytes, sha256_file
-from october.installer.core.schemas import validate, write_receipt
-from october.installer.fleet import FLEET_FORMAT
-from october.installer.fleet.plan import (
+from .. import __version__
+from ..core.errors import ReceiptError, UsageError
+from ..core.hashing import sha256_bytes, sha256_file
+from ..core.schemas import validate, write_receipt
+from . import FLEET_FORMAT
+from .plan import (
     FleetOptions,
     FleetPlan,
     finished_before,
@@ -23,8 +23,8 @@ from october.installer.fleet.plan import (
     select_nodes,
     shared_cache,
 )
-from october.installer.fleet.progress import FleetProgress
-from october.installer.kit import MANIFEST
+from .progress import FleetProgress
+from ..kit import MANIFEST
 
 
 def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
@@ -44,10 +44,10 @@ def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
 def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -> int:
     """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C.  ``ui`` (a
     :class:`~october.installer.core.ui.ConsoleReporter`) shows the run as every long command does."""
-    from october.installer.fleet.cluster import cluster_nodes, connect, ray_logs_to, run_plan, ship
-    from october.installer.kit.use import open_kit
-    from october.installer.pipeline.plan import plan_steps
-    from october.installer.recipe import load_recipe
+    from .cluster import cluster_nodes, connect, ray_logs_to, run_plan, ship
+    from ..kit.use import open_kit
+    from ..pipeline.plan import plan_steps
+    from ..recipe import load_recipe
 
     started = time.monotonic()
     rec = load_recipe(opts.recipe)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from october.installer.core.version import head_commit
-from october.installer.git import git_env
+from ..core.version import head_commit
+from . import git_env
 
 __all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "selected",
            "submodule_states"]
@@ -95,7 +95,7 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
     if head != commit:
         return f"{path} is at {head}, not {commit}"
     if sparse or submodules:
-        from october.installer.git.sparse import cone_problem, partial_or_sparse
+        from .sparse import cone_problem, partial_or_sparse
 
         for sub, dirs in sorted((sparse or {}).items()):
             bad = cone_problem(path / sub, dirs)

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from october.installer.core.errors import CommandFailed, FetchError, WheelError
-from october.installer.core.ids import FULL_SHA
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
+from ..core.errors import CommandFailed, FetchError, WheelError
+from ..core.ids import FULL_SHA
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from . import git_env
+from .mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
 
 COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
 UPSTREAM_REFS = "refs/october/upstream"

@@ -24,13 +24,13 @@ from typing import Iterator
 import git
 from filelock import FileLock, Timeout
 
-from october.installer import git as fetch_pkg
-from october.installer.core.errors import CommandFailed, FetchError
-from october.installer.core.ids import FULL_SHA
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.diagnose import diagnose, remove_partial_objects
+from .. import git as fetch_pkg
+from ..core.errors import CommandFailed, FetchError
+from ..core.ids import FULL_SHA
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from . import git_env
+from .diagnose import diagnose, remove_partial_objects
 
 PIN_REFS = "refs/october/pins"
 LOCK_TIMEOUT_S = 3600.0
@@ -136,7 +136,7 @@ def _create(path: Path, fork: str, *, partial: bool = False) -> None:
     """A new empty bare mirror at ``path``, made beside it and renamed into place, so a run
     killed half-way through ``git init`` never leaves a half-made mirror under the real name.
     A partial one lets its clones ask for filters and objects by id (their checkout's lazy fetch)."""
-    from october.installer.git.sparse import SERVE_CONFIG
+    from .sparse import SERVE_CONFIG
 
     new = path.parent / f".{path.name}.new-{os.getpid()}"
     try:

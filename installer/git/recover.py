@@ -25,8 +25,8 @@ from typing import Iterator
 
 import git
 
-from october.installer.git.diagnose import remove_partial_objects
-from october.installer.git.exclude import git_dir
+from .diagnose import remove_partial_objects
+from .exclude import git_dir
 
 MARKER = "october-fetch-incomplete"
 

@@ -16,12 +16,12 @@ from typing import Iterable, Mapping
 
 import git
 
-from october.installer.core.errors import FetchError, LockError
-from october.installer.core.ids import FULL_SHA
-from october.installer.core.runner import Runner
-from october.installer.git import HEX
-from october.installer.git.mirror import Mirror, fetch_branch
-from october.installer.recipe import Pin
+from ..core.errors import FetchError, LockError
+from ..core.ids import FULL_SHA
+from ..core.runner import Runner
+from . import HEX
+from .mirror import Mirror, fetch_branch
+from ..recipe import Pin
 
 MAX_LISTED = 10
 

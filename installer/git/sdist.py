@@ -37,12 +37,12 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import FetchError, WheelError
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.recipe import SdistSource
-from october.installer.wheels.download import download_wheel
+from ..core.atomic import write_json_atomic
+from ..core.errors import FetchError, WheelError
+from ..core.runner import Runner
+from . import git_env
+from ..recipe import SdistSource
+from ..wheels.download import download_wheel
 
 RECORD = "october-sdist.json"
 FORMAT = 2   # in the repository name: a repository made by another format is never reused

@@ -24,11 +24,11 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from october.installer.core.errors import WheelError
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.sdist import trailers
-from october.installer.recipe import SdistSource
+from ..core.errors import WheelError
+from ..core.runner import Runner
+from . import git_env
+from .sdist import trailers
+from ..recipe import SdistSource
 
 METHOD = "sdist-files"
 MAX_LISTED = 12

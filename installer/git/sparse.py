@@ -26,12 +26,12 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from october.installer import git as fetch_pkg
-from october.installer.core.errors import CommandFailed, FetchError
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.diagnose import diagnose
-from october.installer.git.exclude import git_dir
+from .. import git as fetch_pkg
+from ..core.errors import CommandFailed, FetchError
+from ..core.runner import Runner
+from . import git_env
+from .diagnose import diagnose
+from .exclude import git_dir
 
 PARTIAL_REFS = "refs/october/partial"
 SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true"))

@@ -26,11 +26,11 @@ from typing import Callable, Mapping, Sequence
 
 import git
 
-from october.installer.core.errors import CommandFailed, FetchError
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.git import git_env, strip_credentials
-from october.installer.git.clonecheck import (  # noqa: F401  (the inspection lives there; re-exported)
+from ..core.errors import CommandFailed, FetchError
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from . import git_env, strip_credentials
+from .clonecheck import (  # noqa: F401  (the inspection lives there; re-exported)
     GitInspectError,
     SubmoduleState,
     check_clone,
@@ -40,16 +40,16 @@ from october.installer.git.clonecheck import (  # noqa: F401  (the inspection li
     selected,
     submodule_states,
 )
-from october.installer.git.exclude import exclude_build_outputs
-from october.installer.git.mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
-from october.installer.git.recover import (
+from .exclude import exclude_build_outputs
+from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from .recover import (
     is_incomplete,
     mark_complete,
     mark_incomplete,
     remove_stale_locks,
     reset_broken_submodule,
 )
-from october.installer.git.sparse import partial_or_sparse
+from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]
@@ -233,7 +233,7 @@ def _no_rewrite(url: str) -> str | None:
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
     """Remove a submodule's work tree and git directory to check it out again -- only when nothing in it
     is the user's: no local change, no untracked or ignored file (a ``build/`` made there)."""
-    from october.installer.git.sparse import git_dir
+    from .sparse import git_dir
 
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
@@ -255,7 +255,7 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
 
 def _status_all(path: Path) -> list[str]:
     """Every change, untracked and ignored file (what a re-checkout would throw away)."""
-    from october.installer.git.clonecheck import _git as look
+    from .clonecheck import _git as look
 
     return look(path, "status", "--porcelain", "--untracked-files=all", "--ignored=matching").splitlines()
 
@@ -267,7 +267,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
     absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it.  The
     checkout's promisor is that mirror: a file outside the cone is had from there, so widening the cone
     by hand needs the cache (the recipe's ``sparse`` is the way to widen it)."""
-    from october.installer.git.sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
+    from .sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
 
     who = f"fork '{g.fork}': submodule {rel}"
     sub_dir = repo_dir / rel

@@ -21,7 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from october.installer.recipe.install import DeclaredException
+from ..recipe.install import DeclaredException
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from october.installer.core.errors import InstallError
-from october.installer.core.resources import stack_script
-from october.installer.core.runner import Runner
-from october.installer.wheels.extensions import extensions_from_record
+from ..core.errors import InstallError
+from ..core.resources import stack_script
+from ..core.runner import Runner
+from ..wheels.extensions import extensions_from_record
 
 PROBE = stack_script("install_facts.py")
 MARK = "OCTOBER_PROBE "
@@ -102,7 +102,7 @@ def _describe(d: Mapping[str, Any]) -> str:
 
 def _check_system_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
     """A site-provided torch: nothing in the env may shadow or replace it."""
-    from october.installer.pyenv import systorch
+    from ..pyenv import systorch
 
     assert spec.system_torch is not None
     return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,

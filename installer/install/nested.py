@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from october.installer.core.atomic import write_text_atomic
+from ..core.atomic import write_text_atomic
 
 GUARDED = ("uv", "pip", "pip3")
 REFUSED_EXIT = 3

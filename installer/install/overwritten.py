@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from october.installer.core.errors import InstallError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
+from ..core.errors import InstallError
+from ..core.hashing import sha256_file
+from ..core.runner import Runner
+from ..git import git_env
 
 MAX_LISTED = 12
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.core.errors import InstallError
-from october.installer.recipe import ForkUse
+from ..core.errors import InstallError
+from ..recipe import ForkUse
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
-from october.installer.core.filetrust import FileTrust
-from october.installer.verify_dists import installed, record_hash, record_rows
+from ..core.filetrust import FileTrust
+from ..verify_dists import installed, record_hash, record_rows
 
 MAX_SHOWN = 5
 HASH_THREADS = min(8, os.cpu_count() or 1)

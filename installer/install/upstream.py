@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.core.errors import CommandFailed, InstallError
-from october.installer.core.ids import FULL_SHA
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
+from ..core.errors import CommandFailed, InstallError
+from ..core.ids import FULL_SHA
+from ..core.redact import redact_url
+from ..core.runner import Runner
 
 DEFAULT_UPSTREAM_REF = "main"
 

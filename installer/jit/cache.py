@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.hashing import fingerprint, sha256_file
-from october.installer.jit.integrity import module_dir
+from ..core.atomic import write_json_atomic
+from ..core.hashing import fingerprint, sha256_file
+from .integrity import module_dir
 
 ENTRY_FORMAT = 1
 ENTRY = "entry.json"

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from october.installer.core.redact import redact_url
-from october.installer.git.mirror import fetchable_url
+from ..core.redact import redact_url
+from ..git.mirror import fetchable_url
 
 KIT_FORMAT = 1
 MANIFEST = "kit.json"

@@ -23,13 +23,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from october.installer.core.errors import one_line
-from october.installer.core.paths import inside
-from october.installer.core.resources import locks_dir
-from october.installer.kit import url_key
-from october.installer.kit.wheels import wants_in
-from october.installer.lock.pylock import TOOL, read_lock
-from october.installer.recipe import Recipe
+from ..core.errors import one_line
+from ..core.paths import inside
+from ..core.resources import locks_dir
+from . import url_key
+from .wheels import wants_in
+from ..lock.pylock import TOOL, read_lock
+from ..recipe import Recipe
 
 
 def committed_lock(recipe: Recipe) -> Path | None:

@@ -18,17 +18,17 @@ from typing import Callable, Mapping, Sequence
 
 import git
 
-from october.installer.core.errors import CommandFailed, FetchError, KitError
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
-from october.installer.git.resolve import resolve_pin
-from october.installer.git.sdist import materialise
-from october.installer.git.sparse import bring, serve_config
-from october.installer.install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
-from october.installer.kit import repo_relpath, url_key
-from october.installer.recipe import ForkUse
+from ..core.errors import CommandFailed, FetchError, KitError
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from ..git import git_env
+from ..git.mirror import PIN_REFS, Mirror, ensure_commit, fetch_branch, open_mirror
+from ..git.resolve import resolve_pin
+from ..git.sdist import materialise
+from ..git.sparse import bring, serve_config
+from ..install.upstream import DEFAULT_UPSTREAM_REF as UPSTREAM_REF
+from . import repo_relpath, url_key
+from ..recipe import ForkUse
 
 MAX_DEPTH = 8
 Say = Callable[[str], None]

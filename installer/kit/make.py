@@ -17,23 +17,23 @@ from typing import Any, Callable, Mapping
 import git
 from packaging.utils import parse_wheel_filename
 
-from october.installer import __version__
-from october.installer.core.errors import KitError
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.git import git_env
-from october.installer.git.diagnose import remove_partial_objects
-from october.installer.git.mirror import PIN_REFS, open_mirror
-from october.installer.install.plan import installs_deps
-from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
-from october.installer.kit.against import committed_lock
-from october.installer.kit.gitcopy import KitRepos
-from october.installer.kit.have import has
-from october.installer.kit.manifest import file_table, write_manifest
-from october.installer.kit.wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
-from october.installer.recipe import ForkUse, Recipe
-from october.installer.wheels.download import download_wheel
-from october.installer.wheels.version_info import read_version_info
+from .. import __version__
+from ..core.errors import KitError
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from ..git import git_env
+from ..git.diagnose import remove_partial_objects
+from ..git.mirror import PIN_REFS, open_mirror
+from ..install.plan import installs_deps
+from . import KIND, KIT_FORMAT, MANIFEST
+from .against import committed_lock
+from .gitcopy import KitRepos
+from .have import has
+from .manifest import file_table, write_manifest
+from .wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
+from ..recipe import ForkUse, Recipe
+from ..wheels.download import download_wheel
+from ..wheels.version_info import read_version_info
 
 STEP = "kit"
 Say = Callable[[str], None]

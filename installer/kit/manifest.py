@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from october.installer.core.errors import KitError, ReceiptError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.schemas import validate, write_receipt
-from october.installer.kit import KIND, KIT_FORMAT, MANIFEST
+from ..core.errors import KitError, ReceiptError
+from ..core.hashing import sha256_file
+from ..core.schemas import validate, write_receipt
+from . import KIND, KIT_FORMAT, MANIFEST
 
 MAX_LISTED = 8
 

@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import KitError
-from october.installer.core.redact import redact_url
-from october.installer.git import with_config
-from october.installer.git.mirror import has_commit
-from october.installer.kit import MANIFEST, url_key
-from october.installer.kit.against import committed_lock, kit_problems
-from october.installer.kit.manifest import check_files, listed, read_manifest
-from october.installer.recipe import Recipe, with_kit
-from october.installer.wheels.download import cache_path, seen_path
+from ..core.atomic import write_json_atomic
+from ..core.errors import KitError
+from ..core.redact import redact_url
+from ..git import with_config
+from ..git.mirror import has_commit
+from . import MANIFEST, url_key
+from .against import committed_lock, kit_problems
+from .manifest import check_files, listed, read_manifest
+from ..recipe import Recipe, with_kit
+from ..wheels.download import cache_path, seen_path
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from october.installer.core.errors import CommandFailed, KitError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.redact import redact_url
-from october.installer.core.runner import Runner
-from october.installer.lock.pylock import read_lock
-from october.installer.pyenv.uvcmd import recipe_source_args, uv_exe
-from october.installer.recipe import Recipe
-from october.installer.wheels.download import download_wheel
+from ..core.errors import CommandFailed, KitError
+from ..core.hashing import sha256_file
+from ..core.redact import redact_url
+from ..core.runner import Runner
+from ..lock.pylock import read_lock
+from ..pyenv.uvcmd import recipe_source_args, uv_exe
+from ..recipe import Recipe
+from ..wheels.download import download_wheel
 
 GLIBC = (2, 35)        # the newest glibc a kit's wheels may need (manylinux_2_35: Ubuntu 22.04, RHEL 10)
 

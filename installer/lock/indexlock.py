@@ -28,12 +28,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from october.installer.core.errors import LockError
-from october.installer.core.runner import Runner
-from october.installer.lock.pylock import TOOL, dumps
-from october.installer.pyenv.uvcmd import recipe_source_args
-from october.installer.recipe import PROJECT_ROOT, Recipe, load_recipe
-from october.installer.recipe.install import as_json as policy_json
+from ..core.errors import LockError
+from ..core.runner import Runner
+from .pylock import TOOL, dumps
+from ..pyenv.uvcmd import recipe_source_args
+from ..recipe import PROJECT_ROOT, Recipe, load_recipe
+from ..recipe.install import as_json as policy_json
 
 # glibc 2.31: the oldest the stacks run on anyway (vLLM 0.18.0's wheel is manylinux_2_31); on 2_28
 # some packages (llguidance 1.7.6) have only an sdist, which a GPU host would have to build.
@@ -213,7 +213,7 @@ def settled_problems(exclude_newer: str, resolved_at: str) -> list[str]:
 
 
 def regenerate(names: Sequence[str], logs: Path, uv: str, exclude_newer: str | None = None) -> list[Path]:
-    from october.installer.core.atomic import write_text_atomic
+    from ..core.atomic import write_text_atomic
 
     written: list[Path] = []
     runner = Runner(logs)
@@ -235,7 +235,7 @@ def regenerate(names: Sequence[str], logs: Path, uv: str, exclude_newer: str | N
 
 
 def main(argv: Sequence[str]) -> int:
-    from october.installer.pyenv.uvcmd import uv_exe
+    from ..pyenv.uvcmd import uv_exe
 
     names = list(argv) or sorted(p.stem for p in (PROJECT_ROOT / "recipes").glob("*.toml"))
     with tempfile.TemporaryDirectory(prefix="october-indexlock-logs-") as logs:

@@ -18,11 +18,11 @@ import tomli_w
 from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
-from october.installer import __version__
-from october.installer.core.errors import LockError, one_line
-from october.installer.core.hashing import sha256_file
-from october.installer.core.redact import redact_url
-from october.installer.core.tomlgate import LOCK_MAX_BYTES, TomlRefused, read_toml_file
+from .. import __version__
+from ..core.errors import LockError, one_line
+from ..core.hashing import sha256_file
+from ..core.redact import redact_url
+from ..core.tomlgate import LOCK_MAX_BYTES, TomlRefused, read_toml_file
 
 TOOL = "october"
 

@@ -12,10 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from october.installer.core.errors import UsageError
-from october.installer.core.runner import Runner
-from october.installer.machine.probes import GpuFact, MachineFacts, ToolFact, gather_facts
-from october.installer.machine.rules import (
+from ..core.errors import UsageError
+from ..core.runner import Runner
+from .probes import GpuFact, MachineFacts, ToolFact, gather_facts
+from .rules import (
     CHECK_NAMES,
     CheckResult,
     apply_skips,
@@ -24,7 +24,7 @@ from october.installer.machine.rules import (
     run_checks,
     system_torch_result,
 )
-from october.installer.recipe import Recipe
+from ..recipe import Recipe
 
 __all__ = ["CHECK_NAMES", "CheckResult", "GpuFact", "MachineFacts", "ToolFact", "doctor",
            "evaluate", "facts_json", "failures", "machine_facts_json", "punch_list", "validate_skip"]
@@ -46,7 +46,7 @@ def evaluate(recipe: Recipe, facts: MachineFacts, skip: Iterable[str],
              torch_facts: Mapping[str, Any] | None = None) -> list[CheckResult]:
     """Judge ``facts`` (and, for a site-provided torch, ``torch_facts``) against the recipe (pure),
     with ``skip`` applied."""
-    from october.installer.pyenv import systorch
+    from ..pyenv import systorch
 
     names = validate_skip(skip)
     results = run_checks(facts, recipe.preflight, recipe.cuda, recipe_file=recipe.path)
@@ -57,7 +57,7 @@ def evaluate(recipe: Recipe, facts: MachineFacts, skip: Iterable[str],
 
 def system_torch_facts(recipe: Recipe, runner: Runner, step: str) -> dict[str, Any] | None:
     """Probe the site-provided torch's interpreter, when the recipe takes torch from one."""
-    from october.installer.pyenv import systorch
+    from ..pyenv import systorch
 
     if not recipe.torch.from_system or not recipe.torch.system_python:
         return None

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from october.installer.core.errors import CommandFailed, ToolMissing
-from october.installer.core.runner import Runner
-from october.installer.pyenv.uvcmd import uv_exe
+from ..core.errors import CommandFailed, ToolMissing
+from ..core.runner import Runner
+from ..pyenv.uvcmd import uv_exe
 
 STEP = "preflight"
 PROBE_TIMEOUT_S = 120.0

@@ -20,9 +20,9 @@ from typing import Iterable, Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from october.installer.core.errors import RecipeError
-from october.installer.machine.probes import MachineFacts, ToolFact
-from october.installer.recipe import CudaPin, PreflightLimits
+from ..core.errors import RecipeError
+from .probes import MachineFacts, ToolFact
+from ..recipe import CudaPin, PreflightLimits
 
 CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "cuda_arch", "ram", "disk", "git", "compiler", "uv")
 # Not skippable (not in CHECK_NAMES): a site-provided torch that is not the recipe's cannot be waved through.

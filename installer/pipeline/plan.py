@@ -10,12 +10,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Sequence
 
-from october.installer.core.errors import FileSystemError, UsageError
-from october.installer.core.paths import StackPaths, inside
-from october.installer.core.resources import locks_dir
-from october.installer.core.runner import Runner
-from october.installer.core.stackmutex import StackLock, holder_file
-from october.installer.engine import (
+from ..core.errors import FileSystemError, UsageError
+from ..core.paths import StackPaths, inside
+from ..core.resources import locks_dir
+from ..core.runner import Runner
+from ..core.stackmutex import StackLock, holder_file
+from ..engine import (
     Reporter,
     SetupOptions,
     Step,
@@ -24,10 +24,10 @@ from october.installer.engine import (
     run_pipeline,
     verify_pipeline,
 )
-from october.installer.recipe import Recipe
+from ..recipe import Recipe
 
 if TYPE_CHECKING:
-    from october.installer.lock.pylock import LockedState
+    from ..lock.pylock import LockedState
 
 STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
 
@@ -35,19 +35,19 @@ STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "r
 def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     """The pipeline for ``recipe``: every step of STEP_ORDER, in that order, that the recipe asks for
     (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules)."""
-    from october.installer.steps.env import EnvStep
-    from october.installer.steps.fetch import FetchStep
-    from october.installer.steps.install import InstallStep
-    from october.installer.steps.lock import LockStep
-    from october.installer.steps.preflight import PreflightStep
-    from october.installer.steps.receipt import ReceiptStep
+    from ..steps.env import EnvStep
+    from ..steps.fetch import FetchStep
+    from ..steps.install import InstallStep
+    from ..steps.lock import LockStep
+    from ..steps.preflight import PreflightStep
+    from ..steps.receipt import ReceiptStep
 
     planned: list[Step[Any]] = [PreflightStep(), FetchStep(), EnvStep(), InstallStep(), LockStep(), ReceiptStep()]
     if recipe.wheel is not None:
-        from october.installer.steps.wheel import WheelStep
+        from ..steps.wheel import WheelStep
         planned.append(WheelStep())
     if recipe.jit:
-        from october.installer.steps.jit import JitStep
+        from ..steps.jit import JitStep
         planned.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
     return sorted(planned, key=lambda step: STEP_ORDER.index(step.name))
 
@@ -64,7 +64,7 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
                          found="--lock-file alone", fix="add --locked, or drop --lock-file")
     if not locked:
         return None
-    from october.installer.lock.pylock import locked_state  # packaging.pylock: only under --locked
+    from ..lock.pylock import locked_state  # packaging.pylock: only under --locked
 
     return locked_state(lock_file or default_lock_path(recipe, stack))
 
@@ -111,7 +111,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         settler = CloneSettler(ctx)
         settler.start()
-        from october.installer.steps.jitearly import EarlyJit
+        from ..steps.jitearly import EarlyJit
 
         # the JIT build begun during install's checks; its guard holds the stack lock while its group lives
         early = EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,))
@@ -241,7 +241,7 @@ class CloneSettler:
         return any(rec is not None and rec.status == "ran" for rec in map(self.ctx.done.get, self.CHANGES_CLONES))
 
     def _paths(self, *, after_install: bool = False) -> list[Path]:
-        from october.installer.steps.results import FetchResult, InstallResult
+        from ..steps.results import FetchResult, InstallResult
 
         fetch = self.ctx.result(FetchResult)
         if fetch is None or (after_install and self.ctx.result(InstallResult) is None):
@@ -249,7 +249,7 @@ class CloneSettler:
         return [Path(rec.path) for rec in fetch.forks.values()]
 
     def _run(self) -> None:
-        from october.installer.git.worktree import settle_index
+        from ..git.worktree import settle_index
 
         try:
             while not self._stop.wait(self.POLL_S):
@@ -270,7 +270,7 @@ class CloneSettler:
     def settle_rest(self) -> None:
         """What the thread did not reach, after the wait that is left; never raises (a failure here only
         costs the next no-op its speed)."""
-        from october.installer.git.worktree import settle_index
+        from ..git.worktree import settle_index
 
         if not self._changed():
             return

@@ -24,8 +24,8 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from october.installer.core.atomic import write_text_atomic
-from october.installer.core.errors import StateError
+from ..core.atomic import write_text_atomic
+from ..core.errors import StateError
 
 FORMAT_VERSION = 1
 KIND = "october-stack-env"

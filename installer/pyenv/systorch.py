@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from october.installer.core.errors import EnvError, UsageError
-from october.installer.core.resources import stack_script
-from october.installer.core.runner import Runner
-from october.installer.recipe import Recipe
+from ..core.errors import EnvError, UsageError
+from ..core.resources import stack_script
+from ..core.runner import Runner
+from ..recipe import Recipe
 
 PROBE = stack_script("torch_facts.py")
 MARK = "OCTOBER_TORCH "

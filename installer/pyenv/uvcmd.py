@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from october.installer.core.atomic import write_text_atomic
-from october.installer.core.clonefile import reflinks_work
-from october.installer.core.paths import StackPaths
-from october.installer.core.runner import Runner
-from october.installer.recipe import Recipe
+from ..core.atomic import write_text_atomic
+from ..core.clonefile import reflinks_work
+from ..core.paths import StackPaths
+from ..core.runner import Runner
+from ..recipe import Recipe
 
 
 def link_mode(uv_cache: Path) -> str:

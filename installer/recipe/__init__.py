@@ -16,15 +16,15 @@ Key-by-key validation lives in :mod:`october.installer.recipe.tomlcheck`.
 
 from __future__ import annotations
 
-from october.installer.recipe.cuda import ComputeCapability, CudaPin, parse_arch_list
-from october.installer.recipe.env import Sources, TorchPin
-from october.installer.recipe.forks import FORK_MODES, Fork, ForkMode, ForkUse, ModeTraits, Pin, SdistSource, load_forks
-from october.installer.recipe.jitmodules import JitModule
-from october.installer.recipe.load import PROJECT_ROOT, Recipe, load_recipe, resolve_recipe_path, with_kit
-from october.installer.recipe.models import MODEL_FORMATS, ModelSelection
-from october.installer.recipe.preflight import PreflightLimits
-from october.installer.recipe.smoke import SmokeConfig
-from october.installer.recipe.wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
+from .cuda import ComputeCapability, CudaPin, parse_arch_list
+from .env import Sources, TorchPin
+from .forks import FORK_MODES, Fork, ForkMode, ForkUse, ModeTraits, Pin, SdistSource, load_forks
+from .jitmodules import JitModule
+from .load import PROJECT_ROOT, Recipe, load_recipe, resolve_recipe_path, with_kit
+from .models import MODEL_FORMATS, ModelSelection
+from .preflight import PreflightLimits
+from .smoke import SmokeConfig
+from .wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
 
 __all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS", "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin",
            "Fork", "ForkUse", "JitModule", "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SmokeConfig",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from october.installer.recipe.tomlcheck import Table
+from .tomlcheck import Table
 
 ARCH_ITEM = re.compile(r"^(\d+)\.(\d+)([a-z]?)(\+PTX)?$")
 ARCH_SEPARATORS = re.compile(r"[\s;,]+")

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.recipe.tomlcheck import MAX_URL, Table, version_key
+from .tomlcheck import MAX_URL, Table, version_key
 
 TORCH_SOURCES = ("index", "system")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from october.installer.core.errors import RecipeError
-from october.installer.core.ids import FULL_SHA
-from october.installer.recipe.install import parse_build_env, parse_nested_installs
-from october.installer.recipe.tomlcheck import MAX_ITEMS, MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
+from ..core.errors import RecipeError
+from ..core.ids import FULL_SHA
+from .install import parse_build_env, parse_nested_installs
+from .tomlcheck import MAX_ITEMS, MAX_KEY, MAX_URL, Table, check_format, describe, read_toml
 
 # names that become file or directory names (recipe -> locks/<name>.pylock.toml, fork -> STACK/src/<name>)
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from october.installer.recipe.tomlcheck import Table
+from .tomlcheck import Table
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables a recipe may not set for a build: they belong to the tool (the nested-install guard, the

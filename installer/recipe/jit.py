@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from october.installer.core.errors import RecipeError
-from october.installer.recipe.jitmodules import (
+from ..core.errors import RecipeError
+from .jitmodules import (
     DEFAULT_ROUTES,
     DTYPES,
     HEAD_DIMS,
@@ -22,8 +22,8 @@ from october.installer.recipe.jitmodules import (
     JitModule,
     derive_modules,
 )
-from october.installer.recipe.models import ModelSelection
-from october.installer.recipe.tomlcheck import Table
+from .models import ModelSelection
+from .tomlcheck import Table
 
 MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 ROUTES = ("decode", "fresh_prefill", "paged_prefill")
 DEFAULT_ROUTES = ("decode", "fresh_prefill")
-from october.checks.contract import COMPUTE_DTYPES  # noqa: E402  (vLLM --dtype name -> FlashInfer name; one definition)
+from ...checks.contract import COMPUTE_DTYPES  # noqa: E402  (vLLM --dtype name -> FlashInfer name; one definition)
 
 V_FORMATS = {"fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}          # vLLM cache dtype -> FlashInfer name
 HEAD_DIMS = (64, 128, 256)                                    # FlashInfer rejects > 256

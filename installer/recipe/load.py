@@ -11,20 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from october.installer.core.errors import RecipeNotFound
-from october.installer.core.hashing import sha256_file
-from october.installer.core.resources import DATA_ROOT
-from october.installer.recipe.cuda import CudaPin, parse_cuda
-from october.installer.recipe.env import Sources, TorchPin, parse_build, parse_python, parse_sources, parse_torch
-from october.installer.recipe.forks import SAFE_NAME, Fork, ForkUse, load_forks, parse_fork_uses
-from october.installer.recipe.install import InstallPolicy, parse_install
-from october.installer.recipe.jit import derive_jit, parse_jit
-from october.installer.recipe.jitmodules import DEFAULT_ROUTES, JitModule
-from october.installer.recipe.models import ModelSelection, parse_models
-from october.installer.recipe.preflight import PreflightLimits, parse_preflight
-from october.installer.recipe.smoke import SmokeConfig, parse_smoke
-from october.installer.recipe.tomlcheck import Table, check_format, read_toml
-from october.installer.recipe.wheel import BaseWheel, parse_wheel
+from ..core.errors import RecipeNotFound
+from ..core.hashing import sha256_file
+from ..core.resources import DATA_ROOT
+from .cuda import CudaPin, parse_cuda
+from .env import Sources, TorchPin, parse_build, parse_python, parse_sources, parse_torch
+from .forks import SAFE_NAME, Fork, ForkUse, load_forks, parse_fork_uses
+from .install import InstallPolicy, parse_install
+from .jit import derive_jit, parse_jit
+from .jitmodules import DEFAULT_ROUTES, JitModule
+from .models import ModelSelection, parse_models
+from .preflight import PreflightLimits, parse_preflight
+from .smoke import SmokeConfig, parse_smoke
+from .tomlcheck import Table, check_format, read_toml
+from .wheel import BaseWheel, parse_wheel
 
 PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
 
@@ -113,7 +113,7 @@ def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:
     uses it too; the full command line verifies the kit first, :func:`october.installer.kit.use.open_kit`)."""
     import dataclasses
 
-    from october.installer.recipe.env import Sources
+    from .env import Sources
 
     return dataclasses.replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
                                torch=dataclasses.replace(recipe.torch, index_url=None))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from october.checks.contract import FORMATS
-from october.installer.core.ids import FULL_SHA, SHA256
-from october.installer.recipe.jitmodules import COMPUTE_DTYPES, V_FORMATS, ModelShape
-from october.installer.recipe.tomlcheck import MAX_KEY, Table
+from ...checks.contract import FORMATS
+from ..core.ids import FULL_SHA, SHA256
+from .jitmodules import COMPUTE_DTYPES, V_FORMATS, ModelShape
+from .tomlcheck import MAX_KEY, Table
 
 MODEL_FORMATS = FORMATS  # one definition: the contract both interpreters share
 SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from october.installer.recipe.tomlcheck import Table
+from .tomlcheck import Table
 
 GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from october.checks.contract import LEVELS
-from october.installer.recipe.tomlcheck import Table
+from ...checks.contract import LEVELS
+from .tomlcheck import Table
 
 MAX_TOKENS = 1 << 20        # a smoke prompt or generation longer than this is a typo, not a test
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from october.installer.core.errors import SHOWN_MAX, RecipeError, one_line
-from october.installer.core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
+from ..core.errors import SHOWN_MAX, RecipeError, one_line
+from ..core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
 
 FORMAT_VERSION = 1
 # Bounds every value read through a Table meets (a field may set a tighter one)

@@ -9,8 +9,8 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from october.installer.core.ids import SHA256
-from october.installer.recipe.tomlcheck import MAX_URL, Table, version_key
+from ..core.ids import SHA256
+from .tomlcheck import MAX_URL, Table, version_key
 
 # What vLLM's build compiles into the base wheel's .so files: csrc/ (every kernel and binding,
 # plus the generators it runs), CMakeLists.txt (targets, flags, arch lists) and cmake/ (helpers,

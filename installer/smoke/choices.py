@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from october.installer.core.errors import RecipeError, SmokeError, UsageError
+from ..core.errors import RecipeError, SmokeError, UsageError
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def recipe_choice(install: Path, given: str | None) -> Choice:
 def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
     """The recipe's model selections, in file order (the recipe file the receipt records, when it is
     the receipt's recipe; else the named one)."""
-    from october.installer.recipe import load_recipe
+    from ..recipe import load_recipe
 
     name, path = receipt_recipe(install)
     arg = path if path is not None and recipe.value == name else recipe.value

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from october.checks.contract import (
+from ...checks.contract import (
     DIAGNOSTIC_AGREED_EXIT,
     DIAGNOSTIC_CACHES,
     ENGINE_FAULTS,
@@ -27,20 +27,20 @@ from october.checks.contract import (
     LEVELS,
     SMOKE_RECEIPT_FILENAME,
 )
-from october.checks.results import format_table
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import ReceiptError, SmokeError, UsageError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.paths import default_cache_dir
-from october.installer.core.resources import IMPORT_ROOT, stack_code_root
-from october.installer.core.runner import Runner
-from october.installer.core.schemas import validate
-from october.installer.download.plan import fixtures_dir
-from october.installer.pyenv import stackenv
-from october.installer.recipe.forks import highest, promise_of
-from october.installer.smoke import choices
-from october.installer.smoke.mutex import SmokeMutex
-from october.installer.smoke.selection import selection_info
+from ...checks.results import format_table
+from ..core.atomic import write_json_atomic
+from ..core.errors import ReceiptError, SmokeError, UsageError
+from ..core.hashing import sha256_file
+from ..core.paths import default_cache_dir
+from ..core.resources import IMPORT_ROOT, stack_code_root
+from ..core.runner import Runner
+from ..core.schemas import validate
+from ..download.plan import fixtures_dir
+from ..pyenv import stackenv
+from ..recipe.forks import highest, promise_of
+from . import choices
+from .mutex import SmokeMutex
+from .selection import selection_info
 
 REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
 STEP = "smoke"
@@ -109,7 +109,7 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
 def check_manifest(path: Path, fmt: str | None) -> None:
     """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
     caught here, before the stack env is started, with the command that makes a good one."""
-    from october.installer.download.manifest import load_manifest
+    from ..download.manifest import load_manifest
 
     redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
     try:
@@ -163,8 +163,8 @@ def receipt_promise(data: Mapping[str, Any]) -> str | None:
 def unchanged_receipt(install: Path, setup: Path) -> None:
     """setup.json as the receipt step wrote it (the sha256 its marker records; the check `current verify`
     makes): the smoke takes the stack's promise and recipe from it, so an edited one is refused."""
-    from october.installer.core.paths import StackPaths
-    from october.installer.engine import written_sha256
+    from ..core.paths import StackPaths
+    from ..engine import written_sha256
 
     want = written_sha256(StackPaths(install).marker("receipt"))
     got = sha256_file(setup)
@@ -183,7 +183,7 @@ def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
         return
     where = Path(path) if isinstance(path, str) and Path(path).is_file() else None
     if where is None and isinstance(name, str):
-        from october.installer.recipe import resolve_recipe_path
+        from ..recipe import resolve_recipe_path
         shipped = resolve_recipe_path(name)
         where = shipped if shipped.is_file() else None
     if where is None:
@@ -201,8 +201,8 @@ def _recipe_smoke(rec: Any) -> dict[str, int] | None:
     path = rec.get("path") if isinstance(rec, Mapping) else None
     if not isinstance(path, str) or not Path(path).is_file():
         return None
-    from october.installer.core.errors import RecipeError
-    from october.installer.recipe import load_recipe
+    from ..core.errors import RecipeError
+    from ..recipe import load_recipe
     try:
         smoke = load_recipe(path).smoke
     except RecipeError:
@@ -407,8 +407,8 @@ def exit_code(receipt: Mapping[str, Any]) -> int:
 def refuse_untrusted_jit(install: Path) -> None:
     """Never run the checks on JIT libraries whose bytes are not what the jit step recorded (corrupted,
     truncated, gone, or not recorded at all beside a record)."""
-    from october.installer.core.errors import JitError
-    from october.installer.jit.integrity import MANIFEST, report
+    from ..core.errors import JitError
+    from ..jit.integrity import MANIFEST, report
 
     if not (install / "jit" / MANIFEST).is_file():
         return      # no jit step recorded anything here: the checks' own JIT check judges the workspace

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from october.installer.core.errors import SmokeBusyError
+from ..core.errors import SmokeBusyError
 
 
 def gpu_key(env: Mapping[str, str]) -> str:

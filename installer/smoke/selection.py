@@ -17,9 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from october.installer.core.errors import RecipeError
-from october.installer.recipe import load_recipe, resolve_recipe_path
-from october.installer.recipe.jitmodules import selection_facts
+from ..core.errors import RecipeError
+from ..recipe import load_recipe, resolve_recipe_path
+from ..recipe.jitmodules import selection_facts
 
 
 def _recipe_arg(install: Path, recipe_name: str) -> str:

@@ -42,14 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from october.installer import __version__
-from october.installer.core.hashing import sha256_file
-from october.installer.core.atomic import write_text_atomic
-from october.installer.core.clonefile import clone_or_copy
-from october.installer.core.hashing import fingerprint
+from .. import __version__
+from ..core.hashing import sha256_file
+from ..core.atomic import write_text_atomic
+from ..core.clonefile import clone_or_copy
+from ..core.hashing import fingerprint
 
 if TYPE_CHECKING:
-    from october.installer.engine import StepContext
+    from ..engine import StepContext
 
 BUILT_FORMAT = 1
 PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
@@ -309,7 +309,7 @@ def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
 def rerecord(env: Path, relocated: list[Path]) -> int:
     """The RECORD rows of the files the stack's own path was put into, hashed again (their bytes are
     the manifest's, verified, with that one substitution); -> how many rows changed."""
-    from october.installer.verify_dists import installed, record_hash, record_rows
+    from ..verify_dists import installed, record_hash, record_rows
 
     moved = {p.resolve() for p in relocated}
     changed = 0
@@ -361,10 +361,10 @@ def stack_key(ctx: "StepContext") -> str | None:
     """This stack's key (see the module doc), or None when it may not take or give an entry: a dirty
     fork (``--allow-dirty``), a base wheel trusted on first use (no recipe sha256), a stack path a URL
     would quote, a site-provided torch preflight did not locate."""
-    from october.installer.steps.env import EnvStep
-    from october.installer.pyenv.uvcmd import uv_exe
-    from october.installer.steps.install import InstallStep
-    from october.installer.steps.results import FetchResult, PreflightResult
+    from .env import EnvStep
+    from ..pyenv.uvcmd import uv_exe
+    from .install import InstallStep
+    from .results import FetchResult, PreflightResult
 
     root, r, o = ctx.paths.root, ctx.recipe, ctx.options
     fetch = ctx.result(FetchResult)

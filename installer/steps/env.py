@@ -8,16 +8,16 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from october.installer.core.atomic import write_text_atomic
-from october.installer.core.errors import CommandFailed, EnvError, LockError
-from october.installer.core.hashing import sha256_file
-from october.installer.engine import StepContext
-from october.installer.pyenv import stackenv, systorch
-from october.installer.pyenv.uvcmd import StackUv, uv_exe
-from october.installer.steps.results import EnvResult, PreflightResult
+from ..core.atomic import write_text_atomic
+from ..core.errors import CommandFailed, EnvError, LockError
+from ..core.hashing import sha256_file
+from ..engine import StepContext
+from ..pyenv import stackenv, systorch
+from ..pyenv.uvcmd import StackUv, uv_exe
+from .results import EnvResult, PreflightResult
 
 if TYPE_CHECKING:
-    from october.installer.steps import builtstack
+    from . import builtstack
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -166,7 +166,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     """The env copied from the built-stack cache entry of this stack's key (see
     :mod:`october.installer.steps.builtstack`), checked as the env step checks a new one; None when
     there is no usable entry (a refused one is removed and said so: this stack is then built)."""
-    from october.installer.steps import builtstack
+    from . import builtstack
 
     if os.path.lexists(ctx.paths.env):
         return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
@@ -206,7 +206,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
 def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
     """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
     stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
-    from october.installer.steps import builtstack
+    from . import builtstack
 
     ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
@@ -279,7 +279,7 @@ def _left_out_present(kit: Any, system: Mapping[str, str], python: str) -> None:
     them.  Each one is checked here, before anything is installed, and every difference named."""
     from packaging.utils import canonicalize_name
 
-    from october.installer.kit.have import has
+    from ..kit.have import has
 
     missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
                for d in kit.manifest.get("left_out") or () if not has(system, d["package"], d["version"])]

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Mapping
 
-from october.installer.core.redact import redact_url
-from october.installer.engine import JSON, StepContext
-from october.installer.git import git_env
-from october.installer.git.clonecheck import check_clone
-from october.installer.recipe import ForkUse
-from october.installer.steps.results import FetchResult, ForkRecord
+from ..core.redact import redact_url
+from ..engine import JSON, StepContext
+from ..git import git_env
+from ..git.clonecheck import check_clone
+from ..recipe import ForkUse
+from .results import FetchResult, ForkRecord
 
 # mirror/resolve/worktree (GitPython) are imported where the step runs, not on a no-op re-run
 
@@ -46,10 +46,10 @@ class FetchStep:
         return FetchResult(forks={f.name: self._fork(ctx, f) for f in ctx.recipe.forks})
 
     def _fork(self, ctx: StepContext, fork: ForkUse) -> ForkRecord:
-        from october.installer.git.mirror import ensure_commit, open_mirror
-        from october.installer.git.resolve import resolve_pin
-        from october.installer.git.sdist import materialise
-        from october.installer.git.worktree import sync_clone
+        from ..git.mirror import ensure_commit, open_mirror
+        from ..git.resolve import resolve_pin
+        from ..git.sdist import materialise
+        from ..git.worktree import sync_clone
 
         o = ctx.options
         kit = o.kit

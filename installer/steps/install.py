@@ -28,21 +28,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
-from october.installer.core.errors import CommandFailed, InstallError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.redact import redact_url
-from october.installer.engine import FORKS_INSTALLED, StepContext
-from october.installer.install import consistency, nested, overwritten, records
-from october.installer.install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
-from october.installer.install.upstream import BaseCommit, upstream_base
-from october.installer.pyenv import stackenv
-from october.installer.recipe.install import as_json as policy_json
-from october.installer.steps.env import stack_uv
-from october.installer.steps.results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
+from ..core.errors import CommandFailed, InstallError
+from ..core.hashing import sha256_file
+from ..core.redact import redact_url
+from ..engine import FORKS_INSTALLED, StepContext
+from ..install import consistency, nested, overwritten, records
+from ..install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan
+from ..install.upstream import BaseCommit, upstream_base
+from ..pyenv import stackenv
+from ..recipe.install import as_json as policy_json
+from .env import stack_uv
+from .results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
-    from october.installer.install.guards import GuardSpec
-    from october.installer.steps import builtstack
+    from ..install.guards import GuardSpec
+    from . import builtstack
 
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
@@ -144,7 +144,7 @@ class InstallStep:
         ctx.announce(FORKS_INSTALLED, forks)
         self.check_records(ctx)
         spec = self.guard_spec(ctx, forks)
-        from october.installer.install.guards import run_guards
+        from ..install.guards import run_guards
 
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
@@ -187,7 +187,7 @@ class InstallStep:
     def built_entry(self, ctx: StepContext) -> "builtstack.Entry | None":
         """The built-stack cache entry the env step copied the env from, when it still holds for this
         stack (same key, the same base wheel), else None."""
-        from october.installer.steps import builtstack
+        from . import builtstack
 
         env = ctx.result(EnvResult)
         if env is None or env.built_from is None or builtstack.stack_key(ctx) != env.built_from:
@@ -203,8 +203,8 @@ class InstallStep:
         """Each fork's build outputs copied from the entry into its checkout instead of building it;
         -> the nested-install verdicts the entry's build had, or None when the entry is refused (what
         was copied is removed again and the forks are installed as usual)."""
-        from october.installer.steps import builtstack
-        from october.installer.steps.env import refuse_entry
+        from . import builtstack
+        from .env import refuse_entry
 
         root = ctx.paths.root
         made: list[Path] = []
@@ -232,8 +232,8 @@ class InstallStep:
         """Store this finished env and the forks' build outputs for the next stack with the same key
         (see :mod:`october.installer.steps.builtstack`); a stack that cannot be stored is said so, not
         failed."""
-        from october.installer.git import git_env
-        from october.installer.steps import builtstack
+        from ..git import git_env
+        from . import builtstack
 
         env = ctx.result(EnvResult)
         if env is None:       # an env no env step of this stack recorded is nobody's to copy
@@ -358,7 +358,7 @@ class InstallStep:
 
     def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
                    ) -> GuardSpec:
-        from october.installer.install.guards import GuardSpec, extension_files, import_guard
+        from ..install.guards import GuardSpec, extension_files, import_guard
 
         checkouts = {f.use.name: f.path for f in forks}
         imports = import_guard(ctx.need(WheelResult).to_json(), checkouts) \
@@ -392,7 +392,7 @@ class InstallStep:
 
 def builtstack_imports(entry: "builtstack.Entry", root: Path) -> Mapping[str, str]:
     """The ``import <fork>`` verdicts recorded in a built-stack cache entry (fork -> version)."""
-    from october.installer.steps import builtstack
+    from . import builtstack
 
     got = builtstack.placed(entry.facts.get("imports") or {}, root)
     return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}

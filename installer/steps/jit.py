@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from october.checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
-from october.installer.core.errors import CommandFailed, JitError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.resources import stack_code_root
-from october.installer.engine import Reporter, StepContext
-from october.installer.jit.cache import SharedJitCache, cache_key
-from october.installer.jit.integrity import (
+from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
+from ..core.errors import CommandFailed, JitError
+from ..core.hashing import sha256_file
+from ..core.resources import stack_code_root
+from ..engine import Reporter, StepContext
+from ..jit.cache import SharedJitCache, cache_key
+from ..jit.integrity import (
     aot_path,
     discard,
     manifest_aot_dir,
@@ -38,12 +38,12 @@ from october.installer.jit.integrity import (
     untrusted_libraries,
     write_manifest,
 )
-from october.installer.pyenv import stackenv
-from october.installer.recipe import JitModule
-from october.installer.recipe.forks import traits_of
-from october.installer.steps.env import resolved_nvcc
-from october.installer.steps.jitearly import take_early
-from october.installer.steps.results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
+from ..pyenv import stackenv
+from ..recipe import JitModule
+from ..recipe.forks import traits_of
+from .env import resolved_nvcc
+from .jitearly import take_early
+from .results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
 
 DEFAULT_BUILDER = "october.checks.jit_build"
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",

@@ -28,13 +28,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from october.installer.core.runner import Started
-from october.installer.engine import FORKS_INSTALLED, StepContext, must_run
+from ..core.runner import Started
+from ..engine import FORKS_INSTALLED, StepContext, must_run
 
 if TYPE_CHECKING:
-    from october.installer.engine import Step
-    from october.installer.install.plan import ForkSource
-    from october.installer.steps.jit import JitBuild, JitStep
+    from ..engine import Step
+    from ..install.plan import ForkSource
+    from .jit import JitBuild, JitStep
 
 
 class Deferred:
@@ -101,7 +101,7 @@ class EarlyJit:
     def begin(self, ctx: StepContext, forks: Sequence[ForkSource]) -> None:
         """Listener for FORKS_INSTALLED (in the install step, with the forks it installed): prepare and
         start the build, or do nothing."""
-        from october.installer.steps.jit import known_aot_dir
+        from .jit import known_aot_dir
 
         begun = "# begun during the install step's checks (october.installer.steps.jitearly)"
         try:
@@ -148,7 +148,7 @@ def take_early(ctx: StepContext, step: JitStep) -> tuple[JitBuild, Started | Non
     """The jit step's preparation and builder begun during install, when there is one and it was prepared
     for the checkout install recorded; what was put off is said now, and the builder's output goes to
     the progress display from here on."""
-    from october.installer.steps.jit import known_aot_dir
+    from .jit import known_aot_dir
 
     early = ctx.early.pop(step.name, None)
     if not isinstance(early, EarlyJit) or early.build is None:

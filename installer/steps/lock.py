@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from packaging.utils import canonicalize_name
 
-from october.installer.core.atomic import write_text_atomic
-from october.installer.core.errors import LockError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.resources import stack_script
-from october.installer.engine import StepContext
-from october.installer.pyenv.uvcmd import uv_exe
-from october.installer.steps.env import stack_uv
+from ..core.atomic import write_text_atomic
+from ..core.errors import LockError
+from ..core.hashing import sha256_file
+from ..core.resources import stack_script
+from ..engine import StepContext
+from ..pyenv.uvcmd import uv_exe
+from .env import stack_uv
 
 if TYPE_CHECKING:
-    from october.installer.lock.pylock import Installed
+    from ..lock.pylock import Installed
 
 # pylock (packaging.pylock, tomli_w) is imported where the lock is written, not on a no-op re-run
-from october.installer.steps.results import (
+from .results import (
     EnvResult,
     FetchResult,
     ForkRecord,
@@ -52,7 +52,7 @@ def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any]
     :func:`system_section`)."""
     data = data if data is not None else probe_env(ctx, step)
     own = [d for d in data["distributions"] if not from_system_site(ctx, d)]
-    from october.installer.lock.pylock import Installed
+    from ..lock.pylock import Installed
 
     return data["python"], [Installed(d["name"], d["version"], d["direct_url"]) for d in own]
 
@@ -168,7 +168,7 @@ class LockStep:
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
 
     def run(self, ctx: StepContext) -> LockResult:
-        from october.installer.lock.pylock import build_lock, diff_against, dumps, split_installed
+        from ..lock.pylock import build_lock, diff_against, dumps, split_installed
 
         raw = probe_env(ctx, self.name)
         python_version, dists = installed_distributions(ctx, self.name, raw)

@@ -7,18 +7,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar, Mapping
 
-from october.installer.core.errors import PreflightError
-from october.installer.engine import JSON, StepContext
-from october.installer.machine import (
+from ..core.errors import PreflightError
+from ..engine import JSON, StepContext
+from ..machine import (
     evaluate,
     facts_json,
     machine_facts_json,
     system_torch_facts,
     validate_skip,
 )
-from october.installer.machine.probes import gather_facts
-from october.installer.machine.rules import punch_list
-from october.installer.steps.results import PreflightResult
+from ..machine.probes import gather_facts
+from ..machine.rules import punch_list
+from .results import PreflightResult
 
 
 class PreflightStep:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Mapping
 
-from october.installer import __version__
-from october.installer.core.errors import CommandFailed, ToolMissing
-from october.installer.core.hashing import fingerprint, sha256_file
-from october.installer.core.resources import checkout_root
-from october.installer.core.runner import Runner
-from october.installer.engine import StepContext
-from october.installer.pyenv import stackenv
-from october.installer.recipe.forks import promise_of
-from october.installer.steps.results import (
+from .. import __version__
+from ..core.errors import CommandFailed, ToolMissing
+from ..core.hashing import fingerprint, sha256_file
+from ..core.resources import checkout_root
+from ..core.runner import Runner
+from ..engine import StepContext
+from ..pyenv import stackenv
+from ..recipe.forks import promise_of
+from .results import (
     EnvResult,
     FetchResult,
     InstallResult,
@@ -120,7 +120,7 @@ class ReceiptStep:
 
     def run(self, ctx: StepContext) -> ReceiptResult:
         doc = self.build(ctx)
-        from october.installer.core.schemas import write_receipt  # jsonschema: not on a no-op re-run
+        from ..core.schemas import write_receipt  # jsonschema: not on a no-op re-run
 
         write_receipt("setup", ctx.paths.setup_receipt, doc)
         return ReceiptResult(path=str(ctx.paths.setup_receipt), sha256=sha256_file(ctx.paths.setup_receipt))

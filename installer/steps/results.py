@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from october.installer.steps import markerjson as mj
+from . import markerjson as mj
 
 JSON = Any
 

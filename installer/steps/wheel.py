@@ -23,20 +23,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
-from october.installer.core.clonefile import clone_or_copy
-from october.installer.core.errors import LockError, WheelError
-from october.installer.core.hashing import sha256_file
-from october.installer.core.redact import redact_url
-from october.installer.engine import JSON, StepContext
-from october.installer.lock.pylock import LockedState
-from october.installer.recipe import BaseWheel, ForkUse, Recipe
-from october.installer.steps.results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
-from october.installer.wheels.version_info import VERSION_FILE
+from ..core.clonefile import clone_or_copy
+from ..core.errors import LockError, WheelError
+from ..core.hashing import sha256_file
+from ..core.redact import redact_url
+from ..engine import JSON, StepContext
+from ..lock.pylock import LockedState
+from ..recipe import BaseWheel, ForkUse, Recipe
+from .results import FetchResult, NoWheel, WheelResult, wheel_result_from_json
+from ..wheels.version_info import VERSION_FILE
 
 if TYPE_CHECKING:
-    from october.installer.wheels.download import Downloaded, DownloadPolicy
-    from october.installer.wheels.tags import PythonFacts
-    from october.installer.wheels.verify import WheelExpectation, WheelReport
+    from ..wheels.download import Downloaded, DownloadPolicy
+    from ..wheels.tags import PythonFacts
+    from ..wheels.verify import WheelExpectation, WheelReport
 
 # download (httpx), equivalence (GitPython), tags and verify are imported where the step runs: a
 # no-op re-run only reads the marker and stats the wheel
@@ -74,7 +74,7 @@ def precompiled_fork(recipe: Recipe) -> ForkUse | None:
 
 
 def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExpectation:
-    from october.installer.wheels.verify import WheelExpectation
+    from ..wheels.verify import WheelExpectation
 
     w = recipe.wheel
     assert w is not None
@@ -129,12 +129,12 @@ class WheelStep:
     @property
     def policy(self) -> DownloadPolicy:
         if self._policy is None:
-            from october.installer.wheels.download import DownloadPolicy
+            from ..wheels.download import DownloadPolicy
             self._policy = DownloadPolicy()
         return self._policy
 
     def _python(self, ctx: StepContext) -> PythonFacts:
-        from october.installer.wheels.tags import probe_python
+        from ..wheels.tags import probe_python
 
         key = str(ctx.paths.python)
         if key not in self._facts:
@@ -161,11 +161,11 @@ class WheelStep:
     # --------------------------------------------------------------------- run
 
     def run(self, ctx: StepContext) -> WheelResult | NoWheel:
-        from october.installer.git.equivalence import check_source_equivalence
-        from october.installer.git.sdistmatch import check_sdist_equivalence
-        from october.installer.wheels.download import download_wheel, seen_path
-        from october.installer.wheels.tags import supported_tags
-        from october.installer.wheels.verify import verify_wheel
+        from ..git.equivalence import check_source_equivalence
+        from ..git.sdistmatch import check_sdist_equivalence
+        from ..wheels.download import download_wheel, seen_path
+        from ..wheels.tags import supported_tags
+        from ..wheels.verify import verify_wheel
 
         w = ctx.recipe.wheel
         if w is None:

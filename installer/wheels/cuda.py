@@ -10,8 +10,8 @@ from typing import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from october.installer.wheels.expect import Problems, WheelExpectation
-from october.installer.wheels.scan import WheelScan
+from .expect import Problems, WheelExpectation
+from .scan import WheelScan
 
 # "libcudart.so.12", or an auditwheel-style bundled copy "libcudart-1a2b3c4d.so.12"
 _CUDART = re.compile(r"^libcudart(?:-[0-9a-f]+)?\.so\.(\d+)(?:\.|$)")

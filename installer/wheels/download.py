@@ -52,12 +52,12 @@ from filelock import FileLock
 if TYPE_CHECKING:
     import httpx
 
-from october.installer import __version__
-from october.installer.core.atomic import write_json_atomic
-from october.installer.core.errors import WheelError
-from october.installer.core.hashing import CHUNK, sha256_file
-from october.installer.core.ids import SHA256
-from october.installer.core.redact import redact_url
+from .. import __version__
+from ..core.atomic import write_json_atomic
+from ..core.errors import WheelError
+from ..core.hashing import CHUNK, sha256_file
+from ..core.ids import SHA256
+from ..core.redact import redact_url
 
 Progress = Callable[[int, "int | None"], None]
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection
 
-from october.installer.wheels.elf import exports_symbol
-from october.installer.wheels.scan import WheelScan
+from .elf import exports_symbol
+from .scan import WheelScan
 
 _CPYTHON = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.cpython-(?P<ver>\d)(?P<minor>\d+)t?-[\w-]+\.so$")
 _ABI3 = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.abi3\.so$")

@@ -14,8 +14,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from october.installer.wheels.expect import Problems, WheelExpectation, read_member
-from october.installer.wheels.retag import Retag, match_tags
+from .expect import Problems, WheelExpectation, read_member
+from .retag import Retag, match_tags
 
 
 def _normal(version: str) -> str:

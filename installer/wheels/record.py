@@ -12,8 +12,8 @@ import stat
 import zipfile
 from typing import Mapping
 
-from october.installer.wheels.expect import Problems, read_member
-from october.installer.wheels.scan import WheelScan
+from .expect import Problems, read_member
+from .scan import WheelScan
 
 RECORD_HASHES = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b")
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")

@@ -18,8 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
-from october.installer.core.hashing import CHUNK
-from october.installer.wheels.elf import DEFAULT_KEEP, DynamicScanner, ElfFormatError, read_dynamic
+from ..core.hashing import CHUNK
+from .elf import DEFAULT_KEEP, DynamicScanner, ElfFormatError, read_dynamic
 
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 import packaging
 
-from october.installer.core.errors import EnvError
-from october.installer.core.runner import Runner
+from ..core.errors import EnvError
+from ..core.runner import Runner
 
 # Runs inside the stack interpreter; argv[1] is the tool's packaging package directory.
 PROBE_SCRIPT = r"""

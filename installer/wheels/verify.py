@@ -32,21 +32,21 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.core.errors import WheelError
-from october.installer.wheels.cuda import CudaFacts, check_cuda, expected_cudart_major, wheel_cuda_facts
-from october.installer.wheels.expect import CHECKS, Problems, WheelExpectation, read_member
-from october.installer.wheels.extensions import Extension, extension_modules
-from october.installer.wheels.metadata import (
+from ..core.errors import WheelError
+from .cuda import CudaFacts, check_cuda, expected_cudart_major, wheel_cuda_facts
+from .expect import CHECKS, Problems, WheelExpectation, read_member
+from .extensions import Extension, extension_modules
+from .metadata import (
     check_filename,
     check_metadata,
     check_torch,
     check_wheel_file,
     dist_info_dir,
 )
-from october.installer.wheels.record import check_paths, check_record, record_algorithms, record_rows
-from october.installer.wheels.retag import Retag
-from october.installer.wheels.scan import scan_members
-from october.installer.wheels.version_info import VERSION_FILE, VersionInfo, parse_version_file
+from .record import check_paths, check_record, record_algorithms, record_rows
+from .retag import Retag
+from .scan import scan_members
+from .version_info import VERSION_FILE, VersionInfo, parse_version_file
 
 __all__ = ["CHECKS", "CudaFacts", "WheelExpectation", "WheelReport", "expected_cudart_major", "verify_wheel",
            "wheel_cuda_facts"]

@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from october.installer.core.errors import WheelError
+from ..core.errors import WheelError
 
 VERSION_FILE = "vllm/_version.py"
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
