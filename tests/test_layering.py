@@ -171,3 +171,40 @@ def test_a_planted_folder_cycle_is_found(tmp_path):
                              "wheels/download.py": "from october.installer.lock import pylock\n",
                              "lock/pylock.py": "def f():\n    from october.installer.git import mirror\n"})
     assert cycles(folder_graph(root)) == [["git", "lock", "wheels"]]
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+
+
+def documented_graph(text: str) -> dict[str, set[str]]:
+    """The folder graph docs/architecture.md states, between its folder-graph markers."""
+    block = text.split("<!-- folder-graph:begin -->", 1)[1].split("<!-- folder-graph:end -->", 1)[0]
+    graph: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not cells[0].startswith("`"):
+            continue
+        graph[cells[0].strip("`")] = {c.strip().strip("`") for c in cells[1].split(",") if c.strip() not in ("", "-")}
+    return graph
+
+
+def graph_differences(documented: dict[str, set[str]], real: dict[str, set[str]]) -> list[str]:
+    out = []
+    for node in sorted(set(documented) | set(real)):
+        for there in sorted(real.get(node, set()) - documented.get(node, set())):
+            out.append(f"{node} imports {there}, which the table does not say")
+        for there in sorted(documented.get(node, set()) - real.get(node, set())):
+            out.append(f"the table says {node} imports {there}, which the code does not")
+    return out
+
+
+def test_the_documented_folder_graph_is_the_real_one():
+    """Both ways: every import edge is in docs/architecture.md's table, and every edge there is real."""
+    real = folder_graph(INSTALLER)
+    documented = documented_graph(DOCS.read_text(encoding="utf-8"))
+    assert graph_differences(documented, real) == []
+    planted = {k: set(v) for k, v in documented.items()}
+    planted["core"].add("steps")            # an edge the code does not have
+    planted["wheels"].discard("core")       # an edge the code has
+    assert graph_differences(planted, real) == ["the table says core imports steps, which the code does not",
+                                                "wheels imports core, which the table does not say"]
