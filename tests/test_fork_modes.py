@@ -1,6 +1,7 @@
 """Fork modes are one typed table (issue 21): ``ForkMode`` and its ``FORK_MODES`` row in
 installer/recipe/forks.py say what a mode means to every step, and nothing else in the tool compares a
-fork's mode with a literal.  Read from the source with ``ast``; the behaviour each trait drives is
+fork's ``.mode`` with a literal or a name (the scan reads comparisons on a ``.mode`` attribute: a bare
+``mode`` variable or ``d["mode"]`` is outside it).  Read from the source with ``ast``; the behaviour each trait drives is
 tested where it acts (tests/test_install_plan.py, test_wheel_step.py, test_indexlock.py, ...)."""
 
 from __future__ import annotations

@@ -26,9 +26,14 @@ PACKAGE_ROOT = _HERE.parents[2]             # the `october` package (links kept)
 IMPORT_ROOT = PACKAGE_ROOT.parent           # the directory that holds the `october` package
 PACKAGE_DIR = _HERE.resolve().parents[1]    # the installer/ folder itself (links resolved)
 CHECKS_DIR = PACKAGE_DIR.parent / "checks"  # code run by the stack's own Python
-# recipes/, forks.toml, receipts/, locks/: the folder that really holds them, reached through the link (the
-# checkout's root, so recorded recipe paths read as they always have; an installed package's own _data/)
-DATA_ROOT = (PACKAGE_ROOT / "_data" / "forks.toml").resolve().parent
+_FORKS_LINK = PACKAGE_ROOT / "_data" / "forks.toml"
+# an installed wheel (or a copy whose links became files) holds the data itself; a checkout links it
+INSTALLED = not _FORKS_LINK.is_symlink() and not (IMPORT_ROOT / "forks.toml").is_file()
+# recipes/, forks.toml, receipts/, locks/: the folder that holds them, reached through the link without
+# resolving the folders above it (a checkout's root, so recorded recipe paths read as they always have;
+# an installed package's own _data/)
+DATA_ROOT = (Path(os.path.normpath(_FORKS_LINK.parent / os.readlink(_FORKS_LINK))) if _FORKS_LINK.is_symlink()
+             else _FORKS_LINK).parent
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
 
 
@@ -72,9 +77,9 @@ def stack_code_root(cache_dir: Path) -> Path:
     installed tool's package lives in a site-packages full of the tool's own dependencies, so the
     directory is ``CACHE/tool-code/<hash>/`` with one link, ``october`` (made once, atomically,
     per installed copy)."""
-    if checkout_root() is not None:
+    if not INSTALLED:
         return IMPORT_ROOT
-    package = PACKAGE_DIR.parent          # site-packages/october
+    package = PACKAGE_ROOT                # site-packages/october
     key = hashlib.sha256(str(package).encode()).hexdigest()[:16]
     root = cache_dir / "tool-code" / key
     link = root / "october"

@@ -400,11 +400,17 @@ def tool_code() -> str:
     a no-op re-run never reads it."""
     import october
 
-    top = Path(october.__file__).resolve().parent
+    return code_digest(Path(october.__file__).resolve().parent)
+
+
+def code_digest(top: Path) -> str:
+    """sha256 of every ``.py`` under the package folder ``top`` by its path there (links followed: a
+    checkout links installer/; ``__pycache__`` and the ``_data`` links are not code; the folders above
+    ``top`` do not count, whatever their names)."""
     h = hashlib.sha256()
-    files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)   # a checkout links installer/
+    files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)
              for f in names if f.endswith(".py")
-             if "__pycache__" not in Path(d).parts and "_data" not in Path(d).parts]
+             if not {"__pycache__", "_data"} & set(Path(d).relative_to(top).parts)]
     for path in sorted(files, key=lambda p: p.relative_to(top).as_posix()):
         h.update(path.relative_to(top).as_posix().encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
