@@ -16,17 +16,14 @@ from typing import Any, Callable, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from .core.cliargs import (  # noqa: F401  (shared with the plain fast path)
-    JSON_FORMAT_VERSION,
+from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
     CommandExit,
     dir_option,
     file_option,
-    json_doc,
     print_json,
     print_json_error,
     run_guarded,
     split_skips,
-    stack_argument,
 )
 from .core.errors import EXIT_CODES
 from .core.ui import ConsoleReporter

@@ -70,7 +70,7 @@ def fast_setup(args: Sequence[str]) -> int | None:
     ns = parse(args)
     if ns is None:
         return None
-    done = try_noop(args)
+    done = try_noop(ns)
     return done if done is not None else run_plain(ns)
 
 
@@ -91,12 +91,9 @@ def run_plain(ns: argparse.Namespace) -> int:
     return 0
 
 
-def try_noop(args: Sequence[str]) -> int | None:
+def try_noop(ns: argparse.Namespace) -> int | None:
     """0 when the stack is finished and nothing would run (the summary printed as the full command
-    prints it); None when the full command line must run."""
-    ns = parse(args)
-    if ns is None:
-        return None
+    prints it); None when it must be provisioned.  ``ns``: the options :func:`parse` read."""
     from .core.errors import OctoberError
     from .core.paths import StackPaths, default_cache_dir
 

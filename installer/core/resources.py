@@ -27,12 +27,13 @@ IMPORT_ROOT = PACKAGE_ROOT.parent           # the directory that holds the `octo
 PACKAGE_DIR = _HERE.resolve().parents[1]    # the installer/ folder itself (links resolved)
 CHECKS_DIR = PACKAGE_DIR.parent / "checks"  # code run by the stack's own Python
 _FORKS_LINK = PACKAGE_ROOT / "_data" / "forks.toml"
+_LINKED = _FORKS_LINK.is_symlink()
 # an installed wheel (or a copy whose links became files) holds the data itself; a checkout links it
-INSTALLED = not _FORKS_LINK.is_symlink() and not (IMPORT_ROOT / "forks.toml").is_file()
+INSTALLED = not _LINKED and not (IMPORT_ROOT / "forks.toml").is_file()
 # recipes/, forks.toml, receipts/, locks/: the folder that holds them, reached through the link without
 # resolving the folders above it (a checkout's root, so recorded recipe paths read as they always have;
 # an installed package's own _data/)
-DATA_ROOT = (Path(os.path.normpath(_FORKS_LINK.parent / os.readlink(_FORKS_LINK))) if _FORKS_LINK.is_symlink()
+DATA_ROOT = (Path(os.path.normpath(_FORKS_LINK.parent / os.readlink(_FORKS_LINK))) if _LINKED
              else _FORKS_LINK).parent
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
 
