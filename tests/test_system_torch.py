@@ -329,6 +329,34 @@ def test_a_system_package_s_requirement_is_checked_where_the_env_shadows_what_it
     assert consistency.conflicts([consistency.Dist("other", "1.0", ())], "3.12.3", system) == []
 
 
+def test_a_system_requirement_s_name_is_read_as_packaging_reads_it():
+    """The shadow check reads a system line's name before parsing it (issue 20: 2,800 lines of an image).
+    Held: the name equals packaging's ``Requirement(line).name`` for every requirement of every distribution
+    in this test env and for the odd spellings PEP 508 allows; and a shadow written in them is still found."""
+    from importlib.metadata import distributions
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from october.installer.install import consistency
+
+    odd = ["Triton (==3.6.0)", "TRITON[x,y]>=3.6,<3.7; python_version >= '3'", "  triton", "triton@ https://e.invalid/t.whl",
+           "Triton_Lib.x-y>=1", "triton;extra=='z'", "t", "1x>=2"]
+    lines = odd + [ln for d in distributions() for ln in (d.requires or [])]
+    assert len(lines) > 100
+    for line in lines:
+        try:
+            want = str(canonicalize_name(Requirement(line).name))
+        except InvalidRequirement:
+            continue
+        assert consistency.requirement_name(line) == want, line
+    system = [consistency.Dist("torch", TORCH, tuple(odd[:2]))]
+    env = [consistency.Dist("triton", "3.9.0", ())]
+    found = {(c.package, c.requires, c.found) for c in consistency.conflicts(env, "3.12.3", system)}
+    assert found == {("torch", "triton", "3.9.0")}
+    assert len(consistency.conflicts(env, "3.12.3", system)) == 2
+
+
 def test_what_a_kit_left_out_must_be_in_the_system_interpreter(tmp_path):
     """A kit made with --have left out what that listing said the target has.  Planted: a kit whose
     manifest left out a distribution this interpreter lacks, and one at another version; the env step

@@ -88,6 +88,18 @@ def marker_environment(python_version: str) -> dict[str, str]:
     return env
 
 
+# PEP 508's name as packaging's tokenizer reads it (packaging._tokenizer's IDENTIFIER), after leading blanks
+_NAME = re.compile(r"\s*(\b[a-zA-Z0-9][a-zA-Z0-9._-]*\b)")
+
+
+def requirement_name(line: str) -> str | None:
+    """The canonical name a ``Requires-Dist`` line names, read without parsing the rest (None: no name;
+    such a line does not parse either).  tests/test_install_plan.py holds it equal to packaging's
+    ``Requirement(line).name`` for every requirement of the test env's distributions."""
+    m = _NAME.match(line)
+    return str(canonicalize_name(m.group(1))) if m else None
+
+
 def _parse(line: str) -> Requirement | None:
     try:
         return Requirement(line)
@@ -125,7 +137,10 @@ def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dis
         if p.name in shadowed:
             continue
         asked = wanted_extras.get(p.name, set())
-        reqs = [(line, r) for line in p.requires if (r := _parse(line)) is not None
+        # without an extra asked of it, only a line naming a shadowed distribution can count: the name is read
+        # first (an image's 400 system distributions have ~2,800 lines; parsing each was 0.17 s, issue 20)
+        lines = p.requires if asked else [ln for ln in p.requires if requirement_name(ln) in shadowed]
+        reqs = [(line, r) for line in lines if (r := _parse(line)) is not None
                 and (str(canonicalize_name(r.name)) in shadowed
                      or (asked and not _active(r, env, ()) and _active(r, env, asked)))]
         if reqs:
