@@ -19,7 +19,7 @@ import pytest
 
 INSTALLER = Path(__file__).resolve().parent.parent / "installer"
 PREFIX = "october.installer"
-COMMAND_LINE = {"cli", "cli_common", "cli_current", "cli_setup", "entry", "noop", "october_setup", "provision"}
+COMMAND_LINE = {"cli", "cli_common", "cli_current", "entry", "noop", "october_setup", "provision"}
 MAY_IMPORT_PIPELINE = COMMAND_LINE | {"steps", "pipeline", "fleet"}
 MAY_IMPORT_STEPS = COMMAND_LINE | {"steps", "pipeline"}
 
