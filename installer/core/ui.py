@@ -55,30 +55,32 @@ _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
 Progress5 = tuple[str, str, float, float, str]
 
 
+def _git_bar(phase: str, done: Any, total: Any, message: str) -> Progress5:
+    key, transfer = f"git: {phase}", GIT_TRANSFER.match(message)
+    return (key, f"{key}, {transfer.group(0)}" if transfer else key, float(done), float(total), "")
+
+
 @functools.cache
 def _git_parser() -> type:
-    """A ``git.RemoteProgress`` (GitPython's parser of git's ``--progress`` lines: its regexes, op codes
-    and cur/max counts) that keeps the phase and counts of the one line it is fed.  Made at the first
-    git progress line, so a run that shows none (the no-op) never imports GitPython."""
-    from git import RemoteProgress
+    """GitPython's parser of git's ``--progress`` lines (``git.RemoteProgress``: its regexes, op codes and
+    cur/max counts), keeping the bar of the one line it is fed.  Made at the first line with a done / total,
+    so a run that shows no git progress (the no-op) never imports GitPython."""
+    from git import RemoteProgress as RP
 
-    phases = {RemoteProgress.COUNTING: "counting objects", RemoteProgress.COMPRESSING: "compressing objects",
-              RemoteProgress.RECEIVING: "receiving objects", RemoteProgress.RESOLVING: "resolving deltas",
-              RemoteProgress.CHECKING_OUT: "checking out files"}
+    phases = {RP.COUNTING: "counting objects", RP.COMPRESSING: "compressing objects", RP.RECEIVING: "receiving objects",
+              RP.RESOLVING: "resolving deltas", RP.CHECKING_OUT: "checking out files"}
 
-    class GitLine(RemoteProgress):
-        found: tuple[str, float, float, str] | None = None
+    class GitLine(RP):
+        found: Progress5 | None = None
 
         def update(self, op_code: int, cur_count: Any, max_count: Any = None, message: str = "") -> None:
-            phase = phases.get(op_code & self.OP_MASK)
-            if phase is not None and max_count is not None:     # "Counting objects: 4, done." has no total
-                self.found = (phase, float(cur_count), float(max_count), message)
+            if max_count is not None and (op_code & RP.OP_MASK) in phases:  # "Counting objects: 4, done.": no total
+                self.found = _git_bar(phases[op_code & RP.OP_MASK], cur_count, max_count, message)
 
-        def line_dropped(self, line: str) -> None:
-            # a phase GitPython has no op code for (checkout's "Updating files"): read with its own regex
+        def line_dropped(self, line: str) -> None:    # checkout's "Updating files" has no op code: its regex reads it
             m = self.re_op_relative.match(line)
             if m is not None and m.group(2) == "Updating files":
-                self.found = ("updating files", float(m.group(4)), float(m.group(5)), m.group(6).strip(", "))
+                self.found = _git_bar("updating files", m.group(4), m.group(5), m.group(6).strip(", "))
 
     return GitLine
 
@@ -89,11 +91,7 @@ def _git_progress(line: str) -> Progress5 | None:
         return None
     parse = _git_parser()()
     parse.new_message_handler()(line)
-    if parse.found is None:
-        return None
-    phase, done, total, message = parse.found
-    key, transfer = f"git: {phase}", GIT_TRANSFER.match(message)
-    return (key, f"{key}, {transfer.group(0)}" if transfer else key, done, total, "")
+    return parse.found
 
 
 def parse_progress(line: str) -> Progress5 | None:
