@@ -3,7 +3,7 @@ and the ``october_setup`` apps with their commands: provision a stack (``october
 offline kit (``october_setup kit``), provision every node of a Ray cluster (``october_setup fleet``).  The
 ``current`` app and its commands are in :mod:`october.installer.cli_current`; what every command shares in
 :mod:`october.installer.cli_common`.  (``october_setup STACK`` with plain options is first answered by
-:mod:`october.installer.entry`'s fast path, which needs none of this.)
+:mod:`october.installer.october_setup`'s fast path, which needs none of this.)
 
 One vocabulary: the stack is ``STACK`` (positional) for ``october_setup`` and ``--install STACK``
 for every ``current`` command that looks at one; ``--format`` and ``--level`` are choices;
@@ -64,7 +64,7 @@ def setup_route(args: list[str]) -> tuple[typer.Typer, str, list[str]]:
 
 
 def setup_main(argv: list[str] | None = None) -> int:
-    """``october_setup`` with the full command line (the console script, :func:`october.installer.entry.setup_main`,
+    """``october_setup`` with the full command line (the console script, :func:`october.installer.october_setup.setup_main`,
     comes here for what its fast path does not answer)."""
     return run_app(*setup_route(list(sys.argv[1:] if argv is None else argv)))
 
