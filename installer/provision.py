@@ -1,5 +1,5 @@
 """``october_setup STACK ...``: the options of one run checked before anything is written, then the
-pipeline.  Both command lines call :func:`provision`: the typer one (:mod:`october.installer.cli_setup`)
+pipeline.  Both command lines call :func:`provision`: the typer one (:mod:`october.installer.cli`)
 and the plain fast path (:mod:`october.installer.noop`), which imports no typer, click or pydantic, so
 every plain run -- a new stack, a resumed one, a re-run that has work to do -- starts 0.4 s sooner
 (issue 20).  What the two do is the same function, so their errors, progress and output are too."""

@@ -22,7 +22,7 @@ from tests.fixtures.world import World, make_world, snapshot
 PROBE = """
 import json, sys
 from october.installer import noop
-from october.installer.entry import setup_main
+from october.installer.october_setup import setup_main
 answered = []
 def watched(args, _orig=noop.try_noop):
     rc = _orig(args)
@@ -117,7 +117,7 @@ def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_pa
     once, and a module whose source changed is compiled again."""
     (tmp_path / "fresh_mod.py").write_text("X = 1\n")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import fresh_mod; "
-            "from october.installer.entry import compile_imported; print(compile_imported())")
+            "from october.installer.october_setup import compile_imported; print(compile_imported())")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run = lambda: subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,  # noqa: E731
                                  env=env, check=True, cwd=PROJECT_ROOT).stdout.strip()
