@@ -288,3 +288,30 @@ def test_the_setup_receipt_records_the_parsed_arch_list(tmp_path: Path) -> None:
             validate("setup", {**doc, "cuda_arch_list": wrong})
     schema = json.loads((PROJECT_ROOT / "receipts" / "setup.schema.json").read_text())
     jsonschema.validate({k: v for k, v in doc.items() if k != "cuda_arch_list"}, schema)  # older receipts
+
+
+PROBE = ("import sys; from october.installer.recipe import load_recipe; r = load_recipe(sys.argv[1]); "
+         "print(r.name, 'pydantic' in sys.modules)")
+
+
+def test_a_recipe_validated_once_loads_again_without_pydantic_and_a_change_is_validated(tmp_path: Path) -> None:
+    """The no-op re-run loads the recipe without importing pydantic: content that passed the models before,
+    with the same code, is remembered by its digest (installer/recipe/tomlcheck.py); any change is validated."""
+    import os
+
+    path = write(tmp_path, GOOD)
+    env = dict(os.environ, OCTOBER_CACHE_DIR=str(tmp_path / "cache"))
+
+    def load() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", PROBE, str(path)], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    assert load().stdout.split() == ["t", "True"]           # validated: the models were imported
+    assert load().stdout.split() == ["t", "False"]          # the same content again: remembered
+    path.write_text(GOOD.replace('name = "t"', 'name = "t"\ncolour = "red"'))
+    proc = load()                                           # a planted fault after a pass is still found
+    assert proc.returncode != 0 and "key 'colour' is invalid. Expected one of" in proc.stderr
+    (tmp_path / "forks.toml").write_text(FORKS.replace('one = "', 'one = "x'))
+    path.write_text(GOOD)                                   # a good recipe over a changed forks.toml
+    proc = load()
+    assert proc.returncode != 0 and "key 'forks.alpha.pins.one' is invalid" in proc.stderr

@@ -1,6 +1,8 @@
 """Recipes and forks as data: TOML files loaded into frozen, validated objects.
 
-One module per part of the recipe file, each holding its dataclass and the parser of its section:
+Every key's type, bound and rule is a typed model in :mod:`.spec` (pydantic; imported only to validate,
+see :mod:`.tomlcheck`), which also publishes the recipe's JSON Schema (:mod:`.schema`).  One module per
+part of the recipe file holds its dataclass and the builder of its section from the validated table:
 
 - :mod:`.load`: the top level (``name``, ``description``, ``forks_file``) and :func:`load_recipe`;
 - :mod:`.forks`: ``forks.toml`` (forks, pins) and the recipe's ``[[forks]]``;
@@ -10,8 +12,6 @@ One module per part of the recipe file, each holding its dataclass and the parse
 - :mod:`.jit`: ``[jit]`` and the modules derived from the model selections (:mod:`.jitmodules`: the JIT
   module types and their derivation); :mod:`.models`: ``[models.*]``;
 - :mod:`.install`: ``[install]`` and the install keys of ``[[forks]]`` (the install policy).
-
-Key-by-key validation lives in :mod:`october.installer.recipe.tomlcheck`.
 """
 
 from __future__ import annotations
