@@ -197,19 +197,11 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
 def site_distributions(sites: Sequence[str]) -> dict[str, str]:
     """canonical name -> version of every distribution in the given site directories (METADATA read
     from disk, no process started)."""
-    from email.parser import HeaderParser
-
-    from packaging.utils import canonicalize_name
+    from ..verify_dists import dists_in
 
     out: dict[str, str] = {}
-    for site in sites:
-        for info in sorted(Path(site).glob("*.dist-info")):
-            try:
-                msg = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
-            except OSError:
-                continue
-            if msg.get("Name") and msg.get("Version"):
-                out.setdefault(str(canonicalize_name(msg["Name"])), str(msg["Version"]).strip())
+    for d in dists_in(sites):
+        out.setdefault(d.name, d.version)
     return out
 
 
