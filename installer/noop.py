@@ -108,7 +108,7 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         from .pyenv.systorch import with_system_torch
         from .recipe import load_recipe, with_kit
 
-        rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
+        rec = with_system_torch(load_recipe(ns.recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
         if ns.kit is not None:
             # a finished stack reads nothing from its kit: the kit only shapes the recipe's sources (and so the
             # steps' fingerprints).  Were anything to run, the full command line verifies the kit first.

@@ -290,24 +290,31 @@ def test_the_setup_receipt_records_the_parsed_arch_list(tmp_path: Path) -> None:
     jsonschema.validate({k: v for k, v in doc.items() if k != "cuda_arch_list"}, schema)  # older receipts
 
 
-PROBE = ("import sys; from october.installer.recipe import load_recipe; r = load_recipe(sys.argv[1]); "
+PROBE = ("import sys; from pathlib import Path; from october.installer.recipe import load_recipe; "
+         "r = load_recipe(sys.argv[1], checked=Path(sys.argv[2]) if sys.argv[2] else None); "
          "print(r.name, 'pydantic' in sys.modules)")
 
 
-def test_a_recipe_validated_once_loads_again_without_pydantic_and_a_change_is_validated(tmp_path: Path) -> None:
-    """The no-op re-run loads the recipe without importing pydantic: content that passed the models before,
-    with the same code, is remembered by its digest (installer/recipe/tomlcheck.py); any change is validated."""
-    import os
-
+def test_a_recipe_validated_in_a_stack_loads_again_there_without_pydantic_and_a_change_is_validated(
+        tmp_path: Path) -> None:
+    """A stack's no-op re-run loads the recipe without importing pydantic: content that passed the models in
+    that stack, with the same code, is remembered in its ``.state/recipe-checked`` by its digest
+    (installer/recipe/tomlcheck.py); any change is validated, and so is every load that names no stack."""
     path = write(tmp_path, GOOD)
-    env = dict(os.environ, OCTOBER_CACHE_DIR=str(tmp_path / "cache"))
+    state = tmp_path / "stack" / ".state"
+    state.mkdir(parents=True)
+    checked = state / "recipe-checked"
 
-    def load() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", PROBE, str(path)], cwd=PROJECT_ROOT, env=env, capture_output=True,
-                              text=True, timeout=120)
+    def load(where: Path | None = checked) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", PROBE, str(path), str(where or "")], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=120)
 
     assert load().stdout.split() == ["t", "True"]           # validated: the models were imported
-    assert load().stdout.split() == ["t", "False"]          # the same content again: remembered
+    assert load().stdout.split() == ["t", "False"]          # the same content again in that stack: remembered
+    assert load(None).stdout.split() == ["t", "True"]       # no stack named: always validated
+    other = tmp_path / "other" / ".state" / "recipe-checked"
+    assert load(other).stdout.split() == ["t", "True"]      # another stack: validated, not told by this one
+    assert not other.exists()                               # and nothing written where no .state exists
     path.write_text(GOOD.replace('name = "t"', 'name = "t"\ncolour = "red"'))
     proc = load()                                           # a planted fault after a pass is still found
     assert proc.returncode != 0 and "key 'colour' is invalid. Expected one of" in proc.stderr

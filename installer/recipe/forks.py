@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from packaging.utils import canonicalize_name
 
 from ..core.errors import RecipeError
-from .tomlcheck import describe, read_toml, remember, validated
+from .tomlcheck import describe, read_toml, validated
 
 
 class ForkMode(StrEnum):
@@ -173,10 +173,8 @@ class ForkUse:
 def load_forks(path: Path) -> dict[str, Fork]:
     """The forks ``path`` (a forks.toml) defines, validated (:class:`.spec.ForksFile`)."""
     data = read_toml(path)
-    marker = validated([(path, data, "ForksFile")])
-    forks = forks_of(data)
-    remember(marker)
-    return forks
+    validated([(path, data, "ForksFile")], None)
+    return forks_of(data)
 
 
 def forks_of(data: Mapping[str, Any]) -> dict[str, Fork]:

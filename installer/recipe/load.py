@@ -66,7 +66,13 @@ def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
     return root / "recipes" / f"{name_or_path}.toml"
 
 
-def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
+# what this process validated: (recipe path, sha256) -> the digest remember_checked() marks in a stack
+_CHECKED: dict[tuple[Path, str], str] = {}
+
+
+def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None) -> Recipe:
+    """The recipe, validated against its models unless ``checked`` (a stack's ``.state/recipe-checked``)
+    records that this content passed there before (:func:`.tomlcheck.validated`)."""
     path = resolve_recipe_path(name_or_path, root)
     if not path.exists():
         available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
@@ -77,7 +83,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
         forks_data, forks_error = read_toml(forks_path), None
     except RecipeError as exc:     # reported once the recipe itself is known to be well formed
         forks_data, forks_error = None, exc
-    marker = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")])
+    digest, ran = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")], checked)
     if forks_error is not None:
         raise forks_error
     assert forks_data is not None
@@ -92,8 +98,19 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
                     preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
                     jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
                     jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
-    remember(marker)
+    if digest is not None and ran:
+        _CHECKED[(recipe.path, recipe.sha256)] = digest
+        remember(checked, digest)
     return recipe
+
+
+def remember_checked(recipe: Recipe, checked: Path) -> None:
+    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe``, as this process loaded
+    and validated it, passed: its no-op re-runs then skip the models.  Nothing when this process did not
+    load it."""
+    digest = _CHECKED.get((recipe.path, recipe.sha256))
+    if digest is not None:
+        remember(checked, digest)
 
 
 def _forks_path(path: Path, top: Mapping[str, Any], root: Path) -> Path:

@@ -1,6 +1,7 @@
 """Reading a recipe or forks.toml and validating it against its models (:mod:`.spec`, pydantic), which
-is imported only when a file needs it: a recipe and forks.toml that passed before, with this code, are
-remembered by their digest (:func:`validated`), so the no-op re-run reads them without pydantic.  Every
+is imported only when a file needs it: a recipe and forks.toml that passed before in a stack, with this code,
+are remembered there by their digest (:func:`validated`), so that stack's no-op re-run reads them without
+pydantic.  Every
 error names the file, the key, what was expected and what was found
 (:class:`october.installer.core.errors.RecipeError`)."""
 
@@ -61,42 +62,47 @@ _READ_FIX = {
 }
 
 
-def validated(checks: list[tuple[Path, dict[str, Any] | None, str]]) -> Path | None:
-    """Validate each ``(file, data, model name in .spec)`` in order, unless this exact content passed
-    before with this code: a marker named by its digest under the cache (``recipes-checked/``).  Returns
-    the marker for :func:`remember` once the caller's own checks passed too (None: nothing to remember).
-    ``data`` None: a file that could not be read (the caller raises its error after the others)."""
-    marker = _marker([data for _, data, _ in checks])
-    if marker is not None and marker.is_file():
-        return None
+def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None
+              ) -> tuple[str | None, bool]:
+    """Validate each ``(file, data, model name in .spec)`` in order, unless this exact content passed before
+    with this code in the same stack: a marker named by its digest in ``checked`` (the stack's
+    ``.state/recipe-checked``; None: always validate).  The digest is for :func:`remember` (None: a file
+    could not be read; the caller raises its error after the others).  The marker lives in the stack it
+    speaks for, never in a shared cache: a planted one skips the models for that stack only, whose
+    ``.state`` the no-op trusts anyway.  -> (the digest, whether the models ran here)."""
+    digest = content_digest([data for _, data, _ in checks])
+    if digest is not None and checked is not None and (checked / digest).is_file():
+        return digest, False
     from . import spec
 
     for file, data, model in checks:
         if data is not None:
             spec.validate(file, data, getattr(spec, model))
-    return marker
+    return digest, True
 
 
-def remember(marker: Path | None) -> None:
-    if marker is None:
+def remember(checked: Path | None, digest: str | None) -> None:
+    """Mark content as validated in ``checked``, only where the stack's ``.state`` already exists (options are
+    checked, and a new stack's first run has none yet, before anything is written)."""
+    if checked is None or digest is None or not checked.parent.is_dir():
         return
     try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        checked.mkdir(exist_ok=True)
+        (checked / digest).touch()
     except OSError:
-        pass            # only a cache: the next run validates again
+        pass            # only a shortcut: the next run validates again
 
 
-def _marker(docs: list[dict[str, Any] | None]) -> Path | None:
+def content_digest(docs: list[dict[str, Any] | None]) -> str | None:
+    """The digest of parsed recipe/forks documents and of the rules they were checked with: this package's
+    code and the constants it reads (formats, levels, dtypes, commit ids)."""
     from ...checks import contract
     from ..core import ids
-    from ..core.paths import default_cache_dir
 
     if any(doc is None for doc in docs):
         return None
     digest = hashlib.sha256()
-    # the rules: this package's code and the constants it reads (formats, levels, dtypes, commit ids)
     for source in [*sorted(Path(__file__).parent.glob("*.py")), Path(contract.__file__), Path(ids.__file__)]:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     digest.update(json.dumps(docs, sort_keys=True, default=repr).encode())
-    return default_cache_dir() / "recipes-checked" / digest.hexdigest()
+    return digest.hexdigest()
