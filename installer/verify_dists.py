@@ -65,9 +65,11 @@ def _direct_url(info: Path) -> Mapping[str, Any] | None:
 _HEADER_END = re.compile(r"\r?\n\r?\n")
 
 
-def dists_in(sites: Iterable[Path | str], pattern: str = "*.dist-info") -> Iterator[Dist]:
+def dists_in(sites: Iterable[Path | str], pattern: str = "*.dist-info", *, strict: bool = False) -> Iterator[Dist]:
     """Every ``.dist-info`` (``pattern``) of the site directories, in order, whose METADATA names it and
-    its version (the header block only, decoded leniently)."""
+    its version (the header block only, decoded leniently).  A dist-info without METADATA is skipped; one
+    whose METADATA cannot be read is skipped too, unless ``strict`` (the install step's consistency check:
+    its requirements would go unchecked), which raises the error."""
     for site in sites:
         for info in sorted(Path(site).glob(pattern)):
             try:
@@ -75,7 +77,11 @@ def dists_in(sites: Iterable[Path | str], pattern: str = "*.dist-info") -> Itera
                 # the headers end at the first blank line: the long description after it (torch's is 50 KB)
                 # is not fed to the parser, which would read it as a body (400 system dists: 0.1 s, issue 20)
                 meta = HeaderParser().parsestr(_HEADER_END.split(text, maxsplit=1)[0])
+            except FileNotFoundError:
+                continue
             except OSError:
+                if strict:
+                    raise
                 continue
             name, version = meta.get("Name"), meta.get("Version")
             if not name or not (version or "").strip():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -64,6 +65,13 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
     assert "==> install: already done (inputs unchanged)" in proc.stderr
     assert snapshot(stack) == before, "the fast path must change no file"
+    # a stack whose recipe marker is gone (set up by an older tool, or the recipe since changed): the no-op
+    # validates the recipe with the models, and still writes nothing (only a provisioning run marks it)
+    shutil.rmtree(stack / ".state" / "recipe-checked")
+    before = snapshot(stack)
+    unmarked, proc = setup_cli(*args)
+    assert unmarked == {**NOOP, "pydantic": True}, proc.stderr
+    assert snapshot(stack) == before, "the fast path must change no file, a missing recipe marker included"
 
     # a local change in a fork: the fast path does not answer; the full command line reports it
     (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")

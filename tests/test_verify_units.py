@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from october.installer.core.paths import StackPaths
 from october.installer.core.resources import recipes_dir
 from october.installer.engine import MARKER_FORMAT
@@ -125,3 +127,12 @@ def test_one_reader_of_installed_distributions(tmp_path: Path) -> None:
     assert site_distributions([str(first), str(second)]) == {"b": "2.0", "fork-pkg": "1.0", "latin": "1.0",
                                                              "torch": "2.9.0"}      # the first site's b
     assert [d.version for d in dists_in([second], "torch-*.dist-info")] == ["2.9.0"]
+    # a METADATA that cannot be read (here a directory): verify and the site listing skip it, but the
+    # consistency check raises (its requirements would otherwise go unchecked); and a Requires-Dist after the
+    # header block's blank line is the long description's text, not a header
+    (second / "broken-1.0.dist-info" / "METADATA").mkdir(parents=True)
+    dist(second, "late-1.0.dist-info", b"Name: late\nVersion: 1.0\n\nRequires-Dist: not-a-header\n")
+    assert sorted(d.name for d in dists_in([second])) == ["b", "late", "torch"]
+    assert [d.requires for d in dists_in([second]) if d.name == "late"] == [()]
+    with pytest.raises(IsADirectoryError):
+        installed_in([second])

@@ -75,7 +75,7 @@ def installed(env: Path) -> list[Dist]:
 
 def installed_in(sites: Sequence[Path]) -> list[Dist]:
     """Every ``*.dist-info`` of the given site directories (e.g. a site-provided torch's interpreter)."""
-    return [Dist(d.name, d.version, d.requires) for d in dists_in(sites)]
+    return [Dist(d.name, d.version, d.requires) for d in dists_in(sites, strict=True)]
 
 
 def marker_environment(python_version: str) -> dict[str, str]:

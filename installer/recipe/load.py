@@ -99,8 +99,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
                     jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
                     jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
     if digest is not None and ran:
-        _CHECKED[(recipe.path, recipe.sha256)] = digest
-        remember(checked, digest)
+        _CHECKED[(recipe.path, recipe.sha256)] = digest     # written only by remember_checked: a load writes nothing
     return recipe
 
 

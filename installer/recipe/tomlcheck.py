@@ -82,12 +82,15 @@ def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Pa
 
 
 def remember(checked: Path | None, digest: str | None) -> None:
-    """Mark content as validated in ``checked``, only where the stack's ``.state`` already exists (options are
-    checked, and a new stack's first run has none yet, before anything is written)."""
+    """Mark content as validated in ``checked``, only where the stack's ``.state`` already exists; the
+    marker replaces any earlier one (one per stack: the recipe it was last set up from)."""
     if checked is None or digest is None or not checked.parent.is_dir():
         return
     try:
         checked.mkdir(exist_ok=True)
+        for old in checked.iterdir():
+            if old.name != digest:
+                old.unlink()
         (checked / digest).touch()
     except OSError:
         pass            # only a shortcut: the next run validates again
@@ -95,14 +98,33 @@ def remember(checked: Path | None, digest: str | None) -> None:
 
 def content_digest(docs: list[dict[str, Any] | None]) -> str | None:
     """The digest of parsed recipe/forks documents and of the rules they were checked with: this package's
-    code and the constants it reads (formats, levels, dtypes, commit ids)."""
+    code, the constants it reads (formats, levels, dtypes, commit ids) and the versions of pydantic and
+    packaging.  A TOML date or time is encoded with its type behind a NUL, which no string of a recipe can
+    hold (the read gate refuses NUL), so no two documents share a digest."""
+    import packaging
+
     from ...checks import contract
     from ..core import ids
 
     if any(doc is None for doc in docs):
         return None
     digest = hashlib.sha256()
-    for source in [*sorted(Path(__file__).parent.glob("*.py")), Path(contract.__file__), Path(ids.__file__)]:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    digest.update(json.dumps(docs, sort_keys=True, default=repr).encode())
+    for source in [*sorted(Path(__file__).parent.glob("*.py")), Path(contract.__file__), Path(ids.__file__),
+                   _pydantic_version_file()]:
+        digest.update(source.name.encode() + b"\0" + (source.read_bytes() if source.is_file() else b"?"))
+    digest.update(f"packaging {packaging.__version__}\0".encode())
+    digest.update(json.dumps(docs, sort_keys=True, default=_typed).encode())
     return digest.hexdigest()
+
+
+def _typed(value: Any) -> str:
+    """A TOML value JSON has no type for (a date, time or datetime), with its type, unlike any string."""
+    return f"\0{type(value).__name__}:{value.isoformat()}"
+
+
+def _pydantic_version_file() -> Path:
+    """pydantic's ``version.py``, found without importing pydantic (the no-op never does)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("pydantic")
+    return Path(spec.origin).parent / "version.py" if spec is not None and spec.origin else Path("pydantic-missing")
