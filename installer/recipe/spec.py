@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,6 +27,8 @@ from packaging.version import Version
 from pydantic import (
     AfterValidator,
     BaseModel,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     ConfigDict,
     Discriminator,
     Field,
@@ -34,6 +37,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import core_schema
 
 from ...checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
 from ..core.errors import RecipeError
@@ -41,10 +45,18 @@ from ..core.ids import FULL_SHA, SHA256
 from .cuda import parse_arch_list
 from .forks import INSTALL_MODES
 from .install import ENV_NAME, RESERVED_ENV
-from .jitmodules import DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
+from .jitmodules import DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
 from .tomlcheck import FORMAT_VERSION, MAX_INT, MAX_ITEMS, MAX_KEY, MAX_KEYS, MAX_STR, MAX_URL, describe
+from .wheel import DEFAULT_COMPILED_SOURCES
 
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# SAFE_NAME as the schema publishes it: JSON Schema patterns are ECMA-262 and taplo uses Rust's regex, which
+# has no look-around, so the "no '..'" part stays in the tool (the name is checked in full when loaded)
+SAFE_NAME_PUBLISHED = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# a PEP 440 version starts with an optional 'v', an optional epoch 'N!' and a digit: the schema checks that
+# much (the full parse stays in the tool; packaging's pattern is verbose, named-group and case-insensitive)
+VERSION_START = r"^\s*[vV]?([0-9]+!)?[0-9]"
+NOT_BLANK = r"\S"           # str.strip(value) is truthy: some character that is not white space
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -66,43 +78,82 @@ class Refused(ValueError):
         self.expected, self.found, self.at = expected, found, at
 
 
-def rule(check: Callable[[Any], bool], expected: str) -> AfterValidator:
-    """A check on a typed value, refused with ``expected``."""
-    def run(value: Any) -> Any:
-        if not check(value):
-            raise Refused(expected)
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra``'s keywords over ``into``; a keyword both hold as a table (``items``) is merged, not replaced."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+@dataclass(frozen=True, eq=False)          # hashed by identity: typing hashes Annotated metadata
+class Rule:
+    """A check on a typed value, refused with ``expected`` (an after-validator raising :class:`Refused`,
+    as ``AfterValidator`` would); ``schema`` is what the rule publishes in the JSON Schema (``enum``,
+    ``pattern``, ``minimum``...), as much of it as JSON Schema can say (nothing: the rule is code-only)."""
+
+    check: Callable[[Any], Any]
+    expected: str
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, value: Any) -> Any:
+        if not self.check(value):
+            raise Refused(self.expected)
         return value
-    return AfterValidator(run)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.run, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return _merge(handler(schema), self.schema)
 
 
-def matches(pattern: re.Pattern[str], expected: str) -> AfterValidator:
-    return rule(lambda v: pattern.match(v) is not None, expected)
+def rule(check: Callable[[Any], Any], expected: str, **schema: Any) -> Rule:
+    """A check on a typed value, refused with ``expected``; ``schema``: its JSON Schema keywords."""
+    return Rule(check, expected, schema)
 
 
-def parses(parse: Callable[[str], Any], expected: str) -> AfterValidator:
+def keyed(pattern: str) -> dict[str, Any]:
+    """A table key's pattern, as JSON Schema keywords: inside ``allOf`` so it stays in ``propertyNames``
+    (pydantic moves a key schema's top-level ``pattern`` to ``patternProperties``, which leaves any key
+    that does not match it unchecked)."""
+    return {"allOf": [{"pattern": pattern}]}
+
+
+def matches(pattern: re.Pattern[str], expected: str, published: str | None = None, *, key: bool = False) -> Rule:
+    """The value matches ``pattern``; the schema publishes ``published`` (default: the same pattern), for a
+    pattern that JSON Schema's regex dialect cannot state (look-around); ``key``: the value is a table key."""
+    text = published or pattern.pattern
+    return rule(lambda v: pattern.match(v) is not None, expected, **(keyed(text) if key else {"pattern": text}))
+
+
+def parses(parse: Callable[[str], Any], expected: str, **schema: Any) -> Rule:
     def ok(value: str) -> bool:
         try:
             parse(value)
         except ValueError:
             return False
         return True
-    return rule(ok, expected)
+    return rule(ok, expected, **schema)
 
 
-def one_of(values: Any, expected: str | None = None) -> AfterValidator:
-    return rule(lambda v: v in values, expected or f"one of {', '.join(map(str, values))}")
+def one_of(values: Any, expected: str | None = None) -> Rule:
+    return rule(lambda v: v in values, expected or f"one of {', '.join(map(str, values))}", enum=list(values))
 
 
-def _int_range(lo: int, hi: int, expected: str | None = None) -> AfterValidator:
-    return rule(lambda v: lo <= v <= hi, expected or f"an integer from {lo} to {hi}")
+def _int_range(lo: int, hi: int, expected: str | None = None) -> Rule:
+    return rule(lambda v: lo <= v <= hi, expected or f"an integer from {lo} to {hi}", minimum=lo, maximum=hi)
 
 
-def _finite_range(lo: float, hi: float) -> AfterValidator:
-    def run(value: float) -> float:
+def _finite_range(lo: float, hi: float) -> Rule:
+    def ok(value: float) -> bool:
         if not (math.isfinite(value) and lo <= value <= hi):
             raise Refused(f"a finite number from {lo:g} to {hi:g}", describe(value))
-        return value
-    return AfterValidator(run)
+        return True
+    return rule(ok, f"a finite number from {lo:g} to {hi:g}", minimum=lo, maximum=hi)
 
 
 def _relpath(p: str) -> bool:
@@ -111,15 +162,16 @@ def _relpath(p: str) -> bool:
         and not any(part in ("", ".", "..") for part in norm.split("/"))
 
 
-def once(expected: str) -> AfterValidator:
-    """Each item at most once, compared as a path (``include`` and ``include/`` are one)."""
-    def run(items: list[str]) -> list[str]:
+def once(expected: str) -> Rule:
+    """Each item at most once, compared as a path (``include`` and ``include/`` are one); the schema says
+    ``uniqueItems`` (the same item twice), the tool also compares them as paths."""
+    def ok(items: list[str]) -> bool:
         norm = [p.strip().strip("/") for p in items]
         twice = sorted({p for p in norm if norm.count(p) > 1})
         if twice:
             raise Refused(expected, ", ".join(f"'{p}' twice" for p in twice))
-        return items
-    return AfterValidator(run)
+        return True
+    return rule(ok, expected, uniqueItems=True)
 
 
 def _desc(text: str) -> Any:
@@ -134,12 +186,12 @@ Int = Annotated[int, _int_range(-MAX_INT, MAX_INT, "an integer within the TOML r
 StrList = Annotated[list[Str], Field(max_length=MAX_ITEMS)]
 IndexUrl = Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https:// (or file://) package index URL")]
 Version440 = Annotated[str, Field(max_length=64, description="a version string such as '2.10.0'"),
-                       parses(Version, "a PEP 440 version such as '2.10.0'")]
+                       parses(Version, "a PEP 440 version such as '2.10.0'", pattern=VERSION_START)]
 FullSha = Annotated[Str, matches(FULL_SHA, "a 40-character lowercase hex commit id")]
 HEX64 = "64 lowercase hex characters"
 Sha256 = Annotated[Str, Field(description=HEX64), matches(SHA256, HEX64)]
 ForkName = Annotated[Key, matches(SAFE_NAME, "a plain fork name: letters, digits, '.', '_' or '-' (it names the "
-                                  "clone directory STACK/src/<name>)")]
+                                  "clone directory STACK/src/<name>)", SAFE_NAME_PUBLISHED, key=True)]
 
 
 def Table(value: Any, what: str = "a table", key: Any = None) -> Any:
@@ -166,14 +218,14 @@ class PinCommit(_PinBase):
 class PinPrefix(_PinBase):
     prefix: Annotated[Str, _desc("a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>"),
                       matches(SHA_PREFIX, "a lowercase hex commit prefix of 7 to 39 characters")]
-    branch: Annotated[Key, _desc("the branch the prefix is resolved on"), rule(str.strip, "a non-empty branch name")]
+    branch: Annotated[Key, _desc("the branch the prefix is resolved on"), rule(str.strip, "a non-empty branch name", pattern=NOT_BLANK)]
 
 
 class PinSdist(Section):
     source: Str | None = None
     sdist: Annotated[Str, _desc("the https URL of the source distribution (.tar.gz)"),
                      rule(lambda u: u.startswith("https://") and u.endswith(".tar.gz") and "/" in u[8:],
-                          "an https URL of a .tar.gz source distribution")]
+                          "an https URL of a .tar.gz source distribution", pattern=r"^https://[\s\S]*/[\s\S]*\.tar\.gz$")]
     sha256: Annotated[Str, _desc("the sdist's sha256 (64 lowercase hex)"), matches(SHA256, HEX64)]
     version: Annotated[Str, _desc("the release version, e.g. 0.24.0 (the clone is tagged v<version>)"),
                        matches(SDIST_VERSION, "a release version such as 0.24.0")]
@@ -245,19 +297,21 @@ class SourcesSpec(Section):
 
 SubmodulePath = Annotated[Str, rule(lambda p: bool(p.strip().strip("/")) and not p.strip().strip("/").startswith("..")
                                     and "/../" not in f"/{p.strip().strip('/')}/" and not p.startswith("/"),
-                                    'a submodule path relative to the fork, e.g. "3rdparty/cccl"')]
+                                    'a submodule path relative to the fork, e.g. "3rdparty/cccl"', pattern=r"^[^/]")]
 SubmoduleList = Annotated[list[SubmodulePath], Field(max_length=MAX_ITEMS),
                           once("each submodule path at most once")]
-SparseDirs = Annotated[list[Annotated[Key, rule(_relpath, 'a directory relative to the submodule, e.g. "include"')]],
+SparseDirs = Annotated[list[Annotated[Key, rule(_relpath, 'a directory relative to the submodule, e.g. "include"',
+                                                pattern=r"^[^/\\]")]],
                        Field(min_length=1, max_length=MAX_ITEMS,
                              description='a non-empty list of directories, e.g. ["include"]'),
                        once("each directory at most once")]
-DistName = Annotated[Key, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'")]
+DistName = Annotated[Key, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'", key=True)]
 EnvName = Annotated[Key, rule(lambda k: ENV_NAME.match(k) is not None and k not in RESERVED_ENV,
                               "an environment variable name the tool does not set itself "
-                              f"(not {', '.join(RESERVED_ENV)})")]
+                              f"(not {', '.join(RESERVED_ENV)})",
+                              **keyed(ENV_NAME.pattern), **{"not": {"enum": list(RESERVED_ENV)}})]
 Reason = Annotated[Str, _desc("the reason the stack does not need it, as a non-empty string"),
-                   rule(str.strip, "the reason the stack does not need it, as a non-empty string")]
+                   rule(str.strip, "the reason the stack does not need it, as a non-empty string", pattern=NOT_BLANK)]
 
 
 def _submodules_kind(value: Any) -> str | None:
@@ -293,7 +347,8 @@ class ForkUseSpec(Section):
 class CudaSpec(Section):
     version: Annotated[Str, _desc("a CUDA major.minor such as '12.9'"),
                        matches(re.compile(r"^\d+\.\d+$"), "a CUDA major.minor such as '12.9'")]
-    arch_list: Annotated[Str, parses(parse_arch_list, "compute capabilities such as '9.0' or '8.9 9.0a'")]
+    arch_list: Annotated[Str, parses(parse_arch_list, "compute capabilities such as '9.0' or '8.9 9.0a'",
+                                     pattern=r"[0-9]")]
     variant: Annotated[Str, matches(re.compile(r"^cu\d{3}$"), "a CUDA wheel variant such as 'cu129' or 'cu130'")]
 
 
@@ -310,16 +365,18 @@ def _wheel_filename(name: str) -> str:
 class WheelSpec(Section):
     sha256: Sha256 | None = None
     url: Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https://, http:// or file:// URL")]
-    filename: Annotated[str, Field(max_length=255), AfterValidator(_wheel_filename)]
+    filename: Annotated[str, Field(max_length=255), AfterValidator(_wheel_filename),
+                        Field(json_schema_extra={"pattern": r"^[^./\\][^/\\]*\.whl$"})]
     name: Str
     version: Version440
     cuda_variant: Str | None = None
     cudart_major: Str | None = None
-    requires_torch: Annotated[Str, parses(Version, "a torch version such as '2.10.0'")] | None = None
+    requires_torch: Annotated[Str, parses(Version, "a torch version such as '2.10.0'", pattern=VERSION_START)] | None = None
     compiled_sources: Annotated[StrList, rule(
         lambda ps: bool(ps) and all(p and not p.startswith("/") and "\\" not in p and ".." not in p.split("/")
                                     and p == p.strip("/") for p in ps),
-        "a non-empty list of relative paths in the fork such as ['csrc', 'CMakeLists.txt', 'cmake']")] | None = None
+        "a non-empty list of relative paths in the fork such as ['csrc', 'CMakeLists.txt', 'cmake']",
+        minItems=1, items={"pattern": r"^[^/\\]([^\\]*[^/\\])?$"})] = list(DEFAULT_COMPILED_SOURCES)
 
 
 GB = Annotated[float, _finite_range(*GB_BOUNDS)]
@@ -354,12 +411,14 @@ class JitSpec(Section):
                        matches(MODULE_NAME, "a dotted Python module name")] | None = None
     routes: Annotated[StrList, rule(                # an empty list: the default routes
         lambda rs: not rs or (all(r in ROUTES for r in rs) and "decode" in rs and len(set(rs)) == len(rs)),
-        f"distinct routes from {', '.join(ROUTES)}, including decode")] | None = None
+        f"distinct routes from {', '.join(ROUTES)}, including decode",
+        items={"enum": list(ROUTES)}, uniqueItems=True,
+        anyOf=[{"maxItems": 0}, {"contains": {"const": "decode"}}])] = list(DEFAULT_ROUTES)
 
 
 ShapeInt = Annotated[Int, _desc("a positive integer from the model's config.json"),
-                     rule(lambda v: v > 0, "a positive integer"),
-                     rule(lambda v: v <= SHAPE_MAX, f"at most {SHAPE_MAX}")]
+                     rule(lambda v: v > 0, "a positive integer", minimum=1),
+                     rule(lambda v: v <= SHAPE_MAX, f"at most {SHAPE_MAX}", maximum=SHAPE_MAX)]
 
 
 class ModelConfigSpec(Section):
@@ -381,13 +440,13 @@ class ModelSpec(Section):
     v_format: Annotated[Str, one_of(V_FORMATS)] = "fp8_e4m3"
     config: ModelConfigSpec | None = None
     repo: Annotated[str, Field(max_length=MAX_KEY * 2, description="'org/name'"),
-                    rule(lambda r: "/" in r, "a hub repository 'org/name'")]
+                    rule(lambda r: "/" in r, "a hub repository 'org/name'", pattern="/")]
     patterns: StrList
 
 
 ModelFormat = Annotated[str, one_of(FORMATS, f"a model format ({', '.join(FORMATS)})")]
-Tokens = Annotated[Int, rule(lambda v: v > 0, "a positive number of tokens"),
-                   rule(lambda v: v <= MAX_TOKENS, f"at most {MAX_TOKENS} tokens")]
+Tokens = Annotated[Int, rule(lambda v: v > 0, "a positive number of tokens", minimum=1),
+                   rule(lambda v: v <= MAX_TOKENS, f"at most {MAX_TOKENS} tokens", maximum=MAX_TOKENS)]
 
 
 class SmokeSpec(Section):
@@ -400,7 +459,7 @@ class SmokeSpec(Section):
 class ExceptionSpec(Section):
     package: Annotated[Str, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'")]
     requires: Annotated[Str, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'")]
-    why: Annotated[Str, rule(str.strip, "the reason this requirement is left unmet")]
+    why: Annotated[Str, rule(str.strip, "the reason this requirement is left unmet", pattern=NOT_BLANK)]
 
 
 class InstallSpec(Section):
@@ -426,9 +485,10 @@ class RecipeFile(Section):
     format_version: Annotated[int, _desc(f"format_version = {FORMAT_VERSION}"),
                               one_of((FORMAT_VERSION,), f"{FORMAT_VERSION} (this tool's recipe format)")]
     name: Annotated[Str, matches(SAFE_NAME, "a plain name: letters, digits, '.', '_' or '-', starting with a letter "
-                                 "or digit, at most 64 characters (it names files: locks/<name>.pylock.toml)")]
+                                 "or digit, at most 64 characters (it names files: locks/<name>.pylock.toml)",
+                                 SAFE_NAME_PUBLISHED)]
     description: Str = ""
-    forks_file: Annotated[Str, _desc("forks.toml beside the recipe, relative to it")] | None = None
+    forks_file: Annotated[Str, _desc("a string: the path of forks.toml, relative to the recipe")] | None = None
     python: PythonSpec
     torch: TorchSpec
     build: BuildSpec | None = None
