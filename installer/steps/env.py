@@ -17,7 +17,7 @@ from ..pyenv.uvcmd import StackUv, uv_exe
 from .results import EnvResult, PreflightResult
 
 if TYPE_CHECKING:
-    from . import builtstack
+    from ..pyenv import builtstack
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -162,15 +162,44 @@ class EnvStep:
 # ------------------------------------------------------------------ the built-stack cache
 
 
+def stack_key(ctx: StepContext) -> str | None:
+    """This stack's built-stack cache key (:func:`october.installer.pyenv.builtstack.key_for`), or None
+    when it may not take or give an entry: a dirty fork (``--allow-dirty``), a base wheel trusted on
+    first use (no recipe sha256), a stack path a URL would quote, a site-provided torch preflight did
+    not locate."""
+    from ..pyenv import builtstack
+    from .install import InstallStep
+    from .results import FetchResult
+
+    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
+    fetch = ctx.result(FetchResult)
+    if fetch is None or o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
+        return None
+    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
+        return None
+    facts = None
+    if r.torch.from_system:
+        pre = ctx.result(PreflightResult)
+        facts = pre.facts.get("system_torch") if pre is not None else None
+        if not isinstance(facts, Mapping) or not facts.get("file"):
+            return None
+    return builtstack.key_for(
+        root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
+        wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
+        forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
+               for name, rec in fetch.forks.items()},
+        system_torch=facts)
+
+
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     """The env copied from the built-stack cache entry of this stack's key (see
-    :mod:`october.installer.steps.builtstack`), checked as the env step checks a new one; None when
+    :mod:`october.installer.pyenv.builtstack`), checked as the env step checks a new one; None when
     there is no usable entry (a refused one is removed and said so: this stack is then built)."""
-    from . import builtstack
+    from ..pyenv import builtstack
 
     if os.path.lexists(ctx.paths.env):
         return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
-    key = builtstack.stack_key(ctx)
+    key = stack_key(ctx)
     entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
     if key is None or entry is None:
         return None
@@ -206,7 +235,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
 def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
     """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
     stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
-    from . import builtstack
+    from ..pyenv import builtstack
 
     ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")

@@ -37,12 +37,12 @@ from ..install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, mak
 from ..install.upstream import BaseCommit, upstream_base
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
-from .env import stack_uv
+from .env import stack_key, stack_uv
 from .results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
-    from . import builtstack
+    from ..pyenv import builtstack
 
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
@@ -187,10 +187,10 @@ class InstallStep:
     def built_entry(self, ctx: StepContext) -> "builtstack.Entry | None":
         """The built-stack cache entry the env step copied the env from, when it still holds for this
         stack (same key, the same base wheel), else None."""
-        from . import builtstack
+        from ..pyenv import builtstack
 
         env = ctx.result(EnvResult)
-        if env is None or env.built_from is None or builtstack.stack_key(ctx) != env.built_from:
+        if env is None or env.built_from is None or stack_key(ctx) != env.built_from:
             return None
         entry = builtstack.find(ctx.options.cache_dir, env.built_from)
         wheel = ctx.result(WheelResult)
@@ -203,7 +203,7 @@ class InstallStep:
         """Each fork's build outputs copied from the entry into its checkout instead of building it;
         -> the nested-install verdicts the entry's build had, or None when the entry is refused (what
         was copied is removed again and the forks are installed as usual)."""
-        from . import builtstack
+        from ..pyenv import builtstack
         from .env import refuse_entry
 
         root = ctx.paths.root
@@ -230,15 +230,15 @@ class InstallStep:
     def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any],
                           imported: Mapping[str, str]) -> None:
         """Store this finished env and the forks' build outputs for the next stack with the same key
-        (see :mod:`october.installer.steps.builtstack`); a stack that cannot be stored is said so, not
+        (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored is said so, not
         failed."""
         from ..git import git_env
-        from . import builtstack
+        from ..pyenv import builtstack
 
         env = ctx.result(EnvResult)
         if env is None:       # an env no env step of this stack recorded is nobody's to copy
             return
-        key = builtstack.stack_key(ctx)
+        key = stack_key(ctx)
         if key is None:
             return
         wheel = ctx.result(WheelResult)
@@ -392,7 +392,7 @@ class InstallStep:
 
 def builtstack_imports(entry: "builtstack.Entry", root: Path) -> Mapping[str, str]:
     """The ``import <fork>`` verdicts recorded in a built-stack cache entry (fork -> version)."""
-    from . import builtstack
+    from ..pyenv import builtstack
 
     got = builtstack.placed(entry.facts.get("imports") or {}, root)
     return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}

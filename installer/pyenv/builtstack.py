@@ -40,16 +40,14 @@ import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from .. import __version__
 from ..core.hashing import sha256_file
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.hashing import fingerprint
-
-if TYPE_CHECKING:
-    from ..engine import StepContext
+from .uvcmd import uv_exe
 
 BUILT_FORMAT = 1
 PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
@@ -357,38 +355,25 @@ def restore_fork_outputs(entry: Entry, fork: str, checkout: Path, root: Path, *,
 # ------------------------------------------------------------------------ the stack's key
 
 
-def stack_key(ctx: "StepContext") -> str | None:
-    """This stack's key (see the module doc), or None when it may not take or give an entry: a dirty
-    fork (``--allow-dirty``), a base wheel trusted on first use (no recipe sha256), a stack path a URL
-    would quote, a site-provided torch preflight did not locate."""
-    from .env import EnvStep
-    from ..pyenv.uvcmd import uv_exe
-    from .install import InstallStep
-    from .results import FetchResult, PreflightResult
-
-    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
-    fetch = ctx.result(FetchResult)
-    if fetch is None or o.allow_dirty or not path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
-        return None
-    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
-        return None
-    install = dict(InstallStep().inputs(ctx))
-    install.pop("wheel_sha256", None)           # the wheel step runs after env: the recipe's pin stands for it
+def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
+            forks: Mapping[str, Mapping[str, Any]], system_torch: Mapping[str, Any] | None = None) -> str:
+    """The key (see the module doc) of a stack at ``root`` made from the env and install steps' inputs
+    (the install inputs without the wheel's hash: the wheel step runs after env, the recipe's pin
+    ``wheel_sha256`` stands for it), each fork's ``{commit, submodules, sparse}`` and, for a
+    site-provided torch, its facts as preflight located them."""
+    install = dict(install_inputs)
+    install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
-        "env": templated(EnvStep().inputs(ctx), root), "install": templated(install, root),
-        "wheel": r.wheel.sha256 if r.wheel is not None else None,
-        "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules),
-                         **({"sparse": {k: list(v) for k, v in sorted(rec.sparse.items())}} if rec.sparse else {})}
-                  for name, rec in sorted(fetch.forks.items())},
+        "env": templated(env_inputs, root), "install": templated(install, root),
+        "wheel": wheel_sha256,
+        "forks": {name: {"commit": rec["commit"], "submodules": dict(rec["submodules"]),
+                         **({"sparse": {k: list(v) for k, v in sorted(rec["sparse"].items())}} if rec.get("sparse") else {})}
+                  for name, rec in sorted(forks.items())},
         "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
         "tool": tool_code(),
     }
-    if r.torch.from_system:
-        pre = ctx.result(PreflightResult)
-        facts = pre.facts.get("system_torch") if pre is not None else None
-        if not isinstance(facts, Mapping) or not facts.get("file"):
-            return None
-        parts["system_torch"] = system_torch_identity(facts)
+    if system_torch is not None:
+        parts["system_torch"] = system_torch_identity(system_torch)
     return entry_key(parts)
 
 
