@@ -406,3 +406,18 @@ def interpreter_identity(env: Path) -> list[Any]:
     """The interpreter the env's ``bin/python`` resolves to, with its stat signature."""
     real = Path(os.path.realpath(env / "bin" / "python"))
     return [str(real), stat_identity([real])]
+
+
+def recorded_imports(entry: Entry, root: Path) -> dict[str, str]:
+    """The ``import <fork>`` verdicts recorded in the entry (fork -> version), placed at ``root``."""
+    got = placed(entry.facts.get("imports") or {}, root)
+    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
+
+def remove_created(made: list[Path]) -> None:
+    """Take back what a refused restore made (``created`` of :func:`restore_fork_outputs`), deepest first."""
+    for p in sorted(made, key=lambda q: len(q.parts), reverse=True):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
