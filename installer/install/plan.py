@@ -139,3 +139,13 @@ def verified_wheel(path: Path, want: str) -> str:
                            expected=f"sha256 {want}", found=f"sha256 {got}",
                            fix="re-run october_setup (the wheel step verifies it again)")
     return got
+
+
+def fork_inputs(forks: Sequence[ForkUse]) -> list[dict[str, object]]:
+    """What of each fork decides its install (URLs without credentials): part of the step's fingerprint."""
+    from ..core.redact import redact_url
+
+    return [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
+             "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
+             "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
+             "nested_installs": dict(f.nested_installs)} for f in forks]

@@ -421,3 +421,11 @@ def remove_created(made: list[Path]) -> None:
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
+
+
+def entry_facts(env: Path, *, imports: Mapping[str, str], wheel_sha256: str | None,
+                nested_installs: Mapping[str, Any], env_record: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts an entry is stored with: the interpreter ``env`` links to, the import verdicts, the
+    base wheel's hash, the nested-install verdicts and the env step's record of torch."""
+    return {"interpreter": interpreter_identity(env), "imports": dict(imports),
+            "wheel_sha256": wheel_sha256, "nested_installs": dict(nested_installs), "env": dict(env_record)}

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import InstallError
 from ..core.hashing import sha256_file
-from ..core.redact import redact_url
 from ..engine import FORKS_INSTALLED, StepContext
 from ..install import consistency, nested, overwritten, records
 from ..install.forkinstall import install_fork
 from ..install.importcheck import check_imports
-from ..install.plan import ForkSource, InstallPlan, UvInstall, fork_sources, make_plan, require_installable, verified_wheel
+from ..install.plan import (ForkSource, InstallPlan, UvInstall, fork_inputs, fork_sources, make_plan, require_installable,
+                             verified_wheel)
 from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import BaseCommit, upstream_base
 from ..pyenv import stackenv
@@ -63,10 +63,7 @@ class InstallStep:
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         wheel = ctx.result(WheelResult)
-        return {"forks": [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
-                           "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
-                           "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
-                           "nested_installs": dict(f.nested_installs)} for f in r.forks],
+        return {"forks": fork_inputs(r.forks),
                 "policy": policy_json(r.install),
                 "torch": r.torch.version, "sources": stack_uv(ctx).sources(),
                 "wheel_sha256": wheel.wheel_sha256 if wheel else None,
@@ -218,7 +215,6 @@ class InstallStep:
         """Store this finished env and the forks' build outputs for the next stack with the same key
         (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored is said so, not
         failed."""
-        from ..git import git_env
         from ..pyenv import builtstack
 
         env = ctx.result(EnvResult)
@@ -228,15 +224,12 @@ class InstallStep:
         if key is None:
             return
         wheel = ctx.result(WheelResult)
-        outputs: dict[str, tuple[Path, list[Path]]] = {}
-        for f in forks:
-            listed = ctx.runner.run(["git", "-C", str(f.path), "ls-files", "-z", "--others"], step=self.name,
-                                    env=git_env()).output
-            outputs[f.use.name] = (f.path, [Path(p) for p in listed.split("\0") if p])
-        facts = {"interpreter": builtstack.interpreter_identity(ctx.paths.env), "imports": dict(imported),
-                 "wheel_sha256": wheel.wheel_sha256 if wheel else None, "nested_installs": dict(nested_out),
-                 "env": {"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
-                         "system_torch": dict(env.system_torch) if env.system_torch is not None else None}}
+        outputs = {f.use.name: (f.path, overwritten.untracked(ctx.runner, self.name, f.path)) for f in forks}
+        facts = builtstack.entry_facts(
+            ctx.paths.env, imports=imported, wheel_sha256=wheel.wheel_sha256 if wheel else None,
+            nested_installs=nested_out,
+            env_record={"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
+                        "system_torch": dict(env.system_torch) if env.system_torch is not None else None})
         try:
             entry = builtstack.store(ctx.options.cache_dir, key, ctx.paths.root, ctx.paths.env, outputs, facts)
         except (builtstack.EntryRefused, OSError) as exc:
