@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +19,43 @@ from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from ..core.errors import CommandFailed, JitError
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
+from ..pyenv import stackenv
 from .cache import SharedJitCache
-from .integrity import aot_path, read_manifest, write_manifest
+from .integrity import Untrusted, aot_path, read_manifest, write_manifest
 
 if TYPE_CHECKING:
     from ..recipe import JitModule
+
+
+DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
+               "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")
+
+
+def builder_env(root: Path, arch_list: str, code_root: Callable[[], Path], environ: Mapping[str, str]) -> dict[str, str]:
+    """The stack's own runtime environment (``root``/stack-env.json, written by the env step) laid over
+    ``environ`` (without :data:`DROPPED_ENV`), plus ``PYTHONPATH`` = ``code_root()`` (so the builder
+    module is found; asked only once the arch list is the recipe's, ``arch_list``) and ``MAX_JOBS``."""
+    stack = stackenv.load(root)
+    if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
+        raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
+                       expected=f"FLASHINFER_CUDA_ARCH_LIST={arch_list} (recipe [cuda] arch_list)",
+                       found=f"{stack.get('FLASHINFER_CUDA_ARCH_LIST')!r} in {stackenv.env_file(root)}",
+                       fix="re-run october_setup (the env step rewrites the stack environment)")
+    env = {k: v for k, v in environ.items() if k not in DROPPED_ENV}
+    env = stackenv.apply(stack, env)
+    env["PYTHONPATH"] = str(code_root())
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    return env
+
+
+def write_request(work: Path, requests: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """The builder's request file in ``work`` (any earlier result removed); -> (request, result) paths."""
+    work.mkdir(parents=True, exist_ok=True)
+    request_path, result_path = work / "request.json", work / "result.json"
+    result_path.unlink(missing_ok=True)
+    request_path.write_text(json.dumps({"modules": requests, "result": str(result_path)}, indent=1),
+                            encoding="utf-8")
+    return request_path, result_path
 
 
 def module_request(i: int, m: "JitModule") -> dict[str, Any]:
@@ -253,6 +285,18 @@ def checkout_aot_dir(checkout: Path) -> Path:
 
 
 # ------------------------------------------------------------------ discarded, not yet recorded
+
+
+def pending_discards(path: Path, bad: Sequence[Untrusted]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The discards no jit result has recorded yet (kept at ``path``) and those of ``bad`` added to them,
+    written back before anything is removed (recorded by the run that finishes the step);
+    -> (earlier, every)."""
+    earlier = read_discards(path)
+    now = [{"path": str(b.path), "reason": b.reason} for b in bad]
+    every = earlier + [d for d in now if d not in earlier]
+    if now:
+        write_discards(path, every)
+    return earlier, every
 
 
 def read_discards(path: Path) -> list[dict[str, str]]:

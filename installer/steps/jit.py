@@ -16,7 +16,6 @@ takes that build and waits for it, and checks what it made the same way.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,22 +27,22 @@ from ..core.resources import stack_code_root
 from ..engine import Reporter, StepContext
 from ..jit.build import (
     JitBuild,
+    builder_env as build_env,
     check_modules,
     check_unchanged,
     checkout_aot_dir,
     find_ready,
     module_fields,
     module_request,
-    read_discards,
+    pending_discards,
     read_result,
     record_modules,
     require_success,
     version_from_paths,
-    write_discards,
+    write_request,
 )
 from ..jit.cache import SharedJitCache, cache_key
 from ..jit.integrity import discard, manifest_aot_dir, untrusted_libraries
-from ..pyenv import stackenv
 from ..recipe.forks import traits_of
 from .env import resolved_nvcc
 from .jitearly import take_early
@@ -51,24 +50,9 @@ from .results import EnvResult, FetchResult, InstallResult, JitResult, Preflight
 
 
 DEFAULT_BUILDER = "october.checks.jit_build"
-DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
-               "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")
-
-
 def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
-    """The stack's own runtime environment (STACK/stack-env.json, written by the env step), plus
-    ``PYTHONPATH`` = this repository (so the builder module is found) and ``MAX_JOBS``."""
-    stack = stackenv.load(ctx.paths.root)
-    if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
-        raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
-                       expected=f"FLASHINFER_CUDA_ARCH_LIST={arch_list} (recipe [cuda] arch_list)",
-                       found=f"{stack.get('FLASHINFER_CUDA_ARCH_LIST')!r} in {stackenv.env_file(ctx.paths.root)}",
-                       fix="re-run october_setup (the env step rewrites the stack environment)")
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-    env = stackenv.apply(stack, env)
-    env["PYTHONPATH"] = str(stack_code_root(ctx.options.cache_dir))
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    return env
+    """The builder's environment for this stack (:func:`october.installer.jit.build.builder_env`)."""
+    return build_env(ctx.paths.root, arch_list, lambda: stack_code_root(ctx.options.cache_dir), os.environ)
 
 
 def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[str, Any] | None:
@@ -157,12 +141,7 @@ class JitStep:
                          ready=ready, discarded=discarded)
         if cache is not None and all(k in ready for k in keys):
             return build
-        work = ctx.paths.state / "jit"
-        work.mkdir(parents=True, exist_ok=True)
-        request_path, build.result_path = work / "request.json", work / "result.json"
-        build.result_path.unlink(missing_ok=True)
-        request_path.write_text(json.dumps({"modules": requests, "result": str(build.result_path)}, indent=1),
-                                encoding="utf-8")
+        request_path, build.result_path = write_request(ctx.paths.state / "jit", requests)
         ui.info(f"building {len(requests)} JIT module(s) for sm {arch_list} into {workspace}")
         build.argv = [str(ctx.paths.python), *ctx.paths.pycache_args(), "-P", "-s", "-m", self.builder,
                       str(request_path)]
@@ -191,15 +170,10 @@ class JitStep:
         directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
         it without any check, too)."""
         bad = untrusted_libraries(workspace, aot_dirs=(aot,))
-        pending = discards_path(ctx)
-        earlier = read_discards(pending)
+        earlier, every = pending_discards(discards_path(ctx), bad)
         for item in earlier:
             ui.info(f"JIT library {item['path']} was discarded before, by a run (or a build begun early) that "
                     f"did not finish ({item['reason']}): recorded now")
-        now = [{"path": str(b.path), "reason": b.reason} for b in bad]
-        every = earlier + [d for d in now if d not in earlier]
-        if now:     # kept before anything is removed: recorded by the run that finishes the step
-            write_discards(pending, every)
         for item in bad:
             ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
