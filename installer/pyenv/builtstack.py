@@ -429,3 +429,12 @@ def entry_facts(env: Path, *, imports: Mapping[str, str], wheel_sha256: str | No
     base wheel's hash, the nested-install verdicts and the env step's record of torch."""
     return {"interpreter": interpreter_identity(env), "imports": dict(imports),
             "wheel_sha256": wheel_sha256, "nested_installs": dict(nested_installs), "env": dict(env_record)}
+
+
+def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
+    """The interpreter an entry's env links to (``facts``, placed) when its stat signature is no longer
+    the one recorded (then the entry is not taken), else None."""
+    interpreter = facts.get("interpreter") or [None, None]
+    if stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
+        return str(interpreter[0])
+    return None

@@ -48,18 +48,6 @@ def write_stack_env(ctx: StepContext) -> dict[str, Any]:
             "sha256": sha256_file(path), "env": env}
 
 
-def _site_packages(ctx: StepContext) -> list[str]:
-    return venv.site_packages(ctx.paths.env)
-
-
-def _pyvenv_version(ctx: StepContext) -> str | None:
-    return venv.pyvenv_version(ctx.paths.env)
-
-
-def _dist_info_present(ctx: StepContext, name: str, version: str) -> bool:
-    return venv.dist_info_present(ctx.paths.env, name, version)
-
-
 class EnvStep:
     name: ClassVar[str] = "env"
 
@@ -85,7 +73,7 @@ class EnvStep:
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
         ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
                        step=self.name, env=stack_uv(ctx).env())
-        got = _pyvenv_version(ctx)
+        got = venv.pyvenv_version(ctx.paths.env)
         venv.require_python(r.python, got)
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
@@ -96,7 +84,7 @@ class EnvStep:
             self._install_locked_files(ctx)
         venv.require_torch(ctx.paths.env, r.torch.version, r.torch.index_url)
         return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
-                         torch=r.torch.version, site_packages=tuple(_site_packages(ctx)),
+                         torch=r.torch.version, site_packages=tuple(venv.site_packages(ctx.paths.env)),
                          stack_env=write_stack_env(ctx))
 
     def _install_locked_files(self, ctx: StepContext) -> None:
@@ -117,9 +105,9 @@ class EnvStep:
             problem = system_torch_env_problem(ctx, result)
             if problem is not None:
                 return problem
-        elif not python_matches(ctx.recipe.python, _pyvenv_version(ctx)):
+        elif not python_matches(ctx.recipe.python, venv.pyvenv_version(ctx.paths.env)):
             return "the env's Python version changed"
-        elif not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
+        elif not venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
         recorded = result.stack_env
         path = stackenv.env_file(ctx.paths.root)
@@ -176,9 +164,9 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
         return None
     root = ctx.paths.root
     facts = builtstack.placed(entry.facts, root)
-    interpreter = facts.get("interpreter") or [None, None]
-    if builtstack.stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
-        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {interpreter[0]} changed; building")
+    moved = builtstack.interpreter_moved(facts)
+    if moved is not None:
+        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {moved} changed; building")
         return None
     ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
     try:
@@ -187,12 +175,12 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
         refuse_entry(ctx, step, entry, str(exc))
         return None
     env = facts.get("env") or {}
-    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=_pyvenv_version(ctx),
+    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=venv.pyvenv_version(ctx.paths.env),
                        torch=env.get("torch"), torch_cuda=env.get("torch_cuda"), torch_source=env.get("torch_source"),
-                       system_torch=env.get("system_torch"), site_packages=tuple(_site_packages(ctx)),
+                       system_torch=env.get("system_torch"), site_packages=tuple(venv.site_packages(ctx.paths.env)),
                        stack_env=write_stack_env(ctx), built_from=key)
     problem = (system_torch_env_problem(ctx, result) if ctx.recipe.torch.from_system
-               else None if _dist_info_present(ctx, "torch", ctx.recipe.torch.version)
+               else None if venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version)
                else f"torch {ctx.recipe.torch.version} is not in it")
     if problem is None and not python_matches(ctx.recipe.python, result.python_version):
         problem = f"Python {result.python_version}, not {ctx.recipe.python}"
@@ -248,12 +236,12 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
     seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
     systorch.require_seen(ctx.paths.env, facts, seen, ctx.runner.log_path(step))
-    got = _pyvenv_version(ctx)
+    got = venv.pyvenv_version(ctx.paths.env)
     version, cuda = facts.get("version"), facts.get("cuda")
     return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
                      torch=str(version) if version is not None else None,
                      torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
-                     system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
+                     system_torch=systorch.record(facts), site_packages=tuple(venv.site_packages(ctx.paths.env)),
                      stack_env=write_stack_env(ctx))
 
 
