@@ -40,7 +40,7 @@ import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from ..core.hashing import sha256_file
@@ -438,3 +438,25 @@ def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
     if stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
         return str(interpreter[0])
     return None
+
+
+def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *,
+                  changed_tracked: Callable[[Path], list[str]], announce: Callable[[str, Path], None]) -> dict[str, Any]:
+    """Each fork's build outputs (``forks``: name, checkout) put into its checkout from the entry
+    (``announce(name, checkout)`` before each), none of which may change a tracked file
+    (``changed_tracked(checkout)``: the tracked files that differ from HEAD); -> the nested-install
+    verdicts the entry's build had.  On a refusal (:class:`EntryRefused`, OSError) what was made is
+    taken back before the error is raised."""
+    made: list[Path] = []
+    try:
+        for name, checkout in forks:
+            before = changed_tracked(checkout)
+            announce(name, checkout)
+            restore_fork_outputs(entry, name, checkout, root, created=made)
+            after = changed_tracked(checkout)
+            if after != before:
+                raise EntryRefused(f"it changes tracked files of fork {name}: {after[:3]}")
+    except (EntryRefused, OSError):
+        remove_created(made)
+        raise
+    return dict(placed(entry.facts.get("nested_installs") or {}, root))

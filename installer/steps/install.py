@@ -193,22 +193,18 @@ class InstallStep:
         from ..pyenv import builtstack
         from .env import refuse_entry
 
-        root = ctx.paths.root
-        made: list[Path] = []
+        def announce(name: str, _checkout: Path) -> None:
+            ctx.ui.info(f"fork {name}: its build outputs from the cache ({entry.path})")
+
         try:
-            for f in forks:
-                before = overwritten.changed_tracked(ctx.runner, self.name, f.path)
-                ctx.ui.info(f"fork {f.use.name}: its build outputs from the cache ({entry.path})")
-                builtstack.restore_fork_outputs(entry, f.use.name, f.path, root, created=made)
-                after = overwritten.changed_tracked(ctx.runner, self.name, f.path)
-                if after != before:
-                    raise builtstack.EntryRefused(f"it changes tracked files of fork {f.use.name}: {after[:3]}")
+            nested_out = builtstack.restore_forks(
+                entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
+                changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, self.name, checkout))
         except (builtstack.EntryRefused, OSError) as exc:
-            builtstack.remove_created(made)
             refuse_entry(ctx, self.name, entry, str(exc), drop_env=False)
             return None
         ctx.runner.note(self.name, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
-        return dict(builtstack.placed(entry.facts.get("nested_installs") or {}, root))
+        return nested_out
 
     def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any],
                           imported: Mapping[str, str]) -> None:
