@@ -324,7 +324,7 @@ def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
 def test_a_build_module_missing_from_the_env_is_named() -> None:
     """vLLM 0.24.0's setup.py imports setuptools_rust: without it in [build] the install says so in one line."""
     from october.installer.core.errors import CommandFailed
-    from october.installer.steps.install import _install_failed
+    from october.installer.install.forkinstall import install_failed as _install_failed
 
     # as uv printed it for the real 0.24.0 setup.py in an env without setuptools-rust (torch's warning first)
     tail = ("  torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy: No module named "

@@ -190,3 +190,24 @@ def env_python_version(env: Path) -> str | None:
     except FileNotFoundError:
         return None
     return m.group(1) if m else None
+
+
+def require_consistent(env: Path, python_version: str, provided: Sequence[Dist],
+                       declared: Sequence[DeclaredException]) -> Judgement:
+    """Every installed requirement in ``env`` met (by it or by ``provided``), except the ``declared``
+    exceptions; -> the judgement.  Raises :class:`InstallError` listing each undeclared conflict
+    (``python_version``: the recipe's, used when the env's pyvenv.cfg names none)."""
+    from ..core.errors import InstallError
+
+    found = conflicts(installed(env), env_python_version(env) or python_version, provided)
+    judged = judge(found, declared)
+    if judged.undeclared:
+        lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)
+        raise InstallError(f"the stack env is inconsistent: {len(judged.undeclared)} requirement(s) unmet "
+                           f"that the recipe does not declare:\n{lines}",
+                           expected="every installed distribution's requirements met, or the conflict declared "
+                                    "in the recipe's [[install.exceptions]] with the reason",
+                           found=f"{len(judged.undeclared)} undeclared, {len(judged.declared)} declared",
+                           fix="supply the missing package through [install] supply (it must resolve with "
+                               "the pinned torch), or declare the conflict if it is intended")
+    return judged
