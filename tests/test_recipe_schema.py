@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -70,7 +70,7 @@ def test_a_planted_fault_fails_the_schema_too(plant, where: str) -> None:
     assert where in info.value.message
 
 
-def _load_fault(tmp_path: Path, recipe: dict[str, Any]) -> None:
+def _load_fault(tmp_path: Path, recipe: dict[str, Any]) -> RecipeError:
     """``recipe`` written beside forks.toml; the tool must refuse it (exit 3)."""
     (tmp_path / "forks.toml").write_text((PROJECT_ROOT / "forks.toml").read_text(encoding="utf-8"), encoding="utf-8")
     path = tmp_path / "r.toml"
@@ -78,6 +78,16 @@ def _load_fault(tmp_path: Path, recipe: dict[str, Any]) -> None:
     with pytest.raises(RecipeError) as info:
         load_recipe(str(path))
     assert info.value.exit_code == 3
+    return info.value
+
+
+def _schema_paths(errors: Iterable[jsonschema.ValidationError]) -> set[str]:
+    """Where the schema's errors are, the branches of an ``anyOf`` (an optional section) included."""
+    out: set[str] = set()
+    for e in errors:
+        out.add(".".join(map(str, e.absolute_path)))
+        out |= _schema_paths(e.context or [])
+    return out
 
 
 WHEEL = {"url": "https://example.org/w.whl", "filename": "vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl",
@@ -108,7 +118,7 @@ VALUE_FAULTS = {
     "preflight.min_ram_gb=-1": _set("preflight", "min_ram_gb", -1.0),
     "python.version='abc'": _set("python", "version", "abc"),
     "torch.index='ftp://x'": _set("torch", "index", "ftp://x"),
-    "jit.routes=['prefill']": _set("jit", "routes", ["fresh_prefill"]),
+    "jit.routes=['fresh_prefill']": _set("jit", "routes", ["fresh_prefill"]),   # without decode
     "forks[0].build_env.PATH": lambda r: r["forks"][0].update(build_env={"PATH": "/x"}),
     "forks[0].build_env.'1x'": lambda r: r["forks"][0].update(build_env={"1x": "y"}),
     "forks[0].nested_installs.'-x'": lambda r: r["forks"][0].update(nested_installs={"-x": "why"}),
@@ -121,10 +131,23 @@ VALUE_FAULTS = {
 
 @pytest.mark.parametrize("fault", list(VALUE_FAULTS))
 def test_a_value_fault_fails_the_schema_and_the_tool(tmp_path: Path, fault: str) -> None:
+    """Each fault is refused at the key it was planted at: by the tool (the key it names exactly) and by the
+    schema (an error at that key, or at the table that holds it for a key rule: ``propertyNames``)."""
     recipe = tomllib.loads((PROJECT_ROOT / "recipes" / "current.toml").read_text(encoding="utf-8"))
     VALUE_FAULTS[fault](recipe)
-    assert list(jsonschema.Draft202012Validator(committed()).iter_errors(recipe)), f"the schema accepts {fault}"
-    _load_fault(tmp_path, recipe)
+    key = _planted_key(fault)
+    error = _load_fault(tmp_path, recipe)
+    assert error.key == key, f"{fault}: the tool names {error.key!r}"
+    errors = list(jsonschema.Draft202012Validator(committed()).iter_errors(recipe))
+    assert errors, f"the schema accepts {fault}"
+    dotted = key.replace("[", ".").replace("]", "")
+    assert any(p and (dotted == p or dotted.startswith(p + ".")) for p in _schema_paths(errors)), \
+        f"{fault}: the schema's errors are at {sorted(_schema_paths(errors))}, not at {dotted}"
+
+
+def _planted_key(fault: str) -> str:
+    """The dotted key a fault's name plants (``forks[0].build_env.'1x'`` -> ``forks[0].build_env.1x``)."""
+    return fault.split("=")[0].split(" ")[0].replace("'", "")
 
 
 def _patterns(node: object) -> Iterator[str]:

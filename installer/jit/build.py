@@ -107,12 +107,12 @@ class ReadyEvent:
     text: str
 
 
-def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCache | None
-               ) -> tuple[dict[str, dict[str, Any]], list[ReadyEvent]]:
+def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCache | None,
+               say: Callable[[ReadyEvent], None]) -> dict[str, dict[str, Any]]:
     """key -> module record for each module already verified in the workspace or restored from the
-    shared cache (verified by hash there), and what to say about them, in order."""
+    shared cache (verified by hash there); ``say`` hears about each as it happens (a refused cache entry,
+    a restored module), so nothing said is lost when a later restore fails."""
     ready: dict[str, dict[str, Any]] = {}
-    events: list[ReadyEvent] = []
     manifest = read_manifest(workspace)       # after the untrusted are discarded: every listed file verifies
     by_key = {rec["key"]: (uri, rec) for uri, rec in manifest.items()
               if rec.get("key") and (workspace / rec["path"]).is_file()}
@@ -128,13 +128,13 @@ def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCach
             continue
         found = cache.restore(key, workspace)
         if found.refused:
-            events.append(ReadyEvent("refused", found.refused))
+            say(ReadyEvent("refused", found.refused))
         if found.restored is not None:
             got = found.restored
             ready[key] = {"uri": got.uri, "path": str(workspace / got.lib), "sha256": got.sha256,
                           "cached": True, "source": "shared-cache"}
-            events.append(ReadyEvent("restored", got.uri))
-    return ready, events
+            say(ReadyEvent("restored", got.uri))
+    return ready
 
 
 # ------------------------------------------------------------------ the builder's answer

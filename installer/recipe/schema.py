@@ -11,8 +11,11 @@ The schema states each key's type, bounds (``maxLength``, ``minimum``/``maximum`
 and environment variable names), patterns (hex ids, names, URLs, CUDA versions, ...), ``uniqueItems`` and
 what a key expects (``description``): each rule of :mod:`.spec` (:class:`.spec.Rule`) publishes what JSON
 Schema can say of it.  Patterns are written for JSON Schema's ECMA-262 dialect and taplo's Rust regex (no
-look-around); there ``$`` does not match before a final newline nor ``\\d`` a non-ASCII digit, so
-where the dialects differ the schema refuses a little more than the tool (a value no recipe should hold).  Where a rule cannot be said in full, the
+look-around); there ``$`` does not match before a final newline, ``\\d`` a non-ASCII digit, nor ``\\s``
+the ASCII separators ``\\x1c``-``\\x1f`` (Python's ``str.strip`` and packaging treat them as white space;
+ECMA-262 treats ``\\ufeff`` as white space, Python does not), so where the dialects differ the schema
+refuses a little more than the tool (a value no recipe should hold).  Module names are ASCII in both
+(:data:`.spec.MODULE_NAME` spells its letters out).  Where a rule cannot be said in full, the
 schema states the closest necessary part and the tool checks the rest when it loads the recipe:
 
 - a name's "no '..'" (``name``, fork names): the published pattern drops :data:`.spec.SAFE_NAME`'s look-ahead;

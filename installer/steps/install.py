@@ -256,7 +256,7 @@ class InstallStep:
 
     def check_records(self, ctx: StepContext) -> None:
         """Every file of every distribution in the env as its RECORD hashes it, before install is done."""
-        records.require_intact(ctx.paths.env, ctx.trust, stack_uv(ctx).env()["UV_CACHE_DIR"])
+        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
 
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""

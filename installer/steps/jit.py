@@ -27,6 +27,7 @@ from ..core.resources import stack_code_root
 from ..engine import Reporter, StepContext
 from ..jit.build import (
     JitBuild,
+    ReadyEvent,
     builder_env as build_env,
     check_modules,
     check_unchanged,
@@ -184,14 +185,14 @@ class JitStep:
     def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
                cache: SharedJitCache | None) -> dict[str, dict[str, Any]]:
         """key -> module record for each module already verified (:func:`october.installer.jit.build.find_ready`)."""
-        ready, events = find_ready(workspace, keys, cache)
-        for event in events:
+        def say(event: ReadyEvent) -> None:
             if event.kind == "refused":
                 ui.warn(event.text)
                 ctx.runner.note("jit", event.text)
             else:
                 ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
-        return ready
+
+        return find_ready(workspace, keys, cache, say)
 
     def _finish(self, ctx: StepContext, build: JitBuild, modules: list[dict[str, Any]], *,
                 result: Mapping[str, Any] | None) -> JitResult:
