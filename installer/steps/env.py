@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.hashing import sha256_file
@@ -14,9 +12,6 @@ from ..pyenv import stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
-
-if TYPE_CHECKING:
-    from ..pyenv import builtstack
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -63,6 +58,8 @@ class EnvStep:
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
     def run(self, ctx: StepContext) -> EnvResult:
+        from .reuse import env_from_built_stack
+
         reused = env_from_built_stack(ctx, self.name)
         if reused is not None:
             return reused
@@ -116,91 +113,6 @@ class EnvStep:
         if not stackenv.activate_file(ctx.paths.root).is_file():
             return f"{stackenv.activate_file(ctx.paths.root)} is missing"
         return None
-
-
-# ------------------------------------------------------------------ the built-stack cache
-
-
-def stack_key(ctx: StepContext) -> str | None:
-    """This stack's built-stack cache key (:func:`october.installer.pyenv.builtstack.key_for`), or None
-    when it may not take or give an entry: a dirty fork (``--allow-dirty``), a base wheel trusted on
-    first use (no recipe sha256), a stack path a URL would quote, a site-provided torch preflight did
-    not locate."""
-    from ..pyenv import builtstack
-    from .install import InstallStep
-    from .results import FetchResult
-
-    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
-    fetch = ctx.result(FetchResult)
-    if fetch is None or o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
-        return None
-    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
-        return None
-    facts = None
-    if r.torch.from_system:
-        pre = ctx.result(PreflightResult)
-        facts = pre.facts.get("system_torch") if pre is not None else None
-        if not isinstance(facts, Mapping) or not facts.get("file"):
-            return None
-    return builtstack.key_for(
-        root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
-        wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
-        forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
-               for name, rec in fetch.forks.items()},
-        system_torch=facts)
-
-
-def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
-    """The env copied from the built-stack cache entry of this stack's key (see
-    :mod:`october.installer.pyenv.builtstack`), checked as the env step checks a new one; None when
-    there is no usable entry (a refused one is removed and said so: this stack is then built)."""
-    from ..pyenv import builtstack
-
-    if os.path.lexists(ctx.paths.env):
-        return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
-    key = stack_key(ctx)
-    entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
-    if key is None or entry is None:
-        return None
-    root = ctx.paths.root
-    facts = builtstack.placed(entry.facts, root)
-    moved = builtstack.interpreter_moved(facts)
-    if moved is not None:
-        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {moved} changed; building")
-        return None
-    ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
-    try:
-        builtstack.restore_env(entry, ctx.paths.env, root)
-    except (builtstack.EntryRefused, OSError) as exc:
-        refuse_entry(ctx, step, entry, str(exc))
-        return None
-    env = facts.get("env") or {}
-    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=venv.pyvenv_version(ctx.paths.env),
-                       torch=env.get("torch"), torch_cuda=env.get("torch_cuda"), torch_source=env.get("torch_source"),
-                       system_torch=env.get("system_torch"), site_packages=tuple(venv.site_packages(ctx.paths.env)),
-                       stack_env=write_stack_env(ctx), built_from=key)
-    problem = (system_torch_env_problem(ctx, result) if ctx.recipe.torch.from_system
-               else None if venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version)
-               else f"torch {ctx.recipe.torch.version} is not in it")
-    if problem is None and not python_matches(ctx.recipe.python, result.python_version):
-        problem = f"Python {result.python_version}, not {ctx.recipe.python}"
-    if problem is not None:
-        refuse_entry(ctx, step, entry, problem)
-        return None
-    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
-    return result
-
-
-def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
-    """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
-    stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
-    from ..pyenv import builtstack
-
-    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
-    ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
-    builtstack.discard(entry.path)
-    if drop_env:
-        shutil.rmtree(ctx.paths.env, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ site-provided torch

@@ -36,12 +36,12 @@ from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import BaseCommit, upstream_base
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
-from .env import stack_key, stack_uv
+from . import reuse
+from .env import stack_uv
 from .results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
-    from ..pyenv import builtstack
 
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
@@ -110,10 +110,8 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = self.plan(ctx, forks)
         by_name = {f.use.name: f for f in forks}
-        entry = self.built_entry(ctx)
-        nested_out = self.forks_from_built_stack(ctx, entry, forks) if entry is not None else None
+        entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
         if nested_out is None:
-            entry = None
             self.repair(ctx, [f.dist for f in forks])
             guard = nested.install_guard(ctx.paths.state / "build-guard")
             nested_out = {}
@@ -134,17 +132,7 @@ class InstallStep:
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
         judged = self.check_consistency(ctx)
-        # A copied stack takes the import verdict of the stack the entry was made from: the env and the
-        # fork outputs are its bytes (hashed against the manifest), the checkouts its commits (fetch
-        # checked them clean), the system torch the same files (the key's stat signatures); what the
-        # stack path changed (the editable finders, direct_url.json, links) the install guard has just
-        # read from this stack (each fork's import location and direct_url).  Importing torch again
-        # would cost seconds and prove nothing new.
-        imported: dict[str, str] = {}
-        if entry is not None:
-            from ..pyenv import builtstack
-
-            imported = builtstack.recorded_imports(entry, ctx.paths.root)
+        imported = reuse.recorded_imports(ctx, entry)   # a copied stack's verdicts (see there)
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
@@ -166,74 +154,8 @@ class InstallStep:
             checks=dict(report.results),
         )
         if entry is None:
-            self.store_built_stack(ctx, forks, nested_out, imported)
+            reuse.store_built_stack(ctx, self.name, forks, nested_out, imported)
         return result
-
-    # ------------------------------------------------------------ the built-stack cache
-
-    def built_entry(self, ctx: StepContext) -> "builtstack.Entry | None":
-        """The built-stack cache entry the env step copied the env from, when it still holds for this
-        stack (same key, the same base wheel), else None."""
-        from ..pyenv import builtstack
-
-        env = ctx.result(EnvResult)
-        if env is None or env.built_from is None or stack_key(ctx) != env.built_from:
-            return None
-        entry = builtstack.find(ctx.options.cache_dir, env.built_from)
-        wheel = ctx.result(WheelResult)
-        if entry is None or entry.facts.get("wheel_sha256") != (wheel.wheel_sha256 if wheel else None):
-            return None
-        return entry
-
-    def forks_from_built_stack(self, ctx: StepContext, entry: "builtstack.Entry",
-                               forks: list[ForkSource]) -> dict[str, Any] | None:
-        """Each fork's build outputs copied from the entry into its checkout instead of building it;
-        -> the nested-install verdicts the entry's build had, or None when the entry is refused (what
-        was copied is removed again and the forks are installed as usual)."""
-        from ..pyenv import builtstack
-        from .env import refuse_entry
-
-        def announce(name: str, _checkout: Path) -> None:
-            ctx.ui.info(f"fork {name}: its build outputs from the cache ({entry.path})")
-
-        try:
-            nested_out = builtstack.restore_forks(
-                entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
-                changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, self.name, checkout))
-        except (builtstack.EntryRefused, OSError) as exc:
-            refuse_entry(ctx, self.name, entry, str(exc), drop_env=False)
-            return None
-        ctx.runner.note(self.name, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
-        return nested_out
-
-    def store_built_stack(self, ctx: StepContext, forks: list[ForkSource], nested_out: Mapping[str, Any],
-                          imported: Mapping[str, str]) -> None:
-        """Store this finished env and the forks' build outputs for the next stack with the same key
-        (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored is said so, not
-        failed."""
-        from ..pyenv import builtstack
-
-        env = ctx.result(EnvResult)
-        if env is None:       # an env no env step of this stack recorded is nobody's to copy
-            return
-        key = stack_key(ctx)
-        if key is None:
-            return
-        wheel = ctx.result(WheelResult)
-        outputs = {f.use.name: (f.path, overwritten.untracked(ctx.runner, self.name, f.path)) for f in forks}
-        facts = builtstack.entry_facts(
-            ctx.paths.env, imports=imported, wheel_sha256=wheel.wheel_sha256 if wheel else None,
-            nested_installs=nested_out,
-            env_record={"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
-                        "system_torch": dict(env.system_torch) if env.system_torch is not None else None})
-        try:
-            entry = builtstack.store(ctx.options.cache_dir, key, ctx.paths.root, ctx.paths.env, outputs, facts)
-        except (builtstack.EntryRefused, OSError) as exc:
-            ctx.ui.detail(f"this stack is not kept in the built-stack cache: {exc}")
-            ctx.runner.note(self.name, f"# not stored in the built-stack cache: {exc}")
-            return
-        if entry is not None:
-            ctx.runner.note(self.name, f"# stored in the built-stack cache: {entry.path}")
 
     def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
         """One fork's ``uv pip install`` behind the nested-install guard (:mod:`october.installer.install.forkinstall`)."""
