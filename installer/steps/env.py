@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
+from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..engine import StepContext
+from ..install import consistency
 from ..pyenv import stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
@@ -171,3 +173,23 @@ def _offline_packages(ctx: StepContext) -> set[str] | None:
 def system_torch_env_problem(ctx: StepContext, result: EnvResult) -> str | None:
     """No process started (no-op re-runs stay fast): see :func:`october.installer.pyenv.systorch.env_problem`."""
     return systorch.env_problem(ctx.paths.env, ctx.recipe.torch.system_python, result.system_torch or {})
+
+
+def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
+    """The env step's record of a site-provided torch (None when the env installs its own)."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.result(EnvResult)
+    rec = env.system_torch if env is not None else None
+    if rec is None:
+        raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
+                           "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
+    return rec
+
+
+def system_provided(ctx: StepContext) -> list[consistency.Dist]:
+    """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
+    rec = system_torch_record(ctx)
+    if rec is None:
+        return []
+    return consistency.installed_in([Path(d) for d in rec.get("site_packages") or []])

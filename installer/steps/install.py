@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..engine import FORKS_INSTALLED, StepContext
 from ..install import consistency, nested, overwritten, records
@@ -37,8 +36,8 @@ from ..install.upstream import BaseCommit, upstream_base
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
 from . import reuse
-from .env import stack_uv
-from .results import EnvResult, FetchResult, InstalledFork, InstallResult, WheelResult
+from .env import stack_uv, system_provided, system_torch_record
+from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
@@ -227,22 +226,3 @@ class InstallStep:
         bad = records.tampered(ctx.paths.env, ctx.trust)
         return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
 
-
-def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
-    """The env step's record of a site-provided torch (None when the env installs its own)."""
-    if not ctx.recipe.torch.from_system:
-        return None
-    env = ctx.result(EnvResult)
-    rec = env.system_torch if env is not None else None
-    if rec is None:
-        raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
-                           "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
-    return rec
-
-
-def system_provided(ctx: StepContext) -> list[consistency.Dist]:
-    """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
-    rec = system_torch_record(ctx)
-    if rec is None:
-        return []
-    return consistency.installed_in([Path(d) for d in rec.get("site_packages") or []])
