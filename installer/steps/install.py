@@ -29,10 +29,9 @@ from ..engine import FORKS_INSTALLED, StepContext
 from ..install import consistency, nested, overwritten, records
 from ..install.forkinstall import install_fork
 from ..install.importcheck import check_imports
-from ..install.plan import (ForkSource, InstallPlan, UvInstall, fork_inputs, fork_sources, make_plan, require_installable,
-                             verified_wheel)
+from ..install.plan import ForkSource, UvInstall, fork_inputs, fork_sources, require_installable, verified_wheel
 from ..install.state import editable_version, installed_state_problem
-from ..install.upstream import BaseCommit, upstream_base
+from ..install.upstream import plan_with_base
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
 from . import reuse
@@ -84,30 +83,17 @@ class InstallStep:
                 ["git", "-C", str(path), "rev-parse", "HEAD"], step=self.name).output.strip()
         return fork_sources(ctx.recipe.forks, paths, commits)
 
-    def _wheel(self, ctx: StepContext) -> tuple[Path, str, str | None]:
+    def _wheel(self, ctx: StepContext) -> tuple[Path, str | None]:
+        """The wheel step's base wheel, re-hashed just before use, and its source commit."""
         out = ctx.need(WheelResult)
         path = Path(out.path)
-        return path, verified_wheel(path, out.wheel_sha256), out.source_commit
-
-    def plan(self, ctx: StepContext, forks: list[ForkSource]) -> tuple[InstallPlan, BaseCommit | None]:
-        precompiled = [f for f in forks if f.use.traits.base_wheel]
-        if not precompiled:
-            return make_plan(forks), None
-        wheel, _sha, wheel_commit = self._wheel(ctx)
-        vllm = precompiled[0]
-        if vllm.use.pin.sdist is not None:
-            # made from the release's sdist: no history, no upstream commit to claim; setup.py needs none,
-            # since the wheel location is set (VLLM_PRECOMPILED_WHEEL_COMMIT only picks a nightly)
-            ctx.ui.detail(f"vLLM fork made from {vllm.use.pin.sdist.filename}: no upstream base commit")
-            return make_plan(forks, wheel=wheel), None
-        base = upstream_base(ctx.runner, self.name, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
-        ctx.ui.detail(f"vLLM upstream base commit {base.commit} ({base.detail})")
-        return make_plan(forks, wheel=wheel, base_commit=base.commit), base
+        verified_wheel(path, out.wheel_sha256)
+        return path, out.source_commit
 
     def run(self, ctx: StepContext) -> InstallResult:
         r = ctx.recipe
         forks = self._forks(ctx)
-        plan, base = self.plan(ctx, forks)
+        plan, base = plan_with_base(ctx.runner, self.name, forks, lambda: self._wheel(ctx), ctx.ui.detail)
         by_name = {f.use.name: f for f in forks}
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
         if nested_out is None:
