@@ -1,86 +1,207 @@
-"""Command line: ``october_setup`` (and ``october_setup kit`` / ``fleet``) and ``current`` (doctor,
-verify, env, recipes, download, smoke): the entry points.
-
-The apps and the options several commands share are in :mod:`october.installer.cli_common`; the
-commands in :mod:`october.installer.cli_setup` (``october_setup``, ``kit``, ``fleet``) and
-:mod:`october.installer.cli_current` (the ``current`` subcommands), which register themselves on
-those apps when imported here.
+"""The command line's entry points, ``october_setup`` (``setup_main``) and ``current`` (``current_main``),
+and the ``october_setup`` apps with their commands: provision a stack (``october_setup STACK``), write an
+offline kit (``october_setup kit``), provision every node of a Ray cluster (``october_setup fleet``).  The
+``current`` app and its commands are in :mod:`october.installer.cli_current`; what every command shares in
+:mod:`october.installer.cli_common`.  (``october_setup STACK`` with plain options is first answered by
+:mod:`october.installer.october_setup`'s fast path, which needs none of this.)
 
 One vocabulary: the stack is ``STACK`` (positional) for ``october_setup`` and ``--install STACK``
 for every ``current`` command that looks at one; ``--format`` and ``--level`` are choices;
 ``--output`` names a directory (``download`` also takes a ``FILE.json``); ``--json`` prints the
-machine-readable form of a report.
+machine-readable form of a report.  Thin on purpose: parse options into a frozen options object, call
+one function, and let :func:`~october.installer.cli_common.guarded` turn an error into a message and its
+exit code.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 
-# importing the command modules registers their commands on the apps
-from . import cli_current, cli_setup  # noqa: F401
 from .cli_common import (
-    click_exc,
-    current_app,
-    fleet_app,
+    cache_dir_option,
+    command,
+    dir_option,
+    file_option,
     guarded,
-    kit_app,
-    print_json_error,
-    setup_app,
+    json_option,
+    new_app,
+    print_json,
+    quiet_option,
+    recipe_option,
+    reporter,
+    run_app,
+    verbose_option,
+    version_option,
 )
-from .core.ui import ConsoleReporter
+from .cli_current import current_app
+from .core.paths import default_cache_dir
+from .provision import SetupArgs, provision
 
-__all__ = ["current_app", "current_main", "fleet_app", "guarded", "kit_app", "setup_app", "setup_main"]
+__all__ = ["current_app", "current_main", "fleet_app", "guarded", "kit_app", "setup_app", "setup_main", "setup_route"]
+
+setup_app = new_app("Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
+kit_app = new_app("Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
+fleet_app = new_app("Provision and prove one stack on every node of a Ray cluster, from one kit.")
+
+# ``october_setup kit ...`` / ``fleet ...`` are routed here, not by typer: typer cannot have a command
+# group whose own positional STACK sits beside subcommands.  Observed with typer 0.29.2 / click 8.5.1
+# (a callback with ``invoke_without_command=True`` and ``STACK`` plus ``add_typer(kit_app, name="kit")``):
+# ``october_setup kit DIR`` takes ``kit`` as STACK and fails "No such command 'DIR'", ``october_setup kit``
+# provisions a stack named ``kit``, and ``october_setup s1 --recipe x`` fails "Missing parameter: stack".
+SUBAPPS = {"kit": kit_app, "fleet": fleet_app}
 
 
-# ------------------------------------------------------------------------------ entry points
-
-
-def _command_path(app: typer.Typer, prog: str, argv: list[str] | None) -> str:
-    """``current smoke`` when the arguments name a subcommand of ``app``, else ``prog``."""
-    args = sys.argv[1:] if argv is None else argv
-    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
-    first = next((a for a in args if not a.startswith("-")), None)
-    return f"{prog} {first}" if len(names) > 1 and first in names else prog
-
-
-def _main(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
-    """Run ``app``; typer's own parse errors become our usage message (what is wrong, what to do)."""
-    try:
-        rv = app(prog_name=prog, args=argv, standalone_mode=False)
-    except click_exc.NoArgsIsHelpError as exc:
-        exc.show()
-        return int(exc.exit_code)
-    except click_exc.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
-        text = f"{exc.format_message()}\n  -> run `{where} --help` for the options"
-        ConsoleReporter().error("usage error", text)
-        if "--json" in (sys.argv[1:] if argv is None else argv):      # stdout is JSON whatever happened
-            print_json_error(where, 2, "usage error", text)
-        return 2
-    except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
-        ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")
-        return 130
-    return rv if isinstance(rv, int) else 0
+def setup_route(args: list[str]) -> tuple[typer.Typer, str, list[str]]:
+    """The app, its program name and its arguments for ``october_setup ARGS``."""
+    if args[:1] and args[0] in SUBAPPS:
+        return SUBAPPS[args[0]], f"october_setup {args[0]}", args[1:]
+    return setup_app, "october_setup", args
 
 
 def setup_main(argv: list[str] | None = None) -> int:
-    """Console script ``october_setup`` (and ``python -m october.installer.october_setup``):
-    ``october_setup kit ...`` writes a kit; ``october_setup fleet ...`` provisions a Ray cluster;
-    anything else provisions a stack."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["kit"]:
-        return _main(kit_app, "october_setup kit", args[1:])
-    if args[:1] == ["fleet"]:
-        return _main(fleet_app, "october_setup fleet", args[1:])
-    return _main(setup_app, "october_setup", args)
+    """``october_setup`` with the full command line (the console script, :func:`october.installer.october_setup.setup_main`,
+    comes here for what its fast path does not answer)."""
+    return run_app(*setup_route(list(sys.argv[1:] if argv is None else argv)))
 
 
 def current_main(argv: list[str] | None = None) -> int:
     """Console script ``current`` (and ``python -m october``)."""
-    return _main(current_app, "current", argv)
+    return run_app(current_app, "current", argv)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(setup_main())
+@command(setup_app)
+def october_setup(
+    stack: str = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option("Shared cache: git mirrors, wheels, models and uv's cache "
+                                                        "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
+    skip_preflight: list[str] = typer.Option([], "--skip-preflight", metavar="CHECK",
+                                             help="Skip one preflight check by name (repeatable)."),
+    locked: bool = typer.Option(False, "--locked", help="Install exactly what a lock says; fail on any difference."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock for --locked (default: locks/<recipe>.pylock.toml, "
+                                                  "else STACK/pylock.toml)."),
+    kit: Optional[Path] = typer.Option(None, "--kit", metavar="DIR",
+                                       help="Install offline from a kit made by `october_setup kit` "
+                                            "(no other network access)."),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option("Echo every command's output (not with -q)."),
+    as_json: bool = json_option("where the stack, lock and receipt are"),
+    system_python: Optional[Path] = typer.Option(None, "--system-python", metavar="PYTHON",
+                                                 help="Take torch from this interpreter (its site packages stay visible; the recipe must allow it)."),
+    version: bool = version_option("october_setup"),
+) -> None:
+    """Provision STACK from a recipe. Safe to interrupt and re-run: finished steps are skipped.
+    (`october_setup kit --recipe R DIR` writes an offline kit instead; see `october_setup kit --help`;
+    `october_setup fleet` provisions every node of a Ray cluster; see `october_setup fleet --help`.)"""
+    ui = reporter(quiet, verbose)
+    args = SetupArgs(stack=stack, recipe=recipe, cache_dir=cache_dir, allow_dirty=allow_dirty,
+                     skip_preflight=tuple(skip_preflight), locked=locked, lock_file=lock_file, kit=kit, quiet=quiet,
+                     verbose=verbose, as_json=as_json, system_python=system_python)
+    guarded(lambda: provision(args, ui), ui, json_command="october_setup" if as_json else None)
+
+
+@command(kit_app)
+def make_kit_cmd(
+    out: Path = typer.Argument(..., metavar="DIR", help="Directory for the kit (new, empty, or an earlier kit to refresh)."),
+    recipe: str = recipe_option(),
+    cache_dir: Optional[Path] = cache_dir_option(),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE",
+                                             help="Lock whose wheels go into the kit (default: "
+                                                  "locks/<recipe>.pylock.toml, else uv pip compile)."),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option("Echo every command's output (not with -q)."),
+    as_json: bool = json_option("where the kit is and what it holds"),
+    system_torch: bool = typer.Option(False, "--system-torch", help="Leave torch out: the stack takes it from --system-python on the target (the recipe must allow it)."),
+    have: Optional[Path] = typer.Option(None, "--have", metavar="FILE", help="With --system-torch: leave out the wheels the target's interpreter already has at the same version (FILE: its `pip list` or `pip freeze` output)."),
+) -> None:
+    """Write DIR: each fork at its pin with the recipe's submodules, the base wheel, the env's wheels, kit.json."""
+    ui = reporter(quiet, verbose)
+
+    def go() -> None:
+        from .core.errors import UsageError
+        from .kit.make import KitOptions, make_kit
+        from .pyenv.systorch import mark_system
+        from .recipe import load_recipe
+
+        kit_out = dir_option("DIR", out)
+        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
+        lock = file_option("--lock-file", lock_file) if lock_file is not None else None
+        have_file = file_option("--have", have) if have is not None else None
+        if have_file is not None and not system_torch:
+            raise UsageError("--have needs --system-torch", expected="--have together with --system-torch (the stack "
+                             "uses the target interpreter's packages only when it takes torch from it)",
+                             found="--have alone", fix="add --system-torch, or drop --have")
+        from .kit.have import read_have
+
+        rec = load_recipe(recipe)
+        opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
+                          have=read_have(have_file) if have_file is not None else None)
+        manifest = make_kit(opts, say=ui.detail, ui=ui)
+        if as_json:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print_json("result", {"command": "october_setup kit", "ok": True, "exit_code": 0, "result": {
+                "kit": str(opts.out), "manifest": str(manifest), "repositories": len(doc["repos"]),
+                "wheels": len(doc["wheels"]), "base_wheel": bool(doc["base_wheel"]), "size_bytes": doc["size_bytes"]}})
+        elif not quiet:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
+                  f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
+            print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
+
+    guarded(go, ui, json_command="october_setup kit" if as_json else None)
+
+
+@command(fleet_app)
+def fleet_cmd(
+    stack: str = typer.Argument(..., metavar="STACK", help="Stack path on each node; may hold {name}, {host}, {node_id}."),
+    address: str = typer.Option(..., "--address", metavar="ADDR", help="Ray cluster address (host:port, or auto)."),
+    kit: Path = typer.Option(..., "--kit", metavar="DIR", help="The kit (made by `october_setup kit`); a path every node sees, unless --ship-kit."),
+    recipe: str = recipe_option("Recipe name in recipes/ or a path every node sees."),
+    receipt: Path = typer.Option(Path("fleet-receipt.json"), "--receipt", metavar="FILE", help="Fleet receipt; an earlier one here is resumed from."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock-file", metavar="FILE", help="The lock every node installs with --locked (sent with the task)."),
+    cache_dir: Optional[str] = cache_dir_option("Cache dir on each node (same placeholders as STACK)."),
+    select: str = typer.Option("all", "--select", metavar="all|gpu", help="all: every alive node; gpu: the nodes with GPUs."),
+    node: list[str] = typer.Option([], "--node", metavar="NODE", help="Only this node: id (or 8+ char prefix), hostname or october-node label (repeatable)."),
+    ship_kit: bool = typer.Option(False, "--ship-kit", help="The nodes share no path: send the kit through Ray, verified on arrival."),
+    ship_dir: Optional[str] = typer.Option(None, "--ship-dir", metavar="DIR", help="Where a shipped kit lands on each node (default /tmp/october-fleet-kit-<sha>)."),
+    max_parallel: int = typer.Option(8, "--max-parallel", metavar="N", help="Nodes installing at once."),
+    timeout: float = typer.Option(3600.0, "--timeout", metavar="SECONDS", help="Seconds per node for setup and smoke together."),
+    smoke: bool = typer.Option(True, "--smoke/--no-smoke", help="Run `current smoke` on each node (without it the fleet cannot pass)."),
+    smoke_format: Optional[str] = typer.Option(None, "--smoke-format", metavar="awq|fp16",
+                                               help="awq or fp16, for current smoke (default: the stack's, as current smoke chooses)."),
+    smoke_level: Optional[str] = typer.Option(None, "--smoke-level", metavar="LEVEL", help="Default: the level the stack promises."),
+    smoke_arg: list[str] = typer.Option([], "--smoke-arg", metavar="ARG", help="Passed on to current smoke (repeatable, e.g. --smoke-arg=--fixtures=/d)."),
+    system_python: Optional[str] = typer.Option(None, "--system-python", metavar="PYTHON", help="Take torch from this interpreter on every node (october_setup --system-python; a path each node sees)."),
+    setup_arg: list[str] = typer.Option([], "--setup-arg", metavar="ARG", help="Passed on to october_setup (repeatable, e.g. --setup-arg=--skip-preflight=gpu)."),
+    quiet: bool = quiet_option(),
+    verbose: bool = verbose_option(),
+    as_json: bool = json_option("the fleet verdict and where its receipt is"),
+) -> None:
+    """One task per node, pinned to it: `october_setup STACK --recipe R --kit KIT --locked`, then `current smoke`.
+    Writes a fleet receipt; re-running resumes only the nodes that did not finish.  Needs Ray (`uv sync --extra fleet`)."""
+    ui = reporter(quiet, verbose)
+
+    def go() -> int:
+        from .fleet.plan import FleetOptions
+        from .fleet.run import run_fleet
+
+        opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
+                            cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
+                            nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
+                            timeout_s=timeout, smoke=smoke, smoke_format=smoke_format, smoke_level=smoke_level,
+                            smoke_args=tuple(smoke_arg), system_python=system_python, setup_args=tuple(setup_arg))
+        code = run_fleet(opts, ui, say=(lambda _line: None) if quiet or as_json else print)
+        if as_json:
+            print_json("result", {"command": "october_setup fleet", "ok": code == 0, "exit_code": code,
+                                  "result": {"receipt": str(opts.receipt)}})
+        return code
+
+    code = guarded(go, ui, json_command="october_setup fleet" if as_json else None)
+    raise typer.Exit(code)

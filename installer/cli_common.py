@@ -1,15 +1,16 @@
-"""What every command of the CLI shares: the Typer apps (``october_setup``, ``october_setup kit``,
-``october_setup fleet``, ``current``), the option spellings several commands use, and
-:func:`guarded`, which turns an :class:`OctoberError` into a message and its exit code.
+"""What every command of the CLI shares: how a Typer app is made (:func:`new_app`) and run
+(:func:`run_app`: typer's parse errors become our usage message), the option spellings several
+commands use, and :func:`guarded`, which turns an :class:`OctoberError` into a message and its exit code.
 
-The commands register themselves on these apps from :mod:`october.installer.cli_setup` and
-:mod:`october.installer.cli_current`; :mod:`october.installer.cli` holds the entry points.
+Each app is made, with its commands, in the module that holds them: ``october_setup`` (and its
+``kit`` / ``fleet``) in :mod:`october.installer.cli`, ``current`` in :mod:`october.installer.cli_current`.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib
+import sys
 import textwrap
 from typing import Any, Callable, TypeVar
 
@@ -59,17 +60,39 @@ def command(app: typer.Typer, name: str | None = None) -> Callable[[Callable[...
     return app.command(name, cls=Command, context_settings=CONTEXT, epilog=EPILOG)
 
 
-def _app(help_text: str) -> typer.Typer:
+def new_app(help_text: str) -> typer.Typer:
     """Every command group is built alike: plain help (rich_markup_mode=None: flags show no "<bool>",
     choices show as <awq|fp16>), -h, help when called bare, no shell completion, our own error messages."""
     return typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                        pretty_exceptions_enable=False, help=help_text, context_settings=CONTEXT, epilog=EPILOG)
 
 
-setup_app = _app("Provision a pinned K16/V8 vLLM + FlashInfer stack from a recipe.")
-current_app = _app("Check the machine, download pinned models, and prove a stack does K16/V8.")
-kit_app = _app("Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
-fleet_app = _app("Provision and prove one stack on every node of a Ray cluster, from one kit.")
+def _command_path(app: typer.Typer, prog: str, argv: list[str] | None) -> str:
+    """``current smoke`` when the arguments name a subcommand of ``app``, else ``prog``."""
+    args = sys.argv[1:] if argv is None else argv
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    first = next((a for a in args if not a.startswith("-")), None)
+    return f"{prog} {first}" if len(names) > 1 and first in names else prog
+
+
+def run_app(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
+    """Run ``app``; typer's own parse errors become our usage message (what is wrong, what to do)."""
+    try:
+        rv = app(prog_name=prog, args=argv, standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click_exc.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else _command_path(app, prog, argv)
+        text = f"{exc.format_message()}\n  -> run `{where} --help` for the options"
+        ConsoleReporter().error("usage error", text)
+        if "--json" in (sys.argv[1:] if argv is None else argv):      # stdout is JSON whatever happened
+            print_json_error(where, 2, "usage error", text)
+        return 2
+    except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
+        ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")
+        return 130
+    return rv if isinstance(rv, int) else 0
 
 
 class ModelFormat(str, enum.Enum):
@@ -123,21 +146,14 @@ def reporter(quiet: bool, verbose: bool) -> ConsoleReporter:
     return ConsoleReporter(quiet=quiet, verbose=verbose)
 
 
-def version_callback(prog: str) -> Callable[[bool], None]:
+def version_option(prog: str) -> Any:
     def show(value: bool) -> None:
         if value:
             from .core.version import version_line
             print(version_line(prog))
             raise typer.Exit(0)
-    return show
-
-
-@current_app.callback()
-def _current_options(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=version_callback("current"),
-                                 help="Show the tool's version (and git commit in a checkout) and exit."),
-) -> None:
-    """Check the machine, download pinned models, and prove a stack does K16/V8."""
+    return typer.Option(False, "--version", is_eager=True, callback=show,
+                        help="Show the tool's version (and git commit in a checkout) and exit.")
 
 
 def guarded(fn: Callable[[], T], ui: ConsoleReporter, *, json_command: str | None = None) -> T:

@@ -1,4 +1,4 @@
-"""The ``current`` commands: doctor, verify, env, recipes, download, smoke.
+"""The ``current`` app and its commands: doctor, verify, env, recipes, download, smoke.
 
 Each looks at the machine or at one stack (``--install STACK``); ``--json`` prints the
 machine-readable form of a report.  Thin on purpose: parse options, call one function, and let
@@ -20,20 +20,28 @@ from .cli_common import (
     SmokeLevel,
     cache_dir_option,
     command,
-    current_app,
     dir_option,
     file_option,
     guarded,
     json_option,
+    new_app,
     print_json,
     quiet_option,
     recipe_option,
     reporter,
     split_skips,
     verbose_option,
+    version_option,
 )
 from .core.errors import OctoberError
 from .core.paths import default_cache_dir
+
+current_app = new_app("Check the machine, download pinned models, and prove a stack does K16/V8.")
+
+
+@current_app.callback()
+def _current_options(version: bool = version_option("current")) -> None:
+    """Check the machine, download pinned models, and prove a stack does K16/V8."""
 
 
 def doctor_table(results: list[Any]) -> list[str]:

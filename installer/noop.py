@@ -1,8 +1,10 @@
 """The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
-answered without the command-line framework (typer, rich and pydantic cost more than the whole
-check) and without running or writing anything; any other run with plain options (a new stack, a
-resumed one, a step that would run) goes straight to :func:`october.installer.provision.provision`,
-the function the typer command calls, still without typer, click or pydantic (0.4 s, issue 20).
+answered without the command-line framework (typer and rich cost more than the whole check) and
+without running or writing anything; its recipe is read without pydantic when the stack's
+``.state/recipe-checked`` says this content passed the models there.  Any other run with plain options
+(a new stack, a resumed one, a step that would run) goes straight to
+:func:`october.installer.provision.provision`, the function the typer command calls, still without typer
+or click (0.4 s, issue 20); it validates the recipe with the models (pydantic, ~0.1-0.2 s).
 
 It reads the same options as the full command line (argparse, the same spellings), builds the same
 :class:`~october.installer.engine.SetupOptions`, and asks the same pipeline whether every
@@ -108,7 +110,7 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         from .pyenv.systorch import with_system_torch
         from .recipe import load_recipe, with_kit
 
-        rec = with_system_torch(load_recipe(ns.recipe), ns.system_python)
+        rec = with_system_torch(load_recipe(ns.recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
         if ns.kit is not None:
             # a finished stack reads nothing from its kit: the kit only shapes the recipe's sources (and so the
             # steps' fingerprints).  Were anything to run, the full command line verifies the kit first.

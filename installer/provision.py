@@ -1,8 +1,8 @@
 """``october_setup STACK ...``: the options of one run checked before anything is written, then the
-pipeline.  Both command lines call :func:`provision`: the typer one (:mod:`october.installer.cli_setup`)
-and the plain fast path (:mod:`october.installer.noop`), which imports no typer, click or pydantic, so
-every plain run -- a new stack, a resumed one, a re-run that has work to do -- starts 0.4 s sooner
-(issue 20).  What the two do is the same function, so their errors, progress and output are too."""
+pipeline.  Both command lines call :func:`provision`: the typer one (:mod:`october.installer.cli`)
+and the plain fast path (:mod:`october.installer.noop`), which imports no typer or click, so every
+plain run -- a new stack, a resumed one, a re-run that has work to do -- starts 0.4 s sooner (issue 20);
+the recipe's models (pydantic) are loaded where the recipe is validated, here on every provisioning run.  What the two do is the same function, so their errors, progress and output are too."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     against its manifest, the recipe and the lock, run the pipeline, print the summary or the JSON."""
     from .engine import SetupOptions
     from .pipeline.plan import resolve_locked, run_setup, summary
-    from .recipe import load_recipe
+    from .core.paths import StackPaths
+    from .recipe import load_recipe, remember_checked
     from .pyenv.systorch import with_system_torch
     from .machine import validate_skip
 
@@ -52,7 +53,8 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = dir_option("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None
-    rec = with_system_torch(load_recipe(args.recipe), args.system_python)
+    checked = StackPaths(root).recipe_checked
+    rec = with_system_torch(load_recipe(args.recipe, checked=checked), args.system_python)
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:
@@ -67,6 +69,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
                         locked=locked_state, quiet=args.quiet, verbose=args.verbose, kit=used_kit)
     with offline_env(used_kit.git_config() if used_kit else None):
         result = run_setup(opts, ui, echo_commands=args.verbose)
+    remember_checked(rec, checked)      # its no-op re-runs read the recipe without the models
     ran = sum(1 for r in result.records if r.status == "ran")
     if args.as_json:
         print_json("result", {"command": "october_setup", "ok": True, "exit_code": 0, "result": {

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,7 +40,7 @@ from .core.paths import StackPaths
 from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv.systorch import same_build
-from .verify_dists import Dist, installed, record_hash, record_rows
+from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
 
@@ -299,9 +298,7 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
         return [Difference("torch", "torch build", f"no torch in the env (torch {want} from the system, "
                            f"{system.get('path')})", f"torch {got} installed in {d.site}", rerun)]
     where = Path(str(system.get("path") or ""))
-    infos = sorted(where.parent.glob("torch-*.dist-info")) if system.get("path") else []
-    versions = [HeaderParser().parsestr((i / "METADATA").read_text(encoding="utf-8", errors="replace")).get("Version")
-                for i in infos if (i / "METADATA").is_file()]
+    versions = [d.version for d in dists_in([where.parent], "torch-*.dist-info")] if system.get("path") else []
     if not (where / "__init__.py").is_file() or not set(versions) & set(same_build(str(want))):
         found = f"torch {', '.join(str(v) for v in versions)} there" if versions else f"no torch at {where}"
         return [Difference("torch", "system torch", f"torch {want} at {where} (recorded in [tool.october.system])",

@@ -2,7 +2,7 @@
 
 import sys
 
-from october.installer.cli import current_main
+from .installer.cli import current_main
 
 if __name__ == "__main__":
     sys.exit(current_main())

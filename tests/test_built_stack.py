@@ -1,5 +1,5 @@
 """Issue 20 item 2: a second stack with the same inputs takes the first one's finished env and fork
-build outputs from the built-stack cache (installer/steps/builtstack.py) -- as private, relocated
+build outputs from the built-stack cache (installer/pyenv/builtstack.py) -- as private, relocated
 copies, checked as a normal install is -- and a tampered cache entry never reaches a stack (issue 22's
 poisoned cache).  Real uv, real git, real wheels (the offline fixture world); nothing is mocked.
 """
@@ -17,7 +17,7 @@ import pytest
 from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.steps import builtstack
+from october.installer.pyenv import builtstack
 from tests.fixtures.world import World
 from tests.test_cache_isolation import POISON, inodes, site
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)

@@ -32,6 +32,21 @@ def test_help_lists_the_commands_in_one_vocabulary() -> None:
     assert "--json" in current("doctor", "--help").stdout and "--json" in current("verify", "--help").stdout
 
 
+def test_each_app_is_whole_in_the_module_that_makes_it() -> None:
+    """No registration by import side effect: an app imported alone (a fresh interpreter) has all its
+    commands; ``october_setup kit`` / ``fleet`` are routed to their apps, anything else is a STACK."""
+    code = ("import typer; from october.installer import cli_common; from october.installer.cli_current import current_app; "
+            "print(sorted(typer.main.get_command(current_app).commands)); "
+            "print(sorted(n for n in vars(cli_common) if n.endswith('_app')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["['doctor', 'download', 'env', 'recipes', 'smoke', 'verify']", "['new_app', 'run_app']"], out
+    from october.installer.cli import fleet_app, kit_app, setup_app, setup_route
+    assert setup_route(["kit", "d", "-q"]) == (kit_app, "october_setup kit", ["d", "-q"])
+    assert setup_route(["fleet"]) == (fleet_app, "october_setup fleet", [])
+    assert setup_route(["s", "kit"]) == (setup_app, "october_setup", ["s", "kit"])
+    assert setup_route([]) == (setup_app, "october_setup", [])
+
+
 def _doctor_rows(stdout: str) -> dict[str, str]:
     lines = stdout.splitlines()
     assert lines[0].split() == ["CHECK", "STATUS", "DETAIL"], lines[0]

@@ -24,8 +24,7 @@ from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.recipe.forks import _sparse_selection
-from october.installer.recipe.tomlcheck import Table
+from october.installer.recipe import spec
 from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
@@ -235,9 +234,9 @@ def test_a_kit_carries_the_cone_only_and_an_offline_stack_checks_it_out(tmp_path
     ({"3rdparty/cutlass": "include"}, ("3rdparty/cutlass",), "include"),
 ])
 def test_a_sparse_table_that_does_not_fit_the_selection_is_refused(raw, paths, found) -> None:
-    ft = Table(Path("r.toml"), {"sparse": raw}, "forks[0]")
+    entry = {"name": "flashinfer", "pin": "p", "submodules": list(paths) if paths else True, "sparse": raw}
     with pytest.raises(RecipeError) as exc:
-        _sparse_selection(ft, paths)
+        spec.validate(Path("r.toml"), entry, spec.ForkUseSpec)
     assert found in str(exc.value)
 
 

@@ -121,7 +121,7 @@ def test_vllm_C_import_failure_and_not_verifiable():
 def test_only_a_torch_version_conflict_is_called_one() -> None:
     """A failure is blamed on torch only when uv talks about a torch version."""
     from october.installer.core.errors import CommandFailed
-    from october.installer.steps.install import _install_failed
+    from october.installer.install.forkinstall import install_failed as _install_failed
 
     conflict = CommandFailed("install", ["uv"], 1, "Because torch-mover==1.0 depends on torch==2.11.0 and you "
                              "require torch==2.10.0+cpu, we can conclude ...", None)

@@ -18,6 +18,7 @@ from october.installer.core.errors import JitError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.recipe import JitModule
 from october.installer.steps.env import write_stack_env
+from october.installer.jit.build import check_modules
 from october.installer.steps.jit import JitStep
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.jit_ctx import STANDIN, jit_api_context, jit_context
@@ -98,7 +99,7 @@ def test_a_builder_that_lies_about_a_hash_is_caught(tmp_path, links):
     data = json.loads(result.read_text())
     data["modules"][0]["sha256"] = "0" * 64
     with pytest.raises(JitError) as err:
-        JitStep._check(ctx.paths.jit, [{"id": "m0"}], MODULES[:1], data)
+        check_modules(ctx.paths.jit, [{"id": "m0"}], MODULES[:1], data)
     assert "reported sha256" in str(err.value)
 
 

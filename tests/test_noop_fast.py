@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from tests.fixtures.world import World, make_world, snapshot
 PROBE = """
 import json, sys
 from october.installer import noop
-from october.installer.entry import setup_main
+from october.installer.october_setup import setup_main
 answered = []
 def watched(args, _orig=noop.try_noop):
     rc = _orig(args)
@@ -50,12 +51,13 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     first, proc = setup_cli(*args)
-    # a new stack: not a no-op; plain options run the same provisioning without typer, click or pydantic
-    assert (first["rc"], first["noop"], first["typer"], first["pydantic"]) == (0, False, False, False), proc.stderr
+    # a new stack: not a no-op; plain options run the same provisioning without typer or click (the recipe is
+    # validated, by its pydantic models: installer/recipe/spec.py)
+    assert (first["rc"], first["noop"], first["typer"]) == (0, False, False), proc.stderr
     assert "stack ready:" in proc.stdout
     # a second stack from the same cache: plain options, no typer either
     second, proc = setup_cli(str(tmp_path / "stack2"), *args[1:])
-    assert (second["rc"], second["noop"], second["typer"], second["pydantic"]) == (0, False, False, False), proc.stderr
+    assert (second["rc"], second["noop"], second["typer"]) == (0, False, False), proc.stderr
 
     before = snapshot(stack)
     again, proc = setup_cli(*args)
@@ -63,6 +65,13 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
     assert "==> install: already done (inputs unchanged)" in proc.stderr
     assert snapshot(stack) == before, "the fast path must change no file"
+    # a stack whose recipe marker is gone (set up by an older tool, or the recipe since changed): the no-op
+    # validates the recipe with the models, and still writes nothing (only a provisioning run marks it)
+    shutil.rmtree(stack / ".state" / "recipe-checked")
+    before = snapshot(stack)
+    unmarked, proc = setup_cli(*args)
+    assert unmarked == {**NOOP, "pydantic": True}, proc.stderr
+    assert snapshot(stack) == before, "the fast path must change no file, a missing recipe marker included"
 
     # a local change in a fork: the fast path does not answer; the full command line reports it
     (stack / "src" / "alpha" / "alpha" / "__init__.py").write_text("A = 2\n")
@@ -117,7 +126,7 @@ def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_pa
     once, and a module whose source changed is compiled again."""
     (tmp_path / "fresh_mod.py").write_text("X = 1\n")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import fresh_mod; "
-            "from october.installer.entry import compile_imported; print(compile_imported())")
+            "from october.installer.october_setup import compile_imported; print(compile_imported())")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run = lambda: subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,  # noqa: E731
                                  env=env, check=True, cwd=PROJECT_ROOT).stdout.strip()

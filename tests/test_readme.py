@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import typer
 
-from october.installer.cli import current_app, fleet_app, kit_app, setup_app  # (registers the commands)
+from october.installer.cli import current_app, setup_route
 from october.installer.cli_common import click_exc
 from tests.fixtures.root import PROJECT_ROOT
 
@@ -70,10 +70,7 @@ def parse_only(argv: list[str]) -> None:
     """Parse ``october_setup ...`` / ``current ...`` as the real command would, without running it."""
     prog, args = argv[0], argv[1:]
     if prog == "october_setup":
-        app, name = ({"kit": (kit_app, "october_setup kit"), "fleet": (fleet_app, "october_setup fleet")}
-                     .get(args[0], (setup_app, "october_setup")) if args else (setup_app, "october_setup"))
-        if app is not setup_app:
-            args = args[1:]
+        app, name, args = setup_route(list(args))
         typer.main.get_command(app).make_context(name, list(args))
         return
     group: Any = typer.main.get_command(current_app)

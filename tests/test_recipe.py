@@ -288,3 +288,48 @@ def test_the_setup_receipt_records_the_parsed_arch_list(tmp_path: Path) -> None:
             validate("setup", {**doc, "cuda_arch_list": wrong})
     schema = json.loads((PROJECT_ROOT / "receipts" / "setup.schema.json").read_text())
     jsonschema.validate({k: v for k, v in doc.items() if k != "cuda_arch_list"}, schema)  # older receipts
+
+
+PROBE = ("import sys; from pathlib import Path; from october.installer.recipe import load_recipe, remember_checked; "
+         "c = Path(sys.argv[2]) if sys.argv[2] else None; r = load_recipe(sys.argv[1], checked=c); "
+         "print(r.name, 'pydantic' in sys.modules, type(r.description).__name__); "
+         "sys.argv[3:] and remember_checked(r, c)")
+
+
+def test_a_recipe_validated_in_a_stack_loads_again_there_without_pydantic_and_a_change_is_validated(
+        tmp_path: Path) -> None:
+    """A stack's no-op re-run loads the recipe without importing pydantic: content that passed the models in
+    that stack, with the same code, is marked in its ``.state/recipe-checked`` by its digest when the stack is
+    provisioned (installer/recipe/tomlcheck.py); a load alone writes nothing; any change is validated, and so
+    is every load that names no stack."""
+    path = write(tmp_path, GOOD)
+    state = tmp_path / "stack" / ".state"
+    state.mkdir(parents=True)
+    checked = state / "recipe-checked"
+
+    def load(where: Path | None = checked, mark: bool = False) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", PROBE, str(path), str(where or ""), *(["mark"] if mark else [])],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+
+    assert load().stdout.split() == ["t", "True", "str"]    # validated: the models were imported
+    assert not checked.exists()                             # a load alone marks nothing (the no-op's)
+    assert load(mark=True).stdout.split() == ["t", "True", "str"]     # validated, then marked (provisioning)
+    assert load().stdout.split() == ["t", "False", "str"]   # the same content again in that stack: remembered
+    assert load(None).stdout.split() == ["t", "True", "str"]          # no stack named: always validated
+    other = tmp_path / "other" / ".state" / "recipe-checked"
+    assert load(other, mark=True).stdout.split() == ["t", "True", "str"]  # another stack: not told by this one
+    assert not other.exists()                               # and nothing written where no .state exists
+    path.write_text(GOOD.replace('name = "t"', 'name = "t"\ncolour = "red"'))
+    proc = load()                                           # a planted fault after a pass is still found
+    assert proc.returncode != 0 and "key 'colour' is invalid. Expected one of" in proc.stderr
+    # a string that reads like a date passes and is marked; the date itself is another document, refused
+    path.write_text(GOOD.replace('name = "t"', 'name = "t"\ndescription = "datetime.date(2020, 1, 1)"'))
+    assert load(mark=True).stdout.split() == ["t", "True", "str"]
+    assert len(list(checked.iterdir())) == 1                # one marker per stack: the last recipe's
+    path.write_text(GOOD.replace('name = "t"', 'name = "t"\ndescription = 2020-01-01'))
+    proc = load()
+    assert proc.returncode != 0 and "key 'description' is invalid" in proc.stderr, proc.stdout
+    (tmp_path / "forks.toml").write_text(FORKS.replace('one = "', 'one = "x'))
+    path.write_text(GOOD)                                   # a good recipe over a changed forks.toml
+    proc = load()
+    assert proc.returncode != 0 and "key 'forks.alpha.pins.one' is invalid" in proc.stderr

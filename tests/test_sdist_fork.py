@@ -25,8 +25,7 @@ from october.installer.install import overwritten
 from october.installer.install.guards import _judge_static
 from october.installer.install.plan import ForkSource, make_plan
 from october.installer.recipe import SdistSource, load_forks
-from october.installer.recipe.forks import parse_pin
-from october.installer.recipe.tomlcheck import Table
+from october.installer.recipe import spec
 from october.installer.wheels.download import cache_path
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.wheels import build_wheel
@@ -98,7 +97,8 @@ def test_shipped_sdist_pins_parse() -> None:
 def test_malformed_sdist_pin_is_refused(key: str, value: str, expected: str) -> None:
     pin = {"sdist": "https://x/vllm-1.tar.gz", "sha256": "a" * 64, "version": "1.0", "commit": "b" * 40, key: value}
     with pytest.raises(RecipeError) as err:
-        parse_pin(Table(Path("forks.toml"), {"p": pin}, "forks.vllm.pins"), "p", pin)
+        spec.validate(Path("forks.toml"), {"format_version": 1, "forks": {"vllm": {"url": "u", "pins": {"p": pin}}}},
+                      spec.ForksFile)
     assert expected in str(err.value)
 
 
@@ -324,7 +324,7 @@ def test_receipt_schema_takes_the_sdist_proof_and_the_lock_records_it() -> None:
 def test_a_build_module_missing_from_the_env_is_named() -> None:
     """vLLM 0.24.0's setup.py imports setuptools_rust: without it in [build] the install says so in one line."""
     from october.installer.core.errors import CommandFailed
-    from october.installer.steps.install import _install_failed
+    from october.installer.install.forkinstall import install_failed as _install_failed
 
     # as uv printed it for the real 0.24.0 setup.py in an env without setuptools-rust (torch's warning first)
     tail = ("  torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy: No module named "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -37,6 +39,24 @@ def test_progress_lines_are_recognised() -> None:
     assert parse_progress(NINJA) == ("compile jobs", "compile jobs", 3.0, 12.0, "")
     assert parse_progress("Resolving deltas: 100% (3/3), done.")[2:4] == (3.0, 3.0)
     assert parse_progress("Building editable for vllm") is None
+    # git's phases beyond GitPython's op codes, and the lines without a total, read as before GitPython parsed them
+    assert parse_progress("Updating files:  50% (1/2)") == ("git: updating files", "git: updating files", 1.0, 2.0, "")
+    assert parse_progress("Checking out files: 100% (7/7), done.")[:4] == ("git: checking out files",) * 2 + (7.0, 7.0)
+    assert parse_progress("Counting objects: 4, done.") is None
+    assert parse_progress("Writing objects:  50% (1/2)") is None
+    assert parse_progress("fatal: Receiving objects:  50% (1/2)") is None
+
+
+def test_git_progress_is_parsed_by_gitpython_imported_only_for_git_lines() -> None:
+    """GitPython's RemoteProgress reads git's lines; a run that shows no git progress never imports it."""
+    code = ("import sys; from october.installer.core.ui import parse_progress; "
+            "parse_progress('[3/12] cc'); parse_progress('Resolved 5 packages'); print('git' in sys.modules); "
+            "print(parse_progress('Receiving objects:  45% (450/1000)')); "
+            "from git import RemoteProgress; from october.installer.core import ui; "
+            "print(issubclass(ui._git_parser(), RemoteProgress))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split("\n")[:3] == ["False", "('git: receiving objects', 'git: receiving objects', 450.0, 1000.0, '')",
+                                             "True"], proc.stdout + proc.stderr
 
 
 def test_step_lines_use_plain_words() -> None:
@@ -90,6 +110,12 @@ def test_a_real_git_fetch_drives_the_progress(tmp_path: Path) -> None:
         step="fetch")
     lines = [ln for ln in out.getvalue().splitlines() if "fetch: git: " in ln]
     assert any("100% (" in ln for ln in lines) and len(lines) <= 40, out.getvalue()
+    # a checkout's own phase ("Updating files"), which GitPython has no op code for
+    work = tmp_path / "work"
+    git("clone", "-q", "--no-checkout", str(tmp_path / "m.git"), str(work))
+    Runner(tmp_path / "logs", echo=ui.progress).run(["git", "-C", str(work), "checkout", "--progress", "main"],
+                                                   step="fetch", extra_env={"GIT_PROGRESS_DELAY": "0"})
+    assert "fetch: git: updating files: 100% (40 of 40)" in out.getvalue(), out.getvalue()
 
 
 # uv 0.13.9's own lines in a pipe (recorded: `uv pip install numpy pandas six` with a cold cache, and a

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from october.installer.core.paths import StackPaths
 from october.installer.core.resources import recipes_dir
 from october.installer.engine import MARKER_FORMAT
@@ -86,3 +88,51 @@ def test_remove_files_lists_at_most_ten_and_says_how_many_more(tmp_path: Path) -
     files = [tmp_path / f"f{i}" for i in range(12)]
     text = remove_files(files)
     assert "`rm -f -- " + " ".join(str(f) for f in files[:10]) + "`" in text and "other 2 listed" in text
+
+
+def test_one_reader_of_installed_distributions(tmp_path: Path) -> None:
+    """verify_dists.dists_in is what verify, install's RECORD check and consistency, and the system
+    torch's site listing see: each planted fault is left out or named, never a crash."""
+    from october.installer.install.consistency import Dist as Needs, installed_in
+    from october.installer.pyenv.systorch import site_distributions
+    from october.installer.verify_dists import dists_in, installed
+
+    first, second = tmp_path / "env" / "lib" / "python3.11" / "site-packages", tmp_path / "sys"
+
+    def dist(site: Path, folder: str, metadata: bytes | None, direct_url: str | None = None) -> None:
+        info = site / folder
+        info.mkdir(parents=True)
+        if metadata is not None:
+            (info / "METADATA").write_bytes(metadata)
+        if direct_url is not None:
+            (info / "direct_url.json").write_text(direct_url)
+
+    src = tmp_path / "src"
+    dist(first, "Fork_Pkg-1.0.dist-info", b"Name: Fork_Pkg\nVersion: 1.0 \nRequires-Dist: b>=1\n\nlong text\n",
+         json.dumps({"url": src.as_uri(), "dir_info": {"editable": True}}))
+    dist(first, "b-2.0.dist-info", b"Name: b\nVersion: 2.0\n", "{not json")
+    dist(first, "nometa-1.0.dist-info", None)
+    dist(first, "noversion-1.0.dist-info", b"Name: noversion\nVersion: \n")
+    dist(first, "latin-1.0.dist-info", b"Name: latin\nVersion: 1.0\nSummary: caf\xe9\n")
+    dist(second, "b-1.0.dist-info", b"Name: b\nVersion: 1.0\n")
+    dist(second, "torch-2.9.0.dist-info", b"Name: torch\nVersion: 2.9.0\n")
+
+    got = installed(tmp_path / "env")
+    assert sorted(got) == ["b", "fork-pkg", "latin"]          # a METADATA that is not UTF-8 is still read
+    assert (got["fork-pkg"].version, got["fork-pkg"].requires) == ("1.0", ("b>=1",))
+    assert got["fork-pkg"].editable_path == src.resolve() and got["fork-pkg"].site == first
+    assert got["b"].direct_url == {"url": "unreadable"} and got["b"].editable_path is None
+    assert installed_in([first]) == [Needs("fork-pkg", "1.0", ("b>=1",)), Needs("b", "2.0", ()),   # folder order
+                                     Needs("latin", "1.0", ())]
+    assert site_distributions([str(first), str(second)]) == {"b": "2.0", "fork-pkg": "1.0", "latin": "1.0",
+                                                             "torch": "2.9.0"}      # the first site's b
+    assert [d.version for d in dists_in([second], "torch-*.dist-info")] == ["2.9.0"]
+    # a METADATA that cannot be read (here a directory): verify and the site listing skip it, but the
+    # consistency check raises (its requirements would otherwise go unchecked); and a Requires-Dist after the
+    # header block's blank line is the long description's text, not a header
+    (second / "broken-1.0.dist-info" / "METADATA").mkdir(parents=True)
+    dist(second, "late-1.0.dist-info", b"Name: late\nVersion: 1.0\n\nRequires-Dist: not-a-header\n")
+    assert sorted(d.name for d in dists_in([second])) == ["b", "late", "torch"]
+    assert [d.requires for d in dists_in([second]) if d.name == "late"] == [()]
+    with pytest.raises(IsADirectoryError):
+        installed_in([second])

@@ -1,6 +1,6 @@
 """What both command lines share without typer: the typer one (:mod:`october.installer.cli_common`) and
 the plain fast path of ``october_setup STACK ...`` (:mod:`october.installer.noop`, which must not import
-typer, click or pydantic: 0.4 s of a second stack's 2 s, issue 20).
+typer or click: 0.4 s of a second stack's 2 s, issue 20).
 
 Option values (``split_skips``), options checked before anything is written (``dir_option``,
 ``file_option``, ``stack_argument``), ``--json`` documents, and :func:`run_guarded`, which turns an

@@ -78,6 +78,12 @@ class StackPaths:
         return self.state / f"{step}.json"
 
     @property
+    def recipe_checked(self) -> Path:
+        """Digests of recipe + forks.toml content that passed the recipe models in this stack (its no-op
+        re-runs skip pydantic: :func:`october.installer.recipe.tomlcheck.validated`)."""
+        return self.state / "recipe-checked"
+
+    @property
     def run_pycache(self) -> Path:
         """This run's bytecode for the stack env's imports (see :func:`pycache_args`); removed when the run ends."""
         return self.state / "pycache"

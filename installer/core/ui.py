@@ -10,11 +10,13 @@ a log says only as each starts and ends, their phases under --verbose.  What a
 command prints for us (a probe's JSON, uv's "Activate with" hint) never reaches the spinner.
 Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB |
 30.00 MiB/s``, ninja's ``[12/40] ...``, uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``,
-the JIT builder's ``JIT modules built: 1/2``), so the steps need not know.
+the JIT builder's ``JIT modules built: 1/2``), so the steps need not know; git's lines are read by
+GitPython's progress parser (``git.RemoteProgress``), imported at the first one.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from typing import Any
@@ -33,10 +35,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-GIT_PROGRESS = re.compile(r"^(?:remote: )?(?P<what>Receiving objects|Resolving deltas|Counting objects|"
-                          r"Compressing objects|Updating files|Checking out files):\s+(?P<pct>\d+)% "
-                          r"\((?P<done>\d+)/(?P<total>\d+)\)(?:, (?P<transfer>[\d.]+ [KMGT]?i?B(?: \| [\d.]+ "
-                          r"[KMGT]?i?B/s)?))?")
+# git's transfer figures after the counts (``1.20 GiB | 30.00 MiB/s``), shown in the bar's label
+GIT_TRANSFER = re.compile(r"[\d.]+ [KMGT]?i?B(?: \| [\d.]+ [KMGT]?i?B/s)?")
 NINJA_PROGRESS = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+)\]\s")
 # october.checks.jit_build.ModuleProgress prints this once per module (cached ones first)
 JIT_MODULES = re.compile(r"^JIT modules built: (?P<done>\d+)/(?P<total>\d+)(?:\s|$)")
@@ -55,15 +55,52 @@ _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
 Progress5 = tuple[str, str, float, float, str]
 
 
+def _git_bar(phase: str, done: Any, total: Any, message: str) -> Progress5:
+    key, transfer = f"git: {phase}", GIT_TRANSFER.match(message)
+    return (key, f"{key}, {transfer.group(0)}" if transfer else key, float(done), float(total), "")
+
+
+@functools.cache
+def _git_parser() -> type:
+    """GitPython's parser of git's ``--progress`` lines (``git.RemoteProgress``: its regexes, op codes and
+    cur/max counts), keeping the bar of the one line it is fed.  Made at the first line with a done / total,
+    so a run that shows no git progress (the no-op) never imports GitPython."""
+    from git import RemoteProgress as RP
+
+    phases = {RP.COUNTING: "counting objects", RP.COMPRESSING: "compressing objects", RP.RECEIVING: "receiving objects",
+              RP.RESOLVING: "resolving deltas", RP.CHECKING_OUT: "checking out files"}
+
+    class GitLine(RP):
+        found: Progress5 | None = None
+
+        def update(self, op_code: int, cur_count: Any, max_count: Any = None, message: str = "") -> None:
+            if max_count is not None and (op_code & RP.OP_MASK) in phases:  # "Counting objects: 4, done.": no total
+                self.found = _git_bar(phases[op_code & RP.OP_MASK], cur_count, max_count, message)
+
+        def line_dropped(self, line: str) -> None:    # checkout's "Updating files" has no op code: its regex reads it
+            m = self.re_op_relative.match(line)
+            if m is not None and m.group(2) == "Updating files":
+                self.found = _git_bar("updating files", m.group(4), m.group(5), m.group(6).strip(", "))
+
+    return GitLine
+
+
+def _git_progress(line: str) -> Progress5 | None:
+    """git's ``Receiving objects:  45% (450/1000), 1.20 GiB | 30.00 MiB/s`` (``remote: `` too) as a bar."""
+    if "% (" not in line:            # not git's done / total form: GitPython is not imported for it
+        return None
+    parse = _git_parser()()
+    parse.new_message_handler()(line)
+    return parse.found
+
+
 def parse_progress(line: str) -> Progress5 | None:
     """(key, label, done, total, unit) from a command's progress line, or None.  ``unit`` is "B" for
     bytes and "" for a count.  git counts objects; the bytes received so far and git's own rate
     ride in the label (``git: receiving objects, 1.20 GiB | 30.00 MiB/s``)."""
-    m = GIT_PROGRESS.match(line.strip())
-    if m:
-        key = f"git: {m.group('what').lower()}"
-        label = f"{key}, {m.group('transfer')}" if m.group("transfer") else key
-        return (key, label, float(m.group("done")), float(m.group("total")), "")
+    git_line = _git_progress(line.strip())
+    if git_line is not None:
+        return git_line
     m = NINJA_PROGRESS.match(line.strip())
     if m:
         return ("compile jobs", "compile jobs", float(m.group("done")), float(m.group("total")), "")

@@ -5,7 +5,18 @@ Markers are evaluated for the stack's Python (its version from ``pyvenv.cfg``; t
 machine's, where the env lives).  A requirement with an ``extra`` marker counts only when some
 installed distribution asks for that extra.  Each unmet requirement is a :class:`Conflict`; the recipe's
 ``[[install.exceptions]]`` say which are intended (e.g. vLLM's ``flashinfer-python==X`` pin, superseded
-by the fork); :func:`judge` splits them into declared and undeclared.
+by the fork); :func:`judge` splits them into declared and undeclared.  The ``.dist-info`` directories
+are read by :func:`october.installer.verify_dists.dists_in`, the one reader of installed distributions.
+
+Not ``uv pip check --python STACK/env/bin/python`` (issue 21; uv 0.13.9 on real venvs, held by
+tests/test_consistency_vs_uv.py, which fails naming the case when a uv release catches one): uv agrees
+on a version conflict and a missing requirement in the env's own site-packages, but does not check a
+requirement an extra turns on (``e[fast]`` -> ``speedup; extra == 'fast'``), and on a site-provided
+torch's env (``--system-site-packages`` and our ``.pth``) reads the env's site-packages only: the system
+torch is "not installed" (a false conflict on every such stack) and torch's ``triton==3.6.0`` against
+the env's triton 3.9.0 is missed.  Its output is text, without the requirer's version or the
+requirement as written that the receipt records.  The two cases uv does catch are the same loop as
+the rest here, so nothing is handed to uv.
 """
 
 from __future__ import annotations
@@ -13,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -22,6 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..recipe.install import DeclaredException
+from ..verify_dists import dists_in, site_packages
 
 
 @dataclass(frozen=True)
@@ -59,24 +70,12 @@ class Judgement:
 
 def installed(env: Path) -> list[Dist]:
     """Every ``*.dist-info`` of the env's site-packages, with its ``Requires-Dist``."""
-    return installed_in(sorted(env.glob("lib/python*/site-packages")))
+    return installed_in(site_packages(env))
 
 
 def installed_in(sites: Sequence[Path]) -> list[Dist]:
     """Every ``*.dist-info`` of the given site directories (e.g. a site-provided torch's interpreter)."""
-    out: list[Dist] = []
-    for site in sites:
-        for info in sorted(Path(site).glob("*.dist-info")):
-            meta = info / "METADATA"
-            try:
-                msg = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
-            except FileNotFoundError:
-                continue
-            name, version = msg.get("Name"), msg.get("Version")
-            if not name or not version:
-                continue
-            out.append(Dist(str(canonicalize_name(name)), version.strip(), tuple(msg.get_all("Requires-Dist") or ())))
-    return out
+    return [Dist(d.name, d.version, d.requires) for d in dists_in(sites, strict=True)]
 
 
 def marker_environment(python_version: str) -> dict[str, str]:
@@ -191,3 +190,24 @@ def env_python_version(env: Path) -> str | None:
     except FileNotFoundError:
         return None
     return m.group(1) if m else None
+
+
+def require_consistent(env: Path, python_version: str, provided: Sequence[Dist],
+                       declared: Sequence[DeclaredException]) -> Judgement:
+    """Every installed requirement in ``env`` met (by it or by ``provided``), except the ``declared``
+    exceptions; -> the judgement.  Raises :class:`InstallError` listing each undeclared conflict
+    (``python_version``: the recipe's, used when the env's pyvenv.cfg names none)."""
+    from ..core.errors import InstallError
+
+    found = conflicts(installed(env), env_python_version(env) or python_version, provided)
+    judged = judge(found, declared)
+    if judged.undeclared:
+        lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)
+        raise InstallError(f"the stack env is inconsistent: {len(judged.undeclared)} requirement(s) unmet "
+                           f"that the recipe does not declare:\n{lines}",
+                           expected="every installed distribution's requirements met, or the conflict declared "
+                                    "in the recipe's [[install.exceptions]] with the reason",
+                           found=f"{len(judged.undeclared)} undeclared, {len(judged.declared)} declared",
+                           fix="supply the missing package through [install] supply (it must resolve with "
+                               "the pinned torch), or declare the conflict if it is intended")
+    return judged

@@ -275,3 +275,15 @@ def evaluate(spec: GuardSpec, facts: Mapping[str, Any]) -> GuardReport:
 
 def run_guards(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -> GuardReport:
     return evaluate(spec, probe(runner, step, spec, imports=imports))
+
+
+def spec_for(wheel: Mapping[str, Any] | None, checkouts: Mapping[str, Path], *, python: Path, torch_version: str,
+             cuda_libs: tuple[str, ...] | None = None, system_torch: Mapping[str, Any] | None = None) -> GuardSpec:
+    """The guards' spec for the forks checked out at ``checkouts`` (import name -> path): with a fork
+    laid over the base ``wheel`` (its verified result, JSON; None when no fork is), the wheel's
+    extension modules are imported where ``cuda_libs`` (default :data:`CUDA_LIBS`) load."""
+    imports = import_guard(wheel, checkouts) if wheel is not None else ()
+    files = extension_files(wheel, checkouts, imports) if wheel is not None and imports else {}
+    extra = {"cuda_libs": cuda_libs} if cuda_libs else {}
+    return GuardSpec(python=python, torch_version=torch_version, forks=checkouts, imports=imports, files=files,
+                     system_torch=system_torch, **extra)

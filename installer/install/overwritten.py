@@ -53,3 +53,9 @@ def check(runner: Runner, step: str, fork: str, repo: Path, before: Mapping[str,
               "base wheel over the checkout)",
         fix=f"see `git -C {repo} diff`: the fork's version of those files differs from the base wheel's; pick the "
             "base wheel of the release the fork carries, or a fork that does not change them")
+
+
+def untracked(runner: Runner, step: str, repo: Path) -> list[Path]:
+    """The files of ``repo`` git does not track (``git ls-files --others``): what a build made there."""
+    listed = runner.run(["git", "-C", str(repo), "ls-files", "-z", "--others"], step=step, env=git_env()).output
+    return [Path(p) for p in listed.split("\0") if p]

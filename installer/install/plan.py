@@ -114,3 +114,38 @@ def dist_name(path: Path, fallback: str) -> str:
 def fork_sources(forks: Sequence[ForkUse], paths: Mapping[str, Path], commits: Mapping[str, str]) -> list[ForkSource]:
     return [ForkSource(use=f, path=paths[f.name], commit=commits[f.name], dist=dist_name(paths[f.name], f.name))
             for f in forks]
+
+
+def require_installable(name: str, path: Path) -> None:
+    """The checkout of fork ``name`` at ``path`` is an installable project (a pyproject.toml or setup.py)."""
+    if not (path / "pyproject.toml").exists() and not (path / "setup.py").exists():
+        raise InstallError(f"the checkout of fork '{name}' is not an installable project",
+                           expected=f"{path} with a pyproject.toml or setup.py",
+                           found="neither" if path.exists() else "no such directory",
+                           fix="re-run october_setup so the fetch step checks the fork out again")
+
+
+def verified_wheel(path: Path, want: str) -> str:
+    """The base wheel at ``path`` hashed again just before use; -> its sha256, which must be ``want``
+    (what the wheel step verified)."""
+    from ..core.hashing import sha256_file
+
+    if not path.is_file():
+        raise InstallError("the verified base wheel is gone", expected=f"the file {path}",
+                           found="no such file", fix="re-run october_setup (the wheel step fetches it again)")
+    got = sha256_file(path)
+    if got != want:
+        raise InstallError(f"the base wheel {path.name} changed after it was verified",
+                           expected=f"sha256 {want}", found=f"sha256 {got}",
+                           fix="re-run october_setup (the wheel step verifies it again)")
+    return got
+
+
+def fork_inputs(forks: Sequence[ForkUse]) -> list[dict[str, object]]:
+    """What of each fork decides its install (URLs without credentials): part of the step's fingerprint."""
+    from ..core.redact import redact_url
+
+    return [{"name": f.name, "url": redact_url(f.url), "upstream": redact_url(f.upstream or ""),
+             "commit": f.pin.commit, "mode": f.mode, "deps": f.deps,
+             "build_isolation": f.build_isolation, "build_env": dict(f.build_env),
+             "nested_installs": dict(f.nested_installs)} for f in forks]

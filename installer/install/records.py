@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Callable, Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -93,3 +93,17 @@ def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> 
         return []
     return ["--no-deps", *(a for n in index for a in ("--reinstall-package", n)),
             *(f"{n}=={dists[n].version}" for n in index)]
+
+
+def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str]) -> None:
+    """Every file of every distribution in ``env`` as its RECORD hashes it; raises :class:`InstallError`
+    naming what differs (``uv_cache_dir``: the cache that served the bytes, for the fix; asked only then)."""
+    from ..core.errors import InstallError
+
+    bad = tampered(env, trust)
+    if bad:
+        raise InstallError(f"installed files differ from their distribution's RECORD: {describe(bad)}",
+                           expected="every file in the stack env with the hash its RECORD lists",
+                           found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
+                           fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
+                               "cache edited through a stack that hard-linked it) and re-run october_setup")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ..core.errors import CommandFailed, InstallError
 from ..core.ids import FULL_SHA
 from ..core.redact import redact_url
 from ..core.runner import Runner
+from .plan import ForkSource, InstallPlan, make_plan
 
 DEFAULT_UPSTREAM_REF = "main"
 
@@ -84,3 +86,23 @@ def upstream_base(runner: Runner, step: str, repo: Path, upstream: str | None, *
                          if wheel_commit else "; the base wheel names no source commit"),
         fix=f"make {shown} reachable (network, proxy, credentials) and re-run, or pin a base wheel "
             "built from an ancestor of the fork commit")
+
+
+def plan_with_base(runner: Runner, step: str, forks: Sequence[ForkSource], wheel: Callable[[], tuple[Path, str | None]],
+                   say: Callable[[str], None]) -> tuple[InstallPlan, BaseCommit | None]:
+    """The install plan (:func:`october.installer.install.plan.make_plan`) and, for a base-wheel fork, the
+    upstream base commit (None without one); ``wheel()`` -> (the verified base wheel, its source commit),
+    asked only when a fork takes the wheel; ``say`` tells each finding."""
+    precompiled = [f for f in forks if f.use.traits.base_wheel]
+    if not precompiled:
+        return make_plan(forks), None
+    wheel_path, wheel_commit = wheel()
+    vllm = precompiled[0]
+    if vllm.use.pin.sdist is not None:
+        # made from the release's sdist: no history, no upstream commit to claim; setup.py needs none,
+        # since the wheel location is set (VLLM_PRECOMPILED_WHEEL_COMMIT only picks a nightly)
+        say(f"vLLM fork made from {vllm.use.pin.sdist.filename}: no upstream base commit")
+        return make_plan(forks, wheel=wheel_path), None
+    base = upstream_base(runner, step, vllm.path, vllm.use.upstream, wheel_commit=wheel_commit)
+    say(f"vLLM upstream base commit {base.commit} ({base.detail})")
+    return make_plan(forks, wheel=wheel_path, base_commit=base.commit), base

@@ -70,3 +70,20 @@ def has(have: Mapping[str, str], package: str, version: str) -> bool:
         return Version(got) == Version(version)
     except InvalidVersion:
         return got == version
+
+
+def require_left_out_present(kit_root: Path, left_out: list[Mapping[str, str]], system: Mapping[str, str],
+                             python: str) -> None:
+    """A kit made with ``--have`` left out what that listing said the target has; a listing of another
+    interpreter (or a stale one) would leave the stack without them, found only when something imports
+    them.  Each one is checked before anything is installed, and every difference named."""
+    from ..core.errors import EnvError
+
+    missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
+               for d in left_out if not has(system, d["package"], d["version"])]
+    if missing:
+        raise EnvError(f"the kit {kit_root} left out {len(missing)} wheel(s) the interpreter {python} does not have",
+                       expected="every distribution the kit's --have listing named, at that version, in the "
+                                "system interpreter", found="; ".join(missing[:8]) + ("; ..." if len(missing) > 8 else ""),
+                       fix=f"make the kit again with --have from this interpreter (`{python} -m pip list > FILE`), "
+                           "or point --system-python at the interpreter the listing came from")

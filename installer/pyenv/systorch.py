@@ -197,19 +197,11 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
 def site_distributions(sites: Sequence[str]) -> dict[str, str]:
     """canonical name -> version of every distribution in the given site directories (METADATA read
     from disk, no process started)."""
-    from email.parser import HeaderParser
-
-    from packaging.utils import canonicalize_name
+    from ..verify_dists import dists_in
 
     out: dict[str, str] = {}
-    for site in sites:
-        for info in sorted(Path(site).glob("*.dist-info")):
-            try:
-                msg = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
-            except OSError:
-                continue
-            if msg.get("Name") and msg.get("Version"):
-                out.setdefault(str(canonicalize_name(msg["Name"])), str(msg["Version"]).strip())
+    for d in dists_in(sites):
+        out.setdefault(d.name, d.version)
     return out
 
 
@@ -250,4 +242,64 @@ def unmet(requirements: Sequence[str], have: Mapping[str, str]) -> list[str]:
             ok = False
         if not ok:
             out.append(line)
+    return out
+
+
+def require_usable(recipe: Recipe, facts: Mapping[str, Any], python: str, python_ok: bool) -> None:
+    """The system interpreter's torch is the recipe's (:func:`check`) and the interpreter has the
+    recipe's Python (``python_ok``)."""
+    ok, expected, found, fix = check(recipe, facts)
+    if not ok:
+        raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)
+    if not python_ok:
+        raise EnvError("the system interpreter has the wrong Python", expected=f"Python {recipe.python} (recipe "
+                       "python.version)", found=f"Python {facts.get('python')} at {python}",
+                       fix="point --system-python at an interpreter of the recipe's Python version")
+
+
+def require_seen(env: Path, facts: Mapping[str, Any], seen: Mapping[str, Any], log_path: Path) -> None:
+    """The stack env's own interpreter imports the system torch (``seen``: its probe's facts)."""
+    problems = guard_problems(env, facts, {
+        "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
+        "import": {"origin": seen.get("file")}})
+    if seen.get("error") or seen.get("version") != facts.get("version") or problems:
+        raise EnvError("the stack env does not see the system torch", expected=f"torch {facts.get('version')} from "
+                       f"{', '.join(site_dirs(facts))}", found=str(seen.get("error") or
+                       (problems[0][2] if problems else f"torch {seen.get('version')}")),
+                       fix="check that the interpreter's site directories are readable; report this with "
+                           f"{log_path}")
+
+
+def env_problem(env: Path, system_python: str | None, rec: Mapping[str, Any]) -> str | None:
+    """No process started (no-op re-runs stay fast): the recorded interpreter is ``system_python``, the
+    .pth is in place, no torch in the env's own site-packages, and the recorded system torch ``rec``
+    is still where it was."""
+    if rec.get("python") != system_python:
+        return "the system interpreter changed"
+    for sp in env.glob("lib/python*/site-packages"):
+        if any(sp.glob("torch-*.dist-info")) or (sp / "torch").exists():
+            return f"torch was installed into {sp} (it must come from the system)"
+        if not (sp / PTH_NAME).is_file():
+            return f"{sp / PTH_NAME} is missing"
+    where = rec.get("path")
+    version = rec.get("version")
+    if not where or not (Path(where) / "__init__.py").is_file():
+        return f"the system torch at {where} is gone"
+    sites = [Path(d) for d in rec.get("site_packages") or []]
+    dist = rec.get("dist_version") or version
+    if dist and not any((d / f"torch-{dist}.dist-info").is_dir() for d in sites):
+        return f"torch {version} is no longer installed in the system site directories"
+    return None
+
+
+def kit_packages(wheels: Path) -> set[str]:
+    """The distributions a kit (or a find-links directory) carries a wheel of (canonical names)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    out: set[str] = set()
+    for w in wheels.glob("*.whl"):
+        try:
+            out.add(str(parse_wheel_filename(w.name)[0]))
+        except InvalidWheelFilename:
+            continue
     return out

@@ -7,9 +7,9 @@ stack's ``FLASHINFER_CUDA_ARCH_LIST``, the preflight arch check, the lock, the s
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from .tomlcheck import Table
+from typing import Any
 
 ARCH_ITEM = re.compile(r"^(\d+)\.(\d+)([a-z]?)(\+PTX)?$")
 ARCH_SEPARATORS = re.compile(r"[\s;,]+")
@@ -65,20 +65,8 @@ class CudaPin:
         return {"version": self.version, "arch_list": self.flashinfer_arch_list, "variant": self.variant}
 
 
-def parse_cuda(top: Table) -> CudaPin | None:
-    ct = top.table("cuda", required=False)
-    if ct is None:
+def parse_cuda(top: Mapping[str, Any]) -> CudaPin | None:
+    if "cuda" not in top:
         return None
-    cver = ct.get("version", str, what="a CUDA major.minor such as '12.9'")
-    if not re.match(r"^\d+\.\d+$", cver):
-        raise ct.err("version", "a CUDA major.minor such as '12.9'", cver)
-    arch_text = ct.get("arch_list", str)
-    variant = ct.get("variant", str)
-    ct.done()
-    try:
-        arch_list = parse_arch_list(arch_text)
-    except ValueError:
-        raise ct.err("arch_list", "compute capabilities such as '9.0' or '8.9 9.0a'", arch_text) from None
-    if not re.match(r"^cu\d{3}$", variant):
-        raise ct.err("variant", "a CUDA wheel variant such as 'cu129' or 'cu130'", variant)
-    return CudaPin(version=cver, arch_list=arch_list, variant=variant)
+    ct = top["cuda"]
+    return CudaPin(version=ct["version"], arch_list=parse_arch_list(ct["arch_list"]), variant=ct["variant"])

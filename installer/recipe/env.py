@@ -1,14 +1,12 @@
-"""What the env step builds the stack's environment from: ``[python]``, ``[torch]``, ``[build]``, ``[sources]``."""
+"""What the env step builds the stack's environment from: ``[python]``, ``[torch]``, ``[build]``, ``[sources]``
+(validated by :mod:`.spec`)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-from .tomlcheck import MAX_URL, Table, version_key
-
-TORCH_SOURCES = ("index", "system")
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -38,52 +36,29 @@ class TorchPin:
         return f"torch=={self.version}"
 
 
-def parse_python(top: Table) -> str:
+def parse_python(top: Mapping[str, Any]) -> str:
     """``[python] version``: the interpreter version the stack env is made with."""
-    py = top.table("python")
-    assert py is not None
-    python = version_key(py, "version")
-    py.done()
-    return python or ""
+    return str(top["python"]["version"])
 
 
-def parse_torch(top: Table) -> TorchPin:
-    tt = top.table("torch")
-    assert tt is not None
-    torch = TorchPin(version=version_key(tt, "version") or "",
-                     index_url=tt.get("index", str, required=False, max_len=MAX_URL),
-                     source=tt.get("source", str, required=False, default="index"),
-                     allow_system=tt.get("allow_system", bool, required=False, default=False))
-    if torch.index_url is not None and not re.match(r"^(https?|file)://", torch.index_url):
-        raise tt.err("index", "an https:// (or file://) package index URL", torch.index_url)
-    if torch.source not in TORCH_SOURCES:
-        raise tt.err("source", "'index' (install the pinned torch) or 'system' (torch from --system-python)",
-                     torch.source)
-    tt.done()
-    return torch
+def parse_torch(top: Mapping[str, Any]) -> TorchPin:
+    tt = top["torch"]
+    return TorchPin(version=tt["version"], index_url=tt.get("index"), source=tt.get("source", "index"),
+                    allow_system=tt.get("allow_system", False))
 
 
-def parse_build(top: Table) -> tuple[str, ...]:
+def parse_build(top: Mapping[str, Any]) -> tuple[str, ...]:
     """``[build] requirements``: installed before the forks (they build without isolation)."""
-    bt = top.table("build", required=False)
-    if bt is None:
-        return ()
-    requirements = bt.str_list("requirements")
-    bt.done()
-    return requirements
+    return tuple(top.get("build", {}).get("requirements", ()))
 
 
-def parse_sources(top: Table) -> Sources:
-    st = top.table("sources", required=False)
-    if st is None:
+def parse_sources(recipe_path: Path, top: Mapping[str, Any]) -> Sources:
+    if "sources" not in top:
         return Sources()
-    sources = Sources(index_url=st.get("index_url", str, required=False, max_len=MAX_URL),
-                      extra_index_urls=st.str_list("extra_index_urls", required=False, max_len=MAX_URL),
-                      find_links=tuple(_local_or_url(top.file, x)
-                                       for x in st.str_list("find_links", required=False, max_len=MAX_URL)),
-                      no_index=st.get("no_index", bool, required=False, default=False))
-    st.done()
-    return sources
+    st = top["sources"]
+    return Sources(index_url=st.get("index_url"), extra_index_urls=tuple(st.get("extra_index_urls", ())),
+                   find_links=tuple(_local_or_url(recipe_path, x) for x in st.get("find_links", ())),
+                   no_index=st.get("no_index", False))
 
 
 def _local_or_url(recipe_path: Path, value: str) -> str:

@@ -6,26 +6,13 @@ may add modules by hand, never leave a derived one out.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.errors import RecipeError
-from .jitmodules import (
-    DEFAULT_ROUTES,
-    DTYPES,
-    HEAD_DIMS,
-    KINDS,
-    ROUTES,
-    DeriveError,
-    JitModule,
-    derive_modules,
-)
+from .jitmodules import DEFAULT_ROUTES, DeriveError, JitModule, derive_modules
 from .models import ModelSelection
-from .tomlcheck import Table
-
-MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
 @dataclass(frozen=True)
@@ -37,43 +24,13 @@ class JitConfig:
     routes: tuple[str, ...] = DEFAULT_ROUTES
 
 
-def parse_jit(top: Table) -> JitConfig | None:
-    jt = top.table("jit", required=False)
-    if jt is None:
+def parse_jit(top: Mapping[str, Any]) -> JitConfig | None:
+    """``[jit]`` (validated); an empty ``routes`` list means the default routes."""
+    if "jit" not in top:
         return None
-    mods = jt.get("modules", list, required=False, what="an array of tables [[jit.modules]]") or []
-    builder = jt.get("builder", str, required=False, what="a Python module name")
-    routes = jt.str_list("routes", required=False) or DEFAULT_ROUTES
-    bad = [r for r in routes if r not in ROUTES]
-    if bad or "decode" not in routes or len(set(routes)) != len(routes):
-        raise jt.err("routes", f"distinct routes from {', '.join(ROUTES)}, including decode", list(routes))
-    if builder is not None and not MODULE_NAME.match(builder):
-        raise jt.err("builder", "a dotted Python module name", builder)
-    jt.done()
-    modules = tuple(parse_jit_module(Table(top.file, m, f"jit.modules[{i}]")) for i, m in enumerate(mods))
-    return JitConfig(modules=modules, builder=builder, routes=routes)
-
-
-def parse_jit_module(mt: Table) -> JitModule:
-    """One ``[[jit.modules]]`` entry."""
-    kind = mt.get("kind", str)
-    if kind not in KINDS:
-        raise mt.err("kind", f"one of {', '.join(KINDS)}", kind)
-    dts: dict[str, Any] = {}
-    for d in ("q", "k", "v", "o"):
-        dts[d] = mt.get(d, str)
-        if dts[d] not in DTYPES:
-            raise mt.err(d, f"one of {', '.join(DTYPES)}", dts[d])
-    head_dim = mt.get("head_dim", int)
-    if head_dim not in HEAD_DIMS:
-        raise mt.err("head_dim", "64, 128 or 256 (FlashInfer rejects > 256)", head_dim)
-    posenc = mt.get("posenc", int, required=False, default=0)
-    if posenc not in (0, 1, 2):
-        raise mt.err("posenc", "0 (none), 1 (rope llama) or 2 (alibi)", posenc)
-    module = JitModule(kind=kind, head_dim=head_dim, posenc=posenc,
-                       backend=mt.get("backend", str, required=False, default="fa2"), **dts)
-    mt.done()
-    return module
+    jt = top["jit"]
+    return JitConfig(modules=tuple(JitModule(**m) for m in jt.get("modules", ())), builder=jt.get("builder"),
+                     routes=tuple(jt.get("routes") or DEFAULT_ROUTES))
 
 
 def derive_jit(path: Path, listed: tuple[JitModule, ...], models: Mapping[str, ModelSelection],

@@ -1,29 +1,31 @@
 """A recipe file (``recipes/<name>.toml``) loaded into one frozen :class:`Recipe`.
 
-Each section has its parser next to its dataclass (:mod:`.forks`, :mod:`.env`, :mod:`.cuda`,
-:mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`, :mod:`.models`, :mod:`.smoke`, :mod:`.install`); this module reads the top level and calls them in file order, so
-the first problem found is the one reported.
+The file and its forks.toml are validated against their models first (:mod:`.spec`: types, bounds, rules,
+unknown keys; the first problem in key order is the one reported), then each section's builder, next to its
+dataclass (:mod:`.forks`, :mod:`.env`, :mod:`.cuda`, :mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`,
+:mod:`.models`, :mod:`.smoke`, :mod:`.install`), makes the frozen types the tool uses, checking what needs
+forks.toml (a fork's name and pin) and the derived JIT modules.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
-from ..core.errors import RecipeNotFound
+from ..core.errors import RecipeError, RecipeNotFound
 from ..core.hashing import sha256_file
 from ..core.resources import DATA_ROOT
 from .cuda import CudaPin, parse_cuda
 from .env import Sources, TorchPin, parse_build, parse_python, parse_sources, parse_torch
-from .forks import SAFE_NAME, Fork, ForkUse, load_forks, parse_fork_uses
+from .forks import ForkUse, forks_of, parse_fork_uses
 from .install import InstallPolicy, parse_install
 from .jit import derive_jit, parse_jit
 from .jitmodules import DEFAULT_ROUTES, JitModule
 from .models import ModelSelection, parse_models
 from .preflight import PreflightLimits, parse_preflight
 from .smoke import SmokeConfig, parse_smoke
-from .tomlcheck import Table, check_format, read_toml
+from .tomlcheck import read_toml, remember, validated
 from .wheel import BaseWheel, parse_wheel
 
 PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
@@ -64,47 +66,56 @@ def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
     return root / "recipes" / f"{name_or_path}.toml"
 
 
-def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT) -> Recipe:
+# what this process validated: (recipe path, sha256) -> the digest remember_checked() marks in a stack
+_CHECKED: dict[tuple[Path, str], str] = {}
+
+
+def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None) -> Recipe:
+    """The recipe, validated against its models unless ``checked`` (a stack's ``.state/recipe-checked``)
+    records that this content passed there before (:func:`.tomlcheck.validated`)."""
     path = resolve_recipe_path(name_or_path, root)
     if not path.exists():
         available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
         raise RecipeNotFound(name_or_path, path, available=available)
-    top = Table(path, read_toml(path), "")
-    check_format(top)
-    name = _recipe_name(top)
-    description = top.get("description", str, required=False, default="")
-    forks_path, known_forks = _known_forks(top, root)
-    python, torch = parse_python(top), parse_torch(top)
-    build_requirements, sources = parse_build(top), parse_sources(top)
-    forks = parse_fork_uses(top, known_forks, forks_path.name)
-    cuda, wheel, preflight = parse_cuda(top), parse_wheel(top), parse_preflight(top)
-    jit = parse_jit(top)
-    models = parse_models(top, for_jit=jit is not None)
-    smoke, install = parse_smoke(top), parse_install(top)
-    top.done()
+    top = read_toml(path)
+    forks_path = _forks_path(path, top, root)
+    try:
+        forks_data, forks_error = read_toml(forks_path), None
+    except RecipeError as exc:     # reported once the recipe itself is known to be well formed
+        forks_data, forks_error = None, exc
+    digest, ran = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")], checked)
+    if forks_error is not None:
+        raise forks_error
+    assert forks_data is not None
+    forks = parse_fork_uses(path, top["forks"], forks_of(forks_data), forks_path.name)
+    jit, models = parse_jit(top), parse_models(top)
     modules: tuple[JitModule, ...] = ()
     if jit is not None:
         modules, models = derive_jit(path, jit.modules, models, jit.routes)
-    return Recipe(name=name, path=path, sha256=sha256_file(path), description=description, python=python,
-                  torch=torch, build_requirements=build_requirements, sources=sources, forks=forks, cuda=cuda,
-                  wheel=wheel, preflight=preflight, jit=modules, models=models, smoke=smoke,
-                  jit_builder=jit.builder if jit is not None else None, install=install,
-                  jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
+    recipe = Recipe(name=top["name"], path=path, sha256=sha256_file(path), description=top.get("description", ""),
+                    python=parse_python(top), torch=parse_torch(top), build_requirements=parse_build(top),
+                    sources=parse_sources(path, top), forks=forks, cuda=parse_cuda(top), wheel=parse_wheel(top),
+                    preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
+                    jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
+                    jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
+    if digest is not None and ran:
+        _CHECKED[(recipe.path, recipe.sha256)] = digest     # written only by remember_checked: a load writes nothing
+    return recipe
 
 
-def _recipe_name(top: Table) -> str:
-    name: str = top.get("name", str)
-    if not SAFE_NAME.match(name):
-        raise top.err("name", "a plain name: letters, digits, '.', '_' or '-', starting with a letter or "
-                      "digit, at most 64 characters (it names files: locks/<name>.pylock.toml)", name)
-    return name
+def remember_checked(recipe: Recipe, checked: Path) -> None:
+    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe``, as this process loaded
+    and validated it, passed: its no-op re-runs then skip the models.  Nothing when this process did not
+    load it."""
+    digest = _CHECKED.get((recipe.path, recipe.sha256))
+    if digest is not None:
+        remember(checked, digest)
 
 
-def _known_forks(top: Table, root: Path) -> tuple[Path, dict[str, Fork]]:
-    """``forks_file`` (relative to the recipe; default ``<root>/forks.toml``) and the forks it defines."""
-    forks_file = top.get("forks_file", str, required=False, default=None)
-    forks_path = (top.file.parent / forks_file).resolve() if forks_file else root / "forks.toml"
-    return forks_path, load_forks(forks_path)
+def _forks_path(path: Path, top: Mapping[str, Any], root: Path) -> Path:
+    """``forks_file`` (relative to the recipe; default ``<root>/forks.toml``)."""
+    forks_file = top.get("forks_file")
+    return (path.parent / forks_file).resolve() if isinstance(forks_file, str) and forks_file else root / "forks.toml"
 
 
 def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-from .tomlcheck import Table
-
-GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,26 +18,6 @@ class PreflightLimits:
     need_compiler: bool = True
 
 
-def parse_preflight(top: Table) -> PreflightLimits:
-    pt = top.table("preflight", required=False)
-    if pt is None:
-        return PreflightLimits()
-    uvspec = pt.get("uv", str, required=False)
-    if uvspec is not None:
-        try:
-            SpecifierSet(uvspec)
-        except InvalidSpecifier:
-            raise pt.err("uv", "a version specifier such as '>=0.8.17'", uvspec) from None
-    limits = PreflightLimits(
-        os=pt.get("os", str, required=False, default="Linux"),
-        arch=pt.get("arch", str, required=False, default="x86_64"),
-        min_ram_gb=pt.get("min_ram_gb", float, required=False, default=0.0, bounds=GB_BOUNDS),
-        min_disk_gb=pt.get("min_disk_gb", float, required=False, default=0.0, bounds=GB_BOUNDS),
-        min_compute_capability=pt.get("min_compute_capability", str, required=False),
-        uv=uvspec,
-        need_compiler=pt.get("need_compiler", bool, required=False, default=True))
-    mcc = limits.min_compute_capability
-    if mcc is not None and not re.match(r"^\d+\.\d+$", mcc):
-        raise pt.err("min_compute_capability", "a compute capability major.minor such as '8.9'", mcc)
-    pt.done()
-    return limits
+def parse_preflight(top: Mapping[str, Any]) -> PreflightLimits:
+    pt = top.get("preflight", {})
+    return PreflightLimits(**{k: float(v) if k.endswith("_gb") else v for k, v in pt.items()})

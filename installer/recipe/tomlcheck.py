@@ -1,126 +1,28 @@
-"""Validate TOML tables key by key: every error names the file, the key, what was expected
-and what was found (:class:`october.installer.core.errors.RecipeError`)."""
+"""Reading a recipe or forks.toml and validating it against its models (:mod:`.spec`, pydantic), which
+is imported only when a file needs it: a recipe and forks.toml that passed before in a stack, with this code,
+are remembered there by their digest (:func:`validated`), so that stack's no-op re-run reads them without
+pydantic.  Every
+error names the file, the key, what was expected and what was found
+(:class:`october.installer.core.errors.RecipeError`)."""
 
 from __future__ import annotations
 
-import math
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
-
-from packaging.version import InvalidVersion, Version
 
 from ..core.errors import SHOWN_MAX, RecipeError, one_line
 from ..core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
 
 FORMAT_VERSION = 1
-# Bounds every value read through a Table meets (a field may set a tighter one)
+# Bounds every value of a recipe or forks.toml meets (a key may set a tighter one): see .spec
 MAX_STR = 1024          # characters of a string value (descriptions, reasons, patterns, paths)
 MAX_URL = 2048          # characters of a URL
 MAX_KEY = 128           # characters of a key (names of forks, pins, files, variables)
 MAX_KEYS = 256          # keys in one table
 MAX_ITEMS = 256         # items in one array
 MAX_INT = 2**63 - 1     # |integer|, the TOML range, whatever the parser gives
-
-
-class Table:
-    """A TOML table being validated: remembers the file and the dotted key path."""
-
-    def __init__(self, file: Path, data: Any, key: str) -> None:
-        if not isinstance(data, dict):
-            raise RecipeError(file, key or "<top>", expected="a table", found=describe(data))
-        self.file = file
-        self.data: dict[str, Any] = data
-        self.key = key
-        self.seen: set[str] = set()
-        if len(data) > MAX_KEYS:
-            raise RecipeError(file, key or "<top>", expected=f"a table of at most {MAX_KEYS} keys",
-                              found=f"{len(data)} keys")
-        for name in data:
-            if len(name) > MAX_KEY:
-                raise RecipeError(file, self._k(name), expected=f"a key of at most {MAX_KEY} characters",
-                                  found=f"a key of {len(name):,} characters")
-
-    def _k(self, name: str) -> str:
-        return f"{self.key}.{name}" if self.key else name
-
-    def err(self, name: str, expected: str, found: Any) -> RecipeError:
-        return RecipeError(self.file, self._k(name), expected=expected, found=describe(found))
-
-    def get(self, name: str, typ: type | tuple[type, ...], *, required: bool = True, default: Any = None,
-            what: str | None = None, max_len: int = MAX_STR, bounds: tuple[float, float] | None = None) -> Any:
-        """``name``'s value, of type ``typ`` (a float key takes an integer too), within bounds: a string
-        at most ``max_len`` characters, a list at most :data:`MAX_ITEMS` items (its strings at most
-        ``max_len``), a number finite and within ``bounds`` (default: the TOML integer range)."""
-        self.seen.add(name)
-        if name not in self.data:
-            if required:
-                raise RecipeError(self.file, self._k(name), expected=what or typename(typ),
-                                  found="the key is missing")
-            return default
-        value = self.data[name]
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) and typ in (int, float):
-            raise self.err(name, what or typename(typ), value)
-        if not isinstance(value, typ):
-            raise self.err(name, what or typename(typ), value)
-        self._bounded(name, value, max_len, bounds)
-        return value
-
-    def _bounded(self, name: str, value: Any, max_len: int, bounds: tuple[float, float] | None) -> None:
-        if isinstance(value, str) and len(value) > max_len:
-            raise RecipeError(self.file, self._k(name), expected=f"at most {max_len} characters",
-                              found=f"{len(value):,} characters ({describe(value)})")
-        if isinstance(value, list):
-            if len(value) > MAX_ITEMS:
-                raise RecipeError(self.file, self._k(name), expected=f"at most {MAX_ITEMS} items",
-                                  found=f"{len(value):,} items")
-            for i, item in enumerate(value):
-                self._bounded(f"{name}[{i}]", item, max_len, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            what = "an integer" if isinstance(value, int) else "a finite number"
-            lo, hi = bounds or ((-MAX_INT, MAX_INT) if isinstance(value, int) else (-math.inf, math.inf))
-            if not math.isfinite(value) or not lo <= value <= hi:
-                shown = f"{what} from {_num(lo)} to {_num(hi)}" if bounds else \
-                    ("an integer within the TOML range (64 bits)" if isinstance(value, int) else what)
-                raise self.err(name, shown, value)
-
-    def str_list(self, name: str, *, required: bool = True, max_len: int = MAX_STR) -> tuple[str, ...]:
-        value = self.get(name, list, required=required, default=[], what="a list of strings", max_len=max_len)
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise RecipeError(self.file, f"{self._k(name)}[{i}]", expected="a string",
-                                  found=describe(item))
-        return tuple(value)
-
-    def table(self, name: str, *, required: bool = True) -> "Table | None":
-        self.seen.add(name)
-        if name not in self.data:
-            if required:
-                raise RecipeError(self.file, self._k(name), expected="a table",
-                                  found="the key is missing")
-            return None
-        return Table(self.file, self.data[name], self._k(name))
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            raise RecipeError(self.file, self._k(unknown[0]),
-                              expected=f"one of {sorted(self.seen)}",
-                              found=f"unknown key '{unknown[0]}'",
-                              fix=f"remove or rename '{self._k(unknown[0])}' in {self.file}")
-
-
-def _num(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:g}"
-
-
-def typename(typ: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             list: "a list", dict: "a table"}
-    if isinstance(typ, tuple):
-        return " or ".join(names.get(t, t.__name__) for t in typ)
-    return names.get(typ, typ.__name__)
 
 
 def describe(value: Any) -> str:
@@ -160,18 +62,69 @@ _READ_FIX = {
 }
 
 
-def version_key(t: Table, name: str, *, required: bool = True) -> str | None:
-    value = t.get(name, str, required=required, what="a version string such as '2.10.0'", max_len=64)
-    if value is None:
-        return None
+def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None
+              ) -> tuple[str | None, bool]:
+    """Validate each ``(file, data, model name in .spec)`` in order, unless this exact content passed before
+    with this code in the same stack: a marker named by its digest in ``checked`` (the stack's
+    ``.state/recipe-checked``; None: always validate).  The digest is for :func:`remember` (None: a file
+    could not be read; the caller raises its error after the others).  The marker lives in the stack it
+    speaks for, never in a shared cache: a planted one skips the models for that stack only, whose
+    ``.state`` the no-op trusts anyway.  -> (the digest, whether the models ran here)."""
+    digest = content_digest([data for _, data, _ in checks])
+    if digest is not None and checked is not None and (checked / digest).is_file():
+        return digest, False
+    from . import spec
+
+    for file, data, model in checks:
+        if data is not None:
+            spec.validate(file, data, getattr(spec, model))
+    return digest, True
+
+
+def remember(checked: Path | None, digest: str | None) -> None:
+    """Mark content as validated in ``checked``, only where the stack's ``.state`` already exists; the
+    marker replaces any earlier one (one per stack: the recipe it was last set up from)."""
+    if checked is None or digest is None or not checked.parent.is_dir():
+        return
     try:
-        Version(value)
-    except InvalidVersion:
-        raise t.err(name, "a PEP 440 version such as '2.10.0'", value) from None
-    return value
+        checked.mkdir(exist_ok=True)
+        for old in checked.iterdir():
+            if old.name != digest:
+                old.unlink()
+        (checked / digest).touch()
+    except OSError:
+        pass            # only a shortcut: the next run validates again
 
 
-def check_format(t: Table) -> None:
-    fv = t.get("format_version", int, what=f"format_version = {FORMAT_VERSION}")
-    if fv != FORMAT_VERSION:
-        raise t.err("format_version", f"{FORMAT_VERSION} (this tool's recipe format)", fv)
+def content_digest(docs: list[dict[str, Any] | None]) -> str | None:
+    """The digest of parsed recipe/forks documents and of the rules they were checked with: this package's
+    code, the constants it reads (formats, levels, dtypes, commit ids) and the versions of pydantic and
+    packaging.  A TOML date or time is encoded with its type behind a NUL, which no string of a recipe can
+    hold (the read gate refuses NUL), so no two documents share a digest."""
+    import packaging
+
+    from ...checks import contract
+    from ..core import ids
+
+    if any(doc is None for doc in docs):
+        return None
+    digest = hashlib.sha256()
+    for source in [*sorted(Path(__file__).parent.glob("*.py")), Path(contract.__file__), Path(ids.__file__),
+                   _pydantic_version_file()]:
+        digest.update(source.name.encode() + b"\0" + (source.read_bytes() if source.is_file() else b"?"))
+    digest.update(f"packaging {packaging.__version__}\0".encode())
+    digest.update(json.dumps(docs, sort_keys=True, default=_typed).encode())
+    return digest.hexdigest()
+
+
+def _typed(value: Any) -> str:
+    """A TOML value JSON has no type for (a date, time or datetime), with its type, unlike any string."""
+    return f"\0{type(value).__name__}:{value.isoformat()}"
+
+
+def _pydantic_version_file() -> Path:
+    """pydantic's ``version.py``, found without importing pydantic (the no-op never does)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("pydantic")
+    return Path(spec.origin).parent / "version.py" if spec is not None and spec.origin else Path("pydantic-missing")

@@ -1,5 +1,4 @@
 """One thin module per setup step (its ``Step`` class), in pipeline order (see
 october.installer.pipeline.plan.plan_steps); each calls the domain libraries (``git``, ``wheels``, ``pyenv``,
 ``install``, ``jit``, ``lock``, ``machine``, ``recipe``).  The results every step returns are in
-:mod:`.results`; ``builtstack`` is the env and install steps' shared built-stack cache, ``jitearly`` the jit
-step's early start during install."""
+:mod:`.results`; ``jitearly`` is the jit step's early start during install."""

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
-from ..core.errors import CommandFailed, EnvError, LockError
+from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..engine import StepContext
-from ..pyenv import stackenv, systorch
+from ..install import consistency
+from ..pyenv import stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
+from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
-
-if TYPE_CHECKING:
-    from . import builtstack
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -49,27 +45,6 @@ def write_stack_env(ctx: StepContext) -> dict[str, Any]:
             "sha256": sha256_file(path), "env": env}
 
 
-def _site_packages(ctx: StepContext) -> list[str]:
-    return sorted(str(p) for p in ctx.paths.env.glob("lib/python*/site-packages"))
-
-
-def _pyvenv_version(ctx: StepContext) -> str | None:
-    cfg = ctx.paths.env / "pyvenv.cfg"
-    try:
-        text = cfg.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    m = re.search(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", text, re.M)
-    return m.group(1) if m else None
-
-
-def _dist_info_present(ctx: StepContext, name: str, version: str) -> bool:
-    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
-        if (sp / f"{name}-{version}.dist-info").is_dir():
-            return True
-    return False
-
-
 class EnvStep:
     name: ClassVar[str] = "env"
 
@@ -85,6 +60,8 @@ class EnvStep:
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
     def run(self, ctx: StepContext) -> EnvResult:
+        from .reuse import env_from_built_stack
+
         reused = env_from_built_stack(ctx, self.name)
         if reused is not None:
             return reused
@@ -95,10 +72,8 @@ class EnvStep:
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
         ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
                        step=self.name, env=stack_uv(ctx).env())
-        got = _pyvenv_version(ctx)
-        if not python_matches(r.python, got):
-            raise EnvError("the stack env has the wrong Python", expected=f"Python {r.python} (recipe python.version)",
-                           found=f"Python {got}", fix=f"install Python {r.python} (e.g. `uv python install {r.python}`) and re-run")
+        got = venv.pyvenv_version(ctx.paths.env)
+        venv.require_python(r.python, got)
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
         # [install] supply: runtime needs of a --no-deps fork, resolved here under the torch constraint
@@ -106,12 +81,9 @@ class EnvStep:
                                   torch_index=True)
         if ctx.options.locked is not None:
             self._install_locked_files(ctx)
-        if not _dist_info_present(ctx, "torch", r.torch.version):
-            raise EnvError("torch is not the pinned build after installing it",
-                           expected=f"torch {r.torch.version}", found="another version or none",
-                           fix=f"check that the torch index ({r.torch.index_url}) serves torch {r.torch.version}")
+        venv.require_torch(ctx.paths.env, r.torch.version, r.torch.index_url)
         return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
-                         torch=r.torch.version, site_packages=tuple(_site_packages(ctx)),
+                         torch=r.torch.version, site_packages=tuple(venv.site_packages(ctx.paths.env)),
                          stack_env=write_stack_env(ctx))
 
     def _install_locked_files(self, ctx: StepContext) -> None:
@@ -119,25 +91,11 @@ class EnvStep:
         (uv refuses any other bytes), before the forks are installed on top."""
         locked = ctx.options.locked
         assert locked is not None
-        lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in locked.hashes[name])
-                 for name, version in sorted(locked.packages.items()) if locked.hashes.get(name)]
-        missing = sorted(n for n in locked.packages if not locked.hashes.get(n))
-        if missing:
-            raise LockError(f"the lock {locked.path} gives no file hash for {', '.join(missing)}",
-                            expected="a sha256 for every locked wheel", found="entries without hashes",
-                            fix="re-create the lock with october_setup (without --locked)")
+        lines = venv.locked_lines(locked.packages, locked.hashes, locked.path)
         req = ctx.paths.state / "locked-requirements.txt"
         write_text_atomic(req, "\n".join(lines) + "\n")
         ctx.ui.info(f"installing {len(lines)} locked files from {locked.path.name} (hashes enforced)")
-        try:
-            stack_uv(ctx).pip_install(ctx.runner, self.name, ["--require-hashes", "--no-deps", "-r", str(req)],
-                                      torch_index=True)
-        except CommandFailed as exc:
-            raise LockError(f"the files the recipe's sources serve do not match the lock {locked.path}",
-                            expected="every locked package at its locked version and sha256",
-                            found=f"uv refused ({exc.tail.strip().splitlines()[-1] if exc.tail.strip() else 'see log'})",
-                            fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
-                                f"{exc.log_path}") from None
+        venv.install_locked(stack_uv(ctx), ctx.runner, self.name, req, locked.path)
 
     def verify(self, ctx: StepContext, result: EnvResult) -> str | None:
         if not ctx.paths.python.exists():
@@ -146,9 +104,9 @@ class EnvStep:
             problem = system_torch_env_problem(ctx, result)
             if problem is not None:
                 return problem
-        elif not python_matches(ctx.recipe.python, _pyvenv_version(ctx)):
+        elif not python_matches(ctx.recipe.python, venv.pyvenv_version(ctx.paths.env)):
             return "the env's Python version changed"
-        elif not _dist_info_present(ctx, "torch", ctx.recipe.torch.version):
+        elif not venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
         recorded = result.stack_env
         path = stackenv.env_file(ctx.paths.root)
@@ -159,68 +117,7 @@ class EnvStep:
         return None
 
 
-# ------------------------------------------------------------------ the built-stack cache
-
-
-def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
-    """The env copied from the built-stack cache entry of this stack's key (see
-    :mod:`october.installer.steps.builtstack`), checked as the env step checks a new one; None when
-    there is no usable entry (a refused one is removed and said so: this stack is then built)."""
-    from . import builtstack
-
-    if os.path.lexists(ctx.paths.env):
-        return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
-    key = builtstack.stack_key(ctx)
-    entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
-    if key is None or entry is None:
-        return None
-    root = ctx.paths.root
-    facts = builtstack.placed(entry.facts, root)
-    interpreter = facts.get("interpreter") or [None, None]
-    if builtstack.stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
-        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {interpreter[0]} changed; building")
-        return None
-    ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
-    try:
-        builtstack.restore_env(entry, ctx.paths.env, root)
-    except (builtstack.EntryRefused, OSError) as exc:
-        refuse_entry(ctx, step, entry, str(exc))
-        return None
-    env = facts.get("env") or {}
-    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=_pyvenv_version(ctx),
-                       torch=env.get("torch"), torch_cuda=env.get("torch_cuda"), torch_source=env.get("torch_source"),
-                       system_torch=env.get("system_torch"), site_packages=tuple(_site_packages(ctx)),
-                       stack_env=write_stack_env(ctx), built_from=key)
-    problem = (system_torch_env_problem(ctx, result) if ctx.recipe.torch.from_system
-               else None if _dist_info_present(ctx, "torch", ctx.recipe.torch.version)
-               else f"torch {ctx.recipe.torch.version} is not in it")
-    if problem is None and not python_matches(ctx.recipe.python, result.python_version):
-        problem = f"Python {result.python_version}, not {ctx.recipe.python}"
-    if problem is not None:
-        refuse_entry(ctx, step, entry, problem)
-        return None
-    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
-    return result
-
-
-def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
-    """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
-    stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
-    from . import builtstack
-
-    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
-    ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
-    builtstack.discard(entry.path)
-    if drop_env:
-        shutil.rmtree(ctx.paths.env, ignore_errors=True)
-
-
 # ------------------------------------------------------------------ site-provided torch
-
-
-def python_matches(recipe_python: str, got: str | None) -> bool:
-    """"3.12" accepts any 3.12.x (a system interpreter's patch level is the site's); "3.12.11" is exact."""
-    return got is not None and (got == recipe_python or got.startswith(recipe_python + "."))
 
 
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
@@ -232,13 +129,7 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     # own interpreter -- the import that matters, and the one that pays torch's cold start (~5 s on the
     # H200); importing it in the system interpreter first as well paid it twice (issue 20, cold < 45 s).
     facts = systorch.probe(ctx.runner, step, Path(python), locate=True)
-    ok, expected, found, fix = systorch.check(r, facts)
-    if not ok:
-        raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)
-    if not python_matches(r.python, facts.get("python")):
-        raise EnvError("the system interpreter has the wrong Python", expected=f"Python {r.python} (recipe "
-                       "python.version)", found=f"Python {facts.get('python')} at {python}",
-                       fix="point --system-python at an interpreter of the recipe's Python version")
+    systorch.require_usable(r, facts, python, python_matches(r.python, facts.get("python")))
     ctx.ui.info(f"creating {ctx.paths.env} on {python} (torch {facts.get('version')} from its site packages)")
     ctx.runner.run([uv_exe(), "venv", "--clear", "--system-site-packages", "--python", python, str(ctx.paths.env)],
                    step=step, env=stack_uv(ctx).env())
@@ -246,7 +137,10 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     wanted = [*r.build_requirements, *r.install.supply]
     system = systorch.site_distributions(systorch.site_dirs(facts))
     if ctx.options.kit is not None:
-        _left_out_present(ctx.options.kit, system, python)
+        from ..kit.have import require_left_out_present
+
+        require_left_out_present(ctx.options.kit.root, list(ctx.options.kit.manifest.get("left_out") or ()),
+                                 system, python)
     needed = systorch.unmet(wanted, system)
     if needed:
         ctx.ui.info(f"installing {len(needed)} of {len(wanted)} build/runtime requirements (the rest, and torch, "
@@ -255,83 +149,47 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                                            _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
     seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
-    problems = systorch.guard_problems(ctx.paths.env, facts, {
-        "dists": [{"version": seen.get("dist_version"), "site": seen.get("dist_site")}] if seen.get("dist_site") else [],
-        "import": {"origin": seen.get("file")}})
-    if seen.get("error") or seen.get("version") != facts.get("version") or problems:
-        raise EnvError("the stack env does not see the system torch", expected=f"torch {facts.get('version')} from "
-                       f"{', '.join(systorch.site_dirs(facts))}", found=str(seen.get("error") or
-                       (problems[0][2] if problems else f"torch {seen.get('version')}")),
-                       fix="check that the interpreter's site directories are readable; report this with "
-                           f"{ctx.runner.log_path(step)}")
-    got = _pyvenv_version(ctx)
+    systorch.require_seen(ctx.paths.env, facts, seen, ctx.runner.log_path(step))
+    got = venv.pyvenv_version(ctx.paths.env)
     version, cuda = facts.get("version"), facts.get("cuda")
     return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
                      torch=str(version) if version is not None else None,
                      torch_cuda=str(cuda) if cuda is not None else None, torch_source="system",
-                     system_torch=systorch.record(facts), site_packages=tuple(_site_packages(ctx)),
+                     system_torch=systorch.record(facts), site_packages=tuple(venv.site_packages(ctx.paths.env)),
                      stack_env=write_stack_env(ctx))
-
-
-def _left_out_present(kit: Any, system: Mapping[str, str], python: str) -> None:
-    """A kit made with ``--have`` left out what that listing said the target has; a listing of another
-    interpreter (or a stale one) would leave the stack without them, found only when something imports
-    them.  Each one is checked here, before anything is installed, and every difference named."""
-    from packaging.utils import canonicalize_name
-
-    from ..kit.have import has
-
-    missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
-               for d in kit.manifest.get("left_out") or () if not has(system, d["package"], d["version"])]
-    if missing:
-        raise EnvError(f"the kit {kit.root} left out {len(missing)} wheel(s) the interpreter {python} does not have",
-                       expected="every distribution the kit's --have listing named, at that version, in the "
-                                "system interpreter", found="; ".join(missing[:8]) + ("; ..." if len(missing) > 8 else ""),
-                       fix=f"make the kit again with --have from this interpreter (`{python} -m pip list > FILE`), "
-                           "or point --system-python at the interpreter the listing came from")
 
 
 def _offline_packages(ctx: StepContext) -> set[str] | None:
     """What an offline install can take (the kit's wheels, or a ``no_index`` recipe's find-links), by
     canonical name; None when an index serves the rest (then only torch is taken as the system's)."""
     if ctx.options.kit is not None:
-        return kit_packages(ctx.options.kit.wheels_dir)
+        return systorch.kit_packages(ctx.options.kit.wheels_dir)
     src = ctx.recipe.sources
     if src.no_index:
-        return set().union(*(kit_packages(Path(d)) for d in src.find_links if Path(d).is_dir()))
+        return set().union(*(systorch.kit_packages(Path(d)) for d in src.find_links if Path(d).is_dir()))
     return None
-
-
-def kit_packages(wheels: Path) -> set[str]:
-    """The distributions a kit carries a wheel of (canonical names)."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    out: set[str] = set()
-    for w in wheels.glob("*.whl"):
-        try:
-            out.add(str(parse_wheel_filename(w.name)[0]))
-        except InvalidWheelFilename:
-            continue
-    return out
 
 
 def system_torch_env_problem(ctx: StepContext, result: EnvResult) -> str | None:
-    """No process started (no-op re-runs stay fast): the .pth is in place, no torch in the env's own
-    site-packages, and the recorded system torch is still where it was."""
-    rec = result.system_torch or {}
-    if rec.get("python") != ctx.recipe.torch.system_python:
-        return "the system interpreter changed"
-    for sp in ctx.paths.env.glob("lib/python*/site-packages"):
-        if any(sp.glob("torch-*.dist-info")) or (sp / "torch").exists():
-            return f"torch was installed into {sp} (it must come from the system)"
-        if not (sp / systorch.PTH_NAME).is_file():
-            return f"{sp / systorch.PTH_NAME} is missing"
-    where = rec.get("path")
-    version = rec.get("version")
-    if not where or not (Path(where) / "__init__.py").is_file():
-        return f"the system torch at {where} is gone"
-    sites = [Path(d) for d in rec.get("site_packages") or []]
-    dist = rec.get("dist_version") or version
-    if dist and not any((d / f"torch-{dist}.dist-info").is_dir() for d in sites):
-        return f"torch {version} is no longer installed in the system site directories"
-    return None
+    """No process started (no-op re-runs stay fast): see :func:`october.installer.pyenv.systorch.env_problem`."""
+    return systorch.env_problem(ctx.paths.env, ctx.recipe.torch.system_python, result.system_torch or {})
+
+
+def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
+    """The env step's record of a site-provided torch (None when the env installs its own)."""
+    if not ctx.recipe.torch.from_system:
+        return None
+    env = ctx.result(EnvResult)
+    rec = env.system_torch if env is not None else None
+    if rec is None:
+        raise InstallError("the env step's record of the system torch is missing", expected="env step outputs "
+                           "with system_torch", found="none", fix="re-run october_setup (the env step runs again)")
+    return rec
+
+
+def system_provided(ctx: StepContext) -> list[consistency.Dist]:
+    """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
+    rec = system_torch_record(ctx)
+    if rec is None:
+        return []
+    return consistency.installed_in([Path(d) for d in rec.get("site_packages") or []])

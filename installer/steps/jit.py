@@ -16,59 +16,44 @@ takes that build and waits for it, and checks what it made the same way.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from ..core.errors import CommandFailed, JitError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_code_root
 from ..engine import Reporter, StepContext
-from ..jit.cache import SharedJitCache, cache_key
-from ..jit.integrity import (
-    aot_path,
-    discard,
-    manifest_aot_dir,
-    read_manifest,
-    untrusted_libraries,
-    write_manifest,
+from ..jit.build import (
+    JitBuild,
+    ReadyEvent,
+    builder_env as build_env,
+    check_modules,
+    check_unchanged,
+    checkout_aot_dir,
+    find_ready,
+    module_fields,
+    module_request,
+    pending_discards,
+    read_result,
+    record_modules,
+    require_success,
+    version_from_paths,
+    write_request,
 )
-from ..pyenv import stackenv
-from ..recipe import JitModule
+from ..jit.cache import SharedJitCache, cache_key
+from ..jit.integrity import discard, manifest_aot_dir, untrusted_libraries
 from ..recipe.forks import traits_of
 from .env import resolved_nvcc
 from .jitearly import take_early
 from .results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
 
+
 DEFAULT_BUILDER = "october.checks.jit_build"
-DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV",
-               "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")
-
-
-def module_request(i: int, m: JitModule) -> dict[str, Any]:
-    return {"id": f"m{i}", "kind": m.kind, "q": m.q, "k": m.k, "v": m.v, "o": m.o, "head_dim": m.head_dim,
-            "posenc": m.posenc, "backend": m.backend}
-
-
 def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
-    """The stack's own runtime environment (STACK/stack-env.json, written by the env step), plus
-    ``PYTHONPATH`` = this repository (so the builder module is found) and ``MAX_JOBS``."""
-    stack = stackenv.load(ctx.paths.root)
-    if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
-        raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
-                       expected=f"FLASHINFER_CUDA_ARCH_LIST={arch_list} (recipe [cuda] arch_list)",
-                       found=f"{stack.get('FLASHINFER_CUDA_ARCH_LIST')!r} in {stackenv.env_file(ctx.paths.root)}",
-                       fix="re-run october_setup (the env step rewrites the stack environment)")
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-    env = stackenv.apply(stack, env)
-    env["PYTHONPATH"] = str(stack_code_root(ctx.options.cache_dir))
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    return env
+    """The builder's environment for this stack (:func:`october.installer.jit.build.builder_env`)."""
+    return build_env(ctx.paths.root, arch_list, lambda: stack_code_root(ctx.options.cache_dir), os.environ)
 
 
 def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[str, Any] | None:
@@ -86,38 +71,6 @@ def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[
         return None
     return {"flashinfer_commit": commit, "nvcc": nvcc, "arch_list": arch_list, "torch": torch,
             "torch_cuda": env.torch_cuda if env is not None else None, "builder": builder}
-
-
-def _fields(jm: JitModule) -> dict[str, Any]:
-    return {"kind": jm.kind, "q": jm.q, "k": jm.k, "v": jm.v, "o": jm.o, "head_dim": jm.head_dim,
-            "posenc": jm.posenc, "backend": jm.backend}
-
-
-def _version_from_paths(workspace: Path, modules: list[dict[str, Any]]) -> str | None:
-    """``.cache/flashinfer/<version>/<arch>/cached_ops/...``: the FlashInfer version that built them."""
-    for m in modules:
-        parts = Path(m["path"]).relative_to(workspace).parts
-        if len(parts) > 2 and parts[:2] == (".cache", "flashinfer"):
-            return parts[2]
-    return None
-
-
-@dataclass
-class JitBuild:
-    """What :meth:`JitStep.prepare` found: the modules already verified (``ready``, by shared-cache key)
-    and, when some are still to build, the builder's command (``argv`` None: nothing to build)."""
-
-    workspace: Path
-    aot: Path | None
-    requests: list[dict[str, Any]]
-    keys: list[str | None]
-    inputs: Mapping[str, Any] | None
-    cache: SharedJitCache | None
-    ready: dict[str, dict[str, Any]]
-    discarded: list[dict[str, str]]
-    argv: list[str] | None = None
-    env: dict[str, str] | None = None
-    result_path: Path | None = None
 
 
 class JitStep:
@@ -156,7 +109,7 @@ class JitStep:
         else:
             build, started = self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None
         if build.argv is None:
-            modules = [{**build.ready[k], **_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
+            modules = [{**build.ready[k], **module_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
             ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
             return self._finish(ctx, build, modules, result=None)
         failure: CommandFailed | None = None
@@ -189,12 +142,7 @@ class JitStep:
                          ready=ready, discarded=discarded)
         if cache is not None and all(k in ready for k in keys):
             return build
-        work = ctx.paths.state / "jit"
-        work.mkdir(parents=True, exist_ok=True)
-        request_path, build.result_path = work / "request.json", work / "result.json"
-        build.result_path.unlink(missing_ok=True)
-        request_path.write_text(json.dumps({"modules": requests, "result": str(build.result_path)}, indent=1),
-                                encoding="utf-8")
+        request_path, build.result_path = write_request(ctx.paths.state / "jit", requests)
         ui.info(f"building {len(requests)} JIT module(s) for sm {arch_list} into {workspace}")
         build.argv = [str(ctx.paths.python), *ctx.paths.pycache_args(), "-P", "-s", "-m", self.builder,
                       str(request_path)]
@@ -206,31 +154,10 @@ class JitStep:
         every module, record them."""
         assert build.result_path is not None
         workspace, ready = build.workspace, build.ready
-        result = self._read_result(build.result_path, failure)
-        if result.get("problem"):
-            if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
-                raise JitError("the installed FlashInfer is not the asymmetric fork",
-                               expected="a BatchDecodeWithPagedKVCacheWrapper.plan that accepts k_data_type/"
-                                        "v_data_type, named or forwarded to _plan_impl (checks/flashinfer_asym.py), and an "
-                                        "asymmetric paged prefill where the recipe asks for one",
-                               found=str(result["problem"]),
-                               fix="re-run october_setup so the install step lays the fork over whatever "
-                                   "replaced it, and check the recipe pins the asymmetric fork commit")
-            raise JitError("the JIT builder refused to run", expected="a clean start of the builder",
-                           found=str(result["problem"]), fix=f"read {ctx.runner.log_path(self.name)}")
-        if failure is not None:
-            raise JitError("building the JIT modules failed", expected="the builder to exit 0",
-                           found=f"exit code {failure.returncode}; last lines:\n{failure.tail}",
-                           fix=f"read the full log {failure.log_path}") from failure
-        modules = self._check(workspace, build.requests, ctx.recipe.jit, result)
-        for m, k in zip(modules, build.keys):
-            if k in ready:
-                m["source"] = ready[k]["source"]
-            if m["cached"] and k in ready and m["sha256"] != ready[k]["sha256"]:
-                raise JitError(f"JIT module {m['uri']} changed while the builder ran",
-                               expected=f"sha256 {ready[k]['sha256']} (verified before the build)",
-                               found=f"sha256 {m['sha256']}", fix="re-run october_setup; do not share STACK/jit "
-                               "between concurrent runs")
+        result = read_result(build.result_path, failure)
+        require_success(result, failure, ctx.runner.log_path(self.name))
+        modules = check_modules(workspace, build.requests, ctx.recipe.jit, result)
+        check_unchanged(modules, build.keys, ready)
         cached = all(m["cached"] for m in modules)
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
         return self._finish(ctx, build, modules, result=result)
@@ -244,15 +171,10 @@ class JitStep:
         directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
         it without any check, too)."""
         bad = untrusted_libraries(workspace, aot_dirs=(aot,))
-        pending = discards_path(ctx)
-        earlier = read_discards(pending)
+        earlier, every = pending_discards(discards_path(ctx), bad)
         for item in earlier:
             ui.info(f"JIT library {item['path']} was discarded before, by a run (or a build begun early) that "
                     f"did not finish ({item['reason']}): recorded now")
-        now = [{"path": str(b.path), "reason": b.reason} for b in bad]
-        every = earlier + [d for d in now if d not in earlier]
-        if now:     # kept before anything is removed: recorded by the run that finishes the step
-            write_discards(pending, every)
         for item in bad:
             ui.warn(f"JIT library {item.path} is not trusted ({item.reason}): rebuilding it")
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
@@ -262,53 +184,23 @@ class JitStep:
     @staticmethod
     def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
                cache: SharedJitCache | None) -> dict[str, dict[str, Any]]:
-        """key -> module record for each module already verified in the workspace or restored from the
-        shared cache (verified by hash there)."""
-        ready: dict[str, dict[str, Any]] = {}
-        manifest = read_manifest(workspace)       # after _discard_untrusted: every listed file verifies
-        by_key = {rec["key"]: (uri, rec) for uri, rec in manifest.items()
-                  if rec.get("key") and (workspace / rec["path"]).is_file()}
-        for key in keys:
-            if key is None or key in ready:
-                continue
-            if key in by_key:
-                uri, rec = by_key[key]
-                ready[key] = {"uri": uri, "path": str(workspace / rec["path"]), "sha256": rec["sha256"],
-                              "cached": True, "source": "workspace"}
-                continue
-            if cache is None:
-                continue
-            found = cache.restore(key, workspace)
-            if found.refused:
-                ui.warn(found.refused)
-                ctx.runner.note("jit", found.refused)
-            if found.restored is not None:
-                got = found.restored
-                ready[key] = {"uri": got.uri, "path": str(workspace / got.lib), "sha256": got.sha256,
-                              "cached": True, "source": "shared-cache"}
-                ui.info(f"JIT module {got.uri[:60]}... restored from the shared cache (sha256 verified)")
-        return ready
+        """key -> module record for each module already verified (:func:`october.installer.jit.build.find_ready`)."""
+        def say(event: ReadyEvent) -> None:
+            if event.kind == "refused":
+                ui.warn(event.text)
+                ctx.runner.note("jit", event.text)
+            else:
+                ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
+
+        return find_ready(workspace, keys, cache, say)
 
     def _finish(self, ctx: StepContext, build: JitBuild, modules: list[dict[str, Any]], *,
                 result: Mapping[str, Any] | None) -> JitResult:
-        workspace, keys, inputs, cache = build.workspace, build.keys, build.inputs, build.cache
-        stored = 0
-        for m, k in zip(modules, keys):
-            m.setdefault("source", "workspace" if m["cached"] else "built")
-            if cache is not None and k is not None and inputs is not None and m["source"] != "shared-cache":
-                stored += cache.store(k, inputs, workspace, m["uri"], Path(m["path"]), m["sha256"])
+        workspace, inputs, cache = build.workspace, build.inputs, build.cache
         aot = (Path(result["aot_dir"]) if result is not None and result.get("aot_dir")
                else known_aot_dir(ctx, workspace))
-        if aot is not None:
-            for m in modules:
-                m["aot_path"] = str(place_aot(aot, m["uri"], Path(m["path"]), m["sha256"]))
-        records = {m["uri"]: {"path": Path(m["path"]).relative_to(workspace).as_posix(), "sha256": m["sha256"],
-                              **({"key": k} if k else {})} for m, k in zip(modules, keys)}
-        write_manifest(workspace, records, aot)
-        for m in modules:       # what the no-op's verify trusts by stat signature (core/filetrust.py)
-            for path in [Path(m["path"])] + ([Path(m["aot_path"])] if m.get("aot_path") else []):
-                ctx.trust.digest(path, "sha256", sha256_file)
-        version = result.get("flashinfer_version") if result is not None else _version_from_paths(workspace, modules)
+        stored = record_modules(build, modules, aot, ctx.trust)
+        version = result.get("flashinfer_version") if result is not None else version_from_paths(workspace, modules)
         done = JitResult(workspace=str(workspace), arch_list=ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else "",
                          modules=tuple(modules), cached=all(m["cached"] for m in modules), builder=self.builder,
                          flashinfer_version=str(version) if version is not None else None,
@@ -318,66 +210,6 @@ class JitStep:
                                        "stored": stored} if cache is not None else None)
         discards_path(ctx).unlink(missing_ok=True)      # in this result from here on
         return done
-
-    @staticmethod
-    def _read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError) as exc:
-            found = f"{type(exc).__name__} reading {path}"
-            if failure is not None:
-                found += f"; the builder exited {failure.returncode}:\n{failure.tail}"
-            raise JitError("the JIT builder left no result", expected=f"a JSON result in {path}", found=found,
-                           fix=f"read the log {failure.log_path if failure else path.parent}") from None
-        if not isinstance(data, dict) or data.get("format") != RESULT_FORMAT:
-            raise JitError("the JIT builder's result has an unknown format", expected=f"format {RESULT_FORMAT}",
-                           found=repr(data.get("format") if isinstance(data, dict) else data)[:100],
-                           fix="use a builder from this version of the tool")
-        return data
-
-    @staticmethod
-    def _check(workspace: Path, requests: list[dict[str, Any]], wanted: tuple[JitModule, ...],
-               result: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Every requested module came back once, inside the workspace, with the hash we compute."""
-        got: dict[str, list[Mapping[str, Any]]] = {}
-        for entry in result.get("modules", []):
-            got.setdefault(str(entry.get("id")), []).append(entry)
-        problems: list[str] = []
-        modules: list[dict[str, Any]] = []
-        uris: set[str] = set()
-        for req, jm in zip(requests, wanted):
-            label = (f"{jm.kind} q={jm.q} k={jm.k} v={jm.v} o={jm.o} head_dim={jm.head_dim} posenc={jm.posenc}")
-            entries = got.get(req["id"], [])
-            if len(entries) != 1:
-                problems.append(f"{label}: {'not produced' if not entries else f'{len(entries)} results'}")
-                continue
-            e = entries[0]
-            uri, path = str(e.get("uri") or ""), Path(str(e.get("path") or ""))
-            if not uri or uri in uris:
-                problems.append(f"{label}: {'no URI' if not uri else f'URI {uri} given twice'}")
-                continue
-            uris.add(uri)
-            try:
-                inside = path.resolve().is_relative_to(workspace.resolve())
-            except OSError:
-                inside = False
-            if not path.is_file() or not inside:
-                problems.append(f"{label}: library {path} " + ("is outside the workspace" if path.is_file()
-                                                                 else "does not exist"))
-                continue
-            digest = sha256_file(path)
-            if e.get("sha256") != digest:
-                problems.append(f"{label}: the builder reported sha256 {e.get('sha256')}, the file has {digest}")
-                continue
-            modules.append({"uri": uri, "path": str(path), "sha256": digest, **_fields(jm),
-                            "cached": bool(e.get("cached"))})
-        if problems:
-            raise JitError(f"{len(problems)} JIT module(s) missing or wrong:\n"
-                           + "\n".join(f"  - {p}" for p in problems),
-                           expected=f"{len(requests)} built libraries under {workspace}, one per recipe entry",
-                           found=f"{len(modules)} good", fix="read the jit log; a module the builder skipped is "
-                           "not built, and the stack cannot serve it")
-        return modules
 
     def verify(self, ctx: StepContext, result: JitResult) -> str | None:
         for m in result.modules:
@@ -397,23 +229,6 @@ def discards_path(ctx: StepContext) -> Path:
     return ctx.paths.state / "jit" / "discarded.json"
 
 
-def read_discards(path: Path) -> list[dict[str, str]]:
-    try:
-        got = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    items = got.get("discarded") if isinstance(got, dict) else None
-    return [{"path": str(d["path"]), "reason": str(d["reason"])} for d in items or ()
-            if isinstance(d, dict) and "path" in d and "reason" in d]
-
-
-def write_discards(path: Path, items: list[dict[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"discarded": items}, indent=1), encoding="utf-8")
-    os.replace(tmp, path)           # never seen half-written
-
-
 def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = None) -> Path | None:
     """FlashInfer's AOT directory for this stack without starting it: the one recorded last time, else
     FlashInfer's own rule for the fork's checkout (``<package>/data/aot``; ``flashinfer/data/`` is
@@ -425,26 +240,7 @@ def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = 
     install = ctx.result(InstallResult)
     for f in install.forks if install is not None else ():
         if traits_of(f.mode).jit_checkout and f.path:
-            return Path(f.path) / "flashinfer" / "data" / "aot"
+            return checkout_aot_dir(Path(f.path))
     if install is None and checkout is not None:
-        return checkout / "flashinfer" / "data" / "aot"
+        return checkout_aot_dir(checkout)
     return None
-
-
-def place_aot(aot: Path, uri: str, lib: Path, sha256: str) -> Path:
-    """Put the verified library where FlashInfer loads prebuilt modules without running ninja: its
-    runtime ninja rebuilds a module whose build files name another stack's paths, so a module reused
-    from the shared cache is only reused at runtime from here (measured on the H200)."""
-    target = aot_path(aot, uri)
-    if target.is_file() and sha256_file(target) == sha256:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(lib, tmp)
-    os.replace(tmp, target)
-    got = sha256_file(target)
-    if got != sha256:
-        raise JitError(f"the AOT copy of {uri} does not match what was verified", expected=f"sha256 {sha256}",
-                       found=f"sha256 {got} at {target}", fix="check the disk holding the FlashInfer checkout; "
-                       "re-run october_setup")
-    return target

@@ -34,7 +34,8 @@ from ..engine import FORKS_INSTALLED, StepContext, must_run
 if TYPE_CHECKING:
     from ..engine import Step
     from ..install.plan import ForkSource
-    from .jit import JitBuild, JitStep
+    from ..jit.build import JitBuild
+    from .jit import JitStep
 
 
 class Deferred:

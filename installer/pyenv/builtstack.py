@@ -40,16 +40,14 @@ import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from ..core.hashing import sha256_file
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.hashing import fingerprint
-
-if TYPE_CHECKING:
-    from ..engine import StepContext
+from .uvcmd import uv_exe
 
 BUILT_FORMAT = 1
 PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
@@ -357,38 +355,25 @@ def restore_fork_outputs(entry: Entry, fork: str, checkout: Path, root: Path, *,
 # ------------------------------------------------------------------------ the stack's key
 
 
-def stack_key(ctx: "StepContext") -> str | None:
-    """This stack's key (see the module doc), or None when it may not take or give an entry: a dirty
-    fork (``--allow-dirty``), a base wheel trusted on first use (no recipe sha256), a stack path a URL
-    would quote, a site-provided torch preflight did not locate."""
-    from .env import EnvStep
-    from ..pyenv.uvcmd import uv_exe
-    from .install import InstallStep
-    from .results import FetchResult, PreflightResult
-
-    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
-    fetch = ctx.result(FetchResult)
-    if fetch is None or o.allow_dirty or not path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
-        return None
-    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
-        return None
-    install = dict(InstallStep().inputs(ctx))
-    install.pop("wheel_sha256", None)           # the wheel step runs after env: the recipe's pin stands for it
+def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
+            forks: Mapping[str, Mapping[str, Any]], system_torch: Mapping[str, Any] | None = None) -> str:
+    """The key (see the module doc) of a stack at ``root`` made from the env and install steps' inputs
+    (the install inputs without the wheel's hash: the wheel step runs after env, the recipe's pin
+    ``wheel_sha256`` stands for it), each fork's ``{commit, submodules, sparse}`` and, for a
+    site-provided torch, its facts as preflight located them."""
+    install = dict(install_inputs)
+    install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
-        "env": templated(EnvStep().inputs(ctx), root), "install": templated(install, root),
-        "wheel": r.wheel.sha256 if r.wheel is not None else None,
-        "forks": {name: {"commit": rec.commit, "submodules": dict(rec.submodules),
-                         **({"sparse": {k: list(v) for k, v in sorted(rec.sparse.items())}} if rec.sparse else {})}
-                  for name, rec in sorted(fetch.forks.items())},
+        "env": templated(env_inputs, root), "install": templated(install, root),
+        "wheel": wheel_sha256,
+        "forks": {name: {"commit": rec["commit"], "submodules": dict(rec["submodules"]),
+                         **({"sparse": {k: list(v) for k, v in sorted(rec["sparse"].items())}} if rec.get("sparse") else {})}
+                  for name, rec in sorted(forks.items())},
         "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
         "tool": tool_code(),
     }
-    if r.torch.from_system:
-        pre = ctx.result(PreflightResult)
-        facts = pre.facts.get("system_torch") if pre is not None else None
-        if not isinstance(facts, Mapping) or not facts.get("file"):
-            return None
-        parts["system_torch"] = system_torch_identity(facts)
+    if system_torch is not None:
+        parts["system_torch"] = system_torch_identity(system_torch)
     return entry_key(parts)
 
 
@@ -421,3 +406,57 @@ def interpreter_identity(env: Path) -> list[Any]:
     """The interpreter the env's ``bin/python`` resolves to, with its stat signature."""
     real = Path(os.path.realpath(env / "bin" / "python"))
     return [str(real), stat_identity([real])]
+
+
+def recorded_imports(entry: Entry, root: Path) -> dict[str, str]:
+    """The ``import <fork>`` verdicts recorded in the entry (fork -> version), placed at ``root``."""
+    got = placed(entry.facts.get("imports") or {}, root)
+    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
+
+def remove_created(made: list[Path]) -> None:
+    """Take back what a refused restore made (``created`` of :func:`restore_fork_outputs`), deepest first."""
+    for p in sorted(made, key=lambda q: len(q.parts), reverse=True):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def entry_facts(env: Path, *, imports: Mapping[str, str], wheel_sha256: str | None,
+                nested_installs: Mapping[str, Any], env_record: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts an entry is stored with: the interpreter ``env`` links to, the import verdicts, the
+    base wheel's hash, the nested-install verdicts and the env step's record of torch."""
+    return {"interpreter": interpreter_identity(env), "imports": dict(imports),
+            "wheel_sha256": wheel_sha256, "nested_installs": dict(nested_installs), "env": dict(env_record)}
+
+
+def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
+    """The interpreter an entry's env links to (``facts``, placed) when its stat signature is no longer
+    the one recorded (then the entry is not taken), else None."""
+    interpreter = facts.get("interpreter") or [None, None]
+    if stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
+        return str(interpreter[0])
+    return None
+
+
+def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *,
+                  changed_tracked: Callable[[Path], list[str]], announce: Callable[[str, Path], None]) -> dict[str, Any]:
+    """Each fork's build outputs (``forks``: name, checkout) put into its checkout from the entry
+    (``announce(name, checkout)`` before each), none of which may change a tracked file
+    (``changed_tracked(checkout)``: the tracked files that differ from HEAD); -> the nested-install
+    verdicts the entry's build had.  On a refusal (:class:`EntryRefused`, OSError) what was made is
+    taken back before the error is raised."""
+    made: list[Path] = []
+    try:
+        for name, checkout in forks:
+            before = changed_tracked(checkout)
+            announce(name, checkout)
+            restore_fork_outputs(entry, name, checkout, root, created=made)
+            after = changed_tracked(checkout)
+            if after != before:
+                raise EntryRefused(f"it changes tracked files of fork {name}: {after[:3]}")
+    except (EntryRefused, OSError):
+        remove_created(made)
+        raise
+    return dict(placed(entry.facts.get("nested_installs") or {}, root))

@@ -1,0 +1,82 @@
+"""Facts about a stack venv read from its files (no process started): the Python version its
+``pyvenv.cfg`` names, its site-packages, whether a distribution is installed at a version, and the
+recipe's Python rule; and the ``--locked`` install of every index package from its locked file."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.errors import CommandFailed, EnvError, LockError
+from ..core.runner import Runner
+
+if TYPE_CHECKING:
+    from .uvcmd import StackUv
+
+
+def site_packages(env: Path) -> list[str]:
+    return sorted(str(p) for p in env.glob("lib/python*/site-packages"))
+
+
+def pyvenv_version(env: Path) -> str | None:
+    cfg = env / "pyvenv.cfg"
+    try:
+        text = cfg.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    m = re.search(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", text, re.M)
+    return m.group(1) if m else None
+
+
+def dist_info_present(env: Path, name: str, version: str) -> bool:
+    for sp in env.glob("lib/python*/site-packages"):
+        if (sp / f"{name}-{version}.dist-info").is_dir():
+            return True
+    return False
+
+
+def python_matches(recipe_python: str, got: str | None) -> bool:
+    """"3.12" accepts any 3.12.x (a system interpreter's patch level is the site's); "3.12.11" is exact."""
+    return got is not None and (got == recipe_python or got.startswith(recipe_python + "."))
+
+
+def require_python(recipe_python: str, got: str | None) -> None:
+    """The venv just made has the recipe's Python (``got``: its pyvenv.cfg version)."""
+    if not python_matches(recipe_python, got):
+        raise EnvError("the stack env has the wrong Python", expected=f"Python {recipe_python} (recipe python.version)",
+                       found=f"Python {got}", fix=f"install Python {recipe_python} (e.g. `uv python install {recipe_python}`) and re-run")
+
+
+def require_torch(env: Path, version: str, index_url: str) -> None:
+    """The pinned torch is what the env holds after installing it."""
+    if not dist_info_present(env, "torch", version):
+        raise EnvError("torch is not the pinned build after installing it",
+                       expected=f"torch {version}", found="another version or none",
+                       fix=f"check that the torch index ({index_url}) serves torch {version}")
+
+
+def locked_lines(packages: Mapping[str, str], hashes: Mapping[str, Sequence[str]], lock: Path) -> list[str]:
+    """``--locked``: a hash-pinned requirement line per locked index package; every one must have a hash."""
+    lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in hashes[name])
+             for name, version in sorted(packages.items()) if hashes.get(name)]
+    missing = sorted(n for n in packages if not hashes.get(n))
+    if missing:
+        raise LockError(f"the lock {lock} gives no file hash for {', '.join(missing)}",
+                        expected="a sha256 for every locked wheel", found="entries without hashes",
+                        fix="re-create the lock with october_setup (without --locked)")
+    return lines
+
+
+def install_locked(uv: "StackUv", runner: Runner, step: str, requirements: Path, lock: Path) -> None:
+    """Every locked file from ``requirements`` (see :func:`locked_lines`), hashes enforced, no
+    dependencies: uv refuses any other bytes."""
+    try:
+        uv.pip_install(runner, step, ["--require-hashes", "--no-deps", "-r", str(requirements)], torch_index=True)
+    except CommandFailed as exc:
+        raise LockError(f"the files the recipe's sources serve do not match the lock {lock}",
+                        expected="every locked package at its locked version and sha256",
+                        found=f"uv refused ({exc.tail.strip().splitlines()[-1] if exc.tail.strip() else 'see log'})",
+                        fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
+                            f"{exc.log_path}") from None

@@ -1,0 +1,630 @@
+"""The recipe and forks.toml as typed models (pydantic v2: strict types, unknown keys refused, frozen).
+
+Every key's type, bound and rule is declared here once; the same models publish the JSON Schema editors
+validate recipes with (``recipes/recipe.schema.json``, :mod:`.schema`).  A rule's expected text travels
+with it (:func:`rule`, a ``description``), so :func:`recipe_error` turns pydantic's first error into the
+project's :class:`~october.installer.core.errors.RecipeError`: the file, the dotted key, what was expected
+and what was found.  The section modules (:mod:`.env`, :mod:`.forks`, ...) build the frozen types the
+tool uses from the validated tables; what needs forks.toml (a fork's name and pin) is checked there.
+
+Imported only when a recipe is validated (:func:`october.installer.recipe.tomlcheck.validated`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import core_schema
+
+from ...checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
+from ..core.errors import RecipeError
+from ..core.ids import FULL_SHA, SHA256
+from .cuda import parse_arch_list
+from .forks import INSTALL_MODES
+from .install import ENV_NAME, RESERVED_ENV
+from .jitmodules import DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
+from .tomlcheck import FORMAT_VERSION, MAX_INT, MAX_ITEMS, MAX_KEY, MAX_KEYS, MAX_STR, MAX_URL, describe
+from .wheel import DEFAULT_COMPILED_SOURCES
+
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# SAFE_NAME as the schema publishes it: JSON Schema patterns are ECMA-262 and taplo uses Rust's regex, which
+# has no look-around, so the "no '..'" part stays in the tool (the name is checked in full when loaded)
+SAFE_NAME_PUBLISHED = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# a PEP 440 version starts with an optional 'v', an optional epoch 'N!' and a digit: the schema checks that
+# much (the full parse stays in the tool; packaging's pattern is verbose, named-group and case-insensitive)
+VERSION_START = r"^\s*[vV]?([0-9]+!)?[0-9]"
+NOT_BLANK = r"\S"           # str.strip(value) is truthy: some character that is not white space
+SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
+DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")   # ASCII: the schema's \\w is ASCII only
+SDIST_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}$")
+GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
+SHAPE_MAX = 1 << 16         # heads, head dim, layers: far above any model, far below an overflow
+MAX_TOKENS = 1 << 20        # a smoke prompt or generation longer than this is a typo, not a test
+TAG = "="                   # a tagged union's branch in an error's location (not a key)
+BRANCHES = {"=id": 0, "=commit": 1, "=prefix": 2, "=sdist": 3,    # PinValue's, in order
+            "=all": 0, "=paths": 1}                                # ForkUseSpec.submodules
+
+
+class Refused(ValueError):
+    """A rule's failure (pydantic reports it as a ``value_error`` holding it): ``expected``, ``found``
+    (None: the value), ``at`` the dotted key below the failing one that it is about."""
+
+    def __init__(self, expected: str, found: str | None = None, at: str = "") -> None:
+        super().__init__(f"expected {expected}")
+        self.expected, self.found, self.at = expected, found, at
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra``'s keywords over ``into``; a keyword both hold as a table (``items``) is merged, not replaced."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+@dataclass(frozen=True, eq=False)          # hashed by identity: typing hashes Annotated metadata
+class Rule:
+    """A check on a typed value, refused with ``expected`` (an after-validator raising :class:`Refused`,
+    as ``AfterValidator`` would); ``schema`` is what the rule publishes in the JSON Schema (``enum``,
+    ``pattern``, ``minimum``...), as much of it as JSON Schema can say (nothing: the rule is code-only)."""
+
+    check: Callable[[Any], Any]
+    expected: str
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, value: Any) -> Any:
+        if not self.check(value):
+            raise Refused(self.expected)
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.run, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return _merge(handler(schema), self.schema)
+
+
+def rule(check: Callable[[Any], Any], expected: str, **schema: Any) -> Rule:
+    """A check on a typed value, refused with ``expected``; ``schema``: its JSON Schema keywords."""
+    return Rule(check, expected, schema)
+
+
+def keyed(pattern: str) -> dict[str, Any]:
+    """A table key's pattern, as JSON Schema keywords: inside ``allOf`` so it stays in ``propertyNames``
+    (pydantic moves a key schema's top-level ``pattern`` to ``patternProperties``, which leaves any key
+    that does not match it unchecked)."""
+    return {"allOf": [{"pattern": pattern}]}
+
+
+def matches(pattern: re.Pattern[str], expected: str, published: str | None = None, *, key: bool = False) -> Rule:
+    """The value matches ``pattern``; the schema publishes ``published`` (default: the same pattern), for a
+    pattern that JSON Schema's regex dialect cannot state (look-around); ``key``: the value is a table key."""
+    text = published or pattern.pattern
+    return rule(lambda v: pattern.match(v) is not None, expected, **(keyed(text) if key else {"pattern": text}))
+
+
+def parses(parse: Callable[[str], Any], expected: str, **schema: Any) -> Rule:
+    def ok(value: str) -> bool:
+        try:
+            parse(value)
+        except ValueError:
+            return False
+        return True
+    return rule(ok, expected, **schema)
+
+
+def one_of(values: Any, expected: str | None = None) -> Rule:
+    return rule(lambda v: v in values, expected or f"one of {', '.join(map(str, values))}", enum=list(values))
+
+
+def _int_range(lo: int, hi: int, expected: str | None = None) -> Rule:
+    return rule(lambda v: lo <= v <= hi, expected or f"an integer from {lo} to {hi}", minimum=lo, maximum=hi)
+
+
+def _finite_range(lo: float, hi: float) -> Rule:
+    def ok(value: float) -> bool:
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise Refused(f"a finite number from {lo:g} to {hi:g}", describe(value))
+        return True
+    return rule(ok, f"a finite number from {lo:g} to {hi:g}", minimum=lo, maximum=hi)
+
+
+def _relpath(p: str) -> bool:
+    norm = p.strip().strip("/")
+    return bool(norm) and not p.startswith("/") and "\\" not in norm \
+        and not any(part in ("", ".", "..") for part in norm.split("/"))
+
+
+def once(expected: str) -> Rule:
+    """Each item at most once, compared as a path (``include`` and ``include/`` are one); the schema says
+    ``uniqueItems`` (the same item twice), the tool also compares them as paths."""
+    def ok(items: list[str]) -> bool:
+        norm = [p.strip().strip("/") for p in items]
+        twice = sorted({p for p in norm if norm.count(p) > 1})
+        if twice:
+            raise Refused(expected, ", ".join(f"'{p}' twice" for p in twice))
+        return True
+    return rule(ok, expected, uniqueItems=True)
+
+
+def _desc(text: str) -> Any:
+    return Field(description=text)
+
+
+# the bounded scalars every key is made of
+Str = Annotated[str, Field(max_length=MAX_STR)]
+Url = Annotated[str, Field(max_length=MAX_URL)]
+Key = Annotated[str, Field(max_length=MAX_KEY)]
+Int = Annotated[int, _int_range(-MAX_INT, MAX_INT, "an integer within the TOML range (64 bits)")]
+StrList = Annotated[list[Str], Field(max_length=MAX_ITEMS)]
+IndexUrl = Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https:// (or file://) package index URL")]
+Version440 = Annotated[str, Field(max_length=64, description="a version string such as '2.10.0'"),
+                       parses(Version, "a PEP 440 version such as '2.10.0'", pattern=VERSION_START)]
+FullSha = Annotated[Str, matches(FULL_SHA, "a 40-character lowercase hex commit id")]
+HEX64 = "64 lowercase hex characters"
+Sha256 = Annotated[Str, Field(description=HEX64), matches(SHA256, HEX64)]
+ForkName = Annotated[Key, matches(SAFE_NAME, "a plain fork name: letters, digits, '.', '_' or '-' (it names the "
+                                  "clone directory STACK/src/<name>)", SAFE_NAME_PUBLISHED, key=True)]
+
+
+def Table(value: Any, what: str = "a table", key: Any = None) -> Any:
+    """A TOML table of at most :data:`MAX_KEYS` keys, its keys (``key``) at most :data:`MAX_KEY` characters."""
+    return Annotated[dict[key or Key, value], Field(max_length=MAX_KEYS, description=what)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=True)
+
+
+# ------------------------------------------------------------------------------ forks.toml
+
+
+class _PinBase(Section):
+    source: Str | None = None
+    fetch_from: Annotated[Literal["fork", "upstream"], _desc("'fork' or 'upstream'")] = "fork"
+
+
+class PinCommit(_PinBase):
+    commit: FullSha
+
+
+class PinPrefix(_PinBase):
+    prefix: Annotated[Str, _desc("a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>"),
+                      matches(SHA_PREFIX, "a lowercase hex commit prefix of 7 to 39 characters")]
+    branch: Annotated[Key, _desc("the branch the prefix is resolved on"), rule(str.strip, "a non-empty branch name", pattern=NOT_BLANK)]
+
+
+class PinSdist(Section):
+    source: Str | None = None
+    sdist: Annotated[Str, _desc("the https URL of the source distribution (.tar.gz)"),
+                     rule(lambda u: u.startswith("https://") and u.endswith(".tar.gz") and "/" in u[8:],
+                          "an https URL of a .tar.gz source distribution", pattern=r"^https://[\s\S]*/[\s\S]*\.tar\.gz$")]
+    sha256: Annotated[Str, _desc("the sdist's sha256 (64 lowercase hex)"), matches(SHA256, HEX64)]
+    version: Annotated[Str, _desc("the release version, e.g. 0.24.0 (the clone is tagged v<version>)"),
+                       matches(SDIST_VERSION, "a release version such as 0.24.0")]
+    commit: Annotated[Str, _desc("the 40-hex commit materialising the sdist makes"),
+                      matches(FULL_SHA, "a 40-character lowercase hex commit id")]
+
+
+def _pin_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "=id"
+    if isinstance(value, dict):
+        return "=sdist" if "sdist" in value else "=commit" if "commit" in value else "=prefix"
+    return None
+
+
+PinId = Annotated[Str, matches(FULL_SHA, "a 40-character lowercase hex commit id "
+                                         "(or a table {prefix = ..., branch = ...})")]
+PinValue = Annotated[Annotated[PinId, Tag("=id")] | Annotated[PinCommit, Tag("=commit")]
+                     | Annotated[PinPrefix, Tag("=prefix")] | Annotated[PinSdist, Tag("=sdist")],
+                     Discriminator(_pin_kind), _desc("a 40-hex commit id or a table {prefix, branch}")]
+
+
+class ForkSpec(Section):
+    url: Annotated[Url, _desc("a git URL")]
+    upstream: Url | None = None
+    pins: Table(PinValue)
+
+
+class ForksFile(Section):
+    format_version: Annotated[int, _desc(f"format_version = {FORMAT_VERSION}"),
+                              one_of((FORMAT_VERSION,), f"{FORMAT_VERSION} (this tool's recipe format)")]
+    forks: Annotated[dict[ForkName, ForkSpec], Field(max_length=MAX_KEYS)]
+
+    @model_validator(mode="after")
+    def _upstream_pins(self) -> ForksFile:
+        for fork, spec in self.forks.items():
+            for name, pin in spec.pins.items():
+                if isinstance(pin, _PinBase) and pin.fetch_from == "upstream" and not spec.upstream:
+                    raise Refused(f"an 'upstream' URL for fork '{fork}'", "no upstream key",
+                                  at=f"forks.{fork}.pins.{name}.fetch_from")
+        return self
+
+
+# ---------------------------------------------------------------------------------- recipe
+
+
+class PythonSpec(Section):
+    version: Version440
+
+
+class TorchSpec(Section):
+    version: Version440
+    index: IndexUrl | None = None
+    source: Annotated[Literal["index", "system"],
+                      _desc("'index' (install the pinned torch) or 'system' (torch from --system-python)")] = "index"
+    allow_system: bool = False
+
+
+class BuildSpec(Section):
+    requirements: StrList
+
+
+class SourcesSpec(Section):
+    index_url: Url | None = None
+    extra_index_urls: Annotated[list[Url], Field(max_length=MAX_ITEMS)] = []
+    find_links: Annotated[list[Url], Field(max_length=MAX_ITEMS)] = []
+    no_index: bool = False
+
+
+SubmodulePath = Annotated[Str, rule(lambda p: bool(p.strip().strip("/")) and not p.strip().strip("/").startswith("..")
+                                    and "/../" not in f"/{p.strip().strip('/')}/" and not p.startswith("/"),
+                                    'a submodule path relative to the fork, e.g. "3rdparty/cccl"', pattern=r"^[^/]")]
+SubmoduleList = Annotated[list[SubmodulePath], Field(max_length=MAX_ITEMS),
+                          once("each submodule path at most once")]
+SparseDirs = Annotated[list[Annotated[Key, rule(_relpath, 'a directory relative to the submodule, e.g. "include"',
+                                                pattern=r"^[^/\\]")]],
+                       Field(min_length=1, max_length=MAX_ITEMS,
+                             description='a non-empty list of directories, e.g. ["include"]'),
+                       once("each directory at most once")]
+DistName = Annotated[Key, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'", key=True)]
+EnvName = Annotated[Key, rule(lambda k: ENV_NAME.match(k) is not None and k not in RESERVED_ENV,
+                              "an environment variable name the tool does not set itself "
+                              f"(not {', '.join(RESERVED_ENV)})",
+                              **keyed(ENV_NAME.pattern), **{"not": {"enum": list(RESERVED_ENV)}})]
+Reason = Annotated[Str, _desc("the reason the stack does not need it, as a non-empty string"),
+                   rule(str.strip, "the reason the stack does not need it, as a non-empty string", pattern=NOT_BLANK)]
+
+
+def _submodules_kind(value: Any) -> str | None:
+    return "=all" if isinstance(value, bool) else "=paths" if isinstance(value, list) else None
+
+
+class ForkUseSpec(Section):
+    name: Key
+    pin: Key
+    mode: Annotated[Literal[INSTALL_MODES],  # type: ignore[valid-type]
+                    _desc(f"one of {', '.join(INSTALL_MODES)}")] = "editable"
+    deps: bool = True
+    build_isolation: bool = True
+    build_env: Table(Annotated[Str, _desc('a string value (quote numbers: BUILD_NVEP = "0")')], key=EnvName) = {}
+    nested_installs: Table(Reason, key=DistName) = {}
+    submodules: Annotated[Annotated[bool, Tag("=all")] | Annotated[SubmoduleList, Tag("=paths")],
+                          Discriminator(_submodules_kind),
+                          _desc('true, false, or a list of submodule paths such as ["3rdparty/cccl"]')] = True
+    sparse: Table(SparseDirs, 'a table such as { "3rdparty/cutlass" = ["include", "tools/util/include"] }') = {}
+
+    @model_validator(mode="after")
+    def _sparse_selected(self) -> ForkUseSpec:
+        selected = [p.strip().strip("/") for p in self.submodules] if isinstance(self.submodules, list) else None
+        for key in self.sparse:
+            sub = key.strip().strip("/") if _relpath(key) else None
+            if sub is None or selected is None or sub not in selected:
+                raise Refused("a submodule path that the entry's submodules = [...] lists"
+                              + (f" ({', '.join(selected)})" if selected else " (list the submodules by path first)"),
+                              describe(key), at=f"sparse.{key}")
+        return self
+
+
+class CudaSpec(Section):
+    version: Annotated[Str, _desc("a CUDA major.minor such as '12.9'"),
+                       matches(re.compile(r"^\d+\.\d+$"), "a CUDA major.minor such as '12.9'")]
+    arch_list: Annotated[Str, parses(parse_arch_list, "compute capabilities such as '9.0' or '8.9 9.0a'",
+                                     pattern=r"[0-9]")]
+    variant: Annotated[Str, matches(re.compile(r"^cu\d{3}$"), "a CUDA wheel variant such as 'cu129' or 'cu130'")]
+
+
+def _wheel_filename(name: str) -> str:
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise Refused("a plain wheel file name (it names STACK/wheels/<filename>)")
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        raise Refused("a wheel filename such as 'vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl'") from None
+    return name
+
+
+class WheelSpec(Section):
+    sha256: Sha256 | None = None
+    url: Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https://, http:// or file:// URL")]
+    filename: Annotated[str, Field(max_length=255), AfterValidator(_wheel_filename),
+                        Field(json_schema_extra={"pattern": r"^[^./\\][^/\\]*\.whl$"})]
+    name: Str
+    version: Version440
+    cuda_variant: Str | None = None
+    cudart_major: Str | None = None
+    requires_torch: Annotated[Str, parses(Version, "a torch version such as '2.10.0'", pattern=VERSION_START)] | None = None
+    compiled_sources: Annotated[StrList, rule(
+        lambda ps: bool(ps) and all(p and not p.startswith("/") and "\\" not in p and ".." not in p.split("/")
+                                    and p == p.strip("/") for p in ps),
+        "a non-empty list of relative paths in the fork such as ['csrc', 'CMakeLists.txt', 'cmake']",
+        minItems=1, items={"pattern": r"^[^/\\]([^\\]*[^/\\])?$"})] = list(DEFAULT_COMPILED_SOURCES)
+
+
+GB = Annotated[float, _finite_range(*GB_BOUNDS)]
+
+
+class PreflightSpec(Section):
+    uv: Annotated[Str, parses(SpecifierSet, "a version specifier such as '>=0.8.17'")] | None = None
+    os: Str = "Linux"
+    arch: Str = "x86_64"
+    min_ram_gb: GB = 0.0
+    min_disk_gb: GB = 0.0
+    min_compute_capability: Annotated[Str, matches(
+        re.compile(r"^\d+\.\d+$"), "a compute capability major.minor such as '8.9'")] | None = None
+    need_compiler: bool = True
+
+
+class JitModuleSpec(Section):
+    kind: Annotated[Str, one_of(KINDS)]
+    q: Annotated[Str, one_of(DTYPES)]
+    k: Annotated[Str, one_of(DTYPES)]
+    v: Annotated[Str, one_of(DTYPES)]
+    o: Annotated[Str, one_of(DTYPES)]
+    head_dim: Annotated[Int, one_of(HEAD_DIMS, "64, 128 or 256 (FlashInfer rejects > 256)")]
+    posenc: Annotated[Int, one_of((0, 1, 2), "0 (none), 1 (rope llama) or 2 (alibi)")] = 0
+    backend: Str = "fa2"
+
+
+class JitSpec(Section):
+    modules: Annotated[list[JitModuleSpec],
+                       Field(max_length=MAX_ITEMS, description="an array of tables [[jit.modules]]")] = []
+    builder: Annotated[Str, _desc("a Python module name"),
+                       matches(MODULE_NAME, "a dotted Python module name")] | None = None
+    routes: Annotated[StrList, rule(                # an empty list: the default routes
+        lambda rs: not rs or (all(r in ROUTES for r in rs) and "decode" in rs and len(set(rs)) == len(rs)),
+        f"distinct routes from {', '.join(ROUTES)}, including decode",
+        items={"enum": list(ROUTES)}, uniqueItems=True,
+        anyOf=[{"maxItems": 0}, {"contains": {"const": "decode"}}])] = list(DEFAULT_ROUTES)
+
+
+ShapeInt = Annotated[Int, _desc("a positive integer from the model's config.json"),
+                     rule(lambda v: v > 0, "a positive integer", minimum=1),
+                     rule(lambda v: v <= SHAPE_MAX, f"at most {SHAPE_MAX}", maximum=SHAPE_MAX)]
+
+
+class ModelConfigSpec(Section):
+    num_attention_heads: ShapeInt
+    num_key_value_heads: ShapeInt
+    head_dim: ShapeInt
+    num_hidden_layers: ShapeInt
+    source: Annotated[Str, _desc("where the values were read (repo, revision, file)")]
+
+
+COMPUTE_TEXT = f"the dtype the engine computes in ({', '.join(COMPUTE_DTYPES)})"
+
+
+class ModelSpec(Section):
+    revision: Annotated[Str, _desc("a 40-hex hub revision"),
+                        matches(FULL_SHA, "a 40-character lowercase hex revision")]
+    sha256: Table(Sha256) = {}
+    compute_dtype: Annotated[Str, _desc(COMPUTE_TEXT), one_of(COMPUTE_DTYPES)] | None = None
+    v_format: Annotated[Str, one_of(V_FORMATS)] = "fp8_e4m3"
+    config: ModelConfigSpec | None = None
+    repo: Annotated[str, Field(max_length=MAX_KEY * 2, description="'org/name'"),
+                    rule(lambda r: "/" in r, "a hub repository 'org/name'", pattern="/")]
+    patterns: StrList
+
+
+ModelFormat = Annotated[str, one_of(FORMATS, f"a model format ({', '.join(FORMATS)})")]
+Tokens = Annotated[Int, rule(lambda v: v > 0, "a positive number of tokens", minimum=1),
+                   rule(lambda v: v <= MAX_TOKENS, f"at most {MAX_TOKENS} tokens", maximum=MAX_TOKENS)]
+
+
+class SmokeSpec(Section):
+    level: Annotated[Str, one_of(LEVELS, "one of kernel, engine, reference")] | None = None
+    prompt_tokens: Tokens = 8192
+    max_new_tokens: Tokens = 128
+    seed: Annotated[int, _int_range(0, 2**32 - 1)] = 0
+
+
+class ExceptionSpec(Section):
+    package: Annotated[Str, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'")]
+    requires: Annotated[Str, matches(DIST_NAME, "a distribution name such as 'flashinfer-python'")]
+    why: Annotated[Str, rule(str.strip, "the reason this requirement is left unmet", pattern=NOT_BLANK)]
+
+
+class InstallSpec(Section):
+    supply: Annotated[list[Annotated[Str, parses(Requirement, "a requirement such as 'nccl4py>=0.3.1'")]],
+                      Field(max_length=MAX_ITEMS)] = []
+    exceptions: Annotated[list[ExceptionSpec], Field(max_length=MAX_ITEMS,
+                                                     description="an array of tables [[install.exceptions]]")] = []
+
+    @field_validator("exceptions")
+    @classmethod
+    def _pairs_once(cls, value: list[ExceptionSpec]) -> list[ExceptionSpec]:
+        pairs = [(str(canonicalize_name(e.package)), str(canonicalize_name(e.requires))) for e in value]
+        if len(set(pairs)) != len(pairs):
+            raise Refused("each (package, requires) pair at most once", str(pairs))
+        return value
+
+
+class RecipeFile(Section):
+    """A recipe file (``recipes/<name>.toml``); its keys in the order they are checked."""
+
+    model_config = ConfigDict(title="october recipe")
+
+    format_version: Annotated[int, _desc(f"format_version = {FORMAT_VERSION}"),
+                              one_of((FORMAT_VERSION,), f"{FORMAT_VERSION} (this tool's recipe format)")]
+    name: Annotated[Str, matches(SAFE_NAME, "a plain name: letters, digits, '.', '_' or '-', starting with a letter "
+                                 "or digit, at most 64 characters (it names files: locks/<name>.pylock.toml)",
+                                 SAFE_NAME_PUBLISHED)]
+    description: Str = ""
+    forks_file: Annotated[Str, _desc("a string: the path of forks.toml, relative to the recipe")] | None = None
+    python: PythonSpec
+    torch: TorchSpec
+    build: BuildSpec | None = None
+    sources: SourcesSpec | None = None
+    forks: Annotated[list[ForkUseSpec], Field(min_length=1, max_length=MAX_ITEMS,
+                                              description="an array of tables [[forks]] with at least one fork")]
+    cuda: CudaSpec | None = None
+    wheel: WheelSpec | None = None
+    preflight: PreflightSpec | None = None
+    jit: JitSpec | None = None
+    models: Annotated[dict[ModelFormat, ModelSpec], Field(max_length=MAX_KEYS)] = {}
+    smoke: SmokeSpec | None = None
+    install: InstallSpec | None = None
+
+    @model_validator(mode="after")
+    def _jit_needs_shapes(self) -> RecipeFile:
+        """With a ``[jit]`` table every selection names its compute dtype and shape (the modules are derived)."""
+        for fmt, sel in self.models.items() if self.jit is not None else ():
+            if sel.compute_dtype is None:
+                raise Refused(COMPUTE_TEXT, "the key is missing", at=f"models.{fmt}.compute_dtype")
+            if sel.config is None:
+                raise Refused("a table", "the key is missing", at=f"models.{fmt}.config")
+        names = [f.name for f in self.forks]
+        if len(set(names)) != len(names):
+            raise Refused("each fork at most once", str(names), at="forks")
+        return self
+
+
+# ------------------------------------------------------------------------------ errors
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+               "array": "a list", "object": "a table"}
+_TYPE_ERRORS = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
+                "bool_type": "true or false", "list_type": "a list", "dict_type": "a table", "model_type": "a table",
+                "int_from_float": "an integer"}
+
+
+@cache
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _schema_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> dict[str, Any]:
+    """The JSON Schema node of the key at ``loc`` (its description is what the key expects); a tagged
+    union's branch (``=name`` in ``loc``) is the one its tag names (:data:`BRANCHES`)."""
+    schema = json_schema(model)
+    defs = schema.get("$defs", {})
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        while True:
+            if "$ref" in node or ("allOf" in node and len(node["allOf"]) == 1):
+                inner = defs[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node["allOf"][0]
+                node = {**inner, **{k: v for k, v in node.items() if k not in ("$ref", "allOf")}}
+                continue
+            some = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
+            if len(some) == 1:          # Optional[X]: X, with the outer description
+                node = {**some[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+                continue
+            return node
+
+    def step(node: dict[str, Any], part: str | int) -> dict[str, Any] | None:
+        node = resolve(node)
+        if isinstance(part, str) and part.startswith(TAG):
+            branches = node.get("oneOf", [])
+            index = BRANCHES.get(part, len(branches))
+            return branches[index] if index < len(branches) else None
+        if isinstance(part, int):
+            return node.get("items")
+        if part == "[key]":
+            return node.get("propertyNames", {})
+        if part in node.get("properties", {}):
+            return node["properties"][part]
+        if isinstance(node.get("additionalProperties"), dict):
+            return node["additionalProperties"]
+        return None
+
+    node: dict[str, Any] | None = schema
+    for part in loc:
+        node = step(node, part) if node is not None else None
+    return resolve(node or {})
+
+
+def _type_name(node: dict[str, Any]) -> str:
+    kinds = [node.get("type")] + [b.get("type") for b in node.get("anyOf", []) + node.get("oneOf", [])]
+    names = [_TYPE_NAMES[k] for k in kinds if k in _TYPE_NAMES]
+    if names == ["a list"] and isinstance(node.get("items"), dict) and node["items"].get("type") == "string":
+        return "a list of strings"
+    return " or ".join(dict.fromkeys(names)) or "a value"
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "<top>"
+
+
+def recipe_error(file: Path, model: type[BaseModel], exc: ValidationError) -> RecipeError:
+    """The first of pydantic's errors as the project's :class:`RecipeError`: the key, expected, found."""
+    err = exc.errors(include_url=False)[0]
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    where = tuple(err["loc"])                # with the tagged unions' branches, for the schema
+    loc = tuple(p for p in where if not (isinstance(p, str) and p.startswith(TAG)))
+    is_key = bool(loc) and loc[-1] == "[key]"
+    loc = loc[:-1] if is_key else loc
+    refused = ctx.get("error") if kind == "value_error" else None
+    if isinstance(refused, Refused):
+        at = tuple(refused.at.split(".")) if refused.at else ()
+        return RecipeError(file, _dotted(loc + at), expected=refused.expected,
+                           found=describe(value) if refused.found is None else refused.found)
+    if kind == "extra_forbidden":
+        known = sorted(_schema_at(model, where[:-1]).get("properties", {}))
+        key = _dotted(loc)
+        return RecipeError(file, key, expected=f"one of {known}", found=f"unknown key '{loc[-1]}'",
+                           fix=f"remove or rename '{key}' in {file}")
+    node = _schema_at(model, where)
+    if kind == "string_too_long" and is_key:
+        expected, found = f"a key of at most {ctx['max_length']} characters", f"a key of {len(value):,} characters"
+    elif kind == "string_too_long":
+        expected, found = f"at most {ctx['max_length']} characters", f"{len(value):,} characters ({describe(value)})"
+    elif kind == "too_long" and isinstance(value, dict):
+        expected, found = f"a table of at most {ctx['max_length']} keys", f"{len(value):,} keys"
+    elif kind == "too_long":
+        expected, found = f"at most {ctx['max_length']} items", f"{len(value):,} items"
+    elif kind == "missing":
+        expected, found = node.get("description") or _type_name(node), "the key is missing"
+    else:       # a wrong type, a value not among the allowed ones, too few items
+        expected = node.get("description") or (_type_name(node) if "type" in node else None) \
+            or _TYPE_ERRORS.get(kind) or _type_name(node)
+        found = describe(value)
+    return RecipeError(file, _dotted(loc), expected=expected, found=found)
+
+
+def validate(file: Path, data: dict[str, Any], model: type[BaseModel]) -> None:
+    """``data`` (a recipe or forks.toml as read) against ``model``; the first problem as a RecipeError."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        raise recipe_error(file, model, exc) from None

@@ -1,0 +1,195 @@
+"""The built-stack cache, step side: a finished stack's env and fork build outputs reused for a second
+stack with the same key (the storing, checking and copying are :mod:`october.installer.pyenv.builtstack`).
+
+The env step copies the env (:func:`env_from_built_stack`); the install step copies the forks' build
+outputs from the same entry (:func:`forks_from_built_stack`) and takes its import verdicts
+(:func:`recorded_imports`), or, having built the stack itself, stores it (:func:`store_built_stack`).
+The key (:func:`stack_key`) is made of the env and install steps' inputs and the fetch result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..engine import StepContext
+from ..install import overwritten
+from ..install.plan import ForkSource
+from ..pyenv import venv
+from ..pyenv.venv import python_matches
+from .env import EnvStep, system_torch_env_problem, write_stack_env
+from .results import EnvResult, FetchResult, PreflightResult, WheelResult
+
+if TYPE_CHECKING:
+    from ..pyenv import builtstack
+
+# builtstack is imported where it is used, not on a no-op re-run
+
+
+def stack_key(ctx: StepContext) -> str | None:
+    """This stack's built-stack cache key (:func:`october.installer.pyenv.builtstack.key_for`), or None
+    when it may not take or give an entry: a dirty fork (``--allow-dirty``), a base wheel trusted on
+    first use (no recipe sha256), a stack path a URL would quote, a site-provided torch preflight did
+    not locate."""
+    from ..pyenv import builtstack
+    from .install import InstallStep
+
+    root, r, o = ctx.paths.root, ctx.recipe, ctx.options
+    fetch = ctx.result(FetchResult)
+    if fetch is None or o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
+        return None
+    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
+        return None
+    facts = None
+    if r.torch.from_system:
+        pre = ctx.result(PreflightResult)
+        facts = pre.facts.get("system_torch") if pre is not None else None
+        if not isinstance(facts, Mapping) or not facts.get("file"):
+            return None
+    return builtstack.key_for(
+        root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
+        wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
+        forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
+               for name, rec in fetch.forks.items()},
+        system_torch=facts)
+
+
+def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
+    """The env copied from the built-stack cache entry of this stack's key (see
+    :mod:`october.installer.pyenv.builtstack`), checked as the env step checks a new one; None when
+    there is no usable entry (a refused one is removed and said so: this stack is then built)."""
+    from ..pyenv import builtstack
+
+    if os.path.lexists(ctx.paths.env):
+        return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
+    key = stack_key(ctx)
+    entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
+    if key is None or entry is None:
+        return None
+    root = ctx.paths.root
+    facts = builtstack.placed(entry.facts, root)
+    moved = builtstack.interpreter_moved(facts)
+    if moved is not None:
+        ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {moved} changed; building")
+        return None
+    ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
+    try:
+        builtstack.restore_env(entry, ctx.paths.env, root)
+    except (builtstack.EntryRefused, OSError) as exc:
+        refuse_entry(ctx, step, entry, str(exc))
+        return None
+    env = facts.get("env") or {}
+    result = EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=venv.pyvenv_version(ctx.paths.env),
+                       torch=env.get("torch"), torch_cuda=env.get("torch_cuda"), torch_source=env.get("torch_source"),
+                       system_torch=env.get("system_torch"), site_packages=tuple(venv.site_packages(ctx.paths.env)),
+                       stack_env=write_stack_env(ctx), built_from=key)
+    problem = (system_torch_env_problem(ctx, result) if ctx.recipe.torch.from_system
+               else None if venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version)
+               else f"torch {ctx.recipe.torch.version} is not in it")
+    if problem is None and not python_matches(ctx.recipe.python, result.python_version):
+        problem = f"Python {result.python_version}, not {ctx.recipe.python}"
+    if problem is not None:
+        refuse_entry(ctx, step, entry, problem)
+        return None
+    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
+    return result
+
+
+def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
+    """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
+    stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
+    from ..pyenv import builtstack
+
+    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
+    ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
+    builtstack.discard(entry.path)
+    if drop_env:
+        shutil.rmtree(ctx.paths.env, ignore_errors=True)
+
+
+def built_entry(ctx: StepContext) -> "builtstack.Entry | None":
+    """The built-stack cache entry the env step copied the env from, when it still holds for this
+    stack (same key, the same base wheel), else None."""
+    from ..pyenv import builtstack
+
+    env = ctx.result(EnvResult)
+    if env is None or env.built_from is None or stack_key(ctx) != env.built_from:
+        return None
+    entry = builtstack.find(ctx.options.cache_dir, env.built_from)
+    wheel = ctx.result(WheelResult)
+    if entry is None or entry.facts.get("wheel_sha256") != (wheel.wheel_sha256 if wheel else None):
+        return None
+    return entry
+
+
+def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
+                           ) -> tuple["builtstack.Entry | None", dict[str, Any] | None]:
+    """Each fork's build outputs copied from the entry the env came from (:func:`built_entry`) into
+    its checkout instead of building it; -> (the entry, the nested-install verdicts its build had), or
+    (None, None) when there is no entry or it is refused (what was copied is removed again and the
+    forks are installed as usual)."""
+    entry = built_entry(ctx)
+    if entry is None:
+        return None, None
+    from ..pyenv import builtstack
+
+    def announce(name: str, _checkout: Path) -> None:
+        ctx.ui.info(f"fork {name}: its build outputs from the cache ({entry.path})")
+
+    try:
+        nested_out = builtstack.restore_forks(
+            entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
+            changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, step, checkout))
+    except (builtstack.EntryRefused, OSError) as exc:
+        refuse_entry(ctx, step, entry, str(exc), drop_env=False)
+        return None, None
+    ctx.runner.note(step, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
+    return entry, nested_out
+
+
+def recorded_imports(ctx: StepContext, entry: "builtstack.Entry | None") -> dict[str, str]:
+    """The import verdicts of the stack ``entry`` was made from ({} without an entry).
+
+    A copied stack takes them: the env and the fork outputs are its bytes (hashed against the
+    manifest), the checkouts its commits (fetch checked them clean), the system torch the same files
+    (the key's stat signatures); what the stack path changed (the editable finders, direct_url.json,
+    links) the install guard has just read from this stack (each fork's import location and
+    direct_url).  Importing torch again would cost seconds and prove nothing new."""
+    if entry is None:
+        return {}
+    from ..pyenv import builtstack
+
+    return builtstack.recorded_imports(entry, ctx.paths.root)
+
+
+def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nested_out: Mapping[str, Any],
+                      imported: Mapping[str, str]) -> None:
+    """Store this finished env and the forks' build outputs for the next stack with the same key
+    (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored is said so, not
+    failed."""
+    from ..pyenv import builtstack
+
+    env = ctx.result(EnvResult)
+    if env is None:       # an env no env step of this stack recorded is nobody's to copy
+        return
+    key = stack_key(ctx)
+    if key is None:
+        return
+    wheel = ctx.result(WheelResult)
+    outputs = {f.use.name: (f.path, overwritten.untracked(ctx.runner, step, f.path)) for f in forks}
+    facts = builtstack.entry_facts(
+        ctx.paths.env, imports=imported, wheel_sha256=wheel.wheel_sha256 if wheel else None,
+        nested_installs=nested_out,
+        env_record={"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
+                    "system_torch": dict(env.system_torch) if env.system_torch is not None else None})
+    try:
+        entry = builtstack.store(ctx.options.cache_dir, key, ctx.paths.root, ctx.paths.env, outputs, facts)
+    except (builtstack.EntryRefused, OSError) as exc:
+        ctx.ui.detail(f"this stack is not kept in the built-stack cache: {exc}")
+        ctx.runner.note(step, f"# not stored in the built-stack cache: {exc}")
+        return
+    if entry is not None:
+        ctx.runner.note(step, f"# stored in the built-stack cache: {entry.path}")
