@@ -257,7 +257,7 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     nodes = by_name(doc)
     assert proc.returncode == 1, out
     assert nodes["n2"]["status"] == "lost" and "died" in nodes["n2"]["detail"], json.dumps(nodes["n2"])
-    assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed"
+    assert nodes["n0"]["status"] == nodes["n1"]["status"] == "installed", json.dumps(nodes, indent=1) + out
     assert not (tmp_path / "stacks" / "n2" / "receipts" / "setup.json").exists()   # really stopped mid-install
 
     add_node(cluster, "n2")             # the node is back (a new Ray node id, the same name)
@@ -265,7 +265,7 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     again = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
     nodes = by_name(doc)
-    assert all(n["status"] == "installed" for n in nodes.values()), again.stdout + again.stderr
+    assert all(n["status"] == "installed" for n in nodes.values()), json.dumps(nodes, indent=1) + again.stdout + again.stderr
     assert nodes["n0"]["resumed"] and nodes["n1"]["resumed"] and not nodes["n2"]["resumed"]
     assert nodes["n2"]["setup"]["exit_code"] == 0 and doc["consistent"]
     assert len({n["lock_sha256"] for n in nodes.values()}) == 1
@@ -275,8 +275,9 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     lock.write_text(lock.read_text() + "\n# planted\n")
     planted = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
-    assert planted.returncode == 1 and doc["consistent"] is False and all(n["resumed"] for n in doc["nodes"])
-    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"]
+    seen = json.dumps(doc["nodes"], indent=1) + planted.stdout + planted.stderr
+    assert planted.returncode == 1 and doc["consistent"] is False and all(n["resumed"] for n in doc["nodes"]), seen
+    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"], seen
     assert by_name(doc)["n1"]["differs"] == ["lock sha256 " + sha256_file(lock) + ", the fleet's is "
                                              + by_name(doc)["n0"]["lock_sha256"]]
     assert any(r.startswith("n1 differs: lock sha256") for r in doc["reasons"]) and "n1 differs" in planted.stdout

@@ -25,7 +25,7 @@ import pytest
 
 from october.installer.core.errors import CommandFailed, InstallError, JitError, StackLockedError
 from october.installer.core.paths import StackPaths
-from october.installer.core.runner import Runner
+from october.installer.core.runner import Runner, Started
 from october.installer.core.stackmutex import StackLock, holder_file
 from october.installer.engine import SetupOptions, SilentReporter, StepRecord
 from october.installer.jit.integrity import MANIFEST, report
@@ -117,7 +117,8 @@ def setup(recipe: Path, tmp_path: Path, ui: SilentReporter | None = None) -> Set
 # october_setup's run_setup in a process of its own (a session of its own, as a CI job or a terminal's):
 # prints the exception a run ended with, then exits 130 for an interrupt, 1 for anything else
 SETUP_PROCESS = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)     # the test asks where a run that hangs waits
 from pathlib import Path
 from october.installer.engine import SetupOptions, SilentReporter
 from october.installer.pipeline.plan import run_setup
@@ -311,6 +312,34 @@ def test_a_build_prepared_for_another_checkout_is_not_used(recipe: Path, tmp_pat
     assert report(stack / "jit")["ok"] and not (tmp_path / "elsewhere").exists()
 
 
+def terminal_defaults() -> None:
+    """A job as a terminal's shell starts it: SIGHUP and SIGTERM at their defaults, whatever this test
+    process inherited (a CI runner under nohup ignores SIGHUP, and an ignored signal stays ignored)."""
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def hang_report(proc: subprocess.Popen[str]) -> str:
+    """Where a process that did not end waits: each thread's signal masks and kernel wait (/proc), then
+    its Python stacks (faulthandler on SIGUSR1, see SETUP_PROCESS) and its output; it is killed after."""
+    lines = []
+    for task in sorted(Path(f"/proc/{proc.pid}/task").glob("*")):
+        try:
+            status = dict(ln.split(":", 1) for ln in (task / "status").read_text().splitlines() if ":" in ln)
+            wchan = (task / "wchan").read_text()
+        except OSError as exc:
+            lines.append(f"{task.name}: {exc}")
+            continue
+        lines.append(f"thread {task.name} {status.get('Name', '').strip()} state={status.get('State', '').strip()} "
+                     f"wchan={wchan} " + " ".join(f"{k}={status.get(k, '').strip()}"
+                                                   for k in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+    os.kill(proc.pid, signal.SIGUSR1)
+    time.sleep(2)
+    proc.kill()
+    out, _ = proc.communicate()
+    return "\n".join(lines) + "\n" + out
+
+
 def lock_is_free(stack: Path) -> bool:
     try:
         with StackLock(StackPaths(stack).lockfile):
@@ -334,7 +363,8 @@ def test_a_signal_mid_build_leaves_no_builder_and_the_rerun_trusts_nothing_it_le
     paths = StackPaths(stack)
     env = dict(os.environ, JIT_OVERLAP_HOLD=str(hold))
     proc = subprocess.Popen([sys.executable, "-c", SETUP_PROCESS, str(recipe), str(tmp_path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=terminal_defaults)
     try:
         wait_for(hold, proc)                             # the builder is mid-build, the jit step waits for it
         pids = json.loads(hold.read_text())
@@ -344,7 +374,10 @@ def test_a_signal_mid_build_leaves_no_builder_and_the_rerun_trusts_nothing_it_le
             os.kill(proc.pid, sig)                       # no handler, no finally: the guard ends the group
         else:
             os.killpg(proc.pid, sig)                     # the job's whole group, as a terminal or CI does
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"october_setup did not end within 120 s of {signal.Signals(sig).name}:\n{hang_report(proc)}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -558,3 +591,72 @@ def test_the_cli_exits_128_plus_the_signal_that_stopped_the_run(signum, code) ->
         guarded(stopped, ui)
     assert exc.value.exit_code == code
     assert ("SIGTERM" if signum == signal.SIGTERM else "SIGHUP" if signum else "by the user") in out.getvalue()
+
+
+def test_a_signal_another_thread_received_still_ends_the_wait_for_a_background_command(
+        tmp_path: Path, leftovers: list[int]) -> None:
+    """The kernel may hand a process's signal to any of its threads; Python then runs the handler in the
+    main thread only when that thread next runs.  Started.wait (the jit step waiting for the builder)
+    waits in slices, so an interrupt that landed on another thread ends it within a slice, not when the
+    command (here one that would run 60 s) ends.  Planted: the signal sent to a helper thread alone."""
+    import threading
+
+    class Stop(Exception):
+        pass
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Stop()
+
+    started = Runner(tmp_path / "logs").start(["sleep", "60"], step="jit")
+    parked = threading.Event()
+    helper = threading.Thread(target=parked.wait, daemon=True)
+    helper.start()
+    previous = signal.signal(signal.SIGUSR2, handler)
+    sender = threading.Timer(0.5, signal.pthread_kill, args=(helper.ident, signal.SIGUSR2))
+    t0 = time.monotonic()
+    try:
+        sender.start()
+        with pytest.raises(Stop):
+            started.wait()
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        parked.set()
+        assert started.kill() is True
+    assert time.monotonic() - t0 < 0.5 + 3 * Started.POLL_S + 2
+
+
+@pytest.mark.slow
+def test_under_nohup_a_closed_terminal_does_not_stop_the_run(recipe: Path, tmp_path: Path,
+                                                            leftovers: list[int]) -> None:
+    """``nohup october_setup ...``: SIGHUP is ignored by whoever started the run, so the terminal
+    closing mid-build leaves it running (the lock held, the builder alive); a SIGTERM still ends it as
+    an interrupted run.  Planted: the same SIGHUP without nohup ends it (the test above)."""
+    hold = tmp_path / "hold.json"
+    stack = tmp_path / "stack"
+
+    def nohup() -> None:
+        terminal_defaults()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    env = dict(os.environ, JIT_OVERLAP_HOLD=str(hold))
+    proc = subprocess.Popen([sys.executable, "-c", SETUP_PROCESS, str(recipe), str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=nohup)
+    try:
+        wait_for(hold, proc)
+        pids = json.loads(hold.read_text())
+        leftovers.extend(pids.values())
+        os.killpg(proc.pid, signal.SIGHUP)
+        time.sleep(2)
+        assert proc.poll() is None and not lock_is_free(stack) and not gone(pids["builder"])
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"october_setup did not end within 120 s of SIGTERM:\n{hang_report(proc)}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "ended by Terminated stopped by SIGTERM" in out, out
+    wait_gone(pids["builder"])

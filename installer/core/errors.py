@@ -318,5 +318,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (21, '`current smoke --diagnostic-cache`: the diagnostic finished and every engine check passed on every symmetric cache asked for (the harness agrees with the engine; never a stack verdict: `passed` is false; a check that did not pass is exit 1)'),
     (130, "interrupted (Ctrl-C); re-run the same command to resume"),
     (143, "`october_setup` stopped by SIGTERM (129: SIGHUP): timeout(1), a cancelled CI job, a closed terminal; "
-          "the run stops as on Ctrl-C (a background JIT build killed, the stack lock released); re-run to resume"),
+          "the run stops as on Ctrl-C (a background JIT build killed, the stack lock released); re-run to resume. "
+          "A signal ignored by whoever started the run stays ignored: under `nohup october_setup ...` a closed "
+          "terminal does not stop it"),
 )

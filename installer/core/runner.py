@@ -88,6 +88,7 @@ class Started:
     # how long :meth:`kill` waits for the command's output to close: a process outside the group (one
     # that made a session of its own) may hold the pipe open for ever
     KILL_WAIT_S = 10.0
+    POLL_S = 0.25
 
     def __init__(self) -> None:
         self.started_at = time.monotonic()
@@ -112,7 +113,10 @@ class Started:
     def wait(self) -> Completed:
         """What :meth:`Runner.run` returns or raises, once the command has ended."""
         assert self._thread is not None
-        self._done.wait()
+        # in slices: a signal the kernel hands to another thread wakes no blocked wait of the main
+        # thread, whose handler (Ctrl-C, SIGTERM) then runs at its next slice, not when the build ends
+        while not self._done.wait(self.POLL_S):
+            pass
         if isinstance(self._outcome, BaseException):
             raise self._outcome
         assert self._outcome is not None

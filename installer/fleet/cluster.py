@@ -15,6 +15,7 @@ own log lines go to the command's reporter, not raw to the terminal (:func:`ray_
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from contextlib import contextmanager
@@ -31,12 +32,26 @@ INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'octobe
 GRACE_S = 30.0          # past a node's own timeout, the driver cancels its task
 
 
+# Ray (>= 2.45) treats a driver that has `uv run` among its ancestors (`uv run october_setup fleet`, a CI
+# job under `uv run pytest`) as a uv project: it uploads the driver's working directory to the cluster
+# and starts every node's workers through `uv run` in that copy.  The nodes would then run whatever the
+# driver's folder holds (not the tool installed on them), need uv and an index there, and, where nodes
+# share a disk, remove that copy under each other's running tasks (seen: "No module named
+# 'october.installer.core.atomic'" on one node while another was removed).  The fleet runs the tool
+# installed on each node, so that propagation is off unless the user turns it on.
+UV_RUN_PROPAGATION = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+
+
 def import_ray() -> Any:
+    os.environ.setdefault(UV_RUN_PROPAGATION, "0")          # read once, when ray is first imported
     try:
         import ray
     except ImportError as exc:
         raise ToolMissing("`october_setup fleet` needs Ray", expected="the Python package ray (>= 2.40)",
                           found=f"not importable ({exc})", fix=INSTALL_HINT) from None
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if os.environ[UV_RUN_PROPAGATION] == "0" and getattr(constants, UV_RUN_PROPAGATION, False):
+        setattr(constants, UV_RUN_PROPAGATION, False)     # ray was imported before the variable was set
     return ray
 
 

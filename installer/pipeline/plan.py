@@ -144,18 +144,24 @@ class Signals:
     dies at once, no ``finally`` runs, and the background build would outlive the lock); inside
     :meth:`held`, those and SIGINT wait until the clean-up is done and are raised then (when nothing
     else is).  The previous handlers come back at the end.  Only in the main thread (elsewhere signals
-    cannot be handled; the builder's guard still ends it with the process)."""
+    cannot be handled; the builder's guard still ends it with the process).  A signal ignored by
+    whoever started the run stays ignored (``nohup october_setup ...``: closing the terminal does not
+    stop it)."""
 
     RAISES = (signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
+        self._main = False
         self._holding = False
         self._pending: int | None = None
 
     def __enter__(self) -> "Signals":
-        if threading.current_thread() is threading.main_thread():
+        self._main = threading.current_thread() is threading.main_thread()
+        if self._main:
             for sig in self.RAISES:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue        # ignored by whoever started us (`nohup`: a closed terminal must not stop the run)
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -179,20 +185,23 @@ class _Held:
     def __init__(self, signals: Signals) -> None:
         self.signals = signals
         self._sigint: Any = None
+        self._took_sigint = False
 
     def __enter__(self) -> None:
         s = self.signals
-        if not s._previous:                 # not the main thread: nothing to hold
+        if not s._main:                     # not the main thread: nothing to hold
             return
         s._holding = True
-        self._sigint = signal.signal(signal.SIGINT, s._handle)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._sigint, self._took_sigint = signal.signal(signal.SIGINT, s._handle), True
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         s = self.signals
-        if not s._previous:
+        if not s._main:
             return
-        signal.signal(signal.SIGINT, self._sigint)
+        if self._took_sigint:
+            signal.signal(signal.SIGINT, self._sigint)
         s._holding = False
         pending, s._pending = s._pending, None
         if pending is not None and exc_type is None:
