@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -264,3 +266,45 @@ def _leaves(annotation: object) -> Iterator[object]:
     yield annotation
     for arg in get_args(annotation):
         yield from _leaves(arg)
+
+
+def _taplo(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "taplo"
+    assert exe.is_file(), "taplo (the test group's taplo wheel from PyPI) is not installed beside this Python"
+    return subprocess.run([str(exe), "--colors=never", "check", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.real
+def test_taplo_as_editors_run_it_accepts_every_shipped_recipe() -> None:
+    """The real taplo (the TOML language server behind Even Better TOML; PyPI's taplo wheel) checks
+    recipes/*.toml through .taplo.toml, as an editor opened on this checkout does, and finds no fault."""
+    done = _taplo(*(str(p.relative_to(PROJECT_ROOT)) for p in RECIPES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"found files total={len(RECIPES)}" in done.stderr, done.stderr
+
+
+@pytest.mark.real
+def test_taplo_refuses_what_the_tool_refuses(tmp_path: Path) -> None:
+    """Every planted fault the tool and the jsonschema check refuse above, taplo's own validator (Rust,
+    another reading of the schema) refuses too; the unplanted recipe it accepts.  If
+    the published schema used something taplo does not read, a fault would pass here."""
+    base = tomllib.loads((PROJECT_ROOT / "recipes" / "current.toml").read_text(encoding="utf-8"))
+    faults: dict[str, Callable[[dict[str, Any]], object]] = {
+        **VALUE_FAULTS, "colour": lambda r: r.update(colour="red"),
+        "torch.indexx": lambda r: r["torch"].update(indexx="https://x"),
+        "python.version missing": lambda r: r["python"].pop("version")}
+    schema = f"--schema={SCHEMA.resolve().as_uri()}"
+    clean = tmp_path / "clean.toml"
+    clean.write_text(tomli_w.dumps(base), encoding="utf-8")
+    ok = _taplo(schema, str(clean), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    passed = []
+    for i, (name, plant) in enumerate(faults.items()):
+        recipe = json.loads(json.dumps(base))
+        plant(recipe)
+        path = tmp_path / f"fault{i}.toml"
+        path.write_text(tomli_w.dumps(recipe), encoding="utf-8")
+        done = _taplo(schema, str(path), cwd=tmp_path)
+        if done.returncode == 0 or "error: " not in done.stdout + done.stderr:   # tomli_w writes valid TOML
+            passed.append(name)
+    assert not passed, f"taplo accepts faults the tool refuses: {passed}"
