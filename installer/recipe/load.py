@@ -51,6 +51,9 @@ class Recipe:
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
     install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
     jit_routes: tuple[str, ...] = DEFAULT_ROUTES
+    # the digest of this content when this process validated it against the models (None: the load trusted
+    # a stack's marker instead); remember_checked marks it in a stack.  Not part of what the recipe says.
+    validated_digest: str | None = field(default=None, compare=False, repr=False)
 
     def fork(self, name: str) -> ForkUse:
         for f in self.forks:
@@ -64,10 +67,6 @@ def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         return Path(name_or_path).expanduser().resolve()
     return root / "recipes" / f"{name_or_path}.toml"
-
-
-# what this process validated: (recipe path, sha256) -> the digest remember_checked() marks in a stack
-_CHECKED: dict[tuple[Path, str], str] = {}
 
 
 def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None) -> Recipe:
@@ -97,19 +96,17 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
                     sources=parse_sources(path, top), forks=forks, cuda=parse_cuda(top), wheel=parse_wheel(top),
                     preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
                     jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
-                    jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES)
-    if digest is not None and ran:
-        _CHECKED[(recipe.path, recipe.sha256)] = digest     # written only by remember_checked: a load writes nothing
+                    jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES,
+                    validated_digest=digest if ran else None)       # a load writes nothing: see remember_checked
     return recipe
 
 
 def remember_checked(recipe: Recipe, checked: Path) -> None:
     """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe``, as this process loaded
-    and validated it, passed: its no-op re-runs then skip the models.  Nothing when this process did not
-    load it."""
-    digest = _CHECKED.get((recipe.path, recipe.sha256))
-    if digest is not None:
-        remember(checked, digest)
+    and validated it, passed: its no-op re-runs then skip the models.  Nothing when the load did not run
+    the models (it trusted a marker) or the recipe was not loaded by :func:`load_recipe`."""
+    if recipe.validated_digest is not None:
+        remember(checked, recipe.validated_digest)
 
 
 def _forks_path(path: Path, top: Mapping[str, Any], root: Path) -> Path:
