@@ -333,3 +333,22 @@ def test_a_recipe_validated_in_a_stack_loads_again_there_without_pydantic_and_a_
     path.write_text(GOOD)                                   # a good recipe over a changed forks.toml
     proc = load()
     assert proc.returncode != 0 and "key 'forks.alpha.pins.one' is invalid" in proc.stderr
+
+
+def test_a_recipe_loaded_on_a_stack_s_marker_equals_the_validated_one(tmp_path: Path) -> None:
+    """What a load validated (``validated_digest``, for remember_checked) is not part of what the recipe
+    says: the load that trusted the stack's marker gives an equal recipe, and every field but that one."""
+    import dataclasses
+
+    from october.installer.recipe import load_recipe, remember_checked
+
+    path = write(tmp_path, GOOD)
+    checked = tmp_path / "stack" / ".state" / "recipe-checked"
+    checked.parent.mkdir(parents=True)
+    validated = load_recipe(str(path), checked=checked)
+    remember_checked(validated, checked)
+    trusted = load_recipe(str(path), checked=checked)
+    assert validated.validated_digest is not None and trusted.validated_digest is None     # the marker was used
+    assert validated == trusted and hash(repr(validated)) == hash(repr(trusted))
+    assert {f.name for f in dataclasses.fields(validated) if getattr(validated, f.name) != getattr(trusted, f.name)} \
+        == {"validated_digest"}

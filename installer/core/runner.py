@@ -41,7 +41,8 @@ fds = [int(f) for f in sys.argv[2].split(",") if f]
 def end_group(*_):
     os.killpg(0, signal.SIGKILL)
 for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-    signal.signal(sig, end_group)
+    if signal.getsignal(sig) is not signal.SIG_IGN:     # ignored by whoever started the run (nohup): kept
+        signal.signal(sig, end_group)
 prctl = None
 if sys.platform.startswith("linux"):
     try:

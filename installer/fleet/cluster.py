@@ -50,14 +50,15 @@ def import_ray() -> Any:
         raise ToolMissing("`october_setup fleet` needs Ray", expected="the Python package ray (>= 2.40)",
                           found=f"not importable ({exc})", fix=INSTALL_HINT) from None
     constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
-    if os.environ[UV_RUN_PROPAGATION] == "0" and getattr(constants, UV_RUN_PROPAGATION, False):
+    off = os.environ[UV_RUN_PROPAGATION].strip().lower() not in ("1", "true")      # Ray's own reading
+    if off and getattr(constants, UV_RUN_PROPAGATION, False):
         setattr(constants, UV_RUN_PROPAGATION, False)     # ray was imported before the variable was set
     return ray
 
 
 class _RayLogs(logging.Handler):
-    """Ray's log records on the command's reporter: errors as warnings, the rest (such as the folders
-    its working-dir upload leaves out) under --verbose only."""
+    """Ray's log records on the command's reporter: errors as warnings, the rest (such as the folders a
+    working-dir upload leaves out, when the user turned Ray's uv-run propagation on) under --verbose only."""
 
     def __init__(self, ui: Any) -> None:
         super().__init__()
