@@ -319,6 +319,22 @@ def terminal_defaults() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def held_setup(recipe: Path, tmp_path: Path, hold: Path, preexec: Any) -> subprocess.Popen[str]:
+    """SETUP_PROCESS in a session of its own (a terminal's job), its builder held mid-build at ``hold``;
+    ``preexec`` sets the signal dispositions it starts with."""
+    return subprocess.Popen([sys.executable, "-c", SETUP_PROCESS, str(recipe), str(tmp_path)],
+                            env=dict(os.environ, JIT_OVERLAP_HOLD=str(hold)), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=preexec)
+
+
+def ended(proc: subprocess.Popen[str], after: str) -> str:
+    """The run's output once it ended, at most 120 s after ``after``; else where it waits (and it is killed)."""
+    try:
+        return proc.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"october_setup did not end within 120 s of {after}:\n{hang_report(proc)}")
+
+
 def hang_report(proc: subprocess.Popen[str]) -> str:
     """Where a process that did not end waits: each thread's signal masks and kernel wait (/proc), then
     its Python stacks (faulthandler on SIGUSR1, see SETUP_PROCESS) and its output; it is killed after."""
@@ -361,10 +377,7 @@ def test_a_signal_mid_build_leaves_no_builder_and_the_rerun_trusts_nothing_it_le
     hold = tmp_path / "hold.json"
     stack = tmp_path / "stack"
     paths = StackPaths(stack)
-    env = dict(os.environ, JIT_OVERLAP_HOLD=str(hold))
-    proc = subprocess.Popen([sys.executable, "-c", SETUP_PROCESS, str(recipe), str(tmp_path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=terminal_defaults)
+    proc = held_setup(recipe, tmp_path, hold, terminal_defaults)
     try:
         wait_for(hold, proc)                             # the builder is mid-build, the jit step waits for it
         pids = json.loads(hold.read_text())
@@ -374,10 +387,7 @@ def test_a_signal_mid_build_leaves_no_builder_and_the_rerun_trusts_nothing_it_le
             os.kill(proc.pid, sig)                       # no handler, no finally: the guard ends the group
         else:
             os.killpg(proc.pid, sig)                     # the job's whole group, as a terminal or CI does
-        try:
-            out, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"october_setup did not end within 120 s of {signal.Signals(sig).name}:\n{hang_report(proc)}")
+        out = ended(proc, signal.Signals(sig).name)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -638,10 +648,7 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_run(recipe: Path, tmp_p
         terminal_defaults()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    env = dict(os.environ, JIT_OVERLAP_HOLD=str(hold))
-    proc = subprocess.Popen([sys.executable, "-c", SETUP_PROCESS, str(recipe), str(tmp_path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=nohup)
+    proc = held_setup(recipe, tmp_path, hold, nohup)
     try:
         wait_for(hold, proc)
         pids = json.loads(hold.read_text())
@@ -650,10 +657,7 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_run(recipe: Path, tmp_p
         time.sleep(2)
         assert proc.poll() is None and not lock_is_free(stack) and not gone(pids["builder"])
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"october_setup did not end within 120 s of SIGTERM:\n{hang_report(proc)}")
+        out = ended(proc, "SIGTERM")
     finally:
         if proc.poll() is None:
             proc.kill()
