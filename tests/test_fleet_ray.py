@@ -265,7 +265,8 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     again = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
     nodes = by_name(doc)
-    assert all(n["status"] == "installed" for n in nodes.values()), json.dumps(nodes, indent=1) + again.stdout + again.stderr
+    assert all(n["status"] == "installed" for n in nodes.values()), \
+        json.dumps(nodes, indent=1) + again.stdout + again.stderr
     assert nodes["n0"]["resumed"] and nodes["n1"]["resumed"] and not nodes["n2"]["resumed"]
     assert nodes["n2"]["setup"]["exit_code"] == 0 and doc["consistent"]
     assert len({n["lock_sha256"] for n in nodes.values()}) == 1

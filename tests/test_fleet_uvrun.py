@@ -28,7 +28,8 @@ def runtime_env_under_uv_run(*, ray_first: bool = False, **env: str) -> dict[str
     uv = shutil.which("uv")
     assert uv, "uv is on PATH wherever the tests run (.ci/run installs it)"
     base = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_UV_RUN_RUNTIME_ENV"}
-    done = subprocess.run([uv, "run", "--no-sync", "python", "-c", ("import ray; " if ray_first else "") + ASK], cwd=PROJECT_ROOT, env={**base, **env},
+    code = ("import ray; " if ray_first else "") + ASK
+    done = subprocess.run([uv, "run", "--no-sync", "python", "-c", code], cwd=PROJECT_ROOT, env={**base, **env},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))

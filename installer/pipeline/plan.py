@@ -160,9 +160,9 @@ class Signals:
         self._main = threading.current_thread() is threading.main_thread()
         if self._main:
             for sig in self.RAISES:
-                if signal.getsignal(sig) is signal.SIG_IGN:
-                    continue        # ignored by whoever started us (`nohup`: a closed terminal must not stop the run)
-                self._previous[sig] = signal.signal(sig, self._handle)
+                took, previous = _take(sig, self._handle)
+                if took:
+                    self._previous[sig] = previous
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -181,6 +181,14 @@ class Signals:
         return _Held(self)
 
 
+def _take(sig: int, handler: Any) -> tuple[bool, Any]:
+    """Handle ``sig`` with ``handler`` -> (True, the previous handler); (False, None) when whoever started
+    the run ignores it (``nohup``: a closed terminal must not stop the run), which stays ignored."""
+    if signal.getsignal(sig) is signal.SIG_IGN:
+        return False, None
+    return True, signal.signal(sig, handler)
+
+
 class _Held:
     def __init__(self, signals: Signals) -> None:
         self.signals = signals
@@ -192,8 +200,7 @@ class _Held:
         if not s._main:                     # not the main thread: nothing to hold
             return
         s._holding = True
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._sigint, self._took_sigint = signal.signal(signal.SIGINT, s._handle), True
+        self._took_sigint, self._sigint = _take(signal.SIGINT, s._handle)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
