@@ -16,8 +16,10 @@ from october.installer.git.mirror import (
     ensure_commit,
     fetch_branch,
     has_commit,
+    has_complete,
     mirror_path,
     open_mirror,
+    pinned,
 )
 from tests.fixtures.gitrepos import add_commit, bare_path, make_repo
 
@@ -74,6 +76,30 @@ def test_commit_fetched_once_then_served_from_the_mirror(tmp_path: Path) -> None
     before = _log(tmp_path).count(" fetch ")
     assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
     assert _log(tmp_path).count(" fetch ") == before
+
+
+def test_a_pinned_commit_is_read_from_the_ref_without_writing_it_again(tmp_path: Path) -> None:
+    """The pin ref is read as git reads it: a loose ref, then packed-refs (after `git pack-refs`); a pin
+    that names another commit, or none, is not a pin, and ensure_commit then walks and writes it."""
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is True
+    assert pinned(m.path, ids[1]) and not pinned(m.path, ids[0])
+    before = _log(tmp_path).count("update-ref")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
+    assert _log(tmp_path).count("update-ref") == before         # already pinned: nothing written
+
+    with git.Repo(m.path) as repo:
+        repo.git.pack_refs("--all")
+        assert not (m.path / PIN_REFS / ids[1]).exists()
+        assert pinned(m.path, ids[1])                                # packed
+        # planted: the pin of ids[1] names ids[0]; it is no pin, and the commit is walked and re-pinned
+        repo.git.update_ref(f"{PIN_REFS}/{ids[1]}", ids[0])
+    assert not pinned(m.path, ids[1])
+    assert has_complete(m.path, ids[1])
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
+    assert _log(tmp_path).count("update-ref") == before + 1 and pinned(m.path, ids[1])
+    assert not pinned(tmp_path / "no-such-mirror.git", ids[1])
 
 
 def test_missing_commit_names_fork_url_and_commit(tmp_path: Path) -> None:

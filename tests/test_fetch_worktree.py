@@ -167,10 +167,14 @@ def test_a_mirror_url_left_by_a_killed_run_is_put_back(tmp_path: Path) -> None:
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     ctx = make_ctx(stack, recipe, cache)
     run_pipeline([FetchStep()], ctx)
+    log = ctx.paths.logs / "fetch.log"
+    # a clone this run made holds nothing a killed run left: init only, no sync
+    assert "submodule --quiet init" in log.read_text() and "submodule --quiet sync" not in log.read_text()
     beta = stack / "src" / "beta"
     fixture_git("config", "submodule.third_party/sub.url", "/killed/run/mirror.git", cwd=beta)
     ctx.paths.marker("fetch").unlink()
     run_pipeline([FetchStep()], make_ctx(stack, recipe, cache))
+    assert "submodule --quiet sync" in log.read_text()          # an existing clone is synced
     assert fixture_git("config", "--get", "submodule.third_party/sub.url", cwd=beta) == sub_url
     assert not list((cache / "git").glob("*-mirror.git"))
 

@@ -196,6 +196,16 @@ def has_commit(path: Path, commit: str) -> bool:
     return True
 
 
+def pinned(path: Path, commit: str) -> bool:
+    """Whether the mirror's pin ref for ``commit`` names it, read as git reads a ref (GitPython's
+    reader: the loose ref file, else ``packed-refs``), without starting git."""
+    try:
+        with git.Repo(path) as repo:
+            return git.SymbolicReference.dereference_recursive(repo, f"{PIN_REFS}/{commit}") == commit
+    except (ValueError, OSError, git.GitError):
+        return False
+
+
 def has_complete(path: Path, commit: str) -> bool:
     """Whether ``commit`` is in the repository at ``path`` with everything it needs (its tree,
     and its history down to the shallow roots), read-only.
@@ -205,14 +215,10 @@ def has_complete(path: Path, commit: str) -> bool:
     is written last by our fetches, so a pinned commit is complete; any other commit is
     walked (``rev-list --objects ... --not --all``, quick when a ref already reaches it).
     """
+    if pinned(path, commit):
+        return True
     with git.Repo(path) as repo:
         repo.git.update_environment(**fetch_pkg.NO_FETCH)
-        try:
-            pinned = str(repo.git.rev_parse("--verify", "--quiet", f"{PIN_REFS}/{commit}")).strip()
-        except git.GitCommandError:
-            pinned = ""
-        if pinned == commit:
-            return True
         try:
             repo.git.cat_file("-e", f"{commit}^{{commit}}")
             repo.git.rev_list("--objects", "--quiet", commit, "--not", "--all")
@@ -274,6 +280,8 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, sha
                          expected="40 lowercase hex characters", found=repr(commit),
                          fix="pin a full commit id, or a prefix with its branch")
     with mirror.locked():
+        if pinned(mirror.path, commit):     # our fetch (or an earlier run) pinned it: nothing to write
+            return False
         if has_complete(mirror.path, commit):
             _pin_ref(runner, step, mirror, commit)
             return False

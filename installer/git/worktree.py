@@ -303,7 +303,10 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
 
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
                        selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
-                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None) -> None:
+                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None,
+                       fresh: bool = False) -> None:
+    """``fresh``: ``repo_dir`` was cloned by this run (its .git/config holds what init writes, nothing a
+    killed run left), so the submodule URLs need no sync."""
     sparse = sparse or {}
     if not (repo_dir / ".gitmodules").exists():
         if selection:
@@ -334,7 +337,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     only = ["--", *selection] if selection is not None else []
     # init registers new submodules; sync re-reads every URL from .gitmodules (relative ones
     # against origin), undoing a mirror path left in .git/config by a killed run.
-    for verb in ("init", "sync"):
+    for verb in ("init",) if fresh else ("init", "sync"):
         g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
     with _open(repo_dir) as repo:
@@ -387,7 +390,8 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                     g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
                       doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
         _set_origin(g, sub_dir, url)
-        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering)
+        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering,
+                           fresh=fresh and not cloned)
 
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
@@ -428,9 +432,10 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
-    recovering = False
+    recovering = fresh = False
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
+        fresh = True
     else:
         recovering = is_incomplete(dest)  # a killed run was changing it
         exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
@@ -438,7 +443,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
-                           recovering=recovering, sparse=sparse)
+                           recovering=recovering, sparse=sparse, fresh=fresh)
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
