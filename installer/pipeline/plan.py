@@ -112,16 +112,19 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         settler = CloneSettler(ctx)
         settler.start()
         from ..steps.jitearly import EarlyJit
+        from ..steps.lockearly import EarlyLock
 
-        # the JIT build begun during install's checks; its guard holds the stack lock while its group lives
-        early = EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,))
+        # the JIT build and the lock's listing begun during install's checks; their guards hold the stack
+        # lock while their groups live
+        early = [e for e in (EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
+                             EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
         try:
             records = run_pipeline(steps, ctx)
         finally:
             with signals.held():                # a second Ctrl-C or SIGTERM waits for this clean-up
                 try:
-                    if early is not None:
-                        early.stop(ctx)         # before the lock is released and this run's bytecode removed
+                    for begun in early:
+                        begun.stop(ctx)         # before the lock is released and this run's bytecode removed
                 finally:
                     settler.stop()
                     shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only

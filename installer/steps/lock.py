@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence
 
 from packaging.utils import canonicalize_name
 
@@ -14,9 +15,11 @@ from ..core.atomic import write_text_atomic
 from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
+from ..core.runner import Completed
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
+from .lockearly import take_early
 
 if TYPE_CHECKING:
     from ..lock.pylock import Installed
@@ -36,8 +39,37 @@ from .results import (
 PROBE = stack_script("distributions.py")
 
 
-def probe_env(ctx: StepContext, step: str) -> dict[str, Any]:
-    out = ctx.runner.run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
+class Runs(Protocol):
+    """What runs the lock's commands: the step's runner, or the early start's (:mod:`.lockearly`)."""
+
+    def run(self, argv: Sequence[str], *, step: str, env: Mapping[str, str] | None = None) -> Completed: ...
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a lock is made from: the stack env's distributions as its own interpreter lists them
+    (:data:`PROBE`), and uv's answer (files, hashes) for those that came from an index."""
+
+    raw: Mapping[str, Any]
+    index_packages: list[dict[str, Any]]
+
+
+def list_env(ctx: StepContext, runner: Runs) -> Listing:
+    """The env's :class:`Listing`, its commands run by ``runner``."""
+    from ..lock.pylock import split_installed
+
+    raw = probe_env(ctx, "lock", runner)
+    _, dists = installed_distributions(ctx, "lock", raw)
+    _, index, _ = split_installed(dists, fork_paths(ctx))
+    return Listing(raw=raw, index_packages=_resolve_index_packages(ctx, index, runner))
+
+
+def fork_paths(ctx: StepContext) -> dict[str, Path]:
+    return {name: Path(rec.path) for name, rec in ctx.need(FetchResult).forks.items()}
+
+
+def probe_env(ctx: StepContext, step: str, runner: Runs | None = None) -> dict[str, Any]:
+    out = (runner or ctx.runner).run([str(ctx.paths.python), "-I", str(PROBE)], step=step).output
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if line is None:
         raise LockError("could not list the stack env's packages", expected="a JSON line from checks/probes/distributions.py",
@@ -84,7 +116,7 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
             "packages": dict(sorted(others.items()))}
 
 
-def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[dict[str, Any]]:
+def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
     """Ask uv which files (URLs + hashes) the installed ``name==version`` pins are."""
     if not dists:
         return []
@@ -95,9 +127,9 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed]) -> list[di
     req.write_text("".join(f"{d.name}=={d.version}\n" for d in dists), encoding="utf-8")
     out = work / "pylock.toml"
     uv = stack_uv(ctx)
-    ctx.runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
-                    "--python", str(ctx.paths.python), *uv.sources(torch_index=True), "-o", str(out)],
-                   step="lock", env=uv.env())
+    runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
+                "--python", str(ctx.paths.python), *uv.sources(torch_index=True), "-o", str(out)],
+               step="lock", env=uv.env())
     with open(out, "rb") as fh:
         packages = list(tomllib.load(fh).get("packages", []))
     shutil.rmtree(work, ignore_errors=True)
@@ -185,18 +217,19 @@ class LockStep:
     def run(self, ctx: StepContext) -> LockResult:
         from ..lock.pylock import build_lock, diff_against, dumps, split_installed
 
-        raw = probe_env(ctx, self.name)
+        # begun during install's checks when it could be (and the env is as it was then), else made now
+        listing = take_early(ctx, self) or list_env(ctx, ctx.runner)
+        raw = listing.raw
         python_version, dists = installed_distributions(ctx, self.name, raw)
         fetch = ctx.need(FetchResult).forks
-        fork_paths = {name: Path(rec.path) for name, rec in fetch.items()}
-        forks, index, other = split_installed(dists, fork_paths)
-        missing = sorted(set(fork_paths) - set(forks))
+        forks, _, other = split_installed(dists, fork_paths(ctx))
+        missing = sorted(set(fetch) - set(forks))
         if missing:
             raise LockError("a fork is not installed as an editable checkout",
                             expected=f"{', '.join(missing)} installed editable from STACK/src",
                             found="another copy or none", fix="re-run october_setup (the install step re-runs)")
         ctx.ui.info(f"locking {len(dists)} distributions ({len(forks)} forks)")
-        index_pkgs = _resolve_index_packages(ctx, index)
+        index_pkgs = listing.index_packages
         tool: dict[str, Any] = {
             "format-version": 1,
             "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},

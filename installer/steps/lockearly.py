@@ -1,0 +1,155 @@
+"""The lock's listing begun while the install step checks what it installed (issue 20: speed).
+
+What the lock is made from (:func:`~october.installer.steps.lock.list_env`: the env's distributions as
+its interpreter lists them, then ``uv pip compile`` for the files and hashes of the index ones) needs the
+env as install left it, not install's checks (RECORDs, guards, consistency, imports: 0.2-0.5 s of a
+second stack) nor the JIT build.  So once every fork is installed
+(:data:`~october.installer.engine.FORKS_INSTALLED`), :class:`EarlyLock` makes that listing in a thread
+of its own (its commands in the lock log, nothing echoed; ``uv pip compile`` through
+:meth:`Runner.start`, so it can be ended), and the lock step takes it (:func:`take_early`) -- only when
+the env's site directories are as they were when the listing began and still are when it ended (each
+distribution's metadata directory and ``.pth`` file, by name and mtime; a reinstall makes a new one).
+Otherwise, or when the listing failed, the lock step lists the env itself, as it always did.
+
+Begun only where the plan runs the lock step after install and the lock step runs in this walk whatever
+install's result (:func:`~october.installer.engine.must_run`).  A run that ends before the lock step took
+it (install failed, an interrupt) ends it in :meth:`EarlyLock.stop`, before the stack lock is released.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..core.runner import Completed, Runner, Started
+from ..engine import FORKS_INSTALLED, StepContext, must_run
+from .results import EnvResult
+
+if TYPE_CHECKING:
+    from ..engine import Step
+    from .lock import Listing, LockStep
+
+METADATA_SUFFIXES = (".dist-info", ".egg-info", ".pth")
+
+
+def env_signature(ctx: StepContext) -> tuple[Any, ...] | None:
+    """Each site directory of the env (as the env step recorded them) with its distributions' metadata
+    directories and ``.pth`` files, by name and mtime; None without an env result."""
+    env = ctx.result(EnvResult)
+    if env is None:
+        return None
+    out: list[Any] = []
+    for site in env.site_packages:
+        try:
+            with os.scandir(site) as entries:
+                out.append((site, os.stat(site).st_mtime_ns, sorted(
+                    (e.name, e.stat(follow_symlinks=False).st_mtime_ns) for e in entries
+                    if e.name.endswith(METADATA_SUFFIXES))))
+        except OSError:
+            out.append((site, None, []))
+    return tuple(out)
+
+
+class EarlyLock:
+    """The lock's listing, begun in a thread when the install step announces its forks are in place."""
+
+    def __init__(self, step: LockStep, hold_fds: Sequence[int] = ()) -> None:
+        self.step = step
+        self.hold_fds = tuple(hold_fds)
+        self.listing: Listing | None = None
+        self.why_not: str | None = None
+        self._signature: tuple[Any, ...] | None = None
+        self._runner: Runner | None = None
+        self._thread: threading.Thread | None = None
+        self._started: Started | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def wire(cls, ctx: StepContext, steps: Sequence[Step[Any]], *, hold_fds: Sequence[int] = ()
+             ) -> EarlyLock | None:
+        """Listen for the install step's forks when the plan runs lock after install, else None."""
+        names = [s.name for s in steps]
+        if "install" not in names or "lock" not in names or names.index("lock") < names.index("install"):
+            return None
+        early = cls(steps[names.index("lock")], hold_fds)      # type: ignore[arg-type]
+        ctx.listen(FORKS_INSTALLED, early.begin)
+        return early
+
+    def begin(self, ctx: StepContext, _forks: Any) -> None:
+        """Listener for FORKS_INSTALLED: start the listing, or do nothing."""
+        try:
+            if self._thread is not None or not must_run(self.step, ctx):
+                return
+        except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself in its turn
+            self._note(ctx, f"# not begun during install: {exc!r}")
+            return
+        # its own runner: the same log files and secrets, nothing echoed (the display is install's)
+        self._runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
+        self._thread = threading.Thread(target=self._work, args=(ctx,), name="october-lock-early", daemon=True)
+        self._thread.start()
+        ctx.early[self.step.name] = self
+        self._note(ctx, "# listing the env begun during the install step's checks (october.installer.steps.lockearly)")
+
+    def run(self, argv: Sequence[str], *, step: str, env: Mapping[str, str] | None = None) -> Completed:
+        """The lock's commands, run from the listing's thread: each through :meth:`Runner.start`, so that
+        :meth:`stop` can end it with everything it started."""
+        assert self._runner is not None
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the run ended before the listing did")
+            self._started = self._runner.start(argv, step=step, env=env, hold_fds=self.hold_fds)
+        return self._started.wait()
+
+    def _work(self, ctx: StepContext) -> None:
+        from .lock import list_env
+
+        try:
+            before = env_signature(ctx)
+            listing = list_env(ctx, self)
+            if before is None or env_signature(ctx) != before:
+                self.why_not = "the env changed while it was listed"
+            else:
+                self.listing, self._signature = listing, before
+        except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself and says what fails
+            self.why_not = f"listing it failed: {exc!r}"
+
+    def take(self, ctx: StepContext) -> Listing | None:
+        """The listing, once it has ended, when the env is still as it was listed; else None (said in the
+        lock log)."""
+        self._join()
+        if self.listing is not None and env_signature(ctx) != self._signature:
+            self.listing, self.why_not = None, "the env changed after it was listed"
+        self._note(ctx, "# the listing begun during install " + (
+            "is used" if self.listing is not None else f"is not used ({self.why_not}); listing the env now"))
+        return self.listing
+
+    def stop(self, ctx: StepContext) -> None:
+        """At the end of the run, before the stack lock is released: a listing still running is ended
+        (its command killed with every process it started); what it made is not used."""
+        with self._lock:
+            self._stopped = True
+            started = self._started
+        if started is not None and not started.finished:
+            started.kill()
+            self._note(ctx, "# the listing begun during install was ended: the run ended before the lock step")
+        self._join()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    @staticmethod
+    def _note(ctx: StepContext, text: str) -> None:
+        try:
+            ctx.runner.note("lock", text)
+        except OSError:
+            pass
+
+
+def take_early(ctx: StepContext, step: Step[Any]) -> Listing | None:
+    """The listing begun during install, when there is one and the env is as it was listed."""
+    early = ctx.early.pop(step.name, None)
+    return early.take(ctx) if isinstance(early, EarlyLock) else None

@@ -1,0 +1,128 @@
+"""The lock's listing begun during install's checks (installer/steps/lockearly.py): the lock it makes is
+the lock the step makes itself; an env changed after the listing is listed again; a run that ends
+before the lock step ends the listing.  Real uv, real git, real wheels (the offline fixture world)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.errors import InstallError
+from october.installer.core.paths import StackPaths
+from october.installer.core.runner import Runner
+from october.installer.engine import SetupOptions, SilentReporter, StepContext, run_pipeline
+from october.installer.pipeline.plan import plan_steps
+from october.installer.pyenv import builtstack
+from october.installer.recipe import load_recipe
+from october.installer.steps.lock import LockStep
+from october.installer.steps.lockearly import EarlyLock
+from tests.fixtures.world import World
+from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
+
+pytestmark = pytest.mark.slow
+
+
+def lock_log(stack: Path) -> str:
+    return (stack / "logs" / "lock.log").read_text()
+
+
+def _ctx(world: World, stack: Path, cache: Path) -> StepContext:
+    opts = SetupOptions(stack=stack, recipe=load_recipe(str(world.recipe)), cache_dir=cache)
+    paths = StackPaths(stack)
+    paths.state.mkdir(parents=True, exist_ok=True)
+    return StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
+
+
+def _no_early_thread() -> bool:
+    return not any(t.name == "october-lock-early" for t in threading.enumerate())
+
+
+def test_the_listing_begun_during_install_makes_the_lock_the_step_would(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "a", cache)                     # run_setup: the listing begun during install
+    log = lock_log(tmp_path / "a")
+    assert "begun during the install step's checks" in log and "is used" in log
+    assert log.index("begun during") < log.index("uv pip compile") < log.index("is used")
+
+    ctx = _ctx(world, tmp_path / "b", cache)                # the steps alone: the lock step lists the env
+    run_pipeline(plan_steps(ctx.recipe), ctx)
+    assert "begun during" not in lock_log(tmp_path / "b")
+    a = (tmp_path / "a" / "pylock.toml").read_text().replace(str(tmp_path / "a"), "STACK")
+    b = (tmp_path / "b" / "pylock.toml").read_text().replace(str(tmp_path / "b"), "STACK")
+    assert a == b
+    assert _no_early_thread()
+
+
+def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path: Path) -> None:
+    stack, cache = tmp_path / "s", tmp_path / "cache"
+    ctx = _ctx(world, stack, cache)
+    steps = plan_steps(ctx.recipe)
+    early = EarlyLock.wire(ctx, steps)
+    assert early is not None
+    upto = [s.name for s in steps].index("install") + 1
+    run_pipeline(steps[:upto], ctx)                         # install announced its forks: the listing began
+    early._join()
+    assert early.listing is not None and "tinydep" in json.dumps(dict(early.listing.raw))
+    # planted: a distribution leaves the env after it was listed (its metadata directory gone)
+    site = next((stack / "env").glob("lib/python*/site-packages"))
+    for info in site.glob("tinydep-*.dist-info"):
+        shutil.rmtree(info)
+    run_pipeline(steps, ctx)
+    assert "is not used (the env changed after it was listed)" in lock_log(stack)
+    assert "tinydep" not in (stack / "pylock.toml").read_text()
+    early.stop(ctx)
+    assert _no_early_thread()
+
+
+def test_a_listing_still_running_when_the_run_ends_is_ended(world: World, tmp_path: Path) -> None:
+    """What stop() does to a command of the listing that is still running: a real one (``sleep``) run
+    through the listing's own runner, as ``uv pip compile`` is."""
+    ctx = _ctx(world, tmp_path / "s", tmp_path / "cache")
+    early = EarlyLock(LockStep())
+    early._runner = Runner(ctx.paths.logs)
+    out: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            early.run(["sleep", "60"], step="lock")
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertion
+            out.append(exc)
+
+    early._thread = threading.Thread(target=work, name="october-lock-early", daemon=True)
+    early._thread.start()
+    while early._started is None:
+        time.sleep(0.01)
+    start = time.monotonic()
+    early.stop(ctx)
+    assert time.monotonic() - start < 10 and out and _no_early_thread()
+    assert "ended: the run ended before the lock step" in lock_log(tmp_path / "s")
+    with pytest.raises(RuntimeError, match="ended before the listing"):
+        early.run(["true"], step="lock")                    # nothing more starts after stop
+
+
+def test_a_run_whose_install_fails_after_the_forks_are_in_place_leaves_no_listing(world: World,
+                                                                                 tmp_path: Path) -> None:
+    """Install fails in its checks, after the listing began (a built-stack entry whose manifest and
+    file were changed together: the RECORD check refuses it); the run ends with the listing ended."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = [p for p in builtstack.built_dir(cache).iterdir() if not p.name.startswith(".")]
+    manifest = json.loads((entry / "manifest.json").read_text())
+    rel = next(r for r in manifest["files"]["env"] if r.endswith("tinydep/__init__.py"))
+    path = entry / "env" / rel
+    os.chmod(path, 0o644)
+    path.write_text("VALUE = 2\n")
+    manifest["files"]["env"][rel]["sha256"] = builtstack.sha256_file(path)
+    os.chmod(entry / "manifest.json", 0o644)
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InstallError):
+        setup(world, s2, cache)
+    log = lock_log(s2)
+    assert "begun during the install step's checks" in log and "is used" not in log
+    assert not (s2 / ".state" / "lock.json").exists() and _no_early_thread()
