@@ -1,5 +1,7 @@
 """One fork's ``uv pip install`` into the stack env behind the nested-install guard, and what its
-failure means (a missing build module, a torch the resolver would move, or uv's own message).
+failure means (a missing build module, a torch the resolver would move, or uv's own message);
+:func:`install_forks` installs the plan's forks in order, each one's tracked files checked unchanged
+by its install (:mod:`october.installer.install.overwritten`).
 
 The step passes the stack's uv (:class:`october.installer.pyenv.uvcmd.StackUv`), the runner, its own
 name (for the log) and the plan's :class:`~october.installer.install.plan.UvInstall`; what the build
@@ -11,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import CommandFailed, InstallError
 from ..core.runner import Runner
-from . import nested
-from .plan import UvInstall
+from . import nested, overwritten
+from .plan import ForkSource, UvInstall
 
 if TYPE_CHECKING:
     from ..pyenv.uvcmd import StackUv
@@ -55,6 +57,27 @@ def install_fork(uv: "StackUv", runner: Runner, step: str, inv: UvInstall, *, gu
                 "supply what it needs through [install] supply, or declare why the stack does not need it "
                 f"in [forks.nested_installs]; log: {runner.log_path(step)}")
     return verdict
+
+
+def install_forks(uv: "StackUv", runner: Runner, step: str, installs: Sequence[UvInstall],
+                  sources: Mapping[str, ForkSource], *, state: Path, env_bin: Path, torch_version: str,
+                  info: Callable[[str], None], detail: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Each of ``installs`` in order with :func:`install_fork`, behind one guard under ``state`` (its
+    attempts logged to ``state/nested/<fork>.log``), then the fork's tracked files checked unchanged
+    (:func:`overwritten.check`); -> fork -> the verdict's JSON."""
+    guard = nested.install_guard(state / "build-guard")
+    out: dict[str, dict[str, Any]] = {}
+    for inv in installs:
+        src = sources[inv.fork]
+        info(f"installing fork {inv.fork} ({inv.why})")
+        before = overwritten.snapshot(runner, step, src.path)
+        verdict = install_fork(uv, runner, step, inv, guard=guard, log=state / "nested" / f"{inv.fork}.log",
+                               env_bin=env_bin, declared=src.use.nested_installs, torch_version=torch_version)
+        for name, why in verdict.refused_declared.items():
+            detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
+        out[inv.fork] = verdict.as_json()
+        overwritten.check(runner, step, inv.fork, src.path, before)
+    return out
 
 
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")

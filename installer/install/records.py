@@ -95,6 +95,18 @@ def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> 
             *(f"{n}=={dists[n].version}" for n in index)]
 
 
+def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Callable[[list[str]], None],
+           warn: Callable[[str], None]) -> None:
+    """Put back every index distribution whose files no longer match its RECORD (an edit in the env
+    since it was installed), from its source at the installed version: ``reinstall`` gets the
+    :func:`reinstall_args` (the forks, ``forks``, are installed again by the step anyway)."""
+    bad = tampered(env, trust)
+    args = reinstall_args(env, sorted(bad), forks)
+    if args:
+        warn(f"re-installing what no longer matches its RECORD: {describe(bad)}")
+        reinstall(args)
+
+
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str]) -> None:
     """Every file of every distribution in ``env`` as its RECORD hashes it; raises :class:`InstallError`
     naming what differs (``uv_cache_dir``: the cache that served the bytes, for the fix; asked only then)."""

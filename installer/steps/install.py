@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.hashing import sha256_file
 from ..engine import FORKS_INSTALLED, StepContext
-from ..install import consistency, nested, overwritten, records
-from ..install.forkinstall import install_fork
+from ..install import consistency, records
+from ..install.forkinstall import install_forks
 from ..install.importcheck import check_imports
-from ..install.plan import ForkSource, UvInstall, fork_inputs, fork_sources, require_installable, verified_wheel
+from ..install.plan import ForkSource, fork_inputs, fork_sources, require_installable, verified_wheel
 from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import plan_with_base
 from ..pyenv import stackenv
@@ -97,14 +97,12 @@ class InstallStep:
         by_name = {f.use.name: f for f in forks}
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
         if nested_out is None:
-            self.repair(ctx, [f.dist for f in forks])
-            guard = nested.install_guard(ctx.paths.state / "build-guard")
-            nested_out = {}
-            for inv in plan.installs:
-                ctx.ui.info(f"installing fork {inv.fork} ({inv.why})")
-                before = overwritten.snapshot(ctx.runner, self.name, by_name[inv.fork].path)
-                nested_out[inv.fork] = self._install_guarded(ctx, inv, guard, by_name[inv.fork])
-                overwritten.check(ctx.runner, self.name, inv.fork, by_name[inv.fork].path, before)
+            uv = stack_uv(ctx)
+            records.repair(ctx.paths.env, ctx.trust, [f.dist for f in forks], warn=ctx.ui.warn,
+                           reinstall=lambda args: uv.pip_install(ctx.runner, self.name, args, torch_index=True))
+            nested_out = install_forks(uv, ctx.runner, self.name, plan.installs, by_name,
+                                       state=ctx.paths.state, env_bin=ctx.paths.env / "bin",
+                                       torch_version=r.torch.version, info=ctx.ui.info, detail=ctx.ui.detail)
         # every fork's files are in place: work that needs no more than that (the JIT build) may begin
         # while the checks below run (october.installer.steps.jitearly)
         ctx.announce(FORKS_INSTALLED, forks)
@@ -141,25 +139,6 @@ class InstallStep:
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported)
         return result
-
-    def _install_guarded(self, ctx: StepContext, inv: UvInstall, guard: Path, src: ForkSource) -> dict[str, Any]:
-        """One fork's ``uv pip install`` behind the nested-install guard (:mod:`october.installer.install.forkinstall`)."""
-        verdict = install_fork(stack_uv(ctx), ctx.runner, self.name, inv, guard=guard,
-                               log=ctx.paths.state / "nested" / f"{inv.fork}.log", env_bin=ctx.paths.env / "bin",
-                               declared=src.use.nested_installs, torch_version=ctx.recipe.torch.version)
-        for name, why in verdict.refused_declared.items():
-            ctx.ui.detail(f"{inv.fork}: its build asked for {name}; refused, not needed ({why})")
-        return verdict.as_json()
-
-    def repair(self, ctx: StepContext, forks: list[str]) -> None:
-        """Put back every index distribution whose files no longer match its RECORD (an edit in the
-        env since it was installed), from its source at the installed version (the forks, ``forks``,
-        are installed again below anyway)."""
-        bad = records.tampered(ctx.paths.env, ctx.trust)
-        args = records.reinstall_args(ctx.paths.env, sorted(bad), forks)
-        if args:
-            ctx.ui.warn(f"re-installing what no longer matches its RECORD: {records.describe(bad)}")
-            stack_uv(ctx).pip_install(ctx.runner, self.name, args, torch_index=True)
 
     def check_records(self, ctx: StepContext) -> None:
         """Every file of every distribution in the env as its RECORD hashes it, before install is done."""
