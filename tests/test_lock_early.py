@@ -69,8 +69,13 @@ def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path
     run_pipeline(steps[:upto], ctx)                         # install announced its forks: the listing began
     early._join()
     assert early.listing is not None and "tinydep" in json.dumps(dict(early.listing.raw))
-    # planted: a distribution leaves the env after it was listed (its metadata directory gone)
     site = next((stack / "env").glob("lib/python*/site-packages"))
+    # what an import leaves (bytecode, a module of no distribution) is no change of what the env holds
+    (site / "__pycache__").mkdir(exist_ok=True)
+    (site / "__pycache__" / "zz.cpython-311.pyc").write_bytes(b"")
+    (site / "zz_module.py").write_text("")
+    assert early.take(ctx) is early.listing is not None
+    # planted: a distribution leaves the env after it was listed (its metadata directory gone)
     for info in site.glob("tinydep-*.dist-info"):
         shutil.rmtree(info)
     run_pipeline(steps, ctx)

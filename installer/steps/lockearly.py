@@ -36,7 +36,9 @@ METADATA_SUFFIXES = (".dist-info", ".egg-info", ".pth")
 
 def env_signature(ctx: StepContext) -> tuple[Any, ...] | None:
     """Each site directory of the env (as the env step recorded them) with its distributions' metadata
-    directories and ``.pth`` files, by name and mtime; None without an env result."""
+    directories and ``.pth`` files, by name and mtime; None without an env result.  Not the directory's
+    own mtime: install's import checks add ``__pycache__`` there (a copied env has none), which lists
+    no distribution (seen on the H200: every second stack's listing was refused)."""
     env = ctx.result(EnvResult)
     if env is None:
         return None
@@ -44,11 +46,10 @@ def env_signature(ctx: StepContext) -> tuple[Any, ...] | None:
     for site in env.site_packages:
         try:
             with os.scandir(site) as entries:
-                out.append((site, os.stat(site).st_mtime_ns, sorted(
-                    (e.name, e.stat(follow_symlinks=False).st_mtime_ns) for e in entries
-                    if e.name.endswith(METADATA_SUFFIXES))))
+                out.append((site, sorted((e.name, e.stat(follow_symlinks=False).st_mtime_ns) for e in entries
+                                         if e.name.endswith(METADATA_SUFFIXES))))
         except OSError:
-            out.append((site, None, []))
+            out.append((site, None))
     return tuple(out)
 
 
