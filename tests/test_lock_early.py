@@ -86,26 +86,26 @@ def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path
 
 
 def test_a_listing_still_running_when_the_run_ends_is_ended(world: World, tmp_path: Path) -> None:
-    """What stop() does to a command of the listing that is still running: a real one (``sleep``) run
-    through the listing's own runner, as ``uv pip compile`` is."""
+    """What stop() does to a command of the listing that is still running: a real one (``sleep``) that
+    the listing runs through its own runner, as it runs ``uv pip compile``."""
     ctx = _ctx(world, tmp_path / "s", tmp_path / "cache")
-    early = EarlyLock(LockStep())
-    early._runner = Runner(ctx.paths.logs)
-    out: list[BaseException] = []
+    started = threading.Event()
 
-    def work() -> None:
-        try:
-            early.run(["sleep", "60"], step="lock")
-        except BaseException as exc:  # noqa: BLE001 - kept for the assertion
-            out.append(exc)
+    def slow_lister(_ctx: StepContext, runs: EarlyLock):
+        started.set()
+        return runs.run(["sleep", "60"], step="lock")
 
-    early._thread = threading.Thread(target=work, name="october-lock-early", daemon=True)
-    early._thread.start()
-    while early._started is None:
+    early = EarlyLock(LockStep(), lister=slow_lister)
+    early.begin(ctx, [])
+    assert started.wait(10)
+    log = tmp_path / "s" / "logs" / "lock.log"
+    while not (log.exists() and "$ sleep 60" in log.read_text()):     # the command is starting
         time.sleep(0.01)
+    time.sleep(0.2)
     start = time.monotonic()
     early.stop(ctx)
-    assert time.monotonic() - start < 10 and out and _no_early_thread()
+    assert time.monotonic() - start < 10 and _no_early_thread()
+    assert early.listing is None and "listing it failed" in (early.why_not or "")
     assert "ended: the run ended before the lock step" in lock_log(tmp_path / "s")
     with pytest.raises(RuntimeError, match="ended before the listing"):
         early.run(["true"], step="lock")                    # nothing more starts after stop

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.runner import Completed, Runner, Started
@@ -56,9 +56,13 @@ def env_signature(ctx: StepContext) -> tuple[Any, ...] | None:
 class EarlyLock:
     """The lock's listing, begun in a thread when the install step announces its forks are in place."""
 
-    def __init__(self, step: LockStep, hold_fds: Sequence[int] = ()) -> None:
+    def __init__(self, step: LockStep, hold_fds: Sequence[int] = (),
+                 lister: Callable[[StepContext, Any], Listing] | None = None) -> None:
+        """``lister``: what makes the listing from the context and this object's :meth:`run` (the lock
+        step's :func:`~october.installer.steps.lock.list_env`; a test's own)."""
         self.step = step
         self.hold_fds = tuple(hold_fds)
+        self.lister = lister
         self.listing: Listing | None = None
         self.why_not: str | None = None
         self._signature: tuple[Any, ...] | None = None
@@ -67,6 +71,9 @@ class EarlyLock:
         self._started: Started | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        # set when the listing's thread is done; never Thread.join: a join interrupted by a signal
+        # handler's exception (Ctrl-C, SIGTERM) marks a running thread stopped (CPython 3.11)
+        self._done = threading.Event()
 
     @classmethod
     def wire(cls, ctx: StepContext, steps: Sequence[Step[Any]], *, hold_fds: Sequence[int] = ()
@@ -109,13 +116,15 @@ class EarlyLock:
 
         try:
             before = env_signature(ctx)
-            listing = list_env(ctx, self)
+            listing = (self.lister or list_env)(ctx, self)
             if before is None or env_signature(ctx) != before:
                 self.why_not = "the env changed while it was listed"
             else:
                 self.listing, self._signature = listing, before
         except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself and says what fails
             self.why_not = f"listing it failed: {exc!r}"
+        finally:
+            self._done.set()
 
     def take(self, ctx: StepContext) -> Listing | None:
         """The listing, once it has ended, when the env is still as it was listed; else None (said in the
@@ -139,8 +148,11 @@ class EarlyLock:
         self._join()
 
     def _join(self) -> None:
+        """Wait for the listing's thread to end, in slices (a signal for the main thread is handled at
+        the next slice)."""
         if self._thread is not None:
-            self._thread.join()
+            while not self._done.wait(Started.POLL_S):
+                pass
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
