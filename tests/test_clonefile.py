@@ -58,7 +58,8 @@ def test_where_the_kernel_cannot_the_copy_is_whole_anyway(tmp_path: Path, where:
         src.write_bytes(b"")
     try:
         dest = tmp_path / "copy"
-        assert clone_or_copy(src, dest) in {"reflink", "copy"}
+        # the kernel refuses the first two here (EXDEV; Linux 5.3-5.18 copied across filesystems)
+        assert clone_or_copy(src, dest) in {"reflink", "copy_file_range", "copy"}
         if where == "a size that says 0":
             text = dest.read_text()
             assert text.startswith("Name:") and "\nPid:" in text

@@ -99,6 +99,11 @@ def test_a_pinned_commit_is_read_from_the_ref_without_writing_it_again(tmp_path:
     assert has_complete(m.path, ids[1])
     assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
     assert _log(tmp_path).count("update-ref") == before + 1 and pinned(m.path, ids[1])
+    # planted: the loose pin file empty (what a crash can leave on ext4), or not a ref at all
+    for planted in ("", "not a commit id\n"):
+        (m.path / PIN_REFS / ids[1]).write_text(planted)
+        assert not pinned(m.path, ids[1])
+        assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False and pinned(m.path, ids[1])
     assert not pinned(tmp_path / "no-such-mirror.git", ids[1])
 
 

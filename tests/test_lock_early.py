@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -67,14 +68,13 @@ def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path
     assert early is not None
     upto = [s.name for s in steps].index("install") + 1
     run_pipeline(steps[:upto], ctx)                         # install announced its forks: the listing began
-    early._join()
-    assert early.listing is not None and "tinydep" in json.dumps(dict(early.listing.raw))
     site = next((stack / "env").glob("lib/python*/site-packages"))
     # what an import leaves (bytecode, a module of no distribution) is no change of what the env holds
     (site / "__pycache__").mkdir(exist_ok=True)
     (site / "__pycache__" / "zz.cpython-311.pyc").write_bytes(b"")
     (site / "zz_module.py").write_text("")
-    assert early.take(ctx) is early.listing is not None
+    listing = early.take(ctx)
+    assert listing is not None and "tinydep" in json.dumps(dict(listing.raw))
     # planted: a distribution leaves the env after it was listed (its metadata directory gone)
     for info in site.glob("tinydep-*.dist-info"):
         shutil.rmtree(info)
@@ -98,10 +98,10 @@ def test_a_listing_still_running_when_the_run_ends_is_ended(world: World, tmp_pa
     early = EarlyLock(LockStep(), lister=slow_lister)
     early.begin(ctx, [])
     assert started.wait(10)
-    log = tmp_path / "s" / "logs" / "lock.log"
+    log, deadline = tmp_path / "s" / "logs" / "lock.log", time.monotonic() + 10
     while not (log.exists() and "$ sleep 60" in log.read_text()):     # the command is starting
+        assert time.monotonic() < deadline, "the listing's command never started"
         time.sleep(0.01)
-    time.sleep(0.2)
     start = time.monotonic()
     early.stop(ctx)
     assert time.monotonic() - start < 10 and _no_early_thread()
@@ -131,3 +131,70 @@ def test_a_run_whose_install_fails_after_the_forks_are_in_place_leaves_no_listin
     log = lock_log(s2)
     assert "begun during the install step's checks" in log and "is used" not in log
     assert not (s2 / ".state" / "lock.json").exists() and _no_early_thread()
+
+
+@pytest.mark.parametrize("when", ["while it was listed", "after it was listed"])
+def test_a_distribution_rewritten_in_place_is_listed_again(world: World, tmp_path: Path, when: str) -> None:
+    """A METADATA rewritten in place (its directory's mtime unchanged; here with the same bytes, so the
+    env still verifies) while the listing runs, or after it ended: the lock step lists the env itself."""
+    stack, cache = tmp_path / "s", tmp_path / "cache"
+    ctx = _ctx(world, stack, cache)
+    steps = plan_steps(ctx.recipe)
+
+    def rewrite() -> None:
+        meta = next((stack / "env").glob("lib/python*/site-packages/tinydep-*.dist-info/METADATA"))
+        info = os.stat(meta.parent)
+        meta.write_text(meta.read_text())
+        os.utime(meta, ns=(info.st_atime_ns, info.st_mtime_ns + 7_000_000))     # another tick, whatever the clock
+        os.utime(meta.parent, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+    def lister(c: StepContext, runs: EarlyLock):
+        from october.installer.steps.lock import list_env
+
+        listing = list_env(c, runs)
+        if when == "while it was listed":
+            rewrite()
+        return listing
+
+    early = EarlyLock.wire(ctx, steps)
+    assert early is not None
+    early.lister = lister
+    upto = [s.name for s in steps].index("install") + 1
+    run_pipeline(steps[:upto], ctx)
+    if when == "after it was listed":
+        assert early._join(timeout=30)
+        rewrite()
+    run_pipeline(steps, ctx)
+    assert f"is not used (the env changed {when})" in lock_log(stack)
+    assert "tinydep" in (stack / "pylock.toml").read_text()
+    early.stop(ctx)
+
+
+def test_a_listing_held_open_outside_its_group_does_not_hold_the_run(world: World, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process of the listing in a session of its own (``setsid``) survives the kill and keeps the
+    output open: stop() waits a bounded time (Started.KILL_WAIT_S, shortened here), says so, and returns."""
+    from october.installer.core.runner import Started
+
+    monkeypatch.setattr(Started, "KILL_WAIT_S", 1.0)
+    ctx = _ctx(world, tmp_path / "s", tmp_path / "cache")
+    marker = f"{os.getpid()}.{time.time_ns() % 1000}"
+
+    def lister(_ctx: StepContext, runs: EarlyLock):
+        return runs.run(["setsid", "sh", "-c", f"sleep 30 # {marker}"], step="lock")
+
+    early = EarlyLock(LockStep(), lister=lister)
+    early.begin(ctx, [])
+    log, deadline = tmp_path / "s" / "logs" / "lock.log", time.monotonic() + 10
+    while not (log.exists() and marker in log.read_text()):
+        assert time.monotonic() < deadline, "the listing's command never started"
+        time.sleep(0.01)
+    time.sleep(0.3)                                         # setsid has left the group
+    try:
+        start = time.monotonic()
+        early.stop(ctx)
+        assert time.monotonic() - start < 5
+        text = lock_log(tmp_path / "s")
+        assert "still held open by a process outside its group" in text and "not waiting longer" in text
+    finally:
+        subprocess.run(["pkill", "-f", marker], check=False)

@@ -12,7 +12,7 @@ from october.installer.core.runner import Runner
 from october.installer.engine import SetupOptions, SilentReporter, StepContext, StepRecord
 from october.installer.core.paths import StackPaths
 from october.installer.pyenv.uvcmd import uv_exe
-from october.installer.steps.lock import _uv_version
+from october.installer.steps.lock import toolchain_facts
 from october.installer.steps.results import PreflightResult
 from tests.test_pipeline import toy_recipe
 
@@ -24,10 +24,14 @@ def _ctx(tmp_path: Path, tools: dict[str, list[int] | None], path: str) -> StepC
     paths.root.mkdir()
     opts = SetupOptions(stack=paths.root, recipe=toy_recipe(tmp_path), cache_dir=tmp_path / "cache")
     ctx = StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
-    pre = PreflightResult(facts={"uv": {"path": path, "version": PLANTED}}, machine={}, checks=(),
+    pre = PreflightResult(facts={"uv": {"path": path, "version": PLANTED}, "os": "Linux"}, machine={}, checks=(),
                           skipped=(), tools=tools)
     ctx.done["preflight"] = StepRecord("preflight", "f" * 64, pre, 0.0, "", "cached")
     return ctx
+
+
+def _uv_version(ctx: StepContext) -> str:
+    return str(toolchain_facts(ctx, "3.11")["uv"])
 
 
 def _asked(ctx: StepContext) -> bool:

@@ -202,8 +202,8 @@ def pinned(path: Path, commit: str) -> bool:
     try:
         with git.Repo(path) as repo:
             return git.SymbolicReference.dereference_recursive(repo, f"{PIN_REFS}/{commit}") == commit
-    except (ValueError, OSError, git.GitError):
-        return False
+    except Exception:  # noqa: BLE001 - unreadable (an empty ref file left by a crash trips an assert in
+        return False   # GitPython's reader): not a pin, so the commit is walked and pinned again
 
 
 def has_complete(path: Path, commit: str) -> bool:
@@ -282,6 +282,9 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, sha
     with mirror.locked():
         if pinned(mirror.path, commit):     # our fetch (or an earlier run) pinned it: nothing to write
             return False
+        # a loose pin that is no pin (empty after a crash, or naming another object) is ours to drop: git
+        # refuses `--all` while it is there, and the commit is pinned again below
+        (mirror.path / PIN_REFS / commit).unlink(missing_ok=True)
         if has_complete(mirror.path, commit):
             _pin_ref(runner, step, mirror, commit)
             return False

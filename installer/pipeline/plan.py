@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import signal
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -123,8 +124,9 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         finally:
             with signals.held():                # a second Ctrl-C or SIGTERM waits for this clean-up
                 try:
-                    for begun in early:
-                        begun.stop(ctx)         # before the lock is released and this run's bytecode removed
+                    with ExitStack() as stops:  # each stopped, whatever another's stop raises
+                        for begun in early:     # before the lock is released and this run's bytecode removed
+                            stops.callback(begun.stop, ctx)
                 finally:
                     settler.stop()
                     shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,25 +33,43 @@ if TYPE_CHECKING:
     from .lock import Listing, LockStep
 
 METADATA_SUFFIXES = (".dist-info", ".egg-info", ".pth")
+INSIDE = ("METADATA", "PKG-INFO", "direct_url.json")
 
 
-def env_signature(ctx: StepContext) -> tuple[Any, ...] | None:
-    """Each site directory of the env (as the env step recorded them) with its distributions' metadata
-    directories and ``.pth`` files, by name and mtime; None without an env result.  Not the directory's
-    own mtime: install's import checks add ``__pycache__`` there (a copied env has none), which lists
-    no distribution (seen on the H200: every second stack's listing was refused)."""
+def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...] | None:
+    """Each site directory of the env (as the env step recorded them) and each of ``extra`` (the other
+    directories a listing read distributions from: a system site, a fork checkout), with every
+    distribution metadata directory and ``.pth`` file there, by name and mtime, and the mtimes of each
+    metadata directory's ``METADATA``/``PKG-INFO`` and ``direct_url.json`` (rewritten in place, they
+    leave the directory's mtime alone); None without an env result.  Not a directory's own mtime:
+    install's import checks add ``__pycache__`` to a copied env, which lists no distribution (seen on
+    the H200: every second stack's listing was refused)."""
     env = ctx.result(EnvResult)
     if env is None:
         return None
-    out: list[Any] = []
-    for site in env.site_packages:
+    return tuple(_site_signature(site) for site in dict.fromkeys([*env.site_packages, *extra]))
+
+
+def _site_signature(site: str) -> tuple[Any, ...]:
+    def mtime(path: str) -> int | None:
         try:
-            with os.scandir(site) as entries:
-                out.append((site, sorted((e.name, e.stat(follow_symlinks=False).st_mtime_ns) for e in entries
-                                         if e.name.endswith(METADATA_SUFFIXES))))
+            return os.stat(path, follow_symlinks=False).st_mtime_ns
         except OSError:
-            out.append((site, None))
-    return tuple(out)
+            return None
+
+    try:
+        with os.scandir(site) as entries:
+            names = sorted(e.name for e in entries if e.name.endswith(METADATA_SUFFIXES))
+    except OSError:
+        return (site, None)
+    return (site, [(n, mtime(os.path.join(site, n)),
+                    *((mtime(os.path.join(site, n, f)) for f in INSIDE) if not n.endswith(".pth") else ()))
+                   for n in names])
+
+
+def _listed_sites(listing: Listing) -> list[str]:
+    """The directories the listing found distributions in (``site`` of each)."""
+    return sorted({str(d["site"]) for d in listing.raw.get("distributions", ()) if d.get("site")})
 
 
 class EarlyLock:
@@ -66,6 +85,7 @@ class EarlyLock:
         self.listing: Listing | None = None
         self.why_not: str | None = None
         self._signature: tuple[Any, ...] | None = None
+        self._sites: list[str] = []
         self._runner: Runner | None = None
         self._thread: threading.Thread | None = None
         self._started: Started | None = None
@@ -87,19 +107,21 @@ class EarlyLock:
         return early
 
     def begin(self, ctx: StepContext, _forks: Any) -> None:
-        """Listener for FORKS_INSTALLED: start the listing, or do nothing."""
+        """Listener for FORKS_INSTALLED: start the listing, or do nothing (never fails the install step:
+        the lock step lists the env itself in its turn)."""
         try:
             if self._thread is not None or not must_run(self.step, ctx):
                 return
-        except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself in its turn
+            self._note(ctx, "# listing the env begun during the install step's checks "
+                            "(october.installer.steps.lockearly)")
+            # its own runner: the same log files and secrets, nothing echoed (the display is install's)
+            self._runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
+            thread = threading.Thread(target=self._work, args=(ctx,), name="october-lock-early", daemon=True)
+            thread.start()
+            self._thread = thread
+            ctx.early[self.step.name] = self
+        except Exception as exc:  # noqa: BLE001 - see above
             self._note(ctx, f"# not begun during install: {exc!r}")
-            return
-        # its own runner: the same log files and secrets, nothing echoed (the display is install's)
-        self._runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
-        self._thread = threading.Thread(target=self._work, args=(ctx,), name="october-lock-early", daemon=True)
-        self._thread.start()
-        ctx.early[self.step.name] = self
-        self._note(ctx, "# listing the env begun during the install step's checks (october.installer.steps.lockearly)")
 
     def run(self, argv: Sequence[str], *, step: str, env: Mapping[str, str] | None = None) -> Completed:
         """The lock's commands, run from the listing's thread: each through :meth:`Runner.start`, so that
@@ -120,7 +142,8 @@ class EarlyLock:
             if before is None or env_signature(ctx) != before:
                 self.why_not = "the env changed while it was listed"
             else:
-                self.listing, self._signature = listing, before
+                self._sites = _listed_sites(listing)
+                self.listing, self._signature = listing, env_signature(ctx, self._sites)
         except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself and says what fails
             self.why_not = f"listing it failed: {exc!r}"
         finally:
@@ -130,7 +153,7 @@ class EarlyLock:
         """The listing, once it has ended, when the env is still as it was listed; else None (said in the
         lock log)."""
         self._join()
-        if self.listing is not None and env_signature(ctx) != self._signature:
+        if self.listing is not None and env_signature(ctx, self._sites) != self._signature:
             self.listing, self.why_not = None, "the env changed after it was listed"
         self._note(ctx, "# the listing begun during install " + (
             "is used" if self.listing is not None else f"is not used ({self.why_not}); listing the env now"))
@@ -138,21 +161,30 @@ class EarlyLock:
 
     def stop(self, ctx: StepContext) -> None:
         """At the end of the run, before the stack lock is released: a listing still running is ended
-        (its command killed with every process it started); what it made is not used."""
+        (its command killed with every process it started) and waited for, at most
+        :attr:`Started.KILL_WAIT_S`; what it made is not used."""
         with self._lock:
             self._stopped = True
             started = self._started
         if started is not None and not started.finished:
-            started.kill()
-            self._note(ctx, "# the listing begun during install was ended: the run ended before the lock step")
-        self._join()
+            ended = started.kill()
+            self._note(ctx, "# the listing begun during install was ended: the run ended before the lock step"
+                       + ("" if ended else f" (its output was still held open by a process outside its group "
+                                           f"after {started.KILL_WAIT_S:.0f}s; not waiting longer)"))
+        if not self._join(timeout=Started.KILL_WAIT_S):
+            self._note(ctx, f"# the listing begun during install had not ended {Started.KILL_WAIT_S:.0f}s after "
+                            "the run did; not waiting longer")
 
-    def _join(self) -> None:
-        """Wait for the listing's thread to end, in slices (a signal for the main thread is handled at
-        the next slice)."""
-        if self._thread is not None:
-            while not self._done.wait(Started.POLL_S):
-                pass
+    def _join(self, timeout: float | None = None) -> bool:
+        """Wait for the listing's thread to end (at most ``timeout`` seconds), in slices: a signal for
+        the main thread is handled at the next slice; -> whether it has ended."""
+        if self._thread is None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.wait(Started.POLL_S):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
