@@ -392,9 +392,4 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     return results, choice
 
 
-def capabilities_json() -> dict[str, Any] | None:
-    fi, _ = probe()
-    return flashinfer_asym.capabilities(fi).as_json() if fi is not None else None
-
-
 __all__ = ["KernelBackend", "KernelConfig", "probe", "run_kernel_level", "Unsupported", "loaded_modules"]

@@ -47,10 +47,6 @@ class HubFile:
     blob_id: str | None          # git blob sha1 (for an LFS file: of its pointer)
     lfs_sha256: str | None       # None: a regular git file
 
-    @property
-    def is_lfs(self) -> bool:
-        return self.lfs_sha256 is not None
-
 
 @dataclass(frozen=True)
 class HubSnapshot:

@@ -20,7 +20,7 @@ import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 from ..core.errors import ToolMissing, UsageError
 from .node import CHUNK, Shipment, ShippedFile, run_job
@@ -263,7 +263,3 @@ def _gather(ray: Any, ref: Any, job: NodeJob, lost: tuple[type[BaseException], .
         return _placeholder(job, "cancelled", "the task was cancelled")
     except ray.exceptions.RayTaskError as exc:
         return _placeholder(job, "error", f"the node task raised: {str(exc).strip().splitlines()[-1][:400]}")
-
-
-def node_records_order(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(records, key=lambda r: r["name"])

@@ -131,11 +131,6 @@ def derive_modules(shape: ModelShape, compute_dtype: str, v_format: str = "fp8_e
     return tuple(out)
 
 
-def module_paths(uri: str) -> str:
-    """The glob, relative to ``FLASHINFER_WORKSPACE_BASE``, under which FlashInfer keeps the built module."""
-    return f".cache/flashinfer/*/*/cached_ops/{uri}/{uri}.so"
-
-
 def selection_facts(compute_dtype: str, v_format: str, modules: Sequence[JitModule],
                     extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """What the smoke run is told about a selection (JSON-able)."""
