@@ -109,11 +109,9 @@ def test_a_tampered_entry_is_refused_removed_and_the_stack_built(world: World, t
     assert not (again / "forks" / "alpha" / "planted.py").exists()
 
 
-def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) -> None:
-    """The manifest and a file changed together (the hash a planted file has) pass the manifest, and
-    install's RECORD check still refuses the file before install is done."""
-    cache, s2 = tmp_path / "cache", tmp_path / "s2"
-    setup(world, tmp_path / "s1", cache)
+def rewrite_entry_with_manifest(cache: Path) -> None:
+    """Plant: the cache's one entry gets another tinydep/__init__.py and its manifest row that file's
+    hash (the way past the manifest; install's RECORD check is what refuses it)."""
     (entry,) = entries(cache)
     manifest = json.loads((entry / "manifest.json").read_text())
     rel = next(r for r in manifest["files"]["env"] if r.endswith("tinydep/__init__.py"))
@@ -123,6 +121,14 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     manifest["files"]["env"][rel]["sha256"] = builtstack.sha256_file(path)
     os.chmod(entry / "manifest.json", 0o644)
     (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) -> None:
+    """The manifest and a file changed together (the hash a planted file has) pass the manifest, and
+    install's RECORD check still refuses the file before install is done."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    rewrite_entry_with_manifest(cache)
     from october.installer.core.errors import InstallError
 
     with pytest.raises(InstallError) as info:

@@ -19,11 +19,11 @@ from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.engine import SetupOptions, SilentReporter, StepContext, run_pipeline
 from october.installer.pipeline.plan import plan_steps
-from october.installer.pyenv import builtstack
 from october.installer.recipe import load_recipe
 from october.installer.steps.lock import LockStep
 from october.installer.steps.lockearly import EarlyLock
 from tests.fixtures.world import World
+from tests.test_built_stack import rewrite_entry_with_manifest
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
 
 pytestmark = pytest.mark.slow
@@ -117,15 +117,7 @@ def test_a_run_whose_install_fails_after_the_forks_are_in_place_leaves_no_listin
     file were changed together: the RECORD check refuses it); the run ends with the listing ended."""
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
-    (entry,) = [p for p in builtstack.built_dir(cache).iterdir() if not p.name.startswith(".")]
-    manifest = json.loads((entry / "manifest.json").read_text())
-    rel = next(r for r in manifest["files"]["env"] if r.endswith("tinydep/__init__.py"))
-    path = entry / "env" / rel
-    os.chmod(path, 0o644)
-    path.write_text("VALUE = 2\n")
-    manifest["files"]["env"][rel]["sha256"] = builtstack.sha256_file(path)
-    os.chmod(entry / "manifest.json", 0o644)
-    (entry / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_entry_with_manifest(cache)
     with pytest.raises(InstallError):
         setup(world, s2, cache)
     log = lock_log(s2)
