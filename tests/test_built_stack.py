@@ -18,6 +18,7 @@ from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.pyenv import builtstack
+from tests.fixtures.builtcache import entries, rewrite_entry_with_manifest
 from tests.fixtures.world import World
 from tests.test_cache_isolation import POISON, inodes, site
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
@@ -31,10 +32,6 @@ def statuses(res) -> dict[str, str]:
 
 def built_from(stack: Path) -> str | None:
     return json.loads((stack / ".state" / "env.json").read_text())["outputs"].get("built_from")
-
-
-def entries(cache: Path) -> list[Path]:
-    return sorted(p for p in builtstack.built_dir(cache).iterdir() if not p.name.startswith("."))
 
 
 def verify(stack: Path) -> int:
@@ -107,20 +104,6 @@ def test_a_tampered_entry_is_refused_removed_and_the_stack_built(world: World, t
     assert not (next((again / "env").glob("lib/python*/site-packages")) / "zz.pth").exists()
     assert POISON not in (next((again / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py").read_text()
     assert not (again / "forks" / "alpha" / "planted.py").exists()
-
-
-def rewrite_entry_with_manifest(cache: Path) -> None:
-    """Plant: the cache's one entry gets another tinydep/__init__.py and its manifest row that file's
-    hash (the way past the manifest; install's RECORD check is what refuses it)."""
-    (entry,) = entries(cache)
-    manifest = json.loads((entry / "manifest.json").read_text())
-    rel = next(r for r in manifest["files"]["env"] if r.endswith("tinydep/__init__.py"))
-    path = entry / "env" / rel
-    os.chmod(path, 0o644)
-    path.write_text("VALUE = 2\n")
-    manifest["files"]["env"][rel]["sha256"] = builtstack.sha256_file(path)
-    os.chmod(entry / "manifest.json", 0o644)
-    (entry / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) -> None:

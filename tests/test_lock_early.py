@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
+import signal
 import threading
 import time
 from pathlib import Path
@@ -18,12 +18,12 @@ from october.installer.core.errors import InstallError
 from october.installer.core.paths import StackPaths
 from october.installer.core.runner import Runner
 from october.installer.engine import SetupOptions, SilentReporter, StepContext, run_pipeline
-from october.installer.pipeline.plan import plan_steps
+from october.installer.pipeline.plan import plan_steps, stop_early
 from october.installer.recipe import load_recipe
 from october.installer.steps.lock import LockStep
 from october.installer.steps.lockearly import EarlyLock
 from tests.fixtures.world import World
-from tests.test_built_stack import rewrite_entry_with_manifest
+from tests.fixtures.builtcache import rewrite_entry_with_manifest
 from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
 
 pytestmark = pytest.mark.slow
@@ -154,39 +154,104 @@ def test_a_distribution_rewritten_in_place_is_listed_again(world: World, tmp_pat
     upto = [s.name for s in steps].index("install") + 1
     run_pipeline(steps[:upto], ctx)
     if when == "after it was listed":
-        assert early._join(timeout=30)
+        assert early.wait(timeout=30)
         rewrite()
-    run_pipeline(steps, ctx)
-    assert f"is not used (the env changed {when})" in lock_log(stack)
-    assert "tinydep" in (stack / "pylock.toml").read_text()
-    early.stop(ctx)
+    try:
+        run_pipeline(steps, ctx)
+        assert f"is not used (the env changed {when})" in lock_log(stack)
+        assert "tinydep" in (stack / "pylock.toml").read_text()
+    finally:
+        early.stop(ctx)
 
 
 def test_a_listing_held_open_outside_its_group_does_not_hold_the_run(world: World, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A process of the listing in a session of its own (``setsid``) survives the kill and keeps the
-    output open: stop() waits a bounded time (Started.KILL_WAIT_S, shortened here), says so, and returns."""
+    output open: stop() waits once, a bounded time (Started.KILL_WAIT_S, shortened here), says so, and
+    returns."""
     from october.installer.core.runner import Started
 
     monkeypatch.setattr(Started, "KILL_WAIT_S", 1.0)
     ctx = _ctx(world, tmp_path / "s", tmp_path / "cache")
-    marker = f"{os.getpid()}.{time.time_ns() % 1000}"
+    pid_file = tmp_path / "holder.pid"
 
     def lister(_ctx: StepContext, runs: EarlyLock):
-        return runs.run(["setsid", "sh", "-c", f"sleep 30 # {marker}"], step="lock")
+        # the sleep is forked (the guard's death signal is not inherited across a fork), in a session
+        # of its own: neither the group's kill nor the guard's death reaches it
+        return runs.run(["setsid", "sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"], step="lock")
 
     early = EarlyLock(LockStep(), lister=lister)
     early.begin(ctx, [])
-    log, deadline = tmp_path / "s" / "logs" / "lock.log", time.monotonic() + 10
-    while not (log.exists() and marker in log.read_text()):
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()):     # the holder is up
         assert time.monotonic() < deadline, "the listing's command never started"
         time.sleep(0.01)
-    time.sleep(0.3)                                         # setsid has left the group
+    holder = int(pid_file.read_text())
     try:
         start = time.monotonic()
         early.stop(ctx)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 1.5 * Started.KILL_WAIT_S + 0.5      # one bounded wait, not two
         text = lock_log(tmp_path / "s")
         assert "still held open by a process outside its group" in text and "not waiting longer" in text
     finally:
-        subprocess.run(["pkill", "-f", marker], check=False)
+        os.kill(holder, signal.SIGKILL)
+    assert early.wait(timeout=10) and _no_early_thread()        # the holder gone, the thread ends
+
+
+def test_a_site_outside_the_env_the_listing_read_is_watched_too(world: World, tmp_path: Path) -> None:
+    """A distribution the listing found outside the env (a system site under a site-provided torch;
+    here a directory of one dist-info added to what the real listing found) changed after the listing:
+    the lock step lists the env itself."""
+    stack, cache = tmp_path / "s", tmp_path / "cache"
+    ctx = _ctx(world, stack, cache)
+    steps = plan_steps(ctx.recipe)
+    system = tmp_path / "system-site"
+    (system / "sysdep-1.0.dist-info").mkdir(parents=True)
+    (system / "sysdep-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sysdep\nVersion: 1.0\n")
+
+    def lister(c: StepContext, runs: EarlyLock):
+        from october.installer.steps.lock import Listing, list_env
+
+        got = list_env(c, runs)
+        return Listing(raw={**got.raw, "distributions": [*got.raw["distributions"], {
+            "name": "sysdep", "version": "1.0", "direct_url": None, "installer": "pip", "site": str(system)}]},
+            index_packages=got.index_packages)
+
+    early = EarlyLock.wire(ctx, steps)
+    assert early is not None
+    early.lister = lister
+    run_pipeline(steps[:[s.name for s in steps].index("install") + 1], ctx)
+    try:
+        assert early.wait(timeout=30) and early.listing is not None
+        (system / "sysdep-1.0.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: sysdep\nVersion: 1.0\nRequires-Dist: other\n")
+        assert early.take(ctx) is None and "the env changed after it was listed" in (early.why_not or "")
+    finally:
+        early.stop(ctx)
+
+
+class _Begun:
+    """Work begun early whose stop records itself, or raises (a terminal gone after SIGHUP: EIO)."""
+
+    def __init__(self, name: str, fails: bool) -> None:
+        self.step, self.fails, self.stopped = LockStep() if name == "lock" else None, fails, False
+
+    def stop(self, ctx: StepContext) -> None:
+        self.stopped = True
+        if self.fails:
+            raise OSError(5, "Input/output error")
+
+
+@pytest.mark.parametrize("run_failed", [True, False])
+def test_every_early_start_is_stopped_and_the_run_s_own_error_is_the_one_seen(world: World, tmp_path: Path,
+                                                                               run_failed: bool) -> None:
+    ctx = _ctx(world, tmp_path / "s", tmp_path / "cache")
+    first, second = _Begun("jit", fails=True), _Begun("lock", fails=False)
+    if run_failed:                      # the run's error is in flight: the clean-up's is noted, not raised
+        stop_early([first, second], ctx, raise_first=False)
+    else:
+        with pytest.raises(OSError, match="Input/output error"):
+            stop_early([first, second], ctx, raise_first=True)
+    assert first.stopped and second.stopped
+    assert "stopping what was begun early failed: OSError(5, 'Input/output error')" in (
+        tmp_path / "s" / "logs" / "setup.log").read_text()

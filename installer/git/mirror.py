@@ -202,8 +202,10 @@ def pinned(path: Path, commit: str) -> bool:
     try:
         with git.Repo(path) as repo:
             return git.SymbolicReference.dereference_recursive(repo, f"{PIN_REFS}/{commit}") == commit
-    except Exception:  # noqa: BLE001 - unreadable (an empty ref file left by a crash trips an assert in
-        return False   # GitPython's reader): not a pin, so the commit is walked and pinned again
+    except (ValueError, OSError, AssertionError, IndexError, git.GitError):
+        # unreadable: an empty ref file left by a crash trips an assert in GitPython's reader (an
+        # IndexError under -O); not a pin, so the commit is walked and pinned again
+        return False
 
 
 def has_complete(path: Path, commit: str) -> bool:

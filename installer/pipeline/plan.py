@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import signal
 import threading
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -119,19 +118,39 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         # lock while their groups live
         early = [e for e in (EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
                              EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
+        failed = True
         try:
             records = run_pipeline(steps, ctx)
+            failed = False
         finally:
             with signals.held():                # a second Ctrl-C or SIGTERM waits for this clean-up
                 try:
-                    with ExitStack() as stops:  # each stopped, whatever another's stop raises
-                        for begun in early:     # before the lock is released and this run's bytecode removed
-                            stops.callback(begun.stop, ctx)
+                    # before the lock is released and this run's bytecode removed
+                    stop_early(early, ctx, raise_first=not failed)
                 finally:
                     settler.stop()
                     shutil.rmtree(paths.run_pycache, ignore_errors=True)     # this run's bytecode only
         settler.settle_rest()
     return SetupResult(records=records, paths=paths)
+
+
+def stop_early(early: Sequence[Any], ctx: StepContext, *, raise_first: bool) -> None:
+    """Stop each work begun early (the JIT build first, then the lock's listing), whatever another's stop
+    raises; a stop's error is noted in the step's log, and raised (the first) only when ``raise_first``
+    (the run itself succeeded: an error of the run is what the user must see, not one of its clean-up)."""
+    errors: list[BaseException] = []
+    for begun in early:
+        try:
+            begun.stop(ctx)
+        except Exception as exc:  # noqa: BLE001 - the others are stopped all the same
+            errors.append(exc)
+            try:
+                ctx.runner.note(getattr(getattr(begun, "step", None), "name", "setup"),
+                                f"# stopping what was begun early failed: {exc!r}")
+            except OSError:
+                pass
+    if errors and raise_first:
+        raise errors[0]
 
 
 class Terminated(KeyboardInterrupt):

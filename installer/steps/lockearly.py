@@ -39,9 +39,9 @@ INSIDE = ("METADATA", "PKG-INFO", "direct_url.json")
 def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...] | None:
     """Each site directory of the env (as the env step recorded them) and each of ``extra`` (the other
     directories a listing read distributions from: a system site, a fork checkout), with every
-    distribution metadata directory and ``.pth`` file there, by name and mtime, and the mtimes of each
-    metadata directory's ``METADATA``/``PKG-INFO`` and ``direct_url.json`` (rewritten in place, they
-    leave the directory's mtime alone); None without an env result.  Not a directory's own mtime:
+    distribution metadata directory and ``.pth`` file there, by name, size, mtime and ctime, and the same
+    of each metadata directory's ``METADATA``/``PKG-INFO`` and ``direct_url.json`` (rewritten in place,
+    they leave the directory alone); None without an env result.  Not a directory's own mtime:
     install's import checks add ``__pycache__`` to a copied env, which lists no distribution (seen on
     the H200: every second stack's listing was refused)."""
     env = ctx.result(EnvResult)
@@ -51,11 +51,13 @@ def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...
 
 
 def _site_signature(site: str) -> tuple[Any, ...]:
-    def mtime(path: str) -> int | None:
+    def mtime(path: str) -> tuple[int, int, int] | None:
+        """size, mtime and ctime (which no copy that keeps times, ``cp -p`` or ``rsync -a``, can set back)"""
         try:
-            return os.stat(path, follow_symlinks=False).st_mtime_ns
+            st = os.stat(path, follow_symlinks=False)
         except OSError:
             return None
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
     try:
         with os.scandir(site) as entries:
@@ -152,7 +154,7 @@ class EarlyLock:
     def take(self, ctx: StepContext) -> Listing | None:
         """The listing, once it has ended, when the env is still as it was listed; else None (said in the
         lock log)."""
-        self._join()
+        self.wait()
         if self.listing is not None and env_signature(ctx, self._sites) != self._signature:
             self.listing, self.why_not = None, "the env changed after it was listed"
         self._note(ctx, "# the listing begun during install " + (
@@ -167,15 +169,17 @@ class EarlyLock:
             self._stopped = True
             started = self._started
         if started is not None and not started.finished:
-            ended = started.kill()
+            ended = started.kill()      # waits at most KILL_WAIT_S for the command's output to close
             self._note(ctx, "# the listing begun during install was ended: the run ended before the lock step"
                        + ("" if ended else f" (its output was still held open by a process outside its group "
                                            f"after {started.KILL_WAIT_S:.0f}s; not waiting longer)"))
-        if not self._join(timeout=Started.KILL_WAIT_S):
+            if not ended:
+                return                  # its thread waits on that output: waiting for it would wait as long
+        if not self.wait(timeout=Started.KILL_WAIT_S):
             self._note(ctx, f"# the listing begun during install had not ended {Started.KILL_WAIT_S:.0f}s after "
                             "the run did; not waiting longer")
 
-    def _join(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Wait for the listing's thread to end (at most ``timeout`` seconds), in slices: a signal for
         the main thread is handled at the next slice; -> whether it has ended."""
         if self._thread is None:
