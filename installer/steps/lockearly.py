@@ -7,13 +7,17 @@ second stack) nor the JIT build.  So once every fork is installed
 (:data:`~october.installer.engine.FORKS_INSTALLED`), :class:`EarlyLock` makes that listing in a thread
 of its own (its commands in the lock log, nothing echoed; ``uv pip compile`` through
 :meth:`Runner.start`, so it can be ended), and the lock step takes it (:func:`take_early`) -- only when
-the env's site directories are as they were when the listing began and still are when it ended (each
-distribution's metadata directory and ``.pth`` file, by name and mtime; a reinstall makes a new one).
-Otherwise, or when the listing failed, the lock step lists the env itself, as it always did.
+the env's site directories are as they were when the listing began, and they and every other directory
+the listing read (a system site) still are as they were when it ended (:func:`env_signature`: each
+distribution's metadata directory, its ``METADATA`` and ``direct_url.json``, and each ``.pth`` file, by
+name, size, mtime and ctime; a reinstall makes a new directory).  Otherwise, or when the listing failed,
+the lock step lists the env itself, as it always did.
 
 Begun only where the plan runs the lock step after install and the lock step runs in this walk whatever
 install's result (:func:`~october.installer.engine.must_run`).  A run that ends before the lock step took
-it (install failed, an interrupt) ends it in :meth:`EarlyLock.stop`, before the stack lock is released.
+it (install failed, an interrupt) ends it in :meth:`EarlyLock.stop`, before the stack lock is released:
+its command killed with its group, its thread waited for at most ``Started.KILL_WAIT_S``
+(:func:`~october.installer.pipeline.plan.stop_early`).
 """
 
 from __future__ import annotations
