@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from october.installer.core.runner import Runner
 from october.installer.git.worktree import COARSE_MARGIN_S, index_files, settle_index, settle_wait
 from october.installer.pipeline.plan import CloneSettler
@@ -190,3 +192,17 @@ def test_a_failure_of_the_settler_is_noted_never_raised(tmp_path: Path) -> None:
     log = (tmp_path / "logs" / "fetch.log").read_text()
     assert "settling the clone indexes in the background stopped" in log
     assert "settling the clone indexes at the end of the run failed" in log
+
+
+def test_a_best_effort_note_passes_over_a_log_that_cannot_be_written(tmp_path: Path) -> None:
+    """Clean-up notes (the settler's, the early starts') use ``best_effort``: a logs folder that cannot
+    be made (a file in its place) raises for an ordinary note, and passes quietly for a best-effort one."""
+    blocked = tmp_path / "logs"
+    blocked.write_text("a file where the logs folder should be")
+    runner = Runner(blocked)
+    with pytest.raises(OSError):
+        runner.note("fetch", "# ordinary")
+    runner.note("fetch", "# best effort", best_effort=True)
+    ok = Runner(tmp_path / "ok-logs")
+    ok.note("fetch", "# written", best_effort=True)
+    assert (tmp_path / "ok-logs" / "fetch.log").read_text() == "# written\n"

@@ -184,11 +184,17 @@ class Runner:
     def log_path(self, step: str) -> Path:
         return self.logs_dir / f"{step}.log"
 
-    def note(self, step: str, text: str) -> None:
-        """Append a line of our own to the step's log."""
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path(step), "a", encoding="utf-8") as fh:
-            fh.write(redact(text, self.secrets).rstrip("\n") + "\n")
+    def note(self, step: str, text: str, *, best_effort: bool = False) -> None:
+        """Append a line of our own to the step's log.  ``best_effort``: a log that cannot be written (a
+        full disk, a removed logs folder) is passed over -- for clean-up, whose note must never replace
+        the error or the interrupt it is cleaning up after."""
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path(step), "a", encoding="utf-8") as fh:
+                fh.write(redact(text, self.secrets).rstrip("\n") + "\n")
+        except OSError:
+            if not best_effort:
+                raise
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
             env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,

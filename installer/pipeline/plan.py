@@ -144,11 +144,8 @@ def stop_early(early: Sequence[Any], ctx: StepContext, *, raise_first: bool) -> 
             begun.stop(ctx)
         except Exception as exc:  # noqa: BLE001 - the others are stopped all the same
             errors.append(exc)
-            try:
-                ctx.runner.note(getattr(getattr(begun, "step", None), "name", "setup"),
-                                f"# stopping what was begun early failed: {exc!r}")
-            except OSError:
-                pass
+            ctx.runner.note(getattr(getattr(begun, "step", None), "name", "setup"),
+                            f"# stopping what was begun early failed: {exc!r}", best_effort=True)
     if errors and raise_first:
         raise errors[0]
 
@@ -323,10 +320,7 @@ class CloneSettler:
             self._note(f"# settling the clone indexes at the end of the run failed: {exc!r}")
 
     def _note(self, text: str) -> None:
-        try:
-            self.runner.note("fetch", text)
-        except OSError:
-            pass
+        self.runner.note("fetch", text, best_effort=True)
 
 
 def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:

@@ -139,10 +139,7 @@ class EarlyJit:
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
-        try:
-            ctx.runner.note("jit", text)
-        except OSError:
-            pass
+        ctx.runner.note("jit", text, best_effort=True)
 
 
 def take_early(ctx: StepContext, step: JitStep) -> tuple[JitBuild, Started | None] | None:

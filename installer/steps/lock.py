@@ -161,11 +161,12 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
 def _uv_version(ctx: StepContext) -> str:
     """uv's version: the preflight's reading when it read this same uv, unchanged since (its size and
     mtime as the preflight recorded them), else asked again."""
+    from .preflight import tool_stat
+
     exe, pre = uv_exe(), ctx.result(PreflightResult)
-    fact = pre.tool("uv") if pre is not None else {}
-    if fact.get("path") == exe and fact.get("version") and pre is not None:
-        st = Path(exe).resolve().stat()
-        if pre.tools.get(exe) == [st.st_size, st.st_mtime_ns]:
+    if pre is not None:
+        fact, stat = pre.tool("uv"), tool_stat(exe)
+        if fact.get("path") == exe and fact.get("version") and stat is not None and pre.tools.get(exe) == stat:
             return str(fact["version"])
     out = ctx.runner.run([exe, "--version"], step="lock").output.strip()
     return out.split()[1] if len(out.split()) > 1 else out

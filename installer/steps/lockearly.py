@@ -10,8 +10,8 @@ of its own (its commands in the lock log, nothing echoed; ``uv pip compile`` thr
 the env's site directories are as they were when the listing began, and they and every other directory
 the listing read (a system site) still are as they were when it ended (:func:`env_signature`: each
 distribution's metadata directory, its ``METADATA`` and ``direct_url.json``, and each ``.pth`` file, by
-name, size, mtime and ctime; a reinstall makes a new directory).  Otherwise, or when the listing failed,
-the lock step lists the env itself, as it always did.
+name and stat signature -- inode, size, mtime, ctime; a reinstall makes a new directory).  Otherwise,
+or when the listing failed, the lock step lists the env itself, as it always did.
 
 Begun only where the plan runs the lock step after install and the lock step runs in this walk whatever
 install's result (:func:`~october.installer.engine.must_run`).  A run that ends before the lock step took
@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.filetrust import signature
 from ..core.runner import Completed, Runner, Started
 from ..engine import FORKS_INSTALLED, StepContext, must_run
 from .results import EnvResult
@@ -43,9 +44,10 @@ INSIDE = ("METADATA", "PKG-INFO", "direct_url.json")
 def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...] | None:
     """Each site directory of the env (as the env step recorded them) and each of ``extra`` (the other
     directories a listing read distributions from: a system site, a fork checkout), with every
-    distribution metadata directory and ``.pth`` file there, by name, size, mtime and ctime, and the same
-    of each metadata directory's ``METADATA``/``PKG-INFO`` and ``direct_url.json`` (rewritten in place,
-    they leave the directory alone); None without an env result.  Not a directory's own mtime:
+    distribution metadata directory and ``.pth`` file there, by name and stat signature (inode, size,
+    mtime, ctime), and the same of each metadata directory's ``METADATA``/``PKG-INFO`` and
+    ``direct_url.json`` (rewritten in place, they leave the directory alone); None without an env
+    result.  Not a directory's own mtime:
     install's import checks add ``__pycache__`` to a copied env, which lists no distribution (seen on
     the H200: every second stack's listing was refused)."""
     env = ctx.result(EnvResult)
@@ -55,21 +57,21 @@ def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...
 
 
 def _site_signature(site: str) -> tuple[Any, ...]:
-    def mtime(path: str) -> tuple[int, int, int] | None:
-        """size, mtime and ctime (which no copy that keeps times, ``cp -p`` or ``rsync -a``, can set back)"""
+    def stamp(path: str) -> list[int] | None:
+        """The file's stat signature (:func:`~october.installer.core.filetrust.signature`: inode, size,
+        mtime and ctime, which no copy that keeps times, ``cp -p`` or ``rsync -a``, can set back)."""
         try:
-            st = os.stat(path, follow_symlinks=False)
+            return signature(os.stat(path, follow_symlinks=False))
         except OSError:
             return None
-        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
     try:
         with os.scandir(site) as entries:
             names = sorted(e.name for e in entries if e.name.endswith(METADATA_SUFFIXES))
     except OSError:
         return (site, None)
-    return (site, [(n, mtime(os.path.join(site, n)),
-                    *((mtime(os.path.join(site, n, f)) for f in INSIDE) if not n.endswith(".pth") else ()))
+    return (site, [(n, stamp(os.path.join(site, n)),
+                    *((stamp(os.path.join(site, n, f)) for f in INSIDE) if not n.endswith(".pth") else ()))
                    for n in names])
 
 
@@ -145,11 +147,12 @@ class EarlyLock:
         try:
             before = env_signature(ctx)
             listing = (self.lister or list_env)(ctx, self)
-            if before is None or env_signature(ctx) != before:
+            sites = _listed_sites(listing)
+            after = env_signature(ctx, sites)   # the env's own sites first, in the order ``before`` has them
+            if before is None or after is None or after[:len(before)] != before:
                 self.why_not = "the env changed while it was listed"
             else:
-                self._sites = _listed_sites(listing)
-                self.listing, self._signature = listing, env_signature(ctx, self._sites)
+                self.listing, self._sites, self._signature = listing, sites, after
         except Exception as exc:  # noqa: BLE001 - the lock step lists the env itself and says what fails
             self.why_not = f"listing it failed: {exc!r}"
         finally:
@@ -196,10 +199,7 @@ class EarlyLock:
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
-        try:
-            ctx.runner.note("lock", text)
-        except OSError:
-            pass
+        ctx.runner.note("lock", text, best_effort=True)
 
 
 def take_early(ctx: StepContext, step: Step[Any]) -> Listing | None:

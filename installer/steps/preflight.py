@@ -81,17 +81,20 @@ TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")
 
 
 def tool_stats(facts: Mapping[str, JSON]) -> dict[str, list[int] | None]:
-    """path -> [size, mtime_ns] (None when gone) for every program a fact was read from."""
+    """path -> :func:`tool_stat` for every program a fact was read from."""
     out: dict[str, list[int] | None] = {}
     for key in TOOL_FACTS:
         fact = facts.get(key)
         path = fact.get("path") if isinstance(fact, dict) else None
-        if not path:
-            continue
-        try:
-            st = Path(path).resolve().stat()
-        except OSError:
-            out[str(path)] = None
-            continue
-        out[str(path)] = [st.st_size, st.st_mtime_ns]
+        if path:
+            out[str(path)] = tool_stat(str(path))
     return out
+
+
+def tool_stat(path: str) -> list[int] | None:
+    """[size, mtime_ns] of the program (links followed), as the preflight records it; None when gone."""
+    try:
+        st = Path(path).resolve().stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
