@@ -75,19 +75,11 @@ def probe(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -
 
 def _path_of(url: str) -> Path | None:
     parsed = urlparse(url)
-    if parsed.scheme != "file":
-        return None
-    return Path(unquote(parsed.path)).resolve()
+    return Path(unquote(parsed.path)).resolve() if parsed.scheme == "file" else None
 
 
 def _under(path: str | None, root: Path) -> bool:
-    if not path:
-        return False
-    try:
-        Path(path).resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+    return bool(path) and Path(str(path)).resolve().is_relative_to(root.resolve())
 
 
 def _describe(d: Mapping[str, Any]) -> str:
@@ -100,18 +92,12 @@ def _describe(d: Mapping[str, Any]) -> str:
     return f"{d.get('name')} {d.get('version')} {where}"
 
 
-def _check_system_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
-    """A site-provided torch: nothing in the env may shadow or replace it."""
-    from ..pyenv import systorch
-
-    assert spec.system_torch is not None
-    return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,
-                                                          facts.get("torch", {}))]
-
-
 def _check_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
-    if spec.system_torch is not None:
-        return _check_system_torch(spec, facts)
+    if spec.system_torch is not None:        # a site-provided torch: nothing in the env may shadow or replace it
+        from ..pyenv import systorch
+
+        return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,
+                                                              facts.get("torch", {}))]
     versions = list(facts.get("torch", {}).get("versions", []))
     if versions == [spec.torch_version]:
         return []
