@@ -79,7 +79,7 @@ def _path_of(url: str) -> Path | None:
 
 
 def _under(path: str | None, root: Path) -> bool:
-    return bool(path) and Path(str(path)).resolve().is_relative_to(root.resolve())
+    return bool(path) and Path(path).resolve().is_relative_to(root.resolve())
 
 
 def _describe(d: Mapping[str, Any]) -> str:

@@ -191,7 +191,7 @@ def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
     ok = uv.present and uv.version is not None
     if ok and spec:
         try:
-            ok = SpecifierSet(spec).contains(Version(str(uv.version)), prereleases=True)
+            ok = SpecifierSet(spec).contains(Version(uv.version), prereleases=True)
         except InvalidVersion:
             ok = False
     return _result("uv", ok, expected, _tool_found(uv, "uv"), fix)

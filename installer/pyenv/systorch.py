@@ -153,7 +153,7 @@ def write_pth(env: Path, facts: Mapping[str, Any]) -> Path:
 
 
 def _under(path: str | None, roots: Sequence[str]) -> bool:
-    return bool(path) and any(Path(str(path)).resolve().is_relative_to(Path(r).resolve()) for r in roots)
+    return bool(path) and any(Path(path).resolve().is_relative_to(Path(r).resolve()) for r in roots)
 
 
 def guard_problems(env: Path, expected: Mapping[str, Any], facts: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
