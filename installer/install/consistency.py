@@ -31,6 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..pyenv.venv import pyvenv_version as env_python_version
 from ..recipe.install import DeclaredException
 from ..verify_dists import dists_in, site_packages
 
@@ -80,11 +81,8 @@ def installed_in(sites: Sequence[Path]) -> list[Dist]:
 
 def marker_environment(python_version: str) -> dict[str, str]:
     """This machine's marker environment with the stack's Python version."""
-    env = {k: str(v) for k, v in default_environment().items()}
-    env["python_full_version"] = python_version
-    env["python_version"] = ".".join(python_version.split(".")[:2])
-    env["implementation_version"] = python_version
-    return env
+    return {**{k: str(v) for k, v in default_environment().items()}, "python_full_version": python_version,
+            "python_version": ".".join(python_version.split(".")[:2]), "implementation_version": python_version}
 
 
 # PEP 508's name as packaging's tokenizer reads it (packaging._tokenizer's IDENTIFIER), after leading blanks
@@ -107,11 +105,7 @@ def _parse(line: str) -> Requirement | None:
 
 
 def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> bool:
-    if req.marker is None:
-        return True
-    if req.marker.evaluate({**env, "extra": ""}):
-        return True
-    return any(req.marker.evaluate({**env, "extra": e}) for e in extras)
+    return req.marker is None or any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
 
 
 def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
@@ -153,43 +147,21 @@ def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dis
                 continue
             name = str(canonicalize_name(r.name))
             dep = have.get(name)
-            if dep is None:
-                out.append(Conflict(d.name, d.version, line, name, None))
-                continue
             try:
-                ok = r.specifier.contains(Version(dep.version), prereleases=True)
+                ok = dep is not None and r.specifier.contains(Version(dep.version), prereleases=True)
             except InvalidVersion:
                 ok = False
             if not ok:
-                out.append(Conflict(d.name, d.version, line, name, dep.version))
+                out.append(Conflict(d.name, d.version, line, name, dep.version if dep else None))
     return sorted(out, key=lambda c: (c.package, c.requires))
 
 
 def judge(found: Sequence[Conflict], declared: Sequence[DeclaredException]) -> Judgement:
     by_pair = {(e.package, e.requires): e for e in declared}
-    matched: list[tuple[Conflict, DeclaredException]] = []
-    undeclared: list[Conflict] = []
-    used: set[tuple[str, str]] = set()
-    for c in found:
-        e = by_pair.get((c.package, c.requires))
-        if e is None:
-            undeclared.append(c)
-        else:
-            matched.append((c, e))
-            used.add((c.package, c.requires))
-    unused = tuple(e for pair, e in by_pair.items() if pair not in used)
-    return Judgement(tuple(matched), tuple(undeclared), unused)
-
-
-_VERSION_LINE = re.compile(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", re.M)
-
-
-def env_python_version(env: Path) -> str | None:
-    try:
-        m = _VERSION_LINE.search((env / "pyvenv.cfg").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    return m.group(1) if m else None
+    matched = tuple((c, by_pair[c.package, c.requires]) for c in found if (c.package, c.requires) in by_pair)
+    used = {(c.package, c.requires) for c, _e in matched}
+    return Judgement(matched, tuple(c for c in found if (c.package, c.requires) not in by_pair),
+                     tuple(e for pair, e in by_pair.items() if pair not in used))
 
 
 def require_consistent(env: Path, python_version: str, provided: Sequence[Dist],

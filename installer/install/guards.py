@@ -75,19 +75,11 @@ def probe(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -
 
 def _path_of(url: str) -> Path | None:
     parsed = urlparse(url)
-    if parsed.scheme != "file":
-        return None
-    return Path(unquote(parsed.path)).resolve()
+    return Path(unquote(parsed.path)).resolve() if parsed.scheme == "file" else None
 
 
 def _under(path: str | None, root: Path) -> bool:
-    if not path:
-        return False
-    try:
-        Path(path).resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+    return bool(path) and Path(path).resolve().is_relative_to(root.resolve())
 
 
 def _describe(d: Mapping[str, Any]) -> str:
@@ -100,18 +92,12 @@ def _describe(d: Mapping[str, Any]) -> str:
     return f"{d.get('name')} {d.get('version')} {where}"
 
 
-def _check_system_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
-    """A site-provided torch: nothing in the env may shadow or replace it."""
-    from ..pyenv import systorch
-
-    assert spec.system_torch is not None
-    return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,
-                                                          facts.get("torch", {}))]
-
-
 def _check_torch(spec: GuardSpec, facts: Mapping[str, Any]) -> list[_Problem]:
-    if spec.system_torch is not None:
-        return _check_system_torch(spec, facts)
+    if spec.system_torch is not None:        # a site-provided torch: nothing in the env may shadow or replace it
+        from ..pyenv import systorch
+
+        return [_Problem(*p) for p in systorch.guard_problems(spec.python.parent.parent, spec.system_torch,
+                                                              facts.get("torch", {}))]
     versions = list(facts.get("torch", {}).get("versions", []))
     if versions == [spec.torch_version]:
         return []
@@ -162,16 +148,9 @@ def import_guard(wheel: Mapping[str, Any], checkouts: Mapping[str, Path]) -> tup
     if not isinstance(listed, list):
         path = Path(str(wheel.get("path", "")))
         listed = [e.as_json() for e in extensions_from_record(path)] if path.is_file() else []
-    placed: list[str] = []
-    shipped: list[str] = []
-    for ext in listed:
-        module, rel = str(ext.get("module", "")), str(ext.get("path", ""))
-        checkout = checkouts.get(module.split(".", 1)[0])
-        if checkout is None or not module:
-            continue
-        shipped.append(rel)
-        if (checkout / rel).is_file() and module not in placed:
-            placed.append(module)
+    ours = _in_checkouts(listed, checkouts)
+    shipped = [rel for _module, rel, _checkout in ours]
+    placed = tuple(dict.fromkeys(module for module, rel, checkout in ours if (checkout / rel).is_file()))
     if not placed:
         where = ", ".join(str(p) for p in checkouts.values()) or "no checkout"
         raise InstallError(
@@ -182,19 +161,22 @@ def import_guard(wheel: Mapping[str, Any], checkouts: Mapping[str, Path]) -> tup
             found="none of them" if shipped else "a wheel with no extension module",
             fix="check that the fork's setup.py honours VLLM_USE_PRECOMPILED / VLLM_PRECOMPILED_WHEEL_LOCATION "
                 "(see logs/install.log), and that [wheel] in the recipe is a compiled vLLM wheel")
-    return tuple(placed)
+    return placed
 
 
 def extension_files(wheel: Mapping[str, Any], checkouts: Mapping[str, Path], modules: tuple[str, ...]
                     ) -> dict[str, Path]:
     """Each imported module's file as the precompiled install placed it in the fork checkout."""
-    out: dict[str, Path] = {}
-    for ext in wheel.get("extensions") or []:
-        module, rel = str(ext.get("module", "")), str(ext.get("path", ""))
-        checkout = checkouts.get(module.split(".", 1)[0])
-        if module in modules and checkout is not None and (checkout / rel).is_file():
-            out[module] = checkout / rel
-    return out
+    return {module: checkout / rel for module, rel, checkout in _in_checkouts(wheel.get("extensions") or [], checkouts)
+            if module in modules and (checkout / rel).is_file()}
+
+
+def _in_checkouts(extensions: list[Mapping[str, Any]], checkouts: Mapping[str, Path]) -> list[tuple[str, str, Path]]:
+    """(module, its path in the wheel, the checkout of its top package) of each listed extension module
+    whose top package is a fork's."""
+    rows = [(str(ext.get("module", "")), str(ext.get("path", ""))) for ext in extensions]
+    return [(module, rel, checkouts[top]) for module, rel in rows
+            if module and (top := module.split(".", 1)[0]) in checkouts]
 
 
 def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str, str], list[_Problem]]:

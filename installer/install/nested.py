@@ -59,21 +59,15 @@ class Attempt:
     def packages(self) -> tuple[str, ...]:
         """Canonical names of the requirements the attempt asked for."""
         out: list[str] = []
-        args = list(self.args)
-        skip = False
-        for i, a in enumerate(args):
-            if skip:
-                skip = False
-                continue
+        args = enumerate(self.args)
+        for i, a in args:
             if a in _VALUED:
-                skip = True
-                continue
-            if a.startswith("-") or (i < 2 and a in ("pip", "install")) or a in ("-m",):
-                continue
-            try:
-                out.append(str(canonicalize_name(Requirement(a).name)))
-            except InvalidRequirement:
-                continue
+                next(args, None)            # its value is not a requirement
+            elif not a.startswith("-") and not (i < 2 and a in ("pip", "install")):
+                try:
+                    out.append(str(canonicalize_name(Requirement(a).name)))
+                except InvalidRequirement:
+                    pass
         return tuple(dict.fromkeys(out))
 
     @property
@@ -122,26 +116,13 @@ def read_attempts(log: Path) -> list[Attempt]:
         text = log.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
-    out: list[Attempt] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        tool, *args = line.split(SEP)
-        out.append(Attempt(tool, tuple(args)))
-    return out
+    rows = [line.split(SEP) for line in text.splitlines() if line.strip()]
+    return [Attempt(tool, tuple(args)) for tool, *args in rows]
 
 
 def judge(attempts: Sequence[Attempt], declared: Mapping[str, str]) -> Verdict:
-    refused: dict[str, str] = {}
-    undeclared: list[str] = []
-    unparsed: list[str] = []
-    for a in dict.fromkeys(attempts):        # a backend hook may run twice (metadata, then build)
-        names = a.packages
-        if not names:
-            unparsed.append(a.command)
-        for n in names:
-            if n in declared:
-                refused[n] = declared[n]
-            elif n not in undeclared:
-                undeclared.append(n)
-    return Verdict(tuple(dict.fromkeys(attempts)), refused, tuple(undeclared), tuple(unparsed))
+    unique = tuple(dict.fromkeys(attempts))        # a backend hook may run twice (metadata, then build)
+    names = [n for a in unique for n in a.packages]
+    return Verdict(unique, {n: declared[n] for n in names if n in declared},
+                   tuple(dict.fromkeys(n for n in names if n not in declared)),
+                   tuple(a.command for a in unique if not a.packages))

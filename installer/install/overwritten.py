@@ -31,11 +31,8 @@ def changed_tracked(runner: Runner, step: str, repo: Path) -> list[str]:
 
 def snapshot(runner: Runner, step: str, repo: Path) -> dict[str, str | None]:
     """The tracked files already changed before an install (``--allow-dirty``), with their content hash."""
-    out: dict[str, str | None] = {}
-    for rel in changed_tracked(runner, step, repo):
-        f = repo / rel
-        out[rel] = sha256_file(f) if f.is_file() else None
-    return out
+    return {rel: sha256_file(repo / rel) if (repo / rel).is_file() else None
+            for rel in changed_tracked(runner, step, repo)}
 
 
 def check(runner: Runner, step: str, fork: str, repo: Path, before: Mapping[str, str | None]) -> None:

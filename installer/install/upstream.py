@@ -31,15 +31,9 @@ class BaseCommit:
     detail: str
 
 
-def _git_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["GIT_ASKPASS"] = "true"
-    return env
-
-
 def _git(runner: Runner, step: str, repo: Path, *args: str, check: bool = True) -> tuple[int, str]:
-    done = runner.run(["git", "-C", str(repo), *args], step=step, env=_git_env(), check=check)
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    done = runner.run(["git", "-C", str(repo), *args], step=step, env=env, check=check)
     return done.returncode, done.output.strip()
 
 

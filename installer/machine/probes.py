@@ -101,9 +101,7 @@ _UV = re.compile(r"^uv (\S+)")
 def parse_nvcc(output: str) -> str | None:
     """``nvcc --version`` -> full toolkit version ("12.9.86"), or "12.9" when no V-number."""
     m = _NVCC_RELEASE.search(output)
-    if m is None:
-        return None
-    return m.group(3) or f"{m.group(1)}.{m.group(2)}"
+    return (m.group(3) or f"{m.group(1)}.{m.group(2)}") if m else None
 
 
 def parse_nvidia_smi(output: str) -> tuple[tuple[GpuFact, ...], str | None]:
@@ -143,10 +141,7 @@ def parse_uv(output: str) -> str | None:
 
 
 def _first_line(text: str) -> str:
-    for ln in text.splitlines():
-        if ln.strip():
-            return ln.strip()
-    return ""
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def _which(name: str, environ: Mapping[str, str]) -> str | None:
@@ -157,10 +152,7 @@ def _which(name: str, environ: Mapping[str, str]) -> str | None:
 
 def _release_line(text: str) -> str:
     """nvcc's informative line ("Cuda compilation tools, release 12.9, V12.9.86")."""
-    for ln in text.splitlines():
-        if "release" in ln:
-            return ln.strip()
-    return _first_line(text)
+    return next((ln.strip() for ln in text.splitlines() if "release" in ln), None) or _first_line(text)
 
 
 def _run_tool(runner: Runner, argv: list[str], environ: Mapping[str, str], source: str,
@@ -260,8 +252,7 @@ def read_ram_bytes(meminfo: Path = MEMINFO) -> int | None:
     try:
         for line in meminfo.read_text(encoding="ascii", errors="replace").splitlines():
             if line.startswith("MemTotal:"):
-                parts = line.split()
-                return int(parts[1]) * 1024
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     if meminfo != MEMINFO:
@@ -275,9 +266,7 @@ def read_ram_bytes(meminfo: Path = MEMINFO) -> int | None:
 def nearest_existing(path: Path) -> Path:
     """``path`` or its closest parent that exists (the filesystem the stack will live on)."""
     p = Path(os.path.abspath(path.expanduser()))
-    while not p.exists():
-        if p.parent == p:
-            break
+    while not p.exists() and p.parent != p:
         p = p.parent
     return p
 
@@ -294,8 +283,6 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
                  uv: str | None = None, meminfo: Path = MEMINFO) -> MachineFacts:
     """Probe this machine. ``uv`` defaults to :func:`october.installer.pyenv.uvcmd.uv_exe` (the tool env's uv)."""
     env = dict(os.environ if environ is None else environ)
-    if uv is None:
-        uv = uv_exe()
     # the probes start one program each (nvidia-smi alone took seconds on the H200): all at once
     with ThreadPoolExecutor(max_workers=6) as pool:
         gpus_f = pool.submit(probe_gpus, runner, env)
@@ -303,7 +290,7 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
         git_f = pool.submit(probe_simple, runner, env, "git", parse_git)
         cc_f = pool.submit(probe_compiler, runner, env, "CC", ("gcc", "cc", "clang"))
         cxx_f = pool.submit(probe_compiler, runner, env, "CXX", ("g++", "c++", "clang++"))
-        uv_f = pool.submit(probe_simple, runner, env, uv, parse_uv)
+        uv_f = pool.submit(probe_simple, runner, env, uv_exe() if uv is None else uv, parse_uv)
         disk_path, free = disk_free(stack)
         ram = read_ram_bytes(meminfo)
         nvidia_smi, gpus = gpus_f.result()

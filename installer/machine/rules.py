@@ -48,19 +48,14 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        if self.skipped:
-            return "skipped"
-        return "passed" if self.ok else "failed"
+        return "skipped" if self.skipped else "passed" if self.ok else "failed"
 
     def as_json(self) -> dict[str, str]:
         return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
 def _result(name: str, ok: bool, expected: str, found: str, fix: str) -> CheckResult:
-    if ok:
-        detail = f"found {found}; expected {expected}"
-    else:
-        detail = f"expected {expected}, found {found} -> {fix}"
+    detail = f"found {found}; expected {expected}" if ok else f"expected {expected}, found {found} -> {fix}"
     return CheckResult(name=name, ok=ok, detail=detail, expected=expected, found=found,
                        fix="" if ok else fix)
 
@@ -107,10 +102,8 @@ def check_nvcc(facts: MachineFacts, cuda: CudaPin) -> CheckResult:
     fix = (f"install the CUDA {cuda.version} toolkit and point CUDA_HOME at it "
            f"(or put its bin/ first on PATH)")
     nv = facts.nvcc
-    if not nv.present or nv.version is None:
-        return _result("nvcc", False, expected, _tool_found(nv, "nvcc"), fix)
-    major_minor = ".".join(nv.version.split(".")[:2])
-    return _result("nvcc", major_minor == cuda.version, expected, _tool_found(nv, "nvcc"), fix)
+    ok = nv.present and nv.version is not None and ".".join(nv.version.split(".")[:2]) == cuda.version
+    return _result("nvcc", ok, expected, _tool_found(nv, "nvcc"), fix)
 
 
 def check_gpu(facts: MachineFacts, min_capability: str, cuda: CudaPin | None) -> CheckResult:
@@ -131,18 +124,12 @@ def check_gpu(facts: MachineFacts, min_capability: str, cuda: CudaPin | None) ->
                        "(`nvidia-smi` must list it)")
     found = "; ".join(f"{g.name} (compute capability {g.compute_capability}, driver {g.driver})"
                       for g in facts.gpus)
-    low = [g for g in facts.gpus
-           if (cap := parse_capability(g.compute_capability)) is None or cap < want]
-    if low:
+    if any((cap := parse_capability(g.compute_capability)) is None or cap < want for g in facts.gpus):
         return _result("gpu", False, expected, found,
-                       f"use a GPU with compute capability >= {min_capability} "
-                       f"(the K16/V8 kernels need it)")
-    if driver_floor is not None:
-        old = [g for g in facts.gpus if _driver_major(g.driver) is None
-               or (_driver_major(g.driver) or 0) < driver_floor]
-        if old:
-            return _result("gpu", False, expected, found,
-                           f"install an NVIDIA driver >= {driver_floor}")
+                       f"use a GPU with compute capability >= {min_capability} (the K16/V8 kernels need it)")
+    # no readable driver version counts as too old (every floor is > 0)
+    if driver_floor is not None and any((_driver_major(g.driver) or 0) < driver_floor for g in facts.gpus):
+        return _result("gpu", False, expected, found, f"install an NVIDIA driver >= {driver_floor}")
     return _result("gpu", True, expected, found, "")
 
 
@@ -201,15 +188,13 @@ def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
     fix = ("run `uv sync` in this project (it installs the uv that pyproject.toml pins into the tool env), "
            "or upgrade uv with `uv self update`")
     uv = facts.uv
-    if not uv.present or uv.version is None:
-        return _result("uv", False, expected, _tool_found(uv, "uv"), fix)
-    if spec:
+    ok = uv.present and uv.version is not None
+    if ok and spec:
         try:
             ok = SpecifierSet(spec).contains(Version(uv.version), prereleases=True)
         except InvalidVersion:
             ok = False
-        return _result("uv", ok, expected, _tool_found(uv, "uv"), fix)
-    return _result("uv", True, expected, _tool_found(uv, "uv"), fix)
+    return _result("uv", ok, expected, _tool_found(uv, "uv"), fix)
 
 
 # ----------------------------------------------------------------------- together
@@ -246,21 +231,17 @@ def apply_skips(results: Sequence[CheckResult], skip: Iterable[str]) -> list[Che
 
     The skipped result keeps what the check found, so the receipt shows what was waved through.
     """
-    names = set(skip)
+    names, seen = set(skip), {r.name for r in results}
     out: list[CheckResult] = []
-    seen: set[str] = set()
     for r in results:
-        seen.add(r.name)
         if r.name in names:
             verdict = "it would have passed" if r.ok else f"it would have failed: {r.detail}"
             out.append(replace(r, skipped=True, detail=f"skipped by --skip-preflight ({verdict})"))
         else:
             out.append(r)
-    for name in CHECK_NAMES:
-        if name in names and name not in seen:
-            out.append(CheckResult(name=name, ok=True, skipped=True, expected="", found="",
-                                   detail="skipped by --skip-preflight (the check does not apply "
-                                          "to this recipe)"))
+    out += [CheckResult(name=name, ok=True, skipped=True, expected="", found="",
+                        detail="skipped by --skip-preflight (the check does not apply to this recipe)")
+            for name in CHECK_NAMES if name in names and name not in seen]
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     return sorted(out, key=lambda r: order.get(r.name, len(order)))
 

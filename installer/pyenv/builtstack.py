@@ -43,10 +43,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
-from ..core.hashing import sha256_file
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
-from ..core.hashing import fingerprint
+from ..core.hashing import fingerprint, sha256_file
 from .uvcmd import uv_exe
 
 BUILT_FORMAT = 1
@@ -283,8 +282,7 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
                 relocated.append(d)
             else:
                 clone_or_copy(s, d)
-                got = sha256_file(d)
-                if got != row.get("sha256"):
+                if sha256_file(d) != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
             os.chmod(d, int(row.get("mode", 0o644)) & 0o777)
         else:
@@ -326,7 +324,6 @@ def rerecord(env: Path, relocated: list[Path]) -> int:
             csv.writer(out, lineterminator="\n").writerows(rows)
             write_text_atomic(dist.info / "RECORD", out.getvalue())
     return changed
-
 
 
 def restore_env(entry: Entry, env: Path, root: Path) -> None:
@@ -402,12 +399,6 @@ def code_digest(top: Path) -> str:
     return h.hexdigest()
 
 
-def interpreter_identity(env: Path) -> list[Any]:
-    """The interpreter the env's ``bin/python`` resolves to, with its stat signature."""
-    real = Path(os.path.realpath(env / "bin" / "python"))
-    return [str(real), stat_identity([real])]
-
-
 def recorded_imports(entry: Entry, root: Path) -> dict[str, str]:
     """The ``import <fork>`` verdicts recorded in the entry (fork -> version), placed at ``root``."""
     got = placed(entry.facts.get("imports") or {}, root)
@@ -425,9 +416,11 @@ def remove_created(made: list[Path]) -> None:
 
 def entry_facts(env: Path, *, imports: Mapping[str, str], wheel_sha256: str | None,
                 nested_installs: Mapping[str, Any], env_record: Mapping[str, Any]) -> dict[str, Any]:
-    """The facts an entry is stored with: the interpreter ``env`` links to, the import verdicts, the
-    base wheel's hash, the nested-install verdicts and the env step's record of torch."""
-    return {"interpreter": interpreter_identity(env), "imports": dict(imports),
+    """The facts an entry is stored with: the interpreter ``env``'s ``bin/python`` resolves to (with its
+    stat signature), the import verdicts, the base wheel's hash, the nested-install verdicts and the env
+    step's record of torch."""
+    real = Path(os.path.realpath(env / "bin" / "python"))
+    return {"interpreter": [str(real), stat_identity([real])], "imports": dict(imports),
             "wheel_sha256": wheel_sha256, "nested_installs": dict(nested_installs), "env": dict(env_record)}
 
 
@@ -435,9 +428,7 @@ def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
     """The interpreter an entry's env links to (``facts``, placed) when its stat signature is no longer
     the one recorded (then the entry is not taken), else None."""
     interpreter = facts.get("interpreter") or [None, None]
-    if stat_identity([Path(str(interpreter[0]))]) != interpreter[1]:
-        return str(interpreter[0])
-    return None
+    return str(interpreter[0]) if stat_identity([Path(str(interpreter[0]))]) != interpreter[1] else None
 
 
 def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *,

@@ -73,11 +73,8 @@ def activate_text(env: Mapping[str, str]) -> str:
              "# Use: . STACK/activate   (POSIX sh, bash, zsh)"]
     lines += [f"unset {k}" for k in DROP if k not in env]
     for key in sorted(env):
-        value = shlex.quote(env[key])
-        if key in PREPEND:
-            lines.append(f'export {key}={value}"${{{key}:+:${key}}}"')
-        else:
-            lines.append(f"export {key}={value}")
+        tail = f'"${{{key}:+:${key}}}"' if key in PREPEND else ""
+        lines.append(f"export {key}={shlex.quote(env[key])}{tail}")
     lines.append("hash -r 2>/dev/null || true")
     return "\n".join(lines) + "\n"
 
@@ -133,8 +130,5 @@ def apply(stack_env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, st
     """``base`` (e.g. ``os.environ``) without :data:`DROP`, with ``stack_env`` laid over it."""
     out = {k: v for k, v in base.items() if k not in DROP}
     for key, value in stack_env.items():
-        if key in PREPEND and out.get(key):
-            out[key] = f"{value}{os.pathsep}{out[key]}"
-        else:
-            out[key] = value
+        out[key] = f"{value}{os.pathsep}{out[key]}" if key in PREPEND and out.get(key) else value
     return out

@@ -47,11 +47,7 @@ def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
                              "(the interpreter whose torch the stack uses)", found="no --system-python",
                              fix=f"pass --system-python /path/to/python with torch {t.version} installed")
         return recipe
-    if not (t.from_system or t.allow_system):
-        raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
-                         expected="a recipe with [torch] source = \"system\" or allow_system = true",
-                         found=f"--system-python {python}", fix="drop --system-python, or use a recipe that allows a "
-                         "site-provided torch")
+    _require_allowed(recipe, "--system-python", f"--system-python {python}")
     exe = Path(python).expanduser().absolute()
     if not exe.is_file():
         raise UsageError("--system-python is not a file", expected="the path of a Python interpreter",
@@ -63,13 +59,17 @@ def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
 def mark_system(recipe: Recipe) -> Recipe:
     """The recipe with torch from the system, no interpreter named yet (an offline kit made elsewhere
     carries no torch wheel for it); a usage error when the recipe does not allow it."""
+    _require_allowed(recipe, "--system-torch", "--system-torch")
+    return dataclasses.replace(recipe, torch=dataclasses.replace(recipe.torch, source="system", index_url=None))
+
+
+def _require_allowed(recipe: Recipe, option: str, found: str) -> None:
+    """A usage error when the recipe installs torch itself and does not allow a site-provided one."""
     t = recipe.torch
     if not (t.from_system or t.allow_system):
         raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
                          expected="a recipe with [torch] source = \"system\" or allow_system = true",
-                         found="--system-torch", fix="drop --system-torch, or use a recipe that allows a "
-                         "site-provided torch")
-    return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", index_url=None))
+                         found=found, fix=f"drop {option}, or use a recipe that allows a site-provided torch")
 
 
 def probe(runner: Runner, step: str, python: Path, *, locate: bool = False,
@@ -78,8 +78,7 @@ def probe(runner: Runner, step: str, python: Path, *, locate: bool = False,
     ``locate``: from torch's files, without importing it (preflight; see checks/probes/torch_facts.py).
     ``python_args``: options for the interpreter (the run's bytecode prefix)."""
     done = runner.run([str(python), *python_args, "-I", str(PROBE), *(["--locate"] if locate else [])], step=step,
-                      check=False,
-                      timeout=300)
+                      check=False, timeout=300)
     line = next((ln for ln in reversed(done.output.splitlines()) if ln.startswith(MARK)), None)
     if line is None:
         tail = (done.output.strip().splitlines() or ["no output"])[-1][:300]
@@ -154,10 +153,7 @@ def write_pth(env: Path, facts: Mapping[str, Any]) -> Path:
 
 
 def _under(path: str | None, roots: Sequence[str]) -> bool:
-    if not path:
-        return False
-    p = Path(path).resolve()
-    return any(p.is_relative_to(Path(r).resolve()) for r in roots)
+    return bool(path) and any(Path(path).resolve().is_relative_to(Path(r).resolve()) for r in roots)
 
 
 def guard_problems(env: Path, expected: Mapping[str, Any], facts: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -28,10 +28,7 @@ def link_mode(uv_cache: Path) -> str:
 def uv_exe() -> str:
     """The uv that belongs to the tool env (the ``uv`` dependency), else the one on PATH."""
     candidate = Path(sys.executable).parent / "uv"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("uv")
-    return found or "uv"
+    return str(candidate) if candidate.exists() else shutil.which("uv") or "uv"
 
 
 def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
@@ -59,13 +56,10 @@ class StackUv:
     locked_packages: Mapping[str, str] | None = None
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
         cache = choose_uv_cache(self.cache_dir, self.paths)
-        env["UV_CACHE_DIR"] = str(cache)
-        env["UV_LINK_MODE"] = link_mode(cache)
-        env["UV_PYTHON_DOWNLOADS"] = env.get("UV_PYTHON_DOWNLOADS", "automatic")
-        env.pop("VIRTUAL_ENV", None)
-        env.pop("UV_PROJECT_ENVIRONMENT", None)
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+        env.update(UV_CACHE_DIR=str(cache), UV_LINK_MODE=link_mode(cache),
+                   UV_PYTHON_DOWNLOADS=env.get("UV_PYTHON_DOWNLOADS", "automatic"))
         return env
 
     def sources(self, *, torch_index: bool = False) -> list[str]:
@@ -89,10 +83,7 @@ class StackUv:
         """``uv pip install`` into the stack env with the recipe's sources and the torch constraint."""
         argv = [uv_exe(), "pip", "install", "--python", str(self.paths.python),
                 *self.sources(torch_index=torch_index), *self.constraints(), *args]
-        env = self.env()
-        if extra_env:
-            env.update(extra_env)
-        runner.run(argv, step=step, env=env, cwd=cwd)
+        runner.run(argv, step=step, env={**self.env(), **(extra_env or {})}, cwd=cwd)
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:

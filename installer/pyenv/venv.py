@@ -21,9 +21,8 @@ def site_packages(env: Path) -> list[str]:
 
 
 def pyvenv_version(env: Path) -> str | None:
-    cfg = env / "pyvenv.cfg"
     try:
-        text = cfg.read_text(encoding="utf-8")
+        text = (env / "pyvenv.cfg").read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     m = re.search(r"^version(?:_info)?\s*=\s*([0-9][^\s]*)", text, re.M)
@@ -31,10 +30,7 @@ def pyvenv_version(env: Path) -> str | None:
 
 
 def dist_info_present(env: Path, name: str, version: str) -> bool:
-    for sp in env.glob("lib/python*/site-packages"):
-        if (sp / f"{name}-{version}.dist-info").is_dir():
-            return True
-    return False
+    return any((sp / f"{name}-{version}.dist-info").is_dir() for sp in env.glob("lib/python*/site-packages"))
 
 
 def python_matches(recipe_python: str, got: str | None) -> bool:
