@@ -29,8 +29,7 @@ from .elf import exports_symbol
 from .scan import WheelScan
 
 _CPYTHON = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.cpython-(?P<ver>\d)(?P<minor>\d+)t?-[\w-]+\.so$")
-_ABI3 = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.abi3\.so$")
-_BARE = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.so$")
+_ABI3_OR_BARE = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)(?:\.abi3)?\.so$")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def module_of(path: str, python: tuple[int, int] | None) -> str | None:
     """``vllm/_C.abi3.so`` -> ``vllm._C``; None when the stack Python would not load that file."""
     parts = path.split("/")
     base = parts[-1]
-    m = _ABI3.match(base) or _BARE.match(base) or _CPYTHON.match(base)
+    m = _ABI3_OR_BARE.match(base) or _CPYTHON.match(base)
     if m is None or (m.re is _CPYTHON and python is not None and (int(m["ver"]), int(m["minor"])) != python):
         return None
     if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) for p in parts[:-1]) or ".dist-info" in path:
