@@ -208,8 +208,7 @@ def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path) -> Path:
     dest = dest_dir / want.filename
     parts = urlsplit(want.url)
     if parts.scheme in ("http", "https"):
-        got = download_wheel(want.url, want.filename, cache_dir, sha256=want.sha256)
-        src = got.path
+        src = download_wheel(want.url, want.filename, cache_dir, sha256=want.sha256).path
     elif parts.scheme == "file":
         src = Path(unquote(parts.path))
         if not src.is_file():
