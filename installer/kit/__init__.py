@@ -29,8 +29,7 @@ KIND = "october-kit"
 
 def url_key(url: str) -> str:
     """The form a URL is matched in: GitHub SSH as HTTPS, credentials masked, no trailing ``/`` or ``.git``."""
-    shown = redact_url(fetchable_url(url)).rstrip("/")
-    return shown[:-4] if shown.endswith(".git") else shown
+    return redact_url(fetchable_url(url)).rstrip("/").removesuffix(".git")
 
 
 def repo_relpath(url: str) -> str:

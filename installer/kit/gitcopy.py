@@ -58,23 +58,20 @@ class RepoCopy:
 def resolve_submodule_url(base: str, url: str) -> str:
     """A ``.gitmodules`` URL made absolute the way git does: ``./x`` and ``../x`` are taken
     relative to the superproject's remote URL (each ``../`` drops one path component)."""
-    if not (url.startswith("./") or url.startswith("../")):
+    if not url.startswith(("./", "../")):
         return url
-    root = base.rstrip("/")
-    rest = url
-    while True:
+    root, rest = base.rstrip("/"), url
+    while rest.startswith(("./", "../")):
         if rest.startswith("./"):
             rest = rest[2:]
-        elif rest.startswith("../"):
-            rest = rest[3:]
-            cut = max(root.rfind("/"), root.rfind(":"))
-            if cut <= 0:
-                raise KitError(f"cannot resolve the relative submodule URL {url!r} against {redact_url(base)}",
-                               expected="a remote URL with enough path components", found=redact_url(base),
-                               fix="give the submodule an absolute URL in the fork's .gitmodules")
-            root = root[:cut]
-        else:
-            break
+            continue
+        rest = rest[3:]
+        cut = max(root.rfind("/"), root.rfind(":"))
+        if cut <= 0:
+            raise KitError(f"cannot resolve the relative submodule URL {url!r} against {redact_url(base)}",
+                           expected="a remote URL with enough path components", found=redact_url(base),
+                           fix="give the submodule an absolute URL in the fork's .gitmodules")
+        root = root[:cut]
     return f"{root}/{rest}"
 
 
@@ -105,15 +102,9 @@ class KitRepos:
             depth: int = 1) -> RepoCopy:
         """Copy ``commit`` (present in ``mirror`` under its pin ref) into the kit, ``depth`` commits deep."""
         rel = repo_relpath(mirror.url)
-        copy = self.repos.get(rel)
-        if copy is None:
-            copy = self.repos[rel] = RepoCopy(url=redact_url(mirror.url), path=rel, role=role, owner=owner)
+        copy = self.repos.setdefault(rel, RepoCopy(url=redact_url(mirror.url), path=rel, role=role, owner=owner))
         dest = self.kit_dir / rel
-        if not (dest / "HEAD").exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
-                 doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
-            shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
+        self._init(dest)
         if copy.sparse:
             raise KitError(f"the kit needs {copy.url} both whole and sparse",
                            expected="each repository either whole or sparse in one kit",
@@ -132,6 +123,16 @@ class KitRepos:
         if commit not in copy.commits:
             copy.commits.append(commit)
         return copy
+
+    def _init(self, dest: Path) -> bool:
+        """An empty bare repository at ``dest`` unless one is there; True when it was made."""
+        if (dest / "HEAD").exists():
+            return False
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
+             doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
+        shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
+        return True
 
     # -------------------------------------------------------------------- a fork
 
@@ -171,7 +172,7 @@ class KitRepos:
         Otherwise (a release commit off the fork's history) the commit is taken from the fork's
         mirror or its upstream and copied into the fork's kit repository beside the pin, depth 1:
         the wheel step finds it in the fork's mirror offline, as it finds it there online."""
-        full = _rev(mirror.path, source)
+        full = _ask(mirror.path, "rev_parse", "--verify", "--quiet", f"{source}^{{commit}}")
         if full is not None and _is_ancestor(mirror.path, full, commit):
             depth = _count(mirror.path, full, commit) + 1
             self.say(f"{fork.name}: keeping {depth} commit(s), down to the base wheel's source {full[:12]}")
@@ -187,7 +188,7 @@ class KitRepos:
                                                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
                          doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
                          fix="check the fork's upstream URL and your network")
-                full = _rev(up.path, source)
+                full = _ask(up.path, "rev_parse", "--verify", "--quiet", f"{source}^{{commit}}")
                 if full is None:
                     return 1, None            # the wheel step names the missing commit, online or not
                 ensure_commit(self.runner, self.step, up, full)
@@ -220,7 +221,7 @@ class KitRepos:
             _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
                                           str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"],
                  doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork", fix=f"remove {mirror.path} (a cache)")
-        base = _merge_base(mirror.path, commit, tip)
+        base = _ask(mirror.path, "merge_base", commit, tip)
         if base is None:
             return 1
         ensure_commit(self.runner, self.step, up, base)
@@ -244,11 +245,7 @@ class KitRepos:
                                fix="select the submodule the same way in every fork entry of the recipe")
             copy = self.repos.setdefault(rel, RepoCopy(url=redact_url(url), path=rel, role="submodule", owner=who))
             dest = self.kit_dir / rel
-            if not (dest / "HEAD").exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
-                     doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
-                shutil.rmtree(dest / "hooks", ignore_errors=True)
+            if self._init(dest):
                 serve_config(self.runner, self.step, dest)   # the target's partial fetches ask it by id
             kept = sorted(set(copy.sparse.get(commit, [])) | set(dirs))     # two entries' cones: their union
             bring(self.runner, self.step, dest, sub_mirror.path.as_uri(), sub_mirror.shown_url, commit, kept, who=what)
@@ -301,18 +298,12 @@ class KitRepos:
             self._submodules(sub_mirror, sub_commit, url, who, None, depth + 1)
 
 
-def _rev(repo: Path, commit: str) -> str | None:
+def _ask(repo: Path, command: str, *args: str) -> str | None:
+    """What a read-only git ``command`` (GitPython's name: ``rev_parse``) prints, stripped; None when it
+    fails or prints nothing."""
     with git.Repo(repo) as r:
         try:
-            return str(r.git.rev_parse("--verify", "--quiet", f"{commit}^{{commit}}")).strip() or None
-        except git.GitCommandError:
-            return None
-
-
-def _merge_base(repo: Path, a: str, b: str) -> str | None:
-    with git.Repo(repo) as r:
-        try:
-            return str(r.git.merge_base(a, b)).strip() or None
+            return str(getattr(r.git, command)(*args)).strip() or None
         except git.GitCommandError:
             return None
 
@@ -336,9 +327,6 @@ def gitmodules_at(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
     with git.Repo(repo) as r:
         try:
             r.git.cat_file("-e", f"{commit}:.gitmodules")
-        except git.GitCommandError:
-            return {}
-        try:
             out = r.git.config("--blob", f"{commit}:.gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$")
         except git.GitCommandError:
             return {}

@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..core.errors import UsageError, one_line
+from ..core.errors import EnvError, UsageError, one_line
 
 _FREEZE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*(\S+)$")
 _COLUMNS = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(?:\s+\S.*)?$")     # pip list: name version [location]
@@ -77,8 +77,6 @@ def require_left_out_present(kit_root: Path, left_out: list[Mapping[str, str]], 
     """A kit made with ``--have`` left out what that listing said the target has; a listing of another
     interpreter (or a stale one) would leave the stack without them, found only when something imports
     them.  Each one is checked before anything is installed, and every difference named."""
-    from ..core.errors import EnvError
-
     missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
                for d in left_out if not has(system, d["package"], d["version"])]
     if missing:

@@ -17,8 +17,6 @@ The recipe's name and sha256 are unchanged, so the lock and receipt read as an o
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -31,6 +29,7 @@ from ..git.mirror import has_commit
 from . import MANIFEST, url_key
 from .against import committed_lock, kit_problems
 from .manifest import check_files, listed, read_manifest
+from .wheels import place
 from ..recipe import Recipe, with_kit
 from ..wheels.download import cache_path, seen_path
 
@@ -64,12 +63,10 @@ class Kit:
 
     def git_config(self) -> dict[str, str]:
         """Environment that makes every git process read these URLs from the kit, and only from files."""
-        pairs: list[tuple[str, str]] = []
-        for repo in self.manifest["repos"]:
-            target = (self.root / repo["path"]).as_uri()
-            for form in {repo["key"], repo["key"] + ".git", repo["url"]}:
-                pairs.append((f"url.{target}.insteadOf", form))
-        return with_config({"GIT_ALLOW_PROTOCOL": "file"}, tuple(pairs))
+        return with_config({"GIT_ALLOW_PROTOCOL": "file"},
+                           tuple((f"url.{(self.root / repo['path']).as_uri()}.insteadOf", form)
+                                 for repo in self.manifest["repos"]
+                                 for form in {repo["key"], repo["key"] + ".git", repo["url"]}))
 
 
 def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
@@ -136,12 +133,7 @@ def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:
     dest = cache_path(cache_dir, base["sha256"], base["filename"])
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.partial")
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
+        place(src, dest)
     if recipe.wheel.sha256 is None:      # trusted on first use when the kit was made: that record travels
         write_json_atomic(seen_path(cache_dir, recipe.wheel.url),
                           {"url": redact_url(recipe.wheel.url), "filename": base["filename"],

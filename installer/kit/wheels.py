@@ -93,12 +93,8 @@ def pick(package: Mapping[str, Any], tags: Sequence[Tag], base: Path, role: str)
         score = min((rank[t] for t in wtags if t in rank), default=None)
         if score is not None and (best is None or score < best[0]):
             best = (score, wheel)
-    if best is not None:
-        w = best[1]
-        return [WheelWant(name, _filename(w), _source(w, base), (w.get("hashes") or {}).get("sha256"), role)]
-    if package.get("sdist"):
-        sd = package["sdist"]
-        return [WheelWant(name, _filename(sd), _source(sd, base), (sd.get("hashes") or {}).get("sha256"), role)]
+    if (f := best[1] if best is not None else package.get("sdist")):     # the best wheel, else the sdist
+        return [WheelWant(name, _filename(f), _source(f, base), (f.get("hashes") or {}).get("sha256"), role)]
     if package.get("wheels"):
         raise KitError(f"no file of {name} {package.get('version')} installs on the kit's target",
                        expected=f"a wheel for the recipe's CPython on Linux (glibc <= {GLIBC[0]}.{GLIBC[1]})",
@@ -212,8 +208,7 @@ def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path) -> Path:
     dest = dest_dir / want.filename
     parts = urlsplit(want.url)
     if parts.scheme in ("http", "https"):
-        got = download_wheel(want.url, want.filename, cache_dir, sha256=want.sha256)
-        src = got.path
+        src = download_wheel(want.url, want.filename, cache_dir, sha256=want.sha256).path
     elif parts.scheme == "file":
         src = Path(unquote(parts.path))
         if not src.is_file():
@@ -226,12 +221,16 @@ def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path) -> Path:
     if want.sha256 and digest != want.sha256:
         raise KitError(f"{want.filename} is not the file the lock names", expected=f"sha256 {want.sha256}",
                        found=f"sha256 {digest}", fix=f"check the source {redact_url(want.url)} and the lock")
-    if dest.exists() and sha256_file(dest) == digest:
-        return dest
+    if not (dest.exists() and sha256_file(dest) == digest):
+        place(src, dest)
+    return dest
+
+
+def place(src: Path, dest: Path) -> None:
+    """``src`` at ``dest``, hard-linked where the file system allows, else copied; whole or not at all."""
     tmp = dest.with_name(f".{dest.name}.partial")
     try:
         os.link(src, tmp)
     except OSError:
         shutil.copyfile(src, tmp)
     os.replace(tmp, dest)
-    return dest

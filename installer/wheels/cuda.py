@@ -30,7 +30,6 @@ class CudaFacts:
                          if (m := _CUDART.match(lib)))
 
 
-
 def expected_cudart_major(expect: WheelExpectation) -> str | None:
     if expect.cudart_major:
         return expect.cudart_major
@@ -56,15 +55,11 @@ def wheel_cuda_facts(scan: WheelScan, metadata_version: str | None) -> CudaFacts
     So the local segment (when present) gives the exact variant and the ELF
     entries give the CUDA runtime major; a wheel showing neither fails closed.
     """
-    local_variant = None
-    if metadata_version:
-        try:
-            local = Version(metadata_version).local or ""
-        except InvalidVersion:
-            local = ""
-        for part in local.split("."):
-            if _CU_LOCAL.match(part):
-                local_variant = part
+    try:
+        local = (Version(metadata_version).local or "") if metadata_version else ""
+    except InvalidVersion:
+        local = ""
+    local_variant = next((p for p in reversed(local.split(".")) if _CU_LOCAL.match(p)), None)   # the last one
     cudart: dict[str, tuple[str, ...]] = {}
     unreadable: dict[str, str] = {}
     for name, member in scan.members.items():

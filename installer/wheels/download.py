@@ -375,18 +375,16 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
         part.close()
         digest = part.hasher.hexdigest()
         if remembered is not None and digest != remembered:
-            size = part.size
             part.discard()
             raise WheelError(f"[sha256] {redact_url(url)} now serves other bytes than when it was first trusted",
                              expected=f"sha256 {remembered} (first seen, recorded in {seen_path(cache_dir, url)})",
-                             found=f"sha256 {digest} ({size} bytes)",
+                             found=f"sha256 {digest} ({part.size} bytes)",
                              fix="the file was deleted; pin [wheel].sha256 in the recipe to the wheel you mean "
                                  "(delete the record above only if the change is expected)")
         if sha256 is not None and digest != sha256:
-            size = part.size
             part.discard()
             raise WheelError(f"[sha256] the file downloaded from {redact_url(url)} is not the pinned wheel",
-                             expected=f"sha256 {sha256}", found=f"sha256 {digest} ({size} bytes)",
+                             expected=f"sha256 {sha256}", found=f"sha256 {digest} ({part.size} bytes)",
                              fix="the file was deleted; check [wheel].url and [wheel].sha256 in the recipe "
                                  "(a host serving other bytes under that URL is a red flag), then re-run")
         final = cache_path(cache_dir, digest, filename)

@@ -39,9 +39,6 @@ class Problems:
         if len(texts) > MAX_LISTED:
             self.add(check, f"... and {len(texts) - MAX_LISTED} more")
 
-    def failed(self, check: str) -> bool:
-        return any(c == check for c, _ in self.items)
-
 
 def read_member(zf: zipfile.ZipFile, name: str) -> bytes | None:
     try:

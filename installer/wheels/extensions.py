@@ -29,8 +29,7 @@ from .elf import exports_symbol
 from .scan import WheelScan
 
 _CPYTHON = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.cpython-(?P<ver>\d)(?P<minor>\d+)t?-[\w-]+\.so$")
-_ABI3 = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.abi3\.so$")
-_BARE = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)\.so$")
+_ABI3_OR_BARE = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*)(?:\.abi3)?\.so$")
 
 
 @dataclass(frozen=True)
@@ -46,14 +45,9 @@ def module_of(path: str, python: tuple[int, int] | None) -> str | None:
     """``vllm/_C.abi3.so`` -> ``vllm._C``; None when the stack Python would not load that file."""
     parts = path.split("/")
     base = parts[-1]
-    m = _ABI3.match(base) or _BARE.match(base)
-    if m is None:
-        c = _CPYTHON.match(base)
-        if c is None:
-            return None
-        if python is not None and (int(c.group("ver")), int(c.group("minor"))) != python:
-            return None
-        m = c
+    m = _ABI3_OR_BARE.match(base) or _CPYTHON.match(base)
+    if m is None or (m.re is _CPYTHON and python is not None and (int(m["ver"]), int(m["minor"])) != python):
+        return None
     if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) for p in parts[:-1]) or ".dist-info" in path:
         return None
     return ".".join([*parts[:-1], m.group("mod")])
@@ -63,12 +57,9 @@ def extension_modules(scan: WheelScan, recorded: Collection[str], python: tuple[
                       ) -> tuple[Extension, ...]:
     found: dict[str, Extension] = {}
     for name, member in sorted(scan.members.items()):
-        if name not in recorded or member.elf is None:
-            continue
-        module = module_of(name, python)
-        if module is None or not exports_symbol(member.elf.strtab, "PyInit_" + module.rsplit(".", 1)[-1]):
-            continue
-        found.setdefault(module, Extension(module, name))
+        if name in recorded and member.elf is not None and (module := module_of(name, python)) is not None \
+                and exports_symbol(member.elf.strtab, "PyInit_" + module.rsplit(".", 1)[-1]):
+            found.setdefault(module, Extension(module, name))
     return tuple(found.values())
 
 
@@ -81,8 +72,5 @@ def extensions_from_record(wheel: Path, python: tuple[int, int] | None = None) -
     with zipfile.ZipFile(wheel) as zf:
         record = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1), None)
         text = zf.read(record).decode("utf-8", errors="replace") if record else ""
-    found: list[Extension] = []
-    for row in csv.reader(io.StringIO(text)):
-        if row and (module := module_of(row[0], python)) is not None:
-            found.append(Extension(module, row[0]))
-    return tuple(found)
+    return tuple(Extension(module, row[0]) for row in csv.reader(io.StringIO(text))
+                 if row and (module := module_of(row[0], python)) is not None)

@@ -113,11 +113,8 @@ def check_torch(requires: list[str], expect: WheelExpectation, problems: Problem
         except InvalidRequirement as exc:
             problems.add("torch-pin", f"Requires-Dist {line!r} does not parse ({exc})")
             continue
-        if canonicalize_name(req.name) != "torch":
-            continue
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
-        pins.append(req)
+        if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate(env)):
+            pins.append(req)
     if not pins:
         problems.add("torch-pin", f"expected Requires-Dist: torch=={want} (the ABI its extensions were built "
                                   "against), found no torch requirement for the stack Python")

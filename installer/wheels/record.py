@@ -56,12 +56,8 @@ def record_rows(zf: zipfile.ZipFile, info_dir: str, problems: Problems
 
 def record_algorithms(rows: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     """member -> the hash RECORD names for it, where that hash is one we accept."""
-    out: dict[str, str] = {}
-    for path, (digest_field, _size) in rows.items():
-        parsed = _record_digest(digest_field)
-        if parsed is not None and parsed[0] in RECORD_HASHES:
-            out[path] = parsed[0]
-    return out
+    return {path: parsed[0] for path, (digest_field, _size) in rows.items()
+            if (parsed := _record_digest(digest_field)) is not None and parsed[0] in RECORD_HASHES}
 
 
 def check_record(zf: zipfile.ZipFile, info_dir: str, rows: Mapping[str, tuple[str, str]], bad: list[str],

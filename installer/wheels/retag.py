@@ -33,18 +33,11 @@ class Retag:
         return {"wheel": self.wheel, "filename": self.filename}
 
 
-def _split(tag: str) -> tuple[str, str, str] | None:
-    parts = tag.split("-")
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
-
-
 def _plain_of(tag: str) -> str | None:
     """``cp38-abi3-manylinux_2_31_x86_64`` -> ``cp38-abi3-linux_x86_64``; None for other platforms."""
-    split = _split(tag)
-    if split is None:
-        return None
-    m = _POLICY.match(split[2])
-    return f"{split[0]}-{split[1]}-linux_{m.group('arch')}" if m else None
+    parts = tag.split("-")
+    m = _POLICY.match(parts[2]) if len(parts) == 3 and all(parts) else None
+    return f"{parts[0]}-{parts[1]}-linux_{m.group('arch')}" if m else None
 
 
 def match_tags(declared: frozenset[str], file_tags: frozenset[str]) -> tuple[tuple[Retag, ...], str | None]:

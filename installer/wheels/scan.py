@@ -47,14 +47,6 @@ class WheelScan:
     rereads: int                     # shared objects read twice (string table outside the window)
 
 
-def is_shared_object(name: str) -> bool:
-    return bool(SO_NAME.search(name))
-
-
-def _digest(h: "hashlib._Hash") -> str:
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
-
-
 def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep: bool, elf: bool,
               elf_window: int) -> tuple[MemberScan, bytes | None, bool]:
     """(facts, the member's bytes when ``keep``, whether the ELF scan had to read it twice)."""
@@ -80,17 +72,16 @@ def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep
     reread = False
     if scanner is not None:
         try:
-            needed = scanner.finish()                  # may itself find a range already streamed past: lost
+            needed, strtab = scanner.finish(), scanner.strtab   # finish may find a range already streamed past: lost
             if scanner.lost:
                 reread = True
                 with zf.open(info) as fh:
                     needed, strtab = read_dynamic(fh)  # type: ignore[arg-type]
-                so = SharedObject(tuple(needed), strtab)
-            else:
-                so = SharedObject(tuple(needed), scanner.strtab)
+            so = SharedObject(tuple(needed), strtab)
         except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
             so_error = str(exc) or type(exc).__name__
-    member = MemberScan(name, size, _digest(h) if h is not None else None, None, so, so_error)
+    digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() if h is not None else None
+    member = MemberScan(name, size, digest, None, so, so_error)
     return member, bytes(held) if held is not None else None, reread
 
 
@@ -110,7 +101,7 @@ def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Co
         if info.is_dir() or info.filename in out:
             continue
         member, held, reread = _scan_one(zf, info, algorithms.get(info.filename), info.filename in keep,
-                                         elf and is_shared_object(info.filename), elf_window)
+                                         elf and bool(SO_NAME.search(info.filename)), elf_window)
         out[member.name] = member
         if held is not None:
             kept[member.name] = held

@@ -69,7 +69,6 @@ class WheelReport:
     rereads: int = 0                              # shared objects read twice by the ELF scan
 
 
-
 def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
     """Run every check on ``path``; raise one :class:`WheelError` listing every problem."""
     problems = Problems()

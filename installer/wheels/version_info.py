@@ -41,13 +41,12 @@ def _constants(source: str) -> dict[str, object]:
     tree = ast.parse(source)
     found: dict[str, object] = {}
     for node in tree.body:
-        targets: list[ast.expr] = []
-        value: ast.expr | None = None
+        targets: list[ast.expr]
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             targets, value = [node.target], node.value
-        if value is None:
+        else:
             continue
         try:
             literal = ast.literal_eval(value)
@@ -61,12 +60,8 @@ def _constants(source: str) -> dict[str, object]:
 
 def normalize_commit(raw: str) -> str | None:
     """``'gbcf2be961'`` -> ``'bcf2be961'``; a bare hex id is kept; anything else is None."""
-    text = raw.strip().lower()
-    if text.startswith("g") and _HEX.match(text[1:]):
-        return text[1:]
-    if _HEX.match(text):
-        return text
-    return None
+    text = raw.strip().lower().removeprefix("g")      # "g" is no hex digit: a bare hex id never starts with it
+    return text if _HEX.match(text) else None
 
 
 def parse_version_file(source: str) -> VersionInfo:
@@ -79,12 +74,10 @@ def parse_version_file(source: str) -> VersionInfo:
     version = next((str(consts[k]) for k in ("__version__", "version") if isinstance(consts.get(k), str)), None)
     for key in ("__commit_id__", "commit_id"):
         raw = consts.get(key)
-        if isinstance(raw, str) and normalize_commit(raw):
-            return VersionInfo(version, normalize_commit(raw), raw, "commit_id")
-    if version:
-        m = _NODE_IN_VERSION.search(version.lower())
-        if m:
-            return VersionInfo(version, m.group(1), f"g{m.group(1)}", "version")
+        if isinstance(raw, str) and (commit := normalize_commit(raw)):
+            return VersionInfo(version, commit, raw, "commit_id")
+    if version and (m := _NODE_IN_VERSION.search(version.lower())):
+        return VersionInfo(version, m.group(1), f"g{m.group(1)}", "version")
     return VersionInfo(version, None, None, "none")
 
 
