@@ -113,9 +113,7 @@ def uv_cache(paths: StackPaths) -> Path:
     own = paths.root / ".uv-cache"
     if own.is_dir():
         return own
-    cache = cache_dir(paths)
-    if cache is None:
-        cache = Path(os.environ.get("OCTOBER_CACHE_DIR") or Path.home() / ".cache" / "october")
+    cache = cache_dir(paths) or Path(os.environ.get("OCTOBER_CACHE_DIR") or Path.home() / ".cache" / "october")
     return cache / "uv"
 
 
