@@ -71,8 +71,7 @@ def promise_of(forks: "list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]")
 
 def highest(levels: "set[Any]") -> str | None:
     """The highest of ``levels`` that is a promise level (None: none is)."""
-    found = [lv for lv in PROMISE_LEVELS if lv in levels]
-    return found[-1] if found else None
+    return next((lv for lv in reversed(PROMISE_LEVELS) if lv in levels), None)
 
 
 @dataclass(frozen=True)
