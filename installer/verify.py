@@ -26,7 +26,7 @@ stack whose Python no longer runs can still be verified.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -57,8 +57,7 @@ class Difference:
         return f"[{self.check}] {self.what}: expected {self.expected}, found {self.found}"
 
     def as_json(self) -> dict[str, str]:
-        return {"check": self.check, "what": self.what, "expected": self.expected, "found": self.found,
-                "fix": self.fix}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -182,13 +181,9 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
     return diffs
 
 
-def locked_versions(lock: Mapping[str, Any]) -> dict[str, str]:
-    return {str(canonicalize_name(p["name"])): str(p.get("version", "")) for p in lock.get("packages", [])}
-
-
 def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist],
                         rerun: str) -> list[Difference]:
-    want = locked_versions(lock)
+    want = {str(canonicalize_name(p["name"])): str(p.get("version", "")) for p in lock.get("packages", [])}
     forks = {e["name"]: (fork, e) for fork, e in _fork_entries(lock).items()}
     diffs: list[Difference] = []
     for name in sorted(set(want) | set(dists)):

@@ -54,17 +54,14 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
     """``october_setup STACK`` with the options the receipt recorded (recipe, system torch, skipped
     preflight checks, cache dir), plus ``extra``."""
     argv = ["october_setup", _q(paths.root)]
-    recipe = _recipe_arg(receipt)
-    if recipe:
+    if recipe := _recipe_arg(receipt):
         argv += ["--recipe", _q(recipe)]
     torch = receipt.get("torch") or {}
     if torch.get("source") == "system" and torch.get("python"):
         argv += ["--system-python", _q(str(torch["python"]))]
-    skipped = [str(s) for s in (receipt.get("options") or {}).get("skip_preflight") or []]
-    if skipped:
+    if skipped := [str(s) for s in (receipt.get("options") or {}).get("skip_preflight") or []]:
         argv += ["--skip-preflight", _q(",".join(skipped))]
-    cache = cache_dir(paths)
-    if cache is not None:
+    if (cache := cache_dir(paths)) is not None:
         argv += ["--cache-dir", _q(cache)]
     return " ".join([*argv, *extra])
 
@@ -113,9 +110,7 @@ def uv_cache(paths: StackPaths) -> Path:
     own = paths.root / ".uv-cache"
     if own.is_dir():
         return own
-    cache = cache_dir(paths)
-    if cache is None:
-        cache = Path(os.environ.get("OCTOBER_CACHE_DIR") or Path.home() / ".cache" / "october")
+    cache = cache_dir(paths) or Path(os.environ.get("OCTOBER_CACHE_DIR") or Path.home() / ".cache" / "october")
     return cache / "uv"
 
 

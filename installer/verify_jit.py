@@ -44,10 +44,6 @@ def aot_dirs(paths: StackPaths, fork_dirs: Iterable[Path]) -> list[Path]:
     return sorted({d.resolve() for d in dirs if d.is_dir()})
 
 
-def _libraries(roots: Iterable[Path]) -> list[Path]:
-    return sorted({p.resolve() for r in roots if r.is_dir() for p in r.rglob("*.so") if p.is_file()})
-
-
 def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dirs: Iterable[Path]
           ) -> tuple[int, list[JitFinding]]:
     """-> (libraries looked at, findings)."""
@@ -55,7 +51,8 @@ def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dir
     placed = {str(m["uri"]): m for m in _marker_modules(paths)}
     found: list[JitFinding] = []
     seen_workspace: set[str] = set()
-    libs = _libraries([paths.jit, *aot_dirs(paths, fork_dirs)])
+    libs = sorted({p.resolve() for r in [paths.jit, *aot_dirs(paths, fork_dirs)] if r.is_dir()
+                   for p in r.rglob("*.so") if p.is_file()})
     for lib in libs:
         uri = lib.stem if lib.parent.name == lib.stem else ""
         if uri not in want:

@@ -53,16 +53,9 @@ def parse_build(top: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def parse_sources(recipe_path: Path, top: Mapping[str, Any]) -> Sources:
-    if "sources" not in top:
-        return Sources()
-    st = top["sources"]
+    """``[sources]``; a find-links entry is a URL as is, or a local path relative to the recipe file."""
+    st = top.get("sources", {})
     return Sources(index_url=st.get("index_url"), extra_index_urls=tuple(st.get("extra_index_urls", ())),
-                   find_links=tuple(_local_or_url(recipe_path, x) for x in st.get("find_links", ())),
+                   find_links=tuple(x if "://" in x else str((recipe_path.parent / x).resolve())
+                                    for x in st.get("find_links", ())),
                    no_index=st.get("no_index", False))
-
-
-def _local_or_url(recipe_path: Path, value: str) -> str:
-    """A find-links entry: a URL as is, a local path relative to the recipe file."""
-    if "://" in value:
-        return value
-    return str((recipe_path.parent / value).resolve())

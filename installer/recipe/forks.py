@@ -65,16 +65,13 @@ def promise_of(forks: "list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]")
     """The highest level any fork's ``mode``, ``name`` or ``dist`` gives (None: nothing to check).  Taking
     the highest means no one piece of evidence can lower the promise: a vLLM fork in mode ``editable``
     under another name is still the engine when it installed the ``vllm`` distribution."""
-    from packaging.utils import canonicalize_name
-
     return highest({_PROMISE_BY[key].get(str(canonicalize_name(str(f.get(key) or ""))) if key == "dist"
                                          else str(f.get(key) or "").lower()) for f in forks for key in _PROMISE_BY})
 
 
 def highest(levels: "set[Any]") -> str | None:
     """The highest of ``levels`` that is a promise level (None: none is)."""
-    found = [lv for lv in PROMISE_LEVELS if lv in levels]
-    return found[-1] if found else None
+    return next((lv for lv in reversed(PROMISE_LEVELS) if lv in levels), None)
 
 
 @dataclass(frozen=True)
@@ -150,11 +147,8 @@ class ForkUse:
 
     def wants_submodule(self, path: str) -> bool:
         """Whether the submodule at ``path`` (relative to the fork) is fetched."""
-        if not self.submodules:
-            return False
-        if self.submodule_paths is None:
-            return True
-        return any(path == p or path.startswith(p + "/") for p in self.submodule_paths)
+        return self.submodules and (self.submodule_paths is None
+                                    or any(path == p or path.startswith(p + "/") for p in self.submodule_paths))
 
     @property
     def fetch_url(self) -> str:

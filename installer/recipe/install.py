@@ -22,7 +22,7 @@ Recipe keys (validated by :mod:`.spec`, built here for :func:`october.installer.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from packaging.utils import canonicalize_name
@@ -58,5 +58,4 @@ def parse_install(top: Mapping[str, Any]) -> InstallPolicy:
 
 
 def as_json(policy: InstallPolicy) -> Mapping[str, Any]:
-    return {"supply": list(policy.supply),
-            "exceptions": [{"package": e.package, "requires": e.requires, "why": e.why} for e in policy.exceptions]}
+    return {"supply": list(policy.supply), "exceptions": [asdict(e) for e in policy.exceptions]}

@@ -119,24 +119,14 @@ def derive_modules(shape: ModelShape, compute_dtype: str, v_format: str = "fp8_e
     if unknown:
         raise DeriveError(f"routes {unknown}: expected some of {', '.join(ROUTES)}")
     check_shape(shape)
-    c, v, d = COMPUTE_DTYPES[compute_dtype], V_FORMATS[v_format], shape.head_dim
-    out: list[JitModule] = []
-    for route in routes:
-        if route == "decode":
-            out.append(JitModule("decode", c, c, v, c, d, route=route))
-        elif route == "fresh_prefill":
-            out.append(JitModule("prefill", c, c, c, c, d, route=route))
-        else:
-            out.append(JitModule("prefill", c, c, v, c, d, route=route))
-    return tuple(out)
+    c, v = COMPUTE_DTYPES[compute_dtype], V_FORMATS[v_format]
+    kind_v = {"decode": ("decode", v), "fresh_prefill": ("prefill", c), "paged_prefill": ("prefill", v)}
+    return tuple(JitModule(kind_v[r][0], c, c, kind_v[r][1], c, shape.head_dim, route=r) for r in routes)
 
 
 def selection_facts(compute_dtype: str, v_format: str, modules: Sequence[JitModule],
                     extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """What the smoke run is told about a selection (JSON-able)."""
-    facts: dict[str, object] = {
-        "compute_dtype": compute_dtype, "k_cache_dtype": compute_dtype, "v_cache_dtype": v_format,
-        "kv_cache_dtype": ["auto", v_format],
-        "jit_modules": [{"uri": m.uri, "route": m.route, "kind": m.kind} for m in modules]}
-    facts.update(extra or {})
-    return facts
+    return {"compute_dtype": compute_dtype, "k_cache_dtype": compute_dtype, "v_cache_dtype": v_format,
+            "kv_cache_dtype": ["auto", v_format],
+            "jit_modules": [{"uri": m.uri, "route": m.route, "kind": m.kind} for m in modules], **(extra or {})}

@@ -9,7 +9,7 @@ forks.toml (a fork's name and pin) and the derived JIT modules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -56,10 +56,7 @@ class Recipe:
     validated_digest: str | None = field(default=None, compare=False, repr=False)
 
     def fork(self, name: str) -> ForkUse:
-        for f in self.forks:
-            if f.name == name:
-                return f
-        raise KeyError(name)
+        return {f.name: f for f in self.forks}[name]
 
 
 def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
@@ -91,14 +88,13 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
     modules: tuple[JitModule, ...] = ()
     if jit is not None:
         modules, models = derive_jit(path, jit.modules, models, jit.routes)
-    recipe = Recipe(name=top["name"], path=path, sha256=sha256_file(path), description=top.get("description", ""),
-                    python=parse_python(top), torch=parse_torch(top), build_requirements=parse_build(top),
-                    sources=parse_sources(path, top), forks=forks, cuda=parse_cuda(top), wheel=parse_wheel(top),
-                    preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
-                    jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
-                    jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES,
-                    validated_digest=digest if ran else None)       # a load writes nothing: see remember_checked
-    return recipe
+    return Recipe(name=top["name"], path=path, sha256=sha256_file(path), description=top.get("description", ""),
+                  python=parse_python(top), torch=parse_torch(top), build_requirements=parse_build(top),
+                  sources=parse_sources(path, top), forks=forks, cuda=parse_cuda(top), wheel=parse_wheel(top),
+                  preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
+                  jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
+                  jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES,
+                  validated_digest=digest if ran else None)       # a load writes nothing: see remember_checked
 
 
 def remember_checked(recipe: Recipe, checked: Path) -> None:
@@ -119,9 +115,5 @@ def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:
     """The recipe as a stack set up from the kit at ``kit_root`` uses it: packages from the kit's wheels
     only (no index, no torch index); nothing else changes.  Reads nothing in the kit (the no-op fast path
     uses it too; the full command line verifies the kit first, :func:`october.installer.kit.use.open_kit`)."""
-    import dataclasses
-
-    from .env import Sources
-
-    return dataclasses.replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
-                               torch=dataclasses.replace(recipe.torch, index_url=None))
+    return replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
+                   torch=replace(recipe.torch, index_url=None))

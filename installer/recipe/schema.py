@@ -59,7 +59,6 @@ def generator() -> str:
 def recipe_schema() -> dict[str, Any]:
     from .spec import RecipeFile
 
-
     return {"$schema": DIALECT, "$comment": f"generated from installer/recipe/spec.py by pydantic {generator()}, "
                                             f"do not edit: {REGENERATE}",
             **RecipeFile.model_json_schema()}

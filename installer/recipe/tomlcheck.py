@@ -1,8 +1,7 @@
 """Reading a recipe or forks.toml and validating it against its models (:mod:`.spec`, pydantic), which
 is imported only when a file needs it: a recipe and forks.toml that passed before in a stack, with this code,
 are remembered there by their digest (:func:`validated`), so that stack's no-op re-run reads them without
-pydantic.  Every
-error names the file, the key, what was expected and what was found
+pydantic.  Every error names the file, the key, what was expected and what was found
 (:class:`october.installer.core.errors.RecipeError`)."""
 
 from __future__ import annotations

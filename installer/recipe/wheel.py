@@ -29,8 +29,6 @@ class BaseWheel:
 def parse_wheel(top: Mapping[str, Any]) -> BaseWheel | None:
     if "wheel" not in top:
         return None
-    wt = top["wheel"]
-    return BaseWheel(url=wt["url"], filename=wt["filename"], name=wt["name"], version=wt["version"],
-                     sha256=wt.get("sha256"), cuda_variant=wt.get("cuda_variant"), cudart_major=wt.get("cudart_major"),
-                     requires_torch=wt.get("requires_torch"),
-                     compiled_sources=tuple(wt.get("compiled_sources") or DEFAULT_COMPILED_SOURCES))
+    wt = top["wheel"]       # validated: its keys are BaseWheel's fields
+    return BaseWheel(**{"sha256": None, **wt,
+                        "compiled_sources": tuple(wt.get("compiled_sources") or DEFAULT_COMPILED_SOURCES)})
