@@ -24,12 +24,12 @@ expected / found / fix, their text passed through :func:`october.installer.core.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import DownloadError, UsageError
 from ..core.redact import env_secrets, redact, redact_url
@@ -104,16 +104,13 @@ def shown_endpoint(environ: dict[str, str] | None = None) -> str:
 
 def secrets() -> list[str]:
     """Token values to mask: the environment's, and the one ``hf auth login`` stored."""
-    found = list(env_secrets())
     try:
         from huggingface_hub import get_token
 
         tok = get_token()
     except Exception:  # noqa: BLE001 - a broken token store must not break error reporting
         tok = None
-    if tok:
-        found.append(tok)
-    return found
+    return [*env_secrets(), *([tok] if tok else [])]
 
 
 def clean(text: str) -> str:
@@ -214,45 +211,36 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
     api = HfApi(endpoint=endpoint(), library_name="october")
     with _hub_errors(repo, revision, "reading the model's file list"):
         info = api.model_info(repo, revision=revision, files_metadata=True)
-    resolved = info.sha or ""
-    siblings = info.siblings or []
-    by_path = {s.rfilename: s for s in siblings}
-    wanted = select(list(by_path), patterns)
+    by_path = {s.rfilename: s for s in info.siblings or []}
     files = []
-    for p in wanted:
+    for p in select(list(by_path), patterns):
         _check_repo_path(repo, revision, p)
         s = by_path[p]
         lfs = s.lfs.sha256.lower() if s.lfs is not None and s.lfs.sha256 else None
         size = s.lfs.size if s.lfs is not None else s.size
         files.append(HubFile(path=p, size=size, blob_id=s.blob_id, lfs_sha256=lfs))
-    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=resolved, files=tuple(files))
+    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=info.sha or "",
+                       files=tuple(files))
 
 
 def _check_repo_path(repo: str, revision: str, path: str) -> None:
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\\" in path or any(x in ("", ".", "..") for x in parts):
+    if not path or path.startswith("/") or "\\" in path or any(x in ("", ".", "..") for x in path.split("/")):
         raise DownloadError(f"the hub listed an unsafe file name in {repo}@{revision}",
                             expected="a relative path without '..' or empty parts", found=repr(path),
                             fix="do not use this repository/revision; report it")
 
 
-class _QuietTqdm:
-    """Built lazily: huggingface_hub's tqdm with every bar disabled."""
+@functools.cache
+def _quiet_tqdm() -> type:
+    """Built lazily, once: huggingface_hub's tqdm with every bar disabled."""
+    from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
-    cls: type | None = None
+    class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
 
-    @classmethod
-    def get(cls) -> type:
-        if cls.cls is None:
-            from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
-
-            class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
-                def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
-                    kwargs["disable"] = True
-                    super().__init__(*args, **kwargs)
-
-            cls.cls = Quiet
-        return cls.cls
+    return Quiet
 
 
 def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
@@ -285,15 +273,11 @@ def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_d
     ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
-    kwargs: dict[str, Any] = {}
-    if quiet:
-        kwargs["tqdm_class"] = _QuietTqdm.get()
-    elif report is not None:
-        kwargs["tqdm_class"] = forwarding_tqdm(report)
+    tqdm_class = _quiet_tqdm() if quiet else None if report is None else forwarding_tqdm(report)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
-                                library_name="october", max_workers=max_workers, **kwargs)
+                                library_name="october", max_workers=max_workers, tqdm_class=tqdm_class)
     return Path(out)
 
 
