@@ -65,11 +65,7 @@ class _RayLogs(logging.Handler):
         self.ui = ui
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = f"ray: {record.getMessage()}"
-        if record.levelno >= logging.ERROR:
-            self.ui.warn(text)
-        else:
-            self.ui.detail(text)
+        (self.ui.warn if record.levelno >= logging.ERROR else self.ui.detail)(f"ray: {record.getMessage()}")
 
 
 @contextmanager

@@ -48,30 +48,26 @@ def receive_kit(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -
     from filelock import FileLock
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(dest) + ".lock"):
-        return _receive(dest, shipment, fetch)
-
-
-def _receive(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
     got = 0
-    for f in shipment.files:
-        p = dest / f.rel
-        if p.is_file() and p.stat().st_size == f.size and sha256_file(p) == f.sha256:
-            continue
-        data = b"".join(fetch(c) for c in f.chunks)
-        got += len(data)
-        if sha256_bytes(data) != f.sha256:
-            raise KitError(f"the kit file {f.rel} arrived damaged on {socket.gethostname()}",
-                           expected=f"sha256 {f.sha256}", found=f"sha256 {sha256_bytes(data)}",
-                           fix="re-run the fleet command (finished nodes are kept)")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(p, data)
-    write_bytes_atomic(dest / MANIFEST, shipment.manifest)
-    problems = check_files(dest, read_manifest(dest))
-    if problems:
-        raise KitError(f"the shipped kit at {dest} does not match its manifest: {listed(problems)}",
-                       expected="every file as kit.json records it", found="the differences listed",
-                       fix=f"remove {dest} on that node and re-run the fleet command")
+    with FileLock(str(dest) + ".lock"):
+        for f in shipment.files:
+            p = dest / f.rel
+            if p.is_file() and p.stat().st_size == f.size and sha256_file(p) == f.sha256:
+                continue
+            data = b"".join(fetch(c) for c in f.chunks)
+            got += len(data)
+            if sha256_bytes(data) != f.sha256:
+                raise KitError(f"the kit file {f.rel} arrived damaged on {socket.gethostname()}",
+                               expected=f"sha256 {f.sha256}", found=f"sha256 {sha256_bytes(data)}",
+                               fix="re-run the fleet command (finished nodes are kept)")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(p, data)
+        write_bytes_atomic(dest / MANIFEST, shipment.manifest)
+        problems = check_files(dest, read_manifest(dest))
+        if problems:
+            raise KitError(f"the shipped kit at {dest} does not match its manifest: {listed(problems)}",
+                           expected="every file as kit.json records it", found="the differences listed",
+                           fix=f"remove {dest} on that node and re-run the fleet command")
     return got
 
 
@@ -227,8 +223,7 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
     passed = bool(receipt and receipt.get("passed") is True and rc == 0)
     doc = receipt or {}
-    machine = doc.get("machine")
-    machine = machine if isinstance(machine, dict) else {}
+    machine = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
     return {"passed": passed, "exit_code": rc, "level": doc.get("level"),
             "seconds": round(seconds, 3) if seconds is not None else None,
             "reasons": [str(r) for r in doc.get("reasons", [])][:8],
