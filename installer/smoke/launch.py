@@ -19,14 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ...checks.contract import (
-    DIAGNOSTIC_AGREED_EXIT,
-    DIAGNOSTIC_CACHES,
-    ENGINE_FAULTS,
-    FORMATS,
-    LEVELS,
-    SMOKE_RECEIPT_FILENAME,
-)
+from ...checks.contract import (DIAGNOSTIC_AGREED_EXIT, DIAGNOSTIC_CACHES, ENGINE_FAULTS, FORMATS, LEVELS,
+                               SMOKE_RECEIPT_FILENAME)
 from ...checks.results import format_table
 from ..core.atomic import write_json_atomic
 from ..core.errors import ReceiptError, SmokeError, UsageError
@@ -288,16 +282,10 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
     argv = [str(python), "-m", "october.checks.smoke", *(["--format", opts.format] if opts.format else []),
             "--output", str(opts.output), "--stack-info", str(info_path),
             "--device", opts.device, "--seed", str(opts.seed)]
-    if opts.level is not None:
-        argv += ["--level", opts.level]
-    if manifest is not None:
-        argv += ["--manifest", str(manifest)]
-    if opts.fixtures is not None:
-        argv += ["--fixtures", str(opts.fixtures)]
-    if opts.diagnostic_cache is not None:
-        argv += ["--diagnostic-cache", opts.diagnostic_cache]
-    if opts.plant_fault is not None:
-        argv += ["--plant-fault", opts.plant_fault]
+    for flag, value in (("--level", opts.level), ("--manifest", manifest), ("--fixtures", opts.fixtures),
+                        ("--diagnostic-cache", opts.diagnostic_cache), ("--plant-fault", opts.plant_fault)):
+        if value is not None:
+            argv += [flag, str(value)]
     old = base_env.get("PYTHONPATH")
     env: dict[str, str] = {}
     drop: tuple[str, ...] = ()
@@ -358,9 +346,8 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
         check_model(manifest, info["selection"])
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
-    old = plan.receipt
-    if old.exists():
-        old.unlink()
+    if plan.receipt.exists():
+        plan.receipt.unlink()
     if ui is not None:
         ui.task_start(STEP, f"level {opts.level or info['promised_level']}, "
                             f"format {opts.format or 'none (no model)'}, recipe {opts.recipe}")
