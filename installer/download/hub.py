@@ -132,52 +132,41 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
     from huggingface_hub import errors as hf
 
     where = f"{repo}@{revision}"
+    access = "an authenticated account with access to the repository"
+
+    def error(problem: str, expected: str | None, fix: str) -> DownloadError:
+        return DownloadError(f"{what}: {problem}", expected=expected, found=_first_lines(exc), fix=fix)
+
     if isinstance(exc, hf.GatedRepoError):
-        return DownloadError(f"{what}: {where} is a gated repository and access was refused",
-                             expected="an authenticated account with access to the repository",
-                             found=_first_lines(exc), fix=LOGIN_FIX)
+        return error(f"{where} is a gated repository and access was refused", access, LOGIN_FIX)
     if isinstance(exc, hf.RevisionNotFoundError):
-        return DownloadError(f"{what}: revision {revision} does not exist in {repo}",
-                             expected=f"the pinned revision {revision} on the hub",
-                             found=_first_lines(exc),
-                             fix="check [models.<format>].revision in the recipe (a force-pushed or "
-                                 "deleted commit cannot be fetched)")
+        return error(f"revision {revision} does not exist in {repo}", f"the pinned revision {revision} on the hub",
+                     "check [models.<format>].revision in the recipe (a force-pushed or deleted commit cannot be "
+                     "fetched)")
     if isinstance(exc, hf.RemoteEntryNotFoundError):
-        return DownloadError(f"{what}: a file listed for {where} is missing on the hub",
-                             expected="every listed file to be downloadable", found=_first_lines(exc),
-                             fix="check the recipe's patterns and revision")
+        return error(f"a file listed for {where} is missing on the hub", "every listed file to be downloadable",
+                     "check the recipe's patterns and revision")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, hf.HfHubHTTPError) and status in (401, 403):
-        return DownloadError(f"{what}: the hub refused access to {where} (HTTP {status})",
-                             expected="an authenticated account with access to the repository",
-                             found=_first_lines(exc), fix=LOGIN_FIX)
+        return error(f"the hub refused access to {where} (HTTP {status})", access, LOGIN_FIX)
     if isinstance(exc, hf.RepositoryNotFoundError):
-        return DownloadError(f"{what}: repository {repo} was not found",
-                             expected=f"a model repository '{repo}' on {shown_endpoint()}",
-                             found=_first_lines(exc),
-                             fix="check [models.<format>].repo in the recipe; if the repository is private "
-                                 "or gated, " + LOGIN_FIX)
-    if isinstance(exc, (hf.OfflineModeIsEnabled,)):
-        return DownloadError(f"{what}: huggingface_hub is in offline mode (HF_HUB_OFFLINE)",
-                             expected="network access to the hub", found=_first_lines(exc),
-                             fix="unset HF_HUB_OFFLINE, or pass --offline to re-verify an existing copy")
+        return error(f"repository {repo} was not found", f"a model repository '{repo}' on {shown_endpoint()}",
+                     "check [models.<format>].repo in the recipe; if the repository is private or gated, " + LOGIN_FIX)
+    if isinstance(exc, hf.OfflineModeIsEnabled):
+        return error("huggingface_hub is in offline mode (HF_HUB_OFFLINE)", "network access to the hub",
+                     "unset HF_HUB_OFFLINE, or pass --offline to re-verify an existing copy")
     if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
                         httpx2.RemoteProtocolError, hf.LocalEntryNotFoundError)):
-        return DownloadError(f"{what}: could not reach the hub at {shown_endpoint()}",
-                             expected="a working connection to the hub", found=_first_lines(exc),
-                             fix="check the network, proxy and HF_ENDPOINT; re-running resumes, and "
-                                 "--offline re-verifies a copy that is already complete")
+        return error(f"could not reach the hub at {shown_endpoint()}", "a working connection to the hub",
+                     "check the network, proxy and HF_ENDPOINT; re-running resumes, and --offline re-verifies a "
+                     "copy that is already complete")
     if isinstance(exc, hf.HfHubHTTPError):
-        return DownloadError(f"{what}: the hub answered with an error for {where}",
-                             expected="a successful answer", found=_first_lines(exc),
-                             fix="retry later; if it persists check the hub's status page")
+        return error(f"the hub answered with an error for {where}", "a successful answer",
+                     "retry later; if it persists check the hub's status page")
     if isinstance(exc, OSError):
-        return DownloadError(f"{what}: {where} could not be written or read",
-                             expected="a complete transfer into the local directory",
-                             found=_first_lines(exc),
-                             fix="check free disk space and permissions, then re-run (completed files are kept)")
-    return DownloadError(f"{what}: unexpected failure for {where}", found=_first_lines(exc),
-                         fix="re-run; if it persists report it with the message above")
+        return error(f"{where} could not be written or read", "a complete transfer into the local directory",
+                     "check free disk space and permissions, then re-run (completed files are kept)")
+    return error(f"unexpected failure for {where}", None, "re-run; if it persists report it with the message above")
 
 
 @contextmanager
