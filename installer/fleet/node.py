@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -106,12 +107,9 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
     logs = Path(f"{job.stack}.fleet-logs")
 
     def echo(line: str) -> None:
-        phase = setup_phase(line, STEP_ORDER)
-        if phase is not None:
-            try:
+        if (phase := setup_phase(line, STEP_ORDER)) is not None:
+            with suppress(Exception):       # progress is a courtesy: it never fails a node's install
                 report(phase)
-            except Exception:  # noqa: BLE001 - progress is a courtesy: it never fails a node's install
-                pass
 
     runner = Runner(logs, echo=echo)
     rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
