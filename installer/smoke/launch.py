@@ -29,7 +29,7 @@ from ..core.paths import default_cache_dir
 from ..core.resources import IMPORT_ROOT, stack_code_root
 from ..core.runner import Runner
 from ..core.schemas import validate
-from ..download.plan import fixtures_dir
+from ..download.plan import default_manifest_name, fixtures_dir
 from ..pyenv import stackenv
 from ..recipe.forks import highest, promise_of
 from . import choices
@@ -77,10 +77,6 @@ def stack_python(install: Path) -> Path:
     return py
 
 
-def default_manifest(fmt: str, cwd: Path) -> Path:
-    return cwd / f"{fmt}-download.json"
-
-
 def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None) -> Path | None:
     """The manifest to pass, or None where the level that will run can do without one."""
     if opts.manifest is not None:
@@ -89,13 +85,13 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
                              found="nothing", fix=f"run `current download --format {opts.format} "
                              f"--output {opts.manifest}`")
         return opts.manifest
-    path = default_manifest(opts.format, cwd) if opts.format else None
+    path = cwd / default_manifest_name(opts.format) if opts.format else None
     if path is not None and path.is_file():
         return path
     if (opts.level or promised) in ("reference", "kernel"):
         return None
     fmt = opts.format or "awq"
-    raise SmokeError("no download manifest for the smoke run", expected=f"{default_manifest(fmt, cwd)}",
+    raise SmokeError("no download manifest for the smoke run", expected=f"{cwd / default_manifest_name(fmt)}",
                      found="nothing", fix=f"run `current download --format {fmt} --output .` "
                      "first, pass --manifest, or use --level kernel")
 
