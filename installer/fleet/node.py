@@ -104,14 +104,13 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
 
     start = time.monotonic()
     stack = Path(job.stack)
-    logs = Path(f"{job.stack}.fleet-logs")
 
     def echo(line: str) -> None:
         if (phase := setup_phase(line, STEP_ORDER)) is not None:
             with suppress(Exception):       # progress is a courtesy: it never fails a node's install
                 report(phase)
 
-    runner = Runner(logs, echo=echo)
+    runner = Runner(Path(f"{job.stack}.fleet-logs"), echo=echo)
     rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
                            "resumed": job.setup_argv is None, "status": "error", "detail": None,
                            "stack": job.stack, "gpu": None, "arch": None, "lock_sha256": None, "jit": [],

@@ -218,21 +218,20 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
                          found=f"{exc}", fix="re-run october_setup to rewrite it") from None
     unchanged_receipt(install, setup)
-    rec = data.get("recipe") if isinstance(data, Mapping) else None
+    data = data if isinstance(data, Mapping) else {}    # not an object: no recipe and no fork, refused below
+    rec = data.get("recipe")
     if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
         sha = rec.get("sha256")
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
         _same_recipe(rec, install)
-    if isinstance(data, Mapping):
-        info["forks"] = _forks(data.get("forks"))
-    info["promised_level"] = receipt_promise(data) if isinstance(data, Mapping) else None
+    info["forks"] = _forks(data.get("forks"))
+    info["promised_level"] = receipt_promise(data)
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",
                          found=f"forks {sorted(info['forks']) or 'none'}",
                          fix="re-run october_setup with a K16/V8 recipe")
-    jit = data.get("jit") if isinstance(data, Mapping) else None
-    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in jit or []
+    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in data.get("jit") or []
                    if isinstance(m, Mapping) and m.get("uri") and m.get("sha256")]
     # an asymmetric paged prefill is declared when the jit step built one (K != V prefill module)
     info["asym_prefill"] = any(m["uri"].startswith("batch_prefill_") and "_dtype_k_" in m["uri"] for m in info["jit"])
