@@ -24,12 +24,12 @@ expected / found / fix, their text passed through :func:`october.installer.core.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import DownloadError, UsageError
 from ..core.redact import env_secrets, redact, redact_url
@@ -104,16 +104,13 @@ def shown_endpoint(environ: dict[str, str] | None = None) -> str:
 
 def secrets() -> list[str]:
     """Token values to mask: the environment's, and the one ``hf auth login`` stored."""
-    found = list(env_secrets())
     try:
         from huggingface_hub import get_token
 
         tok = get_token()
     except Exception:  # noqa: BLE001 - a broken token store must not break error reporting
         tok = None
-    if tok:
-        found.append(tok)
-    return found
+    return [*env_secrets(), *([tok] if tok else [])]
 
 
 def clean(text: str) -> str:
@@ -135,52 +132,41 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
     from huggingface_hub import errors as hf
 
     where = f"{repo}@{revision}"
+    access = "an authenticated account with access to the repository"
+
+    def error(problem: str, expected: str | None, fix: str) -> DownloadError:
+        return DownloadError(f"{what}: {problem}", expected=expected, found=_first_lines(exc), fix=fix)
+
     if isinstance(exc, hf.GatedRepoError):
-        return DownloadError(f"{what}: {where} is a gated repository and access was refused",
-                             expected="an authenticated account with access to the repository",
-                             found=_first_lines(exc), fix=LOGIN_FIX)
+        return error(f"{where} is a gated repository and access was refused", access, LOGIN_FIX)
     if isinstance(exc, hf.RevisionNotFoundError):
-        return DownloadError(f"{what}: revision {revision} does not exist in {repo}",
-                             expected=f"the pinned revision {revision} on the hub",
-                             found=_first_lines(exc),
-                             fix="check [models.<format>].revision in the recipe (a force-pushed or "
-                                 "deleted commit cannot be fetched)")
+        return error(f"revision {revision} does not exist in {repo}", f"the pinned revision {revision} on the hub",
+                     "check [models.<format>].revision in the recipe (a force-pushed or deleted commit cannot be "
+                     "fetched)")
     if isinstance(exc, hf.RemoteEntryNotFoundError):
-        return DownloadError(f"{what}: a file listed for {where} is missing on the hub",
-                             expected="every listed file to be downloadable", found=_first_lines(exc),
-                             fix="check the recipe's patterns and revision")
+        return error(f"a file listed for {where} is missing on the hub", "every listed file to be downloadable",
+                     "check the recipe's patterns and revision")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, hf.HfHubHTTPError) and status in (401, 403):
-        return DownloadError(f"{what}: the hub refused access to {where} (HTTP {status})",
-                             expected="an authenticated account with access to the repository",
-                             found=_first_lines(exc), fix=LOGIN_FIX)
+        return error(f"the hub refused access to {where} (HTTP {status})", access, LOGIN_FIX)
     if isinstance(exc, hf.RepositoryNotFoundError):
-        return DownloadError(f"{what}: repository {repo} was not found",
-                             expected=f"a model repository '{repo}' on {shown_endpoint()}",
-                             found=_first_lines(exc),
-                             fix="check [models.<format>].repo in the recipe; if the repository is private "
-                                 "or gated, " + LOGIN_FIX)
-    if isinstance(exc, (hf.OfflineModeIsEnabled,)):
-        return DownloadError(f"{what}: huggingface_hub is in offline mode (HF_HUB_OFFLINE)",
-                             expected="network access to the hub", found=_first_lines(exc),
-                             fix="unset HF_HUB_OFFLINE, or pass --offline to re-verify an existing copy")
+        return error(f"repository {repo} was not found", f"a model repository '{repo}' on {shown_endpoint()}",
+                     "check [models.<format>].repo in the recipe; if the repository is private or gated, " + LOGIN_FIX)
+    if isinstance(exc, hf.OfflineModeIsEnabled):
+        return error("huggingface_hub is in offline mode (HF_HUB_OFFLINE)", "network access to the hub",
+                     "unset HF_HUB_OFFLINE, or pass --offline to re-verify an existing copy")
     if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
                         httpx2.RemoteProtocolError, hf.LocalEntryNotFoundError)):
-        return DownloadError(f"{what}: could not reach the hub at {shown_endpoint()}",
-                             expected="a working connection to the hub", found=_first_lines(exc),
-                             fix="check the network, proxy and HF_ENDPOINT; re-running resumes, and "
-                                 "--offline re-verifies a copy that is already complete")
+        return error(f"could not reach the hub at {shown_endpoint()}", "a working connection to the hub",
+                     "check the network, proxy and HF_ENDPOINT; re-running resumes, and --offline re-verifies a "
+                     "copy that is already complete")
     if isinstance(exc, hf.HfHubHTTPError):
-        return DownloadError(f"{what}: the hub answered with an error for {where}",
-                             expected="a successful answer", found=_first_lines(exc),
-                             fix="retry later; if it persists check the hub's status page")
+        return error(f"the hub answered with an error for {where}", "a successful answer",
+                     "retry later; if it persists check the hub's status page")
     if isinstance(exc, OSError):
-        return DownloadError(f"{what}: {where} could not be written or read",
-                             expected="a complete transfer into the local directory",
-                             found=_first_lines(exc),
-                             fix="check free disk space and permissions, then re-run (completed files are kept)")
-    return DownloadError(f"{what}: unexpected failure for {where}", found=_first_lines(exc),
-                         fix="re-run; if it persists report it with the message above")
+        return error(f"{where} could not be written or read", "a complete transfer into the local directory",
+                     "check free disk space and permissions, then re-run (completed files are kept)")
+    return error(f"unexpected failure for {where}", None, "re-run; if it persists report it with the message above")
 
 
 @contextmanager
@@ -214,45 +200,36 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
     api = HfApi(endpoint=endpoint(), library_name="october")
     with _hub_errors(repo, revision, "reading the model's file list"):
         info = api.model_info(repo, revision=revision, files_metadata=True)
-    resolved = info.sha or ""
-    siblings = info.siblings or []
-    by_path = {s.rfilename: s for s in siblings}
-    wanted = select(list(by_path), patterns)
+    by_path = {s.rfilename: s for s in info.siblings or []}
     files = []
-    for p in wanted:
+    for p in select(list(by_path), patterns):
         _check_repo_path(repo, revision, p)
         s = by_path[p]
         lfs = s.lfs.sha256.lower() if s.lfs is not None and s.lfs.sha256 else None
         size = s.lfs.size if s.lfs is not None else s.size
         files.append(HubFile(path=p, size=size, blob_id=s.blob_id, lfs_sha256=lfs))
-    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=resolved, files=tuple(files))
+    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=info.sha or "",
+                       files=tuple(files))
 
 
 def _check_repo_path(repo: str, revision: str, path: str) -> None:
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\\" in path or any(x in ("", ".", "..") for x in parts):
+    if not path or path.startswith("/") or "\\" in path or any(x in ("", ".", "..") for x in path.split("/")):
         raise DownloadError(f"the hub listed an unsafe file name in {repo}@{revision}",
                             expected="a relative path without '..' or empty parts", found=repr(path),
                             fix="do not use this repository/revision; report it")
 
 
-class _QuietTqdm:
-    """Built lazily: huggingface_hub's tqdm with every bar disabled."""
+@functools.cache
+def _quiet_tqdm() -> type:
+    """Built lazily, once: huggingface_hub's tqdm with every bar disabled."""
+    from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
-    cls: type | None = None
+    class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
 
-    @classmethod
-    def get(cls) -> type:
-        if cls.cls is None:
-            from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
-
-            class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
-                def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
-                    kwargs["disable"] = True
-                    super().__init__(*args, **kwargs)
-
-            cls.cls = Quiet
-        return cls.cls
+    return Quiet
 
 
 def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
@@ -285,15 +262,11 @@ def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_d
     ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
-    kwargs: dict[str, Any] = {}
-    if quiet:
-        kwargs["tqdm_class"] = _QuietTqdm.get()
-    elif report is not None:
-        kwargs["tqdm_class"] = forwarding_tqdm(report)
+    tqdm_class = _quiet_tqdm() if quiet else None if report is None else forwarding_tqdm(report)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
-                                library_name="october", max_workers=max_workers, **kwargs)
+                                library_name="october", max_workers=max_workers, tqdm_class=tqdm_class)
     return Path(out)
 
 

@@ -28,10 +28,6 @@ from .verify import VerifiedFile
 SCHEMA_PATH = schema_path("download")
 
 
-def now_utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def build_manifest(plan: DownloadPlan, *, resolved_revision: str, files: Sequence[VerifiedFile],
                    scales: dict[str, Any] | None, endpoint: str, created_at: str | None = None) -> dict[str, Any]:
     return {
@@ -49,7 +45,7 @@ def build_manifest(plan: DownloadPlan, *, resolved_revision: str, files: Sequenc
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "verified_against": f.source}
                   for f in sorted(files, key=lambda f: f.path)],
         "tool": {"name": "october", "version": __version__},
-        "created_at": created_at or now_utc(),
+        "created_at": created_at or datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "scales": scales,
     }
 

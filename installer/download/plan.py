@@ -53,7 +53,6 @@ class DownloadPlan:
         return f"{self.repo}@{self.revision}"
 
 
-
 def repo_dir_name(repo: str) -> str:
     """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as october.checks.scales.scales_path)."""
     return repo.replace("/", "__")
@@ -133,11 +132,9 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
         local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
-    fixtures = fixtures_dir(opts.fixtures, env)
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),
                         cache_dir=cache_dir, local_dir=local_dir, default_local_dir=default_dir,
-                        output=output, offline=opts.offline,
-                        fixtures=fixtures,
+                        output=output, offline=opts.offline, fixtures=fixtures_dir(opts.fixtures, env),
                         quiet=opts.quiet, local_source=opts.model_dir is not None)

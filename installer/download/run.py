@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -76,25 +76,20 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             expected=f"a directory {plan.local_dir} from an earlier download",
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
-    if plan.local_source:
-        say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
-        files = _verify_local(plan, say, bars)
-        scales = check_scales(plan, warn)
-        manifest = build_manifest(plan, resolved_revision=plan.revision, files=files, scales=scales,
-                                  endpoint=LOCAL_ENDPOINT)
-        write_manifest(plan.output, manifest, secrets=hub.secrets())
-        say(f"wrote {plan.output} ({len(files)} files verified, {sum(f.size for f in files)} bytes)")
-        return plan.output
-    with _dir_lock(plan):
-        if plan.offline:
+    with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
+        if plan.local_source:
+            say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
+            resolved, files = plan.revision, _verify_local(plan, say, bars)
+        elif plan.offline:
             say(f"re-verifying {plan.where} in {plan.local_dir} (offline)")
             resolved, files = _reverify_offline(plan, say, bars)
         else:
             resolved, files = _download_online(plan, say, bars)
-        _write_record(plan, files)
+        if not plan.local_source:
+            _write_record(plan, files)
         scales = check_scales(plan, warn)
         manifest = build_manifest(plan, resolved_revision=resolved, files=files, scales=scales,
-                                  endpoint=hub.shown_endpoint())
+                                  endpoint=LOCAL_ENDPOINT if plan.local_source else hub.shown_endpoint())
         write_manifest(plan.output, manifest, secrets=hub.secrets())
     say(f"wrote {plan.output} ({len(files)} files verified, {sum(f.size for f in files)} bytes)")
     return plan.output
@@ -180,12 +175,8 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
 def _local_files(root: Path) -> list[str]:
     """Every regular file under ``root`` as a '/'-separated relative path; hidden folders (.cache, .git,
     .october) are bookkeeping, not the model."""
-    out = []
-    for f in root.rglob("*"):
-        rel = f.relative_to(root)
-        if f.is_file() and not any(part.startswith(".") for part in rel.parts[:-1]):
-            out.append(rel.as_posix())
-    return sorted(out)
+    files = (f.relative_to(root) for f in root.rglob("*") if f.is_file())
+    return sorted(rel.as_posix() for rel in files if not any(part.startswith(".") for part in rel.parts[:-1]))
 
 
 def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None) -> list[VerifiedFile]:
@@ -267,12 +258,8 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     if stray:
         raise DownloadError(f"--offline: the recipe pins a sha256 for '{stray[0]}', which the local copy lacks",
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
-    expected = []
-    for p in wanted:
-        r = by_path[p]
-        pinned = plan.pinned_sha256.get(p)
-        expected.append(Expected(p, r["size"], pinned or r["sha256"], None,
-                                 source="recipe" if pinned else "record"))
+    expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
+                         source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
     files = verify_files(plan.local_dir, expected, where=plan.where,
                          on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
                          hashed=_bar(bars, "sha256"))
@@ -310,8 +297,7 @@ def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, A
         scales = load_scales(path)
         check_model(scales, plan.repo, plan.revision, num_layers)
     except ScalesInvalid as exc:
-        text = str(exc)
-        what, _, fix = text.partition("\n  -> ")
+        what, _, fix = str(exc).partition("\n  -> ")
         raise ScalesError(f"calibrated scales for {plan.where} are not usable: {what}",
                           fix=fix.strip() or None) from None
     # load_scales already refuses non-finite and non-positive values; keep the invariant explicit.

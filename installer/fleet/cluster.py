@@ -65,11 +65,7 @@ class _RayLogs(logging.Handler):
         self.ui = ui
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = f"ray: {record.getMessage()}"
-        if record.levelno >= logging.ERROR:
-            self.ui.warn(text)
-        else:
-            self.ui.detail(text)
+        (self.ui.warn if record.levelno >= logging.ERROR else self.ui.detail)(f"ray: {record.getMessage()}")
 
 
 @contextmanager
@@ -210,9 +206,7 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
     phases = _BoardReader(ray, progress, lost)
     pending = list(plan.jobs)
     seed = next((j for j in pending if j.setup_argv is not None), None) if plan.seed else None
-    if seed is not None:                  # it goes first, alone (see FleetPlan.seed)
-        pending.remove(seed)
-        pending.insert(0, seed)
+    pending.sort(key=lambda j: j is not seed)       # the seed goes first, alone (see FleetPlan.seed)
     running: dict[Any, tuple[NodeJob, float]] = {}
     out: dict[str, dict[str, Any]] = {}
     interrupted = False

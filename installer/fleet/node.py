@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -48,30 +49,26 @@ def receive_kit(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -
     from filelock import FileLock
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(dest) + ".lock"):
-        return _receive(dest, shipment, fetch)
-
-
-def _receive(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -> int:
     got = 0
-    for f in shipment.files:
-        p = dest / f.rel
-        if p.is_file() and p.stat().st_size == f.size and sha256_file(p) == f.sha256:
-            continue
-        data = b"".join(fetch(c) for c in f.chunks)
-        got += len(data)
-        if sha256_bytes(data) != f.sha256:
-            raise KitError(f"the kit file {f.rel} arrived damaged on {socket.gethostname()}",
-                           expected=f"sha256 {f.sha256}", found=f"sha256 {sha256_bytes(data)}",
-                           fix="re-run the fleet command (finished nodes are kept)")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(p, data)
-    write_bytes_atomic(dest / MANIFEST, shipment.manifest)
-    problems = check_files(dest, read_manifest(dest))
-    if problems:
-        raise KitError(f"the shipped kit at {dest} does not match its manifest: {listed(problems)}",
-                       expected="every file as kit.json records it", found="the differences listed",
-                       fix=f"remove {dest} on that node and re-run the fleet command")
+    with FileLock(str(dest) + ".lock"):
+        for f in shipment.files:
+            p = dest / f.rel
+            if p.is_file() and p.stat().st_size == f.size and sha256_file(p) == f.sha256:
+                continue
+            data = b"".join(fetch(c) for c in f.chunks)
+            got += len(data)
+            if sha256_bytes(data) != f.sha256:
+                raise KitError(f"the kit file {f.rel} arrived damaged on {socket.gethostname()}",
+                               expected=f"sha256 {f.sha256}", found=f"sha256 {sha256_bytes(data)}",
+                               fix="re-run the fleet command (finished nodes are kept)")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(p, data)
+        write_bytes_atomic(dest / MANIFEST, shipment.manifest)
+        problems = check_files(dest, read_manifest(dest))
+        if problems:
+            raise KitError(f"the shipped kit at {dest} does not match its manifest: {listed(problems)}",
+                           expected="every file as kit.json records it", found="the differences listed",
+                           fix=f"remove {dest} on that node and re-run the fleet command")
     return got
 
 
@@ -107,17 +104,13 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
 
     start = time.monotonic()
     stack = Path(job.stack)
-    logs = Path(f"{job.stack}.fleet-logs")
 
     def echo(line: str) -> None:
-        phase = setup_phase(line, STEP_ORDER)
-        if phase is not None:
-            try:
+        if (phase := setup_phase(line, STEP_ORDER)) is not None:
+            with suppress(Exception):       # progress is a courtesy: it never fails a node's install
                 report(phase)
-            except Exception:  # noqa: BLE001 - progress is a courtesy: it never fails a node's install
-                pass
 
-    runner = Runner(logs, echo=echo)
+    runner = Runner(Path(f"{job.stack}.fleet-logs"), echo=echo)
     rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
                            "resumed": job.setup_argv is None, "status": "error", "detail": None,
                            "stack": job.stack, "gpu": None, "arch": None, "lock_sha256": None, "jit": [],
@@ -227,8 +220,7 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
     passed = bool(receipt and receipt.get("passed") is True and rc == 0)
     doc = receipt or {}
-    machine = doc.get("machine")
-    machine = machine if isinstance(machine, dict) else {}
+    machine = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
     return {"passed": passed, "exit_code": rc, "level": doc.get("level"),
             "seconds": round(seconds, 3) if seconds is not None else None,
             "reasons": [str(r) for r in doc.get("reasons", [])][:8],

@@ -14,15 +14,7 @@ from ..core.errors import ReceiptError, UsageError
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.schemas import validate, write_receipt
 from . import FLEET_FORMAT
-from .plan import (
-    FleetOptions,
-    FleetPlan,
-    finished_before,
-    judge,
-    plan_fleet,
-    select_nodes,
-    shared_cache,
-)
+from .plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes, shared_cache
 from .progress import FleetProgress
 from ..kit import MANIFEST
 
@@ -93,9 +85,7 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
     for line in doc["reasons"]:
         say(f"  - {line}")
     say(f"fleet {'PASSED' if doc['passed'] else 'did not pass'}: {len(records)} node(s); receipt: {opts.receipt}")
-    if interrupted:
-        return 130
-    return 0 if doc["passed"] else 1
+    return 130 if interrupted else 0 if doc["passed"] else 1
 
 
 def receipt_doc(opts: FleetOptions, plan: FleetPlan, records: list[dict[str, Any]], *, interrupted: bool,

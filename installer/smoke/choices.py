@@ -63,11 +63,11 @@ def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
 
     name, path = receipt_recipe(install)
     arg = path if path is not None and recipe.value == name else recipe.value
-    if recipe.source == "option":
-        return tuple(load_recipe(str(arg)).models)      # a --recipe that names nothing is refused (exit 3)
     try:
         return tuple(load_recipe(str(arg)).models)
     except RecipeError:
+        if recipe.source == "option":
+            raise                 # a --recipe that names nothing is refused (exit 3)
         return ()                 # the receipt's recipe file is gone or changed: no selection, said in the receipt
 
 

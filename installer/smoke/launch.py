@@ -19,14 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ...checks.contract import (
-    DIAGNOSTIC_AGREED_EXIT,
-    DIAGNOSTIC_CACHES,
-    ENGINE_FAULTS,
-    FORMATS,
-    LEVELS,
-    SMOKE_RECEIPT_FILENAME,
-)
+from ...checks.contract import (DIAGNOSTIC_AGREED_EXIT, DIAGNOSTIC_CACHES, ENGINE_FAULTS, FORMATS, LEVELS,
+                               SMOKE_RECEIPT_FILENAME)
 from ...checks.results import format_table
 from ..core.atomic import write_json_atomic
 from ..core.errors import ReceiptError, SmokeError, UsageError
@@ -35,7 +29,7 @@ from ..core.paths import default_cache_dir
 from ..core.resources import IMPORT_ROOT, stack_code_root
 from ..core.runner import Runner
 from ..core.schemas import validate
-from ..download.plan import fixtures_dir
+from ..download.plan import default_manifest_name, fixtures_dir
 from ..pyenv import stackenv
 from ..recipe.forks import highest, promise_of
 from . import choices
@@ -83,10 +77,6 @@ def stack_python(install: Path) -> Path:
     return py
 
 
-def default_manifest(fmt: str, cwd: Path) -> Path:
-    return cwd / f"{fmt}-download.json"
-
-
 def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None) -> Path | None:
     """The manifest to pass, or None where the level that will run can do without one."""
     if opts.manifest is not None:
@@ -95,13 +85,13 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
                              found="nothing", fix=f"run `current download --format {opts.format} "
                              f"--output {opts.manifest}`")
         return opts.manifest
-    path = default_manifest(opts.format, cwd) if opts.format else None
+    path = cwd / default_manifest_name(opts.format) if opts.format else None
     if path is not None and path.is_file():
         return path
     if (opts.level or promised) in ("reference", "kernel"):
         return None
     fmt = opts.format or "awq"
-    raise SmokeError("no download manifest for the smoke run", expected=f"{default_manifest(fmt, cwd)}",
+    raise SmokeError("no download manifest for the smoke run", expected=f"{cwd / default_manifest_name(fmt)}",
                      found="nothing", fix=f"run `current download --format {fmt} --output .` "
                      "first, pass --manifest, or use --level kernel")
 
@@ -228,21 +218,20 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
                          found=f"{exc}", fix="re-run october_setup to rewrite it") from None
     unchanged_receipt(install, setup)
-    rec = data.get("recipe") if isinstance(data, Mapping) else None
+    data = data if isinstance(data, Mapping) else {}    # not an object: no recipe and no fork, refused below
+    rec = data.get("recipe")
     if isinstance(rec, Mapping) and isinstance(rec.get("name"), str):
         sha = rec.get("sha256")
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
         _same_recipe(rec, install)
-    if isinstance(data, Mapping):
-        info["forks"] = _forks(data.get("forks"))
-    info["promised_level"] = receipt_promise(data) if isinstance(data, Mapping) else None
+    info["forks"] = _forks(data.get("forks"))
+    info["promised_level"] = receipt_promise(data)
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",
                          found=f"forks {sorted(info['forks']) or 'none'}",
                          fix="re-run october_setup with a K16/V8 recipe")
-    jit = data.get("jit") if isinstance(data, Mapping) else None
-    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in jit or []
+    info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in data.get("jit") or []
                    if isinstance(m, Mapping) and m.get("uri") and m.get("sha256")]
     # an asymmetric paged prefill is declared when the jit step built one (K != V prefill module)
     info["asym_prefill"] = any(m["uri"].startswith("batch_prefill_") and "_dtype_k_" in m["uri"] for m in info["jit"])
@@ -288,16 +277,10 @@ def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_pat
     argv = [str(python), "-m", "october.checks.smoke", *(["--format", opts.format] if opts.format else []),
             "--output", str(opts.output), "--stack-info", str(info_path),
             "--device", opts.device, "--seed", str(opts.seed)]
-    if opts.level is not None:
-        argv += ["--level", opts.level]
-    if manifest is not None:
-        argv += ["--manifest", str(manifest)]
-    if opts.fixtures is not None:
-        argv += ["--fixtures", str(opts.fixtures)]
-    if opts.diagnostic_cache is not None:
-        argv += ["--diagnostic-cache", opts.diagnostic_cache]
-    if opts.plant_fault is not None:
-        argv += ["--plant-fault", opts.plant_fault]
+    for flag, value in (("--level", opts.level), ("--manifest", manifest), ("--fixtures", opts.fixtures),
+                        ("--diagnostic-cache", opts.diagnostic_cache), ("--plant-fault", opts.plant_fault)):
+        if value is not None:
+            argv += [flag, str(value)]
     old = base_env.get("PYTHONPATH")
     env: dict[str, str] = {}
     drop: tuple[str, ...] = ()
@@ -358,9 +341,8 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
         check_model(manifest, info["selection"])
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
-    old = plan.receipt
-    if old.exists():
-        old.unlink()
+    if plan.receipt.exists():
+        plan.receipt.unlink()
     if ui is not None:
         ui.task_start(STEP, f"level {opts.level or info['promised_level']}, "
                             f"format {opts.format or 'none (no model)'}, recipe {opts.recipe}")

@@ -69,8 +69,7 @@ class SmokeMutex:
     def __enter__(self) -> "SmokeMutex":
         with ExitStack() as taking:
             for what, path in self.paths:
-                fd = _take(what, path)
-                taking.callback(_release, fd)
+                taking.callback(_release, _take(what, path))
             self._stack = taking.pop_all()
         return self
 

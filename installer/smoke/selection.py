@@ -12,7 +12,6 @@ checks ``unsupported`` instead of guessing.
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,14 @@ from typing import Any
 from ..core.errors import RecipeError
 from ..recipe import load_recipe, resolve_recipe_path
 from ..recipe.jitmodules import selection_facts
+from .choices import receipt_recipe
 
 
 def _recipe_arg(install: Path, recipe_name: str) -> str:
     """What ``october_setup --recipe`` was given: the shipped name, or the recipe file the setup
     receipt records when that is not the shipped one."""
-    try:
-        rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe") or {}
-    except (OSError, ValueError, AttributeError):
-        return recipe_name
-    path = rec.get("path") if isinstance(rec, dict) and rec.get("name") == recipe_name else None
-    if isinstance(path, str) and Path(path).is_file() and Path(path).resolve() != resolve_recipe_path(recipe_name):
+    name, path = receipt_recipe(install)
+    if name == recipe_name and path is not None and Path(path).resolve() != resolve_recipe_path(recipe_name):
         return path
     return recipe_name
 
