@@ -19,12 +19,11 @@ Each line is one that was run against a planted difference and seen to bring the
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .core.paths import StackPaths
+from .core.paths import StackPaths, default_cache_dir
 from .core.resources import recipes_dir
 from .engine import read_marker
 
@@ -106,11 +105,11 @@ def unselected_submodule(fork: Path, sub: str) -> str:
 
 def uv_cache(paths: StackPaths) -> Path:
     """Where the env's packages were linked from: STACK/.uv-cache, else CACHE/uv (the recorded cache
-    dir, else the default one: $OCTOBER_CACHE_DIR or ~/.cache/october)."""
+    dir, else the default one, :func:`~october.installer.core.paths.default_cache_dir`, as setup chose it)."""
     own = paths.root / ".uv-cache"
     if own.is_dir():
         return own
-    cache = cache_dir(paths) or Path(os.environ.get("OCTOBER_CACHE_DIR") or Path.home() / ".cache" / "october")
+    cache = cache_dir(paths) or default_cache_dir()
     return cache / "uv"
 
 

@@ -138,3 +138,21 @@ def test_an_edited_receipt_is_named_and_the_rerun_writes_it_again(stack: Stack) 
     run_commands(f"`{command.group(1).replace('RECIPE', data['recipe']['path'])} --skip-preflight nvcc "
                  f"--cache-dir {stack.cache}`")
     assert json.loads(receipt.read_text())["promises"] == "engine" and differences(stack) == []
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/october/uv"),
+    ({"OCTOBER_CACHE_DIR": "~/oc", "HOME": "{tmp}/home"}, "{tmp}/home/oc/uv"),
+])
+def test_the_uv_cache_of_a_fix_line_is_the_default_cache_setup_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    environ: dict[str, str], expected: str) -> None:
+    """With no cache recorded in the stack, the fix line's UV_CACHE_DIR is the cache setup chose by default
+    (core.paths.default_cache_dir: $OCTOBER_CACHE_DIR with ~ expanded, else platformdirs, which honours
+    XDG_CACHE_HOME), not a second guess at it ("~/.cache/october" or an unexpanded "~/oc")."""
+    from october.installer.core.paths import StackPaths
+    from october.installer.verify_fix import uv_cache
+
+    monkeypatch.delenv("OCTOBER_CACHE_DIR", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    assert uv_cache(StackPaths(tmp_path / "stack")) == Path(expected.format(tmp=tmp_path))
