@@ -203,5 +203,4 @@ def fleet_cmd(
                                   "result": {"receipt": str(opts.receipt)}})
         return code
 
-    code = guarded(go, ui, json_command="october_setup fleet" if as_json else None)
-    raise typer.Exit(code)
+    raise typer.Exit(guarded(go, ui, json_command="october_setup fleet" if as_json else None))

@@ -179,10 +179,8 @@ class Step(Protocol[S]):
 def read_marker(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None  # a torn or foreign file is treated as "not done"
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # none, or a torn or foreign file: "not done"
     if not isinstance(data, dict) or data.get("format_version") != MARKER_FORMAT:
         return None
     return data

@@ -101,12 +101,10 @@ def parse_progress(line: str) -> Progress5 | None:
     git_line = _git_progress(line.strip())
     if git_line is not None:
         return git_line
-    m = NINJA_PROGRESS.match(line.strip())
-    if m:
-        return ("compile jobs", "compile jobs", float(m.group("done")), float(m.group("total")), "")
-    m = JIT_MODULES.match(line.strip())
-    if m:
-        return ("JIT modules", "JIT modules built", float(m.group("done")), float(m.group("total")), "")
+    for pattern, key, label in ((NINJA_PROGRESS, "compile jobs", "compile jobs"),
+                                (JIT_MODULES, "JIT modules", "JIT modules built")):
+        if m := pattern.match(line.strip()):
+            return (key, label, float(m.group("done")), float(m.group("total")), "")
     return None
 
 
