@@ -85,7 +85,6 @@ class StepResult(Protocol):
         """The part of the result later steps depend on; their fingerprints chain on its digest."""
 
 
-R = TypeVar("R", bound=StepResult)
 S = TypeVar("S", bound=StepResult)
 
 
@@ -139,12 +138,12 @@ class StepContext:
     def recipe(self) -> Recipe:
         return self.options.recipe
 
-    def result(self, kind: type[R]) -> R | None:
+    def result(self, kind: type[S]) -> S | None:
         """The result of the earlier step ``kind.step`` when it is done and of that type, else None."""
         rec = self.done.get(kind.step)
         return rec.result if rec is not None and isinstance(rec.result, kind) else None
 
-    def need(self, kind: type[R]) -> R:
+    def need(self, kind: type[S]) -> S:
         """Like :meth:`result`, for a step whose result must be there."""
         got = self.result(kind)
         if got is None:

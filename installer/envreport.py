@@ -27,9 +27,7 @@ _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", re.M)
 
 
 def _tool(fact: Any) -> str | None:
-    if not fact.present:
-        return None
-    return f"{fact.version or fact.line} ({fact.path})"
+    return f"{fact.version or fact.line} ({fact.path})" if fact.present else None
 
 
 def stack_report(stack: Path) -> dict[str, Any]:
@@ -64,8 +62,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
             if key.strip() in ("version", "version_info"):
                 out["python"] = value.strip()
     dists = installed(paths.env) if paths.env.is_dir() else {}
-    torch = dists.get("torch")
-    if torch is not None:
+    if (torch := dists.get("torch")) is not None:
         cuda = None
         version_py = torch.site / "torch" / "version.py"
         if version_py.is_file():
@@ -99,9 +96,7 @@ def recipe_report(name_or_path: str) -> dict[str, Any]:
 def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
     secrets = env_secrets(dict(environ))
     shown = {k: redact(environ[k], secrets) for k in SHOWN_ENV_VARS if k in environ}
-    for k in SECRET_ENV_VARS:
-        shown[k] = "set (value not shown)" if environ.get(k) else "not set"
-    return shown
+    return shown | {k: "set (value not shown)" if environ.get(k) else "not set" for k in SECRET_ENV_VARS}
 
 
 def collect(stack: Path | None, recipe: str | None, runner: Runner,

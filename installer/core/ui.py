@@ -122,20 +122,16 @@ class UvProgress:
 
     def feed(self, line: str) -> Progress5 | None:
         text = line.strip()
-        m = UV_DOWNLOADING.match(text)
-        if m:
+        if m := UV_DOWNLOADING.match(text):
             self._sizes[m.group("name")] = float(m.group("size")) * _UNITS.get(m.group("unit"), 1)
             return self._downloads()
-        m = UV_DOWNLOADED.match(text)
-        if m and m.group("name") in self._sizes:
+        if (m := UV_DOWNLOADED.match(text)) and m.group("name") in self._sizes:
             self._downloaded.add(m.group("name"))
             return self._downloads()
-        m = UV_BUILDING.match(text)
-        if m:
+        if m := UV_BUILDING.match(text):
             self._builds.add(m.group("what"))
             return self._count()
-        m = UV_BUILT.match(text)
-        if m and m.group("what") in self._builds:
+        if (m := UV_BUILT.match(text)) and m.group("what") in self._builds:
             self._built.add(m.group("what"))
             return self._count()
         return None
@@ -196,12 +192,10 @@ class ConsoleReporter:
             self.console.print(text, markup=False)
 
     def _stop(self) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        if self._bars is not None:
-            self._bars.stop()
-            self._bars = None
+        for shown in (self._status, self._bars):
+            if shown is not None:
+                shown.stop()
+        self._status = self._bars = None
         self._tasks.clear()
         self._tenths.clear()
         self._uv = UvProgress()
