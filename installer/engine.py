@@ -180,9 +180,7 @@ def read_marker(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # none, or a torn or foreign file: "not done"
-    if not isinstance(data, dict) or data.get("format_version") != MARKER_FORMAT:
-        return None
-    return data
+    return data if isinstance(data, dict) and data.get("format_version") == MARKER_FORMAT else None
 
 
 def written_sha256(marker_path: Path) -> str | None:
