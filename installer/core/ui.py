@@ -98,8 +98,7 @@ def parse_progress(line: str) -> Progress5 | None:
     """(key, label, done, total, unit) from a command's progress line, or None.  ``unit`` is "B" for
     bytes and "" for a count.  git counts objects; the bytes received so far and git's own rate
     ride in the label (``git: receiving objects, 1.20 GiB | 30.00 MiB/s``)."""
-    git_line = _git_progress(line.strip())
-    if git_line is not None:
+    if (git_line := _git_progress(line.strip())) is not None:
         return git_line
     for pattern, key, label in ((NINJA_PROGRESS, "compile jobs", "compile jobs"),
                                 (JIT_MODULES, "JIT modules", "JIT modules built")):
@@ -251,8 +250,7 @@ class ConsoleReporter:
     def progress(self, line: str) -> None:
         """The latest output line of the running command: a bar when it reports progress,
         else the spinner's text (on a terminal)."""
-        parsed = parse_progress(line) or self._uv.feed(line)
-        if parsed is not None:
+        if (parsed := parse_progress(line) or self._uv.feed(line)) is not None:
             key, label, done, total, unit = parsed
             where = f"{self._step}: " if self._step else ""
             self.transfer(where + label, done, total, unit, key=where + key)
