@@ -126,6 +126,7 @@ def make_kit_cmd(
 
     def go() -> None:
         from .core.errors import UsageError
+        from .kit.have import read_have
         from .kit.make import KitOptions, make_kit
         from .pyenv.systorch import mark_system
         from .recipe import load_recipe
@@ -138,8 +139,6 @@ def make_kit_cmd(
             raise UsageError("--have needs --system-torch", expected="--have together with --system-torch (the stack "
                              "uses the target interpreter's packages only when it takes torch from it)",
                              found="--have alone", fix="add --system-torch, or drop --have")
-        from .kit.have import read_have
-
         rec = load_recipe(recipe)
         opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
                           have=read_have(have_file) if have_file is not None else None)
@@ -203,5 +202,4 @@ def fleet_cmd(
                                   "result": {"receipt": str(opts.receipt)}})
         return code
 
-    code = guarded(go, ui, json_command="october_setup fleet" if as_json else None)
-    raise typer.Exit(code)
+    raise typer.Exit(guarded(go, ui, json_command="october_setup fleet" if as_json else None))

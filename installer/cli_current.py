@@ -47,9 +47,8 @@ def _current_options(version: bool = version_option("current")) -> None:
 def doctor_table(results: list[Any]) -> list[str]:
     """The checks as an aligned table: CHECK, STATUS, DETAIL."""
     width = max([len("CHECK")] + [len(r.name) for r in results])
-    lines = [f"{'CHECK':{width}}  {'STATUS':7}  DETAIL"]
-    lines += [f"{r.name:{width}}  {r.status:7}  {r.detail}" for r in results]
-    return lines
+    return ([f"{'CHECK':{width}}  {'STATUS':7}  DETAIL"]
+            + [f"{r.name:{width}}  {r.status:7}  {r.detail}" for r in results])
 
 
 @command(current_app)

@@ -85,7 +85,6 @@ class StepResult(Protocol):
         """The part of the result later steps depend on; their fingerprints chain on its digest."""
 
 
-R = TypeVar("R", bound=StepResult)
 S = TypeVar("S", bound=StepResult)
 
 
@@ -139,12 +138,12 @@ class StepContext:
     def recipe(self) -> Recipe:
         return self.options.recipe
 
-    def result(self, kind: type[R]) -> R | None:
+    def result(self, kind: type[S]) -> S | None:
         """The result of the earlier step ``kind.step`` when it is done and of that type, else None."""
         rec = self.done.get(kind.step)
         return rec.result if rec is not None and isinstance(rec.result, kind) else None
 
-    def need(self, kind: type[R]) -> R:
+    def need(self, kind: type[S]) -> S:
         """Like :meth:`result`, for a step whose result must be there."""
         got = self.result(kind)
         if got is None:
@@ -179,13 +178,9 @@ class Step(Protocol[S]):
 def read_marker(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None  # a torn or foreign file is treated as "not done"
-    if not isinstance(data, dict) or data.get("format_version") != MARKER_FORMAT:
-        return None
-    return data
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # none, or a torn or foreign file: "not done"
+    return data if isinstance(data, dict) and data.get("format_version") == MARKER_FORMAT else None
 
 
 def written_sha256(marker_path: Path) -> str | None:

@@ -27,9 +27,7 @@ _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", re.M)
 
 
 def _tool(fact: Any) -> str | None:
-    if not fact.present:
-        return None
-    return f"{fact.version or fact.line} ({fact.path})"
+    return f"{fact.version or fact.line} ({fact.path})" if fact.present else None
 
 
 def stack_report(stack: Path) -> dict[str, Any]:
@@ -40,6 +38,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],
                            "python": None, "torch": None, "packages": {}}
+    locked: dict[str, Any] = {}
     if paths.setup_receipt.is_file():
         try:
             receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
@@ -48,8 +47,6 @@ def stack_report(stack: Path) -> dict[str, Any]:
             locked = {f["name"]: f.get("commit") for f in receipt.get("forks") or [] if isinstance(f, dict)}
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
             locked = {}
-    else:
-        locked = {}
     if paths.pylock.is_file():
         out["lock_sha256"] = sha256_file(paths.pylock)
     for name in sorted(set(locked) | {p.name for p in paths.src.iterdir() if p.is_dir() and not p.name.startswith(".")}
@@ -65,17 +62,15 @@ def stack_report(stack: Path) -> dict[str, Any]:
             if key.strip() in ("version", "version_info"):
                 out["python"] = value.strip()
     dists = installed(paths.env) if paths.env.is_dir() else {}
-    torch = dists.get("torch")
-    if torch is not None:
+    if (torch := dists.get("torch")) is not None:
         cuda = None
         version_py = torch.site / "torch" / "version.py"
         if version_py.is_file():
             m = _TORCH_CUDA.search(version_py.read_text(encoding="utf-8", errors="replace"))
             cuda = m.group(1) if m else None
         out["torch"] = {"version": torch.version, "cuda": cuda}
-    for name in ("vllm", "flashinfer-python", "triton", "transformers"):
-        if name in dists:
-            out["packages"][name] = dists[name].version
+    out["packages"] = {name: dists[name].version for name in ("vllm", "flashinfer-python", "triton", "transformers")
+                       if name in dists}
     jit = paths.state / "jit.json"
     if jit.is_file():
         try:
@@ -101,9 +96,7 @@ def recipe_report(name_or_path: str) -> dict[str, Any]:
 def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
     secrets = env_secrets(dict(environ))
     shown = {k: redact(environ[k], secrets) for k in SHOWN_ENV_VARS if k in environ}
-    for k in SECRET_ENV_VARS:
-        shown[k] = "set (value not shown)" if environ.get(k) else "not set"
-    return shown
+    return shown | {k: "set (value not shown)" if environ.get(k) else "not set" for k in SECRET_ENV_VARS}
 
 
 def collect(stack: Path | None, recipe: str | None, runner: Runner,
@@ -144,19 +137,15 @@ def format_text(report: Mapping[str, Any]) -> Sequence[str]:
     put("os", m["os"])
     put("arch / cpus / ram", f"{m['arch']} / {m['cpus']} / {m['ram_gb']} GB")
     put("tool python", m["tool_python"])
-    gpus = report["gpus"]
-    if gpus:
-        for i, g in enumerate(gpus):
-            put(f"gpu {i}", f"{g['name']} (sm {g['compute_capability']}, driver {g['driver']})")
-    else:
+    for i, g in enumerate(report["gpus"]):
+        put(f"gpu {i}", f"{g['name']} (sm {g['compute_capability']}, driver {g['driver']})")
+    if not report["gpus"]:
         put("gpu", "none found")
     for name, value in report["tools"].items():
         put(name, value or "not found")
-    rec = report.get("recipe")
-    if rec:
+    if rec := report.get("recipe"):
         put("recipe", f"{rec['name']} sha256 {rec.get('sha256')}" if "sha256" in rec else f"{rec['name']}: {rec.get('error')}")
-    s = report.get("stack")
-    if s:
+    if s := report.get("stack"):
         put("stack", s["path"])
         r = s.get("recipe") or {}
         put("stack recipe", f"{r.get('name')} sha256 {r.get('sha256')}" if r else None)

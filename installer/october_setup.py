@@ -51,8 +51,7 @@ def setup_main(argv: list[str] | None = None) -> int:
     try:
         from .noop import fast_setup
 
-        done = fast_setup(args)
-        if done is not None:
+        if (done := fast_setup(args)) is not None:
             return done
         from .cli import setup_main as full
 

@@ -31,13 +31,9 @@ SCAFFOLD_BIN = re.compile(r"(python(3(\.\d+)?)?|activate(\.\w+)?|activate_this\.
 BYTECODE = re.compile(r"(?P<stem>[^.]+)\.[\w-]+(\.opt-\d+)?\.pyc")
 
 
-def _norm(path: Path | str) -> str:
-    return os.path.normpath(str(path))
-
-
 def owned_paths(rows: Iterable[tuple[Path, str]]) -> set[str]:
     """Normalized absolute paths of (site directory, RECORD path) rows."""
-    return {_norm(Path(site) / rel) for site, rel in rows}
+    return {os.path.normpath(Path(site) / rel) for site, rel in rows}
 
 
 def _bytecode_ok(path: Path) -> bool:
@@ -74,7 +70,8 @@ def unowned(env: Path, owned: set[str], system_torch: Mapping[str, Any] | None =
         links = [d for d in dirs if (here / d).is_symlink()]          # a linked directory is an entry
         for name in [*files, *links]:
             path = here / name
-            if _norm(path) in owned or _scaffold(env, path) or _bytecode_ok(path) or _our_pth(path, system_torch):
+            if (os.path.normpath(path) in owned or _scaffold(env, path) or _bytecode_ok(path)
+                    or _our_pth(path, system_torch)):
                 continue
             found.append(path)
     return sorted(found, key=lambda p: (p.suffix != ".pth", str(p)))

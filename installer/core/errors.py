@@ -42,17 +42,11 @@ class OctoberError(Exception):
     def message(self) -> str:
         parts = [self.what.rstrip(".") + "."]
         if self.expected is not None:
-            parts.append(f"Expected {self.expected}")
-            if self.found is not None:
-                parts[-1] += f", found {self.found}."
-            else:
-                parts[-1] += "."
+            parts.append(f"Expected {self.expected}" + (f", found {self.found}." if self.found is not None else "."))
         elif self.found is not None:
             parts.append(f"Found {self.found}.")
         line1 = " ".join(parts)
-        if self.fix:
-            return f"{line1}\n  -> {self.fix}"
-        return line1
+        return f"{line1}\n  -> {self.fix}" if self.fix else line1
 
     def __str__(self) -> str:
         return self.message
@@ -144,11 +138,9 @@ class CommandFailed(OctoberError):
 
     @property
     def message(self) -> str:
-        base = super().message
-        if self.tail.strip():
-            indented = "\n".join("    | " + ln for ln in self.tail.rstrip().splitlines())
-            return f"{base}\n{indented}"
-        return base
+        if not self.tail.strip():
+            return super().message
+        return super().message + "".join("\n    | " + ln for ln in self.tail.rstrip().splitlines())
 
 
 class ToolMissing(OctoberError):

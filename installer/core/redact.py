@@ -23,10 +23,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Mask URL credentials, hf_ tokens, bearer headers and any explicitly named secret."""
     for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(s, MASK)
-    text = redact_url(text)
-    text = _HF_TOKEN.sub(MASK, text)
-    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
-    return text
+    return _BEARER.sub(lambda m: m.group(1) + MASK, _HF_TOKEN.sub(MASK, redact_url(text)))
 
 
 def redact_url(url: str) -> str:

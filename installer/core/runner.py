@@ -223,9 +223,7 @@ class Runner:
     def _resolve(self, argv: Sequence[str | os.PathLike[str]], step: str, env: Mapping[str, str] | None,
                  extra_env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str]]:
         args = [os.fspath(a) for a in argv]
-        full_env = dict(os.environ if env is None else env)
-        if extra_env:
-            full_env.update(extra_env)
+        full_env = {**(os.environ if env is None else env), **(extra_env or {})}
         exe = args[0]
         if os.sep not in exe:
             found = shutil.which(exe, path=full_env.get("PATH"))

@@ -59,8 +59,7 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise TomlRefused("encoding", "a UTF-8 TOML file",
                           f"bytes that are not UTF-8 at offset {exc.start} ({exc.reason})") from None
-    deep = _nesting_before_parse(text, MAX_DEPTH)
-    if deep:
+    if deep := _nesting_before_parse(text, MAX_DEPTH):
         raise TomlRefused("depth", f"arrays, tables and dotted keys nested at most {MAX_DEPTH} deep", deep)
     try:
         data = tomllib.loads(text)

@@ -98,15 +98,12 @@ def parse_progress(line: str) -> Progress5 | None:
     """(key, label, done, total, unit) from a command's progress line, or None.  ``unit`` is "B" for
     bytes and "" for a count.  git counts objects; the bytes received so far and git's own rate
     ride in the label (``git: receiving objects, 1.20 GiB | 30.00 MiB/s``)."""
-    git_line = _git_progress(line.strip())
-    if git_line is not None:
+    if (git_line := _git_progress(line.strip())) is not None:
         return git_line
-    m = NINJA_PROGRESS.match(line.strip())
-    if m:
-        return ("compile jobs", "compile jobs", float(m.group("done")), float(m.group("total")), "")
-    m = JIT_MODULES.match(line.strip())
-    if m:
-        return ("JIT modules", "JIT modules built", float(m.group("done")), float(m.group("total")), "")
+    for pattern, key, label in ((NINJA_PROGRESS, "compile jobs", "compile jobs"),
+                                (JIT_MODULES, "JIT modules", "JIT modules built")):
+        if m := pattern.match(line.strip()):
+            return (key, label, float(m.group("done")), float(m.group("total")), "")
     return None
 
 
@@ -124,20 +121,16 @@ class UvProgress:
 
     def feed(self, line: str) -> Progress5 | None:
         text = line.strip()
-        m = UV_DOWNLOADING.match(text)
-        if m:
+        if m := UV_DOWNLOADING.match(text):
             self._sizes[m.group("name")] = float(m.group("size")) * _UNITS.get(m.group("unit"), 1)
             return self._downloads()
-        m = UV_DOWNLOADED.match(text)
-        if m and m.group("name") in self._sizes:
+        if (m := UV_DOWNLOADED.match(text)) and m.group("name") in self._sizes:
             self._downloaded.add(m.group("name"))
             return self._downloads()
-        m = UV_BUILDING.match(text)
-        if m:
+        if m := UV_BUILDING.match(text):
             self._builds.add(m.group("what"))
             return self._count()
-        m = UV_BUILT.match(text)
-        if m and m.group("what") in self._builds:
+        if (m := UV_BUILT.match(text)) and m.group("what") in self._builds:
             self._built.add(m.group("what"))
             return self._count()
         return None
@@ -198,12 +191,10 @@ class ConsoleReporter:
             self.console.print(text, markup=False)
 
     def _stop(self) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        if self._bars is not None:
-            self._bars.stop()
-            self._bars = None
+        for shown in (self._status, self._bars):
+            if shown is not None:
+                shown.stop()
+        self._status = self._bars = None
         self._tasks.clear()
         self._tenths.clear()
         self._uv = UvProgress()
@@ -259,8 +250,7 @@ class ConsoleReporter:
     def progress(self, line: str) -> None:
         """The latest output line of the running command: a bar when it reports progress,
         else the spinner's text (on a terminal)."""
-        parsed = parse_progress(line) or self._uv.feed(line)
-        if parsed is not None:
+        if (parsed := parse_progress(line) or self._uv.feed(line)) is not None:
             key, label, done, total, unit = parsed
             where = f"{self._step}: " if self._step else ""
             self.transfer(where + label, done, total, unit, key=where + key)

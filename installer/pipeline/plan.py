@@ -255,8 +255,6 @@ class CloneSettler:
     CHANGES_CLONES = ("fetch", "install")
 
     def __init__(self, ctx: StepContext) -> None:
-        import threading
-
         self.ctx = ctx
         # its own runner: the same log files, nothing echoed to the terminal (the progress display
         # belongs to the step that runs meanwhile)
