@@ -68,12 +68,10 @@ def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict
     raw = env.get("GIT_CONFIG_COUNT", "0")
     if not raw.isdigit():
         return env              # not a count git accepts: left as it is, for git to name
-    count = int(raw)
-    for key, value in pairs:
-        env[f"GIT_CONFIG_KEY_{count}"] = key
-        env[f"GIT_CONFIG_VALUE_{count}"] = value
-        count += 1
-    env["GIT_CONFIG_COUNT"] = str(count)
+    for n, (key, value) in enumerate(pairs, int(raw)):
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
+    env["GIT_CONFIG_COUNT"] = str(int(raw) + len(pairs))
     return env
 
 

@@ -72,9 +72,7 @@ def submodule_states(path: Path) -> list[SubmoduleState]:
 
 def selected(path: str, selection: Sequence[str] | None) -> bool:
     """Whether a (recursive) submodule path is one the recipe selected (None: all)."""
-    if selection is None:
-        return True
-    return any(path == p or path.startswith(p + "/") for p in selection)
+    return selection is None or any(path == p or path.startswith(p + "/") for p in selection)
 
 
 def listed(items: Sequence[str]) -> str:
@@ -109,7 +107,7 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
             dirty = dirty_entries(path)
             if dirty:
                 return f"{path} has local changes ({listed(dirty)})"
-            if submodules is not None and submodules:
+            if submodules:
                 # A clean `git status --ignore-submodules=none` already says every checked-out
                 # submodule is at the commit HEAD records (else " M <sub>"), recursively; what it
                 # does not see is a selected submodule that is not checked out.  HEAD is the pin, so

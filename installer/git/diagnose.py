@@ -26,8 +26,7 @@ _DAMAGED = [
     r"unable to read [0-9a-f]{7,}",
     r"missing (?:blob|tree|commit|object)",
     r"bad object",
-    r"not our ref",
-    r"upload-pack: not our ref",
+    r"not our ref",                 # also "upload-pack: not our ref"
     r"could not find remote ref",
     r"couldn't find remote ref",
     r"no such remote ref",
@@ -38,8 +37,7 @@ _DAMAGED = [
     r"loose object .* is corrupt",
 ]
 _NETWORK = [
-    r"could not resolve host",
-    r"could not resolve hostname",
+    r"could not resolve host",      # also "could not resolve hostname"
     r"temporary failure in name resolution",
     r"name or service not known",
     r"failed to connect",
@@ -76,36 +74,26 @@ class Diagnosis:
     fix: str
 
 
-def _first(patterns: list[str], lines: list[str]) -> str | None:
-    for pat in patterns:
-        rx = re.compile(pat, re.IGNORECASE)
-        for ln in lines:
-            if rx.search(ln):
-                return ln
-    return None
-
-
 def diagnose(output: str, *, what: str, url: str) -> Diagnosis:
     """Classify a failed fetch's output; ``what`` names the repository (fork or submodule)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    hit = _first(_DAMAGED, lines)
-    if hit is not None:
-        return Diagnosis("remote-damaged", hit,
-                         f"the remote {url} was reached but cannot serve a complete copy of {what} "
-                         "(a missing or corrupt object there): retrying will not help; fetch from another "
-                         "copy (a mirror via git's url.<copy>.insteadOf, or an october kit with --kit), "
-                         "or ask its owner to repair the repository")
-    hit = _first(_NETWORK, lines)
-    if hit is not None:
-        return Diagnosis("network", hit,
-                         f"{url} could not be reached (network, DNS, proxy or credentials): check the "
-                         "connection and any credentials, then re-run; on an offline machine use a kit "
-                         "(october_setup kit ... on a connected machine, then --kit)")
-    hit = _first(_NOT_FOUND, lines)
-    if hit is not None:
-        return Diagnosis("not-found", hit,
-                         f"no repository at {url}: check the URL (forks.toml, or the fork's .gitmodules "
-                         "for a submodule) or point it at a copy that exists (url.<copy>.insteadOf)")
+    for cause, patterns, fix in (
+            ("remote-damaged", _DAMAGED,
+             f"the remote {url} was reached but cannot serve a complete copy of {what} "
+             "(a missing or corrupt object there): retrying will not help; fetch from another "
+             "copy (a mirror via git's url.<copy>.insteadOf, or an october kit with --kit), "
+             "or ask its owner to repair the repository"),
+            ("network", _NETWORK,
+             f"{url} could not be reached (network, DNS, proxy or credentials): check the "
+             "connection and any credentials, then re-run; on an offline machine use a kit "
+             "(october_setup kit ... on a connected machine, then --kit)"),
+            ("not-found", _NOT_FOUND,
+             f"no repository at {url}: check the URL (forks.toml, or the fork's .gitmodules "
+             "for a submodule) or point it at a copy that exists (url.<copy>.insteadOf)")):
+        # patterns in order, each tried on every line: the first pattern that matches decides
+        hit = next((ln for pat in patterns for ln in lines if re.search(pat, ln, re.IGNORECASE)), None)
+        if hit is not None:
+            return Diagnosis(cause, hit, fix)
     last = lines[-1] if lines else "no output"
     return Diagnosis("unknown", last, "check the URL and your network/credentials")
 
@@ -133,23 +121,16 @@ def remove_partial_objects(repo: Path) -> list[str]:
         for p in pack.iterdir():
             if p.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_bitmap_")):
                 drop(p)
-        for p in list(pack.glob("pack-*.pack")):
-            if not p.with_suffix(".idx").exists():
-                drop(p)
-        for p in list(pack.glob("pack-*.idx")):
-            if not p.with_suffix(".pack").exists():
-                drop(p)
-        for p in list(pack.glob("pack-*.keep")):
-            # a .keep written by an unfinished index-pack (no pack beside it)
-            if not p.with_suffix(".pack").exists():
-                drop(p)
+        # a pack without its index, an index without its pack, a .keep written by an unfinished
+        # index-pack (no pack beside it)
+        for suffix, partner in ((".pack", ".idx"), (".idx", ".pack"), (".keep", ".pack")):
+            for p in list(pack.glob(f"pack-*{suffix}")):
+                if not p.with_suffix(partner).exists():
+                    drop(p)
     if objects.is_dir():
-        for p in objects.glob("*/tmp_obj_*"):
-            drop(p)
-        for p in objects.glob("tmp_obj_*"):
-            drop(p)
-        for p in objects.glob("incoming-*"):
-            drop(p)
+        for pattern in ("*/tmp_obj_*", "tmp_obj_*", "incoming-*"):
+            for p in objects.glob(pattern):
+                drop(p)
     for name in ("shallow.lock", "packed-refs.lock", "HEAD.lock", "config.lock", "index.lock"):
         if (repo / name).exists():
             drop(repo / name)

@@ -105,25 +105,11 @@ def _entries(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, r
 def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step: str) -> dict[str, tuple[str, str]]:
     """Each path's own entry at ``commit`` (one ``ls-tree`` per path: with a deeper path in the same call
     git would list that instead of its parent tree)."""
-    found: dict[str, tuple[str, str]] = {}
-    for path in paths:
-        entry = _entries(runner, repo, commit, [path], recursive=False, step=step).get(path)
-        if entry is not None:
-            found[path] = entry
-    return found
+    return {path: entry for path in paths
+            if (entry := _entries(runner, repo, commit, [path], recursive=False, step=step).get(path)) is not None}
 
 
 # ----------------------------------------------------------------------- upstream
-
-
-def _fetch(runner: Runner, mirror: Mirror, upstream: str, refspecs: Sequence[str], *,
-           step: str) -> CommandFailed | None:
-    try:
-        runner.run(["git", "-C", str(mirror.path), "fetch", "--no-tags", "--quiet", upstream, *refspecs],
-                   step=step, env=git_env())
-    except CommandFailed as exc:
-        return exc
-    return None
 
 
 def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: str, version: str | None, *,
@@ -142,7 +128,12 @@ def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: s
     attempts.append([f"+refs/heads/*:{UPSTREAM_REFS}/heads/*", f"+refs/tags/*:{UPSTREAM_REFS}/tags/*"])
     failed: CommandFailed | None = None
     for refspecs in attempts:
-        failed = _fetch(runner, mirror, upstream, refspecs, step=step)
+        try:
+            runner.run(["git", "-C", str(mirror.path), "fetch", "--no-tags", "--quiet", upstream, *refspecs],
+                       step=step, env=git_env())
+            failed = None
+        except CommandFailed as exc:
+            failed = exc
         full = resolve_commit(runner, mirror.path, commit, step=step)
         if full is not None:
             runner.run(["git", "-C", str(mirror.path), "update-ref", f"{PIN_REFS}/{full}", full],
@@ -260,6 +251,5 @@ def _compare(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence
             fix=f"the fork changes compiled code, so no release wheel has its kernels: build the {fork_name} fork "
                 "from source (a mode other than vllm-precompiled), or pick the base wheel of the upstream "
                 "release whose kernels the fork carries unchanged ([wheel] in the recipe)")
-    compared = tuple(ComparedPath(p, at_fork[p][0] if p in at_fork else None,
-                                  at_fork[p][1] if p in at_fork else None) for p in paths)
+    compared = tuple(ComparedPath(p, *at_fork.get(p, (None, None))) for p in paths)
     return SourceEquivalence(source, fork, where, fetched, compared)

@@ -57,9 +57,7 @@ def mirror_path(cache_dir: Path, url: str, *, partial: bool = False) -> Path:
     directories left out), kept apart so a full mirror never holds a partial commit."""
     shown = redact_url(fetchable_url(url))
     digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()[:16]
-    tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-    if tail.endswith(".git"):
-        tail = tail[:-4]
+    tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
     base = re.sub(r"[^A-Za-z0-9._-]", "_", tail).strip(".") or "repo"
     return cache_dir / "git" / f"{digest}-{base}{'.partial' if partial else ''}.git"
 
@@ -84,9 +82,7 @@ class Mirror:
     @contextmanager
     def locked(self) -> Iterator["Mirror"]:
         """Hold this mirror's file lock (re-entrant within one process)."""
-        lock = _LOCKS.get(self.path)
-        if lock is None:
-            lock = _LOCKS.setdefault(self.path, FileLock(str(self.path) + ".lock"))
+        lock = _LOCKS.get(self.path) or _LOCKS.setdefault(self.path, FileLock(str(self.path) + ".lock"))
         try:
             lock.acquire(timeout=LOCK_TIMEOUT_S)
         except Timeout:
@@ -248,8 +244,7 @@ def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, ta
 
 
 def _clean(runner: Runner, step: str, mirror: Mirror) -> None:
-    removed = remove_partial_objects(mirror.path)
-    if removed:
+    if removed := remove_partial_objects(mirror.path):
         runner.note(step, f"# removed what a failed fetch left in {mirror.path}: " + ", ".join(removed))
 
 

@@ -75,16 +75,12 @@ def git_dirs(repo: Path) -> Iterator[Path]:
             if (here / "HEAD").exists() or (here / "objects").is_dir():
                 todo.append(here)
                 dirs[:] = []          # its own modules/ is walked when it is popped
-    return
 
 
 def remove_stale_locks(repo: Path) -> list[str]:
     """Remove ``*.lock`` files and partial packs a killed git left in the clone's git
     directories (only called on a clone marked incomplete: no other git is working there)."""
-    removed: list[str] = []
-    for gd in git_dirs(repo):
-        removed += [str(gd / p) for p in remove_partial_objects(gd)]
-    return removed
+    return [str(gd / p) for gd in git_dirs(repo) for p in remove_partial_objects(gd)]
 
 
 def usable_head(repo: Path) -> str | None:

@@ -38,23 +38,15 @@ class Resolution:
 
 def match_prefix(commits: Iterable[str], prefix: str) -> list[str]:
     """The distinct ids among ``commits`` that start with ``prefix``, in first-seen order."""
-    seen: dict[str, None] = {}
-    for c in commits:
-        if c.startswith(prefix):
-            seen.setdefault(c, None)
-    return list(seen)
-
-
-def _check_prefix(fork: str, prefix: str) -> None:
-    if not prefix or len(prefix) > 40 or not HEX.match(prefix):
-        raise FetchError(f"fork '{fork}': the pinned commit prefix is malformed",
-                         expected="1 to 40 lowercase hex characters", found=repr(prefix),
-                         fix="fix the pin in forks.toml")
+    return list(dict.fromkeys(c for c in commits if c.startswith(prefix)))
 
 
 def resolve_prefix(runner: Runner, step: str, mirror: Mirror, prefix: str, branch: str) -> str:
     """Resolve ``prefix`` to the one commit on ``branch`` (fetched into ``mirror``) it names."""
-    _check_prefix(mirror.fork, prefix)
+    if not prefix or len(prefix) > 40 or not HEX.match(prefix):
+        raise FetchError(f"fork '{mirror.fork}': the pinned commit prefix is malformed",
+                         expected="1 to 40 lowercase hex characters", found=repr(prefix),
+                         fix="fix the pin in forks.toml")
     tip = fetch_branch(runner, step, mirror, branch)
     with git.Repo(mirror.path) as repo:
         ids = repo.git.rev_list(tip).split()

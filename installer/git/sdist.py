@@ -77,12 +77,8 @@ def message(sdist: SdistSource, name: str, commit_id: str | None) -> str:
 
 def trailers(text: str) -> dict[str, str]:
     """``sdist-sha256`` / ``sdist-commit-id`` from a commit message made by :func:`message`."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(": ")
-        if sep and key in ("sdist-sha256", "sdist-commit-id"):
-            out[key] = value.strip()
-    return out
+    pairs = (line.partition(": ") for line in text.splitlines())
+    return {key: value.strip() for key, sep, value in pairs if sep and key in ("sdist-sha256", "sdist-commit-id")}
 
 
 def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 from ..core.errors import WheelError
@@ -57,9 +58,7 @@ def _tracked(runner: Runner, clone: Path, commit: str, step: str) -> dict[str, s
 
 def _short(commit_id: str | None) -> str | None:
     """``gee0da84ab`` / ``ee0da84ab`` -> ``ee0da84ab``."""
-    if not commit_id:
-        return None
-    return commit_id[1:] if commit_id.startswith("g") else commit_id
+    return commit_id.removeprefix("g") if commit_id else None
 
 
 def _listed(items: list[str]) -> str:
@@ -104,11 +103,8 @@ def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel
                                   f"in {wheel.name}, byte for byte",
                          found=f"{len(fork_py)} tracked, {len(differ)} differ, {len(missing)} missing from the wheel",
                          fix="pin the sdist and the wheel of the same vLLM release (forks.toml and [wheel])")
-    extra = sorted(n for n in in_wheel if n not in fork_py)
-    groups: dict[str, int] = {}
-    for n in extra:
-        key = n if n.endswith(GENERATED) else "/".join(n.split("/")[:3]) + "/"
-        groups[key] = groups.get(key, 0) + 1
+    groups = Counter(n if n.endswith(GENERATED) else "/".join(n.split("/")[:3]) + "/"
+                     for n in in_wheel if n not in fork_py)
     return {"method": METHOD, "fork_commit": fork_commit, "sdist_sha256": sdist.sha256,
             "sdist_commit_id": recorded, "wheel_commit_id": wheel_commit,
             "version": wheel_version, "python_files_identical": len(fork_py),

@@ -64,24 +64,13 @@ def upload_pack(source: str) -> list[str]:
 
 def parents(dirs: Sequence[str]) -> list[str]:
     """The root ("") and every parent directory of each kept directory, in order, once each."""
-    out = [""]
-    for d in dirs:
-        parts = d.split("/")
-        for i in range(1, len(parts)):
-            p = "/".join(parts[:i])
-            if p not in out:
-                out.append(p)
-    return out
+    above = ("/".join(d.split("/")[:i]) for d in dirs for i in range(1, d.count("/") + 1))
+    return list(dict.fromkeys(["", *above]))
 
 
 def _entries(text: str) -> list[tuple[str, str, str]]:
     """``git ls-tree -z`` output as (type, oid, path)."""
-    out = []
-    for item in text.split("\0"):
-        m = _ENTRY.match(item)
-        if m:
-            out.append((m["type"], m["oid"], m["path"]))
-    return out
+    return [(m["type"], m["oid"], m["path"]) for item in text.split("\0") if (m := _ENTRY.match(item))]
 
 
 def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dict[str, str]:

@@ -209,8 +209,7 @@ def _dirty_fix(dest: Path) -> str:
 def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
     """A clone a killed run was changing (it was clean, or new, when that run began): its
     differences are that run's own, so they are reset, not refused as local changes."""
-    removed = remove_stale_locks(dest)
-    if removed:
+    if removed := remove_stale_locks(dest):
         g.runner.note(g.step, "# removed what a killed git left: " + ", ".join(removed))
     say(f"{g.fork}: finishing what a killed run left in {dest} (its half-done checkout is reset)")
     _set_origin(g, dest, mirror.url)
@@ -233,11 +232,13 @@ def _no_rewrite(url: str) -> str | None:
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
     """Remove a submodule's work tree and git directory to check it out again -- only when nothing in it
     is the user's: no local change, no untracked or ignored file (a ``build/`` made there)."""
+    from .clonecheck import _git as look
     from .sparse import git_dir
 
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
-        theirs = [ln for ln in _status_all(sub_dir) if ln.strip()]
+        theirs = [ln for ln in look(sub_dir, "status", "--porcelain", "--untracked-files=all",
+                                    "--ignored=matching").splitlines() if ln.strip()]
         if theirs:
             raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
                              expected="a submodule with no local change, untracked or ignored file",
@@ -247,17 +248,9 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
         raise FetchError(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
                          "git repository", expected="a submodule git can read, or an empty directory",
                          found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
-    gd = git_dir(sub_dir)
-    for stale in {p for p in (gd, repo_dir / ".git" / "modules" / name) if p is not None}:
+    for stale in {p for p in (git_dir(sub_dir), repo_dir / ".git" / "modules" / name) if p is not None}:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(sub_dir, ignore_errors=True)
-
-
-def _status_all(path: Path) -> list[str]:
-    """Every change, untracked and ignored file (what a re-checkout would throw away)."""
-    from .clonecheck import _git as look
-
-    return look(path, "status", "--porcelain", "--untracked-files=all", "--ignored=matching").splitlines()
 
 
 def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
@@ -406,23 +399,17 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
         return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
                            allow_dirty=allow_dirty, say=say, selection=submodule_paths, rewrite=rewrite,
                            sparse=sparse)
-    except git.GitCommandError as exc:   # a read through GitPython failed
-        shown = " ".join(str(a) for a in exc.command) if isinstance(exc.command, (list, tuple)) else str(exc.command)
-        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
-                         expected=f"`{redact_url(shown)}` to succeed", found=_stderr(exc),
+    except (git.GitCommandError, GitInspectError) as exc:   # a read through GitPython / clonecheck failed
+        if isinstance(exc, git.GitCommandError):
+            cmd = exc.command
+            shown = " ".join(str(a) for a in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
+            lines = [ln.strip() for ln in str(exc.stderr or "").strip().strip("'").splitlines() if ln.strip()]
+            expected, found = f"`{redact_url(shown)}` to succeed", lines[-1] if lines else f"exit {exc.status}"
+        else:
+            expected, found = "`git status` / `git submodule status` to succeed", str(exc)
+        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}", expected=expected, found=found,
                          fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
                              f"or delete {dest} and re-run") from None
-    except GitInspectError as exc:       # a read through clonecheck failed
-        raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}",
-                         expected="`git status` / `git submodule status` to succeed", found=str(exc),
-                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
-                             f"or delete {dest} and re-run") from None
-
-
-def _stderr(exc: git.GitCommandError) -> str:
-    text = str(exc.stderr or "").strip().strip("'").strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit {exc.status}"
 
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
@@ -506,8 +493,7 @@ def settle_wait(path: Path) -> float | None:
             st = index.stat()
         except OSError:
             continue
-        coarse = st.st_mtime_ns % 1_000_000_000 == 0
-        margin = COARSE_MARGIN_S if coarse else FINE_MARGIN_S
+        margin = COARSE_MARGIN_S if st.st_mtime_ns % 1_000_000_000 == 0 else FINE_MARGIN_S   # whole seconds?
         # clamped: an index from the future (a server clock ahead, a clock set back) waits no longer
         waits.append(min(margin, max(0.0, margin - (time.time() - st.st_mtime_ns / 1e9))))
     return max(waits) if waits else None
