@@ -103,11 +103,8 @@ class JitStep:
             arch_list = r.cuda.flashinfer_arch_list if r.cuda else ""
             return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
                              builder=self.builder, flashinfer_version=None)
-        early = take_early(ctx, self)
-        if early is not None:
-            build, started = early
-        else:
-            build, started = self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None
+        # begun during install's checks when it could be (a 2-tuple: never false), else prepared now
+        build, started = take_early(ctx, self) or (self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None)
         if build.argv is None:
             modules = [{**build.ready[k], **module_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
             ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
