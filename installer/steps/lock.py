@@ -173,14 +173,10 @@ def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
     compiled-source trees compared with the fork's (TOML has no null: absent values are left out)."""
     out: dict[str, Any] = {"filename": wheel.filename, "url": wheel.url, "sha256": wheel.wheel_sha256,
                            "trust": wheel.trust}
-    if wheel.source_commit is not None:
-        out["source_commit"] = wheel.source_commit
-    if wheel.wheel_tags:
-        out["wheel-tags"] = list(wheel.wheel_tags)
-    if wheel.retag:
-        out["retag"] = [dict(r) for r in wheel.retag]
-    if wheel.extensions:
-        out["extensions"] = [e["module"] for e in wheel.extensions]
+    optional = {"source_commit": wheel.source_commit, "wheel-tags": list(wheel.wheel_tags) or None,
+                "retag": [dict(r) for r in wheel.retag] or None,
+                "extensions": [e["module"] for e in wheel.extensions] or None}
+    out.update({k: v for k, v in optional.items() if v is not None})
     eq = wheel.source_equivalence
     if eq and eq.get("method") == "sdist-files":
         out["source-equivalence"] = {k.replace("_", "-"): v for k, v in eq.items() if k != "wheel_only"}
