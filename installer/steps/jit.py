@@ -150,11 +150,10 @@ class JitStep:
         """The builder has ended (``failure`` when it exited non-zero): trust nothing it says, check
         every module, record them."""
         assert build.result_path is not None
-        workspace, ready = build.workspace, build.ready
         result = read_result(build.result_path, failure)
         require_success(result, failure, ctx.runner.log_path(self.name))
-        modules = check_modules(workspace, build.requests, ctx.recipe.jit, result)
-        check_unchanged(modules, build.keys, ready)
+        modules = check_modules(build.workspace, build.requests, ctx.recipe.jit, result)
+        check_unchanged(modules, build.keys, build.ready)
         cached = all(m["cached"] for m in modules)
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
         return self._finish(ctx, build, modules, result=result)
