@@ -41,8 +41,7 @@ def builder_env(root: Path, arch_list: str, code_root: Callable[[], Path], envir
                        expected=f"FLASHINFER_CUDA_ARCH_LIST={arch_list} (recipe [cuda] arch_list)",
                        found=f"{stack.get('FLASHINFER_CUDA_ARCH_LIST')!r} in {stackenv.env_file(root)}",
                        fix="re-run october_setup (the env step rewrites the stack environment)")
-    env = {k: v for k, v in environ.items() if k not in DROPPED_ENV}
-    env = stackenv.apply(stack, env)
+    env = stackenv.apply(stack, {k: v for k, v in environ.items() if k not in DROPPED_ENV})
     env["PYTHONPATH"] = str(code_root())
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     return env
@@ -59,8 +58,7 @@ def write_request(work: Path, requests: list[dict[str, Any]]) -> tuple[Path, Pat
 
 
 def module_request(i: int, m: "JitModule") -> dict[str, Any]:
-    return {"id": f"m{i}", "kind": m.kind, "q": m.q, "k": m.k, "v": m.v, "o": m.o, "head_dim": m.head_dim,
-            "posenc": m.posenc, "backend": m.backend}
+    return {"id": f"m{i}", **module_fields(m)}
 
 
 def module_fields(jm: "JitModule") -> dict[str, Any]:

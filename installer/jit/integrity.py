@@ -133,28 +133,20 @@ def missing_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str]]
 def module_dir(lib: Path) -> Path | None:
     """FlashInfer builds ``cached_ops/<uri>/<uri>.so``: that directory holds the objects and ninja state."""
     parent = lib.parent
-    if parent.name == lib.stem and parent.parent.name == "cached_ops":
-        return parent
-    return None
-
-
-def _own_dir(lib: Path) -> Path | None:
-    """The module's own directory: ``cached_ops/<uri>/`` or an AOT ``<uri>/``."""
-    d = module_dir(lib)
-    return d if d is not None else (lib.parent if lib.parent.name == lib.stem else None)
+    return parent if parent.name == lib.stem and parent.parent.name == "cached_ops" else None
 
 
 def discard(items: list[Untrusted]) -> list[str]:
-    """Remove each untrusted library with its module build directory; returns what was removed."""
+    """Remove each untrusted library with its module's own directory (``cached_ops/<uri>/`` or an AOT
+    ``<uri>/``), else the file alone; returns what was removed."""
     removed: list[str] = []
     for item in items:
-        d = _own_dir(item.path)
-        if d is not None:
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(str(d))
+        own = item.path.parent if item.path.parent.name == item.path.stem else None
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
         else:
             item.path.unlink(missing_ok=True)
-            removed.append(str(item.path))
+        removed.append(str(own or item.path))
     return removed
 
 

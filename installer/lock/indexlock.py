@@ -75,11 +75,9 @@ def index_request(recipe: Recipe) -> IndexRequest:
     if recipe.wheel is not None:
         reqs.append(f"{recipe.wheel.name}=={recipe.wheel.version}")
         replaced.append(str(canonicalize_name(recipe.wheel.name)))
-    for f in recipe.forks:
-        if f.traits.replaces_dist:
-            replaced.append(f.traits.replaces_dist)
-    sources = recipe_source_args(recipe)
-    return IndexRequest(recipe.name, recipe.python, tuple(reqs), tuple(dict.fromkeys(replaced)), tuple(sources))
+    replaced += [f.traits.replaces_dist for f in recipe.forks if f.traits.replaces_dist]
+    return IndexRequest(recipe.name, recipe.python, tuple(reqs), tuple(dict.fromkeys(replaced)),
+                        tuple(recipe_source_args(recipe)))
 
 
 def tool_section(recipe: Recipe, exclude_newer: str, resolved_at: str) -> dict[str, Any]:
@@ -160,9 +158,8 @@ def compile_recipe(recipe: Recipe, runner: Runner, uv: str, exclude_newer: str,
     with tempfile.TemporaryDirectory(prefix="october-indexlock-") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n", encoding="utf-8")
-        constraints = None
-        if pins:
-            constraints = work / "pins.txt"
+        constraints = work / "pins.txt" if pins else None
+        if constraints is not None:
             constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())), encoding="utf-8")
         out = work / "pylock.toml"
         runner.run(req.argv(uv, work / "requirements.in", out, exclude_newer, constraints),

@@ -47,12 +47,8 @@ class Installed:
 
 
 def direct_path(d: Installed) -> Path | None:
-    if not d.direct_url:
-        return None
-    url = str(d.direct_url.get("url", ""))
-    if not url.startswith("file://"):
-        return None
-    return Path(unquote(urlparse(url).path)).resolve()
+    url = str(d.direct_url.get("url", "")) if d.direct_url else ""
+    return Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None
 
 
 def is_editable(d: Installed) -> bool:
@@ -77,20 +73,13 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
     return forks, index, other
 
 
-def _canonical(obj: Any) -> Any:
-    """Keys sorted at every level: the same facts give the same bytes, whatever order they came in."""
+def _drop_none(obj: Any, *, sort: bool = False) -> Any:
+    """None left out at every level (TOML has no null); ``sort``: keys sorted at every level too, so the
+    same facts give the same bytes, whatever order they came in."""
     if isinstance(obj, dict):
-        return {k: _canonical(obj[k]) for k in sorted(obj)}
+        return {k: _drop_none(obj[k], sort=sort) for k in (sorted(obj) if sort else obj) if obj[k] is not None}
     if isinstance(obj, list):
-        return [_canonical(v) for v in obj]
-    return obj
-
-
-def _drop_none(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _drop_none(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [_drop_none(v) for v in obj]
+        return [_drop_none(v, sort=sort) for v in obj]
     return obj
 
 
@@ -124,7 +113,7 @@ def build_lock(*, python_version: str, index_packages: Sequence[Mapping[str, Any
     packages.sort(key=lambda p: (p["name"], str(p.get("version", ""))))
     lock = _drop_none({"lock-version": "1.0", "created-by": TOOL,
                        "requires-python": f"=={python_version}", "packages": packages,
-                       "tool": {TOOL: _canonical(dict(tool))}})
+                       "tool": {TOOL: _drop_none(dict(tool), sort=True)}})
     try:
         Pylock.from_dict(lock)
     except PylockValidationError as exc:

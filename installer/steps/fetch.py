@@ -65,10 +65,9 @@ class FetchStep:
         res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
         if res.how == "prefix":
             ctx.ui.detail(f"{fork.name}: '{res.requested}' on branch '{res.branch}' is {res.commit}")
-        if ensure_commit(ctx.runner, self.name, mirror, res.commit):
-            ctx.ui.detail(f"{fork.name}: fetched {res.commit} from {mirror.shown_url}")
-        else:
-            ctx.ui.detail(f"{fork.name}: {res.commit} already in the cache ({mirror.path})")
+        fetched = ensure_commit(ctx.runner, self.name, mirror, res.commit)
+        ctx.ui.detail(f"{fork.name}: fetched {res.commit} from {mirror.shown_url}" if fetched
+                      else f"{fork.name}: {res.commit} already in the cache ({mirror.path})")
         if kit is not None:
             # what else the kit carries for this fork (the base wheel's source commit) goes into the
             # fork's mirror too, where the wheel step looks for it before asking the upstream

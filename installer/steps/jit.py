@@ -103,11 +103,8 @@ class JitStep:
             arch_list = r.cuda.flashinfer_arch_list if r.cuda else ""
             return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
                              builder=self.builder, flashinfer_version=None)
-        early = take_early(ctx, self)
-        if early is not None:
-            build, started = early
-        else:
-            build, started = self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None
+        # begun during install's checks when it could be (a 2-tuple: never false), else prepared now
+        build, started = take_early(ctx, self) or (self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None)
         if build.argv is None:
             modules = [{**build.ready[k], **module_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
             ctx.ui.info(f"{len(modules)} JIT module(s) verified: none to build")
@@ -153,11 +150,10 @@ class JitStep:
         """The builder has ended (``failure`` when it exited non-zero): trust nothing it says, check
         every module, record them."""
         assert build.result_path is not None
-        workspace, ready = build.workspace, build.ready
         result = read_result(build.result_path, failure)
         require_success(result, failure, ctx.runner.log_path(self.name))
-        modules = check_modules(workspace, build.requests, ctx.recipe.jit, result)
-        check_unchanged(modules, build.keys, ready)
+        modules = check_modules(build.workspace, build.requests, ctx.recipe.jit, result)
+        check_unchanged(modules, build.keys, build.ready)
         cached = all(m["cached"] for m in modules)
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
         return self._finish(ctx, build, modules, result=result)

@@ -145,13 +145,8 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
         facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.flashinfer_arch_list, "cuda-variant": r.cuda.variant})
     pre = ctx.result(PreflightResult)
     if pre is not None:
-        for key in ("os", "arch"):
-            if pre.facts.get(key):
-                facts[key] = pre.facts[key]
-        for tool in ("nvcc", "cc", "cxx", "git"):
-            version = pre.tool(tool).get("version")
-            if version:
-                facts[tool] = version
+        facts.update({key: pre.facts[key] for key in ("os", "arch") if pre.facts.get(key)})
+        facts.update({tool: v for tool in ("nvcc", "cc", "cxx", "git") if (v := pre.tool(tool).get("version"))})
         gpus = [{k: g.get(k) for k in ("name", "compute_capability", "driver") if g.get(k)} for g in pre.gpus]
         if gpus:
             facts["gpus"] = gpus
@@ -178,14 +173,10 @@ def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
     compiled-source trees compared with the fork's (TOML has no null: absent values are left out)."""
     out: dict[str, Any] = {"filename": wheel.filename, "url": wheel.url, "sha256": wheel.wheel_sha256,
                            "trust": wheel.trust}
-    if wheel.source_commit is not None:
-        out["source_commit"] = wheel.source_commit
-    if wheel.wheel_tags:
-        out["wheel-tags"] = list(wheel.wheel_tags)
-    if wheel.retag:
-        out["retag"] = [dict(r) for r in wheel.retag]
-    if wheel.extensions:
-        out["extensions"] = [e["module"] for e in wheel.extensions]
+    optional = {"source_commit": wheel.source_commit, "wheel-tags": list(wheel.wheel_tags) or None,
+                "retag": [dict(r) for r in wheel.retag] or None,
+                "extensions": [e["module"] for e in wheel.extensions] or None}
+    out.update({k: v for k, v in optional.items() if v is not None})
     eq = wheel.source_equivalence
     if eq and eq.get("method") == "sdist-files":
         out["source-equivalence"] = {k.replace("_", "-"): v for k, v in eq.items() if k != "wheel_only"}
@@ -220,8 +211,7 @@ class LockStep:
 
         # begun during install's checks when it could be (and the env is as it was then), else made now
         listing = take_early(ctx, self) or list_env(ctx, ctx.runner)
-        raw = listing.raw
-        python_version, dists = installed_distributions(ctx, self.name, raw)
+        python_version, dists = installed_distributions(ctx, self.name, listing.raw)
         fetch = ctx.need(FetchResult).forks
         forks, _, other = split_installed(dists, fork_paths(ctx))
         missing = sorted(set(fetch) - set(forks))
@@ -230,7 +220,6 @@ class LockStep:
                             expected=f"{', '.join(missing)} installed editable from STACK/src",
                             found="another copy or none", fix="re-run october_setup (the install step re-runs)")
         ctx.ui.info(f"locking {len(dists)} distributions ({len(forks)} forks)")
-        index_pkgs = listing.index_packages
         tool: dict[str, Any] = {
             "format-version": 1,
             "recipe": {"name": ctx.recipe.name, "sha256": ctx.recipe.sha256},
@@ -243,13 +232,13 @@ class LockStep:
         install = ctx.result(InstallResult)
         if install is not None and install.vllm_base_commit:
             tool["forks"].setdefault("vllm", {})["upstream-base"] = install.vllm_base_commit
-        system = system_section(ctx, raw)
+        system = system_section(ctx, listing.raw)
         if system is not None:
             tool["system"] = system
         jit = ctx.result(JitResult)
         if jit is not None and jit.modules:
             tool["jit"] = jit.libraries
-        lock = build_lock(python_version=python_version, index_packages=index_pkgs,
+        lock = build_lock(python_version=python_version, index_packages=listing.index_packages,
                           forks={n: (forks[n], fetch[n].to_json()) for n in forks}, other=other, tool=tool)
         if ctx.options.locked is not None:
             problems = diff_against(ctx.options.locked, lock)

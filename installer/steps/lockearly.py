@@ -75,11 +75,6 @@ def _site_signature(site: str) -> tuple[Any, ...]:
                    for n in names])
 
 
-def _listed_sites(listing: Listing) -> list[str]:
-    """The directories the listing found distributions in (``site`` of each)."""
-    return sorted({str(d["site"]) for d in listing.raw.get("distributions", ()) if d.get("site")})
-
-
 class EarlyLock:
     """The lock's listing, begun in a thread when the install step announces its forks are in place."""
 
@@ -147,7 +142,8 @@ class EarlyLock:
         try:
             before = env_signature(ctx)
             listing = (self.lister or list_env)(ctx, self)
-            sites = _listed_sites(listing)
+            # the directories the listing found distributions in (``site`` of each)
+            sites = sorted({str(d["site"]) for d in listing.raw.get("distributions", ()) if d.get("site")})
             after = env_signature(ctx, sites)   # the env's own sites first, in the order ``before`` has them
             if before is None or after is None or after[:len(before)] != before:
                 self.why_not = "the env changed while it was listed"

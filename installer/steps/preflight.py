@@ -71,10 +71,8 @@ class PreflightStep:
 
     def verify(self, ctx: StepContext, result: PreflightResult) -> str | None:
         now = tool_stats(result.facts)
-        for path, stat in result.tools.items():
-            if now.get(path) != stat:
-                return f"{path} changed since it was checked"
-        return None
+        return next((f"{path} changed since it was checked" for path, stat in result.tools.items()
+                     if now.get(path) != stat), None)
 
 
 TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")
@@ -82,13 +80,8 @@ TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")
 
 def tool_stats(facts: Mapping[str, JSON]) -> dict[str, list[int] | None]:
     """path -> :func:`tool_stat` for every program a fact was read from."""
-    out: dict[str, list[int] | None] = {}
-    for key in TOOL_FACTS:
-        fact = facts.get(key)
-        path = fact.get("path") if isinstance(fact, dict) else None
-        if path:
-            out[str(path)] = tool_stat(str(path))
-    return out
+    paths = [fact.get("path") if isinstance(fact := facts.get(key), dict) else None for key in TOOL_FACTS]
+    return {str(path): tool_stat(str(path)) for path in paths if path}
 
 
 def tool_stat(path: str) -> list[int] | None:

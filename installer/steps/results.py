@@ -23,6 +23,16 @@ from . import markerjson as mj
 JSON = Any
 
 
+class WholeChained:
+    """A result whose whole ``to_json`` later steps may depend on: its ``chain_json``."""
+
+    def to_json(self) -> dict[str, JSON]:
+        raise NotImplementedError
+
+    def chain_json(self) -> JSON:
+        return self.to_json()
+
+
 # ------------------------------------------------------------------------ preflight
 
 
@@ -121,7 +131,7 @@ def _sparse_map(m: Mapping[str, JSON]) -> dict[str, tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class FetchResult:
+class FetchResult(WholeChained):
     step: ClassVar[str] = "fetch"
     forks: Mapping[str, ForkRecord]             # fork name -> its checkout
 
@@ -132,15 +142,12 @@ class FetchResult:
     def from_json(cls, d: Mapping[str, JSON]) -> "FetchResult":
         return cls(forks={str(name): ForkRecord.from_json(rec) for name, rec in mj.obj(d, "forks").items()})
 
-    def chain_json(self) -> JSON:
-        return self.to_json()
-
 
 # ------------------------------------------------------------------------------ env
 
 
 @dataclass(frozen=True)
-class EnvResult:
+class EnvResult(WholeChained):
     """The stack env: its interpreter, torch (``torch_source`` "system" with ``system_torch``, the
     interpreter's own torch, for a site-provided torch), and ``stack_env`` (STACK/stack-env.json:
     path, activate, sha256, env)."""
@@ -175,9 +182,6 @@ class EnvResult:
                    stack_env=mj.obj(d, "stack_env"), torch_cuda=mj.opt_text(d, "torch_cuda"),
                    torch_source=mj.opt_text(d, "torch_source"), system_torch=mj.opt_obj(d, "system_torch"),
                    built_from=mj.opt_text(d, "built_from"))
-
-    def chain_json(self) -> JSON:
-        return self.to_json()
 
 
 # ---------------------------------------------------------------------------- wheel
@@ -229,7 +233,7 @@ class WheelResult:
 
 
 @dataclass(frozen=True)
-class NoWheel:
+class NoWheel(WholeChained):
     """The wheel step's result for a recipe without ``[wheel]``."""
 
     step: ClassVar[str] = "wheel"
@@ -241,9 +245,6 @@ class NoWheel:
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> "NoWheel":
         return cls(skipped=mj.text(d, "skipped"))
-
-    def chain_json(self) -> JSON:
-        return self.to_json()
 
 
 def wheel_result_from_json(d: Mapping[str, JSON]) -> WheelResult | NoWheel:
@@ -280,7 +281,7 @@ class InstalledFork:
 
 
 @dataclass(frozen=True)
-class InstallResult:
+class InstallResult(WholeChained):
     """What the install step left in the env and what its guards found.  ``wheel_path`` /
     ``wheel_sha256``: the base wheel the precompiled install used (hashed again at use)."""
 
@@ -317,9 +318,6 @@ class InstallResult:
                    vllm_base_commit=mj.opt_text(d, "vllm_base_commit"),
                    vllm_base_commit_source=mj.opt_text(d, "vllm_base_commit_source"),
                    vllm_base_commit_detail=mj.opt_text(d, "vllm_base_commit_detail"))
-
-    def chain_json(self) -> JSON:
-        return self.to_json()
 
 
 # ------------------------------------------------------------------------------ jit
@@ -376,7 +374,7 @@ class JitResult:
 
 
 @dataclass(frozen=True)
-class LockResult:
+class LockResult(WholeChained):
     step: ClassVar[str] = "lock"
     path: str
     sha256: str                                 # of STACK/pylock.toml
@@ -389,12 +387,9 @@ class LockResult:
     def from_json(cls, d: Mapping[str, JSON]) -> "LockResult":
         return cls(path=mj.text(d, "path"), sha256=mj.text(d, "sha256"), packages=mj.integer(d, "packages"))
 
-    def chain_json(self) -> JSON:
-        return self.to_json()
-
 
 @dataclass(frozen=True)
-class ReceiptResult:
+class ReceiptResult(WholeChained):
     step: ClassVar[str] = "receipt"
     path: str
     sha256: str                                 # of STACK/receipts/setup.json
@@ -405,6 +400,3 @@ class ReceiptResult:
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> "ReceiptResult":
         return cls(path=mj.text(d, "path"), sha256=mj.text(d, "sha256"))
-
-    def chain_json(self) -> JSON:
-        return self.to_json()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar, Mapping
 
 from ..core.clonefile import clone_or_copy
 from ..core.errors import LockError, WheelError
@@ -64,13 +64,8 @@ def choose_sha256(wheel: BaseWheel, locked: LockedState | None) -> tuple[str | N
 
 def precompiled_fork(recipe: Recipe) -> ForkUse | None:
     """The fork the base wheel serves: mode ``vllm-precompiled``, else the fork named ``vllm``."""
-    for f in recipe.forks:
-        if f.traits.base_wheel:
-            return f
-    for f in recipe.forks:
-        if f.name == "vllm":
-            return f
-    return None
+    by_mode = next((f for f in recipe.forks if f.traits.base_wheel), None)
+    return by_mode if by_mode is not None else next((f for f in recipe.forks if f.name == "vllm"), None)
 
 
 def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExpectation:
@@ -83,12 +78,6 @@ def expectation(recipe: Recipe, tags: list[str], facts: PythonFacts) -> WheelExp
         marker_env=dict(facts.markers), torch=(w.requires_torch or recipe.torch.version).lstrip("="),
         cuda_variant=w.cuda_variant or (recipe.cuda.variant if recipe.cuda else None),
         cudart_major=w.cudart_major, python_version=facts.version)
-
-
-def _progress(ctx: StepContext, filename: str) -> Callable[[int, int | None], None]:
-    def report(done: int, total: int | None) -> None:
-        ctx.ui.transfer(filename, done, total, "B")     # a bar with bytes, rate and time left
-    return report
 
 
 def _clear_installed(wheels_dir: Path) -> None:
@@ -178,8 +167,9 @@ class WheelStep:
         if trust == "tofu":
             ctx.ui.warn(f"[wheel] has no sha256: trusting {w.filename} on first use; its hash goes into the "
                         "lock and --locked runs enforce it")
+        # the progress display: a bar with bytes, rate and time left
         got = download_wheel(w.url, w.filename, ctx.options.cache_dir, sha256=want_sha, policy=self.policy,
-                             progress=_progress(ctx, w.filename))
+                             progress=lambda done, total: ctx.ui.transfer(w.filename, done, total, "B"))
         ctx.runner.note(self.name, f"# wheel {redact_url(w.url)} -> {got.path} sha256={got.sha256} "
                                    f"size={got.size} transferred={got.transferred} "
                                    f"resumed_from={got.resumed_from} cached={got.cached} trust={trust}")
