@@ -69,11 +69,7 @@ class StackLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            pid_file = holder_file(self.path)
-            tmp = pid_file.with_name(f"{pid_file.name}.{os.getpid()}")
-            tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
-            os.replace(tmp, pid_file)       # never seen half-written
-        except BlockingIOError:             # the lock is held (a regular file's writes never raise it)
+        except BlockingIOError:
             os.close(fd)
             pid, _, cmd = self._holder().partition("\n")
             holder = f"pid {pid} ({cmd.strip() or 'command unknown'})"
@@ -87,6 +83,14 @@ class StackLock:
                 expected="no other october_setup on this stack, and nothing it started still running",
                 found=f"{holder} has ended, but a process it started (the JIT builder) still holds {self.path}",
                 fix=f"wait a few seconds and re-run; `fuser -v {self.path}` names the holder if it stays") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        pid_file = holder_file(self.path)
+        tmp = pid_file.with_name(f"{pid_file.name}.{os.getpid()}")
+        try:
+            tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
+            os.replace(tmp, pid_file)       # never seen half-written
         except BaseException:
             os.close(fd)
             raise
