@@ -58,16 +58,18 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
     except (OctoberError, OSError) as exc:
         full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
         err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
-        code, title, message = err.exit_code, err.title, err.message
+        ui.error(err.title, err.message)
+        if json_command:
+            print_json_error(json_command, err.exit_code, err.title, err.message)
+        raise CommandExit(err.exit_code) from None
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None)
         code = 128 + signum if isinstance(signum, int) else 130
         why = f"stopped by {exc}" if signum is not None else "stopped by the user"
-        title, message = "interrupted", f"{why}; re-run the same command to resume"
-    ui.error(title, message)
-    if json_command:
-        print_json_error(json_command, code, title, message)
-    raise CommandExit(code) from None
+        ui.error("interrupted", f"{why}; re-run the same command to resume")
+        if json_command:
+            print_json_error(json_command, code, "interrupted", f"{why}; re-run the same command to resume")
+        raise CommandExit(code) from None
 
 
 # ------------------------------------------------------------------ options checked before anything is written

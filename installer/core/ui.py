@@ -191,10 +191,12 @@ class ConsoleReporter:
             self.console.print(text, markup=False)
 
     def _stop(self) -> None:
-        for shown in (self._status, self._bars):
-            if shown is not None:
-                shown.stop()
-        self._status = self._bars = None
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
         self._tasks.clear()
         self._tenths.clear()
         self._uv = UvProgress()
