@@ -31,6 +31,7 @@ COMPUTE_DTYPES = {"float16": "f16", "bfloat16": "bf16"}     # a selection's comp
 # what a run at each level proves on its own (``proves`` below: ``stack`` only at the promised level)
 PROVES = {"reference": "harness", "kernel": "kernel", "engine": "stack"}
 PROOFS = ("harness", "kernel", "stack")
+PROMISES = ("kernel", "engine")                 # what a stack may promise: reference proves only our own code
 
 
 def proves(level: str, promised: str | None) -> str:
@@ -40,6 +41,8 @@ def proves(level: str, promised: str | None) -> str:
     FlashInfer-only stack, engine with the vLLM fork); otherwise ``harness``
     (reference: our own torch code) or ``kernel`` (the FlashInfer fork alone).
     """
+    if PROVES[level] == "harness":          # whatever is promised: a stack never promises reference
+        return "harness"
     if promised is not None and level == promised:
         return "stack"
     return PROVES[level] if PROVES[level] != "stack" or promised is None else "kernel"

@@ -27,7 +27,7 @@ import torch
 
 from . import results as res
 from . import workspace
-from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS
+from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS, PROMISES
 from .engine.planted_faults import FAULTS
 from .inputs import (
     MIN_PROMPT_TOKENS,
@@ -47,7 +47,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m october.checks.smoke", description=__doc__)
     p.add_argument("--level", choices=LEVELS, default=None,
                    help="default: the level the stack promises (a lower one only proves the harness or kernel)")
-    p.add_argument("--promised-level", choices=LEVELS, default=None,
+    p.add_argument("--promised-level", choices=PROMISES, default=None,
                    help="the level the stack promises (default: promised_level in --stack-info)")
     p.add_argument("--format", choices=FORMATS, default=None)
     p.add_argument("--manifest", type=Path, default=None, help="download manifest JSON")
@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
                          f"promised_level {given!r} in {args.stack_info}.\n"
                          "  -> leave --promised-level out (it is only for a run without --stack-info)")
     promised = args.promised_level or given
-    if promised is not None and promised not in LEVELS:
-        raise InputError(f"stack info: expected promised_level in {LEVELS}, found {promised!r}.\n"
+    if promised is not None and promised not in PROMISES:
+        raise InputError(f"stack info: expected promised_level in {PROMISES}, found {promised!r}.\n"
                          "  -> pass the file `current smoke` writes, or --promised-level")
     if args.level is None and promised is None:
         raise InputError("no level: expected --level or the stack's promise (--promised-level, or promised_level "

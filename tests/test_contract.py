@@ -71,7 +71,8 @@ def test_the_smoke_schema_spells_the_contract() -> None:
     assert s["format_version"]["const"] == contract.SMOKE_RECEIPT_FORMAT_VERSION
     assert s["kind"]["const"] == contract.SMOKE_RECEIPT_KIND
     assert tuple(s["level"]["enum"]) == contract.LEVELS
-    assert tuple(s["promised_level"]["enum"]) == contract.LEVELS + (None,)
+    assert tuple(s["promised_level"]["enum"]) == contract.PROMISES + (None,)
+    assert tuple(_schema("smoke")["then"]["properties"]["level"]["enum"]) == contract.PROMISES
     assert tuple(s["selection"]["enum"]) == contract.FORMATS + (None,)
     assert tuple(s["proves"]["enum"]) == contract.PROOFS == tuple(dict.fromkeys(contract.PROVES.values()))
     item = s["checks"]["items"]["properties"]
@@ -100,6 +101,7 @@ def test_the_tool_reads_the_contract_facts() -> None:
 def test_proves_only_the_stack_at_the_promised_level() -> None:
     assert contract.proves("engine", "engine") == contract.proves("kernel", "kernel") == "stack"
     assert contract.proves("reference", "engine") == "harness"
+    assert contract.proves("reference", "reference") == contract.proves("reference", None) == "harness"
     assert contract.proves("kernel", "engine") == "kernel"
     assert contract.proves("engine", None) == "stack" and contract.proves("kernel", None) == "kernel"
 

@@ -184,6 +184,18 @@ def test_an_unmarked_receipt_never_promises_less_than_its_forks(tmp_path: Path) 
     assert stack_info(stack, None)["promised_level"] == "engine"
 
 
+def test_an_unmarked_receipt_edited_to_drop_a_fork_keeps_the_env_s_promise(tmp_path: Path) -> None:
+    """With no marker to compare setup.json with, an edit that drops the vLLM fork from it would lower an
+    engine stack's promise to the kernel level; the env's installed distributions say engine still."""
+    stack = _stack(tmp_path, forks=[FI])
+    (stack / "env").unlink()
+    site = stack / "env" / "lib" / "python3.12" / "site-packages"
+    (site / "flashinfer_python-0.6.15.dist-info").mkdir(parents=True)
+    assert stack_info(stack, None)["promised_level"] == "kernel"
+    (site / "vllm-0.1.dev1+g758786e.dist-info").mkdir()
+    assert stack_info(stack, None)["promised_level"] == "engine"
+
+
 def test_one_rule_for_the_promise_the_highest_any_fork_gives() -> None:
     """:func:`promise_of` reads mode, name and installed distribution; no one of them lowers it, and the
     setup receipt writes what it gives (an editable vLLM fork under another name is still the engine)."""

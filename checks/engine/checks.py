@@ -268,7 +268,7 @@ def _graph_agrees(g: oracle.Generation, e: oracle.Generation) -> tuple[bool, dic
     # at the divergence the contexts are still the same: every token both report is compared there
     shared = oracle.at_divergence(lg[first], le[first]) if first < min(n, len(lg), len(le)) else []
     pairs += shared
-    # both non-finite at one place is the same output (finiteness is the determinism check's); one side only is not
+    # both non-finite at one place is the same output (finiteness is judged by _graphs); one side only is not
     diffs = [abs(a - b) if math.isfinite(a) and math.isfinite(b) else 0.0 if not (math.isfinite(a) or math.isfinite(b))
              else math.inf for a, b in pairs]
     finite = all(math.isfinite(d) for d in diffs)
@@ -307,6 +307,14 @@ def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
         return CheckResult("decode_graphs", FAILED, "the graph engine captured no decode graphs"
                            if not graph_captured else "the enforce_eager engine captured graphs too",
                            measured, limits)
+    # _graph_agrees takes NaN on both runs as the same output; no other check reads these prompts' logprobs
+    # (the determinism check runs PROMPTS[0] alone, mixed_prefill compares tokens): judged here
+    nonfinite = sum(1 for runs in (graphed, eager) for batch in runs for toks, lps in batch
+                    for t, d in zip(toks, lps) if not math.isfinite(d.get(t, math.nan)))
+    measured["nonfinite_logprobs"] = nonfinite
+    if nonfinite:
+        return CheckResult("decode_graphs", FAILED, f"{nonfinite} chosen-token logprobs of the graph and eager "
+                           f"runs are not finite (or missing)", measured, limits)
     if not all(same):
         bad = [n for n, s in zip(GRAPH_BATCHES, same) if not s]
         return CheckResult("decode_graphs", FAILED, f"{'CUDA graph' if cuda else 'graph-path'} decode "

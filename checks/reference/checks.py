@@ -84,7 +84,7 @@ def check_scales(backend: ReferenceBackend, supplied: Sequence[float], source: s
     if len(in_effect) != len(supplied):
         problems.append(f"{len(in_effect)} layers have scales, {len(supplied)} were supplied")
     rel = [abs(e - s) / abs(s) for e, s in zip(in_effect, supplied)]
-    bad = [i for i, r in enumerate(rel) if r > SCALE_RTOL]
+    bad = [i for i, r in enumerate(rel) if not r <= SCALE_RTOL]       # NaN is bad
     at_default = [i for i, (e, s) in enumerate(zip(in_effect, supplied)) if e == 1.0 and s != 1.0]
     if bad:
         problems.append(f"layers {bad[:8]} differ from the supplied scales")
@@ -131,7 +131,8 @@ def check_mixed_prefill(backend: ReferenceBackend, sc: SuiteConfig) -> CheckResu
     finally:
         for r in reqs:
             backend.release(r)
-    diff = max(abs(x - y) for x, y in zip(mixed_lps, solo_lps))
+    diffs = [abs(x - y) for x, y in zip(mixed_lps, solo_lps)]
+    diff = max(diffs) if all(math.isfinite(d) for d in diffs) else math.nan     # max() drops a NaN not first
     same_step = batch.is_mixed and batch.prefill_tokens == len(pc) and batch.decode_requests == 2
     ok = same_step and mixed_tokens == solo_tokens and diff <= sc.logprob_atol
     measured = {"mixed_step": {"prefill_tokens": batch.prefill_tokens,

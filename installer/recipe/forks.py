@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from packaging.utils import canonicalize_name
 
+from ...checks.contract import PROMISES
 from ..core.errors import RecipeError
 from .tomlcheck import describe, read_toml, validated
 
@@ -55,7 +56,7 @@ def traits_of(mode: str) -> ModeTraits:
 # What a stack promises the smoke (`current smoke`), in ascending order, and what says so: a fork's install
 # mode, its name, or the distribution it installed as.  One rule for the setup receipt that writes the
 # promise and the smoke that reads it (:func:`promise_of`).
-PROMISE_LEVELS = ("kernel", "engine")
+PROMISE_LEVELS = PROMISES
 _PROMISE_BY = {"mode": {m.value: t.promise for m, t in FORK_MODES.items() if t.promise},
                "name": {"vllm": "engine", "flashinfer": "kernel"},
                "dist": {"vllm": "engine", "flashinfer-python": "kernel"}}

@@ -150,6 +150,15 @@ def receipt_promise(data: Mapping[str, Any]) -> str | None:
     return highest({promise_of(evidence), data.get("promises")})
 
 
+def env_promise(install: Path) -> str | None:
+    """What the stack's env promises by the distributions installed in it (``vllm``: engine): evidence
+    no edit of setup.json changes, for a receipt whose marker is gone (an older or a copied stack), where
+    :func:`unchanged_receipt` has nothing to compare with."""
+    names = [d.name.split("-", 1)[0] for site in sorted((install / "env").glob("lib/python*/site-packages"))
+             for d in site.glob("*.dist-info")]
+    return promise_of([{"dist": n} for n in names])
+
+
 def unchanged_receipt(install: Path, setup: Path) -> None:
     """setup.json as the receipt step wrote it (the sha256 its marker records; the check `current verify`
     makes): the smoke takes the stack's promise and recipe from it, so an edited one is refused."""
@@ -225,7 +234,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
         _same_recipe(rec, install)
     info["forks"] = _forks(data.get("forks"))
-    info["promised_level"] = receipt_promise(data)
+    info["promised_level"] = highest({receipt_promise(data), env_promise(install)})
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
                          expected=f"a flashinfer or vllm fork in {setup}",
