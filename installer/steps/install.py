@@ -96,6 +96,8 @@ class InstallStep:
         plan, base = plan_with_base(ctx.runner, self.name, forks, lambda: self._wheel(ctx), ctx.ui.detail)
         by_name = {f.use.name: f for f in forks}
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
+        # asked before the forks are installed: what was in their checkouts then is not this run's making
+        unstorable = reuse.unstorable(ctx, self.name, forks) if entry is None else None
         if nested_out is None:
             uv = stack_uv(ctx)
             records.repair(ctx.paths.env, ctx.trust, [f.dist for f in forks], warn=ctx.ui.warn,
@@ -137,7 +139,7 @@ class InstallStep:
             checks=dict(report.results),
         )
         if entry is None:
-            reuse.store_built_stack(ctx, self.name, forks, nested_out, imported)
+            reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
 
     def check_records(self, ctx: StepContext) -> None:

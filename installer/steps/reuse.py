@@ -165,15 +165,37 @@ def recorded_imports(ctx: StepContext, entry: "builtstack.Entry | None") -> dict
     return builtstack.recorded_imports(entry, ctx.paths.root)
 
 
+def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | None:
+    """Why this run may not store its stack in the built-stack cache (None: it may), asked before the
+    forks are installed.  What is stored reaches every later stack with the same key, so only what this
+    run made itself is: an env the env step made in this run (``uv venv --clear``, not one an earlier
+    run left, where a file no RECORD owns may have been planted since), and checkouts that hold no file
+    git does not track before the install (an ignored file planted in one, a ``*.so`` that shadows a
+    module, is not the build's output; fetch's clean check does not see ignored files)."""
+    made = ctx.done.get("env")
+    if made is None or made.status != "ran" or getattr(made.result, "built_from", None) is not None:
+        return "its env was made by an earlier run (only a run that makes the env itself stores it)"
+    for f in forks:
+        found = overwritten.untracked(ctx.runner, step, f.path)
+        if found:
+            return (f"the checkout of {f.use.name} held {len(found)} file(s) git does not track before the "
+                    f"install ({', '.join(map(str, found[:3]))}{', ...' if len(found) > 3 else ''})")
+    return None
+
+
 def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nested_out: Mapping[str, Any],
-                      imported: Mapping[str, str]) -> None:
+                      imported: Mapping[str, str], unstorable: str | None) -> None:
     """Store this finished env and the forks' build outputs for the next stack with the same key
-    (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored is said so, not
-    failed."""
+    (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored (``unstorable``:
+    why, from :func:`unstorable`) is said so, not failed."""
     from ..pyenv import builtstack
 
     env = ctx.result(EnvResult)
     if env is None:       # an env no env step of this stack recorded is nobody's to copy
+        return
+    if unstorable is not None:
+        ctx.ui.detail(f"this stack is not kept in the built-stack cache: {unstorable}")
+        ctx.runner.note(step, f"# not stored in the built-stack cache: {unstorable}")
         return
     key = stack_key(ctx)
     if key is None:
