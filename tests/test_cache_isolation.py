@@ -136,3 +136,31 @@ def test_trust_rehashes_what_changed_and_only_that(tmp_path: Path) -> None:
     assert FileTrust(store).entries == {}
     store.write_text('{"format": 99, "files": {}}')
     assert FileTrust(store).entries == {}
+
+
+def test_a_blob_changed_in_a_git_mirror_is_refused_by_its_hash(world: World, tmp_path: Path) -> None:
+    """A loose object of the cache's mirror rewritten (valid zlib, the right header, other bytes): before
+    anything is checked out, every object of the pinned commit is hashed against its id, so the new
+    stack's fetch fails naming the mirror and the file.  Before, only git's racy-clean re-hash could
+    notice (a checkout spanning over a second did not: git status compares stat data)."""
+    import subprocess
+    import zlib
+
+    from october.installer.core.errors import FetchError
+
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    (mirror,) = (cache / "git").glob("*-alpha.git")
+    tree = subprocess.run(["git", "--git-dir", str(mirror), "ls-tree", "-r", world.commits["alpha"]],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    oid, rel = next((ln.split()[2], ln.split("\t")[1]) for ln in tree if ln.endswith(".py"))
+    obj = mirror / "objects" / oid[:2] / oid[2:]
+    assert obj.is_file(), "the fixture mirror keeps loose objects"
+    planted = (s1 / "src" / "alpha" / rel).read_bytes() + POISON.encode()
+    os.chmod(obj, 0o644)
+    obj.write_bytes(zlib.compress(b"blob %d\0" % len(planted) + planted))
+    with pytest.raises(FetchError) as exc:
+        setup(world, s2, cache)
+    assert f"the cache's mirror {mirror} holds objects whose bytes are not the ones their ids name" in str(exc.value)
+    assert f"{oid} ({rel})" in (exc.value.found or "") and f"remove {mirror}" in (exc.value.fix or "")
+    assert not (s2 / "src" / "alpha").exists()

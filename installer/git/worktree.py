@@ -1,8 +1,10 @@
 """The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
 
 The clone is a local ``git clone --no-hardlinks`` of the bare mirror: git copies the
-mirror's object files (never shares their inodes with the cache), so nothing is
-downloaded twice and, unlike ``--reference``/alternates, the clone keeps
+mirror's object files (never shares their inodes with the cache) and every object the
+checkout reads is hashed against its id first (a shallow mirror is read over git's
+protocol, which hashes what it copies), so nothing is downloaded twice, nothing changed
+in the cache is checked out, and, unlike ``--reference``/alternates, the clone keeps
 working if the cache is later deleted.  ``origin`` then points at the real
 fork URL.  Submodules go through a mirror of their own URL the same way: the
 submodule's URL is pointed at its mirror for the ``submodule update`` and set
@@ -119,8 +121,11 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
 
 
 def _source(mirror: Mirror) -> str:
-    """How a clone reads the local mirror: a path (hard links) unless the mirror is shallow,
-    then a file:// URL (git ignores --depth for plain paths)."""
+    """How a clone reads the local mirror: a path unless the mirror is shallow, then a file:// URL (git
+    ignores --depth for plain paths).  From a path ``git clone`` copies the object files as they are
+    and never hashes them (:func:`_require_objects` does, for what the checkout reads); over the
+    protocol ``index-pack`` hashes each object it receives, and for a full-history mirror that would
+    be the whole history, at every new stack."""
     return mirror.path.as_uri() if is_shallow(mirror.path) else str(mirror.path)
 
 
@@ -154,12 +159,28 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
            _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
+    if not is_shallow(mirror.path):      # copied as files (see _source): hash what the checkout will read
+        _require_objects(g, partial, mirror, commit)
     mark_incomplete(partial, commit)      # until every check passed, what is in the clone is ours
     _set_origin(g, partial, mirror.url)
     _checkout(g, partial, commit)
     if dest.exists():
         dest.rmdir()          # only an empty directory gets here
     partial.rename(dest)
+
+
+def _require_objects(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
+    """Every object the checkout of ``commit`` reads hashes to its name (:mod:`.objcheck`), before anything
+    is checked out of a clone whose object files were copied from the cache's mirror."""
+    from .objcheck import mismatched
+
+    bad, count = mismatched(repo_dir, commit)
+    if bad:
+        raise FetchError(f"fork '{g.fork}': the cache's mirror {mirror.path} holds objects whose bytes are not "
+                         f"the ones their ids name", expected=f"each of the {count} objects of commit {commit} "
+                         "hashing to its id", found=f"{len(bad)} differ or are missing: {listed(bad)}",
+                         fix=f"remove {mirror.path} (a cache; the next run fetches it again) and re-run; "
+                             f"nothing was checked out")
 
 
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
@@ -361,7 +382,9 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
             if cloned:
                 _bring_commit(g, sub_dir, mirror, commit)
             else:
-                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", _source(mirror)],
+                # a file:// URL whatever the mirror: from a path, `submodule update` would copy (or hard
+                # link) the object files unhashed; over the protocol index-pack hashes each one
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", mirror.path.as_uri()],
                   doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
             try:
                 # protocol.file.allow: the clone source is our own local mirror.  No --no-fetch:

@@ -1,0 +1,81 @@
+"""Every object a checkout of a commit reads, hashed against its name.
+
+``git clone`` from a plain path copies the mirror's object files as they are, and git reads an object
+without hashing it: a blob or tree changed in the cache would be checked out, and ``git status`` (which
+compares stat data) calls the clone clean unless the file happens to be racily clean.  Over git's
+pack protocol (a file:// URL) ``index-pack`` hashes every object it receives, but a clone of a
+full-history mirror over it copies (and hashes) the whole history; this hashes only what the checkout
+needs: the commit, its trees and their blobs (gitlinks are submodules, fetched and hashed on their own).
+Objects are read through GitPython's object database (one ``git cat-file --batch``), streamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import git
+from git.objects.fun import tree_entries_from_data
+
+TREE_MODE = 0o040000
+GITLINK_MODE = 0o160000
+CHUNK = 1 << 20
+
+
+def _read(odb: object, oid: bytes) -> tuple[bytes, str, bytes | None]:
+    """(type, hex digest of the object as git names it, its data when a tree or commit); a missing
+    object reads as type ``missing`` with an empty digest."""
+    try:
+        stream = odb.stream(oid)  # type: ignore[attr-defined]
+    except ValueError:              # GitPython: "SHA ... could not be resolved, git returned: ... missing"
+        return b"missing", "", None
+    digest = hashlib.sha1(b"%s %d\0" % (stream.type, stream.size))
+    keep = stream.type in (b"tree", b"commit")
+    parts: list[bytes] = []
+    left = stream.size
+    while left > 0:
+        chunk = stream.read(min(CHUNK, left))
+        if not chunk:
+            break
+        left -= len(chunk)
+        digest.update(chunk)
+        if keep:
+            parts.append(chunk)
+    return stream.type, digest.hexdigest(), b"".join(parts) if keep else None
+
+
+def mismatched(repo: Path, commit: str) -> tuple[list[str], int]:
+    """(the objects of ``commit``'s checkout whose bytes do not hash to their name, as ``oid path``;
+    how many objects were hashed).  A tree that does not match is still walked: every mismatch is named."""
+    bad: list[str] = []
+    count = 0
+    with git.Repo(repo) as r:
+        odb = r.odb
+        kind, got, data = _read(odb, bytes.fromhex(commit))
+        count += 1
+        if got != commit or kind != b"commit" or data is None:
+            return [f"{commit} (the commit)"], count
+        first = data.split(b"\n", 1)[0]
+        if not first.startswith(b"tree "):
+            return [f"{commit} (the commit names no tree)"], count
+        todo = [(bytes.fromhex(first[5:].decode("ascii")), "")]
+        while todo:
+            oid, path = todo.pop()
+            kind, got, data = _read(odb, oid)
+            count += 1
+            if got != oid.hex():
+                bad.append(f"{oid.hex()} ({path or '/'}{', missing' if kind == b'missing' else ''})")
+            if kind != b"tree" or data is None:
+                continue
+            for binsha, mode, name in tree_entries_from_data(data):
+                sub = f"{path}/{name}" if path else name
+                if mode == GITLINK_MODE:
+                    continue
+                if mode == TREE_MODE:
+                    todo.append((binsha, sub))
+                else:
+                    kind, got, _ = _read(odb, binsha)
+                    count += 1
+                    if got != binsha.hex():
+                        bad.append(f"{binsha.hex()} ({sub}{', missing' if kind == b'missing' else ''})")
+    return bad, count
