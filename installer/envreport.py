@@ -42,7 +42,9 @@ def stack_report(stack: Path) -> dict[str, Any]:
     if paths.setup_receipt.is_file():
         try:
             receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
-            out["recipe"] = receipt.get("recipe")
+            if not isinstance(receipt, dict):
+                raise TypeError("the setup receipt is not a JSON object")
+            out["recipe"] = receipt.get("recipe") if isinstance(receipt.get("recipe"), dict) else None
             out["setup_tool"] = receipt.get("tool")
             locked = {f["name"]: f.get("commit") for f in receipt.get("forks") or [] if isinstance(f, dict)}
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
@@ -75,7 +77,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
     if jit.is_file():
         try:
             out["jit_modules"] = len(json.loads(jit.read_text(encoding="utf-8")).get("outputs", {}).get("modules", []))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
             out["jit_modules"] = None
     return out
 

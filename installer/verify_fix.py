@@ -41,8 +41,14 @@ def cache_dir(paths: StackPaths) -> Path | None:
     return Path(str(shared)).parent if shared else None
 
 
+def _obj(receipt: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``receipt[key]`` when it is an object, else {} (a hand-edited receipt must not crash the fix line)."""
+    value = receipt.get(key) if isinstance(receipt, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
 def _recipe_arg(receipt: Mapping[str, Any]) -> str | None:
-    rec = receipt.get("recipe") or {}
+    rec = _obj(receipt, "recipe")
     path, name = rec.get("path"), rec.get("name")
     if path and name and Path(str(path)).resolve() == (recipes_dir() / f"{name}.toml").resolve():
         return str(name)                           # a shipped recipe: by name
@@ -55,10 +61,10 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
     argv = ["october_setup", _q(paths.root)]
     if recipe := _recipe_arg(receipt):
         argv += ["--recipe", _q(recipe)]
-    torch = receipt.get("torch") or {}
+    torch = _obj(receipt, "torch")
     if torch.get("source") == "system" and torch.get("python"):
         argv += ["--system-python", _q(str(torch["python"]))]
-    if skipped := [str(s) for s in (receipt.get("options") or {}).get("skip_preflight") or []]:
+    if skipped := [str(s) for s in _obj(receipt, "options").get("skip_preflight") or []]:
         argv += ["--skip-preflight", _q(",".join(skipped))]
     if (cache := cache_dir(paths)) is not None:
         argv += ["--cache-dir", _q(cache)]

@@ -58,14 +58,16 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
     except (OctoberError, OSError) as exc:
         full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
         err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
-        ui.error(err.title, err.message)
+        from .redact import env_secrets, redact
+        message = redact(err.message, env_secrets())
+        ui.error(err.title, message)
         if json_command:
-            print_json_error(json_command, err.exit_code, err.title, err.message)
+            print_json_error(json_command, err.exit_code, err.title, message)
         raise CommandExit(err.exit_code) from None
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None)
         code = 128 + signum if isinstance(signum, int) else 130
-        why = f"stopped by {exc}" if signum is not None else "stopped by the user"
+        why = str(exc) if signum is not None else "stopped by the user"
         ui.error("interrupted", f"{why}; re-run the same command to resume")
         if json_command:
             print_json_error(json_command, code, "interrupted", f"{why}; re-run the same command to resume")

@@ -91,8 +91,11 @@ class StackLock:
         try:
             tmp.write_text(f"{os.getpid()}\n{' '.join(sys.argv)}\n", encoding="utf-8")
             os.replace(tmp, pid_file)       # never seen half-written
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.filename is None:   # ENOSPC from write(): name the file
+                raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
             raise
         self._fd = fd
         return self

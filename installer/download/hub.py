@@ -193,13 +193,16 @@ def select(paths: Sequence[str], patterns: Sequence[str]) -> list[str]:
     return sorted(filter_repo_objects(items=list(paths), allow_patterns=list(patterns)))
 
 
+HUB_TIMEOUT_S = 30.0   # huggingface_hub sets no timeout on API calls: a hub or proxy that accepts and stalls would hang forever
+
+
 def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> HubSnapshot:
     """Ask the hub what ``repo`` holds at ``revision``: resolved commit and per-file metadata."""
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint(), library_name="october")
     with _hub_errors(repo, revision, "reading the model's file list"):
-        info = api.model_info(repo, revision=revision, files_metadata=True)
+        info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
     by_path = {s.rfilename: s for s in info.siblings or []}
     files = []
     for p in select(list(by_path), patterns):

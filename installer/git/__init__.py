@@ -43,6 +43,8 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["GIT_TERMINAL_PROMPT"] = "0"      # a private repo fails at once instead of hanging
     env["GCM_INTERACTIVE"] = "never"
     env["LC_ALL"] = "C"                   # stable messages in logs
+    env.setdefault("GIT_HTTP_LOW_SPEED_LIMIT", "1000")   # a remote or proxy that accepts and stalls ends the
+    env.setdefault("GIT_HTTP_LOW_SPEED_TIME", "60")      # fetch (< 1 kB/s for 60 s) instead of hanging for ever
     return with_config(env, PARALLEL_CHECKOUT)
 
 

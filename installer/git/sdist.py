@@ -39,6 +39,7 @@ from filelock import FileLock
 
 from ..core.atomic import write_json_atomic
 from ..core.errors import FetchError, WheelError
+from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env
 from ..recipe import SdistSource
@@ -161,7 +162,7 @@ def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: 
         untracked = runner.run([*git, "ls-files", "--others", "--ignored", "--exclude-standard"],
                                step=step, env=env, cwd=tree).output.split()
         write_json_atomic(partial / RECORD, {
-            "format": FORMAT, "fork": name, "sdist": {"url": sdist.url, "sha256": sdist.sha256,
+            "format": FORMAT, "fork": name, "sdist": {"url": redact_url(sdist.url), "sha256": sdist.sha256,
                                                       "version": sdist.version},
             "commit": commit, "tag": f"v{sdist.version}", "recorded_commit_id": recorded,
             "left_untracked": sorted(untracked)})

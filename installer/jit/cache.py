@@ -7,7 +7,9 @@ An entry (``<cache_dir>/jit/<key[:2]>/<key>/``) holds the module's whole build
 directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
 ``entry.json`` with each file's sha256.  Nothing is restored unless every file
 hashes to what ``entry.json`` says and the library to the recorded sha256; a
-tampered or half-written entry is removed and the module is built again.
+corrupted, changed or half-written entry is removed and the module is built again.
+``entry.json`` lives in the cache beside what it describes: a library edited
+together with its record is not caught (README: what the cache is trusted with).
 Entries are written to a temporary directory and renamed into place, so a killed
 run never leaves a half entry under its key.
 """

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Mapping
 from .. import __version__
 from ..core.errors import CommandFailed, ToolMissing
 from ..core.hashing import fingerprint, sha256_file
+from ..core.redact import redact_url
 from ..core.resources import checkout_root
 from ..core.runner import Runner
 from ..engine import StepContext
@@ -48,7 +49,7 @@ def torch_record(ctx: StepContext) -> dict[str, Any]:
     env = ctx.result(EnvResult)
     if t.from_system:
         return dict((env.system_torch if env is not None else None) or {"source": "system", "version": None})
-    return {"source": "index", "version": t.version, "index": t.index_url}
+    return {"source": "index", "version": t.version, "index": redact_url(t.index_url) if t.index_url else None}
 
 
 def promised_level(ctx: StepContext) -> str:
