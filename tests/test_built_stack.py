@@ -153,9 +153,17 @@ def test_a_binary_file_naming_the_stack_path_is_not_stored(tmp_path: Path) -> No
     assert entries(tmp_path / "cache") == []
 
 
-def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tmp_path: Path) -> None:
-    """The fork outputs the entry holds are already in the checkouts (the same bytes): kept, not refused."""
+def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork outputs the entry holds are already in the checkouts (the same bytes): kept, not refused.
+
+    The fixture's forks build nothing into their checkouts, so the entry is stored as a build that wrote
+    ``built.txt`` would store it: the file is written before the install, where it is otherwise not this
+    run's making (:func:`october.installer.steps.reuse.unstorable`), and that rule is set aside for that
+    one run."""
     import shutil
+
+    from october.installer.steps import reuse
 
     cache, s1 = tmp_path / "cache", tmp_path / "s1"
     setup(world, s1, cache)
@@ -165,7 +173,9 @@ def test_a_stack_whose_env_was_removed_takes_its_own_entry_back(world: World, tm
         fh.write("built.txt\n")
     shutil.rmtree(entry)
     (s1 / ".state" / "install.json").unlink()
-    setup(world, s1, cache)                             # install runs again and stores an entry with that output
+    with monkeypatch.context() as m:
+        m.setattr(reuse, "unstorable", lambda *args: None)
+        setup(world, s1, cache)                         # install runs again and stores an entry with that output
     assert built_from(s1) is None
     (entry,) = entries(cache)
     assert (entry / "forks" / "alpha" / "built.txt").is_file()

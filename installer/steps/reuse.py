@@ -168,12 +168,13 @@ def recorded_imports(ctx: StepContext, entry: "builtstack.Entry | None") -> dict
 def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | None:
     """Why this run may not store its stack in the built-stack cache (None: it may), asked before the
     forks are installed.  What is stored reaches every later stack with the same key, so only what this
-    run made itself is: an env the env step made in this run (``uv venv --clear``, not one an earlier
+    run made itself is: an env the env step made in this run (``uv venv --clear``, or copied from an entry
+    whose forks' outputs were then refused, every file checked against its manifest; not one an earlier
     run left, where a file no RECORD owns may have been planted since), and checkouts that hold no file
     git does not track before the install (an ignored file planted in one, a ``*.so`` that shadows a
     module, is not the build's output; fetch's clean check does not see ignored files)."""
-    made = ctx.done.get("env")
-    if made is None or made.status != "ran" or getattr(made.result, "built_from", None) is not None:
+    made = ctx.done.get("env")       # ran: made by uv venv --clear, or copied from an entry and checked
+    if made is None or made.status != "ran":
         return "its env was made by an earlier run (only a run that makes the env itself stores it)"
     for f in forks:
         found = overwritten.untracked(ctx.runner, step, f.path)
