@@ -62,11 +62,15 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "verify": ("installer/verify.py", ("tests/test_mutation_kills_verify.py",)),
     "kit-check": ("installer/kit/manifest.py", ("tests/test_mutation_kills_kit.py",)),
     "kit-against": ("installer/kit/against.py", ("tests/test_kit_units.py",)),
+    # issue 21 moved the install step's domain code here (guards.spec_for and the static torch-ABI verdict,
+    # consistency.require_consistent and the site-provided distributions): their tests came with it
     "install-guards": ("installer/install/guards.py",
                        ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py",
-                        "tests/test_wheel_guard.py")),
+                        "tests/test_wheel_guard.py", "tests/test_sdist_fork.py", "tests/test_install_step.py")),
     "install-consistency": ("installer/install/consistency.py",
-                            ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py")),
+                            ("tests/test_mutation_kills_install.py", "tests/test_install_plan.py",
+                             "tests/test_system_torch.py", "tests/test_install_nested.py",
+                             "tests/test_consistency_vs_uv.py")),
     "install-nested": ("installer/install/nested.py", ("tests/test_mutation_kills_install.py",)),
 }
 

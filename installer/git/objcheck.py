@@ -17,7 +17,6 @@ from pathlib import Path
 import git
 from git.objects.fun import tree_entries_from_data
 
-TREE_MODE = 0o040000
 GITLINK_MODE = 0o160000
 CHUNK = 1 << 20
 
@@ -65,17 +64,7 @@ def mismatched(repo: Path, commit: str) -> tuple[list[str], int]:
             count += 1
             if got != oid.hex():
                 bad.append(f"{oid.hex()} ({path or '/'}{', missing' if kind == b'missing' else ''})")
-            if kind != b"tree" or data is None:
-                continue
-            for binsha, mode, name in tree_entries_from_data(data):
-                sub = f"{path}/{name}" if path else name
-                if mode == GITLINK_MODE:
-                    continue
-                if mode == TREE_MODE:
-                    todo.append((binsha, sub))
-                else:
-                    kind, got, _ = _read(odb, binsha)
-                    count += 1
-                    if got != binsha.hex():
-                        bad.append(f"{binsha.hex()} ({sub}{', missing' if kind == b'missing' else ''})")
+            if kind == b"tree" and data is not None:
+                todo += [(binsha, f"{path}/{name}" if path else name)
+                         for binsha, mode, name in tree_entries_from_data(data) if mode != GITLINK_MODE]
     return bad, count
