@@ -81,3 +81,13 @@ def test_env_secrets_reads_the_process_environment_by_default(monkeypatch: pytes
     monkeypatch.setenv("GH_TOKEN", "from-the-process")
     assert env_secrets() == ["from-the-process"]
     assert env_secrets({}) == []
+
+
+def test_a_url_at_the_very_start_of_the_text_is_masked() -> None:
+    """The first ``://`` may be at index 0 (text cut just after a scheme): its credentials are masked too."""
+    assert redact_url("://oct:SEKRET@host/simple") == f"://{MASK}@host/simple"
+
+
+def test_an_empty_user_part_is_left_as_it_is() -> None:
+    """``https://@host`` has nothing before its ``@`` to hide: the text stays as written."""
+    assert redact_url("https://@host/x and https://u:p@h/y") == f"https://@host/x and https://{MASK}@h/y"
