@@ -222,6 +222,19 @@ def test_env_python_version_reads_pyvenv_cfg(tmp_path: Path) -> None:
     assert env_python_version(tmp_path) is None
 
 
+def test_the_env_s_own_python_decides_the_markers_and_the_recipe_s_only_without_one(tmp_path: Path) -> None:
+    """require_consistent reads the markers with the env's Python (pyvenv.cfg), the recipe's only where the
+    env names none: a requirement only Python 3.11 has is unmet in a 3.11 env under a 3.12 recipe."""
+    from october.installer.install.consistency import require_consistent
+
+    _site(tmp_path, {"a": ("1.0", ['c>=1; python_version < "3.12"'])})
+    env = tmp_path / "env"
+    assert require_consistent(env, "3.12.3", (), ()).undeclared == ()       # no pyvenv.cfg: the recipe's 3.12
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\nversion_info = 3.11.9\n")
+    with pytest.raises(InstallError, match="inconsistent: 1 requirement"):
+        require_consistent(env, "3.12.3", (), ())                             # the env's 3.11 asks for c
+
+
 # ------------------------------------------------------------------------------------------ nested
 
 
