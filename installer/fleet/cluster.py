@@ -132,6 +132,9 @@ def ship(ray: Any, kit: Path, manifest: dict[str, Any], lock: bytes | None, lock
     return Shipment(manifest=(kit / MANIFEST).read_bytes(), files=tuple(files), lock=lock, lock_sha256=lock_sha)
 
 
+FLUSH_S = 0.5      # how long a node's end waits for its last phases from the board (never the fleet's time)
+
+
 class Board:
     """The nodes' phases as they report them, kept until the driver takes them (a Ray actor)."""
 
@@ -170,6 +173,15 @@ class _BoardReader:
         for name, phase in seen:
             self.progress.phase(name, phase)
         self._taking = self.board.take.remote()
+
+    def flush(self, timeout: float = FLUSH_S) -> None:
+        """Before a node is said finished: what it reported since the last take, waited for at most
+        ``timeout`` per take (a report that comes after the node's end is dropped, so a node whose steps
+        all ended between two takes showed only its first phases)."""
+        for _ in range(2):          # the take in flight, then one asked now (after the node's last report)
+            if self._taking is not None:
+                self.ray.wait([self._taking], timeout=timeout)
+            self.pass_on()
 
 
 def _remote(ray: Any) -> Any:
@@ -221,7 +233,10 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
                 running[ref] = (job, time.monotonic() + job.timeout_s + GRACE_S)
                 progress.started(job)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            phases.pass_on()
+            if ready:
+                phases.flush()          # a node that ended: its last phases before its end
+            else:
+                phases.pass_on()
             for ref in ready:
                 job, _deadline = running.pop(ref)
                 out[job.name] = _gather(ray, ref, job, lost)
