@@ -245,6 +245,26 @@ def test_a_changed_lock_file_is_named(stack: Stack) -> None:
     assert d.check == "lock" and "as the setup receipt recorded" in d.expected
 
 
+def test_a_setup_receipt_changed_since_its_step_wrote_it_is_named(stack: Stack) -> None:
+    """The receipt step's marker records setup.json's sha256; an edit after it (a fork dropped, which would
+    lower the smoke's promise) is a difference, never believed.  Without a marker there is nothing to
+    compare with (an older stack): no difference."""
+    from october.installer.engine import MARKER_FORMAT
+
+    setup = stack.root / "receipts" / "setup.json"
+    marker = stack.root / ".state" / "receipt.json"
+    marker.write_text(json.dumps({"format_version": MARKER_FORMAT, "step": "receipt",
+                                  "outputs": {"path": str(setup), "sha256": sha256_file(setup)}}))
+    assert diffs(stack) == []
+    written = sha256_file(setup)
+    _write_receipt(stack.root, forks=[])
+    d = only(stack)
+    assert d.check == "receipt" and d.what == str(setup)
+    assert d.expected == f"sha256 {written} (as the receipt step wrote it)" and "changed since" in d.found
+    marker.unlink()
+    assert diffs(stack) == []
+
+
 def test_a_receipt_without_a_lock_hash_skips_that_check(stack: Stack) -> None:
     (stack.root / "pylock.toml").write_text(stack.lock_text() + "# edited\n")
     (stack.root / "receipts" / "setup.json").write_text(json.dumps({"forks": []}))
