@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import DownloadError, UsageError
+from october.installer.core.errors import DownloadError, FileSystemError, UsageError
 from october.installer.download import DownloadOptions, load_manifest, run_download
 from october.installer.recipe import load_recipe
 from tests.fixtures.root import PROJECT_ROOT
@@ -108,11 +108,31 @@ def test_model_dir_with_download_options_is_a_usage_error(tmp_path: Path, extra:
         run_download(_opts(tmp_path, _pins(), model, **extra))
 
 
-def test_a_model_dir_that_is_not_a_directory_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_model_dir_that_is_not_a_directory_is_a_path_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     for where in (tmp_path / "f", tmp_path / "nothing"):
-        with pytest.raises(UsageError, match="is not a directory"):
+        with pytest.raises(FileSystemError, match="is not a directory") as info:
             run_download(_opts(tmp_path, _pins(), where))
+        assert info.value.exit_code == 19
+
+
+@pytest.mark.parametrize("option", ["--model-dir", "--fixtures", "--output"])
+def test_a_path_option_of_the_wrong_kind_exits_19_as_the_readme_says(tmp_path: Path, option: str) -> None:
+    """A path of the wrong kind is exit 19 for every path option (it was 2 for --model-dir and
+    --fixtures, as a usage error, while --cache-dir and --local-dir gave 19)."""
+    model = _copy(tmp_path / "m")
+    recipe = write_recipe(tmp_path / "recipe", awq_pins=_pins())
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "o" / "awq-download.json").mkdir(parents=True)       # --output: a directory where the file goes
+    given = {"--model-dir": ["--model-dir", str(tmp_path / "afile"), "--output", str(tmp_path / "o2")],
+             "--fixtures": ["--model-dir", str(model), "--fixtures", str(tmp_path / "nothing"),
+                            "--output", str(tmp_path / "o2")],
+             "--output": ["--model-dir", str(model), "--output", str(tmp_path / "o")]}[option]
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe", str(recipe),
+                           *given, "--quiet"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9"))
+    assert proc.returncode == 19, proc.stderr
+    assert option in proc.stderr and "Expected" in proc.stderr
 
 
 def test_the_cli_takes_model_dir(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import DownloadError, ReceiptError, RecipeError, UsageError
+from october.installer.core.errors import DownloadError, FileSystemError, ReceiptError, RecipeError, UsageError
 from october.installer.core.paths import default_cache_dir
 from october.installer.core.schemas import load_schema
 from october.installer.download import DownloadOptions, make_plan
@@ -223,10 +223,10 @@ def test_output_is_a_directory_like_smoke_or_a_json_file(recipe, tmp_path: Path)
 
 
 def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as e:
+    with pytest.raises(FileSystemError) as e:
         make_plan(opts(recipe, tmp_path, fixtures=tmp_path / "missing"), environ={})
     assert "--fixtures" in e.value.message and "nothing there" in e.value.message
-    with pytest.raises(UsageError) as e:
+    with pytest.raises(FileSystemError) as e:
         make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
     assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" in e.value.message
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import ReceiptError, SmokeError, StateError, UsageError
+from october.installer.core.errors import FileSystemError, ReceiptError, SmokeError, StateError, UsageError
 from october.installer.pyenv import stackenv
 from october.installer.smoke.launch import (
     REPO_ROOT,
@@ -317,11 +317,11 @@ def test_fixtures_pointing_nowhere_is_refused_at_every_level(tmp_path: Path, mon
     stack = _stack(tmp_path)
     opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference",
                         fixtures=tmp_path / "no-such-dir")
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(FileSystemError) as info:
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
     assert "--fixtures" in str(info.value) and "nothing there" in str(info.value)
     opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(FileSystemError) as info:
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None, base_env={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
     assert "$KNLP_KV_FIXTURES" in str(info.value)
     assert not (tmp_path / "o" / "smoke.log").exists()

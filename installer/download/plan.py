@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..core.errors import RecipeError, UsageError
+from ..core.errors import FileSystemError, RecipeError, UsageError
 from ..core.paths import default_cache_dir
 from ..recipe import MODEL_FORMATS, Recipe
 
@@ -82,10 +82,10 @@ def fixtures_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
         return None
     path = path.expanduser().absolute()
     if not path.is_dir():
-        raise UsageError(f"{where} points at {path}, which is not a directory",
-                         expected="a directory of <org>__<name>.kv_scales.json files",
-                         found="a file" if path.exists() else "nothing there",
-                         fix=f"fix {where} (or unset it to run without calibrated scales)")
+        raise FileSystemError(f"{where} points at {path}, which is not a directory",
+                              expected="a directory of <org>__<name>.kv_scales.json files",
+                              found="a file" if path.exists() else "nothing there",
+                              fix=f"fix {where} (or unset it to run without calibrated scales)")
     return path
 
 
@@ -108,13 +108,13 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
                           found="an empty list")
     output = manifest_path(opts.output.expanduser().absolute(), opts.format)
     if output.is_dir():
-        raise UsageError(f"--output {output} is a directory", expected="a path for the manifest JSON file",
-                         found="a directory", fix=f"pass a directory (the manifest becomes "
-                         f"DIR/{default_manifest_name(opts.format)}) or a file path ending in .json")
+        raise FileSystemError(f"--output {output} is a directory", expected="a path for the manifest JSON file",
+                              found="a directory", fix=f"pass a directory (the manifest becomes "
+                              f"DIR/{default_manifest_name(opts.format)}) or a file path ending in .json")
     parent = next((p for p in output.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
-        raise UsageError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
-                         found=f"{parent} is a file", fix="pass a path inside a directory")
+        raise FileSystemError(f"--output {output} cannot be written", expected="a path whose parent is a directory",
+                              found=f"{parent} is a file", fix="pass a path inside a directory")
     cache_dir = (opts.cache_dir or default_cache_dir(env)).expanduser().absolute()
     if opts.model_dir is not None:
         if opts.local_dir is not None or opts.offline:
@@ -123,10 +123,10 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
                              fix="drop --local-dir/--offline: a --model-dir copy is never downloaded into")
         model_dir = opts.model_dir.expanduser().absolute()
         if not model_dir.is_dir():
-            raise UsageError(f"--model-dir {model_dir} is not a directory",
-                             expected="the directory holding the model's files (config.json, *.safetensors, ...)",
-                             found="a file" if model_dir.exists() else "nothing there",
-                             fix="pass the model's directory")
+            raise FileSystemError(f"--model-dir {model_dir} is not a directory",
+                                  expected="the directory holding the model's files (config.json, *.safetensors, ...)",
+                                  found="a file" if model_dir.exists() else "nothing there",
+                                  fix="pass the model's directory")
         local_dir, default_dir = model_dir, False
     elif opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
