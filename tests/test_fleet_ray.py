@@ -297,9 +297,12 @@ def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit:
     assert timed.returncode == 1 and nodes["n2"]["status"] == "timeout", timed.stdout + timed.stderr
     assert "killed after the node's 6 s" in nodes["n2"]["detail"] and sorted(nodes) == ["n2"]
 
-    # Ctrl-C while n2 installs: its task is cancelled, its children die, the receipt says cancelled
+    # Ctrl-C while n2 installs: its task is cancelled, its children die, the receipt says cancelled.
+    # SIGINT at its default in the run, as a terminal starts it: a test process started as a background
+    # job of a shell without job control (`cmd &` in a script) ignores SIGINT, and the run would inherit it
     proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", *args], cwd=PROJECT_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     seen = "n2: install on"
     buf = ""

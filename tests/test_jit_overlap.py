@@ -313,9 +313,10 @@ def test_a_build_prepared_for_another_checkout_is_not_used(recipe: Path, tmp_pat
 
 
 def terminal_defaults() -> None:
-    """A job as a terminal's shell starts it: SIGHUP and SIGTERM at their defaults, whatever this test
-    process inherited (a CI runner under nohup ignores SIGHUP, and an ignored signal stays ignored)."""
-    for sig in (signal.SIGHUP, signal.SIGTERM):
+    """A job as a terminal's shell starts it: SIGINT, SIGHUP and SIGTERM at their defaults, whatever this
+    test process inherited (a CI runner under nohup ignores SIGHUP; one started as a background job of a
+    shell without job control, ``cmd &`` in a script, ignores SIGINT; an ignored signal stays ignored)."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
 
 
