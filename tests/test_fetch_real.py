@@ -14,6 +14,8 @@ import pytest
 
 from october.installer.core.errors import FetchError
 from october.installer.engine import run_pipeline
+from october.installer.git import clonecheck
+from october.installer.git.clonecheck import submodule_heads, submodule_states
 from october.installer.git.mirror import mirror_path
 from october.installer.recipe import load_recipe
 from october.installer.steps.fetch import FetchStep
@@ -36,6 +38,10 @@ def _rewrite(monkeypatch: pytest.MonkeyPatch, mirror: Path) -> None:
     for i, (key, value) in enumerate(pairs):
         monkeypatch.setenv(f"GIT_CONFIG_KEY_{i}", key)
         monkeypatch.setenv(f"GIT_CONFIG_VALUE_{i}", value)
+
+
+def _no_git_submodule(path: Path) -> list:
+    raise AssertionError(f"`git submodule status` was run in {path}")
 
 
 def _leftovers(cache: Path) -> list[str]:
@@ -65,6 +71,14 @@ def test_real_flashinfer_with_its_selected_cccl(real_mirror: Path, tmp_path: Pat
     assert not any((src / "3rdparty" / "cutlass").iterdir()) and not any((src / "3rdparty" / "spdlog").iterdir())
     assert not mirror_path(cache, "https://github.com/NVIDIA/cutlass.git").exists()
     assert _leftovers(cache) == []
+    # the fetch step's reader of submodule states says what `git submodule status --recursive` says
+    # (cccl checked out, cutlass, spdlog and the others not), on the real fork: it fails here when they drift apart
+    everything = submodule_states(src)
+    assert {s.path: s.flag for s in everything if s.flag != "-"} == {"3rdparty/cccl": " "}
+    assert {"3rdparty/cutlass", "3rdparty/spdlog"} <= {s.path for s in everything if s.flag == "-"}
+    monkeypatch.setattr(clonecheck, "submodule_states", _no_git_submodule)     # read, not asked of git
+    assert submodule_heads(src) == everything
+    assert submodule_heads(src, ("3rdparty/cccl",)) == [s for s in everything if s.path == "3rdparty/cccl"]
     [again] = run_pipeline([FetchStep()], make_ctx(stack, make_recipe([fork]), cache))
     assert again.status == "cached"
 

@@ -40,6 +40,7 @@ from .clonecheck import (  # noqa: F401  (the inspection lives there; re-exporte
     head_commit,
     listed,
     selected,
+    submodule_heads,
     submodule_states,
 )
 from .exclude import exclude_build_outputs
@@ -459,7 +460,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
                          expected=f"HEAD = {commit}", found=f"HEAD = {head}",
                          fix=f"delete {dest} and re-run")
-    states = [s for s in submodule_states(dest) if selected(s.path, selection)] if submodules else []
+    states = submodule_heads(dest, selection) if submodules else []
     off = [s for s in states if s.flag != " "]
     if off:
         raise FetchError(f"fork '{mirror.fork}': submodules of {dest} are not at their recorded commits",
