@@ -72,6 +72,10 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
                              "tests/test_system_torch.py", "tests/test_install_nested.py",
                              "tests/test_consistency_vs_uv.py")),
     "install-nested": ("installer/install/nested.py", ("tests/test_mutation_kills_install.py",)),
+    # the clone's read-only looks: submodule states from the index (issue 20), cleanliness, the no-op's verdict
+    "git-clonecheck": ("installer/git/clonecheck.py",
+                       ("tests/test_submodule_heads.py", "tests/test_fetch_worktree.py", "tests/test_noop_fast.py",
+                        "tests/test_fetch_sparse.py")),
 }
 
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not real")

@@ -116,3 +116,13 @@ def test_a_gitlink_its_gitmodules_does_not_name_is_left_to_git(clone, monkeypatc
     with pytest.raises(clonecheck.GitInspectError, match="no submodule mapping"):
         submodule_heads(dest)
     assert [s.path for s in submodule_heads(dest, ("z",))] == ["z"]     # not selected: not looked at
+
+
+def test_left_to_git_the_answer_is_still_the_selection(clone, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the reader hands a repository to git's command, the answer is git's, cut to the selection."""
+    dest, _ = clone
+    git_says = submodule_states(dest)
+    monkeypatch.setattr(clonecheck, "_gitmodules_paths", lambda repo: set())      # nothing named: git answers
+    assert submodule_heads(dest) == git_says
+    assert submodule_heads(dest, ("z",)) == [s for s in git_says if s.path == "z"]
+    assert submodule_heads(dest, ("a",)) == [s for s in git_says if s.path in ("a", "a/inner")]
