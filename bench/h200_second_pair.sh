@@ -1,8 +1,8 @@
 #!/bin/bash
 # Two builds of the tool side by side on one host: second stacks from the same cache, alternating
-# old/new, so the host's drift (git and disk times vary run to run) falls on both.  Run after
-# bench/h200_trust_speed.sh (its cache /tmp/october-cache holds the cold run's mirrors, wheels, JIT and
-# built-stack entry).  Prints each stack's wall time and step seconds, then the medians per build.
+# old/new, so the host's drift (git and disk times vary run to run) falls on both, after
+# one uncounted stack per build (its own built-stack entry; on a fresh machine the cache's mirrors and JIT).
+# Prints each stack's wall time and step seconds, then the medians per build.
 #   OLD=DIR NEW=WHEELS_DIR KIT=DIR ROUNDS=3 bash bench/h200_second_pair.sh
 #   (NEW from bench/h200_tool_wheels.sh; OLD: only the older build's october wheel, `uv build --wheel -o OLD`)
 set -u
@@ -18,8 +18,14 @@ for b in old new; do      # the same dependencies (NEW's wheels); OLD holds only
     --find-links "$NEW" -r "$NEW/req-slim.txt" || exit 1
   [ $b = new ] || /tmp/boot-$b/bin/uv pip install -q --compile-bytecode --python /tmp/toolenv-$b/bin/python \
     --no-index --no-deps --reinstall "$OLD"/october-*.whl || exit 1
-  echo "$b: $(/tmp/toolenv-$b/bin/python -c 'import october.installer.git.clonecheck as c; print("submodule_heads" if hasattr(c, "submodule_heads") else "git submodule status")')"
+  # from /tmp: in the checkout, `python -c` would import the checkout's october/ before the installed one
+  echo "$b: $(cd /tmp && /tmp/toolenv-$b/bin/python -c 'import october.installer.git.clonecheck as c; print(c.__file__, "submodule_heads" if hasattr(c, "submodule_heads") else "git submodule status")')"
 done
+# one stack per build first, not counted: a build's first stack makes the built-stack entry of that build
+# (the entry is keyed by the tool too) and, on a fresh machine, the cache's mirrors and JIT
+for b in old new; do S=/tmp/pair-$b-0; rm -rf $S; t=$(now)
+  /tmp/toolenv-$b/bin/october_setup $S --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" \
+    --cache-dir "$CACHE" > /tmp/pair.log 2>&1; echo "warm-up $b rc=$? in $(since $t) s"; done
 rm -f /tmp/pair-lines
 for r in $(seq 1 "${ROUNDS:-3}"); do
   order=$([ $((r % 2)) = 1 ] && echo "old new" || echo "new old")
