@@ -75,7 +75,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     # the clone's read-only looks: submodule states from the index (issue 20), cleanliness, the no-op's verdict
     "git-clonecheck": ("installer/git/clonecheck.py",
                        ("tests/test_submodule_heads.py", "tests/test_fetch_worktree.py", "tests/test_noop_fast.py",
-                        "tests/test_fetch_sparse.py")),
+                        "tests/test_fetch_step.py", "tests/test_fetch_sparse.py")),
 }
 
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not real")

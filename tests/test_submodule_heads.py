@@ -126,3 +126,24 @@ def test_left_to_git_the_answer_is_still_the_selection(clone, monkeypatch: pytes
     assert submodule_heads(dest) == git_says
     assert submodule_heads(dest, ("z",)) == [s for s in git_says if s.path == "z"]
     assert submodule_heads(dest, ("a",)) == [s for s in git_says if s.path in ("a", "a/inner")]
+
+
+def test_check_clone_with_local_changes_allowed_still_compares_the_recorded_submodules(clone) -> None:
+    """``--allow-dirty``: no ``git status`` verdict, so the states git gives are compared with the record
+    (bench/mutate.py: deleting either return of that comparison survived)."""
+    dest, _ = clone
+    head = fixture_git("-C", str(dest), "rev-parse", "HEAD")
+    recorded = {s.path: s.commit for s in submodule_states(dest)}
+    assert clonecheck.check_clone(dest, head, allow_dirty=True, submodules=recorded) is None
+    wrong = dict(recorded, z="0" * 40)
+    assert "submodules are" in (clonecheck.check_clone(dest, head, allow_dirty=True, submodules=wrong) or "")
+
+
+def test_check_clone_says_so_when_git_cannot_read_the_clone(clone) -> None:
+    """A clone git cannot read (its index overwritten) is never called clean."""
+    dest, _ = clone
+    head = fixture_git("-C", str(dest), "rev-parse", "HEAD")
+    (dest / ".git" / "index").write_bytes(b"not an index")
+    for allow_dirty in (False, True):
+        said = clonecheck.check_clone(dest, head, allow_dirty=allow_dirty, submodules={"z": "0" * 40})
+        assert said is not None and "git cannot inspect" in said, said

@@ -93,7 +93,9 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
             shown = selected(where, selection)
             if not shown and not any(p.startswith(where + "/") for p in selection or ()):
                 continue                              # neither selected nor above a selected one
-            if rel not in mapped.setdefault(repo, _gitmodules_paths(repo)):
+            if repo not in mapped:                    # .gitmodules read once per repository
+                mapped[repo] = _gitmodules_paths(repo)
+            if rel not in mapped[repo]:
                 raise _Unmapped
             if stage != "0":                          # one line for an unmerged path's stages
                 if shown:
