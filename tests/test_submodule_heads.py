@@ -147,3 +147,26 @@ def test_check_clone_says_so_when_git_cannot_read_the_clone(clone) -> None:
     for allow_dirty in (False, True):
         said = clonecheck.check_clone(dest, head, allow_dirty=allow_dirty, submodules={"z": "0" * 40})
         assert said is not None and "git cannot inspect" in said, said
+
+
+def test_a_submodule_whose_git_directory_is_broken_fails_and_is_not_read_from_the_superproject(
+        clone, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submodule whose ``.git`` holds a HEAD and nothing else (review, session 15): git would climb to
+    the superproject and list its index as the submodule's; GIT_CEILING_DIRECTORIES stops it, so the
+    reader fails on that submodule itself (no hand-over to git's command needed)."""
+    dest, _ = clone
+    head = (dest / ".git" / "modules" / "z" / "HEAD").read_text()
+    (dest / "z" / ".git").unlink()
+    (dest / "z" / ".git").mkdir()
+    (dest / "z" / ".git" / "HEAD").write_text(head)
+    monkeypatch.setattr(clonecheck, "submodule_states", lambda path: pytest.fail("handed to git"))
+    with pytest.raises(clonecheck.GitInspectError, match="not a git repository"):
+        submodule_heads(dest)
+
+
+def test_a_gitmodules_this_reader_cannot_decode_is_left_to_git(clone) -> None:
+    """A byte that is not UTF-8 in .gitmodules (a comment; git reads bytes): git's answer, not a traceback."""
+    dest, _ = clone
+    with open(dest / ".gitmodules", "ab") as fh:
+        fh.write(b"# caf\xe9\n")
+    assert submodule_heads(dest) == submodule_states(dest)

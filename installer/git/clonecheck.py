@@ -11,6 +11,7 @@ own index the way git does.
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +37,13 @@ class SubmoduleState:
     path: str
 
 
-def _git(path: Path, *args: str) -> str:
+def _git(path: Path, *args: str, ceiling: Path | None = None) -> str:
+    """``ceiling``: git does not look for the repository in it or above (a submodule whose own git
+    directory is broken fails, rather than reading the superproject's)."""
     env = git_env()
     env["GIT_OPTIONAL_LOCKS"] = "0"
+    if ceiling is not None:
+        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
     try:
         done = subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, text=True,
                               errors="replace", stdin=subprocess.DEVNULL, check=False)
@@ -76,13 +81,17 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
     before 2.45 that command is a shell script that starts about 15 processes per repository and four
     ``git describe`` per submodule.  Flags as git's: "U" an unmerged entry, "-" not checked out, "+"
     checked out at another commit (that commit shown), " " at the recorded commit; a checked-out
-    submodule is looked into, recursively.  A repository whose gitlinks are not all named by its
-    ``.gitmodules`` is left to git's own command (whose error says so)."""
+    submodule is looked into, recursively (git is kept from reading the superproject there).  A
+    repository whose gitlinks are not all named by its ``.gitmodules`` (or whose ``.gitmodules`` cannot
+    be read here) is left to git's own command, whose error says so.  One difference: a checked-out
+    submodule that git's configuration makes inactive (``submodule.<name>.active = false``) reads by its
+    HEAD here, "-" in git (``submodule update --init``, which fetch runs first, makes it active unless
+    the environment's git configuration says otherwise; its files are then the recorded commit's)."""
     states: list[SubmoduleState] = []
 
-    def walk(repo: Path, prefix: str) -> None:       # depth first, in index order: git's order
+    def walk(repo: Path, prefix: str, ceiling: Path | None) -> None:   # depth first, in index order: git's
         seen: set[str] = set()
-        for entry in _git(repo, "ls-files", "--stage", "-z").split("\0"):
+        for entry in _git(repo, "ls-files", "--stage", "-z", ceiling=ceiling).split("\0"):
             meta, _, rel = entry.partition("\t")
             mode, _, rest = meta.partition(" ")
             recorded, _, stage = rest.partition(" ")
@@ -106,11 +115,11 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
                 flag = "-" if head is None else " " if head == recorded else "+"
                 states.append(SubmoduleState(flag=flag, commit=recorded if head is None else head, path=where))
             if head is not None:
-                walk(repo / rel, where + "/")
+                walk(repo / rel, where + "/", repo)
 
     mapped: dict[Path, set[str]] = {}
     try:
-        walk(path, "")
+        walk(path, "", None)
     except _Unmapped:
         return [s for s in submodule_states(path) if selected(s.path, selection)]
     return states
@@ -126,9 +135,12 @@ def _gitmodules_paths(repo: Path) -> set[str]:
 
     if not (repo / ".gitmodules").is_file():
         return set()
-    with GitConfigParser(str(repo / ".gitmodules"), read_only=True) as parser:
-        return {parser.get(section, "path") for section in parser.sections()
-                if section.startswith("submodule ") and parser.has_option(section, "path")}
+    try:
+        with GitConfigParser(str(repo / ".gitmodules"), read_only=True) as parser:
+            return {parser.get(section, "path") for section in parser.sections()
+                    if section.startswith("submodule ") and parser.has_option(section, "path")}
+    except (UnicodeDecodeError, configparser.Error, OSError):
+        raise _Unmapped from None              # git reads it its own way: its command answers
 
 
 def selected(path: str, selection: Sequence[str] | None) -> bool:
