@@ -11,7 +11,6 @@ own index the way git does.
 
 from __future__ import annotations
 
-import configparser
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +130,8 @@ class _Unmapped(Exception):
 
 def _gitmodules_paths(repo: Path) -> set[str]:
     """The ``path`` of every submodule the checked-out ``.gitmodules`` of ``repo`` names (none without one)."""
+    import configparser
+
     from git.config import GitConfigParser       # GitPython: only where the fetch step runs, not on a no-op
 
     if not (repo / ".gitmodules").is_file():
