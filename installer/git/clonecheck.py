@@ -90,6 +90,7 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
 
     def walk(repo: Path, prefix: str, ceiling: Path | None) -> None:   # depth first, in index order: git's
         seen: set[str] = set()
+        names: set[str] | None = None                 # its .gitmodules' paths, read at the first gitlink
         for entry in _git(repo, "ls-files", "--stage", "-z", ceiling=ceiling).split("\0"):
             meta, _, rel = entry.partition("\t")
             mode, _, rest = meta.partition(" ")
@@ -101,9 +102,9 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
             shown = selected(where, selection)
             if not shown and not any(p.startswith(where + "/") for p in selection or ()):
                 continue                              # neither selected nor above a selected one
-            if repo not in mapped:                    # .gitmodules read once per repository
-                mapped[repo] = _gitmodules_paths(repo)
-            if rel not in mapped[repo]:
+            if names is None:
+                names = _gitmodules_paths(repo)
+            if rel not in names:
                 raise _Unmapped
             if stage != "0":                          # one line for an unmerged path's stages
                 if shown:
@@ -116,7 +117,6 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
             if head is not None:
                 walk(repo / rel, where + "/", repo)
 
-    mapped: dict[Path, set[str]] = {}
     try:
         walk(path, "", None)
     except _Unmapped:
