@@ -24,7 +24,7 @@ def _ctx(tmp_path: Path, tools: dict[str, list[int] | None], path: str) -> StepC
     paths.root.mkdir()
     opts = SetupOptions(stack=paths.root, recipe=toy_recipe(tmp_path), cache_dir=tmp_path / "cache")
     ctx = StepContext(options=opts, paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
-    pre = PreflightResult(facts={"uv": {"path": path, "version": PLANTED}, "os": "Linux"}, machine={}, checks=(),
+    pre = PreflightResult(facts={"uv": {"path": path, "version": PLANTED, "line": f"uv {PLANTED} (x86_64)"}, "os": "Linux"}, machine={}, checks=(),
                           skipped=(), tools=tools)
     ctx.done["preflight"] = StepRecord("preflight", "f" * 64, pre, 0.0, "", "cached")
     return ctx

@@ -21,7 +21,7 @@ from october.installer.recipe import CudaPin, PreflightLimits, parse_arch_list
 from tests.fixtures.preflight import good_facts, missing, tool
 
 LIMITS = PreflightLimits(os="Linux", arch="x86_64", min_ram_gb=100, min_disk_gb=100,
-                         min_compute_capability="9.0", uv=">=0.8.17", need_compiler=True)
+                         min_compute_capability="9.0", uv=">=0.13.0", need_compiler=True)
 CUDA = CudaPin(version="12.9", arch_list=parse_arch_list("9.0"), variant="cu129")
 
 
@@ -188,9 +188,9 @@ def test_broken_tool_is_reported_with_its_path() -> None:
 
 
 def test_uv_too_old() -> None:
-    r = one("uv", good_facts(uv=tool("/usr/bin/uv", "0.8.3")))
+    r = one("uv", good_facts(uv=tool("/usr/bin/uv", "0.12.20")))
     assert r.detail == (
-        "expected uv >=0.8.17 (the recipe's [preflight].uv), found uv 0.8.3 at /usr/bin/uv "
+        "expected uv >=0.12.11 (the tool's floor) and >=0.13.0 (the recipe's [preflight].uv), found uv 0.12.20 at /usr/bin/uv "
         "-> run `uv sync` in this project (it installs the uv that pyproject.toml pins into the tool env), "
         "or upgrade uv with `uv self update`")
 
@@ -199,6 +199,14 @@ def test_uv_versions_compare_as_versions() -> None:
     assert one("uv", good_facts(uv=tool("/usr/bin/uv", "0.13.9"))).ok  # "0.13.9" < "0.8.17" as strings
     assert not one("uv", good_facts(uv=missing("uv"))).ok
     assert one("uv", good_facts(), limits=replace(LIMITS, uv=None)).ok
+
+
+def test_the_tool_s_uv_floor_holds_whatever_the_recipe_says() -> None:
+    """A recipe with no [preflight].uv, or one that allows older, still gets the tool's floor."""
+    for spec in (None, ">=0.8.17"):
+        r = one("uv", good_facts(uv=tool("/usr/bin/uv", "0.12.10")), limits=replace(LIMITS, uv=spec))
+        assert not r.ok and r.detail.startswith("expected uv >=0.12.11 (the tool's floor)"), r.detail
+        assert one("uv", good_facts(uv=tool("/usr/bin/uv", "0.12.11")), limits=replace(LIMITS, uv=spec)).ok
 
 
 def test_punch_list_has_every_failure_at_once() -> None:

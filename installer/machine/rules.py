@@ -182,16 +182,25 @@ def check_compiler(facts: MachineFacts) -> CheckResult:
                    "install gcc and g++ (e.g. `apt-get install build-essential`) or set CC and CXX")
 
 
+UV_FLOOR = "0.12.11"
+"""The oldest uv the tool works with, whatever the recipe says (pyproject.toml's ``uv`` dependency and
+the shipped recipes' ``[preflight].uv`` say the same: tests/test_uv_floor.py).  Before it, ``uv pip
+compile -o pylock.toml`` lists a wheel from a ``--find-links`` directory (a kit, an offline mirror) or
+from an index that serves no hashes without any hash, and the lock step's PEP 751 check refuses it
+(measured: 0.12.10 writes none, 0.12.11 does; astral-sh/uv#20146)."""
+
+
 def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
     spec = limits.uv
-    expected = f"uv {spec} (the recipe's [preflight].uv)" if spec else "uv"
+    expected = f"uv >={UV_FLOOR} (the tool's floor)" + (f" and {spec} (the recipe's [preflight].uv)" if spec else "")
     fix = ("run `uv sync` in this project (it installs the uv that pyproject.toml pins into the tool env), "
            "or upgrade uv with `uv self update`")
     uv = facts.uv
     ok = uv.present and uv.version is not None
-    if ok and spec:
+    if ok:
         try:
-            ok = SpecifierSet(spec).contains(Version(uv.version), prereleases=True)
+            ok = all(SpecifierSet(s).contains(Version(str(uv.version)), prereleases=True)
+                     for s in (f">={UV_FLOOR}", spec) if s)
         except InvalidVersion:
             ok = False
     return _result("uv", ok, expected, _tool_found(uv, "uv"), fix)

@@ -9,7 +9,7 @@ with the stack's own path in text files and link targets replaced by a placehold
 and the facts the entry was made under.  The key (:func:`entry_key`) is every input that decides
 what env and install produce: the env and install steps' inputs (the stack path replaced by the
 placeholder), each fork's commit and submodule commits, the system torch's identity (its facts and
-the stat signatures of its files), the uv binary and this module's format.  A dirty fork, a wheel
+the stat signatures of its files), uv's version and its binary's size (:func:`uv_identity`) and this module's format.  A dirty fork, a wheel
 trusted on first use or a path that a URL would have to quote has no key: that stack is built.
 
 A later stack with the same key and no env yet (:func:`restore_env`, from the env step; a stack whose
@@ -353,11 +353,13 @@ def restore_fork_outputs(entry: Entry, fork: str, checkout: Path, root: Path, *,
 
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
-            forks: Mapping[str, Mapping[str, Any]], system_torch: Mapping[str, Any] | None = None) -> str:
+            forks: Mapping[str, Mapping[str, Any]], uv_line: str,
+            system_torch: Mapping[str, Any] | None = None) -> str:
     """The key (see the module doc) of a stack at ``root`` made from the env and install steps' inputs
     (the install inputs without the wheel's hash: the wheel step runs after env, the recipe's pin
-    ``wheel_sha256`` stands for it), each fork's ``{commit, submodules, sparse}`` and, for a
-    site-provided torch, its facts as preflight located them."""
+    ``wheel_sha256`` stands for it), each fork's ``{commit, submodules, sparse}``, uv as
+    :func:`uv_identity` names it from its ``--version`` line ``uv_line`` and, for a site-provided
+    torch, its facts as preflight located them."""
     install = dict(install_inputs)
     install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
@@ -366,12 +368,25 @@ def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], w
         "forks": {name: {"commit": rec["commit"], "submodules": dict(rec["submodules"]),
                          **({"sparse": {k: list(v) for k, v in sorted(rec["sparse"].items())}} if rec.get("sparse") else {})}
                   for name, rec in sorted(forks.items())},
-        "uv": stat_identity([Path(os.path.realpath(uv_exe()))]),
+        "uv": uv_identity(uv_line),
         "tool": tool_code(),
     }
     if system_torch is not None:
         parts["system_torch"] = system_torch_identity(system_torch)
     return entry_key(parts)
+
+
+def uv_identity(uv_line: str) -> list[Any]:
+    """uv as the key names it: its ``--version`` line (version and target) and its binary's size.  Not
+    its path or inode: every tool install brings its own copy of the same uv (the ``uv`` dependency),
+    and a new install of the same code with the same uv takes the entries the last one made (an
+    identity by path made every reinstall build its stacks again, measured on the H200); a uv of
+    another version or build does not."""
+    try:
+        size: int | None = os.path.getsize(os.path.realpath(uv_exe()))
+    except OSError:
+        size = None
+    return [uv_line, size]
 
 
 @functools.cache

@@ -132,6 +132,17 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Ru
                step="lock", env=uv.env())
     with open(out, "rb") as fh:
         packages = list(tomllib.load(fh).get("packages", []))
+    unhashed = [str(f.get("url") or f.get("path") or f.get("name")) for p in packages
+                for f in [*p.get("wheels", []), *([p["sdist"]] if "sdist" in p else [])] if not f.get("hashes")]
+    if unhashed:
+        from ..machine.rules import UV_FLOOR
+
+        line = runner.run([uv_exe(), "--version"], step="lock").output.strip()
+        raise LockError(f"{line or 'uv'} listed {len(unhashed)} file(s) without a hash "
+                        f"(first: {unhashed[0]})", expected=f"a sha256 for every file (uv {UV_FLOOR} or later "
+                        "hashes the files of a --find-links directory and of an index that serves no hashes)",
+                        found="files without hashes", fix=f"upgrade the uv the tool runs ({uv_exe()}) to {UV_FLOOR} "
+                        "or later (`uv sync` in the project, or `uv tool upgrade october`), then re-run october_setup")
     shutil.rmtree(work, ignore_errors=True)
     return packages
 
@@ -154,17 +165,12 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
 
 
 def _uv_version(ctx: StepContext) -> str:
-    """uv's version: the preflight's reading when it read this same uv, unchanged since (its size and
-    mtime as the preflight recorded them), else asked again."""
-    from .preflight import tool_stat
+    """uv's version (:func:`~october.installer.steps.preflight.uv_line`: the preflight's reading of this
+    same uv, unchanged since, else asked again)."""
+    from .preflight import uv_line
 
-    exe, pre = uv_exe(), ctx.result(PreflightResult)
-    if pre is not None:
-        fact, stat = pre.tool("uv"), tool_stat(exe)
-        if fact.get("path") == exe and fact.get("version") and stat is not None and pre.tools.get(exe) == stat:
-            return str(fact["version"])
-    out = ctx.runner.run([exe, "--version"], step="lock").output.strip()
-    return out.split()[1] if len(out.split()) > 1 else out
+    words = uv_line(ctx, "lock").split()
+    return words[1] if len(words) > 1 else " ".join(words)
 
 
 def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:

@@ -91,3 +91,17 @@ def tool_stat(path: str) -> list[int] | None:
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns]
+
+
+def uv_line(ctx: StepContext, step: str) -> str:
+    """uv's ``--version`` line (``uv 0.13.9 (x86_64-unknown-linux-gnu)``): the preflight's reading when
+    it read this same uv, unchanged since (its size and mtime as the preflight recorded them), else
+    asked again (its command in ``step``'s log)."""
+    from ..pyenv.uvcmd import uv_exe
+
+    exe, pre = uv_exe(), ctx.result(PreflightResult)
+    if pre is not None:
+        fact, stat = pre.tool("uv"), tool_stat(exe)
+        if fact.get("path") == exe and fact.get("line") and stat is not None and pre.tools.get(exe) == stat:
+            return str(fact["line"])
+    return ctx.runner.run([exe, "--version"], step=step).output.strip()

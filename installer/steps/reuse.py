@@ -36,6 +36,7 @@ def stack_key(ctx: StepContext) -> str | None:
     not locate."""
     from ..pyenv import builtstack
     from .install import InstallStep
+    from .preflight import uv_line
 
     root, r, o = ctx.paths.root, ctx.recipe, ctx.options
     fetch = ctx.result(FetchResult)
@@ -54,7 +55,7 @@ def stack_key(ctx: StepContext) -> str | None:
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
         forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
                for name, rec in fetch.forks.items()},
-        system_torch=facts)
+        uv_line=uv_line(ctx, "env"), system_torch=facts)
 
 
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:

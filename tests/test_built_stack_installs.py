@@ -1,0 +1,65 @@
+"""The built-stack cache across installs of the tool (issue 20 item 2): a second tool install of the
+same code, with the same uv, takes the entries the first one made; one whose uv is another release
+does not.  Each tool install brings its own copy of uv (the ``uv`` dependency), so a key that named
+uv by its path or inode made every reinstall build its stacks again (seen on the H200, session 15).
+Real parts: the project's wheel built by real uv, installed into venvs with copied files (own
+inodes), a real other uv release from PyPI, the offline fixture world, the installed commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from october.installer.machine.rules import UV_FLOOR
+from tests.fixtures.builtcache import entries
+from tests.fixtures.toolinstall import build_tool_wheel, install_tool, uv_env
+from tests.fixtures.world import World, make_world
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def tool_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tool_wheel(tmp_path_factory.mktemp("tool-wheel"))
+
+
+def setup_with(bin_dir: Path, world: World, stack: Path, cache: Path) -> str | None:
+    """The installed october_setup on the fixture world; -> the built-stack key its env came from."""
+    env = {k: v for k, v in uv_env().items() if k != "UV_CACHE_DIR"}
+    done = subprocess.run([str(bin_dir / "october_setup"), str(stack), "--recipe", str(world.recipe),
+                           "--cache-dir", str(cache), "--quiet"], cwd=stack.parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((stack / ".state" / "env.json").read_text())["outputs"].get("built_from")
+
+
+def test_a_new_install_of_the_same_tool_takes_the_entries_the_last_one_made(tool_wheel: Path, tmp_path: Path) -> None:
+    world = make_world(tmp_path / "world")
+    first, second = install_tool(tool_wheel, tmp_path / "tool-a"), install_tool(tool_wheel, tmp_path / "tool-b")
+    assert os.stat(first / "uv").st_ino != os.stat(second / "uv").st_ino     # two copies of one uv
+    cache = tmp_path / "cache"
+    assert setup_with(first, world, tmp_path / "s1", cache) is None
+    (entry,) = entries(cache)
+    assert setup_with(second, world, tmp_path / "s2", cache) == entry.name
+    verified = subprocess.run([str(second / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_install_with_another_uv_release_builds_its_own(tool_wheel: Path, tmp_path: Path) -> None:
+    """Plant: the second install's uv is another real release (the floor); its stack must not take the
+    entry the first install's uv made."""
+    world = make_world(tmp_path / "world")
+    cache = tmp_path / "cache"
+    first = install_tool(tool_wheel, tmp_path / "tool-a")
+    other = install_tool(tool_wheel, tmp_path / "tool-floor-uv", f"uv=={UV_FLOOR}")
+    lines = [subprocess.run([str(b / "uv"), "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+             for b in (first, other)]
+    assert lines[1] == UV_FLOOR != lines[0], lines
+    assert setup_with(first, world, tmp_path / "s1", cache) is None
+    assert setup_with(other, world, tmp_path / "s2", cache) is None
+    assert len(entries(cache)) == 2
