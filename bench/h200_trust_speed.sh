@@ -39,6 +39,15 @@ $B/current verify --install $S2 > /dev/null 2>&1; echo "verify S2 rc=$?"
 for c in $C2S; do awk -v a=$C1 -v b=$c 'BEGIN { printf "ratio cold/second sample = %.2f\n", a / b }'; done
 awk -v a=$C1 -v b=$C2 'BEGIN { printf "RATIO cold/second (median of 3) = %.2f (goal >= 10); cold %.1f s (goal < 45 s on the H200)\n", a / b, a }'
 cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/logs/preflight.log $OUT/preflight.log
+echo "== 6b. a second install of the same tool (its own venv, files copied: its own uv), same cache"
+/tmp/boot/bin/uv venv -q /tmp/toolenv2 --python "$SYS" && /tmp/boot/bin/uv pip install -q --compile-bytecode --link-mode copy \
+  --python /tmp/toolenv2/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
+rm -rf /tmp/st5; t=$(now); /tmp/toolenv2/bin/october_setup /tmp/st5 --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" \
+  --cache-dir "$CACHE" > /tmp/setup5.log 2>&1; rc=$?; C5=$(since $t); echo "second install's stack /tmp/st5 rc=$rc in $C5 s"; steps /tmp/st5/receipts/setup.json
+$SYS -c "import json; b = json.load(open('/tmp/st5/.state/env.json'))['outputs'].get('built_from'); print('took the built-stack entry:', 'yes ' + b[:12] if b else 'NO')"
+awk -v a=$C1 -v b=$C5 'BEGIN { printf "ratio cold/second install'"'"'s stack = %.2f\n", a / b }'
+/tmp/toolenv2/bin/current verify --install /tmp/st5 > /dev/null 2>&1; echo "verify st5 (second install) rc=$?"
+echo "== 6c. a second stack's fetch, command by command"; grep -aE "^[$] |^# exit" $S2/logs/fetch.log | cut -c1-160
 echo "== 7. where the time goes (files in OUT: st{1,2}-STEP.timings, ninja.log)"
 mkdir -p /tmp/timings; for s in 1 2; do for l in preflight fetch env install jit lock; do grep -aE "^[$] |^# exit" /tmp/st$s/logs/$l.log > /tmp/timings/st$s-$l.timings 2>/dev/null; done; done
 find $S1/jit -name .ninja_log | while read -r f; do echo "## $f"; cat "$f"; done > /tmp/timings/ninja.log
