@@ -12,7 +12,7 @@ import pytest
 from filelock import FileLock
 
 import october.installer.git.mirror as mirror_mod
-from october.installer.core.errors import FetchError
+from october.installer.core.errors import FileSystemError, FetchError
 from october.installer.core.runner import Runner
 from october.installer.engine import run_pipeline
 from october.installer.git.mirror import ensure_commit, open_mirror
@@ -130,10 +130,12 @@ def test_a_second_user_of_the_mirror_waits_for_the_lock(tmp_path: Path) -> None:
 
 
 def test_cache_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    """Exit 19 (a path that cannot be written), the README's code, not 8 (git)."""
     bad = tmp_path / "cache"
     bad.write_text("not a directory\n")
-    with pytest.raises(FetchError, match="cannot use the cache directory"):
+    with pytest.raises(FileSystemError, match="cannot use the cache directory") as err:
         open_mirror(bad, "file:///nowhere/x.git", "x")
+    assert err.value.exit_code == 19
 
 
 def test_sync_clone_into_an_empty_directory(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import shlex
 import subprocess
 import sys
 import time
@@ -276,6 +277,33 @@ def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: 
     afile.write_text("x")
     proc = cli(str(afile), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 19 and "is a file" in proc.stderr      # a file where a directory belongs
+
+
+def _unshare_mount_works() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_mount_works(), reason="no mount namespace here (unshare -m refused)")
+def test_a_read_only_cache_dir_is_exit_19_before_any_fork_is_cloned(world: World, tmp_path: Path) -> None:
+    """Plant: --cache-dir on a real read-only mount (a bind mount remounted read-only in a mount namespace
+    of its own: root writes anywhere else).  The README's exit 19 for a path that cannot be written, the
+    directory and the fix named; the stack holds no fork."""
+    cache, stack = tmp_path / "cache", tmp_path / "stack"
+    cache.mkdir()
+    argv = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "october.installer.october_setup", str(stack),
+                                            "--recipe", str(world.recipe), "--cache-dir", str(cache)])
+    script = (f"mount --bind {shlex.quote(str(cache))} {shlex.quote(str(cache))} && "
+              f"mount -o remount,bind,ro {shlex.quote(str(cache))} && exec {argv}")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 19, proc.stderr
+    assert f"cannot use the cache directory {cache}" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "--cache-dir pointing at a writable directory" in proc.stderr
+    assert not (stack / "src" / "alpha").exists()
 
 
 def test_a_package_changed_by_hand_is_noticed_and_locked(world: World, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import git
 from filelock import FileLock, Timeout
 
 from .. import git as fetch_pkg
-from ..core.errors import CommandFailed, FetchError
+from ..core.errors import CommandFailed, FetchError, FileSystemError
 from ..core.ids import FULL_SHA
 from ..core.redact import redact_url
 from ..core.runner import Runner
@@ -107,10 +107,10 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None,
         path.parent.mkdir(parents=True, exist_ok=True)
         if not tag.exists():
             tag.write_text(_CACHEDIR_TAG, encoding="utf-8")
-    except OSError as exc:
-        raise FetchError(f"fork '{fork}': cannot use the cache directory {cache_dir}",
-                         expected="a writable directory for the git mirrors", found=str(exc),
-                         fix="pass --cache-dir pointing at a writable directory") from None
+    except OSError as exc:      # a read-only or foreign cache: a path that cannot be written (19), not git's
+        raise FileSystemError(f"fork '{fork}': cannot use the cache directory {cache_dir}",
+                              expected="a writable directory for the git mirrors", found=str(exc),
+                              fix="pass --cache-dir pointing at a writable directory (or set $OCTOBER_CACHE_DIR)") from None
     mirror = Mirror(path=path, url=url, fork=fork, source=source)
     with mirror.locked():
         for stale in path.parent.glob(f".{path.name}.new-*"):     # left by a run killed in _create
