@@ -8,7 +8,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/usr/local/cuda-13.0/bin:$PATH
 SYS=/opt/torch/.venv/bin/python
 S1=/tmp/st1; S2=/tmp/st2; CACHE=/tmp/october-cache
-rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE
+rm -rf /tmp/boot /tmp/toolenv /tmp/toolenv2 $S1 $S2 $CACHE
 . "$(dirname "$0")/h200_tool_install.sh"
 setup() { $B/october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
 steps() { $SYS -c "import json,sys; [print(f\"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s\") for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }

@@ -197,3 +197,30 @@ def test_no_entry_made_by_other_tool_code(world: World, tmp_path: Path, monkeypa
     assert built_from(tmp_path / "s2") is None and len(entries(cache)) == 2
     setup(world, tmp_path / "s3", cache)
     assert built_from(tmp_path / "s3") is not None
+
+
+def test_the_key_names_uv_by_its_version_line_and_size_not_its_path(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same inputs, the same uv line and size: one key, wherever the uv binary lies (each tool install
+    has its own copy); another line (release or target) or another size (build): another key.  The uv
+    binary's place is planted through uv_exe, the one thing that says which uv the tool runs."""
+    import shutil
+
+    from october.installer.pyenv import uvcmd
+
+    def key(line: str) -> str:
+        return builtstack.key_for(tmp_path / "stack", env_inputs={"python": "3.12"}, install_inputs={},
+                                  wheel_sha256=None, forks={}, uv_line=line)
+
+    real = Path(uvcmd.uv_exe()).resolve()
+    copy = tmp_path / "elsewhere" / "uv"
+    copy.parent.mkdir()
+    shutil.copy2(real, copy)
+    line = "uv 0.13.9 (x86_64-unknown-linux-gnu)"
+    here = key(line)
+    monkeypatch.setattr(builtstack, "uv_exe", lambda: str(copy))
+    assert key(line) == here                                               # another copy of the same uv
+    assert key("uv 0.13.8 (x86_64-unknown-linux-gnu)") != here             # another release
+    with open(copy, "ab") as fh:
+        fh.write(b"\0")
+    assert key(line) != here                                               # same line, another build

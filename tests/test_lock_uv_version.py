@@ -19,6 +19,14 @@ from tests.test_pipeline import toy_recipe
 PLANTED = "0.0.1+preflight"
 
 
+@pytest.fixture(autouse=True)
+def _nothing_asked_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv is asked once per process (steps/preflight.py ``_ASKED``): each test starts as a new process."""
+    from october.installer.steps import preflight
+
+    monkeypatch.setattr(preflight, "_ASKED", {})
+
+
 def _ctx(tmp_path: Path, tools: dict[str, list[int] | None], path: str) -> StepContext:
     paths = StackPaths(tmp_path / "stack")
     paths.root.mkdir()
@@ -55,3 +63,12 @@ def test_a_uv_changed_since_the_preflight_or_another_one_is_asked_again(tmp_path
     ctx = _ctx(tmp_path, {exe: sig}, "/elsewhere/uv" if fault == "another uv" else exe)
     real = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
     assert _uv_version(ctx) == real != PLANTED and _asked(ctx)
+
+
+def test_uv_is_asked_once_per_process_for_the_same_uv(tmp_path: Path) -> None:
+    """The built-stack key reads uv's line from the env and install steps (up to three times a run): a uv
+    the preflight did not read is asked once, while it stays as it was."""
+    exe = uv_exe()
+    ctx = _ctx(tmp_path, {exe: None}, "/elsewhere/uv")
+    assert _uv_version(ctx) == _uv_version(ctx) != PLANTED
+    assert (ctx.paths.logs / "lock.log").read_text().count("--version") == 1

@@ -196,7 +196,9 @@ def test_uv_too_old() -> None:
 
 
 def test_uv_versions_compare_as_versions() -> None:
-    assert one("uv", good_facts(uv=tool("/usr/bin/uv", "0.13.9"))).ok  # "0.13.9" < "0.8.17" as strings
+    assert one("uv", good_facts(uv=tool("/usr/bin/uv", "0.13.9"))).ok
+    # "0.13.9" < "0.9.0" as strings: a string comparison would refuse it
+    assert one("uv", good_facts(uv=tool("/usr/bin/uv", "0.13.9")), limits=replace(LIMITS, uv=">=0.9.0")).ok
     assert not one("uv", good_facts(uv=missing("uv"))).ok
     assert one("uv", good_facts(), limits=replace(LIMITS, uv=None)).ok
 

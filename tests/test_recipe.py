@@ -103,7 +103,7 @@ BAD = [
     (lambda s: s.replace('format_version = 1', 'format_version = 7'),
      "key 'format_version' is invalid. Expected 1 (this tool's recipe format), found 7"),
     (lambda s: s + '\n[preflight]\nuv = "newest"\n',
-     "key 'preflight.uv' is invalid. Expected a version specifier such as '>=0.8.17', found 'newest'"),
+     "key 'preflight.uv' is invalid. Expected a version specifier such as '>=0.12.11', found 'newest'"),
     (lambda s: s + '\n[preflight]\nmin_ram_gb = "lots"\n',
      "key 'preflight.min_ram_gb' is invalid. Expected a number, found 'lots'"),
     (lambda s: s + '\n[[jit.modules]]\nkind = "decode"\nq = "bf16"\nk = "bf16"\nv = "e4m3"\no = "bf16"\nhead_dim = 512\n',

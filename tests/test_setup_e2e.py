@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
-import shlex
 import subprocess
 import sys
 import time
@@ -280,8 +280,6 @@ def test_a_directory_with_other_files_is_not_taken_over(world: World, tmp_path: 
 
 
 def _unshare_mount_works() -> bool:
-    import shutil
-
     if shutil.which("unshare") is None:
         return False
     return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0

@@ -62,25 +62,44 @@ def test_the_floor_is_the_first_uv_that_hashes_a_find_links_wheel(version: str, 
 @pytest.mark.real
 @pytest.mark.slow
 def test_a_tool_with_uv_below_the_floor_is_stopped_with_uv_named(tmp_path: Path) -> None:
-    """Plant: the tool's env given uv 0.12.10.  The preflight refuses it (exit 4, the floor named);
-    with the uv check skipped, the lock step refuses uv's hashless answer (exit 13, uv named)."""
+    """Plant: a tool env given uv 0.12.10.  It re-runs a stack another install finished: the preflight is
+    judged again for this uv (its inputs name the uv), not taken from the last run, and refuses it (exit 4,
+    the floor named).  On a new stack with the uv check skipped, the lock step refuses uv's hashless
+    answer (exit 13, uv named, not "report this as a bug")."""
     (tmp_path / "wheel-out").mkdir()
     wheel = build_tool_wheel(tmp_path / "wheel-out")
-    bin_dir = install_tool(wheel, tmp_path / "tool")
+    good = install_tool(wheel, tmp_path / "tool-good")
+    old = install_tool(wheel, tmp_path / "tool")
     # over the tool's own (its dependency says >= the floor), as a later `pip install uv==...` in its env would
-    run_uv("pip", "install", "-q", "--no-deps", "--python", str(bin_dir / "python"), f"uv=={BELOW}", cwd=tmp_path)
+    run_uv("pip", "install", "-q", "--no-deps", "--python", str(old / "python"), f"uv=={BELOW}", cwd=tmp_path)
     world = make_world(tmp_path / "world")
     env = {k: v for k, v in uv_env().items() if k != "UV_CACHE_DIR"}
 
-    def setup(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(bin_dir / "october_setup"), str(tmp_path / "stack"), "--recipe", str(world.recipe),
+    def setup(bin_dir: Path, stack: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bin_dir / "october_setup"), str(tmp_path / stack), "--recipe", str(world.recipe),
                                "--cache-dir", str(tmp_path / "cache"), *extra], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)
 
-    refused = setup()
-    assert refused.returncode == 4, refused.stderr
-    assert f"expected uv >={UV_FLOOR} (the tool's floor)" in refused.stderr and f"uv {BELOW}" in refused.stderr
-    skipped = setup("--skip-preflight", "uv")
+    done = setup(good, "finished")
+    assert done.returncode == 0, done.stderr
+    for stack in ("finished", "new"):
+        refused = setup(old, stack)
+        assert refused.returncode == 4, (stack, refused.stderr)
+        assert f"expected uv >={UV_FLOOR} (the tool's floor)" in refused.stderr and f"uv {BELOW}" in refused.stderr
+    skipped = setup(old, "new", "--skip-preflight", "uv")
     assert skipped.returncode == 13, skipped.stderr
     assert f"uv {BELOW}" in skipped.stderr and "without a hash" in skipped.stderr, skipped.stderr
     assert "report this as a bug" not in skipped.stderr
+
+
+def test_the_lock_error_says_upgrade_only_below_the_floor() -> None:
+    """uv below the floor: upgrade it.  At or above it, a file without a hash is the source's doing: the
+    recipe's [sources] are named instead, and a URL's credentials never reach the message."""
+    from october.installer.steps.lock import _unhashed_error
+
+    files = ["https://user:secret@example.invalid/simple/x-1.0-py3-none-any.whl"]
+    old = _unhashed_error(files, f"uv {BELOW} (x86_64-unknown-linux-gnu)\n")
+    assert f"uv {BELOW}" in old.message and f"to {UV_FLOOR} or later" in old.message
+    new = _unhashed_error(files, f"uv {UV_FLOOR} (x86_64-unknown-linux-gnu)\n")
+    assert "upgrade" not in new.message and "[sources]" in new.message and f"uv {UV_FLOOR}" in new.message
+    assert all("secret" not in e.message for e in (old, new))

@@ -110,7 +110,7 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None,
     except OSError as exc:      # a read-only or foreign cache: a path that cannot be written (19), not git's
         raise FileSystemError(f"fork '{fork}': cannot use the cache directory {cache_dir}",
                               expected="a writable directory for the git mirrors", found=str(exc),
-                              fix="pass --cache-dir pointing at a writable directory (or set $OCTOBER_CACHE_DIR)") from None
+                              fix="pass --cache-dir pointing at a writable directory") from None
     mirror = Mirror(path=path, url=url, fork=fork, source=source)
     with mirror.locked():
         for stale in path.parent.glob(f".{path.name}.new-*"):     # left by a run killed in _create

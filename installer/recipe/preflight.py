@@ -14,7 +14,7 @@ class PreflightLimits:
     min_ram_gb: float = 0.0
     min_disk_gb: float = 0.0
     min_compute_capability: str | None = None
-    uv: str | None = None   # a specifier, e.g. ">=0.8.17"
+    uv: str | None = None   # a specifier, e.g. ">=0.12.11"
     need_compiler: bool = True
 
 

@@ -383,7 +383,7 @@ GB = Annotated[float, _finite_range(*GB_BOUNDS)]
 
 
 class PreflightSpec(Section):
-    uv: Annotated[Str, parses(SpecifierSet, "a version specifier such as '>=0.8.17'")] | None = None
+    uv: Annotated[Str, parses(SpecifierSet, "a version specifier such as '>=0.12.11'")] | None = None
     os: Str = "Linux"
     arch: Str = "x86_64"
     min_ram_gb: GB = 0.0

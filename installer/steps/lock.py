@@ -135,16 +135,34 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Ru
     unhashed = [str(f.get("url") or f.get("path") or f.get("name")) for p in packages
                 for f in [*p.get("wheels", []), *([p["sdist"]] if "sdist" in p else [])] if not f.get("hashes")]
     if unhashed:
-        from ..machine.rules import UV_FLOOR
-
-        line = runner.run([uv_exe(), "--version"], step="lock").output.strip()
-        raise LockError(f"{line or 'uv'} listed {len(unhashed)} file(s) without a hash "
-                        f"(first: {unhashed[0]})", expected=f"a sha256 for every file (uv {UV_FLOOR} or later "
-                        "hashes the files of a --find-links directory and of an index that serves no hashes)",
-                        found="files without hashes", fix=f"upgrade the uv the tool runs ({uv_exe()}) to {UV_FLOOR} "
-                        "or later (`uv sync` in the project, or `uv tool upgrade october`), then re-run october_setup")
+        raise _unhashed_error(unhashed, runner.run([uv_exe(), "--version"], step="lock").output)
     shutil.rmtree(work, ignore_errors=True)
     return packages
+
+
+def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
+    """uv listed files without a hash: below the floor, uv is the cause (upgrade it); at or above it,
+    the source served a file uv could not hash (named: the recipe's sources are what to look at)."""
+    from packaging.version import InvalidVersion, Version
+
+    from ..core.redact import redact_url
+    from ..machine.rules import UV_FLOOR
+
+    line = next((ln.strip() for ln in version_output.splitlines() if ln.strip()), "uv")
+    try:
+        old = Version(line.split()[1]) < Version(UV_FLOOR)
+    except (IndexError, InvalidVersion):
+        old = True
+    first = redact_url(unhashed[0])
+    found = f"{len(unhashed)} file(s) without a hash from {line} (first: {first})"
+    if old:
+        return LockError(f"{line} wrote a lock without hashes", expected=f"a sha256 for every file (uv {UV_FLOOR} or "
+                         "later hashes the files of a --find-links directory and of an index that serves none)",
+                         found=found, fix=f"upgrade the uv the tool runs ({uv_exe()}) to {UV_FLOOR} or later "
+                         "(`uv sync` in the project, or reinstall the tool), then re-run october_setup")
+    return LockError("uv could not give a hash for a file the env was installed from", expected="a sha256 for every file",
+                     found=found, fix="check that the recipe's [sources] serve that file (a find-links directory "
+                     "or index that can be read), then re-run october_setup")
 
 
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from ..machine import (
     validate_skip,
 )
 from ..machine.probes import gather_facts
-from ..machine.rules import punch_list
+from ..machine.rules import UV_FLOOR, punch_list
+from ..pyenv.uvcmd import uv_exe
 from .results import PreflightResult
 
 
@@ -43,6 +44,9 @@ class PreflightStep:
             "cuda": recipe.cuda.as_recipe() if recipe.cuda is not None else None,
             "skip": sorted(set(ctx.options.skip_preflight)),
             "stack": str(ctx.paths.root.absolute()),
+            # the uv this run uses (another tool install brings its own) and the tool's floor for it:
+            # a stack re-run by another install is judged again, not by the last one's preflight
+            "uv": uv_exe(), "uv_floor": UV_FLOOR,
             **({"torch": {"version": recipe.torch.version, "system_python": recipe.torch.system_python}}
                if recipe.torch.from_system else {}),
         }
@@ -93,15 +97,22 @@ def tool_stat(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
+_ASKED: dict[tuple[str, tuple[int, ...] | None], str] = {}
+
+
 def uv_line(ctx: StepContext, step: str) -> str:
     """uv's ``--version`` line (``uv 0.13.9 (x86_64-unknown-linux-gnu)``): the preflight's reading when
     it read this same uv, unchanged since (its size and mtime as the preflight recorded them), else
-    asked again (its command in ``step``'s log)."""
-    from ..pyenv.uvcmd import uv_exe
-
+    asked once per process for this uv as it is now (the command in ``step``'s log), its first line
+    kept as the preflight keeps it."""
     exe, pre = uv_exe(), ctx.result(PreflightResult)
+    stat = tool_stat(exe)
     if pre is not None:
-        fact, stat = pre.tool("uv"), tool_stat(exe)
+        fact = pre.tool("uv")
         if fact.get("path") == exe and fact.get("line") and stat is not None and pre.tools.get(exe) == stat:
             return str(fact["line"])
-    return ctx.runner.run([exe, "--version"], step=step).output.strip()
+    key = (exe, tuple(stat) if stat is not None else None)
+    if key not in _ASKED or stat is None:
+        out = ctx.runner.run([exe, "--version"], step=step).output
+        _ASKED[key] = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+    return _ASKED[key]

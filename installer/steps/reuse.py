@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 # builtstack is imported where it is used, not on a no-op re-run
 
 
-def stack_key(ctx: StepContext) -> str | None:
+def stack_key(ctx: StepContext, step: str) -> str | None:
     """This stack's built-stack cache key (:func:`october.installer.pyenv.builtstack.key_for`), or None
     when it may not take or give an entry: a dirty fork (``--allow-dirty``), a base wheel trusted on
     first use (no recipe sha256), a stack path a URL would quote, a site-provided torch preflight did
-    not locate."""
+    not locate.  ``step``: whose log a ``uv --version`` goes to, when uv must be asked."""
     from ..pyenv import builtstack
     from .install import InstallStep
     from .preflight import uv_line
@@ -55,7 +55,7 @@ def stack_key(ctx: StepContext) -> str | None:
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
         forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
                for name, rec in fetch.forks.items()},
-        uv_line=uv_line(ctx, "env"), system_torch=facts)
+        uv_line=uv_line(ctx, step), system_torch=facts)
 
 
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
@@ -66,7 +66,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
 
     if os.path.lexists(ctx.paths.env):
         return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
-    key = stack_key(ctx)
+    key = stack_key(ctx, step)
     entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
     if key is None or entry is None:
         return None
@@ -111,13 +111,13 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
         shutil.rmtree(ctx.paths.env, ignore_errors=True)
 
 
-def built_entry(ctx: StepContext) -> "builtstack.Entry | None":
+def built_entry(ctx: StepContext, step: str) -> "builtstack.Entry | None":
     """The built-stack cache entry the env step copied the env from, when it still holds for this
     stack (same key, the same base wheel), else None."""
     from ..pyenv import builtstack
 
     env = ctx.result(EnvResult)
-    if env is None or env.built_from is None or stack_key(ctx) != env.built_from:
+    if env is None or env.built_from is None or stack_key(ctx, step) != env.built_from:
         return None
     entry = builtstack.find(ctx.options.cache_dir, env.built_from)
     wheel = ctx.result(WheelResult)
@@ -132,7 +132,7 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
     its checkout instead of building it; -> (the entry, the nested-install verdicts its build had), or
     (None, None) when there is no entry or it is refused (what was copied is removed again and the
     forks are installed as usual)."""
-    entry = built_entry(ctx)
+    entry = built_entry(ctx, step)
     if entry is None:
         return None, None
     from ..pyenv import builtstack
@@ -199,7 +199,7 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
         ctx.ui.detail(f"this stack is not kept in the built-stack cache: {unstorable}")
         ctx.runner.note(step, f"# not stored in the built-stack cache: {unstorable}")
         return
-    key = stack_key(ctx)
+    key = stack_key(ctx, step)
     if key is None:
         return
     wheel = ctx.result(WheelResult)
