@@ -14,12 +14,15 @@ setup() { $B/october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system
 steps() { $SYS -c "import json,sys; [print(f\"  {s['name']:<10} {s['status']:<7} {s['seconds']:8.2f} s\") for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
 echo "== 1. cold setup $S1"; t=$(now); setup $S1 > $OUT/setup1.log 2>&1; rc=$?; C1=$(since $t); echo "setup rc=$rc in $C1 s"; steps $S1/receipts/setup.json
 [ $rc = 0 ] || { tail -40 $OUT/setup1.log; tail -30 $S1/logs/*.log; exit 1; }
+cp $S1/receipts/setup.json $OUT/setup.json      # the cold run's receipt, as the installed tool wrote it
 echo "== 2. smoke (the README's command)"; t=$(now); $B/current smoke --install $S1 --output /tmp/smoke1 > $OUT/smoke1.log 2>&1; echo "smoke rc=$? in $(since $t) s"; tail -9 $OUT/smoke1.log
 cp /tmp/smoke1/receipt.json $OUT/smoke.json
 echo "== 3. no-op re-runs"; for i in 1 2 3 4 5; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop $i rc=$? in $(since $t) s"; done; tail -3 /tmp/noop.log
 t=$(now); $B/october_setup --help > /dev/null; echo "october_setup --help: $(since $t) s"
 echo "== 3b. no-op diagnostics"; $SYS bench/index_stat_check.py $S1/src/flashinfer $S1/src/flashinfer/3rdparty/cccl
-$B/python -m cProfile -s tottime -m october.installer.october_setup $S1 --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE" 2>&1 | grep -E "^ +[0-9]" | head -12 | cut -c1-150
+# from /tmp: `python -m` puts the working directory first on sys.path, and from the repository root it
+# would run the checkout's copy of the tool (another tool copy: steps judged again, the receipt rewritten)
+KIT_ABS=$(realpath "$KIT"); (cd /tmp && $B/python -m cProfile -s tottime -m october.installer.october_setup $S1 --recipe flashinfer-pr3812 --kit "$KIT_ABS" --system-python "$SYS" --cache-dir "$CACHE") 2>&1 | grep -E "^ +[0-9]" | head -12 | cut -c1-150
 echo "== 4. current verify on the real stack"; t=$(now); $B/current verify --install $S1 > /tmp/verify-clean.log 2>&1; echo "verify rc=$? in $(since $t) s"; tail -6 /tmp/verify-clean.log
 SITE=$(ls -d $S1/env/lib/python3*/site-packages); AOT=$(ls $S1/src/flashinfer/flashinfer/data/aot/*/*.so | head -1)
 echo "import sys" > $SITE/zz_planted.py; echo "import zz_planted" > $SITE/zz.pth
@@ -38,7 +41,7 @@ $SYS bench/index_stat_check.py $S2/src/flashinfer $S2/src/flashinfer/3rdparty/cc
 $B/current verify --install $S2 > /dev/null 2>&1; echo "verify S2 rc=$?"
 for c in $C2S; do awk -v a=$C1 -v b=$c 'BEGIN { printf "ratio cold/second sample = %.2f\n", a / b }'; done
 awk -v a=$C1 -v b=$C2 'BEGIN { printf "RATIO cold/second (median of 3) = %.2f (goal >= 10); cold %.1f s (goal < 45 s on the H200)\n", a / b, a }'
-cp $S1/receipts/setup.json $OUT/setup.json; cp $S1/logs/preflight.log $OUT/preflight.log
+cp $S1/logs/preflight.log $OUT/preflight.log
 echo "== 6b. a second install of the same tool (its own venv, files copied: its own uv), same cache"
 /tmp/boot/bin/uv venv -q /tmp/toolenv2 --python "$SYS" && /tmp/boot/bin/uv pip install -q --compile-bytecode --link-mode copy \
   --python /tmp/toolenv2/bin/python --no-index --find-links "$WHEELS" -r "$WHEELS/req-slim.txt" || exit 1
