@@ -170,3 +170,32 @@ def test_a_gitmodules_this_reader_cannot_decode_is_left_to_git(clone) -> None:
     with open(dest / ".gitmodules", "ab") as fh:
         fh.write(b"# caf\xe9\n")
     assert submodule_heads(dest) == submodule_states(dest)
+
+
+def test_a_dirty_clone_names_its_first_ten_changes_and_counts_the_rest(clone) -> None:
+    """(bench/mutate.py survivors: the cut at ``MAX_LISTED``.)  Twelve untracked files: ten named, two
+    counted; ten: all named, no count."""
+    dest, _ = clone
+    head = fixture_git("-C", str(dest), "rev-parse", "HEAD")
+    for n in range(12):
+        (dest / f"extra{n:02d}.txt").write_text("x")
+    said = clonecheck.check_clone(dest, head, allow_dirty=False) or ""
+    assert said.count("extra") == clonecheck.MAX_LISTED and "; ... 2 more)" in said, said
+    for n in (10, 11):
+        (dest / f"extra{n:02d}.txt").unlink()
+    said = clonecheck.check_clone(dest, head, allow_dirty=False) or ""
+    assert said.count("extra") == 10 and "more" not in said, said
+
+
+def test_no_git_on_path_is_said_not_a_traceback(clone, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(bench/mutate.py survivor: ``_git`` when git itself cannot be started.)  A PATH without git: the
+    reader raises its own error, naming that git cannot be run, and check_clone never calls the clone clean."""
+    dest, _ = clone
+    head = fixture_git("-C", str(dest), "rev-parse", "HEAD")
+    empty = tmp_path / "no-git-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    with pytest.raises(clonecheck.GitInspectError, match="cannot run git"):
+        clonecheck.dirty_entries(dest)
+    said = clonecheck.check_clone(dest, head, allow_dirty=False)
+    assert said is not None and "cannot run git" in said, said
