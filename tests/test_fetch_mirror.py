@@ -78,6 +78,22 @@ def test_commit_fetched_once_then_served_from_the_mirror(tmp_path: Path) -> None
     assert _log(tmp_path).count(" fetch ") == before
 
 
+def test_a_pin_whose_update_was_killed_is_written_again(tmp_path: Path) -> None:
+    """Plant: what an ``update-ref`` killed part-way leaves -- the commit complete in the mirror, no pin,
+    the pin's ``.lock`` file (git then refuses the ref: "cannot lock ref"; seen in CI's kill sweep).  The
+    next run removes the stale lock under the mirror's own lock and pins the commit."""
+    url, ids = make_repo(tmp_path, "alpha", commits=3)
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is True
+    pin = m.path / PIN_REFS / ids[1]
+    pin.unlink()
+    lock = pin.with_name(pin.name + ".lock")
+    lock.write_text(ids[1] + "\n")
+    assert not pinned(m.path, ids[1]) and has_complete(m.path, ids[1])
+    assert ensure_commit(_runner(tmp_path), "fetch", m, ids[1]) is False
+    assert pinned(m.path, ids[1]) and not lock.exists()
+
+
 def test_a_pinned_commit_is_read_from_the_ref_without_writing_it_again(tmp_path: Path) -> None:
     """The pin ref is read as git reads it: a loose ref, then packed-refs (after `git pack-refs`); a pin
     that names another commit, or none, is not a pin, and ensure_commit then walks and writes it."""

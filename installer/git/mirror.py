@@ -260,6 +260,10 @@ def _failed(mirror: Mirror, exc: CommandFailed, *, title: str, expected: str) ->
 
 
 def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
+    """Pin ``commit`` (lock held by the caller).  An ``update-ref`` killed part-way leaves the ref's
+    ``.lock`` file, and git refuses every later update of that ref while it is there ("cannot lock
+    ref"; tests/test_fetch_kill_resume.py, CI 2026-12-03): removed first, as before a fetch."""
+    _clean(runner, step, mirror)
     runner.run(["git", "-C", str(mirror.path), "update-ref", f"{PIN_REFS}/{commit}", commit],
                step=step, env=git_env())
 
