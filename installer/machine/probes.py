@@ -140,7 +140,7 @@ def parse_uv(output: str) -> str | None:
 # -------------------------------------------------------------------------- probes
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
@@ -152,12 +152,12 @@ def _which(name: str, environ: Mapping[str, str]) -> str | None:
 
 def _release_line(text: str) -> str:
     """nvcc's informative line ("Cuda compilation tools, release 12.9, V12.9.86")."""
-    return next((ln.strip() for ln in text.splitlines() if "release" in ln), None) or _first_line(text)
+    return next((ln.strip() for ln in text.splitlines() if "release" in ln), None) or first_line(text)
 
 
 def _run_tool(runner: Runner, argv: list[str], environ: Mapping[str, str], source: str,
               parse: Callable[[str], str | None],
-              line_of: Callable[[str], str] = _first_line) -> ToolFact:
+              line_of: Callable[[str], str] = first_line) -> ToolFact:
     """Run one probe; a failure to start or a non-zero exit becomes ``ToolFact.error``."""
     exe = argv[0]
     try:
@@ -213,7 +213,7 @@ def probe_gpus(runner: Runner, environ: Mapping[str, str]) -> tuple[ToolFact, tu
         done = runner.run(argv, step=STEP, env=dict(environ), check=False, timeout=PROBE_TIMEOUT_S)
     except (ToolMissing, CommandFailed, OSError) as exc:
         return ToolFact(path=path, source="PATH", error=f"could not run nvidia-smi: {exc}"), ()
-    line = _first_line(done.output)
+    line = first_line(done.output)
     if done.returncode != 0:
         return ToolFact(path=path, line=line, source="PATH",
                         error=f"nvidia-smi exited {done.returncode}: {line or 'no output'}"), ()

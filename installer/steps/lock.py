@@ -146,12 +146,13 @@ def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
     from packaging.version import InvalidVersion, Version
 
     from ..core.redact import redact_url
+    from ..machine.probes import first_line, parse_uv
     from ..machine.rules import UV_FLOOR
 
-    line = next((ln.strip() for ln in version_output.splitlines() if ln.strip()), "uv")
+    line, version = first_line(version_output) or "uv", parse_uv(version_output)
     try:
-        old = Version(line.split()[1]) < Version(UV_FLOOR)
-    except (IndexError, InvalidVersion):
+        old = version is None or Version(version) < Version(UV_FLOOR)
+    except InvalidVersion:
         old = True
     first = redact_url(unhashed[0])
     found = f"{len(unhashed)} file(s) without a hash from {line} (first: {first})"

@@ -16,7 +16,7 @@ from ..machine import (
     system_torch_facts,
     validate_skip,
 )
-from ..machine.probes import gather_facts
+from ..machine.probes import first_line, gather_facts
 from ..machine.rules import UV_FLOOR, punch_list
 from ..pyenv.uvcmd import uv_exe
 from .results import PreflightResult
@@ -113,6 +113,5 @@ def uv_line(ctx: StepContext, step: str) -> str:
             return str(fact["line"])
     key = (exe, tuple(stat) if stat is not None else None)
     if key not in _ASKED or stat is None:
-        out = ctx.runner.run([exe, "--version"], step=step).output
-        _ASKED[key] = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+        _ASKED[key] = first_line(ctx.runner.run([exe, "--version"], step=step).output)
     return _ASKED[key]
