@@ -1,16 +1,8 @@
 """Why a ``git fetch`` failed, from its own words, and what to do about it.
 
-Three causes need different fixes, so they are told apart:
-
-- ``remote-damaged``: the remote answered but cannot serve a complete object set (a missing
-  blob, "did not send all necessary objects", "not our ref", corruption on the remote side).
-  Retrying or checking the network does not help; another copy of the repository does.
-- ``network``: the remote was never reached (DNS, refused or timed-out connection, TLS,
-  authentication).  The repository may be fine.
-- ``not-found``: the host answered that there is no such repository.
-
-Anything else is ``unknown`` and keeps the generic advice.  Markers are git's own messages
-(git 2.39 to 2.47, curl transport, file and ssh transports).
+``remote-damaged`` (answered, but cannot serve a complete object set: only another copy helps),
+``network`` (never reached) and ``not-found`` (no such repository) need different fixes; anything
+else is ``unknown``.  Markers are git's own messages (git 2.39 to 2.47; curl, file and ssh transports).
 """
 
 from __future__ import annotations
@@ -99,19 +91,15 @@ def diagnose(output: str, *, what: str, url: str) -> Diagnosis:
 
 
 def remove_partial_objects(repo: Path) -> list[str]:
-    """Remove what an interrupted or failed fetch leaves in a bare repository: ``tmp_pack_*``,
-    ``tmp_idx_*``, ``tmp_obj_*``, a ``.pack`` without its ``.idx`` (or the reverse), and stale
-    ``*.lock`` files of refs and ``shallow``.  The caller holds the repository's file lock, so no
-    other october process is writing.  Returns the removed paths (relative), for the log."""
+    """Remove what an interrupted or failed fetch leaves in a bare repository (temporary objects and
+    packs, a pack without its index or the reverse, stale ``*.lock`` files) while the caller holds its
+    file lock; return the removed paths (relative), for the log."""
     removed: list[str] = []
     objects = repo / "objects"
 
     def drop(p: Path) -> None:
         try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+            remove(p)
             removed.append(str(p.relative_to(repo)))
         except FileNotFoundError:
             pass
@@ -139,3 +127,11 @@ def remove_partial_objects(repo: Path) -> list[str]:
         for p in refs.rglob("*.lock"):
             drop(p)
     return removed
+
+
+def remove(p: Path) -> None:
+    """Remove a file, a link or a whole directory."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
