@@ -1,23 +1,10 @@
-"""Sparse submodules: a partial clone that holds a commit, its trees and only the blobs under the
-directories a recipe keeps (``sparse = { "3rdparty/cutlass" = ["include", "tools/util/include"] }``),
-checked out in git's cone mode.
+"""Sparse submodules: a partial clone holding a commit, its trees and only the blobs under the directories
+a recipe keeps, checked out in git's cone mode (the one reachable copy of the CUTLASS commit FlashInfer
+records lacks a file, so a full fetch cannot succeed; its JIT reads two directories only).
 
-Why: FlashInfer's JIT reads CUTLASS's ``include/`` and ``tools/util/include/`` only, and the one
-reachable copy of the CUTLASS commit FlashInfer records lacks a PNG under ``media/``, so a full
-fetch of that commit cannot succeed anywhere here.  A partial fetch asks for the commit with
-``--filter=blob:none`` and then for the cone's blobs by id, so what is carried is exactly what the
-checkout needs, and every object that arrives is hashed by git as any fetched object is.
-
-Cone mode keeps every file directly in the root and in each parent of a kept directory, besides the
-directories themselves (``tools/CMakeLists.txt`` and ``tools/util/CMakeLists.txt`` for
-``tools/util/include``): :func:`cone_blobs` lists the same set, so the checkout never needs an
-object the partial repository does not hold.
-
-The same :func:`bring` fills the cache's partial mirror (from the upstream or a kit) and a kit's
-copy (from the cache mirror).  Servers must allow filters and wants by id: GitHub does; a local
-repository is asked through ``--upload-pack`` (git strips config given to the client before it
-starts a local ``upload-pack``), and the partial repositories we make say so in their own config,
-for the lazy fetch that ``git checkout`` makes from them.
+The commit is fetched with ``--filter=blob:none``, then the cone's blobs by id (:func:`cone_blobs`: the
+files cone mode writes, including those directly in the root and in each parent of a kept directory).
+Servers must allow filters and wants by id: GitHub does; a local repository is asked via ``--upload-pack``.
 """
 
 from __future__ import annotations
@@ -41,9 +28,7 @@ _ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P
 
 
 def _repo(path: Path) -> "git.Repo":
-    """A read-only look: in a partial repository a missing object must never be fetched from its promisor
-    (:data:`october.installer.git.NO_FETCH`): a kit's copy would otherwise fetch from its upstream, and the cache's
-    partial mirror from the network."""
+    """A read-only look: a missing object is never fetched from the promisor (:data:`.NO_FETCH`)."""
     import git  # GitPython only where git is read (the no-op's cone check reads files)
 
     r = git.Repo(path)
@@ -56,9 +41,8 @@ _SSH = re.compile(r"^(ssh://|git\+ssh://|ssh\+git://|[A-Za-z0-9._-]+@[^/:]+:)")
 
 def upload_pack(source: str) -> list[str]:
     """``--upload-pack`` asking a local repository to allow filters and ids (git strips client config
-    before starting a local upload-pack; an https URL may be rewritten to a local copy by
-    ``url.<copy>.insteadOf``, and https itself ignores the option); never for ssh, whose host would be
-    asked to run a command it may refuse."""
+    before starting a local upload-pack; https ignores the option, but ``insteadOf`` may make it a local
+    copy); never for ssh, whose host may refuse the command."""
     return [] if _SSH.match(source) else [f"--upload-pack={UPLOAD_PACK}"]
 
 
@@ -109,8 +93,7 @@ def missing_objects(repo: Path, commit: str) -> set[str]:
 
 
 def _has_ref(repo: Path, commit: str) -> bool:
-    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and
-    its trees (a ``cat-file`` on a missing object would make git fetch it lazily instead)."""
+    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and trees."""
     import git
 
     with _repo(repo) as r:
@@ -139,9 +122,8 @@ def _git(runner: Runner, step: str, argv: list[str], *, who: str, doing: str, so
 
 def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit: str, dirs: Sequence[str], *,
           who: str) -> bool:
-    """Make ``repo`` (ours, locked by the caller) hold ``commit``, its trees and the cone's blobs,
-    fetched from ``source``; return True when anything was fetched.  Raises :class:`FetchError`
-    naming the files the source could not send."""
+    """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs, fetched from
+    ``source``; return True when anything was fetched."""
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
         return False
@@ -172,8 +154,6 @@ def serve_config(runner: Runner, step: str, repo: Path) -> None:
     for key, value in SERVE_CONFIG:
         runner.run(["git", "-C", str(repo), "config", key, value], step=step, env=git_env())
 
-
-# ------------------------------------------------------------------ the checkout's cone
 
 
 def _setting(gd: Path, key: str) -> str | None:
@@ -207,8 +187,8 @@ def cone_patterns(dirs: Sequence[str]) -> set[str]:
 
 
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
-    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs``; else what it is.
-    Read from its files (the no-op re-run starts no process for it)."""
+    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs`` (read from its files,
+    starting no process); else what it is."""
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
