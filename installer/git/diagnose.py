@@ -13,49 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DAMAGED = [
-    r"did not send all necessary objects",
-    r"possible repository corruption",
-    r"unable to read [0-9a-f]{7,}",
-    r"missing (?:blob|tree|commit|object)",
-    r"bad object",
-    r"not our ref",                 # also "upload-pack: not our ref"
-    r"could not find remote ref",
-    r"couldn't find remote ref",
-    r"no such remote ref",
-    r"invalid index-pack output",
-    r"pack has \d+ unresolved delta",
-    r"fatal: protocol error: bad pack header",
-    r"object file .* is empty",
+    r"did not send all necessary objects", r"possible repository corruption", r"unable to read [0-9a-f]{7,}",
+    r"missing (?:blob|tree|commit|object)", r"bad object", r"not our ref", r"could not find remote ref",
+    r"couldn't find remote ref", r"no such remote ref", r"invalid index-pack output",
+    r"pack has \d+ unresolved delta", r"fatal: protocol error: bad pack header", r"object file .* is empty",
     r"loose object .* is corrupt",
 ]
 _NETWORK = [
-    r"could not resolve host",      # also "could not resolve hostname"
-    r"temporary failure in name resolution",
-    r"name or service not known",
-    r"failed to connect",
-    r"couldn't connect to server",
-    r"connection refused",
-    r"connection timed out",
-    r"operation timed out",
-    r"timed out",
-    r"network is unreachable",
-    r"no route to host",
-    r"connection reset",
-    r"ssl[ _]",
-    r"gnutls",
-    r"authentication failed",
-    r"could not read username",
-    r"could not read password",
-    r"permission denied \(publickey",
-    r"host key verification failed",
-    r"the requested url returned error: 40[13]",
+    r"could not resolve host", r"temporary failure in name resolution", r"name or service not known",
+    r"failed to connect", r"couldn't connect to server", r"connection refused", r"connection timed out",
+    r"operation timed out", r"timed out", r"network is unreachable", r"no route to host", r"connection reset",
+    r"ssl[ _]", r"gnutls", r"authentication failed", r"could not read username", r"could not read password",
+    r"permission denied \(publickey", r"host key verification failed", r"the requested url returned error: 40[13]",
     r"proxy",
 ]
 _NOT_FOUND = [
-    r"does not appear to be a git repository",
-    r"repository .*not found",
-    r"the requested url returned error: 404",
-    r"no such file or directory",
+    r"does not appear to be a git repository", r"repository .*not found",
+    r"the requested url returned error: 404", r"no such file or directory",
 ]
 
 
@@ -109,8 +83,7 @@ def remove_partial_objects(repo: Path) -> list[str]:
         for p in pack.iterdir():
             if p.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_bitmap_")):
                 drop(p)
-        # a pack without its index, an index without its pack, a .keep written by an unfinished
-        # index-pack (no pack beside it)
+        # a pack without its index or the reverse, a .keep of an unfinished index-pack
         for suffix, partner in ((".pack", ".idx"), (".idx", ".pack"), (".keep", ".pack")):
             for p in list(pack.glob(f"pack-*{suffix}")):
                 if not p.with_suffix(partner).exists():

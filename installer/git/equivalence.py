@@ -10,7 +10,7 @@ into its shared mirror (under ``refs/october/upstream/*``) and pinned.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -44,12 +44,7 @@ class SourceEquivalence:
     paths: tuple[ComparedPath, ...]
 
     def as_json(self) -> dict[str, object]:
-        return {"source_commit": self.source_commit, "fork_commit": self.fork_commit,
-                "compared_in": self.compared_in, "fetched_upstream": self.fetched_upstream,
-                "paths": [p.as_json() for p in self.paths]}
-
-
-# --------------------------------------------------------------------------- git
+        return {**asdict(self), "paths": [p.as_json() for p in self.paths]}
 
 
 def _git(runner: Runner, repo: Path, args: Sequence[str], *, step: str) -> tuple[int, str]:
@@ -84,16 +79,10 @@ def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step
             if (entry := _entries(runner, repo, commit, [path], recursive=False, step=step).get(path)) is not None}
 
 
-# ----------------------------------------------------------------------- upstream
-
-
 def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: str, version: str | None, *,
                         step: str) -> tuple[str | None, CommandFailed | None]:
-    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock).
-
-    Returns (its full id or None, the failure of the last fetch tried: None when that fetch worked,
-    so a missing commit is then really missing upstream rather than unreachable).
-    """
+    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock): (its full id or None,
+    the last fetch's failure: None when it worked, so the commit is really missing upstream)."""
     attempts: list[list[str]] = []
     if FULL_SHA.match(commit):
         attempts.append([f"+{commit}:{UPSTREAM_REFS}/wheel-source/{commit}"])
@@ -115,9 +104,6 @@ def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: s
                        step=step, env=git_env())
             return full, None
     return None, failed
-
-
-# ------------------------------------------------------------------------ compare
 
 
 def _differences(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence[str], *,

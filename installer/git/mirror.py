@@ -187,8 +187,7 @@ def pinned(path: Path, commit: str) -> bool:
         with git.Repo(path) as repo:
             return git.SymbolicReference.dereference_recursive(repo, f"{PIN_REFS}/{commit}") == commit
     except (ValueError, OSError, AssertionError, IndexError, git.GitError):
-        # unreadable: an empty ref file left by a crash trips an assert in GitPython's reader (an
-        # IndexError under -O); not a pin, so the commit is walked and pinned again
+        # an empty ref file left by a crash trips an assert in GitPython's reader (IndexError under -O)
         return False
 
 
@@ -286,15 +285,13 @@ def fetch_branch(runner: Runner, step: str, mirror: Mirror, branch: str) -> str:
     with mirror.locked():
         failed = _fetch(runner, step, mirror, [f"+{ref}:{ref}"], tags=False)
         if failed is not None:
-            err = _failed(mirror, failed, title=f"cannot fetch branch '{branch}' from {mirror.shown_url}",
-                          expected=f"branch '{branch}' on {mirror.shown_url}")
+            title = f"cannot fetch branch '{branch}' from {mirror.shown_url}"
+            expected = f"branch '{branch}' on {mirror.shown_url}"
             if diagnose(failed.tail, what="", url="").cause == "remote-damaged" and "remote ref" in failed.tail:
-                err = FetchError(f"fork '{mirror.fork}': cannot fetch branch '{branch}' from {mirror.shown_url}",
-                                 expected=f"branch '{branch}' on {mirror.shown_url}",
+                raise FetchError(f"fork '{mirror.fork}': {title}", expected=expected,
                                  found=f"git fetch failed (exit {failed.returncode}): {_last_line(failed.tail)}",
-                                 fix="check the branch name in the pin in forks.toml; "
-                                     f"full log: {failed.log_path}")
-            raise err
+                                 fix=f"check the branch name in the pin in forks.toml; full log: {failed.log_path}")
+            raise _failed(mirror, failed, title=title, expected=expected)
         with git.Repo(mirror.path) as repo:
             return str(repo.git.rev_parse("--verify", f"{ref}^{{commit}}")).strip()
 

@@ -54,21 +54,17 @@ class Checkout:
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
 
 
-def _open(path: Path) -> git.Repo:
-    return git.Repo(path, search_parent_directories=False)
-
-
+@dataclass(frozen=True)
 class _Git:
     """git commands for one fork, through the runner, with failures mapped to FetchError."""
 
-    def __init__(self, runner: Runner, step: str, fork: str) -> None:
-        self.runner = runner
-        self.step = step
-        self.fork = fork
+    runner: Runner
+    step: str
+    fork: str
 
-    def __call__(self, args: Sequence[str], *, doing: str, fix: str, cwd: Path | None = None) -> None:
+    def __call__(self, args: Sequence[str], *, doing: str, fix: str) -> None:
         try:
-            self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
+            self.runner.run(["git", *args], step=self.step, env=git_env())
         except CommandFailed as exc:
             last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-4:]
             raise FetchError(f"fork '{self.fork}': {doing} failed",
@@ -105,7 +101,7 @@ def _source(mirror: Mirror) -> str:
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
     url = strip_credentials(url)          # never leave a token in the clone's .git/config
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
     if current == url:
         return
@@ -159,7 +155,7 @@ def _require_objects(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> No
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
                      incomplete: bool, say: Say) -> None:
     try:
-        with _open(dest) as repo:
+        with git.Repo(dest) as repo:
             top = Path(repo.working_tree_dir or "")
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
@@ -271,15 +267,15 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
         fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
         source = mirror.path.as_uri()
-        g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
-        g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
-          doing=doing, fix=fix)
-        g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
-        # the cone's blobs come from the mirror in one lazy fetch
-        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
-          doing=doing, fix=fix)
-        g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
+        for argv in (["init", "--quiet", str(sub_dir)],
+                     ["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+                      *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+                     ["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs],
+                     # the cone's blobs come from the mirror in one lazy fetch
+                     ["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach",
+                      commit],
+                     ["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel]):
+            g(argv, doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
 
@@ -299,7 +295,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
@@ -321,7 +317,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     for verb in ("init",) if fresh else ("init", "sync"):
         g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
                 if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
@@ -406,15 +402,13 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
-    recovering = fresh = False
-    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+    fresh = not dest.exists() or (dest.is_dir() and not any(dest.iterdir()))
+    if fresh:
         _clone_new(g, dest, mirror, commit, say)
-        fresh = True
-    else:
-        recovering = is_incomplete(dest)  # a killed run was changing it
-        exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
+    recovering = not fresh and is_incomplete(dest)     # a killed run was changing it
+    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes (older clones too)
+    if not fresh:
         _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
-    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
                            recovering=recovering, sparse=sparse, fresh=fresh)
