@@ -60,7 +60,7 @@ def strip_credentials(url: str) -> str:
     return _HTTP_USERINFO.sub(lambda m: m.group(1), url)
 
 
-def ls_tree(output: str) -> dict[str, tuple[str, str]]:
+def parse_ls_tree(output: str) -> dict[str, tuple[str, str]]:
     """``git ls-tree -z`` output as path -> (type, id)."""
     found: dict[str, tuple[str, str]] = {}
     for record in output.split("\0"):

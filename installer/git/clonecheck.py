@@ -60,14 +60,11 @@ def dirty_entries(path: Path) -> list[str]:
 def submodule_states(path: Path) -> list[SubmoduleState]:
     """``git submodule status --recursive``, parsed."""
     states: list[SubmoduleState] = []
-    for line in _git(path, "submodule", "status", "--recursive").splitlines():
-        if not line.strip():
-            continue
-        flag, rest = line[0], line[1:]
-        commit, _, where = rest.partition(" ")
+    for line in filter(str.strip, _git(path, "submodule", "status", "--recursive").splitlines()):
+        commit, _, where = line[1:].partition(" ")
         if where.endswith(")") and " (" in where:
             where = where.rsplit(" (", 1)[0]
-        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
+        states.append(SubmoduleState(flag=line[0], commit=commit, path=where))
     return states
 
 

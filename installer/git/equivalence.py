@@ -18,7 +18,7 @@ from ..core.errors import CommandFailed, FetchError, WheelError
 from ..core.ids import FULL_SHA
 from ..core.redact import redact_url
 from ..core.runner import Runner
-from . import git_env, indented, ls_tree
+from . import git_env, indented, parse_ls_tree
 from .mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
 
 COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
@@ -69,7 +69,7 @@ def _entries(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, r
         raise WheelError(f"git could not list the compiled sources at {commit[:12]} in {repo}",
                          expected="`git ls-tree` to succeed", found=f"exit code {rc}: {out.strip()[-300:]}",
                          fix=f"inspect {repo} and the log {runner.log_path(step)}")
-    return ls_tree(out)
+    return parse_ls_tree(out)
 
 
 def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step: str) -> dict[str, tuple[str, str]]:

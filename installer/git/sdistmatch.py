@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..core.errors import WheelError
 from ..core.runner import Runner
-from . import git_env, indented, ls_tree
+from . import git_env, indented, parse_ls_tree
 from .sdist import trailers
 from ..recipe import SdistSource
 
@@ -34,7 +34,7 @@ def _tracked(runner: Runner, clone: Path, commit: str, step: str) -> dict[str, s
         raise WheelError(f"git could not list the fork commit {commit[:12]} in {clone}",
                          expected="`git ls-tree` to succeed", found=done.output.strip()[-300:],
                          fix="re-run october_setup (the fetch step re-creates the clone)")
-    return {path: oid for path, (kind, oid) in ls_tree(done.output).items() if kind == "blob"}
+    return {path: oid for path, (kind, oid) in parse_ls_tree(done.output).items() if kind == "blob"}
 
 
 def _short(commit_id: str | None) -> str | None:

@@ -16,7 +16,7 @@ from typing import Sequence
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
-from . import git_env
+from . import git_env, parse_ls_tree
 from .diagnose import diagnose
 from .exclude import git_dir
 
@@ -24,7 +24,6 @@ PARTIAL_REFS = "refs/october/partial"
 SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true"))
 UPLOAD_PACK = "git " + " ".join(f"-c {k}={v}" for k, v in SERVE_CONFIG) + " upload-pack"
 BLOBS_PER_FETCH = 2000          # ids per `git fetch` command line (a cone of CUTLASS headers: 891)
-_ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P<path>.*)$", re.S)
 
 
 def _repo(path: Path) -> "git.Repo":
@@ -52,11 +51,6 @@ def parents(dirs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(["", *above]))
 
 
-def _entries(text: str) -> list[tuple[str, str, str]]:
-    """``git ls-tree -z`` output as (type, oid, path)."""
-    return [(m["type"], m["oid"], m["path"]) for item in text.split("\0") if (m := _ENTRY.match(item))]
-
-
 def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dict[str, str]:
     """path -> blob id of every file a cone checkout of ``dirs`` writes (trees must be present)."""
     import git
@@ -69,7 +63,7 @@ def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dic
             except git.GitCommandError:
                 continue                   # a parent that is not a directory: the kept one fails below
             found.update({(f"{parent}/{p}" if parent else p): oid
-                          for typ, oid, p in _entries(text) if typ == "blob"})
+                          for p, (typ, oid) in parse_ls_tree(text).items() if typ == "blob"})
         for d in dirs:
             try:
                 kind = str(r.git.cat_file("-t", f"{commit}:{d}")).strip()
@@ -80,8 +74,8 @@ def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dic
                                  expected=f"a directory {d}/ in the submodule at {commit}",
                                  found=kind if kind != "nothing" else "no such path",
                                  fix="fix the fork entry's sparse = { ... } in the recipe")
-            found.update({p: oid for typ, oid, p in _entries(r.git.ls_tree("-r", "-z", commit, "--", f"{d}/"))
-                          if typ == "blob"})
+            listing = parse_ls_tree(r.git.ls_tree("-r", "-z", commit, "--", f"{d}/"))
+            found.update({p: oid for p, (typ, oid) in listing.items() if typ == "blob"})
     return found
 
 
@@ -155,7 +149,6 @@ def serve_config(runner: Runner, step: str, repo: Path) -> None:
         runner.run(["git", "-C", str(repo), "config", key, value], step=step, env=git_env())
 
 
-
 def _setting(gd: Path, key: str) -> str | None:
     """A core.<key> value as git reads it for a work tree: config.worktree over config (last one wins)."""
     for name in ("config.worktree", "config"):
@@ -181,11 +174,6 @@ def partial_or_sparse(work: Path) -> bool:
     return bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf)) or _setting(gd, "sparsecheckout") == "true"
 
 
-def cone_patterns(dirs: Sequence[str]) -> set[str]:
-    """The directories a cone-mode sparse-checkout file lists for ``dirs`` (the kept ones and parents)."""
-    return {p for p in parents(dirs) if p} | set(dirs)
-
-
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     """None when the work tree is a cone-mode sparse checkout of exactly ``dirs`` (read from its files,
     starting no process); else what it is."""
@@ -201,7 +189,7 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     except OSError:
         return f"{work} has no sparse-checkout file"
     listed = {ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("!") and ln.strip() != "/*"}
-    want = cone_patterns(dirs)
+    want = {p for p in parents(dirs) if p} | set(dirs)       # the kept directories and their parents
     if listed != want:
         return (f"{work} keeps {', '.join(sorted(listed)) or 'nothing'}, not {', '.join(sorted(want))} "
                 "(its sparse-checkout cone was changed)")
