@@ -89,8 +89,7 @@ class Mirror:
 
 def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None, *,
                 partial: bool = False) -> Mirror:
-    """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it (``source``: fetch
-    from there instead, e.g. a kit's copy; ``partial``: the sparse submodules' mirror)."""
+    """Create (once) the bare mirror for ``url`` in ``cache_dir`` (``source``: fetch from there instead)."""
     path = mirror_path(cache_dir, url, partial=partial)
     tag = path.parent / "CACHEDIR.TAG"
     try:
@@ -200,8 +199,7 @@ def has_complete(path: Path, commit: str) -> bool:
 
 def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool,
            depth: int | None = None) -> CommandFailed | None:
-    """One ``git fetch`` into the mirror (lock held by the caller); what a failed or killed fetch leaves
-    (partial packs, stale ref locks) is removed before and after."""
+    """One ``git fetch`` into the mirror (lock held by the caller); what a failed fetch left is removed around it."""
     _clean(runner, step, mirror)
     argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
             "--tags" if tags else "--no-tags",

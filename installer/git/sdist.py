@@ -66,8 +66,7 @@ def trailers(text: str) -> dict[str, str]:
 
 def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str,
                 expected_commit: str) -> SdistRepo:
-    """The bare repository made from ``sdist`` (made now if the cache lacks it), checked to hold
-    ``expected_commit`` tagged ``v<version>``."""
+    """The bare repository made from ``sdist`` (made now if missing), checked to hold ``expected_commit``."""
     dest = repo_path(cache_dir, sdist, name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it

@@ -116,8 +116,7 @@ def _git(runner: Runner, step: str, argv: list[str], *, who: str, doing: str, so
 
 def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit: str, dirs: Sequence[str], *,
           who: str) -> bool:
-    """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs, fetched from
-    ``source``; return True when anything was fetched."""
+    """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs; True if any fetched."""
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
         return False
@@ -175,8 +174,7 @@ def partial_or_sparse(work: Path) -> bool:
 
 
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
-    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs`` (read from its files,
-    starting no process); else what it is."""
+    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs`` (read from files); else why not."""
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"

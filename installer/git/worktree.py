@@ -219,8 +219,7 @@ def _no_rewrite(url: str) -> str | None:
 
 
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
-    """Remove a submodule's work tree and git directory to check it out again, only when nothing in it
-    is the user's (no local change, no untracked or ignored file)."""
+    """Remove a submodule's work tree and git dir to check it out again, unless it holds anything of the user's."""
     from .clonecheck import _git as look
     from .sparse import git_dir
 
@@ -402,13 +401,15 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
-    fresh = not dest.exists() or (dest.is_dir() and not any(dest.iterdir()))
-    if fresh:
+    recovering = fresh = False
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
-    recovering = not fresh and is_incomplete(dest)     # a killed run was changing it
-    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes (older clones too)
-    if not fresh:
+        fresh = True
+    else:
+        recovering = is_incomplete(dest)  # a killed run was changing it
+        exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
         _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
+    exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
                            recovering=recovering, sparse=sparse, fresh=fresh)
