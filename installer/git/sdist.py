@@ -126,7 +126,6 @@ def _version_commit(tree: Path) -> str | None:
 
 def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str, dest: Path) -> None:
     archive = _download(cache_dir, sdist, name)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     env = {**git_env(), **_IDENTITY}

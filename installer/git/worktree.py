@@ -31,7 +31,7 @@ from .clonecheck import (  # noqa: F401  (re-exported: verify, envreport and tes
     submodule_heads,
     submodule_states,
 )
-from .exclude import exclude_build_outputs
+from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
 from .recover import (
     is_incomplete,
@@ -221,7 +221,6 @@ def _no_rewrite(url: str) -> str | None:
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
     """Remove a submodule's work tree and git dir to check it out again, unless it holds anything of the user's."""
     from .clonecheck import _git as look
-    from .sparse import git_dir
 
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
@@ -442,11 +441,11 @@ FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 m
 
 def index_files(path: Path) -> list[Path]:
     """The clone's index and that of every (nested) submodule git directory under ``.git/modules``."""
-    git_dir = path / ".git"
-    if not git_dir.is_dir():
+    dot_git = path / ".git"
+    if not dot_git.is_dir():
         return []
-    found = [git_dir / "index"]
-    todo = [git_dir / "modules"]
+    found = [dot_git / "index"]
+    todo = [dot_git / "modules"]
     while todo:
         here = todo.pop()
         try:
