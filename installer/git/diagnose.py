@@ -88,17 +88,14 @@ def remove_partial_objects(repo: Path) -> list[str]:
             for p in list(pack.glob(f"pack-*{suffix}")):
                 if not p.with_suffix(partner).exists():
                     drop(p)
-    if objects.is_dir():
-        for pattern in ("*/tmp_obj_*", "tmp_obj_*", "incoming-*"):
-            for p in objects.glob(pattern):
-                drop(p)
+    for pattern in ("*/tmp_obj_*", "tmp_obj_*", "incoming-*"):       # glob finds nothing in a missing dir
+        for p in objects.glob(pattern):
+            drop(p)
     for name in ("shallow.lock", "packed-refs.lock", "HEAD.lock", "config.lock", "index.lock"):
         if (repo / name).exists():
             drop(repo / name)
-    refs = repo / "refs"
-    if refs.is_dir():
-        for p in refs.rglob("*.lock"):
-            drop(p)
+    for p in (repo / "refs").rglob("*.lock"):
+        drop(p)
     return removed
 
 

@@ -21,25 +21,11 @@ from ..core.errors import CommandFailed, FetchError
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env, strip_credentials
-from .clonecheck import (  # noqa: F401  (re-exported: verify, envreport and tests import them from here)
-    GitInspectError,
-    check_clone,
-    dirty_entries,
-    head_commit,
-    listed,
-    selected,
-    submodule_heads,
-    submodule_states,
-)
+from .clonecheck import GitInspectError, dirty_entries, head_commit, listed, submodule_heads
+from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
-from .recover import (
-    is_incomplete,
-    mark_complete,
-    mark_incomplete,
-    remove_stale_locks,
-    reset_broken_submodule,
-)
+from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale_locks, reset_broken_submodule
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
