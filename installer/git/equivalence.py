@@ -1,10 +1,9 @@
 """Is the precompiled base wheel right for the fork?  Its compiled sources must equal the fork's.
 
-The wheel fits a fork exactly when the compiled-source paths (``csrc/``, ``CMakeLists.txt``, ``cmake/``:
-recipe data) have the same git tree or blob ids at the wheel's source commit and at the fork commit.
-Ancestry is neither needed nor enough: vLLM cuts release wheels on branches that are not on main.  The
-commits are looked up in the fork clone, else the wheel's commit is fetched from the fork's *upstream*
-into its shared mirror (under ``refs/october/upstream/*``) and pinned.
+The wheel fits exactly when the compiled-source paths (recipe data) have the same git tree or blob ids at
+the wheel's source commit and the fork commit; ancestry is neither needed nor enough (vLLM cuts release
+wheels on branches off main).  A wheel commit the clone lacks is fetched from the fork's *upstream* into
+its shared mirror (``refs/october/upstream/*``) and pinned.
 """
 
 from __future__ import annotations

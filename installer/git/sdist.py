@@ -1,11 +1,8 @@
-"""A fork made from a released source distribution (``source = "sdist"`` in forks.toml).
-
-An sdist has the real sources but no git history, so such a fork is materialised once per cache: the
-sdist is downloaded and checked against the pin's sha256, extracted in Python (``filter="data"``, no owner
-taken from the archive: git refuses a checkout of "dubious ownership"), committed as upstream's git would
-track it (its own ``.gitignore``) with a fixed identity and date, so the commit id depends on the sdist's
-bytes alone and forks.toml pins it, and tagged ``v<version>`` for setuptools-scm.  The bare repository
-(``<cache>/sdist/repos/...``) then serves as the fork's remote.
+"""A fork made from a released source distribution (``source = "sdist"`` in forks.toml), materialised
+once per cache: the sdist (sha256-checked) is extracted in Python (``filter="data"``, no owner taken from
+the archive: git refuses "dubious ownership"), committed as upstream's git tracks it (its ``.gitignore``)
+with a fixed identity and date, so the commit id depends on the sdist's bytes alone and forks.toml pins
+it, and tagged ``v<version>`` for setuptools-scm.  The bare repository then serves as the fork's remote.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Sparse submodules: a partial clone holding a commit, its trees and only the blobs under the directories
-a recipe keeps, checked out in git's cone mode (the one reachable copy of the CUTLASS commit FlashInfer
-records lacks a file, so a full fetch cannot succeed; its JIT reads two directories only).
-
-The commit is fetched with ``--filter=blob:none``, then the cone's blobs by id (:func:`cone_blobs`: the
-files cone mode writes, including those directly in the root and in each parent of a kept directory).
-Servers must allow filters and wants by id: GitHub does; a local repository is asked via ``--upload-pack``.
+a recipe keeps, checked out in cone mode (the one reachable copy of the CUTLASS commit FlashInfer records
+lacks a file, so a full fetch cannot succeed; its JIT reads two directories).  The commit is fetched with
+``--filter=blob:none``, then the cone's blobs by id (:func:`cone_blobs`: what cone mode writes, including
+the files directly in the root and in each parent of a kept directory).  Servers must allow filters and
+wants by id: GitHub does; a local repository is asked via ``--upload-pack``.
 """
 
 from __future__ import annotations
