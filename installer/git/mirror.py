@@ -160,10 +160,7 @@ def _half_made(path: Path) -> bool:
     head = path / "HEAD"
     if head.exists() and not head.read_text(encoding="utf-8", errors="replace").startswith("ref: "):
         return False
-    for sub in ("objects", "refs"):
-        if (path / sub).is_dir() and any(p.is_file() for p in (path / sub).rglob("*")):
-            return False
-    return True
+    return not any(p.is_file() for sub in ("objects", "refs") for p in (path / sub).rglob("*"))
 
 
 def has_commit(path: Path, commit: str, *, walk: bool = False) -> bool:

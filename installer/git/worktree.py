@@ -200,10 +200,6 @@ def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: S
 Rewrite = Callable[[str], "str | None"]
 
 
-def _no_rewrite(url: str) -> str | None:
-    return None
-
-
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
     """Remove a submodule's work tree and git dir to check it out again, unless it holds anything of the user's."""
     from .clonecheck import _git as look
@@ -264,7 +260,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
 
 
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
-                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite,
                        recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None,
                        fresh: bool = False) -> None:
     """``fresh``: ``repo_dir`` was cloned by this run, so the submodule URLs need no sync."""
@@ -357,7 +353,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
                submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
-               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = lambda _: None,
                sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
     """Make ``dest`` a clone of ``mirror.url`` detached at ``commit``, with submodules (all, or the
     ``submodule_paths`` and what nests in them) at their recorded commits; verify HEAD and cleanliness.
