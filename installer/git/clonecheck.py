@@ -1,12 +1,9 @@
 """Read-only looks at a working clone: HEAD, local changes, submodule states, and the fetch step's
 verdict "still what fetch left".
 
-These run on every re-run (a no-op included), so they start as few processes as they can and no
-Python git library: HEAD is read from the clone's files (:func:`october.installer.core.version.head_commit`),
-local changes are one ``git status`` and submodules one ``git submodule status --recursive``, each
-with ``GIT_OPTIONAL_LOCKS=0`` (a look must not rewrite the index).  ``git status`` is what decides
-"clean" and does not re-read a file whose stat data matches git's index: the no-op trusts git's
-own index the way git does.
+They run on every re-run (a no-op included), so they start few processes and import no Python git
+library: HEAD is read from the clone's files, local changes are one ``git status`` (with
+``GIT_OPTIONAL_LOCKS=0``: a look must not rewrite the index).
 """
 
 from __future__ import annotations
@@ -63,29 +60,20 @@ def dirty_entries(path: Path) -> list[str]:
 def submodule_states(path: Path) -> list[SubmoduleState]:
     """``git submodule status --recursive``, parsed."""
     states: list[SubmoduleState] = []
-    for line in _git(path, "submodule", "status", "--recursive").splitlines():
-        if not line.strip():
-            continue
-        flag, rest = line[0], line[1:]
-        commit, _, where = rest.partition(" ")
+    for line in filter(str.strip, _git(path, "submodule", "status", "--recursive").splitlines()):
+        commit, _, where = line[1:].partition(" ")
         if where.endswith(")") and " (" in where:
             where = where.rsplit(" (", 1)[0]
-        states.append(SubmoduleState(flag=flag, commit=commit, path=where))
+        states.append(SubmoduleState(flag=line[0], commit=commit, path=where))
     return states
 
 
 def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[SubmoduleState]:
     """What ``git submodule status --recursive`` says of the (``selection``'s) submodules, read from each
-    repository's index (one ``git ls-files --stage``) and each submodule's HEAD (its files): in git
-    before 2.45 that command is a shell script that starts about 15 processes per repository and four
-    ``git describe`` per submodule.  Flags as git's: "U" an unmerged entry, "-" not checked out, "+"
-    checked out at another commit (that commit shown), " " at the recorded commit; a checked-out
-    submodule is looked into, recursively (git is kept from reading the superproject there).  A
-    repository whose gitlinks are not all named by its ``.gitmodules`` (or whose ``.gitmodules`` cannot
-    be read here) is left to git's own command, whose error says so.  One difference: a checked-out
-    submodule that git's configuration makes inactive (``submodule.<name>.active = false``) reads by its
-    HEAD here, "-" in git (``submodule update --init``, which fetch runs first, makes it active unless
-    the environment's git configuration says otherwise; its files are then the recorded commit's)."""
+    repository's index (one ``git ls-files --stage``) and each submodule's HEAD: before git 2.45 that
+    command is a shell script starting about 15 processes per repository.  A repository whose gitlinks
+    its ``.gitmodules`` does not all name is left to git's command, whose error says so.  One difference:
+    a checked-out submodule made inactive by git configuration reads by its HEAD here, "-" in git."""
     states: list[SubmoduleState] = []
 
     def walk(repo: Path, prefix: str, ceiling: Path | None) -> None:   # depth first, in index order: git's
@@ -158,9 +146,8 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
                 submodules: Mapping[str, str] | None = None,
                 submodule_paths: Sequence[str] | None = None,
                 sparse: Mapping[str, Sequence[str]] | None = None) -> str | None:
-    """None when the clone at ``path`` is at ``commit`` (and clean, and its (selected)
-    submodules at the recorded commits, the sparse ones keeping exactly their directories);
-    otherwise the reason it is not."""
+    """None when the clone at ``path`` is at ``commit``, clean, and its (selected) submodules at their
+    recorded commits (sparse ones keeping exactly their directories); otherwise the reason it is not."""
     head = head_commit(path)
     if head is None:
         return f"{path} is not a git clone"
@@ -182,11 +169,8 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
             if dirty:
                 return f"{path} has local changes ({listed(dirty)})"
             if submodules:
-                # A clean `git status --ignore-submodules=none` already says every checked-out
-                # submodule is at the commit HEAD records (else " M <sub>"), recursively; what it
-                # does not see is a selected submodule that is not checked out.  HEAD is the pin, so
-                # the recorded commits are HEAD's: each must be checked out at its commit (read from
-                # its files, no `git submodule status` and the processes it starts).
+                # A clean status already says every checked-out submodule is at its recorded commit;
+                # what it misses is one not checked out: each HEAD is read from its files.
                 off = [sub for sub, want in sorted(submodules.items()) if head_commit(path / sub) != want]
                 if off:
                     return f"{path} submodules not at their recorded commits: {', '.join(off)}"

@@ -1,16 +1,8 @@
 """Why a ``git fetch`` failed, from its own words, and what to do about it.
 
-Three causes need different fixes, so they are told apart:
-
-- ``remote-damaged``: the remote answered but cannot serve a complete object set (a missing
-  blob, "did not send all necessary objects", "not our ref", corruption on the remote side).
-  Retrying or checking the network does not help; another copy of the repository does.
-- ``network``: the remote was never reached (DNS, refused or timed-out connection, TLS,
-  authentication).  The repository may be fine.
-- ``not-found``: the host answered that there is no such repository.
-
-Anything else is ``unknown`` and keeps the generic advice.  Markers are git's own messages
-(git 2.39 to 2.47, curl transport, file and ssh transports).
+``remote-damaged`` (answered, but cannot serve a complete object set: only another copy helps),
+``network`` (never reached) and ``not-found`` (no such repository) need different fixes; anything
+else is ``unknown``.  Markers are git's own messages (git 2.39 to 2.47; curl, file and ssh transports).
 """
 
 from __future__ import annotations
@@ -21,49 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DAMAGED = [
-    r"did not send all necessary objects",
-    r"possible repository corruption",
-    r"unable to read [0-9a-f]{7,}",
-    r"missing (?:blob|tree|commit|object)",
-    r"bad object",
-    r"not our ref",                 # also "upload-pack: not our ref"
-    r"could not find remote ref",
-    r"couldn't find remote ref",
-    r"no such remote ref",
-    r"invalid index-pack output",
-    r"pack has \d+ unresolved delta",
-    r"fatal: protocol error: bad pack header",
-    r"object file .* is empty",
+    r"did not send all necessary objects", r"possible repository corruption", r"unable to read [0-9a-f]{7,}",
+    r"missing (?:blob|tree|commit|object)", r"bad object", r"not our ref", r"could not find remote ref",
+    r"couldn't find remote ref", r"no such remote ref", r"invalid index-pack output",
+    r"pack has \d+ unresolved delta", r"fatal: protocol error: bad pack header", r"object file .* is empty",
     r"loose object .* is corrupt",
 ]
 _NETWORK = [
-    r"could not resolve host",      # also "could not resolve hostname"
-    r"temporary failure in name resolution",
-    r"name or service not known",
-    r"failed to connect",
-    r"couldn't connect to server",
-    r"connection refused",
-    r"connection timed out",
-    r"operation timed out",
-    r"timed out",
-    r"network is unreachable",
-    r"no route to host",
-    r"connection reset",
-    r"ssl[ _]",
-    r"gnutls",
-    r"authentication failed",
-    r"could not read username",
-    r"could not read password",
-    r"permission denied \(publickey",
-    r"host key verification failed",
-    r"the requested url returned error: 40[13]",
+    r"could not resolve host", r"temporary failure in name resolution", r"name or service not known",
+    r"failed to connect", r"couldn't connect to server", r"connection refused", r"connection timed out",
+    r"operation timed out", r"timed out", r"network is unreachable", r"no route to host", r"connection reset",
+    r"ssl[ _]", r"gnutls", r"authentication failed", r"could not read username", r"could not read password",
+    r"permission denied \(publickey", r"host key verification failed", r"the requested url returned error: 40[13]",
     r"proxy",
 ]
 _NOT_FOUND = [
-    r"does not appear to be a git repository",
-    r"repository .*not found",
-    r"the requested url returned error: 404",
-    r"no such file or directory",
+    r"does not appear to be a git repository", r"repository .*not found",
+    r"the requested url returned error: 404", r"no such file or directory",
 ]
 
 
@@ -99,19 +65,15 @@ def diagnose(output: str, *, what: str, url: str) -> Diagnosis:
 
 
 def remove_partial_objects(repo: Path) -> list[str]:
-    """Remove what an interrupted or failed fetch leaves in a bare repository: ``tmp_pack_*``,
-    ``tmp_idx_*``, ``tmp_obj_*``, a ``.pack`` without its ``.idx`` (or the reverse), and stale
-    ``*.lock`` files of refs and ``shallow``.  The caller holds the repository's file lock, so no
-    other october process is writing.  Returns the removed paths (relative), for the log."""
+    """Remove what an interrupted or failed fetch leaves in a bare repository (temporary objects and
+    packs, a pack without its index or the reverse, stale ``*.lock`` files) while the caller holds its
+    file lock; return the removed paths (relative), for the log."""
     removed: list[str] = []
     objects = repo / "objects"
 
     def drop(p: Path) -> None:
         try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+            remove(p)
             removed.append(str(p.relative_to(repo)))
         except FileNotFoundError:
             pass
@@ -121,21 +83,25 @@ def remove_partial_objects(repo: Path) -> list[str]:
         for p in pack.iterdir():
             if p.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_bitmap_")):
                 drop(p)
-        # a pack without its index, an index without its pack, a .keep written by an unfinished
-        # index-pack (no pack beside it)
+        # a pack without its index or the reverse, a .keep of an unfinished index-pack
         for suffix, partner in ((".pack", ".idx"), (".idx", ".pack"), (".keep", ".pack")):
             for p in list(pack.glob(f"pack-*{suffix}")):
                 if not p.with_suffix(partner).exists():
                     drop(p)
-    if objects.is_dir():
-        for pattern in ("*/tmp_obj_*", "tmp_obj_*", "incoming-*"):
-            for p in objects.glob(pattern):
-                drop(p)
+    for pattern in ("*/tmp_obj_*", "tmp_obj_*", "incoming-*"):       # glob finds nothing in a missing dir
+        for p in objects.glob(pattern):
+            drop(p)
     for name in ("shallow.lock", "packed-refs.lock", "HEAD.lock", "config.lock", "index.lock"):
         if (repo / name).exists():
             drop(repo / name)
-    refs = repo / "refs"
-    if refs.is_dir():
-        for p in refs.rglob("*.lock"):
-            drop(p)
+    for p in (repo / "refs").rglob("*.lock"):
+        drop(p)
     return removed
+
+
+def remove(p: Path) -> None:
+    """Remove a file, a link or a whole directory."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()

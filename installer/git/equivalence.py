@@ -1,34 +1,15 @@
 """Is the precompiled base wheel right for the fork?  Its compiled sources must equal the fork's.
 
-What ends up in a vLLM wheel's ``.so`` files is built from ``csrc/`` by ``CMakeLists.txt``
-and ``cmake/`` (which also pins the external projects it fetches: vllm-flash-attn, FlashMLA,
-CUTLASS, ... by ``GIT_TAG``).  ``setup.py`` only drives CMake and, in precompiled mode,
-copies the ``.so`` files and a few fetched Python files out of the wheel.  So the wheel
-fits a fork exactly when those paths have the same git tree at the wheel's source
-commit (``vllm/_version.py``) and at the fork commit.  Ancestry is neither needed nor
-enough: vLLM cuts release wheels on release branches that are not on main (vLLM issue
-#16217), so a fork branched from main rarely contains the release commit, yet its
-kernels may be identical.
-
-Which paths are compared is recipe data (``[wheel].compiled_sources``, default
-:data:`october.installer.recipe.DEFAULT_COMPILED_SOURCES`).  Tree (or blob) ids are compared
-directly: git ids are content hashes, so equal ids mean equal bytes in every file below.
-When they differ, ``git ls-tree -r`` at both commits names the changed files.
-
-Where the commits are looked up: the fork clone first (no network).  When the clone
-lacks the wheel's commit, the fork's shared bare mirror in the cache dir
-(:mod:`october.installer.git.mirror`, under its file lock) gets it from the fork's *upstream*
-URL -- by id when the id is full, else the release tag ``v<version>``, else every
-upstream branch and tag -- into ``refs/october/upstream/*`` (never a branch of the
-mirror); since the mirror already holds the fork's history only the release delta
-moves.  The commit is then pinned under ``refs/october/pins/`` so ``gc`` keeps it.
-Every git command goes through the :class:`~october.installer.core.runner.Runner` (logged).
+The wheel fits exactly when the compiled-source paths (recipe data) have the same git tree or blob ids at
+the wheel's source commit and the fork commit; ancestry is neither needed nor enough (vLLM cuts release
+wheels on branches off main).  A wheel commit the clone lacks is fetched from the fork's *upstream* into
+its shared mirror (``refs/october/upstream/*``) and pinned.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -36,12 +17,11 @@ from ..core.errors import CommandFailed, FetchError, WheelError
 from ..core.ids import FULL_SHA
 from ..core.redact import redact_url
 from ..core.runner import Runner
-from . import git_env
+from . import git_env, indented, parse_ls_tree
 from .mirror import PIN_REFS, Mirror, ensure_commit, open_mirror
 
 COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
 UPSTREAM_REFS = "refs/october/upstream"
-MAX_LISTED = 12
 
 
 @dataclass(frozen=True)
@@ -63,12 +43,7 @@ class SourceEquivalence:
     paths: tuple[ComparedPath, ...]
 
     def as_json(self) -> dict[str, object]:
-        return {"source_commit": self.source_commit, "fork_commit": self.fork_commit,
-                "compared_in": self.compared_in, "fetched_upstream": self.fetched_upstream,
-                "paths": [p.as_json() for p in self.paths]}
-
-
-# --------------------------------------------------------------------------- git
+        return {**asdict(self), "paths": [p.as_json() for p in self.paths]}
 
 
 def _git(runner: Runner, repo: Path, args: Sequence[str], *, step: str) -> tuple[int, str]:
@@ -93,13 +68,7 @@ def _entries(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, r
         raise WheelError(f"git could not list the compiled sources at {commit[:12]} in {repo}",
                          expected="`git ls-tree` to succeed", found=f"exit code {rc}: {out.strip()[-300:]}",
                          fix=f"inspect {repo} and the log {runner.log_path(step)}")
-    found: dict[str, tuple[str, str]] = {}
-    for record in out.split("\0"):
-        meta, tab, path = record.partition("\t")
-        fields = meta.split()
-        if tab and len(fields) == 3:
-            found[path] = (fields[1], fields[2])
-    return found
+    return parse_ls_tree(out)
 
 
 def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step: str) -> dict[str, tuple[str, str]]:
@@ -109,16 +78,10 @@ def _tops(runner: Runner, repo: Path, commit: str, paths: Sequence[str], *, step
             if (entry := _entries(runner, repo, commit, [path], recursive=False, step=step).get(path)) is not None}
 
 
-# ----------------------------------------------------------------------- upstream
-
-
 def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: str, version: str | None, *,
                         step: str) -> tuple[str | None, CommandFailed | None]:
-    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock).
-
-    Returns (its full id or None, the failure of the last fetch tried: None when that fetch worked,
-    so a missing commit is then really missing upstream rather than unreachable).
-    """
+    """Bring ``commit`` from ``upstream`` into ``mirror`` (caller holds its lock): (its full id or None,
+    the last fetch's failure: None when it worked, so the commit is really missing upstream)."""
     attempts: list[list[str]] = []
     if FULL_SHA.match(commit):
         attempts.append([f"+{commit}:{UPSTREAM_REFS}/wheel-source/{commit}"])
@@ -140,9 +103,6 @@ def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: s
                        step=step, env=git_env())
             return full, None
     return None, failed
-
-
-# ------------------------------------------------------------------------ compare
 
 
 def _differences(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence[str], *,
@@ -239,12 +199,10 @@ def _compare(runner: Runner, repo: Path, source: str, fork: str, paths: Sequence
     differing = [p for p in paths if at_source.get(p) != at_fork.get(p)]
     if differing:
         changed = _differences(runner, repo, source, fork, differing, step=step)
-        shown = changed[:MAX_LISTED] + ([f"... and {len(changed) - MAX_LISTED} more"]
-                                        if len(changed) > MAX_LISTED else [])
         raise WheelError(
             f"the precompiled path is wrong for the {fork_name} fork: its compiled sources differ from those "
             f"the base wheel was built from ({source[:12]}) in {len(changed)} file(s):\n"
-            + "\n".join(f"    {c}" for c in shown),
+            + indented(changed),
             expected=f"{', '.join(differing)} identical at the wheel's source commit {source} and the fork "
                      f"commit {fork}",
             found="the changes listed above",

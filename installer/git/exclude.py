@@ -1,11 +1,8 @@
 """Build outputs of the stack are not source changes.
 
-Installing a fork editable builds it in place: setuptools writes ``<name>.egg-info/`` (and
-``build/``), extension builds leave ``*.so`` next to the sources, imports leave ``__pycache__``.
-A fork without a ``.gitignore`` for them would look "dirty" on the next run, and be refused.  The
-fetch step therefore lists them in the clone's own ``.git/info/exclude`` (local to the clone,
-never committed, never touching the fork's files).  Only *untracked* files can be excluded, so a
-change to a tracked file, or a new source file, is still a local change and still caught.
+An editable install writes ``*.egg-info/``, ``build/``, ``*.so`` and ``__pycache__`` into the fork; they are
+listed in the clone's own ``.git/info/exclude`` (never committed), so the next run does not refuse the clone
+as dirty.  Only untracked files can be excluded: a change to a tracked file is still caught.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """One shared bare mirror per git URL, so a second stack never downloads again.
 
-Layout: ``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (the URL is
-hashed with any credentials masked, so a changed token reuses the mirror; the
-URL itself, and so any token, is never written into the mirror's config).
-Each mirror has its own file lock (``<mirror>.lock``) so stacks that share a
-cache take turns.  A commit is looked up in the mirror first and fetched only
-when missing: ``git fetch <url> <40-hex>`` (GitHub serves any reachable commit
-by id), falling back to all branches and tags.  Every commit the installer
-needs is pinned by a ref ``refs/october/pins/<id>`` so no ``gc`` drops it.
+Each mirror has its own file lock (``<mirror>.lock``).  A missing commit is fetched by id (GitHub serves
+any reachable commit by id), else with all branches and tags, and pinned by ``refs/october/pins/<id>``
+so no ``gc`` drops it.  The URL (and so any token) is never written into the mirror's config.
 """
 
 from __future__ import annotations
@@ -41,20 +36,16 @@ _GITHUB_SSH = re.compile(r"^(?:git@github\.com:|ssh://git@github\.com/)(?P<path>
 
 
 def fetchable_url(url: str) -> str:
-    """The URL the mirror fetches from: GitHub SSH forms become anonymous HTTPS.
-
-    FlashInfer's ``.gitmodules`` names one submodule as ``git@github.com:gabime/spdlog.git``;
-    without an SSH key that cannot be fetched, while the same public repository is
-    served over HTTPS.  Other URLs are used as given.
-    """
+    """The URL the mirror fetches from: GitHub SSH forms (FlashInfer's spdlog submodule) become anonymous
+    HTTPS, which needs no SSH key; other URLs are used as given."""
     m = _GITHUB_SSH.match(url)
     return f"https://github.com/{m.group('path')}" if m else url
 
 
 def mirror_path(cache_dir: Path, url: str, *, partial: bool = False) -> Path:
-    """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing);
-    ``partial``: ``...-<basename>.partial.git``, the mirror of sparse submodules (blobs outside their
-    directories left out), kept apart so a full mirror never holds a partial commit."""
+    """``<cache_dir>/git/<sha256(url)[:16]>-<basename>.git`` (credentials masked before hashing, so a
+    changed token reuses the mirror); ``partial``: ``...-<basename>.partial.git``, sparse submodules'
+    mirror, kept apart so a full mirror never holds a partial commit."""
     shown = redact_url(fetchable_url(url))
     digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()[:16]
     tail = shown.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
@@ -98,9 +89,7 @@ class Mirror:
 
 def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None, *,
                 partial: bool = False) -> Mirror:
-    """Create (once) the bare mirror for ``url`` in ``cache_dir`` and return it (``source``: fetch
-    from there instead, e.g. a kit's copy of ``url``; ``partial``: the sparse submodules' mirror,
-    :mod:`october.installer.git.sparse`)."""
+    """Create (once) the bare mirror for ``url`` in ``cache_dir`` (``source``: fetch from there instead)."""
     path = mirror_path(cache_dir, url, partial=partial)
     tag = path.parent / "CACHEDIR.TAG"
     try:
@@ -116,9 +105,7 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None,
         for stale in path.parent.glob(f".{path.name}.new-*"):     # left by a run killed in _create
             shutil.rmtree(stale, ignore_errors=True)
         if path.exists() and not _is_bare(path) and _half_made(path):
-            # a directory `git init` was killed in (made by an older version, in place): nothing
-            # fetched yet, so nothing is lost
-            shutil.rmtree(path)
+            shutil.rmtree(path)     # an older version's killed in-place `git init`: nothing fetched yet
         if not path.exists():
             _create(path, fork, partial=partial)
         elif not _is_bare(path):
@@ -129,9 +116,8 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None,
 
 
 def _create(path: Path, fork: str, *, partial: bool = False) -> None:
-    """A new empty bare mirror at ``path``, made beside it and renamed into place, so a run
-    killed half-way through ``git init`` never leaves a half-made mirror under the real name.
-    A partial one lets its clones ask for filters and objects by id (their checkout's lazy fetch)."""
+    """A new empty bare mirror at ``path``, made beside it and renamed into place.  A partial one lets
+    its clones ask for filters and objects by id (their checkout's lazy fetch)."""
     from .sparse import SERVE_CONFIG
 
     new = path.parent / f".{path.name}.new-{os.getpid()}"
@@ -174,62 +160,43 @@ def _half_made(path: Path) -> bool:
     head = path / "HEAD"
     if head.exists() and not head.read_text(encoding="utf-8", errors="replace").startswith("ref: "):
         return False
-    for sub in ("objects", "refs"):
-        if (path / sub).is_dir() and any(p.is_file() for p in (path / sub).rglob("*")):
-            return False
-    return True
+    return not any(p.is_file() for sub in ("objects", "refs") for p in (path / sub).rglob("*"))
 
 
-def has_commit(path: Path, commit: str) -> bool:
-    """Whether the repository at ``path`` holds ``commit`` as a commit object (read-only; in a partial
-    repository a missing object is never fetched from its promisor: :data:`october.installer.git.NO_FETCH`)."""
+def has_commit(path: Path, commit: str, *, walk: bool = False) -> bool:
+    """Whether the repository at ``path`` holds ``commit`` as a commit object (never fetched lazily:
+    :data:`october.installer.git.NO_FETCH`); ``walk``: and every object down to the shallow roots."""
     with git.Repo(path) as repo:
         repo.git.update_environment(**fetch_pkg.NO_FETCH)
         try:
             repo.git.cat_file("-e", f"{commit}^{{commit}}")
+            if walk:
+                repo.git.rev_list("--objects", "--quiet", commit, "--not", "--all")
         except git.GitCommandError:
             return False
     return True
 
 
 def pinned(path: Path, commit: str) -> bool:
-    """Whether the mirror's pin ref for ``commit`` names it, read as git reads a ref (GitPython's
-    reader: the loose ref file, else ``packed-refs``), without starting git."""
+    """Whether the mirror's pin ref for ``commit`` names it (read from the ref files, starting no git)."""
     try:
         with git.Repo(path) as repo:
             return git.SymbolicReference.dereference_recursive(repo, f"{PIN_REFS}/{commit}") == commit
     except (ValueError, OSError, AssertionError, IndexError, git.GitError):
-        # unreadable: an empty ref file left by a crash trips an assert in GitPython's reader (an
-        # IndexError under -O); not a pin, so the commit is walked and pinned again
+        # an empty ref file left by a crash trips an assert in GitPython's reader (IndexError under -O)
         return False
 
 
 def has_complete(path: Path, commit: str) -> bool:
-    """Whether ``commit`` is in the repository at ``path`` with everything it needs (its tree,
-    and its history down to the shallow roots), read-only.
-
-    An object alone is not enough: a ``git fetch`` killed after writing its pack but before
-    recording the shallow roots and refs leaves the commit without its parents.  The pin ref
-    is written last by our fetches, so a pinned commit is complete; any other commit is
-    walked (``rev-list --objects ... --not --all``, quick when a ref already reaches it).
-    """
-    if pinned(path, commit):
-        return True
-    with git.Repo(path) as repo:
-        repo.git.update_environment(**fetch_pkg.NO_FETCH)
-        try:
-            repo.git.cat_file("-e", f"{commit}^{{commit}}")
-            repo.git.rev_list("--objects", "--quiet", commit, "--not", "--all")
-        except git.GitCommandError:
-            return False
-    return True
+    """Whether ``commit`` is in the repository with its tree and history down to the shallow roots.
+    The object alone is not enough: a fetch killed before recording shallow roots and refs leaves it
+    without its parents.  Our fetches write the pin ref last, so a pinned commit is complete."""
+    return pinned(path, commit) or has_commit(path, commit, walk=True)
 
 
 def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, tags: bool,
            depth: int | None = None) -> CommandFailed | None:
-    """One ``git fetch`` into the mirror (lock held by the caller).  Whatever a failed or killed
-    fetch leaves behind (``tmp_pack_*``, a pack without its index, stale ref locks) is removed
-    before and after, so a broken remote never leaves megabytes of partial packs in the cache."""
+    """One ``git fetch`` into the mirror (lock held by the caller); what a failed fetch left is removed around it."""
     _clean(runner, step, mirror)
     argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
             "--tags" if tags else "--no-tags",
@@ -260,9 +227,8 @@ def _failed(mirror: Mirror, exc: CommandFailed, *, title: str, expected: str) ->
 
 
 def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
-    """Pin ``commit`` (lock held by the caller).  An ``update-ref`` killed part-way leaves the ref's
-    ``.lock`` file, and git refuses every later update of that ref while it is there ("cannot lock
-    ref"; tests/test_fetch_kill_resume.py, CI 2026-12-03): removed first, as before a fetch."""
+    """Pin ``commit`` (lock held by the caller).  A killed ``update-ref`` leaves the ref's ``.lock``, and
+    git then refuses the ref ("cannot lock ref"): stale locks are removed first."""
     _clean(runner, step, mirror)
     runner.run(["git", "-C", str(mirror.path), "update-ref", f"{PIN_REFS}/{commit}", commit],
                step=step, env=git_env())
@@ -270,12 +236,7 @@ def _pin_ref(runner: Runner, step: str, mirror: Mirror, commit: str) -> None:
 
 def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, shallow: bool = False) -> bool:
     """Make ``commit`` (40-hex) present in the mirror; return True when it had to be fetched.
-
-    ``shallow``: fetch only that commit and its tree (``--depth 1``), as for a submodule at
-    its recorded commit, and never fall back to fetching every branch.  Raises
-    :class:`FetchError` naming fork (or submodule), URL and commit, and telling a damaged
-    remote from an unreachable one, when the commit cannot be had.
-    """
+    ``shallow``: only that commit and its tree (``--depth 1``), with no fallback to every branch."""
     if not FULL_SHA.match(commit):
         raise FetchError(f"fork '{mirror.fork}': not a full commit id",
                          expected="40 lowercase hex characters", found=repr(commit),
@@ -283,8 +244,7 @@ def ensure_commit(runner: Runner, step: str, mirror: Mirror, commit: str, *, sha
     with mirror.locked():
         if pinned(mirror.path, commit):     # our fetch (or an earlier run) pinned it: nothing to write
             return False
-        # a loose pin that is no pin (empty after a crash, or naming another object) is ours to drop: git
-        # refuses `--all` while it is there, and the commit is pinned again below
+        # a loose pin that is no pin (empty after a crash) is dropped: git refuses `--all` while it is there
         (mirror.path / PIN_REFS / commit).unlink(missing_ok=True)
         if has_complete(mirror.path, commit):
             _pin_ref(runner, step, mirror, commit)
@@ -320,15 +280,13 @@ def fetch_branch(runner: Runner, step: str, mirror: Mirror, branch: str) -> str:
     with mirror.locked():
         failed = _fetch(runner, step, mirror, [f"+{ref}:{ref}"], tags=False)
         if failed is not None:
-            err = _failed(mirror, failed, title=f"cannot fetch branch '{branch}' from {mirror.shown_url}",
-                          expected=f"branch '{branch}' on {mirror.shown_url}")
+            title = f"cannot fetch branch '{branch}' from {mirror.shown_url}"
+            expected = f"branch '{branch}' on {mirror.shown_url}"
             if diagnose(failed.tail, what="", url="").cause == "remote-damaged" and "remote ref" in failed.tail:
-                err = FetchError(f"fork '{mirror.fork}': cannot fetch branch '{branch}' from {mirror.shown_url}",
-                                 expected=f"branch '{branch}' on {mirror.shown_url}",
+                raise FetchError(f"fork '{mirror.fork}': {title}", expected=expected,
                                  found=f"git fetch failed (exit {failed.returncode}): {_last_line(failed.tail)}",
-                                 fix="check the branch name in the pin in forks.toml; "
-                                     f"full log: {failed.log_path}")
-            raise err
+                                 fix=f"check the branch name in the pin in forks.toml; full log: {failed.log_path}")
+            raise _failed(mirror, failed, title=title, expected=expected)
         with git.Repo(mirror.path) as repo:
             return str(repo.git.rev_parse("--verify", f"{ref}^{{commit}}")).strip()
 

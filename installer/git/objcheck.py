@@ -1,12 +1,8 @@
 """Every object a checkout of a commit reads, hashed against its name.
 
-``git clone`` from a plain path copies the mirror's object files as they are, and git reads an object
-without hashing it: a blob or tree changed in the cache would be checked out, and ``git status`` (which
-compares stat data) calls the clone clean unless the file happens to be racily clean.  Over git's
-pack protocol (a file:// URL) ``index-pack`` hashes every object it receives, but a clone of a
-full-history mirror over it copies (and hashes) the whole history; this hashes only what the checkout
-needs: the commit, its trees and their blobs (gitlinks are submodules, fetched and hashed on their own).
-Objects are read through GitPython's object database (one ``git cat-file --batch``), streamed.
+``git clone`` from a plain path copies object files unhashed, and ``git status`` (which compares stat
+data) would call a clone of a changed cache clean; a clone over the pack protocol hashes the whole
+history.  This hashes only the commit, its trees and their blobs (gitlinks are fetched on their own).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ CHUNK = 1 << 20
 
 def _read(odb: object, oid: bytes) -> tuple[bytes, str, bytes | None]:
     """(type, hex digest of the object as git names it, its data when a tree or commit); a missing
-    object reads as type ``missing`` with an empty digest."""
+    object reads as type ``missing``, digest ``""``."""
     try:
         stream = odb.stream(oid)  # type: ignore[attr-defined]
     except ValueError:              # GitPython: "SHA ... could not be resolved, git returned: ... missing"
@@ -44,8 +40,8 @@ def _read(odb: object, oid: bytes) -> tuple[bytes, str, bytes | None]:
 
 
 def mismatched(repo: Path, commit: str) -> tuple[list[str], int]:
-    """(the objects of ``commit``'s checkout whose bytes do not hash to their name, as ``oid path``;
-    how many objects were hashed).  A tree that does not match is still walked: every mismatch is named."""
+    """(the objects of ``commit``'s checkout whose bytes do not hash to their name, as ``oid path``; how
+    many were hashed).  A tree that does not match is still walked: every mismatch is named."""
     bad: list[str] = []
     count = 0
     with git.Repo(repo) as r:

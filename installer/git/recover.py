@@ -1,19 +1,10 @@
 """What a killed fetch leaves in a clone, found and undone on the next run.
 
-The fetch step changes a clone in many git commands (checkout, ``submodule init/sync``, the
-submodule's own clone and checkout, ``config``).  A SIGKILL can land inside any of them.
-Two rules make every such state recoverable by a plain re-run:
-
-- **A marker says the changes are ours.**  Before the step changes a clone that was clean (or
-  a new one), it writes ``<git dir>/october-fetch-incomplete`` with the target commit; it removes
-  it only once the clone passed every check.  A clone that still has the marker was left by a
-  killed run: its differences (a half-done checkout, a submodule at its old commit, stale
-  ``*.lock`` files) are the step's own, so the next run resets them instead of refusing them as
-  local changes.  A clone without the marker was finished and checked: its changes are the
-  user's and are refused as before.
-- **A submodule repository git cannot use is made again.**  A submodule whose git directory is
-  missing, half-made, or has no commit checked out (``Unable to find current revision``) holds
-  nothing but what the killed clone wrote: it is removed and cloned again from the local mirror.
+- A marker (``<git dir>/october-fetch-incomplete``, the target commit) is written before the step changes
+  a clean or new clone and removed once it passed every check: a clone still marked holds a killed run's
+  changes, which the next run resets; an unmarked clone's changes are the user's and are refused.
+- A submodule repository git cannot use (missing, half-made, no commit checked out) holds only what the
+  killed clone wrote: it is removed and cloned again from the local mirror.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ from typing import Iterator
 
 import git
 
-from .diagnose import remove_partial_objects
+from .diagnose import remove, remove_partial_objects
 from .exclude import git_dir
 
 MARKER = "october-fetch-incomplete"
@@ -78,33 +69,22 @@ def git_dirs(repo: Path) -> Iterator[Path]:
 
 
 def remove_stale_locks(repo: Path) -> list[str]:
-    """Remove ``*.lock`` files and partial packs a killed git left in the clone's git
-    directories (only called on a clone marked incomplete: no other git is working there)."""
+    """Remove ``*.lock`` files and partial packs a killed git left in the clone's git directories
+    (only on a clone marked incomplete: no other git is working there)."""
     return [str(gd / p) for gd in git_dirs(repo) for p in remove_partial_objects(gd)]
 
 
-def usable_head(repo: Path) -> str | None:
-    """The commit checked out in the repository whose work tree is exactly ``repo``, or None
-    (no ``.git``, a ``.git`` pointing nowhere, an unborn HEAD, a git dir git cannot read)."""
-    if not (repo / ".git").exists():
-        return None
+def _head(path: Path, *, work_tree: Path | None = None) -> str | None:
+    """The commit checked out in the repository at ``path`` (whose work tree must be exactly ``work_tree``
+    when given), or None (a ``.git`` pointing nowhere, an unborn HEAD, a git dir git cannot read)."""
     try:
-        with git.Repo(repo, search_parent_directories=False) as r:
+        with git.Repo(path, search_parent_directories=False) as r:
             top = r.working_tree_dir
-            if top is None or Path(top).resolve() != repo.resolve():
+            if work_tree is not None and (top is None or Path(top).resolve() != work_tree.resolve()):
                 return None
             return str(r.git.rev_parse("--verify", "HEAD^{commit}")).strip()
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError, OSError, ValueError):
         return None
-
-
-def _git_dir_usable(gd: Path) -> bool:
-    try:
-        with git.Repo(gd, search_parent_directories=False) as r:
-            r.git.rev_parse("--verify", "HEAD^{commit}")
-        return True
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError, OSError, ValueError):
-        return False
 
 
 def _empty(path: Path) -> None:
@@ -113,34 +93,26 @@ def _empty(path: Path) -> None:
         path.unlink()
     path.mkdir(parents=True, exist_ok=True)
     for p in path.iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+        remove(p)
 
 
 def reset_broken_submodule(super_dir: Path, name: str, sub_dir: Path, *, incomplete: bool) -> str | None:
-    """Make the submodule ``name`` at ``sub_dir`` cloneable again when a killed run left it
-    unusable; return what was removed (for the log), or None when nothing had to be.
-
-    - its work tree has a ``.git`` but no usable repository behind it: the git directory and
-      the work tree are removed (git wrote both; nothing there was ever checked out whole);
-    - no ``.git`` in the work tree, but a git directory under ``modules/`` git cannot use:
-      that git directory is removed (``submodule update`` would otherwise try to reuse it);
-    - no ``.git`` and files in the work tree of a clone marked ``incomplete``: a checkout
-      was cut before git wrote the ``.git`` file; the files are removed.
-    """
+    """Make the submodule ``name`` at ``sub_dir`` cloneable again when a killed run left it unusable;
+    return what was removed (for the log), or None.  Removed: a ``.git`` with no usable repository
+    behind it (with its work tree: nothing was checked out whole), a ``modules/`` git directory git
+    cannot use (``submodule update`` would reuse it), or, in a clone marked ``incomplete``, files a
+    checkout cut before its ``.git`` was written."""
     super_gd = git_dir(super_dir)
     kept = super_gd / "modules" / name if super_gd is not None else None
     if (sub_dir / ".git").exists() or sub_dir.is_symlink():
-        if usable_head(sub_dir) is not None:
+        if (sub_dir / ".git").exists() and _head(sub_dir, work_tree=sub_dir) is not None:
             return None
         gd = git_dir(sub_dir)
         for d in {p for p in (gd, kept) if p is not None and p.is_dir()}:
             shutil.rmtree(d)
         _empty(sub_dir)
         return f"{sub_dir} (a submodule repository with no usable commit) and its git directory"
-    if kept is not None and kept.is_dir() and not _git_dir_usable(kept):
+    if kept is not None and kept.is_dir() and _head(kept) is None:
         shutil.rmtree(kept)
         return f"{kept} (a half-made submodule git directory)"
     if incomplete and sub_dir.is_dir() and any(sub_dir.iterdir()):

@@ -1,12 +1,8 @@
 """A recipe pin -> one full 40-hex commit id.
 
-A full id is used as is.  A prefix (public only in short form, e.g. vLLM
-``2315e62e2``) is resolved once, on the branch pinned with it: fetch
-``refs/heads/<branch>`` into the mirror, list every commit reachable from its
-tip, keep those whose id starts with the prefix.  Exactly one is the answer;
-none or several is refused.  Under ``--locked`` the lock's full id is used
-instead (and must agree with the recipe's pin), so the branch moving later
-changes nothing.
+A full id is used as is.  A prefix is resolved on the branch pinned with it: exactly one commit reachable
+from the branch tip must start with it.  Under ``--locked`` the lock's full id is used (it must agree with
+the pin), so the branch moving later changes nothing.
 """
 
 from __future__ import annotations

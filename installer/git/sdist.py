@@ -1,28 +1,8 @@
-"""A fork made from a released source distribution (``source = "sdist"`` in forks.toml).
-
-vLLM's releases are on PyPI as sdists beside the wheels; an sdist holds the real ``setup.py``,
-``csrc/``, ``CMakeLists.txt``, ``cmake/``, ``requirements/`` and ``vllm/``, but no git history
-(its ``vllm/_version.py`` names the release commit only abbreviated, e.g. ``gee0da84ab``).
-Such a fork is *materialised* once per cache:
-
-1. the sdist is downloaded into the cache and checked against the pin's sha256;
-2. its members are extracted in Python (``tarfile``, ``filter="data"``: no absolute paths, no
-   ``..``, no links out, no device files, and no owner taken from the archive -- an sdist packed
-   by uid 1000 and extracted by root with ``tar`` keeps uid 1000, and git then refuses the
-   checkout as of "dubious ownership");
-3. the files are committed the way upstream's git tracks them: the sdist's own ``.gitignore``
-   rules apply (so ``vllm/_version.py`` and ``*.egg-info/``, which setuptools writes at build
-   time, stay untracked and an install never dirties the tree), with a fixed author, committer,
-   dates and a message made from the sdist (its sha256 and the commit id its ``vllm/_version.py`` names,
-   as trailers), so the commit id depends on the sdist's bytes alone and forks.toml pins it;
-4. the commit is tagged ``v<version>``: setuptools-scm then reports the release version
-   (without a tag vLLM's version would be ``0.1.dev1+g<sha>.precompiled``);
-5. the result is a bare repository ``<cache>/sdist/repos/<sha256[:16]>-<name>-f<format>.git`` (built
-   beside it and renamed into place), plus ``october-sdist.json`` in it: what was made from what.
-
-The fetch step then treats that repository as the fork's remote: the mirror (keyed by the sdist
-URL) fetches from it, and the clone in ``STACK/src/<fork>`` is made from the mirror as for any fork.
-Every git command goes through the runner (logged).
+"""A fork made from a released source distribution (``source = "sdist"`` in forks.toml), materialised
+once per cache: the sdist (sha256-checked) is extracted in Python (``filter="data"``, no owner taken from
+the archive: git refuses "dubious ownership"), committed as upstream's git tracks it (its ``.gitignore``)
+with a fixed identity and date, so the commit id depends on the sdist's bytes alone and forks.toml pins
+it, and tagged ``v<version>`` for setuptools-scm.  The bare repository then serves as the fork's remote.
 """
 
 from __future__ import annotations
@@ -70,8 +50,7 @@ def repo_path(cache_dir: Path, sdist: SdistSource, name: str) -> Path:
 
 
 def message(sdist: SdistSource, name: str, commit_id: str | None) -> str:
-    """The commit message: what the commit was made from, as trailers the wheel step reads back (they travel
-    with the commit, into kits too)."""
+    """The commit message: what the commit was made from, as trailers the wheel step reads back."""
     return (f"{name} {sdist.version} from its source distribution {sdist.filename}\n\n"
             f"sdist-sha256: {sdist.sha256}\n" + (f"sdist-commit-id: {commit_id}\n" if commit_id else ""))
 
@@ -84,8 +63,7 @@ def trailers(text: str) -> dict[str, str]:
 
 def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str,
                 expected_commit: str) -> SdistRepo:
-    """The bare repository made from ``sdist`` (made now if the cache lacks it), checked to hold
-    ``expected_commit`` tagged ``v<version>``."""
+    """The bare repository made from ``sdist`` (made now if missing), checked to hold ``expected_commit``."""
     dest = repo_path(cache_dir, sdist, name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
@@ -145,7 +123,6 @@ def _version_commit(tree: Path) -> str | None:
 
 def _make(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, name: str, dest: Path) -> None:
     archive = _download(cache_dir, sdist, name)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     env = {**git_env(), **_IDENTITY}

@@ -1,21 +1,9 @@
 """Is the base wheel right for an sdist-made fork?  The fork must *be* the wheel's release source.
 
-An sdist-made fork (:mod:`october.installer.git.sdist`) has one commit and no history, and
-the wheel names its source commit only abbreviated (``vllm/_version.py``: ``gee0da84ab``), so the
-git comparison of :mod:`october.installer.git.equivalence` cannot run.  What is proved
-instead, from the files alone (no network):
-
-1. the fork commit says (trailers of its message, made when the sdist was materialised) that it is the
-   pinned sdist, whose own ``vllm/_version.py`` names the same commit as the wheel's, and the sdist's
-   version is the wheel's;
-2. every Python file the fork tracks under the wheel's packages is in the wheel, byte for byte
-   (compared as git blob ids against ``git ls-tree`` at the fork commit);
-3. what the wheel has beyond them is counted and listed by top directory (files vLLM's build
-   fetches, e.g. ``vllm/third_party/...``, and the generated ``vllm/_version.py``).
-
-The compiled sources (``csrc/``, ``cmake/``) cannot be compared with a wheel, which holds only
-their build: they are the sdist's, and the sdist is pinned by sha256 and shown by 1 and 2 to be the
-wheel's release.  Anything short of that fails closed with the reason.
+An sdist-made fork has no history and the wheel names its source commit only abbreviated, so instead of
+git trees (:mod:`.equivalence`) the files prove it: the fork commit's trailers name the pinned sdist, whose
+commit id and version are the wheel's, and every Python file the fork tracks under the wheel's packages is
+in the wheel byte for byte.  Compiled sources cannot be compared with a wheel: they are the pinned sdist's.
 """
 
 from __future__ import annotations
@@ -27,12 +15,11 @@ from pathlib import Path
 
 from ..core.errors import WheelError
 from ..core.runner import Runner
-from . import git_env
+from . import git_env, indented, parse_ls_tree
 from .sdist import trailers
 from ..recipe import SdistSource
 
 METHOD = "sdist-files"
-MAX_LISTED = 12
 GENERATED = ("/_version.py",)     # written by setuptools-scm at build time: in no source tree
 
 
@@ -47,23 +34,12 @@ def _tracked(runner: Runner, clone: Path, commit: str, step: str) -> dict[str, s
         raise WheelError(f"git could not list the fork commit {commit[:12]} in {clone}",
                          expected="`git ls-tree` to succeed", found=done.output.strip()[-300:],
                          fix="re-run october_setup (the fetch step re-creates the clone)")
-    out: dict[str, str] = {}
-    for record in done.output.split("\0"):
-        meta, tab, path = record.partition("\t")
-        fields = meta.split()
-        if tab and len(fields) == 3 and fields[1] == "blob":
-            out[path] = fields[2]
-    return out
+    return {path: oid for path, (kind, oid) in parse_ls_tree(done.output).items() if kind == "blob"}
 
 
 def _short(commit_id: str | None) -> str | None:
     """``gee0da84ab`` / ``ee0da84ab`` -> ``ee0da84ab``."""
     return commit_id.removeprefix("g") if commit_id else None
-
-
-def _listed(items: list[str]) -> str:
-    shown = items[:MAX_LISTED] + ([f"... and {len(items) - MAX_LISTED} more"] if len(items) > MAX_LISTED else [])
-    return "\n".join(f"    {i}" for i in shown)
 
 
 def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel: Path, *, wheel_commit: str,
@@ -98,7 +74,7 @@ def check_sdist_equivalence(runner: Runner, clone: Path, fork_commit: str, wheel
     if differ or missing or not fork_py:
         lines = [f"{p} (differs)" for p in differ] + [f"{p} (not in the wheel)" for p in missing]
         raise WheelError(f"the sdist-made fork '{fork_name}' is not the base wheel's source: "
-                         f"{len(lines) or 'no'} Python file(s) disagree\n" + _listed(lines),
+                         f"{len(lines) or 'no'} Python file(s) disagree\n" + indented(lines),
                          expected=f"every Python file the fork tracks under {', '.join(sorted(packages))} "
                                   f"in {wheel.name}, byte for byte",
                          found=f"{len(fork_py)} tracked, {len(differ)} differ, {len(missing)} missing from the wheel",

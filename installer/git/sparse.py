@@ -1,23 +1,9 @@
-"""Sparse submodules: a partial clone that holds a commit, its trees and only the blobs under the
-directories a recipe keeps (``sparse = { "3rdparty/cutlass" = ["include", "tools/util/include"] }``),
-checked out in git's cone mode.
-
-Why: FlashInfer's JIT reads CUTLASS's ``include/`` and ``tools/util/include/`` only, and the one
-reachable copy of the CUTLASS commit FlashInfer records lacks a PNG under ``media/``, so a full
-fetch of that commit cannot succeed anywhere here.  A partial fetch asks for the commit with
-``--filter=blob:none`` and then for the cone's blobs by id, so what is carried is exactly what the
-checkout needs, and every object that arrives is hashed by git as any fetched object is.
-
-Cone mode keeps every file directly in the root and in each parent of a kept directory, besides the
-directories themselves (``tools/CMakeLists.txt`` and ``tools/util/CMakeLists.txt`` for
-``tools/util/include``): :func:`cone_blobs` lists the same set, so the checkout never needs an
-object the partial repository does not hold.
-
-The same :func:`bring` fills the cache's partial mirror (from the upstream or a kit) and a kit's
-copy (from the cache mirror).  Servers must allow filters and wants by id: GitHub does; a local
-repository is asked through ``--upload-pack`` (git strips config given to the client before it
-starts a local ``upload-pack``), and the partial repositories we make say so in their own config,
-for the lazy fetch that ``git checkout`` makes from them.
+"""Sparse submodules: a partial clone holding a commit, its trees and only the blobs under the directories
+a recipe keeps, checked out in cone mode (the one reachable copy of the CUTLASS commit FlashInfer records
+lacks a file, so a full fetch cannot succeed; its JIT reads two directories).  The commit is fetched with
+``--filter=blob:none``, then the cone's blobs by id (:func:`cone_blobs`: what cone mode writes, including
+the files directly in the root and in each parent of a kept directory).  Servers must allow filters and
+wants by id: GitHub does; a local repository is asked via ``--upload-pack``.
 """
 
 from __future__ import annotations
@@ -29,7 +15,7 @@ from typing import Sequence
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
-from . import git_env
+from . import git_env, parse_ls_tree
 from .diagnose import diagnose
 from .exclude import git_dir
 
@@ -37,13 +23,10 @@ PARTIAL_REFS = "refs/october/partial"
 SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true"))
 UPLOAD_PACK = "git " + " ".join(f"-c {k}={v}" for k, v in SERVE_CONFIG) + " upload-pack"
 BLOBS_PER_FETCH = 2000          # ids per `git fetch` command line (a cone of CUTLASS headers: 891)
-_ENTRY = re.compile(r"^(?P<mode>\d+) (?P<type>\w+) (?P<oid>[0-9a-f]{40,64})\t(?P<path>.*)$", re.S)
 
 
 def _repo(path: Path) -> "git.Repo":
-    """A read-only look: in a partial repository a missing object must never be fetched from its promisor
-    (:data:`october.installer.git.NO_FETCH`): a kit's copy would otherwise fetch from its upstream, and the cache's
-    partial mirror from the network."""
+    """A read-only look: a missing object is never fetched from the promisor (:data:`.NO_FETCH`)."""
     import git  # GitPython only where git is read (the no-op's cone check reads files)
 
     r = git.Repo(path)
@@ -56,9 +39,8 @@ _SSH = re.compile(r"^(ssh://|git\+ssh://|ssh\+git://|[A-Za-z0-9._-]+@[^/:]+:)")
 
 def upload_pack(source: str) -> list[str]:
     """``--upload-pack`` asking a local repository to allow filters and ids (git strips client config
-    before starting a local upload-pack; an https URL may be rewritten to a local copy by
-    ``url.<copy>.insteadOf``, and https itself ignores the option); never for ssh, whose host would be
-    asked to run a command it may refuse."""
+    before starting a local upload-pack; https ignores the option, but ``insteadOf`` may make it a local
+    copy); never for ssh, whose host may refuse the command."""
     return [] if _SSH.match(source) else [f"--upload-pack={UPLOAD_PACK}"]
 
 
@@ -66,11 +48,6 @@ def parents(dirs: Sequence[str]) -> list[str]:
     """The root ("") and every parent directory of each kept directory, in order, once each."""
     above = ("/".join(d.split("/")[:i]) for d in dirs for i in range(1, d.count("/") + 1))
     return list(dict.fromkeys(["", *above]))
-
-
-def _entries(text: str) -> list[tuple[str, str, str]]:
-    """``git ls-tree -z`` output as (type, oid, path)."""
-    return [(m["type"], m["oid"], m["path"]) for item in text.split("\0") if (m := _ENTRY.match(item))]
 
 
 def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dict[str, str]:
@@ -85,7 +62,7 @@ def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dic
             except git.GitCommandError:
                 continue                   # a parent that is not a directory: the kept one fails below
             found.update({(f"{parent}/{p}" if parent else p): oid
-                          for typ, oid, p in _entries(text) if typ == "blob"})
+                          for p, (typ, oid) in parse_ls_tree(text).items() if typ == "blob"})
         for d in dirs:
             try:
                 kind = str(r.git.cat_file("-t", f"{commit}:{d}")).strip()
@@ -96,8 +73,8 @@ def cone_blobs(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> dic
                                  expected=f"a directory {d}/ in the submodule at {commit}",
                                  found=kind if kind != "nothing" else "no such path",
                                  fix="fix the fork entry's sparse = { ... } in the recipe")
-            found.update({p: oid for typ, oid, p in _entries(r.git.ls_tree("-r", "-z", commit, "--", f"{d}/"))
-                          if typ == "blob"})
+            listing = parse_ls_tree(r.git.ls_tree("-r", "-z", commit, "--", f"{d}/"))
+            found.update({p: oid for p, (typ, oid) in listing.items() if typ == "blob"})
     return found
 
 
@@ -109,8 +86,7 @@ def missing_objects(repo: Path, commit: str) -> set[str]:
 
 
 def _has_ref(repo: Path, commit: str) -> bool:
-    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and
-    its trees (a ``cat-file`` on a missing object would make git fetch it lazily instead)."""
+    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and trees."""
     import git
 
     with _repo(repo) as r:
@@ -139,9 +115,7 @@ def _git(runner: Runner, step: str, argv: list[str], *, who: str, doing: str, so
 
 def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit: str, dirs: Sequence[str], *,
           who: str) -> bool:
-    """Make ``repo`` (ours, locked by the caller) hold ``commit``, its trees and the cone's blobs,
-    fetched from ``source``; return True when anything was fetched.  Raises :class:`FetchError`
-    naming the files the source could not send."""
+    """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs; True if any fetched."""
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
         return False
@@ -173,9 +147,6 @@ def serve_config(runner: Runner, step: str, repo: Path) -> None:
         runner.run(["git", "-C", str(repo), "config", key, value], step=step, env=git_env())
 
 
-# ------------------------------------------------------------------ the checkout's cone
-
-
 def _setting(gd: Path, key: str) -> str | None:
     """A core.<key> value as git reads it for a work tree: config.worktree over config (last one wins)."""
     for name in ("config.worktree", "config"):
@@ -201,14 +172,8 @@ def partial_or_sparse(work: Path) -> bool:
     return bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf)) or _setting(gd, "sparsecheckout") == "true"
 
 
-def cone_patterns(dirs: Sequence[str]) -> set[str]:
-    """The directories a cone-mode sparse-checkout file lists for ``dirs`` (the kept ones and parents)."""
-    return {p for p in parents(dirs) if p} | set(dirs)
-
-
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
-    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs``; else what it is.
-    Read from its files (the no-op re-run starts no process for it)."""
+    """None when the work tree is a cone-mode sparse checkout of exactly ``dirs`` (read from files); else why not."""
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
@@ -221,7 +186,7 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     except OSError:
         return f"{work} has no sparse-checkout file"
     listed = {ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("!") and ln.strip() != "/*"}
-    want = cone_patterns(dirs)
+    want = {p for p in parents(dirs) if p} | set(dirs)       # the kept directories and their parents
     if listed != want:
         return (f"{work} keeps {', '.join(sorted(listed)) or 'nothing'}, not {', '.join(sorted(want))} "
                 "(its sparse-checkout cone was changed)")

@@ -1,21 +1,10 @@
 """The working clone in ``STACK/src/<fork>``: from the mirror, detached, with submodules, checked.
 
-The clone is a local ``git clone --no-hardlinks`` of the bare mirror: git copies the
-mirror's object files (never shares their inodes with the cache) and every object the
-checkout reads is hashed against its id first (a shallow mirror is read over git's
-protocol, which hashes what it copies), so nothing is downloaded twice, nothing changed
-in the cache is checked out, and, unlike ``--reference``/alternates, the clone keeps
-working if the cache is later deleted.  ``origin`` then points at the real
-fork URL.  Submodules go through a mirror of their own URL the same way: the
-submodule's URL is pointed at its mirror for the ``submodule update`` and set
-back to the real URL afterwards.
-
-A new clone is built in ``src/.<fork>.partial`` and renamed into place once
-checked out, so a killed run never leaves a half clone under the real name.
-An existing clone at another commit is moved if clean; a dirty one is refused
-unless ``allow_dirty``.  While the step changes a clone it is marked incomplete
-(:mod:`.recover`): a run killed half-way leaves changes the next run knows are its
-own and resets, and a submodule repository it left unusable is cloned again.
+A ``git clone --no-hardlinks`` of the bare mirror (its own object files, hashed before checkout, and
+usable after the cache is deleted), built in ``src/.<fork>.partial`` and renamed into place; ``origin``
+is the real URL.  Submodules go through mirrors of their own URLs the same way.  A clone at another
+commit is moved if clean, refused if dirty (unless ``allow_dirty``); while the step changes it, it is
+marked incomplete (:mod:`.recover`) so a killed run's changes are reset by the next.
 """
 
 from __future__ import annotations
@@ -32,26 +21,11 @@ from ..core.errors import CommandFailed, FetchError
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env, strip_credentials
-from .clonecheck import (  # noqa: F401  (the inspection lives there; re-exported)
-    GitInspectError,
-    SubmoduleState,
-    check_clone,
-    dirty_entries,
-    head_commit,
-    listed,
-    selected,
-    submodule_heads,
-    submodule_states,
-)
-from .exclude import exclude_build_outputs
+from .clonecheck import GitInspectError, dirty_entries, head_commit, listed, submodule_heads
+from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
+from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
-from .recover import (
-    is_incomplete,
-    mark_complete,
-    mark_incomplete,
-    remove_stale_locks,
-    reset_broken_submodule,
-)
+from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale_locks, reset_broken_submodule
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
@@ -66,27 +40,17 @@ class Checkout:
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
 
 
-# ---------------------------------------------------------------------- inspection
-
-
-def _open(path: Path) -> git.Repo:
-    return git.Repo(path, search_parent_directories=False)
-
-
-# ------------------------------------------------------------------------- writing
-
-
+@dataclass(frozen=True)
 class _Git:
     """git commands for one fork, through the runner, with failures mapped to FetchError."""
 
-    def __init__(self, runner: Runner, step: str, fork: str) -> None:
-        self.runner = runner
-        self.step = step
-        self.fork = fork
+    runner: Runner
+    step: str
+    fork: str
 
-    def __call__(self, args: Sequence[str], *, doing: str, fix: str, cwd: Path | None = None) -> None:
+    def __call__(self, args: Sequence[str], *, doing: str, fix: str) -> None:
         try:
-            self.runner.run(["git", *args], step=self.step, cwd=cwd, env=git_env())
+            self.runner.run(["git", *args], step=self.step, env=git_env())
         except CommandFailed as exc:
             last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-4:]
             raise FetchError(f"fork '{self.fork}': {doing} failed",
@@ -101,38 +65,29 @@ def is_shallow(repo: Path) -> bool:
 
 
 def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
-    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).
-    From a shallow mirror (a submodule, a kit) the copy is shallow too: git refuses to add
-    shallow roots to a complete clone unless told to (``--update-shallow``)."""
-    from_shallow = is_shallow(mirror.path)
-    # The commit object alone does not say the rest is there: a small fetch is unpacked into
-    # loose objects one by one (fetch.unpackLimit), commit first, so a fetch killed part-way
-    # leaves the commit without its tree (CI, 2026-12-02); one from a shallow mirror adds its
-    # shallow roots after its pack.  So the history is always checked (quick: the walk stops at
-    # what a ref or HEAD already reaches, and a pin ref, written last, settles it at once).
+    """Copy ``commit`` from the local mirror into the clone at ``repo_dir`` (no network).  From a shallow
+    mirror its shallow roots come too: git refuses them in a complete clone without ``--update-shallow``."""
+    # The commit object alone does not prove the rest is there: a small fetch is unpacked loose, commit
+    # first, so a fetch killed part-way leaves the commit without its tree.  The walk is quick.
     if has_complete(repo_dir, commit):
         return
     ref = f"{PIN_REFS}/{commit}"
-    # from a shallow mirror take its shallow roots too (all the history it has: a kit may carry
-    # the commits down to the base wheel's source commit)
-    shallow = ["--update-shallow"] if from_shallow else []
+    shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
     g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
 
 
 def _source(mirror: Mirror) -> str:
-    """How a clone reads the local mirror: a path unless the mirror is shallow, then a file:// URL (git
-    ignores --depth for plain paths).  From a path ``git clone`` copies the object files as they are
-    and never hashes them (:func:`_require_objects` does, for what the checkout reads); over the
-    protocol ``index-pack`` hashes each object it receives, and for a full-history mirror that would
-    be the whole history, at every new stack."""
+    """How a clone reads the local mirror: a path (object files copied unhashed; :func:`_require_objects`
+    hashes what the checkout reads, not the whole history), or a file:// URL for a shallow mirror (git
+    ignores --depth for plain paths)."""
     return mirror.path.as_uri() if is_shallow(mirror.path) else str(mirror.path)
 
 
 def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
     url = strip_credentials(url)          # never leave a token in the clone's .git/config
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         current = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
     if current == url:
         return
@@ -155,7 +110,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     partial = _partial(dest)
     say(f"{g.fork}: cloning from the mirror {mirror.path}")
     with mirror.locked():
-        # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes (issue 22)
+        # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes
         g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-hardlinks", "--no-checkout",
            _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
@@ -171,8 +126,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
 
 
 def _require_objects(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
-    """Every object the checkout of ``commit`` reads hashes to its name (:mod:`.objcheck`), before anything
-    is checked out of a clone whose object files were copied from the cache's mirror."""
+    """Every object the checkout of ``commit`` reads hashes to its name (:mod:`.objcheck`)."""
     from .objcheck import mismatched
 
     bad, count = mismatched(repo_dir, commit)
@@ -187,7 +141,7 @@ def _require_objects(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> No
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
                      incomplete: bool, say: Say) -> None:
     try:
-        with _open(dest) as repo:
+        with git.Repo(dest) as repo:
             top = Path(repo.working_tree_dir or "")
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
@@ -229,8 +183,7 @@ def _dirty_fix(dest: Path) -> str:
 
 
 def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> None:
-    """A clone a killed run was changing (it was clean, or new, when that run began): its
-    differences are that run's own, so they are reset, not refused as local changes."""
+    """A clone a killed run was changing: its differences are that run's own, so they are reset."""
     if removed := remove_stale_locks(dest):
         g.runner.note(g.step, "# removed what a killed git left: " + ", ".join(removed))
     say(f"{g.fork}: finishing what a killed run left in {dest} (its half-done checkout is reset)")
@@ -247,15 +200,9 @@ def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: S
 Rewrite = Callable[[str], "str | None"]
 
 
-def _no_rewrite(url: str) -> str | None:
-    return None
-
-
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
-    """Remove a submodule's work tree and git directory to check it out again -- only when nothing in it
-    is the user's: no local change, no untracked or ignored file (a ``build/`` made there)."""
+    """Remove a submodule's work tree and git dir to check it out again, unless it holds anything of the user's."""
     from .clonecheck import _git as look
-    from .sparse import git_dir
 
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
@@ -277,18 +224,14 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
 
 def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
                       url: str, dirs: Sequence[str], rewrite: Rewrite) -> None:
-    """A submodule checked out sparse (:mod:`.sparse`): its commit, trees and the cone's blobs in the
-    cache's partial mirror, then a partial clone of that mirror in cone mode, its git directory
-    absorbed into the superproject's ``.git/modules`` as ``git submodule update`` leaves it.  The
-    checkout's promisor is that mirror: a file outside the cone is had from there, so widening the cone
-    by hand needs the cache (the recipe's ``sparse`` is the way to widen it)."""
+    """A submodule checked out sparse (:mod:`.sparse`): a partial clone of the cache's partial mirror (its
+    promisor) in cone mode, its git directory absorbed into ``.git/modules`` as ``submodule update`` does."""
     from .sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
 
     who = f"fork '{g.fork}': submodule {rel}"
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) == commit and cone_problem(sub_dir, dirs) is None:
-        # as a run left it (its cleanliness is checked with the clone's); a run killed before the
-        # absorb or the origin left them undone
+        # as a run left it; a run killed before the absorb or the origin left them undone
         if (sub_dir / ".git").is_dir():
             g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel],
               doing=f"moving submodule {rel}'s git directory under .git/modules", fix=f"delete {sub_dir} and re-run")
@@ -304,24 +247,23 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
         fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
         source = mirror.path.as_uri()
-        g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
-        g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
-          doing=doing, fix=fix)
-        g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
-        # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
-        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
-          doing=doing, fix=fix)
-        g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
+        for argv in (["init", "--quiet", str(sub_dir)],
+                     ["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+                      *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+                     ["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs],
+                     # the cone's blobs come from the mirror in one lazy fetch
+                     ["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach",
+                      commit],
+                     ["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel]):
+            g(argv, doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
 
 def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
-                       selection: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite,
                        recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None,
                        fresh: bool = False) -> None:
-    """``fresh``: ``repo_dir`` was cloned by this run (its .git/config holds what init writes, nothing a
-    killed run left), so the submodule URLs need no sync."""
+    """``fresh``: ``repo_dir`` was cloned by this run, so the submodule URLs need no sync."""
     sparse = sparse or {}
     if not (repo_dir / ".gitmodules").exists():
         if selection:
@@ -333,7 +275,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
                          expected=f"at most {MAX_DEPTH} levels", found="more",
                          fix="check the fork's .gitmodules for a cycle")
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
@@ -355,7 +297,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     for verb in ("init",) if fresh else ("init", "sync"):
         g(["-C", str(repo_dir), "submodule", "--quiet", verb, *only], doing=f"submodule {verb} in {repo_dir}",
           fix=f"check {repo_dir}/.gitmodules")
-    with _open(repo_dir) as repo:
+    with git.Repo(repo_dir) as repo:
         subs = [(str(sm.name), str(sm.path), str(sm.hexsha)) for sm in repo.submodules
                 if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
@@ -383,14 +325,12 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
             if cloned:
                 _bring_commit(g, sub_dir, mirror, commit)
             else:
-                # a file:// URL whatever the mirror: from a path, `submodule update` would copy (or hard
-                # link) the object files unhashed; over the protocol index-pack hashes each one
+                # a file:// URL whatever the mirror: from a path the object files would be copied unhashed
                 g(["-C", str(repo_dir), "config", f"submodule.{name}.url", mirror.path.as_uri()],
                   doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
             try:
-                # protocol.file.allow: the clone source is our own local mirror.  No --no-fetch:
-                # a clone of a shallow mirror copies branches only, so the commit (held by a pin
-                # ref) is then fetched by id (depth 1) -- from the mirror, the URL in use here.
+                # No --no-fetch: a clone of a shallow mirror copies branches only, so the pinned
+                # commit is then fetched by id (depth 1) from the mirror, the URL in use here.
                 shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
                 # recovering: the submodule's differences are a killed run's (--force resets them)
                 force = ["--force"] if recovering and cloned else []
@@ -413,11 +353,10 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
                submodules: bool, allow_dirty: bool, say: Say = lambda _: None,
-               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = _no_rewrite,
+               submodule_paths: Sequence[str] | None = None, rewrite: Rewrite = lambda _: None,
                sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
-    """Make ``dest`` a clone of ``mirror.url`` detached at ``commit`` (present in ``mirror``),
-    with submodules (all, or the top-level ``submodule_paths`` and what nests in them) at their
-    recorded commits, each fetched shallow into its own mirror; verify HEAD and cleanliness.
+    """Make ``dest`` a clone of ``mirror.url`` detached at ``commit``, with submodules (all, or the
+    ``submodule_paths`` and what nests in them) at their recorded commits; verify HEAD and cleanliness.
     ``rewrite`` maps a submodule URL to the place to fetch it from instead (a kit), or None."""
     try:
         return _sync_clone(runner, step, dest, mirror, commit, cache_dir=cache_dir, submodules=submodules,
@@ -483,13 +422,12 @@ FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 m
 
 
 def index_files(path: Path) -> list[Path]:
-    """The clone's index and each (nested) submodule's: the ``index`` of every git directory under
-    ``.git/modules`` (a directory holding ``HEAD``; a submodule named ``a/b`` lives in ``modules/a/b``)."""
-    git_dir = path / ".git"
-    if not git_dir.is_dir():
+    """The clone's index and that of every (nested) submodule git directory under ``.git/modules``."""
+    dot_git = path / ".git"
+    if not dot_git.is_dir():
         return []
-    found = [git_dir / "index"]
-    todo = [git_dir / "modules"]
+    found = [dot_git / "index"]
+    todo = [dot_git / "modules"]
     while todo:
         here = todo.pop()
         try:
@@ -506,9 +444,8 @@ def index_files(path: Path) -> list[Path]:
 
 
 def settle_wait(path: Path) -> float | None:
-    """Seconds until every index of the clone is old enough for a rewrite to leave no racily clean
-    entry (one timestamp tick after the files it lists were written; the margin is 1 s where the
-    timestamps are whole seconds, else 0.25 s); 0.0 when it is now; None without an index."""
+    """Seconds until every index of the clone is one timestamp tick old, so a rewrite leaves no racily
+    clean entry; 0.0 when it is now; None without an index."""
     import time
 
     waits = []
@@ -524,12 +461,9 @@ def settle_wait(path: Path) -> float | None:
 
 
 def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -> bool:
-    """Let git record the clone's (and its submodules') files as clean once they are older than its
-    indexes: entries written in the same timestamp tick as their index are "racily clean", and every
-    later ``git status`` (each no-op re-run's check, which never rewrites the index) hashes those
-    files again -- 0.3 s for CCCL's on the H200.  One ``git status`` (it recurses into submodules
-    and rewrites each index) does that rewrite; -> False (nothing run) while an index is too new
-    for it to help, unless ``wait``: then it first sleeps the little that is left (at most 1 s)."""
+    """Rewrite the clone's (and submodules') indexes with one ``git status`` so entries written in the
+    index's own timestamp tick ("racily clean", hashed again by every later no-op check) are recorded
+    clean.  False (nothing run) while an index is too new, unless ``wait``: then sleep the rest first."""
     import time
 
     left = settle_wait(path)
@@ -539,7 +473,7 @@ def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -
         if not wait:
             return False
         time.sleep(left)
-    # -uno: the rewrite needs the tracked files only (submodule indexes included); no walk for untracked ones
+    # -uno: the rewrite needs the tracked files only; no walk for untracked ones
     runner.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none"],
                step=step, env=git_env(), check=False)
     return True
