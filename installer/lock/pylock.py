@@ -1,10 +1,8 @@
 """PEP 751 ``pylock.toml`` for a stack: build it, read it back for ``--locked``, compare.
 
-Index packages get their wheel URLs and hashes from ``uv pip compile`` (pinned
-``name==version``, no deps): the lock says exactly which files those versions
-are.  Forks become VCS entries with their full ``commit-id``.  Toolchain facts,
-the base wheel and the JIT modules live under ``[tool.october]``.  The lock
-holds no timestamps of ours, so an identical install gives an identical file.
+Index packages carry their files' URLs and hashes, forks are VCS entries with their full ``commit-id``,
+and toolchain facts, the base wheel and the JIT modules live under ``[tool.october]``.  No timestamps:
+an identical install gives an identical file.
 """
 
 from __future__ import annotations
@@ -74,8 +72,7 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
 
 
 def _drop_none(obj: Any, *, sort: bool = False) -> Any:
-    """None left out at every level (TOML has no null); ``sort``: keys sorted at every level too, so the
-    same facts give the same bytes, whatever order they came in."""
+    """None left out at every level (TOML has no null); ``sort``: keys sorted at every level too."""
     if isinstance(obj, dict):
         return {k: _drop_none(obj[k], sort=sort) for k in (sorted(obj) if sort else obj) if obj[k] is not None}
     if isinstance(obj, list):
@@ -128,8 +125,7 @@ def dumps(lock: Mapping[str, Any]) -> str:
 
 
 def read_lock(path: Path) -> dict[str, Any]:
-    """A pylock through the one TOML read gate (size, UTF-8, syntax, depth), valid PEP 751, with the
-    ``[tool.october]`` parts this tool reads in the shapes it reads them."""
+    """A pylock through the TOML read gate, valid PEP 751, its ``[tool.october]`` parts tables."""
     try:
         data = read_toml_file(path, max_bytes=LOCK_MAX_BYTES)
     except TomlRefused as exc:
