@@ -1,11 +1,6 @@
-"""The one gate for external commands.
-
-Every git/uv/python/nvcc call of a step goes through :class:`Runner.run`: the
-command is resolved on PATH (clear error if missing), echoed, its combined
-output teed to ``STACK/logs/<step>.log`` (secrets masked), and a non-zero exit
-becomes :class:`CommandFailed` naming the step, command, exit code, last lines
-and log path.
-"""
+"""The one gate for external commands: resolved on PATH, echoed, their output teed to
+``STACK/logs/<step>.log`` (secrets masked), a non-zero exit a :class:`CommandFailed` naming the step,
+command, exit code, last lines and log path."""
 
 from __future__ import annotations
 
@@ -27,13 +22,10 @@ from .redact import env_secrets, redact
 
 TAIL_LINES = 25
 
-# What :meth:`Runner.start` runs: the command under a small guard that leads the command's process group
-# and holds the descriptors it is given (the stack lock: october.installer.core.stackmutex).  The guard
-# ends the whole group (SIGKILL: the command and every process it started, the guard last) when the
-# thread that started it ends (PR_SET_PDEATHSIG: the run was killed, even with SIGKILL) or when it gets
-# SIGTERM, SIGHUP or SIGINT; otherwise it waits for the command and exits as the command did.  The
-# command itself dies with the guard (PR_SET_PDEATHSIG too), so it never runs on without the lock.
-# Standard library only (python -I -S), any interpreter.
+# What :meth:`Runner.start` runs: a stdlib-only guard that leads the command's process group and holds
+# the descriptors it is given (the stack lock).  It SIGKILLs the whole group when the starting thread
+# ends (PR_SET_PDEATHSIG: even a run killed outright) or on SIGTERM, SIGHUP or SIGINT; else it exits as
+# the command did.  The command dies with the guard, so it never runs on without the lock.
 GUARD = r"""
 import os, signal, subprocess, sys
 parent, argv = int(sys.argv[1]), sys.argv[3:]
@@ -79,12 +71,8 @@ class Completed:
 
 
 class Started:
-    """A command :meth:`Runner.start` runs in the background, in a process group of its own.
-
-    Its output goes to the step's log as :meth:`Runner.run`'s does, and to the progress display only
-    from :meth:`attach` on (the step that waits for it owns the display then).  :meth:`kill` ends the
-    whole group: the command and every process it started (ninja, the compilers); so does the run's
-    death, however it comes (:data:`GUARD`)."""
+    """A command :meth:`Runner.start` runs in the background, in a process group of its own; its output
+    reaches the progress display only from :meth:`attach` on, and :meth:`kill` ends the whole group."""
 
     # how long :meth:`kill` waits for the command's output to close: a process outside the group (one
     # that made a session of its own) may hold the pipe open for ever
@@ -128,10 +116,9 @@ class Started:
         return self._done.is_set()
 
     def kill(self) -> bool:
-        """End the command and everything it started (SIGKILL to its process group); then wait, at most
-        :attr:`KILL_WAIT_S` for its output to close.  False when it did not: a process outside the group
-        still holds the output pipe (the reader is left to end with it; closing the pipe from here would
-        wait on the reader's own lock)."""
+        """SIGKILL the command's process group, then wait at most :attr:`KILL_WAIT_S` for its output to
+        close; False when it did not (a process outside the group holds the pipe: the reader is left to end
+        with it, as closing the pipe from here would wait on the reader's own lock)."""
         with self._lock:
             self._killed = True
             proc = self._proc
@@ -140,8 +127,6 @@ class Started:
         if self._thread is not None:
             self._done.wait(self.KILL_WAIT_S)
         return self.finished
-
-    # ------------------------------------------------------------ the runner's side
 
     def _spawned(self, proc: subprocess.Popen[str]) -> None:
         with self._lock:
@@ -185,9 +170,8 @@ class Runner:
         return self.logs_dir / f"{step}.log"
 
     def note(self, step: str, text: str, *, best_effort: bool = False) -> None:
-        """Append a line of our own to the step's log.  ``best_effort``: a log that cannot be written (a
-        full disk, a removed logs folder) is passed over -- for clean-up, whose note must never replace
-        the error or the interrupt it is cleaning up after."""
+        """Append a line of our own to the step's log.  ``best_effort``: a log that cannot be written is
+        passed over (clean-up's note must never replace the error it is cleaning up after)."""
         try:
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path(step), "a", encoding="utf-8") as fh:
@@ -207,11 +191,9 @@ class Runner:
     def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
               env: Mapping[str, str] | None = None, hold_fds: Sequence[int] = (),
               preface: str | None = None) -> Started:
-        """:meth:`run` in a thread of its own (``check=True``, no timeout), under :data:`GUARD` (a process
-        group of its own, ended with the run); :meth:`Started.wait` gives its answer.  ``hold_fds`` are
-        held by the guard for as long as the group lives (the stack lock); ``preface`` is written to the
-        step's log just before the command's ``$`` line.  A missing program raises here, as :meth:`run`
-        would.  Nothing is echoed until :meth:`Started.attach`."""
+        """:meth:`run` in a thread of its own (``check=True``, no timeout) under :data:`GUARD`, which holds
+        ``hold_fds`` while the group lives; ``preface`` goes to the log before the ``$`` line.  A missing
+        program raises here; nothing is echoed until :meth:`Started.attach`."""
         args, full_env = self._resolve(argv, step, env, None)
         job = Started()
         job._thread = threading.Thread(target=job._work, name=f"october-{step}", daemon=True, args=(
@@ -226,8 +208,7 @@ class Runner:
         full_env = {**(os.environ if env is None else env), **(extra_env or {})}
         exe = args[0]
         if os.sep not in exe:
-            found = shutil.which(exe, path=full_env.get("PATH"))
-            if found is None:
+            if shutil.which(exe, path=full_env.get("PATH")) is None:
                 raise ToolMissing(f"step '{step}' needs the program '{exe}'",
                                   expected=f"'{exe}' on PATH", found="nothing",
                                   fix=f"install {exe} or put it on PATH, then re-run")
