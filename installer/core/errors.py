@@ -87,10 +87,8 @@ class PreflightError(OctoberError):
     def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
         self.problems = list(problems)
         lines = [f"  - [{name}] {text}" for name, text in self.problems]
-        super().__init__(
-            f"{len(self.problems)} preflight check(s) failed:\n" + "\n".join(lines),
-            fix="fix the items above, or skip one you know is fine with --skip-preflight NAME",
-        )
+        super().__init__(f"{len(self.problems)} preflight check(s) failed:\n" + "\n".join(lines),
+                         fix="fix the items above, or skip one you know is fine with --skip-preflight NAME")
 
     @property
     def message(self) -> str:  # the punch list is already complete; no expected/found line
@@ -121,16 +119,11 @@ class CommandFailed(OctoberError):
         self.log_path = log_path
         shown = " ".join(self.argv)
         where = f"; full log: {log_path}" if log_path else ""
-        super().__init__(
-            f"step '{step}': command `{shown}` failed",
-            expected="exit code 0", found=f"exit code {returncode}",
-            fix=f"read the last lines below{where}",
-        )
+        super().__init__(f"step '{step}': command `{shown}` failed", expected="exit code 0",
+                         found=f"exit code {returncode}", fix=f"read the last lines below{where}")
 
     @property
     def message(self) -> str:
-        if not self.tail.strip():
-            return super().message
         return super().message + "".join("\n    | " + ln for ln in self.tail.rstrip().splitlines())
 
 

@@ -32,7 +32,6 @@ def inside(base: Path, name: str) -> Path:
 
 
 def _under(*parts: str) -> property:
-    """A read-only path ``root / parts...`` of the layout."""
     return property(lambda self: self.root.joinpath(*parts))
 
 

@@ -20,9 +20,8 @@ _FORKS_LINK = PACKAGE_ROOT / "_data" / "forks.toml"
 _LINKED = _FORKS_LINK.is_symlink()
 # an installed wheel (or a copy whose links became files) holds the data itself; a checkout links it
 INSTALLED = not _LINKED and not (IMPORT_ROOT / "forks.toml").is_file()
-# recipes/, forks.toml, receipts/, locks/: the folder that holds them, reached through the link without
-# resolving the folders above it (a checkout's root, so recorded recipe paths read as they always have;
-# an installed package's own _data/)
+# the folder holding the shipped data, through the link without resolving the folders above it (so
+# recorded recipe paths read as they always have)
 DATA_ROOT = (Path(os.path.normpath(_FORKS_LINK.parent / os.readlink(_FORKS_LINK))) if _LINKED
              else _FORKS_LINK).parent
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
@@ -37,7 +36,6 @@ def forks_file() -> Path:
 
 
 def schema_path(name: str) -> Path:
-    """``receipts/<name>.schema.json``."""
     return DATA_ROOT / "receipts" / f"{name}.schema.json"
 
 

@@ -4,7 +4,6 @@ command, exit code, last lines and log path."""
 
 from __future__ import annotations
 
-import collections
 import os
 import shlex
 import shutil
@@ -74,8 +73,7 @@ class Started:
     """A command :meth:`Runner.start` runs in the background, in a process group of its own; its output
     reaches the progress display only from :meth:`attach` on, and :meth:`kill` ends the whole group."""
 
-    # how long :meth:`kill` waits for the command's output to close: a process outside the group (one
-    # that made a session of its own) may hold the pipe open for ever
+    # how long :meth:`kill` waits for the output to close (a process outside the group may hold it for ever)
     KILL_WAIT_S = 10.0
     POLL_S = 0.25
 
@@ -221,14 +219,12 @@ class Runner:
     def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
              timeout: float | None, job: Started | None, hold_fds: tuple[int, ...] = (),
              preface: str | None = None, quiet: bool = False) -> Completed:
-        exe = args[0]
         echo = job._line if job is not None else None if quiet else self.echo
         launch = args if job is None else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
                                            ",".join(map(str, hold_fds)), *args]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(step)
         shown = redact(shlex.join(args), self.secrets)
-        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         chunks: list[str] = []
         start = time.monotonic()
         with open(log, "a", encoding="utf-8") as fh:
@@ -246,7 +242,7 @@ class Runner:
             except OSError as exc:
                 fh.write(f"# could not start: {exc}\n")
                 raise ToolMissing(f"step '{step}' could not start `{shown}`",
-                                  expected=f"an executable {exe}" + (f" and a directory {cwd}" if cwd else ""),
+                                  expected=f"an executable {args[0]}" + (f" and a directory {cwd}" if cwd else ""),
                                   found=exc.strerror or str(exc),
                                   fix="check that the program is executable and the directory exists; "
                                       "re-running recreates what earlier steps made") from None
@@ -263,7 +259,6 @@ class Runner:
                         clean = redact(line, self.secrets)
                         fh.write(clean)
                         chunks.append(clean)
-                        tail.append(clean.rstrip("\n"))
                         if echo is not None:
                             echo(clean.rstrip("\n"))
                     rc = proc.wait()
@@ -276,6 +271,7 @@ class Runner:
                 finally:
                     if timer is not None:
                         timer.cancel()
+            tail = [chunk.rstrip("\n") for chunk in chunks[-TAIL_LINES:]]
             if timeout and time.monotonic() - start >= timeout and rc < 0:
                 fh.write(f"# killed after {timeout:.0f}s timeout\n")
                 raise CommandFailed(step, [shown], rc, "\n".join(tail) + f"\n(killed after {timeout:.0f} s)", log)

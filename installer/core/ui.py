@@ -15,16 +15,8 @@ from typing import Any
 
 from rich import filesize
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
+                           TextColumn, TimeRemainingColumn)
 from rich.text import Text
 
 # git's transfer figures after the counts (``1.20 GiB | 30.00 MiB/s``), shown in the bar's label
@@ -32,14 +24,12 @@ GIT_TRANSFER = re.compile(r"[\d.]+ [KMGT]?i?B(?: \| [\d.]+ [KMGT]?i?B/s)?")
 NINJA_PROGRESS = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+)\]\s")
 # october.checks.jit_build.ModuleProgress prints this once per module (cached ones first)
 JIT_MODULES = re.compile(r"^JIT modules built: (?P<done>\d+)/(?P<total>\d+)(?:\s|$)")
-# uv (0.4 and later) in a pipe: no bars, but a line when a wheel of 1 MiB or more starts and ends
-# downloading, and when a source distribution starts and ends building (recorded from uv 0.13.9)
+# uv in a pipe: a line as a wheel of 1 MiB or more starts and ends downloading, and as an sdist is built
 UV_DOWNLOADING = re.compile(r"^Downloading (?P<name>\S+) \((?P<size>[\d.]+)\s?(?P<unit>[KMGT]?i?B)\)$")
 UV_DOWNLOADED = re.compile(r"^Downloaded (?P<name>\S+)$")
 UV_BUILDING = re.compile(r"^Building (?P<what>\S+(?: @ \S+|==\S+))$")
 UV_BUILT = re.compile(r"^Built (?P<what>\S+(?: @ \S+|==\S+))$")
-# what a command prints for us, not for the user: a probe's JSON (``{"implementation": ...}``, or behind a
-# marker, ``OCTOBER_TORCH {...}``) and uv's hints about activating the env (the stack's is STACK/activate)
+# what a command prints for us, not for the user: a probe's JSON (maybe behind a marker) and uv's env hint
 _NOT_FOR_USERS = re.compile(r"^(?:[A-Z][A-Z0-9_]* )?[\[{]|^Activate with:")
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
           "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}

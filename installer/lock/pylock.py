@@ -44,15 +44,6 @@ class Installed:
     direct_url: Mapping[str, Any] | None
 
 
-def direct_path(d: Installed) -> Path | None:
-    url = str(d.direct_url.get("url", "")) if d.direct_url else ""
-    return Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None
-
-
-def is_editable(d: Installed) -> bool:
-    return bool(d.direct_url and d.direct_url.get("dir_info", {}).get("editable"))
-
-
 def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
                     ) -> tuple[dict[str, Installed], list[Installed], list[Installed]]:
     """-> (fork name -> dist, index dists, other direct-URL dists)."""
@@ -61,8 +52,10 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
     index: list[Installed] = []
     other: list[Installed] = []
     for d in dists:
-        p = direct_path(d)
-        if p is not None and p in by_path and is_editable(d):
+        info = d.direct_url or {}
+        url = str(info.get("url", ""))
+        p = Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None
+        if p is not None and p in by_path and info.get("dir_info", {}).get("editable"):
             forks[by_path[p]] = d
         elif d.direct_url:
             other.append(d)
@@ -163,8 +156,7 @@ def _tool_shape(lock: Mapping[str, Any]) -> str | None:
 
 def locked_state(path: Path) -> LockedState:
     parts = locked_state_from_dict(read_lock(path))
-    return LockedState(path=path.resolve(), sha256=sha256_file(path), commits=parts["commits"],
-                       wheel_sha256=parts["wheel_sha256"], packages=parts["packages"], hashes=parts["hashes"])
+    return LockedState(path=path.resolve(), sha256=sha256_file(path), **parts)
 
 
 def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
