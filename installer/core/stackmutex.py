@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 from .errors import StackLockedError
 
@@ -92,8 +91,7 @@ class StackLock:
         self._fd = fd
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *_: object) -> None:
         if self._fd is not None:
             holder_file(self.path).unlink(missing_ok=True)
             fd, self._fd = self._fd, None
