@@ -1,9 +1,5 @@
-"""Atomic file writes (temp file in the same directory, fsync, then replace).
-
-One implementation for both interpreters: it lives in :mod:`october.checks.contract` (standard library
-only, so the checks in the stack env write their receipt with it too) and is re-exported here
-for the tool's modules.
-"""
+"""Atomic file writes (temp file in the same directory, fsync, then replace), re-exported from the
+stdlib-only :mod:`october.checks.contract`, which the checks in the stack env use too."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What both command lines share without typer: the typer one (:mod:`october.installer.cli_common`) and
-the plain fast path of ``october_setup STACK ...`` (:mod:`october.installer.noop`, which must not import
-typer or click: 0.4 s of a second stack's 2 s, issue 20).
-
-Option values (``split_skips``), options checked before anything is written (``dir_option``,
-``file_option``, ``stack_argument``), ``--json`` documents, and :func:`run_guarded`, which turns an
-:class:`OctoberError` into a printed message and its exit code (:class:`CommandExit`)."""
+"""What both command lines share without typer (the no-op fast path must not import typer or click):
+option values, options checked before anything is written, ``--json`` documents, and
+:func:`run_guarded`, which turns an :class:`OctoberError` into a printed message and its exit code."""
 
 from __future__ import annotations
 
@@ -34,13 +30,9 @@ def split_skips(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(s for item in values for s in item.split(",") if s)
 
 
-def json_doc(kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A --json document: ``format_version`` and ``kind`` first (schema ``receipts/<kind>.schema.json``)."""
-    return {"format_version": JSON_FORMAT_VERSION, "kind": f"october-{kind}", **body}
-
-
 def print_json(kind: str, body: dict[str, Any]) -> None:
-    print(json.dumps(json_doc(kind, body), indent=2))
+    """A --json document: ``format_version`` and ``kind`` first (schema ``receipts/<kind>.schema.json``)."""
+    print(json.dumps({"format_version": JSON_FORMAT_VERSION, "kind": f"october-{kind}", **body}, indent=2))
 
 
 def print_json_error(command: str, code: int, title: str, message: str) -> None:
@@ -59,22 +51,16 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
         full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
         err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
         from .redact import env_secrets, redact
-        message = redact(err.message, env_secrets())
-        ui.error(err.title, message)
-        if json_command:
-            print_json_error(json_command, err.exit_code, err.title, message)
-        raise CommandExit(err.exit_code) from None
+        code, title, message = err.exit_code, err.title, redact(err.message, env_secrets())
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None)
         code = 128 + signum if isinstance(signum, int) else 130
         why = str(exc) if signum is not None else "stopped by the user"
-        ui.error("interrupted", f"{why}; re-run the same command to resume")
-        if json_command:
-            print_json_error(json_command, code, "interrupted", f"{why}; re-run the same command to resume")
-        raise CommandExit(code) from None
-
-
-# ------------------------------------------------------------------ options checked before anything is written
+        title, message = "interrupted", f"{why}; re-run the same command to resume"
+    ui.error(title, message)
+    if json_command:
+        print_json_error(json_command, code, title, message)
+    raise CommandExit(code) from None
 
 
 def _kind(path: Path) -> str:

@@ -1,11 +1,7 @@
-"""Copy a file into a stack without sharing its bytes with the source: a reflink where the
-filesystem has them (btrfs, XFS: own inode, blocks shared until one side writes), else a copy made
-by the kernel (``copy_file_range``: no trip through this process, 3-10x faster for a 64 MB file on
-ext4 here), else a plain copy (another filesystem, a kernel without it, a file whose size says 0).
-
-Never a hard link: a hard link is one inode, so an edit to the stack's copy would edit the cache
-(and every stack linked to it) -- issue 22's poisoned cache.
-"""
+"""Copy a file into a stack without sharing its bytes with the source: a reflink where the filesystem
+has them (own inode, blocks shared until one side writes), else ``copy_file_range`` (3-10x faster than
+a copy through this process), else a plain copy.  Never a hard link: an edit to the stack's copy would
+edit the cache too."""
 
 from __future__ import annotations
 
@@ -41,9 +37,8 @@ def clone_or_copy(source: Path, dest: Path) -> str:
 
 
 def _kernel_copy(src: BinaryIO, dst: BinaryIO) -> bool:
-    """Copy ``src`` into the empty ``dst`` with ``copy_file_range`` up to the end of the file; -> False,
-    with both files back at offset 0 and ``dst`` empty, where the kernel cannot (EXDEV across
-    filesystems, ENOSYS, EINVAL) or the size is 0 (a /proc file: the kernel would copy nothing)."""
+    """Copy ``src`` into the empty ``dst`` with ``copy_file_range``; -> False, both files back at offset 0
+    and ``dst`` empty, where the kernel cannot or the size is 0 (a /proc file: it would copy nothing)."""
     copy_range = getattr(os, "copy_file_range", None)     # Linux only
     size = os.fstat(src.fileno()).st_size if copy_range is not None else 0
     done = 0
@@ -65,8 +60,7 @@ def _kernel_copy(src: BinaryIO, dst: BinaryIO) -> bool:
 
 @lru_cache(maxsize=None)
 def reflinks_work(directory: Path) -> bool:
-    """Whether files in ``directory`` can be reflinked (tried once per directory and process on two
-    scratch files there, removed again)."""
+    """Whether files in ``directory`` can be reflinked (tried once per directory and process)."""
     try:
         import fcntl
     except ImportError:

@@ -1,28 +1,13 @@
-"""Digests a re-run may take without re-reading a file: what a no-op trusts, and why that is safe.
+"""Digests a no-op re-run may take without re-reading a file (``STACK/.state/file-trust.json``).
 
-A stack's checks hash many files (every file each env distribution's RECORD lists, every JIT
-library).  A no-op re-run must not read them all again.  ``STACK/.state/file-trust.json`` keeps, per
-file, the *stat signature* it had when its content was hashed -- ``(st_ino, st_size, st_mtime_ns,
-st_ctime_ns)`` -- and the digest.  A file whose signature is unchanged is taken to hold the same
-bytes; any other file is hashed again.
-
-Why that is safe (the same rule git's index uses for ``git status``):
-
-* every write to a file moves its mtime and ctime; replacing it (rename over, delete + create)
-  gives it another inode and ctime; truncating or appending changes its size as well;
-* ctime cannot be set from user space (``touch -d``/``os.utime`` set mtime only, and move ctime to
-  now), so restoring an edited file's mtime still changes its signature;
-* timestamps come from a coarse clock (one kernel tick), so a write in the same tick as the stat
-  that took the signature could leave it unchanged ("racy" files).  A signature is recorded only
-  when the file's mtime and ctime are older than :data:`RACY_NS` at that stat, and the file is
-  stat'ed again after hashing (a write while it was read is not recorded).
-
-What it does not defend against: someone who can write the stack rewriting this file together with
-the files it covers, a clock set back by root, or a filesystem that does not keep ctime.
-``current verify`` re-reads every byte and never uses this file.
-
-A digest is recorded whether or not it was the expected one: the store caches content, it does not
-judge it.  A no-op writes nothing, so the store is saved only by a run in which a step ran.
+Per file it keeps the stat signature ``(st_ino, st_size, st_mtime_ns, st_ctime_ns)`` taken when the
+content was hashed, and the digest; a file whose signature is unchanged is taken to hold the same bytes
+(git's index rule).  Every write moves mtime and ctime, a replace changes the inode, and ctime cannot be
+set from user space.  Timestamps come from a coarse clock, so a signature is recorded only when mtime and
+ctime are older than :data:`RACY_NS` and the file stats the same after hashing ("racy" files).
+Not defended: someone rewriting this file with the files it covers, a clock set back by root, a
+filesystem without ctime (``current verify`` re-reads every byte).  Digests are recorded whether or not
+they were the expected ones; only a run in which a step ran saves the store.
 """
 
 from __future__ import annotations
@@ -61,7 +46,7 @@ class FileTrust:
 
     def known(self, file: Path, kind: str) -> str | None:
         """The recorded ``kind`` digest of ``file`` when its signature is unchanged, else None (one
-        ``stat``, nothing read).  Raises ``OSError`` when the file cannot be stat'ed."""
+        ``stat``; ``OSError`` when it fails)."""
         hit = self.entries.get(str(file))
         if hit is not None and hit[4] == kind and hit[:4] == signature(os.stat(file)):
             return str(hit[5])
@@ -70,8 +55,7 @@ class FileTrust:
         return None
 
     def digest(self, file: Path, kind: str, compute: Callable[[Path], str]) -> str:
-        """The ``kind`` digest of ``file`` (``compute(file)``), from the store when its signature is
-        unchanged.  Raises ``OSError`` (``FileNotFoundError``) when the file cannot be read."""
+        """``compute(file)``, from the store when its signature is unchanged (``OSError`` when unreadable)."""
         key = str(file)
         now = time.time_ns()
         st = os.stat(file)

@@ -1,7 +1,5 @@
-"""The shapes of the identifiers the tool checks: git commit ids and sha256 digests.
-
-Defined once, in the stdlib-only contract both interpreters share (``checks/scales.py`` checks the
-same revision shape inside the stack env)."""
+"""The shapes of git commit ids and sha256 digests, from the stdlib-only contract both interpreters
+share (``checks/scales.py`` checks the same revision shape inside the stack env)."""
 
 from __future__ import annotations
 

@@ -31,81 +31,38 @@ def inside(base: Path, name: str) -> Path:
     return path
 
 
+def _under(*parts: str) -> property:
+    return property(lambda self: self.root.joinpath(*parts))
+
+
 @dataclass(frozen=True)
 class StackPaths:
     root: Path
 
-    @property
-    def src(self) -> Path:
-        return self.root / "src"
+    src = _under("src")
+    env = _under("env")
+    python = _under("env", "bin", "python")
+    wheels = _under("wheels")
+    jit = _under("jit")
+    pylock = _under("pylock.toml")
+    receipts = _under("receipts")
+    setup_receipt = _under("receipts", "setup.json")
+    state = _under(".state")
+    # digests of recipe + forks.toml content that passed the recipe models (no-op re-runs skip pydantic)
+    recipe_checked = _under(".state", "recipe-checked")
+    run_pycache = _under(".state", "pycache")       # this run's bytecode (pycache_args); removed as it ends
+    logs = _under("logs")
+    uv_cache = _under(".uv-cache")      # uv's cache when --cache-dir is on another filesystem than the stack
+    lockfile = _under(".october.lock")
 
     def fork(self, name: str) -> Path:
         return inside(self.src, name)
 
-    @property
-    def env(self) -> Path:
-        return self.root / "env"
-
-    @property
-    def python(self) -> Path:
-        return self.env / "bin" / "python"
-
-    @property
-    def wheels(self) -> Path:
-        return self.root / "wheels"
-
-    @property
-    def jit(self) -> Path:
-        return self.root / "jit"
-
-    @property
-    def pylock(self) -> Path:
-        return self.root / "pylock.toml"
-
-    @property
-    def receipts(self) -> Path:
-        return self.root / "receipts"
-
-    @property
-    def setup_receipt(self) -> Path:
-        return self.receipts / "setup.json"
-
-    @property
-    def state(self) -> Path:
-        return self.root / ".state"
-
     def marker(self, step: str) -> Path:
         return self.state / f"{step}.json"
 
-    @property
-    def recipe_checked(self) -> Path:
-        """Digests of recipe + forks.toml content that passed the recipe models in this stack (its no-op
-        re-runs skip pydantic: :func:`october.installer.recipe.tomlcheck.validated`)."""
-        return self.state / "recipe-checked"
-
-    @property
-    def run_pycache(self) -> Path:
-        """This run's bytecode for the stack env's imports (see :func:`pycache_args`); removed when the run ends."""
-        return self.state / "pycache"
-
     def pycache_args(self) -> list[str]:
-        """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch (the env probe,
-        install's import check, the JIT builder).  A site torch without bytecode (the H200 image's:
-        ``torch/__pycache__`` empty, ``PYTHONDONTWRITEBYTECODE=1``) is compiled again by every import,
-        2-4 s each; with one prefix per run the first import writes the bytecode there and the next ones
-        read it.  Nothing is written beside the interpreter's own files, and nothing outlives the run, so
-        no later stack, smoke or verify ever runs bytecode the run did not compile from the sources."""
+        """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch.  A site torch
+        without bytecode is compiled again by every import (2-4 s each); with one prefix per run the first
+        import writes it there, and no later run ever executes bytecode it did not compile itself."""
         return ["-X", f"pycache_prefix={self.run_pycache}"]
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def uv_cache(self) -> Path:
-        """uv's cache when ``--cache-dir`` is on another filesystem than the stack."""
-        return self.root / ".uv-cache"
-
-    @property
-    def lockfile(self) -> Path:
-        return self.root / ".october.lock"

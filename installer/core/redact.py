@@ -27,11 +27,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def redact_url(url: str) -> str:
-    """Mask the credentials of every URL in ``url`` (a URL, or any text): whatever lies between a
-    ``://`` and the last ``@`` before the host part ends (at ``/`` or whitespace) becomes ``***``.
-
-    One pass, linear in the length: each ``://`` is found once and its host part scanned once (the
-    regular expression this replaces backtracked over every letter run, quadratic in its length)."""
+    """Mask the credentials of every URL in ``url`` (or any text): what lies between a ``://`` and the
+    last ``@`` before the host part ends (``/`` or whitespace).  One linear pass: a regex backtracks."""
     if "@" not in url:
         return url
     out: list[str] = []

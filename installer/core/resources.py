@@ -1,18 +1,8 @@
-"""Where the tool finds what it ships, in one place, one way.
+"""Where the tool finds what it ships (``recipes/``, ``forks.toml``, ``receipts/``, ``locks/``); nothing
+else derives a data path from ``__file__``.
 
-The repository keeps the folders its layout names: ``recipes/``, ``forks.toml``, ``receipts/``
-(JSON Schemas) and ``locks/`` beside the ``installer`` and ``checks`` folders.  The import package
-``october`` reaches all of them through links (``october/installer``, ``october/checks``,
-``october/_data/<name>``); hatch follows the links into the wheel (``uv tool install .``, ``pipx
-install .``), and a copy of a checkout that turned links into folders (the working dir Ray uploads
-for a fleet) has the same paths.  So the data is always ``<october package>/_data/<name>`` (read
-through the links: in a checkout, the layout's own files).  Every
-other module asks here; nothing else derives a data path from ``__file__``.
-
-The stack env runs our ``october.checks`` modules (``smoke``, ``jit_build``, the probes) with its
-own Python.  :func:`stack_code_root` gives the directory to put on its ``PYTHONPATH``: the checkout
-itself, or, for an installed tool, a directory holding one link to the ``october`` package (the
-tool env's site-packages must not shadow the stack's own packages).
+The data is always ``<october package>/_data/<name>``: links in a checkout (hatch follows them into the
+wheel), folders in a copy that turned links into folders (the working dir Ray uploads for a fleet).
 """
 
 from __future__ import annotations
@@ -30,9 +20,8 @@ _FORKS_LINK = PACKAGE_ROOT / "_data" / "forks.toml"
 _LINKED = _FORKS_LINK.is_symlink()
 # an installed wheel (or a copy whose links became files) holds the data itself; a checkout links it
 INSTALLED = not _LINKED and not (IMPORT_ROOT / "forks.toml").is_file()
-# recipes/, forks.toml, receipts/, locks/: the folder that holds them, reached through the link without
-# resolving the folders above it (a checkout's root, so recorded recipe paths read as they always have;
-# an installed package's own _data/)
+# the folder holding the shipped data, through the link without resolving the folders above it (so
+# recorded recipe paths read as they always have)
 DATA_ROOT = (Path(os.path.normpath(_FORKS_LINK.parent / os.readlink(_FORKS_LINK))) if _LINKED
              else _FORKS_LINK).parent
 SHIPPED_NAMES = ("recipes", "forks.toml", "receipts", "locks")
@@ -47,7 +36,6 @@ def forks_file() -> Path:
 
 
 def schema_path(name: str) -> Path:
-    """``receipts/<name>.schema.json``."""
     return DATA_ROOT / "receipts" / f"{name}.schema.json"
 
 
@@ -72,12 +60,9 @@ def stack_script(name: str) -> Path:
 
 
 def stack_code_root(cache_dir: Path) -> Path:
-    """A directory whose only package is ours, for the stack env's ``PYTHONPATH``.
-
-    A checkout is used as it is (its ``october/`` links to ``installer/`` and ``checks/``).  An
-    installed tool's package lives in a site-packages full of the tool's own dependencies, so the
-    directory is ``CACHE/tool-code/<hash>/`` with one link, ``october`` (made once, atomically,
-    per installed copy)."""
+    """A directory whose only package is ours, for the stack env's ``PYTHONPATH``: the checkout, or for
+    an installed tool (whose site-packages must not shadow the stack's) ``CACHE/tool-code/<hash>/october``,
+    a link made once, atomically."""
     if not INSTALLED:
         return IMPORT_ROOT
     package = PACKAGE_ROOT                # site-packages/october

@@ -1,15 +1,9 @@
-"""The one gate for external commands.
-
-Every git/uv/python/nvcc call of a step goes through :class:`Runner.run`: the
-command is resolved on PATH (clear error if missing), echoed, its combined
-output teed to ``STACK/logs/<step>.log`` (secrets masked), and a non-zero exit
-becomes :class:`CommandFailed` naming the step, command, exit code, last lines
-and log path.
-"""
+"""The one gate for external commands: resolved on PATH, echoed, their output teed to
+``STACK/logs/<step>.log`` (secrets masked), a non-zero exit a :class:`CommandFailed` naming the step,
+command, exit code, last lines and log path."""
 
 from __future__ import annotations
 
-import collections
 import os
 import shlex
 import shutil
@@ -27,13 +21,10 @@ from .redact import env_secrets, redact
 
 TAIL_LINES = 25
 
-# What :meth:`Runner.start` runs: the command under a small guard that leads the command's process group
-# and holds the descriptors it is given (the stack lock: october.installer.core.stackmutex).  The guard
-# ends the whole group (SIGKILL: the command and every process it started, the guard last) when the
-# thread that started it ends (PR_SET_PDEATHSIG: the run was killed, even with SIGKILL) or when it gets
-# SIGTERM, SIGHUP or SIGINT; otherwise it waits for the command and exits as the command did.  The
-# command itself dies with the guard (PR_SET_PDEATHSIG too), so it never runs on without the lock.
-# Standard library only (python -I -S), any interpreter.
+# What :meth:`Runner.start` runs: a stdlib-only guard that leads the command's process group and holds
+# the descriptors it is given (the stack lock).  It SIGKILLs the whole group when the starting thread
+# ends (PR_SET_PDEATHSIG: even a run killed outright) or on SIGTERM, SIGHUP or SIGINT; else it exits as
+# the command did.  The command dies with the guard, so it never runs on without the lock.
 GUARD = r"""
 import os, signal, subprocess, sys
 parent, argv = int(sys.argv[1]), sys.argv[3:]
@@ -79,15 +70,10 @@ class Completed:
 
 
 class Started:
-    """A command :meth:`Runner.start` runs in the background, in a process group of its own.
+    """A command :meth:`Runner.start` runs in the background, in a process group of its own; its output
+    reaches the progress display only from :meth:`attach` on, and :meth:`kill` ends the whole group."""
 
-    Its output goes to the step's log as :meth:`Runner.run`'s does, and to the progress display only
-    from :meth:`attach` on (the step that waits for it owns the display then).  :meth:`kill` ends the
-    whole group: the command and every process it started (ninja, the compilers); so does the run's
-    death, however it comes (:data:`GUARD`)."""
-
-    # how long :meth:`kill` waits for the command's output to close: a process outside the group (one
-    # that made a session of its own) may hold the pipe open for ever
+    # how long :meth:`kill` waits for the output to close (a process outside the group may hold it for ever)
     KILL_WAIT_S = 10.0
     POLL_S = 0.25
 
@@ -128,10 +114,9 @@ class Started:
         return self._done.is_set()
 
     def kill(self) -> bool:
-        """End the command and everything it started (SIGKILL to its process group); then wait, at most
-        :attr:`KILL_WAIT_S` for its output to close.  False when it did not: a process outside the group
-        still holds the output pipe (the reader is left to end with it; closing the pipe from here would
-        wait on the reader's own lock)."""
+        """SIGKILL the command's process group, then wait at most :attr:`KILL_WAIT_S` for its output to
+        close; False when it did not (a process outside the group holds the pipe: the reader is left to end
+        with it, as closing the pipe from here would wait on the reader's own lock)."""
         with self._lock:
             self._killed = True
             proc = self._proc
@@ -140,8 +125,6 @@ class Started:
         if self._thread is not None:
             self._done.wait(self.KILL_WAIT_S)
         return self.finished
-
-    # ------------------------------------------------------------ the runner's side
 
     def _spawned(self, proc: subprocess.Popen[str]) -> None:
         with self._lock:
@@ -185,9 +168,8 @@ class Runner:
         return self.logs_dir / f"{step}.log"
 
     def note(self, step: str, text: str, *, best_effort: bool = False) -> None:
-        """Append a line of our own to the step's log.  ``best_effort``: a log that cannot be written (a
-        full disk, a removed logs folder) is passed over -- for clean-up, whose note must never replace
-        the error or the interrupt it is cleaning up after."""
+        """Append a line of our own to the step's log.  ``best_effort``: a log that cannot be written is
+        passed over (clean-up's note must never replace the error it is cleaning up after)."""
         try:
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path(step), "a", encoding="utf-8") as fh:
@@ -207,11 +189,9 @@ class Runner:
     def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
               env: Mapping[str, str] | None = None, hold_fds: Sequence[int] = (),
               preface: str | None = None) -> Started:
-        """:meth:`run` in a thread of its own (``check=True``, no timeout), under :data:`GUARD` (a process
-        group of its own, ended with the run); :meth:`Started.wait` gives its answer.  ``hold_fds`` are
-        held by the guard for as long as the group lives (the stack lock); ``preface`` is written to the
-        step's log just before the command's ``$`` line.  A missing program raises here, as :meth:`run`
-        would.  Nothing is echoed until :meth:`Started.attach`."""
+        """:meth:`run` in a thread of its own (``check=True``, no timeout) under :data:`GUARD`, which holds
+        ``hold_fds`` while the group lives; ``preface`` goes to the log before the ``$`` line.  A missing
+        program raises here; nothing is echoed until :meth:`Started.attach`."""
         args, full_env = self._resolve(argv, step, env, None)
         job = Started()
         job._thread = threading.Thread(target=job._work, name=f"october-{step}", daemon=True, args=(
@@ -226,8 +206,7 @@ class Runner:
         full_env = {**(os.environ if env is None else env), **(extra_env or {})}
         exe = args[0]
         if os.sep not in exe:
-            found = shutil.which(exe, path=full_env.get("PATH"))
-            if found is None:
+            if shutil.which(exe, path=full_env.get("PATH")) is None:
                 raise ToolMissing(f"step '{step}' needs the program '{exe}'",
                                   expected=f"'{exe}' on PATH", found="nothing",
                                   fix=f"install {exe} or put it on PATH, then re-run")
@@ -240,14 +219,12 @@ class Runner:
     def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
              timeout: float | None, job: Started | None, hold_fds: tuple[int, ...] = (),
              preface: str | None = None, quiet: bool = False) -> Completed:
-        exe = args[0]
         echo = job._line if job is not None else None if quiet else self.echo
         launch = args if job is None else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
                                            ",".join(map(str, hold_fds)), *args]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(step)
         shown = redact(shlex.join(args), self.secrets)
-        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         chunks: list[str] = []
         start = time.monotonic()
         with open(log, "a", encoding="utf-8") as fh:
@@ -265,7 +242,7 @@ class Runner:
             except OSError as exc:
                 fh.write(f"# could not start: {exc}\n")
                 raise ToolMissing(f"step '{step}' could not start `{shown}`",
-                                  expected=f"an executable {exe}" + (f" and a directory {cwd}" if cwd else ""),
+                                  expected=f"an executable {args[0]}" + (f" and a directory {cwd}" if cwd else ""),
                                   found=exc.strerror or str(exc),
                                   fix="check that the program is executable and the directory exists; "
                                       "re-running recreates what earlier steps made") from None
@@ -282,7 +259,6 @@ class Runner:
                         clean = redact(line, self.secrets)
                         fh.write(clean)
                         chunks.append(clean)
-                        tail.append(clean.rstrip("\n"))
                         if echo is not None:
                             echo(clean.rstrip("\n"))
                     rc = proc.wait()
@@ -295,6 +271,7 @@ class Runner:
                 finally:
                     if timer is not None:
                         timer.cancel()
+            tail = [chunk.rstrip("\n") for chunk in chunks[-TAIL_LINES:]]
             if timeout and time.monotonic() - start >= timeout and rc < 0:
                 fh.write(f"# killed after {timeout:.0f}s timeout\n")
                 raise CommandFailed(step, [shown], rc, "\n".join(tail) + f"\n(killed after {timeout:.0f} s)", log)

@@ -1,6 +1,5 @@
-"""Receipts: JSON documents with a format version, validated against ``receipts/*.schema.json``
-and written atomically.  :func:`validate` is the one schema check for every document the tool
-writes or reads back (setup, kit, fleet receipts, the download manifest, the smoke receipt)."""
+"""Receipts: JSON documents validated against ``receipts/*.schema.json`` (:func:`validate`, the one
+schema check for every document the tool writes or reads back) and written atomically."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
-"""One lock per stack: a second concurrent run fails at once, naming the holder.
+"""One lock per stack: an exclusive ``flock`` on ``STACK/.october.lock``, so a second concurrent run
+fails at once, naming the holder (its pid and command line, written beside it in ``.october.lock.pid``).
 
-The mutex is an exclusive ``flock`` on ``STACK/.october.lock`` (what :class:`filelock.FileLock`, which
-guards the shared caches, takes too); the holder's pid and command line are written beside it
-(``.october.lock.pid``) once the lock is held, so a second run can say who holds it.  A holder that dies
-releases the lock with its file descriptor; its stale pid file is simply overwritten by the next holder.
-
-An ``flock`` belongs to the open file description, not to the process: a process the holder starts with
-the descriptor (:attr:`StackLock.fd`, ``pass_fds``) holds the lock too, and the lock is free only once
-every such process has ended.  The JIT builder begun in the background gets it
-(the jit step's early start, ``steps/jitearly.py``): however the run ends, even killed outright, no other run
-takes the stack while the builder still writes into it.  So releasing never unlocks the description
-(``LOCK_UN`` would free it for those processes too); it only closes this process's descriptor.
+An ``flock`` belongs to the open file description: a child given the descriptor (:attr:`StackLock.fd`;
+the background JIT builder) holds the stack too, even if the run is killed.  So releasing only closes
+this process's descriptor, never ``LOCK_UN``.
 """
 
 from __future__ import annotations
@@ -20,7 +13,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 from .errors import StackLockedError
 
@@ -48,8 +40,7 @@ class StackLock:
 
     @property
     def fd(self) -> int:
-        """The locked descriptor (close-on-exec): pass it to a child (``pass_fds``) that must hold the
-        stack for as long as it lives."""
+        """The locked descriptor (close-on-exec), for a child that must hold the stack (``pass_fds``)."""
         assert self._fd is not None, "the stack lock is not held"
         return self._fd
 
@@ -100,8 +91,7 @@ class StackLock:
         self._fd = fd
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *_: object) -> None:
         if self._fd is not None:
             holder_file(self.path).unlink(missing_ok=True)
             fd, self._fd = self._fd, None

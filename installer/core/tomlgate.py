@@ -1,11 +1,7 @@
-"""The one read gate for the TOML files the tool is given: recipes, ``forks.toml``, pylock files.
-
-A file is bounded before it is parsed (its size), decoded strictly (UTF-8), parsed (``tomllib``) and
-bounded after (nesting depth), so no input reaches a parser's recursion limit, a quadratic path or a
-traceback.  Every refusal is one :class:`TomlRefused` with a short ``expected`` / ``found``; each
-reader turns it into its own error class (a recipe's into ``RecipeError``, exit 3; a lock's into
-``LockError``, exit 13) with its own fix.
-"""
+"""The one read gate for the TOML files the tool is given (recipes, ``forks.toml``, pylock files):
+bounded in size, decoded strictly, parsed and bounded in depth, so no input reaches a parser's
+recursion limit, a quadratic path or a traceback.  A refusal is a :class:`TomlRefused`, which each
+reader turns into its own error class and fix."""
 
 from __future__ import annotations
 
@@ -26,7 +22,7 @@ _BASIC_REST = re.compile(r'(?:[^"\\\n]|\\.)*"')   # the rest of a one-line basic
 
 class TomlRefused(Exception):
     """Why a TOML file was not read.  ``kind``: missing, directory, unreadable, size, encoding,
-    syntax or depth."""
+    syntax, depth or nul."""
 
     def __init__(self, kind: str, expected: str, found: str) -> None:
         self.kind = kind
@@ -78,11 +74,9 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
 
 
 def _nesting_before_parse(text: str, limit: int) -> str | None:
-    """Why ``text`` nests deeper than ``limit`` (None: it does not), in one linear pass over its
-    tokens (what is inside strings and comments never counts): tomllib recurses once per level of
-    brackets and braces, and takes time quadratic in the parts of a dotted key (``a.a.a... = 1``
-    with 5,000 parts takes a second), so neither may reach it.  The pass stops at an unterminated
-    string: tomllib stops there too, with a syntax error."""
+    """Why ``text`` nests deeper than ``limit`` (None: it does not), in one linear pass outside strings
+    and comments: tomllib recurses once per bracket level and is quadratic in a dotted key's parts.
+    The pass stops at an unterminated string, as tomllib does (a syntax error)."""
     depth = dots = 0
     at = _SPECIAL.search(text)
     while at is not None:

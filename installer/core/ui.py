@@ -1,17 +1,9 @@
 """Console output: step progress, details in --verbose, nothing but errors in --quiet.
 
-On a terminal a long step shows live progress: a bar with bytes, rate and time left for
-transfers (the base wheel, git fetches, uv's wheel downloads, model files, hashing) and a done /
-total bar for counted work (JIT modules, uv's source builds); otherwise a spinner with the latest
-line of the command it is running.  In a log or pipe the same progress becomes a plain line at
-every tenth (git's: one line as each phase ends), so a CI log shows it without a flood.  Pieces of work
-that run side by side (a fleet's nodes) get a bar each on a terminal (:meth:`ConsoleReporter.stage`);
-a log says only as each starts and ends, their phases under --verbose.  What a
-command prints for us (a probe's JSON, uv's "Activate with" hint) never reaches the spinner.
-Command output lines are recognised here (git's ``Receiving objects: 45% (450/1000), 1.20 GiB |
-30.00 MiB/s``, ninja's ``[12/40] ...``, uv's ``Downloading torch (766.2MiB)`` / `` Downloaded torch``,
-the JIT builder's ``JIT modules built: 1/2``), so the steps need not know; git's lines are read by
-GitPython's progress parser (``git.RemoteProgress``), imported at the first one.
+On a terminal a long step shows bars (bytes with rate and time left, or done / total) or a spinner
+with the command's latest line; in a log or pipe the same progress is a plain line at every tenth
+(git's: one per phase), so a CI log shows it without a flood.  Progress is recognised here in the
+output lines of git, ninja, uv and the JIT builder, so the steps need not know.
 """
 
 from __future__ import annotations
@@ -23,16 +15,8 @@ from typing import Any
 
 from rich import filesize
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
+                           TextColumn, TimeRemainingColumn)
 from rich.text import Text
 
 # git's transfer figures after the counts (``1.20 GiB | 30.00 MiB/s``), shown in the bar's label
@@ -40,14 +24,12 @@ GIT_TRANSFER = re.compile(r"[\d.]+ [KMGT]?i?B(?: \| [\d.]+ [KMGT]?i?B/s)?")
 NINJA_PROGRESS = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+)\]\s")
 # october.checks.jit_build.ModuleProgress prints this once per module (cached ones first)
 JIT_MODULES = re.compile(r"^JIT modules built: (?P<done>\d+)/(?P<total>\d+)(?:\s|$)")
-# uv (0.4 and later) in a pipe: no bars, but a line when a wheel of 1 MiB or more starts and ends
-# downloading, and when a source distribution starts and ends building (recorded from uv 0.13.9)
+# uv in a pipe: a line as a wheel of 1 MiB or more starts and ends downloading, and as an sdist is built
 UV_DOWNLOADING = re.compile(r"^Downloading (?P<name>\S+) \((?P<size>[\d.]+)\s?(?P<unit>[KMGT]?i?B)\)$")
 UV_DOWNLOADED = re.compile(r"^Downloaded (?P<name>\S+)$")
 UV_BUILDING = re.compile(r"^Building (?P<what>\S+(?: @ \S+|==\S+))$")
 UV_BUILT = re.compile(r"^Built (?P<what>\S+(?: @ \S+|==\S+))$")
-# what a command prints for us, not for the user: a probe's JSON (``{"implementation": ...}``, or behind a
-# marker, ``OCTOBER_TORCH {...}``) and uv's hints about activating the env (the stack's is STACK/activate)
+# what a command prints for us, not for the user: a probe's JSON (maybe behind a marker) and uv's env hint
 _NOT_FOR_USERS = re.compile(r"^(?:[A-Z][A-Z0-9_]* )?[\[{]|^Activate with:")
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
           "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -62,9 +44,8 @@ def _git_bar(phase: str, done: Any, total: Any, message: str) -> Progress5:
 
 @functools.cache
 def _git_parser() -> type:
-    """GitPython's parser of git's ``--progress`` lines (``git.RemoteProgress``: its regexes, op codes and
-    cur/max counts), keeping the bar of the one line it is fed.  Made at the first line with a done / total,
-    so a run that shows no git progress (the no-op) never imports GitPython."""
+    """GitPython's parser of git's ``--progress`` lines, keeping the bar of the one line it is fed; made at
+    the first line with a done / total, so a run that shows no git progress never imports GitPython."""
     from git import RemoteProgress as RP
 
     phases = {RP.COUNTING: "counting objects", RP.COMPRESSING: "compressing objects", RP.RECEIVING: "receiving objects",
@@ -85,33 +66,25 @@ def _git_parser() -> type:
     return GitLine
 
 
-def _git_progress(line: str) -> Progress5 | None:
-    """git's ``Receiving objects:  45% (450/1000), 1.20 GiB | 30.00 MiB/s`` (``remote: `` too) as a bar."""
-    if "% (" not in line:            # not git's done / total form: GitPython is not imported for it
-        return None
-    parse = _git_parser()()
-    parse.new_message_handler()(line)
-    return parse.found
-
-
 def parse_progress(line: str) -> Progress5 | None:
-    """(key, label, done, total, unit) from a command's progress line, or None.  ``unit`` is "B" for
-    bytes and "" for a count.  git counts objects; the bytes received so far and git's own rate
-    ride in the label (``git: receiving objects, 1.20 GiB | 30.00 MiB/s``)."""
-    if (git_line := _git_progress(line.strip())) is not None:
-        return git_line
+    """(key, label, done, total, unit) from a command's progress line, or None; ``unit`` "B" for bytes,
+    "" for a count (git counts objects; its bytes and rate ride in the label)."""
+    text = line.strip()
+    if "% (" in text:       # git's ``Receiving objects:  45% (450/1000), 1.20 GiB | 30.00 MiB/s`` (or ``remote: ``)
+        parse = _git_parser()()
+        parse.new_message_handler()(text)
+        if parse.found is not None:
+            return parse.found
     for pattern, key, label in ((NINJA_PROGRESS, "compile jobs", "compile jobs"),
                                 (JIT_MODULES, "JIT modules", "JIT modules built")):
-        if m := pattern.match(line.strip()):
+        if m := pattern.match(text):
             return (key, label, float(m.group("done")), float(m.group("total")), "")
     return None
 
 
 class UvProgress:
-    """uv's own progress, read from its output lines: the wheels it downloads (bytes done / total from
-    the sizes uv announces; a wheel counts as done when uv says so, uv reports nothing in between)
-    and the source distributions it builds (done / total).  One per step: several uv commands of a
-    step add to the same bars."""
+    """uv's progress from its output lines: the wheels it downloads (bytes, from the sizes uv announces;
+    nothing in between) and the sdists it builds.  One per step: a step's uv commands share the bars."""
 
     def __init__(self) -> None:
         self._sizes: dict[str, float] = {}
@@ -157,8 +130,8 @@ class _Amount(ProgressColumn):
 
 
 class _Rate(ProgressColumn):
-    """Bytes per second for transfers: rich's own rate, else the average since the bar began (a bar fed
-    in few large steps, such as uv's wheel downloads, has too few samples for rich's)."""
+    """Bytes per second: rich's rate, else the average since the bar began (a bar fed in a few large
+    steps, such as uv's downloads, has too few samples for rich's)."""
 
     def render(self, task: Task) -> Text:
         if task.fields.get("unit") != "B":
@@ -221,8 +194,8 @@ class ConsoleReporter:
 
     def transfer(self, label: str, done: float, total: float | None, unit: str = "B", *,
                  key: str | None = None) -> None:
-        """Progress of one piece of work: ``unit`` "B" for bytes (a bar with rate and time left),
-        "" for a count (done / total).  ``key`` names the bar when the label changes as it goes."""
+        """Progress of one piece of work in ``unit`` "B" (bytes) or "" (a count); ``key`` names the bar
+        when the label changes as it goes."""
         key = key or label
         if self.quiet:
             return
@@ -250,8 +223,7 @@ class ConsoleReporter:
                 self._say(f"    {label}: {tenth * 10}% ({amount})")
 
     def progress(self, line: str) -> None:
-        """The latest output line of the running command: a bar when it reports progress,
-        else the spinner's text (on a terminal)."""
+        """The running command's latest output line: a bar when it reports progress, else the spinner's text."""
         if (parsed := parse_progress(line) or self._uv.feed(line)) is not None:
             key, label, done, total, unit = parsed
             where = f"{self._step}: " if self._step else ""
@@ -265,9 +237,8 @@ class ConsoleReporter:
         self._say(skip_line(name))
 
     def stage(self, key: str, label: str, done: int, total: int) -> None:
-        """Where one of several pieces of work running side by side is (a fleet node at a step): on a
-        terminal a done / total bar named ``key``, gone when the piece ends (``done >= total``: its end
-        is said in a line of its own); in a log a line under --verbose only."""
+        """Where one of several pieces of work side by side is (a fleet node at a step): on a terminal a
+        done / total bar named ``key``, removed once ``done >= total``; in a log a line under --verbose."""
         if not self.live:
             self.detail(f"{label} ({done}/{total})")
             return

@@ -1,8 +1,5 @@
-"""``--version``: the tool's version, and its git commit when it runs from a checkout.
-
-The commit is read from the checkout's ``.git`` files (HEAD, loose refs, packed-refs; linked
-worktrees too); no process is started, so ``--version`` works without git installed.
-"""
+"""``--version``: the tool's version, and its git commit when it runs from a checkout, read from the
+``.git`` files (linked worktrees too) without starting git, so it works where git is not installed."""
 
 from __future__ import annotations
 

@@ -1,37 +1,22 @@
-"""Which JIT libraries in ``STACK/jit`` may be trusted: exactly the bytes the jit step recorded.
-
-Standard library only (the smoke side may call it inside the stack env).  The
-jit step writes :data:`MANIFEST` in the workspace after every successful build:
-``{"format": 1, "modules": {uri: {"path": <relative to the workspace>, "sha256": ...}}}``.
-A shared library under the workspace whose bytes differ from that record
-(corrupted, truncated), or that no record names, is not a cache hit:
-:func:`untrusted_libraries` finds it and :func:`discard` removes its whole
-module build directory, so FlashInfer's ninja builds it again from scratch
-instead of linking stale objects or loading bad bytes.
+"""Which JIT libraries in ``STACK/jit`` may be trusted: exactly the bytes the jit step recorded in
+:data:`MANIFEST` (uri -> path relative to the workspace, sha256).  Standard library only (the smoke side
+may call it inside the stack env).  A library no record names, or whose bytes differ, has its whole
+module build directory removed (:func:`discard`), so ninja builds it again rather than link stale objects.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...checks.contract import sha256_file, write_text_atomic
+
 MANIFEST = ".october-jit.json"
 MANIFEST_FORMAT = 1
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -48,12 +33,10 @@ def read_manifest(workspace: Path) -> dict[str, dict[str, str]]:
         return {}
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("modules"), dict):
         return {}
-    out: dict[str, dict[str, str]] = {}
-    for uri, rec in data["modules"].items():
-        if isinstance(rec, dict) and isinstance(rec.get("path"), str) and isinstance(rec.get("sha256"), str):
-            out[str(uri)] = {"path": rec["path"], "sha256": rec["sha256"],
-                             **({"key": rec["key"]} if isinstance(rec.get("key"), str) else {})}
-    return out
+    return {str(uri): {"path": rec["path"], "sha256": rec["sha256"],
+                       **({"key": rec["key"]} if isinstance(rec.get("key"), str) else {})}
+            for uri, rec in data["modules"].items()
+            if isinstance(rec, dict) and isinstance(rec.get("path"), str) and isinstance(rec.get("sha256"), str)}
 
 
 def manifest_aot_dir(workspace: Path) -> Path | None:
@@ -78,18 +61,12 @@ def aot_libraries(aot_dir: Path | None) -> list[Path]:
 
 
 def write_manifest(workspace: Path, modules: Mapping[str, Mapping[str, str]], aot_dir: Path | None = None) -> None:
-    """Atomically record uri -> {path (relative to ``workspace``), sha256[, key (shared-cache key)]}, and
-    the AOT directory holding verified copies (FlashInfer loads those without building)."""
-    workspace.mkdir(parents=True, exist_ok=True)
+    """Atomically record uri -> {path (relative to ``workspace``), sha256[, key]} and the AOT directory
+    holding verified copies (FlashInfer loads those without building)."""
     body = {"format": MANIFEST_FORMAT, "aot_dir": str(aot_dir) if aot_dir is not None else None,
             "modules": {u: {k: str(v) for k, v in m.items() if k in ("path", "sha256", "key")}
                         for u, m in sorted(modules.items())}}
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=workspace)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(body, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, workspace / MANIFEST)
+    write_text_atomic(workspace / MANIFEST, json.dumps(body, indent=1, sort_keys=True))
 
 
 def libraries(workspace: Path) -> list[Path]:
@@ -115,7 +92,7 @@ def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str
         if want is None:
             found.append(Untrusted(lib, "not recorded by the jit step"))
             continue
-        got = _sha256(lib)
+        got = sha256_file(lib)
         if got != want:
             found.append(Untrusted(lib, f"bytes differ from the recorded sha256 {want[:12]}... "
                                         f"(now {got[:12]}..., {lib.stat().st_size} bytes)"))

@@ -1,13 +1,7 @@
-"""The committed index locks ``locks/<recipe>.pylock.toml``: each recipe's *index part*, resolved for real.
-
-What a stack installs from the index is the resolution of: the pinned torch, the build requirements,
-``[install] supply`` and the base wheel's own requirements (the vLLM fork's editable install takes the
-base version's requirements; the wheel is named by ``name==version``, the same file the recipe pins by
-sha256).  ``uv pip compile`` resolves that for the recipe's Python on ``x86_64-manylinux_2_31``
-(PEP 751 output, every file with its sha256; see :data:`PLATFORM`); the distributions the forks replace (the base wheel's
-``vllm``, the index ``flashinfer-python``) are then dropped, and ``[tool.october]`` records the scope
-(``index``: no fork commits, the recipe pins those), the recipe, torch, the base wheel's sha256 and the
-declared exceptions.  ``october_setup --locked`` installs exactly these files (hashes enforced).
+"""The committed index locks ``locks/<recipe>.pylock.toml``: each recipe's *index part* (torch, the
+build requirements, ``[install] supply``, the base wheel by ``name==version``) resolved by ``uv pip
+compile`` for :data:`PLATFORM`, less what the forks replace, with ``[tool.october]`` (scope ``index``:
+the recipe pins the fork commits).  ``october_setup --locked`` installs exactly these files.
 
 Regenerate: ``uv run python -m october.installer.lock.indexlock`` (all recipes) or ``... current 20260702``.
 """
@@ -35,18 +29,13 @@ from ..pyenv.uvcmd import recipe_source_args
 from ..recipe import PROJECT_ROOT, Recipe, load_recipe
 from ..recipe.install import as_json as policy_json
 
-# glibc 2.31: the oldest the stacks run on anyway (vLLM 0.18.0's wheel is manylinux_2_31); on 2_28
-# some packages (llguidance 1.7.6) have only an sdist, which a GPU host would have to build.
+# glibc 2.31, the oldest the stacks run on (vLLM's wheel's); on 2_28 some packages have only an sdist.
 PLATFORM = "x86_64-manylinux_2_31"
 SCOPE = "index"
-# How far before the resolution the cutoff lies.  An index (a mirror, a CDN, PyPI's own simple pages) can
-# list a file days after its upload time: a cutoff equal to the resolution time then re-resolves to a newer
-# file once the index catches up (anthropic 2.15.0, uploaded 2026-11-30T19:30Z, seen here only after a lock
-# cut at 2026-12-01T01:28Z).  Every file uploaded before ``resolved-at - SETTLE`` had SETTLE to appear.
-# SETTLE narrows that window; it cannot close it: sse-starlette 3.7.1 (uploaded 2026-11-22T19:19Z) was not
-# listed here when the locks were cut at 2026-12-01T22:16Z with a 2026-11-28T22:00Z cutoff, and was by
-# 2026-12-02.  So a lock is checked against the index *with its own pins* (``compile_recipe(pins=...)``):
-# the same files and hashes come back however many files the index lists late.
+# How far before the resolution the cutoff lies: an index can list a file days after its upload time, so a
+# cutoff at the resolution time re-resolves to a newer file once the index catches up.  SETTLE narrows that
+# window but cannot close it (a file uploaded 9 days before a lock was still unlisted), so a lock is checked
+# against the index with its own pins (``compile_recipe(pins=...)``).
 SETTLE = timedelta(days=3)
 
 
@@ -60,9 +49,8 @@ class IndexRequest:
 
     def argv(self, uv: str, requirements_file: Path, output: Path, exclude_newer: str,
              constraints: Path | None = None) -> list[str]:
-        """``exclude_newer`` (RFC 3339): files uploaded later are ignored.  ``constraints``: a file of
-        ``name==version`` pins (a committed lock's, see :func:`lock_pins`), so the resolution is checked
-        against that lock's versions even after the index lists more files under the same cutoff."""
+        """``exclude_newer`` (RFC 3339): files uploaded later are ignored.  ``constraints``: a file of a
+        committed lock's ``name==version`` pins (:func:`lock_pins`)."""
         return [uv, "pip", "compile", str(requirements_file), "--python-version", self.python,
                 "--python-platform", PLATFORM, "--exclude-newer", exclude_newer, "--no-header", "--quiet",
                 *self.sources, *(["--constraint", str(constraints)] if constraints else []), "-o", str(output)]

@@ -1,10 +1,8 @@
 """PEP 751 ``pylock.toml`` for a stack: build it, read it back for ``--locked``, compare.
 
-Index packages get their wheel URLs and hashes from ``uv pip compile`` (pinned
-``name==version``, no deps): the lock says exactly which files those versions
-are.  Forks become VCS entries with their full ``commit-id``.  Toolchain facts,
-the base wheel and the JIT modules live under ``[tool.october]``.  The lock
-holds no timestamps of ours, so an identical install gives an identical file.
+Index packages carry their files' URLs and hashes, forks are VCS entries with their full ``commit-id``,
+and toolchain facts, the base wheel and the JIT modules live under ``[tool.october]``.  No timestamps:
+an identical install gives an identical file.
 """
 
 from __future__ import annotations
@@ -46,15 +44,6 @@ class Installed:
     direct_url: Mapping[str, Any] | None
 
 
-def direct_path(d: Installed) -> Path | None:
-    url = str(d.direct_url.get("url", "")) if d.direct_url else ""
-    return Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None
-
-
-def is_editable(d: Installed) -> bool:
-    return bool(d.direct_url and d.direct_url.get("dir_info", {}).get("editable"))
-
-
 def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
                     ) -> tuple[dict[str, Installed], list[Installed], list[Installed]]:
     """-> (fork name -> dist, index dists, other direct-URL dists)."""
@@ -63,8 +52,10 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
     index: list[Installed] = []
     other: list[Installed] = []
     for d in dists:
-        p = direct_path(d)
-        if p is not None and p in by_path and is_editable(d):
+        info = d.direct_url or {}
+        url = str(info.get("url", ""))
+        p = Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None
+        if p is not None and p in by_path and info.get("dir_info", {}).get("editable"):
             forks[by_path[p]] = d
         elif d.direct_url:
             other.append(d)
@@ -74,8 +65,7 @@ def split_installed(dists: Sequence[Installed], fork_paths: Mapping[str, Path]
 
 
 def _drop_none(obj: Any, *, sort: bool = False) -> Any:
-    """None left out at every level (TOML has no null); ``sort``: keys sorted at every level too, so the
-    same facts give the same bytes, whatever order they came in."""
+    """None left out at every level (TOML has no null); ``sort``: keys sorted at every level too."""
     if isinstance(obj, dict):
         return {k: _drop_none(obj[k], sort=sort) for k in (sorted(obj) if sort else obj) if obj[k] is not None}
     if isinstance(obj, list):
@@ -128,8 +118,7 @@ def dumps(lock: Mapping[str, Any]) -> str:
 
 
 def read_lock(path: Path) -> dict[str, Any]:
-    """A pylock through the one TOML read gate (size, UTF-8, syntax, depth), valid PEP 751, with the
-    ``[tool.october]`` parts this tool reads in the shapes it reads them."""
+    """A pylock through the TOML read gate, valid PEP 751, its ``[tool.october]`` parts tables."""
     try:
         data = read_toml_file(path, max_bytes=LOCK_MAX_BYTES)
     except TomlRefused as exc:
@@ -167,8 +156,7 @@ def _tool_shape(lock: Mapping[str, Any]) -> str | None:
 
 def locked_state(path: Path) -> LockedState:
     parts = locked_state_from_dict(read_lock(path))
-    return LockedState(path=path.resolve(), sha256=sha256_file(path), commits=parts["commits"],
-                       wheel_sha256=parts["wheel_sha256"], packages=parts["packages"], hashes=parts["hashes"])
+    return LockedState(path=path.resolve(), sha256=sha256_file(path), **parts)
 
 
 def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
