@@ -1,13 +1,9 @@
 """One `current smoke` per stack and per GPU at a time: a second is refused at once, naming the holder.
 
-Two engines on one GPU fail late and obscurely (out of GPU memory after minutes of model
-loading), and the page runs the AWQ and FP16 selections one after the other.  Each lock
-is an exclusive ``flock`` on a file holding the holder's pid and command line:
-``STACK/.october-smoke.lock`` for the stack, and ``october-smoke-gpu-<device>.lock`` in
-``$OCTOBER_LOCK_DIR`` (default: the system temp dir) for the GPU, ``<device>`` being the
-first entry of ``CUDA_VISIBLE_DEVICES`` (``0`` when unset).  A ``--device cpu`` run takes
-only the stack lock.  The kernel drops a lock when its holder dies, so a crash never leaves
-one behind.
+Two engines on one GPU fail late and obscurely (out of GPU memory after minutes of loading).  Each lock is an
+exclusive ``flock`` on a file holding the holder's pid and command line: ``STACK/.october-smoke.lock``, and
+``october-smoke-gpu-<first CUDA_VISIBLE_DEVICES entry>.lock`` in ``$OCTOBER_LOCK_DIR`` (default: the temp
+dir) unless ``--device cpu``.  The kernel drops a lock when its holder dies.
 """
 
 from __future__ import annotations
