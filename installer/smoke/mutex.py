@@ -13,10 +13,9 @@ import os
 import re
 import sys
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..core.errors import SmokeBusyError
 
@@ -55,23 +54,13 @@ def _take(what: str, path: Path) -> int:
     return fd
 
 
-class SmokeMutex:
+@contextmanager
+def SmokeMutex(install: Path, device: str, env: Mapping[str, str]) -> Iterator[None]:
     """Holds every lock of :func:`lock_paths` (all or none) while the smoke runs."""
-
-    def __init__(self, install: Path, device: str, env: Mapping[str, str]) -> None:
-        self.paths = lock_paths(install, device, env)
-        self._stack = ExitStack()
-
-    def __enter__(self) -> "SmokeMutex":
-        with ExitStack() as taking:
-            for what, path in self.paths:
-                taking.callback(_release, _take(what, path))
-            self._stack = taking.pop_all()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stack.close()
+    with ExitStack() as held:
+        for what, path in lock_paths(install, device, env):
+            held.callback(_release, _take(what, path))
+        yield
 
 
 def _release(fd: int) -> None:
