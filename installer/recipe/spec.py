@@ -106,7 +106,6 @@ class Rule:
 
 
 def rule(check: Callable[[Any], Any], expected: str, **schema: Any) -> Rule:
-    """A check on a typed value, refused with ``expected``; ``schema``: its JSON Schema keywords."""
     return Rule(check, expected, schema)
 
 
