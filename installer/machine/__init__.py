@@ -68,12 +68,7 @@ def machine_facts_json(facts: MachineFacts | Mapping[str, Any]) -> dict[str, Any
     f = facts if isinstance(facts, MachineFacts) else MachineFacts.from_json(facts)
     first = f.gpus[0] if f.gpus else None
     return {
-        "os": f.os,
-        "os_release": f.os_release,
-        "arch": f.arch,
-        "cpu_count": f.cpu_count,
-        "python": f.python,
-        "ram_bytes": f.ram_bytes,
+        **{key: getattr(f, key) for key in ("os", "os_release", "arch", "cpu_count", "python", "ram_bytes")},
         "gpu_name": first.name if first else None,
         "gpu_count": len(f.gpus),
         "compute_capability": first.compute_capability if first else None,
