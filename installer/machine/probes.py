@@ -1,11 +1,6 @@
-"""Gather facts about this machine for the preflight checks.
-
-Every external program (nvcc, nvidia-smi, git, the C/C++ compilers, uv) runs
-through a :class:`~october.installer.core.runner.Runner` under the step name ``preflight``,
-so its output lands in ``STACK/logs/preflight.log``.  A missing or broken tool
-is a *fact* (``ToolFact.path is None`` or ``ToolFact.error``), never a crash:
-the checks turn facts into a punch list.
-"""
+"""Facts about this machine for the preflight checks.  Every program runs through the Runner under the step
+``preflight`` (its output lands in ``STACK/logs/preflight.log``); a missing or broken tool is a fact
+(``ToolFact.path is None`` or ``ToolFact.error``), never a crash."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ import shlex
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -49,8 +44,7 @@ class ToolFact:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ToolFact":
-        return cls(path=data.get("path"), version=data.get("version"), line=data.get("line", ""),
-                   error=data.get("error"), source=data.get("source", ""))
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
@@ -176,10 +170,7 @@ def _run_tool(runner: Runner, argv: list[str], environ: Mapping[str, str], sourc
 
 
 def find_nvcc(environ: Mapping[str, str]) -> tuple[str | None, str]:
-    """The nvcc a CUDA build would use: $CUDA_HOME, $CUDA_PATH, PATH, then /usr/local/cuda.
-
-    Returns ``(path or None, where it came from)``.
-    """
+    """The nvcc a CUDA build would use ($CUDA_HOME, $CUDA_PATH, PATH, /usr/local/cuda) -> (path or None, where)."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = environ.get(var)
         if home:

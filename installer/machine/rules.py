@@ -1,13 +1,5 @@
-"""Pure checks: machine facts + the recipe's limits -> one result per check.
-
-Nothing here runs a program or reads a file, so every check can be tested with
-hand-built :class:`~october.installer.machine.probes.MachineFacts`.  A failed
-result's ``detail`` is a complete punch-list line: what was expected, what was
-found, and what to do.
-
-Sizes are decimal: 1 GB = 10**9 bytes (RAM from MemTotal, disk from the free
-bytes of the filesystem the stack will live on).
-"""
+"""Pure checks: machine facts + the recipe's limits -> one result per check, whose failed ``detail`` is a
+complete punch-list line (expected, found, what to do).  Sizes are decimal: 1 GB = 10**9 bytes."""
 
 from __future__ import annotations
 
@@ -28,9 +20,8 @@ CHECK_NAMES: tuple[str, ...] = ("os", "arch", "nvcc", "gpu", "cuda_arch", "ram",
 # Not skippable (not in CHECK_NAMES): a site-provided torch that is not the recipe's cannot be waved through.
 SYSTEM_TORCH_CHECK = "torch"
 GB = 10**9
-# Minimum Linux driver (major) for each CUDA toolkit major under minor-version
-# compatibility (NVIDIA "CUDA Compatibility" guide, table "CUDA Toolkit 11.x,
-# 12.x, and 13.x Driver Version Ranges").
+# Minimum Linux driver (major) for each CUDA toolkit major under minor-version compatibility (NVIDIA's
+# "CUDA Compatibility" guide, table "CUDA Toolkit 11.x, 12.x, and 13.x Driver Version Ranges").
 MIN_DRIVER_FOR_CUDA_MAJOR: dict[int, int] = {11: 450, 12: 525, 13: 580}
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 _CAPABILITY = re.compile(r"^(\d+)\.(\d+)$")
@@ -183,11 +174,9 @@ def check_compiler(facts: MachineFacts) -> CheckResult:
 
 
 UV_FLOOR = "0.12.11"
-"""The oldest uv the tool works with, whatever the recipe says (pyproject.toml's ``uv`` dependency and
-the shipped recipes' ``[preflight].uv`` say the same: tests/test_uv_floor.py).  Before it, ``uv pip
-compile -o pylock.toml`` lists a wheel from a ``--find-links`` directory (a kit, an offline mirror) or
-from an index that serves no hashes without any hash, and the lock step's PEP 751 check refuses it
-(measured: 0.12.10 writes none, 0.12.11 does; astral-sh/uv#20146)."""
+"""The oldest uv the tool works with, whatever the recipe says: before it, ``uv pip compile -o pylock.toml``
+writes no hash for a wheel from ``--find-links`` or a hashless index, which the lock step refuses
+(0.12.10 writes none, 0.12.11 does; astral-sh/uv#20146)."""
 
 
 def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
@@ -211,12 +200,8 @@ def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
 
 def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | None, *,
                recipe_file: Path | str = "the recipe") -> list[CheckResult]:
-    """Every check that applies to the recipe, in :data:`CHECK_NAMES` order.
-
-    ``nvcc`` applies only with a ``[cuda]`` section, ``gpu`` only with
-    ``min_compute_capability``, ``cuda_arch`` only with ``[cuda]`` and a GPU to compare
-    (no GPU is the ``gpu`` check's failure), ``compiler`` only when ``need_compiler``.
-    """
+    """Every check that applies to the recipe, in :data:`CHECK_NAMES` order (``cuda_arch`` needs a GPU to
+    compare: no GPU is the ``gpu`` check's failure)."""
     if limits.min_compute_capability is not None and parse_capability(limits.min_compute_capability) is None:
         raise RecipeError(recipe_file, "preflight.min_compute_capability",
                           expected="a compute capability major.minor such as '9.0'",
@@ -236,10 +221,8 @@ def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | Non
 
 
 def apply_skips(results: Sequence[CheckResult], skip: Iterable[str]) -> list[CheckResult]:
-    """Mark skipped checks; a skipped check that did not apply still appears, as skipped.
-
-    The skipped result keeps what the check found, so the receipt shows what was waved through.
-    """
+    """Mark skipped checks, keeping what each found (the receipt shows what was waved through); a skipped
+    check that did not apply still appears, as skipped."""
     names, seen = set(skip), {r.name for r in results}
     out: list[CheckResult] = []
     for r in results:
@@ -256,7 +239,7 @@ def apply_skips(results: Sequence[CheckResult], skip: Iterable[str]) -> list[Che
 
 
 def system_torch_result(judged: tuple[bool, str, str, str]) -> CheckResult:
-    """The ``torch`` check (only for a site-provided torch): ``judged`` is :func:`october.installer.pyenv.systorch.check`."""
+    """The ``torch`` check of a site-provided torch: ``judged`` is :func:`october.installer.pyenv.systorch.check`."""
     ok, expected, found, fix = judged
     return _result(SYSTEM_TORCH_CHECK, ok, expected, found, fix)
 

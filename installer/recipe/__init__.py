@@ -1,17 +1,7 @@
-"""Recipes and forks as data: TOML files loaded into frozen, validated objects.
-
-Every key's type, bound and rule is a typed model in :mod:`.spec` (pydantic; imported only to validate,
-see :mod:`.tomlcheck`), which also publishes the recipe's JSON Schema (:mod:`.schema`).  One module per
-part of the recipe file holds its dataclass and the builder of its section from the validated table:
-
-- :mod:`.load`: the top level (``name``, ``description``, ``forks_file``) and :func:`load_recipe`;
-- :mod:`.forks`: ``forks.toml`` (forks, pins) and the recipe's ``[[forks]]``;
-- :mod:`.env`: ``[python]``, ``[torch]``, ``[build]``, ``[sources]``;
-- :mod:`.cuda`: ``[cuda]``, with ``arch_list`` parsed into :class:`ComputeCapability` values;
-- :mod:`.wheel`: ``[wheel]``; :mod:`.preflight`: ``[preflight]``; :mod:`.smoke`: ``[smoke]``;
-- :mod:`.jit`: ``[jit]`` and the modules derived from the model selections (:mod:`.jitmodules`: the JIT
-  module types and their derivation); :mod:`.models`: ``[models.*]``;
-- :mod:`.install`: ``[install]`` and the install keys of ``[[forks]]`` (the install policy).
+"""Recipes and forks as data: TOML files validated against the typed models of :mod:`.spec` (which also
+publish the JSON Schema, :mod:`.schema`), then built into frozen dataclasses by one module per section
+(:mod:`.forks`, :mod:`.env`, :mod:`.cuda`, :mod:`.wheel`, :mod:`.preflight`, :mod:`.smoke`, :mod:`.jit`,
+:mod:`.models`, :mod:`.install`); :mod:`.load` ties them together in :func:`load_recipe`.
 """
 
 from __future__ import annotations
@@ -26,6 +16,7 @@ from .preflight import PreflightLimits
 from .smoke import SmokeConfig
 from .wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
 
-__all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS", "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin",
-           "Fork", "ForkUse", "JitModule", "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SmokeConfig",
-           "Sources", "TorchPin", "load_forks", "load_recipe", "remember_checked", "parse_arch_list", "resolve_recipe_path"]
+__all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS",
+           "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin", "Fork", "ForkUse", "JitModule",
+           "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SmokeConfig", "Sources", "TorchPin",
+           "load_forks", "load_recipe", "remember_checked", "parse_arch_list", "resolve_recipe_path"]

@@ -1,8 +1,5 @@
-"""``[cuda]``: the toolkit nvcc must report, the architectures the JIT modules are built for, the wheel variant.
-
-``arch_list`` is parsed once, here, into :class:`ComputeCapability` values; everything else (the
-stack's ``FLASHINFER_CUDA_ARCH_LIST``, the preflight arch check, the lock, the setup receipt) reads them.
-"""
+"""``[cuda]``: the toolkit nvcc must report, the architectures the JIT modules are built for (parsed once,
+here, into :class:`ComputeCapability` values), the wheel variant."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the env step builds the stack's environment from: ``[python]``, ``[torch]``, ``[build]``, ``[sources]``
-(validated by :mod:`.spec`)."""
+"""What the env step builds the stack's environment from: ``[python]``, ``[torch]``, ``[build]``, ``[sources]``."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Sources:
-    """Where uv finds packages. Real recipes use indexes; fixtures use a local dir."""
-
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
@@ -37,7 +34,6 @@ class TorchPin:
 
 
 def parse_python(top: Mapping[str, Any]) -> str:
-    """``[python] version``: the interpreter version the stack env is made with."""
     return str(top["python"]["version"])
 
 

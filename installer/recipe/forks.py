@@ -25,8 +25,7 @@ class ForkMode(StrEnum):
 
 @dataclass(frozen=True)
 class ModeTraits:
-    """What a fork's install mode means to every step: the one table every other place reads
-    (:data:`FORK_MODES`), so a new mode is one row here plus the code of what it does new."""
+    """What a fork's install mode means to every step (:data:`FORK_MODES`: a new mode is one row there)."""
 
     promise: str | None = None          # the smoke level a stack with such a fork promises
     base_wheel: bool = False            # built over the verified vLLM base wheel (VLLM_USE_PRECOMPILED): the
@@ -53,9 +52,8 @@ def traits_of(mode: str) -> ModeTraits:
     except ValueError:
         return ModeTraits()
 
-# What a stack promises the smoke (`current smoke`), in ascending order, and what says so: a fork's install
-# mode, its name, or the distribution it installed as.  One rule for the setup receipt that writes the
-# promise and the smoke that reads it (:func:`promise_of`).
+# What a stack promises the smoke, in ascending order, and what says so: a fork's install mode, its name,
+# or the distribution it installed as (one rule for the setup receipt and the smoke: :func:`promise_of`).
 PROMISE_LEVELS = PROMISES
 _PROMISE_BY = {"mode": {m.value: t.promise for m, t in FORK_MODES.items() if t.promise},
                "name": {"vllm": "engine", "flashinfer": "kernel"},
@@ -77,11 +75,8 @@ def highest(levels: "set[Any]") -> str | None:
 
 @dataclass(frozen=True)
 class SdistSource:
-    """A released source distribution a fork's pin is made from (a pin ``{sdist = URL, ...}`` in forks.toml).
-
-    The fetch step downloads it (checked against ``sha256``) and commits its files, as upstream's
-    git would track them, into a local git repository tagged ``v<version>``
-    (:mod:`october.installer.git.sdist`); that commit is deterministic, so the pin names it."""
+    """A released source distribution a pin is made from (``{sdist = URL, ...}``): the fetch step commits its
+    files into a local repository tagged ``v<version>`` (:mod:`october.installer.git.sdist`), deterministically."""
 
     url: str
     sha256: str
@@ -129,21 +124,15 @@ class ForkUse:
     submodules: bool = True
     build_env: Mapping[str, str] = field(default_factory=dict)        # [forks.build_env]
     nested_installs: Mapping[str, str] = field(default_factory=dict)  # [forks.nested_installs]: name -> why
-    # Which submodules (paths relative to the fork, top level) are fetched; None: all of them.
-    # ``submodules = ["3rdparty/cccl"]`` in the recipe's fork entry; each selected one brings its own
-    # nested submodules.
+    # Which top-level submodules are fetched (each with its nested ones); None: all of them.
     submodule_paths: tuple[str, ...] | None = None
-    # Submodules checked out sparse: path -> the directories (relative to the submodule) it keeps.
-    # ``sparse = { "3rdparty/cutlass" = ["include", "tools/util/include"] }``: the submodule is
-    # fetched without the blobs outside those directories (a partial clone) and checked out in git's
-    # cone mode, so a submodule commit whose copies lack an unused file (a PNG under ``media/``)
-    # still checks out, and only the headers the build reads are carried.  Nested submodules of a
-    # sparse one are not fetched.
+    # Submodules checked out sparse: path -> the directories it keeps.  Fetched as a partial clone in cone
+    # mode, so a commit whose copies lack an unused file (a PNG under ``media/``) still checks out; a sparse
+    # submodule's nested submodules are not fetched.
     sparse: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def traits(self) -> ModeTraits:
-        """What this fork's install mode means (:data:`FORK_MODES`)."""
         return FORK_MODES[ForkMode(self.mode)]
 
     def wants_submodule(self, path: str) -> bool:
@@ -153,8 +142,7 @@ class ForkUse:
 
     @property
     def fetch_url(self) -> str:
-        """Where the pinned commit is fetched from: the fork, or its upstream for pins that say so (an
-        sdist-made fork: the sdist's URL, which keys its mirror)."""
+        """The fork's URL, its upstream for pins that say so, or an sdist-made fork's sdist URL (its mirror key)."""
         if self.pin.sdist is not None:
             return self.pin.sdist.url
         if self.pin.fetch_from == "upstream" and self.upstream:
@@ -173,16 +161,13 @@ def load_forks(path: Path) -> dict[str, Fork]:
 
 
 def forks_of(data: Mapping[str, Any]) -> dict[str, Fork]:
-    """The forks of a validated forks.toml."""
     return {name: Fork(name=name, url=f["url"], upstream=f.get("upstream"),
                        pins={pin: _pin(pin, value) for pin, value in f["pins"].items()})
             for name, f in data["forks"].items()}
 
 
 def _pin(name: str, value: str | Mapping[str, Any]) -> Pin:
-    """``name = "<40 hex>"``, or a table ``{commit = ...}`` / ``{prefix = ..., branch = ...}`` /
-    ``{sdist = ..., sha256 = ..., version = ..., commit = ...}`` (``commit``: what materialising the
-    sdist makes, deterministic, checked at fetch)."""
+    """``"<40 hex>"``, or a table ``{commit}`` / ``{prefix, branch}`` / ``{sdist, sha256, version, commit}``."""
     if isinstance(value, str):
         return Pin(name=name, commit=value)
     if "sdist" in value:

@@ -1,23 +1,6 @@
-"""Recipe data for the install: build-time knobs of each fork, what its build backend may not install
-by itself, what the forks need that the index must supply, and the intended conflicts of the env.
-
-Recipe keys (validated by :mod:`.spec`, built here for :func:`october.installer.recipe.load_recipe`)::
-
-    [[forks]]
-    name = "flashinfer"
-    ...
-    [forks.build_env]            # set for this fork's `uv pip install` (its build backend reads them)
-    BUILD_NVEP = "0"
-    [forks.nested_installs]      # packages its build backend tries to install on its own, refused,
-    "nvidia-cuda-nvcc" = "why"   # each with the reason the stack does not need it
-
-    [install]
-    supply = ["nccl4py>=0.3.1"]  # runtime needs of a --no-deps fork, installed with the torch constraint
-    [[install.exceptions]]       # a requirement the finished env leaves unmet on purpose
-    package = "vllm"
-    requires = "flashinfer-python"
-    why = "the FlashInfer fork supersedes vLLM's pin"
-"""
+"""The install policy: ``[install]`` (``supply``: runtime needs of a ``--no-deps`` fork, installed with the
+torch constraint; ``[[install.exceptions]]``: a requirement the finished env leaves unmet on purpose), and
+the build environment a ``[[forks]]`` entry may set (``build_env``)."""
 
 from __future__ import annotations
 
@@ -50,7 +33,6 @@ class InstallPolicy:
 
 
 def parse_install(top: Mapping[str, Any]) -> InstallPolicy:
-    """``[install]`` (validated): ``supply`` (requirements) and ``[[install.exceptions]]``."""
     it = top.get("install", {})
     return InstallPolicy(supply=tuple(it.get("supply", ())), exceptions=tuple(
         DeclaredException(str(canonicalize_name(e["package"])), str(canonicalize_name(e["requires"])), e["why"])

@@ -1,7 +1,5 @@
-"""``[jit]``: which FlashInfer modules are pre-built, by which builder, for which serving routes.
-
-The modules are derived from the model selections (:mod:`october.installer.recipe.jitmodules`); ``[[jit.modules]]``
-may add modules by hand, never leave a derived one out.
+"""``[jit]``: which FlashInfer modules are pre-built, by which builder, for which serving routes.  The modules
+are derived from the model selections (:mod:`.jitmodules`); ``[[jit.modules]]`` may add some, never leave one out.
 """
 
 from __future__ import annotations
@@ -17,15 +15,12 @@ from .models import ModelSelection
 
 @dataclass(frozen=True)
 class JitConfig:
-    """The ``[jit]`` table as written: hand-listed modules, the builder module, the routes."""
-
     modules: tuple[JitModule, ...] = ()
     builder: str | None = None      # run as `python -m` in the stack env; None: the FlashInfer builder
     routes: tuple[str, ...] = DEFAULT_ROUTES
 
 
 def parse_jit(top: Mapping[str, Any]) -> JitConfig | None:
-    """``[jit]`` (validated); an empty ``routes`` list means the default routes."""
     if "jit" not in top:
         return None
     jt = top["jit"]

@@ -1,11 +1,5 @@
-"""A recipe file (``recipes/<name>.toml``) loaded into one frozen :class:`Recipe`.
-
-The file and its forks.toml are validated against their models first (:mod:`.spec`: types, bounds, rules,
-unknown keys; the first problem in key order is the one reported), then each section's builder, next to its
-dataclass (:mod:`.forks`, :mod:`.env`, :mod:`.cuda`, :mod:`.wheel`, :mod:`.preflight`, :mod:`.jit`,
-:mod:`.models`, :mod:`.smoke`, :mod:`.install`), makes the frozen types the tool uses, checking what needs
-forks.toml (a fork's name and pin) and the derived JIT modules.
-"""
+"""A recipe file (``recipes/<name>.toml``) loaded into one frozen :class:`Recipe`: validated with its
+forks.toml against the models first (:mod:`.spec`), then built section by section."""
 
 from __future__ import annotations
 
@@ -51,8 +45,7 @@ class Recipe:
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
     install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
     jit_routes: tuple[str, ...] = DEFAULT_ROUTES
-    # the digest of this content when this process validated it against the models (None: the load trusted
-    # a stack's marker instead); remember_checked marks it in a stack.  Not part of what the recipe says.
+    # the digest of this content when this process validated it (None: a stack's marker was trusted instead)
     validated_digest: str | None = field(default=None, compare=False, repr=False)
 
     def fork(self, name: str) -> ForkUse:
@@ -98,9 +91,8 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
 
 
 def remember_checked(recipe: Recipe, checked: Path) -> None:
-    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe``, as this process loaded
-    and validated it, passed: its no-op re-runs then skip the models.  Nothing when the load did not run
-    the models (it trusted a marker) or the recipe was not loaded by :func:`load_recipe`."""
+    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe`` passed the models in this
+    process, so its no-op re-runs skip them; nothing when the load trusted a marker instead."""
     if recipe.validated_digest is not None:
         remember(checked, recipe.validated_digest)
 
@@ -112,8 +104,7 @@ def _forks_path(path: Path, top: Mapping[str, Any], root: Path) -> Path:
 
 
 def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:
-    """The recipe as a stack set up from the kit at ``kit_root`` uses it: packages from the kit's wheels
-    only (no index, no torch index); nothing else changes.  Reads nothing in the kit (the no-op fast path
-    uses it too; the full command line verifies the kit first, :func:`october.installer.kit.use.open_kit`)."""
+    """The recipe with packages from the kit's wheels only (no index, no torch index).  Reads nothing in the
+    kit: the no-op fast path uses it too (the full command verifies the kit first)."""
     return replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
                    torch=replace(recipe.torch, index_url=None))

@@ -25,7 +25,6 @@ class ModelSelection:
 
 
 def parse_models(top: Mapping[str, Any]) -> dict[str, ModelSelection]:
-    """Every validated selection (with a ``[jit]`` table each names its compute dtype and shape)."""
     return {fmt: ModelSelection(format=fmt, repo=sel["repo"], revision=sel["revision"], patterns=tuple(sel["patterns"]),
                                 sha256=dict(sel.get("sha256", {})), compute_dtype=sel.get("compute_dtype"),
                                 v_format=sel.get("v_format", "fp8_e4m3"),

@@ -1,12 +1,8 @@
 """The recipe and forks.toml as typed models (pydantic v2: strict types, unknown keys refused, frozen).
 
-Every key's type, bound and rule is declared here once; the same models publish the JSON Schema editors
-validate recipes with (``recipes/recipe.schema.json``, :mod:`.schema`).  A rule's expected text travels
-with it (:func:`rule`, a ``description``), so :func:`recipe_error` turns pydantic's first error into the
-project's :class:`~october.installer.core.errors.RecipeError`: the file, the dotted key, what was expected
-and what was found.  The section modules (:mod:`.env`, :mod:`.forks`, ...) build the frozen types the
-tool uses from the validated tables; what needs forks.toml (a fork's name and pin) is checked there.
-
+Every key's type, bound and rule is declared here once; the same models publish the JSON Schema
+(:mod:`.schema`).  A rule's expected text travels with it, so :func:`recipe_error` turns pydantic's first
+error into a :class:`~october.installer.core.errors.RecipeError` (file, dotted key, expected, found).
 Imported only when a recipe is validated (:func:`october.installer.recipe.tomlcheck.validated`).
 """
 
@@ -53,8 +49,7 @@ SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # SAFE_NAME as the schema publishes it: JSON Schema patterns are ECMA-262 and taplo uses Rust's regex, which
 # has no look-around, so the "no '..'" part stays in the tool (the name is checked in full when loaded)
 SAFE_NAME_PUBLISHED = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-# a PEP 440 version starts with an optional 'v', an optional epoch 'N!' and a digit: the schema checks that
-# much (the full parse stays in the tool; packaging's pattern is verbose, named-group and case-insensitive)
+# how a PEP 440 version starts (an optional 'v', an optional epoch 'N!', a digit): the tool parses the rest
 VERSION_START = r"^\s*[vV]?([0-9]+!)?[0-9]"
 NOT_BLANK = r"\S"           # str.strip(value) is truthy: some character that is not white space
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
@@ -90,9 +85,8 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, eq=False)          # hashed by identity: typing hashes Annotated metadata
 class Rule:
-    """A check on a typed value, refused with ``expected`` (an after-validator raising :class:`Refused`,
-    as ``AfterValidator`` would); ``schema`` is what the rule publishes in the JSON Schema (``enum``,
-    ``pattern``, ``minimum``...), as much of it as JSON Schema can say (nothing: the rule is code-only)."""
+    """A check on a typed value, refused with ``expected`` (an after-validator); ``schema`` is what of it the
+    JSON Schema can say (``enum``, ``pattern``, ``minimum``...; nothing: the rule is code-only)."""
 
     check: Callable[[Any], Any]
     expected: str
@@ -112,14 +106,12 @@ class Rule:
 
 
 def rule(check: Callable[[Any], Any], expected: str, **schema: Any) -> Rule:
-    """A check on a typed value, refused with ``expected``; ``schema``: its JSON Schema keywords."""
     return Rule(check, expected, schema)
 
 
 def keyed(pattern: str) -> dict[str, Any]:
-    """A table key's pattern, as JSON Schema keywords: inside ``allOf`` so it stays in ``propertyNames``
-    (pydantic moves a key schema's top-level ``pattern`` to ``patternProperties``, which leaves any key
-    that does not match it unchecked)."""
+    """A table key's pattern, inside ``allOf`` so it stays in ``propertyNames`` (pydantic moves a top-level
+    ``pattern`` to ``patternProperties``, which leaves a key that does not match it unchecked)."""
     return {"allOf": [{"pattern": pattern}]}
 
 
@@ -163,8 +155,7 @@ def _relpath(p: str) -> bool:
 
 
 def once(expected: str) -> Rule:
-    """Each item at most once, compared as a path (``include`` and ``include/`` are one); the schema says
-    ``uniqueItems`` (the same item twice), the tool also compares them as paths."""
+    """Each item at most once, compared as a path (``include`` and ``include/`` are one)."""
     def ok(items: list[str]) -> bool:
         norm = [p.strip().strip("/") for p in items]
         twice = sorted({p for p in norm if norm.count(p) > 1})
@@ -505,7 +496,6 @@ class RecipeFile(Section):
 
     @model_validator(mode="after")
     def _jit_needs_shapes(self) -> RecipeFile:
-        """With a ``[jit]`` table every selection names its compute dtype and shape (the modules are derived)."""
         for fmt, sel in self.models.items() if self.jit is not None else ():
             if sel.compute_dtype is None:
                 raise Refused(COMPUTE_TEXT, "the key is missing", at=f"models.{fmt}.compute_dtype")
@@ -532,8 +522,7 @@ def json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _schema_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> dict[str, Any]:
-    """The JSON Schema node of the key at ``loc`` (its description is what the key expects); a tagged
-    union's branch (``=name`` in ``loc``) is the one its tag names (:data:`BRANCHES`)."""
+    """The JSON Schema node of the key at ``loc``; a tagged union's branch (``=name``) is the one its tag names."""
     schema = json_schema(model)
     defs = schema.get("$defs", {})
 

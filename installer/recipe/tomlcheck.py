@@ -1,8 +1,6 @@
-"""Reading a recipe or forks.toml and validating it against its models (:mod:`.spec`, pydantic), which
-is imported only when a file needs it: a recipe and forks.toml that passed before in a stack, with this code,
-are remembered there by their digest (:func:`validated`), so that stack's no-op re-run reads them without
-pydantic.  Every error names the file, the key, what was expected and what was found
-(:class:`october.installer.core.errors.RecipeError`)."""
+"""Reading a recipe or forks.toml and validating it against the models of :mod:`.spec`, imported only when
+needed: content that passed before in a stack, with this code, is remembered there by its digest
+(:func:`validated`), so that stack's no-op re-run never imports pydantic."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ MAX_INT = 2**63 - 1     # |integer|, the TOML range, whatever the parser gives
 
 
 def describe(value: Any) -> str:
-    """A value as an error shows it: one line, at most :data:`~october.installer.core.errors.SHOWN_MAX`
-    characters (a string is cut before it is quoted, so a 200 KB value costs nothing)."""
+    """A value as an error shows it, on one line (a string is cut to SHOWN_MAX before it is quoted)."""
     if isinstance(value, str):
         return one_line(repr(value[:SHOWN_MAX + 1]))
     if isinstance(value, bool):
@@ -63,12 +60,10 @@ _READ_FIX = {
 
 def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None
               ) -> tuple[str | None, bool]:
-    """Validate each ``(file, data, model name in .spec)`` in order, unless this exact content passed before
-    with this code in the same stack: a marker named by its digest in ``checked`` (the stack's
-    ``.state/recipe-checked``; None: always validate).  The digest is for :func:`remember` (None: a file
-    could not be read; the caller raises its error after the others).  The marker lives in the stack it
-    speaks for, never in a shared cache: a planted one skips the models for that stack only, whose
-    ``.state`` the no-op trusts anyway.  -> (the digest, whether the models ran here)."""
+    """Validate each ``(file, data, model name in .spec)`` in order, unless a marker named by this content's
+    digest is in ``checked`` (the stack's ``.state/recipe-checked``; None: always validate).  The marker lives
+    in the stack it speaks for, never in a shared cache: a planted one skips the models for that stack only.
+    -> (the digest, None when a file could not be read; whether the models ran here)."""
     digest = content_digest([data for _, data, _ in checks])
     if digest is not None and checked is not None and (checked / digest).is_file():
         return digest, False
@@ -81,8 +76,7 @@ def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Pa
 
 
 def remember(checked: Path | None, digest: str | None) -> None:
-    """Mark content as validated in ``checked``, only where the stack's ``.state`` already exists; the
-    marker replaces any earlier one (one per stack: the recipe it was last set up from)."""
+    """Mark content as validated in ``checked`` (where the stack's ``.state`` exists), replacing any earlier mark."""
     if checked is None or digest is None or not checked.parent.is_dir():
         return
     try:
@@ -96,10 +90,9 @@ def remember(checked: Path | None, digest: str | None) -> None:
 
 
 def content_digest(docs: list[dict[str, Any] | None]) -> str | None:
-    """The digest of parsed recipe/forks documents and of the rules they were checked with: this package's
-    code, the constants it reads (formats, levels, dtypes, commit ids) and the versions of pydantic and
-    packaging.  A TOML date or time is encoded with its type behind a NUL, which no string of a recipe can
-    hold (the read gate refuses NUL), so no two documents share a digest."""
+    """The digest of parsed documents and of the rules they were checked with (this package's code, the
+    constants it reads, pydantic's and packaging's versions).  A TOML date or time is encoded behind a NUL,
+    which no recipe string can hold (the read gate refuses NUL), so no two documents share a digest."""
     import packaging
 
     from ...checks import contract
@@ -117,7 +110,6 @@ def content_digest(docs: list[dict[str, Any] | None]) -> str | None:
 
 
 def _typed(value: Any) -> str:
-    """A TOML value JSON has no type for (a date, time or datetime), with its type, unlike any string."""
     return f"\0{type(value).__name__}:{value.isoformat()}"
 
 

@@ -6,10 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# What vLLM's build compiles into the base wheel's .so files: csrc/ (every kernel and binding,
-# plus the generators it runs), CMakeLists.txt (targets, flags, arch lists) and cmake/ (helpers,
-# and the external projects -- vllm-flash-attn, FlashMLA, CUTLASS, ... -- pinned by GIT_TAG).
-# setup.py only drives CMake (and in precompiled mode copies files out of the wheel).
+# What vLLM's build compiles into the base wheel's .so files: csrc/ (kernels, bindings), CMakeLists.txt and
+# cmake/ (flags, arch lists, the external projects pinned by GIT_TAG); setup.py only drives CMake.
 DEFAULT_COMPILED_SOURCES = ("csrc", "CMakeLists.txt", "cmake")
 
 

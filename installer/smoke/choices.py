@@ -1,14 +1,7 @@
-"""What `current smoke` runs when an option is left out: the stack already knows.
-
-The setup receipt (``STACK/receipts/setup.json``) names the recipe the stack was made from and the
-level it promises; the recipe names its model selections.  So ``current smoke --install STACK
---output DIR`` needs nothing else: the recipe is the receipt's, the level the promised one, and the
-format the recipe's only selection (none for a FlashInfer-only recipe), or the one whose download
-manifest is in the working directory (or given with ``--manifest``).  An option overrides, and
-``choices`` in the stack info (hence in ``receipt.json``'s ``stack``) records every value with where
-it came from (``option`` / ``setup receipt`` / ``recipe`` / ``download manifest``) and, for an
-override, what the stack said.
-"""
+"""What `current smoke` runs when an option is left out: the stack already knows.  The recipe is the one
+its setup receipt names, the level the promised one, the format the recipe's only selection (or the one
+whose download manifest is here).  An option overrides; ``choices`` in the stack info records every value,
+where it came from and, for an override, what the stack said."""
 
 from __future__ import annotations
 
@@ -57,8 +50,7 @@ def recipe_choice(install: Path, given: str | None) -> Choice:
 
 
 def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
-    """The recipe's model selections, in file order (the recipe file the receipt records, when it is
-    the receipt's recipe; else the named one)."""
+    """The recipe's model selections, in file order (from the file the receipt records, for its recipe)."""
     from ..recipe import load_recipe
 
     name, path = receipt_recipe(install)
@@ -81,8 +73,8 @@ def _manifest_selection(path: Path) -> str | None:
 
 def format_choice(given: str | None, selections: tuple[str, ...], manifest: Path | None, cwd: Path,
                   level: str | None) -> Choice:
-    """--format, else the recipe's only selection, else the one whose manifest is here, else (a
-    level that needs no model) the recipe's first selection."""
+    """--format, else the recipe's only selection, else the one whose manifest is here, else (a level that
+    needs no model) the recipe's first selection."""
     if given is not None:
         return Choice(given, "option", selections[0] if len(selections) == 1 else None)
     if not selections:
@@ -112,8 +104,7 @@ def level_choice(given: str | None, promised: str | None) -> Choice:
 
 
 def resolve(opts: Any, promised: str | None, cwd: Path) -> tuple[Any, dict[str, Any]]:
-    """``opts`` (a SmokeOptions) with recipe and format filled in from the stack, and the record of
-    every choice for the receipt."""
+    """``opts`` (a SmokeOptions) with recipe and format filled in from the stack, and the choices' record."""
     recipe = recipe_choice(opts.install, opts.recipe)
     level = level_choice(opts.level, promised)
     fmt = format_choice(opts.format, recipe_selections(opts.install, recipe), opts.manifest, cwd, level.value)

@@ -1,15 +1,9 @@
 """`current smoke`: run ``python -m october.checks.smoke`` in the stack env and check its receipt.
 
-The tool env never imports torch for this: it plans a command (a pure function
-of the options and a few facts read from the stack), runs it through
-:class:`october.installer.core.runner.Runner` with the log in the output directory, then
-validates ``OUTPUT/receipt.json`` against ``receipts/smoke.schema.json``.
-
-What the stack promises comes from its setup receipt (``STACK/receipts/setup.json``):
-``engine`` when it has the vLLM fork, ``kernel`` when it has FlashInfer only; that level
-runs unless a lower one is named.  The checks run with the stack's own runtime
-environment (``STACK/stack-env.json``, :mod:`october.installer.pyenv.stackenv`): the JIT workspace
-``STACK/jit`` the jit step built into, the CUDA arch list, ``FLASHINFER_DISABLE_VERSION_CHECK``.
+The tool env never imports torch: it plans a command (pure), runs it with the stack's own runtime
+environment (:mod:`october.installer.pyenv.stackenv`) and the log in the output directory, then validates
+``OUTPUT/receipt.json``.  The level the stack promises (its setup receipt: ``engine`` with the vLLM fork,
+``kernel`` with FlashInfer only) runs unless a lower one is named.
 """
 
 from __future__ import annotations
@@ -97,8 +91,8 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
 
 
 def check_manifest(path: Path, fmt: str | None) -> None:
-    """The manifest must be one ``current download`` wrote (schema-valid) for this ``--format``;
-    caught here, before the stack env is started, with the command that makes a good one."""
+    """The manifest must be one ``current download`` wrote for this ``--format`` (caught before the stack
+    env starts)."""
     from ..download.manifest import load_manifest
 
     redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
@@ -115,8 +109,7 @@ def check_manifest(path: Path, fmt: str | None) -> None:
 
 
 def check_model(path: Path, selection: Mapping[str, Any]) -> None:
-    """The manifest's model must be the one the recipe pins for this format (repository and revision): the
-    JIT modules, dtypes and shape the smoke is told about are that model's."""
+    """The manifest's model must be the one the recipe pins for this format (repository and revision)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     want = (selection.get("repo"), selection.get("revision"))
     got = (data.get("repo"), data.get("revision"))
@@ -140,10 +133,8 @@ def _forks(data: Any) -> dict[str, str]:
 
 
 def receipt_promise(data: Mapping[str, Any]) -> str | None:
-    """What the setup receipt promises, by the one rule (:func:`promise_of`) over every fork it names (the
-    fetched forks' names; the installed forks' modes, names and distributions) and its own ``promises``:
-    the highest of them, so nothing in it can lower the level the smoke must reach (an edited receipt is
-    caught before this, by :func:`unchanged_receipt`)."""
+    """What the setup receipt promises: the highest of :func:`promise_of` over every fork it names (fetched
+    and installed) and its own ``promises``, so nothing in it can lower the level the smoke must reach."""
     installed = ((data.get("install") or {}).get("forks") if isinstance(data.get("install"), Mapping) else None)
     evidence = [f for f in (data.get("forks") or []) if isinstance(f, Mapping)] \
         + [f for f in (installed or []) if isinstance(f, Mapping)]
@@ -151,17 +142,15 @@ def receipt_promise(data: Mapping[str, Any]) -> str | None:
 
 
 def env_promise(install: Path) -> str | None:
-    """What the stack's env promises by the distributions installed in it (``vllm``: engine): evidence
-    no edit of setup.json changes, for a receipt whose marker is gone (an older or a copied stack), where
-    :func:`unchanged_receipt` has nothing to compare with."""
+    """What the stack's env promises by the distributions installed in it: evidence no edit of setup.json
+    changes, for a receipt whose marker is gone (an older or copied stack)."""
     names = [d.name.split("-", 1)[0] for site in sorted((install / "env").glob("lib/python*/site-packages"))
              for d in site.glob("*.dist-info")]
     return promise_of([{"dist": n} for n in names])
 
 
 def unchanged_receipt(install: Path, setup: Path) -> None:
-    """setup.json as the receipt step wrote it (the sha256 its marker records; the check `current verify`
-    makes): the smoke takes the stack's promise and recipe from it, so an edited one is refused."""
+    """setup.json as the receipt step wrote it (the sha256 its marker records): an edited one is refused."""
     from ..core.paths import StackPaths
     from ..engine import written_sha256
 
@@ -174,9 +163,8 @@ def unchanged_receipt(install: Path, setup: Path) -> None:
 
 
 def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
-    """The smoke reads the stack's own recipe again (its [smoke] token counts, the selection's dtypes, JIT
-    modules and model shape): that file -- the recorded one, or where it is gone the shipped recipe of the
-    same name the smoke then reads -- must be the one the stack was set up from, byte for byte."""
+    """The recipe file the smoke reads again (the recorded one, or where it is gone the shipped one of that
+    name) must be the one the stack was set up from, byte for byte."""
     path, sha, name = rec.get("path"), rec.get("sha256"), rec.get("name")
     if not isinstance(sha, str):
         return
@@ -210,8 +198,7 @@ def _recipe_smoke(rec: Any) -> dict[str, int] | None:
 
 
 def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
-    """Recipe, lock hash, fork commits, the promised level and the jit step's modules, from
-    STACK/pylock.toml and STACK/receipts/setup.json."""
+    """Recipe, lock hash, fork commits, the promised level and the jit step's modules, from the stack."""
     lock = install / "pylock.toml"
     setup = install / "receipts" / "setup.json"
     info: dict[str, Any] = {"recipe": {"name": recipe, "sha256": None} if recipe else None,
@@ -279,9 +266,8 @@ def check_choices(opts: SmokeOptions) -> None:
 def plan_smoke(opts: SmokeOptions, python: Path, manifest: Path | None, info_path: Path,
                base_env: Mapping[str, str], stack_env: Mapping[str, str] | None = None,
                code_root: Path = REPO_ROOT) -> SmokePlan:
-    """The command and environment; pure (reads nothing, runs nothing).  ``stack_env`` is the stack's
-    runtime environment (:func:`october.installer.pyenv.stackenv.load`), laid over ``base_env``; ``code_root`` the
-    directory that holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
+    """The command and environment; pure.  ``stack_env`` (:func:`october.installer.pyenv.stackenv.load`) is laid
+    over ``base_env``; ``code_root`` holds the ``checks`` package (put on the stack env's PYTHONPATH)."""
     check_choices(opts)
     argv = [str(python), "-m", "october.checks.smoke", *(["--format", opts.format] if opts.format else []),
             "--output", str(opts.output), "--stack-info", str(info_path),
@@ -319,8 +305,7 @@ def load_receipt(path: Path) -> dict[str, Any]:
 
 def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[str], None] = print,
               base_env: Mapping[str, str] | None = None, ui: Any = None) -> int:
-    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass.  ``ui`` (a
-    :class:`~october.installer.core.ui.ConsoleReporter`) shows the run as every long command does."""
+    """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
     import os
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
@@ -396,8 +381,7 @@ def exit_code(receipt: Mapping[str, Any]) -> int:
 
 
 def refuse_untrusted_jit(install: Path) -> None:
-    """Never run the checks on JIT libraries whose bytes are not what the jit step recorded (corrupted,
-    truncated, gone, or not recorded at all beside a record)."""
+    """Never run the checks on JIT libraries whose bytes are not what the jit step recorded."""
     from ..core.errors import JitError
     from ..jit.integrity import MANIFEST, report
 

@@ -1,14 +1,7 @@
-"""What `current smoke` tells the stack env about the selection it runs (``stack-info.json``'s ``selection``).
-
-From the stack's recipe: the selection's compute dtype and K/V cache dtypes (the engine
-starts with them and the physical check holds the cache to them), the JIT modules derived
-for it (:mod:`october.installer.recipe.jitmodules`) and the workspace the jit step built them into (the
-JIT check looks for each one there and names the ``october_setup`` command that builds a
-missing one), and the model shape they were derived from (the recipe's ``[smoke]`` token
-counts are the stack info's own ``smoke``, :func:`october.installer.smoke.launch.stack_info`).  ``None``
-when the stack's recipe is unknown: the engine level then reports those
-checks ``unsupported`` instead of guessing.
-"""
+"""What `current smoke` tells the stack env about the selection it runs (``stack-info.json``'s ``selection``):
+from the stack's recipe, its compute and K/V cache dtypes, the JIT modules derived for it, the workspace
+they were built into and the model shape.  ``None`` when the stack's recipe is unknown (the engine level
+then reports those checks ``unsupported`` instead of guessing)."""
 
 from __future__ import annotations
 
@@ -23,8 +16,7 @@ from .choices import receipt_recipe
 
 
 def _recipe_arg(install: Path, recipe_name: str) -> str:
-    """What ``october_setup --recipe`` was given: the shipped name, or the recipe file the setup
-    receipt records when that is not the shipped one."""
+    """What ``october_setup --recipe`` was given: the shipped name, or the receipt's recipe file if not shipped."""
     name, path = receipt_recipe(install)
     if name == recipe_name and path is not None and Path(path).resolve() != resolve_recipe_path(recipe_name):
         return path
