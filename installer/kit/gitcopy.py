@@ -1,12 +1,8 @@
 """The git half of a kit: each fork at its pin, and its selected submodules at their recorded
 commits, as shallow bare repositories under ``DIR/git/``.
 
-Everything comes through the shared mirrors (:mod:`october.installer.git.mirror`), so what a kit holds
-is what an online install would check out: the pin is resolved the same way (a prefix on its
-branch), submodules are read from the fork commit's own ``.gitmodules`` and gitlinks, relative
-submodule URLs are resolved against the fork URL as git resolves them against ``origin``.
-A prefix pin's branch is written into the kit repository pointing at the resolved commit, so
-the offline install resolves the prefix to the same id.
+Everything comes through the shared mirrors, resolved as an online install resolves it; a prefix pin's
+branch is written into the kit's copy at the resolved commit, so the offline install resolves it the same.
 """
 
 from __future__ import annotations

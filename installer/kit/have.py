@@ -1,16 +1,8 @@
 """``october_setup kit --have FILE``: what the target machine already has, so the kit need not carry it.
 
-A site image (a container with torch preinstalled, the lent H200's ``/opt/torch/.venv``) already holds
-most of what a stack on its system torch needs; the env step installs only what that interpreter lacks
-(``systorch.unmet``).  A kit made for such a target leaves out every wheel whose distribution the target
-has at the same version: vLLM 0.24.0's kit on a system torch was 3.8 GB with 198 wheels, most of which
-the image has.
-
-FILE is the target interpreter's own listing, in any of the forms its tools print: ``pip list``
-(``name  version`` columns, its two header lines skipped), ``pip freeze`` / ``uv pip freeze``
-(``name==version``; ``name @ URL`` lines name nothing to leave out and are skipped).  A line in none of
-these forms is an error naming the line: a listing misread would silently leave out what the target
-lacks.
+A kit for a site image (torch preinstalled) leaves out every wheel whose distribution the target has at
+the same version.  FILE is ``pip list`` or ``pip freeze`` output of the target interpreter; a line in
+neither form is an error naming it, since a misread listing would silently leave out what the target lacks.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`october.installer.kit`).
 
-Order: the git repositories (forks, selected submodules), the base wheel, the wheels of the
-env's lock (committed lock, or ``uv pip compile``), the build-isolation requirements, then the
-manifest -- last, so a kit without ``kit.json`` is never taken for a finished one.
+The manifest is written last, so a kit without ``kit.json`` is never taken for a finished one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """``october_setup STACK --recipe R --kit DIR``: install from a kit and from nothing else.
 
-:func:`open_kit` checks the kit before anything runs: its manifest (schema, same recipe name
-and sha256), every file's sha256 (a tampered, missing or extra file is refused, named), and
-every recorded commit present in its repository.  Then:
-
-- git: :meth:`Kit.source_for` maps each fork and submodule URL to its copy in the kit (a URL
-  the kit lacks is an error naming it); :meth:`Kit.git_config` gives the same mapping as
-  ``url.<copy>.insteadOf`` for any other git process, with ``GIT_ALLOW_PROTOCOL=file``;
-- wheels: :func:`kit_recipe` is the recipe with its sources replaced by
-  ``--no-index --find-links DIR/wheels`` and no torch index;
-- base wheel: :func:`seed_cache` puts it into the download cache under its sha256, where
-  the wheel step finds it without a download.
-
-The recipe's name and sha256 are unchanged, so the lock and receipt read as an online install's.
+:func:`open_kit` checks the kit before anything runs (manifest, every file's sha256, every recorded
+commit, then the recipe and lock); :class:`Kit` maps each git URL to its copy in the kit,
+:func:`kit_recipe` points the package sources at ``DIR/wheels`` and :func:`seed_cache` puts the base
+wheel into the download cache.  The recipe's name and sha256 are unchanged.
 """
 
 from __future__ import annotations

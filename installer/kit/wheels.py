@@ -1,12 +1,8 @@
 """The wheel half of a kit: which files an install of the recipe needs, and getting them.
 
-The list comes from the committed lock ``locks/<recipe>.pylock.toml`` when there is one (the
-files the stack env is locked to, with their sha256), else from ``uv pip compile`` of what the
-install puts into the env (torch, the build requirements, the base wheel's and the forks'
-dependencies), written as a PEP 751 lock so every file comes with its URL and hash.  Forks built
-with build isolation also need their ``[build-system] requires``.  Torch is left out when the
-recipe says the system provides it (:func:`torch_from_system`).  Of each package only the files
-that install on the target (the recipe's CPython on Linux of the recipe's arch) are taken.
+The list comes from the committed lock when there is one, else from ``uv pip compile`` of what the
+install puts into the env, written as a PEP 751 lock so every file comes with its URL and hash.  Of each
+package only the file that installs on the target (the recipe's CPython on Linux/<arch>) is taken.
 """
 
 from __future__ import annotations
