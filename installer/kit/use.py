@@ -112,11 +112,11 @@ def kit_recipe(recipe: Recipe, kit: Kit) -> Recipe:
 def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:
     """Put the kit's base wheel where the wheel step looks first: the download cache, by sha256."""
     base = kit.manifest.get("base_wheel")
-    if base is None or recipe.wheel is None:
-        if recipe.wheel is not None:
-            raise KitError(f"the kit {kit.root} has no base wheel", expected=recipe.wheel.filename,
-                           found="none", fix="make the kit again from this recipe")
+    if recipe.wheel is None:
         return None
+    if base is None:
+        raise KitError(f"the kit {kit.root} has no base wheel", expected=recipe.wheel.filename,
+                       found="none", fix="make the kit again from this recipe")
     if recipe.wheel.sha256 is not None and recipe.wheel.sha256 != base["sha256"]:
         raise KitError("the kit's base wheel is not the recipe's", expected=f"sha256 {recipe.wheel.sha256}",
                        found=f"sha256 {base['sha256']}", fix="make the kit again from this recipe")

@@ -46,15 +46,9 @@ def wheel_cuda_facts(scan: WheelScan, metadata_version: str | None) -> CudaFacts
     except InvalidVersion:
         local = ""
     local_variant = next((p for p in reversed(local.split(".")) if _CU_LOCAL.match(p)), None)   # the last one
-    cudart: dict[str, tuple[str, ...]] = {}
-    unreadable: dict[str, str] = {}
-    for name, member in scan.members.items():
-        if member.elf_error is not None:
-            unreadable[name] = member.elf_error
-        elif member.elf is not None:
-            found = tuple(lib for lib in member.elf.needed if _CUDART.match(lib))
-            if found:
-                cudart[name] = found
+    unreadable = {name: m.elf_error for name, m in scan.members.items() if m.elf_error is not None}
+    cudart = {name: found for name, m in scan.members.items() if m.elf_error is None and m.elf is not None
+              and (found := tuple(lib for lib in m.elf.needed if _CUDART.match(lib)))}
     return CudaFacts(local_variant, cudart, unreadable)
 
 
