@@ -85,7 +85,6 @@ def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
     return sha if isinstance(sha, str) and SHA256.match(sha) else None
 
 
-
 class _Partial:
     """The ``.part`` file, its running sha256 and its HTTP validator."""
 
@@ -150,7 +149,6 @@ class _Partial:
         self.meta_path.unlink(missing_ok=True)
 
 
-
 class _Retry(Exception):
     """A transient failure: ``kind`` is timeout | connection | http | short."""
 
@@ -189,7 +187,6 @@ def _fatal_status(url: str, status: int, reason: str) -> WheelError:
     return WheelError(f"the wheel host refused {shown}", expected="HTTP 200 with the wheel",
                       found=f"HTTP {status} {reason}",
                       fix="check the URL and any credentials or proxy it needs, then re-run")
-
 
 
 def _check_url(url: str, sha256: str | None) -> None:
@@ -285,7 +282,6 @@ def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress 
             if attempt == policy.attempts:
                 raise _final_error(url, problem, attempt, part, policy)
             sleep(min(policy.backoff_s * 2 ** (attempt - 1), policy.backoff_max_s))
-
 
 
 def _check_filename(filename: str, suffix: str = ".whl") -> None:
