@@ -66,9 +66,8 @@ def has(have: Mapping[str, str], package: str, version: str) -> bool:
 
 def require_left_out_present(kit_root: Path, left_out: list[Mapping[str, str]], system: Mapping[str, str],
                              python: str) -> None:
-    """A kit made with ``--have`` left out what that listing said the target has; a listing of another
-    interpreter (or a stale one) would leave the stack without them, found only when something imports
-    them.  Each one is checked before anything is installed, and every difference named."""
+    """Every wheel a ``--have`` kit left out must be in ``system`` (a listing of another interpreter would
+    leave the stack without them, found only at import time); checked before anything is installed."""
     missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
                for d in left_out if not has(system, d["package"], d["version"])]
     if missing:

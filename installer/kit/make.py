@@ -25,7 +25,7 @@ from ..git.mirror import PIN_REFS, open_mirror
 from ..install.plan import installs_deps
 from . import KIND, KIT_FORMAT, MANIFEST
 from .against import committed_lock
-from .gitcopy import KitRepos
+from .gitcopy import KitRepos, Say
 from .have import has
 from .manifest import file_table, write_manifest
 from .wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
@@ -34,7 +34,6 @@ from ..wheels.download import download_wheel
 from ..wheels.version_info import read_version_info
 
 STEP = "kit"
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,8 @@ class Kit:
 
 
 def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
-    """Read and verify the kit at ``root`` for ``recipe``; refuse anything that does not match: its
-    own manifest, then the recipe and ``lock`` (default: ``locks/<recipe>.pylock.toml`` when there is
-    one; see :mod:`october.installer.kit.against`)."""
+    """Read and verify the kit at ``root``: against its own manifest, then ``recipe`` and ``lock`` (default:
+    the committed ``locks/<recipe>.pylock.toml``); refuse anything that does not match."""
     root = root.resolve()
     if not root.is_dir():
         raise KitError(f"no kit at {root}", expected="a directory made by `october_setup kit`",

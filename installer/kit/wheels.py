@@ -46,9 +46,8 @@ def torch_from_system(recipe: Recipe) -> bool:
 
 
 def target_tags(recipe: Recipe) -> list[Tag]:
-    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`, best first:
-    the interpreter's own ABI before abi3 before pure, and for each the oldest glibc first (the
-    most portable file)."""
+    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`, best first: its own
+    ABI before abi3 before pure, each with the oldest (most portable) glibc first."""
     major, minor = (int(x) for x in recipe.python.split(".")[:2])
     arch = recipe.preflight.arch or "x86_64"
     platforms = [f"linux_{arch}", f"manylinux1_{arch}", f"manylinux2010_{arch}", f"manylinux2014_{arch}"]

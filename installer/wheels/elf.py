@@ -110,11 +110,9 @@ def _read(fh: BinaryIO) -> tuple[list[str], bytes]:
 class DynamicScanner:
     """The same facts as :func:`read_dynamic`, learned from bytes fed in file order (nothing seeks).
 
-    It holds the first ``keep`` bytes plus each range the reader asked for while it still lay ahead
-    (``PT_DYNAMIC``): linkers put ``.dynstr`` near the start (2.5 MiB into vLLM 0.18.0's 450 MiB
-    ``_C.abi3.so``) and ``.dynamic`` near the end.  A range already streamed past sets :attr:`lost`:
-    the caller then falls back to :func:`read_dynamic`.
-    """
+    It holds the first ``keep`` bytes (linkers put ``.dynstr`` near the start, ``.dynamic`` near the end)
+    plus each range the reader asked for while it still lay ahead; a range already streamed past sets
+    :attr:`lost`, and the caller then falls back to :func:`read_dynamic`."""
 
     def __init__(self, keep: int = DEFAULT_KEEP) -> None:
         self._keep = keep
