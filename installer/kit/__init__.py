@@ -1,17 +1,9 @@
 """Offline kits: everything one recipe needs, in one directory, for a machine without network.
 
-``october_setup kit --recipe R DIR`` (:mod:`.make`) writes::
-
-    DIR/kit.json                      manifest: recipe, repositories, wheels, sha256 of every file
-    DIR/git/<host>/<path>.git         shallow bare repositories: each fork at its pin, and the
-                                      recipe's selected submodules at their recorded commits
-    DIR/wheels/*.whl                  the base wheel, every wheel of the stack env's lock, the
-                                      build requirements (torch left out when the system gives it)
-
-``october_setup STACK --recipe R --kit DIR`` (:mod:`.use`) verifies every file against the
-manifest first, then fetches git objects only from the kit (each URL mapped to its copy; a URL
-the kit lacks is an error naming it), installs wheels with ``--no-index --find-links DIR/wheels``,
-and seeds the base wheel into the download cache so the wheel step finds it by its sha256.
+``october_setup kit --recipe R DIR`` (:mod:`.make`) writes ``DIR/kit.json`` (the manifest, with the
+sha256 of every file), ``DIR/git/<host>/<path>.git`` (shallow bare repositories) and ``DIR/wheels/``;
+``october_setup STACK --recipe R --kit DIR`` (:mod:`.use`) verifies every file first, then fetches and
+installs from the kit only.
 """
 
 from __future__ import annotations

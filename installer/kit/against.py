@@ -1,21 +1,10 @@
 """A kit checked against the recipe and the lock it is used with, not only against its own manifest.
 
-``kit.json`` is written by whoever made (or changed) the kit: its file table proves only that the
-files are the ones it names.  What an install may trust is what it is checked against here:
-
-- forks: each of the recipe's forks is in the kit at its pin from ``forks.toml`` (a full pin: that
-  commit; a prefix pin: a commit starting with it, recorded on the pin's branch in the kit's copy),
-  in the kit's copy of the URL the pin is fetched from; no other fork;
-- target: the kit's wheels were chosen for the recipe's Python and arch, for its torch requirement,
-  and carry a torch wheel when the recipe installs torch itself;
-- wheels: every file the lock needs on the target is in the kit with the lock's sha256 (the file
-  table's, which :func:`~october.installer.kit.manifest.check_files` holds to the bytes); the base
-  wheel has the recipe's (or the lock's) sha256; any other file in ``wheels/`` is refused, except
-  the build requirements the kit lists as such (no lock names those: they are resolved when the
-  kit is made, and only the manifest vouches for them).
-
-The lock is ``--locked``'s lock when there is one, else ``locks/<recipe>.pylock.toml``; with neither
-(a recipe without a committed lock), the wheels are held to the manifest only.
+``kit.json``'s file table proves only that the files are the ones it names; here the forks must be
+the recipe's at their ``forks.toml`` pins, the target (Python, arch, torch) the recipe's, and every
+wheel the lock's file with the lock's sha256 (build requirements, which no lock names, excepted).
+The lock is ``--locked``'s, else ``locks/<recipe>.pylock.toml``; with neither, the wheels are held to
+the manifest only.
 """
 
 from __future__ import annotations

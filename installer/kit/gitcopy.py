@@ -1,12 +1,8 @@
 """The git half of a kit: each fork at its pin, and its selected submodules at their recorded
 commits, as shallow bare repositories under ``DIR/git/``.
 
-Everything comes through the shared mirrors (:mod:`october.installer.git.mirror`), so what a kit holds
-is what an online install would check out: the pin is resolved the same way (a prefix on its
-branch), submodules are read from the fork commit's own ``.gitmodules`` and gitlinks, relative
-submodule URLs are resolved against the fork URL as git resolves them against ``origin``.
-A prefix pin's branch is written into the kit repository pointing at the resolved commit, so
-the offline install resolves the prefix to the same id.
+Everything comes through the shared mirrors, resolved as an online install resolves it; a prefix pin's
+branch is written into the kit's copy at the resolved commit, so the offline install resolves it the same.
 """
 
 from __future__ import annotations
@@ -75,14 +71,10 @@ def resolve_submodule_url(base: str, url: str) -> str:
     return f"{root}/{rest}"
 
 
-def _git(runner: Runner, step: str, args: Sequence[str], *, doing: str, fix: str) -> None:
-    try:
-        runner.run(["git", *args], step=step, env=git_env())
-    except CommandFailed as exc:
-        last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-3:]
-        raise KitError(f"{doing} failed", expected="git to succeed",
-                       found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
-                       fix=f"{fix}; full log: {exc.log_path}") from None
+def _whole_and_sparse(url: str, found: str) -> KitError:
+    return KitError(f"the kit needs {url} both whole and sparse",
+                    expected="each repository either whole or sparse in one kit", found=found,
+                    fix="select the submodule the same way in every fork entry of the recipe")
 
 
 class KitRepos:
@@ -96,7 +88,14 @@ class KitRepos:
         self.say = say
         self.repos: dict[str, RepoCopy] = {}
 
-    # ------------------------------------------------------------------ one commit
+    def _git(self, args: Sequence[str], *, doing: str, fix: str) -> None:
+        try:
+            self.runner.run(["git", *args], step=self.step, env=git_env())
+        except CommandFailed as exc:
+            last = [ln.strip() for ln in exc.tail.strip().splitlines() if ln.strip()][-3:]
+            raise KitError(f"{doing} failed", expected="git to succeed",
+                           found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
+                           fix=f"{fix}; full log: {exc.log_path}") from None
 
     def add(self, mirror: Mirror, commit: str, *, role: str, owner: str, branch: str | None = None,
             depth: int = 1) -> RepoCopy:
@@ -106,19 +105,16 @@ class KitRepos:
         dest = self.kit_dir / rel
         self._init(dest)
         if copy.sparse:
-            raise KitError(f"the kit needs {copy.url} both whole and sparse",
-                           expected="each repository either whole or sparse in one kit",
-                           found=f"{copy.owner} sparse ({', '.join(sorted({d for ds in copy.sparse.values() for d in ds}))}),"
-                                 f" {owner} whole", fix="select the submodule the same way in every fork entry of the recipe")
+            held = ", ".join(sorted({d for ds in copy.sparse.values() for d in ds}))
+            raise _whole_and_sparse(copy.url, f"{copy.owner} sparse ({held}), {owner} whole")
         ref = f"{PIN_REFS}/{commit}"
         with mirror.locked():
-            _git(self.runner, self.step, ["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}",
-                                          mirror.path.as_uri(), f"+{ref}:{ref}"],
-                 doing=f"copying {commit} of {mirror.shown_url} into the kit",
-                 fix=f"remove {mirror.path} (a cache) and make the kit again")
+            self._git(["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}", mirror.path.as_uri(),
+                       f"+{ref}:{ref}"], doing=f"copying {commit} of {mirror.shown_url} into the kit",
+                      fix=f"remove {mirror.path} (a cache) and make the kit again")
         if branch:
-            _git(self.runner, self.step, ["-C", str(dest), "update-ref", f"refs/heads/{branch}", commit],
-                 doing=f"recording branch {branch} in {dest}", fix=f"check {dest}")
+            self._git(["-C", str(dest), "update-ref", f"refs/heads/{branch}", commit],
+                      doing=f"recording branch {branch} in {dest}", fix=f"check {dest}")
             copy.branches[branch] = commit
         if commit not in copy.commits:
             copy.commits.append(commit)
@@ -129,19 +125,14 @@ class KitRepos:
         if (dest / "HEAD").exists():
             return False
         dest.parent.mkdir(parents=True, exist_ok=True)
-        _git(self.runner, self.step, ["init", "--quiet", "--bare", str(dest)],
-             doing=f"creating {dest}", fix=f"check that {self.kit_dir} is writable")
+        self._git(["init", "--quiet", "--bare", str(dest)], doing=f"creating {dest}",
+                  fix=f"check that {self.kit_dir} is writable")
         shutil.rmtree(dest / "hooks", ignore_errors=True)   # a kit carries no executable hooks
         return True
 
-    # -------------------------------------------------------------------- a fork
-
     def add_fork(self, fork: ForkUse, *, wheel_source: str | None = None) -> str:
-        """The fork at its pin, and its selected submodules; returns the resolved commit.
-
-        ``wheel_source``: the base wheel's source commit (full or abbreviated) for a fork built on
-        that wheel: the kit holds it too (see :meth:`_wheel_source`), so the wheel step can compare
-        the compiled sources of both commits offline."""
+        """The fork at its pin, and its selected submodules; returns the resolved commit.  ``wheel_source``
+        (the base wheel's source commit) is kept too, so the wheel step can compare both offline."""
         source = None
         if fork.pin.sdist is not None:   # an sdist-made fork: its repository is made from the verified sdist
             source = str(materialise(self.runner, self.step, self.cache_dir, fork.pin.sdist, fork.name,
@@ -151,9 +142,7 @@ class KitRepos:
         res = resolve_pin(self.runner, self.step, mirror, fork.pin, None)
         ensure_commit(self.runner, self.step, mirror, res.commit)
         self.say(f"{fork.name}: {res.commit}" + (f" ('{res.requested}' on {res.branch})" if res.how == "prefix" else ""))
-        depth, beside = 1, None
-        if wheel_source:
-            depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source)
+        depth, beside = self._wheel_source(fork, mirror, res.commit, wheel_source) if wheel_source else (1, None)
         if fork.traits.base_wheel and fork.upstream and fork.pin.sdist is None:
             depth = max(depth, self._upstream_base(fork, mirror, res.commit))
         self.add(mirror, res.commit, role="fork", owner=fork.name,
@@ -166,12 +155,9 @@ class KitRepos:
         return res.commit
 
     def _wheel_source(self, fork: ForkUse, mirror: Mirror, commit: str, source: str) -> tuple[int, str | None]:
-        """-> (how deep the fork's copy must be, a commit to copy beside the pin).
-
-        When the fork's history holds the base wheel's source commit, the copy reaches down to it.
-        Otherwise (a release commit off the fork's history) the commit is taken from the fork's
-        mirror or its upstream and copied into the fork's kit repository beside the pin, depth 1:
-        the wheel step finds it in the fork's mirror offline, as it finds it there online."""
+        """-> (how deep the fork's copy must be, a commit to copy beside the pin): down to the base wheel's
+        source commit when the fork's history holds it, else that commit (from the mirror or the upstream)
+        beside the pin."""
         full = _ask(mirror.path, "rev_parse", "--verify", "--quiet", f"{source}^{{commit}}")
         if full is not None and _is_ancestor(mirror.path, full, commit):
             depth = _count(mirror.path, full, commit) + 1
@@ -184,19 +170,19 @@ class KitRepos:
                 full = source
             else:
                 with up.locked():
-                    _git(self.runner, self.step, ["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
-                                                  "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
-                         doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
-                         fix="check the fork's upstream URL and your network")
+                    self._git(["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
+                               "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                              doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
+                              fix="check the fork's upstream URL and your network")
                 full = _ask(up.path, "rev_parse", "--verify", "--quiet", f"{source}^{{commit}}")
                 if full is None:
                     return 1, None            # the wheel step names the missing commit, online or not
                 ensure_commit(self.runner, self.step, up, full)
             ref = f"{PIN_REFS}/{full}"
             with mirror.locked():
-                _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
-                                              up.path.as_uri(), f"+{ref}:{ref}"],
-                     doing=f"copying the base wheel's source {full[:12]} next to the fork", fix=f"remove {mirror.path}")
+                self._git(["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                           up.path.as_uri(), f"+{ref}:{ref}"], fix=f"remove {mirror.path}",
+                          doing=f"copying the base wheel's source {full[:12]} next to the fork")
             self.say(f"{fork.name}: base wheel's source {full[:12]} from upstream {up.shown_url}")
         if full is None:
             return 1, None
@@ -204,10 +190,8 @@ class KitRepos:
         return 1, full
 
     def _upstream_base(self, fork: ForkUse, mirror: Mirror, commit: str) -> int:
-        """The install step computes ``git merge-base HEAD <upstream> main``.  The kit answers that
-        offline as it is answered now: the merge-base M is computed here, the fork's copy reaches
-        down to M, and the upstream copy's ``main`` is M (recorded as such in the manifest).
-        Returns the depth the fork's copy needs (1 when the upstream cannot be read now)."""
+        """The install step's ``git merge-base HEAD <upstream> main``, answered offline: the fork's copy
+        reaches down to that merge-base M and the upstream copy's ``main`` is M.  Returns the fork's depth."""
         assert fork.upstream is not None
         up = open_mirror(self.cache_dir, fork.upstream, f"{fork.name} upstream")
         try:
@@ -218,9 +202,9 @@ class KitRepos:
             return 1
         ref = "refs/october/upstream-main"
         with mirror.locked():
-            _git(self.runner, self.step, ["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
-                                          str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"],
-                 doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork", fix=f"remove {mirror.path} (a cache)")
+            self._git(["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
+                       str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"], fix=f"remove {mirror.path} (a cache)",
+                      doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork")
         base = _ask(mirror.path, "merge_base", commit, tip)
         if base is None:
             return 1
@@ -230,8 +214,7 @@ class KitRepos:
         return _count(mirror.path, base, commit) + 1
 
     def _sparse_submodule(self, url: str, who: str, commit: str, dirs: Sequence[str]) -> None:
-        """A sparse submodule (:mod:`october.installer.git.sparse`): the commit, its trees and the
-        cone's blobs, into the cache's partial mirror and from there into a partial copy in the kit."""
+        """A sparse submodule: the commit, its trees and the cone's blobs, through the cache's partial mirror."""
         sub_mirror = open_mirror(self.cache_dir, url, who, partial=True)
         what = f"fork '{who.split('/')[0]}': submodule {who.split('/', 1)[1]}"
         with sub_mirror.locked():
@@ -239,10 +222,7 @@ class KitRepos:
                   who=what)
             rel = repo_relpath(sub_mirror.url)
             if rel in self.repos and not self.repos[rel].sparse:
-                raise KitError(f"the kit needs {redact_url(url)} both whole and sparse",
-                               expected="each repository either whole or sparse in one kit",
-                               found=f"{self.repos[rel].owner} whole, {who} sparse",
-                               fix="select the submodule the same way in every fork entry of the recipe")
+                raise _whole_and_sparse(redact_url(url), f"{self.repos[rel].owner} whole, {who} sparse")
             copy = self.repos.setdefault(rel, RepoCopy(url=redact_url(url), path=rel, role="submodule", owner=who))
             dest = self.kit_dir / rel
             if self._init(dest):
@@ -254,8 +234,8 @@ class KitRepos:
             self.runner.run(["git", "-C", str(dest), "config", "--remove-section",
                              f"remote.{sub_mirror.path.as_uri()}"], step=self.step, env=git_env(), check=False)
             for key, value in (("url", redact_url(url)), ("promisor", "true"), ("partialclonefilter", "blob:none")):
-                _git(self.runner, self.step, ["-C", str(dest), "config", f"remote.origin.{key}", value],
-                     doing=f"recording {dest}'s upstream", fix=f"check {dest}")
+                self._git(["-C", str(dest), "config", f"remote.origin.{key}", value],
+                          doing=f"recording {dest}'s upstream", fix=f"check {dest}")
         self.say(f"{who}: {commit} (sparse: {', '.join(kept)})")
         if commit not in copy.commits:
             copy.commits.append(commit)
@@ -299,8 +279,7 @@ class KitRepos:
 
 
 def _ask(repo: Path, command: str, *args: str) -> str | None:
-    """What a read-only git ``command`` (GitPython's name: ``rev_parse``) prints, stripped; None when it
-    fails or prints nothing."""
+    """What a read-only git ``command`` (GitPython's name) prints, stripped; None on failure or no output."""
     with git.Repo(repo) as r:
         try:
             return str(getattr(r.git, command)(*args)).strip() or None

@@ -1,16 +1,8 @@
 """``october_setup kit --have FILE``: what the target machine already has, so the kit need not carry it.
 
-A site image (a container with torch preinstalled, the lent H200's ``/opt/torch/.venv``) already holds
-most of what a stack on its system torch needs; the env step installs only what that interpreter lacks
-(``systorch.unmet``).  A kit made for such a target leaves out every wheel whose distribution the target
-has at the same version: vLLM 0.24.0's kit on a system torch was 3.8 GB with 198 wheels, most of which
-the image has.
-
-FILE is the target interpreter's own listing, in any of the forms its tools print: ``pip list``
-(``name  version`` columns, its two header lines skipped), ``pip freeze`` / ``uv pip freeze``
-(``name==version``; ``name @ URL`` lines name nothing to leave out and are skipped).  A line in none of
-these forms is an error naming the line: a listing misread would silently leave out what the target
-lacks.
+A kit for a site image (torch preinstalled) leaves out every wheel whose distribution the target has at
+the same version.  FILE is ``pip list`` or ``pip freeze`` output of the target interpreter; a line in
+neither form is an error naming it, since a misread listing would silently leave out what the target lacks.
 """
 
 from __future__ import annotations
@@ -74,9 +66,8 @@ def has(have: Mapping[str, str], package: str, version: str) -> bool:
 
 def require_left_out_present(kit_root: Path, left_out: list[Mapping[str, str]], system: Mapping[str, str],
                              python: str) -> None:
-    """A kit made with ``--have`` left out what that listing said the target has; a listing of another
-    interpreter (or a stale one) would leave the stack without them, found only when something imports
-    them.  Each one is checked before anything is installed, and every difference named."""
+    """Every wheel a ``--have`` kit left out must be in ``system`` (a listing of another interpreter would
+    leave the stack without them, found only at import time); checked before anything is installed."""
     missing = [f"{d['package']}=={d['version']} (found {system.get(str(canonicalize_name(d['package']))) or 'none'})"
                for d in left_out if not has(system, d["package"], d["version"])]
     if missing:

@@ -1,8 +1,6 @@
 """``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`october.installer.kit`).
 
-Order: the git repositories (forks, selected submodules), the base wheel, the wheels of the
-env's lock (committed lock, or ``uv pip compile``), the build-isolation requirements, then the
-manifest -- last, so a kit without ``kit.json`` is never taken for a finished one.
+The manifest is written last, so a kit without ``kit.json`` is never taken for a finished one.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from ..git.mirror import PIN_REFS, open_mirror
 from ..install.plan import installs_deps
 from . import KIND, KIT_FORMAT, MANIFEST
 from .against import committed_lock
-from .gitcopy import KitRepos
+from .gitcopy import KitRepos, Say
 from .have import has
 from .manifest import file_table, write_manifest
 from .wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
@@ -36,7 +34,6 @@ from ..wheels.download import download_wheel
 from ..wheels.version_info import read_version_info
 
 STEP = "kit"
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -90,8 +87,7 @@ def _build_system_requires(cache_dir: Path, fork: ForkUse, commit: str) -> list[
 
 
 def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
-    """A refreshed kit keeps nothing of an earlier one that this recipe no longer needs: an old wheel
-    left in ``wheels/`` would be offered to uv by --find-links and could change the resolution."""
+    """Drop what this recipe no longer needs from an earlier kit (uv's --find-links would offer an old wheel)."""
     for p in sorted((out / "wheels").iterdir()) if (out / "wheels").is_dir() else []:
         if p.name not in keep_wheels:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -115,8 +111,7 @@ def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
 
 
 class _Phases:
-    """Progress as every long command shows it (:class:`~october.installer.core.ui.ConsoleReporter`):
-    a ``==> kit: <phase>`` line per phase, bars for git and the base wheel, ``n of N`` for the wheels."""
+    """Progress as every long command shows it: a ``==> kit: <phase>`` line per phase, bars, ``n of N``."""
 
     def __init__(self, ui: Any) -> None:
         self.ui, self._name, self._began = ui, "", 0.0
@@ -142,14 +137,12 @@ class _Phases:
 
 def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Path:
     """Write the kit; return the path of its manifest.  ``ui`` shows its progress (None: silent)."""
-    r = opts.recipe
-    out = opts.out
-    _prepare(out)
-    work = opts.cache_dir / "kit-work" / r.name
+    _prepare(opts.out)
+    work = opts.cache_dir / "kit-work" / opts.recipe.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     echo = None if ui is None else ui.detail if ui.verbose else ui.progress
-    runner = Runner(opts.cache_dir / "kit-logs" / r.name, echo=echo)
+    runner = Runner(opts.cache_dir / "kit-logs" / opts.recipe.name, echo=echo)
     try:
         return _make(opts, runner, work, say, _Phases(ui))
     finally:
@@ -188,14 +181,10 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         lock_info: dict[str, Any] = {"source": "lock", "name": lock.name}
     else:
         say("wheels of the env, resolved by uv pip compile (no committed lock)")
-        # the env's roots as the env step installs them: torch (unless the system gives it), the build
-        # requirements and the forks' supplied runtime needs ([install] supply)
+        # the env's roots as the env step installs them; one resolution per root, the kit takes their union
         common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements) + list(r.install.supply)
-        # one resolution per root, as the install makes them (the env, then each fork with its
-        # dependencies); the kit takes the union of their files
-        # the base wheel's own requirements are installed only by a precompiled fork that takes its
-        # dependencies; a --no-deps one (upstream vLLM on a site image) never installs them, and carrying
-        # them cost 447 MB of flashinfer-cubin alone (issue 18)
+        # the base wheel's own requirements only when a precompiled fork installs its dependencies (a
+        # --no-deps one never installs them: 447 MB of flashinfer-cubin alone)
         base_root = base_path is not None and any(f.traits.base_wheel and installs_deps(f) for f in r.forks)
         roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_root else []), {})]
         for fork in r.forks:

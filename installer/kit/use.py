@@ -1,18 +1,9 @@
 """``october_setup STACK --recipe R --kit DIR``: install from a kit and from nothing else.
 
-:func:`open_kit` checks the kit before anything runs: its manifest (schema, same recipe name
-and sha256), every file's sha256 (a tampered, missing or extra file is refused, named), and
-every recorded commit present in its repository.  Then:
-
-- git: :meth:`Kit.source_for` maps each fork and submodule URL to its copy in the kit (a URL
-  the kit lacks is an error naming it); :meth:`Kit.git_config` gives the same mapping as
-  ``url.<copy>.insteadOf`` for any other git process, with ``GIT_ALLOW_PROTOCOL=file``;
-- wheels: :func:`kit_recipe` is the recipe with its sources replaced by
-  ``--no-index --find-links DIR/wheels`` and no torch index;
-- base wheel: :func:`seed_cache` puts it into the download cache under its sha256, where
-  the wheel step finds it without a download.
-
-The recipe's name and sha256 are unchanged, so the lock and receipt read as an online install's.
+:func:`open_kit` checks the kit before anything runs (manifest, every file's sha256, every recorded
+commit, then the recipe and lock); :class:`Kit` maps each git URL to its copy in the kit,
+:func:`kit_recipe` points the package sources at ``DIR/wheels`` and :func:`seed_cache` puts the base
+wheel into the download cache.  The recipe's name and sha256 are unchanged.
 """
 
 from __future__ import annotations
@@ -70,9 +61,8 @@ class Kit:
 
 
 def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
-    """Read and verify the kit at ``root`` for ``recipe``; refuse anything that does not match: its
-    own manifest, then the recipe and ``lock`` (default: ``locks/<recipe>.pylock.toml`` when there is
-    one; see :mod:`october.installer.kit.against`)."""
+    """Read and verify the kit at ``root``: against its own manifest, then ``recipe`` and ``lock`` (default:
+    the committed ``locks/<recipe>.pylock.toml``); refuse anything that does not match."""
     root = root.resolve()
     if not root.is_dir():
         raise KitError(f"no kit at {root}", expected="a directory made by `october_setup kit`",
@@ -121,11 +111,11 @@ def kit_recipe(recipe: Recipe, kit: Kit) -> Recipe:
 def seed_cache(kit: Kit, recipe: Recipe, cache_dir: Path) -> Path | None:
     """Put the kit's base wheel where the wheel step looks first: the download cache, by sha256."""
     base = kit.manifest.get("base_wheel")
-    if base is None or recipe.wheel is None:
-        if recipe.wheel is not None:
-            raise KitError(f"the kit {kit.root} has no base wheel", expected=recipe.wheel.filename,
-                           found="none", fix="make the kit again from this recipe")
+    if recipe.wheel is None:
         return None
+    if base is None:
+        raise KitError(f"the kit {kit.root} has no base wheel", expected=recipe.wheel.filename,
+                       found="none", fix="make the kit again from this recipe")
     if recipe.wheel.sha256 is not None and recipe.wheel.sha256 != base["sha256"]:
         raise KitError("the kit's base wheel is not the recipe's", expected=f"sha256 {recipe.wheel.sha256}",
                        found=f"sha256 {base['sha256']}", fix="make the kit again from this recipe")

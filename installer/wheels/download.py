@@ -1,38 +1,12 @@
 """Download one wheel with httpx into a content-addressed cache, resuming with HTTP Range.
 
-Layout under the cache dir::
-
-    wheels/sha256/<hex>/<filename>      finished downloads, named by their sha256
-    wheels/partial/<urlhash>.part       an unfinished download of one URL (resumed next time)
-    wheels/partial/<urlhash>.json       its validator (ETag / Last-Modified) for If-Range
-    wheels/partial/<urlhash>.lock       one downloader per URL at a time
-    wheels/seen/<urlhash>.json          trust on first use: the sha256 a URL gave the first time
-
-A URL downloaded without a pinned sha256 is trusted on first use; the hash it gave is
-remembered, so a later download of that URL is a cache hit, and a host that later serves
-other bytes under it is refused instead of silently trusted again.
-
-The sha256 is computed while the bytes stream in; on resume the bytes already
-on disk are hashed once and the stream continues, so every byte crosses the
-network once.  A file whose sha256 differs from the expected one is deleted.
-
-Assumptions about the wheel hosts (files.pythonhosted.org, GitHub release assets
-and wheels.vllm.ai cannot be reached from the development machines, so they are
-written down here, in one place, and each one fails closed):
-
-* ``Range: bytes=N-`` is answered with ``206`` and ``Content-Range: bytes N-M/T``;
-  a ``200`` means the host ignored the range (or the file changed, via
-  ``If-Range``), and the download restarts from byte 0 with a fresh hash;
-  a ``206`` starting anywhere but N restarts as well.
-* ``416`` with ``Content-Range: bytes */T`` and T equal to what we hold means the
-  partial file is already complete; any other 416 restarts from 0.
-* Bodies are sent without content-coding (we ask for ``identity``); any other
-  ``Content-Encoding`` is refused, since resume offsets and hashes are byte exact.
-* Redirects (GitHub releases redirect to a storage host) are followed, but never
-  from https down to plain http.
-* ``404``/``410`` are final (wrong URL); ``408``/``429``/``5xx``, dropped
-  connections and timeouts are retried with exponential backoff.
-* A URL without a sha256 (trust on first use) must be https, except on loopback.
+Layout under the cache dir: ``wheels/sha256/<hex>/<filename>`` (finished), ``wheels/partial/<urlhash>``
+``.part``/``.json``/``.lock`` (an unfinished download, its ETag/Last-Modified validator, its lock) and
+``wheels/seen/<urlhash>.json`` (trust on first use: the sha256 an unpinned URL gave the first time; other
+bytes later are refused).  The sha256 is computed while the bytes stream in, so every byte crosses the
+network once.  The wheel hosts cannot be reached from the development machines, so every assumption
+about them (206/Content-Range on resume, 416 for a complete file, identity coding, no https -> http
+redirect, 404/410 final, 408/429/5xx retried) fails closed.
 """
 
 from __future__ import annotations
@@ -111,9 +85,6 @@ def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
     return sha if isinstance(sha, str) and SHA256.match(sha) else None
 
 
-# ------------------------------------------------------------------------ partial file
-
-
 class _Partial:
     """The ``.part`` file, its running sha256 and its HTTP validator."""
 
@@ -178,36 +149,31 @@ class _Partial:
         self.meta_path.unlink(missing_ok=True)
 
 
-# ------------------------------------------------------------------------ errors
-
-
 class _Retry(Exception):
     """A transient failure: ``kind`` is timeout | connection | http | short."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.kind = kind
-        self.detail = detail
 
 
-def _final_error(url: str, problem: _Retry, attempts: int, part: _Partial, total: int | None,
-                 policy: DownloadPolicy) -> WheelError:
+def _final_error(url: str, problem: _Retry, attempts: int, part: _Partial, policy: DownloadPolicy) -> WheelError:
     shown = redact_url(url)
-    held = f"{part.size} of {total if total is not None else '?'} bytes are saved in {part.path}"
+    held = f"{part.size} of {part.total if part.total is not None else '?'} bytes are saved in {part.path}"
     if problem.kind == "timeout":
         return WheelError(f"downloading the base wheel from {shown} timed out",
                           expected=f"data within {policy.timeout_s:g}s",
-                          found=f"{problem.detail} on each of {attempts} attempt(s); {held}",
+                          found=f"{problem} on each of {attempts} attempt(s); {held}",
                           fix="check the network or proxy (HTTPS_PROXY) and re-run; the download resumes")
     if problem.kind == "http":
         return WheelError(f"the wheel host kept failing for {shown}",
                           expected="HTTP 200 or 206 with the wheel",
-                          found=f"{problem.detail} on each of {attempts} attempt(s)",
+                          found=f"{problem} on each of {attempts} attempt(s)",
                           fix="the host has a problem: try again later, or point [wheel].url at a mirror "
                               "serving the same file (same sha256)")
     return WheelError(f"the download of {shown} kept breaking off",
                       expected="the whole body",
-                      found=f"{problem.detail} ({attempts} attempt(s)); {held}",
+                      found=f"{problem} ({attempts} attempt(s)); {held}",
                       fix="re-run october_setup: the download resumes where it stopped")
 
 
@@ -221,9 +187,6 @@ def _fatal_status(url: str, status: int, reason: str) -> WheelError:
     return WheelError(f"the wheel host refused {shown}", expected="HTTP 200 with the wheel",
                       found=f"HTTP {status} {reason}",
                       fix="check the URL and any credentials or proxy it needs, then re-run")
-
-
-# ------------------------------------------------------------------------ one request
 
 
 def _check_url(url: str, sha256: str | None) -> None:
@@ -317,11 +280,8 @@ def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress 
                 problem = exc
             part.fh.flush()
             if attempt == policy.attempts:
-                raise _final_error(url, problem, attempt, part, part.total, policy)
+                raise _final_error(url, problem, attempt, part, policy)
             sleep(min(policy.backoff_s * 2 ** (attempt - 1), policy.backoff_max_s))
-
-
-# ------------------------------------------------------------------------ entry point
 
 
 def _check_filename(filename: str, suffix: str = ".whl") -> None:
@@ -331,13 +291,6 @@ def _check_filename(filename: str, suffix: str = ".whl") -> None:
                          expected="a name like vllm-0.18.0-cp38-abi3-manylinux_2_31_x86_64.whl"
                                   if suffix == ".whl" else f"a plain file name ending in {suffix}",
                          found=repr(filename), fix="fix [wheel].filename in the recipe")
-
-
-def _tag_cache(cache_dir: Path) -> None:
-    tag = cache_dir / "wheels" / "CACHEDIR.TAG"
-    if not tag.exists():
-        tag.parent.mkdir(parents=True, exist_ok=True)
-        tag.write_text(CACHEDIR_TAG, encoding="utf-8")
 
 
 def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | None = None,
@@ -350,7 +303,10 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
         raise WheelError("the expected wheel sha256 is malformed", expected="64 lowercase hex characters",
                          found=repr(sha256), fix="fix [wheel].sha256 in the recipe (or the lock)")
     _check_url(url, sha256)
-    _tag_cache(cache_dir)
+    tag = cache_dir / "wheels" / "CACHEDIR.TAG"
+    if not tag.exists():
+        tag.parent.mkdir(parents=True, exist_ok=True)
+        tag.write_text(CACHEDIR_TAG, encoding="utf-8")
     remembered = first_seen(cache_dir, url, filename) if sha256 is None else None
     tofu = sha256 is None
     sha256 = sha256 or remembered

@@ -1,18 +1,8 @@
 """The DT_NEEDED entries and dynamic string table of an ELF shared object, parsed by pyelftools.
 
-Only what the wheel checks need: the ELF header, the program headers, the
-PT_DYNAMIC segment and the dynamic string table (DT_NEEDED for the CUDA-variant
-check, exported names such as ``PyInit_<module>`` for the extension list).
-pyelftools identifies the file (32/64-bit, either endianness) and parses every
-structure (from in-memory copies of the bytes this module reads); this module
-walks them, caps absurd sizes and offsets, and turns every failure into
-:class:`ElfFormatError`, so a foreign or malformed file is reported rather than
-misread.  Section headers are never read: the dynamic segment is found through
-the program headers, as the dynamic loader does.
-
-:func:`read_dynamic` takes any seekable stream; :class:`DynamicScanner` runs the
-same reader on bytes fed in file order (a zip member being hashed), holding only
-the byte ranges the reader asks for.
+The dynamic segment is found through the program headers, as the dynamic loader does (section
+headers are never read); absurd sizes and offsets are capped and every failure becomes
+:class:`ElfFormatError`, so a foreign or malformed file is reported rather than misread.
 """
 
 from __future__ import annotations
@@ -117,22 +107,12 @@ def _read(fh: BinaryIO) -> tuple[list[str], bytes]:
     return names, strtab
 
 
-# ------------------------------------------------------------------ one forward pass
-
-
 class DynamicScanner:
-    """The same facts as :func:`read_dynamic`, learned from bytes fed in file order (one pass).
+    """The same facts as :func:`read_dynamic`, learned from bytes fed in file order (nothing seeks).
 
-    The caller streams a file through :meth:`feed` (for instance while hashing a zip
-    member); nothing seeks.  The reader runs on what the scanner holds: the first
-    ``keep`` bytes, plus each range the reader asked for while it still lay ahead
-    (the ``PT_DYNAMIC`` segment), and runs again once those bytes have passed.
-    Linkers put ``.dynstr`` near the start (2.5 MiB into vLLM 0.18.0's 450 MiB
-    ``_C.abi3.so``, ``.dynamic`` near the end).  A range outside the window and
-    already streamed past makes :attr:`lost` true: the caller then falls back to
-    :func:`read_dynamic`.  The string table's bytes are kept (:attr:`strtab`) so
-    callers can look for exported names such as ``PyInit_<module>``.
-    """
+    It holds the first ``keep`` bytes (linkers put ``.dynstr`` near the start, ``.dynamic`` near the end)
+    plus each range the reader asked for while it still lay ahead; a range already streamed past sets
+    :attr:`lost`, and the caller then falls back to :func:`read_dynamic`."""
 
     def __init__(self, keep: int = DEFAULT_KEEP) -> None:
         self._keep = keep

@@ -1,18 +1,9 @@
 """The compiled extension modules a wheel ships, from its RECORD and the ELF scan.
 
-A member is an extension module the stack Python can import when
-
-* RECORD lists it (the wheel's own inventory; the record check proves the bytes),
-* its file name ends in a suffix CPython loads on Linux: ``.abi3.so``, ``.so``, or
-  ``.cpython-<XY>[t]-<platform>.so`` *for the stack Python's XY* (vLLM 0.24.0 ships
-  ``third_party/deep_gemm/_C.cpython-310 ... 314-x86_64-linux-gnu.so``; only one is for us),
-* and its dynamic string table names ``PyInit_<module>`` (CPython's entry point), so a
-  plain shared library that happens to end in ``.so`` is not mistaken for a module.
-
-vLLM 0.18.0 yields ``vllm._C``, ``vllm._moe_C``, ``vllm.cumem_allocator``, the flashmla and
-flash-attention modules; 0.24.0 has no ``vllm._C`` but ``vllm._C_stable_libtorch``,
-``vllm._moe_C_stable_libtorch``, ... (measured on the PyPI wheels).  The install step's
-import guard is built from this list (:func:`october.installer.install.guards.import_guard`).
+A module is a member RECORD lists, named with a suffix CPython loads on Linux (``.abi3.so``, ``.so``,
+or ``.cpython-<XY>[t]-<platform>.so`` for the stack Python's XY only: vLLM 0.24.0 ships ``deep_gemm/_C``
+for 3.10 ... 3.14), whose dynamic string table names ``PyInit_<module>`` (so a plain shared library is
+not taken for one).  The install step's import guard is built from this list.
 """
 
 from __future__ import annotations
@@ -64,11 +55,8 @@ def extension_modules(scan: WheelScan, recorded: Collection[str], python: tuple[
 
 
 def extensions_from_record(wheel: Path, python: tuple[int, int] | None = None) -> tuple[Extension, ...]:
-    """By file name alone, from RECORD (for wheel-step outputs recorded before ``extensions`` existed).
-
-    Without the stack Python's version every ``cpython-XY`` build is listed, so one module may
-    appear with several files.
-    """
+    """By file name alone, from RECORD (for wheel-step outputs recorded before ``extensions`` existed);
+    without ``python`` every ``cpython-XY`` build is listed, so a module may appear with several files."""
     with zipfile.ZipFile(wheel) as zf:
         record = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1), None)
         text = zf.read(record).decode("utf-8", errors="replace") if record else ""

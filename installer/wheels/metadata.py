@@ -18,11 +18,11 @@ from .expect import Problems, WheelExpectation, read_member
 from .retag import Retag, match_tags
 
 
-def _normal(version: str) -> str:
+def _version(text: str) -> Version | None:
     try:
-        return str(Version(version))
+        return Version(text)
     except InvalidVersion:
-        return version
+        return None
 
 
 def check_filename(name: str, expect: WheelExpectation, problems: Problems) -> frozenset[str]:
@@ -35,7 +35,7 @@ def check_filename(name: str, expect: WheelExpectation, problems: Problems) -> f
         return frozenset()
     if pname != canonicalize_name(expect.name):
         problems.add("filename", f"expected the project {expect.name} in the file name, found {pname}")
-    if str(pversion) != expect.version and str(pversion) != _normal(expect.version):
+    if str(pversion) != expect.version and str(pversion) != str(_version(expect.version) or expect.version):
         problems.add("filename", f"expected version {expect.version} in the file name, found {pversion}")
     names = frozenset(str(t) for t in tags)
     if not names & expect.supported_tags:
@@ -88,11 +88,8 @@ def check_metadata(zf: zipfile.ZipFile, info_dir: str, expect: WheelExpectation,
     name, version = str(msg.get("Name", "")).strip(), str(msg.get("Version", "")).strip()
     if canonicalize_name(name) != canonicalize_name(expect.name):
         problems.add("metadata", f"METADATA Name: expected {expect.name}, found {name or 'nothing'}")
-    try:
-        same = Version(version) == Version(expect.version)
-    except InvalidVersion:
-        same = False
-    if not same:
+    got = _version(version)
+    if got is None or got != _version(expect.version):
         problems.add("metadata", f"METADATA Version: expected {expect.version}, found {version or 'nothing'}")
     return name, version, [str(r) for r in (msg.get_all("Requires-Dist") or [])]
 
@@ -122,12 +119,7 @@ def check_torch(requires: list[str], expect: WheelExpectation, problems: Problem
     for req in pins:
         specs = list(req.specifier)
         exact = [s for s in specs if s.operator in ("==", "===") and not s.version.endswith(".*")]
-        ok = len(specs) == 1 and len(exact) == 1
-        if ok:
-            try:
-                ok = Version(exact[0].version).public == want
-            except InvalidVersion:
-                ok = False
-        if not ok:
+        pinned = _version(exact[0].version) if len(specs) == 1 and len(exact) == 1 else None
+        if pinned is None or pinned.public != want:
             problems.add("torch-pin", f"expected Requires-Dist: torch=={want} (the recipe's torch), found {req}")
     return str(pins[0])

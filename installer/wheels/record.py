@@ -1,14 +1,10 @@
-"""The checks of a wheel's members: ``record`` (every file is in RECORD with a matching hash and
-size, and vice versa) and ``paths`` (no absolute path, no ``..`` component, no symlink entry).
-The hashes come from the one read of each member (:mod:`october.installer.wheels.scan`).
+"""The ``record`` check (every file is in RECORD with a matching hash and size, and vice versa) and the
+``paths`` check (no absolute path, no ``..`` component, no symlink entry), on the one read of each member.
 
-Not PyPA's ``installer`` (issue 21, measured with 1.1.0 on planted wheels): ``WheelFile.validate_record``
-reads every member a second time, passes a RECORD row naming a file the wheel lacks, a file listed
-twice, an ``md5`` hash and a ``../`` path, and stops at the first malformed row (``parse_record_file``
-raises), where each problem is listed here; and under pytest ``import installer`` finds this project's
-``installer/`` folder.  Not :mod:`importlib.metadata` over ``zipfile.Path``: ``Distribution.files`` reads
-``junk,row`` as a path with the hash ``row`` and raises on a row of four fields, so the row checks
-below would stay anyway.
+Not PyPA's ``installer``: ``validate_record`` reads every member again, passes a row for a missing file,
+a file listed twice, an ``md5`` hash and a ``../`` path, and stops at the first malformed row (and under
+pytest ``import installer`` finds this project's folder).  Not :mod:`importlib.metadata` either: its
+``Distribution.files`` misreads or raises on malformed rows.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """WHEEL's ``Tag`` lines against the tags in the wheel's file name, allowing one known retag.
 
-vLLM builds its release wheels with setuptools, which writes ``Tag: cp38-abi3-linux_x86_64``
-into ``WHEEL``, then renames the file to a ``manylinux`` platform (vLLM 0.18.0:
-``manylinux_2_31_x86_64``; 0.24.0: ``manylinux_2_28_x86_64``) without rewriting ``WHEEL``
-(measured on the PyPI wheels, Dec 2026).  That rename is accepted and recorded, and nothing else:
-
-* every declared tag and every file-name tag must pair up with the same interpreter, ABI
-  and architecture;
-* a declared tag that is not itself in the file name must be ``linux_<arch>``, and the
-  file-name tag it stands for must be a ``manylinux*``/``musllinux_*`` tag of that arch.
-
-So ``manylinux`` -> another ``manylinux``, ``linux`` -> ``win``/``macosx``, another
-interpreter or ABI, another arch, or a tag only one side has, all still fail.
+vLLM's release wheels declare ``Tag: cp38-abi3-linux_x86_64`` in ``WHEEL`` but are renamed to a
+``manylinux`` platform without rewriting it.  Only that is accepted (and recorded): a declared
+``linux_<arch>`` tag paired with a ``manylinux*``/``musllinux_*`` file-name tag of the same
+interpreter, ABI and arch; every other difference fails.
 """
 
 from __future__ import annotations

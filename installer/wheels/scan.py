@@ -1,12 +1,8 @@
 """One pass over a wheel's members: every byte is decompressed once and serves every check.
 
-Reading a member feeds, chunk by chunk, its RECORD hash (and size), the ELF
-scanner when it is a shared object (``DT_NEEDED`` for the CUDA-variant check and
-the dynamic string table for ``PyInit_<name>``), and keeps the bytes of the few
-small members named in ``keep`` (``vllm/_version.py``).  A shared object whose
-string table lay outside the scanner's window is read a second time with the
-seeking reader (:func:`october.installer.wheels.elf.read_dynamic`); :attr:`WheelScan.rereads`
-counts those, and the benchmark reports it.
+Each chunk feeds the member's RECORD hash, the ELF scanner for a shared object and the kept bytes of
+the members named in ``keep``; a shared object whose string table lay outside the scanner's window is
+read a second time (:attr:`WheelScan.rereads` counts those).
 """
 
 from __future__ import annotations
@@ -86,14 +82,9 @@ def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep
 
 
 def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Collection[str] = (),
-                 elf: bool = True, elf_window: int = DEFAULT_KEEP) -> WheelScan:
-    """Read every file member of ``zf`` once.
-
-    ``algorithms`` maps a member to the hash RECORD names for it (members absent
-    from it are still read, sized and scanned, but not hashed); ``elf`` turns the
-    shared-object scan on; ``elf_window`` is how many leading bytes of each shared
-    object the scanner holds for a string table that precedes ``.dynamic``.
-    """
+                 elf_window: int = DEFAULT_KEEP) -> WheelScan:
+    """Read every file member of ``zf`` once; ``algorithms``: member -> the hash RECORD names for it
+    (a member absent from it is read, sized and scanned, not hashed)."""
     out: dict[str, MemberScan] = {}
     kept: dict[str, bytes] = {}
     rereads = 0
@@ -101,7 +92,7 @@ def scan_members(zf: zipfile.ZipFile, algorithms: Mapping[str, str], *, keep: Co
         if info.is_dir() or info.filename in out:
             continue
         member, held, reread = _scan_one(zf, info, algorithms.get(info.filename), info.filename in keep,
-                                         elf and bool(SO_NAME.search(info.filename)), elf_window)
+                                         bool(SO_NAME.search(info.filename)), elf_window)
         out[member.name] = member
         if held is not None:
             kept[member.name] = held

@@ -1,10 +1,8 @@
 """Which wheel tags the *stack* Python accepts, and its PEP 508 marker environment.
 
-Both are packaging's own answer in the stack interpreter: ``packaging.tags.sys_tags()`` and
-``packaging.markers.default_environment()`` run there (``python -I -B``), with the tool's copy of
-``packaging`` loaded from its directory by path -- the stack env need not have packaging, and nothing
-else of the tool's site-packages goes on the stack's ``sys.path``; no bytecode is written beside it.
-The answer is one JSON line, kept in the step's log and not echoed to the progress display.
+Both are packaging's own answer, run in the stack interpreter (``python -I -B``) with the tool's copy of
+``packaging`` loaded by path: the stack env need not have packaging, and nothing else of the tool's
+site-packages goes on its ``sys.path``.
 """
 
 from __future__ import annotations

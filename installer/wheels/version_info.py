@@ -1,16 +1,8 @@
 """The source commit a vLLM wheel was built from, read from its ``vllm/_version.py``.
 
-vLLM's ``setup.py`` calls ``setuptools_scm.get_version(write_to="vllm/_version.py")``.
-setuptools-scm (>= 8.x templates) writes, among type-checking boilerplate::
-
-    __version__ = version = '0.18.0'
-    __version_tuple__ = version_tuple = (0, 18, 0)
-    __commit_id__ = commit_id = 'gbcf2be961'
-
-The commit id carries git-describe's ``g`` prefix and is abbreviated.  Older
-templates have no commit id; a development build then still names the node in
-its local version (``0.18.1.dev3+gbcf2be961.d20260101``).  The file is parsed
-with :mod:`ast`, never imported or executed.
+setuptools-scm writes ``__commit_id__ = commit_id = 'gbcf2be961'`` there (git-describe's ``g`` prefix,
+abbreviated); older templates have none, and a development build then names the node in its local
+version (``0.18.1.dev3+gbcf2be961.d20260101``).  The file is parsed with :mod:`ast`, never executed.
 """
 
 from __future__ import annotations
