@@ -37,12 +37,8 @@ class HubFile:
 class HubSnapshot:
     """What the hub says a revision holds, restricted to the files a selection wants."""
 
-    repo: str
     resolved_revision: str
     files: tuple[HubFile, ...]
-
-
-# ------------------------------------------------------------------- endpoint
 
 
 def endpoint(environ: dict[str, str] | None = None) -> str:
@@ -91,9 +87,6 @@ def secrets() -> list[str]:
 def clean(text: str) -> str:
     """Mask every token-looking thing in text that came from the hub or its exceptions."""
     return redact(text, secrets())
-
-
-# -------------------------------------------------------------------- errors
 
 
 def _first_lines(exc: BaseException, n: int = 3) -> str:
@@ -158,9 +151,6 @@ def _hub_errors(repo: str, revision: str, what: str) -> Iterator[None]:
         raise _map_error(exc, repo, revision, what) from None
 
 
-# ------------------------------------------------------------------ the calls
-
-
 def select(paths: Sequence[str], patterns: Sequence[str]) -> list[str]:
     """The repository paths a selection's patterns match, exactly as snapshot_download filters them."""
     from huggingface_hub.utils import filter_repo_objects
@@ -186,7 +176,7 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
         lfs = s.lfs.sha256.lower() if s.lfs is not None and s.lfs.sha256 else None
         size = s.lfs.size if s.lfs is not None else s.size
         files.append(HubFile(path=p, size=size, blob_id=s.blob_id, lfs_sha256=lfs))
-    return HubSnapshot(repo=repo, resolved_revision=info.sha or "", files=tuple(files))
+    return HubSnapshot(resolved_revision=info.sha or "", files=tuple(files))
 
 
 def _check_repo_path(repo: str, revision: str, path: str) -> None:

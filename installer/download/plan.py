@@ -53,11 +53,6 @@ class DownloadPlan:
         return f"{self.repo}@{self.revision}"
 
 
-def repo_dir_name(repo: str) -> str:
-    """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as october.checks.scales.scales_path)."""
-    return repo.replace("/", "__")
-
-
 def default_manifest_name(fmt: str) -> str:
     """``awq-download.json``: the name ``current smoke`` looks for in its working directory."""
     return f"{fmt}-download.json"
@@ -131,7 +126,8 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
     elif opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
-        local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
+        # Qwen/Qwen3-8B -> Qwen__Qwen3-8B, the same mangling as october.checks.scales.scales_path
+        local_dir, default_dir = cache_dir / "models" / sel.repo.replace("/", "__") / sel.revision, True
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),

@@ -99,9 +99,6 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     return plan.output
 
 
-# ----------------------------------------------------------------------- online
-
-
 def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
                      ) -> tuple[str, list[VerifiedFile]]:
     say(f"asking {hub.shown_endpoint()} for {plan.where}")
@@ -117,8 +114,9 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     expected = _expected_from_hub(plan, snap)
 
     plan.local_dir.mkdir(parents=True, exist_ok=True)
-    if plan.default_local_dir:
-        _tag_cache(plan.cache_dir / "models")
+    tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
+    if plan.default_local_dir and not tag.exists():
+        write_text_atomic(tag, CACHEDIR_TAG)
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
                           report=_bar(bars, "model files"))
@@ -167,9 +165,6 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
     return out
 
 
-# ------------------------------------------------------------------------ local
-
-
 def _local_files(root: Path) -> list[str]:
     """Every regular file under ``root`` as a '/'-separated relative path; hidden folders are bookkeeping."""
     files = (f.relative_to(root) for f in root.rglob("*") if f.is_file())
@@ -204,9 +199,6 @@ def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | N
     return verify_files(plan.local_dir, expected, where=where, progress=say, hashed=_bar(bars, "sha256"),
                         move_bad=False, fix=f"the copy in {plan.local_dir} is not the pinned model: restore it "
                         "from a copy you trust (nothing was moved or changed)")
-
-
-# ---------------------------------------------------------------------- offline
 
 
 def _record_path(plan: DownloadPlan) -> Path:
@@ -258,9 +250,6 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
 
 
-# ----------------------------------------------------------------------- scales
-
-
 def _num_layers(config: Path) -> int | None:
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
@@ -297,9 +286,6 @@ def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, A
     return {"path": str(path), "sha256": sha256_file(path), "num_layers": scales.num_layers}
 
 
-# ------------------------------------------------------------------------ misc
-
-
 @contextmanager
 def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
     from filelock import FileLock, Timeout
@@ -318,9 +304,3 @@ def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
         yield
     finally:
         lock.release()
-
-
-def _tag_cache(path: Path) -> None:
-    tag = path / "CACHEDIR.TAG"
-    if not tag.exists():
-        write_text_atomic(tag, CACHEDIR_TAG)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -76,13 +76,6 @@ def digest_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Di
     return Digest(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest())
 
 
-def move_aside(path: Path, found_sha256: str) -> Path:
-    """Rename a bad file so that nothing mistakes it for the real one."""
-    aside = path.with_name(f"{path.name}{CORRUPT_INFIX}{found_sha256[:8]}")
-    os.replace(path, aside)
-    return aside
-
-
 def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = None
            ) -> tuple[VerifiedFile | None, Problem | None]:
     f = root / exp.path
@@ -128,9 +121,10 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
             continue
         assert bad is not None
         f = root / exp.path
-        if f.is_file() and move_bad:
-            bad = Problem(bad.path, bad.what, bad.expected, bad.found,
-                          moved_to=move_aside(f, digest_file(f).sha256))
+        if f.is_file() and move_bad:        # renamed so that nothing mistakes it for the real one
+            aside = f.with_name(f"{f.name}{CORRUPT_INFIX}{digest_file(f).sha256[:8]}")
+            os.replace(f, aside)
+            bad = replace(bad, moved_to=aside)
             if on_bad is not None:
                 on_bad(exp.path)
         problems.append(bad)

@@ -55,15 +55,12 @@ def installs_deps(use: ForkUse) -> bool:
     return use.deps and use.traits.own_deps
 
 
-def _position(use: ForkUse) -> tuple[int, int]:
-    return (0 if use.traits.own_deps else 1, 0 if installs_deps(use) else 1)
-
-
 def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
               base_commit: str | None = None) -> InstallPlan:
     """Order the installs and build each one's arguments and environment."""
     installs: list[UvInstall] = []
-    for src in sorted(forks, key=lambda f: _position(f.use)):  # stable: recipe order within a group
+    # stable: recipe order within a group
+    for src in sorted(forks, key=lambda f: (not f.use.traits.own_deps, not installs_deps(f.use))):
         use = src.use
         args: list[str] = ["--reinstall-package", src.dist]
         env: list[tuple[str, str]] = []

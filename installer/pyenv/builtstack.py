@@ -104,17 +104,13 @@ def system_torch_identity(facts: Mapping[str, Any]) -> list[Any]:
     return [dict(facts), stat_identity(files)]
 
 
-# ------------------------------------------------------------------------------- store
-
-
 def _walk(top: Path) -> list[Path]:
     """Every file, link and directory under ``top`` (relative), bytecode left out."""
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         here = Path(dirpath)
-        for d in dirnames:
-            out.append((here / d).relative_to(top))
+        out += [(here / d).relative_to(top) for d in dirnames]
         out += [(here / f).relative_to(top) for f in sorted(filenames) if not f.endswith(".pyc")]
     return out
 
@@ -195,9 +191,6 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
 def discard(path: Path) -> None:
     """Remove an entry (its files are read-only, its folders are not: rmtree can remove them)."""
     shutil.rmtree(path, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------- restore
 
 
 def find(cache_dir: Path, key: str) -> Entry | None:
@@ -313,9 +306,6 @@ def restore_env(entry: Entry, env: Path, root: Path) -> None:
     except (EntryRefused, OSError):
         shutil.rmtree(env, ignore_errors=True)
         raise
-
-
-# ------------------------------------------------------------------------ the stack's key
 
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
