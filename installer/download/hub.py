@@ -25,8 +25,6 @@ LOGIN_FIX = "run `hf auth login` (or set HF_TOKEN) with an account that has acce
 
 @dataclass(frozen=True)
 class HubFile:
-    """One file of a repository at a revision, as the hub records it."""
-
     path: str
     size: int | None
     blob_id: str | None          # git blob sha1 (for an LFS file: of its pointer)
@@ -35,8 +33,6 @@ class HubFile:
 
 @dataclass(frozen=True)
 class HubSnapshot:
-    """What the hub says a revision holds, restricted to the files a selection wants."""
-
     resolved_revision: str
     files: tuple[HubFile, ...]
 
@@ -95,7 +91,6 @@ def _first_lines(exc: BaseException, n: int = 3) -> str:
 
 
 def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> DownloadError:
-    """Translate a huggingface_hub / httpx exception into a DownloadError."""
     import httpx2
     from huggingface_hub import errors as hf
 

@@ -16,8 +16,6 @@ FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable october.checks.scales re
 
 @dataclass(frozen=True)
 class DownloadOptions:
-    """What ``current download`` was asked to do."""
-
     recipe: Recipe
     format: str                      # "awq" | "fp16"
     output: Path                     # the manifest to write

@@ -66,7 +66,6 @@ def installed_in(sites: Sequence[Path]) -> list[Dist]:
 
 
 def marker_environment(python_version: str) -> dict[str, str]:
-    """This machine's marker environment with the stack's Python version."""
     return {**{k: str(v) for k, v in default_environment().items()}, "python_full_version": python_version,
             "python_version": ".".join(python_version.split(".")[:2]), "implementation_version": python_version}
 

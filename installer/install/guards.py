@@ -253,6 +253,5 @@ def spec_for(wheel: Mapping[str, Any] | None, checkouts: Mapping[str, Path], *, 
     result), its extension modules are imported where ``cuda_libs`` (default :data:`CUDA_LIBS`) load."""
     imports = import_guard(wheel, checkouts) if wheel is not None else ()
     files = extension_files(wheel, checkouts, imports) if wheel is not None and imports else {}
-    extra = {"cuda_libs": cuda_libs} if cuda_libs else {}
     return GuardSpec(python=python, torch_version=torch_version, forks=checkouts, imports=imports, files=files,
-                     system_torch=system_torch, **extra)
+                     cuda_libs=cuda_libs or CUDA_LIBS, system_torch=system_torch)

@@ -92,7 +92,6 @@ def install_guard(directory: Path) -> Path:
 
 
 def guard_env(directory: Path, log: Path, base_path: str) -> dict[str, str]:
-    """Variables for a guarded ``uv pip install`` of a fork."""
     return {"PATH": f"{directory}{os.pathsep}{base_path}" if base_path else str(directory), LOG_VAR: str(log),
             "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 

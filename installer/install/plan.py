@@ -57,7 +57,6 @@ def installs_deps(use: ForkUse) -> bool:
 
 def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
               base_commit: str | None = None) -> InstallPlan:
-    """Order the installs and build each one's arguments and environment."""
     installs: list[UvInstall] = []
     # stable: recipe order within a group
     for src in sorted(forks, key=lambda f: (not f.use.traits.own_deps, not installs_deps(f.use))):

@@ -50,7 +50,6 @@ def upstream_base(runner: Runner, step: str, repo: Path, upstream: str | None, *
                   ref: str = DEFAULT_UPSTREAM_REF, wheel_commit: str | None = None) -> BaseCommit:
     """Fetch ``upstream``'s ``ref`` into the fork clone and return ``merge-base HEAD FETCH_HEAD``."""
     shown = redact_url(upstream) if upstream else "none"
-    problem: str
     if upstream is None:
         problem = "forks.toml names no upstream URL for the fork"
     else:

@@ -43,8 +43,6 @@ class EntryRefused(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One stored built stack: its folder and its manifest."""
-
     path: Path
     manifest: Mapping[str, Any]
 
@@ -146,12 +144,11 @@ def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str
         elif stat.S_ISREG(st.st_mode):
             d.parent.mkdir(parents=True, exist_ok=True)
             data = s.read_bytes()
-            templ = False
-            if pattern.search(data):
+            templ = bool(pattern.search(data))
+            if templ:
                 if b"\0" in data:
                     raise EntryRefused(f"{s} is binary and names the stack path")
                 data = pattern.sub(PLACEHOLDER.encode(), data)
-                templ = True
             d.write_bytes(data)
             mode = st.st_mode & 0o777
             os.chmod(d, mode & ~0o222)
@@ -170,11 +167,9 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     partial = base / f".partial-{uuid.uuid4().hex}"
     try:
         partial.mkdir()
-        rows = {"env": _store_tree(env, partial / "env", _walk(env), root)}
-        forks: dict[str, Any] = {}
-        for name, (checkout, rels) in sorted(fork_outputs.items()):
-            forks[name] = _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
-        rows["forks"] = forks
+        rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
+                "forks": {name: _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
+                          for name, (checkout, rels) in sorted(fork_outputs.items())}}
         manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "files": rows,
                     "facts": templated(dict(facts), root)}
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
