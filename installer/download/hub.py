@@ -1,11 +1,9 @@
 """The one place that talks to the Hugging Face hub (through huggingface_hub), and what we rely on:
 
-* ``model_info(repo, revision=<40 hex>, files_metadata=True)`` gives the resolved commit and, per file, its
-  size, git blob id and LFS sha256: the trusted record the downloaded bytes are checked against;
-* ``snapshot_download`` resumes a file cut mid-transfer (HTTP ``Range``) and skips a complete one whose
-  recorded commit matches; a killed process's partial files are not reused (one temporary file per process);
-* the commit of each file's ``X-Repo-Commit`` header is recorded under ``local_dir/.cache/huggingface/download``;
-* the token comes from huggingface_hub's usual places; we read it only to mask it out of messages.
+* ``model_info(repo, revision=<40 hex>, files_metadata=True)``: the resolved commit and each file's size, git blob
+  id and LFS sha256, the trusted record the downloaded bytes are checked against;
+* ``snapshot_download`` resumes a file cut mid-transfer (HTTP ``Range``), skips a complete one whose recorded
+  commit matches, never reuses a killed process's partial files; it records each file's ``X-Repo-Commit``.
 """
 
 from __future__ import annotations

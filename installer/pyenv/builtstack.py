@@ -1,11 +1,8 @@
-"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and
-its forks' untracked build outputs as private copies, checked before anything reaches it.
-
-An entry ``CACHE/built/<key>/`` holds copies of ``STACK/env`` and of each fork's ``git ls-files --others``
-(the stack path replaced by a placeholder) and ``manifest.json`` (sha256, mode and kind of every file, the facts
-it was made under).  A restore copies (never hard-links), hashes every byte against the manifest and refuses the
-entry on any difference (it is removed and the stack is built).  A dirty fork, a wheel trusted on first use or a
-path that a URL would have to quote has no key.
+"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and its forks'
+untracked build outputs (``CACHE/built/<key>/``, the stack path replaced by a placeholder) as private copies.
+A restore copies (never hard-links), hashes every byte against ``manifest.json`` and refuses the entry on any
+difference (it is removed and the stack is built).  A dirty fork, a wheel trusted on first use or a path that
+a URL would have to quote has no key.
 """
 
 from __future__ import annotations
