@@ -1,30 +1,13 @@
-"""The one place that talks to the Hugging Face hub (through huggingface_hub).
+"""The one place that talks to the Hugging Face hub (through huggingface_hub), and what we rely on:
 
-Everything this tool assumes about the hub's behaviour lives here:
-
-* ``model_info(repo, revision=<40 hex>, files_metadata=True)`` answers with the
-  commit the hub resolved (``sha``) and, per file, its size, git blob id and,
-  for LFS files, the LFS sha256. That listing is the trusted record that the
-  downloaded bytes are checked against.
-* ``snapshot_download(..., revision=<40 hex>, local_dir=...)`` fetches the files
-  matching the recipe's patterns. It resumes a transfer cut mid-file with an
-  HTTP ``Range`` request, and skips a file already complete in ``local_dir``
-  whose recorded commit matches. Partial files of a killed process are not
-  reused (huggingface_hub >= 1.x writes each attempt to a process-unique
-  temporary file), so across runs the resume granularity is one file.
-* For each file it records, under ``local_dir/.cache/huggingface/download``,
-  the commit the hub's ``X-Repo-Commit`` header named; we check that too.
-* The token comes from huggingface_hub's usual places (``HF_TOKEN``, the file
-  written by ``hf auth login``); this module never reads or stores it except to
-  mask it out of messages.
-
-Hub exceptions are turned into :class:`october.installer.core.errors.DownloadError` with
-expected / found / fix, their text passed through :func:`october.installer.core.redact.redact`.
+* ``model_info(repo, revision=<40 hex>, files_metadata=True)``: the resolved commit and each file's size, git blob
+  id and LFS sha256, the trusted record the downloaded bytes are checked against;
+* ``snapshot_download`` resumes a file cut mid-transfer (HTTP ``Range``), skips a complete one whose recorded
+  commit matches, never reuses a killed process's partial files; it records each file's ``X-Repo-Commit``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,8 +23,6 @@ LOGIN_FIX = "run `hf auth login` (or set HF_TOKEN) with an account that has acce
 
 @dataclass(frozen=True)
 class HubFile:
-    """One file of a repository at a revision, as the hub records it."""
-
     path: str
     size: int | None
     blob_id: str | None          # git blob sha1 (for an LFS file: of its pointer)
@@ -50,34 +31,17 @@ class HubFile:
 
 @dataclass(frozen=True)
 class HubSnapshot:
-    """What the hub says a revision holds, restricted to the files a selection wants."""
-
-    repo: str
-    requested_revision: str
     resolved_revision: str
     files: tuple[HubFile, ...]
 
 
-# ------------------------------------------------------------------- endpoint
-
-
 def endpoint(environ: dict[str, str] | None = None) -> str:
-    """The hub endpoint, read at call time (``HF_ENDPOINT`` or huggingface.co).
-
-    huggingface_hub reads ``HF_ENDPOINT`` once at import; we pass the endpoint
-    explicitly on every call so that the value at call time is the one used.
-    """
-    env = os.environ if environ is None else environ
-    value = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-    check_endpoint(value)
-    return value
-
-
-def check_endpoint(value: str) -> None:
-    """``HF_ENDPOINT`` must be an http(s) URL with a host; anything else is a usage error that
-    names the variable (huggingface_hub would fail later with an unrelated-looking error)."""
+    """``HF_ENDPOINT`` (or huggingface.co) read at call time (huggingface_hub reads it once, at import).  Not an
+    http(s) URL with a host: a usage error naming the variable (huggingface_hub would fail later, unclearly)."""
     from urllib.parse import urlsplit
 
+    env = os.environ if environ is None else environ
+    value = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     problem = None
     try:
         parts = urlsplit(value)
@@ -95,11 +59,12 @@ def check_endpoint(value: str) -> None:
         raise UsageError("HF_ENDPOINT is not a hub URL", expected="an http:// or https:// URL such as "
                          f"{DEFAULT_ENDPOINT}", found=f"{redact_url(value)!r} ({problem})",
                          fix="set HF_ENDPOINT to the hub (or mirror) URL, or unset it to use huggingface.co")
+    return value
 
 
-def shown_endpoint(environ: dict[str, str] | None = None) -> str:
+def shown_endpoint() -> str:
     """The endpoint as it may be written to a manifest or a message (no URL credentials)."""
-    return redact_url(endpoint(environ))
+    return redact_url(endpoint())
 
 
 def secrets() -> list[str]:
@@ -118,16 +83,12 @@ def clean(text: str) -> str:
     return redact(text, secrets())
 
 
-# -------------------------------------------------------------------- errors
-
-
 def _first_lines(exc: BaseException, n: int = 3) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return clean(" ".join(lines[:n]).rstrip(".") or type(exc).__name__)
 
 
 def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> DownloadError:
-    """Translate a huggingface_hub / httpx exception into a DownloadError."""
     import httpx2
     from huggingface_hub import errors as hf
 
@@ -183,9 +144,6 @@ def _hub_errors(repo: str, revision: str, what: str) -> Iterator[None]:
         raise _map_error(exc, repo, revision, what) from None
 
 
-# ------------------------------------------------------------------ the calls
-
-
 def select(paths: Sequence[str], patterns: Sequence[str]) -> list[str]:
     """The repository paths a selection's patterns match, exactly as snapshot_download filters them."""
     from huggingface_hub.utils import filter_repo_objects
@@ -211,8 +169,7 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
         lfs = s.lfs.sha256.lower() if s.lfs is not None and s.lfs.sha256 else None
         size = s.lfs.size if s.lfs is not None else s.size
         files.append(HubFile(path=p, size=size, blob_id=s.blob_id, lfs_sha256=lfs))
-    return HubSnapshot(repo=repo, requested_revision=revision, resolved_revision=info.sha or "",
-                       files=tuple(files))
+    return HubSnapshot(resolved_revision=info.sha or "", files=tuple(files))
 
 
 def _check_repo_path(repo: str, revision: str, path: str) -> None:
@@ -222,25 +179,10 @@ def _check_repo_path(repo: str, revision: str, path: str) -> None:
                             fix="do not use this repository/revision; report it")
 
 
-@functools.cache
-def _quiet_tqdm() -> type:
-    """Built lazily, once: huggingface_hub's tqdm with every bar disabled."""
-    from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
-
-    class Quiet(hf_tqdm):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    return Quiet
-
-
-def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
-    """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)``.
-
-    ``snapshot_download`` builds its byte bars from ``tqdm_class`` (unit "B") and grows their
-    ``total`` as each file starts; the file-count bar (no unit) and the network-side "Downloading
-    bytes" bar are not forwarded (the written bytes are what the user waits for)."""
+def forwarding_tqdm(report: Callable[[float, float | None], None] | None) -> type:
+    """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)`` (None:
+    nothing).  Only the byte bars of the written files (unit "B") are forwarded, not the file-count bar or
+    the network-side "Downloading" one."""
     from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
     class Forward(hf_tqdm):  # type: ignore[misc, valid-type]
@@ -252,7 +194,7 @@ def forwarding_tqdm(report: Callable[[float, float | None], None]) -> type:
 
         def update(self, n: float | None = 1) -> None:
             self._done += float(n or 0)
-            if self._forward:
+            if self._forward and report is not None:
                 report(self._done, float(self.total) if self.total else None)
 
     return Forward
@@ -265,7 +207,7 @@ def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_d
     ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
-    tqdm_class = _quiet_tqdm() if quiet else None if report is None else forwarding_tqdm(report)
+    tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
@@ -274,8 +216,7 @@ def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_d
 
 
 def _metadata_path(local_dir: Path, path: str) -> Path:
-    # huggingface_hub's layout: <local_dir>/.cache/huggingface/download/<path>.metadata,
-    # first line the commit hash, second the ETag, third a timestamp.
+    # huggingface_hub's layout; first line the commit hash, second the ETag, third a timestamp
     return local_dir / ".cache" / "huggingface" / "download" / f"{path}.metadata"
 
 

@@ -10,13 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ...checks.contract import (
-    MANIFEST_FORMAT_VERSION,
-    MANIFEST_KIND,
-    ContractError,
-    parse_manifest,
-    read_json_object,
-)
+from ...checks.contract import MANIFEST_FORMAT_VERSION, MANIFEST_KIND, ContractError, parse_manifest, read_json_object
 from .. import __version__
 from ..core.atomic import write_json_atomic
 from ..core.errors import ReceiptError

@@ -16,8 +16,6 @@ FIXTURES_ENV = "KNLP_KV_FIXTURES"   # the same variable october.checks.scales re
 
 @dataclass(frozen=True)
 class DownloadOptions:
-    """What ``current download`` was asked to do."""
-
     recipe: Recipe
     format: str                      # "awq" | "fp16"
     output: Path                     # the manifest to write
@@ -51,11 +49,6 @@ class DownloadPlan:
     @property
     def where(self) -> str:
         return f"{self.repo}@{self.revision}"
-
-
-def repo_dir_name(repo: str) -> str:
-    """``Qwen/Qwen3-8B`` -> ``Qwen__Qwen3-8B`` (the same mangling as october.checks.scales.scales_path)."""
-    return repo.replace("/", "__")
 
 
 def default_manifest_name(fmt: str) -> str:
@@ -131,7 +124,8 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
     elif opts.local_dir is not None:
         local_dir, default_dir = opts.local_dir.expanduser().absolute(), False
     else:
-        local_dir, default_dir = cache_dir / "models" / repo_dir_name(sel.repo) / sel.revision, True
+        # Qwen/Qwen3-8B -> Qwen__Qwen3-8B, the same mangling as october.checks.scales.scales_path
+        local_dir, default_dir = cache_dir / "models" / sel.repo.replace("/", "__") / sel.revision, True
     return DownloadPlan(recipe_name=recipe.name, recipe_path=recipe.path, recipe_sha256=recipe.sha256,
                         selection=opts.format, repo=sel.repo, revision=sel.revision,
                         patterns=tuple(sel.patterns), pinned_sha256=dict(sel.sha256),

@@ -1,20 +1,10 @@
 """``current download``: fetch the selected model at its pinned revision, verify it, write the manifest.
 
-Online::
-
-    hub listing at the pin (resolved commit must equal the pin)
-      -> snapshot_download into the local dir (progress bars; resumes)
-      -> every file checked (recipe sha256 > hub LFS sha256 > hub git blob id)
-      -> record of the verified hashes in <local_dir>/.october/verified.json
-      -> calibrated scales (if a fixtures dir is known)
-      -> manifest (schema-validated, atomic)
-
-``--offline`` skips the hub entirely and re-verifies the local copy against
-that record (recipe pins still win), then writes the manifest the same way.
-
-``--model-dir DIR`` takes a copy that is already there (a site's shared storage, a model made offline):
-no hub, nothing written into DIR, nothing moved; every file the selection's patterns match must have a
-sha256 pinned in the recipe (the only record the copy did not produce itself), and is checked against it.
+Online: the hub's listing at the pin (its resolved commit must be the pin), ``snapshot_download``, every file
+checked (recipe sha256 > hub LFS sha256 > git blob id), a record of the verified hashes in
+``<local_dir>/.october/verified.json``, the calibrated scales, the manifest.  ``--offline`` re-verifies the local
+copy against that record instead.  ``--model-dir DIR`` checks a copy already there, in place, against the
+recipe's sha256 pins alone (the only record the copy did not produce itself).
 """
 
 from __future__ import annotations
@@ -64,6 +54,20 @@ def _bar(bars: Bars | None, label: str) -> Callable[[float, float | None], None]
     return lambda done, total: bars(label, done, total)
 
 
+def _verify_hub_copy(plan: DownloadPlan, expected: list[Expected], say: Callable[[str], None],
+                     bars: Bars | None) -> list[VerifiedFile]:
+    """The copy checked (a bad file moved aside and its download record dropped, so a re-run fetches it)."""
+    return verify_files(plan.local_dir, expected, where=plan.where,
+                        on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
+                        hashed=_bar(bars, "sha256"))
+
+
+def _no_weight(plan: DownloadPlan, where: str, found: str) -> DownloadError:
+    return DownloadError(f"the selection of {where} contains no weight file",
+                         expected=f"at least one of {', '.join('*' + s for s in WEIGHT_SUFFIXES)}",
+                         found=found, fix=f"add the weight patterns to [models.{plan.selection}].patterns")
+
+
 def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     """Download (or with ``offline`` re-verify) the selection and write its manifest; return its path.
     ``bars(label, done, total)`` shows the bytes written and hashed (the CLI's ConsoleReporter)."""
@@ -95,9 +99,6 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     return plan.output
 
 
-# ----------------------------------------------------------------------- online
-
-
 def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
                      ) -> tuple[str, list[VerifiedFile]]:
     say(f"asking {hub.shown_endpoint()} for {plan.where}")
@@ -113,8 +114,9 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     expected = _expected_from_hub(plan, snap)
 
     plan.local_dir.mkdir(parents=True, exist_ok=True)
-    if plan.default_local_dir:
-        _tag_cache(plan.cache_dir / "models")
+    tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
+    if plan.default_local_dir and not tag.exists():
+        write_text_atomic(tag, CACHEDIR_TAG)
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
                           report=_bar(bars, "model files"))
@@ -129,10 +131,7 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
                             fix="re-run; if it repeats, check HF_ENDPOINT (a proxy or mirror may rewrite revisions)")
 
     say("verifying sha256 of every file")
-    files = verify_files(plan.local_dir, expected, where=plan.where,
-                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
-                         hashed=_bar(bars, "sha256"))
-    return snap.resolved_revision, files
+    return snap.resolved_revision, _verify_hub_copy(plan, expected, say, bars)
 
 
 def _is_weight(path: str) -> bool:
@@ -162,19 +161,12 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
         else:
             out.append(Expected(f.path, f.size, None, f.blob_id, source="hub-git-blob"))
     if not any(_is_weight(e.path) for e in out):
-        raise DownloadError(f"the selection of {plan.where} contains no weight file",
-                            expected=f"at least one of {', '.join('*' + s for s in WEIGHT_SUFFIXES)}",
-                            found=", ".join(sorted(listed)),
-                            fix=f"add the weight patterns to [models.{plan.selection}].patterns")
+        raise _no_weight(plan, plan.where, ", ".join(sorted(listed)))
     return out
 
 
-# ------------------------------------------------------------------------ local
-
-
 def _local_files(root: Path) -> list[str]:
-    """Every regular file under ``root`` as a '/'-separated relative path; hidden folders (.cache, .git,
-    .october) are bookkeeping, not the model."""
+    """Every regular file under ``root`` as a '/'-separated relative path; hidden folders are bookkeeping."""
     files = (f.relative_to(root) for f in root.rglob("*") if f.is_file())
     return sorted(rel.as_posix() for rel in files if not any(part.startswith(".") for part in rel.parts[:-1]))
 
@@ -189,9 +181,7 @@ def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | N
                             expected=f"files matching {list(plan.patterns)}", found=", ".join(present[:8]) or "none",
                             fix="pass the model's own directory to --model-dir")
     if not any(_is_weight(p) for p in wanted):
-        raise DownloadError(f"the selection of {where} contains no weight file",
-                            expected=f"at least one of {', '.join('*' + s for s in WEIGHT_SUFFIXES)}",
-                            found=", ".join(wanted[:8]), fix=f"add the weight patterns to [models.{plan.selection}].patterns")
+        raise _no_weight(plan, where, ", ".join(wanted[:8]))
     unpinned = [p for p in wanted if p not in plan.pinned_sha256]
     if unpinned:
         raise DownloadError(f"{len(unpinned)} file(s) of the local copy have no sha256 pinned in the recipe "
@@ -209,9 +199,6 @@ def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | N
     return verify_files(plan.local_dir, expected, where=where, progress=say, hashed=_bar(bars, "sha256"),
                         move_bad=False, fix=f"the copy in {plan.local_dir} is not the pinned model: restore it "
                         "from a copy you trust (nothing was moved or changed)")
-
-
-# ---------------------------------------------------------------------- offline
 
 
 def _record_path(plan: DownloadPlan) -> Path:
@@ -260,13 +247,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
                          source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
-    files = verify_files(plan.local_dir, expected, where=plan.where,
-                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
-                         hashed=_bar(bars, "sha256"))
-    return plan.revision, files
-
-
-# ----------------------------------------------------------------------- scales
+    return plan.revision, _verify_hub_copy(plan, expected, say, bars)
 
 
 def _num_layers(config: Path) -> int | None:
@@ -305,9 +286,6 @@ def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, A
     return {"path": str(path), "sha256": sha256_file(path), "num_layers": scales.num_layers}
 
 
-# ------------------------------------------------------------------------ misc
-
-
 @contextmanager
 def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
     from filelock import FileLock, Timeout
@@ -326,9 +304,3 @@ def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
         yield
     finally:
         lock.release()
-
-
-def _tag_cache(path: Path) -> None:
-    tag = path / "CACHEDIR.TAG"
-    if not tag.exists():
-        write_text_atomic(tag, CACHEDIR_TAG)

@@ -1,24 +1,15 @@
 """Check downloaded files against the hashes they must have; move bad ones aside.
 
-Every file is read once, streaming, computing its sha256 and its git blob id
-(sha1 of ``b"blob <size>\\0" + content``), so regular git files, whose only
-hub-side record is the blob id, are checked as well as LFS files. All problems
-are collected first and reported together in one :class:`DownloadError`.
-
-Why not ``HfApi.verify_repo_checksums`` / ``hf cache verify``: they list the whole repository
-on the hub (no ``--offline`` re-verification), report every file the recipe's patterns leave out
-as "missing" and our own record as "extra", know nothing of hashes pinned in the recipe, and read
-each file once per algorithm (twice for 5 to 16 GB of weights).  What they compute is the same
-thing: ``tests/test_download_units.py`` checks our one-pass digests against huggingface_hub's own
-``sha_fileobj`` and ``git_hash``, and the hub listing they compare with is the one
-:mod:`october.installer.download.hub` reads (``model_info(files_metadata=True)``).
+Each file is read once, computing its sha256 and git blob id (so a plain git file, whose only hub record is
+its blob id, is checked too); all problems are reported together.  Not ``HfApi.verify_repo_checksums``: it
+lists the whole repository (no ``--offline``), knows no recipe pins and reads each file once per algorithm.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -85,13 +76,6 @@ def digest_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Di
     return Digest(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest())
 
 
-def move_aside(path: Path, found_sha256: str) -> Path:
-    """Rename a bad file so that nothing mistakes it for the real one."""
-    aside = path.with_name(f"{path.name}{CORRUPT_INFIX}{found_sha256[:8]}")
-    os.replace(path, aside)
-    return aside
-
-
 def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = None
            ) -> tuple[VerifiedFile | None, Problem | None]:
     f = root / exp.path
@@ -116,13 +100,8 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
                  progress: Callable[[str], None] | None = None,
                  hashed: Callable[[float, float | None], None] | None = None,
                  move_bad: bool = True, fix: str | None = None) -> list[VerifiedFile]:
-    """Verify every file; on any problem move the bad files aside and raise once with the full list.
-
-    ``on_bad(path)`` is called for each file moved aside (the caller drops the
-    downloader's own record of it so that a re-run fetches it again).  ``hashed(done, total)``
-    follows the bytes read over all files (for a progress bar).  ``move_bad=False`` leaves bad files where they
-    are (a copy the tool does not own, e.g. a site's shared model directory): they are only reported.
-    """
+    """Verify every file; move the bad ones aside (``on_bad(path)`` for each; not with ``move_bad=False``, for a
+    copy the tool does not own) and raise once with the full list.  ``hashed(done, total)``: bytes read."""
     good: list[VerifiedFile] = []
     problems: list[Problem] = []
     total = float(sum((root / e.path).stat().st_size for e in expected if (root / e.path).is_file()))
@@ -142,9 +121,10 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
             continue
         assert bad is not None
         f = root / exp.path
-        if f.is_file() and move_bad:
-            bad = Problem(bad.path, bad.what, bad.expected, bad.found,
-                          moved_to=move_aside(f, digest_file(f).sha256))
+        if f.is_file() and move_bad:        # renamed so that nothing mistakes it for the real one
+            aside = f.with_name(f"{f.name}{CORRUPT_INFIX}{digest_file(f).sha256[:8]}")
+            os.replace(f, aside)
+            bad = replace(bad, moved_to=aside)
             if on_bad is not None:
                 on_bad(exp.path)
         problems.append(bad)

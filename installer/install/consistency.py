@@ -1,22 +1,9 @@
-"""Is the finished stack env consistent?  Every installed distribution's requirements, read from its
-``METADATA`` on disk (no process started), checked against what is installed.
-
-Markers are evaluated for the stack's Python (its version from ``pyvenv.cfg``; the platform is this
-machine's, where the env lives).  A requirement with an ``extra`` marker counts only when some
-installed distribution asks for that extra.  Each unmet requirement is a :class:`Conflict`; the recipe's
-``[[install.exceptions]]`` say which are intended (e.g. vLLM's ``flashinfer-python==X`` pin, superseded
-by the fork); :func:`judge` splits them into declared and undeclared.  The ``.dist-info`` directories
-are read by :func:`october.installer.verify_dists.dists_in`, the one reader of installed distributions.
-
-Not ``uv pip check --python STACK/env/bin/python`` (issue 21; uv 0.13.9 on real venvs, held by
-tests/test_consistency_vs_uv.py, which fails naming the case when a uv release catches one): uv agrees
-on a version conflict and a missing requirement in the env's own site-packages, but does not check a
-requirement an extra turns on (``e[fast]`` -> ``speedup; extra == 'fast'``), and on a site-provided
-torch's env (``--system-site-packages`` and our ``.pth``) reads the env's site-packages only: the system
-torch is "not installed" (a false conflict on every such stack) and torch's ``triton==3.6.0`` against
-the env's triton 3.9.0 is missed.  Its output is text, without the requirer's version or the
-requirement as written that the receipt records.  The two cases uv does catch are the same loop as
-the rest here, so nothing is handed to uv.
+"""Is the finished stack env consistent?  Every installed distribution's requirements (read from its
+``METADATA``, no process started) checked against what is installed, markers evaluated for the stack's Python;
+an ``extra`` requirement counts when some distribution asks for that extra.  :func:`judge` splits the conflicts
+into those the recipe's ``[[install.exceptions]]`` declare and the rest.  Not ``uv pip check``: it skips extras
+and reads only the env's own site-packages, so a site-provided torch is "not installed" and a triton it pins is
+missed (tests/test_consistency_vs_uv.py fails when a uv release catches up).
 """
 
 from __future__ import annotations
@@ -70,17 +57,15 @@ class Judgement:
 
 
 def installed(env: Path) -> list[Dist]:
-    """Every ``*.dist-info`` of the env's site-packages, with its ``Requires-Dist``."""
     return installed_in(site_packages(env))
 
 
 def installed_in(sites: Sequence[Path]) -> list[Dist]:
-    """Every ``*.dist-info`` of the given site directories (e.g. a site-provided torch's interpreter)."""
+    """Every ``*.dist-info`` of the given site directories, with its ``Requires-Dist``."""
     return [Dist(d.name, d.version, d.requires) for d in dists_in(sites, strict=True)]
 
 
 def marker_environment(python_version: str) -> dict[str, str]:
-    """This machine's marker environment with the stack's Python version."""
     return {**{k: str(v) for k, v in default_environment().items()}, "python_full_version": python_version,
             "python_version": ".".join(python_version.split(".")[:2]), "implementation_version": python_version}
 
@@ -90,9 +75,8 @@ _NAME = re.compile(r"\s*(\b[a-zA-Z0-9][a-zA-Z0-9._-]*\b)")
 
 
 def requirement_name(line: str) -> str | None:
-    """The canonical name a ``Requires-Dist`` line names, read without parsing the rest (None: no name;
-    such a line does not parse either).  tests/test_install_plan.py holds it equal to packaging's
-    ``Requirement(line).name`` for every requirement of the test env's distributions."""
+    """The canonical name a ``Requires-Dist`` line names, read without parsing the rest (None: no name; such a
+    line does not parse either)."""
     m = _NAME.match(line)
     return str(canonicalize_name(m.group(1))) if m else None
 
@@ -109,11 +93,9 @@ def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> 
 
 
 def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
-    """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can
-    meet them.  A provided distribution's own requirements are checked where the env changed what they
-    see: one naming a distribution the env shadows (torch's ``triton==3.6.0`` against a newer triton
-    installed here), and one an env distribution turned on by asking for an extra of it; the rest of the
-    system interpreter is the site's, as it was."""
+    """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can meet them.
+    A provided distribution's own requirements count only where the env changed what they see: one naming a
+    distribution the env shadows, or one an env distribution turned on by asking for an extra."""
     env = marker_environment(python_version)
     have = {d.name: d for d in (*provided, *dists)}
     wanted_extras: dict[str, set[str]] = {}
@@ -131,7 +113,7 @@ def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dis
             continue
         asked = wanted_extras.get(p.name, set())
         # without an extra asked of it, only a line naming a shadowed distribution can count: the name is read
-        # first (an image's 400 system distributions have ~2,800 lines; parsing each was 0.17 s, issue 20)
+        # first (parsing the thousands of lines of an image's system distributions is slow)
         lines = p.requires if asked else [ln for ln in p.requires if requirement_name(ln) in shadowed]
         reqs = [(line, r) for line in lines if (r := _parse(line)) is not None
                 and (str(canonicalize_name(r.name)) in shadowed
@@ -166,9 +148,8 @@ def judge(found: Sequence[Conflict], declared: Sequence[DeclaredException]) -> J
 
 def require_consistent(env: Path, python_version: str, provided: Sequence[Dist],
                        declared: Sequence[DeclaredException]) -> Judgement:
-    """Every installed requirement in ``env`` met (by it or by ``provided``), except the ``declared``
-    exceptions; -> the judgement.  Raises :class:`InstallError` listing each undeclared conflict
-    (``python_version``: the recipe's, used when the env's pyvenv.cfg names none)."""
+    """Every installed requirement in ``env`` met (by it or by ``provided``) but the ``declared`` exceptions;
+    -> the judgement, else :class:`InstallError` (``python_version``: when the env's pyvenv.cfg names none)."""
     from ..core.errors import InstallError
 
     found = conflicts(installed(env), env_python_version(env) or python_version, provided)

@@ -1,12 +1,6 @@
-"""One fork's ``uv pip install`` into the stack env behind the nested-install guard, and what its
-failure means (a missing build module, a torch the resolver would move, or uv's own message);
-:func:`install_forks` installs the plan's forks in order, each one's tracked files checked unchanged
-by its install (:mod:`october.installer.install.overwritten`).
-
-The step passes the stack's uv (:class:`october.installer.pyenv.uvcmd.StackUv`), the runner, its own
-name (for the log) and the plan's :class:`~october.installer.install.plan.UvInstall`; what the build
-tried to install by itself is judged against the recipe's ``[forks.nested_installs]``
-(:mod:`october.installer.install.nested`).
+"""One fork's ``uv pip install`` into the stack env behind the nested-install guard (:mod:`.nested`), and what
+its failure means; :func:`install_forks` installs the plan's forks in order, each one's tracked files checked
+unchanged by its install (:mod:`.overwritten`).
 """
 
 from __future__ import annotations
@@ -28,10 +22,8 @@ if TYPE_CHECKING:
 
 def install_fork(uv: "StackUv", runner: Runner, step: str, inv: UvInstall, *, guard: Path, log: Path,
                  env_bin: Path, declared: Mapping[str, str], torch_version: str) -> nested.Verdict:
-    """``uv pip install`` of ``inv`` with the guard ``guard`` first on PATH (its attempts logged to
-    ``log``); -> the verdict on what the fork's build tried to install by itself.  Raises
-    :class:`InstallError` when the env holds its own installer, the install fails, or the build tried
-    to install something the recipe does not declare."""
+    """``uv pip install`` of ``inv`` with ``guard`` first on PATH (attempts logged to ``log``); -> the verdict on
+    what the fork's build tried to install by itself (something the recipe does not declare fails)."""
     shadow = nested.shadowing(env_bin)
     if shadow:
         raise InstallError("the stack env holds its own package installer, which a fork's build would use "
@@ -62,9 +54,8 @@ def install_fork(uv: "StackUv", runner: Runner, step: str, inv: UvInstall, *, gu
 def install_forks(uv: "StackUv", runner: Runner, step: str, installs: Sequence[UvInstall],
                   sources: Mapping[str, ForkSource], *, state: Path, env_bin: Path, torch_version: str,
                   info: Callable[[str], None], detail: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """Each of ``installs`` in order with :func:`install_fork`, behind one guard under ``state`` (its
-    attempts logged to ``state/nested/<fork>.log``), then the fork's tracked files checked unchanged
-    (:func:`overwritten.check`); -> fork -> the verdict's JSON."""
+    """Each of ``installs`` in order with :func:`install_fork` (attempts logged to ``state/nested/<fork>.log``),
+    its tracked files checked unchanged; -> fork -> the verdict's JSON."""
     guard = nested.install_guard(state / "build-guard")
     out: dict[str, dict[str, Any]] = {}
     for inv in installs:
@@ -85,8 +76,7 @@ _TORCH_SPEC = re.compile(r"\btorch(\[[^\]]*\])?\s*(==|>=|<=|!=|~=|<|>)\s*\d")
 
 
 def install_failed(fork: str, torch: str, exc: CommandFailed) -> InstallError:
-    """The error a failed fork install is: a build module the env lacks, a torch the fork would move,
-    or uv's own last lines."""
+    """The error of a failed fork install: a build module missing, torch moved, or uv's own last lines."""
     lines = [ln for ln in exc.tail.rstrip().splitlines() if not ln.startswith("Using Python")][-12:]
     said = "\n".join("    | " + ln for ln in lines)
     # a resolver line about a torch version (e.g. "depends on torch==2.11.0"), not any line that

@@ -1,13 +1,9 @@
 """Post-install guards: torch is still the pinned build, each fork is the editable checkout, the wheel's modules import.
 
-The facts are read by ``checks/probes/install_facts.py`` run with the stack python through the
-runner; :func:`evaluate` judges them without running anything.  Every problem
-is collected first and raised once as :class:`InstallError`.  The modules imported
-come from the verified base wheel (:func:`import_guard`: its compiled extension
-modules, e.g. ``vllm._C`` on 0.18.0, ``vllm._C_stable_libtorch`` on 0.24.0, that the
-precompiled install placed in the checkout), never from a hard-coded name.  They are
-attempted only where a CUDA library loads; elsewhere the outcome is recorded as
-``"not verifiable here: <reason>"``, never as a pass.
+``checks/probes/install_facts.py``, run with the stack python, reads the facts; :func:`evaluate` judges them and
+raises every problem at once.  The modules imported are the base wheel's compiled extensions that the
+precompiled install placed in the checkout (:func:`import_guard`), tried only where a CUDA library loads;
+elsewhere the outcome is ``"not verifiable here: <reason>"``, never a pass.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ class _Problem:
 
 
 def probe(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = True) -> dict[str, Any]:
-    """Run ``checks/probes/install_facts.py`` with the stack python (``-I``: no PYTHONPATH, no user site, no cwd on sys.path)."""
+    """Run the probe with the stack python (``-I``: no PYTHONPATH, no user site, no cwd on sys.path)."""
     request = {"torch": "torch", "forks": {k: str(v) for k, v in spec.forks.items()},
                "imports": list(spec.imports) if imports else [], "cuda_libs": list(spec.cuda_libs),
                "files": {k: str(v) for k, v in spec.files.items()}}
@@ -135,15 +131,9 @@ def _check_fork(package: str, src: Path, facts: Mapping[str, Any]) -> list[_Prob
 
 
 def import_guard(wheel: Mapping[str, Any], checkouts: Mapping[str, Path]) -> tuple[str, ...]:
-    """The modules to import after a precompiled install, derived from what the verified wheel ships.
-
-    ``wheel`` is the wheel step's outputs: ``extensions`` lists the compiled extension
-    modules from the wheel's RECORD (with ``PyInit_<name>`` in their ELF); outputs from
-    before that field existed fall back to RECORD's file names.  A module counts when the
-    precompiled install placed its file in the fork checkout (``checkouts``: top package ->
-    checkout), since the fork's ``setup.py`` decides which files it copies out of the wheel.
-    None placed at all means the precompiled install took nothing from the wheel: that fails.
-    """
+    """The modules to import after a precompiled install: the wheel's compiled extension modules (``extensions``
+    of the wheel step's outputs, else its RECORD) whose file the install placed in a fork checkout (``checkouts``:
+    top package -> checkout; the fork's setup.py decides what it copies).  None placed at all fails."""
     listed = wheel.get("extensions")
     if not isinstance(listed, list):
         path = Path(str(wheel.get("path", "")))
@@ -172,8 +162,7 @@ def extension_files(wheel: Mapping[str, Any], checkouts: Mapping[str, Path], mod
 
 
 def _in_checkouts(extensions: list[Mapping[str, Any]], checkouts: Mapping[str, Path]) -> list[tuple[str, str, Path]]:
-    """(module, its path in the wheel, the checkout of its top package) of each listed extension module
-    whose top package is a fork's."""
+    """(module, its path in the wheel, its fork's checkout) of each listed extension module of a fork."""
     rows = [(str(ext.get("module", "")), str(ext.get("path", ""))) for ext in extensions]
     return [(module, rel, checkouts[top]) for module, rel in rows
             if module and (top := module.split(".", 1)[0]) in checkouts]
@@ -207,8 +196,7 @@ def _check_imports(spec: GuardSpec, facts: Mapping[str, Any]) -> tuple[dict[str,
 
 def _judge_static(name: str, static: Mapping[str, Any] | None, cuda: Mapping[str, Any]
                   ) -> tuple[str, _Problem | None]:
-    """No driver here: tell a missing driver apart from torch ABI drift by the extension's ELF symbols
-    (``checks/probes/elf_symbols.py``); say which was checked."""
+    """No driver here: tell a missing driver apart from torch ABI drift by the extension's ELF symbols."""
     no_driver = f"{NOT_VERIFIABLE}: no CUDA driver ({cuda.get('reason', '?')})"
     if not static:
         return f"{no_driver}; torch ABI not checked (no extension file given)", None
@@ -261,11 +249,9 @@ def run_guards(runner: Runner, step: str, spec: GuardSpec, *, imports: bool = Tr
 
 def spec_for(wheel: Mapping[str, Any] | None, checkouts: Mapping[str, Path], *, python: Path, torch_version: str,
              cuda_libs: tuple[str, ...] | None = None, system_torch: Mapping[str, Any] | None = None) -> GuardSpec:
-    """The guards' spec for the forks checked out at ``checkouts`` (import name -> path): with a fork
-    laid over the base ``wheel`` (its verified result, JSON; None when no fork is), the wheel's
-    extension modules are imported where ``cuda_libs`` (default :data:`CUDA_LIBS`) load."""
+    """The guards' spec for the forks at ``checkouts`` (import name -> path); with a base ``wheel`` (its verified
+    result), its extension modules are imported where ``cuda_libs`` (default :data:`CUDA_LIBS`) load."""
     imports = import_guard(wheel, checkouts) if wheel is not None else ()
     files = extension_files(wheel, checkouts, imports) if wheel is not None and imports else {}
-    extra = {"cuda_libs": cuda_libs} if cuda_libs else {}
     return GuardSpec(python=python, torch_version=torch_version, forks=checkouts, imports=imports, files=files,
-                     system_torch=system_torch, **extra)
+                     cuda_libs=cuda_libs or CUDA_LIBS, system_torch=system_torch)

@@ -1,6 +1,5 @@
-"""``import <fork>`` in the stack env with the stack environment (``STACK/stack-env.json``), as jit,
-smoke and serving run it: a FlashInfer fork laid over an index ``flashinfer-cubin`` of another
-version imports only with the version check the stack environment disables."""
+"""``import <fork>`` in the stack env with the stack environment, as jit, smoke and serving run it (a FlashInfer
+fork over an index ``flashinfer-cubin`` of another version imports only with its version check disabled)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from ..core.runner import Runner
 
 def check_imports(runner: Runner, step: str, python: Path, python_args: Sequence[str], names: Sequence[str],
                   env: Mapping[str, str], env_file: Path) -> dict[str, str]:
-    """Each of ``names`` imported by ``python`` (``-I``) under ``env``; -> name -> its ``__version__``.
-    Raises :class:`InstallError` naming the first one that does not import."""
+    """Each of ``names`` imported by ``python`` (``-I``) under ``env``; -> name -> its ``__version__``."""
     out: dict[str, str] = {}
     for name in names:
         code = f"import {name}; print('OCTOBER_IMPORT', {name}.__version__)"

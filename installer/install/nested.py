@@ -1,17 +1,10 @@
 """The nested-install guard: a fork's build backend installs nothing by itself.
 
-FlashInfer's real ``build_backend.py`` (2f3f0f6d) runs ``uv pip install --python <stack python>
---no-deps ...`` from the index while it is being built (cuTile's compile chain always; NCCL and
-NIXL wheels unless ``BUILD_NVEP=0``), falling back to ``python -m pip install``.  Under our outer
-``uv pip install`` that nested uv waits up to ``UV_LOCK_TIMEOUT`` (300 s) for the env lock, then
-installs packages past the recipe's sources, the torch constraint and ``--locked``.
-
-The guard: for the fork installs, ``PATH`` starts with ``STACK/.state/build-guard`` whose ``uv``,
-``pip`` and ``pip3`` refuse (exit 3) after appending their arguments to ``$OCTOBER_NESTED_LOG``;
-``PIP_NO_INDEX=1`` stops a ``python -m pip`` fallback from reaching an index.  uv puts only the
-target env's ``bin`` before our ``PATH`` (checked: that directory must hold no ``uv``).
-Afterwards every attempt is judged against the fork's ``[forks.nested_installs]``: a package the
-recipe declares not needed is recorded; anything else fails the install, naming it.
+FlashInfer's ``build_backend.py`` runs ``uv pip install`` (falling back to ``python -m pip``) while it is built,
+past the recipe's sources, the torch constraint and ``--locked``.  So the fork installs run with
+``STACK/.state/build-guard`` first on ``PATH``: its ``uv``, ``pip`` and ``pip3`` log their arguments to
+``$OCTOBER_NESTED_LOG`` and refuse, and ``PIP_NO_INDEX=1`` stops ``python -m pip``.  Each attempt is then judged
+against the fork's ``[forks.nested_installs]``: a package declared not needed is recorded, anything else fails.
 """
 
 from __future__ import annotations
@@ -99,15 +92,13 @@ def install_guard(directory: Path) -> Path:
 
 
 def guard_env(directory: Path, log: Path, base_path: str) -> dict[str, str]:
-    """Variables for a guarded ``uv pip install`` of a fork."""
     return {"PATH": f"{directory}{os.pathsep}{base_path}" if base_path else str(directory), LOG_VAR: str(log),
             "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def shadowing(env_bin: Path) -> list[Path]:
-    """A ``uv`` in the target env's ``bin`` (uv puts that directory before our ``PATH``) would bypass the
-    guard, and a nested uv takes its index from the environment.  A ``pip`` there is no such hole:
-    ``PIP_NO_INDEX=1`` leaves it nothing to fetch from (and ``python -m pip`` never looks at ``PATH``)."""
+    """A ``uv`` in the target env's ``bin`` (uv puts it before our ``PATH``) would bypass the guard; a ``pip``
+    there would not (``PIP_NO_INDEX=1`` leaves it nothing to fetch from)."""
     return [env_bin / "uv"] if (env_bin / "uv").exists() else []
 
 

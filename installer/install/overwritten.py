@@ -1,12 +1,9 @@
 """A fork install must leave the fork's tracked files as committed.
 
-vLLM's ``setup.py`` in precompiled mode copies files out of the base wheel into the checkout.  Most
-are ignored build outputs (``*.so``, ``vllm/_version.py``), but vLLM 0.18.0's copies the wheel's
-``vllm/vllm_flash_attn/__init__.py`` and ``flash_attn_interface.py`` over the files the fork tracks
-(0.24.0's skips them).  Where the wheel's copy differs, the installed fork is no longer the pinned
-commit: the fork's own version of those files is silently gone.  So after each fork install the
-fork's ``git status`` is read (tracked files only), and any change fails the install, naming the
-files; files already changed before the install (``--allow-dirty``) count when their content changes.
+vLLM 0.18.0's precompiled ``setup.py`` copies the wheel's ``vllm/vllm_flash_attn/__init__.py`` and
+``flash_attn_interface.py`` over the files the fork tracks, silently dropping the fork's own version.  So after
+each fork install its tracked files' ``git status`` is read and any change fails, naming the files (those dirty
+before, under ``--allow-dirty``, count when their content changes).
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def snapshot(runner: Runner, step: str, repo: Path) -> dict[str, str | None]:
 
 
 def check(runner: Runner, step: str, fork: str, repo: Path, before: Mapping[str, str | None]) -> None:
-    """Raise :class:`InstallError` naming every tracked file of ``fork`` the install changed (``before``:
-    :func:`snapshot` taken just before it)."""
+    """Raise :class:`InstallError` naming every tracked file the install changed since :func:`snapshot` ``before``."""
     changed = [rel for rel, digest in snapshot(runner, step, repo).items()
                if rel not in before or before[rel] != digest]
     if not changed:

@@ -1,12 +1,7 @@
-"""The install plan: which ``uv pip install`` runs, in which order, with which environment.
+"""The install plan: which ``uv pip install`` runs, in which order, with which environment (nothing run).
 
-Computed from the recipe's forks and the earlier steps' results, without running
-anything, so the order and the arguments can be tested on their own.
-
-Order rule: forks installed *with* dependencies go first, forks installed with
-``--no-deps`` after them, and a ``flashinfer``-mode fork last of all.  A
-dependency resolution (vLLM pulls ``flashinfer-python`` from an index) can then
-never overwrite a fork that was installed before it.
+Forks installed *with* dependencies go first, ``--no-deps`` ones after them, a ``flashinfer``-mode fork last:
+a dependency resolution (vLLM pulls ``flashinfer-python``) can then never overwrite a fork installed before it.
 """
 
 from __future__ import annotations
@@ -56,20 +51,15 @@ class InstallPlan:
 
 
 def installs_deps(use: ForkUse) -> bool:
-    """A fork whose mode brings no dependencies (``flashinfer``) is always ``--no-deps``; any other fork
-    as the recipe says."""
+    """A fork whose mode brings no dependencies (``flashinfer``) is always ``--no-deps``; others as the recipe says."""
     return use.deps and use.traits.own_deps
-
-
-def _position(use: ForkUse) -> tuple[int, int]:
-    return (0 if use.traits.own_deps else 1, 0 if installs_deps(use) else 1)
 
 
 def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
               base_commit: str | None = None) -> InstallPlan:
-    """Order the installs and build each one's arguments and environment."""
     installs: list[UvInstall] = []
-    for src in sorted(forks, key=lambda f: _position(f.use)):  # stable: recipe order within a group
+    # stable: recipe order within a group
+    for src in sorted(forks, key=lambda f: (not f.use.traits.own_deps, not installs_deps(f.use))):
         use = src.use
         args: list[str] = ["--reinstall-package", src.dist]
         env: list[tuple[str, str]] = []
@@ -126,8 +116,7 @@ def require_installable(name: str, path: Path) -> None:
 
 
 def verified_wheel(path: Path, want: str) -> str:
-    """The base wheel at ``path`` hashed again just before use; -> its sha256, which must be ``want``
-    (what the wheel step verified)."""
+    """The base wheel at ``path`` hashed again just before use; -> its sha256, which must be ``want``."""
     from ..core.hashing import sha256_file
 
     if not path.is_file():

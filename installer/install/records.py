@@ -1,10 +1,6 @@
-"""Every installed file as its distribution's RECORD hashes it: checked before install is marked
-done, on every re-run (through the stat signatures of :mod:`october.installer.core.filetrust`,
-so a no-op re-reads only what changed), and the way back for a tampered file (re-install the
-distributions whose RECORD no longer matches).
-
-RECORD rows are read with ``current verify``'s reader (:mod:`october.installer.verify`), the
-one definition of how a row and its hash are read.
+"""Every installed file as its distribution's RECORD hashes it: checked before install is marked done and on
+every re-run (through :mod:`october.installer.core.filetrust`'s stat signatures, so a no-op re-reads only what
+changed), and the way back for a tampered file (re-install the distributions whose RECORD no longer matches).
 """
 
 from __future__ import annotations
@@ -24,9 +20,8 @@ HASH_THREADS = min(8, os.cpu_count() or 1)
 
 
 def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
-    """distribution -> its files that are missing or differ from their RECORD hash (none: {}).
-    Files whose stat signature is unchanged since they were hashed are not read; the others are
-    hashed in parallel (hashlib releases the GIL: a multi-GB torch is hashed on every core)."""
+    """distribution -> its files that are missing or differ from their RECORD hash.  Files whose stat signature
+    is unchanged are not read; the others are hashed in parallel (hashlib releases the GIL)."""
     bad: dict[str, list[str]] = {}
     todo: list[tuple[str, str, str, str, Path]] = []        # dist, rel, algo, value, path
     for name, dist in sorted(installed(env).items()):
@@ -82,10 +77,8 @@ def describe(found: Mapping[str, list[str]]) -> str:
 
 
 def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> list[str]:
-    """``uv pip install`` arguments that put the named index distributions back at their installed
-    version from their source (nothing else moves: ``--no-deps``); a fork (``forks``: distribution
-    names) or any editable install is not among them (the install step installs every fork again
-    anyway).  [] when there is none."""
+    """``uv pip install`` arguments that put the named index distributions back at their installed version
+    (``--no-deps``); forks and editable installs are left out (the step installs them again anyway)."""
     dists = installed(env)
     skip = {str(canonicalize_name(f)) for f in forks}
     index = [n for n in names if n in dists and n not in skip and dists[n].editable_path is None]
@@ -97,9 +90,8 @@ def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> 
 
 def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Callable[[list[str]], None],
            warn: Callable[[str], None]) -> None:
-    """Put back every index distribution whose files no longer match its RECORD (an edit in the env
-    since it was installed), from its source at the installed version: ``reinstall`` gets the
-    :func:`reinstall_args` (the forks, ``forks``, are installed again by the step anyway)."""
+    """Put back every index distribution whose files no longer match its RECORD (``reinstall`` gets the
+    :func:`reinstall_args`)."""
     bad = tampered(env, trust)
     args = reinstall_args(env, sorted(bad), forks)
     if args:
@@ -108,8 +100,7 @@ def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Ca
 
 
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str]) -> None:
-    """Every file of every distribution in ``env`` as its RECORD hashes it; raises :class:`InstallError`
-    naming what differs (``uv_cache_dir``: the cache that served the bytes, for the fix; asked only then)."""
+    """Every file in ``env`` as its RECORD hashes it, else :class:`InstallError` (``uv_cache_dir``: for the fix)."""
     from ..core.errors import InstallError
 
     bad = tampered(env, trust)

@@ -1,6 +1,5 @@
-"""What install left in the stack env, read from its metadata files alone (no process started: a
-no-op re-run stays fast and writes nothing): the pinned torch (or none over a site-provided one),
-each fork installed editable from its checkout, and an editable fork's installed version."""
+"""What install left in the stack env, read from its metadata files alone (no process started: a no-op re-run
+stays fast and writes nothing)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The upstream base commit of the vLLM fork: ``git merge-base HEAD <upstream main>``.
 
-Decision when the upstream cannot be reached: fail closed, unless the verified
-base wheel names its source commit (``vllm/_version.py``) and that commit is
-present in the fork clone *and* an ancestor of the fork's HEAD: then that commit
-is used, checked here with git, and recorded as coming from the wheel.  Nothing
-else is accepted, so a recorded base commit is always one git proved.
+When the upstream cannot be reached: fail closed, unless the verified base wheel's source commit is in the
+clone *and* an ancestor of HEAD (checked with git, recorded as from the wheel): a base commit is one git proved.
 """
 
 from __future__ import annotations
@@ -53,7 +50,6 @@ def upstream_base(runner: Runner, step: str, repo: Path, upstream: str | None, *
                   ref: str = DEFAULT_UPSTREAM_REF, wheel_commit: str | None = None) -> BaseCommit:
     """Fetch ``upstream``'s ``ref`` into the fork clone and return ``merge-base HEAD FETCH_HEAD``."""
     shown = redact_url(upstream) if upstream else "none"
-    problem: str
     if upstream is None:
         problem = "forks.toml names no upstream URL for the fork"
     else:
@@ -84,9 +80,8 @@ def upstream_base(runner: Runner, step: str, repo: Path, upstream: str | None, *
 
 def plan_with_base(runner: Runner, step: str, forks: Sequence[ForkSource], wheel: Callable[[], tuple[Path, str | None]],
                    say: Callable[[str], None]) -> tuple[InstallPlan, BaseCommit | None]:
-    """The install plan (:func:`october.installer.install.plan.make_plan`) and, for a base-wheel fork, the
-    upstream base commit (None without one); ``wheel()`` -> (the verified base wheel, its source commit),
-    asked only when a fork takes the wheel; ``say`` tells each finding."""
+    """The install plan and, for a base-wheel fork, the upstream base commit (else None); ``wheel()`` -> (the
+    verified base wheel, its source commit), asked only when a fork takes the wheel."""
     precompiled = [f for f in forks if f.use.traits.base_wheel]
     if not precompiled:
         return make_plan(forks), None

@@ -1,2 +1,1 @@
-"""The stack's Python environment: every uv command line (:mod:`.uvcmd`), a site-provided torch
-(:mod:`.systorch`) and the stack's runtime environment file (:mod:`.stackenv`)."""
+"""The stack's Python environment: uv command lines, a site-provided torch, the runtime environment file."""

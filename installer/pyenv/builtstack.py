@@ -1,29 +1,8 @@
-"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and
-what its editable fork installs produced, as private copies, checked before anything reaches it.
-
-When the install step finishes (every check passed), it stores ``CACHE/built/<key>/``: a copy of
-``STACK/env`` and of each fork's untracked build outputs (``git ls-files --others``: FlashInfer's
-``_build_meta.py`` and ``data/`` links, vLLM's precompiled ``.so`` files), ``__pycache__`` left out,
-with the stack's own path in text files and link targets replaced by a placeholder, and
-``manifest.json``: the sha256, mode and kind of every stored file, which ones carry the placeholder,
-and the facts the entry was made under.  The key (:func:`entry_key`) is every input that decides
-what env and install produce: the env and install steps' inputs (the stack path replaced by the
-placeholder), each fork's commit and submodule commits, the system torch's identity (its facts and
-the stat signatures of its files), uv's version and its binary's size (:func:`uv_identity`) and this module's format.  A dirty fork, a wheel
-trusted on first use or a path that a URL would have to quote has no key: that stack is built.
-
-A later stack with the same key and no env yet (:func:`restore_env`, from the env step; a stack whose
-existing env is made again builds it) copies the entry's env
-(copies or reflinks, never hard links: :mod:`october.installer.core.clonefile`), hashing every byte
-it copies against the manifest, puts its own path where the placeholder is, and checks that the
-interpreter the env links to is the one the entry was made with.  The install step then puts the
-fork outputs in place the same way (:func:`restore_fork_outputs`; one already there with the same
-bytes is kept) and runs the same checks a
-normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
-environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
-unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
-there were none.  What a restore trusts: the manifest, written once when the entry is made from a
-stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
+"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and its forks'
+untracked build outputs (``CACHE/built/<key>/``, the stack path replaced by a placeholder) as private copies.
+A restore copies (never hard-links), hashes every byte against ``manifest.json`` and refuses the entry on any
+difference (it is removed and the stack is built).  A dirty fork, a wheel trusted on first use or a path that
+a URL would have to quote has no key.
 """
 
 from __future__ import annotations
@@ -61,14 +40,8 @@ class EntryRefused(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One stored built stack: its folder and its manifest."""
-
     path: Path
     manifest: Mapping[str, Any]
-
-    @property
-    def key(self) -> str:
-        return str(self.manifest["key"])
 
     @property
     def facts(self) -> Mapping[str, Any]:
@@ -112,8 +85,7 @@ def stat_identity(paths: list[Path]) -> list[list[Any]]:
 
 
 def system_torch_identity(facts: Mapping[str, Any]) -> list[Any]:
-    """The site-provided torch as preflight located it, plus the stat signatures of the files that
-    say which torch it is (its package, version, dist-info, the interpreter)."""
+    """The site-provided torch's facts plus the stat signatures of the files that say which torch it is."""
     init = Path(str(facts.get("file") or facts.get("path") or ""))
     torch_dir = init.parent
     files = [init, torch_dir / "version.py", *sorted(torch_dir.glob("_C*.so"))]
@@ -127,22 +99,13 @@ def system_torch_identity(facts: Mapping[str, Any]) -> list[Any]:
     return [dict(facts), stat_identity(files)]
 
 
-def entry_key(parts: Mapping[str, Any]) -> str:
-    """The key of everything that decides what env and install produce (see the module doc)."""
-    return fingerprint({"format": BUILT_FORMAT, "tool": __version__, **parts})
-
-
-# ------------------------------------------------------------------------------- store
-
-
 def _walk(top: Path) -> list[Path]:
-    """Every file, link and directory under ``top`` (relative), ``__pycache__`` and ``*.pyc`` left out."""
+    """Every file, link and directory under ``top`` (relative), bytecode left out."""
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         here = Path(dirpath)
-        for d in dirnames:
-            out.append((here / d).relative_to(top))
+        out += [(here / d).relative_to(top) for d in dirnames]
         out += [(here / f).relative_to(top) for f in sorted(filenames) if not f.endswith(".pyc")]
     return out
 
@@ -159,8 +122,7 @@ def _hash_bytes(data: bytes) -> str:
 
 
 def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str, Any]:
-    """Copy ``rels`` of ``src`` into ``dest`` (templated where the stack root appears); -> the
-    manifest rows (None when a binary file carries the root: such a tree cannot be moved)."""
+    """Copy ``rels`` of ``src`` into ``dest`` (templated where the stack root appears); -> the manifest rows."""
     pattern = _root_pattern(str(root))
     rows: dict[str, Any] = {}
     dest.mkdir(parents=True, exist_ok=True)
@@ -179,12 +141,11 @@ def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str
         elif stat.S_ISREG(st.st_mode):
             d.parent.mkdir(parents=True, exist_ok=True)
             data = s.read_bytes()
-            templ = False
-            if pattern.search(data):
+            templ = bool(pattern.search(data))
+            if templ:
                 if b"\0" in data:
                     raise EntryRefused(f"{s} is binary and names the stack path")
                 data = pattern.sub(PLACEHOLDER.encode(), data)
-                templ = True
             d.write_bytes(data)
             mode = st.st_mode & 0o777
             os.chmod(d, mode & ~0o222)
@@ -196,19 +157,16 @@ def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str
 
 def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mapping[str, tuple[Path, list[Path]]],
           facts: Mapping[str, Any]) -> Entry | None:
-    """Store the finished env and the forks' build outputs (fork -> (checkout, untracked paths)) under
-    ``key``; -> the entry, or None when this stack cannot be stored (a reason is raised as
-    :class:`EntryRefused`).  An entry already there is replaced (it was refused or is stale)."""
+    """Store the env and the forks' build outputs (fork -> (checkout, untracked paths)) under ``key``,
+    replacing an entry already there; :class:`EntryRefused` says why a stack cannot be stored."""
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
     partial = base / f".partial-{uuid.uuid4().hex}"
     try:
         partial.mkdir()
-        rows = {"env": _store_tree(env, partial / "env", _walk(env), root)}
-        forks: dict[str, Any] = {}
-        for name, (checkout, rels) in sorted(fork_outputs.items()):
-            forks[name] = _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
-        rows["forks"] = forks
+        rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
+                "forks": {name: _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
+                          for name, (checkout, rels) in sorted(fork_outputs.items())}}
         manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "files": rows,
                     "facts": templated(dict(facts), root)}
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
@@ -227,9 +185,6 @@ def discard(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-# ----------------------------------------------------------------------------- restore
-
-
 def find(cache_dir: Path, key: str) -> Entry | None:
     """The entry stored under ``key`` when there is one with a readable manifest of this format."""
     path = built_dir(cache_dir) / key
@@ -245,10 +200,8 @@ def find(cache_dir: Path, key: str) -> Entry | None:
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
                   created: list[Path] | None = None) -> list[Path]:
-    """Make ``dest`` the tree the manifest ``rows`` describe, from ``src``: every file copied (never
-    linked), hashed against its row, the placeholder replaced by ``root``.  ``fresh``: ``dest`` must
-    hold nothing else afterwards (an env); otherwise only new paths are created (a fork checkout).
-    -> the files the placeholder was replaced in.  Raises :class:`EntryRefused` on the first difference."""
+    """Make ``dest`` the tree ``rows`` describe from ``src`` (copied, hashed, placed at ``root``); ``fresh``: an
+    env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in."""
     relocated: list[Path] = []
     present = {str(p) for p in _walk(src)}
     expected = set(rows)
@@ -270,15 +223,12 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         elif kind == "link":
             if os.readlink(s) != row.get("target"):
                 raise EntryRefused(f"{s}: the link's target changed")
-            os.symlink(str(row["target"]).replace(PLACEHOLDER, str(root)), d)
+            os.symlink(_place(str(row["target"]), root), d)
         elif kind == "file":
             if not s.is_file() or s.is_symlink():
                 raise EntryRefused(f"{s} is not a plain file")
             if row.get("templated"):
-                data = s.read_bytes()
-                if _hash_bytes(data) != row.get("sha256"):
-                    raise EntryRefused(f"{s} does not hash as the manifest says")
-                d.write_bytes(data.replace(PLACEHOLDER.encode(), str(root).encode()))
+                d.write_bytes(_place_bytes(_checked(s, row), root))
                 relocated.append(d)
             else:
                 clone_or_copy(s, d)
@@ -290,21 +240,33 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
     return relocated
 
 
-def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
-    """Whether ``dest`` already is what restoring ``src`` (a manifest ``row``) would make it."""
-    if row.get("kind") == "link":
-        return dest.is_symlink() and os.readlink(dest) == str(row.get("target")).replace(PLACEHOLDER, str(root))
-    if dest.is_symlink() or not dest.is_file() or not src.is_file():
-        return False
+def _place(text: str, root: Path) -> str:
+    return text.replace(PLACEHOLDER, str(root))
+
+
+def _place_bytes(data: bytes, root: Path) -> bytes:
+    return data.replace(PLACEHOLDER.encode(), str(root).encode())
+
+
+def _checked(src: Path, row: Mapping[str, Any]) -> bytes:
     data = src.read_bytes()
     if _hash_bytes(data) != row.get("sha256"):
         raise EntryRefused(f"{src} does not hash as the manifest says")
-    return dest.read_bytes() == (data.replace(PLACEHOLDER.encode(), str(root).encode()) if row.get("templated") else data)
+    return data
+
+
+def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
+    """Whether ``dest`` already is what restoring ``src`` (a manifest ``row``) would make it."""
+    if row.get("kind") == "link":
+        return dest.is_symlink() and os.readlink(dest) == _place(str(row.get("target")), root)
+    if dest.is_symlink() or not dest.is_file() or not src.is_file():
+        return False
+    data = _checked(src, row)
+    return dest.read_bytes() == (_place_bytes(data, root) if row.get("templated") else data)
 
 
 def rerecord(env: Path, relocated: list[Path]) -> int:
-    """The RECORD rows of the files the stack's own path was put into, hashed again (their bytes are
-    the manifest's, verified, with that one substitution); -> how many rows changed."""
+    """The RECORD rows of the files the stack's own path was put into, hashed again; -> how many changed."""
     from ..verify_dists import installed, record_hash, record_rows
 
     moved = {p.resolve() for p in relocated}
@@ -338,28 +300,12 @@ def restore_env(entry: Entry, env: Path, root: Path) -> None:
         raise
 
 
-def restore_fork_outputs(entry: Entry, fork: str, checkout: Path, root: Path, *,
-                         created: list[Path] | None = None) -> list[str]:
-    """The fork's build outputs put into ``checkout`` (each path made is appended to ``created`` as it
-    is made: a refusal part-way can take them back); -> the paths of the manifest (relative)."""
-    rows = entry.manifest["files"]["forks"].get(fork)
-    if rows is None:
-        raise EntryRefused(f"the entry holds nothing for fork {fork}")
-    _restore_tree(entry.path / "forks" / fork, checkout, rows, root, fresh=False, created=created)
-    return sorted(rows)
-
-
-# ------------------------------------------------------------------------ the stack's key
-
-
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
             forks: Mapping[str, Mapping[str, Any]], uv_line: str,
             system_torch: Mapping[str, Any] | None = None) -> str:
-    """The key (see the module doc) of a stack at ``root`` made from the env and install steps' inputs
-    (the install inputs without the wheel's hash: the wheel step runs after env, the recipe's pin
-    ``wheel_sha256`` stands for it), each fork's ``{commit, submodules, sparse}``, uv as
-    :func:`uv_identity` names it from its ``--version`` line ``uv_line`` and, for a site-provided
-    torch, its facts as preflight located them."""
+    """The key of a stack at ``root``: the env and install steps' inputs (the recipe's ``wheel_sha256`` pin
+    standing for the wheel's hash: the wheel step runs after env), each fork's ``{commit, submodules, sparse}``,
+    uv (:func:`uv_identity`), this tool's code and a site-provided torch's identity."""
     install = dict(install_inputs)
     install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
@@ -373,15 +319,12 @@ def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], w
     }
     if system_torch is not None:
         parts["system_torch"] = system_torch_identity(system_torch)
-    return entry_key(parts)
+    return fingerprint({"format": BUILT_FORMAT, "tool": __version__, **parts})
 
 
 def uv_identity(uv_line: str) -> list[Any]:
-    """uv as the key names it: its ``--version`` line (version and target) and its binary's size.  Not
-    its path or inode: every tool install brings its own copy of the same uv (the ``uv`` dependency),
-    and a new install of the same code with the same uv takes the entries the last one made (an
-    identity by path made every reinstall build its stacks again, measured on the H200); a uv of
-    another version or build does not."""
+    """uv as the key names it: its ``--version`` line and its binary's size.  Not its path or inode: every
+    tool install brings its own copy of the same uv, and an identity by path made every reinstall build again."""
     try:
         size: int | None = os.path.getsize(os.path.realpath(uv_exe()))
     except OSError:
@@ -391,19 +334,16 @@ def uv_identity(uv_line: str) -> list[Any]:
 
 @functools.cache
 def tool_code() -> str:
-    """sha256 of the tool's own code (every ``.py`` under the ``october`` package, by relative path):
-    an entry made by other code (another commit, an edited checkout) is never taken, whatever the
-    version number says.  Read once per process (~250 files, ~60 ms).  It is part of the key only, so
-    a no-op re-run never reads it."""
+    """sha256 of the tool's own code: an entry made by other code is never taken, whatever the version
+    says.  Read once per process, for the key only (a no-op re-run never reads it)."""
     import october
 
     return code_digest(Path(october.__file__).resolve().parent)
 
 
 def code_digest(top: Path) -> str:
-    """sha256 of every ``.py`` under the package folder ``top`` by its path there (links followed: a
-    checkout links installer/; ``__pycache__`` and the ``_data`` links are not code; the folders above
-    ``top`` do not count, whatever their names)."""
+    """sha256 of every ``.py`` under ``top`` by its path there (links followed: a checkout links installer/;
+    ``__pycache__`` and ``_data`` are not code; the folders above ``top`` do not count)."""
     h = hashlib.sha256()
     files = [Path(d, f) for d, dirs, names in os.walk(top, followlinks=True)
              for f in names if f.endswith(".py")
@@ -420,49 +360,42 @@ def recorded_imports(entry: Entry, root: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
 
 
-def remove_created(made: list[Path]) -> None:
-    """Take back what a refused restore made (``created`` of :func:`restore_fork_outputs`), deepest first."""
-    for p in sorted(made, key=lambda q: len(q.parts), reverse=True):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-
-
 def entry_facts(env: Path, *, imports: Mapping[str, str], wheel_sha256: str | None,
                 nested_installs: Mapping[str, Any], env_record: Mapping[str, Any]) -> dict[str, Any]:
-    """The facts an entry is stored with: the interpreter ``env``'s ``bin/python`` resolves to (with its
-    stat signature), the import verdicts, the base wheel's hash, the nested-install verdicts and the env
-    step's record of torch."""
+    """The facts an entry is stored with (the interpreter ``env``'s ``bin/python`` resolves to, with its stat
+    signature, and the install's verdicts)."""
     real = Path(os.path.realpath(env / "bin" / "python"))
     return {"interpreter": [str(real), stat_identity([real])], "imports": dict(imports),
             "wheel_sha256": wheel_sha256, "nested_installs": dict(nested_installs), "env": dict(env_record)}
 
 
 def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
-    """The interpreter an entry's env links to (``facts``, placed) when its stat signature is no longer
-    the one recorded (then the entry is not taken), else None."""
+    """The interpreter an entry's env links to (``facts``, placed) when its stat signature changed, else None."""
     interpreter = facts.get("interpreter") or [None, None]
     return str(interpreter[0]) if stat_identity([Path(str(interpreter[0]))]) != interpreter[1] else None
 
 
 def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *,
                   changed_tracked: Callable[[Path], list[str]], announce: Callable[[str, Path], None]) -> dict[str, Any]:
-    """Each fork's build outputs (``forks``: name, checkout) put into its checkout from the entry
-    (``announce(name, checkout)`` before each), none of which may change a tracked file
-    (``changed_tracked(checkout)``: the tracked files that differ from HEAD); -> the nested-install
-    verdicts the entry's build had.  On a refusal (:class:`EntryRefused`, OSError) what was made is
-    taken back before the error is raised."""
+    """Each fork's build outputs (``forks``: name, checkout) put into its checkout, changing no tracked
+    file; -> the entry's nested-install verdicts.  On a refusal what was made is taken back, deepest first."""
     made: list[Path] = []
     try:
         for name, checkout in forks:
             before = changed_tracked(checkout)
             announce(name, checkout)
-            restore_fork_outputs(entry, name, checkout, root, created=made)
+            rows = entry.manifest["files"]["forks"].get(name)
+            if rows is None:
+                raise EntryRefused(f"the entry holds nothing for fork {name}")
+            _restore_tree(entry.path / "forks" / name, checkout, rows, root, fresh=False, created=made)
             after = changed_tracked(checkout)
             if after != before:
                 raise EntryRefused(f"it changes tracked files of fork {name}: {after[:3]}")
     except (EntryRefused, OSError):
-        remove_created(made)
+        for p in sorted(made, key=lambda q: len(q.parts), reverse=True):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
         raise
     return dict(placed(entry.facts.get("nested_installs") or {}, root))

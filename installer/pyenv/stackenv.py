@@ -1,19 +1,8 @@
-"""The stack's runtime environment, in one place: ``STACK/stack-env.json`` and ``STACK/activate``.
-
-Every process that runs the stack (the jit step's builder, ``current smoke``, a user's
-``vllm serve``) takes its environment from here, so all of them use the same JIT
-workspace, CUDA toolkit and FlashInfer settings:
-
-* :func:`runtime_env` computes the variables (pure: no file, no process, no ``os.environ``);
-* :func:`write` stores them atomically as ``STACK/stack-env.json`` (the source of truth, recorded
-  with its sha256 in the setup receipt) and a POSIX-shell ``STACK/activate`` made from the same map;
-* :func:`load` reads them back, refusing a missing or damaged file with a :class:`StateError`;
-* :func:`apply` lays them over a caller's environment (for ``Runner.run(env=...)``).
-
-Keys in :data:`PREPEND` hold a *prefix*: ``PATH`` is ``STACK/env/bin`` (and the toolkit's ``bin``),
-put in front of the caller's ``PATH``, never a replacement for it.  Keys in :data:`DROP` are
-removed from the caller's environment, because they would pull another Python, another JIT
-workspace or another toolkit into the stack's processes.
+"""The stack's runtime environment: ``STACK/stack-env.json`` (the source of truth, recorded in the receipt)
+and the POSIX-shell ``STACK/activate`` made from the same map.  Every process that runs the stack takes its
+environment from here, so all use the same JIT workspace, CUDA toolkit and FlashInfer settings.  Keys in
+:data:`PREPEND` are a prefix put before the caller's value; keys in :data:`DROP` are removed from the
+caller's environment (they would pull in another Python, JIT workspace or toolkit).
 """
 
 from __future__ import annotations
@@ -48,12 +37,10 @@ def activate_file(stack: Path) -> Path:
 
 
 def runtime_env(stack: Path, arch_list: str, cuda_home: Path | None) -> dict[str, str]:
-    """The variables every stack process needs (``PATH`` is a prefix, see :data:`PREPEND`).
+    """The variables every stack process needs (pure: no file, no process, no ``os.environ``).
 
-    ``FLASHINFER_DISABLE_VERSION_CHECK=1``: the fork is laid over an index FlashInfer whose
-    ``flashinfer-cubin`` (pinned by the vLLM base) keeps an older version; FlashInfer's import-time
-    check would refuse that pair although the fork JIT-builds its own kernels (the cubin's
-    prebuilt kernels are not the asymmetric ones).  Recorded as a declared exception in the recipe.
+    ``FLASHINFER_DISABLE_VERSION_CHECK=1``: the fork is laid over an index ``flashinfer-cubin`` of an older
+    version, a pair FlashInfer's import-time check refuses although the fork JIT-builds its own kernels.
     """
     stack = Path(stack)
     venv = stack / "env"

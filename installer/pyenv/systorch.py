@@ -1,23 +1,8 @@
-"""A site-provided torch: the stack env is made on a given interpreter whose torch it uses, never replaces.
-
-``--system-python PATH`` (or a recipe with ``[torch] source = "system"``) says torch
-comes from PATH (an NGC container's python, a site module, the H200 image's
-``/opt/torch/.venv/bin/python``).  Then:
-
-* preflight runs :data:`PROBE` with that interpreter and :func:`check` compares
-  torch's exact version and CUDA build with the recipe (expected / found / fix);
-* the env step makes ``STACK/env`` on that interpreter with
-  ``--system-site-packages`` and a ``.pth`` (:func:`pth_text`) that adds the
-  interpreter's own site directories: a venv made from a venv sees only the
-  *base* interpreter's site-packages, which is not where a venv's torch lives;
-* the install guard (:func:`guard_problems`) fails when a torch distribution
-  sits in the stack env's own site-packages, when more than one torch is
-  visible, or when ``import torch`` resolves outside the interpreter's site
-  directories;
-* the lock and receipt record torch as provided by the system: version, CUDA
-  build, where it was found (:func:`record`).
-
-The tool env never imports torch: every fact comes from the probe's JSON line.
+"""A site-provided torch (``--system-python PATH`` or ``[torch] source = "system"``): the stack env is made on
+that interpreter, whose torch it uses and never replaces.  Preflight probes it (:data:`PROBE`, :func:`check`);
+the env gets ``--system-site-packages`` plus a ``.pth`` (:func:`pth_text`) adding the interpreter's own site
+directories (a venv made from a venv sees only the *base* interpreter's); the install guard
+(:func:`guard_problems`) refuses a torch in the env or a second one.  The tool env never imports torch.
 """
 
 from __future__ import annotations
@@ -64,7 +49,6 @@ def mark_system(recipe: Recipe) -> Recipe:
 
 
 def _require_allowed(recipe: Recipe, option: str, found: str) -> None:
-    """A usage error when the recipe installs torch itself and does not allow a site-provided one."""
     t = recipe.torch
     if not (t.from_system or t.allow_system):
         raise UsageError(f"recipe {recipe.name} installs torch {t.version} itself",
@@ -74,9 +58,8 @@ def _require_allowed(recipe: Recipe, option: str, found: str) -> None:
 
 def probe(runner: Runner, step: str, python: Path, *, locate: bool = False,
           python_args: Sequence[str] = ()) -> dict[str, Any]:
-    """Facts about ``python`` and its torch (never raises for a missing torch: ``error`` says why).
-    ``locate``: from torch's files, without importing it (preflight; see checks/probes/torch_facts.py).
-    ``python_args``: options for the interpreter (the run's bytecode prefix)."""
+    """Facts about ``python`` and its torch (a missing torch: ``error`` says why); ``locate``: from torch's
+    files, without importing it (preflight)."""
     done = runner.run([str(python), *python_args, "-I", str(PROBE), *(["--locate"] if locate else [])], step=step,
                       check=False, timeout=300)
     line = next((ln for ln in reversed(done.output.splitlines()) if ln.startswith(MARK)), None)
@@ -136,8 +119,7 @@ def site_dirs(facts: Mapping[str, Any]) -> list[str]:
 
 
 def pth_text(facts: Mapping[str, Any]) -> str:
-    """A ``.pth`` that adds the interpreter's site directories *after* the env's own (processing their
-    ``.pth`` files too, as the interpreter itself does)."""
+    """A ``.pth`` that adds the interpreter's site directories (and their ``.pth`` files) *after* the env's own."""
     lines = [f"import site; site.addsitedir({d!r})" for d in site_dirs(facts)]
     return "# written by october: torch comes from the system interpreter's site directories\n" + "\n".join(lines) + "\n"
 
@@ -157,10 +139,8 @@ def _under(path: str | None, roots: Sequence[str]) -> bool:
 
 
 def guard_problems(env: Path, expected: Mapping[str, Any], facts: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(check, expected, found, fix) for every way the env shadows or replaced the system torch.
-
-    ``expected``: the recorded system torch (``version``, ``site_packages``); ``facts``: the guard probe's
-    ``torch`` entry (``dists``: [{version, site}], ``import``: {origin})."""
+    """(check, expected, found, fix) for every way the env shadows or replaced the system torch ``expected``
+    (its record); ``facts``: the guard probe's ``torch`` entry (``dists``: [{version, site}], ``import``)."""
     version, sites = str(expected.get("version")), site_dirs(expected)
     dists = list(facts.get("dists") or [])
     env_sites = [str(p) for p in env.glob("lib/python*/site-packages")]
@@ -191,8 +171,7 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def site_distributions(sites: Sequence[str]) -> dict[str, str]:
-    """canonical name -> version of every distribution in the given site directories (METADATA read
-    from disk, no process started)."""
+    """canonical name -> version of every distribution in the given site directories (no process started)."""
     from ..verify_dists import dists_in
 
     out: dict[str, str] = {}
@@ -202,15 +181,10 @@ def site_distributions(sites: Sequence[str]) -> dict[str, str]:
 
 
 def write_excludes(path: Path, system: Mapping[str, str], needed: Sequence[str], carried: set[str] | None) -> Path:
-    """The ``uv pip install --excludes`` file for an env on the system interpreter: torch and every
-    distribution the interpreter has, so the resolution takes them as given.  uv does not see a venv's
-    system site packages (astral-sh/uv#7358): without this, a supplied package that needs torch
-    (vLLM's compressed-tensors) made uv look for a torch of its own -- offline "torch was not found"
-    (issue 18), online a second torch in the env.  Not excluded: a requirement installed here (it is
-    unmet by the system's copy) and, offline, any distribution the kit (or find-links) carries (a kit's
-    resolution kept the target's version where it fit, so a carried one is a version the stack needs
-    instead).  ``carried`` None: an index serves everything, so only torch is excluded (uv may then
-    install a newer copy of a system package, as before; never a torch)."""
+    """The ``uv pip install --excludes`` file for an env on the system interpreter: torch and every distribution
+    the interpreter has, since uv does not see a venv's system site packages (astral-sh/uv#7358) and would fetch
+    a torch of its own.  Not excluded: a requirement installed here, and what the kit carries (``carried``; None:
+    an index serves everything, so only torch is excluded)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -222,8 +196,7 @@ def write_excludes(path: Path, system: Mapping[str, str], needed: Sequence[str],
 
 
 def unmet(requirements: Sequence[str], have: Mapping[str, str]) -> list[str]:
-    """The requirements the system interpreter's distributions do not already satisfy (installing those
-    into the env would only shadow the system's copies)."""
+    """The requirements the system interpreter's distributions do not already satisfy."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
@@ -242,8 +215,7 @@ def unmet(requirements: Sequence[str], have: Mapping[str, str]) -> list[str]:
 
 
 def require_usable(recipe: Recipe, facts: Mapping[str, Any], python: str, python_ok: bool) -> None:
-    """The system interpreter's torch is the recipe's (:func:`check`) and the interpreter has the
-    recipe's Python (``python_ok``)."""
+    """The system interpreter's torch is the recipe's (:func:`check`) and its Python too (``python_ok``)."""
     ok, expected, found, fix = check(recipe, facts)
     if not ok:
         raise EnvError("the system interpreter's torch is not the recipe's", expected=expected, found=found, fix=fix)
@@ -267,9 +239,8 @@ def require_seen(env: Path, facts: Mapping[str, Any], seen: Mapping[str, Any], l
 
 
 def env_problem(env: Path, system_python: str | None, rec: Mapping[str, Any]) -> str | None:
-    """No process started (no-op re-runs stay fast): the recorded interpreter is ``system_python``, the
-    .pth is in place, no torch in the env's own site-packages, and the recorded system torch ``rec``
-    is still where it was."""
+    """Why the env no longer takes the recorded system torch ``rec`` from ``system_python``, else None (no
+    process started: no-op re-runs stay fast)."""
     if rec.get("python") != system_python:
         return "the system interpreter changed"
     for sp in env.glob("lib/python*/site-packages"):

@@ -17,11 +17,8 @@ from ..recipe import Recipe
 
 
 def link_mode(uv_cache: Path) -> str:
-    """Never "hardlink" (or "symlink"): a hard link shares one inode between the cache and every stack,
-    so an edit to an installed file in one stack edits the cache and reaches the next stack installed
-    from it (issue 22).  "clone" (a reflink: own inode, blocks shared until one side writes) where the
-    cache's filesystem has reflinks (btrfs, XFS), else "copy".  uv's own "clone" is not enough: where
-    the reflink fails it falls back to a hard link (uv 0.13, measured: tests/test_cache_isolation.py)."""
+    """"clone" where the cache's filesystem has reflinks, else "copy"; never "hardlink": an edit in one stack
+    would reach the cache and the next stack.  uv's own "clone" falls back to a hard link where reflinks fail."""
     return "clone" if reflinks_work(uv_cache) else "copy"
 
 
@@ -32,9 +29,7 @@ def uv_exe() -> str:
 
 
 def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
-    """uv's cache on the same filesystem as the stack, so installs can reflink (copy-on-write) where
-    the filesystem supports it: ``CACHE/uv`` (shared by every stack), or, when the cache is on another
-    filesystem, ``STACK/.uv-cache`` (removed with the stack).  Never anywhere else."""
+    """uv's cache on the stack's filesystem, so installs can reflink: ``CACHE/uv``, else ``STACK/.uv-cache``."""
     preferred = cache_dir / "uv"
     preferred.mkdir(parents=True, exist_ok=True)
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -47,8 +42,7 @@ def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
 
 @dataclass(frozen=True)
 class StackUv:
-    """What uv needs to install into one stack's env: its paths, the recipe (sources, torch pin),
-    the cache dir, and under ``--locked`` the locked index packages (name -> version)."""
+    """What uv needs to install into one stack's env (``locked_packages``: name -> version under ``--locked``)."""
 
     paths: StackPaths
     recipe: Recipe
@@ -87,8 +81,7 @@ class StackUv:
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:
-    """The recipe's own package sources as uv arguments (index, extra indexes, find-links), plus the
-    torch index when ``torch_index`` is set and the recipe names one."""
+    """The recipe's package sources as uv arguments, plus the torch index when ``torch_index`` and it names one."""
     s = recipe.sources
     args: list[str] = []
     if s.no_index:

@@ -1,6 +1,5 @@
-"""Facts about a stack venv read from its files (no process started): the Python version its
-``pyvenv.cfg`` names, its site-packages, whether a distribution is installed at a version, and the
-recipe's Python rule; and the ``--locked`` install of every index package from its locked file."""
+"""Facts about a stack venv read from its files (no process started), the recipe's Python rule, and the
+``--locked`` install of every index package from its locked file."""
 
 from __future__ import annotations
 
