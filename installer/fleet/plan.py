@@ -1,11 +1,11 @@
-"""The fleet, planned: which nodes, what each runs, what the previous receipt already finished, and
-the verdict.  Pure functions over frozen dataclasses; nothing here imports Ray or runs anything."""
+"""The fleet, planned: which nodes, what each runs, what the previous receipt finished, and the verdict.
+Pure functions over frozen dataclasses; nothing here imports Ray or runs anything."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -13,10 +13,9 @@ from ..core.errors import UsageError
 from . import NAME_LABEL
 
 SELECT_MODES = ("all", "gpu")
-#: what a node record's ``status`` may be; only the first two count as finished
+# a node record's status: passed or installed (finished), failed, lost, timeout, cancelled or error
 PASSED = "passed"
 FINISHED = (PASSED, "installed")
-STATUSES = FINISHED + ("failed", "lost", "timeout", "cancelled", "error")
 PLACEHOLDERS = ("{name}", "{host}", "{node_id}")
 
 
@@ -26,7 +25,6 @@ class NodeInfo:
 
     node_id: str
     host: str
-    address: str
     name: str                 # the label ``october-node`` when set, else the hostname
     alive: bool
     gpus: float
@@ -84,7 +82,6 @@ class FleetPlan:
     max_parallel: int
     seed: bool = False
     resumed: tuple[str, ...] = ()      # names the previous receipt finished (facts re-read only)
-    previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
@@ -93,7 +90,7 @@ def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
     for n in raw:
         labels = n.get("Labels") or {}
         host = str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?")
-        out.append(NodeInfo(node_id=str(n["NodeID"]), host=host, address=str(n.get("NodeManagerAddress") or ""),
+        out.append(NodeInfo(node_id=str(n["NodeID"]), host=host,
                             name=str(labels.get(NAME_LABEL) or host), alive=bool(n.get("Alive")),
                             gpus=float((n.get("Resources") or {}).get("GPU", 0.0))))
     return tuple(sorted(out, key=lambda i: (i.name, i.node_id)))
@@ -212,7 +209,7 @@ def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: s
     jobs = tuple(node_job(opts, n, kit_dir, recipe, install=n.name not in done) for n in nodes)
     installing = sum(j.setup_argv is not None for j in jobs)
     return FleetPlan(jobs=jobs, max_parallel=opts.max_parallel, seed=shared_cache(opts) and installing > 1,
-                     resumed=tuple(j.name for j in jobs if j.setup_argv is None), previous=dict(done))
+                     resumed=tuple(j.name for j in jobs if j.setup_argv is None))
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,7 @@
-"""What a user sees while ``october_setup fleet`` runs, the way every long command shows it
-(:class:`~october.installer.core.ui.ConsoleReporter`): a ``==> fleet:`` line, a line as each node
-starts and as it ends (with the counts of nodes done, ok and failed), and on a terminal a bar per
-running node (at which of its phases it is: receiving the kit, each october_setup step, the smoke)
-and one for the nodes done.  In a log the phases show under --verbose only.
-
-The nodes report their phases (:func:`setup_phase` reads them from october_setup's own ``==> step:``
-lines); :func:`~october.installer.fleet.cluster.run_plan` passes them here.  No Ray in this module.
+"""What a user sees while ``october_setup fleet`` runs, as every long command shows it: a ``==> fleet:`` line,
+a line as each node starts and ends (with the counts done, ok, failed), and on a terminal a bar per running
+node (its phase: the kit's arrival, each october_setup step, the smoke) and one for the nodes done.
+No Ray in this module.
 """
 
 from __future__ import annotations
