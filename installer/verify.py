@@ -228,15 +228,12 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
             path = (d.site / rel).resolve()
             checked += 1
             try:
-                got = record_hash(path, algo, on_chunk)
+                if record_hash(path, algo, on_chunk) != value:
+                    bad.append(f"{rel} (changed)")
             except FileNotFoundError:
                 bad.append(f"{rel} (missing)")
-                continue
             except (OSError, ValueError) as exc:
                 bad.append(f"{rel} ({exc})")
-                continue
-            if got != value:
-                bad.append(f"{rel} (changed)")
         if bad:
             changed.append((name, d, bad))
     todo = fix([name for name, _d, _b in changed])

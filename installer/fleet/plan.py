@@ -155,22 +155,18 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
         if opts.system_python is not None:
             setup += ("--system-python", expand(opts.system_python, node))
         setup += tuple(opts.setup_args)      # not --quiet: its `==> step:` lines are the node's phases (and log)
+    out = f"{stack}/receipts/smoke"
     smoke: tuple[str, ...] | None = None
-    receipt: str | None = None
-    if opts.smoke:
-        out = f"{stack}/receipts/smoke"
-        receipt = f"{out}/receipt.json"
+    if opts.smoke and install:          # a finished node's smoke receipt is re-read, not re-run
         smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
                  "--install", stack, *(("--format", opts.smoke_format) if opts.smoke_format else ()),
                  "--output", out, "--recipe", recipe)
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)
         smoke += tuple(opts.smoke_args)
-        if not install:
-            smoke = None            # a finished node's smoke receipt is re-read, not re-run
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
-                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke, smoke_receipt=receipt,
-                   timeout_s=opts.timeout_s)
+                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke,
+                   smoke_receipt=f"{out}/receipt.json" if opts.smoke else None, timeout_s=opts.timeout_s)
 
 
 def shared_cache(opts: FleetOptions) -> bool:
@@ -182,11 +178,8 @@ def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_
                     lock_sha: str | None, smoke: bool) -> dict[str, Mapping[str, Any]]:
     """Node records of the previous fleet receipt that finished this same install (same recipe, kit
     and lock; with a smoke when this run wants one), by name."""
-    if not previous:
-        return {}
-    same = (previous.get("recipe", {}).get("sha256") == recipe_sha and previous.get("kit", {}).get("sha256") == kit_sha
-            and previous.get("lock_file_sha256") == lock_sha)
-    if not same:
+    if not previous or (previous.get("recipe", {}).get("sha256"), previous.get("kit", {}).get("sha256"),
+                        previous.get("lock_file_sha256")) != (recipe_sha, kit_sha, lock_sha):
         return {}
     ok = (PASSED,) if smoke else FINISHED
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}
