@@ -24,14 +24,6 @@ def setup_phase(line: str, steps: tuple[str, ...]) -> str | None:
     return f"setup: {m.group('step')}" if m and m.group("step") in steps else None
 
 
-def phase_count(job: NodeJob, *, setup_steps: int, shipped: bool) -> int:
-    """How many phases ``job`` reports: a finished node only its re-check; an installing one the kit's
-    arrival (when shipped), each setup step, the smoke."""
-    if job.setup_argv is None:
-        return 1
-    return int(shipped) + setup_steps + int(job.smoke_argv is not None)
-
-
 class FleetProgress:
     """The fleet's progress on ``ui``: :meth:`begin`, then per node :meth:`started`, :meth:`phase`
     (as it reports), :meth:`finished`, and :meth:`end`."""
@@ -39,7 +31,10 @@ class FleetProgress:
     def __init__(self, ui: Any, plan: FleetPlan, *, setup_steps: int, shipped: bool) -> None:
         self.ui = ui
         self._jobs = {j.name: j for j in plan.jobs}
-        self._total = {j.name: phase_count(j, setup_steps=setup_steps, shipped=shipped) for j in plan.jobs}
+        # the phases a node reports: a finished one its re-check; an installing one the kit's arrival (when
+        # shipped), each setup step, the smoke
+        self._total = {j.name: 1 if j.setup_argv is None else int(shipped) + setup_steps + int(j.smoke_argv is not None)
+                       for j in plan.jobs}
         self._seen: dict[str, int] = {}          # phases reported, per running node
         self._status: dict[str, str] = {}        # per finished node
         self._began = time.monotonic()
