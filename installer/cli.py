@@ -1,16 +1,8 @@
-"""The command line's entry points, ``october_setup`` (``setup_main``) and ``current`` (``current_main``),
-and the ``october_setup`` apps with their commands: provision a stack (``october_setup STACK``), write an
-offline kit (``october_setup kit``), provision every node of a Ray cluster (``october_setup fleet``).  The
-``current`` app and its commands are in :mod:`october.installer.cli_current`; what every command shares in
-:mod:`october.installer.cli_common`.  (``october_setup STACK`` with plain options is first answered by
-:mod:`october.installer.october_setup`'s fast path, which needs none of this.)
-
-One vocabulary: the stack is ``STACK`` (positional) for ``october_setup`` and ``--install STACK``
-for every ``current`` command that looks at one; ``--format`` and ``--level`` are choices;
-``--output`` names a directory (``download`` also takes a ``FILE.json``); ``--json`` prints the
-machine-readable form of a report.  Thin on purpose: parse options into a frozen options object, call
-one function, and let :func:`~october.installer.cli_common.guarded` turn an error into a message and its
-exit code.
+"""The command line's entry points, ``october_setup`` (``setup_main``) and ``current`` (``current_main``), and
+the ``october_setup`` apps: provision a stack, write an offline kit (``kit``), provision a Ray cluster
+(``fleet``).  ``current``'s commands are in :mod:`.cli_current`, what they share in :mod:`.cli_common`.
+Thin on purpose: parse options, call one function, let :func:`~.cli_common.guarded` turn an error into a
+message and its exit code.
 """
 
 from __future__ import annotations
@@ -48,11 +40,8 @@ setup_app = new_app("Provision a pinned K16/V8 vLLM + FlashInfer stack from a re
 kit_app = new_app("Write an offline kit for one recipe (forks, submodules, wheels, manifest).")
 fleet_app = new_app("Provision and prove one stack on every node of a Ray cluster, from one kit.")
 
-# ``october_setup kit ...`` / ``fleet ...`` are routed here, not by typer: typer cannot have a command
-# group whose own positional STACK sits beside subcommands.  Observed with typer 0.29.2 / click 8.5.1
-# (a callback with ``invoke_without_command=True`` and ``STACK`` plus ``add_typer(kit_app, name="kit")``):
-# ``october_setup kit DIR`` takes ``kit`` as STACK and fails "No such command 'DIR'", ``october_setup kit``
-# provisions a stack named ``kit``, and ``october_setup s1 --recipe x`` fails "Missing parameter: stack".
+# ``kit`` / ``fleet`` are routed here: typer (0.29.2, click 8.5.1) cannot have a group whose own positional
+# STACK sits beside subcommands (``october_setup kit DIR`` took ``kit`` as STACK: "No such command 'DIR'").
 SUBAPPS = {"kit": kit_app, "fleet": fleet_app}
 
 
@@ -64,8 +53,7 @@ def setup_route(args: list[str]) -> tuple[typer.Typer, str, list[str]]:
 
 
 def setup_main(argv: list[str] | None = None) -> int:
-    """``october_setup`` with the full command line (the console script, :func:`october.installer.october_setup.setup_main`,
-    comes here for what its fast path does not answer)."""
+    """``october_setup`` with the full command line (what the fast path does not answer)."""
     return run_app(*setup_route(list(sys.argv[1:] if argv is None else argv)))
 
 
@@ -143,13 +131,12 @@ def make_kit_cmd(
         opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
                           have=read_have(have_file) if have_file is not None else None)
         manifest = make_kit(opts, say=ui.detail, ui=ui)
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
         if as_json:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
             print_json("result", {"command": "october_setup kit", "ok": True, "exit_code": 0, "result": {
                 "kit": str(opts.out), "manifest": str(manifest), "repositories": len(doc["repos"]),
                 "wheels": len(doc["wheels"]), "base_wheel": bool(doc["base_wheel"]), "size_bytes": doc["size_bytes"]}})
         elif not quiet:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
             print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
                   f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
             print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")

@@ -1,9 +1,5 @@
-"""The ``current`` app and its commands: doctor, verify, env, recipes, download, smoke.
-
-Each looks at the machine or at one stack (``--install STACK``); ``--json`` prints the
-machine-readable form of a report.  Thin on purpose: parse options, call one function, and let
-:func:`~october.installer.cli_common.guarded` turn an error into a message and its exit code.
-"""
+"""The ``current`` app and its commands: doctor, verify, env, recipes, download, smoke (thin, as in
+:mod:`.cli`: parse options, call one function, :func:`~.cli_common.guarded` maps errors to exit codes)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The step engine: fingerprinted, resumable, atomic done-markers.
 
-A step declares its inputs (JSON-able), runs, and returns its result (a frozen
-dataclass with ``to_json`` / ``chain_json``; the step's ``load`` reads it back).
-On success the engine writes ``STACK/.state/<step>.json`` atomically with the
-step's fingerprint and its result as ``outputs``.  The fingerprint covers the
-step's inputs and the ``chain_json`` digest of every earlier step's result, so a
-re-run skips a step whose inputs are unchanged, whose earlier steps produced
-the same results, and whose recorded result still verifies; a step that runs
-again and produces a different result makes every later step run again.  A
-step's marker is removed before it runs, so a killed run leaves no marker for
-the unfinished step, and a later step's marker, chained on the results it was
-made from, cannot match once an earlier result changed.  A marker of another
-format, a torn file or a result the step does not recognise means "not done".
+A step declares JSON inputs, runs and returns a frozen result; the engine writes ``STACK/.state/<step>.json``
+atomically with its fingerprint (its inputs and the ``chain_json`` digest of every earlier result) and the
+result as ``outputs``.  A step is skipped while all three still hold and its result verifies.  Its marker is
+removed before it runs, so a killed run leaves none; another format, a torn file or an unknown result means
+"not done".
 """
 
 from __future__ import annotations
@@ -63,14 +56,8 @@ class Reporter(Protocol):
     def warn(self, text: str) -> None: ...
 
 
-class SilentReporter:
-    def step_start(self, name: str, reason: str) -> None: ...
-    def transfer(self, label: str, done: float, total: float | None, unit: str = "B") -> None: ...
-    def step_skip(self, name: str) -> None: ...
-    def step_done(self, name: str, seconds: float) -> None: ...
-    def info(self, text: str) -> None: ...
-    def detail(self, text: str) -> None: ...
-    def warn(self, text: str) -> None: ...
+class SilentReporter(Reporter):
+    """Every report dropped."""
 
 
 class StepResult(Protocol):
@@ -110,10 +97,8 @@ class StepContext:
     ui: Reporter
     done: dict[str, StepRecord] = field(default_factory=dict)
     _trust: FileTrust | None = None
-    # Work a later step may begin before its turn, and what it began: a step announces a point it has
-    # reached (FORKS_INSTALLED) with what it knows there, each listener for it may start work for a later
-    # step and leaves it in ``early`` under that step's name, for the step to take when it runs
-    # (the jit step's early start, ``steps/jitearly.py``).
+    # work a later step may begin early: a listener for an announced event (FORKS_INSTALLED) leaves what it
+    # began in ``early`` under that step's name (``steps/jitearly.py``)
     listeners: dict[str, list[Callable[["StepContext", Any], None]]] = field(default_factory=dict)
     early: dict[str, Any] = field(default_factory=dict)
 
@@ -121,15 +106,13 @@ class StepContext:
         self.listeners.setdefault(event, []).append(listener)
 
     def announce(self, event: str, detail: Any) -> None:
-        """``event`` reached by the running step, ``detail`` what it says of it: run each listener (a
-        listener's failure is its own to handle)."""
+        """Run each listener of ``event`` with ``detail`` (a listener's failure is its own to handle)."""
         for listener in self.listeners.get(event, ()):
             listener(self, detail)
 
     @property
     def trust(self) -> FileTrust:
-        """Digests of files whose stat signature is unchanged since they were hashed
-        (:mod:`october.installer.core.filetrust`): what a no-op trusts instead of re-reading."""
+        """Digests of files whose stat signature is unchanged since hashed: what a no-op trusts."""
         if self._trust is None:
             self._trust = FileTrust(self.paths.state / "file-trust.json")
         return self._trust
@@ -152,9 +135,7 @@ class StepContext:
         return got
 
 
-# The install step has put every fork in place (the editable installs done, before its checks); its
-# detail: the forks as it installed them (list of october.installer.install.plan.ForkSource: each
-# checkout's path, the one source of truth for where FlashInfer's AOT directory is before install records it).
+# the install step's editable installs are done (before its checks); detail: its list of ForkSource
 FORKS_INSTALLED = "forks-installed"
 
 
@@ -162,8 +143,7 @@ class Step(Protocol[S]):
     name: ClassVar[str]
 
     def inputs(self, ctx: StepContext) -> JSON:
-        """What the step reads from the recipe and the options, as JSON; its fingerprint is these inputs
-        together with the digests of every earlier step's result."""
+        """What the step reads from the recipe and the options, as JSON (fingerprinted)."""
 
     def run(self, ctx: StepContext) -> S:
         """Do the work; return the result stored in the done-marker."""
@@ -204,9 +184,8 @@ def inputs_fingerprint(step: Step[Any], ctx: StepContext) -> str:
 
 
 def must_run(step: Step[Any], ctx: StepContext) -> bool:
-    """Whether ``step`` runs when the walk reaches it, whatever the earlier steps' results are: its marker
-    is missing or unreadable, or its inputs changed.  A step this says False of may still run (an earlier
-    result changed, its outputs no longer verify); nothing is begun early for it."""
+    """Whether ``step`` runs whatever the earlier results are (marker missing or unreadable, inputs changed);
+    False does not mean it will not run, only that nothing is begun early for it."""
     marker = read_marker(ctx.paths.marker(step.name))
     if marker is None or load_result(step, marker) is None:
         return True
@@ -222,8 +201,8 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
 
 
 def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRecord] | None:
-    """Every step's record when all of them are done and still verify (all "cached"); None as soon as
-    one would run.  Runs nothing and writes nothing: the no-op fast path (:mod:`october.installer.noop`)."""
+    """Every step's record when all are done and still verify; None as soon as one would run.  Runs and
+    writes nothing (the no-op fast path)."""
     return _walk(steps, ctx, None, verify_only=True)
 
 
@@ -256,8 +235,7 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         elif verify_only:
             return None
         else:
-            # not done until it finishes: a run killed from here on leaves no marker for this step,
-            # and a later step's marker is chained on the results it was made from
+            # not done until it finishes: a run killed from here on leaves no marker for this step
             marker_path.unlink(missing_ok=True)
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()

@@ -1,10 +1,7 @@
-"""``current env``: an environment report to paste into a bug report (cf. ``vllm collect-env``).
-
-What it holds: the tool's version and commit; OS, CPU, RAM; GPUs, driver, nvcc, compilers, git,
-uv (the preflight probes); for a stack: its recipe, lock hash, fork commits (locked and live),
-the stack Python and torch build (read from files, torch is not imported); a short list of
-environment variables that change behaviour.  What it never holds: secrets.  Token variables are
-reported as set / not set, and every value passes through :func:`october.installer.core.redact.redact`.
+"""``current env``: an environment report to paste into a bug report (cf. ``vllm collect-env``): the tool,
+the machine and its tools (the preflight probes), a stack's recipe, lock, forks, Python and torch (read
+from files, nothing imported), and the variables that change behaviour.  It never holds secrets: token
+variables show as set / not set, and every value passes through :func:`october.installer.core.redact.redact`.
 """
 
 from __future__ import annotations

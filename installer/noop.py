@@ -1,25 +1,10 @@
-"""The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
-answered without the command-line framework (typer and rich cost more than the whole check) and
-without running or writing anything; its recipe is read without pydantic when the stack's
-``.state/recipe-checked`` says this content passed the models there.  Any other run with plain options
-(a new stack, a resumed one, a step that would run) goes straight to
-:func:`october.installer.provision.provision`, the function the typer command calls, still without typer
-or click (0.4 s, issue 20); it validates the recipe with the models (pydantic, ~0.1-0.2 s).
-
-It reads the same options as the full command line (argparse, the same spellings), builds the same
-:class:`~october.installer.engine.SetupOptions`, and asks the same pipeline whether every
-step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
-each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
-option it does not take (``--verbose``, ``--json``, ``--help``, ``--version``, ``kit``, ``fleet``), a
-usage or recipe error -- is not a no-op.  Options the plain parser does not take go to the typer
-command line (its help, usage errors and --json); plain ones run :func:`provision` here, whose
-errors, progress and output are the typer command's own.
-
-What a no-op trusts instead of re-reading (each step's ``verify``): the done-markers' fingerprints
-of the inputs; the stat signatures of the preflight's tools, the base wheel, and every file hashed
-before (:mod:`october.installer.core.filetrust`: every env file against its RECORD, the JIT
-libraries); git's own index for the fork clones (``git status``, which re-reads only files whose
-stat data changed).
+"""The plain fast path of ``october_setup STACK ...``, without typer or rich (they cost more than the whole
+check).  A finished stack whose every step is done, unchanged and still verifies
+(:func:`~october.installer.pipeline.plan.finished_setup`) is answered without running or writing anything,
+its recipe read without pydantic when ``.state/recipe-checked`` vouches for it; any other run with plain
+options goes straight to :func:`~october.installer.provision.provision`, the typer command's own function.
+Anything the plain parser does not take (``--verbose``, ``--json``, ``--help``, ``kit``, ``fleet``, a usage
+error) goes to the typer command line.
 """
 
 from __future__ import annotations
@@ -94,8 +79,8 @@ def run_plain(ns: argparse.Namespace) -> int:
 
 
 def try_noop(ns: argparse.Namespace) -> int | None:
-    """0 when the stack is finished and nothing would run (the summary printed as the full command
-    prints it); None when it must be provisioned.  ``ns``: the options :func:`parse` read."""
+    """0 when the stack is finished and nothing would run (the summary printed as the full command prints
+    it); None when it must be provisioned."""
     from .core.errors import OctoberError
     from .core.paths import StackPaths, default_cache_dir
 
@@ -112,8 +97,8 @@ def try_noop(ns: argparse.Namespace) -> int | None:
 
         rec = with_system_torch(load_recipe(ns.recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
         if ns.kit is not None:
-            # a finished stack reads nothing from its kit: the kit only shapes the recipe's sources (and so the
-            # steps' fingerprints).  Were anything to run, the full command line verifies the kit first.
+            # a finished stack reads nothing from its kit, which only shapes the recipe's sources (so the
+            # fingerprints); were anything to run, provision verifies the kit first
             if not ns.kit.is_dir():
                 return None
             rec = with_kit(rec, ns.kit.resolve())

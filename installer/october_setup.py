@@ -1,9 +1,6 @@
-"""The ``october_setup`` console script (and ``python -m october.installer.october_setup``, what ``fleet``
-runs on each node): plain options (``STACK --recipe R --cache-dir C ...``) are answered
-by the fast path (:mod:`october.installer.noop`, no command-line framework imported: a finished stack
-that still verifies is a no-op, anything else runs the same provisioning function as the full command
-line); everything else (help, --json, -v, kit, fleet, usage errors) by the full command line
-(:func:`october.installer.cli.setup_main`)."""
+"""The ``october_setup`` console script (and ``python -m october.installer.october_setup``, what ``fleet`` runs
+on each node): plain options are answered by the fast path (:mod:`october.installer.noop`, no command-line
+framework imported), everything else by the full command line (:func:`october.installer.cli.setup_main`)."""
 
 from __future__ import annotations
 
@@ -12,12 +9,9 @@ import sys
 
 
 def compile_imported() -> int:
-    """Under ``PYTHONDONTWRITEBYTECODE`` (set in many containers) Python compiles every module it
-    imports at every start and writes nothing: 1.3 s of a 2.5 s no-op (issue 20).  After a run, the
-    modules it imported whose ``.pyc`` is missing or older than the source are compiled once, where
-    the files can be written (the tool's own modules, its env's packages); anything read-only is left
-    as it is.  ``uv tool install --compile-bytecode`` (or ``UV_COMPILE_BYTECODE=1 uv sync``) does the
-    same at install time.  -> how many were compiled."""
+    """Under ``PYTHONDONTWRITEBYTECODE`` (set in many containers) Python compiles every module at every start
+    and writes nothing (1.3 s of a 2.5 s no-op): after a run, compile the imported modules whose ``.pyc`` is
+    missing or stale, where writable.  -> how many were compiled."""
     if not sys.dont_write_bytecode:
         return 0                    # Python writes them itself as it imports
     stale: list[tuple[str, str]] = []

@@ -1,15 +1,13 @@
-"""``october_setup STACK ...``: the options of one run checked before anything is written, then the
-pipeline.  Both command lines call :func:`provision`: the typer one (:mod:`october.installer.cli`)
-and the plain fast path (:mod:`october.installer.noop`), which imports no typer or click, so every
-plain run -- a new stack, a resumed one, a re-run that has work to do -- starts 0.4 s sooner (issue 20);
-the recipe's models (pydantic) are loaded where the recipe is validated, here on every provisioning run.  What the two do is the same function, so their errors, progress and output are too."""
+"""``october_setup STACK ...``: the options of one run checked before anything is written, then the pipeline.
+Both command lines call :func:`provision` (the typer one and the plain fast path, :mod:`october.installer.noop`),
+so their errors, progress and output are the same."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .core.cliargs import dir_option, file_option, print_json, split_skips, stack_argument
 from .core.paths import default_cache_dir
@@ -39,6 +37,7 @@ class SetupArgs:
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     """Check every option (no lock, no .state, no "preflight: starting" before), open a ``--kit``
     against its manifest, the recipe and the lock, run the pipeline, print the summary or the JSON."""
+    from .core.envoverlay import environ_overlay
     from .engine import SetupOptions
     from .pipeline.plan import resolve_locked, run_setup, summary
     from .core.paths import StackPaths
@@ -67,7 +66,9 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     opts = SetupOptions(stack=root, recipe=kit_recipe(rec, used_kit) if used_kit else rec,
                         cache_dir=cache, allow_dirty=args.allow_dirty, skip_preflight=skips,
                         locked=locked_state, quiet=args.quiet, verbose=args.verbose, kit=used_kit)
-    with offline_env(used_kit.git_config() if used_kit else None):
+    # a kit install: every child git reads the kit's URLs from the kit and only local files; uv runs offline
+    offline = environ_overlay({**used_kit.git_config(), "UV_OFFLINE": "1"}) if used_kit else nullcontext()
+    with offline:
         result = run_setup(opts, ui, echo_commands=args.verbose)
     remember_checked(rec, checked)      # its no-op re-runs read the recipe without the models
     ran = sum(1 for r in result.records if r.status == "ran")
@@ -79,15 +80,3 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     elif not args.quiet:
         print(summary(result))
 
-
-@contextmanager
-def offline_env(git_config: dict[str, str] | None) -> Iterator[None]:
-    """For a kit install: every child git reads the kit's URLs from the kit and may use only local
-    files; uv runs offline.  Restored afterwards (the CLI may run in-process in tests)."""
-    if git_config is None:
-        yield
-        return
-    from .core.envoverlay import environ_overlay
-
-    with environ_overlay({**git_config, "UV_OFFLINE": "1"}):
-        yield

@@ -1,26 +1,10 @@
 """``current verify --install STACK``: is the live stack still what its lock and receipts say?
 
-Offline and read-only: no network, no install, no write into the stack.  Every difference is
-collected first (pypa/installer's ``validate_record`` style), then reported together:
-
-* the lock file is the one the setup receipt recorded (sha256);
-* each fork clone: HEAD at the locked ``commit-id``, no local changes (unless the receipt
-  recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
-* every distribution in the stack env against the lock: nothing extra, nothing missing, the
-  locked version; forks installed editable from ``STACK/src/<fork>``;
-* every file each distribution's RECORD lists with a hash still has that hash (and exists), and
-  every file in the env that no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
-* torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
-  a site-provided torch (``[tool.october.system]``), none in the env and the recorded one in place;
-* the base wheel in ``STACK/wheels`` has the locked sha256;
-* every JIT library FlashInfer can load (workspace and AOT copies) has the sha256 the lock
-  recorded, and none other exists (see :mod:`verify_jit`).
-
-Submodules the recipe did not select are gitlinks, not checkouts: they must stay uninitialized.
-Each difference carries the command that puts it back (:mod:`verify_fix`).
-
-Distributions are read from their ``.dist-info`` directories (no process is started), so a
-stack whose Python no longer runs can still be verified.
+Offline and read-only: distributions are read from their ``.dist-info`` (no process is started, so a stack
+whose Python no longer runs can still be verified).  Every difference is collected, then reported together,
+each with the command that puts it back (:mod:`verify_fix`): the lock and setup receipt, the fork clones and
+their submodules (unselected ones must stay uninitialized gitlinks), the env's distributions and every file
+against the lock and RECORDs (:mod:`verify_unowned`), torch, the base wheel, the JIT libraries (:mod:`verify_jit`).
 """
 
 from __future__ import annotations
@@ -43,6 +27,12 @@ from .pyenv.systorch import same_build
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
+
+
+def _listed(items: Sequence[str], sep: str) -> str:
+    """The first MAX_FILES_LISTED of ``items`` joined by ``sep``, then how many more."""
+    more = f"{sep}... {len(items) - MAX_FILES_LISTED} more" if len(items) > MAX_FILES_LISTED else ""
+    return sep.join(items[:MAX_FILES_LISTED]) + more
 
 
 @dataclass(frozen=True)
@@ -83,9 +73,6 @@ class VerifyReport:
                          fix=(fix + "\n     then run `current verify` again") if fix else None)
 
 
-# ----------------------------------------------------------------------------------- checks
-
-
 def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Difference]:
     want = (receipt.get("lock") or {}).get("sha256")
     got = sha256_file(paths.pylock)
@@ -96,8 +83,8 @@ def check_lock_file(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Diffe
 
 
 def check_receipt_file(paths: StackPaths, receipt: Mapping[str, Any], lock: Mapping[str, Any]) -> list[Difference]:
-    """setup.json as the receipt step wrote it (its marker records the sha256): the smoke reads the stack's
-    promise and recipe from it, so an edited receipt is named, never believed."""
+    """setup.json as the receipt step wrote it (its marker's sha256): the smoke reads the stack's promise
+    and recipe from it, so an edited receipt is named, never believed."""
     want = written_sha256(paths.marker("receipt"))
     got = sha256_file(paths.setup_receipt)
     if want is not None and want != got:
@@ -147,9 +134,8 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun))
         dirty = dirty_entries(where)
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
-            shown = "; ".join(d.strip() for d in dirty[:MAX_FILES_LISTED])
-            more = f"; ... {len(dirty) - MAX_FILES_LISTED} more" if len(dirty) > MAX_FILES_LISTED else ""
-            diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}{more}",
+            shown = _listed([d.strip() for d in dirty], "; ")
+            diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}",
                                     fixes.dirty_fork(paths, receipt, where)))
         fetched = recorded.get(name) or {}
         subs = fetched.get("submodules")
@@ -157,9 +143,9 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             continue
         chosen = _selection(fetched, receipt_forks.get(name) or {}) if subs else []
         for s in submodule_states(where):
-            if s.path not in subs and not selected(s.path, chosen) and s.flag == "-":
-                continue                  # not selected: a gitlink, left uninitialized, as set up
             if s.path not in subs and not selected(s.path, chosen):
+                if s.flag == "-":
+                    continue              # not selected: a gitlink, left uninitialized, as set up
                 diffs.append(Difference("forks", f"{what} submodule {s.path}",
                                         "not checked out (the recipe does not select it)",
                                         f"checked out at commit {s.commit}", fixes.unselected_submodule(where, s.path)))
@@ -242,23 +228,18 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
             path = (d.site / rel).resolve()
             checked += 1
             try:
-                got = record_hash(path, algo, on_chunk)
+                if record_hash(path, algo, on_chunk) != value:
+                    bad.append(f"{rel} (changed)")
             except FileNotFoundError:
                 bad.append(f"{rel} (missing)")
-                continue
             except (OSError, ValueError) as exc:
                 bad.append(f"{rel} ({exc})")
-                continue
-            if got != value:
-                bad.append(f"{rel} (changed)")
         if bad:
             changed.append((name, d, bad))
     todo = fix([name for name, _d, _b in changed])
     for name, d, bad in changed:
-        shown = ", ".join(bad[:MAX_FILES_LISTED]) + (f", ... {len(bad) - MAX_FILES_LISTED} more"
-                                                     if len(bad) > MAX_FILES_LISTED else "")
         diffs.append(Difference("files", f"{name} {d.version}", "every file as its RECORD hashes it",
-                                f"{len(bad)} file(s) differ: {shown}", todo))
+                                f"{len(bad)} file(s) differ: {_listed(bad, ', ')}", todo))
     return checked, diffs, owned
 
 
@@ -268,11 +249,10 @@ def check_unowned(paths: StackPaths, owned: set[str]) -> list[Difference]:
     extra = verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
     if not extra:
         return []
-    shown = "; ".join(verify_unowned.describe(p) for p in extra[:MAX_FILES_LISTED])
-    more = f"; ... {len(extra) - MAX_FILES_LISTED} more" if len(extra) > MAX_FILES_LISTED else ""
+    shown = _listed([verify_unowned.describe(p) for p in extra], "; ")
     return [Difference("files", f"files in {paths.env} that no RECORD owns",
                        "every file owned by an installed distribution's RECORD (or the venv's own)",
-                       f"{len(extra)} other file(s): {shown}{more}", fixes.remove_files(extra))]
+                       f"{len(extra)} other file(s): {shown}", fixes.remove_files(extra))]
 
 
 def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) -> list[Difference]:
@@ -322,9 +302,6 @@ def check_jit(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[i
     return max(looked, len(modules)), [
         Difference("jit", f"{f.uri} ({f.path})", f.expected, f.found,
                    fixes.remove_files(unrecorded) if f.unrecorded else rerun) for f in findings]
-
-
-# ------------------------------------------------------------------------------------ entry
 
 
 def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -1,13 +1,9 @@
-"""Reading a stack env's distributions from disk (``.dist-info`` METADATA, direct_url.json, RECORD)
-without starting its Python: the one reader for ``current verify``, ``current env``, the install step's
-RECORD check and consistency, and the system interpreter's site (:mod:`october.installer.pyenv.systorch`).
+"""Reading a stack env's distributions from disk (``.dist-info`` METADATA, direct_url.json, RECORD) without
+starting its Python: for ``current verify``, ``current env``, the install step and the system site.
 
-Not :mod:`importlib.metadata` (issue 21, measured): ``Distribution.files`` raises on a blank RECORD line,
-a row of four fields or a size that is not a number, and reads ``sha256`` (no ``=``) as a hash to check,
-where :func:`record_rows` reads a row as far as it goes (tests/test_mutation_kills_verify.py holds it);
-``Distribution.metadata`` parses the whole file, long description included (the stack-side probes
-avoid it for that), and drops a METADATA that is not UTF-8, which is read here with replacement
-characters; ``read_text`` alone is no shorter than :mod:`pathlib`.
+Not :mod:`importlib.metadata`: ``Distribution.files`` raises on a blank RECORD line, a row of four fields or
+a non-numeric size, and reads ``sha256`` (no ``=``) as a hash, where :func:`record_rows` reads a row as far
+as it goes; ``Distribution.metadata`` parses the long description too and drops a non-UTF-8 METADATA.
 """
 
 from __future__ import annotations
@@ -66,16 +62,14 @@ _HEADER_END = re.compile(r"\r?\n\r?\n")
 
 
 def dists_in(sites: Iterable[Path | str], pattern: str = "*.dist-info", *, strict: bool = False) -> Iterator[Dist]:
-    """Every ``.dist-info`` (``pattern``) of the site directories, in order, whose METADATA names it and
-    its version (the header block only, decoded leniently).  A dist-info without METADATA is skipped; one
-    whose METADATA cannot be read is skipped too, unless ``strict`` (the install step's consistency check:
-    its requirements would go unchecked), which raises the error."""
+    """Every ``.dist-info`` (``pattern``) of the sites, in order, whose METADATA names it and its version.
+    One without METADATA is skipped; an unreadable one too, unless ``strict`` (the install step's consistency
+    check: its requirements would go unchecked), which raises."""
     for site in sites:
         for info in sorted(Path(site).glob(pattern)):
             try:
                 text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
-                # the headers end at the first blank line: the long description after it (torch's is 50 KB)
-                # is not fed to the parser, which would read it as a body (400 system dists: 0.1 s, issue 20)
+                # only the headers, up to the first blank line: not the long description (torch's is 50 KB)
                 meta = HeaderParser().parsestr(_HEADER_END.split(text, maxsplit=1)[0])
             except FileNotFoundError:
                 continue
@@ -96,8 +90,7 @@ def installed(env: Path) -> dict[str, Dist]:
 
 
 def record_rows(dist: Dist) -> Iterator[tuple[str, str, str]]:
-    """(path, hash, size) rows of the distribution's RECORD, each read as far as it goes (the module
-    docstring says why not :mod:`importlib.metadata`)."""
+    """(path, hash, size) rows of the distribution's RECORD, each read as far as it goes."""
     with open(dist.info / "RECORD", encoding="utf-8", newline="") as fh:
         for row in csv.reader(fh):
             if row:

@@ -1,10 +1,8 @@
 """Every JIT library FlashInfer can load from a stack, against the sha256 the lock recorded.
 
-FlashInfer loads a module from its AOT directory first (``<fork>/flashinfer/data/aot/<uri>/<uri>.so``,
-ignored by the fork's git, so the clean-tree check cannot see it) and else from the JIT workspace
-(``STACK/jit/.../cached_ops/<uri>/<uri>.so``).  Each copy of a recorded module must have the recorded
-bytes, each copy the jit step placed must exist, and a library in either place that no record names
-is a difference too (FlashInfer would load it for its URI).
+FlashInfer loads a module from its AOT directory first (``<fork>/flashinfer/data/aot/<uri>/<uri>.so``, ignored
+by the fork's git) and else from the JIT workspace (``STACK/jit/.../cached_ops/<uri>/<uri>.so``): every copy
+must have the recorded bytes, every placed copy must exist, and a library no record names is a difference.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""Files in the stack env that no distribution's RECORD owns (``current verify``).
+"""Files in the stack env that no distribution's RECORD owns (``current verify``), ``.pth`` files first: nothing
+checks their bytes and some run code (a ``.pth`` ``import`` line runs at every interpreter start).
+Legitimately unowned:
 
-A file no RECORD lists was put there by hand or by a tool outside the setup: nothing checks its
-bytes, and some of it runs code (a ``.pth`` line starting with ``import`` runs at every interpreter
-start; a module beside it is importable by every program).  Every such file is named, ``.pth``
-files first.  Legitimately unowned, and why:
-
-* the venv's own scaffolding, which ``uv venv`` writes (no RECORD can own it), at the env's top and in
-  ``bin/`` only: ``pyvenv.cfg``, ``.gitignore``, ``.lock``, ``CACHEDIR.TAG``, the ``lib64`` link, the
-  ``bin/python*`` links and the ``activate`` scripts (run only when a user sources them; the stack's
-  own ``STACK/activate`` is outside the env);
-* bytecode caches, ``<dir>/__pycache__/<name>.<tag>.pyc`` beside an existing ``<dir>/<name>.py``:
-  Python writes them on import and reads them only for that source (a ``.pyc`` in ``__pycache__`` whose
-  source is gone is never imported, so it is named).  Their bytes are not checked: Python itself trusts
-  the recorded source mtime and size, and a re-import after a source change rewrites them;
-* our own file: ``_october_system_site.pth`` of a stack on a site-provided torch, accepted only with
-  exactly the text the env step writes for the recorded system site directories.
+* the venv's scaffolding that ``uv venv`` writes, at the env's top and in ``bin/`` only (``pyvenv.cfg``,
+  ``.gitignore``, ``.lock``, ``CACHEDIR.TAG``, the ``lib64`` link, ``bin/python*`` links, ``activate`` scripts);
+* ``__pycache__/<name>.<tag>.pyc`` beside an existing ``<name>.py``: Python reads it only for that source
+  (and trusts its recorded mtime and size), so its bytes are not checked; one whose source is gone is named;
+* ``_october_system_site.pth`` of a stack on a site-provided torch, with exactly the text the env step writes.
 """
 
 from __future__ import annotations

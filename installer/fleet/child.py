@@ -1,10 +1,6 @@
-"""``python -m october.installer.fleet.child ARGV...``: exec ARGV so that it dies with its parent.
-
-A node's task runs october_setup and current smoke as children of a Ray worker.  When the node
-dies (raylet killed, machine removed) the worker is killed; without this the child would go on
-installing, orphaned, holding the stack's lock.  Linux ``PR_SET_PDEATHSIG`` survives ``exec``;
-elsewhere ARGV simply runs.  The single-node pipeline is resumable, so a killed child leaves a
-stack that the next run finishes.
+"""``python -m october.installer.fleet.child ARGV...``: exec ARGV so that it dies with its parent (the node's
+Ray worker): a child orphaned by a dead node would go on installing, holding the stack's lock.  Linux
+``PR_SET_PDEATHSIG`` survives ``exec``; elsewhere ARGV simply runs.
 """
 
 from __future__ import annotations

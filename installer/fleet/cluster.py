@@ -1,15 +1,7 @@
-"""The thin Ray part of ``october_setup fleet``: connect, find nodes, pin one task per node with
-hard node affinity, ship the kit through the object store when asked, gather the node records.
-
-A node that dies under its task (NodeDiedError, WorkerCrashedError, an unschedulable pin after
-the node left) is recorded ``lost``; a task past its deadline is cancelled and ``timeout``; Ctrl-C
-cancels every task (the node's children die with their worker; each stack stays resumable) and
-marks the unfinished nodes ``cancelled``.  No task is retried by Ray: a re-run of the command
-resumes exactly the nodes that did not finish.
-
-The nodes report their phases to a small actor (:class:`Board`), which the driver reads between
-its waits for :class:`~october.installer.fleet.progress.FleetProgress`; Ray's
-own log lines go to the command's reporter, not raw to the terminal (:func:`ray_logs_to`).
+"""The thin Ray part of ``october_setup fleet``: connect, find nodes, pin one task per node (hard affinity),
+ship the kit through the object store when asked, gather the node records.  A node dying under its task is
+``lost``, a task past its deadline cancelled (``timeout``), Ctrl-C cancels all (``cancelled``); Ray retries
+nothing: a re-run resumes the nodes that did not finish.  Phases come through a small actor (:class:`Board`).
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..core.errors import ToolMissing, UsageError
-from .node import CHUNK, Shipment, ShippedFile, run_job
+from .node import CHUNK, Shipment, ShippedFile, blank_record, run_job
 from .plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
 from .progress import FleetProgress
 from ..kit import MANIFEST
@@ -32,13 +24,10 @@ INSTALL_HINT = "install it with `uv sync --extra fleet` (or `pip install 'octobe
 GRACE_S = 30.0          # past a node's own timeout, the driver cancels its task
 
 
-# Ray (>= 2.45) treats a driver that has `uv run` among its ancestors (`uv run october_setup fleet`, a CI
-# job under `uv run pytest`) as a uv project: it uploads the driver's working directory to the cluster
-# and starts every node's workers through `uv run` in that copy.  The nodes would then run whatever the
-# driver's folder holds (not the tool installed on them), need uv and an index there, and, where nodes
-# share a disk, remove that copy under each other's running tasks (seen: "No module named
-# 'october.installer.core.atomic'" on one node while another was removed).  The fleet runs the tool
-# installed on each node, so that propagation is off unless the user turns it on.
+# Ray (>= 2.45) under a `uv run` ancestor uploads the driver's working directory and starts every worker
+# through `uv run` in that copy: the nodes would run the driver's folder, not their installed tool, and nodes
+# sharing a disk removed it under each other (seen: "No module named 'october.installer.core.atomic'").
+# Off unless the user turns it on.
 UV_RUN_PROPAGATION = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
 
@@ -57,8 +46,7 @@ def import_ray() -> Any:
 
 
 class _RayLogs(logging.Handler):
-    """Ray's log records on the command's reporter: errors as warnings, the rest (such as the folders a
-    working-dir upload leaves out, when the user turned Ray's uv-run propagation on) under --verbose only."""
+    """Ray's log records on the command's reporter: errors as warnings, the rest under --verbose only."""
 
     def __init__(self, ui: Any) -> None:
         super().__init__()
@@ -70,8 +58,7 @@ class _RayLogs(logging.Handler):
 
 @contextmanager
 def ray_logs_to(ui: Any) -> Iterator[None]:
-    """While Ray runs for the command, the driver's ``ray`` logger writes to ``ui`` (its own handler,
-    set up when ray is imported, prints timestamped lines to stderr); restored afterwards."""
+    """The driver's ``ray`` logger writes to ``ui`` meanwhile (not Ray's timestamped stderr lines)."""
     import_ray()
     logger = logging.getLogger("ray")
     before = logger.handlers[:]
@@ -116,8 +103,8 @@ def cluster_nodes(ray: Any) -> tuple[NodeInfo, ...]:
 
 def ship(ray: Any, kit: Path, manifest: dict[str, Any], lock: bytes | None, lock_sha: str | None,
          with_files: bool, progress: Callable[[int, int], None] = lambda _done, _total: None) -> Shipment:
-    """Put the kit's files (verified by the caller against the manifest) into the object store in
-    chunks; every node fetches them by reference.  ``progress`` hears the bytes put so far, of all."""
+    """Put the kit's files (verified by the caller) into the object store in chunks, for every node to fetch by
+    reference; ``progress`` hears the bytes put so far, of all."""
     files = []
     if with_files:
         total, done = sum(int(meta["size"]) for meta in manifest["files"].values()), 0
@@ -150,9 +137,8 @@ class Board:
 
 
 class _BoardReader:
-    """The driver's side of the :class:`Board` (kept on the driver's node when it can be: a node that
-    dies then takes only its own reports along): passes what the nodes reported on to ``progress``,
-    never waiting for the board (a slow or lost board costs the phases, not the fleet's time)."""
+    """The driver's side of the :class:`Board` (on the driver's node when it can be): passes the nodes' reports
+    on to ``progress``, never waiting for the board (a lost board costs the phases, not the fleet's time)."""
 
     def __init__(self, ray: Any, progress: FleetProgress, lost: tuple[type[BaseException], ...]) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -175,9 +161,8 @@ class _BoardReader:
         self._taking = self.board.take.remote()
 
     def flush(self, timeout: float = FLUSH_S) -> None:
-        """Before a node is said finished: what it reported since the last take, waited for at most
-        ``timeout`` per take (a report that comes after the node's end is dropped, so a node whose steps
-        all ended between two takes showed only its first phases)."""
+        """Before a node is said finished: its reports since the last take, waited for at most ``timeout`` per
+        take (a report after the node's end is dropped)."""
         for _ in range(2):          # the take in flight, then one asked now (after the node's last report)
             if self._taking is not None:
                 self.ray.wait([self._taking], timeout=timeout)
@@ -200,12 +185,6 @@ def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     names = ("NodeDiedError", "WorkerCrashedError", "ActorDiedError", "TaskUnschedulableError",
              "ObjectLostError", "OwnerDiedError", "RaySystemError", "LocalRayletDiedError")
     return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
-
-
-def _placeholder(job: NodeJob, status: str, detail: str) -> dict[str, Any]:
-    return {"name": job.name, "node_id": job.node_id, "host": job.host, "resumed": job.setup_argv is None,
-            "status": status, "detail": detail, "stack": job.stack, "gpu": None, "arch": None,
-            "lock_sha256": None, "jit": [], "kit_received_bytes": None, "setup": None, "smoke": None, "seconds": None}
 
 
 def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
@@ -246,29 +225,28 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
                 if now > deadline:
                     ray.cancel(ref, force=True)
                     running.pop(ref)
-                    out[job.name] = _placeholder(job, "timeout", f"no answer within {job.timeout_s:.0f} s "
+                    out[job.name] = blank_record(job, "timeout", f"no answer within {job.timeout_s:.0f} s "
                                                  f"(+{GRACE_S:.0f} s grace); the task was cancelled")
                     progress.finished(job.name, "timeout")
     except KeyboardInterrupt:
         interrupted = True
         for ref, (job, _d) in running.items():
             ray.cancel(ref, force=True)
-            out[job.name] = _placeholder(job, "cancelled", "interrupted by the user; re-run to resume this node")
+            out[job.name] = blank_record(job, "cancelled", "interrupted by the user; re-run to resume this node")
             progress.finished(job.name, "cancelled")
         for job in pending:
-            out[job.name] = _placeholder(job, "cancelled", "interrupted before it started")
+            out[job.name] = blank_record(job, "cancelled", "interrupted before it started")
             progress.finished(job.name, "cancelled")
     return [out[j.name] for j in plan.jobs], interrupted
 
 
 def _gather(ray: Any, ref: Any, job: NodeJob, lost: tuple[type[BaseException], ...]) -> dict[str, Any]:
     try:
-        rec: dict[str, Any] = ray.get(ref)
-        return rec
+        return ray.get(ref)  # type: ignore[no-any-return]
     except lost as exc:
-        return _placeholder(job, "lost", f"the node died or left mid-install ({type(exc).__name__}); "
+        return blank_record(job, "lost", f"the node died or left mid-install ({type(exc).__name__}); "
                             "re-run the fleet command when it is back to resume it")
     except ray.exceptions.TaskCancelledError:
-        return _placeholder(job, "cancelled", "the task was cancelled")
+        return blank_record(job, "cancelled", "the task was cancelled")
     except ray.exceptions.RayTaskError as exc:
-        return _placeholder(job, "error", f"the node task raised: {str(exc).strip().splitlines()[-1][:400]}")
+        return blank_record(job, "error", f"the node task raised: {str(exc).strip().splitlines()[-1][:400]}")

@@ -1,6 +1,5 @@
-"""What runs on one node (inside its pinned Ray task, but with no Ray import here): receive a
-shipped kit and lock, verified; run october_setup and current smoke as children through
-:class:`october.installer.core.runner.Runner`; report the node's facts as a fleet receipt node record."""
+"""What runs on one node (in its pinned Ray task, no Ray import here): receive a shipped kit and lock,
+verified; run october_setup and current smoke as children; report the node's record for the fleet receipt."""
 
 from __future__ import annotations
 
@@ -72,6 +71,14 @@ def receive_kit(dest: Path, shipment: Shipment, fetch: Callable[[Any], bytes]) -
     return got
 
 
+def blank_record(job: NodeJob, status: str, detail: str | None, host: str | None = None) -> dict[str, Any]:
+    """A node record without facts (``seconds`` is set when the node's task ends)."""
+    return {"name": job.name, "node_id": job.node_id, "host": job.host if host is None else host,
+            "resumed": job.setup_argv is None, "status": status, "detail": detail, "stack": job.stack, "gpu": None,
+            "arch": None, "lock_sha256": None, "jit": [], "kit_received_bytes": None, "setup": None, "smoke": None,
+            "seconds": None}
+
+
 def _gpu(runner: Runner) -> tuple[dict[str, Any] | None, str | None]:
     """GPU name, count and driver, and the first GPU's arch, from nvidia-smi (None without one)."""
     if shutil.which("nvidia-smi") is None:
@@ -111,10 +118,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
                 report(phase)
 
     runner = Runner(Path(f"{job.stack}.fleet-logs"), echo=echo)
-    rec: dict[str, Any] = {"name": job.name, "node_id": job.node_id, "host": socket.gethostname(),
-                           "resumed": job.setup_argv is None, "status": "error", "detail": None,
-                           "stack": job.stack, "gpu": None, "arch": None, "lock_sha256": None, "jit": [],
-                           "kit_received_bytes": None, "setup": None, "smoke": None}
+    rec = blank_record(job, "error", None, host=socket.gethostname())
     try:
         rec["gpu"], rec["arch"] = _gpu(runner)
         if shipment is not None and job.setup_argv is not None:
@@ -130,14 +134,14 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         if job.setup_argv is None:
             report(RECHECK)
         else:
-            done = _command(runner, rec, "fleet-setup", "october_setup", _child(python, job.setup_argv), job, start)
+            done = _command(runner, rec, "fleet-setup", "october_setup", python, job.setup_argv, job, start)
             rec["setup"] = None if done is None else {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
             if done is None or done.returncode != 0:
                 return _facts(rec, stack)
         _facts(rec, stack)
         if job.smoke_argv is not None:
             report(SMOKE)
-            done = _command(runner, rec, "fleet-smoke", "current smoke", _child(python, job.smoke_argv), job, start)
+            done = _command(runner, rec, "fleet-smoke", "current smoke", python, job.smoke_argv, job, start)
             if done is None:
                 return rec
             receipt = _read_json(Path(job.smoke_receipt)) if job.smoke_receipt else None
@@ -170,16 +174,17 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         rec["seconds"] = round(time.monotonic() - start, 3)
 
 
-def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, argv: list[str], job: NodeJob,
-             start: float) -> Completed | None:
-    """Run one of the node's two commands in what is left of its time.  None when the time ran out and
-    it was killed (``rec`` says ``timeout``); a non-zero exit sets ``rec`` to ``failed`` with the
-    output's last lines."""
+def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, python: str, argv: Sequence[str],
+             job: NodeJob, start: float) -> Completed | None:
+    """Run one of the node's two commands in what is left of its time, through :mod:`.child` (so it dies with
+    this task's worker).  None when the time ran out and it was killed (``rec`` says ``timeout``); a non-zero
+    exit sets ``rec`` to ``failed`` with the output's last lines."""
     left = job.timeout_s - (time.monotonic() - start)
     done: Completed | None = None
     if left > 0:
         try:
-            done = runner.run(argv, step=step, check=False, timeout=left)
+            done = runner.run([python, "-m", "october.installer.fleet.child", *argv], step=step, check=False,
+                              timeout=left)
         except CommandFailed:             # Runner raises this only for a command it killed on timeout
             done = None
     log = runner.log_path(step)
@@ -189,11 +194,6 @@ def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, argv: li
     elif done.returncode != 0:
         rec["status"], rec["detail"] = "failed", f"{what} exit {done.returncode}: {_tail(done.output)} (log: {log})"
     return done
-
-
-def _child(python: str, argv: Sequence[str]) -> list[str]:
-    """``argv`` started through :mod:`october.installer.fleet.child`, so it dies with this task's worker."""
-    return [python, "-m", "october.installer.fleet.child", *argv]
 
 
 def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,

@@ -1,11 +1,11 @@
-"""The fleet, planned: which nodes, what each runs, what the previous receipt already finished, and
-the verdict.  Pure functions over frozen dataclasses; nothing here imports Ray or runs anything."""
+"""The fleet, planned: which nodes, what each runs, what the previous receipt finished, and the verdict.
+Pure functions over frozen dataclasses; nothing here imports Ray or runs anything."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -13,10 +13,9 @@ from ..core.errors import UsageError
 from . import NAME_LABEL
 
 SELECT_MODES = ("all", "gpu")
-#: what a node record's ``status`` may be; only the first two count as finished
+# a node record's status: passed or installed (finished), failed, lost, timeout, cancelled or error
 PASSED = "passed"
 FINISHED = (PASSED, "installed")
-STATUSES = FINISHED + ("failed", "lost", "timeout", "cancelled", "error")
 PLACEHOLDERS = ("{name}", "{host}", "{node_id}")
 
 
@@ -26,7 +25,6 @@ class NodeInfo:
 
     node_id: str
     host: str
-    address: str
     name: str                 # the label ``october-node`` when set, else the hostname
     alive: bool
     gpus: float
@@ -84,7 +82,6 @@ class FleetPlan:
     max_parallel: int
     seed: bool = False
     resumed: tuple[str, ...] = ()      # names the previous receipt finished (facts re-read only)
-    previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
@@ -93,7 +90,7 @@ def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
     for n in raw:
         labels = n.get("Labels") or {}
         host = str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?")
-        out.append(NodeInfo(node_id=str(n["NodeID"]), host=host, address=str(n.get("NodeManagerAddress") or ""),
+        out.append(NodeInfo(node_id=str(n["NodeID"]), host=host,
                             name=str(labels.get(NAME_LABEL) or host), alive=bool(n.get("Alive")),
                             gpus=float((n.get("Resources") or {}).get("GPU", 0.0))))
     return tuple(sorted(out, key=lambda i: (i.name, i.node_id)))
@@ -158,22 +155,18 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
         if opts.system_python is not None:
             setup += ("--system-python", expand(opts.system_python, node))
         setup += tuple(opts.setup_args)      # not --quiet: its `==> step:` lines are the node's phases (and log)
+    out = f"{stack}/receipts/smoke"
     smoke: tuple[str, ...] | None = None
-    receipt: str | None = None
-    if opts.smoke:
-        out = f"{stack}/receipts/smoke"
-        receipt = f"{out}/receipt.json"
+    if opts.smoke and install:          # a finished node's smoke receipt is re-read, not re-run
         smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
                  "--install", stack, *(("--format", opts.smoke_format) if opts.smoke_format else ()),
                  "--output", out, "--recipe", recipe)
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)
         smoke += tuple(opts.smoke_args)
-        if not install:
-            smoke = None            # a finished node's smoke receipt is re-read, not re-run
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
-                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke, smoke_receipt=receipt,
-                   timeout_s=opts.timeout_s)
+                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke,
+                   smoke_receipt=f"{out}/receipt.json" if opts.smoke else None, timeout_s=opts.timeout_s)
 
 
 def shared_cache(opts: FleetOptions) -> bool:
@@ -185,11 +178,8 @@ def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_
                     lock_sha: str | None, smoke: bool) -> dict[str, Mapping[str, Any]]:
     """Node records of the previous fleet receipt that finished this same install (same recipe, kit
     and lock; with a smoke when this run wants one), by name."""
-    if not previous:
-        return {}
-    same = (previous.get("recipe", {}).get("sha256") == recipe_sha and previous.get("kit", {}).get("sha256") == kit_sha
-            and previous.get("lock_file_sha256") == lock_sha)
-    if not same:
+    if not previous or (previous.get("recipe", {}).get("sha256"), previous.get("kit", {}).get("sha256"),
+                        previous.get("lock_file_sha256")) != (recipe_sha, kit_sha, lock_sha):
         return {}
     ok = (PASSED,) if smoke else FINISHED
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}
@@ -212,7 +202,7 @@ def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: s
     jobs = tuple(node_job(opts, n, kit_dir, recipe, install=n.name not in done) for n in nodes)
     installing = sum(j.setup_argv is not None for j in jobs)
     return FleetPlan(jobs=jobs, max_parallel=opts.max_parallel, seed=shared_cache(opts) and installing > 1,
-                     resumed=tuple(j.name for j in jobs if j.setup_argv is None), previous=dict(done))
+                     resumed=tuple(j.name for j in jobs if j.setup_argv is None))
 
 
 @dataclass(frozen=True)
