@@ -20,7 +20,7 @@ def resolved_nvcc(ctx: StepContext) -> Path | None:
     """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
     files, so the same toolkit reached by another path would force a full rebuild."""
     pre = ctx.result(PreflightResult)
-    path = pre.nvcc_path if pre is not None else None
+    path = pre.nvcc("path") if pre is not None else None
     return Path(path).resolve() if path else None
 
 

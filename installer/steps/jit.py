@@ -64,7 +64,7 @@ def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[
     rec = fetch.forks.get(fork.name) if fetch is not None and fork is not None else None
     commit = rec.commit if rec is not None else None
     pre = ctx.result(PreflightResult)
-    nvcc = pre.nvcc_version if pre is not None else None
+    nvcc = pre.nvcc("version") if pre is not None else None
     env = ctx.result(EnvResult)
     torch = (env.torch if env is not None else None) or ctx.recipe.torch.version
     if not commit or not nvcc or not arch_list:
