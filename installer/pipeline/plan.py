@@ -16,15 +16,7 @@ from ..core.paths import StackPaths, inside
 from ..core.resources import locks_dir
 from ..core.runner import Runner
 from ..core.stackmutex import StackLock, holder_file
-from ..engine import (
-    Reporter,
-    SetupOptions,
-    Step,
-    StepContext,
-    StepRecord,
-    run_pipeline,
-    verify_pipeline,
-)
+from ..engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
 from ..recipe import Recipe
 
 if TYPE_CHECKING:
