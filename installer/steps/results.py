@@ -103,8 +103,7 @@ class PreflightResult(Record):
         return tuple(g for g in gpus if isinstance(g, Mapping))
 
     def chain_json(self) -> JSON:
-        # what later steps read are the facts; the verdicts and the skip list are the receipt's
-        # (its own inputs), and free disk space changes on every probe
+        # later steps read the facts (the verdicts are the receipt's); free disk changes on every probe
         return {k: v for k, v in self.facts.items() if k != "disk_free_bytes"}
 
 
@@ -275,8 +274,7 @@ class JitResult(Record):
         return result
 
     def chain_json(self) -> JSON:
-        # where each module came from this time (workspace, shared cache, a fresh build) is not
-        # something a later step depends on: the library's path and hash are
+        # later steps depend on each library's path and hash, not on where it came from this time
         keep = ("uri", "path", "sha256", "aot_path")
         return {"workspace": self.workspace, "arch_list": self.arch_list, "builder": self.builder,
                 "flashinfer_version": self.flashinfer_version,
