@@ -68,14 +68,6 @@ class JitStep:
                 "arch_list": r.cuda.flashinfer_arch_list if r.cuda else None, "builder": self.builder,
                 "nvcc": str(resolved_nvcc(ctx) or "")}
 
-    def _arch_list(self, ctx: StepContext) -> str:
-        cuda = ctx.recipe.cuda
-        if cuda is None or not cuda.arch_list:
-            raise JitError("the recipe lists JIT modules but no CUDA architectures to build them for",
-                           expected="[cuda] arch_list (e.g. '9.0') in the recipe", found="no [cuda] arch_list",
-                           fix=f"add [cuda] arch_list to {ctx.recipe.path}")
-        return cuda.flashinfer_arch_list
-
     def run(self, ctx: StepContext) -> JitResult:
         r = ctx.recipe
         workspace = ctx.paths.jit
@@ -104,7 +96,11 @@ class JitStep:
         """Everything before the builder runs: untrusted libraries discarded (in ``aot`` too), verified
         modules found, and, when some are still to build, the request file and the builder's command."""
         r = ctx.recipe
-        arch_list = self._arch_list(ctx)
+        if r.cuda is None or not r.cuda.arch_list:
+            raise JitError("the recipe lists JIT modules but no CUDA architectures to build them for",
+                           expected="[cuda] arch_list (e.g. '9.0') in the recipe", found="no [cuda] arch_list",
+                           fix=f"add [cuda] arch_list to {r.path}")
+        arch_list = r.cuda.flashinfer_arch_list
         workspace = ctx.paths.jit
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
@@ -112,7 +108,15 @@ class JitStep:
         inputs = shared_cache_inputs(ctx, arch_list, self.builder)
         keys = [cache_key(inputs, q) if inputs else None for q in requests]
         cache = SharedJitCache(ctx.options.cache_dir / "jit") if inputs else None
-        ready = self._ready(ctx, ui, workspace, keys, cache)
+
+        def say(event: ReadyEvent) -> None:     # what finding the verified modules met
+            if event.kind == "refused":
+                ui.warn(event.text)
+                ctx.runner.note("jit", event.text)
+            else:
+                ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
+
+        ready = find_ready(workspace, keys, cache, say)
         build = JitBuild(workspace=workspace, aot=aot, requests=requests, keys=keys, inputs=inputs, cache=cache,
                          ready=ready, discarded=discarded)
         if cache is not None and all(k in ready for k in keys):
@@ -150,19 +154,6 @@ class JitStep:
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
         discard(bad)
         return every
-
-    @staticmethod
-    def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
-               cache: SharedJitCache | None) -> dict[str, dict[str, Any]]:
-        """key -> module record for each module already verified."""
-        def say(event: ReadyEvent) -> None:
-            if event.kind == "refused":
-                ui.warn(event.text)
-                ctx.runner.note("jit", event.text)
-            else:
-                ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
-
-        return find_ready(workspace, keys, cache, say)
 
     def _finish(self, ctx: StepContext, build: JitBuild, modules: list[dict[str, Any]], *,
                 result: Mapping[str, Any] | None) -> JitResult:
