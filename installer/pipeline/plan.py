@@ -5,25 +5,18 @@ from __future__ import annotations
 import shutil
 import signal
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..core.errors import FileSystemError, UsageError
 from ..core.paths import StackPaths, inside
 from ..core.resources import locks_dir
 from ..core.runner import Runner
 from ..core.stackmutex import StackLock, holder_file
-from ..engine import (
-    Reporter,
-    SetupOptions,
-    Step,
-    StepContext,
-    StepRecord,
-    run_pipeline,
-    verify_pipeline,
-)
+from ..engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
 from ..recipe import Recipe
 
 if TYPE_CHECKING:
@@ -52,12 +45,6 @@ def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     return sorted(planned, key=lambda step: STEP_ORDER.index(step.name))
 
 
-def default_lock_path(recipe: Recipe, stack: Path) -> Path:
-    """``locks/<recipe>.pylock.toml`` when the project commits one, else the stack's own lock."""
-    committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
-    return committed if committed.exists() else StackPaths(stack).pylock
-
-
 def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | None) -> LockedState | None:
     if lock_file is not None and not locked:
         raise UsageError("--lock-file only makes sense with --locked", expected="--locked --lock-file PATH",
@@ -66,7 +53,10 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
         return None
     from ..lock.pylock import locked_state  # packaging.pylock: only under --locked
 
-    return locked_state(lock_file or default_lock_path(recipe, stack))
+    if lock_file is None:   # the project's committed lock for the recipe, else the stack's own
+        committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
+        lock_file = committed if committed.exists() else StackPaths(stack).pylock
+    return locked_state(lock_file)
 
 
 @dataclass(frozen=True)
@@ -114,8 +104,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         from ..steps.jitearly import EarlyJit
         from ..steps.lockearly import EarlyLock
 
-        # the JIT build and the lock's listing begun during install's checks; their guards hold the stack
-        # lock while their groups live
+        # the JIT build and the lock's listing begun during install's checks (their guards hold the stack lock)
         early = [e for e in (EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
                              EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
         failed = True
@@ -135,9 +124,8 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
 
 
 def stop_early(early: Sequence[Any], ctx: StepContext, *, raise_first: bool) -> None:
-    """Stop each work begun early (the JIT build first, then the lock's listing), whatever another's stop
-    raises; a stop's error is noted in the step's log, and raised (the first) only when ``raise_first``
-    (the run itself succeeded: an error of the run is what the user must see, not one of its clean-up)."""
+    """Stop each work begun early, whatever another's stop raises; errors are noted in the step's log and
+    the first is raised only when ``raise_first`` (the run's own error is what the user must see)."""
     errors: list[BaseException] = []
     for begun in early:
         try:
@@ -151,9 +139,8 @@ def stop_early(early: Sequence[Any], ctx: StepContext, *, raise_first: bool) -> 
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (``timeout``, a closed terminal, a cancelled CI job) during ``run_setup``: raised
-    in the main thread like Ctrl-C's KeyboardInterrupt, so the run ends as an interrupted one does (the
-    background JIT build killed, the stack lock released, resumable)."""
+    """SIGTERM or SIGHUP during ``run_setup``: raised in the main thread like Ctrl-C's KeyboardInterrupt, so
+    the run ends as an interrupted one does (background build killed, stack lock released, resumable)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"stopped by {signal.Signals(signum).name}")
@@ -161,13 +148,10 @@ class Terminated(KeyboardInterrupt):
 
 
 class Signals:
-    """While a run holds the stack: SIGTERM and SIGHUP raise :class:`Terminated` (without this Python
-    dies at once, no ``finally`` runs, and the background build would outlive the lock); inside
-    :meth:`held`, those and SIGINT wait until the clean-up is done and are raised then (when nothing
-    else is).  The previous handlers come back at the end.  Only in the main thread (elsewhere signals
-    cannot be handled; the builder's guard still ends it with the process).  A signal ignored by
-    whoever started the run stays ignored (``nohup october_setup ...``: closing the terminal does not
-    stop it)."""
+    """While a run holds the stack: SIGTERM and SIGHUP raise :class:`Terminated` (else Python dies at once,
+    no ``finally`` runs, and the background build outlives the lock); inside :meth:`held` those and SIGINT
+    wait until the clean-up is done.  Main thread only; a signal ignored by whoever started the run
+    (``nohup``) stays ignored."""
 
     RAISES = (signal.SIGTERM, signal.SIGHUP)
 
@@ -198,66 +182,45 @@ class Signals:
             return
         raise Terminated(signum)
 
-    def held(self) -> "_Held":
-        return _Held(self)
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The signals wait until the block is done, then are raised (unless the block raised)."""
+        if not self._main:                  # not the main thread: nothing to hold
+            yield
+            return
+        self._holding = True
+        took_sigint, sigint = _take(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            if took_sigint:
+                signal.signal(signal.SIGINT, sigint)
+            self._holding = False
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            raise KeyboardInterrupt() if pending == signal.SIGINT else Terminated(pending)
 
 
 def _take(sig: int, handler: Any) -> tuple[bool, Any]:
-    """Handle ``sig`` with ``handler`` -> (True, the previous handler); (False, None) when whoever started
-    the run ignores it (``nohup``: a closed terminal must not stop the run), which stays ignored."""
+    """Handle ``sig`` with ``handler`` -> (True, the previous handler); (False, None) when it is ignored."""
     if signal.getsignal(sig) is signal.SIG_IGN:
         return False, None
     return True, signal.signal(sig, handler)
 
 
-class _Held:
-    def __init__(self, signals: Signals) -> None:
-        self.signals = signals
-        self._sigint: Any = None
-        self._took_sigint = False
-
-    def __enter__(self) -> None:
-        s = self.signals
-        if not s._main:                     # not the main thread: nothing to hold
-            return
-        s._holding = True
-        self._took_sigint, self._sigint = _take(signal.SIGINT, s._handle)
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        s = self.signals
-        if not s._main:
-            return
-        if self._took_sigint:
-            signal.signal(signal.SIGINT, self._sigint)
-        s._holding = False
-        pending, s._pending = s._pending, None
-        if pending is not None and exc_type is None:
-            raise KeyboardInterrupt() if pending == signal.SIGINT else Terminated(pending)
-
-
 class CloneSettler:
-    """Each fork clone's indexes rewritten once its files are no longer racily clean, so no-op re-runs
-    do not hash them again (see :func:`october.installer.git.worktree.settle_index`).
-
-    The rewrite hashes the racily clean files once (0.3-0.6 s for FlashInfer + CCCL on the H200).
-    A background thread does it while later steps run, once the install step is done (the last step
-    that writes into the clones: an editable build rewrites files there, and a settle before it
-    leaves the index racy again) and every index of the clone is a timestamp tick old.  What it has
-    not reached when the pipeline ends is settled then, after the wait that is left (at most 1 s;
-    0.25 s where the filesystem keeps sub-second timestamps): a stack left racy makes every no-op
-    hash those files again (0.25 s of the H200's second-stack no-op of 0.5 s).  It only reads the
-    work tree (``git status``; git takes the index lock or skips the rewrite), and a failure of its
-    own only loses the speed-up: it is noted in the fetch log, never raised."""
+    """Each fork clone's indexes rewritten once its files are no longer racily clean, so no-op re-runs do
+    not hash them again (:func:`october.installer.git.worktree.settle_index`).  A background thread does
+    it once the install step is done (an editable build rewrites files in the clones) and every index is a
+    timestamp tick old; what it has not reached is settled at the end of the run.  A failure only loses
+    the speed-up: it is noted in the fetch log, never raised."""
 
     POLL_S = 0.05
-
     CHANGES_CLONES = ("fetch", "install")
 
     def __init__(self, ctx: StepContext) -> None:
         self.ctx = ctx
-        # its own runner: the same log files, nothing echoed to the terminal (the progress display
-        # belongs to the step that runs meanwhile)
+        # its own runner: the same log files, nothing echoed (the display is the running step's)
         self.runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
         self.settled: set[str] = set()
         self._stop = threading.Event()
@@ -271,8 +234,7 @@ class CloneSettler:
         self._thread.join()
 
     def _changed(self) -> bool:
-        """Whether this run checked a clone out or installed into one (else its index is as settled
-        as the run that did left it)."""
+        """Whether this run checked a clone out or installed into one."""
         return any(rec is not None and rec.status == "ran" for rec in map(self.ctx.done.get, self.CHANGES_CLONES))
 
     def _paths(self, *, after_install: bool = False) -> list[Path]:
@@ -303,8 +265,7 @@ class CloneSettler:
             self._note(f"# settling the clone indexes in the background stopped: {exc!r}")
 
     def settle_rest(self) -> None:
-        """What the thread did not reach, after the wait that is left; never raises (a failure here only
-        costs the next no-op its speed)."""
+        """What the thread did not reach, after the wait that is left; never raises."""
         from ..git.worktree import settle_index
 
         if not self._changed():
@@ -322,8 +283,7 @@ class CloneSettler:
 
 
 def finished_setup(options: SetupOptions, ui: Reporter) -> SetupResult | None:
-    """The setup of a finished stack whose every step still verifies, with nothing run and nothing
-    written; None when a step would run (or the stack is not one october_setup finished)."""
+    """The setup of a finished stack whose every step still verifies (nothing run or written), else None."""
     paths = StackPaths(options.stack.resolve())
     if not paths.marker(STEP_ORDER[-1]).is_file():
         return None

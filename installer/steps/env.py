@@ -20,7 +20,7 @@ def resolved_nvcc(ctx: StepContext) -> Path | None:
     """The nvcc preflight found, with links resolved: FlashInfer bakes the nvcc path into its build
     files, so the same toolkit reached by another path would force a full rebuild."""
     pre = ctx.result(PreflightResult)
-    path = pre.nvcc_path if pre is not None else None
+    path = pre.nvcc("path") if pre is not None else None
     return Path(path).resolve() if path else None
 
 
@@ -31,7 +31,7 @@ def stack_uv(ctx: StepContext) -> StackUv:
 
 
 def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
-    """The stack's runtime environment (see :mod:`october.installer.pyenv.stackenv`) for this recipe and machine."""
+    """The stack's runtime environment for this recipe and machine."""
     nvcc = resolved_nvcc(ctx)
     arch_list = ctx.recipe.cuda.flashinfer_arch_list if ctx.recipe.cuda else ""
     return stackenv.runtime_env(ctx.paths.root, arch_list, nvcc.parent.parent if nvcc else None)
@@ -48,14 +48,14 @@ def write_stack_env(ctx: StepContext) -> dict[str, Any]:
 class EnvStep:
     name: ClassVar[str] = "env"
 
-    def load(self, outputs: Mapping[str, Any]) -> EnvResult:
-        return EnvResult.from_json(outputs)
+    load = staticmethod(EnvResult.from_json)
 
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         locked = ctx.options.locked
         return {"python": r.python, "torch": r.torch.version, "torch_index": r.torch.index_url,
-                "build": list(r.build_requirements), "supply": list(r.install.supply), "sources": stack_uv(ctx).sources(torch_index=True),
+                "build": list(r.build_requirements), "supply": list(r.install.supply),
+                "sources": stack_uv(ctx).sources(torch_index=True),
                 "locked": {"packages": dict(locked.packages), "hashes": {k: list(v) for k, v in locked.hashes.items()}}
                 if locked else None, "stack_env": stack_runtime_env(ctx)}
 
@@ -77,8 +77,8 @@ class EnvStep:
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
                                                            if r.build_requirements else ""))
         # [install] supply: runtime needs of a --no-deps fork, resolved here under the torch constraint
-        stack_uv(ctx).pip_install(ctx.runner, self.name, [r.torch.requirement, *r.build_requirements, *r.install.supply],
-                                  torch_index=True)
+        stack_uv(ctx).pip_install(ctx.runner, self.name,
+                                  [r.torch.requirement, *r.build_requirements, *r.install.supply], torch_index=True)
         if ctx.options.locked is not None:
             self._install_locked_files(ctx)
         venv.require_torch(ctx.paths.env, r.torch.version, r.torch.index_url)
@@ -87,8 +87,7 @@ class EnvStep:
                          stack_env=write_stack_env(ctx))
 
     def _install_locked_files(self, ctx: StepContext) -> None:
-        """--locked: every index package of the lock, at its version, from a file with the locked sha256
-        (uv refuses any other bytes), before the forks are installed on top."""
+        """--locked: every index package of the lock from a file with the locked sha256 (uv refuses others)."""
         locked = ctx.options.locked
         assert locked is not None
         lines = venv.locked_lines(locked.packages, locked.hashes, locked.path)
@@ -117,17 +116,13 @@ class EnvStep:
         return None
 
 
-# ------------------------------------------------------------------ site-provided torch
-
-
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
     """The env on the system interpreter, its site directories visible, torch never installed here."""
     r = ctx.recipe
     python = r.torch.system_python
     assert python is not None
-    # Located, not imported (as preflight does): the import is proved below, once, by the stack env's
-    # own interpreter -- the import that matters, and the one that pays torch's cold start (~5 s on the
-    # H200); importing it in the system interpreter first as well paid it twice (issue 20, cold < 45 s).
+    # located, not imported: the import is proved below, once, by the stack env's own interpreter (torch's
+    # cold start costs seconds; importing it in the system interpreter as well paid it twice)
     facts = systorch.probe(ctx.runner, step, Path(python), locate=True)
     systorch.require_usable(r, facts, python, python_matches(r.python, facts.get("python")))
     ctx.ui.info(f"creating {ctx.paths.env} on {python} (torch {facts.get('version')} from its site packages)")
@@ -161,7 +156,7 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
 
 def _offline_packages(ctx: StepContext) -> set[str] | None:
     """What an offline install can take (the kit's wheels, or a ``no_index`` recipe's find-links), by
-    canonical name; None when an index serves the rest (then only torch is taken as the system's)."""
+    canonical name; None when an index serves the rest."""
     if ctx.options.kit is not None:
         return systorch.kit_packages(ctx.options.kit.wheels_dir)
     src = ctx.recipe.sources
@@ -171,7 +166,7 @@ def _offline_packages(ctx: StepContext) -> set[str] | None:
 
 
 def system_torch_env_problem(ctx: StepContext, result: EnvResult) -> str | None:
-    """No process started (no-op re-runs stay fast): see :func:`october.installer.pyenv.systorch.env_problem`."""
+    """What changed in a system-torch env, without starting a process (no-op re-runs stay fast)."""
     return systorch.env_problem(ctx.paths.env, ctx.recipe.torch.system_python, result.system_torch or {})
 
 

@@ -1,18 +1,15 @@
 """fetch: every fork cloned at its exact pinned commit, through the shared mirror cache.
 
-For each fork of the recipe: open the bare mirror of its URL in the cache dir,
-turn the pin into a full commit (a prefix is resolved on its branch, or taken
-from the lock under ``--locked``), fetch it into the mirror only if missing,
-then make ``STACK/src/<fork>`` a clone detached at that commit with submodules
-at their recorded commits, and check HEAD and cleanliness.  See
-:mod:`october.installer.git` for which git calls go through the runner.
+For each fork: open the bare mirror of its URL in the cache dir, turn the pin into a full commit (a
+prefix on its branch, or the lock's under ``--locked``), fetch it into the mirror only if missing, then
+make ``STACK/src/<fork>`` a clone detached at that commit with submodules at their recorded commits.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 from ..core.redact import redact_url
 from ..engine import JSON, StepContext
@@ -27,8 +24,7 @@ from .results import FetchResult, ForkRecord
 class FetchStep:
     name: ClassVar[str] = "fetch"
 
-    def load(self, outputs: Mapping[str, JSON]) -> FetchResult:
-        return FetchResult.from_json(outputs)
+    load = staticmethod(FetchResult.from_json)
 
     def inputs(self, ctx: StepContext) -> JSON:
         locked = ctx.options.locked
@@ -96,8 +92,7 @@ class FetchStep:
                           dirty_allowed=o.allow_dirty, dirty=bool(out.dirty), sparse=dict(fork.sparse))
 
     def verify(self, ctx: StepContext, result: FetchResult) -> str | None:
-        """Every fork's clone still at its commit, clean, submodules at their commits; the forks are
-        looked at in parallel (each look is one or two git processes)."""
+        """Every fork's clone still at its commit, clean, submodules at their commits (forks in parallel)."""
         missing = [f.name for f in ctx.recipe.forks if f.name not in result.forks]
         if missing:
             return f"fork '{missing[0]}' has no record"

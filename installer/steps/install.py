@@ -1,26 +1,15 @@
 """``install``: each fork into the stack env as the recipe says, then prove what ended up there.
 
-vLLM (mode ``vllm-precompiled``): editable, ``VLLM_USE_PRECOMPILED=1``,
-``VLLM_PRECOMPILED_WHEEL_LOCATION`` = the verified local base wheel (re-hashed
-just before use), ``VLLM_PRECOMPILED_WHEEL_COMMIT`` = the upstream base commit
-computed here (see :mod:`october.installer.install.upstream`).  FlashInfer (mode
-``flashinfer``): editable, ``--no-deps``, installed last.  Each fork install gets the
-recipe's ``[forks.build_env]`` and runs behind the nested-install guard
-(:mod:`october.installer.install.nested`).  Afterwards the guards check torch, each fork's
-``direct_url.json`` and import location, and import the base wheel's compiled
-extension modules where CUDA libraries exist; every installed requirement is checked
-against the recipe's declared exceptions (:mod:`october.installer.install.consistency`); a
-FlashInfer-mode fork is imported with the stack environment (:mod:`october.installer.pyenv.stackenv`).
-
-Reads: the fetch result's forks (path, commit; without one, ``STACK/src/<name>``
-and ``git rev-parse HEAD``); the wheel result's path, ``wheel_sha256`` and
-source commit.  Result: :class:`~october.installer.steps.results.InstallResult`.
+Each fork is installed editable (vLLM on the verified local base wheel, re-hashed just before use;
+FlashInfer ``--no-deps``, last) behind the nested-install guard; then the guards check torch, each fork's
+``direct_url.json`` and import location and the base wheel's extension modules, every requirement is
+checked against the recipe's declared exceptions, and a FlashInfer-mode fork is imported with the stack
+environment.  Result: :class:`~october.installer.steps.results.InstallResult`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,23 +29,18 @@ from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
-
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
-
 
 
 class InstallStep:
     name: ClassVar[str] = "install"
 
     def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
-        # Which libraries count as "CUDA exists" for importing the wheel's extension modules; tests
-        # point it at a library that exists on a CPU-only machine.
+        # the libraries that count as "CUDA exists" for importing the wheel's extension modules (tests: one
+        # that exists on a CPU-only machine)
         self.cuda_libs = cuda_libs
 
-    def load(self, outputs: Mapping[str, Any]) -> InstallResult:
-        return InstallResult.from_json(outputs)
-
-    # ------------------------------------------------------------------ inputs
+    load = staticmethod(InstallResult.from_json)
 
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
@@ -66,8 +50,6 @@ class InstallStep:
                 "torch": r.torch.version, "sources": stack_uv(ctx).sources(),
                 "wheel_sha256": wheel.wheel_sha256 if wheel else None,
                 "locked": dict(ctx.options.locked.packages) if ctx.options.locked else None}
-
-    # --------------------------------------------------------------------- run
 
     def _forks(self, ctx: StepContext) -> list[ForkSource]:
         fetch = ctx.result(FetchResult)
@@ -105,19 +87,22 @@ class InstallStep:
             nested_out = install_forks(uv, ctx.runner, self.name, plan.installs, by_name,
                                        state=ctx.paths.state, env_bin=ctx.paths.env / "bin",
                                        torch_version=r.torch.version, info=ctx.ui.info, detail=ctx.ui.detail)
-        # every fork's files are in place: work that needs no more than that (the JIT build) may begin
-        # while the checks below run (october.installer.steps.jitearly)
+        # every fork's files are in place: the work begun early may start (.jitearly, .lockearly)
         ctx.announce(FORKS_INSTALLED, forks)
-        self.check_records(ctx)
+        # every file of every distribution in the env as its RECORD hashes it
+        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
         spec = self.guard_spec(ctx, forks)
         from ..install.guards import run_guards
+        from ..pyenv import builtstack
 
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
         judged = self.check_consistency(ctx)
-        imported = reuse.recorded_imports(ctx, entry)   # a copied stack's verdicts (see there)
+        # a copied stack's import verdicts: its bytes were hashed against the manifest and the guard has just
+        # read what the stack path changed, so importing torch again would prove nothing new
+        imported = builtstack.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         facts = report.facts.get("forks", {})
@@ -142,10 +127,6 @@ class InstallStep:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
 
-    def check_records(self, ctx: StepContext) -> None:
-        """Every file of every distribution in the env as its RECORD hashes it, before install is done."""
-        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
-
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
         judged = consistency.require_consistent(ctx.paths.env, ctx.recipe.python, system_provided(ctx),
@@ -157,7 +138,7 @@ class InstallStep:
         return judged
 
     def check_imports(self, ctx: StepContext, forks: list[ForkSource]) -> dict[str, str]:
-        """``import flashinfer`` with the stack environment (:mod:`october.installer.install.importcheck`)."""
+        """``import flashinfer`` with the stack environment."""
         names = [f.use.name for f in forks if f.use.traits.import_check]
         if not names:
             return {}
@@ -165,16 +146,13 @@ class InstallStep:
         return check_imports(ctx.runner, self.name, ctx.paths.python, ctx.paths.pycache_args(), names, env,
                              stackenv.env_file(ctx.paths.root))
 
-    def guard_spec(self, ctx: StepContext, forks: list[ForkSource], *, cuda_libs: tuple[str, ...] | None = None
-                   ) -> GuardSpec:
+    def guard_spec(self, ctx: StepContext, forks: list[ForkSource]) -> GuardSpec:
         from ..install.guards import spec_for
 
         wheel = ctx.need(WheelResult).to_json() if any(f.use.traits.base_wheel for f in forks) else None
         return spec_for(wheel, {f.use.name: f.path for f in forks}, python=ctx.paths.python,
-                        torch_version=ctx.recipe.torch.version, cuda_libs=cuda_libs or self.cuda_libs,
+                        torch_version=ctx.recipe.torch.version, cuda_libs=self.cuda_libs,
                         system_torch=system_torch_record(ctx))
-
-    # ------------------------------------------------------------------ verify
 
     def verify(self, ctx: StepContext, result: InstallResult) -> str | None:
         if not ctx.paths.python.exists():
@@ -182,8 +160,7 @@ class InstallStep:
         for f in result.forks:
             if not Path(f.path).is_dir():
                 return f"the checkout {f.path} is missing"
-        # A no-op re-run must stay fast and write nothing: read the env's metadata files
-        # directly instead of starting the stack's Python (the full guards ran at install time).
+        # a no-op re-run stays fast and writes nothing: the env's metadata files, not the stack's Python
         problem = installed_state_problem(ctx.paths.env, ctx.recipe.torch.version,
                                           {f.name: Path(f.path) for f in result.forks},
                                           system_torch=ctx.recipe.torch.from_system)

@@ -1,17 +1,9 @@
 """``jit``: pre-build the recipe's asymmetric FlashInfer modules into ``STACK/jit`` and record their hashes.
 
-The build runs in the stack env (``STACK/env/bin/python -P -s -m <builder>``)
-with the stack's runtime environment (:mod:`october.installer.pyenv.stackenv`: ``FLASHINFER_WORKSPACE_BASE=STACK/jit``,
-``FLASHINFER_CUDA_ARCH_LIST``, ``CUDA_HOME``, ...) set before flashinfer is imported, and
-``PYTHONPATH`` = this repository only so
-the builder module is found (it imports the standard library, flashinfer and
-torch; nothing of the tool env).  The builder defaults to
-:mod:`october.checks.jit_build`; tests pass a stand-in.  The step trusts
-nothing the builder says: each requested module must come back once, its
-library must exist inside the workspace, and the step hashes it itself.  In a run
-that installs the forks, the preparation and the builder may have begun during the
-install step's checks (:mod:`october.installer.steps.jitearly`); the step then
-takes that build and waits for it, and checks what it made the same way.
+The builder (default :mod:`october.checks.jit_build`) runs in the stack env with the stack's runtime
+environment; ``PYTHONPATH`` is this repository only so that the builder module is found.  The step trusts
+nothing the builder says: each requested module must come back once, its library inside the workspace,
+hashed by the step itself.  The build may have begun during install (:mod:`.jitearly`).
 """
 
 from __future__ import annotations
@@ -26,20 +18,8 @@ from ..core.hashing import sha256_file
 from ..core.resources import stack_code_root
 from ..engine import Reporter, StepContext
 from ..jit.build import (
-    JitBuild,
-    ReadyEvent,
-    builder_env as build_env,
-    check_modules,
-    check_unchanged,
-    checkout_aot_dir,
-    find_ready,
-    module_fields,
-    module_request,
-    pending_discards,
-    read_result,
-    record_modules,
-    require_success,
-    version_from_paths,
+    JitBuild, ReadyEvent, builder_env as build_env, check_modules, check_unchanged, checkout_aot_dir, find_ready,
+    module_fields, module_request, pending_discards, read_result, record_modules, require_success, version_from_paths,
     write_request,
 )
 from ..jit.cache import SharedJitCache, cache_key
@@ -49,22 +29,23 @@ from .env import resolved_nvcc
 from .jitearly import take_early
 from .results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult
 
-
 DEFAULT_BUILDER = "october.checks.jit_build"
+
+
 def builder_env(ctx: StepContext, arch_list: str) -> dict[str, str]:
     """The builder's environment for this stack (:func:`october.installer.jit.build.builder_env`)."""
     return build_env(ctx.paths.root, arch_list, lambda: stack_code_root(ctx.options.cache_dir), os.environ)
 
 
 def shared_cache_inputs(ctx: StepContext, arch_list: str, builder: str) -> dict[str, Any] | None:
-    """What a built module's bytes depend on besides its request, or None when one is unknown (then
-    nothing is shared): the FlashInfer fork's commit, nvcc's version, the arch list, the torch build."""
+    """What a built module's bytes depend on besides its request (FlashInfer commit, nvcc, arch list,
+    torch build), or None when one is unknown (then nothing is shared)."""
     fetch = ctx.result(FetchResult)
     fork = next((f for f in ctx.recipe.forks if f.traits.jit_checkout), None)
     rec = fetch.forks.get(fork.name) if fetch is not None and fork is not None else None
     commit = rec.commit if rec is not None else None
     pre = ctx.result(PreflightResult)
-    nvcc = pre.nvcc_version if pre is not None else None
+    nvcc = pre.nvcc("version") if pre is not None else None
     env = ctx.result(EnvResult)
     torch = (env.torch if env is not None else None) or ctx.recipe.torch.version
     if not commit or not nvcc or not arch_list:
@@ -79,22 +60,13 @@ class JitStep:
     def __init__(self, builder: str = DEFAULT_BUILDER) -> None:
         self.builder = builder
 
-    def load(self, outputs: Mapping[str, Any]) -> JitResult:
-        return JitResult.from_json(outputs)
+    load = staticmethod(JitResult.from_json)
 
     def inputs(self, ctx: StepContext) -> Any:
         r = ctx.recipe
         return {"modules": [module_request(i, m) for i, m in enumerate(r.jit)],
                 "arch_list": r.cuda.flashinfer_arch_list if r.cuda else None, "builder": self.builder,
                 "nvcc": str(resolved_nvcc(ctx) or "")}
-
-    def _arch_list(self, ctx: StepContext) -> str:
-        cuda = ctx.recipe.cuda
-        if cuda is None or not cuda.arch_list:
-            raise JitError("the recipe lists JIT modules but no CUDA architectures to build them for",
-                           expected="[cuda] arch_list (e.g. '9.0') in the recipe", found="no [cuda] arch_list",
-                           fix=f"add [cuda] arch_list to {ctx.recipe.path}")
-        return cuda.flashinfer_arch_list
 
     def run(self, ctx: StepContext) -> JitResult:
         r = ctx.recipe
@@ -103,7 +75,7 @@ class JitStep:
             arch_list = r.cuda.flashinfer_arch_list if r.cuda else ""
             return JitResult(workspace=str(workspace), arch_list=arch_list, modules=(), cached=True,
                              builder=self.builder, flashinfer_version=None)
-        # begun during install's checks when it could be (a 2-tuple: never false), else prepared now
+        # begun during install's checks (a 2-tuple: never false), else prepared now
         build, started = take_early(ctx, self) or (self.prepare(ctx, ctx.ui, known_aot_dir(ctx, workspace)), None)
         if build.argv is None:
             modules = [{**build.ready[k], **module_fields(jm)} for k, jm in zip(build.keys, r.jit) if k is not None]
@@ -121,12 +93,14 @@ class JitStep:
         return self.complete(ctx, build, failure)
 
     def prepare(self, ctx: StepContext, ui: Reporter, aot: Path | None) -> JitBuild:
-        """Everything before the builder runs: the untrusted libraries discarded (in ``aot``, FlashInfer's
-        AOT directory, too), the modules already verified found (in the workspace or the shared cache),
-        and, when some are still to build, the request file and the builder's command.  What it says goes
-        to ``ui``."""
+        """Everything before the builder runs: untrusted libraries discarded (in ``aot`` too), verified
+        modules found, and, when some are still to build, the request file and the builder's command."""
         r = ctx.recipe
-        arch_list = self._arch_list(ctx)
+        if r.cuda is None or not r.cuda.arch_list:
+            raise JitError("the recipe lists JIT modules but no CUDA architectures to build them for",
+                           expected="[cuda] arch_list (e.g. '9.0') in the recipe", found="no [cuda] arch_list",
+                           fix=f"add [cuda] arch_list to {r.path}")
+        arch_list = r.cuda.flashinfer_arch_list
         workspace = ctx.paths.jit
         workspace.mkdir(parents=True, exist_ok=True)
         requests = [module_request(i, m) for i, m in enumerate(r.jit)]
@@ -134,7 +108,15 @@ class JitStep:
         inputs = shared_cache_inputs(ctx, arch_list, self.builder)
         keys = [cache_key(inputs, q) if inputs else None for q in requests]
         cache = SharedJitCache(ctx.options.cache_dir / "jit") if inputs else None
-        ready = self._ready(ctx, ui, workspace, keys, cache)
+
+        def say(event: ReadyEvent) -> None:     # what finding the verified modules met
+            if event.kind == "refused":
+                ui.warn(event.text)
+                ctx.runner.note("jit", event.text)
+            else:
+                ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
+
+        ready = find_ready(workspace, keys, cache, say)
         build = JitBuild(workspace=workspace, aot=aot, requests=requests, keys=keys, inputs=inputs, cache=cache,
                          ready=ready, discarded=discarded)
         if cache is not None and all(k in ready for k in keys):
@@ -147,8 +129,7 @@ class JitStep:
         return build
 
     def complete(self, ctx: StepContext, build: JitBuild, failure: CommandFailed | None) -> JitResult:
-        """The builder has ended (``failure`` when it exited non-zero): trust nothing it says, check
-        every module, record them."""
+        """The builder has ended (``failure``: it exited non-zero): check every module, record them."""
         assert build.result_path is not None
         result = read_result(build.result_path, failure)
         require_success(result, failure, ctx.runner.log_path(self.name))
@@ -158,14 +139,11 @@ class JitStep:
         ctx.ui.info(f"{len(modules)} JIT module(s) " + ("found cached" if cached else "built"))
         return self._finish(ctx, build, modules, result=result)
 
-    # ------------------------------------------------------------ integrity and reuse
-
     @staticmethod
     def _discard_untrusted(ctx: StepContext, ui: Reporter, workspace: Path, aot: Path | None
                            ) -> list[dict[str, str]]:
-        """A library whose bytes are not what this step recorded is never a cache hit: remove its module
-        directory so the builder compiles it again (in the AOT directory, where FlashInfer would load
-        it without any check, too)."""
+        """A library whose bytes are not what this step recorded is removed so the builder compiles it
+        again (in the AOT directory too, where FlashInfer would load it without any check)."""
         bad = untrusted_libraries(workspace, aot_dirs=(aot,))
         earlier, every = pending_discards(discards_path(ctx), bad)
         for item in earlier:
@@ -176,19 +154,6 @@ class JitStep:
             ctx.runner.note("jit", f"discarded {item.path}: {item.reason}")
         discard(bad)
         return every
-
-    @staticmethod
-    def _ready(ctx: StepContext, ui: Reporter, workspace: Path, keys: list[str | None],
-               cache: SharedJitCache | None) -> dict[str, dict[str, Any]]:
-        """key -> module record for each module already verified (:func:`october.installer.jit.build.find_ready`)."""
-        def say(event: ReadyEvent) -> None:
-            if event.kind == "refused":
-                ui.warn(event.text)
-                ctx.runner.note("jit", event.text)
-            else:
-                ui.info(f"JIT module {event.text[:60]}... restored from the shared cache (sha256 verified)")
-
-        return find_ready(workspace, keys, cache, say)
 
     def _finish(self, ctx: StepContext, build: JitBuild, modules: list[dict[str, Any]], *,
                 result: Mapping[str, Any] | None) -> JitResult:
@@ -212,24 +177,21 @@ class JitStep:
             for path in [Path(m["path"])] + ([Path(m["aot_path"])] if m.get("aot_path") else []):
                 if not path.is_file():
                     return f"JIT library {path} is missing"
-                # re-read only when its stat signature moved since it was hashed (core/filetrust.py)
+                # re-read only when its stat signature moved since it was hashed
                 if ctx.trust.digest(path, "sha256", sha256_file) != m["sha256"]:
                     return f"JIT library {path} changed (sha256 differs)"
         return None
 
 
 def discards_path(ctx: StepContext) -> Path:
-    """The libraries discarded as untrusted that no jit result has recorded yet (a run that discarded
-    them ended before the jit step finished: install failed, an interrupt); the step that finishes folds
-    them into its result (``discarded``), so the receipt names them whichever run removed them."""
+    """The libraries discarded as untrusted that no jit result has recorded yet (the run that discarded
+    them ended first); the step that finishes folds them into its result, so the receipt names them."""
     return ctx.paths.state / "jit" / "discarded.json"
 
 
 def known_aot_dir(ctx: StepContext, workspace: Path, *, checkout: Path | None = None) -> Path | None:
     """FlashInfer's AOT directory for this stack without starting it: the one recorded last time, else
-    FlashInfer's own rule for the fork's checkout (``<package>/data/aot``; ``flashinfer/data/`` is
-    ignored by the fork's git, so the checkout stays clean): the checkout install recorded, else
-    ``checkout`` (the build begun before install has recorded it, :mod:`october.installer.steps.jitearly`)."""
+    ``<package>/data/aot`` of the checkout install recorded, else of ``checkout`` (a build begun early)."""
     recorded = manifest_aot_dir(workspace)
     if recorded is not None:
         return recorded

@@ -1,32 +1,17 @@
-"""The JIT build begun while the install step checks what it installed (issue 20: speed).
+"""The JIT build begun while the install step checks what it installed.
 
-The builder needs the forks' files in place (the editable installs), not what the install step checks
-after them (each distribution's RECORD, the guards, the env's consistency, ``import flashinfer``: about
-5 s of the 8 s install of a cold FlashInfer-only stack on the H200, while the JIT takes 22-35 s).  So once
-every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`), :class:`EarlyJit`
-does what the jit step does before its builder (:meth:`JitStep.prepare`) and starts the builder in the
-background through the one gate for commands (:meth:`Runner.start`: the jit log, a process group of its
-own under a guard that holds the stack lock's descriptor and ends the group when the run dies, however
-it dies); the jit step takes it (:func:`take_early`), says what was put off, and waits for it.  The
-install step says which checkout it installed FlashInfer from with its announcement (one source of
-truth for the AOT directory the preparation cleans).
-
-Begun only where the plan runs the jit step right after install and the jit step runs in this walk
-whatever install's result (:func:`~october.installer.engine.must_run`).  What the builder leaves
-is trusted no sooner than before: the jit step checks and hashes every library itself and records them
-(the manifest, the shared cache, the AOT copies) only at its end.  When the run ends before the jit step
-has waited for the builder (install failed, an interrupt), :meth:`EarlyJit.stop` kills the builder and
-every process it started, before the stack lock is released, and says the warnings its preparation put
-off; what it left in ``STACK/jit`` is recorded nowhere, so the next run's jit step discards it as
-untrusted and builds it again.  Libraries the preparation discarded are kept in
-``STACK/.state/jit/discarded.json`` until a jit result records them.  A run killed outright (SIGKILL)
-takes the builder's group with it (the guard), and the stack lock stays held until that group is gone.
+The builder needs only the forks' files in place, not install's checks (RECORDs, guards, consistency,
+imports).  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`),
+:class:`EarlyJit` prepares the build and starts the builder in the background (:meth:`Runner.start`: its
+own process group under a guard holding the stack lock); the jit step takes it (:func:`take_early`) and
+checks what it made as always.  A run that ends first kills it (:meth:`EarlyJit.stop`) before the stack
+lock is released; what it left in ``STACK/jit`` is recorded nowhere, so the next run discards it.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..core.runner import Started
 from ..engine import FORKS_INSTALLED, StepContext, must_run
@@ -41,8 +26,15 @@ if TYPE_CHECKING:
 class Deferred:
     """A reporter that keeps what is said, for the step it belongs to to say in its own turn."""
 
+    METHODS = ("step_start", "transfer", "step_skip", "step_done", "info", "detail", "warn")   # Reporter's
+
     def __init__(self) -> None:
         self.said: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, method: str) -> Callable[..., None]:
+        if method not in self.METHODS:
+            raise AttributeError(method)
+        return lambda *args: self.said.append((method, args))
 
     def replay(self, ui: Any, *, only: tuple[str, ...] | None = None) -> None:
         """Say what was kept (``only`` those methods, e.g. the warnings), once."""
@@ -51,33 +43,9 @@ class Deferred:
             if only is None or method in only:
                 getattr(ui, method)(*args)
 
-    def _keep(self, method: str, *args: Any) -> None:
-        self.said.append((method, args))
-
-    def step_start(self, name: str, reason: str) -> None:
-        self._keep("step_start", name, reason)
-
-    def transfer(self, label: str, done: float, total: float | None, unit: str = "B") -> None:
-        self._keep("transfer", label, done, total, unit)
-
-    def step_skip(self, name: str) -> None:
-        self._keep("step_skip", name)
-
-    def step_done(self, name: str, seconds: float) -> None:
-        self._keep("step_done", name, seconds)
-
-    def info(self, text: str) -> None:
-        self._keep("info", text)
-
-    def detail(self, text: str) -> None:
-        self._keep("detail", text)
-
-    def warn(self, text: str) -> None:
-        self._keep("warn", text)
-
 
 class EarlyJit:
-    """The jit step's preparation and builder, begun when the install step announces its forks are in place."""
+    """The jit step's preparation and builder, begun when the install step's forks are in place."""
 
     def __init__(self, step: JitStep, hold_fds: Sequence[int] = ()) -> None:
         self.step = step
@@ -91,7 +59,7 @@ class EarlyJit:
     def wire(cls, ctx: StepContext, steps: Sequence[Step[Any]], *, hold_fds: Sequence[int] = ()
              ) -> EarlyJit | None:
         """Listen for the install step's forks when the plan runs jit right after install, else None.
-        ``hold_fds`` (the stack lock) are held by the builder's guard for as long as its group lives."""
+        ``hold_fds`` (the stack lock) are held by the builder's guard while its group lives."""
         names = [s.name for s in steps]
         if "install" not in names or "jit" not in names or names.index("jit") != names.index("install") + 1:
             return None
@@ -100,8 +68,7 @@ class EarlyJit:
         return early
 
     def begin(self, ctx: StepContext, forks: Sequence[ForkSource]) -> None:
-        """Listener for FORKS_INSTALLED (in the install step, with the forks it installed): prepare and
-        start the build, or do nothing."""
+        """Listener for FORKS_INSTALLED: prepare and start the build, or do nothing."""
         from .jit import known_aot_dir
 
         begun = "# begun during the install step's checks (october.installer.steps.jitearly)"
@@ -125,7 +92,7 @@ class EarlyJit:
 
     def stop(self, ctx: StepContext, why: str = "the run ended before the jit step took its result") -> None:
         """At the end of the run, before the stack lock is released: a builder the jit step has not waited
-        for to its end is killed with every process it started, and what it did is not used."""
+        for to its end is killed with every process it started."""
         if not self.taken:
             self.deferred.replay(ctx.ui, only=("warn",))     # the libraries its preparation discarded
         if self.started is None or (self.taken and self.started.finished):
@@ -143,9 +110,8 @@ class EarlyJit:
 
 
 def take_early(ctx: StepContext, step: JitStep) -> tuple[JitBuild, Started | None] | None:
-    """The jit step's preparation and builder begun during install, when there is one and it was prepared
-    for the checkout install recorded; what was put off is said now, and the builder's output goes to
-    the progress display from here on."""
+    """The jit step's preparation and builder begun during install, when it was prepared for the checkout
+    install recorded; what was put off is said now."""
     from .jit import known_aot_dir
 
     early = ctx.early.pop(step.name, None)

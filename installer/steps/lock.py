@@ -20,21 +20,14 @@ from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
 from .lockearly import take_early
+from .results import (
+    EnvResult, FetchResult, ForkRecord, InstallResult, JitResult, LockResult, PreflightResult, WheelResult,
+)
 
 if TYPE_CHECKING:
     from ..lock.pylock import Installed
 
 # pylock (packaging.pylock, tomli_w) is imported where the lock is written, not on a no-op re-run
-from .results import (
-    EnvResult,
-    FetchResult,
-    ForkRecord,
-    InstallResult,
-    JitResult,
-    LockResult,
-    PreflightResult,
-    WheelResult,
-)
 
 PROBE = stack_script("distributions.py")
 
@@ -74,14 +67,12 @@ def probe_env(ctx: StepContext, step: str, runner: Runs | None = None) -> dict[s
     if line is None:
         raise LockError("could not list the stack env's packages", expected="a JSON line from checks/probes/distributions.py",
                         found=out[-200:] or "no output", fix=f"run {ctx.paths.python} -I {PROBE} by hand")
-    data: dict[str, Any] = json.loads(line)
-    return data
+    return dict(json.loads(line))
 
 
 def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any] | None = None
                             ) -> tuple[str, list[Installed]]:
-    """The env's own distributions (a site-provided torch and its neighbours are not the env's: see
-    :func:`system_section`)."""
+    """The env's own distributions (not a site-provided torch and its neighbours: :func:`system_section`)."""
     data = data if data is not None else probe_env(ctx, step)
     seen: dict[str, bool] = {}
     own = [d for d in data["distributions"] if not from_system_site(ctx, d, seen)]
@@ -91,9 +82,8 @@ def installed_distributions(ctx: StepContext, step: str, data: Mapping[str, Any]
 
 
 def from_system_site(ctx: StepContext, dist: Mapping[str, Any], seen: dict[str, bool] | None = None) -> bool:
-    """True for a distribution the system interpreter provides (outside the stack env).  ``seen``
-    remembers the answer per site directory: an image's 400 system distributions share two or three,
-    and resolving each one's was 0.13 s of a second stack on the H200 (issue 20)."""
+    """True for a distribution the system interpreter provides (outside the stack env).  ``seen`` keeps
+    the answer per site directory: an image's hundreds of system distributions share two or three."""
     if not ctx.recipe.torch.from_system or not dist.get("site"):
         return False
     site, seen = str(dist["site"]), {} if seen is None else seen
@@ -103,8 +93,8 @@ def from_system_site(ctx: StepContext, dist: Mapping[str, Any], seen: dict[str, 
 
 
 def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``[tool.october.system]``: torch as provided by the system (version, CUDA build, where) and every
-    other distribution the stack uses from the system's site directories, name -> version."""
+    """``[tool.october.system]``: the system's torch (version, CUDA build, where) and every other
+    distribution the stack uses from the system's site directories, name -> version."""
     if not ctx.recipe.torch.from_system:
         return None
     env = ctx.result(EnvResult)
@@ -168,9 +158,12 @@ def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
 
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
     """Stable facts about the toolchain (no free disk, no paths): the lock must be reproducible."""
+    from .preflight import uv_line
+
     r = ctx.recipe
+    words = uv_line(ctx, "lock").split()      # the preflight's reading of this same uv, else asked again
     facts: dict[str, Any] = {"python": python_version, "torch": r.torch.version,
-                             "uv": _uv_version(ctx)}
+                             "uv": words[1] if len(words) > 1 else " ".join(words)}
     if r.cuda is not None:
         facts.update({"cuda": r.cuda.version, "cuda-arch-list": r.cuda.flashinfer_arch_list, "cuda-variant": r.cuda.variant})
     pre = ctx.result(PreflightResult)
@@ -183,19 +176,9 @@ def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
     return facts
 
 
-def _uv_version(ctx: StepContext) -> str:
-    """uv's version (:func:`~october.installer.steps.preflight.uv_line`: the preflight's reading of this
-    same uv, unchanged since, else asked again)."""
-    from .preflight import uv_line
-
-    words = uv_line(ctx, "lock").split()
-    return words[1] if len(words) > 1 else " ".join(words)
-
-
 def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
-    """``[tool.october.wheel]``: the base wheel (its hash under the PEP 751-style key ``sha256`` of
-    the wheel table), WHEEL's tags and an accepted retag, its extension modules, and the
-    compiled-source trees compared with the fork's (TOML has no null: absent values are left out)."""
+    """``[tool.october.wheel]``: the base wheel (its hash under the key ``sha256``), its tags, retag and
+    extension modules, and the compiled-source comparison (TOML has no null: absent values left out)."""
     out: dict[str, Any] = {"filename": wheel.filename, "url": wheel.url, "sha256": wheel.wheel_sha256,
                            "trust": wheel.trust}
     optional = {"source_commit": wheel.source_commit, "wheel-tags": list(wheel.wheel_tags) or None,
@@ -214,8 +197,7 @@ def wheel_for_lock(wheel: WheelResult) -> dict[str, Any]:
 
 
 def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
-    """A fork under ``[tool.october.forks]``: where it came from and the commit (submodules as
-    checked out, when it has any); TOML has no null."""
+    """A fork under ``[tool.october.forks]``: where it came from, its commit and submodules (no nulls)."""
     out: dict[str, Any] = {"url": rec.url, "commit": rec.commit, "pin": rec.pin, "branch": rec.branch,
                            "requested": rec.requested, "submodules": dict(rec.submodules) or None}
     return {k: v for k, v in out.items() if v is not None}
@@ -224,8 +206,7 @@ def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
 class LockStep:
     name: ClassVar[str] = "lock"
 
-    def load(self, outputs: Mapping[str, Any]) -> LockResult:
-        return LockResult.from_json(outputs)
+    load = staticmethod(LockResult.from_json)
 
     def inputs(self, ctx: StepContext) -> Any:
         locked = ctx.options.locked
@@ -234,7 +215,7 @@ class LockStep:
     def run(self, ctx: StepContext) -> LockResult:
         from ..lock.pylock import build_lock, diff_against, dumps, split_installed
 
-        # begun during install's checks when it could be (and the env is as it was then), else made now
+        # begun during install's checks when the env is still as it was then, else made now
         listing = take_early(ctx, self) or list_env(ctx, ctx.runner)
         python_version, dists = installed_distributions(ctx, self.name, listing.raw)
         fetch = ctx.need(FetchResult).forks
@@ -294,8 +275,7 @@ class LockStep:
 
 
 def installed_versions(env: Path) -> dict[str, str]:
-    """name -> version of every distribution in the env, read from its .dist-info directory names
-    (no process started: this runs on every no-op re-run)."""
+    """name -> version of every distribution in the env, from its .dist-info names (no process: no-op path)."""
     out: dict[str, str] = {}
     for site in env.glob("lib/python*/site-packages"):
         for info in site.glob("*.dist-info"):

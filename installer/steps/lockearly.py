@@ -1,23 +1,11 @@
-"""The lock's listing begun while the install step checks what it installed (issue 20: speed).
+"""The lock's listing begun while the install step checks what it installed.
 
-What the lock is made from (:func:`~october.installer.steps.lock.list_env`: the env's distributions as
-its interpreter lists them, then ``uv pip compile`` for the files and hashes of the index ones) needs the
-env as install left it, not install's checks (RECORDs, guards, consistency, imports: 0.2-0.5 s of a
-second stack) nor the JIT build.  So once every fork is installed
-(:data:`~october.installer.engine.FORKS_INSTALLED`), :class:`EarlyLock` makes that listing in a thread
-of its own (its commands in the lock log, nothing echoed; ``uv pip compile`` through
-:meth:`Runner.start`, so it can be ended), and the lock step takes it (:func:`take_early`) -- only when
-the env's site directories are as they were when the listing began, and they and every other directory
-the listing read (a system site) still are as they were when it ended (:func:`env_signature`: each
-distribution's metadata directory, its ``METADATA`` and ``direct_url.json``, and each ``.pth`` file, by
-name and stat signature -- inode, size, mtime, ctime; a reinstall makes a new directory).  Otherwise,
-or when the listing failed, the lock step lists the env itself, as it always did.
-
-Begun only where the plan runs the lock step after install and the lock step runs in this walk whatever
-install's result (:func:`~october.installer.engine.must_run`).  A run that ends before the lock step took
-it (install failed, an interrupt) ends it in :meth:`EarlyLock.stop`, before the stack lock is released:
-its command killed with its group, its thread waited for at most ``Started.KILL_WAIT_S``
-(:func:`~october.installer.pipeline.plan.stop_early`).
+What the lock is made from (:func:`~october.installer.steps.lock.list_env`) needs only the env as install
+left it.  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`),
+:class:`EarlyLock` makes that listing in a thread of its own, and the lock step takes it
+(:func:`take_early`) only when the env's distributions are as they were while it was listed
+(:func:`env_signature`); else the lock step lists the env itself.  A run that ends first ends it
+(:meth:`EarlyLock.stop`) before the stack lock is released.
 """
 
 from __future__ import annotations
@@ -42,14 +30,10 @@ INSIDE = ("METADATA", "PKG-INFO", "direct_url.json")
 
 
 def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...] | None:
-    """Each site directory of the env (as the env step recorded them) and each of ``extra`` (the other
-    directories a listing read distributions from: a system site, a fork checkout), with every
-    distribution metadata directory and ``.pth`` file there, by name and stat signature (inode, size,
-    mtime, ctime), and the same of each metadata directory's ``METADATA``/``PKG-INFO`` and
-    ``direct_url.json`` (rewritten in place, they leave the directory alone); None without an env
-    result.  Not a directory's own mtime:
-    install's import checks add ``__pycache__`` to a copied env, which lists no distribution (seen on
-    the H200: every second stack's listing was refused)."""
+    """Each site directory of the env and of ``extra`` (other directories the listing read), with every
+    metadata directory and ``.pth`` file there and each metadata directory's ``METADATA``/``PKG-INFO``/
+    ``direct_url.json`` (rewritten in place), by name and stat signature; None without an env result.
+    Not a directory's own mtime: install's import checks add ``__pycache__`` to a copied env."""
     env = ctx.result(EnvResult)
     if env is None:
         return None
@@ -58,8 +42,6 @@ def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...
 
 def _site_signature(site: str) -> tuple[Any, ...]:
     def stamp(path: str) -> list[int] | None:
-        """The file's stat signature (:func:`~october.installer.core.filetrust.signature`: inode, size,
-        mtime and ctime, which no copy that keeps times, ``cp -p`` or ``rsync -a``, can set back)."""
         try:
             return signature(os.stat(path, follow_symlinks=False))
         except OSError:
@@ -76,12 +58,11 @@ def _site_signature(site: str) -> tuple[Any, ...]:
 
 
 class EarlyLock:
-    """The lock's listing, begun in a thread when the install step announces its forks are in place."""
+    """The lock's listing, begun in a thread when the install step's forks are in place."""
 
     def __init__(self, step: LockStep, hold_fds: Sequence[int] = (),
                  lister: Callable[[StepContext, Any], Listing] | None = None) -> None:
-        """``lister``: what makes the listing from the context and this object's :meth:`run` (the lock
-        step's :func:`~october.installer.steps.lock.list_env`; a test's own)."""
+        """``lister``: makes the listing from the context and this object's :meth:`run` (default: list_env)."""
         self.step = step
         self.hold_fds = tuple(hold_fds)
         self.lister = lister
@@ -110,8 +91,7 @@ class EarlyLock:
         return early
 
     def begin(self, ctx: StepContext, _forks: Any) -> None:
-        """Listener for FORKS_INSTALLED: start the listing, or do nothing (never fails the install step:
-        the lock step lists the env itself in its turn)."""
+        """Listener for FORKS_INSTALLED: start the listing, or do nothing (never fails the install step)."""
         try:
             if self._thread is not None or not must_run(self.step, ctx):
                 return
@@ -127,8 +107,7 @@ class EarlyLock:
             self._note(ctx, f"# not begun during install: {exc!r}")
 
     def run(self, argv: Sequence[str], *, step: str, env: Mapping[str, str] | None = None) -> Completed:
-        """The lock's commands, run from the listing's thread: each through :meth:`Runner.start`, so that
-        :meth:`stop` can end it with everything it started."""
+        """The lock's commands, run from the listing's thread through :meth:`Runner.start` (:meth:`stop` ends them)."""
         assert self._runner is not None
         with self._lock:
             if self._stopped:
@@ -155,8 +134,7 @@ class EarlyLock:
             self._done.set()
 
     def take(self, ctx: StepContext) -> Listing | None:
-        """The listing, once it has ended, when the env is still as it was listed; else None (said in the
-        lock log)."""
+        """The listing, once it has ended, when the env is still as it was listed; else None (said in the log)."""
         self.wait()
         if self.listing is not None and env_signature(ctx, self._sites) != self._signature:
             self.listing, self.why_not = None, "the env changed after it was listed"
@@ -165,9 +143,8 @@ class EarlyLock:
         return self.listing
 
     def stop(self, ctx: StepContext) -> None:
-        """At the end of the run, before the stack lock is released: a listing still running is ended
-        (its command killed with every process it started) and waited for, at most
-        :attr:`Started.KILL_WAIT_S`; what it made is not used."""
+        """At the end of the run, before the stack lock is released: a listing still running is ended (its
+        command killed with its group) and waited for, at most :attr:`Started.KILL_WAIT_S`."""
         with self._lock:
             self._stopped = True
             started = self._started
@@ -183,8 +160,8 @@ class EarlyLock:
                             "the run did; not waiting longer")
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the listing's thread to end (at most ``timeout`` seconds), in slices: a signal for
-        the main thread is handled at the next slice; -> whether it has ended."""
+        """Wait for the listing's thread (at most ``timeout`` s), in slices so that a signal is handled;
+        -> whether it has ended."""
         if self._thread is None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout

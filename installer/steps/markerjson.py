@@ -19,71 +19,61 @@ def get(d: Mapping[str, JSON], key: str) -> JSON:
     return d[key]
 
 
+def _is(value: JSON, ok: bool, key: str, what: str) -> JSON:
+    """``value`` when ``ok``, else :class:`MalformedResult` ("'key' is not what")."""
+    if not ok:
+        raise MalformedResult(f"'{key}' is not {what}")
+    return value
+
+
 def text(d: Mapping[str, JSON], key: str) -> str:
     v = get(d, key)
-    if not isinstance(v, str):
-        raise MalformedResult(f"'{key}' is not a string")
-    return v
+    return _is(v, isinstance(v, str), key, "a string")
 
 
 def opt_text(d: Mapping[str, JSON], key: str) -> str | None:
     v = d.get(key)
-    if v is not None and not isinstance(v, str):
-        raise MalformedResult(f"'{key}' is not a string")
-    return v
+    return _is(v, v is None or isinstance(v, str), key, "a string")
 
 
 def integer(d: Mapping[str, JSON], key: str) -> int:
     v = get(d, key)
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise MalformedResult(f"'{key}' is not an integer")
-    return v
+    return _is(v, isinstance(v, int) and not isinstance(v, bool), key, "an integer")
 
 
 def flag(d: Mapping[str, JSON], key: str, default: bool = False) -> bool:
     v = d.get(key, default)
-    if not isinstance(v, bool):
-        raise MalformedResult(f"'{key}' is not true/false")
-    return v
+    return _is(v, isinstance(v, bool), key, "true/false")
 
 
 def obj(d: Mapping[str, JSON], key: str, *, required: bool = True) -> Mapping[str, JSON]:
     v = get(d, key) if required else d.get(key) or {}
-    if not isinstance(v, Mapping):
-        raise MalformedResult(f"'{key}' is not an object")
-    return dict(v)
+    return dict(_is(v, isinstance(v, Mapping), key, "an object"))
 
 
 def opt_obj(d: Mapping[str, JSON], key: str) -> Mapping[str, JSON] | None:
     v = d.get(key)
-    if v is not None and not isinstance(v, Mapping):
-        raise MalformedResult(f"'{key}' is not an object")
+    _is(v, v is None or isinstance(v, Mapping), key, "an object")
     return dict(v) if v is not None else None
 
 
 def items(d: Mapping[str, JSON], key: str, *, required: bool = True) -> list[JSON]:
     v = get(d, key) if required else d.get(key) or []
-    if not isinstance(v, list):
-        raise MalformedResult(f"'{key}' is not a list")
-    return v
+    return _is(v, isinstance(v, list), key, "a list")
 
 
 def texts(d: Mapping[str, JSON], key: str, *, required: bool = True) -> tuple[str, ...]:
     values = items(d, key, required=required)
-    if not all(isinstance(x, str) for x in values):
-        raise MalformedResult(f"'{key}' is not a list of strings")
-    return tuple(values)
+    return tuple(_is(values, all(isinstance(x, str) for x in values), key, "a list of strings"))
 
 
 def objs(d: Mapping[str, JSON], key: str, *, required: bool = True) -> tuple[Mapping[str, JSON], ...]:
     values = items(d, key, required=required)
-    if not all(isinstance(x, Mapping) for x in values):
-        raise MalformedResult(f"'{key}' is not a list of objects")
+    _is(values, all(isinstance(x, Mapping) for x in values), key, "a list of objects")
     return tuple(dict(x) for x in values)
 
 
 def text_map(d: Mapping[str, JSON], key: str, *, required: bool = True) -> Mapping[str, str]:
     m = obj(d, key, required=required)
-    if not all(isinstance(v, str) for v in m.values()):
-        raise MalformedResult(f"'{key}' is not an object of strings")
+    _is(m, all(isinstance(v, str) for v in m.values()), key, "an object of strings")
     return {k: str(v) for k, v in m.items()}

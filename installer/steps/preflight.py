@@ -9,13 +9,7 @@ from typing import ClassVar, Mapping
 
 from ..core.errors import PreflightError
 from ..engine import JSON, StepContext
-from ..machine import (
-    evaluate,
-    facts_json,
-    machine_facts_json,
-    system_torch_facts,
-    validate_skip,
-)
+from ..machine import evaluate, facts_json, machine_facts_json, system_torch_facts, validate_skip
 from ..machine.probes import first_line, gather_facts
 from ..machine.rules import UV_FLOOR, punch_list
 from ..pyenv.uvcmd import uv_exe
@@ -23,19 +17,12 @@ from .results import PreflightResult
 
 
 class PreflightStep:
-    """Result: :class:`~october.installer.steps.results.PreflightResult` (facts, machine, checks, skipped, tools).
-
-    Facts are gathered again when the inputs change (recipe limits, skip list,
-    stack path) or when a tool they came from changed: ``verify`` compares the
-    recorded size and mtime of each probed program (nvcc, nvidia-smi, git, the
-    compilers, uv) without starting any of them, so a no-op re-run stays fast and
-    writes nothing, while a toolkit or driver update is noticed.
-    """
+    """Facts are gathered again when the inputs change or when a tool they came from changed: ``verify``
+    compares each probed program's recorded size and mtime without starting it (a no-op stays fast)."""
 
     name: ClassVar[str] = "preflight"
 
-    def load(self, outputs: Mapping[str, JSON]) -> PreflightResult:
-        return PreflightResult.from_json(outputs)
+    load = staticmethod(PreflightResult.from_json)
 
     def inputs(self, ctx: StepContext) -> JSON:
         recipe = ctx.recipe
@@ -44,8 +31,7 @@ class PreflightStep:
             "cuda": recipe.cuda.as_recipe() if recipe.cuda is not None else None,
             "skip": sorted(set(ctx.options.skip_preflight)),
             "stack": str(ctx.paths.root.absolute()),
-            # the uv this run uses (another tool install brings its own) and the tool's floor for it:
-            # a stack re-run by another install is judged again, not by the last one's preflight
+            # the uv this run uses and the tool's floor for it: a stack re-run by another install is judged again
             "uv": uv_exe(), "uv_floor": UV_FLOOR,
             **({"torch": {"version": recipe.torch.version, "system_python": recipe.torch.system_python}}
                if recipe.torch.from_system else {}),
@@ -101,10 +87,8 @@ _ASKED: dict[tuple[str, tuple[int, ...] | None], str] = {}
 
 
 def uv_line(ctx: StepContext, step: str) -> str:
-    """uv's ``--version`` line (``uv 0.13.9 (x86_64-unknown-linux-gnu)``): the preflight's reading when
-    it read this same uv, unchanged since (its size and mtime as the preflight recorded them), else
-    asked once per process for this uv as it is now (the command in ``step``'s log), its first line
-    kept as the preflight keeps it."""
+    """uv's ``--version`` line: the preflight's reading when it read this same uv, unchanged since (size
+    and mtime), else asked once per process for this uv as it is now (the command in ``step``'s log)."""
     exe, pre = uv_exe(), ctx.result(PreflightResult)
     stat = tool_stat(exe)
     if pre is not None:

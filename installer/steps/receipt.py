@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from .. import __version__
 from ..core.errors import CommandFailed, ToolMissing
@@ -14,15 +14,7 @@ from ..core.runner import Runner
 from ..engine import StepContext
 from ..pyenv import stackenv
 from ..recipe.forks import promise_of
-from .results import (
-    EnvResult,
-    FetchResult,
-    InstallResult,
-    JitResult,
-    PreflightResult,
-    ReceiptResult,
-    WheelResult,
-)
+from .results import EnvResult, FetchResult, InstallResult, JitResult, PreflightResult, ReceiptResult, WheelResult
 
 
 def tool_git_commit(runner: Runner) -> tuple[str, bool]:
@@ -64,8 +56,7 @@ def promised_level(ctx: StepContext) -> str:
 class ReceiptStep:
     name: ClassVar[str] = "receipt"
 
-    def load(self, outputs: Mapping[str, Any]) -> ReceiptResult:
-        return ReceiptResult.from_json(outputs)
+    load = staticmethod(ReceiptResult.from_json)
 
     def inputs(self, ctx: StepContext) -> Any:
         """The options it records, and every earlier step's whole result and when it finished: the

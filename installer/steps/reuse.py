@@ -1,11 +1,7 @@
 """The built-stack cache, step side: a finished stack's env and fork build outputs reused for a second
-stack with the same key (the storing, checking and copying are :mod:`october.installer.pyenv.builtstack`).
-
-The env step copies the env (:func:`env_from_built_stack`); the install step copies the forks' build
-outputs from the same entry (:func:`forks_from_built_stack`) and takes its import verdicts
-(:func:`recorded_imports`), or, having built the stack itself, stores it (:func:`store_built_stack`).
-The key (:func:`stack_key`) is made of the env and install steps' inputs and the fetch result.
-"""
+stack with the same key (storing, checking and copying: :mod:`october.installer.pyenv.builtstack`).
+The env step copies the env; the install step copies the forks' build outputs from the same entry, or,
+having built the stack itself, stores it."""
 
 from __future__ import annotations
 
@@ -30,10 +26,8 @@ if TYPE_CHECKING:
 
 
 def stack_key(ctx: StepContext, step: str) -> str | None:
-    """This stack's built-stack cache key (:func:`october.installer.pyenv.builtstack.key_for`), or None
-    when it may not take or give an entry: a dirty fork (``--allow-dirty``), a base wheel trusted on
-    first use (no recipe sha256), a stack path a URL would quote, a site-provided torch preflight did
-    not locate.  ``step``: whose log a ``uv --version`` goes to, when uv must be asked."""
+    """This stack's built-stack cache key, or None when it may not take or give an entry (a dirty fork, a
+    base wheel trusted on first use, a stack path a URL would quote, a system torch not located)."""
     from ..pyenv import builtstack
     from .install import InstallStep
     from .preflight import uv_line
@@ -59,9 +53,8 @@ def stack_key(ctx: StepContext, step: str) -> str | None:
 
 
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
-    """The env copied from the built-stack cache entry of this stack's key (see
-    :mod:`october.installer.pyenv.builtstack`), checked as the env step checks a new one; None when
-    there is no usable entry (a refused one is removed and said so: this stack is then built)."""
+    """The env copied from the built-stack cache entry of this stack's key, checked as the env step checks
+    a new one; None when there is no usable entry (a refused one is removed: this stack is then built)."""
     from ..pyenv import builtstack
 
     if os.path.lexists(ctx.paths.env):
@@ -100,8 +93,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
 
 
 def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
-    """Say why a built-stack cache entry is not used, and remove it (the stack is built instead and
-    stores a new one); ``drop_env``: remove what was copied of it into the stack env."""
+    """Say why a built-stack cache entry is not used and remove it (``drop_env``: and its copy in the env)."""
     from ..pyenv import builtstack
 
     ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
@@ -111,31 +103,19 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
         shutil.rmtree(ctx.paths.env, ignore_errors=True)
 
 
-def built_entry(ctx: StepContext, step: str) -> "builtstack.Entry | None":
-    """The built-stack cache entry the env step copied the env from, when it still holds for this
-    stack (same key, the same base wheel), else None."""
+def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
+                           ) -> tuple["builtstack.Entry | None", dict[str, Any] | None]:
+    """Each fork's build outputs copied into its checkout from the entry the env came from, when it still
+    holds (same key and base wheel); -> (the entry, its build's nested-install verdicts), or (None, None)."""
     from ..pyenv import builtstack
 
     env = ctx.result(EnvResult)
     if env is None or env.built_from is None or stack_key(ctx, step) != env.built_from:
-        return None
+        return None, None
     entry = builtstack.find(ctx.options.cache_dir, env.built_from)
     wheel = ctx.result(WheelResult)
     if entry is None or entry.facts.get("wheel_sha256") != (wheel.wheel_sha256 if wheel else None):
-        return None
-    return entry
-
-
-def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
-                           ) -> tuple["builtstack.Entry | None", dict[str, Any] | None]:
-    """Each fork's build outputs copied from the entry the env came from (:func:`built_entry`) into
-    its checkout instead of building it; -> (the entry, the nested-install verdicts its build had), or
-    (None, None) when there is no entry or it is refused (what was copied is removed again and the
-    forks are installed as usual)."""
-    entry = built_entry(ctx, step)
-    if entry is None:
         return None, None
-    from ..pyenv import builtstack
 
     def announce(name: str, _checkout: Path) -> None:
         ctx.ui.info(f"fork {name}: its build outputs from the cache ({entry.path})")
@@ -151,29 +131,11 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
     return entry, nested_out
 
 
-def recorded_imports(ctx: StepContext, entry: "builtstack.Entry | None") -> dict[str, str]:
-    """The import verdicts of the stack ``entry`` was made from ({} without an entry).
-
-    A copied stack takes them: the env and the fork outputs are its bytes (hashed against the
-    manifest), the checkouts its commits (fetch checked them clean), the system torch the same files
-    (the key's stat signatures); what the stack path changed (the editable finders, direct_url.json,
-    links) the install guard has just read from this stack (each fork's import location and
-    direct_url).  Importing torch again would cost seconds and prove nothing new."""
-    if entry is None:
-        return {}
-    from ..pyenv import builtstack
-
-    return builtstack.recorded_imports(entry, ctx.paths.root)
-
-
 def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | None:
-    """Why this run may not store its stack in the built-stack cache (None: it may), asked before the
-    forks are installed.  What is stored reaches every later stack with the same key, so only what this
-    run made itself is: an env the env step made in this run (``uv venv --clear``, or copied from an entry
-    whose forks' outputs were then refused, every file checked against its manifest; not one an earlier
-    run left, where a file no RECORD owns may have been planted since), and checkouts that hold no file
-    git does not track before the install (an ignored file planted in one, a ``*.so`` that shadows a
-    module, is not the build's output; fetch's clean check does not see ignored files)."""
+    """Why this run may not store its stack in the built-stack cache (None: it may), asked before the forks
+    are installed.  Only what this run made itself is stored: an env the env step made in this run (not one
+    an earlier run left, where a file may have been planted since), and checkouts holding no file git does
+    not track (an ignored ``*.so`` planted there is not the build's output)."""
     made = ctx.done.get("env")       # ran: made by uv venv --clear, or copied from an entry and checked
     if made is None or made.status != "ran":
         return "its env was made by an earlier run (only a run that makes the env itself stores it)"
@@ -187,9 +149,8 @@ def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | No
 
 def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nested_out: Mapping[str, Any],
                       imported: Mapping[str, str], unstorable: str | None) -> None:
-    """Store this finished env and the forks' build outputs for the next stack with the same key
-    (see :mod:`october.installer.pyenv.builtstack`); a stack that cannot be stored (``unstorable``:
-    why, from :func:`unstorable`) is said so, not failed."""
+    """Store this finished env and the forks' build outputs for the next stack with the same key; a stack
+    that cannot be stored (``unstorable``: why) is said so, not failed."""
     from ..pyenv import builtstack
 
     env = ctx.result(EnvResult)

@@ -1,19 +1,9 @@
 """``wheel``: download the vLLM base (precompiled) wheel, verify it, and put it in ``STACK/wheels``.
 
-Order: decide which sha256 to trust (recipe > lock under ``--locked`` > trust on
-first use), probe the stack Python's tags, download into the shared cache,
-verify every check in one read of the wheel (:mod:`october.installer.wheels.verify`),
-take the wheel's source commit from its ``vllm/_version.py`` and prove that the
-compiled sources (``[wheel].compiled_sources``) are the same at that commit and
-at the vLLM fork commit (:mod:`october.installer.git.equivalence`), and only then
-reflink (or copy, never hard-link) the file into ``STACK/wheels``.  Any failure leaves
-``STACK/wheels`` without a wheel.
-
-Result: :class:`~october.installer.steps.results.WheelResult` (path, filename, url
-(redacted), ``wheel_sha256``, size, trust "pinned"|"locked"|"tofu", source
-commit, checks, WHEEL's tags, an accepted retag, the compiled extension modules
-the install step's import guard imports, the source-equivalence record), or
-:class:`~october.installer.steps.results.NoWheel` for a recipe without ``[wheel]``.
+Which sha256 to trust (recipe > lock under ``--locked`` > trust on first use), the stack Python's tags,
+the download into the shared cache, every check in one read of the wheel, the compiled sources compared
+at the wheel's source commit and the fork's, and only then a reflink (or copy, never a hard link) into
+``STACK/wheels``: any failure leaves it without a wheel.
 """
 
 from __future__ import annotations
@@ -38,8 +28,7 @@ if TYPE_CHECKING:
     from ..wheels.tags import PythonFacts
     from ..wheels.verify import WheelExpectation, WheelReport
 
-# download (httpx), equivalence (GitPython), tags and verify are imported where the step runs: a
-# no-op re-run only reads the marker and stats the wheel
+# download (httpx), equivalence (GitPython), tags and verify are imported where the step runs, not on a no-op
 
 SKIPPED = "recipe has no [wheel]"
 
@@ -90,8 +79,8 @@ def _clear_installed(wheels_dir: Path) -> None:
 
 
 def place(source: Path, dest: Path, sha256: str) -> None:
-    """Reflink (else copy) the verified file to ``dest`` atomically, then re-hash it.  Never a hard
-    link: the stack's wheel would be the cache's inode, and an edit to one would be the other's."""
+    """Reflink (else copy) the verified file to ``dest`` atomically, then re-hash it.  Never a hard link:
+    an edit to the stack's wheel would be the cache's."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.unlink(missing_ok=True)
@@ -108,19 +97,11 @@ def place(source: Path, dest: Path, sha256: str) -> None:
 class WheelStep:
     name: ClassVar[str] = "wheel"
 
-    def load(self, outputs: Mapping[str, JSON]) -> WheelResult | NoWheel:
-        return wheel_result_from_json(outputs)
+    load = staticmethod(wheel_result_from_json)
 
     def __init__(self, *, policy: DownloadPolicy | None = None) -> None:
-        self._policy = policy
+        self.policy = policy
         self._facts: dict[str, PythonFacts] = {}
-
-    @property
-    def policy(self) -> DownloadPolicy:
-        if self._policy is None:
-            from ..wheels.download import DownloadPolicy
-            self._policy = DownloadPolicy()
-        return self._policy
 
     def _python(self, ctx: StepContext) -> PythonFacts:
         from ..wheels.tags import probe_python
@@ -130,16 +111,14 @@ class WheelStep:
             self._facts[key] = probe_python(ctx.runner, ctx.paths.python, step=self.name)
         return self._facts[key]
 
-    # ------------------------------------------------------------------ inputs
-
     def inputs(self, ctx: StepContext) -> JSON:
         w = ctx.recipe.wheel
         if w is None:
             return {"wheel": None}
         locked = ctx.options.locked
         fork = precompiled_fork(ctx.recipe)
-        # The stack Python's tags are not probed here: the env step's fingerprint (Python version)
-        # is chained into ours, and a no-op re-run must not start processes or write logs.
+        # the stack Python's tags are not probed here (a no-op starts no process): the env step's
+        # fingerprint (its Python version) is chained into ours
         return {"wheel": asdict(w), "locked": locked is not None,
                 "locked_wheel_sha256": locked.wheel_sha256 if locked else None,
                 "torch": ctx.recipe.torch.version,
@@ -147,12 +126,10 @@ class WheelStep:
                 "fork": {"name": fork.name, "commit": fork.pin.commit,
                          "upstream": redact_url(fork.upstream or "")} if fork else None}
 
-    # --------------------------------------------------------------------- run
-
     def run(self, ctx: StepContext) -> WheelResult | NoWheel:
         from ..git.equivalence import check_source_equivalence
         from ..git.sdistmatch import check_sdist_equivalence
-        from ..wheels.download import download_wheel, seen_path
+        from ..wheels.download import DownloadPolicy, download_wheel, seen_path
         from ..wheels.tags import supported_tags
         from ..wheels.verify import verify_wheel
 
@@ -167,8 +144,8 @@ class WheelStep:
         if trust == "tofu":
             ctx.ui.warn(f"[wheel] has no sha256: trusting {w.filename} on first use; its hash goes into the "
                         "lock and --locked runs enforce it")
-        # the progress display: a bar with bytes, rate and time left
-        got = download_wheel(w.url, w.filename, ctx.options.cache_dir, sha256=want_sha, policy=self.policy,
+        got = download_wheel(w.url, w.filename, ctx.options.cache_dir, sha256=want_sha,
+                             policy=self.policy or DownloadPolicy(),
                              progress=lambda done, total: ctx.ui.transfer(w.filename, done, total, "B"))
         ctx.runner.note(self.name, f"# wheel {redact_url(w.url)} -> {got.path} sha256={got.sha256} "
                                    f"size={got.size} transferred={got.transferred} "
@@ -231,8 +208,6 @@ class WheelStep:
                            retag=tuple(r.as_json() for r in report.retag),
                            extensions=tuple(e.as_json() for e in report.extensions),
                            source_equivalence=equivalence)
-
-    # ------------------------------------------------------------------ verify
 
     def verify(self, ctx: StepContext, result: WheelResult | NoWheel) -> str | None:
         if isinstance(result, NoWheel):
