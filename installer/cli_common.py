@@ -1,6 +1,9 @@
-"""What every command of the CLI shares: how a Typer app is made (:func:`new_app`) and run (:func:`run_app`:
-typer's parse errors become our usage message), the option spellings several commands use, and
-:func:`guarded`, which turns an :class:`OctoberError` into a message and its exit code.
+"""What every command of the CLI shares: how a Typer app is made (:func:`new_app`) and run
+(:func:`run_app`: typer's parse errors become our usage message), the option spellings several
+commands use, and :func:`guarded`, which turns an :class:`OctoberError` into a message and its exit code.
+
+Each app is made, with its commands, in the module that holds them: ``october_setup`` (and its
+``kit`` / ``fleet``) in :mod:`october.installer.cli`, ``current`` in :mod:`october.installer.cli_current`.
 """
 
 from __future__ import annotations
@@ -92,17 +95,27 @@ def run_app(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def _choices(name: str, *values: str) -> Any:
-    """A ``str`` enum whose members are named as their values (typer shows them as the option's choices)."""
-    return enum.Enum(name, {v: v for v in values}, type=str)
+class ModelFormat(str, enum.Enum):
+    awq = "awq"
+    fp16 = "fp16"
 
 
-ModelFormat = _choices("ModelFormat", "awq", "fp16")
-SmokeLevel = _choices("SmokeLevel", "reference", "kernel", "engine")
-DiagnosticCache = _choices("DiagnosticCache", "bf16", "fp8_e4m3", "both")    # checks.contract.DIAGNOSTIC_CACHES
+class SmokeLevel(str, enum.Enum):
+    reference = "reference"
+    kernel = "kernel"
+    engine = "engine"
+
+
+class DiagnosticCache(str, enum.Enum):
+    """`current smoke --diagnostic-cache` (october.checks.contract.DIAGNOSTIC_CACHES)."""
+
+    bf16 = "bf16"
+    fp8_e4m3 = "fp8_e4m3"
+    both = "both"
 
 
 RECIPE_HELP = "Recipe name (see `current recipes`) or a path to a .toml."
+CACHE_HELP = "Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october)."
 
 
 # the options several commands share, spelled once
@@ -110,7 +123,7 @@ def recipe_option(help_text: str = RECIPE_HELP) -> Any:
     return typer.Option("current", "--recipe", "-r", metavar="NAME", help=help_text)
 
 
-def cache_dir_option(help_text: str = "Shared cache (default $OCTOBER_CACHE_DIR or ~/.cache/october).") -> Any:
+def cache_dir_option(help_text: str = CACHE_HELP) -> Any:
     return typer.Option(None, "--cache-dir", metavar="DIR", help=help_text)
 
 
@@ -144,8 +157,9 @@ def version_option(prog: str) -> Any:
 
 
 def guarded(fn: Callable[[], T], ui: ConsoleReporter, *, json_command: str | None = None) -> T:
-    """:func:`~october.installer.core.cliargs.run_guarded` (an OctoberError becomes a message and its exit
-    code; with ``json_command`` the error as JSON on stdout) as a typer exit."""
+    """Run ``fn``; an OctoberError becomes a printed message and its exit code (and, with
+    ``json_command``, the error as JSON on stdout): :func:`~october.installer.core.cliargs.run_guarded`
+    as a typer exit."""
     try:
         return run_guarded(fn, ui, json_command=json_command)
     except CommandExit as exc:

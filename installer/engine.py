@@ -1,10 +1,17 @@
 """The step engine: fingerprinted, resumable, atomic done-markers.
 
-A step declares JSON inputs, runs and returns a frozen result; the engine writes ``STACK/.state/<step>.json``
-atomically with its fingerprint (its inputs and the ``chain_json`` digest of every earlier result) and the
-result as ``outputs``.  A step is skipped while all three still hold and its result verifies.  Its marker is
-removed before it runs, so a killed run leaves none; another format, a torn file or an unknown result means
-"not done".
+A step declares its inputs (JSON-able), runs, and returns its result (a frozen
+dataclass with ``to_json`` / ``chain_json``; the step's ``load`` reads it back).
+On success the engine writes ``STACK/.state/<step>.json`` atomically with the
+step's fingerprint and its result as ``outputs``.  The fingerprint covers the
+step's inputs and the ``chain_json`` digest of every earlier step's result, so a
+re-run skips a step whose inputs are unchanged, whose earlier steps produced
+the same results, and whose recorded result still verifies; a step that runs
+again and produces a different result makes every later step run again.  A
+step's marker is removed before it runs, so a killed run leaves no marker for
+the unfinished step, and a later step's marker, chained on the results it was
+made from, cannot match once an earlier result changed.  A marker of another
+format, a torn file or a result the step does not recognise means "not done".
 """
 
 from __future__ import annotations
@@ -235,7 +242,8 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         elif verify_only:
             return None
         else:
-            # not done until it finishes: a run killed from here on leaves no marker for this step
+            # not done until it finishes: a run killed from here on leaves no marker for this step,
+            # and a later step's marker is chained on the results it was made from
             marker_path.unlink(missing_ok=True)
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()

@@ -1,10 +1,25 @@
-"""The plain fast path of ``october_setup STACK ...``, without typer or rich (they cost more than the whole
-check).  A finished stack whose every step is done, unchanged and still verifies
-(:func:`~october.installer.pipeline.plan.finished_setup`) is answered without running or writing anything,
-its recipe read without pydantic when ``.state/recipe-checked`` vouches for it; any other run with plain
-options goes straight to :func:`~october.installer.provision.provision`, the typer command's own function.
-Anything the plain parser does not take (``--verbose``, ``--json``, ``--help``, ``kit``, ``fleet``, a usage
-error) goes to the typer command line.
+"""The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
+answered without the command-line framework (typer and rich cost more than the whole check) and
+without running or writing anything; its recipe is read without pydantic when the stack's
+``.state/recipe-checked`` says this content passed the models there.  Any other run with plain options
+(a new stack, a resumed one, a step that would run) goes straight to
+:func:`october.installer.provision.provision`, the function the typer command calls, still without typer
+or click (0.4 s, issue 20); it validates the recipe with the models (pydantic, ~0.1-0.2 s).
+
+It reads the same options as the full command line (argparse, the same spellings), builds the same
+:class:`~october.installer.engine.SetupOptions`, and asks the same pipeline whether every
+step is done, unchanged and still verifies (:func:`~october.installer.pipeline.plan.finished_setup`:
+each step's ``inputs`` and ``verify``, nothing else).  Anything else -- a step that would run, an
+option it does not take (``--verbose``, ``--json``, ``--help``, ``--version``, ``kit``, ``fleet``), a
+usage or recipe error -- is not a no-op.  Options the plain parser does not take go to the typer
+command line (its help, usage errors and --json); plain ones run :func:`provision` here, whose
+errors, progress and output are the typer command's own.
+
+What a no-op trusts instead of re-reading (each step's ``verify``): the done-markers' fingerprints
+of the inputs; the stat signatures of the preflight's tools, the base wheel, and every file hashed
+before (:mod:`october.installer.core.filetrust`: every env file against its RECORD, the JIT
+libraries); git's own index for the fork clones (``git status``, which re-reads only files whose
+stat data changed).
 """
 
 from __future__ import annotations

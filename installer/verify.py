@@ -1,10 +1,26 @@
 """``current verify --install STACK``: is the live stack still what its lock and receipts say?
 
-Offline and read-only: distributions are read from their ``.dist-info`` (no process is started, so a stack
-whose Python no longer runs can still be verified).  Every difference is collected, then reported together,
-each with the command that puts it back (:mod:`verify_fix`): the lock and setup receipt, the fork clones and
-their submodules (unselected ones must stay uninitialized gitlinks), the env's distributions and every file
-against the lock and RECORDs (:mod:`verify_unowned`), torch, the base wheel, the JIT libraries (:mod:`verify_jit`).
+Offline and read-only: no network, no install, no write into the stack.  Every difference is
+collected first (pypa/installer's ``validate_record`` style), then reported together:
+
+* the lock file is the one the setup receipt recorded (sha256);
+* each fork clone: HEAD at the locked ``commit-id``, no local changes (unless the receipt
+  recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
+* every distribution in the stack env against the lock: nothing extra, nothing missing, the
+  locked version; forks installed editable from ``STACK/src/<fork>``;
+* every file each distribution's RECORD lists with a hash still has that hash (and exists), and
+  every file in the env that no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
+* torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
+  a site-provided torch (``[tool.october.system]``), none in the env and the recorded one in place;
+* the base wheel in ``STACK/wheels`` has the locked sha256;
+* every JIT library FlashInfer can load (workspace and AOT copies) has the sha256 the lock
+  recorded, and none other exists (see :mod:`verify_jit`).
+
+Submodules the recipe did not select are gitlinks, not checkouts: they must stay uninitialized.
+Each difference carries the command that puts it back (:mod:`verify_fix`).
+
+Distributions are read from their ``.dist-info`` directories (no process is started), so a
+stack whose Python no longer runs can still be verified.
 """
 
 from __future__ import annotations

@@ -1,9 +1,20 @@
-"""What ``current verify`` tells the user to run for each kind of difference; each command was run against a
-planted difference and seen to bring the stack back (tests/test_verify_fix.py).  Where a re-run of the setup
-cannot undo it: a dirty fork (setup refuses one) is git's stash or ``--allow-dirty``; a moved or unselected
-submodule is ``git submodule update`` / ``deinit``; a file changed in place is changed in uv's cache too (hard
-links), so that cache entry goes first; unowned files are removed; a changed lock is a re-run *without*
-``--locked`` (which would install from it).  Everything else is a re-run with ``--locked``.
+"""What ``current verify`` tells the user to run for each kind of difference: commands that work.
+
+Each line is one that was run against a planted difference and seen to bring the stack back
+(tests/test_verify_fix.py); what a re-run of the setup cannot undo today gets its own command:
+
+* a fork with local changes: ``october_setup`` refuses a dirty clone (with or without ``--locked``),
+  so the fix is git's own (stash, which keeps the changes), or a re-run with ``--allow-dirty``, which
+  keeps them and records them in the receipt;
+* a submodule moved or checked out although the recipe does not select it: ``git submodule
+  update`` / ``deinit`` (the fetch step refuses a clone whose submodule moved: it shows as a change);
+* a file changed in place in the env: uv hard-links installed files to its cache, so the cache
+  holds the same bytes; the distribution's cache entry goes first, then the env, then the re-run;
+* a file no RECORD owns, a JIT library no record names: the re-run leaves them, so they are removed;
+* a changed lock file: the setup command again *without* ``--locked`` (which would install from the
+  changed lock): the lock step sees the file changed and writes it again from the stack;
+* everything else (an extra, missing or other-version distribution, a moved fork HEAD, another torch,
+  a changed base wheel or JIT library): the setup command again with ``--locked``.
 """
 
 from __future__ import annotations

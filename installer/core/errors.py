@@ -1,5 +1,9 @@
-"""Every error a user can hit, each class with its own exit code.  A message always says what was
-expected, what was found, and what to do next; only the CLI's ``main`` prints them."""
+"""Every error a user can hit, in one place.
+
+Each class carries its own exit code.  A message always says what was
+expected, what was found, and what to do next; only the CLI's ``main`` catches
+these and turns them into a printed message and an exit status.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ SHOWN_MAX = 80      # characters of a value echoed from a file or a command line
 
 
 def one_line(text: str, limit: int = SHOWN_MAX) -> str:
-    """``text`` as one line (control characters escaped) cut to ``limit`` characters with an ellipsis;
-    only the part that can be shown is looked at, so a 300 KB value costs no more than a short one."""
+    """``text`` as one bounded line: control characters escaped (a newline in a value cannot start a
+    line of its own in a message), cut to ``limit`` characters with an ellipsis.  Only the part that
+    can be shown is looked at, so a 300 KB value costs no more than an 80-character one."""
     head = text[:limit + 1]
     shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in head)
     return shown if len(shown) <= limit and len(text) <= limit else shown[:max(limit - 3, 1)] + "..."
@@ -53,6 +58,8 @@ class UsageError(OctoberError):
 
 
 class RecipeError(OctoberError):
+    """A recipe or forks.toml file is malformed or inconsistent."""
+
     exit_code = 3
     title = "recipe error"
 
@@ -87,8 +94,10 @@ class PreflightError(OctoberError):
     def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
         self.problems = list(problems)
         lines = [f"  - [{name}] {text}" for name, text in self.problems]
-        super().__init__(f"{len(self.problems)} preflight check(s) failed:\n" + "\n".join(lines),
-                         fix="fix the items above, or skip one you know is fine with --skip-preflight NAME")
+        super().__init__(
+            f"{len(self.problems)} preflight check(s) failed:\n" + "\n".join(lines),
+            fix="fix the items above, or skip one you know is fine with --skip-preflight NAME",
+        )
 
     @property
     def message(self) -> str:  # the punch list is already complete; no expected/found line
@@ -107,6 +116,8 @@ class SmokeBusyError(StackLockedError):
 
 
 class CommandFailed(OctoberError):
+    """An external command exited non-zero (or could not start)."""
+
     exit_code = 6
     title = "command failed"
 
@@ -119,11 +130,16 @@ class CommandFailed(OctoberError):
         self.log_path = log_path
         shown = " ".join(self.argv)
         where = f"; full log: {log_path}" if log_path else ""
-        super().__init__(f"step '{step}': command `{shown}` failed", expected="exit code 0",
-                         found=f"exit code {returncode}", fix=f"read the last lines below{where}")
+        super().__init__(
+            f"step '{step}': command `{shown}` failed",
+            expected="exit code 0", found=f"exit code {returncode}",
+            fix=f"read the last lines below{where}",
+        )
 
     @property
     def message(self) -> str:
+        if not self.tail.strip():
+            return super().message
         return super().message + "".join("\n    | " + ln for ln in self.tail.rstrip().splitlines())
 
 
@@ -133,6 +149,8 @@ class ToolMissing(OctoberError):
 
 
 class FetchError(OctoberError):
+    """git: a fork cannot be fetched, a commit is missing, a tree is dirty."""
+
     exit_code = 8
     title = "fetch failed"
 
@@ -143,11 +161,15 @@ class EnvError(OctoberError):
 
 
 class WheelError(OctoberError):
+    """The base wheel could not be downloaded or failed verification."""
+
     exit_code = 10
     title = "wheel verification failed"
 
 
 class InstallError(OctoberError):
+    """A post-install guard fired (torch moved, flashinfer not the fork, ...)."""
+
     exit_code = 11
     title = "install check failed"
 
@@ -158,6 +180,8 @@ class JitError(OctoberError):
 
 
 class LockError(OctoberError):
+    """A pylock cannot be written or a --locked install differs from it."""
+
     exit_code = 13
     title = "lock mismatch"
 
@@ -168,17 +192,23 @@ class ReceiptError(OctoberError):
 
 
 class DownloadError(OctoberError):
+    """Model download, revision or hash verification failed."""
+
     exit_code = 15
     title = "download failed"
 
 
 class ScalesError(OctoberError):
+    """A calibrated scales file is missing, malformed or made for another model."""
+
     exit_code = 16
     title = "scales invalid"
 
 
 class SmokeError(OctoberError):
-    exit_code = 17          # the harness could not run (a check that failed is a receipt, not this)
+    """The smoke harness could not run (not: a check failed; that is a receipt)."""
+
+    exit_code = 17
     title = "smoke failed to run"
 
 
@@ -188,7 +218,8 @@ class StateError(OctoberError):
 
 
 class FileSystemError(OctoberError):
-    """Also what the CLI makes of any OSError a step did not map itself."""
+    """A path the user gave cannot be read or written (permissions, a file where a directory
+    belongs, a full disk): raised by the CLI for any OSError a step did not map itself."""
 
     exit_code = 19
     title = "file system error"
@@ -246,11 +277,14 @@ def as_disk_full(exc: BaseException) -> DiskFullError | None:
 
 
 class KitError(OctoberError):
+    """An offline kit cannot be made, or cannot be used: missing, tampered, or for another recipe."""
+
     exit_code = 20
     title = "kit error"
 
 
-# The one table of exit codes: the README's "Exit codes" table and every --help epilog are this table.
+# The one table of exit codes: the README's "Exit codes" table and every command's --help epilog
+# are this table (tests/test_exit_codes.py holds the three equal, and every class above to a code here).
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, 'success (for `current smoke`: the receipt says `passed: true`)'),
     (1, "`current smoke`: a check did not pass (see the receipt); `current doctor`: a check failed; `october_setup fleet`: the fleet did not pass (the receipt names each node's status and what differs)"),

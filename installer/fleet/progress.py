@@ -1,7 +1,11 @@
-"""What a user sees while ``october_setup fleet`` runs, as every long command shows it: a ``==> fleet:`` line,
-a line as each node starts and ends (with the counts done, ok, failed), and on a terminal a bar per running
-node (its phase: the kit's arrival, each october_setup step, the smoke) and one for the nodes done.
-No Ray in this module.
+"""What a user sees while ``october_setup fleet`` runs, the way every long command shows it
+(:class:`~october.installer.core.ui.ConsoleReporter`): a ``==> fleet:`` line, a line as each node
+starts and as it ends (with the counts of nodes done, ok and failed), and on a terminal a bar per
+running node (at which of its phases it is: receiving the kit, each october_setup step, the smoke)
+and one for the nodes done.  In a log the phases show under --verbose only.
+
+The nodes report their phases (:func:`setup_phase` reads them from october_setup's own ``==> step:``
+lines); :func:`~october.installer.fleet.cluster.run_plan` passes them here.  No Ray in this module.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ def setup_phase(line: str, steps: tuple[str, ...]) -> str | None:
     return f"setup: {m.group('step')}" if m and m.group("step") in steps else None
 
 
+def phase_count(job: NodeJob, *, setup_steps: int, shipped: bool) -> int:
+    """How many phases ``job`` reports: a finished node only its re-check; an installing one the kit's
+    arrival (when shipped), each setup step, the smoke."""
+    if job.setup_argv is None:
+        return 1
+    return int(shipped) + setup_steps + int(job.smoke_argv is not None)
+
+
 class FleetProgress:
     """The fleet's progress on ``ui``: :meth:`begin`, then per node :meth:`started`, :meth:`phase`
     (as it reports), :meth:`finished`, and :meth:`end`."""
@@ -31,10 +43,7 @@ class FleetProgress:
     def __init__(self, ui: Any, plan: FleetPlan, *, setup_steps: int, shipped: bool) -> None:
         self.ui = ui
         self._jobs = {j.name: j for j in plan.jobs}
-        # the phases a node reports: a finished one its re-check; an installing one the kit's arrival (when
-        # shipped), each setup step, the smoke
-        self._total = {j.name: 1 if j.setup_argv is None else int(shipped) + setup_steps + int(j.smoke_argv is not None)
-                       for j in plan.jobs}
+        self._total = {j.name: phase_count(j, setup_steps=setup_steps, shipped=shipped) for j in plan.jobs}
         self._seen: dict[str, int] = {}          # phases reported, per running node
         self._status: dict[str, str] = {}        # per finished node
         self._began = time.monotonic()

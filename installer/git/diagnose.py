@@ -1,8 +1,16 @@
 """Why a ``git fetch`` failed, from its own words, and what to do about it.
 
-``remote-damaged`` (answered, but cannot serve a complete object set: only another copy helps),
-``network`` (never reached) and ``not-found`` (no such repository) need different fixes; anything
-else is ``unknown``.  Markers are git's own messages (git 2.39 to 2.47; curl, file and ssh transports).
+Three causes need different fixes, so they are told apart:
+
+- ``remote-damaged``: the remote answered but cannot serve a complete object set (a missing
+  blob, "did not send all necessary objects", "not our ref", corruption on the remote side).
+  Retrying or checking the network does not help; another copy of the repository does.
+- ``network``: the remote was never reached (DNS, refused or timed-out connection, TLS,
+  authentication).  The repository may be fine.
+- ``not-found``: the host answered that there is no such repository.
+
+Anything else is ``unknown`` and keeps the generic advice.  Markers are git's own messages
+(git 2.39 to 2.47, curl transport, file and ssh transports).
 """
 
 from __future__ import annotations
@@ -13,23 +21,49 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DAMAGED = [
-    r"did not send all necessary objects", r"possible repository corruption", r"unable to read [0-9a-f]{7,}",
-    r"missing (?:blob|tree|commit|object)", r"bad object", r"not our ref", r"could not find remote ref",
-    r"couldn't find remote ref", r"no such remote ref", r"invalid index-pack output",
-    r"pack has \d+ unresolved delta", r"fatal: protocol error: bad pack header", r"object file .* is empty",
+    r"did not send all necessary objects",
+    r"possible repository corruption",
+    r"unable to read [0-9a-f]{7,}",
+    r"missing (?:blob|tree|commit|object)",
+    r"bad object",
+    r"not our ref",                 # also "upload-pack: not our ref"
+    r"could not find remote ref",
+    r"couldn't find remote ref",
+    r"no such remote ref",
+    r"invalid index-pack output",
+    r"pack has \d+ unresolved delta",
+    r"fatal: protocol error: bad pack header",
+    r"object file .* is empty",
     r"loose object .* is corrupt",
 ]
 _NETWORK = [
-    r"could not resolve host", r"temporary failure in name resolution", r"name or service not known",
-    r"failed to connect", r"couldn't connect to server", r"connection refused", r"connection timed out",
-    r"operation timed out", r"timed out", r"network is unreachable", r"no route to host", r"connection reset",
-    r"ssl[ _]", r"gnutls", r"authentication failed", r"could not read username", r"could not read password",
-    r"permission denied \(publickey", r"host key verification failed", r"the requested url returned error: 40[13]",
+    r"could not resolve host",      # also "could not resolve hostname"
+    r"temporary failure in name resolution",
+    r"name or service not known",
+    r"failed to connect",
+    r"couldn't connect to server",
+    r"connection refused",
+    r"connection timed out",
+    r"operation timed out",
+    r"timed out",
+    r"network is unreachable",
+    r"no route to host",
+    r"connection reset",
+    r"ssl[ _]",
+    r"gnutls",
+    r"authentication failed",
+    r"could not read username",
+    r"could not read password",
+    r"permission denied \(publickey",
+    r"host key verification failed",
+    r"the requested url returned error: 40[13]",
     r"proxy",
 ]
 _NOT_FOUND = [
-    r"does not appear to be a git repository", r"repository .*not found",
-    r"the requested url returned error: 404", r"no such file or directory",
+    r"does not appear to be a git repository",
+    r"repository .*not found",
+    r"the requested url returned error: 404",
+    r"no such file or directory",
 ]
 
 

@@ -247,15 +247,15 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         doing = f"checking out submodule {rel} at {commit} (sparse: {', '.join(dirs)})"
         fix = f"delete {sub_dir} and {repo_dir / '.git' / 'modules' / name}, then re-run"
         source = mirror.path.as_uri()
-        for argv in (["init", "--quiet", str(sub_dir)],
-                     ["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-                      *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
-                     ["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs],
-                     # the cone's blobs come from the mirror in one lazy fetch
-                     ["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach",
-                      commit],
-                     ["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel]):
-            g(argv, doing=doing, fix=fix)
+        g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
+           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+          doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
+        # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
+        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
+          doing=doing, fix=fix)
+        g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
 

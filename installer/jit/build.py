@@ -1,6 +1,9 @@
 """What a JIT build asks and what its answer must be: the request each recipe module becomes, the
-modules already verified, the builder's result judged (trusting nothing it says) and the modules
-recorded (shared cache, FlashInfer's AOT directory, the workspace manifest).  Nothing here knows of steps."""
+builder's result read and judged (trust nothing it says: each requested module back once, its
+library inside the workspace, hashed here), the modules already verified (in the workspace or the
+shared cache), and recording the modules (shared cache, FlashInfer's AOT directory, the workspace
+manifest).  The ``jit`` step (``steps/jit.py``) runs the builder and turns these answers into its
+result; nothing here knows of steps."""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
-from ..core.atomic import write_text_atomic
 from ..core.errors import CommandFailed, JitError
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
@@ -30,8 +32,9 @@ DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "V
 
 
 def builder_env(root: Path, arch_list: str, code_root: Callable[[], Path], environ: Mapping[str, str]) -> dict[str, str]:
-    """The stack's runtime environment laid over ``environ`` (less :data:`DROPPED_ENV`), with ``MAX_JOBS``
-    and ``PYTHONPATH`` = ``code_root()`` (asked only once the arch list is the recipe's ``arch_list``)."""
+    """The stack's own runtime environment (``root``/stack-env.json, written by the env step) laid over
+    ``environ`` (without :data:`DROPPED_ENV`), plus ``PYTHONPATH`` = ``code_root()`` (so the builder
+    module is found; asked only once the arch list is the recipe's, ``arch_list``) and ``MAX_JOBS``."""
     stack = stackenv.load(root)
     if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
         raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
@@ -75,7 +78,7 @@ def version_from_paths(workspace: Path, modules: list[dict[str, Any]]) -> str | 
 @dataclass
 class JitBuild:
     """What the jit step's preparation found: the modules already verified (``ready``, by shared-cache
-    key) and the builder's command (``argv`` None: nothing to build)."""
+    key) and, when some are still to build, the builder's command (``argv`` None: nothing to build)."""
 
     workspace: Path
     aot: Path | None
@@ -90,6 +93,9 @@ class JitBuild:
     result_path: Path | None = None
 
 
+# ------------------------------------------------------------------ modules already verified
+
+
 @dataclass(frozen=True)
 class ReadyEvent:
     """Something to say about a module found ready: ``refused`` (a shared-cache entry that did not
@@ -101,8 +107,9 @@ class ReadyEvent:
 
 def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCache | None,
                say: Callable[[ReadyEvent], None]) -> dict[str, dict[str, Any]]:
-    """key -> record of each module verified in the workspace or restored from the shared cache; ``say``
-    hears of each refused entry and restored module as it happens (nothing lost if a later restore fails)."""
+    """key -> module record for each module already verified in the workspace or restored from the
+    shared cache (verified by hash there); ``say`` hears about each as it happens (a refused cache entry,
+    a restored module), so nothing said is lost when a later restore fails."""
     ready: dict[str, dict[str, Any]] = {}
     manifest = read_manifest(workspace)       # after the untrusted are discarded: every listed file verifies
     by_key = {rec["key"]: (uri, rec) for uri, rec in manifest.items()
@@ -114,15 +121,21 @@ def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCach
             uri, rec = by_key[key]
             ready[key] = {"uri": uri, "path": str(workspace / rec["path"]), "sha256": rec["sha256"],
                           "cached": True, "source": "workspace"}
-        elif cache is not None:
-            found = cache.restore(key, workspace)
-            if found.refused:
-                say(ReadyEvent("refused", found.refused))
-            if (got := found.restored) is not None:
-                ready[key] = {"uri": got["uri"], "path": str(workspace / got["lib"]), "sha256": got["sha256"],
-                              "cached": True, "source": "shared-cache"}
-                say(ReadyEvent("restored", got["uri"]))
+            continue
+        if cache is None:
+            continue
+        found = cache.restore(key, workspace)
+        if found.refused:
+            say(ReadyEvent("refused", found.refused))
+        if found.restored is not None:
+            got = found.restored
+            ready[key] = {"uri": got.uri, "path": str(workspace / got.lib), "sha256": got.sha256,
+                          "cached": True, "source": "shared-cache"}
+            say(ReadyEvent("restored", got.uri))
     return ready
+
+
+# ------------------------------------------------------------------ the builder's answer
 
 
 def read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
@@ -143,7 +156,8 @@ def read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
 
 
 def require_success(result: Mapping[str, Any], failure: CommandFailed | None, log_path: Path) -> None:
-    """:class:`JitError` for a problem the builder reported or a non-zero exit (``log_path``: the step's log)."""
+    """The builder ran and exited 0: raises :class:`JitError` for a problem it reported (the installed
+    FlashInfer not the asymmetric fork, a refused start) or a non-zero exit (``log_path``: the step's log)."""
     if result.get("problem"):
         if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
             raise JitError("the installed FlashInfer is not the asymmetric fork",
@@ -218,9 +232,13 @@ def check_unchanged(modules: list[dict[str, Any]], keys: Sequence[str | None],
                            "between concurrent runs")
 
 
+# ------------------------------------------------------------------ recording
+
+
 def record_modules(build: JitBuild, modules: list[dict[str, Any]], aot: Path | None, trust: FileTrust) -> int:
-    """Store each module in the shared cache (unless it came from there), place it in the AOT directory,
-    list it in the workspace manifest and trust its digest; -> how many were stored in the shared cache."""
+    """Each module stored in the shared cache (unless it came from there), placed in FlashInfer's AOT
+    directory ``aot``, listed in the workspace manifest, and its digest kept for the no-op's verify;
+    -> how many were stored in the shared cache."""
     workspace, keys, inputs, cache = build.workspace, build.keys, build.inputs, build.cache
     stored = 0
     for m, k in zip(modules, keys):
@@ -240,8 +258,9 @@ def record_modules(build: JitBuild, modules: list[dict[str, Any]], aot: Path | N
 
 
 def place_aot(aot: Path, uri: str, lib: Path, sha256: str) -> Path:
-    """Put the verified library where FlashInfer loads prebuilt modules without running ninja (its runtime
-    ninja rebuilds a module whose build files name another stack's paths, as a shared-cache one's do)."""
+    """Put the verified library where FlashInfer loads prebuilt modules without running ninja: its
+    runtime ninja rebuilds a module whose build files name another stack's paths, so a module reused
+    from the shared cache is only reused at runtime from here (measured on the H200)."""
     target = aot_path(aot, uri)
     if target.is_file() and sha256_file(target) == sha256:
         return target
@@ -263,14 +282,18 @@ def checkout_aot_dir(checkout: Path) -> Path:
     return checkout / "flashinfer" / "data" / "aot"
 
 
+# ------------------------------------------------------------------ discarded, not yet recorded
+
+
 def pending_discards(path: Path, bad: Sequence[Untrusted]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """-> (the discards kept at ``path`` that no jit result has recorded yet, those plus ``bad``'s), the
-    latter written back before anything is removed."""
+    """The discards no jit result has recorded yet (kept at ``path``) and those of ``bad`` added to them,
+    written back before anything is removed (recorded by the run that finishes the step);
+    -> (earlier, every)."""
     earlier = read_discards(path)
     now = [{"path": str(b.path), "reason": b.reason} for b in bad]
     every = earlier + [d for d in now if d not in earlier]
     if now:
-        write_text_atomic(path, json.dumps({"discarded": every}, indent=1))
+        write_discards(path, every)
     return earlier, every
 
 
@@ -282,3 +305,10 @@ def read_discards(path: Path) -> list[dict[str, str]]:
     items = got.get("discarded") if isinstance(got, dict) else None
     return [{"path": str(d["path"]), "reason": str(d["reason"])} for d in items or ()
             if isinstance(d, dict) and "path" in d and "reason" in d]
+
+
+def write_discards(path: Path, items: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"discarded": items}, indent=1), encoding="utf-8")
+    os.replace(tmp, path)           # never seen half-written

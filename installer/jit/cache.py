@@ -1,9 +1,17 @@
 """The shared JIT cache: built FlashInfer modules reused by every stack on this machine.
 
-An entry (``<cache_dir>/jit/<key[:2]>/<key>/``, the key a sha256 of all the module's bytes depend on)
-holds the module's build directory and ``entry.json`` with each file's sha256.  An entry that does not
-verify is removed and the module built again (a library edited together with its record is not caught).
-Entries are renamed into place, so a killed run never leaves a half entry under its key.
+Content-addressed: an entry's key is the sha256 of everything the module's bytes
+depend on (the FlashInfer commit, the nvcc version, the arch list, the torch
+build, the builder and the module request, which fixes FlashInfer's module URI).
+An entry (``<cache_dir>/jit/<key[:2]>/<key>/``) holds the module's whole build
+directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
+``entry.json`` with each file's sha256.  Nothing is restored unless every file
+hashes to what ``entry.json`` says and the library to the recorded sha256; a
+corrupted, changed or half-written entry is removed and the module is built again.
+``entry.json`` lives in the cache beside what it describes: a library edited
+together with its record is not caught (README: what the cache is trusted with).
+Entries are written to a temporary directory and renamed into place, so a killed
+run never leaves a half entry under its key.
 """
 
 from __future__ import annotations
@@ -32,8 +40,15 @@ def cache_key(inputs: Mapping[str, Any], module: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Restored:
+    uri: str
+    lib: str                # relative to the workspace
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Lookup:
-    restored: dict[str, Any] | None     # the verified entry.json ("uri", "lib" relative to the workspace, "sha256")
+    restored: Restored | None
     refused: str | None = None      # why an entry under this key was not used (and was removed)
 
 
@@ -43,6 +58,8 @@ class SharedJitCache:
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key[:2] / key
+
+    # ------------------------------------------------------------------ read
 
     def restore(self, key: str, workspace: Path) -> Lookup:
         """Copy the entry's module directory into ``workspace`` if it verifies; otherwise remove the entry."""
@@ -67,7 +84,7 @@ class SharedJitCache:
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return Lookup(entry)
+        return Lookup(Restored(uri=entry["uri"], lib=entry["lib"], sha256=entry["sha256"]))
 
     def _check(self, key: str, d: Path) -> tuple[str | None, dict[str, Any] | None]:
         try:
@@ -93,6 +110,8 @@ class SharedJitCache:
             if got != want:
                 return f"{name} has sha256 {got[:12]}..., the entry says {str(want)[:12]}...", None
         return None, entry
+
+    # ----------------------------------------------------------------- write
 
     def store(self, key: str, inputs: Mapping[str, Any], workspace: Path, uri: str, lib: Path, sha256: str) -> bool:
         """Add the module built at ``lib`` (inside ``workspace``) under ``key``; False when not storable."""

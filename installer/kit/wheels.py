@@ -1,8 +1,12 @@
 """The wheel half of a kit: which files an install of the recipe needs, and getting them.
 
-The list comes from the committed lock when there is one, else from ``uv pip compile`` of what the
-install puts into the env, written as a PEP 751 lock so every file comes with its URL and hash.  Of each
-package only the file that installs on the target (the recipe's CPython on Linux/<arch>) is taken.
+The list comes from the committed lock ``locks/<recipe>.pylock.toml`` when there is one (the
+files the stack env is locked to, with their sha256), else from ``uv pip compile`` of what the
+install puts into the env (torch, the build requirements, the base wheel's and the forks'
+dependencies), written as a PEP 751 lock so every file comes with its URL and hash.  Forks built
+with build isolation also need their ``[build-system] requires``.  Torch is left out when the
+recipe says the system provides it (:func:`torch_from_system`).  Of each package only the files
+that install on the target (the recipe's CPython on Linux of the recipe's arch) are taken.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
@@ -41,13 +45,15 @@ class WheelWant:
 
 
 def torch_from_system(recipe: Recipe) -> bool:
-    """Whether torch comes from the system interpreter (then the kit carries no torch wheel)."""
+    """Whether torch comes from the system interpreter, not from the stack's sources (then the kit
+    carries no torch wheel): the recipe's ``[torch] source = "system"`` (or ``--system-torch``)."""
     return recipe.torch.from_system
 
 
 def target_tags(recipe: Recipe) -> list[Tag]:
-    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`, best first: its own
-    ABI before abi3 before pure, each with the oldest (most portable) glibc first."""
+    """Tags the stack's CPython installs on Linux/<arch> with glibc up to :data:`GLIBC`, best first:
+    the interpreter's own ABI before abi3 before pure, and for each the oldest glibc first (the
+    most portable file)."""
     major, minor = (int(x) for x in recipe.python.split(".")[:2])
     arch = recipe.preflight.arch or "x86_64"
     platforms = [f"linux_{arch}", f"manylinux1_{arch}", f"manylinux2010_{arch}", f"manylinux2014_{arch}"]
@@ -106,18 +112,25 @@ def wants_in(doc: Mapping[str, Any], base: Path, recipe: Recipe, *, skip: Iterab
     """:func:`from_lock` of a lock already read (``base``: the directory its relative paths start from)."""
     tags = target_tags(recipe)
     skipped = {str(canonicalize_name(s)) for s in skip}
-    return [want for package in doc.get("packages", [])
-            if str(canonicalize_name(str(package.get("name", "")))) not in skipped
-            and not (package.get("vcs") or package.get("directory") or package.get("archive"))
-            for want in pick(package, tags, base, "lock")]
+    wants: list[WheelWant] = []
+    for package in doc.get("packages", []):
+        if str(canonicalize_name(str(package.get("name", "")))) in skipped:
+            continue
+        if package.get("vcs") or package.get("directory") or package.get("archive"):
+            continue
+        wants += pick(package, tags, base, "lock")
+    return wants
 
 
 HAVE_TRIES = 8      # resolutions tried with the target's versions, each without the ones the last one clashed on
 
 
 def torch_constraint(recipe: Recipe) -> str:
-    """The torch the kit's resolution holds the other packages to: for a system torch its public version,
-    since the local build (``+cu130``) exists only on the PyTorch index, which that kit does not use."""
+    """The torch the kit's resolution holds the other packages to.  A system torch is left out of the
+    kit, and any build of it satisfies its public version (``2.11.0+cu130`` satisfies ``==2.11.0``), so
+    the kit resolves on the recipe's own index: the local build (``+cu130``) exists only on the PyTorch
+    index, and vLLM 0.24.0's ``torch==2.11.0`` met ``torch==2.11.0+cu130`` there (issue 18: a kit for
+    recipes/vllm-0.24.0-pr3812.toml failed "no version of torch==2.11.0+cu130" on PyPI)."""
     if recipe.torch.from_system:
         try:
             return f"torch=={Version(recipe.torch.version).public}"
@@ -130,7 +143,10 @@ def compile_wants(runner: Runner, step: str, recipe: Recipe, work: Path, require
                   role: str, *, skip: Iterable[str] = (), extra_env: Mapping[str, str] | None = None,
                   have: Mapping[str, str] | None = None) -> list[WheelWant]:
     """``uv pip compile`` of ``requirements`` for the target, as a PEP 751 lock; its files.  ``have``
-    (``--have``) is tried first as constraints, so the target's versions are kept where they fit."""
+    (``--have``: what the target's interpreter holds) is tried first as constraints, so the resolution
+    keeps the target's versions where they fit -- as the env step's install on that interpreter does --
+    and the kit need not carry another version of them; when they do not all fit, the resolution is
+    made without them (the target then upgrades those, from the kit)."""
     if not requirements:
         return []
     held = {n: v for n, v in have.items() if n != "torch"} if have else {}
@@ -166,10 +182,8 @@ def _compile(runner: Runner, step: str, recipe: Recipe, work: Path, requirements
             "--python-platform", f"{arch}-manylinux_{GLIBC[0]}_{GLIBC[1]}", "--constraint", str(constraint),
             *(a for c in constraints for a in ("--constraint", str(c))),
             *recipe_source_args(recipe, torch_index=not recipe.torch.from_system), "-o", str(out)]
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    env.setdefault("UV_CACHE_DIR", str(work / "uv-cache"))
     try:
-        runner.run(argv, step=step, env={**env, **(extra_env or {})})
+        runner.run(argv, step=step, env={**_uv_env(work), **(extra_env or {})})
     except CommandFailed as exc:
         if raw:
             raise
@@ -177,11 +191,19 @@ def _compile(runner: Runner, step: str, recipe: Recipe, work: Path, requirements
                        expected="a resolution from the recipe's sources",
                        found=(exc.tail.strip().splitlines() or ["no output"])[-1],
                        fix=f"check the recipe's [sources] and your network; full log: {exc.log_path}") from None
-    return [replace(w, role=role) for w in from_lock(out, recipe, skip=skip)]
+    return [WheelWant(w.package, w.filename, w.url, w.sha256, role) for w in from_lock(out, recipe, skip=skip)]
+
+
+def _uv_env(work: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    env.setdefault("UV_CACHE_DIR", str(work / "uv-cache"))
+    return env
 
 
 def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path) -> Path:
-    """Put ``want`` into ``dest_dir`` with its sha256 checked (downloads through the shared wheel cache)."""
+    """Put ``want`` into ``dest_dir`` with its sha256 checked (downloads go through the shared,
+    content-addressed wheel cache; local files are copied)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / want.filename
     parts = urlsplit(want.url)

@@ -1,5 +1,10 @@
-"""Preflight: is this machine fit to build the recipe's stack?  :mod:`.probes` gathers facts, :mod:`.rules`
-judges them (pure); this module ties them together for ``current doctor`` and the ``preflight`` step."""
+"""Preflight: is this machine fit to build the recipe's stack?
+
+:mod:`.probes` gathers facts (running tools through the Runner), :mod:`.rules`
+judges them (pure).  This module ties the two together for ``current doctor``
+and for the ``preflight`` setup step, and turns facts into the receipt's
+machine summary.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ from typing import Any, Iterable, Mapping
 from ..core.errors import UsageError
 from ..core.runner import Runner
 from .probes import GpuFact, MachineFacts, ToolFact, gather_facts
-from .rules import CHECK_NAMES, CheckResult, apply_skips, failures, punch_list, run_checks, system_torch_result
+from .rules import (
+    CHECK_NAMES,
+    CheckResult,
+    apply_skips,
+    failures,
+    punch_list,
+    run_checks,
+    system_torch_result,
+)
 from ..recipe import Recipe
 
 __all__ = ["CHECK_NAMES", "CheckResult", "GpuFact", "MachineFacts", "ToolFact", "doctor",
@@ -31,7 +44,8 @@ def validate_skip(skip: Iterable[str]) -> tuple[str, ...]:
 
 def evaluate(recipe: Recipe, facts: MachineFacts, skip: Iterable[str],
              torch_facts: Mapping[str, Any] | None = None) -> list[CheckResult]:
-    """Judge ``facts`` (and a site-provided torch's ``torch_facts``) against the recipe, with ``skip`` applied."""
+    """Judge ``facts`` (and, for a site-provided torch, ``torch_facts``) against the recipe (pure),
+    with ``skip`` applied."""
     from ..pyenv import systorch
 
     names = validate_skip(skip)
@@ -51,8 +65,10 @@ def system_torch_facts(recipe: Recipe, runner: Runner, step: str) -> dict[str, A
 
 
 def doctor(recipe: Recipe, stack: Path, skip: tuple[str, ...], runner: Runner) -> tuple[list[CheckResult], MachineFacts]:
-    """The preflight checks alone (``current doctor``): never raises on a failed check, only (before probing
-    anything) :class:`UsageError` for an unknown skip name."""
+    """The preflight checks alone (``current doctor``): probe, judge, never raise on a failed check.
+
+    Raises :class:`UsageError` for an unknown skip name (before probing anything).
+    """
     validate_skip(skip)
     facts = gather_facts(stack, runner)
     return evaluate(recipe, facts, skip, system_torch_facts(recipe, runner, "doctor")), facts
@@ -64,11 +80,16 @@ def facts_json(facts: MachineFacts) -> dict[str, Any]:
 
 
 def machine_facts_json(facts: MachineFacts | Mapping[str, Any]) -> dict[str, Any]:
-    """The receipt's machine summary, of facts or their :func:`facts_json` form."""
+    """The receipt's machine summary. Accepts facts or their :func:`facts_json` form."""
     f = facts if isinstance(facts, MachineFacts) else MachineFacts.from_json(facts)
     first = f.gpus[0] if f.gpus else None
     return {
-        **{key: getattr(f, key) for key in ("os", "os_release", "arch", "cpu_count", "python", "ram_bytes")},
+        "os": f.os,
+        "os_release": f.os_release,
+        "arch": f.arch,
+        "cpu_count": f.cpu_count,
+        "python": f.python,
+        "ram_bytes": f.ram_bytes,
         "gpu_name": first.name if first else None,
         "gpu_count": len(f.gpus),
         "compute_capability": first.compute_capability if first else None,

@@ -1,8 +1,29 @@
-"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and its forks'
-untracked build outputs (``CACHE/built/<key>/``, the stack path replaced by a placeholder) as private copies.
-A restore copies (never hard-links), hashes every byte against ``manifest.json`` and refuses the entry on any
-difference (it is removed and the stack is built).  A dirty fork, a wheel trusted on first use or a path that
-a URL would have to quote has no key.
+"""The built-stack cache: a second stack with the same inputs takes the first one's finished env and
+what its editable fork installs produced, as private copies, checked before anything reaches it.
+
+When the install step finishes (every check passed), it stores ``CACHE/built/<key>/``: a copy of
+``STACK/env`` and of each fork's untracked build outputs (``git ls-files --others``: FlashInfer's
+``_build_meta.py`` and ``data/`` links, vLLM's precompiled ``.so`` files), ``__pycache__`` left out,
+with the stack's own path in text files and link targets replaced by a placeholder, and
+``manifest.json``: the sha256, mode and kind of every stored file, which ones carry the placeholder,
+and the facts the entry was made under.  The key (:func:`entry_key`) is every input that decides
+what env and install produce: the env and install steps' inputs (the stack path replaced by the
+placeholder), each fork's commit and submodule commits, the system torch's identity (its facts and
+the stat signatures of its files), uv's version and its binary's size (:func:`uv_identity`) and this module's format.  A dirty fork, a wheel
+trusted on first use or a path that a URL would have to quote has no key: that stack is built.
+
+A later stack with the same key and no env yet (:func:`restore_env`, from the env step; a stack whose
+existing env is made again builds it) copies the entry's env
+(copies or reflinks, never hard links: :mod:`october.installer.core.clonefile`), hashing every byte
+it copies against the manifest, puts its own path where the placeholder is, and checks that the
+interpreter the env links to is the one the entry was made with.  The install step then puts the
+fork outputs in place the same way (:func:`restore_fork_outputs`; one already there with the same
+bytes is kept) and runs the same checks a
+normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
+environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
+unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
+there were none.  What a restore trusts: the manifest, written once when the entry is made from a
+stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
 """
 
 from __future__ import annotations

@@ -1,11 +1,24 @@
 """The JIT modules a model selection needs, derived (not hand-listed), and FlashInfer's names for them.
 
-A K16/V8 pair serves a model through FlashInfer routes (``ROUTES``): ``decode`` (the asymmetric batch decode
-over the paged cache: q, K, o in the compute dtype, V in e4m3), ``fresh_prefill`` (fresh prompts over their
-in-flight K/V, ragged or paged, all in the compute dtype, backend ``fa2``) and, where a recipe declares its
-fork has it, ``paged_prefill`` (asymmetric like decode).  Module names follow FlashInfer's own URI rule
-(flashinfer 2f3f0f6d ``flashinfer/jit/attention/modules.py``, dtype names from ``flashinfer/jit/utils.py``),
-held to ``tests/fixtures/flashinfer_uri_rule.json`` by a test.  Standard library only.
+A K16/V8 pair serves a model through two FlashInfer routes (``ROUTES``):
+
+* ``decode``: the asymmetric CUDA-core batch decode over the paged cache: q, K and o
+  in the compute dtype (K16 = the compute dtype, vLLM's ``kv_cache_dtype=("auto", ...)``),
+  V in e4m3;
+* ``fresh_prefill``: fresh prompts attend over their in-flight K/V at full precision
+  (FlashInfer's ordinary ``BatchPrefillWithRaggedKVCacheWrapper``, backend ``fa2``):
+  q = K = V = o = the compute dtype.  Ragged and paged runs live in the same module;
+* ``paged_prefill`` (only where a recipe declares its fork has it): an asymmetric paged
+  prefill, q/K/o in the compute dtype and V e4m3.
+
+Each module is named with FlashInfer's own URI rule, recorded from the real source
+(flashinfer-ai/flashinfer 2f3f0f6d, ``flashinfer/jit/attention/modules.py``:
+``get_batch_decode_uri``, ``get_batch_prefill_uri``, ``_kv_uri_fragment``; dtype
+names from ``flashinfer/jit/utils.py`` ``filename_safe_dtype_map``).  The record
+and sample URIs are in ``tests/fixtures/flashinfer_uri_rule.json`` (made by
+``tests/fixtures/flashinfer_uri_record.py``); a test holds this module to it.
+
+Standard library only.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ its generator decides the layout, so an upgrade may change the file with no chan
 from __future__ import annotations
 
 import json
-from typing import Any
 
 REGENERATE = "uv run python -m october.installer.recipe.schema > recipes/recipe.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

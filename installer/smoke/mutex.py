@@ -1,9 +1,13 @@
 """One `current smoke` per stack and per GPU at a time: a second is refused at once, naming the holder.
 
-Two engines on one GPU fail late and obscurely (out of GPU memory after minutes of loading).  Each lock is an
-exclusive ``flock`` on a file holding the holder's pid and command line: ``STACK/.october-smoke.lock``, and
-``october-smoke-gpu-<first CUDA_VISIBLE_DEVICES entry>.lock`` in ``$OCTOBER_LOCK_DIR`` (default: the temp
-dir) unless ``--device cpu``.  The kernel drops a lock when its holder dies.
+Two engines on one GPU fail late and obscurely (out of GPU memory after minutes of model
+loading), and the page runs the AWQ and FP16 selections one after the other.  Each lock
+is an exclusive ``flock`` on a file holding the holder's pid and command line:
+``STACK/.october-smoke.lock`` for the stack, and ``october-smoke-gpu-<device>.lock`` in
+``$OCTOBER_LOCK_DIR`` (default: the system temp dir) for the GPU, ``<device>`` being the
+first entry of ``CUDA_VISIBLE_DEVICES`` (``0`` when unset).  A ``--device cpu`` run takes
+only the stack lock.  The kernel drops a lock when its holder dies, so a crash never leaves
+one behind.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import os
 import re
 import sys
 import tempfile
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator, Mapping
+from types import TracebackType
+from typing import Mapping
 
 from ..core.errors import SmokeBusyError
 
@@ -54,13 +59,23 @@ def _take(what: str, path: Path) -> int:
     return fd
 
 
-@contextmanager
-def SmokeMutex(install: Path, device: str, env: Mapping[str, str]) -> Iterator[None]:
+class SmokeMutex:
     """Holds every lock of :func:`lock_paths` (all or none) while the smoke runs."""
-    with ExitStack() as held:
-        for what, path in lock_paths(install, device, env):
-            held.callback(_release, _take(what, path))
-        yield
+
+    def __init__(self, install: Path, device: str, env: Mapping[str, str]) -> None:
+        self.paths = lock_paths(install, device, env)
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "SmokeMutex":
+        with ExitStack() as taking:
+            for what, path in self.paths:
+                taking.callback(_release, _take(what, path))
+            self._stack = taking.pop_all()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stack.close()
 
 
 def _release(fd: int) -> None:

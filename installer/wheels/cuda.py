@@ -38,17 +38,37 @@ def expected_cudart_major(expect: WheelExpectation) -> str | None:
 
 
 def wheel_cuda_facts(scan: WheelScan, metadata_version: str | None) -> CudaFacts:
-    """What a vLLM wheel tells about the CUDA it was built for: the ``+cuNNN`` local version (appended
-    when the build's CUDA is not vLLM's main one; the PyPI wheel has none) gives the exact variant, the
-    ``libcudart.so.N`` its extensions need gives the CUDA major; a wheel showing neither fails closed."""
+    """What a vLLM wheel tells about the CUDA it was built for.
+
+    This is the one place that encodes that assumption.  A vLLM CUDA wheel shows
+    its CUDA build in two ways:
+
+    * the ``+cuNNN`` local version segment, which vLLM's ``setup.py`` appends
+      when the build's CUDA differs from ``VLLM_MAIN_CUDA_VERSION`` (wheels on the
+      GitHub release / wheels.vllm.ai, e.g. ``0.18.0+cu130``); the PyPI wheel is
+      the main-CUDA build and carries no local segment;
+    * the ``DT_NEEDED`` entries of its compiled extensions (``vllm/_C.abi3.so`` on
+      0.18.0, ``vllm/_C_stable_libtorch.abi3.so`` on 0.24.0, ``_moe_C``, the
+      flash-attention modules, ...): CUDA 12 builds need ``libcudart.so.12``, CUDA 13
+      builds ``libcudart.so.13``.
+
+    So the local segment (when present) gives the exact variant and the ELF
+    entries give the CUDA runtime major; a wheel showing neither fails closed.
+    """
     try:
         local = (Version(metadata_version).local or "") if metadata_version else ""
     except InvalidVersion:
         local = ""
     local_variant = next((p for p in reversed(local.split(".")) if _CU_LOCAL.match(p)), None)   # the last one
-    unreadable = {name: m.elf_error for name, m in scan.members.items() if m.elf_error is not None}
-    cudart = {name: found for name, m in scan.members.items() if m.elf_error is None and m.elf is not None
-              and (found := tuple(lib for lib in m.elf.needed if _CUDART.match(lib)))}
+    cudart: dict[str, tuple[str, ...]] = {}
+    unreadable: dict[str, str] = {}
+    for name, member in scan.members.items():
+        if member.elf_error is not None:
+            unreadable[name] = member.elf_error
+        elif member.elf is not None:
+            found = tuple(lib for lib in member.elf.needed if _CUDART.match(lib))
+            if found:
+                cudart[name] = found
     return CudaFacts(local_variant, cudart, unreadable)
 
 

@@ -1,12 +1,38 @@
 """Download one wheel with httpx into a content-addressed cache, resuming with HTTP Range.
 
-Layout under the cache dir: ``wheels/sha256/<hex>/<filename>`` (finished), ``wheels/partial/<urlhash>``
-``.part``/``.json``/``.lock`` (an unfinished download, its ETag/Last-Modified validator, its lock) and
-``wheels/seen/<urlhash>.json`` (trust on first use: the sha256 an unpinned URL gave the first time; other
-bytes later are refused).  The sha256 is computed while the bytes stream in, so every byte crosses the
-network once.  The wheel hosts cannot be reached from the development machines, so every assumption
-about them (206/Content-Range on resume, 416 for a complete file, identity coding, no https -> http
-redirect, 404/410 final, 408/429/5xx retried) fails closed.
+Layout under the cache dir::
+
+    wheels/sha256/<hex>/<filename>      finished downloads, named by their sha256
+    wheels/partial/<urlhash>.part       an unfinished download of one URL (resumed next time)
+    wheels/partial/<urlhash>.json       its validator (ETag / Last-Modified) for If-Range
+    wheels/partial/<urlhash>.lock       one downloader per URL at a time
+    wheels/seen/<urlhash>.json          trust on first use: the sha256 a URL gave the first time
+
+A URL downloaded without a pinned sha256 is trusted on first use; the hash it gave is
+remembered, so a later download of that URL is a cache hit, and a host that later serves
+other bytes under it is refused instead of silently trusted again.
+
+The sha256 is computed while the bytes stream in; on resume the bytes already
+on disk are hashed once and the stream continues, so every byte crosses the
+network once.  A file whose sha256 differs from the expected one is deleted.
+
+Assumptions about the wheel hosts (files.pythonhosted.org, GitHub release assets
+and wheels.vllm.ai cannot be reached from the development machines, so they are
+written down here, in one place, and each one fails closed):
+
+* ``Range: bytes=N-`` is answered with ``206`` and ``Content-Range: bytes N-M/T``;
+  a ``200`` means the host ignored the range (or the file changed, via
+  ``If-Range``), and the download restarts from byte 0 with a fresh hash;
+  a ``206`` starting anywhere but N restarts as well.
+* ``416`` with ``Content-Range: bytes */T`` and T equal to what we hold means the
+  partial file is already complete; any other 416 restarts from 0.
+* Bodies are sent without content-coding (we ask for ``identity``); any other
+  ``Content-Encoding`` is refused, since resume offsets and hashes are byte exact.
+* Redirects (GitHub releases redirect to a storage host) are followed, but never
+  from https down to plain http.
+* ``404``/``410`` are final (wrong URL); ``408``/``429``/``5xx``, dropped
+  connections and timeouts are retried with exponential backoff.
+* A URL without a sha256 (trust on first use) must be https, except on loopback.
 """
 
 from __future__ import annotations

@@ -1,9 +1,29 @@
 """Verify a downloaded base wheel against what the recipe expects.
 
-:func:`verify_wheel` runs every check (the names in :data:`~october.installer.wheels.expect.CHECKS`;
-each lives in its own module beside this one), collects every problem, then raises one
-:class:`WheelError` listing them all.  It reads the wheel and nothing else, every member once
-(:mod:`october.installer.wheels.scan`).
+:func:`verify_wheel` runs every check, collects every problem, then raises one
+:class:`WheelError` listing them all, each line naming its check:
+
+``zip``           the file is a readable zip archive
+``filename``      the name parses as a wheel name and matches the recipe
+``tags``          a filename tag is supported by the stack Python; WHEEL's tags agree, or
+                  differ only by a recorded retag from ``linux_<arch>`` to a
+                  ``manylinux``/``musllinux`` tag of the same interpreter, ABI and arch
+``metadata``      one ``.dist-info``; METADATA name and version as the recipe says
+``torch-pin``     ``Requires-Dist`` pins torch to the recipe's torch (public version)
+``record``        every file is in RECORD with a matching hash and size, and vice versa
+``paths``         no absolute path, no ``..`` component, no symlink entry
+``cuda-variant``  the wheel's CUDA build matches the recipe (see :func:`wheel_cuda_facts`)
+
+The function reads the wheel and nothing else: the stack's supported tags and
+marker environment come in with the :class:`WheelExpectation`.  Every member is
+decompressed once (:mod:`october.installer.wheels.scan`): that one read serves the RECORD
+hashes, the ELF scan of the shared objects (CUDA variant, extension modules) and
+``vllm/_version.py``.
+
+The checks live beside this module, one job each: :mod:`~october.installer.wheels.metadata`
+(filename, tags, metadata, torch-pin), :mod:`~october.installer.wheels.record` (record, paths),
+:mod:`~october.installer.wheels.cuda` (cuda-variant); :mod:`~october.installer.wheels.expect`
+holds what they share (the check names, :class:`WheelExpectation`, the problem list).
 """
 
 from __future__ import annotations
@@ -11,31 +31,37 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import WheelError
-from .cuda import CudaFacts, check_cuda, wheel_cuda_facts
+from .cuda import CudaFacts, check_cuda, expected_cudart_major, wheel_cuda_facts
 from .expect import CHECKS, Problems, WheelExpectation, read_member
 from .extensions import Extension, extension_modules
-from .metadata import check_filename, check_metadata, check_torch, check_wheel_file, dist_info_dir
+from .metadata import (
+    check_filename,
+    check_metadata,
+    check_torch,
+    check_wheel_file,
+    dist_info_dir,
+)
 from .record import check_paths, check_record, record_algorithms, record_rows
 from .retag import Retag
 from .scan import scan_members
 from .version_info import VERSION_FILE, VersionInfo, parse_version_file
 
-__all__ = ["CHECKS", "WheelExpectation", "WheelReport", "verify_wheel"]
+__all__ = ["CHECKS", "CudaFacts", "WheelExpectation", "WheelReport", "expected_cudart_major", "verify_wheel",
+           "wheel_cuda_facts"]
 
 
 @dataclass(frozen=True)
 class WheelReport:
     filename: str
+    name: str
+    version: str
     tags: tuple[str, ...]
+    torch_requirement: str | None
+    cuda: CudaFacts | None
+    files: int
     checks: tuple[str, ...]                       # the checks that ran and passed
-    name: str = ""
-    version: str = ""
-    torch_requirement: str | None = None
-    cuda: CudaFacts | None = None
-    files: int = 0
     wheel_tags: tuple[str, ...] = ()              # the Tag lines of WHEEL
     retag: tuple[Retag, ...] = ()                 # accepted linux -> manylinux/musllinux retags
     extensions: tuple[Extension, ...] = ()        # compiled extension modules the stack Python loads
@@ -47,7 +73,15 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
     """Run every check on ``path``; raise one :class:`WheelError` listing every problem."""
     problems = Problems()
     file_tags = check_filename(path.name, expect, problems)
-    found: dict[str, Any] = {}                    # the WheelReport fields learned from the file
+    name = version = ""
+    torch_req: str | None = None
+    cuda: CudaFacts | None = None
+    files = 0
+    wheel_tags: tuple[str, ...] = ()
+    retag: tuple[Retag, ...] = ()
+    extensions: tuple[Extension, ...] = ()
+    info: VersionInfo | None = None
+    rereads = 0
     ran = {"filename", "tags"}
     try:
         zf = zipfile.ZipFile(path)
@@ -62,28 +96,28 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
             rows: dict[str, tuple[str, str]] | None = None
             bad: list[str] = []
             if info_dir is not None:
-                found["wheel_tags"], found["retag"] = check_wheel_file(zf, info_dir, file_tags, problems)
+                wheel_tags, retag = check_wheel_file(zf, info_dir, file_tags, problems)
                 meta = check_metadata(zf, info_dir, expect, problems)
                 if meta is not None:
-                    found["name"], found["version"], requires = meta
+                    name, version, requires = meta
                     if expect.torch is not None:
                         ran.add("torch-pin")
-                        found["torch_requirement"] = check_torch(requires, expect, problems)
+                        torch_req = check_torch(requires, expect, problems)
                 rows, bad = record_rows(zf, info_dir, problems)
             # the one pass: RECORD hashes, the ELF scan and vllm/_version.py from a single read of each member
             scan = scan_members(zf, record_algorithms(rows or {}), keep=(VERSION_FILE,))
-            found["rereads"] = scan.rereads
+            rereads = scan.rereads
             if info_dir is not None and rows is not None:
-                found["files"] = check_record(zf, info_dir, rows, bad, scan, problems)
+                files = check_record(zf, info_dir, rows, bad, scan, problems)
             check_paths(zf, read_member(zf, f"{info_dir}/RECORD") if info_dir else None, problems)
             if expect.cuda_variant or expect.cudart_major:
                 ran.add("cuda-variant")
-                found["cuda"] = wheel_cuda_facts(scan, found.get("version") or None)
-                check_cuda(found["cuda"], expect, problems)
-            found["extensions"] = extension_modules(scan, set(rows or {}), expect.python_version)
-            if (kept := scan.kept.get(VERSION_FILE)) is not None:
+                cuda = wheel_cuda_facts(scan, version or None)
+                check_cuda(cuda, expect, problems)
+            extensions = extension_modules(scan, set(rows or {}), expect.python_version)
+            if VERSION_FILE in scan.kept:
                 try:
-                    found["version_info"] = parse_version_file(kept.decode("utf-8", errors="replace"))
+                    info = parse_version_file(scan.kept[VERSION_FILE].decode("utf-8", errors="replace"))
                 except WheelError as exc:
                     problems.add("metadata", f"{exc.what}: expected {exc.expected}, found {exc.found}")
     if problems.items:
@@ -94,4 +128,6 @@ def verify_wheel(path: Path, expect: WheelExpectation) -> WheelReport:
             fix="nothing was installed; point [wheel] in the recipe at the right release wheel "
                 "(url, filename, version, sha256) for this stack, then re-run")
     passed = tuple(c for c in CHECKS if c in ran)
-    return WheelReport(path.name, tuple(sorted(file_tags)), passed, **found)
+    return WheelReport(path.name, name, version, tuple(sorted(file_tags)), torch_req, cuda, files, passed,
+                       wheel_tags=wheel_tags, retag=retag, extensions=extensions, version_info=info,
+                       rereads=rereads)
