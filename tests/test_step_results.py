@@ -105,3 +105,20 @@ def test_the_plan_follows_step_order(tmp_path: Path) -> None:
                                jit=(JitModule("decode", "bf16", "bf16", "fp8", "bf16", 128),))
     assert [s.name for s in plan_steps(full)] == list(STEP_ORDER)
     assert [s.name for s in plan_steps(bare)] == [n for n in STEP_ORDER if n not in ("wheel", "jit")]
+
+
+def test_a_record_field_without_a_marker_reader_fails_at_import_not_as_a_silent_rerun() -> None:
+    """Planted: a result type with an annotation the generic reader does not know.  Without the check its
+    marker could never be read back (a KeyError inside load_result), so the step would run again on every
+    run with no word; the check names the class and the field."""
+    from october.installer.steps import results
+
+    results._check_readers()                      # the shipped results all have readers
+
+    @dataclasses.dataclass(frozen=True)
+    class Planted(results.Record):
+        name: str
+        count: float
+
+    with pytest.raises(TypeError, match=r"^Planted: no marker reader for count: float$"):
+        results._check_readers([Planted])

@@ -212,8 +212,9 @@ class CloneSettler:
     """Each fork clone's indexes rewritten once its files are no longer racily clean, so no-op re-runs do
     not hash them again (:func:`october.installer.git.worktree.settle_index`).  A background thread does
     it once the install step is done (an editable build rewrites files in the clones) and every index is a
-    timestamp tick old; what it has not reached is settled at the end of the run.  A failure only loses
-    the speed-up: it is noted in the fetch log, never raised."""
+    timestamp tick old; what it has not reached is settled at the end of the run.  It only reads the work
+    tree: git takes the index lock or skips the rewrite.  A failure only loses the speed-up: it is noted in
+    the fetch log, never raised."""
 
     POLL_S = 0.05
     CHANGES_CLONES = ("fetch", "install")

@@ -29,6 +29,7 @@ from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
+
 # guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
 
 

@@ -11,7 +11,7 @@ lock is released; what it left in ``STACK/jit`` is recorded nowhere, so the next
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..core.runner import Started
 from ..engine import FORKS_INSTALLED, StepContext, must_run
@@ -26,15 +26,8 @@ if TYPE_CHECKING:
 class Deferred:
     """A reporter that keeps what is said, for the step it belongs to to say in its own turn."""
 
-    METHODS = ("step_start", "transfer", "step_skip", "step_done", "info", "detail", "warn")   # Reporter's
-
     def __init__(self) -> None:
         self.said: list[tuple[str, tuple[Any, ...]]] = []
-
-    def __getattr__(self, method: str) -> Callable[..., None]:
-        if method not in self.METHODS:
-            raise AttributeError(method)
-        return lambda *args: self.said.append((method, args))
 
     def replay(self, ui: Any, *, only: tuple[str, ...] | None = None) -> None:
         """Say what was kept (``only`` those methods, e.g. the warnings), once."""
@@ -42,6 +35,30 @@ class Deferred:
         for method, args in said:
             if only is None or method in only:
                 getattr(ui, method)(*args)
+
+    def _keep(self, method: str, *args: Any) -> None:
+        self.said.append((method, args))
+
+    def step_start(self, name: str, reason: str) -> None:
+        self._keep("step_start", name, reason)
+
+    def transfer(self, label: str, done: float, total: float | None, unit: str = "B") -> None:
+        self._keep("transfer", label, done, total, unit)
+
+    def step_skip(self, name: str) -> None:
+        self._keep("step_skip", name)
+
+    def step_done(self, name: str, seconds: float) -> None:
+        self._keep("step_done", name, seconds)
+
+    def info(self, text: str) -> None:
+        self._keep("info", text)
+
+    def detail(self, text: str) -> None:
+        self._keep("detail", text)
+
+    def warn(self, text: str) -> None:
+        self._keep("warn", text)
 
 
 class EarlyJit:

@@ -42,6 +42,8 @@ def env_signature(ctx: StepContext, extra: Sequence[str] = ()) -> tuple[Any, ...
 
 def _site_signature(site: str) -> tuple[Any, ...]:
     def stamp(path: str) -> list[int] | None:
+        """The file's stat signature (:func:`~october.installer.core.filetrust.signature`: inode, size,
+        mtime and ctime, which no copy that keeps times, ``cp -p`` or ``rsync -a``, can set back)."""
         try:
             return signature(os.stat(path, follow_symlinks=False))
         except OSError:

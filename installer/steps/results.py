@@ -3,11 +3,13 @@
 A result is saved in the step's done-marker (``STACK/.state/<step>.json``, key ``outputs``) by ``to_json``
 and read back by ``from_json``, which refuses anything it does not recognise (the step is then not done).
 ``chain_json`` is the part later steps depend on (their fingerprints chain on it): values that change on
-every run without meaning anything to a later step (free disk, a file's mtime) stay out of it.
+every run without meaning anything to a later step (free disk, a file's mtime) stay out of it.  This module
+imports nothing of the engine or of the steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
@@ -28,6 +30,10 @@ def _json(value: Any) -> JSON:
     return value
 
 
+def _text_lists(m: Mapping[str, JSON]) -> dict[str, tuple[str, ...]]:
+    return {str(name): mj.texts(m, str(name)) for name in m}
+
+
 # a field's annotation -> its reader (the marker's dict, the key, whether the key is required: a field
 # with a default may be absent); bool fields are read by mj.flag with their default
 READERS: dict[str, Callable[[Mapping[str, JSON], str, bool], JSON]] = {
@@ -40,8 +46,7 @@ READERS: dict[str, Callable[[Mapping[str, JSON], str, bool], JSON]] = {
     "tuple[str, ...]": lambda d, k, required: mj.texts(d, k, required=required),
     "tuple[str, ...] | None": lambda d, k, _: mj.texts(d, k) if k in d else None,
     "tuple[Mapping[str, JSON], ...]": lambda d, k, required: mj.objs(d, k, required=required),
-    "Mapping[str, tuple[str, ...]]": lambda d, k, required: {
-        str(name): mj.texts(m, str(name)) for m in [mj.obj(d, k, required=required)] for name in m},
+    "Mapping[str, tuple[str, ...]]": lambda d, k, required: _text_lists(mj.obj(d, k, required=required)),
     "Mapping[str, ForkRecord]": lambda d, k, _: {
         str(name): ForkRecord.from_json(rec) for name, rec in mj.obj(d, k).items()},
     "tuple[InstalledFork, ...]": lambda d, k, _: tuple(InstalledFork.from_json(f) for f in mj.objs(d, k)),
@@ -75,7 +80,6 @@ class WholeChained(Record):
         return self.to_json()
 
 
-
 @dataclass(frozen=True)
 class PreflightResult(Record):
     """The machine's facts (``MachineFacts`` as JSON, plus ``system_torch`` for a site-provided torch), the
@@ -105,7 +109,6 @@ class PreflightResult(Record):
     def chain_json(self) -> JSON:
         # later steps read the facts (the verdicts are the receipt's); free disk changes on every probe
         return {k: v for k, v in self.facts.items() if k != "disk_free_bytes"}
-
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,6 @@ class FetchResult(WholeChained):
     forks: Mapping[str, ForkRecord]             # fork name -> its checkout
 
 
-
 @dataclass(frozen=True)
 class EnvResult(WholeChained):
     """The stack env: its interpreter, torch (``torch_source`` "system" with ``system_torch``, the
@@ -168,7 +170,6 @@ class EnvResult(WholeChained):
         if self.built_from is None:
             del out["built_from"]
         return out
-
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,6 @@ def wheel_result_from_json(d: Mapping[str, JSON]) -> WheelResult | NoWheel:
     return NoWheel.from_json(d) if isinstance(d, Mapping) and "skipped" in d else WheelResult.from_json(d)
 
 
-
 @dataclass(frozen=True)
 class InstalledFork(Record):
     """One fork as installed (editable) into the stack env."""
@@ -242,7 +242,6 @@ class InstallResult(WholeChained):
     vllm_base_commit: str | None = None
     vllm_base_commit_source: str | None = None
     vllm_base_commit_detail: str | None = None
-
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,6 @@ class JitResult(Record):
                 "modules": [{k: m.get(k) for k in keep} for m in self.modules]}
 
 
-
 @dataclass(frozen=True)
 class LockResult(WholeChained):
     step: ClassVar[str] = "lock"
@@ -295,3 +293,19 @@ class ReceiptResult(WholeChained):
     step: ClassVar[str] = "receipt"
     path: str
     sha256: str                                 # of STACK/receipts/setup.json
+
+
+def _check_readers(records: list[type] | None = None) -> None:
+    """Every field of every record (default: all) has a reader: an annotation without one fails at import,
+    not as a step that silently re-runs because its marker can never be read back."""
+    todo = list(Record.__subclasses__()) if records is None else list(records)
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if dataclasses.is_dataclass(cls):
+            missing = [f"{f.name}: {f.type}" for f in fields(cls) if f.type != "bool" and str(f.type) not in READERS]
+            if missing:
+                raise TypeError(f"{cls.__name__}: no marker reader for {', '.join(missing)}")
+
+
+_check_readers()
