@@ -45,10 +45,11 @@ from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 MAX_FILES_LISTED = 20
 
 
-def _listed(items: Sequence[str], sep: str) -> str:
-    """The first MAX_FILES_LISTED of ``items`` joined by ``sep``, then how many more."""
+def _listed(items: Sequence[Any], sep: str, show: Callable[[Any], str] = str) -> str:
+    """The first MAX_FILES_LISTED of ``items``, each as ``show`` gives it, joined by ``sep``, then how many
+    more (``show`` runs on the listed ones only)."""
     more = f"{sep}... {len(items) - MAX_FILES_LISTED} more" if len(items) > MAX_FILES_LISTED else ""
-    return sep.join(items[:MAX_FILES_LISTED]) + more
+    return sep.join(show(item) for item in items[:MAX_FILES_LISTED]) + more
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def check_unowned(paths: StackPaths, owned: set[str]) -> list[Difference]:
     extra = verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
     if not extra:
         return []
-    shown = _listed([verify_unowned.describe(p) for p in extra], "; ")
+    shown = _listed(extra, "; ", verify_unowned.describe)
     return [Difference("files", f"files in {paths.env} that no RECORD owns",
                        "every file owned by an installed distribution's RECORD (or the venv's own)",
                        f"{len(extra)} other file(s): {shown}", fixes.remove_files(extra))]
