@@ -131,12 +131,14 @@ def make_kit_cmd(
         opts = KitOptions(recipe=mark_system(rec) if system_torch else rec, out=kit_out, cache_dir=cache, lock=lock,
                           have=read_have(have_file) if have_file is not None else None)
         manifest = make_kit(opts, say=ui.detail, ui=ui)
+        if quiet and not as_json:
+            return                  # errors only: nothing to print, so nothing to read back
         doc = json.loads(manifest.read_text(encoding="utf-8"))
         if as_json:
             print_json("result", {"command": "october_setup kit", "ok": True, "exit_code": 0, "result": {
                 "kit": str(opts.out), "manifest": str(manifest), "repositories": len(doc["repos"]),
                 "wheels": len(doc["wheels"]), "base_wheel": bool(doc["base_wheel"]), "size_bytes": doc["size_bytes"]}})
-        elif not quiet:
+        else:
             print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
                   f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
             print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")

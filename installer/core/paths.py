@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +17,14 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     value = env.get("OCTOBER_CACHE_DIR")
     return Path(value).expanduser() if value else user_cache_path("october")
+
+
+def remove(p: Path, *, missing_ok: bool = False) -> None:
+    """Remove a file, a link (never what it points to) or a whole directory."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink(missing_ok=missing_ok)
 
 
 def inside(base: Path, name: str) -> Path:

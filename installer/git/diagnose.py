@@ -16,9 +16,10 @@ Anything else is ``unknown`` and keeps the generic advice.  Markers are git's ow
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..core.paths import remove
 
 _DAMAGED = [
     r"did not send all necessary objects",
@@ -131,11 +132,3 @@ def remove_partial_objects(repo: Path) -> list[str]:
     for p in (repo / "refs").rglob("*.lock"):
         drop(p)
     return removed
-
-
-def remove(p: Path) -> None:
-    """Remove a file, a link or a whole directory."""
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p)
-    else:
-        p.unlink()

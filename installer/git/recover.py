@@ -16,7 +16,8 @@ from typing import Iterator
 
 import git
 
-from .diagnose import remove, remove_partial_objects
+from ..core.paths import remove
+from .diagnose import remove_partial_objects
 from .exclude import git_dir
 
 MARKER = "october-fetch-incomplete"

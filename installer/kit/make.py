@@ -17,6 +17,7 @@ from packaging.utils import parse_wheel_filename
 
 from .. import __version__
 from ..core.errors import KitError
+from ..core.paths import remove
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from ..git import git_env
@@ -90,7 +91,7 @@ def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
     """Drop what this recipe no longer needs from an earlier kit (uv's --find-links would offer an old wheel)."""
     for p in sorted((out / "wheels").iterdir()) if (out / "wheels").is_dir() else []:
         if p.name not in keep_wheels:
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            remove(p)
     for head in sorted((out / "git").rglob("HEAD")) if (out / "git").is_dir() else []:
         repo = head.parent
         if repo.relative_to(out).as_posix() not in keep_repos and (repo / "objects").is_dir():
