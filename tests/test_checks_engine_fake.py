@@ -81,6 +81,10 @@ CPU_EXPECTED: dict[str, tuple[str | None, dict[str, str]]] = {
     "v_upcast_bf16": ("physical_k16v8", _PASS_CPU | dict.fromkeys(
         ("physical_k16v8", "calibrated_scales", "mixed_prefill"), "failed")),
     "no_flashinfer": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed"}),
+    # session 18's audit: V pages allocated at 16 bits, half used (the views still read as K16/V8)
+    "v_padded_alloc": ("physical_k16v8", _PASS_CPU | {"physical_k16v8": "failed", "clean_memory": "failed"}),
+    # the decoding rows' positions shifted only when a fresh prompt shares their step: mixed-c is right
+    "mixed_decode_offset": ("mixed_prefill", _PASS_CPU | {"mixed_prefill": "failed"}),
     # upstream vLLM 0.24.0 refuses the (k, v) pair with its own message: physical K16/V8 names the refusal
     "upstream_one_dtype": ("physical_k16v8", {"physical_k16v8": "failed"} | dict.fromkeys(
         ("calibrated_scales", "mixed_prefill", "clean_memory", "decode_graphs", "deterministic_generation"),
@@ -427,8 +431,19 @@ def test_engine_level_passes_on_cuda_with_the_stand_in(tmp_path: Path) -> None:
     assert receipt["passed"] is True and _status(receipt) == dict.fromkeys(CHECKS + ("jit_complete",), "passed")
     graphs = _check(receipt, "decode_graphs")["measured"]
     assert graphs["cuda_graphs"] is True and graphs["match"] == [True, True, True]
+    assert graphs["cuda_graphs_captured"] >= 4         # the stand-in's four decode sizes
     assert _check(receipt, "clean_memory")["measured"]["held_measure"] == "allocated GPU bytes"
     assert receipt["machine"]["device"].startswith("cuda") and receipt["machine"]["gpu"]
+
+
+@pytest.mark.gpu
+def test_a_capture_model_that_captures_nothing_fails_the_graph_check_on_cuda(tmp_path: Path) -> None:
+    """vLLM's capture_model returns 0 at once under cudagraph_mode NONE: the "graph" engine then decodes
+    eagerly, and eager matches eager.  The CUDA graphs torch began are counted, not the call."""
+    receipt = _cuda_receipt(tmp_path, "no_capture", 1)
+    graphs = _check(receipt, "decode_graphs")
+    assert graphs["status"] == "failed" and "captured no CUDA graph" in graphs["summary"], graphs
+    assert graphs["measured"]["graphs_captured"] is True and graphs["measured"]["cuda_graphs_captured"] == 0
 
 
 @pytest.mark.gpu

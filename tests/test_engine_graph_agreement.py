@@ -74,10 +74,70 @@ def test_the_graph_check_fails_a_batch_where_a_sure_token_differs() -> None:
     graphed_ok = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 8], -1.0 - GRAPH_LOGPROB_MAX / 3)]]
     graphed_bad = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 9])]]
     cuda = torch.device("cuda")
-    good = _graphs(Hooks(), graphed_ok, eager, True, False, cuda)
+    captured = {"cuda_graphs_captured": 4, "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    good = _graphs(Hooks(), graphed_ok, eager, True, False, cuda, captured)
     assert good.status == PASSED and good.measured["exact"] == [True, True]
-    bad = _graphs(Hooks(), graphed_bad, eager, True, False, cuda)
+    bad = _graphs(Hooks(), graphed_bad, eager, True, False, cuda, captured)
     assert bad.status == FAILED and bad.measured["match"] == [True, False]
+
+
+def test_a_capture_model_that_captured_no_cuda_graph_fails_the_graph_check() -> None:
+    """The audit's finding: vLLM's capture_model returns 0 at once under cudagraph_mode NONE (which it may
+    pick itself), so the "graph" engine ran eagerly and eager was compared with eager.  Counting the call
+    passed that; on CUDA the check now needs graphs torch really began."""
+    eager = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 8])]]
+    cuda = torch.device("cuda")
+    none = _graphs(None, eager, eager, True, False, cuda, {"cuda_graphs_captured": 0, "cudagraph_mode": "NONE"})
+    assert none.status == FAILED and "captured no CUDA graph (cudagraph_mode NONE)" in none.summary
+    assert none.measured["cuda_graphs"] is False
+    unknown = _graphs(None, eager, eager, True, False, cuda)          # no record of a capture: no pass
+    assert unknown.status == FAILED
+    ok = _graphs(None, eager, eager, True, False, cuda, {"cuda_graphs_captured": 2, "cudagraph_mode": "FULL"})
+    assert ok.status == PASSED and "2 graphs captured, cudagraph_mode FULL" in ok.summary
+
+
+def test_the_hooks_count_the_graphs_torch_begins_not_the_capture_model_calls() -> None:
+    """_Hooks wraps a runner class's capture_model and counts torch.cuda.CUDAGraph.capture_begin calls made
+    inside it (the real torch class, patched only while capture_model runs).  No CUDA graph can be begun
+    on this CPU machine, so the stand-in runner calls the real capture_begin on an object that is no graph
+    (it raises after the count); a capture_model that returns at once, as vLLM's does under cudagraph_mode
+    NONE, counts none."""
+    from enum import Enum
+
+    from october.checks.engine.vllm_surface import _Hooks
+
+    class Mode(Enum):
+        NONE = 0
+        FULL = 2
+
+    class Runner:
+        def __init__(self, mode: Mode) -> None:
+            self.vllm_config = type("C", (), {"compilation_config": type("CC", (), {"cudagraph_mode": mode})()})()
+
+        def load_model(self) -> None:
+            pass
+
+        def capture_model(self) -> int:
+            if self.vllm_config.compilation_config.cudagraph_mode is Mode.NONE:
+                return 0
+            for _ in range(3):
+                try:
+                    torch.cuda.CUDAGraph.capture_begin(object())
+                except AttributeError:
+                    pass
+            return 3
+
+    original = torch.cuda.CUDAGraph.capture_begin
+    hooks = _Hooks(())
+    hooks._wrap(Runner)
+    try:
+        Runner(Mode.NONE).capture_model()
+        assert (hooks.captures, hooks.cuda_graphs, hooks.graph_mode) == (1, 0, "NONE")
+        Runner(Mode.FULL).capture_model()
+        assert (hooks.captures, hooks.cuda_graphs, hooks.graph_mode) == (2, 3, "FULL")
+    finally:
+        hooks.uninstall()
+    assert torch.cuda.CUDAGraph.capture_begin is original
 
 
 def test_a_divergence_at_the_first_token_still_compares_the_distribution_there() -> None:

@@ -86,7 +86,7 @@ def test_engine_decode_graphs_judges_the_logprobs_finite(logprob: float, status:
     from october.checks.engine.checks import _graphs
 
     batches = _generations(logprob)
-    r = _graphs(None, batches, batches, True, False, torch.device("cuda"))
+    r = _graphs(None, batches, batches, True, False, torch.device("cuda"), {"cuda_graphs_captured": 3})
     assert r.status == status, (r.status, r.summary)
     assert r.measured["nonfinite_logprobs"] == (0 if status == res.PASSED else 2 * 9 * 3)
 

@@ -26,10 +26,12 @@ from .vllm_surface import (
     Selection,
     _caches,
     _generate,
+    _generate_tops,
     _Hooks,
     _need,
     _params,
     _tokens,
+    _top,
 )
 from ..memory import held_bytes, sample_rounds
 from ..results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
@@ -39,6 +41,19 @@ from ..workspace import uri as module_uri
 JIT_CHECK = EXTRA_CHECKS[0]                       # ("jit_complete", "JIT modules pre-built")
 GRAPH_BATCHES = (1, 3, 5)
 MEMORY_ROUNDS = 3
+MIXED_DECODE_TOKENS = 64    # what the decoding requests of the mixed step generate (each also alone)
+ALLOCATION_SLACK = 0.02     # allocated bytes may exceed the K and V views' by this much (alignment), no more
+
+
+def allocated_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the distinct allocations behind ``tensors``.  A view's ``nbytes`` follows its shape and
+    dtype, so V pages allocated at 16 bits and half used would still read as 8-bit; the storage shows
+    what was taken (K and V views of one buffer, or one buffer for every layer, count it once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
 
 
 CHECKSUM_CHUNK_BYTES = 64 << 20   # a live cache side is gigabytes on the H200 (15.6 GiB for the tiny model's
@@ -117,8 +132,12 @@ def _physical(llm: Any, h: _Hooks, sel: Selection, plan: CachePlan = K16V8) -> C
     k_bytes = sum(k.nbytes for k, _ in pairs)
     v_bytes = sum(v.nbytes for _, v in pairs)
     k_values = sum(k.numel() for k, _ in pairs)
-    ratio = (k_bytes + v_bytes) / (4 * k_values) if k_values else 0.0     # against K and V both 16-bit
+    allocated = allocated_bytes([t for pair in pairs for t in pair])
+    ratio = allocated / (4 * k_values) if k_values else 0.0     # what was taken, against K and V both 16-bit
     want_ratio = (k_b + v_b) / 4
+    if pairs and allocated > (k_bytes + v_bytes) * (1 + ALLOCATION_SLACK):
+        problems.append(f"the K and V caches take {allocated} bytes of GPU memory, their views {k_bytes + v_bytes}: "
+                        f"state {ratio:.3f}x BF16, not {want_ratio:.3f}x (a cache allocated wider than it stores)")
     first = pairs[0] if pairs else None
     found = f"K {first[0].dtype if first else '?'} / V {first[1].dtype if first else '?'}"
     return verdict("physical_k16v8", not problems,
@@ -129,11 +148,14 @@ def _physical(llm: Any, h: _Hooks, sel: Selection, plan: CachePlan = K16V8) -> C
                     "v_dtype": str(first[1].dtype) if first else None, "attention_backends": backends,
                     "layers_declare": declared, "cache": plan.as_json(),
                     "layer_shape": list(first[0].shape) if first else None, "k_bytes": k_bytes,
-                    "v_bytes": v_bytes, "state_vs_bf16": ratio, "live": live, "problems": problems},
+                    "v_bytes": v_bytes, "allocated_bytes": allocated, "state_vs_bf16": ratio, "live": live,
+                    "problems": problems},
                    {"k_dtype": str(want_k) + (" (or its uint8 bytes)" if plan.k_fp8 else ""),
                     "v_dtype": str(want_v) + (" (or its uint8 bytes)" if plan.v_fp8 else ""),
                     "attention_backends": ["FLASHINFER"],
-                    "v_bytes": f"k_bytes x {v_b} / {k_b}", "state_vs_bf16": want_ratio, "live": "K and V changed"})
+                    "v_bytes": f"k_bytes x {v_b} / {k_b}",
+                    "allocated_bytes": f"<= (k_bytes + v_bytes) x {1 + ALLOCATION_SLACK}",
+                    "state_vs_bf16": want_ratio, "live": "K and V changed"})
 
 
 def _scales(llm: Any, h: _Hooks) -> CheckResult:
@@ -173,33 +195,47 @@ def _mixed(llm: Any) -> CheckResult:
     add, step = _need(engine, "add_request"), _need(engine, "step")
     unfinished = _need(engine, "has_unfinished_requests")
     solo = _generate(llm, [PROMPTS[2]])[0][0]
-    add("mixed-a", PROMPTS[0], _params(64))
-    add("mixed-b", PROMPTS[1], _params(64))
+    # the decoding requests, each alone: what they must still produce when a fresh prompt shares their step
+    solo_decodes = {rid: _generate_tops(llm, [prompt], MIXED_DECODE_TOKENS)[0]
+                    for rid, prompt in (("mixed-a", PROMPTS[0]), ("mixed-b", PROMPTS[1]))}
+    add("mixed-a", PROMPTS[0], _params(MIXED_DECODE_TOKENS, logprobs=2))
+    add("mixed-b", PROMPTS[1], _params(MIXED_DECODE_TOKENS, logprobs=2))
     for _ in range(3):
         step()
     add("mixed-c", PROMPTS[2], _params())
     # the first step output that carries the fresh request: with async scheduling (vLLM 0.24's default, a
     # batch queue) a step returns an earlier batch's outputs, so "the next step" is not "its batch"
     latest: dict[str, list[int]] = {}
+    tops: dict[str, Any] = {}
     first: dict[str, int] = {}
     while unfinished():
         outs = step()
         for o in outs:
             latest[_need(o, "request_id")] = _tokens(o)[0]
+            tops[_need(o, "request_id")] = _top(o)
         if not first and any(_need(o, "request_id") == "mixed-c" for o in outs):
             first = {_need(o, "request_id"): len(_tokens(o)[0]) for o in outs}
     mixed = latest.get("mixed-c", [])
     same_step = {"mixed-a", "mixed-b", "mixed-c"} <= set(first) and first["mixed-c"] == 1
-    ok = same_step and mixed == solo
+    # a decode row's output in the mixed steps against its solo run, with the graph check's tolerance for
+    # a near tie (the mixed batch may reduce in another order)
+    decodes = {rid: _graph_agrees(tops[rid], alone) if rid in tops else (False, {"missing": True})
+               for rid, alone in solo_decodes.items()}
+    bad_decodes = [rid for rid, (agrees, _) in decodes.items() if not agrees]
+    ok = same_step and mixed == solo and not bad_decodes
     why = "the fresh prompt was not admitted in the same step as the decodes" if not same_step else \
-        "fresh prefill in a mixed step gives other tokens than its solo run"
-    return verdict("mixed_prefill", ok, "fresh prompt beside 2 decodes matches solo, the torch reference "
-                   "on a captured layer and the 16-bit-cache engine", why,
+        "fresh prefill in a mixed step gives other tokens than its solo run" if mixed != solo else \
+        f"the decoding request(s) {bad_decodes} give other tokens beside the fresh prefill than alone"
+    return verdict("mixed_prefill", ok, "fresh prompt beside 2 decodes matches solo, the decodes match theirs, "
+                   "the torch reference on a captured layer and the 16-bit-cache engine", why,
                    {"route": "fresh prompt prefilled in the same step as 2 decodes, its K/V written to the "
                              "K16/V8 cache, then decoded from it",
-                    "first_step_outputs": first, "solo": solo, "mixed": mixed},
+                    "first_step_outputs": first, "solo": solo, "mixed": mixed,
+                    "decodes_vs_solo": {rid: m for rid, (_, m) in decodes.items()}},
                    {"first_step": "the first output with mixed-c: mixed-a, mixed-b and mixed-c (1 token)",
-                    "tokens": "identical to the solo run"})
+                    "tokens": "identical to the solo run",
+                    "decodes_vs_solo": f"mixed-a and mixed-b: the tokens of their solo runs, or diverging only at a "
+                                       f"near tie (solo top-2 margin <= {GRAPH_NEAR_TIE} nats)"})
 
 
 def _memory(llm: Any, h: _Hooks, shape: ModelShape, plan: CachePlan = K16V8) -> CheckResult:
@@ -210,6 +246,7 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape, plan: CachePlan = K16V8) -> 
     k_b, v_b = plan.bytes_per_value()
     expected = blocks * block_size * shape.layers * shape.kv_heads * shape.head_dim * (k_b + v_b)
     actual = sum(k.nbytes + v.nbytes for k, v in caches)
+    allocated = allocated_bytes([t for pair in caches for t in pair])
     device = caches[0][0].device
     free_start = int(free())
     samples = sample_rounds(lambda: _generate(llm, list(PROMPTS)), lambda: (int(free()), held_bytes(device)),
@@ -218,6 +255,8 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape, plan: CachePlan = K16V8) -> 
     problems = []
     if actual != expected:
         problems.append(f"KV bytes {actual}, formula gives {expected}")
+    if allocated > expected * (1 + ALLOCATION_SLACK):
+        problems.append(f"the KV caches take {allocated} bytes of GPU memory, the formula gives {expected}")
     if any(f != free_start for f in free_after):
         problems.append(f"free KV blocks {free_start} -> {free_after} across rounds")
     what = "allocated GPU bytes" if device.type == "cuda" else "live tensor bytes"
@@ -226,10 +265,10 @@ def _memory(llm: Any, h: _Hooks, shape: ModelShape, plan: CachePlan = K16V8) -> 
     return verdict("clean_memory", not problems,
                    f"{actual} KV bytes as the formula says; blocks returned and {what} steady over "
                    f"{MEMORY_ROUNDS + 1} rounds", "; ".join(problems),
-                   {"kv_bytes": actual, "num_gpu_blocks": blocks, "block_size": block_size,
+                   {"kv_bytes": actual, "allocated_bytes": allocated, "num_gpu_blocks": blocks, "block_size": block_size,
                     "free_blocks_start": free_start, "free_blocks_after_rounds": free_after,
                     "held_after_rounds": held, "held_measure": what},
-                   {"kv_bytes": expected,
+                   {"kv_bytes": expected, "allocated_bytes": f"<= kv_bytes x {1 + ALLOCATION_SLACK}",
                     "formula": f"blocks x block_size x layers {shape.layers} x kv_heads {shape.kv_heads}"
                                f" x head_dim {shape.head_dim} x ({k_b} + {v_b})",
                     "free_blocks": "back to the start after every round",
@@ -285,7 +324,10 @@ def _graph_agrees(g: oracle.Generation, e: oracle.Generation) -> tuple[bool, dic
 
 def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
             eager: list[list[oracle.Generation]] | BaseException,
-            graph_captured: bool, eager_captured: bool, device: torch.device) -> CheckResult:
+            graph_captured: bool, eager_captured: bool, device: torch.device,
+            graphs: dict[str, Any] | None = None) -> CheckResult:
+    """``graphs``: what the graph engine's capture really did (:class:`_Hooks`: the CUDA graphs torch
+    began, vLLM's cudagraph_mode); on CUDA a capture_model that began none captured nothing."""
     if isinstance(graphed, BaseException):
         raise graphed
     if isinstance(eager, BaseException):
@@ -299,13 +341,21 @@ def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
                 "exact": [all(g[0] == e[0] for g, e in zip(gb, eb)) for gb, eb in zip(graphed, eager)],
                 "per_prompt": [[m for _, m in batch] for batch in pairs],
                 "graphs_captured": graph_captured,
-                "eager_engine_captured": eager_captured, "cuda_graphs": cuda and graph_captured}
+                "eager_engine_captured": eager_captured, **(graphs or {})}
+    began = int((graphs or {}).get("cuda_graphs_captured") or 0)
+    measured["cuda_graphs"] = cuda and graph_captured and began > 0
     limits = {"tokens": f"identical to enforce_eager, or diverging only where eager's top-2 margin <= "
                         f"{GRAPH_NEAR_TIE} nats (a near tie: the graph's padded batch may reduce in another order)",
-              "logprob_diff_max": GRAPH_LOGPROB_MAX, "graphs_captured": True, "eager_engine_captured": False}
+              "logprob_diff_max": GRAPH_LOGPROB_MAX, "graphs_captured": True, "eager_engine_captured": False,
+              "cuda_graphs_captured": ">= 1 on CUDA"}
     if not graph_captured or eager_captured:
         return CheckResult("decode_graphs", FAILED, "the graph engine captured no decode graphs"
                            if not graph_captured else "the enforce_eager engine captured graphs too",
+                           measured, limits)
+    if cuda and began == 0:
+        mode = (graphs or {}).get("cudagraph_mode")
+        return CheckResult("decode_graphs", FAILED, "capture_model ran but captured no CUDA graph (cudagraph_mode "
+                           f"{mode or 'unknown'}): decode ran eagerly, so graph and eager were the same path",
                            measured, limits)
     # _graph_agrees takes NaN on both runs as the same output; no other check reads these prompts' logprobs
     # (the determinism check runs PROMPTS[0] alone, mixed_prefill compares tokens): judged here
@@ -322,8 +372,10 @@ def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
     if not cuda:
         return CheckResult("decode_graphs", SKIPPED, "CUDA graphs need a GPU; the engine's graph path "
                            f"matched eager at batches {list(GRAPH_BATCHES)}", measured, limits)
+    mode = (graphs or {}).get("cudagraph_mode")
     return CheckResult("decode_graphs", PASSED, f"CUDA graph decode at batches {list(GRAPH_BATCHES)} "
-                       "matches eager", measured, limits)
+                       f"matches eager ({began} graphs captured{f', cudagraph_mode {mode}' if mode else ''})",
+                       measured, limits)
 
 
 # ------------------------------------------------------------------------------ JIT modules

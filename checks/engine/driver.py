@@ -158,6 +158,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                 return refusal_results(refused), choice
             return every_check(FAILED, f"the engine did not start: {type(exc).__name__}: {exc}"), choice
         graph_captured = hooks.captures > 0
+        graphs = {"cuda_graphs_captured": hooks.cuda_graphs, "cudagraph_mode": hooks.graph_mode}
         if hooks.runner is not None:        # vLLM 0.24 starts some architectures on its V2 model runner
             facts["model_runner"] = f"{type(hooks.runner).__module__}.{type(hooks.runner).__qualname__}"
         # on the graph engine now; decode_graphs below, once the enforce_eager engine has run
@@ -204,7 +205,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                 hooks.subject = True
             _release(hooks)
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
-                                             graph_captured, eager_captured, device)
+                                             graph_captured, eager_captured, device, graphs)
         _oracles(results, layer, agreement)
         jit = run_check(JIT_CHECK[0], _jit, sel, shape, watch, plan.diagnostic)
     finally:

@@ -20,9 +20,10 @@ import gc
 import importlib
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -50,7 +51,7 @@ TOUCHED = (
     "RequestOutput.request_id / .outputs[0].token_ids / .outputs[0].logprobs[i][token].logprob",
     (f"{RUNNER_MODULE}.GPUModelRunner (and vllm.v1.worker.gpu.model_runner.GPUModelRunner where it exists)"
      ".load_model / .capture_model / .kv_caches / .vllm_config"),
-    "VllmConfig.compilation_config.static_forward_context",
+    "VllmConfig.compilation_config.static_forward_context / .cudagraph_mode (recorded when present)",
     "Attention._v_scale / ._v_scale_float / ._k_scale / ._k_scale_float / .kv_cache_dtype (when present)",
     ("Attention.kv_cache: (k_cache, v_cache), [(k_cache, v_cache)] or [num_blocks, 2, block_size, heads, dim]"
      " / .attn_backend.get_name()"),
@@ -99,6 +100,28 @@ def model_shape(manifest: Manifest) -> ModelShape:
                          f"hidden_size or head_dim, found {type(exc).__name__}: {exc}.\n  -> {fix}") from None
 
 
+@contextmanager
+def counting_graph_captures() -> Iterator[list[int]]:
+    """Count the CUDA graphs begun inside the block (``[n]``): every capture, vLLM's full and piecewise
+    ones included, goes through ``torch.cuda.CUDAGraph.capture_begin`` (``torch.cuda.graph`` calls it)."""
+    count = [0]
+    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
+    begin = getattr(graph_cls, "capture_begin", None)
+    if graph_cls is None or begin is None:
+        yield count
+        return
+
+    def counted(self: Any, *a: Any, **kw: Any) -> Any:
+        count[0] += 1
+        return begin(self, *a, **kw)
+
+    graph_cls.capture_begin = counted
+    try:
+        yield count
+    finally:
+        graph_cls.capture_begin = begin
+
+
 class _Hooks:
     """Wraps GPUModelRunner.load_model/capture_model: scales in, order recorded per runner.
 
@@ -112,7 +135,9 @@ class _Hooks:
         self.subject = True
         self.runner: Any = None
         self.events: list[str] = []
-        self.captures = 0
+        self.captures = 0               # capture_model calls
+        self.cuda_graphs = 0            # CUDA graphs they really captured (torch.cuda.CUDAGraph.capture_begin)
+        self.graph_mode: str | None = None      # the compilation config's cudagraph_mode at capture
         self._restore: list[tuple[Any, Any, Any]] = []
 
     def install(self) -> None:
@@ -144,9 +169,18 @@ class _Hooks:
             return out
 
         def capture_model(runner: Any, *a: Any, **kw: Any) -> Any:
+            # a call is not a capture: vLLM's capture_model returns 0 at once under cudagraph_mode NONE
+            # (which it may choose itself for a backend it cannot capture), so the graphs are counted where
+            # torch begins each one
             hooks.events.append("graphs_captured")
             hooks.captures += 1
-            return capture(runner, *a, **kw)
+            mode = getattr(getattr(getattr(runner, "vllm_config", None), "compilation_config", None),
+                           "cudagraph_mode", None)
+            hooks.graph_mode = None if mode is None else str(getattr(mode, "name", mode))
+            with counting_graph_captures() as counted:
+                out = capture(runner, *a, **kw)
+            hooks.cuda_graphs += counted[0]
+            return out
 
         self._restore.append((cls, load, capture))
         cls.load_model, cls.capture_model = load_model, capture_model
