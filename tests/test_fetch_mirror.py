@@ -64,6 +64,52 @@ def test_open_mirror_refuses_a_foreign_directory(tmp_path: Path) -> None:
     assert "not a bare git mirror" in str(err.value) and f"remove {path}" in str(err.value)
 
 
+def test_a_mirror_that_borrows_objects_through_alternates_is_refused(tmp_path: Path) -> None:
+    """Session 18's audit: ``objects/info/alternates`` planted in a cache mirror is copied by ``git clone``,
+    so the stack's clone read objects from elsewhere (and a commit found there was never fetched, so never
+    hashed by objcheck).  october never writes one: a mirror that has one is refused, naming it."""
+    url, ids = make_repo(tmp_path, "alpha", commits=2)
+    m = open_mirror(tmp_path / "cache", url, "alpha")
+    ensure_commit(_runner(tmp_path), "fetch", m, ids[0])
+    alternates = m.path / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(str(bare_path(url) / "objects") + "\n")
+    with pytest.raises(FetchError) as err:
+        open_mirror(tmp_path / "cache", url, "alpha")
+    assert "borrows objects from another repository" in str(err.value) and str(alternates) in str(err.value)
+    assert f"remove {m.path}" in str(err.value)
+
+
+def test_our_git_commands_run_no_program_a_clone_s_config_or_hooks_name(tmp_path: Path) -> None:
+    """A stack clone's .git/config naming an fsmonitor hook, and a post-checkout hook in .git/hooks: plain
+    git runs both (shown first, so the plant is real); git under git_env() runs neither."""
+    import os
+    import subprocess
+
+    from october.installer.git import git_env
+    from october.installer.git.clonecheck import dirty_entries
+
+    url, ids = make_repo(tmp_path, "alpha", commits=2)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
+    ran = tmp_path / "ran"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\necho \"$0\" >> {ran}\nexit 1\n")
+    hook.chmod(0o755)
+    post = clone / ".git" / "hooks" / "post-checkout"
+    post.write_text(hook.read_text())
+    post.chmod(0o755)
+    subprocess.run(["git", "-C", str(clone), "config", "core.fsmonitor", str(hook)], check=True)
+    subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, check=False)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", ids[0]], capture_output=True, check=False)
+    assert len(ran.read_text().splitlines()) >= 2          # the plants run under plain git
+    ran.unlink()
+    assert dirty_entries(clone) == []
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", ids[1]], env=git_env(), check=True)
+    assert not ran.exists(), ran.read_text()
+    assert os.devnull in git_env()["GIT_CONFIG_VALUE_" + str(int(git_env()["GIT_CONFIG_COUNT"]) - 1)]
+
+
 def test_commit_fetched_once_then_served_from_the_mirror(tmp_path: Path) -> None:
     """Proof of no second download: the origin is moved away after the first fetch."""
     url, ids = make_repo(tmp_path, "alpha", commits=3)

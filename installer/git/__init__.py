@@ -29,7 +29,7 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["LC_ALL"] = "C"                   # stable messages in logs
     env.setdefault("GIT_HTTP_LOW_SPEED_LIMIT", "1000")   # a remote or proxy that accepts and stalls ends the
     env.setdefault("GIT_HTTP_LOW_SPEED_TIME", "60")      # fetch (< 1 kB/s for 60 s) instead of hanging for ever
-    return with_config(env, PARALLEL_CHECKOUT)
+    return with_config(env, PARALLEL_CHECKOUT + NO_REPO_CODE)
 
 
 # For a look that must never fetch: in a partial repository git lazily fetches a missing object from its
@@ -40,6 +40,10 @@ NO_FETCH = {"GIT_NO_LAZY_FETCH": "1", "GIT_ALLOW_PROTOCOL": ""}
 
 # A checkout writes thousands of files: one worker per core (git >= 2.32; older git ignores the keys).
 PARALLEL_CHECKOUT = (("checkout.workers", "0"), ("checkout.thresholdForParallelism", "100"))
+# A clone's own .git/config and hooks are the stack's files, not ours: our git commands run no program they
+# name (an fsmonitor hook ran on every `git status` of a re-run; a post-checkout hook on every checkout).
+# Command-scope config (GIT_CONFIG_KEY_n) outranks the repository's.
+NO_REPO_CODE = (("core.fsmonitor", "false"), ("core.hooksPath", os.devnull))
 
 
 def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:

@@ -112,6 +112,13 @@ def open_mirror(cache_dir: Path, url: str, fork: str, source: str | None = None,
             raise FetchError(f"fork '{fork}': the cache path {path} is not a bare git mirror",
                              expected="a bare repository made by october", found="something else",
                              fix=f"remove {path} and re-run (it is only a cache)")
+        elif (path / "objects" / "info" / "alternates").exists():
+            # october never writes one: a clone copies it and would read (unchecked) objects from elsewhere
+            raise FetchError(f"fork '{fork}': the cache mirror {path} borrows objects from another repository",
+                             expected="a mirror that holds its own objects (october never writes "
+                                      "objects/info/alternates)",
+                             found=f"{path / 'objects' / 'info' / 'alternates'}",
+                             fix=f"remove {path} and re-run (it is only a cache; the next run fetches it again)")
     return mirror
 
 
