@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -99,8 +99,26 @@ def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Ca
         reinstall(args)
 
 
-def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str]) -> None:
-    """Every file in ``env`` as its RECORD hashes it, else :class:`InstallError` (``uv_cache_dir``: for the fix)."""
+def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Path]:
+    """The files in ``env`` no installed distribution's RECORD owns, by ``current verify``'s rules
+    (:mod:`october.installer.verify_unowned`: the venv's scaffolding and our system-site ``.pth`` are fine)."""
+    from ..verify_unowned import owned_paths
+    from ..verify_unowned import unowned as not_owned
+
+    rows: list[tuple[Path, str]] = []
+    for dist in installed(env).values():
+        try:
+            rows += [(dist.site, rel) for rel, _h, _s in record_rows(dist)]
+        except OSError:
+            continue            # a missing RECORD is tampered()'s finding
+    return not_owned(env, owned_paths(rows), system_torch)
+
+
+def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
+                   system_torch: Mapping[str, Any] | None = None) -> None:
+    """Every file in ``env`` as its RECORD hashes it, and none that no RECORD owns (a ``.pth`` runs at every
+    start; uv copies every file of a cached wheel, listed or not), else :class:`InstallError`
+    (``uv_cache_dir``: for the fix).  Before the built-stack cache stores the env: nothing unchecked goes on."""
     from ..core.errors import InstallError
 
     bad = tampered(env, trust)
@@ -110,3 +128,12 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str])
                            found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
                            fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
                                "cache edited through a stack that hard-linked it) and re-run october_setup")
+    extra = unowned(env, system_torch)
+    if extra:
+        shown = "; ".join(map(str, extra[:MAX_SHOWN])) + (f"; ... {len(extra) - MAX_SHOWN} more"
+                                                           if len(extra) > MAX_SHOWN else "")
+        raise InstallError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD owns",
+                           expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
+                           found=shown,
+                           fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
+                               f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run october_setup")

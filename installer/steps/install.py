@@ -91,7 +91,8 @@ class InstallStep:
         # every fork's files are in place: the work begun early may start (.jitearly, .lockearly)
         ctx.announce(FORKS_INSTALLED, forks)
         # every file of every distribution in the env as its RECORD hashes it
-        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
+        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
+                               system_torch_record(ctx))
         spec = self.guard_spec(ctx, forks)
         from ..install.guards import run_guards
         from ..pyenv import builtstack
