@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -325,6 +326,27 @@ def test_fixtures_pointing_nowhere_is_refused_at_every_level(tmp_path: Path, mon
         run_smoke(opts, cwd=tmp_path, echo=lambda _: None, base_env={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
     assert "$KNLP_KV_FIXTURES" in str(info.value)
     assert not (tmp_path / "o" / "smoke.log").exists()
+
+
+def test_a_relative_knlp_kv_fixtures_reaches_the_checks_as_the_directory_the_user_meant(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 18's audit (a false fail): the checks run in the code root, so a relative $KNLP_KV_FIXTURES,
+    checked here against the user's directory, named another one there.  The stack's Python (a script
+    that records its arguments) is given the absolute directory."""
+    stack = _stack(tmp_path)
+    (stack / "env").unlink()
+    (stack / "env" / "bin").mkdir(parents=True)
+    argv = tmp_path / "argv"
+    fake = stack / "env" / "bin" / "python"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv}\nexit 2\n')
+    fake.chmod(0o755)
+    (tmp_path / "scales").mkdir()
+    monkeypatch.chdir(tmp_path)
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference")
+    with pytest.raises(SmokeError):
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None, base_env={**os.environ, "KNLP_KV_FIXTURES": "scales"})
+    args = argv.read_text().splitlines()
+    assert args[args.index("--fixtures") + 1] == str(tmp_path / "scales")
 
 
 def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it(tmp_path: Path) -> None:

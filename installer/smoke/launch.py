@@ -9,7 +9,7 @@ environment (:mod:`october.installer.pyenv.stackenv`) and the log in the output 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -324,7 +324,9 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
 
 def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
                env: dict[str, str], info: dict[str, Any], runtime: dict[str, str], ui: Any = None) -> int:
-    fixtures_dir(opts.fixtures, env)   # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused
+    # a --fixtures / $KNLP_KV_FIXTURES that points nowhere is refused; one that is there goes to the checks as
+    # an absolute --fixtures (they run in the code root: a relative $KNLP_KV_FIXTURES named another directory)
+    opts = replace(opts, fixtures=fixtures_dir(opts.fixtures, env))
     manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
     if manifest is not None:
         check_manifest(manifest, opts.format)
