@@ -115,10 +115,13 @@ def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Pa
 
 
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
-                   system_torch: Mapping[str, Any] | None = None) -> None:
+                   system_torch: Mapping[str, Any] | None = None,
+                   scaffold: Callable[[], Mapping[str, str]] | None = None) -> None:
     """Every file in ``env`` as its RECORD hashes it, and none that no RECORD owns (a ``.pth`` runs at every
     start; uv copies every file of a cached wheel, listed or not), else :class:`InstallError`
-    (``uv_cache_dir``: for the fix).  Before the built-stack cache stores the env: nothing unchecked goes on."""
+    (``uv_cache_dir``: for the fix; ``scaffold``: relative path -> sha256 of what this uv's ``uv venv`` writes
+    itself, asked only when unowned files are found: uv 0.12 writes ``_virtualenv.pth`` and ``_virtualenv.py``).
+    Before the built-stack cache stores the env: nothing unchecked goes on."""
     from ..core.errors import InstallError
 
     bad = tampered(env, trust)
@@ -129,6 +132,9 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                            fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
                                "cache edited through a stack that hard-linked it) and re-run october_setup")
     extra = unowned(env, system_torch)
+    if extra and scaffold is not None:
+        own = scaffold()
+        extra = [p for p in extra if own.get(p.relative_to(env).as_posix()) != _sha256_or_none(p)]
     if extra:
         shown = "; ".join(map(str, extra[:MAX_SHOWN])) + (f"; ... {len(extra) - MAX_SHOWN} more"
                                                            if len(extra) > MAX_SHOWN else "")
@@ -137,3 +143,12 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                            found=shown,
                            fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run october_setup")
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    from ..core.hashing import sha256_file
+
+    try:
+        return sha256_file(path) if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        return None

@@ -92,7 +92,7 @@ class InstallStep:
         ctx.announce(FORKS_INSTALLED, forks)
         # every file of every distribution in the env as its RECORD hashes it
         records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
-                               system_torch_record(ctx))
+                               system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
         spec = self.guard_spec(ctx, forks)
         from ..install.guards import run_guards
         from ..pyenv import builtstack
@@ -128,6 +128,22 @@ class InstallStep:
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
+
+    def venv_scaffold(self, ctx: StepContext) -> dict[str, str]:
+        """What this run's uv writes into a new venv on the stack's interpreter (relative path -> sha256),
+        from a throwaway one: the unowned files uv itself puts there, whatever its version."""
+        import tempfile
+
+        from ..pyenv.uvcmd import uv_exe
+
+        r = ctx.recipe
+        python = r.torch.system_python if r.torch.from_system and r.torch.system_python else r.python
+        with tempfile.TemporaryDirectory(prefix="october-venv-scaffold-") as tmp:
+            venv = Path(tmp) / "env"
+            ctx.runner.run([uv_exe(), "venv", "--quiet", "--python", str(python), str(venv)], step=self.name,
+                           env=stack_uv(ctx).env())
+            return {p.relative_to(venv).as_posix(): sha256_file(p) for p in venv.rglob("*")
+                    if p.is_file() and not p.is_symlink()}
 
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
