@@ -6,6 +6,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -189,24 +190,28 @@ def test_strip_credentials_keeps_tokens_out_of_origin() -> None:
     assert strip_credentials("file:///tmp/x.git") == "file:///tmp/x.git"
 
 
-def _global_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
-    """Plant a post-checkout hook for every repository git touches from now on
-    (GIT_CONFIG_GLOBAL -> core.hooksPath): the way a user's global git setup can
-    change a fresh checkout behind the tool's back."""
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    hook = hooks / "post-checkout"
-    hook.write_text("#!/bin/sh\n" + body)
-    hook.chmod(0o755)
-    cfg = tmp_path / "gitconfig"
-    cfg.write_text(f"[core]\n\thooksPath = {hooks}\n")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
+def _after_checkout(monkeypatch: pytest.MonkeyPatch, plant: str) -> None:
+    """Run ``plant`` (a shell command, in the clone) right after the tool's checkout: what a user's global
+    post-checkout hook did here until session 18 (our git commands now run no hooks: core.hooksPath is
+    /dev/null at command scope), or another process touching the fresh clone behind the tool's back."""
+    import subprocess
+
+    from october.installer.git.worktree import _Git
+
+    call = _Git.__call__
+
+    def then_plant(self: _Git, args: Any, *, doing: str, fix: str) -> None:
+        call(self, args, doing=doing, fix=fix)
+        if "checkout" in args and "--detach" in args and "-C" in args:
+            subprocess.run(["sh", "-c", plant], cwd=args[args.index("-C") + 1], check=True)
+
+    monkeypatch.setattr(_Git, "__call__", then_plant)
 
 
 def test_a_tree_dirty_right_after_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, ids = make_repo(tmp_path, "alpha", commits=2)
     recipe = make_recipe([fork_use("alpha", url, ids[-1])])
-    _global_hook(tmp_path, monkeypatch, 'echo planted > "$(git rev-parse --show-toplevel)/planted.txt"\n')
+    _after_checkout(monkeypatch, 'echo planted > "$(git rev-parse --show-toplevel)/planted.txt"')
     with pytest.raises(FetchError) as err:
         run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
     assert "is not clean after checkout" in err.value.message and "planted.txt" in err.value.message
@@ -216,8 +221,7 @@ def test_a_tree_dirty_right_after_checkout_is_refused(tmp_path: Path, monkeypatc
 def test_head_moved_off_the_pin_after_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, ids = make_repo(tmp_path, "alpha", commits=2)
     recipe = make_recipe([fork_use("alpha", url, ids[-1])])
-    _global_hook(tmp_path, monkeypatch,
-                 '[ -n "$PLANTED" ] && exit 0\nPLANTED=1 git checkout -q --detach HEAD~1\n')
+    _after_checkout(monkeypatch, "git checkout -q --detach HEAD~1")
     with pytest.raises(FetchError) as err:
         run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
     assert "is not at the pinned commit" in err.value.message
