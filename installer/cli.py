@@ -8,6 +8,7 @@ message and its exit code.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -141,7 +142,7 @@ def make_kit_cmd(
         else:
             print(f"kit ready: {opts.out} ({len(doc['repos'])} repositories, {len(doc['wheels'])} wheels"
                   f"{' + base wheel' if doc['base_wheel'] else ''}, {doc['size_bytes'] / 1e6:.1f} MB)")
-            print(f"  install offline: october_setup STACK --recipe {recipe} --kit {opts.out}")
+            print(f"  install offline: october_setup STACK --recipe {shlex.quote(recipe)} --kit {shlex.quote(str(opts.out))}")
 
     guarded(go, ui, json_command="october_setup kit" if as_json else None)
 

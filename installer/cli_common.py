@@ -12,6 +12,7 @@ import enum
 import importlib
 import sys
 import textwrap
+from pathlib import PurePath
 from typing import Any, Callable, TypeVar
 
 import typer
@@ -20,6 +21,7 @@ from typer.core import TyperCommand
 from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
     CommandExit,
     dir_option,
+    empty_path,
     file_option,
     print_json,
     print_json_error,
@@ -48,11 +50,45 @@ def exit_codes_epilog(width: int = 100) -> str:
 EPILOG = exit_codes_epilog()
 
 
+# the metavars of the options and arguments that take a path (some are plain str: fleet's, which hold placeholders)
+PATH_METAVARS = frozenset({"DIR", "FILE", "PYTHON", "STACK"})
+
+
+def is_path_param(param: Any) -> bool:
+    """A parameter that takes a path: typed ``Path`` (typer keeps the annotation) or named by a path metavar."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return (isinstance(annotation, type) and issubclass(annotation, PurePath)) or param.metavar in PATH_METAVARS
+
+
 class Command(TyperCommand):
-    """A command's usage line names its arguments as the help does (``STACK``, not typer's ``{STACK}``)."""
+    """Every command: its usage line names its arguments as the help does (``STACK``, not typer's ``{STACK}``),
+    and an empty path given to any path option or argument is a usage error (:func:`empty_path`), caught here on
+    the raw text, before typer turns ``""`` into ``Path(".")`` and no command could tell it from the current
+    directory."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            self._refuse_empty_paths(ctx, list(args))
+        return super().parse_args(ctx, args)
+
+    def _refuse_empty_paths(self, ctx: Any, args: list[str]) -> None:
+        try:
+            raw, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        except click_exc.ClickException:
+            return                  # typer's own parse says what is wrong
+        for param in self.get_params(ctx):
+            given = raw.get(param.name)
+            values = given if isinstance(given, (list, tuple)) else [given]
+            empty = next((v for v in values if isinstance(v, str) and not v.strip()), None)
+            if empty is None or not is_path_param(param):
+                continue
+            argument = param.param_type_name == "argument"
+            name = param.metavar if argument else max(param.opts, key=len)
+            run_guarded(lambda: empty_path(name, empty, argument=argument, required=param.required),
+                        ConsoleReporter(), json_command=ctx.command_path if "--json" in args else None)
 
 
 def command(app: typer.Typer, name: str | None = None) -> Callable[[Callable[..., Any]], Any]:
@@ -79,6 +115,8 @@ def run_app(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     """Run ``app``; typer's own parse errors become our usage message (what is wrong, what to do)."""
     try:
         rv = app(prog_name=prog, args=argv, standalone_mode=False)
+    except CommandExit as exc:      # refused while parsing (Command: an empty path), the message printed
+        return exc.code
     except click_exc.NoArgsIsHelpError as exc:
         exc.show()
         return int(exc.exit_code)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 NOT_FAST = {"kit", "fleet"}
+PATH_OPTIONS = ("--cache-dir", "--lock-file", "--system-python", "--kit")     # read as text: "" is not Path(".")
 
 
 class _Parsed(Exception):
@@ -48,21 +49,22 @@ def parse(args: Sequence[str]) -> argparse.Namespace | None:
     p = _Parser(add_help=False, allow_abbrev=False, exit_on_error=False)
     p.add_argument("stack")
     p.add_argument("--recipe", "-r", default="current")
-    p.add_argument("--cache-dir", type=Path)
+    for option in PATH_OPTIONS:
+        p.add_argument(option)
     p.add_argument("--allow-dirty", action="store_true")
     p.add_argument("--skip-preflight", action="append", default=[])
     p.add_argument("--locked", action="store_true")
-    p.add_argument("--lock-file", type=Path)
-    p.add_argument("--system-python", type=Path)
-    p.add_argument("--kit", type=Path)
     p.add_argument("--quiet", "-q", action="store_true")
     try:
         ns = p.parse_args(list(args))
     except (_Parsed, argparse.ArgumentError):
         return None
-    if not ns.stack.strip():
-        return None                 # an empty STACK is the full command line's usage error
-    ns.stack = Path(ns.stack)
+    dests = ["stack", *(o[2:].replace("-", "_") for o in PATH_OPTIONS)]
+    if any(getattr(ns, d) is not None and not getattr(ns, d).strip() for d in dests):
+        return None                 # an empty path ("" would be the current directory): the full command line's usage error
+    for d in dests:
+        if getattr(ns, d) is not None:
+            setattr(ns, d, Path(getattr(ns, d)))
     return ns
 
 

@@ -26,6 +26,7 @@ stack whose Python no longer runs can still be verified.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -328,7 +329,7 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
         raise StateError(f"{paths.root} is not a finished october stack",
                          expected="STACK/pylock.toml and STACK/receipts/setup.json (written by the last steps)",
                          found=f"no {', '.join(missing)}",
-                         fix=f"run `october_setup {paths.root} --recipe NAME` to finish it, or point --install "
+                         fix=f"run `october_setup {shlex.quote(str(paths.root))} --recipe NAME` to finish it, or point --install "
                              "at the stack directory")
     try:
         receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))

@@ -99,6 +99,26 @@ def test_smoke_on_a_missing_stack_says_to_run_setup(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "october_setup" in proc.stderr
 
 
+def _hinted(stderr: str, program: str) -> list[str]:
+    """The command a message tells the user to run (between backticks), split as a shell splits it."""
+    import shlex
+
+    [hint] = [part for part in stderr.split("`")[1::2] if part.startswith(program + " ")]
+    return shlex.split(hint)
+
+
+def test_printed_commands_quote_the_paths_they_name(tmp_path: Path) -> None:
+    """A copied hint must run on the path it names: a stack path with a space and a ``$`` is one shell word."""
+    stack = tmp_path / "my stacks" / "st $HOME"
+    stack.mkdir(parents=True)
+    verified = current("verify", "--install", str(stack))
+    assert verified.returncode == 18, verified.stderr
+    assert _hinted(verified.stderr, "october_setup")[:2] == ["october_setup", str(stack)], verified.stderr
+    smoked = current("smoke", "--install", str(stack), "--output", str(tmp_path / "o"), "--level", "kernel")
+    assert smoked.returncode != 0
+    assert _hinted(smoked.stderr, "october_setup")[:2] == ["october_setup", str(stack)], smoked.stderr
+
+
 def test_smoke_reference_level_on_cpu_writes_a_failing_receipt(tmp_path: Path) -> None:
     """A stand-in stack whose env is the tool env (it has torch); on a CPU the graph check is
     skipped, so the receipt must say passed: false and the command must exit non-zero."""

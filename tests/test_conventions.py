@@ -141,3 +141,67 @@ def test_options_are_checked_before_anything_is_written(tmp_path: Path, monkeypa
         assert "preflight: starting" not in err, argv
         # nothing written: no stack, no lock, no state, no kit, no cache
         assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"], (argv, list(tmp_path.iterdir()))
+
+
+# every path option and argument, by command (the positional's place in COMMANDS' arguments where it has one)
+PATH_PARAMS = {
+    "october_setup": {"STACK", "--cache-dir", "--lock-file", "--kit", "--system-python"},
+    "october_setup kit": {"DIR", "--cache-dir", "--lock-file", "--have"},
+    "october_setup fleet": {"STACK", "--kit", "--receipt", "--lock-file", "--cache-dir", "--ship-dir", "--system-python"},
+    "current doctor": {"--install", "--system-python"},
+    "current verify": {"--install"},
+    "current env": {"--install"},
+    "current recipes": set(),
+    "current download": {"--output", "--local-dir", "--cache-dir", "--fixtures", "--model-dir"},
+    "current smoke": {"--install", "--output", "--manifest", "--fixtures"},
+}
+ARGUMENT_AT = {"october_setup": 0, "october_setup kit": 1, "october_setup fleet": 1}
+
+
+def _click_command(name: str) -> object:
+    from typer.main import get_command
+
+    from october.installer.cli import setup_route
+    from october.installer.cli_current import current_app
+
+    if name.startswith("october_setup"):
+        return get_command(setup_route(list(COMMANDS[name]))[0])
+    return get_command(current_app).commands[COMMANDS[name][0]]    # type: ignore[attr-defined]
+
+
+def test_an_empty_path_is_a_usage_error_for_every_path_option_of_every_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cache-dir ""`` was the current directory (git/, built/ and uv/ made there, exit 0): an empty or blank
+    path given to any path option or argument of any command is a usage error (exit 2, expected / found / fix)
+    before anything is written.  ``october_setup`` runs as its console script does, the plain fast path first."""
+    from october.installer.october_setup import setup_main as console_setup
+
+    monkeypatch.chdir(tmp_path)
+    for name, base in COMMANDS.items():
+        found = set()
+        for param in _click_command(name).params:                      # type: ignore[attr-defined]
+            if not cli_common.is_path_param(param):
+                continue
+            argument = param.param_type_name == "argument"
+            flag = param.metavar if argument else max(param.opts, key=len)
+            found.add(flag)
+            for empty in ("", "  "):
+                argv = list(base)
+                if argument:
+                    argv[ARGUMENT_AT[name]] = empty
+                elif flag in argv:
+                    argv[argv.index(flag) + 1] = empty
+                else:
+                    argv += [flag, empty]
+                rc = console_setup(argv) if name.startswith("october_setup") else current_main(argv)
+                err = capsys.readouterr().err
+                assert rc == 2, (name, argv, rc, err)
+                assert "usage error" in err and "empty" in err and f"found {empty!r}" in err and "->" in err, err
+                assert flag in err and "Traceback" not in err, (argv, err)
+                assert list(tmp_path.iterdir()) == [], (argv, list(tmp_path.iterdir()))
+        assert found == PATH_PARAMS[name], name
+    # with --json the refusal is the error document on stdout
+    assert current_main(["verify", "--install", "", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, schema("error"))
+    assert doc["command"] == "current verify" and doc["exit_code"] == 2 and "--install" in doc["error"]["message"]

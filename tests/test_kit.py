@@ -278,17 +278,136 @@ def test_a_refreshed_kit_is_rewritten_and_other_directories_are_not_taken_over(k
                                                                               tmp_path: Path) -> None:
     kit, recipe = kit_and_recipe
     before = json.loads((kit / "kit.json").read_text())
-    # a wheel left by an earlier kit would be offered to uv by --find-links: a refresh drops it
-    shutil.copy(kit / "wheels" / "tinydep-1.0-py3-none-any.whl", kit / "wheels" / "tinydep-9.0-py3-none-any.whl")
+    # a wheel an earlier kit recorded (its recipe needed it) would be offered to uv by --find-links: a refresh drops it
+    old = kit / "wheels" / "tinydep-0.9-py3-none-any.whl"
+    shutil.copy(kit / "wheels" / "tinydep-1.0-py3-none-any.whl", old)
+    earlier = json.loads((kit / "kit.json").read_text())
+    earlier["files"]["wheels/" + old.name] = {"sha256": hashlib.sha256(old.read_bytes()).hexdigest(),
+                                              "size": old.stat().st_size}
+    (kit / "kit.json").write_text(json.dumps(earlier))
     make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
     assert json.loads((kit / "kit.json").read_text())["files"] == before["files"]
-    assert not (kit / "wheels" / "tinydep-9.0-py3-none-any.whl").exists()
+    assert not old.exists() and not (kit / "kit-unfinished.json").exists()
+    # a wheel no kit run wrote (someone put it there) is neither deleted nor recorded: the refresh is refused
+    mine = kit / "wheels" / "tinydep-9.0-py3-none-any.whl"
+    shutil.copy(kit / "wheels" / "tinydep-1.0-py3-none-any.whl", mine)
+    manifest = (kit / "kit.json").read_bytes()
+    with pytest.raises(KitError, match="holds files no `october_setup kit` run wrote") as err:
+        make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    assert "wheels/tinydep-9.0-py3-none-any.whl" in str(err.value) and "choose an empty or new DIR" in str(err.value)
+    assert mine.exists() and (kit / "kit.json").read_bytes() == manifest and not (kit / "kit-unfinished.json").exists()
     other = tmp_path / "photos"
     other.mkdir()
     (other / "cat.jpg").write_bytes(b"\xff\xd8")
     with pytest.raises(KitError, match="holds other files"):
         make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=other, cache_dir=tmp_path / "cache-kit"))
-    assert (other / "cat.jpg").exists()
+    assert sorted(p.name for p in other.iterdir()) == ["cat.jpg"]
+
+
+def test_a_directory_with_a_git_folder_is_no_kit_and_nothing_in_it_is_touched(world: World, tmp_path: Path) -> None:
+    """The audit's case: a git/ folder is no proof the tool made DIR (only kit.json or kit-unfinished.json
+    are); the run is refused (exit 20) before anything is written or deleted, naming DIR and its files."""
+    recipe = _recipe_copy(world, tmp_path / "recipe")
+    k = tmp_path / "K"
+    planted = {"git/notes": "n\n", "wheels/mine.whl": "w\n", "README.txt": "x\n"}
+    for rel, text in planted.items():
+        (k / rel).parent.mkdir(parents=True, exist_ok=True)
+        (k / rel).write_text(text)
+    for foreign_manifest in (None, '{"kind": "something-else", "files": {}, "repos": []}'):
+        if foreign_manifest is not None:
+            (k / "kit.json").write_text(foreign_manifest)
+        proc = cli("kit", "--recipe", str(recipe), str(k), "--cache-dir", str(tmp_path / "cache"))
+        assert proc.returncode == KitError.exit_code == 20, proc.stderr
+        assert f"{k} holds other files" in proc.stderr and "choose an empty or new DIR" in proc.stderr
+        assert all(rel in proc.stderr for rel in planted), proc.stderr
+        assert {rel: (k / rel).read_text() for rel in planted} == planted
+        assert sorted(p.relative_to(k).as_posix() for p in k.rglob("*") if p.is_file()) == \
+            sorted([*planted, *(["kit.json"] if foreign_manifest else [])])
+        assert not (tmp_path / "cache").exists()
+    # --json: the refusal as the error document
+    proc = cli("kit", "--recipe", str(recipe), str(k), "--cache-dir", str(tmp_path / "cache"), "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 20 and str(k) in doc["error"]["message"] and "wheels/mine.whl" in doc["error"]["message"]
+
+
+def _interrupted(monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+    """The next kit run stops (Ctrl-C) as it places its ``at``-th wheel."""
+    import october.installer.kit.make as make
+
+    real, calls = make.fetch, []
+
+    def stop(*args: Any, **kw: Any) -> Path:
+        calls.append(args)
+        if len(calls) == at:
+            monkeypatch.setattr(make, "fetch", real)
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(make, "fetch", stop)
+
+
+def test_an_interrupted_kit_is_resumed_and_only_what_a_run_recorded_is_removed(world: World, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = load_recipe(str(_recipe_copy(world, tmp_path / "recipe")))
+    kit = tmp_path / "kit"
+    _interrupted(monkeypatch, at=2)
+    with pytest.raises(KeyboardInterrupt):
+        make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "ck"))
+    assert not (kit / "kit.json").exists()
+    marker = json.loads((kit / "kit-unfinished.json").read_text())
+    assert {e.split("/")[0] for e in marker["entries"]} == {"git", "wheels"}, marker
+    # what a killed run leaves of its own writes, and a wheel an earlier run recorded that is no longer needed
+    [placed] = [p.name for p in (kit / "wheels").iterdir()]
+    (kit / "wheels" / f".{placed}.partial").write_bytes(b"half")
+    (kit / f".kit-unfinished.json.{os.getpid()}.tmp").write_bytes(b"{")
+    marker["entries"].append("wheels/old-0.1-py3-none-any.whl")
+    (kit / "kit-unfinished.json").write_text(json.dumps(marker))
+    (kit / "wheels" / "old-0.1-py3-none-any.whl").write_bytes(b"old")
+    make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "ck"))
+    assert sorted(p.name for p in (kit / "wheels").iterdir()) == ["tinydep-1.0-py3-none-any.whl",
+                                                                  "torch-2.10.0+fixture-py3-none-any.whl"]
+    assert not (kit / "kit-unfinished.json").exists()
+    open_kit(kit, recipe)                        # every file as kit.json records it, nothing else
+    # an interrupted refresh keeps the earlier kit's record: it resumes too
+    _interrupted(monkeypatch, at=1)
+    with pytest.raises(KeyboardInterrupt):
+        make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "ck"))
+    assert not (kit / "kit.json").exists() and (kit / "kit-unfinished.json").exists()
+    make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "ck"))
+    open_kit(kit, recipe)
+
+
+def test_a_file_put_into_a_kit_while_it_is_made_is_refused_not_deleted(world: World, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import october.installer.kit.make as make
+
+    recipe = load_recipe(str(_recipe_copy(world, tmp_path / "recipe")))
+    kit = tmp_path / "kit"
+    real = make.fetch
+
+    def fetch_and_plant(want: Any, cache_dir: Path, dest_dir: Path) -> Path:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        (dest_dir / "stray-1.0-py3-none-any.whl").write_bytes(b"mine")     # someone's file, mid-run
+        return real(want, cache_dir, dest_dir)
+
+    monkeypatch.setattr(make, "fetch", fetch_and_plant)
+    with pytest.raises(KitError, match="stray-1.0-py3-none-any.whl"):
+        make_kit(KitOptions(recipe=recipe, out=kit, cache_dir=tmp_path / "ck"))
+    assert (kit / "wheels" / "stray-1.0-py3-none-any.whl").read_bytes() == b"mine"
+    assert not (kit / "kit.json").exists()
+
+
+def test_the_install_offline_hint_runs_as_printed_with_spaces_in_its_paths(world: World, tmp_path: Path) -> None:
+    """``october_setup kit`` ends with the command that installs from the kit: a recipe path and a kit path
+    with spaces (and a ``$``) must stay one shell word each when it is copied."""
+    import shlex
+
+    recipe = _recipe_copy(world, tmp_path / "my recipes $HOME")
+    kit = tmp_path / "kit dir"
+    made = cli("kit", "--recipe", str(recipe), str(kit), "--cache-dir", str(tmp_path / "ck"))
+    assert made.returncode == 0, made.stderr
+    [hint] = [ln.split(": ", 1)[1] for ln in made.stdout.splitlines() if ln.strip().startswith("install offline:")]
+    assert shlex.split(hint) == ["october_setup", "STACK", "--recipe", str(recipe), "--kit", str(kit)], hint
 
 
 def test_a_prefix_pin_resolves_offline_to_the_same_commit(world: World, tmp_path: Path) -> None:

@@ -307,3 +307,48 @@ def test_the_committed_lock_is_the_default_only_where_the_project_commits_one() 
 
     assert committed_lock(load_recipe("current")) == LOCK
     assert committed_lock(load_recipe("flashinfer-pr3812")) is None
+
+
+# ----------------------------------------------------------------- which directory is a kit, what of it is the tool's
+def test_a_kit_record_never_names_a_path_outside_the_kit(tmp_path: Path) -> None:
+    """A kit.json or marker is the tool's proof of what it wrote, but only kit-shaped entries count: a
+    repository path leading out of DIR is no entry, so a refresh never removes anything through it."""
+    import json
+
+    from october.installer.kit.owned import open_kit_dir, valid_entry
+
+    victim = tmp_path / "victim.git"
+    (victim / "objects").mkdir(parents=True)
+    (victim / "HEAD").write_text("ref: refs/heads/main\n")
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "wheels" / "a-1.0-py3-none-any.whl").write_bytes(b"a")
+    (kit / "kit.json").write_text(json.dumps({
+        "kind": "october-kit", "repos": [{"path": "git/../../victim.git"}, {"path": "../victim.git"}],
+        "files": {"wheels/a-1.0-py3-none-any.whl": {}, "wheels/../../victim.git/HEAD": {}}}))
+    opened = open_kit_dir(kit)
+    assert opened.entries == {"wheels/a-1.0-py3-none-any.whl"}
+    assert json.loads((kit / "kit-unfinished.json").read_text())["entries"] == ["wheels/a-1.0-py3-none-any.whl"]
+    opened.prune(set())
+    assert (victim / "HEAD").is_file() and not (kit / "wheels" / "a-1.0-py3-none-any.whl").exists()
+    assert [valid_entry(e) for e in ("git/github.com/a/b.git", "wheels/t-1+x-py3-none-any.whl", "git/../x.git",
+                                     "wheels/..", "wheels/.a.whl.partial", "wheels/a/b.whl", "kit.json", "/etc/x")] == \
+        [True, True, False, False, False, False, False, False]
+
+
+def test_an_empty_or_new_directory_gets_the_marker_first_and_a_stray_one_is_refused(tmp_path: Path) -> None:
+    from october.installer.kit.owned import open_kit_dir
+
+    for d in (tmp_path / "new" / "kit", tmp_path / "empty"):
+        if d.name == "empty":
+            d.mkdir()
+        assert open_kit_dir(d).entries == set() and sorted(p.name for p in d.iterdir()) == ["kit-unfinished.json"]
+    only_dirs = tmp_path / "dirs"
+    (only_dirs / "git").mkdir(parents=True)
+    with pytest.raises(KitError, match="holds other files") as err:
+        open_kit_dir(only_dirs)
+    assert "git/" in str(err.value) and not (only_dirs / "kit-unfinished.json").exists()
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(KitError, match="is a file"):
+        open_kit_dir(a_file)

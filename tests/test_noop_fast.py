@@ -119,6 +119,29 @@ def test_parse_refuses_what_it_does_not_know() -> None:
     assert parse(["s", "--recipe"]) is None                     # a missing value
     ns = parse(["s", "-r", "r.toml", "--cache-dir=c", "--locked", "--lock-file", "l.toml", "--allow-dirty"])
     assert ns is not None and (ns.recipe, str(ns.cache_dir), ns.locked, ns.allow_dirty) == ("r.toml", "c", True, True)
+    # an empty path is not Path(".") (a no-op or a run with the current directory as the cache): the full
+    # command line's usage error (tests/test_conventions.py)
+    for option in ("--cache-dir", "--lock-file", "--system-python", "--kit"):
+        assert parse(["s", option, ""]) is None and parse(["s", f"{option}= "]) is None, option
+        assert parse(["s", option, "x"]) is not None
+    assert parse([""]) is None and parse(["  ", "-q"]) is None
+
+
+def test_an_empty_cache_dir_on_a_finished_stack_is_a_usage_error_not_the_current_directory(
+        tmp_path: Path) -> None:
+    """The audit's case: ``--cache-dir ""`` on the fast path answered with the current directory as the cache
+    (exit 0; a new stack's run made git/, built/ and uv/ there)."""
+    world = make_world(tmp_path / "world")
+    stack, cwd = tmp_path / "stack", tmp_path / "cwd"
+    cwd.mkdir()
+    args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert setup_cli(*args)[0]["rc"] == 0
+    for again in (args[:3] + ("--cache-dir", "") + args[5:], (str(tmp_path / "new"), *args[1:3], "--cache-dir", "")):
+        proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *again], cwd=cwd,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert "--cache-dir is given an empty path" in proc.stderr and "->" in proc.stderr
+        assert list(cwd.iterdir()) == [] and not (tmp_path / "new").exists()
 
 
 def test_imported_modules_get_their_bytecode_once_under_dontwritebytecode(tmp_path: Path) -> None:

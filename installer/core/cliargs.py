@@ -102,9 +102,24 @@ def file_option(option: str, path: Path) -> Path:
     return path.resolve()
 
 
+def empty_path(name: str, value: str, *, argument: bool = False, required: bool = True) -> None:
+    """An empty or blank path (``--cache-dir ""``, ``STACK ""``) is a usage error (exit 2): ``Path("")`` is the
+    current directory, which would silently become the cache, the stack or the output.  ``name``: the option
+    (``--cache-dir``) or the argument's metavar (``STACK``).  The one check both command lines use: the typer
+    commands for every path option (:class:`~october.installer.cli_common.Command`), the plain fast path by
+    leaving such a run to them."""
+    if value.strip():
+        return
+    if argument:
+        raise UsageError(f"the {name.lower()} path is empty",
+                         expected=f"a path as {name} (an empty one would mean the current directory)",
+                         found=repr(value), fix=f"pass the path as {name}")
+    raise UsageError(f"{name} is given an empty path",
+                     expected=f"a path after {name} (an empty one would mean the current directory)", found=repr(value),
+                     fix=f"pass a path to {name}" + ("" if required else f", or leave {name} out for its default"))
+
+
 def stack_argument(value: str) -> Path:
     """STACK: an empty or blank path is refused (it would silently mean the current directory)."""
-    if not value.strip():
-        raise UsageError("the stack path is empty", expected="a directory path, e.g. ./stack", found=repr(value),
-                         fix="pass the directory to provision as STACK")
+    empty_path("STACK", value, argument=True)
     return dir_option("STACK", Path(value))

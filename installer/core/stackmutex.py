@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -73,7 +74,7 @@ class StackLock:
                 f"the stack {self.path.parent} is still held by a process an earlier run started",
                 expected="no other october_setup on this stack, and nothing it started still running",
                 found=f"{holder} has ended, but a process it started (the JIT builder) still holds {self.path}",
-                fix=f"wait a few seconds and re-run; `fuser -v {self.path}` names the holder if it stays") from None
+                fix=f"wait a few seconds and re-run; `fuser -v {shlex.quote(str(self.path))}` names the holder if it stays") from None
         except BaseException:
             os.close(fd)
             raise

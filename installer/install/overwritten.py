@@ -8,6 +8,7 @@ before, under ``--allow-dirty``, count when their content changes).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,9 +43,9 @@ def check(runner: Runner, step: str, fork: str, repo: Path, before: Mapping[str,
     raise InstallError(
         f"installing fork '{fork}' overwrote {len(changed)} of its tracked file(s): {', '.join(shown)}",
         expected=f"the fork's tracked files in {repo} unchanged by the install (the pinned commit is what runs)",
-        found=f"`git -C {repo} status` shows them changed (vLLM's precompiled setup.py copies files out of the "
+        found=f"`git -C {shlex.quote(str(repo))} status` shows them changed (vLLM's precompiled setup.py copies files out of the "
               "base wheel over the checkout)",
-        fix=f"see `git -C {repo} diff`: the fork's version of those files differs from the base wheel's; pick the "
+        fix=f"see `git -C {shlex.quote(str(repo))} diff`: the fork's version of those files differs from the base wheel's; pick the "
             "base wheel of the release the fork carries, or a fork that does not change them")
 
 

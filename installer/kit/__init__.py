@@ -1,7 +1,8 @@
 """Offline kits: everything one recipe needs, in one directory, for a machine without network.
 
 ``october_setup kit --recipe R DIR`` (:mod:`.make`) writes ``DIR/kit.json`` (the manifest, with the
-sha256 of every file), ``DIR/git/<host>/<path>.git`` (shallow bare repositories) and ``DIR/wheels/``;
+sha256 of every file), ``DIR/git/<host>/<path>.git`` (shallow bare repositories) and ``DIR/wheels/``
+(while it is written, ``DIR/kit-unfinished.json`` records what it wrote: :mod:`.owned`);
 ``october_setup STACK --recipe R --kit DIR`` (:mod:`.use`) verifies every file first, then fetches and
 installs from the kit only.
 """
@@ -16,6 +17,7 @@ from ..git.mirror import fetchable_url
 
 KIT_FORMAT = 1
 MANIFEST = "kit.json"
+UNFINISHED = "kit-unfinished.json"     # a kit being written (kit/owned.py); gone once kit.json is
 KIND = "october-kit"
 
 

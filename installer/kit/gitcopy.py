@@ -80,8 +80,10 @@ def _whole_and_sparse(url: str, found: str) -> KitError:
 class KitRepos:
     """Assembles ``DIR/git``: one shallow bare repository per URL, commits added as needed."""
 
-    def __init__(self, runner: Runner, step: str, cache_dir: Path, kit_dir: Path, say: Say) -> None:
+    def __init__(self, runner: Runner, step: str, cache_dir: Path, kit_dir: Path, say: Say,
+                 claim: Callable[[str], None] = lambda _rel: None) -> None:
         self.runner = runner
+        self.claim = claim            # records a repository as the kit's before it is made (kit/owned.py)
         self.step = step
         self.cache_dir = cache_dir
         self.kit_dir = kit_dir
@@ -122,6 +124,7 @@ class KitRepos:
 
     def _init(self, dest: Path) -> bool:
         """An empty bare repository at ``dest`` unless one is there; True when it was made."""
+        self.claim(dest.relative_to(self.kit_dir).as_posix())
         if (dest / "HEAD").exists():
             return False
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ neither form is an error naming it, since a misread listing would silently leave
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -74,5 +75,5 @@ def require_left_out_present(kit_root: Path, left_out: list[Mapping[str, str]], 
         raise EnvError(f"the kit {kit_root} left out {len(missing)} wheel(s) the interpreter {python} does not have",
                        expected="every distribution the kit's --have listing named, at that version, in the "
                                 "system interpreter", found="; ".join(missing[:8]) + ("; ..." if len(missing) > 8 else ""),
-                       fix=f"make the kit again with --have from this interpreter (`{python} -m pip list > FILE`), "
+                       fix=f"make the kit again with --have from this interpreter (`{shlex.quote(str(python))} -m pip list > FILE`), "
                            "or point --system-python at the interpreter the listing came from")

@@ -1,6 +1,8 @@
 """``october_setup kit --recipe R DIR``: write an offline kit for one recipe (see :mod:`october.installer.kit`).
 
-The manifest is written last, so a kit without ``kit.json`` is never taken for a finished one.
+The manifest is written last, so a kit without ``kit.json`` is never taken for a finished one; the directory is
+the tool's from the first byte on (:mod:`.owned`: ``kit-unfinished.json``, every wheel and repository recorded
+before it is written), so an interrupted kit is resumed and nothing else is ever taken over or deleted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from packaging.utils import parse_wheel_filename
 
 from .. import __version__
 from ..core.errors import KitError
-from ..core.paths import remove
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from ..git import git_env
@@ -29,6 +30,7 @@ from .against import committed_lock
 from .gitcopy import KitRepos, Say
 from .have import has
 from .manifest import file_table, write_manifest
+from .owned import KitDir, open_kit_dir
 from .wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
 from ..recipe import ForkUse, Recipe
 from ..wheels.download import download_wheel
@@ -44,18 +46,6 @@ class KitOptions:
     cache_dir: Path
     lock: Path | None = None       # None: locks/<recipe>.pylock.toml when it exists, else uv pip compile
     have: Mapping[str, str] | None = None   # --have: what the target has (name -> version); not carried
-
-
-def _prepare(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise KitError(f"{out} is a file", expected="a directory for the kit (new, empty, or an earlier kit)",
-                       found="a file", fix="choose another DIR")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).exists() and not (out / "git").is_dir():
-        raise KitError(f"{out} holds other files", expected="a new or empty directory, or an earlier kit",
-                       found=", ".join(sorted(p.name for p in out.iterdir())[:5]),
-                       fix="choose an empty DIR (nothing is deleted for you)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)     # unfinished until the manifest is written again
 
 
 def _checkout(runner: Runner, cache_dir: Path, fork: ForkUse, commit: str, dest: Path) -> Path:
@@ -87,17 +77,13 @@ def _build_system_requires(cache_dir: Path, fork: ForkUse, commit: str) -> list[
     return [str(r) for r in reqs] if isinstance(reqs, list) else []
 
 
-def _prune(out: Path, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
-    """Drop what this recipe no longer needs from an earlier kit (uv's --find-links would offer an old wheel)."""
-    for p in sorted((out / "wheels").iterdir()) if (out / "wheels").is_dir() else []:
-        if p.name not in keep_wheels:
-            remove(p)
-    for head in sorted((out / "git").rglob("HEAD")) if (out / "git").is_dir() else []:
-        repo = head.parent
-        if repo.relative_to(out).as_posix() not in keep_repos and (repo / "objects").is_dir():
-            shutil.rmtree(repo)
-        elif (repo / "objects").is_dir():
-            remove_partial_objects(repo)          # nothing half-written goes into the manifest
+def _prune(kit: KitDir, *, keep_wheels: set[str], keep_repos: set[str]) -> None:
+    """Drop what this recipe no longer needs from an earlier kit (uv's --find-links would offer an old wheel):
+    only what a kit run recorded, a file no run wrote is refused by name (:meth:`KitDir.prune`)."""
+    kit.prune({f"wheels/{name}" for name in keep_wheels} | keep_repos)
+    for rel in sorted(keep_repos):
+        if (kit.root / rel / "objects").is_dir():
+            remove_partial_objects(kit.root / rel)          # nothing half-written goes into the manifest
 
 
 def _dedupe(wants: list[WheelWant]) -> list[WheelWant]:
@@ -138,19 +124,19 @@ class _Phases:
 
 def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Path:
     """Write the kit; return the path of its manifest.  ``ui`` shows its progress (None: silent)."""
-    _prepare(opts.out)
+    kit = open_kit_dir(opts.out)
     work = opts.cache_dir / "kit-work" / opts.recipe.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     echo = None if ui is None else ui.detail if ui.verbose else ui.progress
     runner = Runner(opts.cache_dir / "kit-logs" / opts.recipe.name, echo=echo)
     try:
-        return _make(opts, runner, work, say, _Phases(ui))
+        return _make(opts, kit, runner, work, say, _Phases(ui))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phases) -> Path:
+def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, phases: _Phases) -> Path:
     r, out = opts.recipe, opts.out
     wheels_dir = out / "wheels"
     wants: list[WheelWant] = []
@@ -162,13 +148,14 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         say(f"base wheel {r.wheel.filename}")
         got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256,
                              progress=phases.bytes(r.wheel.filename))
+        kit.claim(f"wheels/{r.wheel.filename}")
         base_path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
                           opts.cache_dir, wheels_dir)
         base = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
         wheel_source = read_version_info(base_path).commit
 
     phases.start(f"{len(r.forks)} fork(s) at their pins, with submodules")
-    repos = KitRepos(runner, STEP, opts.cache_dir, out, say)
+    repos = KitRepos(runner, STEP, opts.cache_dir, out, say, claim=kit.claim)
     commits = {fork.name: repos.add_fork(fork, wheel_source=wheel_source if fork.traits.base_wheel else None)
                for fork in r.forks}
 
@@ -217,13 +204,14 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
         say(f"{len(left_out)} wheel(s) left out: the target has them (--have)")
         wants = kept
     say(f"{len(wants)} wheel(s)")
+    kit.claim(*(f"wheels/{w.filename}" for w in wants))
     for i, w in enumerate(wants):
         phases.count("wheels in the kit", i, len(wants))
         fetch(w, opts.cache_dir, wheels_dir)
     phases.count("wheels in the kit", len(wants), len(wants))
     phases.start("kit.json (sha256 of every file)")
 
-    _prune(out, keep_wheels={w.filename for w in wants} | ({r.wheel.filename} if r.wheel else set()),
+    _prune(kit, keep_wheels={w.filename for w in wants} | ({r.wheel.filename} if r.wheel else set()),
            keep_repos={c.path for c in repos.repos.values()})
     files = file_table(out)
     doc: dict[str, Any] = {
@@ -245,5 +233,6 @@ def _make(opts: KitOptions, runner: Runner, work: Path, say: Say, phases: _Phase
     }
     path = out / MANIFEST
     write_manifest(path, doc)
+    kit.finished()
     phases.end()
     return path

@@ -9,19 +9,20 @@ from typing import Any, Mapping
 from ..core.errors import KitError, ReceiptError
 from ..core.hashing import sha256_file
 from ..core.schemas import validate, write_receipt
-from . import KIND, KIT_FORMAT, MANIFEST
+from . import KIND, KIT_FORMAT, MANIFEST, UNFINISHED
 
 MAX_LISTED = 8
 
 
 def file_table(root: Path) -> dict[str, dict[str, Any]]:
-    """relative path -> {sha256, size} of every regular file under ``root`` but the manifest."""
+    """relative path -> {sha256, size} of every regular file under ``root`` but the manifest (and the marker of
+    a kit being written, :data:`UNFINISHED`)."""
     table: dict[str, dict[str, Any]] = {}
     for p in sorted(root.rglob("*")):
         if p.is_symlink():
             raise KitError(f"the kit holds a symbolic link {p}", expected="regular files only",
                            found=f"a link to {p.readlink()}", fix="remove it and make the kit again")
-        if p.is_file() and p.relative_to(root).as_posix() != MANIFEST:
+        if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, UNFINISHED):
             table[p.relative_to(root).as_posix()] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     return table
 
@@ -72,7 +73,7 @@ def check_files(root: Path, doc: Mapping[str, Any]) -> list[str]:
             problems.append(f"{rel}: sha256 {got}, manifest says {want['sha256']}")
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if (p.is_file() or p.is_symlink()) and rel != MANIFEST and rel not in files:
+        if (p.is_file() or p.is_symlink()) and rel not in (MANIFEST, UNFINISHED) and rel not in files:
             problems.append(f"{rel}: not in the manifest")
     return problems
 

@@ -8,6 +8,7 @@ wheel into the download cache.  The recipe's name and sha256 are unchanged.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -73,7 +74,7 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
         raise KitError(f"the kit {root} was made for another recipe",
                        expected=f"recipe '{recipe.name}' sha256 {recipe.sha256}",
                        found=f"recipe '{want['name']}' sha256 {want['sha256']}",
-                       fix=f"make a kit from this recipe (`october_setup kit --recipe {recipe.name} DIR`), "
+                       fix=f"make a kit from this recipe (`october_setup kit --recipe {shlex.quote(recipe.name)} DIR`), "
                            "or use the recipe the kit was made from")
     problems = check_files(root, doc)
     if problems:
@@ -99,7 +100,7 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
                                 f"{lock.name if lock else 'the manifest'} records it",
                        found="the differences listed (a kit made from another recipe, forks.toml or lock, or changed)",
                        fix=f"make the kit again from this recipe{' and lock' if lock else ''} "
-                           f"(`october_setup kit --recipe {recipe.name} DIR`), or use the ones it was made from")
+                           f"(`october_setup kit --recipe {shlex.quote(recipe.name)} DIR`), or use the ones it was made from")
     return Kit(root=root, manifest=doc, repos=repos)
 
 

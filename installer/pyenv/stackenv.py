@@ -89,7 +89,7 @@ def write(stack: Path, env: Mapping[str, str]) -> Path:
 def load(stack: Path) -> dict[str, str]:
     """The stack's environment as :func:`write` stored it; :class:`StateError` when missing or damaged."""
     path = env_file(Path(stack))
-    fix = f"re-run `october_setup {stack} --recipe <name>` (its env step writes {ENV_FILE} and activate)"
+    fix = f"re-run `october_setup {shlex.quote(str(stack))} --recipe NAME` (its env step writes {ENV_FILE} and activate)"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -9,6 +9,7 @@ environment (:mod:`october.installer.pyenv.stackenv`) and the log in the output 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -66,7 +67,7 @@ def stack_python(install: Path) -> Path:
     if not py.exists():
         raise SmokeError(f"the stack at {install} has no Python environment",
                          expected=f"an executable {py}", found="nothing",
-                         fix=f"run `october_setup {install} --recipe <name>` first, "
+                         fix=f"run `october_setup {shlex.quote(str(install))} --recipe NAME` first, "
                              "or point --install at the stack directory")
     return py
 
@@ -77,7 +78,7 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
         if not opts.manifest.is_file():
             raise SmokeError("the download manifest does not exist", expected=f"a file {opts.manifest}",
                              found="nothing", fix=f"run `current download --format {opts.format} "
-                             f"--output {opts.manifest}`")
+                             f"--output {shlex.quote(str(opts.manifest))}`")
         return opts.manifest
     path = cwd / default_manifest_name(opts.format) if opts.format else None
     if path is not None and path.is_file():
@@ -95,7 +96,7 @@ def check_manifest(path: Path, fmt: str | None) -> None:
     env starts)."""
     from ..download.manifest import load_manifest
 
-    redo = f"run `current download --format {fmt} --output {path}` to write a fresh one, or pass another --manifest"
+    redo = f"run `current download --format {fmt} --output {shlex.quote(str(path))}` to write a fresh one, or pass another --manifest"
     try:
         data = load_manifest(path)
     except ReceiptError as exc:
@@ -119,7 +120,7 @@ def check_model(path: Path, selection: Mapping[str, Any]) -> None:
                                   f"format {selection.get('format')})",
                          found=f"{got[0]} at revision {got[1]}",
                          fix=f"run `current download --format {selection.get('format')} --recipe "
-                             f"{selection.get('recipe')} --output {path}`, or pass the manifest of that model")
+                             f"{shlex.quote(str(selection.get('recipe')))} --output {shlex.quote(str(path))}`, or pass the manifest of that model")
 
 
 def _forks(data: Any) -> dict[str, str]:
@@ -159,7 +160,7 @@ def unchanged_receipt(install: Path, setup: Path) -> None:
     if want is not None and want != got:
         raise SmokeError("the stack's setup receipt was changed since october_setup wrote it",
                          expected=f"sha256 {want} (as the receipt step recorded it)", found=f"sha256 {got}",
-                         fix=f"run `current verify --install {install}`; it names the re-run that writes it again")
+                         fix=f"run `current verify --install {shlex.quote(str(install))}`; it names the re-run that writes it again")
 
 
 def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
@@ -179,7 +180,7 @@ def _same_recipe(rec: Mapping[str, Any], install: Path) -> None:
     if now != sha:
         raise SmokeError(f"the stack's recipe {where} changed since the stack was set up from it",
                          expected=f"sha256 {sha} (the setup receipt's)", found=f"sha256 {now}",
-                         fix=f"re-run `october_setup {install} --recipe {where}` so the stack follows the recipe, "
+                         fix=f"re-run `october_setup {shlex.quote(str(install))} --recipe {shlex.quote(str(where))}` so the stack follows the recipe, "
                              "or put the recipe back as it was")
 
 
@@ -207,7 +208,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
     if not setup.is_file():
         raise SmokeError("the stack has no setup receipt, so what it promises is unknown",
                          expected=f"{setup} (written by october_setup)", found="nothing",
-                         fix=f"run `october_setup {install} --recipe <name>` to finish the stack")
+                         fix=f"run `october_setup {shlex.quote(str(install))} --recipe NAME` to finish the stack")
     try:
         data = json.loads(setup.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -396,4 +397,4 @@ def refuse_untrusted_jit(install: Path) -> None:
                       + [f"{m}: recorded, missing" for m in got["missing"]])
     raise JitError("the stack's JIT libraries are not the ones october_setup built", expected="every library "
                    f"under {install / 'jit'} byte-for-byte as the jit step recorded it", found=found,
-                   fix=f"re-run `october_setup {install} --recipe <recipe>`: the jit step rebuilds what changed")
+                   fix=f"re-run `october_setup {shlex.quote(str(install))} --recipe NAME`: the jit step rebuilds what changed")

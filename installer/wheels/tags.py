@@ -8,6 +8,7 @@ site-packages goes on its ``sys.path``.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -70,7 +71,7 @@ def probe_python(runner: Runner, python: Path, *, step: str) -> PythonFacts:
         raise EnvError(f"the stack Python {python} did not describe itself",
                        expected="one JSON line from the tag probe (packaging.tags.sys_tags() run there)",
                        found=f"{done.output[-300:]!r} (log: {runner.log_path(step)})",
-                       fix=f"run `{python} -c 'import sys; print(sys.version)'`; re-run the env step if it fails"
+                       fix=f"run `{shlex.quote(str(python))} -c 'import sys; print(sys.version)'`; re-run the env step if it fails"
                        ) from None
 
 
