@@ -4,6 +4,7 @@ Offline and read-only: no network, no install, no write into the stack.  Every d
 collected first (pypa/installer's ``validate_record`` style), then reported together:
 
 * the lock file is the one the setup receipt recorded (sha256);
+* ``STACK/stack-env.json`` and ``STACK/activate`` are as the env step wrote them (sha256);
 * each fork clone: HEAD at the locked ``commit-id``, no local changes (unless the receipt
   recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
 * every distribution in the stack env against the lock: nothing extra, nothing missing, the
@@ -40,6 +41,7 @@ from .core.hashing import sha256_file
 from .core.paths import StackPaths
 from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
+from .pyenv import stackenv
 from .pyenv.systorch import same_build
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
@@ -55,7 +57,7 @@ def _listed(items: Sequence[Any], sep: str, show: Callable[[Any], str] = str) ->
 
 @dataclass(frozen=True)
 class Difference:
-    check: str          # forks | distributions | files | torch | wheel | jit | lock
+    check: str          # forks | distributions | files | torch | wheel | jit | lock | receipt | stack-env
     what: str
     expected: str
     found: str
@@ -109,6 +111,22 @@ def check_receipt_file(paths: StackPaths, receipt: Mapping[str, Any], lock: Mapp
         return [Difference("receipt", str(paths.setup_receipt), f"sha256 {want} (as the receipt step wrote it)",
                            f"sha256 {got}: it was changed since", fixes.rewrite_receipt(paths, lock))]
     return []
+
+
+# ------------------------------------------------------------------------- the stack's runtime environment
+
+
+def check_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Difference]:
+    """STACK/stack-env.json and STACK/activate as the env step wrote them (the sha256 of each its marker
+    records; where the marker is gone, the setup receipt's record): jit, smoke and serving take the stack's
+    environment from them, so an edited one is named, never believed.  Without a record, nothing to compare."""
+    env_outputs = (read_marker(paths.marker("env")) or {}).get("outputs")
+    rec = stackenv.recorded(env_outputs, receipt)
+    if rec is None:
+        return []
+    changed = stackenv.changed_files(paths.root, rec)
+    fix = fixes.rewrite_stack_env(paths, receipt) if changed else ""
+    return [Difference("stack-env", str(c.path), c.expected_text(), c.found_text(), fix) for c in changed]
 
 
 def _fork_entries(lock: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -357,6 +375,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say("lock file")
     diffs += check_lock_file(paths, receipt)
     diffs += check_receipt_file(paths, receipt, lock)
+    diffs += check_stack_env(paths, receipt)
     say("fork clones")
     diffs += check_forks(paths, lock, receipt, rerun)
     say("distributions")

@@ -13,6 +13,8 @@ Each line is one that was run against a planted difference and seen to bring the
 * a file no RECORD owns, a JIT library no record names: the re-run leaves them, so they are removed;
 * a changed lock file: the setup command again *without* ``--locked`` (which would install from the
   changed lock): the lock step sees the file changed and writes it again from the stack;
+* a changed or missing ``stack-env.json`` or ``activate``: the setup command again with the options the
+  stack was set up with: the env step sees the file changed and writes both again;
 * everything else (an extra, missing or other-version distribution, a moved fork HEAD, another torch,
   a changed base wheel or JIT library): the setup command again with ``--locked``.
 """
@@ -93,6 +95,18 @@ def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
     return (f"re-run `october_setup {_q(paths.root)} --recipe RECIPE` with RECIPE the path of the recipe "
             f"'{name or 'it was set up with'}' (and the options it was set up with): the receipt step writes the "
             "receipt again")
+
+
+def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
+    """A changed or missing stack-env.json or activate: the env step's check of them fails on a re-run with the
+    options the stack was set up with (--locked too, so the env step's inputs stay the same), and it writes both
+    again (the env made anew, the forks installed again)."""
+    lock, options = _obj(receipt, "lock"), _obj(receipt, "options")
+    locked = ["--locked"] if options.get("locked") else []
+    if locked and isinstance(lock.get("locked_from"), str):
+        locked += ["--lock-file", _q(str(lock["locked_from"]))]
+    return (f"re-run `{setup_command(paths, receipt, *locked)}`: its env step writes stack-env.json and activate "
+            "again (add --kit KIT if it was set up from a kit)")
 
 
 def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:

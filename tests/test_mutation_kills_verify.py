@@ -310,6 +310,102 @@ def test_the_records_are_the_receipt_and_the_lock(stack: Stack) -> None:
     assert receipt["forks"] == [{"name": "flashinfer"}] and lock["lock-version"] == "1.0"
 
 
+# ----------------------------------------------------------------------------- stack-env, activate
+
+
+def _stack_env(stack: Stack, *, older: bool = False) -> dict:
+    """stack-env.json and activate as the env step writes them, and its marker's record of both (``older``: a
+    record from before activate's sha256 was recorded); -> the record."""
+    from october.installer.engine import MARKER_FORMAT
+    from october.installer.pyenv import stackenv
+
+    env = stackenv.runtime_env(stack.root, "9.0", None)
+    path = stackenv.write(stack.root, env)
+    rec = {"path": str(path), "activate": str(stack.root / "activate"), "sha256": sha256_file(path),
+           "activate_sha256": sha256_file(stack.root / "activate"), "env": env}
+    if older:
+        del rec["activate_sha256"]
+    (stack.root / ".state" / "env.json").write_text(json.dumps(
+        {"format_version": MARKER_FORMAT, "step": "env", "outputs": {"stack_env": rec}}))
+    return rec
+
+
+def _edit_workspace(stack: Stack, to: str) -> None:
+    path = stack.root / "stack-env.json"
+    doc = json.loads(path.read_text())
+    doc["env"]["FLASHINFER_WORKSPACE_BASE"] = to
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_changed_stack_env_file_is_named_with_the_rerun_that_writes_it(stack: Stack) -> None:
+    """The audit's false pass: FLASHINFER_WORKSPACE_BASE changed in stack-env.json (smoke and serving take their
+    environment from it) verified as "matches its lock"."""
+    rec = _stack_env(stack)
+    assert diffs(stack) == []
+    _edit_workspace(stack, "/tmp/elsewhere")
+    d = only(stack)
+    assert (d.check, d.what) == ("stack-env", str(stack.root / "stack-env.json"))
+    assert d.expected == f"sha256 {rec['sha256']} (as the env step wrote it)"
+    assert d.found == f"sha256 {sha256_file(stack.root / 'stack-env.json')}: it was changed since"
+    assert f"october_setup {stack.root}" in d.fix and "writes stack-env.json and activate again" in d.fix
+    assert "--locked" not in d.fix                       # set up without it: the same options, the same inputs
+    assert verify_stack(stack.root).error().exit_code == 13
+
+
+def test_an_edited_activate_file_is_named(stack: Stack) -> None:
+    """`export EVIL=1` appended to the file the README tells users to source before serving."""
+    rec = _stack_env(stack)
+    with open(stack.root / "activate", "a") as fh:
+        fh.write("export EVIL=1\n")
+    d = only(stack)
+    assert (d.check, d.what) == ("stack-env", str(stack.root / "activate"))
+    assert d.expected == f"sha256 {rec['activate_sha256']} (as the env step wrote it)"
+    assert "changed since" in d.found and "october_setup" in d.fix
+
+
+def test_both_files_missing_are_both_named(stack: Stack) -> None:
+    _stack_env(stack)
+    (stack.root / "stack-env.json").unlink()
+    (stack.root / "activate").unlink()
+    found = diffs(stack)
+    assert [(d.check, Path(d.what).name, d.found) for d in found] == [
+        ("stack-env", "stack-env.json", "no such file"), ("stack-env", "activate", "no such file")]
+
+
+def test_an_older_record_without_activate_s_hash_checks_the_text_its_env_makes(stack: Stack) -> None:
+    """A stack set up before activate's sha256 was recorded: its activate must be the text the recorded env
+    makes (what the env step wrote); untouched it verifies."""
+    _stack_env(stack, older=True)
+    written = sha256_file(stack.root / "activate")
+    assert diffs(stack) == []
+    with open(stack.root / "activate", "a") as fh:
+        fh.write("export EVIL=1\n")
+    d = only(stack)
+    assert d.what == str(stack.root / "activate")
+    assert d.expected == f"sha256 {written} (as the env step writes it from its recorded environment)"
+
+
+def test_without_the_env_marker_the_receipt_s_record_is_compared(stack: Stack) -> None:
+    """An older or copied stack without .state/env.json: the setup receipt's stack_env record (setup.json is
+    itself checked against its step's marker)."""
+    rec = _stack_env(stack, older=True)
+    (stack.root / ".state" / "env.json").unlink()
+    _write_receipt(stack.root, stack_env={k: v for k, v in rec.items() if k != "activate_sha256"})
+    assert diffs(stack) == []
+    _edit_workspace(stack, "/tmp/elsewhere")
+    assert only(stack).what == str(stack.root / "stack-env.json")
+
+
+def test_a_locked_stack_s_fix_reruns_with_its_lock(stack: Stack) -> None:
+    """The re-run keeps the options the stack was set up with: --locked (and the lock it was locked from)
+    is among the env step's inputs, so leaving it out would make every step run again."""
+    _stack_env(stack)
+    _write_receipt(stack.root, options={"locked": True, "allow_dirty": False, "skip_preflight": []},
+                   lock={"sha256": sha256_file(stack.root / "pylock.toml"), "locked_from": "/locks/my lock.toml"})
+    (stack.root / "activate").unlink()
+    assert only(stack).fix.split("`")[1].endswith("--locked --lock-file '/locks/my lock.toml'")
+
+
 # ---------------------------------------------------------------------------------------- forks
 
 

@@ -356,3 +356,62 @@ def test_each_verify_notices_its_output_changed(world: World, tmp_path: Path) ->
     assert got["env"] == "ran" and got["install"] == "ran" and got["lock"] == "cached"
     assert next(site.glob("torch-*.dist-info")).name == "torch-2.10.0+fixture.dist-info"
     assert locked_state(lock).packages["torch"] == "2.10.0+fixture"
+
+
+def test_a_changed_or_missing_stack_env_or_activate_is_written_again_by_a_rerun(world: World, tmp_path: Path) -> None:
+    """The audit's false pass: `export EVIL=1` appended to STACK/activate ("do not edit (re-run october_setup)")
+    survived a plain re-run.  The env step records both files' sha256; a changed or missing one re-runs it, which
+    writes both again byte for byte.  Untouched, the re-run stays a no-op."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    env_file, activate, marker = stack / "stack-env.json", stack / "activate", stack / ".state" / "env.json"
+    originals = env_file.read_bytes(), activate.read_bytes()
+
+    def statuses() -> dict[str, str]:
+        return {r.name: r.status for r in setup(world, stack, cache).records}
+
+    def append_evil() -> None:
+        with open(activate, "a") as fh:
+            fh.write("export EVIL=1\n")
+
+    def edit_workspace() -> None:
+        env_file.write_text(env_file.read_text().replace(str(stack / "jit"), "/elsewhere/jit"))
+
+    before = snapshot(stack)
+    assert set(statuses().values()) == {"cached"} and snapshot(stack) == before
+    for plant in (append_evil, activate.unlink, env_file.unlink, lambda: (edit_workspace(), append_evil())):
+        plant()
+        assert statuses()["env"] == "ran", plant
+        assert (env_file.read_bytes(), activate.read_bytes()) == originals, plant
+    assert set(statuses().values()) == {"cached"}
+    rec = json.loads(marker.read_text())["outputs"]["stack_env"]
+    assert (rec["sha256"], rec["activate_sha256"]) == (sha256_file(env_file), sha256_file(activate))
+
+
+def test_an_older_env_record_without_activate_s_hash_stays_a_noop_until_activate_changes(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack set up before activate's sha256 was recorded (the env step's record made without it, and every
+    later marker chained on that): it loads, its re-run is a no-op (activate is checked against the text the
+    recorded env makes), and an edited activate re-runs env, which writes it again and records its sha256."""
+    from october.installer.steps import env as env_step
+
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    write = env_step.write_stack_env
+    monkeypatch.setattr(env_step, "write_stack_env", lambda ctx: {
+        k: v for k, v in write(ctx).items() if k != "activate_sha256"})
+    setup(world, stack, cache)
+    monkeypatch.undo()
+    activate, marker = stack / "activate", stack / ".state" / "env.json"
+    assert "activate_sha256" not in json.loads(marker.read_text())["outputs"]["stack_env"]
+    original = activate.read_bytes()
+
+    def statuses() -> dict[str, str]:
+        return {r.name: r.status for r in setup(world, stack, cache).records}
+
+    before = snapshot(stack)
+    assert set(statuses().values()) == {"cached"} and snapshot(stack) == before
+    with open(activate, "a") as fh:
+        fh.write("export EVIL=1\n")
+    assert statuses()["env"] == "ran" and activate.read_bytes() == original
+    assert json.loads(marker.read_text())["outputs"]["stack_env"]["activate_sha256"] == sha256_file(activate)
+    assert set(statuses().values()) == {"cached"}

@@ -250,6 +250,97 @@ def test_a_stack_without_its_runtime_env_is_refused(tmp_path: Path) -> None:
                   cwd=tmp_path, echo=lambda _: None)
 
 
+def _recorded_stack_env(stack: Path) -> dict:
+    """The env step's marker with its record of stack-env.json and activate, as october_setup leaves it."""
+    from october.installer.engine import MARKER_FORMAT
+
+    env = stackenv.runtime_env(stack, "9.0", None)
+    path = stackenv.write(stack, env)
+    rec = {"path": str(path), "activate": str(stack / "activate"), "sha256": _sha(path),
+           "activate_sha256": _sha(stack / "activate"), "env": env}
+    (stack / ".state").mkdir(exist_ok=True)
+    (stack / ".state" / "env.json").write_text(json.dumps(
+        {"format_version": MARKER_FORMAT, "step": "env", "outputs": {"stack_env": rec}}))
+    return rec
+
+
+def _edit_workspace(stack: Path, to: str) -> None:
+    doc = json.loads(stackenv.env_file(stack).read_text())
+    doc["env"]["FLASHINFER_WORKSPACE_BASE"] = to
+    stackenv.env_file(stack).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_changed_stack_env_file_is_refused_before_the_stack_runs(tmp_path: Path) -> None:
+    """The audit's false pass: the smoke ran with a FLASHINFER_WORKSPACE_BASE edited into stack-env.json (its
+    receipt said modules_before 0 where the stack's own workspace had 2).  It is refused (exit 17, expected /
+    found / fix) before the stack's Python starts: no smoke.log, no receipt.  Untouched, the smoke runs."""
+    stack = _stack(tmp_path)
+    rec = _recorded_stack_env(stack)
+    untouched = SmokeOptions(install=stack, format="awq", output=tmp_path / "ran", level="reference", device="cpu")
+    assert run_smoke(untouched, cwd=tmp_path, echo=lambda _: None) == 1       # CPU: CUDA graphs skipped
+    assert load_receipt(tmp_path / "ran" / "receipt.json")["level"] == "reference"
+    _edit_workspace(stack, str(tmp_path / "elsewhere"))
+    out = tmp_path / "o"
+    with pytest.raises(SmokeError) as info:
+        run_smoke(SmokeOptions(install=stack, format="awq", output=out, level="reference", device="cpu"),
+                  cwd=tmp_path, echo=lambda _: None)
+    err = info.value
+    assert err.exit_code == 17 and "runtime environment was changed since october_setup wrote it" in str(err)
+    assert err.expected == f"{stack / 'stack-env.json'} with sha256 {rec['sha256']} (as the env step wrote it)"
+    assert err.found == f"sha256 {_sha(stackenv.env_file(stack))}: it was changed since"
+    assert err.fix == f"run `current verify --install {stack}`; it names the re-run that writes it again"
+    assert not out.exists()                             # nothing run, no receipt (passed or not)
+
+
+def test_a_changed_stack_env_file_exits_17_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from october.installer.cli import current_main
+
+    stack = _stack(tmp_path)
+    _recorded_stack_env(stack)
+    _edit_workspace(stack, str(tmp_path / "elsewhere"))
+    monkeypatch.chdir(tmp_path)
+    code = current_main(["smoke", "--install", str(stack), "--level", "reference", "--output", "o", "--json", "-q"])
+    out = json.loads(capsys.readouterr().out)
+    message = out["error"]["message"]
+    assert code == 17 == out["exit_code"] and out["error"]["title"] == "smoke failed to run"
+    assert "Expected" in message and "stack-env.json" in message and "current verify" in message
+    assert not (tmp_path / "o" / "receipt.json").exists()
+
+
+def test_without_the_env_marker_the_setup_receipt_s_record_is_compared(tmp_path: Path) -> None:
+    """An older or copied stack without .state/env.json: the setup receipt's stack_env sha256 (setup.json is
+    itself refused when it differs from its own marker).  Neither record: nothing to compare with."""
+    from october.installer.smoke.launch import trusted_runtime_env
+
+    stack = _stack(tmp_path)
+    _recorded_stack_env(stack)
+    assert trusted_runtime_env(stack) == stackenv.load(stack)            # untouched: its environment
+    (stack / ".state" / "env.json").unlink()
+    receipt = stack / "receipts" / "setup.json"
+    _edit_workspace(stack, str(tmp_path / "elsewhere"))
+    assert trusted_runtime_env(stack)["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path / "elsewhere")
+    stackenv.write(stack, stackenv.runtime_env(stack, "9.0", None))
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()),
+                                   "stack_env": {"sha256": _sha(stackenv.env_file(stack))}}))
+    _edit_workspace(stack, str(tmp_path / "elsewhere"))
+    with pytest.raises(SmokeError, match="runtime environment was changed"):
+        trusted_runtime_env(stack)
+
+
+def test_a_missing_stack_env_file_with_a_record_is_still_load_s_state_error(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    _recorded_stack_env(stack)
+    stackenv.env_file(stack).unlink()
+    with pytest.raises(StateError, match="no runtime environment file"):
+        run_smoke(SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference"),
+                  cwd=tmp_path, echo=lambda _: None)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_real_subprocess_in_a_fake_stack(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
     out = tmp_path / "smoke-out"

@@ -122,3 +122,14 @@ def test_a_record_field_without_a_marker_reader_fails_at_import_not_as_a_silent_
 
     with pytest.raises(TypeError, match=r"^Planted: no marker reader for count: float$"):
         results._check_readers([Planted])
+
+
+def test_activate_s_sha256_stays_out_of_the_env_chain() -> None:
+    """activate is made from the recorded env (chained); its sha256, recorded since, leaves a record older than it
+    with the chain its later steps' markers were made on, while stack-env.json's sha256 stays in it."""
+    env = RESULTS[2]
+    assert isinstance(env, EnvResult)
+    newer = dataclasses.replace(env, stack_env={**env.stack_env, "activate_sha256": "c" * 64})
+    assert EnvResult.from_json(newer.to_json()) == newer and newer.to_json() != env.to_json()
+    assert newer.chain_json() == env.chain_json()
+    assert dataclasses.replace(env, stack_env={"sha256": "d" * 64}).chain_json() != env.chain_json()

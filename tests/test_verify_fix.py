@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,34 @@ def test_an_edited_receipt_is_named_and_the_rerun_writes_it_again(stack: Stack) 
     run_commands(f"`{command.group(1).replace('RECIPE', data['recipe']['path'])} --skip-preflight nvcc "
                  f"--cache-dir {stack.cache}`")
     assert json.loads(receipt.read_text())["promises"] == "engine" and differences(stack) == []
+
+
+def test_a_changed_stack_env_and_activate_are_named_and_the_rerun_writes_both_again(stack: Stack) -> None:
+    """The audit's false pass: FLASHINFER_WORKSPACE_BASE changed in stack-env.json and `export EVIL=1` appended
+    to activate verified as "matches its lock", and a plain re-run left both.  verify names each (exit 13); the
+    suggested re-run (the options it was set up with) writes both again, byte for byte, and the next re-run is
+    a no-op."""
+    env_file, activate = stack.root / "stack-env.json", stack.root / "activate"
+    originals = env_file.read_bytes(), activate.read_bytes()
+    doc = json.loads(originals[0])
+    doc["env"]["FLASHINFER_WORKSPACE_BASE"] = str(stack.tmp / "elsewhere")
+    env_file.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    with open(activate, "a") as fh:
+        fh.write("export EVIL=1\n")
+    proc = verify(stack)
+    assert proc.returncode == 13 and "matches its lock" not in proc.stdout, proc.stdout + proc.stderr
+    diffs = differences(stack)
+    assert [(d["check"], d["what"]) for d in diffs] == [("stack-env", str(env_file)), ("stack-env", str(activate))]
+    assert all("changed since" in d["found"] for d in diffs) and diffs[0]["fix"] == diffs[1]["fix"]
+    assert "--locked" not in diffs[0]["fix"]
+    (command,) = run_commands(diffs[0]["fix"])
+    assert (env_file.read_bytes(), activate.read_bytes()) == originals
+    assert differences(stack) == []
+    again = subprocess.run(["bash", "-c", command.replace("october_setup", f"{shlex.quote(sys.executable)} -m "
+                                                          "october.installer.october_setup", 1)],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+                           env={k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")})
+    assert again.returncode == 0 and "(0 step(s) ran, 8 already done)" in again.stdout, again.stderr
 
 
 @pytest.mark.parametrize("environ, expected", [

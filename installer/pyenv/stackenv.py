@@ -11,15 +11,20 @@ import json
 import os
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import StateError
+from ..core.hashing import sha256_bytes, sha256_file
 
 FORMAT_VERSION = 1
 KIND = "october-stack-env"
 ENV_FILE = "stack-env.json"
 ACTIVATE_FILE = "activate"
+# the env step's record of the two files it wrote (EnvResult.stack_env): path, activate, env and these
+SHA256, ACTIVATE_SHA256 = "sha256", "activate_sha256"
 PREPEND = ("PATH",)
 REQUIRED = ("VIRTUAL_ENV", "PATH", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST",
             "FLASHINFER_DISABLE_VERSION_CHECK")
@@ -119,3 +124,83 @@ def apply(stack_env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, st
     for key, value in stack_env.items():
         out[key] = f"{value}{os.pathsep}{out[key]}" if key in PREPEND and out.get(key) else value
     return out
+
+
+# ------------------------------------------------------------------ the written files against their record
+
+
+def record(stack: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """Write both files (:func:`write`); -> the env step's record of them: {path, activate, sha256,
+    activate_sha256, env}."""
+    path = write(stack, env)
+    activate = activate_file(stack)
+    return {"path": str(path), "activate": str(activate), SHA256: sha256_file(path),
+            ACTIVATE_SHA256: sha256_file(activate), "env": dict(env)}
+
+
+@dataclass(frozen=True)
+class Changed:
+    """One of the two files not as the env step wrote it."""
+
+    path: Path
+    expected: str | None    # the sha256 it must have; None: the record names none
+    derived: bool           # the sha256 is the one the recorded env's activate text has (a record older than
+                            # ACTIVATE_SHA256), not one the env step recorded
+    found: str | None       # its sha256 now; None: no such file
+
+    def expected_text(self) -> str:
+        if self.expected is None:
+            return "a sha256 recorded by the env step"
+        how = "as the env step writes it from its recorded environment" if self.derived else "as the env step wrote it"
+        return f"sha256 {self.expected} ({how})"
+
+    def found_text(self) -> str:
+        if self.found is None:
+            return "no such file"
+        return f"sha256 {self.found}: it was changed since" if self.expected is not None else \
+            f"sha256 {self.found}, with no record to compare it with"
+
+    def reason(self) -> str:
+        """Why the env step's outputs no longer verify (the engine prints it)."""
+        if self.found is None:
+            return f"{self.path} is missing"
+        if self.expected is None:
+            return f"{self.path} has no recorded sha256"
+        return f"{self.path} changed since the env step wrote it"
+
+
+def _activate_sha256(rec: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """(the sha256 ``activate`` must have, whether it is derived from the recorded env): the recorded one;
+    for an older record without it, that of the text the recorded env makes (what the env step wrote)."""
+    want = rec.get(ACTIVATE_SHA256)
+    if isinstance(want, str):
+        return want, False
+    env = rec.get("env")
+    if not isinstance(env, Mapping) or _check_map(env):
+        return None, False
+    return sha256_bytes(activate_text(env).encode("utf-8")), True
+
+
+def changed_files(stack: Path, rec: Mapping[str, Any], *, activate: bool = True) -> list[Changed]:
+    """``stack-env.json`` (and, with ``activate``, ``activate``) of ``stack`` that differ from ``rec``, the env
+    step's record of them (:func:`record`), or are missing.  Read-only; hashes two small files."""
+    env_want = rec.get(SHA256)
+    wanted = [(env_file(stack), env_want if isinstance(env_want, str) else None, False)]
+    if activate:
+        wanted.append((activate_file(stack), *_activate_sha256(rec)))
+    out: list[Changed] = []
+    for path, want, derived in wanted:
+        got = sha256_file(path) if path.is_file() else None
+        if got is None or got != want:
+            out.append(Changed(path, want, derived, got))
+    return out
+
+
+def recorded(env_outputs: Any, receipt: Any) -> Mapping[str, Any] | None:
+    """The record of both files: the env step's (its marker's ``outputs``), else, where that marker is gone,
+    the setup receipt's ``stack_env``; None when neither has one (nothing to compare with)."""
+    for where in (env_outputs, receipt):
+        rec = where.get("stack_env") if isinstance(where, Mapping) else None
+        if isinstance(rec, Mapping):
+            return rec
+    return None

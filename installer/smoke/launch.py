@@ -318,7 +318,7 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
         raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the engine "
                          "level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
                          fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
-    runtime = stackenv.load(opts.install)
+    runtime = trusted_runtime_env(opts.install)
     with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
         return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
 
@@ -381,6 +381,29 @@ def exit_code(receipt: Mapping[str, Any]) -> int:
     if isinstance(diagnostic, Mapping):
         return DIAGNOSTIC_AGREED_EXIT if diagnostic.get("harness_ok") is True else 1
     return 0 if receipt["passed"] else 1
+
+
+def trusted_runtime_env(install: Path) -> dict[str, str]:
+    """The stack's runtime environment (:func:`october.installer.pyenv.stackenv.load`), refused unless
+    stack-env.json is as the env step wrote it (the sha256 its marker records; where the marker is gone, the
+    setup receipt's): the checks run with it, so an edited one (another JIT workspace, arch list or toolkit)
+    would prove something else than the stack.  A missing file is load's error; no record, nothing to compare."""
+    from ..core.paths import StackPaths
+    from ..engine import read_marker
+
+    rec = stackenv.recorded((read_marker(StackPaths(install).marker("env")) or {}).get("outputs"), None)
+    if rec is None:
+        try:
+            rec = stackenv.recorded(None, json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            rec = None          # stack_info has refused a missing or unreadable receipt already
+    changed = stackenv.changed_files(install, rec, activate=False) if rec is not None else []
+    if changed and changed[0].found is not None:
+        c = changed[0]
+        raise SmokeError("the stack's runtime environment was changed since october_setup wrote it",
+                         expected=f"{c.path} with {c.expected_text()}", found=c.found_text(),
+                         fix=f"run `current verify --install {install}`; it names the re-run that writes it again")
+    return stackenv.load(install)
 
 
 def refuse_untrusted_jit(install: Path) -> None:

@@ -7,7 +7,6 @@ from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
-from ..core.hashing import sha256_file
 from ..engine import StepContext
 from ..install import consistency
 from ..pyenv import stackenv, systorch, venv
@@ -38,11 +37,10 @@ def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
 
 
 def write_stack_env(ctx: StepContext) -> dict[str, Any]:
-    """Write STACK/stack-env.json and STACK/activate; -> {path, activate, sha256, env} for the receipt."""
-    env = stack_runtime_env(ctx)
-    path = stackenv.write(ctx.paths.root, env)
-    return {"path": str(path), "activate": str(stackenv.activate_file(ctx.paths.root)),
-            "sha256": sha256_file(path), "env": env}
+    """Write STACK/stack-env.json and STACK/activate; -> {path, activate, sha256, activate_sha256, env}: the
+    env step's record of both (its ``verify`` compares them, so does ``current verify``; ``current smoke``
+    refuses a stack-env.json that differs)."""
+    return stackenv.record(ctx.paths.root, stack_runtime_env(ctx))
 
 
 class EnvStep:
@@ -107,13 +105,10 @@ class EnvStep:
             return "the env's Python version changed"
         elif not venv.dist_info_present(ctx.paths.env, "torch", ctx.recipe.torch.version):
             return f"torch {ctx.recipe.torch.version} is no longer installed"
-        recorded = result.stack_env
-        path = stackenv.env_file(ctx.paths.root)
-        if not path.is_file() or sha256_file(path) != recorded.get("sha256"):
-            return f"{path} is missing or changed"
-        if not stackenv.activate_file(ctx.paths.root).is_file():
-            return f"{stackenv.activate_file(ctx.paths.root)} is missing"
-        return None
+        # both files as this step wrote them (a record older than activate's sha256: the text its env makes);
+        # a changed or missing one runs the step again, which writes both
+        changed = stackenv.changed_files(ctx.paths.root, result.stack_env)
+        return "; ".join(c.reason() for c in changed) or None
 
 
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:

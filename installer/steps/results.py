@@ -144,10 +144,10 @@ class FetchResult(WholeChained):
 
 
 @dataclass(frozen=True)
-class EnvResult(WholeChained):
+class EnvResult(Record):
     """The stack env: its interpreter, torch (``torch_source`` "system" with ``system_torch``, the
-    interpreter's own torch, for a site-provided torch), and ``stack_env`` (STACK/stack-env.json:
-    path, activate, sha256, env)."""
+    interpreter's own torch, for a site-provided torch), and ``stack_env`` (STACK/stack-env.json and
+    STACK/activate: path, activate, sha256, activate_sha256 -- absent from a record older than it -- env)."""
 
     step: ClassVar[str] = "env"
     path: str
@@ -160,6 +160,13 @@ class EnvResult(WholeChained):
     torch_source: str | None = None
     system_torch: Mapping[str, JSON] | None = None
     built_from: str | None = None       # the built-stack cache entry the env was copied from (its key)
+
+    def chain_json(self) -> JSON:
+        """All of it but activate's sha256: activate is made from ``env`` (chained), and a record older than
+        that sha256 keeps the chain the later steps' markers were made on."""
+        out = self.to_json()
+        out["stack_env"] = {k: v for k, v in out["stack_env"].items() if k != "activate_sha256"}
+        return out
 
     def to_json(self) -> dict[str, JSON]:
         out = super().to_json()
