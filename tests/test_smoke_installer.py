@@ -479,3 +479,41 @@ def test_a_manifest_of_another_model_than_the_recipe_pins_is_refused(tmp_path: P
         with pytest.raises(UsageError) as err:
             check_model(manifest, sel)
         assert "another model than the recipe pins" in str(err.value) and sel["repo"] in str(err.value)
+
+
+def _reporter() -> tuple[object, object]:
+    import io
+
+    from rich.console import Console
+
+    from october.installer.core.ui import ConsoleReporter
+
+    out = io.StringIO()
+    return ConsoleReporter(console=Console(file=out, width=300)), out
+
+
+def test_a_smoke_that_fails_is_never_reported_ok_and_a_crash_shows_no_traceback(tmp_path: Path) -> None:
+    """Session 18's audit: the smoke's step line said "ok" before a table of failed checks, and a harness that
+    crashed put its whole traceback into the error.  Now the line says how it ended (passed, NOT passed,
+    did not finish), and the error shows the crash's last line and where the log is."""
+    stack = _stack(tmp_path)
+    ui, out = _reporter()
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o1", level="reference", device="cpu")
+    assert run_smoke(opts, cwd=tmp_path, echo=lambda _: None, ui=ui) == 1
+    said = out.getvalue()
+    assert "smoke: NOT passed in" in said and "ok in" not in said, said
+
+    (stack / "env").unlink()
+    (stack / "env" / "bin").mkdir(parents=True)
+    fake = stack / "env" / "bin" / "python"
+    fake.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho '  File \"x.py\", line 1' >&2\n"
+                    "echo \"AttributeError: module 'torch' has no attribute 'float8_e4m3fn'\" >&2\nexit 3\n")
+    fake.chmod(0o755)
+    ui, out = _reporter()
+    opts = SmokeOptions(install=stack, format="awq", output=tmp_path / "o2", level="reference")
+    with pytest.raises(SmokeError) as info:
+        run_smoke(opts, cwd=tmp_path, echo=lambda _: None, ui=ui)
+    text = str(info.value)
+    assert "Traceback" not in text and "File \"x.py\"" not in text, text
+    assert "exit code 3: AttributeError: module 'torch' has no attribute 'float8_e4m3fn'" in text
+    assert "smoke.log" in text and "did not finish (exit 3)" in out.getvalue() and "ok in" not in out.getvalue()

@@ -347,15 +347,18 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     done = Runner(plan.logs_dir, echo=echo_line).run(plan.argv, step=STEP, cwd=plan.cwd,
                                                      env={k: v for k, v in env.items() if k not in plan.drop},
                                                      extra_env=plan.env, check=False)
-    if ui is not None:
-        ui.step_done(STEP, done.seconds)
     if done.returncode not in (0, 1) or not plan.receipt.is_file():
-        tail = "\n".join(done.output.rstrip().splitlines()[-15:])
+        if ui is not None:
+            ui.task_done(STEP, f"did not finish (exit {done.returncode}) after {done.seconds:.1f}s")
+        # the last line says what ended it (an exception's message); the traceback stays in the log
+        last = next((ln.strip() for ln in reversed(done.output.splitlines()) if ln.strip()), "no output")
         raise SmokeError(f"`python -m october.checks.smoke` in {opts.install / 'env'} did not run",
                          expected="exit code 0 (passed) or 1 (a check failed)",
-                         found=f"exit code {done.returncode}:\n{tail}",
-                         fix=f"read {Runner(plan.logs_dir).log_path(STEP)}")
+                         found=f"exit code {done.returncode}: {last}",
+                         fix=f"read {Runner(plan.logs_dir).log_path(STEP)} (the whole output, its traceback included)")
     receipt = load_receipt(plan.receipt)
+    if ui is not None:
+        ui.task_done(STEP, f"{'passed' if receipt['passed'] else 'NOT passed'} in {done.seconds:.1f}s")
     echo(format_table(receipt["checks"], receipt["passed"]))
     for reason in receipt["reasons"]:
         echo(f"  - {reason}")
