@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .core.cliargs import dir_option, file_option, print_json, split_skips, stack_argument
+from .core.cliargs import dir_option, file_option, print_json, require_writable, split_skips, stack_argument
 from .core.paths import default_cache_dir
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     skips = split_skips(args.skip_preflight)
     validate_skip(skips)
     cache = dir_option("--cache-dir", args.cache_dir or default_cache_dir())
+    require_writable("--cache-dir", cache, what="the cache directory")     # exit 19 before the stack is written
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = dir_option("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None

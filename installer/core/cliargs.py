@@ -92,6 +92,24 @@ def dir_option(option: str, path: Path, *, must_exist: bool = False) -> Path:
                           found=f"{_kind(blocker or path)} at {blocker or path}", fix=f"pass a directory to {option}")
 
 
+def require_writable(option: str, path: Path, *, what: str) -> None:
+    """``path`` (a directory, made later if missing) can be written: a file is made and removed in it, or in
+    the nearest directory above it that exists.  Checked with the options, before anything is written: a
+    read-only mount, an immutable directory, permissions.  -> exit 19 naming ``what``."""
+    import tempfile
+
+    probe = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    try:
+        if probe is None:
+            raise OSError("no directory above it exists")
+        with tempfile.TemporaryFile(dir=probe, prefix=".october-write-check-"):
+            pass
+    except OSError as exc:
+        raise FileSystemError(f"cannot use {what} {path}", expected=f"a writable directory for {option}",
+                              found=f"{probe}: {exc.strerror or exc}",
+                              fix=f"pass {option} pointing at a writable directory") from None
+
+
 def file_option(option: str, path: Path) -> Path:
     """A file option that must exist: nothing there, or a directory, is exit 19."""
     path = path.expanduser()
