@@ -27,7 +27,6 @@ stack whose Python no longer runs can still be verified.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from . import verify_jit, verify_unowned
 from .core.errors import LockError, StateError
 from .core.hashing import sha256_file
 from .core.paths import StackPaths
+from .core.redact import redact_url
 from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv import stackenv
@@ -214,7 +214,7 @@ def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mappi
             diffs.append(Difference("distributions", name, f"{name} {want[name]} installed (locked)", "not installed",
                                     rerun))
         elif name not in want:
-            how = "editable" if d.editable_path else ("from " + str((d.direct_url or {}).get("url"))
+            how = "editable" if d.editable_path else ("from " + redact_url(str((d.direct_url or {}).get("url")))
                                                      if d.direct_url else "from an index")
             diffs.append(Difference("distributions", name, "only the locked distributions",
                                     f"{name} {d.version} installed ({how}), not in the lock", rerun))
@@ -233,9 +233,10 @@ Bytes = Callable[[float, "float | None"], None]   # (done, total) bytes hashed, 
 
 
 def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
-                fix: Callable[[list[str]], str] = lambda _names: "") -> tuple[int, list[Difference], set[str]]:
+                fix: Callable[[list[str], list[Path]], str] = lambda _names, _files: ""
+                ) -> tuple[int, list[Difference], set[str]]:
     """Every hashed RECORD entry of every distribution; -> (files checked, differences, every path
-    a RECORD owns)."""
+    a RECORD owns).  ``fix`` gets the distributions that differ and their changed files still there."""
     checked = 0
     diffs: list[Difference] = []
     records: dict[str, list[tuple[str, str, str]]] = {}
@@ -243,7 +244,8 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
         try:
             records[name] = list(record_rows(d))
         except OSError:
-            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file", fix([name])))
+            diffs.append(Difference("files", f"{name} RECORD", f"{d.info / 'RECORD'}", "no RECORD file",
+                                    fix([name], [])))
     owned = verify_unowned.owned_paths((dists[n].site, rel) for n, rows in records.items() for rel, _h, _s in rows)
     total = float(sum(int(size) for rows in records.values() for _p, h, size in rows if h and size.isdigit()))
     done = [0.0]
@@ -254,6 +256,7 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
             hashed(done[0], total or None)
 
     changed: list[tuple[str, Dist, list[str]]] = []
+    differing: list[Path] = []
     for name, rows in records.items():
         d = dists[name]
         bad: list[str] = []
@@ -266,13 +269,14 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
             try:
                 if record_hash(path, algo, on_chunk) != value:
                     bad.append(f"{rel} (changed)")
+                    differing.append(path)
             except FileNotFoundError:
                 bad.append(f"{rel} (missing)")
             except (OSError, ValueError) as exc:
                 bad.append(f"{rel} ({exc})")
         if bad:
             changed.append((name, d, bad))
-    todo = fix([name for name, _d, _b in changed])
+    todo = fix([name for name, _d, _b in changed], differing)
     for name, d, bad in changed:
         diffs.append(Difference("files", f"{name} {d.version}", "every file as its RECORD hashes it",
                                 f"{len(bad)} file(s) differ: {_listed(bad, ', ')}", todo))
@@ -346,22 +350,32 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
         missing = [str(p) for p in (paths.pylock, paths.setup_receipt) if not p.is_file()]
         raise StateError(f"{paths.root} is not a finished october stack",
                          expected="STACK/pylock.toml and STACK/receipts/setup.json (written by the last steps)",
-                         found=f"no {', '.join(missing)}",
-                         fix=f"run `october_setup {shlex.quote(str(paths.root))} --recipe NAME` to finish it, or point --install "
-                             "at the stack directory")
+                         found=f"no {', '.join(missing)}", fix=fixes.not_a_stack(paths))
     try:
         receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StateError("the stack's setup receipt is unreadable", expected=f"JSON in {paths.setup_receipt}",
-                         found=str(exc), fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock))) from None
+                         found=str(exc), fix=fixes.rewrite_receipt(paths, _lock_if_readable(paths))) from None
     lock = receipt.get("lock") if isinstance(receipt, dict) else None
     if not isinstance(receipt, dict) or not isinstance(lock, (dict, type(None))) \
             or not isinstance((lock or {}).get("sha256"), (str, type(None))) \
             or not isinstance(receipt.get("forks"), (list, type(None))):
         raise StateError("the stack's setup receipt is malformed",
                          expected=f"a JSON object in {paths.setup_receipt} with lock.sha256 (a string) and forks (a list)",
-                         found=json.dumps(receipt)[:200], fix=fixes.rewrite_receipt(paths, read_lock(paths.pylock)))
-    return receipt, read_lock(paths.pylock)
+                         found=json.dumps(receipt)[:200], fix=fixes.rewrite_receipt(paths, _lock_if_readable(paths)))
+    try:
+        return receipt, read_lock(paths.pylock)
+    except LockError as exc:          # read_lock's fix is for a lock of a project (--locked): this one is the stack's
+        raise LockError(exc.what, expected=exc.expected, found=exc.found,
+                        fix=fixes.unreadable_lock(paths, receipt)) from None
+
+
+def _lock_if_readable(paths: StackPaths) -> dict[str, Any]:
+    """The stack's lock, or {} when it cannot be read (a fix line then asks for the recipe)."""
+    try:
+        return read_lock(paths.pylock)
+    except LockError:
+        return {}
 
 
 def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
@@ -380,7 +394,8 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     diffs += check_forks(paths, lock, receipt, rerun)
     say("distributions")
     diffs += check_distributions(paths, lock, dists, rerun)
-    files, file_diffs, owned = check_files(dists, hashed, lambda names: fixes.changed_files(paths, receipt, names))
+    files, file_diffs, owned = check_files(dists, hashed,
+                                           lambda names, changed: fixes.changed_files(paths, receipt, names, changed))
     diffs += file_diffs
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned)

@@ -8,8 +8,12 @@ Each line is one that was run against a planted difference and seen to bring the
   keeps them and records them in the receipt;
 * a submodule moved or checked out although the recipe does not select it: ``git submodule
   update`` / ``deinit`` (the fetch step refuses a clone whose submodule moved: it shows as a change);
-* a file changed in place in the env: uv hard-links installed files to its cache, so the cache
-  holds the same bytes; the distribution's cache entry goes first, then the env, then the re-run;
+* a file changed in place in the env: installs are reflinked or copied, never hard-linked, so uv's
+  cache still holds the distribution's own bytes: the setup command again with ``--locked`` (its
+  install step re-installs each distribution whose files differ from their RECORD).  Only a changed
+  file with other hard links (``st_nlink`` > 1: linked by hand, or an env made by something else)
+  may share its change with uv's cache: then that distribution's cache entry goes first, then the
+  env, then the re-run;
 * a file no RECORD owns, a JIT library no record names: the re-run leaves them, so they are removed;
 * a changed lock file: the setup command again *without* ``--locked`` (which would install from the
   changed lock): the lock step sees the file changed and writes it again from the stack;
@@ -36,8 +40,12 @@ def _q(value: str | Path) -> str:
     return shlex.quote(str(value))
 
 
-def cache_dir(paths: StackPaths) -> Path | None:
-    """The --cache-dir the stack was set up with, where a step recorded it (the JIT shared cache)."""
+def cache_dir(paths: StackPaths, receipt: Mapping[str, Any] | None = None) -> Path | None:
+    """The --cache-dir the stack was set up with: the receipt's ``options.cache_dir``, else (a receipt
+    written before it was recorded) where a step recorded it (the JIT shared cache)."""
+    recorded = _obj(receipt or {}, "options").get("cache_dir")
+    if isinstance(recorded, str) and recorded:
+        return Path(recorded)
     jit = (read_marker(paths.marker("jit")) or {}).get("outputs") or {}
     shared = (jit.get("shared_cache") or {}).get("dir") if isinstance(jit.get("shared_cache"), dict) else None
     return Path(str(shared)).parent if shared else None
@@ -68,7 +76,7 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
         argv += ["--system-python", _q(str(torch["python"]))]
     if skipped := [str(s) for s in _obj(receipt, "options").get("skip_preflight") or []]:
         argv += ["--skip-preflight", _q(",".join(skipped))]
-    if (cache := cache_dir(paths)) is not None:
+    if (cache := cache_dir(paths, receipt)) is not None:
         argv += ["--cache-dir", _q(cache)]
     return " ".join([*argv, *extra])
 
@@ -82,6 +90,12 @@ def rewrite_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     # not --locked: that would install from the changed lock (the stack's own, when the project ships none)
     return (f"re-run `{setup_command(paths, receipt)}`: the lock step writes the lock again from the stack "
             "(add --kit KIT if it was set up from a kit)")
+
+
+def unreadable_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
+    """STACK/pylock.toml cannot be read: no version control holds it, the lock step writes it again."""
+    return (f"{paths.pylock} is the stack's own lock (no version control holds it), written by october_setup: "
+            + rewrite_lock(paths, receipt))
 
 
 def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
@@ -109,6 +123,19 @@ def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
             "again (add --kit KIT if it was set up from a kit)")
 
 
+def not_a_stack(paths: StackPaths) -> str:
+    """``--install`` names no finished stack: finish it (a stack's directory, an empty one or none), or, where
+    october_setup would refuse the directory (other files and no ``.state/``), set one up elsewhere."""
+    others = paths.foreign()
+    if not others:
+        return (f"run `october_setup {_q(paths.root)} --recipe NAME` to set it up (or finish it), or point --install "
+                "at the stack directory")
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return (f"point --install at the stack directory; {paths.root} holds other files ({shown}) and no stack, so "
+            "october_setup will not set one up there: to make a stack, run `october_setup NEW_DIR --recipe NAME` "
+            "with NEW_DIR a new or empty directory")
+
+
 def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:
     return (f"put the changes aside with `git -C {_q(fork)} stash push --include-untracked` (they stay in the "
             f"fork's stash), or keep them on record with `{setup_command(paths, receipt, '--allow-dirty')}`")
@@ -123,18 +150,40 @@ def unselected_submodule(fork: Path, sub: str) -> str:
             "so setup never checks it out)")
 
 
-def uv_cache(paths: StackPaths) -> Path:
-    """Where the env's packages were linked from: STACK/.uv-cache, else CACHE/uv (the recorded cache dir, else
-    the default one, as setup chose it)."""
+def uv_cache(paths: StackPaths, receipt: Mapping[str, Any] | None = None) -> Path:
+    """Where the env's packages were installed from: STACK/.uv-cache, else CACHE/uv (the recorded cache dir,
+    else the default one, as setup chose it)."""
     own = paths.root / ".uv-cache"
-    return own if own.is_dir() else (cache_dir(paths) or default_cache_dir()) / "uv"
+    return own if own.is_dir() else (cache_dir(paths, receipt) or default_cache_dir()) / "uv"
 
 
-def changed_files(paths: StackPaths, receipt: Mapping[str, Any], dists: Sequence[str]) -> str:
+def _hard_linked(files: Sequence[Path]) -> list[Path]:
+    """The files that have another hard link somewhere (``st_nlink`` > 1)."""
+    linked = []
+    for f in files:
+        try:
+            if f.stat().st_nlink > 1:
+                linked.append(f)
+        except OSError:
+            continue
+    return linked
+
+
+def changed_files(paths: StackPaths, receipt: Mapping[str, Any], dists: Sequence[str],
+                  files: Sequence[Path] = ()) -> str:
+    """Installed files that differ from their RECORD (``files``: those still there).  The re-run's install
+    step re-installs those distributions from uv's cache, which installs never link into; only a file with
+    another hard link may have shared its change with that cache, which is then cleaned first."""
+    rerun = f"`{setup_command(paths, receipt, '--locked')}`"
+    linked = _hard_linked(files)
+    if not linked:
+        return (f"re-run {rerun}: its install step re-installs the distributions whose files differ from their "
+                "RECORD (add --kit KIT if it was set up from a kit)")
     names = " ".join(_q(n) for n in sorted(set(dists)))
-    return (f"the env's files are hard links into uv's cache, which holds the same change: run "
-            f"`UV_CACHE_DIR={_q(uv_cache(paths))} uv cache clean {names} && rm -rf {_q(paths.env)}`, then "
-            f"`{setup_command(paths, receipt, '--locked')}` (add --kit KIT if it was set up from a kit)")
+    return (f"{_q(linked[0])}{f' and {len(linked) - 1} other changed file(s)' if len(linked) > 1 else ''} "
+            f"{'has' if len(linked) == 1 else 'have'} other hard links, which may be in uv's cache with the same "
+            f"change: run `UV_CACHE_DIR={_q(uv_cache(paths, receipt))} uv cache clean {names} && rm -rf "
+            f"{_q(paths.env)}`, then {rerun} (add --kit KIT if it was set up from a kit)")
 
 
 def remove_files(files: Sequence[Path]) -> str:

@@ -4,6 +4,7 @@ options override, and receipt.json records every choice and where it came from."
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -13,7 +14,7 @@ import jsonschema
 import pytest
 
 from october.installer.cli import current_main
-from october.installer.core.errors import SmokeError, UsageError
+from october.installer.core.errors import ReceiptError, SmokeError, UsageError
 from october.installer.pyenv import stackenv
 from tests.fixtures.root import PROJECT_ROOT
 from october.installer.smoke import choices
@@ -112,3 +113,60 @@ def test_a_receipt_without_a_recipe_asks_for_one(tmp_path: Path) -> None:
     opts, made = _resolve(stack, tmp_path, "kernel", recipe="flashinfer-pr3812")
     assert opts.format is None and made["recipe"] == {"value": "flashinfer-pr3812", "source": "option",
                                                       "stack_says": None}
+
+
+def _download_argv(hint: str) -> list[str]:
+    """The `current download ...` command of a hint, parsed by the real command line (well-formed: its
+    options exist and take those values), as argv after `current download`."""
+    import re
+    import shlex
+
+    import typer
+
+    from october.installer.cli_current import current_app
+
+    found = re.search(r"`(current download [^`]*)`", hint)
+    assert found is not None, hint
+    argv = shlex.split(found.group(1))
+    assert argv[:2] == ["current", "download"]
+    download = typer.main.get_command(current_app).commands["download"]  # type: ignore[attr-defined]
+    download.make_context("download", argv[2:])
+    return argv[2:]
+
+
+def test_the_missing_manifest_hint_downloads_the_stacks_own_recipe(tmp_path: Path) -> None:
+    """`current download` without --recipe takes the recipe `current`: the hint for a stack of another recipe
+    names it (a shipped one by name, one's own by its path), whichever way the format was chosen."""
+    from october.installer.recipe import load_recipe
+    from october.installer.smoke.launch import check_manifest, resolve_manifest
+
+    stack = _stack(tmp_path, "20260702", [FI, VLLM])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SmokeError, match="no download manifest") as info:      # format from the recipe: none here
+        _resolve(stack, empty, "engine")
+    assert _download_argv(str(info.value)) == ["--format", "awq", "--recipe", "20260702", "--output", "."]
+    opts, _made = _resolve(stack, empty, "engine", format="fp16")
+    with pytest.raises(SmokeError, match="no download manifest") as info:      # --format given
+        resolve_manifest(opts, empty, "engine")
+    argv = _download_argv(str(info.value))
+    assert argv == ["--format", "fp16", "--recipe", "20260702", "--output", "."]
+    assert "fp16" in load_recipe(argv[3]).models
+    with pytest.raises(SmokeError, match="does not exist") as info:            # --manifest that is not there
+        resolve_manifest(dataclasses.replace(opts, manifest=empty / "m.json"), empty, "engine")
+    assert _download_argv(str(info.value)) == ["--format", "fp16", "--recipe", "20260702", "--output",
+                                               str(empty / "m.json")]
+    (empty / "bad.json").write_text("not json")
+    with pytest.raises(ReceiptError, match="not one `current download` wrote") as info:
+        check_manifest(empty / "bad.json", "fp16", stack, opts.recipe)
+    assert _download_argv(str(info.value))[:4] == ["--format", "fp16", "--recipe", "20260702"]
+
+    # a recipe of one's own: download finds it by the path the setup receipt records
+    own = tmp_path / "my recipes" / "mine.toml"
+    own.parent.mkdir()
+    own.write_text((PROJECT_ROOT / "recipes" / "current.toml").read_text())
+    receipt = stack / "receipts" / "setup.json"
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "recipe": {"name": "mine", "path": str(own)}}))
+    with pytest.raises(SmokeError, match="no download manifest") as info:
+        resolve_manifest(dataclasses.replace(opts, recipe="mine"), empty, "engine")
+    assert _download_argv(str(info.value)) == ["--format", "fp16", "--recipe", str(own), "--output", "."]

@@ -389,7 +389,7 @@ def test_a_bad_manifest_is_refused_before_the_stack_runs(tmp_path: Path) -> None
         with pytest.raises(ReceiptError) as info:
             run_smoke(opts, cwd=tmp_path, echo=lambda _: None)
         assert "not one `current download` wrote" in str(info.value)
-        assert "current download --format awq --output" in str(info.value)
+        assert f"current download --format awq --recipe {RECIPE} --output" in str(info.value)
         assert not (tmp_path / name.replace(".", "-") / "smoke.log").exists()
 
 

@@ -337,3 +337,104 @@ def test_an_unselected_submodule_is_a_gitlink_and_a_checkout_of_it_is_listed(tmp
     assert "submodule deinit" in diffs[0]["fix"]
     run_fix(diffs[0]["fix"])
     assert differences(stack) == []
+
+
+def test_a_changed_env_file_names_the_stacks_own_cache_and_the_rerun_repairs_it(tmp_path: Path) -> None:
+    """The audit's case: a stack set up with a non-default --cache-dir and no JIT (so no JIT marker names
+    that cache), one file of an installed distribution edited in place.  Its link count is 1 (installs are
+    reflinked or copied, never hard-linked): the fix line claims no hard link into uv's cache; it is the
+    setup command with the stack's own --cache-dir and --locked, and running it puts the file back.  A
+    changed file that does have another hard link is told apart: uv's cache entry is cleaned first, in the
+    cache the stack was set up with."""
+    stack = _world_stack(tmp_path)
+    site_dir = site(stack)
+    changed = site_dir / "tinydep" / "__init__.py"
+    with open(changed, "a") as fh:
+        fh.write("x=1\n")
+    assert changed.stat().st_nlink == 1
+    diffs = differences(stack)
+    assert [(d["check"], d["what"]) for d in diffs] == [("files", "tinydep 1.0")], diffs
+    fix = diffs[0]["fix"]
+    assert "hard link" not in fix and "uv cache clean" not in fix and ".cache/october" not in fix, fix
+    assert f"--cache-dir {stack.cache}" in fix and fix.count("`") == 2 and "--locked`" in fix, fix
+    run_fix(fix)
+    assert differences(stack) == []
+
+    changed = site_dir / "tinydep" / "__init__.py"
+    os.link(changed, tmp_path / "second-name.py")
+    changed.write_text(changed.read_text() + "y=2\n")     # in place: both names see it
+    diffs = differences(stack)
+    assert [(d["check"], d["what"]) for d in diffs] == [("files", "tinydep 1.0")], diffs
+    fix = diffs[0]["fix"]
+    assert f"{changed} has other hard links" in fix, fix
+    assert f"UV_CACHE_DIR={stack.cache / 'uv'} uv cache clean tinydep" in fix
+    assert f"--cache-dir {stack.cache} --locked`" in fix, fix
+    run_fix(fix)
+    assert differences(stack) == []
+
+
+def test_verify_of_a_directory_with_other_files_suggests_a_setup_that_works(tmp_path: Path) -> None:
+    """A non-empty directory that is no stack (exit 18): october_setup refuses such a directory (exit 2), so
+    the hint is a setup in a new or empty directory; that command, its placeholders filled in, runs.  An
+    empty directory's hint is a setup there."""
+    import shlex
+
+    from tests.fixtures.world import make_world
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine\n")
+    proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(home)],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 18 and "not a finished october stack" in proc.stderr, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert f"october_setup {home}" not in text and "notes.txt" in text and "new or empty directory" in text, text
+    from tests.test_verify_fix import COMMAND
+
+    (command,) = COMMAND.findall(text)
+    argv = shlex.split(command)
+    assert argv == ["october_setup", "NEW_DIR", "--recipe", "NAME"], argv
+    world = make_world(tmp_path / "world")
+    new = tmp_path / "new-stack"
+    filled = [str(new) if a == "NEW_DIR" else str(world.recipe) if a == "NAME" else a for a in argv[1:]]
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *filled,
+                           "--cache-dir", str(tmp_path / "cache")],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert differences(Stack(new, tmp_path, tmp_path / "cache", tmp_path)) == []
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(empty)],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 18 and f"`october_setup {empty} --recipe NAME`" in " ".join(proc.stderr.split())
+
+
+def test_an_unreadable_lock_is_written_again_by_the_suggested_rerun(tmp_path: Path) -> None:
+    """STACK/pylock.toml is under no version control: the hint for a lock that is no TOML (or no PEP 751) is
+    the setup command without --locked, whose lock step writes it again; run as printed, it does."""
+    stack = _world_stack(tmp_path)
+    lock = stack.root / "pylock.toml"
+    for broken in ("[[[\n", "[x]\n"):
+        lock.write_text(broken)
+        proc = verify(stack)
+        text = " ".join(proc.stderr.split())
+        assert proc.returncode == 13 and "version control" in text, text
+        assert "from version control" not in text and "no version control holds it" in text, text
+        from tests.test_verify_fix import COMMAND
+
+        (command,) = COMMAND.findall(text)
+        assert command.startswith(f"october_setup {stack.root} --recipe ") and "--locked" not in command
+        assert f"--cache-dir {stack.cache}" in command
+        run_fix(f"`{command}`")
+        assert differences(stack) == []
+    # the reader every command shares says the same of a stack's own lock (setup --locked falls back to it)
+    from october.installer.core.errors import LockError
+    from october.installer.lock.pylock import read_lock
+
+    for path in (lock, tmp_path / "project" / "locks" / "x.pylock.toml"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("[[[\n")
+        with pytest.raises(LockError) as info:
+            read_lock(path)
+        assert ("no version control holds it" in str(info.value)) == (path == lock), info.value

@@ -47,8 +47,8 @@ def run_commands(fix: str) -> list[str]:
 
 def test_every_suggested_command_puts_the_stack_back(stack: Stack) -> None:
     fi, vllm = stack.root / "src" / "flashinfer", stack.root / "src" / "vllm"
-    # an extra distribution, a file changed in place (hard-linked to uv's cache), a .pth, a moved fork
-    # HEAD, local changes in the other fork, a zero-byte AOT copy, an AOT library no record names
+    # an extra distribution, a file changed in place (a copy or reflink: no other hard link), a .pth, a
+    # moved fork HEAD, local changes in the other fork, a zero-byte AOT copy, an AOT library no record names
     extra = build_wheel(stack.tmp / "extra-fix", "sneaky-fix", "1.0", {"sneaky_fix/__init__.py": ""})
     uv_pip(stack, "install", "--no-deps", str(extra))
     with open(site(stack) / "torch" / "__init__.py", "ab") as fh:
@@ -74,7 +74,9 @@ def test_every_suggested_command_puts_the_stack_back(stack: Stack) -> None:
         assert f"{i}. {fix}" in proc.stderr.replace("\n     ", " ") or fix in proc.stderr
     ran = [c for fix in fixes for c in run_commands(fix.split(", or ")[0])]
     assert any("--locked" in c for c in ran) and any("stash push" in c for c in ran)
-    assert any("uv cache clean torch" in c for c in ran) and any(c.startswith("rm -f -- ") for c in ran)
+    files_fix = next(d["fix"] for d in diffs if d["check"] == "files")
+    assert "hard link" not in files_fix and f"--cache-dir {stack.cache}" in files_fix, files_fix
+    assert not any("uv cache clean" in c for c in ran) and any(c.startswith("rm -f -- ") for c in ran)
     assert differences(stack) == []
     proc = verify(stack)
     assert proc.returncode == 0, proc.stderr

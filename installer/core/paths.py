@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .stackmutex import holder_file
+
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The shared cache (git mirrors, wheels, models, uv's cache): ``$OCTOBER_CACHE_DIR``, else
@@ -69,6 +71,15 @@ class StackPaths:
 
     def marker(self, step: str) -> Path:
         return self.state / f"{step}.json"
+
+    def foreign(self) -> list[str]:
+        """The names in ``root`` that keep october_setup from taking it over (sorted): in a directory that is
+        no stack (no ``.state/``), everything but the stack lock and its holder file.  Empty for a stack, an
+        empty directory or none."""
+        if not self.root.is_dir() or self.state.is_dir():
+            return []
+        ours = (self.lockfile, holder_file(self.lockfile))
+        return sorted(p.name for p in self.root.iterdir() if p not in ours)
 
     def pycache_args(self) -> list[str]:
         """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch.  A site torch

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from ..core.atomic import write_bytes_atomic
 from ..core.errors import CommandFailed, KitError, OctoberError, ReceiptError
 from ..core.hashing import sha256_bytes, sha256_file
+from ..core.redact import env_secrets, redact
 from ..core.runner import Completed, Runner
 from .plan import NodeJob
 from .progress import RECEIVING, RECHECK, SMOKE, setup_phase
@@ -168,7 +169,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             rec["status"], rec["detail"] = "failed", f"no lock at {stack / 'pylock.toml'}"
         return rec
     except OctoberError as exc:
-        rec["status"], rec["detail"] = "error", exc.message
+        rec["status"], rec["detail"] = "error", redact(exc.message, env_secrets())
         return rec
     finally:
         rec["seconds"] = round(time.monotonic() - start, 3)

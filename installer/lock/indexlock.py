@@ -23,8 +23,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..core.errors import LockError
+from ..core.redact import redact_url
 from ..core.runner import Runner
-from .pylock import TOOL, dumps
+from .pylock import TOOL, dumps, shown_package
 from ..pyenv.uvcmd import recipe_source_args
 from ..recipe import PROJECT_ROOT, Recipe, load_recipe
 from ..recipe.install import as_json as policy_json
@@ -76,7 +77,8 @@ def tool_section(recipe: Recipe, exclude_newer: str, resolved_at: str) -> dict[s
                             "install": dict(policy_json(recipe.install)),
                             "replaced-by-forks": list(index_request(recipe).replaced)}
     if recipe.wheel is not None and recipe.wheel.sha256:
-        tool["wheel"] = {"filename": recipe.wheel.filename, "url": recipe.wheel.url, "sha256": recipe.wheel.sha256}
+        tool["wheel"] = {"filename": recipe.wheel.filename, "url": redact_url(recipe.wheel.url),
+                         "sha256": recipe.wheel.sha256}
     return tool
 
 
@@ -84,7 +86,7 @@ def build_index_lock(recipe: Recipe, compiled: Mapping[str, Any], exclude_newer:
                      resolved_at: str) -> dict[str, Any]:
     """``uv pip compile``'s pylock, less what the forks replace, with our ``[tool.october]``."""
     req = index_request(recipe)
-    packages = [dict(p) for p in compiled.get("packages", [])
+    packages = [shown_package(p) for p in compiled.get("packages", [])
                 if str(canonicalize_name(p["name"])) not in req.replaced]
     lock = {"lock-version": "1.0", "created-by": TOOL, "requires-python": f"=={recipe.python}",
             "packages": sorted(packages, key=lambda p: str(p["name"])), "tool": {TOOL: tool_section(recipe, exclude_newer, resolved_at)}}

@@ -73,11 +73,31 @@ def _drop_none(obj: Any, *, sort: bool = False) -> Any:
     return obj
 
 
+def shown_package(package: Mapping[str, Any]) -> dict[str, Any]:
+    """An index package of uv's pylock as a lock may hold it: the URL of each of its files (wheels, sdist,
+    archive) through :func:`~october.installer.core.redact.redact_url`.  An index or find-links page may hand
+    out signed links (``?X-Amz-Signature=...``); nothing reads a file's URL back from a lock (``--locked``
+    installs by name, version and sha256)."""
+    out = dict(package)
+    if isinstance(out.get("wheels"), list):
+        out["wheels"] = [_shown_file(w) for w in out["wheels"]]
+    for key in ("sdist", "archive"):
+        if isinstance(out.get(key), dict):
+            out[key] = _shown_file(out[key])
+    return out
+
+
+def _shown_file(entry: Any) -> Any:
+    if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+        return {**entry, "url": redact_url(entry["url"])}
+    return entry
+
+
 def build_lock(*, python_version: str, index_packages: Sequence[Mapping[str, Any]],
                forks: Mapping[str, tuple[Installed, Mapping[str, Any]]],
                other: Sequence[Installed], tool: Mapping[str, Any]) -> dict[str, Any]:
     """Assemble the lock dict; ``forks`` maps fork name -> (installed dist, fetch record)."""
-    packages: list[dict[str, Any]] = [dict(p) for p in index_packages]
+    packages: list[dict[str, Any]] = [shown_package(p) for p in index_packages]
     for name, (dist, rec) in sorted(forks.items()):
         packages.append({
             "name": str(canonicalize_name(dist.name)), "version": dist.version,
@@ -127,7 +147,7 @@ def read_lock(path: Path) -> dict[str, Any]:
                             found="no such file", fix="run october_setup once without --locked, or pass the lock "
                             "path") from None
         raise LockError(f"the lock file {path} cannot be read", expected=exc.expected, found=exc.found,
-                        fix=f"restore {path} from version control") from None
+                        fix=_restore(path)) from None
     try:
         Pylock.from_dict(data)
     except PylockValidationError as exc:
@@ -138,6 +158,15 @@ def read_lock(path: Path) -> dict[str, Any]:
         raise LockError(f"the lock file's [tool.{TOOL}] is malformed", expected=f"{bad} as a table",
                         found="another type", fix=f"restore {path} or re-create it without --locked")
     return data
+
+
+def _restore(path: Path) -> str:
+    """How an unreadable lock comes back: a stack's own ``pylock.toml`` (beside its ``.state/``) is under no
+    version control, its lock step writes it again; a project's lock is restored from version control."""
+    if path.name == "pylock.toml" and (path.parent / ".state").is_dir():
+        return (f"{path} is a stack's own lock (no version control holds it): re-run october_setup on that stack "
+                "without --locked, which writes it again")
+    return f"restore {path} from version control"
 
 
 def _tool_shape(lock: Mapping[str, Any]) -> str | None:

@@ -15,7 +15,7 @@ from ..core.errors import FileSystemError, UsageError
 from ..core.paths import StackPaths, inside
 from ..core.resources import locks_dir
 from ..core.runner import Runner
-from ..core.stackmutex import StackLock, holder_file
+from ..core.stackmutex import StackLock
 from ..engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
 from ..recipe import Recipe
 
@@ -79,9 +79,8 @@ def check_stack_dir(paths: StackPaths) -> None:
     if root.exists() and not root.is_dir():
         raise FileSystemError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
                          found="a file", fix="pass a directory path as STACK")
-    ours = (paths.lockfile, holder_file(paths.lockfile))
-    others = sorted(p.name for p in root.iterdir() if p not in ours) if root.is_dir() else []
-    if others and not paths.state.is_dir():
+    others = paths.foreign()
+    if others:
         shown = ", ".join(others[:5])
         raise UsageError(f"the stack path {root} is not empty and is not an october stack",
                          expected="a new or empty directory, or a stack made by october_setup (with .state/)",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import EnvError, UsageError
+from ..core.redact import redact_url
 from ..core.resources import stack_script
 from ..core.runner import Runner
 from ..recipe import Recipe
@@ -104,7 +105,7 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
     fix = (f"the {' and '.join(problems)} differ: point --system-python at an interpreter with torch {want}, "
            f"or pick a recipe pinning torch {facts.get('version')}")
     if recipe.torch.allow_system and recipe.torch.index_url:
-        fix += f", or drop --system-python to install torch {want} from {recipe.torch.index_url}"
+        fix += f", or drop --system-python to install torch {want} from {redact_url(recipe.torch.index_url)}"
     return False, expected, found, fix
 
 

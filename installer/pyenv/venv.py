@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import CommandFailed, EnvError, LockError
+from ..core.redact import redact_url
 from ..core.runner import Runner
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def require_torch(env: Path, version: str, index_url: str) -> None:
     if not dist_info_present(env, "torch", version):
         raise EnvError("torch is not the pinned build after installing it",
                        expected=f"torch {version}", found="another version or none",
-                       fix=f"check that the torch index ({index_url}) serves torch {version}")
+                       fix=f"check that the torch index ({redact_url(index_url)}) serves torch {version}")
 
 
 def locked_lines(packages: Mapping[str, str], hashes: Mapping[str, Sequence[str]], lock: Path) -> list[str]:

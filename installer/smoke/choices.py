@@ -6,11 +6,13 @@ where it came from and, for an override, what the stack said."""
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.errors import RecipeError, SmokeError, UsageError
+from ..core.resources import recipes_dir
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,17 @@ def recipe_choice(install: Path, given: str | None) -> Choice:
     return Choice(name, "setup receipt")
 
 
+def download_command(install: Path, recipe: str | None, fmt: str, output: Path | str) -> str:
+    """The ``current download`` that writes the manifest this smoke reads: with the stack's recipe (left out,
+    download takes the recipe ``current``) as the setup receipt records it, by name when it is a shipped
+    recipe, else by its path; ``recipe`` (a --recipe given to smoke, or the receipt's name) wins."""
+    name, path = receipt_recipe(install)
+    arg = recipe or name or "NAME"
+    if arg == name and path is not None and Path(path).resolve() != (recipes_dir() / f"{name}.toml").resolve():
+        arg = path                                    # a recipe file of one's own: download finds it by path
+    return shlex.join(["current", "download", "--format", fmt, "--recipe", arg, "--output", str(output)])
+
+
 def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
     """The recipe's model selections, in file order (from the file the receipt records, for its recipe)."""
     from ..recipe import load_recipe
@@ -72,7 +85,7 @@ def _manifest_selection(path: Path) -> str | None:
 
 
 def format_choice(given: str | None, selections: tuple[str, ...], manifest: Path | None, cwd: Path,
-                  level: str | None) -> Choice:
+                  level: str | None, *, install: Path = Path("."), recipe: str | None = None) -> Choice:
     """--format, else the recipe's only selection, else the one whose manifest is here, else (a level that
     needs no model) the recipe's first selection."""
     if given is not None:
@@ -95,7 +108,7 @@ def format_choice(given: str | None, selections: tuple[str, ...], manifest: Path
         return Choice(selections[0], "recipe")    # no model is read: the first selection's dtypes
     raise SmokeError("no download manifest for the smoke run", expected=" or ".join(
         f"{cwd / (s + '-download.json')}" for s in selections), found="nothing",
-        fix=f"run `current download --format {selections[0]} --output .` first, pass --manifest, "
+        fix=f"run `{download_command(install, recipe, selections[0], '.')}` first, pass --manifest, "
             "or use --level kernel")
 
 
@@ -107,6 +120,7 @@ def resolve(opts: Any, promised: str | None, cwd: Path) -> tuple[Any, dict[str, 
     """``opts`` (a SmokeOptions) with recipe and format filled in from the stack, and the choices' record."""
     recipe = recipe_choice(opts.install, opts.recipe)
     level = level_choice(opts.level, promised)
-    fmt = format_choice(opts.format, recipe_selections(opts.install, recipe), opts.manifest, cwd, level.value)
+    fmt = format_choice(opts.format, recipe_selections(opts.install, recipe), opts.manifest, cwd, level.value,
+                        install=opts.install, recipe=recipe.value)
     return (replace(opts, recipe=recipe.value, format=fmt.value),
             {"recipe": recipe.as_json(), "format": fmt.as_json(), "level": level.as_json()})

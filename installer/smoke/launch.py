@@ -76,9 +76,9 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
     """The manifest to pass, or None where the level that will run can do without one."""
     if opts.manifest is not None:
         if not opts.manifest.is_file():
+            download = choices.download_command(opts.install, opts.recipe, opts.format or "awq", opts.manifest)
             raise SmokeError("the download manifest does not exist", expected=f"a file {opts.manifest}",
-                             found="nothing", fix=f"run `current download --format {opts.format} "
-                             f"--output {shlex.quote(str(opts.manifest))}`")
+                             found="nothing", fix=f"run `{download}`")
         return opts.manifest
     path = cwd / default_manifest_name(opts.format) if opts.format else None
     if path is not None and path.is_file():
@@ -87,16 +87,17 @@ def resolve_manifest(opts: SmokeOptions, cwd: Path, promised: str | None = None)
         return None
     fmt = opts.format or "awq"
     raise SmokeError("no download manifest for the smoke run", expected=f"{cwd / default_manifest_name(fmt)}",
-                     found="nothing", fix=f"run `current download --format {fmt} --output .` "
+                     found="nothing", fix=f"run `{choices.download_command(opts.install, opts.recipe, fmt, '.')}` "
                      "first, pass --manifest, or use --level kernel")
 
 
-def check_manifest(path: Path, fmt: str | None) -> None:
+def check_manifest(path: Path, fmt: str | None, install: Path = Path("."), recipe: str | None = None) -> None:
     """The manifest must be one ``current download`` wrote for this ``--format`` (caught before the stack
     env starts)."""
     from ..download.manifest import load_manifest
 
-    redo = f"run `current download --format {fmt} --output {shlex.quote(str(path))}` to write a fresh one, or pass another --manifest"
+    redo = (f"run `{choices.download_command(install, recipe, fmt or 'awq', path)}` to write a fresh one, or pass "
+            "another --manifest")
     try:
         data = load_manifest(path)
     except ReceiptError as exc:
@@ -330,7 +331,7 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     opts = replace(opts, fixtures=fixtures_dir(opts.fixtures, env))
     manifest = resolve_manifest(opts, cwd or Path.cwd(), info["promised_level"])
     if manifest is not None:
-        check_manifest(manifest, opts.format)
+        check_manifest(manifest, opts.format, opts.install, opts.recipe)
     opts.output.mkdir(parents=True, exist_ok=True)
     info_path = opts.output / "stack-info.json"
     info["selection"] = selection_info(opts.install, opts.recipe, opts.format) if opts.format else None

@@ -62,7 +62,7 @@ class ReceiptStep:
         """The options it records, and every earlier step's whole result and when it finished: the
         receipt records all of them, so it is written again whenever any earlier step ran."""
         o = ctx.options
-        return {"allow_dirty": o.allow_dirty, "skip": list(o.skip_preflight),
+        return {"allow_dirty": o.allow_dirty, "skip": list(o.skip_preflight), "cache_dir": str(o.cache_dir),
                 "steps": [[r.name, r.finished_at, fingerprint(r.result.to_json())] for r in ctx.done.values()
                           if r.name != self.name]}
 
@@ -103,7 +103,7 @@ class ReceiptStep:
             "steps": [{"name": r.name, "status": r.status, "seconds": r.seconds, "finished_at": r.finished_at}
                       for r in ctx.done.values()],
             "options": {"allow_dirty": o.allow_dirty, "skip_preflight": list(o.skip_preflight),
-                        "locked": o.locked is not None},
+                        "locked": o.locked is not None, "cache_dir": str(o.cache_dir)},
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "torch": torch_record(ctx),
             "cuda_arch_list": [str(c) for c in ctx.recipe.cuda.arch_list] if ctx.recipe.cuda else None,
