@@ -49,9 +49,11 @@ def test_a_file_planted_in_an_env_an_earlier_run_made_reaches_no_other_stack(wor
     stored_files = sorted(p.relative_to(stored) for p in stored.rglob("*"))
     (site(s1) / "zz_planted.pth").write_text("import os; os.environ.setdefault('PLANTED', '1')\n")
     _install_again(s1)
-    setup(world, s1, cache)
-    assert "not stored in the built-stack cache: its env was made by an earlier run" in (
-        s1 / "logs" / "install.log").read_text()
+    # install refuses an env holding a file no RECORD owns (session 18), before anything could be stored
+    from october.installer.core.errors import InstallError
+
+    with pytest.raises(InstallError, match="zz_planted.pth"):
+        setup(world, s1, cache)
     (entry,) = entries(cache)
     assert sorted(p.relative_to(entry) for p in entry.rglob("*")) == stored_files
     setup(world, s2, cache)
@@ -97,3 +99,27 @@ def test_an_ignored_file_planted_in_a_checkout_reaches_no_other_stack(world: Wor
     assert entries(cache) == []
     setup(world, s2, cache)
     assert not (s2 / "src" / "alpha" / planted).exists()
+
+
+@pytest.mark.parametrize("bit", ["--skip-worktree", "--assume-unchanged"])
+def test_an_edit_git_status_is_told_not_to_see_reaches_no_other_stack(world: World, tmp_path: Path, bit: str) -> None:
+    """Session 18's audit: ``git update-index --skip-worktree`` (or ``--assume-unchanged``) in stack 1's fork
+    hides an edit from ``git status``, so the checkout looked clean and was stored; stack 2 took it.  A
+    checkout with either bit is not stored (the reason is logged), and stack 2 gets the committed file."""
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    target = s1 / "src" / "alpha" / "alpha" / "__init__.py"
+    subprocess.run(["git", "-C", str(s1 / "src" / "alpha"), "update-index", bit, "alpha/__init__.py"], check=True)
+    target.write_text(target.read_text() + POISON)
+    assert subprocess.run(["git", "-C", str(s1 / "src" / "alpha"), "status", "--porcelain"], capture_output=True,
+                          text=True, check=True).stdout == ""          # the plant is invisible to status
+    for entry in entries(cache):
+        subprocess.run(["chmod", "-R", "u+w", str(entry)], check=True)
+        subprocess.run(["rm", "-rf", str(entry)], check=True)
+    subprocess.run(["rm", "-rf", str(s1 / "env")], check=True)
+    setup(world, s1, cache)
+    assert "tracked file(s) git status does not look at (skip-worktree or assume-unchanged: alpha/__init__.py" in (
+        s1 / "logs" / "install.log").read_text()
+    assert entries(cache) == []
+    setup(world, s2, cache)
+    assert POISON not in (s2 / "src" / "alpha" / "alpha" / "__init__.py").read_text()

@@ -140,6 +140,10 @@ def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | No
     if made is None or made.status != "ran":
         return "its env was made by an earlier run (only a run that makes the env itself stores it)"
     for f in forks:
+        hidden = overwritten.hidden_from_status(ctx.runner, step, f.path)
+        if hidden:
+            return (f"the checkout of {f.use.name} has {len(hidden)} tracked file(s) git status does not look at "
+                    f"(skip-worktree or assume-unchanged: {', '.join(hidden[:3])}{', ...' if len(hidden) > 3 else ''})")
         found = overwritten.untracked(ctx.runner, step, f.path)
         if found:
             return (f"the checkout of {f.use.name} held {len(found)} file(s) git does not track before the "
