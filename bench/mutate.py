@@ -60,6 +60,10 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "jit-integrity": ("installer/jit/integrity.py",
                       ("tests/test_mutation_kills_jit.py", "tests/test_jit_integrity.py")),
     "verify": ("installer/verify.py", ("tests/test_mutation_kills_verify.py",)),
+    # the forks' build outputs: recorded by install, held by the no-op and by verify
+    "verify-outputs": ("installer/verify_outputs.py", ("tests/test_mutation_kills_verify.py",)),
+    "git-buildoutputs": ("installer/git/buildoutputs.py",
+                         ("tests/test_mutation_kills_verify.py", "tests/test_install_step.py")),
     "kit-check": ("installer/kit/manifest.py", ("tests/test_mutation_kills_kit.py",)),
     "kit-against": ("installer/kit/against.py", ("tests/test_kit_units.py",)),
     # issue 21 moved the install step's domain code here (guards.spec_for and the static torch-ABI verdict,

@@ -7,6 +7,9 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
 * ``STACK/stack-env.json`` and ``STACK/activate`` are as the env step wrote them (sha256);
 * each fork clone: HEAD at the locked ``commit-id``, no local changes (unless the receipt
   recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
+* each fork's build outputs (the files git ignores that its install left in the checkout: vLLM's
+  ``_C.abi3.so``, FlashInfer's ``data/`` links) with the digests the install step recorded, and no
+  other such file (see :mod:`verify_outputs`);
 * every distribution in the stack env against the lock: nothing extra, nothing missing, the
   locked version; forks installed editable from ``STACK/src/<fork>``;
 * every file each distribution's RECORD lists with a hash still has that hash (and exists), and
@@ -34,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from . import verify_fix as fixes
-from . import verify_jit, verify_unowned
+from . import verify_jit, verify_outputs, verify_unowned
 from .core.errors import LockError, StateError
 from .core.hashing import sha256_file
 from .core.paths import StackPaths
@@ -201,6 +204,21 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
         diffs += [Difference("forks", f"{what} submodule {p}", f"commit {subs[p]}", "no such submodule", rerun)
                   for p in gone]
     return diffs
+
+
+def check_build_outputs(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:
+    """Each fork's build outputs as its install recorded them, and none other (see :mod:`verify_outputs`)."""
+    forks = {name: _fork_dir(paths, name, e) for name, e in _fork_entries(lock).items()}
+    looked, findings = verify_outputs.check(paths, forks, verify_jit.aot_dirs(paths, forks.values()))
+    diffs = [Difference("forks", f"fork {f.fork} ({f.checkout}) build output {f.rel}".rstrip(" "),
+                        f.expected, f.found, rerun) for f in findings if not f.unrecorded]
+    for name in sorted({f.fork for f in findings if f.unrecorded}):
+        extra = [f for f in findings if f.unrecorded and f.fork == name]
+        diffs.append(Difference("forks", f"files in {extra[0].checkout} git does not track that no install recorded",
+                                "only the build outputs the fork's install recorded",
+                                f"{len(extra)} other file(s): {_listed([f.rel for f in extra], '; ')}",
+                                fixes.remove_files([f.checkout / f.rel for f in extra])))
+    return looked, diffs
 
 
 def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist],
@@ -392,6 +410,9 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     diffs += check_stack_env(paths, receipt)
     say("fork clones")
     diffs += check_forks(paths, lock, receipt, rerun)
+    say("fork build outputs")
+    outputs, output_diffs = check_build_outputs(paths, lock, rerun)
+    diffs += output_diffs
     say("distributions")
     diffs += check_distributions(paths, lock, dists, rerun)
     files, file_diffs, owned = check_files(dists, hashed,
@@ -405,15 +426,16 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say("JIT libraries")
     jit_count, jit_diffs = check_jit(paths, lock, rerun)
     diffs += jit_diffs
-    checked = {"forks": len(_fork_entries(lock)), "distributions": len(dists), "files": files,
-               "jit": jit_count, "wheel": int(bool(((lock.get("tool") or {}).get(TOOL) or {}).get("wheel")))}
+    checked = {"forks": len(_fork_entries(lock)), "build_outputs": outputs, "distributions": len(dists),
+               "files": files, "jit": jit_count, "wheel": int(bool(((lock.get("tool") or {}).get(TOOL) or {}).get("wheel")))}
     return VerifyReport(stack=paths.root, lock_sha256=sha256_file(paths.pylock), checked=checked,
                         differences=tuple(diffs))
 
 
 def format_report(report: VerifyReport) -> Sequence[str]:
     c = report.checked
-    lines = [f"checked {c['forks']} fork(s), {c['distributions']} distribution(s), {c['files']} file(s), "
+    lines = [f"checked {c['forks']} fork(s) ({c['build_outputs']} build output(s)), {c['distributions']} "
+             f"distribution(s), {c['files']} file(s), "
              f"{c['jit']} JIT librar{'y' if c['jit'] == 1 else 'ies'}, {c['wheel']} base wheel"]
     if report.ok:
         lines.append(f"stack {report.stack} matches its lock (sha256 {report.lock_sha256[:12]})")

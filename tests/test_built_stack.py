@@ -71,6 +71,33 @@ def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world:
     assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
 
 
+def test_a_stack_copied_from_the_cache_records_the_fork_build_outputs_it_took(tmp_path: Path) -> None:
+    """Fork 'alpha' builds alpha/_native.abi3.so into its checkout (ignored by git, as vLLM's _C.abi3.so): the
+    second stack takes it from the entry, and its install records it as the first stack's install did, so
+    verify and the no-op hold it there too."""
+    from october.installer.core.hashing import sha256_file
+    from tests.fixtures.world import ALPHA_OUTPUT, make_world
+
+    world = make_world(tmp_path / "world", build_output=True)
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    setup(world, s2, cache)
+    assert built_from(s2) is not None
+    assert "fork build outputs copied from the built-stack cache entry" in (s2 / "logs" / "install.log").read_text()
+
+    def recorded(stack: Path) -> dict:
+        return json.loads((stack / ".state" / "install.json").read_text())["outputs"]["build_outputs"]
+
+    out = s2 / "src" / "alpha" / ALPHA_OUTPUT
+    assert recorded(s2) == recorded(s1) == {"alpha": {ALPHA_OUTPUT: "sha256:" + sha256_file(out)}, "beta": {}}
+    assert verify(s2) == 0 and all(s == "cached" for s in statuses(setup(world, s2, cache)).values())
+    clean = out.read_bytes()
+    out.write_bytes(b"\x7fELF replaced\n")
+    assert verify(s2) == 13
+    assert statuses(setup(world, s2, cache))["install"] == "ran"
+    assert out.read_bytes() == clean and verify(s2) == 0
+
+
 @pytest.mark.parametrize("plant", ["edit", "extra", "missing", "fork"])
 def test_a_tampered_entry_is_refused_removed_and_the_stack_built(world: World, tmp_path: Path, plant: str) -> None:
     cache, s2 = tmp_path / "cache", tmp_path / "s2"

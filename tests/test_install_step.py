@@ -23,6 +23,7 @@ from october.installer.install.upstream import upstream_base
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.steps.env import write_stack_env
 from october.installer.steps.install import InstallStep
+from october.installer.steps.results import InstallResult
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow
@@ -151,6 +152,63 @@ def test_rerun_with_a_new_wheel_rebuilds_the_fork(tmp_path, links, cache):
     ctx.done["wheel"] = sf.record(sf.verified_wheel(other))
     InstallStep().run(ctx)
     assert (forks.vllm / "vllm" / "_C.abi3.so").read_bytes() == b"second payload"
+
+
+def test_install_records_each_forks_build_outputs_and_its_noop_check_holds_them(tmp_path, links, cache, monkeypatch):
+    """The vLLM stand-in's build copies _C.abi3.so into the checkout (git ignores it), as the real precompiled
+    setup.py does: the result records it by sha256; the no-op check names it when it changes or goes, and
+    takes an unchanged one from its stat signature without reading it."""
+    import dataclasses
+    import time
+
+    from october.installer.core.hashing import sha256_bytes, sha256_file
+    from october.installer.git import buildoutputs
+
+    ctx, forks, _ = _setup(tmp_path, links, cache)
+    step = InstallStep()
+    result = step.run(ctx)
+    so, meta = forks.vllm / "vllm" / "_C.abi3.so", forks.vllm / "vllm" / "_precompiled.json"
+    assert result.build_outputs == {"vllm": {"vllm/_C.abi3.so": "sha256:" + sha256_bytes(links.c_ext),
+                                             "vllm/_precompiled.json": "sha256:" + sha256_file(meta)},
+                                    "flashinfer": {}}
+    assert step.load(result.to_json()) == result and step.verify(ctx, result) is None
+    clean = so.read_bytes()
+    so.write_bytes(clean[:-1] + bytes([clean[-1] ^ 1]))
+    assert step.verify(ctx, result) == ("fork vllm's build outputs differ from what its install left "
+                                        "(vllm/_C.abi3.so (changed))")
+    so.unlink()
+    assert "vllm/_C.abi3.so (missing)" in (step.verify(ctx, result) or "")
+    so.write_bytes(clean)
+    assert step.verify(ctx, result) is None
+    time.sleep(1.1)             # older than file trust's racy window: its signature is kept
+    ctx.trust.save()
+
+    def unread(path, *_args):
+        raise AssertionError(f"{path} was looked at beyond its stat signature")
+
+    monkeypatch.setattr(buildoutputs, "trusted_digest", unread)
+    assert step.verify(ctx, result) is None
+    # a result of an october that recorded no build outputs: the install runs again and records them
+    old = InstallResult.from_json({k: v for k, v in result.to_json().items() if k != "build_outputs"})
+    assert old == dataclasses.replace(result, build_outputs=None) and old.chain_json() == result.chain_json()
+    assert "build outputs are not recorded" in (step.verify(ctx, old) or "")
+
+
+def test_a_rerun_records_what_its_install_made_not_what_it_found(tmp_path, links, cache):
+    """Before a re-run: a replaced _C.abi3.so (the build writes it again: its own bytes are recorded) and a
+    planted extension module (the build leaves it untouched: not recorded, said, and `current verify` names it)."""
+    from october.installer.core.hashing import sha256_bytes
+
+    ctx, forks, _ = _setup(tmp_path, links, cache)
+    step = InstallStep()
+    step.run(ctx)
+    (forks.vllm / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF replaced")
+    (forks.vllm / "vllm" / "_planted.abi3.so").write_bytes(b"\x7fELF planted")
+    again = step.run(ctx).build_outputs or {}
+    assert sorted(again["vllm"]) == ["vllm/_C.abi3.so", "vllm/_precompiled.json"]
+    assert again["vllm"]["vllm/_C.abi3.so"] == "sha256:" + sha256_bytes(links.c_ext)
+    assert (f"fork vllm: 1 file(s) git does not track were in {forks.vllm} before the install, which did not "
+            "make them (vllm/_planted.abi3.so)") in ctx.runner.log_path("install").read_text()
 
 
 def test_unreachable_upstream_fails_closed(tmp_path, links, cache):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest
 from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
+from october.installer.git.exclude import exclude_build_outputs
 from october.installer.verify import (
     MAX_FILES_LISTED,
     Difference,
@@ -35,6 +37,9 @@ from october.installer.verify import (
 TORCH = "2.10.0+cu128"
 JIT_LIB = "jit/.cache/cached_ops/batch_decode_k16/batch_decode_k16.so"
 FORK_PATH = "src/fi-custom"          # recorded in the lock: verify must look here, not at src/flashinfer
+KERNELS, KERNELS_BYTES = "flashinfer/_kernels.abi3.so", b"\x7fELF kernels the install copied in"
+DATA_LINK = "flashinfer/data/include"
+OUTPUTS = {KERNELS: "sha256:" + hashlib.sha256(KERNELS_BYTES).hexdigest(), DATA_LINK: "link:../../include"}
 
 
 def git(repo: Path, *args: str) -> str:
@@ -142,10 +147,15 @@ def _build(tmp: Path) -> tuple[Path, str]:
     fork.mkdir(parents=True)
     git(fork, "init", "-q")
     (fork / "pyproject.toml").write_text("[project]\nname = 'flashinfer-python'\n")
+    (fork / ".gitignore").write_text("/flashinfer/data/\n")
     git(fork, "submodule", "add", "-q", str(sub_src), "3rdparty/sub")
     git(fork, "add", "-A")
     git(fork, "commit", "-qm", "fork")
     commit = git(fork, "rev-parse", "HEAD")
+    exclude_build_outputs(fork)             # as fetch leaves a clone
+    (fork / "flashinfer" / "data").mkdir(parents=True)          # what the fork's editable install left
+    (fork / KERNELS).write_bytes(KERNELS_BYTES)
+    os.symlink("../../include", fork / DATA_LINK)
     sub_commit = git(fork / "3rdparty" / "sub", "rev-parse", "HEAD")
 
     site = root / "env" / "lib" / "python3.12" / "site-packages"
@@ -166,7 +176,13 @@ def _build(tmp: Path) -> tuple[Path, str]:
     (root / ".state").mkdir()
     (root / ".state" / "fetch.json").write_text(json.dumps(
         {"format_version": 2, "outputs": {"forks": {"flashinfer": {"submodules": {"3rdparty/sub": sub_commit}}}}}))
+    _write_install_marker(root, {"flashinfer": OUTPUTS})
     return root, sub_commit
+
+
+def _write_install_marker(root: Path, build_outputs: dict | None) -> None:
+    outputs = {} if build_outputs is None else {"build_outputs": build_outputs}
+    (root / ".state" / "install.json").write_text(json.dumps({"format_version": 2, "outputs": outputs}))
 
 
 @pytest.fixture(scope="module")
@@ -207,13 +223,16 @@ def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stac
     said: list[str] = []
     report = verify_stack(stack.root, progress=said.append, hashed=lambda d, t: seen.append((d, t)))
     assert report.differences == () and report.ok
-    assert dict(report.checked) == {"forks": 1, "distributions": 4, "files": 4, "jit": 1, "wheel": 1}
+    assert dict(report.checked) == {"forks": 1, "build_outputs": 2, "distributions": 4, "files": 4, "jit": 1,
+                                    "wheel": 1}
     assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
     total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
     assert seen and seen[-1] == (float(total), float(total))
-    assert said == ["lock file", "fork clones", "distributions", "files no RECORD owns", "base wheel", "JIT libraries"]
+    assert said == ["lock file", "fork clones", "fork build outputs", "distributions", "files no RECORD owns",
+                    "base wheel", "JIT libraries"]
     lines = format_report(report)
-    assert lines[0] == "checked 1 fork(s), 4 distribution(s), 4 file(s), 1 JIT library, 1 base wheel"
+    assert lines[0] == ("checked 1 fork(s) (2 build output(s)), 4 distribution(s), 4 file(s), 1 JIT library, "
+                        "1 base wheel")
     assert lines[1].startswith(f"stack {stack.root.resolve()} matches its lock (sha256 {report.lock_sha256[:12]})")
     assert report.as_json()["ok"] is True and report.as_json()["differences"] == []
 
@@ -416,6 +435,8 @@ def test_the_fork_is_looked_for_where_the_lock_records_it(stack: Stack) -> None:
     (stack.root / FORK_PATH).rename(stack.root / "src" / "moved")
     found = {d.check: d for d in diffs(stack)}
     assert found["forks"].found == "no clone" and FORK_PATH in found["forks"].what
+    (stack.root / FORK_PATH).mkdir()            # a folder that is no clone: named once, its files not looked at
+    assert [d.found for d in diffs(stack) if d.check == "forks"] == ["no clone"]
 
 
 def test_a_fork_at_another_commit_is_named(stack: Stack) -> None:
@@ -469,6 +490,79 @@ def test_a_submodule_the_fetch_did_not_record_is_named(stack: Stack) -> None:
     d = only(stack)
     assert d.what.endswith("submodule 3rdparty/gone")
     assert (d.expected, d.found) == (f"commit {'c' * 40}", "no such submodule")
+
+
+# ----------------------------------------------------------------------------- fork build outputs
+
+
+def test_a_changed_build_output_is_named_with_both_digests(stack: Stack) -> None:
+    """vLLM's precompiled setup.py copies _C.abi3.so (the kernel that writes the KV cache) into the checkout,
+    where git ignores it: a replaced copy is named, although `git status` is clean."""
+    (stack.fork / KERNELS).write_bytes(b"\x7fELF another kernel")
+    d = only(stack)
+    assert (d.check, d.what) == ("forks", f"fork flashinfer ({stack.fork}) build output {KERNELS}")
+    assert (d.expected, d.found) == (OUTPUTS[KERNELS], "sha256:" + sha256_file(stack.fork / KERNELS))
+    assert "october_setup" in d.fix and "--locked" in d.fix
+
+
+def test_a_missing_build_output_and_a_moved_link_are_named(stack: Stack) -> None:
+    (stack.fork / KERNELS).unlink()
+    (stack.fork / DATA_LINK).unlink()
+    os.symlink("/elsewhere/include", stack.fork / DATA_LINK)
+    found = {d.what.rsplit(" ", 1)[1]: (d.expected, d.found) for d in diffs(stack)}
+    assert found == {KERNELS: (OUTPUTS[KERNELS], "missing"), DATA_LINK: (OUTPUTS[DATA_LINK], "link:/elsewhere/include")}
+    # a link replaced by a file holding what it pointed at is a change too: the record says "link"
+    (stack.fork / DATA_LINK).unlink()
+    (stack.fork / DATA_LINK).write_text("../../include")
+    assert [d.found for d in diffs(stack) if d.what.endswith(DATA_LINK)] == [
+        "sha256:" + sha256_file(stack.fork / DATA_LINK)]
+
+
+def test_a_file_no_install_recorded_is_named_and_its_command_removes_it(stack: Stack) -> None:
+    """A planted extension module and a sourceless .pyc (both import) are named; bytecode in __pycache__
+    (checked against its source by Python) and FlashInfer's AOT folder (verify_jit's) are not."""
+    planted = [stack.fork / "flashinfer" / "_planted.abi3.so", stack.fork / "flashinfer" / "shadow.pyc"]
+    for p in planted:
+        p.write_bytes(b"\x7fELF planted")
+    (stack.fork / "flashinfer" / "__pycache__").mkdir()
+    (stack.fork / "flashinfer" / "__pycache__" / "x.cpython-312.pyc").write_bytes(b"bytecode")
+    d = only(stack)
+    assert d.check == "forks" and d.what == f"files in {stack.fork} git does not track that no install recorded"
+    assert d.found == "2 other file(s): flashinfer/_planted.abi3.so; flashinfer/shadow.pyc"
+    assert d.fix.startswith("nothing set up put them there: remove them with `rm -f -- ")
+    command = d.fix.split("`")[1]
+    subprocess.run(["bash", "-c", command], check=True)
+    assert not any(p.exists() for p in planted) and diffs(stack) == []
+
+
+def test_a_stack_whose_install_recorded_no_build_outputs_is_named(stack: Stack) -> None:
+    """A stack installed by an october that did not record them (or whose record is gone): nothing to hold
+    its outputs to, so it is named; the re-run (the install step's no-op check says the same) records them."""
+    _write_install_marker(stack.root, None)
+    d = only(stack)
+    assert d.what == f"fork flashinfer ({stack.fork}) build output"
+    assert d.found == "none recorded (installed by an earlier october, or its record is gone)" and "--locked" in d.fix
+    (stack.root / ".state" / "install.json").unlink()
+    assert only(stack).found == d.found
+    _write_install_marker(stack.root, {"flashinfer": {}})       # recorded: none; both files are then unrecorded
+    assert only(stack).found == f"2 other file(s): {KERNELS}; {DATA_LINK}"
+
+
+def test_build_output_digests_of_what_is_gone_unreadable_or_a_folder(tmp_path: Path) -> None:
+    from october.installer.core.filetrust import FileTrust
+    from october.installer.git import buildoutputs as bo
+
+    (tmp_path / "a.so").write_bytes(b"x")
+    (tmp_path / "d").mkdir()
+    assert bo.signatures(tmp_path, ["gone.so", "a.so"]).keys() == {"a.so"}
+    assert bo.record(tmp_path, ["gone.so", "a.so", "d"], FileTrust(tmp_path / "t.json")) == {
+        "a.so": "sha256:" + hashlib.sha256(b"x").hexdigest(), "d": "dir"}
+    want = {"a.so/inner": "sha256:" + "0" * 64, "d": "dir", "gone.so": "link:x"}
+    assert [(c.rel, c.found) for c in bo.changed(tmp_path, want)] == [
+        ("a.so/inner", "unreadable (NotADirectoryError)"), ("gone.so", "missing")]
+    five = [bo.Changed(f"f{i}", "sha256:", "missing") for i in range(5)]
+    assert bo.describe(five) == ", ".join(f"f{i} (missing)" for i in range(5))
+    assert bo.describe([*five, bo.Changed("f5", "sha256:", "sha256:1")]).endswith("f4 (missing), ... 1 more")
 
 
 # --------------------------------------------------------------------------------- distributions

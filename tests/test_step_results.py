@@ -52,7 +52,8 @@ RESULTS: list[StepResult] = [
     InstallResult(forks=(InstalledFork(name="vllm", path="/s/src/vllm", commit=COMMIT, mode="vllm-precompiled",
                                        args=("-e", "/s/src/vllm"), env={"VLLM_USE_PRECOMPILED": "1"}),),
                   order=("vllm",), torch="2.11.0", checks={"torch": "ok"}, wheel_path="/s/wheels/v.whl",
-                  wheel_sha256=SHA, vllm_base_commit=COMMIT),
+                  wheel_sha256=SHA, vllm_base_commit=COMMIT,
+                  build_outputs={"vllm": {"vllm/_C.abi3.so": f"sha256:{SHA}", "vllm/data/x": "link:/s/src/x"}}),
     JitResult(workspace="/s/jit", arch_list="9.0", modules=({"uri": "m", "path": "/s/jit/m.so", "sha256": SHA,
                                                              "cached": False, "source": "built"},),
               cached=False, builder="b", flashinfer_version="0.6.7"),
@@ -96,6 +97,20 @@ def test_what_changes_without_meaning_anything_stays_out_of_the_chain() -> None:
     assert jit.chain_json() == dataclasses.replace(jit, modules=(moved,), cached=True).chain_json()
     other = dict(jit.modules[0], sha256="b" * 64)
     assert jit.chain_json() != dataclasses.replace(jit, modules=(other,)).chain_json()
+
+
+def test_an_install_result_of_an_older_tool_loads_without_build_outputs_and_chains_the_same() -> None:
+    """A marker written before the install recorded the forks' build outputs still loads (None: not recorded,
+    which its no-op check says); the record stays out of the chain, so recording it re-runs no later step."""
+    install = RESULTS[6]
+    assert isinstance(install, InstallResult) and install.build_outputs
+    older = {k: v for k, v in install.to_json().items() if k != "build_outputs"}
+    loaded = InstallResult.from_json(older)
+    assert loaded.build_outputs is None and loaded.to_json() == older
+    assert loaded.chain_json() == install.chain_json() == older
+    for bad in ([], {"vllm": ["vllm/_C.abi3.so"]}, {"vllm": {"vllm/_C.abi3.so": 7}}):
+        with pytest.raises(MalformedResult):
+            InstallResult.from_json({**older, "build_outputs": bad})
 
 
 def test_the_plan_follows_step_order(tmp_path: Path) -> None:

@@ -95,6 +95,39 @@ def test_a_fresh_stack_verifies(stack: Stack) -> None:
     c = data["checked"]
     # jit: each of the 2 modules in the workspace and as its AOT copy
     assert c["forks"] == 2 and c["jit"] == 4 and c["wheel"] == 1 and c["distributions"] >= 3 and c["files"] > 5
+    assert c["build_outputs"] >= 2          # vllm/_C.abi3.so and vllm/_precompiled.json at least
+
+
+def test_a_replaced_or_planted_extension_module_in_a_fork_checkout_is_listed(stack: Stack) -> None:
+    """vLLM's precompiled setup.py copies vllm/_C.abi3.so (the kernel that writes the KV cache) into the
+    checkout, where git ignores it (the stand-in does the same): `git status` stays clean whatever its bytes,
+    so the install step's record of it is what holds it."""
+    from october.installer.core.hashing import sha256_file
+
+    fork = stack.root / "src" / "vllm"
+    so = fork / "vllm" / "_C.abi3.so"
+    recorded = "sha256:" + sha256_file(so)
+    original = so.read_bytes()
+    so.write_bytes(original + b"\0")
+    try:
+        assert git(fork, "status", "--porcelain") == ""
+        diffs = differences(stack)
+        assert [(d["check"], d["what"], d["expected"], d["found"]) for d in diffs] == [
+            ("forks", f"fork vllm ({fork}) build output vllm/_C.abi3.so", recorded, "sha256:" + sha256_file(so))]
+        assert "--locked" in diffs[0]["fix"]
+        proc = verify(stack)
+        assert proc.returncode == 13 and "vllm/_C.abi3.so" in proc.stderr
+    finally:
+        so.write_bytes(original)
+    planted = so.with_name("_moe_C.abi3.so")
+    planted.write_bytes(b"\x7fELF planted")
+    try:
+        diffs = differences(stack)
+        assert [(d["check"], d["found"]) for d in diffs] == [("forks", "1 other file(s): vllm/_moe_C.abi3.so")], diffs
+        assert f"rm -f -- {planted}" in diffs[0]["fix"]
+    finally:
+        planted.unlink()
+    assert differences(stack) == []
 
 
 def test_an_extra_installed_package_is_listed(stack: Stack) -> None:
@@ -284,11 +317,12 @@ def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     assert "gpu" in text and "nvcc:" in text
 
 
-def _world_stack(tmp_path: Path, beta_entry_extra: str = "") -> Stack:
-    """A stack of the fixture world, whose fork 'beta' carries a git submodule (third_party/gamma)."""
+def _world_stack(tmp_path: Path, beta_entry_extra: str = "", *, build_output: bool = False) -> Stack:
+    """A stack of the fixture world, whose fork 'beta' carries a git submodule (third_party/gamma);
+    ``build_output``: the install of fork 'alpha' leaves a file in its checkout (world.ALPHA_OUTPUT)."""
     from tests.fixtures.world import make_world
 
-    world = make_world(tmp_path / "world")
+    world = make_world(tmp_path / "world", build_output=build_output)
     if beta_entry_extra:
         text = world.recipe.read_text()
         head = 'name = "beta"\n'
@@ -299,6 +333,60 @@ def _world_stack(tmp_path: Path, beta_entry_extra: str = "") -> Stack:
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return Stack(root, tmp_path, tmp_path / "cache", tmp_path)
+
+
+def _setup_again(stack: Stack) -> subprocess.CompletedProcess[str]:
+    """october_setup on a stack of _world_stack, as it was set up."""
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack.root), "--recipe",
+                           str(stack.tmp / "world" / "fixture.toml"), "--cache-dir", str(stack.cache),
+                           "--skip-preflight", "nvcc,gpu,cuda_arch"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_fork_build_output_replaced_or_planted_is_listed_and_the_noop_installs_the_fork_again(tmp_path: Path) -> None:
+    """The install of fork 'alpha' leaves alpha/_native.abi3.so in its checkout, ignored by git and imported at
+    run time, as vLLM's leaves vllm/_C.abi3.so.  Untouched: verify passes and a re-run runs no step.  Replaced:
+    verify names it and the re-run installs alpha again, whose build writes it again.  Planted beside it: verify
+    names it, a re-run's install does not take it as its own, and verify's command removes it."""
+    from october.installer.core.hashing import sha256_file
+    from tests.fixtures.world import ALPHA_OUTPUT
+
+    stack = _world_stack(tmp_path, build_output=True)
+    alpha = stack.root / "src" / "alpha"
+    out = alpha / ALPHA_OUTPUT
+    digest = "sha256:" + sha256_file(out)
+    marker = json.loads((stack.root / ".state" / "install.json").read_text())
+    assert marker["outputs"]["build_outputs"] == {"alpha": {ALPHA_OUTPUT: digest}, "beta": {}}
+    assert differences(stack) == [] and json.loads(verify(stack, "--json").stdout)["checked"]["build_outputs"] == 1
+    assert "(0 step(s) ran, 6 already done)" in _setup_again(stack).stdout
+
+    clean = out.read_bytes()
+    out.write_bytes(b"\x7fELF replaced\n")
+    assert git(alpha, "status", "--porcelain", "--untracked-files=all") == ""
+    diffs = differences(stack)
+    assert [(d["check"], d["what"], d["expected"], d["found"]) for d in diffs] == [
+        ("forks", f"fork alpha ({alpha}) build output {ALPHA_OUTPUT}", digest, "sha256:" + sha256_file(out))]
+    again = _setup_again(stack)
+    assert again.returncode == 0, again.stderr
+    assert (f"==> install: running again: its outputs no longer verify (fork alpha's build outputs differ from what "
+            f"its install left ({ALPHA_OUTPUT} (changed)))") in again.stderr
+    assert out.read_bytes() == clean and differences(stack) == []
+    assert "(0 step(s) ran, 6 already done)" in _setup_again(stack).stdout
+    out.unlink()
+    assert [(d["expected"], d["found"]) for d in differences(stack)] == [(digest, "missing")]
+    out.write_bytes(clean)
+    assert differences(stack) == []
+
+    planted = alpha / "alpha" / "_planted.abi3.so"
+    planted.write_bytes(b"\x7fELF planted\n")
+    assert [(d["check"], d["found"]) for d in differences(stack)] == [("forks", "1 other file(s): alpha/_planted.abi3.so")]
+    out.write_bytes(b"\x7fELF replaced\n")           # the install runs again, next to the planted file
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "which did not make them (alpha/_planted.abi3.so)" in again.stderr, again.stderr
+    diffs = differences(stack)
+    assert [(d["check"], d["found"]) for d in diffs] == [("forks", "1 other file(s): alpha/_planted.abi3.so")]
+    run_fix(diffs[0]["fix"])
+    assert not planted.exists() and out.read_bytes() == clean and differences(stack) == []
 
 
 def run_fix(fix: str) -> None:

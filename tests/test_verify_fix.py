@@ -48,7 +48,8 @@ def run_commands(fix: str) -> list[str]:
 def test_every_suggested_command_puts_the_stack_back(stack: Stack) -> None:
     fi, vllm = stack.root / "src" / "flashinfer", stack.root / "src" / "vllm"
     # an extra distribution, a file changed in place (a copy or reflink: no other hard link), a .pth, a
-    # moved fork HEAD, local changes in the other fork, a zero-byte AOT copy, an AOT library no record names
+    # moved fork HEAD, local changes in the other fork, a zero-byte AOT copy, an AOT library no record names,
+    # a changed and a planted build output in a fork checkout
     extra = build_wheel(stack.tmp / "extra-fix", "sneaky-fix", "1.0", {"sneaky_fix/__init__.py": ""})
     uv_pip(stack, "install", "--no-deps", str(extra))
     with open(site(stack) / "torch" / "__init__.py", "ab") as fh:
@@ -62,10 +63,16 @@ def test_every_suggested_command_puts_the_stack_back(stack: Stack) -> None:
     next(aot.glob("*/*.so")).write_bytes(b"")
     (aot / "stray" ).mkdir()
     (aot / "stray" / "stray.so").write_bytes(b"\x7fELF")
+    # a replaced build output of the fork's install (git ignores it) and a planted one
+    with open(vllm / "vllm" / "_C.abi3.so", "ab") as fh:
+        fh.write(b"\0")
+    (vllm / "vllm" / "_planted.abi3.so").write_bytes(b"\x7fELF planted")
 
     diffs = differences(stack)
     kinds = {(d["check"], d["what"].split(" (")[0]) for d in diffs}
     assert {c for c, _w in kinds} == {"distributions", "files", "forks", "jit"}, diffs
+    assert {d["what"].rsplit(" ", 1)[1] for d in diffs if " build output " in d["what"]} == {"vllm/_C.abi3.so"}
+    assert any(d["found"] == "1 other file(s): vllm/_planted.abi3.so" for d in diffs), diffs
     fixes = list(dict.fromkeys(d["fix"] for d in diffs))
     assert all(fixes), diffs
     proc = verify(stack)

@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 from ..core.version import head_commit
 from . import git_env
 
-__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "selected",
-           "submodule_heads", "submodule_states"]
+__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "ignored_files",
+           "selected", "submodule_heads", "submodule_states"]
 
 MAX_LISTED = 10
 
@@ -55,6 +55,14 @@ def dirty_entries(path: Path) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`)."""
     out = _git(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
     return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def ignored_files(path: Path) -> list[str]:
+    """Every file git does not track and ignores (``git ls-files --others --ignored --exclude-standard``):
+    what builds leave (the clone's exclude lists them, :mod:`.exclude`); an untracked file git does not
+    ignore is a local change (:func:`dirty_entries`)."""
+    out = _git(path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", ceiling=path.resolve().parent)
+    return [p for p in out.split("\0") if p]
 
 
 def submodule_states(path: Path) -> list[SubmoduleState]:

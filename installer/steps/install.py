@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.hashing import sha256_file
 from ..engine import FORKS_INSTALLED, StepContext
+from ..git import buildoutputs
 from ..install import consistency, records
 from ..install.forkinstall import install_forks
 from ..install.importcheck import check_imports
@@ -78,6 +79,7 @@ class InstallStep:
         forks = self._forks(ctx)
         plan, base = plan_with_base(ctx.runner, self.name, forks, lambda: self._wheel(ctx), ctx.ui.detail)
         by_name = {f.use.name: f for f in forks}
+        watches = self.watch_outputs(forks)
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
         # asked before the forks are installed: what was in their checkouts then is not this run's making
         unstorable = reuse.unstorable(ctx, self.name, forks) if entry is None else None
@@ -88,8 +90,10 @@ class InstallStep:
             nested_out = install_forks(uv, ctx.runner, self.name, plan.installs, by_name,
                                        state=ctx.paths.state, env_bin=ctx.paths.env / "bin",
                                        torch_version=r.torch.version, info=ctx.ui.info, detail=ctx.ui.detail)
+        made = {name: w.made(reuse.restored_outputs(entry, name)) for name, w in watches.items()}
         # every fork's files are in place: the work begun early may start (.jitearly, .lockearly)
         ctx.announce(FORKS_INSTALLED, forks)
+        outputs = self.record_outputs(ctx, by_name, made)
         # every file of every distribution in the env as its RECORD hashes it
         records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
                                system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
@@ -124,6 +128,7 @@ class InstallStep:
             vllm_base_commit_source=base.source if base else None,
             vllm_base_commit_detail=base.detail if base else None,
             checks=dict(report.results),
+            build_outputs=outputs,
         )
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
@@ -144,6 +149,28 @@ class InstallStep:
                            env=stack_uv(ctx).env())
             return {p.relative_to(venv).as_posix(): sha256_file(p) for p in venv.rglob("*")
                     if p.is_file() and not p.is_symlink()}
+
+    def watch_outputs(self, forks: list[ForkSource]) -> dict[str, buildoutputs.Watch]:
+        """Each checkout's build outputs before the install (FlashInfer's AOT folder is the jit step's)."""
+        from ..jit.build import checkout_aot_dir
+
+        return {f.use.name: buildoutputs.Watch.start(f.path, [checkout_aot_dir(f.path)]) for f in forks}
+
+    def record_outputs(self, ctx: StepContext, forks: dict[str, ForkSource],
+                       made: dict[str, tuple[list[str], list[str]]]) -> dict[str, dict[str, str]]:
+        """fork -> each build output its install made, with its digest; what was there before and the install
+        left untouched is said, and not recorded (``current verify`` names it)."""
+        out: dict[str, dict[str, str]] = {}
+        for name, (mine, found) in made.items():
+            checkout = forks[name].path
+            if found:
+                shown = ", ".join(found[:5]) + (f", ... {len(found) - 5} more" if len(found) > 5 else "")
+                said = (f"fork {name}: {len(found)} file(s) git does not track were in {checkout} before the "
+                        f"install, which did not make them ({shown}); not recorded as its build outputs")
+                ctx.ui.warn(said)
+                ctx.runner.note(self.name, f"# {said}")
+            out[name] = buildoutputs.record(checkout, mine, ctx.trust)
+        return out
 
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
@@ -184,7 +211,19 @@ class InstallStep:
                                           system_torch=ctx.recipe.torch.from_system)
         if problem is not None:
             return problem
+        problem = self.outputs_problem(ctx, result)
+        if problem is not None:
+            return problem
         # every RECORD'ed file; only those whose stat signature moved are read again
         bad = records.tampered(ctx.paths.env, ctx.trust)
         return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
 
+    def outputs_problem(self, ctx: StepContext, result: InstallResult) -> str | None:
+        """Each recorded build output still in its checkout with its digest (an unchanged file: one stat)."""
+        if result.build_outputs is None:
+            return "the forks' build outputs are not recorded (installed by an earlier october)"
+        for f in result.forks:
+            bad = buildoutputs.changed(Path(f.path), result.build_outputs.get(f.name, {}), ctx.trust)
+            if bad:
+                return f"fork {f.name}'s build outputs differ from what its install left ({buildoutputs.describe(bad)})"
+        return None

@@ -92,7 +92,10 @@ class ReceiptStep:
                        if v is not None or k == "branch"}
                       for n, r in sorted(fetch.items())],
             "wheel": wheel.to_json() if wheel is not None else None,
-            "install": install.to_json() if install is not None else None,
+            # the forks' build outputs stay in the install step's marker: their digests are the no-op's and
+            # verify's, and a file such as vLLM's _precompiled.json names where the stack was made
+            "install": {k: v for k, v in install.to_json().items() if k != "build_outputs"}
+            if install is not None else None,
             "jit": jit.libraries if jit is not None else [],
             "stack_env": {"path": str(env_file), "sha256": sha256_file(env_file),
                           "activate": str(stackenv.activate_file(ctx.paths.root)),

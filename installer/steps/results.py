@@ -34,6 +34,10 @@ def _text_lists(m: Mapping[str, JSON]) -> dict[str, tuple[str, ...]]:
     return {str(name): mj.texts(m, str(name)) for name in m}
 
 
+def _text_maps(m: Mapping[str, JSON]) -> dict[str, Mapping[str, str]]:
+    return {str(name): mj.text_map(m, str(name)) for name in m}
+
+
 # a field's annotation -> its reader (the marker's dict, the key, whether the key is required: a field
 # with a default may be absent); bool fields are read by mj.flag with their default
 READERS: dict[str, Callable[[Mapping[str, JSON], str, bool], JSON]] = {
@@ -47,6 +51,7 @@ READERS: dict[str, Callable[[Mapping[str, JSON], str, bool], JSON]] = {
     "tuple[str, ...] | None": lambda d, k, _: mj.texts(d, k) if k in d else None,
     "tuple[Mapping[str, JSON], ...]": lambda d, k, required: mj.objs(d, k, required=required),
     "Mapping[str, tuple[str, ...]]": lambda d, k, required: _text_lists(mj.obj(d, k, required=required)),
+    "Mapping[str, Mapping[str, str]] | None": lambda d, k, _: _text_maps(mj.obj(d, k)) if k in d else None,
     "Mapping[str, ForkRecord]": lambda d, k, _: {
         str(name): ForkRecord.from_json(rec) for name, rec in mj.obj(d, k).items()},
     "tuple[InstalledFork, ...]": lambda d, k, _: tuple(InstalledFork.from_json(f) for f in mj.objs(d, k)),
@@ -232,9 +237,11 @@ class InstalledFork(Record):
 
 
 @dataclass(frozen=True)
-class InstallResult(WholeChained):
+class InstallResult(Record):
     """What the install step left in the env and what its guards found.  ``wheel_path`` /
-    ``wheel_sha256``: the base wheel the precompiled install used (hashed again at use)."""
+    ``wheel_sha256``: the base wheel the precompiled install used (hashed again at use).  ``build_outputs``:
+    fork -> {path in its checkout: ``sha256:<hex>`` | ``link:<target>``}, the files git does not track that
+    its install made (:mod:`october.installer.git.buildoutputs`); None in a result of a tool before them."""
 
     step: ClassVar[str] = "install"
     forks: tuple[InstalledFork, ...]
@@ -249,6 +256,17 @@ class InstallResult(WholeChained):
     vllm_base_commit: str | None = None
     vllm_base_commit_source: str | None = None
     vllm_base_commit_detail: str | None = None
+    build_outputs: Mapping[str, Mapping[str, str]] | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        out = super().to_json()
+        if self.build_outputs is None:
+            del out["build_outputs"]
+        return out
+
+    def chain_json(self) -> JSON:
+        # no later step reads a checkout's build outputs (the jit step reads its own AOT copies)
+        return {k: v for k, v in self.to_json().items() if k != "build_outputs"}
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,13 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
     return entry, nested_out
 
 
+def restored_outputs(entry: "builtstack.Entry | None", fork: str) -> frozenset[str]:
+    """The build outputs of ``fork`` the entry put in place (each one hashed against its manifest), or none."""
+    if entry is None:
+        return frozenset()
+    return frozenset(entry.manifest["files"]["forks"].get(fork) or {})
+
+
 def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | None:
     """Why this run may not store its stack in the built-stack cache (None: it may), asked before the forks
     are installed.  Only what this run made itself is stored: an env the env step made in this run (not one
