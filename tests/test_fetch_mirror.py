@@ -257,7 +257,10 @@ def test_git_env_adds_parallel_checkout_after_the_callers_own_config(monkeypatch
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert "checkout.workers 0" in got
     assert "url.file:///kit/x.git.insteadof https://github.com/o/x" in got
-    assert env["GIT_CONFIG_COUNT"] == "3"
+    from october.installer.git import NO_REPO_CODE, PARALLEL_CHECKOUT
+    assert env["GIT_CONFIG_COUNT"] == str(1 + len(PARALLEL_CHECKOUT) + len(NO_REPO_CODE))
+    assert (env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_VALUE_0"]) == ("url.file:///kit/x.git.insteadOf",
+                                                                    "https://github.com/o/x")
 
 
 def test_git_env_leaves_a_malformed_count_for_git_to_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,6 +83,7 @@ def _receipt_core(path: Path, stack: Path) -> dict[str, Any]:
     doc["lock"].pop("sha256")
     if doc.get("wheel"):
         doc["wheel"].pop("mtime_ns")          # when the file was placed, not what it is
+    doc["options"].pop("cache_dir")          # each run was given its own --cache-dir
     if doc.get("stack_env"):
         doc["stack_env"].pop("sha256")        # the file names the stack's path (compared above as STACK)
     return doc
