@@ -171,7 +171,8 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             continue
         if head != entry["commit"]:
             diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun))
-        dirty = dirty_entries(where)
+        states = submodule_states(where)
+        dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
             shown = _listed([d.strip() for d in dirty], "; ")
             diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}",
@@ -181,7 +182,7 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
         if not isinstance(subs, dict):
             continue
         chosen = _selection(fetched, receipt_forks.get(name) or {}) if subs else []
-        for s in submodule_states(where):
+        for s in states:
             if s.path not in subs and not selected(s.path, chosen):
                 if s.flag == "-":
                     continue              # not selected: a gitlink, left uninitialized, as set up
@@ -200,7 +201,7 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             if bad is not None:
                 diffs.append(Difference("forks", f"{what} submodule {sub}",
                                         f"a sparse checkout of {', '.join(kept) or '(unknown)'} (as set up)", bad, rerun))
-        gone = sorted(set(subs) - {s.path for s in submodule_states(where)})
+        gone = sorted(set(subs) - {s.path for s in states})
         diffs += [Difference("forks", f"{what} submodule {p}", f"commit {subs[p]}", "no such submodule", rerun)
                   for p in gone]
     return diffs

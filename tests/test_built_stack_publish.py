@@ -102,10 +102,16 @@ def test_an_ignored_file_planted_in_a_checkout_reaches_no_other_stack(world: Wor
 
 
 @pytest.mark.parametrize("bit", ["--skip-worktree", "--assume-unchanged"])
-def test_an_edit_git_status_is_told_not_to_see_reaches_no_other_stack(world: World, tmp_path: Path, bit: str) -> None:
+def test_an_edit_git_status_is_told_not_to_see_reaches_no_other_stack(world: World, tmp_path: Path, bit: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Session 18's audit: ``git update-index --skip-worktree`` (or ``--assume-unchanged``) in stack 1's fork
-    hides an edit from ``git status``, so the checkout looked clean and was stored; stack 2 took it.  A
-    checkout with either bit is not stored (the reason is logged), and stack 2 gets the committed file."""
+    hides an edit from ``git status``, so the checkout looked clean and was stored; stack 2 took it.  Now the
+    fetch step names it as a local change (the re-run is refused; with --allow-dirty it builds, recorded, and
+    nothing is stored); and were fetch's check blind to it, install still stores no such checkout (the
+    reason is logged).  Stack 2 gets the committed file either way."""
+    from october.installer.core.errors import FetchError
+    from october.installer.git import clonecheck
+
     cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
     setup(world, s1, cache)
     target = s1 / "src" / "alpha" / "alpha" / "__init__.py"
@@ -117,9 +123,19 @@ def test_an_edit_git_status_is_told_not_to_see_reaches_no_other_stack(world: Wor
         subprocess.run(["chmod", "-R", "u+w", str(entry)], check=True)
         subprocess.run(["rm", "-rf", str(entry)], check=True)
     subprocess.run(["rm", "-rf", str(s1 / "env")], check=True)
+    with pytest.raises(FetchError, match=f"alpha/__init__.py \\({bit.strip('-')}\\)"):
+        setup(world, s1, cache)
+    setup(world, s1, cache, allow_dirty=True)
+    assert entries(cache) == []
+    assert json.loads((s1 / ".state" / "fetch.json").read_text())["outputs"]["forks"]["alpha"]["dirty"] is True
+
+    # the second line of defence: fetch's look made blind, install's own look still refuses to store it
+    monkeypatch.setattr(clonecheck, "hidden_entries", lambda *_a, **_k: [])
+    subprocess.run(["rm", "-rf", str(s1 / "env")], check=True)
     setup(world, s1, cache)
     assert "tracked file(s) git status does not look at (skip-worktree or assume-unchanged: alpha/__init__.py" in (
         s1 / "logs" / "install.log").read_text()
     assert entries(cache) == []
+    monkeypatch.undo()
     setup(world, s2, cache)
     assert POISON not in (s2 / "src" / "alpha" / "alpha" / "__init__.py").read_text()

@@ -190,6 +190,16 @@ def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> 
 
     fixture_git("checkout", "-q", "--detach", recorded["3rdparty/sub"], cwd=src / "3rdparty" / "sub")
     assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
+    # an edit git status is told not to see, in the fork or its submodule, is a local change too
+    for repo in (src, src / "3rdparty" / "sub"):
+        tracked = fixture_git("ls-files", cwd=repo).splitlines()[0]
+        for bit, undo in (("--skip-worktree", "--no-skip-worktree"), ("--assume-unchanged", "--no-assume-unchanged")):
+            fixture_git("update-index", bit, tracked, cwd=repo)
+            assert fixture_git("status", "--porcelain", cwd=src) == ""
+            found = check_clone(src, commit, allow_dirty=False, submodules=subs) or ""
+            assert "local changes" in found and f"{tracked} ({bit[2:]})" in found, found
+            fixture_git("update-index", undo, tracked, cwd=repo)
+    assert check_clone(src, commit, allow_dirty=False, submodules=subs) is None
     fixture_git("submodule", "deinit", "-q", "-f", "3rdparty/sub", cwd=src)
     for dirty in (False, True):
         assert "not at their recorded commits: 3rdparty/sub" in (

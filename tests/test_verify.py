@@ -176,6 +176,26 @@ def test_a_moved_fork_head_is_listed(stack: Stack) -> None:
     assert differences(stack) == []
 
 
+def test_an_edit_hidden_from_git_status_is_a_local_change(stack: Stack) -> None:
+    """``git update-index --skip-worktree`` (or ``--assume-unchanged``) hides an edit from git status: verify
+    still names it."""
+    fork = stack.root / "src" / "vllm"
+    src = fork / "vllm" / "__init__.py"
+    original = src.read_bytes()
+    for bit, undo in (("--skip-worktree", "--no-skip-worktree"), ("--assume-unchanged", "--no-assume-unchanged")):
+        git(fork, "update-index", bit, "vllm/__init__.py")
+        src.write_bytes(original + b"DEBUG = True\n")
+        try:
+            assert git(fork, "status", "--porcelain") == ""
+            diffs = differences(stack)
+            assert [d["check"] for d in diffs] == ["forks"], diffs
+            assert f"vllm/__init__.py ({bit[2:]})" in diffs[0]["found"], diffs
+        finally:
+            src.write_bytes(original)
+            git(fork, "update-index", undo, "vllm/__init__.py")
+    assert differences(stack) == []
+
+
 def test_a_dirty_tree_and_a_changed_jit_library_are_both_listed(stack: Stack) -> None:
     src = stack.root / "src" / "vllm" / "vllm" / "__init__.py"
     so = next((stack.root / "jit").rglob("*.so"))

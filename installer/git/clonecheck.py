@@ -11,10 +11,11 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..core.version import head_commit
 from . import git_env
+from .hidden import hidden_entries
 
 __all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "ignored_files",
            "selected", "submodule_heads", "submodule_states"]
@@ -51,10 +52,12 @@ def _git(path: Path, *args: str, ceiling: Path | None = None) -> str:
     return done.stdout
 
 
-def dirty_entries(path: Path) -> list[str]:
-    """Every change, untracked file and submodule difference (`git status --porcelain`)."""
+def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
+    """Every change, untracked file and submodule difference (`git status --porcelain`), and every tracked
+    file of the clone and of its checked-out ``submodules`` that git status is told not to look at
+    (skip-worktree, assume-unchanged: :mod:`.hidden`)."""
     out = _git(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
-    return [ln for ln in out.splitlines() if ln.strip()]
+    return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, submodules)
 
 
 def ignored_files(path: Path) -> list[str]:
@@ -173,7 +176,7 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
                 return f"submodule {sub} is a sparse or partial checkout; the recipe wants it whole"
     try:
         if not allow_dirty:
-            dirty = dirty_entries(path)
+            dirty = dirty_entries(path, submodules or ())
             if dirty:
                 return f"{path} has local changes ({listed(dirty)})"
             if submodules:

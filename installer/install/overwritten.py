@@ -53,11 +53,3 @@ def untracked(runner: Runner, step: str, repo: Path) -> list[Path]:
     """The files of ``repo`` git does not track (``git ls-files --others``): what a build made there."""
     listed = runner.run(["git", "-C", str(repo), "ls-files", "-z", "--others"], step=step, env=git_env()).output
     return [Path(p) for p in listed.split("\0") if p]
-
-
-def hidden_from_status(runner: Runner, step: str, repo: Path) -> list[str]:
-    """Tracked files ``git status`` does not look at (``git ls-files -v``: ``S`` skip-worktree, a lower-case tag
-    assume-unchanged): an edit there is invisible to every clean-tree check.  october sets neither bit in a
-    fork's own tree (sparse checkouts are only ever in submodules, which this does not list)."""
-    listed = runner.run(["git", "-C", str(repo), "ls-files", "-v", "-z"], step=step, env=git_env()).output
-    return [entry[2:] for entry in listed.split("\0") if len(entry) > 2 and (entry[0] == "S" or entry[0].islower())]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine import StepContext
+from ..git.hidden import hidden_entries
 from ..install import overwritten
 from ..install.plan import ForkSource
 from ..pyenv import venv
@@ -147,7 +148,7 @@ def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | No
     if made is None or made.status != "ran":
         return "its env was made by an earlier run (only a run that makes the env itself stores it)"
     for f in forks:
-        hidden = overwritten.hidden_from_status(ctx.runner, step, f.path)
+        hidden = hidden_entries(f.path)
         if hidden:
             return (f"the checkout of {f.use.name} has {len(hidden)} tracked file(s) git status does not look at "
                     f"(skip-worktree or assume-unchanged: {', '.join(hidden[:3])}{', ...' if len(hidden) > 3 else ''})")

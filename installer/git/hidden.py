@@ -1,0 +1,138 @@
+"""Tracked files ``git status`` is told not to look at: index entries with the assume-unchanged bit
+(``git update-index --assume-unchanged``) or the skip-worktree bit (``--skip-worktree``).  An edit
+under either bit is invisible to every clean-tree check (``git status``, ``git diff``), so a clone
+called clean must have none, in its own index or a checked-out submodule's.
+
+Each index is read from its file (git's index format, versions 2-4: one pass, no process, so the
+no-op re-run can afford it); an index this reader does not know (a split index, an unknown version
+or a malformed file) is asked of git instead (``git ls-files -v``).  In a sparse checkout git sets
+skip-worktree on every path outside the cone and removes the file; there, only a skip-worktree
+entry whose file is on disk is hidden (one the cone should have, or an edit put back beside it).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+from pathlib import Path
+from typing import Iterable
+
+from .exclude import git_dir
+from . import git_env
+
+__all__ = ["hidden_entries", "read_index_flags"]
+
+ASSUME_VALID = 0x8000          # the entry's flags: git's CE_VALID, set by --assume-unchanged
+EXTENDED = 0x4000              # two more flag bytes follow (index version 3 and up)
+SKIP_WORKTREE = 0x4000         # in the extended flags
+_SHA256 = re.compile(r"^\s*objectformat\s*=\s*sha256\s*$", re.IGNORECASE | re.MULTILINE)
+
+Flagged = list[tuple[str, str]]        # (path, "assume-unchanged" | "skip-worktree")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset varint (index v4's prefix length): value, next position."""
+    c = data[pos]
+    pos += 1
+    value = c & 0x7F
+    while c & 0x80:
+        c = data[pos]
+        pos += 1
+        value = ((value + 1) << 7) | (c & 0x7F)
+    return value, pos
+
+
+def read_index_flags(index: Path, hash_len: int = 20) -> Flagged | None:
+    """The entries of ``index`` with either bit set, or None when this reader does not know the file."""
+    try:
+        data = index.read_bytes()
+    except FileNotFoundError:
+        return []                      # no index yet: nothing is tracked
+    try:
+        if data[:4] != b"DIRC":
+            return None
+        version, count = struct.unpack_from(">II", data, 4)
+        if version not in (2, 3, 4):
+            return None
+        pos, prev, found = 12, b"", []
+        fixed = 40 + hash_len          # ten 32-bit stat fields, then the object id
+        for _ in range(count):
+            start = pos
+            (flags,) = struct.unpack_from(">H", data, pos + fixed)
+            pos += fixed + 2
+            ext = 0
+            if flags & EXTENDED:
+                if version < 3:
+                    return None
+                (ext,) = struct.unpack_from(">H", data, pos)
+                pos += 2
+            if version == 4:           # the name is the previous one's prefix plus this suffix, no padding
+                strip, pos = _varint(data, pos)
+                end = data.index(b"\0", pos)
+                if strip > len(prev):
+                    return None
+                name = prev[:len(prev) - strip] + data[pos:end]
+                pos = end + 1
+            else:                      # NUL-padded to a multiple of eight, at least one NUL
+                end = data.index(b"\0", pos)
+                name = data[pos:end]
+                pos = start + ((end - start) // 8 + 1) * 8
+            prev = name
+            if flags & ASSUME_VALID:
+                found.append((name.decode("utf-8", "surrogateescape"), "assume-unchanged"))
+            elif ext & SKIP_WORKTREE:
+                found.append((name.decode("utf-8", "surrogateescape"), "skip-worktree"))
+        while pos + 8 <= len(data) - hash_len:  # extensions, then the trailing checksum
+            if data[pos:pos + 4] == b"link":     # a split index: most entries live in another file
+                return None
+            (size,) = struct.unpack_from(">I", data, pos + 4)
+            pos += 8 + size
+        return found if pos == len(data) - hash_len else None
+    except (struct.error, ValueError, IndexError):
+        return None
+
+
+def _asked_of_git(work: Path) -> Flagged:
+    """``git ls-files -v``: ``S`` skip-worktree, a lower-case tag assume-unchanged."""
+    env = git_env()
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    done = subprocess.run(["git", "-C", str(work), "ls-files", "-v", "-z"], env=env, capture_output=True,
+                          stdin=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+        return [("(the index)", f"unreadable: {lines[-1] if lines else f'git exit {done.returncode}'}")]
+    out: Flagged = []
+    for entry in done.stdout.split(b"\0"):
+        if len(entry) > 2:
+            tag, name = chr(entry[0]), entry[2:].decode("utf-8", "surrogateescape")
+            if tag.islower():
+                out.append((name, "assume-unchanged"))
+            elif tag == "S":
+                out.append((name, "skip-worktree"))
+    return out
+
+
+def _repo_hidden(work: Path) -> Flagged:
+    gd = git_dir(work)
+    if gd is None:
+        return []
+    try:
+        config = (gd / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        config = ""
+    found = read_index_flags(gd / "index", 32 if _SHA256.search(config) else 20)
+    if found is None:
+        found = _asked_of_git(work)
+    if found and (gd / "info" / "sparse-checkout").is_file():
+        found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists() or (work / p).is_symlink()]
+    return found
+
+
+def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[str]:
+    """Each tracked file of the clone at ``root`` and of its checked-out ``submodules`` (paths under
+    ``root``) that git status does not look at, as ``path (why)``."""
+    out = [f"{p} ({why})" for p, why in _repo_hidden(root)]
+    for sub in sorted(set(submodules)):
+        out += [f"{sub}/{p} ({why})" for p, why in _repo_hidden(root / sub)]
+    return out

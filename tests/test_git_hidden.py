@@ -1,0 +1,104 @@
+"""Tracked files git status does not look at (:mod:`october.installer.git.hidden`): the index reader
+against real git, each bit planted by ``git update-index`` in every index version git writes (2, 3, 4)
+and in a split index (handed to git), long and non-ASCII names included; the reader's answer is held
+equal to ``git ls-files -v`` so a drift between the two fails here."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from october.installer.git import hidden
+from october.installer.git.hidden import hidden_entries, read_index_flags
+from tests.fixtures.gitrepos import git_env
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env=git_env(), check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _repo(tmp: Path, n: int = 40) -> Path:
+    repo = tmp / "repo"
+    (repo / "d" / "e").mkdir(parents=True)
+    (repo / "o").mkdir()
+    _git("init", "--quiet", "-b", "main", str(repo), cwd=tmp)
+    names = [f"f{i:03d}.txt" for i in range(n)] + ["d/e/" + "long" * 60 + ".txt", "d/naïve ü.txt", "d/x", "o/y.txt"]
+    for name in names:
+        (repo / name).write_text(name[:20] + "\n")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "--quiet", "-m", "one", cwd=repo)
+    return repo
+
+
+def _git_says(repo: Path) -> list[tuple[str, str]]:
+    out = []
+    for entry in subprocess.run(["git", "-c", "core.quotePath=false", "ls-files", "-v", "-z"], cwd=repo,
+                                env=git_env(), check=True, capture_output=True).stdout.split(b"\0"):
+        if len(entry) > 2 and (entry[:1].islower() or entry[:1] == b"S"):
+            out.append((entry[2:].decode(), "assume-unchanged" if entry[:1].islower() else "skip-worktree"))
+    return out
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_the_reader_says_what_git_says_in_each_index_version(tmp_path: Path, version: str) -> None:
+    repo = _repo(tmp_path)
+    long_name = next(p for p in _git("ls-files", cwd=repo).splitlines() if p.startswith("d/e/long"))
+    _git("update-index", "--index-version", version, cwd=repo)
+    assert read_index_flags(repo / ".git" / "index") == [] == _git_says(repo)
+
+    _git("update-index", "--assume-unchanged", "f007.txt", long_name, cwd=repo)
+    _git("update-index", "--skip-worktree", "f031.txt", "d/naïve ü.txt", cwd=repo)
+    (repo / "f007.txt").write_text("an edit git status does not see\n")
+    (repo / "f031.txt").write_text("another\n")
+    assert _git("status", "--porcelain", cwd=repo) == ""          # the point: git status says clean
+    git_answer = sorted(_git_says(repo))
+    assert len(git_answer) == 4
+    ours = read_index_flags(repo / ".git" / "index")
+    assert ours is not None and sorted(ours) == git_answer
+    shown = hidden_entries(repo)
+    assert "f007.txt (assume-unchanged)" in shown and "f031.txt (skip-worktree)" in shown and len(shown) == 4
+
+
+def test_a_split_index_is_asked_of_git(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git("update-index", "--split-index", cwd=repo)
+    _git("update-index", "--skip-worktree", "f003.txt", cwd=repo)
+    assert read_index_flags(repo / ".git" / "index") is None          # not ours to read
+    assert hidden_entries(repo) == ["f003.txt (skip-worktree)"]
+
+
+def test_a_file_that_is_not_an_index_is_asked_of_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A truncated or foreign index is never read as "nothing hidden": git answers (here, that it cannot)."""
+    repo = _repo(tmp_path)
+    data = (repo / ".git" / "index").read_bytes()
+    for bad in (data[:len(data) // 2], b"XXXX" + data[4:], data[:8] + b"\xff\xff\xff\xff" + data[12:]):
+        (tmp_path / "bad").write_bytes(bad)
+        assert read_index_flags(tmp_path / "bad") is None
+    asked: list[Path] = []
+    monkeypatch.setattr(hidden, "_asked_of_git", lambda work: asked.append(work) or [("x", "skip-worktree")])
+    (repo / ".git" / "index").write_bytes(data[:len(data) // 2])
+    assert hidden_entries(repo) == ["x (skip-worktree)"] and asked == [repo]
+
+
+def test_submodules_are_read_and_a_sparse_cone_is_not_hidden(tmp_path: Path) -> None:
+    """In a sparse submodule git sets skip-worktree outside the cone (files absent): not hidden; a
+    skip-worktree file inside the cone, or one put back on disk, is."""
+    sub_src = _repo(tmp_path / "src")
+    top = tmp_path / "top"
+    top.mkdir()
+    _git("init", "--quiet", "-b", "main", cwd=top)
+    _git("-c", "protocol.file.allow=always", "submodule", "add", "--quiet", str(sub_src), "third/sub", cwd=top)
+    sub = top / "third" / "sub"
+    _git("sparse-checkout", "set", "--cone", "d", cwd=sub)
+    assert not (sub / "o" / "y.txt").exists() and (sub / "d" / "x").exists()
+    assert hidden_entries(top, ["third/sub"]) == []
+    _git("update-index", "--skip-worktree", "d/x", cwd=sub)
+    (sub / "d" / "x").write_text("hidden\n")
+    (sub / "o").mkdir()
+    (sub / "o" / "y.txt").write_text("put back outside the cone\n")
+    assert hidden_entries(top, ["third/sub"]) == ["third/sub/d/x (skip-worktree)",
+                                                  "third/sub/o/y.txt (skip-worktree)"]
+    assert hidden_entries(top) == []                 # the submodule is read only when named
