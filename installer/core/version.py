@@ -19,7 +19,8 @@ def tool_version() -> str:
         return __version__
 
 
-def _git_dir(root: Path) -> Path | None:
+def git_dir(root: Path) -> Path | None:
+    """``root/.git``, or the directory a ``.git`` file points at (worktrees, submodules)."""
     dot = root / ".git"
     if dot.is_dir():
         return dot
@@ -33,7 +34,7 @@ def _git_dir(root: Path) -> Path | None:
 
 def head_commit(root: Path) -> str | None:
     """The commit checked out at ``root`` (a 40-hex id), or None when it cannot be read."""
-    gd = _git_dir(root)
+    gd = git_dir(root)
     if gd is None:
         return None
     try:

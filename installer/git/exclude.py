@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..core.version import git_dir
+
 BEGIN = "# >>> october: build outputs of the stack's own installs (not source changes)"
 END = "# <<< october"
 BUILD_OUTPUTS = (
@@ -21,19 +23,6 @@ BUILD_OUTPUTS = (
     "*.py[cod]",
     "*.so",
 )
-
-
-def git_dir(repo: Path) -> Path | None:
-    """``repo/.git``, or the directory a ``.git`` file points at (worktrees, submodules)."""
-    dot = repo / ".git"
-    if dot.is_dir():
-        return dot
-    if dot.is_file():
-        text = dot.read_text(encoding="utf-8", errors="replace").strip()
-        if text.startswith("gitdir:"):
-            gd = Path(text[len("gitdir:"):].strip())
-            return gd if gd.is_absolute() else (repo / gd).resolve()
-    return None
 
 
 def exclude_build_outputs(repo: Path) -> Path | None:
