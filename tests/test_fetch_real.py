@@ -174,3 +174,34 @@ def test_a_kit_that_needs_a_missing_real_submodule_fails_closed(real_mirror: Pat
     msg = str(err.value)
     assert "submodule 3rdparty/cutlass" in msg and "NVIDIA/cutlass" in msg and "for the kit" in msg
     assert _leftovers(cache) == []
+
+
+def test_a_hidden_edit_in_real_cccl_survives_a_switch_to_a_sparse_cccl(real_mirror: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding (data loss): an edit in the real cccl hidden by ``git update-index --skip-worktree`` was
+    not seen by the re-run, and a recipe that now wants cccl sparse cleared the submodule, edit and all.
+    Now the re-run is refused (exit 8, the file named with its bit) and the edit is where the user left it."""
+    import dataclasses
+
+    from october.installer.core.errors import FetchError
+
+    _rewrite(monkeypatch, real_mirror)
+    whole = load_recipe("20260702").fork("flashinfer")
+    sparse = dataclasses.replace(whole, sparse={"3rdparty/cccl": ("libcudacxx/include", "cub/cub")})
+    cache, stack = tmp_path / "cache", tmp_path / "stack"
+    run_pipeline([FetchStep()], make_ctx(stack, make_recipe([whole]), cache))
+    sub = stack / "src" / "flashinfer" / "3rdparty" / "cccl"
+    edited = "libcudacxx/include/cuda/std/version"
+    subprocess.run(["git", "-C", str(sub), "update-index", "--skip-worktree", edited], check=True)
+    (sub / edited).write_text("MY HIDDEN EDIT\n")
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(stack, make_recipe([sparse]), cache))
+    assert err.value.exit_code == 8 and f"3rdparty/cccl/{edited} (skip-worktree)" in str(err.value)
+    assert (sub / edited).read_text() == "MY HIDDEN EDIT\n"
+    # undone, the switch goes ahead on the real sparse cccl, and the sparse checkout hides nothing
+    subprocess.run(["git", "-C", str(sub), "update-index", "--no-skip-worktree", edited], check=True)
+    subprocess.run(["git", "-C", str(sub), "checkout", "--", edited], check=True)
+    [rec] = run_pipeline([FetchStep()], make_ctx(stack, make_recipe([sparse]), cache))
+    assert rec.status == "ran"
+    from october.installer.git.hidden import hidden_entries
+    assert hidden_entries(stack / "src" / "flashinfer", ["3rdparty/cccl"]) == []

@@ -102,3 +102,89 @@ def test_submodules_are_read_and_a_sparse_cone_is_not_hidden(tmp_path: Path) -> 
     assert hidden_entries(top, ["third/sub"]) == ["third/sub/d/x (skip-worktree)",
                                                   "third/sub/o/y.txt (skip-worktree)"]
     assert hidden_entries(top) == []                 # the submodule is read only when named
+
+
+def _sparse_repo(tmp: Path, *extra: str) -> Path:
+    repo = _repo(tmp)
+    for args in extra:
+        _git(*args.split(), cwd=repo)
+    _git("sparse-checkout", "set", "--cone", "d", cwd=repo)
+    return repo
+
+
+def test_a_file_of_the_cone_deleted_under_skip_worktree_is_hidden(tmp_path: Path) -> None:
+    """Review finding: in a sparse checkout a skip-worktree file inside the cone, deleted, is a change git
+    status does not show (the cone's own files are read from the cone file, not from the disk)."""
+    repo = _sparse_repo(tmp_path)
+    _git("update-index", "--skip-worktree", "d/x", cwd=repo)
+    (repo / "d" / "x").unlink()
+    assert _git("status", "--porcelain", cwd=repo) == ""
+    assert hidden_entries(repo) == ["d/x (skip-worktree)"]
+    # a file outside the cone, absent, is git's own sparse bookkeeping
+    assert not any("o/y.txt" in h for h in hidden_entries(repo))
+
+
+def test_sparse_mode_is_read_from_config_not_from_a_leftover_cone_file(tmp_path: Path) -> None:
+    """Review finding: `git sparse-checkout disable` leaves info/sparse-checkout behind; the repository is
+    whole again, so every skip-worktree entry counts."""
+    repo = _sparse_repo(tmp_path)
+    _git("sparse-checkout", "disable", cwd=repo)
+    assert (repo / ".git" / "info" / "sparse-checkout").is_file() and (repo / "o" / "y.txt").is_file()
+    _git("update-index", "--skip-worktree", "o/y.txt", cwd=repo)
+    (repo / "o" / "y.txt").unlink()
+    assert _git("status", "--porcelain", cwd=repo) == ""
+    assert hidden_entries(repo) == ["o/y.txt (skip-worktree)"]
+
+
+def test_a_sparse_index_directory_on_disk_is_not_a_hidden_file(tmp_path: Path) -> None:
+    """Review finding: with index.sparse the index holds directory entries (``o/``) for what lies outside
+    the cone; a directory of that name on disk (a build's output) is not a hidden edit."""
+    repo = _sparse_repo(tmp_path, "config index.sparse true")
+    assert any(p.endswith("/") for p, _ in read_index_flags(repo / ".git" / "index") or [])   # a sparse index
+    (repo / "o").mkdir()
+    (repo / "o" / "build.o").write_text("made by a build\n")
+    assert hidden_entries(repo) == []
+    _git("update-index", "--skip-worktree", "d/x", cwd=repo)
+    (repo / "d" / "x").unlink()
+    assert hidden_entries(repo) == ["d/x (skip-worktree)"]
+
+
+def test_an_unreadable_index_is_asked_of_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = _repo(tmp_path)
+    index = repo / ".git" / "index"
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda self: (_ for _ in ()).throw(PermissionError(13, "denied")) if self == index
+                        else real_read(self))
+    assert read_index_flags(index) is None
+    _git("update-index", "--assume-unchanged", "f001.txt", cwd=repo)
+    assert hidden_entries(repo) == ["f001.txt (assume-unchanged)"]
+
+
+def test_a_hidden_edit_in_a_submodule_of_an_existing_clone_is_refused_before_anything_moves(tmp_path: Path) -> None:
+    """Review finding: a re-run of fetch on an existing clone looked at the fork's own index only, so a
+    hidden edit in a checked-out submodule went on to the checkout (and a submodule cleared for a changed
+    selection took the edit with it).  Now the re-run is refused as a local change, the edit kept, the fix
+    saying how to see it."""
+    from october.installer.core.errors import FetchError
+    from october.installer.engine import run_pipeline
+    from october.installer.steps.fetch import FetchStep
+    from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
+    from tests.fixtures.gitrepos import make_repo
+    from tests.test_fetch_submodules import _super_with
+
+    sub_url, _ = make_repo(tmp_path, "sub", commits=2)
+    url, commit, _recorded = _super_with(tmp_path, {"3rdparty/sub": sub_url})
+    recipe = make_recipe([fork_use("fi", url, commit)])
+    run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
+    sub = tmp_path / "stack" / "src" / "fi" / "3rdparty" / "sub"
+    tracked = _git("ls-files", cwd=sub).splitlines()[0]
+    _git("update-index", "--skip-worktree", tracked, cwd=sub)
+    (sub / tracked).write_text("MY HIDDEN EDIT\n")
+    (tmp_path / "stack" / ".state" / "fetch.json").unlink()           # fetch runs again on the existing clone
+    with pytest.raises(FetchError) as err:
+        run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
+    msg = str(err.value)
+    assert "has local changes" in msg and f"3rdparty/sub/{tracked} (skip-worktree)" in msg, msg
+    assert "ls-files -v" in msg and "--no-skip-worktree" in msg
+    assert (sub / tracked).read_text() == "MY HIDDEN EDIT\n"

@@ -5,9 +5,10 @@ called clean must have none, in its own index or a checked-out submodule's.
 
 Each index is read from its file (git's index format, versions 2-4: one pass, no process, so the
 no-op re-run can afford it); an index this reader does not know (a split index, an unknown version
-or a malformed file) is asked of git instead (``git ls-files -v``).  In a sparse checkout git sets
-skip-worktree on every path outside the cone and removes the file; there, only a skip-worktree
-entry whose file is on disk is hidden (one the cone should have, or an edit put back beside it).
+or a malformed file, and a sparse index's directory entries) is asked of git instead (``git ls-files
+-v``).  In a sparse checkout (``core.sparseCheckout``) git sets skip-worktree on every path outside
+the cone and removes the file; there, a skip-worktree entry is hidden when its file is on disk or
+it lies inside the cone (a file the cone should have, deleted or edited out of git's sight).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def read_index_flags(index: Path, hash_len: int = 20) -> Flagged | None:
         data = index.read_bytes()
     except FileNotFoundError:
         return []                      # no index yet: nothing is tracked
+    except OSError:
+        return None                    # unreadable here: git is asked (and says why)
     try:
         if data[:4] != b"DIRC":
             return None
@@ -124,9 +127,38 @@ def _repo_hidden(work: Path) -> Flagged:
     found = read_index_flags(gd / "index", 32 if _SHA256.search(config) else 20)
     if found is None:
         found = _asked_of_git(work)
-    if found and (gd / "info" / "sparse-checkout").is_file():
-        found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists() or (work / p).is_symlink()]
+    if any(p.endswith("/") for p, _ in found):        # a sparse index's directory entries: git expands them
+        found = _asked_of_git(work)
+    try:
+        config += "\n" + (gd / "config.worktree").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        pass
+    if found and _setting(config, "sparsecheckout") == "true":
+        cone = _cone(gd) if _setting(config, "sparsecheckoutcone") == "true" else None
+        found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists()
+                 or (work / p).is_symlink() or (cone is not None and _in_cone(p, *cone))]
     return found
+
+
+def _setting(config: str, key: str) -> str | None:
+    m = re.search(rf"^\s*{key}\s*=\s*(\S+)", config, re.IGNORECASE | re.MULTILINE)
+    return m.group(1).lower() if m else None
+
+
+def _cone(gd: Path) -> tuple[set[str], set[str]] | None:
+    """(recursive directories, parent directories) of a cone-mode sparse-checkout file."""
+    try:
+        lines = [ln.strip() for ln in (gd / "info" / "sparse-checkout").read_text(errors="replace").splitlines()]
+    except OSError:
+        return None
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    pos = {ln.strip("/") for ln in lines if not ln.startswith("!") and ln != "/*"}
+    neg = {ln[1:].strip("/").removesuffix("/*") for ln in lines if ln.startswith("!") and ln != "!/*/"}
+    return pos - neg, {""} | (pos & neg)
+
+
+def _in_cone(path: str, recursive: set[str], parents: set[str]) -> bool:
+    return path.rpartition("/")[0] in parents or any(path.startswith(r + "/") for r in recursive)
 
 
 def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[str]:

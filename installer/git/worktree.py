@@ -21,6 +21,7 @@ from ..core.errors import CommandFailed, FetchError
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env, strip_credentials
+from .hidden import hidden_entries
 from .clonecheck import GitInspectError, dirty_entries, head_commit, listed, submodule_heads
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .exclude import exclude_build_outputs, git_dir
@@ -153,13 +154,13 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
     if incomplete:
         _finish_interrupted(g, dest, mirror, commit, say)
         return
-    dirty = dirty_entries(dest)
+    dirty = dirty_entries(dest, [s.path for s in submodule_heads(dest) if s.flag != "-"])
     head = head_commit(dest)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
                          expected=f"a clean tree at {commit}",
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
-                         fix=_dirty_fix(dest))
+                         fix=_dirty_fix(dest) + _hidden_hint(dest, dirty))
     if not dirty:
         mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
@@ -168,6 +169,15 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
         _checkout(g, dest, commit)
+
+
+def _hidden_hint(dest: Path, dirty: Sequence[str]) -> str:
+    """For entries git status does not show (the user's own `git status` says clean): how to see and undo them."""
+    if not any(d.endswith(("(skip-worktree)", "(assume-unchanged)")) for d in dirty):
+        return ""
+    return (f"; the ones marked (skip-worktree) or (assume-unchanged) are tracked files `git status` is told not to "
+            f"look at (`git -C {shlex.quote(str(dest))} ls-files -v | grep -v '^H'` lists them; `git update-index "
+            "--no-skip-worktree --no-assume-unchanged PATH` in their repository shows their changes again)")
 
 
 def _dirty_fix(dest: Path) -> str:
@@ -207,7 +217,7 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
         theirs = [ln for ln in look(sub_dir, "status", "--porcelain", "--untracked-files=all",
-                                    "--ignored=matching").splitlines() if ln.strip()]
+                                    "--ignored=matching").splitlines() if ln.strip()] + hidden_entries(sub_dir)
         if theirs:
             raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
                              expected="a submodule with no local change, untracked or ignored file",

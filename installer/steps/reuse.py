@@ -147,8 +147,10 @@ def unstorable(ctx: StepContext, step: str, forks: list[ForkSource]) -> str | No
     made = ctx.done.get("env")       # ran: made by uv venv --clear, or copied from an entry and checked
     if made is None or made.status != "ran":
         return "its env was made by an earlier run (only a run that makes the env itself stores it)"
+    fetch = ctx.result(FetchResult)
     for f in forks:
-        hidden = hidden_entries(f.path)
+        fetched = fetch.forks.get(f.use.name) if fetch is not None else None
+        hidden = hidden_entries(f.path, fetched.submodules if fetched is not None else ())
         if hidden:
             return (f"the checkout of {f.use.name} has {len(hidden)} tracked file(s) git status does not look at "
                     f"(skip-worktree or assume-unchanged: {', '.join(hidden[:3])}{', ...' if len(hidden) > 3 else ''})")
