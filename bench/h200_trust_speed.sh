@@ -32,14 +32,14 @@ $B/current verify --install $S1 > /tmp/verify-planted.log 2>&1; echo "verify pla
 rm $SITE/zz.pth $SITE/zz_planted.py; cp -p /tmp/aot.keep "$AOT"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after removing the plants rc=$?"
 echo "== 5b. an edit git status is told not to see (skip-worktree in the fork, assume-unchanged in cccl)"
-FI=$S1/src/flashinfer; CC=$FI/3rdparty/cccl; F1=$(git -C $FI ls-files | grep -m1 '\.py$'); F2=$(git -C $CC ls-files | grep -m1 '\.h$')
-cp -p "$FI/$F1" /tmp/f1.keep; cp -p "$CC/$F2" /tmp/f2.keep
+FI=$S1/src/flashinfer; CCL=$FI/3rdparty/cccl; F1=$(git -C $FI ls-files | grep -m1 '\.py$'); F2=$(git -C $CCL ls-files | grep -m1 '\.h$')
+cp -p "$FI/$F1" /tmp/f1.keep; cp -p "$CCL/$F2" /tmp/f2.keep
 git -C $FI update-index --skip-worktree "$F1"; echo "# planted" >> "$FI/$F1"
-git -C $CC update-index --assume-unchanged "$F2"; echo "// planted" >> "$CC/$F2"
+git -C $CCL update-index --assume-unchanged "$F2"; echo "// planted" >> "$CCL/$F2"
 echo "git status lines: $(git -C $FI status --porcelain | wc -l)"
 $B/current verify --install $S1 > /tmp/verify-hidden.log 2>&1; echo "verify hidden rc=$? (13 = named)"; grep -n "skip-worktree\|assume-unchanged" /tmp/verify-hidden.log | head -3 | cut -c1-220
 t=$(now); setup $S1 > /tmp/noop-hidden.log 2>&1; echo "re-run with the hidden edits rc=$? in $(since $t) s"; grep -m2 "skip-worktree\|assume-unchanged" /tmp/noop-hidden.log | cut -c1-220
-git -C $FI update-index --no-skip-worktree "$F1"; git -C $CC update-index --no-assume-unchanged "$F2"; cp -p /tmp/f1.keep "$FI/$F1"; cp -p /tmp/f2.keep "$CC/$F2"
+git -C $FI update-index --no-skip-worktree "$F1"; git -C $CCL update-index --no-assume-unchanged "$F2"; cp -p /tmp/f1.keep "$FI/$F1"; cp -p /tmp/f2.keep "$CCL/$F2"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after undoing rc=$?"
 for i in 1 2 3; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop after undoing $i rc=$? in $(since $t) s"; done
 echo "== 6. second stacks $S2, /tmp/st3, /tmp/st4, same cache (three samples: the git and disk times vary run to run)"
