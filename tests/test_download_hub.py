@@ -391,3 +391,65 @@ def test_download_and_hashing_report_their_bytes(env: Env) -> None:
     assert calls["sha256"][-1] == (wanted, wanted)
     done, total = calls["model files"][-1]
     assert done == total and total >= wanted
+
+
+# ------------------------------------------------------------- unwritable paths
+
+
+def _works(argv: list[str]) -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which(argv[0]) is None:
+        return False
+    return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+
+
+def _read_only_argv(directory: Path, argv: list[str]) -> list[str]:
+    """``argv`` run so that ``directory`` cannot be written: as root, a read-only bind mount in a mount
+    namespace of its own (``unshare -m``), else root without CAP_DAC_OVERRIDE (``setpriv``) on a 0555
+    directory; not root, a 0555 directory.  Skipped where none of these works."""
+    import os
+    import shlex
+
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        return argv
+    if _works(["unshare", "-m", "true"]):
+        d = shlex.quote(str(directory))
+        script = (f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec "
+                  + " ".join(shlex.quote(a) for a in argv))
+        return ["unshare", "-m", "sh", "-c", script]
+    drop = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]
+    if _works([*drop, "true"]):
+        directory.chmod(0o555)
+        return [*drop, *argv]
+    pytest.skip("no way to make a directory read-only for root here (unshare -m and setpriv refused)")
+
+
+@pytest.mark.parametrize("option", ["--output", "--local-dir"])
+def test_an_unwritable_output_or_local_dir_is_exit_19_before_anything_is_fetched(env: Env, option: str) -> None:
+    """Audit: a read-only --output failed only after the whole model was downloaded and hashed, naming an
+    internal temp file (``.awq-download.json.<random>.tmp``); --local-dir ro/m named ``ro/.m.lock``.  Now
+    the paths are checked with the options: exit 19 naming the option and the directory, nothing fetched."""
+    import subprocess
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    ro = env.tmp / "ro"
+    ro.mkdir()
+    recipe = write_recipe(env.tmp / "recipe")
+    given = {"--output": ["--output", str(ro)],
+             "--local-dir": ["--local-dir", str(ro / "m"), "--output", str(env.tmp / "out")]}[option]
+    argv = [sys.executable, "-m", "october", "download", "--format", "awq", "--recipe", str(recipe),
+            "--cache-dir", str(env.tmp / "cache"), *given]
+    try:
+        proc = subprocess.run(_read_only_argv(ro, argv), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        ro.chmod(0o755)
+    assert proc.returncode == 19, proc.stderr
+    assert option in proc.stderr and str(ro) in proc.stderr, proc.stderr
+    assert "writable directory" in proc.stderr and ".tmp" not in proc.stderr and ".lock" not in proc.stderr
+    assert env.hub.requests() == [], "the hub was asked before the paths were checked"
+    assert list(ro.iterdir()) == []
