@@ -453,3 +453,38 @@ def test_an_unwritable_output_or_local_dir_is_exit_19_before_anything_is_fetched
     assert "writable directory" in proc.stderr and ".tmp" not in proc.stderr and ".lock" not in proc.stderr
     assert env.hub.requests() == [], "the hub was asked before the paths were checked"
     assert list(ro.iterdir()) == []
+
+
+def test_download_progress_has_one_total_from_the_listing_and_only_rises(env: Env) -> None:
+    """Audit: in a pipe the percentage went 100%, 80%, 90%, 60%, 100%, 0% ... while the total grew (852 bytes
+    -> 5.4 kB -> 268 MB): huggingface_hub adds each file's size to its bar as the file starts.  Every size is
+    known from the hub's listing first: one total, set before any byte, and a count that never goes back."""
+    wanted = sum(len(d) for p, d in env.awq.files.items() if not p.startswith(("README", ".git", "original/")))
+    env.hub.cut_after[(AWQ_REPO, WEIGHT)] = 5000          # a resumed file too
+    for run in range(2):                                   # the second run finds every file complete
+        calls: list[tuple[float, float | None]] = []
+        run_download(env.opts("awq", quiet=False), bars=lambda label, done, total: calls.append((done, total))
+                     if label == "model files" else None)
+        assert calls[0] == (0, wanted), run
+        assert {t for _, t in calls} == {wanted}, run
+        dones = [d for d, _ in calls]
+        assert dones == sorted(dones) and dones[-1] == wanted, run
+
+
+def test_download_progress_in_a_pipe_only_rises(env: Env) -> None:
+    """The same, as a user sees it: `current download` with stderr in a pipe prints tenths of one total."""
+    import re
+    import subprocess
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    recipe = write_recipe(env.tmp / "recipe")
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe", str(recipe),
+                           "--cache-dir", str(env.tmp / "cache"), "--output", str(env.tmp / "o")],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = re.findall(r"model files: (\d+)% \(([\d.]+) of ([\d.]+) MB\)", proc.stderr)
+    assert lines, proc.stderr
+    assert len({total for _, _, total in lines}) == 1, lines
+    percents = [int(p) for p, _, _ in lines]
+    assert percents == sorted(percents) and percents[-1] == 100, lines

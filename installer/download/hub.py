@@ -179,11 +179,21 @@ def _check_repo_path(repo: str, revision: str, path: str) -> None:
                             fix="do not use this repository/revision; report it")
 
 
-def forwarding_tqdm(report: Callable[[float, float | None], None] | None) -> type:
+def forwarding_tqdm(report: Callable[[float, float | None], None] | None, total: float | None = None) -> type:
     """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)`` (None:
-    nothing).  Only the byte bars of the written files (unit "B") are forwarded, not the file-count bar or
-    the network-side "Downloading" one."""
+    nothing).  Only the byte bar of the written files (unit "B") is forwarded, not the file-count bar or
+    the network-side "Downloading" one.
+
+    ``total``: the bytes of the whole selection, from the hub's listing.  huggingface_hub's own total grows as
+    each file starts (its bar would go 100%, 80%, 60% ... as files join), so with ``total`` that one is used
+    throughout, and ``done`` (all threads summed, under one lock) is never reported lower than before nor
+    above ``total``: the percentage only rises."""
+    import threading
+
     from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+
+    lock = threading.Lock()
+    shown = [-1.0]
 
     class Forward(hf_tqdm):  # type: ignore[misc, valid-type]
         def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
@@ -193,25 +203,39 @@ def forwarding_tqdm(report: Callable[[float, float | None], None] | None) -> typ
             super().__init__(*args, **kwargs)
 
         def update(self, n: float | None = 1) -> None:
-            self._done += float(n or 0)
-            if self._forward and report is not None:
-                report(self._done, float(self.total) if self.total else None)
+            with lock:
+                self._done += float(n or 0)
+                if not self._forward or report is None:
+                    return
+                if total is None:
+                    report(self._done, float(self.total) if self.total else None)
+                    return
+                done = min(max(self._done, 0.0), total)
+                if done > shown[0]:
+                    shown[0] = done
+                    report(done, total)
 
     return Forward
 
 
 def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
                       quiet: bool = False, max_workers: int = 8,
-                      report: Callable[[float, float | None], None] | None = None) -> Path:
+                      report: Callable[[float, float | None], None] | None = None,
+                      total: float | None = None) -> Path:
     """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``; with
-    ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
+    ``report``, progress goes there (bytes written, ``total``: the selection's bytes from the listing, shown
+    from the start; files already complete count when the download ends) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
-    tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report)
+    tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report, total)
+    if report is not None and not quiet and total is not None:
+        report(0.0, total)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
                                 library_name="october", max_workers=max_workers, tqdm_class=tqdm_class)
+    if report is not None and not quiet and total is not None:
+        report(total, total)
     return Path(out)
 
 

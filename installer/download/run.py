@@ -137,8 +137,10 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     if plan.default_local_dir and not tag.exists():
         write_text_atomic(tag, CACHEDIR_TAG)
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
+    sizes = [f.size for f in snap.files]
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
-                          report=_bar(bars, "model files"))
+                          report=_bar(bars, "model files"),
+                          total=float(sum(sizes)) if None not in sizes else None)   # one total, from the listing
 
     commits = hub.recorded_commits(plan.local_dir, [f.path for f in snap.files])
     wrong = {p: c for p, c in commits.items() if c != plan.revision}
