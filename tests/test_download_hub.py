@@ -262,6 +262,20 @@ def test_hub_unreachable(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "could not reach the hub" in str(ei.value) and "--offline" in str(ei.value)
 
 
+def test_a_hub_answering_with_a_page_instead_of_json_is_named_as_such(env: Env) -> None:
+    """Audit: a hub (a proxy's login page) answering 200 with HTML gave "unexpected failure ... Found Expecting
+    value: line 1 column 1", no expectation, no fix.  Now: the hub's JSON was expected, the page's first bytes
+    were found, check HF_ENDPOINT and the proxy."""
+    env.hub.api_page = "<!DOCTYPE html><html><title>Proxy login</title><body>Sign in</body></html>"
+    with pytest.raises(DownloadError) as info:
+        run_download(env.opts("awq"))
+    msg = str(info.value)
+    assert info.value.exit_code == 15 and "unexpected failure" not in msg
+    assert "did not answer with JSON" in msg and "Expected the hub's JSON" in msg, msg
+    assert "<!DOCTYPE html><html><title>Proxy login" in msg and "HF_ENDPOINT" in msg and "proxy" in msg
+    assert env.hub.url in msg
+
+
 def test_recipe_pinned_sha256_wins_over_the_hub(env: Env) -> None:
     wrong = "0" * 64
     rec = write_recipe(env.tmp / "r3", awq_pins={WEIGHT: wrong})

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import DownloadError, UsageError
+from ..core.errors import DownloadError, UsageError, one_line
 from ..core.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -124,6 +125,15 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
     if isinstance(exc, hf.HfHubHTTPError):
         return error(f"the hub answered with an error for {where}", "a successful answer",
                      "retry later; if it persists check the hub's status page")
+    if isinstance(exc, json.JSONDecodeError):      # a 200 that is not the API's JSON: a proxy or captive portal page
+        body = exc.doc if isinstance(exc.doc, str) else ""
+        first = one_line(clean(body.lstrip()), 120) if body.strip() else "an empty body"
+        return DownloadError(f"{what}: the hub at {shown_endpoint()} did not answer with JSON for {where}",
+                             expected="the hub's JSON API answer",
+                             found=f"a body starting {first!r}" if body.strip() else first,
+                             fix="check HF_ENDPOINT (the hub, or a mirror of its API) and the proxy settings "
+                                 "(HTTPS_PROXY / HTTP_PROXY / NO_PROXY): a proxy's login or block page answers "
+                                 "like this; open the URL in a browser or with curl to see the page")
     if isinstance(exc, OSError):
         return error(f"{where} could not be written or read", "a complete transfer into the local directory",
                      "check free disk space and permissions, then re-run (completed files are kept)")
