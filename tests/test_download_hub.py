@@ -276,6 +276,17 @@ def test_a_hub_answering_with_a_page_instead_of_json_is_named_as_such(env: Env) 
     assert env.hub.url in msg
 
 
+@pytest.mark.parametrize("body", ["[]", "{}", "null", '"signed out"'])
+def test_a_hub_answering_json_that_is_no_model_listing_is_named_as_such(env: Env, body: str) -> None:
+    """JSON that huggingface_hub cannot read as a model (a list, an empty object) was a TypeError or KeyError
+    out of the tool (a traceback on the command line)."""
+    env.hub.api_page = body
+    with pytest.raises(DownloadError) as info:
+        run_download(env.opts("awq"))
+    msg = str(info.value)
+    assert info.value.exit_code == 15 and "JSON that is not a model listing" in msg and "HF_ENDPOINT" in msg, msg
+
+
 def test_recipe_pinned_sha256_wins_over_the_hub(env: Env) -> None:
     wrong = "0" * 64
     rec = write_recipe(env.tmp / "r3", awq_pins={WEIGHT: wrong})

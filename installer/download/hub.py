@@ -170,7 +170,15 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
 
     api = HfApi(endpoint=endpoint(), library_name="october")
     with _hub_errors(repo, revision, "reading the model's file list"):
-        info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
+        try:
+            info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
+        except (TypeError, KeyError, AttributeError) as exc:   # JSON, but not a model's: huggingface_hub cannot read it
+            raise DownloadError(f"reading the model's file list: the hub at {shown_endpoint()} answered {repo}@"
+                                f"{revision} with JSON that is not a model listing",
+                                expected="the hub's model information (an object with id, sha and siblings)",
+                                found=_first_lines(exc),
+                                fix="check HF_ENDPOINT (the hub, or a mirror of its API) and the proxy settings "
+                                    "(HTTPS_PROXY / HTTP_PROXY / NO_PROXY)") from None
     by_path = {s.rfilename: s for s in info.siblings or []}
     files = []
     for p in select(list(by_path), patterns):
