@@ -18,7 +18,8 @@ use (read from huggingface_hub 2.4's source):
 The CDN honours ``Range: bytes=N-`` (206 + ``Content-Range``). Fault modes: ``corrupt``
 serves other bytes than the advertised LFS sha256 (same length); ``cut_after`` closes the
 connection after N body bytes on the first full GET of a file; ``gated`` answers 401 on
-resolve; ``report_sha`` makes the API report another commit than the one asked for.
+resolve; ``report_sha`` makes the API report another commit than the one asked for; ``api_page``
+answers every API call with 200 and that HTML page (a proxy's login page in front of the hub).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class FakeHub:
     corrupt: set[tuple[str, str]] = field(default_factory=set)
     cut_after: dict[tuple[str, str], int] = field(default_factory=dict)
     report_sha: dict[str, str] = field(default_factory=dict)
+    api_page: str | None = None
     seen: list[Seen] = field(default_factory=list)
     body_bytes: Counter = field(default_factory=Counter)   # (repo, path) -> body bytes sent
     _cut_done: set[tuple[str, str]] = field(default_factory=set)
@@ -227,6 +229,8 @@ class _HubHandler(_Base):
         return repo
 
     def _api(self, repo_id: str, kind: str, rev: str, query: dict[str, list[str]]) -> None:
+        if self.hub.api_page is not None:
+            return self._send(200, self.hub.api_page.encode(), content_type="text/html; charset=utf-8")
         repo = self._repo_at(repo_id, rev)
         if repo is None:
             return

@@ -262,6 +262,31 @@ def test_hub_unreachable(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "could not reach the hub" in str(ei.value) and "--offline" in str(ei.value)
 
 
+def test_a_hub_answering_with_a_page_instead_of_json_is_named_as_such(env: Env) -> None:
+    """Audit: a hub (a proxy's login page) answering 200 with HTML gave "unexpected failure ... Found Expecting
+    value: line 1 column 1", no expectation, no fix.  Now: the hub's JSON was expected, the page's first bytes
+    were found, check HF_ENDPOINT and the proxy."""
+    env.hub.api_page = "<!DOCTYPE html><html><title>Proxy login</title><body>Sign in</body></html>"
+    with pytest.raises(DownloadError) as info:
+        run_download(env.opts("awq"))
+    msg = str(info.value)
+    assert info.value.exit_code == 15 and "unexpected failure" not in msg
+    assert "did not answer with JSON" in msg and "Expected the hub's JSON" in msg, msg
+    assert "<!DOCTYPE html><html><title>Proxy login" in msg and "HF_ENDPOINT" in msg and "proxy" in msg
+    assert env.hub.url in msg
+
+
+@pytest.mark.parametrize("body", ["[]", "{}", "null", '"signed out"'])
+def test_a_hub_answering_json_that_is_no_model_listing_is_named_as_such(env: Env, body: str) -> None:
+    """JSON that huggingface_hub cannot read as a model (a list, an empty object) was a TypeError or KeyError
+    out of the tool (a traceback on the command line)."""
+    env.hub.api_page = body
+    with pytest.raises(DownloadError) as info:
+        run_download(env.opts("awq"))
+    msg = str(info.value)
+    assert info.value.exit_code == 15 and "JSON that is not a model listing" in msg and "HF_ENDPOINT" in msg, msg
+
+
 def test_recipe_pinned_sha256_wins_over_the_hub(env: Env) -> None:
     wrong = "0" * 64
     rec = write_recipe(env.tmp / "r3", awq_pins={WEIGHT: wrong})
@@ -391,3 +416,100 @@ def test_download_and_hashing_report_their_bytes(env: Env) -> None:
     assert calls["sha256"][-1] == (wanted, wanted)
     done, total = calls["model files"][-1]
     assert done == total and total >= wanted
+
+
+# ------------------------------------------------------------- unwritable paths
+
+
+def _works(argv: list[str]) -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which(argv[0]) is None:
+        return False
+    return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+
+
+def _read_only_argv(directory: Path, argv: list[str]) -> list[str]:
+    """``argv`` run so that ``directory`` cannot be written: as root, a read-only bind mount in a mount
+    namespace of its own (``unshare -m``), else root without CAP_DAC_OVERRIDE (``setpriv``) on a 0555
+    directory; not root, a 0555 directory.  Skipped where none of these works."""
+    import os
+    import shlex
+
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        return argv
+    if _works(["unshare", "-m", "true"]):
+        d = shlex.quote(str(directory))
+        script = (f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec "
+                  + " ".join(shlex.quote(a) for a in argv))
+        return ["unshare", "-m", "sh", "-c", script]
+    drop = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]
+    if _works([*drop, "true"]):
+        directory.chmod(0o555)
+        return [*drop, *argv]
+    pytest.skip("no way to make a directory read-only for root here (unshare -m and setpriv refused)")
+
+
+@pytest.mark.parametrize("option", ["--output", "--local-dir"])
+def test_an_unwritable_output_or_local_dir_is_exit_19_before_anything_is_fetched(env: Env, option: str) -> None:
+    """Audit: a read-only --output failed only after the whole model was downloaded and hashed, naming an
+    internal temp file (``.awq-download.json.<random>.tmp``); --local-dir ro/m named ``ro/.m.lock``.  Now
+    the paths are checked with the options: exit 19 naming the option and the directory, nothing fetched."""
+    import subprocess
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    ro = env.tmp / "ro"
+    ro.mkdir()
+    recipe = write_recipe(env.tmp / "recipe")
+    given = {"--output": ["--output", str(ro)],
+             "--local-dir": ["--local-dir", str(ro / "m"), "--output", str(env.tmp / "out")]}[option]
+    argv = [sys.executable, "-m", "october", "download", "--format", "awq", "--recipe", str(recipe),
+            "--cache-dir", str(env.tmp / "cache"), *given]
+    try:
+        proc = subprocess.run(_read_only_argv(ro, argv), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        ro.chmod(0o755)
+    assert proc.returncode == 19, proc.stderr
+    assert option in proc.stderr and str(ro) in proc.stderr, proc.stderr
+    assert "writable directory" in proc.stderr and ".tmp" not in proc.stderr and ".lock" not in proc.stderr
+    assert env.hub.requests() == [], "the hub was asked before the paths were checked"
+    assert list(ro.iterdir()) == []
+
+
+def test_download_progress_has_one_total_from_the_listing_and_only_rises(env: Env) -> None:
+    """Audit: in a pipe the percentage went 100%, 80%, 90%, 60%, 100%, 0% ... while the total grew (852 bytes
+    -> 5.4 kB -> 268 MB): huggingface_hub adds each file's size to its bar as the file starts.  Every size is
+    known from the hub's listing first: one total, set before any byte, and a count that never goes back."""
+    wanted = sum(len(d) for p, d in env.awq.files.items() if not p.startswith(("README", ".git", "original/")))
+    env.hub.cut_after[(AWQ_REPO, WEIGHT)] = 5000          # a resumed file too
+    for run in range(2):                                   # the second run finds every file complete
+        calls: list[tuple[float, float | None]] = []
+        run_download(env.opts("awq", quiet=False), bars=lambda label, done, total: calls.append((done, total))
+                     if label == "model files" else None)
+        assert calls[0] == (0, wanted), run
+        assert {t for _, t in calls} == {wanted}, run
+        dones = [d for d, _ in calls]
+        assert dones == sorted(dones) and dones[-1] == wanted, run
+
+
+def test_download_progress_in_a_pipe_only_rises(env: Env) -> None:
+    """The same, as a user sees it: `current download` with stderr in a pipe prints tenths of one total."""
+    import re
+    import subprocess
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    recipe = write_recipe(env.tmp / "recipe")
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe", str(recipe),
+                           "--cache-dir", str(env.tmp / "cache"), "--output", str(env.tmp / "o")],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = re.findall(r"model files: (\d+)% \(([\d.]+) of ([\d.]+) MB\)", proc.stderr)
+    assert lines, proc.stderr
+    assert len({total for _, _, total in lines}) == 1, lines
+    percents = [int(p) for p, _, _ in lines]
+    assert percents == sorted(percents) and percents[-1] == 100, lines

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from october.installer.download.manifest import SCHEMA_PATH, build_manifest, loa
 from october.installer.download.verify import Expected, VerifiedFile, digest_file, verify_files
 from october.installer.recipe import load_recipe
 from tests.download_server import git_blob_id
+from tests.fixtures.root import PROJECT_ROOT
 from tests.test_download_hub import AWQ_REPO, AWQ_REV, FP16_REPO, FP16_REV, PATTERNS, write_recipe
 
 
@@ -76,11 +79,30 @@ def test_plan_unknown_format(recipe, tmp_path: Path) -> None:
 
 
 def test_plan_recipe_without_the_selection(tmp_path: Path) -> None:
+    """A valid recipe that has no model for --format is a usage error (exit 2), not an invalid recipe; for a
+    recipe of the user's own, adding the table is one of the ways out."""
     path = write_recipe(tmp_path / "r")
     text = path.read_text()
     path.write_text(text[:text.index("[models.fp16]")])
-    with pytest.raises(RecipeError, match=r"models\.fp16"):
+    with pytest.raises(UsageError) as info:
         make_plan(opts(load_recipe(str(path)), tmp_path, format="fp16"), environ={})
+    msg = str(info.value)
+    assert info.value.exit_code == 2 and "recipe 'dltest' has no fp16 model" in msg
+    assert "awq" in msg and f"add [models.fp16] to {path}" in msg and "--recipe current" in msg
+
+
+def test_a_shipped_recipe_without_models_is_a_usage_error_naming_the_recipes_that_have_one(tmp_path: Path) -> None:
+    """Audit: `--format fp16 --recipe flashinfer-pr3812` (a FlashInfer-only recipe, valid, no models) was exit 3
+    "recipe invalid" telling the user to edit the shipped recipe.  It is exit 2 naming recipes that have the model."""
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "fp16", "--recipe",
+                           "flashinfer-pr3812", "--output", str(tmp_path / "o")], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr
+    assert "recipe 'flashinfer-pr3812' has no fp16 model" in err and "Expected" in err and "found" in err
+    assert "--recipe current" in err and "current recipes" in err
+    assert "add [models" not in err and "invalid" not in err
+    assert not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------------- verify

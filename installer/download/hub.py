@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import DownloadError, UsageError
+from ..core.errors import DownloadError, UsageError, one_line
 from ..core.redact import env_secrets, redact, redact_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -124,6 +125,15 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
     if isinstance(exc, hf.HfHubHTTPError):
         return error(f"the hub answered with an error for {where}", "a successful answer",
                      "retry later; if it persists check the hub's status page")
+    if isinstance(exc, json.JSONDecodeError):      # a 200 that is not the API's JSON: a proxy or captive portal page
+        body = exc.doc if isinstance(exc.doc, str) else ""
+        first = one_line(clean(body.lstrip()), 120) if body.strip() else "an empty body"
+        return DownloadError(f"{what}: the hub at {shown_endpoint()} did not answer with JSON for {where}",
+                             expected="the hub's JSON API answer",
+                             found=f"a body starting {first!r}" if body.strip() else first,
+                             fix="check HF_ENDPOINT (the hub, or a mirror of its API) and the proxy settings "
+                                 "(HTTPS_PROXY / HTTP_PROXY / NO_PROXY): a proxy's login or block page answers "
+                                 "like this; open the URL in a browser or with curl to see the page")
     if isinstance(exc, OSError):
         return error(f"{where} could not be written or read", "a complete transfer into the local directory",
                      "check free disk space and permissions, then re-run (completed files are kept)")
@@ -160,7 +170,15 @@ def fetch_snapshot_info(repo: str, revision: str, patterns: Sequence[str]) -> Hu
 
     api = HfApi(endpoint=endpoint(), library_name="october")
     with _hub_errors(repo, revision, "reading the model's file list"):
-        info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
+        try:
+            info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
+        except (TypeError, KeyError, AttributeError) as exc:   # JSON, but not a model's: huggingface_hub cannot read it
+            raise DownloadError(f"reading the model's file list: the hub at {shown_endpoint()} answered {repo}@"
+                                f"{revision} with JSON that is not a model listing",
+                                expected="the hub's model information (an object with id, sha and siblings)",
+                                found=_first_lines(exc),
+                                fix="check HF_ENDPOINT (the hub, or a mirror of its API) and the proxy settings "
+                                    "(HTTPS_PROXY / HTTP_PROXY / NO_PROXY)") from None
     by_path = {s.rfilename: s for s in info.siblings or []}
     files = []
     for p in select(list(by_path), patterns):
@@ -179,11 +197,21 @@ def _check_repo_path(repo: str, revision: str, path: str) -> None:
                             fix="do not use this repository/revision; report it")
 
 
-def forwarding_tqdm(report: Callable[[float, float | None], None] | None) -> type:
+def forwarding_tqdm(report: Callable[[float, float | None], None] | None, total: float | None = None) -> type:
     """huggingface_hub's tqdm, drawing nothing, forwarding the bytes written to ``report(done, total)`` (None:
-    nothing).  Only the byte bars of the written files (unit "B") are forwarded, not the file-count bar or
-    the network-side "Downloading" one."""
+    nothing).  Only the byte bar of the written files (unit "B") is forwarded, not the file-count bar or
+    the network-side "Downloading" one.
+
+    ``total``: the bytes of the whole selection, from the hub's listing.  huggingface_hub's own total grows as
+    each file starts (its bar would go 100%, 80%, 60% ... as files join), so with ``total`` that one is used
+    throughout, and ``done`` (all threads summed, under one lock) is never reported lower than before nor
+    above ``total``: the percentage only rises."""
+    import threading
+
     from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+
+    lock = threading.Lock()
+    shown = [-1.0]
 
     class Forward(hf_tqdm):  # type: ignore[misc, valid-type]
         def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
@@ -193,25 +221,39 @@ def forwarding_tqdm(report: Callable[[float, float | None], None] | None) -> typ
             super().__init__(*args, **kwargs)
 
         def update(self, n: float | None = 1) -> None:
-            self._done += float(n or 0)
-            if self._forward and report is not None:
-                report(self._done, float(self.total) if self.total else None)
+            with lock:
+                self._done += float(n or 0)
+                if not self._forward or report is None:
+                    return
+                if total is None:
+                    report(self._done, float(self.total) if self.total else None)
+                    return
+                done = min(max(self._done, 0.0), total)
+                if done > shown[0]:
+                    shown[0] = done
+                    report(done, total)
 
     return Forward
 
 
 def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
                       quiet: bool = False, max_workers: int = 8,
-                      report: Callable[[float, float | None], None] | None = None) -> Path:
+                      report: Callable[[float, float | None], None] | None = None,
+                      total: float | None = None) -> Path:
     """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``; with
-    ``report``, progress goes there (bytes written, total) instead of huggingface_hub's bars."""
+    ``report``, progress goes there (bytes written, ``total``: the selection's bytes from the listing, shown
+    from the start; files already complete count when the download ends) instead of huggingface_hub's bars."""
     from huggingface_hub import snapshot_download
 
-    tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report)
+    tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report, total)
+    if report is not None and not quiet and total is not None:
+        report(0.0, total)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
                                 library_name="october", max_workers=max_workers, tqdm_class=tqdm_class)
+    if report is not None and not quiet and total is not None:
+        report(total, total)
     return Path(out)
 
 

@@ -82,6 +82,36 @@ def fixtures_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
     return path
 
 
+def _no_model(recipe: Recipe, fmt: str) -> UsageError:
+    """A valid recipe without a model for ``--format`` (a FlashInfer-only one has none): a usage error naming
+    the formats it has and the shipped recipes that have this one.  Editing the recipe is offered only for a
+    recipe of the user's own, never for a shipped one."""
+    from ..core.errors import OctoberError
+    from ..core.resources import shipped_recipes
+    from ..recipe import load_recipe
+
+    shipped = shipped_recipes()
+    with_it = []
+    for path in shipped:
+        try:
+            other = load_recipe(str(path))
+        except OctoberError:
+            continue
+        if fmt in other.models and other.name != recipe.name:
+            with_it.append(other.name)
+    have = sorted(recipe.models)
+    ways = [f"pass --format {' or --format '.join(have)}"] if have else []
+    if with_it:
+        ways.append(f"pass --recipe {' or --recipe '.join(with_it)} (shipped recipes with a {fmt} model)")
+    if recipe.path.resolve() not in {p.resolve() for p in shipped}:
+        ways.append(f"add [models.{fmt}] to {recipe.path}")
+    found = f"models: {', '.join(have)}" if have else "no [models] table (a FlashInfer-only recipe has none)"
+    return UsageError(f"recipe '{recipe.name}' has no {fmt} model to download",
+                      expected=f"a recipe with a [models.{fmt}] selection for --format {fmt}",
+                      found=f"{found} in {recipe.path}",
+                      fix="; or ".join(ways) + "; `current recipes --json` lists each recipe's models")
+
+
 def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -> DownloadPlan:
     env = os.environ if environ is None else environ
     if opts.format not in MODEL_FORMATS:
@@ -91,10 +121,7 @@ def make_plan(opts: DownloadOptions, environ: Mapping[str, str] | None = None) -
     recipe = opts.recipe
     sel = recipe.models.get(opts.format)
     if sel is None:
-        raise RecipeError(recipe.path, f"models.{opts.format}",
-                          expected=f"a [models.{opts.format}] table with repo, revision and patterns",
-                          found="no such table",
-                          fix=f"add [models.{opts.format}] to {recipe.path} or choose another --format")
+        raise _no_model(recipe, opts.format)
     if not sel.patterns:
         raise RecipeError(recipe.path, f"models.{opts.format}.patterns",
                           expected="at least one file pattern (config, tokenizer, *.safetensors, ...)",

@@ -80,6 +80,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             expected=f"a directory {plan.local_dir} from an earlier download",
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
+    check_writable(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
         if plan.local_source:
             say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
@@ -97,6 +98,24 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
         write_manifest(plan.output, manifest, secrets=hub.secrets())
     say(f"wrote {plan.output} ({len(files)} files verified, {sum(f.size for f in files)} bytes)")
     return plan.output
+
+
+def check_writable(plan: DownloadPlan) -> None:
+    """Every directory the run writes to can be written, checked before the hub is asked or a byte is fetched
+    (exit 19 naming the option and its path; not after the whole model was downloaded and hashed): the
+    manifest's directory (``--output``) and, unless ``--model-dir`` (only read), the model directory and the
+    one above it, which holds the download lock (``--local-dir``, or the default under ``--cache-dir``)."""
+    from ..core.cliargs import require_writable
+
+    require_writable("--output", plan.output.parent, what="the manifest's directory (--output)")
+    if plan.local_source:
+        return
+    option = "--cache-dir" if plan.default_local_dir else "--local-dir"
+    what = "the model directory under the cache (--cache-dir)" if plan.default_local_dir else \
+        "the model directory (--local-dir)"
+    require_writable(option, plan.local_dir, what=what)
+    if plan.local_dir.is_dir():          # else the check above already probed the nearest directory above it
+        require_writable(option, plan.local_dir.parent, what=f"the directory holding the download lock of {what}")
 
 
 def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
@@ -118,8 +137,10 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     if plan.default_local_dir and not tag.exists():
         write_text_atomic(tag, CACHEDIR_TAG)
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
+    sizes = [f.size for f in snap.files]
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
-                          report=_bar(bars, "model files"))
+                          report=_bar(bars, "model files"),
+                          total=float(sum(sizes)) if None not in sizes else None)   # one total, from the listing
 
     commits = hub.recorded_commits(plan.local_dir, [f.path for f in snap.files])
     wrong = {p: c for p, c in commits.items() if c != plan.revision}
