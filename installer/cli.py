@@ -16,6 +16,8 @@ from typing import Optional
 import typer
 
 from .cli_common import (
+    RECIPE_HELP,
+    cache_dir_argument,
     cache_dir_option,
     command,
     dir_option,
@@ -66,7 +68,9 @@ def current_main(argv: list[str] | None = None) -> int:
 @command(setup_app)
 def october_setup(
     stack: str = typer.Argument(..., metavar="STACK", help="Directory to provision (created if missing)."),
-    recipe: str = recipe_option(),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME",
+                                         help=RECIPE_HELP[:-1] + " (default: current for a new stack; an existing "
+                                              "stack of another recipe needs its own named)."),
     cache_dir: Optional[Path] = cache_dir_option("Shared cache: git mirrors, wheels, models and uv's cache "
                                                         "(default $OCTOBER_CACHE_DIR or ~/.cache/october)."),
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Accept modified fork trees (recorded)."),
@@ -121,7 +125,7 @@ def make_kit_cmd(
         from .recipe import load_recipe
 
         kit_out = dir_option("DIR", out)
-        cache = dir_option("--cache-dir", cache_dir or default_cache_dir())
+        cache = cache_dir_argument(cache_dir or default_cache_dir())
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         have_file = file_option("--have", have) if have is not None else None
         if have_file is not None and not system_torch:

@@ -20,6 +20,7 @@ from typer.core import TyperCommand
 
 from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
     CommandExit,
+    cache_dir_argument,
     dir_option,
     empty_path,
     file_option,
@@ -54,10 +55,16 @@ EPILOG = exit_codes_epilog()
 PATH_METAVARS = frozenset({"DIR", "FILE", "PYTHON", "STACK"})
 
 
+# options whose value is a name or a path: empty, it is neither (``--recipe ""`` looked for ``recipes/.toml``)
+NAME_OR_PATH_OPTIONS = frozenset({"--recipe"})
+
+
 def is_path_param(param: Any) -> bool:
-    """A parameter that takes a path: typed ``Path`` (typer keeps the annotation) or named by a path metavar."""
+    """A parameter that takes a path: typed ``Path`` (typer keeps the annotation), named by a path metavar,
+    or one of :data:`NAME_OR_PATH_OPTIONS`."""
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    return (isinstance(annotation, type) and issubclass(annotation, PurePath)) or param.metavar in PATH_METAVARS
+    return ((isinstance(annotation, type) and issubclass(annotation, PurePath)) or param.metavar in PATH_METAVARS
+            or not NAME_OR_PATH_OPTIONS.isdisjoint(getattr(param, "opts", ())))
 
 
 class Command(TyperCommand):

@@ -86,6 +86,13 @@ def doctor(
     raise typer.Exit(guarded(go, ui, json_command="current doctor" if as_json else None))
 
 
+def install_option(install: Path) -> Path:
+    """``--install STACK`` of a command that reads a stack (verify, smoke): an existing directory; a file
+    or nothing there is exit 19, said as such, with the command that makes a stack."""
+    return dir_option("--install", install, must_exist=True,
+                      fix="pass the stack directory that `october_setup STACK --recipe NAME` made to --install")
+
+
 @command(current_app)
 def verify(
     install: Path = typer.Option(..., "--install", metavar="STACK", help="The stack directory made by october_setup."),
@@ -101,7 +108,7 @@ def verify(
     def go() -> int:
         from .verify import format_report, verify_stack
 
-        stack = dir_option("--install", install, must_exist=True)
+        stack = install_option(install)
         bar = lambda done, total: ui.transfer("hashing installed files", done, total, "B")  # noqa: E731
         report = verify_stack(stack, progress=ui.detail, hashed=bar)
         if as_json:
@@ -263,10 +270,12 @@ def smoke(
     def go() -> int:
         from .smoke.launch import SmokeOptions, load_receipt, run_smoke
 
-        opts = SmokeOptions(install=install.resolve(), format=format.value if format else None,
-                            output=dir_option("--output", output), level=level.value if level else None,
+        out = dir_option("--output", output)
+        manifest_file = file_option("--manifest", manifest) if manifest else None
+        opts = SmokeOptions(install=install_option(install), format=format.value if format else None,
+                            output=out, level=level.value if level else None,
                             fixtures=fixtures.resolve() if fixtures else None,
-                            manifest=file_option("--manifest", manifest) if manifest else None, recipe=recipe,
+                            manifest=manifest_file, recipe=recipe,
                             diagnostic_cache=diagnostic_cache.value if diagnostic_cache else None,
                             plant_fault=plant_fault)
         say = (lambda _line: None) if quiet or as_json else print

@@ -48,7 +48,7 @@ def parse(args: Sequence[str]) -> argparse.Namespace | None:
         return None
     p = _Parser(add_help=False, allow_abbrev=False, exit_on_error=False)
     p.add_argument("stack")
-    p.add_argument("--recipe", "-r", default="current")
+    p.add_argument("--recipe", "-r")           # None: the stack's own record decides (provision.recipe_for)
     for option in PATH_OPTIONS:
         p.add_argument(option)
     p.add_argument("--allow-dirty", action="store_true")
@@ -60,7 +60,7 @@ def parse(args: Sequence[str]) -> argparse.Namespace | None:
     except (_Parsed, argparse.ArgumentError):
         return None
     dests = ["stack", *(o[2:].replace("-", "_") for o in PATH_OPTIONS)]
-    if any(getattr(ns, d) is not None and not getattr(ns, d).strip() for d in dests):
+    if any(getattr(ns, d) is not None and not getattr(ns, d).strip() for d in (*dests, "recipe")):
         return None                 # an empty path ("" would be the current directory): the full command line's usage error
     for d in dests:
         if getattr(ns, d) is not None:
@@ -101,7 +101,13 @@ def try_noop(ns: argparse.Namespace) -> int | None:
     from .core.errors import OctoberError
     from .core.paths import StackPaths, default_cache_dir
 
-    stack = ns.stack.resolve()
+    from .core.cliargs import cache_dir_argument, stack_argument
+
+    try:                            # the options' own checks, the typer command's (provision's): it says what is wrong
+        stack = stack_argument(str(ns.stack)).resolve()
+        cache = cache_dir_argument(ns.cache_dir or default_cache_dir())
+    except (OctoberError, OSError):
+        return None
     if not StackPaths(stack).state.is_dir():
         return None                 # a new stack: nothing to verify
     try:
@@ -112,14 +118,17 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         from .pyenv.systorch import with_system_torch
         from .recipe import load_recipe, with_kit
 
-        rec = with_system_torch(load_recipe(ns.recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
+        from .provision import recipe_for
+
+        recipe = recipe_for(stack, ns.recipe)        # no --recipe on a stack of another recipe: provision refuses
+        rec = with_system_torch(load_recipe(recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
         if ns.kit is not None:
             # a finished stack reads nothing from its kit, which only shapes the recipe's sources (so the
             # fingerprints); were anything to run, provision verifies the kit first
             if not ns.kit.is_dir():
                 return None
             rec = with_kit(rec, ns.kit.resolve())
-        opts = SetupOptions(stack=stack, recipe=rec, cache_dir=(ns.cache_dir or default_cache_dir()).resolve(),
+        opts = SetupOptions(stack=stack, recipe=rec, cache_dir=cache,
                             allow_dirty=ns.allow_dirty, skip_preflight=split_skips(ns.skip_preflight),
                             locked=resolve_locked(rec, stack, ns.locked, ns.lock_file), quiet=ns.quiet)
         result = finished_setup(opts, SilentReporter())

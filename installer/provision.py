@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .core.cliargs import dir_option, file_option, print_json, require_writable, split_skips, stack_argument
+from .core.cliargs import (
+    cache_dir_argument,
+    dir_option,
+    file_option,
+    print_json,
+    require_writable,
+    split_skips,
+    stack_argument,
+)
 from .core.paths import default_cache_dir
 
 if TYPE_CHECKING:
@@ -21,7 +29,7 @@ class SetupArgs:
     """The options of ``october_setup STACK`` as given (typer's and argparse's spellings are the same)."""
 
     stack: str
-    recipe: str = "current"
+    recipe: str | None = None       # None: not given (a new stack: DEFAULT_RECIPE; else the stack's own, see recipe_for)
     cache_dir: Path | None = None
     allow_dirty: bool = False
     skip_preflight: Sequence[str] = ()
@@ -32,6 +40,51 @@ class SetupArgs:
     verbose: bool = False
     as_json: bool = False
     system_python: Path | None = None
+
+
+DEFAULT_RECIPE = "current"
+
+
+def recorded_recipe(root: Path) -> tuple[str, str | None] | None:
+    """(name, path) of the recipe a stack was set up with, from its setup receipt; None for a stack with no
+    readable record (a new one, or one stopped before its receipt)."""
+    import json
+
+    from .core.paths import StackPaths
+
+    try:
+        recipe = json.loads(StackPaths(root).setup_receipt.read_text(encoding="utf-8"))["recipe"]
+        name, path = recipe["name"], recipe.get("path")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (name, path if isinstance(path, str) else None) if isinstance(name, str) and name else None
+
+
+def recipe_for(root: Path, given: str | None) -> str:
+    """The recipe of this run: ``--recipe`` as given; without it, :data:`DEFAULT_RECIPE`, unless the stack
+    records another recipe: then a usage error (exit 2) naming it, never a silent switch (a re-run would
+    rebuild the stack under the default recipe).  Both command lines ask this (the fast path too)."""
+    if given is not None:
+        return given
+    record = recorded_recipe(root)
+    if record is None or record[0] == DEFAULT_RECIPE:
+        return DEFAULT_RECIPE
+    import shlex
+
+    from .core.errors import UsageError
+    from .recipe import resolve_recipe_path
+
+    name, path = record
+    # a shipped recipe by its name, any other by the path it was set up from
+    shipped = path is None or resolve_recipe_path(name).resolve() == Path(path).resolve()
+    its = name if shipped else path
+    stack = shlex.quote(str(root))
+    raise UsageError(f"no --recipe given, and the stack {root} was set up with recipe {name}",
+                     expected=f"--recipe {shlex.quote(its)} for this stack (without --recipe a run means --recipe {DEFAULT_RECIPE}, "
+                              "which would rebuild it under another recipe)",
+                     found=f"recipe {name}" + (f" ({path})" if path else "") + " in its receipts/setup.json",
+                     fix=f"re-run with its recipe: `october_setup {stack} --recipe {shlex.quote(its)}`; or switch it "
+                         f"on purpose: `october_setup {stack} --recipe {DEFAULT_RECIPE}`")
 
 
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
@@ -48,13 +101,13 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     root = stack_argument(args.stack).resolve()
     skips = split_skips(args.skip_preflight)
     validate_skip(skips)
-    cache = dir_option("--cache-dir", args.cache_dir or default_cache_dir())
+    cache = cache_dir_argument(args.cache_dir or default_cache_dir())
     require_writable("--cache-dir", cache, what="the cache directory")     # exit 19 before the stack is written
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = dir_option("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None
     checked = StackPaths(root).recipe_checked
-    rec = with_system_torch(load_recipe(args.recipe, checked=checked), args.system_python)
+    rec = with_system_torch(load_recipe(recipe_for(root, args.recipe), checked=checked), args.system_python)
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:

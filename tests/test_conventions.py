@@ -145,15 +145,15 @@ def test_options_are_checked_before_anything_is_written(tmp_path: Path, monkeypa
 
 # every path option and argument, by command (the positional's place in COMMANDS' arguments where it has one)
 PATH_PARAMS = {
-    "october_setup": {"STACK", "--cache-dir", "--lock-file", "--kit", "--system-python"},
-    "october_setup kit": {"DIR", "--cache-dir", "--lock-file", "--have"},
-    "october_setup fleet": {"STACK", "--kit", "--receipt", "--lock-file", "--cache-dir", "--ship-dir", "--system-python"},
-    "current doctor": {"--install", "--system-python"},
+    "october_setup": {"--recipe", "STACK", "--cache-dir", "--lock-file", "--kit", "--system-python"},
+    "october_setup kit": {"--recipe", "DIR", "--cache-dir", "--lock-file", "--have"},
+    "october_setup fleet": {"--recipe", "STACK", "--kit", "--receipt", "--lock-file", "--cache-dir", "--ship-dir", "--system-python"},
+    "current doctor": {"--recipe", "--install", "--system-python"},
     "current verify": {"--install"},
-    "current env": {"--install"},
+    "current env": {"--recipe", "--install"},
     "current recipes": set(),
-    "current download": {"--output", "--local-dir", "--cache-dir", "--fixtures", "--model-dir"},
-    "current smoke": {"--install", "--output", "--manifest", "--fixtures"},
+    "current download": {"--recipe", "--output", "--local-dir", "--cache-dir", "--fixtures", "--model-dir"},
+    "current smoke": {"--recipe", "--install", "--output", "--manifest", "--fixtures"},
 }
 ARGUMENT_AT = {"october_setup": 0, "october_setup kit": 1, "october_setup fleet": 1}
 

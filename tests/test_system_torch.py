@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import EnvError, InstallError, UsageError
+from october.installer.core.errors import EnvError, FileSystemError, InstallError, UsageError
 from october.installer.install.guards import GuardSpec, evaluate, probe
 from october.installer.machine import evaluate as preflight_evaluate
 from october.installer.pyenv import systorch
@@ -156,7 +156,7 @@ def test_the_recipe_must_allow_a_system_torch(tmp_path, system):
     assert systorch.with_system_torch(pr, None).torch.from_system is False
     got = systorch.with_system_torch(pr, system).torch
     assert got.from_system and got.system_python == str(system.absolute()) and got.version == "2.11.0+cu130"
-    with pytest.raises(UsageError):
+    with pytest.raises(FileSystemError, match="does not exist"):     # a path option naming nothing: exit 19
         systorch.with_system_torch(pr, tmp_path / "no-python")
 
 

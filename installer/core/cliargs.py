@@ -75,9 +75,9 @@ def _file_above(path: Path) -> Path | None:
     return None
 
 
-def dir_option(option: str, path: Path, *, must_exist: bool = False) -> Path:
+def dir_option(option: str, path: Path, *, must_exist: bool = False, fix: str | None = None) -> Path:
     """A directory option (made if missing unless ``must_exist``): a file there or above it, or
-    (``must_exist``) nothing there, is exit 19, said as such."""
+    (``must_exist``) nothing there, is exit 19, said as such (``fix``: what to do, else "pass a directory")."""
     path = path.expanduser()
     blocker = _file_above(path)
     if blocker == path:
@@ -89,7 +89,7 @@ def dir_option(option: str, path: Path, *, must_exist: bool = False) -> Path:
     else:
         return path.resolve()
     raise FileSystemError(what, expected="a directory" + ("" if must_exist else " (made if missing)"),
-                          found=f"{_kind(blocker or path)} at {blocker or path}", fix=f"pass a directory to {option}")
+                          found=f"{_kind(blocker or path)} at {blocker or path}", fix=fix or f"pass a directory to {option}")
 
 
 def require_writable(option: str, path: Path, *, what: str) -> None:
@@ -137,7 +137,41 @@ def empty_path(name: str, value: str, *, argument: bool = False, required: bool 
                      fix=f"pass a path to {name}" + ("" if required else f", or leave {name} out for its default"))
 
 
+# characters a stack or cache path cannot hold, and why: each passed the option checks, preflight and fetch,
+# then broke a later step with a message about something else (the audit's cases)
+UNUSABLE_CHARS = {
+    "#": "uv installs the forks from file:// URLs of the stack's paths, where '#' starts a URL fragment "
+         "(uv: `Distribution not found at: file:///.../st`)",
+    ":": "the stack's env and the cache's build tools go on PATH, whose separator is ':' (uv: `path segment "
+         "contains separator ':'`)",
+    "$": "GitPython expands environment variables in the paths it is given ($HOME in a path names another "
+         "directory)",
+}
+STACK_CHARS = ("#", ":", "$")
+CACHE_CHARS = (":", "$")          # '#' in the cache is never part of a file:// URL uv reads
+
+
+def usable_chars(option: str, path: Path, chars: Sequence[str]) -> Path:
+    """``path`` (absolute, as the tool will use it) holds none of ``chars`` (:data:`UNUSABLE_CHARS`): one
+    that does is exit 19 naming the character and why, before anything is written."""
+    bad = next((c for c in chars if c in str(path)), None)
+    if bad is None:
+        return path
+    raise FileSystemError(f"{option} {path} cannot be used: it contains '{bad}'",
+                          expected=f"a path without {', '.join(repr(c) for c in chars)}",
+                          found=f"'{bad}' in {path} ({UNUSABLE_CHARS[bad]})",
+                          fix=f"choose a path for {option} without '{bad}' (in it or in the directories above it)")
+
+
 def stack_argument(value: str) -> Path:
-    """STACK: an empty or blank path is refused (it would silently mean the current directory)."""
+    """STACK: an empty or blank path is refused (it would silently mean the current directory), and so is
+    one holding a character a later step cannot use (:data:`STACK_CHARS`).  The one check of both command
+    lines (the typer command through :func:`~october.installer.provision.provision`, and the fast path)."""
     empty_path("STACK", value, argument=True)
-    return dir_option("STACK", Path(value))
+    return usable_chars("STACK", dir_option("STACK", Path(value)), STACK_CHARS)
+
+
+def cache_dir_argument(value: Path) -> Path:
+    """``--cache-dir`` (its default already filled in): a directory, made if missing, without
+    :data:`CACHE_CHARS`.  Both command lines check it here."""
+    return usable_chars("--cache-dir", dir_option("--cache-dir", value), CACHE_CHARS)

@@ -17,7 +17,7 @@ from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
 from .. import __version__
-from ..core.errors import LockError, one_line
+from ..core.errors import FileSystemError, LockError, one_line
 from ..core.hashing import sha256_file
 from ..core.redact import redact_url
 from ..core.tomlgate import LOCK_MAX_BYTES, TomlRefused, read_toml_file
@@ -137,8 +137,11 @@ def dumps(lock: Mapping[str, Any]) -> str:
     return header + tomli_w.dumps(lock)
 
 
-def read_lock(path: Path) -> dict[str, Any]:
-    """A pylock through the TOML read gate, valid PEP 751, its ``[tool.october]`` parts tables."""
+def read_lock(path: Path, *, option: str | None = None) -> dict[str, Any]:
+    """A pylock through the TOML read gate, valid PEP 751, its ``[tool.october]`` parts tables.  ``option``:
+    the user named this file (``--lock-file``): a TOML file that is no PEP 751 lock at all (no
+    ``lock-version``: a recipe, a pyproject) is that option naming nothing usable (exit 19), not a lock
+    to restore."""
     try:
         data = read_toml_file(path, max_bytes=LOCK_MAX_BYTES)
     except TomlRefused as exc:
@@ -148,6 +151,12 @@ def read_lock(path: Path) -> dict[str, Any]:
                             "path") from None
         raise LockError(f"the lock file {path} cannot be read", expected=exc.expected, found=exc.found,
                         fix=_restore(path)) from None
+    if option is not None and "lock-version" not in data:
+        raise FileSystemError(f"{option} {path} is not a PEP 751 lock", expected="a pylock.toml (PEP 751: "
+                              "`lock-version`, `[[packages]]`), as october_setup writes STACK/pylock.toml",
+                              found=f"a TOML file without lock-version (keys: {one_line(', '.join(sorted(data)), 120)})",
+                              fix=f"pass a lock to {option} (a stack's pylock.toml or locks/<recipe>.pylock.toml), "
+                                  f"or drop {option} to use the recipe's")
     try:
         Pylock.from_dict(data)
     except PylockValidationError as exc:
@@ -183,8 +192,8 @@ def _tool_shape(lock: Mapping[str, Any]) -> str | None:
     return None
 
 
-def locked_state(path: Path) -> LockedState:
-    parts = locked_state_from_dict(read_lock(path))
+def locked_state(path: Path, *, option: str | None = None) -> LockedState:
+    parts = locked_state_from_dict(read_lock(path, option=option))
     return LockedState(path=path.resolve(), sha256=sha256_file(path), **parts)
 
 

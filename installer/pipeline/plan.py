@@ -53,9 +53,17 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
         return None
     from ..lock.pylock import locked_state  # packaging.pylock: only under --locked
 
-    if lock_file is None:   # the project's committed lock for the recipe, else the stack's own
-        committed = inside(locks_dir(), f"{recipe.name}.pylock.toml")
-        lock_file = committed if committed.exists() else StackPaths(stack).pylock
+    if lock_file is not None:
+        return locked_state(lock_file, option="--lock-file")
+    # the project's committed lock for the recipe, else the stack's own
+    committed, own = inside(locks_dir(), f"{recipe.name}.pylock.toml"), StackPaths(stack).pylock
+    lock_file = committed if committed.exists() else own
+    if not lock_file.exists():      # nothing to compare with: not a mismatch (13) but a missing file (19)
+        raise FileSystemError(f"--locked has no lock to install from for recipe {recipe.name}",
+                              expected=f"a lock at {committed} (the recipe's committed lock) or {own} (the stack's own)",
+                              found="neither exists",
+                              fix="run october_setup once without --locked (it writes STACK/pylock.toml), or pass "
+                                  "--lock-file PATH")
     return locked_state(lock_file)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import EnvError, UsageError
+from ..core.errors import EnvError, FileSystemError, UsageError
 from ..core.redact import redact_url
 from ..core.resources import stack_script
 from ..core.runner import Runner
@@ -34,12 +34,28 @@ def with_system_torch(recipe: Recipe, python: Path | None) -> Recipe:
                              fix=f"pass --system-python /path/to/python with torch {t.version} installed")
         return recipe
     _require_allowed(recipe, "--system-python", f"--system-python {python}")
-    exe = Path(python).expanduser().absolute()
-    if not exe.is_file():
-        raise UsageError("--system-python is not a file", expected="the path of a Python interpreter",
-                         found=f"{exe} does not exist", fix="pass the interpreter itself, e.g. /opt/torch/.venv/bin/python")
+    exe = usable_interpreter(Path(python))
     return dataclasses.replace(recipe, torch=dataclasses.replace(t, source="system", system_python=str(exe),
                                                                  index_url=None))
+
+
+def usable_interpreter(python: Path, option: str = "--system-python") -> Path:
+    """``python`` (absolute, links kept: a venv's python is one) is an executable file; nothing there, a
+    directory or a file this user cannot execute is exit 19 (a path option naming nothing usable), said as
+    such, before anything is written (preflight would otherwise start it inside a new STACK)."""
+    import os
+    import shlex
+
+    exe = python.expanduser().absolute()
+    if exe.is_file() and os.access(exe, os.X_OK):
+        return exe
+    found = (f"{exe} is a directory" if exe.is_dir() else f"{exe} does not exist" if not exe.exists()
+             else f"{exe} is a file this user cannot execute (mode {exe.stat().st_mode & 0o777:o})" if exe.is_file()
+             else f"{exe} is not a regular file")
+    raise FileSystemError(f"{option} {exe} is not an interpreter that can run", expected="the path of an "
+                          "executable Python interpreter", found=found,
+                          fix=f"pass the interpreter itself to {option}, e.g. /opt/torch/.venv/bin/python"
+                              + (f" (or make it executable: chmod +x {shlex.quote(str(exe))})" if exe.is_file() else ""))
 
 
 def mark_system(recipe: Recipe) -> Recipe:

@@ -1,0 +1,147 @@
+"""Option and path checks of ``october_setup`` and ``current`` (the audit's cases): each is refused before
+anything is written, with the README's exit code and expected / found / what to do; the plain fast path
+(installer/noop.py) and the typer command line say the same."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.root import PROJECT_ROOT
+from tests.fixtures.world import make_world, snapshot
+
+TYPER = "import sys; from october.installer.cli import setup_main; sys.exit(setup_main(sys.argv[1:]))"
+
+
+def both(*args: str, cwd: Path = PROJECT_ROOT) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``october_setup ARGS`` as the console script runs it (the plain fast path first) and through typer."""
+    plain = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *args], cwd=cwd,
+                           capture_output=True, text=True, timeout=300)
+    typer_run = subprocess.run([sys.executable, "-c", TYPER, *args], cwd=cwd, capture_output=True, text=True,
+                               timeout=300)
+    return plain, typer_run
+
+
+def current(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "october", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def refused(procs: tuple[subprocess.CompletedProcess[str], ...], code: int, *texts: str) -> str:
+    for proc in procs:
+        assert proc.returncode == code, (proc.returncode, proc.stderr)
+        assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+        assert "Expected" in proc.stderr and "->" in proc.stderr, proc.stderr
+        for text in texts:
+            assert text in proc.stderr, (text, proc.stderr)
+    assert len({p.stderr for p in procs}) == 1, [p.stderr for p in procs]
+    return procs[0].stderr
+
+
+@pytest.mark.parametrize("name, char, why", [
+    ("st#1", "#", "URL fragment"),
+    ("st:1", ":", "PATH"),
+    ("st $HOME", "$", "GitPython expands environment variables"),
+    ("st$x", "$", "GitPython expands environment variables"),
+])
+def test_a_stack_path_no_later_step_can_use_is_refused_first(tmp_path: Path, name: str, char: str, why: str) -> None:
+    """``#`` and ``:`` passed preflight, fetch and env and failed install with uv's message (exit 11); ``$``
+    made GitPython warn, and ``st $HOME`` broke fetch naming no path."""
+    stack = tmp_path / name
+    err = refused(both(str(stack), "--recipe", "current", "--cache-dir", str(tmp_path / "cache")), 19,
+                  f"contains '{char}'", why, str(stack))
+    assert "choose a path for STACK" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []     # neither the stack nor the cache was made
+
+
+@pytest.mark.parametrize("name, char", [("c:1", ":"), ("c$HOME", "$")])
+def test_a_cache_dir_no_later_step_can_use_is_refused_first(tmp_path: Path, name: str, char: str) -> None:
+    """--cache-dir with ':' broke install (the cache's build tools on PATH), with '$' fetch (GitPython); a '#'
+    there builds (the fixture world), so it is not refused."""
+    refused(both(str(tmp_path / "stack"), "--recipe", "current", "--cache-dir", str(tmp_path / name)), 19,
+            f"--cache-dir {tmp_path / name} cannot be used", f"contains '{char}'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_system_python_that_cannot_run_is_exit_19_before_the_stack_is_made(tmp_path: Path) -> None:
+    """Missing was exit 2; a directory was said not to exist; a file without x was `tool missing` (exit 7)
+    from preflight, inside a STACK already made."""
+    (tmp_path / "emptydir").mkdir()
+    noexec = tmp_path / "python"
+    noexec.write_text("#!/bin/sh\n")
+    noexec.chmod(0o644)
+    for python, found in ((tmp_path / "missing", "does not exist"), (tmp_path / "emptydir", "is a directory"),
+                          (noexec, "cannot execute")):
+        stack = tmp_path / "fi"
+        refused(both(str(stack), "--recipe", "flashinfer-pr3812", "--system-python", str(python), "--cache-dir",
+                     str(tmp_path / "cache")), 19, f"--system-python {python}", found, "pass the interpreter")
+        assert not stack.exists() and not (tmp_path / "cache").exists()
+
+
+def test_smoke_checks_install_as_verify_does(tmp_path: Path) -> None:
+    """``current smoke --install afile`` said `has no Python environment` (17) and told to run october_setup on
+    the file; a missing path too.  Both are exit 19, as ``current verify`` says."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for install, said in ((afile, "is a file"), (tmp_path / "missing", "does not exist")):
+        smoked = current("smoke", "--install", str(install), "--output", str(tmp_path / "o"))
+        verified = current("verify", "--install", str(install))
+        for proc in (smoked, verified):
+            assert proc.returncode == 19, proc.stderr
+            assert f"--install {install} {said}" in proc.stderr and "october_setup STACK" in proc.stderr
+        assert not (tmp_path / "o").exists()
+
+
+def test_locked_without_any_lock_is_a_missing_file_and_a_recipe_is_not_a_lock(tmp_path: Path) -> None:
+    """No lock anywhere was `lock mismatch` (13): nothing was compared.  A recipe given as --lock-file was 13
+    with `restore ... or re-create it without --locked`."""
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    err = refused(both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--locked"), 19,
+                  "--locked has no lock", "fixture.pylock.toml", str(stack / "pylock.toml"), "--lock-file PATH")
+    assert "mismatch" not in err
+    refused(both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--locked", "--lock-file",
+                 str(world.recipe)), 19, "is not a PEP 751 lock", "lock-version", "pass a lock to --lock-file")
+    assert not stack.exists()
+
+
+def test_an_empty_recipe_is_a_usage_error(tmp_path: Path) -> None:
+    """``current doctor --recipe ""`` looked for recipes/.toml (exit 3)."""
+    from october.installer.noop import parse
+
+    for argv in (("doctor", "--recipe", ""), ("env", "--recipe", " "), ("download", "--format", "awq", "--recipe", "")):
+        proc = current(*argv, cwd=tmp_path)
+        assert proc.returncode == 2 and "--recipe is given an empty path" in proc.stderr, proc.stderr
+    refused(both(str(tmp_path / "s"), "--recipe", ""), 2, "--recipe is given an empty path")
+    assert parse(["s", "--recipe", ""]) is None and parse(["s", "-r", " "]) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_re_run_without_recipe_keeps_to_the_stacks_recipe(tmp_path: Path) -> None:
+    """Without --recipe a finished stack of another recipe was re-run as `current` (`preflight: running
+    again: its inputs changed`), rebuilding it under another recipe on a networked machine."""
+    from october.installer.noop import parse
+    from october.installer.provision import recipe_for
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    plain, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert plain.returncode == 0, plain.stderr
+    before = snapshot(stack)
+    err = refused(both(str(stack), "--cache-dir", str(cache)), 2, "no --recipe given", "recipe fixture",
+                  f"--recipe {world.recipe}", "--recipe current")
+    assert "running again" not in err and snapshot(stack) == before
+    # named, it is the no-op it always was; a new stack, or one of the default recipe, still means `current`
+    again, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert again.returncode == 0 and "(0 step(s) ran" in again.stdout, again.stderr
+    assert recipe_for(tmp_path / "new", None) == "current" and recipe_for(stack, "x") == "x"
+    receipt = stack / "receipts" / "setup.json"
+    doc = json.loads(receipt.read_text())
+    receipt.write_text(json.dumps({**doc, "recipe": {**doc["recipe"], "name": "current"}}))
+    assert recipe_for(stack, None) == "current"
+    assert parse([str(stack)]).recipe is None
