@@ -4,7 +4,8 @@ The level that runs is the one the stack promises (``--promised-level``, or
 ``promised_level`` in ``--stack-info``: ``engine`` when the stack has the vLLM
 fork, ``kernel`` when it has FlashInfer only), never one chosen by what
 imports.  A lower level runs only when named with ``--level``; its receipt says
-what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.
+what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.  A run whose checks did
+not all run and pass ``proves`` ``nothing``, whatever its level.
 
 ``--diagnostic-cache bf16|fp8_e4m3|both`` (engine level only) runs every engine check on a symmetric
 cache instead of K16/V8 (:mod:`october.checks.engine.diagnostic`): it proves the harness on a real engine,
@@ -27,7 +28,7 @@ import torch
 
 from . import results as res
 from . import workspace
-from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS, PROMISES
+from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS, NOTHING, PROMISES
 from .engine.planted_faults import FAULTS
 from .inputs import (
     MIN_PROMPT_TOKENS,
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--level {level}: the stack promises only {promised}.\n"
                          f"  -> leave --level out, or pass --level {promised} or lower")
     if level != promised:
-        notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
+        notes.append(f"level {level} was named; it proves at most the {res.proves(level, promised)}, never the stack")
     tokens = token_protocol(stack, args.token_counts)
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
@@ -229,7 +230,10 @@ def run(args: argparse.Namespace) -> int:
     print(res.format_table(receipt["checks"], receipt["passed"]))
     for reason in receipt["reasons"]:
         print(f"  - {reason}")
-    print(f"level {level} on {device} proves the {receipt['proves']}; "
+    claim = f"proves the {receipt['proves']}" if receipt["proves"] != NOTHING else \
+        f"proves nothing (it can prove the {res.proves(level, promised)} only when every check runs and passes; " \
+        "see the reasons above)"
+    print(f"level {level} on {device} {claim}; "
           f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
     if diagnostic is not None:
         print(f"diagnostic ({', '.join(diagnostic['caches'])}): the harness "
