@@ -36,6 +36,7 @@ SCHEMA = json.loads((ROOT / "receipts" / "smoke.schema.json").read_text(encoding
 
 def _stack_without_vllm(tmp: Path) -> Path:
     """An engine-level stack (the setup receipt names the vLLM fork) whose env cannot import vllm."""
+    tmp.mkdir(parents=True, exist_ok=True)
     recipe = _recipe(tmp)
     stack = tmp / "stack"
     (stack / "receipts").mkdir(parents=True)
@@ -105,3 +106,35 @@ def test_the_contract_says_what_a_run_proved() -> None:
     assert contract.proved("engine", "engine", checks_ok=False, verdict_ok=False) == "nothing"
     assert contract.proved("engine", "engine", checks_ok=True, verdict_ok=True) == "stack"
     assert contract.proved("reference", "engine", checks_ok=True, verdict_ok=False) == "harness"
+
+
+# ------------------------------------------------------------------ defect 2: no doubled status in a summary
+
+def test_a_summary_never_repeats_its_status(tmp_path: Path) -> None:
+    def unsupported() -> CheckResult:
+        raise Unsupported("the fork lacks X")
+
+    def skipped() -> CheckResult:
+        raise Skipped("no GPU")
+
+    results = [run_check("physical_k16v8", unsupported), run_check("calibrated_scales", skipped)]
+    assert [r.summary for r in results] == ["the fork lacks X", "no GPU"]
+    _, reasons = overall(results)
+    assert "physical K16/V8: unsupported: the fork lacks X" in reasons
+    assert "calibrated scales: skipped: no GPU" in reasons
+    # end to end: the launch's reasons and log, on both paths the audit saw doubled
+    for with_fixtures in (True, False):
+        _, receipt, lines, log = _smoke(tmp_path / str(with_fixtures), with_fixtures)
+        text = "\n".join(lines + receipt["reasons"] + [c["summary"] for c in receipt["checks"]]) + log
+        for status in (SKIPPED, UNSUPPORTED, FAILED, PASSED):
+            assert f"{status}: {status}:" not in text
+        for c in receipt["checks"]:
+            assert not c["summary"].startswith(f"{c['status']}:"), c
+    # the kernel level's probe (no FlashInfer here): every check unsupported, the reason said once
+    from october.checks import smoke
+    out = tmp_path / "kernel"
+    assert smoke.main(["--promised-level", "kernel", "--device", "cpu", "--output", str(out)]) == 1
+    receipt = json.loads((out / "receipt.json").read_text())
+    assert {c["status"] for c in receipt["checks"]} == {UNSUPPORTED}
+    assert not any(c["summary"].startswith("unsupported") for c in receipt["checks"])
+    assert not any("unsupported: unsupported:" in r for r in receipt["reasons"])

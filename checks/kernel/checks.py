@@ -381,7 +381,7 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     choice = kernel_scales(manifest, fixtures)
     fi, why = probe()
     if fi is None:
-        return every_check(UNSUPPORTED, f"unsupported: {why}"), choice
+        return every_check(UNSUPPORTED, why), choice
     kb = backend(fi, device, float(choice.v_scales[0]), seed, cfg)
     results = in_order(run_checks({name: functools.partial(fn, kb) for name, fn in CHECKS.items()}))
     if choice.error is not None:
