@@ -37,6 +37,7 @@ from .inputs import (
     ScaleChoice,
     load_manifest,
     load_stack_info,
+    one_line,
     reference_scales,
     token_protocol,
 )
@@ -102,7 +103,7 @@ def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
                               lambda: calibrate_v_scales(backend.model, calib_prompt))
     results = run_reference_suite(backend, choice.v_scales, choice.source, SuiteConfig(seed=seed))
     if choice.error is not None:
-        results = [res.CheckResult("calibrated_scales", res.FAILED, choice.error.splitlines()[0],
+        results = [res.CheckResult("calibrated_scales", res.FAILED, one_line(choice.error),
                                    {"error": choice.error, "path": choice.path})
                    if r.name == "calibrated_scales" else r for r in results]
     return results, choice

@@ -138,3 +138,17 @@ def test_a_summary_never_repeats_its_status(tmp_path: Path) -> None:
     assert {c["status"] for c in receipt["checks"]} == {UNSUPPORTED}
     assert not any(c["summary"].startswith("unsupported") for c in receipt["checks"])
     assert not any("unsupported: unsupported:" in r for r in receipt["reasons"])
+
+
+# ------------------------------------------------------------------ defect 3: missing scales say what to do
+
+def test_missing_calibrated_scales_say_what_to_do(tmp_path: Path) -> None:
+    rc, receipt, lines, _ = _smoke(tmp_path, with_fixtures=False)
+    scales = next(c for c in receipt["checks"] if c["name"] == "calibrated_scales")
+    assert rc == 1 and scales["status"] == FAILED
+    summary = scales["summary"]
+    assert "expected calibrated scales in --fixtures or $KNLP_KV_FIXTURES, found neither" in summary
+    # the fix: where the file goes and how to name it, in the summary the receipt and the reasons carry
+    assert "pass --fixtures DIR" in summary and "fake-org__Tiny-K16V8.kv_scales.json" in summary
+    assert any("pass --fixtures DIR" in r for r in receipt["reasons"])
+    assert receipt["scales"]["error"] and "pass --fixtures DIR" in receipt["scales"]["error"]

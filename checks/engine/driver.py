@@ -91,7 +91,7 @@ from .vllm_surface import (
     layer_pair,
     model_shape,
 )
-from ..inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, token_protocol
+from ..inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, one_line, token_protocol
 from ..results import (
     CHECK_NAMES,
     FAILED,
@@ -137,7 +137,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     shape = model_shape(manifest)
     choice = engine_scales(manifest, fixtures, shape.layers)
     if choice.error is not None:
-        return [CheckResult(r.name, FAILED, choice.error.splitlines()[0]) if r.name == "calibrated_scales" else r
+        return [CheckResult(r.name, FAILED, one_line(choice.error)) if r.name == "calibrated_scales" else r
                 for r in every_check(SKIPPED, "no valid calibrated scales to start the engine with")], choice
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     watch = watch or Watch.start(workspace_base(selection))
