@@ -152,3 +152,18 @@ def test_missing_calibrated_scales_say_what_to_do(tmp_path: Path) -> None:
     assert "pass --fixtures DIR" in summary and "fake-org__Tiny-K16V8.kv_scales.json" in summary
     assert any("pass --fixtures DIR" in r for r in receipt["reasons"])
     assert receipt["scales"]["error"] and "pass --fixtures DIR" in receipt["scales"]["error"]
+
+
+# ------------------------------------------------------------------ defect 4: a truthful hint for --fixtures nope
+
+@pytest.mark.parametrize("given", ["option", "env"])
+def test_a_fixtures_dir_that_is_not_there_has_a_truthful_fix(tmp_path: Path, given: str) -> None:
+    from october.installer.core.errors import FileSystemError
+    from october.installer.download.plan import fixtures_dir
+    nope = tmp_path / "nope"
+    with pytest.raises(FileSystemError) as err:
+        fixtures_dir(nope if given == "option" else None, {} if given == "option" else {"KNLP_KV_FIXTURES": str(nope)})
+    text = str(err.value)
+    assert "unset it to run without calibrated scales" not in text      # a smoke without scales never passes
+    assert "<org>__<name>.kv_scales.json" in text
+    assert "cannot pass" in text
