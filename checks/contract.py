@@ -28,9 +28,10 @@ FULL_SHA = re.compile(r"^[0-9a-f]{40}$")        # a full git commit id (or hub r
 SHA256 = re.compile(r"^[0-9a-f]{64}$")          # a sha256 digest: 64 lowercase hex
 FORMATS = ("awq", "fp16")                       # the model formats a recipe selects (`--format`)
 COMPUTE_DTYPES = {"float16": "f16", "bfloat16": "bf16"}     # a selection's compute dtype -> FlashInfer's name
-# what a run at each level proves on its own (``proves`` below: ``stack`` only at the promised level)
+# what a run at each level can prove on its own (``proves`` below: ``stack`` only at the promised level)
 PROVES = {"reference": "harness", "kernel": "kernel", "engine": "stack"}
-PROOFS = ("harness", "kernel", "stack")
+NOTHING = "nothing"                             # what a run proves when its checks did not all run and pass
+PROOFS = ("harness", "kernel", "stack", NOTHING)
 PROMISES = ("kernel", "engine")                 # what a stack may promise: reference proves only our own code
 
 
@@ -46,6 +47,20 @@ def proves(level: str, promised: str | None) -> str:
     if promised is not None and level == promised:
         return "stack"
     return PROVES[level] if PROVES[level] != "stack" or promised is None else "kernel"
+
+
+def proved(level: str, promised: str | None, checks_ok: bool, verdict_ok: bool) -> str:
+    """What a run that has happened proves: the receipt's ``proves``, never more than ran and agreed.
+
+    :func:`proves` (what the level can prove) only when every check ran and passed (``checks_ok``: none
+    failed, skipped or unsupported); ``stack`` also needs the stack verdict (``verdict_ok``: the promised
+    level with the stack's own protocol and no run-level problem, i.e. the receipt's ``passed``).
+    Otherwise ``nothing``: an engine stack whose checks were all unsupported proved nothing about it.
+    """
+    can = proves(level, promised)
+    if not checks_ok or (can == "stack" and not verdict_ok):
+        return NOTHING
+    return can
 
 
 # ------------------------------------------------------------------ checks and their statuses

@@ -132,11 +132,19 @@ def reference_scales(manifest: Manifest | None, fixtures: Path | None, num_layer
                             f"({found.num_layers} layers); the tiny model has {num_layers}: {own}")
 
 
+def one_line(message: str) -> str:
+    """An error (``what: expected X, found Y.\\n  -> fix``) as one line for a check's summary: the fix kept."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def engine_scales(manifest: Manifest, fixtures: Path | None, num_layers: int | None) -> ScaleChoice:
     """Scales for the real model: the fixtures file must exist and match it exactly."""
     if fixtures is None:
+        name = scales_path(Path("DIR"), manifest.repo).name
         return ScaleChoice((), "missing", error="expected calibrated scales in --fixtures or "
-                           "$KNLP_KV_FIXTURES, found neither.\n  -> set one of them")
+                           "$KNLP_KV_FIXTURES, found neither.\n  -> pass --fixtures DIR (or set "
+                           f"$KNLP_KV_FIXTURES=DIR), DIR holding {name}: the V scales calibrated for "
+                           f"{manifest.repo}@{manifest.revision}")
     path = scales_path(fixtures, manifest.repo)
     try:
         found = load_scales(path)

@@ -16,7 +16,8 @@ from .contract import (
     SMOKE_RECEIPT_FILENAME,
     SMOKE_RECEIPT_FORMAT_VERSION,
     SMOKE_RECEIPT_KIND,
-    proves,
+    NOTHING,
+    proved,
     write_json_atomic,
 )
 from .results import CheckResult, overall
@@ -63,16 +64,19 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
                   diagnostic: dict[str, Any] | None = None) -> dict[str, Any]:
     """The receipt.  ``passed`` is the stack verdict: every check passed at the level the stack
     promises (``proves == "stack"``) and no run-level ``problems``; ``checks_passed`` says only
-    whether the six checks passed at the level that ran.  A ``diagnostic`` run (a symmetric cache on
-    the engine, :mod:`october.checks.engine.diagnostic`) proves the harness and is never passed."""
+    whether the six checks passed at the level that ran.  ``proves`` claims only what ran and passed
+    (:func:`october.checks.contract.proved`): ``nothing`` when a check failed, was skipped or was
+    unsupported.  A ``diagnostic`` run (a symmetric cache on the engine,
+    :mod:`october.checks.engine.diagnostic`) proves at most the harness and is never passed."""
     passed, reasons = overall(results, level, promised_level, problems)
-    what = proves(level, promised_level)
-    if diagnostic is not None:
-        passed, what = False, "harness"
-        reasons.append(f"diagnostic run ({', '.join(diagnostic['caches'])} cache): it proves {diagnostic['proves']}; "
-                       "it can never pass as a stack verdict")
     by_name = {r.name: r for r in results}
     checks_passed = all(n in by_name and by_name[n].status == PASSED for n in CHECK_NAMES)
+    every_passed = checks_passed and all(r.status == PASSED for r in results)    # the extra (JIT) check too
+    what = proved(level, promised_level, every_passed, passed)
+    if diagnostic is not None:
+        passed, what = False, ("harness" if diagnostic.get("harness_ok") is True else NOTHING)
+        reasons.append(f"diagnostic run ({', '.join(diagnostic['caches'])} cache): it proves {diagnostic['proves']}; "
+                       "it can never pass as a stack verdict")
     doc = {
         "format_version": SMOKE_RECEIPT_FORMAT_VERSION, "kind": SMOKE_RECEIPT_KIND,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -78,9 +78,9 @@ def run_check(name: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: A
     try:
         result = fn(*args, **kwargs)
     except Unsupported as exc:
-        result = CheckResult(name, UNSUPPORTED, f"unsupported: {exc}")
+        result = CheckResult(name, UNSUPPORTED, str(exc))
     except Skipped as exc:
-        result = CheckResult(name, SKIPPED, f"skipped: {exc}")
+        result = CheckResult(name, SKIPPED, str(exc))
     except Exception as exc:  # a crash is a failure, with its cause recorded
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         result = CheckResult(name, FAILED, f"raised {last}",

@@ -4,7 +4,8 @@ The level that runs is the one the stack promises (``--promised-level``, or
 ``promised_level`` in ``--stack-info``: ``engine`` when the stack has the vLLM
 fork, ``kernel`` when it has FlashInfer only), never one chosen by what
 imports.  A lower level runs only when named with ``--level``; its receipt says
-what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.
+what it ``proves`` (``harness`` or ``kernel``) and its ``passed`` is false.  A run whose checks did
+not all run and pass ``proves`` ``nothing``, whatever its level.
 
 ``--diagnostic-cache bf16|fp8_e4m3|both`` (engine level only) runs every engine check on a symmetric
 cache instead of K16/V8 (:mod:`october.checks.engine.diagnostic`): it proves the harness on a real engine,
@@ -27,7 +28,7 @@ import torch
 
 from . import results as res
 from . import workspace
-from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS, PROMISES
+from .contract import COMPUTE_DTYPES, DIAGNOSTIC_CACHES, FORMATS, LEVELS, NOTHING, PROMISES
 from .engine.planted_faults import FAULTS
 from .inputs import (
     MIN_PROMPT_TOKENS,
@@ -36,6 +37,7 @@ from .inputs import (
     ScaleChoice,
     load_manifest,
     load_stack_info,
+    one_line,
     reference_scales,
     token_protocol,
 )
@@ -101,7 +103,7 @@ def run_reference(device: torch.device, seed: int, manifest: Manifest | None,
                               lambda: calibrate_v_scales(backend.model, calib_prompt))
     results = run_reference_suite(backend, choice.v_scales, choice.source, SuiteConfig(seed=seed))
     if choice.error is not None:
-        results = [res.CheckResult("calibrated_scales", res.FAILED, choice.error.splitlines()[0],
+        results = [res.CheckResult("calibrated_scales", res.FAILED, one_line(choice.error),
                                    {"error": choice.error, "path": choice.path})
                    if r.name == "calibrated_scales" else r for r in results]
     return results, choice
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--level {level}: the stack promises only {promised}.\n"
                          f"  -> leave --level out, or pass --level {promised} or lower")
     if level != promised:
-        notes.append(f"level {level} was named; it proves the {res.proves(level, promised)}, not the stack")
+        notes.append(f"level {level} was named; it proves at most the {res.proves(level, promised)}, never the stack")
     tokens = token_protocol(stack, args.token_counts)
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
@@ -229,7 +231,10 @@ def run(args: argparse.Namespace) -> int:
     print(res.format_table(receipt["checks"], receipt["passed"]))
     for reason in receipt["reasons"]:
         print(f"  - {reason}")
-    print(f"level {level} on {device} proves the {receipt['proves']}; "
+    claim = f"proves the {receipt['proves']}" if receipt["proves"] != NOTHING else \
+        f"proves nothing (it can prove the {res.proves(level, promised)} only when every check runs and passes; " \
+        "see the reasons above)"
+    print(f"level {level} on {device} {claim}; "
           f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
     if diagnostic is not None:
         print(f"diagnostic ({', '.join(diagnostic['caches'])}): the harness "

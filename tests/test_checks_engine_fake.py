@@ -319,7 +319,7 @@ def test_fault_measurements_name_the_fault(cpu_runs: dict[str, dict[str, Any]]) 
     assert noisy["tokens"] != noisy["tokens_second_run"] and noisy["nonfinite_logprobs"] == 0
     for name in ("physical_k16v8", "clean_memory"):
         summary = check("missing_kv_caches", name)["summary"]
-        assert "'kv_caches'" in summary and summary.startswith("unsupported:"), summary
+        assert "'kv_caches'" in summary and not summary.startswith("unsupported"), summary  # the status says it
 
 
 def test_a_module_that_was_not_pre_built_fails_the_jit_check(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:

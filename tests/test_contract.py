@@ -74,7 +74,7 @@ def test_the_smoke_schema_spells_the_contract() -> None:
     assert tuple(s["promised_level"]["enum"]) == contract.PROMISES + (None,)
     assert tuple(_schema("smoke")["then"]["properties"]["level"]["enum"]) == contract.PROMISES
     assert tuple(s["selection"]["enum"]) == contract.FORMATS + (None,)
-    assert tuple(s["proves"]["enum"]) == contract.PROOFS == tuple(dict.fromkeys(contract.PROVES.values()))
+    assert tuple(s["proves"]["enum"]) == contract.PROOFS == tuple(dict.fromkeys(contract.PROVES.values())) + (contract.NOTHING,)
     item = s["checks"]["items"]["properties"]
     assert tuple(item["status"]["enum"]) == contract.STATUSES
     assert tuple(item["name"]["enum"]) == tuple(contract.TITLES)

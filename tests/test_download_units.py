@@ -250,7 +250,8 @@ def test_fixtures_pointing_nowhere_is_refused(recipe, tmp_path: Path) -> None:
     assert "--fixtures" in e.value.message and "nothing there" in e.value.message
     with pytest.raises(FileSystemError) as e:
         make_plan(opts(recipe, tmp_path), environ={"KNLP_KV_FIXTURES": str(tmp_path / "gone")})
-    assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" in e.value.message
+    assert "$KNLP_KV_FIXTURES" in e.value.message and "unset it" not in e.value.message
+    assert "kv_scales.json" in e.value.message and "cannot pass `current smoke`" in e.value.message
 
 
 @pytest.mark.parametrize("value,why", [("huggingface.co", "scheme ''"), ("ftp://hub.example", "scheme 'ftp'"),

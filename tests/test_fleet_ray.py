@@ -154,7 +154,8 @@ def test_a_kernel_level_fleet_smokes_every_node_and_names_a_node_with_its_own_ji
         smoke = n["smoke"]
         assert smoke is not None and n["setup"]["exit_code"] == 0, json.dumps(n, indent=1)
         # the smoke ran at the level the stack promises, on the stack's own receipt of what it is
-        assert smoke["level"] == "kernel" and smoke["proves"] == "stack", json.dumps(n, indent=1)
+        # (on a CPU the CUDA-graph check is skipped, so the receipt proves nothing: it never over-claims)
+        assert smoke["level"] == "kernel" and smoke["proves"] == ("stack" if CUDA else "nothing"), json.dumps(n, indent=1)
         sm = json.loads((stacks / name / "receipts" / "smoke" / "receipt.json").read_text())
         assert sm["promised_level"] == "kernel" and sm["stack"]["forks"] == {"flashinfer": kernel_kit["world"].commit}
         assert sm["stack"]["lock_sha256"] == n["lock_sha256"] == sha256_file(stacks / name / "pylock.toml")

@@ -50,8 +50,8 @@ def test_cpu_reference_receipt_fails_only_for_skipped_graphs(tmp_path: Path, cap
     assert _status(receipt)["decode_graphs"] == "skipped"
     assert [s for n, s in _status(receipt).items() if n != "decode_graphs"] == ["passed"] * 5
     assert receipt["reasons"][0].startswith("changing decode graphs: skipped")
-    # a reference run proves the harness, never the stack, whatever its checks say
-    assert receipt["proves"] == "harness" and receipt["promised_level"] is None
+    # a reference run proves at most the harness, never the stack; with a check skipped it proves nothing
+    assert receipt["proves"] == "nothing" and receipt["promised_level"] is None
     assert receipt["reasons"][1:] == [r for r in receipt["reasons"] if "proves the harness only" in r]
     assert receipt["scales"]["source"] == "calibrated" and "no download manifest" in receipt["scales"]["note"]
     assert receipt["machine"]["device"] == "cpu" and receipt["level"] == "reference"
@@ -111,7 +111,7 @@ def test_kernel_level_without_the_fork_is_unsupported(tmp_path: Path) -> None:
     receipt = json.loads((out / "receipt.json").read_text())
     jsonschema.validate(receipt, SCHEMA)
     assert rc == 1 and set(_status(receipt).values()) == {"unsupported"} and receipt["level"] == "kernel"
-    assert len(receipt["reasons"]) == 7 and receipt["proves"] == "stack"
+    assert len(receipt["reasons"]) == 7 and receipt["proves"] == "nothing"       # nothing ran: no stack claim
     assert "cannot be imported" in receipt["checks"][0]["summary"]
     assert any("JIT workspace was not watched" in r for r in receipt["reasons"])
 
@@ -123,7 +123,7 @@ def test_a_lower_level_runs_only_when_named_and_never_passes(tmp_path: Path, pro
     rc = smoke.main(["--promised-level", promised, "--level", "reference", "--device", "cpu", "--output", str(out)])
     receipt = json.loads((out / "receipt.json").read_text())
     jsonschema.validate(receipt, SCHEMA)
-    assert rc == 1 and receipt["passed"] is False and receipt["proves"] == "harness"
+    assert rc == 1 and receipt["passed"] is False and receipt["proves"] == "nothing"    # graphs skipped on a CPU
     assert receipt["level"] == "reference" and receipt["promised_level"] == promised
     assert any(f"the stack promises level {promised}" in r for r in receipt["reasons"])
 

@@ -78,7 +78,7 @@ def _amend(result: CheckResult, problems: list[str], measured: dict[str, Any], l
     result.measured.update(measured)
     result.limits.update(limits)
     if result.status == PASSED and unsupported:
-        result.status, result.summary = UNSUPPORTED, f"unsupported: {unsupported}"
+        result.status, result.summary = UNSUPPORTED, unsupported
     elif result.status == PASSED and problems:
         result.status, result.summary = FAILED, "; ".join(problems)
     elif result.status == FAILED and problems:
@@ -389,7 +389,7 @@ def _jit(sel: Selection, shape: ModelShape, watch: Watch, diagnostic: bool = Fal
     name = JIT_CHECK[0]
     workspace = watch.base
     if not sel.jit_modules or workspace is None:
-        return CheckResult(name, UNSUPPORTED, "unsupported: no derived JIT module list or workspace for this "
+        return CheckResult(name, UNSUPPORTED, "no derived JIT module list or workspace for this "
                            "selection (expected the stack info `current smoke` writes)",
                            {"workspace": str(workspace) if workspace else None}, {})
     fix = sel.setup_command or "october_setup STACK --recipe RECIPE"

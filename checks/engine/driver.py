@@ -91,7 +91,7 @@ from .vllm_surface import (
     layer_pair,
     model_shape,
 )
-from ..inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, token_protocol
+from ..inputs import Manifest, ScaleChoice, TokenProtocol, engine_scales, one_line, token_protocol
 from ..results import (
     CHECK_NAMES,
     FAILED,
@@ -137,8 +137,8 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
     shape = model_shape(manifest)
     choice = engine_scales(manifest, fixtures, shape.layers)
     if choice.error is not None:
-        return [CheckResult(r.name, FAILED, choice.error.splitlines()[0]) if r.name == "calibrated_scales" else r
-                for r in every_check(SKIPPED, "skipped: no valid calibrated scales to start the engine with")], choice
+        return [CheckResult(r.name, FAILED, one_line(choice.error)) if r.name == "calibrated_scales" else r
+                for r in every_check(SKIPPED, "no valid calibrated scales to start the engine with")], choice
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     watch = watch or Watch.start(workspace_base(selection))
     if watch.base is not None:
@@ -149,7 +149,7 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
             hooks.install()
             llm = _start(manifest, seed, eager=False, sel=sel, plan=plan)
         except Unsupported as exc:
-            return every_check(UNSUPPORTED, f"unsupported: {exc}"), choice
+            return every_check(UNSUPPORTED, str(exc)), choice
         except Exception as exc:     # the engine did not start: nothing was verified
             refused = refused_cache_dtype(exc, plan.kv_cache_dtype if isinstance(plan.kv_cache_dtype, tuple)
                                           else (plan.kv_cache_dtype,))

@@ -34,7 +34,7 @@ import torch
 from .. import flashinfer_asym
 from .. import torch_reference as ref
 from ..contract import sha256_file
-from ..inputs import Manifest, ScaleChoice
+from ..inputs import Manifest, ScaleChoice, one_line
 from .backend import (
     Cache,
     KernelBackend,
@@ -381,11 +381,11 @@ def run_kernel_level(device: torch.device, seed: int, manifest: Manifest | None,
     choice = kernel_scales(manifest, fixtures)
     fi, why = probe()
     if fi is None:
-        return every_check(UNSUPPORTED, f"unsupported: {why}"), choice
+        return every_check(UNSUPPORTED, why), choice
     kb = backend(fi, device, float(choice.v_scales[0]), seed, cfg)
     results = in_order(run_checks({name: functools.partial(fn, kb) for name, fn in CHECKS.items()}))
     if choice.error is not None:
-        results = [CheckResult(r.name, FAILED, f"the supplied scales were rejected: {choice.error.splitlines()[0]}",
+        results = [CheckResult(r.name, FAILED, f"the supplied scales were rejected: {one_line(choice.error)}",
                                {"scales_file": choice.path, "error": choice.error}, r.limits, r.seconds)
                    if r.name == "calibrated_scales" else r for r in results]
     elif choice.source != "fixtures":     # say in the summary where the scale came from (the receipt's scales too)

@@ -78,7 +78,9 @@ def fixtures_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
         raise FileSystemError(f"{where} points at {path}, which is not a directory",
                               expected="a directory of <org>__<name>.kv_scales.json files",
                               found="a file" if path.exists() else "nothing there",
-                              fix=f"fix {where} (or unset it to run without calibrated scales)")
+                              fix=f"point {where} at the directory holding the calibrated <org>__<name>.kv_scales.json "
+                                  "(a run without calibrated scales cannot pass `current smoke`: its calibrated-scales "
+                                  "check fails)")
     return path
 
 
