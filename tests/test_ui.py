@@ -214,3 +214,14 @@ def test_terminal_shows_uv_bytes_and_jit_modules_as_bars() -> None:
     # one wheel is one step (uv reports whole wheels): the rate is the average since the bar began, not "?"
     assert re.search(r"install: uv: 1 of 1 wheel\(s\) downloaded .*12\.6/12\.6 MB [\d.]+ [kMGT]?B/s", text), text
     assert "jit: JIT modules built" in text and "1/2" in text
+
+
+def test_an_emoji_code_in_a_path_is_printed_as_written(tmp_path: Path) -> None:
+    """A path holding rich's emoji codes (``:x:``, ``:100:``) reaches the user as written, not as an emoji
+    (the audit's ``/tmp/c:x:`` came out as a red cross).  The real command line, in a subprocess."""
+    recipe = tmp_path / "a:x:b:100:" / "r.toml"
+    proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(tmp_path / "stack"),
+                           "--recipe", str(recipe)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode != 0 and "a:x:b:100:" in proc.stderr, proc.stderr
+    assert "\u274c" not in proc.stderr and "\U0001f4af" not in proc.stderr

@@ -146,7 +146,7 @@ class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
         self._status: Any = None
         self._bars: Progress | None = None
         self._tasks: dict[str, Any] = {}
