@@ -173,7 +173,7 @@ def cache_dir_option(help_text: str = CACHE_HELP) -> Any:
 
 
 def quiet_option() -> Any:
-    return typer.Option(False, "--quiet", "-q", help="No progress or notes on stderr, errors only (not with -v).")
+    return typer.Option(False, "--quiet", "-q", help="No progress or notes on stderr: warnings and errors only (not with -v).")
 
 
 def verbose_option(help_text: str = "Show details on stderr (not with -q).") -> Any:
