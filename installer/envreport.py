@@ -34,7 +34,8 @@ def stack_report(stack: Path) -> dict[str, Any]:
 
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],
-                           "python": None, "torch": None, "packages": {}}
+                           "python": None, "torch": None, "packages": {},
+                           "finished": paths.setup_receipt.is_file() and paths.pylock.is_file()}
     locked: dict[str, Any] = {}
     if paths.setup_receipt.is_file():
         try:
@@ -145,7 +146,8 @@ def format_text(report: Mapping[str, Any]) -> Sequence[str]:
     if rec := report.get("recipe"):
         put("recipe", f"{rec['name']} sha256 {rec.get('sha256')}" if "sha256" in rec else f"{rec['name']}: {rec.get('error')}")
     if s := report.get("stack"):
-        put("stack", s["path"])
+        put("stack", s["path"] + ("" if s.get("finished") else
+                                  " (not a finished october stack: no receipts/setup.json and pylock.toml yet)"))
         r = s.get("recipe") or {}
         put("stack recipe", f"{r.get('name')} sha256 {r.get('sha256')}" if r else None)
         put("lock sha256", s.get("lock_sha256"))

@@ -333,6 +333,13 @@ def test_env_report_names_the_stack_and_holds_no_secret(stack: Stack) -> None:
     assert data["environment"]["HF_ENDPOINT"] == "https://***@hub.example.invalid"
     assert data["recipe"]["name"] == "current" and len(data["recipe"]["sha256"]) == 64
     assert data["october"]["version"] == "0.1.0"
+    assert s["finished"] is True and "not a finished october stack" not in text
+    # a directory that is no stack (yet) is said to be one, not shown as an empty stack
+    empty = stack.root.parent / "not-a-stack"
+    empty.mkdir(exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "october", "env", "--install", str(empty)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and "(not a finished october stack" in proc.stdout, proc.stdout + proc.stderr
     assert "lock sha256:" in text and forks["vllm"]["head"] in text and "torch:" in text
     assert "gpu" in text and "nvcc:" in text
 
