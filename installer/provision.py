@@ -46,18 +46,24 @@ DEFAULT_RECIPE = "current"
 
 
 def recorded_recipe(root: Path) -> tuple[str, str | None] | None:
-    """(name, path) of the recipe a stack was set up with, from its setup receipt; None for a stack with no
-    readable record (a new one, or one stopped before its receipt)."""
+    """(name, path) of the recipe a stack was set up with: its setup receipt's, else the record a run writes
+    before its first step (``.state/recipe-used.json``: a stack stopped before its receipt); None for a stack with
+    neither (a new one)."""
     import json
 
     from .core.paths import StackPaths
 
-    try:
-        recipe = json.loads(StackPaths(root).setup_receipt.read_text(encoding="utf-8"))["recipe"]
-        name, path = recipe["name"], recipe.get("path")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (name, path if isinstance(path, str) else None) if isinstance(name, str) and name else None
+    paths = StackPaths(root)
+    for source in (paths.setup_receipt, paths.recipe_record):
+        try:
+            doc = json.loads(source.read_text(encoding="utf-8"))
+            recipe = doc["recipe"] if source == paths.setup_receipt else doc
+            name, path = recipe["name"], recipe.get("path")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if isinstance(name, str) and name:
+            return name, path if isinstance(path, str) else None
+    return None
 
 
 def recipe_for(root: Path, given: str | None) -> str:

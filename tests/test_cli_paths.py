@@ -145,3 +145,23 @@ def test_a_re_run_without_recipe_keeps_to_the_stacks_recipe(tmp_path: Path) -> N
     receipt.write_text(json.dumps({**doc, "recipe": {**doc["recipe"], "name": "current"}}))
     assert recipe_for(stack, None) == "current"
     assert parse([str(stack)]).recipe is None
+
+
+@pytest.mark.slow
+def test_a_stack_stopped_before_its_receipt_keeps_to_its_recipe_too(tmp_path: Path) -> None:
+    """The setup receipt is written last: a run stopped before it (Ctrl-C in install, a failed step) left no
+    receipt, and a re-run without --recipe was taken as `current`.  The recipe a run begins with is recorded
+    (``STACK/.state/recipe-used.json``, under the stack lock) before any step."""
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    plain, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads((stack / ".state" / "recipe-used.json").read_text()) == {
+        "name": "fixture", "path": str(world.recipe.resolve())}
+    (stack / "receipts" / "setup.json").unlink()            # as a run stopped before its last step leaves it
+    (stack / ".state" / "receipt.json").unlink()
+    refused(both(str(stack), "--cache-dir", str(cache)), 2, "no --recipe given", "recipe fixture",
+            f"--recipe {world.recipe}")
+    again, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert again.returncode == 0, again.stderr
+    assert (stack / "receipts" / "setup.json").is_file()

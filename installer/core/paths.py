@@ -61,6 +61,7 @@ class StackPaths:
     state = _under(".state")
     # digests of recipe + forks.toml content that passed the recipe models (no-op re-runs skip pydantic)
     recipe_checked = _under(".state", "recipe-checked")
+    recipe_record = _under(".state", "recipe-used.json")   # the recipe the last run began with (pipeline/plan.py)
     run_pycache = _under(".state", "pycache")       # this run's bytecode (pycache_args); removed as it ends
     logs = _under("logs")
     uv_cache = _under(".uv-cache")      # uv's cache when --cache-dir is on another filesystem than the stack
