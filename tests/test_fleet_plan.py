@@ -298,8 +298,11 @@ def test_a_shipped_kit_is_verified_on_arrival(tmp_path: Path) -> None:
     assert fetched == ["b"] and sha256_bytes(b"bad") != table["b.txt"]["sha256"]   # a.whl was not fetched again
 
 
-def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
-    """Ray itself would retry the GCS for minutes; a closed loopback port is refused in well under that."""
+def test_an_unreachable_cluster_is_said_at_once_as_exit_8() -> None:
+    """Ray itself would retry the GCS for minutes; a closed loopback port is refused in well under that, as an
+    unreachable remote (exit 8, the README's row), not a usage error (the audit: exit 2 read as a bad option)."""
+    from october.installer.core.errors import ClusterUnreachable
+
     import socket
     import time
 
@@ -309,9 +312,9 @@ def test_an_unreachable_cluster_is_a_usage_error_at_once() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]                  # bound, never listening: connection refused
         start = time.monotonic()
-        with pytest.raises(UsageError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+        with pytest.raises(ClusterUnreachable, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}") as err:
             connect(f"127.0.0.1:{port}")
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 15 and err.value.exit_code == 8
 
 
 @pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json"])

@@ -155,6 +155,13 @@ class FetchError(OctoberError):
     title = "fetch failed"
 
 
+class ClusterUnreachable(OctoberError):
+    """``october_setup fleet``: nothing answers at the Ray cluster's address (an unreachable remote, as 8 is)."""
+
+    exit_code = 8
+    title = "Ray cluster unreachable"
+
+
 class EnvError(OctoberError):
     exit_code = 9
     title = "environment error"
@@ -294,7 +301,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (5, "another `october_setup` holds the stack, or another `current smoke` holds the stack or the GPU (the message names the holder's pid and command)"),
     (6, 'an external command failed (the message names the step, command, exit code, log)'),
     (7, 'a required program is missing (also: Ray, for `october_setup fleet`)'),
-    (8, 'fetch failed (unreachable remote, missing commit, dirty tree)'),
+    (8, 'fetch failed (unreachable remote, missing commit, dirty tree); `october_setup fleet`: the Ray cluster cannot be reached'),
     (9, 'the stack env could not be made as the recipe says'),
     (10, 'the base wheel failed download or verification'),
     (11, "a post-install guard fired (torch moved, flashinfer not the fork, an extension module of the base wheel does not import, a fork's build tried to install packages, an undeclared conflict in the env, `import flashinfer` fails with the stack environment)"),

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..core.errors import ToolMissing, UsageError
+from ..core.errors import ClusterUnreachable, ToolMissing, UsageError
 from .node import CHUNK, Shipment, ShippedFile, blank_record, run_job
 from .plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
 from .progress import FleetProgress
@@ -77,7 +77,7 @@ def check_reachable(address: str, timeout: float = 10.0) -> None:
     try:
         socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout).close()
     except OSError as exc:
-        raise UsageError(f"cannot reach the Ray cluster at {address}",
+        raise ClusterUnreachable(f"cannot reach the Ray cluster at {address}",
                          expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
                          found=exc.strerror or str(exc),
                          fix="start the cluster (`ray start --head`) or check `ray status`, then pass its address") from None
@@ -90,7 +90,9 @@ def connect(address: str) -> Any:
         try:
             ray.init(address=address, logging_level="WARNING", log_to_driver=False)
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-            raise UsageError(f"cannot join the Ray cluster at {address}",
+            # nothing answered in time: unreachable (8); an address or cluster Ray refuses: the option (2)
+            kind = ClusterUnreachable if isinstance(exc, (ConnectionError, TimeoutError)) else UsageError
+            raise kind(f"cannot join the Ray cluster at {address}",
                              expected="a running cluster's GCS address (host:port, as `ray start --head` prints)",
                              found=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}",
                              fix="check `ray status --address ADDR` on this machine, then pass that address") from None
