@@ -75,7 +75,8 @@ def build_receipt(*, level: str, device: torch.device, seed: int, stack: dict[st
     what = proved(level, promised_level, every_passed, passed)
     if diagnostic is not None:
         passed, what = False, ("harness" if diagnostic.get("harness_ok") is True else NOTHING)
-        reasons.append(f"diagnostic run ({', '.join(diagnostic['caches'])} cache): it proves {diagnostic['proves']}; "
+        can = diagnostic['proves'] if what != NOTHING else "nothing (the harness and the engine did not agree)"
+        reasons.append(f"diagnostic run ({', '.join(diagnostic['caches'])} cache): it proves {can}; "
                        "it can never pass as a stack verdict")
     doc = {
         "format_version": SMOKE_RECEIPT_FORMAT_VERSION, "kind": SMOKE_RECEIPT_KIND,

@@ -45,50 +45,89 @@ class SetupArgs:
 DEFAULT_RECIPE = "current"
 
 
-def recorded_recipe(root: Path) -> tuple[str, str | None] | None:
-    """(name, path) of the recipe a stack was set up with: its setup receipt's, else the record a run writes
-    before its first step (``.state/recipe-used.json``: a stack stopped before its receipt); None for a stack with
-    neither (a new one)."""
+Record = tuple[str, "str | None", str, "str | None"]      # (name, path, where recorded, sha256 of the file)
+
+
+def recorded_recipes(root: Path) -> list[Record]:
+    """(name, path, where) of each record of the recipe a stack was set up with: its setup receipt's (the last
+    finished run), then the one every run writes under the stack lock before its first step
+    (``.state/recipe-used.json``: the last run begun, finished or not); none for a new stack.  Each with the
+    recipe file's sha256 where recorded."""
     import json
 
     from .core.paths import StackPaths
 
     paths = StackPaths(root)
-    for source in (paths.setup_receipt, paths.recipe_record):
+    out = []
+    for source, where in ((paths.setup_receipt, "receipts/setup.json"), (paths.recipe_record, ".state/recipe-used.json")):
         try:
             doc = json.loads(source.read_text(encoding="utf-8"))
             recipe = doc["recipe"] if source == paths.setup_receipt else doc
-            name, path = recipe["name"], recipe.get("path")
+            name, path, sha = recipe["name"], recipe.get("path"), recipe.get("sha256")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if isinstance(name, str) and name:
-            return name, path if isinstance(path, str) else None
-    return None
+            out.append((name, path if isinstance(path, str) else None, where, sha if isinstance(sha, str) else None))
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def recipe_for(root: Path, given: str | None) -> str:
     """The recipe of this run: ``--recipe`` as given; without it, :data:`DEFAULT_RECIPE`, unless the stack
-    records another recipe: then a usage error (exit 2) naming it, never a silent switch (a re-run would
-    rebuild the stack under the default recipe).  Both command lines ask this (the fast path too)."""
+    records another recipe (by its file: a user's copy of ``current.toml`` keeps the name ``current``), or its
+    two records disagree (a run of another recipe stopped before its receipt): then a usage error (exit 2)
+    naming what it records, never a silent switch.  Both command lines ask this (the fast path too)."""
     if given is not None:
         return given
-    record = recorded_recipe(root)
-    if record is None or record[0] == DEFAULT_RECIPE:
+    from .recipe import resolve_recipe_path
+
+    default = resolve_recipe_path(DEFAULT_RECIPE)
+    records = recorded_recipes(root)
+
+    def is_default(rec: Record) -> bool:
+        """The shipped default: by name, and by file (this install's) or content (another install's copy of
+        it: a checkout, pipx); a recorded file that is gone and has no recorded content counts by its name."""
+        name, path, _, sha = rec
+        if name != DEFAULT_RECIPE or path is None or _same_file(Path(path), default):
+            return name == DEFAULT_RECIPE
+        if sha is not None:
+            from .core.hashing import sha256_file
+
+            try:
+                return sha256_file(default) == sha
+            except OSError:
+                return False
+        return not Path(path).exists()
+
+    if all(is_default(r) for r in records):
         return DEFAULT_RECIPE
     import shlex
 
     from .core.errors import UsageError
-    from .recipe import resolve_recipe_path
 
-    name, path = record
-    # a shipped recipe by its name, any other by the path it was set up from
-    shipped = path is None or resolve_recipe_path(name).resolve() == Path(path).resolve()
-    its = name if shipped else path
+    def shown(rec: Record) -> str:
+        """How to name it again: a shipped recipe (or one whose recorded file is gone) by its name, any other by
+        its path."""
+        name, path, _, _ = rec
+        if path is None or _same_file(resolve_recipe_path(name), Path(path)) or not Path(path).is_file():
+            return name
+        return path
+
+    latest = records[-1]                  # the last run begun says what the stack is being made into
+    its = shown(latest)
     stack = shlex.quote(str(root))
-    raise UsageError(f"no --recipe given, and the stack {root} was set up with recipe {name}",
-                     expected=f"--recipe {shlex.quote(its)} for this stack (without --recipe a run means --recipe {DEFAULT_RECIPE}, "
-                              "which would rebuild it under another recipe)",
-                     found=f"recipe {name}" + (f" ({path})" if path else "") + " in its receipts/setup.json",
+    found = "; ".join(f"recipe {n}" + (f" ({p})" if p else "") + f" in its {w}" for n, p, w, _ in records)
+    raise UsageError(f"no --recipe given, and the stack {root} was set up with recipe "
+                     f"{' and then '.join(dict.fromkeys(n for n, _, _, _ in records))}",
+                     expected=f"--recipe {shlex.quote(its)} for this stack (without --recipe a run means --recipe "
+                              f"{DEFAULT_RECIPE}, the shipped one, which would rebuild it under another recipe)",
+                     found=found,
                      fix=f"re-run with its recipe: `october_setup {stack} --recipe {shlex.quote(its)}`; or switch it "
                          f"on purpose: `october_setup {stack} --recipe {DEFAULT_RECIPE}`")
 

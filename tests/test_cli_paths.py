@@ -115,8 +115,8 @@ def test_an_empty_recipe_is_a_usage_error(tmp_path: Path) -> None:
 
     for argv in (("doctor", "--recipe", ""), ("env", "--recipe", " "), ("download", "--format", "awq", "--recipe", "")):
         proc = current(*argv, cwd=tmp_path)
-        assert proc.returncode == 2 and "--recipe is given an empty path" in proc.stderr, proc.stderr
-    refused(both(str(tmp_path / "s"), "--recipe", ""), 2, "--recipe is given an empty path")
+        assert proc.returncode == 2 and "--recipe is given an empty value" in proc.stderr, proc.stderr
+    refused(both(str(tmp_path / "s"), "--recipe", ""), 2, "--recipe is given an empty value")
     assert parse(["s", "--recipe", ""]) is None and parse(["s", "-r", " "]) is None
     assert list(tmp_path.iterdir()) == []
 
@@ -140,10 +140,6 @@ def test_a_re_run_without_recipe_keeps_to_the_stacks_recipe(tmp_path: Path) -> N
     again, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     assert again.returncode == 0 and "(0 step(s) ran" in again.stdout, again.stderr
     assert recipe_for(tmp_path / "new", None) == "current" and recipe_for(stack, "x") == "x"
-    receipt = stack / "receipts" / "setup.json"
-    doc = json.loads(receipt.read_text())
-    receipt.write_text(json.dumps({**doc, "recipe": {**doc["recipe"], "name": "current"}}))
-    assert recipe_for(stack, None) == "current"
     assert parse([str(stack)]).recipe is None
 
 
@@ -156,8 +152,9 @@ def test_a_stack_stopped_before_its_receipt_keeps_to_its_recipe_too(tmp_path: Pa
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     plain, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
     assert plain.returncode == 0, plain.stderr
+    from october.installer.core.hashing import sha256_file
     assert json.loads((stack / ".state" / "recipe-used.json").read_text()) == {
-        "name": "fixture", "path": str(world.recipe.resolve())}
+        "name": "fixture", "path": str(world.recipe.resolve()), "sha256": sha256_file(world.recipe)}
     (stack / "receipts" / "setup.json").unlink()            # as a run stopped before its last step leaves it
     (stack / ".state" / "receipt.json").unlink()
     refused(both(str(stack), "--cache-dir", str(cache)), 2, "no --recipe given", "recipe fixture",
@@ -165,3 +162,54 @@ def test_a_stack_stopped_before_its_receipt_keeps_to_its_recipe_too(tmp_path: Pa
     again, _ = both(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
     assert again.returncode == 0, again.stderr
     assert (stack / "receipts" / "setup.json").is_file()
+
+
+def _records(stack: Path, receipt: dict | None, used: dict | None) -> None:
+    if receipt is not None:
+        (stack / "receipts").mkdir(parents=True, exist_ok=True)
+        (stack / "receipts" / "setup.json").write_text(json.dumps({"recipe": receipt}))
+    if used is not None:
+        (stack / ".state").mkdir(parents=True, exist_ok=True)
+        (stack / ".state" / "recipe-used.json").write_text(json.dumps(used))
+
+
+def test_the_default_recipe_is_known_by_its_file_not_only_its_name(tmp_path: Path) -> None:
+    """Review findings: a user's edited copy of current.toml keeps ``name = "current"``: a re-run without
+    --recipe loaded the shipped one instead (refused now, naming the copy); the shipped current of another
+    install of the tool (another path, the same bytes) is still the default; a stale receipt of current
+    with a later run of another recipe begun (stopped before its receipt) is refused, naming both."""
+    from october.installer.core.errors import UsageError
+    from october.installer.core.hashing import sha256_file
+    from october.installer.provision import recipe_for
+    from october.installer.recipe import resolve_recipe_path
+
+    shipped = resolve_recipe_path("current")
+    mine = tmp_path / "mine.toml"
+    mine.write_text(shipped.read_text() + "\n# my torch pin\n")
+    stack = tmp_path / "a"
+    _records(stack, {"name": "current", "path": str(mine), "sha256": sha256_file(mine)}, None)
+    with pytest.raises(UsageError) as err:
+        recipe_for(stack, None)
+    assert f"--recipe {mine}" in err.value.fix and "receipts/setup.json" in str(err.value.found)
+
+    other_install = tmp_path / "other" / "recipes" / "current.toml"
+    other_install.parent.mkdir(parents=True)
+    other_install.write_bytes(shipped.read_bytes())
+    stack = tmp_path / "b"
+    _records(stack, {"name": "current", "path": str(other_install), "sha256": sha256_file(other_install)},
+             {"name": "current", "path": str(shipped), "sha256": sha256_file(shipped)})
+    assert recipe_for(stack, None) == "current"
+
+    stack = tmp_path / "c"
+    fi = resolve_recipe_path("flashinfer-pr3812")
+    _records(stack, {"name": "current", "path": str(shipped), "sha256": sha256_file(shipped)},
+             {"name": "flashinfer-pr3812", "path": str(fi), "sha256": sha256_file(fi)})
+    with pytest.raises(UsageError) as err:
+        recipe_for(stack, None)
+    assert "current and then flashinfer-pr3812" in str(err.value)
+    assert "--recipe flashinfer-pr3812" in err.value.fix and ".state/recipe-used.json" in str(err.value.found)
+
+    stack = tmp_path / "d"                               # an older stack: a receipt only, its checkout gone
+    _records(stack, {"name": "current", "path": "/gone/recipes/current.toml"}, None)
+    assert recipe_for(stack, None) == "current"
+    assert recipe_for(tmp_path / "new", None) == "current"

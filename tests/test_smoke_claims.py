@@ -101,6 +101,19 @@ def test_a_check_that_did_not_pass_leaves_the_receipt_proving_nothing(level: str
         assert build_receipt(results=every, **(kw | {"problems": ["token counts override"]}))["proves"] == "nothing"
 
 
+def test_a_diagnostic_whose_harness_disagreed_says_it_proves_nothing_in_its_reasons_too() -> None:
+    """Review finding: the diagnostic's reason said "it proves the engine harness ..." beside ``proves:
+    nothing``."""
+    every = every_check(PASSED, "measured")
+    kw = dict(level="engine", promised_level="engine", device=torch.device("cpu"), seed=0, stack={}, selection=None,
+              model=None, scales={}, timings={}, notes=[], problems=[], results=every)
+    for ok, says in ((True, "it proves the engine harness"), (False, "it proves nothing")):
+        diag = {"caches": ["fp8_e4m3"], "proves": "the engine harness on a real engine", "harness_ok": ok}
+        receipt = build_receipt(diagnostic=diag, **kw)
+        assert receipt["proves"] == ("harness" if ok else "nothing") and receipt["passed"] is False
+        assert any(says in r for r in receipt["reasons"]), receipt["reasons"]
+
+
 def test_the_contract_says_what_a_run_proved() -> None:
     assert contract.PROOFS[-1] == contract.NOTHING == "nothing"
     assert contract.proved("engine", "engine", checks_ok=False, verdict_ok=False) == "nothing"

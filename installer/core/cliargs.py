@@ -5,6 +5,7 @@ option values, options checked before anything is written, ``--json`` documents,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
@@ -132,6 +133,10 @@ def empty_path(name: str, value: str, *, argument: bool = False, required: bool 
         raise UsageError(f"the {name.lower()} path is empty",
                          expected=f"a path as {name} (an empty one would mean the current directory)",
                          found=repr(value), fix=f"pass the path as {name}")
+    if name == "--recipe":
+        raise UsageError("--recipe is given an empty value", expected="a recipe name (`current recipes` lists them) "
+                         "or the path of a recipe file after --recipe", found=repr(value),
+                         fix="pass a recipe name or path to --recipe" + ("" if required else ", or leave --recipe out"))
     raise UsageError(f"{name} is given an empty path",
                      expected=f"a path after {name} (an empty one would mean the current directory)", found=repr(value),
                      fix=f"pass a path to {name}" + ("" if required else f", or leave {name} out for its default"))
@@ -147,6 +152,8 @@ UNUSABLE_CHARS = {
     "$": "GitPython expands environment variables in the paths it is given ($HOME in a path names another "
          "directory)",
 }
+# '$' only where GitPython would read a variable ($NAME, ${NAME}: its own pattern); '$1' or a trailing '$' is kept
+_VARIABLE = re.compile(r"\$(\{\s?)?[a-zA-Z_]")
 STACK_CHARS = ("#", ":", "$")
 CACHE_CHARS = (":", "$")          # '#' in the cache is never part of a file:// URL uv reads
 
@@ -154,7 +161,7 @@ CACHE_CHARS = (":", "$")          # '#' in the cache is never part of a file:// 
 def usable_chars(option: str, path: Path, chars: Sequence[str]) -> Path:
     """``path`` (absolute, as the tool will use it) holds none of ``chars`` (:data:`UNUSABLE_CHARS`): one
     that does is exit 19 naming the character and why, before anything is written."""
-    bad = next((c for c in chars if c in str(path)), None)
+    bad = next((c for c in chars if (_VARIABLE.search(str(path)) if c == "$" else c in str(path))), None)
     if bad is None:
         return path
     raise FileSystemError(f"{option} {path} cannot be used: it contains '{bad}'",

@@ -96,16 +96,16 @@ def check_stack_dir(paths: StackPaths) -> None:
                          fix="choose a new directory for the stack; nothing was changed")
 
 
-def record_recipe(paths: StackPaths, name: str, path: Path) -> None:
+def record_recipe(paths: StackPaths, name: str, path: Path, sha256: str) -> None:
     """Which recipe this stack is being set up with, written before any step runs (under the stack lock), so a
     re-run without --recipe of a stack stopped before its receipt is not silently switched to the default one
-    (``provision.recorded_recipe`` reads ``STACK/.state/recipe-used.json`` when the setup receipt is missing)."""
+    (``provision.recipe_for`` reads ``STACK/.state/recipe-used.json`` beside the setup receipt)."""
     import json
 
     from ..core.atomic import write_text_atomic
 
     target = paths.recipe_record
-    text = json.dumps({"name": name, "path": str(path)}, sort_keys=True) + "\n"
+    text = json.dumps({"name": name, "path": str(path), "sha256": sha256}, sort_keys=True) + "\n"
     try:
         if target.read_text(encoding="utf-8") == text:
             return
@@ -121,7 +121,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
     paths.state.mkdir(parents=True, exist_ok=True)
     steps = plan_steps(options.recipe)
     with Signals() as signals, StackLock(paths.lockfile) as lock:
-        record_recipe(paths, options.recipe.name, options.recipe.path)
+        record_recipe(paths, options.recipe.name, options.recipe.path, options.recipe.sha256)
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
