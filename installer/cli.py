@@ -20,10 +20,10 @@ from .cli_common import (
     cache_dir_argument,
     cache_dir_option,
     command,
-    dir_option,
     file_option,
     guarded,
     json_option,
+    kit_argument,
     new_app,
     print_json,
     quiet_option,
@@ -124,7 +124,7 @@ def make_kit_cmd(
         from .pyenv.systorch import mark_system
         from .recipe import load_recipe
 
-        kit_out = dir_option("DIR", out)
+        kit_out = kit_argument("DIR", out)
         cache = cache_dir_argument(cache_dir or default_cache_dir())
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         have_file = file_option("--have", have) if have is not None else None

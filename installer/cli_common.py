@@ -24,6 +24,7 @@ from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; 
     dir_option,
     empty_path,
     file_option,
+    kit_argument,
     print_json,
     print_json_error,
     run_guarded,

@@ -101,11 +101,13 @@ def try_noop(ns: argparse.Namespace) -> int | None:
     from .core.errors import OctoberError
     from .core.paths import StackPaths, default_cache_dir
 
-    from .core.cliargs import cache_dir_argument, stack_argument
+    from .core.cliargs import cache_dir_argument, kit_argument, stack_argument
 
     try:                            # the options' own checks, the typer command's (provision's): it says what is wrong
         stack = stack_argument(str(ns.stack)).resolve()
         cache = cache_dir_argument(ns.cache_dir or default_cache_dir())
+        if ns.kit is not None:
+            kit_argument("--kit", ns.kit)
     except (OctoberError, OSError):
         return None
     if not StackPaths(stack).state.is_dir():

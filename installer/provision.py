@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from .core.cliargs import (
     cache_dir_argument,
-    dir_option,
     file_option,
+    kit_argument,
     print_json,
     require_writable,
     split_skips,
@@ -149,7 +149,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     cache = cache_dir_argument(args.cache_dir or default_cache_dir())
     require_writable("--cache-dir", cache, what="the cache directory")     # exit 19 before the stack is written
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
-    kit_dir = dir_option("--kit", args.kit) if args.kit is not None else None
+    kit_dir = kit_argument("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None
     checked = StackPaths(root).recipe_checked
     rec = with_system_torch(load_recipe(recipe_for(root, args.recipe), checked=checked), args.system_python)

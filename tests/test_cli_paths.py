@@ -213,3 +213,17 @@ def test_the_default_recipe_is_known_by_its_file_not_only_its_name(tmp_path: Pat
     _records(stack, {"name": "current", "path": "/gone/recipes/current.toml"}, None)
     assert recipe_for(stack, None) == "current"
     assert recipe_for(tmp_path / "new", None) == "current"
+
+
+def test_a_kit_path_with_a_hash_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """The audit's '#' case for kits: `october_setup kit` made one at /tmp/kk#1/kit, and installing from it
+    failed in the env step (exit 6, `Failed to read --find-links directory: /tmp/kk`).  Both are refused first
+    (exit 19, the character and why), by both command lines; nothing is written."""
+    kit = tmp_path / "kk#1" / "kit"
+    err = refused(both(str(tmp_path / "stack"), "--recipe", "current", "--kit", str(kit)), 19,
+                  f"--kit {kit} cannot be used: it contains '#'", "--find-links")
+    assert "Traceback" not in err
+    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "current",
+                           str(kit)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 19 and "it contains '#'" in made.stderr, made.stderr
+    assert list(tmp_path.iterdir()) == []

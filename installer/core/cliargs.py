@@ -145,8 +145,8 @@ def empty_path(name: str, value: str, *, argument: bool = False, required: bool 
 # characters a stack or cache path cannot hold, and why: each passed the option checks, preflight and fetch,
 # then broke a later step with a message about something else (the audit's cases)
 UNUSABLE_CHARS = {
-    "#": "uv installs the forks from file:// URLs of the stack's paths, where '#' starts a URL fragment "
-         "(uv: `Distribution not found at: file:///.../st`)",
+    "#": "uv reads the stack's forks as file:// URLs and a kit's wheels as --find-links, where '#' starts a URL "
+         "fragment (uv: `Distribution not found at: file:///.../st`, `Failed to read --find-links directory`)",
     ":": "the stack's env and the cache's build tools go on PATH, whose separator is ':' (uv: `path segment "
          "contains separator ':'`)",
     "$": "GitPython expands environment variables in the paths it is given ($HOME in a path names another "
@@ -155,6 +155,7 @@ UNUSABLE_CHARS = {
 # '$' only where GitPython would read a variable ($NAME, ${NAME}: its own pattern); '$1' or a trailing '$' is kept
 _VARIABLE = re.compile(r"\$(\{\s?)?[a-zA-Z_]")
 STACK_CHARS = ("#", ":", "$")
+KIT_CHARS = ("#",)                # uv reads the kit's wheels as --find-links: '#' cut the path there
 CACHE_CHARS = (":", "$")          # '#' in the cache is never part of a file:// URL uv reads
 
 
@@ -176,6 +177,12 @@ def stack_argument(value: str) -> Path:
     lines (the typer command through :func:`~october.installer.provision.provision`, and the fast path)."""
     empty_path("STACK", value, argument=True)
     return usable_chars("STACK", dir_option("STACK", Path(value)), STACK_CHARS)
+
+
+def kit_argument(option: str, value: Path) -> Path:
+    """``--kit`` (or ``october_setup kit DIR``): not a file, and without :data:`KIT_CHARS` (a kit made there
+    could never be installed from: uv cut its find-links path at '#', and env failed with exit 6)."""
+    return usable_chars(option, dir_option(option, value), KIT_CHARS)
 
 
 def cache_dir_argument(value: Path) -> Path:
