@@ -188,3 +188,20 @@ def test_a_hidden_edit_in_a_submodule_of_an_existing_clone_is_refused_before_any
     assert "has local changes" in msg and f"3rdparty/sub/{tracked} (skip-worktree)" in msg, msg
     assert "ls-files -v" in msg and "--no-skip-worktree" in msg
     assert (sub / tracked).read_text() == "MY HIDDEN EDIT\n"
+
+
+def test_the_undo_hint_follows_the_entry_type_not_its_wording(tmp_path: Path) -> None:
+    """An untracked file git status shows, named like a hidden entry, gets no hint about hidden bits;
+    a hidden entry does.  Planted: a file literally named ``x(skip-worktree)`` (git status quotes no part of it)."""
+    from october.installer.git.clonecheck import dirty_entries
+    from october.installer.git.worktree import _hidden_hint
+
+    repo = _repo(tmp_path, n=2)
+    (repo / "x(skip-worktree)").write_text("untracked\n")
+    shown = dirty_entries(repo)
+    assert "?? x(skip-worktree)" in shown, shown
+    assert _hidden_hint(repo, shown) == ""
+    _git("update-index", "--skip-worktree", "f000.txt", cwd=repo)
+    hidden_too = dirty_entries(repo)
+    assert "f000.txt (skip-worktree)" in hidden_too
+    assert "--no-skip-worktree" in _hidden_hint(repo, hidden_too)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+from pathlib import Path
 
 HEX = re.compile(r"^[0-9a-f]+$")
 _HTTP_USERINFO = re.compile(r"^((?i:https?)://)[^/@\s]*@")
@@ -57,6 +59,22 @@ def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict
         env[f"GIT_CONFIG_VALUE_{n}"] = value
     env["GIT_CONFIG_COUNT"] = str(int(raw) + len(pairs))
     return env
+
+
+def look(path: Path, *args: str, ceiling: Path | None = None) -> tuple[bytes, str | None]:
+    """A read-only ``git -C path ARGS`` started directly (no GitPython, no log): (its stdout, None), or (b"",
+    its last line of stderr) when it fails.  ``GIT_OPTIONAL_LOCKS=0``: a look never rewrites the index;
+    ``ceiling``: git does not look for the repository in it or above.  OSError (no git) is the caller's."""
+    env = git_env()
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    if ceiling is not None:
+        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+    done = subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True,
+                          stdin=subprocess.DEVNULL, check=False)
+    if done.returncode == 0:
+        return done.stdout, None
+    lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    return b"", lines[-1] if lines else f"git exit {done.returncode}"
 
 
 def strip_credentials(url: str) -> str:

@@ -8,16 +8,15 @@ library: HEAD is read from the clone's files, local changes are one ``git status
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..core.version import head_commit
-from . import git_env
+from . import look
 from .hidden import hidden_entries
 
-__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "head_commit", "ignored_files",
+__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "git_text", "head_commit", "ignored_files",
            "selected", "submodule_heads", "submodule_states"]
 
 MAX_LISTED = 10
@@ -34,29 +33,24 @@ class SubmoduleState:
     path: str
 
 
-def _git(path: Path, *args: str, ceiling: Path | None = None) -> str:
-    """``ceiling``: git does not look for the repository in it or above (a submodule whose own git
-    directory is broken fails, rather than reading the superproject's)."""
-    env = git_env()
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    if ceiling is not None:
-        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+def git_text(path: Path, *args: str, ceiling: Path | None = None) -> str:
+    """The output of a read-only git command (:func:`look`), or GitInspectError with its last line of stderr.
+    ``ceiling``: git does not look for the repository in it or above (a submodule whose own git directory
+    is broken fails, rather than reading the superproject's)."""
     try:
-        done = subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, text=True,
-                              errors="replace", stdin=subprocess.DEVNULL, check=False)
+        out, error = look(path, *args, ceiling=ceiling)
     except OSError as exc:
         raise GitInspectError(f"cannot run git ({exc.strerror or exc})") from None
-    if done.returncode != 0:
-        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
-        raise GitInspectError(lines[-1] if lines else f"exit {done.returncode}")
-    return done.stdout
+    if error is not None:
+        raise GitInspectError(error)
+    return out.decode(errors="replace")
 
 
 def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`), and every tracked
     file of the clone and of its checked-out ``submodules`` that git status is told not to look at
     (skip-worktree, assume-unchanged: :mod:`.hidden`)."""
-    out = _git(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
+    out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
     return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, submodules)
 
 
@@ -64,14 +58,15 @@ def ignored_files(path: Path) -> list[str]:
     """Every file git does not track and ignores (``git ls-files --others --ignored --exclude-standard``):
     what builds leave (the clone's exclude lists them, :mod:`.exclude`); an untracked file git does not
     ignore is a local change (:func:`dirty_entries`)."""
-    out = _git(path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", ceiling=path.resolve().parent)
+    out = git_text(path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
+                   ceiling=path.resolve().parent)
     return [p for p in out.split("\0") if p]
 
 
 def submodule_states(path: Path) -> list[SubmoduleState]:
     """``git submodule status --recursive``, parsed."""
     states: list[SubmoduleState] = []
-    for line in filter(str.strip, _git(path, "submodule", "status", "--recursive").splitlines()):
+    for line in filter(str.strip, git_text(path, "submodule", "status", "--recursive").splitlines()):
         commit, _, where = line[1:].partition(" ")
         if where.endswith(")") and " (" in where:
             where = where.rsplit(" (", 1)[0]
@@ -90,7 +85,7 @@ def submodule_heads(path: Path, selection: Sequence[str] | None = None) -> list[
     def walk(repo: Path, prefix: str, ceiling: Path | None) -> None:   # depth first, in index order: git's
         seen: set[str] = set()
         names: set[str] | None = None                 # its .gitmodules' paths, read at the first gitlink
-        for entry in _git(repo, "ls-files", "--stage", "-z", ceiling=ceiling).split("\0"):
+        for entry in git_text(repo, "ls-files", "--stage", "-z", ceiling=ceiling).split("\0"):
             meta, _, rel = entry.partition("\t")
             mode, _, rest = meta.partition(" ")
             recorded, _, stage = rest.partition(" ")

@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
 from pathlib import Path
 from typing import Iterable
 
-from .exclude import git_dir
-from . import git_env
+from ..core.version import git_dir
+from . import look
 
-__all__ = ["hidden_entries", "read_index_flags"]
+__all__ = ["Hidden", "hidden_entries", "read_index_flags"]
 
 ASSUME_VALID = 0x8000          # the entry's flags: git's CE_VALID, set by --assume-unchanged
 EXTENDED = 0x4000              # two more flag bytes follow (index version 3 and up)
 SKIP_WORKTREE = 0x4000         # in the extended flags
-_SHA256 = re.compile(r"^\s*objectformat\s*=\s*sha256\s*$", re.IGNORECASE | re.MULTILINE)
 
 Flagged = list[tuple[str, str]]        # (path, "assume-unchanged" | "skip-worktree")
 
@@ -98,15 +96,11 @@ def read_index_flags(index: Path, hash_len: int = 20) -> Flagged | None:
 
 def _asked_of_git(work: Path) -> Flagged:
     """``git ls-files -v``: ``S`` skip-worktree, a lower-case tag assume-unchanged."""
-    env = git_env()
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    done = subprocess.run(["git", "-C", str(work), "ls-files", "-v", "-z"], env=env, capture_output=True,
-                          stdin=subprocess.DEVNULL, check=False)
-    if done.returncode != 0:
-        lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
-        return [("(the index)", f"unreadable: {lines[-1] if lines else f'git exit {done.returncode}'}")]
+    listing, error = look(work, "ls-files", "-v", "-z")
+    if error is not None:
+        return [("(the index)", f"unreadable: {error}")]
     out: Flagged = []
-    for entry in done.stdout.split(b"\0"):
+    for entry in listing.split(b"\0"):
         if len(entry) > 2:
             tag, name = chr(entry[0]), entry[2:].decode("utf-8", "surrogateescape")
             if tag.islower():
@@ -120,24 +114,22 @@ def _repo_hidden(work: Path) -> Flagged:
     gd = git_dir(work)
     if gd is None:
         return []
-    try:
-        config = (gd / "config").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        config = ""
-    found = read_index_flags(gd / "index", 32 if _SHA256.search(config) else 20)
-    if found is None:
-        found = _asked_of_git(work)
-    if any(p.endswith("/") for p, _ in found):        # a sparse index's directory entries: git expands them
-        found = _asked_of_git(work)
-    try:
-        config += "\n" + (gd / "config.worktree").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        pass
+    config = "\n".join(_text(gd / name) for name in ("config", "config.worktree"))
+    found = read_index_flags(gd / "index", 32 if _setting(config, "objectformat") == "sha256" else 20)
+    if found is None or any(p.endswith("/") for p, _ in found):
+        found = _asked_of_git(work)     # a sparse index's directory entries ("dir/"): git expands them
     if found and _setting(config, "sparsecheckout") == "true":
         cone = _cone(gd) if _setting(config, "sparsecheckoutcone") == "true" else None
         found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists()
                  or (work / p).is_symlink() or (cone is not None and _in_cone(p, *cone))]
     return found
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _setting(config: str, key: str) -> str | None:
@@ -161,10 +153,15 @@ def _in_cone(path: str, recursive: set[str], parents: set[str]) -> bool:
     return path.rpartition("/")[0] in parents or any(path.startswith(r + "/") for r in recursive)
 
 
-def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[str]:
+class Hidden(str):
+    """One entry of :func:`hidden_entries`: ``path (why)``, a line among ``git status`` lines that says
+    by its type (not its wording) that ``git status`` does not show it."""
+
+
+def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[Hidden]:
     """Each tracked file of the clone at ``root`` and of its checked-out ``submodules`` (paths under
     ``root``) that git status does not look at, as ``path (why)``."""
-    out = [f"{p} ({why})" for p, why in _repo_hidden(root)]
+    out = [Hidden(f"{p} ({why})") for p, why in _repo_hidden(root)]
     for sub in sorted(set(submodules)):
-        out += [f"{sub}/{p} ({why})" for p, why in _repo_hidden(root / sub)]
+        out += [Hidden(f"{sub}/{p} ({why})") for p, why in _repo_hidden(root / sub)]
     return out

@@ -21,8 +21,8 @@ from ..core.errors import CommandFailed, FetchError
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env, strip_credentials
-from .hidden import hidden_entries
-from .clonecheck import GitInspectError, dirty_entries, head_commit, listed, submodule_heads
+from .hidden import Hidden, hidden_entries
+from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, listed, submodule_heads
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
@@ -173,7 +173,7 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
 
 def _hidden_hint(dest: Path, dirty: Sequence[str]) -> str:
     """For entries git status does not show (the user's own `git status` says clean): how to see and undo them."""
-    if not any(d.endswith(("(skip-worktree)", "(assume-unchanged)")) for d in dirty):
+    if not any(isinstance(d, Hidden) for d in dirty):
         return ""
     return (f"; the ones marked (skip-worktree) or (assume-unchanged) are tracked files `git status` is told not to "
             f"look at (`git -C {shlex.quote(str(dest))} ls-files -v | grep -v '^H'` lists them; `git update-index "
@@ -212,11 +212,9 @@ Rewrite = Callable[[str], "str | None"]
 
 def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) -> None:
     """Remove a submodule's work tree and git dir to check it out again, unless it holds anything of the user's."""
-    from .clonecheck import _git as look
-
     sub_dir = repo_dir / rel
     if head_commit(sub_dir) is not None:
-        theirs = [ln for ln in look(sub_dir, "status", "--porcelain", "--untracked-files=all",
+        theirs = [ln for ln in git_text(sub_dir, "status", "--porcelain", "--untracked-files=all",
                                     "--ignored=matching").splitlines() if ln.strip()] + hidden_entries(sub_dir)
         if theirs:
             raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
