@@ -10,9 +10,11 @@ project's own dev env with its real torch (2.15.0+cu132).
 
 from __future__ import annotations
 
+import compileall
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +199,10 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
         str(root / "wheels"), "torch==2.10.0+fixture", cache=root / "uvc")
     recipe = systorch.with_system_torch(load_recipe(str(world.recipe)), root / "sys/bin/python")
+    # the site ships its torch compiled, as a real one does: the env step offers that bytecode to its prefix
+    site_torch = next((root / "sys").glob("lib/python*/site-packages/torch"))
+    assert compileall.compile_dir(str(site_torch), quiet=1)
+    shipped = sorted(site_torch.rglob("*.pyc"))
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
     first = run_setup(opts, SilentReporter())
@@ -204,8 +210,11 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     # the run's torch imports shared one bytecode prefix, gone with the run; nothing was compiled beside
     # the system interpreter's own files (a -I probe would otherwise write torch/__pycache__ there)
     assert not (stack / ".state" / "pycache").exists()
-    assert not [p for p in (root / "sys").rglob("__pycache__") if "torch" in p.parts]
-    assert f"-X pycache_prefix={stack / '.state' / 'pycache'}" in (stack / "logs" / "env.log").read_text()
+    assert sorted(site_torch.rglob("*.pyc")) == shipped
+    env_log = (stack / "logs" / "env.log").read_text()
+    assert f"-X pycache_prefix={stack / '.state' / 'pycache'}" in env_log
+    offered = re.search(r"# (\d+) compiled module\(s\) of the site torch and its interpreter offered", env_log)
+    assert offered is not None and int(offered.group(1)) >= len(shipped) > 0, env_log
     lock = read_lock(stack / "pylock.toml")
     assert "torch" not in {p["name"] for p in lock["packages"]}
     assert {"alpha", "beta", "tinydep"} <= {p["name"] for p in lock["packages"]}

@@ -9,7 +9,7 @@ from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
 from ..engine import StepContext
 from ..install import consistency
-from ..pyenv import stackenv, systorch, venv
+from ..pyenv import sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
@@ -138,6 +138,12 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
         excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed,
                                            _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
+    if facts.get("file") and facts.get("python"):
+        version = str(facts["python"])
+        linked = sitebytecode.seed(sitebytecode.roots(Path(str(facts["file"])), facts.get("base_prefix"), version),
+                                   version, ctx.paths.run_pycache, ctx.paths.root)
+        ctx.runner.note(step, f"# {linked} compiled module(s) of the site torch and its interpreter offered to "
+                              "this run's pycache prefix (pyenv/sitebytecode.py)")
     seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
     systorch.require_seen(ctx.paths.env, facts, seen, ctx.runner.log_path(step))
     got = venv.pyvenv_version(ctx.paths.env)
