@@ -87,3 +87,13 @@ def test_the_standard_library_is_seeded_without_its_site_packages_or_tests(tmp_p
     linked = [p.relative_to(prefix / str(lib).lstrip(os.sep)) for p in prefix.rglob("*.pyc")]
     assert linked == [Path("json") / f"__init__.{tag}.pyc"]
     assert roots(Path("/s/torch/__init__.py"), None, "3.12.3") == [Path("/s/torch")]
+
+
+def test_a_prefix_that_cannot_take_links_ends_the_seeding_without_an_error(tmp_path: Path) -> None:
+    """Seeding only saves time: where no link can be made (planted: the prefix is a file, so no directory
+    can be made under it) it stops and says how many it made, and the import compiles as before."""
+    site = _site(tmp_path)
+    prefix = tmp_path / "prefix"
+    prefix.write_text("not a directory\n")
+    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == 0
+    assert prefix.read_text() == "not a directory\n"

@@ -35,17 +35,22 @@ def roots(torch_init: Path, base_prefix: str | None, python_version: str) -> lis
 
 def seed(dirs: list[Path], python_version: str, prefix: Path, stack: Path) -> int:
     """Link the ``*.cpython-XY.pyc`` of every ``__pycache__`` under ``dirs`` into ``prefix``; -> how many.
-    Nothing for a directory inside ``stack`` or one that is not there, or for another cache tag."""
+    Nothing for a directory inside ``stack`` or one that is not there, or for another cache tag.  It only
+    saves time: a link that cannot be made (no symlinks there, no space, no permission) ends the seeding
+    and the import compiles the rest, as it did before."""
     major, _, rest = python_version.partition(".")
     tag = f".cpython-{major}{rest.partition('.')[0]}.pyc"
     linked = 0
-    for top in dirs:
-        if not top.is_absolute() or not top.is_dir() or top.resolve().is_relative_to(stack.resolve()):
-            continue
-        for dirpath, subdirs, files in os.walk(top):
-            subdirs[:] = [d for d in subdirs if d not in LEFT_OUT]
-            if os.path.basename(dirpath) == "__pycache__":
-                linked += _link(dirpath, [f for f in files if f.endswith(tag) and f.count(".") == 2], prefix)
+    try:
+        for top in dirs:
+            if not top.is_absolute() or not top.is_dir() or top.resolve().is_relative_to(stack.resolve()):
+                continue
+            for dirpath, subdirs, files in os.walk(top):
+                subdirs[:] = [d for d in subdirs if d not in LEFT_OUT]
+                if os.path.basename(dirpath) == "__pycache__":
+                    linked += _link(dirpath, [f for f in files if f.endswith(tag) and f.count(".") == 2], prefix)
+    except OSError:
+        pass
     return linked
 
 
