@@ -227,3 +227,29 @@ def test_a_kit_path_with_a_hash_is_refused_before_anything_is_made(tmp_path: Pat
                            str(kit)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert made.returncode == 19 and "it contains '#'" in made.stderr, made.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("option", "value", "char"), [
+    ("STACK", "/data/st#{name}", "#"), ("STACK", "/data/a:b/{name}", ":"), ("STACK", "/data/$USER/{name}", "$"),
+    ("--cache-dir", "/data/c:{host}", ":"), ("--kit", "kit#1", "#"), ("--ship-dir", "/tmp/k#{name}", "#")])
+def test_fleet_refuses_a_path_each_node_would_refuse_before_any_cluster(tmp_path: Path, option: str, value: str,
+                                                                         char: str) -> None:
+    """The audit: fleet passed its paths on and each node's own october_setup refused them, after the cluster
+    was reached and the kit shipped.  Now the same check (exit 19) comes first: the address is a closed
+    loopback port, so a run that reached for the cluster would say exit 8 instead."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        kit = tmp_path / "kit"
+        kit.mkdir()
+        args = {"STACK": "/data/st-{name}", "--kit": str(kit), "--cache-dir": None, "--ship-dir": None}
+        args[option] = str(tmp_path / value) if option == "--kit" else value
+        argv = ["fleet", args["STACK"], "--address", address, "--recipe", "current", "--kit", args["--kit"],
+                "--receipt", str(tmp_path / "fleet.json"), "--no-smoke"]
+        argv += [f"{o}={args[o]}" for o in ("--cache-dir", "--ship-dir") if args[o] is not None]
+        argv += ["--ship-kit"] if option == "--ship-dir" else []
+        procs = both(*argv)
+    refused(procs, 19, f"contains '{char}'", option)
+    assert not (tmp_path / "fleet.json").exists()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..core.cliargs import CACHE_CHARS, KIT_CHARS, STACK_CHARS, usable_chars
 from ..core.errors import UsageError
 from . import NAME_LABEL
 
@@ -132,6 +133,18 @@ def select_nodes(nodes: Sequence[NodeInfo], mode: str, wanted: Sequence[str]) ->
 
 def expand(template: str, node: NodeInfo) -> str:
     return template.replace("{name}", node.name).replace("{host}", node.host).replace("{node_id}", node.node_id)
+
+
+def check_paths(opts: FleetOptions) -> None:
+    """The paths each node's ``october_setup`` is given hold no character it refuses (exit 19, the character
+    and why: :func:`~october.installer.core.cliargs.usable_chars`), said once here before any node is
+    contacted, not by every node after the kit was shipped.  Placeholders are checked as written."""
+    usable_chars("STACK", Path(opts.stack), STACK_CHARS)
+    usable_chars("--kit", opts.kit, KIT_CHARS)
+    if opts.cache_dir is not None:
+        usable_chars("--cache-dir", Path(opts.cache_dir), CACHE_CHARS)
+    if opts.ship_dir is not None:
+        usable_chars("--ship-dir", Path(opts.ship_dir), KIT_CHARS)     # the nodes install from the kit there
 
 
 def kit_dir_on_node(opts: FleetOptions, manifest_sha: str) -> str:

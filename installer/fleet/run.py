@@ -14,7 +14,8 @@ from ..core.errors import ReceiptError, UsageError
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.schemas import validate, write_receipt
 from . import FLEET_FORMAT
-from .plan import FleetOptions, FleetPlan, finished_before, judge, plan_fleet, select_nodes, shared_cache
+from .plan import (FleetOptions, FleetPlan, check_paths, finished_before, judge, plan_fleet, select_nodes,
+                   shared_cache)
 from .progress import FleetProgress
 from ..kit import MANIFEST
 
@@ -42,6 +43,7 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
     from ..recipe import load_recipe
 
     started = time.monotonic()
+    check_paths(opts)
     rec = load_recipe(opts.recipe)
     if opts.system_python is not None and (rec.torch.from_system or rec.torch.allow_system):
         # the nodes take torch from their interpreter (its path is each node's: not checked here), so the kit
