@@ -80,7 +80,9 @@ def doctor(
                                   "facts": facts_json(facts)})
         else:
             print("\n".join(doctor_table(results)))
-            print(f"{len(results) - failed} of {len(results)} checks passed" if failed else "all checks passed")
+            passed, aside = sum(r.status == "passed" for r in results), sum(r.status == "skipped" for r in results)
+            print((f"{passed} of {len(results)} checks passed" if failed else "all checks passed")
+                  + (f" ({aside} skipped or not checked)" if aside else ""))
         return 1 if failed else 0
 
     raise typer.Exit(guarded(go, ui, json_command="current doctor" if as_json else None))

@@ -218,8 +218,10 @@ def test_punch_list_has_every_failure_at_once() -> None:
                        git=missing("git"), cc=missing("gcc"), cxx=missing("g++"), uv=tool("/u/uv", "0.8.3"))
     results = run_checks(bad, LIMITS, CUDA)
     problems = punch_list(results)
-    # every check but cuda_arch, which needs a GPU to compare (no GPU is the gpu check's failure)
+    # every check but cuda_arch, which needs a GPU to compare (no GPU is the gpu check's failure): it is
+    # there, as not checked
     assert [name for name, _ in problems] == [n for n in CHECK_NAMES if n != "cuda_arch"]
+    assert by_name(results)["cuda_arch"].status == "skipped"
     err = PreflightError(problems)
     text = str(err)
     assert text.startswith("9 preflight check(s) failed:")
@@ -287,4 +289,8 @@ def test_cuda_arch_list_must_cover_every_gpu() -> None:
     assert not bad.ok
     assert "expected every GPU's compute capability in the recipe's [cuda].arch_list ('8.0 8.9')" in bad.detail
     assert "NVIDIA H100 80GB HBM3 9.0" in bad.detail and "includes 9.0" in bad.detail
-    assert "cuda_arch" not in {r.name for r in run_checks(good_facts(gpus=()), LIMITS, CUDA)}
+    unchecked = by_name(run_checks(good_facts(gpus=()), LIMITS, CUDA))["cuda_arch"]
+    assert unchecked.status == "skipped" and unchecked.found == "no GPU here"
+    assert unchecked.detail.startswith("not checked: no GPU here to compare with the recipe's [cuda].arch_list")
+    skipped = by_name(apply_skips([unchecked], ("cuda_arch",)))["cuda_arch"]   # never "it would have passed"
+    assert skipped.detail == f"skipped by --skip-preflight ({unchecked.detail})"

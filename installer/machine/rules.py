@@ -136,6 +136,15 @@ def check_cuda_arch(facts: MachineFacts, cuda: CudaPin) -> CheckResult:
                    "another arch cannot run here)" if missing else "")
 
 
+def arch_not_checked(cuda: CudaPin) -> CheckResult:
+    """``cuda_arch`` where no GPU is seen: nothing to compare (no GPU is the ``gpu`` check's failure), so not
+    checked, and said as such, with what the JIT will build for."""
+    expected = f"every GPU's compute capability in the recipe's [cuda].arch_list ({cuda.flashinfer_arch_list!r})"
+    return CheckResult(name="cuda_arch", ok=True, skipped=True, expected=expected, found="no GPU here",
+                       detail=f"not checked: no GPU here to compare with the recipe's [cuda].arch_list "
+                              f"({cuda.flashinfer_arch_list!r}); the JIT modules are built for that list")
+
+
 def _driver_major(driver: str) -> int | None:
     head = driver.strip().split(".")[0]
     return int(head) if head.isdigit() else None
@@ -201,7 +210,8 @@ def check_uv(facts: MachineFacts, limits: PreflightLimits) -> CheckResult:
 def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | None, *,
                recipe_file: Path | str = "the recipe") -> list[CheckResult]:
     """Every check that applies to the recipe, in :data:`CHECK_NAMES` order (``cuda_arch`` needs a GPU to
-    compare: no GPU is the ``gpu`` check's failure)."""
+    compare: without one it is not checked, :func:`arch_not_checked`, and no GPU is the ``gpu`` check's
+    failure)."""
     if limits.min_compute_capability is not None and parse_capability(limits.min_compute_capability) is None:
         raise RecipeError(recipe_file, "preflight.min_compute_capability",
                           expected="a compute capability major.minor such as '9.0'",
@@ -211,8 +221,8 @@ def run_checks(facts: MachineFacts, limits: PreflightLimits, cuda: CudaPin | Non
         results.append(check_nvcc(facts, cuda))
     if limits.min_compute_capability is not None:
         results.append(check_gpu(facts, limits.min_compute_capability, cuda))
-    if cuda is not None and facts.gpus:
-        results.append(check_cuda_arch(facts, cuda))
+    if cuda is not None:
+        results.append(check_cuda_arch(facts, cuda) if facts.gpus else arch_not_checked(cuda))
     results += [check_ram(facts, limits), check_disk(facts, limits), check_git(facts)]
     if limits.need_compiler:
         results.append(check_compiler(facts))
@@ -227,7 +237,7 @@ def apply_skips(results: Sequence[CheckResult], skip: Iterable[str]) -> list[Che
     out: list[CheckResult] = []
     for r in results:
         if r.name in names:
-            verdict = "it would have passed" if r.ok else f"it would have failed: {r.detail}"
+            verdict = r.detail if r.skipped else "it would have passed" if r.ok else f"it would have failed: {r.detail}"
             out.append(replace(r, skipped=True, detail=f"skipped by --skip-preflight ({verdict})"))
         else:
             out.append(r)
