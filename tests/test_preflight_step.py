@@ -103,6 +103,25 @@ def test_skip_is_recorded_and_warned(tmp_path: Path, stand_ins: Path) -> None:
     assert "preflight check 'ram' skipped by --skip-preflight" in warns
 
 
+def test_a_gpu_less_build_node_is_told_the_arch_went_unchecked(tmp_path: Path, stand_ins: Path) -> None:
+    """The audit: with --skip-preflight gpu on a machine with no GPU, cuda_arch was left out silently.  Now it
+    is a row, not checked, warned as such (never as skipped by the user's option)."""
+    (stand_ins / "nvidia-smi").unlink()
+    recipe = write_recipe(tmp_path / "r", 'min_ram_gb = 0.1\nmin_disk_gb = 0\nmin_compute_capability = "9.0"\n',
+                          cuda="12.9")
+    ctx = make_ctx(tmp_path, recipe, skip=("gpu",))
+    [record] = run_pipeline([PreflightStep()], ctx)
+    checks = {c["name"]: c for c in record.outputs["checks"]}
+    assert checks["gpu"]["status"] == "skipped" and checks["cuda_arch"]["status"] == "skipped"
+    assert checks["cuda_arch"]["detail"].startswith("not checked: no GPU here to compare with the recipe's "
+                                                    "[cuda].arch_list"), checks["cuda_arch"]
+    assert record.outputs["skipped"] == ["gpu"]
+    warns = [t for kind, t in ctx.ui.lines if kind == "warn"]  # type: ignore[attr-defined]
+    assert "preflight check 'gpu' skipped by --skip-preflight" in warns
+    assert f"preflight check 'cuda_arch' {checks['cuda_arch']['detail']}" in warns
+    assert "preflight check 'cuda_arch' skipped by --skip-preflight" not in warns
+
+
 def test_unknown_skip_name(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path / "r")
     ctx = make_ctx(tmp_path, recipe, skip=("rams",))

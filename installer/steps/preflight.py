@@ -47,7 +47,8 @@ class PreflightStep:
         for r in results:
             line = f"{r.name:<9} {r.status:<7} {r.detail}"
             if r.status == "skipped":
-                ctx.ui.warn(f"preflight check '{r.name}' skipped by --skip-preflight")
+                ctx.ui.warn(f"preflight check '{r.name}' skipped by --skip-preflight" if r.name in skip
+                            else f"preflight check '{r.name}' {r.detail}")
             ctx.ui.detail(line)
             ctx.runner.note(self.name, line)
         problems = punch_list(results)
