@@ -16,8 +16,8 @@ from ..core.version import head_commit
 from . import look
 from .hidden import hidden_entries
 
-__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "git_text", "head_commit", "ignored_files",
-           "selected", "submodule_heads", "submodule_states"]
+__all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "git_text", "head_commit",
+           "ignored_files", "selected", "submodule_heads", "submodule_states"]
 
 MAX_LISTED = 10
 
