@@ -3,13 +3,19 @@
 # time moves 37-50 s from host to host, mostly the JIT's longest translation unit, so runs on different days
 # do not compare).  Each run: a new stack and a new cache, from the kit, the image's torch; the order
 # alternates each round (before, after; then after, before) so the page cache warms neither side alone.
-#   WHEELS=DIR BEFORE=DIR KIT=DIR OUT=DIR [ROUNDS=2] bash bench/h200_cold_ab.sh
+#   WHEELS=DIR BEFORE=DIR KIT=DIR OUT=DIR [ROUNDS=2] [COMPILE_SITE=1] bash bench/h200_cold_ab.sh
+# COMPILE_SITE=1: first compile the image torch's site-packages as `pip install` leaves it (the image's, made by
+# uv, has no bytecode): the case pyenv/sitebytecode.py is for.
 # WHEELS from bench/h200_tool_wheels.sh (the tool now); BEFORE holds the october wheel of the commit before
 # (`git worktree add /tmp/b REV && (cd /tmp/b && uv build --wheel -o BEFORE)`).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/usr/local/cuda-13.0/bin:$PATH
 SYS=/opt/torch/.venv/bin/python
 ROUNDS=${ROUNDS:-2}
+if [ "${COMPILE_SITE:-0}" = 1 ]; then
+  "$SYS" -m compileall -q -j 0 "$("$SYS" -I -c 'import site; print(site.getsitepackages()[0])')" > /dev/null 2>&1
+  echo "site-packages of $SYS compiled (as pip install leaves it)"
+fi
 . "$(dirname "$0")/h200_tool_install.sh"                 # /tmp/toolenv: the tool now
 rm -rf /tmp/toolbefore
 /tmp/boot/bin/uv venv -q /tmp/toolbefore --python "$SYS" || exit 1
