@@ -10,9 +10,10 @@ against its source (mtime and size) as it does beside the source; a stale one is
 replaces the link, never its target.  Only directories outside the stack are seeded: their bytecode is
 the site's, as trusted as its sources and libraries, and is what a plain ``import torch`` there runs.
 
-Measured (``bench/h200_site_bytecode.py``, the H200): with the site torch compiled as pip leaves it, a cold
-probe import 4.52 s -> 2.48 s; the image's own torch, installed without bytecode, gains only the standard
-library's (3.85 s -> 3.49 s).
+Measured on the H200 (``receipts/examples/h200-s20/``): with the site torch compiled as pip leaves it, the
+probe's import 4.52 s -> 2.48 s (``bench/h200_site_bytecode.py``) and a cold setup 49.8 s -> 45.4 s
+(``bench/h200_cold_ab.sh``, same host); the image's own torch, installed without bytecode, gains only the
+standard library's (import 3.85 s -> 3.49 s, no change to the cold setup).
 """
 
 from __future__ import annotations
