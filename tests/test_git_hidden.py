@@ -205,3 +205,35 @@ def test_the_undo_hint_follows_the_entry_type_not_its_wording(tmp_path: Path) ->
     hidden_too = dirty_entries(repo)
     assert "f000.txt (skip-worktree)" in hidden_too
     assert "--no-skip-worktree" in _hidden_hint(repo, hidden_too)
+
+
+def test_a_sha256_repository_is_read_from_its_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: a wrong hash length only fell back to git, so nothing failed.  Here git may not answer:
+    the index of a sha256 repository (objectformat in its config) must be read as such."""
+    repo = tmp_path / "r256"
+    _git("init", "--quiet", "-b", "main", "--object-format=sha256", str(repo), cwd=tmp_path)
+    for name in ("a.txt", "b.txt"):
+        (repo / name).write_text(name + "\n")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "--quiet", "-m", "one", cwd=repo)
+    _git("update-index", "--skip-worktree", "b.txt", cwd=repo)
+
+    def refuse(work: Path) -> list[tuple[str, str]]:
+        raise AssertionError("asked of git")
+
+    monkeypatch.setattr(hidden, "_asked_of_git", refuse)
+    assert hidden_entries(repo) == ["b.txt (skip-worktree)"]
+
+
+def test_an_unreadable_index_gets_no_hint_about_hidden_bits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: the entry saying an index could not be read was typed as a hidden file, so the fix named
+    skip-worktree bits nobody set."""
+    from october.installer.git.hidden import Hidden
+    from october.installer.git.worktree import _hidden_hint
+
+    repo = _repo(tmp_path, n=2)
+    monkeypatch.setattr(hidden, "read_index_flags", lambda index, hash_len=20: None)
+    monkeypatch.setattr(hidden, "look", lambda work, *args: (b"", "fatal: index file corrupt"))
+    [entry] = hidden_entries(repo)
+    assert entry == "(the index) (unreadable: fatal: index file corrupt)" and not isinstance(entry, Hidden)
+    assert _hidden_hint(repo, [entry]) == ""

@@ -38,7 +38,7 @@ def test_the_site_bytecode_is_what_the_prefixed_import_runs(tmp_path: Path) -> N
     bare = _import(site, tmp_path / "bare")
     assert bare.count(".py\n") + bare.endswith(".py") == 3, bare          # without: compiled from source
     prefix = tmp_path / "prefix"
-    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == 3
+    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == [3]
     seeded = _import(site, prefix)
     assert seeded.count(".pyc'") == 3 and str(prefix) in seeded, seeded
     assert all(p.is_symlink() for p in prefix.rglob("*.pyc") if "torch" in p.parts)
@@ -61,10 +61,10 @@ def test_a_stale_module_is_compiled_again_and_the_site_file_is_left_alone(tmp_pa
 def test_nothing_is_offered_from_inside_the_stack_or_for_another_python(tmp_path: Path) -> None:
     site = _site(tmp_path / "stack" / "env")
     prefix = tmp_path / "prefix"
-    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == 0
-    assert seed([site / "torch"], "2.7.18", prefix, tmp_path / "elsewhere") == 0
-    assert seed([tmp_path / "nowhere" / "torch"], VERSION, prefix, tmp_path / "stack") == 0
-    assert seed([Path("torch")], VERSION, prefix, tmp_path / "stack") == 0
+    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == [0]
+    assert seed([site / "torch"], "2.7.18", prefix, tmp_path / "elsewhere") == [0]
+    assert seed([tmp_path / "nowhere" / "torch"], VERSION, prefix, tmp_path / "stack") == [0]
+    assert seed([Path("torch")], VERSION, prefix, tmp_path / "stack") == [0]
     assert not prefix.exists() or not any(prefix.rglob("*.pyc"))
 
 
@@ -83,7 +83,7 @@ def test_the_standard_library_is_seeded_without_its_site_packages_or_tests(tmp_p
     found = roots(tmp_path / "site" / "torch" / "__init__.py", str(tmp_path / "base"), "3.99.1")
     assert found == [tmp_path / "site" / "torch", lib]
     prefix = tmp_path / "prefix"
-    assert seed(found, VERSION, prefix, tmp_path / "stack") == 1
+    assert seed(found, VERSION, prefix, tmp_path / "stack") == [0, 1]
     linked = [p.relative_to(prefix / str(lib).lstrip(os.sep)) for p in prefix.rglob("*.pyc")]
     assert linked == [Path("json") / f"__init__.{tag}.pyc"]
     assert roots(Path("/s/torch/__init__.py"), None, "3.12.3") == [Path("/s/torch")]
@@ -95,5 +95,17 @@ def test_a_prefix_that_cannot_take_links_ends_the_seeding_without_an_error(tmp_p
     site = _site(tmp_path)
     prefix = tmp_path / "prefix"
     prefix.write_text("not a directory\n")
-    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == 0
+    assert seed([site / "torch"], VERSION, prefix, tmp_path / "stack") == [0]
     assert prefix.read_text() == "not a directory\n"
+
+
+def test_a_stack_inside_a_seeded_root_offers_none_of_its_own_bytecode(tmp_path: Path) -> None:
+    """The review: only a root inside the stack was refused, not the stack inside a root.  Planted: a stack
+    (with a fork's compiled module) under the standard library's directory."""
+    site = _site(tmp_path)
+    stack = site / "torch" / "sub" / "stack"
+    (stack / "src" / "fork" / "pkg" / "__pycache__").mkdir(parents=True)
+    (stack / "src" / "fork" / "pkg" / "__pycache__" / f"evil.{sys.implementation.cache_tag}.pyc").write_bytes(b"x")
+    prefix = tmp_path / "prefix"
+    assert seed([site / "torch"], VERSION, prefix, stack) == [3]
+    assert not [p for p in prefix.rglob("*.pyc") if "evil" in p.name]

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import compileall
 import dataclasses
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,14 +182,9 @@ def test_the_real_torch_of_the_dev_env_as_the_system_torch(tmp_path):
     assert evaluate(spec, probe(ctx.runner, "install", spec)).results["torch"] == "ok"
 
 
-@pytest.mark.slow
-def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
-    """october_setup on the offline fixture world with torch from a system interpreter: every step runs,
-    the lock lists no torch package but records the system torch, the receipt says where torch came from;
-    the no-op re-run runs nothing; a torch planted into the env is noticed and the env made again."""
-    from october.installer.engine import SetupOptions, SilentReporter
-    from october.installer.lock.pylock import read_lock
-    from october.installer.pipeline.plan import run_setup
+def _world_on_system_torch(tmp_path: Path):
+    """The offline fixture world whose recipe allows a site torch, and a system interpreter (a uv venv) with
+    the torch stand-in installed by uv (no bytecode) -> (recipe taking torch from it, its site torch dir)."""
     from tests.fixtures.world import make_world
 
     world = make_world(tmp_path / "world")
@@ -199,10 +196,28 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
         str(root / "wheels"), "torch==2.10.0+fixture", cache=root / "uvc")
     recipe = systorch.with_system_torch(load_recipe(str(world.recipe)), root / "sys/bin/python")
-    # the site ships its torch compiled, as a real one does: the env step offers that bytecode to its prefix
-    site_torch = next((root / "sys").glob("lib/python*/site-packages/torch"))
+    return recipe, next((root / "sys").glob("lib/python*/site-packages/torch"))
+
+
+def _pycs(top: Path) -> dict[str, tuple[str, int]]:
+    return {str(p.relative_to(top)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(top.rglob("*.pyc"))}
+
+
+@pytest.mark.slow
+def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
+    """october_setup on the offline fixture world with torch from a system interpreter: every step runs,
+    the lock lists no torch package but records the system torch, the receipt says where torch came from;
+    the no-op re-run runs nothing; a torch planted into the env is noticed and the env made again."""
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.lock.pylock import read_lock
+    from october.installer.pipeline.plan import run_setup
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    root = site_torch.parents[4]
+    # the site ships its torch compiled, as pip leaves it: the env step offers that bytecode to its prefix
     assert compileall.compile_dir(str(site_torch), quiet=1)
-    shipped = sorted(site_torch.rglob("*.pyc"))
+    shipped = _pycs(site_torch)
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
     first = run_setup(opts, SilentReporter())
@@ -210,11 +225,11 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     # the run's torch imports shared one bytecode prefix, gone with the run; nothing was compiled beside
     # the system interpreter's own files (a -I probe would otherwise write torch/__pycache__ there)
     assert not (stack / ".state" / "pycache").exists()
-    assert sorted(site_torch.rglob("*.pyc")) == shipped
+    assert _pycs(site_torch) == shipped                  # names, bytes and mtimes: nothing written there
     env_log = (stack / "logs" / "env.log").read_text()
     assert f"-X pycache_prefix={stack / '.state' / 'pycache'}" in env_log
-    offered = re.search(r"# (\d+) compiled module\(s\) of the site torch and its interpreter offered", env_log)
-    assert offered is not None and int(offered.group(1)) >= len(shipped) > 0, env_log
+    offered = re.search(r"# (\d+) compiled module\(s\) of the site torch and (\d+) of its interpreter's", env_log)
+    assert offered is not None and int(offered.group(1)) == len(shipped) > 0, env_log
     lock = read_lock(stack / "pylock.toml")
     assert "torch" not in {p["name"] for p in lock["packages"]}
     assert {"alpha", "beta", "tinydep"} <= {p["name"] for p in lock["packages"]}
@@ -401,3 +416,54 @@ def test_what_a_kit_left_out_must_be_in_the_system_interpreter(tmp_path):
     assert "left out 2 wheel(s)" in str(err.value)
     ctx, out = run([("sysdep", "1.0")])
     assert out.torch == TORCH
+
+
+@pytest.mark.slow
+def test_bytecode_a_killed_run_left_in_the_prefix_is_never_run(tmp_path):
+    """The review: the run's pycache prefix was removed only as a run ended, so a run killed with SIGKILL left
+    it, and the next run's imports executed it.  Planted: a compiled torch/version.py that also writes a marker
+    file, its header matching the real source (mtime and size, as Python checks), where the prefix puts it.
+    The run clears the prefix as it begins: the setup passes and the marker is never written."""
+    import importlib._bootstrap_external as bootstrap
+
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.pipeline.plan import run_setup
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    stack = tmp_path / "stack"
+    source = site_torch / "version.py"
+    marker = tmp_path / "the-planted-bytecode-ran"
+    lie = compile(source.read_text() + f"open({str(marker)!r}, 'w').write('ran')\n", str(source), "exec")
+    tag = sys.implementation.cache_tag
+    planted = stack / ".state" / "pycache" / str(site_torch).lstrip(os.sep) / f"version.{tag}.pyc"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(bootstrap._code_to_timestamp_pyc(lie, source.stat().st_mtime, source.stat().st_size))
+    copy = tmp_path / "copy-of-the-plant"
+    shutil.copytree(stack / ".state" / "pycache", copy)
+    subprocess.run([str(site_torch.parents[3] / "bin" / "python"), "-B", "-X", f"pycache_prefix={copy}", "-c",
+                    "import torch.version"], check=True, env={k: v for k, v in os.environ.items() if k[:6] != "PYTHON"})
+    assert marker.read_text() == "ran"                   # the plant is one Python runs, from a prefix
+    marker.unlink()
+    first = run_setup(SetupOptions(stack=stack, recipe=recipe, cache_dir=tmp_path / "cache"), SilentReporter())
+    assert {r.name: r.status for r in first.records}["env"] == "ran"
+    assert not marker.exists() and not (stack / ".state" / "pycache").exists()
+
+
+def test_a_damaged_site_pyc_does_not_fail_the_env_step(tmp_path):
+    """The review: a site .pyc with a good header and a damaged body made the probe fail where compiling the
+    source passed.  The env step probes again without the site's bytecode, and says so in its log."""
+    root = tmp_path / "system"
+    _torch_wheel(root / "wheels")
+    _uv("venv", "-q", "--python", sys.executable, str(root / "sys"), cache=root / "uvc")
+    _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
+        str(root / "wheels"), f"torch=={TORCH}", cache=root / "uvc")
+    site_torch = next((root / "sys").glob("lib/python*/site-packages/torch"))
+    assert compileall.compile_dir(str(site_torch), quiet=1)
+    pyc = next(site_torch.glob("__pycache__/version.*.pyc"))
+    mtime = pyc.stat().st_mtime_ns
+    pyc.write_bytes(pyc.read_bytes()[:16] + b"\xff" * 40)         # the header kept, the code object not
+    os.utime(pyc, ns=(mtime, mtime))
+    ctx, out = _env(tmp_path, _recipe(tmp_path, root / "sys" / "bin" / "python"))
+    assert out["torch"] == TORCH
+    assert "# the probe failed with the site's bytecode offered; again without it" in \
+        ctx.runner.log_path("env").read_text()

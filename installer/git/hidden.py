@@ -154,14 +154,22 @@ def _in_cone(path: str, recursive: set[str], parents: set[str]) -> bool:
 
 
 class Hidden(str):
-    """One entry of :func:`hidden_entries`: ``path (why)``, a line among ``git status`` lines that says
-    by its type (not its wording) that ``git status`` does not show it."""
+    """One entry of :func:`hidden_entries` for a file git status does not look at (``path (skip-worktree)``
+    or ``path (assume-unchanged)``): among ``git status`` lines it says so by its type, not its wording."""
 
 
-def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[Hidden]:
+BITS = ("skip-worktree", "assume-unchanged")
+
+
+def hidden_entries(root: Path, submodules: Iterable[str] = ()) -> list[str]:
     """Each tracked file of the clone at ``root`` and of its checked-out ``submodules`` (paths under
-    ``root``) that git status does not look at, as ``path (why)``."""
-    out = [Hidden(f"{p} ({why})") for p, why in _repo_hidden(root)]
+    ``root``) that git status does not look at, as ``path (why)`` (a :class:`Hidden`); an index that could
+    not be read is a plain entry saying so."""
+    out = [_entry(p, why) for p, why in _repo_hidden(root)]
     for sub in sorted(set(submodules)):
-        out += [Hidden(f"{sub}/{p} ({why})") for p, why in _repo_hidden(root / sub)]
+        out += [_entry(f"{sub}/{p}", why) for p, why in _repo_hidden(root / sub)]
     return out
+
+
+def _entry(path: str, why: str) -> str:
+    return Hidden(f"{path} ({why})") if why in BITS else f"{path} ({why})"

@@ -121,6 +121,8 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
     paths.state.mkdir(parents=True, exist_ok=True)
     steps = plan_steps(options.recipe)
     with Signals() as signals, StackLock(paths.lockfile) as lock:
+        # bytecode a killed run left (its end never came): no run executes what it did not compile itself
+        shutil.rmtree(paths.run_pycache, ignore_errors=True)
         record_recipe(paths, options.recipe.name, options.recipe.path, options.recipe.sha256)
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)
         runner = Runner(paths.logs, echo=echo)

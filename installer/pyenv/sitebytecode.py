@@ -34,25 +34,28 @@ def roots(torch_init: Path, base_prefix: str | None, python_version: str) -> lis
     return found
 
 
-def seed(dirs: list[Path], python_version: str, prefix: Path, stack: Path) -> int:
-    """Link the ``*.cpython-XY.pyc`` of every ``__pycache__`` under ``dirs`` into ``prefix``; -> how many.
-    Nothing for a directory inside ``stack`` or one that is not there, or for another cache tag.  It only
-    saves time: a link that cannot be made (no symlinks there, no space, no permission) ends the seeding
-    and the import compiles the rest, as it did before."""
+def seed(dirs: list[Path], python_version: str, prefix: Path, stack: Path) -> list[int]:
+    """Link the ``*.cpython-XY.pyc`` of every ``__pycache__`` under each of ``dirs`` into ``prefix``; -> how many,
+    for each.  Nothing from inside ``stack`` (a root inside it, or the stack inside a root), a root that is not
+    there, or another cache tag.  It only saves time: a link that cannot be made (no symlinks there, no space,
+    no permission) ends the seeding and the import compiles the rest, as it did before."""
     major, _, rest = python_version.partition(".")
     tag = f".cpython-{major}{rest.partition('.')[0]}.pyc"
-    linked = 0
+    own = stack.resolve()
+    counts = [0] * len(dirs)
     try:
-        for top in dirs:
-            if not top.is_absolute() or not top.is_dir() or top.resolve().is_relative_to(stack.resolve()):
+        for i, top in enumerate(dirs):
+            if not top.is_absolute() or not top.is_dir() or top.resolve().is_relative_to(own):
                 continue
+            holds_stack = own.is_relative_to(top.resolve())
             for dirpath, subdirs, files in os.walk(top):
-                subdirs[:] = [d for d in subdirs if d not in LEFT_OUT]
+                subdirs[:] = [d for d in subdirs if d not in LEFT_OUT
+                              and not (holds_stack and Path(dirpath, d).resolve().is_relative_to(own))]
                 if os.path.basename(dirpath) == "__pycache__":
-                    linked += _link(dirpath, [f for f in files if f.endswith(tag) and f.count(".") == 2], prefix)
+                    counts[i] += _link(dirpath, [f for f in files if f.endswith(tag) and f.count(".") == 2], prefix)
     except OSError:
         pass
-    return linked
+    return counts
 
 
 def _link(pycache: str, names: list[str], prefix: Path) -> int:

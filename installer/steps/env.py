@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
@@ -138,13 +139,21 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
         excludes = systorch.write_excludes(ctx.paths.state / "system-excludes.txt", system, needed,
                                            _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
+    linked = 0
     if facts.get("file") and facts.get("python"):
         version = str(facts["python"])
-        linked = sitebytecode.seed(sitebytecode.roots(Path(str(facts["file"])), facts.get("base_prefix"), version),
+        counts = sitebytecode.seed(sitebytecode.roots(Path(str(facts["file"])), facts.get("base_prefix"), version),
                                    version, ctx.paths.run_pycache, ctx.paths.root)
-        ctx.runner.note(step, f"# {linked} compiled module(s) of the site torch and its interpreter offered to "
-                              "this run's pycache prefix (pyenv/sitebytecode.py)")
+        linked = sum(counts)
+        ctx.runner.note(step, f"# {counts[0]} compiled module(s) of the site torch and {sum(counts[1:])} of its "
+                              "interpreter's standard library offered to this run's pycache prefix "
+                              "(pyenv/sitebytecode.py)")
     seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
+    if linked and seen.get("error"):
+        # the site's own bytecode may be what failed (a damaged .pyc with a good header): without it, once more
+        shutil.rmtree(ctx.paths.run_pycache, ignore_errors=True)
+        ctx.runner.note(step, "# the probe failed with the site's bytecode offered; again without it")
+        seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
     systorch.require_seen(ctx.paths.env, facts, seen, ctx.runner.log_path(step))
     got = venv.pyvenv_version(ctx.paths.env)
     version, cuda = facts.get("version"), facts.get("cuda")
