@@ -120,6 +120,12 @@ def test_a_gpu_less_build_node_is_told_the_arch_went_unchecked(tmp_path: Path, s
     assert "preflight check 'gpu' skipped by --skip-preflight" in warns
     assert f"preflight check 'cuda_arch' {checks['cuda_arch']['detail']}" in warns
     assert "preflight check 'cuda_arch' skipped by --skip-preflight" not in warns
+    # without the skip the gpu check fails: the punch list says it, no warning about the arch comes before it
+    failing = make_ctx(tmp_path / "again", recipe)
+    with pytest.raises(PreflightError) as info:
+        run_pipeline([PreflightStep()], failing)
+    assert [name for name, _ in info.value.problems] == ["gpu"]
+    assert not [t for kind, t in failing.ui.lines if kind == "warn"]  # type: ignore[attr-defined]
 
 
 def test_unknown_skip_name(tmp_path: Path) -> None:

@@ -44,14 +44,15 @@ class PreflightStep:
             facts = gather_facts(ctx.paths.root, ctx.runner)
             torch_facts = torch_job.result()
         results = evaluate(ctx.recipe, facts, skip, torch_facts)
+        problems = punch_list(results)
         for r in results:
             line = f"{r.name:<9} {r.status:<7} {r.detail}"
-            if r.status == "skipped":
-                ctx.ui.warn(f"preflight check '{r.name}' skipped by --skip-preflight" if r.name in skip
-                            else f"preflight check '{r.name}' {r.detail}")
+            if r.name in skip:
+                ctx.ui.warn(f"preflight check '{r.name}' skipped by --skip-preflight")
+            elif r.status == "skipped" and not problems:    # not checked (cuda_arch without a GPU), the run goes on
+                ctx.ui.warn(f"preflight check '{r.name}' {r.detail}")
             ctx.ui.detail(line)
             ctx.runner.note(self.name, line)
-        problems = punch_list(results)
         if problems:
             raise PreflightError(problems)
         fj = facts_json(facts)
