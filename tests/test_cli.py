@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.fixtures.root import PROJECT_ROOT
 
@@ -73,6 +76,29 @@ def test_doctor_prints_a_table_and_its_exit_code_follows_it() -> None:
     data = json.loads(as_json.stdout)
     assert as_json.returncode == proc.returncode and data["passed"] is (not failed)
     assert {c["name"]: c["status"] for c in data["checks"]} == rows and "gpus" in data["facts"]
+
+
+def test_doctor_says_cuda_arch_is_not_checked_without_a_gpu_on_every_machine(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit: without a GPU, `current doctor` had no cuda_arch row.  It is a row on any machine (an
+    nvidia-smi that finds no driver stands in for a GPU-less one): not checked, saying why and what the JIT
+    modules are built for instead, in the table and the JSON alike."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\n"
+                   "exit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    said = "not checked: no GPU here to compare with the recipe's [cuda].arch_list ('9.0'); the JIT modules are " \
+           "built for that list"
+    proc = current("doctor", "--recipe", "current")
+    rows = _doctor_rows(proc.stdout)
+    assert rows["gpu"] == "failed" and rows["cuda_arch"] == "skipped", proc.stdout
+    assert f"cuda_arch  skipped  {said}" in proc.stdout
+    data = json.loads(current("doctor", "--recipe", "current", "--json").stdout)
+    [row] = [c for c in data["checks"] if c["name"] == "cuda_arch"]
+    assert row["status"] == "skipped" and row["detail"] == said and row["found"] == "no GPU here", row
 
 
 def test_doctor_fails_a_planted_os_mismatch_on_every_machine(tmp_path: Path) -> None:
