@@ -106,7 +106,9 @@ def test_skip_is_recorded_and_warned(tmp_path: Path, stand_ins: Path) -> None:
 def test_a_gpu_less_build_node_is_told_the_arch_went_unchecked(tmp_path: Path, stand_ins: Path) -> None:
     """The audit: with --skip-preflight gpu on a machine with no GPU, cuda_arch was left out silently.  Now it
     is a row, not checked, warned as such (never as skipped by the user's option)."""
-    (stand_ins / "nvidia-smi").unlink()
+    # a GPU-less machine on any machine (the GPU machine's own nvidia-smi is further down PATH)
+    fake_tool(stand_ins, "nvidia-smi", "NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
+                                       "driver.\n", rc=9)
     recipe = write_recipe(tmp_path / "r", 'min_ram_gb = 0.1\nmin_disk_gb = 0\nmin_compute_capability = "9.0"\n',
                           cuda="12.9")
     ctx = make_ctx(tmp_path, recipe, skip=("gpu",))
