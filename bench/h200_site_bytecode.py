@@ -49,10 +49,10 @@ def main() -> int:
         for i in range(args.rounds):
             rows["fresh prefix"].append(timed([py, "-X", f"pycache_prefix={work}/fresh{i}", "-I", "-c", "import torch"]))
             start = time.perf_counter()
-            linked = seed(roots(Path(init), base, version), version, work / f"seeded{i}", work / "no-stack")
+            linked = sum(seed(roots(Path(init), base, version), version, work / f"seeded{i}", work / "no-stack"))
             seeding.append(time.perf_counter() - start)
-            rows["seeded"][len(rows["seeded"]):] = [seeding[-1] + timed(
-                [py, "-X", f"pycache_prefix={work}/seeded{i}", "-I", "-c", "import torch"])]
+            rows["seeded"].append(seeding[-1] + timed(
+                [py, "-X", f"pycache_prefix={work}/seeded{i}", "-I", "-c", "import torch"]))
             rows["beside source"].append(timed([py, "-I", "-B", "-c", "import torch"]))   # -B: writes nothing there
         # where the seeded import's modules came from: the linked bytecode, or compiled from source
         seed(roots(Path(init), base, version), version, work / "coverage", work / "no-stack")
