@@ -77,6 +77,79 @@ def look(path: Path, *args: str, ceiling: Path | None = None) -> tuple[bytes, st
     return b"", lines[-1] if lines else f"git exit {done.returncode}"
 
 
+# git config syntax, read from the files (the no-op path starts no git for it): a section header, with a
+# subsection in quotes or after a dot (the old form), may have an entry after it on the same line.
+_SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]')
+_ENTRY = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(=.*|[#;].*)?$")
+TRUE = frozenset({"true", "yes", "on", "1"})
+
+
+def config_value(gd: Path, name: str) -> str | None:
+    """``section.key`` (or ``section.subsection.key``) of the repository whose git directory is ``gd``, as git
+    reads it for its work tree: ``config`` (the common directory's, for a linked worktree), then
+    ``config.worktree`` when ``extensions.worktreeConfig`` is on; the last value wins; a bare key is
+    ``true``.  Lower-cased; None when unset.  The repository's own files only: not the user's or the
+    system's config, not an ``[include]``."""
+    common = gd
+    try:
+        common = (gd / (gd / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    except OSError:
+        pass
+    texts = [_read(common / "config")]
+    if _last(texts[0], "extensions.worktreeconfig") in TRUE:
+        texts.append(_read(gd / "config.worktree"))
+    found = [v for v in (_last(t, name) for t in texts) if v is not None]
+    return found[-1] if found else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _last(text: str, name: str) -> str | None:
+    """The last value of ``name`` in one config file's text."""
+    head, _, key = name.lower().rpartition(".")
+    section, _, sub = head.partition(".")
+    here: tuple[str, str] | None = None
+    value = None
+    for line in text.splitlines():
+        m = _SECTION.match(line)
+        if m:
+            sect, quoted = m.group(1), m.group(2)
+            if quoted is None:      # [core] or the old [section.subsection], both case-insensitive
+                sect, _, inner = sect.lower().partition(".")
+            else:                   # [remote "Name"]: the subsection is case-sensitive
+                inner = re.sub(r"\\(.)", r"\1", quoted)
+            here = (sect.lower(), inner)
+            line = line[m.end():]
+        e = _ENTRY.match(line)
+        if e and here is not None and here[0] == section and here[1].lower() == sub and e.group(1).lower() == key:
+            value = _unquote(e.group(2)[1:]) if (e.group(2) or "").startswith("=") else "true"
+    return value.lower() if value is not None else None
+
+
+def _unquote(raw: str) -> str:
+    """A config value: quotes removed, escapes applied, a comment outside quotes dropped."""
+    out: list[str] = []
+    quoted, i = False, 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            quoted = not quoted
+        elif c == "\\" and i + 1 < len(raw):
+            i += 1
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i], raw[i]))
+        elif c in "#;" and not quoted:
+            break
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out).strip()
+
+
 def strip_credentials(url: str) -> str:
     """``https://user:token@host/x`` -> ``https://host/x``; ``ssh://git@host`` keeps its user."""
     return _HTTP_USERINFO.sub(lambda m: m.group(1), url)

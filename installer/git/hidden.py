@@ -13,13 +13,12 @@ it lies inside the cone (a file the cone should have, deleted or edited out of g
 
 from __future__ import annotations
 
-import re
 import struct
 from pathlib import Path
 from typing import Iterable
 
 from ..core.version import git_dir
-from . import look
+from . import TRUE, config_value, look
 
 __all__ = ["Hidden", "hidden_entries", "read_index_flags"]
 
@@ -114,27 +113,14 @@ def _repo_hidden(work: Path) -> Flagged:
     gd = git_dir(work)
     if gd is None:
         return []
-    config = "\n".join(_text(gd / name) for name in ("config", "config.worktree"))
-    found = read_index_flags(gd / "index", 32 if _setting(config, "objectformat") == "sha256" else 20)
+    found = read_index_flags(gd / "index", 32 if config_value(gd, "extensions.objectformat") == "sha256" else 20)
     if found is None or any(p.endswith("/") for p, _ in found):
         found = _asked_of_git(work)     # a sparse index's directory entries ("dir/"): git expands them
-    if found and _setting(config, "sparsecheckout") == "true":
-        cone = _cone(gd) if _setting(config, "sparsecheckoutcone") == "true" else None
+    if found and config_value(gd, "core.sparsecheckout") in TRUE:
+        cone = _cone(gd) if config_value(gd, "core.sparsecheckoutcone") in TRUE else None
         found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists()
                  or (work / p).is_symlink() or (cone is not None and _in_cone(p, *cone))]
     return found
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _setting(config: str, key: str) -> str | None:
-    m = re.search(rf"^\s*{key}\s*=\s*(\S+)", config, re.IGNORECASE | re.MULTILINE)
-    return m.group(1).lower() if m else None
 
 
 def _cone(gd: Path) -> tuple[set[str], set[str]] | None:

@@ -15,7 +15,7 @@ from typing import Sequence
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
-from . import git_env, parse_ls_tree
+from . import TRUE, config_value, git_env, parse_ls_tree
 from .diagnose import diagnose
 from .exclude import git_dir
 
@@ -147,19 +147,6 @@ def serve_config(runner: Runner, step: str, repo: Path) -> None:
         runner.run(["git", "-C", str(repo), "config", key, value], step=step, env=git_env())
 
 
-def _setting(gd: Path, key: str) -> str | None:
-    """A core.<key> value as git reads it for a work tree: config.worktree over config (last one wins)."""
-    for name in ("config.worktree", "config"):
-        try:
-            text = (gd / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        found = re.findall(rf"(?im)^\s*{key}\s*=\s*(\S+)\s*$", text)
-        if found:
-            return found[-1].lower()
-    return None
-
-
 def partial_or_sparse(work: Path) -> bool:
     """Whether a (submodule) work tree is a partial clone or a sparse checkout (read from its files)."""
     gd = git_dir(work)
@@ -169,7 +156,8 @@ def partial_or_sparse(work: Path) -> bool:
         conf = (gd / "config").read_text(encoding="utf-8", errors="replace")
     except OSError:
         conf = ""
-    return bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf)) or _setting(gd, "sparsecheckout") == "true"
+    return (bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf))
+            or config_value(gd, "core.sparsecheckout") in TRUE)
 
 
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
@@ -177,9 +165,9 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
-    if _setting(gd, "sparsecheckout") != "true":
+    if config_value(gd, "core.sparsecheckout") not in TRUE:
         return f"{work} is not a sparse checkout (core.sparseCheckout is not true)"
-    if _setting(gd, "sparsecheckoutcone") != "true":
+    if config_value(gd, "core.sparsecheckoutcone") not in TRUE:
         return f"{work} is a sparse checkout, not in cone mode (core.sparseCheckoutCone is not true)"
     try:
         lines = (gd / "info" / "sparse-checkout").read_text(encoding="utf-8", errors="replace").splitlines()
