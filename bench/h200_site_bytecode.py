@@ -39,9 +39,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     py = args.python
-    init, version, base = subprocess.run([py, "-I", "-c", "import importlib.util as u, sys; print(u.find_spec('torch')"
-                                          ".origin); print('.'.join(map(str, sys.version_info[:3]))); print(sys.base_prefix)"],
-                                         capture_output=True, text=True, check=True).stdout.split()
+    init, tag, stdlib = subprocess.run([py, "-I", "-c", "import importlib.util as u, sys, sysconfig; print(u.find_spec("
+                                        "'torch').origin); print(sys.implementation.cache_tag); "
+                                        "print(sysconfig.get_path('stdlib'))"],
+                                       capture_output=True, text=True, check=True).stdout.split()
     rows: dict[str, list[float]] = {"fresh prefix": [], "seeded": [], "beside source": []}
     seeding: list[float] = []
     work = Path(tempfile.mkdtemp(prefix="october-bytecode-"))
@@ -49,20 +50,20 @@ def main() -> int:
         for i in range(args.rounds):
             rows["fresh prefix"].append(timed([py, "-X", f"pycache_prefix={work}/fresh{i}", "-I", "-c", "import torch"]))
             start = time.perf_counter()
-            linked = sum(seed(roots(Path(init), base, version), version, work / f"seeded{i}", work / "no-stack"))
+            linked = sum(seed(roots(Path(init), stdlib), tag, work / f"seeded{i}", work / "no-stack"))
             seeding.append(time.perf_counter() - start)
             rows["seeded"].append(seeding[-1] + timed(
                 [py, "-X", f"pycache_prefix={work}/seeded{i}", "-I", "-c", "import torch"]))
             rows["beside source"].append(timed([py, "-I", "-B", "-c", "import torch"]))   # -B: writes nothing there
         # where the seeded import's modules came from: the linked bytecode, or compiled from source
-        seed(roots(Path(init), base, version), version, work / "coverage", work / "no-stack")
+        seed(roots(Path(init), stdlib), tag, work / "coverage", work / "no-stack")
         said = subprocess.run([py, "-v", "-X", f"pycache_prefix={work}/coverage", "-I", "-c", "import torch"],
                               capture_output=True, text=True, check=True).stderr.splitlines()
         loaded = [ln for ln in said if ln.startswith("# code object from ")]
         hits = sum(1 for ln in loaded if ln.endswith(".pyc'"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{py}: torch at {Path(init).parent}, standard library under {base}; {linked} compiled modules linked, in "
+    print(f"{py}: torch at {Path(init).parent}, standard library {stdlib}; {linked} compiled modules linked, in "
           f"{statistics.median(seeding):.3f} s (median; counted in 'seeded')")
     print(f"a newly seeded import loaded {len(loaded)} modules from files: {hits} from the site's bytecode, "
           f"{len(loaded) - hits} compiled from source (no bytecode beside them, or stale)")

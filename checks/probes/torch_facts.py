@@ -24,7 +24,8 @@ def main():
         if d and d not in dirs:
             dirs.append(d)
     out = {"python": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
-           "base_prefix": sys.base_prefix, "site_packages": dirs}
+           "base_prefix": sys.base_prefix, "site_packages": dirs, "stdlib": paths.get("stdlib"),
+           "cache_tag": sys.implementation.cache_tag}
     found = _locate(out) if "--locate" in sys.argv[1:] else _import(out)
     if found:
         try:

@@ -25,24 +25,24 @@ LEFT_OUT = frozenset({"site-packages", "dist-packages", "test", "tests", "idleli
                       "lib2to3", "ensurepip"})        # under the standard library: not what torch imports
 
 
-def roots(torch_init: Path, base_prefix: str | None, python_version: str) -> list[Path]:
+def roots(torch_init: Path, stdlib: str | None) -> list[Path]:
     """The site torch's package (``torch_init`` is its ``__init__.py``, as its interpreter imports it) and the
-    interpreter's standard library (``BASE_PREFIX/lib/pythonX.Y``, where it is)."""
-    found = [torch_init.parent]
-    if base_prefix:
-        found.append(Path(base_prefix, "lib", "python" + ".".join(python_version.split(".")[:2])))
-    return found
+    interpreter's standard library (``sysconfig.get_path("stdlib")`` there), when it is known."""
+    return [torch_init.parent, *([Path(stdlib)] if stdlib else [])]
 
 
-def seed(dirs: list[Path], python_version: str, prefix: Path, stack: Path) -> list[int]:
-    """Link the ``*.cpython-XY.pyc`` of every ``__pycache__`` under each of ``dirs`` into ``prefix``; -> how many,
-    for each.  Nothing from inside ``stack`` (a root inside it, or the stack inside a root), a root that is not
-    there, or another cache tag.  It only saves time: a link that cannot be made (no symlinks there, no space,
-    no permission) ends the seeding and the import compiles the rest, as it did before."""
-    major, _, rest = python_version.partition(".")
-    tag = f".cpython-{major}{rest.partition('.')[0]}.pyc"
-    own = stack.resolve()
+def seed(dirs: list[Path], cache_tag: str | None, prefix: Path, stack: Path) -> list[int]:
+    """Link the ``*.CACHE_TAG.pyc`` (``sys.implementation.cache_tag`` of the interpreter that imports them,
+    e.g. ``cpython-312``) of every ``__pycache__`` under each of ``dirs`` into ``prefix``; -> how many, for
+    each.  Nothing from inside ``stack`` (a root inside it, or the stack inside a root), a root that is not
+    there, another cache tag, or anything when the interpreter caches no bytecode (no tag).  It only saves
+    time: a link that cannot be made (no symlinks there, no space, no permission) ends the seeding and the
+    import compiles the rest, as it did before."""
     counts = [0] * len(dirs)
+    if not cache_tag:
+        return counts
+    tag = f".{cache_tag}.pyc"
+    own = stack.resolve()
     try:
         for i, top in enumerate(dirs):
             if not top.is_absolute() or not top.is_dir() or top.resolve().is_relative_to(own):
@@ -59,7 +59,7 @@ def seed(dirs: list[Path], python_version: str, prefix: Path, stack: Path) -> li
 
 
 def _link(pycache: str, names: list[str], prefix: Path) -> int:
-    """``name.cpython-XY.pyc`` (no opt-N) where cache_from_source looks under a prefix: PREFIX + the source's
+    """``name.TAG.pyc`` (no opt-N) where cache_from_source looks under a prefix: PREFIX + the source's
     directory as imported (its leading separator dropped) + the name."""
     if not names:
         return 0

@@ -140,10 +140,9 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
                                            _offline_packages(ctx))
         stack_uv(ctx).pip_install(ctx.runner, step, ["--excludes", str(excludes), *needed])
     linked = 0
-    if facts.get("file") and facts.get("python"):
-        version = str(facts["python"])
-        counts = sitebytecode.seed(sitebytecode.roots(Path(str(facts["file"])), facts.get("base_prefix"), version),
-                                   version, ctx.paths.run_pycache, ctx.paths.root)
+    if facts.get("file"):
+        counts = sitebytecode.seed(sitebytecode.roots(Path(str(facts["file"])), facts.get("stdlib")),
+                                   facts.get("cache_tag"), ctx.paths.run_pycache, ctx.paths.root)
         linked = sum(counts)
         ctx.runner.note(step, f"# {counts[0]} compiled module(s) of the site torch and {sum(counts[1:])} of its "
                               "interpreter's standard library offered to this run's pycache prefix "
