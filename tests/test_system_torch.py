@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,10 @@ def test_setup_end_to_end_with_a_site_provided_torch(tmp_path):
     assert f"-X pycache_prefix={stack / '.state' / 'pycache'}" in env_log
     offered = re.search(r"# (\d+) compiled module\(s\) of the site torch and (\d+) of its interpreter's", env_log)
     assert offered is not None and int(offered.group(1)) == len(shipped) > 0, env_log
+    # and the standard library, where the system interpreter's sysconfig says, with its cache tag
+    tag = sys.implementation.cache_tag
+    stdlib_pycs = list(Path(sysconfig.get_path("stdlib")).glob(f"json/__pycache__/*.{tag}.pyc"))
+    assert (int(offered.group(2)) > len(stdlib_pycs)) if stdlib_pycs else int(offered.group(2)) == 0, env_log
     lock = read_lock(stack / "pylock.toml")
     assert "torch" not in {p["name"] for p in lock["packages"]}
     assert {"alpha", "beta", "tinydep"} <= {p["name"] for p in lock["packages"]}

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ..core.version import git_dir
-from . import TRUE, config_value, look
+from . import look
+from .config import config_true, config_value
 
 __all__ = ["Hidden", "hidden_entries", "read_index_flags"]
 
@@ -116,8 +117,8 @@ def _repo_hidden(work: Path) -> Flagged:
     found = read_index_flags(gd / "index", 32 if config_value(gd, "extensions.objectformat") == "sha256" else 20)
     if found is None or any(p.endswith("/") for p, _ in found):
         found = _asked_of_git(work)     # a sparse index's directory entries ("dir/"): git expands them
-    if found and config_value(gd, "core.sparsecheckout") in TRUE:
-        cone = _cone(gd) if config_value(gd, "core.sparsecheckoutcone") in TRUE else None
+    if found and config_true(gd, "core.sparsecheckout"):
+        cone = _cone(gd) if config_true(gd, "core.sparsecheckoutcone") else None
         found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists()
                  or (work / p).is_symlink() or (cone is not None and _in_cone(p, *cone))]
     return found

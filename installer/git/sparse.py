@@ -15,7 +15,8 @@ from typing import Sequence
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
-from . import TRUE, config_value, git_env, parse_ls_tree
+from . import git_env, parse_ls_tree
+from .config import config_items, config_true, truth
 from .diagnose import diagnose
 from .exclude import git_dir
 
@@ -152,12 +153,8 @@ def partial_or_sparse(work: Path) -> bool:
     gd = git_dir(work)
     if gd is None:
         return False
-    try:
-        conf = (gd / "config").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        conf = ""
-    return (bool(re.search(r"(?im)^\s*promisor\s*=\s*true\s*$", conf))
-            or config_value(gd, "core.sparsecheckout") in TRUE)
+    promisor = any(k.startswith("remote.") and k.endswith(".promisor") and truth(v) for k, v in config_items(gd))
+    return promisor or config_true(gd, "core.sparsecheckout")
 
 
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
@@ -165,9 +162,9 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
-    if config_value(gd, "core.sparsecheckout") not in TRUE:
+    if not config_true(gd, "core.sparsecheckout"):
         return f"{work} is not a sparse checkout (core.sparseCheckout is not true)"
-    if config_value(gd, "core.sparsecheckoutcone") not in TRUE:
+    if not config_true(gd, "core.sparsecheckoutcone"):
         return f"{work} is a sparse checkout, not in cone mode (core.sparseCheckoutCone is not true)"
     try:
         lines = (gd / "info" / "sparse-checkout").read_text(encoding="utf-8", errors="replace").splitlines()
