@@ -185,6 +185,10 @@ def fleet_cmd(
         from .fleet.plan import FleetOptions
         from .fleet.run import run_fleet
 
+        passed_on("--setup-arg", setup_arg, setup_app, None, ["/stack"], FLEET_SETS_SETUP)
+        passed_on("--smoke-arg", smoke_arg, current_app, "smoke", ["--install", "/stack", "--output", "/out"],
+                  FLEET_SETS_SMOKE)
+
         opts = FleetOptions(address=address, recipe=recipe, kit=kit.resolve(), stack=stack, receipt=receipt.resolve(),
                             cache_dir=cache_dir, lock_file=lock_file.resolve() if lock_file else None, select=select,
                             nodes=tuple(node), ship_kit=ship_kit, ship_dir=ship_dir, max_parallel=max_parallel,
@@ -197,3 +201,44 @@ def fleet_cmd(
         return code
 
     raise typer.Exit(guarded(go, ui, json_command="october_setup fleet" if as_json else None))
+
+
+# What fleet gives each node's commands itself (plan.node_job); a --setup-arg / --smoke-arg naming one would
+# silently replace it there.
+FLEET_SETS_SETUP = ("--recipe", "-r", "--kit", "--locked", "--lock-file", "--cache-dir", "--system-python")
+FLEET_SETS_SMOKE = ("--install", "--format", "-f", "--output", "-o", "--recipe", "-r", "--level")
+_NO_RUN = ("--help", "-h", "--version")      # the node's command would print and end, set up nothing
+
+
+def passed_on(flag: str, args: list[str], app: typer.Typer, sub: str | None, head: list[str],
+              fleet_sets: tuple[str, ...]) -> None:
+    """``fleet``'s ``--setup-arg`` / ``--smoke-arg``, parsed here as each node's ``october_setup`` / ``current
+    smoke`` will parse them, before any node is contacted: an option it refuses, one fleet sets itself, or
+    one that makes it set up nothing is a usage error (exit 2) now, not on every node after the kit shipped."""
+    from typer.main import get_command
+
+    from .cli_common import click_exc
+    from .core.errors import UsageError
+
+    prog = "october_setup" if sub is None else f"current {sub}"
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        clash = next((o for o in fleet_sets if name == o or (len(o) == 2 and arg.startswith(o))), None)
+        if clash is not None or name in _NO_RUN:
+            why = (f"fleet sets {clash} on each node itself" if clash is not None
+                   else f"{name} makes {prog} print and end without doing its work")
+            raise UsageError(f"{flag}={arg} cannot be passed on to {prog}: {why}",
+                             expected=f"{prog} options other than {', '.join(fleet_sets + _NO_RUN)}",
+                             found=f"{flag}={arg}", fix=f"drop it, or use fleet's own option for it "
+                                                        f"(`october_setup fleet --help`)")
+    command = get_command(app)
+    if sub is not None:
+        command = command.commands[sub]         # type: ignore[attr-defined]
+    try:
+        command.make_context(prog, [*head, *args])
+    except click_exc.UsageError as exc:
+        raise UsageError(f"{prog} on each node would refuse {' '.join(f'{flag}={a}' for a in args)}",
+                         expected=f"options {prog} accepts (`{prog} --help`)",
+                         found=f"{prog}: {exc.format_message().rstrip('.')}",
+                         fix=f"correct the {flag} values; each is one argument, e.g. {flag}=--option=value") from None
+

@@ -253,3 +253,26 @@ def test_fleet_refuses_a_path_each_node_would_refuse_before_any_cluster(tmp_path
         procs = both(*argv)
     refused(procs, 19, f"contains '{char}'", option)
     assert not (tmp_path / "fleet.json").exists()
+
+
+@pytest.mark.parametrize("passed, texts", [
+    ("--setup-arg=--bogus", ("october_setup on each node would refuse --setup-arg=--bogus", "No such option")),
+    ("--smoke-arg=--fixtures", ("current smoke on each node would refuse", "requires an argument")),
+    ("--setup-arg=--kit=/elsewhere", ("fleet sets --kit on each node itself",)),
+    ("--setup-arg=-rcurrent", ("fleet sets -r on each node itself",)),
+    ("--smoke-arg=--level=engine", ("fleet sets --level on each node itself",)),
+    ("--setup-arg=--version", ("--version makes october_setup print and end",)),
+])
+def test_fleet_refuses_what_each_node_would_refuse_or_ignore_before_any_cluster(tmp_path: Path, passed: str,
+                                                                                texts: tuple[str, ...]) -> None:
+    """--setup-arg / --smoke-arg went to every node unread: a typo failed each node after the kit shipped, and
+    an option fleet sets itself (--kit, --level) silently replaced fleet's on the node.  Now parsed first, as
+    the node's command parses them (exit 2); valid ones go on (here to the kit check, exit 20)."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    argv = ["fleet", "/data/st-{name}", "--address", "127.0.0.1:9", "--recipe", "current", "--kit", str(kit),
+            "--receipt", str(tmp_path / "fleet.json")]
+    refused(both(*argv, passed), 2, *texts)
+    good = both(*argv, "--setup-arg=--skip-preflight=gpu", "--smoke-arg=--fixtures=/d")
+    assert [p.returncode for p in good] == [20, 20] and "not a finished kit" in good[0].stderr, good[0].stderr
+    assert not (tmp_path / "fleet.json").exists()
