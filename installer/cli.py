@@ -229,8 +229,8 @@ def passed_on(flag: str, args: list[str], app: typer.Typer, sub: str | None, hea
                    else f"{name} makes {prog} print and end without doing its work")
             raise UsageError(f"{flag}={arg} cannot be passed on to {prog}: {why}",
                              expected=f"{prog} options other than {', '.join(fleet_sets + _NO_RUN)}",
-                             found=f"{flag}={arg}", fix=f"drop it, or use fleet's own option for it "
-                                                        f"(`october_setup fleet --help`)")
+                             found=f"{flag}={arg}",
+                             fix="drop it, or use fleet's own option for it (`october_setup fleet --help`)")
     command = get_command(app)
     if sub is not None:
         command = command.commands[sub]         # type: ignore[attr-defined]
