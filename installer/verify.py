@@ -44,7 +44,7 @@ from .core.paths import StackPaths
 from .core.redact import redact_url
 from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
-from .pyenv import stackenv
+from .pyenv import scaffold, stackenv
 from .pyenv.systorch import same_build
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
@@ -60,7 +60,7 @@ def _listed(items: Sequence[Any], sep: str, show: Callable[[Any], str] = str) ->
 
 @dataclass(frozen=True)
 class Difference:
-    check: str          # forks | distributions | files | torch | wheel | jit | lock | receipt | stack-env
+    check: str          # forks | distributions | files | torch | wheel | jit | lock | receipt | stack-env | env
     what: str
     expected: str
     found: str
@@ -302,10 +302,23 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
     return checked, diffs, owned
 
 
-def check_unowned(paths: StackPaths, owned: set[str]) -> list[Difference]:
+def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
+    """pyvenv.cfg and the bin/python* links as the env step left them (its marker's record): which interpreter
+    runs the stack is decided there, and no RECORD owns them.  Without a record (older stacks), nothing."""
+    rec = ((read_marker(paths.marker("env")) or {}).get("outputs") or {}).get("scaffold")
+    if not isinstance(rec, dict):
+        return []
+    return [Difference("env", str(path), f"{want} (as the env step left it)", found, rerun)
+            for path, want, found in scaffold.changed(paths.env, rec)]
+
+
+def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference] = ()) -> list[Difference]:
+    """``named``: what another check already names (a planted bin/python: making the env again is its fix)."""
     env_marker = read_marker(paths.marker("env")) or {}
     system = (env_marker.get("outputs") or {}).get("system_torch")
-    extra = verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
+    skip = {d.what for d in named}
+    extra = [p for p in verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
+             if str(p) not in skip]
     if not extra:
         return []
     shown = _listed(extra, "; ", verify_unowned.describe)
@@ -409,6 +422,8 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     diffs += check_lock_file(paths, receipt)
     diffs += check_receipt_file(paths, receipt, lock)
     diffs += check_stack_env(paths, receipt)
+    scaffold_diffs = check_env_scaffold(paths, rerun)
+    diffs += scaffold_diffs
     say("fork clones")
     diffs += check_forks(paths, lock, receipt, rerun)
     say("fork build outputs")
@@ -420,7 +435,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
                                            lambda names, changed: fixes.changed_files(paths, receipt, names, changed))
     diffs += file_diffs
     say("files no RECORD owns")
-    diffs += check_unowned(paths, owned)
+    diffs += check_unowned(paths, owned, scaffold_diffs)
     diffs += check_torch(lock, dists, rerun)
     say("base wheel")
     diffs += check_wheel(paths, lock, rerun)

@@ -251,3 +251,48 @@ def test_the_key_names_uv_by_its_version_line_and_size_not_its_path(tmp_path: Pa
     with open(copy, "ab") as fh:
         fh.write(b"\0")
     assert key(line) != here                                               # same line, another build
+
+
+def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(world: World, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenario hunt: a second stack interrupted while its env was copied from the cache (SIGINT or
+    SIGKILL) left ``STACK/env`` without ``pyvenv.cfg``, and every re-run failed (``uv venv --clear`` will not
+    clear what is not a venv; exit 6).  Now the copy is made beside it and renamed into place.  Planted: the
+    copy interrupted (KeyboardInterrupt, what Ctrl-C raises) at its tenth file."""
+    from october.installer.core import clonefile
+
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    (entry,) = entries(cache)
+    copied = {"n": 0}
+    real = clonefile.clone_or_copy
+
+    def interrupted(src: Path, dest: Path) -> None:
+        copied["n"] += 1
+        if copied["n"] == 10:
+            raise KeyboardInterrupt
+        real(src, dest)
+
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "clone_or_copy", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            setup(world, s2, cache)
+    assert copied["n"] == 10 and not (s2 / "env").exists() and (s2 / "env.partial").is_dir()
+    res = setup(world, s2, cache)
+    assert statuses(res)["env"] == "ran" and built_from(s2) == entry.name
+    assert not (s2 / "env.partial").exists() and verify(s2) == 0
+
+
+def test_an_env_left_without_pyvenv_cfg_is_made_again_by_the_rerun(world: World, tmp_path: Path) -> None:
+    """What an older tool's killed copy left (and a deleted pyvenv.cfg): verify names it, and the re-run
+    removes the half env and makes it again (before: exit 6 on every re-run, and verify passed)."""
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    setup(world, s2, cache)
+    (s2 / "env" / "pyvenv.cfg").unlink()
+    bad = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(s2)], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 13 and f"[env] {s2 / 'env' / 'pyvenv.cfg'}: expected sha256" in bad.stdout + bad.stderr
+    res = setup(world, s2, cache)
+    assert statuses(res)["env"] == "ran" and (s2 / "env" / "pyvenv.cfg").is_file()
+    assert "had no pyvenv.cfg" in (s2 / "logs" / "env.log").read_text() and verify(s2) == 0

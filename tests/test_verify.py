@@ -553,3 +553,50 @@ def test_an_unreadable_lock_is_written_again_by_the_suggested_rerun(tmp_path: Pa
         with pytest.raises(LockError) as info:
             read_lock(path)
         assert ("no version control holds it" in str(info.value)) == (path == lock), info.value
+
+
+@pytest.mark.parametrize("plant", ["relinked", "removed", "a file", "pyvenv.cfg edited", "another python"])
+def test_the_envs_interpreter_and_pyvenv_cfg_are_held_to_what_the_env_step_left(tmp_path: Path, plant: str) -> None:
+    """The scenario hunt: ``env/bin/python`` pointed at a shim, or removed, or ``pyvenv.cfg`` edited
+    (``include-system-site-packages = true``), passed verify (rc 0) and the no-op re-run ran nothing; a
+    regular file there was named with ``rm -f`` as its fix, which broke the stack.  Now each is named against
+    the env step's record, the fix is the re-run, and the re-run makes the env again."""
+    import shutil
+
+    from tests.test_setup_e2e import setup
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    python, cfg = stack / "env" / "bin" / "python", stack / "env" / "pyvenv.cfg"
+    target = os.readlink(python)
+    shim = tmp_path / "shim"
+    shim.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+    shim.chmod(0o755)
+    if plant == "relinked":
+        python.unlink()
+        python.symlink_to(shim)
+    elif plant == "removed":
+        python.unlink()
+    elif plant == "a file":
+        python.unlink()
+        shutil.copy(shim, python)
+    elif plant == "pyvenv.cfg edited":
+        cfg.write_text(cfg.read_text().replace("include-system-site-packages = false",
+                                               "include-system-site-packages = true"))
+        assert "include-system-site-packages = true" in cfg.read_text()
+    else:
+        (stack / "env" / "bin" / "python3.99").symlink_to(shim)
+    where = {"pyvenv.cfg edited": cfg, "another python": stack / "env" / "bin" / "python3.99"}.get(plant, python)
+    done = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 13 and f"[env] {where}: expected" in out, out
+    assert "rm -f" not in out, out
+    res = setup(world, stack, cache)
+    assert {r.name: r.status for r in res.records}["env"] == "ran"
+    assert os.readlink(python) == target and not (stack / "env" / "bin" / "python3.99").exists()
+    assert "include-system-site-packages = false" in cfg.read_text()
+    assert subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300).returncode == 0

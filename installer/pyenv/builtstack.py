@@ -310,14 +310,19 @@ def rerecord(env: Path, relocated: list[Path]) -> int:
 
 
 def restore_env(entry: Entry, env: Path, root: Path) -> None:
-    """``env`` made anew as the entry's env (see :func:`_restore_tree`); a refused entry leaves no env."""
-    if os.path.lexists(env):
-        shutil.rmtree(env)
-    env.mkdir(parents=True)
+    """``env`` made anew as the entry's env (see :func:`_restore_tree`), copied beside it (``env.partial``) and
+    renamed into place: a run killed while copying leaves no half env, and a refused entry none at all."""
+    partial = env.with_name(env.name + ".partial")
+    for old in (partial, env):
+        if os.path.lexists(old):
+            shutil.rmtree(old)
+    partial.mkdir(parents=True)
     try:
-        rerecord(env, _restore_tree(entry.path / "env", env, entry.manifest["files"]["env"], root, fresh=True))
+        rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"], root,
+                                        fresh=True))
+        os.rename(partial, env)
     except (EntryRefused, OSError):
-        shutil.rmtree(env, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)
         raise
 
 

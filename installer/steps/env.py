@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -10,7 +11,7 @@ from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
 from ..engine import StepContext
 from ..install import consistency
-from ..pyenv import sitebytecode, stackenv, systorch, venv
+from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
@@ -61,11 +62,13 @@ class EnvStep:
     def run(self, ctx: StepContext) -> EnvResult:
         from .reuse import env_from_built_stack
 
-        reused = env_from_built_stack(ctx, self.name)
-        if reused is not None:
-            return reused
-        if ctx.recipe.torch.from_system:
-            return run_on_system_torch(ctx, self.name)
+        if scaffold.clear_unfinished(ctx.paths.env):     # a killed run's half env is never trusted
+            ctx.runner.note(self.name, f"# {ctx.paths.env} had no pyvenv.cfg (a run killed while making it); removed")
+        made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
+                                                        if ctx.recipe.torch.from_system else self._make(ctx))
+        return dataclasses.replace(made, scaffold=scaffold.record(ctx.paths.env))
+
+    def _make(self, ctx: StepContext) -> EnvResult:
         r = ctx.recipe
         # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
@@ -98,6 +101,9 @@ class EnvStep:
     def verify(self, ctx: StepContext, result: EnvResult) -> str | None:
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
+        moved = scaffold.changed(ctx.paths.env, result.scaffold) if result.scaffold is not None else []
+        if moved:
+            return "; ".join(f"{p}: expected {want}, found {got}" for p, want, got in moved)
         if ctx.recipe.torch.from_system:
             problem = system_torch_env_problem(ctx, result)
             if problem is not None:

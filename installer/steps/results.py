@@ -47,6 +47,7 @@ READERS: dict[str, Callable[[Mapping[str, JSON], str, bool], JSON]] = {
     "Mapping[str, JSON]": lambda d, k, required: mj.obj(d, k, required=required),
     "Mapping[str, JSON] | None": lambda d, k, _: mj.opt_obj(d, k),
     "Mapping[str, str]": lambda d, k, required: mj.text_map(d, k, required=required),
+    "Mapping[str, str] | None": lambda d, k, _: mj.text_map(d, k) if d.get(k) is not None else None,
     "tuple[str, ...]": lambda d, k, required: mj.texts(d, k, required=required),
     "tuple[str, ...] | None": lambda d, k, _: mj.texts(d, k) if k in d else None,
     "tuple[Mapping[str, JSON], ...]": lambda d, k, required: mj.objs(d, k, required=required),
@@ -165,12 +166,14 @@ class EnvResult(Record):
     torch_source: str | None = None
     system_torch: Mapping[str, JSON] | None = None
     built_from: str | None = None       # the built-stack cache entry the env was copied from (its key)
+    scaffold: Mapping[str, str] | None = None   # pyvenv.cfg and bin/python* as left (pyenv/scaffold.py)
 
     def chain_json(self) -> JSON:
-        """All of it but activate's sha256: activate is made from ``env`` (chained), and a record older than
-        that sha256 keeps the chain the later steps' markers were made on."""
+        """All of it but activate's sha256 and the scaffold record: activate is made from ``env`` (chained),
+        and a record older than either keeps the chain the later steps' markers were made on."""
         out = self.to_json()
         out["stack_env"] = {k: v for k, v in out["stack_env"].items() if k != "activate_sha256"}
+        out.pop("scaffold", None)
         return out
 
     def to_json(self) -> dict[str, JSON]:
@@ -181,6 +184,8 @@ class EnvResult(Record):
             out["system_torch"] = dict(self.system_torch or {})
         if self.built_from is None:
             del out["built_from"]
+        if self.scaffold is None:
+            del out["scaffold"]
         return out
 
 
