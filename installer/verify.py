@@ -156,6 +156,7 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
     from .git.sparse import cone_problem
+    from .git.clonecheck import GitInspectError
     from .git.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
@@ -171,8 +172,13 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             continue
         if head != entry["commit"]:
             diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun))
-        states = submodule_states(where)
-        dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
+        try:
+            states = submodule_states(where)
+            dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
+        except GitInspectError as exc:      # e.g. a submodule's git directory (.git/modules/...) removed
+            diffs.append(Difference("forks", what, "a clone git can read (`git status`, `git submodule status`)",
+                                    f"git cannot read it: {exc}", fixes.unreadable_clone(paths, receipt, where)))
+            continue
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
             shown = _listed([d.strip() for d in dirty], "; ")
             diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}",

@@ -141,6 +141,10 @@ def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str
             f"fork's stash), or keep them on record with `{setup_command(paths, receipt, '--allow-dirty')}`")
 
 
+def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:
+    return f"move the clone aside (`mv {_q(fork)} {_q(str(fork) + '.broken')}`) and run `{setup_command(paths, receipt)}`"
+
+
 def moved_submodule(fork: Path, sub: str) -> str:
     return f"run `git -C {_q(fork)} submodule update --init --checkout --recursive -- {_q(sub)}`"
 

@@ -600,3 +600,31 @@ def test_the_envs_interpreter_and_pyvenv_cfg_are_held_to_what_the_env_step_left(
     assert "include-system-site-packages = false" in cfg.read_text()
     assert subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=300).returncode == 0
+
+
+def test_a_clone_git_cannot_read_is_named_and_the_fix_repairs_it(tmp_path: Path) -> None:
+    """The scenario hunt: with a submodule's git directory (``.git/modules/...``) removed, ``current verify``
+    ended in a traceback (exit 1).  Now it is a difference (exit 13) whose fix, followed, repairs the stack."""
+    import shlex
+    import shutil
+
+    from tests.test_setup_e2e import setup
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    beta = stack / "src" / "beta"
+    shutil.rmtree(beta / ".git" / "modules")
+    done = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 13 and "Traceback" not in out, out
+    assert f"[forks] fork beta ({beta}): expected a clone git can read" in out and "git cannot read it" in out, out
+    fix = next(ln for ln in out.splitlines() if "-> move the clone aside" in ln)
+    mv = shlex.split(fix.split("`")[1])
+    assert mv[:2] == ["mv", str(beta)] and "october_setup" in fix.split("`")[3]
+    subprocess.run(mv, check=True)
+    setup(world, stack, cache)
+    assert subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300).returncode == 0
