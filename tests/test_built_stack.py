@@ -145,6 +145,11 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
         setup(world, s2, cache)
     assert "tinydep: tinydep/__init__.py (changed)" in info.value.message
     assert not (s2 / ".state" / "install.json").exists()
+    # the entry is the culprit (its bytes were copied by this very run): removed, with the env made from it,
+    # so neither this stack's re-run nor another stack takes it again
+    assert "now removed with the env" in info.value.message and entries(cache) == [] and not (s2 / "env").exists()
+    setup(world, s2, cache)
+    assert built_from(s2) is None and verify(s2) == 0
 
 
 def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) -> None:
@@ -296,3 +301,25 @@ def test_an_env_left_without_pyvenv_cfg_is_made_again_by_the_rerun(world: World,
     res = setup(world, s2, cache)
     assert statuses(res)["env"] == "ran" and (s2 / "env" / "pyvenv.cfg").is_file()
     assert "had no pyvenv.cfg" in (s2 / "logs" / "env.log").read_text() and verify(s2) == 0
+
+
+def test_an_env_file_edited_in_a_stack_copied_from_the_cache_is_put_back_by_the_rerun(world: World,
+                                                                                      tmp_path: Path) -> None:
+    """The scenario hunt: a stack built here put back an edited env file on re-run ("re-installing what no
+    longer matches its RECORD"); one copied from the cache failed (exit 11), and the fix it named (delete
+    uv's cache) did not help.  Planted: a file of an index package deleted, another edited."""
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    setup(world, s2, cache)
+    assert built_from(s2) is not None
+    tiny = site(s2) / "tinydep" / "__init__.py"
+    clean = tiny.read_text()
+    tiny.unlink()
+    with open(next((site(s2) / "torch").glob("*.py")), "a") as fh:
+        fh.write(POISON)
+    res = setup(world, s2, cache)
+    assert statuses(res)["install"] == "ran" and tiny.read_text() == clean
+    assert POISON not in "".join(p.read_text() for p in (site(s2) / "torch").glob("*.py"))
+    log = (s2 / "logs" / "install.log").read_text()
+    assert "--reinstall-package tinydep" in log and "--reinstall-package torch" in log
+    assert verify(s2) == 0

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..engine import FORKS_INSTALLED, StepContext
 from ..git import buildoutputs
@@ -83,10 +84,12 @@ class InstallStep:
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
         # asked before the forks are installed: what was in their checkouts then is not this run's making
         unstorable = reuse.unstorable(ctx, self.name, forks) if entry is None else None
-        if nested_out is None:
-            uv = stack_uv(ctx)
+        uv = stack_uv(ctx)
+        copied = reuse.env_copied_now(ctx)
+        if copied is None:      # an env file edited since the env was made (built here or copied): put back
             records.repair(ctx.paths.env, ctx.trust, [f.dist for f in forks], warn=ctx.ui.warn,
                            reinstall=lambda args: uv.pip_install(ctx.runner, self.name, args, torch_index=True))
+        if nested_out is None:
             nested_out = install_forks(uv, ctx.runner, self.name, plan.installs, by_name,
                                        state=ctx.paths.state, env_bin=ctx.paths.env / "bin",
                                        torch_version=r.torch.version, info=ctx.ui.info, detail=ctx.ui.detail)
@@ -95,8 +98,13 @@ class InstallStep:
         ctx.announce(FORKS_INSTALLED, forks)
         outputs = self.record_outputs(ctx, by_name, made)
         # every file of every distribution in the env as its RECORD hashes it
-        records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
-                               system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
+        try:
+            records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
+                                   system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
+        except InstallError as exc:
+            if copied is not None:      # copied from the cache by this run: the entry itself is wrong
+                raise reuse.refused_copy(ctx, self.name, copied, exc) from None
+            raise
         spec = self.guard_spec(ctx, forks)
         from ..install.guards import run_guards
         from ..pyenv import builtstack

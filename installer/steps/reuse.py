@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
 from ..install import overwritten
@@ -91,6 +92,28 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
         return None
     ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
     return result
+
+
+def env_copied_now(ctx: StepContext) -> "builtstack.Entry | None":
+    """The built-stack cache entry this run's env step copied the env from (its bytes are the entry's, so a
+    file that does not match its RECORD is the entry's fault), or None: an env made here, or copied by an
+    earlier run (a file edited since is this stack's, put back like any other)."""
+    from ..pyenv import builtstack
+
+    rec = ctx.done.get(EnvResult.step)
+    env = rec.result if rec is not None and rec.status == "ran" else None
+    if not isinstance(env, EnvResult) or env.built_from is None:
+        return None
+    return builtstack.find(ctx.options.cache_dir, env.built_from)
+
+
+def refused_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError) -> InstallError:
+    """The entry an env was copied from this run, refused after install's RECORD check: removed with the env,
+    and the error to raise (a re-run builds the stack)."""
+    refuse_entry(ctx, step, entry, exc.message)
+    return InstallError(f"{exc.message} (in the env copied from the built-stack cache entry {entry.path}, "
+                        "now removed with the env)", expected=exc.expected, found=exc.found,
+                        fix="re-run october_setup: the env is made again, without the cache entry")
 
 
 def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
