@@ -155,8 +155,9 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
-    from .git.sparse import cone_problem
     from .git.clonecheck import GitInspectError
+    from .git.hidden import Hidden
+    from .git.sparse import cone_problem
     from .git.worktree import dirty_entries, head_commit, selected, submodule_states
 
     fetch = read_marker(paths.marker("fetch")) or {}
@@ -180,9 +181,11 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
                                     f"git cannot read it: {exc}", fixes.unreadable_clone(paths, receipt, where)))
             continue
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
-            shown = _listed([d.strip() for d in dirty], "; ")
+            changed_subs = _changed_submodules(where, dirty, [s.path for s in states if s.flag != "-"])
+            shown = _listed([d.strip() for d in dirty] + [f for fs in changed_subs.values() for f in fs], "; ")
             diffs.append(Difference("forks", what, "a clean tree (as set up)", f"local changes: {shown}",
-                                    fixes.dirty_fork(paths, receipt, where)))
+                                    fixes.dirty_fork(paths, receipt, where, sorted(changed_subs),
+                                                     hidden=any(isinstance(d, Hidden) for d in dirty))))
         fetched = recorded.get(name) or {}
         subs = fetched.get("submodules")
         if not isinstance(subs, dict):
@@ -211,6 +214,23 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
         diffs += [Difference("forks", f"{what} submodule {p}", f"commit {subs[p]}", "no such submodule", rerun)
                   for p in gone]
     return diffs
+
+
+def _changed_submodules(fork: Path, dirty: Sequence[str], checked_out: Sequence[str]) -> dict[str, list[str]]:
+    """Each checked-out submodule ``git status`` shows as changed (`` M sub``), with the changes inside it
+    (``sub/file``): what changed there, which the fork's own status does not name."""
+    from .git.clonecheck import GitInspectError, git_text
+
+    out: dict[str, list[str]] = {}
+    for line in dirty:
+        sub = line[3:] if len(line) > 3 and line[2] == " " else ""
+        if sub in checked_out:
+            try:
+                inner = git_text(fork / sub, "status", "--porcelain", "--untracked-files=all")
+            except GitInspectError:
+                inner = ""
+            out[sub] = [f"{ln[:2].strip()} {sub}/{ln[3:]}" for ln in inner.splitlines() if ln.strip()]
+    return out
 
 
 def check_build_outputs(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:

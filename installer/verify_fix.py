@@ -136,9 +136,18 @@ def not_a_stack(paths: StackPaths) -> str:
             "with NEW_DIR a new or empty directory")
 
 
-def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:
-    return (f"put the changes aside with `git -C {_q(fork)} stash push --include-untracked` (they stay in the "
-            f"fork's stash), or keep them on record with `{setup_command(paths, receipt, '--allow-dirty')}`")
+def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, submodules: Sequence[str] = (),
+               *, hidden: bool = False) -> str:
+    """``submodules``: checked-out submodules with changes of their own (the fork's stash does not take them);
+    ``hidden``: a file git status is told not to look at (no stash takes it): the clone is moved aside."""
+    record = f"or keep them on record with `{setup_command(paths, receipt, '--allow-dirty')}`"
+    if hidden:
+        keep = Path(f"{fork}.local-changes")
+        return (f"move the clone aside with your changes (`mv {_q(fork)} {_q(keep)}`) and run "
+                f"`{setup_command(paths, receipt)}` (it clones the fork again), {record}")
+    stash = " && ".join(f"git -C {_q(where)} stash push --include-untracked"
+                        for where in [*(fork / s for s in submodules), fork])
+    return f"put the changes aside with `{stash}` (they stay in each repository's stash), {record}"
 
 
 def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:

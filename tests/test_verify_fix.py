@@ -194,3 +194,34 @@ def test_the_uv_cache_of_a_fix_line_is_the_default_cache_setup_used(tmp_path: Pa
     for key, value in environ.items():
         monkeypatch.setenv(key, value.format(tmp=tmp_path))
     assert uv_cache(StackPaths(tmp_path / "stack")) == Path(expected.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("where", ["submodule", "hidden"])
+def test_the_fix_for_changes_no_fork_stash_takes_puts_the_stack_back(tmp_path: Path, where: str) -> None:
+    """The scenario hunt: a file deleted or added inside a checked-out submodule was reported as
+    ``M third_party/gamma`` only, and the fix (`git -C FORK stash push`) saved nothing.  Now the changes inside
+    it are named and the fix stashes them there; an edit git status is told not to see (skip-worktree), which
+    no stash takes, gets the clone moved aside and cloned again.  Each fix is run as pasted."""
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    stack = Stack(root=tmp_path / "stack", links=tmp_path, cache=tmp_path / "cache", tmp=tmp_path)
+    setup(world, stack.root, stack.cache)
+    beta = stack.root / "src" / "beta"
+    gamma = beta / "third_party" / "gamma"
+    if where == "submodule":
+        (gamma / "pyproject.toml").unlink()
+        (gamma / "scratch.txt").write_text("mine\n")
+    else:
+        git(beta, "update-index", "--skip-worktree", "pyproject.toml")
+        with open(beta / "pyproject.toml", "a") as fh:
+            fh.write("# mine\n")
+    (diff,) = differences(stack)
+    if where == "submodule":
+        assert "D third_party/gamma/pyproject.toml" in diff["found"] and "?? third_party/gamma/scratch.txt" in \
+            diff["found"], diff
+    ran = run_commands(diff["fix"].split(", or ")[0])
+    if where == "hidden":
+        assert ran[0].startswith("mv ") and ran[1].startswith("october_setup ")
+    assert differences(stack) == []
