@@ -276,3 +276,25 @@ def test_fleet_refuses_what_each_node_would_refuse_or_ignore_before_any_cluster(
     good = both(*argv, "--setup-arg=--skip-preflight=gpu", "--smoke-arg=--fixtures=/d")
     assert [p.returncode for p in good] == [20, 20] and "not a finished kit" in good[0].stderr, good[0].stderr
     assert not (tmp_path / "fleet.json").exists()
+
+
+def test_a_stack_path_the_locale_cannot_encode_is_refused_first(tmp_path: Path) -> None:
+    """The scenario hunt: under ``LC_ALL=C`` a stack at a non-ASCII path failed install with uv's
+    UnicodeDecodeError from ``site.addpackage`` (Python up to 3.12 reads ``.pth`` files in the locale's
+    encoding), and its Python failed at every start.  Now exit 19 first, naming the character and the fix;
+    under a UTF-8 locale the same path is not refused."""
+    import os
+
+    stack = tmp_path / "ç stack"
+    for lc_all, refused_here in (("C", True), ("C.UTF-8", False)):
+        env = {**os.environ, "LC_ALL": lc_all}
+        done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                               "current", "--cache-dir", str(tmp_path / "cache")], cwd=PROJECT_ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        if refused_here:
+            assert done.returncode == 19, done.stderr
+            assert "cannot be used under this locale: it contains 'ç'" in done.stderr
+            assert "LC_ALL=C.UTF-8" in done.stderr and "Traceback" not in done.stderr
+            assert list(tmp_path.iterdir()) == []
+        else:
+            assert "under this locale" not in done.stderr and done.returncode != 19, done.stderr

@@ -5,6 +5,7 @@ option values, options checked before anything is written, ``--json`` documents,
 from __future__ import annotations
 
 import json
+import locale
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
@@ -171,12 +172,31 @@ def usable_chars(option: str, path: Path, chars: Sequence[str]) -> Path:
                           fix=f"choose a path for {option} without '{bad}' (in it or in the directories above it)")
 
 
+def locale_readable(option: str, path: Path) -> Path:
+    """``path`` in the locale's encoding: the editable installs put the stack's path in ``.pth`` files, which
+    Python up to 3.12 reads in that encoding whatever its UTF-8 mode says (``LC_ALL=C``: ascii), so a stack
+    at a path it cannot encode makes the stack's Python fail at every start (exit 19 here instead)."""
+    encoding = locale.getencoding()
+    try:
+        str(path).encode(encoding)
+    except UnicodeEncodeError as exc:
+        bad = str(path)[exc.start]
+        raise FileSystemError(f"{option} {path} cannot be used under this locale: it contains {bad!r}",
+                              expected=f"a path the locale's encoding ({encoding}) can write",
+                              found=f"{bad!r} in {path}; the stack's Python reads its path from .pth files in that "
+                                    "encoding and would fail at every start",
+                              fix="set a UTF-8 locale (e.g. `export LC_ALL=C.UTF-8`) for setting up and using the "
+                                  "stack, or choose an ASCII path") from None
+    return path
+
+
 def stack_argument(value: str) -> Path:
     """STACK: an empty or blank path is refused (it would silently mean the current directory), and so is
-    one holding a character a later step cannot use (:data:`STACK_CHARS`).  The one check of both command
-    lines (the typer command through :func:`~october.installer.provision.provision`, and the fast path)."""
+    one holding a character a later step cannot use (:data:`STACK_CHARS`), or one the locale cannot encode
+    (:func:`locale_readable`).  The one check of both command lines (the typer command through
+    :func:`~october.installer.provision.provision`, and the fast path)."""
     empty_path("STACK", value, argument=True)
-    return usable_chars("STACK", dir_option("STACK", Path(value)), STACK_CHARS)
+    return locale_readable("STACK", usable_chars("STACK", dir_option("STACK", Path(value)), STACK_CHARS))
 
 
 def kit_argument(option: str, value: Path) -> Path:
