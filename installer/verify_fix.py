@@ -25,6 +25,7 @@ Each line is one that was run against a planted difference and seen to bring the
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -123,10 +124,22 @@ def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
             "again (add --kit KIT if it was set up from a kit)")
 
 
+def _began_with(paths: StackPaths) -> str | None:
+    """The recipe of the stack's last run (``.state/recipe-used.json``), as --recipe takes it; None if unread."""
+    try:
+        rec = json.loads(paths.recipe_record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _recipe_arg({"recipe": rec}) if isinstance(rec, dict) else None
+
+
 def not_a_stack(paths: StackPaths) -> str:
     """``--install`` names no finished stack: finish it (a stack's directory, an empty one or none), or, where
     october_setup would refuse the directory (other files and no ``.state/``), set one up elsewhere."""
     others = paths.foreign()
+    if not others and (began := _began_with(paths)) is not None:     # a run began here: its recipe is recorded
+        return (f"run `october_setup {_q(paths.root)} --recipe {_q(began)}` to finish it (the recipe its last run "
+                "began with), or point --install at the stack directory")
     if not others:
         return (f"run `october_setup {_q(paths.root)} --recipe NAME` to set it up (or finish it), or point --install "
                 "at the stack directory")

@@ -628,3 +628,31 @@ def test_a_clone_git_cannot_read_is_named_and_the_fix_repairs_it(tmp_path: Path)
     setup(world, stack, cache)
     assert subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=300).returncode == 0
+
+
+def test_a_half_built_stack_is_told_to_finish_with_the_recipe_it_began_with(tmp_path: Path) -> None:
+    """The scenario hunt: verify of a stack whose run did not finish asked for ``--recipe NAME``, though the
+    stack records the recipe its last run began with.  Now the fix names it; run as printed (with the test's
+    cache), it finishes the stack."""
+    import shlex
+
+    from tests.test_setup_e2e import setup
+    from tests.test_verify_fix import COMMAND
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    (stack / "pylock.toml").unlink()
+    (stack / "receipts" / "setup.json").unlink()          # as a run stopped before its lock step leaves it
+    proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 18 and "--recipe NAME" not in text, text
+    (command,) = COMMAND.findall(text.split("->", 1)[1])
+    argv = shlex.split(command)
+    assert argv == ["october_setup", str(stack), "--recipe", str(world.recipe)], argv
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *argv[1:], "--cache-dir",
+                           str(cache)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert differences(Stack(stack, tmp_path, cache, tmp_path)) == []
