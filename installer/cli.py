@@ -7,6 +7,8 @@ message and its exit code.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
 import sys
@@ -234,11 +236,26 @@ def passed_on(flag: str, args: list[str], app: typer.Typer, sub: str | None, hea
     command = get_command(app)
     if sub is not None:
         command = command.commands[sub]         # type: ignore[attr-defined]
+    given = " ".join(f"{flag}={a}" for a in args)
     try:
-        command.make_context(prog, [*head, *args])
+        with contextlib.redirect_stdout(io.StringIO()):      # an eager --help or --version prints, then ends
+            ctx = command.make_context(prog, [*head, *args])
+            base = command.make_context(prog, list(head))
+    except typer.Exit:
+        raise UsageError(f"{given} cannot be passed on to {prog}: it makes {prog} print and end without doing its "
+                         "work (a bundled -h?)", expected=f"{prog} options other than {', '.join(_NO_RUN)}",
+                         found=given, fix="drop it") from None
     except click_exc.UsageError as exc:
-        raise UsageError(f"{prog} on each node would refuse {' '.join(f'{flag}={a}' for a in args)}",
+        raise UsageError(f"{prog} on each node would refuse {given}",
                          expected=f"options {prog} accepts (`{prog} --help`)",
                          found=f"{prog}: {exc.format_message().rstrip('.')}",
                          fix=f"correct the {flag} values; each is one argument, e.g. {flag}=--option=value") from None
+    for param in command.params:    # what the parse set, however spelled (-qrNAME bundles -r): fleet's own?
+        name = param.name or ""
+        set_here = getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+        in_head = getattr(base.get_parameter_source(name), "name", None) == "COMMANDLINE"
+        if set_here and set(param.opts) & set(fleet_sets) and (not in_head or ctx.params[name] != base.params[name]):
+            raise UsageError(f"{given} cannot be passed on to {prog}: it sets {param.opts[0]}, which fleet sets on "
+                             "each node itself", expected=f"{prog} options other than {', '.join(fleet_sets)}",
+                             found=given, fix="drop it, or use fleet's own option for it (`october_setup fleet --help`)")
 

@@ -139,7 +139,8 @@ def not_a_stack(paths: StackPaths) -> str:
     others = paths.foreign()
     if not others and (began := _began_with(paths)) is not None:     # a run began here: its recipe is recorded
         return (f"run `october_setup {_q(paths.root)} --recipe {_q(began)}` to finish it (the recipe its last run "
-                "began with), or point --install at the stack directory")
+                "began with; add the other options it was set up with, e.g. --cache-dir, --kit, --system-python, "
+                "--skip-preflight), or point --install at the stack directory")
     if not others:
         return (f"run `october_setup {_q(paths.root)} --recipe NAME` to set it up (or finish it), or point --install "
                 "at the stack directory")
@@ -164,7 +165,8 @@ def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, submod
 
 
 def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:
-    return f"move the clone aside (`mv {_q(fork)} {_q(str(fork) + '.broken')}`) and run `{setup_command(paths, receipt)}`"
+    return (f"move the clone aside (`mv {_q(fork)} {_q(str(fork) + '.broken')}`) and run "
+            f"`{setup_command(paths, receipt)}`")
 
 
 def moved_submodule(fork: Path, sub: str) -> str:

@@ -286,6 +286,21 @@ def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(w
     res = setup(world, s2, cache)
     assert statuses(res)["env"] == "ran" and built_from(s2) == entry.name
     assert not (s2 / "env.partial").exists() and verify(s2) == 0
+    # the review: killed again, and the entry gone before the re-run (evicted, or the key changed): the re-run
+    # builds the env itself, and the half copy is removed all the same (on a real stack, gigabytes)
+    import shutil
+
+    shutil.rmtree(s2 / "env")
+    copied["n"] = 0
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "clone_or_copy", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            setup(world, s2, cache)
+    assert (s2 / "env.partial").is_dir()
+    builtstack.discard(entry)
+    res = setup(world, s2, cache)
+    assert statuses(res)["env"] == "ran" and built_from(s2) is None
+    assert not (s2 / "env.partial").exists() and verify(s2) == 0
 
 
 def test_an_env_left_without_pyvenv_cfg_is_made_again_by_the_rerun(world: World, tmp_path: Path) -> None:

@@ -262,6 +262,11 @@ def test_fleet_refuses_a_path_each_node_would_refuse_before_any_cluster(tmp_path
     ("--setup-arg=-rcurrent", ("fleet sets -r on each node itself",)),
     ("--smoke-arg=--level=engine", ("fleet sets --level on each node itself",)),
     ("--setup-arg=--version", ("--version makes october_setup print and end",)),
+    # the review: bundled short options got past a check by name (-qh ended the fleet with exit 0, unrun)
+    ("--setup-arg=-qh", ("it makes october_setup print and end",)),
+    ("--smoke-arg=-qh", ("it makes current smoke print and end",)),
+    ("--setup-arg=-qrcurrent", ("it sets --recipe, which fleet sets on each node itself",)),
+    ("--smoke-arg=-qo/elsewhere", ("it sets --output, which fleet sets on each node itself",)),
 ])
 def test_fleet_refuses_what_each_node_would_refuse_or_ignore_before_any_cluster(tmp_path: Path, passed: str,
                                                                                 texts: tuple[str, ...]) -> None:

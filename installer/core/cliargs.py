@@ -177,6 +177,7 @@ def locale_readable(option: str, path: Path) -> Path:
     Python up to 3.12 reads in that encoding whatever its UTF-8 mode says (``LC_ALL=C``: ascii), so a stack
     at a path it cannot encode makes the stack's Python fail at every start (exit 19 here instead)."""
     encoding = locale.getencoding()
+    utf8 = encoding.lower().replace("-", "") == "utf8"
     try:
         str(path).encode(encoding)
     except UnicodeEncodeError as exc:
@@ -185,8 +186,9 @@ def locale_readable(option: str, path: Path) -> Path:
                               expected=f"a path the locale's encoding ({encoding}) can write",
                               found=f"{bad!r} in {path}; the stack's Python reads its path from .pth files in that "
                                     "encoding and would fail at every start",
-                              fix="set a UTF-8 locale (e.g. `export LC_ALL=C.UTF-8`) for setting up and using the "
-                                  "stack, or choose an ASCII path") from None
+                              fix="choose a path whose name is valid UTF-8" if utf8 else
+                              "set a UTF-8 locale (e.g. `export LC_ALL=C.UTF-8`) for setting up and using the stack, "
+                              "or choose an ASCII path") from None
     return path
 
 

@@ -50,8 +50,13 @@ def changed(env: Path, rec: Mapping[str, str]) -> list[tuple[Path, str, str]]:
 
 
 def clear_unfinished(env: Path) -> bool:
-    """Remove ``env`` when it exists but is no venv (no ``pyvenv.cfg``): what a run killed while making or
-    copying it leaves (``uv venv --clear`` refuses to clear such a directory); -> whether it did."""
+    """Remove ``env`` when it exists but is no venv (no ``pyvenv.cfg``): what a run killed while making it
+    leaves (``uv venv --clear`` refuses to clear such a directory); and ``env.partial``, what a run killed
+    while copying it from the cache leaves (a re-run that builds the env instead would never reach it).
+    -> whether ``env`` was removed."""
+    partial = env.with_name(env.name + ".partial")
+    if os.path.lexists(partial):
+        shutil.rmtree(partial) if partial.is_dir() and not partial.is_symlink() else partial.unlink()
     if not os.path.lexists(env) or (env / CONFIG).is_file():
         return False
     if env.is_symlink() or not env.is_dir():
