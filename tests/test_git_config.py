@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.git.config import config_true, config_value
+from october.installer.git.config import config_items, truth, value_in
 from october.installer.git.sparse import partial_or_sparse
+
+
+def config_value(gd: Path, name: str) -> str | None:
+    return value_in(config_items(gd), name)
+
+
+def config_true(gd: Path, name: str) -> bool:
+    return truth(config_value(gd, name))
+
 
 ORACLE_ENV = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
 

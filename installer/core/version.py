@@ -32,6 +32,15 @@ def git_dir(root: Path) -> Path | None:
     return None
 
 
+def common_dir(gd: Path) -> Path:
+    """The directory a linked worktree's git directory shares with its main repository (``gd/commondir``:
+    config, refs, objects), else ``gd`` itself (also where ``commondir`` cannot be read)."""
+    try:
+        return gd / (gd / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+    except (OSError, ValueError):
+        return gd
+
+
 def head_commit(root: Path) -> str | None:
     """The commit checked out at ``root`` (a 40-hex id), or None when it cannot be read."""
     gd = git_dir(root)
@@ -44,9 +53,7 @@ def head_commit(root: Path) -> str | None:
         if not head.startswith("ref: "):
             return None
         ref = head[len("ref: "):].strip()
-        common = gd
-        if (gd / "commondir").is_file():
-            common = (gd / (gd / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        common = common_dir(gd)
         for base in (gd, common):
             loose = base / ref
             if loose.is_file():

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from ..core.version import common_dir
+
 _SPACE = " \t\r"                    # git's isspace, the newline apart
 _ESCAPES = {"t": "\t", "b": "\b", "n": "\n", "\\": "\\", '"': '"'}
 _INT = re.compile(r"[ \t\r\n]*[+-]?(?:0[xX](?P<hex>[0-9a-fA-F]+)|(?P<dec>[0-9]+))[kKmMgG]?")
@@ -25,20 +27,19 @@ _INT = re.compile(r"[ \t\r\n]*[+-]?(?:0[xX](?P<hex>[0-9a-fA-F]+)|(?P<dec>[0-9]+)
 def config_items(gd: Path) -> list[tuple[str, str]]:
     """Every entry of the repository whose git directory is ``gd``, in the order git reads them, as
     (``section[.subsection].key`` with the section and key lower-cased, the value; ``"true"`` for a bare key)."""
-    items = list(_entries(_read(_common(gd) / "config")))
-    if truth(_last(items, "extensions.worktreeconfig")):
+    items = list(_entries(_read(common_dir(gd) / "config")))
+    if truth(value_in(items, "extensions.worktreeconfig")):
         items += _entries(_read(gd / "config.worktree"))
     return items
 
 
-def config_value(gd: Path, name: str) -> str | None:
-    """The value of ``section.key`` or ``section.subsection.key`` (the last one wins), None when unset."""
-    return _last(config_items(gd), name)
-
-
-def config_true(gd: Path, name: str) -> bool:
-    """Whether git reads ``name`` as a true boolean (``true``/``yes``/``on``, a bare key, a non-zero number)."""
-    return truth(config_value(gd, name))
+def value_in(items: list[tuple[str, str]], name: str) -> str | None:
+    """The value of ``section.key`` or ``section.subsection.key`` among :func:`config_items` (the last one
+    wins), None when unset: read the files once, ask for several keys."""
+    head, _, key = name.rpartition(".")
+    section, dot, sub = head.partition(".")
+    want = section.lower() + dot + sub + "." + key.lower()
+    return next((v for k, v in reversed(items) if k == want), None)
 
 
 def truth(value: str | None) -> bool:
@@ -51,26 +52,11 @@ def truth(value: str | None) -> bool:
     return bool(m) and (m["hex"] or m["dec"]).strip("0") != ""
 
 
-def _common(gd: Path) -> Path:
-    """A linked worktree's shared git directory (its ``commondir``), else ``gd``."""
-    try:
-        return gd / (gd / "commondir").read_text(encoding="utf-8", errors="replace").strip()
-    except (OSError, ValueError):
-        return gd
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8", errors="replace")       # no newline translation: a lone CR
     except (OSError, ValueError):
         return ""
-
-
-def _last(items: list[tuple[str, str]], name: str) -> str | None:
-    head, _, key = name.rpartition(".")
-    section, dot, sub = head.partition(".")
-    want = section.lower() + dot + sub + "." + key.lower()
-    return next((v for k, v in reversed(items) if k == want), None)
 
 
 def _entries(text: str) -> Iterator[tuple[str, str]]:

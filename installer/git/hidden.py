@@ -19,7 +19,7 @@ from typing import Iterable
 
 from ..core.version import git_dir
 from . import look
-from .config import config_true, config_value
+from .config import config_items, truth, value_in
 
 __all__ = ["Hidden", "hidden_entries", "read_index_flags"]
 
@@ -114,11 +114,12 @@ def _repo_hidden(work: Path) -> Flagged:
     gd = git_dir(work)
     if gd is None:
         return []
-    found = read_index_flags(gd / "index", 32 if config_value(gd, "extensions.objectformat") == "sha256" else 20)
+    config = config_items(gd)
+    found = read_index_flags(gd / "index", 32 if value_in(config, "extensions.objectformat") == "sha256" else 20)
     if found is None or any(p.endswith("/") for p, _ in found):
         found = _asked_of_git(work)     # a sparse index's directory entries ("dir/"): git expands them
-    if found and config_true(gd, "core.sparsecheckout"):
-        cone = _cone(gd) if config_true(gd, "core.sparsecheckoutcone") else None
+    if found and truth(value_in(config, "core.sparsecheckout")):
+        cone = _cone(gd) if truth(value_in(config, "core.sparsecheckoutcone")) else None
         found = [(p, why) for p, why in found if why != "skip-worktree" or (work / p).exists()
                  or (work / p).is_symlink() or (cone is not None and _in_cone(p, *cone))]
     return found

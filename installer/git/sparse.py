@@ -16,7 +16,7 @@ from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
 from . import git_env, parse_ls_tree
-from .config import config_items, config_true, truth
+from .config import config_items, truth, value_in
 from .diagnose import diagnose
 from .exclude import git_dir
 
@@ -153,8 +153,9 @@ def partial_or_sparse(work: Path) -> bool:
     gd = git_dir(work)
     if gd is None:
         return False
-    promisor = any(k.startswith("remote.") and k.endswith(".promisor") and truth(v) for k, v in config_items(gd))
-    return promisor or config_true(gd, "core.sparsecheckout")
+    config = config_items(gd)
+    promisor = any(k.startswith("remote.") and k.endswith(".promisor") and truth(v) for k, v in config)
+    return promisor or truth(value_in(config, "core.sparsecheckout"))
 
 
 def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
@@ -162,9 +163,10 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
     gd = git_dir(work)
     if gd is None:
         return f"{work} is not a git work tree"
-    if not config_true(gd, "core.sparsecheckout"):
+    config = config_items(gd)
+    if not truth(value_in(config, "core.sparsecheckout")):
         return f"{work} is not a sparse checkout (core.sparseCheckout is not true)"
-    if not config_true(gd, "core.sparsecheckoutcone"):
+    if not truth(value_in(config, "core.sparsecheckoutcone")):
         return f"{work} is a sparse checkout, not in cone mode (core.sparseCheckoutCone is not true)"
     try:
         lines = (gd / "info" / "sparse-checkout").read_text(encoding="utf-8", errors="replace").splitlines()
