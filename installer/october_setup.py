@@ -1,6 +1,8 @@
-"""The ``october_setup`` console script (and ``python -m october.installer.october_setup``, what ``fleet`` runs
-on each node): plain options are answered by the fast path (:mod:`october.installer.noop`, no command-line
-framework imported), everything else by the full command line (:func:`october.installer.cli.setup_main`)."""
+"""The console scripts' entry points.  ``october_setup`` (and ``python -m october.installer.october_setup``, what
+``fleet`` runs on each node): plain options are answered by the fast path (:mod:`october.installer.noop`, no
+command-line framework imported), everything else by the full command line (:func:`october.installer.cli.setup_main`).
+``current`` (and ``python -m october``): :func:`october.installer.cli.current_main`, imported here so that Ctrl-C
+while the tool is still importing gets the interrupt message and 130, not a traceback, as it does later."""
 
 from __future__ import annotations
 
@@ -40,18 +42,48 @@ def compile_imported() -> int:
     return done
 
 
+def interrupted(command: str, args: list[str], exc: KeyboardInterrupt) -> int:
+    """Ctrl-C (or SIGTERM/SIGHUP) that reached the entry point, before the command's own handler was in place
+    (imports) or after it: run_guarded's message, its ``--json`` error document, its exit code."""
+    from .core.cliargs import interrupt_message, print_json_error
+
+    code, title, message = interrupt_message(exc)
+    print(f"error: {title}: {message}", file=sys.stderr)
+    if "--json" in args:            # stdout is JSON whatever happened (receipts/error.schema.json)
+        print_json_error(command, code, title, message)
+    return code
+
+
 def setup_main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         from .noop import fast_setup
 
-        if (done := fast_setup(args)) is not None:
-            return done
-        from .cli import setup_main as full
+        if (done := fast_setup(args)) is None:
+            from .cli import setup_main as full
 
-        return full(args)
-    finally:
-        compile_imported()
+            done = full(args)
+    except KeyboardInterrupt as exc:
+        return interrupted("october_setup", args, exc)      # leaves at once: nothing compiled
+    compile_imported()
+    return _flushed(done)
+
+
+def current_main(argv: list[str] | None = None) -> int:
+    """Console script ``current`` (and ``python -m october``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        from .cli import current_main as full
+
+        return _flushed(full(args))
+    except KeyboardInterrupt as exc:
+        return interrupted("current", args, exc)
+
+
+def _flushed(code: int) -> int:
+    from .core.cliargs import flush_stdout
+
+    return flush_stdout(code)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 import sys
 
-from .installer.cli import current_main
+from .installer.october_setup import current_main
 
 if __name__ == "__main__":
     sys.exit(current_main())

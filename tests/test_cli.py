@@ -243,3 +243,61 @@ def test_parse_errors_say_what_to_do() -> None:
     proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "s", "--bogus"], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--bogus" in proc.stderr and "run `october_setup --help`" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["october.installer.october_setup", "STACK"], ["october", "verify", "--install", "STACK"]])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_while_the_tool_imports_is_the_interrupt_message_not_a_traceback(
+        tmp_path: Path, command: list[str], as_json: bool) -> None:
+    """A real SIGINT that arrives while the tool is still importing (before the command's own handler is in
+    place): a ``rich`` ahead of the real one on PYTHONPATH sends it as it is imported, which both command lines
+    do early.  The interrupt's message and 130, as later in a run, and with ``--json`` the error document."""
+    shadow = tmp_path / "shadow" / "rich"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    args = [a.replace("STACK", str(tmp_path / "stack")) for a in command] + (["--json"] if as_json else [])
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "shadow"))
+    run = subprocess.run([sys.executable, "-m", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert run.returncode == 130, run
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "error: interrupted: stopped by the user; re-run the same command to resume" in run.stderr
+    assert not (tmp_path / "stack").exists()
+    if as_json:
+        doc = json.loads(run.stdout)
+        assert doc["kind"] == "october-error" and doc["exit_code"] == 130 and doc["ok"] is False
+        import jsonschema
+
+        schema = json.loads((PROJECT_ROOT / "receipts" / "error.schema.json").read_text())
+        jsonschema.validate(doc, schema)
+    else:
+        assert run.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["recipes"], ["recipes", "--json"]])
+def test_a_reader_that_left_is_141_and_no_message(args: list[str]) -> None:
+    """``current recipes | head -1``: stdout's reader has left before the output is written (its read end is
+    closed before the command starts, so every write fails).  A shell's 141 (SIGPIPE), nothing on stderr: not
+    "file system error ... Broken pipe" (19), nor Python's "Exception ignored" (120)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run = subprocess.run([sys.executable, "-m", "october", *args], cwd=PROJECT_ROOT, stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (run.returncode, run.stderr) == (141, ""), run
+
+
+def test_a_failure_keeps_its_exit_code_when_the_reader_left(tmp_path: Path) -> None:
+    """A command that failed says why on stderr and keeps its code; its --json error document had nowhere to go."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(tmp_path / "none"), "--json"],
+                             cwd=PROJECT_ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert run.returncode == 19, run
+    assert run.stderr.startswith("error: file system error: --install") and "Traceback" not in run.stderr
+    assert "Exception ignored" not in run.stderr

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import locale
+import os
 import re
+import select
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
@@ -16,6 +19,7 @@ if TYPE_CHECKING:
     from .ui import ConsoleReporter
 
 T = TypeVar("T")
+READER_GONE_EXIT = 141      # 128 + SIGPIPE, as a shell reports `current recipes | head -1` (errors.EXIT_CODES)
 JSON_FORMAT_VERSION = 1      # of every --json document (schemas: receipts/<kind>.schema.json)
 
 
@@ -38,31 +42,75 @@ def print_json(kind: str, body: dict[str, Any]) -> None:
 
 
 def print_json_error(command: str, code: int, title: str, message: str) -> None:
-    """A failed command's --json output (``receipts/error.schema.json``), so stdout is JSON whatever happened."""
-    print_json("error", {"command": command, "ok": False, "exit_code": code,
-                         "error": {"title": title, "message": message}})
+    """A failed command's --json output (``receipts/error.schema.json``), so stdout is JSON whatever happened
+    (unless its reader has left: the exit code stays the failure's)."""
+    try:
+        print_json("error", {"command": command, "ok": False, "exit_code": code,
+                             "error": {"title": title, "message": message}})
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        reader_gone(exc)
 
 
 def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str | None = None) -> T:
     """Run ``fn``; an OctoberError (or OSError) becomes a printed message and :class:`CommandExit` with
     its exit code (and, with ``json_command``, the error as JSON on stdout); Ctrl-C is 130, SIGTERM and
-    SIGHUP (``plan.Terminated``) 128 + the signal, as a shell reports them."""
+    SIGHUP (``plan.Terminated``) 128 + the signal, as a shell reports them; stdout's reader gone (``| head``)
+    is 141 and says nothing."""
     try:
         return fn()
     except (OctoberError, OSError) as exc:
+        if reader_gone(exc):
+            raise CommandExit(READER_GONE_EXIT) from None
         full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
         err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
         from .redact import env_secrets, redact
         code, title, message = err.exit_code, err.title, redact(err.message, env_secrets())
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", None)
-        code = 128 + signum if isinstance(signum, int) else 130
-        why = str(exc) if signum is not None else "stopped by the user"
-        title, message = "interrupted", f"{why}; re-run the same command to resume"
+        code, title, message = interrupt_message(exc)
     ui.error(title, message)
     if json_command:
         print_json_error(json_command, code, title, message)
     raise CommandExit(code) from None
+
+
+def interrupt_message(exc: KeyboardInterrupt) -> tuple[int, str, str]:
+    """Ctrl-C (130) or SIGTERM/SIGHUP (``plan.Terminated``, 128 + the signal): exit code, title, message."""
+    signum = getattr(exc, "signum", None)
+    why = str(exc) if isinstance(signum, int) else "stopped by the user"
+    return (128 + signum if isinstance(signum, int) else 130), "interrupted", f"{why}; re-run the same command to resume"
+
+
+def reader_gone(exc: BaseException) -> bool:
+    """``exc`` is stdout's reader having left (``current recipes | head -1``), not a failure of the command's
+    own work (a child's pipe that broke is one): then stdout goes to /dev/null, so that nothing else, the
+    interpreter's last flush included, writes to the closed pipe."""
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        if not any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):     # no stdout, or not a file: not this case
+        return False
+    return True
+
+
+def flush_stdout(code: int) -> int:
+    """The exit code once what is still buffered for stdout is written: a reader that left before the end
+    (``current recipes --json | head -c 10``) is :data:`READER_GONE_EXIT` for a command that succeeded and
+    nothing printed (not Python's "Exception ignored" and 120)."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError) as exc:
+        if reader_gone(exc) and code == 0:
+            return READER_GONE_EXIT
+    return code
 
 
 def _kind(path: Path) -> str:

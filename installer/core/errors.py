@@ -291,7 +291,7 @@ class KitError(OctoberError):
 
 
 # The one table of exit codes: the README's "Exit codes" table and every command's --help epilog
-# are this table (tests/test_exit_codes.py holds the three equal, and every class above to a code here).
+# are this table (tests/test_conventions.py holds the three equal, and every class above to a code here).
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, 'success (for `current smoke`: the receipt says `passed: true`)'),
     (1, "`current smoke`: a check did not pass (see the receipt); `current doctor`: a check failed; `october_setup fleet`: the fleet did not pass (the receipt names each node's status and what differs)"),
@@ -316,6 +316,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (20, 'an offline kit cannot be made or used (missing piece, tampered file, other recipe)'),
     (21, '`current smoke --diagnostic-cache`: the diagnostic finished and every engine check passed on every symmetric cache asked for (the harness agrees with the engine; never a stack verdict: `passed` is false; a check that did not pass is exit 1)'),
     (130, "interrupted (Ctrl-C); re-run the same command to resume"),
+    (141, "stdout's reader left before the output was written (`current recipes | head -1`): nothing more is printed, as a shell reports SIGPIPE"),
     (143, "`october_setup` stopped by SIGTERM (129: SIGHUP): timeout(1), a cancelled CI job, a closed terminal; "
           "the run stops as on Ctrl-C (a background JIT build killed, the stack lock released); re-run to resume. "
           "A signal ignored by whoever started the run stays ignored: under `nohup october_setup ...` a closed "
