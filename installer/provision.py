@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from .core.cliargs import (
+    cache_apart,
     cache_dir_argument,
     file_option,
     kit_argument,
@@ -147,6 +148,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     skips = split_skips(args.skip_preflight)
     validate_skip(skips)
     cache = cache_dir_argument(args.cache_dir or default_cache_dir())
+    cache_apart(cache, root)
     require_writable("--cache-dir", cache, what="the cache directory")     # exit 19 before the stack is written
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = kit_argument("--kit", args.kit) if args.kit is not None else None

@@ -303,3 +303,22 @@ def test_a_stack_path_the_locale_cannot_encode_is_refused_first(tmp_path: Path) 
             assert list(tmp_path.iterdir()) == []
         else:
             assert "under this locale" not in done.stderr and done.returncode != 19, done.stderr
+
+
+@pytest.mark.parametrize("part", ["env", "src/alpha", "jit", ".state/pycache", "wheels/x"])
+def test_a_cache_inside_a_part_the_stack_replaces_is_refused_first(tmp_path: Path, part: str) -> None:
+    """``--cache-dir STACK/env`` failed late with uv's "will not clear a directory that is not a virtual
+    environment" (exit 6); ``STACK/.state/pycache`` was wiped as every run began, the cache with it."""
+    stack = tmp_path / "stack"
+    err = refused(both(str(stack), "--recipe", "current", "--cache-dir", str(stack / part)), 2,
+                  f"inside the stack's own {part.split('/')[0]}/", "pass another --cache-dir")
+    assert str(tmp_path / "october-cache") in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []     # neither the stack nor the cache was made
+
+
+def test_a_cache_in_a_folder_of_the_stack_that_is_not_its_own_is_taken(tmp_path: Path) -> None:
+    """``STACK/cache``, or the stack's directory itself, is no part october_setup replaces: not refused."""
+    from october.installer.core.cliargs import cache_apart
+
+    for cache in (tmp_path / "stack" / "cache", tmp_path / "stack", tmp_path / "stack" / "envs", tmp_path / "other"):
+        cache_apart(cache, tmp_path / "stack")

@@ -142,6 +142,26 @@ def dir_option(option: str, path: Path, *, must_exist: bool = False, fix: str | 
                           found=f"{_kind(blocker or path)} at {blocker or path}", fix=fix or f"pass a directory to {option}")
 
 
+def cache_apart(cache: Path, stack: Path) -> None:
+    """``--cache-dir`` is not one of the stack's own parts, nor inside one: a step replaces them (``env``, a
+    fork's clone, ``jit``, ``.state/pycache`` removed as each run starts) or rewrites them, which would take
+    the cache with it (or fail late: uv will not clear an env that holds a cache).  The stack's directory
+    itself, or a folder of the user's in it, is fine.  -> exit 2 naming the part."""
+    from .paths import StackPaths
+
+    paths = StackPaths(stack)
+    owned = ("src", "env", "jit", "wheels", "receipts", ".state", "logs", ".uv-cache")
+    for name in owned:
+        part = paths.root / name
+        if cache == part or part in cache.parents:
+            raise UsageError(f"--cache-dir {cache} is inside the stack's own {name}/",
+                             expected=f"a --cache-dir outside {', '.join(n + '/' for n in owned)} of STACK "
+                                      "(october_setup makes and replaces those)",
+                             found=f"--cache-dir {cache}, " + (f"STACK's {name}/" if cache == part else f"under {part}"),
+                             fix=f"pass another --cache-dir, e.g. {stack.parent / 'october-cache'} (or leave it "
+                                 "out: $OCTOBER_CACHE_DIR or ~/.cache/october)")
+
+
 def require_writable(option: str, path: Path, *, what: str) -> None:
     """``path`` (a directory, made later if missing) can be written: a file is made and removed in it, or in
     the nearest directory above it that exists.  Checked with the options, before anything is written: a
