@@ -67,10 +67,15 @@ def _recipe_arg(receipt: Mapping[str, Any]) -> str | None:
 
 
 def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) -> str:
-    """``october_setup STACK`` with the options the receipt recorded (recipe, system torch, skipped
-    preflight checks, cache dir), plus ``extra``."""
+    """``october_setup STACK`` with the options the stack was set up with, plus ``extra``: those its last run
+    began with (``.state/recipe-used.json``) when that run was of the receipt's recipe, else those the receipt
+    recorded (recipe, system torch, skipped preflight checks, cache dir; no --kit)."""
+    began = _began(paths)
+    recipe = _recipe_arg(receipt)
+    if began.get("options") is not None and _recipe_arg({"recipe": began}) == recipe:
+        return " ".join(["october_setup", _q(paths.root), *_began_argv(began), *extra])
     argv = ["october_setup", _q(paths.root)]
-    if recipe := _recipe_arg(receipt):
+    if recipe:
         argv += ["--recipe", _q(recipe)]
     torch = _obj(receipt, "torch")
     if torch.get("source") == "system" and torch.get("python"):
@@ -82,15 +87,46 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
     return " ".join([*argv, *extra])
 
 
+def kit_hint(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
+    """" (add --kit KIT ...)" after a setup command when the stack's record cannot say whether it was set up
+    from a kit (made before the options were recorded, or its last run was of another recipe); else ""."""
+    began = _began(paths)
+    if began.get("options") is not None and _recipe_arg({"recipe": began}) == _recipe_arg(receipt):
+        return ""
+    return " (add --kit KIT if it was set up from a kit)"
+
+
+def _began(paths: StackPaths) -> Mapping[str, Any]:
+    """``.state/recipe-used.json``: the recipe and options of the stack's last run begun ({} if unread)."""
+    try:
+        rec = json.loads(paths.recipe_record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec, Mapping) else {}
+
+
+def _began_argv(began: Mapping[str, Any]) -> list[str]:
+    """The last run's --recipe and the options it recorded, as october_setup takes them."""
+    argv = ["--recipe", _q(recipe)] if (recipe := _recipe_arg({"recipe": began})) else []
+    options = _obj(began, "options")
+    if isinstance(python := options.get("system_python"), str) and python:
+        argv += ["--system-python", _q(python)]
+    if skipped := [str(s) for s in options.get("skip_preflight") or []]:
+        argv += ["--skip-preflight", _q(",".join(skipped))]
+    for option, key in (("--cache-dir", "cache_dir"), ("--kit", "kit")):
+        if isinstance(value := options.get(key), str) and value:
+            argv += [option, _q(value)]
+    return argv
+
+
 def rerun_locked(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
-    return (f"re-run `{setup_command(paths, receipt, '--locked')}` to put it back as locked "
-            "(add --kit KIT if it was set up from a kit)")
+    return f"re-run `{setup_command(paths, receipt, '--locked')}` to put it back as locked{kit_hint(paths, receipt)}"
 
 
 def rewrite_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     # not --locked: that would install from the changed lock (the stack's own, when the project ships none)
-    return (f"re-run `{setup_command(paths, receipt)}`: the lock step writes the lock again from the stack "
-            "(add --kit KIT if it was set up from a kit)")
+    return (f"re-run `{setup_command(paths, receipt)}`: the lock step writes the lock again from the stack"
+            f"{kit_hint(paths, receipt)}")
 
 
 def unreadable_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
@@ -102,6 +138,10 @@ def unreadable_lock(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
 def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
     """An unreadable receipt: the receipt step writes it again on a re-run with the recipe the lock names."""
     name = str(((lock.get("tool") or {}).get("october") or {}).get("recipe", {}).get("name") or "")
+    began = _began(paths)
+    if name and began.get("name") == name and began.get("options") is not None:    # the last run's own command
+        return (f"re-run `october_setup {_q(paths.root)} {' '.join(_began_argv(began))}`: the receipt step writes "
+                "the receipt again")
     shipped = recipes_dir() / f"{name}.toml"
     if name and shipped.is_file():
         command = setup_command(paths, {"recipe": {"name": name, "path": str(shipped)}})
@@ -121,26 +161,21 @@ def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     if locked and isinstance(lock.get("locked_from"), str):
         locked += ["--lock-file", _q(str(lock["locked_from"]))]
     return (f"re-run `{setup_command(paths, receipt, *locked)}`: its env step writes stack-env.json and activate "
-            "again (add --kit KIT if it was set up from a kit)")
-
-
-def _began_with(paths: StackPaths) -> str | None:
-    """The recipe of the stack's last run (``.state/recipe-used.json``), as --recipe takes it; None if unread."""
-    try:
-        rec = json.loads(paths.recipe_record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return _recipe_arg({"recipe": rec}) if isinstance(rec, dict) else None
+            f"again{kit_hint(paths, receipt)}")
 
 
 def not_a_stack(paths: StackPaths) -> str:
     """``--install`` names no finished stack: finish it (a stack's directory, an empty one or none), or, where
     october_setup would refuse the directory (other files and no ``.state/``), set one up elsewhere."""
     others = paths.foreign()
-    if not others and (began := _began_with(paths)) is not None:     # a run began here: its recipe is recorded
-        return (f"run `october_setup {_q(paths.root)} --recipe {_q(began)}` to finish it (the recipe its last run "
-                "began with; add the other options it was set up with, e.g. --cache-dir, --kit, --system-python, "
-                "--skip-preflight), or point --install at the stack directory")
+    began = _began(paths)
+    if not others and began.get("options") is not None:           # a run began here: its command is recorded
+        return (f"run `october_setup {_q(paths.root)} {' '.join(_began_argv(began))}` to finish it (what its last run "
+                "began with), or point --install at the stack directory")
+    if not others and _recipe_arg({"recipe": began}):             # recorded by a version that kept only the recipe
+        return (f"run `october_setup {_q(paths.root)} {' '.join(_began_argv(began))}` to finish it (the recipe its "
+                "last run began with; add the other options it was set up with, e.g. --cache-dir, --kit, "
+                "--system-python, --skip-preflight), or point --install at the stack directory")
     if not others:
         return (f"run `october_setup {_q(paths.root)} --recipe NAME` to set it up (or finish it), or point --install "
                 "at the stack directory")
@@ -206,12 +241,12 @@ def changed_files(paths: StackPaths, receipt: Mapping[str, Any], dists: Sequence
     linked = _hard_linked(files)
     if not linked:
         return (f"re-run {rerun}: its install step re-installs the distributions whose files differ from their "
-                "RECORD (add --kit KIT if it was set up from a kit)")
+                f"RECORD{kit_hint(paths, receipt)}")
     names = " ".join(_q(n) for n in sorted(set(dists)))
     return (f"{_q(linked[0])}{f' and {len(linked) - 1} other changed file(s)' if len(linked) > 1 else ''} "
             f"{'has' if len(linked) == 1 else 'have'} other hard links, which may be in uv's cache with the same "
             f"change: run `UV_CACHE_DIR={_q(uv_cache(paths, receipt))} uv cache clean {names} && rm -rf "
-            f"{_q(paths.env)}`, then {rerun} (add --kit KIT if it was set up from a kit)")
+            f"{_q(paths.env)}`, then {rerun}{kit_hint(paths, receipt)}")
 
 
 def remove_files(files: Sequence[Path]) -> str:

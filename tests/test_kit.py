@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -123,6 +125,23 @@ def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: Worl
     assert done.returncode == 0, done.stderr + done.stdout
     assert "offline: installing from the kit" in done.stderr + done.stdout
     # a kit-built stack verifies clean (issue 22, item 2)
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
+    # a fix verify names for it is the whole command it was set up with, --kit included: run offline as printed
+    lock_text = (stack / "pylock.toml").read_text()
+    (stack / "pylock.toml").write_text(lock_text + "# edited by hand\n")
+    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack), "--json"],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert found.returncode == 13, found.stderr
+    (fix,) = [d["fix"] for d in json.loads(found.stdout)["differences"]]
+    (command,) = re.findall(r"`([^`]+)`", fix)
+    argv = shlex.split(command)
+    assert argv[:2] == ["october_setup", str(stack)] and argv[argv.index("--kit") + 1] == str(kit), fix
+    assert "add --kit" not in fix and "--locked" not in argv
+    again = cli(*argv[1:], "-q", extra_env=_offline_env())
+    assert again.returncode == 0, again.stderr
+    assert (stack / "pylock.toml").read_text() == lock_text
     checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stderr

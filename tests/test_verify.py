@@ -651,8 +651,21 @@ def test_a_half_built_stack_is_told_to_finish_with_the_recipe_it_began_with(tmp_
     assert proc.returncode == 18 and "--recipe NAME" not in text, text
     (command,) = COMMAND.findall(text.split("->", 1)[1])
     argv = shlex.split(command)
-    assert argv == ["october_setup", str(stack), "--recipe", str(world.recipe)], argv
-    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *argv[1:], "--cache-dir",
-                           str(cache)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    # the whole command its last run began with (the cache too): run exactly as printed
+    assert argv == ["october_setup", str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache)], argv
+    assert "add the other options" not in text
+    done = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *argv[1:]], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert differences(Stack(stack, tmp_path, cache, tmp_path)) == []
+    # a record by an earlier version (the recipe alone): its recipe, and the other options asked for
+    record = stack / ".state" / "recipe-used.json"
+    doc = json.loads(record.read_text())
+    record.write_text(json.dumps({k: doc[k] for k in ("name", "path", "sha256")}))
+    (stack / "receipts" / "setup.json").unlink()
+    proc = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 18 and "add the other options it was set up with" in text, text
+    (command,) = COMMAND.findall(text.split("->", 1)[1])
+    assert shlex.split(command) == ["october_setup", str(stack), "--recipe", str(world.recipe)]

@@ -118,24 +118,39 @@ def test_a_changed_lock_file_is_written_again_by_the_suggested_command(stack: St
 
 
 def test_an_unreadable_receipt_names_the_recipe_and_the_rerun_rewrites_it(stack: Stack) -> None:
-    """The recipe here is a file of the test, not a shipped one: verify names it (from the lock) and
+    """The recipe here is a file of the test, not a shipped one.  The stack records the command its last run
+    began with (``.state/recipe-used.json``): verify names it whole, and run as printed it rewrites the
+    receipt.  A record by an earlier version (the recipe alone): verify names the recipe (from the lock) and
     asks for its path; the command with the path filled in (and the stack's options) rewrites it."""
     receipt = stack.root / "receipts" / "setup.json"
     original = receipt.read_text()
+    recipe = json.loads(original)["recipe"]["path"]
+    receipt.write_text("{ not json")
+    proc = verify(stack)
+    assert proc.returncode == 18, proc.stderr
+    command = COMMAND.search(proc.stderr.split("->", 1)[1])
+    assert command is not None and shlex.split(command.group(1))[2:] == [
+        "--recipe", recipe, "--skip-preflight", "nvcc", "--cache-dir", str(stack.cache)], command.group(1)
+    run_commands(f"`{command.group(1)}`")
+    assert json.loads(receipt.read_text())["recipe"]["name"] == "k16v8-standin" and differences(stack) == []
+
+    record = stack.root / ".state" / "recipe-used.json"
+    began = record.read_text()
+    record.write_text(json.dumps({k: v for k, v in json.loads(began).items() if k != "options"}))
     receipt.write_text("{ not json")
     proc = verify(stack)
     assert proc.returncode == 18 and "k16v8-standin" in proc.stderr, proc.stderr
     command = COMMAND.search(proc.stderr.split("->", 1)[1])
     assert command is not None and command.group(1).endswith("--recipe RECIPE")
-    recipe = json.loads(original)["recipe"]["path"]
     run_commands(f"`{command.group(1).replace('RECIPE', recipe)} --skip-preflight nvcc --cache-dir {stack.cache}`")
     assert json.loads(receipt.read_text())["recipe"]["name"] == "k16v8-standin" and differences(stack) == []
+    assert record.read_text() == began         # the re-run recorded its whole command again
 
 
 def test_an_edited_receipt_is_named_and_the_rerun_writes_it_again(stack: Stack) -> None:
     """The review's false pass: setup.json edited to promise less than the stack's forks (the smoke reads
     the promise from it).  verify names the receipt by the sha256 its step recorded; the suggested re-run
-    (recipe path filled in, as above) writes it again."""
+    (the command the stack's last run began with, as above) writes it again."""
     receipt = stack.root / "receipts" / "setup.json"
     data = json.loads(receipt.read_text())
     assert data["promises"] == "engine"
@@ -144,9 +159,8 @@ def test_an_edited_receipt_is_named_and_the_rerun_writes_it_again(stack: Stack) 
     assert [d["check"] for d in diffs] == ["receipt"], diffs
     assert "changed since" in diffs[0]["found"]
     command = COMMAND.search(diffs[0]["fix"])
-    assert command is not None
-    run_commands(f"`{command.group(1).replace('RECIPE', data['recipe']['path'])} --skip-preflight nvcc "
-                 f"--cache-dir {stack.cache}`")
+    assert command is not None and "RECIPE" not in command.group(1)        # the command the last run began with
+    run_commands(f"`{command.group(1)}`")
     assert json.loads(receipt.read_text())["promises"] == "engine" and differences(stack) == []
 
 

@@ -96,16 +96,21 @@ def check_stack_dir(paths: StackPaths) -> None:
                          fix="choose a new directory for the stack; nothing was changed")
 
 
-def record_recipe(paths: StackPaths, name: str, path: Path, sha256: str) -> None:
-    """Which recipe this stack is being set up with, written before any step runs (under the stack lock), so a
+def record_recipe(paths: StackPaths, options: SetupOptions) -> None:
+    """Which recipe this stack is being set up with, and the options a re-run needs to repeat (--cache-dir,
+    --kit, --system-python, --skip-preflight), written before any step runs (under the stack lock), so a
     re-run without --recipe of a stack stopped before its receipt is not silently switched to the default one
-    (``provision.recipe_for`` reads ``STACK/.state/recipe-used.json`` beside the setup receipt)."""
+    (``provision.recipe_for`` reads ``STACK/.state/recipe-used.json`` beside the setup receipt), and
+    ``current verify``'s fixes name the whole command (:mod:`october.installer.verify_fix`)."""
     import json
 
     from ..core.atomic import write_text_atomic
 
-    target = paths.recipe_record
-    text = json.dumps({"name": name, "path": str(path), "sha256": sha256}, sort_keys=True) + "\n"
+    recipe, target = options.recipe, paths.recipe_record
+    again = {"cache_dir": str(options.cache_dir), "kit": str(options.kit.root) if options.kit else None,
+             "system_python": recipe.torch.system_python, "skip_preflight": list(options.skip_preflight)}
+    text = json.dumps({"name": recipe.name, "path": str(recipe.path), "sha256": recipe.sha256, "options": again},
+                      sort_keys=True) + "\n"
     try:
         if target.read_text(encoding="utf-8") == text:
             return
@@ -123,7 +128,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
     with Signals() as signals, StackLock(paths.lockfile) as lock:
         # bytecode a killed run left (its end never came): no run executes what it did not compile itself
         shutil.rmtree(paths.run_pycache, ignore_errors=True)
-        record_recipe(paths, options.recipe.name, options.recipe.path, options.recipe.sha256)
+        record_recipe(paths, options)
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
