@@ -23,7 +23,7 @@ from october.installer.install import nested
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.steps.env import write_stack_env
 from october.installer.steps.install import InstallStep
-from october.installer.steps.lock import installed_versions
+from october.installer.lock.drift import installed_versions
 from tests.fixtures import stack_forks as sf
 
 pytestmark = pytest.mark.slow

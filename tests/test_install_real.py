@@ -38,7 +38,7 @@ from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.recipe import Sources, load_recipe
 from october.installer.steps.env import write_stack_env
 from october.installer.steps.install import InstallStep
-from october.installer.steps.lock import installed_versions
+from october.installer.lock.drift import installed_versions
 from tests.conftest import real_cache_dir
 from tests.fixtures import stack_forks as sf
 

@@ -9,8 +9,9 @@ from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
-from ..engine import StepContext
+from ..engine import StepContext, read_marker
 from ..install import consistency
+from ..lock.drift import differences, installed_versions
 from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
@@ -115,7 +116,20 @@ class EnvStep:
         # both files as this step wrote them (a record older than activate's sha256: the text its env makes);
         # a changed or missing one runs the step again, which writes both
         changed = stackenv.changed_files(ctx.paths.root, result.stack_env)
-        return "; ".join(c.reason() for c in changed) or None
+        return "; ".join(c.reason() for c in changed) or changed_by_hand(ctx)
+
+
+def changed_by_hand(ctx: StepContext) -> str | None:
+    """Distributions installed or removed in the env since the install step left it (``uv pip install``,
+    ``pip uninstall`` by hand): the env is made again, so the re-run installs what a new stack gets and never
+    writes the change into the lock.  Held to the listing in the install step's record (a record of a tool
+    before it, or none yet: nothing to hold it to)."""
+    marker = read_marker(ctx.paths.marker("install"))
+    installed = ((marker or {}).get("outputs") or {}).get("installed")
+    if not isinstance(installed, dict):
+        return None
+    changed = differences({str(k): str(v) for k, v in installed.items()}, installed_versions(ctx.paths.env))
+    return f"distributions were installed or removed since the install step: {changed}" if changed else None
 
 
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:

@@ -23,6 +23,7 @@ from ..install.importcheck import check_imports
 from ..install.plan import ForkSource, fork_inputs, fork_sources, require_installable, verified_wheel
 from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import plan_with_base
+from ..lock.drift import installed_versions
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
 from . import reuse
@@ -137,6 +138,7 @@ class InstallStep:
             vllm_base_commit_detail=base.detail if base else None,
             checks=dict(report.results),
             build_outputs=outputs,
+            installed=installed_versions(ctx.paths.env),
         )
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)

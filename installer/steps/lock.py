@@ -16,6 +16,7 @@ from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
 from ..core.runner import Completed
+from ..lock.drift import drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
@@ -263,22 +264,5 @@ class LockStep:
             return "pylock.toml is missing"
         if sha256_file(ctx.paths.pylock) != result.sha256:
             return "pylock.toml was changed"
-        with open(ctx.paths.pylock, "rb") as fh:
-            locked = {str(canonicalize_name(p["name"])): str(p.get("version"))
-                      for p in tomllib.load(fh).get("packages", [])}
-        now = installed_versions(ctx.paths.env)
-        changed = sorted(n for n in set(locked) | set(now) if locked.get(n) != now.get(n))
-        if changed:
-            return "the env changed since the lock was written: " + ", ".join(
-                f"{n} {locked.get(n, '-')} -> {now.get(n, '-')}" for n in changed[:5])
-        return None
-
-
-def installed_versions(env: Path) -> dict[str, str]:
-    """name -> version of every distribution in the env, from its .dist-info names (no process: no-op path)."""
-    out: dict[str, str] = {}
-    for site in env.glob("lib/python*/site-packages"):
-        for info in site.glob("*.dist-info"):
-            name, _, version = info.name[: -len(".dist-info")].partition("-")
-            out[str(canonicalize_name(name))] = version
-    return out
+        changed = drift(ctx.paths.env, ctx.paths.pylock)
+        return f"the env changed since the lock was written: {changed}" if changed else None

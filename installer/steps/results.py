@@ -246,7 +246,9 @@ class InstallResult(Record):
     """What the install step left in the env and what its guards found.  ``wheel_path`` /
     ``wheel_sha256``: the base wheel the precompiled install used (hashed again at use).  ``build_outputs``:
     fork -> {path in its checkout: ``sha256:<hex>`` | ``link:<target>``}, the files git does not track that
-    its install made (:mod:`october.installer.git.buildoutputs`); None in a result of a tool before them."""
+    its install made (:mod:`october.installer.git.buildoutputs`); None in a result of a tool before them.
+    ``installed``: every distribution in the env as the install left it (name -> version), which the env step's
+    verify holds the env to (``uv pip install``/``uninstall`` by hand); None in a result of a tool before it."""
 
     step: ClassVar[str] = "install"
     forks: tuple[InstalledFork, ...]
@@ -262,16 +264,19 @@ class InstallResult(Record):
     vllm_base_commit_source: str | None = None
     vllm_base_commit_detail: str | None = None
     build_outputs: Mapping[str, Mapping[str, str]] | None = None
+    installed: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, JSON]:
         out = super().to_json()
-        if self.build_outputs is None:
-            del out["build_outputs"]
+        for key in ("build_outputs", "installed"):
+            if out[key] is None:
+                del out[key]
         return out
 
     def chain_json(self) -> JSON:
-        # no later step reads a checkout's build outputs (the jit step reads its own AOT copies)
-        return {k: v for k, v in self.to_json().items() if k != "build_outputs"}
+        # no later step reads a checkout's build outputs (the jit step reads its own AOT copies), nor the
+        # listing the env step's verify holds the env to (the lock step lists the env itself)
+        return {k: v for k, v in self.to_json().items() if k not in ("build_outputs", "installed")}
 
 
 @dataclass(frozen=True)
