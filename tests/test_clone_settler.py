@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -206,3 +207,41 @@ def test_a_best_effort_note_passes_over_a_log_that_cannot_be_written(tmp_path: P
     ok = Runner(tmp_path / "ok-logs")
     ok.note("fetch", "# written", best_effort=True)
     assert (tmp_path / "ok-logs" / "fetch.log").read_text() == "# written\n"
+
+
+def test_a_settle_that_does_not_end_holds_neither_the_run_nor_its_lock(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenario hunt: an early Ctrl-C hung the run for good (3 in 50), its stack lock held, a second
+    Ctrl-C deferred: stop() joined a thread that waited on a module lock the interrupted import left held.
+    Here the thread's settle never returns (a real ``git``, ``sleep``, stands in for the stuck one); stop()
+    gives up after its bound, says so in the fetch log, and returns."""
+    repo = _repo(tmp_path / "fork")
+    ctx = _Ctx(tmp_path, repo)
+    ctx.finish_fetch()
+    ctx.finish_install()
+    monkeypatch.setattr(CloneSettler, "STOP_WAIT_S", 0.5)
+    settler = CloneSettler(ctx)  # type: ignore[arg-type]
+    began = threading.Event()
+
+    def stuck(runner: Runner, step: str, path: Path, **_: object) -> bool:
+        began.set()
+        runner.run(["sleep", "8"], step=step)
+        return True
+
+    settler._settle = stuck                         # type: ignore[method-assign]
+    settler.start()
+    assert began.wait(5)
+    start = time.monotonic()
+    settler.stop()
+    assert time.monotonic() - start < 3
+    assert "not waiting longer" in (tmp_path / "logs" / "fetch.log").read_text()
+
+
+def test_the_settler_thread_imports_nothing() -> None:
+    """What the thread runs was imported by the main thread when the settler was made: no import statement
+    in the code the thread executes (an import there is what hung)."""
+    import dis
+
+    for fn in (CloneSettler._run, CloneSettler._paths, CloneSettler._changed, CloneSettler._note):
+        names = [i.argval for i in dis.get_instructions(fn) if i.opname in ("IMPORT_NAME", "IMPORT_FROM")]
+        assert names == [], (fn.__name__, names)

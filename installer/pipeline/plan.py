@@ -250,38 +250,50 @@ class CloneSettler:
     the fetch log, never raised."""
 
     POLL_S = 0.05
+    STOP_WAIT_S = 5.0       # what stop() waits for a settle under way; the next run settles what is left
     CHANGES_CLONES = ("fetch", "install")
 
     def __init__(self, ctx: StepContext) -> None:
+        # what the thread runs is imported here, in the main thread: an import the thread made could wait
+        # for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and
+        # the run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)
+        from ..git.worktree import settle_index
+        from ..steps.results import FetchResult, InstallResult
+
+        self._settle, self._results = settle_index, (FetchResult, InstallResult)
         self.ctx = ctx
         # its own runner: the same log files, nothing echoed (the display is the running step's)
         self.runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
         self.settled: set[str] = set()
         self._stop = threading.Event()
+        self._done = threading.Event()      # never Thread.join: see stop()
         self._thread = threading.Thread(target=self._run, name="october-settle", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        """Ask the thread to end and wait for it at most :attr:`STOP_WAIT_S`: a thread that does not end
+        (a stuck ``git``) is left to the interpreter's exit (it is a daemon) rather than holding the run, and
+        the stack lock, for ever."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None and not self._done.wait(self.STOP_WAIT_S):
+            self._note(f"# the background settling had not ended {self.STOP_WAIT_S:.0f}s after the run; not "
+                       "waiting longer (the next run settles what is left)")
 
     def _changed(self) -> bool:
         """Whether this run checked a clone out or installed into one."""
         return any(rec is not None and rec.status == "ran" for rec in map(self.ctx.done.get, self.CHANGES_CLONES))
 
     def _paths(self, *, after_install: bool = False) -> list[Path]:
-        from ..steps.results import FetchResult, InstallResult
-
-        fetch = self.ctx.result(FetchResult)
-        if fetch is None or (after_install and self.ctx.result(InstallResult) is None):
+        fetch_result, install_result = self._results
+        fetch = self.ctx.result(fetch_result)
+        if fetch is None or (after_install and self.ctx.result(install_result) is None):
             return []
         return [Path(rec.path) for rec in fetch.forks.values()]
 
     def _run(self) -> None:
-        from ..git.worktree import settle_index
-
+        settle_index = self._settle
         try:
             while not self._stop.wait(self.POLL_S):
                 ready = self._paths(after_install=True)
@@ -297,11 +309,12 @@ class CloneSettler:
                         self.settled.add(str(path))
         except Exception as exc:  # noqa: BLE001 - a speed-up only: the end of the run settles instead
             self._note(f"# settling the clone indexes in the background stopped: {exc!r}")
+        finally:
+            self._done.set()
 
     def settle_rest(self) -> None:
         """What the thread did not reach, after the wait that is left; never raises."""
-        from ..git.worktree import settle_index
-
+        settle_index = self._settle
         if not self._changed():
             return
         try:
