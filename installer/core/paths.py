@@ -75,12 +75,26 @@ class StackPaths:
 
     def foreign(self) -> list[str]:
         """The names in ``root`` that keep october_setup from taking it over (sorted): in a directory that is
-        no stack (no ``.state/``), everything but the stack lock and its holder file.  Empty for a stack, an
-        empty directory or none."""
-        if not self.root.is_dir() or self.state.is_dir():
+        no stack, everything but the stack lock, its holder file and an empty ``.state/`` (a run stopped as it
+        began).  A stack: ``.state/`` holds a record, or (``.state/`` lost) the setup receipt says so.  Empty
+        for a stack, an empty directory or none."""
+        if not self.root.is_dir() or self.is_stack():
             return []
-        ours = (self.lockfile, holder_file(self.lockfile))
+        ours = (self.lockfile, holder_file(self.lockfile), self.state)
         return sorted(p.name for p in self.root.iterdir() if p not in ours)
+
+    def is_stack(self) -> bool:
+        """Made by october_setup: its ``.state/`` holds something (a directory named so is not enough: files of
+        the user's beside an empty one are not ours to replace), or its setup receipt is one."""
+        import json
+
+        try:
+            if self.state.is_dir() and any(self.state.iterdir()):
+                return True
+            receipt = json.loads(self.setup_receipt.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(receipt, dict) and receipt.get("kind") == "october-setup-receipt"
 
     def pycache_args(self) -> list[str]:
         """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch.  A site torch

@@ -73,6 +73,21 @@ def install_locked(uv: "StackUv", runner: Runner, step: str, requirements: Path,
     except CommandFailed as exc:
         raise LockError(f"the files the recipe's sources serve do not match the lock {lock}",
                         expected="every locked package at its locked version and sha256",
-                        found=f"uv refused ({exc.tail.strip().splitlines()[-1] if exc.tail.strip() else 'see log'})",
-                        fix=f"restore the sources the lock was made from, or re-lock deliberately; log: "
-                            f"{exc.log_path}") from None
+                        found=refusal(exc.tail),
+                        fix=f"restore the sources the lock was made from, or re-lock deliberately (the stack's env "
+                            "was made anew for this lock and is not complete: a re-run without --locked, with the "
+                            f"options it was set up with, makes it again); log: {exc.log_path}") from None
+
+
+HASH_MISMATCH = re.compile(r"Hash mismatch for `(?P<what>[^`]+)`\s*Expected:\s*(?P<want>(?:\S+:[0-9a-f]+\s*)+?)"
+                           r"\s*Computed:\s*(?P<got>\S+:[0-9a-f]+)")
+
+
+def refusal(tail: str) -> str:
+    """What uv refused, from its output: a hash mismatch as package, the lock's hash and the served one; else
+    uv's own last line."""
+    if m := HASH_MISMATCH.search(tail):
+        want = " or ".join(m["want"].split())
+        return f"{m['what']}: the lock has {want}, the sources serve a file with {m['got']}"
+    lines = tail.strip().splitlines()
+    return f"uv refused ({lines[-1].strip() if lines else 'see log'})"
