@@ -198,6 +198,17 @@ def test_locked_reproduces_the_same_lock_and_refuses_drift(world: World, tmp_pat
         setup(world, tmp_path / "s4", cache, locked=locked_state(forged))
     assert "do not match the lock" in info.value.message and "sha256" in info.value.message
     assert not (tmp_path / "s4" / ".state" / "install.json").exists()
+    # which package, which hash is the lock's and which the served file's (it said "uv refused (   sha256:...)")
+    assert (f"tinydep==1.0: the lock has sha256:{'f' * 64}, the sources serve a file with "
+            f"sha256:{state.hashes['tinydep'][0]}") in info.value.found, info.value.found
+    assert "a re-run without --locked" in info.value.fix
+    # refused on a finished stack, whose env it made anew first: the re-run that fix names puts it back
+    with pytest.raises(LockError):
+        setup(world, tmp_path / "s1", cache, locked=locked_state(forged))
+    setup(world, tmp_path / "s1", cache)
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(tmp_path / "s1")],
+                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
 
     # a version drift that hashes cannot catch (a package the lock has and the stack lacks) is listed
     extra = tmp_path / "extra.toml"
@@ -415,3 +426,102 @@ def test_an_older_env_record_without_activate_s_hash_stays_a_noop_until_activate
     assert statuses()["env"] == "ran" and activate.read_bytes() == original
     assert json.loads(marker.read_text())["outputs"]["stack_env"]["activate_sha256"] == sha256_file(activate)
     assert set(statuses().values()) == {"cached"}
+
+
+def _uv_pip(stack: Path, cache: Path, *args: str) -> None:
+    from october.installer.pyenv.uvcmd import uv_exe
+
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    subprocess.run([uv_exe(), "pip", *args, "--python", str(stack / "env" / "bin" / "python")], check=True,
+                   capture_output=True, env=dict(env, UV_CACHE_DIR=str(cache / "uv")))
+
+
+def test_a_distribution_installed_or_removed_by_hand_is_put_back_not_locked(world: World, tmp_path: Path) -> None:
+    """The scenario hunt's false pass: after `uv pip uninstall tinydep` (which alpha requires) a plain re-run
+    wrote a lock without tinydep and `current verify` passed a stack whose `import tinydep` failed; after
+    `uv pip install` of a tinydep the recipe's sources do not serve, the lock took it as a local file.  Now
+    the env step sees the change, the env is made again, and the lock stays what a new stack gets."""
+    from october.installer.lock.drift import installed_versions
+    from tests.fixtures.wheels import build_wheel
+
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    lock = (stack / "pylock.toml").read_bytes()
+    other = build_wheel(tmp_path / "elsewhere", "tinydep", "2.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    for change in (["uninstall", "tinydep"], ["install", str(other)]):
+        _uv_pip(stack, cache, *change)
+        assert installed_versions(stack / "env").get("tinydep") != "1.0"
+        ran = {r.name: r.status for r in setup(world, stack, cache).records}
+        assert ran["env"] == ran["install"] == "ran", ran
+        assert (stack / "pylock.toml").read_bytes() == lock
+        assert installed_versions(stack / "env")["tinydep"] == "1.0"
+        done = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    # nothing changed by hand: the next run is a no-op
+    assert all(r.status == "cached" for r in setup(world, stack, cache).records)
+
+
+def test_a_run_stopped_before_its_lock_step_does_not_make_the_env_again(world: World, tmp_path: Path) -> None:
+    """The lock compared is the one written after the last install: a lock older than the install (a run that
+    stopped before its lock step, here a recipe whose packages changed) says nothing of the env, and the
+    env, made by that run, is kept."""
+    from tests.fixtures.wheels import build_wheel
+
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    build_wheel(world.wheels, "extra", "1.0", {"extra/__init__.py": ""})
+    text = world.recipe.read_text()
+    assert "[install]" not in text
+    world.recipe.write_text(text + '\n[install]\nsupply = ["extra==1.0"]\n')
+    _stop_before_lock(world, stack, cache)
+    ran = {r.name: r.status for r in setup(world, stack, cache).records}
+    assert ran["env"] == ran["install"] == "cached" and ran["lock"] == "ran", ran
+
+
+def _stop_before_lock(world: World, stack: Path, cache: Path) -> None:
+    """A run of the recipe as it is now that ends (Ctrl-C) as its lock step begins."""
+    from october.installer.steps.lock import LockStep
+
+    def interrupted(self: object, ctx: object) -> None:
+        raise KeyboardInterrupt
+
+    original = LockStep.run
+    LockStep.run = interrupted          # type: ignore[method-assign,assignment]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            setup(world, stack, cache)
+    finally:
+        LockStep.run = original         # type: ignore[method-assign]
+
+
+def test_a_stack_that_lost_its_state_is_still_a_stack_and_a_rerun_restores_it(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: with ``STACK/.state`` removed, a plain re-run and the ``--locked`` one verify named were
+    both refused as "not an october stack" (exit 2), though the setup receipt says it is one."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    shutil.rmtree(stack / ".state")
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert again.returncode == 0, again.stderr
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_an_empty_state_folder_beside_files_of_the_user_is_no_stack(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: any directory with a ``.state/`` counted as a stack, and a user's ``env/mydata`` in it
+    was removed (rc 0, said only in logs/env.log).  An empty ``.state/`` is not enough: refused, nothing
+    touched.  One alone (a run stopped as it began) is still taken."""
+    mine = tmp_path / "project"
+    (mine / ".state").mkdir(parents=True)
+    (mine / "env" / "mydata").mkdir(parents=True)
+    (mine / "env" / "mydata" / "weights.bin").write_text("weights")
+    before = snapshot(mine)
+    refused = cli(str(mine), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert refused.returncode == 2 and "is not an october stack" in refused.stderr, refused.stderr
+    assert "found other files (env)" in refused.stderr
+    assert snapshot(mine) == before
+    begun = tmp_path / "begun"
+    (begun / ".state").mkdir(parents=True)
+    done = cli(str(begun), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert done.returncode == 0, done.stderr
