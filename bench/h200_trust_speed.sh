@@ -42,6 +42,16 @@ t=$(now); setup $S1 > /tmp/noop-hidden.log 2>&1; echo "re-run with the hidden ed
 git -C $FI update-index --no-skip-worktree "$F1"; git -C $CCL update-index --no-assume-unchanged "$F2"; cp -p /tmp/f1.keep "$FI/$F1"; cp -p /tmp/f2.keep "$CCL/$F2"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after undoing rc=$?"
 for i in 1 2 3; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop after undoing $i rc=$? in $(since $t) s"; done
+echo "== 5c. a distribution removed by hand (uv pip uninstall), then a plain re-run: put back, never locked"
+SITE=$(ls -d $S1/env/lib/python3*/site-packages); GONE=$(ls -d $SITE/*.dist-info | grep -v -i flashinfer | head -1 | xargs basename | sed 's/-[^-]*\.dist-info$//')
+LOCK_SHA=$(sha256sum $S1/pylock.toml | cut -d' ' -f1)
+[ -n "$GONE" ] && /tmp/boot/bin/uv pip uninstall -q --python $S1/env/bin/python "$GONE"; echo "uninstalled ${GONE:-nothing (no distribution of its own)}: rc=$?"
+$B/current verify --install $S1 > /tmp/verify-gone.log 2>&1; echo "verify rc=$? (13 = named)"; grep -m1 -i "$GONE" /tmp/verify-gone.log | cut -c1-200
+t=$(now); setup $S1 > /tmp/rerun-gone.log 2>&1; echo "plain re-run rc=$? in $(since $t) s"; grep "==> env\|==> install\|==> lock" /tmp/rerun-gone.log | cut -c1-200
+[ "$(sha256sum $S1/pylock.toml | cut -d' ' -f1)" = "$LOCK_SHA" ] && echo "lock unchanged" || echo "LOCK CHANGED"
+ls -d $SITE/*.dist-info | grep -q -i "/$GONE-" && echo "$GONE is back" || echo "$GONE STILL MISSING"
+$B/current verify --install $S1 > /dev/null 2>&1; echo "verify after the re-run rc=$?"
+for i in 1 2; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop after the re-run $i rc=$? in $(since $t) s"; done
 echo "== 6. second stacks $S2, /tmp/st3, /tmp/st4, same cache (three samples: the git and disk times vary run to run)"
 C2S=""
 for S in $S2 /tmp/st3 /tmp/st4; do rm -rf $S; t=$(now); setup $S > /tmp/setup2.log 2>&1; rc=$?; C=$(since $t); C2S="$C2S $C"
