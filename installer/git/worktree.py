@@ -30,6 +30,9 @@ from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
+# checkouts write their files from as many workers as the machine has cores (git >= 2.32; an older git
+# ignores the key): CCCL's 8,171 files took 0.42 s with one worker, 0.14 s with sixteen on the H200
+PARALLEL = ("-c", "checkout.workers=0")
 Say = Callable[[str], None]
 
 
@@ -98,7 +101,7 @@ def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
 
 
 def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
-    g(["-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+    g(["-C", str(repo_dir), *PARALLEL, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
       doing=f"checking out {commit} in {repo_dir}",
       fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
 
@@ -200,7 +203,8 @@ def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: S
     _set_origin(g, dest, mirror.url)
     with mirror.locked():
         _bring_commit(g, dest, mirror, commit)
-    g(["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+    g(["-C", str(dest), *PARALLEL, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach",
+       commit],
       doing=f"checking out {commit} in {dest}", fix=f"delete {dest} and re-run")
     # files a cut checkout wrote that the commit does not track; ignored build outputs stay
     g(["-C", str(dest), "clean", "-d", "--force", "--quiet"],
@@ -261,8 +265,8 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
           doing=doing, fix=fix)
         g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
-        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
-          doing=doing, fix=fix)
+        g(["-C", str(sub_dir), *PARALLEL, "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach",
+           commit], doing=doing, fix=fix)
         g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
@@ -342,7 +346,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                 shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
                 # recovering: the submodule's differences are a killed run's (--force resets them)
                 force = ["--force"] if recovering and cloned else []
-                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
+                g(["-C", str(repo_dir), *PARALLEL, "-c", "protocol.file.allow=always", "submodule", "update",
                    "--init", "--checkout", *force, *shallow, "--", rel],
                   doing=f"checking out submodule {rel} at {commit}",
                   fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
