@@ -208,9 +208,18 @@ def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
 
 
 def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRecord] | None:
-    """Every step's record when all are done and still verify; None as soon as one would run.  Runs and
-    writes nothing (the no-op fast path)."""
-    return _walk(steps, ctx, None, verify_only=True)
+    """Every step's record when all are done and still verify; None as soon as one would run.  Runs nothing
+    (the no-op fast path) and writes only the file-trust store, when it learned a signature: files a run
+    hashed while they were too new to trust (a second stack ends a second after its env was copied) were
+    hashed again here, and are kept now so that the next no-op reads none of them.  Best effort: a
+    read-only stack still no-ops."""
+    records = _walk(steps, ctx, None, verify_only=True)
+    if records is not None and ctx._trust is not None and ctx._trust.changed:
+        try:
+            ctx._trust.save()
+        except OSError:
+            pass
+    return records
 
 
 def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,

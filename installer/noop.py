@@ -1,6 +1,7 @@
 """The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
 answered without the command-line framework (typer and rich cost more than the whole check) and
-without running or writing anything; its recipe is read without pydantic when the stack's
+without running anything or writing more than the file-trust store (see
+:func:`~october.installer.engine.verify_pipeline`); its recipe is read without pydantic when the stack's
 ``.state/recipe-checked`` says this content passed the models there.  Any other run with plain options
 (a new stack, a resumed one, a step that would run) goes straight to
 :func:`october.installer.provision.provision`, the function the typer command calls, still without typer

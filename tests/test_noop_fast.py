@@ -64,6 +64,12 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert again == NOOP, proc.stderr
     assert "stack ready:" in proc.stdout and "(0 step(s) ran, 6 already done)" in proc.stdout
     assert "==> install: already done (inputs unchanged)" in proc.stderr
+    # the file-trust store alone, and once: signatures of files too new to keep when the run ended
+    trust = ".state/file-trust.json"
+    assert {k: v for k, v in snapshot(stack).items() if k != trust} == {k: v for k, v in before.items() if k != trust}
+    before = snapshot(stack)
+    again, proc = setup_cli(*args)
+    assert again == NOOP, proc.stderr
     assert snapshot(stack) == before, "the fast path must change no file"
     # a stack whose recipe marker is gone (set up by an older tool, or the recipe since changed): the no-op
     # validates the recipe with the models, and still writes nothing (only a provisioning run marks it)
@@ -234,3 +240,32 @@ def test_a_stack_set_up_from_a_kit_answers_its_no_op_from_the_fast_path(tmp_path
     wheel.write_bytes(wheel.read_bytes() + b"x")
     tampered, proc = setup_cli(*args)
     assert not tampered["noop"] and tampered["rc"] == 20, proc.stderr
+
+
+def test_a_second_stack_s_files_are_hashed_by_one_no_op_not_by_every_one(tmp_path: Path) -> None:
+    """A second stack ends about a second after its env was copied: its files were too new to keep their
+    signatures (core/filetrust.py), and every no-op hashed all of them again (the H200's second stack: 280
+    files, 0.08 s of each no-op) while writing nothing.  The first no-op now keeps them; the next reads none."""
+    from october.installer.core.filetrust import FileTrust
+
+    world: World = make_world(tmp_path / "world")
+    cache = tmp_path / "cache"
+    setup_cli(str(tmp_path / "stack1"), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    stack = tmp_path / "stack2"
+    args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    first, proc = setup_cli(*args)
+    assert first["rc"] == 0 and not first["noop"], proc.stderr
+    env_files = {str(p) for p in (stack / "env").rglob("*") if p.is_file() and "site-packages" in p.parts
+                 and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+    def kept() -> set[str]:
+        return set(FileTrust(stack / ".state" / "file-trust.json").entries) & env_files
+
+    time.sleep(1.1)                     # the run's files are now old enough to keep (filetrust.RACY_NS)
+    again, proc = setup_cli(*args)
+    assert again == NOOP, proc.stderr
+    inits = {f for f in env_files if f.endswith("__init__.py")}
+    assert inits and kept() >= inits, inits - kept()
+    store = (stack / ".state" / "file-trust.json").stat().st_mtime_ns
+    again, proc = setup_cli(*args)
+    assert again == NOOP and (stack / ".state" / "file-trust.json").stat().st_mtime_ns == store
