@@ -172,7 +172,9 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             diffs.append(Difference("forks", what, f"a git clone at {entry['commit']}", "no clone", rerun))
             continue
         if head != entry["commit"]:
-            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun))
+            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}",
+                                    rerun + f" (a commit of yours at HEAD is kept first, as the branch "
+                                            f"october-kept-{head[:12]})"))
         try:
             states = submodule_states(where)
             dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])

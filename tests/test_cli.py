@@ -254,7 +254,10 @@ def test_ctrl_c_while_the_tool_imports_is_the_interrupt_message_not_a_traceback(
     do early.  The interrupt's message and 130, as later in a run, and with ``--json`` the error document."""
     shadow = tmp_path / "shadow" / "rich"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    # Python's own Ctrl-C handler first: a shell starts a background job (a CI runner's `cmd &`) with SIGINT
+    # ignored, and Python then leaves it ignored
+    (shadow / "__init__.py").write_text("import os, signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                                        "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
     args = [a.replace("STACK", str(tmp_path / "stack")) for a in command] + (["--json"] if as_json else [])
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "shadow"))
     run = subprocess.run([sys.executable, "-m", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,

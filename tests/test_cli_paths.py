@@ -154,7 +154,8 @@ def test_a_stack_stopped_before_its_receipt_keeps_to_its_recipe_too(tmp_path: Pa
     assert plain.returncode == 0, plain.stderr
     from october.installer.core.hashing import sha256_file
     assert json.loads((stack / ".state" / "recipe-used.json").read_text()) == {
-        "name": "fixture", "path": str(world.recipe.resolve()), "sha256": sha256_file(world.recipe)}
+        "name": "fixture", "path": str(world.recipe.resolve()), "sha256": sha256_file(world.recipe),
+        "options": {"cache_dir": str(cache.resolve()), "kit": None, "skip_preflight": [], "system_python": None}}
     (stack / "receipts" / "setup.json").unlink()            # as a run stopped before its last step leaves it
     (stack / ".state" / "receipt.json").unlink()
     refused(both(str(stack), "--cache-dir", str(cache)), 2, "no --recipe given", "recipe fixture",

@@ -525,3 +525,39 @@ def test_an_empty_state_folder_beside_files_of_the_user_is_no_stack(world: World
     (begun / ".state").mkdir(parents=True)
     done = cli(str(begun), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_commit_of_the_user_s_in_a_fork_is_kept_as_a_branch_before_the_rerun_moves_it(
+        world: World, tmp_path: Path) -> None:
+    """The scenario hunt: work committed in ``STACK/src/alpha`` was checked away by a plain re-run, left to
+    git's reflog without a word.  Now the re-run keeps it as a branch and says which; one a branch of the
+    user's already holds gets none."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    alpha = stack / "src" / "alpha"
+
+    def commit_locally(text: str) -> str:
+        (alpha / "alpha" / "__init__.py").write_text(text)
+        subprocess.run(["git", "-C", str(alpha), "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit",
+                        "-qam", "mine"], check=True)
+        return subprocess.run(["git", "-C", str(alpha), "rev-parse", "HEAD"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    mine = commit_locally("A = 2\n")
+    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert found.returncode == 13 and f"october-kept-{mine[:12]}" in found.stderr, found.stderr
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert again.returncode == 0, again.stderr
+    assert f"kept as the branch october-kept-{mine[:12]}" in again.stderr
+    kept = subprocess.run(["git", "-C", str(alpha), "rev-parse", f"october-kept-{mine[:12]}"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert kept == mine and (alpha / "alpha" / "__init__.py").read_text() == "A = 1\n"
+
+    held = commit_locally("A = 3\n")
+    subprocess.run(["git", "-C", str(alpha), "branch", "work", held], check=True)
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert again.returncode == 0 and "kept as the branch" not in again.stderr, again.stderr
+    branches = subprocess.run(["git", "-C", str(alpha), "branch", "--list", "october-kept-*"], capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert branches == [f"october-kept-{mine[:12]}"]

@@ -20,7 +20,7 @@ import git
 from ..core.errors import CommandFailed, FetchError
 from ..core.redact import redact_url
 from ..core.runner import Runner
-from . import git_env, strip_credentials
+from . import git_env, look, strip_credentials
 from .hidden import Hidden, hidden_entries
 from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, listed, submodule_heads
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
@@ -42,6 +42,7 @@ class Checkout:
     commit: str
     submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
+    kept: str | None = None            # the branch that holds a commit of the user's HEAD was at (see _keep_head)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ def _require_objects(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> No
 
 
 def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_dirty: bool,
-                     incomplete: bool, say: Say) -> None:
+                     incomplete: bool, say: Say) -> str | None:
+    """Bring an existing clone to ``commit`` -> the branch that now holds a commit of the user's it was at."""
     try:
         with git.Repo(dest) as repo:
             top = Path(repo.working_tree_dir or "")
@@ -156,7 +158,7 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          fix=f"move {dest} away (or delete it) and re-run")
     if incomplete:
         _finish_interrupted(g, dest, mirror, commit, say)
-        return
+        return None
     dirty = dirty_entries(dest, [s.path for s in submodule_heads(dest) if s.flag != "-"])
     head = head_commit(dest)
     if dirty and not allow_dirty:
@@ -167,11 +169,28 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
     if not dirty:
         mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
+    kept = None
     if head != commit:
         say(f"{g.fork}: moving {dest} from {head} to {commit}")
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
+        kept = _keep_head(g, dest, head, commit) if head else None
         _checkout(g, dest, commit)
+    return kept
+
+
+def _keep_head(g: _Git, dest: Path, head: str, commit: str) -> str | None:
+    """A commit of the user's at HEAD (one that neither ``commit`` nor any ref holds: work committed in the
+    clone) would be left to git's reflog by the checkout: a branch ``october-kept-<sha>`` holds it first.
+    -> that branch, or None when nothing needed keeping."""
+    if look(dest, "merge-base", "--is-ancestor", head, commit)[1] is None:
+        return None                     # the pin holds it (a "no", or a failure, keeps it: a branch too many is harmless)
+    if look(dest, "for-each-ref", "--contains", head, "--count=1", "--format=%(refname)")[0].strip():
+        return None                     # a branch or tag holds it
+    branch = f"october-kept-{head[:12]}"
+    g(["-C", str(dest), "branch", "--force", branch, head], doing=f"keeping {head} as the branch {branch}",
+      fix=f"keep the commit yourself (`git -C {shlex.quote(str(dest))} branch mine {head}`) and re-run")
+    return branch
 
 
 def _hidden_hint(dest: Path, dirty: Sequence[str]) -> str:
@@ -395,13 +414,14 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
     recovering = fresh = False
+    kept = None
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
         fresh = True
     else:
         recovering = is_incomplete(dest)  # a killed run was changing it
         exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
-        _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
+        kept = _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
         _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
@@ -426,7 +446,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
                          fix=f"delete {dest} and re-run, or re-run with --allow-dirty (recorded)")
     mark_complete(dest)                   # checked: from now on its changes are the user's
     return Checkout(path=dest, commit=commit, submodules={s.path: s.commit for s in states},
-                    dirty=tuple(dirty))
+                    dirty=tuple(dirty), kept=kept)
 
 
 COARSE_MARGIN_S = 1.0      # whole-second timestamps (ext3, some network filesystems)

@@ -7,6 +7,8 @@ make ``STACK/src/<fork>`` a clone detached at that commit with submodules at the
 
 from __future__ import annotations
 
+import shlex
+
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
@@ -79,6 +81,9 @@ class FetchStep:
             # setuptools-scm (vLLM's version) reads the release tag: without it 0.1.dev1+g<sha>
             ctx.runner.run(["git", "-C", str(dest), "tag", "--force", f"v{sdist.version}", res.commit],
                            step=self.name, env=git_env())
+        if out.kept:
+            ctx.ui.warn(f"{fork.name}: {dest} was at a commit of yours that no branch held; kept as the branch "
+                        f"{out.kept} (`git -C {shlex.quote(str(dest))} log {out.kept}`) before the checkout of {res.commit}")
         if out.dirty:
             ctx.ui.warn(f"{fork.name}: keeping {len(out.dirty)} local change(s) in {dest} "
                         "(--allow-dirty; recorded)")
