@@ -158,7 +158,7 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
     from .git.clonecheck import GitInspectError
     from .git.hidden import Hidden
     from .git.sparse import cone_problem
-    from .git.worktree import dirty_entries, head_commit, selected, submodule_states
+    from .git.worktree import dirty_entries, head_commit, kept_branch, selected, submodule_states, unheld
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}
@@ -172,9 +172,9 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             diffs.append(Difference("forks", what, f"a git clone at {entry['commit']}", "no clone", rerun))
             continue
         if head != entry["commit"]:
-            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}",
-                                    rerun + f" (a commit of yours at HEAD is kept first, as the branch "
-                                            f"october-kept-{head[:12]})"))
+            keep = (f" (HEAD's commit, which no branch holds, is kept first as the branch {kept_branch(head)})"
+                    if unheld(where, head, entry["commit"]) else "")
+            diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun + keep))
         try:
             states = submodule_states(where)
             dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])

@@ -30,9 +30,6 @@ from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
-# checkouts write their files from as many workers as the machine has cores (git >= 2.32; an older git
-# ignores the key): CCCL's 8,171 files took 0.42 s with one worker, 0.14 s with sixteen on the H200
-PARALLEL = ("-c", "checkout.workers=0")
 Say = Callable[[str], None]
 
 
@@ -102,7 +99,7 @@ def _set_origin(g: _Git, repo_dir: Path, url: str) -> None:
 
 
 def _checkout(g: _Git, repo_dir: Path, commit: str) -> None:
-    g(["-C", str(repo_dir), *PARALLEL, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+    g(["-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
       doing=f"checking out {commit} in {repo_dir}",
       fix=f"look at {repo_dir} (local changes in the way?), or remove it and re-run")
 
@@ -166,31 +163,34 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clean tree at {commit}",
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
                          fix=_dirty_fix(dest) + _hidden_hint(dest, dirty))
-    if not dirty:
-        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     _set_origin(g, dest, mirror.url)
     kept = None
     if head != commit:
         say(f"{g.fork}: moving {dest} from {head} to {commit}")
         with mirror.locked():
             _bring_commit(g, dest, mirror, commit)
-        kept = _keep_head(g, dest, head, commit) if head else None
+        if head is not None and unheld(dest, head, commit):   # before the clone is marked: a failure keeps it as is
+            kept = kept_branch(head)
+            g(["-C", str(dest), "branch", "--force", kept, head], doing=f"keeping {head} as the branch {kept}",
+              fix=f"keep the commit yourself (`git -C {shlex.quote(str(dest))} branch mine {head}`) and re-run")
+    if not dirty:
+        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
+    if head != commit:
         _checkout(g, dest, commit)
     return kept
 
 
-def _keep_head(g: _Git, dest: Path, head: str, commit: str) -> str | None:
-    """A commit of the user's at HEAD (one that neither ``commit`` nor any ref holds: work committed in the
-    clone) would be left to git's reflog by the checkout: a branch ``october-kept-<sha>`` holds it first.
-    -> that branch, or None when nothing needed keeping."""
+def kept_branch(head: str) -> str:
+    return f"october-kept-{head[:12]}"
+
+
+def unheld(dest: Path, head: str, commit: str) -> bool:
+    """Whether a checkout of ``commit`` would leave ``head`` to git's reflog: neither ``commit`` (its history)
+    nor any ref holds it (work committed in the clone), so the re-run keeps it as :func:`kept_branch` first.
+    A look that fails says yes: a branch too many is harmless."""
     if look(dest, "merge-base", "--is-ancestor", head, commit)[1] is None:
-        return None                     # the pin holds it (a "no", or a failure, keeps it: a branch too many is harmless)
-    if look(dest, "for-each-ref", "--contains", head, "--count=1", "--format=%(refname)")[0].strip():
-        return None                     # a branch or tag holds it
-    branch = f"october-kept-{head[:12]}"
-    g(["-C", str(dest), "branch", "--force", branch, head], doing=f"keeping {head} as the branch {branch}",
-      fix=f"keep the commit yourself (`git -C {shlex.quote(str(dest))} branch mine {head}`) and re-run")
-    return branch
+        return False
+    return not look(dest, "for-each-ref", "--contains", head, "--count=1", "--format=%(refname)")[0].strip()
 
 
 def _hidden_hint(dest: Path, dirty: Sequence[str]) -> str:
@@ -222,8 +222,7 @@ def _finish_interrupted(g: _Git, dest: Path, mirror: Mirror, commit: str, say: S
     _set_origin(g, dest, mirror.url)
     with mirror.locked():
         _bring_commit(g, dest, mirror, commit)
-    g(["-C", str(dest), *PARALLEL, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach",
-       commit],
+    g(["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
       doing=f"checking out {commit} in {dest}", fix=f"delete {dest} and re-run")
     # files a cut checkout wrote that the commit does not track; ignored build outputs stay
     g(["-C", str(dest), "clean", "-d", "--force", "--quiet"],
@@ -284,8 +283,8 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
           doing=doing, fix=fix)
         g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
-        g(["-C", str(sub_dir), *PARALLEL, "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach",
-           commit], doing=doing, fix=fix)
+        g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
+          doing=doing, fix=fix)
         g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
@@ -365,7 +364,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                 shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
                 # recovering: the submodule's differences are a killed run's (--force resets them)
                 force = ["--force"] if recovering and cloned else []
-                g(["-C", str(repo_dir), *PARALLEL, "-c", "protocol.file.allow=always", "submodule", "update",
+                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
                    "--init", "--checkout", *force, *shallow, "--", rel],
                   doing=f"checking out submodule {rel} at {commit}",
                   fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
