@@ -10,9 +10,13 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import InstallError
 from ..recipe import ForkUse
+
+if TYPE_CHECKING:
+    from ..recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,17 @@ def verified_wheel(path: Path, want: str) -> str:
                            expected=f"sha256 {want}", found=f"sha256 {got}",
                            fix="re-run october_setup (the wheel step verifies it again)")
     return got
+
+
+def install_settings(recipe: "Recipe") -> str:
+    """A digest of what decides which distributions the forks' install puts into the env: each fork's install
+    fields (:func:`fork_inputs`) and the recipe's ``[install]`` policy.  The env step makes the env again when it
+    differs from the one its last install recorded: an install over an env another install filled keeps what
+    that one put there (``deps = true`` turned false kept the old dependencies, where a new stack is refused)."""
+    from ..core.hashing import fingerprint
+    from ..recipe.install import as_json
+
+    return fingerprint({"forks": fork_inputs(recipe.forks), "policy": as_json(recipe.install)})
 
 
 def fork_inputs(forks: Sequence[ForkUse]) -> list[dict[str, object]]:

@@ -9,9 +9,11 @@ from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
-from ..engine import StepContext, read_marker
+from ..core.hashing import sha256_file
+from ..engine import StepContext, read_marker, written_sha256
 from ..install import consistency
-from ..lock.drift import differences, installed_versions
+from ..install.plan import install_settings
+from ..lock.drift import differences, drift, installed_versions
 from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, uv_exe
 from ..pyenv.venv import python_matches
@@ -120,16 +122,41 @@ class EnvStep:
 
 
 def changed_by_hand(ctx: StepContext) -> str | None:
-    """Distributions installed or removed in the env since the install step left it (``uv pip install``,
-    ``pip uninstall`` by hand): the env is made again, so the re-run installs what a new stack gets and never
-    writes the change into the lock.  Held to the listing in the install step's record (a record of a tool
-    before it, or none yet: nothing to hold it to)."""
-    marker = read_marker(ctx.paths.marker("install"))
-    installed = ((marker or {}).get("outputs") or {}).get("installed")
-    if not isinstance(installed, dict):
+    """What makes the env again although its own inputs did not change, held to the install step's record
+    when that install was made on this env (its marker written after the env step's: a run stopped between
+    the two left an older one): the forks' install settings changed since (an install over the env it filled
+    would keep what it put there), or distributions were installed or removed by hand (``uv pip install`` /
+    ``uninstall``; the lock would take the change).  An install record of a tool before the listing: the
+    lock, when its step wrote it after that install.  The re-run then installs what a new stack gets."""
+    env_m, install_m, lock_m = (ctx.paths.marker(n) for n in ("env", "install", "lock"))
+    if not _later(install_m, env_m):
         return None
-    changed = differences({str(k): str(v) for k, v in installed.items()}, installed_versions(ctx.paths.env))
+    outputs = (read_marker(install_m) or {}).get("outputs") or {}
+    settings, installed = outputs.get("settings"), outputs.get("installed")
+    if isinstance(settings, str) and settings != install_settings(ctx.recipe):
+        return "the forks' install settings changed since their install (the new one starts from a new env)"
+    if isinstance(installed, dict):
+        changed = differences({str(k): str(v) for k, v in installed.items()}, installed_versions(ctx.paths.env))
+    elif _later(lock_m, install_m) and written_sha256(lock_m) == _sha256_or_none(ctx.paths.pylock):
+        changed = drift(ctx.paths.env, ctx.paths.pylock)
+    else:
+        return None
     return f"distributions were installed or removed since the install step: {changed}" if changed else None
+
+
+def _later(a: Path, b: Path) -> bool:
+    """Whether marker ``a`` was written after marker ``b`` (both there)."""
+    try:
+        return a.stat().st_mtime_ns > b.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:

@@ -20,7 +20,7 @@ from ..git import buildoutputs
 from ..install import consistency, records
 from ..install.forkinstall import install_forks
 from ..install.importcheck import check_imports
-from ..install.plan import ForkSource, fork_inputs, fork_sources, require_installable, verified_wheel
+from ..install.plan import ForkSource, fork_inputs, fork_sources, install_settings, require_installable, verified_wheel
 from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import plan_with_base
 from ..lock.drift import installed_versions
@@ -139,6 +139,7 @@ class InstallStep:
             checks=dict(report.results),
             build_outputs=outputs,
             installed=installed_versions(ctx.paths.env),
+            settings=install_settings(r),
         )
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)

@@ -247,8 +247,9 @@ class InstallResult(Record):
     ``wheel_sha256``: the base wheel the precompiled install used (hashed again at use).  ``build_outputs``:
     fork -> {path in its checkout: ``sha256:<hex>`` | ``link:<target>``}, the files git does not track that
     its install made (:mod:`october.installer.git.buildoutputs`); None in a result of a tool before them.
-    ``installed``: every distribution in the env as the install left it (name -> version), which the env step's
-    verify holds the env to (``uv pip install``/``uninstall`` by hand); None in a result of a tool before it."""
+    ``installed``: every distribution in the env as the install left it (name -> version), and ``settings``: the
+    digest of the install fields it installed with; the env step's verify holds the env to both (a ``uv pip
+    install`` by hand, a fork's ``deps`` changed); None in a result of a tool before them."""
 
     step: ClassVar[str] = "install"
     forks: tuple[InstalledFork, ...]
@@ -265,18 +266,21 @@ class InstallResult(Record):
     vllm_base_commit_detail: str | None = None
     build_outputs: Mapping[str, Mapping[str, str]] | None = None
     installed: Mapping[str, str] | None = None
+    settings: str | None = None             # install.plan.install_settings of the recipe it installed
+
+    OWN: ClassVar[tuple[str, ...]] = ("build_outputs", "installed", "settings")   # None: a tool before them
 
     def to_json(self) -> dict[str, JSON]:
         out = super().to_json()
-        for key in ("build_outputs", "installed"):
+        for key in self.OWN:
             if out[key] is None:
                 del out[key]
         return out
 
     def chain_json(self) -> JSON:
-        # no later step reads a checkout's build outputs (the jit step reads its own AOT copies), nor the
-        # listing the env step's verify holds the env to (the lock step lists the env itself)
-        return {k: v for k, v in self.to_json().items() if k not in ("build_outputs", "installed")}
+        # no later step reads a checkout's build outputs (the jit step reads its own AOT copies), nor what the
+        # env step's verify holds the env to (the lock step lists the env itself)
+        return {k: v for k, v in self.to_json().items() if k not in self.OWN}
 
 
 @dataclass(frozen=True)
