@@ -65,6 +65,8 @@ def setup_main(argv: list[str] | None = None) -> int:
             done = full(args)
     except KeyboardInterrupt as exc:
         return interrupted("october_setup", args, exc)      # leaves at once: nothing compiled
+    except BrokenPipeError as exc:     # the no-op's summary, printed outside the command's own guard
+        return _reader_left(exc)
     compile_imported()
     return _flushed(done)
 
@@ -78,12 +80,23 @@ def current_main(argv: list[str] | None = None) -> int:
         return _flushed(full(args))
     except KeyboardInterrupt as exc:
         return interrupted("current", args, exc)
+    except BrokenPipeError as exc:
+        return _reader_left(exc)
 
 
 def _flushed(code: int) -> int:
     from .core.cliargs import flush_stdout
 
     return flush_stdout(code)
+
+
+def _reader_left(exc: BrokenPipeError) -> int:
+    """stdout's reader left (``| head``): 141 and nothing more said; any other broken pipe is a failure."""
+    from .core.cliargs import READER_GONE_EXIT, reader_gone
+
+    if reader_gone(exc):
+        return READER_GONE_EXIT
+    raise exc
 
 
 if __name__ == "__main__":

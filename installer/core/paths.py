@@ -84,17 +84,22 @@ class StackPaths:
         return sorted(p.name for p in self.root.iterdir() if p not in ours)
 
     def is_stack(self) -> bool:
-        """Made by october_setup: its ``.state/`` holds something (a directory named so is not enough: files of
-        the user's beside an empty one are not ours to replace), or its setup receipt is one."""
+        """Made by october_setup: its ``.state/`` holds a record of ours (the recipe every run writes before its
+        first step, or a step's marker: a directory named so, or one with another tool's files, is not enough:
+        files of the user's beside it are not ours to replace), or its setup receipt is one."""
         import json
 
-        try:
-            if self.state.is_dir() and any(self.state.iterdir()):
-                return True
-            receipt = json.loads(self.setup_receipt.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(receipt, dict) and receipt.get("kind") == "october-setup-receipt"
+        def ours(path: Path, kind: str | None = None) -> bool:
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return False
+            return isinstance(doc, dict) and (doc.get("kind") == kind if kind else
+                                              "name" in doc and "sha256" in doc or "step" in doc)
+
+        if self.state.is_dir() and (ours(self.recipe_record) or any(ours(m) for m in self.state.glob("*.json"))):
+            return True
+        return ours(self.setup_receipt, "october-setup-receipt")
 
     def pycache_args(self) -> list[str]:
         """``-X pycache_prefix=...`` for a stack-env Python this run starts to import torch.  A site torch
