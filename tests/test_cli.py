@@ -304,3 +304,23 @@ def test_a_failure_keeps_its_exit_code_when_the_reader_left(tmp_path: Path) -> N
     assert run.returncode == 19, run
     assert run.stderr.startswith("error: file system error: --install") and "Traceback" not in run.stderr
     assert "Exception ignored" not in run.stderr
+
+
+def test_a_no_op_whose_reader_left_is_141_too(tmp_path: Path) -> None:
+    """The review: the no-op's summary is printed outside the command's guard, and a closed stdout ended in a
+    traceback (rc 1)."""
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                              str(world.recipe), "--cache-dir", str(cache)], cwd=PROJECT_ROOT, stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert "Traceback" not in run.stderr and run.returncode == 141, run

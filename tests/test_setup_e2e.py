@@ -516,6 +516,8 @@ def test_an_empty_state_folder_beside_files_of_the_user_is_no_stack(world: World
     (mine / ".state").mkdir(parents=True)
     (mine / "env" / "mydata").mkdir(parents=True)
     (mine / "env" / "mydata" / "weights.bin").write_text("weights")
+    (mine / ".state" / ".DS_Store").write_text("")     # another tool's files there make it no stack either
+    (mine / ".state" / "settings.json").write_text('{"theme": "dark"}')
     before = snapshot(mine)
     refused = cli(str(mine), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q")
     assert refused.returncode == 2 and "is not an october stack" in refused.stderr, refused.stderr
@@ -546,7 +548,7 @@ def test_a_commit_of_the_user_s_in_a_fork_is_kept_as_a_branch_before_the_rerun_m
     mine = commit_locally("A = 2\n")
     found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                            capture_output=True, text=True, timeout=300)
-    assert found.returncode == 13 and f"october-kept-{mine[:12]}" in found.stderr, found.stderr
+    assert found.returncode == 13 and f"kept first as the branch october-kept-{mine[:12]}" in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     assert again.returncode == 0, again.stderr
     assert f"kept as the branch october-kept-{mine[:12]}" in again.stderr
@@ -556,8 +558,75 @@ def test_a_commit_of_the_user_s_in_a_fork_is_kept_as_a_branch_before_the_rerun_m
 
     held = commit_locally("A = 3\n")
     subprocess.run(["git", "-C", str(alpha), "branch", "work", held], check=True)
+    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert found.returncode == 13 and "kept first" not in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     assert again.returncode == 0 and "kept as the branch" not in again.stderr, again.stderr
     branches = subprocess.run(["git", "-C", str(alpha), "branch", "--list", "october-kept-*"], capture_output=True,
                               text=True, check=True).stdout.split()
     assert branches == [f"october-kept-{mine[:12]}"]
+
+
+def test_a_fork_install_setting_changed_on_a_stack_gives_what_a_new_stack_gets(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``deps = true`` turned ``false`` for alpha (which requires tinydep) re-ran install over
+    the env the first install filled, which kept tinydep: rc 0, verify clean, where a new stack of that recipe
+    is refused (exit 11, alpha's requirement unmet).  Now the env is made again first: the same refusal."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    text = world.recipe.read_text()
+    assert text.count("deps = true") == 1
+    world.recipe.write_text(text.replace("deps = true", "deps = false"))
+    fresh = cli(str(tmp_path / "fresh"), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert fresh.returncode == again.returncode == 11, (fresh.stderr, again.stderr)
+    assert "the forks' install settings changed" in again.stderr and "tinydep" in again.stderr
+    # and back: the stack is what a new one of the first recipe is
+    world.recipe.write_text(text)
+    back = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert back.returncode == 0, back.stderr
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_a_run_stopped_between_env_and_install_does_not_make_the_env_again(world: World, tmp_path: Path) -> None:
+    """The review: a run that made the env again and stopped before its install began (Ctrl-C as the env step
+    ended, a wheel step that fails) left the older install record, and the next run held the new env to it
+    ("alpha 0.1 -> -") and made the env again, every time.  Only an install record written after the env's
+    counts."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    with open(stack / "activate", "a") as fh:
+        fh.write("export EVIL=1\n")                     # the env step runs again, then install
+    shutil.rmtree(cache / "built")                      # made, not copied with the forks in it from a built stack
+
+    class StopAfterEnv(SilentReporter):
+        def step_done(self, name: str, seconds: float) -> None:
+            if name == "env":
+                raise KeyboardInterrupt
+
+    opts = SetupOptions(stack=stack, recipe=load_recipe(str(world.recipe)), cache_dir=cache)
+    with pytest.raises(KeyboardInterrupt):
+        run_setup(opts, StopAfterEnv())
+    ran = {r.name: r.status for r in setup(world, stack, cache).records}
+    assert ran["env"] == "cached" and ran["install"] == "ran", ran
+
+
+def test_an_install_record_of_an_earlier_version_holds_the_env_to_the_lock(world: World, tmp_path: Path) -> None:
+    """The review: a stack whose install record has no listing (made before it existed) still locked a
+    hand-removed package.  Such a record is held to the lock its step wrote after that install."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    marker = stack / ".state" / "install.json"
+    doc = json.loads(marker.read_text())
+    for key in ("installed", "settings"):
+        del doc["outputs"][key]
+    was = marker.stat().st_mtime_ns
+    marker.write_text(json.dumps(doc))
+    os.utime(marker, ns=(was, was))                     # as old as it was: after the env's, before the lock's
+    lock = (stack / "pylock.toml").read_bytes()
+    _uv_pip(stack, cache, "uninstall", "tinydep")
+    ran = {r.name: r.status for r in setup(world, stack, cache).records}
+    assert ran["env"] == ran["install"] == "ran", ran
+    assert (stack / "pylock.toml").read_bytes() == lock
