@@ -253,6 +253,8 @@ def check_build_outputs(paths: StackPaths, lock: Mapping[str, Any], rerun: str) 
 def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist],
                         rerun: str) -> list[Difference]:
     want = {str(canonicalize_name(p["name"])): str(p.get("version", "")) for p in lock.get("packages", [])}
+    # a locked index file: installed from an index or find-links, which leaves no direct_url.json (PEP 610)
+    from_index = {str(canonicalize_name(p["name"])) for p in lock.get("packages", []) if p.get("wheels")}
     forks = {e["name"]: (fork, e) for fork, e in _fork_entries(lock).items()}
     diffs: list[Difference] = []
     for name in sorted(set(want) | set(dists)):
@@ -267,6 +269,11 @@ def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mappi
                                     f"{name} {d.version} installed ({how}), not in the lock", rerun))
         elif d.version != want[name]:
             diffs.append(Difference("distributions", name, f"version {want[name]}", f"version {d.version}", rerun))
+        elif name in from_index and d.direct_url is not None and name not in forks:
+            # the same version from another file (`uv pip install --reinstall x.whl`): its RECORD is its own
+            diffs.append(Difference("distributions", name, f"{name} {d.version} from the locked index file",
+                                    f"{name} {d.version} installed from "
+                                    f"{redact_url(str(d.direct_url.get('url')))}", rerun))
         if d is not None and name in forks:
             fork, entry = forks[name]
             src = _fork_dir(paths, fork, entry).resolve()

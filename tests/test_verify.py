@@ -669,3 +669,29 @@ def test_a_half_built_stack_is_told_to_finish_with_the_recipe_it_began_with(tmp_
     assert proc.returncode == 18 and "add the other options it was set up with" in text, text
     (command,) = COMMAND.findall(text.split("->", 1)[1])
     assert shlex.split(command) == ["october_setup", str(stack), "--recipe", str(world.recipe)]
+
+
+def test_the_same_version_installed_from_another_file_is_named(tmp_path: Path) -> None:
+    """The review's false pass: `uv pip install --reinstall /elsewhere/tinydep-1.0.whl` (other code, the same
+    version) passed verify: name and version matched the lock and the new RECORD matched its own files.  A
+    locked index package installed from a file (direct_url.json, PEP 610) is a difference; the fix as printed
+    (the setup command with --locked) puts the index file back."""
+    from tests.fixtures.wheels import build_wheel
+    from tests.test_setup_e2e import setup
+    from tests.test_verify_fix import run_commands
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    other = build_wheel(tmp_path / "elsewhere", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 666\n"})
+    s = Stack(stack, tmp_path, cache, tmp_path)
+    uv_pip(s, "install", "--reinstall", str(other))
+    diffs = differences(s)
+    assert [(d["check"], d["what"]) for d in diffs] == [("distributions", "tinydep")], diffs
+    assert "installed from file://" in diffs[0]["found"] and "--locked" in diffs[0]["fix"]
+    run_commands(diffs[0]["fix"])
+    assert differences(s) == []
+    value = subprocess.run([str(stack / "env" / "bin" / "python"), "-c", "import tinydep; print(tinydep.VALUE)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert value == "1"
