@@ -50,6 +50,12 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, env=env, timeout=300)
 
 
+def verify(stack: Path) -> subprocess.CompletedProcess[str]:
+    """``current verify --install STACK`` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_full_run_then_noop(world: World, tmp_path: Path) -> None:
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     result = setup(world, stack, cache)
@@ -206,8 +212,7 @@ def test_locked_reproduces_the_same_lock_and_refuses_drift(world: World, tmp_pat
     with pytest.raises(LockError):
         setup(world, tmp_path / "s1", cache, locked=locked_state(forged))
     setup(world, tmp_path / "s1", cache)
-    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(tmp_path / "s1")],
-                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    checked = verify(tmp_path / "s1")
     assert checked.returncode == 0, checked.stderr
 
     # a version drift that hashes cannot catch (a package the lock has and the stack lacks) is listed
@@ -455,8 +460,7 @@ def test_a_distribution_installed_or_removed_by_hand_is_put_back_not_locked(worl
         assert ran["env"] == ran["install"] == "ran", ran
         assert (stack / "pylock.toml").read_bytes() == lock
         assert installed_versions(stack / "env")["tinydep"] == "1.0"
-        done = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
-                              capture_output=True, text=True, timeout=300)
+        done = verify(stack)
         assert done.returncode == 0, done.stderr
     # nothing changed by hand: the next run is a no-op
     assert all(r.status == "cached" for r in setup(world, stack, cache).records)
@@ -503,8 +507,7 @@ def test_a_stack_that_lost_its_state_is_still_a_stack_and_a_rerun_restores_it(wo
     shutil.rmtree(stack / ".state")
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
     assert again.returncode == 0, again.stderr
-    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, timeout=300)
+    checked = verify(stack)
     assert checked.returncode == 0, checked.stderr
 
 
@@ -546,8 +549,7 @@ def test_a_commit_of_the_user_s_in_a_fork_is_kept_as_a_branch_before_the_rerun_m
                               text=True).stdout.strip()
 
     mine = commit_locally("A = 2\n")
-    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
-                           capture_output=True, text=True, timeout=300)
+    found = verify(stack)
     assert found.returncode == 13 and f"kept first as the branch october-kept-{mine[:12]}" in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     assert again.returncode == 0, again.stderr
@@ -558,8 +560,7 @@ def test_a_commit_of_the_user_s_in_a_fork_is_kept_as_a_branch_before_the_rerun_m
 
     held = commit_locally("A = 3\n")
     subprocess.run(["git", "-C", str(alpha), "branch", "work", held], check=True)
-    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
-                           capture_output=True, text=True, timeout=300)
+    found = verify(stack)
     assert found.returncode == 13 and "kept first" not in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
     assert again.returncode == 0 and "kept as the branch" not in again.stderr, again.stderr
@@ -585,8 +586,7 @@ def test_a_fork_install_setting_changed_on_a_stack_gives_what_a_new_stack_gets(w
     world.recipe.write_text(text)
     back = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
     assert back.returncode == 0, back.stderr
-    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, timeout=300)
+    checked = verify(stack)
     assert checked.returncode == 0, checked.stderr
 
 
