@@ -97,7 +97,7 @@ class StackPaths:
             return isinstance(doc, dict) and (doc.get("kind") == kind if kind else
                                               "name" in doc and "sha256" in doc or "step" in doc)
 
-        if self.state.is_dir() and (ours(self.recipe_record) or any(ours(m) for m in self.state.glob("*.json"))):
+        if self.state.is_dir() and any(ours(m) for m in self.state.glob("*.json")):    # recipe-used.json, markers
             return True
         return ours(self.setup_receipt, "october-setup-receipt")
 

@@ -39,7 +39,7 @@ class Checkout:
     commit: str
     submodules: Mapping[str, str]      # path (relative to the clone, recursive) -> checked-out commit
     dirty: tuple[str, ...]             # `git status --porcelain` lines; empty when clean
-    kept: str | None = None            # the branch that holds a commit of the user's HEAD was at (see _keep_head)
+    kept: str | None = None            # the branch that now holds a commit of the user's HEAD was at (unheld)
 
 
 @dataclass(frozen=True)
