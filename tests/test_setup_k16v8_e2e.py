@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -176,6 +177,7 @@ def test_k16v8_install_path_end_to_end(tmp_path: Path) -> None:
         # a no-op re-run changes no file (wheel, jit included) but the file-trust store, once: the signatures
         # of files too new to keep when the run ended (engine.verify_pipeline); the next changes nothing
         trust = ".state/file-trust.json"
+        time.sleep(1.1)         # the run's files old enough to keep (filetrust.RACY_NS): the first no-op keeps them
         for first in (True, False):
             before = snapshot(stack)
             again = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
