@@ -70,12 +70,10 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
     """``october_setup STACK`` with the options the stack was set up with, plus ``extra``: those its last run
     began with (``.state/recipe-used.json``) when that run was of the receipt's recipe, else those the receipt
     recorded (recipe, system torch, skipped preflight checks, cache dir; no --kit)."""
-    began = _began(paths)
-    recipe = _recipe_arg(receipt)
-    if began.get("options") is not None and _recipe_arg({"recipe": began}) == recipe:
+    if (began := _began_as(paths, receipt)) is not None:
         return " ".join(["october_setup", _q(paths.root), *_began_argv(began), *extra])
     argv = ["october_setup", _q(paths.root)]
-    if recipe:
+    if recipe := _recipe_arg(receipt):
         argv += ["--recipe", _q(recipe)]
     torch = _obj(receipt, "torch")
     if torch.get("source") == "system" and torch.get("python"):
@@ -90,10 +88,16 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
 def kit_hint(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     """" (add --kit KIT ...)" after a setup command when the stack's record cannot say whether it was set up
     from a kit (made before the options were recorded, or its last run was of another recipe); else ""."""
+    return "" if _began_as(paths, receipt) is not None else " (add --kit KIT if it was set up from a kit)"
+
+
+def _began_as(paths: StackPaths, receipt: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The stack's last run begun (:func:`_began`) when it recorded its options and was of the receipt's
+    recipe: then its options are the stack's; else None."""
     began = _began(paths)
     if began.get("options") is not None and _recipe_arg({"recipe": began}) == _recipe_arg(receipt):
-        return ""
-    return " (add --kit KIT if it was set up from a kit)"
+        return began
+    return None
 
 
 def _began(paths: StackPaths) -> Mapping[str, Any]:

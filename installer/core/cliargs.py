@@ -150,14 +150,13 @@ def cache_apart(cache: Path, stack: Path) -> None:
     from .paths import StackPaths
 
     paths = StackPaths(stack)
-    owned = ("src", "env", "jit", "wheels", "receipts", ".state", "logs", ".uv-cache")
-    for name in owned:
-        part = paths.root / name
+    owned = (paths.src, paths.env, paths.jit, paths.wheels, paths.receipts, paths.state, paths.logs, paths.uv_cache)
+    for part in owned:
         if cache == part or part in cache.parents:
-            raise UsageError(f"--cache-dir {cache} is inside the stack's own {name}/",
-                             expected=f"a --cache-dir outside {', '.join(n + '/' for n in owned)} of STACK "
+            raise UsageError(f"--cache-dir {cache} is inside the stack's own {part.name}/",
+                             expected=f"a --cache-dir outside {', '.join(p.name + '/' for p in owned)} of STACK "
                                       "(october_setup makes and replaces those)",
-                             found=f"--cache-dir {cache}, " + (f"STACK's {name}/" if cache == part else f"under {part}"),
+                             found=f"--cache-dir {cache}, " + (f"STACK's {part.name}/" if cache == part else f"under {part}"),
                              fix=f"pass another --cache-dir, e.g. {stack.parent / 'october-cache'} (or leave it "
                                  "out: $OCTOBER_CACHE_DIR or ~/.cache/october)")
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from ...checks.contract import sha256_file  # one definition, shared with the stack side
 
-__all__ = ["CHUNK", "fingerprint", "sha256_bytes", "sha256_file"]
+__all__ = ["CHUNK", "fingerprint", "sha256_bytes", "sha256_file", "sha256_or_none"]
 
 CHUNK = 1 << 20     # read size for streamed hashing and copying
 
@@ -21,3 +22,11 @@ def fingerprint(obj: Any) -> str:
     """Stable sha256 of a JSON-able value (keys sorted, no whitespace)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_or_none(path: Path) -> str | None:
+    """The sha256 of a regular file (not a link), or None when there is none or it cannot be read."""
+    try:
+        return sha256_file(path) if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        return None

@@ -13,6 +13,7 @@ from typing import Any, Callable, Collection, Mapping
 from packaging.utils import canonicalize_name
 
 from ..core.filetrust import FileTrust
+from ..core.hashing import sha256_or_none
 from ..verify_dists import installed, record_hash, record_rows
 
 MAX_SHOWN = 5
@@ -134,7 +135,7 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     extra = unowned(env, system_torch)
     if extra and scaffold is not None:
         own = scaffold()
-        extra = [p for p in extra if own.get(p.relative_to(env).as_posix()) != _sha256_or_none(p)]
+        extra = [p for p in extra if own.get(p.relative_to(env).as_posix()) != sha256_or_none(p)]
     if extra:
         shown = "; ".join(map(str, extra[:MAX_SHOWN])) + (f"; ... {len(extra) - MAX_SHOWN} more"
                                                            if len(extra) > MAX_SHOWN else "")
@@ -143,12 +144,3 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                            found=shown,
                            fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run october_setup")
-
-
-def _sha256_or_none(path: Path) -> str | None:
-    from ..core.hashing import sha256_file
-
-    try:
-        return sha256_file(path) if path.is_file() and not path.is_symlink() else None
-    except OSError:
-        return None

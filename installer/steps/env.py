@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import InstallError
-from ..core.hashing import sha256_file
+from ..core.hashing import sha256_or_none
 from ..engine import StepContext, read_marker, written_sha256
 from ..install import consistency
 from ..install.plan import install_settings
@@ -137,7 +137,7 @@ def changed_by_hand(ctx: StepContext) -> str | None:
         return "the forks' install settings changed since their install (the new one starts from a new env)"
     if isinstance(installed, dict):
         changed = differences({str(k): str(v) for k, v in installed.items()}, installed_versions(ctx.paths.env))
-    elif _later(lock_m, install_m) and written_sha256(lock_m) == _sha256_or_none(ctx.paths.pylock):
+    elif _later(lock_m, install_m) and written_sha256(lock_m) == sha256_or_none(ctx.paths.pylock):
         changed = drift(ctx.paths.env, ctx.paths.pylock)
     else:
         return None
@@ -150,13 +150,6 @@ def _later(a: Path, b: Path) -> bool:
         return a.stat().st_mtime_ns > b.stat().st_mtime_ns
     except OSError:
         return False
-
-
-def _sha256_or_none(path: Path) -> str | None:
-    try:
-        return sha256_file(path)
-    except OSError:
-        return None
 
 
 def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
