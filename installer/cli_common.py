@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperCommand
 
 from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
+    READER_GONE_EXIT,
     CommandExit,
     cache_dir_argument,
     dir_option,
@@ -27,6 +28,7 @@ from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; 
     kit_argument,
     print_json,
     print_json_error,
+    reader_gone,
     run_guarded,
     split_skips,
 )
@@ -138,6 +140,10 @@ def run_app(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
         ConsoleReporter().error("interrupted", "stopped by the user; re-run the same command to resume")
         return 130
+    except SystemExit as exc:       # click's own answer to a broken pipe (``--help | head``) is exit 1
+        if isinstance(exc.__context__, BrokenPipeError) and reader_gone(exc.__context__):
+            return READER_GONE_EXIT
+        raise
     return rv if isinstance(rv, int) else 0
 
 

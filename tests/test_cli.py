@@ -277,15 +277,18 @@ def test_ctrl_c_while_the_tool_imports_is_the_interrupt_message_not_a_traceback(
         assert run.stdout == ""
 
 
-@pytest.mark.parametrize("args", [["recipes"], ["recipes", "--json"]])
+@pytest.mark.parametrize("args", [["october", "recipes"], ["october", "recipes", "--json"], ["october", "--help"],
+                                  ["october", "verify", "--help"], ["october.installer.october_setup", "--help"],
+                                  ["october.installer.october_setup", "kit", "--help"]])
 def test_a_reader_that_left_is_141_and_no_message(args: list[str]) -> None:
     """``current recipes | head -1``: stdout's reader has left before the output is written (its read end is
     closed before the command starts, so every write fails).  A shell's 141 (SIGPIPE), nothing on stderr: not
-    "file system error ... Broken pipe" (19), nor Python's "Exception ignored" (120)."""
+    "file system error ... Broken pipe" (19), nor Python's "Exception ignored" (120).  ``--help`` too: click
+    makes a broken pipe exit 1, as if the command had failed."""
     read, write = os.pipe()
     os.close(read)
     try:
-        run = subprocess.run([sys.executable, "-m", "october", *args], cwd=PROJECT_ROOT, stdout=write,
+        run = subprocess.run([sys.executable, "-m", *args], cwd=PROJECT_ROOT, stdout=write,
                              stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write)
