@@ -75,7 +75,13 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
 
 
 def interrupt_message(exc: KeyboardInterrupt) -> tuple[int, str, str]:
-    """Ctrl-C (130) or SIGTERM/SIGHUP (``plan.Terminated``, 128 + the signal): exit code, title, message."""
+    """Ctrl-C (130) or SIGTERM/SIGHUP (``plan.Terminated``, 128 + the signal): exit code, title, message.
+
+    The interrupt is handled here, so CPython must not take it for an unhandled one: an interrupt raised inside
+    code that ``exec`` ran from a string (dataclasses and namedtuple make their methods so, at import) sets the
+    interpreter's "unhandled KeyboardInterrupt" flag, and ``python -m`` (what fleet runs on each node) then
+    ends by SIGINT after our message instead of with our code.  A string ``exec`` that succeeds clears it."""
+    exec("None")  # noqa: S102 -- resets CPython's unhandled-KeyboardInterrupt flag (pythonrun.c run_eval_code_obj)
     signum = getattr(exc, "signum", None)
     why = str(exc) if isinstance(signum, int) else "stopped by the user"
     return (128 + signum if isinstance(signum, int) else 130), "interrupted", f"{why}; re-run the same command to resume"
