@@ -17,6 +17,7 @@ CLI: ``python -m october.checks.smoke --level engine --manifest M --fixtures F``
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -165,7 +166,7 @@ def make_inputs(base: Path, layers_in_scales: int | None = None) -> tuple[Path, 
         "selection": "fp16", "repo": REPO, "revision": REVISION, "resolved_revision": REVISION,
         "patterns": ["config.json"], "local_path": str(model), "endpoint": "https://hub.invalid",
         "offline": True,
-        "files": [{"path": "config.json", "size": (model / "config.json").stat().st_size, "sha256": "1" * 64,
+        "files": [{"path": "config.json", "size": (model / "config.json").stat().st_size, "sha256": hashlib.sha256((model / "config.json").read_bytes()).hexdigest(),
                    "verified_against": "record"}],
         "tool": {"name": "october", "version": "0.1.0"}, "created_at": "2025-01-01T00:00:00Z",
         "scales": None}, indent=2), encoding="utf-8")

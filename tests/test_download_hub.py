@@ -241,8 +241,8 @@ def test_a_second_download_into_the_same_directory_is_refused(env: Env) -> None:
     from filelock import FileLock
 
     d = env.local_dir()
-    d.parent.mkdir(parents=True)
-    with FileLock(str(d.parent / f".{d.name}.lock")):
+    (d / ".october").mkdir(parents=True)       # the lock is inside the directory it guards, never beside it
+    with FileLock(str(d / ".october" / "download.lock")):
         with pytest.raises(DownloadError, match="another download"):
             run_download(env.opts("awq"))
     assert not env.hub.seen
@@ -513,3 +513,59 @@ def test_download_progress_in_a_pipe_only_rises(env: Env) -> None:
     assert len({total for _, _, total in lines}) == 1, lines
     percents = [int(p) for p, _, _ in lines]
     assert percents == sorted(percents) and percents[-1] == 100, lines
+
+
+# ------------------------------------------------- the model directory: ours, and nothing beside the pin
+
+
+def test_a_local_dir_holding_files_of_the_users_is_refused_and_left_as_it_was(env: Env) -> None:
+    """The scenario hunt: ``--local-dir`` at a directory with the user's own ``config.json`` and a shard
+    overwrote both with the hub's bytes, rc 0.  Now a directory that is not new, empty or one a download made
+    (``.october/``) is refused before the hub is asked; new and empty ones still work."""
+    mine = env.tmp / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "precious config"}')
+    (mine / WEIGHT).write_bytes(b"mine")
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", local_dir=mine))
+    assert "holds files no download of this tool made" in str(ei.value) and "config.json" in str(ei.value)
+    assert ei.value.fix and "--model-dir" in ei.value.fix
+    assert (mine / "config.json").read_text() == '{"my": "precious config"}' and (mine / WEIGHT).read_bytes() == b"mine"
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", WEIGHT]
+    assert not env.hub.seen
+    empty = env.tmp / "empty"
+    empty.mkdir()
+    run_download(env.opts("awq", local_dir=empty))
+    run_download(env.opts("awq", local_dir=empty))        # its own: a re-run is fine
+    assert (empty / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+    # the lock lives inside the directory given, nothing is written beside it
+    assert sorted(p.name for p in env.tmp.iterdir() if p.name.startswith(".")) == []
+    assert (empty / ".october" / "download.lock").exists()
+
+
+@pytest.mark.parametrize("offline", [False, True])
+@pytest.mark.parametrize("extra", ["model-00003-of-00003.safetensors", "sub/stale.safetensors"])
+def test_a_selected_file_the_pin_does_not_list_is_refused(env: Env, offline: bool, extra: str) -> None:
+    """The scenario hunt: a shard of another revision (or any file the patterns select) beside the pinned
+    ones was accepted online and ``--offline``; vLLM loads every ``*.safetensors`` of a directory without an
+    index.  Now refused, named, and left in place; once it is gone the same command passes."""
+    run_download(env.opts("awq"))
+    planted = env.local_dir() / extra
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b"junk")
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", offline=offline, output=env.tmp / "again.json"))
+    assert extra in str(ei.value) and "does not list" in str(ei.value), str(ei.value)
+    assert planted.read_bytes() == b"junk" and not (env.tmp / "again.json").exists()
+    planted.unlink()
+    run_download(env.opts("awq", offline=offline, output=env.tmp / "again.json"))
+
+
+def test_offline_names_the_way_back_for_a_tampered_file(env: Env) -> None:
+    """The scenario hunt: ``--offline``'s fix said "re-run the download", which offline cannot fetch."""
+    run_download(env.opts("awq"))
+    target = env.local_dir() / WEIGHT
+    target.write_bytes(b"changed")
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", offline=True, output=env.tmp / "offline.json"))
+    assert ei.value.fix and "without --offline" in ei.value.fix

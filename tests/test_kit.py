@@ -524,3 +524,30 @@ def test_the_k16v8_standin_stack_installs_offline_from_a_kit(tmp_path: Path, whe
     assert ra == rb
     assert ra["wheel"]["source_equivalence"]["compared_in"] == ("fork-mirror" if wheel_from == "release-branch"
                                                                 else "fork-clone")
+
+
+def test_a_stack_run_again_from_a_moved_kit_locks_the_kit_it_used(kit_and_recipe: tuple[Path, Path],
+                                                                   tmp_path: Path) -> None:
+    """The scenario hunt: after ``mv kA kB`` and a re-run with ``--kit kB``, env and install ran again from kB
+    but the lock step was "already done (inputs unchanged)", so ``pylock.toml`` named wheels under kA, a path
+    that no longer exists.  The lock's inputs now hold the package sources it was compiled from."""
+    kit, recipe = kit_and_recipe
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    first = cli(str(stack), "--recipe", str(recipe), "--kit", str(kit), "--cache-dir", str(cache), "-q",
+                extra_env=_offline_env())
+    assert first.returncode == 0, first.stderr
+
+    def wheel_urls() -> list[str]:
+        lock = tomllib.loads((stack / "pylock.toml").read_text())
+        return [w["url"] for p in lock["packages"] for w in p.get("wheels") or [] if "url" in w]
+
+    assert wheel_urls() and all(str(kit / "wheels") in u for u in wheel_urls())
+    moved = tmp_path / "kit-moved"
+    shutil.move(str(kit), str(moved))
+    again = cli(str(stack), "--recipe", str(recipe), "--kit", str(moved), "--cache-dir", str(cache),
+                extra_env=_offline_env())
+    assert again.returncode == 0, again.stderr
+    assert wheel_urls() and all(str(moved / "wheels") in u for u in wheel_urls()), wheel_urls()
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr

@@ -180,3 +180,33 @@ def test_a_fixtures_dir_that_is_not_there_has_a_truthful_fix(tmp_path: Path, giv
     assert "unset it to run without calibrated scales" not in text      # a smoke without scales never passes
     assert "<org>__<name>.kv_scales.json" in text
     assert "cannot pass" in text
+
+
+@pytest.mark.parametrize("plant", ["changed", "extra-shard", "gone"])
+def test_a_model_copy_changed_since_its_download_is_refused_before_the_engine(tmp_path: Path, plant: str) -> None:
+    """The scenario hunt: smoke checked the manifest's schema, repo and revision, never the files: a shard
+    changed after ``current download`` verified it was loaded, and the receipt named the pinned model.  Now the
+    copy is hashed again against the manifest (and a file it does not list beside them refused) before the
+    engine starts; nothing is moved, no receipt is written."""
+    from october.installer.core.errors import DownloadError
+
+    stack = _stack_without_vllm(tmp_path)
+    manifest, fixtures, model = make_inputs(tmp_path / "in")
+    if plant == "changed":
+        (model / "config.json").write_text((model / "config.json").read_text() + " ")
+    elif plant == "extra-shard":
+        doc = json.loads(manifest.read_text())
+        doc["patterns"] = ["config.json", "*.safetensors"]
+        manifest.write_text(json.dumps(doc))
+        (model / "model-00009-of-00009.safetensors").write_bytes(b"\0" * 64)
+    else:
+        (model / "config.json").unlink()
+    out = tmp_path / "out"
+    with pytest.raises(DownloadError) as ei:
+        run_smoke(SmokeOptions(install=stack, format="fp16", output=out, level=None, fixtures=fixtures,
+                               manifest=manifest, device="cpu"), cwd=tmp_path, echo=lambda _: None, base_env=_env())
+    words = {"changed": "failed verification", "extra-shard": "model-00009-of-00009.safetensors",
+             "gone": "failed verification"}[plant]
+    assert words in str(ei.value) and ("move them out" if plant == "extra-shard" else "current download") in \
+        (ei.value.fix or ""), str(ei.value)
+    assert not (out / "receipt.json").exists()

@@ -20,6 +20,7 @@ from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadError, ScalesError
 from ..core.hashing import sha256_file
 from . import hub
+from .copycheck import local_files, refuse_extras
 from .manifest import build_manifest, write_manifest
 from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
 from .verify import Expected, VerifiedFile, verify_files
@@ -57,9 +58,11 @@ def _bar(bars: Bars | None, label: str) -> Callable[[float, float | None], None]
 def _verify_hub_copy(plan: DownloadPlan, expected: list[Expected], say: Callable[[str], None],
                      bars: Bars | None) -> list[VerifiedFile]:
     """The copy checked (a bad file moved aside and its download record dropped, so a re-run fetches it)."""
+    fix = ("run the download again without --offline to fetch the bad file(s) from the hub (they were moved "
+           "aside)") if plan.offline else None
     return verify_files(plan.local_dir, expected, where=plan.where,
                         on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
-                        hashed=_bar(bars, "sha256"))
+                        hashed=_bar(bars, "sha256"), fix=fix)
 
 
 def _no_weight(plan: DownloadPlan, where: str, found: str) -> DownloadError:
@@ -81,6 +84,8 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
     check_writable(plan)
+    if not plan.local_source:
+        check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
         if plan.local_source:
             say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
@@ -103,8 +108,8 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
 def check_writable(plan: DownloadPlan) -> None:
     """Every directory the run writes to can be written, checked before the hub is asked or a byte is fetched
     (exit 19 naming the option and its path; not after the whole model was downloaded and hashed): the
-    manifest's directory (``--output``) and, unless ``--model-dir`` (only read), the model directory and the
-    one above it, which holds the download lock (``--local-dir``, or the default under ``--cache-dir``)."""
+    manifest's directory (``--output``) and, unless ``--model-dir`` (only read), the model directory, which
+    holds the download lock (``--local-dir``, or the default under ``--cache-dir``)."""
     from ..core.cliargs import require_writable
 
     require_writable("--output", plan.output.parent, what="the manifest's directory (--output)")
@@ -114,8 +119,23 @@ def check_writable(plan: DownloadPlan) -> None:
     what = "the model directory under the cache (--cache-dir)" if plan.default_local_dir else \
         "the model directory (--local-dir)"
     require_writable(option, plan.local_dir, what=what)
-    if plan.local_dir.is_dir():          # else the check above already probed the nearest directory above it
-        require_writable(option, plan.local_dir.parent, what=f"the directory holding the download lock of {what}")
+
+
+def check_owned(plan: DownloadPlan) -> None:
+    """A ``--local-dir`` must be new, empty, or one a download made (it holds ``.october/``): the download
+    writes the hub's files over whatever is there, a user's own ``config.json`` included."""
+    d = plan.local_dir
+    if plan.default_local_dir or not d.is_dir() or (d / RECORD_DIR).is_dir():
+        return
+    theirs = sorted(p.name for p in d.iterdir())
+    if theirs:
+        raise DownloadError(f"--local-dir {d} holds files no download of this tool made",
+                            expected="a new or empty directory, or one an earlier `current download` wrote "
+                                     f"(it holds {RECORD_DIR}/)",
+                            found=f"{len(theirs)} entr{'y' if len(theirs) == 1 else 'ies'}: {', '.join(theirs[:5])}"
+                                  + (" ..." if len(theirs) > 5 else ""),
+                            fix="pass a new --local-dir (nothing was changed there); to check a copy you made "
+                                "yourself against the recipe's pins, pass it as --model-dir")
 
 
 def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
@@ -131,6 +151,7 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
                             expected=f"files matching {list(plan.patterns)}", found="none",
                             fix=f"fix [models.{plan.selection}].patterns in {plan.recipe_path}")
     expected = _expected_from_hub(plan, snap)
+    refuse_extras(plan.local_dir, plan.patterns, {e.path for e in expected}, where=f"{plan.where} (the hub's listing)")
 
     plan.local_dir.mkdir(parents=True, exist_ok=True)
     tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
@@ -186,16 +207,10 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
     return out
 
 
-def _local_files(root: Path) -> list[str]:
-    """Every regular file under ``root`` as a '/'-separated relative path; hidden folders are bookkeeping."""
-    files = (f.relative_to(root) for f in root.rglob("*") if f.is_file())
-    return sorted(rel.as_posix() for rel in files if not any(part.startswith(".") for part in rel.parts[:-1]))
-
-
 def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None) -> list[VerifiedFile]:
     where = f"{plan.where} in {plan.local_dir}"
     table = f"[models.{plan.selection}.sha256] of {plan.recipe_path}"
-    present = _local_files(plan.local_dir)
+    present = local_files(plan.local_dir)
     wanted = hub.select(present, plan.patterns)
     if not wanted:
         raise DownloadError(f"no file in {plan.local_dir} matches the recipe's patterns",
@@ -266,6 +281,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     if stray:
         raise DownloadError(f"--offline: the recipe pins a sha256 for '{stray[0]}', which the local copy lacks",
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
+    refuse_extras(plan.local_dir, plan.patterns, wanted, where=f"the record {rec_path}")
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
                          source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
@@ -311,7 +327,7 @@ def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, A
 def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
-    lock_path = plan.local_dir.parent / f".{plan.local_dir.name}.lock"
+    lock_path = plan.local_dir / RECORD_DIR / "download.lock"     # inside: the folder given is the one written
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path), timeout=0)
     try:

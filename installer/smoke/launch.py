@@ -124,6 +124,16 @@ def check_model(path: Path, selection: Mapping[str, Any]) -> None:
                              f"{shlex.quote(str(selection.get('recipe')))} --output {shlex.quote(str(path))}`, or pass the manifest of that model")
 
 
+def check_model_files(path: Path, opts: SmokeOptions) -> None:
+    """The model the engine will load is, file by file, what its download verified (hashed again: a file
+    changed since, or one the manifest does not list beside them, is refused before the engine starts)."""
+    from ..download.copycheck import check_copy
+    from ..download.manifest import load_manifest
+
+    redo = f"run `{choices.download_command(opts.install, opts.recipe, opts.format or 'awq', path)}` to fetch it again"
+    check_copy(load_manifest(path), redo=redo)
+
+
 def _forks(data: Any) -> dict[str, str]:
     if isinstance(data, Mapping):
         items = [(k, v.get("commit") if isinstance(v, Mapping) else v) for k, v in data.items()]
@@ -337,6 +347,8 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     info["selection"] = selection_info(opts.install, opts.recipe, opts.format) if opts.format else None
     if manifest is not None and info["selection"]:
         check_model(manifest, info["selection"])
+    if manifest is not None:
+        check_model_files(manifest, opts)
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     if plan.receipt.exists():

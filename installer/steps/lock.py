@@ -211,7 +211,9 @@ class LockStep:
 
     def inputs(self, ctx: StepContext) -> Any:
         locked = ctx.options.locked
-        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None}
+        # the sources the lock's files are named from (a kit's folder, moved or another kit: its wheels' URLs)
+        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None,
+                "sources": stack_uv(ctx).sources(torch_index=True)}
 
     def run(self, ctx: StepContext) -> LockResult:
         from ..lock.pylock import build_lock, diff_against, dumps, split_installed
