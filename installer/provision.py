@@ -120,17 +120,27 @@ def recipe_for(root: Path, given: str | None) -> str:
             return name
         return path
 
-    latest = records[-1]                  # the last run begun says what the stack is being made into
-    its = shown(latest)
+    # the receipt's (what the stack was made with), then the last run begun (what it is being made into)
+    named = list(dict.fromkeys(shown(r) for r in records))
     stack = shlex.quote(str(root))
+
+    def cmd(recipe: str) -> str:
+        return f"`october_setup {stack} --recipe {shlex.quote(recipe)}`"
+
     found = "; ".join(f"recipe {n}" + (f" ({p})" if p else "") + f" in its {w}" for n, p, w, _ in records)
+    if len(named) == 1:
+        fix = f"re-run with its recipe: {cmd(named[0])}"
+    else:                                 # a run of another recipe stopped before its receipt (a failed preflight)
+        fix = (f"re-run with the recipe its receipt names: {cmd(named[0])}; or go on with the run begun later: "
+               f"{cmd(named[1])}")
+    if DEFAULT_RECIPE not in named:
+        fix += f"; or switch it on purpose: {cmd(DEFAULT_RECIPE)}"
     raise UsageError(f"no --recipe given, and the stack {root} was set up with recipe "
                      f"{' and then '.join(dict.fromkeys(n for n, _, _, _ in records))}",
-                     expected=f"--recipe {shlex.quote(its)} for this stack (without --recipe a run means --recipe "
-                              f"{DEFAULT_RECIPE}, the shipped one, which would rebuild it under another recipe)",
-                     found=found,
-                     fix=f"re-run with its recipe: `october_setup {stack} --recipe {shlex.quote(its)}`; or switch it "
-                         f"on purpose: `october_setup {stack} --recipe {DEFAULT_RECIPE}`")
+                     expected=" or ".join(f"--recipe {shlex.quote(n)}" for n in named) + " for this stack (without "
+                              f"--recipe a run means --recipe {DEFAULT_RECIPE}, the shipped one, which would rebuild "
+                              "it under another recipe)",
+                     found=found, fix=fix)
 
 
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:

@@ -210,6 +210,18 @@ def test_the_default_recipe_is_known_by_its_file_not_only_its_name(tmp_path: Pat
     assert "current and then flashinfer-pr3812" in str(err.value)
     assert "--recipe flashinfer-pr3812" in err.value.fix and ".state/recipe-used.json" in str(err.value.found)
 
+    # the scenario hunt: a stack of a recipe of the user's, then a run of current that failed at its preflight:
+    # the fix offered `--recipe current` twice ("re-run with its recipe" and "switch it on purpose") and never
+    # the receipt's recipe; now each recorded recipe once, the receipt's first
+    stack = tmp_path / "e"
+    _records(stack, {"name": "fixture", "path": str(mine), "sha256": sha256_file(mine)},
+             {"name": "current", "path": str(shipped), "sha256": sha256_file(shipped)})
+    with pytest.raises(UsageError) as err:
+        recipe_for(stack, None)
+    fix = err.value.fix or ""
+    assert fix.count("--recipe current") == 1 and fix.index(f"--recipe {mine}") < fix.index("--recipe current"), fix
+    assert "receipt names" in fix and f"--recipe {mine} or --recipe current" in str(err.value.expected)
+
     stack = tmp_path / "d"                               # an older stack: a receipt only, its checkout gone
     _records(stack, {"name": "current", "path": "/gone/recipes/current.toml"}, None)
     assert recipe_for(stack, None) == "current"
