@@ -243,8 +243,9 @@ class FileSystemError(OctoberError):
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|os error 28\b|Errno 28\b|Disk quota exceeded|"
                         r"\bEDQUOT\b|os error 122\b|Errno 122\b")
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-DISK_FULL_FIX = ("free space there (`df -h` shows which filesystem is full), or point STACK / --cache-dir "
-                 "at a larger one; then re-run the same command (finished work is kept)")
+DISK_FULL_FIX = ("free space there (`df -h` shows which filesystem is full), or point the path that names it "
+                 "(STACK, --cache-dir, --local-dir, --output, a kit's DIR) at a larger one; then re-run the same "
+                 "command (finished work is kept)")
 
 
 def says_disk_full(text: str) -> bool:
