@@ -9,7 +9,7 @@ engine loads the directory its manifest names.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..core.errors import DownloadError
 from .verify import CORRUPT_INFIX, Expected, verify_files
@@ -42,7 +42,8 @@ def refuse_extras(root: Path, patterns: Sequence[str], listed: Collection[str], 
                             fix=f"move them out of {root} (nothing was changed), {then}")
 
 
-def check_copy(manifest: Mapping[str, Any], *, redo: str) -> None:
+def check_copy(manifest: Mapping[str, Any], *, redo: str,
+               hashed: Callable[[float, float | None], None] | None = None) -> None:
     """Every file the manifest lists, in its ``local_path``, hashed again (sha256 and size) and nothing more
     selected there: what ``current smoke`` loads is what the download verified (``redo``: the command that
     fetches it again).  Nothing is moved: the copy may not be the tool's own (``--model-dir``)."""
@@ -54,7 +55,7 @@ def check_copy(manifest: Mapping[str, Any], *, redo: str) -> None:
                             fix=redo)
     where = f"the model {manifest.get('repo')}@{manifest.get('revision')} in {root}"
     verify_files(root, [Expected(str(f["path"]), int(f["size"]), str(f["sha256"]), None, source="manifest")
-                        for f in listed], where=where, move_bad=False,
+                        for f in listed], where=where, move_bad=False, hashed=hashed,
                  fix=f"the copy changed after its download was verified (nothing was moved): {redo}")
     refuse_extras(root, list(manifest.get("patterns") or ["*"]), {str(f["path"]) for f in listed},
                   where="its download manifest", then="then run the smoke again")

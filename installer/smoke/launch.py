@@ -124,14 +124,22 @@ def check_model(path: Path, selection: Mapping[str, Any]) -> None:
                              f"{shlex.quote(str(selection.get('recipe')))} --output {shlex.quote(str(path))}`, or pass the manifest of that model")
 
 
-def check_model_files(path: Path, opts: SmokeOptions) -> None:
+def check_model_files(path: Path, opts: SmokeOptions, ui: Any = None) -> None:
     """The model the engine will load is, file by file, what its download verified (hashed again: a file
-    changed since, or one the manifest does not list beside them, is refused before the engine starts)."""
+    changed since, or one the manifest does not list beside them, is refused before the engine starts);
+    ``ui``: its bytes hashed shown as a progress bar (a model is gigabytes)."""
     from ..download.copycheck import check_copy
     from ..download.manifest import load_manifest
 
     redo = f"run `{choices.download_command(opts.install, opts.recipe, opts.format or 'awq', path)}` to fetch it again"
-    check_copy(load_manifest(path), redo=redo)
+    manifest = load_manifest(path)
+    if ui is None:
+        check_copy(manifest, redo=redo)
+        return
+    ui.task_start("model", f"hashing the {len(manifest["files"])} file(s) of {manifest['repo']} in "
+                           f"{manifest['local_path']} again (what the engine loads is what the download verified)")
+    check_copy(manifest, redo=redo, hashed=lambda done, total: ui.transfer("model sha256", done, total, "B"))
+    ui.task_done("model", "every file as its download verified it")
 
 
 def _forks(data: Any) -> dict[str, str]:
@@ -348,7 +356,7 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     if manifest is not None and info["selection"]:
         check_model(manifest, info["selection"])
     if manifest is not None:
-        check_model_files(manifest, opts)
+        check_model_files(manifest, opts, ui)
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))
     if plan.receipt.exists():
