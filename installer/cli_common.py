@@ -25,6 +25,7 @@ from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; 
     dir_option,
     empty_path,
     file_option,
+    interrupt_message,
     kit_argument,
     print_json,
     print_json_error,
@@ -75,6 +76,18 @@ class Command(TyperCommand):
     and an empty path given to any path option or argument is a usage error (:func:`empty_path`), caught here on
     the raw text, before typer turns ``""`` into ``Path(".")`` and no command could tell it from the current
     directory."""
+
+    def invoke(self, ctx: Any) -> Any:
+        """Ctrl-C in a command outside its guard (typer made it a silent ``Exit(130)``, and CPython could still
+        end the process by SIGINT): the interrupt's message, its ``--json`` document, 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            code, title, message = interrupt_message(exc)
+            ConsoleReporter().error(title, message)
+            if ctx.params.get("as_json"):
+                print_json_error(ctx.command_path, code, title, message)
+            raise CommandExit(code) from None
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]

@@ -332,3 +332,26 @@ def test_a_no_op_whose_reader_left_is_141_too(tmp_path: Path) -> None:
     finally:
         os.close(write)
     assert "Traceback" not in run.stderr and run.returncode == 141, run
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(tmp_path: Path, as_json: bool) -> None:
+    """The review: typer turns a KeyboardInterrupt raised in a command body outside ``guarded`` into a silent
+    ``Exit(130)``, and one raised in exec'd string code then ended ``python -m`` by SIGINT (-2).  Every command
+    (``cli_common.Command``) now answers it as the guard does: the message, the ``--json`` document, 130."""
+    (tmp_path / "ctrlc_app.py").write_text(
+        "import sys\n"
+        "from october.installer.cli_common import command, json_option, new_app, run_app\n"
+        "app = new_app('t')\n"
+        "@command(app)\n"
+        "def go(as_json: bool = json_option('x')) -> None:\n"
+        "    exec('raise KeyboardInterrupt')\n"
+        "sys.exit(run_app(app, 't', sys.argv[1:]))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(PROJECT_ROOT)]))
+    run = subprocess.run([sys.executable, "-m", "ctrlc_app", *(["--json"] if as_json else [])], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 130, run
+    assert "error: interrupted: stopped by the user; re-run the same command to resume" in run.stderr, run.stderr
+    if as_json:
+        doc = json.loads(run.stdout)
+        assert doc["exit_code"] == 130 and doc["ok"] is False
