@@ -528,7 +528,7 @@ def test_a_local_dir_holding_files_of_the_users_is_refused_and_left_as_it_was(en
     (mine / WEIGHT).write_bytes(b"mine")
     with pytest.raises(DownloadError) as ei:
         run_download(env.opts("awq", local_dir=mine))
-    assert "holds files no download of this tool made" in str(ei.value) and "config.json" in str(ei.value)
+    assert "holds files no download made" in str(ei.value) and "config.json" in str(ei.value)
     assert ei.value.fix and "--model-dir" in ei.value.fix
     assert (mine / "config.json").read_text() == '{"my": "precious config"}' and (mine / WEIGHT).read_bytes() == b"mine"
     assert sorted(p.name for p in mine.iterdir()) == ["config.json", WEIGHT]
@@ -543,12 +543,42 @@ def test_a_local_dir_holding_files_of_the_users_is_refused_and_left_as_it_was(en
     assert (empty / ".october" / "download.lock").exists()
 
 
+@pytest.mark.parametrize("layout", ["hf-download", "mount-point", "older-version"])
+def test_a_local_dir_a_download_made_or_a_bare_mount_point_is_taken(env: Env, layout: str) -> None:
+    """The review: ``hf download --local-dir`` (its ``.cache/huggingface/download/``), a fresh filesystem's
+    ``lost+found``, and an earlier version's unfinished download (its files, the hub's bookkeeping, no
+    ``.october/``) are not a user's own files."""
+    d = env.tmp / "dl"
+    d.mkdir()
+    if layout == "mount-point":
+        (d / "lost+found").mkdir()
+    else:
+        (d / ".cache" / "huggingface" / "download").mkdir(parents=True)
+        (d / "config.json").write_bytes(env.awq.files["config.json"])
+    run_download(env.opts("awq", local_dir=d))
+    assert (d / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+
+
+def test_a_refused_local_dir_names_how_to_adopt_it(env: Env) -> None:
+    d = env.tmp / "mine"
+    d.mkdir()
+    (d / "config.json").write_bytes(env.awq.files["config.json"])
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", local_dir=d))
+    assert f"mkdir {d / '.october'}" in (ei.value.fix or "")
+    (d / ".october").mkdir()
+    run_download(env.opts("awq", local_dir=d))
+
+
 @pytest.mark.parametrize("offline", [False, True])
-@pytest.mark.parametrize("extra", ["model-00003-of-00003.safetensors", "sub/stale.safetensors"])
-def test_a_selected_file_the_pin_does_not_list_is_refused(env: Env, offline: bool, extra: str) -> None:
-    """The scenario hunt: a shard of another revision (or any file the patterns select) beside the pinned
-    ones was accepted online and ``--offline``; vLLM loads every ``*.safetensors`` of a directory without an
-    index.  Now refused, named, and left in place; once it is gone the same command passes."""
+@pytest.mark.parametrize("extra", ["model-00003-of-00003.safetensors", "sub/stale.safetensors",
+                                   "x.corrupt-.safetensors", "special_tokens_map.json", "chat_template.jinja"])
+def test_a_file_the_pin_does_not_list_is_refused(env: Env, offline: bool, extra: str) -> None:
+    """The scenario hunt: a shard of another revision beside the pinned ones was accepted online and
+    ``--offline``; vLLM loads every ``*.safetensors`` of a directory without an index, and its tokenizer reads
+    files the patterns may not select (the review).  In a folder the tool downloads into nothing else may be:
+    refused, named, left in place; once it is gone the same command passes.  Only the names the tool gives a
+    bad file it moved aside are let through (the review: ``x.corrupt-.safetensors`` was)."""
     run_download(env.opts("awq"))
     planted = env.local_dir() / extra
     planted.parent.mkdir(parents=True, exist_ok=True)

@@ -548,6 +548,9 @@ def test_a_stack_run_again_from_a_moved_kit_locks_the_kit_it_used(kit_and_recipe
                 extra_env=_offline_env())
     assert again.returncode == 0, again.stderr
     assert wheel_urls() and all(str(moved / "wheels") in u for u in wheel_urls()), wheel_urls()
+    third = cli(str(stack), "--recipe", str(recipe), "--kit", str(moved), "--cache-dir", str(cache),
+                extra_env=_offline_env())
+    assert third.returncode == 0 and "(0 step(s) ran" in third.stdout, third.stdout + third.stderr
     checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stderr

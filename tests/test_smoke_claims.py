@@ -182,7 +182,7 @@ def test_a_fixtures_dir_that_is_not_there_has_a_truthful_fix(tmp_path: Path, giv
     assert "cannot pass" in text
 
 
-@pytest.mark.parametrize("plant", ["changed", "extra-shard", "gone"])
+@pytest.mark.parametrize("plant", ["changed", "extra-shard", "gone", "tokenizer-file"])
 def test_a_model_copy_changed_since_its_download_is_refused_before_the_engine(tmp_path: Path, plant: str) -> None:
     """The scenario hunt: smoke checked the manifest's schema, repo and revision, never the files: a shard
     changed after ``current download`` verified it was loaded, and the receipt named the pinned model.  Now the
@@ -199,6 +199,9 @@ def test_a_model_copy_changed_since_its_download_is_refused_before_the_engine(tm
         doc["patterns"] = ["config.json", "*.safetensors"]
         manifest.write_text(json.dumps(doc))
         (model / "model-00009-of-00009.safetensors").write_bytes(b"\0" * 64)
+    elif plant == "tokenizer-file":           # a folder the tool downloaded into holds nothing unlisted
+        (model / ".october").mkdir()
+        (model / "special_tokens_map.json").write_text("{}")
     else:
         (model / "config.json").unlink()
     out = tmp_path / "out"
@@ -206,7 +209,22 @@ def test_a_model_copy_changed_since_its_download_is_refused_before_the_engine(tm
         run_smoke(SmokeOptions(install=stack, format="fp16", output=out, level=None, fixtures=fixtures,
                                manifest=manifest, device="cpu"), cwd=tmp_path, echo=lambda _: None, base_env=_env())
     words = {"changed": "failed verification", "extra-shard": "model-00009-of-00009.safetensors",
-             "gone": "failed verification"}[plant]
-    assert words in str(ei.value) and ("move them out" if plant == "extra-shard" else "current download") in \
+             "gone": "failed verification", "tokenizer-file": "special_tokens_map.json"}[plant]
+    extra = plant in ("extra-shard", "tokenizer-file")
+    assert words in str(ei.value) and ("move them out" if extra else "current download") in \
         (ei.value.fix or ""), str(ei.value)
     assert not (out / "receipt.json").exists()
+
+
+def test_a_kernel_smoke_does_not_hash_the_model_it_never_loads(tmp_path: Path) -> None:
+    """The review: the model was hashed (16 GB: ~22 s) whenever a manifest was found, at levels that never load
+    it, and a kernel smoke failed when the model folder had moved."""
+    import shutil
+
+    stack = _stack_without_vllm(tmp_path)
+    manifest, fixtures, model = make_inputs(tmp_path / "in")
+    shutil.rmtree(model)
+    out = tmp_path / "out"
+    run_smoke(SmokeOptions(install=stack, format="fp16", output=out, level="kernel", fixtures=fixtures,
+                           manifest=manifest, device="cpu"), cwd=tmp_path, echo=lambda _: None, base_env=_env())
+    assert load_receipt(out / "receipt.json")["level"] == "kernel"

@@ -8,11 +8,14 @@ engine loads the directory its manifest names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..core.errors import DownloadError
 from .verify import CORRUPT_INFIX, Expected, verify_files
+
+OWN_DIR = ".october"            # in a folder the tool downloads into: its lock and its record of verified hashes
 
 
 def local_files(root: Path) -> list[str]:
@@ -21,23 +24,33 @@ def local_files(root: Path) -> list[str]:
     return sorted(rel.as_posix() for rel in files if not any(part.startswith(".") for part in rel.parts[:-1]))
 
 
-def extras(root: Path, patterns: Sequence[str], listed: Collection[str]) -> list[str]:
-    """The files of ``root`` the patterns select that are not ``listed`` (nor a bad file moved aside)."""
+def moved_aside(path: str) -> bool:
+    """A bad file :func:`~.verify.verify_files` renamed (``<name>.corrupt-<8 hex>``), no other name."""
+    return re.search(re.escape(CORRUPT_INFIX) + r"[0-9a-f]{8}$", path) is not None
+
+
+def extras(root: Path, patterns: Sequence[str] | None, listed: Collection[str]) -> list[str]:
+    """The files of ``root`` that are not ``listed`` (nor a bad file moved aside): every one in a folder the
+    tool downloads into (``patterns`` None), else those the patterns select (a copy of the user's)."""
     from .hub import select
 
-    return [p for p in select(local_files(root), patterns) if p not in listed and CORRUPT_INFIX not in p]
+    present = local_files(root)
+    chosen = [p for p in present if not p.rpartition("/")[2].startswith(".")] if patterns is None \
+        else select(present, patterns)
+    return [p for p in chosen if p not in listed and not moved_aside(p)]
 
 
-def refuse_extras(root: Path, patterns: Sequence[str], listed: Collection[str], *, where: str,
+def refuse_extras(root: Path, patterns: Sequence[str] | None, listed: Collection[str], *, where: str,
                   then: str = "or download into a new --local-dir") -> None:
-    """:class:`DownloadError` naming the files of ``root`` the patterns select beyond ``listed``."""
+    """:class:`DownloadError` naming the files of ``root`` beyond ``listed`` (see :func:`extras`)."""
     found = extras(root, patterns, listed)
     if found:
         shown = ", ".join(found[:5]) + (f", ... {len(found) - 5} more" if len(found) > 5 else "")
+        among = "in the folder" if patterns is None else f"among the files the patterns {list(patterns)} select"
         raise DownloadError(f"{root} holds {len(found)} file(s) that {where} does not list",
-                            expected=f"only the {len(listed)} file(s) of the pinned revision among the files the "
-                                     f"patterns {list(patterns)} select (vLLM loads every *.safetensors of a "
-                                     "directory without an index)",
+                            expected=f"only the {len(listed)} file(s) of the pinned revision {among} (vLLM loads "
+                                     "every *.safetensors of a folder without an index, and its tokenizer reads "
+                                     "the JSON files beside them)",
                             found=shown,
                             fix=f"move them out of {root} (nothing was changed), {then}")
 
@@ -57,5 +70,8 @@ def check_copy(manifest: Mapping[str, Any], *, redo: str,
     verify_files(root, [Expected(str(f["path"]), int(f["size"]), str(f["sha256"]), None, source="manifest")
                         for f in listed], where=where, move_bad=False, hashed=hashed,
                  fix=f"the copy changed after its download was verified (nothing was moved): {redo}")
-    refuse_extras(root, list(manifest.get("patterns") or ["*"]), {str(f["path"]) for f in listed},
-                  where="its download manifest", then="then run the smoke again")
+    # a folder the tool downloaded into holds nothing else; a copy of the user's (--model-dir), nothing else
+    # the selection's patterns match
+    patterns = None if (root / OWN_DIR).is_dir() else list(manifest.get("patterns") or ["*"])
+    refuse_extras(root, patterns, {str(f["path"]) for f in listed}, where="its download manifest",
+                  then="then run the smoke again")

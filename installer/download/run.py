@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -20,12 +21,11 @@ from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadError, ScalesError
 from ..core.hashing import sha256_file
 from . import hub
-from .copycheck import local_files, refuse_extras
+from .copycheck import OWN_DIR, local_files, refuse_extras
 from .manifest import build_manifest, write_manifest
 from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
 from .verify import Expected, VerifiedFile, verify_files
 
-RECORD_DIR = ".october"
 RECORD_NAME = "verified.json"
 RECORD_KIND = "october-verified-files"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
@@ -84,7 +84,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
     check_writable(plan)
-    if not plan.local_source:
+    if not plan.local_source and not plan.offline:
         check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
         if plan.local_source:
@@ -121,21 +121,28 @@ def check_writable(plan: DownloadPlan) -> None:
     require_writable(option, plan.local_dir, what=what)
 
 
+HUB_DOWNLOADS = Path(".cache") / "huggingface" / "download"   # huggingface_hub's own record in a local_dir
+NOT_CONTENT = frozenset({"lost+found", ".DS_Store"})            # a fresh mount point, a Mac's folder view
+
+
 def check_owned(plan: DownloadPlan) -> None:
-    """A ``--local-dir`` must be new, empty, or one a download made (it holds ``.october/``): the download
-    writes the hub's files over whatever is there, a user's own ``config.json`` included."""
+    """A ``--local-dir`` must be new, empty, or a download's (``.october/``: this tool's, an earlier version's
+    unfinished one included; ``.cache/huggingface/download/``: ``hf download``'s): the download writes the hub's
+    files over whatever is there, a user's own ``config.json`` included."""
     d = plan.local_dir
-    if plan.default_local_dir or not d.is_dir() or (d / RECORD_DIR).is_dir():
+    if plan.default_local_dir or not d.is_dir() or (d / OWN_DIR).is_dir() or (d / HUB_DOWNLOADS).is_dir():
         return
-    theirs = sorted(p.name for p in d.iterdir())
+    theirs = sorted(p.name for p in d.iterdir() if p.name not in NOT_CONTENT)
     if theirs:
-        raise DownloadError(f"--local-dir {d} holds files no download of this tool made",
-                            expected="a new or empty directory, or one an earlier `current download` wrote "
-                                     f"(it holds {RECORD_DIR}/)",
+        raise DownloadError(f"--local-dir {d} holds files no download made",
+                            expected=f"a new or empty directory, or one a download made (it holds {OWN_DIR}/ or "
+                                     f"{HUB_DOWNLOADS}/)",
                             found=f"{len(theirs)} entr{'y' if len(theirs) == 1 else 'ies'}: {', '.join(theirs[:5])}"
                                   + (" ..." if len(theirs) > 5 else ""),
-                            fix="pass a new --local-dir (nothing was changed there); to check a copy you made "
-                                "yourself against the recipe's pins, pass it as --model-dir")
+                            fix="pass a new --local-dir (nothing was changed there); if it is a download of this "
+                                f"model you want finished and checked, `mkdir {shlex.quote(str(d / OWN_DIR))}` "
+                                "adopts it (its files are then verified, and replaced where they differ); to check "
+                                "a copy of yours in place, pass it as --model-dir")
 
 
 def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
@@ -151,7 +158,7 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
                             expected=f"files matching {list(plan.patterns)}", found="none",
                             fix=f"fix [models.{plan.selection}].patterns in {plan.recipe_path}")
     expected = _expected_from_hub(plan, snap)
-    refuse_extras(plan.local_dir, plan.patterns, {e.path for e in expected}, where=f"{plan.where} (the hub's listing)")
+    refuse_extras(plan.local_dir, None, {e.path for e in expected}, where=f"{plan.where} (the hub's listing)")
 
     plan.local_dir.mkdir(parents=True, exist_ok=True)
     tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
@@ -238,7 +245,7 @@ def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | N
 
 
 def _record_path(plan: DownloadPlan) -> Path:
-    return plan.local_dir / RECORD_DIR / RECORD_NAME
+    return plan.local_dir / OWN_DIR / RECORD_NAME
 
 
 def _write_record(plan: DownloadPlan, files: list[VerifiedFile]) -> None:
@@ -281,7 +288,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     if stray:
         raise DownloadError(f"--offline: the recipe pins a sha256 for '{stray[0]}', which the local copy lacks",
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
-    refuse_extras(plan.local_dir, plan.patterns, wanted, where=f"the record {rec_path}")
+    refuse_extras(plan.local_dir, None, wanted, where=f"the record {rec_path}")
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
                          source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
@@ -327,7 +334,7 @@ def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, A
 def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
-    lock_path = plan.local_dir / RECORD_DIR / "download.lock"     # inside: the folder given is the one written
+    lock_path = plan.local_dir / OWN_DIR / "download.lock"     # inside: the folder given is the one written
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path), timeout=0)
     try:

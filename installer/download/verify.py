@@ -58,22 +58,24 @@ class Problem:
         return f"{self.path}: expected {self.what} {self.expected}, found {self.found}{tail}"
 
 
-def digest_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Digest:
+def digest_file(path: Path, on_chunk: Callable[[int], None] | None = None, *, blob_id: bool = True) -> Digest:
+    """``blob_id``: git's object id too (the only hub record of a plain git file); else ``blob_id`` is ""."""
     size = path.stat().st_size
     sha = hashlib.sha256()
-    blob = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
+    blob = hashlib.sha1(f"blob {size}\0".encode()) if blob_id else None  # noqa: S324 - git's object id
     n = 0
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             sha.update(chunk)
-            blob.update(chunk)
+            if blob is not None:
+                blob.update(chunk)
             n += len(chunk)
             if on_chunk is not None:
                 on_chunk(len(chunk))
     if n != size:  # the file changed while we read it
         raise DownloadError(f"{path} changed while it was being hashed", expected=f"{size} bytes",
                             found=f"{n} bytes", fix="make sure no other process writes there, then re-run")
-    return Digest(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest())
+    return Digest(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest() if blob is not None else "")
 
 
 def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = None
@@ -81,7 +83,7 @@ def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = N
     f = root / exp.path
     if not f.is_file():
         return None, Problem(exp.path, "file", "to exist", "nothing")
-    d = digest_file(f, on_chunk)
+    d = digest_file(f, on_chunk, blob_id=exp.sha256 is None)
     if exp.sha256 is not None and d.sha256 != exp.sha256:
         return None, Problem(exp.path, "sha256", exp.sha256, d.sha256)
     if exp.sha256 is None:
@@ -122,7 +124,7 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
         assert bad is not None
         f = root / exp.path
         if f.is_file() and move_bad:        # renamed so that nothing mistakes it for the real one
-            aside = f.with_name(f"{f.name}{CORRUPT_INFIX}{digest_file(f).sha256[:8]}")
+            aside = f.with_name(f"{f.name}{CORRUPT_INFIX}{digest_file(f, blob_id=False).sha256[:8]}")
             os.replace(f, aside)
             bad = replace(bad, moved_to=aside)
             if on_bad is not None:

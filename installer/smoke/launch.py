@@ -355,7 +355,7 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     info["selection"] = selection_info(opts.install, opts.recipe, opts.format) if opts.format else None
     if manifest is not None and info["selection"]:
         check_model(manifest, info["selection"])
-    if manifest is not None:
+    if manifest is not None and (opts.level or info["promised_level"]) == "engine":    # the one level that loads it
         check_model_files(manifest, opts, ui)
     write_json_atomic(info_path, info)
     plan = plan_smoke(opts, python, manifest, info_path, env, runtime, stack_code_root(default_cache_dir(env)))

@@ -211,9 +211,11 @@ class LockStep:
 
     def inputs(self, ctx: StepContext) -> Any:
         locked = ctx.options.locked
-        # the sources the lock's files are named from (a kit's folder, moved or another kit: its wheels' URLs)
-        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None,
-                "sources": stack_uv(ctx).sources(torch_index=True)}
+        # a kit's sources name the lock's files (a moved kit, another kit: its wheels' URLs); without a kit they
+        # are the recipe's (its sha256), and a stack of an earlier version keeps its fingerprint (no re-lock,
+        # which needs the index, on an offline node)
+        kit = {"sources": stack_uv(ctx).sources(torch_index=True)} if ctx.options.kit is not None else {}
+        return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None, **kit}
 
     def run(self, ctx: StepContext) -> LockResult:
         from ..lock.pylock import build_lock, diff_against, dumps, split_installed
