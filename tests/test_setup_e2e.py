@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -630,3 +631,38 @@ def test_an_install_record_of_an_earlier_version_holds_the_env_to_the_lock(world
     ran = {r.name: r.status for r in setup(world, stack, cache).records}
     assert ran["env"] == ran["install"] == "ran", ran
     assert (stack / "pylock.toml").read_bytes() == lock
+
+
+def test_a_replace_ref_that_swaps_a_forks_code_under_its_pinned_commit_is_a_difference(
+        world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``git replace <pin> <evil>`` and a checkout of the pin left HEAD at the pinned
+    commit and ``git status`` clean (git shows the replacement), while the editable install ran the other
+    code; verify passed and a re-run was a no-op.  The tool's git commands now ignore replace refs
+    (``GIT_NO_REPLACE_OBJECTS``): the checkout differs from the pinned tree, verify says so, a re-run refuses
+    the changed clone as any other (exit 8, the way to keep it), and its fix, followed, gives the pinned files."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    alpha = stack / "src" / "alpha"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(alpha), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    pin = git("rev-parse", "HEAD")
+    git("checkout", "-q", "-b", "t")
+    (alpha / "alpha" / "__init__.py").write_text("A = 666\n")
+    git("commit", "-qam", "other code")
+    git("replace", pin, git("rev-parse", "HEAD"))
+    git("checkout", "-q", "--detach", pin)
+    git("branch", "-q", "-D", "t")
+    assert git("rev-parse", "HEAD") == pin and git("status", "--porcelain") == ""     # as git shows it
+    found = verify(stack)
+    assert found.returncode == 13 and "alpha" in found.stderr, found.stderr
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert again.returncode == 8 and "M  alpha/__init__.py" in again.stderr, again.stdout + again.stderr
+    (move,) = re.findall(r"run `(mv [^`]+)`", again.stderr)
+    subprocess.run(shlex.split(move), check=True)
+    done = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "-q")
+    assert done.returncode == 0, done.stderr
+    assert (alpha / "alpha" / "__init__.py").read_text() == "A = 1\n"
+    assert verify(stack).returncode == 0

@@ -22,13 +22,16 @@ _GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_
 
 
 def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for our git commands: never prompt, never follow a stray GIT_DIR."""
+    """The environment for our git commands: never prompt, never follow a stray GIT_DIR, never a replace ref."""
     env = dict(os.environ if base is None else base)
     for key in _GIT_LOCATION_VARS:
         env.pop(key, None)
     env["GIT_TERMINAL_PROMPT"] = "0"      # a private repo fails at once instead of hanging
     env["GCM_INTERACTIVE"] = "never"
     env["LC_ALL"] = "C"                   # stable messages in logs
+    # the objects themselves, never a clone's refs/replace/ substitutes: `git replace <pin> <other>` made a
+    # checkout of the pin hold other code while HEAD and `git status` showed the pin, clean
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.setdefault("GIT_HTTP_LOW_SPEED_LIMIT", "1000")   # a remote or proxy that accepts and stalls ends the
     env.setdefault("GIT_HTTP_LOW_SPEED_TIME", "60")      # fetch (< 1 kB/s for 60 s) instead of hanging for ever
     return with_config(env, PARALLEL_CHECKOUT + NO_REPO_CODE)
