@@ -60,7 +60,7 @@ def _listed(items: Sequence[Any], sep: str, show: Callable[[Any], str] = str) ->
 
 @dataclass(frozen=True)
 class Difference:
-    check: str          # forks | distributions | files | torch | wheel | jit | lock | receipt | stack-env | env
+    check: str          # forks | distributions | files | torch | system | wheel | jit | lock | receipt | stack-env | env
     what: str
     expected: str
     found: str
@@ -388,6 +388,21 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
     return []
 
 
+def check_system(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Difference]:
+    """A site-provided torch's interpreter: the distributions it gives the stack as the lock recorded them
+    (``[tool.october.system.packages]``, in its ``sites``)."""
+    from .lock.drift import system_drift
+
+    changed = system_drift(paths.pylock)
+    if not changed:
+        return []
+    return [Difference("system", "the distributions the stack takes from outside its env (the system "
+                       "interpreter's site directories, [tool.october.system].sites of pylock.toml)",
+                       "what [tool.october.system.packages] of pylock.toml records",
+                       changed, "put them back in that interpreter (this tool never changes it), or "
+                       + fixes.rewrite_lock(paths, receipt) + " as the stack now is")]
+
+
 def check_wheel(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> list[Difference]:
     wheel = ((lock.get("tool") or {}).get(TOOL) or {}).get("wheel") or {}
     if not wheel.get("sha256") or not wheel.get("filename"):
@@ -472,6 +487,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned, scaffold_diffs)
     diffs += check_torch(lock, dists, rerun)
+    diffs += check_system(paths, receipt)
     say("base wheel")
     diffs += check_wheel(paths, lock, rerun)
     say("JIT libraries")

@@ -472,3 +472,39 @@ def test_a_damaged_site_pyc_does_not_fail_the_env_step(tmp_path):
     assert out["torch"] == TORCH
     assert "# the probe failed with the site's bytecode offered; again without it" in \
         ctx.runner.log_path("env").read_text()
+
+
+@pytest.mark.slow
+def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(tmp_path):
+    """The scenario hunt: ``uv pip install`` into the ``--system-python`` interpreter after setup (a package
+    the stack then imports from its site directories): verify passed and the re-run kept a lock that no
+    longer said what the stack uses.  Now verify names it ([system], the lock's
+    ``[tool.october.system.packages]`` against the site directories), and the re-run writes the lock again,
+    saying why (the system is not this tool's to put back)."""
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.lock.pylock import read_lock
+    from october.installer.pipeline.plan import run_setup
+    from tests.fixtures.root import PROJECT_ROOT
+    from tests.fixtures.wheels import build_wheel
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    root = site_torch.parents[4]
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
+    run_setup(opts, SilentReporter())
+
+    def verify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    assert verify().returncode == 0
+    build_wheel(root / "extra", "sysextra", "1.0", {"sysextra/__init__.py": "X = 1\n"})
+    _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
+        str(root / "extra"), "sysextra==1.0", cache=root / "uvc")
+    found = verify()
+    assert found.returncode == 13 and "[system]" in found.stderr and "sysextra - -> 1.0" in found.stderr, found.stderr
+    again = run_setup(opts, SilentReporter())
+    assert {r.name: r.status for r in again.records}["lock"] == "ran"
+    assert read_lock(stack / "pylock.toml")["tool"]["october"]["system"]["packages"]["sysextra"] == "1.0"
+    assert verify().returncode == 0
+    assert all(r.status == "cached" for r in run_setup(opts, SilentReporter()).records)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, canonicalize_version
 
 SHOWN = 5
 
@@ -21,6 +21,49 @@ def installed_versions(env: Path) -> dict[str, str]:
             name, _, version = info.name[: -len(".dist-info")].partition("-")
             out[str(canonicalize_name(name))] = version
     return out
+
+
+def site_versions(sites: Sequence[str]) -> dict[str, str]:
+    """name -> version of every distribution in site directories outside the env (a system interpreter's): a
+    ``.dist-info`` by its name, an ``.egg-info`` (apt's Python packages) by its metadata, as the stack's
+    interpreter lists them (a name in two directories: the later one, as the lock's listing keeps it)."""
+    from importlib.metadata import PathDistribution
+
+    out: dict[str, str] = {}
+    for site in sites:
+        try:
+            entries = sorted(Path(site).iterdir())
+        except OSError:
+            continue
+        for info in entries:
+            if info.name.endswith(".dist-info"):
+                name, _, version = info.name[: -len(".dist-info")].partition("-")
+            elif info.name.endswith(".egg-info"):
+                meta: Any = PathDistribution(info).metadata
+                name, version = (meta["Name"] or "", meta["Version"] or "") if meta is not None else ("", "")
+            else:
+                continue
+            if name and version:
+                out[str(canonicalize_name(name))] = version
+    return out
+
+
+def system_drift(pylock: Path) -> str | None:
+    """What differs between the lock's ``[tool.october.system.packages]`` (what a site-provided torch's
+    interpreter gave the stack) and the site directories it records they were found in (``sites``), now
+    (``name locked -> found``), versions compared as PEP 440 normalizes them; None when they agree, or for a
+    lock without that section (or of a version that did not record the sites)."""
+    try:
+        with open(pylock, "rb") as fh:
+            system = tomllib.load(fh)["tool"]["october"]["system"]
+        locked = {str(canonicalize_name(k)): str(v) for k, v in system["packages"].items()}
+        sites = [str(s) for s in system["sites"]]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    now = {n: v for n, v in site_versions(sites).items() if n != "torch"}
+    same = {n for n in set(locked) & set(now) if canonicalize_version(locked[n]) == canonicalize_version(now[n])}
+    return differences({n: v for n, v in locked.items() if n not in same},
+                       {n: v for n, v in now.items() if n not in same})
 
 
 def drift(env: Path, pylock: Path) -> str | None:

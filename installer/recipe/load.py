@@ -45,6 +45,7 @@ class Recipe:
     jit_builder: str | None = None  # module run as `python -m` in the stack env; None: the FlashInfer builder
     install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
     jit_routes: tuple[str, ...] = DEFAULT_ROUTES
+    kit: str | None = None          # the kit whose wheels are the sources (:func:`with_kit`): its folder
     # the digest of this content when this process validated it (None: a stack's marker was trusted instead)
     validated_digest: str | None = field(default=None, compare=False, repr=False)
 
@@ -107,4 +108,4 @@ def with_kit(recipe: Recipe, kit_root: Path) -> Recipe:
     """The recipe with packages from the kit's wheels only (no index, no torch index).  Reads nothing in the
     kit: the no-op fast path uses it too (the full command verifies the kit first)."""
     return replace(recipe, sources=Sources(no_index=True, find_links=(str(kit_root / "wheels"),)),
-                   torch=replace(recipe.torch, index_url=None))
+                   torch=replace(recipe.torch, index_url=None), kit=str(kit_root))

@@ -16,7 +16,7 @@ from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
 from ..core.runner import Completed
-from ..lock.drift import drift
+from ..lock.drift import drift, system_drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
@@ -101,10 +101,13 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     env = ctx.result(EnvResult)
     rec = dict((env.system_torch or {}) if env is not None else {})
     seen: dict[str, bool] = {}
-    others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in data["distributions"]
-              if from_system_site(ctx, d, seen) and canonicalize_name(d["name"]) != "torch"}
+    system = [d for d in data["distributions"] if from_system_site(ctx, d, seen)]
+    others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in system
+              if canonicalize_name(d["name"]) != "torch"}
+    # where they were found, in the interpreter's order: verify and the no-op hold the packages to them
+    sites = list(dict.fromkeys(str(d["site"]) for d in system))
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
-            "packages": dict(sorted(others.items()))}
+            "packages": dict(sorted(others.items())), "sites": sites}
 
 
 def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
@@ -214,7 +217,7 @@ class LockStep:
         # a kit's sources name the lock's files (a moved kit, another kit: its wheels' URLs); without a kit they
         # are the recipe's (its sha256), and a stack of an earlier version keeps its fingerprint (no re-lock,
         # which needs the index, on an offline node)
-        kit = {"sources": stack_uv(ctx).sources(torch_index=True)} if ctx.options.kit is not None else {}
+        kit = {"sources": stack_uv(ctx).sources(torch_index=True)} if ctx.recipe.kit is not None else {}
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None, **kit}
 
     def run(self, ctx: StepContext) -> LockResult:
@@ -269,4 +272,8 @@ class LockStep:
         if sha256_file(ctx.paths.pylock) != result.sha256:
             return "pylock.toml was changed"
         changed = drift(ctx.paths.env, ctx.paths.pylock)
-        return f"the env changed since the lock was written: {changed}" if changed else None
+        if changed:
+            return f"the env changed since the lock was written: {changed}"
+        # not this tool's to put back: the lock is written again to say what the stack now uses (and names it)
+        system = system_drift(ctx.paths.pylock) if ctx.recipe.torch.from_system else None
+        return f"the system interpreter's packages changed since the lock was written: {system}" if system else None
