@@ -1,9 +1,10 @@
 """What a model directory holds beyond its verified files, and the whole copy checked again before use.
 
-vLLM loads every ``*.safetensors`` of a directory that has no index file, so a file the selection's patterns
-match but the pinned revision does not list (a shard of another revision, a copy planted there) is refused
-like a changed one: by ``current download`` (online and ``--offline``) and by ``current smoke`` before the
-engine loads the directory its manifest names.
+vLLM loads every ``*.safetensors`` of a directory that has no index file, and its tokenizer reads the files
+beside them, so a file the pinned revision does not list (a shard of another revision, a tokenizer file the
+patterns leave out, a copy planted there) is refused like a changed one: by ``current download`` (online and
+``--offline``: the folder it downloads into holds nothing else) and by ``current smoke`` before the engine
+loads the folder its manifest names (a ``--model-dir`` copy of the user's: nothing else the patterns select).
 """
 
 from __future__ import annotations
