@@ -666,3 +666,60 @@ def test_a_replace_ref_that_swaps_a_forks_code_under_its_pinned_commit_is_a_diff
     assert done.returncode == 0, done.stderr
     assert (alpha / "alpha" / "__init__.py").read_text() == "A = 1\n"
     assert verify(stack).returncode == 0
+
+
+def _index_scope(lock: dict) -> dict:
+    """A stack's lock made into a recipe's committed one (locks/<recipe>.pylock.toml): its index packages
+    only, no fork commits (the recipe pins those), scope "index", format-version 2."""
+    out = dict(lock)
+    out["packages"] = [p for p in lock["packages"] if "vcs" not in p]
+    tool = dict(lock["tool"]["october"])
+    tool.pop("forks", None)
+    tool.update({"scope": "index", "format-version": 2})
+    out["tool"] = {"october": tool}
+    return out
+
+
+def test_locked_takes_an_index_scope_lock_whose_forks_the_recipe_pins(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``--recipe R --locked`` with the recipe's committed lock (scope "index", no fork
+    commits by design) failed every time before any download: "fork 'vllm' has no usable commit in the lock"
+    (exit 13).  The forks now come from the recipe's pins, the packages from the lock."""
+    import tomli_w
+
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    index = tmp_path / "index.pylock.toml"
+    index.write_text(tomli_w.dumps(_index_scope(tomllib.loads((tmp_path / "s1" / "pylock.toml").read_text()))))
+    proc = cli(str(tmp_path / "s2"), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--locked",
+               "--lock-file", str(index), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert verify(tmp_path / "s2").returncode == 0
+
+
+@pytest.mark.parametrize("edit", ["newer-format", "other-recipe", "fork-commit", "submodule-commit"])
+def test_locked_refuses_a_lock_it_would_only_half_read(world: World, tmp_path: Path, edit: str) -> None:
+    """The scenario hunt: each of these hand edits passed ``--locked`` (exit 0, the receipt "locked": true
+    from that file, a stack lock that differs from it): a newer format-version (its new parts unread),
+    another recipe's lock, a fork entry whose commit contradicts its package's commit-id, another submodule
+    commit.  Each is refused now (exit 13), naming the part."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    lock = tomllib.loads((tmp_path / "s1" / "pylock.toml").read_text())
+    tool = lock["tool"]["october"]
+    if edit == "newer-format":
+        tool["format-version"], words = 99, "format this october does not read"
+    elif edit == "other-recipe":
+        tool["recipe"]["name"], words = "someone-elses", "was written for recipe someone-elses"
+    elif edit == "fork-commit":
+        tool["forks"]["alpha"]["commit"], words = "f" * 40, "contradicts itself for fork alpha"
+    else:
+        (sub,) = tool["forks"]["beta"]["submodules"]
+        tool["forks"]["beta"]["submodules"][sub], words = "e" * 40, f"fork beta submodule {sub}"
+    import tomli_w
+
+    edited = tmp_path / "edited.toml"
+    edited.write_text(tomli_w.dumps(lock))
+    proc = cli(str(tmp_path / "s2"), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--locked",
+               "--lock-file", str(edited), "-q")
+    assert proc.returncode == 13 and words in proc.stderr, proc.stderr
+    assert not (tmp_path / "s2" / "receipts" / "setup.json").exists()

@@ -35,6 +35,7 @@ class LockedState:
     wheel_sha256: str | None
     packages: Mapping[str, str]                # normalized name -> version (index packages)
     hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> sha256 of its locked wheels
+    submodules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)   # fork -> path -> commit
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,12 @@ def _tool_shape(lock: Mapping[str, Any]) -> str | None:
     return None
 
 
-def locked_state(path: Path, *, option: str | None = None) -> LockedState:
-    parts = locked_state_from_dict(read_lock(path, option=option))
+def locked_state(path: Path, *, option: str | None = None, recipe_name: str | None = None) -> LockedState:
+    """``recipe_name``: the lock must be readable for that recipe (:func:`check_locked`)."""
+    lock = read_lock(path, option=option)
+    if recipe_name is not None:
+        check_locked(lock, path, recipe_name)
+    parts = locked_state_from_dict(lock)
     return LockedState(path=path.resolve(), sha256=sha256_file(path), **parts)
 
 
@@ -214,6 +219,11 @@ def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
         want, got = locked.commits.get(fork), new["commits"].get(fork)
         if want != got:
             problems.append(f"fork {fork}: lock says commit {want}, stack has {got}")
+    for fork in sorted(locked.submodules):
+        want, got = dict(locked.submodules[fork]), dict(new["submodules"].get(fork) or {})
+        for sub in sorted(set(want) | set(got)):
+            if want.get(sub) != got.get(sub):
+                problems.append(f"fork {fork} submodule {sub}: lock says commit {want.get(sub)}, stack has {got.get(sub)}")
     if locked.wheel_sha256 and locked.wheel_sha256 != new["wheel_sha256"]:
         problems.append(f"base wheel: lock says sha256 {locked.wheel_sha256}, stack has {new['wheel_sha256']}")
     return problems
@@ -234,5 +244,43 @@ def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
             shas = tuple(f["hashes"]["sha256"] for f in files if "sha256" in f.get("hashes", {}))
             if shas:
                 hashes[name] = shas
-    wheel = lock.get("tool", {}).get(TOOL, {}).get("wheel") or {}
-    return {"commits": commits, "packages": packages, "hashes": hashes, "wheel_sha256": wheel.get("sha256")}
+    tool = lock.get("tool", {}).get(TOOL, {})
+    wheel = tool.get("wheel") or {}
+    submodules = {str(n): {str(k): str(v) for k, v in (f.get("submodules") or {}).items()}
+                  for n, f in (tool.get("forks") or {}).items() if isinstance(f, dict) and f.get("submodules")}
+    return {"commits": commits, "packages": packages, "hashes": hashes, "wheel_sha256": wheel.get("sha256"),
+            "submodules": submodules}
+
+
+# the [tool.october] format-version this tool reads, by the lock's scope (a stack's own lock; a recipe's
+# committed index lock, locks/<recipe>.pylock.toml)
+FORMAT_VERSIONS = {"stack": 1, "index": 2}
+
+
+def check_locked(lock: Mapping[str, Any], path: Path, recipe_name: str) -> None:
+    """What ``--locked`` would otherwise half-read: a lock of a newer format (its new parts unread), another
+    recipe's lock, a fork entry whose ``commit`` is not its package's ``commit-id`` (a hand edit: which of the
+    two would the run install?).  :class:`LockError` naming the file and the part."""
+    tool = lock.get("tool", {}).get(TOOL, {})
+    scope = str(tool.get("scope") or "stack")
+    known, version = FORMAT_VERSIONS.get(scope), tool.get("format-version")
+    if known is None or not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= known:
+        raise LockError(f"the lock {path} is of a format this october does not read",
+                        expected=f"[tool.{TOOL}] scope = one of {sorted(FORMAT_VERSIONS)} with format-version 1 to "
+                                 f"{known or max(FORMAT_VERSIONS.values())}",
+                        found=f"scope {scope!r}, format-version {version!r}",
+                        fix="use the october that wrote it, or re-create the lock without --locked")
+    name = (tool.get("recipe") or {}).get("name") if isinstance(tool.get("recipe"), dict) else None
+    if name is not None and name != recipe_name:
+        raise LockError(f"the lock {path} was written for recipe {name}, not {recipe_name}",
+                        expected=f"a lock of recipe {recipe_name} ([tool.{TOOL}.recipe] name)", found=repr(name),
+                        fix=f"pass --recipe {name} to install that lock, or the lock of {recipe_name}")
+    ids = locked_state_from_dict(lock)["commits"]
+    for fork, entry in sorted((tool.get("forks") or {}).items()):
+        said = entry.get("commit") if isinstance(entry, dict) else None
+        if said is not None and fork in ids and said != ids[fork]:
+            raise LockError(f"the lock {path} contradicts itself for fork {fork}",
+                            expected=f"[tool.{TOOL}.forks.{fork}] commit = the package's vcs commit-id {ids[fork]}",
+                            found=str(said), fix=f"restore {path} (a stack's own is written again by a run "
+                                                 "without --locked)")
+

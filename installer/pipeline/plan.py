@@ -54,7 +54,7 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
     from ..lock.pylock import locked_state  # packaging.pylock: only under --locked
 
     if lock_file is not None:
-        return locked_state(lock_file, option="--lock-file")
+        return locked_state(lock_file, option="--lock-file", recipe_name=recipe.name)
     # the project's committed lock for the recipe, else the stack's own
     committed, own = inside(locks_dir(), f"{recipe.name}.pylock.toml"), StackPaths(stack).pylock
     lock_file = committed if committed.exists() else own
@@ -64,7 +64,7 @@ def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | 
                               found="neither exists",
                               fix="run october_setup once without --locked (it writes STACK/pylock.toml), or pass "
                                   "--lock-file PATH")
-    return locked_state(lock_file)
+    return locked_state(lock_file, recipe_name=recipe.name)
 
 
 @dataclass(frozen=True)

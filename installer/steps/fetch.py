@@ -59,7 +59,8 @@ class FetchStep:
             ctx.ui.detail(f"{fork.name}: {sdist.filename} is commit {made.commit} (tag {made.tag}, {made.path})")
             source = str(made.path)
         mirror = open_mirror(o.cache_dir, fork.fetch_url, fork.name, source=source)
-        locked = o.locked.commits if o.locked is not None else None
+        # an index-scope lock (locks/<recipe>.pylock.toml) names no fork commits: the recipe's pins hold
+        locked = o.locked.commits if o.locked is not None and o.locked.commits else None
         res = resolve_pin(ctx.runner, self.name, mirror, fork.pin, locked)
         if res.how == "prefix":
             ctx.ui.detail(f"{fork.name}: '{res.requested}' on branch '{res.branch}' is {res.commit}")
