@@ -355,3 +355,26 @@ def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(
     if as_json:
         doc = json.loads(run.stdout)
         assert doc["exit_code"] == 130 and doc["ok"] is False
+
+
+def test_a_bug_is_an_internal_error_with_its_traceback_and_json_not_a_bare_crash(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenario hunt: a TypeError in a message's own formatting ended the run in a bare traceback, exit 1,
+    and ``--json`` printed nothing.  Any exception no check made an error of its own is now exit 70 ("internal
+    error"), its traceback on stderr with secrets masked, and the --json error document on stdout."""
+    from october.installer.core.cliargs import CommandExit, run_guarded
+    from october.installer.core.ui import ConsoleReporter
+
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue123456")
+
+    def buggy() -> None:
+        raise TypeError("argument of type 'NoneType' is not iterable (token hf_supersecretvalue123456)")
+
+    with pytest.raises(CommandExit) as ended:
+        run_guarded(buggy, ConsoleReporter(), json_command="october_setup")
+    assert ended.value.code == 70
+    out, err = capsys.readouterr()
+    assert "Traceback" in err and "TypeError" in err and "internal error" in err and "please report it" in err
+    assert "hf_supersecretvalue123456" not in out + err
+    doc = json.loads(out)
+    assert doc["exit_code"] == 70 and doc["ok"] is False and doc["error"]["title"] == "internal error"

@@ -723,3 +723,20 @@ def test_locked_refuses_a_lock_it_would_only_half_read(world: World, tmp_path: P
                "--lock-file", str(edited), "-q")
     assert proc.returncode == 13 and words in proc.stderr, proc.stderr
     assert not (tmp_path / "s2" / "receipts" / "setup.json").exists()
+
+
+def test_a_torch_pin_without_its_local_tag_names_the_build_the_sources_served(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``[torch] version = "2.10.0"`` where the sources hold only ``2.10.0+fixture``: uv took
+    that build (PEP 440), the check then failed on an exact dist-info and its message crashed on a recipe
+    without a torch index (a traceback, exit 1, nothing on stdout with --json).  Now the env error names the
+    build installed and the pin to write."""
+    text = world.recipe.read_text()
+    assert 'version = "2.10.0+fixture"' in text
+    world.recipe.write_text(text.replace('version = "2.10.0+fixture"', 'version = "2.10.0"', 1))
+    proc = cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "--json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    from october.installer.core.errors import EnvError
+
+    assert proc.returncode == EnvError.exit_code, proc.stderr
+    assert "found torch 2.10.0+fixture" in proc.stderr and 'version = "2.10.0+fixture"' in proc.stderr
+    assert json.loads(proc.stdout)["exit_code"] == EnvError.exit_code

@@ -68,6 +68,12 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
         code, title, message = err.exit_code, err.title, redact(err.message, env_secrets())
     except KeyboardInterrupt as exc:
         code, title, message = interrupt_message(exc)
+    except CommandExit:
+        raise                       # a command within that said its own
+    except Exception as exc:        # a bug: still a message, its exit code (70) and --json's document
+        if type(exc).__module__.startswith(("click", "typer")):
+            raise                   # the command line's own answers (an exit, a usage error)
+        code, title, message = internal_error(exc)
     ui.error(title, message)
     if json_command:
         print_json_error(json_command, code, title, message)
@@ -85,6 +91,22 @@ def interrupt_message(exc: KeyboardInterrupt) -> tuple[int, str, str]:
     signum = getattr(exc, "signum", None)
     why = str(exc) if isinstance(signum, int) else "stopped by the user"
     return (128 + signum if isinstance(signum, int) else 130), "interrupted", f"{why}; re-run the same command to resume"
+
+
+def internal_error(exc: Exception) -> tuple[int, str, str]:
+    """An exception none of the tool's checks made an error of its own: its traceback on stderr (secrets
+    masked) for the report, and the exit code, title and message of :class:`InternalError`."""
+    import traceback
+
+    from .errors import InternalError
+    from .redact import env_secrets, redact
+
+    secrets = env_secrets()
+    print(redact("".join(traceback.format_exception(exc)), secrets), file=sys.stderr, end="")
+    err = InternalError(f"{type(exc).__name__}: {redact(str(exc), secrets)}",
+                        fix="this is a bug of october's, not of your stack: please report it with the traceback "
+                            "above and `current env`; re-running the same command resumes where it stopped")
+    return err.exit_code, err.title, err.message
 
 
 def reader_gone(exc: BaseException) -> bool:

@@ -224,6 +224,13 @@ class StateError(OctoberError):
     title = "stack state error"
 
 
+class InternalError(OctoberError):
+    """An exception no check of the tool turned into an error of its own: a bug of october's."""
+
+    exit_code = 70                  # EX_SOFTWARE (sysexits.h)
+    title = "internal error"
+
+
 class FileSystemError(OctoberError):
     """A path the user gave cannot be read or written (permissions, a file where a directory
     belongs, a full disk): raised by the CLI for any OSError a step did not map itself."""
@@ -316,6 +323,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (19, 'a path cannot be read or written, or is the wrong kind (a missing file, a file where a directory belongs, permissions); "disk full" when any write ran out of space (ours, git\'s, uv\'s, a compiler\'s)'),
     (20, 'an offline kit cannot be made or used (missing piece, tampered file, other recipe)'),
     (21, '`current smoke --diagnostic-cache`: the diagnostic finished and every engine check passed on every symmetric cache asked for (the harness agrees with the engine; never a stack verdict: `passed` is false; a check that did not pass is exit 1)'),
+    (70, "internal error: a bug of october's, not of the stack (the traceback is printed above the message; please report it, with `current env`)"),
     (130, "interrupted (Ctrl-C); re-run the same command to resume"),
     (141, "stdout's reader left before the output was written (`current recipes | head -1`): nothing more is printed, as a shell reports SIGPIPE"),
     (143, "`october_setup` stopped by SIGTERM (129: SIGHUP): timeout(1), a cancelled CI job, a closed terminal; "

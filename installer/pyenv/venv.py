@@ -45,12 +45,20 @@ def require_python(recipe_python: str, got: str | None) -> None:
                        found=f"Python {got}", fix=f"install Python {recipe_python} (e.g. `uv python install {recipe_python}`) and re-run")
 
 
-def require_torch(env: Path, version: str, index_url: str) -> None:
-    """The pinned torch is what the env holds after installing it."""
-    if not dist_info_present(env, "torch", version):
-        raise EnvError("torch is not the pinned build after installing it",
-                       expected=f"torch {version}", found="another version or none",
-                       fix=f"check that the torch index ({redact_url(index_url)}) serves torch {version}")
+def require_torch(env: Path, version: str, index_url: str | None) -> None:
+    """The pinned torch is what the env holds after installing it (``torch==2.10.0`` also takes a local build
+    such as ``2.10.0+cu128``: PEP 440; the recipe must then pin that build by its full version)."""
+    if dist_info_present(env, "torch", version):
+        return
+    held = sorted(info.name[len("torch-"):-len(".dist-info")] for site in env.glob("lib/python*/site-packages")
+                  for info in site.glob("torch-*.dist-info"))
+    where = f"the torch index ({redact_url(index_url)})" if index_url else "the recipe's [sources]"
+    local = [v for v in held if v.partition("+")[0] == version and "+" in v]
+    raise EnvError("torch is not the pinned build after installing it",
+                   expected=f"torch {version}", found=f"torch {', '.join(held)}" if held else "no torch",
+                   fix=(f"pin the build the sources serve: [torch] version = \"{local[0]}\" in the recipe (a pin "
+                        "without its local tag takes any build of that version)") if local
+                   else f"check that {where} serves torch {version}")
 
 
 def locked_lines(packages: Mapping[str, str], hashes: Mapping[str, Sequence[str]], lock: Path) -> list[str]:
