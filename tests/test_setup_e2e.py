@@ -740,3 +740,20 @@ def test_a_torch_pin_without_its_local_tag_names_the_build_the_sources_served(wo
     assert proc.returncode == EnvError.exit_code, proc.stderr
     assert "found torch 2.10.0+fixture" in proc.stderr and 'version = "2.10.0+fixture"' in proc.stderr
     assert json.loads(proc.stdout)["exit_code"] == EnvError.exit_code
+
+
+def test_a_python_the_machine_lacks_is_named_as_the_recipes_python(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``[python] version = "3.9.1"`` on a machine without it (uv cannot download one
+    offline) was "command `uv venv ...` failed" with uv's DNS error: nothing named the recipe's key or a way
+    out.  Now an env error names [python] version, what uv said, and the fixes; a re-run with the recipe
+    fixed finishes."""
+    text = world.recipe.read_text()
+    world.recipe.write_text(re.sub(r'(\[python\]\s*\nversion = )"[^"]+"', r'\1"3.9.1"', text, count=1))
+    assert world.recipe.read_text() != text, "the fixture recipe's [python] section moved"
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")     # as on an offline node: nothing to download
+    proc = cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"), env=env)
+    assert proc.returncode == 9 and "no Python 3.9.1 for the stack env" in proc.stderr, proc.stderr
+    assert "[python] version" in proc.stderr and "uv python install 3.9.1" in proc.stderr
+    world.recipe.write_text(text)
+    assert cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"),
+               "-q").returncode == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
-from ..core.errors import InstallError
+from ..core.errors import CommandFailed, EnvError, InstallError
 from ..core.hashing import sha256_or_none
 from ..engine import StepContext, read_marker, written_sha256
 from ..install import consistency
@@ -75,8 +75,20 @@ class EnvStep:
         r = ctx.recipe
         # A half-made env from a killed run is never trusted: start it over (the uv cache makes it cheap).
         ctx.ui.info(f"creating {ctx.paths.env} with Python {r.python}")
-        ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
-                       step=self.name, env=stack_uv(ctx).env())
+        try:
+            ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
+                           step=self.name, env=stack_uv(ctx).env())
+        except CommandFailed as exc:
+            if "interpreter" not in exc.tail.lower() and "python" not in exc.tail.lower():
+                raise
+            # the machine has no such Python and uv could not fetch one (an offline node: a DNS error)
+            last = next((ln.strip() for ln in reversed(exc.tail.splitlines()) if ln.strip()), "no output")
+            raise EnvError(f"no Python {r.python} for the stack env (the recipe's [python] version)",
+                           expected=f"a Python {r.python} on this machine, or one uv can download",
+                           found=f"`uv venv --python {r.python}` failed: {last} (full log: {exc.log_path})",
+                           fix=f"install it (`uv python install {r.python}` where the network allows, or the "
+                               "site's module), or change [python] version in the recipe to a Python this machine "
+                               "has (`uv python list`)") from None
         got = venv.pyvenv_version(ctx.paths.env)
         venv.require_python(r.python, got)
         ctx.ui.info(f"installing {r.torch.requirement}" + (f" and {len(r.build_requirements)} build requirements"
