@@ -757,3 +757,15 @@ def test_a_python_the_machine_lacks_is_named_as_the_recipes_python(world: World,
     world.recipe.write_text(text)
     assert cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"),
                "-q").returncode == 0
+
+
+def test_a_find_links_folder_that_is_not_there_is_named_as_the_recipes_key(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: ``find_links = ["nowheels"]`` failed at the env step as a generic "command failed"
+    (exit 6) naming no recipe key.  Now an env error (exit 9) names [sources] find_links, the folder and the
+    recipe; nothing is made of the env."""
+    text = world.recipe.read_text()
+    assert 'find_links = ["wheels"]' in text
+    world.recipe.write_text(text.replace('find_links = ["wheels"]', 'find_links = ["nowheels"]'))
+    proc = cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 9 and "[sources] find_links" in proc.stderr and "nowheels" in proc.stderr, proc.stderr
+    assert not (tmp_path / "s" / "env").exists()

@@ -95,3 +95,17 @@ def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]
     for link in s.find_links:
         args += ["--find-links", link]
     return args
+
+
+def require_find_links(recipe: Recipe) -> None:
+    """Every local ``[sources] find_links`` folder is there (relative paths were made absolute against the
+    recipe file): uv would otherwise fail later in a generic "command failed" that names no recipe key."""
+    from ..core.errors import EnvError
+
+    for link in recipe.sources.find_links:
+        path = Path(link.removeprefix("file://")) if "://" not in link or link.startswith("file://") else None
+        if path is not None and not path.is_dir():
+            raise EnvError(f"the recipe's [sources] find_links names a folder that is not there: {path}",
+                           expected=f"a folder of wheels (a relative path is taken from {recipe.path.parent})",
+                           found="no such folder" if not path.exists() else "not a folder",
+                           fix=f"make {path} the folder of wheels, or fix find_links in {recipe.path}")

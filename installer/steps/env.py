@@ -15,7 +15,7 @@ from ..install import consistency
 from ..install.plan import install_settings
 from ..lock.drift import differences, drift, installed_versions
 from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
-from ..pyenv.uvcmd import StackUv, uv_exe
+from ..pyenv.uvcmd import StackUv, require_find_links, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
 
@@ -65,6 +65,7 @@ class EnvStep:
     def run(self, ctx: StepContext) -> EnvResult:
         from .reuse import env_from_built_stack
 
+        require_find_links(ctx.recipe)
         if scaffold.clear_unfinished(ctx.paths.env):     # a killed run's half env is never trusted
             ctx.runner.note(self.name, f"# {ctx.paths.env} had no pyvenv.cfg (a run killed while making it); removed")
         made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
