@@ -136,6 +136,9 @@ BAD = [
      "key 'forks[0].submodules[0]' is invalid. Expected a submodule path relative to the fork"),
     (lambda s: s.replace('[[forks]]\nname = "alpha"\npin = "one"\n', '[[forks]]\nname = "alpha"\npin = "one"\nsubmodules = ["a", 3]\n'),
      "key 'forks[0].submodules[1]' is invalid. Expected a string"),
+    # the scenario hunt: uv takes --no-index over any index, so the one named was ignored without a word
+    (lambda s: s + '\n[sources]\nno_index = true\nindex_url = "https://pypi.org/simple"\n',
+     "key 'sources.no_index' is invalid. Expected no index_url or extra_index_urls beside no_index = true"),
 ]
 
 

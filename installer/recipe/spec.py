@@ -285,6 +285,14 @@ class SourcesSpec(Section):
     find_links: Annotated[list[Url], Field(max_length=MAX_ITEMS)] = []
     no_index: bool = False
 
+    @model_validator(mode="after")
+    def _no_index_alone(self) -> SourcesSpec:
+        # uv takes --no-index over every index: the ones named would be ignored without a word
+        if self.no_index and (self.index_url or self.extra_index_urls):
+            raise Refused("no index_url or extra_index_urls beside no_index = true (uv would ignore them)",
+                          "both", at="no_index")
+        return self
+
 
 SubmodulePath = Annotated[Str, rule(lambda p: bool(p.strip().strip("/")) and not p.strip().strip("/").startswith("..")
                                     and "/../" not in f"/{p.strip().strip('/')}/" and not p.startswith("/"),
