@@ -171,3 +171,12 @@ def test_a_non_utf8_lock_file_on_the_command_line_exits_13_without_a_traceback(t
     assert "Traceback" not in proc.stderr and "Expected a UTF-8 TOML file, found bytes that are not UTF-8" in proc.stderr
     assert not (tmp_path / "s").exists()
     assert re.search(r"-> restore .*bad\.pylock\.toml", proc.stderr)
+
+
+def test_a_byte_order_mark_is_named_not_a_syntax_error_at_line_1() -> None:
+    """The scenario hunt: a recipe saved "UTF-8 with BOM" (Windows editors) was "Invalid statement (at line 1,
+    column 1)", which names nothing the user can see."""
+    with pytest.raises(TomlRefused) as info:
+        parse_toml_bytes("\ufeffname = 'x'\n".encode())
+    assert "byte-order mark" in info.value.found and "without one" in info.value.found
+    assert parse_toml_bytes(b"name = 'x'\n") == {"name": "x"}

@@ -55,6 +55,10 @@ def parse_toml_bytes(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise TomlRefused("encoding", "a UTF-8 TOML file",
                           f"bytes that are not UTF-8 at offset {exc.start} ({exc.reason})") from None
+    if text.startswith("\ufeff"):          # an editor's byte-order mark: TOML has none, tomllib says "line 1"
+        raise TomlRefused("syntax", "valid TOML (UTF-8 without a byte-order mark)",
+                          "a UTF-8 byte-order mark (U+FEFF) at the start of the file: save it without one "
+                          "(\"UTF-8\", not \"UTF-8 with BOM\")")
     if deep := _nesting_before_parse(text, MAX_DEPTH):
         raise TomlRefused("depth", f"arrays, tables and dotted keys nested at most {MAX_DEPTH} deep", deep)
     try:
