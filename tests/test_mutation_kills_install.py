@@ -403,3 +403,11 @@ def test_attempt_packages_edge_cases() -> None:
 def test_install_guard_makes_missing_parents(tmp_path: Path) -> None:
     d = nested.install_guard(tmp_path / "a" / "b" / "guard")
     assert sorted(p.name for p in d.iterdir()) == sorted(nested.GUARDED)
+
+
+def test_a_fork_installed_right_that_does_not_import_blames_its_packaging_not_an_overwrite() -> None:
+    """The scenario hunt: a fork installed editable from its checkout whose ``import`` fails was reported as
+    "something installed another flashinfer over the fork"; the fix now points at the fork's packaging."""
+    msg = _fails(_facts(forks={"flashinfer": {"dists": [_editable()], "import": {"error": "No module named 'flashinfer'"}}}))
+    assert "it fails: No module named 'flashinfer'" in msg and "check " in msg and "packaging" in msg
+    assert "something installed another" not in msg

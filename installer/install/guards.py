@@ -124,6 +124,14 @@ def _check_fork(package: str, src: Path, facts: Mapping[str, Any]) -> list[_Prob
     imp = info.get("import", {})
     locations = [imp.get("origin")] + list(imp.get("locations") or [])
     if not any(_under(p, src) for p in locations if p):
+        if imp.get("origin") is None and imp.get("error") and editable:
+            # installed from the fork as it should be, and still not importable: the fork's own packaging
+            problems.append(_Problem(f"import {package}", f"`import {package}` to load from {src}",
+                                     f"it fails: {imp['error']}",
+                                     f"the fork installs as {package} but has no importable package of that name "
+                                     f"(or it needs what the env lacks): check {src}'s packaging (its package "
+                                     "folder, its requirements), or the fork's name in the recipe"))
+            return problems
         where = imp.get("origin") or imp.get("error") or "nothing"
         problems.append(_Problem(f"import {package}", f"`import {package}` to load from {src}",
                                  f"it resolves to {where}", fix))
