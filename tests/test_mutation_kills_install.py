@@ -312,12 +312,13 @@ def test_the_probe_runs_isolated_in_the_stack_python_and_asks_for_the_imports(tm
     assert probe(Runner(tmp_path / "logs"), "install", spec, imports=False)["imports"] == {}
 
 
-@pytest.mark.parametrize("imp,where", [({"error": "No module named flashinfer"}, "No module named flashinfer"),
-                                       ({}, "nothing"), ({"origin": "/x/flashinfer/__init__.py", "error": "e"},
-                                                         "/x/flashinfer/__init__.py")])
+@pytest.mark.parametrize("imp,where", [({"error": "No module named flashinfer"}, "it fails: No module named flashinfer"),
+                                       ({}, "it resolves to nothing"),
+                                       ({"origin": "/x/flashinfer/__init__.py", "error": "e"},
+                                        "it resolves to /x/flashinfer/__init__.py")])
 def test_a_wrong_import_says_where_it_resolved(imp: dict[str, Any], where: str) -> None:
     msg = _fails(_facts(forks={"flashinfer": {"dists": [_editable()], "import": imp}}))
-    assert f"it resolves to {where}" in msg
+    assert where in msg
 
 
 SYSTEM = {"version": "2.10.0+cu128", "site_packages": ["/usr/lib/python3/site-packages"]}
