@@ -508,3 +508,42 @@ def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(t
     assert read_lock(stack / "pylock.toml")["tool"]["october"]["system"]["packages"]["sysextra"] == "1.0"
     assert verify().returncode == 0
     assert all(r.status == "cached" for r in run_setup(opts, SilentReporter()).records)
+
+
+def _dist_info(site: Path, name: str, version: str) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+@pytest.mark.slow
+def test_a_name_in_two_system_site_folders_is_the_one_python_imports_and_no_difference(tmp_path):
+    """The review: with one distribution in two system site folders (Debian's /usr/local/.../dist-packages
+    before /usr/lib/python3/dist-packages), the lock kept the shadowed copy and the check read the folders in
+    another order: a fresh stack was a [system] difference and re-locked on every run.  Both now take the first
+    on sys.path, the one Python imports."""
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.lock.pylock import read_lock
+    from october.installer.pipeline.plan import run_setup
+    from tests.fixtures.root import PROJECT_ROOT
+    from tests.fixtures.wheels import build_wheel
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    root, site = site_torch.parents[4], site_torch.parent
+    build_wheel(root / "extra", "sysextra", "1.0", {"sysextra/__init__.py": "X = 1\n"})
+    _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
+        str(root / "extra"), "sysextra==1.0", cache=root / "uvc")
+    later = root / "later-site"                         # after the venv's own site on sys.path (a .pth adds it)
+    _dist_info(later, "aaaextra", "2.0")                # sorts first: its folder is met first by name
+    _dist_info(later, "sysextra", "0.9")                # shadowed by the 1.0 above
+    (site / "zz_later.pth").write_text(f"{later}\n")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
+    run_setup(opts, SilentReporter())
+    system = read_lock(stack / "pylock.toml")["tool"]["october"]["system"]
+    assert system["packages"]["sysextra"] == "1.0" and system["packages"]["aaaextra"] == "2.0"
+    assert system["sites"].index(str(site)) < system["sites"].index(str(later))
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr
+    assert all(r.status == "cached" for r in run_setup(opts, SilentReporter()).records)

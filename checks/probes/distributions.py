@@ -31,8 +31,9 @@ def main() -> int:
                       "direct_url": json.loads(direct) if direct else None,
                       "installer": (dist.read_text("INSTALLER") or "").strip() or None,
                       "site": str(dist.locate_file(""))})
-    dists.sort(key=lambda d: str(d["name"]).lower())
-    json.dump({"python": sys.version.split()[0], "prefix": sys.prefix, "distributions": dists}, sys.stdout)
+    dists.sort(key=lambda d: str(d["name"]).lower())      # stable: one name in two sites keeps sys.path's order
+    json.dump({"python": sys.version.split()[0], "prefix": sys.prefix, "path": sys.path, "distributions": dists},
+              sys.stdout)
     return 0
 
 

@@ -26,7 +26,8 @@ def installed_versions(env: Path) -> dict[str, str]:
 def site_versions(sites: Sequence[str]) -> dict[str, str]:
     """name -> version of every distribution in site directories outside the env (a system interpreter's): a
     ``.dist-info`` by its name, an ``.egg-info`` (apt's Python packages) by its metadata, as the stack's
-    interpreter lists them (a name in two directories: the later one, as the lock's listing keeps it)."""
+    interpreter lists them (a name in two directories: the first, the one Python imports; ``sites`` in
+    sys.path's order, as the lock records them)."""
     from importlib.metadata import PathDistribution
 
     out: dict[str, str] = {}
@@ -44,7 +45,7 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
             else:
                 continue
             if name and version:
-                out[str(canonicalize_name(name))] = version
+                out.setdefault(str(canonicalize_name(name)), version)
     return out
 
 

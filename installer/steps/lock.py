@@ -102,10 +102,14 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     rec = dict((env.system_torch or {}) if env is not None else {})
     seen: dict[str, bool] = {}
     system = [d for d in data["distributions"] if from_system_site(ctx, d, seen)]
-    others = {str(canonicalize_name(d["name"])): str(d["version"]) for d in system
-              if canonicalize_name(d["name"]) != "torch"}
-    # where they were found, in the interpreter's order: verify and the no-op hold the packages to them
-    sites = list(dict.fromkeys(str(d["site"]) for d in system))
+    others: dict[str, str] = {}
+    for d in system:        # a name in two sites: the first on sys.path, the one Python imports (the probe's order)
+        if canonicalize_name(d["name"]) != "torch":
+            others.setdefault(str(canonicalize_name(d["name"])), str(d["version"]))
+    # where they were found, in sys.path's order: verify and the no-op hold the packages to them
+    found = dict.fromkeys(str(d["site"]) for d in system)
+    path = [str(p) for p in data.get("path") or [] if str(p) in found]
+    sites = list(dict.fromkeys([*path, *found]))
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
             "packages": dict(sorted(others.items())), "sites": sites}
 
