@@ -769,3 +769,21 @@ def test_a_find_links_folder_that_is_not_there_is_named_as_the_recipes_key(world
     proc = cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 9 and "[sources] find_links" in proc.stderr and "nowheels" in proc.stderr, proc.stderr
     assert not (tmp_path / "s" / "env").exists()
+
+
+def test_only_uvs_own_no_python_messages_are_taken_for_a_missing_python() -> None:
+    """The review: any failed ``uv venv`` became "no Python X" (uv always prints "Using CPython ... interpreter
+    at: ..." first): a path that is a file, a permission error.  Only uv's own no-Python errors are (the outputs
+    below are uv 0.13's, captured here)."""
+    from october.installer.pyenv.venv import missing_python
+
+    not_a_dir = ("Using CPython 3.11.7 interpreter at: /usr/bin/python3.11\nCreating virtual environment at: /x/env\n"
+                 "error: Failed to create virtual environment\n  cause: Not a directory (os error 20)\n")
+    assert missing_python(not_a_dir) is None
+    inspect = ("error: Failed to inspect Python interpreter from first executable in the search path at "
+               "`/root/.pyenv/shims/python3.9`\n  cause: Querying Python failed with exit status 127\n")
+    download = ("error: Request failed after 3 retries in 10.9s\n  cause: Failed to download `http://127.0.0.1:9/"
+                "cpython-3.9.1-x86_64-unknown-linux-gnu.tar.zst`\n")
+    none = "error: No interpreter found for Python 3.9.1 in managed installations or search path\n"
+    assert missing_python(inspect) and missing_python(none) == none.strip()
+    assert "cpython-3.9.1" in (missing_python(download) or "")

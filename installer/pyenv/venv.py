@@ -99,3 +99,20 @@ def refusal(tail: str) -> str:
         return f"{m['what']}: the lock has {want}, the sources serve a file with {m['got']}"
     lines = tail.strip().splitlines()
     return f"uv refused ({lines[-1].strip() if lines else 'see log'})"
+
+
+# what `uv venv --python X` says when it has no such Python and cannot fetch one (uv 0.12-0.13)
+NO_PYTHON = ("No interpreter found", "No download found for request", "Failed to inspect Python interpreter",
+             "Failed to download", "not found in managed installations")
+
+
+def missing_python(output: str) -> str | None:
+    """uv's ``error:`` line when ``uv venv`` failed for want of the Python asked for, else None (a permission,
+    a path that is a file: other failures, whose own message stands)."""
+    for line in output.splitlines():
+        text = line.strip()
+        if text.startswith("error:") and any(p in text for p in NO_PYTHON):
+            return text
+        if text.startswith("cause: Failed to download") and "cpython-" in text:     # a managed Python, offline
+            return text
+    return None

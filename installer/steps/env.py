@@ -80,13 +80,13 @@ class EnvStep:
             ctx.runner.run([uv_exe(), "venv", "--clear", "--python", r.python, str(ctx.paths.env)],
                            step=self.name, env=stack_uv(ctx).env())
         except CommandFailed as exc:
-            if "interpreter" not in exc.tail.lower() and "python" not in exc.tail.lower():
+            said = venv.missing_python(exc.tail)
+            if said is None:
                 raise
             # the machine has no such Python and uv could not fetch one (an offline node: a DNS error)
-            last = next((ln.strip() for ln in reversed(exc.tail.splitlines()) if ln.strip()), "no output")
             raise EnvError(f"no Python {r.python} for the stack env (the recipe's [python] version)",
                            expected=f"a Python {r.python} on this machine, or one uv can download",
-                           found=f"`uv venv --python {r.python}` failed: {last} (full log: {exc.log_path})",
+                           found=f"`uv venv --python {r.python}` said {said!r} (full log: {exc.log_path})",
                            fix=f"install it (`uv python install {r.python}` where the network allows, or the "
                                "site's module), or change [python] version in the recipe to a Python this machine "
                                "has (`uv python list`)") from None
