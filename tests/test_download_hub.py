@@ -573,22 +573,45 @@ def test_a_refused_local_dir_names_how_to_adopt_it(env: Env) -> None:
 @pytest.mark.parametrize("offline", [False, True])
 @pytest.mark.parametrize("extra", ["model-00003-of-00003.safetensors", "sub/stale.safetensors",
                                    "x.corrupt-.safetensors", "special_tokens_map.json", "chat_template.jinja"])
-def test_a_file_the_pin_does_not_list_is_refused(env: Env, offline: bool, extra: str) -> None:
+def test_a_file_the_pin_does_not_list_is_refused_in_a_local_dir(env: Env, offline: bool, extra: str) -> None:
     """The scenario hunt: a shard of another revision beside the pinned ones was accepted online and
     ``--offline``; vLLM loads every ``*.safetensors`` of a directory without an index, and its tokenizer reads
-    files the patterns may not select (the review).  In a folder the tool downloads into nothing else may be:
-    refused, named, left in place; once it is gone the same command passes.  Only the names the tool gives a
-    bad file it moved aside are let through (the review: ``x.corrupt-.safetensors`` was)."""
-    run_download(env.opts("awq"))
-    planted = env.local_dir() / extra
+    files the patterns may not select (the review).  In a --local-dir the tool downloads into nothing else may
+    be: refused, named, left in place; once it is gone the same command passes.  Only the names the tool gives
+    a bad file it moved aside are let through (the review: ``x.corrupt-.safetensors`` was)."""
+    d = env.tmp / "models" / "awq"
+    run_download(env.opts("awq", local_dir=d))
+    planted = d / extra
     planted.parent.mkdir(parents=True, exist_ok=True)
     planted.write_bytes(b"junk")
     with pytest.raises(DownloadError) as ei:
-        run_download(env.opts("awq", offline=offline, output=env.tmp / "again.json"))
+        run_download(env.opts("awq", local_dir=d, offline=offline, output=env.tmp / "again.json"))
     assert extra in str(ei.value) and "does not list" in str(ei.value), str(ei.value)
     assert planted.read_bytes() == b"junk" and not (env.tmp / "again.json").exists()
     planted.unlink()
+    run_download(env.opts("awq", local_dir=d, offline=offline, output=env.tmp / "again.json"))
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_in_the_caches_own_folder_what_another_selection_left_is_set_aside(env: Env, offline: bool) -> None:
+    """The review: the cache's folder is keyed on repository and revision, so two recipes pinning one model
+    with other patterns share it, and the narrower one was refused files the wider one fetched.  There (the
+    tool's own folder, no user's files) they are set aside under ``.october/set-aside/``, named."""
+    run_download(env.opts("awq"))
+    left = env.local_dir() / "preprocessor_config.json"
+    left.write_text("{}")
     run_download(env.opts("awq", offline=offline, output=env.tmp / "again.json"))
+    assert not left.exists() and (env.local_dir() / ".october" / "set-aside" / "preprocessor_config.json").is_file()
+
+
+def test_the_manifest_written_into_the_model_folder_is_not_an_extra_file(env: Env) -> None:
+    """The review: ``--local-dir D --output D`` put the manifest in D, and the re-run refused its own manifest."""
+    d = env.tmp / "m"
+    run_download(env.opts("awq", local_dir=d, output=d / "awq-download.json"))
+    run_download(env.opts("awq", local_dir=d, output=d / "awq-download.json"))
+    from october.installer.download.copycheck import check_copy
+
+    check_copy(load_manifest(d / "awq-download.json"), redo="run it again", path=d / "awq-download.json")
 
 
 def test_offline_names_the_way_back_for_a_tampered_file(env: Env) -> None:

@@ -30,21 +30,38 @@ def moved_aside(path: str) -> bool:
     return re.search(re.escape(CORRUPT_INFIX) + r"[0-9a-f]{8}$", path) is not None
 
 
-def extras(root: Path, patterns: Sequence[str] | None, listed: Collection[str]) -> list[str]:
-    """The files of ``root`` that are not ``listed`` (nor a bad file moved aside): every one in a folder the
-    tool downloads into (``patterns`` None), else those the patterns select (a copy of the user's)."""
+def extras(root: Path, patterns: Sequence[str] | None, listed: Collection[str],
+           manifest: Path | None = None) -> list[str]:
+    """The files of ``root`` that are not ``listed`` (nor a bad file moved aside, nor the download's own
+    ``manifest`` written there with ``--output``): every one in a folder the tool downloads into (``patterns``
+    None), else those the patterns select (a copy of the user's)."""
     from .hub import select
 
     present = local_files(root)
     chosen = [p for p in present if not p.rpartition("/")[2].startswith(".")] if patterns is None \
         else select(present, patterns)
-    return [p for p in chosen if p not in listed and not moved_aside(p)]
+    own = manifest.resolve().relative_to(root.resolve()).as_posix() \
+        if manifest is not None and manifest.resolve().is_relative_to(root.resolve()) else None
+    return [p for p in chosen if p not in listed and not moved_aside(p) and p != own]
+
+
+def set_aside(root: Path, found: Sequence[str]) -> Path:
+    """In a folder of the tool's own (the cache's), move ``found`` under ``.october/set-aside/`` (their paths
+    kept): another recipe's download of the same revision with wider patterns left them.  -> where."""
+    import os
+
+    aside = root / OWN_DIR / "set-aside"
+    for rel in found:
+        dest = aside / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(root / rel, dest)
+    return aside
 
 
 def refuse_extras(root: Path, patterns: Sequence[str] | None, listed: Collection[str], *, where: str,
-                  then: str = "or download into a new --local-dir") -> None:
+                  then: str = "or download into a new --local-dir", manifest: Path | None = None) -> None:
     """:class:`DownloadError` naming the files of ``root`` beyond ``listed`` (see :func:`extras`)."""
-    found = extras(root, patterns, listed)
+    found = extras(root, patterns, listed, manifest)
     if found:
         shown = ", ".join(found[:5]) + (f", ... {len(found) - 5} more" if len(found) > 5 else "")
         among = "in the folder" if patterns is None else f"among the files the patterns {list(patterns)} select"
@@ -56,7 +73,7 @@ def refuse_extras(root: Path, patterns: Sequence[str] | None, listed: Collection
                             fix=f"move them out of {root} (nothing was changed), {then}")
 
 
-def check_copy(manifest: Mapping[str, Any], *, redo: str,
+def check_copy(manifest: Mapping[str, Any], *, redo: str, path: Path | None = None,
                hashed: Callable[[float, float | None], None] | None = None) -> None:
     """Every file the manifest lists, in its ``local_path``, hashed again (sha256 and size) and nothing more
     selected there: what ``current smoke`` loads is what the download verified (``redo``: the command that
@@ -75,4 +92,5 @@ def check_copy(manifest: Mapping[str, Any], *, redo: str,
     # the selection's patterns match
     patterns = None if (root / OWN_DIR).is_dir() else list(manifest.get("patterns") or ["*"])
     refuse_extras(root, patterns, {str(f["path"]) for f in listed}, where="its download manifest",
-                  then="then run the smoke again")
+                  then=f"then run the smoke again (or {redo.removeprefix('run ')}: in the cache's own folder "
+                       "the download sets them aside)", manifest=path)

@@ -21,7 +21,7 @@ from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadError, ScalesError
 from ..core.hashing import sha256_file
 from . import hub
-from .copycheck import OWN_DIR, local_files, refuse_extras
+from .copycheck import OWN_DIR, extras, local_files, refuse_extras, set_aside
 from .manifest import build_manifest, write_manifest
 from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
 from .verify import Expected, VerifiedFile, verify_files
@@ -158,7 +158,7 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
                             expected=f"files matching {list(plan.patterns)}", found="none",
                             fix=f"fix [models.{plan.selection}].patterns in {plan.recipe_path}")
     expected = _expected_from_hub(plan, snap)
-    refuse_extras(plan.local_dir, None, {e.path for e in expected}, where=f"{plan.where} (the hub's listing)")
+    _unlisted(plan, {e.path for e in expected}, f"{plan.where} (the hub's listing)", say)
 
     plan.local_dir.mkdir(parents=True, exist_ok=True)
     tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
@@ -244,6 +244,19 @@ def _verify_local(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | N
                         "from a copy you trust (nothing was moved or changed)")
 
 
+def _unlisted(plan: DownloadPlan, listed: set[str], where: str, say: Callable[[str], None]) -> None:
+    """Nothing but ``listed`` in the folder downloaded into: in the cache's own folder (shared by recipes that
+    pin one revision with other patterns) the rest is set aside; in a --local-dir it is refused."""
+    if plan.default_local_dir and plan.local_dir.is_dir():
+        found = extras(plan.local_dir, None, listed, plan.output)
+        if found:
+            aside = set_aside(plan.local_dir, found)
+            say(f"set aside {len(found)} file(s) the pin of this selection does not list (another selection's "
+                f"download left them) in {aside}: {', '.join(found[:5])}{' ...' if len(found) > 5 else ''}")
+        return
+    refuse_extras(plan.local_dir, None, listed, where=where, manifest=plan.output)
+
+
 def _record_path(plan: DownloadPlan) -> Path:
     return plan.local_dir / OWN_DIR / RECORD_NAME
 
@@ -288,7 +301,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     if stray:
         raise DownloadError(f"--offline: the recipe pins a sha256 for '{stray[0]}', which the local copy lacks",
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
-    refuse_extras(plan.local_dir, None, wanted, where=f"the record {rec_path}")
+    _unlisted(plan, set(wanted), f"the record {rec_path}", say)
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
                          source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
