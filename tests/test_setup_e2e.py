@@ -787,3 +787,24 @@ def test_only_uvs_own_no_python_messages_are_taken_for_a_missing_python() -> Non
     none = "error: No interpreter found for Python 3.9.1 in managed installations or search path\n"
     assert missing_python(inspect) and missing_python(none) == none.strip()
     assert "cpython-3.9.1" in (missing_python(download) or "")
+
+
+def test_a_find_links_file_url_is_read_as_uv_reads_it(tmp_path: Path) -> None:
+    """The review: ``file:///a%20b`` and ``file://localhost/...`` folders that are there were reported missing."""
+    import dataclasses
+
+    from october.installer.pyenv.uvcmd import require_find_links
+    from october.installer.recipe import load_recipe
+    from october.installer.recipe.env import Sources
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    spaced = tmp_path / "wheels dir"
+    spaced.mkdir()
+    recipe = load_recipe(str(world.recipe))
+    for link in (spaced.as_uri(), f"file://localhost{spaced.as_posix().replace(' ', '%20')}", "https://x.invalid/w"):
+        require_find_links(dataclasses.replace(recipe, sources=Sources(find_links=(link,))))
+    from october.installer.core.errors import EnvError
+
+    with pytest.raises(EnvError):
+        require_find_links(dataclasses.replace(recipe, sources=Sources(find_links=((tmp_path / "gone").as_uri(),))))

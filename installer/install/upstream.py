@@ -6,7 +6,6 @@ clone *and* an ancestor of HEAD (checked with git, recorded as from the wheel): 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from ..core.errors import CommandFailed, InstallError
 from ..core.ids import FULL_SHA
 from ..core.redact import redact_url
 from ..core.runner import Runner
+from ..git import git_env
 from .plan import ForkSource, InstallPlan, make_plan
 
 DEFAULT_UPSTREAM_REF = "main"
@@ -29,7 +29,7 @@ class BaseCommit:
 
 
 def _git(runner: Runner, step: str, repo: Path, *args: str, check: bool = True) -> tuple[int, str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    env = {**git_env(), "GIT_ASKPASS": "true"}       # git_env: no prompt, no stray GIT_DIR, no replace refs
     done = runner.run(["git", "-C", str(repo), *args], step=step, env=env, check=check)
     return done.returncode, done.output.strip()
 

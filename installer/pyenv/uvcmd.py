@@ -102,8 +102,17 @@ def require_find_links(recipe: Recipe) -> None:
     recipe file): uv would otherwise fail later in a generic "command failed" that names no recipe key."""
     from ..core.errors import EnvError
 
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
     for link in recipe.sources.find_links:
-        path = Path(link.removeprefix("file://")) if "://" not in link or link.startswith("file://") else None
+        parts = urlsplit(link)
+        if "://" not in link:
+            path: Path | None = Path(link)
+        elif parts.scheme == "file" and parts.netloc in ("", "localhost"):
+            path = Path(url2pathname(parts.path))          # file:///a%20b and file://localhost/a as uv reads them
+        else:
+            path = None
         if path is not None and not path.is_dir():
             raise EnvError(f"the recipe's [sources] find_links names a folder that is not there: {path}",
                            expected=f"a folder of wheels (a relative path is taken from {recipe.path.parent})",
