@@ -264,7 +264,7 @@ def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mappi
                                     rerun))
         elif name not in want:
             how = "editable" if d.editable_path else ("from " + redact_url(str((d.direct_url or {}).get("url")))
-                                                     if d.direct_url else "from an index")
+                                                     if d.direct_url else "from an index or a find-links folder")
             diffs.append(Difference("distributions", name, "only the locked distributions",
                                     f"{name} {d.version} installed ({how}), not in the lock", rerun))
         elif d.version != want[name]:
@@ -393,7 +393,7 @@ def check_system(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Differen
     (``[tool.october.system.packages]``, in its ``sites``)."""
     from .lock.drift import system_drift
 
-    changed = system_drift(paths.pylock)
+    changed = system_drift(paths.pylock, paths.env)
     if not changed:
         return []
     return [Difference("system", "the distributions the stack takes from outside its env (the system "

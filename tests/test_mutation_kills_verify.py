@@ -580,7 +580,7 @@ def test_an_extra_distribution_is_named_with_where_it_came_from(stack: Stack) ->
     _dist(stack.site, "evil2", "1.0", {"evil2.py": b"y"}, {"url": "https://evil.example/e.whl"})
     found = {d.what: d for d in diffs(stack)}
     assert set(found) == {"evil", "evil2"}
-    assert found["evil"].found == "evil 1.0 installed (from an index), not in the lock"
+    assert found["evil"].found == "evil 1.0 installed (from an index or a find-links folder), not in the lock"
     assert found["evil2"].found == "evil2 1.0 installed (from https://evil.example/e.whl), not in the lock"
 
 

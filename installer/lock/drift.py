@@ -49,22 +49,45 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def system_drift(pylock: Path) -> str | None:
+def system_drift(pylock: Path, env: Path) -> str | None:
     """What differs between the lock's ``[tool.october.system.packages]`` (what a site-provided torch's
     interpreter gave the stack) and the site directories it records they were found in (``sites``), now
     (``name locked -> found``), versions compared as PEP 440 normalizes them; None when they agree, or for a
-    lock without that section (or of a version that did not record the sites)."""
+    lock without that section.  A lock of an earlier version records no ``sites``: the stack interpreter's
+    sys.path outside ``env`` (one short process) stands for them."""
     try:
         with open(pylock, "rb") as fh:
             system = tomllib.load(fh)["tool"]["october"]["system"]
         locked = {str(canonicalize_name(k)): str(v) for k, v in system["packages"].items()}
-        sites = [str(s) for s in system["sites"]]
+        recorded = system.get("sites")
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    sites = [str(s) for s in recorded] if isinstance(recorded, list) else _outside_sites(env)
+    if sites is None:
         return None
     now = {n: v for n, v in site_versions(sites).items() if n != "torch"}
     same = {n for n in set(locked) & set(now) if canonicalize_version(locked[n]) == canonicalize_version(now[n])}
     return differences({n: v for n, v in locked.items() if n not in same},
                        {n: v for n, v in now.items() if n not in same})
+
+
+def _outside_sites(env: Path) -> list[str] | None:
+    """The stack interpreter's sys.path entries outside ``env``, in order (None: it cannot say)."""
+    import json
+    import subprocess
+
+    python = env / "bin" / "python"
+    try:
+        done = subprocess.run([str(python), "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        path = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    if not isinstance(path, list):
+        return None
+    inside = env.resolve()
+    return [str(p) for p in path if isinstance(p, str) and p and Path(p).is_dir()
+            and not Path(p).resolve().is_relative_to(inside)]
 
 
 def drift(env: Path, pylock: Path) -> str | None:

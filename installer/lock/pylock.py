@@ -36,6 +36,7 @@ class LockedState:
     packages: Mapping[str, str]                # normalized name -> version (index packages)
     hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> sha256 of its locked wheels
     submodules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)   # fork -> path -> commit
+    system: Mapping[str, str] = field(default_factory=dict)     # what a site-provided torch's interpreter gives
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,10 @@ def diff_against(locked: LockedState, lock: Mapping[str, Any]) -> list[str]:
         for sub in sorted(set(want) | set(got)):
             if want.get(sub) != got.get(sub):
                 problems.append(f"fork {fork} submodule {sub}: lock says commit {want.get(sub)}, stack has {got.get(sub)}")
+    for name in sorted(set(locked.system) | set(new["system"]) if locked.system else ()):
+        want, got = locked.system.get(name), new["system"].get(name)
+        if want != got:
+            problems.append(f"{name} from the system interpreter: lock says {want or 'none'}, stack has {got or 'none'}")
     if locked.wheel_sha256 and locked.wheel_sha256 != new["wheel_sha256"]:
         problems.append(f"base wheel: lock says sha256 {locked.wheel_sha256}, stack has {new['wheel_sha256']}")
     return problems
@@ -248,8 +253,10 @@ def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
     wheel = tool.get("wheel") or {}
     submodules = {str(n): {str(k): str(v) for k, v in (f.get("submodules") or {}).items()}
                   for n, f in (tool.get("forks") or {}).items() if isinstance(f, dict) and f.get("submodules")}
+    system = tool.get("system") if isinstance(tool.get("system"), dict) else {}
+    outside = {str(canonicalize_name(k)): str(v) for k, v in (system.get("packages") or {}).items()}
     return {"commits": commits, "packages": packages, "hashes": hashes, "wheel_sha256": wheel.get("sha256"),
-            "submodules": submodules}
+            "submodules": submodules, "system": outside}
 
 
 # the [tool.october] format-version this tool reads, by the lock's scope (a stack's own lock; a recipe's

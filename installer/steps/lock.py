@@ -279,5 +279,5 @@ class LockStep:
         if changed:
             return f"the env changed since the lock was written: {changed}"
         # not this tool's to put back: the lock is written again to say what the stack now uses (and names it)
-        system = system_drift(ctx.paths.pylock) if ctx.recipe.torch.from_system else None
+        system = system_drift(ctx.paths.pylock, ctx.paths.env) if ctx.recipe.torch.from_system else None
         return f"the system interpreter's packages changed since the lock was written: {system}" if system else None
