@@ -270,7 +270,7 @@ def check_locked(lock: Mapping[str, Any], path: Path, recipe_name: str) -> None:
     two would the run install?).  :class:`LockError` naming the file and the part."""
     tool = lock.get("tool", {}).get(TOOL, {})
     scope = str(tool.get("scope") or "stack")
-    known, version = FORMAT_VERSIONS.get(scope), tool.get("format-version")
+    known, version = FORMAT_VERSIONS.get(scope), tool.get("format-version", 1)    # none: a lock made by hand
     if known is None or not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= known:
         raise LockError(f"the lock {path} is of a format this october does not read",
                         expected=f"[tool.{TOOL}] scope = one of {sorted(FORMAT_VERSIONS)} with format-version 1 to "

@@ -97,14 +97,14 @@ def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]
     return args
 
 
-def require_find_links(recipe: Recipe) -> None:
-    """Every local ``[sources] find_links`` folder is there (relative paths were made absolute against the
-    recipe file): uv would otherwise fail later in a generic "command failed" that names no recipe key."""
-    from ..core.errors import EnvError
-
+def missing_find_links(recipe: Recipe) -> list[Path]:
+    """The local ``[sources] find_links`` folders that are not there (relative paths were made absolute
+    against the recipe file; ``file://`` URLs read as uv reads them).  Asked when uv failed: uv itself minds
+    a missing folder only when it needs a package from it."""
     from urllib.parse import urlsplit
     from urllib.request import url2pathname
 
+    missing: list[Path] = []
     for link in recipe.sources.find_links:
         parts = urlsplit(link)
         if "://" not in link:
@@ -114,7 +114,5 @@ def require_find_links(recipe: Recipe) -> None:
         else:
             path = None
         if path is not None and not path.is_dir():
-            raise EnvError(f"the recipe's [sources] find_links names a folder that is not there: {path}",
-                           expected=f"a folder of wheels (a relative path is taken from {recipe.path.parent})",
-                           found="no such folder" if not path.exists() else "not a folder",
-                           fix=f"make {path} the folder of wheels, or fix find_links in {recipe.path}")
+            missing.append(path)
+    return missing

@@ -15,7 +15,7 @@ from ..install import consistency
 from ..install.plan import install_settings
 from ..lock.drift import differences, drift, installed_versions
 from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
-from ..pyenv.uvcmd import StackUv, require_find_links, uv_exe
+from ..pyenv.uvcmd import StackUv, missing_find_links, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
 
@@ -65,11 +65,19 @@ class EnvStep:
     def run(self, ctx: StepContext) -> EnvResult:
         from .reuse import env_from_built_stack
 
-        require_find_links(ctx.recipe)
         if scaffold.clear_unfinished(ctx.paths.env):     # a killed run's half env is never trusted
             ctx.runner.note(self.name, f"# {ctx.paths.env} had no pyvenv.cfg (a run killed while making it); removed")
-        made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
-                                                        if ctx.recipe.torch.from_system else self._make(ctx))
+        try:
+            made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
+                                                            if ctx.recipe.torch.from_system else self._make(ctx))
+        except CommandFailed as exc:
+            gone = missing_find_links(ctx.recipe)
+            if not gone:
+                raise
+            raise EnvError(f"the recipe's [sources] find_links names a folder that is not there: {gone[0]}",
+                           expected=f"a folder of wheels (a relative path is taken from {ctx.recipe.path.parent})",
+                           found=f"no such folder, and `{' '.join(exc.argv[:3])} ...` failed (full log: {exc.log_path})",
+                           fix=f"make {gone[0]} the folder of wheels, or fix find_links in {ctx.recipe.path}") from None
         return dataclasses.replace(made, scaffold=scaffold.record(ctx.paths.env))
 
     def _make(self, ctx: StepContext) -> EnvResult:
