@@ -388,12 +388,12 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
     return []
 
 
-def check_system(paths: StackPaths, receipt: Mapping[str, Any]) -> list[Difference]:
+def check_system(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
     """A site-provided torch's interpreter: the distributions it gives the stack as the lock recorded them
     (``[tool.october.system.packages]``, in its ``sites``)."""
     from .lock.drift import system_drift
 
-    changed = system_drift(paths.pylock, paths.env)
+    changed = system_drift(lock, paths.env)
     if not changed:
         return []
     return [Difference("system", "the distributions the stack takes from outside its env (the system "
@@ -487,7 +487,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned, scaffold_diffs)
     diffs += check_torch(lock, dists, rerun)
-    diffs += check_system(paths, receipt)
+    diffs += check_system(paths, lock, receipt)
     say("base wheel")
     diffs += check_wheel(paths, lock, rerun)
     say("JIT libraries")

@@ -25,6 +25,11 @@ def local_files(root: Path) -> list[str]:
     return sorted(rel.as_posix() for rel in files if not any(part.startswith(".") for part in rel.parts[:-1]))
 
 
+def named(items: Sequence[str], most: int = 5) -> str:
+    """The first ``most`` of ``items``, then how many more: what the messages here show of a file list."""
+    return ", ".join(items[:most]) + (f", ... {len(items) - most} more" if len(items) > most else "")
+
+
 def moved_aside(path: str) -> bool:
     """A bad file :func:`~.verify.verify_files` renamed (``<name>.corrupt-<8 hex>``), no other name."""
     return re.search(re.escape(CORRUPT_INFIX) + r"[0-9a-f]{8}$", path) is not None
@@ -63,13 +68,12 @@ def refuse_extras(root: Path, patterns: Sequence[str] | None, listed: Collection
     """:class:`DownloadError` naming the files of ``root`` beyond ``listed`` (see :func:`extras`)."""
     found = extras(root, patterns, listed, manifest)
     if found:
-        shown = ", ".join(found[:5]) + (f", ... {len(found) - 5} more" if len(found) > 5 else "")
         among = "in the folder" if patterns is None else f"among the files the patterns {list(patterns)} select"
         raise DownloadError(f"{root} holds {len(found)} file(s) that {where} does not list",
                             expected=f"only the {len(listed)} file(s) of the pinned revision {among} (vLLM loads "
                                      "every *.safetensors of a folder without an index, and its tokenizer reads "
                                      "the JSON files beside them)",
-                            found=shown,
+                            found=named(found),
                             fix=f"move them out of {root} (nothing was changed), {then}")
 
 

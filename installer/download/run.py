@@ -21,7 +21,7 @@ from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadError, ScalesError
 from ..core.hashing import sha256_file
 from . import hub
-from .copycheck import OWN_DIR, extras, local_files, refuse_extras, set_aside
+from .copycheck import OWN_DIR, extras, local_files, named, refuse_extras, set_aside
 from .manifest import build_manifest, write_manifest
 from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
 from .verify import Expected, VerifiedFile, verify_files
@@ -137,8 +137,7 @@ def check_owned(plan: DownloadPlan) -> None:
         raise DownloadError(f"--local-dir {d} holds files no download made",
                             expected=f"a new or empty directory, or one a download made (it holds {OWN_DIR}/ or "
                                      f"{HUB_DOWNLOADS}/)",
-                            found=f"{len(theirs)} entr{'y' if len(theirs) == 1 else 'ies'}: {', '.join(theirs[:5])}"
-                                  + (" ..." if len(theirs) > 5 else ""),
+                            found=f"{len(theirs)} entr{'y' if len(theirs) == 1 else 'ies'}: {named(theirs)}",
                             fix="pass a new --local-dir (nothing was changed there); if it is a download of this "
                                 f"model you want finished and checked, `mkdir {shlex.quote(str(d / OWN_DIR))}` "
                                 "adopts it (its files are then verified, and replaced where they differ); to check "
@@ -252,7 +251,7 @@ def _unlisted(plan: DownloadPlan, listed: set[str], where: str, say: Callable[[s
         if found:
             aside = set_aside(plan.local_dir, found)
             say(f"set aside {len(found)} file(s) the pin of this selection does not list (another selection's "
-                f"download left them) in {aside}: {', '.join(found[:5])}{' ...' if len(found) > 5 else ''}")
+                f"download left them) in {aside}: {named(found)}")
         return
     refuse_extras(plan.local_dir, None, listed, where=where, manifest=plan.output)
 

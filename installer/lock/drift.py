@@ -49,18 +49,17 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def system_drift(pylock: Path, env: Path) -> str | None:
+def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     """What differs between the lock's ``[tool.october.system.packages]`` (what a site-provided torch's
     interpreter gave the stack) and the site directories it records they were found in (``sites``), now
     (``name locked -> found``), versions compared as PEP 440 normalizes them; None when they agree, or for a
     lock without that section.  A lock of an earlier version records no ``sites``: the stack interpreter's
     sys.path outside ``env`` (one short process) stands for them."""
     try:
-        with open(pylock, "rb") as fh:
-            system = tomllib.load(fh)["tool"]["october"]["system"]
+        system = lock["tool"]["october"]["system"]
         locked = {str(canonicalize_name(k)): str(v) for k, v in system["packages"].items()}
         recorded = system.get("sites")
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
     sites = [str(s) for s in recorded] if isinstance(recorded, list) else _outside_sites(env)
     if sites is None:
@@ -90,14 +89,28 @@ def _outside_sites(env: Path) -> list[str] | None:
             and not Path(p).resolve().is_relative_to(inside)]
 
 
-def drift(env: Path, pylock: Path) -> str | None:
-    """What differs between the env's distributions and the lock's packages (``name locked -> installed``),
-    or None when they agree.  An unreadable lock is not drift: whoever reads it says what is wrong."""
+def read_toml(pylock: Path) -> dict[str, Any] | None:
+    """The lock's TOML, or None when it cannot be read: an unreadable lock is not drift (whoever reads it for
+    itself says what is wrong)."""
     try:
         with open(pylock, "rb") as fh:
-            packages = tomllib.load(fh).get("packages", [])
-        locked = {str(canonicalize_name(p["name"])): str(p.get("version")) for p in packages}
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def drift(env: Path, pylock: Path) -> str | None:
+    """What differs between the env's distributions and the lock's packages (``name locked -> installed``),
+    or None when they agree (or the lock cannot be read)."""
+    lock = read_toml(pylock)
+    return None if lock is None else lock_drift(env, lock)
+
+
+def lock_drift(env: Path, lock: Mapping[str, Any]) -> str | None:
+    """:func:`drift` of a lock already read."""
+    try:
+        locked = {str(canonicalize_name(p["name"])): str(p.get("version")) for p in lock.get("packages", [])}
+    except (KeyError, TypeError, AttributeError):
         return None
     return differences(locked, installed_versions(env))
 

@@ -197,9 +197,9 @@ def _tool_shape(lock: Mapping[str, Any]) -> str | None:
 def locked_state(path: Path, *, option: str | None = None, recipe_name: str | None = None) -> LockedState:
     """``recipe_name``: the lock must be readable for that recipe (:func:`check_locked`)."""
     lock = read_lock(path, option=option)
-    if recipe_name is not None:
-        check_locked(lock, path, recipe_name)
     parts = locked_state_from_dict(lock)
+    if recipe_name is not None:
+        check_locked(lock, path, recipe_name, parts["commits"])
     return LockedState(path=path.resolve(), sha256=sha256_file(path), **parts)
 
 
@@ -264,10 +264,11 @@ def locked_state_from_dict(lock: Mapping[str, Any]) -> dict[str, Any]:
 FORMAT_VERSIONS = {"stack": 1, "index": 2}
 
 
-def check_locked(lock: Mapping[str, Any], path: Path, recipe_name: str) -> None:
+def check_locked(lock: Mapping[str, Any], path: Path, recipe_name: str, ids: Mapping[str, str]) -> None:
     """What ``--locked`` would otherwise half-read: a lock of a newer format (its new parts unread), another
-    recipe's lock, a fork entry whose ``commit`` is not its package's ``commit-id`` (a hand edit: which of the
-    two would the run install?).  :class:`LockError` naming the file and the part."""
+    recipe's lock, a fork entry whose ``commit`` is not its package's ``commit-id`` (``ids``: fork -> that id,
+    as :func:`locked_state_from_dict` reads them; a hand edit: which of the two would the run install?).
+    :class:`LockError` naming the file and the part."""
     tool = lock.get("tool", {}).get(TOOL, {})
     scope = str(tool.get("scope") or "stack")
     known, version = FORMAT_VERSIONS.get(scope), tool.get("format-version", 1)    # none: a lock made by hand
@@ -282,7 +283,6 @@ def check_locked(lock: Mapping[str, Any], path: Path, recipe_name: str) -> None:
         raise LockError(f"the lock {path} was written for recipe {name}, not {recipe_name}",
                         expected=f"a lock of recipe {recipe_name} ([tool.{TOOL}.recipe] name)", found=repr(name),
                         fix=f"pass --recipe {name} to install that lock, or the lock of {recipe_name}")
-    ids = locked_state_from_dict(lock)["commits"]
     for fork, entry in sorted((tool.get("forks") or {}).items()):
         said = entry.get("commit") if isinstance(entry, dict) else None
         if said is not None and fork in ids and said != ids[fork]:

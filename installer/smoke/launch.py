@@ -133,14 +133,13 @@ def check_model_files(path: Path, opts: SmokeOptions, ui: Any = None) -> None:
 
     redo = f"run `{choices.download_command(opts.install, opts.recipe, opts.format or 'awq', path)}` to fetch it again"
     manifest = load_manifest(path)
-    if ui is None:
-        check_copy(manifest, redo=redo, path=path)
-        return
-    ui.task_start("model", f"hashing the {len(manifest['files'])} file(s) of {manifest['repo']} in "
-                           f"{manifest['local_path']} again (what the engine loads is what the download verified)")
+    if ui is not None:
+        ui.task_start("model", f"hashing the {len(manifest['files'])} file(s) of {manifest['repo']} in "
+                               f"{manifest['local_path']} again (what the engine loads is what the download verified)")
     check_copy(manifest, redo=redo, path=path,
-               hashed=lambda done, total: ui.transfer("model sha256", done, total, "B"))
-    ui.task_done("model", "every file as its download verified it")
+               hashed=(lambda done, total: ui.transfer("model sha256", done, total, "B")) if ui is not None else None)
+    if ui is not None:
+        ui.task_done("model", "every file as its download verified it")
 
 
 def _forks(data: Any) -> dict[str, str]:

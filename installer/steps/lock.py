@@ -16,7 +16,7 @@ from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
 from ..core.runner import Completed
-from ..lock.drift import drift, system_drift
+from ..lock.drift import lock_drift, read_toml, system_drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
@@ -275,9 +275,12 @@ class LockStep:
             return "pylock.toml is missing"
         if sha256_file(ctx.paths.pylock) != result.sha256:
             return "pylock.toml was changed"
-        changed = drift(ctx.paths.env, ctx.paths.pylock)
+        lock = read_toml(ctx.paths.pylock)          # read once for both questions
+        if lock is None:
+            return None
+        changed = lock_drift(ctx.paths.env, lock)
         if changed:
             return f"the env changed since the lock was written: {changed}"
         # not this tool's to put back: the lock is written again to say what the stack now uses (and names it)
-        system = system_drift(ctx.paths.pylock, ctx.paths.env) if ctx.recipe.torch.from_system else None
+        system = system_drift(lock, ctx.paths.env) if ctx.recipe.torch.from_system else None
         return f"the system interpreter's packages changed since the lock was written: {system}" if system else None
