@@ -524,6 +524,20 @@ def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(t
     assert read_lock(stack / "pylock.toml")["tool"]["october"]["system"]["packages"]["sysextra"] == "1.0"
     assert verify().returncode == 0
     assert all(r.status == "cached" for r in run_setup(opts, SilentReporter()).records)
+    # a .pth dropped into a system site folder runs in every Python of the stack (site.addsitedir reads it)
+    site = Path(read_lock(stack / "pylock.toml")["tool"]["october"]["system"]["sites"][0])
+    (site / "zz-hook.pth").write_text("import os\n")
+    found = verify()
+    assert found.returncode == 13 and "[system]" in found.stderr and "zz-hook.pth - -> " in found.stderr, found.stderr
+    assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
+    assert verify().returncode == 0
+    (site / "zz-hook.pth").write_text("import sys\n")          # changed in place
+    assert "zz-hook.pth " in verify().stderr
+    assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
+    (site / "zz-hook.pth").unlink()
+    assert verify().returncode == 13
+    assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
+    assert verify().returncode == 0
 
 
 def _dist_info(site: Path, name: str, version: str) -> None:

@@ -49,12 +49,33 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def site_pth(sites: Sequence[str]) -> dict[str, str]:
+    """path -> sha256 (first 16 hex digits) of every ``.pth`` file in the site directories: the stack's
+    Python reads them as it starts (``site.addsitedir``), and a line of one that begins ``import`` runs."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    for site in sites:
+        try:
+            found = sorted(p for p in Path(site).iterdir() if p.name.endswith(".pth"))
+        except OSError:
+            continue
+        for pth in found:
+            try:
+                out[str(pth)] = hashlib.sha256(pth.read_bytes()).hexdigest()[:16]
+            except OSError:
+                out[str(pth)] = "unreadable"
+    return out
+
+
 def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     """What differs between the lock's ``[tool.october.system.packages]`` (what a site-provided torch's
     interpreter gave the stack) and the site directories it records they were found in (``sites``), now
-    (``name locked -> found``), versions compared as PEP 440 normalizes them; None when they agree, or for a
-    lock without that section.  A lock of an earlier version records no ``sites``: the stack interpreter's
-    sys.path outside ``env`` (one short process) stands for them."""
+    (``name locked -> found``), versions compared as PEP 440 normalizes them, and between its ``pth`` (the
+    ``.pth`` files of those directories, which the stack's Python runs) and theirs now; None when they agree,
+    or for a lock without that section.  A lock of an earlier version records no ``sites``: the stack
+    interpreter's sys.path outside ``env`` (one short process) stands for them; one without ``pth`` is not
+    held to its ``.pth`` files."""
     try:
         system = lock["tool"]["october"]["system"]
         locked = {str(canonicalize_name(k)): str(v) for k, v in system["packages"].items()}
@@ -66,8 +87,13 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
         return None
     now = {n: v for n, v in site_versions(sites).items() if n != "torch"}
     same = {n for n in set(locked) & set(now) if canonicalize_version(locked[n]) == canonicalize_version(now[n])}
-    return differences({n: v for n, v in locked.items() if n not in same},
-                       {n: v for n, v in now.items() if n not in same})
+    was = {n: v for n, v in locked.items() if n not in same}
+    found = {n: v for n, v in now.items() if n not in same}
+    pth = system.get("pth")
+    if isinstance(pth, dict):
+        was.update({str(k): str(v) for k, v in pth.items()})
+        found.update(site_pth(sites))
+    return differences(was, found)
 
 
 def _outside_sites(env: Path) -> list[str] | None:

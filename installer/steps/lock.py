@@ -16,7 +16,7 @@ from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
 from ..core.runner import Completed
-from ..lock.drift import lock_drift, read_toml, system_drift
+from ..lock.drift import lock_drift, read_toml, site_pth, system_drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
@@ -111,7 +111,7 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     path = [str(p) for p in data.get("path") or [] if str(p) in found]
     sites = list(dict.fromkeys([*path, *found]))
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
-            "packages": dict(sorted(others.items())), "sites": sites}
+            "packages": dict(sorted(others.items())), "sites": sites, "pth": site_pth(sites)}
 
 
 def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
