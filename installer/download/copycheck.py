@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..core.errors import DownloadError
+from ..core.listing import first
 from .verify import CORRUPT_INFIX, Expected, verify_files
 
 OWN_DIR = ".october"            # in a folder the tool downloads into: its lock and its record of verified hashes
@@ -27,7 +28,7 @@ def local_files(root: Path) -> list[str]:
 
 def named(items: Sequence[str], most: int = 5) -> str:
     """The first ``most`` of ``items``, then how many more: what the messages here show of a file list."""
-    return ", ".join(items[:most]) + (f", ... {len(items) - most} more" if len(items) > most else "")
+    return first(items, most)
 
 
 def moved_aside(path: str) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
+from ..core.listing import first
 from .clonecheck import ignored_files
 
 KIND = "sha256"                 # the file-trust kind of a file's digest (the JIT libraries' too)
@@ -124,5 +125,4 @@ def changed(checkout: Path, recorded: Mapping[str, str], trust: FileTrust | None
 
 
 def describe(found: list[Changed], most: int = 5) -> str:
-    shown = [f"{c.rel} ({'missing' if c.found == MISSING else 'changed'})" for c in found[:most]]
-    return ", ".join(shown) + (f", ... {len(found) - most} more" if len(found) > most else "")
+    return first([f"{c.rel} ({'missing' if c.found == MISSING else 'changed'})" for c in found], most)

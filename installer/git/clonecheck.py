@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from ..core.listing import first
 from ..core.version import head_commit
 from . import look
 from .hidden import hidden_entries
@@ -144,8 +145,7 @@ def selected(path: str, selection: Sequence[str] | None) -> bool:
 
 
 def listed(items: Sequence[str]) -> str:
-    shown = "; ".join(i.strip() for i in items[:MAX_LISTED])
-    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+    return first([i.strip() for i in items], MAX_LISTED, "; ")
 
 
 def check_clone(path: Path, commit: str, *, allow_dirty: bool,

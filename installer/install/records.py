@@ -14,6 +14,7 @@ from packaging.utils import canonicalize_name
 
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_or_none
+from ..core.listing import first
 from ..verify_dists import installed, record_hash, record_rows
 
 MAX_SHOWN = 5
@@ -72,9 +73,7 @@ def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
 
 def describe(found: Mapping[str, list[str]]) -> str:
     """One line per distribution, at most :data:`MAX_SHOWN` files each."""
-    return "; ".join(f"{name}: " + ", ".join(files[:MAX_SHOWN]) + (f", ... {len(files) - MAX_SHOWN} more"
-                                                                   if len(files) > MAX_SHOWN else "")
-                     for name, files in found.items())
+    return "; ".join(f"{name}: " + first(files, MAX_SHOWN) for name, files in found.items())
 
 
 def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> list[str]:
@@ -137,8 +136,7 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
         own = scaffold()
         extra = [p for p in extra if own.get(p.relative_to(env).as_posix()) != sha256_or_none(p)]
     if extra:
-        shown = "; ".join(map(str, extra[:MAX_SHOWN])) + (f"; ... {len(extra) - MAX_SHOWN} more"
-                                                           if len(extra) > MAX_SHOWN else "")
+        shown = first([str(p) for p in extra], MAX_SHOWN, "; ")
         raise InstallError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD owns",
                            expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
                            found=shown,

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from ..core.errors import KitError, ReceiptError
 from ..core.hashing import sha256_file
+from ..core.listing import first
 from ..core.schemas import validate, write_receipt
 from . import KIND, KIT_FORMAT, MANIFEST, UNFINISHED
 
@@ -79,5 +80,4 @@ def check_files(root: Path, doc: Mapping[str, Any]) -> list[str]:
 
 
 def listed(items: list[str]) -> str:
-    shown = "; ".join(items[:MAX_LISTED])
-    return shown + (f"; ... {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+    return first(items, MAX_LISTED, "; ")

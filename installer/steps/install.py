@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import InstallError
 from ..core.hashing import sha256_file
+from ..core.listing import first
 from ..engine import FORKS_INSTALLED, StepContext
 from ..git import buildoutputs
 from ..install import consistency, records
@@ -175,7 +176,7 @@ class InstallStep:
         for name, (mine, found) in made.items():
             checkout = forks[name].path
             if found:
-                shown = ", ".join(found[:5]) + (f", ... {len(found) - 5} more" if len(found) > 5 else "")
+                shown = first(found, 5)
                 said = (f"fork {name}: {len(found)} file(s) git does not track were in {checkout} before the "
                         f"install, which did not make them ({shown}); not recorded as its build outputs")
                 ctx.ui.warn(said)
