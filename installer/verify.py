@@ -14,6 +14,8 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
   locked version; forks installed editable from ``STACK/src/<fork>``;
 * every file each distribution's RECORD lists with a hash still has that hash (and exists), and
   every file in the env that no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
+* every ``__pycache__`` bytecode file in the env and the fork clones that Python would load instead of
+  its source is its source's code, compared in the stack's Python (see :mod:`verify_bytecode`);
 * torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
   a site-provided torch (``[tool.october.system]``), none in the env and the recorded one in place;
 * the base wheel in ``STACK/wheels`` has the locked sha256;
@@ -23,8 +25,9 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
 Submodules the recipe did not select are gitlinks, not checkouts: they must stay uninitialized.
 Each difference carries the command that puts it back (:mod:`verify_fix`).
 
-Distributions are read from their ``.dist-info`` directories (no process is started), so a
-stack whose Python no longer runs can still be verified.
+Distributions are read from their ``.dist-info`` directories, so a stack whose Python no longer runs can
+still be verified; the one process verify starts is the stack's Python, to read its bytecode (a stack
+with none Python would load starts none).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from . import verify_fix as fixes
-from . import verify_jit, verify_outputs, verify_unowned
+from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
 from .core.errors import LockError, StateError
 from .core.hashing import sha256_file
 from .core.paths import StackPaths
@@ -362,6 +365,23 @@ def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference
                        f"{len(extra)} other file(s): {shown}", fixes.remove_files(extra))]
 
 
+def check_bytecode(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:
+    """-> (bytecode files looked at, differences): bytecode Python would load that is not its source's code."""
+    forks = [_fork_dir(paths, name, entry) for name, entry in sorted(_fork_entries(lock).items())]
+    pairs = verify_bytecode.candidates([paths.env, *(f for f in forks if f.is_dir())])
+    found = verify_bytecode.forged(paths.python, pairs)
+    what = "bytecode in the env and the fork clones"
+    expected = "each file Python loads instead of its source compiled from that source"
+    if isinstance(found, str):
+        return len(pairs), [Difference("files", what, expected, f"not checked: {found}", rerun)]
+    if not found:
+        return len(pairs), []
+    shown = _listed(found, "; ", lambda f: f"{f[0]} ({f[1]})")
+    return len(pairs), [Difference("files", what, expected, f"{len(found)} file(s) are other code: {shown}",
+                                   fixes.remove_files([p for p, _why in found])
+                                   + " (Python compiles each from its source again)")]
+
+
 def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) -> list[Difference]:
     tool = (lock.get("tool") or {}).get(TOOL) or {}
     want = (tool.get("toolchain") or {}).get("torch")
@@ -486,6 +506,9 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     diffs += file_diffs
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned, scaffold_diffs)
+    say("bytecode")
+    bytecode, bytecode_diffs = check_bytecode(paths, lock, rerun)
+    diffs += bytecode_diffs
     diffs += check_torch(lock, dists, rerun)
     diffs += check_system(paths, lock, receipt)
     say("base wheel")
@@ -494,7 +517,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     jit_count, jit_diffs = check_jit(paths, lock, rerun)
     diffs += jit_diffs
     checked = {"forks": len(_fork_entries(lock)), "build_outputs": outputs, "distributions": len(dists),
-               "files": files, "jit": jit_count, "wheel": int(bool(((lock.get("tool") or {}).get(TOOL) or {}).get("wheel")))}
+               "files": files, "bytecode": bytecode, "jit": jit_count, "wheel": int(bool(((lock.get("tool") or {}).get(TOOL) or {}).get("wheel")))}
     return VerifyReport(stack=paths.root, lock_sha256=sha256_file(paths.pylock), checked=checked,
                         differences=tuple(diffs))
 

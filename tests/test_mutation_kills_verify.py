@@ -223,13 +223,13 @@ def test_the_clean_stack_matches_its_lock_and_counts_what_it_checked(stack: Stac
     said: list[str] = []
     report = verify_stack(stack.root, progress=said.append, hashed=lambda d, t: seen.append((d, t)))
     assert report.differences == () and report.ok
-    assert dict(report.checked) == {"forks": 1, "build_outputs": 2, "distributions": 4, "files": 4, "jit": 1,
-                                    "wheel": 1}
+    assert dict(report.checked) == {"forks": 1, "build_outputs": 2, "distributions": 4, "files": 4, "bytecode": 0,
+                                    "jit": 1, "wheel": 1}
     assert report.lock_sha256 == sha256_file(stack.root / "pylock.toml")
     total = 6 + 68 + 6 + len(b"../../../../src/fi-custom\n")
     assert seen and seen[-1] == (float(total), float(total))
     assert said == ["lock file", "fork clones", "fork build outputs", "distributions", "files no RECORD owns",
-                    "base wheel", "JIT libraries"]
+                    "bytecode", "base wheel", "JIT libraries"]
     lines = format_report(report)
     assert lines[0] == ("checked 1 fork(s) (2 build output(s)), 4 distribution(s), 4 file(s), 1 JIT library, "
                         "1 base wheel")

@@ -695,3 +695,58 @@ def test_the_same_version_installed_from_another_file_is_named(tmp_path: Path) -
     value = subprocess.run([str(stack / "env" / "bin" / "python"), "-c", "import tinydep; print(tinydep.VALUE)"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert value == "1"
+
+
+FORGE = r"""
+import importlib.util, marshal, py_compile, sys
+src, pyc, mode = sys.argv[1:4]
+py_compile.compile(src, cfile=pyc, invalidation_mode=py_compile.PycInvalidationMode[mode])
+header = open(pyc, "rb").read()[:16]
+open(pyc, "wb").write(header + marshal.dumps(compile("FORGED = 'forged'\n", src, "exec", dont_inherit=True)))
+"""
+
+
+def _python(stack: Stack, *args: str) -> str:
+    return subprocess.run([str(stack.root / "env" / "bin" / "python"), *args], check=True, capture_output=True,
+                          text=True, env=_env()).stdout.strip()
+
+
+def test_bytecode_python_loads_in_place_of_its_source_is_held_to_that_source(stack: Stack) -> None:
+    """The last session's open item: a ``__pycache__`` file whose header matches its source's mtime and size
+    (or an unchecked hash-based one) is run without the source being read, so a forged one ran other code
+    under files verify held to be right.  Each one Python would load is now compiled from its source in the
+    stack's Python and compared; the right one (py_compile's own) is no difference, a stale one is not read."""
+    tag = _python(stack, "-c", "import sys; print(sys.implementation.cache_tag)")
+    torch_src = site(stack) / "torch" / "__init__.py"
+    fork_src = next(p for p in sorted((stack.root / "src").glob("*/*/__init__.py")) if ".git" not in p.parts)
+    made: list[Path] = []
+    try:
+        for src in (torch_src, fork_src):           # what Python itself writes: no difference
+            pyc = src.parent / "__pycache__" / f"__init__.{tag}.pyc"
+            _python(stack, "-c", f"import py_compile; py_compile.compile({str(src)!r}, cfile={str(pyc)!r})")
+            made.append(pyc)
+        data = json.loads(verify(stack, "--json").stdout)
+        assert data["ok"] is True and data["checked"]["bytecode"] >= 2, data
+        forged = site(stack) / "torch" / "__pycache__" / f"__init__.{tag}.pyc"
+        _python(stack, "-c", FORGE, str(torch_src), str(forged), "TIMESTAMP")
+        assert _python(stack, "-c", "import torch; print(torch.FORGED)") == "forged"    # it runs
+        unchecked = fork_src.parent / "__pycache__" / f"__init__.{tag}.pyc"
+        _python(stack, "-c", FORGE, str(fork_src), str(unchecked), "UNCHECKED_HASH")
+        diffs = differences(stack)
+        assert [(d["check"], d["what"]) for d in diffs] == [("files", "bytecode in the env and the fork clones")], diffs
+        found = diffs[0]["found"]
+        assert found.startswith("2 file(s) are other code: ") and str(forged) in found and str(unchecked) in found
+        assert "(not the code of __init__.py)" in found
+        proc = verify(stack)
+        assert proc.returncode == 13 and str(forged) in proc.stderr
+        subprocess.run(diffs[0]["fix"].split("`")[1], shell=True, check=True)         # the fix it prints
+        assert differences(stack) == []
+        # a forged file Python would not load (its header does not match the source) is not read
+        _python(stack, "-c", FORGE, str(torch_src), str(forged), "TIMESTAMP")
+        os.utime(torch_src, ns=(torch_src.stat().st_atime_ns, torch_src.stat().st_mtime_ns + 5_000_000_000))
+        assert _python(stack, "-B", "-c", "import torch; print(hasattr(torch, 'FORGED'))") == "False"
+        assert differences(stack) == []
+    finally:
+        for pyc in made:
+            pyc.unlink(missing_ok=True)
+    assert differences(stack) == []
