@@ -63,8 +63,13 @@ def verify(stack: Stack, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def differences(stack: Stack) -> list[dict[str, str]]:
+    """verify --json's differences; the document is held to receipts/verify.schema.json, failing ones too (the
+    schema lacked the ``fix`` every difference carries, so no failing document matched it)."""
+    from october.installer.core.schemas import validate
+
     proc = verify(stack, "--json")
     data = json.loads(proc.stdout)
+    validate("verify", data, where="verify --json")
     assert proc.returncode == (0 if data["ok"] else 13), proc.stderr
     return list(data["differences"])
 
@@ -750,3 +755,56 @@ def test_bytecode_python_loads_in_place_of_its_source_is_held_to_that_source(sta
         for pyc in made:
             pyc.unlink(missing_ok=True)
     assert differences(stack) == []
+
+
+def test_git_settings_of_the_clone_that_hide_an_edit_are_local_changes_and_run_nothing(tmp_path: Path) -> None:
+    """The scenario hunt: an edit put back to its size and mtime (``touch -r``) passed verify and the re-run
+    under the user's ``core.trustctime=false``; a clean filter in the clone's own config (git compares its
+    output, not the file) passed them too, and verify ran the filter's program.  Now ctime is always compared,
+    and a filter, an include or attributes of the clone's own are local changes whose programs never run."""
+    stack = _world_stack(tmp_path)
+    fork = stack.root / "src" / "alpha"
+    src = fork / "alpha" / "__init__.py"
+    original = src.read_bytes()
+    ref = tmp_path / "ref"
+    ref.write_bytes(original)
+    os.utime(ref, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns))
+    edited = original[:-2] + b"7\n" if original.endswith(b"\n") else original[:-1] + b"7"
+    assert len(edited) == len(original) and edited != original
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[core]\n\ttrustctime = false\n")
+    env = dict(_env(), GIT_CONFIG_GLOBAL=str(gitconfig))
+
+    def verify_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack.root)],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=300)
+
+    assert verify_with(env).returncode == 0
+    subprocess.run(["git", "-C", str(fork), "status"], env=env, check=True, capture_output=True)  # index fresh
+    src.write_bytes(edited)
+    os.utime(src, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns))
+    found = verify_with(env)
+    assert found.returncode == 13 and "alpha/__init__.py" in found.stderr, found.stderr
+    src.write_bytes(original)
+    assert verify_with(env).returncode == 0
+    # a clean filter in the clone's own config that shows git HEAD's bytes in place of the file's
+    ran = tmp_path / "RAN"
+    (fork / ".git" / "info" / "attributes").write_text("* filter=hide\n")
+    git(fork, "config", "filter.hide.clean", f"sh -c 'touch {ran}; git show HEAD:\"$1\"' -- %f")
+    src.write_bytes(edited)
+    found = verify_with(_env())
+    assert found.returncode == 13, found.stderr
+    assert "alpha/__init__.py" in found.stderr and '[filter "hide"] clean' in found.stderr, found.stderr
+    assert "info/attributes" in found.stderr and "mv " in found.stderr
+    again = _setup_again(stack)
+    assert again.returncode != 0 and "local changes" in again.stderr and "git config or attributes" in again.stderr
+    assert not ran.exists()                       # neither verify nor the re-run ran the clone's program
+    src.write_bytes(original)
+    (fork / ".git" / "info" / "attributes").unlink()
+    git(fork, "config", "--remove-section", "filter.hide")
+    git(fork, "config", "include.path", str(gitconfig))
+    found = verify_with(_env())
+    assert found.returncode == 13 and "[include] path (another config file git reads)" in found.stderr, found.stderr
+    git(fork, "config", "--remove-section", "include")
+    assert verify_with(_env()).returncode == 0
+    assert _setup_again(stack).returncode == 0

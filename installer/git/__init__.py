@@ -48,7 +48,12 @@ PARALLEL_CHECKOUT = (("checkout.workers", "0"), ("checkout.thresholdForParalleli
 # A clone's own .git/config and hooks are the stack's files, not ours: our git commands run no program they
 # name (an fsmonitor hook ran on every `git status` of a re-run; a post-checkout hook on every checkout).
 # Command-scope config (GIT_CONFIG_KEY_n) outranks the repository's.
-NO_REPO_CODE = (("core.fsmonitor", "false"), ("core.hooksPath", os.devnull))
+NO_REPO_CODE = (("core.fsmonitor", "false"), ("core.hooksPath", os.devnull),
+                # git status re-reads a file whose stat data changed: with ctime not compared (the user's
+                # core.trustctime=false) an edit put back to its size and mtime (`touch -r`) passed as clean
+                ("core.trustctime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"),
+                # the user's attributes are not the fork's (a filter there runs on every status)
+                ("core.attributesFile", os.devnull))
 
 
 def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
@@ -64,11 +69,13 @@ def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict
     return env
 
 
-def look(path: Path, *args: str, ceiling: Path | None = None) -> tuple[bytes, str | None]:
+def look(path: Path, *args: str, ceiling: Path | None = None,
+         config: tuple[tuple[str, str], ...] = ()) -> tuple[bytes, str | None]:
     """A read-only ``git -C path ARGS`` started directly (no GitPython, no log): (its stdout, None), or (b"",
     its last line of stderr) when it fails.  ``GIT_OPTIONAL_LOCKS=0``: a look never rewrites the index;
-    ``ceiling``: git does not look for the repository in it or above.  OSError (no git) is the caller's."""
-    env = git_env()
+    ``ceiling``: git does not look for the repository in it or above; ``config``: command-scope config
+    besides :func:`git_env`'s.  OSError (no git) is the caller's."""
+    env = with_config(git_env(), config)
     env["GIT_OPTIONAL_LOCKS"] = "0"
     if ceiling is not None:
         env["GIT_CEILING_DIRECTORIES"] = str(ceiling)

@@ -16,6 +16,7 @@ from ..core.listing import first
 from ..core.version import head_commit
 from . import look
 from .hidden import hidden_entries
+from .repocode import filters_off, repo_code
 
 __all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "git_text", "head_commit",
            "ignored_files", "selected", "submodule_heads", "submodule_states"]
@@ -34,12 +35,12 @@ class SubmoduleState:
     path: str
 
 
-def git_text(path: Path, *args: str, ceiling: Path | None = None) -> str:
+def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[tuple[str, str], ...] = ()) -> str:
     """The output of a read-only git command (:func:`look`), or GitInspectError with its last line of stderr.
     ``ceiling``: git does not look for the repository in it or above (a submodule whose own git directory
     is broken fails, rather than reading the superproject's)."""
     try:
-        out, error = look(path, *args, ceiling=ceiling)
+        out, error = look(path, *args, ceiling=ceiling, config=config)
     except OSError as exc:
         raise GitInspectError(f"cannot run git ({exc.strerror or exc})") from None
     if error is not None:
@@ -50,9 +51,13 @@ def git_text(path: Path, *args: str, ceiling: Path | None = None) -> str:
 def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`), and every tracked
     file of the clone and of its checked-out ``submodules`` that git status is told not to look at
-    (skip-worktree, assume-unchanged: :mod:`.hidden`)."""
-    out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
-    return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, submodules)
+    (skip-worktree, assume-unchanged: :mod:`.hidden`), and what the clone's own git files make git run or
+    read (:mod:`.repocode`: a filter, whose program status then does not run)."""
+    subs = list(submodules)
+    code, filters = repo_code(path, subs)
+    out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all",
+                   config=filters_off(filters))
+    return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, subs) + code
 
 
 def ignored_files(path: Path) -> list[str]:

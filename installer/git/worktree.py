@@ -22,6 +22,7 @@ from ..core.redact import redact_url
 from ..core.runner import Runner
 from . import git_env, look, strip_credentials
 from .hidden import Hidden, hidden_entries
+from .repocode import RepoCode
 from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, listed, submodule_heads
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .exclude import exclude_build_outputs, git_dir
@@ -195,9 +196,11 @@ def unheld(dest: Path, head: str, commit: str) -> bool:
 
 def _hidden_hint(dest: Path, dirty: Sequence[str]) -> str:
     """For entries git status does not show (the user's own `git status` says clean): how to see and undo them."""
-    if not any(isinstance(d, Hidden) for d in dirty):
-        return ""
-    return (f"; the ones marked (skip-worktree) or (assume-unchanged) are tracked files `git status` is told not to "
+    code = "; the ones naming a git config or attributes file are the clone's own git settings, not files" \
+        if any(isinstance(d, RepoCode) for d in dirty) else ""
+    if not any(isinstance(d, Hidden) and not isinstance(d, RepoCode) for d in dirty):
+        return code
+    return code + (f"; the ones marked (skip-worktree) or (assume-unchanged) are tracked files `git status` is told not to "
             f"look at (`git -C {shlex.quote(str(dest))} ls-files -v | grep -v '^H'` lists them; `git update-index "
             "--no-skip-worktree --no-assume-unchanged PATH` in their repository shows their changes again)")
 
