@@ -3,10 +3,13 @@
 FlashInfer loads a module from its AOT directory first (``<fork>/flashinfer/data/aot/<uri>/<uri>.so``, ignored
 by the fork's git) and else from the JIT workspace (``STACK/jit/.../cached_ops/<uri>/<uri>.so``): every copy
 must have the recorded bytes, every placed copy must exist, and a library no record names is a difference.
+Folders are walked through their links (a module folder linked elsewhere is where FlashInfer loads from), and a
+placed copy reached through a link is a difference of its own: the jit step placed a file in the stack.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -42,6 +45,23 @@ def aot_dirs(paths: StackPaths, fork_dirs: Iterable[Path]) -> list[Path]:
     return sorted({d.resolve() for d in dirs if d.is_dir()})
 
 
+def _libraries(root: Path) -> Iterable[Path]:
+    """Every ``*.so`` file under ``root``, through linked folders too (each real folder once)."""
+    seen: set[Path] = set()
+    for top, dirs, files in os.walk(root, followlinks=True):
+        real = Path(top).resolve()
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        yield from (Path(top) / f for f in files if f.endswith(".so") and (Path(top) / f).is_file())
+
+
+def _linked(aot: Path) -> Path | None:
+    """The first of the AOT folder, the module's folder and the copy itself that is a link (None: none is)."""
+    return next((p for p in (aot.parent.parent, aot.parent, aot) if p.is_symlink()), None)
+
+
 def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dirs: Iterable[Path]
           ) -> tuple[int, list[JitFinding]]:
     """-> (libraries looked at, findings)."""
@@ -50,7 +70,7 @@ def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dir
     found: list[JitFinding] = []
     seen_workspace: set[str] = set()
     libs = sorted({p.resolve() for r in [paths.jit, *aot_dirs(paths, fork_dirs)] if r.is_dir()
-                   for p in r.rglob("*.so") if p.is_file()})
+                   for p in _libraries(r)})
     for lib in libs:
         uri = lib.stem if lib.parent.name == lib.stem else ""
         if uri not in want:
@@ -68,6 +88,10 @@ def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dir
             where = Path(str(rec["path"])) if rec.get("path") else paths.jit
             found.append(JitFinding(uri, where, f"the built library {uri}.so under {paths.jit}", "no such file"))
         aot = Path(str(rec["aot_path"])) if rec.get("aot_path") else None
-        if aot is not None and not aot.is_file():
+        link = _linked(aot) if aot is not None else None
+        if aot is not None and link is not None:
+            found.append(JitFinding(uri, link, "the verified AOT copy the jit step placed, no link on the way",
+                                    f"a link to {os.readlink(link)}"))
+        elif aot is not None and not aot.is_file():
             found.append(JitFinding(uri, aot, f"the verified AOT copy with sha256 {want[uri]}", "no such file"))
     return len(libs), found

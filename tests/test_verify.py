@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -808,3 +809,43 @@ def test_git_settings_of_the_clone_that_hide_an_edit_are_local_changes_and_run_n
     git(fork, "config", "--remove-section", "include")
     assert verify_with(_env()).returncode == 0
     assert _setup_again(stack).returncode == 0
+
+
+def test_an_aot_module_folder_linked_elsewhere_is_named_and_the_rerun_places_a_file_not_through_the_link(
+        tmp_path: Path) -> None:
+    """The scenario hunt: FlashInfer's AOT module folder replaced by a link to a copy outside the stack with a
+    changed library (FlashInfer loads the AOT copy first): verify passed (its walk did not enter linked
+    folders) and the re-run wrote the verified library through the link, leaving the link.  Now the walk
+    follows links, a placed copy reached through one is named, and the jit step replaces the link."""
+    w = make_k16v8_world(tmp_path)
+    wheel = w["wheel"]
+    assert isinstance(wheel, Path)
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+
+    def setup() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(root), "--recipe", str(recipe),
+                               "--cache-dir", str(cache), "--skip-preflight", "nvcc"], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, env=_env(), timeout=600)
+
+    with serve_find_links(wheel.parent) as served:
+        recipe = write_recipe(tmp_path, w, served.url + wheel.name)
+        assert setup().returncode == 0
+        stack = Stack(root, tmp_path / "links", cache, tmp_path)
+        aot = root / "src" / "flashinfer" / "flashinfer" / "data" / "aot"
+        module = next(p for p in sorted(aot.iterdir()) if p.is_dir())
+        outside = tmp_path / "elsewhere" / module.name
+        outside.parent.mkdir()
+        shutil.copytree(module, outside)
+        lib = outside / f"{module.name}.so"
+        lib.write_bytes(lib.read_bytes() + b"ALTERED")
+        shutil.rmtree(module)
+        module.symlink_to(outside, target_is_directory=True)
+        diffs = differences(stack)
+        assert any(d["check"] == "jit" and str(module) in d["what"] and d["found"] == f"a link to {outside}"
+                   for d in diffs), diffs
+        assert any(d["check"] == "jit" and str(lib) in d["what"] and "sha256" in d["found"] for d in diffs), diffs
+        altered = lib.read_bytes()
+        assert setup().returncode == 0
+        assert not module.is_symlink() and module.is_dir()
+        assert lib.read_bytes() == altered                 # nothing written through the link
+        assert differences(stack) == []

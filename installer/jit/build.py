@@ -262,6 +262,9 @@ def place_aot(aot: Path, uri: str, lib: Path, sha256: str) -> Path:
     runtime ninja rebuilds a module whose build files name another stack's paths, so a module reused
     from the shared cache is only reused at runtime from here (measured on the H200)."""
     target = aot_path(aot, uri)
+    for part in (aot, target.parent, target):      # a link here: the copy would be written through it, elsewhere
+        if part.is_symlink():
+            part.unlink()
     if target.is_file() and sha256_file(target) == sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
