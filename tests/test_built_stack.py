@@ -338,3 +338,70 @@ def test_an_env_file_edited_in_a_stack_copied_from_the_cache_is_put_back_by_the_
     log = (s2 / "logs" / "install.log").read_text()
     assert "--reinstall-package tinydep" in log and "--reinstall-package torch" in log
     assert verify(s2) == 0
+
+
+def test_a_run_killed_while_copying_a_fork_build_output_keeps_the_entry_and_the_rerun_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenario hunt: a second stack killed while it copied a fork's build output from the cache left a
+    half-written file; the re-run called that the entry's fault ("exists already and differs"), removed the
+    shared entry, and every later stack on the node built cold.  Now the half file is replaced by the entry's
+    verified bytes, and the entry is kept.  Planted: the copy interrupted half-way through the file."""
+    from october.installer.core import clonefile
+    from october.installer.core.hashing import sha256_file
+    from tests.fixtures.world import ALPHA_OUTPUT, make_world
+
+    world = make_world(tmp_path / "world", build_output=True)
+    cache, s1, s2, s3 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
+    setup(world, s1, cache)
+    (entry,) = entries(cache)
+    real = clonefile.clone_or_copy
+
+    def killed(src: Path, dest: Path) -> str:
+        if dest.name == Path(ALPHA_OUTPUT).name:
+            dest.write_bytes(src.read_bytes()[: max(1, src.stat().st_size // 2)])
+            raise KeyboardInterrupt
+        return real(src, dest)
+
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "clone_or_copy", killed)
+        with pytest.raises(KeyboardInterrupt):
+            setup(world, s2, cache)
+    out = s2 / "src" / "alpha" / ALPHA_OUTPUT
+    assert out.is_file() and out.read_bytes() != (s1 / "src" / "alpha" / ALPHA_OUTPUT).read_bytes()
+    res = setup(world, s2, cache)
+    assert statuses(res)["install"] == "ran" and built_from(s2) == entry.name
+    assert entries(cache) == [entry], "the shared entry was removed for this stack's own leftover"
+    assert sha256_file(out) == sha256_file(s1 / "src" / "alpha" / ALPHA_OUTPUT) and verify(s2) == 0
+    assert "fork build outputs copied from the built-stack cache entry" in (s2 / "logs" / "install.log").read_text()
+    setup(world, s3, cache)
+    assert built_from(s3) == entry.name
+    # a folder where the entry has a file is not replaced: that stack builds its forks, the entry is not at fault
+    checkout = tmp_path / "s4-alpha"
+    (checkout / ALPHA_OUTPUT).mkdir(parents=True)
+    found = builtstack.find(cache, entry.name)
+    assert found is not None
+    with pytest.raises(builtstack.InTheWay, match="is a folder where the cache entry has a file"):
+        builtstack.restore_forks(found, [("alpha", checkout)], tmp_path / "s4", changed_tracked=lambda _c: [],
+                                 announce=lambda _n, _c: None)
+    assert (checkout / ALPHA_OUTPUT).is_dir() and entries(cache) == [entry]
+
+
+def test_what_a_killed_store_left_is_swept_by_the_next_store_of_this_host(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: a first stack killed while it stored itself left ``CACHE/built/.partial-*`` (a whole
+    env) for ever.  The next store on this host removes those of processes that are gone; a live one, and
+    one of another host (a shared cache), are left."""
+    import socket
+
+    cache, s1 = tmp_path / "cache", tmp_path / "s1"
+    base = cache / "built"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = socket.gethostname()
+    dead = base / f".partial-{host}-{gone}-0123"
+    alive = base / f".partial-{host}-1-4567"
+    other = base / f".partial-elsewhere.example-{gone}-89ab"
+    for d in (dead, alive, other):
+        (d / "env").mkdir(parents=True)
+    setup(world, s1, cache)
+    assert len(entries(cache)) == 1
+    assert not dead.exists() and alive.is_dir() and other.is_dir()

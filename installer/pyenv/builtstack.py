@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import csv
 import functools
+import glob
 import hashlib
 import io
 import json
 import os
 import re
 import shutil
+import socket
 import stat
 import uuid
 from dataclasses import dataclass
@@ -57,6 +59,10 @@ MANIFEST = "manifest.json"
 
 class EntryRefused(Exception):
     """A cache entry that does not match its manifest (the message says which file and how)."""
+
+
+class InTheWay(EntryRefused):
+    """Something of this stack's where the entry puts a file: the entry is not at fault (it is kept)."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,8 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     replacing an entry already there; :class:`EntryRefused` says why a stack cannot be stored."""
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
-    partial = base / f".partial-{uuid.uuid4().hex}"
+    _sweep_partials(base)
+    partial = base / f"{_partial_prefix()}{os.getpid()}-{uuid.uuid4().hex}"
     try:
         partial.mkdir()
         rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
@@ -199,6 +206,30 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     finally:
         if partial.exists():
             discard(partial)
+
+
+def _partial_prefix() -> str:
+    return f".partial-{socket.gethostname()}-"
+
+
+def _sweep_partials(base: Path) -> None:
+    """Remove what a store killed on this host left (``.partial-<host>-<pid>-*`` of a process that is gone; a
+    store of another host, on a shared cache, is that host's to sweep)."""
+    prefix = _partial_prefix()
+    for left in base.glob(f"{glob.escape(prefix)}*"):
+        pid = left.name[len(prefix):].partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            discard(left)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True             # another user's process: alive
+    return True
 
 
 def discard(path: Path) -> None:
@@ -236,7 +267,11 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         if not fresh and kind != "dir" and exists:
             if _same(s, d, row, root):
                 continue            # left by this stack's own earlier install: the same bytes
-            raise EntryRefused(f"{d} exists already and differs (the fork checkout is not as fetched)")
+            if os.path.isdir(d) and not os.path.islink(d):
+                raise InTheWay(f"{d} is a folder where the cache entry has a {kind}")
+            # a build output a killed copy left half-written (or one changed since): ignored by git, and
+            # the build would write it too; the entry's verified bytes replace it
+            os.unlink(d)
         if created is not None and not exists:
             created.append(d)
         if kind == "dir":

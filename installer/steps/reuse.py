@@ -148,6 +148,11 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
         nested_out = builtstack.restore_forks(
             entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
             changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, step, checkout))
+    except builtstack.InTheWay as exc:
+        ctx.ui.warn(f"the fork build outputs are not copied from the cache ({exc}); building them (the entry "
+                    f"{entry.path} is kept)")
+        ctx.runner.note(step, f"# built-stack cache entry {entry.path} not used for the forks: {exc}")
+        return None, None
     except (builtstack.EntryRefused, OSError) as exc:
         refuse_entry(ctx, step, entry, str(exc), drop_env=False)
         return None, None
