@@ -96,3 +96,44 @@ def test_setup_with_a_full_cache_disk_exits_19_and_says_so(tmp_path: Path, full_
                           text=True, timeout=300)
     assert proc.returncode == 19, proc.stderr
     assert "disk full" in proc.stderr and "Traceback" not in proc.stderr and "->" in proc.stderr
+
+
+def test_a_write_the_env_does_not_permit_is_exit_19_naming_it_not_an_install_failure(tmp_path: Path) -> None:
+    """The scenario hunt: the stack env's site-packages made unwritable while a step had to write there (the
+    install step in the hunt, the env step here): exit 11, "installing fork 'alpha' failed ... uv exit code 2", the cause only in the quoted output.
+    Now a step's error whose command said so (uv's "Read-only file system (os error 30)", "Permission denied
+    (os error 13)", git's ": Permission denied") is exit 19 naming the refused write and what to do.  Planted:
+    site-packages bind-mounted read-only (root here and in CI; elsewhere it skips and says why)."""
+    from october.installer.core.errors import as_not_permitted
+    from october.installer.pyenv.uvcmd import uv_exe
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+
+    def setup() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                               str(world.recipe), "--cache-dir", str(cache), "--skip-preflight", "nvcc,gpu,cuda_arch"],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+
+    assert setup().returncode == 0
+    site = next((stack / "env" / "lib").glob("python*/site-packages"))
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    subprocess.run([uv_exe(), "pip", "uninstall", "--python", str(stack / "env" / "bin" / "python"), "tinydep"],
+                   check=True, capture_output=True, env=env)
+    done = subprocess.run(["mount", "--bind", str(site), str(site)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (needs root): {done.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(site)], check=True, capture_output=True)
+        proc = setup()
+    finally:
+        subprocess.run(["umount", "-l", str(site)], capture_output=True)
+    assert proc.returncode == 19, proc.stderr
+    assert "Read-only file system (os error 30)" in proc.stderr and "ls -ld PATH" in proc.stderr, proc.stderr
+    assert f"`{stack / 'env' / 'lib'}`" in proc.stderr and "Traceback" not in proc.stderr
+    assert setup().returncode == 0
+    # ssh's refusal is a fetch's authentication, not the file system's
+    assert as_not_permitted(FetchError("fork 'x': fetching failed", expected="git to succeed",
+                                       found="git@github.com: Permission denied (publickey).")) is None
+    assert as_not_permitted(FetchError("fork 'x': checkout failed", expected="git to succeed",
+                                       found="error: unable to create file a.py: Permission denied")) is not None

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from .errors import FileSystemError, OctoberError, UsageError, as_disk_full
+from .errors import FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted
 
 if TYPE_CHECKING:
     from .ui import ConsoleReporter
@@ -62,7 +62,8 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
     except (OctoberError, OSError) as exc:
         if reader_gone(exc):
             raise CommandExit(READER_GONE_EXIT) from None
-        full = as_disk_full(exc)          # ENOSPC anywhere (our writes, git, uv, a compiler): exit 19
+        # ENOSPC anywhere (our writes, git, uv, a compiler), or a write a command was not permitted: exit 19
+        full = as_disk_full(exc) or as_not_permitted(exc)
         err = full if full is not None else exc if isinstance(exc, OctoberError) else FileSystemError.from_os_error(exc)
         from .redact import env_secrets, redact
         code, title, message = err.exit_code, err.title, redact(err.message, env_secrets())

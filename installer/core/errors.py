@@ -280,6 +280,32 @@ class DiskFullError(FileSystemError):
                    found=cause, fix=DISK_FULL_FIX)
 
 
+# how "no permission to write there" reads in the output of uv (Rust's io errors), Python and git; not ssh's
+# "Permission denied (publickey)", which is a fetch's authentication
+_NOT_PERMITTED = re.compile(r"os error (13|30)\b|Errno (13|30)\b|\bEACCES\b|\bEROFS\b|Read-only file system|"
+                            r": Permission denied\.?\s*$", re.MULTILINE)
+NOT_PERMITTED_FIX = ("make the path it names writable for this user (`ls -ld PATH`; a read-only mount or another "
+                     "user's files?), or point STACK or --cache-dir at a place this user can write; then re-run the "
+                     "same command (finished work is kept)")
+
+
+def as_not_permitted(exc: BaseException) -> FileSystemError | None:
+    """The FileSystemError another error really is when its message shows a write refused for want of
+    permission (a command's output quoted in it: uv's, git's), or None."""
+    if isinstance(exc, FileSystemError) or not isinstance(exc, OctoberError):
+        return None
+    lines = [ln.strip(" |") for ln in exc.message.splitlines()]
+    at = next((i for i, ln in enumerate(lines) if _NOT_PERMITTED.search(ln)), None)
+    if at is None:
+        return None
+    # uv folds a long message over lines: the cause with the two lines before it (where it names the path)
+    cause = " ".join(" ".join(lines[max(0, at - 2):at + 1]).split())
+    log = getattr(exc, "log_path", None)
+    return FileSystemError(exc.what.splitlines()[0], expected="a path this user can write",
+                           found=cause.rsplit("found ", 1)[-1] + (f" (full log: {log})" if log else ""),
+                           fix=NOT_PERMITTED_FIX)
+
+
 def as_disk_full(exc: BaseException) -> DiskFullError | None:
     """The DiskFullError that ``exc`` really is, or None."""
     if isinstance(exc, DiskFullError):
