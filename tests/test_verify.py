@@ -849,3 +849,23 @@ def test_an_aot_module_folder_linked_elsewhere_is_named_and_the_rerun_places_a_f
         assert not module.is_symlink() and module.is_dir()
         assert lib.read_bytes() == altered                 # nothing written through the link
         assert differences(stack) == []
+
+
+def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: Path) -> None:
+    """The scenario hunt: a ``.pth`` added to the env's site-packages (it runs at every interpreter start) was
+    named by verify, but a re-run answered "stack ready" without looking.  The install step's result now
+    records the env's .pth files, the no-op holds the env to them, and the install's full check names the
+    stray one (exit 11, remove it); removed, the re-run is a no-op again."""
+    stack = _world_stack(tmp_path)
+    site_dir = next((stack.root / "env" / "lib").glob("python*/site-packages"))
+    pth = site_dir / "zz-hook.pth"
+    pth.write_text("import os\n")
+    again = _setup_again(stack)
+    assert again.returncode == 11, again.stderr
+    assert "install: running again" in again.stderr and "zz-hook.pth" in again.stderr and "remove them" in again.stderr
+    pth.unlink()
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "==> install: starting" in again.stderr, again.stderr
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "running again" not in again.stderr, again.stderr
+    assert differences(stack) == []

@@ -141,6 +141,7 @@ class InstallStep:
             build_outputs=outputs,
             installed=installed_versions(ctx.paths.env),
             settings=install_settings(r),
+            pth=self.pth_files(ctx),
         )
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
@@ -228,7 +229,22 @@ class InstallStep:
             return problem
         # every RECORD'ed file; only those whose stat signature moved are read again
         bad = records.tampered(ctx.paths.env, ctx.trust)
-        return f"files differ from their RECORD ({records.describe(bad)})" if bad else None
+        if bad:
+            return f"files differ from their RECORD ({records.describe(bad)})"
+        # a .pth added or changed since (it runs at every start): the install's full check names it
+        now = self.pth_files(ctx) if result.pth is not None else None
+        if now is not None and now != result.pth:
+            changed = sorted(n for n in set(now) | set(result.pth or {}) if now.get(n) != (result.pth or {}).get(n))
+            return f"the env's .pth files are not those its install left ({first(changed, 5)})"
+        return None
+
+    def pth_files(self, ctx: StepContext) -> dict[str, str]:
+        """Each ``.pth`` file of the env's site-packages -> its RECORD-style sha256 (an unchanged one: one stat;
+        the RECORD check's own kind, so a RECORD'ed one keeps one entry in the file-trust store)."""
+        from ..verify_dists import record_hash
+
+        return {p.name: ctx.trust.digest(p, "record-sha256", lambda q: record_hash(q, "sha256"))
+                for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")) for p in sorted(site.glob("*.pth"))}
 
     def outputs_problem(self, ctx: StepContext, result: InstallResult) -> str | None:
         """Each recorded build output still in its checkout with its digest (an unchanged file: one stat)."""
