@@ -180,7 +180,7 @@ def kit_and_recipe(world: World, tmp_path: Path) -> tuple[Path, Path]:
     return kit, recipe
 
 
-@pytest.mark.parametrize("plant", ["tamper-wheel", "tamper-git", "missing", "extra-wheel"])
+@pytest.mark.parametrize("plant", ["tamper-wheel", "tamper-git", "missing", "extra-wheel", "link"])
 def test_a_kit_that_differs_from_its_manifest_is_refused_naming_the_file(kit_and_recipe: tuple[Path, Path],
                                                                          tmp_path: Path, plant: str) -> None:
     kit, recipe = kit_and_recipe
@@ -198,6 +198,12 @@ def test_a_kit_that_differs_from_its_manifest_is_refused_naming_the_file(kit_and
     elif plant == "missing":
         wheel.unlink()
         named = "wheels/tinydep-1.0-py3-none-any.whl: missing"
+    elif plant == "link":           # the scenario hunt: a link to an identical copy was said to be "missing"
+        copy = tmp_path / "elsewhere.whl"
+        shutil.copy(wheel, copy)
+        wheel.unlink()
+        wheel.symlink_to(copy)
+        named = f"wheels/tinydep-1.0-py3-none-any.whl: a link (to {copy}), not the file the manifest lists"
     else:
         shutil.copy(wheel, kit / "wheels" / "tinydep-9.0-py3-none-any.whl")
         named = "wheels/tinydep-9.0-py3-none-any.whl: not in the manifest"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -63,7 +64,10 @@ def check_files(root: Path, doc: Mapping[str, Any]) -> list[str]:
     files: Mapping[str, Mapping[str, Any]] = doc["files"]
     for rel, want in sorted(files.items()):
         p = root / rel
-        if not p.is_file() or p.is_symlink():
+        if p.is_symlink():
+            problems.append(f"{rel}: a link (to {os.readlink(p)}), not the file the manifest lists")
+            continue
+        if not p.is_file():
             problems.append(f"{rel}: missing")
             continue
         if p.stat().st_size != want["size"]:
