@@ -214,3 +214,69 @@ def test_a_pid_file_that_cannot_be_written_is_named_and_leaves_nothing(tmp_path:
             pass
     assert exc.value.errno == errno.ENOSPC and ".october.lock.pid." in str(exc.value.filename)
     assert [p.name for p in tmp_path.iterdir() if ".pid." in p.name] == []
+
+
+# ------------------------------------------------------------------ hostile forks and recipes (session 24)
+
+
+def _setup(world: Any, stack: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                           str(world.recipe), "--cache-dir", str(cache), "--skip-preflight", "nvcc,gpu,cuda_arch"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", ["/ABS/victim", "../../../../victim"])
+def test_a_submodule_name_leading_outside_the_clone_is_refused_and_nothing_is_removed(tmp_path: Path,
+                                                                                     name: str) -> None:
+    """The scenario hunt: a fork whose .gitmodules names a submodule "/tmp/x/victim" made the fetch step
+    remove that directory ("what a killed run left": its git directory would be .git/modules/<name>) and
+    report success; "../.." names once .git/modules exists.  Such names are refused before anything is
+    removed or written for them (exit 8)."""
+    from tests.fixtures.gitrepos import git
+    from tests.fixtures.world import make_world, publish
+
+    world = make_world(tmp_path / "world")
+    victim = tmp_path / "victim"
+    (victim / "data").mkdir(parents=True)
+    (victim / "data" / "file.txt").write_text("keep me\n")
+    stack, cache = tmp_path / "a" / "b" / "stack", tmp_path / "cache"
+    assert _setup(world, stack, cache).returncode == 0          # a re-run: .git/modules exists
+    beta = world.root / "work" / "beta"
+    gitmodules = beta / ".gitmodules"
+    shown = str(victim) if name.startswith("/ABS") else name
+    gitmodules.write_text(gitmodules.read_text().replace('[submodule "third_party/gamma"]', f'[submodule "{shown}"]'))
+    world.set_pin("beta", publish(beta, world.beta_bare, "hostile submodule name"))
+    git("config", "--file", str(gitmodules), "--get-regexp", "submodule", cwd=beta)
+    proc = _setup(world, stack, cache)
+    assert proc.returncode == 8, proc.stderr
+    assert "names a submodule this tool will not place" in proc.stderr and repr(shown) in proc.stderr
+    assert (victim / "data" / "file.txt").read_text() == "keep me\n"
+
+
+def test_a_fork_url_beginning_with_a_dash_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    """The scenario hunt: a forks.toml URL "--upload-pack=touch PWNED; false" with a prefix pin reached
+    `git fetch` as an option, and git ran the command.  The recipe refuses such a URL (exit 3, naming the
+    key), and every git command that takes a URL has it after `--`."""
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    pwned = tmp_path / "PWNED"
+    text = world.forks_toml.read_text()
+    url = next(line for line in text.splitlines() if line.strip().startswith("url") and "alpha" in line)
+    world.forks_toml.write_text(text.replace(url, f'url = "--upload-pack=touch {pwned}; false"'))
+    proc = _setup(world, tmp_path / "stack", tmp_path / "cache")
+    assert proc.returncode == 3, proc.stderr
+    assert "not beginning with '-'" in proc.stderr and not pwned.exists()
+    # below the recipe: git reads what follows `--` as a repository, never as an option
+    from october.installer.core.errors import FetchError
+    from october.installer.core.runner import Runner
+    from october.installer.git.mirror import ensure_commit, open_mirror
+
+    mirror = open_mirror(tmp_path / "cache2", f"--upload-pack=touch {pwned}; false", "alpha")
+    with pytest.raises(FetchError):
+        ensure_commit(Runner(tmp_path / "logs"), "fetch", mirror, "0" * 40)
+    assert not pwned.exists()

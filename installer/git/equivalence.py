@@ -92,7 +92,7 @@ def fetch_from_upstream(runner: Runner, mirror: Mirror, upstream: str, commit: s
     failed: CommandFailed | None = None
     for refspecs in attempts:
         try:
-            runner.run(["git", "-C", str(mirror.path), "fetch", "--no-tags", "--quiet", upstream, *refspecs],
+            runner.run(["git", "-C", str(mirror.path), "fetch", "--no-tags", "--quiet", "--", upstream, *refspecs],
                        step=step, env=git_env())
             failed = None
         except CommandFailed as exc:

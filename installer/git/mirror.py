@@ -208,7 +208,7 @@ def _fetch(runner: Runner, step: str, mirror: Mirror, refspecs: list[str], *, ta
     argv = ["git", "-C", str(mirror.path), "fetch", "--progress",   # progress lines feed the UI's bar
             "--tags" if tags else "--no-tags",
             # --update-shallow: a shallow remote (a kit, a depth-1 copy) may add shallow roots
-            *([f"--depth={depth}"] if depth else ["--update-shallow"]), mirror.fetch_url, *refspecs]
+            *([f"--depth={depth}"] if depth else ["--update-shallow"]), "--", mirror.fetch_url, *refspecs]
     try:
         runner.run(argv, step=step, env=git_env())
     except CommandFailed as exc:

@@ -97,6 +97,26 @@ def _empty(path: Path) -> None:
         remove(p)
 
 
+def unsafe_submodule(name: str, path: str) -> str | None:
+    """Why a submodule of a fork's ``.gitmodules`` may not be handled (its git directory is
+    ``.git/modules/<name>``, its work tree ``<path>``): an empty or absolute name or path, or one with a
+    ``..`` component (git refuses such names; a stricter rule than git's for absolute ones), else None."""
+    for what, value in (("name", name), ("path", path)):
+        parts = value.replace("\\", "/").split("/")
+        if not value or value.startswith(("/", "\\")) or ".." in parts or any(c in value for c in "\0\n\r"):
+            return f"submodule {what} {value!r}"
+    return None
+
+
+def module_dir(super_gd: Path, name: str) -> Path:
+    """``<super git dir>/modules/<name>``, which must lie inside ``modules`` (:func:`unsafe_submodule`)."""
+    base = super_gd / "modules"
+    path = base / name
+    if unsafe_submodule(name, "x") is not None or not os.path.normpath(path).startswith(os.path.normpath(base) + os.sep):
+        raise ValueError(f"submodule name {name!r} would lead outside {base}")
+    return path
+
+
 def reset_broken_submodule(super_dir: Path, name: str, sub_dir: Path, *, incomplete: bool) -> str | None:
     """Make the submodule ``name`` at ``sub_dir`` cloneable again when a killed run left it unusable;
     return what was removed (for the log), or None.  Removed: a ``.git`` with no usable repository
@@ -104,7 +124,7 @@ def reset_broken_submodule(super_dir: Path, name: str, sub_dir: Path, *, incompl
     cannot use (``submodule update`` would reuse it), or, in a clone marked ``incomplete``, files a
     checkout cut before its ``.git`` was written."""
     super_gd = git_dir(super_dir)
-    kept = super_gd / "modules" / name if super_gd is not None else None
+    kept = module_dir(super_gd, name) if super_gd is not None else None
     if (sub_dir / ".git").exists() or sub_dir.is_symlink():
         if (sub_dir / ".git").exists() and _head(sub_dir, work_tree=sub_dir) is not None:
             return None

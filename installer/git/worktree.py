@@ -27,7 +27,8 @@ from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, l
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
-from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale_locks, reset_broken_submodule
+from .recover import (is_incomplete, mark_complete, mark_incomplete, module_dir, remove_stale_locks,
+                      reset_broken_submodule, unsafe_submodule)
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
@@ -76,7 +77,7 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
         return
     ref = f"{PIN_REFS}/{commit}"
     shallow = ["--update-shallow"] if is_shallow(mirror.path) else []
-    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, _source(mirror), f"+{ref}:{ref}"],
+    g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, "--", _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
 
@@ -115,7 +116,7 @@ def _clone_new(g: _Git, dest: Path, mirror: Mirror, commit: str, say: Say) -> No
     with mirror.locked():
         # --no-hardlinks: the clone's object files are its own, never the cache mirror's inodes
         g(["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-hardlinks", "--no-checkout",
-           _source(mirror), str(partial)],
+           "--", _source(mirror), str(partial)],
           doing=f"cloning the mirror into {partial}", fix=f"check free disk space at {dest.parent}")
         _bring_commit(g, partial, mirror, commit)
     if not is_shallow(mirror.path):      # copied as files (see _source): hash what the checkout will read
@@ -250,7 +251,7 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
         raise FetchError(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
                          "git repository", expected="a submodule git can read, or an empty directory",
                          found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
-    for stale in {p for p in (git_dir(sub_dir), repo_dir / ".git" / "modules" / name) if p is not None}:
+    for stale in {p for p in (git_dir(sub_dir), module_dir(repo_dir / ".git", name)) if p is not None}:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(sub_dir, ignore_errors=True)
 
@@ -282,7 +283,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         source = mirror.path.as_uri()
         g(["init", "--quiet", str(sub_dir)], doing=doing, fix=fix)
         g(["-C", str(sub_dir), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-           *upload_pack(source), source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
+           *upload_pack(source), "--", source, f"+{PARTIAL_REFS}/{commit}:{PARTIAL_REFS}/{commit}"],
           doing=doing, fix=fix)
         g(["-C", str(sub_dir), "sparse-checkout", "set", "--cone", *dirs], doing=doing, fix=fix)
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
@@ -310,6 +311,13 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                          fix="check the fork's .gitmodules for a cycle")
     with git.Repo(repo_dir) as repo:
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
+    unsafe = [bad for rel, name in declared.items() if (bad := unsafe_submodule(name, rel)) is not None]
+    if unsafe:          # before anything is removed or made for it: its git directory would lie elsewhere
+        raise FetchError(f"fork '{g.fork}': its .gitmodules names a submodule this tool will not place",
+                         expected="submodule names and paths inside the clone (relative, no '..')",
+                         found="; ".join(unsafe) + f" in {repo_dir}/.gitmodules",
+                         fix="use a fork commit whose .gitmodules names its submodules plainly; nothing was "
+                             "removed or written for them")
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
         if unknown:

@@ -54,7 +54,7 @@ def upstream_base(runner: Runner, step: str, repo: Path, upstream: str | None, *
         problem = "forks.toml names no upstream URL for the fork"
     else:
         try:
-            _git(runner, step, repo, "fetch", "--no-tags", "--quiet", upstream, ref)
+            _git(runner, step, repo, "fetch", "--no-tags", "--quiet", "--", upstream, ref)
         except CommandFailed as exc:
             last = exc.tail.strip().splitlines()[-1:] or [f"exit code {exc.returncode}"]
             problem = f"`git fetch {shown} {ref}` failed ({last[0].strip()})"

@@ -111,7 +111,7 @@ class KitRepos:
             raise _whole_and_sparse(copy.url, f"{copy.owner} sparse ({held}), {owner} whole")
         ref = f"{PIN_REFS}/{commit}"
         with mirror.locked():
-            self._git(["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}", mirror.path.as_uri(),
+            self._git(["-C", str(dest), "fetch", "--quiet", "--no-tags", f"--depth={depth}", "--", mirror.path.as_uri(),
                        f"+{ref}:{ref}"], doing=f"copying {commit} of {mirror.shown_url} into the kit",
                       fix=f"remove {mirror.path} (a cache) and make the kit again")
         if branch:
@@ -173,7 +173,7 @@ class KitRepos:
                 full = source
             else:
                 with up.locked():
-                    self._git(["-C", str(up.path), "fetch", "--quiet", "--no-tags", up.fetch_url,
+                    self._git(["-C", str(up.path), "fetch", "--quiet", "--no-tags", "--", up.fetch_url,
                                "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
                               doing=f"fetching {up.shown_url} to find the base wheel's source commit {source}",
                               fix="check the fork's upstream URL and your network")
@@ -184,7 +184,7 @@ class KitRepos:
             ref = f"{PIN_REFS}/{full}"
             with mirror.locked():
                 self._git(["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
-                           up.path.as_uri(), f"+{ref}:{ref}"], fix=f"remove {mirror.path}",
+                           "--", up.path.as_uri(), f"+{ref}:{ref}"], fix=f"remove {mirror.path}",
                           doing=f"copying the base wheel's source {full[:12]} next to the fork")
             self.say(f"{fork.name}: base wheel's source {full[:12]} from upstream {up.shown_url}")
         if full is None:
@@ -206,7 +206,7 @@ class KitRepos:
         ref = "refs/october/upstream-main"
         with mirror.locked():
             self._git(["-C", str(mirror.path), "fetch", "--quiet", "--no-tags", "--update-shallow",
-                       str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"], fix=f"remove {mirror.path} (a cache)",
+                       "--", str(up.path), f"+refs/heads/{UPSTREAM_REF}:{ref}"], fix=f"remove {mirror.path} (a cache)",
                       doing=f"reading {up.shown_url} {UPSTREAM_REF} next to the fork")
         base = _ask(mirror.path, "merge_base", commit, tip)
         if base is None:

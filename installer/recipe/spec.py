@@ -175,6 +175,9 @@ Url = Annotated[str, Field(max_length=MAX_URL)]
 Key = Annotated[str, Field(max_length=MAX_KEY)]
 Int = Annotated[int, _int_range(-MAX_INT, MAX_INT, "an integer within the TOML range (64 bits)")]
 StrList = Annotated[list[Str], Field(max_length=MAX_ITEMS)]
+# git reads an argument that begins with '-' as an option (`--upload-pack=<command>` runs that command)
+GitUrl = Annotated[Url, matches(re.compile(r"^(?!-)[^\s\x00-\x1f\x7f]+$"),
+                                "a git URL (not beginning with '-', no spaces or control characters)")]
 IndexUrl = Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https:// (or file://) package index URL")]
 Version440 = Annotated[str, Field(max_length=64, description="a version string such as '2.10.0'"),
                        parses(Version, "a PEP 440 version such as '2.10.0'", pattern=VERSION_START)]
@@ -240,8 +243,8 @@ PinValue = Annotated[Annotated[PinId, Tag("=id")] | Annotated[PinCommit, Tag("=c
 
 
 class ForkSpec(Section):
-    url: Annotated[Url, _desc("a git URL")]
-    upstream: Url | None = None
+    url: Annotated[GitUrl, _desc("a git URL")]
+    upstream: GitUrl | None = None
     pins: Table(PinValue)
 
 
