@@ -58,6 +58,16 @@ def test_a_stack_path_no_later_step_can_use_is_refused_first(tmp_path: Path, nam
     assert sorted(p.name for p in tmp_path.iterdir()) == []     # neither the stack nor the cache was made
 
 
+@pytest.mark.parametrize("char", ["\n", "\r"])
+def test_a_stack_path_with_a_line_break_is_refused_first(tmp_path: Path, char: str) -> None:
+    """The scenario hunt: a STACK with a newline ran fetch and made the env, then ended in a traceback (exit 70)
+    writing stack-env.json, on every re-run too.  It is refused before anything is written (exit 19)."""
+    stack = tmp_path / f"new{char}line"
+    refused(both(str(stack), "--recipe", "current", "--cache-dir", str(tmp_path / "cache")), 19,
+            f"contains {char!r}", "line break ends the value", "choose a path for STACK")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name, char", [("c:1", ":"), ("c$HOME", "$")])
 def test_a_cache_dir_no_later_step_can_use_is_refused_first(tmp_path: Path, name: str, char: str) -> None:
     """--cache-dir with ':' broke install (the cache's build tools on PATH), with '$' fetch (GitPython); a '#'

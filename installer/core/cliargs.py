@@ -248,10 +248,14 @@ UNUSABLE_CHARS = {
          "contains separator ':'`)",
     "$": "GitPython expands environment variables in the paths it is given ($HOME in a path names another "
          "directory)",
+    "\n": "the stack's path is written into STACK/stack-env.json's variables and STACK/activate, where a line "
+          "break ends the value",
+    "\r": "the stack's path is written into STACK/stack-env.json's variables and STACK/activate, where a line "
+          "break ends the value",
 }
 # '$' only where GitPython would read a variable ($NAME, ${NAME}: its own pattern); '$1' or a trailing '$' is kept
 _VARIABLE = re.compile(r"\$(\{\s?)?[a-zA-Z_]")
-STACK_CHARS = ("#", ":", "$")
+STACK_CHARS = ("#", ":", "$", "\n", "\r")
 KIT_CHARS = ("#",)                # uv reads the kit's wheels as --find-links: '#' cut the path there
 CACHE_CHARS = (":", "$")          # '#' in the cache is never part of a file:// URL uv reads
 
@@ -262,10 +266,11 @@ def usable_chars(option: str, path: Path, chars: Sequence[str]) -> Path:
     bad = next((c for c in chars if (_VARIABLE.search(str(path)) if c == "$" else c in str(path))), None)
     if bad is None:
         return path
-    raise FileSystemError(f"{option} {path} cannot be used: it contains '{bad}'",
+    shown, where = (repr(bad), repr(str(path))) if bad in "\n\r" else (f"'{bad}'", str(path))
+    raise FileSystemError(f"{option} {where} cannot be used: it contains {shown}",
                           expected=f"a path without {', '.join(repr(c) for c in chars)}",
-                          found=f"'{bad}' in {path} ({UNUSABLE_CHARS[bad]})",
-                          fix=f"choose a path for {option} without '{bad}' (in it or in the directories above it)")
+                          found=f"{shown} in {where} ({UNUSABLE_CHARS[bad]})",
+                          fix=f"choose a path for {option} without {shown} (in it or in the directories above it)")
 
 
 def locale_readable(option: str, path: Path) -> Path:
