@@ -116,10 +116,10 @@ def kernel_fleet_args(c: Any, k: dict[str, Any], tmp: Path, *extra: str) -> list
             *(f"--setup-arg=--skip-preflight={c}" for c in SKIP_PREFLIGHT), *extra, str(tmp / "stacks" / "{name}")]
 
 
-def fleet_args(c: Any, k: dict[str, Path], tmp: Path, *extra: str) -> list[str]:
+def fleet_args(c: Any, k: dict[str, Path], tmp: Path, *extra: str, stack: str | None = None) -> list[str]:
     return ["fleet", "--address", c.address, "--recipe", str(k["recipe"]), "--kit", str(k["kit"]),
             "--lock-file", str(k["lock"]), "--receipt", str(tmp / "fleet.json"), "--cache-dir", str(tmp / "cache-{name}"),
-            "--timeout", "300", *extra, str(tmp / "stacks" / "{name}")]
+            "--timeout", "300", *extra, stack or str(tmp / "stacks" / "{name}")]
 
 
 def receipt(tmp: Path, done: subprocess.CompletedProcess[str] | None = None) -> dict[str, Any]:
@@ -272,17 +272,36 @@ def test_a_node_killed_mid_install_is_lost_then_resumed_by_a_rerun(cluster: Any,
     assert nodes["n2"]["setup"]["exit_code"] == 0 and doc["consistent"]
     assert len({n["lock_sha256"] for n in nodes.values()}) == 1
 
-    # a finished node is re-checked on every run: a lock planted on n1 since is named, with what differs
+    # a finished node is verified on every run (the scenario hunt: its env removed or its lock changed since,
+    # and the re-run said "installed", resumed, consistent): it fails, named with what verify says, and the
+    # next run installs it again
     lock = tmp_path / "stacks" / "n1" / "pylock.toml"
     lock.write_text(lock.read_text() + "\n# planted\n")
+    shutil.rmtree(tmp_path / "stacks" / "n2" / "env")
     planted = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
     doc = receipt(tmp_path)
+    nodes = by_name(doc)
     seen = json.dumps(doc["nodes"], indent=1) + planted.stdout + planted.stderr
-    assert planted.returncode == 1 and doc["consistent"] is False and all(n["resumed"] for n in doc["nodes"]), seen
-    assert [n["name"] for n in doc["nodes"] if n["differs"]] == ["n1"], seen
-    assert by_name(doc)["n1"]["differs"] == ["lock sha256 " + sha256_file(lock) + ", the fleet's is "
-                                             + by_name(doc)["n0"]["lock_sha256"]]
-    assert any(r.startswith("n1 differs: lock sha256") for r in doc["reasons"]) and "n1 differs" in planted.stdout
+    assert planted.returncode == 1 and all(n["resumed"] for n in doc["nodes"]), seen
+    assert nodes["n0"]["status"] == "installed" and nodes["n1"]["status"] == nodes["n2"]["status"] == "failed", seen
+    for name in ("n1", "n2"):
+        assert "its stack no longer verifies (current verify exit 13" in nodes[name]["detail"], seen
+        assert "this node is installed again" in nodes[name]["detail"], seen
+    assert any(r.startswith("n1: failed") for r in doc["reasons"]) and "n2: failed" in planted.stdout
+    repaired = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke"))
+    doc = receipt(tmp_path)
+    nodes = by_name(doc)
+    seen = json.dumps(doc["nodes"], indent=1) + repaired.stdout + repaired.stderr
+    assert all(n["status"] == "installed" for n in nodes.values()) and doc["consistent"], seen
+    assert nodes["n0"]["resumed"] and not nodes["n1"]["resumed"] and not nodes["n2"]["resumed"], seen
+    assert len({n["lock_sha256"] for n in nodes.values()}) == 1, seen
+    # another STACK (or cache, interpreter, setup or smoke options) than the receipt's nodes were finished with:
+    # nothing is resumed (it was: every node then failed with "no lock at" the new STACK)
+    moved = cli(*fleet_args(cluster, kit, tmp_path, "--no-smoke", stack=str(tmp_path / "stacks-new" / "{name}")))
+    doc = receipt(tmp_path)
+    seen = json.dumps(doc["nodes"], indent=1) + moved.stdout + moved.stderr
+    assert moved.returncode == 1 and not any(n["resumed"] for n in doc["nodes"]), seen
+    assert all(n["status"] == "installed" for n in doc["nodes"]) and "with other options" in moved.stderr, seen
 
 
 def test_per_node_timeout_and_ctrl_c_leave_the_node_resumable(cluster: Any, kit: dict[str, Path], tmp_path: Path) -> None:

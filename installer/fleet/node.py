@@ -134,6 +134,14 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             write_bytes_atomic(Path(job.lock_path), shipment.lock)
         if job.setup_argv is None:
             report(RECHECK)
+            if job.verify_argv is not None:      # finished before: is the stack still what it was?
+                done = _command(runner, rec, "fleet-verify", "current verify", python, job.verify_argv, job, start)
+                if done is None or done.returncode != 0:
+                    if done is not None:
+                        rec["detail"] = (f"finished by the previous fleet run, its stack no longer verifies "
+                                         f"({rec['detail']}); re-run the fleet command: this node is installed "
+                                         "again (or repair it as `current verify` says)")
+                    return _facts(rec, stack)
         else:
             done = _command(runner, rec, "fleet-setup", "october_setup", python, job.setup_argv, job, start)
             rec["setup"] = None if done is None else {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}

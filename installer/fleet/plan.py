@@ -57,8 +57,9 @@ class FleetOptions:
 
 @dataclass(frozen=True)
 class NodeJob:
-    """What one node does.  ``setup_argv`` is None for a node the previous receipt finished: it only
-    reports its facts again (so a stack that drifted since is still caught)."""
+    """What one node does.  ``setup_argv`` is None for a node the previous receipt finished: its stack is
+    verified (``verify_argv``: a stack changed since fails the node, and the next run installs it again) and
+    its facts are reported again."""
 
     name: str
     node_id: str
@@ -70,6 +71,7 @@ class NodeJob:
     smoke_argv: tuple[str, ...] | None
     smoke_receipt: str | None
     timeout_s: float
+    verify_argv: tuple[str, ...] | None = None     # a resumed node: `current verify` of its stack first
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,12 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)
         smoke += tuple(opts.smoke_args)
+    verify = None if install else (opts.python, "-c", "from october.installer.cli import current_app; current_app()",
+                                   "verify", "--install", stack)
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
                    lock_path=lock_path, setup_argv=setup, smoke_argv=smoke,
-                   smoke_receipt=f"{out}/receipt.json" if opts.smoke else None, timeout_s=opts.timeout_s)
+                   smoke_receipt=f"{out}/receipt.json" if opts.smoke else None, timeout_s=opts.timeout_s,
+                   verify_argv=verify)
 
 
 def shared_cache(opts: FleetOptions) -> bool:
@@ -187,12 +192,27 @@ def shared_cache(opts: FleetOptions) -> bool:
     return opts.cache_dir is not None and not any(p in opts.cache_dir for p in PLACEHOLDERS)
 
 
+INSTALL_OPTIONS = ("stack", "cache_dir", "system_python", "setup_args", "smoke_format", "smoke_level")
+
+
+def install_options(opts: FleetOptions) -> dict[str, Any]:
+    """The options that make a node's stack what it is (where, from which cache and interpreter, with which
+    setup and smoke options): a node finished under others is not this run's."""
+    return {"stack": opts.stack, "cache_dir": opts.cache_dir, "system_python": opts.system_python,
+            "setup_args": list(opts.setup_args), "smoke_format": opts.smoke_format, "smoke_level": opts.smoke_level}
+
+
 def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_sha: str,
-                    lock_sha: str | None, smoke: bool) -> dict[str, Mapping[str, Any]]:
+                    lock_sha: str | None, smoke: bool, options: Mapping[str, Any] | None = None
+                    ) -> dict[str, Mapping[str, Any]]:
     """Node records of the previous fleet receipt that finished this same install (same recipe, kit
-    and lock; with a smoke when this run wants one), by name."""
+    and lock, and the same :data:`INSTALL_OPTIONS` when ``options`` are given; with a smoke when this run
+    wants one), by name."""
     if not previous or (previous.get("recipe", {}).get("sha256"), previous.get("kit", {}).get("sha256"),
                         previous.get("lock_file_sha256")) != (recipe_sha, kit_sha, lock_sha):
+        return {}
+    before = previous.get("options") if isinstance(previous.get("options"), dict) else {}
+    if options is not None and any(k not in before or before[k] != options[k] for k in INSTALL_OPTIONS):
         return {}
     ok = (PASSED,) if smoke else FINISHED
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}

@@ -14,7 +14,7 @@ from ..core.errors import ReceiptError, UsageError
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.schemas import validate, write_receipt
 from . import FLEET_FORMAT
-from .plan import (FleetOptions, FleetPlan, check_paths, finished_before, judge, plan_fleet, select_nodes,
+from .plan import (FleetOptions, FleetPlan, check_paths, finished_before, install_options, judge, plan_fleet, select_nodes,
                    shared_cache)
 from .progress import FleetProgress
 from ..kit import MANIFEST
@@ -54,7 +54,13 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
     lock = opts.lock_file.read_bytes() if opts.lock_file is not None else None
     lock_sha = sha256_bytes(lock) if lock is not None else None
     previous = read_previous(opts)
-    done = finished_before(previous, recipe_sha=rec.sha256, kit_sha=kit_sha, lock_sha=lock_sha, smoke=opts.smoke)
+    done = finished_before(previous, recipe_sha=rec.sha256, kit_sha=kit_sha, lock_sha=lock_sha, smoke=opts.smoke,
+                           options=install_options(opts))
+    if previous and not done and finished_before(previous, recipe_sha=rec.sha256, kit_sha=kit_sha,
+                                                 lock_sha=lock_sha, smoke=opts.smoke):
+        ui.info(f"the previous receipt {opts.receipt} finished its nodes with other options (STACK, --cache-dir, "
+                "--system-python, --setup-arg or the smoke's): every node is installed again (an unchanged stack "
+                "is a no-op)")
 
     with ray_logs_to(ui):
         ray = connect(opts.address)
@@ -106,7 +112,8 @@ def receipt_doc(opts: FleetOptions, plan: FleetPlan, records: list[dict[str, Any
         "options": {"select": opts.select, "nodes": list(opts.nodes), "stack": opts.stack,
                     "max_parallel": opts.max_parallel, "timeout_s": opts.timeout_s, "smoke": opts.smoke,
                     "smoke_format": opts.smoke_format, "smoke_level": opts.smoke_level,
-                    "system_python": opts.system_python, "setup_args": list(opts.setup_args), "seed": plan.seed},
+                    "system_python": opts.system_python, "setup_args": list(opts.setup_args), "seed": plan.seed,
+                    "cache_dir": opts.cache_dir},
         "passed": verdict.passed and not interrupted,
         "consistent": verdict.consistent,
         "interrupted": interrupted,
