@@ -20,13 +20,17 @@ from typing import Iterable
 # stdout: [[pyc, why], ...] for each that Python would load and that is not its source's code
 SCRIPT = r"""
 import importlib.util, json, marshal, os, sys
-out = []
+tag, out = sys.implementation.cache_tag, []
 for pyc, src in json.load(sys.stdin):
     try:
+        parts = os.path.basename(pyc)[:-4].split(".")
+        if len(parts) not in (2, 3) or parts[1] != tag or (len(parts) == 3 and parts[2] not in ("opt-1", "opt-2")):
+            continue                              # a name Python never loads for this source
+        opt = int(parts[2][4:]) if len(parts) == 3 else 0
         data = open(pyc, "rb").read()
         source = open(src, "rb").read()
         st = os.stat(src)
-    except OSError:
+    except (OSError, ValueError):
         continue
     if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
         continue                                  # another version's: Python compiles the source again
@@ -37,8 +41,6 @@ for pyc, src in json.load(sys.stdin):
     elif (int.from_bytes(data[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
           or int.from_bytes(data[12:16], "little") != st.st_size & 0xFFFFFFFF):
         continue                                  # stale: Python compiles the source again
-    name = os.path.basename(pyc)
-    opt = int(name.split(".opt-")[1].split(".")[0]) if ".opt-" in name else 0
     try:
         loaded = marshal.loads(data[16:])
     except Exception as exc:
@@ -55,38 +57,61 @@ json.dump(out, sys.stdout)
 
 
 def candidates(roots: Iterable[Path]) -> list[tuple[Path, Path]]:
-    """(pyc, its source) for every ``__pycache__/<name>.<tag>[.opt-N].pyc`` under ``roots`` whose ``<name>.py``
-    exists (git directories passed over)."""
+    """(pyc, its source) for every ``__pycache__/*.pyc`` under ``roots`` whose source ``<name>.py`` exists, a
+    ``__pycache__`` that is a link to a folder included (Python reads through it); git directories passed over."""
     out: list[tuple[Path, Path]] = []
     for root in roots:
         for top, dirs, files in os.walk(root, followlinks=False):
             dirs[:] = [d for d in dirs if d != ".git"]
             here = Path(top)
-            if here.name != "__pycache__":
-                continue
-            for name in files:
-                if name.endswith(".pyc"):
-                    source = here.parent / f"{name.split('.', 1)[0]}.py"
-                    if source.is_file():
-                        out.append((here / name, source))
-    return sorted(out)
+            if here.name == "__pycache__":
+                out += _pairs(here, files)
+            elif "__pycache__" in dirs and (here / "__pycache__").is_symlink():
+                linked = here / "__pycache__"
+                try:
+                    out += _pairs(linked, [f.name for f in linked.iterdir() if f.is_file()])
+                except OSError:
+                    continue
+    return sorted(set(out))
+
+
+def _pairs(cache: Path, files: Iterable[str]) -> list[tuple[Path, Path]]:
+    found = []
+    for name in files:
+        if name.endswith(".pyc"):
+            source = cache.parent / f"{name.split('.', 1)[0]}.py"
+            if source.is_file():
+                found.append((cache / name, source))
+    return found
 
 
 def forged(python: Path, pairs: list[tuple[Path, Path]], workers: int | None = None) -> list[tuple[Path, str]] | str:
     """(pyc, why) for each pyc the stack's Python would load that is not its source's code; a str: the stack's
-    Python could not say (why).  The pairs are compared in up to ``workers`` processes (the CPU count)."""
+    Python could not say (why).  The pairs are compared in up to ``workers`` processes (the CPU count); one
+    that differs is compared again as Python writes bytecode under ``-X no_debug_ranges`` (no column table)."""
     if not pairs:
         return []
     n = max(1, min(workers or os.cpu_count() or 1, 16, len(pairs) // 200 + 1))
     with ThreadPoolExecutor(max_workers=n) as pool:
         parts = list(pool.map(lambda i: _compare(python, pairs[i::n]), range(n)))
     problems = [p for p in parts if isinstance(p, str)]
-    return problems[0] if problems else sorted(f for part in parts if not isinstance(part, str) for f in part)
+    if problems:
+        return problems[0]
+    found = sorted(f for part in parts if not isinstance(part, str) for f in part)
+    other = [f for f in found if f[1].startswith("not the code of")]
+    if other:
+        again = _compare(python, [(p, p.parent.parent / f"{p.name.split('.', 1)[0]}.py") for p, _ in other],
+                         ("-X", "no_debug_ranges"))
+        if isinstance(again, str):
+            return again
+        still = {p for p, _ in again}
+        found = [f for f in found if not f[1].startswith("not the code of") or f[0] in still]
+    return found
 
 
-def _compare(python: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, str]] | str:
+def _compare(python: Path, pairs: list[tuple[Path, Path]], flags: tuple[str, ...] = ()) -> list[tuple[Path, str]] | str:
     try:
-        done = subprocess.run([str(python), "-I", "-S", "-B", "-c", SCRIPT],
+        done = subprocess.run([str(python), "-I", "-S", "-B", *flags, "-c", SCRIPT],
                               input=json.dumps([[str(p), str(s)] for p, s in pairs]),
                               capture_output=True, text=True, timeout=900, check=False)
     except (OSError, subprocess.SubprocessError) as exc:

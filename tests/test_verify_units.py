@@ -136,3 +136,39 @@ def test_one_reader_of_installed_distributions(tmp_path: Path) -> None:
     assert [d.requires for d in dists_in([second]) if d.name == "late"] == [()]
     with pytest.raises(IsADirectoryError):
         installed_in([second])
+
+
+def test_bytecode_through_a_linked_pycache_odd_names_and_no_debug_ranges(tmp_path: Path) -> None:
+    """The review: a ``__pycache__`` that is a link to a folder elsewhere was not entered (a fork whose
+    .gitignore hides the link, as vLLM's ``vllm/vllm_flash_attn/*`` does); a file named like bytecode that
+    Python never loads (``.opt-x``) stopped the whole comparison; bytecode Python wrote under ``-X
+    no_debug_ranges`` (no column table) was called other code.  Real interpreter, real py_compile."""
+    import subprocess
+    import sys
+
+    from october.installer.verify_bytecode import candidates, forged
+
+    py = Path(sys.executable)
+    tag = sys.implementation.cache_tag
+    pkg = tmp_path / "fork" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "mod.py").write_text("VALUE = 1\n")
+    (pkg / "plain.py").write_text("def f():\n    return 1 + 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (pkg / "__pycache__").symlink_to(elsewhere, target_is_directory=True)
+    forge = ("import marshal, py_compile, sys; src, pyc = sys.argv[1:3]; py_compile.compile(src, cfile=pyc); "
+             "h = open(pyc, 'rb').read()[:16]; "
+             "open(pyc, 'wb').write(h + marshal.dumps(compile('VALUE = 666\\n', src, 'exec', dont_inherit=True)))")
+    subprocess.run([str(py), "-c", forge, str(pkg / "mod.py"), str(elsewhere / f"mod.{tag}.pyc")], check=True)
+    subprocess.run([str(py), "-X", "no_debug_ranges", "-c",
+                    f"import py_compile; py_compile.compile({str(pkg / 'plain.py')!r}, cfile={str(elsewhere / f'plain.{tag}.pyc')!r})"],
+                   check=True)
+    (elsewhere / f"mod.{tag}.opt-x.pyc").write_bytes((elsewhere / f"mod.{tag}.pyc").read_bytes())
+    value = subprocess.run([str(py), "-c", "import pkg.mod; print(pkg.mod.VALUE)"], cwd=tmp_path / "fork",
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert value == "666"                                   # Python runs it in place of the source
+    pairs = candidates([tmp_path / "fork"])
+    assert {p.name for p, _ in pairs} == {f"mod.{tag}.pyc", f"plain.{tag}.pyc", f"mod.{tag}.opt-x.pyc"}
+    found = forged(py, pairs)
+    assert found == [(pkg / "__pycache__" / f"mod.{tag}.pyc", "not the code of mod.py")], found
