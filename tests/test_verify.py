@@ -803,10 +803,39 @@ def test_git_settings_of_the_clone_that_hide_an_edit_are_local_changes_and_run_n
     src.write_bytes(original)
     (fork / ".git" / "info" / "attributes").unlink()
     git(fork, "config", "--remove-section", "filter.hide")
-    git(fork, "config", "include.path", str(gitconfig))
+    # the review: a filter defined in an included file (named by attributes this tool does not read: an
+    # untracked .gitattributes git reads all the same) would still run on git status; none is started
+    included = tmp_path / "included"
+    included.write_text(f"[filter \"inc\"]\n\tclean = \"sh -c 'touch {ran}; cat'\"\n")
+    git(fork, "config", "include.path", str(included))
+    (fork / "alpha" / ".gitattributes").write_text("* filter=inc\n")
+    os.utime(src)                           # its stat changed: git status would clean it through the filter
     found = verify_with(_env())
     assert found.returncode == 13 and "[include] path (another config file git reads)" in found.stderr, found.stderr
+    assert not ran.exists()
+    (fork / "alpha" / ".gitattributes").unlink()
     git(fork, "config", "--remove-section", "include")
+    assert verify_with(_env()).returncode == 0
+    # the review: core.worktree naming another folder (a pristine copy): git status compared that one
+    pristine = tmp_path / "pristine"
+    shutil.copytree(fork, pristine, ignore=shutil.ignore_patterns(".git"))
+    src.write_bytes(edited)
+    git(fork, "config", "core.worktree", str(pristine))
+    found = verify_with(_env())
+    assert found.returncode == 13, found.stderr      # git submodule status refuses it; git status alone did not
+    from october.installer.git.clonecheck import dirty_entries
+
+    assert any(f"core.worktree = {pristine}" in d for d in dirty_entries(fork)), dirty_entries(fork)
+    git(fork, "config", "--unset", "core.worktree")
+    src.write_bytes(original)
+    # and core.checkStat=minimal in the user's config hid a `touch -r` edit as trustctime=false did
+    gitconfig.write_text("[core]\n\tcheckStat = minimal\n")
+    subprocess.run(["git", "-C", str(fork), "status"], env=env, check=True, capture_output=True)
+    src.write_bytes(edited)
+    os.utime(src, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns))
+    found = verify_with(env)
+    assert found.returncode == 13 and "alpha/__init__.py" in found.stderr, found.stderr
+    src.write_bytes(original)
     assert verify_with(_env()).returncode == 0
     assert _setup_again(stack).returncode == 0
 

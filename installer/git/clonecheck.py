@@ -16,7 +16,7 @@ from ..core.listing import first
 from ..core.version import head_commit
 from . import look
 from .hidden import hidden_entries
-from .repocode import filters_off, repo_code
+from .repocode import filters_off, includes, repo_code
 
 __all__ = ["GitInspectError", "SubmoduleState", "check_clone", "dirty_entries", "git_text", "head_commit",
            "ignored_files", "selected", "submodule_heads", "submodule_states"]
@@ -55,6 +55,8 @@ def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
     read (:mod:`.repocode`: a filter, whose program status then does not run)."""
     subs = list(submodules)
     code, filters = repo_code(path, subs)
+    if includes(code):          # an included file's filters are unknown: no git status, which could run one
+        return code + hidden_entries(path, subs)
     out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all",
                    config=filters_off(filters))
     return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, subs) + code
