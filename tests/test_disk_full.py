@@ -132,8 +132,22 @@ def test_a_write_the_env_does_not_permit_is_exit_19_naming_it_not_an_install_fai
     assert "Read-only file system (os error 30)" in proc.stderr and "ls -ld PATH" in proc.stderr, proc.stderr
     assert f"`{stack / 'env' / 'lib'}`" in proc.stderr and "Traceback" not in proc.stderr
     assert setup().returncode == 0
-    # ssh's refusal is a fetch's authentication, not the file system's
-    assert as_not_permitted(FetchError("fork 'x': fetching failed", expected="git to succeed",
-                                       found="git@github.com: Permission denied (publickey).")) is None
-    assert as_not_permitted(FetchError("fork 'x': checkout failed", expected="git to succeed",
-                                       found="error: unable to create file a.py: Permission denied")) is not None
+    # the review: only a failed command's last errors count, and not every "Permission denied" is the file
+    # system's: ssh's key refusal, a warning above a network failure, a device
+
+
+    def failed(tail: str) -> FetchError:
+        err = FetchError("fork 'x': git failed", expected="git to succeed", found="exit 128")
+        err.__cause__ = CommandFailed("fetch", ["git", "fetch"], 128, tail, tmp_path / "fetch.log")
+        return err
+
+    for tail in ("git@github.com: Permission denied (publickey).\nfatal: Could not read from remote repository.",
+                 "warning: unable to access '/root/.config/git/ignore': Permission denied\n"
+                 "fatal: unable to access 'https://example.invalid/x.git/': Could not resolve host: example.invalid",
+                 "RuntimeError: /dev/nvidia-uvm: Permission denied"):
+        assert as_not_permitted(failed(tail)) is None, tail
+    assert as_not_permitted(FetchError("x", expected="a", found="error: a.py: Permission denied")) is None  # no command
+    found = as_not_permitted(failed("error: unable to create file a.py: Permission denied\n"
+                                    "fatal: Could not reset index file to revision 'HEAD'."))
+    assert found is not None and found.exit_code == 19 and found.what == "fork 'x': git failed"
+    assert found.found == f"error: unable to create file a.py: Permission denied (full log: {tmp_path / 'fetch.log'})"

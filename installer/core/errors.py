@@ -284,25 +284,36 @@ class DiskFullError(FileSystemError):
 # "Permission denied (publickey)", which is a fetch's authentication
 _NOT_PERMITTED = re.compile(r"os error (13|30)\b|Errno (13|30)\b|\bEACCES\b|\bEROFS\b|Read-only file system|"
                             r": Permission denied\.?\s*$", re.MULTILINE)
+# a line that begins an error of the command's own (an indented line below one continues it: uv folds lines)
+_ERROR_START = re.compile(r"^\s*(error|fatal|cause|caused by|\w*Error)\b", re.IGNORECASE)
 NOT_PERMITTED_FIX = ("make the path it names writable for this user (`ls -ld PATH`; a read-only mount or another "
                      "user's files?), or point STACK or --cache-dir at a place this user can write; then re-run the "
                      "same command (finished work is kept)")
 
 
 def as_not_permitted(exc: BaseException) -> FileSystemError | None:
-    """The FileSystemError another error really is when its message shows a write refused for want of
-    permission (a command's output quoted in it: uv's, git's), or None."""
-    if isinstance(exc, FileSystemError) or not isinstance(exc, OctoberError):
+    """The FileSystemError a command's failure really is when the last errors it printed say a write was not
+    permitted (uv's "(os error 13)", git's ": Permission denied"), or None.  Only a failed command (or a step's
+    error raised from one) is read, only its last three errors (a warning above them, or a device such as
+    /dev/nvidia-uvm, is not the cause), and the command's own lines, not the step's message, are quoted."""
+    failed = exc if isinstance(exc, CommandFailed) else getattr(exc, "__cause__", None)
+    if not isinstance(failed, CommandFailed) or isinstance(exc, FileSystemError):
         return None
-    lines = [ln.strip(" |") for ln in exc.message.splitlines()]
-    at = next((i for i, ln in enumerate(lines) if _NOT_PERMITTED.search(ln)), None)
-    if at is None:
+    entries: list[str] = []
+    for line in failed.tail.splitlines():
+        if not line.strip():
+            continue
+        if entries and not _ERROR_START.match(line) and line[:1].isspace():
+            entries[-1] += " " + line.strip()         # a folded line of the error above
+        else:
+            entries.append(line.strip())
+    errors = [e for e in entries if _ERROR_START.match(e)][-3:]
+    cause = next((e for e in reversed(errors) if _NOT_PERMITTED.search(e) and "/dev/" not in e), None)
+    if cause is None:
         return None
-    # uv folds a long message over lines: the cause with the two lines before it (where it names the path)
-    cause = " ".join(" ".join(lines[max(0, at - 2):at + 1]).split())
-    log = getattr(exc, "log_path", None)
-    return FileSystemError(exc.what.splitlines()[0], expected="a path this user can write",
-                           found=cause.rsplit("found ", 1)[-1] + (f" (full log: {log})" if log else ""),
+    where = f" (full log: {failed.log_path})" if failed.log_path else ""
+    return FileSystemError(exc.what.splitlines()[0] if isinstance(exc, OctoberError) else failed.what,
+                           expected="a path this user can write", found=" ".join(cause.split()) + where,
                            fix=NOT_PERMITTED_FIX)
 
 
