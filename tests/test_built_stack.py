@@ -397,11 +397,15 @@ def test_what_a_killed_store_left_is_swept_by_the_next_store_of_this_host(world:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     host = socket.gethostname()
-    dead = base / f".partial-{host}-{gone}-0123"
-    alive = base / f".partial-{host}-1-4567"
-    other = base / f".partial-elsewhere.example-{gone}-89ab"
-    for d in (dead, alive, other):
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    dead = base / f".partial-{gone}.{ns}@{host}+0123"
+    alive = base / f".partial-1.{ns}@{host}+4567"
+    other = base / f".partial-{gone}.{ns}@elsewhere.example+89ab"
+    # the review: host "gpu" must not read "gpu-99999"'s stores as its own, nor another pid namespace's
+    prefixed = base / f".partial-{gone}.{ns}@{host}-99999+cdef"
+    namespace = base / f".partial-{gone}.{ns + 1}@{host}+ef01"
+    for d in (dead, alive, other, prefixed, namespace):
         (d / "env").mkdir(parents=True)
     setup(world, s1, cache)
     assert len(entries(cache)) == 1
-    assert not dead.exists() and alive.is_dir() and other.is_dir()
+    assert not dead.exists() and alive.is_dir() and other.is_dir() and prefixed.is_dir() and namespace.is_dir()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import glob
 import hashlib
 import io
 import json
@@ -189,7 +188,7 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
     _sweep_partials(base)
-    partial = base / f"{_partial_prefix()}{os.getpid()}-{uuid.uuid4().hex}"
+    partial = base / f".partial-{_partial_owner()}+{uuid.uuid4().hex}"
     try:
         partial.mkdir()
         rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
@@ -208,17 +207,25 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
             discard(partial)
 
 
-def _partial_prefix() -> str:
-    return f".partial-{socket.gethostname()}-"
+def _partial_owner() -> str:
+    """Who a store's ``.partial-*`` folder belongs to: this process, in this pid namespace (containers that
+    share a host name do not share pids), on this host: ``<pid>.<pid namespace>@<host>``."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{os.getpid()}.{ns}@{socket.gethostname()}"
 
 
 def _sweep_partials(base: Path) -> None:
-    """Remove what a store killed on this host left (``.partial-<host>-<pid>-*`` of a process that is gone; a
-    store of another host, on a shared cache, is that host's to sweep)."""
-    prefix = _partial_prefix()
-    for left in base.glob(f"{glob.escape(prefix)}*"):
-        pid = left.name[len(prefix):].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+    """Remove what a store killed in this pid namespace on this host left (``.partial-<pid>.<ns>@<host>+*`` of a
+    process that is gone); a store of another host or namespace, on a shared cache, is its own to sweep."""
+    me = _partial_owner()
+    here = me.partition(".")[2]
+    for left in base.glob(".partial-*"):
+        owner, plus, _rest = left.name[len(".partial-"):].partition("+")
+        pid, dot, where = owner.partition(".")
+        if plus and dot and where == here and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             discard(left)
 
 
