@@ -45,21 +45,31 @@ def aot_dirs(paths: StackPaths, fork_dirs: Iterable[Path]) -> list[Path]:
     return sorted({d.resolve() for d in dirs if d.is_dir()})
 
 
-def _libraries(root: Path) -> Iterable[Path]:
-    """Every ``*.so`` file under ``root``, through linked folders too (each real folder once)."""
+def _libraries(root: Path) -> Iterable[tuple[Path, Path | None]]:
+    """Every ``*.so`` file under ``root``, through linked folders too (each real folder once), with the first
+    linked folder on its way (None: none)."""
     seen: set[Path] = set()
     for top, dirs, files in os.walk(root, followlinks=True):
-        real = Path(top).resolve()
+        here = Path(top)
+        real = here.resolve()
         if real in seen:
             dirs[:] = []
             continue
         seen.add(real)
-        yield from (Path(top) / f for f in files if f.endswith(".so") and (Path(top) / f).is_file())
+        link = None
+        at = root
+        for part in here.relative_to(root).parts:
+            at = at / part
+            if at.is_symlink():
+                link = at
+                break
+        yield from ((here / f, link) for f in files if f.endswith(".so") and (here / f).is_file())
 
 
 def _linked(aot: Path) -> Path | None:
-    """The first of the AOT folder, the module's folder and the copy itself that is a link (None: none is)."""
-    return next((p for p in (aot.parent.parent, aot.parent, aot) if p.is_symlink()), None)
+    """The first of FlashInfer's ``data`` folder, the AOT folder, the module's folder and the copy itself
+    that is a link (None: none is)."""
+    return next((p for p in (aot.parent.parent.parent, aot.parent.parent, aot.parent, aot) if p.is_symlink()), None)
 
 
 def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dirs: Iterable[Path]
@@ -69,13 +79,25 @@ def check(paths: StackPaths, lock_modules: Iterable[Mapping[str, Any]], fork_dir
     placed = {str(m["uri"]): m for m in _marker_modules(paths)}
     found: list[JitFinding] = []
     seen_workspace: set[str] = set()
-    libs = sorted({p.resolve() for r in [paths.jit, *aot_dirs(paths, fork_dirs)] if r.is_dir()
-                   for p in _libraries(r)})
+    via: dict[Path, Path | None] = {}
+    for r in [paths.jit, *aot_dirs(paths, fork_dirs)]:
+        if r.is_dir():
+            for p, link in _libraries(r):
+                via.setdefault(p.resolve(), link)
+    libs = sorted(via)
+    named_links: set[Path] = set()
     for lib in libs:
         uri = lib.stem if lib.parent.name == lib.stem else ""
         if uri not in want:
-            found.append(JitFinding(uri or lib.name, lib, "only the JIT libraries the lock records",
-                                    f"a library no record names ({lib.stat().st_size} bytes)", unrecorded=True))
+            link = via[lib]
+            if link is None:
+                found.append(JitFinding(uri or lib.name, lib, "only the JIT libraries the lock records",
+                                        f"a library no record names ({lib.stat().st_size} bytes)", unrecorded=True))
+            elif link not in named_links:   # the link is named (removing it leaves what it points at alone)
+                named_links.add(link)
+                found.append(JitFinding(uri or lib.name, link, "only the JIT libraries the lock records",
+                                        f"a link to {os.readlink(link)}, which holds a library no record names "
+                                        f"({lib.name})", unrecorded=True))
             continue
         if lib.is_relative_to(paths.jit.resolve()):
             seen_workspace.add(uri)

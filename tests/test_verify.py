@@ -878,6 +878,19 @@ def test_an_aot_module_folder_linked_elsewhere_is_named_and_the_rerun_places_a_f
         assert not module.is_symlink() and module.is_dir()
         assert lib.read_bytes() == altered                 # nothing written through the link
         assert differences(stack) == []
+        # the review: a library no record names, reached through a link in the stack to a folder elsewhere, is
+        # named by the link, and the fix removes the link, not what it points at (the user's own files)
+        mine = tmp_path / "my-flashinfer-cache"
+        (mine / "x").mkdir(parents=True)
+        (mine / "x" / "x.so").write_bytes(b"\x7fELF mine\n")
+        link = root / "jit" / "linked-extra"
+        link.symlink_to(mine, target_is_directory=True)
+        diffs = differences(stack)
+        assert [(d["what"], d["found"]) for d in diffs] == [
+            (f"x ({link})", f"a link to {mine}, which holds a library no record names (x.so)")], diffs
+        assert f"rm -f -- {link}" in diffs[0]["fix"]
+        subprocess.run(diffs[0]["fix"].split("`")[1], shell=True, check=True)
+        assert (mine / "x" / "x.so").is_file() and not link.exists() and differences(stack) == []
 
 
 def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: Path) -> None:

@@ -262,6 +262,12 @@ def place_aot(aot: Path, uri: str, lib: Path, sha256: str) -> Path:
     runtime ninja rebuilds a module whose build files name another stack's paths, so a module reused
     from the shared cache is only reused at runtime from here (measured on the H200)."""
     target = aot_path(aot, uri)
+    if aot.parent.is_symlink():         # flashinfer/data: the install's own links live in it, so it is not replaced
+        raise JitError(f"FlashInfer's data folder {aot.parent} is a link (to {os.readlink(aot.parent)})",
+                       expected="a folder of the checkout (the AOT copies are placed in it)",
+                       found="a link: the verified libraries would be written where it points",
+                       fix=f"remove the link (`rm {aot.parent}`) and re-run october_setup (the install makes the "
+                           "folder again)")
     for part in (aot, target.parent, target):      # a link here: the copy would be written through it, elsewhere
         if part.is_symlink():
             part.unlink()
