@@ -908,6 +908,13 @@ def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: 
     pth.unlink()
     again = _setup_again(stack)
     assert again.returncode == 0 and "==> install: starting" in again.stderr, again.stderr
+    # the review: sitecustomize.py runs at every start as well
+    custom = site_dir / "sitecustomize.py"
+    custom.write_text("import os\n")
+    again = _setup_again(stack)
+    assert again.returncode == 11 and "sitecustomize.py" in again.stderr, again.stderr
+    custom.unlink()
+    assert _setup_again(stack).returncode == 0
     again = _setup_again(stack)
     assert again.returncode == 0 and "running again" not in again.stderr, again.stderr
     assert differences(stack) == []

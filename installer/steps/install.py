@@ -31,6 +31,8 @@ from . import reuse
 from .env import stack_uv, system_provided, system_torch_record
 from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
+STARTUP_MODULES = ("sitecustomize.py", "usercustomize.py")    # Python imports them as it starts
+
 if TYPE_CHECKING:
     from ..install.guards import GuardSpec
 
@@ -231,20 +233,22 @@ class InstallStep:
         bad = records.tampered(ctx.paths.env, ctx.trust)
         if bad:
             return f"files differ from their RECORD ({records.describe(bad)})"
-        # a .pth added or changed since (it runs at every start): the install's full check names it
+        # a .pth (or sitecustomize) added or changed since: it runs at every start; the install's full check names it
         now = self.pth_files(ctx) if result.pth is not None else None
         if now is not None and now != result.pth:
             changed = sorted(n for n in set(now) | set(result.pth or {}) if now.get(n) != (result.pth or {}).get(n))
-            return f"the env's .pth files are not those its install left ({first(changed, 5)})"
+            return f"the env's .pth and sitecustomize files are not those its install left ({first(changed, 5)})"
         return None
 
     def pth_files(self, ctx: StepContext) -> dict[str, str]:
-        """Each ``.pth`` file of the env's site-packages -> its RECORD-style sha256 (an unchanged one: one stat;
-        the RECORD check's own kind, so a RECORD'ed one keeps one entry in the file-trust store)."""
+        """Each file of the env's site-packages that Python runs as it starts (``*.pth``, ``sitecustomize.py``,
+        ``usercustomize.py``) -> its RECORD-style sha256 (an unchanged one: one stat; the RECORD check's own
+        kind, so a RECORD'ed one keeps one entry in the file-trust store)."""
         from ..verify_dists import record_hash
 
         return {p.name: ctx.trust.digest(p, "record-sha256", lambda q: record_hash(q, "sha256"))
-                for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")) for p in sorted(site.glob("*.pth"))}
+                for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")) for p in sorted(site.iterdir())
+                if p.name.endswith(".pth") or p.name in STARTUP_MODULES}
 
     def outputs_problem(self, ctx: StepContext, result: InstallResult) -> str | None:
         """Each recorded build output still in its checkout with its digest (an unchanged file: one stat)."""
