@@ -577,3 +577,23 @@ def test_a_name_in_two_system_site_folders_is_the_one_python_imports_and_no_diff
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stderr
     assert all(r.status == "cached" for r in run_setup(opts, SilentReporter()).records)
+
+
+def test_a_pth_dropped_into_a_system_site_folder_that_held_no_distribution_is_a_difference(tmp_path: Path) -> None:
+    """The review: only the site folders a system distribution came from were held to their .pth files; the
+    stack's Python reads .pth files in every site folder the env's own .pth adds (an empty dist-packages of
+    the base interpreter).  The lock records those (``pth_sites``) and each file's full sha256."""
+    from october.installer.lock.drift import site_pth, system_drift
+
+    used, empty = tmp_path / "site-packages", tmp_path / "dist-packages"
+    used.mkdir()
+    empty.mkdir()
+    _dist_info(used, "certifi", "2024.2.2")
+    lock = {"tool": {"october": {"system": {"packages": {"certifi": "2024.2.2"}, "sites": [str(used)],
+                                            "pth_sites": [str(used), str(empty)],
+                                            "pth": site_pth([str(used), str(empty)])}}}}
+    assert system_drift(lock, tmp_path / "env") is None
+    (empty / "zz-hook.pth").write_text("import os\n")
+    found = system_drift(lock, tmp_path / "env")
+    assert found is not None and f"{empty / 'zz-hook.pth'} - -> " in found
+    assert len(found.rsplit(" ", 1)[-1]) == 64

@@ -50,8 +50,8 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
 
 
 def site_pth(sites: Sequence[str]) -> dict[str, str]:
-    """path -> sha256 (first 16 hex digits) of every ``.pth`` file in the site directories: the stack's
-    Python reads them as it starts (``site.addsitedir``), and a line of one that begins ``import`` runs."""
+    """path -> sha256 of every ``.pth`` file in the site directories: the stack's Python reads them as it starts
+    (``site.addsitedir``), and a line of one that begins ``import`` runs."""
     import hashlib
 
     out: dict[str, str] = {}
@@ -62,7 +62,7 @@ def site_pth(sites: Sequence[str]) -> dict[str, str]:
             continue
         for pth in found:
             try:
-                out[str(pth)] = hashlib.sha256(pth.read_bytes()).hexdigest()[:16]
+                out[str(pth)] = hashlib.sha256(pth.read_bytes()).hexdigest()
             except OSError:
                 out[str(pth)] = "unreadable"
     return out
@@ -72,7 +72,8 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     """What differs between the lock's ``[tool.october.system.packages]`` (what a site-provided torch's
     interpreter gave the stack) and the site directories it records they were found in (``sites``), now
     (``name locked -> found``), versions compared as PEP 440 normalizes them, and between its ``pth`` (the
-    ``.pth`` files of those directories, which the stack's Python runs) and theirs now; None when they agree,
+    ``.pth`` files of ``pth_sites``, every system site directory the stack's Python reads them from) and theirs
+    now; None when they agree,
     or for a lock without that section.  A lock of an earlier version records no ``sites``: the stack
     interpreter's sys.path outside ``env`` (one short process) stands for them; one without ``pth`` is not
     held to its ``.pth`` files."""
@@ -91,8 +92,9 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     found = {n: v for n, v in now.items() if n not in same}
     pth = system.get("pth")
     if isinstance(pth, dict):
+        dirs = system.get("pth_sites")
         was.update({str(k): str(v) for k, v in pth.items()})
-        found.update(site_pth(sites))
+        found.update(site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites))
     return differences(was, found)
 
 

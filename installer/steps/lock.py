@@ -110,8 +110,12 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     found = dict.fromkeys(str(d["site"]) for d in system)
     path = [str(p) for p in data.get("path") or [] if str(p) in found]
     sites = list(dict.fromkeys([*path, *found]))
+    # the .pth files the stack's Python runs: those of every site directory the env's own .pth adds (one that
+    # held no distribution at setup included), and of those the packages came from
+    pth_sites = list(dict.fromkeys([*(str(d) for d in rec.get("site_packages") or []), *sites]))
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
-            "packages": dict(sorted(others.items())), "sites": sites, "pth": site_pth(sites)}
+            "packages": dict(sorted(others.items())), "sites": sites, "pth": site_pth(pth_sites),
+            "pth_sites": pth_sites}
 
 
 def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
