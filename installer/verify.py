@@ -405,7 +405,32 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
         found = f"torch {', '.join(str(v) for v in versions)} there" if versions else f"no torch at {where}"
         return [Difference("torch", "system torch", f"torch {want} at {where} (recorded in [tool.october.system])",
                            found, rerun)]
+    # the same version of another CUDA build (PyPI's 2.11.0 is cu128 and cu130 alike): its version.py says which
+    if "cuda" in system:
+        built = torch_cuda(where / "version.py")
+        if built != system.get("cuda"):
+            return [Difference("torch", "system torch", f"torch {want} built for CUDA {system.get('cuda')} at {where} "
+                               "(recorded in [tool.october.system])",
+                               f"a build for CUDA {built} ({where / 'version.py'})",
+                               "put the recorded build back in that interpreter (this tool never changes it), or "
+                               + rerun)]
     return []
+
+
+def torch_cuda(version_py: Path) -> str | None:
+    """``cuda`` of torch's generated ``version.py`` (read, not run); "unreadable" when it cannot be read."""
+    import ast
+
+    try:
+        tree = ast.parse(version_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return "unreadable"
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
+            return None if node.value.value is None else str(node.value.value)
+    return None
 
 
 def check_system(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:

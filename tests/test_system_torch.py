@@ -597,3 +597,39 @@ def test_a_pth_dropped_into_a_system_site_folder_that_held_no_distribution_is_a_
     found = system_drift(lock, tmp_path / "env")
     assert found is not None and f"{empty / 'zz-hook.pth'} - -> " in found
     assert len(found.rsplit(" ", 1)[-1]) == 64
+
+
+@pytest.mark.slow
+def test_the_system_torch_swapped_for_another_cuda_build_of_its_version_is_a_difference(tmp_path):
+    """The scenario hunt: `uv pip install --reinstall` of the same torch version built for another CUDA into
+    the --system-python interpreter passed verify (it compared the version only; the lock records the CUDA
+    build).  Its version.py (read, not run) is held to the lock's [tool.october.system.torch] cuda."""
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.pipeline.plan import run_setup
+    from tests.fixtures.root import PROJECT_ROOT
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    root = site_torch.parents[4]
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    run_setup(SetupOptions(stack=stack, recipe=recipe, cache_dir=cache), SilentReporter())
+
+    def verify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    assert verify().returncode == 0
+    _torch_wheel(root / "other", "2.10.0+fixture", "12.8")
+    _uv("pip", "install", "-q", "--reinstall", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
+        str(root / "other"), "torch==2.10.0+fixture", cache=root / "uvc2")
+    found = verify()
+    assert found.returncode == 13 and "built for CUDA 13.0" in found.stderr and "a build for CUDA 12.8" in found.stderr, \
+        found.stderr
+    # torch's own generated file, as the real wheels write it
+    from october.installer.verify import torch_cuda
+
+    real = tmp_path / "version.py"
+    real.write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"
+                    "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
+    assert torch_cuda(real) == "13.0"
+    real.write_text("__version__ = '2.11.0+cpu'\ncuda: Optional[str] = None\n")
+    assert torch_cuda(real) is None
