@@ -86,6 +86,9 @@ def test_preflight_checks_version_and_cuda_build(tmp_path, system):
     assert "--system-python" in fix
     ok, _, found, fix = systorch.check(_recipe(tmp_path, system, TORCH, "12.8"), facts)
     assert not ok and "CUDA build" in fix
+    # the scenario hunt: the fix named only versions, the recipe's own among them, never the CUDA build wanted
+    assert f"an interpreter with torch {TORCH} built for CUDA 12.8" in fix, fix
+    assert f"a recipe pinning torch {TORCH} for CUDA 13.0" in fix and "differs:" in fix, fix
     # In the preflight table: a failed, unskippable 'torch' check with the punch-list line.
     results = preflight_evaluate(_recipe(tmp_path, system, "2.10.0+cu128", "13.0"), good_facts(), ("nvcc", "cuda_arch"),
                                  facts)

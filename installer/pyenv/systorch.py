@@ -118,8 +118,10 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
         found += f"; its metadata says {facts.get('dist_version')}"
     if not problems:
         return True, expected, found, ""
-    fix = (f"the {' and '.join(problems)} differ: point --system-python at an interpreter with torch {want}, "
-           f"or pick a recipe pinning torch {facts.get('version')}")
+    built = f"torch {want}" + (f" built for CUDA {cuda}" if cuda else "")
+    theirs = f"torch {facts.get('version')}" + (f" for CUDA {facts.get('cuda')}" if "CUDA build" in problems else "")
+    fix = (f"the {' and '.join(problems)} differ{'s' if len(problems) == 1 else ''}: point --system-python at an "
+           f"interpreter with {built}, or pick a recipe pinning {theirs}")
     if recipe.torch.allow_system and recipe.torch.index_url:
         fix += f", or drop --system-python to install torch {want} from {redact_url(recipe.torch.index_url)}"
     return False, expected, found, fix
