@@ -560,3 +560,35 @@ def test_a_stack_run_again_from_a_moved_kit_locks_the_kit_it_used(kit_and_recipe
     checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("how", ["url", "netrc"])
+def test_a_kit_from_find_links_that_need_credentials_downloads_with_them_and_records_none(
+        world: World, tmp_path: Path, how: str) -> None:
+    """The scenario hunt: a recipe whose find-links server needs credentials (in the URL, or in ~/.netrc as uv
+    reads it): uv resolved with them, then the kit's own download of the same wheels had none (HTTP 401,
+    exit 10).  It now takes the recipe URL's credentials for that host, else the netrc's; the kit and the
+    cache hold no trace of them."""
+    from tests.fixtures.findlinks_server import serve_find_links
+
+    token = "qKITt0kenq"
+    with serve_find_links(world.wheels, auth=("user", token)) as links:
+        base = links.url if how == "netrc" else links.url.replace("http://", f"http://user:{token}@")
+        extra: dict[str, str] = {}
+        if how == "netrc":
+            netrc = tmp_path / "netrc"
+            netrc.write_text(f"machine 127.0.0.1 login user password {token}\n")
+            netrc.chmod(0o600)
+            extra = {"NETRC": str(netrc)}
+        recipe = _recipe_copy(world, tmp_path / "recipe")
+        recipe.write_text(recipe.read_text().replace(f'find_links = ["{world.wheels}"]', f'find_links = ["{base}"]'))
+        kit, cache = tmp_path / "kit", tmp_path / "cache-kit"
+        made = cli("kit", "--recipe", str(recipe), str(kit), "--cache-dir", str(cache), extra_env=extra)
+        assert made.returncode == 0, made.stderr
+        assert not [r for r in links.refused if r.endswith(".whl")], links.refused     # every wheel with them
+        assert "tinydep-1.0-py3-none-any.whl" in {p.name for p in (kit / "wheels").iterdir()}
+    for root in (kit, cache):
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                assert token.encode() not in p.read_bytes(), p
+    assert token not in made.stdout + made.stderr

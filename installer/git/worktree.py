@@ -51,6 +51,7 @@ class _Git:
     runner: Runner
     step: str
     fork: str
+    sub_hint: str = ""          # said when a submodule cannot be fetched (credentials of the fork's URL)
 
     def __call__(self, args: Sequence[str], *, doing: str, fix: str) -> None:
         try:
@@ -357,8 +358,8 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         except FetchError as exc:
             raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
                              expected=exc.expected or "", found=exc.found or "",
-                             fix=(exc.fix or "") + f"; if the build does not need {rel}, leave it out of "
-                                 "the fork entry's submodules = [...] in the recipe") from None
+                             fix=(exc.fix or "") + g.sub_hint + f"; if the build does not need {rel}, leave it "
+                                 "out of the fork entry's submodules = [...] in the recipe") from None
         if fetched:
             say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
         with mirror.locked():
@@ -419,7 +420,12 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
                 submodules: bool, allow_dirty: bool, say: Say, selection: Sequence[str] | None,
                 rewrite: Rewrite, sparse: Mapping[str, Sequence[str]] | None = None) -> Checkout:
-    g = _Git(runner, step, mirror.fork)
+    # a token in the fork's URL is not written into the clone (origin is kept without it), so a submodule
+    # whose URL is relative to origin is fetched without it: said when such a fetch fails
+    hint = ("; the credentials in the fork's URL are not passed on to its submodules (the clone keeps origin "
+            "without them): give git a credential helper or a ~/.netrc entry for that host"
+            if strip_credentials(mirror.fetch_url) != mirror.fetch_url else "")
+    g = _Git(runner, step, mirror.fork, hint)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))

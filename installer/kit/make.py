@@ -31,7 +31,7 @@ from .gitcopy import KitRepos, Say
 from .have import has
 from .manifest import file_table, write_manifest
 from .owned import KitDir, open_kit_dir
-from .wheels import WheelWant, compile_wants, fetch, from_lock, torch_from_system
+from .wheels import WheelWant, compile_wants, fetch, from_lock, source_urls, torch_from_system
 from ..recipe import ForkUse, Recipe
 from ..wheels.download import download_wheel
 from ..wheels.version_info import read_version_info
@@ -207,7 +207,7 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
     kit.claim(*(f"wheels/{w.filename}" for w in wants))
     for i, w in enumerate(wants):
         phases.count("wheels in the kit", i, len(wants))
-        fetch(w, opts.cache_dir, wheels_dir)
+        fetch(w, opts.cache_dir, wheels_dir, source_urls(r))
     phases.count("wheels in the kit", len(wants), len(wants))
     phases.start("kit.json (sha256 of every file)")
 

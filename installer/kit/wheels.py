@@ -201,14 +201,37 @@ def _uv_env(work: Path) -> dict[str, str]:
     return env
 
 
-def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path) -> Path:
+def source_urls(recipe: Recipe) -> list[str]:
+    """The recipe's package source URLs (index, extra indexes, the torch index, find-links), as written: with
+    any credentials they carry (uv uses them; the lock records the wheels' URLs without)."""
+    s = recipe.sources
+    return [u for u in (s.index_url, *s.extra_index_urls, recipe.torch.index_url, *s.find_links) if u]
+
+
+def with_credentials(url: str, sources: Sequence[str]) -> str:
+    """``url`` with the ``user:password@`` of the first source on its scheme, host and port that has one (a
+    wheel the lock names by its URL without them), else ``url`` unchanged."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return url
+    for source in sources:
+        theirs = urlsplit(source)
+        if (theirs.username or theirs.password) and (theirs.scheme, theirs.hostname, theirs.port) == \
+                (parts.scheme, parts.hostname, parts.port):
+            userinfo = theirs.netloc.rpartition("@")[0]
+            return parts._replace(netloc=f"{userinfo}@{parts.netloc}").geturl()
+    return url
+
+
+def fetch(want: WheelWant, cache_dir: Path, dest_dir: Path, sources: Sequence[str] = ()) -> Path:
     """Put ``want`` into ``dest_dir`` with its sha256 checked (downloads go through the shared,
-    content-addressed wheel cache; local files are copied)."""
+    content-addressed wheel cache; local files are copied); ``sources``: the recipe's source URLs, whose
+    credentials a download from their host takes (:func:`with_credentials`)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / want.filename
     parts = urlsplit(want.url)
     if parts.scheme in ("http", "https"):
-        src = download_wheel(want.url, want.filename, cache_dir, sha256=want.sha256).path
+        src = download_wheel(with_credentials(want.url, sources), want.filename, cache_dir, sha256=want.sha256).path
     elif parts.scheme == "file":
         src = Path(unquote(parts.path))
         if not src.is_file():

@@ -293,7 +293,16 @@ def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress 
 
     timeout = httpx.Timeout(policy.timeout_s)
     headers = {"Accept-Encoding": "identity", "User-Agent": f"october/{__version__}"}
-    with httpx.Client(timeout=timeout, follow_redirects=True, headers=headers) as client:
+    # credentials: the URL's own user:password@ (httpx sends them), else ~/.netrc's (or $NETRC's) for the host,
+    # as uv and pip read it
+    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    auth = None
+    if netrc.is_file() and not urlsplit(url).username:
+        try:
+            auth = httpx.NetRCAuth(str(netrc))
+        except Exception:       # netrc.NetrcParseError, unreadable: as if there were none (uv says what is wrong)
+            auth = None
+    with httpx.Client(timeout=timeout, follow_redirects=True, headers=headers, auth=auth) as client:
         for attempt in range(1, policy.attempts + 1):
             try:
                 _request(client, url, part, progress, counter)
