@@ -411,10 +411,10 @@ def test_a_file_put_into_a_kit_while_it_is_made_is_refused_not_deleted(world: Wo
     kit = tmp_path / "kit"
     real = make.fetch
 
-    def fetch_and_plant(want: Any, cache_dir: Path, dest_dir: Path) -> Path:
+    def fetch_and_plant(want: Any, cache_dir: Path, dest_dir: Path, sources: Any = ()) -> Path:
         dest_dir.mkdir(parents=True, exist_ok=True)
         (dest_dir / "stray-1.0-py3-none-any.whl").write_bytes(b"mine")     # someone's file, mid-run
-        return real(want, cache_dir, dest_dir)
+        return real(want, cache_dir, dest_dir, sources)
 
     monkeypatch.setattr(make, "fetch", fetch_and_plant)
     with pytest.raises(KitError, match="stray-1.0-py3-none-any.whl"):
