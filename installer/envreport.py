@@ -29,6 +29,7 @@ def _tool(fact: Any) -> str | None:
 
 def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
+    from .git.clonecheck import GitInspectError
     from .git.worktree import dirty_entries, head_commit
     from .verify_dists import installed
 
@@ -53,8 +54,11 @@ def stack_report(stack: Path) -> dict[str, Any]:
                        if paths.src.is_dir() else set(locked)):
         where = paths.fork(name)
         head = head_commit(where)
-        out["forks"].append({"name": name, "locked": locked.get(name), "head": head,
-                             "dirty": bool(dirty_entries(where)) if head else None})
+        try:
+            dirty = bool(dirty_entries(where)) if head else None
+        except GitInspectError:             # no git on PATH, or a clone git cannot read: not known
+            dirty = None
+        out["forks"].append({"name": name, "locked": locked.get(name), "head": head, "dirty": dirty})
     cfg = paths.env / "pyvenv.cfg"
     if cfg.is_file():
         for line in cfg.read_text(encoding="utf-8", errors="replace").splitlines():

@@ -12,8 +12,9 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
   other such file (see :mod:`verify_outputs`);
 * every distribution in the stack env against the lock: nothing extra, nothing missing, the
   locked version; forks installed editable from ``STACK/src/<fork>``;
-* every file each distribution's RECORD lists with a hash still has that hash (and exists), and
-  every file in the env that no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
+* every file each distribution's RECORD lists with a hash still has that hash (and exists), each RECORD
+  is the one its install wrote (the install step records their sha256), and every file in the env that
+  no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
 * every ``__pycache__`` bytecode file in the env and the fork clones that Python would load instead of
   its source is its source's code, compared in the stack's Python (see :mod:`verify_bytecode`);
 * torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
@@ -49,6 +50,7 @@ from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv import scaffold, stackenv
 from .pyenv.systorch import same_build
+from .pyenv.venv import torch_cuda
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
@@ -340,6 +342,27 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
     return checked, diffs, owned
 
 
+def check_records(paths: StackPaths, dists: Mapping[str, Dist], rerun: str) -> list[Difference]:
+    """Each distribution's RECORD as its install left it (the install step's record of their sha256): a RECORD
+    rewritten since (the same version reinstalled from another index, or edited with the file it lists) hashes
+    its own files.  A stack installed before the record: nothing."""
+    recorded = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("records")
+    if not isinstance(recorded, dict):
+        return []
+    diffs: list[Difference] = []
+    for name in sorted(set(recorded) & set(dists)):
+        try:
+            now = sha256_file(dists[name].info / "RECORD")
+        except OSError:
+            continue                    # a missing RECORD is check_files' finding
+        if now != recorded[name]:
+            diffs.append(Difference("files", f"{name} {dists[name].version} RECORD",
+                                    f"the RECORD its install wrote (sha256 {str(recorded[name])[:12]})",
+                                    f"another RECORD (sha256 {now[:12]}): reinstalled from elsewhere or edited since",
+                                    rerun))
+    return diffs
+
+
 def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
     """pyvenv.cfg and the bin/python* links as the env step left them (its marker's record): which interpreter
     runs the stack is decided there, and no RECORD owns them.  Without a record (older stacks), nothing."""
@@ -416,21 +439,6 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
                                + rerun)]
     return []
 
-
-def torch_cuda(version_py: Path) -> str | None:
-    """``cuda`` of torch's generated ``version.py`` (read, not run); "unreadable" when it cannot be read."""
-    import ast
-
-    try:
-        tree = ast.parse(version_py.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return "unreadable"
-    for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
-            return None if node.value.value is None else str(node.value.value)
-    return None
 
 
 def check_system(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
@@ -529,6 +537,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     files, file_diffs, owned = check_files(dists, hashed,
                                            lambda names, changed: fixes.changed_files(paths, receipt, names, changed))
     diffs += file_diffs
+    diffs += check_records(paths, dists, rerun)
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned, scaffold_diffs)
     say("bytecode")

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -404,8 +405,12 @@ def test_what_a_killed_store_left_is_swept_by_the_next_store_of_this_host(world:
     # the review: host "gpu" must not read "gpu-99999"'s stores as its own, nor another pid namespace's
     prefixed = base / f".partial-{gone}.{ns}@{host}-99999+cdef"
     namespace = base / f".partial-{gone}.{ns + 1}@{host}+ef01"
-    for d in (dead, alive, other, prefixed, namespace):
+    # the upgrade hunt: an earlier october named its partials .partial-<hex> (no owner): a day-old one goes
+    legacy_old, legacy_new = base / f".partial-{'a' * 32}", base / f".partial-{'b' * 32}"
+    for d in (dead, alive, other, prefixed, namespace, legacy_old, legacy_new):
         (d / "env").mkdir(parents=True)
+    os.utime(legacy_old, (time.time() - 2 * 86400, time.time() - 2 * 86400))
     setup(world, s1, cache)
     assert len(entries(cache)) == 1
     assert not dead.exists() and alive.is_dir() and other.is_dir() and prefixed.is_dir() and namespace.is_dir()
+    assert not legacy_old.exists() and legacy_new.is_dir()

@@ -120,6 +120,28 @@ def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:
     prev["nodes"][0]["status"] = "installed"
     assert finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=True) == {}
     assert list(finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=False)) == ["n0"]
+    # a resumed node is verified on its node first (its stack checked, not only its lock re-read)
+    assert plan.jobs[0].verify_argv is not None and plan.jobs[0].verify_argv[-3:] == ("verify", "--install", "/scratch/n0")
+    assert plan.jobs[1].verify_argv is None
+
+
+def test_a_receipt_of_other_install_options_resumes_nothing_and_one_without_a_key_still_resumes() -> None:
+    """The scenario hunt: a receipt whose nodes were finished with another STACK (or cache, interpreter, setup or
+    smoke options) resumed them by name, and every node then failed "no lock at" the new STACK.  The upgrade
+    hunt: a receipt written before cache_dir was recorded resumed nothing; a key it lacks is not held against
+    it (its nodes are verified before they count)."""
+    from october.installer.fleet.plan import install_options
+
+    o = opts()
+    prev = {"recipe": {"sha256": SHA}, "kit": {"sha256": SHA}, "lock_file_sha256": None,
+            "options": install_options(o), "nodes": [{"name": "n0", "status": "passed", "node_id": "x"}]}
+    same = dict(recipe_sha=SHA, kit_sha=SHA, lock_sha=None, smoke=True, options=install_options(o))
+    assert list(finished_before(prev, **same)) == ["n0"]
+    for key, value in (("stack", "/elsewhere/{name}"), ("cache_dir", "/c/{name}"), ("system_python", "/py"),
+                       ("setup_args", ["--allow-dirty"]), ("smoke_level", "kernel")):
+        assert finished_before({**prev, "options": {**prev["options"], key: value}}, **same) == {}, key
+    older = {k: v for k, v in prev["options"].items() if k != "cache_dir"}
+    assert list(finished_before({**prev, "options": older}, **same)) == ["n0"]
 
 
 def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:

@@ -805,3 +805,55 @@ def test_a_find_links_file_url_is_read_as_uv_reads_it(tmp_path: Path) -> None:
         assert missing_find_links(dataclasses.replace(recipe, sources=Sources(find_links=(link,)))) == []
     gone = tmp_path / "gone"
     assert missing_find_links(dataclasses.replace(recipe, sources=Sources(find_links=(gone.as_uri(),)))) == [gone]
+
+
+@pytest.mark.parametrize("cuda, ok", [("12.6", False), (None, False), ("13.2", True)])
+def test_a_torch_built_for_another_cuda_major_than_the_recipe_is_refused_by_the_env_step(
+        world: World, tmp_path: Path, cuda: str | None, ok: bool) -> None:
+    """The new-user hunt: a recipe pinning a torch build whose CUDA does not match its [cuda] (a cu126 wheel,
+    or a CPU build, under [cuda] 13.0) set up a finished stack (exit 0) and verify passed.  The env step reads
+    the installed torch's version.py (read, not run) and refuses another CUDA major; the same major (PyPI's
+    torch 2.10.0 is the 12.8 build, which the shipped [cuda] 12.9 recipe runs) is accepted."""
+    from tests.fixtures.wheels import build_wheel
+
+    version = "2.10.0+fixture"
+    for old in world.wheels.glob("torch-*.whl"):
+        old.unlink()
+    build_wheel(world.wheels, "torch", version, {"torch/__init__.py": f'__version__ = "{version}"\n',
+                                                  "torch/version.py": f"from typing import Optional\n"
+                                                                      f"__version__ = '{version}'\n"
+                                                                      f"cuda: Optional[str] = {cuda!r}\n"})
+    world.recipe.write_text(world.recipe.read_text() + '\n[cuda]\nversion = "13.0"\narch_list = "9.0"\nvariant = "cu130"\n')
+    proc = cli(str(tmp_path / "stack"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "cache"),
+               "--skip-preflight", "nvcc,gpu,cuda_arch")
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 9, proc.stderr            # environment error
+    assert "torch is built for another CUDA than the recipe's [cuda]" in proc.stderr
+    assert (f"a build for CUDA {cuda}" if cuda else "a CPU build (no CUDA)") in proc.stderr
+
+
+def test_without_git_on_path_every_command_says_so_not_a_traceback(world: World, tmp_path: Path) -> None:
+    """The new-user hunt: with no git on PATH, GitPython's import raised ImportError ("Bad git executable") and
+    every command that touches a stack ended in a traceback (exit 70), before the preflight could list git as
+    missing.  Now setup gives the punch list (exit 4), verify names the clones it could not read (exit 13), and
+    `current env` reports without git."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "env", "uname"):
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    env = {**os.environ, "PATH": str(bare)}
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), env=env)
+    assert again.returncode == 4 and "[git] expected git on PATH" in again.stderr, again.stderr
+    checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert checked.returncode == 13 and "cannot run git" in checked.stderr, checked.stderr
+    report = subprocess.run([sys.executable, "-m", "october", "env", "--install", str(stack)], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, env=env, timeout=300)
+    for proc in (again, checked, report):
+        assert "Traceback" not in proc.stderr and proc.returncode != 70, proc.stderr

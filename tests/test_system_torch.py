@@ -636,3 +636,42 @@ def test_the_system_torch_swapped_for_another_cuda_build_of_its_version_is_a_dif
     assert torch_cuda(real) == "13.0"
     real.write_text("__version__ = '2.11.0+cpu'\ncuda: Optional[str] = None\n")
     assert torch_cuda(real) is None
+
+
+@pytest.mark.slow
+def test_a_lock_that_predates_the_pth_record_is_written_again_by_the_noop(tmp_path):
+    """The upgrade hunt: a --system-python stack set up by the earlier october (its lock records no .pth files
+    of the system site folders) passed verify and every re-run with a .pth planted there, as its lock was never
+    written again.  The no-op now writes such a lock again, which from then on holds the site folders' .pth
+    files."""
+    import json as _json
+
+    from october.installer.core.hashing import sha256_file
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.lock.pylock import read_lock
+    from october.installer.pipeline.plan import run_setup
+    from tests.fixtures.root import PROJECT_ROOT
+
+    recipe, site_torch = _world_on_system_torch(tmp_path)
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    opts = SetupOptions(stack=stack, recipe=recipe, cache_dir=cache)
+    run_setup(opts, SilentReporter())
+    import tomli_w
+
+    lock = stack / "pylock.toml"
+    data = read_lock(lock)
+    assert data["tool"]["october"]["system"].pop("pth_sites") and data["tool"]["october"]["system"].pop("pth") is not None
+    lock.write_text(tomli_w.dumps(data))
+    assert "pth_sites" not in read_lock(lock)["tool"]["october"]["system"]
+    marker = stack / ".state" / "lock.json"
+    doc = _json.loads(marker.read_text())
+    doc["outputs"]["sha256"] = sha256_file(lock)
+    marker.write_text(_json.dumps(doc))
+    again = run_setup(opts, SilentReporter())
+    assert {r.name: r.status for r in again.records}["lock"] == "ran"
+    assert read_lock(lock)["tool"]["october"]["system"].get("pth_sites")
+    site = Path(read_lock(lock)["tool"]["october"]["system"]["sites"][0])
+    (site / "zz-late.pth").write_text("import os\n")
+    found = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert found.returncode == 13 and "zz-late.pth" in found.stderr, found.stderr

@@ -694,7 +694,9 @@ def test_the_same_version_installed_from_another_file_is_named(tmp_path: Path) -
     s = Stack(stack, tmp_path, cache, tmp_path)
     uv_pip(s, "install", "--reinstall", str(other))
     diffs = differences(s)
-    assert [(d["check"], d["what"]) for d in diffs] == [("distributions", "tinydep")], diffs
+    # its RECORD is another one too (the install step's record of each RECORD says so)
+    assert [(d["check"], d["what"]) for d in diffs] == [("distributions", "tinydep"), ("files", "tinydep 1.0 RECORD")], \
+        diffs
     assert "installed from file://" in diffs[0]["found"] and "--locked" in diffs[0]["fix"]
     run_commands(diffs[0]["fix"])
     assert differences(s) == []
@@ -891,6 +893,18 @@ def test_an_aot_module_folder_linked_elsewhere_is_named_and_the_rerun_places_a_f
         assert f"rm -f -- {link}" in diffs[0]["fix"]
         subprocess.run(diffs[0]["fix"].split("`")[1], shell=True, check=True)
         assert (mine / "x" / "x.so").is_file() and not link.exists() and differences(stack) == []
+        # the upgrade hunt: the whole AOT folder linked elsewhere, a library there changed and a note of the
+        # user's beside it: the re-run's discard of the untrusted library removed that folder, note and all
+        moved = tmp_path / "x"
+        shutil.copytree(aot, moved)
+        shutil.rmtree(aot)
+        aot.symlink_to(moved, target_is_directory=True)
+        there = next(p for p in sorted(moved.iterdir()) if p.is_dir())
+        (there / f"{there.name}.so").write_bytes((there / f"{there.name}.so").read_bytes() + b"x")
+        (there / "NOTES.txt").write_text("mine\n")
+        assert setup().returncode == 0
+        assert (there / "NOTES.txt").read_text() == "mine\n" and not aot.is_symlink() and aot.is_dir()
+        assert differences(stack) == []
 
 
 def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: Path) -> None:
@@ -918,3 +932,56 @@ def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: 
     again = _setup_again(stack)
     assert again.returncode == 0 and "running again" not in again.stderr, again.stderr
     assert differences(stack) == []
+
+
+def test_the_same_version_reinstalled_from_another_index_is_named_and_the_rerun_puts_it_back(tmp_path: Path) -> None:
+    """A false pass left by the earlier fix (which names a reinstall from a file, by its direct_url.json): the
+    same version of an index package reinstalled from another index or find-links folder (other bytes, no
+    direct_url.json) comes with its own RECORD, which hashes its own files, so verify and the no-op passed.
+    The install step records each RECORD's sha256; verify names a rewritten one, the no-op sees it, and the
+    re-run re-installs the locked file from the recipe's sources."""
+    from tests.fixtures.wheels import build_wheel
+
+    stack = _world_stack(tmp_path)
+    other = tmp_path / "other-index"
+    build_wheel(other, "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 666\n"})
+    env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uvc-other"))
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "pip", "install", "--reinstall", "--no-index", "--find-links", str(other),
+                    "tinydep==1.0", "--python", str(stack.root / "env" / "bin" / "python")],
+                   check=True, capture_output=True, env=env)
+
+    def value() -> str:
+        return subprocess.run([str(stack.root / "env" / "bin" / "python"), "-c", "import tinydep; print(tinydep.VALUE)"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert value() == "666"
+    diffs = differences(stack)
+    assert [(d["check"], d["what"]) for d in diffs] == [("files", "tinydep 1.0 RECORD")], diffs
+    assert "reinstalled from elsewhere or edited since" in diffs[0]["found"]
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "install: running again" in again.stderr, again.stderr
+    assert "re-installing what no longer matches its RECORD: tinydep: RECORD (rewritten since its install)" in again.stderr
+    assert value() == "1" and differences(stack) == []
+    assert "running again" not in _setup_again(stack).stderr
+
+
+def test_a_stack_whose_install_record_predates_the_startup_files_is_checked_once_in_full(tmp_path: Path) -> None:
+    """The upgrade hunt: a stack set up by the earlier october (its install result records no .pth files and no
+    RECORD digests) answered "stack ready" with a .pth planted in its env.  Such a result is not trusted: the
+    install step runs once, its full check names the stray file, and afterwards the record holds."""
+    stack = _world_stack(tmp_path)
+    marker = stack.root / ".state" / "install.json"
+    doc = json.loads(marker.read_text())
+    for key in ("pth", "records"):
+        doc["outputs"].pop(key)
+    marker.write_text(json.dumps(doc))
+    site_dir = next((stack.root / "env" / "lib").glob("python*/site-packages"))
+    (site_dir / "zz-old.pth").write_text("import os\n")
+    again = _setup_again(stack)
+    assert again.returncode == 11 and "not recorded (installed by an earlier october)" in again.stderr, again.stderr
+    assert "zz-old.pth" in again.stderr
+    (site_dir / "zz-old.pth").unlink()
+    assert _setup_again(stack).returncode == 0
+    assert {"pth", "records"} <= set(json.loads(marker.read_text())["outputs"])
+    assert "running again" not in _setup_again(stack).stderr

@@ -13,6 +13,10 @@ import re
 import subprocess
 from pathlib import Path
 
+# GitPython looks for git as it is imported and raises ImportError ("Bad git executable") without one: the
+# preflight says git is missing (its punch list, exit 4), so the import must not fail first
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
 HEX = re.compile(r"^[0-9a-f]+$")
 _HTTP_USERINFO = re.compile(r"^((?i:https?)://)[^/@\s]*@")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Collection, Mapping
 from packaging.utils import canonicalize_name
 
 from ..core.filetrust import FileTrust
-from ..core.hashing import sha256_or_none
+from ..core.hashing import sha256_file, sha256_or_none
 from ..core.listing import first
 from ..verify_dists import installed, record_hash, record_rows
 
@@ -88,11 +88,34 @@ def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> 
             *(f"{n}=={dists[n].version}" for n in index)]
 
 
+def record_digests(env: Path, trust: FileTrust) -> dict[str, str]:
+    """distribution -> sha256 of its RECORD (an unchanged file: one stat).  A RECORD rewritten since its
+    install (the same version reinstalled from another index, or edited with the file it lists) hashes its
+    own files, so the RECORD check alone cannot see it: the install's record of these can."""
+    out: dict[str, str] = {}
+    for name, dist in sorted(installed(env).items()):
+        try:
+            out[name] = trust.digest(dist.info / "RECORD", "sha256", sha256_file)
+        except OSError:
+            out[name] = "unreadable"
+    return out
+
+
+def rewritten(env: Path, trust: FileTrust, recorded: Mapping[str, str] | None) -> dict[str, list[str]]:
+    """distribution -> ["RECORD (rewritten since its install)"] for each whose RECORD is not the one recorded
+    (``recorded``: :func:`record_digests` as the install left them; None: nothing recorded, nothing said)."""
+    if not recorded:
+        return {}
+    now = record_digests(env, trust)
+    return {n: ["RECORD (rewritten since its install)"] for n in sorted(set(now) & set(recorded))
+            if now[n] != recorded[n]}
+
+
 def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Callable[[list[str]], None],
-           warn: Callable[[str], None]) -> None:
-    """Put back every index distribution whose files no longer match its RECORD (``reinstall`` gets the
-    :func:`reinstall_args`)."""
-    bad = tampered(env, trust)
+           warn: Callable[[str], None], recorded: Mapping[str, str] | None = None) -> None:
+    """Put back every index distribution whose files no longer match its RECORD, or whose RECORD is not the
+    one ``recorded`` at its install (``reinstall`` gets the :func:`reinstall_args`)."""
+    bad = {**tampered(env, trust), **rewritten(env, trust, recorded)}
     args = reinstall_args(env, sorted(bad), forks)
     if args:
         warn(f"re-installing what no longer matches its RECORD: {describe(bad)}")

@@ -83,11 +83,16 @@ def untrusted_libraries(workspace: Path, manifest: Mapping[str, Mapping[str, str
     are not byte-for-byte what the jit step recorded."""
     records = read_manifest(workspace) if manifest is None else manifest
     by_path = {(workspace / rec["path"]).resolve(): rec["sha256"] for rec in records.values()}
-    dirs = {d.resolve() for d in (manifest_aot_dir(workspace), *aot_dirs) if d is not None}
-    for d in dirs:
+    # each AOT directory once, by the path the stack names it (a linked one is not followed to what it points
+    # at: discard removes the link, never the user's files there)
+    dirs: dict[Path, Path] = {}
+    for d in (manifest_aot_dir(workspace), *aot_dirs):
+        if d is not None:
+            dirs.setdefault(d.resolve(), d)
+    for d in dirs.values():
         by_path.update({aot_path(d, uri).resolve(): rec["sha256"] for uri, rec in records.items()})
     found: list[Untrusted] = []
-    for lib in libraries(workspace) + [p for d in sorted(dirs) for p in aot_libraries(d)]:
+    for lib in libraries(workspace) + [p for d in sorted(dirs.values()) for p in aot_libraries(d)]:
         want = by_path.get(lib.resolve())
         if want is None:
             found.append(Untrusted(lib, "not recorded by the jit step"))
@@ -119,6 +124,13 @@ def discard(items: list[Untrusted]) -> list[str]:
     removed: list[str] = []
     for item in items:
         own = item.path.parent if item.path.parent.name == item.path.stem else None
+        # reached through a link (the module's folder, the AOT or cached_ops folder linked elsewhere): the link
+        # goes, what it points at is the user's and stays
+        link = next((p for p in (item.path, *item.path.parents[:3]) if p.is_symlink()), None)
+        if link is not None:
+            link.unlink()
+            removed.append(f"{link} (a link; what it points at is left)")
+            continue
         if own is not None:
             shutil.rmtree(own, ignore_errors=True)
         else:

@@ -28,6 +28,7 @@ stack whose checks had all passed (an entry is read-only; nothing of a stack sha
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import hashlib
@@ -38,6 +39,7 @@ import re
 import shutil
 import socket
 import stat
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +209,10 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
             discard(partial)
 
 
+LEGACY_PARTIAL = re.compile(r"\.partial-[0-9a-f]{32}")
+LEGACY_PARTIAL_AGE_S = 24 * 3600
+
+
 def _partial_owner() -> str:
     """Who a store's ``.partial-*`` folder belongs to: this process, in this pid namespace (containers that
     share a host name do not share pids), on this host: ``<pid>.<pid namespace>@<host>``."""
@@ -223,6 +229,11 @@ def _sweep_partials(base: Path) -> None:
     me = _partial_owner()
     here = me.partition(".")[2]
     for left in base.glob(".partial-*"):
+        if LEGACY_PARTIAL.fullmatch(left.name):     # an earlier october's, which named no owner: a day old is dead
+            with contextlib.suppress(OSError):
+                if time.time() - left.stat().st_mtime > LEGACY_PARTIAL_AGE_S:
+                    discard(left)
+            continue
         owner, plus, _rest = left.name[len(".partial-"):].partition("+")
         pid, dot, where = owner.partition(".")
         if plus and dot and where == here and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):

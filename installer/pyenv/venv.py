@@ -61,6 +61,42 @@ def require_torch(env: Path, version: str, index_url: str | None) -> None:
                    else f"check that {where} serves torch {version}")
 
 
+def torch_cuda(version_py: Path) -> str | None:
+    """``cuda`` of torch's generated ``version.py`` (read, not run); "unreadable" when it cannot be read."""
+    import ast
+
+    try:
+        tree = ast.parse(version_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return "unreadable"
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
+            return None if node.value.value is None else str(node.value.value)
+    return None
+
+
+def require_torch_cuda(env: Path, version: str, cuda: str | None) -> None:
+    """The env's torch is built for the CUDA major of the recipe's ``[cuda]`` (its JIT kernels are built with
+    that toolkit): PyPI's torch 2.10.0 is the CUDA 12.8 build, which a [cuda] 12.9 stack runs; a 12.6 or a
+    CPU build under [cuda] 13.0 does not.  A torch without ``version.py`` (none a real wheel lacks) says nothing."""
+    if cuda is None:
+        return
+    found = [v for site in env.glob("lib/python*/site-packages") for v in [site / "torch" / "version.py"] if v.is_file()]
+    if not found:
+        return
+    built = torch_cuda(found[0])
+    if built is not None and built.partition(".")[0] == cuda.partition(".")[0]:
+        return
+    raise EnvError("torch is built for another CUDA than the recipe's [cuda]",
+                   expected=f"torch {version} built for CUDA {cuda.partition('.')[0]}.x ([cuda] version = \"{cuda}\": "
+                            "the JIT kernels are built with that toolkit)",
+                   found=f"a build for CUDA {built}" if built is not None else "a CPU build (no CUDA)",
+                   fix=f"pin a torch build for CUDA {cuda.partition('.')[0]}.x in [torch] (its version's +cuXYZ tag, or the "
+                       "index that serves it), or set [cuda] to the CUDA toolkit that torch was built for")
+
+
 def locked_lines(packages: Mapping[str, str], hashes: Mapping[str, Sequence[str]], lock: Path) -> list[str]:
     """``--locked``: a hash-pinned requirement line per locked index package; every one must have a hash."""
     lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in hashes[name])

@@ -108,6 +108,7 @@ class EnvStep:
         if ctx.options.locked is not None:
             self._install_locked_files(ctx)
         venv.require_torch(ctx.paths.env, r.torch.version, r.torch.index_url)
+        venv.require_torch_cuda(ctx.paths.env, r.torch.version, r.cuda.version if r.cuda is not None else None)
         return EnvResult(path=str(ctx.paths.env), python=str(ctx.paths.python), python_version=got,
                          torch=r.torch.version, site_packages=tuple(venv.site_packages(ctx.paths.env)),
                          stack_env=write_stack_env(ctx))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import InstallError
+from ..core.atomic import write_json_atomic
 from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..engine import FORKS_INSTALLED, StepContext
@@ -92,7 +93,8 @@ class InstallStep:
         copied = reuse.env_copied_now(ctx)
         if copied is None:      # an env file edited since the env was made (built here or copied): put back
             records.repair(ctx.paths.env, ctx.trust, [f.dist for f in forks], warn=ctx.ui.warn,
-                           reinstall=lambda args: uv.pip_install(ctx.runner, self.name, args, torch_index=True))
+                           reinstall=lambda args: uv.pip_install(ctx.runner, self.name, args, torch_index=True),
+                           recorded=self.recorded_records(ctx))
         if nested_out is None:
             nested_out = install_forks(uv, ctx.runner, self.name, plan.installs, by_name,
                                        state=ctx.paths.state, env_bin=ctx.paths.env / "bin",
@@ -144,7 +146,10 @@ class InstallStep:
             installed=installed_versions(ctx.paths.env),
             settings=install_settings(r),
             pth=self.pth_files(ctx),
+            records=records.record_digests(ctx.paths.env, ctx.trust),
         )
+        # beside the marker (which is removed while the step runs): what the next run's repair holds RECORDs to
+        write_json_atomic(self.records_file(ctx), dict(result.records or {}))
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
@@ -230,15 +235,30 @@ class InstallStep:
         if problem is not None:
             return problem
         # every RECORD'ed file; only those whose stat signature moved are read again
-        bad = records.tampered(ctx.paths.env, ctx.trust)
+        if result.pth is None or result.records is None:     # the install's full check then records them
+            return "the env's startup files and RECORDs are not recorded (installed by an earlier october)"
+        bad = {**records.tampered(ctx.paths.env, ctx.trust), **records.rewritten(ctx.paths.env, ctx.trust, result.records)}
         if bad:
             return f"files differ from their RECORD ({records.describe(bad)})"
         # a .pth (or sitecustomize) added or changed since: it runs at every start; the install's full check names it
-        now = self.pth_files(ctx) if result.pth is not None else None
-        if now is not None and now != result.pth:
+        now = self.pth_files(ctx)
+        if now != result.pth:
             changed = sorted(n for n in set(now) | set(result.pth or {}) if now.get(n) != (result.pth or {}).get(n))
             return f"the env's .pth and sitecustomize files are not those its install left ({first(changed, 5)})"
         return None
+
+    def records_file(self, ctx: StepContext) -> Path:
+        return ctx.paths.state / "install-records.json"
+
+    def recorded_records(self, ctx: StepContext) -> dict[str, str] | None:
+        """The RECORD digests the last finished install left (None: none, or unreadable: nothing held to)."""
+        import json
+
+        try:
+            data = json.loads(self.records_file(ctx).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
 
     def pth_files(self, ctx: StepContext) -> dict[str, str]:
         """Each file of the env's site-packages that Python runs as it starts (``*.pth``, ``sitecustomize.py``,

@@ -287,4 +287,9 @@ class LockStep:
             return f"the env changed since the lock was written: {changed}"
         # not this tool's to put back: the lock is written again to say what the stack now uses (and names it)
         system = system_drift(lock, ctx.paths.env) if ctx.recipe.torch.from_system else None
-        return f"the system interpreter's packages changed since the lock was written: {system}" if system else None
+        if system:
+            return f"the system interpreter's packages changed since the lock was written: {system}"
+        section = ((lock.get("tool") or {}).get("october") or {}).get("system")
+        if ctx.recipe.torch.from_system and isinstance(section, dict) and "pth_sites" not in section:
+            return "the lock predates its record of the system site folders' .pth files (written again to hold them)"
+        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -63,8 +65,18 @@ class PreflightStep:
 
     def verify(self, ctx: StepContext, result: PreflightResult) -> str | None:
         now = tool_stats(result.facts)
-        return next((f"{path} changed since it was checked" for path, stat in result.tools.items()
-                     if now.get(path) != stat), None)
+        changed = next((f"{path} changed since it was checked" for path, stat in result.tools.items()
+                        if now.get(path) != stat), None)
+        if changed is not None:
+            return changed
+        # every step runs the git PATH finds: gone from PATH (or another one first) is the preflight's to say
+        git = result.facts.get("git")
+        was = git.get("path") if isinstance(git, dict) else None
+        if was:
+            found = shutil.which("git")
+            if found is None or Path(found).resolve() != Path(str(was)).resolve():
+                return f"git on PATH is now {found or 'none'} (it was {was})"
+        return None
 
 
 TOOL_FACTS = ("nvcc", "nvidia_smi", "git", "cc", "cxx", "uv", "system_torch")

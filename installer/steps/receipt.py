@@ -94,7 +94,7 @@ class ReceiptStep:
             "wheel": wheel.to_json() if wheel is not None else None,
             # the forks' build outputs stay in the install step's marker: their digests are the no-op's and
             # verify's, and a file such as vLLM's _precompiled.json names where the stack was made
-            "install": {k: v for k, v in install.to_json().items() if k not in ("build_outputs", "pth")}
+            "install": {k: v for k, v in install.to_json().items() if k not in ("build_outputs", "pth", "records")}
             if install is not None else None,
             "jit": jit.libraries if jit is not None else [],
             "stack_env": {"path": str(env_file), "sha256": sha256_file(env_file),
