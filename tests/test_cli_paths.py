@@ -345,3 +345,16 @@ def test_a_cache_in_a_folder_of_the_stack_that_is_not_its_own_is_taken(tmp_path:
 
     for cache in (tmp_path / "stack" / "cache", tmp_path / "stack", tmp_path / "stack" / "envs", tmp_path / "other"):
         cache_apart(cache, tmp_path / "stack")
+
+
+def test_a_kit_that_is_a_file_is_not_said_to_be_made_if_missing(tmp_path: Path) -> None:
+    """The new-user hunt: ``--kit afile`` said "Expected a directory (made if missing)", but a kit is read, never
+    made by setup; ``october_setup kit DIR`` does make DIR, and says so."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    err = refused(both(str(tmp_path / "stack"), "--recipe", "current", "--kit", str(afile)), 19,
+                  f"--kit {afile} is a file", "Expected a directory,")
+    assert "made if missing" not in err
+    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "current",
+                           str(afile)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 19 and "a directory (made if missing)" in made.stderr, made.stderr

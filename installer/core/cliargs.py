@@ -154,9 +154,11 @@ def _file_above(path: Path) -> Path | None:
     return None
 
 
-def dir_option(option: str, path: Path, *, must_exist: bool = False, fix: str | None = None) -> Path:
-    """A directory option (made if missing unless ``must_exist``): a file there or above it, or
-    (``must_exist``) nothing there, is exit 19, said as such (``fix``: what to do, else "pass a directory")."""
+def dir_option(option: str, path: Path, *, must_exist: bool = False, fix: str | None = None,
+               made: bool = True) -> Path:
+    """A directory option (made if missing unless ``must_exist``; ``made``: False for one the command only reads,
+    whose absence is its own to say): a file there or above it, or (``must_exist``) nothing there, is exit 19,
+    said as such (``fix``: what to do, else "pass a directory")."""
     path = path.expanduser()
     blocker = _file_above(path)
     if blocker == path:
@@ -167,7 +169,7 @@ def dir_option(option: str, path: Path, *, must_exist: bool = False, fix: str | 
         what = f"{option} {path} does not exist"
     else:
         return path.resolve()
-    raise FileSystemError(what, expected="a directory" + ("" if must_exist else " (made if missing)"),
+    raise FileSystemError(what, expected="a directory" + ("" if must_exist or not made else " (made if missing)"),
                           found=f"{_kind(blocker or path)} at {blocker or path}", fix=fix or f"pass a directory to {option}")
 
 
@@ -305,7 +307,7 @@ def stack_argument(value: str) -> Path:
 def kit_argument(option: str, value: Path) -> Path:
     """``--kit`` (or ``october_setup kit DIR``): not a file, and without :data:`KIT_CHARS` (a kit made there
     could never be installed from: uv cut its find-links path at '#', and env failed with exit 6)."""
-    return usable_chars(option, dir_option(option, value), KIT_CHARS)
+    return usable_chars(option, dir_option(option, value, made=option != "--kit"), KIT_CHARS)
 
 
 def cache_dir_argument(value: Path) -> Path:
