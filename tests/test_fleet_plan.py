@@ -376,3 +376,20 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     if plant == "other-node":
         assert "/elsewhere/stack/receipts/setup.json" in rec["detail"]
     assert "re-run the fleet command" in rec["detail"]
+
+
+def test_fleet_numbers_are_usage_errors_before_anything_is_contacted(tmp_path) -> None:
+    """The new-user hunt: ``--max-parallel 0`` was said only after the kit was opened and Ray contacted (exit 8,
+    "cluster unreachable"); it is a usage error (exit 2) before either."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    (tmp_path / "kit").mkdir()
+    for option, value in (("--max-parallel", "0"), ("--timeout", "0")):
+        proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "fleet", "--address", "127.0.0.1:1",
+                               "--recipe", "current", "--kit", str(tmp_path / "kit"), option, value,
+                               str(tmp_path / "stacks" / "{name}")], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2 and option in proc.stderr, proc.stderr

@@ -140,7 +140,9 @@ def expand(template: str, node: NodeInfo) -> str:
 def check_paths(opts: FleetOptions) -> None:
     """The paths each node's ``october_setup`` is given hold no character it refuses (exit 19, the character
     and why: :func:`~october.installer.core.cliargs.usable_chars`), said once here before any node is
-    contacted, not by every node after the kit was shipped.  Placeholders are checked as written."""
+    contacted, not by every node after the kit was shipped.  Placeholders are checked as written.  The
+    numbers too (:func:`check_numbers`)."""
+    check_numbers(opts)
     usable_chars("STACK", Path(opts.stack), STACK_CHARS)
     usable_chars("--kit", opts.kit, KIT_CHARS)
     if opts.cache_dir is not None:
@@ -220,14 +222,19 @@ def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}
 
 
-def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: str, recipe: str,
-               done: Mapping[str, Mapping[str, Any]]) -> FleetPlan:
+def check_numbers(opts: FleetOptions) -> None:
+    """--max-parallel and --timeout make sense (exit 2), asked before the cluster is contacted."""
     if opts.max_parallel < 1:
         raise UsageError("--max-parallel must be at least 1", expected="1 or more", found=str(opts.max_parallel),
                          fix="pass --max-parallel N")
     if opts.timeout_s <= 0:
         raise UsageError("--timeout must be positive", expected="seconds > 0", found=str(opts.timeout_s),
                          fix="pass --timeout SECONDS")
+
+
+def plan_fleet(opts: FleetOptions, nodes: Sequence[NodeInfo], *, manifest_sha: str, recipe: str,
+               done: Mapping[str, Mapping[str, Any]]) -> FleetPlan:
+    check_numbers(opts)
     hosts = Counter(n.host for n in nodes)
     if any(c > 1 for c in hosts.values()) and not any(p in opts.stack for p in ("{name}", "{node_id}")):
         raise UsageError("several selected nodes run on one host and would share one stack path",
