@@ -169,6 +169,13 @@ BAD_FORKS = [
      "key 'forks.alpha.pins.pre.fetch_from' is invalid. Expected an 'upstream' URL for fork 'alpha', found no upstream key"),
     (FORKS.replace('url = "file:///tmp/alpha.git"\n', ''),
      "key 'forks.alpha.url' is invalid. Expected a git URL, found the key is missing"),
+    # the new-user hunt: a typo said only that the key it meant was missing, never the one to rename
+    (FORKS.replace('url = "file:///tmp/alpha.git"\n', 'uri = "file:///tmp/alpha.git"\n'),
+     "key 'forks.alpha.uri' is invalid. Expected one of ['pins', 'upstream', 'url'], found unknown key 'uri' "
+     "(the key 'url' beside it is missing: a typo?)"),
+    # and a fork URL git would read as an option (the secrets hunt: --upload-pack=<command> ran the command)
+    (FORKS.replace('url = "file:///tmp/alpha.git"', 'url = "--upload-pack=touch x"'),
+     "key 'forks.alpha.url' is invalid. Expected a git URL (not beginning with '-', no spaces or control characters)"),
 ]
 
 

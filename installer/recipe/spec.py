@@ -587,8 +587,11 @@ def _dotted(loc: tuple[str | int, ...]) -> str:
 
 
 def recipe_error(file: Path, model: type[BaseModel], exc: ValidationError) -> RecipeError:
-    """The first of pydantic's errors as the project's :class:`RecipeError`: the key, expected, found."""
-    err = exc.errors(include_url=False)[0]
+    """The first of pydantic's errors as the project's :class:`RecipeError`: the key, expected, found.  An
+    unknown key is said first: a typo (``uri`` for ``url``) also makes the key it meant "missing", which alone
+    would not name what to rename."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     where = tuple(err["loc"])                # with the tagged unions' branches, for the schema
     loc = tuple(p for p in where if not (isinstance(p, str) and p.startswith(TAG)))
@@ -602,7 +605,10 @@ def recipe_error(file: Path, model: type[BaseModel], exc: ValidationError) -> Re
     if kind == "extra_forbidden":
         known = sorted(_schema_at(model, where[:-1]).get("properties", {}))
         key = _dotted(loc)
-        return RecipeError(file, key, expected=f"one of {known}", found=f"unknown key '{loc[-1]}'",
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == where[:-1]]
+        also = f" (the key{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} beside it "\
+               f"{'are' if len(missing) > 1 else 'is'} missing: a typo?)" if missing else ""
+        return RecipeError(file, key, expected=f"one of {known}", found=f"unknown key '{loc[-1]}'" + also,
                            fix=f"remove or rename '{key}' in {file}")
     node = _schema_at(model, where)
     if kind == "string_too_long" and is_key:
