@@ -362,3 +362,15 @@ def test_a_recipe_loaded_on_a_stack_s_marker_equals_the_validated_one(tmp_path: 
     assert validated == trusted and repr(validated) == repr(trusted)
     assert {f.name for f in dataclasses.fields(validated) if getattr(validated, f.name) != getattr(trusted, f.name)} \
         == {"validated_digest"}
+
+
+def test_a_forks_file_that_is_not_there_names_the_recipe_key(tmp_path: Path) -> None:
+    """The new-user hunt: a recipe whose forks_file names a missing file said "check the path or the recipe name
+    (see recipes/)", naming neither the key nor the recipe.  It names forks_file, the path it resolved to, and
+    the recipe to edit."""
+    path = write(tmp_path, GOOD.replace('forks_file = "forks.toml"', 'forks_file = "../elsewhere/forks.toml"'))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    msg = info.value.message
+    assert f"{path}: key 'forks_file' is invalid" in msg and "no such file" in msg, msg
+    assert str((tmp_path / "../elsewhere/forks.toml").resolve()) in msg and f"set forks_file in {path}" in msg, msg

@@ -73,6 +73,14 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
         forks_data, forks_error = read_toml(forks_path), None
     except RecipeError as exc:     # reported once the recipe itself is known to be well formed
         forks_data, forks_error = None, exc
+        if not forks_path.exists():        # named by the recipe's forks_file (or the default beside recipes/)
+            said = top.get("forks_file")
+            forks_error = RecipeError(path, "forks_file", expected=f"the forks file {forks_path} (forks_file = "
+                                      f"{said!r}, relative to the recipe)" if isinstance(said, str) and said else
+                                      f"the forks file {forks_path} (no forks_file in the recipe: the default)",
+                                      found="no such file",
+                                      fix=f"set forks_file in {path} to the path of your forks.toml, relative to "
+                                          "the recipe, or put forks.toml there")
     digest, ran = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")], checked)
     if forks_error is not None:
         raise forks_error
