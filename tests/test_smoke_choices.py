@@ -170,3 +170,19 @@ def test_the_missing_manifest_hint_downloads_the_stacks_own_recipe(tmp_path: Pat
     with pytest.raises(SmokeError, match="no download manifest") as info:
         resolve_manifest(dataclasses.replace(opts, recipe="mine"), empty, "engine")
     assert _download_argv(str(info.value)) == ["--format", "fp16", "--recipe", str(own), "--output", "."]
+
+
+def test_a_recipe_without_models_takes_no_format_and_no_engine_level(tmp_path: Path) -> None:
+    """The new-user hunt: ``--level engine`` on a FlashInfer-only stack said "no download manifest" and told the
+    user to run a download its recipe refuses (exit 2, no awq model); ``--format awq`` on such a stack was
+    taken and recorded.  A format for a recipe without models is a usage error (as download says), and the
+    engine level on such a stack is refused saying it loads a model, with the kernel level as the fix."""
+    stack = _stack(tmp_path, "flashinfer-pr3812", [FI])
+    with pytest.raises(UsageError, match="names no model"):
+        _resolve(stack, tmp_path, "kernel", format="awq")
+    with pytest.raises(SmokeError) as refused:
+        _resolve(stack, tmp_path, "kernel", level="engine")
+    assert "loads a model" in refused.value.message and "--level kernel" in refused.value.message
+    assert "current download" not in refused.value.message
+    opts, record = _resolve(stack, tmp_path, "kernel")          # what the stack promises still resolves
+    assert opts.format is None and record["format"] == {"value": None, "source": "recipe"}

@@ -62,8 +62,9 @@ def download_command(install: Path, recipe: str | None, fmt: str, output: Path |
     return shlex.join(["current", "download", "--format", fmt, "--recipe", arg, "--output", str(output)])
 
 
-def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
-    """The recipe's model selections, in file order (from the file the receipt records, for its recipe)."""
+def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...] | None:
+    """The recipe's model selections, in file order (from the file the receipt records, for its recipe); None
+    when the receipt's recipe file cannot be read (not known)."""
     from ..recipe import load_recipe
 
     name, path = receipt_recipe(install)
@@ -73,7 +74,7 @@ def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...]:
     except RecipeError:
         if recipe.source == "option":
             raise                 # a --recipe that names nothing is refused (exit 3)
-        return ()                 # the receipt's recipe file is gone or changed: no selection, said in the receipt
+        return None               # the receipt's recipe file is gone or changed: no selection, said in the receipt
 
 
 def _manifest_selection(path: Path) -> str | None:
@@ -84,13 +85,26 @@ def _manifest_selection(path: Path) -> str | None:
     return sel if isinstance(sel, str) else None
 
 
-def format_choice(given: str | None, selections: tuple[str, ...], manifest: Path | None, cwd: Path,
+def format_choice(given: str | None, known: tuple[str, ...] | None, manifest: Path | None, cwd: Path,
                   level: str | None, *, install: Path = Path("."), recipe: str | None = None) -> Choice:
     """--format, else the recipe's only selection, else the one whose manifest is here, else (a level that
-    needs no model) the recipe's first selection."""
+    needs no model) the recipe's first selection.  ``known``: the recipe's selections, None when its file
+    could not be read."""
+    selections = known or ()
+    if given is not None and known == () and recipe is not None:
+        raise UsageError(f"--format {given}: the recipe {recipe} names no model",
+                         expected="--format only for a recipe with [models] (current download refuses it too)",
+                         found=f"no [models] in {recipe}",
+                         fix="leave out --format: a recipe without models is smoked at the kernel level")
     if given is not None:
         return Choice(given, "option", selections[0] if len(selections) == 1 else None)
     if not selections:
+        if level == "engine" and known is not None:
+            raise SmokeError("the engine level loads a model, and the stack's recipe names none",
+                             expected="a recipe with [models] for --level engine",
+                             found=f"no [models] in {recipe or 'the recipe'}",
+                             fix=f"run `current smoke --install {install} --level kernel` (what a stack of a recipe "
+                                 "without models can prove), or set up a stack of a recipe with models")
         return Choice(None, "recipe")             # no model: the kernel level needs none
     if len(selections) == 1:
         return Choice(selections[0], "recipe")
