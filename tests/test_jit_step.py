@@ -164,3 +164,25 @@ def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch)
     stackenv.env_file(ctx.paths.root).unlink()
     with pytest.raises(StateError, match="no runtime environment file"):
         JitStep(builder=STANDIN).run(ctx)
+
+
+def test_a_module_the_fork_cannot_build_names_the_recipe_not_the_install(tmp_path) -> None:
+    """The new-user hunt: an asymmetric prefill module asked of a fork with an asymmetric decode only was said as
+    "the installed FlashInfer is not the asymmetric fork" with the fix "re-run october_setup so the install step
+    lays the fork over whatever replaced it" (a re-run failed the same way).  The builder's own finding
+    (checks/jit_build.asymmetric_problem's text) now names the [[jit.modules]] of the recipe to change."""
+    from october.checks.jit_build import EXIT_NOT_ASYMMETRIC
+    from october.installer.core.errors import CommandFailed
+    from october.installer.jit.build import require_success
+
+    said = ("the recipe asks for an asymmetric prefill module (k=bf16, v=e4m3) but BatchPrefillWithPagedKVCacheWrapper"
+            ".plan takes no k_data_type; flashinfer 0.6.7 from /stack/src/flashinfer/flashinfer/__init__.py")
+    failure = CommandFailed("jit", ["python", "-m", "builder"], EXIT_NOT_ASYMMETRIC, "", tmp_path / "jit.log")
+    with pytest.raises(JitError) as err:
+        require_success({"problem": said}, failure, tmp_path / "jit.log", tmp_path / "my.toml")
+    text = str(err.value)
+    assert "cannot build a module the recipe's [jit] asks for" in text and f"[[jit.modules]] in {tmp_path / 'my.toml'}" in text
+    assert "not the asymmetric fork" not in text and "lays the fork over" not in text
+    with pytest.raises(JitError, match="not the asymmetric fork"):    # a symmetric FlashInfer is still said so
+        require_success({"problem": "plan takes no k_data_type (flashinfer 0.6.6: not the asymmetric fork)"}, failure,
+                        tmp_path / "jit.log")

@@ -155,10 +155,20 @@ def read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
     return data
 
 
-def require_success(result: Mapping[str, Any], failure: CommandFailed | None, log_path: Path) -> None:
+def require_success(result: Mapping[str, Any], failure: CommandFailed | None, log_path: Path,
+                    recipe: Path | None = None) -> None:
     """The builder ran and exited 0: raises :class:`JitError` for a problem it reported (the installed
-    FlashInfer not the asymmetric fork, a refused start) or a non-zero exit (``log_path``: the step's log)."""
+    FlashInfer not the asymmetric fork, a module the fork cannot build, a refused start) or a non-zero exit
+    (``log_path``: the step's log; ``recipe``: its file, named when a module it asks for is the problem)."""
     if result.get("problem"):
+        said = str(result["problem"])
+        if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC and said.startswith("the recipe asks"):
+            raise JitError("the installed FlashInfer fork cannot build a module the recipe's [jit] asks for",
+                           expected="a fork whose wrappers take every module of [[jit.modules]] (and its routes)",
+                           found=said,
+                           fix=f"leave that module out of [[jit.modules]] in {recipe or 'the recipe'} (or its route), "
+                               "or pin a fork commit that has it; the install is not at fault, so a re-run alone "
+                               "fails the same way")
         if failure is not None and failure.returncode == EXIT_NOT_ASYMMETRIC:
             raise JitError("the installed FlashInfer is not the asymmetric fork",
                            expected="a BatchDecodeWithPagedKVCacheWrapper.plan that accepts k_data_type/"

@@ -132,7 +132,7 @@ class JitStep:
         """The builder has ended (``failure``: it exited non-zero): check every module, record them."""
         assert build.result_path is not None
         result = read_result(build.result_path, failure)
-        require_success(result, failure, ctx.runner.log_path(self.name))
+        require_success(result, failure, ctx.runner.log_path(self.name), ctx.recipe.path)
         modules = check_modules(build.workspace, build.requests, ctx.recipe.jit, result)
         check_unchanged(modules, build.keys, build.ready)
         cached = all(m["cached"] for m in modules)
