@@ -70,7 +70,7 @@ def test_a_resized_missing_extra_or_linked_file_is_named(tmp_path: Path) -> None
     (tmp_path / "wheels" / "evil-1.0-py3-none-any.whl").write_bytes(b"PK evil")
     os.symlink("/etc/passwd", tmp_path / "wheels" / "link.whl")
     assert check_files(tmp_path, doc) == [
-        "empty.txt: missing",
+        "empty.txt: a link (to /etc/hostname), not the file the manifest lists",
         "git/github.com/o/r.git: missing",
         "wheels/six-1.16.0-py2.py3-none-any.whl: 13 bytes, manifest says 6",
         "wheels/evil-1.0-py3-none-any.whl: not in the manifest",

@@ -264,9 +264,7 @@ class InstallStep:
         """Each file of the env's site-packages that Python runs as it starts (``*.pth``, ``sitecustomize.py``,
         ``usercustomize.py``) -> its RECORD-style sha256 (an unchanged one: one stat; the RECORD check's own
         kind, so a RECORD'ed one keeps one entry in the file-trust store)."""
-        from ..verify_dists import record_hash
-
-        return {p.name: ctx.trust.digest(p, "record-sha256", lambda q: record_hash(q, "sha256"))
+        return {p.name: ctx.trust.digest(p, "record-sha256", lambda q: records.record_hash(q, "sha256"))
                 for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")) for p in sorted(site.iterdir())
                 if p.name.endswith(".pth") or p.name in STARTUP_MODULES}
 
