@@ -246,8 +246,7 @@ def test_a_kit_path_with_a_hash_is_refused_before_anything_is_made(tmp_path: Pat
     err = refused(both(str(tmp_path / "stack"), "--recipe", "current", "--kit", str(kit)), 19,
                   f"--kit {kit} cannot be used: it contains '#'", "--find-links")
     assert "Traceback" not in err
-    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "current",
-                           str(kit)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    made = make_kit(kit)
     assert made.returncode == 19 and "it contains '#'" in made.stderr, made.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -355,6 +354,11 @@ def test_a_kit_that_is_a_file_is_not_said_to_be_made_if_missing(tmp_path: Path) 
     err = refused(both(str(tmp_path / "stack"), "--recipe", "current", "--kit", str(afile)), 19,
                   f"--kit {afile} is a file", "Expected a directory,")
     assert "made if missing" not in err
-    made = subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "current",
-                           str(afile)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    made = make_kit(afile)
     assert made.returncode == 19 and "a directory (made if missing)" in made.stderr, made.stderr
+
+
+def make_kit(out: Path) -> subprocess.CompletedProcess[str]:
+    """``october_setup kit --recipe current OUT`` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "october.installer.october_setup", "kit", "--recipe", "current",
+                           str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
