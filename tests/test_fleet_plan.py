@@ -142,6 +142,7 @@ def test_a_receipt_of_other_install_options_resumes_nothing_and_one_without_a_ke
         assert finished_before({**prev, "options": {**prev["options"], key: value}}, **same) == {}, key
     older = {k: v for k, v in prev["options"].items() if k != "cache_dir"}
     assert list(finished_before({**prev, "options": older}, **same)) == ["n0"]
+    assert finished_before({k: v for k, v in prev.items() if k != "options"}, **same) == {}   # no options at all
 
 
 def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:

@@ -857,3 +857,30 @@ def test_without_git_on_path_every_command_says_so_not_a_traceback(world: World,
                             capture_output=True, text=True, env=env, timeout=300)
     for proc in (again, checked, report):
         assert "Traceback" not in proc.stderr and proc.returncode != 70, proc.stderr
+    # the review: another git first on PATH (a conda env's, `module load git`) is no reason to run the preflight
+    # again, which every later step is chained on (the env made again, the forks installed again)
+    assert cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache)).returncode == 0   # git back
+    first = tmp_path / "first"
+    first.mkdir()
+    shutil.copy2(shutil.which("git") or "/usr/bin/git", first / "git")
+    moved = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache),
+                env={**os.environ, "PATH": f"{first}{os.pathsep}{os.environ['PATH']}"})
+    assert moved.returncode == 0, moved.stderr
+    assert not [ln for ln in moved.stderr.splitlines() if "running again" in ln and "receipt:" not in ln], moved.stderr
+
+
+def test_an_env_made_again_is_not_held_to_the_records_of_the_install_before_it(world: World, tmp_path: Path) -> None:
+    """The review: the install's RECORD digests (.state/install-records.json) outlived the env they described;
+    a recipe that bumps torch made the env again, and the install then "re-installed what no longer matches its
+    RECORD" (torch, gigabytes on a real stack).  The env step removes them as it makes the env."""
+    from tests.fixtures.wheels import build_wheel
+
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    assert (stack / ".state" / "install-records.json").is_file()
+    build_wheel(world.wheels, "torch", "2.10.1+fixture", {"torch/__init__.py": '__version__ = "2.10.1+fixture"\n'})
+    world.recipe.write_text(world.recipe.read_text().replace('version = "2.10.0+fixture"', 'version = "2.10.1+fixture"'))
+    proc = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache), "--skip-preflight", "nvcc,gpu,cuda_arch")
+    assert proc.returncode == 0, proc.stderr
+    assert "==> env: running again" in proc.stderr and "re-installing what no longer matches" not in proc.stderr, \
+        proc.stderr

@@ -63,6 +63,8 @@ class StackPaths:
     recipe_checked = _under(".state", "recipe-checked")
     recipe_record = _under(".state", "recipe-used.json")   # the recipe the last run began with (pipeline/plan.py)
     run_pycache = _under(".state", "pycache")       # this run's bytecode (pycache_args); removed as it ends
+    # the RECORD digests the last finished install left; removed when the env step makes the env again
+    install_records = _under(".state", "install-records.json")
     logs = _under("logs")
     uv_cache = _under(".uv-cache")      # uv's cache when --cache-dir is on another filesystem than the stack
     lockfile = _under(".october.lock")

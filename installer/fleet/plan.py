@@ -216,7 +216,7 @@ def finished_before(previous: Mapping[str, Any] | None, *, recipe_sha: str, kit_
     before = previous.get("options") if isinstance(previous.get("options"), dict) else {}
     # a key an earlier receipt did not record (cache_dir before it was) is not held against it: its nodes are
     # verified before they count as finished
-    if options is not None and any(k in before and before[k] != options[k] for k in INSTALL_OPTIONS):
+    if options is not None and (not before or any(k in before and before[k] != options[k] for k in INSTALL_OPTIONS)):
         return {}
     ok = (PASSED,) if smoke else FINISHED
     return {str(n["name"]): n for n in previous.get("nodes", []) if n.get("status") in ok}

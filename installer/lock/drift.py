@@ -93,8 +93,13 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     pth = system.get("pth")
     if isinstance(pth, dict):
         dirs = system.get("pth_sites")
-        was.update({str(k): str(v) for k, v in pth.items()})
-        found.update(site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites))
+        recorded = {str(k): str(v) for k, v in pth.items()}
+        now_pth = site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites)
+        # a digest recorded shorter (16 hex digits, before the full one) is compared as far as it goes
+        now_pth = {k: v[:len(recorded[k])] if k in recorded and len(recorded[k]) < len(v) and
+                   v.startswith(recorded[k]) else v for k, v in now_pth.items()}
+        was.update(recorded)
+        found.update(now_pth)
     return differences(was, found)
 
 

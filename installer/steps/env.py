@@ -67,6 +67,8 @@ class EnvStep:
 
         if scaffold.clear_unfinished(ctx.paths.env):     # a killed run's half env is never trusted
             ctx.runner.note(self.name, f"# {ctx.paths.env} had no pyvenv.cfg (a run killed while making it); removed")
+        # the RECORDs an install left in the env made before: not what this env's install is to be held to
+        ctx.paths.install_records.unlink(missing_ok=True)
         try:
             made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
                                                             if ctx.recipe.torch.from_system else self._make(ctx))

@@ -149,7 +149,7 @@ class InstallStep:
             records=records.record_digests(ctx.paths.env, ctx.trust),
         )
         # beside the marker (which is removed while the step runs): what the next run's repair holds RECORDs to
-        write_json_atomic(self.records_file(ctx), dict(result.records or {}))
+        write_json_atomic(ctx.paths.install_records, dict(result.records or {}))
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
@@ -235,8 +235,8 @@ class InstallStep:
         if problem is not None:
             return problem
         # every RECORD'ed file; only those whose stat signature moved are read again
-        if result.pth is None or result.records is None:     # the install's full check then records them
-            return "the env's startup files and RECORDs are not recorded (installed by an earlier october)"
+        if result.pth is None:      # the install's full check then records them (and the RECORDs)
+            return "the env's startup files are not recorded (installed by an earlier october)"
         bad = {**records.tampered(ctx.paths.env, ctx.trust), **records.rewritten(ctx.paths.env, ctx.trust, result.records)}
         if bad:
             return f"files differ from their RECORD ({records.describe(bad)})"
@@ -247,15 +247,12 @@ class InstallStep:
             return f"the env's .pth and sitecustomize files are not those its install left ({first(changed, 5)})"
         return None
 
-    def records_file(self, ctx: StepContext) -> Path:
-        return ctx.paths.state / "install-records.json"
-
     def recorded_records(self, ctx: StepContext) -> dict[str, str] | None:
         """The RECORD digests the last finished install left (None: none, or unreadable: nothing held to)."""
         import json
 
         try:
-            data = json.loads(self.records_file(ctx).read_text(encoding="utf-8"))
+            data = json.loads(ctx.paths.install_records.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None

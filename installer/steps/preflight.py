@@ -69,13 +69,12 @@ class PreflightStep:
                         if now.get(path) != stat), None)
         if changed is not None:
             return changed
-        # every step runs the git PATH finds: gone from PATH (or another one first) is the preflight's to say
+        # every step runs the git PATH finds: none there any more is the preflight's to say (its punch list);
+        # another git first on PATH is not (it would re-run every step chained on the preflight's result)
         git = result.facts.get("git")
         was = git.get("path") if isinstance(git, dict) else None
-        if was:
-            found = shutil.which("git")
-            if found is None or Path(found).resolve() != Path(str(was)).resolve():
-                return f"git on PATH is now {found or 'none'} (it was {was})"
+        if was and shutil.which("git") is None:
+            return f"git is no longer on PATH (it was {was})"
         return None
 
 
