@@ -15,18 +15,18 @@ from packaging.utils import canonicalize_name
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file, sha256_or_none
 from ..core.listing import first
-from ..verify_dists import installed, record_hash, record_rows
+from ..verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_SHOWN = 5
 HASH_THREADS = min(8, os.cpu_count() or 1)
 
 
-def tampered(env: Path, trust: FileTrust) -> dict[str, list[str]]:
+def tampered(env: Path, trust: FileTrust, dists: Mapping[str, Dist] | None = None) -> dict[str, list[str]]:
     """distribution -> its files that are missing or differ from their RECORD hash.  Files whose stat signature
     is unchanged are not read; the others are hashed in parallel (hashlib releases the GIL)."""
     bad: dict[str, list[str]] = {}
     todo: list[tuple[str, str, str, str, Path]] = []        # dist, rel, algo, value, path
-    for name, dist in sorted(installed(env).items()):
+    for name, dist in sorted((installed(env) if dists is None else dists).items()):
         try:
             rows = list(record_rows(dist))
         except OSError:
@@ -88,12 +88,12 @@ def reinstall_args(env: Path, names: list[str], forks: Collection[str] = ()) -> 
             *(f"{n}=={dists[n].version}" for n in index)]
 
 
-def record_digests(env: Path, trust: FileTrust) -> dict[str, str]:
+def record_digests(env: Path, trust: FileTrust, dists: Mapping[str, Dist] | None = None) -> dict[str, str]:
     """distribution -> sha256 of its RECORD (an unchanged file: one stat).  A RECORD rewritten since its
     install (the same version reinstalled from another index, or edited with the file it lists) hashes its
     own files, so the RECORD check alone cannot see it: the install's record of these can."""
     out: dict[str, str] = {}
-    for name, dist in sorted(installed(env).items()):
+    for name, dist in sorted((installed(env) if dists is None else dists).items()):
         try:
             out[name] = trust.digest(dist.info / "RECORD", "sha256", sha256_file)
         except OSError:
@@ -101,12 +101,13 @@ def record_digests(env: Path, trust: FileTrust) -> dict[str, str]:
     return out
 
 
-def rewritten(env: Path, trust: FileTrust, recorded: Mapping[str, str] | None) -> dict[str, list[str]]:
+def rewritten(env: Path, trust: FileTrust, recorded: Mapping[str, str] | None,
+              dists: Mapping[str, Dist] | None = None) -> dict[str, list[str]]:
     """distribution -> ["RECORD (rewritten since its install)"] for each whose RECORD is not the one recorded
     (``recorded``: :func:`record_digests` as the install left them; None: nothing recorded, nothing said)."""
     if not recorded:
         return {}
-    now = record_digests(env, trust)
+    now = record_digests(env, trust, dists)
     return {n: ["RECORD (rewritten since its install)"] for n in sorted(set(now) & set(recorded))
             if now[n] != recorded[n]}
 

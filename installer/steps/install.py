@@ -237,7 +237,9 @@ class InstallStep:
         # every RECORD'ed file; only those whose stat signature moved are read again
         if result.pth is None:      # the install's full check then records them (and the RECORDs)
             return "the env's startup files are not recorded (installed by an earlier october)"
-        bad = {**records.tampered(ctx.paths.env, ctx.trust), **records.rewritten(ctx.paths.env, ctx.trust, result.records)}
+        dists = records.installed(ctx.paths.env)         # read once for both questions
+        bad = {**records.tampered(ctx.paths.env, ctx.trust, dists),
+               **records.rewritten(ctx.paths.env, ctx.trust, result.records, dists)}
         if bad:
             return f"files differ from their RECORD ({records.describe(bad)})"
         # a .pth (or sitecustomize) added or changed since: it runs at every start; the install's full check names it
