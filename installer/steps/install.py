@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..core.errors import InstallError
 from ..core.atomic import write_json_atomic
+from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..engine import FORKS_INSTALLED, StepContext
@@ -264,6 +264,7 @@ class InstallStep:
         ``usercustomize.py``) -> its RECORD-style sha256 (an unchanged one: one stat; the RECORD check's own
         kind, so a RECORD'ed one keeps one entry in the file-trust store)."""
         return {p.name: ctx.trust.digest(p, "record-sha256", lambda q: records.record_hash(q, "sha256"))
+                if p.is_file() else "not a file"
                 for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")) for p in sorted(site.iterdir())
                 if p.name.endswith(".pth") or p.name in STARTUP_MODULES}
 
