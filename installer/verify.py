@@ -440,7 +440,6 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
     return []
 
 
-
 def check_system(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
     """A site-provided torch's interpreter: the distributions it gives the stack as the lock recorded them
     (``[tool.october.system.packages]``, in its ``sites``)."""
