@@ -75,14 +75,14 @@ def candidates(roots: Iterable[Path]) -> list[tuple[Path, Path]]:
     return sorted(set(out))
 
 
+def source_of(pyc: Path) -> Path:
+    """The ``<name>.py`` that ``__pycache__/<name>.<tag>[.opt-N].pyc`` is the bytecode of (beside its folder)."""
+    return pyc.parent.parent / f"{pyc.name.split('.', 1)[0]}.py"
+
+
 def _pairs(cache: Path, files: Iterable[str]) -> list[tuple[Path, Path]]:
-    found = []
-    for name in files:
-        if name.endswith(".pyc"):
-            source = cache.parent / f"{name.split('.', 1)[0]}.py"
-            if source.is_file():
-                found.append((cache / name, source))
-    return found
+    pycs = [cache / name for name in files if name.endswith(".pyc")]
+    return [(pyc, source_of(pyc)) for pyc in pycs if source_of(pyc).is_file()]
 
 
 def forged(python: Path, pairs: list[tuple[Path, Path]], workers: int | None = None) -> list[tuple[Path, str]] | str:
@@ -100,8 +100,8 @@ def forged(python: Path, pairs: list[tuple[Path, Path]], workers: int | None = N
     found = sorted(f for part in parts if not isinstance(part, str) for f in part)
     other = [f for f in found if f[1].startswith("not the code of")]
     if other:
-        again = _compare(python, [(p, p.parent.parent / f"{p.name.split('.', 1)[0]}.py") for p, _ in other],
-                         ("-X", "no_debug_ranges"))
+        source = dict(pairs)
+        again = _compare(python, [(p, source[p]) for p, _ in other], ("-X", "no_debug_ranges"))
         if isinstance(again, str):
             return again
         still = {p for p, _ in again}

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .pyenv.systorch import PTH_NAME, pth_text
+from .verify_bytecode import source_of
 
 SCAFFOLD_TOP = {"pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", "lib64"}
 SCAFFOLD_BIN = re.compile(r"(python(3(\.\d+)?)?|activate(\.\w+)?|activate_this\.py|deactivate\.bat|pydoc\.bat)")
-BYTECODE = re.compile(r"(?P<stem>[^.]+)\.[\w-]+(\.opt-\d+)?\.pyc")
+BYTECODE = re.compile(r"[^.]+\.[\w-]+(\.opt-\d+)?\.pyc")
 
 
 def owned_paths(rows: Iterable[tuple[Path, str]]) -> set[str]:
@@ -29,10 +30,7 @@ def owned_paths(rows: Iterable[tuple[Path, str]]) -> set[str]:
 
 
 def _bytecode_ok(path: Path) -> bool:
-    if path.parent.name != "__pycache__":
-        return False
-    m = BYTECODE.fullmatch(path.name)
-    return m is not None and (path.parent.parent / f"{m['stem']}.py").is_file()
+    return path.parent.name == "__pycache__" and BYTECODE.fullmatch(path.name) is not None and source_of(path).is_file()
 
 
 def _scaffold(env: Path, path: Path) -> bool:

@@ -10,6 +10,8 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name, canonicalize_version
 
+from ..core.hashing import sha256_file
+
 SHOWN = 5
 
 
@@ -52,8 +54,6 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
 def site_pth(sites: Sequence[str]) -> dict[str, str]:
     """path -> sha256 of every ``.pth`` file in the site directories: the stack's Python reads them as it starts
     (``site.addsitedir``), and a line of one that begins ``import`` runs."""
-    import hashlib
-
     out: dict[str, str] = {}
     for site in sites:
         try:
@@ -62,7 +62,7 @@ def site_pth(sites: Sequence[str]) -> dict[str, str]:
             continue
         for pth in found:
             try:
-                out[str(pth)] = hashlib.sha256(pth.read_bytes()).hexdigest()
+                out[str(pth)] = sha256_file(pth)          # through a link: Python's site reads it so
             except OSError:
                 out[str(pth)] = "unreadable"
     return out
@@ -94,12 +94,8 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     if isinstance(pth, dict):
         dirs = system.get("pth_sites")
         recorded = {str(k): str(v) for k, v in pth.items()}
-        now_pth = site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites)
-        # a digest recorded shorter (16 hex digits, before the full one) is compared as far as it goes
-        now_pth = {k: v[:len(recorded[k])] if k in recorded and len(recorded[k]) < len(v) and
-                   v.startswith(recorded[k]) else v for k, v in now_pth.items()}
         was.update(recorded)
-        found.update(now_pth)
+        found.update(site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites))
     return differences(was, found)
 
 
