@@ -89,6 +89,9 @@ def test_preflight_checks_version_and_cuda_build(tmp_path, system):
     # the scenario hunt: the fix named only versions, the recipe's own among them, never the CUDA build wanted
     assert f"an interpreter with torch {TORCH} built for CUDA 12.8" in fix, fix
     assert f"a recipe pinning torch {TORCH} for CUDA 13.0" in fix and "differs:" in fix, fix
+    # the same rule as the env step's (same_cuda_major): a torch for CUDA 13.0 runs kernels of a 13.1 toolkit
+    ok, expected, _, _ = systorch.check(_recipe(tmp_path, system, TORCH, "13.1"), facts)
+    assert ok and "built for CUDA 13.1 (or another 13.x" in expected, expected
     # In the preflight table: a failed, unskippable 'torch' check with the punch-list line.
     results = preflight_evaluate(_recipe(tmp_path, system, "2.10.0+cu128", "13.0"), good_facts(), ("nvcc", "cuda_arch"),
                                  facts)

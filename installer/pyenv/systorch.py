@@ -18,6 +18,7 @@ from ..core.redact import redact_url
 from ..core.resources import stack_script
 from ..core.runner import Runner
 from ..recipe import Recipe
+from .venv import same_cuda_major
 
 PROBE = stack_script("torch_facts.py")
 MARK = "OCTOBER_TORCH "
@@ -103,7 +104,8 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
     """-> (ok, expected, found, fix) for preflight's ``torch`` check."""
     want, cuda = recipe.torch.version, cuda_of(recipe)
     py = facts.get("python_path") or recipe.torch.system_python
-    expected = f"torch {want}" + (f" built for CUDA {cuda}" if cuda else "") + f" importable by {py}"
+    major = f" (or another {cuda.partition('.')[0]}.x: the same major runs its kernels)" if cuda else ""
+    expected = f"torch {want}" + (f" built for CUDA {cuda}{major}" if cuda else "") + f" importable by {py}"
     if facts.get("error"):
         return False, expected, str(facts["error"]), (f"install torch {want} into that interpreter, or point "
                                                        "--system-python at one that has it")
@@ -111,7 +113,7 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
     problems = []
     if facts.get("version") != want:
         problems.append("version")
-    if cuda is not None and facts.get("cuda") != cuda:
+    if cuda is not None and not same_cuda_major(facts.get("cuda"), cuda):
         problems.append("CUDA build")
     if facts.get("dist_version") not in (None, *same_build(str(facts.get("version")))):
         problems.append("metadata")

@@ -77,6 +77,12 @@ def torch_cuda(version_py: Path) -> str | None:
     return None
 
 
+def same_cuda_major(built: object, wanted: str) -> bool:
+    """Does a torch built for CUDA ``built`` run JIT kernels built with the ``wanted`` toolkit ([cuda] version)?
+    The same major does (CUDA's minor version compatibility): PyPI's cu128 torch under [cuda] 12.9."""
+    return isinstance(built, str) and built.partition(".")[0] == wanted.partition(".")[0]
+
+
 def require_torch_cuda(env: Path, version: str, cuda: str | None) -> None:
     """The env's torch is built for the CUDA major of the recipe's ``[cuda]`` (its JIT kernels are built with
     that toolkit): PyPI's torch 2.10.0 is the CUDA 12.8 build, which a [cuda] 12.9 stack runs; a 12.6 or a
@@ -87,7 +93,7 @@ def require_torch_cuda(env: Path, version: str, cuda: str | None) -> None:
     if not found:
         return
     built = torch_cuda(found[0])
-    if built is not None and built.partition(".")[0] == cuda.partition(".")[0]:
+    if same_cuda_major(built, cuda):
         return
     raise EnvError("torch is built for another CUDA than the recipe's [cuda]",
                    expected=f"torch {version} built for CUDA {cuda.partition('.')[0]}.x ([cuda] version = \"{cuda}\": "
