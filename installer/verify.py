@@ -43,7 +43,7 @@ from packaging.utils import canonicalize_name
 from . import verify_fix as fixes
 from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
 from .core.errors import LockError, StateError
-from .core.hashing import sha256_file
+from .core.hashing import sha256_file, sha256_or_none
 from .core.paths import StackPaths
 from .core.redact import redact_url
 from .engine import read_marker, written_sha256
@@ -378,8 +378,11 @@ def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference
     env_marker = read_marker(paths.marker("env")) or {}
     system = (env_marker.get("outputs") or {}).get("system_torch")
     skip = {d.what for d in named}
+    # what the install step took as uv's own venv files (uv 0.12's _virtualenv.pth), held to their recorded bytes
+    uvs = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("venv_files")
+    uvs = uvs if isinstance(uvs, dict) else {}
     extra = [p for p in verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
-             if str(p) not in skip]
+             if str(p) not in skip and uvs.get(p.relative_to(paths.env).as_posix(), "") != (sha256_or_none(p) or "-")]
     if not extra:
         return []
     shown = _listed(extra, "; ", verify_unowned.describe)

@@ -63,3 +63,15 @@ def test_an_install_with_another_uv_release_builds_its_own(tool_wheel: Path, tmp
     assert setup_with(first, world, tmp_path / "s1", cache) is None
     assert setup_with(other, world, tmp_path / "s2", cache) is None
     assert len(entries(cache)) == 2
+    # the scenario hunt: the floor's uv writes _virtualenv.pth and _virtualenv.py into every venv; the install
+    # step took them as uv's own and current verify named them as files nothing set up put there (exit 13)
+    site = next((tmp_path / "s2" / "env" / "lib").glob("python3*/site-packages"))
+    assert (site / "_virtualenv.pth").is_file()
+    verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    # held to their bytes: one changed after setup is named
+    (site / "_virtualenv.py").write_text("import os\n")
+    verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 13 and "_virtualenv.py" in verified.stdout + verified.stderr, verified.stderr

@@ -140,12 +140,13 @@ def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Pa
 
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                    system_torch: Mapping[str, Any] | None = None,
-                   scaffold: Callable[[], Mapping[str, str]] | None = None) -> None:
+                   scaffold: Callable[[], Mapping[str, str]] | None = None) -> dict[str, str]:
     """Every file in ``env`` as its RECORD hashes it, and none that no RECORD owns (a ``.pth`` runs at every
     start; uv copies every file of a cached wheel, listed or not), else :class:`InstallError`
     (``uv_cache_dir``: for the fix; ``scaffold``: relative path -> sha256 of what this uv's ``uv venv`` writes
     itself, asked only when unowned files are found: uv 0.12 writes ``_virtualenv.pth`` and ``_virtualenv.py``).
-    Before the built-stack cache stores the env: nothing unchecked goes on."""
+    Before the built-stack cache stores the env: nothing unchecked goes on.  -> the unowned files taken as uv's
+    own (relative path -> sha256), which ``current verify`` holds to that record."""
     from ..core.errors import InstallError
 
     bad = tampered(env, trust)
@@ -156,9 +157,11 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                            fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
                                "cache edited through a stack that hard-linked it) and re-run october_setup")
     extra = unowned(env, system_torch)
+    uvs: dict[str, str] = {}
     if extra and scaffold is not None:
         own = scaffold()
-        extra = [p for p in extra if own.get(p.relative_to(env).as_posix()) != sha256_or_none(p)]
+        uvs = {rel: own[rel] for p in extra if own.get(rel := p.relative_to(env).as_posix()) == sha256_or_none(p)}
+        extra = [p for p in extra if p.relative_to(env).as_posix() not in uvs]
     if extra:
         shown = first([str(p) for p in extra], MAX_SHOWN, "; ")
         raise InstallError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD owns",
@@ -166,3 +169,4 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                            found=shown,
                            fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run october_setup")
+    return uvs

@@ -105,8 +105,8 @@ class InstallStep:
         outputs = self.record_outputs(ctx, by_name, made)
         # every file of every distribution in the env as its RECORD hashes it
         try:
-            records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
-                                   system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
+            uvs_own = records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
+                                             system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
         except InstallError as exc:
             if copied is not None:      # copied from the cache by this run: the entry itself is wrong
                 raise reuse.refused_copy(ctx, self.name, copied, exc) from None
@@ -147,6 +147,7 @@ class InstallStep:
             settings=install_settings(r),
             pth=self.pth_files(ctx),
             records=records.record_digests(ctx.paths.env, ctx.trust),
+            venv_files=uvs_own,
         )
         # beside the marker (which is removed while the step runs): what the next run's repair holds RECORDs to
         write_json_atomic(ctx.paths.install_records, dict(result.records or {}))

@@ -269,8 +269,10 @@ class InstallResult(Record):
     settings: str | None = None             # install.plan.install_settings of the recipe it installed
     pth: Mapping[str, str] | None = None    # every .pth file of the env's site-packages it left -> sha256
     records: Mapping[str, str] | None = None    # every distribution's RECORD as it left it -> sha256
+    venv_files: Mapping[str, str] | None = None     # files no RECORD owns that uv's own venv has -> sha256
 
-    OWN: ClassVar[tuple[str, ...]] = ("build_outputs", "installed", "settings", "pth", "records")   # None: before them
+    OWN: ClassVar[tuple[str, ...]] = ("build_outputs", "installed", "settings", "pth", "records",
+                                      "venv_files")   # None: before them
 
     def to_json(self) -> dict[str, JSON]:
         out = super().to_json()
