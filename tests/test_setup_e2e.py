@@ -250,6 +250,48 @@ def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Pat
         assert (stack / "pylock.toml").read_text() == (clean / "pylock.toml").read_text()
 
 
+def _running_in(stack: Path) -> list[int]:
+    """Pids of the processes whose command line names ``stack`` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(stack).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_run_killed_outright_takes_its_uv_install_with_it(world: World, tmp_path: Path) -> None:
+    """The scenario hunt: october_setup killed by SIGKILL alone (not its group) while uv installed into the env;
+    uv ran on after the stack lock was free, so a re-run (another recipe) said "stack ready" and the killed
+    run's torch landed over it.  uv now runs under the guard: it ends with the run that started it."""
+    text = world.recipe.read_text()
+    with serve_find_links(world.wheels, slow="torch-2.10.0+fixture-py3-none-any.whl", pause=30) as slow:
+        world.recipe.write_text(text.replace('find_links = ["wheels"]', f'find_links = ["{slow.url}"]'))
+        stack = tmp_path / "stack"
+        proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                                 str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q"],
+                                cwd=PROJECT_ROOT, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert slow.requested.wait(60), "the env step never asked for torch"
+            assert [p for p in _running_in(stack / "env") if p != proc.pid], "no uv install running"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            deadline = time.monotonic() + 20
+            while _running_in(stack / "env") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            left = _running_in(stack / "env")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pid in _running_in(stack / "env"):          # what this test started, by pid
+                os.kill(pid, signal.SIGKILL)
+        assert left == [], f"still writing into the stack after the run was killed: {left}"
+
+
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
     full = world.commits["alpha"]
     text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)

@@ -21,7 +21,7 @@ from .redact import env_secrets, redact
 
 TAIL_LINES = 25
 
-# What :meth:`Runner.start` runs: a stdlib-only guard that leads the command's process group and holds
+# What :meth:`Runner.start` (and ``run(..., guard=True)``) runs: a stdlib-only guard that leads the command's process group and holds
 # the descriptors it is given (the stack lock).  It SIGKILLs the whole group when the starting thread
 # ends (PR_SET_PDEATHSIG: even a run killed outright) or on SIGTERM, SIGHUP or SIGINT; else it exits as
 # the command did.  The command dies with the guard, so it never runs on without the lock.
@@ -180,11 +180,14 @@ class Runner:
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
             env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,
-            check: bool = True, timeout: float | None = None, quiet: bool = False) -> Completed:
+            check: bool = True, timeout: float | None = None, quiet: bool = False, guard: bool = False) -> Completed:
         """``quiet``: the output goes to the step's log and :attr:`Completed.output` only, not to ``echo``
-        (a probe's JSON answer is not progress)."""
+        (a probe's JSON answer is not progress).  ``guard``: under :data:`GUARD`, as :meth:`start`'s are, for a
+        command that writes the stack for long (uv installing into the env): a run killed outright takes it and
+        what it started with it, so it never writes on after the stack lock is free (a re-run's install over it)."""
         args, full_env = self._resolve(argv, step, env, extra_env)
-        return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None, quiet=quiet)
+        return self._run(args, full_env, step=step, cwd=cwd, check=check, timeout=timeout, job=None, quiet=quiet,
+                         guard=guard)
 
     def start(self, argv: Sequence[str | os.PathLike[str]], *, step: str, cwd: Path | None = None,
               env: Mapping[str, str] | None = None, hold_fds: Sequence[int] = (),
@@ -218,10 +221,11 @@ class Runner:
 
     def _run(self, args: list[str], full_env: dict[str, str], *, step: str, cwd: Path | None, check: bool,
              timeout: float | None, job: Started | None, hold_fds: tuple[int, ...] = (),
-             preface: str | None = None, quiet: bool = False) -> Completed:
+             preface: str | None = None, quiet: bool = False, guard: bool = False) -> Completed:
         echo = job._line if job is not None else None if quiet else self.echo
-        launch = args if job is None else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
-                                           ",".join(map(str, hold_fds)), *args]
+        guard = guard or job is not None
+        launch = args if not guard else [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid()),
+                                         ",".join(map(str, hold_fds)), *args]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(step)
         shown = redact(shlex.join(args), self.secrets)
@@ -238,7 +242,7 @@ class Runner:
                 proc_cm = subprocess.Popen(launch, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            text=True, errors="replace", bufsize=1, pass_fds=hold_fds,
-                                           process_group=0 if job is not None else None)
+                                           process_group=0 if guard else None)
             except OSError as exc:
                 fh.write(f"# could not start: {exc}\n")
                 raise ToolMissing(f"step '{step}' could not start `{shown}`",
@@ -263,7 +267,7 @@ class Runner:
                             echo(clean.rstrip("\n"))
                     rc = proc.wait()
                 except BaseException:
-                    if job is not None:
+                    if guard:
                         _kill_group(proc)
                     proc.kill()
                     proc.wait()

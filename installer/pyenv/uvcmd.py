@@ -77,7 +77,7 @@ class StackUv:
         """``uv pip install`` into the stack env with the recipe's sources and the torch constraint."""
         argv = [uv_exe(), "pip", "install", "--python", str(self.paths.python),
                 *self.sources(torch_index=torch_index), *self.constraints(), *args]
-        runner.run(argv, step=step, env={**self.env(), **(extra_env or {})}, cwd=cwd)
+        runner.run(argv, step=step, env={**self.env(), **(extra_env or {})}, cwd=cwd, guard=True)
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:
