@@ -455,6 +455,14 @@ def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it
     with pytest.raises(SmokeError) as err:
         stack_info(stack, None)
     assert "changed since the stack was set up" in str(err.value) and RECIPE_SHA in str(err.value)
+    # the scenario hunt: the last run's receipt (passed) stayed in --output when the run was refused so
+    old = tmp_path / "o" / "receipt.json"
+    old.parent.mkdir()
+    old.write_text('{"passed": true}')
+    with pytest.raises(SmokeError) as err:
+        run_smoke(SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference"), cwd=tmp_path,
+                  echo=lambda _: None, base_env=dict(os.environ))
+    assert "changed since the stack was set up" in str(err.value) and not old.exists()
     # the recorded file gone: the smoke would read the shipped recipe of that name, which must match too
     recipe.unlink()
     with pytest.raises(SmokeError) as err:

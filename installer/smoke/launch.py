@@ -330,15 +330,20 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
     python = stack_python(opts.install)
-    refuse_untrusted_jit(opts.install)
-    info = stack_info(opts.install, opts.recipe)
-    opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
-    if opts.diagnostic_cache is not None and (opts.level or info["promised_level"]) != "engine":
-        raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the engine "
-                         "level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
-                         fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
-    runtime = trusted_runtime_env(opts.install)
     with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
+        # the last run's receipt goes before anything can refuse this one: a stack changed since (exit 17), a
+        # model file, the JIT; a refused run leaves no receipt that says it passed
+        old = opts.output / SMOKE_RECEIPT_FILENAME
+        if os.path.lexists(old) and not old.is_dir():
+            old.unlink()
+        refuse_untrusted_jit(opts.install)
+        info = stack_info(opts.install, opts.recipe)
+        opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
+        if opts.diagnostic_cache is not None and (opts.level or info["promised_level"]) != "engine":
+            raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the "
+                             "engine level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
+                             fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
+        runtime = trusted_runtime_env(opts.install)
         return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
 
 
