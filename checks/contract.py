@@ -40,13 +40,14 @@ def proves(level: str, promised: str | None) -> str:
 
     ``stack`` only when the level is the one the stack promises (kernel for a
     FlashInfer-only stack, engine with the vLLM fork); otherwise ``harness``
-    (reference: our own torch code) or ``kernel`` (the FlashInfer fork alone).
+    (reference: our own torch code) or ``kernel`` (the FlashInfer fork alone): an engine run with no promise
+    given (no ``--promised-level``, no ``--stack-info``) is tied to no stack, so it proves the kernel only.
     """
     if PROVES[level] == "harness":          # whatever is promised: a stack never promises reference
         return "harness"
     if promised is not None and level == promised:
         return "stack"
-    return PROVES[level] if PROVES[level] != "stack" or promised is None else "kernel"
+    return "kernel"
 
 
 def proved(level: str, promised: str | None, checks_ok: bool, verdict_ok: bool) -> str:

@@ -155,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
     tokens = token_protocol(stack, args.token_counts)
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
+    if args.stack_info is None and level != "reference":
+        overridden.append("no --stack-info: the run is tied to no stack (no setup receipt, no JIT record to hold "
+                          "the loaded modules to), so this is no stack verdict; run it through `current smoke`")
     if level != "reference" and tokens.prompt_tokens < MIN_PROMPT_TOKENS:
         overridden.append(f"the protocol's longest context is {tokens.prompt_tokens} tokens ({tokens.source}), expected "
                           f">= {MIN_PROMPT_TOKENS}: too short for the oracles to see a 2% softmax-scale error, so "

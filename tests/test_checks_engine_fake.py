@@ -141,7 +141,7 @@ def stack_info(base: Path, model: Path, skip: int = 0, smoke: tuple[int, int] = 
     prebuild(workspace, [m["uri"] for m in sel["jit_modules"]][skip:])
     info = base / "stack-info.json"
     info.write_text(json.dumps({"recipe": {"name": "test", "sha256": None}, "lock_sha256": None, "forks": {},
-                                "setup_receipt": None, "selection": sel,
+                                "promised_level": "engine", "setup_receipt": None, "selection": sel,
                                 "smoke": {"prompt_tokens": smoke[0], "max_new_tokens": smoke[1]}}), encoding="utf-8")
     return info
 

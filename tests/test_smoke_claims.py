@@ -119,6 +119,15 @@ def test_the_contract_says_what_a_run_proved() -> None:
     assert contract.proved("engine", "engine", checks_ok=False, verdict_ok=False) == "nothing"
     assert contract.proved("engine", "engine", checks_ok=True, verdict_ok=True) == "stack"
     assert contract.proved("reference", "engine", checks_ok=True, verdict_ok=False) == "harness"
+    # the scenario hunt: every check passed at the engine level with no promise given (no --stack-info) passed,
+    # proving "stack" of no stack
+    from october.checks.results import CheckResult as Result, overall
+    from october.checks.contract import PASSED, REQUIRED_CHECKS
+
+    all_passed = [Result(name=n, status=PASSED, summary="ok") for n, _ in REQUIRED_CHECKS]
+    assert overall(all_passed, "engine", "engine") == (True, [])
+    ok, reasons = overall(all_passed, "engine", None)
+    assert not ok and "no stack promise was given" in reasons[0], reasons
 
 
 # ------------------------------------------------------------------ defect 2: no doubled status in a summary

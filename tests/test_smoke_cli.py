@@ -111,7 +111,9 @@ def test_kernel_level_without_the_fork_is_unsupported(tmp_path: Path) -> None:
     receipt = json.loads((out / "receipt.json").read_text())
     jsonschema.validate(receipt, SCHEMA)
     assert rc == 1 and set(_status(receipt).values()) == {"unsupported"} and receipt["level"] == "kernel"
-    assert len(receipt["reasons"]) == 7 and receipt["proves"] == "nothing"       # nothing ran: no stack claim
+    assert len(receipt["reasons"]) == 8 and receipt["proves"] == "nothing"       # nothing ran: no stack claim
+    # the scenario hunt: a promise given without --stack-info (no JIT record to hold the modules to) could pass
+    assert any(r.startswith("no --stack-info: the run is tied to no stack") for r in receipt["reasons"])
     assert "cannot be imported" in receipt["checks"][0]["summary"]
     assert any("JIT workspace was not watched" in r for r in receipt["reasons"])
 
