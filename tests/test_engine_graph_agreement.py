@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
     import torch
 
 from october.checks.engine import checks as engine_level_checks
-from october.checks.engine.checks import GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _checksum, _graph_agrees, _graphs
+from october.checks.engine.checks import GRAPH_BATCHES, GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _checksum, _graph_agrees, _graphs
 from october.checks.results import FAILED, PASSED
 
 
@@ -70,22 +70,41 @@ def test_lengths_nan_and_empty_runs() -> None:
 def test_the_graph_check_fails_a_batch_where_a_sure_token_differs() -> None:
     class Hooks:
         pass
-    eager = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 8])]]
-    graphed_ok = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 8], -1.0 - GRAPH_LOGPROB_MAX / 3)]]
-    graphed_bad = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 9])]]
+    eager = _batches([_gen([5, 6])], [_gen([5, 6]), _gen([7, 8])])
+    graphed_ok = _batches([_gen([5, 6])], [_gen([5, 6]), _gen([7, 8], -1.0 - GRAPH_LOGPROB_MAX / 3)])
+    graphed_bad = _batches([_gen([5, 6])], [_gen([5, 6]), _gen([7, 9])])
     cuda = torch.device("cuda")
     captured = {"cuda_graphs_captured": 4, "cudagraph_mode": "FULL_AND_PIECEWISE"}
     good = _graphs(Hooks(), graphed_ok, eager, True, False, cuda, captured)
-    assert good.status == PASSED and good.measured["exact"] == [True, True]
+    assert good.status == PASSED and good.measured["exact"] == [True, True, True]
     bad = _graphs(Hooks(), graphed_bad, eager, True, False, cuda, captured)
-    assert bad.status == FAILED and bad.measured["match"] == [True, False]
+    assert bad.status == FAILED and bad.measured["match"] == [True, False, True]
+
+
+def _batches(first: list, second: list) -> list:
+    """One batch per size of GRAPH_BATCHES (1, 3, 5): ``first``, ``second`` filled up to 3, then 5 prompts."""
+    return [first, second + [_gen([5, 6])] * (GRAPH_BATCHES[1] - len(second)), [_gen([5, 6])] * GRAPH_BATCHES[2]]
+
+
+def test_an_empty_or_short_run_is_no_agreement() -> None:
+    """The scenario hunt: outputs were paired with zip, so no outputs at all (or one prompt of a batch of 3)
+    matched eager and the check passed having compared nothing."""
+    cuda = torch.device("cuda")
+    captured = {"cuda_graphs_captured": 4, "cudagraph_mode": "FULL"}
+    full = _batches([_gen([5, 6])], [_gen([5, 6])])
+    assert _graphs(None, full, full, True, False, cuda, captured).status == PASSED
+    empty: list = [[], [], []]
+    assert _graphs(None, empty, empty, True, False, cuda, captured).status == FAILED
+    short = [[_gen([5, 6])], [_gen([5, 6])], [_gen([5, 6])]]
+    assert _graphs(None, short, short, True, False, cuda, captured).status == FAILED
+    assert _graphs(None, full[:2], full[:2], True, False, cuda, captured).status == FAILED
 
 
 def test_a_capture_model_that_captured_no_cuda_graph_fails_the_graph_check() -> None:
     """The audit's finding: vLLM's capture_model returns 0 at once under cudagraph_mode NONE (which it may
     pick itself), so the "graph" engine ran eagerly and eager was compared with eager.  Counting the call
     passed that; on CUDA the check now needs graphs torch really began."""
-    eager = [[_gen([5, 6])], [_gen([5, 6]), _gen([7, 8])]]
+    eager = _batches([_gen([5, 6])], [_gen([5, 6]), _gen([7, 8])])
     cuda = torch.device("cuda")
     none = _graphs(None, eager, eager, True, False, cuda, {"cuda_graphs_captured": 0, "cudagraph_mode": "NONE"})
     assert none.status == FAILED and "captured no CUDA graph (cudagraph_mode NONE)" in none.summary

@@ -332,10 +332,15 @@ def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
         raise graphed
     if isinstance(eager, BaseException):
         raise eager
-    pairs = [[_graph_agrees(g, e) for g, e in zip(gb, eb)] + ([(False, {"prompts": f"{len(gb)} vs {len(eb)}"})]
-                                                               if len(gb) != len(eb) else [])
-             for gb, eb in zip(graphed, eager)]
-    same = [all(ok for ok, _ in batch) for batch in pairs]
+    # one batch per size, each with that many prompts in both runs: an empty or short list compares nothing
+    runs = [(n, graphed[i] if i < len(graphed) else [], eager[i] if i < len(eager) else [])
+            for i, n in enumerate(GRAPH_BATCHES)]
+    pairs = [[_graph_agrees(g, e) for g, e in zip(gb, eb)] +
+             ([(False, {"prompts": f"{len(gb)} graphed, {len(eb)} eager, expected {n}"})]
+              if not len(gb) == len(eb) == n else [])
+             for n, gb, eb in runs]
+    same = [all(ok for ok, _ in batch) for batch in pairs] + \
+        ([False] if len(graphed) != len(GRAPH_BATCHES) or len(eager) != len(GRAPH_BATCHES) else [])
     cuda = device.type == "cuda"
     measured = {"batches": list(GRAPH_BATCHES), "match": same,
                 "exact": [all(g[0] == e[0] for g, e in zip(gb, eb)) for gb, eb in zip(graphed, eager)],
@@ -367,8 +372,10 @@ def _graphs(h: _Hooks, graphed: list[list[oracle.Generation]] | BaseException,
                            f"runs are not finite (or missing)", measured, limits)
     if not all(same):
         bad = [n for n, s in zip(GRAPH_BATCHES, same) if not s]
+        where = f"at batches {bad}" if bad else (f"in its batches ({len(graphed)} graphed, {len(eager)} eager, "
+                                                 f"expected {len(GRAPH_BATCHES)})")
         return CheckResult("decode_graphs", FAILED, f"{'CUDA graph' if cuda else 'graph-path'} decode "
-                           f"differs from eager at batches {bad}", measured, limits)
+                           f"differs from eager {where}", measured, limits)
     if not cuda:
         return CheckResult("decode_graphs", SKIPPED, "CUDA graphs need a GPU; the engine's graph path "
                            f"matched eager at batches {list(GRAPH_BATCHES)}", measured, limits)
