@@ -50,6 +50,9 @@ for pyc, src in json.load(sys.stdin):
         compiled = compile(source, src, "exec", dont_inherit=True, optimize=opt)
     except Exception:
         compiled = None
+    # the bytes as import writes them, else the code objects (NaN constants are never equal as objects)
+    if compiled is not None and marshal.dumps(compiled) == data[16:]:
+        continue
     if loaded != compiled:
         out.append([pyc, "not the code of " + os.path.basename(src)])
 json.dump(out, sys.stdout)

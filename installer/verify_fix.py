@@ -253,7 +253,7 @@ def changed_files(paths: StackPaths, receipt: Mapping[str, Any], dists: Sequence
             f"{_q(paths.env)}`, then {rerun}{kit_hint(paths, receipt)}")
 
 
-def remove_files(files: Sequence[Path]) -> str:
+def remove_files(files: Sequence[Path], lead: str = "nothing set up put them there") -> str:
     shown = " ".join(_q(f) for f in files[:MAX_PATHS])
     more = f" (and the other {len(files) - MAX_PATHS} listed)" if len(files) > MAX_PATHS else ""
-    return f"nothing set up put them there: remove them with `rm -f -- {shown}`{more}"
+    return f"{lead}: remove them with `rm -f -- {shown}`{more}"

@@ -138,6 +138,24 @@ def test_one_reader_of_installed_distributions(tmp_path: Path) -> None:
         installed_in([second])
 
 
+def test_bytecode_of_a_source_with_nan_constants_is_its_own(tmp_path: Path) -> None:
+    """The scenario hunt: ``NAN = 1e309 - 1e309`` folds to a NaN constant, and code objects holding NaN are never
+    equal, so the bytecode the stack's own Python wrote was called other code.  Real interpreter, real import."""
+    import os
+    import subprocess
+    import sys
+
+    from october.installer.verify_bytecode import candidates, forged
+
+    pkg = tmp_path / "fork" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "consts.py").write_text("NAN = 1e309 - 1e309\n")
+    subprocess.run([sys.executable, "-c", "import pkg.consts"], cwd=tmp_path / "fork", check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    pairs = candidates([tmp_path / "fork"])
+    assert len(pairs) == 1 and forged(Path(sys.executable), pairs) == []
+
+
 def test_bytecode_through_a_linked_pycache_odd_names_and_no_debug_ranges(tmp_path: Path) -> None:
     """The review: a ``__pycache__`` that is a link to a folder elsewhere was not entered (a fork whose
     .gitignore hides the link, as vLLM's ``vllm/vllm_flash_attn/*`` does); a file named like bytecode that
