@@ -184,8 +184,10 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             states = submodule_states(where)
             dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
         except GitInspectError as exc:      # e.g. a submodule's git directory (.git/modules/...) removed
+            owned = "safe.directory" in str(exc) or "dubious ownership" in str(exc)
             diffs.append(Difference("forks", what, "a clone git can read (`git status`, `git submodule status`)",
-                                    f"git cannot read it: {exc}", fixes.unreadable_clone(paths, receipt, where)))
+                                    "owned by another user: git will not read it as this one" if owned else
+                                    f"git cannot read it: {exc}", fixes.unreadable_clone(paths, receipt, where, owned)))
             continue
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
             changed_subs = _changed_submodules(where, dirty, [s.path for s in states if s.flag != "-"])

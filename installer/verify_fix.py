@@ -203,7 +203,18 @@ def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, submod
     return f"put the changes aside with `{stash}` (they stay in each repository's stash), {record}"
 
 
-def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path) -> str:
+def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, owned: bool = False) -> str:
+    """``owned``: the clone is another user's (git: "dubious ownership"); it is not broken, git will not read it
+    as this user, so its owner runs verify (setting it up again would not help)."""
+    if owned:
+        try:
+            import pwd
+
+            owner = pwd.getpwuid(fork.stat().st_uid).pw_name
+        except (ImportError, KeyError, OSError):
+            owner = "its owner"
+        return (f"the clone belongs to another user: run current verify as {owner}, or, if you trust that user, "
+                f"let git read it as you (`git config --global --add safe.directory {_q(fork)}`) and verify again")
     return (f"move the clone aside (`mv {_q(fork)} {_q(str(fork) + '.broken')}`) and run "
             f"`{setup_command(paths, receipt)}`")
 

@@ -182,6 +182,23 @@ def test_a_moved_fork_head_is_listed(stack: Stack) -> None:
     assert differences(stack) == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand the clone to another user")
+def test_a_clone_owned_by_another_user_is_not_called_broken(stack: Stack) -> None:
+    """The scenario hunt: verify run by another user than the clone's owner (git: "dubious ownership") said git
+    cannot read the clone and its fix moved the clone aside and set the stack up again.  It now says whose
+    clone it is and how to let git read it."""
+    fork = stack.root / "src" / "vllm"
+    owner = fork.stat()
+    os.chown(fork, 65534, 65534)
+    try:
+        diffs = differences(stack)
+        assert [d["check"] for d in diffs] == ["forks"] and "owned by another user" in diffs[0]["found"], diffs
+        assert "safe.directory" in diffs[0]["fix"] and "mv " not in diffs[0]["fix"], diffs[0]["fix"]
+    finally:
+        os.chown(fork, owner.st_uid, owner.st_gid)
+    assert differences(stack) == []
+
+
 def test_an_edit_hidden_from_git_status_is_a_local_change(stack: Stack) -> None:
     """``git update-index --skip-worktree`` (or ``--assume-unchanged``) hides an edit from git status: verify
     still names it."""
