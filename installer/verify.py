@@ -45,6 +45,7 @@ from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
 from .core.errors import LockError, StateError
 from .core.hashing import sha256_file, sha256_or_none
 from .core.paths import StackPaths
+from .core.stackmutex import StackLock
 from .core.redact import redact_url
 from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
@@ -524,6 +525,8 @@ def _lock_if_readable(paths: StackPaths) -> dict[str, Any]:
 def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
                  hashed: Bytes | None = None) -> VerifyReport:
     paths = StackPaths(stack.resolve())
+    # a setup running on the stack changes what is read, and each fix would race it (exit 5, naming it)
+    StackLock(paths.lockfile).require_free("then run current verify again")
     receipt, lock = read_stack_records(paths)
     rerun = fixes.rerun_locked(paths, receipt)
     dists = installed(paths.env)

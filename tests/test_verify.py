@@ -199,6 +199,19 @@ def test_a_clone_owned_by_another_user_is_not_called_broken(stack: Stack) -> Non
     assert differences(stack) == []
 
 
+def test_verify_while_a_setup_holds_the_stack_is_busy_and_names_it(stack: Stack) -> None:
+    """The scenario hunt: verify during a setup re-run read a half-written stack and printed fixes (rm, a re-run)
+    that raced it.  A stack a run holds is exit 5, naming the holder; free again, it verifies."""
+    from october.installer.core.paths import StackPaths
+    from october.installer.core.stackmutex import StackLock
+
+    with StackLock(StackPaths(stack.root).lockfile):
+        proc = verify(stack)
+    assert proc.returncode == 5 and "is being set up by another process" in proc.stderr, proc.stderr
+    assert f"pid {os.getpid()}" in proc.stderr and "then run current verify again" in proc.stderr, proc.stderr
+    assert verify(stack).returncode == 0
+
+
 def test_an_edit_hidden_from_git_status_is_a_local_change(stack: Stack) -> None:
     """``git update-index --skip-worktree`` (or ``--assume-unchanged``) hides an edit from git status: verify
     still names it."""

@@ -56,6 +56,35 @@ class StackLock:
             time.sleep(0.05)
         return "unknown"
 
+    def _busy(self, then: str = "re-run") -> StackLockedError:
+        """The error for a stack another process holds; ``then``: what to do once it is free."""
+        pid, _, cmd = self._holder().partition("\n")
+        holder = f"pid {pid} ({cmd.strip() or 'command unknown'})"
+        if _alive(pid):
+            return StackLockedError(
+                f"the stack {self.path.parent} is being set up by another process",
+                expected="no other october_setup on this stack", found=f"{holder} holds {self.path}",
+                fix=f"wait for pid {pid} to finish, or stop it (kill {pid}), and {then}")
+        return StackLockedError(
+            f"the stack {self.path.parent} is still held by a process an earlier run started",
+            expected="no other october_setup on this stack, and nothing it started still running",
+            found=f"{holder} has ended, but a process it started (the JIT builder) still holds {self.path}",
+            fix=f"wait a few seconds and {then}; `fuser -v {shlex.quote(str(self.path))}` names the holder if it stays")
+
+    def require_free(self, then: str) -> None:
+        """Raise :meth:`_busy` when a run holds the stack now (a shared lock tried and let go at once: a reader
+        such as ``current verify``, which takes nothing and may not be able to write the stack)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return                  # never set up, or not ours to read: nothing holds it that we could see
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._busy(then) from None
+        finally:
+            os.close(fd)
+
     def __enter__(self) -> "StackLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -63,18 +92,7 @@ class StackLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            pid, _, cmd = self._holder().partition("\n")
-            holder = f"pid {pid} ({cmd.strip() or 'command unknown'})"
-            if _alive(pid):
-                raise StackLockedError(
-                    f"the stack {self.path.parent} is being set up by another process",
-                    expected="no other october_setup on this stack", found=f"{holder} holds {self.path}",
-                    fix=f"wait for pid {pid} to finish, or stop it (kill {pid}) and re-run") from None
-            raise StackLockedError(
-                f"the stack {self.path.parent} is still held by a process an earlier run started",
-                expected="no other october_setup on this stack, and nothing it started still running",
-                found=f"{holder} has ended, but a process it started (the JIT builder) still holds {self.path}",
-                fix=f"wait a few seconds and re-run; `fuser -v {shlex.quote(str(self.path))}` names the holder if it stays") from None
+            raise self._busy() from None
         except BaseException:
             os.close(fd)
             raise
