@@ -340,7 +340,7 @@ def test_an_unreachable_cluster_is_said_at_once_as_exit_8() -> None:
     assert time.monotonic() - start < 15 and err.value.exit_code == 8
 
 
-@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json"])
+@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json", "other-jit"])
 def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: Path, plant: str | None) -> None:
     """The review's finding: a node the last fleet run finished re-read its smoke receipt and took any file
     saying passed.  Now the receipt must be one `current smoke` writes (schema) and name the stack's lock.
@@ -355,6 +355,13 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     receipt = json.loads((PROJECT_ROOT / "receipts" / "examples" / "kernel-smoke-flashinfer-2f3f0f6d-h200.json").read_text())
     receipt["stack"]["lock_sha256"] = lock_sha
     receipt["stack"]["setup_receipt"] = str(stack / "receipts" / "setup.json")
+    # the stack's setup receipt lists the JIT modules the smoke loaded; the scenario hunt: a re-run that rebuilt
+    # one (another sha256) left the old smoke receipt believed
+    jit = [dict(m) for m in receipt["stack"]["jit"]]
+    if plant == "other-jit":
+        jit[0]["sha256"] = "f" * 64
+    (stack / "receipts").mkdir()
+    (stack / "receipts" / "setup.json").write_text(json.dumps({"jit": jit}))
     if plant == "other-node":          # another node's passing receipt, same kit lock, copied over
         receipt["stack"]["setup_receipt"] = "/elsewhere/stack/receipts/setup.json"
     if plant == "hand-written":
@@ -376,6 +383,8 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
         assert "0" * 64 in rec["detail"] and lock_sha in rec["detail"]
     if plant == "other-node":
         assert "/elsewhere/stack/receipts/setup.json" in rec["detail"]
+    if plant == "other-jit":
+        assert "it smoked other JIT modules than the 2 the stack's setup receipt lists now" in rec["detail"], rec
     assert "re-run the fleet command" in rec["detail"]
 
 

@@ -223,7 +223,15 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
     theirs = stack.get("setup_receipt")
     if setup_receipt is not None and (not isinstance(theirs, str) or Path(theirs).resolve() != Path(setup_receipt).resolve()):
         return f"it is the smoke of the stack whose setup receipt is {stack.get('setup_receipt')}, not {setup_receipt}"
+    if setup_receipt is not None:       # the JIT modules it loaded are the ones the stack has now (a re-run rebuilt)
+        now = _jit_modules((_read_json(Path(setup_receipt)) or {}).get("jit"))
+        if _jit_modules(stack.get("jit")) != now:
+            return f"it smoked other JIT modules than the {len(now)} the stack's setup receipt lists now"
     return None
+
+
+def _jit_modules(listed: Any) -> set[tuple[str, str]]:
+    return {(str(m.get("uri")), str(m.get("sha256"))) for m in listed or [] if isinstance(m, dict)}
 
 
 def _smoke_fact(receipt: dict[str, Any] | None, rc: int, seconds: float | None) -> dict[str, Any]:
