@@ -117,6 +117,10 @@ def load_scales(path: Path) -> KVScales:
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise _fail(path, "num_layers", "a positive integer", repr(n), "regenerate the file")
     v = _float_list(path, "v_scales", data.get("v_scales"), n)
+    if all(x == 1.0 for x in v):
+        # the engine's own default: an engine that ignored the scales would hold the same, so nothing is proved
+        raise _fail(path, "v_scales", "calibrated V scales (a calibration gives values other than 1.0)",
+                    f"{n} times 1.0, the engine's default scale", "re-run the calibration for this model")
     k_raw = data.get("k_scales")
     k = None if k_raw is None else _float_list(path, "k_scales", k_raw, n)
     method = data.get("method")

@@ -72,6 +72,17 @@ def test_fixture_scales_for_the_model_are_used(tmp_path: Path) -> None:
     assert receipt["model"]["repo"] == REPO and receipt["selection"] == "awq"
 
 
+def test_scales_that_are_all_the_engines_default_fail_the_scales_check(tmp_path: Path) -> None:
+    """The scenario hunt: V scales of 1.0 (the engine's default) passed "calibrated scales" on an engine that
+    ignores the scales it is given: the supplied and the default were the same, so nothing was proved."""
+    fixtures = tmp_path / "fixtures"
+    write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV, v_scales=[1.0, 1.0])
+    _, receipt = _smoke(tmp_path, "--manifest", str(_manifest(tmp_path)), "--fixtures", str(fixtures),
+                        "--format", "awq")
+    assert _status(receipt)["calibrated_scales"] == "failed" and not receipt["passed"]
+    assert "the engine's default scale" in receipt["scales"]["error"], receipt["scales"]
+
+
 def test_real_model_scales_are_validated_then_tiny_model_calibrated(tmp_path: Path) -> None:
     fixtures = tmp_path / "fixtures"
     write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV,
