@@ -238,13 +238,17 @@ def test_gated_repository_says_to_log_in(env: Env, capfd: pytest.CaptureFixture[
 
 
 def test_a_second_download_into_the_same_directory_is_refused(env: Env) -> None:
+    """The scenario hunt: it exited 15, while `current --help` keeps 5 for "busy" (StackLockedError's code)."""
     from filelock import FileLock
+
+    from october.installer.core.errors import DownloadBusyError
 
     d = env.local_dir()
     (d / ".october").mkdir(parents=True)       # the lock is inside the directory it guards, never beside it
     with FileLock(str(d / ".october" / "download.lock")):
-        with pytest.raises(DownloadError, match="another download"):
+        with pytest.raises(DownloadBusyError, match="another download") as ei:
             run_download(env.opts("awq"))
+    assert ei.value.exit_code == 5 and ei.value.fix
     assert not env.hub.seen
 
 
@@ -622,3 +626,92 @@ def test_offline_names_the_way_back_for_a_tampered_file(env: Env) -> None:
     with pytest.raises(DownloadError) as ei:
         run_download(env.opts("awq", offline=True, output=env.tmp / "offline.json"))
     assert ei.value.fix and "without --offline" in ei.value.fix
+
+
+# ------------------------------------------------------------ the scenario hunt: shared cache, kill, full
+
+
+@pytest.mark.parametrize("offline", [False, True])
+@pytest.mark.parametrize("path", ["config.json", WEIGHT])        # a plain git file (blob id), an LFS one
+def test_a_wrong_pin_leaves_the_hubs_good_file_in_a_shared_cache(env: Env, offline: bool, path: str) -> None:
+    """The scenario hunt: recipe A filled cache CX; recipe B (same repo and revision, a wrong pin for config.json)
+    with CX exited 15 and renamed A's good file to ``config.json.corrupt-<hex>``, so A ``--offline`` then failed.
+    A file that is the hub's own (its record matches) is a pin conflict, named as such, and stays in place."""
+    run_download(env.opts("awq"))
+    good = env.local_dir() / path
+    wrong = "0" * 64
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", recipe=write_recipe(env.tmp / "b", awq_pins={path: wrong}), offline=offline,
+                              output=env.tmp / "b.json"))
+    msg = str(ei.value)
+    assert ei.value.exit_code == 15 and path in msg and wrong in msg and sha(env.awq.files[path]) in msg, msg
+    assert "the recipe's pin is wrong" in msg and "left in place" in (ei.value.fix or ""), msg
+    assert good.read_bytes() == env.awq.files[path]
+    assert not list(good.parent.glob(f"{good.name}.corrupt-*"))
+    run_download(env.opts("awq", offline=True, output=env.tmp / "a-again.json"))    # A's copy is whole
+
+
+def test_a_wrong_pin_and_a_file_matching_neither_is_still_set_aside(env: Env) -> None:
+    run_download(env.opts("awq"))
+    target = env.local_dir() / "config.json"
+    target.write_bytes(b'{"tampered": true}')
+    with pytest.raises(DownloadError) as ei:
+        run_download(env.opts("awq", recipe=write_recipe(env.tmp / "b", awq_pins={"config.json": "0" * 64}),
+                              offline=True, output=env.tmp / "b.json"))
+    assert "moved aside" in str(ei.value) and not target.exists()
+    assert list(target.parent.glob("config.json.corrupt-*"))
+
+
+def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(env: Env) -> None:
+    """The scenario hunt: kill -9 mid-file left ``<hash>.<etag>.<random>.incomplete`` in
+    ``.cache/huggingface/download/`` for good (huggingface_hub writes to a file of that process alone and
+    never reuses it), and the hub-unreachable fix said "re-running resumes".  The partial is planted as
+    huggingface_hub names it; the next run removes it, fetches the file whole, and the message says the truth."""
+    from huggingface_hub._local_folder import get_local_download_paths
+
+    d = env.local_dir()
+    etag = sha(env.awq.files[WEIGHT])
+    inc = get_local_download_paths(d, WEIGHT).incomplete_path(etag)
+    partial = inc.with_name(f"{inc.stem}.0123abcd.incomplete")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(env.awq.files[WEIGHT][:1000])
+    run_download(env.opts("awq"))
+    assert (d / WEIGHT).read_bytes() == env.awq.files[WEIGHT]
+    assert not list((d / ".cache").rglob("*.incomplete")), "a stale partial file was left behind"
+    import httpx2
+
+    from october.installer.download.hub import _map_error
+
+    fix = _map_error(httpx2.ConnectError("refused"), AWQ_REPO, AWQ_REV, "downloading the model").fix or ""
+    assert "resumes" not in fix and "from their start" in fix, fix
+
+
+def test_a_full_disk_at_the_manifest_names_the_manifest(env: Env) -> None:
+    """The scenario hunt: "disk full: cannot write a path".  The real CLI, --output on a tiny tmpfs filled to
+    the last byte (needs root to mount; skipped elsewhere): exit 19 naming the manifest's path."""
+    import subprocess
+
+    from tests.fixtures.root import PROJECT_ROOT
+
+    full = env.tmp / "full"
+    full.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tiny tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        with open(full / "filler", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        out = full / "awq-download.json"
+        proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe",
+                               str(write_recipe(env.tmp / "recipe")), "--cache-dir", str(env.tmp / "cache"),
+                               "--output", str(out), "-q"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(full)], capture_output=True)
+    assert proc.returncode == 19, proc.stderr
+    assert "disk full" in proc.stderr and str(out) in proc.stderr and "a path" not in proc.stderr, proc.stderr

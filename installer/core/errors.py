@@ -115,6 +115,12 @@ class SmokeBusyError(StackLockedError):
     title = "smoke busy"
 
 
+class DownloadBusyError(StackLockedError):
+    """Another `current download` is writing the same model directory (same code: busy)."""
+
+    title = "download busy"
+
+
 class CommandFailed(OctoberError):
     """An external command exited non-zero (or could not start)."""
 
@@ -343,7 +349,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, 'usage error (an unknown or missing option, a value not among the choices, options that exclude each other)'),
     (3, 'recipe or forks.toml invalid (the message names the file and key)'),
     (4, 'preflight failed (the punch list names every failed check)'),
-    (5, "another `october_setup` holds the stack, or another `current smoke` holds the stack or the GPU (the message names the holder's pid and command)"),
+    (5, "another `october_setup` holds the stack (for it, `current smoke` and `current verify`), another `current smoke` holds the stack or the GPU (the message names the holder's pid and command), or another `current download` writes the same model directory"),
     (6, 'an external command failed (the message names the step, command, exit code, log)'),
     (7, 'a required program is missing (also: Ray, for `october_setup fleet`)'),
     (8, 'fetch failed (unreachable remote, missing commit, dirty tree); `october_setup fleet`: the Ray cluster cannot be reached'),

@@ -3,7 +3,8 @@
 * ``model_info(repo, revision=<40 hex>, files_metadata=True)``: the resolved commit and each file's size, git blob
   id and LFS sha256, the trusted record the downloaded bytes are checked against;
 * ``snapshot_download`` resumes a file cut mid-transfer (HTTP ``Range``), skips a complete one whose recorded
-  commit matches, never reuses a killed process's partial files; it records each file's ``X-Repo-Commit``.
+  commit matches, never reuses a killed process's partial files (:func:`drop_partials` removes them); it records
+  each file's ``X-Repo-Commit``.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def _map_error(exc: BaseException, repo: str, revision: str, what: str) -> Downl
     if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
                         httpx2.RemoteProtocolError, hf.LocalEntryNotFoundError)):
         return error(f"could not reach the hub at {shown_endpoint()}", "a working connection to the hub",
-                     "check the network, proxy and HF_ENDPOINT; re-running resumes, and --offline re-verifies a "
-                     "copy that is already complete")
+                     "check the network, proxy and HF_ENDPOINT, then re-run: it keeps the files already complete "
+                     "and fetches the others from their start; --offline re-verifies a copy that is already complete")
     if isinstance(exc, hf.HfHubHTTPError):
         return error(f"the hub answered with an error for {where}", "a successful answer",
                      "retry later; if it persists check the hub's status page")
@@ -272,6 +273,16 @@ def recorded_commits(local_dir: Path, paths: Sequence[str]) -> dict[str, str | N
         except (OSError, IndexError, UnicodeDecodeError):
             out[p] = None
     return out
+
+
+def drop_partials(local_dir: Path) -> int:
+    """Remove the partial files a killed download left (their number).  huggingface_hub writes each file to a
+    ``<hash>.<etag>.<random>.incomplete`` of that process alone and removes it when the transfer fails; a
+    killed process cannot, and no later one reuses it.  Called under the directory's lock, so none is live."""
+    partials = [p for p in (local_dir / ".cache" / "huggingface" / "download").rglob("*.incomplete") if p.is_file()]
+    for p in partials:
+        p.unlink(missing_ok=True)
+    return len(partials)
 
 
 def forget_file(local_dir: Path, path: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from ...checks.contract import MANIFEST_FORMAT_VERSION, MANIFEST_KIND, ContractError, parse_manifest, read_json_object
 from .. import __version__
 from ..core.atomic import write_json_atomic
-from ..core.errors import ReceiptError
+from ..core.errors import DISK_FULL_FIX, DiskFullError, ReceiptError, as_disk_full
 from ..core.resources import schema_path
 from ..core.schemas import validate
 from .plan import DownloadPlan
@@ -56,7 +56,8 @@ def validate_manifest(obj: Any, *, source: str = "download manifest") -> None:
 
 
 def write_manifest(path: Path, obj: dict[str, Any], *, secrets: Iterable[str] = ()) -> None:
-    """Validate, make sure no secret is in it, then write atomically."""
+    """Validate, make sure no secret is in it, then write atomically (a full disk names the manifest, not a path
+    the OSError does not carry or an internal temp file)."""
     validate_manifest(obj)
     text = json.dumps(obj, indent=2, sort_keys=True)
     for s in secrets:
@@ -64,7 +65,13 @@ def write_manifest(path: Path, obj: dict[str, Any], *, secrets: Iterable[str] = 
             raise ReceiptError("refusing to write a manifest that contains a secret",
                                expected="no token in the manifest", found="a token value",
                                fix="report this: a token leaked into a recorded field")
-    write_json_atomic(path, obj)
+    try:
+        write_json_atomic(path, obj)
+    except OSError as exc:
+        if as_disk_full(exc) is None:
+            raise
+        raise DiskFullError(f"cannot write the download manifest {path}", expected="free space on its filesystem",
+                            found=exc.strerror or "ENOSPC", fix=DISK_FULL_FIX) from None
 
 
 def load_manifest(path: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..core.atomic import write_json_atomic, write_text_atomic
-from ..core.errors import DownloadError, ScalesError
+from ..core.errors import DownloadBusyError, DownloadError, ScalesError
 from ..core.hashing import sha256_file
 from . import hub
 from .copycheck import OWN_DIR, extras, local_files, named, refuse_extras, set_aside
@@ -163,6 +163,8 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     tag = plan.cache_dir / "models" / "CACHEDIR.TAG"
     if plan.default_local_dir and not tag.exists():
         write_text_atomic(tag, CACHEDIR_TAG)
+    if dropped := hub.drop_partials(plan.local_dir):
+        say(f"removed {dropped} partial file(s) a stopped download left (huggingface_hub fetches them anew)")
     say(f"downloading {len(snap.files)} files into {plan.local_dir}")
     sizes = [f.size for f in snap.files]
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
@@ -198,7 +200,7 @@ def _expected_from_hub(plan: DownloadPlan, snap: hub.HubSnapshot) -> list[Expect
     for f in snap.files:
         pinned = plan.pinned_sha256.get(f.path)
         if pinned is not None:
-            out.append(Expected(f.path, f.size, pinned, f.blob_id, source="recipe"))
+            out.append(Expected(f.path, f.size, pinned, f.blob_id, source="recipe", record=f.lfs_sha256))
         elif f.lfs_sha256 is not None:
             out.append(Expected(f.path, f.size, f.lfs_sha256, f.blob_id, source="hub-lfs"))
         elif _is_weight(f.path):
@@ -302,7 +304,8 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                             expected=f"one of {wanted}", found=repr(stray[0]), fix="download without --offline")
     _unlisted(plan, set(wanted), f"the record {rec_path}", say)
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
-                         source="recipe" if plan.pinned_sha256.get(p) else "record") for p in wanted]
+                         source="recipe" if plan.pinned_sha256.get(p) else "record", record=by_path[p]["sha256"])
+                for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
 
 
@@ -351,11 +354,11 @@ def _dir_lock(plan: DownloadPlan) -> Iterator[None]:
     lock = FileLock(str(lock_path), timeout=0)
     try:
         lock.acquire()
-    except Timeout:
-        raise DownloadError(f"another download into {plan.local_dir} is running",
-                            expected="no concurrent download of the same directory",
-                            found=f"the lock {lock_path} is held",
-                            fix="wait for the other run to finish (or pass another --local-dir)") from None
+    except Timeout:        # busy: exit 5, as for a stack or GPU another run holds
+        raise DownloadBusyError(f"another download into {plan.local_dir} is running",
+                                expected="no concurrent download of the same directory",
+                                found=f"the lock {lock_path} is held",
+                                fix="wait for the other run to finish (or pass another --local-dir)") from None
     try:
         yield
     finally:

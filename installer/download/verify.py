@@ -28,6 +28,7 @@ class Expected:
     sha256: str | None
     blob_id: str | None = None   # git blob sha1, checked when no sha256 is known
     source: str = "hub-lfs"      # recipe | hub-lfs | hub-git-blob | record
+    record: str | None = None    # with a recipe pin: the sha256 the hub's record (LFS, or verified.json) gives
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class Problem:
     expected: str
     found: str
     moved_to: Path | None = None
+    hubs: bool = False   # the file is the hub's own (its record matches), only the recipe's pin differs: kept
 
     def line(self) -> str:
-        tail = f" (moved aside to {self.moved_to})" if self.moved_to else ""
+        tail = f" (moved aside to {self.moved_to})" if self.moved_to else " (left in place)" if self.hubs else ""
         return f"{self.path}: expected {self.what} {self.expected}, found {self.found}{tail}"
 
 
@@ -83,8 +85,14 @@ def _check(root: Path, exp: Expected, on_chunk: Callable[[int], None] | None = N
     f = root / exp.path
     if not f.is_file():
         return None, Problem(exp.path, "file", "to exist", "nothing")
-    d = digest_file(f, on_chunk, blob_id=exp.sha256 is None)
+    pinned = exp.source == "recipe"
+    d = digest_file(f, on_chunk, blob_id=exp.sha256 is None or (
+        pinned and exp.record is None and exp.blob_id is not None))
     if exp.sha256 is not None and d.sha256 != exp.sha256:
+        if pinned and (d.sha256 == exp.record if exp.record else d.blob_id == exp.blob_id):
+            return None, Problem(exp.path, "sha256", f"{exp.sha256} (the recipe's pin)",
+                                 f"{d.sha256}, which the hub's own record of this file at this revision gives: the "
+                                 "recipe's pin is wrong, or the hub's file differs from the one pinned", hubs=True)
         return None, Problem(exp.path, "sha256", exp.sha256, d.sha256)
     if exp.sha256 is None:
         if exp.blob_id is None:
@@ -123,7 +131,7 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
             continue
         assert bad is not None
         f = root / exp.path
-        if f.is_file() and move_bad:        # renamed so that nothing mistakes it for the real one
+        if f.is_file() and move_bad and not bad.hubs:   # renamed so that nothing mistakes it for the real one
             aside = f.with_name(f"{f.name}{CORRUPT_INFIX}{digest_file(f, blob_id=False).sha256[:8]}")
             os.replace(f, aside)
             bad = replace(bad, moved_to=aside)
@@ -138,6 +146,11 @@ def verify_files(root: Path, expected: Sequence[Expected], *, where: str,
 def _error(problems: list[Problem], where: str, fix: str | None = None) -> DownloadError:
     fix = fix or ("re-run the download to fetch the bad file(s) again; if the mismatch repeats, the hub or a "
                   "proxy serves other bytes than its record says: do not use them")
+    pins = [p.path for p in problems if p.hubs]
+    if pins:       # a re-download would fetch the same bytes: the pin is what to look at
+        pin_fix = (f"check the recipe's sha256 pin of {', '.join(pins)} against the hub's file (the file matching "
+                   "the hub's record was left in place)")
+        fix = pin_fix if len(pins) == len(problems) else f"{pin_fix}; for the other file(s): {fix}"
     if len(problems) == 1:
         p = problems[0]
         moved = f"; it was moved aside to {p.moved_to}" if p.moved_to else ""
