@@ -50,3 +50,18 @@ def test_a_file_planted_in_uv_s_cache_beside_a_wheel_fails_install_and_is_not_st
     done = setup(world, tmp_path / "s2", cache)
     assert {r.name: r.status for r in done.records}["install"] == "ran"
     assert entries(cache) == []       # an env an earlier run made is never stored (its files were planted once)
+
+
+@pytest.mark.slow
+def test_a_link_no_record_owns_is_named_not_a_crash(world: World, tmp_path: Path) -> None:
+    """The review: a link in the env that no RECORD owns (and uv's own venv lacks) ended the install step in a
+    KeyError (exit 70): a link has no sha256 and uv's venv had no such file, and None matched None."""
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    site = next((stack / "env").glob("lib/python*/site-packages"))
+    (site / "planted").symlink_to(tmp_path)
+    (stack / ".state" / "install.json").unlink()          # the install runs again, its full check with it
+    with pytest.raises(InstallError) as err:
+        setup(world, stack, cache)
+    assert "1 file(s) in the stack env that no installed distribution's RECORD owns" in str(err.value)
+    assert str(site / "planted") in str(err.value)

@@ -160,7 +160,8 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     uvs: dict[str, str] = {}
     if extra and scaffold is not None:
         own = scaffold()
-        uvs = {rel: own[rel] for p in extra if own.get(rel := p.relative_to(env).as_posix()) == sha256_or_none(p)}
+        uvs = {rel: d for p in extra if (d := own.get(rel := p.relative_to(env).as_posix())) is not None
+               and d == sha256_or_none(p)}
         extra = [p for p in extra if p.relative_to(env).as_posix() not in uvs]
     if extra:
         shown = first([str(p) for p in extra], MAX_SHOWN, "; ")
