@@ -592,10 +592,10 @@ def test_a_kit_from_find_links_that_need_credentials_downloads_with_them_and_rec
             if p.is_file() and not p.is_symlink():
                 assert token.encode() not in p.read_bytes(), p
     assert token not in made.stdout + made.stderr
-    # the review: the download cache's file names are keyed on the URL with its credentials masked (a rotated
-    # token or a presigned URL's new signature resumes the same download), the rest of the URL kept
+    # the review: the download cache's file names are keyed on the URL without its credentials; the key names
+    # an unpinned URL's first-seen record, so it is the one earlier versions wrote (a query's ?key= is kept)
     from october.installer.wheels.download import _url_key
 
-    assert _url_key(f"http://user:{token}@127.0.0.1:1/x.whl") == _url_key("http://user:rotated@127.0.0.1:1/x.whl")
-    assert _url_key("https://h/x.whl?X-Amz-Signature=ab") == _url_key("https://h/x.whl?X-Amz-Signature=cd")
-    assert _url_key(f"http://user:{token}@127.0.0.1:1/x.whl") != _url_key(f"http://user:{token}@127.0.0.1:1/y.whl")
+    assert _url_key(f"http://user:{token}@127.0.0.1:1/x.whl") == _url_key("http://127.0.0.1:1/x.whl")
+    assert _url_key("http://127.0.0.1:1/x.whl") == "dc30b61724b14e0702a9ce5f60768942"      # as 5d9e5d5 keyed it
+    assert _url_key("https://h/x.whl?key=builds/123") != _url_key("https://h/x.whl?key=builds/124")

@@ -90,9 +90,12 @@ def cache_path(cache_dir: Path, sha256: str, filename: str) -> Path:
 
 
 def _url_key(url: str) -> str:
-    # keyed on the URL with its credentials masked (user:password@, a presigned URL's signature): a rotated
-    # token resumes the same download, and no secret is in a name
-    return hashlib.sha256(redact_url(url).encode("utf-8")).hexdigest()[:32]
+    # keyed without the URL's user:password@ (a rotated token resumes the same download; no secret in a name).
+    # Not core.redact's masking: the key names the first-seen record of an unpinned URL, so it must not change
+    # (a record under another key is trusted again on first use), and a masked ?key= would join two builds
+    parts = urlsplit(url)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
+    return hashlib.sha256(bare.encode("utf-8")).hexdigest()[:32]
 
 
 def partial_path(cache_dir: Path, url: str) -> Path:
