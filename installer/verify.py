@@ -51,7 +51,7 @@ from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv import scaffold, stackenv
 from .pyenv.systorch import same_build
-from .pyenv.venv import torch_cuda
+from .pyenv.venv import torch_cuda, uv_venv_files
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
@@ -381,17 +381,33 @@ def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference
     env_marker = read_marker(paths.marker("env")) or {}
     system = (env_marker.get("outputs") or {}).get("system_torch")
     skip = {d.what for d in named}
-    # what the install step took as uv's own venv files (uv 0.12's _virtualenv.pth), held to their recorded bytes
-    uvs = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("venv_files")
-    uvs = uvs if isinstance(uvs, dict) else {}
     extra = [p for p in verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
-             if str(p) not in skip and uvs.get(p.relative_to(paths.env).as_posix(), "") != (sha256_or_none(p) or "-")]
+             if str(p) not in skip]
+    if extra:       # what uv's own venv has (uv 0.12's _virtualenv.pth), held to the install step's record of it
+        uvs = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("venv_files")
+        if not isinstance(uvs, dict):       # a stack set up before that record: what this tool's uv writes
+            uvs = _uv_venv_files(paths)
+        extra = [p for p in extra if uvs.get(p.relative_to(paths.env).as_posix(), "") != (sha256_or_none(p) or "-")]
     if not extra:
         return []
     shown = _listed(extra, "; ", verify_unowned.describe)
     return [Difference("files", f"files in {paths.env} that no RECORD owns",
                        "every file owned by an installed distribution's RECORD (or the venv's own)",
                        f"{len(extra)} other file(s): {shown}", fixes.remove_files(extra))]
+
+
+def _uv_venv_files(paths: StackPaths) -> dict[str, str]:
+    """:func:`uv_venv_files` on the stack's interpreter; empty when uv cannot make one (nothing is excused)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    try:
+        return uv_venv_files(lambda argv: subprocess.run(argv, env={**env, "UV_PYTHON_DOWNLOADS": "never"},
+                                                         capture_output=True, check=True, timeout=120),
+                             str(paths.python))
+    except (OSError, subprocess.SubprocessError):
+        return {}
 
 
 def check_bytecode(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:

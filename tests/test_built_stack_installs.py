@@ -70,6 +70,17 @@ def test_an_install_with_another_uv_release_builds_its_own(tool_wheel: Path, tmp
     verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    # a stack the previous version set up has no record of them (its install marker predates venv_files):
+    # verify asks its uv what a new venv holds, and the two files are not named either
+    marker = tmp_path / "s2" / ".state" / "install.json"
+    kept = marker.read_text()
+    data = json.loads(kept)
+    del data["outputs"]["venv_files"]
+    marker.write_text(json.dumps(data))
+    verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    marker.write_text(kept)
     # held to their bytes: one changed after setup is named
     (site / "_virtualenv.py").write_text("import os\n")
     verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +75,21 @@ def torch_cuda(version_py: Path) -> str | None:
         if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
             return None if node.value.value is None else str(node.value.value)
     return None
+
+
+def uv_venv_files(run: Callable[[list[str]], object], python: str) -> dict[str, str]:
+    """What ``uv venv`` itself writes into a new venv on ``python`` (relative path -> sha256), made in a throwaway
+    folder by ``run``: uv 0.12 writes ``_virtualenv.pth`` and ``_virtualenv.py``, which no RECORD owns."""
+    import tempfile
+
+    from ..core.hashing import sha256_file
+    from .uvcmd import uv_exe
+
+    with tempfile.TemporaryDirectory(prefix="october-venv-scaffold-") as tmp:
+        venv = Path(tmp) / "env"
+        run([uv_exe(), "venv", "--quiet", "--python", python, str(venv)])
+        return {p.relative_to(venv).as_posix(): sha256_file(p) for p in venv.rglob("*")
+                if p.is_file() and not p.is_symlink()}
 
 
 def same_cuda_major(built: object, wanted: str) -> bool:

@@ -158,18 +158,11 @@ class InstallStep:
     def venv_scaffold(self, ctx: StepContext) -> dict[str, str]:
         """What this run's uv writes into a new venv on the stack's interpreter (relative path -> sha256),
         from a throwaway one: the unowned files uv itself puts there, whatever its version."""
-        import tempfile
-
-        from ..pyenv.uvcmd import uv_exe
+        from ..pyenv.venv import uv_venv_files
 
         r = ctx.recipe
         python = r.torch.system_python if r.torch.from_system and r.torch.system_python else r.python
-        with tempfile.TemporaryDirectory(prefix="october-venv-scaffold-") as tmp:
-            venv = Path(tmp) / "env"
-            ctx.runner.run([uv_exe(), "venv", "--quiet", "--python", str(python), str(venv)], step=self.name,
-                           env=stack_uv(ctx).env())
-            return {p.relative_to(venv).as_posix(): sha256_file(p) for p in venv.rglob("*")
-                    if p.is_file() and not p.is_symlink()}
+        return uv_venv_files(lambda argv: ctx.runner.run(argv, step=self.name, env=stack_uv(ctx).env()), str(python))
 
     def watch_outputs(self, forks: list[ForkSource]) -> dict[str, buildoutputs.Watch]:
         """Each checkout's build outputs before the install (FlashInfer's AOT folder is the jit step's)."""
