@@ -46,8 +46,9 @@ for pyc, src in json.load(sys.stdin):
     except Exception as exc:
         out.append([pyc, "unreadable bytecode (%s)" % type(exc).__name__])
         continue
-    try:
-        compiled = compile(source, src, "exec", dont_inherit=True, optimize=opt)
+    try:        # under the name Python imported it by (a linked folder, a relative path): only tracebacks read it
+        name = loaded.co_filename if isinstance(getattr(loaded, "co_filename", None), str) else src
+        compiled = compile(source, name, "exec", dont_inherit=True, optimize=opt)
     except Exception:
         compiled = None
     # the bytes as import writes them, else the code objects (NaN constants are never equal as objects)

@@ -150,8 +150,11 @@ def test_bytecode_of_a_source_with_nan_constants_is_its_own(tmp_path: Path) -> N
     pkg = tmp_path / "fork" / "pkg"
     pkg.mkdir(parents=True)
     (pkg / "consts.py").write_text("NAN = 1e309 - 1e309\n")
-    subprocess.run([sys.executable, "-c", "import pkg.consts"], cwd=tmp_path / "fork", check=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # the review: imported through a linked folder, the pyc carries that name, not the path verify reads
+    (tmp_path / "linked").symlink_to(tmp_path / "fork")
+    subprocess.run([sys.executable, "-c", "import pkg.consts"], cwd=tmp_path, check=True,
+                   env={**env, "PYTHONPATH": str(tmp_path / "linked")})
     pairs = candidates([tmp_path / "fork"])
     assert len(pairs) == 1 and forged(Path(sys.executable), pairs) == []
 
