@@ -212,6 +212,20 @@ def test_verify_while_a_setup_holds_the_stack_is_busy_and_names_it(stack: Stack)
     assert verify(stack).returncode == 0
 
 
+def test_the_busy_probe_of_verify_never_hangs_on_a_fifo_lock_file(tmp_path: Path) -> None:
+    """The review: a FIFO in place of STACK/.october.lock made the probe's open wait for a writer for ever."""
+    import threading
+
+    from october.installer.core.stackmutex import StackLock
+
+    lock = tmp_path / ".october.lock"
+    os.mkfifo(lock)
+    probe = threading.Thread(target=StackLock(lock).require_free, args=("verify again",), daemon=True)
+    probe.start()
+    probe.join(10)
+    assert not probe.is_alive()
+
+
 def test_an_edit_hidden_from_git_status_is_a_local_change(stack: Stack) -> None:
     """``git update-index --skip-worktree`` (or ``--assume-unchanged``) hides an edit from git status: verify
     still names it."""

@@ -74,14 +74,16 @@ class StackLock:
     def require_free(self, then: str) -> None:
         """Raise :meth:`_busy` when a run holds the stack now (a shared lock tried and let go at once: a reader
         such as ``current verify``, which takes nothing and may not be able to write the stack)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:            # O_NONBLOCK: a FIFO in its place does not hang the open
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return                  # never set up, or not ours to read: nothing holds it that we could see
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             raise self._busy(then) from None
+        except OSError:
+            return                  # no flock here (NFS without lockd, some FUSE mounts): no run could hold it
         finally:
             os.close(fd)
 
