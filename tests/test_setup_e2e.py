@@ -292,6 +292,16 @@ def test_a_run_killed_outright_takes_its_uv_install_with_it(world: World, tmp_pa
         assert left == [], f"still writing into the stack after the run was killed: {left}"
 
 
+def test_uv_under_the_guard_never_asks_at_the_terminal(world: World, tmp_path: Path) -> None:
+    """The review: under the guard uv runs in a process group of its own, where git asking at the terminal for a
+    git+https requirement's credentials is stopped (SIGTTIN) and the run hangs; uv's git never asks."""
+    from october.installer.core.paths import StackPaths
+    from october.installer.pyenv.uvcmd import StackUv
+
+    env = StackUv(StackPaths(tmp_path / "s"), load_recipe(str(world.recipe)), tmp_path / "cache").env()
+    assert env["GIT_TERMINAL_PROMPT"] == "0" and env["GCM_INTERACTIVE"] == "never"
+
+
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
     full = world.commits["alpha"]
     text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)

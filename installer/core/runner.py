@@ -254,7 +254,8 @@ class Runner:
                 assert proc.stdout is not None
                 if job is not None:
                     job._spawned(proc)
-                timer = threading.Timer(timeout, proc.kill) if timeout else None
+                # under the guard the whole group: the guard's SIGKILL alone leaves what the command started
+                timer = threading.Timer(timeout, (lambda: _kill_group(proc)) if guard else proc.kill) if timeout else None
                 if timer is not None:
                     timer.daemon = True
                     timer.start()
@@ -281,6 +282,12 @@ class Runner:
                 raise CommandFailed(step, [shown], rc, "\n".join(tail) + f"\n(killed after {timeout:.0f} s)", log)
             elapsed = time.monotonic() - start
             fh.write(f"# exit {rc} after {elapsed:.2f}s\n")
+        if guard and job is None and rc == 127 and tail and tail[-1].startswith(f"# could not start {args[0]}: "):
+            raise ToolMissing(f"step '{step}' could not start `{shown}`",
+                              expected=f"an executable {args[0]}" + (f" and a directory {cwd}" if cwd else ""),
+                              found=tail[-1].split(": ", 1)[1],
+                              fix="check that the program is executable and the directory exists; "
+                                  "re-running recreates what earlier steps made")
         if check and rc != 0:
             if says_disk_full("\n".join(tail)):
                 cause = next(ln for ln in reversed(tail) if says_disk_full(ln))

@@ -53,7 +53,10 @@ class StackUv:
         cache = choose_uv_cache(self.cache_dir, self.paths)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
         env.update(UV_CACHE_DIR=str(cache), UV_LINK_MODE=link_mode(cache),
-                   UV_PYTHON_DOWNLOADS=env.get("UV_PYTHON_DOWNLOADS", "automatic"))
+                   UV_PYTHON_DOWNLOADS=env.get("UV_PYTHON_DOWNLOADS", "automatic"),
+                   # uv runs in a process group of its own (the guard): git asking at the terminal for a
+                   # git+https requirement's credentials would stop it (SIGTTIN) and hang the run
+                   GIT_TERMINAL_PROMPT="0", GCM_INTERACTIVE="never")
         return env
 
     def sources(self, *, torch_index: bool = False) -> list[str]:
