@@ -131,7 +131,7 @@ def overall(results: list[CheckResult], level: str | None = None, promised: str 
         what = proves(level, promised)
         reasons.append(f"level {level} proves the {what} only, not the stack" +
                        (f" (the stack promises level {promised})" if promised else
-                        " (no stack promise was given: pass --promised-level or --stack-info)"))
+                        " (no stack promise was given: run it through `current smoke`, which passes --stack-info)"))
     reasons += list(extra or [])
     return (not reasons, reasons)
 

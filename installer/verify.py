@@ -34,6 +34,7 @@ with none Python would load starts none).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -185,10 +186,12 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             states = submodule_states(where)
             dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
         except GitInspectError as exc:      # e.g. a submodule's git directory (.git/modules/...) removed
-            owned = "safe.directory" in str(exc) or "dubious ownership" in str(exc)
+            # git's last line names the folder it will not read (the clone, a submodule or its git directory)
+            owned = re.search(r"safe\.directory '?([^']+?)'?$", str(exc))
             diffs.append(Difference("forks", what, "a clone git can read (`git status`, `git submodule status`)",
                                     "owned by another user: git will not read it as this one" if owned else
-                                    f"git cannot read it: {exc}", fixes.unreadable_clone(paths, receipt, where, owned)))
+                                    f"git cannot read it: {exc}",
+                                    fixes.unreadable_clone(paths, receipt, where, Path(owned[1]) if owned else None)))
             continue
         if dirty and not (receipt_forks.get(name) or {}).get("dirty"):
             changed_subs = _changed_submodules(where, dirty, [s.path for s in states if s.flag != "-"])

@@ -203,18 +203,19 @@ def dirty_fork(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, submod
     return f"put the changes aside with `{stash}` (they stay in each repository's stash), {record}"
 
 
-def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, owned: bool = False) -> str:
-    """``owned``: the clone is another user's (git: "dubious ownership"); it is not broken, git will not read it
-    as this user, so its owner runs verify (setting it up again would not help)."""
-    if owned:
+def unreadable_clone(paths: StackPaths, receipt: Mapping[str, Any], fork: Path, owned: Path | None = None) -> str:
+    """``owned``: the folder git will not read as this user, another user's (git: "dubious ownership": the clone, a
+    submodule or its git directory); nothing is broken, so its owner runs verify (setting it up again would not
+    help)."""
+    if owned is not None:
         try:
             import pwd
 
-            owner = pwd.getpwuid(fork.stat().st_uid).pw_name
+            owner = pwd.getpwuid(owned.stat().st_uid).pw_name
         except (ImportError, KeyError, OSError):
             owner = "its owner"
-        return (f"the clone belongs to another user: run current verify as {owner}, or, if you trust that user, "
-                f"let git read it as you (`git config --global --add safe.directory {_q(fork)}`) and verify again")
+        return (f"{owned} belongs to another user: run current verify as {owner}, or, if you trust that user, "
+                f"let git read it as you (`git config --global --add safe.directory {_q(owned)}`) and verify again")
     return (f"move the clone aside (`mv {_q(fork)} {_q(str(fork) + '.broken')}`) and run "
             f"`{setup_command(paths, receipt)}`")
 

@@ -194,6 +194,10 @@ def test_a_clone_owned_by_another_user_is_not_called_broken(stack: Stack) -> Non
         diffs = differences(stack)
         assert [d["check"] for d in diffs] == ["forks"] and "owned by another user" in diffs[0]["found"], diffs
         assert "safe.directory" in diffs[0]["fix"] and "mv " not in diffs[0]["fix"], diffs[0]["fix"]
+        import pwd
+
+        # the folder git named, and its owner (the review: the owner was read from the clone's top folder)
+        assert f"{fork} belongs to another user: run current verify as {pwd.getpwuid(65534).pw_name}" in diffs[0]["fix"]
     finally:
         os.chown(fork, owner.st_uid, owner.st_gid)
     assert differences(stack) == []

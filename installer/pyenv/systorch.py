@@ -120,7 +120,7 @@ def check(recipe: Recipe, facts: Mapping[str, Any]) -> tuple[bool, str, str, str
         found += f"; its metadata says {facts.get('dist_version')}"
     if not problems:
         return True, expected, found, ""
-    built = f"torch {want}" + (f" built for CUDA {cuda}" if cuda else "")
+    built = f"torch {want}" + (f" built for CUDA {cuda} (or another {cuda.partition('.')[0]}.x)" if cuda else "")
     theirs = f"torch {facts.get('version')}" + (f" for CUDA {facts.get('cuda')}" if "CUDA build" in problems else "")
     fix = (f"the {' and '.join(problems)} differ{'s' if len(problems) == 1 else ''}: point --system-python at an "
            f"interpreter with {built}, or pick a recipe pinning {theirs}")
