@@ -11,7 +11,9 @@ again and produces a different result makes every later step run again.  A
 step's marker is removed before it runs, so a killed run leaves no marker for
 the unfinished step, and a later step's marker, chained on the results it was
 made from, cannot match once an earlier result changed.  A marker of another
-format, a torn file or a result the step does not recognise means "not done".
+format, a torn file or a result the step does not recognise means "not done".  A result whose ``chain_json``
+left something out that an earlier version chained on has ``legacy_chain_json``: a marker chained that way still
+matches, so upgrading the tool rebuilds nothing.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRe
 def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,
           verify_only: bool) -> list[StepRecord] | None:
     upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
+    earlier: list[list[str]] = []       # the same by each result's legacy_chain_json, where it has one
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
     for step in steps:
@@ -239,7 +242,8 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
             reason = "not done yet"
         elif marker.get("inputs") != inputs_fp:
             reason = "its inputs changed"
-        elif marker.get("fingerprint") != fp:
+        elif marker.get("fingerprint") != fp and marker.get("fingerprint") != fingerprint(
+                {"inputs": inputs_fp, "upstream": fingerprint(earlier)}):   # as an earlier version chained
             reason = "an earlier step's result changed"
         else:
             bad = step.verify(ctx, result)
@@ -270,6 +274,8 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         if on_record is not None:
             on_record(record)
         upstream.append([step.name, fingerprint(result.chain_json())])
+        legacy = getattr(result, "legacy_chain_json", None)
+        earlier.append([step.name, fingerprint(legacy()) if legacy is not None else upstream[-1][1]])
     if ctx._trust is not None and any(r.status == "ran" for r in records):
         ctx._trust.save()           # a no-op writes nothing
     return records

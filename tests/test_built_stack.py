@@ -414,3 +414,39 @@ def test_what_a_killed_store_left_is_swept_by_the_next_store_of_this_host(world:
     assert len(entries(cache)) == 1
     assert not dead.exists() and alive.is_dir() and other.is_dir() and prefixed.is_dir() and namespace.is_dir()
     assert not legacy_old.exists() and legacy_new.is_dir()
+
+
+def test_a_rerun_by_another_install_of_the_same_uv_judges_the_machine_again_and_rebuilds_nothing(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same tool installed again elsewhere (its own copy of the same uv): the re-run's preflight is judged
+    again (another uv binary), and no later step runs again (env, install and lock did: the preflight's result
+    chained on uv's path).  Another uv is planted as the tool env's own: a copy of the real binary beside a
+    link to this Python (uv_exe looks there)."""
+    import shutil
+
+    from october.installer.pyenv import uvcmd
+
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    bin_dir = tmp_path / "elsewhere" / "bin"
+    bin_dir.mkdir(parents=True)
+    shutil.copy2(Path(uvcmd.uv_exe()).resolve(), bin_dir / "uv")
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    assert uvcmd.uv_exe() == str(bin_dir / "uv")
+    ran = {k for k, v in statuses(setup(world, stack, cache)).items() if v == "ran"}
+    assert ran <= {"preflight", "receipt"}, ran
+
+
+def test_markers_chained_as_the_earlier_version_did_still_match(world: World, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack set up by october before the preflight stopped chaining on uv's path: its markers were chained on
+    the whole facts; the upgraded tool's re-run runs nothing (an upgrade is not a rebuild)."""
+    from october.installer.steps.results import PreflightResult
+
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    with monkeypatch.context() as m:
+        m.setattr(PreflightResult, "chain_json", PreflightResult.legacy_chain_json)     # as before
+        setup(world, stack, cache)
+    ran = {k for k, v in statuses(setup(world, stack, cache)).items() if v == "ran"}
+    assert ran == set(), ran

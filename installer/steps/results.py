@@ -113,7 +113,15 @@ class PreflightResult(Record):
         return tuple(g for g in gpus if isinstance(g, Mapping))
 
     def chain_json(self) -> JSON:
-        # later steps read the facts (the verdicts are the receipt's); free disk changes on every probe
+        # later steps read the facts (the verdicts are the receipt's); free disk changes on every probe; which
+        # copy of uv ran is not theirs to read (each tool install has its own): its version line is
+        out = dict(self.legacy_chain_json())
+        if isinstance(uv := out.get("uv"), Mapping):
+            out["uv"] = {k: v for k, v in uv.items() if k not in ("path", "source")}
+        return out
+
+    def legacy_chain_json(self) -> dict[str, JSON]:
+        """What october chained on before session 25 (uv's path with it): the markers it wrote still match."""
         return {k: v for k, v in self.facts.items() if k != "disk_free_bytes"}
 
 
