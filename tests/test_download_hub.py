@@ -26,6 +26,7 @@ from october.installer.core.errors import DownloadError, ScalesError
 from october.installer.download import DownloadOptions, load_manifest, run_download
 from october.installer.download.manifest import validate_manifest
 from october.installer.recipe import load_recipe
+from tests.test_disk_full import full_dir  # noqa: F401  (the filled tmpfs fixture)
 from tests.download_server import FakeHub, FakeRepo, model_files, running, safetensors_blob
 
 AWQ_REPO = "FakeOrg/Tiny-8B-AWQ"
@@ -686,32 +687,17 @@ def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(env: Env) ->
     assert "resumes" not in fix and "from their start" in fix, fix
 
 
-def test_a_full_disk_at_the_manifest_names_the_manifest(env: Env) -> None:
+def test_a_full_disk_at_the_manifest_names_the_manifest(env: Env, full_dir: Path) -> None:
     """The scenario hunt: "disk full: cannot write a path".  The real CLI, --output on a tiny tmpfs filled to
     the last byte (needs root to mount; skipped elsewhere): exit 19 naming the manifest's path."""
     import subprocess
 
     from tests.fixtures.root import PROJECT_ROOT
 
-    full = env.tmp / "full"
-    full.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tiny tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        with open(full / "filler", "wb", buffering=0) as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 4096)
-            except OSError:
-                pass
-        out = full / "awq-download.json"
-        proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe",
-                               str(write_recipe(env.tmp / "recipe")), "--cache-dir", str(env.tmp / "cache"),
-                               "--output", str(out), "-q"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                              timeout=300)
-    finally:
-        subprocess.run(["umount", "-l", str(full)], capture_output=True)
+    out = full_dir / "awq-download.json"
+    proc = subprocess.run([sys.executable, "-m", "october", "download", "--format", "awq", "--recipe",
+                           str(write_recipe(env.tmp / "recipe")), "--cache-dir", str(env.tmp / "cache"),
+                           "--output", str(out), "-q"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 19, proc.stderr
     assert "disk full" in proc.stderr and str(out) in proc.stderr and "a path" not in proc.stderr, proc.stderr

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import jsonschema
 import pytest
@@ -225,8 +227,10 @@ def test_locked_reproduces_the_same_lock_and_refuses_drift(world: World, tmp_pat
     assert "tinydep-gone" in info.value.message
 
 
-def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Path) -> None:
-    """The torch wheel is served slowly from loopback so the run can be killed mid-download."""
+@contextmanager
+def _stalled_at_torch(world: World, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Any, Path]]:
+    """october_setup started on ``tmp_path/stack`` (a session of its own), stalled by a loopback find-links
+    server halfway through the torch wheel: (the run, the server, the stack) once the env step asked for it."""
     text = world.recipe.read_text()
     with serve_find_links(world.wheels, slow="torch-2.10.0+fixture-py3-none-any.whl", pause=30) as slow:
         world.recipe.write_text(text.replace('find_links = ["wheels"]', f'find_links = ["{slow.url}"]'))
@@ -237,9 +241,18 @@ def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Pat
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             assert slow.requested.wait(60), "the env step never asked for torch"
-            os.killpg(proc.pid, signal.SIGKILL)
+            yield proc, slow, stack
         finally:
+            if proc.poll() is None:
+                proc.kill()
             proc.wait()
+
+
+def test_killed_during_env_resumes_to_identical_lock(world: World, tmp_path: Path) -> None:
+    """The torch wheel is served slowly from loopback so the run can be killed mid-download."""
+    with _stalled_at_torch(world, tmp_path) as (proc, slow, stack):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         assert (stack / ".state" / "fetch.json").exists() and not (stack / ".state" / "env.json").exists()
         slow.slow = None  # the network recovers
         res = setup(world, stack, tmp_path / "cache")
@@ -266,16 +279,8 @@ def test_a_run_killed_outright_takes_its_uv_install_with_it(world: World, tmp_pa
     """The scenario hunt: october_setup killed by SIGKILL alone (not its group) while uv installed into the env;
     uv ran on after the stack lock was free, so a re-run (another recipe) said "stack ready" and the killed
     run's torch landed over it.  uv now runs under the guard: it ends with the run that started it."""
-    text = world.recipe.read_text()
-    with serve_find_links(world.wheels, slow="torch-2.10.0+fixture-py3-none-any.whl", pause=30) as slow:
-        world.recipe.write_text(text.replace('find_links = ["wheels"]', f'find_links = ["{slow.url}"]'))
-        stack = tmp_path / "stack"
-        proc = subprocess.Popen([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
-                                 str(world.recipe), "--cache-dir", str(tmp_path / "cache"), "-q"],
-                                cwd=PROJECT_ROOT, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with _stalled_at_torch(world, tmp_path) as (proc, _slow, stack):
         try:
-            assert slow.requested.wait(60), "the env step never asked for torch"
             assert [p for p in _running_in(stack / "env") if p != proc.pid], "no uv install running"
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -284,12 +289,9 @@ def test_a_run_killed_outright_takes_its_uv_install_with_it(world: World, tmp_pa
                 time.sleep(0.1)
             left = _running_in(stack / "env")
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
             for pid in _running_in(stack / "env"):          # what this test started, by pid
                 os.kill(pid, signal.SIGKILL)
-        assert left == [], f"still writing into the stack after the run was killed: {left}"
+    assert left == [], f"still writing into the stack after the run was killed: {left}"
 
 
 def test_uv_under_the_guard_never_asks_at_the_terminal(world: World, tmp_path: Path) -> None:
