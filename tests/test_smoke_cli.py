@@ -83,6 +83,21 @@ def test_scales_that_are_all_the_engines_default_fail_the_scales_check(tmp_path:
     assert "the engine's default scale" in receipt["scales"]["error"], receipt["scales"]
 
 
+def test_the_kernel_level_never_takes_a_synthetic_scale_for_fixtures_that_lack_the_file(tmp_path: Path) -> None:
+    """The scenario hunt: fixtures given for the model but without its scales file: the kernel level ran on its
+    synthetic scale and "calibrated scales" passed, the missing file unnamed (the engine level failed it)."""
+    from october.checks.inputs import load_manifest
+    from october.checks.kernel.checks import kernel_scales
+
+    manifest = load_manifest(_manifest(tmp_path))
+    empty = tmp_path / "fixtures"
+    empty.mkdir()
+    choice = kernel_scales(manifest, empty)
+    assert choice.source == "synthetic" and choice.error and "Qwen__Qwen3-8B-AWQ.kv_scales.json" in choice.error
+    assert kernel_scales(manifest, None).error is None        # none asked for: the synthetic scale, said so
+    assert kernel_scales(None, None).error is None
+
+
 def test_real_model_scales_are_validated_then_tiny_model_calibrated(tmp_path: Path) -> None:
     fixtures = tmp_path / "fixtures"
     write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV,

@@ -366,9 +366,9 @@ def kernel_scales(manifest: Manifest | None, fixtures: Path | None) -> ScaleChoi
         if found.error is None:
             choice = ScaleChoice(found.v_scales[:1], "fixtures", found.path,
                                  note="layer 0's V scale from the fixtures file")
-        elif found.path is not None and Path(found.path).exists():
-            # a scales file that is there but wrong (another model or revision, a NaN) is never
-            # silently replaced: the run goes on with the synthetic scale and the check fails
+        else:
+            # fixtures given for this model whose scales file is missing or wrong (another model or revision, a
+            # NaN) are never silently replaced: the run goes on with the synthetic scale and the check fails
             choice = ScaleChoice((0.05,), "synthetic", found.path, error=found.error,
                                  note="the fixtures file was rejected")
     return choice
