@@ -236,7 +236,7 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         fp = fingerprint({"inputs": inputs_fp, "upstream": upstream_fp})
         marker_path = ctx.paths.marker(step.name)
         marker = read_marker(marker_path)
-        result = load_result(step, marker)
+        result = prior = load_result(step, marker)
         reason: str | None = None
         if marker is None or result is None:
             reason = "not done yet"
@@ -274,7 +274,10 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         if on_record is not None:
             on_record(record)
         upstream.append([step.name, fingerprint(result.chain_json())])
-        legacy = getattr(result, "legacy_chain_json", None)
+        # a step run again with the same chain (the preflight by another install of the same uv) keeps the legacy
+        # digest of the result it replaced: later markers an earlier version chained on that still match
+        same = prior is not None and prior is not result and fingerprint(prior.chain_json()) == upstream[-1][1]
+        legacy = getattr(prior if same else result, "legacy_chain_json", None)
         earlier.append([step.name, fingerprint(legacy()) if legacy is not None else upstream[-1][1]])
     if ctx._trust is not None and any(r.status == "ran" for r in records):
         ctx._trust.save()           # a no-op writes nothing

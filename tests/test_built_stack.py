@@ -444,9 +444,25 @@ def test_markers_chained_as_the_earlier_version_did_still_match(world: World, tm
     the whole facts; the upgraded tool's re-run runs nothing (an upgrade is not a rebuild)."""
     from october.installer.steps.results import PreflightResult
 
+    import shutil
+
+    from october.installer.pyenv import uvcmd
+
     cache, stack = tmp_path / "cache", tmp_path / "s1"
     with monkeypatch.context() as m:
         m.setattr(PreflightResult, "chain_json", PreflightResult.legacy_chain_json)     # as before
         setup(world, stack, cache)
     ran = {k for k, v in statuses(setup(world, stack, cache)).items() if v == "ran"}
     assert ran == set(), ran
+    # the upgrade hunt: the upgraded tool installed elsewhere (its own copy of the same uv) re-ran every step: the
+    # preflight ran again (another uv path) and the legacy chain was made from its new facts, not the old ones
+    with monkeypatch.context() as m:
+        m.setattr(PreflightResult, "chain_json", PreflightResult.legacy_chain_json)
+        setup(world, tmp_path / "s2", cache)
+    bin_dir = tmp_path / "elsewhere" / "bin"
+    bin_dir.mkdir(parents=True)
+    shutil.copy2(Path(uvcmd.uv_exe()).resolve(), bin_dir / "uv")
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    ran = {k for k, v in statuses(setup(world, tmp_path / "s2", cache)).items() if v == "ran"}
+    assert ran <= {"preflight", "receipt"}, ran
