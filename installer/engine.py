@@ -224,6 +224,17 @@ def verify_pipeline(steps: Sequence[Step[Any]], ctx: StepContext) -> list[StepRe
     return records
 
 
+def _kept_legacy(prior: StepResult | None, marker: Mapping[str, Any] | None, result: StepResult) -> str | None:
+    """The legacy chain digest a step run again carries on (its marker's ``legacy_chain``): that of the result it
+    replaced when both chain the same (the preflight by another install of the same uv), so later markers an
+    earlier version chained on that still match, on this run and every later one."""
+    if prior is None or fingerprint(prior.chain_json()) != fingerprint(result.chain_json()):
+        return None
+    kept = marker.get("legacy_chain") if marker is not None else None
+    legacy = getattr(prior, "legacy_chain_json", None)
+    return kept if isinstance(kept, str) else fingerprint(legacy()) if legacy is not None else None
+
+
 def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[StepRecord], None] | None, *,
           verify_only: bool) -> list[StepRecord] | None:
     upstream: list[list[str]] = []      # [step, digest of its chain_json] for every earlier step
@@ -263,10 +274,13 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
             result = step.run(ctx)
             seconds = round(time.monotonic() - start, 3)
             finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            kept = _kept_legacy(prior, marker, result)
             write_json_atomic(marker_path, {"format_version": MARKER_FORMAT, "step": step.name,
                                             "fingerprint": fp, "inputs": inputs_fp, "upstream": upstream_fp,
                                             "outputs": result.to_json(), "seconds": seconds,
-                                            "finished_at": finished, "tool_version": __version__})
+                                            "finished_at": finished, "tool_version": __version__,
+                                            **({"legacy_chain": kept} if kept else {})})
+            marker = {"legacy_chain": kept}
             record = StepRecord(step.name, fp, result, seconds, finished, "ran")
             ctx.ui.step_done(step.name, seconds)
         ctx.done[step.name] = record
@@ -274,11 +288,10 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
         if on_record is not None:
             on_record(record)
         upstream.append([step.name, fingerprint(result.chain_json())])
-        # a step run again with the same chain (the preflight by another install of the same uv) keeps the legacy
-        # digest of the result it replaced: later markers an earlier version chained on that still match
-        same = prior is not None and prior is not result and fingerprint(prior.chain_json()) == upstream[-1][1]
-        legacy = getattr(prior if same else result, "legacy_chain_json", None)
-        earlier.append([step.name, fingerprint(legacy()) if legacy is not None else upstream[-1][1]])
+        legacy = getattr(result, "legacy_chain_json", None)
+        kept = marker.get("legacy_chain") if marker is not None else None
+        earlier.append([step.name, kept if isinstance(kept, str) else
+                        fingerprint(legacy()) if legacy is not None else upstream[-1][1]])
     if ctx._trust is not None and any(r.status == "ran" for r in records):
         ctx._trust.save()           # a no-op writes nothing
     return records

@@ -466,3 +466,5 @@ def test_markers_chained_as_the_earlier_version_did_still_match(world: World, tm
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     ran = {k for k, v in statuses(setup(world, tmp_path / "s2", cache)).items() if v == "ran"}
     assert ran <= {"preflight", "receipt"}, ran
+    ran = {k for k, v in statuses(setup(world, tmp_path / "s2", cache)).items() if v == "ran"}
+    assert ran == set(), ran                # and the next re-run too
