@@ -42,7 +42,7 @@ def load_stack_info(path: Path) -> dict[str, Any]:
     if isinstance(data.get("selection"), dict):      # the recipe selection: dtypes, JIT modules, [smoke]
         info["selection"] = data["selection"]
     # what the stack promises and what its jit step built (from its setup receipt), when given
-    for key in ("promised_level", "jit", "smoke", "asym_prefill", "choices"):
+    for key in ("promised_level", "jit", "smoke", "asym_prefill", "choices", "tool_code"):
         if key in data:
             info[key] = data[key]
     return info

@@ -340,7 +340,8 @@ def test_an_unreachable_cluster_is_said_at_once_as_exit_8() -> None:
     assert time.monotonic() - start < 15 and err.value.exit_code == 8
 
 
-@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json", "other-jit"])
+@pytest.mark.parametrize("plant", [None, "hand-written", "other-lock", "other-node", "not-json", "other-jit",
+                                   "other-code", "no-code"])
 def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: Path, plant: str | None) -> None:
     """The review's finding: a node the last fleet run finished re-read its smoke receipt and took any file
     saying passed.  Now the receipt must be one `current smoke` writes (schema) and name the stack's lock.
@@ -355,6 +356,13 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     receipt = json.loads((PROJECT_ROOT / "receipts" / "examples" / "kernel-smoke-flashinfer-2f3f0f6d-h200.json").read_text())
     receipt["stack"]["lock_sha256"] = lock_sha
     receipt["stack"]["setup_receipt"] = str(stack / "receipts" / "setup.json")
+    # the upgrade hunt: a receipt another version's checks wrote (or one before receipts named their code) was
+    # believed, and the checks this version added never ran on that node
+    from october.installer.pyenv.builtstack import tool_code
+
+    receipt["stack"]["tool_code"] = {"other-code": "0" * 64, "no-code": None}.get(str(plant), tool_code())
+    if receipt["stack"]["tool_code"] is None:
+        del receipt["stack"]["tool_code"]
     # the stack's setup receipt lists the JIT modules the smoke loaded; the scenario hunt: a re-run that rebuilt
     # one (another sha256) left the old smoke receipt believed
     jit = [dict(m) for m in receipt["stack"]["jit"]]
@@ -383,6 +391,8 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
         assert "0" * 64 in rec["detail"] and lock_sha in rec["detail"]
     if plant == "other-node":
         assert "/elsewhere/stack/receipts/setup.json" in rec["detail"]
+    if plant in ("other-code", "no-code"):
+        assert "it was written by other code of the tool" in rec["detail"], rec
     if plant == "other-jit":
         assert "it smoked other JIT modules than the 2 the stack's setup receipt lists now" in rec["detail"], rec
     assert "re-run the fleet command" in rec["detail"]

@@ -79,6 +79,10 @@ def test_an_engine_stack_without_vllm_proves_nothing(tmp_path: Path) -> None:
     assert receipt["proves"] == "nothing"
     assert "proves the stack" not in log
     assert "level engine on cpu proves nothing" in log
+    # the receipt names the code that judged the stack (a resumed fleet node believes only its own code's)
+    from october.installer.pyenv.builtstack import tool_code
+
+    assert receipt["stack"]["tool_code"] == tool_code()
 
 
 @pytest.mark.parametrize("level,promised,can", [("engine", "engine", "stack"), ("kernel", "kernel", "stack"),

@@ -223,6 +223,11 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
     theirs = stack.get("setup_receipt")
     if setup_receipt is not None and (not isinstance(theirs, str) or Path(theirs).resolve() != Path(setup_receipt).resolve()):
         return f"it is the smoke of the stack whose setup receipt is {stack.get('setup_receipt')}, not {setup_receipt}"
+    from ..pyenv.builtstack import tool_code
+
+    if stack.get("tool_code") != (ours := tool_code()):   # another version's checks: not the ones this one runs
+        return (f"it was written by other code of the tool ({stack.get('tool_code') or 'an earlier version'}), not "
+                f"this install's ({ours[:12]}), whose checks may differ")
     if setup_receipt is not None:       # the JIT modules it loaded are the ones the stack has now (a re-run rebuilt)
         now = _jit_modules((_read_json(Path(setup_receipt)) or {}).get("jit"))
         if _jit_modules(stack.get("jit")) != now:
