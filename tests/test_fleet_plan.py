@@ -4,6 +4,7 @@ copied from a real Ray 2.60 two-node cluster (NodeID, Alive, hostnames, Resource
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -112,7 +113,10 @@ def test_a_rerun_reinstalls_only_the_nodes_that_did_not_finish() -> None:
     plan = plan_fleet(opts(), nodes, manifest_sha=SHA, recipe="fixture", done=done)
     assert plan.resumed == ("n0",)
     assert plan.jobs[0].setup_argv is None and plan.jobs[0].smoke_argv is None   # facts re-read only
-    assert plan.jobs[1].setup_argv is not None
+    again, smoke = plan.jobs[0].smoke_again_argv, plan.jobs[1].smoke_argv     # the smoke, if not believed
+    assert again is not None and smoke is not None
+    assert again == tuple(a.replace("/scratch/n1", "/scratch/n0") for a in smoke)
+    assert plan.jobs[1].setup_argv is not None and plan.jobs[1].smoke_again_argv is None
     # another kit, lock or recipe: nothing is kept
     assert finished_before(prev, recipe_sha=SHA, kit_sha="b" * 64, lock_sha=None, smoke=True) == {}
     assert finished_before(prev, recipe_sha=SHA, kit_sha=SHA, lock_sha="c" * 64, smoke=True) == {}
@@ -385,6 +389,16 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     if plant is None:
         assert rec["status"] == "passed" and rec["smoke"]["passed"] is True, rec
         return
+    if plant == "other-code":
+        # the review: with the fleet's smoke asked for, a node whose stack verified is smoked again (here a
+        # stand-in smoke writes this code's receipt), not failed until the next run
+        good = dict(receipt, stack={**receipt["stack"], "tool_code": tool_code()})
+        again = (sys.executable, "-c", f"open({str(path)!r}, 'w').write({json.dumps(good)!r})")
+        rerun = run_job(dataclasses.replace(job, smoke_again_argv=again), None, lambda _ref: b"")
+        assert rerun["status"] == "passed" and rerun["smoke"]["passed"] is True, rerun
+        assert rerun["detail"].startswith("smoked again: its earlier smoke receipt was not believed (it was written "
+                                          "by other code of the tool"), rerun
+        path.write_text(json.dumps(receipt))
     assert rec["status"] == "failed" and rec["smoke"]["passed"] is False, rec
     assert "is not believed" in rec["detail"]
     if plant == "other-lock":

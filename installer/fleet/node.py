@@ -148,9 +148,15 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             if done is None or done.returncode != 0:
                 return _facts(rec, stack)
         _facts(rec, stack)
-        if job.smoke_argv is not None:
+        wrong = receipt = None
+        if job.smoke_argv is None and job.smoke_receipt is not None:     # a finished node: its receipt is re-read
+            receipt = _read_json(Path(job.smoke_receipt))
+            wrong = _foreign_receipt(receipt, rec["lock_sha256"], str(stack / "receipts" / "setup.json"))
+        # one not believed (another version's checks, other JIT modules) of a stack that verified: smoked again
+        smoke_argv = job.smoke_argv or (job.smoke_again_argv if wrong else None)
+        if smoke_argv is not None:
             report(SMOKE)
-            done = _command(runner, rec, "fleet-smoke", "current smoke", python, job.smoke_argv, job, start)
+            done = _command(runner, rec, "fleet-smoke", "current smoke", python, smoke_argv, job, start)
             if done is None:
                 return rec
             receipt = _read_json(Path(job.smoke_receipt)) if job.smoke_receipt else None
@@ -161,9 +167,9 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             if rec["status"] == "failed":
                 return rec
             rec["status"] = "passed"
-        elif job.smoke_receipt is not None:          # a finished node: its smoke receipt is re-read
-            receipt = _read_json(Path(job.smoke_receipt))
-            wrong = _foreign_receipt(receipt, rec["lock_sha256"], str(stack / "receipts" / "setup.json"))
+            if wrong:
+                rec["detail"] = f"smoked again: its earlier smoke receipt was not believed ({wrong})"
+        elif job.smoke_receipt is not None:
             rec["smoke"] = _smoke_fact(None if wrong else receipt, 0 if receipt and receipt.get("passed") else 1, None)
             rec["status"] = "passed" if rec["smoke"]["passed"] else "failed"
             if wrong:

@@ -72,6 +72,8 @@ class NodeJob:
     smoke_receipt: str | None
     timeout_s: float
     verify_argv: tuple[str, ...] | None = None     # a resumed node: `current verify` of its stack first
+    # a resumed node: the smoke it runs when its receipt is not believed (another version's checks wrote it)
+    smoke_again_argv: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
         setup += tuple(opts.setup_args)      # not --quiet: its `==> step:` lines are the node's phases (and log)
     out = f"{stack}/receipts/smoke"
     smoke: tuple[str, ...] | None = None
-    if opts.smoke and install:          # a finished node's smoke receipt is re-read, not re-run
+    if opts.smoke:          # a finished node's smoke receipt is re-read, run again only when not believed
         smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
                  "--install", stack, *(("--format", opts.smoke_format) if opts.smoke_format else ()),
                  "--output", out, "--recipe", recipe)
@@ -184,9 +186,9 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
     verify = None if install else (opts.python, "-c", "from october.installer.cli import current_app; current_app()",
                                    "verify", "--install", stack)
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
-                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke,
+                   lock_path=lock_path, setup_argv=setup, smoke_argv=smoke if install else None,
                    smoke_receipt=f"{out}/receipt.json" if opts.smoke else None, timeout_s=opts.timeout_s,
-                   verify_argv=verify)
+                   verify_argv=verify, smoke_again_argv=None if install else smoke)
 
 
 def shared_cache(opts: FleetOptions) -> bool:

@@ -414,7 +414,7 @@ def uv_identity(uv_line: str) -> list[Any]:
 @functools.cache
 def tool_code() -> str:
     """sha256 of the tool's own code: an entry made by other code is never taken, whatever the version
-    says.  Read once per process, for the key only (a no-op re-run never reads it)."""
+    says; a smoke receipt names the code that judged the stack (a no-op re-run never reads it)."""
     import october
 
     return code_digest(Path(october.__file__).resolve().parent)
