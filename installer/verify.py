@@ -44,7 +44,7 @@ from packaging.utils import canonicalize_name
 from . import verify_fix as fixes
 from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
 from .core.errors import LockError, StateError
-from .core.hashing import sha256_file, sha256_or_none
+from .core.hashing import sha256_file
 from .core.paths import StackPaths
 from .core.stackmutex import StackLock
 from .core.redact import redact_url
@@ -52,7 +52,7 @@ from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv import scaffold, stackenv
 from .pyenv.systorch import same_build
-from .pyenv.venv import torch_cuda, uv_venv_files
+from .pyenv.venv import torch_cuda, uv_own, uv_venv_files
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
@@ -352,7 +352,7 @@ def check_records(paths: StackPaths, dists: Mapping[str, Dist], rerun: str) -> l
     """Each distribution's RECORD as its install left it (the install step's record of their sha256): a RECORD
     rewritten since (the same version reinstalled from another index, or edited with the file it lists) hashes
     its own files.  A stack installed before the record: nothing."""
-    recorded = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("records")
+    recorded = _outputs(paths, "install").get("records")
     if not isinstance(recorded, dict):
         return []
     diffs: list[Difference] = []
@@ -369,10 +369,16 @@ def check_records(paths: StackPaths, dists: Mapping[str, Dist], rerun: str) -> l
     return diffs
 
 
+def _outputs(paths: StackPaths, step: str) -> dict[str, Any]:
+    """The ``outputs`` of a step's marker ({} when there is none or it has none)."""
+    outputs = (read_marker(paths.marker(step)) or {}).get("outputs")
+    return outputs if isinstance(outputs, dict) else {}
+
+
 def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
     """pyvenv.cfg and the bin/python* links as the env step left them (its marker's record): which interpreter
     runs the stack is decided there, and no RECORD owns them.  Without a record (older stacks), nothing."""
-    rec = ((read_marker(paths.marker("env")) or {}).get("outputs") or {}).get("scaffold")
+    rec = _outputs(paths, "env").get("scaffold")
     if not isinstance(rec, dict):
         return []
     return [Difference("env", str(path), f"{want} (as the env step left it)", found, rerun)
@@ -381,16 +387,16 @@ def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
 
 def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference] = ()) -> list[Difference]:
     """``named``: what another check already names (a planted bin/python: making the env again is its fix)."""
-    env_marker = read_marker(paths.marker("env")) or {}
-    system = (env_marker.get("outputs") or {}).get("system_torch")
+    system = _outputs(paths, "env").get("system_torch")
     skip = {d.what for d in named}
     extra = [p for p in verify_unowned.unowned(paths.env, owned, system if isinstance(system, dict) else None)
              if str(p) not in skip]
     if extra:       # what uv's own venv has (uv 0.12's _virtualenv.pth), held to the install step's record of it
-        uvs = ((read_marker(paths.marker("install")) or {}).get("outputs") or {}).get("venv_files")
+        uvs = _outputs(paths, "install").get("venv_files")
         if not isinstance(uvs, dict):       # a stack set up before that record: what this tool's uv writes
             uvs = _uv_venv_files(paths)
-        extra = [p for p in extra if uvs.get(p.relative_to(paths.env).as_posix(), "") != (sha256_or_none(p) or "-")]
+        theirs = uv_own(paths.env, extra, uvs)
+        extra = [p for p in extra if p.relative_to(paths.env).as_posix() not in theirs]
     if not extra:
         return []
     shown = _listed(extra, "; ", verify_unowned.describe)

@@ -13,8 +13,9 @@ from typing import Any, Callable, Collection, Mapping
 from packaging.utils import canonicalize_name
 
 from ..core.filetrust import FileTrust
-from ..core.hashing import sha256_file, sha256_or_none
+from ..core.hashing import sha256_file
 from ..core.listing import first
+from ..pyenv.venv import uv_own
 from ..verify_dists import Dist, installed, record_hash, record_rows
 
 MAX_SHOWN = 5
@@ -159,9 +160,7 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     extra = unowned(env, system_torch)
     uvs: dict[str, str] = {}
     if extra and scaffold is not None:
-        own = scaffold()
-        uvs = {rel: d for p in extra if (d := own.get(rel := p.relative_to(env).as_posix())) is not None
-               and d == sha256_or_none(p)}
+        uvs = uv_own(env, extra, scaffold())
         extra = [p for p in extra if p.relative_to(env).as_posix() not in uvs]
     if extra:
         shown = first([str(p) for p in extra], MAX_SHOWN, "; ")

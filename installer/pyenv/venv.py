@@ -92,6 +92,15 @@ def uv_venv_files(run: Callable[[list[str]], object], python: str) -> dict[str, 
                 if p.is_file() and not p.is_symlink()}
 
 
+def uv_own(env: Path, files: Sequence[Path], own: Mapping[str, str]) -> dict[str, str]:
+    """Of ``files`` in ``env`` (none a RECORD owns), those that are byte for byte what ``uv venv`` writes itself
+    (``own``: :func:`uv_venv_files`): relative path -> sha256.  A link or an unreadable file is none of them."""
+    from ..core.hashing import sha256_or_none
+
+    return {rel: want for p in files if (want := own.get(rel := p.relative_to(env).as_posix())) is not None
+            and want == sha256_or_none(p)}
+
+
 def same_cuda_major(built: object, wanted: str) -> bool:
     """Does a torch built for CUDA ``built`` run JIT kernels built with the ``wanted`` toolkit ([cuda] version)?
     The same major does (CUDA's minor version compatibility): PyPI's cu128 torch under [cuda] 12.9."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
