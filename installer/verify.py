@@ -52,7 +52,7 @@ from .engine import read_marker, written_sha256
 from .lock.pylock import TOOL, read_lock
 from .pyenv import scaffold, stackenv
 from .pyenv.systorch import same_build
-from .pyenv.venv import torch_cuda, uv_own, uv_venv_files
+from .pyenv.venv import earlier_uv_files, torch_cuda, uv_own, uv_venv_files
 from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
@@ -393,8 +393,8 @@ def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference
              if str(p) not in skip]
     if extra:       # what uv's own venv has (uv 0.12's _virtualenv.pth), held to the install step's record of it
         uvs = _outputs(paths, "install").get("venv_files")
-        if not isinstance(uvs, dict):       # a stack set up before that record: what this tool's uv writes
-            uvs = _uv_venv_files(paths)
+        if not isinstance(uvs, dict):       # a stack set up before that record: what this tool's uv writes,
+            uvs = {**earlier_uv_files(paths.env), **_uv_venv_files(paths)}     # or uv 0.12 did
         theirs = uv_own(paths.env, extra, uvs)
         extra = [p for p in extra if p.relative_to(paths.env).as_posix() not in theirs]
     if not extra:

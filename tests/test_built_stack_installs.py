@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from october.installer.core.hashing import sha256_file
 from october.installer.machine.rules import UV_FLOOR
+from october.installer.pyenv.venv import UV_012_SITE_FILES
 from tests.fixtures.builtcache import entries
 from tests.fixtures.toolinstall import build_tool_wheel, install_tool, uv_env
 from tests.fixtures.world import World, make_world
@@ -80,6 +82,18 @@ def test_an_install_with_another_uv_release_builds_its_own(tool_wheel: Path, tmp
     verified = subprocess.run([str(other / "current"), "verify", "--install", str(tmp_path / "s2")],
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    # the pinned bytes are the real uv 0.12's, and the tool upgraded to a uv that writes neither file (the first
+    # install's) takes them by those bytes: it named both (exit 13) on every stack an earlier version set up
+    assert {f.name: sha256_file(f) for f in site.glob("_virtualenv.*")} == UV_012_SITE_FILES
+    verified = subprocess.run([str(first / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    pth = (site / "_virtualenv.pth").read_bytes()
+    (site / "_virtualenv.pth").write_bytes(pth + b"; import os\n")
+    verified = subprocess.run([str(first / "current"), "verify", "--install", str(tmp_path / "s2")],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert verified.returncode == 13 and "_virtualenv.pth" in verified.stdout + verified.stderr, verified.stderr
+    (site / "_virtualenv.pth").write_bytes(pth)
     marker.write_text(kept)
     # held to their bytes: one changed after setup is named
     (site / "_virtualenv.py").write_text("import os\n")

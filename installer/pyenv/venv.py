@@ -92,6 +92,21 @@ def uv_venv_files(run: Callable[[list[str]], object], python: str) -> dict[str, 
                 if p.is_file() and not p.is_symlink()}
 
 
+# What uv 0.12 writes into each venv's site-packages beside the files RECORDs own, by sha256: the same bytes from
+# uv 0.12.11, 0.12.17 and 0.12.24 (PyPI's wheels, `uv venv --python 3.11`); uv 0.13 writes neither.  A stack set
+# up before the install step recorded them (``venv_files``) and verified by a tool whose uv is 0.13 holds them to these.
+UV_012_SITE_FILES = {
+    "_virtualenv.pth": "69ac3d8f27e679c81b94ab30b3b56e9cd138219b1ba94a1fa3606d5a76a1433d",
+    "_virtualenv.py": "cfb3db86aaa53bb62b5ff764970bec2d71c9228590a0ebec57f6ec926cc0bf1a",
+}
+
+
+def earlier_uv_files(env: Path) -> dict[str, str]:
+    """:data:`UV_012_SITE_FILES` in each of ``env``'s site-packages, as :func:`uv_venv_files` names them."""
+    return {f"{site.relative_to(env).as_posix()}/{name}": digest
+            for site in env.glob("lib/python*/site-packages") for name, digest in UV_012_SITE_FILES.items()}
+
+
 def uv_own(env: Path, files: Sequence[Path], own: Mapping[str, str]) -> dict[str, str]:
     """Of ``files`` in ``env`` (none a RECORD owns), those that are byte for byte what ``uv venv`` writes itself
     (``own``: :func:`uv_venv_files`): relative path -> sha256.  A link or an unreadable file is none of them."""
