@@ -49,6 +49,7 @@ def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world:
     res = setup(world, s2, cache)
     assert built_from(s2) == entry.name and all(s == "ran" for s in statuses(res).values())
     assert "env copied from the built-stack cache entry" in (s2 / "logs" / "env.log").read_text()
+    assert (entry / builtstack.USED).is_file()        # taken now: what prune() reads as its last use
     # no file of the new stack is an inode of the cache or of the first stack
     assert not inodes(s2) & inodes(cache) and not inodes(s2) & inodes(s1)
     # the editable forks point at this stack's checkouts, and RECORD holds for every file
@@ -230,6 +231,64 @@ def test_no_entry_made_by_other_tool_code(world: World, tmp_path: Path, monkeypa
     assert built_from(tmp_path / "s2") is None and len(entries(cache)) == 2
     setup(world, tmp_path / "s3", cache)
     assert built_from(tmp_path / "s3") is not None
+
+
+def _age(entry: Path, days: float) -> None:
+    for stamp in (entry / "manifest.json", entry / builtstack.USED):
+        if stamp.exists():
+            then = time.time() - days * 86400
+            os.utime(stamp, (then, then))
+
+
+def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each upgrade of the tool left an env-sized entry that no later code takes (the key names the code),
+    never removed.  The install step, once it stored an entry, now removes one made by other code that no stack took for a day, and any
+    that none took for 30 days; one taken since, or of other code but taken today, is kept."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+
+    def store(key: str) -> builtstack.Entry:
+        entry = builtstack.store(cache, key * 64, root, root / "env", {}, {})
+        assert entry is not None
+        return entry
+
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "tool_code", lambda: "0" * 64)
+        upgraded_from, other_today = store("a"), store("b")
+    unmarked = store("f")                   # an entry an earlier version made names no code
+    manifest = json.loads((unmarked.path / "manifest.json").read_text())
+    del manifest["code"]
+    os.chmod(unmarked.path / "manifest.json", 0o644)
+    (unmarked.path / "manifest.json").write_text(json.dumps(manifest))
+    idle, taken = store("c"), store("d")
+    for entry, days in ((upgraded_from, 2), (other_today, 0.5), (unmarked, 2), (idle, 31), (taken, 40)):
+        _age(entry.path, days)
+    builtstack.mark_used(builtstack.Entry(taken.path, taken.manifest))
+    assert len(entries(cache)) == 5
+    newest = store("e")
+    gone = builtstack.prune(cache, newest.path)
+    assert entries(cache) == sorted([other_today.path, taken.path, newest.path])
+    assert dict(gone) == {upgraded_from.path: "made by other tool code, not taken for 2 day(s)",
+                          unmarked.path: "made by other tool code, not taken for 2 day(s)",
+                          idle.path: "not taken for 31 day(s)"}
+
+
+def test_a_new_stack_removes_the_entry_an_upgrade_left(world: World, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The install step prunes once it stored its own entry (:func:`builtstack.prune`): the previous code's
+    entry, not taken for two days, is gone, and the log says so."""
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "tool_code", lambda: "0" * 64)
+        setup(world, tmp_path / "s1", cache)
+    (old,) = entries(cache)
+    _age(old, 2)
+    setup(world, tmp_path / "s2", cache)
+    (kept,) = entries(cache)
+    assert kept != old and json.loads((kept / "manifest.json").read_text())["code"] == builtstack.tool_code()
+    assert f"removed the built-stack cache entry {old}" in (tmp_path / "s2" / "logs" / "install.log").read_text()
 
 
 def test_the_key_names_uv_by_its_version_line_and_size_not_its_path(tmp_path: Path,

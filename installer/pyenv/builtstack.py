@@ -24,6 +24,10 @@ environment).  A file of the entry that does not hash as its manifest says, a mi
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
 there were none.  What a restore trusts: the manifest, written once when the entry is made from a
 stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
+
+A stack taking an entry stamps it (``used``); once the install step stored a new entry, :func:`prune`
+removes those no stack is likely to take again (one made by other tool code after a day untaken, any
+after 30 days), so that each upgrade of the tool no longer leaves an env-sized entry behind for good.
 """
 
 from __future__ import annotations
@@ -196,7 +200,7 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
         rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
                 "forks": {name: _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
                           for name, (checkout, rels) in sorted(fork_outputs.items())}}
-        manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "files": rows,
+        manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "code": tool_code(), "files": rows,
                     "facts": templated(dict(facts), root)}
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
         final = base / key
@@ -207,6 +211,41 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     finally:
         if partial.exists():
             discard(partial)
+
+
+OTHER_CODE_IDLE_S = 24 * 3600           # an entry other tool code made (an upgrade's leftover), not taken for a day
+IDLE_S = 30 * 24 * 3600                 # any entry not taken for 30 days
+USED = "used"                           # an entry's stamp: touched each time a stack takes it
+
+
+def mark_used(entry: Entry) -> None:
+    """Stamp the entry as taken now (best effort: a read-only cache keeps its entries as they are)."""
+    with contextlib.suppress(OSError):
+        (entry.path / USED).touch()
+
+
+def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[Path, str]]:
+    """Remove the entries no stack is likely to take again, when a new one (``keep``) was stored: one made by other
+    tool code (an entry is only taken by the code that made it: each upgrade left an env-sized entry behind) not
+    taken for :data:`OTHER_CODE_IDLE_S`, and any not taken for :data:`IDLE_S`.  -> (entry, why) for each removed.
+    A stack copying from one as it goes refuses it (its files vanish) and is built as if there were none."""
+    now = time.time() if now is None else now
+    code = tool_code()
+    gone: list[tuple[Path, str]] = []
+    for path in sorted(built_dir(cache_dir).iterdir()):
+        if path == keep or path.name.startswith(".") or path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+            last = max(os.stat(p).st_mtime for p in (path / MANIFEST, path / USED) if p.exists())
+        except (OSError, ValueError):
+            continue            # not an entry this code can read: left as it is
+        idle_days = (now - last) / 86400
+        other = not isinstance(manifest, dict) or manifest.get("code") != code
+        if (other and now - last > OTHER_CODE_IDLE_S) or now - last > IDLE_S:
+            discard(path)
+            gone.append((path, f"{'made by other tool code, ' if other else ''}not taken for {idle_days:.0f} day(s)"))
+    return gone
 
 
 LEGACY_PARTIAL = re.compile(r"\.partial-[0-9a-f]{32}")

@@ -90,6 +90,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     if problem is not None:
         refuse_entry(ctx, step, entry, problem)
         return None
+    builtstack.mark_used(entry)
     ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
     return result
 
@@ -220,3 +221,6 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
         return
     if entry is not None:
         ctx.runner.note(step, f"# stored in the built-stack cache: {entry.path}")
+        for gone, why in builtstack.prune(ctx.options.cache_dir, entry.path):
+            ctx.ui.detail(f"removed the built-stack cache entry {gone} ({why})")
+            ctx.runner.note(step, f"# removed the built-stack cache entry {gone}: {why}")
