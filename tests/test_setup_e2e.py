@@ -32,7 +32,7 @@ from october.installer.pipeline.plan import run_setup
 from october.installer.recipe import load_recipe
 from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.findlinks_server import serve_find_links
-from tests.fixtures.gitrepos import add_commit
+from tests.fixtures.gitrepos import add_commit, git
 from tests.fixtures.world import World, make_world, snapshot
 
 pytestmark = pytest.mark.slow
@@ -302,6 +302,29 @@ def test_uv_under_the_guard_never_asks_at_the_terminal(world: World, tmp_path: P
 
     env = StackUv(StackPaths(tmp_path / "s"), load_recipe(str(world.recipe)), tmp_path / "cache").env()
     assert env["GIT_TERMINAL_PROMPT"] == "0" and env["GCM_INTERACTIVE"] == "never"
+
+
+def test_an_exported_git_dir_reaches_no_git_of_the_tool(world: World, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell with GIT_DIR (and GIT_WORK_TREE) exported for the user's own project: the new mirror's
+    ``git init`` (GitPython's, with the process's environment) re-initialised that project as bare and the
+    run ended in a traceback (70), or with both set exit 8 blaming the cache dir.  The project is untouched
+    and the stack set up and verified."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git("init", "-q", "-b", "main", cwd=project)
+    config = (project / ".git" / "config").read_text()
+    monkeypatch.setenv("GIT_DIR", str(project / ".git"))
+    from october.installer.git.mirror import open_mirror      # the library alone, without the console script
+
+    open_mirror(tmp_path / "c0", world.alpha_bare.as_uri(), "alpha")
+    assert (project / ".git" / "config").read_text() == config
+    env = dict(os.environ, GIT_WORK_TREE=str(project))
+    done = cli(str(tmp_path / "s"), "--recipe", str(world.recipe), "--cache-dir", str(tmp_path / "c"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (project / ".git" / "config").read_text() == config and git("status", "--short", cwd=project) == ""
+    monkeypatch.delenv("GIT_DIR")
+    assert verify(tmp_path / "s").returncode == 0
 
 
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Everything that *writes* runs as ``git ...`` through :meth:`october.installer.core.runner.Runner.run`, so it
 is logged (``STACK/logs/<step>.log``, secrets masked); read-only look-ups go through GitPython, except the
 clone checks every re-run makes (:mod:`.clonecheck`), which start git directly so a no-op re-run does not
-import GitPython.  The one unlogged write is ``Repo.init(bare=True)`` of an empty mirror.
+import GitPython.  The one unlogged write is ``git init --bare`` of an empty mirror
+(with :func:`git_env`).
 """
 
 from __future__ import annotations

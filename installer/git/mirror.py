@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,17 +129,20 @@ def _create(path: Path, fork: str, *, partial: bool = False) -> None:
     from .sparse import SERVE_CONFIG
 
     new = path.parent / f".{path.name}.new-{os.getpid()}"
+    # git itself, with git_env(): GitPython's Repo.init ran git with the caller's environment, and an exported
+    # GIT_DIR made it re-initialise *that* repository as bare (a user's own project, far from the cache)
+    commands = [["init", "--quiet", "--bare", str(new)],
+                *(["-C", str(new), "config", key, value] for key, value in (SERVE_CONFIG if partial else ()))]
     try:
         shutil.rmtree(new, ignore_errors=True)
-        repo = git.Repo.init(new, bare=True, mkdir=True)
-        if partial:
-            with repo.config_writer() as cw:
-                for key, value in SERVE_CONFIG:
-                    section, _, option = key.partition(".")
-                    cw.set_value(section, option, value)
-        repo.close()
+        for argv in commands:
+            done = subprocess.run(["git", *argv], env=git_env(), capture_output=True, text=True, errors="replace",
+                                  stdin=subprocess.DEVNULL, timeout=60)
+            if done.returncode != 0:
+                raise OSError(f"git {argv[0] if argv[0] != '-C' else argv[2]} exited {done.returncode}: "
+                              f"{(done.stderr or done.stdout).strip()[-300:]}")
         new.rename(path)
-    except (git.GitCommandError, OSError) as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(new, ignore_errors=True)
         raise FetchError(f"fork '{fork}': cannot create the git mirror {path}",
                          expected="a writable cache directory", found=str(exc),
