@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -243,8 +244,10 @@ def _age(entry: Path, days: float) -> None:
 def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each upgrade of the tool left an env-sized entry that no later code takes (the key names the code),
-    never removed.  The install step, once it stored an entry, now removes one made by other code that no stack took for a day, and any
-    that none took for 30 days; one taken since, or of other code but taken today, is kept."""
+    never removed.  The install step, once it stored an entry, now removes one made by other code that no
+    stack took for a week, and any that none took for 30 days; one taken since, or of other code but taken
+    this week, is kept, and so is a folder that is not an entry (a user's, or one whose manifest names
+    another key)."""
     root, cache = tmp_path / "stack", tmp_path / "cache"
     (root / "env").mkdir(parents=True)
     (root / "env" / "a.txt").write_text("x\n")
@@ -256,35 +259,65 @@ def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path
 
     with monkeypatch.context() as m:
         m.setattr(builtstack, "tool_code", lambda: "0" * 64)
-        upgraded_from, other_today = store("a"), store("b")
+        upgraded_from, other_recent, other_taken = store("a"), store("b"), store("7")
+    builtstack.mark_used(other_taken)
     unmarked = store("f")                   # an entry an earlier version made names no code
     manifest = json.loads((unmarked.path / "manifest.json").read_text())
     del manifest["code"]
     os.chmod(unmarked.path / "manifest.json", 0o644)
     (unmarked.path / "manifest.json").write_text(json.dumps(manifest))
     idle, taken = store("c"), store("d")
-    for entry, days in ((upgraded_from, 2), (other_today, 0.5), (unmarked, 2), (idle, 31), (taken, 40)):
-        _age(entry.path, days)
+    notes = builtstack.built_dir(cache) / "my-notes"        # not an entry: a user's folder with a manifest.json
+    notes.mkdir()
+    (notes / "manifest.json").write_text("[]")
+    alias = builtstack.built_dir(cache) / ("9" * 64)        # an entry's manifest under another key's name
+    shutil.copytree(idle.path, alias)
+    for entry, days in ((upgraded_from.path, 8), (other_recent.path, 3), (other_taken.path, 8), (unmarked.path, 8),
+                        (idle.path, 31), (taken.path, 40), (notes, 400), (alias, 400)):
+        _age(entry, days)
     builtstack.mark_used(builtstack.Entry(taken.path, taken.manifest))
-    assert len(entries(cache)) == 5
     newest = store("e")
     gone = builtstack.prune(cache, newest.path)
-    assert entries(cache) == sorted([other_today.path, taken.path, newest.path])
-    assert dict(gone) == {upgraded_from.path: "made by other tool code, not taken for 2 day(s)",
-                          unmarked.path: "made by other tool code, not taken for 2 day(s)",
-                          idle.path: "not taken for 31 day(s)"}
+    assert entries(cache) == sorted([other_recent.path, taken.path, newest.path, notes, alias])
+    assert dict(gone) == {upgraded_from.path: "made by other tool code, stored 8 day(s) ago, no use recorded since",
+                          other_taken.path: "made by other tool code, not taken for 8 day(s)",
+                          unmarked.path: "made by other tool code, stored 8 day(s) ago, no use recorded since",
+                          idle.path: "stored 31 day(s) ago, no use recorded since"}
+    assert not list(builtstack.built_dir(cache).glob(".gone-*"))
+
+
+def test_the_used_stamp_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """Whoever can write an entry's folder could make every stack taking it touch a file of their choosing
+    (``used`` a link), and keep the entry for ever (a link to a file that is always new)."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    entry = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    assert entry is not None
+    target = tmp_path / "elsewhere" / "made-by-touch"
+    target.parent.mkdir()
+    (entry.path / builtstack.USED).symlink_to(target)
+    builtstack.mark_used(entry)
+    assert not target.exists()
+    (entry.path / builtstack.USED).unlink()
+    _age(entry.path, 40)
+    fresh = tmp_path / "fresh"
+    fresh.write_text("")
+    (entry.path / builtstack.USED).symlink_to(fresh)
+    os.utime(entry.path / builtstack.USED, (time.time() - 40 * 86400,) * 2, follow_symlinks=False)
+    assert [p for p, _ in builtstack.prune(cache, tmp_path / "none")] == [entry.path]
 
 
 def test_a_new_stack_removes_the_entry_an_upgrade_left(world: World, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The install step prunes once it stored its own entry (:func:`builtstack.prune`): the previous code's
-    entry, not taken for two days, is gone, and the log says so."""
+    entry, not taken for a week, is gone, and the log says so."""
     cache = tmp_path / "cache"
     with monkeypatch.context() as m:
         m.setattr(builtstack, "tool_code", lambda: "0" * 64)
         setup(world, tmp_path / "s1", cache)
     (old,) = entries(cache)
-    _age(old, 2)
+    _age(old, 8)
     setup(world, tmp_path / "s2", cache)
     (kept,) = entries(cache)
     assert kept != old and json.loads((kept / "manifest.json").read_text())["code"] == builtstack.tool_code()

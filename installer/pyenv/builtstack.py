@@ -213,38 +213,61 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
             discard(partial)
 
 
-OTHER_CODE_IDLE_S = 24 * 3600           # an entry other tool code made (an upgrade's leftover), not taken for a day
+OTHER_CODE_IDLE_S = 7 * 24 * 3600       # an entry other tool code made (an upgrade's leftover), not taken for a week
 IDLE_S = 30 * 24 * 3600                 # any entry not taken for 30 days
 USED = "used"                           # an entry's stamp: touched each time a stack takes it
+KEY = re.compile(r"[0-9a-f]{64}")
+GONE = ".gone-"                         # an entry being removed: renamed out of use first, then deleted
 
 
 def mark_used(entry: Entry) -> None:
-    """Stamp the entry as taken now (best effort: a read-only cache keeps its entries as they are)."""
+    """Stamp the entry as taken now (best effort: a read-only cache keeps its entries as they are).  Never
+    through a link: whoever can write the entry's folder must not make a taker touch a file elsewhere."""
     with contextlib.suppress(OSError):
-        (entry.path / USED).touch()
+        fd = os.open(entry.path / USED, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
 
 
 def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[Path, str]]:
-    """Remove the entries no stack is likely to take again, when a new one (``keep``) was stored: one made by other
-    tool code (an entry is only taken by the code that made it: each upgrade left an env-sized entry behind) not
-    taken for :data:`OTHER_CODE_IDLE_S`, and any not taken for :data:`IDLE_S`.  -> (entry, why) for each removed.
-    A stack copying from one as it goes refuses it (its files vanish) and is built as if there were none."""
+    """Remove the entries no stack is likely to take again, once a new one (``keep``) was stored: one made by
+    other tool code (an entry is only taken by the code that made it: each upgrade left an env-sized entry
+    behind) not taken for :data:`OTHER_CODE_IDLE_S`, and any not taken for :data:`IDLE_S`.  Only a folder
+    named by a key whose manifest is an entry's of that key counts; each is renamed out of use first (a
+    ``.gone-*`` folder, deleted then, or by the next prune when that fails).  -> (entry, why) for each removed.
+    A stack copying from one as it goes finds its files gone and is built as if there were none."""
     now = time.time() if now is None else now
+    base = built_dir(cache_dir)
+    for left in base.glob(f"{GONE}*"):
+        discard(left)
     code = tool_code()
     gone: list[tuple[Path, str]] = []
-    for path in sorted(built_dir(cache_dir).iterdir()):
-        if path == keep or path.name.startswith(".") or path.is_symlink() or not path.is_dir():
+    for path in sorted(base.iterdir()):
+        if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
             continue
-        try:
-            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-            last = max(os.stat(p).st_mtime for p in (path / MANIFEST, path / USED) if p.exists())
-        except (OSError, ValueError):
+        entry = find(cache_dir, path.name)
+        if entry is None:
             continue            # not an entry this code can read: left as it is
-        idle_days = (now - last) / 86400
-        other = not isinstance(manifest, dict) or manifest.get("code") != code
-        if (other and now - last > OTHER_CODE_IDLE_S) or now - last > IDLE_S:
-            discard(path)
-            gone.append((path, f"{'made by other tool code, ' if other else ''}not taken for {idle_days:.0f} day(s)"))
+        try:
+            stamps = [os.lstat(p).st_mtime for p in (path / MANIFEST, path / USED) if os.path.lexists(p)]
+        except OSError:
+            continue
+        last, taken = max(stamps), os.path.lexists(path / USED)
+        other = entry.manifest.get("code") != code
+        if now - last <= (OTHER_CODE_IDLE_S if other else IDLE_S):
+            continue
+        days = f"{(now - last) / 86400:.0f} day(s)"
+        why = ("made by other tool code, " if other else "") + (f"not taken for {days}" if taken
+                                                                  else f"stored {days} ago, no use recorded since")
+        tomb = base / f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}"
+        try:
+            os.rename(path, tomb)
+        except OSError:
+            continue
+        discard(tomb)
+        gone.append((path, why))
     return gone
 
 
