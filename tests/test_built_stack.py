@@ -286,6 +286,53 @@ def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path
     assert not list(builtstack.built_dir(cache).glob(".gone-*"))
 
 
+def test_a_store_keeps_the_entry_a_stack_beside_it_stored_and_a_refusal_removes_only_what_it_read(
+        tmp_path: Path) -> None:
+    """Stacks set up at once with the same key: the second store replaced the first's entry while a third stack
+    copied from it, that stack took the vanished files for tampering and removed whatever entry was there then,
+    the healthy new one (the cache hunt, about one round in five).  Now a store keeps an entry of its key, and
+    a refusal removes the entry only while its manifest is the one the refusing stack read."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    first = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    (root / "env" / "b.txt").write_text("y\n")
+    again = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    assert first is not None and again is not None and again.ino == first.ino
+    assert sorted(again.manifest["files"]["env"]) == ["a.txt"]
+    read = builtstack.find(cache, "a" * 64)
+    assert read is not None and read.ino == first.ino
+    builtstack.discard(first.path)                          # another run: refused it, then stored it again
+    second = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    assert second is not None and second.ino != read.ino
+    assert not builtstack.discard_entry(read) and entries(cache) == [second.path]
+    assert builtstack.discard_entry(builtstack.find(cache, "a" * 64)) and entries(cache) == []
+
+
+def test_a_full_disk_while_copying_an_entry_keeps_the_entry(world: World, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack on a full disk took the shared entry's copy failure for a bad entry and removed it: every later
+    stack on a good disk was built cold.  The disk is filled by a stand-in (the copy raises ENOSPC: a small
+    tmpfs needs a mount this test machine may not allow); the run ends disk full, the entry stays and the
+    next stack takes it."""
+    import errno
+
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+
+    def full(*_args: object, **_kw: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(builtstack, "clone_or_copy", full)
+        with pytest.raises(OSError) as info:
+            setup(world, tmp_path / "s2", cache)
+    assert info.value.errno == errno.ENOSPC and entries(cache) == [entry]
+    setup(world, tmp_path / "s3", cache)
+    assert built_from(tmp_path / "s3") == entry.name
+
+
 def test_the_used_stamp_is_never_written_through_a_link(tmp_path: Path) -> None:
     """Whoever can write an entry's folder could make every stack taking it touch a file of their choosing
     (``used`` a link), and keep the entry for ever (a link to a file that is always new)."""

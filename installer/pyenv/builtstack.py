@@ -74,6 +74,7 @@ class InTheWay(EntryRefused):
 class Entry:
     path: Path
     manifest: Mapping[str, Any]
+    ino: int | None = None          # the manifest file's inode as it was read: which store made this entry
 
     @property
     def facts(self) -> Mapping[str, Any]:
@@ -194,6 +195,11 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
     _sweep_partials(base)
+    there = find(cache_dir, key)
+    if there is not None:
+        # the same inputs, stored by a stack set up beside this one: kept (replacing it removed the files another
+        # stack was copying from it, which then took the entry for a tampered one and removed the new one)
+        return there
     partial = base / f".partial-{_partial_owner()}+{uuid.uuid4().hex}"
     try:
         partial.mkdir()
@@ -207,7 +213,7 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
         if final.exists():
             discard(final)
         os.replace(partial, final)
-        return Entry(final, manifest)
+        return Entry(final, manifest, os.stat(final / MANIFEST).st_ino)
     finally:
         if partial.exists():
             discard(partial)
@@ -321,13 +327,29 @@ def find(cache_dir: Path, key: str) -> Entry | None:
     """The entry stored under ``key`` when there is one with a readable manifest of this format."""
     path = built_dir(cache_dir) / key
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        with open(path / MANIFEST, encoding="utf-8") as fh:
+            ino = os.fstat(fh.fileno()).st_ino
+            manifest = json.loads(fh.read())
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != BUILT_FORMAT or manifest.get("key") != key \
             or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("facts"), dict):
         return None
-    return Entry(path, manifest)
+    return Entry(path, manifest, ino)
+
+
+def discard_entry(entry: Entry) -> bool:
+    """Remove a refused entry when it is still the one that was read (its manifest's inode), renamed out of use
+    first; -> whether it was.  One another run stored in its place since is not this refusal's to remove."""
+    try:
+        if entry.ino is not None and os.stat(entry.path / MANIFEST).st_ino != entry.ino:
+            return False
+        tomb = entry.path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
+        os.rename(entry.path, tomb)
+    except OSError:
+        return False
+    discard(tomb)
+    return True
 
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,

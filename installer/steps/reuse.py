@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import InstallError
+from ..core.errors import DISK_FULL_ERRNOS, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
 from ..install import overwritten
@@ -75,6 +75,8 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     try:
         builtstack.restore_env(entry, ctx.paths.env, root)
     except (builtstack.EntryRefused, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            raise                   # this stack's disk, not the entry: kept for the next stack (exit 19, disk full)
         refuse_entry(ctx, step, entry, str(exc))
         return None
     env = facts.get("env") or {}
@@ -121,9 +123,10 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
     """Say why a built-stack cache entry is not used and remove it (``drop_env``: and its copy in the env)."""
     from ..pyenv import builtstack
 
-    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); removed it, building this stack")
+    removed = builtstack.discard_entry(entry)
+    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); " + (
+        "removed it" if removed else "another run has stored it again since: kept") + ", building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
-    builtstack.discard(entry.path)
     if drop_env:
         shutil.rmtree(ctx.paths.env, ignore_errors=True)
 
@@ -155,6 +158,8 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
         ctx.runner.note(step, f"# built-stack cache entry {entry.path} not used for the forks: {exc}")
         return None, None
     except (builtstack.EntryRefused, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            raise
         refuse_entry(ctx, step, entry, str(exc), drop_env=False)
         return None, None
     ctx.runner.note(step, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
