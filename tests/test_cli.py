@@ -334,6 +334,44 @@ def test_a_no_op_whose_reader_left_is_141_too(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr and run.returncode == 141, run
 
 
+@pytest.mark.parametrize("args", [["october", "recipes"], ["october.installer.october_setup", "--help"]])
+def test_a_closed_stdout_is_no_traceback(args: list[str]) -> None:
+    """The odd-environment hunt: started with stdout closed (``>&-``, Python's ``sys.stdout`` is None), every
+    command did its work, then its last flush raised AttributeError: a traceback and exit 1."""
+    run = subprocess.run(["bash", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", *args],
+                         cwd=PROJECT_ROOT, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert "Traceback" not in run.stderr and run.returncode == 0, run
+
+
+def test_a_setup_whose_progress_reader_left_goes_on_to_the_end(tmp_path: Path) -> None:
+    """The odd-environment hunt: ``october_setup ... 2>&1 | head -2``: the progress on stderr lost its reader, rich
+    raised SystemExit(1) at its next line, and the setup stopped after the preflight (a healthy ``current
+    verify`` said 1 the same way, the exit code of a failed smoke check).  The progress goes quiet, the stack is
+    set up, and the exit code is the work's."""
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run = subprocess.run([sys.executable, "-m", "october.installer.october_setup", str(stack), "--recipe",
+                              str(world.recipe), "--cache-dir", str(cache)], cwd=PROJECT_ROOT,
+                             stdout=subprocess.PIPE, stderr=write, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert run.returncode == 0, run
+    assert [st["status"] for st in json.loads((stack / "receipts" / "setup.json").read_text())["steps"]] == ["ran"] * 5
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
+                             stdout=subprocess.PIPE, stderr=write, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert run.returncode == 0, run
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(tmp_path: Path, as_json: bool) -> None:
     """The review: typer turns a KeyboardInterrupt raised in a command body outside ``guarded`` into a silent

@@ -134,6 +134,8 @@ def flush_stdout(code: int) -> int:
     """The exit code once what is still buffered for stdout is written: a reader that left before the end
     (``current recipes --json | head -c 10``) is :data:`READER_GONE_EXIT` for a command that succeeded and
     nothing printed (not Python's "Exception ignored" and 120)."""
+    if sys.stdout is None:
+        return code             # started with stdout closed (``>&-``): Python set it to None, nothing to flush
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError) as exc:

@@ -9,6 +9,7 @@ output lines of git, ninja, uv and the JIT builder, so the steps need not know.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from typing import Any
@@ -82,6 +83,21 @@ def parse_progress(line: str) -> Progress5 | None:
     return None
 
 
+
+class ProgressConsole(Console):
+    """rich's console for our progress on stderr, whose reader may leave (``2>&1 | head -2``): rich then pointed
+    *stdout* at /dev/null and raised SystemExit(1), so a healthy setup stopped half-way and a healthy verify
+    said 1 (a failed smoke check).  Here the progress goes quiet, stderr to /dev/null, and the work goes on."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass                # a file without a descriptor: quiet is enough
+
 class UvProgress:
     """uv's progress from its output lines: the wheels it downloads (bytes, from the sizes uv announces;
     nothing in between) and the sdists it builds.  One per step: a step's uv commands share the bars."""
@@ -146,7 +162,7 @@ class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
+        self.console = console or ProgressConsole(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False)
         self._status: Any = None
         self._bars: Progress | None = None
         self._tasks: dict[str, Any] = {}
