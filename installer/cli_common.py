@@ -27,6 +27,7 @@ from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; 
     file_option,
     interrupt_message,
     kit_argument,
+    locale_readable,
     print_json,
     print_json_error,
     reader_gone,

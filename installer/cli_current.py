@@ -20,6 +20,7 @@ from .cli_common import (
     file_option,
     guarded,
     json_option,
+    locale_readable,
     new_app,
     print_json,
     quiet_option,
@@ -91,8 +92,9 @@ def doctor(
 def install_option(install: Path) -> Path:
     """``--install STACK`` of a command that reads a stack (verify, smoke): an existing directory; a file
     or nothing there is exit 19, said as such, with the command that makes a stack."""
-    return dir_option("--install", install, must_exist=True,
-                      fix="pass the stack directory that `october_setup STACK --recipe NAME` made to --install")
+    return locale_readable("--install", dir_option(
+        "--install", install, must_exist=True,
+        fix="pass the stack directory that `october_setup STACK --recipe NAME` made to --install"))
 
 
 @command(current_app)

@@ -372,6 +372,19 @@ def test_a_setup_whose_progress_reader_left_goes_on_to_the_end(tmp_path: Path) -
     assert run.returncode == 0, run
 
 
+def test_verify_of_a_stack_whose_path_the_locale_cannot_write_says_so(tmp_path: Path) -> None:
+    """The odd-environment hunt: ``LC_ALL=POSIX PYTHONUTF8=0 current verify --install <non-ASCII path>`` ended in a
+    UnicodeEncodeError traceback (70).  As setup does for STACK: exit 19, the locale named, a fix."""
+    stack = tmp_path / "st\u00e4ck"
+    stack.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_")} | {
+        "LC_ALL": "POSIX", "LANG": "C", "PYTHONUTF8": "0"}
+    run = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack).encode()],
+                         cwd=PROJECT_ROOT, capture_output=True, env=env, timeout=120)
+    err = run.stderr.decode(errors="replace")
+    assert run.returncode == 19 and "Traceback" not in err and "LC_ALL=C.UTF-8" in err, err
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(tmp_path: Path, as_json: bool) -> None:
     """The review: typer turns a KeyboardInterrupt raised in a command body outside ``guarded`` into a silent
