@@ -327,6 +327,21 @@ def test_an_exported_git_dir_reaches_no_git_of_the_tool(world: World, tmp_path: 
     assert verify(tmp_path / "s").returncode == 0
 
 
+def test_a_stack_inside_another_stacks_own_parts_is_refused(world: World, tmp_path: Path) -> None:
+    """The odd-environment hunt: ``october_setup OUTER/env/inner`` was set up, and the outer stack's next env
+    rebuild removed it with the user's files in it, exit 0; one in ``OUTER/src/alpha/`` broke the outer stack
+    (verify 13, its fix naming the inner stack's files as nobody's).  Refused, exit 2, nothing written; a
+    folder of the user's in the outer stack's directory is fine."""
+    outer, cache = tmp_path / "outer", tmp_path / "cache"
+    setup(world, outer, cache)
+    for inner in (outer / "env" / "inner", outer / "src" / "alpha" / "st", outer / "jit"):
+        done = cli(str(inner), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+        assert done.returncode == 2 and f"is inside the stack {outer}" in done.stderr, done.stderr
+        assert not (inner / ".state").exists()
+    assert cli(str(outer / "mine" / "st"), "--recipe", str(world.recipe), "--cache-dir", str(cache)).returncode == 0
+    assert verify(outer).returncode == 0
+
+
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
     full = world.commits["alpha"]
     text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)

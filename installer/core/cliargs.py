@@ -182,8 +182,7 @@ def cache_apart(cache: Path, stack: Path) -> None:
     itself, or a folder of the user's in it, is fine.  -> exit 2 naming the part."""
     from .paths import StackPaths
 
-    paths = StackPaths(stack)
-    owned = (paths.src, paths.env, paths.jit, paths.wheels, paths.receipts, paths.state, paths.logs, paths.uv_cache)
+    owned = StackPaths(stack).parts()
     for part in owned:
         if cache == part or part in cache.parents:
             raise UsageError(f"--cache-dir {cache} is inside the stack's own {part.name}/",

@@ -75,6 +75,10 @@ class StackPaths:
     def marker(self, step: str) -> Path:
         return self.state / f"{step}.json"
 
+    def parts(self) -> tuple[Path, ...]:
+        """The stack's own parts: a step makes, replaces or rewrites each (nothing of another's belongs in them)."""
+        return (self.src, self.env, self.jit, self.wheels, self.receipts, self.state, self.logs, self.uv_cache)
+
     def foreign(self) -> list[str]:
         """The names in ``root`` that keep october_setup from taking it over (sorted): in a directory that is
         no stack, everything but the stack lock, its holder file and an empty ``.state/`` (a run stopped as it

@@ -87,6 +87,16 @@ def check_stack_dir(paths: StackPaths) -> None:
     if root.exists() and not root.is_dir():
         raise FileSystemError(f"the stack path {root} is a file", expected="a new or empty directory, or an existing stack",
                          found="a file", fix="pass a directory path as STACK")
+    here = root.absolute()
+    nested = next(((outer, part) for outer in here.parents for part in StackPaths(outer).parts()
+                   if (part == here or part in here.parents) and StackPaths(outer).is_stack()), None)
+    if nested is not None:
+        outer, part = nested
+        raise UsageError(f"the stack path {root} is inside the stack {outer}, in its own {part.name}/",
+                         expected=f"a STACK outside {', '.join(p.name + '/' for p in StackPaths(outer).parts())} of "
+                                  f"{outer} (october_setup makes and replaces those: a re-run there removes what is in them)",
+                         found=f"STACK {root}, under {part}",
+                         fix=f"choose a directory outside them, e.g. {outer.parent / root.name}; nothing was changed")
     others = paths.foreign()
     if others:
         shown = ", ".join(others[:5])
