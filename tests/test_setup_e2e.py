@@ -342,6 +342,39 @@ def test_a_stack_inside_another_stacks_own_parts_is_refused(world: World, tmp_pa
     assert verify(outer).returncode == 0
 
 
+@pytest.mark.parametrize("plant", ["activate", "activate_this", "lib64"])
+def test_the_venvs_activation_scripts_and_lib64_are_held_to_what_the_env_step_left(world: World, tmp_path: Path,
+                                                                                    plant: str) -> None:
+    """The cache hunt: ``env/bin/activate`` (which a user sources), ``activate_this.py`` and the ``lib64`` link (a
+    site root where sys.platlibdir is lib64) were checked by name only: an edit passed verify (0) and the no-op
+    kept it.  Verify names it (13) and a re-run makes the env again.  A record an earlier version made (pyvenv.cfg
+    and bin/python* only) is not held to the files it never recorded: that stack stays a no-op."""
+    stack, cache = tmp_path / "s", tmp_path / "cache"
+    setup(world, stack, cache)
+    env = stack / "env"
+    marker = stack / ".state" / "env.json"
+    kept = marker.read_text()
+    if plant == "lib64":
+        (tmp_path / "evil").mkdir()
+        (env / "lib64").unlink()
+        (env / "lib64").symlink_to(tmp_path / "evil")
+    else:
+        with open(env / "bin" / f"{plant}{'.py' if plant == 'activate_this' else ''}", "a") as fh:
+            fh.write("\nexport PYTHONPATH=/tmp/evil\n" if plant == "activate" else "\nprint(1)\n")
+    done = verify(stack)
+    assert done.returncode == 13 and plant in done.stdout + done.stderr, done.stdout + done.stderr
+    data = json.loads(kept)
+    scaffold = data["outputs"]["scaffold"]
+    data["outputs"]["scaffold"] = {k: v for k, v in scaffold.items() if k == "pyvenv.cfg" or k.startswith("bin/python")}
+    marker.write_text(json.dumps(data))
+    assert verify(stack).returncode == 0
+    # the env step's own verify holds (steps chained on its result run again: the record was edited, not made)
+    assert {r.name: r.status for r in setup(world, stack, cache).records}["env"] == "cached"
+    marker.write_text(kept)
+    res = setup(world, stack, cache)
+    assert {r.name: r.status for r in res.records}["env"] == "ran" and verify(stack).returncode == 0
+
+
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
     full = world.commits["alpha"]
     text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)

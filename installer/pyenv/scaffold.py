@@ -1,9 +1,10 @@
-"""The venv's own files that decide which interpreter runs the stack and no RECORD owns: ``pyvenv.cfg`` (the
-base interpreter's home, whether the system site packages are seen) and the ``bin/python*`` entries (links
-to the base interpreter).  The env step records them as it leaves them (:func:`record`); its ``verify`` (so
-the no-op re-run) and ``current verify`` compare them (:func:`changed`): an interpreter link pointed
-elsewhere or removed, a planted ``bin/python3.X``, an edited or deleted ``pyvenv.cfg`` is named and the env
-made again, never run.
+"""The venv's own files that no RECORD owns: ``pyvenv.cfg`` (the base interpreter's home, whether the system
+site packages are seen), the ``bin/python*`` entries (links to the base interpreter), the activation scripts
+(``bin/activate*``, ``activate_this.py``: a user sources them) and the top-level ``lib64`` link (a site root
+where ``sys.platlibdir`` is lib64).  The env step records them as it leaves them (:func:`record`); its
+``verify`` (so the no-op re-run) and ``current verify`` compare them (:func:`changed`): an interpreter link
+pointed elsewhere or removed, a planted ``bin/python3.X``, an edited or deleted ``pyvenv.cfg`` or activation
+script, a ``lib64`` pointed elsewhere is named and the env made again, never run.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Mapping
 from ..core.hashing import sha256_file
 
 PYTHON = re.compile(r"python(3(\.\d+)?)?")          # the names `uv venv` gives the interpreter in bin/
+SCRIPTS = re.compile(r"activate(\.\w+)?|activate_this\.py|deactivate\.bat|pydoc\.bat")     # and its other files there
 CONFIG = "pyvenv.cfg"
+TOP = (CONFIG, ".gitignore", "CACHEDIR.TAG", "lib64")
 
 
 def _describe(path: Path) -> str | None:
@@ -30,10 +33,15 @@ def _describe(path: Path) -> str | None:
 
 def _names(env: Path) -> list[str]:
     try:
-        found = sorted(f"bin/{n}" for n in os.listdir(env / "bin") if PYTHON.fullmatch(n))
+        found = sorted(f"bin/{n}" for n in os.listdir(env / "bin") if PYTHON.fullmatch(n) or SCRIPTS.fullmatch(n))
     except OSError:
         found = []
-    return [CONFIG, *found]
+    return [CONFIG, *(t for t in TOP[1:] if os.path.lexists(env / t)), *found]
+
+
+def _first_kind(rel: str) -> bool:
+    """What the env step recorded before session 26: ``pyvenv.cfg`` and the interpreter entries."""
+    return rel == CONFIG or (rel.startswith("bin/") and PYTHON.fullmatch(rel[4:]) is not None)
 
 
 def record(env: Path) -> dict[str, str]:
@@ -45,8 +53,11 @@ def record(env: Path) -> dict[str, str]:
 def changed(env: Path, rec: Mapping[str, str]) -> list[tuple[Path, str, str]]:
     """(path, expected, found) for each recorded entry that differs or is gone, and each one not recorded."""
     now = record(env)
+    # a record an earlier version made names pyvenv.cfg and bin/python* only: the other files are not held to it
+    # (a stack set up then would be made again for files it never recorded); a record of this version names them all
+    held = now if any(not _first_kind(rel) for rel in rec) else {rel: what for rel, what in now.items() if _first_kind(rel)}
     return [(env / rel, rec.get(rel) or "nothing (the env step made no such file)", now.get(rel) or "no such file")
-            for rel in sorted(set(rec) | set(now)) if rec.get(rel) != now.get(rel)]
+            for rel in sorted(set(rec) | set(held)) if rec.get(rel) != now.get(rel)]
 
 
 def clear_unfinished(env: Path) -> bool:
