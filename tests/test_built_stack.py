@@ -155,6 +155,59 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     assert built_from(s2) is None and verify(s2) == 0
 
 
+@pytest.mark.parametrize("plant", ["interpreter link", "facts", "unsigned"])
+def test_a_manifest_rewritten_without_the_key_is_never_taken(world: World, tmp_path: Path, plant: str) -> None:
+    """The cache hunt: whoever could write the cache rewrote an entry's ``bin/python`` link and its manifest row
+    (the next stack's interpreter was their program, setup and verify 0), or its recorded facts (``torch_cuda``
+    of a CPU torch).  The manifest is signed with this user's key, kept outside the cache: a rewritten one, or
+    one signed by no key (an earlier version's), is not taken; the stack is built, and the entry replaced."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    manifest_path = entry / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if plant == "interpreter link":
+        evil = tmp_path / "evil-python"
+        evil.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+        evil.chmod(0o755)
+        os.unlink(entry / "env" / "bin" / "python")
+        os.symlink(evil, entry / "env" / "bin" / "python")
+        manifest["files"]["env"]["bin/python"]["target"] = str(evil)
+    elif plant == "facts":
+        manifest["facts"]["env"]["torch_cuda"] = "12.9"
+    else:
+        del manifest["mac"]
+    os.chmod(manifest_path, 0o644)
+    manifest_path.write_text(json.dumps(manifest))
+    setup(world, s2, cache)
+    assert built_from(s2) is None and os.readlink(s2 / "env" / "bin" / "python") != str(tmp_path / "evil-python")
+    assert json.loads((s2 / ".state" / "env.json").read_text())["outputs"].get("torch_cuda") is None
+    assert verify(s2) == 0
+    (replaced,) = entries(cache)
+    assert builtstack.find(cache, replaced.name) is not None
+    setup(world, tmp_path / "s3", cache)
+    assert built_from(tmp_path / "s3") == replaced.name
+
+
+def test_the_key_is_made_once_private_and_without_it_nothing_is_stored(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from october.installer.core import cachekey
+
+    path = tmp_path / "keys" / "cache.key"
+    key = cachekey.load_key(path)
+    assert key is not None and len(key) == 32 and cachekey.load_key(path) == key
+    assert os.stat(path).st_mode & 0o777 == 0o600 and list(path.parent.iterdir()) == [path]
+    path.write_bytes(b"short")
+    assert cachekey.load_key(path) is None                 # a key file that is not one: nothing signed or taken
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(blocker / "cache.key"))
+    root = tmp_path / "stack"
+    (root / "env").mkdir(parents=True)
+    with pytest.raises(builtstack.EntryRefused, match="OCTOBER_KEY_FILE"):
+        builtstack.store(tmp_path / "cache", "a" * 64, root, root / "env", {}, {})
+
+
 def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) -> None:
     """Another recipe input (a build requirement) is another key: the stack is built, not copied."""
     cache = tmp_path / "cache"
@@ -261,9 +314,9 @@ def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path
         m.setattr(builtstack, "tool_code", lambda: "0" * 64)
         upgraded_from, other_recent, other_taken = store("a"), store("b"), store("7")
     builtstack.mark_used(other_taken)
-    unmarked = store("f")                   # an entry an earlier version made names no code
+    unmarked = store("f")                   # an entry an earlier version made names no code and is not signed
     manifest = json.loads((unmarked.path / "manifest.json").read_text())
-    del manifest["code"]
+    del manifest["code"], manifest["mac"]
     os.chmod(unmarked.path / "manifest.json", 0o644)
     (unmarked.path / "manifest.json").write_text(json.dumps(manifest))
     idle, taken = store("c"), store("d")

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
+from ..core import cachekey
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.hashing import fingerprint, sha256_file
@@ -192,6 +193,10 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
           facts: Mapping[str, Any]) -> Entry | None:
     """Store the env and the forks' build outputs (fork -> (checkout, untracked paths)) under ``key``,
     replacing an entry already there; :class:`EntryRefused` says why a stack cannot be stored."""
+    signing = cachekey.load_key()
+    if signing is None:
+        raise EntryRefused(f"no key to sign it with ({cachekey.key_file()} can be neither read nor made: set "
+                           "$OCTOBER_KEY_FILE to a writable path)")
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
     _sweep_partials(base)
@@ -206,8 +211,9 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
         rows = {"env": _store_tree(env, partial / "env", _walk(env), root),
                 "forks": {name: _store_tree(checkout, partial / "forks" / name, with_parents(rels), root)
                           for name, (checkout, rels) in sorted(fork_outputs.items())}}
-        manifest = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "code": tool_code(), "files": rows,
-                    "facts": templated(dict(facts), root)}
+        manifest: dict[str, Any] = {"format": BUILT_FORMAT, "key": key, "tool": __version__, "code": tool_code(),
+                                    "files": rows, "facts": templated(dict(facts), root)}
+        manifest["mac"] = cachekey.sign(manifest, signing)
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
         final = base / key
         if final.exists():
@@ -253,9 +259,9 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
     for path in sorted(base.iterdir()):
         if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
             continue
-        entry = find(cache_dir, path.name)
-        if entry is None:
-            continue            # not an entry this code can read: left as it is
+        entry = _read_entry(path)
+        if entry is None or ("mac" in entry.manifest and find(cache_dir, path.name) is None):
+            continue            # not an entry this code can read, or another key's (another user's): left as it is
         try:
             stamps = [os.lstat(p).st_mtime for p in (path / MANIFEST, path / USED) if os.path.lexists(p)]
         except OSError:
@@ -324,8 +330,15 @@ def discard(path: Path) -> None:
 
 
 def find(cache_dir: Path, key: str) -> Entry | None:
-    """The entry stored under ``key`` when there is one with a readable manifest of this format."""
-    path = built_dir(cache_dir) / key
+    """The entry stored under ``key`` when there is one with a readable manifest of this format, signed with this
+    user's key (:mod:`october.installer.core.cachekey`): a manifest rewritten by whoever can write the cache, or
+    stored by another user or an earlier version (unsigned), is never taken."""
+    entry = _read_entry(built_dir(cache_dir) / key)
+    return entry if entry is not None and cachekey.signed(entry.manifest, cachekey.load_key()) else None
+
+
+def _read_entry(path: Path) -> Entry | None:
+    key = path.name
     try:
         with open(path / MANIFEST, encoding="utf-8") as fh:
             ino = os.fstat(fh.fileno()).st_ino
