@@ -167,6 +167,11 @@ def test_network_failure_and_missing_repository_are_told_apart_from_damage(tmp_p
     ("fatal: Authentication failed for 'https://h/x.git/'", "network"),
     ("fatal: '/m/github.com/gabime/spdlog.git' does not appear to be a git repository", "not-found"),
     ("something new", "unknown"),
+    # git 2.39's words for a remote (file://) another user owns, which "check the URL and your network" misread
+    ("fatal: detected dubious ownership in repository at '/srv/world/git/gamma.git'\nTo add an exception for this "
+     "directory, call:\n\n\tgit config --global --add safe.directory /srv/world/git/gamma.git\nfatal: Could not read "
+     "from remote repository.\n\nPlease make sure you have the correct access rights\nand the repository exists.",
+     "ownership"),
 ])
 def test_diagnosis_of_git_messages(text: str, cause: str) -> None:
     assert diagnose(text, what="x", url="u").cause == cause

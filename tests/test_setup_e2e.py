@@ -375,6 +375,24 @@ def test_the_venvs_activation_scripts_and_lib64_are_held_to_what_the_env_step_le
     assert {r.name: r.status for r in res.records}["env"] == "ran" and verify(stack).returncode == 0
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_cache_another_user_owns_is_named_as_such(world: World, tmp_path: Path) -> None:
+    """The odd-environment hunt: a shared cache whose mirrors another user made: git refuses them ("dubious
+    ownership") and setup's fix said "check free disk space" (a remote another user owns: "check the URL and
+    your network").  The fix names the folder, its owner and safe.directory, as verify does."""
+    import pwd
+
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    nobody = pwd.getpwnam("nobody")
+    for top, dirs, files in os.walk(cache / "git"):
+        for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+            os.lchown(name, nobody.pw_uid, nobody.pw_gid)
+    done = cli(str(tmp_path / "s2"), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert done.returncode != 0 and "belongs to another user (nobody)" in done.stderr, done.stderr
+    assert "safe.directory" in done.stderr and "free disk space" not in done.stderr, done.stderr
+
+
 def test_prefix_pin_resolved_once_and_recorded_in_full(world: World, tmp_path: Path) -> None:
     full = world.commits["alpha"]
     text = world.forks_toml.read_text().replace(f'main = "{full}"', f'main = {{ prefix = "{full[:9]}", branch = "main" }}', 1)

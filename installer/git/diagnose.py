@@ -70,14 +70,38 @@ _NOT_FOUND = [
 
 @dataclass(frozen=True)
 class Diagnosis:
-    cause: str        # remote-damaged | network | not-found | unknown
+    cause: str        # ownership | remote-damaged | network | not-found | unknown
     found: str        # the line of git's output that decided it
     fix: str
+
+
+_DUBIOUS = re.compile(r"dubious ownership in repository at '([^']+)'")
+
+
+def ownership_fix(output: str) -> str | None:
+    """git's "detected dubious ownership" (a repository another user owns: git reads none as this user) ->
+    what to do, naming the folder and its owner; None for any other output."""
+    m = _DUBIOUS.search(output)
+    if m is None:
+        return None
+    path = m.group(1)
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(Path(path).stat().st_uid).pw_name
+    except (ImportError, KeyError, OSError):
+        owner = "its owner"
+    return (f"{path} belongs to another user ({owner}), and git reads no repository of another user's: run "
+            f"october_setup as {owner} (or with a --cache-dir of your own), or, if you trust that user, "
+            f"`git config --global --add safe.directory '{path}'` and re-run")
 
 
 def diagnose(output: str, *, what: str, url: str) -> Diagnosis:
     """Classify a failed fetch's output; ``what`` names the repository (fork or submodule)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    owned = ownership_fix(output)
+    if owned is not None:
+        return Diagnosis("ownership", next(ln for ln in lines if "dubious ownership" in ln), owned)
     for cause, patterns, fix in (
             ("remote-damaged", _DAMAGED,
              f"the remote {url} was reached but cannot serve a complete copy of {what} "

@@ -25,6 +25,7 @@ from .hidden import Hidden, hidden_entries
 from .repocode import RepoCode
 from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, listed, submodule_heads
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
+from .diagnose import ownership_fix
 from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
 from .recover import (is_incomplete, mark_complete, mark_incomplete, module_dir, remove_stale_locks,
@@ -61,7 +62,7 @@ class _Git:
             raise FetchError(f"fork '{self.fork}': {doing} failed",
                              expected="git to succeed",
                              found=f"exit {exc.returncode}: {' | '.join(last) or 'no output'}",
-                             fix=f"{fix}; full log: {exc.log_path}") from None
+                             fix=f"{ownership_fix(exc.tail) or fix}; full log: {exc.log_path}") from None
 
 
 def is_shallow(repo: Path) -> bool:
