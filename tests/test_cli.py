@@ -385,6 +385,25 @@ def test_verify_of_a_stack_whose_path_the_locale_cannot_write_says_so(tmp_path: 
     assert run.returncode == 19 and "Traceback" not in err and "LC_ALL=C.UTF-8" in err, err
 
 
+@pytest.mark.parametrize("stack", ["./st", "ABS"])
+def test_a_removed_current_directory_is_named_before_anything_runs(tmp_path: Path, stack: str) -> None:
+    """The odd-environment hunt: in a directory removed under the shell, a relative STACK failed with "cannot use
+    a path ... No such file or directory" (no path, no cause) and an absolute one ran preflight to install before
+    uv failed in the lock step.  Exit 19 at once, the cause named, nothing made."""
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    target = "./st" if stack == "./st" else str(tmp_path / "st")
+    run = subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                          sys.executable, "-m", "october.installer.october_setup", target, "--recipe", str(world.recipe),
+                          "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT)))
+    assert run.returncode == 19 and "the current directory no longer exists" in run.stderr, run.stderr
+    assert not (tmp_path / "st").exists() and not (tmp_path / "cache").exists()
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(tmp_path: Path, as_json: bool) -> None:
     """The review: typer turns a KeyboardInterrupt raised in a command body outside ``guarded`` into a silent

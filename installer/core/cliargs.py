@@ -58,6 +58,7 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
     SIGHUP (``plan.Terminated``) 128 + the signal, as a shell reports them; stdout's reader gone (``| head``)
     is 141 and says nothing."""
     try:
+        require_cwd()
         return fn()
     except (OctoberError, OSError) as exc:
         if reader_gone(exc):
@@ -79,6 +80,18 @@ def run_guarded(fn: Callable[[], T], ui: "ConsoleReporter", *, json_command: str
     if json_command:
         print_json_error(json_command, code, title, message)
     raise CommandExit(code) from None
+
+
+def require_cwd() -> None:
+    """The current directory still exists: removed under the shell, a relative path failed with no path named, and
+    an absolute STACK got as far as the lock step, where uv failed ("Current directory does not exist")."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise FileSystemError("the current directory no longer exists",
+                              expected="a current directory that exists (relative paths, git and uv read it)",
+                              found="it was removed after the shell entered it",
+                              fix="cd to an existing directory (e.g. `cd ~`) and re-run; nothing was changed") from None
 
 
 def interrupt_message(exc: KeyboardInterrupt) -> tuple[int, str, str]:
