@@ -8,6 +8,7 @@ step, the real pipeline engine for the re-run.  Faults are planted in the files 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -107,7 +108,7 @@ def test_a_second_stack_reuses_the_shared_cache_without_building(tmp_path, links
         m["uri"] for m in second["modules"]}
 
 
-@pytest.mark.parametrize("tamper", ["library", "entry", "extra-file"])
+@pytest.mark.parametrize("tamper", ["library", "entry", "extra-file", "library-and-record", "unsigned"])
 def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, tamper):
     cache = tmp_path / "cache"
     first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache)).to_json()
@@ -122,6 +123,18 @@ def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, t
     elif tamper == "entry":   # the entry's own record rewritten to match bad bytes: the lib path escapes
         doc = json.loads((entry / "entry.json").read_text())
         doc["lib"] = "../../elsewhere.so"
+        (entry / "entry.json").write_text(json.dumps(doc))
+    elif tamper in ("library-and-record", "unsigned"):
+        # the library and its rows in entry.json rewritten together (the README's limit until entries were signed),
+        # or the signature taken off (what an earlier version's entries are)
+        doc = json.loads((entry / "entry.json").read_text())
+        if tamper == "library-and-record":
+            so = entry / "files" / f"{uri}.so"
+            os.chmod(so, 0o644)
+            so.write_bytes(so.read_bytes()[:-8] + b"tampered")
+            doc["sha256"] = doc["files"][so.name] = hashlib.sha256(so.read_bytes()).hexdigest()
+        else:
+            del doc["mac"]
         (entry / "entry.json").write_text(json.dumps(doc))
     else:
         (entry / "files" / "planted.so").write_bytes(b"x")

@@ -8,8 +8,10 @@ directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
 ``entry.json`` with each file's sha256.  Nothing is restored unless every file
 hashes to what ``entry.json`` says and the library to the recorded sha256; a
 corrupted, changed or half-written entry is removed and the module is built again.
-``entry.json`` lives in the cache beside what it describes: a library edited
-together with its record is not caught (README: what the cache is trusted with).
+``entry.json`` lives in the cache beside what it describes, signed with this user's
+key (:mod:`october.installer.core.cachekey`, kept outside the cache): a library
+edited together with its record, or an entry signed by no key or another's, is
+refused like any other (README: what the cache is trusted with).
 Entries are written to a temporary directory and renamed into place, so a killed
 run never leaves a half entry under its key.
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..core import cachekey
 from ..core.atomic import write_json_atomic
 from ..core.hashing import fingerprint, sha256_file
 from .integrity import module_dir
@@ -93,6 +96,9 @@ class SharedJitCache:
             return f"{ENTRY} unreadable ({type(exc).__name__})", None
         if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
             return f"{ENTRY} is not an entry for key {key[:12]}...", None
+        if not cachekey.signed(entry, cachekey.load_key()):
+            return f"{ENTRY} is not signed with this user's key ({cachekey.key_file()}): rewritten, an earlier " \
+                   "version's or another user's", None
         lib, files = entry.get("lib"), entry.get("files")
         m = _LIB.match(lib) if isinstance(lib, str) else None
         if m is None or m.group("uri") != entry.get("uri") or not isinstance(files, dict):
@@ -118,7 +124,8 @@ class SharedJitCache:
         d = self.entry_dir(key)
         src = module_dir(lib)
         rel = lib.relative_to(workspace).as_posix()
-        if d.is_dir() or src is None or not _LIB.match(rel) or sha256_file(lib) != sha256:
+        signing = cachekey.load_key()
+        if d.is_dir() or src is None or signing is None or not _LIB.match(rel) or sha256_file(lib) != sha256:
             return False
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))
@@ -131,8 +138,9 @@ class SharedJitCache:
                     files[f.name] = sha256_file(tmp / "files" / f.name)
             if files.get(lib.name) != sha256:
                 return False
-            write_json_atomic(tmp / ENTRY, {"format": ENTRY_FORMAT, "key": key, "inputs": dict(inputs), "uri": uri,
-                                            "lib": rel, "sha256": sha256, "files": files})
+            doc: dict[str, Any] = {"format": ENTRY_FORMAT, "key": key, "inputs": dict(inputs), "uri": uri,
+                                   "lib": rel, "sha256": sha256, "files": files}
+            write_json_atomic(tmp / ENTRY, {**doc, "mac": cachekey.sign(doc, signing)})
             try:
                 tmp.rename(d)
             except OSError:             # another stack stored it first
