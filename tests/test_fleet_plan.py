@@ -427,3 +427,35 @@ def test_fleet_numbers_are_usage_errors_before_anything_is_contacted(tmp_path) -
                                str(tmp_path / "stacks" / "{name}")], cwd=PROJECT_ROOT, capture_output=True, text=True,
                               timeout=300)
         assert proc.returncode == 2 and option in proc.stderr, proc.stderr
+
+
+def test_a_node_of_a_shared_cache_runs_its_commands_with_the_drivers_key(tmp_path: Path) -> None:
+    """The cache's entries are signed with a per-user key kept outside the cache: a node whose home holds another
+    key would refuse the seed's JIT entries and build its own (the fleet then names the JIT differences).  The
+    driver's key goes to each node's commands in $OCTOBER_CACHE_KEY, masked in the node's logs."""
+    from october.installer.fleet.node import run_job
+    from october.installer.fleet.plan import NodeJob
+
+    key = bytes(range(32))
+    seen = tmp_path / "seen"
+    stack = tmp_path / "stack"
+    argv = (sys.executable, "-c", "import os, sys; k = os.environ.get('OCTOBER_CACHE_KEY', ''); "
+            f"open({str(seen)!r}, 'w').write(k); print('key', k); sys.exit(3)")
+    job = NodeJob(name="n0", node_id="ab" * 4, host="h", stack=str(stack), kit_dir=str(tmp_path / "kit"),
+                  lock_path=None, setup_argv=argv, smoke_argv=None, smoke_receipt=None, timeout_s=60)
+    rec = run_job(job, None, lambda _ref: b"", cache_key=key)
+    assert seen.read_text() == key.hex() and rec["status"] == "failed"
+    log = Path(f"{stack}.fleet-logs") / "fleet-setup.log"
+    assert key.hex() not in log.read_text() + json.dumps(rec) and "key " in log.read_text()
+    run_job(job, None, lambda _ref: b"")                    # no shared cache: the node's own key
+    assert seen.read_text() == ""
+
+
+def test_the_key_can_be_given_in_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from october.installer.core import cachekey
+
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "unused.key"))
+    monkeypatch.setenv(cachekey.KEY_ENV, "11" * 32)
+    assert cachekey.load_key() == bytes([0x11]) * 32 and not (tmp_path / "unused.key").exists()
+    monkeypatch.setenv(cachekey.KEY_ENV, "not hex")
+    assert cachekey.load_key() is None

@@ -58,7 +58,7 @@ def test_env_secrets_reads_every_token_variable() -> None:
     env = {name: f"value-of-{name.lower()}" for name in SECRET_ENV_VARS}
     assert env_secrets(env) == [env[name] for name in SECRET_ENV_VARS]
     assert set(SECRET_ENV_VARS) == {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "GITHUB_TOKEN",
-                                    "GH_TOKEN"}
+                                    "GH_TOKEN", "OCTOBER_CACHE_KEY"}
 
 
 @pytest.mark.parametrize("name", SECRET_ENV_VARS)

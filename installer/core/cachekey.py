@@ -5,7 +5,8 @@ Whoever can write the cache directory could otherwise rewrite a file and its man
 lives outside the cache (``$OCTOBER_KEY_FILE``, else platformdirs' per-user data dir: ``~/.local/share/october/
 cache.key``), made once (32 random bytes, mode 0600); a manifest is signed with HMAC-SHA256 of its canonical JSON.
 A cache shared by several users or machines keeps each one's entries apart (set ``$OCTOBER_KEY_FILE`` to one
-key file to share them); a user without a writable data dir signs nothing and takes nothing.
+key file to share them; ``fleet`` hands its own key to the nodes of a shared ``--cache-dir`` in
+``$OCTOBER_CACHE_KEY``, a secret the logs mask); a user without a writable data dir signs nothing and takes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 KEY_BYTES = 32
+KEY_ENV = "OCTOBER_CACHE_KEY"      # the key itself (hex), as the fleet hands it to each node of a shared cache
 
 
 def key_file(environ: Mapping[str, str] | None = None) -> Path:
@@ -32,6 +34,13 @@ def key_file(environ: Mapping[str, str] | None = None) -> Path:
 def load_key(path: Path | None = None) -> bytes | None:
     """The key, made on first use (written whole beside it, then linked into place: a run beside this one reads
     all of it or none); None when it can be neither read nor made (nothing is signed or taken then)."""
+    given = os.environ.get(KEY_ENV) if path is None else None
+    if given:
+        try:
+            key = bytes.fromhex(given)
+        except ValueError:
+            return None
+        return key if len(key) == KEY_BYTES else None
     path = key_file() if path is None else path
     try:
         return _read(path)

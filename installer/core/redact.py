@@ -12,7 +12,8 @@ _PARAM_START = re.compile(r"[?&#]")        # what begins a query (or fragment) p
 _SECRET_VALUE_END = re.compile(r"[&#]")    # what ends a secret parameter's value ('?' may be inside it)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}\b")
 _BEARER = re.compile(r"(?i)(authorization:\s*bearer\s+)\S+")
-SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "GITHUB_TOKEN", "GH_TOKEN")
+SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
+                   "OCTOBER_CACHE_KEY")
 # a query parameter whose name holds one of these (any case) carries a credential: its value is masked
 # ("sig" covers "signature").  They cover presigned URLs too: S3's X-Amz-Signature / -Credential /
 # -Security-Token (and -SignedHeaders), GCS's X-Goog-Signature / -Credential, an Azure SAS's sig.

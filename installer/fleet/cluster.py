@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..core.cachekey import load_key
 from ..core.errors import ClusterUnreachable, ToolMissing, UsageError
 from .node import CHUNK, Shipment, ShippedFile, blank_record, run_job
 from .plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
@@ -172,13 +173,13 @@ class _BoardReader:
 
 
 def _remote(ray: Any) -> Any:
-    def node_task(job: NodeJob, shipment: Shipment | None, board: Any) -> dict[str, Any]:
+    def node_task(job: NodeJob, shipment: Shipment | None, board: Any, cache_key: bytes | None) -> dict[str, Any]:
         here = ray.get_runtime_context().get_node_id()
         if here != job.node_id:          # hard affinity makes this impossible; a receipt must not rest on it
             raise RuntimeError(f"the task for {job.name} ran on node {here}, not on {job.node_id}")
         # a report is not waited for: the install never stalls on the driver's progress
         return run_job(job, shipment, fetch=lambda ref: ray.get(ref),
-                       report=lambda phase: board.put.remote(job.name, phase))
+                       report=lambda phase: board.put.remote(job.name, phase), cache_key=cache_key)
     return ray.remote(num_cpus=0, max_retries=0)(node_task)
 
 
@@ -196,6 +197,8 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
 
     task = _remote(ray)
     lost = lost_errors(ray)
+    # the nodes of one shared cache sign and take its entries with this (the driver's) key, wherever their homes are
+    cache_key = load_key() if plan.seed else None
     phases = _BoardReader(ray, progress, lost)
     pending = list(plan.jobs)
     seed = next((j for j in pending if j.setup_argv is not None), None) if plan.seed else None
@@ -210,7 +213,7 @@ def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
                 job = pending.pop(0)
                 strategy = NodeAffinitySchedulingStrategy(node_id=job.node_id, soft=False)
                 ref = task.options(scheduling_strategy=strategy, name=f"october-fleet-{job.name}").remote(
-                    job, shipment, phases.board)
+                    job, shipment, phases.board, cache_key)
                 running[ref] = (job, time.monotonic() + job.timeout_s + GRACE_S)
                 progress.started(job)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..core.atomic import write_bytes_atomic
+from ..core.cachekey import KEY_ENV
 from ..core.errors import CommandFailed, KitError, OctoberError, ReceiptError
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.redact import env_secrets, redact
@@ -105,9 +106,12 @@ def _tail(text: str, n: int = 4) -> str:
 
 
 def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], bytes],
-            python: str = sys.executable, report: Callable[[str], None] = lambda _phase: None) -> dict[str, Any]:
+            python: str = sys.executable, report: Callable[[str], None] = lambda _phase: None,
+            cache_key: bytes | None = None) -> dict[str, Any]:
     """Run the job on this node; return its node record (status, facts, times).  ``report`` hears each
-    phase as it begins (see :mod:`october.installer.fleet.progress`)."""
+    phase as it begins (see :mod:`october.installer.fleet.progress`); ``cache_key``: the driver's key for the
+    cache the nodes share (its entries are signed with it: :mod:`october.installer.core.cachekey`), given to the
+    node's commands in their environment, so that a node whose home holds another key takes the seed's JIT."""
     from ..pipeline.plan import STEP_ORDER
 
     start = time.monotonic()
@@ -118,7 +122,9 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
             with suppress(Exception):       # progress is a courtesy: it never fails a node's install
                 report(phase)
 
-    runner = Runner(Path(f"{job.stack}.fleet-logs"), echo=echo)
+    runner = Runner(Path(f"{job.stack}.fleet-logs"), echo=echo,
+                    secrets=(cache_key.hex(),) if cache_key is not None else ())
+    keyed = {KEY_ENV: cache_key.hex()} if cache_key is not None else None
     rec = blank_record(job, "error", None, host=socket.gethostname())
     try:
         rec["gpu"], rec["arch"] = _gpu(runner)
@@ -135,7 +141,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         if job.setup_argv is None:
             report(RECHECK)
             if job.verify_argv is not None:      # finished before: is the stack still what it was?
-                done = _command(runner, rec, "fleet-verify", "current verify", python, job.verify_argv, job, start)
+                done = _command(runner, rec, "fleet-verify", "current verify", python, job.verify_argv, job, start, keyed)
                 if done is None or done.returncode != 0:
                     if done is not None:
                         rec["detail"] = (f"finished by the previous fleet run, its stack no longer verifies "
@@ -143,7 +149,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
                                          "again (or repair it as `current verify` says)")
                     return _facts(rec, stack)
         else:
-            done = _command(runner, rec, "fleet-setup", "october_setup", python, job.setup_argv, job, start)
+            done = _command(runner, rec, "fleet-setup", "october_setup", python, job.setup_argv, job, start, keyed)
             rec["setup"] = None if done is None else {"exit_code": done.returncode, "seconds": round(done.seconds, 3)}
             if done is None or done.returncode != 0:
                 return _facts(rec, stack)
@@ -156,7 +162,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         smoke_argv = job.smoke_argv or (job.smoke_again_argv if wrong else None)
         if smoke_argv is not None:
             report(SMOKE)
-            done = _command(runner, rec, "fleet-smoke", "current smoke", python, smoke_argv, job, start)
+            done = _command(runner, rec, "fleet-smoke", "current smoke", python, smoke_argv, job, start, keyed)
             if done is None:
                 return rec
             receipt = _read_json(Path(job.smoke_receipt)) if job.smoke_receipt else None
@@ -190,7 +196,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
 
 
 def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, python: str, argv: Sequence[str],
-             job: NodeJob, start: float) -> Completed | None:
+             job: NodeJob, start: float, extra_env: dict[str, str] | None = None) -> Completed | None:
     """Run one of the node's two commands in what is left of its time, through :mod:`.child` (so it dies with
     this task's worker).  None when the time ran out and it was killed (``rec`` says ``timeout``); a non-zero
     exit sets ``rec`` to ``failed`` with the output's last lines."""
@@ -199,7 +205,7 @@ def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, python: 
     if left > 0:
         try:
             done = runner.run([python, "-m", "october.installer.fleet.child", *argv], step=step, check=False,
-                              timeout=left)
+                              timeout=left, extra_env=extra_env)
         except CommandFailed:             # Runner raises this only for a command it killed on timeout
             done = None
     log = runner.log_path(step)
