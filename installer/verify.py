@@ -377,12 +377,13 @@ def _outputs(paths: StackPaths, step: str) -> dict[str, Any]:
 
 def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
     """pyvenv.cfg and the bin/python* links as the env step left them (its marker's record): which interpreter
-    runs the stack is decided there, and no RECORD owns them.  Without a record (older stacks), nothing."""
-    rec = _outputs(paths, "env").get("scaffold")
-    if not isinstance(rec, dict):
-        return []
-    return [Difference("env", str(path), f"{want} (as the env step left it)", found, rerun)
-            for path, want, found in scaffold.changed(paths.env, rec)]
+    runs the stack is decided there, and no RECORD owns them; the activation scripts and lib64 (its ``scripts``
+    record).  Without a record (older stacks), nothing."""
+    outputs = _outputs(paths, "env")
+    rec, scripts = outputs.get("scaffold"), outputs.get("scripts")
+    moved = [*(scaffold.changed(paths.env, rec) if isinstance(rec, dict) else []),
+             *scaffold.scripts_changed(paths.env, scripts if isinstance(scripts, dict) else None)]
+    return [Difference("env", str(path), f"{want} (as the env step left it)", found, rerun) for path, want, found in moved]
 
 
 def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference] = ()) -> list[Difference]:

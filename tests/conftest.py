@@ -1,4 +1,4 @@
-"""Test-wide guards: no test may reach beyond loopback, or touch the user's caches.
+"""Test-wide guards: no test may reach beyond loopback, or touch the user's caches or cache key.
 
 The autouse fixture below makes any in-process socket connection to a non-loopback address
 raise, so a unit test can never reach GitHub, PyPI or the Hugging Face hub by accident
@@ -51,6 +51,9 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.setenv("OCTOBER_CACHE_DIR", str(cache))
     monkeypatch.setenv("OCTOBER_LOCK_DIR", str(tmp_path_factory.mktemp("october-locks")))  # smoke GPU locks
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
+    # the cache's signing key (core/cachekey.py): one for the test session, never the user's own
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path_factory.getbasetemp() / "october-cache.key"))
+    monkeypatch.delenv("OCTOBER_CACHE_KEY", raising=False)
     yield
 
 

@@ -208,6 +208,59 @@ def test_the_key_is_made_once_private_and_without_it_nothing_is_stored(tmp_path:
         builtstack.store(tmp_path / "cache", "a" * 64, root, root / "env", {}, {})
 
 
+def test_two_keys_on_one_cache_keep_their_entries_apart(world: World, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upgrade hunt: two users (two homes, two keys) on one cache each replaced the other's entry under the
+    same key, and no stack was ever copied.  The signing key's id is part of the entry's key."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "a.key"))
+    setup(world, tmp_path / "a1", cache)
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "b.key"))
+    setup(world, tmp_path / "b1", cache)
+    assert built_from(tmp_path / "b1") is None and len(entries(cache)) == 2
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "a.key"))
+    setup(world, tmp_path / "a2", cache)
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "b.key"))
+    setup(world, tmp_path / "b2", cache)
+    assert built_from(tmp_path / "a2") is not None and built_from(tmp_path / "b2") is not None
+    assert built_from(tmp_path / "a2") != built_from(tmp_path / "b2") and len(entries(cache)) == 2
+
+
+@pytest.mark.parametrize("where", ["inside the cache", "relative"])
+def test_a_key_file_anyone_who_writes_the_cache_could_read_is_not_used(world: World, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       where: str) -> None:
+    """The upgrade hunt: with $OCTOBER_KEY_FILE inside the shared cache, whoever could write the cache read the key,
+    re-signed a rewritten entry and the next stack took it (ready, verify 0).  Such a key (or a relative path,
+    another key in each directory) is not used: nothing is stored or taken, and the console says why."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(cache / "team.key") if where == "inside the cache" else "team.key")
+    from october.installer.core import cachekey
+
+    problem = cachekey.key_problem(cache=cache)
+    assert problem is not None and ("is inside the cache" in problem or "relative path" in problem), problem
+    setup(world, tmp_path / "s1", cache)
+    setup(world, tmp_path / "s2", cache)
+    assert not (cache / "built").exists() and built_from(tmp_path / "s2") is None
+    assert problem in (tmp_path / "s1" / "logs" / "install.log").read_text()
+    assert not (cache / "team.key").exists() and not (tmp_path / "team.key").exists()     # none made there either
+
+
+def test_a_fifo_in_place_of_the_used_stamp_is_not_waited_on(tmp_path: Path) -> None:
+    """The review: the stamp was opened for writing without O_NONBLOCK: a FIFO planted there hung the setup."""
+    import threading
+
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    entry = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    assert entry is not None
+    os.mkfifo(entry.path / builtstack.USED)
+    done = threading.Event()
+    threading.Thread(target=lambda: (builtstack.mark_used(entry), done.set()), daemon=True).start()
+    assert done.wait(5)
+
+
 def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) -> None:
     """Another recipe input (a build requirement) is another key: the stack is built, not copied."""
     cache = tmp_path / "cache"
@@ -351,15 +404,17 @@ def test_a_store_keeps_the_entry_a_stack_beside_it_stored_and_a_refusal_removes_
     first = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
     (root / "env" / "b.txt").write_text("y\n")
     again = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
-    assert first is not None and again is not None and again.ino == first.ino
+    assert first is not None and again is not None and again.ident == first.ident
     assert sorted(again.manifest["files"]["env"]) == ["a.txt"]
     read = builtstack.find(cache, "a" * 64)
-    assert read is not None and read.ino == first.ino
+    assert read is not None and read.ident == first.ident
     builtstack.discard(first.path)                          # another run: refused it, then stored it again
     second = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
-    assert second is not None and second.ino != read.ino
-    assert not builtstack.discard_entry(read) and entries(cache) == [second.path]
-    assert builtstack.discard_entry(builtstack.find(cache, "a" * 64)) and entries(cache) == []
+    assert second is not None and second.ident != read.ident
+    assert builtstack.discard_entry(read) == "replaced" and entries(cache) == [second.path]
+    last = builtstack.find(cache, "a" * 64)
+    assert last is not None and builtstack.discard_entry(last) == "removed" and entries(cache) == []
+    assert builtstack.discard_entry(last) == "gone"
 
 
 def test_a_full_disk_while_copying_an_entry_keeps_the_entry(world: World, tmp_path: Path,

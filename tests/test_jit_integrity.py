@@ -112,7 +112,7 @@ def test_a_second_stack_reuses_the_shared_cache_without_building(tmp_path, links
 def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, tamper):
     cache = tmp_path / "cache"
     first = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache)).to_json()
-    entries = sorted(p.parent for p in (cache / "jit").glob("*/*/entry.json"))
+    entries = sorted(p.parent for p in (cache / "jit").glob("k-*/*/*/entry.json"))
     assert len(entries) == 2
     uri = first["modules"][0]["uri"]
     entry = next(e for e in entries if json.loads((e / "entry.json").read_text())["uri"] == uri)
@@ -150,6 +150,48 @@ def test_a_tampered_shared_cache_entry_is_refused_and_rebuilt(tmp_path, links, t
         json.loads((entry / "entry.json").read_text())["key"], tmp_path / "ws").restored is not None
 
 
+def test_two_keys_on_one_cache_keep_their_entries_apart(tmp_path, links, monkeypatch):
+    """The upgrade hunt: two users (two homes, two keys) on one cache: each refused and removed the other's entries
+    as unsigned, and every stack built its modules again.  Each key's entries live apart: never seen by the other."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "a.key"))
+    a1 = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a1", links, cache)).to_json()
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "b.key"))
+    ctx_b = _ctx(tmp_path / "b1", links, cache)
+    b1 = JitStep(builder=STANDIN).run(ctx_b).to_json()
+    assert a1["shared_cache"]["stored"] == 2 and b1["shared_cache"]["stored"] == 2 and b1["shared_cache"]["restored"] == 0
+    assert not ctx_b.runner.log_path("jit").exists() or "refused" not in ctx_b.runner.log_path("jit").read_text()
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "a.key"))
+    monkeypatch.setenv("JIT_STANDIN_FAULT", "crash")        # user a's second stack must build nothing
+    a2 = JitStep(builder=STANDIN).run(_ctx(tmp_path / "a2", links, cache)).to_json()
+    assert [m["source"] for m in a2["modules"]] == ["shared-cache", "shared-cache"]
+    assert len(list((cache / "jit").glob("k-*/*/*/entry.json"))) == 4
+
+
+def test_a_file_swapped_after_the_entry_was_checked_never_reaches_the_stack(tmp_path, links, monkeypatch):
+    """The review: restore hashed every file of the entry, then copied them and hashed only the library again: a
+    file swapped in between (a build.ninja, an object; or made a link) reached the stack's jit/.  Each copy is
+    hashed against entry.json.  The swap is planted right after the check (a writer racing the restore)."""
+    cache = tmp_path / "cache"
+    JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    (entry,) = [e.parent for e in (cache / "jit").glob("k-*/*/*/entry.json")][:1]
+    doc = json.loads((entry / "entry.json").read_text())
+    other = next(n for n in doc["files"] if not n.endswith(".so"))
+    real_check = SharedJitCache._check
+
+    def check_then_swap(self, key, d, signing):
+        found = real_check(self, key, d, signing)
+        target = d / "files" / other
+        os.chmod(target, 0o644)
+        target.write_text("rule cc\n  command = touch /tmp/pwned\n")
+        return found
+
+    monkeypatch.setattr(SharedJitCache, "_check", check_then_swap)
+    got = SharedJitCache(cache / "jit").restore(doc["key"], tmp_path / "ws")
+    assert got.restored is None and "changed while it was copied" in (got.refused or "")
+    assert not any("pwned" in p.read_text(errors="replace") for p in (tmp_path / "ws").rglob("*") if p.is_file())
+
+
 def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     """Another torch build (or commit, nvcc, arch) is another key: the second stack compiles."""
     cache = tmp_path / "cache"
@@ -158,7 +200,7 @@ def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     ctx2.done["env"] = sf.record(sf.env_torch("2.11.0+cu129", "12.9"))
     out = JitStep(builder=STANDIN).run(ctx2).to_json()
     assert [m["source"] for m in out["modules"]] == ["built", "built"]
-    assert len(list((cache / "jit").glob("*/*/entry.json"))) == 4
+    assert len(list((cache / "jit").glob("k-*/*/*/entry.json"))) == 4
     shutil.rmtree(tmp_path / "a")
 
 

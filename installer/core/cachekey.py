@@ -4,8 +4,8 @@ Whoever can write the cache directory could otherwise rewrite a file and its man
 ``bin/python`` link pointed at their program, the recorded facts), and every later stack would take it.  The key
 lives outside the cache (``$OCTOBER_KEY_FILE``, else platformdirs' per-user data dir: ``~/.local/share/october/
 cache.key``), made once (32 random bytes, mode 0600); a manifest is signed with HMAC-SHA256 of its canonical JSON.
-A cache shared by several users or machines keeps each one's entries apart (set ``$OCTOBER_KEY_FILE`` to one
-key file to share them; ``fleet`` hands its own key to the nodes of a shared ``--cache-dir`` in
+A cache shared by several users or machines keeps each one's entries apart (:func:`key_id` is part of an entry's
+key or path; set ``$OCTOBER_KEY_FILE`` to one key file to share them; ``fleet`` hands its own key to the nodes of a shared ``--cache-dir`` in
 ``$OCTOBER_CACHE_KEY``, a secret the logs mask); a user without a writable data dir signs nothing and takes nothing.
 """
 
@@ -31,23 +31,39 @@ def key_file(environ: Mapping[str, str] | None = None) -> Path:
     return Path(value).expanduser() if value else user_data_path("october") / "cache.key"
 
 
-def load_key(path: Path | None = None) -> bytes | None:
+def load_key(path: Path | None = None, *, cache: Path | None = None) -> bytes | None:
     """The key, made on first use (written whole beside it, then linked into place: a run beside this one reads
-    all of it or none); None when it can be neither read nor made (nothing is signed or taken then)."""
+    all of it or none); None when it can be neither read nor made, or (``cache``: the cache it signs for) its file
+    lies inside that cache, where whoever can write the cache could read it and sign (nothing is signed or taken
+    then: :func:`key_problem` says why)."""
+    return _load(path, cache)[0]
+
+
+def key_problem(path: Path | None = None, *, cache: Path | None = None) -> str | None:
+    """Why there is no key (for a message: what was expected, what was found), or None."""
+    return _load(path, cache)[1]
+
+
+def _load(path: Path | None, cache: Path | None) -> tuple[bytes | None, str | None]:
     given = os.environ.get(KEY_ENV) if path is None else None
     if given:
         try:
             key = bytes.fromhex(given)
         except ValueError:
-            return None
-        return key if len(key) == KEY_BYTES else None
+            key = b""
+        return (key, None) if len(key) == KEY_BYTES else (None, f"${KEY_ENV} is not {KEY_BYTES} bytes in hex")
     path = key_file() if path is None else path
+    if not path.is_absolute():
+        return None, f"$OCTOBER_KEY_FILE {path} is a relative path (each directory would have its own key): make it absolute"
+    if cache is not None and path.resolve().is_relative_to(cache.resolve()):
+        return None, (f"the key file {path} is inside the cache {cache}: whoever can write the cache could read it "
+                      "and sign entries; keep it outside ($OCTOBER_KEY_FILE)")
     try:
         return _read(path)
     except FileNotFoundError:
         pass
-    except OSError:
-        return None
+    except OSError as exc:
+        return None, f"the key file {path} cannot be read ({exc.strerror or exc}): set $OCTOBER_KEY_FILE to one you can"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         new = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -63,17 +79,23 @@ def load_key(path: Path | None = None) -> bytes | None:
         finally:
             os.unlink(new)
         return _read(path)
-    except OSError:
-        return None
+    except OSError as exc:
+        return None, (f"the key file {path} cannot be made ({exc.strerror or exc}): set $OCTOBER_KEY_FILE to a path "
+                      "you can write, outside the cache")
 
 
-def _read(path: Path) -> bytes | None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        data = os.read(fd, KEY_BYTES + 1)
-    finally:
-        os.close(fd)
-    return data if len(data) == KEY_BYTES else None
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    with open(path, "rb") as fh:            # a link is followed: one key file shared by a dotfile manager's link
+        data = fh.read(KEY_BYTES + 1)
+    if len(data) != KEY_BYTES:
+        return None, f"the key file {path} holds {len(data)} byte(s), not {KEY_BYTES}: remove it (a new one is made)"
+    return data, None
+
+
+def key_id(key: bytes) -> str:
+    """A name for the key that tells nothing of it: what keeps each key's cache entries apart (another user's are
+    never seen, so never taken, replaced or removed)."""
+    return hashlib.sha256(b"october cache key id\0" + key).hexdigest()[:16]
 
 
 def sign(doc: Mapping[str, Any], key: bytes) -> str:

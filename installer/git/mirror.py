@@ -131,7 +131,7 @@ def _create(path: Path, fork: str, *, partial: bool = False) -> None:
     new = path.parent / f".{path.name}.new-{os.getpid()}"
     # git itself, with git_env(): GitPython's Repo.init ran git with the caller's environment, and an exported
     # GIT_DIR made it re-initialise *that* repository as bare (a user's own project, far from the cache)
-    commands = [["init", "--quiet", "--bare", str(new)],
+    commands = [["init", "--bare", "--quiet", str(new)],
                 *(["-C", str(new), "config", key, value] for key, value in (SERVE_CONFIG if partial else ()))]
     try:
         shutil.rmtree(new, ignore_errors=True)

@@ -3,15 +3,15 @@
 Content-addressed: an entry's key is the sha256 of everything the module's bytes
 depend on (the FlashInfer commit, the nvcc version, the arch list, the torch
 build, the builder and the module request, which fixes FlashInfer's module URI).
-An entry (``<cache_dir>/jit/<key[:2]>/<key>/``) holds the module's whole build
+An entry (``<cache_dir>/jit/k-<signing key id>/<key[:2]>/<key>/``) holds the module's whole build
 directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
 ``entry.json`` with each file's sha256.  Nothing is restored unless every file
 hashes to what ``entry.json`` says and the library to the recorded sha256; a
 corrupted, changed or half-written entry is removed and the module is built again.
 ``entry.json`` lives in the cache beside what it describes, signed with this user's
-key (:mod:`october.installer.core.cachekey`, kept outside the cache): a library
-edited together with its record, or an entry signed by no key or another's, is
-refused like any other (README: what the cache is trusted with).
+key (:mod:`october.installer.core.cachekey`, kept outside the cache), under that
+key's id: a library edited together with its record is refused like any other
+(README: what the cache is trusted with), and another key's entries are never seen.
 Entries are written to a temporary directory and renamed into place, so a killed
 run never leaves a half entry under its key.
 """
@@ -59,17 +59,22 @@ class SharedJitCache:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def entry_dir(self, key: str) -> Path:
-        return self.root / key[:2] / key
+    def entry_dir(self, key: str, signing: bytes) -> Path:
+        """Under the signing key's id (:func:`october.installer.core.cachekey.key_id`): another user's entries are
+        never seen here, so never taken, refused or replaced."""
+        return self.root / f"k-{cachekey.key_id(signing)}" / key[:2] / key
 
     # ------------------------------------------------------------------ read
 
     def restore(self, key: str, workspace: Path) -> Lookup:
         """Copy the entry's module directory into ``workspace`` if it verifies; otherwise remove the entry."""
-        d = self.entry_dir(key)
+        signing = cachekey.load_key(cache=self.root.parent)
+        if signing is None:
+            return Lookup(None, refused=f"the shared JIT cache is not used: {cachekey.key_problem(cache=self.root.parent)}")
+        d = self.entry_dir(key, signing)
         if not d.is_dir():
             return Lookup(None)
-        problem, entry = self._check(key, d)
+        problem, entry = self._check(key, d, signing)
         if problem is not None or entry is None:
             shutil.rmtree(d, ignore_errors=True)
             return Lookup(None, refused=f"shared JIT cache entry {d} refused and removed: {problem}")
@@ -78,8 +83,12 @@ class SharedJitCache:
         workspace.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".restore-", dir=workspace))
         try:
-            for name in entry["files"]:
-                shutil.copy2(d / "files" / name, tmp / name)
+            for name, want in entry["files"].items():
+                shutil.copy2(d / "files" / name, tmp / name, follow_symlinks=False)
+                copied = tmp / name
+                # each copy hashed again: a file swapped (or made a link) after _check read it never reaches the stack
+                if copied.is_symlink() or not copied.is_file() or sha256_file(copied) != want:
+                    return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied ({name})")
             if sha256_file(tmp / lib.name) != entry["sha256"]:     # changed while we copied
                 return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied")
             shutil.rmtree(target, ignore_errors=True)
@@ -89,16 +98,15 @@ class SharedJitCache:
             shutil.rmtree(tmp, ignore_errors=True)
         return Lookup(Restored(uri=entry["uri"], lib=entry["lib"], sha256=entry["sha256"]))
 
-    def _check(self, key: str, d: Path) -> tuple[str | None, dict[str, Any] | None]:
+    def _check(self, key: str, d: Path, signing: bytes) -> tuple[str | None, dict[str, Any] | None]:
         try:
             entry = json.loads((d / ENTRY).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             return f"{ENTRY} unreadable ({type(exc).__name__})", None
         if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
             return f"{ENTRY} is not an entry for key {key[:12]}...", None
-        if not cachekey.signed(entry, cachekey.load_key()):
-            return f"{ENTRY} is not signed with this user's key ({cachekey.key_file()}): rewritten, an earlier " \
-                   "version's or another user's", None
+        if not cachekey.signed(entry, signing):
+            return f"{ENTRY} is not signed with the key its folder names: rewritten", None
         lib, files = entry.get("lib"), entry.get("files")
         m = _LIB.match(lib) if isinstance(lib, str) else None
         if m is None or m.group("uri") != entry.get("uri") or not isinstance(files, dict):
@@ -121,11 +129,13 @@ class SharedJitCache:
 
     def store(self, key: str, inputs: Mapping[str, Any], workspace: Path, uri: str, lib: Path, sha256: str) -> bool:
         """Add the module built at ``lib`` (inside ``workspace``) under ``key``; False when not storable."""
-        d = self.entry_dir(key)
+        signing = cachekey.load_key(cache=self.root.parent)
+        if signing is None:
+            return False
+        d = self.entry_dir(key, signing)
         src = module_dir(lib)
         rel = lib.relative_to(workspace).as_posix()
-        signing = cachekey.load_key()
-        if d.is_dir() or src is None or signing is None or not _LIB.match(rel) or sha256_file(lib) != sha256:
+        if d.is_dir() or src is None or not _LIB.match(rel) or sha256_file(lib) != sha256:
             return False
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))

@@ -26,7 +26,7 @@ there were none.  What a restore trusts: the manifest, written once when the ent
 stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
 
 A stack taking an entry stamps it (``used``); once the install step stored a new entry, :func:`prune`
-removes those no stack is likely to take again (one made by other tool code after a day untaken, any
+removes those no stack is likely to take again (one made by other tool code after a week untaken, any
 after 30 days), so that each upgrade of the tool no longer leaves an env-sized entry behind for good.
 """
 
@@ -75,7 +75,7 @@ class InTheWay(EntryRefused):
 class Entry:
     path: Path
     manifest: Mapping[str, Any]
-    ino: int | None = None          # the manifest file's inode as it was read: which store made this entry
+    ident: tuple[int, int] | None = None    # the manifest file's (inode, ctime) as read: which store made this entry
 
     @property
     def facts(self) -> Mapping[str, Any]:
@@ -193,10 +193,9 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
           facts: Mapping[str, Any]) -> Entry | None:
     """Store the env and the forks' build outputs (fork -> (checkout, untracked paths)) under ``key``,
     replacing an entry already there; :class:`EntryRefused` says why a stack cannot be stored."""
-    signing = cachekey.load_key()
+    signing = cachekey.load_key(cache=cache_dir)
     if signing is None:
-        raise EntryRefused(f"no key to sign it with ({cachekey.key_file()} can be neither read nor made: set "
-                           "$OCTOBER_KEY_FILE to a writable path)")
+        raise EntryRefused(f"no key to sign it with: {cachekey.key_problem(cache=cache_dir)}")
     base = built_dir(cache_dir)
     base.mkdir(parents=True, exist_ok=True)
     _sweep_partials(base)
@@ -216,10 +215,13 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
         manifest["mac"] = cachekey.sign(manifest, signing)
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
         final = base / key
-        if final.exists():
+        there = find(cache_dir, key)
+        if there is not None:       # stored by a stack beside this one while this copy was made: theirs is kept
+            return there
+        if final.exists():          # not an entry of this key's signer (the key names it): a tampered one
             discard(final)
         os.replace(partial, final)
-        return Entry(final, manifest, os.stat(final / MANIFEST).st_ino)
+        return Entry(final, manifest, _ident(os.stat(final / MANIFEST)))
     finally:
         if partial.exists():
             discard(partial)
@@ -236,9 +238,10 @@ def mark_used(entry: Entry) -> None:
     """Stamp the entry as taken now (best effort: a read-only cache keeps its entries as they are).  Never
     through a link: whoever can write the entry's folder must not make a taker touch a file elsewhere."""
     with contextlib.suppress(OSError):
-        fd = os.open(entry.path / USED, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(entry.path / USED, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
         try:
-            os.utime(fd)
+            if stat.S_ISREG(os.fstat(fd).st_mode):      # a FIFO planted there is neither waited on nor stamped
+                os.utime(fd)
         finally:
             os.close(fd)
 
@@ -334,35 +337,43 @@ def find(cache_dir: Path, key: str) -> Entry | None:
     user's key (:mod:`october.installer.core.cachekey`): a manifest rewritten by whoever can write the cache, or
     stored by another user or an earlier version (unsigned), is never taken."""
     entry = _read_entry(built_dir(cache_dir) / key)
-    return entry if entry is not None and cachekey.signed(entry.manifest, cachekey.load_key()) else None
+    return entry if entry is not None and cachekey.signed(entry.manifest, cachekey.load_key(cache=cache_dir)) else None
 
 
 def _read_entry(path: Path) -> Entry | None:
     key = path.name
     try:
         with open(path / MANIFEST, encoding="utf-8") as fh:
-            ino = os.fstat(fh.fileno()).st_ino
+            ident = _ident(os.fstat(fh.fileno()))
             manifest = json.loads(fh.read())
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != BUILT_FORMAT or manifest.get("key") != key \
             or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("facts"), dict):
         return None
-    return Entry(path, manifest, ino)
+    return Entry(path, manifest, ident)
 
 
-def discard_entry(entry: Entry) -> bool:
-    """Remove a refused entry when it is still the one that was read (its manifest's inode), renamed out of use
-    first; -> whether it was.  One another run stored in its place since is not this refusal's to remove."""
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    """A file's identity: its inode, which a file made after it was removed may get again, with its ctime."""
+    return st.st_ino, st.st_ctime_ns
+
+
+def discard_entry(entry: Entry) -> str:
+    """Remove a refused entry when it is still the one that was read (its manifest's identity), renamed out of use
+    first.  -> ``removed``; ``replaced`` (another run stored one in its place since: not this refusal's to
+    remove); ``gone`` (removed meanwhile, by a prune or another refusal)."""
     try:
-        if entry.ino is not None and os.stat(entry.path / MANIFEST).st_ino != entry.ino:
-            return False
+        if entry.ident is not None and _ident(os.stat(entry.path / MANIFEST)) != entry.ident:
+            return "replaced"
         tomb = entry.path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
         os.rename(entry.path, tomb)
+    except FileNotFoundError:
+        return "gone"
     except OSError:
-        return False
+        return "replaced"
     discard(tomb)
-    return True
+    return "removed"
 
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
@@ -478,10 +489,11 @@ def restore_env(entry: Entry, env: Path, root: Path) -> None:
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
             forks: Mapping[str, Mapping[str, Any]], uv_line: str,
-            system_torch: Mapping[str, Any] | None = None) -> str:
+            system_torch: Mapping[str, Any] | None = None, signer: str | None = None) -> str:
     """The key of a stack at ``root``: the env and install steps' inputs (the recipe's ``wheel_sha256`` pin
     standing for the wheel's hash: the wheel step runs after env), each fork's ``{commit, submodules, sparse}``,
-    uv (:func:`uv_identity`), this tool's code and a site-provided torch's identity."""
+    uv (:func:`uv_identity`), this tool's code, a site-provided torch's identity and the signing key's id
+    (``signer``: :func:`october.installer.core.cachekey.key_id`)."""
     install = dict(install_inputs)
     install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
@@ -495,6 +507,7 @@ def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], w
     }
     if system_torch is not None:
         parts["system_torch"] = system_torch_identity(system_torch)
+    parts["signer"] = signer        # the signing key's id: each key's entries apart, another's never replaced or taken
     return fingerprint({"format": BUILT_FORMAT, "tool": __version__, **parts})
 
 

@@ -1,8 +1,9 @@
 """The venv's own files that no RECORD owns: ``pyvenv.cfg`` (the base interpreter's home, whether the system
 site packages are seen), the ``bin/python*`` entries (links to the base interpreter), the activation scripts
 (``bin/activate*``, ``activate_this.py``: a user sources them) and the top-level ``lib64`` link (a site root
-where ``sys.platlibdir`` is lib64).  The env step records them as it leaves them (:func:`record`); its
-``verify`` (so the no-op re-run) and ``current verify`` compare them (:func:`changed`): an interpreter link
+where ``sys.platlibdir`` is lib64).  The env step records them as it leaves them (:func:`record`, and
+:func:`scripts` in a record of its own that an earlier version never reads); its ``verify`` (so the no-op
+re-run) and ``current verify`` compare them (:func:`changed`, :func:`scripts_changed`): an interpreter link
 pointed elsewhere or removed, a planted ``bin/python3.X``, an edited or deleted ``pyvenv.cfg`` or activation
 script, a ``lib64`` pointed elsewhere is named and the env made again, never run.
 """
@@ -31,33 +32,36 @@ def _describe(path: Path) -> str | None:
     return "not a file" if os.path.lexists(path) else None
 
 
-def _names(env: Path) -> list[str]:
+def _names(env: Path, kind: re.Pattern[str]) -> list[str]:
     try:
-        found = sorted(f"bin/{n}" for n in os.listdir(env / "bin") if PYTHON.fullmatch(n) or SCRIPTS.fullmatch(n))
+        return sorted(f"bin/{n}" for n in os.listdir(env / "bin") if kind.fullmatch(n))
     except OSError:
-        found = []
-    return [CONFIG, *(t for t in TOP[1:] if os.path.lexists(env / t)), *found]
-
-
-def _first_kind(rel: str) -> bool:
-    """What the env step recorded before session 26: ``pyvenv.cfg`` and the interpreter entries."""
-    return rel == CONFIG or (rel.startswith("bin/") and PYTHON.fullmatch(rel[4:]) is not None)
+        return []
 
 
 def record(env: Path) -> dict[str, str]:
     """``pyvenv.cfg`` and each ``bin/python*`` of ``env``, relative path -> what it is (a link's target, a
     file's sha256)."""
-    return {rel: what for rel in _names(env) if (what := _describe(env / rel)) is not None}
+    return {rel: what for rel in [CONFIG, *_names(env, PYTHON)] if (what := _describe(env / rel)) is not None}
 
 
-def changed(env: Path, rec: Mapping[str, str]) -> list[tuple[Path, str, str]]:
-    """(path, expected, found) for each recorded entry that differs or is gone, and each one not recorded."""
-    now = record(env)
-    # a record an earlier version made names pyvenv.cfg and bin/python* only: the other files are not held to it
-    # (a stack set up then would be made again for files it never recorded); a record of this version names them all
-    held = now if any(not _first_kind(rel) for rel in rec) else {rel: what for rel, what in now.items() if _first_kind(rel)}
+def scripts(env: Path) -> dict[str, str]:
+    """The activation scripts in ``bin/`` and the top-level ``lib64``, ``.gitignore``, ``CACHEDIR.TAG``: a record of
+    its own (``EnvResult.scripts``), beside :func:`record`'s, which an earlier version reads as it always did."""
+    return {rel: what for rel in [*TOP[1:], *_names(env, SCRIPTS)] if (what := _describe(env / rel)) is not None}
+
+
+def changed(env: Path, rec: Mapping[str, str], now: Mapping[str, str] | None = None) -> list[tuple[Path, str, str]]:
+    """(path, expected, found) for each recorded entry that differs or is gone, and each one not recorded
+    (``now``: :func:`scripts` for that record; else :func:`record`)."""
+    now = record(env) if now is None else now
     return [(env / rel, rec.get(rel) or "nothing (the env step made no such file)", now.get(rel) or "no such file")
-            for rel in sorted(set(rec) | set(held)) if rec.get(rel) != now.get(rel)]
+            for rel in sorted(set(rec) | set(now)) if rec.get(rel) != now.get(rel)]
+
+
+def scripts_changed(env: Path, rec: Mapping[str, str] | None) -> list[tuple[Path, str, str]]:
+    """:func:`changed` for the :func:`scripts` record; none for a record that has none (an earlier version's)."""
+    return [] if rec is None else changed(env, rec, scripts(env))
 
 
 def clear_unfinished(env: Path) -> bool:

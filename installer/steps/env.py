@@ -80,7 +80,7 @@ class EnvStep:
                            expected=f"a folder of wheels (a relative path is taken from {ctx.recipe.path.parent})",
                            found=f"no such folder, and `{' '.join(exc.argv[:3])} ...` failed (full log: {exc.log_path})",
                            fix=f"make {gone[0]} the folder of wheels, or fix find_links in {ctx.recipe.path}") from None
-        return dataclasses.replace(made, scaffold=scaffold.record(ctx.paths.env))
+        return dataclasses.replace(made, scaffold=scaffold.record(ctx.paths.env), scripts=scaffold.scripts(ctx.paths.env))
 
     def _make(self, ctx: StepContext) -> EnvResult:
         r = ctx.recipe
@@ -129,6 +129,7 @@ class EnvStep:
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
         moved = scaffold.changed(ctx.paths.env, result.scaffold) if result.scaffold is not None else []
+        moved += scaffold.scripts_changed(ctx.paths.env, result.scripts)
         if moved:
             return "; ".join(f"{p}: expected {want}, found {got}" for p, want, got in moved)
         if ctx.recipe.torch.from_system:

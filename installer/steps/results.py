@@ -175,13 +175,15 @@ class EnvResult(Record):
     system_torch: Mapping[str, JSON] | None = None
     built_from: str | None = None       # the built-stack cache entry the env was copied from (its key)
     scaffold: Mapping[str, str] | None = None   # pyvenv.cfg and bin/python* as left (pyenv/scaffold.py)
+    scripts: Mapping[str, str] | None = None    # the activation scripts and lib64 as left (scaffold.scripts)
 
     def chain_json(self) -> JSON:
-        """All of it but activate's sha256 and the scaffold record: activate is made from ``env`` (chained),
+        """All of it but activate's sha256 and the scaffold records: activate is made from ``env`` (chained),
         and a record older than either keeps the chain the later steps' markers were made on."""
         out = self.to_json()
         out["stack_env"] = {k: v for k, v in out["stack_env"].items() if k != "activate_sha256"}
         out.pop("scaffold", None)
+        out.pop("scripts", None)
         return out
 
     def to_json(self) -> dict[str, JSON]:
@@ -194,6 +196,8 @@ class EnvResult(Record):
             del out["built_from"]
         if self.scaffold is None:
             del out["scaffold"]
+        if self.scripts is None:
+            del out["scripts"]
         return out
 
 

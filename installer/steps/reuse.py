@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import cachekey
 from ..core.errors import DISK_FULL_ERRNOS, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
@@ -40,6 +41,9 @@ def stack_key(ctx: StepContext, step: str) -> str | None:
         return None
     if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
         return None
+    signing = cachekey.load_key(cache=o.cache_dir)
+    if signing is None:             # nothing can be signed or taken (store_built_stack says why)
+        return None
     facts = None
     if r.torch.from_system:
         pre = ctx.result(PreflightResult)
@@ -51,7 +55,7 @@ def stack_key(ctx: StepContext, step: str) -> str | None:
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
         forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
                for name, rec in fetch.forks.items()},
-        uv_line=uv_line(ctx, step), system_torch=facts)
+        uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing))
 
 
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
@@ -72,6 +76,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
         ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {moved} changed; building")
         return None
     ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
+    builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
     try:
         builtstack.restore_env(entry, ctx.paths.env, root)
     except (builtstack.EntryRefused, OSError) as exc:
@@ -92,7 +97,6 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     if problem is not None:
         refuse_entry(ctx, step, entry, problem)
         return None
-    builtstack.mark_used(entry)
     ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
     return result
 
@@ -123,9 +127,10 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
     """Say why a built-stack cache entry is not used and remove it (``drop_env``: and its copy in the env)."""
     from ..pyenv import builtstack
 
-    removed = builtstack.discard_entry(entry)
-    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); " + (
-        "removed it" if removed else "another run has stored it again since: kept") + ", building this stack")
+    done = builtstack.discard_entry(entry)
+    ctx.ui.warn(f"the built-stack cache entry {entry.path} was refused ({why}); " + {
+        "removed": "removed it", "gone": "it was removed meanwhile (pruned, or refused by another run)",
+        "replaced": "another run has stored it again since: kept"}[done] + ", building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
     if drop_env:
         shutil.rmtree(ctx.paths.env, ignore_errors=True)
@@ -207,6 +212,11 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
     if unstorable is not None:
         ctx.ui.detail(f"this stack is not kept in the built-stack cache: {unstorable}")
         ctx.runner.note(step, f"# not stored in the built-stack cache: {unstorable}")
+        return
+    unsigned = cachekey.key_problem(cache=ctx.options.cache_dir)
+    if unsigned is not None:            # said on the console: every later stack is built in full until it is fixed
+        ctx.ui.warn(f"this stack is not kept in the built-stack cache: {unsigned}")
+        ctx.runner.note(step, f"# not stored in the built-stack cache: {unsigned}")
         return
     key = stack_key(ctx, step)
     if key is None:
