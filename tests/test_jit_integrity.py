@@ -192,6 +192,23 @@ def test_a_file_swapped_after_the_entry_was_checked_never_reaches_the_stack(tmp_
     assert not any("pwned" in p.read_text(errors="replace") for p in (tmp_path / "ws").rglob("*") if p.is_file())
 
 
+def test_entries_of_the_layout_before_signing_are_swept_after_a_week(tmp_path, links):
+    """The layout before entries were signed (``jit/<key[:2]>/<key>/``): never taken by this code, and never removed
+    either; each upgrade's JIT modules stayed for good.  A store sweeps those a week old; a newer one stays (an
+    earlier version still using the cache takes it)."""
+    cache = tmp_path / "cache"
+    old, recent = cache / "jit" / "ab" / ("ab" + "0" * 62), cache / "jit" / "cd" / ("cd" + "1" * 62)
+    for entry, days in ((old, 8), (recent, 1)):
+        (entry / "files").mkdir(parents=True)
+        (entry / "files" / "x.so").write_bytes(b"x")
+        (entry / "entry.json").write_text("{}")
+        then = __import__("time").time() - days * 86400
+        os.utime(entry / "entry.json", (then, then))
+    JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    assert not old.exists() and not old.parent.exists() and recent.is_dir()
+    assert len(list((cache / "jit").glob("k-*/*/*/entry.json"))) == 2
+
+
 def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     """Another torch build (or commit, nvcc, arch) is another key: the second stack compiles."""
     cache = tmp_path / "cache"

@@ -18,10 +18,13 @@ run never leaves a half entry under its key.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -34,6 +37,8 @@ from .integrity import module_dir
 
 ENTRY_FORMAT = 1
 ENTRY = "entry.json"
+LEGACY_IDLE_S = 7 * 24 * 3600       # an entry of the layout before signing: removed a week after it was written
+_LEGACY_TOP = re.compile(r"[0-9a-f]{2}")
 _LIB = re.compile(r"^\.cache/flashinfer/[^/]+/[^/]+/cached_ops/(?P<uri>[A-Za-z0-9_.+-]+)/(?P=uri)\.so$")
 
 
@@ -127,6 +132,26 @@ class SharedJitCache:
 
     # ----------------------------------------------------------------- write
 
+    def sweep_legacy(self, now: float | None = None) -> list[Path]:
+        """Remove the entries an earlier version left in the layout before signing (``<key[:2]>/<key>/``, unsigned:
+        this code never takes them) once none was written for :data:`LEGACY_IDLE_S`.  -> those removed."""
+        now = time.time() if now is None else now
+        gone: list[Path] = []
+        for top in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if not _LEGACY_TOP.fullmatch(top.name) or top.is_symlink() or not top.is_dir():
+                continue
+            for entry in sorted(top.iterdir()):
+                try:
+                    idle = now - os.lstat(entry / ENTRY).st_mtime
+                except OSError:
+                    continue
+                if idle > LEGACY_IDLE_S and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                    gone.append(entry)
+            with contextlib.suppress(OSError):
+                top.rmdir()             # only when empty
+        return gone
+
     def store(self, key: str, inputs: Mapping[str, Any], workspace: Path, uri: str, lib: Path, sha256: str) -> bool:
         """Add the module built at ``lib`` (inside ``workspace``) under ``key``; False when not storable."""
         signing = cachekey.load_key(cache=self.root.parent)
@@ -155,6 +180,7 @@ class SharedJitCache:
                 tmp.rename(d)
             except OSError:             # another stack stored it first
                 return False
+            self.sweep_legacy()
             return True
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
