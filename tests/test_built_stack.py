@@ -6,6 +6,7 @@ poisoned cache).  Real uv, real git, real wheels (the offline fixture world); no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -244,6 +245,81 @@ def test_a_key_file_anyone_who_writes_the_cache_could_read_is_not_used(world: Wo
     assert not (cache / "built").exists() and built_from(tmp_path / "s2") is None
     assert problem in (tmp_path / "s1" / "logs" / "install.log").read_text()
     assert not (cache / "team.key").exists() and not (tmp_path / "team.key").exists()     # none made there either
+
+
+def test_a_fifo_in_place_of_a_manifest_is_not_waited_on(tmp_path: Path) -> None:
+    """The second review: a FIFO planted as ``built/<any key>/manifest.json`` hung every stack that stored an entry
+    (its prune read each one) or looked that key up.  It is no entry, read without waiting."""
+    import threading
+
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    planted = builtstack.built_dir(cache) / ("f" * 64)
+    planted.mkdir(parents=True)
+    os.mkfifo(planted / "manifest.json")
+    done: list[object] = []
+
+    def look() -> None:
+        done.append(builtstack.find(cache, "f" * 64))
+        done.append(builtstack.prune(cache, tmp_path / "none", now=time.time() + 400 * 86400))
+
+    worker = threading.Thread(target=look, daemon=True)
+    worker.start()
+    worker.join(10)
+    hung = worker.is_alive()
+    while worker.is_alive():        # hung in the FIFO: let it go (a writer opening it ends the reader's wait)
+        with contextlib.suppress(OSError):
+            os.close(os.open(planted / "manifest.json", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(0.1)
+    assert not hung and done == [None, []]
+
+
+def test_another_keys_entries_are_pruned_only_when_untaken_for_30_days(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second review: an entry signed with another key (another user's, or a key lost with a home) was never
+    pruned.  Its own takers stamp it; untaken for 30 days it goes like any other."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "lost.key"))
+    lost = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    active = builtstack.store(cache, "b" * 64, root, root / "env", {}, {})
+    assert lost is not None and active is not None
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "mine.key"))
+    _age(lost.path, 31)
+    _age(active.path, 31)
+    builtstack.mark_used(active)                            # its user took it today
+    mine = builtstack.store(cache, "c" * 64, root, root / "env", {}, {})
+    assert mine is not None
+    assert dict(builtstack.prune(cache, mine.path)) == {lost.path: "signed with another key, stored 31 day(s) ago, "
+                                                                    "no use recorded since"}
+    assert entries(cache) == sorted([active.path, mine.path])
+
+
+def test_a_store_finding_an_entry_of_its_key_stored_meanwhile_keeps_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: the check for an entry of the key came before the env-sized copy; one stored by a stack beside it
+    during the copy was removed (and a third stack copying from it built cold).  Checked again before the rename."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    real_store_tree = builtstack._store_tree
+    beside: list[builtstack.Entry] = []
+
+    def store_tree_while_another_stores(*args: object, **kw: object) -> object:
+        rows = real_store_tree(*args, **kw)       # type: ignore[arg-type]
+        if not beside:
+            with monkeypatch.context() as m:
+                m.setattr(builtstack, "_store_tree", real_store_tree)
+                entry = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+            assert entry is not None
+            beside.append(entry)
+        return rows
+
+    monkeypatch.setattr(builtstack, "_store_tree", store_tree_while_another_stores)
+    got = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    assert got is not None and got.ident == beside[0].ident and entries(cache) == [beside[0].path]
 
 
 def test_a_fifo_in_place_of_the_used_stamp_is_not_waited_on(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ copied from a real Ray 2.60 two-node cluster (NodeID, Alive, hostnames, Resource
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import dataclasses
 import hashlib
 import json
@@ -457,5 +459,23 @@ def test_the_key_can_be_given_in_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "unused.key"))
     monkeypatch.setenv(cachekey.KEY_ENV, "11" * 32)
     assert cachekey.load_key() == bytes([0x11]) * 32 and not (tmp_path / "unused.key").exists()
-    monkeypatch.setenv(cachekey.KEY_ENV, "not hex")
-    assert cachekey.load_key() is None
+    for bad in ("not hex", "11" * 16, "11" * 33):           # not 32 bytes: no key, and the message says so
+        monkeypatch.setenv(cachekey.KEY_ENV, bad)
+        assert cachekey.load_key() is None and "is not 32 bytes in hex" in (cachekey.key_problem() or "")
+
+
+def test_the_fleet_hands_its_nodes_a_key_only_under_the_setup_rule(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The second review: the driver loaded its key without the cache it signs for, so a key file inside the shared
+    cache (refused by every setup) was handed to the nodes, and a forged entry signed with it was taken there."""
+    from october.installer.fleet.plan import shared_key
+
+    cache = tmp_path / "cache"
+    opts = SimpleNamespace(cache_dir=str(cache))
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(cache / "team.key"))
+    key, why = shared_key(opts)                             # type: ignore[arg-type]
+    assert key is None and "is inside the cache" in (why or "") and not (cache / "team.key").exists()
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path / "team.key"))
+    key, why = shared_key(opts)                             # type: ignore[arg-type]
+    assert key is not None and len(key) == 32 and why is None
+    assert shared_key(SimpleNamespace(cache_dir=None)) == (None, None)     # type: ignore[arg-type]

@@ -207,6 +207,40 @@ def test_entries_of_the_layout_before_signing_are_swept_after_a_week(tmp_path, l
     JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
     assert not old.exists() and not old.parent.exists() and recent.is_dir()
     assert len(list((cache / "jit").glob("k-*/*/*/entry.json"))) == 2
+    # any key's entry (a lost key's, too) untaken for 30 days goes; a restore stamps its entry as taken
+    (mine, other) = sorted((cache / "jit").glob("k-*/*/*/entry.json"))
+    later = __import__("time").time() + 31 * 86400
+    os.utime(mine, (later, later))                          # taken "today", 31 days from now
+    gone = SharedJitCache(cache / "jit").sweep(now=later)
+    assert set(gone) == {other.parent, recent} and mine.exists()     # the legacy one is 32 days old by then
+
+
+@pytest.mark.parametrize("where", ["entry.json", "a file"])
+def test_a_fifo_in_a_jit_entry_is_not_waited_on(tmp_path, links, where):
+    """The second review: a FIFO as an entry's entry.json (or one of its files) hung the JIT step's restore."""
+    import threading
+
+    cache = tmp_path / "cache"
+    JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    entry = sorted(e.parent for e in (cache / "jit").glob("k-*/*/*/entry.json"))[0]
+    key = json.loads((entry / "entry.json").read_text())["key"]
+    doc = json.loads((entry / "entry.json").read_text())
+    fifo = entry / "entry.json" if where == "entry.json" else entry / "files" / sorted(doc["files"])[0]
+    fifo.unlink()
+    os.mkfifo(fifo)
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(SharedJitCache(cache / "jit").restore(key, tmp_path / "ws")),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    hung = worker.is_alive()
+    while worker.is_alive():
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        worker.join(0.1)
+    assert not hung and got and got[0].restored is None
 
 
 def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):

@@ -1,21 +1,25 @@
-"""The per-user key that signs what a stack takes from a shared cache on trust (a built-stack entry's manifest).
+"""The per-user key that signs what a stack takes from a shared cache on trust: a built-stack entry's manifest
+(:mod:`october.installer.pyenv.builtstack`) and a JIT entry's ``entry.json`` (:mod:`october.installer.jit.cache`).
 
-Whoever can write the cache directory could otherwise rewrite a file and its manifest row together (a
-``bin/python`` link pointed at their program, the recorded facts), and every later stack would take it.  The key
-lives outside the cache (``$OCTOBER_KEY_FILE``, else platformdirs' per-user data dir: ``~/.local/share/october/
-cache.key``), made once (32 random bytes, mode 0600); a manifest is signed with HMAC-SHA256 of its canonical JSON.
-A cache shared by several users or machines keeps each one's entries apart (:func:`key_id` is part of an entry's
-key or path; set ``$OCTOBER_KEY_FILE`` to one key file to share them; ``fleet`` hands its own key to the nodes of a shared ``--cache-dir`` in
-``$OCTOBER_CACHE_KEY``, a secret the logs mask); a user without a writable data dir signs nothing and takes nothing.
+Whoever can write the cache directory could otherwise rewrite a file and its record together (a ``bin/python``
+link pointed at their program, the recorded facts, a JIT library), and every later stack would take it.  The key
+is ``$OCTOBER_CACHE_KEY`` (hex; ``fleet`` hands its own to the nodes of a shared ``--cache-dir``, a secret the logs
+mask), else the file ``$OCTOBER_KEY_FILE`` (absolute), else platformdirs' per-user data dir
+(``~/.local/share/october/cache.key``), made once (32 random bytes, mode 0600); never a file inside the cache it
+signs for.  A manifest is signed with HMAC-SHA256 of its canonical JSON.  Each key's entries are kept apart
+(:func:`key_id` is part of an entry's key or path): several users or machines on one cache share entries only
+through one key file.  Without a usable key nothing is signed or taken, and the run says why.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -69,15 +73,16 @@ def _load(path: Path | None, cache: Path | None) -> tuple[bytes | None, str | No
         new = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            try:
+                os.write(fd, secrets.token_bytes(KEY_BYTES))
+            finally:
+                os.close(fd)
+            try:
+                os.link(new, path)
+            except FileExistsError:
+                pass                # made by a run beside this one: theirs is the key
         finally:
-            os.close(fd)
-        try:
-            os.link(new, path)
-        except FileExistsError:
-            pass                    # made by a run beside this one: theirs is the key
-        finally:
-            os.unlink(new)
+            os.unlink(new)          # whatever failed (a full disk while writing): no half key left beside it
         return _read(path)
     except OSError as exc:
         return None, (f"the key file {path} cannot be made ({exc.strerror or exc}): set $OCTOBER_KEY_FILE to a path "
@@ -90,6 +95,19 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
     if len(data) != KEY_BYTES:
         return None, f"the key file {path} holds {len(data)} byte(s), not {KEY_BYTES}: remove it (a new one is made)"
     return data, None
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """A plain file's bytes (``limit``: at most that many), opened without waiting (a FIFO planted by whoever can
+    write the cache is an OSError here, never a hang); anything but a plain file is an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a plain file", str(path))
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read() if limit is None else fh.read(limit)
+    finally:
+        os.close(fd)
 
 
 def key_id(key: bytes) -> str:

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..core.cachekey import load_key
 from ..core.errors import ClusterUnreachable, ToolMissing, UsageError
 from .node import CHUNK, Shipment, ShippedFile, blank_record, run_job
 from .plan import FleetPlan, NodeInfo, NodeJob, parse_nodes
@@ -191,14 +190,13 @@ def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
 
 
 def run_plan(ray: Any, plan: FleetPlan, shipment: Shipment | None,
-             progress: FleetProgress) -> tuple[list[dict[str, Any]], bool]:
-    """Run the plan; return the node records (plan order) and whether the user interrupted it."""
+             progress: FleetProgress, cache_key: bytes | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Run the plan; return the node records (plan order) and whether the user interrupted it.  ``cache_key``:
+    the driver's key for the cache the nodes share (:func:`october.installer.fleet.plan.shared_key`)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = _remote(ray)
     lost = lost_errors(ray)
-    # the nodes of one shared cache sign and take its entries with this (the driver's) key, wherever their homes are
-    cache_key = load_key() if plan.seed else None
     phases = _BoardReader(ray, progress, lost)
     pending = list(plan.jobs)
     seed = next((j for j in pending if j.setup_argv is not None), None) if plan.seed else None

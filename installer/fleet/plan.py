@@ -191,6 +191,18 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
                    verify_argv=verify, smoke_again_argv=None if install else smoke)
 
 
+def shared_key(opts: FleetOptions) -> tuple[bytes | None, str | None]:
+    """The driver's cache key for the nodes of a shared ``--cache-dir`` (each signs and takes that cache's entries
+    with it, wherever their homes are), under the same rule as a setup's (never a key file inside the cache);
+    -> (key, None), (None, why not), or (None, None) when the nodes share no cache."""
+    if not shared_cache(opts):
+        return None, None
+    from ..core import cachekey
+
+    cache = Path(str(opts.cache_dir)).expanduser()
+    return cachekey.load_key(cache=cache), cachekey.key_problem(cache=cache)
+
+
 def shared_cache(opts: FleetOptions) -> bool:
     """Whether the nodes share one cache directory (given, and not made per node by a placeholder)."""
     return opts.cache_dir is not None and not any(p in opts.cache_dir for p in PLACEHOLDERS)

@@ -15,7 +15,7 @@ from ..core.hashing import sha256_bytes, sha256_file
 from ..core.schemas import validate, write_receipt
 from . import FLEET_FORMAT
 from .plan import (FleetOptions, FleetPlan, check_paths, finished_before, install_options, judge, plan_fleet, select_nodes,
-                   shared_cache)
+                   shared_cache, shared_key)
 from .progress import FleetProgress
 from ..kit import MANIFEST
 
@@ -84,7 +84,10 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
             ui.info("shipping the kit through the Ray object store" if opts.ship_kit else "shipping the lock")
             shipment = ship(ray, kit.root, dict(kit.manifest), lock, lock_sha, with_files=opts.ship_kit,
                             progress=lambda got, total: ui.transfer("shipping the kit", got, total, "B"))
-        records, interrupted = run_plan(ray, plan, shipment, progress)
+        cache_key, unsigned = shared_key(opts) if plan.seed else (None, None)
+        if unsigned is not None:
+            ui.warn(f"the nodes' shared cache is not used for built stacks and JIT modules: {unsigned}")
+        records, interrupted = run_plan(ray, plan, shipment, progress, cache_key)
         progress.end()
     doc = receipt_doc(opts, plan, records, interrupted=interrupted, recipe=(rec.name, rec.sha256),
                       kit_sha=kit_sha, lock_sha=lock_sha, wall=time.monotonic() - started)

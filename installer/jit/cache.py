@@ -6,8 +6,9 @@ build, the builder and the module request, which fixes FlashInfer's module URI).
 An entry (``<cache_dir>/jit/k-<signing key id>/<key[:2]>/<key>/``) holds the module's whole build
 directory (``cached_ops/<uri>/``: objects, ninja state, the ``.so``) and
 ``entry.json`` with each file's sha256.  Nothing is restored unless every file
-hashes to what ``entry.json`` says and the library to the recorded sha256; a
-corrupted, changed or half-written entry is removed and the module is built again.
+hashes to what ``entry.json`` says and the library to the recorded sha256 (each file
+again as it is copied); a corrupted, changed or half-written entry is removed and the module is
+built again (one that changed while it was copied is left for the next look).
 ``entry.json`` lives in the cache beside what it describes, signed with this user's
 key (:mod:`october.installer.core.cachekey`, kept outside the cache), under that
 key's id: a library edited together with its record is refused like any other
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ from .integrity import module_dir
 ENTRY_FORMAT = 1
 ENTRY = "entry.json"
 LEGACY_IDLE_S = 7 * 24 * 3600       # an entry of the layout before signing: removed a week after it was written
+IDLE_S = 30 * 24 * 3600             # any other entry: removed 30 days after it was last stored or taken
 _LEGACY_TOP = re.compile(r"[0-9a-f]{2}")
 _LIB = re.compile(r"^\.cache/flashinfer/[^/]+/[^/]+/cached_ops/(?P<uri>[A-Za-z0-9_.+-]+)/(?P=uri)\.so$")
 
@@ -89,8 +92,11 @@ class SharedJitCache:
         tmp = Path(tempfile.mkdtemp(prefix=".restore-", dir=workspace))
         try:
             for name, want in entry["files"].items():
-                shutil.copy2(d / "files" / name, tmp / name, follow_symlinks=False)
                 copied = tmp / name
+                try:
+                    shutil.copy2(d / "files" / name, copied, follow_symlinks=False)
+                except OSError as exc:      # gone, or made a FIFO (shutil refuses one) since _check
+                    return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied ({name}: {exc})")
                 # each copy hashed again: a file swapped (or made a link) after _check read it never reaches the stack
                 if copied.is_symlink() or not copied.is_file() or sha256_file(copied) != want:
                     return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied ({name})")
@@ -101,11 +107,13 @@ class SharedJitCache:
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.utime(d / ENTRY, follow_symlinks=False)      # taken now: what the sweep reads as its last use
         return Lookup(Restored(uri=entry["uri"], lib=entry["lib"], sha256=entry["sha256"]))
 
     def _check(self, key: str, d: Path, signing: bytes) -> tuple[str | None, dict[str, Any] | None]:
         try:
-            entry = json.loads((d / ENTRY).read_text(encoding="utf-8"))
+            entry = json.loads(cachekey.read_regular(d / ENTRY))
         except (OSError, ValueError) as exc:
             return f"{ENTRY} unreadable ({type(exc).__name__})", None
         if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
@@ -125,6 +133,8 @@ class SharedJitCache:
         for name, want in files.items():
             if "/" in name or name in ("", ".", ".."):
                 return f"bad file name {name!r}", None
+            if not stat.S_ISREG(os.lstat(d / "files" / name).st_mode):     # a FIFO would hang the hashing
+                return f"{name} is not a plain file", None
             got = sha256_file(d / "files" / name)
             if got != want:
                 return f"{name} has sha256 {got[:12]}..., the entry says {str(want)[:12]}...", None
@@ -132,24 +142,29 @@ class SharedJitCache:
 
     # ----------------------------------------------------------------- write
 
-    def sweep_legacy(self, now: float | None = None) -> list[Path]:
-        """Remove the entries an earlier version left in the layout before signing (``<key[:2]>/<key>/``, unsigned:
-        this code never takes them) once none was written for :data:`LEGACY_IDLE_S`.  -> those removed."""
+    def sweep(self, now: float | None = None) -> list[Path]:
+        """Remove the entries no stack took (or stored) for long: :data:`IDLE_S` under any key's folder (a restore
+        stamps its entry's ``entry.json``), :data:`LEGACY_IDLE_S` in the layout before signing (``<key[:2]>/<key>/``,
+        unsigned: this code never takes them).  -> those removed."""
         now = time.time() if now is None else now
         gone: list[Path] = []
         for top in sorted(self.root.iterdir()) if self.root.is_dir() else []:
-            if not _LEGACY_TOP.fullmatch(top.name) or top.is_symlink() or not top.is_dir():
+            legacy = _LEGACY_TOP.fullmatch(top.name) is not None
+            if not (legacy or top.name.startswith("k-")) or top.is_symlink() or not top.is_dir():
                 continue
-            for entry in sorted(top.iterdir()):
+            entries = [e for e in top.iterdir()] if legacy else [e for x in top.iterdir() if x.is_dir()
+                                                                   and not x.is_symlink() for e in x.iterdir()]
+            for entry in sorted(entries):
                 try:
                     idle = now - os.lstat(entry / ENTRY).st_mtime
                 except OSError:
                     continue
-                if idle > LEGACY_IDLE_S and not entry.is_symlink():
+                if idle > (LEGACY_IDLE_S if legacy else IDLE_S) and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)
                     gone.append(entry)
-            with contextlib.suppress(OSError):
-                top.rmdir()             # only when empty
+            for empty in [*([] if legacy else [x for x in top.iterdir() if x.is_dir()]), top]:
+                with contextlib.suppress(OSError):
+                    empty.rmdir()       # only when empty
         return gone
 
     def store(self, key: str, inputs: Mapping[str, Any], workspace: Path, uri: str, lib: Path, sha256: str) -> bool:
@@ -180,7 +195,7 @@ class SharedJitCache:
                 tmp.rename(d)
             except OSError:             # another stack stored it first
                 return False
-            self.sweep_legacy()
+            self.sweep()
             return True
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

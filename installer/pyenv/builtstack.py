@@ -6,7 +6,8 @@ When the install step finishes (every check passed), it stores ``CACHE/built/<ke
 ``_build_meta.py`` and ``data/`` links, vLLM's precompiled ``.so`` files), ``__pycache__`` left out,
 with the stack's own path in text files and link targets replaced by a placeholder, and
 ``manifest.json``: the sha256, mode and kind of every stored file, which ones carry the placeholder,
-and the facts the entry was made under.  The key (:func:`entry_key`) is every input that decides
+and the facts the entry was made under, signed with this user's key (:mod:`october.installer.core.cachekey`).
+The key (:func:`key_for`) is every input that decides
 what env and install produce: the env and install steps' inputs (the stack path replaced by the
 placeholder), each fork's commit and submodule commits, the system torch's identity (its facts and
 the stat signatures of its files), uv's version and its binary's size (:func:`uv_identity`) and this module's format.  A dirty fork, a wheel
@@ -23,7 +24,8 @@ normal install runs (RECORD hashes, consistency, the install guards, the import 
 environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
 there were none.  What a restore trusts: the manifest, written once when the entry is made from a
-stack whose checks had all passed (an entry is read-only; nothing of a stack shares its inodes).
+stack whose checks had all passed and signed with the key (an entry is read-only; nothing of a stack shares
+its inodes); a manifest the key does not verify is never taken.
 
 A stack taking an entry stamps it (``used``); once the install step stored a new entry, :func:`prune`
 removes those no stack is likely to take again (one made by other tool code after a week untaken, any
@@ -263,19 +265,21 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
         if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
             continue
         entry = _read_entry(path)
-        if entry is None or ("mac" in entry.manifest and find(cache_dir, path.name) is None):
-            continue            # not an entry this code can read, or another key's (another user's): left as it is
+        if entry is None:
+            continue            # not an entry this code can read: left as it is
         try:
             stamps = [os.lstat(p).st_mtime for p in (path / MANIFEST, path / USED) if os.path.lexists(p)]
         except OSError:
             continue
         last, taken = max(stamps), os.path.lexists(path / USED)
-        other = entry.manifest.get("code") != code
+        # another key's (another user's, or a lost key's): its own takers stamp it too; 30 days untaken, as any
+        foreign = "mac" in entry.manifest and find(cache_dir, path.name) is None
+        other = not foreign and entry.manifest.get("code") != code
         if now - last <= (OTHER_CODE_IDLE_S if other else IDLE_S):
             continue
         days = f"{(now - last) / 86400:.0f} day(s)"
-        why = ("made by other tool code, " if other else "") + (f"not taken for {days}" if taken
-                                                                  else f"stored {days} ago, no use recorded since")
+        why = ("signed with another key, " if foreign else "made by other tool code, " if other else "") + (
+            f"not taken for {days}" if taken else f"stored {days} ago, no use recorded since")
         tomb = base / f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}"
         try:
             os.rename(path, tomb)
@@ -343,9 +347,8 @@ def find(cache_dir: Path, key: str) -> Entry | None:
 def _read_entry(path: Path) -> Entry | None:
     key = path.name
     try:
-        with open(path / MANIFEST, encoding="utf-8") as fh:
-            ident = _ident(os.fstat(fh.fileno()))
-            manifest = json.loads(fh.read())
+        ident = _ident(os.stat(path / MANIFEST))
+        manifest = json.loads(cachekey.read_regular(path / MANIFEST))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != BUILT_FORMAT or manifest.get("key") != key \
