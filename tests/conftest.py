@@ -9,6 +9,7 @@ loopback servers).
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from pathlib import Path
 from typing import Any, Iterator
@@ -51,10 +52,23 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.setenv("OCTOBER_CACHE_DIR", str(cache))
     monkeypatch.setenv("OCTOBER_LOCK_DIR", str(tmp_path_factory.mktemp("october-locks")))  # smoke GPU locks
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
-    # the cache's signing key (core/cachekey.py): one for the test session, never the user's own
-    monkeypatch.setenv("OCTOBER_KEY_FILE", str(tmp_path_factory.getbasetemp() / "october-cache.key"))
-    monkeypatch.delenv("OCTOBER_CACHE_KEY", raising=False)
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The cache's signing key (core/cachekey.py): one for the whole session, never the user's own.  Session-wide,
+    set before any module fixture builds a stack: a stack a module fixture set up under another key than its
+    tests' was never copied from the cache (CI: the real tier's second stack)."""
+    saved = {k: os.environ.get(k) for k in ("OCTOBER_KEY_FILE", "OCTOBER_CACHE_KEY")}
+    os.environ["OCTOBER_KEY_FILE"] = str(tmp_path_factory.getbasetemp() / "october-cache.key")
+    os.environ.pop("OCTOBER_CACHE_KEY", None)
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 
