@@ -337,6 +337,47 @@ def test_a_fifo_in_place_of_the_used_stamp_is_not_waited_on(tmp_path: Path) -> N
     assert done.wait(5)
 
 
+def test_a_key_file_others_can_read_or_no_home_is_no_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key hunt: a key file made by hand 0644 (the README's sharing) let another user sign a forged entry that
+    the owner's next stack took (ready, verify 0); with no home directory at all, setup died in platformdirs
+    (exit 70).  A key others can read or write is refused with the chmod to run; no home is a named problem (the
+    home-less process is a stand-in: platformdirs raising, as it does for a uid without a passwd entry)."""
+    from october.installer.core import cachekey
+
+    key = tmp_path / "team.key"
+    key.write_bytes(bytes(range(32)))
+    for mode, ok in ((0o644, False), (0o604, False), (0o660, False), (0o640, True), (0o600, True)):
+        key.chmod(mode)
+        assert (cachekey.load_key(key) is not None) is ok, oct(mode)
+    key.chmod(0o644)
+    assert "`chmod 600` it" in (cachekey.key_problem(key) or "")
+    key.write_bytes(b"ab" * 32)                                 # 64 bytes: a hex key in a file is not a key file
+    key.chmod(0o600)
+    assert "is not a key (more than 32 byte(s)" in (cachekey.key_problem(key) or "")
+
+    def homeless(*_a: object, **_k: object) -> Path:
+        raise RuntimeError("could not determine the home directory")
+
+    monkeypatch.delenv("OCTOBER_KEY_FILE")
+    monkeypatch.setattr("platformdirs.user_data_path", homeless)
+    assert cachekey.load_key() is None and "no home directory" in (cachekey.key_problem() or "")
+
+
+def test_an_entry_is_readable_by_those_who_share_the_key(tmp_path: Path) -> None:
+    """The key hunt: the manifest was written 0600 (a temporary file's mode), so a second user of a shared key file
+    could never read an entry: it rebuilt, and its store replaced the owner's entry with its own, every run.  The
+    manifest is readable as the umask allows, like the entry's files."""
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    old = os.umask(0o022)
+    try:
+        entry = builtstack.store(cache, "a" * 64, root, root / "env", {}, {})
+    finally:
+        os.umask(old)
+    assert entry is not None and os.stat(entry.path / "manifest.json").st_mode & 0o777 == 0o444
+
+
 def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) -> None:
     """Another recipe input (a build requirement) is another key: the stack is built, not copied."""
     cache = tmp_path / "cache"

@@ -243,6 +243,19 @@ def test_a_fifo_in_a_jit_entry_is_not_waited_on(tmp_path, links, where):
     assert not hung and got and got[0].restored is None
 
 
+def test_a_stored_entry_is_readable_by_those_who_share_the_key(tmp_path, links):
+    """The key hunt: an entry was a 0700 folder with a 0600 entry.json (mkdtemp's and mkstemp's modes): another user
+    of a shared key file was told it was tampered, and rebuilt every module every run."""
+    cache = tmp_path / "cache"
+    old = os.umask(0o022)
+    try:
+        JitStep(builder=STANDIN).run(_ctx(tmp_path / "a", links, cache))
+    finally:
+        os.umask(old)
+    entry = sorted(e.parent for e in (cache / "jit").glob("k-*/*/*/entry.json"))[0]
+    assert os.stat(entry).st_mode & 0o777 == 0o755 and os.stat(entry / "entry.json").st_mode & 0o777 == 0o644
+
+
 def test_other_inputs_do_not_share(tmp_path, links, monkeypatch):
     """Another torch build (or commit, nvcc, arch) is another key: the second stack compiles."""
     cache = tmp_path / "cache"

@@ -56,7 +56,10 @@ def _load(path: Path | None, cache: Path | None) -> tuple[bytes | None, str | No
         except ValueError:
             key = b""
         return (key, None) if len(key) == KEY_BYTES else (None, f"${KEY_ENV} is not {KEY_BYTES} bytes in hex")
-    path = key_file() if path is None else path
+    try:
+        path = key_file() if path is None else path
+    except (RuntimeError, KeyError) as exc:      # platformdirs: no home directory (no $HOME, no passwd entry)
+        return None, f"there is no home directory to keep the key in ({exc}): set $OCTOBER_KEY_FILE"
     if not path.is_absolute():
         return None, f"$OCTOBER_KEY_FILE {path} is a relative path (each directory would have its own key): make it absolute"
     if cache is not None and path.resolve().is_relative_to(cache.resolve()):
@@ -90,10 +93,15 @@ def _load(path: Path | None, cache: Path | None) -> tuple[bytes | None, str | No
 
 
 def _read(path: Path) -> tuple[bytes | None, str | None]:
-    with open(path, "rb") as fh:            # a link is followed: one key file shared by a dotfile manager's link
-        data = fh.read(KEY_BYTES + 1)
+    data = read_regular(path, KEY_BYTES + 1)    # a link is followed (one key file shared by a dotfile manager's link)
+    mode = os.stat(path).st_mode
+    if mode & 0o027:    # others may read or write it, or its group write it: they could sign entries as this user
+        return None, (f"the key file {path} can be read or written by other users (mode {stat.S_IMODE(mode):04o}): "
+                      "`chmod 600` it (640 to share it with your group only)")
     if len(data) != KEY_BYTES:
-        return None, f"the key file {path} holds {len(data)} byte(s), not {KEY_BYTES}: remove it (a new one is made)"
+        return None, (f"the key file {path} is not a key ({len(data) if len(data) <= KEY_BYTES else 'more than 32'} "
+                      f"byte(s), not {KEY_BYTES} random bytes): remove it if it is yours (a new one is made), or "
+                      "point $OCTOBER_KEY_FILE at the key file you share")
     return data, None
 
 
@@ -108,6 +116,19 @@ def read_regular(path: Path, limit: int | None = None) -> bytes:
             return fh.read() if limit is None else fh.read(limit)
     finally:
         os.close(fd)
+
+
+def shared_mode(mode: int) -> int:
+    """``mode`` less what this process's umask takes away (read from /proc, never set: other threads create files):
+    what a cache entry's record is made readable with, so that the users one key file is shared with can read it
+    (a temporary file is made 0600, a temporary folder 0700)."""
+    umask = 0o022
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            umask = next((int(ln.split()[1], 8) for ln in fh if ln.startswith("Umask:")), umask)
+    except (OSError, ValueError):
+        pass
+    return mode & ~umask
 
 
 def key_id(key: bytes) -> str:

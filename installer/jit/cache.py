@@ -82,6 +82,9 @@ class SharedJitCache:
         d = self.entry_dir(key, signing)
         if not d.is_dir():
             return Lookup(None)
+        if not os.access(d / ENTRY, os.R_OK) and os.path.lexists(d / ENTRY):
+            return Lookup(None, refused=f"shared JIT cache entry {d} not used (kept): this user cannot read it "
+                                        "(another user's, of the key file you share)")
         problem, entry = self._check(key, d, signing)
         if problem is not None or entry is None:
             shutil.rmtree(d, ignore_errors=True)
@@ -180,7 +183,8 @@ class SharedJitCache:
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))
         try:
-            (tmp / "files").mkdir()
+            os.chmod(tmp, cachekey.shared_mode(0o755))      # mkdtemp's 0700: not even the key's sharers could read it
+            (tmp / "files").mkdir(mode=0o755)
             files: dict[str, str] = {}
             for f in sorted(src.iterdir()):
                 if f.is_file() and not f.is_symlink():
@@ -191,6 +195,7 @@ class SharedJitCache:
             doc: dict[str, Any] = {"format": ENTRY_FORMAT, "key": key, "inputs": dict(inputs), "uri": uri,
                                    "lib": rel, "sha256": sha256, "files": files}
             write_json_atomic(tmp / ENTRY, {**doc, "mac": cachekey.sign(doc, signing)})
+            os.chmod(tmp / ENTRY, cachekey.shared_mode(0o644))
             try:
                 tmp.rename(d)
             except OSError:             # another stack stored it first

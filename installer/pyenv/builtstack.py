@@ -216,11 +216,14 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
                                     "files": rows, "facts": templated(dict(facts), root)}
         manifest["mac"] = cachekey.sign(manifest, signing)
         write_text_atomic(partial / MANIFEST, json.dumps(manifest, sort_keys=True))
+        os.chmod(partial / MANIFEST, cachekey.shared_mode(0o444))     # readable as the entry's files are
         final = base / key
         there = find(cache_dir, key)
         if there is not None:       # stored by a stack beside this one while this copy was made: theirs is kept
             return there
         if final.exists():          # not an entry of this key's signer (the key names it): a tampered one
+            if not os.access(final / MANIFEST, os.R_OK):
+                return None         # one this user cannot read (another user's, of a key file shared with them)
             discard(final)
         os.replace(partial, final)
         return Entry(final, manifest, _ident(os.stat(final / MANIFEST)))
