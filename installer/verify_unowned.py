@@ -16,11 +16,12 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .pyenv import scaffold
 from .pyenv.systorch import PTH_NAME, pth_text
 from .verify_bytecode import source_of
 
-SCAFFOLD_TOP = {"pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", "lib64"}
-SCAFFOLD_BIN = re.compile(r"(python(3(\.\d+)?)?|activate(\.\w+)?|activate_this\.py|deactivate\.bat|pydoc\.bat)")
+SCAFFOLD_TOP = {*scaffold.TOP, ".lock"}         # the venv's own files, as the env step records them (and uv's lock)
+SCAFFOLD_BIN = re.compile(f"({scaffold.PYTHON.pattern}|{scaffold.SCRIPTS.pattern})")
 BYTECODE = re.compile(r"[^.]+\.[\w-]+(\.opt-\d+)?\.pyc")
 
 

@@ -83,7 +83,6 @@ def parse_progress(line: str) -> Progress5 | None:
     return None
 
 
-
 class ProgressConsole(Console):
     """rich's console for our progress on stderr, whose reader may leave (``2>&1 | head -2``): rich then pointed
     *stdout* at /dev/null and raised SystemExit(1), so a healthy setup stopped half-way and a healthy verify
@@ -97,6 +96,7 @@ class ProgressConsole(Console):
             os.close(devnull)
         except (OSError, ValueError, AttributeError):
             pass                # a file without a descriptor: quiet is enough
+
 
 class UvProgress:
     """uv's progress from its output lines: the wheels it downloads (bytes, from the sizes uv announces;

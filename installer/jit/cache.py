@@ -60,12 +60,13 @@ class Restored:
 @dataclass(frozen=True)
 class Lookup:
     restored: Restored | None
-    refused: str | None = None      # why an entry under this key was not used (and was removed)
+    refused: str | None = None      # why an entry under this key was not used (and whether it was removed)
 
 
 class SharedJitCache:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._swept = False         # the sweep runs once for a step's stores, not once for each module
 
     def entry_dir(self, key: str, signing: bytes) -> Path:
         """Under the signing key's id (:func:`october.installer.core.cachekey.key_id`): another user's entries are
@@ -100,11 +101,10 @@ class SharedJitCache:
                     shutil.copy2(d / "files" / name, copied, follow_symlinks=False)
                 except OSError as exc:      # gone, or made a FIFO (shutil refuses one) since _check
                     return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied ({name}: {exc})")
-                # each copy hashed again: a file swapped (or made a link) after _check read it never reaches the stack
+                # each copy hashed again (the library's row is its recorded sha256: _check): a file swapped (or made
+                # a link) after _check read it never reaches the stack
                 if copied.is_symlink() or not copied.is_file() or sha256_file(copied) != want:
                     return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied ({name})")
-            if sha256_file(tmp / lib.name) != entry["sha256"]:     # changed while we copied
-                return Lookup(None, refused=f"shared JIT cache entry {d} changed while it was copied")
             shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.rename(target)
@@ -128,7 +128,7 @@ class SharedJitCache:
         if m is None or m.group("uri") != entry.get("uri") or not isinstance(files, dict):
             return f"{ENTRY} names no library inside a FlashInfer module directory", None
         so = PurePosixPath(str(lib)).name
-        if files.get(so) != entry.get("sha256"):
+        if not isinstance(entry.get("sha256"), str) or files.get(so) != entry["sha256"]:
             return "the library's recorded sha256 disagrees with the file list", None
         on_disk = sorted(p.name for p in (d / "files").iterdir()) if (d / "files").is_dir() else []
         if on_disk != sorted(files):
@@ -200,7 +200,9 @@ class SharedJitCache:
                 tmp.rename(d)
             except OSError:             # another stack stored it first
                 return False
-            self.sweep()
+            if not self._swept:
+                self._swept = True
+                self.sweep()
             return True
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

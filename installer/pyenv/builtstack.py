@@ -263,6 +263,7 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
     for left in base.glob(f"{GONE}*"):
         discard(left)
     code = tool_code()
+    signing = cachekey.load_key(cache=cache_dir)
     gone: list[tuple[Path, str]] = []
     for path in sorted(base.iterdir()):
         if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
@@ -276,21 +277,27 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
             continue
         last, taken = max(stamps), os.path.lexists(path / USED)
         # another key's (another user's, or a lost key's): its own takers stamp it too; 30 days untaken, as any
-        foreign = "mac" in entry.manifest and find(cache_dir, path.name) is None
+        foreign = "mac" in entry.manifest and not cachekey.signed(entry.manifest, signing)
         other = not foreign and entry.manifest.get("code") != code
         if now - last <= (OTHER_CODE_IDLE_S if other else IDLE_S):
             continue
         days = f"{(now - last) / 86400:.0f} day(s)"
         why = ("signed with another key, " if foreign else "made by other tool code, " if other else "") + (
             f"not taken for {days}" if taken else f"stored {days} ago, no use recorded since")
-        tomb = base / f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}"
         try:
-            os.rename(path, tomb)
+            _retire(path)
         except OSError:
             continue
-        discard(tomb)
         gone.append((path, why))
     return gone
+
+
+def _retire(path: Path) -> None:
+    """Rename an entry out of use (a ``.gone-*`` folder: no stack finds it there), then delete it (what a failed
+    deletion leaves, the next prune does).  The rename's OSError is the caller's: the entry is then where it was."""
+    tomb = path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
+    os.rename(path, tomb)
+    discard(tomb)
 
 
 LEGACY_PARTIAL = re.compile(r"\.partial-[0-9a-f]{32}")
@@ -372,13 +379,11 @@ def discard_entry(entry: Entry) -> str:
     try:
         if entry.ident is not None and _ident(os.stat(entry.path / MANIFEST)) != entry.ident:
             return "replaced"
-        tomb = entry.path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
-        os.rename(entry.path, tomb)
+        _retire(entry.path)
     except FileNotFoundError:
         return "gone"
     except OSError:
         return "replaced"
-    discard(tomb)
     return "removed"
 
 
