@@ -294,6 +294,21 @@ def check_distributions(paths: StackPaths, lock: Mapping[str, Any], dists: Mappi
     return diffs
 
 
+def check_locked_files(paths: StackPaths, lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str,
+                       named: Sequence[Difference] = ()) -> list[Difference]:
+    """Each index package installed from the file the lock names, where that wheel is a file here with the locked
+    sha256 (a wheel republished under its file name: the lock hashed the new bytes, the env holds the old).  A
+    distribution ``named`` already (its version, its source, its files or its RECORD) is not named twice."""
+    from .lock.installed import unlike_locked
+
+    seen = {d.what.split(" ", 1)[0] for d in named if d.check in ("distributions", "files")}
+    return [Difference("distributions", u.name, f"{u.name} {u.version} installed from the locked {u.wheel} "
+                       f"(sha256 {u.sha256})", f"{len(u.files)} file(s) of its RECORD unlike that wheel's: "
+                       + _listed(list(u.files), ", "), rerun)
+            for u in unlike_locked(lock.get("packages", []), paths.env,
+                                   {n: d for n, d in dists.items() if n not in seen})]
+
+
 Bytes = Callable[[float, "float | None"], None]   # (done, total) bytes hashed, for a progress bar
 
 
@@ -575,6 +590,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
                                            lambda names, changed: fixes.changed_files(paths, receipt, names, changed))
     diffs += file_diffs
     diffs += check_records(paths, dists, rerun)
+    diffs += check_locked_files(paths, lock, dists, rerun, diffs)
     say("files no RECORD owns")
     diffs += check_unowned(paths, owned, scaffold_diffs)
     say("bytecode")

@@ -1028,3 +1028,71 @@ def test_an_env_made_again_is_not_held_to_the_records_of_the_install_before_it(w
     assert proc.returncode == 0, proc.stderr
     assert "==> env: running again" in proc.stderr and "re-installing what no longer matches" not in proc.stderr, \
         proc.stderr
+
+
+def _republish_tinydep(world: World) -> str:
+    """tinydep 1.0 built again with other code under the same file name (a private index or find-links folder
+    may; PyPI may not); -> the new file's sha256."""
+    from tests.fixtures.wheels import build_wheel
+
+    whl = world.wheels / "tinydep-1.0-py3-none-any.whl"
+    whl.unlink()
+    build_wheel(world.wheels, "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    return sha256_file(whl)
+
+
+def _tinydep(stack: Path) -> str:
+    return next((stack / "env").glob("lib/python*/site-packages/tinydep/__init__.py")).read_text()
+
+
+@pytest.mark.parametrize("copy", ["built-stack", "uv-cache", "own-env"])
+def test_a_wheel_republished_under_its_name_is_never_locked_over_the_old_bytes(world: World, tmp_path: Path,
+                                                                                copy: str) -> None:
+    """Hunt: a find-links wheel replaced by other bytes under the same file name.  uv's cache and the built-stack
+    cache take the old bytes (a file's name is its identity to both), while the lock step's `uv pip compile`
+    hashed the new file: the lock named a file that was not installed and `current verify` passed it.  Now the
+    lock step holds the installed RECORD to the locked wheel's: it refuses, removes the old bytes' copies (the
+    env, the built-stack entry, uv's cache of the package), and the re-run installs and locks the new file."""
+    first, cache = tmp_path / "s1", tmp_path / "cache"
+    setup(world, first, cache)
+    assert _tinydep(first) == "VALUE = 1\n"
+    new = _republish_tinydep(world)
+    stack = first if copy == "own-env" else tmp_path / "s2"
+    if copy == "own-env":
+        shutil.rmtree(first / "env")                  # its env made again: from the built-stack entry it stored
+    elif copy == "uv-cache":
+        shutil.rmtree(cache / "built")                # no entry: uv's cache installs the old bytes
+    with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+        setup(world, stack, cache)
+    assert "tinydep 1.0: 1 file(s) unlike tinydep-1.0-py3-none-any.whl" in str(info.value)
+    assert not (stack / "env").exists() and not list((cache / "built").glob("*"))
+    ran = {r.name: r.status for r in setup(world, stack, cache).records}
+    assert ran["env"] == ran["install"] == ran["lock"] == "ran", ran
+    assert _tinydep(stack) == "VALUE = 2\n"
+    assert locked_state(stack / "pylock.toml").hashes["tinydep"] == (new,)
+    done = verify(stack)
+    assert done.returncode == 0, done.stderr
+
+
+def test_verify_names_a_locked_wheel_the_env_does_not_hold(world: World, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack locked before the lock step held the env to its wheels (the check left out here, as an earlier
+    version wrote it): its lock names the republished tinydep, its env holds the old one.  `current verify`
+    says so (exit 13), naming the file that differs, where it said 'matches its lock'; `--locked` puts it back."""
+    import october.installer.lock.installed as held
+
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    new = _republish_tinydep(world)
+    stack = tmp_path / "s2"
+    with monkeypatch.context() as m:
+        m.setattr(held, "unlike_locked", lambda *_a, **_k: [])
+        setup(world, stack, cache)                  # its env from the built-stack entry: the old bytes
+    assert locked_state(stack / "pylock.toml").hashes["tinydep"] == (new,) and _tinydep(stack) == "VALUE = 1\n"
+    done = verify(stack)
+    assert done.returncode == 13, done.stdout + done.stderr
+    assert "[distributions] tinydep" in done.stderr and "tinydep/__init__.py" in done.stderr
+    assert "--locked" in done.stderr
+    setup(world, stack, cache, locked=locked_state(stack / "pylock.toml"))
+    assert _tinydep(stack) == "VALUE = 2\n"
+    assert verify(stack).returncode == 0

@@ -26,6 +26,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
+    from ..lock.installed import Unlike
     from ..lock.pylock import Installed
 
 # pylock (packaging.pylock, tomli_w) is imported where the lock is written, not on a no-op re-run
@@ -168,6 +169,32 @@ def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
                      "or index that can be read), then re-run october_setup")
 
 
+def stale_env(ctx: StepContext, step: str, stale: Sequence[Unlike]) -> LockError:
+    """The env holds other bytes than the files the lock would name (a wheel republished under its file name, the
+    old one installed from uv's cache or a built-stack entry): the copies of the old bytes are removed (the env,
+    the built-stack entry of this stack's key, uv's cache entries of those packages), so a re-run installs what
+    the sources serve now; -> the error to raise."""
+    from ..lock.installed import describe
+    from ..pyenv import builtstack
+    from .reuse import refuse_entry, stack_key
+
+    names = [u.name for u in stale]
+    why = f"{', '.join(names)} installed from other bytes than the sources now serve under the same file name"
+    key = stack_key(ctx, step)
+    entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
+    if entry is not None:
+        refuse_entry(ctx, step, entry, why)
+    shutil.rmtree(ctx.paths.env, ignore_errors=True)
+    uv = stack_uv(ctx)
+    ctx.runner.run([uv_exe(), "cache", "clean", *names], step=step, env=uv.env())
+    return LockError(f"the stack env does not hold the files its lock would name: {why}",
+                     expected="each index package installed from the file the lock names (its sha256)",
+                     found=describe(stale),
+                     fix="re-run october_setup: the env is made again from the files the sources serve now (the "
+                         f"env, uv's cache of {', '.join(names)} and any built-stack cache entry of this stack were "
+                         "removed); to keep the old bytes instead, put the original file back in the recipe's sources")
+
+
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
     """Stable facts about the toolchain (no free disk, no paths): the lock must be reproducible."""
     from .preflight import uv_line
@@ -229,6 +256,7 @@ class LockStep:
         return {"recipe": ctx.recipe.sha256, "locked": locked.sha256 if locked else None, **kit}
 
     def run(self, ctx: StepContext) -> LockResult:
+        from ..lock.installed import unlike_locked
         from ..lock.pylock import build_lock, diff_against, dumps, split_installed
 
         # begun during install's checks when the env is still as it was then, else made now
@@ -241,6 +269,9 @@ class LockStep:
             raise LockError("a fork is not installed as an editable checkout",
                             expected=f"{', '.join(missing)} installed editable from STACK/src",
                             found="another copy or none", fix="re-run october_setup (the install step re-runs)")
+        stale = unlike_locked(listing.index_packages, ctx.paths.env)
+        if stale:
+            raise stale_env(ctx, self.name, stale)
         ctx.ui.info(f"locking {len(dists)} distributions ({len(forks)} forks)")
         tool: dict[str, Any] = {
             "format-version": 1,

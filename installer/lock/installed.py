@@ -1,0 +1,116 @@
+"""Is each index package of a lock the file the lock names, as installed?  A wheel republished under the same
+file name (a private index, a find-links folder; PyPI forbids it) is hashed anew by ``uv pip compile`` while the
+env holds the old bytes (uv's cache and the built-stack cache take a file's name as its identity): the lock would
+then name a file that is not installed.
+
+Held by RECORDs, no process: the locked wheel's own RECORD against the installed ``.dist-info/RECORD`` (the
+install step and ``current verify`` hold each installed file to that RECORD).  Only a wheel this machine has as a
+file (a find-links folder, a ``file://`` URL) is read (its zip directory and RECORD: no full read while they agree),
+and a difference is named only while that file still has the locked sha256; a package with any other file (an
+index's URL, an sdist) is not judged here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from packaging.utils import canonicalize_name, canonicalize_version
+
+from ..core.hashing import sha256_or_none
+from ..verify_dists import Dist, installed, record_rows
+
+
+@dataclass(frozen=True)
+class Unlike:
+    """An installed distribution that is not the locked wheel: ``files`` its rows that differ from the wheel's."""
+
+    name: str
+    version: str
+    wheel: Path
+    sha256: str
+    files: tuple[str, ...]
+
+
+def local_wheel(entry: Mapping[str, Any]) -> Path | None:
+    """The file of a lock's wheel entry on this machine (a ``file://`` URL or an absolute path), or None."""
+    url, path = entry.get("url"), entry.get("path")
+    if isinstance(url, str):
+        parts = urlsplit(url)
+        return Path(url2pathname(parts.path)) if parts.scheme == "file" and parts.netloc in ("", "localhost") else None
+    return Path(path) if isinstance(path, str) and Path(path).is_absolute() else None
+
+
+def wheel_rows(wheel: Path) -> dict[str, str] | None:
+    """path -> hash of the hashed rows of the wheel's RECORD (its zip directory and that one member read), or None
+    when it cannot be read as a wheel with one RECORD."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            records = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+            if len(records) != 1:
+                return None
+            text = zf.read(records[0]).decode("utf-8")
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None
+    return {row[0]: row[1] for row in csv.reader(io.StringIO(text)) if len(row) > 1 and row[1]}
+
+
+def _unlike(dist: Dist, rows: Mapping[str, str]) -> list[str]:
+    """The wheel's rows the installed RECORD does not hold with the same hash (``.data`` files are installed
+    elsewhere, scripts rewritten: not compared)."""
+    try:
+        installed = {path: digest for path, digest, _size in record_rows(dist)}
+    except OSError:
+        return ["RECORD"]
+    return sorted(p for p, digest in rows.items()
+                  if not p.split("/", 1)[0].endswith(".data") and installed.get(p) != digest)
+
+
+def unlike_locked(packages: Sequence[Mapping[str, Any]], env: Path,
+                  dists: Mapping[str, Dist] | None = None) -> list[Unlike]:
+    """Each index package whose every wheel is a file here with its locked sha256, installed in ``env`` (``dists``:
+    its distributions by canonical name, when read already) at the locked version, yet none of those wheels'
+    RECORD is the installed one."""
+    dists = installed(env) if dists is None else dists
+    found: list[Unlike] = []
+    for package in packages:
+        wheels = package.get("wheels")
+        dist = dists.get(str(canonicalize_name(str(package.get("name", "")))))
+        if not isinstance(wheels, list) or not wheels or "sdist" in package or dist is None \
+                or canonicalize_version(dist.version) != canonicalize_version(str(package.get("version", ""))):
+            continue
+        judged: list[tuple[Path, list[str]]] = []
+        for entry in wheels:
+            path = local_wheel(entry) if isinstance(entry, Mapping) else None
+            rows = wheel_rows(path) if path is not None else None
+            if path is None or rows is None:
+                judged = []         # a file not read here: not judged
+                break
+            judged.append((path, _unlike(dist, rows)))
+        if not judged or not all(diff for _p, diff in judged):
+            continue
+        # the wheels differ from what is installed: named only when each is still the file the lock names (hashed
+        # now, not on every run: one republished again since is not this stack's to answer for)
+        wants = [_locked_sha256(entry) for entry in wheels]
+        shas = [sha256_or_none(path) for path, _d in judged]
+        if all(sha is not None and sha == want for sha, want in zip(shas, wants)):
+            found.append(Unlike(dist.name, dist.version, judged[0][0], str(shas[0]), tuple(judged[0][1])))
+    return found
+
+
+def _locked_sha256(entry: Any) -> str | None:
+    hashes = entry.get("hashes") if isinstance(entry, Mapping) else None
+    value = hashes.get("sha256") if isinstance(hashes, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def describe(found: Sequence[Unlike], shown: int = 3) -> str:
+    """One line per package: its name, the wheel, the files that differ (the first few)."""
+    return "; ".join(f"{u.name} {u.version}: {len(u.files)} file(s) unlike {u.wheel.name} (sha256 {u.sha256[:12]}): "
+                     + ", ".join(u.files[:shown]) + (", ..." if len(u.files) > shown else "") for u in found)
