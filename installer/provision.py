@@ -168,10 +168,12 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:
-        from .kit.use import kit_recipe, open_kit, seed_cache
+        from .kit.use import kit_recipe, open_kit, own_word, seed_cache
 
         # verified against its manifest, the recipe and the lock before anything runs
         used_kit = open_kit(kit_dir, rec, lock=locked_state.path if locked_state else None)
+        for said in own_word(used_kit, rec, locked=locked_state is not None):
+            ui.warn(said)
         seed_cache(used_kit, rec, cache)
         ui.info(f"offline: installing from the kit {used_kit.root}")
     opts = SetupOptions(stack=root, recipe=kit_recipe(rec, used_kit) if used_kit else rec,

@@ -224,11 +224,14 @@ def test_a_faithful_kit_has_no_problem_against_its_recipe_and_lock() -> None:
 
     doc, r = _kit_doc()
     assert kit_problems(doc, r, LOCK) == []
-    # a build requirement the kit lists as such is not the lock's to vouch for
-    doc["files"]["wheels/setuptools-99.0-py3-none-any.whl"] = {"sha256": "3" * 64, "size": 1}
-    doc["wheels"].append({"filename": "setuptools-99.0-py3-none-any.whl", "package": "setuptools", "role": "build",
-                          "sha256": "3" * 64, "url": "https://x/setuptools-99.0-py3-none-any.whl"})
-    assert kit_problems(doc, r, LOCK) == []
+    # a build requirement the kit lists as such is not the lock's to vouch for, unless the lock pins its package:
+    # --find-links offers it to the env's resolution too, where it would replace the locked file (scenario hunt)
+    for name, pinned in (("hatchling-99.0-py3-none-any.whl", False), ("setuptools-99.0-py3-none-any.whl", True)):
+        doc["files"]["wheels/" + name] = {"sha256": "3" * 64, "size": 1}
+        doc["wheels"].append({"filename": name, "package": name.split("-")[0], "role": "build",
+                              "sha256": "3" * 64, "url": "https://x/" + name})
+        assert kit_problems(doc, r, LOCK) == ([f"wheels/{name}: a build requirement of setuptools, which the lock "
+                                               f"{LOCK.name} pins to another file"] if pinned else [])
 
 
 @pytest.mark.parametrize("fault", FAULTS)

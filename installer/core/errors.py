@@ -121,6 +121,12 @@ class DownloadBusyError(StackLockedError):
     title = "download busy"
 
 
+class KitBusyError(StackLockedError):
+    """Another `october_setup kit` is writing the same kit directory (same code: busy)."""
+
+    title = "kit busy"
+
+
 class CommandFailed(OctoberError):
     """An external command exited non-zero (or could not start)."""
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from ..core.errors import one_line
 from ..core.paths import inside
 from ..core.resources import locks_dir
@@ -102,13 +104,24 @@ def wheel_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) ->
             problems.append(f"wheels/{want.filename}: the lock {lock.name} names no sha256 to check it by")
         elif got != want.sha256:
             problems.append(f"wheels/{want.filename}: sha256 {got}, the lock {lock.name} says {want.sha256}")
+    pinned = {str(canonicalize_name(str(p.get("name", "")))) for p in lock_doc.get("packages", [])}
     for rel in sorted(files):
         name = rel[len("wheels/"):]
         if not rel.startswith("wheels/") or name in wanted or name == (base or {}).get("filename"):
             continue
         if listed.get(name, {}).get("role") != "build":
             problems.append(f"wheels/{name}: not a file the lock {lock.name} names")
+        elif _wheel_package(name) in pinned:     # --find-links offers it to the env's resolution too
+            problems.append(f"wheels/{name}: a build requirement of {_wheel_package(name)}, which the lock "
+                            f"{lock.name} pins to another file")
     return problems
+
+
+def _wheel_package(filename: str) -> str:
+    try:
+        return str(parse_wheel_filename(filename)[0])
+    except InvalidWheelFilename:
+        return filename.split("-", 1)[0].lower()
 
 
 def _base_problems(base: Mapping[str, Any], files: Mapping[str, Mapping[str, Any]], recipe: Recipe,

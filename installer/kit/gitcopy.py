@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 import git
 
 from ..core.errors import CommandFailed, FetchError, KitError
+from ..core.paths import remove
 from ..core.redact import redact_url
 from ..core.runner import Runner
 from ..git import git_env
@@ -89,6 +90,7 @@ class KitRepos:
         self.kit_dir = kit_dir
         self.say = say
         self.repos: dict[str, RepoCopy] = {}
+        self._made: set[str] = set()    # repositories this run made (an earlier run's copy is made again)
 
     def _git(self, args: Sequence[str], *, doing: str, fix: str) -> None:
         try:
@@ -124,9 +126,12 @@ class KitRepos:
 
     def _init(self, dest: Path) -> bool:
         """An empty bare repository at ``dest`` unless one is there; True when it was made."""
-        self.claim(dest.relative_to(self.kit_dir).as_posix())
-        if (dest / "HEAD").exists():
+        rel = dest.relative_to(self.kit_dir).as_posix()
+        self.claim(rel)
+        if rel in self._made:
             return False
+        remove(dest, missing_ok=True)      # an earlier run's copy may have been changed since: never kept
+        self._made.add(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         self._git(["init", "--quiet", "--bare", str(dest)], doing=f"creating {dest}",
                   fix=f"check that {self.kit_dir} is writable")

@@ -30,7 +30,7 @@ from .against import committed_lock
 from .gitcopy import KitRepos, Say
 from .have import has
 from .manifest import file_table, write_manifest
-from .owned import KitDir, open_kit_dir
+from .owned import KitDir, held, open_kit_dir
 from .wheels import WheelWant, compile_wants, fetch, from_lock, source_urls, torch_from_system
 from ..recipe import ForkUse, Recipe
 from ..wheels.download import download_wheel
@@ -124,16 +124,19 @@ class _Phases:
 
 def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Path:
     """Write the kit; return the path of its manifest.  ``ui`` shows its progress (None: silent)."""
-    kit = open_kit_dir(opts.out)
-    work = opts.cache_dir / "kit-work" / opts.recipe.name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    echo = None if ui is None else ui.detail if ui.verbose else ui.progress
-    runner = Runner(opts.cache_dir / "kit-logs" / opts.recipe.name, echo=echo)
-    try:
-        return _make(opts, kit, runner, work, say, _Phases(ui))
-    finally:
+    if opts.out.exists() and not opts.out.is_dir():
+        open_kit_dir(opts.out)                  # its error: a file where the kit should be
+    with held(opts.out):
+        kit = open_kit_dir(opts.out, opts.recipe.name)
+        work = opts.cache_dir / "kit-work" / opts.recipe.name
         shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        echo = None if ui is None else ui.detail if ui.verbose else ui.progress
+        runner = Runner(opts.cache_dir / "kit-logs" / opts.recipe.name, echo=echo)
+        try:
+            return _make(opts, kit, runner, work, say, _Phases(ui))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, phases: _Phases) -> Path:

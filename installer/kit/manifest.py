@@ -78,8 +78,12 @@ def check_files(root: Path, doc: Mapping[str, Any]) -> list[str]:
             problems.append(f"{rel}: sha256 {got}, manifest says {want['sha256']}")
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if (p.is_file() or p.is_symlink()) and rel not in (MANIFEST, UNFINISHED) and rel not in files:
+        if rel in (MANIFEST, UNFINISHED) or rel in files:
+            continue
+        if p.is_file() or p.is_symlink():
             problems.append(f"{rel}: not in the manifest")
+        elif not p.is_dir() or rel.startswith("wheels/"):     # a FIFO uv would block on, a folder named as a wheel
+            problems.append(f"{rel}: not a regular file, not in the manifest")
     return problems
 
 

@@ -11,14 +11,16 @@ entry covers (one someone put there) is refused by name, never deleted and never
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..core.atomic import write_json_atomic
-from ..core.errors import KitError
+from ..core.errors import KitBusyError, KitError
 from ..core.paths import remove
 from . import KIND, MANIFEST, UNFINISHED
 from .manifest import listed
@@ -61,6 +63,12 @@ def _from_manifest(doc: Any) -> set[str] | None:
     repos = {r["path"] for r in doc["repos"] if isinstance(r, dict) and isinstance(r.get("path"), str)}
     wheels = {rel for rel in doc["files"] if isinstance(rel, str) and rel.startswith("wheels/")}
     return {rel for rel in repos | wheels if valid_entry(rel)}
+
+
+def _recipe_of(doc: Any) -> str | None:
+    recipe = doc.get("recipe") if isinstance(doc, dict) else None
+    name = recipe.get("name") if isinstance(recipe, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _from_marker(doc: Any) -> set[str] | None:
@@ -131,9 +139,32 @@ def _foreign_error(root: Path, files: list[str]) -> KitError:
                     fix=f"move them out of {root} (nothing was changed there), or choose an empty or new DIR")
 
 
-def open_kit_dir(out: Path) -> KitDir:
+@contextmanager
+def held(out: Path) -> Iterator[None]:
+    """An exclusive, non-blocking ``flock`` on the kit directory itself (made when new; no file of its own in the
+    kit): a second kit run into ``out`` is refused at once, never interleaved with this one (two runs at once
+    blamed a healthy cache, or both said "kit ready" for a directory holding only the second's kit)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise KitBusyError(f"another `october_setup kit` is writing {out}",
+                               expected=f"{out} free for this kit run", found="a kit run holding it now",
+                               fix="wait for it to finish (or choose another DIR), then run this again") from None
+        except OSError:
+            pass                    # no flock here (NFS without lockd, some FUSE mounts): unguarded, as before
+        yield
+    finally:
+        os.close(fd)
+
+
+def open_kit_dir(out: Path, recipe: str | None = None) -> KitDir:
     """``out`` ready for a kit run, with the marker written first: a new or empty directory, or a kit this tool
-    made (finished or interrupted) holding nothing else.  Anything else is refused before a byte is written."""
+    made (finished or interrupted) holding nothing else.  Anything else is refused before a byte is written, and
+    so is a finished kit of another recipe than ``recipe`` (remaking it would prune the other recipe's forks and
+    wheels: a mistyped DIR lost a whole kit)."""
     if out.exists() and not out.is_dir():
         raise KitError(f"{out} is a file", expected="a directory for the kit (new, empty, or an earlier kit)",
                        found="a file", fix="choose another DIR")
@@ -151,6 +182,13 @@ def open_kit_dir(out: Path) -> KitDir:
                                 "interrupted one)",
                        found=f"{len(found)} entr{'y' if len(found) == 1 else 'ies'} in {out}: {listed(found)}",
                        fix=f"choose an empty or new DIR (nothing in {out} was changed or deleted)")
+    made_for = _recipe_of(_read(out / MANIFEST)) if manifest is not None else None
+    if recipe is not None and made_for is not None and made_for != recipe:
+        raise KitError(f"{out} is a kit of recipe {made_for!r}, not {recipe!r}",
+                       expected=f"a new or empty directory, or an earlier kit of {recipe!r}",
+                       found=f"{out / MANIFEST} made for recipe {made_for!r}",
+                       fix=f"choose another DIR for {recipe!r}, or remove {out} first to replace that kit "
+                           "(nothing was changed)")
     kit = KitDir(out, (manifest or set()) | (marker or set()))
     foreign = kit.foreign()
     if foreign:

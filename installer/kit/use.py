@@ -31,6 +31,7 @@ class Kit:
     root: Path
     manifest: Mapping[str, Any]
     repos: Mapping[str, Path]          # url_key -> bare repository in the kit
+    lock: Path | None = None           # the lock its wheels were held to (None: only kit.json names them)
 
     @property
     def wheels_dir(self) -> Path:
@@ -101,7 +102,23 @@ def open_kit(root: Path, recipe: Recipe, lock: Path | None = None) -> Kit:
                        found="the differences listed (a kit made from another recipe, forks.toml or lock, or changed)",
                        fix=f"make the kit again from this recipe{' and lock' if lock else ''} "
                            f"(`october_setup kit --recipe {shlex.quote(recipe.name)} DIR`), or use the ones it was made from")
-    return Kit(root=root, manifest=doc, repos=repos)
+    return Kit(root=root, manifest=doc, repos=repos, lock=lock)
+
+
+def own_word(kit: Kit, recipe: Recipe, locked: bool) -> list[str]:
+    """What of the kit only its own ``kit.json`` vouches for (whoever could write the kit could change it and
+    ``kit.json`` together), for a warning: its wheels when no lock held them, and each fork pinned by a prefix
+    unless ``--locked`` gave the fork's full commit id."""
+    said = []
+    if kit.lock is None:
+        said.append(f"the kit's wheels are held only to its own {MANIFEST}: the recipe {recipe.name!r} has no "
+                    f"committed lock (locks/{recipe.name}.pylock.toml) and no --locked was given; to hold them to "
+                    "a lock you trust, pass --locked (a lock written where the kit was made)")
+    if not locked:
+        said += [f"fork {f.name}: pinned by the prefix {f.pin.commit} on {f.pin.branch}; the kit's commit is held "
+                 f"to that prefix and to the branch {MANIFEST} records (--locked holds it to a full commit id)"
+                 for f in recipe.forks if f.pin.is_prefix]
+    return said
 
 
 def kit_recipe(recipe: Recipe, kit: Kit) -> Recipe:

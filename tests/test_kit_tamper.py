@@ -1,0 +1,113 @@
+"""A kit changed by someone else, or written by two runs at once (the kit scenario hunt): nothing from it may reach
+a stack unnoticed, and a refresh never seals what it did not write."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.errors import KitBusyError, KitError
+from october.installer.kit.make import KitOptions, make_kit
+from october.installer.kit.use import open_kit
+from october.installer.recipe import load_recipe
+from tests.fixtures.wheels import build_wheel
+from tests.test_kit import _lock_of, kit_and_recipe, world  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_build_wheel_of_a_package_the_lock_pins_is_refused(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    """kit.json may call any wheel a build requirement; one of a package the lock pins (here tinydep 2.0 beside the
+    lock's 1.0) is offered to the env's resolution by --find-links and would replace the locked one (the hunt:
+    setup ready, verify 0, tinydep 2.0's code installed)."""
+    kit, recipe = kit_and_recipe
+    lock = _lock_of(kit, tmp_path / "pylock.toml")
+    build_wheel(kit / "wheels", "tinydep", "2.0", {"tinydep/__init__.py": "VALUE = 666\n"})
+    wheel = kit / "wheels" / "tinydep-2.0-py3-none-any.whl"
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    doc = json.loads((kit / "kit.json").read_text())
+    doc["files"]["wheels/" + wheel.name] = {"sha256": sha, "size": wheel.stat().st_size}
+    doc["wheels"].append({"filename": wheel.name, "package": "tinydep", "role": "build", "sha256": sha,
+                          "url": "https://example.invalid/" + wheel.name})
+    (kit / "kit.json").write_text(json.dumps(doc))
+    with pytest.raises(KitError, match=r"wheels/tinydep-2\.0-py3-none-any\.whl: a build requirement of tinydep"):
+        open_kit(kit, load_recipe(str(recipe)), lock=lock)
+
+
+def test_a_refresh_makes_each_repository_again(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    """A kit refused for a changed repository file is made again in place (the fix its refusal names): the
+    refresh must not keep the changed file (or one someone added there) and seal it into kit.json."""
+    kit, recipe = kit_and_recipe
+    repo = next(p for p in (kit / "git").rglob("alpha.git") if p.is_dir())
+    (repo / "PLANTED.txt").write_text("x\n")
+    with (repo / "config").open("a") as f:
+        f.write("[uploadpack]\n\tallowAnySHA1InWant = true\n")
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    files = json.loads((kit / "kit.json").read_text())["files"]
+    assert not any(rel.endswith("PLANTED.txt") for rel in files)
+    assert "allowAnySHA1InWant" not in (repo / "config").read_text()
+    assert subprocess.run(["git", "-C", str(repo), "fsck", "--full"], capture_output=True).returncode == 0
+    open_kit(kit, load_recipe(str(recipe)))
+
+
+@pytest.mark.parametrize("plant", ["fifo", "folder"])
+def test_a_fifo_or_folder_named_as_a_wheel_is_refused(kit_and_recipe: tuple[Path, Path], plant: str) -> None:
+    """uv's --find-links takes tinydep-3.0 (a FIFO: the install step blocked on it forever); the kit check names it."""
+    kit, recipe = kit_and_recipe
+    planted = kit / "wheels" / "tinydep-3.0-py3-none-any.whl"
+    os.mkfifo(planted) if plant == "fifo" else planted.mkdir()
+    with pytest.raises(KitError, match=r"wheels/tinydep-3\.0-py3-none-any\.whl: not a regular file"):
+        open_kit(kit, load_recipe(str(recipe)))
+
+
+def test_a_second_kit_run_into_one_directory_is_refused_at_once(kit_and_recipe: tuple[Path, Path],
+                                                                 tmp_path: Path) -> None:
+    """Two kit runs at once into one DIR interleaved (a healthy cache blamed, or both said "kit ready" for a DIR
+    holding only the second's kit): the second is refused while the first holds the directory, nothing changed."""
+    kit, recipe = kit_and_recipe
+    before = (kit / "kit.json").read_bytes()
+    fd = os.open(kit, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)          # what a kit run holds while it writes
+        with pytest.raises(KitBusyError, match="another `october_setup kit` is writing"):
+            make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    finally:
+        os.close(fd)
+    assert (kit / "kit.json").read_bytes() == before
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+
+
+def test_a_kit_of_another_recipe_is_not_replaced(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    """A mistyped DIR: a kit run for another recipe pruned the finished kit's forks and wheels and said "kit
+    ready".  Refused, naming both recipes, nothing changed."""
+    kit, recipe = kit_and_recipe
+    other = recipe.with_name("other.toml")
+    other.write_text(recipe.read_text().replace('name = "fixture"', 'name = "other"', 1))
+    assert 'name = "other"' in other.read_text()
+    before = sorted(p.relative_to(kit).as_posix() for p in kit.rglob("*"))
+    with pytest.raises(KitError, match="is a kit of recipe 'fixture', not 'other'"):
+        make_kit(KitOptions(recipe=load_recipe(str(other)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    assert sorted(p.relative_to(kit).as_posix() for p in kit.rglob("*")) == before
+    open_kit(kit, load_recipe(str(recipe)))
+
+
+def test_what_only_the_kits_own_word_vouches_for_is_said(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    """With no lock to hold its wheels to (the recipe has none committed, no --locked), a kit whose wheel was
+    swapped and kit.json re-sealed installs (the hunt: ready, verify 0): the setup says so, and says which forks
+    are held only to a prefix; a lock held them, or --locked: not said."""
+    from october.installer.kit.use import own_word
+
+    kit, recipe = kit_and_recipe
+    rec = load_recipe(str(recipe))
+    prefixed = [f.name for f in rec.forks if f.pin.is_prefix]
+    alone = own_word(open_kit(kit, rec), rec, locked=False)
+    assert len(alone) == 1 + len(prefixed) and "held only to its own kit.json" in alone[0]
+    assert all(f"fork {name}: pinned by the prefix" in " ".join(alone) for name in prefixed)
+    held = own_word(open_kit(kit, rec, lock=_lock_of(kit, tmp_path / "pylock.toml")), rec, locked=True)
+    assert held == []
