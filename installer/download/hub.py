@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -83,6 +84,23 @@ def secrets() -> list[str]:
 def clean(text: str) -> str:
     """Mask every token-looking thing in text that came from the hub or its exceptions."""
     return redact(text, secrets())
+
+
+class _Masked(logging.Filter):
+    """huggingface_hub's warnings ("Error while downloading from URL ...") name the URL: the endpoint's
+    ``user:password@`` and the CDN's presigned query; they pass through :func:`clean` like our own lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = clean(record.getMessage()), None
+        return True
+
+
+def _mask_hub_logs() -> None:
+    from huggingface_hub.utils import logging as hf_logging
+
+    for h in hf_logging.get_logger().handlers:
+        if not any(isinstance(f, _Masked) for f in h.filters):
+            h.addFilter(_Masked())
 
 
 def _first_lines(exc: BaseException, n: int = 3) -> str:
@@ -240,19 +258,24 @@ def forwarding_tqdm(report: Callable[[float, float | None], None] | None, total:
 def download_snapshot(repo: str, revision: str, patterns: Sequence[str], local_dir: Path, *,
                       quiet: bool = False, max_workers: int = 8,
                       report: Callable[[float, float | None], None] | None = None,
-                      total: float | None = None) -> Path:
+                      total: float | None = None, user_cache: bool = True) -> Path:
     """``snapshot_download`` of the matching files at ``revision`` into ``local_dir``; with
     ``report``, progress goes there (bytes written, ``total``: the selection's bytes from the listing, shown
-    from the start; files already complete count when the download ends) instead of huggingface_hub's bars."""
+    from the start; files already complete count when the download ends) instead of huggingface_hub's bars.
+    huggingface_hub copies a file its own cache (``~/.cache/huggingface/hub``) holds instead of downloading it;
+    ``user_cache=False`` points it at a cache folder that holds nothing (a bad blob there came back on every
+    re-run)."""
     from huggingface_hub import snapshot_download
 
+    _mask_hub_logs()
+    cache = {} if user_cache else {"cache_dir": str(local_dir / ".october" / "no-hf-cache")}
     tqdm_class = forwarding_tqdm(None) if quiet else None if report is None else forwarding_tqdm(report, total)
     if report is not None and not quiet and total is not None:
         report(0.0, total)
     with _hub_errors(repo, revision, "downloading the model"):
         out = snapshot_download(repo, revision=revision, local_dir=str(local_dir),
                                 allow_patterns=list(patterns), endpoint=endpoint(),
-                                library_name="october", max_workers=max_workers, tqdm_class=tqdm_class)
+                                library_name="october", max_workers=max_workers, tqdm_class=tqdm_class, **cache)
     if report is not None and not quiet and total is not None:
         report(total, total)
     return Path(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 from contextlib import contextmanager, nullcontext
@@ -60,9 +61,19 @@ def _verify_hub_copy(plan: DownloadPlan, expected: list[Expected], say: Callable
     """The copy checked (a bad file moved aside and its download record dropped, so a re-run fetches it)."""
     fix = ("run the download again without --offline to fetch the bad file(s) from the hub (they were moved "
            "aside)") if plan.offline else None
-    return verify_files(plan.local_dir, expected, where=plan.where,
-                        on_bad=lambda p: hub.forget_file(plan.local_dir, p), progress=say,
+
+    def bad(path: str) -> None:
+        hub.forget_file(plan.local_dir, path)
+        if not plan.offline:        # it may have been copied from the user's HF cache: the next run downloads
+            write_text_atomic(_no_user_cache(plan), "a file of this copy failed its sha256: huggingface_hub's "
+                              "own cache is not read for it again\n")
+
+    return verify_files(plan.local_dir, expected, where=plan.where, on_bad=bad, progress=say,
                         hashed=_bar(bars, "sha256"), fix=fix)
+
+
+def _no_user_cache(plan: DownloadPlan) -> Path:
+    return plan.local_dir / OWN_DIR / "no-user-hf-cache"
 
 
 def _no_weight(plan: DownloadPlan, where: str, found: str) -> DownloadError:
@@ -84,6 +95,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
                             found="nothing there", fix="run the download once without --offline "
                             "(or pass --local-dir where the copy is)")
     check_writable(plan)
+    check_output_apart(plan)
     if not plan.local_source and not plan.offline:
         check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
@@ -119,6 +131,22 @@ def check_writable(plan: DownloadPlan) -> None:
     what = "the model directory under the cache (--cache-dir)" if plan.default_local_dir else \
         "the model directory (--local-dir)"
     require_writable(option, plan.local_dir, what=what)
+
+
+def check_output_apart(plan: DownloadPlan) -> None:
+    """The manifest is written after the files were verified: one named like a file of the copy (``--output
+    DIR/config.json``), or any file in a ``--model-dir`` (nothing is written there), would replace it."""
+    from ..core.errors import UsageError
+
+    out, root = plan.output.resolve(), plan.local_dir.resolve()
+    if not out.is_relative_to(root):
+        return
+    rel = out.relative_to(root).as_posix()
+    if plan.local_source or rel.split("/")[0] in (OWN_DIR, ".cache") or hub.select([rel], plan.patterns):
+        raise UsageError(f"--output {plan.output} would be written over a file of the model copy",
+                         expected="a manifest path outside the model directory (or beside its files under a name "
+                                  "the selection's patterns do not match)", found=f"'{rel}' in {root}",
+                         fix="pass --output DIR (the manifest becomes DIR/<format>-download.json) outside the copy")
 
 
 HUB_DOWNLOADS = Path(".cache") / "huggingface" / "download"   # huggingface_hub's own record in a local_dir
@@ -169,7 +197,8 @@ def _download_online(plan: DownloadPlan, say: Callable[[str], None], bars: Bars 
     sizes = [f.size for f in snap.files]
     hub.download_snapshot(plan.repo, plan.revision, plan.patterns, plan.local_dir, quiet=plan.quiet,
                           report=_bar(bars, "model files"),
-                          total=float(sum(sizes)) if None not in sizes else None)   # one total, from the listing
+                          total=float(sum(sizes)) if None not in sizes else None,   # one total, from the listing
+                          user_cache=not _no_user_cache(plan).exists())
 
     commits = hub.recorded_commits(plan.local_dir, [f.path for f in snap.files])
     wrong = {p: c for p, c in commits.items() if c != plan.revision}
@@ -265,6 +294,7 @@ def _record_path(plan: DownloadPlan) -> Path:
 def _write_record(plan: DownloadPlan, files: list[VerifiedFile]) -> None:
     write_json_atomic(_record_path(plan), {
         "kind": RECORD_KIND, "format_version": 1, "repo": plan.repo, "revision": plan.revision,
+        "patterns": list(plan.patterns),
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "verified_against": f.source}
                   for f in files],
     })
@@ -284,7 +314,10 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
         raise DownloadError(f"--offline: the record {rec_path} is unreadable", expected="JSON",
                             found=str(exc), fix=fix) from None
     ok = (isinstance(rec, dict) and rec.get("kind") == RECORD_KIND and isinstance(rec.get("files"), list)
-          and all(isinstance(f, dict) and {"path", "size", "sha256"} <= set(f) for f in rec["files"]))
+          and all(isinstance(f, dict) and isinstance(f.get("path"), str) and _safe(f["path"])
+                  and type(f.get("size")) is int and f["size"] >= 0
+                  and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) is not None
+                  for f in rec["files"]))
     if not ok:
         raise DownloadError(f"--offline: the record {rec_path} is malformed",
                             expected=f"kind={RECORD_KIND!r} with a file list", found="something else", fix=fix)
@@ -292,6 +325,13 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
         raise DownloadError(f"--offline: {plan.local_dir} holds another model or revision",
                             expected=plan.where, found=f"{rec.get('repo')}@{rec.get('revision')}",
                             fix="pass --local-dir of the right copy, or download without --offline")
+    recorded = rec.get("patterns", list(plan.patterns))      # a record of an earlier version names none
+    if not (isinstance(recorded, list) and all(isinstance(p, str) for p in recorded)
+            and set(plan.patterns) <= set(recorded)):
+        raise DownloadError(f"--offline: the record {rec_path} was written for other patterns than "
+                            f"[models.{plan.selection}].patterns", expected=str(list(plan.patterns)),
+                            found=str(rec.get("patterns", "no patterns recorded")),
+                            fix="download without --offline once: the copy may lack files these patterns select")
     by_path = {f["path"]: f for f in rec["files"]}
     wanted = hub.select(list(by_path), plan.patterns)
     if not wanted:
@@ -307,6 +347,11 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                          source="recipe" if plan.pinned_sha256.get(p) else "record", record=by_path[p]["sha256"])
                 for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
+
+
+def _safe(path: str) -> bool:
+    return bool(path) and not path.startswith("/") and "\\" not in path and \
+        not any(x in ("", ".", "..") for x in path.split("/"))
 
 
 def _num_layers(config: Path) -> int | None:
