@@ -219,6 +219,18 @@ def test_manifest_with_a_secret_is_not_written(recipe, tmp_path: Path) -> None:
     assert not (tmp_path / "m.json").exists()
 
 
+@pytest.mark.parametrize("placeholder", ["false", "null", "2026"])
+def test_a_placeholder_token_is_not_taken_for_a_leak(recipe, tmp_path: Path, placeholder: str) -> None:
+    """HF_TOKEN=false (null, a year) is in every manifest's own text ("offline": false): the whole download ran,
+    then 'a token leaked, report this' (the download hunt).  A real token is far longer."""
+    import json
+
+    m = _manifest(recipe, tmp_path)
+    assert placeholder in json.dumps(m, indent=2, sort_keys=True)      # false, null, the year of created_at
+    write_manifest(tmp_path / "m.json", m, secrets=[placeholder])
+    assert (tmp_path / "m.json").is_file()
+
+
 def test_load_manifest_errors(tmp_path: Path) -> None:
     with pytest.raises(ReceiptError, match="current download"):
         load_manifest(tmp_path / "missing.json")
