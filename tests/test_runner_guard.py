@@ -40,3 +40,18 @@ def test_a_guarded_program_that_cannot_start_is_tool_missing(tmp_path: Path) -> 
         pytest.skip("running as a user who may execute any file")
     with pytest.raises(ToolMissing, match="could not start"):
         Runner(tmp_path / "logs").run([str(prog), "pip", "install"], step="install", guard=True)
+
+
+def test_the_cache_key_reaches_a_child_only_when_handed_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$OCTOBER_CACHE_KEY (the fleet hands it to a node's october_setup) reached every child by inheritance: uv, a
+    fork's build backend, nvcc, vLLM could read it and sign a forged cache entry.  Only a caller naming it in
+    ``extra_env`` hands it on (the fleet's node command)."""
+    from october.installer.core.cachekey import KEY_ENV
+
+    monkeypatch.setenv(KEY_ENV, "ab" * 32)
+    runner = Runner(tmp_path / "logs")
+    show = [sys.executable, "-c", f"import os; print('KEY', os.environ.get({KEY_ENV!r}, 'absent'))"]
+    assert "KEY absent" in runner.run(show, step="t").output
+    assert "KEY absent" in runner.run(show, step="t", env=dict(os.environ)).output
+    handed = runner.run(show, step="t", extra_env={KEY_ENV: "cd" * 32}).output
+    assert "KEY cd" in handed or "KEY ***" in handed

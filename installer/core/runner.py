@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .cachekey import KEY_ENV as CACHE_KEY_ENV
 from .errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
 from .redact import env_secrets, redact
 
@@ -206,7 +207,10 @@ class Runner:
     def _resolve(self, argv: Sequence[str | os.PathLike[str]], step: str, env: Mapping[str, str] | None,
                  extra_env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str]]:
         args = [os.fspath(a) for a in argv]
-        full_env = {**(os.environ if env is None else env), **(extra_env or {})}
+        # the cache's signing key never reaches a child by inheritance (a fork's build backend, uv, nvcc, vLLM
+        # could read it and sign a forged entry); a caller that means to hand it on names it in extra_env
+        full_env = {**{k: v for k, v in (os.environ if env is None else env).items() if k != CACHE_KEY_ENV},
+                    **(extra_env or {})}
         exe = args[0]
         if os.sep not in exe:
             if shutil.which(exe, path=full_env.get("PATH")) is None:
