@@ -1096,3 +1096,21 @@ def test_verify_names_a_locked_wheel_the_env_does_not_hold(world: World, tmp_pat
     setup(world, stack, cache, locked=locked_state(stack / "pylock.toml"))
     assert _tinydep(stack) == "VALUE = 2\n"
     assert verify(stack).returncode == 0
+
+
+def test_an_ignored_folder_inside_a_submodule_is_named_by_verify(world: World, tmp_path: Path) -> None:
+    """The verify hunt: a folder that ignores itself (`*` in its .gitignore, as pytest, mypy, ruff and uv make
+    them) planted with a module and an extension inside a selected submodule passed `current verify` ('matches');
+    git lists no ignored file inside a submodule from the fork.  The same in the fork's own tree was named."""
+    stack = tmp_path / "stack"
+    setup(world, stack, tmp_path / "cache")
+    planted = stack / "src" / "beta" / "third_party" / "gamma" / "gamma" / "_cache"
+    planted.mkdir(parents=True)
+    (planted / ".gitignore").write_text("*\n")
+    (planted / "evil.py").write_text('raise SystemExit("planted")\n')
+    (planted / "evil.abi3.so").write_bytes(b"\x7fELF planted")
+    done = verify(stack)
+    assert done.returncode == 13, done.stdout + done.stderr
+    assert "third_party/gamma/gamma/_cache/evil.py" in done.stderr and "evil.abi3.so" in done.stderr, done.stderr
+    shutil.rmtree(planted)
+    assert verify(stack).returncode == 0

@@ -544,6 +544,16 @@ def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(t
     assert verify().returncode == 13
     assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
     assert verify().returncode == 0
+    # the verify hunt: a sitecustomize module there runs at every start too (it moved the JIT workspace): named,
+    # and the re-run locks it again
+    for planted in ("sitecustomize.py", "usercustomize"):
+        where = site / planted
+        where.mkdir() if "." not in planted else None
+        (where / "__init__.py" if where.is_dir() else where).write_text("import os\n")
+        found = verify()
+        assert found.returncode == 13 and f"{planted} - -> " in found.stderr, found.stderr
+        assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
+        assert verify().returncode == 0
 
 
 def _dist_info(site: Path, name: str, version: str) -> None:

@@ -63,9 +63,20 @@ def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
 
 
 def ignored_files(path: Path) -> list[str]:
-    """Every file git does not track and ignores (``git ls-files --others --ignored --exclude-standard``):
-    what builds leave (the clone's exclude lists them, :mod:`.exclude`); an untracked file git does not
-    ignore is a local change (:func:`dirty_entries`)."""
+    """Every file git does not track and ignores (``git ls-files --others --ignored --exclude-standard``), in the
+    clone and in each of its checked-out submodules (paths relative to the clone; git lists none inside a
+    submodule from the clone, so a folder that ignores itself there passed unseen): what builds leave (the
+    clone's exclude lists them, :mod:`.exclude`); an untracked file git does not ignore is a local change
+    (:func:`dirty_entries`)."""
+    found = _ignored_here(path)
+    if (path / ".gitmodules").is_file():
+        for sub in submodule_states(path):
+            if sub.flag != "-" and (path / sub.path / ".git").exists():
+                found += [f"{sub.path}/{p}" for p in _ignored_here(path / sub.path)]
+    return found
+
+
+def _ignored_here(path: Path) -> list[str]:
     out = git_text(path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
                    ceiling=path.resolve().parent)
     return [p for p in out.split("\0") if p]

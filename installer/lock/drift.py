@@ -51,18 +51,25 @@ def site_versions(sites: Sequence[str]) -> dict[str, str]:
     return out
 
 
+STARTUP_MODULES = ("sitecustomize", "usercustomize")    # imported by ``site`` at every start, wherever on sys.path
+
+
 def site_pth(sites: Sequence[str]) -> dict[str, str]:
-    """path -> sha256 of every ``.pth`` file in the site directories: the stack's Python reads them as it starts
-    (``site.addsitedir``), and a line of one that begins ``import`` runs."""
+    """path -> sha256 of every ``.pth`` file in the site directories (the stack's Python reads them as it starts,
+    ``site.addsitedir``, and a line of one that begins ``import`` runs) and of every ``sitecustomize`` or
+    ``usercustomize`` module there (``site`` imports them at every start: a ``.py``, ``.pyc`` or extension
+    module; a package: its ``__init__.py``)."""
     out: dict[str, str] = {}
     for site in sites:
         try:
-            found = sorted(p for p in Path(site).iterdir() if p.name.endswith(".pth"))
+            found = sorted(p for p in Path(site).iterdir()
+                           if p.name.endswith(".pth") or p.name.split(".", 1)[0] in STARTUP_MODULES)
         except OSError:
             continue
         for pth in found:
+            target = pth / "__init__.py" if pth.is_dir() else pth
             try:
-                out[str(pth)] = sha256_file(pth)          # through a link: Python's site reads it so
+                out[str(pth)] = sha256_file(target)       # through a link: Python's site reads it so
             except OSError:
                 out[str(pth)] = "unreadable"
     return out
