@@ -99,3 +99,47 @@ def test_a_malformed_offline_record_is_a_clean_error_and_moves_nothing(env: Env)
     with pytest.raises(OctoberError):
         run_download(env.opts("awq", local_dir=d, offline=True, output=env.tmp / "b.json"))
     assert (d / WEIGHT).is_file(), "a record with string sizes moved every good file aside"
+
+
+def test_which_recorded_patterns_show_a_copy_complete() -> None:
+    """The review: a record written for broader patterns (``*.json``) covers each file the recipe names; a wildcard
+    the record does not hold, or a named file an earlier version's record (no patterns) lacks, is not shown."""
+    from october.installer.download.run import _uncovered
+
+    paths = {"config.json", "tokenizer.json", "model-00001-of-00002.safetensors"}
+    assert _uncovered(["config.json", "tokenizer.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []
+    assert _uncovered(["vocab.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []   # none on the hub
+    assert _uncovered(["config.json", "*.safetensors"], ["config.json"], paths) == ["*.safetensors"]
+    assert _uncovered(["merges.txt", "*.safetensors"], ["*.json", "*.safetensors"], paths) == ["merges.txt"]
+    assert _uncovered(["config.json", "merges.txt", "*.bin"], None, paths) == ["merges.txt"]
+    assert _uncovered(["config.json"], "config.json", paths) == ["config.json"]
+
+
+def test_an_earlier_versions_record_lacking_a_named_file_is_refused(env: Env) -> None:
+    """The review: a record without patterns was taken as complete (the hunt's narrower download in the same folder
+    still gave a manifest of 4 of 9 files with exit 0 for a copy made before this version)."""
+    d = env.tmp / "m"
+    run_download(env.opts("awq", local_dir=d))
+    rec = d / ".october" / "verified.json"
+    doc = json.loads(rec.read_text())
+    del doc["patterns"]
+    doc["files"] = [f for f in doc["files"] if f["path"] != "tokenizer.json"]
+    rec.write_text(json.dumps(doc))
+    out = env.tmp / "offline.json"
+    with pytest.raises(OctoberError, match="tokenizer.json not covered"):
+        run_download(env.opts("awq", local_dir=d, offline=True, output=out))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("path", ["../victim.safetensors", ".october/x.safetensors", ".cache/y.json"])
+def test_a_record_naming_a_path_outside_the_copys_files_is_refused_by_name(env: Env, path: str) -> None:
+    """A path outside the copy was renamed (to .corrupt-*), one in the tool's own folder taken for a model file."""
+    d = env.tmp / "m"
+    run_download(env.opts("awq", local_dir=d))
+    rec = d / ".october" / "verified.json"
+    doc = json.loads(rec.read_text())
+    doc["files"].append({"path": path, "size": 1, "sha256": "0" * 64})
+    rec.write_text(json.dumps(doc))
+    with pytest.raises(OctoberError, match="malformed") as refused:
+        run_download(env.opts("awq", local_dir=d, offline=True, output=env.tmp / "b.json"))
+    assert path in str(refused.value)

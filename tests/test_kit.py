@@ -124,6 +124,8 @@ def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: Worl
                extra_env=_offline_env())
     assert done.returncode == 0, done.stderr + done.stdout
     assert "offline: installing from the kit" in done.stderr + done.stdout
+    # the fixture recipe has no committed lock: the setup says that only kit.json vouches for its wheels
+    assert "held only to its own kit.json" in done.stderr + done.stdout
     # a kit-built stack verifies clean (issue 22, item 2)
     checked = subprocess.run([sys.executable, "-m", "october", "verify", "--install", str(stack)], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=300)
@@ -161,6 +163,7 @@ def test_kit_install_uses_only_the_kit_and_matches_an_online_install(world: Worl
                  "--lock-file", str(tmp_path / "online" / "pylock.toml"), "--cache-dir", str(tmp_path / "cache-locked"),
                  "-q", extra_env=_offline_env())
     assert locked.returncode == 0, locked.stderr
+    assert "held only to its own kit.json" not in locked.stderr + locked.stdout
     assert _sources_out(tomllib.loads((tmp_path / "offline-locked" / "pylock.toml").read_text())) == a
 
 

@@ -111,3 +111,50 @@ def test_what_only_the_kits_own_word_vouches_for_is_said(kit_and_recipe: tuple[P
     assert all(f"fork {name}: pinned by the prefix" in " ".join(alone) for name in prefixed)
     held = own_word(open_kit(kit, rec, lock=_lock_of(kit, tmp_path / "pylock.toml")), rec, locked=True)
     assert held == []
+
+
+def test_a_build_requirement_the_lock_pins_is_resolved_to_its_version_or_refused_where_the_kit_is_made(
+        kit_and_recipe: tuple[Path, Path], world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: refusing a build wheel of a package the lock pins only on the offline node left a kit that
+    `october_setup kit` called ready and the node could not use.  The build requirements are resolved with the
+    lock's versions as constraints, and a kit that would still be refused is refused where it is made.  The
+    fixture's forks build with no requirements, so the resolution of one that needs tinydep 2.0 is planted (the
+    one stand-in here: its wheel is real and is fetched into the kit)."""
+    import october.installer.kit.make as make
+    from october.installer.kit.wheels import WheelWant
+
+    kit, recipe = kit_and_recipe
+    lock = _lock_of(kit, tmp_path / "pylock.toml")
+    newer = build_wheel(tmp_path / "more", "tinydep", "2.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    seen: list[object] = []
+    real = make.compile_wants
+
+    def compile_wants(runner, step, r, work, requirements, role, **kw):  # type: ignore[no-untyped-def]
+        if role != "build":
+            return real(runner, step, r, work, requirements, role, **kw)
+        seen.append(kw.get("have"))
+        return [WheelWant("tinydep", newer.name, newer.as_uri(), hashlib.sha256(newer.read_bytes()).hexdigest(),
+                          "build")]
+
+    monkeypatch.setattr(make, "compile_wants", compile_wants)
+    out = tmp_path / "kit2"
+    with pytest.raises(KitError, match="would be refused where it is used") as refused:
+        make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=out, cache_dir=tmp_path / "cache-kit", lock=lock))
+    assert "build_isolation = false" in str(refused.value)
+    assert seen and isinstance(seen[0], dict) and seen[0].get("tinydep") == "1.0"
+    assert not (out / "kit.json").exists()
+
+
+def test_a_prefix_pinned_fork_is_said_unless_locked() -> None:
+    """The review: the fixture's forks are pinned by full ids, so the prefix warning was never exercised."""
+    from types import SimpleNamespace
+
+    from october.installer.kit.use import Kit, own_word
+
+    pin = SimpleNamespace(is_prefix=True, commit="2315e62e2", branch="asym")
+    full = SimpleNamespace(is_prefix=False, commit="a" * 40, branch=None)
+    recipe = SimpleNamespace(name="r", forks=[SimpleNamespace(name="vllm", pin=pin), SimpleNamespace(name="fi", pin=full)])
+    kit = Kit(root=Path("/k"), manifest={}, repos={}, lock=Path("/l.pylock.toml"))
+    said = own_word(kit, recipe, locked=False)  # type: ignore[arg-type]
+    assert said == [said[0]] and said[0].startswith("fork vllm: pinned by the prefix 2315e62e2 on asym")
+    assert own_word(kit, recipe, locked=True) == []  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import shlex
 import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadBusyError, DownloadError, ScalesError
@@ -313,26 +313,28 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DownloadError(f"--offline: the record {rec_path} is unreadable", expected="JSON",
                             found=str(exc), fix=fix) from None
-    ok = (isinstance(rec, dict) and rec.get("kind") == RECORD_KIND and isinstance(rec.get("files"), list)
-          and all(isinstance(f, dict) and isinstance(f.get("path"), str) and _safe(f["path"])
-                  and type(f.get("size")) is int and f["size"] >= 0
-                  and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) is not None
-                  for f in rec["files"]))
-    if not ok:
+    ok = isinstance(rec, dict) and rec.get("kind") == RECORD_KIND and isinstance(rec.get("files"), list)
+    bad = next((f for f in rec["files"] if not _record_entry(f)), None) if ok else None
+    if not ok or bad is not None:
         raise DownloadError(f"--offline: the record {rec_path} is malformed",
-                            expected=f"kind={RECORD_KIND!r} with a file list", found="something else", fix=fix)
+                            expected=f"kind={RECORD_KIND!r} with a file list, each a path inside the copy, its size "
+                                     "and a 64-hex sha256",
+                            found=f"the entry {json.dumps(bad)[:200]}" if bad is not None else "something else",
+                            fix=fix)
     if (rec.get("repo"), rec.get("revision")) != (plan.repo, plan.revision):
         raise DownloadError(f"--offline: {plan.local_dir} holds another model or revision",
                             expected=plan.where, found=f"{rec.get('repo')}@{rec.get('revision')}",
                             fix="pass --local-dir of the right copy, or download without --offline")
-    recorded = rec.get("patterns", list(plan.patterns))      # a record of an earlier version names none
-    if not (isinstance(recorded, list) and all(isinstance(p, str) for p in recorded)
-            and set(plan.patterns) <= set(recorded)):
-        raise DownloadError(f"--offline: the record {rec_path} was written for other patterns than "
-                            f"[models.{plan.selection}].patterns", expected=str(list(plan.patterns)),
-                            found=str(rec.get("patterns", "no patterns recorded")),
-                            fix="download without --offline once: the copy may lack files these patterns select")
     by_path = {f["path"]: f for f in rec["files"]}
+    uncovered = _uncovered(plan.patterns, rec.get("patterns"), set(by_path))
+    if uncovered:
+        raise DownloadError(f"--offline: the record {rec_path} was written for other patterns than "
+                            f"[models.{plan.selection}].patterns (another recipe's download of this revision, or "
+                            "an earlier version's record without the file)", expected=str(list(plan.patterns)),
+                            found=f"{', '.join(uncovered)} not covered by the recorded "
+                                  + str(rec.get("patterns", "files (no patterns recorded)")),
+                            fix="download without --offline once where the hub can be reached, or pass --local-dir "
+                                "of a copy this recipe downloaded")
     wanted = hub.select(list(by_path), plan.patterns)
     if not wanted:
         raise DownloadError(f"--offline: no recorded file of {plan.where} matches the recipe's patterns",
@@ -349,9 +351,31 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
 
 
+def _record_entry(f: Any) -> bool:
+    return (isinstance(f, dict) and isinstance(f.get("path"), str) and _safe(f["path"])
+            and type(f.get("size")) is int and f["size"] >= 0
+            and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) is not None)
+
+
 def _safe(path: str) -> bool:
+    """A path of the copy's files: relative, inside it, not in the tool's or huggingface_hub's own folders."""
+    parts = path.split("/")
     return bool(path) and not path.startswith("/") and "\\" not in path and \
-        not any(x in ("", ".", "..") for x in path.split("/"))
+        not any(x in ("", ".", "..") for x in parts) and parts[0] not in (OWN_DIR, ".cache")
+
+
+def _uncovered(wanted: Sequence[str], recorded: Any, paths: set[str]) -> list[str]:
+    """The recipe's patterns a record does not show complete: one the record's patterns do not include, unless it
+    names a file (no wildcard) that a recorded pattern covers (the record lists every file those matched).  A
+    record of an earlier version names no patterns: each file the recipe names must be among its files."""
+    def literal(p: str) -> bool:
+        return not any(c in p for c in "*?[")
+
+    if recorded is None:
+        return [p for p in wanted if literal(p) and p not in paths]
+    if not (isinstance(recorded, list) and all(isinstance(q, str) for q in recorded)):
+        return list(wanted)
+    return [p for p in wanted if p not in recorded and not (literal(p) and hub.select([p], recorded))]
 
 
 def _num_layers(config: Path) -> int | None:

@@ -117,6 +117,12 @@ def wheel_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) ->
     return problems
 
 
+def lock_pins(lock: Path) -> dict[str, str]:
+    """name -> version of every package the lock pins (canonical names)."""
+    return {str(canonicalize_name(str(p["name"]))): str(p["version"]) for p in read_lock(lock).get("packages", [])
+            if isinstance(p, Mapping) and p.get("name") and p.get("version")}
+
+
 def _wheel_package(filename: str) -> str:
     try:
         return str(parse_wheel_filename(filename)[0])

@@ -26,10 +26,10 @@ from ..git.diagnose import remove_partial_objects
 from ..git.mirror import PIN_REFS, open_mirror
 from ..install.plan import installs_deps
 from . import KIND, KIT_FORMAT, MANIFEST
-from .against import committed_lock
+from .against import committed_lock, kit_problems, lock_pins
 from .gitcopy import KitRepos, Say
 from .have import has
-from .manifest import file_table, write_manifest
+from .manifest import file_table, listed, write_manifest
 from .owned import KitDir, held, open_kit_dir
 from .wheels import WheelWant, compile_wants, fetch, from_lock, source_urls, torch_from_system
 from ..recipe import ForkUse, Recipe
@@ -189,10 +189,13 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
                                                extra_env=env, have=opts.have)
                       if w.filename != (r.wheel.filename if r.wheel else None)]
         lock_info = {"source": "uv pip compile"}
+    # a build requirement the lock pins is resolved to the lock's version where it fits: --find-links offers the
+    # kit's wheels to the env too, so one of another version is refused where the kit is used (kit/against.py)
+    pins = lock_pins(lock) if lock is not None else None
     for fork in r.forks:
         if fork.build_isolation:
             build_reqs = _build_system_requires(opts.cache_dir, fork, commits[fork.name])
-            wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build")
+            wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build", have=pins)
     wants = _dedupe(wants)
     left_out: list[dict[str, str]] = []
     if opts.have:
@@ -234,6 +237,15 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
         "files": files,
         "size_bytes": sum(int(f["size"]) for f in files.values()),
     }
+    problems = kit_problems(doc, r, lock)
+    if problems:            # here, where the kit can be made again, not on the node that cannot
+        raise KitError(f"the kit made in {out} would be refused where it is used: {listed(problems)}",
+                       expected=f"every wheel of the kit as {lock.name if lock else 'its kit.json'} records it",
+                       found=f"{len(problems)} difference(s)",
+                       fix=("a fork's build requirements need other versions of packages the lock pins: give that "
+                            "fork `build_isolation = false` in the recipe, or lock those versions")
+                           if any("a build requirement of" in p for p in problems) else
+                           "make the kit again (a file may have changed while it was made)")
     path = out / MANIFEST
     write_manifest(path, doc)
     kit.finished()

@@ -47,29 +47,46 @@ def local_wheel(entry: Mapping[str, Any]) -> Path | None:
     return Path(path) if isinstance(path, str) and Path(path).is_absolute() else None
 
 
+# what an installer writes into the dist-info (uv adds its own rows; a wheel that ships one keeps both)
+INSTALLER_FILES = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json", "RECORD"})
+
+
 def wheel_rows(wheel: Path) -> dict[str, str] | None:
     """path -> hash of the hashed rows of the wheel's RECORD (its zip directory and that one member read), or None
-    when it cannot be read as a wheel with one RECORD."""
+    when it cannot be read as a wheel with one RECORD.  A member whose size in the zip directory is not its
+    RECORD row's (a file changed, its RECORD not) gets the hash ``size-differs``: the RECORD does not describe
+    that wheel's bytes."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             records = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
             if len(records) != 1:
                 return None
             text = zf.read(records[0]).decode("utf-8")
+            sizes = {i.filename: i.file_size for i in zf.infolist()}
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
         return None
-    return {row[0]: row[1] for row in csv.reader(io.StringIO(text)) if len(row) > 1 and row[1]}
+    rows = {}
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) > 1 and row[1]:
+            size = row[2] if len(row) > 2 else ""
+            rows[row[0]] = "size-differs" if size.isdigit() and sizes.get(row[0]) != int(size) else row[1]
+    return rows
 
 
 def _unlike(dist: Dist, rows: Mapping[str, str]) -> list[str]:
     """The wheel's rows the installed RECORD does not hold with the same hash (``.data`` files are installed
-    elsewhere, scripts rewritten: not compared)."""
+    elsewhere, scripts rewritten, the installer's own dist-info files written by it: not compared; a path with
+    two rows matches either)."""
+    installed: dict[str, set[str]] = {}
     try:
-        installed = {path: digest for path, digest, _size in record_rows(dist)}
+        for path, digest, _size in record_rows(dist):
+            installed.setdefault(path, set()).add(digest)
     except OSError:
         return ["RECORD"]
     return sorted(p for p, digest in rows.items()
-                  if not p.split("/", 1)[0].endswith(".data") and installed.get(p) != digest)
+                  if not p.split("/", 1)[0].endswith(".data") and digest not in installed.get(p, set())
+                  and not (p.count("/") == 1 and p.split("/")[0].endswith(".dist-info")
+                           and p.split("/")[1] in INSTALLER_FILES))
 
 
 def unlike_locked(packages: Sequence[Mapping[str, Any]], env: Path,

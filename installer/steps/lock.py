@@ -192,7 +192,8 @@ def stale_env(ctx: StepContext, step: str, stale: Sequence[Unlike]) -> LockError
                      found=describe(stale),
                      fix="re-run october_setup: the env is made again from the files the sources serve now (the "
                          f"env, uv's cache of {', '.join(names)} and any built-stack cache entry of this stack were "
-                         "removed); to keep the old bytes instead, put the original file back in the recipe's sources")
+                         "removed); if the sources should not serve other bytes under that name, find out who "
+                         "republished it before you re-run")
 
 
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
