@@ -158,3 +158,40 @@ def test_a_prefix_pinned_fork_is_said_unless_locked() -> None:
     said = own_word(kit, recipe, locked=False)  # type: ignore[arg-type]
     assert said == [said[0]] and said[0].startswith("fork vllm: pinned by the prefix 2315e62e2 on asym")
     assert own_word(kit, recipe, locked=True) == []  # type: ignore[arg-type]
+
+
+def test_an_interrupted_kit_of_another_recipe_is_not_replaced_either(kit_and_recipe: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """The review: the recipe was read from kit.json only, which a refresh removes first: a kit interrupted
+    mid-refresh could be pruned by another recipe's run.  Its marker names the recipe too."""
+    from october.installer.kit.owned import open_kit_dir
+
+    kit, recipe = kit_and_recipe
+    open_kit_dir(kit, "fixture")                  # what a refresh does first: the marker, then kit.json goes
+    assert not (kit / "kit.json").exists()
+    other = recipe.with_name("other.toml")
+    other.write_text(recipe.read_text().replace('name = "fixture"', 'name = "other"', 1))
+    with pytest.raises(KitError, match="is a kit of recipe 'fixture', not 'other'"):
+        make_kit(KitOptions(recipe=load_recipe(str(other)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=kit, cache_dir=tmp_path / "cache-kit"))
+    open_kit(kit, load_recipe(str(recipe)))
+
+
+def test_two_kits_of_one_recipe_from_one_cache_work_apart(kit_and_recipe: tuple[Path, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: each run removed CACHE/kit-work/<recipe> as it began, so two kits of one recipe made at once
+    from one cache (into two DIRs) removed each other's checkouts."""
+    import october.installer.kit.make as make
+
+    kit, recipe = kit_and_recipe
+    works: list[Path] = []
+    real = make._make
+
+    def spy(opts, kit_dir, runner, work, say, phases):  # type: ignore[no-untyped-def]
+        works.append(work)
+        return real(opts, kit_dir, runner, work, say, phases)
+
+    monkeypatch.setattr(make, "_make", spy)
+    for out in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
+        make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=out, cache_dir=tmp_path / "cache-kit"))
+    assert works[0] != works[1] and works[0] == works[2]

@@ -7,6 +7,7 @@ before it is written), so an interrupted kit is resumed and nothing else is ever
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 import tomllib
@@ -128,7 +129,10 @@ def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Pat
         open_kit_dir(opts.out)                  # its error: a file where the kit should be
     with held(opts.out):
         kit = open_kit_dir(opts.out, opts.recipe.name)
-        work = opts.cache_dir / "kit-work" / opts.recipe.name
+        # one work folder per kit directory (each held by its run): two kits of one recipe from one cache at once
+        # removed each other's work
+        where = hashlib.sha256(str(opts.out.resolve()).encode()).hexdigest()[:12]
+        work = opts.cache_dir / "kit-work" / f"{opts.recipe.name}-{where}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         echo = None if ui is None else ui.detail if ui.verbose else ui.progress

@@ -80,9 +80,10 @@ def _from_marker(doc: Any) -> set[str] | None:
 class KitDir:
     """A kit directory being written: the entries the tool wrote there (earlier runs' and this one's)."""
 
-    def __init__(self, root: Path, entries: Iterable[str] = ()) -> None:
+    def __init__(self, root: Path, entries: Iterable[str] = (), recipe: str | None = None) -> None:
         self.root = root
         self.entries = set(entries)
+        self.recipe = recipe            # the recipe it is made for, in the marker too (an interrupted kit's)
 
     def owns(self, rel: str, entries: set[str] | None = None) -> bool:
         """Whether a kit run wrote ``rel`` (``entries``: those to count, default all recorded)."""
@@ -111,7 +112,8 @@ class KitDir:
 
     def write_marker(self) -> None:
         write_json_atomic(self.root / MARKER, {"kind": MARKER_KIND, "format_version": MARKER_FORMAT,
-                                               "entries": sorted(self.entries)})
+                                               "entries": sorted(self.entries),
+                                               **({"recipe": {"name": self.recipe}} if self.recipe else {})})
 
     def finished(self) -> None:
         """``kit.json`` is written: the marker goes."""
@@ -169,7 +171,7 @@ def open_kit_dir(out: Path, recipe: str | None = None) -> KitDir:
         raise KitError(f"{out} is a file", expected="a directory for the kit (new, empty, or an earlier kit)",
                        found="a file", fix="choose another DIR")
     if not out.is_dir() or not any(out.iterdir()):
-        kit = KitDir(out)
+        kit = KitDir(out, recipe=recipe)
         out.mkdir(parents=True, exist_ok=True)
         kit.write_marker()
         return kit
@@ -182,14 +184,16 @@ def open_kit_dir(out: Path, recipe: str | None = None) -> KitDir:
                                 "interrupted one)",
                        found=f"{len(found)} entr{'y' if len(found) == 1 else 'ies'} in {out}: {listed(found)}",
                        fix=f"choose an empty or new DIR (nothing in {out} was changed or deleted)")
+    # a finished kit's recipe, else an interrupted one's (its marker; one of an earlier version names none)
     made_for = _recipe_of(_read(out / MANIFEST)) if manifest is not None else None
+    made_for = made_for or (_recipe_of(_read(out / MARKER)) if marker is not None else None)
     if recipe is not None and made_for is not None and made_for != recipe:
         raise KitError(f"{out} is a kit of recipe {made_for!r}, not {recipe!r}",
                        expected=f"a new or empty directory, or an earlier kit of {recipe!r}",
-                       found=f"{out / MANIFEST} made for recipe {made_for!r}",
+                       found=f"{out / (MANIFEST if manifest is not None else MARKER)} made for recipe {made_for!r}",
                        fix=f"choose another DIR for {recipe!r}, or remove {out} first to replace that kit "
                            "(nothing was changed)")
-    kit = KitDir(out, (manifest or set()) | (marker or set()))
+    kit = KitDir(out, (manifest or set()) | (marker or set()), recipe=recipe)
     foreign = kit.foreign()
     if foreign:
         raise _foreign_error(out, foreign)
