@@ -426,7 +426,9 @@ def _uv_venv_files(paths: StackPaths) -> dict[str, str]:
     import os
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    from .core.cachekey import without_key
+
+    env = {k: v for k, v in without_key().items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
     try:
         return uv_venv_files(lambda argv: subprocess.run(argv, env={**env, "UV_PYTHON_DOWNLOADS": "never"},
                                                          capture_output=True, check=True, timeout=120),

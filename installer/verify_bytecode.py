@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
+from .core.cachekey import without_key
+
 # runs in the stack's Python (-I -S: nothing of the stack is imported); stdin: [[pyc, source], ...];
 # stdout: [[pyc, why], ...] for each that Python would load and that is not its source's code
 SCRIPT = r"""
@@ -117,7 +119,7 @@ def _compare(python: Path, pairs: list[tuple[Path, Path]], flags: tuple[str, ...
     try:
         done = subprocess.run([str(python), "-I", "-S", "-B", *flags, "-c", SCRIPT],
                               input=json.dumps([[str(p), str(s)] for p, s in pairs]),
-                              capture_output=True, text=True, timeout=900, check=False)
+                              capture_output=True, text=True, timeout=900, check=False, env=without_key())
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{python} could not run ({exc})"
     try:

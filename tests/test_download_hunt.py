@@ -111,7 +111,8 @@ def test_which_recorded_patterns_show_a_copy_complete() -> None:
     assert _uncovered(["vocab.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []   # none on the hub
     assert _uncovered(["config.json", "*.safetensors"], ["config.json"], paths) == ["*.safetensors"]
     assert _uncovered(["merges.txt", "*.safetensors"], ["*.json", "*.safetensors"], paths) == ["merges.txt"]
-    assert _uncovered(["config.json", "merges.txt", "*.bin"], None, paths) == ["merges.txt"]
+    assert _uncovered(["config.json", "merges.txt", "*.bin"], None, paths) == ["merges.txt", "*.bin"]
+    assert _uncovered(["config.json", "*.safetensors"], None, paths) == []
     assert _uncovered(["config.json"], "config.json", paths) == ["config.json"]
 
 

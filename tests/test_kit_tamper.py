@@ -195,3 +195,17 @@ def test_two_kits_of_one_recipe_from_one_cache_work_apart(kit_and_recipe: tuple[
     for out in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
         make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=out, cache_dir=tmp_path / "cache-kit"))
     assert works[0] != works[1] and works[0] == works[2]
+
+
+def test_a_kit_with_have_and_a_lock_is_made_and_opened(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:
+    """The review: `october_setup kit --have` with a lock left out the lock's file of a package the target has,
+    and the check (now run where the kit is made too) refused it as missing, telling the user to make the kit
+    again, which repeated it.  A file kit.json lists as left out is the target's to have (checked on the node)."""
+    kit, recipe = kit_and_recipe
+    lock = _lock_of(kit, tmp_path / "pylock.toml")
+    out = tmp_path / "kit-have"
+    make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=out, cache_dir=tmp_path / "cache-kit", lock=lock,
+                        have={"tinydep": "1.0"}))
+    doc = json.loads((out / "kit.json").read_text())
+    assert [d["package"] for d in doc["left_out"]] == ["tinydep"]
+    open_kit(out, load_recipe(str(recipe)), lock=lock)

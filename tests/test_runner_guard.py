@@ -55,3 +55,30 @@ def test_the_cache_key_reaches_a_child_only_when_handed_on(tmp_path: Path, monke
     assert "KEY absent" in runner.run(show, step="t", env=dict(os.environ)).output
     handed = runner.run(show, step="t", extra_env={KEY_ENV: "cd" * 32}).output
     assert "KEY cd" in handed or "KEY ***" in handed
+
+
+def test_the_cache_key_reaches_no_stack_python_the_checks_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: verify's and the lock check's own processes (the stack Python asked for its sys.path, uv asked
+    for a venv's files, git) ran with the caller's environment, and a .pth in the stack's site, which runs at
+    every start, read $OCTOBER_CACHE_KEY."""
+    import subprocess as sp
+
+    from october.installer.core.cachekey import KEY_ENV
+    from october.installer.core.paths import StackPaths
+    from october.installer.git import git_env
+    from october.installer.lock.drift import _outside_sites
+    from october.installer.pyenv.uvcmd import uv_exe
+    from october.installer.verify import _uv_venv_files
+
+    stack = tmp_path / "stack"
+    sp.run([uv_exe(), "venv", "-q", str(stack / "env")], check=True, capture_output=True,
+           env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+    seen = tmp_path / "seen"
+    site = next((stack / "env").glob("lib/python*/site-packages"))
+    (site / "zz_spy.pth").write_text(f"import os; open({str(seen)!r}, 'a').write(os.environ.get({KEY_ENV!r}, 'absent') + chr(10))\n")
+    monkeypatch.setenv(KEY_ENV, "ab" * 32)
+    _outside_sites(stack / "env")
+    _uv_venv_files(StackPaths(stack))
+    assert KEY_ENV not in git_env()
+    lines = seen.read_text().split()
+    assert lines and set(lines) == {"absent"}, lines

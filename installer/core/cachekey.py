@@ -27,6 +27,13 @@ KEY_BYTES = 32
 KEY_ENV = "OCTOBER_CACHE_KEY"      # the key itself (hex), as the fleet hands it to each node of a shared cache
 
 
+def without_key(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default this process's) without :data:`KEY_ENV`: what every command the tool starts gets (a fork's
+    build backend, uv, nvcc, vLLM, a stack Python whose ``.pth`` runs code could read it and sign a forged entry);
+    a caller that means to hand the key on (the fleet's node command) adds it back itself."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k != KEY_ENV}
+
+
 def key_file(environ: Mapping[str, str] | None = None) -> Path:
     from platformdirs import user_data_path
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .cachekey import KEY_ENV as CACHE_KEY_ENV
+from .cachekey import without_key
 from .errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
 from .redact import env_secrets, redact
 
@@ -209,8 +209,7 @@ class Runner:
         args = [os.fspath(a) for a in argv]
         # the cache's signing key never reaches a child by inheritance (a fork's build backend, uv, nvcc, vLLM
         # could read it and sign a forged entry); a caller that means to hand it on names it in extra_env
-        full_env = {**{k: v for k, v in (os.environ if env is None else env).items() if k != CACHE_KEY_ENV},
-                    **(extra_env or {})}
+        full_env = {**without_key(env), **(extra_env or {})}
         exe = args[0]
         if os.sep not in exe:
             if shutil.which(exe, path=full_env.get("PATH")) is None:

@@ -367,12 +367,13 @@ def _safe(path: str) -> bool:
 def _uncovered(wanted: Sequence[str], recorded: Any, paths: set[str]) -> list[str]:
     """The recipe's patterns a record does not show complete: one the record's patterns do not include, unless it
     names a file (no wildcard) that a recorded pattern covers (the record lists every file those matched).  A
-    record of an earlier version names no patterns: each file the recipe names must be among its files."""
+    record of an earlier version names no patterns: each file the recipe names must be among its files, and each
+    wildcard match one of them."""
     def literal(p: str) -> bool:
         return not any(c in p for c in "*?[")
 
-    if recorded is None:
-        return [p for p in wanted if literal(p) and p not in paths]
+    if recorded is None:        # a wildcard must match a recorded file (the weights' *.safetensors above all)
+        return [p for p in wanted if (p not in paths) if literal(p) or not hub.select(sorted(paths), [p])]
     if not (isinstance(recorded, list) and all(isinstance(q, str) for q in recorded)):
         return list(wanted)
     return [p for p in wanted if p not in recorded and not (literal(p) and hub.select([p], recorded))]

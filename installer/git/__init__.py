@@ -14,6 +14,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from ..core.cachekey import without_key
+
 # GitPython looks for git as it is imported and raises ImportError ("Bad git executable") without one: the
 # preflight says git is missing (its punch list, exit 4), so the import must not fail first
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
@@ -28,7 +30,7 @@ _GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_
 
 def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for our git commands: never prompt, never follow a stray GIT_DIR, never a replace ref."""
-    env = dict(os.environ if base is None else base)
+    env = without_key(base)
     for key in _GIT_LOCATION_VARS:
         env.pop(key, None)
     env["GIT_TERMINAL_PROMPT"] = "0"      # a private repo fails at once instead of hanging

@@ -69,11 +69,24 @@ def ignored_files(path: Path) -> list[str]:
     clone's exclude lists them, :mod:`.exclude`); an untracked file git does not ignore is a local change
     (:func:`dirty_entries`)."""
     found = _ignored_here(path)
-    if (path / ".gitmodules").is_file():
-        for sub in submodule_states(path):
-            if sub.flag != "-" and (path / sub.path / ".git").exists():
-                found += [f"{sub.path}/{p}" for p in _ignored_here(path / sub.path)]
+    for sub in _submodule_paths(path):
+        if (path / sub / ".git").exists():          # checked out (active or not), nested ones through its own
+            found += [f"{sub}/{p}" for p in ignored_files(path / sub)]
     return found
+
+
+def _submodule_paths(path: Path) -> list[str]:
+    """The paths ``.gitmodules`` gives its submodules (read as a config file: no ``git submodule``, which fails on
+    a gitlink without a mapping and starts processes per submodule), those inside the clone only."""
+    if not (path / ".gitmodules").is_file():
+        return []
+    try:
+        out = git_text(path, "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$",
+                       ceiling=path.resolve().parent)
+    except GitInspectError:
+        return []                                   # no path entries (git config exits 1) or unreadable
+    subs = [line.split(" ", 1)[1] for line in out.splitlines() if " " in line]
+    return [s for s in subs if s and not s.startswith("/") and ".." not in s.split("/")]
 
 
 def _ignored_here(path: Path) -> list[str]:

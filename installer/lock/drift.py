@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name, canonicalize_version
 
+from ..core.cachekey import without_key
 from ..core.hashing import sha256_file
 
 SHOWN = 5
@@ -55,24 +56,40 @@ STARTUP_MODULES = ("sitecustomize", "usercustomize")    # imported by ``site`` a
 
 
 def site_pth(sites: Sequence[str]) -> dict[str, str]:
-    """path -> sha256 of every ``.pth`` file in the site directories (the stack's Python reads them as it starts,
-    ``site.addsitedir``, and a line of one that begins ``import`` runs) and of every ``sitecustomize`` or
-    ``usercustomize`` module there (``site`` imports them at every start: a ``.py``, ``.pyc`` or extension
-    module; a package: its ``__init__.py``)."""
+    """path -> sha256 of every ``.pth`` file in the site directories: the stack's Python reads them as it starts
+    (``site.addsitedir``), and a line of one that begins ``import`` runs."""
+    return _hashed(sites, lambda name: name.endswith(".pth"))
+
+
+def site_startup(sites: Sequence[str]) -> dict[str, str]:
+    """path -> sha256 of every ``sitecustomize`` or ``usercustomize`` module in the site directories: ``site``
+    imports them at every start (a ``.py``, ``.pyc`` or extension module; a package: each of its files)."""
+    return _hashed(sites, lambda name: name.split(".", 1)[0] in STARTUP_MODULES)
+
+
+def _hashed(sites: Sequence[str], wanted: Callable[[str], bool]) -> dict[str, str]:
     out: dict[str, str] = {}
     for site in sites:
         try:
-            found = sorted(p for p in Path(site).iterdir()
-                           if p.name.endswith(".pth") or p.name.split(".", 1)[0] in STARTUP_MODULES)
+            found = sorted(p for p in Path(site).iterdir() if wanted(p.name))
         except OSError:
             continue
-        for pth in found:
-            target = pth / "__init__.py" if pth.is_dir() else pth
+        for entry in found:
             try:
-                out[str(pth)] = sha256_file(target)       # through a link: Python's site reads it so
+                out[str(entry)] = _tree_sha256(entry) if entry.is_dir() else sha256_file(entry)   # through a link
             except OSError:
-                out[str(pth)] = "unreadable"
+                out[str(entry)] = "unreadable"
     return out
+
+
+def _tree_sha256(top: Path) -> str:
+    """One digest of a package folder: each file's path under it and sha256, in order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in top.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(top).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
 
 
 def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
@@ -97,12 +114,15 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     same = {n for n in set(locked) & set(now) if canonicalize_version(locked[n]) == canonicalize_version(now[n])}
     was = {n: v for n, v in locked.items() if n not in same}
     found = {n: v for n, v in now.items() if n not in same}
-    pth = system.get("pth")
-    if isinstance(pth, dict):
-        dirs = system.get("pth_sites")
-        recorded = {str(k): str(v) for k, v in pth.items()}
-        was.update(recorded)
-        found.update(site_pth([str(d) for d in dirs] if isinstance(dirs, list) else sites))
+    dirs = system.get("pth_sites")
+    read = [str(d) for d in dirs] if isinstance(dirs, list) else sites
+    # each record only where the lock has it (an earlier version's lock holds no startup modules: a sitecustomize
+    # that was there at setup is not a difference; the lock step writes that lock again)
+    for key, now_of in (("pth", site_pth), ("startup", site_startup)):
+        recorded = system.get(key)
+        if isinstance(recorded, dict):
+            was.update({str(k): str(v) for k, v in recorded.items()})
+            found.update(now_of(read))
     return differences(was, found)
 
 
@@ -114,7 +134,7 @@ def _outside_sites(env: Path) -> list[str] | None:
     python = env / "bin" / "python"
     try:
         done = subprocess.run([str(python), "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
-                              capture_output=True, text=True, timeout=60, check=False)
+                              capture_output=True, text=True, timeout=60, check=False, env=without_key())
         path = json.loads(done.stdout) if done.returncode == 0 else None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None

@@ -16,7 +16,7 @@ from ..core.errors import LockError
 from ..core.hashing import sha256_file
 from ..core.resources import stack_script
 from ..core.runner import Completed
-from ..lock.drift import lock_drift, read_toml, site_pth, system_drift
+from ..lock.drift import lock_drift, read_toml, site_pth, site_startup, system_drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
 from .env import stack_uv
@@ -116,7 +116,7 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
     pth_sites = list(dict.fromkeys([*(str(d) for d in rec.get("site_packages") or []), *sites]))
     return {"torch": {k: rec.get(k) for k in ("version", "cuda", "path", "python", "python_version")},
             "packages": dict(sorted(others.items())), "sites": sites, "pth": site_pth(pth_sites),
-            "pth_sites": pth_sites}
+            "pth_sites": pth_sites, "startup": site_startup(pth_sites)}
 
 
 def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
@@ -324,4 +324,7 @@ class LockStep:
         section = ((lock.get("tool") or {}).get("october") or {}).get("system")
         if ctx.recipe.torch.from_system and isinstance(section, dict) and "pth_sites" not in section:
             return "the lock predates its record of the system site folders' .pth files (written again to hold them)"
+        if ctx.recipe.torch.from_system and isinstance(section, dict) and "startup" not in section:
+            return ("the lock predates its record of the system site folders' sitecustomize modules (written again "
+                    "to hold them)")
         return None
