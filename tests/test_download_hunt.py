@@ -144,3 +144,19 @@ def test_a_record_naming_a_path_outside_the_copys_files_is_refused_by_name(env: 
     with pytest.raises(OctoberError, match="malformed") as refused:
         run_download(env.opts("awq", local_dir=d, offline=True, output=env.tmp / "b.json"))
     assert path in str(refused.value)
+
+
+def test_an_earlier_versions_record_that_passes_offline_is_not_made_to_vouch_for_the_patterns(env: Env) -> None:
+    """The upgrade hunt: an earlier version's record (no patterns) that passed --offline by its files was written
+    again with the recipe's patterns, so every later --offline run took it as complete (a shard its narrower
+    recipe never fetched stayed missing for good)."""
+    d = env.tmp / "m"
+    run_download(env.opts("awq", local_dir=d))
+    rec = d / ".october" / "verified.json"
+    doc = json.loads(rec.read_text())
+    del doc["patterns"]
+    rec.write_text(json.dumps(doc))
+    run_download(env.opts("awq", local_dir=d, offline=True, output=env.tmp / "o.json"))
+    assert "patterns" not in json.loads(rec.read_text())
+    run_download(env.opts("awq", local_dir=d, output=env.tmp / "online.json"))     # online: the patterns shown
+    assert "patterns" in json.loads(rec.read_text())

@@ -192,9 +192,12 @@ def test_two_kits_of_one_recipe_from_one_cache_work_apart(kit_and_recipe: tuple[
         return real(opts, kit_dir, runner, work, say, phases)
 
     monkeypatch.setattr(make, "_make", spy)
+    legacy = tmp_path / "cache-kit" / "kit-work" / "fixture" / "src"      # what a killed earlier version left
+    legacy.mkdir(parents=True)
     for out in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
         make_kit(KitOptions(recipe=load_recipe(str(recipe)), out=out, cache_dir=tmp_path / "cache-kit"))
     assert works[0] != works[1] and works[0] == works[2]
+    assert not legacy.parent.exists()
 
 
 def test_a_kit_with_have_and_a_lock_is_made_and_opened(kit_and_recipe: tuple[Path, Path], tmp_path: Path) -> None:

@@ -231,7 +231,9 @@ def test_a_faithful_kit_has_no_problem_against_its_recipe_and_lock() -> None:
         doc["wheels"].append({"filename": name, "package": name.split("-")[0], "role": "build",
                               "sha256": "3" * 64, "url": "https://x/" + name})
         assert kit_problems(doc, r, LOCK) == ([f"wheels/{name}: a build requirement of setuptools, which the lock "
-                                               f"{LOCK.name} pins to another file"] if pinned else [])
+                                               f"{LOCK.name} pins to another file (the env could take it; a kit made before its "
+                                               "build requirements were resolved to the lock's versions: make it "
+                                               "again)"] if pinned else [])
 
 
 @pytest.mark.parametrize("fault", FAULTS)

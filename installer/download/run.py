@@ -99,6 +99,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     if not plan.local_source and not plan.offline:
         check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
+        legacy = plan.offline and not plan.local_source and _record_names_no_patterns(plan)
         if plan.local_source:
             say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
             resolved, files = plan.revision, _verify_local(plan, say, bars)
@@ -108,7 +109,9 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
         else:
             resolved, files = _download_online(plan, say, bars)
         if not plan.local_source:
-            _write_record(plan, files)
+            # an earlier version's record (no patterns) passed only by its files: it shows no patterns complete,
+            # and a record naming the recipe's would vouch for them at every later --offline run (the upgrade hunt)
+            _write_record(plan, files, patterns=not (plan.offline and legacy))
         scales = check_scales(plan, warn)
         manifest = build_manifest(plan, resolved_revision=resolved, files=files, scales=scales,
                                   endpoint=LOCAL_ENDPOINT if plan.local_source else hub.shown_endpoint())
@@ -291,10 +294,18 @@ def _record_path(plan: DownloadPlan) -> Path:
     return plan.local_dir / OWN_DIR / RECORD_NAME
 
 
-def _write_record(plan: DownloadPlan, files: list[VerifiedFile]) -> None:
+def _record_names_no_patterns(plan: DownloadPlan) -> bool:
+    try:
+        doc = json.loads(_record_path(plan).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "patterns" not in doc
+
+
+def _write_record(plan: DownloadPlan, files: list[VerifiedFile], *, patterns: bool = True) -> None:
     write_json_atomic(_record_path(plan), {
         "kind": RECORD_KIND, "format_version": 1, "repo": plan.repo, "revision": plan.revision,
-        "patterns": list(plan.patterns),
+        **({"patterns": list(plan.patterns)} if patterns else {}),
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "verified_against": f.source}
                   for f in files],
     })
@@ -333,8 +344,9 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                             "an earlier version's record without the file)", expected=str(list(plan.patterns)),
                             found=f"{', '.join(uncovered)} not covered by the recorded "
                                   + str(rec.get("patterns", "files (no patterns recorded)")),
-                            fix="download without --offline once where the hub can be reached, or pass --local-dir "
-                                "of a copy this recipe downloaded")
+                            fix="download without --offline once where the hub can be reached (a file the recipe names "
+                                "may simply not be in the repository at this revision: an earlier version's record "
+                                "cannot tell), or pass --local-dir of a copy this recipe downloaded")
     wanted = hub.select(list(by_path), plan.patterns)
     if not wanted:
         raise DownloadError(f"--offline: no recorded file of {plan.where} matches the recipe's patterns",

@@ -134,6 +134,7 @@ def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Pat
         where = hashlib.sha256(str(opts.out.resolve()).encode()).hexdigest()[:12]
         work = opts.cache_dir / "kit-work" / f"{opts.recipe.name}-{where}"
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(opts.cache_dir / "kit-work" / opts.recipe.name, ignore_errors=True)   # an earlier version's
         work.mkdir(parents=True)
         echo = None if ui is None else ui.detail if ui.verbose else ui.progress
         runner = Runner(opts.cache_dir / "kit-logs" / opts.recipe.name, echo=echo)

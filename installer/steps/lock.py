@@ -171,29 +171,29 @@ def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
 
 def stale_env(ctx: StepContext, step: str, stale: Sequence[Unlike]) -> LockError:
     """The env holds other bytes than the files the lock would name (a wheel republished under its file name, the
-    old one installed from uv's cache or a built-stack entry): the copies of the old bytes are removed (the env,
-    the built-stack entry of this stack's key, uv's cache entries of those packages), so a re-run installs what
-    the sources serve now; -> the error to raise."""
+    old one installed from uv's cache or a built-stack entry); -> the error to raise.  Nothing is removed: which
+    bytes are right is the user's to say (the old ones verified at setup; a republished file may be the fault),
+    and the fix names the commands for either answer."""
+    import shlex
+
     from ..lock.installed import describe
     from ..pyenv import builtstack
-    from .reuse import refuse_entry, stack_key
+    from .reuse import stack_key
 
     names = [u.name for u in stale]
-    why = f"{', '.join(names)} installed from other bytes than the sources now serve under the same file name"
     key = stack_key(ctx, step)
     entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
-    if entry is not None:
-        refuse_entry(ctx, step, entry, why)
-    shutil.rmtree(ctx.paths.env, ignore_errors=True)
     uv = stack_uv(ctx)
-    ctx.runner.run([uv_exe(), "cache", "clean", *names], step=step, env=uv.env())
-    return LockError(f"the stack env does not hold the files its lock would name: {why}",
+    clean = " ".join(shlex.quote(x) for x in ["env", f"UV_CACHE_DIR={uv.env()['UV_CACHE_DIR']}", uv_exe(), "cache",
+                                                 "clean", *names])
+    gone = " ".join(shlex.quote(str(p)) for p in [ctx.paths.env, *([entry.path] if entry is not None else [])])
+    return LockError(f"the stack env does not hold the files its lock would name: {', '.join(names)} installed from "
+                     "other bytes than the sources now serve under the same file name",
                      expected="each index package installed from the file the lock names (its sha256)",
                      found=describe(stale),
-                     fix="re-run october_setup: the env is made again from the files the sources serve now (the "
-                         f"env, uv's cache of {', '.join(names)} and any built-stack cache entry of this stack were "
-                         "removed); if the sources should not serve other bytes under that name, find out who "
-                         "republished it before you re-run")
+                     fix="find out who republished it (nothing was removed).  To keep what is installed, put the "
+                         "original file back in the recipe's sources and re-run october_setup; to take the new "
+                         f"file, run `rm -rf {gone}` and `{clean}`, then re-run october_setup")
 
 
 def toolchain_facts(ctx: StepContext, python_version: str) -> dict[str, Any]:
@@ -324,7 +324,6 @@ class LockStep:
         section = ((lock.get("tool") or {}).get("october") or {}).get("system")
         if ctx.recipe.torch.from_system and isinstance(section, dict) and "pth_sites" not in section:
             return "the lock predates its record of the system site folders' .pth files (written again to hold them)"
-        if ctx.recipe.torch.from_system and isinstance(section, dict) and "startup" not in section:
-            return ("the lock predates its record of the system site folders' sitecustomize modules (written again "
-                    "to hold them)")
+        # a lock without `startup` (sitecustomize modules) is held to them from its next writing: writing it again
+        # for that alone ran a new resolution, which failed where the sources are gone (the upgrade hunt)
         return None
