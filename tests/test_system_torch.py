@@ -554,6 +554,10 @@ def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(t
         assert found.returncode == 13 and f"{planted} - -> " in found.stderr, found.stderr
         assert {r.name: r.status for r in run_setup(opts, SilentReporter()).records}["lock"] == "ran"
         assert verify().returncode == 0
+    # the bytecode Python writes into the package as it imports it is not a change
+    (site / "usercustomize" / "__pycache__").mkdir()
+    (site / "usercustomize" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"bytecode")
+    assert verify().returncode == 0
 
 
 def _dist_info(site: Path, name: str, version: str) -> None:

@@ -83,11 +83,12 @@ def _hashed(sites: Sequence[str], wanted: Callable[[str], bool]) -> dict[str, st
 
 
 def _tree_sha256(top: Path) -> str:
-    """One digest of a package folder: each file's path under it and sha256, in order."""
+    """One digest of a package folder: each file's path under it and sha256, in order (its ``__pycache__`` left
+    out: Python writes it there as it imports the package, and checks it against its source)."""
     import hashlib
 
     h = hashlib.sha256()
-    for f in sorted(p for p in top.rglob("*") if p.is_file()):
+    for f in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.relative_to(top).parts):
         h.update(f"{f.relative_to(top).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 
