@@ -33,11 +33,17 @@ def test_ignored_files_of_checked_out_and_nested_submodules_are_listed(tmp_path:
     _git("commit", "-q", "-m", "deep", cwd=sub)
     fork = _repo(tmp_path / "fork", {"f.txt": "f\n", ".gitignore": "build/\n"})
     _git("submodule", "add", "-q", str(sub), "3rdparty/sub", cwd=fork)
+    _git("submodule", "add", "-q", str(inner), "my lib", cwd=fork)       # its name has a space (the review)
     _git("commit", "-q", "-m", "sub", cwd=fork)
     _git("submodule", "update", "--init", "--recursive", "-q", cwd=fork)
-    # an unmapped gitlink (no .gitmodules entry): `git submodule status` fails on it
+    # an unmapped gitlink (no .gitmodules entry), checked out: `git submodule status` failed on it, .gitmodules
+    # does not name it
+    _git("clone", "-q", str(inner), "vendor/orphan", cwd=fork)
     _git("update-index", "--add", "--cacheinfo", f"160000,{_git('rev-parse', 'HEAD', cwd=inner).strip()},vendor/orphan",
          cwd=fork)
+    for where in (fork / "my lib" / "_C", fork / "vendor" / "orphan" / "_C"):
+        where.mkdir()
+        (where / ".gitignore").write_text("*\n")
     (fork / "build").mkdir()
     (fork / "build" / "out.so").write_text("x")
     for where in (fork / "3rdparty" / "sub" / "_cache", fork / "3rdparty" / "sub" / "deep" / "_cache"):
@@ -46,4 +52,4 @@ def test_ignored_files_of_checked_out_and_nested_submodules_are_listed(tmp_path:
         (where / "evil.py").write_text("x = 1\n")
     assert sorted(ignored_files(fork)) == ["3rdparty/sub/_cache/.gitignore", "3rdparty/sub/_cache/evil.py",
                                            "3rdparty/sub/deep/_cache/.gitignore", "3rdparty/sub/deep/_cache/evil.py",
-                                           "build/out.so"]
+                                           "build/out.so", "my lib/_C/.gitignore", "vendor/orphan/_C/.gitignore"]

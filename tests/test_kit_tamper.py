@@ -212,3 +212,7 @@ def test_a_kit_with_have_and_a_lock_is_made_and_opened(kit_and_recipe: tuple[Pat
     doc = json.loads((out / "kit.json").read_text())
     assert [d["package"] for d in doc["left_out"]] == ["tinydep"]
     open_kit(out, load_recipe(str(recipe)), lock=lock)
+    doc["left_out"][0]["package"] = "otherdep"            # the node would check another package: not the lock's file
+    (out / "kit.json").write_text(json.dumps(doc))
+    with pytest.raises(KitError, match="the lock's file for tinydep is not in the kit"):
+        open_kit(out, load_recipe(str(recipe)), lock=lock)

@@ -76,17 +76,17 @@ def ignored_files(path: Path) -> list[str]:
 
 
 def _submodule_paths(path: Path) -> list[str]:
-    """The paths ``.gitmodules`` gives its submodules (read as a config file: no ``git submodule``, which fails on
-    a gitlink without a mapping and starts processes per submodule), those inside the clone only."""
-    if not (path / ".gitmodules").is_file():
-        return []
-    try:
-        out = git_text(path, "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$",
-                       ceiling=path.resolve().parent)
-    except GitInspectError:
-        return []                                   # no path entries (git config exits 1) or unreadable
-    subs = [line.split(" ", 1)[1] for line in out.splitlines() if " " in line]
-    return [s for s in subs if s and not s.startswith("/") and ".." not in s.split("/")]
+    """The clone's gitlinks (index entries of mode 160000, ``git ls-files -z -s``: a submodule whether or not
+    ``.gitmodules`` maps it or its name has a space), those strictly inside the clone only."""
+    out = git_text(path, "ls-files", "-z", "-s", ceiling=path.resolve().parent)
+    top = path.resolve()
+    subs = []
+    for entry in filter(None, out.split("\0")):
+        meta, _, rel = entry.partition("\t")
+        if meta.startswith("160000 ") and rel and (path / rel).resolve().is_relative_to(top) \
+                and (path / rel).resolve() != top:
+            subs.append(rel)
+    return subs
 
 
 def _ignored_here(path: Path) -> list[str]:

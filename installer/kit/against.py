@@ -93,14 +93,16 @@ def wheel_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) ->
     # a torch the system gives need not be in the kit; one that is must still be the lock's
     optional = {"torch"} if recipe.torch.from_system or doc["torch"]["from_system"] else set()
     wanted: set[str] = set()
-    left_out = {str(d.get("filename")) for d in doc.get("left_out") or [] if isinstance(d, Mapping)}
+    # (package, file) of each wheel left out: the node checks its interpreter has that package at that version
+    left_out = {(str(canonicalize_name(str(d.get("package")))), str(d.get("filename")))
+                for d in doc.get("left_out") or [] if isinstance(d, Mapping)}
     assert lock_doc is not None
     for want in wants_in(lock_doc, lock.parent, recipe):
         wanted.add(want.filename)
         got = files.get(f"wheels/{want.filename}", {}).get("sha256")
         if got is None:
             # one the kit left out as the target has it (--have; the node checks its interpreter has it)
-            if want.package not in optional and want.filename not in left_out:
+            if want.package not in optional and (str(canonicalize_name(want.package)), want.filename) not in left_out:
                 problems.append(f"wheels/{want.filename}: the lock's file for {want.package} is not in the kit")
         elif want.sha256 is None:
             problems.append(f"wheels/{want.filename}: the lock {lock.name} names no sha256 to check it by")
