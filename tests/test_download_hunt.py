@@ -14,6 +14,18 @@ from october.installer.download import run_download
 from tests.test_download_hub import AWQ_REPO, AWQ_REV, PATTERNS, WEIGHT, Env, env, write_recipe  # noqa: F401
 
 
+def _as_an_earlier_version_left_it(env: Env) -> tuple[Path, Path, dict]:
+    """A copy downloaded into ``--local-dir`` whose record names no patterns (what the earlier version wrote);
+    -> (the copy, its record, the record's document as written)."""
+    d = env.tmp / "m"
+    run_download(env.opts("awq", local_dir=d))
+    rec = d / ".october" / "verified.json"
+    doc = json.loads(rec.read_text())
+    del doc["patterns"]
+    rec.write_text(json.dumps(doc))
+    return d, rec, doc
+
+
 def test_offline_of_a_recipe_refuses_a_record_another_recipes_patterns_left(env: Env) -> None:
     """Recipe A (full patterns) then recipe B (same repo@rev, narrower patterns) in the cache's shared folder:
     B sets A's tokenizer files aside and rewrites the record; A --offline must not write a manifest that
@@ -37,12 +49,7 @@ def test_offline_of_a_recipe_refuses_a_record_another_recipes_patterns_left(env:
 def test_offline_takes_a_record_an_earlier_version_wrote(env: Env) -> None:
     """A record without patterns (every copy the earlier version made) still serves --offline: an offline node
     that upgraded the tool is not sent online."""
-    d = env.tmp / "m"
-    run_download(env.opts("awq", local_dir=d))
-    rec = d / ".october" / "verified.json"
-    doc = json.loads(rec.read_text())
-    del doc["patterns"]
-    rec.write_text(json.dumps(doc))
+    d, _rec, _doc = _as_an_earlier_version_left_it(env)
     out = env.tmp / "offline.json"
     run_download(env.opts("awq", local_dir=d, offline=True, output=out))
     assert WEIGHT in {f["path"] for f in json.loads(out.read_text())["files"]}
@@ -119,11 +126,7 @@ def test_which_recorded_patterns_show_a_copy_complete() -> None:
 def test_an_earlier_versions_record_lacking_a_named_file_is_refused(env: Env) -> None:
     """The review: a record without patterns was taken as complete (the hunt's narrower download in the same folder
     still gave a manifest of 4 of 9 files with exit 0 for a copy made before this version)."""
-    d = env.tmp / "m"
-    run_download(env.opts("awq", local_dir=d))
-    rec = d / ".october" / "verified.json"
-    doc = json.loads(rec.read_text())
-    del doc["patterns"]
+    d, rec, doc = _as_an_earlier_version_left_it(env)
     doc["files"] = [f for f in doc["files"] if f["path"] != "tokenizer.json"]
     rec.write_text(json.dumps(doc))
     out = env.tmp / "offline.json"
@@ -150,12 +153,7 @@ def test_an_earlier_versions_record_that_passes_offline_is_not_made_to_vouch_for
     """The upgrade hunt: an earlier version's record (no patterns) that passed --offline by its files was written
     again with the recipe's patterns, so every later --offline run took it as complete (a shard its narrower
     recipe never fetched stayed missing for good)."""
-    d = env.tmp / "m"
-    run_download(env.opts("awq", local_dir=d))
-    rec = d / ".october" / "verified.json"
-    doc = json.loads(rec.read_text())
-    del doc["patterns"]
-    rec.write_text(json.dumps(doc))
+    d, rec, _doc = _as_an_earlier_version_left_it(env)
     run_download(env.opts("awq", local_dir=d, offline=True, output=env.tmp / "o.json"))
     assert "patterns" not in json.loads(rec.read_text())
     run_download(env.opts("awq", local_dir=d, output=env.tmp / "online.json"))     # online: the patterns shown
