@@ -3,11 +3,13 @@ file name (a private index, a find-links folder; PyPI forbids it) is hashed anew
 env holds the old bytes (uv's cache and the built-stack cache take a file's name as its identity): the lock would
 then name a file that is not installed.
 
-Held by RECORDs, no process: the locked wheel's own RECORD against the installed ``.dist-info/RECORD`` (the
-install step and ``current verify`` hold each installed file to that RECORD).  Only a wheel this machine has as a
-file (a find-links folder, a ``file://`` URL) is read (its zip directory and RECORD: no full read while they agree),
-and a difference is named only while that file still has the locked sha256; a package with any other file (an
-index's URL, an sdist) is not judged here.
+Held by RECORDs, no process: the locked wheel's own RECORD, and each member's size in its zip directory against
+that RECORD's, against the installed ``.dist-info/RECORD`` (the install step and ``current verify`` hold each
+installed file to that RECORD).  Only a wheel this machine has as a file (a find-links folder, a ``file://`` URL)
+is read (its zip directory and RECORD: no full read while they agree), and a difference is named only while that
+file still has the locked sha256; a package with any other file (an index's URL, an sdist) is not judged here.
+Not seen: a member changed to the same size under a RECORD left as it was (installing that wheel, the install
+step's RECORD check names it).
 """
 
 from __future__ import annotations
