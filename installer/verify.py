@@ -423,7 +423,6 @@ def check_unowned(paths: StackPaths, owned: set[str], named: Sequence[Difference
 
 def _uv_venv_files(paths: StackPaths) -> dict[str, str]:
     """:func:`uv_venv_files` on the stack's interpreter; empty when uv cannot make one (nothing is excused)."""
-    import os
     import subprocess
 
     from .core.cachekey import without_key

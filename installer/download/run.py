@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..core.atomic import write_json_atomic, write_text_atomic
-from ..core.errors import DownloadBusyError, DownloadError, ScalesError
+from ..core.errors import DownloadBusyError, DownloadError, ScalesError, UsageError
 from ..core.hashing import sha256_file
 from . import hub
 from .copycheck import OWN_DIR, extras, local_files, named, refuse_extras, set_aside
@@ -139,8 +139,6 @@ def check_writable(plan: DownloadPlan) -> None:
 def check_output_apart(plan: DownloadPlan) -> None:
     """The manifest is written after the files were verified: one named like a file of the copy (``--output
     DIR/config.json``), or any file in a ``--model-dir`` (nothing is written there), would replace it."""
-    from ..core.errors import UsageError
-
     out, root = plan.output.resolve(), plan.local_dir.resolve()
     if not out.is_relative_to(root):
         return

@@ -83,8 +83,8 @@ def _submodule_paths(path: Path) -> list[str]:
     subs = []
     for entry in filter(None, out.split("\0")):
         meta, _, rel = entry.partition("\t")
-        if meta.startswith("160000 ") and rel and (path / rel).resolve().is_relative_to(top) \
-                and (path / rel).resolve() != top:
+        where = (path / rel).resolve() if meta.startswith("160000 ") and rel else top
+        if where != top and where.is_relative_to(top):
             subs.append(rel)
     return subs
 

@@ -115,8 +115,8 @@ def wheel_problems(doc: Mapping[str, Any], recipe: Recipe, lock: Path | None) ->
             continue
         if listed.get(name, {}).get("role") != "build":
             problems.append(f"wheels/{name}: not a file the lock {lock.name} names")
-        elif _wheel_package(name) in pinned:     # --find-links offers it to the env's resolution too
-            problems.append(f"wheels/{name}: a build requirement of {_wheel_package(name)}, which the lock "
+        elif (package := _wheel_package(name)) in pinned:     # --find-links offers it to the env's resolution too
+            problems.append(f"wheels/{name}: a build requirement of {package}, which the lock "
                             f"{lock.name} pins to another file (the env could take it; a kit made before its build "
                             "requirements were resolved to the lock's versions: make it again)")
     return problems

@@ -118,7 +118,7 @@ def system_drift(lock: Mapping[str, Any], env: Path) -> str | None:
     dirs = system.get("pth_sites")
     read = [str(d) for d in dirs] if isinstance(dirs, list) else sites
     # each record only where the lock has it (an earlier version's lock holds no startup modules: a sitecustomize
-    # that was there at setup is not a difference; the lock step writes that lock again)
+    # that was there at setup is not a difference; that lock is held to them from its next writing)
     for key, now_of in (("pth", site_pth), ("startup", site_startup)):
         recorded = system.get(key)
         if isinstance(recorded, dict):
