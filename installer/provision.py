@@ -150,7 +150,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     from .engine import SetupOptions
     from .pipeline.plan import resolve_locked, run_setup, summary
     from .core.paths import StackPaths
-    from .recipe import load_recipe, remember_checked
+    from .recipe import SharedMark, load_recipe, remember_checked
     from .pyenv.systorch import with_system_torch
     from .machine import validate_skip
 
@@ -163,8 +163,9 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = kit_argument("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None
-    checked = StackPaths(root).recipe_checked
-    rec = with_system_torch(load_recipe(recipe_for(root, args.recipe), checked=checked), args.system_python)
+    checked, shared = StackPaths(root).recipe_checked, SharedMark.in_cache(cache)
+    rec = with_system_torch(load_recipe(recipe_for(root, args.recipe), checked=checked, shared=shared),
+                            args.system_python)
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:
@@ -183,7 +184,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     offline = environ_overlay({**used_kit.git_config(), "UV_OFFLINE": "1"}) if used_kit else nullcontext()
     with offline:
         result = run_setup(opts, ui, echo_commands=args.verbose)
-    remember_checked(rec, checked)      # its no-op re-runs read the recipe without the models
+    remember_checked(rec, checked, shared)    # its no-op re-runs (and the next stack's run) skip the models
     ran = sum(1 for r in result.records if r.status == "ran")
     if args.as_json:
         print_json("result", {"command": "october_setup", "ok": True, "exit_code": 0, "result": {

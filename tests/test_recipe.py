@@ -345,9 +345,84 @@ def test_a_recipe_validated_in_a_stack_loads_again_there_without_pydantic_and_a_
     assert proc.returncode != 0 and "key 'forks.alpha.pins.one' is invalid" in proc.stderr
 
 
+SHARED_PROBE = ("import sys; from pathlib import Path; from october.installer.recipe import SharedMark, load_recipe, "
+                "remember_checked; c = Path(sys.argv[2]); s = SharedMark.in_cache(Path(sys.argv[3])); "
+                "r = load_recipe(sys.argv[1], checked=c, shared=s); print(r.name, 'pydantic' in sys.modules); "
+                "remember_checked(r, c, s)")
+
+
+def test_a_recipe_validated_for_one_stack_is_not_validated_again_for_the_next_on_that_cache_unless_its_mark_is_forged(
+        tmp_path: Path) -> None:
+    """A second stack set up with the same recipe on the same cache loads it without pydantic: the first run's
+    pass is marked in the cache (``CACHE/recipe-checked/<key id>/<digest>``), signed with the per-user key
+    (installer/recipe/tomlcheck.py SharedMark), and the second stack gets its own marker.  A mark planted by
+    whoever can write the cache (forged, signed for other content, signed by another key, a FIFO) is not taken:
+    the models run and a bad recipe is refused; without a usable key nothing is marked."""
+    import hmac
+    import hashlib
+    import os
+
+    from october.installer.core import cachekey
+    from october.installer.recipe.tomlcheck import content_digest, read_toml
+
+    path = write(tmp_path, GOOD)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "OCTOBER_KEY_FILE": str(tmp_path / "keys" / "cache.key")}
+    env.pop(cachekey.KEY_ENV, None)
+
+    def load(stack: str, *, environ: dict[str, str] = env) -> subprocess.CompletedProcess[str]:
+        checked = tmp_path / stack / ".state" / "recipe-checked"
+        checked.parent.mkdir(parents=True, exist_ok=True)
+        return subprocess.run([sys.executable, "-c", SHARED_PROBE, str(path), str(checked), str(cache)],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env=environ)
+
+    assert load("a").stdout.split() == ["t", "True"]        # the first stack: validated, then marked in the cache
+    key = (tmp_path / "keys" / "cache.key").read_bytes()
+    folder = cache / "recipe-checked" / cachekey.key_id(key)
+    good = content_digest([read_toml(path), read_toml(tmp_path / "forks.toml")])
+    assert [p.name for p in folder.iterdir()] == [good]
+    assert load("b").stdout.split() == ["t", "False"]       # a new stack, same recipe and cache: the mark vouches
+    assert (tmp_path / "b" / ".state" / "recipe-checked" / good).is_file()    # and the stack has its own marker
+
+    # a recipe the models refuse, with a mark at its digest: never taken unless signed for it with this key
+    path.write_text(GOOD.replace('name = "t"', 'name = "t"\ncolour = "red"'))
+    bad = content_digest([read_toml(path), read_toml(tmp_path / "forks.toml")])
+    doc = {"format": 1, "what": "recipe and forks.toml passed the models", "digest": bad}
+    other_key = hashlib.sha256(b"someone else").digest()
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    good_mark = json.loads((folder / good).read_text())
+    plants = {
+        "unsigned": json.dumps(doc),
+        "another key": json.dumps({**doc, "mac": hmac.new(other_key, body, hashlib.sha256).hexdigest()}),
+        "signed for other content": json.dumps(good_mark),
+        "mac of other content": json.dumps({**doc, "mac": good_mark["mac"]}),
+        "not JSON": "{",
+    }
+    for n, (what, text) in enumerate(plants.items()):
+        (folder / bad).unlink(missing_ok=True)
+        (folder / bad).write_text(text)
+        proc = load(f"c{n}")
+        assert proc.returncode != 0 and "key 'colour' is invalid" in proc.stderr, (what, proc.stdout, proc.stderr)
+    (folder / bad).unlink()
+    os.mkfifo(folder / bad)                                 # a FIFO: not waited on
+    proc = load("fifo")
+    assert proc.returncode != 0 and "key 'colour' is invalid" in proc.stderr
+    # the planted mark signed with this key (what only its holder can make) is what the check reads
+    (folder / bad).unlink()
+    (folder / bad).write_text(json.dumps({**doc, "mac": cachekey.sign(doc, key)}))
+    assert load("d").stdout.split() == ["t", "False"]
+
+    # no usable key (its file inside the cache it would sign for): no mark taken or written
+    path.write_text(GOOD)
+    inside = {**env, "OCTOBER_KEY_FILE": str(cache / "cache.key")}
+    assert load("e", environ=inside).stdout.split() == ["t", "True"]
+    assert sorted(p.name for p in (cache / "recipe-checked").iterdir()) == [cachekey.key_id(key)]
+
+
 def test_a_recipe_loaded_on_a_stack_s_marker_equals_the_validated_one(tmp_path: Path) -> None:
-    """What a load validated (``validated_digest``, for remember_checked) is not part of what the recipe
-    says: the load that trusted the stack's marker gives an equal recipe, and every field but that one."""
+    """What a load validated (``validated_digest`` and ``validated_here``, for remember_checked) is not part of
+    what the recipe says: the load that trusted the stack's marker gives an equal recipe, and every field but
+    those two."""
     import dataclasses
 
     from october.installer.recipe import load_recipe, remember_checked
@@ -361,7 +436,7 @@ def test_a_recipe_loaded_on_a_stack_s_marker_equals_the_validated_one(tmp_path: 
     assert validated.validated_digest is not None and trusted.validated_digest is None     # the marker was used
     assert validated == trusted and repr(validated) == repr(trusted)
     assert {f.name for f in dataclasses.fields(validated) if getattr(validated, f.name) != getattr(trusted, f.name)} \
-        == {"validated_digest"}
+        == {"validated_digest", "validated_here"}
 
 
 def test_a_forks_file_that_is_not_there_names_the_recipe_key(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ from .load import PROJECT_ROOT, Recipe, load_recipe, remember_checked, resolve_r
 from .models import MODEL_FORMATS, ModelSelection
 from .preflight import PreflightLimits
 from .smoke import SmokeConfig
+from .tomlcheck import SharedMark
 from .wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
 
 __all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS",
            "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin", "Fork", "ForkUse", "JitModule",
-           "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SmokeConfig", "Sources", "TorchPin",
+           "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SharedMark", "SmokeConfig", "Sources", "TorchPin",
            "load_forks", "load_recipe", "remember_checked", "parse_arch_list", "resolve_recipe_path"]

@@ -19,7 +19,7 @@ from .jitmodules import DEFAULT_ROUTES, JitModule
 from .models import ModelSelection, parse_models
 from .preflight import PreflightLimits, parse_preflight
 from .smoke import SmokeConfig, parse_smoke
-from .tomlcheck import read_toml, remember, validated
+from .tomlcheck import SharedMark, read_toml, remember, validated
 from .wheel import BaseWheel, parse_wheel
 
 PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
@@ -46,8 +46,10 @@ class Recipe:
     install: InstallPolicy = field(default_factory=InstallPolicy)  # [install]: supply, exceptions
     jit_routes: tuple[str, ...] = DEFAULT_ROUTES
     kit: str | None = None          # the kit whose wheels are the sources (:func:`with_kit`): its folder
-    # the digest of this content when this process validated it (None: a stack's marker was trusted instead)
+    # the digest of this content when this process validated it or a signed shared mark vouched for it (None: a
+    # stack's marker was trusted instead)
     validated_digest: str | None = field(default=None, compare=False, repr=False)
+    validated_here: bool = field(default=False, compare=False, repr=False)     # by the models, in this process
 
     def fork(self, name: str) -> ForkUse:
         return {f.name: f for f in self.forks}[name]
@@ -60,9 +62,11 @@ def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
     return root / "recipes" / f"{name_or_path}.toml"
 
 
-def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None) -> Recipe:
+def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None,
+                shared: SharedMark | None = None) -> Recipe:
     """The recipe, validated against its models unless ``checked`` (a stack's ``.state/recipe-checked``)
-    records that this content passed there before (:func:`.tomlcheck.validated`)."""
+    records that this content passed there before, or ``shared`` (the cache's marks) holds a mark signed for it
+    (:func:`.tomlcheck.validated`)."""
     path = resolve_recipe_path(name_or_path, root)
     if not path.exists():
         available = sorted(p.stem for p in (root / "recipes").glob("*.toml"))
@@ -81,7 +85,7 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
                                       found="no such file",
                                       fix=f"set forks_file in {path} to the path of your forks.toml, relative to "
                                           "the recipe, or put forks.toml there")
-    digest, ran = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")], checked)
+    digest, source = validated([(path, top, "RecipeFile"), (forks_path, forks_data, "ForksFile")], checked, shared)
     if forks_error is not None:
         raise forks_error
     assert forks_data is not None
@@ -96,14 +100,18 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
                   preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
                   jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
                   jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES,
-                  validated_digest=digest if ran else None)       # a load writes nothing: see remember_checked
+                  validated_digest=digest if source != "stack" else None,    # a load writes nothing: see
+                  validated_here=source == "models")                           # remember_checked
 
 
-def remember_checked(recipe: Recipe, checked: Path) -> None:
-    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe`` passed the models in this
-    process, so its no-op re-runs skip them; nothing when the load trusted a marker instead."""
+def remember_checked(recipe: Recipe, checked: Path, shared: SharedMark | None = None) -> None:
+    """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe`` passed the models (in this
+    process, or as a signed shared mark vouched), so its no-op re-runs skip them; nothing when the load trusted
+    the stack's own marker.  Content the models passed in this process is marked in ``shared`` too."""
     if recipe.validated_digest is not None:
         remember(checked, recipe.validated_digest)
+        if recipe.validated_here and shared is not None:
+            shared.add(recipe.validated_digest)
 
 
 def _forks_path(path: Path, top: Mapping[str, Any], root: Path) -> Path:

@@ -1,13 +1,16 @@
 """Reading a recipe or forks.toml and validating it against the models of :mod:`.spec`, imported only when
 needed: content that passed before in a stack, with this code, is remembered there by its digest
-(:func:`validated`), so that stack's no-op re-run never imports pydantic."""
+(:func:`validated`), so that stack's no-op re-run never imports pydantic; and in the shared cache under the
+per-user key (:class:`SharedMark`), so a second stack set up with the same recipe does not import it either."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..core.errors import SHOWN_MAX, RecipeError, one_line
 from ..core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
@@ -58,21 +61,82 @@ _READ_FIX = {
 }
 
 
-def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None
-              ) -> tuple[str | None, bool]:
+@dataclass(frozen=True)
+class SharedMark:
+    """Content that passed the models, remembered across stacks in a shared cache (``CACHE/recipe-checked/<key
+    id>/<digest>``), each mark signed with the per-user key of :mod:`october.installer.core.cachekey`: a mark
+    planted by whoever can write the cache without that key (a forged one, another key's, a link, a FIFO) is not
+    taken, and the models run.  The digest covers the documents and the code that checked them
+    (:func:`content_digest`), so a mark speaks for this content and this tool only."""
+
+    folder: Path
+    key: bytes
+
+    KEEP = 64                   # marks kept (the newest): one per recipe content a user sets stacks up with
+    MAX_BYTES = 4096
+
+    @classmethod
+    def in_cache(cls, cache: Path) -> SharedMark | None:
+        """The cache's marks under this user's key; None without a usable key (nothing is then taken or kept)."""
+        from ..core import cachekey
+
+        key = cachekey.load_key(cache=cache)
+        return None if key is None else cls(cache / "recipe-checked" / cachekey.key_id(key), key)
+
+    def _doc(self, digest: str) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "what": "recipe and forks.toml passed the models", "digest": digest}
+
+    def holds(self, digest: str) -> bool:
+        """Whether a mark signed with this key vouches for ``digest``; anything unreadable or unsigned is not."""
+        from ..core import cachekey
+
+        try:
+            doc = json.loads(cachekey.read_regular(self.folder / digest, self.MAX_BYTES))
+        except (OSError, ValueError):
+            return False
+        return isinstance(doc, dict) and cachekey.signed(doc, self.key) and \
+            {k: v for k, v in doc.items() if k != "mac"} == self._doc(digest)
+
+    def add(self, digest: str) -> None:
+        """Mark ``digest`` (replacing whatever is at its name) and keep the newest :attr:`KEEP` marks; a failure
+        only loses the shortcut."""
+        from ..core import cachekey
+        from ..core.atomic import write_text_atomic
+
+        doc = self._doc(digest)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.folder / digest, json.dumps({**doc, "mac": cachekey.sign(doc, self.key)}))
+            os.chmod(self.folder / digest, cachekey.shared_mode(0o644))
+            marks = sorted(self.folder.iterdir(), key=lambda p: p.lstat().st_mtime_ns, reverse=True)
+            for old in marks[self.KEEP:]:
+                old.unlink()
+        except OSError:
+            pass
+
+
+Source = Literal["stack", "shared", "models"]
+
+
+def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None,
+              shared: SharedMark | None = None) -> tuple[str | None, Source]:
     """Validate each ``(file, data, model name in .spec)`` in order, unless a marker named by this content's
-    digest is in ``checked`` (the stack's ``.state/recipe-checked``; None: always validate).  The marker lives
-    in the stack it speaks for, never in a shared cache: a planted one skips the models for that stack only.
-    -> (the digest, None when a file could not be read; whether the models ran here)."""
+    digest is in ``checked`` (the stack's ``.state/recipe-checked``; None: always validate) or ``shared`` holds
+    a mark signed for it.  The stack's marker lives in the stack it speaks for: a planted one skips the models
+    for that stack only; a shared mark is taken only signed with the user's key.
+    -> (the digest, None when a file could not be read; what vouched for it: the stack's marker, a shared mark,
+    or the models run here)."""
     digest = content_digest([data for _, data, _ in checks])
     if digest is not None and checked is not None and (checked / digest).is_file():
-        return digest, False
+        return digest, "stack"
+    if digest is not None and shared is not None and shared.holds(digest):
+        return digest, "shared"
     from . import spec
 
     for file, data, model in checks:
         if data is not None:
             spec.validate(file, data, getattr(spec, model))
-    return digest, True
+    return digest, "models"
 
 
 def remember(checked: Path | None, digest: str | None) -> None:
