@@ -245,3 +245,24 @@ def test_the_settler_thread_imports_nothing() -> None:
     for fn in (CloneSettler._run, CloneSettler._paths, CloneSettler._changed, CloneSettler._note):
         names = [i.argval for i in dis.get_instructions(fn) if i.opname in ("IMPORT_NAME", "IMPORT_FROM")]
         assert names == [], (fn.__name__, names)
+
+
+def test_the_fetch_s_check_of_a_clone_it_made_records_its_racy_entries_and_a_look_never_does(tmp_path: Path) -> None:
+    """The fetch step's clean check of a clone this run has just checked out (``dirty_entries(refresh=True)``,
+    worktree.py passes it for a fresh clone only) may rewrite its indexes, submodule's too: the files it had to
+    hash because they were as new as their index are recorded, so the install step's ``git status`` and the
+    settling do not hash them again.  Every other look (a no-op, ``current verify``, a clone the user works
+    in) leaves the indexes as they are, byte for byte."""
+    from october.installer.git.clonecheck import dirty_entries
+
+    top = _clone_with_submodule(tmp_path)
+    _git(top, "submodule", "update", "--init", "-q")
+    indexes = index_files(top)
+    assert len(indexes) == 2
+    _make_racy(top)
+    assert _racy(top) > 0 and _racy(top / "a" / "b") > 0
+    before = [ix.read_bytes() for ix in indexes]
+    assert dirty_entries(top, ["a/b"]) == []
+    assert [ix.read_bytes() for ix in indexes] == before and _racy(top) > 0       # a look: nothing rewritten
+    assert dirty_entries(top, ["a/b"], refresh=True) == []
+    assert _racy(top) == 0 and _racy(top / "a" / "b") == 0                        # the fresh clone's check: recorded

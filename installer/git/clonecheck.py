@@ -35,12 +35,13 @@ class SubmoduleState:
     path: str
 
 
-def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[tuple[str, str], ...] = ()) -> str:
+def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[tuple[str, str], ...] = (),
+             refresh: bool = False) -> str:
     """The output of a read-only git command (:func:`look`), or GitInspectError with its last line of stderr.
     ``ceiling``: git does not look for the repository in it or above (a submodule whose own git directory
-    is broken fails, rather than reading the superproject's)."""
+    is broken fails, rather than reading the superproject's); ``refresh``: git may rewrite the index."""
     try:
-        out, error = look(path, *args, ceiling=ceiling, config=config)
+        out, error = look(path, *args, ceiling=ceiling, config=config, refresh=refresh)
     except OSError as exc:
         raise GitInspectError(f"cannot run git ({exc.strerror or exc})") from None
     if error is not None:
@@ -48,17 +49,20 @@ def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[
     return out.decode(errors="replace")
 
 
-def dirty_entries(path: Path, submodules: Iterable[str] = ()) -> list[str]:
+def dirty_entries(path: Path, submodules: Iterable[str] = (), *, refresh: bool = False) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`), and every tracked
     file of the clone and of its checked-out ``submodules`` that git status is told not to look at
     (skip-worktree, assume-unchanged: :mod:`.hidden`), and what the clone's own git files make git run or
-    read (:mod:`.repocode`: a filter, whose program status then does not run)."""
+    read (:mod:`.repocode`: a filter, whose program status then does not run).  ``refresh``: git status may
+    rewrite the indexes (a clone this run has just checked out: the files it hashes because they are as new
+    as their index, "racily clean", are then recorded, and the install step's and the settling's statuses
+    do not hash them again); never for a look at a clone the user may be working in."""
     subs = list(submodules)
     code, filters = repo_code(path, subs)
     if includes(code):          # an included file's filters are unknown: no git status, which could run one
         return code + hidden_entries(path, subs)
     out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all",
-                   config=filters_off(filters))
+                   config=filters_off(filters), refresh=refresh)
     return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, subs) + code
 
 

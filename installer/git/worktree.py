@@ -456,7 +456,7 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
                          found="; ".join(f"{s.path} ({'not initialized' if s.flag == '-' else 'at ' + s.commit})"
                                          for s in off),
                          fix=f"delete {dest} and re-run")
-    dirty = dirty_entries(dest, [s.path for s in states])
+    dirty = dirty_entries(dest, [s.path for s in states], refresh=fresh)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
                          expected=f"a clean tree at {commit}", found=listed(dirty),
