@@ -419,6 +419,51 @@ def test_a_recipe_validated_for_one_stack_is_not_validated_again_for_the_next_on
     assert sorted(p.name for p in (cache / "recipe-checked").iterdir()) == [cachekey.key_id(key)]
 
 
+def test_a_shared_mark_is_written_only_inside_the_cache_and_pruning_keeps_this_run_s_mark(tmp_path: Path) -> None:
+    """Whoever can write a shared cache cannot turn the marks against the user (a review of SharedMark): a
+    mark folder that is a link to the user's files gets no write and loses no file; a mark of 4,096 nested
+    brackets is not taken and is no traceback (the models run); planted mark-shaped files dated in the future
+    do not push this run's mark out, and a name not shaped like a mark is never pruned."""
+    import hashlib
+    import os
+    import time
+
+    from october.installer.core import cachekey
+    from october.installer.recipe import SharedMark
+
+    key = hashlib.sha256(b"k").digest()
+    cache = tmp_path / "cache"
+    folder = cache / "recipe-checked" / cachekey.key_id(key)
+    digest, other = "a" * 64, "b" * 64
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for i in range(70):
+        (victim / f"{i:064x}").write_text("mine")
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(victim)
+    mark = SharedMark(folder, key)
+    mark.add(digest)
+    assert sorted(p.name for p in victim.iterdir()) == sorted(f"{i:064x}" for i in range(70))
+    assert not mark.holds(digest)
+    folder.unlink()
+    mark.add(digest)
+    assert mark.holds(digest) and not mark.holds(other)
+    (folder / other).write_text("[" * 4096)
+    assert not mark.holds(other)                            # not taken, no RecursionError
+    (folder / digest).unlink()
+    later = time.time() + 10 * 365 * 86400
+    for i in range(SharedMark.KEEP + 5):
+        junk = folder / f"{i + 1:064x}"
+        junk.write_text("{}")
+        os.utime(junk, (later, later))
+    (folder / "notes.txt").write_text("not a mark")
+    mark.add(digest)
+    assert mark.holds(digest)                               # this run's mark is kept first
+    assert len([p for p in folder.iterdir() if p.name != "notes.txt"]) == SharedMark.KEEP
+    assert (folder / "notes.txt").is_file()
+    assert oct((folder / digest).stat().st_mode & 0o777) == oct(cachekey.shared_mode(0o644))
+
+
 def test_a_recipe_loaded_on_a_stack_s_marker_equals_the_validated_one(tmp_path: Path) -> None:
     """What a load validated (``validated_digest`` and ``validated_here``, for remember_checked) is not part of
     what the recipe says: the load that trusted the stack's marker gives an equal recipe, and every field but

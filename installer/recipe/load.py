@@ -100,13 +100,13 @@ def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path |
                   preflight=parse_preflight(top), jit=modules, models=models, smoke=parse_smoke(top),
                   jit_builder=jit.builder if jit is not None else None, install=parse_install(top),
                   jit_routes=jit.routes if jit is not None else DEFAULT_ROUTES,
-                  validated_digest=digest if source != "stack" else None,    # a load writes nothing: see
-                  validated_here=source == "models")                           # remember_checked
+                  # a load writes nothing (remember_checked does)
+                  validated_digest=digest if source != "stack" else None, validated_here=source == "models")
 
 
 def remember_checked(recipe: Recipe, checked: Path, shared: SharedMark | None = None) -> None:
     """Mark in a stack (``checked``: its ``.state/recipe-checked``) that ``recipe`` passed the models (in this
-    process, or as a signed shared mark vouched), so its no-op re-runs skip them; nothing when the load trusted
+    process, or as a signed shared mark says), so its no-op re-runs skip them; nothing when the load trusted
     the stack's own marker.  Content the models passed in this process is marked in ``shared`` too."""
     if recipe.validated_digest is not None:
         remember(checked, recipe.validated_digest)

@@ -5,9 +5,12 @@ per-user key (:class:`SharedMark`), so a second stack set up with the same recip
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -61,13 +64,18 @@ _READ_FIX = {
 }
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
 @dataclass(frozen=True)
 class SharedMark:
     """Content that passed the models, remembered across stacks in a shared cache (``CACHE/recipe-checked/<key
     id>/<digest>``), each mark signed with the per-user key of :mod:`october.installer.core.cachekey`: a mark
-    planted by whoever can write the cache without that key (a forged one, another key's, a link, a FIFO) is not
-    taken, and the models run.  The digest covers the documents and the code that checked them
-    (:func:`content_digest`), so a mark speaks for this content and this tool only."""
+    planted by whoever can write the cache without that key (unsigned, forged, signed for other content or by
+    another key, not JSON, a FIFO) is not taken, and the models run.  The digest covers the documents and the
+    code that checked them (:func:`content_digest`), so a mark speaks for this content and this tool only.  A
+    mark is written through the cache's own folders, never through a link planted there, and only names
+    shaped like a mark are ever pruned."""
 
     folder: Path
     key: bytes
@@ -77,7 +85,8 @@ class SharedMark:
 
     @classmethod
     def in_cache(cls, cache: Path) -> SharedMark | None:
-        """The cache's marks under this user's key; None without a usable key (nothing is then taken or kept)."""
+        """The cache's marks under this user's key; None without a usable key (nothing is then taken or kept,
+        and the models run: the built-stack cache, which needs the key too, says why)."""
         from ..core import cachekey
 
         key = cachekey.load_key(cache=cache)
@@ -87,32 +96,66 @@ class SharedMark:
         return {"format": FORMAT_VERSION, "what": "recipe and forks.toml passed the models", "digest": digest}
 
     def holds(self, digest: str) -> bool:
-        """Whether a mark signed with this key vouches for ``digest``; anything unreadable or unsigned is not."""
+        """Whether a mark signed with this key vouches for ``digest``; anything unreadable or unsigned is not (a
+        link is followed: only a signed mark for this digest counts, wherever it lies)."""
         from ..core import cachekey
 
         try:
             doc = json.loads(cachekey.read_regular(self.folder / digest, self.MAX_BYTES))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):       # RecursionError: a planted '[[[[...'
             return False
         return isinstance(doc, dict) and cachekey.signed(doc, self.key) and \
             {k: v for k, v in doc.items() if k != "mac"} == self._doc(digest)
 
     def add(self, digest: str) -> None:
-        """Mark ``digest`` (replacing whatever is at its name) and keep the newest :attr:`KEEP` marks; a failure
-        only loses the shortcut."""
+        """Mark ``digest`` (replacing whatever is at its name) and keep the newest :attr:`KEEP` marks, this one
+        first; a failure only loses the shortcut."""
         from ..core import cachekey
-        from ..core.atomic import write_text_atomic
 
         doc = self._doc(digest)
+        data = json.dumps({**doc, "mac": cachekey.sign(doc, self.key)}).encode()
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.folder / digest, json.dumps({**doc, "mac": cachekey.sign(doc, self.key)}))
-            os.chmod(self.folder / digest, cachekey.shared_mode(0o644))
-            marks = sorted(self.folder.iterdir(), key=lambda p: p.lstat().st_mtime_ns, reverse=True)
-            for old in marks[self.KEEP:]:
-                old.unlink()
+            dfd = self._open_folder()
         except OSError:
-            pass
+            return
+        tmp = f".{digest}.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), cachekey.shared_mode(0o644))      # before anyone can swap the name
+                fh.write(data)
+            os.replace(tmp, digest, src_dir_fd=dfd, dst_dir_fd=dfd)
+            marks = []
+            for name in os.listdir(dfd):
+                if _DIGEST.fullmatch(name):
+                    with contextlib.suppress(FileNotFoundError):
+                        marks.append((name != digest, -os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime_ns,
+                                      name))
+            for *_, old in sorted(marks)[self.KEEP:]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(old, dir_fd=dfd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def _open_folder(self) -> int:
+        """The mark folder's descriptor, each folder below the cache made if missing and opened without
+        following a link (one planted there would send the writes and the pruning elsewhere)."""
+        self.folder.parent.parent.mkdir(parents=True, exist_ok=True)        # the cache itself
+        fd = os.open(self.folder.parent.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in (self.folder.parent.name, self.folder.name):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
 
 
 Source = Literal["stack", "shared", "models"]
