@@ -36,6 +36,7 @@ from .cli_common import (
     version_option,
 )
 from .cli_current import current_app
+from .core import jsonread
 from .core.paths import default_cache_dir
 from .provision import SetupArgs, provision
 
@@ -140,7 +141,7 @@ def make_kit_cmd(
         manifest = make_kit(opts, say=ui.detail, ui=ui)
         if quiet and not as_json:
             return                  # errors only: nothing to print, so nothing to read back
-        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        doc = jsonread.loads(manifest.read_text(encoding="utf-8"))
         if as_json:
             print_json("result", {"command": "october_setup kit", "ok": True, "exit_code": 0, "result": {
                 "kit": str(opts.out), "manifest": str(manifest), "repositories": len(doc["repos"]),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
 
 from . import __version__
+from .core import jsonread
 from .core.atomic import write_json_atomic
 from .core.errors import StateError
 from .core.filetrust import FileTrust
@@ -166,7 +167,7 @@ class Step(Protocol[S]):
 
 def read_marker(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonread.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # none, or a torn or foreign file: "not done"
     return data if isinstance(data, dict) and data.get("format_version") == MARKER_FORMAT else None

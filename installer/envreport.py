@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .core import jsonread
 from .core.hashing import sha256_file
 from .core.paths import StackPaths
 from .core.redact import SECRET_ENV_VARS, env_secrets, redact
@@ -40,7 +41,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
     locked: dict[str, Any] = {}
     if paths.setup_receipt.is_file():
         try:
-            receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
+            receipt = jsonread.loads(paths.setup_receipt.read_text(encoding="utf-8"))
             if not isinstance(receipt, dict):
                 raise TypeError("the setup receipt is not a JSON object")
             out["recipe"] = receipt.get("recipe") if isinstance(receipt.get("recipe"), dict) else None
@@ -78,7 +79,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
     jit = paths.state / "jit.json"
     if jit.is_file():
         try:
-            out["jit_modules"] = len(json.loads(jit.read_text(encoding="utf-8")).get("outputs", {}).get("modules", []))
+            out["jit_modules"] = len(jsonread.loads(jit.read_text(encoding="utf-8")).get("outputs", {}).get("modules", []))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
             out["jit_modules"] = None
     return out

@@ -54,7 +54,7 @@ def recorded_recipes(root: Path) -> list[Record]:
     finished run), then the one every run writes under the stack lock before its first step
     (``.state/recipe-used.json``: the last run begun, finished or not); none for a new stack.  Each with the
     recipe file's sha256 where recorded."""
-    import json
+    from .core import jsonread
 
     from .core.paths import StackPaths
 
@@ -62,7 +62,7 @@ def recorded_recipes(root: Path) -> list[Record]:
     out = []
     for source, where in ((paths.setup_receipt, "receipts/setup.json"), (paths.recipe_record, ".state/recipe-used.json")):
         try:
-            doc = json.loads(source.read_text(encoding="utf-8"))
+            doc = jsonread.loads(source.read_text(encoding="utf-8"))
             recipe = doc["recipe"] if source == paths.setup_receipt else doc
             name, path, sha = recipe["name"], recipe.get("path"), recipe.get("sha256")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

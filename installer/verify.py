@@ -43,6 +43,7 @@ from packaging.utils import canonicalize_name
 
 from . import verify_fix as fixes
 from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
+from .core import jsonread
 from .core.errors import LockError, StateError
 from .core.hashing import sha256_file
 from .core.paths import StackPaths
@@ -540,7 +541,7 @@ def read_stack_records(paths: StackPaths) -> tuple[dict[str, Any], dict[str, Any
                          expected="STACK/pylock.toml and STACK/receipts/setup.json (written by the last steps)",
                          found=f"no {', '.join(missing)}", fix=fixes.not_a_stack(paths))
     try:
-        receipt = json.loads(paths.setup_receipt.read_text(encoding="utf-8"))
+        receipt = jsonread.loads(paths.setup_receipt.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StateError("the stack's setup receipt is unreadable", expected=f"JSON in {paths.setup_receipt}",
                          found=str(exc), fix=fixes.rewrite_receipt(paths, _lock_if_readable(paths))) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -21,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
+from .core import jsonread
 from .core.hashing import CHUNK
 
 
@@ -53,7 +53,7 @@ def _direct_url(info: Path) -> Mapping[str, Any] | None:
     if not (info / "direct_url.json").is_file():
         return None
     try:
-        return json.loads((info / "direct_url.json").read_text(encoding="utf-8"))
+        return jsonread.loads((info / "direct_url.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):                       # unreadable, not UTF-8, not JSON
         return {"url": "unreadable"}
 

@@ -25,11 +25,11 @@ Each line is one that was run against a planted difference and seen to bring the
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .core import jsonread
 from .core.paths import StackPaths, default_cache_dir
 from .core.resources import recipes_dir
 from .engine import read_marker
@@ -103,7 +103,7 @@ def _began_as(paths: StackPaths, receipt: Mapping[str, Any]) -> Mapping[str, Any
 def _began(paths: StackPaths) -> Mapping[str, Any]:
     """``.state/recipe-used.json``: the recipe and options of the stack's last run begun ({} if unread)."""
     try:
-        rec = json.loads(paths.recipe_record.read_text(encoding="utf-8"))
+        rec = jsonread.loads(paths.recipe_record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return rec if isinstance(rec, Mapping) else {}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from . import jsonread
 from .atomic import write_text_atomic
 
 TRUST_FORMAT = 1
@@ -37,7 +38,7 @@ class FileTrust:
         self.racy: dict[str, tuple[str, Callable[[Path], str]]] = {}
         self.changed = False
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = jsonread.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return              # none yet, torn or foreign: trust nothing
         files = data.get("files") if isinstance(data, dict) and data.get("format") == TRUST_FORMAT else None

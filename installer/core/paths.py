@@ -93,11 +93,11 @@ class StackPaths:
         """Made by october_setup: its ``.state/`` holds a record of ours (the recipe every run writes before its
         first step, or a step's marker: a directory named so, or one with another tool's files, is not enough:
         files of the user's beside it are not ours to replace), or its setup receipt is one."""
-        import json
+        from . import jsonread
 
         def ours(path: Path, kind: str | None = None) -> bool:
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = jsonread.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 return False
             return isinstance(doc, dict) and (doc.get("kind") == kind if kind else

@@ -3,12 +3,12 @@ schema check for every document the tool writes or reads back) and written atomi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import jsonschema
 
+from . import jsonread
 from .atomic import write_json_atomic
 from .errors import ReceiptError
 from .resources import schema_path
@@ -18,7 +18,7 @@ SHOWN = 3           # problems named in the message (the count says how many the
 
 
 def load_schema(name: str) -> dict[str, Any]:
-    return json.loads(schema_path(name).read_text(encoding="utf-8"))
+    return jsonread.loads(schema_path(name).read_text(encoding="utf-8"))
 
 
 def validate(name: str, doc: Any, *, where: str = "receipt", fix: str = BUG) -> None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ..core import jsonread
 from ..core.atomic import write_json_atomic, write_text_atomic
 from ..core.errors import DownloadBusyError, DownloadError, ScalesError, UsageError
 from ..core.hashing import sha256_file
@@ -294,7 +295,7 @@ def _record_path(plan: DownloadPlan) -> Path:
 
 def _record_names_no_patterns(plan: DownloadPlan) -> bool:
     try:
-        doc = json.loads(_record_path(plan).read_text(encoding="utf-8"))
+        doc = jsonread.loads(_record_path(plan).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and "patterns" not in doc
@@ -314,7 +315,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     rec_path = _record_path(plan)
     fix = "run the download once without --offline to record the hub's hashes for this copy"
     try:
-        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        rec = jsonread.loads(rec_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DownloadError(f"--offline: {plan.local_dir} has no record of verified hashes",
                             expected=f"{rec_path} written by an earlier online download",
@@ -391,7 +392,7 @@ def _uncovered(wanted: Sequence[str], recorded: Any, paths: set[str]) -> list[st
 
 def _num_layers(config: Path) -> int | None:
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = jsonread.loads(config.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     if not isinstance(data, dict):

@@ -3,7 +3,6 @@ verified; run october_setup and current smoke as children; report the node's rec
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import sys
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..core import jsonread
 from ..core.atomic import write_bytes_atomic
 from ..core.cachekey import KEY_ENV
 from ..core.errors import CommandFailed, KitError, OctoberError, ReceiptError
@@ -95,7 +95,7 @@ def _gpu(runner: Runner) -> tuple[dict[str, Any] | None, str | None]:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = jsonread.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -4,12 +4,12 @@ Progress on the command's reporter (:mod:`.progress`); the verdict and its reaso
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from .. import __version__
+from ..core import jsonread
 from ..core.errors import ReceiptError, UsageError
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.schemas import validate, write_receipt
@@ -25,7 +25,7 @@ def read_previous(opts: FleetOptions) -> dict[str, Any] | None:
     if not opts.receipt.is_file():
         return None
     try:
-        doc = json.loads(opts.receipt.read_text(encoding="utf-8"))
+        doc = jsonread.loads(opts.receipt.read_text(encoding="utf-8"))
         validate("fleet", doc, where=str(opts.receipt))
     except (ValueError, ReceiptError) as exc:
         raise UsageError(f"the previous fleet receipt {opts.receipt} cannot be resumed from",

@@ -7,7 +7,6 @@ it, and tagged ``v<version>`` for setuptools-scm.  The bare repository then serv
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tarfile
@@ -17,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
+from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import FetchError, WheelError
 from ..core.redact import redact_url
@@ -69,7 +69,15 @@ def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, 
     with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
         if not (dest / RECORD).is_file():
             _make(runner, step, cache_dir, sdist, name, dest)
-    rec = json.loads((dest / RECORD).read_text(encoding="utf-8"))
+    try:
+        rec = jsonread.loads((dest / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        rec = exc
+    if not isinstance(rec, dict):
+        raise FetchError(f"fork '{name}': the record of the materialised sdist repository {dest} is unreadable",
+                         expected=f"{dest / RECORD}: the JSON record this tool wrote when it made the repository",
+                         found=str(rec)[:200] if isinstance(rec, Exception) else f"JSON {type(rec).__name__}",
+                         fix=f"remove {dest} and re-run (it is only a cache)")
     made = str(rec.get("commit", ""))
     if made != expected_commit:
         raise FetchError(f"fork '{name}': the sdist {sdist.filename} makes commit {made}, not the pinned one",

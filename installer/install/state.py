@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
+from ..core import jsonread
 
 
 def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, Path], *,
@@ -26,7 +27,7 @@ def installed_state_problem(env: Path, torch_version: str, forks: Mapping[str, P
     editable: dict[Path, str] = {}
     for direct in sp.glob("*.dist-info/direct_url.json"):
         try:
-            info = json.loads(direct.read_text(encoding="utf-8"))
+            info = jsonread.loads(direct.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
         url = str(info.get("url", ""))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
+from ..core import jsonread
 from ..core.errors import CommandFailed, JitError
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
@@ -141,7 +142,7 @@ def find_ready(workspace: Path, keys: Sequence[str | None], cache: SharedJitCach
 def read_result(path: Path, failure: CommandFailed | None) -> dict[str, Any]:
     """The builder's JSON result at ``path`` (``failure``: the builder exited non-zero)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonread.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError) as exc:
         found = f"{type(exc).__name__} reading {path}"
         if failure is not None:
@@ -318,7 +319,7 @@ def pending_discards(path: Path, bad: Sequence[Untrusted]) -> tuple[list[dict[st
 
 def read_discards(path: Path) -> list[dict[str, str]]:
     try:
-        got = json.loads(path.read_text(encoding="utf-8"))
+        got = jsonread.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     items = got.get("discarded") if isinstance(got, dict) else None

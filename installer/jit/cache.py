@@ -20,7 +20,6 @@ run never leaves a half entry under its key.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core import cachekey
+from ..core import cachekey, jsonread
 from ..core.atomic import write_json_atomic
 from ..core.hashing import fingerprint, sha256_file
 from .integrity import module_dir
@@ -116,7 +115,7 @@ class SharedJitCache:
 
     def _check(self, key: str, d: Path, signing: bytes) -> tuple[str | None, dict[str, Any] | None]:
         try:
-            entry = json.loads(cachekey.read_regular(d / ENTRY))
+            entry = jsonread.loads(cachekey.read_regular(d / ENTRY))
         except (OSError, ValueError) as exc:
             return f"{ENTRY} unreadable ({type(exc).__name__})", None
         if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:

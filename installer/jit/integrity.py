@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...checks.contract import sha256_file, write_text_atomic
+from ..core import jsonread
 
 MANIFEST = ".october-jit.json"
 MANIFEST_FORMAT = 1
@@ -28,7 +29,7 @@ class Untrusted:
 def read_manifest(workspace: Path) -> dict[str, dict[str, str]]:
     """uri -> {"path", "sha256"}; an unreadable or foreign manifest trusts nothing (empty)."""
     try:
-        data = json.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
+        data = jsonread.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("modules"), dict):
@@ -42,7 +43,7 @@ def read_manifest(workspace: Path) -> dict[str, dict[str, str]]:
 def manifest_aot_dir(workspace: Path) -> Path | None:
     """The FlashInfer AOT directory the jit step placed the verified libraries in, if any."""
     try:
-        data = json.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
+        data = jsonread.loads((workspace / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     value = data.get("aot_dir") if isinstance(data, dict) else None

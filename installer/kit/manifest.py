@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core import jsonread
 from ..core.errors import KitError, ReceiptError
 from ..core.hashing import sha256_file
 from ..core.listing import first
@@ -40,7 +41,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
                        fix="make the kit with `october_setup kit --recipe R DIR` on a machine with network "
                            "access (an interrupted kit has no manifest: make it again)")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = jsonread.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise KitError(f"the kit manifest {path} cannot be read", expected="a JSON kit manifest",
                        found=str(exc), fix="make the kit again") from None

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import KitBusyError, KitError
 from ..core.paths import remove
@@ -50,7 +51,7 @@ def walk(root: Path) -> Iterator[str]:
 
 def _read(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return jsonread.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
 

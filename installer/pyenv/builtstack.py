@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
-from ..core import cachekey
+from ..core import cachekey, jsonread
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.hashing import fingerprint, sha256_file
@@ -358,7 +358,7 @@ def _read_entry(path: Path) -> Entry | None:
     key = path.name
     try:
         ident = _ident(os.stat(path / MANIFEST))
-        manifest = json.loads(cachekey.read_regular(path / MANIFEST))
+        manifest = jsonread.loads(cachekey.read_regular(path / MANIFEST))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != BUILT_FORMAT or manifest.get("key") != key \

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import jsonread
 from ..core.atomic import write_text_atomic
 from ..core.errors import StateError
 from ..core.hashing import sha256_bytes, sha256_file
@@ -96,7 +97,7 @@ def load(stack: Path) -> dict[str, str]:
     path = env_file(Path(stack))
     fix = f"re-run `october_setup {shlex.quote(str(stack))} --recipe NAME` (its env step writes {ENV_FILE} and activate)"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = jsonread.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StateError(f"the stack at {stack} has no runtime environment file",
                          expected=f"{path} (written by october_setup)", found="no such file", fix=fix) from None

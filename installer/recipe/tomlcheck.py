@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core import jsonread
 from ..core.errors import SHOWN_MAX, RecipeError, one_line
 from ..core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
 
@@ -101,7 +102,7 @@ class SharedMark:
         from ..core import cachekey
 
         try:
-            doc = json.loads(cachekey.read_regular(self.folder / digest, self.MAX_BYTES))
+            doc = jsonread.loads(cachekey.read_regular(self.folder / digest, self.MAX_BYTES))
         except (OSError, ValueError, RecursionError):       # RecursionError: a planted '[[[[...'
             return False
         return isinstance(doc, dict) and cachekey.signed(doc, self.key) and \

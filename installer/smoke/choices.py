@@ -5,12 +5,12 @@ where it came from and, for an override, what the stack said."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core import jsonread
 from ..core.errors import RecipeError, SmokeError, UsageError
 from ..core.resources import recipes_dir
 
@@ -31,7 +31,7 @@ class Choice:
 def receipt_recipe(install: Path) -> tuple[str | None, str | None]:
     """(name, path) of the recipe the setup receipt names; (None, None) when it names none."""
     try:
-        rec = json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe")
+        rec = jsonread.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe")
     except (OSError, ValueError, AttributeError):
         return None, None
     if not isinstance(rec, Mapping):
@@ -79,7 +79,7 @@ def recipe_selections(install: Path, recipe: Choice) -> tuple[str, ...] | None:
 
 def _manifest_selection(path: Path) -> str | None:
     try:
-        sel = json.loads(path.read_text(encoding="utf-8")).get("selection")
+        sel = jsonread.loads(path.read_text(encoding="utf-8")).get("selection")
     except (OSError, ValueError, AttributeError):
         return None
     return sel if isinstance(sel, str) else None

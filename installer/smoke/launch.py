@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from ...checks.contract import (DIAGNOSTIC_AGREED_EXIT, DIAGNOSTIC_CACHES, ENGINE_FAULTS, FORMATS, LEVELS,
                                SMOKE_RECEIPT_FILENAME)
 from ...checks.results import format_table
+from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import ReceiptError, SmokeError, UsageError
 from ..core.hashing import sha256_file
@@ -112,7 +113,7 @@ def check_manifest(path: Path, fmt: str | None, install: Path = Path("."), recip
 
 def check_model(path: Path, selection: Mapping[str, Any]) -> None:
     """The manifest's model must be the one the recipe pins for this format (repository and revision)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = jsonread.loads(path.read_text(encoding="utf-8"))
     want = (selection.get("repo"), selection.get("revision"))
     got = (data.get("repo"), data.get("revision"))
     if None not in want and got != want:
@@ -229,7 +230,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
                          expected=f"{setup} (written by october_setup)", found="nothing",
                          fix=f"run `october_setup {shlex.quote(str(install))} --recipe NAME` to finish the stack")
     try:
-        data = json.loads(setup.read_text(encoding="utf-8"))
+        data = jsonread.loads(setup.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SmokeError("the stack's setup receipt is unreadable", expected=f"JSON in {setup}",
                          found=f"{exc}", fix="re-run october_setup to rewrite it") from None
@@ -318,7 +319,7 @@ def load_receipt(path: Path) -> dict[str, Any]:
         raise ReceiptError("the smoke run wrote no receipt", expected=f"{path}", found="nothing",
                            fix=f"read {path.parent / (STEP + '.log')}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonread.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ReceiptError("the smoke receipt is not JSON", expected="JSON", found=str(exc),
                            fix="re-run current smoke") from None
@@ -427,7 +428,7 @@ def trusted_runtime_env(install: Path) -> dict[str, str]:
     rec = stackenv.recorded((read_marker(StackPaths(install).marker("env")) or {}).get("outputs"), None)
     if rec is None:
         try:
-            rec = stackenv.recorded(None, json.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")))
+            rec = stackenv.recorded(None, jsonread.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")))
         except (OSError, ValueError):
             rec = None          # stack_info has refused a missing or unreadable receipt already
     changed = stackenv.changed_files(install, rec, activate=False) if rec is not None else []

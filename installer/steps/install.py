@@ -245,10 +245,10 @@ class InstallStep:
 
     def recorded_records(self, ctx: StepContext) -> dict[str, str] | None:
         """The RECORD digests the last finished install left (None: none, or unreadable: nothing held to)."""
-        import json
+        from ..core import jsonread
 
         try:
-            data = json.loads(ctx.paths.install_records.read_text(encoding="utf-8"))
+            data = jsonread.loads(ctx.paths.install_records.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     import httpx
 
 from .. import __version__
+from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import WheelError
 from ..core.hashing import CHUNK, sha256_file
@@ -109,7 +110,7 @@ def seen_path(cache_dir: Path, url: str) -> Path:
 def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
     """The sha256 this URL gave when it was first trusted (None: never downloaded unpinned)."""
     try:
-        data = json.loads(seen_path(cache_dir, url).read_text(encoding="utf-8"))
+        data = jsonread.loads(seen_path(cache_dir, url).read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     sha = data.get("sha256") if isinstance(data, dict) and data.get("filename") == filename else None
@@ -138,7 +139,7 @@ class _Partial:
 
     def _load_validator(self) -> str | None:
         try:
-            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+            meta = jsonread.loads(self.meta_path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
             return None
         if isinstance(meta, dict) and meta.get("url") == redact_url(self.url) \
