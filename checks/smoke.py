@@ -155,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
     tokens = token_protocol(stack, args.token_counts)
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
+    chosen = stack.get("choices", {}).get("recipe") if isinstance(stack.get("choices"), dict) else None
+    if isinstance(chosen, dict) and chosen.get("source") == "option" and "stack_says" in chosen:
+        overridden.append(f"--recipe {chosen.get('value')}: the stack was set up from {chosen.get('stack_says')}, so "
+                          "the selection, modules and pins checked are another recipe's: this is no stack verdict")
     if args.stack_info is None and level != "reference":
         overridden.append("no --stack-info: the run is tied to no stack (no setup receipt, no JIT record to hold "
                           "the loaded modules to), so this is no stack verdict; run it through `current smoke`")

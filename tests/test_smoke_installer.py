@@ -289,7 +289,8 @@ def test_a_changed_stack_env_file_is_refused_before_the_stack_runs(tmp_path: Pat
     assert err.expected == f"{stack / 'stack-env.json'} with sha256 {rec['sha256']} (as the env step wrote it)"
     assert err.found == f"sha256 {_sha(stackenv.env_file(stack))}: it was changed since"
     assert err.fix == f"run `current verify --install {stack}`; it names the re-run that writes it again"
-    assert not out.exists()                             # nothing run, no receipt (passed or not)
+    # nothing run, no receipt (passed or not): the folder holds only the lock a run into it takes
+    assert [p.name for p in out.iterdir()] == [".october-smoke-output.lock"]
 
 
 def test_a_changed_stack_env_file_exits_17_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

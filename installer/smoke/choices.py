@@ -42,13 +42,27 @@ def receipt_recipe(install: Path) -> tuple[str | None, str | None]:
 
 
 def recipe_choice(install: Path, given: str | None) -> Choice:
+    """--recipe, else the setup receipt's; an option naming the file the stack was set up from (by its content:
+    a name or a path) is the stack's own choice, any other an override the checks give no stack verdict for."""
     name, _ = receipt_recipe(install)
     if given is not None:
-        return Choice(given, "option", name)
+        return Choice(given, "option", given if _recipe_of_stack(install, given) else name)
     if name is None:
         raise UsageError("the stack's setup receipt names no recipe", expected=f"recipe.name in "
                          f"{install / 'receipts' / 'setup.json'}", found="none", fix="pass --recipe NAME")
     return Choice(name, "setup receipt")
+
+
+def _recipe_of_stack(install: Path, given: str) -> bool:
+    """Whether ``given`` (a recipe name or path) is, byte for byte, the recipe the setup receipt records."""
+    from ..core.hashing import sha256_file
+    from ..recipe import resolve_recipe_path
+
+    try:
+        rec = jsonread.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8")).get("recipe")
+        return isinstance(rec, Mapping) and sha256_file(resolve_recipe_path(given)) == rec.get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def download_command(install: Path, recipe: str | None, fmt: str, output: Path | str) -> str:

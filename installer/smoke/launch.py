@@ -29,7 +29,7 @@ from ..download.plan import default_manifest_name, fixtures_dir
 from ..pyenv import stackenv
 from ..recipe.forks import highest, promise_of
 from . import choices
-from .mutex import SmokeMutex
+from .mutex import SmokeMutex, output_lock
 from .selection import selection_info
 
 REPO_ROOT = IMPORT_ROOT  # holds the `october` package in a checkout (installed: see stack_code_root)
@@ -334,22 +334,32 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
     import os
     env = dict(os.environ if base_env is None else base_env)
     check_choices(opts)
-    python = stack_python(opts.install)
-    with SmokeMutex(opts.install, opts.device, env):    # one smoke per stack and GPU (exit 5 naming the holder)
-        # the last run's receipt goes before anything can refuse this one: a stack changed since (exit 17), a
-        # model file, the JIT; a refused run leaves no receipt that says it passed
+    opts.output.mkdir(parents=True, exist_ok=True)
+    # one smoke per output directory, stack and GPU (exit 5 naming the holder); the output's first: two runs into
+    # one --output read each other's stack-info.json and receipt
+    with output_lock(opts.output):
+        # the last run's receipt goes before anything can refuse this one: no stack env (exit 17), a stack changed
+        # since, a model file, the JIT, a busy stack or GPU (5); a refused run leaves no receipt that says it passed
         old = opts.output / SMOKE_RECEIPT_FILENAME
         if os.path.lexists(old) and not old.is_dir():
             old.unlink()
-        refuse_untrusted_jit(opts.install)
-        info = stack_info(opts.install, opts.recipe)
-        opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
-        if opts.diagnostic_cache is not None and (opts.level or info["promised_level"]) != "engine":
-            raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the "
-                             "engine level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
-                             fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
-        runtime = trusted_runtime_env(opts.install)
-        return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
+        python = stack_python(opts.install)
+        with SmokeMutex(opts.install, opts.device, env):
+            return _checked_run(opts, python, cwd, echo, env, ui)
+
+
+def _checked_run(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
+                 env: dict[str, str], ui: Any) -> int:
+    """What the stack is (refused when it changed since setup), what this run chooses, then the run."""
+    refuse_untrusted_jit(opts.install)
+    info = stack_info(opts.install, opts.recipe)
+    opts, info["choices"] = choices.resolve(opts, info["promised_level"], cwd or Path.cwd())
+    if opts.diagnostic_cache is not None and (opts.level or info["promised_level"]) != "engine":
+        raise UsageError("--diagnostic-cache runs the engine checks", expected="a stack that promises the "
+                         "engine level (the vLLM fork)", found=f"level {opts.level or info['promised_level']}",
+                         fix="leave --diagnostic-cache out: this stack has no engine to diagnose")
+    runtime = trusted_runtime_env(opts.install)
+    return _run_smoke(opts, python, cwd, echo, env, info, runtime, ui)
 
 
 def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callable[[str], None],
@@ -379,6 +389,7 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
                                                      env={k: v for k, v in env.items() if k not in plan.drop},
                                                      extra_env=plan.env, check=False)
     if done.returncode not in (0, 1) or not plan.receipt.is_file():
+        set_aside(plan.receipt)          # what a run that then crashed wrote is not this run's verdict
         if ui is not None:
             ui.task_done(STEP, f"did not finish (exit {done.returncode}) after {done.seconds:.1f}s")
         # the last line says what ended it (an exception's message); the traceback stays in the log
@@ -387,7 +398,16 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
                          expected="exit code 0 (passed) or 1 (a check failed)",
                          found=f"exit code {done.returncode}: {last}",
                          fix=f"read {Runner(plan.logs_dir).log_path(STEP)} (the whole output, its traceback included)")
-    receipt = load_receipt(plan.receipt)
+    try:
+        receipt = load_receipt(plan.receipt)
+        this_run(receipt, info, opts.level or info["promised_level"], plan.receipt)
+        if receipt["passed"] != (done.returncode == 0):
+            raise ReceiptError("the smoke exit code and receipt disagree",
+                               expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
+                               fix="re-run current smoke")
+    except ReceiptError:
+        set_aside(plan.receipt)          # a receipt this command does not stand behind is not left as receipt.json
+        raise
     if ui is not None:
         ui.task_done(STEP, f"{'passed' if receipt['passed'] else 'NOT passed'} in {done.seconds:.1f}s")
     echo(format_table(receipt["checks"], receipt["passed"]))
@@ -401,11 +421,35 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
                 else "did not agree with the engine (see the checks above): exit 1")
              + (f"; planted fault {diagnostic['fault']['name']} "
                 f"{'caught' if diagnostic['fault_caught'] else 'NOT caught'}" if diagnostic.get("fault") else ""))
-    if receipt["passed"] != (done.returncode == 0):
-        raise ReceiptError("the smoke exit code and receipt disagree",
-                           expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
-                           fix="re-run current smoke")
     return exit_code(receipt)
+
+
+REJECTED = "receipt.rejected.json"
+# what the checks copy from the stack info this command wrote into the receipt's "stack"
+STACK_FIELDS = ("setup_receipt", "lock_sha256", "forks", "promised_level", "jit", "recipe")
+
+
+def set_aside(receipt: Path) -> None:
+    """``receipt.json`` -> ``receipt.rejected.json`` beside it (kept to read, never taken for a verdict)."""
+    import os
+
+    if os.path.lexists(receipt) and not receipt.is_dir():
+        os.replace(receipt, receipt.with_name(REJECTED))
+
+
+def this_run(receipt: Mapping[str, Any], info: Mapping[str, Any], level: str, path: Path) -> None:
+    """The receipt speaks for this run: the stack this command described (its setup receipt, lock, forks,
+    promise, JIT modules, recipe) at the level it asked for; another run's receipt is a ReceiptError."""
+    stack = receipt.get("stack") if isinstance(receipt.get("stack"), Mapping) else {}
+    off = [k for k in STACK_FIELDS if stack.get(k) != info.get(k)]
+    if receipt.get("level") != level:
+        off.append("level")
+    if off:
+        raise ReceiptError(f"the smoke receipt {path} is not this run's", expected=f"the stack {info.get('setup_receipt')} "
+                           f"at level {level}", found=f"other {', '.join(off)}: "
+                           + "; ".join(f"{k} {str(stack.get(k) if k != 'level' else receipt.get('level'))[:80]}"
+                                       for k in off),
+                           fix="run one `current smoke` per --output directory at a time, and re-run")
 
 
 def exit_code(receipt: Mapping[str, Any]) -> int:

@@ -1,4 +1,5 @@
-"""One `current smoke` per stack and per GPU at a time: a second is refused at once, naming the holder.
+"""One `current smoke` per stack, per GPU and per output directory at a time: a second is refused at once,
+naming the holder.
 
 Two engines on one GPU fail late and obscurely (out of GPU memory after minutes of model
 loading), and the page runs the AWQ and FP16 selections one after the other.  Each lock
@@ -7,7 +8,9 @@ is an exclusive ``flock`` on a file holding the holder's pid and command line:
 ``$OCTOBER_LOCK_DIR`` (default: the system temp dir) for the GPU, ``<device>`` being the
 first entry of ``CUDA_VISIBLE_DEVICES`` (``0`` when unset).  A ``--device cpu`` run takes
 only the stack lock.  The kernel drops a lock when its holder dies, so a crash never leaves
-one behind.
+one behind.  The output directory has its own (:func:`output_lock`, ``OUTPUT/.october-smoke-output.lock``),
+taken first: two runs of two stacks into one ``--output`` read each other's ``stack-info.json`` and
+receipt, and a broken stack's receipt said passed.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _take(what: str, path: Path) -> int:
         os.close(fd)
         pid, cmd = holder[0], " ".join(holder[1:2]) or "?"
         raise SmokeBusyError(f"another `current smoke` is running on {what}",
-                             expected="no other smoke run on this stack or GPU",
+                             expected="no other smoke run on this stack, GPU or output directory",
                              found=f"pid {pid} ({cmd}) holds {path}",
                              fix=f"wait for pid {pid} to finish (the selections run one after the other), "
                                  f"or stop it (kill {pid}) and re-run") from None
@@ -57,6 +60,25 @@ def _take(what: str, path: Path) -> int:
     os.pwrite(fd, record, 0)
     os.ftruncate(fd, len(record))
     return fd
+
+
+class output_lock:      # noqa: N801 - used as a context manager, like a function
+    """The output directory's lock (made if missing), held while a run reads and writes its files there."""
+
+    NAME = ".october-smoke-output.lock"
+
+    def __init__(self, output: Path) -> None:
+        self.path = output / self.NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> "output_lock":
+        self._fd = _take(f"the output directory {self.path.parent}", self.path)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._fd is not None:
+            _release(self._fd)
 
 
 class SmokeMutex:
