@@ -2,7 +2,9 @@
 answered without the command-line framework (typer and rich cost more than the whole check) and
 without running anything or writing more than the file-trust store (see
 :func:`~october.installer.engine.verify_pipeline`); its recipe is read without pydantic when the stack's
-``.state/recipe-checked`` says this content passed the models there.  Any other run with plain options
+``.state/recipe-checked`` says this content passed the models there, or a mark signed with the user's key in
+the cache does (the first no-op after an upgrade that changed the recipe code validates and marks the cache,
+never the stack).  Any other run with plain options
 (a new stack, a resumed one, a step that would run) goes straight to
 :func:`october.installer.provision.provision`, the function the typer command calls, still without typer
 or click (0.4 s, issue 20); it validates the recipe with the models (pydantic, ~0.1-0.2 s).
@@ -119,12 +121,15 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         from .engine import SetupOptions, SilentReporter
         from .pipeline.plan import finished_setup, resolve_locked, summary
         from .pyenv.systorch import with_system_torch
-        from .recipe import load_recipe, with_kit
+        from .recipe import SharedMark, load_recipe, with_kit
 
         from .provision import recipe_for
 
         recipe = recipe_for(stack, ns.recipe)        # no --recipe on a stack of another recipe: provision refuses
-        rec = with_system_torch(load_recipe(recipe, checked=StackPaths(stack).recipe_checked), ns.system_python)
+        # the stack's marker, else a signed mark in the cache (its key loaded only then): a stack whose marker an
+        # earlier version wrote (another digest) does not import pydantic on every no-op after an upgrade
+        rec = with_system_torch(load_recipe(recipe, checked=StackPaths(stack).recipe_checked,
+                                            shared=lambda: SharedMark.in_cache(cache)), ns.system_python)
         if ns.kit is not None:
             # a finished stack reads nothing from its kit, which only shapes the recipe's sources (so the
             # fingerprints); were anything to run, provision verifies the kit first
@@ -139,6 +144,10 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         return None                 # the full command line says what is wrong
     if result is None:
         return None
+    if rec.validated_here and rec.validated_digest is not None:
+        mark = SharedMark.in_cache(cache)          # the models ran: the cache remembers it (the stack stays as it is)
+        if mark is not None:
+            mark.add(rec.validated_digest)
     if not ns.quiet:
         print("\n".join(skip_line(r.name) for r in result.records), file=sys.stderr)
         print(summary(result))

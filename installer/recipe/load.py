@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..core.errors import RecipeError, RecipeNotFound
 from ..core.hashing import sha256_file
@@ -63,7 +63,7 @@ def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
 
 
 def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None,
-                shared: SharedMark | None = None) -> Recipe:
+                shared: SharedMark | Callable[[], SharedMark | None] | None = None) -> Recipe:
     """The recipe, validated against its models unless ``checked`` (a stack's ``.state/recipe-checked``)
     records that this content passed there before, or ``shared`` (the cache's marks) holds a mark signed for it
     (:func:`.tomlcheck.validated`)."""

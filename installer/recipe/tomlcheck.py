@@ -13,7 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from ..core import jsonread
 from ..core.errors import SHOWN_MAX, RecipeError, one_line
@@ -163,17 +163,19 @@ Source = Literal["stack", "shared", "models"]
 
 
 def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Path | None,
-              shared: SharedMark | None = None) -> tuple[str | None, Source]:
+              shared: SharedMark | Callable[[], SharedMark | None] | None = None) -> tuple[str | None, Source]:
     """Validate each ``(file, data, model name in .spec)`` in order, unless a marker named by this content's
     digest is in ``checked`` (the stack's ``.state/recipe-checked``; None: always validate) or ``shared`` holds
-    a mark signed for it.  The stack's marker lives in the stack it speaks for: a planted one skips the models
-    for that stack only; a shared mark is taken only signed with the user's key.
+    a mark signed for it (``shared`` may be a function making it, called only when the stack's marker does
+    not vouch: the no-op loads no key then).  The stack's marker lives in the stack it speaks for: a planted
+    one skips the models for that stack only; a shared mark is taken only signed with the user's key.
     -> (the digest, None when a file could not be read; what vouched for it: the stack's marker, a shared mark,
     or the models run here)."""
     digest = content_digest([data for _, data, _ in checks])
     if digest is not None and checked is not None and (checked / digest).is_file():
         return digest, "stack"
-    if digest is not None and shared is not None and shared.holds(digest):
+    mark = shared() if callable(shared) else shared
+    if digest is not None and mark is not None and mark.holds(digest):
         return digest, "shared"
     from . import spec
 
