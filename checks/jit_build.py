@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import flashinfer_asym  # stdlib only, safe in the stack env
-from .contract import sha256_file  # stdlib only, safe in the stack env
+from .contract import json_loads, sha256_file  # stdlib only, safe in the stack env
 
 RESULT_FORMAT = 1
 EXIT_NOT_ASYMMETRIC = 3
@@ -171,7 +171,7 @@ def aot_dir() -> str | None:
 def main(argv: Sequence[str], build: BuildFn = build_with_flashinfer) -> int:
     """``argv[0]`` is the request file: {"modules": [...], "result": path}; the result file gets
     {"format", "flashinfer_version", "flashinfer_file", "problem", "modules": [{id, uri, path, sha256, cached}]}."""
-    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    request = json_loads(Path(argv[0]).read_text(encoding="utf-8"))
     result_path = Path(request["result"])
     result: dict[str, Any] = {"format": RESULT_FORMAT, "problem": None, "modules": []}
 

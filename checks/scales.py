@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract import FULL_SHA, write_text_atomic
+from .contract import FULL_SHA, json_loads, write_text_atomic
 
 FORMAT_VERSION = 1
 KIND = "october-kv-scales"
@@ -99,7 +99,7 @@ def load_scales(path: Path) -> KVScales:
         raise _fail(path, "scales file", "an existing file", "nothing",
                     f"put the calibrated scales there or set ${ENV_VAR} / --fixtures")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _fail(path, "scales file", "JSON", f"invalid JSON ({exc})", "regenerate the file") from None
     if not isinstance(data, dict):

@@ -87,8 +87,9 @@ def test_a_damaged_sdist_record_in_the_cache_is_named_with_its_fix(tmp_path: Pat
 
 
 def test_the_tool_reads_no_json_file_past_the_gate() -> None:
-    """Every ``json.loads``/``json.load`` of a file's content in installer/ is ``jsonread.loads`` (a call whose
-    argument reads a file: ``read_text``, ``read_bytes``, ``read_regular``, an open file).  A planted one is seen."""
+    """Every ``json.loads``/``json.load`` of a file's content in installer/ and checks/ is the contract's
+    ``json_loads`` (``jsonread.loads`` in the tool; a call whose argument reads a file: ``read_text``,
+    ``read_bytes``, ``read_regular``, an open file).  A planted one is seen."""
     def offenders(source: str) -> list[int]:
         found = []
         for node in ast.walk(ast.parse(source)):
@@ -102,7 +103,27 @@ def test_the_tool_reads_no_json_file_past_the_gate() -> None:
 
     assert offenders("import json\nx = json.loads(p.read_text())\ny = json.loads(s)\n") == [2]
     assert offenders("import json\nwith open(p) as f:\n    x = json.load(f)\n") == [3]
-    bad = {str(p.relative_to(PROJECT_ROOT)): lines for p in sorted((PROJECT_ROOT / "installer").rglob("*.py"))
+    bad = {str(p.relative_to(PROJECT_ROOT)): lines
+           for p in sorted([*(PROJECT_ROOT / "installer").rglob("*.py"), *(PROJECT_ROOT / "checks").rglob("*.py")])
            if "__pycache__" not in p.parts and (lines := offenders(p.read_text(encoding="utf-8")))}
     # verify_bytecode.py's stack-side script reads its own stdin, which the tool writes
     assert set(bad) <= {"installer/verify_bytecode.py"}, bad
+
+
+def test_the_stack_side_readers_refuse_deep_json_with_their_own_errors(tmp_path: Path) -> None:
+    """The download manifest and stack info (contract.read_json_object), a scales file (scales.load_scales)
+    and the probes' direct_url.json: a usage-style error or an "unreadable" value, never a RecursionError."""
+    from october.checks.contract import ContractError, read_json_object
+    from october.checks.scales import load_scales
+    from october.installer.core.errors import OctoberError
+    from october.installer.download.manifest import load_manifest
+
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    with pytest.raises(ContractError, match="is not JSON"):
+        read_json_object(deep, "download manifest")
+    with pytest.raises(Exception, match="invalid JSON") as err:
+        load_scales(deep)
+    assert not isinstance(err.value, RecursionError)
+    with pytest.raises(OctoberError):
+        load_manifest(deep)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import ReceiptError, SmokeBusyError, SmokeError
+from october.installer.core.errors import ReceiptError, SmokeBusyError, SmokeError, UsageError
 from october.installer.smoke.launch import SmokeOptions, load_receipt, run_smoke, this_run
 from october.installer.smoke.mutex import output_lock
 from tests.fixtures.root import PROJECT_ROOT
@@ -57,10 +57,29 @@ def test_a_run_refused_before_its_checks_leaves_no_earlier_passed_receipt(tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     shutil.copy(PASSED, out / "receipt.json")
+    shutil.copy(PASSED, out / "receipt.rejected.json")
     (stack / "env").unlink()                       # no stack Python: exit 17
     with pytest.raises(SmokeError) as err:
         run_smoke(_opts(stack, out), cwd=tmp_path, echo=lambda _: None)
     assert err.value.exit_code == 17 and not (out / "receipt.json").exists()
+    assert not (out / "receipt.rejected.json").exists()          # an earlier run's is not left to be read as this one's
+    shutil.copy(PASSED, out / "receipt.json")     # a usage error: --diagnostic-cache on the reference level
+    with pytest.raises(UsageError):
+        run_smoke(_opts(stack, out, diagnostic_cache="bf16"), cwd=tmp_path, echo=lambda _: None)
+    assert not (out / "receipt.json").exists()
+
+
+def test_a_refused_run_with_no_earlier_receipt_writes_nothing(tmp_path: Path) -> None:
+    """Nothing to remove: refused before the output folder or its lock is made (``current smoke --install D
+    --output D`` on an empty D left a lock file there, and `october_setup D` then refused D as not empty)."""
+    empty = tmp_path / "d"
+    empty.mkdir()
+    with pytest.raises(SmokeError) as err:
+        run_smoke(_opts(empty, empty), cwd=tmp_path, echo=lambda _: None)
+    assert err.value.exit_code == 17 and list(empty.iterdir()) == []
+    with pytest.raises(UsageError):
+        run_smoke(_opts(empty, tmp_path / "o", diagnostic_cache="bf16"), cwd=tmp_path, echo=lambda _: None)
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("after, error, match", [

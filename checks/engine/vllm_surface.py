@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ..contract import json_loads
 from . import planted_faults
 from . import oracles as oracle
 from .cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
@@ -90,7 +90,7 @@ def model_shape(manifest: Manifest) -> ModelShape:
     path = Path(manifest.local_path) / "config.json"
     fix = "re-run `current download` for this manifest"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = json_loads(path.read_text(encoding="utf-8"))
         cfg = cfg.get("text_config", cfg)
         heads = int(cfg["num_attention_heads"])
         return ModelShape(int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads", heads)),

@@ -20,6 +20,14 @@ def headers(dist):
     return str(head["Name"] or ""), str(head["Version"] or "")
 
 
+def _json(text: str) -> object:
+    """A dist's direct_url.json, or what it holds when it is not JSON (nested too deeply included)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {"unreadable": text[:200]}
+
+
 def main() -> int:
     dists = []
     for dist in metadata.distributions():
@@ -28,7 +36,7 @@ def main() -> int:
             continue
         direct = dist.read_text("direct_url.json")
         dists.append({"name": name, "version": version,
-                      "direct_url": json.loads(direct) if direct else None,
+                      "direct_url": _json(direct) if direct else None,
                       "installer": (dist.read_text("INSTALLER") or "").strip() or None,
                       "site": str(dist.locate_file(""))})
     dists.sort(key=lambda d: str(d["name"]).lower())      # stable: one name in two sites keeps sys.path's order

@@ -30,7 +30,7 @@ def _direct_url(dist):
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):       # RecursionError: nested too deeply
         return {"unreadable": text[:200]}
 
 

@@ -333,16 +333,21 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
     """Run the checks; 0 only when the receipt says passed, 1 when a check did not pass."""
     import os
     env = dict(os.environ if base_env is None else base_env)
-    check_choices(opts)
+    old = opts.output / SMOKE_RECEIPT_FILENAME
+    if not os.path.lexists(old):    # no earlier receipt to remove: a usage error or no stack writes nothing
+        check_choices(opts)
+        stack_python(opts.install)
     opts.output.mkdir(parents=True, exist_ok=True)
     # one smoke per output directory, stack and GPU (exit 5 naming the holder); the output's first: two runs into
     # one --output read each other's stack-info.json and receipt
     with output_lock(opts.output):
-        # the last run's receipt goes before anything can refuse this one: no stack env (exit 17), a stack changed
-        # since, a model file, the JIT, a busy stack or GPU (5); a refused run leaves no receipt that says it passed
-        old = opts.output / SMOKE_RECEIPT_FILENAME
-        if os.path.lexists(old) and not old.is_dir():
-            old.unlink()
+        # the last run's receipts go before anything can refuse this one: a usage error (2), no stack env (17), a
+        # stack changed since, a model file, the JIT, a busy stack or GPU (5); a refused run leaves no receipt
+        # that says it passed, and no rejected one of an earlier run to be taken for this run's
+        for earlier in (old, old.with_name(REJECTED)):
+            if os.path.lexists(earlier) and not earlier.is_dir():
+                earlier.unlink()
+        check_choices(opts)
         python = stack_python(opts.install)
         with SmokeMutex(opts.install, opts.device, env):
             return _checked_run(opts, python, cwd, echo, env, ui)
