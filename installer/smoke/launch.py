@@ -450,10 +450,10 @@ def this_run(receipt: Mapping[str, Any], info: Mapping[str, Any], level: str, pa
     if receipt.get("level") != level:
         off.append("level")
     if off:
-        raise ReceiptError(f"the smoke receipt {path} is not this run's", expected=f"the stack {info.get('setup_receipt')} "
-                           f"at level {level}", found=f"other {', '.join(off)}: "
-                           + "; ".join(f"{k} {str(stack.get(k) if k != 'level' else receipt.get('level'))[:80]}"
-                                       for k in off),
+        said = "; ".join(f"{k} {str(receipt.get(k) if k == 'level' else stack.get(k))[:80]}" for k in off)
+        raise ReceiptError(f"the smoke receipt {path} is not this run's",
+                           expected=f"the stack {info.get('setup_receipt')} at level {level}",
+                           found=f"other {', '.join(off)}: {said}",
                            fix="run one `current smoke` per --output directory at a time, and re-run")
 
 
