@@ -1,6 +1,6 @@
 """The plain fast path of ``october_setup STACK ...``: a finished stack that still verifies is
 answered without the command-line framework (typer and rich cost more than the whole check) and
-without running anything or writing more than the file-trust store (see
+without running anything or writing in the stack more than the file-trust store (see
 :func:`~october.installer.engine.verify_pipeline`); its recipe is read without pydantic when the stack's
 ``.state/recipe-checked`` says this content passed the models there, or a mark signed with the user's key in
 the cache does (the first no-op after an upgrade that changed the recipe code validates and marks the cache,
@@ -128,8 +128,14 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         recipe = recipe_for(stack, ns.recipe)        # no --recipe on a stack of another recipe: provision refuses
         # the stack's marker, else a signed mark in the cache (its key loaded only then): a stack whose marker an
         # earlier version wrote (another digest) does not import pydantic on every no-op after an upgrade
-        rec = with_system_torch(load_recipe(recipe, checked=StackPaths(stack).recipe_checked,
-                                            shared=lambda: SharedMark.in_cache(cache)), ns.system_python)
+        marks: list[SharedMark | None] = []
+
+        def shared() -> SharedMark | None:
+            marks.append(SharedMark.in_cache(cache))
+            return marks[-1]
+
+        rec = with_system_torch(load_recipe(recipe, checked=StackPaths(stack).recipe_checked, shared=shared),
+                                ns.system_python)
         if ns.kit is not None:
             # a finished stack reads nothing from its kit, which only shapes the recipe's sources (so the
             # fingerprints); were anything to run, provision verifies the kit first
@@ -144,10 +150,10 @@ def try_noop(ns: argparse.Namespace) -> int | None:
         return None                 # the full command line says what is wrong
     if result is None:
         return None
-    if rec.validated_here and rec.validated_digest is not None:
-        mark = SharedMark.in_cache(cache)          # the models ran: the cache remembers it (the stack stays as it is)
-        if mark is not None:
-            mark.add(rec.validated_digest)
+    # the models ran: the cache remembers it, unless the cache lies in the stack (a no-op writes nothing there)
+    if rec.validated_here and rec.validated_digest is not None and marks and marks[-1] is not None \
+            and not (cache.resolve() == stack or cache.resolve().is_relative_to(stack)):
+        marks[-1].add(rec.validated_digest)
     if not ns.quiet:
         print("\n".join(skip_line(r.name) for r in result.records), file=sys.stderr)
         print(summary(result))

@@ -363,6 +363,19 @@ def test_a_key_file_others_can_read_or_no_home_is_no_key(tmp_path: Path, monkeyp
     assert cachekey.load_key() is None and "no home directory" in (cachekey.key_problem() or "")
 
 
+def test_a_key_file_that_is_a_link_loop_is_a_named_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$OCTOBER_KEY_FILE a link to itself: no key, a problem naming the file (a RuntimeError traceback, exit 70,
+    before: Python 3.11's Path.resolve raises on a loop)."""
+    from october.installer.core import cachekey
+
+    loop = tmp_path / "loop.key"
+    loop.symlink_to(loop)
+    monkeypatch.delenv(cachekey.KEY_ENV, raising=False)
+    monkeypatch.setenv("OCTOBER_KEY_FILE", str(loop))
+    assert cachekey.load_key(cache=tmp_path / "cache") is None
+    assert f"the key file {loop} cannot be" in (cachekey.key_problem(cache=tmp_path / "cache") or "")
+
+
 def test_an_entry_is_readable_by_those_who_share_the_key(tmp_path: Path) -> None:
     """The key hunt: the manifest was written 0600 (a temporary file's mode), so a second user of a shared key file
     could never read an entry: it rebuilt, and its store replaced the owner's entry with its own, every run.  The

@@ -226,3 +226,26 @@ def test_head_moved_off_the_pin_after_checkout_is_refused(tmp_path: Path, monkey
         run_pipeline([FetchStep()], make_ctx(tmp_path / "stack", recipe, tmp_path / "cache"))
     assert "is not at the pinned commit" in err.value.message
     assert f"HEAD = {ids[-1]}" in err.value.message and f"HEAD = {ids[0]}" in err.value.message
+
+
+def test_only_a_clone_this_run_made_has_its_index_rewritten_by_the_clean_check(tmp_path: Path) -> None:
+    """sync_clone's clean check rewrites the indexes of a clone it has just made (racily clean entries
+    recorded: installer/git/clonecheck.py dirty_entries(refresh=True)); on a clone that was already there (a
+    re-fetch of the user's working clone) it leaves every index byte for byte, racy entries and all."""
+    from tests.test_clone_settler import _make_racy, _racy
+    from october.installer.git.worktree import index_files
+
+    s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
+    m = open_mirror(tmp_path / "cache", s_url, "beta")
+    runner = Runner(tmp_path / "logs")
+    ensure_commit(runner, "fetch", m, s_ids[-1])
+    dest = tmp_path / "src" / "beta"
+    sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False)
+    indexes = index_files(dest)
+    assert len(indexes) == 2
+    _make_racy(dest)
+    assert _racy(dest) > 0
+    before = [ix.read_bytes() for ix in indexes]
+    out = sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
+                     allow_dirty=False)
+    assert out.dirty == () and [ix.read_bytes() for ix in indexes] == before and _racy(dest) > 0

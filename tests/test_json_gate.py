@@ -90,24 +90,36 @@ def test_the_tool_reads_no_json_file_past_the_gate() -> None:
     """Every ``json.loads``/``json.load`` of a file's content in installer/ and checks/ is the contract's
     ``json_loads`` (``jsonread.loads`` in the tool; a call whose argument reads a file: ``read_text``,
     ``read_bytes``, ``read_regular``, an open file).  A planted one is seen."""
+    reads = ("read_text(", "read_bytes(", "read_regular(", ".read(")
+
     def offenders(source: str) -> list[int]:
+        tree = ast.parse(source)
+        read_names = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                      and any(r in ast.unparse(node.value) for r in reads)
+                      for t in node.targets if isinstance(t, ast.Name)}      # t = p.read_text(); json.loads(t)
         found = []
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "json" \
                     and node.func.attr in ("loads", "load"):
                 arg = ast.unparse(node.args[0]) if node.args else ""
-                if node.func.attr == "load" or any(r in arg for r in ("read_text(", "read_bytes(", "read_regular(")):
+                if node.func.attr == "load" or any(r in arg for r in reads) or arg in read_names:
                     found.append(node.lineno)
         return found
 
     assert offenders("import json\nx = json.loads(p.read_text())\ny = json.loads(s)\n") == [2]
     assert offenders("import json\nwith open(p) as f:\n    x = json.load(f)\n") == [3]
+    assert offenders("import json\nt = p.read_text()\nx = json.loads(t)\n") == [3]
+    assert offenders("import json\nx = json.loads(open(p).read())\n") == [2]
     bad = {str(p.relative_to(PROJECT_ROOT)): lines
            for p in sorted([*(PROJECT_ROOT / "installer").rglob("*.py"), *(PROJECT_ROOT / "checks").rglob("*.py")])
            if "__pycache__" not in p.parts and (lines := offenders(p.read_text(encoding="utf-8")))}
-    # verify_bytecode.py's stack-side script reads its own stdin, which the tool writes
-    assert set(bad) <= {"installer/verify_bytecode.py"}, bad
+    # verify_bytecode.py's stack-side script reads its own stdin, which the tool writes; json_loads itself; the
+    # probes run by path with -I (stdlib only, no contract) and catch RecursionError where they parse
+    assert set(bad) <= {"installer/verify_bytecode.py", "checks/contract.py", "checks/probes/distributions.py",
+                        "checks/probes/install_facts.py"}, bad
+    for probe in ("distributions.py", "install_facts.py"):
+        assert "RecursionError" in (PROJECT_ROOT / "checks" / "probes" / probe).read_text()
 
 
 def test_the_stack_side_readers_refuse_deep_json_with_their_own_errors(tmp_path: Path) -> None:

@@ -103,6 +103,25 @@ def test_noop_takes_the_fast_path_and_a_change_does_not(tmp_path: Path) -> None:
     assert parse([*args, "--skip-preflight", "gpu,nvcc", "-q"]).skip_preflight == ["gpu,nvcc"]
 
 
+@pytest.mark.slow
+def test_a_noop_with_the_cache_in_the_stack_marks_nothing_there(tmp_path: Path) -> None:
+    """--cache-dir STACK/mine (a folder of the user's in the stack, which the tool allows): a no-op that had to
+    run the models does not write the cache's mark there either (a no-op writes nothing in the stack)."""
+    world: World = make_world(tmp_path / "world")
+    stack = tmp_path / "stack"
+    args = (str(stack), "--recipe", str(world.recipe), "--cache-dir", str(stack / "mine"))
+    first, proc = setup_cli(*args)
+    assert first["rc"] == 0, proc.stderr
+    shutil.rmtree(stack / ".state" / "recipe-checked")
+    shutil.rmtree(stack / "mine" / "recipe-checked")
+    before = snapshot(stack)
+    again, proc = setup_cli(*args)
+    assert again == {**NOOP, "pydantic": True}, proc.stderr
+    trust = ".state/file-trust.json"                # the one write a no-op may make (see the test above)
+    assert {k: v for k, v in snapshot(stack).items() if k != trust} == {k: v for k, v in before.items() if k != trust}
+    assert not (stack / "mine" / "recipe-checked").exists()
+
+
 @pytest.mark.parametrize("extra, code", [
     (("--recipe", "no-such-recipe"), 3),                        # a recipe error
     (("--lock-file", "missing.toml"), 19),                      # an option checked before anything is written

@@ -141,3 +141,14 @@ def test_a_recipe_other_than_the_stack_s_is_no_stack_verdict(tmp_path: Path) -> 
                for r in reasons), reasons
     run_smoke(_opts(stack, tmp_path / "b", recipe=str(current)), cwd=tmp_path, echo=lambda _: None)
     assert not any("--recipe" in r for r in load_receipt(tmp_path / "b" / "receipt.json")["reasons"])
+
+
+def test_an_earlier_rejected_receipt_alone_goes_too(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(PASSED, out / "receipt.rejected.json")
+    (stack / "env").unlink()
+    with pytest.raises(SmokeError):
+        run_smoke(_opts(stack, out), cwd=tmp_path, echo=lambda _: None)
+    assert sorted(p.name for p in out.iterdir()) == [".october-smoke-output.lock"]

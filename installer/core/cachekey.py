@@ -69,7 +69,11 @@ def _load(path: Path | None, cache: Path | None) -> tuple[bytes | None, str | No
         return None, f"there is no home directory to keep the key in ({exc}): set $OCTOBER_KEY_FILE"
     if not path.is_absolute():
         return None, f"$OCTOBER_KEY_FILE {path} is a relative path (each directory would have its own key): make it absolute"
-    if cache is not None and path.resolve().is_relative_to(cache.resolve()):
+    try:
+        inside = cache is not None and path.resolve().is_relative_to(cache.resolve())
+    except (OSError, RuntimeError) as exc:      # RuntimeError: a link loop (Python 3.11's resolve)
+        return None, f"the key file {path} cannot be resolved ({exc}): point $OCTOBER_KEY_FILE at a plain file"
+    if inside:
         return None, (f"the key file {path} is inside the cache {cache}: whoever can write the cache could read it "
                       "and sign entries; keep it outside ($OCTOBER_KEY_FILE)")
     try:

@@ -69,15 +69,17 @@ def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, 
     with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
         if not (dest / RECORD).is_file():
             _make(runner, step, cache_dir, sdist, name, dest)
+    def unreadable(found: str) -> FetchError:
+        return FetchError(f"fork '{name}': the record of the materialised sdist repository {dest} is unreadable",
+                          expected=f"{dest / RECORD}: the JSON object this tool wrote when it made the repository",
+                          found=found[:200], fix=f"remove {dest} and re-run (it is only a cache)")
+
     try:
         rec = jsonread.loads((dest / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        rec = exc
+        raise unreadable(str(exc)) from None
     if not isinstance(rec, dict):
-        raise FetchError(f"fork '{name}': the record of the materialised sdist repository {dest} is unreadable",
-                         expected=f"{dest / RECORD}: the JSON record this tool wrote when it made the repository",
-                         found=str(rec)[:200] if isinstance(rec, Exception) else f"JSON {type(rec).__name__}",
-                         fix=f"remove {dest} and re-run (it is only a cache)")
+        raise unreadable(f"JSON {type(rec).__name__}")
     made = str(rec.get("commit", ""))
     if made != expected_commit:
         raise FetchError(f"fork '{name}': the sdist {sdist.filename} makes commit {made}, not the pinned one",

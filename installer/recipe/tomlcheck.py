@@ -103,7 +103,7 @@ class SharedMark:
 
         try:
             doc = jsonread.loads(cachekey.read_regular(self.folder / digest, self.MAX_BYTES))
-        except (OSError, ValueError, RecursionError):       # RecursionError: a planted '[[[[...'
+        except (OSError, ValueError):       # a planted '[[[[...' too (jsonread: a JSONDecodeError)
             return False
         return isinstance(doc, dict) and cachekey.signed(doc, self.key) and \
             {k: v for k, v in doc.items() if k != "mac"} == self._doc(digest)
@@ -149,7 +149,7 @@ class SharedMark:
         try:
             for name in (self.folder.parent.name, self.folder.name):
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
+                    os.mkdir(name, 0o777, dir_fd=fd)      # the umask's, as the cache's other folders
                 sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                 os.close(fd)
                 fd = sub

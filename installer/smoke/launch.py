@@ -8,6 +8,7 @@ environment (:mod:`october.installer.pyenv.stackenv`) and the log in the output 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from dataclasses import dataclass, field, replace
@@ -334,7 +335,8 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
     import os
     env = dict(os.environ if base_env is None else base_env)
     old = opts.output / SMOKE_RECEIPT_FILENAME
-    if not os.path.lexists(old):    # no earlier receipt to remove: a usage error or no stack writes nothing
+    earlier = [p for p in (old, old.with_name(REJECTED)) if os.path.lexists(p) and not p.is_dir()]
+    if not earlier:                 # no earlier receipt to remove: a usage error or no stack writes nothing
         check_choices(opts)
         stack_python(opts.install)
     opts.output.mkdir(parents=True, exist_ok=True)
@@ -344,9 +346,9 @@ def run_smoke(opts: SmokeOptions, *, cwd: Path | None = None, echo: Callable[[st
         # the last run's receipts go before anything can refuse this one: a usage error (2), no stack env (17), a
         # stack changed since, a model file, the JIT, a busy stack or GPU (5); a refused run leaves no receipt
         # that says it passed, and no rejected one of an earlier run to be taken for this run's
-        for earlier in (old, old.with_name(REJECTED)):
-            if os.path.lexists(earlier) and not earlier.is_dir():
-                earlier.unlink()
+        for path in earlier:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
         check_choices(opts)
         python = stack_python(opts.install)
         with SmokeMutex(opts.install, opts.device, env):
@@ -406,10 +408,6 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
     try:
         receipt = load_receipt(plan.receipt)
         this_run(receipt, info, opts.level or info["promised_level"], plan.receipt)
-        if receipt["passed"] != (done.returncode == 0):
-            raise ReceiptError("the smoke exit code and receipt disagree",
-                               expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
-                               fix="re-run current smoke")
     except ReceiptError:
         set_aside(plan.receipt)          # a receipt this command does not stand behind is not left as receipt.json
         raise
@@ -426,6 +424,11 @@ def _run_smoke(opts: SmokeOptions, python: Path, cwd: Path | None, echo: Callabl
                 else "did not agree with the engine (see the checks above): exit 1")
              + (f"; planted fault {diagnostic['fault']['name']} "
                 f"{'caught' if diagnostic['fault_caught'] else 'NOT caught'}" if diagnostic.get("fault") else ""))
+    if receipt["passed"] != (done.returncode == 0):
+        set_aside(plan.receipt)
+        raise ReceiptError("the smoke exit code and receipt disagree",
+                           expected=f"passed={done.returncode == 0}", found=f"passed={receipt['passed']}",
+                           fix="re-run current smoke")
     return exit_code(receipt)
 
 
