@@ -266,3 +266,24 @@ def test_the_fetch_s_check_of_a_clone_it_made_records_its_racy_entries_and_a_loo
     assert [ix.read_bytes() for ix in indexes] == before and _racy(top) > 0       # a look: nothing rewritten
     assert dirty_entries(top, ["a/b"], refresh=True) == []
     assert _racy(top) == 0 and _racy(top / "a" / "b") == 0                        # the fresh clone's check: recorded
+
+
+def test_the_writing_check_still_names_a_file_put_back_outside_a_sparse_cone(tmp_path: Path) -> None:
+    """A cone-mode sparse clone with a file outside the cone on disk: its skip-worktree entry is named by the
+    writing check as by a look, and the bit stays (git >= 2.36's status clears it from a file present outside
+    the cone, and a writing status then hid the file from every later look)."""
+    from october.installer.git.clonecheck import dirty_entries
+
+    repo = tmp_path / "r"
+    (repo / "in").mkdir(parents=True)
+    (repo / "out").mkdir()
+    (repo / "in" / "a").write_text("a\n")
+    (repo / "out" / "b").write_text("b\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "x")
+    _git(repo, "sparse-checkout", "set", "--cone", "in")
+    (repo / "out").mkdir()
+    (repo / "out" / "b").write_text("b\n")              # the pinned bytes, put back outside the cone
+    for refresh in (False, True, False):
+        assert dirty_entries(repo, refresh=refresh) == ["out/b (skip-worktree)"], refresh

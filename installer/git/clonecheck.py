@@ -61,9 +61,13 @@ def dirty_entries(path: Path, submodules: Iterable[str] = (), *, refresh: bool =
     code, filters = repo_code(path, subs)
     if includes(code):          # an included file's filters are unknown: no git status, which could run one
         return code + hidden_entries(path, subs)
+    hidden = hidden_entries(path, subs)     # read before a status that may write the index
+    # git >= 2.36's status drops skip-worktree from a file present outside a sparse cone: a writing one would
+    # hide such a file from this check and every later look (a scenario hunt)
+    keep = (("sparse.expectFilesOutsideOfPatterns", "true"),) if refresh else ()
     out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all",
-                   config=filters_off(filters), refresh=refresh)
-    return [ln for ln in out.splitlines() if ln.strip()] + hidden_entries(path, subs) + code
+                   config=filters_off(filters) + keep, refresh=refresh)
+    return [ln for ln in out.splitlines() if ln.strip()] + hidden + code
 
 
 def ignored_files(path: Path) -> list[str]:
