@@ -69,6 +69,7 @@ def materialise(runner: Runner, step: str, cache_dir: Path, sdist: SdistSource, 
     with FileLock(str(dest) + ".lock"):            # stacks sharing a cache take turns making it
         if not (dest / RECORD).is_file():
             _make(runner, step, cache_dir, sdist, name, dest)
+
     def unreadable(found: str) -> FetchError:
         return FetchError(f"fork '{name}': the record of the materialised sdist repository {dest} is unreadable",
                           expected=f"{dest / RECORD}: the JSON object this tool wrote when it made the repository",
