@@ -12,7 +12,7 @@ CACHE=/tmp/october-cache
 KIT_ABS=$(realpath "$KIT"); HERE=$(cd "$(dirname "$0")" && pwd)
 steps() { $SYS -c "import json,sys; print('  ' + ', '.join(f\"{s['name']} {s['seconds']:.2f}\" for s in json.load(open(sys.argv[1]))['steps'] if s['status'] == 'ran'))" "$1"; }
 round() {   # LABEL WHEELDIR PROFILE(yes|no)
-  local label=$1; WHEELS=$2
+  local label=$1; local WHEELS=$2
   rm -rf /tmp/st1 /tmp/st2 /tmp/st3 /tmp/st4 /tmp/st5 $CACHE
   . "$HERE/h200_tool_install.sh"
   setup() { (cd /tmp && $B/october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT_ABS" --system-python "$SYS" --cache-dir "$CACHE"); }
