@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Callable, Literal
 
 from ..core import jsonread
 from ..core.errors import SHOWN_MAX, RecipeError, one_line
+from ..core.ids import SHA256
 from ..core.tomlgate import RECIPE_MAX_BYTES, TomlRefused, read_toml_file
 
 FORMAT_VERSION = 1
@@ -63,9 +63,6 @@ _READ_FIX = {
     "depth": "flatten the nested arrays or tables in {path}",
     "nul": "remove the NUL character (written \\u0000) from {path}",
 }
-
-
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ class SharedMark:
             os.replace(tmp, digest, src_dir_fd=dfd, dst_dir_fd=dfd)
             marks = []
             for name in os.listdir(dfd):
-                if _DIGEST.fullmatch(name):
+                if SHA256.fullmatch(name):
                     with contextlib.suppress(FileNotFoundError):
                         marks.append((name != digest, -os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime_ns,
                                       name))
