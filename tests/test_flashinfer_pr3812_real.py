@@ -31,6 +31,7 @@ def test_the_recipe_pins_the_upstream_pr_head_for_the_kernel_level():
     assert fork.pin.commit == FLASHINFER and fork.pin.fetch_from == "upstream"
     assert fork.fetch_url == "https://github.com/flashinfer-ai/flashinfer.git"
     assert fork.submodule_paths == ("3rdparty/cccl",)
+    assert fork.sparse == {"3rdparty/cccl": ("cub/cub", "libcudacxx/include", "thrust/thrust")}
     assert r.torch.version == "2.11.0+cu130" and r.torch.allow_system and r.cuda and r.cuda.version == "13.0"
     assert r.cuda.arch_list == (ComputeCapability(9, 0),)
     kinds = {(m.kind, m.k, m.v, m.backend) for m in r.jit}
@@ -56,4 +57,6 @@ def test_kit_for_a_site_provided_torch_from_the_real_sources(real_mirror: Path, 
     commits = {c for r in doc["repos"] for c in r["commits"]}
     assert FLASHINFER in commits and len(doc["repos"]) == 2
     assert doc["torch"]["from_system"] is True
+    cccl = [r for r in doc["repos"] if r["role"] == "submodule"]
+    assert [sorted(r.get("sparse", {}).values()) for r in cccl] == [[["cub/cub", "libcudacxx/include", "thrust/thrust"]]]
     print(f"flashinfer-pr3812 kit (system torch): {doc['size_bytes'] / 1e6:.1f} MB, {len(wheels)} wheels")

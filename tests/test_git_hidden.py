@@ -124,6 +124,26 @@ def test_a_file_of_the_cone_deleted_under_skip_worktree_is_hidden(tmp_path: Path
     assert not any("o/y.txt" in h for h in hidden_entries(repo))
 
 
+def test_a_file_put_back_outside_the_cone_through_a_link_or_as_a_dangling_link_is_hidden(tmp_path: Path) -> None:
+    """The out-of-cone look answers per folder (a sparse cccl leaves ~6,000 paths out): a folder put back as a
+    link to a folder holding the file, a dangling link put back, and a nested file are each named; a file
+    where the folder belongs hides nothing under it."""
+    repo = _sparse_repo(tmp_path)
+    assert hidden_entries(repo) == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "y.txt").write_text("o/y.txt\n")
+    (repo / "o").symlink_to(elsewhere, target_is_directory=True)
+    assert hidden_entries(repo) == ["o/y.txt (skip-worktree)"]
+    (repo / "o").unlink()
+    (repo / "o").write_text("a file where the folder was\n")
+    assert hidden_entries(repo) == []
+    (repo / "o").unlink()
+    (repo / "o").mkdir()
+    (repo / "o" / "y.txt").symlink_to(tmp_path / "nowhere")
+    assert hidden_entries(repo) == ["o/y.txt (skip-worktree)"]
+
+
 def test_sparse_mode_is_read_from_config_not_from_a_leftover_cone_file(tmp_path: Path) -> None:
     """Review finding: `git sparse-checkout disable` leaves info/sparse-checkout behind; the repository is
     whole again, so every skip-worktree entry counts."""

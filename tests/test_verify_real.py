@@ -70,6 +70,18 @@ def test_the_real_stack_is_what_the_h200_run_had(real_stack: Path) -> None:
     flags = {line[1:].split()[1]: line[0] for line in status}
     assert set(flags) == SUBMODULES
     assert flags["3rdparty/cccl"] == " " and {flags[s] for s in SUBMODULES - {"3rdparty/cccl"}} == {"-"}
+    # CCCL is sparse: every include folder FlashInfer's JIT names (its own env.py, read here) is checked out
+    # with its headers, and what the JIT does not read is not
+    block = re.search(r"CCCL_INCLUDE_DIRS[^=]*=\s*\[(.*?)\]", (src / "flashinfer" / "jit" / "env.py").read_text(), re.S)
+    assert block, "FlashInfer's env.py no longer names CCCL_INCLUDE_DIRS"
+    dirs = [re.findall(r'"([^"]+)"', line)[2:] for line in block.group(1).splitlines() if '"cccl"' in line]
+    assert len(dirs) == 3, block.group(1)
+    for parts in dirs:
+        folder = src / "flashinfer" / "data" / "cccl" / Path(*parts)
+        assert folder.is_dir() and any(f.is_file() for f in folder.rglob("*")), folder
+    cccl = src / "3rdparty" / "cccl"
+    assert (cccl / "cub" / "cub" / "cub.cuh").is_file() and (cccl / "thrust" / "thrust" / "version.h").is_file()
+    assert not (cccl / "test").exists() and not (cccl / "libcudacxx" / "test").exists()
     lock = (real_stack / "pylock.toml").read_text()
     assert "[tool.october.system" in lock and not re.search(r'(?m)^name = "torch"$', lock)
     assert not list((real_stack / "env").glob("lib/python*/site-packages/torch"))
