@@ -258,6 +258,21 @@ class FileSystemError(OctoberError):
                    fix="check the path (a file where a directory belongs?), its permissions and free space")
 
 
+# flock(2) where the filesystem has no locks: Lustre mounted without -o flock (ENOSYS), NFS without its lock
+# service (ENOLCK), some FUSE mounts (EOPNOTSUPP)
+NO_LOCK_ERRNOS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+def no_file_locks(lock: Path, exc: OSError, guards: str) -> FileSystemError:
+    """The error for an ``flock`` on ``lock`` that its filesystem refuses (``exc.errno`` in NO_LOCK_ERRNOS)."""
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return FileSystemError(f"the filesystem holding {lock.parent} has no file locks",
+                           expected=f"an flock on {lock} ({guards})", found=f"{exc.strerror or exc} ({code})",
+                           fix=f"use a folder on a filesystem with file locks instead of {lock.parent}: a local disk, "
+                               "Lustre mounted with -o flock, NFS with its lock service running (uv locks its cache "
+                               "and each environment the same way, so it needs them there too)")
+
+
 # how "the disk is full" reads in the output of git, uv, pip, gcc/ninja and Python
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|os error 28\b|Errno 28\b|Disk quota exceeded|"
                         r"\bEDQUOT\b|os error 122\b|Errno 122\b")
@@ -369,7 +384,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (16, 'calibrated scales invalid or for another model'),
     (17, 'the smoke harness could not run'),
     (18, 'stack state error'),
-    (19, 'a path cannot be read or written, or is the wrong kind (a missing file, a file where a directory belongs, permissions); "disk full" when any write ran out of space (ours, git\'s, uv\'s, a compiler\'s)'),
+    (19, 'a path cannot be read or written, or is the wrong kind (a missing file, a file where a directory belongs, permissions, a stack or smoke output on a filesystem without file locks); "disk full" when any write ran out of space (ours, git\'s, uv\'s, a compiler\'s)'),
     (20, 'an offline kit cannot be made or used (missing piece, tampered file, other recipe)'),
     (21, '`current smoke --diagnostic-cache`: the diagnostic finished and every engine check passed on every symmetric cache asked for (the harness agrees with the engine; never a stack verdict: `passed` is false; a check that did not pass is exit 1)'),
     (70, "internal error: a bug of october's, not of the stack (the traceback is printed above the message; please report it, with `current env`)"),

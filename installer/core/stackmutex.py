@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import StackLockedError
+from .errors import NO_LOCK_ERRNOS, StackLockedError, no_file_locks
 
 
 def holder_file(lock: Path) -> Path:
@@ -95,6 +95,11 @@ class StackLock:
         except BlockingIOError:
             os.close(fd)
             raise self._busy() from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in NO_LOCK_ERRNOS:
+                raise no_file_locks(self.path, exc, "one october_setup per stack at a time") from None
+            raise
         except BaseException:
             os.close(fd)
             raise

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from ..core.errors import SmokeBusyError
+from ..core.errors import NO_LOCK_ERRNOS, SmokeBusyError, no_file_locks
 
 
 def gpu_key(env: Mapping[str, str]) -> str:
@@ -56,6 +56,11 @@ def _take(what: str, path: Path) -> int:
                              found=f"pid {pid} ({cmd}) holds {path}",
                              fix=f"wait for pid {pid} to finish (the selections run one after the other), "
                                  f"or stop it (kill {pid}) and re-run") from None
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in NO_LOCK_ERRNOS:
+            raise no_file_locks(path, exc, f"one `current smoke` at a time on {what}") from None
+        raise
     record = f"{os.getpid()}\n{' '.join(sys.argv)}\n".encode()
     os.pwrite(fd, record, 0)
     os.ftruncate(fd, len(record))
