@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -37,6 +38,7 @@ from .cli_common import (
 )
 from .cli_current import current_app
 from .core import jsonread
+from .core.cliargs import CACHE_LOCKS, require_writable
 from .core.paths import default_cache_dir
 from .provision import SetupArgs, provision
 
@@ -129,6 +131,7 @@ def make_kit_cmd(
 
         kit_out = kit_argument("DIR", out)
         cache = cache_dir_argument(cache_dir or default_cache_dir())
+        require_writable("--cache-dir", cache, what="the cache directory", locks=CACHE_LOCKS)
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         have_file = file_option("--have", have) if have is not None else None
         if have_file is not None and not system_torch:
@@ -203,7 +206,15 @@ def fleet_cmd(
                                   "result": {"receipt": str(opts.receipt)}})
         return code
 
-    raise typer.Exit(guarded(go, ui, json_command="october_setup fleet" if as_json else None))
+    code = guarded(go, ui, json_command="october_setup fleet" if as_json else None)
+    if code == 130:
+        # Ctrl-C: the receipt and the summary are out.  Ray's teardown at interpreter exit can then abort the
+        # process on a force-cancelled task's late reply (a CHECK in its core worker, "Tried to complete task
+        # that was not pending"), turning 130 into SIGABRT: leave without it (the cluster sees the driver go)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    raise typer.Exit(code)
 
 
 # What fleet gives each node's commands itself (plan.node_job); a --setup-arg / --smoke-arg naming one would

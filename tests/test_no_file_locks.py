@@ -58,7 +58,30 @@ def test_a_stack_on_a_filesystem_without_locks_is_refused_naming_it(tmp_path: Pa
     err = proc.stderr
     assert f"the filesystem holding {lustre / 'stack'} has no file locks" in err, err
     assert f"an flock on {lustre / 'stack' / '.october.lock'}" in err and "(ENOSYS)" in err
-    assert "Lustre mounted with -o flock" in err and "Traceback" not in err
+    assert "give STACK a folder on a filesystem with file locks" in err and "Lustre mounted with -o flock" in err
+    assert "Traceback" not in err
+
+
+def test_a_cache_on_a_filesystem_without_locks_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """filelock would fall back to soft locks there (printing a raw UserWarning), and uv's first command then
+    failed on its own cache lock (exit 6): the cache's filesystem is tried first."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(STAND_IN)
+    lustre = tmp_path / "lustre"
+    env = dict(os.environ, PYTHONPATH=str(site), NO_FLOCK_UNDER=f"{lustre}/")
+    lustre.mkdir()
+    for argv in ([str(tmp_path / "stack"), "--recipe", "current"], ["kit", "--recipe", "current", str(tmp_path / "kit")]):
+        proc = subprocess.run([sys.executable, "-m", "october.installer.october_setup", *argv, "--cache-dir",
+                               str(lustre / "cache")], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 19, proc.stdout + proc.stderr
+        assert f"the filesystem holding the cache directory {lustre / 'cache'} has no file locks" in proc.stderr, \
+            proc.stderr
+        assert "give --cache-dir a folder" in proc.stderr and "UserWarning" not in proc.stderr
+        assert ".october-write-check-" in proc.stderr and "(ENOSYS)" in proc.stderr
+        assert not (lustre / "cache").exists() and list(lustre.iterdir()) == []     # nothing made or left there
+        assert not (tmp_path / "stack").exists() and not (tmp_path / "kit").exists()
 
 
 @pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP])
@@ -82,7 +105,7 @@ def test_a_smoke_output_on_a_filesystem_without_locks_is_refused_and_a_held_one_
     _refusing(monkeypatch, mutex, errno.ENOLCK)
     with pytest.raises(FileSystemError) as err, mutex.output_lock(out):
         pass
-    assert f"an flock on {out / mutex.output_lock.NAME}" in str(err.value.expected)
+    assert f"an flock on {out / mutex.output_lock.NAME}" in str(err.value.expected) and "give --output a" in err.value.fix
     assert "one `current smoke` at a time on the output directory" in str(err.value.expected)
     with pytest.raises(FileSystemError), mutex.SmokeMutex(tmp_path / "stack", "cpu", {}):
         pass

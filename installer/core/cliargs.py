@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from .errors import FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted
+from .errors import (NO_LOCK_ERRNOS, FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted,
+                     no_file_locks)
 
 if TYPE_CHECKING:
     from .ui import ConsoleReporter
@@ -206,18 +207,29 @@ def cache_apart(cache: Path, stack: Path) -> None:
                                  "out: $OCTOBER_CACHE_DIR or ~/.cache/october)")
 
 
-def require_writable(option: str, path: Path, *, what: str) -> None:
+CACHE_LOCKS = "uv and october lock the cache's entries"     # require_writable(..., locks=) for --cache-dir
+
+
+def require_writable(option: str, path: Path, *, what: str, locks: str | None = None) -> None:
     """``path`` (a directory, made later if missing) can be written: a file is made and removed in it, or in
     the nearest directory above it that exists.  Checked with the options, before anything is written: a
-    read-only mount, an immutable directory, permissions.  -> exit 19 naming ``what``."""
+    read-only mount, an immutable directory, permissions.  -> exit 19 naming ``what``.  ``locks``: what the
+    file locks there guard; the file is then also locked once, so a filesystem without locks (where uv fails
+    on its first lock) is said as such (:func:`~october.installer.core.errors.no_file_locks`)."""
+    import fcntl
     import tempfile
 
     probe = next((p for p in (path, *path.parents) if p.is_dir()), None)
     try:
         if probe is None:
             raise OSError("no directory above it exists")
-        with tempfile.TemporaryFile(dir=probe, prefix=".october-write-check-"):
-            pass
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".october-write-check-") as tmp:
+            if locks is not None:
+                try:
+                    fcntl.flock(tmp.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    if exc.errno in NO_LOCK_ERRNOS:
+                        raise no_file_locks(Path(tmp.name), exc, locks, option, f"{what} {path}") from None
     except OSError as exc:
         raise FileSystemError(f"cannot use {what} {path}", expected=f"a writable directory for {option}",
                               found=f"{probe}: {exc.strerror or exc}",

@@ -263,14 +263,15 @@ class FileSystemError(OctoberError):
 NO_LOCK_ERRNOS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
 
 
-def no_file_locks(lock: Path, exc: OSError, guards: str) -> FileSystemError:
-    """The error for an ``flock`` on ``lock`` that its filesystem refuses (``exc.errno`` in NO_LOCK_ERRNOS)."""
+def no_file_locks(lock: Path, exc: OSError, guards: str, option: str, what: str | None = None) -> FileSystemError:
+    """The error for an ``flock`` on ``lock`` that its filesystem refuses (``exc.errno`` in NO_LOCK_ERRNOS);
+    ``option``: what the user changes to put it elsewhere; ``what``: the folder as the user knows it."""
     code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-    return FileSystemError(f"the filesystem holding {lock.parent} has no file locks",
+    return FileSystemError(f"the filesystem holding {what or lock.parent} has no file locks",
                            expected=f"an flock on {lock} ({guards})", found=f"{exc.strerror or exc} ({code})",
-                           fix=f"use a folder on a filesystem with file locks instead of {lock.parent}: a local disk, "
-                               "Lustre mounted with -o flock, NFS with its lock service running (uv locks its cache "
-                               "and each environment the same way, so it needs them there too)")
+                           fix=f"give {option} a folder on a filesystem with file locks: a local disk, Lustre mounted "
+                               "with -o flock, NFS with its lock service running (uv locks its cache and each "
+                               "environment the same way, so it needs them there too)")
 
 
 # how "the disk is full" reads in the output of git, uv, pip, gcc/ninja and Python

@@ -98,7 +98,7 @@ class StackLock:
         except OSError as exc:
             os.close(fd)
             if exc.errno in NO_LOCK_ERRNOS:
-                raise no_file_locks(self.path, exc, "one october_setup per stack at a time") from None
+                raise no_file_locks(self.path, exc, "one october_setup per stack at a time", "STACK") from None
             raise
         except BaseException:
             os.close(fd)

@@ -33,16 +33,18 @@ def gpu_key(env: Mapping[str, str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", first)
 
 
-def lock_paths(install: Path, device: str, env: Mapping[str, str]) -> list[tuple[str, Path]]:
-    paths = [(f"the stack {install}", install / ".october-smoke.lock")]
+def lock_paths(install: Path, device: str, env: Mapping[str, str]) -> list[tuple[str, Path, str]]:
+    """(what each lock guards, its file, the option that moves it)."""
+    paths = [(f"the stack {install}", install / ".october-smoke.lock", "--install (the stack)")]
     if device != "cpu":
         base = Path(env.get("OCTOBER_LOCK_DIR") or tempfile.gettempdir())
         key = gpu_key(env)
-        paths.append((f"GPU {key}", base / f"october-smoke-gpu-{key}.lock"))
+        paths.append((f"GPU {key}", base / f"october-smoke-gpu-{key}.lock", "$OCTOBER_LOCK_DIR"))
     return paths
 
 
-def _take(what: str, path: Path) -> int:
+def _take(what: str, path: Path, option: str) -> int:
+    """An exclusive flock on ``path`` (``what`` it guards; ``option``: how the user moves it) -> its descriptor."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -59,7 +61,7 @@ def _take(what: str, path: Path) -> int:
     except OSError as exc:
         os.close(fd)
         if exc.errno in NO_LOCK_ERRNOS:
-            raise no_file_locks(path, exc, f"one `current smoke` at a time on {what}") from None
+            raise no_file_locks(path, exc, f"one `current smoke` at a time on {what}", option) from None
         raise
     record = f"{os.getpid()}\n{' '.join(sys.argv)}\n".encode()
     os.pwrite(fd, record, 0)
@@ -77,7 +79,7 @@ class output_lock:      # noqa: N801 - used as a context manager, like a functio
         self._fd: int | None = None
 
     def __enter__(self) -> "output_lock":
-        self._fd = _take(f"the output directory {self.path.parent}", self.path)
+        self._fd = _take(f"the output directory {self.path.parent}", self.path, "--output")
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -95,8 +97,8 @@ class SmokeMutex:
 
     def __enter__(self) -> "SmokeMutex":
         with ExitStack() as taking:
-            for what, path in self.paths:
-                taking.callback(_release, _take(what, path))
+            for what, path, option in self.paths:
+                taking.callback(_release, _take(what, path, option))
             self._stack = taking.pop_all()
         return self
 
