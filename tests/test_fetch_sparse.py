@@ -19,7 +19,7 @@ from october.installer.core.errors import FetchError, RecipeError
 from october.installer.core.runner import Runner
 from october.installer.git.clonecheck import check_clone, dirty_entries, submodule_states
 from october.installer.git.mirror import mirror_path, open_mirror
-from october.installer.git.sparse import cone_blobs, cone_problem, missing_objects
+from october.installer.git.sparse import cone_blobs, cone_problem, ignore_blobs, missing_objects
 from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
@@ -332,6 +332,33 @@ def test_an_untracked_file_in_a_sparse_submodule_stops_a_re_checkout(tmp_path: P
     with pytest.raises(FetchError) as inner:
         _clear_submodule(sub.parent.parent, "3rdparty/cutlass", "3rdparty/cutlass", "fi", "a test")
     assert "build/" in str(inner.value) and (sub / "build" / "out.o").read_bytes() == b"mine"
+
+
+def test_a_file_of_the_user_s_in_a_folder_outside_the_cone_with_a_gitignore_is_named_not_a_broken_clone(
+        tmp_path: Path) -> None:
+    """Review finding (real CCCL: docs/, cub/test/ ... each track a .gitignore outside the cone): once such a folder
+    exists, git status reads its .gitignore from the object store; without the blob (the partial clone never wrote
+    it) every look failed ("git cannot read the clone", whose fix was to delete it).  The .gitignore blobs come with
+    the cone, through the cache's mirror and a kit, so the user's file is a named local change."""
+    files = {**CUTLASS_LIKE, "examples/.gitignore": "*.o\n", "tools/profiler/.gitignore": "out/\n"}
+    del files["media/images/big.png"]
+    cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=files)
+    url, commit = _super(tmp_path, cut_url)
+    fork = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
+    for stack in ("stack", "stack2"):             # the first fills the cache's partial mirror; the second reads it
+        ctx = make_ctx(tmp_path / stack, make_recipe([fork]), tmp_path / "cache")
+        rec = FetchStep().run(ctx).forks["fi"]
+        sub = Path(rec.path) / "3rdparty/cutlass"
+        assert not (sub / "examples").exists() and dirty_entries(Path(rec.path), ["3rdparty/cutlass"]) == []
+        # the clone holds them itself: `current verify` never lets git fetch lazily from the mirror
+        assert len(ignore_blobs(sub, cut_ids[0])) == 2 and not ignore_blobs(sub, cut_ids[0]) & missing_objects(sub, cut_ids[0])
+        (sub / "examples").mkdir()
+        (sub / "examples" / "mine.txt").write_text("notes\n")
+        (sub / "examples" / "x.o").write_text("ignored by the fork's own .gitignore\n")
+        seen = dirty_entries(sub)
+        assert seen == ["?? examples/mine.txt"], seen
+    partial = mirror_path(tmp_path / "cache", cut_url, partial=True)
+    assert not ignore_blobs(partial, cut_ids[0]) & missing_objects(partial, cut_ids[0])
 
 
 def test_the_kit_s_partial_copy_names_its_upstream_not_this_machine_s_cache_and_is_never_also_whole(

@@ -144,6 +144,29 @@ def test_a_file_put_back_outside_the_cone_through_a_link_or_as_a_dangling_link_i
     assert hidden_entries(repo) == ["o/y.txt (skip-worktree)"]
 
 
+def test_a_path_outside_the_cone_that_cannot_be_looked_at_is_named_not_taken_as_absent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: a folder put back without search permission made the per-folder look answer "absent" (the
+    old pathlib look raised, exit 19 naming the file).  Root (this test's user, as in CI) searches every folder,
+    so the denial is a stand-in: ``os.stat``/``os.lstat`` raising EACCES for that folder's paths."""
+    import errno as errno_mod
+    import os
+
+    repo = _sparse_repo(tmp_path)
+    (repo / "o").mkdir()
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def denied(real):
+        def look(path, *args, **kwargs):
+            if str(path).startswith(str(repo / "o") + "/"):
+                raise PermissionError(errno_mod.EACCES, "Permission denied", str(path))
+            return real(path, *args, **kwargs)
+        return look
+    monkeypatch.setattr(hidden.os, "stat", denied(real_stat))
+    monkeypatch.setattr(hidden.os, "lstat", denied(real_lstat))
+    assert hidden_entries(repo) == ["o/y.txt (skip-worktree)"]
+
+
 def test_sparse_mode_is_read_from_config_not_from_a_leftover_cone_file(tmp_path: Path) -> None:
     """Review finding: `git sparse-checkout disable` leaves info/sparse-checkout behind; the repository is
     whole again, so every skip-worktree entry counts."""

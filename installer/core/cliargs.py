@@ -223,13 +223,14 @@ def require_writable(option: str, path: Path, *, what: str, locks: str | None = 
     try:
         if probe is None:
             raise OSError("no directory above it exists")
-        with tempfile.NamedTemporaryFile(dir=probe, prefix=".october-write-check-") as tmp:
+        with tempfile.TemporaryFile(dir=probe, prefix=".october-write-check-") as tmp:    # never named: never left
             if locks is not None:
                 try:
                     fcntl.flock(tmp.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as exc:
                     if exc.errno in NO_LOCK_ERRNOS:
-                        raise no_file_locks(Path(tmp.name), exc, locks, option, f"{what} {path}") from None
+                        raise no_file_locks(probe / ".october-write-check-*", exc, locks, option,
+                                            f"{what} {path}") from None
     except OSError as exc:
         raise FileSystemError(f"cannot use {what} {path}", expected=f"a writable directory for {option}",
                               found=f"{probe}: {exc.strerror or exc}",

@@ -13,7 +13,9 @@ it lies inside the cone (a file the cone should have, deleted or edited out of g
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Callable, Iterable
@@ -129,17 +131,25 @@ def _repo_hidden(work: Path) -> Flagged:
 
 def _on_disk(work: Path) -> Callable[[str], bool]:
     """Whether a path under ``work`` names something on disk (a dangling link too), links followed on the
-    way as the kernel does.  A folder that is not there answers for every entry under it, so the thousands
-    of paths a sparse clone leaves out cost one look per folder, not one per file."""
+    way as the kernel does; one that cannot be looked at (a folder without search permission) counts as there,
+    so it is named.  A folder that is not there answers for every entry under it, so the thousands of paths a
+    sparse clone leaves out cost one look per folder, not one per file."""
     root = str(work)
     dirs: dict[str, bool] = {"": True}
 
+    def there(path: str, follow: bool) -> bool:
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError as exc:
+            return exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG)
+        return stat.S_ISDIR(st.st_mode) if follow else True
+
     def is_dir(rel: str) -> bool:
         if rel not in dirs:
-            dirs[rel] = is_dir(rel.rpartition("/")[0]) and os.path.isdir(os.path.join(root, rel))
+            dirs[rel] = is_dir(rel.rpartition("/")[0]) and there(os.path.join(root, rel), True)
         return dirs[rel]
 
-    return lambda path: is_dir(path.rpartition("/")[0]) and os.path.lexists(os.path.join(root, path))
+    return lambda path: is_dir(path.rpartition("/")[0]) and there(os.path.join(root, path), False)
 
 
 def _cone(gd: Path) -> tuple[set[str], set[str]] | None:

@@ -119,6 +119,7 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
     """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs; True if any fetched."""
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
+        bring_ignores(runner, step, repo, source, commit)
         return False
     if need is None:
         _git(runner, step, ["-C", str(repo), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
@@ -139,7 +140,28 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
                          + ", ".join(still[:5]) + (" ..." if len(still) > 5 else ""),
                          fix=f"fetch from a complete copy of the submodule ({shown} may be damaged), "
                              "or remove the cache's partial mirror and re-run")
+    bring_ignores(runner, step, repo, source, commit)
     return True
+
+
+def ignore_blobs(repo: Path, commit: str) -> set[str]:
+    """Ids of every ``.gitignore`` of ``commit`` (its trees present).  Once a folder outside the cone exists (a file
+    of the user's put there), ``git status`` reads that folder's ``.gitignore`` from the object store: a partial
+    clone without it fails every look (ours never fetch lazily) where it should name the user's file."""
+    with _repo(repo) as r:
+        listing = parse_ls_tree(r.git.ls_tree("-r", "-z", commit))
+    return {oid for p, (typ, oid) in listing.items() if typ == "blob" and p.rpartition("/")[2] == ".gitignore"}
+
+
+def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: str) -> None:
+    """``repo`` (locked by the caller, holding ``commit``'s trees) gets the :func:`ignore_blobs` it lacks from
+    ``source``, as far as ``source`` has them: a copy without them (a kit made by an earlier version) leaves them
+    out, as before, and ``git status`` then fails only where a folder outside the cone is made."""
+    ids = sorted(ignore_blobs(repo, commit) & missing_objects(repo, commit))
+    if ids:
+        runner.run(["git", "-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",
+                    "--no-write-fetch-head", "--recurse-submodules=no", "--filter=blob:none", *upload_pack(source),
+                    source, *ids], step=step, env=git_env(), check=False)
 
 
 def serve_config(runner: Runner, step: str, repo: Path) -> None:

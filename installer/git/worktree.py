@@ -262,7 +262,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
                       url: str, dirs: Sequence[str], rewrite: Rewrite) -> None:
     """A submodule checked out sparse (:mod:`.sparse`): a partial clone of the cache's partial mirror (its
     promisor) in cone mode, its git directory absorbed into ``.git/modules`` as ``submodule update`` does."""
-    from .sparse import PARTIAL_REFS, bring, cone_problem, upload_pack
+    from .sparse import PARTIAL_REFS, bring, bring_ignores, cone_problem, upload_pack
 
     who = f"fork '{g.fork}': submodule {rel}"
     sub_dir = repo_dir / rel
@@ -291,6 +291,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
         g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
           doing=doing, fix=fix)
+        bring_ignores(g.runner, g.step, sub_dir, source, commit)     # the cone's checkout reads none of them
         g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
@@ -414,8 +415,9 @@ def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: st
         else:
             expected, found = "`git status` / `git submodule status` to succeed", str(exc)
         raise FetchError(f"fork '{mirror.fork}': git cannot read the clone {dest}", expected=expected, found=found,
-                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), "
-                             f"or delete {dest} and re-run") from None
+                         fix=f"repair the fork at commit {commit} (e.g. its .gitmodules), or move the clone aside "
+                             f"(`mv {shlex.quote(str(dest))} {shlex.quote(str(dest))}.broken`, keeping any files of "
+                             "yours in it) and re-run") from None
 
 
 def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
