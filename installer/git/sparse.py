@@ -119,8 +119,8 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
     """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs; True if any fetched."""
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
-        bring_ignores(runner, step, repo, source, commit)
-        return False
+        return False            # nothing asked of the source, .gitignore blobs or not: a mirror an earlier
+                                # version made stays offline-usable (its clones lack them, as before)
     if need is None:
         _git(runner, step, ["-C", str(repo), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
                             *upload_pack(source), source, f"+{commit}:{PARTIAL_REFS}/{commit}"],
