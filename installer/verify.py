@@ -165,7 +165,7 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
     from .git.clonecheck import GitInspectError
     from .git.hidden import Hidden
-    from .git.sparse import cone_problem
+    from .git.sparse import cone_problem, partial_or_sparse
     from .git.worktree import dirty_entries, head_commit, kept_branch, selected, submodule_states, unheld
 
     fetch = read_marker(paths.marker("fetch")) or {}
@@ -183,6 +183,9 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
             keep = (f" (HEAD's commit, which no branch holds, is kept first as the branch {kept_branch(head)})"
                     if unheld(where, head, entry["commit"]) else "")
             diffs.append(Difference("forks", what, f"HEAD at {entry['commit']}", f"HEAD at {head}", rerun + keep))
+        if partial_or_sparse(where):    # its skip-worktree files missing from disk are no local change to hidden.py
+            diffs.append(Difference("forks", what, "a whole checkout (as set up)",
+                                    "a sparse or partial checkout (core.sparseCheckout or a promisor remote)", rerun))
         try:
             states = submodule_states(where)
             dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])

@@ -163,6 +163,51 @@ def test_current_verify_names_a_changed_cone(tmp_path: Path, world: dict) -> Non
     assert len(diffs) == 1 and "3rdparty/cutlass" in diffs[0].what and "tools/util/include" in diffs[0].found
 
 
+def test_a_cone_narrowed_by_a_negative_line_is_found_and_the_next_run_restores_it(tmp_path: Path, world: dict) -> None:
+    """Tamper hunt: ``!/include/*/`` appended to the cone file (and ``git sparse-checkout reapply``) took the
+    kept directory's subfolders away while the positive lines were unchanged: verify and the no-op passed."""
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    cone = Path(fixture_git("-C", str(sub), "rev-parse", "--absolute-git-dir").strip()) / "info" / "sparse-checkout"
+    cone.write_text(cone.read_text() + "!/include/*/\n")
+    fixture_git("-C", str(sub), "sparse-checkout", "reapply")
+    assert not (sub / "include/cute/tensor.hpp").exists()
+    bad = step.verify(ctx, result)
+    assert bad is not None and "!/include/*/" in bad, bad
+    step.run(ctx)
+    assert cone_problem(sub, DIRS) is None and (sub / "include/cute/tensor.hpp").is_file()
+
+
+def test_a_fork_made_sparse_is_not_a_clean_clone(tmp_path: Path, world: dict) -> None:
+    """Tamper hunt: `git sparse-checkout set --no-cone "/*" "!/x"` on the fork itself removed files with
+    skip-worktree bits, which the hidden-entry look excuses in a sparse checkout: verify and the no-op passed.
+    The recipe keeps only submodules sparse: a sparse fork is named, and a re-run says how to undo it."""
+    ctx, step, result = _fetch(tmp_path, _fork(world))
+    fork = Path(result.forks["fi"].path)
+    tracked = fixture_git("-C", str(fork), "ls-files").split()
+    gone = next(p for p in tracked if "/" not in p and p != ".gitmodules")
+    fixture_git("-C", str(fork), "sparse-checkout", "set", "--no-cone", "/*", f"!/{gone}")
+    assert not (fork / gone).exists() and dirty_entries(fork) == []
+    bad = step.verify(ctx, result)
+    assert bad is not None and "sparse or partial checkout" in bad, bad
+    from october.installer.core.paths import StackPaths
+    from october.installer.engine import MARKER_FORMAT
+    from october.installer.verify import check_forks
+    paths = StackPaths(tmp_path / "stack")
+    paths.marker("fetch").parent.mkdir(parents=True, exist_ok=True)
+    paths.marker("fetch").write_text(json.dumps({"format_version": MARKER_FORMAT, "outputs": result.to_json()}))
+    lock = {"packages": [{"name": "fi", "version": "0.1.0", "vcs": {"commit-id": world["commit"]},
+                          "tool": {"october": {"fork": "fi", "path": "src/fi"}}}]}
+    diffs = check_forks(paths, lock, {"forks": []}, "re-run")
+    assert [d.found for d in diffs] == ["a sparse or partial checkout (core.sparseCheckout or a promisor remote)"]
+    with pytest.raises(FetchError) as err:
+        step.run(ctx)
+    assert "sparse-checkout disable" in err.value.fix
+    fixture_git("-C", str(fork), "sparse-checkout", "disable")
+    step.run(ctx)
+    assert (fork / gone).is_file() and step.verify(ctx, result) is None
+
+
 def test_local_changes_in_a_sparse_submodule_are_never_thrown_away(tmp_path: Path, world: dict) -> None:
     ctx, step, result = _fetch(tmp_path, _fork(world))
     sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"

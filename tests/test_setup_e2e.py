@@ -812,6 +812,32 @@ def test_a_replace_ref_that_swaps_a_forks_code_under_its_pinned_commit_is_a_diff
     assert verify(stack).returncode == 0
 
 
+def test_a_replace_ref_inside_a_submodule_is_a_difference_too(world: World, tmp_path: Path) -> None:
+    """Tamper hunt: git hands GIT_NO_REPLACE_OBJECTS to no submodule's git (it is a local-repo variable), so the
+    same swap inside beta's submodule passed verify and the re-run; command-scope config reaches them
+    (``core.useReplaceRefs=false``, with the tool's other no-repo-code settings)."""
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    gamma = stack / "src" / "beta" / "third_party" / "gamma"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(gamma), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    pin = git("rev-parse", "HEAD")
+    git("checkout", "-q", "-b", "t")
+    (gamma / "gamma" / "__init__.py").write_text("G = 666\n")
+    git("commit", "-qam", "other code")
+    git("replace", pin, git("rev-parse", "HEAD"))
+    git("checkout", "-q", "--detach", pin)
+    git("branch", "-q", "-D", "t")
+    assert git("rev-parse", "HEAD") == pin and git("status", "--porcelain") == ""     # as git shows it
+    found = verify(stack)
+    assert found.returncode == 13 and "third_party/gamma" in found.stderr, found.stderr
+    again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
+    assert again.returncode == 8 and "third_party/gamma" in again.stderr, again.stdout + again.stderr
+
+
 def _index_scope(lock: dict) -> dict:
     """A stack's lock made into a recipe's committed one (locks/<recipe>.pylock.toml): its index packages
     only, no fork commits (the recipe pins those), scope "index", format-version 2."""

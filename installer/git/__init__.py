@@ -60,7 +60,9 @@ NO_REPO_CODE = (("core.fsmonitor", "false"), ("core.hooksPath", os.devnull),
                 # core.trustctime=false) an edit put back to its size and mtime (`touch -r`) passed as clean
                 ("core.trustctime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"),
                 # the user's attributes are not the fork's (a filter there runs on every status)
-                ("core.attributesFile", os.devnull))
+                ("core.attributesFile", os.devnull),
+                # a submodule's git drops GIT_NO_REPLACE_OBJECTS (a local-repo variable); command-scope config stays
+                ("core.useReplaceRefs", "false"))
 
 
 def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:

@@ -198,9 +198,11 @@ def check_clone(path: Path, commit: str, *, allow_dirty: bool,
         return f"{path} is not a git clone"
     if head != commit:
         return f"{path} is at {head}, not {commit}"
-    if sparse or submodules:
-        from .sparse import cone_problem, partial_or_sparse
+    from .sparse import cone_problem, partial_or_sparse
 
+    if partial_or_sparse(path):     # hidden.py passes a skip-worktree file missing from a sparse checkout
+        return f"{path} is a sparse or partial checkout; the recipe wants it whole"
+    if sparse or submodules:
         for sub, dirs in sorted((sparse or {}).items()):
             bad = cone_problem(path / sub, dirs)
             if bad is not None:

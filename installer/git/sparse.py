@@ -196,6 +196,11 @@ def cone_problem(work: Path, dirs: Sequence[str]) -> str | None:
         return f"{work} has no sparse-checkout file"
     listed = {ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("!") and ln.strip() != "/*"}
     want = {p for p in parents(dirs) if p} | set(dirs)       # the kept directories and their parents
+    # the negative lines too: "!/cub/cub/*/" makes a kept directory a parent (its subfolders leave on the next
+    # checkout or `git sparse-checkout reapply`), and hidden.py's cone is read from this same file
+    listed |= {ln.strip() for ln in lines if ln.strip().startswith("!") or ln.strip() == "/*"}
+    want |= {"/*", "!/*/"} | {f"!/{p}/*/" for p in parents(dirs)
+                              if p and not any(p == d or p.startswith(d + "/") for d in dirs)}
     if listed != want:
         return (f"{work} keeps {', '.join(sorted(listed)) or 'nothing'}, not {', '.join(sorted(want))} "
                 "(its sparse-checkout cone was changed)")

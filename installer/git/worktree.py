@@ -167,6 +167,10 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clean tree at {commit}",
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
                          fix=_dirty_fix(dest) + _hidden_hint(dest, dirty))
+    if partial_or_sparse(dest):
+        raise FetchError(f"fork '{g.fork}': the clone {dest} is a sparse checkout", expected="a whole checkout",
+                         found="core.sparseCheckout on (files outside its patterns are not on disk)",
+                         fix=f"run `git -C {shlex.quote(str(dest))} sparse-checkout disable`, then re-run")
     _set_origin(g, dest, mirror.url)
     kept = None
     if head != commit:
