@@ -379,17 +379,24 @@ def test_an_untracked_file_in_a_sparse_submodule_stops_a_re_checkout(tmp_path: P
     assert "build/" in str(inner.value) and (sub / "build" / "out.o").read_bytes() == b"mine"
 
 
+def _ignore_world(tmp: Path) -> tuple[str, str, object]:
+    """A CUTLASS-like submodule (nothing dropped) whose folders outside the cone track a .gitignore each, in a
+    fork that selects only it, sparse: (its URL, its commit, the fork entry)."""
+    files = {**CUTLASS_LIKE, "examples/.gitignore": "*.o\n", "tools/profiler/.gitignore": "out/\n"}
+    del files["media/images/big.png"]
+    cut_url, cut_ids = make_repo(tmp, "cutlass", files=files)
+    url, commit = _super(tmp, cut_url)
+    return cut_url, cut_ids[0], _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
+
+
 def test_a_file_of_the_user_s_in_a_folder_outside_the_cone_with_a_gitignore_is_named_not_a_broken_clone(
         tmp_path: Path) -> None:
     """Review finding (real CCCL: docs/, cub/test/ ... each track a .gitignore outside the cone): once such a folder
     exists, git status reads its .gitignore from the object store; without the blob (the partial clone never wrote
     it) every look failed ("git cannot read the clone", whose fix was to delete it).  The .gitignore blobs come with
     the cone, through the cache's mirror and a kit, so the user's file is a named local change."""
-    files = {**CUTLASS_LIKE, "examples/.gitignore": "*.o\n", "tools/profiler/.gitignore": "out/\n"}
-    del files["media/images/big.png"]
-    cut_url, cut_ids = make_repo(tmp_path, "cutlass", files=files)
-    url, commit = _super(tmp_path, cut_url)
-    fork = _fork({"url": url, "commit": commit}, paths=("3rdparty/cutlass",))
+    cut_url, cut_id, fork = _ignore_world(tmp_path)
+    cut_ids = [cut_id]
     for stack in ("stack", "stack2"):             # the first fills the cache's partial mirror; the second reads it
         ctx = make_ctx(tmp_path / stack, make_recipe([fork]), tmp_path / "cache")
         rec = FetchStep().run(ctx).forks["fi"]
@@ -491,3 +498,73 @@ def test_a_run_killed_inside_the_sparse_checkout_is_finished_by_the_next_run(
     assert result.forks["fi"].submodules["3rdparty/cutlass"] == world["cut"]
     assert dirty_entries(root) == [] and step.verify(ctx, result) is None
     assert fixture_git("-C", str(sub), "config", "remote.origin.url") == world["cut_url"]
+
+
+@pytest.mark.parametrize("where", ["mirror trees", "mirror ignores", "clone ignores"])
+def test_a_run_killed_in_the_partial_mirror_s_fetches_is_finished_by_the_next_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Kill hunt: killed in the partial mirror's first fetch, git left shallow.lock and every later run failed
+    ("remove the file manually"; the fix blamed the network) until it was deleted by hand; killed before the
+    .gitignore fetch (the mirror's or the clone's), the re-run called the mirror complete and the blobs never
+    came.  Each kill (the git command's own leftovers planted, then nothing of ours runs) is finished by the
+    next run: the mirror and the clone hold every .gitignore, and the clone is clean."""
+    cut_url, cut, fork = _ignore_world(tmp_path)
+    partial = mirror_path(tmp_path / "cache", cut_url, partial=True)
+    real_run = Runner.run
+    seen: list[str] = []
+
+    def run(self, argv, *a, **kw):
+        words = [str(w) for w in argv]
+        noop = "fetch.negotiationAlgorithm=noop" in words
+        in_mirror = str(partial) in words
+        kind = ("mirror trees" if in_mirror and "--depth=1" in words else
+                "mirror ignores" if in_mirror and noop and "mirror blobs" in seen else
+                "mirror blobs" if in_mirror and noop else
+                "clone ignores" if noop and any(w.endswith("3rdparty/cutlass") for w in words) else "")
+        seen.append(kind)
+        if kind == where:
+            monkeypatch.setattr(Runner, "run", real_run)          # one kill
+            if where == "mirror trees":
+                (partial / "shallow.lock").write_text("")          # what the killed fetch leaves
+            raise _Killed(where)
+        return real_run(self, argv, *a, **kw)
+
+    monkeypatch.setattr(Runner, "run", run)
+    with pytest.raises(_Killed):
+        _fetch(tmp_path, fork)
+    monkeypatch.setattr(Runner, "run", real_run)
+    ctx, step, result = _fetch(tmp_path, fork)
+    sub = Path(result.forks["fi"].path) / "3rdparty/cutlass"
+    for repo in (partial, sub):
+        assert len(ignore_blobs(repo, cut)) == 2 and not ignore_blobs(repo, cut) & missing_objects(repo, cut), repo
+    assert not (partial / "shallow.lock").exists() and step.verify(ctx, result) is None
+
+
+def test_a_run_refused_for_a_submodule_s_files_does_not_leave_the_fork_to_be_reset(tmp_path: Path) -> None:
+    """Kill hunt (lost work): a whole submodule that the recipe now keeps sparse, holding an ignored file of the
+    user's, is refused (nothing removed); the fork had been marked as being changed, so after the user did as
+    told (deleted the submodule) and went on working in the fork, the next run took the fork's differences
+    for a killed run's and reset them (`checkout --force`, `clean`).  The run never moves a fork already at its
+    pin, so only its submodules are recovered; the fork's own changes are refused as the user's."""
+    cut_url, cut, fork = _ignore_world(tmp_path)
+    import dataclasses
+    whole = dataclasses.replace(fork, sparse={})
+    ctx, step, result = _fetch(tmp_path, whole)
+    root = Path(result.forks["fi"].path)
+    sub = root / "3rdparty/cutlass"
+    exclude = Path(fixture_git("-C", str(sub), "rev-parse", "--absolute-git-dir").strip()) / "info" / "exclude"
+    exclude.write_text("build/\n")
+    (sub / "build").mkdir()
+    (sub / "build" / "notes.txt").write_text("mine\n")
+    with pytest.raises(FetchError) as refused:
+        _fetch(tmp_path, fork)
+    assert "holds files of yours" in str(refused.value) and (sub / "build" / "notes.txt").is_file()
+    import shutil
+    shutil.rmtree(sub)                                        # as the refusal says
+    (root / "mywork.py").write_text("work\n")
+    readme = root / ".gitmodules"                             # the fork's one tracked file here
+    readme.write_text(readme.read_text() + "# my edit\n")
+    with pytest.raises(FetchError) as again:
+        _fetch(tmp_path, fork)
+    assert "local changes" in str(again.value) and "mywork.py" in str(again.value)
+    assert (root / "mywork.py").read_text() == "work\n" and readme.read_text().endswith("# my edit\n")

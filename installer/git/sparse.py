@@ -21,6 +21,7 @@ from .diagnose import diagnose
 from .exclude import git_dir
 
 PARTIAL_REFS = "refs/october/partial"
+TREES_REFS = "refs/october/partial-trees"      # the commit and trees of an unfinished bring (PARTIAL_REFS comes last)
 SERVE_CONFIG = (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true"))
 UPLOAD_PACK = "git " + " ".join(f"-c {k}={v}" for k, v in SERVE_CONFIG) + " upload-pack"
 BLOBS_PER_FETCH = 2000          # ids per `git fetch` command line (a cone of CUTLASS headers: 891)
@@ -86,13 +87,14 @@ def missing_objects(repo: Path, commit: str) -> set[str]:
     return {ln[1:].strip() for ln in out.splitlines() if ln.startswith("?")}
 
 
-def _has_ref(repo: Path, commit: str) -> bool:
-    """Whether our partial ref for ``commit`` is there: a fetch writes it last, after the commit and trees."""
+def _has_ref(repo: Path, commit: str, refs: str = PARTIAL_REFS) -> bool:
+    """Whether our partial ref for ``commit`` is there: :func:`bring` writes it last, after the commit, trees,
+    the cone's blobs and the .gitignore fetch."""
     import git
 
     with _repo(repo) as r:
         try:
-            return str(r.git.rev_parse("--verify", "--quiet", f"{PARTIAL_REFS}/{commit}")).strip() == commit
+            return str(r.git.rev_parse("--verify", "--quiet", f"{refs}/{commit}")).strip() == commit
         except git.GitCommandError:
             return False
 
@@ -117,13 +119,17 @@ def _git(runner: Runner, step: str, argv: list[str], *, who: str, doing: str, so
 def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit: str, dirs: Sequence[str], *,
           who: str) -> bool:
     """Make ``repo`` (locked by the caller) hold ``commit``, its trees and the cone's blobs; True if any fetched."""
+    from .diagnose import remove_partial_objects
+
+    if removed := remove_partial_objects(repo):      # a killed fetch's shallow.lock fails every later one
+        runner.note(step, f"# removed what a killed fetch left in {repo}: " + ", ".join(removed))
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
         return False            # nothing asked of the source, .gitignore blobs or not: a mirror an earlier
                                 # version made stays offline-usable (its clones lack them, as before)
-    if need is None:
+    if need is None and not _has_ref(repo, commit, TREES_REFS):
         _git(runner, step, ["-C", str(repo), "fetch", "--quiet", "--no-tags", "--filter=blob:none", "--depth=1",
-                            *upload_pack(source), source, f"+{commit}:{PARTIAL_REFS}/{commit}"],
+                            *upload_pack(source), source, f"+{commit}:{TREES_REFS}/{commit}"],
              who=who, doing=f"fetching commit {commit} (trees only) from {shown}", source=shown)
     gone = missing_objects(repo, commit)
     ids = sorted({oid for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone})
@@ -133,7 +139,8 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
                             *upload_pack(source), source, *ids[i:i + BLOBS_PER_FETCH]],
              who=who, doing=f"fetching {len(ids)} file(s) under {', '.join(dirs)} of {commit} from {shown}",
              source=shown)
-    still = lacking(repo, commit, dirs, who=who)
+    gone = missing_objects(repo, commit)
+    still = sorted(p for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone)
     if still:
         raise FetchError(f"{who}: {shown} did not send every file under {', '.join(dirs)} of {commit}",
                          expected="every blob of the sparse directories", found=f"{len(still)} missing: "
@@ -141,6 +148,11 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
                          fix=f"fetch from a complete copy of the submodule ({shown} may be damaged), "
                              "or remove the cache's partial mirror and re-run")
     bring_ignores(runner, step, repo, source, commit)
+    # last: a mirror with this ref holds the cone and had its .gitignore fetch (a killed run's re-run redoes it)
+    _git(runner, step, ["-C", str(repo), "update-ref", f"{PARTIAL_REFS}/{commit}", commit], who=who,
+         doing="recording the sparse commit", source=shown)
+    _git(runner, step, ["-C", str(repo), "update-ref", "-d", f"{TREES_REFS}/{commit}"], who=who,
+         doing="recording the sparse commit", source=shown)
     return True
 
 

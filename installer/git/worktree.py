@@ -27,9 +27,9 @@ from .clonecheck import GitInspectError, dirty_entries, git_text, head_commit, l
 from .clonecheck import check_clone, selected, submodule_states  # noqa: F401  (re-exported: verify, tests)
 from .diagnose import ownership_fix
 from .exclude import exclude_build_outputs, git_dir
-from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, open_mirror
+from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, mirror_path, open_mirror
 from .recover import (is_incomplete, mark_complete, mark_incomplete, module_dir, remove_stale_locks,
-                      reset_broken_submodule, unsafe_submodule)
+                      reset_broken_submodule, submodules_only, unsafe_submodule)
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
@@ -157,6 +157,16 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clone of {mirror.shown_url} (or no directory)",
                          found="a directory that is not the top of a git repository",
                          fix=f"move {dest} away (or delete it) and re-run")
+    if incomplete and submodules_only(dest) and head_commit(dest) == commit:
+        # the unfinished run never checked this clone out (only its submodules, which the run goes on to
+        # recover): a difference of the clone's own is the user's, made since (a refused run left the mark)
+        subs = {s.path for s in submodule_heads(dest)}
+        own = [d for d in dirty_entries(dest) if isinstance(d, Hidden) or d[3:] not in subs]
+        if own and not allow_dirty:
+            raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
+                             expected=f"a clean tree at {commit}", found=f"{len(own)} change(s): {listed(own)}",
+                             fix=_dirty_fix(dest) + _hidden_hint(dest, own))
+        return None
     if incomplete:
         _finish_interrupted(g, dest, mirror, commit, say)
         return None
@@ -182,7 +192,8 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
             g(["-C", str(dest), "branch", "--force", kept, head], doing=f"keeping {head} as the branch {kept}",
               fix=f"keep the commit yourself (`git -C {shlex.quote(str(dest))} branch mine {head}`) and re-run")
     if not dirty:
-        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
+        # from here on, a killed run's changes are known to be ours (its clone's own only where it moves HEAD)
+        mark_incomplete(dest, commit, moves=head != commit)
     if head != commit:
         _checkout(g, dest, commit)
     return kept
@@ -276,6 +287,9 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
             g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel],
               doing=f"moving submodule {rel}'s git directory under .git/modules", fix=f"delete {sub_dir} and re-run")
         _set_origin(g, sub_dir, url)
+        held = mirror_path(cache_dir, url, partial=True)     # a run killed before the clone's .gitignore fetch
+        if held.is_dir():
+            bring_ignores(g.runner, g.step, sub_dir, held.as_uri(), commit)
         return
     mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url), partial=True)
     with mirror.locked():
