@@ -777,6 +777,23 @@ def test_an_install_record_of_an_earlier_version_holds_the_env_to_the_lock(world
     assert (stack / "pylock.toml").read_bytes() == lock
 
 
+def _swap_under_a_replace_ref(repo: Path, path: str, text: str) -> None:
+    """Commit ``text`` at ``path`` in ``repo``, replace its pinned HEAD with that commit (``git replace``) and check
+    the pin out again: HEAD at the pin and ``git status`` clean as git shows it, the other code on disk."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    pin = git("rev-parse", "HEAD")
+    git("checkout", "-q", "-b", "t")
+    (repo / path).write_text(text)
+    git("commit", "-qam", "other code")
+    git("replace", pin, git("rev-parse", "HEAD"))
+    git("checkout", "-q", "--detach", pin)
+    git("branch", "-q", "-D", "t")
+    assert git("rev-parse", "HEAD") == pin and git("status", "--porcelain") == ""
+
+
 def test_a_replace_ref_that_swaps_a_forks_code_under_its_pinned_commit_is_a_difference(
         world: World, tmp_path: Path) -> None:
     """The scenario hunt: ``git replace <pin> <evil>`` and a checkout of the pin left HEAD at the pinned
@@ -787,19 +804,7 @@ def test_a_replace_ref_that_swaps_a_forks_code_under_its_pinned_commit_is_a_diff
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     setup(world, stack, cache)
     alpha = stack / "src" / "alpha"
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(alpha), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
-                              check=True, capture_output=True, text=True).stdout.strip()
-
-    pin = git("rev-parse", "HEAD")
-    git("checkout", "-q", "-b", "t")
-    (alpha / "alpha" / "__init__.py").write_text("A = 666\n")
-    git("commit", "-qam", "other code")
-    git("replace", pin, git("rev-parse", "HEAD"))
-    git("checkout", "-q", "--detach", pin)
-    git("branch", "-q", "-D", "t")
-    assert git("rev-parse", "HEAD") == pin and git("status", "--porcelain") == ""     # as git shows it
+    _swap_under_a_replace_ref(alpha, "alpha/__init__.py", "A = 666\n")
     found = verify(stack)
     assert found.returncode == 13 and "alpha" in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
@@ -818,20 +823,7 @@ def test_a_replace_ref_inside_a_submodule_is_a_difference_too(world: World, tmp_
     (``core.useReplaceRefs=false``, with the tool's other no-repo-code settings)."""
     stack, cache = tmp_path / "stack", tmp_path / "cache"
     setup(world, stack, cache)
-    gamma = stack / "src" / "beta" / "third_party" / "gamma"
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(gamma), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
-                              check=True, capture_output=True, text=True).stdout.strip()
-
-    pin = git("rev-parse", "HEAD")
-    git("checkout", "-q", "-b", "t")
-    (gamma / "gamma" / "__init__.py").write_text("G = 666\n")
-    git("commit", "-qam", "other code")
-    git("replace", pin, git("rev-parse", "HEAD"))
-    git("checkout", "-q", "--detach", pin)
-    git("branch", "-q", "-D", "t")
-    assert git("rev-parse", "HEAD") == pin and git("status", "--porcelain") == ""     # as git shows it
+    _swap_under_a_replace_ref(stack / "src" / "beta" / "third_party" / "gamma", "gamma/__init__.py", "G = 666\n")
     found = verify(stack)
     assert found.returncode == 13 and "third_party/gamma" in found.stderr, found.stderr
     again = cli(str(stack), "--recipe", str(world.recipe), "--cache-dir", str(cache))
