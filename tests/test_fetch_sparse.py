@@ -540,18 +540,26 @@ def test_a_run_killed_in_the_partial_mirror_s_fetches_is_finished_by_the_next_ru
     assert not (partial / "shallow.lock").exists() and step.verify(ctx, result) is None
 
 
-def test_a_run_refused_for_a_submodule_s_files_does_not_leave_the_fork_to_be_reset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("then", ["fork files", "other submodule", "fork commit"])
+def test_a_run_refused_for_a_submodule_s_files_does_not_leave_the_fork_to_be_reset(tmp_path: Path, then: str) -> None:
     """Kill hunt (lost work): a whole submodule that the recipe now keeps sparse, holding an ignored file of the
-    user's, is refused (nothing removed); the fork had been marked as being changed, so after the user did as
-    told (deleted the submodule) and went on working in the fork, the next run took the fork's differences
-    for a killed run's and reset them (`checkout --force`, `clean`).  The run never moves a fork already at its
-    pin, so only its submodules are recovered; the fork's own changes are refused as the user's."""
-    cut_url, cut, fork = _ignore_world(tmp_path)
+    user's, is refused (nothing removed); the fork stayed marked as being changed, so after the user did as told
+    (deleted the submodule) and went on working (files of the fork, another submodule's, a commit in the fork),
+    the next run took it for a killed run's and reset it (`checkout --force`, `clean`, `submodule update
+    --force`).  A refusal made before anything was half-written, by a run that did not move the fork, clears the
+    mark: the next run refuses the user's changes as any local change, and keeps them."""
     import dataclasses
-    whole = dataclasses.replace(fork, sparse={})
-    ctx, step, result = _fetch(tmp_path, whole)
+    import shutil
+
+    files = {**CUTLASS_LIKE, "examples/.gitignore": "*.o\n"}
+    del files["media/images/big.png"]
+    cut_url, _ = make_repo(tmp_path, "cutlass", files=files)
+    cccl_url, _ = make_repo(tmp_path, "cccl")
+    url, commit = _super(tmp_path, cut_url, cccl_url)
+    fork = _fork({"url": url, "commit": commit})                       # cccl whole, cutlass sparse
+    ctx, step, result = _fetch(tmp_path, dataclasses.replace(fork, sparse={}))
     root = Path(result.forks["fi"].path)
-    sub = root / "3rdparty/cutlass"
+    sub, cccl = root / "3rdparty/cutlass", root / "3rdparty/cccl"
     exclude = Path(fixture_git("-C", str(sub), "rev-parse", "--absolute-git-dir").strip()) / "info" / "exclude"
     exclude.write_text("build/\n")
     (sub / "build").mkdir()
@@ -559,12 +567,18 @@ def test_a_run_refused_for_a_submodule_s_files_does_not_leave_the_fork_to_be_res
     with pytest.raises(FetchError) as refused:
         _fetch(tmp_path, fork)
     assert "holds files of yours" in str(refused.value) and (sub / "build" / "notes.txt").is_file()
-    import shutil
     shutil.rmtree(sub)                                        # as the refusal says
-    (root / "mywork.py").write_text("work\n")
-    readme = root / ".gitmodules"                             # the fork's one tracked file here
-    readme.write_text(readme.read_text() + "# my edit\n")
+    if then == "fork files":
+        mine, edited = root / "mywork.py", root / ".gitmodules"
+    elif then == "other submodule":
+        mine, edited = cccl / "mywork.py", next(p for p in cccl.rglob("*.py") if ".git" not in p.parts)
+    else:
+        mine, edited = root / "mywork.py", root / ".gitmodules"
+    mine.write_text("work\n")
+    edited.write_text(edited.read_text() + "# my edit\n")
+    if then == "fork commit":
+        fixture_git("-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qam", "wip")
     with pytest.raises(FetchError) as again:
         _fetch(tmp_path, fork)
-    assert "local changes" in str(again.value) and "mywork.py" in str(again.value)
-    assert (root / "mywork.py").read_text() == "work\n" and readme.read_text().endswith("# my edit\n")
+    assert "local changes" in str(again.value), str(again.value)
+    assert mine.read_text() == "work\n" and edited.read_text().endswith("# my edit\n")

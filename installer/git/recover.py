@@ -28,17 +28,13 @@ def _marker(repo: Path) -> Path | None:
     return gd / MARKER if gd is not None else None
 
 
-SUBMODULES_ONLY = "submodules-only"
-
-
-def mark_incomplete(repo: Path, commit: str, *, moves: bool = True) -> None:
-    """Say (atomically) that the fetch step is changing the clone at ``repo`` towards ``commit``; ``moves``:
-    it checks the clone itself out (else only its submodules change: its own files stay the user's)."""
+def mark_incomplete(repo: Path, commit: str) -> None:
+    """Say (atomically) that the fetch step is changing the clone at ``repo`` towards ``commit``."""
     path = _marker(repo)
     if path is None:
         return
     tmp = path.with_name(f"{MARKER}.tmp")
-    tmp.write_text(commit + "\n" + ("" if moves else SUBMODULES_ONLY + "\n"), encoding="utf-8")
+    tmp.write_text(commit + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -46,15 +42,6 @@ def is_incomplete(repo: Path) -> bool:
     """Whether a run that was changing the clone at ``repo`` did not finish."""
     path = _marker(repo)
     return path is not None and path.is_file()
-
-
-def submodules_only(repo: Path) -> bool:
-    """Whether the unfinished run that marked ``repo`` never checked the clone itself out."""
-    path = _marker(repo)
-    try:
-        return path is not None and SUBMODULES_ONLY in path.read_text(encoding="utf-8").split()
-    except OSError:
-        return False
 
 
 def mark_complete(repo: Path) -> None:

@@ -165,15 +165,17 @@ def ignore_blobs(repo: Path, commit: str) -> set[str]:
     return {oid for p, (typ, oid) in listing.items() if typ == "blob" and p.rpartition("/")[2] == ".gitignore"}
 
 
-def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: str) -> None:
+def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: str, *, local: bool = False) -> None:
     """``repo`` (locked by the caller, holding ``commit``'s trees) gets the :func:`ignore_blobs` it lacks from
     ``source``, as far as ``source`` has them: a copy without them (a kit made by an earlier version) leaves them
-    out, as before, and ``git status`` then fails only where a folder outside the cone is made."""
+    out, as before, and ``git status`` then fails only where a folder outside the cone is made.  ``local``: from
+    the cache's mirror, never further (its upload-pack may not fetch lazily from the mirror's own source)."""
     ids = sorted(ignore_blobs(repo, commit) & missing_objects(repo, commit))
     if ids:
+        env = dict(git_env(), GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="file") if local else git_env()
         runner.run(["git", "-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",
                     "--no-write-fetch-head", "--recurse-submodules=no", "--filter=blob:none", *upload_pack(source),
-                    source, *ids], step=step, env=git_env(), check=False)
+                    source, *ids], step=step, env=env, check=False)
 
 
 def serve_config(runner: Runner, step: str, repo: Path) -> None:

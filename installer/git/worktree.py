@@ -29,7 +29,7 @@ from .diagnose import ownership_fix
 from .exclude import exclude_build_outputs, git_dir
 from .mirror import PIN_REFS, Mirror, ensure_commit, has_complete, mirror_path, open_mirror
 from .recover import (is_incomplete, mark_complete, mark_incomplete, module_dir, remove_stale_locks,
-                      reset_broken_submodule, submodules_only, unsafe_submodule)
+                      reset_broken_submodule, unsafe_submodule)
 from .sparse import partial_or_sparse
 
 MAX_DEPTH = 8
@@ -82,6 +82,11 @@ def _bring_commit(g: _Git, repo_dir: Path, mirror: Mirror, commit: str) -> None:
     g(["-C", str(repo_dir), "fetch", "--no-tags", *shallow, "--", _source(mirror), f"+{ref}:{ref}"],
       doing=f"copying commit {commit} from the mirror {mirror.path}",
       fix=f"remove {mirror.path} (a cache) and re-run")
+
+
+class Refused(FetchError):
+    """A refusal made before the run changed the submodule it names (files of the user's in it, a name the tool
+    will not place, a selection the fork lacks): what the run changed before it is whole."""
 
 
 def _source(mirror: Mirror) -> str:
@@ -157,16 +162,6 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          expected=f"a clone of {mirror.shown_url} (or no directory)",
                          found="a directory that is not the top of a git repository",
                          fix=f"move {dest} away (or delete it) and re-run")
-    if incomplete and submodules_only(dest) and head_commit(dest) == commit:
-        # the unfinished run never checked this clone out (only its submodules, which the run goes on to
-        # recover): a difference of the clone's own is the user's, made since (a refused run left the mark)
-        subs = {s.path for s in submodule_heads(dest)}
-        own = [d for d in dirty_entries(dest) if isinstance(d, Hidden) or d[3:] not in subs]
-        if own and not allow_dirty:
-            raise FetchError(f"fork '{g.fork}': the clone {dest} has local changes",
-                             expected=f"a clean tree at {commit}", found=f"{len(own)} change(s): {listed(own)}",
-                             fix=_dirty_fix(dest) + _hidden_hint(dest, own))
-        return None
     if incomplete:
         _finish_interrupted(g, dest, mirror, commit, say)
         return None
@@ -192,8 +187,7 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
             g(["-C", str(dest), "branch", "--force", kept, head], doing=f"keeping {head} as the branch {kept}",
               fix=f"keep the commit yourself (`git -C {shlex.quote(str(dest))} branch mine {head}`) and re-run")
     if not dirty:
-        # from here on, a killed run's changes are known to be ours (its clone's own only where it moves HEAD)
-        mark_incomplete(dest, commit, moves=head != commit)
+        mark_incomplete(dest, commit)     # from here on, a killed run's changes are known to be ours
     if head != commit:
         _checkout(g, dest, commit)
     return kept
@@ -260,12 +254,12 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
         theirs = [ln for ln in git_text(sub_dir, "status", "--porcelain", "--untracked-files=all",
                                     "--ignored=matching").splitlines() if ln.strip()] + hidden_entries(sub_dir)
         if theirs:
-            raise FetchError(f"{who} must be checked out again ({why}) but holds files of yours",
+            raise Refused(f"{who} must be checked out again ({why}) but holds files of yours",
                              expected="a submodule with no local change, untracked or ignored file",
                              found=listed(theirs),
                              fix=f"save what you need from {sub_dir} elsewhere, delete {sub_dir}, and re-run")
     elif sub_dir.is_dir() and any(p.name != ".git" for p in sub_dir.iterdir()):
-        raise FetchError(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
+        raise Refused(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
                          "git repository", expected="a submodule git can read, or an empty directory",
                          found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
     for stale in {p for p in (git_dir(sub_dir), module_dir(repo_dir / ".git", name)) if p is not None}:
@@ -289,7 +283,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         _set_origin(g, sub_dir, url)
         held = mirror_path(cache_dir, url, partial=True)     # a run killed before the clone's .gitignore fetch
         if held.is_dir():
-            bring_ignores(g.runner, g.step, sub_dir, held.as_uri(), commit)
+            bring_ignores(g.runner, g.step, sub_dir, held.as_uri(), commit, local=True)
         return
     mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url), partial=True)
     with mirror.locked():
@@ -309,7 +303,7 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
         # the cone's blobs come from the mirror in one lazy fetch (it holds them: bring checked)
         g(["-C", str(sub_dir), "-c", "protocol.file.allow=always", "checkout", "--quiet", "--detach", commit],
           doing=doing, fix=fix)
-        bring_ignores(g.runner, g.step, sub_dir, source, commit)     # the cone's checkout reads none of them
+        bring_ignores(g.runner, g.step, sub_dir, source, commit, local=True)   # the cone's checkout reads none
         g(["-C", str(repo_dir), "submodule", "absorbgitdirs", "--", rel], doing=doing, fix=fix)
     _set_origin(g, sub_dir, url)
 
@@ -334,7 +328,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     unsafe = [bad for rel, name in declared.items() if (bad := unsafe_submodule(name, rel)) is not None]
     if unsafe:          # before anything is removed or made for it: its git directory would lie elsewhere
-        raise FetchError(f"fork '{g.fork}': its .gitmodules names a submodule this tool will not place",
+        raise Refused(f"fork '{g.fork}': its .gitmodules names a submodule this tool will not place",
                          expected="submodule names and paths inside the clone (relative, no '..')",
                          found="; ".join(unsafe) + f" in {repo_dir}/.gitmodules",
                          fix="use a fork commit whose .gitmodules names its submodules plainly; nothing was "
@@ -342,7 +336,7 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
         if unknown:
-            raise FetchError(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
+            raise Refused(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
                              expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
                              found=", ".join(unknown),
                              fix="fix the fork entry's submodules = [...] in the recipe")
@@ -451,18 +445,26 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
     if _partial(dest).exists():           # left by a killed run
         shutil.rmtree(_partial(dest))
     recovering = fresh = False
-    kept = None
+    kept = started_at = None
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         _clone_new(g, dest, mirror, commit, say)
         fresh = True
     else:
         recovering = is_incomplete(dest)  # a killed run was changing it
+        started_at = head_commit(dest)
         exclude_build_outputs(dest)       # a clone made before this rule existed gets it too
         kept = _update_existing(g, dest, mirror, commit, allow_dirty=allow_dirty, incomplete=recovering, say=say)
     exclude_build_outputs(dest)           # the stack's own build outputs are not local changes
     if submodules:
-        _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
-                           recovering=recovering, sparse=sparse, fresh=fresh)
+        try:
+            _update_submodules(g, dest, cache_dir, say, selection=selection, rewrite=rewrite,
+                               recovering=recovering, sparse=sparse, fresh=fresh)
+        except Refused:
+            if not recovering and started_at == commit:
+                # this run moved nothing of the fork and half-wrote no submodule: what the user changes there
+                # after this refusal is theirs, never a killed run's for the next run to reset
+                mark_complete(dest)
+            raise
     head = head_commit(dest)
     if head != commit:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not at the pinned commit",
