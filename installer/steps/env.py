@@ -5,19 +5,21 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import CommandFailed, EnvError, InstallError
 from ..core.hashing import sha256_or_none
 from ..engine import StepContext, read_marker, written_sha256
-from ..install import consistency
 from ..install.plan import install_settings
 from ..lock.drift import differences, drift, installed_versions
 from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, missing_find_links, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
+
+if TYPE_CHECKING:
+    from ..install import consistency
 
 
 def resolved_nvcc(ctx: StepContext) -> Path | None:
@@ -258,6 +260,8 @@ def system_torch_record(ctx: StepContext) -> Mapping[str, Any] | None:
 
 def system_provided(ctx: StepContext) -> list[consistency.Dist]:
     """A site-provided torch's interpreter's distributions (they meet the env's requirements), else none."""
+    from ..install import consistency      # the no-op never asks: its email/metadata imports are not its
+
     rec = system_torch_record(ctx)
     if rec is None:
         return []

@@ -19,7 +19,7 @@ from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..engine import FORKS_INSTALLED, StepContext
 from ..git import buildoutputs
-from ..install import consistency, records
+from ..install import records
 from ..install.forkinstall import install_forks
 from ..install.importcheck import check_imports
 from ..install.plan import ForkSource, fork_inputs, fork_sources, install_settings, require_installable, verified_wheel
@@ -35,9 +35,11 @@ from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 STARTUP_MODULES = ("sitecustomize.py", "usercustomize.py")    # Python imports them as it starts
 
 if TYPE_CHECKING:
+    from ..install import consistency
     from ..install.guards import GuardSpec
 
-# guards (the wheel's ELF/RECORD readers) is imported where the step runs, not on a no-op re-run
+# guards (the wheel's ELF/RECORD readers) and consistency (email's parsers) are imported where the step runs,
+# not on a no-op re-run
 
 
 class InstallStep:
@@ -188,6 +190,8 @@ class InstallStep:
 
     def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
         """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
+        from ..install import consistency
+
         judged = consistency.require_consistent(ctx.paths.env, ctx.recipe.python, system_provided(ctx),
                                                 ctx.recipe.install.exceptions)
         for c, e in judged.declared:
