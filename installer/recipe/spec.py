@@ -343,6 +343,12 @@ class ForkUseSpec(Section):
                 raise Refused("a submodule path that the entry's submodules = [...] lists"
                               + (f" ({', '.join(selected)})" if selected else " (list the submodules by path first)"),
                               describe(key), at=f"sparse.{key}")
+        for key, dirs in self.sparse.items():
+            kept = [d.strip().strip("/") for d in dirs]
+            nested = [f"'{inner}' inside '{outer}'" for inner in kept for outer in kept if inner.startswith(outer + "/")]
+            if nested:      # git's cone keeps the outer one whole and writes no line for the inner one
+                raise Refused("directories none of which lies inside another (the outer one is kept whole)",
+                              "; ".join(nested), at=f"sparse.{key}")
         return self
 
 
