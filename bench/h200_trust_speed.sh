@@ -32,7 +32,7 @@ $B/current verify --install $S1 > /tmp/verify-planted.log 2>&1; echo "verify pla
 rm $SITE/zz.pth $SITE/zz_planted.py; cp -p /tmp/aot.keep "$AOT"
 $B/current verify --install $S1 > /dev/null 2>&1; echo "verify after removing the plants rc=$?"
 echo "== 5b. an edit git status is told not to see (skip-worktree in the fork, assume-unchanged in cccl)"
-FI=$S1/src/flashinfer; CCL=$FI/3rdparty/cccl; F1=$(git -C $FI ls-files | grep -m1 '\.py$'); F2=$(git -C $CCL ls-files | grep -m1 '\.h$')
+FI=$S1/src/flashinfer; CCL=$FI/3rdparty/cccl; F1=$(git -C $FI ls-files | grep -m1 '\.py$'); F2=$(git -C $CCL ls-files -t | grep -m1 '^H .*\.h$' | cut -c3-)   # one checked out (CCCL is sparse)
 cp -p "$FI/$F1" /tmp/f1.keep; cp -p "$CCL/$F2" /tmp/f2.keep
 git -C $FI update-index --skip-worktree "$F1"; echo "# planted" >> "$FI/$F1"
 git -C $CCL update-index --assume-unchanged "$F2"; echo "// planted" >> "$CCL/$F2"
@@ -79,7 +79,3 @@ tar czf $OUT/timings.tgz -C /tmp/timings . ; rm -rf /tmp/timings
 stat -f -c "filesystem of /tmp: %T" /tmp; nproc
 t=$(now); $SYS -c "import torch" ; echo "warm torch import: $(since $t) s"
 t=$(now); $SYS -c "import torch; torch.zeros(1, device='cuda')" ; echo "warm torch import + CUDA init: $(since $t) s"
-M=$(ls -d $CACHE/git/*cccl.git | head -1); P=$(git -C "$M" for-each-ref --format='%(objectname)' refs/october/pins | head -1)
-for w in 1 0; do rm -rf /tmp/co$w; git -c protocol.file.allow=always clone -q --no-checkout "file://$M" /tmp/co$w 2>/dev/null
-  git -C /tmp/co$w fetch -q --no-tags "file://$M" "+refs/october/pins/$P:refs/october/pins/$P"
-  t=$(now); git -C /tmp/co$w -c checkout.workers=$w -c advice.detachedHead=false checkout -q --detach "$P"; echo "cccl checkout, checkout.workers=$w: $(since $t) s"; done
