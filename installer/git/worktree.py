@@ -173,9 +173,12 @@ def _update_existing(g: _Git, dest: Path, mirror: Mirror, commit: str, *, allow_
                          found=f"{len(dirty)} change(s) at {head or 'no commit'}: {listed(dirty)}",
                          fix=_dirty_fix(dest) + _hidden_hint(dest, dirty))
     if partial_or_sparse(dest):
-        raise FetchError(f"fork '{g.fork}': the clone {dest} is a sparse checkout", expected="a whole checkout",
-                         found="core.sparseCheckout on (files outside its patterns are not on disk)",
-                         fix=f"run `git -C {shlex.quote(str(dest))} sparse-checkout disable`, then re-run")
+        raise FetchError(f"fork '{g.fork}': the clone {dest} is a sparse checkout or a partial clone",
+                         expected="a whole checkout, every object in the clone",
+                         found="core.sparseCheckout on (files outside its patterns are not on disk) or a promisor remote",
+                         fix=f"run `git -C {shlex.quote(str(dest))} sparse-checkout disable` (a sparse checkout), "
+                             f"or move the clone aside (`mv {shlex.quote(str(dest))} {shlex.quote(str(dest))}.partial-clone`); "
+                             "then re-run")
     _set_origin(g, dest, mirror.url)
     kept = None
     if head != commit:
@@ -255,13 +258,13 @@ def _clear_submodule(repo_dir: Path, name: str, rel: str, who: str, why: str) ->
                                     "--ignored=matching").splitlines() if ln.strip()] + hidden_entries(sub_dir)
         if theirs:
             raise Refused(f"{who} must be checked out again ({why}) but holds files of yours",
-                             expected="a submodule with no local change, untracked or ignored file",
-                             found=listed(theirs),
-                             fix=f"save what you need from {sub_dir} elsewhere, delete {sub_dir}, and re-run")
+                           expected="a submodule with no local change, untracked or ignored file",
+                           found=listed(theirs),
+                           fix=f"save what you need from {sub_dir} elsewhere, delete {sub_dir}, and re-run")
     elif sub_dir.is_dir() and any(p.name != ".git" for p in sub_dir.iterdir()):
         raise Refused(f"{who} must be checked out again ({why}) but {sub_dir} holds files and no readable "
-                         "git repository", expected="a submodule git can read, or an empty directory",
-                         found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
+                       "git repository", expected="a submodule git can read, or an empty directory",
+                       found=f"files in {sub_dir}", fix=f"save what you need from {sub_dir}, delete it, and re-run")
     for stale in {p for p in (git_dir(sub_dir), module_dir(repo_dir / ".git", name)) if p is not None}:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(sub_dir, ignore_errors=True)
@@ -329,17 +332,17 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
     unsafe = [bad for rel, name in declared.items() if (bad := unsafe_submodule(name, rel)) is not None]
     if unsafe:          # before anything is removed or made for it: its git directory would lie elsewhere
         raise Refused(f"fork '{g.fork}': its .gitmodules names a submodule this tool will not place",
-                         expected="submodule names and paths inside the clone (relative, no '..')",
-                         found="; ".join(unsafe) + f" in {repo_dir}/.gitmodules",
-                         fix="use a fork commit whose .gitmodules names its submodules plainly; nothing was "
-                             "removed or written for them")
+                       expected="submodule names and paths inside the clone (relative, no '..')",
+                       found="; ".join(unsafe) + f" in {repo_dir}/.gitmodules",
+                       fix="use a fork commit whose .gitmodules names its submodules plainly; nothing was "
+                           "removed or written for them")
     if selection is not None:
         unknown = [p for p in selection if p not in declared]
         if unknown:
             raise Refused(f"fork '{g.fork}': the recipe selects submodule(s) the fork does not have",
-                             expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
-                             found=", ".join(unknown),
-                             fix="fix the fork entry's submodules = [...] in the recipe")
+                           expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
+                           found=", ".join(unknown),
+                           fix="fix the fork entry's submodules = [...] in the recipe")
     for rel, name in declared.items():
         # before init/sync, which read a submodule's own config and stop at an unusable one
         if selection is None or rel in selection:
