@@ -38,7 +38,7 @@ from .cli_common import (
 )
 from .cli_current import current_app
 from .core import jsonread
-from .core.cliargs import CACHE_LOCKS, require_writable
+from .core.cliargs import require_cache_writable
 from .core.paths import default_cache_dir
 from .provision import SetupArgs, provision
 
@@ -131,7 +131,7 @@ def make_kit_cmd(
 
         kit_out = kit_argument("DIR", out)
         cache = cache_dir_argument(cache_dir or default_cache_dir())
-        require_writable("--cache-dir", cache, what="the cache directory", locks=CACHE_LOCKS)
+        require_cache_writable(cache)
         lock = file_option("--lock-file", lock_file) if lock_file is not None else None
         have_file = file_option("--have", have) if have is not None else None
         if have_file is not None and not system_torch:

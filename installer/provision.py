@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from .core.cliargs import (
-    CACHE_LOCKS,
     cache_apart,
     cache_dir_argument,
     file_option,
     kit_argument,
     print_json,
-    require_writable,
+    require_cache_writable,
     split_skips,
     stack_argument,
 )
@@ -160,7 +159,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     validate_skip(skips)
     cache = cache_dir_argument(args.cache_dir or default_cache_dir())
     cache_apart(cache, root)
-    require_writable("--cache-dir", cache, what="the cache directory", locks=CACHE_LOCKS)   # exit 19 before the stack is written
+    require_cache_writable(cache)          # exit 19 before the stack is written
     # a --kit that is a file is exit 19 (said so); one that names nothing is the kit's own "no kit at" (20)
     kit_dir = kit_argument("--kit", args.kit) if args.kit is not None else None
     lock = file_option("--lock-file", args.lock_file) if args.lock_file is not None else None

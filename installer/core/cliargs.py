@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from .errors import (NO_LOCK_ERRNOS, FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted,
-                     no_file_locks)
+from .errors import FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted
 
 if TYPE_CHECKING:
     from .ui import ConsoleReporter
@@ -207,7 +206,10 @@ def cache_apart(cache: Path, stack: Path) -> None:
                                  "out: $OCTOBER_CACHE_DIR or ~/.cache/october)")
 
 
-CACHE_LOCKS = "uv and october lock the cache's entries"     # require_writable(..., locks=) for --cache-dir
+def require_cache_writable(cache: Path) -> None:
+    """``--cache-dir`` as :func:`require_writable` checks it, file locks included (uv and this tool lock its
+    entries; without them uv's first command failed, exit 6)."""
+    require_writable("--cache-dir", cache, what="the cache directory", locks="uv and october lock the cache's entries")
 
 
 def require_writable(option: str, path: Path, *, what: str, locks: str | None = None) -> None:
@@ -216,8 +218,9 @@ def require_writable(option: str, path: Path, *, what: str, locks: str | None = 
     read-only mount, an immutable directory, permissions.  -> exit 19 naming ``what``.  ``locks``: what the
     file locks there guard; the file is then also locked once, so a filesystem without locks (where uv fails
     on its first lock) is said as such (:func:`~october.installer.core.errors.no_file_locks`)."""
-    import fcntl
     import tempfile
+
+    from .stackmutex import flock_now
 
     probe = next((p for p in (path, *path.parents) if p.is_dir()), None)
     try:
@@ -225,12 +228,7 @@ def require_writable(option: str, path: Path, *, what: str, locks: str | None = 
             raise OSError("no directory above it exists")
         with tempfile.TemporaryFile(dir=probe, prefix=".october-write-check-") as tmp:    # never named: never left
             if locks is not None:
-                try:
-                    fcntl.flock(tmp.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    if exc.errno in NO_LOCK_ERRNOS:
-                        raise no_file_locks(probe / ".october-write-check-*", exc, locks, option,
-                                            f"{what} {path}") from None
+                flock_now(tmp.fileno(), probe / ".october-write-check-*", locks, option, f"{what} {path}")
     except OSError as exc:
         raise FileSystemError(f"cannot use {what} {path}", expected=f"a writable directory for {option}",
                               found=f"{probe}: {exc.strerror or exc}",

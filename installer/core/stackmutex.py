@@ -18,6 +18,20 @@ from pathlib import Path
 from .errors import NO_LOCK_ERRNOS, StackLockedError, no_file_locks
 
 
+def flock_now(fd: int, lock: Path, guards: str, option: str, what: str | None = None) -> None:
+    """An exclusive, non-blocking ``flock`` on ``fd`` (the file ``lock``): BlockingIOError while another holds it; a
+    filesystem without locks is :func:`~october.installer.core.errors.no_file_locks` (``guards``: what the lock is
+    for; ``option``: what moves it; ``what``: the folder as the user named it)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError as exc:
+        if exc.errno in NO_LOCK_ERRNOS:
+            raise no_file_locks(lock, exc, guards, option, what) from None
+        raise
+
+
 def holder_file(lock: Path) -> Path:
     return lock.with_name(lock.name + ".pid")
 
@@ -91,15 +105,10 @@ class StackLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            flock_now(fd, self.path, "one october_setup per stack at a time", "STACK")
         except BlockingIOError:
             os.close(fd)
             raise self._busy() from None
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in NO_LOCK_ERRNOS:
-                raise no_file_locks(self.path, exc, "one october_setup per stack at a time", "STACK") from None
-            raise
         except BaseException:
             os.close(fd)
             raise

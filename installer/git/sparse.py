@@ -103,7 +103,11 @@ def lacking(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> list[s
     """None when the repository lacks the commit (or its trees); else the cone's paths it lacks."""
     if not _has_ref(repo, commit):
         return None
-    gone = missing_objects(repo, commit)
+    return _cone_missing(repo, commit, dirs, missing_objects(repo, commit), who=who)
+
+
+def _cone_missing(repo: Path, commit: str, dirs: Sequence[str], gone: set[str], *, who: str) -> list[str]:
+    """The cone's paths whose blobs are among ``gone`` (:func:`missing_objects`)."""
     return sorted(p for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone)
 
 
@@ -140,14 +144,14 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
              who=who, doing=f"fetching {len(ids)} file(s) under {', '.join(dirs)} of {commit} from {shown}",
              source=shown)
     gone = missing_objects(repo, commit)
-    still = sorted(p for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid in gone)
+    still = _cone_missing(repo, commit, dirs, gone, who=who)
     if still:
         raise FetchError(f"{who}: {shown} did not send every file under {', '.join(dirs)} of {commit}",
                          expected="every blob of the sparse directories", found=f"{len(still)} missing: "
                          + ", ".join(still[:5]) + (" ..." if len(still) > 5 else ""),
                          fix=f"fetch from a complete copy of the submodule ({shown} may be damaged), "
                              "or remove the cache's partial mirror and re-run")
-    bring_ignores(runner, step, repo, source, commit)
+    bring_ignores(runner, step, repo, source, commit, gone=gone)
     # last: a mirror with this ref holds the cone and had its .gitignore fetch (a killed run's re-run redoes it)
     _git(runner, step, ["-C", str(repo), "update-ref", f"{PARTIAL_REFS}/{commit}", commit], who=who,
          doing="recording the sparse commit", source=shown)
@@ -165,12 +169,14 @@ def ignore_blobs(repo: Path, commit: str) -> set[str]:
     return {oid for p, (typ, oid) in listing.items() if typ == "blob" and p.rpartition("/")[2] == ".gitignore"}
 
 
-def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: str, *, local: bool = False) -> None:
+def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: str, *, local: bool = False,
+                  gone: set[str] | None = None) -> None:
     """``repo`` (locked by the caller, holding ``commit``'s trees) gets the :func:`ignore_blobs` it lacks from
     ``source``, as far as ``source`` has them: a copy without them (a kit made by an earlier version) leaves them
     out, as before, and ``git status`` then fails only where a folder outside the cone is made.  ``local``: from
-    the cache's mirror, never further (its upload-pack may not fetch lazily from the mirror's own source)."""
-    ids = sorted(ignore_blobs(repo, commit) & missing_objects(repo, commit))
+    the cache's mirror, never further (its upload-pack may not fetch lazily from the mirror's own source).
+    ``gone``: the caller's :func:`missing_objects` of ``repo``, when it has just read them."""
+    ids = sorted(ignore_blobs(repo, commit) & (missing_objects(repo, commit) if gone is None else gone))
     if ids:
         env = dict(git_env(), GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="file") if local else git_env()
         runner.run(["git", "-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",

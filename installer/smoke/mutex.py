@@ -25,7 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from ..core.errors import NO_LOCK_ERRNOS, SmokeBusyError, no_file_locks
+from ..core.errors import SmokeBusyError
+from ..core.stackmutex import flock_now
 
 
 def gpu_key(env: Mapping[str, str]) -> str:
@@ -48,7 +49,7 @@ def _take(what: str, path: Path, option: str) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        flock_now(fd, path, f"one `current smoke` at a time on {what}", option)
     except BlockingIOError:
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip().splitlines() or ["unknown"]
         os.close(fd)
@@ -58,10 +59,8 @@ def _take(what: str, path: Path, option: str) -> int:
                              found=f"pid {pid} ({cmd}) holds {path}",
                              fix=f"wait for pid {pid} to finish (the selections run one after the other), "
                                  f"or stop it (kill {pid}) and re-run") from None
-    except OSError as exc:
+    except BaseException:
         os.close(fd)
-        if exc.errno in NO_LOCK_ERRNOS:
-            raise no_file_locks(path, exc, f"one `current smoke` at a time on {what}", option) from None
         raise
     record = f"{os.getpid()}\n{' '.join(sys.argv)}\n".encode()
     os.pwrite(fd, record, 0)
