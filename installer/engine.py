@@ -147,6 +147,9 @@ class StepContext:
 
 # the install step's editable installs are done (before its checks); detail: its list of ForkSource
 FORKS_INSTALLED = "forks-installed"
+# the install step begins on an env this run copied from a built-stack cache entry, which holds the forks'
+# editable installs already (install changes it only where the entry's fork outputs cannot be used); detail: None
+ENV_COPIED = "env-copied"
 
 
 class Step(Protocol[S]):

@@ -75,6 +75,37 @@ def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world:
     assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
 
 
+def test_the_env_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_read_again(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore hashes each file it copies against the manifest; install's RECORD check takes those digests
+    (FileTrust.vouch) instead of reading the env a second time (a torch env: gigabytes).  A file changed after the
+    copy has another signature: read again, and found."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (stored,) = entries(cache)
+    entry = builtstack.find(cache, stored.name)
+    assert entry is not None
+    root = tmp_path / "s3"
+    hashed = builtstack.restore_env(entry, root / "env", root)
+    tiny = next((root / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
+    assert tiny in hashed and all(p.is_file() and p.is_relative_to(root / "env") for p in hashed)
+    read: list[Path] = []
+    real = records.record_hash
+
+    def counted(path: Path, algo: str, *args: object) -> str:
+        read.append(Path(path))
+        return real(path, algo, *args)
+
+    monkeypatch.setattr(records, "record_hash", counted)
+    trust = FileTrust(tmp_path / "t.json")
+    builtstack.vouch_copied(trust, hashed)
+    assert records.tampered(root / "env", trust) == {}
+    assert read and not set(read) & set(hashed)         # RECORD's other files only: none the copy hashed
+    with open(tiny, "a") as fh:
+        fh.write(POISON)
+    assert list(records.tampered(root / "env", trust)) == ["tinydep"] and tiny in read
+
+
 def test_a_stack_copied_from_the_cache_records_the_fork_build_outputs_it_took(tmp_path: Path) -> None:
     """Fork 'alpha' builds alpha/_native.abi3.so into its checkout (ignored by git, as vLLM's _C.abi3.so): the
     second stack takes it from the entry, and its install records it as the first stack's install did, so

@@ -164,3 +164,37 @@ def test_a_blob_changed_in_a_git_mirror_is_refused_by_its_hash(world: World, tmp
     assert f"the cache's mirror {mirror} holds objects whose bytes are not the ones their ids name" in str(exc.value)
     assert f"{oid} ({rel})" in (exc.value.found or "") and f"remove {mirror}" in (exc.value.fix or "")
     assert not (s2 / "src" / "alpha").exists()
+
+
+def test_a_file_still_too_new_at_save_is_not_hashed_again_for_nothing(tmp_path: Path) -> None:
+    """A racy file (written within RACY_NS) is settled by hashing it again at save; one still too new then could not
+    be recorded either, and hashing it again was wasted (a second stack's env: its whole torch, a third time)."""
+    f, store, calls = tmp_path / "f.bin", tmp_path / "trust.json", []
+    f.write_bytes(b"a" * 100)
+    trust = FileTrust(store)
+    assert trust.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 1
+    trust.save()
+    assert len(calls) == 1 and str(f) not in trust.entries and str(f) in trust.racy
+
+
+def test_a_vouched_digest_serves_this_run_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    """FileTrust.vouch: a digest this run computed as it wrote the file is taken while the signature holds, is read
+    again once the file changed, and never reaches the store (it was hashed while racy: settled by hashing it)."""
+    from october.installer.core.filetrust import signature
+
+    f, g, store, calls = tmp_path / "f.bin", tmp_path / "g.bin", tmp_path / "trust.json", []
+    f.write_bytes(b"a" * 100)
+    g.write_bytes(b"g" * 100)
+    trust = FileTrust(store)
+    trust.vouch(f, "sha256", sha256_file(f), signature(os.stat(f)), _hash(calls))
+    assert trust.known(f, "sha256") == sha256_file(f) and trust.known(f, "other") is None
+    assert trust.digest(f, "sha256", _hash(calls)) == sha256_file(f) and calls == []
+    f.write_bytes(b"b" * 100)                   # changed after it was vouched for: read again
+    assert trust.known(f, "sha256") is None
+    assert trust.digest(f, "sha256", _hash(calls)) == sha256_file(f) and len(calls) == 1
+    trust.vouch(g, "sha256", "not-its-digest", signature(os.stat(g)), _hash(calls))
+    assert trust.known(g, "sha256") == "not-its-digest"       # taken as vouched for, this run
+    time.sleep(RACY_NS / 1e9 + 0.05)
+    trust.save()
+    again = FileTrust(store)
+    assert again.vouched == {} and again.known(g, "sha256") == sha256_file(g) and again.known(f, "sha256") == sha256_file(f)

@@ -287,3 +287,23 @@ def test_the_writing_check_still_names_a_file_put_back_outside_a_sparse_cone(tmp
     (repo / "out" / "b").write_text("b\n")              # the pinned bytes, put back outside the cone
     for refresh in (False, True, False):
         assert dirty_entries(repo, refresh=refresh) == ["out/b (skip-worktree)"], refresh
+
+
+def test_the_install_step_s_look_at_tracked_files_leaves_the_index_to_the_settler(tmp_path: Path) -> None:
+    """install.overwritten.changed_tracked runs before and after each fork's install.  Its `git status` rewrote the
+    index each time (a refresh git makes when it can take the lock), so the index was never a tick old when the run
+    ended and the end of every second stack slept out the settle margin (~0.1 s of its 0.75 s here).  The look
+    now leaves the index as it is; what it answers is unchanged."""
+    from october.installer.install.overwritten import changed_tracked
+
+    repo = _repo(tmp_path / "fork")
+    index = repo / ".git" / "index"
+    time.sleep(0.05)
+    for i in range(3):                              # same bytes, new mtimes: entries git would refresh
+        (repo / f"f{i}.txt").write_text(f"fork {i}\n")
+    (repo / "f5.txt").write_text("changed\n")
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    runner = Runner(tmp_path / "logs")
+    assert changed_tracked(runner, "install", repo) == ["f5.txt"]
+    assert changed_tracked(runner, "install", repo) == ["f5.txt"]
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before

@@ -60,6 +60,28 @@ def test_the_listing_begun_during_install_makes_the_lock_the_step_would(world: W
     assert _no_early_thread()
 
 
+def test_on_an_env_copied_from_the_cache_the_listing_begins_with_the_install_step(world: World,
+                                                                                  tmp_path: Path) -> None:
+    """A second stack's env comes from the built-stack cache with the forks' editable installs in it: the listing
+    begins as the install step begins (ENV_COPIED), not after its fork outputs are in place, and makes the lock
+    the lock step makes alone."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "a", cache)
+    setup(world, tmp_path / "b", cache)                     # its env copied from a's entry
+    log = lock_log(tmp_path / "b")
+    assert "begun as the install step began on the env copied from the built-stack cache" in log, log
+    assert "is used" in log and "during the install step's checks" not in log
+    install = (tmp_path / "b" / "logs" / "install.log").read_text()
+    assert "fork build outputs copied from the built-stack cache entry" in install
+
+    ctx = _ctx(world, tmp_path / "c", cache)                # the steps alone, on a copied env too
+    run_pipeline(plan_steps(ctx.recipe), ctx)
+    assert "begun" not in lock_log(tmp_path / "c")
+    b = (tmp_path / "b" / "pylock.toml").read_text().replace(str(tmp_path / "b"), "STACK")
+    c = (tmp_path / "c" / "pylock.toml").read_text().replace(str(tmp_path / "c"), "STACK")
+    assert b == c and _no_early_thread()
+
+
 def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path: Path) -> None:
     stack, cache = tmp_path / "s", tmp_path / "cache"
     ctx = _ctx(world, stack, cache)
@@ -123,7 +145,8 @@ def test_a_run_whose_install_fails_after_the_forks_are_in_place_leaves_no_listin
     with pytest.raises(InstallError):
         setup(world, s2, cache)
     log = lock_log(s2)
-    assert "begun during the install step's checks" in log and "is used" not in log
+    assert "begun as the install step began on the env copied from the built-stack cache" in log
+    assert "is used" not in log and "was ended" in log
     assert not (s2 / ".state" / "lock.json").exists() and _no_early_thread()
 
 

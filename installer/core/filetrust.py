@@ -8,6 +8,11 @@ ctime are older than :data:`RACY_NS` and the file stats the same after hashing (
 Not defended: someone rewriting this file with the files it covers, a clock set back by root, a
 filesystem without ctime (``current verify`` re-reads every byte).  Digests are recorded whether or not
 they were the expected ones; only a run in which a step ran saves the store.
+
+A file this run wrote and hashed itself (a built-stack cache entry's env, each file hashed as it was copied:
+:func:`october.installer.pyenv.builtstack.restore_env`) is *vouched* for (:meth:`FileTrust.vouch`): its digest
+serves this run while its signature is unchanged, is never saved (it was hashed while racy), and the store
+settles it as any racy file.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class FileTrust:
         self.path = path
         self.entries: dict[str, list[object]] = {}
         self.racy: dict[str, tuple[str, Callable[[Path], str]]] = {}
+        self.vouched: dict[str, list[object]] = {}     # this run's only: never saved
         self.changed = False
         try:
             data = jsonread.loads(path.read_text(encoding="utf-8"))
@@ -46,14 +52,23 @@ class FileTrust:
             self.entries = {k: v for k, v in files.items() if isinstance(v, list) and len(v) == 6}
 
     def known(self, file: Path, kind: str) -> str | None:
-        """The recorded ``kind`` digest of ``file`` when its signature is unchanged, else None (one
-        ``stat``; ``OSError`` when it fails)."""
-        hit = self.entries.get(str(file))
-        if hit is not None and hit[4] == kind and hit[:4] == signature(os.stat(file)):
-            return str(hit[5])
-        if hit is None:
-            os.stat(file)
+        """The recorded (or vouched-for) ``kind`` digest of ``file`` when its signature is unchanged, else
+        None (one ``stat``; ``OSError`` when it fails)."""
+        return self._hit(str(file), kind, signature(os.stat(file)))
+
+    def _hit(self, key: str, kind: str, sig: list[int]) -> str | None:
+        for table in (self.entries, self.vouched):
+            hit = table.get(key)
+            if hit is not None and hit[4] == kind and hit[:4] == sig:
+                return str(hit[5])
         return None
+
+    def vouch(self, file: Path, kind: str, value: str, sig: list[int], compute: Callable[[Path], str]) -> None:
+        """``value`` is the ``kind`` digest of ``file`` as this run wrote it (``sig``: its signature taken after
+        it was hashed and no longer changed by this run): taken for this run while the signature holds, never
+        saved, settled as a racy file (``compute``) by :meth:`save`."""
+        self.vouched[str(file)] = [*sig, kind, value]
+        self.racy[str(file)] = (kind, compute)
 
     def digest(self, file: Path, kind: str, compute: Callable[[Path], str]) -> str:
         """``compute(file)``, from the store when its signature is unchanged (``OSError`` when unreadable)."""
@@ -61,9 +76,9 @@ class FileTrust:
         now = time.time_ns()
         st = os.stat(file)
         sig = signature(st)
-        hit = self.entries.get(key)
-        if hit is not None and hit[:4] == sig and hit[4] == kind:
-            return str(hit[5])
+        known = self._hit(key, kind, sig)
+        if known is not None:
+            return known
         value = compute(file)
         after = os.stat(file)
         if signature(after) == sig and now - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
@@ -77,9 +92,15 @@ class FileTrust:
         return value
 
     def save(self) -> None:
-        """Settle the files that were too new to record (hash them again now), then write the store."""
+        """Settle the files that were too new to record (hash them again now: not those still too new, whose
+        digest could not be kept either), then write the store."""
+        now = time.time_ns()
         for key, (kind, compute) in list(self.racy.items()):
+            self.vouched.pop(key, None)         # hashed while racy: settled only by hashing it again
             try:
+                st = os.stat(key)
+                if now - max(st.st_mtime_ns, st.st_ctime_ns) <= RACY_NS:
+                    continue
                 self.digest(Path(key), kind, compute)
             except OSError:
                 self.entries.pop(key, None)

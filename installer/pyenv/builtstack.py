@@ -21,7 +21,9 @@ interpreter the env links to is the one the entry was made with.  The install st
 fork outputs in place the same way (:func:`restore_fork_outputs`; one already there with the same
 bytes is kept) and runs the same checks a
 normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
-environment).  A file of the entry that does not hash as its manifest says, a missing one, or an
+environment); its RECORD check takes each copied file's digest from the copy's hashing while the file's
+stat signature is the one taken after it (:meth:`october.installer.core.filetrust.FileTrust.vouch`), so the
+env's bytes are read once, not twice.  A file of the entry that does not hash as its manifest says, a missing one, or an
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
 there were none.  What a restore trusts: the manifest, written once when the entry is made from a
 stack whose checks had all passed and signed with the key (an entry is read-only; nothing of a stack shares
@@ -34,6 +36,7 @@ after 30 days), so that each upgrade of the tool no longer leaves an env-sized e
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import functools
@@ -55,6 +58,7 @@ from .. import __version__
 from ..core import cachekey, jsonread
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
+from ..core.filetrust import FileTrust, signature
 from ..core.hashing import fingerprint, sha256_file
 from .uvcmd import uv_exe
 
@@ -63,6 +67,15 @@ PLACEHOLDER = "@OCTOBER_STACK_ROOT@"
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")        # needs no quoting in a file:// URL, no regex meaning
 SKIP_DIRS = frozenset({"__pycache__"})
 MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """A file :func:`restore_env` copied and hashed: its stat signature taken after the hash (and after the
+    last change this tool made to it, its mode) and its sha256, hex."""
+
+    signature: list[int]
+    sha256: str
 
 
 class EntryRefused(Exception):
@@ -388,9 +401,10 @@ def discard_entry(entry: Entry) -> str:
 
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
-                  created: list[Path] | None = None) -> list[Path]:
+                  created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None) -> list[Path]:
     """Make ``dest`` the tree ``rows`` describe from ``src`` (copied, hashed, placed at ``root``); ``fresh``: an
-    env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in."""
+    env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in.
+    ``hashed``: each file copied as it is, by its path in ``rows`` -> what :class:`Hashed` says."""
     relocated: list[Path] = []
     present = {str(p) for p in _walk(src)}
     expected = set(rows)
@@ -428,6 +442,8 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
                 if sha256_file(d) != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
             os.chmod(d, int(row.get("mode", 0o644)) & 0o777)
+            if hashed is not None and not row.get("templated"):
+                hashed[rel] = Hashed(signature(os.stat(d)), str(row["sha256"]))
         else:
             raise EntryRefused(f"{rel}: unknown kind {kind!r} in the manifest")
     return relocated
@@ -481,21 +497,37 @@ def rerecord(env: Path, relocated: list[Path]) -> int:
     return changed
 
 
-def restore_env(entry: Entry, env: Path, root: Path) -> None:
+def restore_env(entry: Entry, env: Path, root: Path) -> dict[Path, Hashed]:
     """``env`` made anew as the entry's env (see :func:`_restore_tree`), copied beside it (``env.partial``) and
-    renamed into place: a run killed while copying leaves no half env, and a refused entry none at all."""
+    renamed into place: a run killed while copying leaves no half env, and a refused entry none at all.
+    -> each file copied as it is (not one the stack's path was put into), at its place in ``env``: its
+    signature after it was hashed and the sha256 it was found to have."""
     partial = env.with_name(env.name + ".partial")
     for old in (partial, env):
         if os.path.lexists(old):
             shutil.rmtree(old)
     partial.mkdir(parents=True)
+    hashed: dict[str, Hashed] = {}
     try:
         rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"], root,
-                                        fresh=True))
-        os.rename(partial, env)
+                                        fresh=True, hashed=hashed))
+        os.rename(partial, env)     # renaming the folder changes no signature of the files in it
     except (EntryRefused, OSError):
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    return {env / rel: h for rel, h in hashed.items()}
+
+
+def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed]) -> None:
+    """The env's files :func:`restore_env` copied and hashed, vouched for as their RECORD hashes them
+    (:meth:`~october.installer.core.filetrust.FileTrust.vouch`): install's RECORD check reads each byte of the
+    env once, not a second time (a torch env: gigabytes).  A file changed since it was hashed has another
+    signature and is read again."""
+    from ..verify_dists import record_hash
+
+    for path, h in hashed.items():
+        digest = base64.urlsafe_b64encode(bytes.fromhex(h.sha256)).rstrip(b"=").decode("ascii")
+        trust.vouch(path, "record-sha256", digest, h.signature, lambda p: record_hash(p, "sha256"))
 
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,

@@ -17,7 +17,7 @@ from ..core.atomic import write_json_atomic
 from ..core.errors import InstallError
 from ..core.hashing import sha256_file
 from ..core.listing import first
-from ..engine import FORKS_INSTALLED, StepContext
+from ..engine import ENV_COPIED, FORKS_INSTALLED, StepContext
 from ..git import buildoutputs
 from ..install import records
 from ..install.forkinstall import install_forks
@@ -84,6 +84,8 @@ class InstallStep:
 
     def run(self, ctx: StepContext) -> InstallResult:
         r = ctx.recipe
+        if reuse.env_copied_this_run(ctx) is not None:
+            ctx.announce(ENV_COPIED, None)      # the lock's listing may begin (.lockearly)
         forks = self._forks(ctx)
         plan, base = plan_with_base(ctx.runner, self.name, forks, lambda: self._wheel(ctx), ctx.ui.detail)
         by_name = {f.use.name: f for f in forks}

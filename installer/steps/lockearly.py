@@ -1,8 +1,9 @@
 """The lock's listing begun while the install step checks what it installed.
 
 What the lock is made from (:func:`~october.installer.steps.lock.list_env`) needs only the env as install
-left it.  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`),
-:class:`EarlyLock` makes that listing in a thread of its own, and the lock step takes it
+left it.  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`), or as the install
+step begins on an env this run copied from a built-stack cache entry, which holds them already
+(:data:`~october.installer.engine.ENV_COPIED`), :class:`EarlyLock` makes that listing in a thread of its own, and the lock step takes it
 (:func:`take_early`) only when the env's distributions are as they were while it was listed
 (:func:`env_signature`); else the lock step lists the env itself.  A run that ends first ends it
 (:meth:`EarlyLock.stop`) before the stack lock is released.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.filetrust import signature
 from ..core.runner import Completed, Runner, Started
-from ..engine import FORKS_INSTALLED, StepContext, must_run
+from ..engine import ENV_COPIED, FORKS_INSTALLED, StepContext, must_run
 from .results import EnvResult
 
 if TYPE_CHECKING:
@@ -89,16 +90,19 @@ class EarlyLock:
         if "install" not in names or "lock" not in names or names.index("lock") < names.index("install"):
             return None
         early = cls(steps[names.index("lock")], hold_fds)      # type: ignore[arg-type]
+        ctx.listen(ENV_COPIED, early.begin)
         ctx.listen(FORKS_INSTALLED, early.begin)
         return early
 
-    def begin(self, ctx: StepContext, _forks: Any) -> None:
-        """Listener for FORKS_INSTALLED: start the listing, or do nothing (never fails the install step)."""
+    def begin(self, ctx: StepContext, forks: Any) -> None:
+        """Listener for ENV_COPIED (``forks`` None) and FORKS_INSTALLED: start the listing once, or do nothing
+        (never fails the install step)."""
         try:
             if self._thread is not None or not must_run(self.step, ctx):
                 return
-            self._note(ctx, "# listing the env begun during the install step's checks "
-                            "(october.installer.steps.lockearly)")
+            self._note(ctx, "# listing the env begun " + ("as the install step began on the env copied from the "
+                            "built-stack cache" if forks is None else "during the install step's checks")
+                       + " (october.installer.steps.lockearly)")
             # its own runner: the same log files and secrets, nothing echoed (the display is install's)
             self._runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
             thread = threading.Thread(target=self._work, args=(ctx,), name="october-lock-early", daemon=True)

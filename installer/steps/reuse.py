@@ -78,7 +78,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
     builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
     try:
-        builtstack.restore_env(entry, ctx.paths.env, root)
+        builtstack.vouch_copied(ctx.trust, builtstack.restore_env(entry, ctx.paths.env, root))
     except (builtstack.EntryRefused, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             raise                   # this stack's disk, not the entry: kept for the next stack (exit 19, disk full)
@@ -107,11 +107,15 @@ def env_copied_now(ctx: StepContext) -> "builtstack.Entry | None":
     earlier run (a file edited since is this stack's, put back like any other)."""
     from ..pyenv import builtstack
 
+    key = env_copied_this_run(ctx)
+    return builtstack.find(ctx.options.cache_dir, key) if key is not None else None
+
+
+def env_copied_this_run(ctx: StepContext) -> str | None:
+    """The key of the built-stack cache entry this run's env step copied the env from, or None."""
     rec = ctx.done.get(EnvResult.step)
     env = rec.result if rec is not None and rec.status == "ran" else None
-    if not isinstance(env, EnvResult) or env.built_from is None:
-        return None
-    return builtstack.find(ctx.options.cache_dir, env.built_from)
+    return env.built_from if isinstance(env, EnvResult) else None
 
 
 def refused_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError) -> InstallError:
