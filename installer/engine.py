@@ -147,8 +147,8 @@ class StepContext:
 
 # the install step's editable installs are done (before its checks); detail: its list of ForkSource
 FORKS_INSTALLED = "forks-installed"
-# the install step begins on an env this run copied from a built-stack cache entry, which holds the forks'
-# editable installs already (install changes it only where the entry's fork outputs cannot be used); detail: None
+# the install step took the forks' build outputs from the built-stack cache entry this run copied the env from,
+# whose editable installs of the forks it keeps: the env is as install leaves it; detail: None
 ENV_COPIED = "env-copied"
 
 

@@ -75,7 +75,7 @@ def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world:
     assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
 
 
-def test_the_env_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_read_again(
+def test_what_is_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_read_again(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The restore hashes each file it copies against the manifest; install's RECORD check takes those digests
     (FileTrust.vouch) instead of reading the env a second time (a torch env: gigabytes).  A file changed after the
@@ -106,6 +106,70 @@ def test_the_env_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_r
     assert list(records.tampered(root / "env", trust)) == ["tinydep"] and tiny in read
 
 
+def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: World, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: the signature was taken after the hash (and after the mode was set), so a write landing between the
+    two was inside it, vouched for with the manifest's digest, and install's RECORD check passed the file.  The
+    signature is now taken before the hash and the file vouched for only when it stats the same after it."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (stored,) = entries(cache)
+    entry = builtstack.find(cache, stored.name)
+    assert entry is not None
+    real = builtstack.sha256_file
+    planted: list[Path] = []
+
+    def hash_then_write(path: Path) -> str:         # a writer right behind the hash
+        digest = real(path)
+        if Path(path).name == "__init__.py" and Path(path).parent.name == "tinydep" and not planted:
+            with open(path, "a") as fh:
+                fh.write(POISON)
+            planted.append(Path(path))
+        return digest
+
+    monkeypatch.setattr(builtstack, "sha256_file", hash_then_write)
+    root = tmp_path / "s3"
+    hashed = builtstack.restore_env(entry, root / "env", root)
+    monkeypatch.undo()
+    tiny = next((root / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
+    assert planted and POISON in tiny.read_text() and tiny not in hashed and len(hashed) > 1
+    trust = FileTrust(tmp_path / "t.json")
+    builtstack.vouch_copied(trust, hashed)
+    assert list(records.tampered(root / "env", trust)) == ["tinydep"]
+
+
+def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the env's files: the record the install step keeps of the forks' build outputs (vLLM's extension modules:
+    hundreds of MB) takes the digests the restore computed; an output changed since is read again."""
+    from october.installer.git import buildoutputs
+    from tests.fixtures.world import ALPHA_OUTPUT, make_world
+
+    world = make_world(tmp_path / "world", build_output=True)
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (stored,) = entries(cache)
+    entry = builtstack.find(cache, stored.name)
+    assert entry is not None
+    root = tmp_path / "s3"
+    checkout, outputs = root / "src" / "alpha", {}
+    checkout.mkdir(parents=True)
+    builtstack.restore_forks(entry, [("alpha", checkout)], root, changed_tracked=lambda _c: [],
+                             announce=lambda _n, _c: None, hashed=outputs)
+    assert checkout / ALPHA_OUTPUT in outputs
+    trust = FileTrust(tmp_path / "t.json")
+    builtstack.vouch_copied(trust, outputs, as_record=False)
+    read: list[Path] = []
+    real = buildoutputs.sha256_file
+    monkeypatch.setattr(buildoutputs, "sha256_file", lambda p: (read.append(Path(p)), real(p))[1])
+    rels = [str(p.relative_to(checkout)) for p in outputs]
+    assert buildoutputs.record(checkout, rels, trust) == {r: f"sha256:{real(checkout / r)}" for r in rels}
+    assert read == []
+    (checkout / ALPHA_OUTPUT).write_bytes(b"planted")
+    assert buildoutputs.record(checkout, [ALPHA_OUTPUT], trust) == {ALPHA_OUTPUT: f"sha256:{real(checkout / ALPHA_OUTPUT)}"}
+    assert read == [checkout / ALPHA_OUTPUT]
+
+
 def test_a_stack_copied_from_the_cache_records_the_fork_build_outputs_it_took(tmp_path: Path) -> None:
     """Fork 'alpha' builds alpha/_native.abi3.so into its checkout (ignored by git, as vLLM's _C.abi3.so): the
     second stack takes it from the entry, and its install records it as the first stack's install did, so
@@ -113,11 +177,17 @@ def test_a_stack_copied_from_the_cache_records_the_fork_build_outputs_it_took(tm
     from october.installer.core.hashing import sha256_file
     from tests.fixtures.world import ALPHA_OUTPUT, make_world
 
+    from october.installer.git import buildoutputs
+
     world = make_world(tmp_path / "world", build_output=True)
     cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
     setup(world, s1, cache)
-    setup(world, s2, cache)
-    assert built_from(s2) is not None
+    read: list[Path] = []
+    with pytest.MonkeyPatch.context() as m:         # the restore's hashing vouches for it: not read again
+        real = buildoutputs.sha256_file
+        m.setattr(buildoutputs, "sha256_file", lambda p: (read.append(Path(p)), real(p))[1])
+        setup(world, s2, cache)
+    assert built_from(s2) is not None and s2 / "src" / "alpha" / ALPHA_OUTPUT not in read
     assert "fork build outputs copied from the built-stack cache entry" in (s2 / "logs" / "install.log").read_text()
 
     def recorded(stack: Path) -> dict:

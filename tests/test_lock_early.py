@@ -63,13 +63,13 @@ def test_the_listing_begun_during_install_makes_the_lock_the_step_would(world: W
 def test_on_an_env_copied_from_the_cache_the_listing_begins_with_the_install_step(world: World,
                                                                                   tmp_path: Path) -> None:
     """A second stack's env comes from the built-stack cache with the forks' editable installs in it: the listing
-    begins as the install step begins (ENV_COPIED), not after its fork outputs are in place, and makes the lock
-    the lock step makes alone."""
+    begins once the install step took the forks' build outputs from the entry (ENV_COPIED), before its checks, and
+    makes the lock the lock step makes alone."""
     cache = tmp_path / "cache"
     setup(world, tmp_path / "a", cache)
     setup(world, tmp_path / "b", cache)                     # its env copied from a's entry
     log = lock_log(tmp_path / "b")
-    assert "begun as the install step began on the env copied from the built-stack cache" in log, log
+    assert "begun once the forks' build outputs came from the built-stack cache" in log, log
     assert "is used" in log and "during the install step's checks" not in log
     install = (tmp_path / "b" / "logs" / "install.log").read_text()
     assert "fork build outputs copied from the built-stack cache entry" in install
@@ -80,6 +80,24 @@ def test_on_an_env_copied_from_the_cache_the_listing_begins_with_the_install_ste
     b = (tmp_path / "b" / "pylock.toml").read_text().replace(str(tmp_path / "b"), "STACK")
     c = (tmp_path / "c" / "pylock.toml").read_text().replace(str(tmp_path / "c"), "STACK")
     assert b == c and _no_early_thread()
+
+
+def test_on_a_copied_env_whose_forks_are_installed_again_the_listing_waits_for_them(world: World, tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch
+                                                                                     ) -> None:
+    """Review: announced as install began, the listing ran while the forks were installed again into a copied env
+    (their outputs not taken from the entry: a file in the way, another base wheel), was refused, and could not
+    begin again: the lock step listed the env itself.  It now begins with the forks' outputs from the entry only."""
+    from october.installer.steps import reuse
+
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "a", cache)
+    monkeypatch.setattr(reuse, "forks_from_built_stack", lambda _ctx, _step, _forks: (None, None))
+    setup(world, tmp_path / "b", cache)
+    log = lock_log(tmp_path / "b")
+    assert "env copied from the built-stack cache entry" in (tmp_path / "b" / "logs" / "env.log").read_text()
+    assert "begun during the install step's checks" in log and "is used" in log, log
+    assert _no_early_thread()
 
 
 def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path: Path) -> None:
@@ -145,7 +163,7 @@ def test_a_run_whose_install_fails_after_the_forks_are_in_place_leaves_no_listin
     with pytest.raises(InstallError):
         setup(world, s2, cache)
     log = lock_log(s2)
-    assert "begun as the install step began on the env copied from the built-stack cache" in log
+    assert "begun once the forks' build outputs came from the built-stack cache" in log
     assert "is used" not in log and "was ended" in log
     assert not (s2 / ".state" / "lock.json").exists() and _no_early_thread()
 

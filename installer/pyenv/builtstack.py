@@ -71,8 +71,8 @@ MANIFEST = "manifest.json"
 
 @dataclass(frozen=True)
 class Hashed:
-    """A file :func:`restore_env` copied and hashed: its stat signature taken after the hash (and after the
-    last change this tool made to it, its mode) and its sha256, hex."""
+    """A file :func:`restore_env` copied and hashed: its stat signature, the same before and after the hash (taken
+    after the last change this tool made to it, its mode), and its sha256, hex."""
 
     signature: list[int]
     sha256: str
@@ -434,16 +434,20 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         elif kind == "file":
             if not s.is_file() or s.is_symlink():
                 raise EntryRefused(f"{s} is not a plain file")
+            mode = int(row.get("mode", 0o644)) & 0o777
             if row.get("templated"):
                 d.write_bytes(_place_bytes(_checked(s, row), root))
                 relocated.append(d)
+                os.chmod(d, mode)
             else:
                 clone_or_copy(s, d)
+                os.chmod(d, mode)           # the last change this tool makes to it, before the hash
+                sig = signature(os.stat(d))
                 if sha256_file(d) != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
-            os.chmod(d, int(row.get("mode", 0o644)) & 0o777)
-            if hashed is not None and not row.get("templated"):
-                hashed[rel] = Hashed(signature(os.stat(d)), str(row["sha256"]))
+                # vouched for only when it stats the same after the hash as before (FileTrust.digest's rule)
+                if hashed is not None and signature(os.stat(d)) == sig:
+                    hashed[rel] = Hashed(sig, str(row["sha256"]))
         else:
             raise EntryRefused(f"{rel}: unknown kind {kind!r} in the manifest")
     return relocated
@@ -518,16 +522,21 @@ def restore_env(entry: Entry, env: Path, root: Path) -> dict[Path, Hashed]:
     return {env / rel: h for rel, h in hashed.items()}
 
 
-def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed]) -> None:
-    """The env's files :func:`restore_env` copied and hashed, vouched for as their RECORD hashes them
-    (:meth:`~october.installer.core.filetrust.FileTrust.vouch`): install's RECORD check reads each byte of the
-    env once, not a second time (a torch env: gigabytes).  A file changed since it was hashed has another
-    signature and is read again."""
+def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed], *, as_record: bool = True) -> None:
+    """The files :func:`restore_env` (or :func:`restore_forks`) copied and hashed, vouched for
+    (:meth:`~october.installer.core.filetrust.FileTrust.vouch`) as their RECORD hashes them (``as_record``: the
+    env's files, for install's RECORD check), or by their plain sha256 (the forks' build outputs, for the record of
+    them :mod:`october.installer.git.buildoutputs` keeps): each byte copied is read once, not a second time (a
+    torch env, vLLM's extension modules: gigabytes).  A file changed since it was hashed has another signature and
+    is read again."""
     from ..verify_dists import record_hash
 
     for path, h in hashed.items():
-        digest = base64.urlsafe_b64encode(bytes.fromhex(h.sha256)).rstrip(b"=").decode("ascii")
-        trust.vouch(path, "record-sha256", digest, h.signature, lambda p: record_hash(p, "sha256"))
+        if as_record:
+            digest = base64.urlsafe_b64encode(bytes.fromhex(h.sha256)).rstrip(b"=").decode("ascii")
+            trust.vouch(path, "record-sha256", digest, h.signature, lambda p: record_hash(p, "sha256"))
+        else:
+            trust.vouch(path, "sha256", h.sha256, h.signature, sha256_file)
 
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
@@ -608,9 +617,11 @@ def interpreter_moved(facts: Mapping[str, Any]) -> str | None:
 
 
 def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *,
-                  changed_tracked: Callable[[Path], list[str]], announce: Callable[[str, Path], None]) -> dict[str, Any]:
+                  changed_tracked: Callable[[Path], list[str]], announce: Callable[[str, Path], None],
+                  hashed: dict[Path, Hashed] | None = None) -> dict[str, Any]:
     """Each fork's build outputs (``forks``: name, checkout) put into its checkout, changing no tracked
-    file; -> the entry's nested-install verdicts.  On a refusal what was made is taken back, deepest first."""
+    file; -> the entry's nested-install verdicts.  On a refusal what was made is taken back, deepest first.
+    ``hashed``: filled as :func:`restore_env` answers, for the outputs copied as they are."""
     made: list[Path] = []
     try:
         for name, checkout in forks:
@@ -619,7 +630,10 @@ def restore_forks(entry: Entry, forks: Sequence[tuple[str, Path]], root: Path, *
             rows = entry.manifest["files"]["forks"].get(name)
             if rows is None:
                 raise EntryRefused(f"the entry holds nothing for fork {name}")
-            _restore_tree(entry.path / "forks" / name, checkout, rows, root, fresh=False, created=made)
+            copied: dict[str, Hashed] = {}
+            _restore_tree(entry.path / "forks" / name, checkout, rows, root, fresh=False, created=made, hashed=copied)
+            if hashed is not None:
+                hashed.update((checkout / rel, h) for rel, h in copied.items())
             after = changed_tracked(checkout)
             if after != before:
                 raise EntryRefused(f"it changes tracked files of fork {name}: {after[:3]}")

@@ -84,13 +84,13 @@ class InstallStep:
 
     def run(self, ctx: StepContext) -> InstallResult:
         r = ctx.recipe
-        if reuse.env_copied_this_run(ctx) is not None:
-            ctx.announce(ENV_COPIED, None)      # the lock's listing may begin (.lockearly)
         forks = self._forks(ctx)
         plan, base = plan_with_base(ctx.runner, self.name, forks, lambda: self._wheel(ctx), ctx.ui.detail)
         by_name = {f.use.name: f for f in forks}
         watches = self.watch_outputs(forks)
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
+        if nested_out is not None:      # the copied env's fork installs are kept: the lock's listing may begin
+            ctx.announce(ENV_COPIED, None)
         # asked before the forks are installed: what was in their checkouts then is not this run's making
         unstorable = reuse.unstorable(ctx, self.name, forks) if entry is None else None
         uv = stack_uv(ctx)

@@ -1,9 +1,10 @@
 """The lock's listing begun while the install step checks what it installed.
 
 What the lock is made from (:func:`~october.installer.steps.lock.list_env`) needs only the env as install
-left it.  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`), or as the install
-step begins on an env this run copied from a built-stack cache entry, which holds them already
-(:data:`~october.installer.engine.ENV_COPIED`), :class:`EarlyLock` makes that listing in a thread of its own, and the lock step takes it
+left it.  Once every fork is installed (:data:`~october.installer.engine.FORKS_INSTALLED`), or as soon as the
+install step took the forks' build outputs from the built-stack cache entry this run copied the env from, whose
+fork installs it keeps (:data:`~october.installer.engine.ENV_COPIED`), :class:`EarlyLock` makes that listing in a
+thread of its own, and the lock step takes it
 (:func:`take_early`) only when the env's distributions are as they were while it was listed
 (:func:`env_signature`); else the lock step lists the env itself.  A run that ends first ends it
 (:meth:`EarlyLock.stop`) before the stack lock is released.
@@ -100,8 +101,8 @@ class EarlyLock:
         try:
             if self._thread is not None or not must_run(self.step, ctx):
                 return
-            self._note(ctx, "# listing the env begun " + ("as the install step began on the env copied from the "
-                            "built-stack cache" if forks is None else "during the install step's checks")
+            self._note(ctx, "# listing the env begun " + ("once the forks' build outputs came from the built-stack "
+                            "cache" if forks is None else "during the install step's checks")
                        + " (october.installer.steps.lockearly)")
             # its own runner: the same log files and secrets, nothing echoed (the display is install's)
             self._runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)

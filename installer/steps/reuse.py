@@ -157,10 +157,11 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
     def announce(name: str, _checkout: Path) -> None:
         ctx.ui.info(f"fork {name}: its build outputs from the cache ({entry.path})")
 
+    hashed: dict[Path, builtstack.Hashed] = {}
     try:
         nested_out = builtstack.restore_forks(
             entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
-            changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, step, checkout))
+            changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, step, checkout), hashed=hashed)
     except builtstack.InTheWay as exc:
         ctx.ui.warn(f"the fork build outputs are not copied from the cache ({exc}); building them (the entry "
                     f"{entry.path} is kept)")
@@ -171,6 +172,7 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
             raise
         refuse_entry(ctx, step, entry, str(exc), drop_env=False)
         return None, None
+    builtstack.vouch_copied(ctx.trust, hashed, as_record=False)     # their record reads none of them again
     ctx.runner.note(step, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
     return entry, nested_out
 
