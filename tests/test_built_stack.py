@@ -75,16 +75,22 @@ def test_a_second_stack_takes_the_built_stack_as_private_relocated_copies(world:
     assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
 
 
-def test_what_is_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_read_again(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The restore hashes each file it copies against the manifest; install's RECORD check takes those digests
-    (FileTrust.vouch) instead of reading the env a second time (a torch env: gigabytes).  A file changed after the
-    copy has another signature: read again, and found."""
+def _stored_entry(world: World, tmp_path: Path) -> builtstack.Entry:
+    """The built-stack cache entry a first stack (tmp_path/s1) stored in tmp_path/cache."""
     cache = tmp_path / "cache"
     setup(world, tmp_path / "s1", cache)
     (stored,) = entries(cache)
     entry = builtstack.find(cache, stored.name)
     assert entry is not None
+    return entry
+
+
+def test_what_is_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_read_again(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore hashes each file it copies against the manifest; install's RECORD check takes those digests
+    (FileTrust.vouch) instead of reading the env a second time (a torch env: gigabytes).  A file changed after the
+    copy has another signature: read again, and found."""
+    entry = _stored_entry(world, tmp_path)
     root = tmp_path / "s3"
     hashed = builtstack.restore_env(entry, root / "env", root)
     tiny = next((root / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
@@ -111,11 +117,7 @@ def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: Wo
     """Review: the signature was taken after the hash (and after the mode was set), so a write landing between the
     two was inside it, vouched for with the manifest's digest, and install's RECORD check passed the file.  The
     signature is now taken before the hash and the file vouched for only when it stats the same after it."""
-    cache = tmp_path / "cache"
-    setup(world, tmp_path / "s1", cache)
-    (stored,) = entries(cache)
-    entry = builtstack.find(cache, stored.name)
-    assert entry is not None
+    entry = _stored_entry(world, tmp_path)
     real = builtstack.sha256_file
     planted: list[Path] = []
 
@@ -146,11 +148,7 @@ def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path:
     from tests.fixtures.world import ALPHA_OUTPUT, make_world
 
     world = make_world(tmp_path / "world", build_output=True)
-    cache = tmp_path / "cache"
-    setup(world, tmp_path / "s1", cache)
-    (stored,) = entries(cache)
-    entry = builtstack.find(cache, stored.name)
-    assert entry is not None
+    entry = _stored_entry(world, tmp_path)
     root = tmp_path / "s3"
     checkout, outputs = root / "src" / "alpha", {}
     checkout.mkdir(parents=True)
