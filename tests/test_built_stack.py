@@ -140,6 +140,46 @@ def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: Wo
     assert list(records.tampered(root / "env", trust)) == ["tinydep"]
 
 
+def test_on_a_filesystem_with_whole_second_times_nothing_copied_is_vouched_for(world: World, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: where times are whole seconds (ext4 with small inodes, some NFS servers), a write of the same size
+    in the second of the hash keeps the signature, so a digest vouched for there could pass a rewritten file.  On
+    such a filesystem nothing is vouched for: the checks read the files.  The signature rounded to whole seconds
+    stands in for that filesystem (making one needs a loop mount)."""
+    entry = _stored_entry(world, tmp_path)
+    real = builtstack.signature
+
+    def whole_seconds(st: os.stat_result) -> list[int]:
+        ino, size, mtime, ctime = real(st)
+        return [ino, size, mtime // 10**9 * 10**9, ctime // 10**9 * 10**9]
+
+    monkeypatch.setattr(builtstack, "signature", whole_seconds)
+    root = tmp_path / "s3"
+    assert builtstack.restore_env(entry, root / "env", root) == {}
+    monkeypatch.undo()
+    assert len(builtstack.restore_env(entry, tmp_path / "s5" / "env", tmp_path / "s5")) > 1
+
+
+def test_an_env_refused_after_its_copy_takes_its_vouched_digests_with_it(world: World, tmp_path: Path) -> None:
+    """Review: a copied env refused (reuse.refuse_entry) is removed; what its copy vouched for is forgotten with it,
+    so a file made at the same path later (an inode used again) cannot take a digest of the removed one."""
+    from october.installer.core.paths import StackPaths
+    from october.installer.engine import SetupOptions, SilentReporter, StepContext
+    from october.installer.core.runner import Runner
+    from october.installer.recipe.load import load_recipe
+    from october.installer.steps import reuse
+
+    entry = _stored_entry(world, tmp_path)
+    paths = StackPaths(tmp_path / "s3")
+    ctx = StepContext(options=SetupOptions(stack=paths.root, recipe=load_recipe(str(world.recipe)),
+                                           cache_dir=tmp_path / "cache"),
+                      paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
+    builtstack.vouch_copied(ctx.trust, builtstack.restore_env(entry, paths.env, paths.root))
+    assert any(k.startswith(str(paths.env) + os.sep) for k in ctx.trust.vouched)
+    reuse.refuse_entry(ctx, "env", entry, "planted")
+    assert not paths.env.exists() and ctx.trust.vouched == {}
+
+
 def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """As the env's files: the record the install step keeps of the forks' build outputs (vLLM's extension modules:

@@ -198,3 +198,20 @@ def test_a_vouched_digest_serves_this_run_only_while_the_file_is_unchanged(tmp_p
     trust.save()
     again = FileTrust(store)
     assert again.vouched == {} and again.known(g, "sha256") == sha256_file(g) and again.known(f, "sha256") == sha256_file(f)
+
+
+def test_what_was_vouched_for_under_a_removed_folder_is_forgotten(tmp_path: Path) -> None:
+    """Review: a copied env refused and removed left its vouched digests; a file made later at the same path with
+    the same signature (an inode used again, whole-second times) would have taken one.  unvouch forgets them."""
+    from october.installer.core.filetrust import signature
+
+    env, other, calls = tmp_path / "env", tmp_path / "env2", []
+    for d in (env / "lib", other):
+        d.mkdir(parents=True)
+    files = [env / "a.py", env / "lib" / "b.py", other / "c.py"]
+    trust = FileTrust(tmp_path / "trust.json")
+    for f in files:
+        f.write_text(f.name)
+        trust.vouch(f, "sha256", "vouched", signature(os.stat(f)), _hash(calls))
+    trust.unvouch(env)
+    assert [trust.known(f, "sha256") for f in files] == [None, None, "vouched"]

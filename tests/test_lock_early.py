@@ -100,6 +100,35 @@ def test_on_a_copied_env_whose_forks_are_installed_again_the_listing_waits_for_t
     assert _no_early_thread()
 
 
+def test_on_an_env_an_earlier_run_copied_the_listing_waits_for_the_repair(world: World, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: the env step done by an earlier run (it copied the env, its install failed), a file of it edited since:
+    this run's install repairs the env.  The listing began before the repair (the env's result still names the
+    entry), was refused and could not begin again.  It begins with this run's copy only."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps.install import InstallStep
+    from tests.test_cache_isolation import POISON, site
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    with monkeypatch.context() as m:                # s2's first run: env copied, install fails in its checks
+        def fail(_self: InstallStep, _ctx: StepContext) -> None:
+            raise InstallError("planted", expected="-", found="-", fix="-")
+
+        m.setattr(InstallStep, "check_consistency", fail)
+        with pytest.raises(InstallError):
+            setup(world, s2, cache)
+    with open(site(s2) / "tinydep" / "__init__.py", "a") as fh:
+        fh.write(POISON)
+    (s2 / "logs" / "lock.log").unlink(missing_ok=True)
+    res = setup(world, s2, cache)
+    assert {r.name: r.status for r in res.records}["env"] == "cached"
+    assert "--reinstall-package" in (s2 / "logs" / "install.log").read_text()
+    log = lock_log(s2)
+    assert "begun during the install step's checks" in log and "is used" in log, log
+    assert "came from the built-stack cache" not in log and _no_early_thread()
+
+
 def test_an_env_changed_after_the_listing_is_listed_again(world: World, tmp_path: Path) -> None:
     stack, cache = tmp_path / "s", tmp_path / "cache"
     ctx = _ctx(world, stack, cache)

@@ -70,6 +70,12 @@ class FileTrust:
         self.vouched[str(file)] = [*sig, kind, value]
         self.racy[str(file)] = (kind, compute)
 
+    def unvouch(self, under: Path) -> None:
+        """Forget what was vouched for at or under ``under`` (removed: a file made there later is read)."""
+        top = str(under)
+        for key in [k for k in self.vouched if k == top or k.startswith(top + os.sep)]:
+            del self.vouched[key]
+
     def digest(self, file: Path, kind: str, compute: Callable[[Path], str]) -> str:
         """``compute(file)``, from the store when its signature is unchanged (``OSError`` when unreadable)."""
         key = str(file)

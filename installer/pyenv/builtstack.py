@@ -22,8 +22,9 @@ fork outputs in place the same way (:func:`restore_fork_outputs`; one already th
 bytes is kept) and runs the same checks a
 normal install runs (RECORD hashes, consistency, the install guards, the import with the stack
 environment); its RECORD check takes each copied file's digest from the copy's hashing while the file's
-stat signature is the one taken after it (:meth:`october.installer.core.filetrust.FileTrust.vouch`), so the
-env's bytes are read once, not twice.  A file of the entry that does not hash as its manifest says, a missing one, or an
+stat signature is the one taken before and after it (:meth:`october.installer.core.filetrust.FileTrust.vouch`;
+not on a filesystem with whole-second times), so the run's checks read the env's bytes once, not twice (the end
+of the run reads again what is old enough to keep for the no-op, as it does any file hashed while racy).  A file of the entry that does not hash as its manifest says, a missing one, or an
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
 there were none.  What a restore trusts: the manifest, written once when the entry is made from a
 stack whose checks had all passed and signed with the key (an entry is read-only; nothing of a stack shares
@@ -445,12 +446,20 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
                 sig = signature(os.stat(d))
                 if sha256_file(d) != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
-                # vouched for only when it stats the same after the hash as before (FileTrust.digest's rule)
-                if hashed is not None and signature(os.stat(d)) == sig:
+                # vouched for only when it stats the same after the hash as before (FileTrust.digest's rule), on
+                # a filesystem with sub-second times: with whole seconds, a write of the same size within the
+                # second of the hash would keep the signature (read again by the check instead)
+                if hashed is not None and signature(os.stat(d)) == sig and not _whole_seconds(sig):
                     hashed[rel] = Hashed(sig, str(row["sha256"]))
         else:
             raise EntryRefused(f"{rel}: unknown kind {kind!r} in the manifest")
     return relocated
+
+
+def _whole_seconds(sig: Sequence[int]) -> bool:
+    """Whether a signature's mtime and ctime (:func:`~october.installer.core.filetrust.signature`) are whole
+    seconds: a filesystem that keeps no finer time (ext4 with small inodes, some NFS servers)."""
+    return sig[2] % 1_000_000_000 == 0 and sig[3] % 1_000_000_000 == 0
 
 
 def _place(text: str, root: Path) -> str:
@@ -526,9 +535,9 @@ def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed], *, as_record: 
     """The files :func:`restore_env` (or :func:`restore_forks`) copied and hashed, vouched for
     (:meth:`~october.installer.core.filetrust.FileTrust.vouch`) as their RECORD hashes them (``as_record``: the
     env's files, for install's RECORD check), or by their plain sha256 (the forks' build outputs, for the record of
-    them :mod:`october.installer.git.buildoutputs` keeps): each byte copied is read once, not a second time (a
-    torch env, vLLM's extension modules: gigabytes).  A file changed since it was hashed has another signature and
-    is read again."""
+    them :mod:`october.installer.git.buildoutputs` keeps): the run's checks do not read the bytes copied a second
+    time (a torch env, vLLM's extension modules: gigabytes).  A file changed since it was hashed has another
+    signature and is read again."""
     from ..verify_dists import record_hash
 
     for path, h in hashed.items():

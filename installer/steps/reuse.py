@@ -138,6 +138,7 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
     if drop_env:
         shutil.rmtree(ctx.paths.env, ignore_errors=True)
+        ctx.trust.unvouch(ctx.paths.env)        # what the copy hashed is gone with it
 
 
 def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
