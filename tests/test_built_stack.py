@@ -180,6 +180,80 @@ def test_an_env_refused_after_its_copy_takes_its_vouched_digests_with_it(world: 
     assert not paths.env.exists() and ctx.trust.vouched == {}
 
 
+def test_a_rerun_after_a_failed_second_stack_installs_the_forks_again(world: World, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tamper hunt: a second stack whose install failed after the env copy keeps its env (the env step is done); a
+    line added to fork alpha's editable .pth (run at every interpreter start) with its RECORD row rewritten to
+    match, and the re-run took the forks' outputs from the entry again: alpha was not installed again, repair
+    leaves forks to their install, and no install had recorded the RECORDs to hold them to: setup, the no-op and
+    `current verify` passed with the line in place.  The forks are taken from the entry only by the run that
+    copied the env; here they are installed again."""
+    import base64
+    import csv
+    import hashlib
+    import io
+
+    from october.installer.core.errors import InstallError
+    from october.installer.steps.install import InstallStep
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    with monkeypatch.context() as m:
+        def fail(_self: InstallStep, _ctx: object) -> None:
+            raise InstallError("planted", expected="-", found="-", fix="-")
+
+        m.setattr(InstallStep, "check_consistency", fail)
+        with pytest.raises(InstallError):
+            setup(world, s2, cache)
+    assert built_from(s2) is not None
+    pth = site(s2) / "__editable__.alpha.pth"
+    with open(pth, "a") as fh:
+        fh.write("import os; os.environ['PLANTED'] = '1'\n")
+    record = next(site(s2).glob("alpha-*.dist-info")) / "RECORD"
+    rows = list(csv.reader(io.StringIO(record.read_text())))
+    for row in rows:
+        if row and row[0] == pth.name:
+            data = pth.read_bytes()
+            row[1:3] = ["sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode(),
+                        str(len(data))]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    record.write_text(out.getvalue())
+
+    res = setup(world, s2, cache)
+    assert statuses(res)["env"] == "cached" and statuses(res)["install"] == "ran"
+    assert "PLANTED" not in pth.read_text()
+    assert verify(s2) == 0
+
+
+def test_a_relocated_file_changed_while_the_env_is_copied_is_unlike_its_record(world: World, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tamper hunt: the files the stack's path is put into (fork alpha's editable .pth, run at every interpreter
+    start) are written first; their RECORD rows were made at the end of the copy by reading them back, so a line
+    added in between was recorded as theirs and passed every check.  The rows now say the bytes written."""
+    entry = _stored_entry(world, tmp_path)
+    real = builtstack.clone_or_copy
+    planted: list[Path] = []
+
+    def copy_then_plant(src: Path, dest: Path) -> str:    # a writer while the rest of the env is copied
+        done = real(src, dest)
+        if not planted and "alpha-" in str(dest) and ".dist-info" in str(dest):
+            pth = next(Path(dest).parents[1].glob("__editable__.alpha*.pth"))
+            with open(pth, "a") as fh:
+                fh.write("import os; os.environ['PLANTED'] = '1'\n")
+            planted.append(pth)
+        return done
+
+    monkeypatch.setattr(builtstack, "clone_or_copy", copy_then_plant)
+    root = tmp_path / "s3"
+    builtstack.restore_env(entry, root / "env", root)
+    monkeypatch.undo()
+    pth = next((root / "env").glob("lib/python*/site-packages/__editable__.alpha*.pth"))
+    assert planted and "PLANTED" in pth.read_text()
+    bad = records.tampered(root / "env", FileTrust(tmp_path / "t.json"))
+    assert list(bad) == ["alpha"] and pth.name in bad["alpha"][0], bad
+
+
 def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """As the env's files: the record the install step keeps of the forks' build outputs (vLLM's extension modules:
@@ -861,8 +935,10 @@ def test_a_run_killed_while_copying_a_fork_build_output_keeps_the_entry_and_the_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scenario hunt: a second stack killed while it copied a fork's build output from the cache left a
     half-written file; the re-run called that the entry's fault ("exists already and differs"), removed the
-    shared entry, and every later stack on the node built cold.  Now the half file is replaced by the entry's
-    verified bytes, and the entry is kept.  Planted: the copy interrupted half-way through the file."""
+    shared entry, and every later stack on the node built cold.  Now the entry is kept and the half file replaced:
+    the re-run installs the forks again (the env was copied by the killed run, not by it: see
+    ``test_a_rerun_after_a_failed_second_stack_installs_the_forks_again``), and a later stack takes the entry's
+    verified bytes.  Planted: the copy interrupted half-way through the file."""
     from october.installer.core import clonefile
     from october.installer.core.hashing import sha256_file
     from tests.fixtures.world import ALPHA_OUTPUT, make_world
@@ -889,9 +965,10 @@ def test_a_run_killed_while_copying_a_fork_build_output_keeps_the_entry_and_the_
     assert statuses(res)["install"] == "ran" and built_from(s2) == entry.name
     assert entries(cache) == [entry], "the shared entry was removed for this stack's own leftover"
     assert sha256_file(out) == sha256_file(s1 / "src" / "alpha" / ALPHA_OUTPUT) and verify(s2) == 0
-    assert "fork build outputs copied from the built-stack cache entry" in (s2 / "logs" / "install.log").read_text()
+    assert "fork build outputs copied from the built-stack cache entry" not in (s2 / "logs" / "install.log").read_text()
     setup(world, s3, cache)
     assert built_from(s3) == entry.name
+    assert "fork build outputs copied from the built-stack cache entry" in (s3 / "logs" / "install.log").read_text()
     # a folder where the entry has a file is not replaced: that stack builds its forks, the entry is not at fault
     checkout = tmp_path / "s4-alpha"
     (checkout / ALPHA_OUTPUT).mkdir(parents=True)

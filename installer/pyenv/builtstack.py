@@ -167,6 +167,11 @@ def with_parents(rels: list[Path]) -> list[Path]:
     return sorted(dirs) + sorted(keep)
 
 
+def _record_digest(data: bytes) -> str:
+    """``data``'s sha256 as a RECORD row writes it (urlsafe base64, no padding)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
+
+
 def _hash_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -402,11 +407,14 @@ def discard_entry(entry: Entry) -> str:
 
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
-                  created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None) -> list[Path]:
+                  created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None
+                  ) -> dict[Path, tuple[str, int]]:
     """Make ``dest`` the tree ``rows`` describe from ``src`` (copied, hashed, placed at ``root``); ``fresh``: an
-    env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in.
+    env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in, each
+    with the RECORD-style sha256 and the size of the bytes written (what :func:`rerecord` writes into RECORD:
+    not read back from the file, which anything could have written meanwhile).
     ``hashed``: each file copied as it is, by its path in ``rows`` -> what :class:`Hashed` says."""
-    relocated: list[Path] = []
+    relocated: dict[Path, tuple[str, int]] = {}
     present = {str(p) for p in _walk(src)}
     expected = set(rows)
     if present != expected:
@@ -437,8 +445,9 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
                 raise EntryRefused(f"{s} is not a plain file")
             mode = int(row.get("mode", 0o644)) & 0o777
             if row.get("templated"):
-                d.write_bytes(_place_bytes(_checked(s, row), root))
-                relocated.append(d)
+                data = _place_bytes(_checked(s, row), root)
+                d.write_bytes(data)
+                relocated[d] = (_record_digest(data), len(data))
                 os.chmod(d, mode)
             else:
                 clone_or_copy(s, d)
@@ -487,11 +496,14 @@ def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
     return dest.read_bytes() == (_place_bytes(data, root) if row.get("templated") else data)
 
 
-def rerecord(env: Path, relocated: list[Path]) -> int:
-    """The RECORD rows of the files the stack's own path was put into, hashed again; -> how many changed."""
+def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
+    """The RECORD rows of the files the stack's own path was put into, made to say the bytes written there
+    (``relocated``: :func:`_restore_tree`'s answer; a row of another algorithm than sha256 hashes the file);
+    -> how many changed.  Not read back for sha256: a file changed after it was written stays unlike its row
+    (the tamper hunt: a line added to an editable ``.pth`` while the rest of the env was copied was recorded)."""
     from ..verify_dists import installed, record_hash, record_rows
 
-    moved = {p.resolve() for p in relocated}
+    moved = {p.resolve(): v for p, v in relocated.items()}
     changed = 0
     for dist in installed(env).values():
         rows = [list(r) for r in record_rows(dist)]
@@ -500,7 +512,8 @@ def rerecord(env: Path, relocated: list[Path]) -> int:
             path = (dist.site / row[0]).resolve()
             algo, sep, _value = row[1].partition("=")
             if path in moved and sep:
-                row[1], row[2] = f"{algo}={record_hash(path, algo)}", str(path.stat().st_size)
+                digest, size = moved[path] if algo == "sha256" else (record_hash(path, algo), path.stat().st_size)
+                row[1], row[2] = f"{algo}={digest}", str(size)
                 touched = True
                 changed += 1
         if touched:

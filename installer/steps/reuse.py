@@ -143,14 +143,16 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
 
 def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
                            ) -> tuple["builtstack.Entry | None", dict[str, Any] | None]:
-    """Each fork's build outputs copied into its checkout from the entry the env came from, when it still
-    holds (same key and base wheel); -> (the entry, its build's nested-install verdicts), or (None, None)."""
+    """Each fork's build outputs copied into its checkout from the entry this run copied the env from, when it
+    still holds (same key and base wheel); -> (the entry, its build's nested-install verdicts), or (None, None).
+    Not from an env an earlier run copied (a re-run after a failed install): the forks' editable installs in it
+    may have been changed since, with their RECORD rows (the tamper hunt), so the forks are installed again."""
     from ..pyenv import builtstack
 
-    env = ctx.result(EnvResult)
-    if env is None or env.built_from is None or stack_key(ctx, step) != env.built_from:
+    key = env_copied_this_run(ctx)
+    if key is None or stack_key(ctx, step) != key:
         return None, None
-    entry = builtstack.find(ctx.options.cache_dir, env.built_from)
+    entry = builtstack.find(ctx.options.cache_dir, key)
     wheel = ctx.result(WheelResult)
     if entry is None or entry.facts.get("wheel_sha256") != (wheel.wheel_sha256 if wheel else None):
         return None, None
