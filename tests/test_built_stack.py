@@ -254,6 +254,40 @@ def test_a_relocated_file_changed_while_the_env_is_copied_is_unlike_its_record(w
     assert list(bad) == ["alpha"] and pth.name in bad["alpha"][0], bad
 
 
+def test_a_fork_output_changed_between_its_copy_and_its_record_fails_the_install(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tamper hunt: alpha's build output, copied from the entry, then rewritten with bytes of the same size and its
+    mtime put back before the install step recorded it: the record took the new bytes as the build's output, and
+    setup, the no-op and `current verify` passed.  The record of an output copied from the entry must be the
+    entry's digest; the re-run installs the forks again."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import reuse
+    from tests.fixtures.world import ALPHA_OUTPUT, make_world
+
+    world = make_world(tmp_path / "world", build_output=True)
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    out = s2 / "src" / "alpha" / ALPHA_OUTPUT
+    real = reuse.forks_from_built_stack
+
+    def copy_then_rewrite(ctx: object, step: str, forks: object):    # a writer after the copy
+        got = real(ctx, step, forks)
+        st = out.stat()
+        os.chmod(out, 0o644)
+        out.write_bytes(b"X" * st.st_size)
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(reuse, "forks_from_built_stack", copy_then_rewrite)
+        with pytest.raises(InstallError, match="changed after it was copied from the built-stack cache entry"):
+            setup(world, s2, cache)
+    assert len(entries(cache)) == 1                 # not the entry's fault: kept
+    res = setup(world, s2, cache)
+    assert statuses(res)["install"] == "ran" and b"X" * 8 not in out.read_bytes()
+    assert verify(s2) == 0
+
+
 def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """As the env's files: the record the install step keeps of the forks' build outputs (vLLM's extension modules:
