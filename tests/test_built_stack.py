@@ -7,6 +7,7 @@ poisoned cache).  Real uv, real git, real wheels (the offline fixture world); no
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -286,6 +287,38 @@ def test_a_fork_output_changed_between_its_copy_and_its_record_fails_the_install
     res = setup(world, s2, cache)
     assert statuses(res)["install"] == "ran" and b"X" * 8 not in out.read_bytes()
     assert verify(s2) == 0
+
+
+def test_an_output_link_or_a_file_with_the_stack_path_changed_after_its_copy_fails_the_install(tmp_path: Path) -> None:
+    """Review of the mend above: it compared plain files only; a link pointed elsewhere, or a file the stack's path
+    was placed into and then rewritten, was still recorded as the build's output.  Each is held to what the entry
+    puts at this stack's root.  The entry is made here with those shapes (the fixture forks build a plain file)."""
+    from october.installer.core.errors import InstallError
+    from october.installer.core.hashing import sha256_file
+    from october.installer.steps import reuse
+
+    entry_dir, root = tmp_path / "entry", tmp_path / "stack"
+    (entry_dir / "forks" / "alpha").mkdir(parents=True)
+    templated = f"ROOT = '{builtstack.PLACEHOLDER}/src/alpha'\n".encode()
+    (entry_dir / "forks" / "alpha" / "where.py").write_bytes(templated)
+    (entry_dir / "forks" / "alpha" / "plain.so").write_bytes(b"\x7fELF")
+    rows = {"where.py": {"kind": "file", "templated": True, "sha256": hashlib.sha256(templated).hexdigest()},
+            "plain.so": {"kind": "file", "sha256": sha256_file(entry_dir / "forks" / "alpha" / "plain.so")},
+            "data": {"kind": "link", "target": f"{builtstack.PLACEHOLDER}/src/alpha/csrc"},
+            "sub": {"kind": "dir"}}
+    entry = builtstack.Entry(entry_dir, {"files": {"forks": {"alpha": rows}}})
+    placed = f"ROOT = '{root}/src/alpha'\n".encode()
+    good = {"where.py": "sha256:" + hashlib.sha256(placed).hexdigest(),
+            "plain.so": "sha256:" + rows["plain.so"]["sha256"], "data": f"link:{root}/src/alpha/csrc"}
+    reuse.require_restored_outputs(entry, {"alpha": good}, root)
+    reuse.require_restored_outputs(entry, {"alpha": {"plain.so": good["plain.so"]}}, root)   # others not recorded
+    for rel, changed in (("where.py", "sha256:" + "0" * 64), ("plain.so", "sha256:" + "1" * 64),
+                         ("data", "link:/tmp/elsewhere")):
+        with pytest.raises(InstallError, match=f"build output {rel} changed after it was copied"):
+            reuse.require_restored_outputs(entry, {"alpha": {**good, rel: changed}}, root)
+    (entry_dir / "forks" / "alpha" / "where.py").write_bytes(b"tampered in the cache")
+    with pytest.raises(InstallError, match="no longer verifies"):
+        reuse.require_restored_outputs(entry, {"alpha": good}, root)
 
 
 def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path: Path,

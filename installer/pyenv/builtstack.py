@@ -496,6 +496,20 @@ def _same(src: Path, dest: Path, row: Mapping[str, Any], root: Path) -> bool:
     return dest.read_bytes() == (_place_bytes(data, root) if row.get("templated") else data)
 
 
+def restored_digest(entry: Entry, fork: str, rel: str, root: Path) -> str | None:
+    """What :func:`october.installer.git.buildoutputs.digest` says of fork output ``rel`` as :func:`restore_forks`
+    puts it in a stack at ``root`` (``link:<target>`` or ``sha256:<hex>``), or None for a folder.
+    :class:`EntryRefused` when the entry's file the stack's path is placed into no longer verifies."""
+    row = entry.manifest["files"]["forks"][fork][rel]
+    if row.get("kind") == "link":
+        return "link:" + _place(str(row.get("target")), root)
+    if row.get("kind") != "file":
+        return None
+    if not row.get("templated"):
+        return f"sha256:{row.get('sha256')}"
+    return "sha256:" + _hash_bytes(_place_bytes(_checked(entry.path / "forks" / fork / rel, row), root))
+
+
 def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
     """The RECORD rows of the files the stack's own path was put into, made to say the bytes written there
     (``relocated``: :func:`_restore_tree`'s answer; a row of another algorithm than sha256 hashes the file);

@@ -108,7 +108,7 @@ class InstallStep:
         # every fork's files are in place: the work begun early may start (.jitearly, .lockearly)
         ctx.announce(FORKS_INSTALLED, forks)
         outputs = self.record_outputs(ctx, by_name, made)
-        reuse.require_restored_outputs(entry, outputs)
+        reuse.require_restored_outputs(entry, outputs, ctx.paths.root)
         # every file of every distribution in the env as its RECORD hashes it
         try:
             uvs_own = records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],

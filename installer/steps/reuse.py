@@ -187,20 +187,29 @@ def restored_outputs(entry: "builtstack.Entry | None", fork: str) -> frozenset[s
     return frozenset(entry.manifest["files"]["forks"].get(fork) or {})
 
 
-def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping[str, Mapping[str, str]]) -> None:
-    """Each fork build output copied as it is from ``entry`` recorded with the entry's verified digest: one changed
-    between its copy and its record (the tamper hunt: a same-size edit with its mtime put back was recorded as the
-    build's output, and the no-op and ``current verify`` then held the stack to it) fails the install step."""
+def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping[str, Mapping[str, str]],
+                             root: Path) -> None:
+    """Each fork build output put in place from ``entry`` (a file, the stack's path placed in it or not, or a link)
+    recorded as the entry made it at ``root``: one changed between its copy and its record (the tamper hunt: a
+    same-size edit with its mtime put back, a link pointed elsewhere, was recorded as the build's output, and the
+    no-op and ``current verify`` then held the stack to it) fails the install step."""
+    from ..pyenv import builtstack
+
     if entry is None:
         return
     for fork, rows in sorted(entry.manifest["files"]["forks"].items()):
-        for rel, row in sorted(rows.items()):
+        for rel in sorted(rows):
             got = (recorded.get(fork) or {}).get(rel)
-            want = f"sha256:{row.get('sha256')}"
-            if row.get("kind") == "file" and not row.get("templated") and got is not None and got != want:
+            if got is None:
+                continue
+            try:
+                want = builtstack.restored_digest(entry, fork, rel, root)
+            except builtstack.EntryRefused as exc:
+                want = f"the entry's file, which no longer verifies ({exc})"
+            if want is not None and got != want:
                 raise InstallError(f"fork {fork}'s build output {rel} changed after it was copied from the "
                                    f"built-stack cache entry {entry.path}",
-                                   expected=f"the entry's verified bytes ({want})", found=got,
+                                   expected=f"what the entry put there ({want})", found=got,
                                    fix="find what writes into the stack while october_setup runs, then re-run "
                                        "october_setup (the forks are installed again)")
 
