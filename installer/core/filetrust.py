@@ -64,9 +64,9 @@ class FileTrust:
         return None
 
     def vouch(self, file: Path, kind: str, value: str, sig: list[int], compute: Callable[[Path], str]) -> None:
-        """``value`` is the ``kind`` digest of ``file`` as this run wrote it (``sig``: its signature taken after
-        it was hashed and no longer changed by this run): taken for this run while the signature holds, never
-        saved, settled as a racy file (``compute``) by :meth:`save`."""
+        """``value`` is the ``kind`` digest of ``file`` as this run wrote it (``sig``: its signature, the same
+        before and after it was hashed, after the last change this run made to it): taken for this run while the
+        signature holds, never saved, settled as a racy file (``compute``) by :meth:`save`."""
         self.vouched[str(file)] = [*sig, kind, value]
         self.racy[str(file)] = (kind, compute)
 

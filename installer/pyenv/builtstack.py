@@ -24,7 +24,9 @@ normal install runs (RECORD hashes, consistency, the install guards, the import 
 environment); its RECORD check takes each copied file's digest from the copy's hashing while the file's
 stat signature is the one taken before and after it (:meth:`october.installer.core.filetrust.FileTrust.vouch`;
 not on a filesystem with whole-second times), so the run's checks read the env's bytes once, not twice (the end
-of the run reads again what is old enough to keep for the no-op, as it does any file hashed while racy).  A file of the entry that does not hash as its manifest says, a missing one, or an
+of the run reads again what is old enough to keep for the no-op, as it does any file hashed while racy).  The
+forks' outputs come from the entry only in the run that copied the env, and are recorded as the entry made them
+(:func:`restored_digest`).  A file of the entry that does not hash as its manifest says, a missing one, or an
 unexpected one refuses the entry: it is removed, the user is told, and the stack is built as if
 there were none.  What a restore trusts: the manifest, written once when the entry is made from a
 stack whose checks had all passed and signed with the key (an entry is read-only; nothing of a stack shares
