@@ -8,7 +8,6 @@ as it goes; ``Distribution.metadata`` parses the long description too and drops 
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import re
@@ -21,7 +20,7 @@ from urllib.parse import unquote, urlparse
 from packaging.utils import canonicalize_name
 
 from .core import jsonread
-from .core.hashing import CHUNK
+from .core.hashing import CHUNK, record_digest
 
 
 @dataclass(frozen=True)
@@ -104,4 +103,4 @@ def record_hash(path: Path, algo: str, on_chunk: Callable[[int], None] | None = 
             h.update(chunk)
             if on_chunk is not None:
                 on_chunk(len(chunk))
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+    return record_digest(h.digest())

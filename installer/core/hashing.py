@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -16,6 +17,11 @@ CHUNK = 1 << 20     # read size for streamed hashing and copying
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def record_digest(raw: bytes) -> str:
+    """A raw digest as a wheel's RECORD writes it: urlsafe base64, no padding."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def fingerprint(obj: Any) -> str:

@@ -39,7 +39,6 @@ after 30 days), so that each upgrade of the tool no longer leaves an env-sized e
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import csv
 import functools
@@ -62,7 +61,7 @@ from ..core import cachekey, jsonread
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.filetrust import FileTrust, signature
-from ..core.hashing import fingerprint, sha256_file
+from ..core.hashing import fingerprint, record_digest, sha256_file
 from .uvcmd import uv_exe
 
 BUILT_FORMAT = 1
@@ -167,11 +166,6 @@ def with_parents(rels: list[Path]) -> list[Path]:
     keep = [r for r in rels if not r.name.endswith(".pyc") and not SKIP_DIRS.intersection(r.parts)]
     dirs = {p for r in keep for p in r.parents if str(p) != "."}
     return sorted(dirs) + sorted(keep)
-
-
-def _record_digest(data: bytes) -> str:
-    """``data``'s sha256 as a RECORD row writes it (urlsafe base64, no padding)."""
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
 
 
 def _hash_bytes(data: bytes) -> str:
@@ -449,7 +443,7 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
             if row.get("templated"):
                 data = _place_bytes(_checked(s, row), root)
                 d.write_bytes(data)
-                relocated[d] = (_record_digest(data), len(data))
+                relocated[d] = (record_digest(hashlib.sha256(data).digest()), len(data))
                 os.chmod(d, mode)
             else:
                 clone_or_copy(s, d)
@@ -571,8 +565,8 @@ def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed], *, as_record: 
 
     for path, h in hashed.items():
         if as_record:
-            digest = base64.urlsafe_b64encode(bytes.fromhex(h.sha256)).rstrip(b"=").decode("ascii")
-            trust.vouch(path, "record-sha256", digest, h.signature, lambda p: record_hash(p, "sha256"))
+            trust.vouch(path, "record-sha256", record_digest(bytes.fromhex(h.sha256)), h.signature,
+                        lambda p: record_hash(p, "sha256"))
         else:
             trust.vouch(path, "sha256", h.sha256, h.signature, sha256_file)
 

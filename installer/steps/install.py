@@ -89,13 +89,12 @@ class InstallStep:
         by_name = {f.use.name: f for f in forks}
         watches = self.watch_outputs(forks)
         entry, nested_out = reuse.forks_from_built_stack(ctx, self.name, forks)
-        copied = reuse.env_copied_now(ctx)
-        if nested_out is not None and copied is not None:
-            ctx.announce(ENV_COPIED, None)      # this run copied the env and kept its fork installs: the lock's
-                                                # listing may begin (not an earlier run's copy: repaired below)
+        if nested_out is not None:      # only where this run copied the env: its fork installs are kept, the
+            ctx.announce(ENV_COPIED, None)      # lock's listing may begin (an earlier run's copy is repaired below)
         # asked before the forks are installed: what was in their checkouts then is not this run's making
         unstorable = reuse.unstorable(ctx, self.name, forks) if entry is None else None
         uv = stack_uv(ctx)
+        copied = reuse.env_copied_now(ctx)
         if copied is None:      # an env file edited since the env was made (built here or copied): put back
             records.repair(ctx.paths.env, ctx.trust, [f.dist for f in forks], warn=ctx.ui.warn,
                            reinstall=lambda args: uv.pip_install(ctx.runner, self.name, args, torch_index=True),

@@ -7,14 +7,13 @@ read a second time (:attr:`WheelScan.rereads` counts those).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 import zipfile
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
-from ..core.hashing import CHUNK
+from ..core.hashing import CHUNK, record_digest
 from .elf import DEFAULT_KEEP, DynamicScanner, ElfFormatError, read_dynamic
 
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
@@ -76,7 +75,7 @@ def _scan_one(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str | None, keep
             so = SharedObject(tuple(needed), strtab)
         except (ElfFormatError, zipfile.BadZipFile, OSError, EOFError) as exc:
             so_error = str(exc) or type(exc).__name__
-    digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() if h is not None else None
+    digest = record_digest(h.digest()) if h is not None else None
     member = MemberScan(name, size, digest, None, so, so_error)
     return member, bytes(held) if held is not None else None, reread
 
