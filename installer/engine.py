@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
 
 from . import __version__
-from .core import jsonread
+from .core import idle, jsonread
 from .core.atomic import write_json_atomic
 from .core.errors import StateError
 from .core.filetrust import FileTrust
@@ -208,7 +208,10 @@ def must_run(step: Step[Any], ctx: StepContext) -> bool:
 def run_pipeline(steps: Sequence[Step[Any]], ctx: StepContext,
                  on_record: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
     """Run ``steps`` in order; return one record per step (ran or cached)."""
-    records = _walk(steps, ctx, on_record, verify_only=False)
+    try:
+        records = _walk(steps, ctx, on_record, verify_only=False)
+    finally:
+        idle.forget()
     assert records is not None
     return records
 
@@ -273,6 +276,10 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
             # not done until it finishes: a run killed from here on leaves no marker for this step,
             # and a later step's marker is chained on the results it was made from
             marker_path.unlink(missing_ok=True)
+            # what this step and the next import where used, made while this one waits on a command (the
+            # next step's only: a big import begun late in a short wait would hold it up)
+            here = steps.index(step)
+            idle.later(name for later in steps[here:here + 2] for name in getattr(later, "warm", ()))
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()
             result = step.run(ctx)

@@ -327,3 +327,36 @@ def test_every_early_start_is_stopped_and_the_run_s_own_error_is_the_one_seen(wo
     assert first.stopped and second.stopped
     assert "stopping what was begun early failed: OSError(5, 'Input/output error')" in (
         tmp_path / "s" / "logs" / "setup.log").read_text()
+
+
+def test_the_lock_asks_uv_about_the_interpreter_the_env_s_python_is(world: World, tmp_path: Path) -> None:
+    """``uv pip compile --python`` names the interpreter the env's Python is (its real path): uv keeps what it
+    learnt of an interpreter by its path, and each stack's env is a new path (~50 ms a second stack).  The files
+    it names are those it names for the env's own path."""
+    import shlex
+    import subprocess
+    import tomllib
+
+    from october.installer.pyenv.uvcmd import uv_exe
+
+    stack = tmp_path / "a"
+    setup(world, stack, tmp_path / "cache")
+    line = next(ln for ln in lock_log(stack).splitlines() if ln.startswith("$ ") and " pip compile " in ln)
+    argv = shlex.split(line[2:])
+    env_python = stack / "env" / "bin" / "python"
+    assert argv[argv.index("--python") + 1] == os.path.realpath(env_python) != str(env_python)
+
+    lock = tomllib.loads((stack / "pylock.toml").read_text())
+    pins = [f"{p['name']}=={p['version']}" for p in lock["packages"] if "fork" not in p.get("tool", {}).get("october", {})]
+    assert pins
+    (tmp_path / "req.in").write_text("\n".join(pins) + "\n")
+    out: dict[str, list[object]] = {}
+    for which, python in (("real", os.path.realpath(env_python)), ("env", str(env_python))):
+        (tmp_path / which).mkdir()
+        rest = argv[argv.index("--no-deps"):argv.index("-o")]
+        rest[rest.index("--python") + 1] = python
+        subprocess.run([uv_exe(), "pip", "compile", str(tmp_path / "req.in"), *rest, "-o",
+                        str(tmp_path / which / "pylock.toml")], check=True, timeout=120,
+                       env={**os.environ, "UV_CACHE_DIR": str(tmp_path / f"uv-{which}")})
+        out[which] = tomllib.loads((tmp_path / which / "pylock.toml").read_text())["packages"]
+    assert out["real"] == out["env"] and len(out["real"]) == len(pins)

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from .cachekey import without_key
 from .errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
+from .idle import while_child
 from .redact import env_secrets, redact
 
 TAIL_LINES = 25
@@ -263,6 +264,8 @@ class Runner:
                     timer.daemon = True
                     timer.start()
                 try:
+                    if job is None:         # the main thread's wait: imports a later step makes (.idle)
+                        while_child(proc)
                     for line in proc.stdout:
                         clean = redact(line, self.secrets)
                         fh.write(clean)

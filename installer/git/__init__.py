@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from ..core.cachekey import without_key
+from ..core.idle import while_child
 
 # GitPython looks for git as it is imported and raises ImportError ("Bad git executable") without one: the
 # preflight says git is missing (its punch list, exit 4), so the import must not fail first
@@ -89,12 +90,18 @@ def look(path: Path, *args: str, ceiling: Path | None = None,
         env["GIT_OPTIONAL_LOCKS"] = "0"
     if ceiling is not None:
         env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
-    done = subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True,
-                          stdin=subprocess.DEVNULL, check=False)
-    if done.returncode == 0:
-        return done.stdout, None
-    lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
-    return b"", lines[-1] if lines else f"git exit {done.returncode}"
+    with subprocess.Popen(["git", "-C", str(path), *args], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) as proc:
+        try:
+            while_child(proc)      # imports a later step makes (core.idle)
+            out, err = proc.communicate()
+        except BaseException:
+            proc.kill()
+            raise
+    if proc.returncode == 0:
+        return out, None
+    lines = [ln.strip() for ln in err.decode(errors="replace").splitlines() if ln.strip()]
+    return b"", lines[-1] if lines else f"git exit {proc.returncode}"
 
 
 def strip_credentials(url: str) -> str:

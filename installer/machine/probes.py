@@ -11,11 +11,13 @@ import shlex
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_jobs
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..core.errors import CommandFailed, ToolMissing
+from ..core.idle import while_waiting
 from ..core.runner import Runner
 from ..pyenv.uvcmd import uv_exe
 
@@ -284,6 +286,8 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
         uv_f = pool.submit(probe_simple, runner, env, uv_exe() if uv is None else uv, parse_uv)
         disk_path, free = disk_free(stack)
         ram = read_ram_bytes(meminfo)
+        jobs = (gpus_f, nvcc_f, git_f, cc_f, cxx_f, uv_f)
+        while_waiting(lambda t: not wait_jobs(jobs, timeout=t).not_done)     # imports a later step makes (core.idle)
         nvidia_smi, gpus = gpus_f.result()
         return MachineFacts(
             os=platform.system(), os_release=platform.release(), arch=platform.machine(),

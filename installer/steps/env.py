@@ -52,6 +52,10 @@ def write_stack_env(ctx: StepContext) -> dict[str, Any]:
 
 class EnvStep:
     name: ClassVar[str] = "env"
+    # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
+    warm: ClassVar[tuple[str, ...]] = (
+        "october.installer.steps.reuse", "october.installer.pyenv.builtstack",
+        "october.installer.install.consistency")
 
     load = staticmethod(EnvResult.from_json)
 

@@ -25,6 +25,10 @@ from .results import FetchResult, ForkRecord
 
 class FetchStep:
     name: ClassVar[str] = "fetch"
+    # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
+    warm: ClassVar[tuple[str, ...]] = (
+        "october.installer.git.mirror", "october.installer.git.resolve", "october.installer.git.sdist",
+        "october.installer.git.worktree")
 
     load = staticmethod(FetchResult.from_json)
 

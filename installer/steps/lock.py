@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -130,8 +131,11 @@ def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Ru
     req.write_text("".join(f"{d.name}=={d.version}\n" for d in dists), encoding="utf-8")
     out = work / "pylock.toml"
     uv = stack_uv(ctx)
+    # the interpreter the env's Python is (its markers and tags are the env's): uv keeps what it learnt of it
+    # by its path, so a second stack's new env is not queried again (~50 ms; the env's own path is new each time)
+    python = os.path.realpath(ctx.paths.python)
     runner.run([uv_exe(), "pip", "compile", str(req), "--no-deps", "--no-header", "--quiet",
-                "--python", str(ctx.paths.python), *uv.sources(torch_index=True), "-o", str(out)],
+                "--python", python, *uv.sources(torch_index=True), "-o", str(out)],
                step="lock", env=uv.env())
     with open(out, "rb") as fh:
         packages = list(tomllib.load(fh).get("packages", []))
@@ -245,6 +249,10 @@ def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
 
 class LockStep:
     name: ClassVar[str] = "lock"
+    # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
+    warm: ClassVar[tuple[str, ...]] = (
+        "october.installer.lock.installed", "october.installer.lock.pylock", "october.installer.machine.rules",
+        "october.installer.steps.reuse")
 
     load = staticmethod(LockResult.from_json)
 

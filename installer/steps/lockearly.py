@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.filetrust import signature
+from ..core.idle import while_waiting
 from ..core.runner import Completed, Runner, Started
 from ..engine import ENV_COPIED, FORKS_INSTALLED, StepContext, must_run
 from .results import EnvResult
@@ -172,6 +173,7 @@ class EarlyLock:
         if self._thread is None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
+        while_waiting(self._done.wait)          # imports a later step makes (core.idle); main thread only
         while not self._done.wait(Started.POLL_S):
             if deadline is not None and time.monotonic() >= deadline:
                 return False

@@ -55,6 +55,8 @@ def promised_level(ctx: StepContext) -> str:
 
 class ReceiptStep:
     name: ClassVar[str] = "receipt"
+    # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
+    warm: ClassVar[tuple[str, ...]] = ("october.installer.core.schemas",)
 
     load = staticmethod(ReceiptResult.from_json)
 

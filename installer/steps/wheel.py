@@ -96,6 +96,10 @@ def place(source: Path, dest: Path, sha256: str) -> None:
 
 class WheelStep:
     name: ClassVar[str] = "wheel"
+    # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
+    warm: ClassVar[tuple[str, ...]] = (
+        "october.installer.wheels.download", "october.installer.wheels.tags", "october.installer.wheels.verify",
+        "october.installer.git.equivalence", "october.installer.git.sdistmatch")
 
     load = staticmethod(wheel_result_from_json)
 
