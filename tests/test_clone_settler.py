@@ -238,7 +238,7 @@ def test_a_settle_that_does_not_end_holds_neither_the_run_nor_its_lock(tmp_path:
 
 
 def test_the_settler_thread_imports_nothing() -> None:
-    """What the thread runs was imported by the main thread when the settler was made: no import statement
+    """What the thread runs was imported by the main thread when the settler was started: no import statement
     in the code the thread executes (an import there is what hung)."""
     import dis
 
@@ -307,3 +307,40 @@ def test_the_install_step_s_look_at_tracked_files_leaves_the_index_to_the_settle
     assert changed_tracked(runner, "install", repo) == ["f5.txt"]
     assert changed_tracked(runner, "install", repo) == ["f5.txt"]
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+
+
+def test_the_run_starts_the_thread_once_the_fetch_is_recorded(tmp_path: Path) -> None:
+    """run_setup hands the pipeline's records to the settler: before the fetch's record nothing is started (nor
+    GitPython imported for it, ~30 ms and a ``git version`` before the first step), at it the thread begins."""
+    from october.installer.engine import StepRecord
+
+    repo = _repo(tmp_path / "fork")
+    ctx = _Ctx(tmp_path, repo)
+    settler = CloneSettler(ctx)  # type: ignore[arg-type]
+    assert settler._settle is None
+    settler.on_record(StepRecord("preflight", "fp", None, 0.0, "", "ran"))  # type: ignore[arg-type]
+    assert settler._thread.ident is None and settler._settle is None
+    ctx.finish_fetch()
+    settler.on_record(StepRecord("fetch", "fp", None, 0.0, "", "ran"))  # type: ignore[arg-type]
+    assert settler._thread.ident is not None and settler._settle is not None
+    settler.on_record(StepRecord("fetch", "fp", None, 0.0, "", "cached"))  # type: ignore[arg-type]   # once
+    settler.stop()
+
+
+@pytest.mark.slow
+def test_a_setup_run_starts_its_settler_after_the_fetch_and_before_the_install(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real setup (the offline fixture world); ``start`` is wrapped to note which steps were done when it ran."""
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    seen: list[list[str]] = []
+    real_start = CloneSettler.start
+
+    def start(self: CloneSettler) -> None:
+        seen.append(sorted(self.ctx.done))
+        real_start(self)
+
+    monkeypatch.setattr(CloneSettler, "start", start)
+    setup(make_world(tmp_path / "world"), tmp_path / "stack", tmp_path / "cache")
+    assert len(seen) == 1 and "fetch" in seen[0] and "install" not in seen[0]

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..core.errors import FileSystemError, UsageError
 from ..core.paths import StackPaths, inside
@@ -142,8 +142,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         echo = ui.detail if echo_commands else getattr(ui, "progress", None)
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
-        settler = CloneSettler(ctx)
-        settler.start()
+        settler = CloneSettler(ctx)         # its thread starts once the fetch is done
         from ..steps.jitearly import EarlyJit
         from ..steps.lockearly import EarlyLock
 
@@ -152,7 +151,7 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
                              EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
         failed = True
         try:
-            records = run_pipeline(steps, ctx)
+            records = run_pipeline(steps, ctx, on_record=settler.on_record)
             failed = False
         finally:
             with signals.held():                # a second Ctrl-C or SIGTERM waits for this clean-up
@@ -264,13 +263,10 @@ class CloneSettler:
     CHANGES_CLONES = ("fetch", "install")
 
     def __init__(self, ctx: StepContext) -> None:
-        # what the thread runs is imported here, in the main thread: an import the thread made could wait
-        # for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and
-        # the run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)
-        from ..git.worktree import settle_index
         from ..steps.results import FetchResult, InstallResult
 
-        self._settle, self._results = settle_index, (FetchResult, InstallResult)
+        self._settle: Callable[..., bool] | None = None     # imported by start(), in the main thread
+        self._results = (FetchResult, InstallResult)
         self.ctx = ctx
         # its own runner: the same log files, nothing echoed (the display is the running step's)
         self.runner = Runner(ctx.paths.logs, secrets=ctx.runner.secrets)
@@ -280,7 +276,20 @@ class CloneSettler:
         self._thread = threading.Thread(target=self._run, name="october-settle", daemon=True)
 
     def start(self) -> None:
+        # what the thread runs is imported here, in the main thread: an import the thread made could wait
+        # for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and
+        # the run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)
+        if self._settle is None:
+            from ..git.worktree import settle_index
+
+            self._settle = settle_index
         self._thread.start()
+
+    def on_record(self, record: StepRecord) -> None:
+        """The pipeline's record of each step: the thread starts once the fetch is done (it has nothing to settle
+        before the install step is), so GitPython is imported by the fetch, not before the first step."""
+        if record.name == "fetch" and self._thread.ident is None:
+            self.start()
 
     def stop(self) -> None:
         """Ask the thread to end and wait for it at most :attr:`STOP_WAIT_S`: a thread that does not end
@@ -304,6 +313,7 @@ class CloneSettler:
 
     def _run(self) -> None:
         settle_index = self._settle
+        assert settle_index is not None     # start() set it
         try:
             while not self._stop.wait(self.POLL_S):
                 ready = self._paths(after_install=True)
@@ -324,10 +334,14 @@ class CloneSettler:
 
     def settle_rest(self) -> None:
         """What the thread did not reach, after the wait that is left; never raises."""
-        settle_index = self._settle
         if not self._changed():
             return
         try:
+            if self._settle is None:
+                from ..git.worktree import settle_index
+
+                self._settle = settle_index
+            settle_index = self._settle
             for path in self._paths():
                 if str(path) not in self.settled:
                     settle_index(self.runner, "fetch", path, wait=True)
