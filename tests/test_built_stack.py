@@ -289,6 +289,36 @@ def test_a_fork_output_changed_between_its_copy_and_its_record_fails_the_install
     assert verify(s2) == 0
 
 
+def test_a_fork_output_removed_between_its_copy_and_its_record_fails_the_install(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alpha's build output, copied from the entry, removed before the install step recorded the outputs: it was
+    recorded as never made, and setup, the no-op and `current verify` passed a checkout without it (vLLM's
+    ``_C.abi3.so`` is one).  It fails the install like a changed one; the re-run installs the forks again."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import reuse
+    from tests.fixtures.world import ALPHA_OUTPUT, make_world
+
+    world = make_world(tmp_path / "world", build_output=True)
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    out = s2 / "src" / "alpha" / ALPHA_OUTPUT
+    real = reuse.forks_from_built_stack
+
+    def copy_then_remove(ctx: object, step: str, forks: object):    # a writer after the copy
+        got = real(ctx, step, forks)
+        out.unlink()
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(reuse, "forks_from_built_stack", copy_then_remove)
+        with pytest.raises(InstallError, match="was removed after it was copied from the built-stack cache entry"):
+            setup(world, s2, cache)
+    assert len(entries(cache)) == 1                 # not the entry's fault: kept
+    res = setup(world, s2, cache)
+    assert statuses(res)["install"] == "ran" and out.is_file()
+    assert verify(s2) == 0
+
+
 def test_an_output_link_or_a_file_with_the_stack_path_changed_after_its_copy_fails_the_install(tmp_path: Path) -> None:
     """Review of the mend above: it compared plain files only; a link pointed elsewhere, or a file the stack's path
     was placed into and then rewritten, was still recorded as the build's output.  Each is held to what the entry
@@ -311,7 +341,9 @@ def test_an_output_link_or_a_file_with_the_stack_path_changed_after_its_copy_fai
     good = {"where.py": "sha256:" + hashlib.sha256(placed).hexdigest(),
             "plain.so": "sha256:" + rows["plain.so"]["sha256"], "data": f"link:{root}/src/alpha/csrc"}
     reuse.require_restored_outputs(entry, {"alpha": good}, root)
-    reuse.require_restored_outputs(entry, {"alpha": {"plain.so": good["plain.so"]}}, root)   # others not recorded
+    for gone in good:                               # one not recorded (removed since its copy); a folder needs none
+        with pytest.raises(InstallError, match=f"build output {gone} was removed after it was copied"):
+            reuse.require_restored_outputs(entry, {"alpha": {k: v for k, v in good.items() if k != gone}}, root)
     for rel, changed in (("where.py", "sha256:" + "0" * 64), ("plain.so", "sha256:" + "1" * 64),
                          ("data", "link:/tmp/elsewhere")):
         with pytest.raises(InstallError, match=f"build output {rel} changed after it was copied"):

@@ -192,7 +192,8 @@ def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping
     """Each fork build output put in place from ``entry`` (a file, the stack's path placed in it or not, or a link)
     recorded as the entry made it at ``root``: one changed between its copy and its record (the tamper hunt: a
     same-size edit with its mtime put back, a link pointed elsewhere, was recorded as the build's output, and the
-    no-op and ``current verify`` then held the stack to it) fails the install step."""
+    no-op and ``current verify`` then held the stack to it) fails the install step, and so does one removed since
+    (recorded as never made: the stack passed without vLLM's ``_C.abi3.so``)."""
     from ..pyenv import builtstack
 
     if entry is None:
@@ -200,16 +201,17 @@ def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping
     for fork, rows in sorted(entry.manifest["files"]["forks"].items()):
         for rel in sorted(rows):
             got = (recorded.get(fork) or {}).get(rel)
-            if got is None:
-                continue
             try:
                 want = builtstack.restored_digest(entry, fork, rel, root)
             except builtstack.EntryRefused as exc:
                 want = f"the entry's file, which no longer verifies ({exc})"
             if want is not None and got != want:
-                raise InstallError(f"fork {fork}'s build output {rel} changed after it was copied from the "
+                how = "changed" if got is not None else "was removed"
+                raise InstallError(f"fork {fork}'s build output {rel} {how} after it was copied from the "
                                    f"built-stack cache entry {entry.path}",
-                                   expected=f"what the entry put there ({want})", found=got,
+                                   expected=f"what the entry put there ({want})",
+                                   found=got if got is not None else "no such file when the install step recorded "
+                                                                     "the build outputs",
                                    fix="find what writes into the stack while october_setup runs, then re-run "
                                        "october_setup (the forks are installed again)")
 
