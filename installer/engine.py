@@ -276,10 +276,11 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
             # not done until it finishes: a run killed from here on leaves no marker for this step,
             # and a later step's marker is chained on the results it was made from
             marker_path.unlink(missing_ok=True)
-            # what this step and the next import where used, made while this one waits on a command (the
-            # next step's only: a big import begun late in a short wait would hold it up)
+            # what this step imports where used, and the next one unless it was done before (it will most
+            # likely verify), made while this one waits on a command (core.idle)
             here = steps.index(step)
-            idle.later(name for later in steps[here:here + 2] for name in getattr(later, "warm", ()))
+            ahead = [later for later in steps[here + 1:here + 2] if not ctx.paths.marker(later.name).is_file()]
+            idle.later(name for later in (step, *ahead) for name in getattr(later, "warm", ()))
             ctx.ui.step_start(step.name, reason or "")
             start = time.monotonic()
             result = step.run(ctx)

@@ -14,6 +14,7 @@ a no-op re-run (:func:`october.installer.engine.run_pipeline` queues only when a
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import select
 import subprocess
@@ -21,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import IO, Any
 
 _queued: deque[str] = deque()
 
@@ -58,24 +59,31 @@ def while_waiting(wait: Callable[[float], bool]) -> int:
         try:
             importlib.import_module(name)
             imported += 1
-        except Exception:  # noqa: BLE001 - raised again where the module is used, as it would have been
+        except Exception:  # noqa: BLE001, S112 - raised again where the module is used, as it would have been
             continue
     return imported
 
 
-def while_child(proc: subprocess.Popen[Any]) -> int:
-    """:func:`while_waiting` for a child's exit, woken the moment it exits (a pidfd; else ``Popen.wait``'s
-    polling); the child's output is read after (a child that fills its pipe waits for that)."""
+def while_child(proc: subprocess.Popen[Any], *streams: IO[Any]) -> int:
+    """:func:`while_waiting` for a child, woken the moment it exits (a pidfd) or writes to one of ``streams`` (its
+    output pipes): output waiting is read at once, so a child's progress is never held back by an import and a
+    child that fills its pipe does not wait on us; ``poll``, not ``select``, so a process holding more than 1023
+    descriptors is not refused (the review of this change).  Without a pidfd, ``Popen.wait``'s polling."""
     if not _ready():
         return 0
+    poller = select.poll()
     try:
         fd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         fd = None
+    for watched in ([fd] if fd is not None else []) + [s.fileno() for s in streams]:
+        poller.register(watched, select.POLLIN)
 
     def wait(seconds: float) -> bool:
-        if proc.returncode is None and fd is not None and not select.select([fd], [], [], seconds)[0]:
-            return False
+        if proc.poll() is not None:
+            return True
+        if fd is not None or streams:
+            return bool(poller.poll(math.ceil(seconds * 1000))) or proc.poll() is not None
         try:
             proc.wait(timeout=seconds)
             return True

@@ -265,7 +265,7 @@ class Runner:
                     timer.start()
                 try:
                     if job is None:         # the main thread's wait: imports a later step makes (.idle)
-                        while_child(proc)
+                        while_child(proc, proc.stdout)
                     for line in proc.stdout:
                         clean = redact(line, self.secrets)
                         fh.write(clean)

@@ -93,7 +93,8 @@ def look(path: Path, *args: str, ceiling: Path | None = None,
     with subprocess.Popen(["git", "-C", str(path), *args], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) as proc:
         try:
-            while_child(proc)      # imports a later step makes (core.idle)
+            assert proc.stdout is not None and proc.stderr is not None
+            while_child(proc, proc.stdout, proc.stderr)     # imports a later step makes (core.idle)
             out, err = proc.communicate()
         except BaseException:
             proc.kill()
