@@ -255,12 +255,22 @@ def test_a_relocated_file_changed_while_the_env_is_copied_is_unlike_its_record(w
     assert list(bad) == ["alpha"] and pth.name in bad["alpha"][0], bad
 
 
+def _rewrite_same_size(out: Path) -> None:
+    st = out.stat()
+    os.chmod(out, 0o644)
+    out.write_bytes(b"X" * st.st_size)
+    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("how, said", [("rewritten", "changed"), ("removed", "was removed")])
 def test_a_fork_output_changed_between_its_copy_and_its_record_fails_the_install(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                                how: str, said: str) -> None:
     """Tamper hunt: alpha's build output, copied from the entry, then rewritten with bytes of the same size and its
     mtime put back before the install step recorded it: the record took the new bytes as the build's output, and
     setup, the no-op and `current verify` passed.  The record of an output copied from the entry must be the
-    entry's digest; the re-run installs the forks again."""
+    entry's digest; the re-run installs the forks again.  Removed instead (session 31): it was recorded as never
+    made, and the three passed a checkout without it (vLLM's ``_C.abi3.so`` is one)."""
     from october.installer.core.errors import InstallError
     from october.installer.steps import reuse
     from tests.fixtures.world import ALPHA_OUTPUT, make_world
@@ -271,51 +281,21 @@ def test_a_fork_output_changed_between_its_copy_and_its_record_fails_the_install
     out = s2 / "src" / "alpha" / ALPHA_OUTPUT
     real = reuse.forks_from_built_stack
 
-    def copy_then_rewrite(ctx: object, step: str, forks: object):    # a writer after the copy
+    def copy_then_write(ctx: object, step: str, forks: object):    # a writer after the copy
         got = real(ctx, step, forks)
-        st = out.stat()
-        os.chmod(out, 0o644)
-        out.write_bytes(b"X" * st.st_size)
-        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if how == "rewritten":
+            _rewrite_same_size(out)
+        else:
+            out.unlink()
         return got
 
     with monkeypatch.context() as m:
-        m.setattr(reuse, "forks_from_built_stack", copy_then_rewrite)
-        with pytest.raises(InstallError, match="changed after it was copied from the built-stack cache entry"):
+        m.setattr(reuse, "forks_from_built_stack", copy_then_write)
+        with pytest.raises(InstallError, match=f"{said} after it was copied from the built-stack cache entry"):
             setup(world, s2, cache)
     assert len(entries(cache)) == 1                 # not the entry's fault: kept
     res = setup(world, s2, cache)
-    assert statuses(res)["install"] == "ran" and b"X" * 8 not in out.read_bytes()
-    assert verify(s2) == 0
-
-
-def test_a_fork_output_removed_between_its_copy_and_its_record_fails_the_install(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Alpha's build output, copied from the entry, removed before the install step recorded the outputs: it was
-    recorded as never made, and setup, the no-op and `current verify` passed a checkout without it (vLLM's
-    ``_C.abi3.so`` is one).  It fails the install like a changed one; the re-run installs the forks again."""
-    from october.installer.core.errors import InstallError
-    from october.installer.steps import reuse
-    from tests.fixtures.world import ALPHA_OUTPUT, make_world
-
-    world = make_world(tmp_path / "world", build_output=True)
-    cache, s2 = tmp_path / "cache", tmp_path / "s2"
-    setup(world, tmp_path / "s1", cache)
-    out = s2 / "src" / "alpha" / ALPHA_OUTPUT
-    real = reuse.forks_from_built_stack
-
-    def copy_then_remove(ctx: object, step: str, forks: object):    # a writer after the copy
-        got = real(ctx, step, forks)
-        out.unlink()
-        return got
-
-    with monkeypatch.context() as m:
-        m.setattr(reuse, "forks_from_built_stack", copy_then_remove)
-        with pytest.raises(InstallError, match="was removed after it was copied from the built-stack cache entry"):
-            setup(world, s2, cache)
-    assert len(entries(cache)) == 1                 # not the entry's fault: kept
-    res = setup(world, s2, cache)
-    assert statuses(res)["install"] == "ran" and out.is_file()
+    assert statuses(res)["install"] == "ran" and out.is_file() and b"X" * 8 not in out.read_bytes()
     assert verify(s2) == 0
 
 
