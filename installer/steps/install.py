@@ -47,7 +47,7 @@ class InstallStep:
     # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
     warm: ClassVar[tuple[str, ...]] = (
         "october.installer.jit.build", "october.installer.install.guards", "october.installer.pyenv.venv",
-        "october.installer.core.jsonread", "october.installer.lock.pylock", "october.installer.lock.installed")
+        "october.installer.lock.pylock", "october.installer.lock.installed")
 
     def __init__(self, *, cuda_libs: tuple[str, ...] | None = None) -> None:
         # the libraries that count as "CUDA exists" for importing the wheel's extension modules (tests: one

@@ -193,7 +193,7 @@ def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping
     recorded as the entry made it at ``root``: one changed between its copy and its record (the tamper hunt: a
     same-size edit with its mtime put back, a link pointed elsewhere, was recorded as the build's output, and the
     no-op and ``current verify`` then held the stack to it) fails the install step, and so does one removed since
-    (recorded as never made: the stack passed without vLLM's ``_C.abi3.so``)."""
+    (it was recorded as never made, and the three passed a checkout without it: vLLM's ``_C.abi3.so`` is one)."""
     from ..pyenv import builtstack
 
     if entry is None:
