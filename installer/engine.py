@@ -248,7 +248,7 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
     earlier: list[list[str]] = []       # the same by each result's legacy_chain_json, where it has one
     records: list[StepRecord] = []
     ctx.paths.state.mkdir(parents=True, exist_ok=True)
-    for step in steps:
+    for here, step in enumerate(steps):
         inputs_fp = inputs_fingerprint(step, ctx)
         upstream_fp = fingerprint(upstream)
         fp = fingerprint({"inputs": inputs_fp, "upstream": upstream_fp})
@@ -278,7 +278,6 @@ def _walk(steps: Sequence[Step[Any]], ctx: StepContext, on_record: Callable[[Ste
             marker_path.unlink(missing_ok=True)
             # what this step imports where used, and the next one unless it was done before (it will most
             # likely verify), made while this one waits on a command (core.idle)
-            here = steps.index(step)
             ahead = [later for later in steps[here + 1:here + 2] if not ctx.paths.marker(later.name).is_file()]
             idle.later(name for later in (step, *ahead) for name in getattr(later, "warm", ()))
             ctx.ui.step_start(step.name, reason or "")

@@ -276,14 +276,18 @@ class CloneSettler:
         self._thread = threading.Thread(target=self._run, name="october-settle", daemon=True)
 
     def start(self) -> None:
-        # what the thread runs is imported here, in the main thread: an import the thread made could wait
-        # for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and
-        # the run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)
+        self._settler()
+        self._thread.start()
+
+    def _settler(self) -> Callable[..., bool]:
+        """``settle_index``, imported here, in the main thread (start, settle_rest): an import the thread made could
+        wait for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and the
+        run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)."""
         if self._settle is None:
             from ..git.worktree import settle_index
 
             self._settle = settle_index
-        self._thread.start()
+        return self._settle
 
     def on_record(self, record: StepRecord) -> None:
         """The pipeline's record of each step: the thread starts once the fetch is done (it has nothing to settle
@@ -337,11 +341,7 @@ class CloneSettler:
         if not self._changed():
             return
         try:
-            if self._settle is None:
-                from ..git.worktree import settle_index
-
-                self._settle = settle_index
-            settle_index = self._settle
+            settle_index = self._settler()
             for path in self._paths():
                 if str(path) not in self.settled:
                     settle_index(self.runner, "fetch", path, wait=True)
