@@ -145,6 +145,8 @@ class StepContext:
         return got
 
 
+# the fetch step begins (before its first git command); detail: None
+FETCH_BEGUN = "fetch-begun"
 # the install step's editable installs are done (before its checks); detail: its list of ForkSource
 FORKS_INSTALLED = "forks-installed"
 # the install step took the forks' build outputs from the built-stack cache entry this run copied the env from,

@@ -933,12 +933,16 @@ def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(w
     """The scenario hunt: a second stack interrupted while its env was copied from the cache (SIGINT or
     SIGKILL) left ``STACK/env`` without ``pyvenv.cfg``, and every re-run failed (``uv venv --clear`` will not
     clear what is not a venv; exit 6).  Now the copy is made beside it and renamed into place.  Planted: the
-    copy interrupted (KeyboardInterrupt, what Ctrl-C raises) at its tenth file."""
+    copy interrupted (KeyboardInterrupt, what Ctrl-C raises) at its tenth file.  The env step's own copy: the
+    recipe's remembered entry forgotten, so none is copied during the fetch (tests/test_env_ahead.py: a Ctrl-C
+    while that copy is waited for)."""
     from october.installer.core import clonefile
 
     cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
     setup(world, s1, cache)
     (entry,) = entries(cache)
+    forget = builtstack.built_dir(cache) / builtstack.BY_RECIPE
+    shutil.rmtree(forget)
     copied = {"n": 0}
     real = clonefile.clone_or_copy
 
@@ -958,9 +962,8 @@ def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(w
     assert not (s2 / "env.partial").exists() and verify(s2) == 0
     # the review: killed again, and the entry gone before the re-run (evicted, or the key changed): the re-run
     # builds the env itself, and the half copy is removed all the same (on a real stack, gigabytes)
-    import shutil
-
     shutil.rmtree(s2 / "env")
+    shutil.rmtree(forget)
     copied["n"] = 0
     with monkeypatch.context() as m:
         m.setattr(builtstack, "clone_or_copy", interrupted)

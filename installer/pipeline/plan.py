@@ -143,11 +143,13 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         runner = Runner(paths.logs, echo=echo)
         ctx = StepContext(options=options, paths=paths, runner=runner, ui=ui)
         settler = CloneSettler(ctx)         # its thread starts once the fetch is done
+        from ..steps.envearly import EarlyEnv
         from ..steps.jitearly import EarlyJit
         from ..steps.lockearly import EarlyLock
 
-        # the JIT build and the lock's listing begun during install's checks (their guards hold the stack lock)
-        early = [e for e in (EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
+        # the env copied during the fetch; the JIT build and the lock's listing begun during install's checks
+        # (their guards hold the stack lock)
+        early = [e for e in (EarlyEnv.wire(ctx, steps), EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
                              EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
         failed = True
         try:

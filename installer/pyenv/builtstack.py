@@ -58,6 +58,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from ..core import cachekey, jsonread
+from ..core.cachekey import read_regular
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import clone_or_copy
 from ..core.filetrust import FileTrust, signature
@@ -82,6 +83,10 @@ class Hashed:
 
 class EntryRefused(Exception):
     """A cache entry that does not match its manifest (the message says which file and how)."""
+
+
+class Stopped(Exception):
+    """A restore ended by its ``stop`` (the run ended while an env was copied ahead)."""
 
 
 class InTheWay(EntryRefused):
@@ -361,6 +366,28 @@ def discard(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+BY_RECIPE = "by-recipe"      # CACHE/built/by-recipe/<recipe key>: the key of the entry a stack of that recipe took
+
+
+def note_recipe_key(cache_dir: Path, recipe_key: str, key: str) -> None:
+    """Remember that stacks of ``recipe_key`` (the recipe and machine, before the forks are fetched) took the
+    entry of ``key``, for the next one to copy its env ahead (best effort).  Only a guess: whoever can write the
+    cache can change it, and a stack copies what it names only from an entry signed under that key, and takes
+    the copy only when its own key, reckoned once its forks are fetched, is that key."""
+    if KEY.fullmatch(recipe_key) and KEY.fullmatch(key) and key_for_recipe(cache_dir, recipe_key) != key:
+        with contextlib.suppress(OSError):
+            write_text_atomic(built_dir(cache_dir) / BY_RECIPE / recipe_key, key + "\n")
+
+
+def key_for_recipe(cache_dir: Path, recipe_key: str) -> str | None:
+    """The key :func:`note_recipe_key` remembered for ``recipe_key``, or None."""
+    try:
+        text = read_regular(built_dir(cache_dir) / BY_RECIPE / recipe_key, 200).decode("ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return text if KEY.fullmatch(text) else None
+
+
 def find(cache_dir: Path, key: str) -> Entry | None:
     """The entry stored under ``key`` when there is one with a readable manifest of this format, signed with this
     user's key (:mod:`october.installer.core.cachekey`): a manifest rewritten by whoever can write the cache, or
@@ -403,13 +430,14 @@ def discard_entry(entry: Entry) -> str:
 
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
-                  created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None
-                  ) -> dict[Path, tuple[str, int]]:
+                  created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None,
+                  stop: Callable[[], bool] | None = None) -> dict[Path, tuple[str, int]]:
     """Make ``dest`` the tree ``rows`` describe from ``src`` (copied, hashed, placed at ``root``); ``fresh``: an
     env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in, each
     with the RECORD-style sha256 and the size of the bytes written (what :func:`rerecord` writes into RECORD:
     not read back from the file, which anything could have written meanwhile).
-    ``hashed``: each file copied as it is, by its path in ``rows`` -> what :class:`Hashed` says."""
+    ``hashed``: each file copied as it is, by its path in ``rows`` -> what :class:`Hashed` says.
+    ``stop``: asked before each path; True ends the restore (:class:`Stopped`)."""
     relocated: dict[Path, tuple[str, int]] = {}
     present = {str(p) for p in _walk(src)}
     expected = set(rows)
@@ -417,6 +445,8 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
         extra, missing = sorted(present - expected), sorted(expected - present)
         raise EntryRefused(f"{src}: " + (f"unexpected {extra[0]}" if extra else f"missing {missing[0]}"))
     for rel in sorted(rows):                  # parents sort before their children
+        if stop is not None and stop():
+            raise Stopped(f"stopped while copying into {dest}")
         row, s, d = rows[rel], src / rel, dest / rel
         kind = row.get("kind")
         exists = os.path.lexists(d)
@@ -533,11 +563,14 @@ def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
     return changed
 
 
-def restore_env(entry: Entry, env: Path, root: Path) -> dict[Path, Hashed]:
+def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool] | None = None
+                ) -> dict[Path, Hashed]:
     """``env`` made anew as the entry's env (see :func:`_restore_tree`), copied beside it (``env.partial``) and
     renamed into place: a run killed while copying leaves no half env, and a refused entry none at all.
     -> each file copied as it is (not one the stack's path was put into), at its place in ``env``: its
-    signature after it was hashed and the sha256 it was found to have."""
+    signature after it was hashed and the sha256 it was found to have.  ``env`` may be elsewhere than
+    ``root``'s env (copied ahead, renamed there later): the stack's path put into it is ``root``'s.
+    ``stop``: asked before each file (:class:`Stopped`: nothing left, as for a refused entry)."""
     partial = env.with_name(env.name + ".partial")
     for old in (partial, env):
         if os.path.lexists(old):
@@ -546,9 +579,9 @@ def restore_env(entry: Entry, env: Path, root: Path) -> dict[Path, Hashed]:
     hashed: dict[str, Hashed] = {}
     try:
         rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"], root,
-                                        fresh=True, hashed=hashed))
+                                        fresh=True, hashed=hashed, stop=stop))
         os.rename(partial, env)     # renaming the folder changes no signature of the files in it
-    except (EntryRefused, OSError):
+    except (EntryRefused, Stopped, OSError):
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return {env / rel: h for rel, h in hashed.items()}

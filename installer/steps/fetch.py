@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..core.redact import redact_url
-from ..engine import JSON, StepContext
+from ..engine import FETCH_BEGUN, JSON, StepContext
 from ..git import git_env
 from ..git.clonecheck import check_clone
 from ..recipe import ForkUse
@@ -45,6 +45,7 @@ class FetchStep:
                           for f in ctx.recipe.forks]}
 
     def run(self, ctx: StepContext) -> FetchResult:
+        ctx.announce(FETCH_BEGUN, None)     # the env of an identical stack may be copied meanwhile (.envearly)
         return FetchResult(forks={f.name: self._fork(ctx, f) for f in ctx.recipe.forks})
 
     def _fork(self, ctx: StepContext, fork: ForkUse) -> ForkRecord:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import cachekey
+from ..core.hashing import fingerprint
 from ..core.errors import DISK_FULL_ERRNOS, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
@@ -31,15 +32,30 @@ if TYPE_CHECKING:
 def stack_key(ctx: StepContext, step: str) -> str | None:
     """This stack's built-stack cache key, or None when it may not take or give an entry (a dirty fork, a
     base wheel trusted on first use, a stack path a URL would quote, a system torch not located)."""
+    fetch = ctx.result(FetchResult)
+    if fetch is None or any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
+        return None
+    return _key(ctx, step, {name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
+                            for name, rec in fetch.forks.items()})
+
+
+def recipe_key(ctx: StepContext, step: str) -> str | None:
+    """What names this stack's entry before its forks are fetched: the key without the forks' commits, with the
+    fetch step's inputs (each fork's URL, pin and submodule and sparse settings) in their place.  Only for the
+    guess of :mod:`october.installer.steps.envearly`: the entry it names is taken only under :func:`stack_key`."""
+    from .fetch import FetchStep
+
+    key = _key(ctx, step, {}) if not ctx.options.allow_dirty else None
+    return fingerprint({"key": key, "fetch": FetchStep().inputs(ctx)}) if key is not None else None
+
+
+def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]]) -> str | None:
     from ..pyenv import builtstack
     from .install import InstallStep
     from .preflight import uv_line
 
     root, r, o = ctx.paths.root, ctx.recipe, ctx.options
-    fetch = ctx.result(FetchResult)
-    if fetch is None or o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
-        return None
-    if any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
+    if o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
         return None
     signing = cachekey.load_key(cache=o.cache_dir)
     if signing is None:             # nothing can be signed or taken (store_built_stack says why)
@@ -52,15 +68,29 @@ def stack_key(ctx: StepContext, step: str) -> str | None:
             return None
     return builtstack.key_for(
         root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
-        wheel_sha256=r.wheel.sha256 if r.wheel is not None else None,
-        forks={name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
-               for name, rec in fetch.forks.items()},
+        wheel_sha256=r.wheel.sha256 if r.wheel is not None else None, forks=forks,
         uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing))
+
+
+def note_recipe_key(ctx: StepContext, step: str, key: str) -> None:
+    """Remember that this recipe's stacks take the entry of ``key`` (for the next one to copy its env ahead)."""
+    from ..pyenv import builtstack
+
+    named = recipe_key(ctx, step)
+    if named is not None:
+        builtstack.note_recipe_key(ctx.options.cache_dir, named, key)
 
 
 def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     """The env copied from the built-stack cache entry of this stack's key, checked as the env step checks
     a new one; None when there is no usable entry (a refused one is removed: this stack is then built)."""
+    try:
+        return _env_from_entry(ctx, step)
+    finally:
+        take_ahead(ctx, None)       # a copy made ahead and not taken (not this stack's entry's) is removed
+
+
+def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
     from ..pyenv import builtstack
 
     if os.path.lexists(ctx.paths.env):
@@ -77,8 +107,10 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
         return None
     ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
     builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
+    ahead = take_ahead(ctx, entry)      # copied during the fetch from the entry the recipe named (envearly)
     try:
-        builtstack.vouch_copied(ctx.trust, builtstack.restore_env(entry, ctx.paths.env, root))
+        builtstack.vouch_copied(ctx.trust, ahead if ahead is not None
+                                else builtstack.restore_env(entry, ctx.paths.env, root))
     except (builtstack.EntryRefused, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             raise                   # this stack's disk, not the entry: kept for the next stack (exit 19, disk full)
@@ -97,8 +129,23 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
     if problem is not None:
         refuse_entry(ctx, step, entry, problem)
         return None
-    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}")
+    ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}"
+                    + (" (during the fetch)" if ahead is not None else ""))
+    if ahead is None:
+        note_recipe_key(ctx, step, key)
     return result
+
+
+def take_ahead(ctx: StepContext, entry: "builtstack.Entry | None") -> "dict[Path, builtstack.Hashed] | None":
+    """The env copied during the fetch (:class:`~october.installer.steps.envearly.EarlyEnv`) when it was copied
+    from ``entry`` (this stack's own key's), put in place; else None, and a copy from another is removed."""
+    from .envearly import EarlyEnv, ahead_dir
+
+    early = ctx.early.pop(EnvStep.name, None)
+    if isinstance(early, EarlyEnv):
+        return early.take(ctx, entry)
+    shutil.rmtree(ahead_dir(ctx), ignore_errors=True)       # a killed run's copy: never taken
+    return None
 
 
 def env_copied_now(ctx: StepContext) -> "builtstack.Entry | None":
@@ -274,6 +321,7 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
         return
     if entry is not None:
         ctx.runner.note(step, f"# stored in the built-stack cache: {entry.path}")
+        note_recipe_key(ctx, step, key)
         for gone, why in builtstack.prune(ctx.options.cache_dir, entry.path):
             ctx.ui.detail(f"removed the built-stack cache entry {gone} ({why})")
             ctx.runner.note(step, f"# removed the built-stack cache entry {gone}: {why}")

@@ -1,0 +1,177 @@
+"""Issue 20: a second stack's env is copied from the built-stack cache while the fetch step clones the forks
+(installer/steps/envearly.py), and the env step takes that copy only when it is of the entry the stack's own key
+finds.  Real uv, real git, real wheels (the offline fixture world); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from october.installer.core.filetrust import FileTrust
+from october.installer.install import records
+from october.installer.pyenv import builtstack
+from october.installer.steps import envearly
+from tests.fixtures.builtcache import entries
+from tests.fixtures.world import World, publish
+from tests.test_built_stack import built_from, statuses, verify
+from tests.test_cache_isolation import POISON, inodes, site
+from tests.test_setup_e2e import setup, world  # noqa: F401  (the world fixture and the one setup driver)
+
+pytestmark = pytest.mark.slow
+
+BEGUN = "during the fetch (october.installer.steps.envearly)"
+TAKEN = "(during the fetch)"
+
+
+def by_recipe(cache: Path) -> dict[str, str]:
+    index = builtstack.built_dir(cache) / builtstack.BY_RECIPE
+    return {p.name: p.read_text().strip() for p in sorted(index.iterdir())} if index.is_dir() else {}
+
+
+def test_a_second_stack_s_env_is_copied_while_the_forks_are_fetched(world: World, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    (entry,) = entries(cache)
+    assert list(by_recipe(cache).values()) == [entry.name]      # the stack that stored it named it
+
+    seen: list[bool] = []
+    begin = envearly.EarlyEnv.begin
+
+    def spy(self: envearly.EarlyEnv, ctx, detail) -> None:      # a spy: the real begin runs
+        seen.append((s2 / "src" / "alpha").exists() or (s2 / "src" / ".alpha.partial").exists())
+        begin(self, ctx, detail)
+    monkeypatch.setattr(envearly.EarlyEnv, "begin", spy)
+
+    res = setup(world, s2, cache)
+    assert seen == [False]          # begun before the fetch made any checkout
+    log = (s2 / "logs" / "env.log").read_text()
+    assert BEGUN in log and TAKEN in log
+    assert built_from(s2) == entry.name and all(s == "ran" for s in statuses(res).values())
+    assert not (s2 / ".state" / envearly.AHEAD).exists()
+    # a private copy, every file as its RECORD says, and the stack verifies
+    assert not inodes(s2) & inodes(cache) and not inodes(s2) & inodes(s1)
+    assert records.tampered(s2 / "env", FileTrust(tmp_path / "t.json")) == {}
+    assert verify(s2) == 0
+
+
+def test_a_copy_made_ahead_from_another_entry_is_not_taken(world: World, tmp_path: Path) -> None:
+    """The recipe's remembered key changed to another signed entry's (whoever writes the cache can): that
+    entry's env is copied during the fetch, then removed; the env step copies this stack's own entry's."""
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (own,) = entries(cache)
+    (named,) = by_recipe(cache)
+    (world.alpha_work / "alpha" / "more.py").write_text("M = 1\n")
+    first = world.commits["alpha"]
+    world.set_pin("alpha", publish(world.alpha_work, world.alpha_bare, "more"))
+    setup(world, tmp_path / "other", cache)
+    (other,) = [e for e in entries(cache) if e != own]
+    world.set_pin("alpha", first)
+    (builtstack.built_dir(cache) / builtstack.BY_RECIPE / named).write_text(other.name + "\n")
+
+    s2 = tmp_path / "s2"
+    res = setup(world, s2, cache)
+    log = (s2 / "logs" / "env.log").read_text()
+    assert f"copying the env of the built-stack cache entry {other} {BEGUN}" in log
+    assert f"is not used (it was copied from {other}, not this stack's entry {own})" in log
+    assert TAKEN not in log and built_from(s2) == own.name
+    assert statuses(res)["install"] == "ran" and not (s2 / ".state" / envearly.AHEAD).exists()
+    assert by_recipe(cache)[named] == own.name          # named again as the entry this recipe takes
+    assert verify(s2) == 0
+
+
+def test_an_entry_tampered_with_is_refused_when_copied_ahead(world: World, tmp_path: Path) -> None:
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    tiny = next((entry / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
+    os.chmod(tiny, 0o644)
+    with open(tiny, "a") as fh:
+        fh.write(POISON)
+
+    res = setup(world, s2, cache)
+    log = (s2 / "logs" / "env.log").read_text()
+    assert BEGUN in log and "is not used (the copy failed:" in log and "does not hash as the manifest says" in log
+    assert "refused" in log and statuses(res)["install"] == "ran" and built_from(s2) is None
+    assert POISON not in (site(s2) / "tinydep" / "__init__.py").read_text()
+    assert not (s2 / ".state" / envearly.AHEAD).exists()
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["copied-ahead", "not-copied-ahead"])
+def test_what_a_killed_run_copied_ahead_is_never_taken(world: World, tmp_path: Path, named: bool) -> None:
+    """A copy a killed run left in ``.state/env-ahead``, a file planted in it: removed, whether or not this run
+    copies ahead itself (``named``: the recipe's entry is remembered)."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    if not named:
+        shutil.rmtree(builtstack.built_dir(cache) / builtstack.BY_RECIPE)
+    left = s2 / ".state" / envearly.AHEAD / "env"
+    shutil.copytree(tmp_path / "s1" / "env", left, symlinks=True)
+    (next(left.glob("lib/python*/site-packages")) / "zz.pth").write_text("import os\n")
+
+    setup(world, s2, cache)
+    assert (BEGUN in (s2 / "logs" / "env.log").read_text()) is named
+    assert not (s2 / ".state" / envearly.AHEAD).exists() and not (site(s2) / "zz.pth").exists()
+    assert built_from(s2) == entries(cache)[0].name and verify(s2) == 0
+
+
+def test_a_run_that_fails_during_the_fetch_leaves_no_copy(world: World, tmp_path: Path) -> None:
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    # beta's repository gone, and its mirror in the cache: the fetch fails at beta, after alpha's checkout
+    world.beta_bare.rename(tmp_path / "beta-moved.git")
+    for mirror in (cache / "git").glob("*beta.git"):
+        shutil.rmtree(mirror)
+    with pytest.raises(Exception) as failed:
+        setup(world, s2, cache)
+    assert "beta" in str(failed.value)
+    assert BEGUN in (s2 / "logs" / "env.log").read_text()
+    assert not (s2 / ".state" / envearly.AHEAD).exists() and not (s2 / "env").exists()
+
+
+def test_a_restore_stopped_leaves_nothing(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (path,) = entries(cache)
+    entry = builtstack.Entry(path, json.loads((path / builtstack.MANIFEST).read_text()))
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 3           # after three files or folders
+    dest = tmp_path / "ahead" / "env"
+    dest.parent.mkdir()
+    with pytest.raises(builtstack.Stopped):
+        builtstack.restore_env(entry, dest, tmp_path / "s2", stop=stop)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_a_ctrl_c_while_the_copy_is_waited_for_leaves_no_env_and_the_rerun_finishes(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: KeyboardInterrupt (what Ctrl-C raises in the main thread) as the env step waits for the copy
+    made during the fetch.  The run's end stops the copy and removes it; no env is left; the re-run copies."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    waited: list[int] = []
+    wait = envearly.EarlyEnv.wait
+
+    def interrupted(self: envearly.EarlyEnv, timeout: float | None = None) -> bool:
+        waited.append(1)
+        if len(waited) == 1:
+            raise KeyboardInterrupt
+        return wait(self, timeout)
+    with monkeypatch.context() as m:
+        m.setattr(envearly.EarlyEnv, "wait", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            setup(world, s2, cache)
+    assert len(waited) >= 2             # the run's end waited for the copy's thread after the Ctrl-C
+    assert not (s2 / "env").exists() and not (s2 / ".state" / envearly.AHEAD).exists()
+    res = setup(world, s2, cache)       # the fetch was done: the env step copies the env itself
+    assert statuses(res)["fetch"] == "cached" and statuses(res)["env"] == "ran"
+    assert built_from(s2) == entries(cache)[0].name and verify(s2) == 0
