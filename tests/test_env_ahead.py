@@ -175,3 +175,54 @@ def test_a_ctrl_c_while_the_copy_is_waited_for_leaves_no_env_and_the_rerun_finis
     res = setup(world, s2, cache)       # the fetch was done: the env step copies the env itself
     assert statuses(res)["fetch"] == "cached" and statuses(res)["env"] == "ran"
     assert built_from(s2) == entries(cache)[0].name and verify(s2) == 0
+
+
+@pytest.mark.parametrize("copy", ["ahead", "own"])
+@pytest.mark.parametrize("plant", ["pyvenv.cfg", "bin/activate", "bin/python3.99"])
+def test_a_venv_file_changed_between_the_copy_and_its_record_fails_the_env_step(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str, plant: str) -> None:
+    """The venv's own files (no RECORD holds them) as the env step records them are the entry's: a writer in the
+    stack after the copy (``ahead``: while the copy made during the fetch waited; ``own``: the env step's own
+    copy) changed ``pyvenv.cfg`` or an activation script, or planted an interpreter name.  Before, the env step
+    recorded what it found, and the no-op and ``current verify`` held the stack to it."""
+    from october.installer.core.errors import EnvError
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    if copy == "own":
+        shutil.rmtree(builtstack.built_dir(cache) / builtstack.BY_RECIPE)
+
+    def write(env: Path) -> None:       # the writer: a spy on the copy, the real copy made first
+        target = env / plant
+        if plant == "bin/python3.99":
+            target.symlink_to("/bin/sh")
+        else:
+            with open(target, "a") as fh:
+                fh.write("\n# planted\n")
+    if copy == "ahead":
+        take = envearly.EarlyEnv.take
+
+        def taken(self: envearly.EarlyEnv, ctx, entry):
+            got = take(self, ctx, entry)
+            if got is not None:
+                write(ctx.paths.env)
+            return got
+        monkeypatch.setattr(envearly.EarlyEnv, "take", taken)
+    else:
+        restore = builtstack.restore_env
+
+        def restored(entry, env, root, **kw):
+            got = restore(entry, env, root, **kw)
+            write(env)
+            return got
+        monkeypatch.setattr(builtstack, "restore_env", restored)
+
+    with pytest.raises(EnvError) as failed:
+        setup(world, s2, cache)
+    assert f"the env's {plant} changed after it was copied" in str(failed.value)
+    log = s2 / "logs" / "env.log"
+    assert (log.exists() and BEGUN in log.read_text()) is (copy == "ahead")
+    monkeypatch.undo()
+    res = setup(world, s2, cache)        # the env made again
+    assert statuses(res)["env"] == "ran" and "# planted" not in (s2 / "env" / "pyvenv.cfg").read_text()
+    assert not (s2 / "env" / "bin" / "python3.99").exists() and verify(s2) == 0

@@ -526,14 +526,23 @@ def restored_digest(entry: Entry, fork: str, rel: str, root: Path) -> str | None
     """What :func:`october.installer.git.buildoutputs.digest` says of fork output ``rel`` as :func:`restore_forks`
     puts it in a stack at ``root`` (``link:<target>`` or ``sha256:<hex>``), or None for a folder.
     :class:`EntryRefused` when the entry's file the stack's path is placed into no longer verifies."""
-    row = entry.manifest["files"]["forks"][fork][rel]
+    return _restored(entry.manifest["files"]["forks"][fork][rel], entry.path / "forks" / fork / rel, root)
+
+
+def restored_env_digest(entry: Entry, rel: str, root: Path) -> str | None:
+    """:func:`restored_digest` for the env's ``rel`` as :func:`restore_env` puts it (None: a folder, or none)."""
+    row = entry.manifest["files"]["env"].get(rel)
+    return _restored(row, entry.path / "env" / rel, root) if row is not None else None
+
+
+def _restored(row: Mapping[str, Any], src: Path, root: Path) -> str | None:
     if row.get("kind") == "link":
         return "link:" + _place(str(row.get("target")), root)
     if row.get("kind") != "file":
         return None
     if not row.get("templated"):
         return f"sha256:{row.get('sha256')}"
-    return "sha256:" + _hash_bytes(_place_bytes(_checked(entry.path / "forks" / fork / rel, row), root))
+    return "sha256:" + _hash_bytes(_place_bytes(_checked(src, row), root))
 
 
 def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:

@@ -51,6 +51,20 @@ def scripts(env: Path) -> dict[str, str]:
     return {rel: what for rel in [*TOP[1:], *_names(env, SCRIPTS)] if (what := _describe(env / rel)) is not None}
 
 
+def owns(rel: str) -> bool:
+    """Whether the env's ``rel`` is one :func:`record` or :func:`scripts` describes."""
+    name = rel[4:] if rel.startswith("bin/") else None
+    return rel in TOP or (name is not None and bool(PYTHON.fullmatch(name) or SCRIPTS.fullmatch(name)))
+
+
+def described(digest: str | None) -> str:
+    """A ``link:<target>`` / ``sha256:<hex>`` digest (None: a folder) as :func:`record` says it."""
+    if digest is None:
+        return "not a file"
+    kind, _, value = digest.partition(":")
+    return f"a link to {value}" if kind == "link" else f"sha256 {value}"
+
+
 def changed(env: Path, rec: Mapping[str, str], now: Mapping[str, str] | None = None) -> list[tuple[Path, str, str]]:
     """(path, expected, found) for each recorded entry that differs or is gone, and each one not recorded
     (``now``: :func:`scripts` for that record; else :func:`record`)."""

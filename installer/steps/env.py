@@ -86,6 +86,8 @@ class EnvStep:
                            expected=f"a folder of wheels (a relative path is taken from {ctx.recipe.path.parent})",
                            found=f"no such folder, and `{' '.join(exc.argv[:3])} ...` failed (full log: {exc.log_path})",
                            fix=f"make {gone[0]} the folder of wheels, or fix find_links in {ctx.recipe.path}") from None
+        if made.scaffold is not None:       # copied from the cache: recorded as the entry made them
+            return made
         return dataclasses.replace(made, scaffold=scaffold.record(ctx.paths.env), scripts=scaffold.scripts(ctx.paths.env))
 
     def _make(self, ctx: StepContext) -> EnvResult:

@@ -5,6 +5,7 @@ having built the stack itself, stores it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import cachekey
 from ..core.hashing import fingerprint
-from ..core.errors import DISK_FULL_ERRNOS, InstallError
+from ..core.errors import DISK_FULL_ERRNOS, EnvError, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
 from ..install import overwritten
 from ..install.plan import ForkSource
-from ..pyenv import venv
+from ..pyenv import scaffold, venv
 from ..pyenv.venv import python_matches
 from .env import EnvStep, system_torch_env_problem, write_stack_env
 from .results import EnvResult, FetchResult, PreflightResult, WheelResult
@@ -129,11 +130,36 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
     if problem is not None:
         refuse_entry(ctx, step, entry, problem)
         return None
+    result = dataclasses.replace(result, scaffold=scaffold.record(ctx.paths.env), scripts=scaffold.scripts(ctx.paths.env))
+    require_restored_scaffold(entry, {**result.scaffold, **result.scripts}, ctx.paths.env, root)
     ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}"
                     + (" (during the fetch)" if ahead is not None else ""))
     if ahead is None:
         note_recipe_key(ctx, step, key)
     return result
+
+
+def require_restored_scaffold(entry: "builtstack.Entry", found: Mapping[str, str], env: Path, root: Path) -> None:
+    """The venv's own files (``pyvenv.cfg``, ``bin/python*``, the activation scripts: no RECORD holds them), as the
+    env step records them (``found``), are what the copy from ``entry`` put there: one changed, removed or added
+    since (a writer in the stack while it was copied, or waited for the fetch) would be recorded as the env's own,
+    and the no-op and ``current verify`` would hold the stack to it."""
+    from ..pyenv import builtstack
+
+    want: dict[str, str] = {}
+    for rel in entry.manifest["files"]["env"]:
+        if scaffold.owns(rel):
+            try:
+                want[rel] = scaffold.described(builtstack.restored_env_digest(entry, rel, root))
+            except builtstack.EntryRefused as exc:
+                want[rel] = f"the entry's file, which no longer verifies ({exc})"
+    for rel in sorted(set(want) | set(found)):
+        if want.get(rel) != found.get(rel):
+            raise EnvError(f"the env's {rel} changed after it was copied from the built-stack cache entry "
+                           f"{entry.path}", expected=f"what the entry put there ({want.get(rel) or 'no such file'})",
+                           found=f"{found.get(rel) or 'no such file'} in {env}",
+                           fix="find what writes into the stack while october_setup runs, then re-run october_setup "
+                               "(the env is made again)")
 
 
 def take_ahead(ctx: StepContext, entry: "builtstack.Entry | None") -> "dict[Path, builtstack.Hashed] | None":
