@@ -20,6 +20,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import IO, Any
@@ -62,6 +63,18 @@ def while_waiting(wait: Callable[[float], bool]) -> int:
         except Exception:  # noqa: BLE001, S112 - raised again where the module is used, as it would have been
             continue
     return imported
+
+
+def wait_event(done: threading.Event, timeout: float | None, slice_s: float) -> bool:
+    """Wait for ``done`` (a thread's end: never ``Thread.join``, which a signal handler's exception leaves marking a
+    running thread stopped on CPython 3.11) at most ``timeout`` s, in slices of ``slice_s`` so that a signal is
+    handled, importing what is queued meanwhile (:func:`while_waiting`); -> whether it was set."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while_waiting(done.wait)
+    while not done.wait(slice_s):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def while_child(proc: subprocess.Popen[Any], *streams: IO[Any]) -> int:

@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..core.idle import while_waiting
+from ..core.idle import wait_event
 from ..core.runner import Started
 from ..engine import FETCH_BEGUN, StepContext, must_run
 
@@ -136,12 +135,7 @@ class EarlyEnv:
         """Wait for the copy's thread (at most ``timeout`` s), in slices so that a signal is handled."""
         if self._thread is None:
             return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while_waiting(self._done.wait)          # imports a later step makes (core.idle); main thread only
-        while not self._done.wait(Started.POLL_S):
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-        return True
+        return wait_event(self._done, timeout, Started.POLL_S)
 
     def _note(self, ctx: StepContext, text: str) -> None:
         ctx.runner.note(self.step.name, text, best_effort=True)

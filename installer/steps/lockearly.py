@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.filetrust import signature
-from ..core.idle import while_waiting
+from ..core.idle import wait_event
 from ..core.runner import Completed, Runner, Started
 from ..engine import ENV_COPIED, FORKS_INSTALLED, StepContext, must_run
 from .results import EnvResult
@@ -172,12 +171,7 @@ class EarlyLock:
         -> whether it has ended."""
         if self._thread is None:
             return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while_waiting(self._done.wait)          # imports a later step makes (core.idle); main thread only
-        while not self._done.wait(Started.POLL_S):
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-        return True
+        return wait_event(self._done, timeout, Started.POLL_S)
 
     @staticmethod
     def _note(ctx: StepContext, text: str) -> None:
