@@ -226,3 +226,22 @@ def test_a_venv_file_changed_between_the_copy_and_its_record_fails_the_env_step(
     res = setup(world, s2, cache)        # the env made again
     assert statuses(res)["env"] == "ran" and "# planted" not in (s2 / "env" / "pyvenv.cfg").read_text()
     assert not (s2 / "env" / "bin" / "python3.99").exists() and verify(s2) == 0
+
+
+def test_a_copy_removed_before_it_is_taken_is_copied_again(world: World, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the copy made during the fetch removed (by another writer) once it was done, before the env step
+    put it in place: said, and the env step copies the env itself."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    wait = envearly.EarlyEnv.wait
+
+    def removed(self: envearly.EarlyEnv, timeout: float | None = None) -> bool:
+        done = wait(self, timeout)
+        shutil.rmtree(s2 / ".state" / envearly.AHEAD / "env", ignore_errors=True)
+        return done
+    monkeypatch.setattr(envearly.EarlyEnv, "wait", removed)
+    res = setup(world, s2, cache)
+    log = (s2 / "logs" / "env.log").read_text()
+    assert "is not used (it could not be put in place:" in log and TAKEN not in log
+    assert built_from(s2) == entries(cache)[0].name and statuses(res)["install"] == "ran" and verify(s2) == 0

@@ -63,6 +63,8 @@ class EarlyEnv:
 
     def begin(self, ctx: StepContext, _detail: Any) -> None:
         """Listener for FETCH_BEGUN: start the copy once, or do nothing (never fails the fetch step)."""
+        from .. import verify_dists  # noqa: F401 - what the copy imports (rerecord), imported in the main thread
+        from ..core import clonefile  # noqa: F401 - (an import in another thread can hang: core.idle says why)
         from ..pyenv import builtstack
         from .reuse import recipe_key
 
@@ -117,7 +119,13 @@ class EarlyEnv:
             return None
         made = self._dir / "env"
         shutil.rmtree(ctx.paths.env.with_name(ctx.paths.env.name + ".partial"), ignore_errors=True)
-        os.rename(made, ctx.paths.env)      # renaming the folder changes no signature of the files in it
+        try:
+            os.rename(made, ctx.paths.env)      # renaming the folder changes no signature of the files in it
+        except OSError as exc:
+            self._note(ctx, f"# the env copied during the fetch is not used (it could not be put in place: {exc}); "
+                            "copying it now")
+            self.stop(ctx)
+            return None
         shutil.rmtree(self._dir, ignore_errors=True)
         return {ctx.paths.env / p.relative_to(made): h for p, h in self.hashed.items()}
 
