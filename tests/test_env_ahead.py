@@ -228,20 +228,118 @@ def test_a_venv_file_changed_between_the_copy_and_its_record_fails_the_env_step(
     assert not (s2 / "env" / "bin" / "python3.99").exists() and verify(s2) == 0
 
 
-def test_a_copy_removed_before_it_is_taken_is_copied_again(world: World, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planted: the copy made during the fetch removed (by another writer) once it was done, before the env step
-    put it in place: said, and the env step copies the env itself."""
+@pytest.mark.parametrize("how", ["removed", "linked"])
+def test_a_copy_removed_or_swapped_before_it_is_taken_is_copied_again(world: World, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Planted: the copy made during the fetch, once it was done and before the env step put it in place, removed
+    or swapped for a link to a folder elsewhere holding the same files (the review: the link became ``STACK/env``
+    and verify passed): said, and the env step copies the env itself."""
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
     wait = envearly.EarlyEnv.wait
+    made = s2 / ".state" / envearly.AHEAD / "env"
 
     def removed(self: envearly.EarlyEnv, timeout: float | None = None) -> bool:
         done = wait(self, timeout)
-        shutil.rmtree(s2 / ".state" / envearly.AHEAD / "env", ignore_errors=True)
+        if made.is_dir() and not made.is_symlink():
+            if how == "linked":
+                shutil.copytree(made, tmp_path / "elsewhere", symlinks=True)
+                shutil.rmtree(made)
+                made.symlink_to(tmp_path / "elsewhere")
+            else:
+                shutil.rmtree(made)
         return done
     monkeypatch.setattr(envearly.EarlyEnv, "wait", removed)
     res = setup(world, s2, cache)
     log = (s2 / "logs" / "env.log").read_text()
-    assert "is not used (it could not be put in place:" in log and TAKEN not in log
+    assert f"is not used ({made} is not the folder the copy made)" in log and TAKEN not in log
+    assert not (s2 / "env").is_symlink() and (s2 / "env").is_dir()
     assert built_from(s2) == entries(cache)[0].name and statuses(res)["install"] == "ran" and verify(s2) == 0
+
+
+def test_an_entry_removed_after_the_copy_does_not_fail_the_stack(world: World, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: the check of the venv's own files read the entry again, so an entry refused by another stack
+    (removed) right after this one's copy failed a complete env (FileNotFoundError).  Now it holds the files to
+    what the copy wrote."""
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    take = envearly.EarlyEnv.take
+
+    def taken(self: envearly.EarlyEnv, ctx, entry):
+        got = take(self, ctx, entry)
+        if got is not None:
+            builtstack.discard_entry(entry)         # another stack refused it: removed
+        return got
+    monkeypatch.setattr(envearly.EarlyEnv, "take", taken)
+    res = setup(world, s2, cache)
+    assert TAKEN in (s2 / "logs" / "env.log").read_text() and statuses(res)["install"] == "ran"
+    assert verify(s2) == 0
+
+
+def test_a_ctrl_c_as_the_copy_s_thread_starts_is_waited_for(world: World, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: a Ctrl-C raised inside ``Thread.start`` (the thread already running) left the copy unknown to
+    the run's end, which released the lock while it wrote in the stack.  Planted: KeyboardInterrupt after the real
+    start, each file's copy slowed."""
+    import threading
+    import time
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    start, copy = threading.Thread.start, builtstack.clone_or_copy
+
+    def interrupted(self: threading.Thread) -> None:
+        start(self)
+        if self.name == "october-env-early":
+            raise KeyboardInterrupt
+
+    def slow(src: Path, dest: Path) -> str:
+        time.sleep(0.05)
+        return copy(src, dest)
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    monkeypatch.setattr(builtstack, "clone_or_copy", slow)
+    with pytest.raises(KeyboardInterrupt):
+        setup(world, s2, cache)
+    assert [t.name for t in threading.enumerate() if t.name == "october-env-early"] == []
+    assert not (s2 / ".state" / envearly.AHEAD).exists()
+
+
+def test_the_run_s_end_waits_for_a_file_that_takes_longer_than_the_kill_wait(world: World, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: the end of the run stopped waiting for the copy after KILL_WAIT_S while one slow file (a large
+    ``.so`` from a network cache) was still being copied into the stack.  Planted: the wait 0.1 s, a file 1 s."""
+    import threading
+    import time
+
+    from october.installer.core.runner import Started
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    copy = builtstack.clone_or_copy
+
+    def slow(src: Path, dest: Path) -> str:
+        if src.name == "payload.bin" or src.stat().st_size > 1000:
+            time.sleep(1.0)
+        return copy(src, dest)
+    monkeypatch.setattr(Started, "KILL_WAIT_S", 0.1)
+    monkeypatch.setattr(builtstack, "clone_or_copy", slow)
+    world.beta_bare.rename(tmp_path / "beta-moved.git")         # the fetch fails: the run ends during the copy
+    for mirror in (cache / "git").glob("*beta.git"):
+        shutil.rmtree(mirror)
+    with pytest.raises(Exception):
+        setup(world, s2, cache)
+    assert [t.name for t in threading.enumerate() if t.name == "october-env-early"] == []
+    assert "one file still copying); waiting for it" in (s2 / "logs" / "env.log").read_text()
+    assert not (s2 / ".state" / envearly.AHEAD).exists() and not (s2 / "env").exists()
+
+
+def test_a_remembered_recipe_key_naming_no_entry_is_pruned(world: World, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    (named,) = by_recipe(cache)
+    stale = builtstack.built_dir(cache) / builtstack.BY_RECIPE / ("e" * 64)
+    stale.write_text("f" * 64 + "\n")           # an entry pruned or refused since
+    builtstack.prune(cache, entry)
+    assert by_recipe(cache) == {named: entry.name}

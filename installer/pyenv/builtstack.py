@@ -309,7 +309,19 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
         except OSError:
             continue
         gone.append((path, why))
+    _forget_recipes(cache_dir)
     return gone
+
+
+def _forget_recipes(cache_dir: Path) -> None:
+    """Remove each remembered recipe key (:func:`note_recipe_key`) that names no entry any more."""
+    index = built_dir(cache_dir) / BY_RECIPE
+    with contextlib.suppress(OSError):
+        for named in list(index.iterdir()):
+            key = key_for_recipe(cache_dir, named.name)
+            if key is None or not (built_dir(cache_dir) / key / MANIFEST).is_file():
+                with contextlib.suppress(OSError):
+                    named.unlink()
 
 
 def _retire(path: Path) -> None:
@@ -431,13 +443,15 @@ def discard_entry(entry: Entry) -> str:
 
 def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *, fresh: bool,
                   created: list[Path] | None = None, hashed: dict[str, Hashed] | None = None,
-                  stop: Callable[[], bool] | None = None) -> dict[Path, tuple[str, int]]:
+                  stop: Callable[[], bool] | None = None, wrote: dict[str, str] | None = None
+                  ) -> dict[Path, tuple[str, int]]:
     """Make ``dest`` the tree ``rows`` describe from ``src`` (copied, hashed, placed at ``root``); ``fresh``: an
     env, else a fork checkout where only new paths are made.  -> the files the placeholder was replaced in, each
     with the RECORD-style sha256 and the size of the bytes written (what :func:`rerecord` writes into RECORD:
     not read back from the file, which anything could have written meanwhile).
     ``hashed``: each file copied as it is, by its path in ``rows`` -> what :class:`Hashed` says.
-    ``stop``: asked before each path; True ends the restore (:class:`Stopped`)."""
+    ``stop``: asked before each path; True ends the restore (:class:`Stopped`).  ``wrote``: each file and link
+    made, by its path in ``rows`` -> what it was made as (``sha256:<hex>`` of the bytes written, ``link:<target>``)."""
     relocated: dict[Path, tuple[str, int]] = {}
     present = {str(p) for p in _walk(src)}
     expected = set(rows)
@@ -466,6 +480,8 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
             if os.readlink(s) != row.get("target"):
                 raise EntryRefused(f"{s}: the link's target changed")
             os.symlink(_place(str(row["target"]), root), d)
+            if wrote is not None:
+                wrote[rel] = "link:" + _place(str(row["target"]), root)
         elif kind == "file":
             if not s.is_file() or s.is_symlink():
                 raise EntryRefused(f"{s} is not a plain file")
@@ -473,14 +489,19 @@ def _restore_tree(src: Path, dest: Path, rows: Mapping[str, Any], root: Path, *,
             if row.get("templated"):
                 data = _place_bytes(_checked(s, row), root)
                 d.write_bytes(data)
-                relocated[d] = (record_digest(hashlib.sha256(data).digest()), len(data))
+                digest = hashlib.sha256(data)
+                relocated[d] = (record_digest(digest.digest()), len(data))
                 os.chmod(d, mode)
+                if wrote is not None:
+                    wrote[rel] = "sha256:" + digest.hexdigest()
             else:
                 clone_or_copy(s, d)
                 os.chmod(d, mode)           # the last change this tool makes to it, before the hash
                 sig = signature(os.stat(d))
                 if sha256_file(d) != row.get("sha256"):
                     raise EntryRefused(f"{s} does not hash as the manifest says")
+                if wrote is not None:
+                    wrote[rel] = f"sha256:{row['sha256']}"
                 # vouched for only when it stats the same after the hash as before (FileTrust.digest's rule), on
                 # a filesystem with sub-second times: with whole seconds, a write of the same size within the
                 # second of the hash would keep the signature (read again by the check instead)
@@ -526,23 +547,14 @@ def restored_digest(entry: Entry, fork: str, rel: str, root: Path) -> str | None
     """What :func:`october.installer.git.buildoutputs.digest` says of fork output ``rel`` as :func:`restore_forks`
     puts it in a stack at ``root`` (``link:<target>`` or ``sha256:<hex>``), or None for a folder.
     :class:`EntryRefused` when the entry's file the stack's path is placed into no longer verifies."""
-    return _restored(entry.manifest["files"]["forks"][fork][rel], entry.path / "forks" / fork / rel, root)
-
-
-def restored_env_digest(entry: Entry, rel: str, root: Path) -> str | None:
-    """:func:`restored_digest` for the env's ``rel`` as :func:`restore_env` puts it (None: a folder, or none)."""
-    row = entry.manifest["files"]["env"].get(rel)
-    return _restored(row, entry.path / "env" / rel, root) if row is not None else None
-
-
-def _restored(row: Mapping[str, Any], src: Path, root: Path) -> str | None:
+    row = entry.manifest["files"]["forks"][fork][rel]
     if row.get("kind") == "link":
         return "link:" + _place(str(row.get("target")), root)
     if row.get("kind") != "file":
         return None
     if not row.get("templated"):
         return f"sha256:{row.get('sha256')}"
-    return "sha256:" + _hash_bytes(_place_bytes(_checked(src, row), root))
+    return "sha256:" + _hash_bytes(_place_bytes(_checked(entry.path / "forks" / fork / rel, row), root))
 
 
 def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
@@ -572,14 +584,21 @@ def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
     return changed
 
 
-def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool] | None = None
-                ) -> dict[Path, Hashed]:
+def import_restore() -> None:
+    """Import what :func:`restore_env` imports where it is used (for a restore in another thread: an import there
+    can wait for ever on a module lock a Ctrl-C left held, :mod:`october.installer.core.idle` says how)."""
+    from .. import verify_dists  # noqa: F401
+
+
+def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool] | None = None,
+                wrote: dict[str, str] | None = None) -> dict[Path, Hashed]:
     """``env`` made anew as the entry's env (see :func:`_restore_tree`), copied beside it (``env.partial``) and
     renamed into place: a run killed while copying leaves no half env, and a refused entry none at all.
     -> each file copied as it is (not one the stack's path was put into), at its place in ``env``: its
     signature after it was hashed and the sha256 it was found to have.  ``env`` may be elsewhere than
     ``root``'s env (copied ahead, renamed there later): the stack's path put into it is ``root``'s.
-    ``stop``: asked before each file (:class:`Stopped`: nothing left, as for a refused entry)."""
+    ``stop``: asked before each file (:class:`Stopped`: nothing left, as for a refused entry); ``wrote``: see
+    :func:`_restore_tree`."""
     partial = env.with_name(env.name + ".partial")
     for old in (partial, env):
         if os.path.lexists(old):
@@ -588,7 +607,7 @@ def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool]
     hashed: dict[str, Hashed] = {}
     try:
         rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"], root,
-                                        fresh=True, hashed=hashed, stop=stop))
+                                        fresh=True, hashed=hashed, stop=stop, wrote=wrote))
         os.rename(partial, env)     # renaming the folder changes no signature of the files in it
     except (EntryRefused, Stopped, OSError):
         shutil.rmtree(partial, ignore_errors=True)

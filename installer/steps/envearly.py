@@ -44,6 +44,7 @@ class EarlyEnv:
         self.step = step
         self.entry: Entry | None = None
         self.hashed: dict[Path, Hashed] | None = None
+        self.wrote: dict[str, str] = {}
         self.why_not: str | None = None
         self._dir: Path | None = None
         self._thread: threading.Thread | None = None
@@ -63,8 +64,6 @@ class EarlyEnv:
 
     def begin(self, ctx: StepContext, _detail: Any) -> None:
         """Listener for FETCH_BEGUN: start the copy once, or do nothing (never fails the fetch step)."""
-        from .. import verify_dists  # noqa: F401 - what the copy imports (rerecord), imported in the main thread
-        from ..core import clonefile  # noqa: F401 - (an import in another thread can hang: core.idle says why)
         from ..pyenv import builtstack
         from .reuse import recipe_key
 
@@ -77,6 +76,7 @@ class EarlyEnv:
             if entry is None or builtstack.interpreter_moved(builtstack.placed(entry.facts, ctx.paths.root)):
                 return
             builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
+            builtstack.import_restore()     # what the copy imports, in this (the main) thread: core.idle says why
             self._dir = ahead_dir(ctx)
             shutil.rmtree(self._dir, ignore_errors=True)    # a killed run's copy: never taken
             self._dir.mkdir(parents=True)
@@ -85,9 +85,16 @@ class EarlyEnv:
                             "(october.installer.steps.envearly)")
             thread = threading.Thread(target=self._work, args=(entry, self._dir / "env", ctx.paths.root),
                                       name="october-env-early", daemon=True)
-            thread.start()
+            # known before it starts: a Ctrl-C raised inside start() comes once the thread runs, and the run's end
+            # must wait for it (the review: it went on writing in the stack after the lock was released)
             self._thread = thread
             ctx.early[self.step.name] = self
+            try:
+                thread.start()
+            except BaseException:
+                if thread.ident is None:        # it never ran: nothing to wait for
+                    self._done.set()
+                raise
         except Exception as exc:  # noqa: BLE001 - the env step copies the env itself
             self._note(ctx, f"# not copied during the fetch: {exc!r}")
 
@@ -95,15 +102,16 @@ class EarlyEnv:
         from ..pyenv import builtstack
 
         try:
-            self.hashed = builtstack.restore_env(entry, env, root, stop=self._stop.is_set)
+            self.hashed = builtstack.restore_env(entry, env, root, stop=self._stop.is_set, wrote=self.wrote)
         except BaseException as exc:  # noqa: BLE001 - the env step copies again and says what fails
             self.why_not = f"the copy failed: {exc}"
         finally:
             self._done.set()
 
-    def take(self, ctx: StepContext, entry: Entry | None) -> dict[Path, Hashed] | None:
-        """The copy put at ``STACK/env`` -> each file it hashed there, when it is of ``entry`` (the one this
-        stack's key finds, which must have no env yet); else None, the copy stopped and removed."""
+    def take(self, ctx: StepContext, entry: Entry | None) -> tuple[dict[Path, Hashed], dict[str, str]] | None:
+        """The copy put at ``STACK/env`` -> each file it hashed there, and what it wrote (``restore_env``'s
+        ``wrote``), when it is of ``entry`` (the one this stack's key finds, which must have no env yet); else
+        None, the copy stopped and removed."""
         if entry is None or self.entry is None:
             self.stop(ctx)
             return None
@@ -111,13 +119,15 @@ class EarlyEnv:
         same = self.entry.path == entry.path and self.entry.ident == entry.ident
         why = self.why_not if self.hashed is None else None if same else (
             f"it was copied from {self.entry.path}, not this stack's entry {entry.path}")
+        made = ahead_dir(ctx) / "env"
         if why is None and os.path.lexists(ctx.paths.env):
             why = f"{ctx.paths.env} is there"
-        if why is not None or self._dir is None or self.hashed is None:
+        if why is None and (os.path.islink(made) or not made.is_dir()):
+            why = f"{made} is not the folder the copy made"     # e.g. swapped for a link to a folder elsewhere
+        if why is not None or self.hashed is None:
             self._note(ctx, f"# the env copied during the fetch is not used ({why}); copying it now")
             self.stop(ctx)
             return None
-        made = self._dir / "env"
         shutil.rmtree(ctx.paths.env.with_name(ctx.paths.env.name + ".partial"), ignore_errors=True)
         try:
             os.rename(made, ctx.paths.env)      # renaming the folder changes no signature of the files in it
@@ -126,16 +136,18 @@ class EarlyEnv:
                             "copying it now")
             self.stop(ctx)
             return None
-        shutil.rmtree(self._dir, ignore_errors=True)
-        return {ctx.paths.env / p.relative_to(made): h for p, h in self.hashed.items()}
+        shutil.rmtree(made.parent, ignore_errors=True)
+        return {ctx.paths.env / p.relative_to(made): h for p, h in self.hashed.items()}, self.wrote
 
     def stop(self, ctx: StepContext) -> None:
         """End the copy (between two files) and remove what it made; at the end of the run too, before the
-        stack lock is released, waiting at most :attr:`Started.KILL_WAIT_S` for the thread."""
+        stack lock is released: the thread is waited for however long its file takes (it writes in the stack; it
+        dies only with the process)."""
         self._stop.set()
         if not self.wait(timeout=Started.KILL_WAIT_S):
             self._note(ctx, f"# the env copy begun during the fetch had not ended {Started.KILL_WAIT_S:.0f}s "
-                            "after it was stopped; not waiting longer")
+                            "after it was stopped (one file still copying); waiting for it")
+            self.wait()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -109,9 +109,13 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
     ctx.ui.info(f"copying the env of an identical stack from the cache ({entry.path})")
     builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
     ahead = take_ahead(ctx, entry)      # copied during the fetch from the entry the recipe named (envearly)
+    wrote: dict[str, str] = {}
     try:
-        builtstack.vouch_copied(ctx.trust, ahead if ahead is not None
-                                else builtstack.restore_env(entry, ctx.paths.env, root))
+        if ahead is not None:
+            hashed, wrote = ahead
+        else:
+            hashed = builtstack.restore_env(entry, ctx.paths.env, root, wrote=wrote)
+        builtstack.vouch_copied(ctx.trust, hashed)
     except (builtstack.EntryRefused, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             raise                   # this stack's disk, not the entry: kept for the next stack (exit 19, disk full)
@@ -131,7 +135,7 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
         refuse_entry(ctx, step, entry, problem)
         return None
     result = dataclasses.replace(result, scaffold=scaffold.record(ctx.paths.env), scripts=scaffold.scripts(ctx.paths.env))
-    require_restored_scaffold(entry, {**result.scaffold, **result.scripts}, ctx.paths.env, root)
+    require_restored_scaffold(entry, wrote, {**result.scaffold, **result.scripts}, ctx.paths.env)
     ctx.runner.note(step, f"# env copied from the built-stack cache entry {entry.path}"
                     + (" (during the fetch)" if ahead is not None else ""))
     if ahead is None:
@@ -139,32 +143,30 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
     return result
 
 
-def require_restored_scaffold(entry: "builtstack.Entry", found: Mapping[str, str], env: Path, root: Path) -> None:
+def require_restored_scaffold(entry: "builtstack.Entry", wrote: Mapping[str, str], found: Mapping[str, str],
+                              env: Path) -> None:
     """The venv's own files (``pyvenv.cfg``, ``bin/python*``, the activation scripts: no RECORD holds them), as the
-    env step records them (``found``), are what the copy from ``entry`` put there: one changed, removed or added
-    since (a writer in the stack while it was copied, or waited for the fetch) would be recorded as the env's own,
-    and the no-op and ``current verify`` would hold the stack to it."""
-    from ..pyenv import builtstack
-
-    want: dict[str, str] = {}
-    for rel in entry.manifest["files"]["env"]:
-        if scaffold.owns(rel):
-            try:
-                want[rel] = scaffold.described(builtstack.restored_env_digest(entry, rel, root))
-            except builtstack.EntryRefused as exc:
-                want[rel] = f"the entry's file, which no longer verifies ({exc})"
+    env step records them (``found``), are what the copy from ``entry`` wrote (``wrote``: :func:`~october.installer.
+    pyenv.builtstack.restore_env`'s, not the entry read again, which may be gone by now): one changed, removed or
+    added since (a writer in the stack while it was copied, or waited for the fetch) would be recorded as the env's
+    own, and the no-op and ``current verify`` would hold the stack to it."""
+    rows = entry.manifest["files"]["env"]
+    want = {rel: scaffold.described(wrote.get(rel)) if row.get("kind") != "dir" else "not a file"
+            for rel, row in rows.items() if scaffold.owns(rel)}
     for rel in sorted(set(want) | set(found)):
         if want.get(rel) != found.get(rel):
             raise EnvError(f"the env's {rel} changed after it was copied from the built-stack cache entry "
-                           f"{entry.path}", expected=f"what the entry put there ({want.get(rel) or 'no such file'})",
+                           f"{entry.path}", expected=f"what the copy wrote there ({want.get(rel) or 'no such file'})",
                            found=f"{found.get(rel) or 'no such file'} in {env}",
                            fix="find what writes into the stack while october_setup runs, then re-run october_setup "
                                "(the env is made again)")
 
 
-def take_ahead(ctx: StepContext, entry: "builtstack.Entry | None") -> "dict[Path, builtstack.Hashed] | None":
+def take_ahead(ctx: StepContext, entry: "builtstack.Entry | None"
+               ) -> "tuple[dict[Path, builtstack.Hashed], dict[str, str]] | None":
     """The env copied during the fetch (:class:`~october.installer.steps.envearly.EarlyEnv`) when it was copied
-    from ``entry`` (this stack's own key's), put in place; else None, and a copy from another is removed."""
+    from ``entry`` (this stack's own key's), put in place -> what the copy hashed and wrote; else None, and a copy
+    from another is removed."""
     from .envearly import EarlyEnv, ahead_dir
 
     early = ctx.early.pop(EnvStep.name, None)
