@@ -398,6 +398,9 @@ def check_env_scaffold(paths: StackPaths, rerun: str) -> list[Difference]:
     """pyvenv.cfg and the bin/python* links as the env step left them (its marker's record): which interpreter
     runs the stack is decided there, and no RECORD owns them; the activation scripts and lib64 (its ``scripts``
     record).  Without a record (older stacks), nothing."""
+    link = scaffold.linked(paths.env)
+    if link is not None:        # what is in it is not this stack's: another's env, or a folder anyone may write
+        return [Difference("env", str(paths.env), "the folder the env step made", link, rerun)]
     outputs = _outputs(paths, "env")
     rec, scripts = outputs.get("scaffold"), outputs.get("scripts")
     moved = [*(scaffold.changed(paths.env, rec) if isinstance(rec, dict) else []),

@@ -343,3 +343,28 @@ def test_a_remembered_recipe_key_naming_no_entry_is_pruned(world: World, tmp_pat
     stale.write_text("f" * 64 + "\n")           # an entry pruned or refused since
     builtstack.prune(cache, entry)
     assert by_recipe(cache) == {named: entry.name}
+
+
+def test_an_env_swapped_for_a_link_is_named_and_the_rerun_never_touches_what_it_points_at(
+        world: World, tmp_path: Path) -> None:
+    """The review: ``STACK/env`` replaced by a link to a folder holding the same files (another stack's env, or
+    one anyone may write) passed the no-op re-run and ``current verify``.  Now both name it; the re-run removes
+    the link (never what it points at: ``uv venv --clear`` would have emptied it) and makes the env again."""
+    from tests.test_setup_e2e import verify as verify_cli
+
+    cache, s1, s2 = tmp_path / "cache", tmp_path / "s1", tmp_path / "s2"
+    setup(world, s1, cache)
+    setup(world, s2, cache)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(s2 / "env", elsewhere, symlinks=True)
+    shutil.rmtree(s2 / "env")
+    (s2 / "env").symlink_to(elsewhere)
+    before = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
+
+    out = verify_cli(s2)
+    assert out.returncode == 13 and f"{s2 / 'env'}: expected the folder the env step made, found a link to " \
+                                   f"{elsewhere}" in out.stdout + out.stderr
+    res = setup(world, s2, cache)
+    assert statuses(res)["env"] == "ran" and not (s2 / "env").is_symlink() and (s2 / "env").is_dir()
+    assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
+    assert verify(s2) == 0

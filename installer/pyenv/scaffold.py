@@ -78,6 +78,12 @@ def scripts_changed(env: Path, rec: Mapping[str, str] | None) -> list[tuple[Path
     return [] if rec is None else changed(env, rec, scripts(env))
 
 
+def linked(env: Path) -> str | None:
+    """What ``env`` is when it is a link, not the folder the env step made (a stack's env pointed at another's
+    shares its writable bytes with it), or None."""
+    return f"a link to {os.readlink(env)}" if env.is_symlink() else None
+
+
 def clear_unfinished(env: Path) -> bool:
     """Remove ``env`` when it exists but is no venv (no ``pyvenv.cfg``): what a run killed while making it
     leaves (``uv venv --clear`` refuses to clear such a directory); and ``env.partial``, what a run killed

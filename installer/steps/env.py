@@ -71,6 +71,10 @@ class EnvStep:
     def run(self, ctx: StepContext) -> EnvResult:
         from .reuse import env_from_built_stack
 
+        link = scaffold.linked(ctx.paths.env)
+        if link is not None:            # the link goes, never what it points at (uv venv --clear would empty that)
+            ctx.paths.env.unlink()
+            ctx.runner.note(self.name, f"# {ctx.paths.env} was {link}; removed the link")
         if scaffold.clear_unfinished(ctx.paths.env):     # a killed run's half env is never trusted
             ctx.runner.note(self.name, f"# {ctx.paths.env} had no pyvenv.cfg (a run killed while making it); removed")
         # the RECORDs an install left in the env made before: not what this env's install is to be held to
@@ -134,6 +138,9 @@ class EnvStep:
         venv.install_locked(stack_uv(ctx), ctx.runner, self.name, req, locked.path)
 
     def verify(self, ctx: StepContext, result: EnvResult) -> str | None:
+        link = scaffold.linked(ctx.paths.env)
+        if link is not None:
+            return f"{ctx.paths.env} is {link}, not the folder the env step made"
         if not ctx.paths.python.exists():
             return f"{ctx.paths.python} is missing"
         moved = scaffold.changed(ctx.paths.env, result.scaffold) if result.scaffold is not None else []
