@@ -5,7 +5,8 @@ where ``sys.platlibdir`` is lib64).  The env step records them as it leaves them
 :func:`scripts` in a record of its own that an earlier version never reads); its ``verify`` (so the no-op
 re-run) and ``current verify`` compare them (:func:`changed`, :func:`scripts_changed`): an interpreter link
 pointed elsewhere or removed, a planted ``bin/python3.X``, an edited or deleted ``pyvenv.cfg`` or activation
-script, a ``lib64`` pointed elsewhere is named and the env made again, never run.
+script, a ``lib64`` pointed elsewhere is named and the env made again, never run; so is ``STACK/env`` itself
+made a link (:func:`linked`: the re-run removes the link, never what it points at).
 """
 
 from __future__ import annotations
