@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..core.idle import wait_event
 from ..core.runner import Started
@@ -46,7 +46,6 @@ class EarlyEnv:
         self.hashed: dict[Path, Hashed] | None = None
         self.wrote: dict[str, str] = {}
         self.why_not: str | None = None
-        self._dir: Path | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # set when the copy's thread is done; never Thread.join (see lockearly.EarlyLock)
@@ -77,14 +76,15 @@ class EarlyEnv:
                 return
             builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
             builtstack.import_restore()     # what the copy imports, in this (the main) thread: core.idle says why
-            self._dir = ahead_dir(ctx)
-            shutil.rmtree(self._dir, ignore_errors=True)    # a killed run's copy: never taken
-            self._dir.mkdir(parents=True)
+            ahead = ahead_dir(ctx)
+            shutil.rmtree(ahead, ignore_errors=True)    # a killed run's copy: never taken
+            ahead.mkdir(parents=True)
             self.entry = entry
             self._note(ctx, f"# copying the env of the built-stack cache entry {entry.path} during the fetch "
                             "(october.installer.steps.envearly)")
-            thread = threading.Thread(target=self._work, args=(entry, self._dir / "env", ctx.paths.root),
-                                      name="october-env-early", daemon=True)
+            # the restore handed over, not imported there (an import in another thread can hang: core.idle)
+            thread = threading.Thread(target=self._work, args=(builtstack.restore_env, entry, ahead / "env",
+                                                               ctx.paths.root), name="october-env-early", daemon=True)
             # known before it starts: a Ctrl-C raised inside start() comes once the thread runs, and the run's end
             # must wait for it (the review: it went on writing in the stack after the lock was released)
             self._thread = thread
@@ -98,11 +98,9 @@ class EarlyEnv:
         except Exception as exc:  # noqa: BLE001 - the env step copies the env itself
             self._note(ctx, f"# not copied during the fetch: {exc!r}")
 
-    def _work(self, entry: Entry, env: Path, root: Path) -> None:
-        from ..pyenv import builtstack
-
+    def _work(self, restore_env: Callable[..., dict[Path, Hashed]], entry: Entry, env: Path, root: Path) -> None:
         try:
-            self.hashed = builtstack.restore_env(entry, env, root, stop=self._stop.is_set, wrote=self.wrote)
+            self.hashed = restore_env(entry, env, root, stop=self._stop.is_set, wrote=self.wrote)
         except BaseException as exc:  # noqa: BLE001 - the env step copies again and says what fails
             self.why_not = f"the copy failed: {exc}"
         finally:
@@ -116,24 +114,24 @@ class EarlyEnv:
             self.stop(ctx)
             return None
         self.wait()
-        same = self.entry.path == entry.path and self.entry.ident == entry.ident
-        why = self.why_not if self.hashed is None else None if same else (
-            f"it was copied from {self.entry.path}, not this stack's entry {entry.path}")
         made = ahead_dir(ctx) / "env"
-        if why is None and os.path.lexists(ctx.paths.env):
+        if self.hashed is None:
+            why = self.why_not or "the copy made nothing"
+        elif self.entry.path != entry.path or self.entry.ident != entry.ident:
+            why = f"it was copied from {self.entry.path}, not this stack's entry {entry.path}"
+        elif os.path.lexists(ctx.paths.env):
             why = f"{ctx.paths.env} is there"
-        if why is None and (os.path.islink(made) or not made.is_dir()):
+        elif os.path.islink(made) or not made.is_dir():
             why = f"{made} is not the folder the copy made"     # e.g. swapped for a link to a folder elsewhere
+        else:
+            why = None
+            shutil.rmtree(ctx.paths.env.with_name(ctx.paths.env.name + ".partial"), ignore_errors=True)
+            try:
+                os.rename(made, ctx.paths.env)      # renaming the folder changes no signature of the files in it
+            except OSError as exc:
+                why = f"it could not be put in place: {exc}"
         if why is not None or self.hashed is None:
             self._note(ctx, f"# the env copied during the fetch is not used ({why}); copying it now")
-            self.stop(ctx)
-            return None
-        shutil.rmtree(ctx.paths.env.with_name(ctx.paths.env.name + ".partial"), ignore_errors=True)
-        try:
-            os.rename(made, ctx.paths.env)      # renaming the folder changes no signature of the files in it
-        except OSError as exc:
-            self._note(ctx, f"# the env copied during the fetch is not used (it could not be put in place: {exc}); "
-                            "copying it now")
             self.stop(ctx)
             return None
         shutil.rmtree(made.parent, ignore_errors=True)
@@ -148,8 +146,7 @@ class EarlyEnv:
             self._note(ctx, f"# the env copy begun during the fetch had not ended {Started.KILL_WAIT_S:.0f}s "
                             "after it was stopped (one file still copying); waiting for it")
             self.wait()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(ahead_dir(ctx), ignore_errors=True)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the copy's thread (at most ``timeout`` s), in slices so that a signal is handled."""

@@ -46,7 +46,7 @@ def recipe_key(ctx: StepContext, step: str) -> str | None:
     guess of :mod:`october.installer.steps.envearly`: the entry it names is taken only under :func:`stack_key`."""
     from .fetch import FetchStep
 
-    key = _key(ctx, step, {}) if not ctx.options.allow_dirty else None
+    key = _key(ctx, step, {})
     return fingerprint({"key": key, "fetch": FetchStep().inputs(ctx)}) if key is not None else None
 
 
