@@ -839,6 +839,41 @@ def test_a_store_keeps_the_entry_a_stack_beside_it_stored_and_a_refusal_removes_
     assert builtstack.discard_entry(last) == "gone"
 
 
+def test_a_manifest_found_signed_is_read_once_until_it_changes(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second stack looks its entry up four times; an env with its own torch has a manifest of ~12k rows (60 ms
+    to read and check each time).  The signed manifest is read once while its stat is the same; rewritten in
+    place (signed or not) or replaced, it is read again and judged again.  The count of reads is a spy on the
+    real reader (it reads as before)."""
+    from october.installer.core.cachekey import load_key, sign
+
+    root, cache = tmp_path / "stack", tmp_path / "cache"
+    (root / "env").mkdir(parents=True)
+    (root / "env" / "a.txt").write_text("x\n")
+    stored = builtstack.store(cache, "c" * 64, root, root / "env", {}, {})
+    assert stored is not None
+    reads: list[Path] = []
+    real = builtstack._read_entry
+    monkeypatch.setattr(builtstack, "_read_entry", lambda path: reads.append(path) or real(path))
+    first = builtstack.find(cache, "c" * 64)
+    assert first is not None and builtstack.find(cache, "c" * 64) is first and len(reads) == 1
+    manifest_path = stored.path / builtstack.MANIFEST
+    time.sleep(0.05)                    # past the file system's clock tick: a write shows in the ctime
+    doc = json.loads(manifest_path.read_text())
+    doc["files"]["env"]["a.txt"]["sha256"] = "0" * 64
+    os.chmod(manifest_path, 0o644)
+    manifest_path.write_text(json.dumps(doc))           # rewritten in place, not signed: refused
+    assert builtstack.find(cache, "c" * 64) is None and len(reads) == 2
+    doc["mac"] = sign(doc, load_key())
+    time.sleep(0.05)
+    manifest_path.write_text(json.dumps(doc))           # signed (by one who holds the key): read again, taken
+    again = builtstack.find(cache, "c" * 64)
+    assert again is not None and again.manifest["files"]["env"]["a.txt"]["sha256"] == "0" * 64 and len(reads) == 3
+    assert builtstack.find(cache, "c" * 64) is again and len(reads) == 3
+    os.remove(manifest_path)
+    assert builtstack.find(cache, "c" * 64) is None     # gone: not the one remembered
+
+
 def test_a_full_disk_while_copying_an_entry_keeps_the_entry(world: World, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A stack on a full disk took the shared entry's copy failure for a bad entry and removed it: every later

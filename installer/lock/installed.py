@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from packaging.utils import canonicalize_name, canonicalize_version
 
@@ -45,7 +44,11 @@ def local_wheel(entry: Mapping[str, Any]) -> Path | None:
     url, path = entry.get("url"), entry.get("path")
     if isinstance(url, str):
         parts = urlsplit(url)
-        return Path(url2pathname(parts.path)) if parts.scheme == "file" and parts.netloc in ("", "localhost") else None
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            return None
+        from urllib.request import url2pathname     # http.client, ssl, email: only for a file:// entry
+
+        return Path(url2pathname(parts.path))
     return Path(path) if isinstance(path, str) and Path(path).is_absolute() else None
 
 

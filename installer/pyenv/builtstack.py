@@ -400,12 +400,35 @@ def key_for_recipe(cache_dir: Path, recipe_key: str) -> str | None:
     return text if KEY.fullmatch(text) else None
 
 
+# The entries this process read and found signed, by (manifest path, its stat as read, the key that signed it): a
+# second stack looks its entry up four times (the copy during the fetch, the env step, the forks' outputs, the
+# lock), and an env with its own torch has a manifest of ~12k rows (60 ms to read and check here, each time).
+_found: dict[tuple[Path, tuple[int, ...], bytes], Entry] = {}
+
+
 def find(cache_dir: Path, key: str) -> Entry | None:
     """The entry stored under ``key`` when there is one with a readable manifest of this format, signed with this
     user's key (:mod:`october.installer.core.cachekey`): a manifest rewritten by whoever can write the cache, or
-    stored by another user or an earlier version (unsigned), is never taken."""
-    entry = _read_entry(built_dir(cache_dir) / key)
-    return entry if entry is not None and cachekey.signed(entry.manifest, cachekey.load_key(cache=cache_dir)) else None
+    stored by another user or an earlier version (unsigned), is never taken.  A manifest this process already read
+    and found signed is not read again while its stat (device, inode, size, mtime, ctime: a write or a
+    replacement changes them) and the key are the same."""
+    path = built_dir(cache_dir) / key
+    try:
+        st = os.stat(path / MANIFEST)
+    except OSError:
+        return None
+    signer = cachekey.load_key(cache=cache_dir)
+    if signer is None:
+        return None
+    seen_as = (path / MANIFEST, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), signer)
+    if (seen := _found.get(seen_as)) is not None:
+        return seen
+    entry = _read_entry(path)
+    if entry is None or not cachekey.signed(entry.manifest, signer):
+        return None
+    if entry.ident == _ident(st):       # not changed between the two looks: what was read is what was seen
+        _found[seen_as] = entry
+    return entry
 
 
 def _read_entry(path: Path) -> Entry | None:
