@@ -6,8 +6,22 @@ while the tool is still importing gets the interrupt message and 130, not a trac
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
+
+
+def _leave_quickly() -> None:
+    """At the interpreter's exit (the last exit handler: registered first), after the other handlers ran: the
+    collector stopped and every object kept out of it.  The teardown then frees the ~530 modules' objects by
+    their reference counts without a collection over all of them (60-85 ms of a 1.1 s second stack here, 5-12 ms
+    after); an object in a reference cycle is left to the process's end, as the operating system frees it."""
+    gc.disable()
+    gc.freeze()
+
+
+atexit.register(_leave_quickly)
 
 
 def compile_imported() -> int:
