@@ -842,10 +842,10 @@ def test_a_store_keeps_the_entry_a_stack_beside_it_stored_and_a_refusal_removes_
 def test_a_manifest_found_signed_is_read_once_until_it_changes(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A second stack looks its entry up four times; an env with its own torch has a manifest of ~12k rows (60 ms
-    to read and check each time).  The signed manifest is read once while its stat is the same; rewritten in
-    place (signed or not) or replaced, it is read again and judged again.  The count of reads is a spy on the
-    real reader (it reads as before)."""
-    from october.installer.core.cachekey import load_key, sign
+    to read and check each time).  The signed manifest is read once while its identity and the key are the same;
+    rewritten (signed or not), removed, or judged with another key, it is read and judged again; no more than
+    FOUND_KEPT entries are remembered.  The count of reads is a spy on the real reader (it reads as before)."""
+    from october.installer.core.cachekey import KEY_ENV, load_key, sign
 
     root, cache = tmp_path / "stack", tmp_path / "cache"
     (root / "env").mkdir(parents=True)
@@ -858,20 +858,27 @@ def test_a_manifest_found_signed_is_read_once_until_it_changes(tmp_path: Path,
     first = builtstack.find(cache, "c" * 64)
     assert first is not None and builtstack.find(cache, "c" * 64) is first and len(reads) == 1
     manifest_path = stored.path / builtstack.MANIFEST
-    time.sleep(0.05)                    # past the file system's clock tick: a write shows in the ctime
     doc = json.loads(manifest_path.read_text())
     doc["files"]["env"]["a.txt"]["sha256"] = "0" * 64
     os.chmod(manifest_path, 0o644)
-    manifest_path.write_text(json.dumps(doc))           # rewritten in place, not signed: refused
+    # a size of its own each time: a file system of whole-second times shows the rewrite by its size alone
+    manifest_path.write_text(json.dumps(doc, indent=1))         # rewritten in place, not signed: refused
     assert builtstack.find(cache, "c" * 64) is None and len(reads) == 2
     doc["mac"] = sign(doc, load_key())
-    time.sleep(0.05)
     manifest_path.write_text(json.dumps(doc))           # signed (by one who holds the key): read again, taken
     again = builtstack.find(cache, "c" * 64)
     assert again is not None and again.manifest["files"]["env"]["a.txt"]["sha256"] == "0" * 64 and len(reads) == 3
     assert builtstack.find(cache, "c" * 64) is again and len(reads) == 3
+    monkeypatch.setenv(KEY_ENV, "ab" * 32)              # another key (the fleet's): judged again, not signed by it
+    assert builtstack.find(cache, "c" * 64) is None and len(reads) == 4
+    monkeypatch.delenv(KEY_ENV)
+    assert builtstack.find(cache, "c" * 64) is again and len(reads) == 4
     os.remove(manifest_path)
     assert builtstack.find(cache, "c" * 64) is None     # gone: not the one remembered
+    for i in range(builtstack.FOUND_KEPT + 1):
+        assert builtstack.store(cache, f"{i:x}" * 64, root, root / "env", {}, {}) is not None
+        assert builtstack.find(cache, f"{i:x}" * 64) is not None
+        assert len(builtstack._found) <= builtstack.FOUND_KEPT
 
 
 def test_a_full_disk_while_copying_an_entry_keeps_the_entry(world: World, tmp_path: Path,

@@ -49,3 +49,16 @@ def test_a_republished_wheel_that_kept_the_old_record_is_named(tmp_path: Path) -
                       tamper={"tinydep/__init__.py": b"VALUE = 666\n"})
     found = unlike_locked([_locked(new, "tinydep")], env)
     assert [(u.name, u.files) for u in found] == [("tinydep", ("tinydep/__init__.py",))]
+
+
+def test_a_locked_wheel_s_file_url_is_read_as_uv_reads_it() -> None:
+    """A kit's or a local mirror's wheels are ``file://`` URLs in the lock, quoted (a space is ``%20``); a wheel
+    on another host or on an index is not a file here.  (``unquote`` is ``urllib.request.url2pathname`` on
+    POSIX; the lock's reader no longer imports urllib.request, which brings http.client and ssl.)"""
+    from october.installer.lock.installed import local_wheel
+
+    assert local_wheel({"url": "file:///k%20it/wheels/a-1.0-py3-none-any.whl"}) == Path("/k it/wheels/a-1.0-py3-none-any.whl")
+    assert local_wheel({"url": "file://localhost/w/a.whl"}) == Path("/w/a.whl")
+    assert local_wheel({"url": "file://elsewhere/w/a.whl"}) is None
+    assert local_wheel({"url": "https://files.example/a%20b.whl"}) is None
+    assert local_wheel({"path": "/w/a.whl"}) == Path("/w/a.whl") and local_wheel({"path": "w/a.whl"}) is None

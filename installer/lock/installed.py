@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name, canonicalize_version
 
@@ -46,9 +46,7 @@ def local_wheel(entry: Mapping[str, Any]) -> Path | None:
         parts = urlsplit(url)
         if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
             return None
-        from urllib.request import url2pathname     # http.client, ssl, email: only for a file:// entry
-
-        return Path(url2pathname(parts.path))
+        return Path(unquote(parts.path))    # urllib.request.url2pathname on POSIX (it imports http.client and ssl)
     return Path(path) if isinstance(path, str) and Path(path).is_absolute() else None
 
 

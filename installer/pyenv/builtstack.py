@@ -97,7 +97,7 @@ class InTheWay(EntryRefused):
 class Entry:
     path: Path
     manifest: Mapping[str, Any]
-    ident: tuple[int, int] | None = None    # the manifest file's (inode, ctime) as read: which store made this entry
+    ident: tuple[int, ...] | None = None    # the manifest file's stat as read (_ident): which store made this entry
 
     @property
     def facts(self) -> Mapping[str, Any]:
@@ -400,34 +400,36 @@ def key_for_recipe(cache_dir: Path, recipe_key: str) -> str | None:
     return text if KEY.fullmatch(text) else None
 
 
-# The entries this process read and found signed, by (manifest path, its stat as read, the key that signed it): a
-# second stack looks its entry up four times (the copy during the fetch, the env step, the forks' outputs, the
+# The entries this process read and found signed, by (manifest path, its identity as read, the key that signed it):
+# a second stack looks its entry up four times (the copy during the fetch, the env step, the forks' outputs, the
 # lock), and an env with its own torch has a manifest of ~12k rows (60 ms to read and check here, each time).
 _found: dict[tuple[Path, tuple[int, ...], bytes], Entry] = {}
+FOUND_KEPT = 8              # entries remembered at most (a process that sets up many stacks keeps no more)
 
 
 def find(cache_dir: Path, key: str) -> Entry | None:
     """The entry stored under ``key`` when there is one with a readable manifest of this format, signed with this
     user's key (:mod:`october.installer.core.cachekey`): a manifest rewritten by whoever can write the cache, or
     stored by another user or an earlier version (unsigned), is never taken.  A manifest this process already read
-    and found signed is not read again while its stat (device, inode, size, mtime, ctime: a write or a
-    replacement changes them) and the key are the same."""
+    and found signed is not read again while its identity (:func:`_ident`) and the key are the same: a store never
+    rewrites a manifest in place, and one rewritten by another hand within a timestamp's tick, its size kept, is
+    answered with the manifest read and checked before, against which every file is still hashed as it is copied."""
     path = built_dir(cache_dir) / key
     try:
-        st = os.stat(path / MANIFEST)
+        ident = _ident(os.stat(path / MANIFEST))
     except OSError:
         return None
     signer = cachekey.load_key(cache=cache_dir)
     if signer is None:
         return None
-    seen_as = (path / MANIFEST, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), signer)
-    if (seen := _found.get(seen_as)) is not None:
+    if (seen := _found.get((path, ident, signer))) is not None:
         return seen
     entry = _read_entry(path)
-    if entry is None or not cachekey.signed(entry.manifest, signer):
+    if entry is None or entry.ident is None or not cachekey.signed(entry.manifest, signer):
         return None
-    if entry.ident == _ident(st):       # not changed between the two looks: what was read is what was seen
-        _found[seen_as] = entry
+    if len(_found) >= FOUND_KEPT:
+        _found.clear()
+    _found[(path, entry.ident, signer)] = entry         # under the identity seen just before it was read
     return entry
 
 
@@ -444,9 +446,10 @@ def _read_entry(path: Path) -> Entry | None:
     return Entry(path, manifest, ident)
 
 
-def _ident(st: os.stat_result) -> tuple[int, int]:
-    """A file's identity: its inode, which a file made after it was removed may get again, with its ctime."""
-    return st.st_ino, st.st_ctime_ns
+def _ident(st: os.stat_result) -> tuple[int, ...]:
+    """A file's identity: its device and inode, which a file made after it was removed may get again, with its
+    size, mtime and ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def discard_entry(entry: Entry) -> str:
