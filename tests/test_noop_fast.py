@@ -211,6 +211,16 @@ def test_the_tool_leaves_without_a_collection_over_every_object() -> None:
     assert out == ["first", "True", "False", "last", "False", "True"]
 
 
+def test_nothing_of_the_tool_waits_for_a_collection_to_do_its_work() -> None:
+    """What the exit handler above relies on: no class of the tool (installer/, checks/) does work in ``__del__``
+    or a ``weakref.finalize`` callback, which a collection at exit would have run for an object in a cycle."""
+    found = [f"{path.relative_to(PROJECT_ROOT)}:{n}" for top in ("installer", "checks")
+             for path in sorted((PROJECT_ROOT / top).rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "def __del__" in line or "weakref.finalize" in line or "finalize(" in line and "weakref" in line]
+    assert found == []
+
+
 def test_fork_verify_sees_a_moved_or_unchecked_out_submodule(tmp_path: Path) -> None:
     """The fetch step's verify reads submodule HEADs from their files when the tree is clean (no
     `git submodule status`): a submodule moved to another commit, or not checked out, is caught,
