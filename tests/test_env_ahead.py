@@ -257,6 +257,30 @@ def test_a_copy_removed_or_swapped_before_it_is_taken_is_copied_again(world: Wor
     assert built_from(s2) == entries(cache)[0].name and statuses(res)["install"] == "ran" and verify(s2) == 0
 
 
+def test_a_copy_that_cannot_be_renamed_into_place_is_copied_again(world: World, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy made during the fetch is renamed into ``STACK/env``; a rename that fails (another file system under
+    ``.state``, a folder made read-only) is said, the copy removed, and the env step copies the env itself; the
+    entry is not blamed.  The failing rename is a stand-in: as root, on one file system, no plant makes it fail."""
+    import errno
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    made = s2 / ".state" / envearly.AHEAD / "env"
+    rename = os.rename
+
+    def refused(src, dst, *args, **kwargs) -> None:
+        if Path(src) == made:
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+        rename(src, dst, *args, **kwargs)
+    monkeypatch.setattr(envearly.os, "rename", refused)
+    res = setup(world, s2, cache)
+    log = (s2 / "logs" / "env.log").read_text()
+    assert "is not used (it could not be put in place: [Errno 18] Invalid cross-device link" in log and TAKEN not in log
+    assert not (s2 / ".state" / envearly.AHEAD).exists() and (s2 / "env").is_dir() and not (s2 / "env").is_symlink()
+    assert built_from(s2) == entries(cache)[0].name and statuses(res)["install"] == "ran" and verify(s2) == 0
+
+
 def test_an_entry_removed_after_the_copy_does_not_fail_the_stack(world: World, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The review: the check of the venv's own files read the entry again, so an entry refused by another stack
