@@ -448,6 +448,43 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     assert built_from(s2) is None and verify(s2) == 0
 
 
+@pytest.mark.parametrize("how", ["edited", "removed"])
+def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_fault(world: World, tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                                  how: str) -> None:
+    """Session 32's review: a file of the env edited (or removed) in the stack after this run copied it, before
+    install's RECORD check, was taken for the entry's fault and the entry was removed (every later stack then
+    built cold).  The file's signature is not the copy's: the entry is kept, the env removed, the error names the
+    file and a writer in the stack; the re-run copies the env again and the stack verifies.  The writer is a spy
+    on the real check (it runs after the plant)."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import install as install_step
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (entry,) = entries(cache)
+    real = install_step.records.require_intact
+
+    def writer_first(env: Path, *args, **kwargs):
+        target = next(env.glob("lib/python*/site-packages/tinydep/__init__.py"))
+        if how == "edited":
+            with open(target, "a") as fh:
+                fh.write("PLANTED = 1\n")
+        else:
+            target.unlink()
+        return real(env, *args, **kwargs)
+    monkeypatch.setattr(install_step.records, "require_intact", writer_first)
+    with pytest.raises(InstallError) as info:
+        setup(world, s2, cache)
+    monkeypatch.undo()
+    said = info.value.message
+    assert "changed in the stack after it was copied" in said and "tinydep/__init__.py" in said, said
+    assert ("(removed)" in said) == (how == "removed") and "now removed with the env" not in said
+    assert entries(cache) == [entry] and not (s2 / "env").exists()
+    setup(world, s2, cache)
+    assert built_from(s2) == entry.name and verify(s2) == 0
+
+
 @pytest.mark.parametrize("plant", ["interpreter link", "facts", "unsigned"])
 def test_a_manifest_rewritten_without_the_key_is_never_taken(world: World, tmp_path: Path, plant: str) -> None:
     """The cache hunt: whoever could write the cache rewrote an entry's ``bin/python`` link and its manifest row

@@ -583,15 +583,16 @@ def restored_digest(entry: Entry, fork: str, rel: str, root: Path) -> str | None
     return "sha256:" + _hash_bytes(_place_bytes(_checked(entry.path / "forks" / fork / rel, row), root))
 
 
-def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
+def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> list[Path]:
     """The RECORD rows of the files the stack's own path was put into, made to say the bytes written there
     (``relocated``: :func:`_restore_tree`'s answer; a row of another algorithm than sha256 hashes the file);
-    -> how many changed.  Not read back for sha256: a file changed after it was written stays unlike its row
-    (the tamper hunt: a line added to an editable ``.pth`` while the rest of the env was copied was recorded)."""
+    -> the RECORD files written again.  Not read back for sha256: a file changed after it was written stays unlike
+    its row (the tamper hunt: a line added to an editable ``.pth`` while the rest of the env was copied was
+    recorded)."""
     from ..verify_dists import installed, record_hash, record_rows
 
     moved = {p.resolve(): v for p, v in relocated.items()}
-    changed = 0
+    rewritten: list[Path] = []
     for dist in installed(env).values():
         rows = [list(r) for r in record_rows(dist)]
         touched = False
@@ -602,12 +603,12 @@ def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> int:
                 digest, size = moved[path] if algo == "sha256" else (record_hash(path, algo), path.stat().st_size)
                 row[1], row[2] = f"{algo}={digest}", str(size)
                 touched = True
-                changed += 1
         if touched:
             out = io.StringIO()
             csv.writer(out, lineterminator="\n").writerows(rows)
             write_text_atomic(dist.info / "RECORD", out.getvalue())
-    return changed
+            rewritten.append(dist.info / "RECORD")
+    return rewritten
 
 
 def import_restore() -> None:
@@ -632,8 +633,9 @@ def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool]
     partial.mkdir(parents=True)
     hashed: dict[str, Hashed] = {}
     try:
-        rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"], root,
-                                        fresh=True, hashed=hashed, stop=stop, wrote=wrote))
+        for record in rerecord(partial, _restore_tree(entry.path / "env", partial, entry.manifest["files"]["env"],
+                                                      root, fresh=True, hashed=hashed, stop=stop, wrote=wrote)):
+            hashed.pop(record.relative_to(partial).as_posix(), None)     # not the bytes hashed any more
         os.rename(partial, env)     # renaming the folder changes no signature of the files in it
     except (EntryRefused, Stopped, OSError):
         shutil.rmtree(partial, ignore_errors=True)

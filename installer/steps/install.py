@@ -117,7 +117,9 @@ class InstallStep:
             uvs_own = records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
                                              system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
         except InstallError as exc:
-            if copied is not None:      # copied from the cache by this run: the entry itself is wrong
+            if copied is not None and (changed := reuse.changed_since_copy(ctx)):
+                raise reuse.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
+            if copied is not None:      # copied from the cache by this run, as copied: the entry itself is wrong
                 raise reuse.refused_copy(ctx, self.name, copied, exc) from None
             raise
         spec = self.guard_spec(ctx, forks)

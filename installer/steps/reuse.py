@@ -193,6 +193,43 @@ def env_copied_this_run(ctx: StepContext) -> str | None:
     return env.built_from if isinstance(env, EnvResult) else None
 
 
+def changed_since_copy(ctx: StepContext) -> list[str]:
+    """The env's files this run copied (and vouched for as the copy hashed them) that another hand changed or
+    removed since (another signature, or gone): a file that disagrees with its RECORD then is not the entry's
+    fault.  Sorted, relative to the env."""
+    from ..core.filetrust import signature
+
+    top = str(ctx.paths.env) + os.sep
+    changed: list[str] = []
+    for key, row in sorted(ctx.trust.vouched.items()):
+        if not key.startswith(top):
+            continue
+        try:
+            now = signature(os.lstat(key))
+        except OSError:
+            changed.append(f"{key[len(top):]} (removed)")
+            continue
+        if now != row[:4]:
+            changed.append(key[len(top):])
+    return changed
+
+
+def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError,
+                 changed: list[str]) -> InstallError:
+    """The env copied this run from ``entry`` failed install's RECORD check after files of it were changed in the
+    stack (``changed``): the entry is kept, the env removed (the re-run copies it again), and the error to raise."""
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    ctx.runner.note(step, f"# the env copied from the built-stack cache entry {entry.path} was changed in the stack "
+                          f"after the copy ({shown}): the entry is kept, the env removed")
+    shutil.rmtree(ctx.paths.env, ignore_errors=True)
+    ctx.trust.unvouch(ctx.paths.env)
+    return InstallError(f"{exc.message} (files of the env changed in the stack after it was copied from the "
+                        f"built-stack cache entry {entry.path}: {shown}; the entry is kept, the env removed)",
+                        expected=exc.expected, found=exc.found,
+                        fix="find what writes into the stack while october_setup runs, then re-run october_setup "
+                            "(the env is copied again)")
+
+
 def refused_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError) -> InstallError:
     """The entry an env was copied from this run, refused after install's RECORD check: removed with the env,
     and the error to raise (a re-run builds the stack)."""
