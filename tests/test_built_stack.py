@@ -448,15 +448,15 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     assert built_from(s2) is None and verify(s2) == 0
 
 
-@pytest.mark.parametrize("how", ["edited", "removed"])
+@pytest.mark.parametrize("how", ["edited", "removed", "added"])
 def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_fault(world: World, tmp_path: Path,
                                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                                   how: str) -> None:
-    """Session 32's review: a file of the env edited (or removed) in the stack after this run copied it, before
-    install's RECORD check, was taken for the entry's fault and the entry was removed (every later stack then
-    built cold).  The file's signature is not the copy's: the entry is kept, the env removed, the error names the
-    file and a writer in the stack; the re-run copies the env again and the stack verifies.  The writer is a spy
-    on the real check (it runs after the plant)."""
+    """Session 32's review: a file of the env edited, removed (or a file added) in the stack after this run copied
+    it, before install's RECORD check, was taken for the entry's fault and the entry was removed (every later stack
+    then built cold).  Every file the check names is not as the copy wrote it: the entry is kept, the env removed,
+    the error names the file and a writer in the stack; the re-run copies the env again and the stack verifies.
+    The writer is a spy on the real check (it runs after the plant)."""
     from october.installer.core.errors import InstallError
     from october.installer.steps import install as install_step
 
@@ -470,19 +470,84 @@ def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_faul
         if how == "edited":
             with open(target, "a") as fh:
                 fh.write("PLANTED = 1\n")
-        else:
+        elif how == "removed":
             target.unlink()
+        else:
+            target.with_name("planted.py").write_text("PLANTED = 1\n")
         return real(env, *args, **kwargs)
     monkeypatch.setattr(install_step.records, "require_intact", writer_first)
     with pytest.raises(InstallError) as info:
         setup(world, s2, cache)
     monkeypatch.undo()
     said = info.value.message
-    assert "changed in the stack after it was copied" in said and "tinydep/__init__.py" in said, said
-    assert ("(removed)" in said) == (how == "removed") and "now removed with the env" not in said
-    assert entries(cache) == [entry] and not (s2 / "env").exists()
+    assert "changed in the stack after it was copied" in said and "tinydep/" in said, said
+    assert ("(removed)" in said) == (how == "removed") and ("(added)" in said) == (how == "added")
+    assert "now removed with the env" not in said and entries(cache) == [entry] and not (s2 / "env").exists()
     setup(world, s2, cache)
     assert built_from(s2) == entry.name and verify(s2) == 0
+
+
+def test_a_file_the_copy_wrote_without_a_hash_is_not_judged(world: World, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the copy wrote with the stack's path put in (fork alpha's editable ``.pth``) has no hash of the copy's
+    to hold it to: edited after the copy, it cannot be told from the entry's fault, and the entry is refused as
+    before (the safe way).  The writer is a spy on the real check."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import install as install_step
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    real = install_step.records.require_intact
+
+    def writer_first(env: Path, *args, **kwargs):
+        pth = next(env.glob("lib/python*/site-packages/__editable__.alpha*.pth"))
+        with open(pth, "a") as fh:
+            fh.write("import os\n")
+        return real(env, *args, **kwargs)
+    monkeypatch.setattr(install_step.records, "require_intact", writer_first)
+    with pytest.raises(InstallError) as info:
+        setup(world, s2, cache)
+    monkeypatch.undo()
+    said = info.value.message
+    assert ".pth (changed)" in said and "now removed with the env" in said and "changed in the stack" not in said, said
+    assert entries(cache) == []
+
+
+@pytest.mark.parametrize("how", ["another file touched", "a fork reinstalled"])
+def test_a_bad_entry_is_refused_whatever_else_changed_in_the_stack(world: World, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """The review of the rule above: it asked whether *any* copied file changed, so a bad entry (its file unlike its
+    RECORD, as copied) was kept when another file's signature moved -- a chmod in the stack, or the tool's own
+    reinstall of a fork whose outputs could not be taken (uv rewrites its dist-info) -- and every re-run failed
+    again.  Only the files the check names are judged: one of them as copied is the entry's fault, whatever else
+    changed.  The writer is a spy on the real check; the fork reinstall is made by the real install when the
+    forks' outputs are refused (a stand-in refusal: ``restore_forks`` raising the entry's ``InTheWay``)."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import install as install_step
+
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    rewrite_entry_with_manifest(cache)
+    if how == "another file touched":
+        real = install_step.records.require_intact
+
+        def touch_first(env: Path, *args, **kwargs):
+            other = next(env.glob("lib/python*/site-packages/alpha-*.dist-info/METADATA"))
+            os.chmod(other, other.stat().st_mode)        # the same mode: only its ctime moves
+            return real(env, *args, **kwargs)
+        monkeypatch.setattr(install_step.records, "require_intact", touch_first)
+    else:
+        def in_the_way(*_args, **_kwargs):
+            raise builtstack.InTheWay("a stand-in: the forks' outputs are not taken")
+        monkeypatch.setattr(builtstack, "restore_forks", in_the_way)
+    with pytest.raises(InstallError) as info:
+        setup(world, s2, cache)
+    monkeypatch.undo()
+    said = info.value.message
+    assert "tinydep/__init__.py (changed)" in said and "now removed with the env" in said, said
+    assert "changed in the stack" not in said and entries(cache) == [] and not (s2 / "env").exists()
+    setup(world, s2, cache)
+    assert built_from(s2) is None and verify(s2) == 0
 
 
 @pytest.mark.parametrize("plant", ["interpreter link", "facts", "unsigned"])

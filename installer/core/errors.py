@@ -193,6 +193,15 @@ class InstallError(OctoberError):
     title = "install check failed"
 
 
+class UnlikeRecordError(InstallError):
+    """Files of the env unlike their RECORD (changed, missing) or owned by none: ``paths``, each of them."""
+
+    def __init__(self, what: str, *, paths: Sequence[Path], expected: str | None = None, found: str | None = None,
+                 fix: str | None = None) -> None:
+        self.paths = tuple(paths)
+        super().__init__(what, expected=expected, found=found, fix=fix)
+
+
 class JitError(OctoberError):
     exit_code = 12
     title = "JIT build failed"

@@ -148,15 +148,18 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     itself, asked only when unowned files are found: uv 0.12 writes ``_virtualenv.pth`` and ``_virtualenv.py``).
     Before the built-stack cache stores the env: nothing unchecked goes on.  -> the unowned files taken as uv's
     own (relative path -> sha256), which ``current verify`` holds to that record."""
-    from ..core.errors import InstallError
+    from ..core.errors import UnlikeRecordError
 
     bad = tampered(env, trust)
     if bad:
-        raise InstallError(f"installed files differ from their distribution's RECORD: {describe(bad)}",
-                           expected="every file in the stack env with the hash its RECORD lists",
-                           found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
-                           fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
-                               "cache edited through a stack that hard-linked it) and re-run october_setup")
+        dists = installed(env)
+        raise UnlikeRecordError(f"installed files differ from their distribution's RECORD: {describe(bad)}",
+                                paths=[dists[name].site / item.rsplit(" (", 1)[0] for name, items in bad.items()
+                                       for item in items],
+                                expected="every file in the stack env with the hash its RECORD lists",
+                                found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
+                                fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
+                                    "cache edited through a stack that hard-linked it) and re-run october_setup")
     extra = unowned(env, system_torch)
     uvs: dict[str, str] = {}
     if extra and scaffold is not None:
@@ -164,9 +167,11 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
         extra = [p for p in extra if p.relative_to(env).as_posix() not in uvs]
     if extra:
         shown = first([str(p) for p in extra], MAX_SHOWN, "; ")
-        raise InstallError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD owns",
-                           expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
-                           found=shown,
-                           fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
-                               f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run october_setup")
+        raise UnlikeRecordError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD "
+                                "owns", paths=extra,
+                                expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
+                                found=shown,
+                                fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
+                                    f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
+                                    "october_setup")
     return uvs

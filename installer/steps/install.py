@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.atomic import write_json_atomic
-from ..core.errors import InstallError
+from ..core.errors import InstallError, UnlikeRecordError
 from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..engine import ENV_COPIED, FORKS_INSTALLED, StepContext
@@ -117,7 +117,8 @@ class InstallStep:
             uvs_own = records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
                                              system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
         except InstallError as exc:
-            if copied is not None and (changed := reuse.changed_since_copy(ctx)):
+            if copied is not None and isinstance(exc, UnlikeRecordError) and \
+                    (changed := reuse.changed_since_copy(ctx, copied, exc.paths)):
                 raise reuse.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
             if copied is not None:      # copied from the cache by this run, as copied: the entry itself is wrong
                 raise reuse.refused_copy(ctx, self.name, copied, exc) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -193,24 +193,36 @@ def env_copied_this_run(ctx: StepContext) -> str | None:
     return env.built_from if isinstance(env, EnvResult) else None
 
 
-def changed_since_copy(ctx: StepContext) -> list[str]:
-    """The env's files this run copied (and vouched for as the copy hashed them) that another hand changed or
-    removed since (another signature, or gone): a file that disagrees with its RECORD then is not the entry's
-    fault.  Sorted, relative to the env."""
+def changed_since_copy(ctx: StepContext, entry: "builtstack.Entry", flagged: Sequence[Path]) -> list[str]:
+    """The files install's RECORD check ``flagged`` in the env this run copied from ``entry`` when every one of them
+    was changed in the stack after the copy: one the copy wrote and hashed (vouched for) with another signature now,
+    or gone; one the entry does not hold (added).  Else (any flagged file as the copy wrote it, or one it wrote
+    unhashed: templated, a link, a whole-second file system) [] -- the entry's fault, whatever else changed.
+    Relative to the env."""
     from ..core.filetrust import signature
 
-    top = str(ctx.paths.env) + os.sep
+    env = ctx.paths.env
+    held = entry.manifest["files"]["env"]
     changed: list[str] = []
-    for key, row in sorted(ctx.trust.vouched.items()):
-        if not key.startswith(top):
+    for path in flagged:
+        try:
+            rel = Path(os.path.normpath(path)).relative_to(env).as_posix()     # a RECORD row may climb: ../../bin
+        except ValueError:
+            return []               # not the env's (a site torch's): not this copy's to judge
+        row = ctx.trust.vouched.get(str(env / rel))
+        if row is None:
+            if rel in held:
+                return []           # the copy wrote it without a hash to hold it to: cannot tell
+            changed.append(f"{rel} (added)")
             continue
         try:
-            now = signature(os.lstat(key))
+            now = signature(os.lstat(env / rel))
         except OSError:
-            changed.append(f"{key[len(top):]} (removed)")
+            changed.append(f"{rel} (removed)")
             continue
-        if now != row[:4]:
-            changed.append(key[len(top):])
+        if now == row[:4]:
+            return []               # as the copy wrote it: the entry's bytes disagree with their RECORD
+        changed.append(rel)
     return changed
 
 
