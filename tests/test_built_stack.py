@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -448,6 +449,25 @@ def test_a_changed_manifest_row_is_not_a_way_in(world: World, tmp_path: Path) ->
     assert built_from(s2) is None and verify(s2) == 0
 
 
+def _fails_with_a_writer_first(world: World, stack: Path, cache: Path, monkeypatch: pytest.MonkeyPatch,
+                               write: Callable[[Path], None]) -> str:
+    """The setup of ``stack`` with ``write(env)`` run just before install's RECORD check (a spy on the real check:
+    a writer in the stack), which must fail: -> the error's message."""
+    from october.installer.core.errors import InstallError
+    from october.installer.steps import install as install_step
+
+    real = install_step.records.require_intact
+
+    def writer_first(env: Path, *args: Any, **kwargs: Any) -> Any:
+        write(env)
+        return real(env, *args, **kwargs)
+    monkeypatch.setattr(install_step.records, "require_intact", writer_first)
+    with pytest.raises(InstallError) as info:
+        setup(world, stack, cache)
+    monkeypatch.undo()
+    return info.value.message
+
+
 @pytest.mark.parametrize("how", ["edited", "removed", "added"])
 def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_fault(world: World, tmp_path: Path,
                                                                                   monkeypatch: pytest.MonkeyPatch,
@@ -457,15 +477,11 @@ def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_faul
     then built cold).  Every file the check names is not as the copy wrote it: the entry is kept, the env removed,
     the error names the file and a writer in the stack; the re-run copies the env again and the stack verifies.
     The writer is a spy on the real check (it runs after the plant)."""
-    from october.installer.core.errors import InstallError
-    from october.installer.steps import install as install_step
-
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
     (entry,) = entries(cache)
-    real = install_step.records.require_intact
 
-    def writer_first(env: Path, *args, **kwargs):
+    def write(env: Path) -> None:
         target = next(env.glob("lib/python*/site-packages/tinydep/__init__.py"))
         if how == "edited":
             with open(target, "a") as fh:
@@ -474,12 +490,7 @@ def test_an_env_file_changed_in_the_stack_after_its_copy_is_not_the_entry_s_faul
             target.unlink()
         else:
             target.with_name("planted.py").write_text("PLANTED = 1\n")
-        return real(env, *args, **kwargs)
-    monkeypatch.setattr(install_step.records, "require_intact", writer_first)
-    with pytest.raises(InstallError) as info:
-        setup(world, s2, cache)
-    monkeypatch.undo()
-    said = info.value.message
+    said = _fails_with_a_writer_first(world, s2, cache, monkeypatch, write)
     assert "changed in the stack after it was copied" in said and "tinydep/" in said, said
     assert ("(removed)" in said) == (how == "removed") and ("(added)" in said) == (how == "added")
     assert "now removed with the env" not in said and entries(cache) == [entry] and not (s2 / "env").exists()
@@ -492,23 +503,14 @@ def test_a_file_the_copy_wrote_without_a_hash_is_not_judged(world: World, tmp_pa
     """A file the copy wrote with the stack's path put in (fork alpha's editable ``.pth``) has no hash of the copy's
     to hold it to: edited after the copy, it cannot be told from the entry's fault, and the entry is refused as
     before (the safe way).  The writer is a spy on the real check."""
-    from october.installer.core.errors import InstallError
-    from october.installer.steps import install as install_step
-
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
-    real = install_step.records.require_intact
 
-    def writer_first(env: Path, *args, **kwargs):
+    def write(env: Path) -> None:
         pth = next(env.glob("lib/python*/site-packages/__editable__.alpha*.pth"))
         with open(pth, "a") as fh:
             fh.write("import os\n")
-        return real(env, *args, **kwargs)
-    monkeypatch.setattr(install_step.records, "require_intact", writer_first)
-    with pytest.raises(InstallError) as info:
-        setup(world, s2, cache)
-    monkeypatch.undo()
-    said = info.value.message
+    said = _fails_with_a_writer_first(world, s2, cache, monkeypatch, write)
     assert ".pth (changed)" in said and "now removed with the env" in said and "changed in the stack" not in said, said
     assert entries(cache) == []
 
@@ -522,28 +524,20 @@ def test_a_bad_entry_is_refused_whatever_else_changed_in_the_stack(world: World,
     again.  Only the files the check names are judged: one of them as copied is the entry's fault, whatever else
     changed.  The writer is a spy on the real check; the fork reinstall is made by the real install when the
     forks' outputs are refused (a stand-in refusal: ``restore_forks`` raising the entry's ``InTheWay``)."""
-    from october.installer.core.errors import InstallError
-    from october.installer.steps import install as install_step
-
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
     rewrite_entry_with_manifest(cache)
-    if how == "another file touched":
-        real = install_step.records.require_intact
 
-        def touch_first(env: Path, *args, **kwargs):
-            other = next(env.glob("lib/python*/site-packages/alpha-*.dist-info/METADATA"))
-            os.chmod(other, other.stat().st_mode)        # the same mode: only its ctime moves
-            return real(env, *args, **kwargs)
-        monkeypatch.setattr(install_step.records, "require_intact", touch_first)
-    else:
-        def in_the_way(*_args, **_kwargs):
-            raise builtstack.InTheWay("a stand-in: the forks' outputs are not taken")
+    def touch(env: Path) -> None:
+        other = next(env.glob("lib/python*/site-packages/alpha-*.dist-info/METADATA"))
+        os.chmod(other, other.stat().st_mode)        # the same mode: only its ctime moves
+
+    def in_the_way(*_args: Any, **_kwargs: Any) -> None:
+        raise builtstack.InTheWay("a stand-in: the forks' outputs are not taken")
+    if how == "a fork reinstalled":
         monkeypatch.setattr(builtstack, "restore_forks", in_the_way)
-    with pytest.raises(InstallError) as info:
-        setup(world, s2, cache)
-    monkeypatch.undo()
-    said = info.value.message
+    said = _fails_with_a_writer_first(world, s2, cache, monkeypatch,
+                                      touch if how == "another file touched" else lambda _env: None)
     assert "tinydep/__init__.py (changed)" in said and "now removed with the env" in said, said
     assert "changed in the stack" not in said and entries(cache) == [] and not (s2 / "env").exists()
     setup(world, s2, cache)
