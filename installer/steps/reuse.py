@@ -235,7 +235,7 @@ def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: In
                           f"after the copy ({shown}): the entry is kept, the env removed")
     shutil.rmtree(ctx.paths.env, ignore_errors=True)
     ctx.trust.unvouch(ctx.paths.env)
-    return InstallError(f"{exc.message} (files of the env changed in the stack after it was copied from the "
+    return InstallError(f"{exc.what} (files of the env changed in the stack after it was copied from the "
                         f"built-stack cache entry {entry.path}: {shown}; the entry is kept, the env removed)",
                         expected=exc.expected, found=exc.found,
                         fix="find what writes into the stack while october_setup runs, then re-run october_setup "
@@ -245,8 +245,8 @@ def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: In
 def refused_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError) -> InstallError:
     """The entry an env was copied from this run, refused after install's RECORD check: removed with the env,
     and the error to raise (a re-run builds the stack)."""
-    refuse_entry(ctx, step, entry, exc.message)
-    return InstallError(f"{exc.message} (in the env copied from the built-stack cache entry {entry.path}, "
+    refuse_entry(ctx, step, entry, exc.what)
+    return InstallError(f"{exc.what} (in the env copied from the built-stack cache entry {entry.path}, "
                         "now removed with the env)", expected=exc.expected, found=exc.found,
                         fix="re-run october_setup: the env is made again, without the cache entry")
 
