@@ -25,9 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.setup_bench import bench_world, served_from  # noqa: E402
 from tests.fixtures.findlinks_server import serve_find_links  # noqa: E402
-from tests.fixtures.wheels import build_wheel  # noqa: E402
-from tests.fixtures.world import make_world  # noqa: E402
 
 
 def run(tree: Path, stack: Path, recipe: Path, cache: Path) -> float:
@@ -51,13 +50,9 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(base_tree), args.base],
                        check=True)
         trees = {"base": base_tree, "new": ROOT}
-        world = make_world(work / "world")
-        build_wheel(world.wheels, "torch", "2.10.0+fixture",
-                    {"torch/__init__.py": '__version__ = "2.10.0+fixture"\n',
-                     "torch/lib/payload.bin": os.urandom(args.torch_mb << 20)})
+        world = bench_world(work / "world", args.torch_mb)
         with serve_find_links(world.wheels) as links:      # not throttled: only cold runs download
-            recipe = world.recipe
-            recipe.write_text(recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{links.url}"]'))
+            recipe = served_from(world, links.url)
             cache = work / "cache"
             cold = {name: run(tree, work / f"{name}-cold", recipe, cache) for name, tree in trees.items()}
             for name, tree in trees.items():       # the first of each: bytecode written, the entry's first copy,

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fixtures.findlinks_server import serve_find_links  # noqa: E402
 from tests.fixtures.wheels import build_wheel  # noqa: E402
-from tests.fixtures.world import make_world  # noqa: E402
+from tests.fixtures.world import World, make_world  # noqa: E402
 
 NOOP_GOAL_S = 0.5
 SECOND_GOAL_X = 10.0
@@ -57,6 +57,21 @@ def timed_setup(stack: Path, recipe: Path, cache: Path, profile: Path | None = N
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def bench_world(root: Path, torch_mb: int) -> World:
+    """The fixture world with a torch stand-in of ``torch_mb`` incompressible MB (the real cu128 wheel: ~900 MB)."""
+    world = make_world(root)
+    build_wheel(world.wheels, "torch", "2.10.0+fixture",
+                {"torch/__init__.py": '__version__ = "2.10.0+fixture"\n',
+                 "torch/lib/payload.bin": os.urandom(torch_mb << 20)})
+    return world
+
+
+def served_from(world: World, url: str) -> Path:
+    """The world's recipe with its wheels found at ``url`` (a loopback find-links server) -> the recipe."""
+    world.recipe.write_text(world.recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{url}"]'))
+    return world.recipe
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
@@ -70,13 +85,9 @@ def main() -> int:
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="october-bench-"))
     try:
-        world = make_world(work / "world")
-        build_wheel(world.wheels, "torch", "2.10.0+fixture",
-                    {"torch/__init__.py": '__version__ = "2.10.0+fixture"\n',
-                     "torch/lib/payload.bin": os.urandom(args.torch_mb << 20)})
+        world = bench_world(work / "world", args.torch_mb)
         with serve_find_links(world.wheels, rate=args.link_mbps * 1e6 / 8) as links:
-            text = world.recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{links.url}"]')
-            world.recipe.write_text(text)
+            served_from(world, links.url)
             cache = work / "cache"
             cold = timed_setup(work / "stack1", world.recipe, cache)
             noops = [timed_setup(work / "stack1", world.recipe, cache) for _ in range(max(1, args.noops))]

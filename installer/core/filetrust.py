@@ -70,6 +70,17 @@ class FileTrust:
         self.vouched[str(file)] = [*sig, kind, value]
         self.racy[str(file)] = (kind, compute)
 
+    def as_vouched(self, file: Path) -> bool | None:
+        """Whether ``file`` still has the signature this run vouched for it with (None: not vouched for; False:
+        another signature now, or gone)."""
+        row = self.vouched.get(str(file))
+        if row is None:
+            return None
+        try:
+            return signature(os.stat(file)) == row[:4]
+        except OSError:
+            return False
+
     def unvouch(self, under: Path) -> None:
         """Forget what was vouched for at or under ``under`` (removed: a file made there later is read)."""
         top = str(under)

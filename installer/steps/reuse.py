@@ -199,8 +199,6 @@ def changed_since_copy(ctx: StepContext, entry: "builtstack.Entry", flagged: Seq
     or gone; one the entry does not hold (added).  Else (any flagged file as the copy wrote it, or one it wrote
     unhashed: templated, a link, a whole-second file system) [] -- the entry's fault, whatever else changed.
     Relative to the env."""
-    from ..core.filetrust import signature
-
     env = ctx.paths.env
     held = entry.manifest["files"]["env"]
     changed: list[str] = []
@@ -209,20 +207,15 @@ def changed_since_copy(ctx: StepContext, entry: "builtstack.Entry", flagged: Seq
             rel = Path(os.path.normpath(path)).relative_to(env).as_posix()     # a RECORD row may climb: ../../bin
         except ValueError:
             return []               # not the env's (a site torch's): not this copy's to judge
-        row = ctx.trust.vouched.get(str(env / rel))
-        if row is None:
+        as_copied = ctx.trust.as_vouched(env / rel)
+        if as_copied is None:
             if rel in held:
                 return []           # the copy wrote it without a hash to hold it to: cannot tell
             changed.append(f"{rel} (added)")
-            continue
-        try:
-            now = signature(os.lstat(env / rel))
-        except OSError:
-            changed.append(f"{rel} (removed)")
-            continue
-        if now == row[:4]:
+        elif as_copied:
             return []               # as the copy wrote it: the entry's bytes disagree with their RECORD
-        changed.append(rel)
+        else:
+            changed.append(rel if os.path.lexists(env / rel) else f"{rel} (removed)")
     return changed
 
 
@@ -233,8 +226,7 @@ def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: In
     shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
     ctx.runner.note(step, f"# the env copied from the built-stack cache entry {entry.path} was changed in the stack "
                           f"after the copy ({shown}): the entry is kept, the env removed")
-    shutil.rmtree(ctx.paths.env, ignore_errors=True)
-    ctx.trust.unvouch(ctx.paths.env)
+    _drop_env(ctx)
     return InstallError(f"{exc.what} (files of the env changed in the stack after it was copied from the "
                         f"built-stack cache entry {entry.path}: {shown}; the entry is kept, the env removed)",
                         expected=exc.expected, found=exc.found,
@@ -261,8 +253,13 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
         "replaced": "another run has stored it again since: kept"}[done] + ", building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
     if drop_env:
-        shutil.rmtree(ctx.paths.env, ignore_errors=True)
-        ctx.trust.unvouch(ctx.paths.env)        # what the copy hashed is gone with it
+        _drop_env(ctx)
+
+
+def _drop_env(ctx: StepContext) -> None:
+    """Remove the env copied this run, and what was vouched for in it (gone with it)."""
+    shutil.rmtree(ctx.paths.env, ignore_errors=True)
+    ctx.trust.unvouch(ctx.paths.env)
 
 
 def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
