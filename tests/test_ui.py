@@ -59,6 +59,21 @@ def test_git_progress_is_parsed_by_gitpython_imported_only_for_git_lines() -> No
                                              "True"], proc.stdout + proc.stderr
 
 
+def test_rich_s_bars_are_imported_at_the_first_bar_on_a_terminal_only() -> None:
+    """A run whose output goes to a log, a pipe or nowhere draws no bar, so it never imports rich's progress
+    machinery (15 ms of every second stack's imports); a terminal imports it at its first bar."""
+    code = ("import io, sys; from rich.console import Console; from october.installer.core.ui import ConsoleReporter; "
+            "logged = ConsoleReporter(console=Console(file=io.StringIO(), force_terminal=False)); "
+            "quiet = ConsoleReporter(quiet=True, console=Console(file=io.StringIO(), force_terminal=True)); "
+            "[(r.step_start('wheel', ''), r.transfer('w.whl', 5, 10), r.progress('Receiving objects:  45% (450/1000)'))"
+            " for r in (logged, quiet)]; print('rich.progress' in sys.modules); "
+            "shown = ConsoleReporter(console=Console(file=io.StringIO(), force_terminal=True)); "
+            "shown.step_start('wheel', ''); shown.transfer('w.whl', 5, 10); shown.step_done('wheel', 1.0); "
+            "print('rich.progress' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["False", "True"], proc.stdout + proc.stderr
+
+
 def test_step_lines_use_plain_words() -> None:
     ui, out = plain()
     ui.step_start("fetch", "not done yet")

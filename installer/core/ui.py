@@ -12,13 +12,12 @@ import functools
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import filesize
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
-                           TextColumn, TimeRemainingColumn)
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # git's transfer figures after the counts (``1.20 GiB | 30.00 MiB/s``), shown in the bar's label
 GIT_TRANSFER = re.compile(r"[\d.]+ [KMGT]?i?B(?: \| [\d.]+ [KMGT]?i?B/s)?")
@@ -133,31 +132,6 @@ class UvProgress:
         return ("uv: builds", "uv: source builds", float(len(self._built)), float(len(self._builds)), "")
 
 
-class _Amount(ProgressColumn):
-    """Bytes (``1.2/3.4 GB``) for transfers, ``12/40`` for counts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._bytes, self._count = DownloadColumn(), MofNCompleteColumn()
-
-    def render(self, task: Task) -> Text:
-        column = self._bytes if task.fields.get("unit") == "B" else self._count
-        return Text(str(column.render(task)))
-
-
-class _Rate(ProgressColumn):
-    """Bytes per second: rich's rate, else the average since the bar began (a bar fed in a few large
-    steps, such as uv's downloads, has too few samples for rich's)."""
-
-    def render(self, task: Task) -> Text:
-        if task.fields.get("unit") != "B":
-            return Text("")
-        speed = task.finished_speed or task.speed
-        if speed is None and task.elapsed and task.completed:
-            speed = task.completed / task.elapsed
-        return Text("?" if speed is None else f"{filesize.decimal(int(speed))}/s", style="progress.data.speed")
-
-
 class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.quiet = quiet
@@ -220,9 +194,9 @@ class ConsoleReporter:
                 if self._status is not None:
                     self._status.stop()
                     self._status = None
-                self._bars = Progress(TextColumn("    {task.description}"), BarColumn(), _Amount(), _Rate(),
-                                      TimeRemainingColumn(), console=self.console, transient=False)
-                self._bars.start()
+                from .uibars import bars        # rich's bars: only on a terminal (not in a log, a pipe, --quiet)
+
+                self._bars = bars(self.console)
             task = self._tasks.get(key)
             if task is None:
                 task = self._tasks[key] = self._bars.add_task(label, total=total or None, completed=done, unit=unit)
