@@ -68,7 +68,7 @@ def _listed(items: Sequence[Any], sep: str, show: Callable[[Any], str] = str) ->
 
 @dataclass(frozen=True)
 class Difference:
-    check: str          # forks | distributions | files | torch | system | wheel | jit | lock | receipt | stack-env | env
+    check: str          # steps | forks | distributions | files | torch | system | wheel | jit | lock | receipt | stack-env | env
     what: str
     expected: str
     found: str
@@ -122,6 +122,28 @@ def check_receipt_file(paths: StackPaths, receipt: Mapping[str, Any], lock: Mapp
         return [Difference("receipt", str(paths.setup_receipt), f"sha256 {want} (as the receipt step wrote it)",
                            f"sha256 {got}: it was changed since", fixes.rewrite_receipt(paths, lock))]
     return []
+
+
+RECORDED_STEPS = ("fetch", "env", "install", "jit", "receipt")   # the steps whose record verify holds the stack to
+
+
+def check_steps(paths: StackPaths, receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
+    """Each step whose record (``.state/<step>.json``, its marker) the checks here hold the stack to (the fork
+    clones' submodules and cones, the env's scaffold and stack environment, the distributions' RECORDs and the
+    forks' build outputs, the JIT libraries, setup.json itself), readable where the receipt names the step (the
+    receipt step: where it names any).  Without one the step is not done for setup (its no-op runs it again: a
+    later run began it and did not finish, or the record was removed), and those checks would compare with
+    nothing: an env edited where only its record names it, a receipt edited after its step wrote it, passed."""
+    steps = receipt.get("steps")
+    names = [str(s["name"]) for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)] \
+        if isinstance(steps, list) else []
+    if not names:
+        return []
+    held = [name for name in RECORDED_STEPS if name in names or name == "receipt"]
+    return [Difference("steps", str(paths.marker(name)), f"the {name} step's record, as the step wrote it when it "
+                       "finished", "none, or one that cannot be read or that another version of october wrote: "
+                       "setup takes the step as not done", rerun)
+            for name in held if read_marker(paths.marker(name)) is None]
 
 
 # ------------------------------------------------------------------------- the stack's runtime environment
@@ -584,6 +606,7 @@ def verify_stack(stack: Path, progress: Callable[[str], None] | None = None,
     say = progress or (lambda _msg: None)
     diffs: list[Difference] = []
     say("lock file")
+    diffs += check_steps(paths, receipt, rerun)
     diffs += check_lock_file(paths, receipt)
     diffs += check_receipt_file(paths, receipt, lock)
     diffs += check_stack_env(paths, receipt)

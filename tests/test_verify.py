@@ -656,6 +656,40 @@ def test_the_envs_interpreter_and_pyvenv_cfg_are_held_to_what_the_env_step_left(
                           capture_output=True, text=True, timeout=300).returncode == 0
 
 
+@pytest.mark.parametrize("plant", ["env record removed", "receipt record of another version", "install record torn"])
+def test_a_step_s_record_gone_is_named_not_taken_as_nothing_to_compare(tmp_path: Path, plant: str) -> None:
+    """A review's plants: with ``.state/env.json`` removed and ``pyvenv.cfg`` edited (the system site packages on
+    ``sys.path``), or the receipt step's marker rewritten as another version's and ``setup.json``'s promise edited,
+    verify exited 0: its checks compare with the step's record and, without one, compared with nothing.  Now a
+    step the receipt names (and the receipt step) without a readable record is named, with the re-run as its fix;
+    the re-run makes the step again and verify passes."""
+    from tests.test_setup_e2e import setup
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    state, cfg, receipt = stack / ".state", stack / "env" / "pyvenv.cfg", stack / "receipts" / "setup.json"
+    if plant == "env record removed":
+        marker = state / "env.json"
+        marker.unlink()
+        cfg.write_text(cfg.read_text().replace("include-system-site-packages = false",
+                                               "include-system-site-packages = true"))
+    elif plant == "receipt record of another version":
+        marker = state / "receipt.json"
+        marker.write_text(marker.read_text().replace('"format_version": 2', '"format_version": 1'))
+        receipt.write_text(receipt.read_text().replace('"promises": "', '"promises": "engine-'))
+    else:
+        marker = state / "install.json"
+        marker.write_text(marker.read_text()[:40])
+    found = differences(Stack(stack, tmp_path, cache, tmp_path))
+    named = [d for d in found if d["check"] == "steps"]
+    assert [d["what"] for d in named] == [str(marker)], found
+    assert "another version of october" in named[0]["found"] and "re-run `october_setup" in named[0]["fix"]
+    setup(world, stack, cache)
+    assert differences(Stack(stack, tmp_path, cache, tmp_path)) == []
+
+
 def test_a_clone_git_cannot_read_is_named_and_the_fix_repairs_it(tmp_path: Path) -> None:
     """The scenario hunt: with a submodule's git directory (``.git/modules/...``) removed, ``current verify``
     ended in a traceback (exit 1).  Now it is a difference (exit 13) whose fix, followed, repairs the stack."""
@@ -854,6 +888,8 @@ def test_git_settings_of_the_clone_that_hide_an_edit_are_local_changes_and_run_n
     src.write_bytes(original)
     (fork / ".git" / "info" / "attributes").unlink()
     git(fork, "config", "--remove-section", "filter.hide")
+    assert verify_with(_env()).returncode == 13       # the refused re-run began the fetch again: not done
+    assert _setup_again(stack).returncode == 0        # the re-run finishes it
     # the review: a filter defined in an included file (named by attributes this tool does not read: an
     # untracked .gitattributes git reads all the same) would still run on git status; none is started
     included = tmp_path / "included"
