@@ -152,3 +152,18 @@ def write_scales(path: Path, *, repo: str, revision: str, v_scales: list[float],
             "method": method or {"statistic": "amax / 448", "calibration_tokens": 0,
                                  "dataset": "unspecified", "dtype": "float8_e4m3fn"}}
     write_text_atomic(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+
+
+DISTINCT_FROM_ONE = 0.05   # a V scale nearer 1.0 than this (as a ratio) cannot be told from one left at 1.0
+
+
+def telling_scale(scales: "list[float] | tuple[float, ...]") -> int | None:
+    """The index of the V scale furthest from 1.0 (as a ratio, so 0.5 and 2.0 are as far), or None when none
+    is :data:`DISTINCT_FROM_ONE` away.  A check whose oracle applies a scale within that of 1.0 passes a kernel or
+    engine that leaves the scale at 1.0 (the default: a scale ignored) and, at the edge of its tolerance, fails a
+    healthy one: a review found both with layer 0's scale 1.0 and 0.99 beside a layer at 0.02."""
+    usable = [i for i, v in enumerate(scales) if v > 0 and math.isfinite(v)]
+    if not usable:
+        return None
+    best = max(usable, key=lambda i: abs(math.log(scales[i])))
+    return best if abs(math.log(scales[best])) >= math.log1p(DISTINCT_FROM_ONE) else None

@@ -383,6 +383,22 @@ def test_without_vllm_every_engine_check_is_unsupported(inputs: tuple[Path, Path
     assert "vllm.v1.worker.gpu_model_runner cannot be imported" in receipt["checks"][0]["summary"]
 
 
+def test_a_scale_left_at_1_is_caught_whichever_layer_holds_1(tmp_path: Path) -> None:
+    """A review's plant: with the middle layer's calibrated V scale 1.0 (the engine's default) the layer oracle
+    captured that layer, so an engine that keeps every scale at 1.0 (``scales_default``) passed every check a CPU
+    runs.  The oracle now captures the layer whose scale is furthest from 1.0: the fault fails, a healthy engine
+    with the same scales passes."""
+    inputs = make_inputs(tmp_path / "in")
+    path = scales_path(inputs[1], REPO)
+    data = json.loads(path.read_text())
+    data["v_scales"][len(data["v_scales"]) // 2] = 1.0
+    path.write_text(json.dumps(data))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        healthy, faulty = pool.map(lambda f: _run(inputs, tmp_path / (f or "none"), f), ["", "scales_default"])
+    assert _status(healthy["receipt"]) == _PASS_CPU, _show(healthy)
+    assert _status(faulty["receipt"])["calibrated_scales"] == "failed", _show(faulty)
+
+
 def test_scales_for_another_layer_count_fail_before_the_engine_starts(tmp_path: Path) -> None:
     from october.checks import smoke
     manifest, fixtures, _ = make_inputs(tmp_path / "in", layers_in_scales=5)

@@ -185,6 +185,41 @@ def test_each_planted_fault_fails_its_check(runs: dict[str, dict[str, Any]], nam
         assert words in _check(receipt, target)["summary"], _show(run)
 
 
+def _with_scales(d: Path, v_scales: list[float], fault: str) -> dict[str, Any]:
+    """A kernel-level run whose fixtures supply ``v_scales`` (a model manifest and a scales file as
+    ``current download`` writes them), with ``fault`` planted in the stand-in."""
+    from october.checks.scales import scales_path, write_scales
+
+    repo, rev = "fake-org/Tiny", "0123456789abcdef0123456789abcdef01234567"
+    ws, model, fixtures = d / "ws", d / "model", d / "fixtures"
+    model.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"kind": "october-download-manifest", "selection": "awq", "repo": repo,
+                                                 "revision": rev, "local_path": str(model)}))
+    write_scales(scales_path(fixtures, repo), repo=repo, revision=rev, v_scales=v_scales)
+    info = fake_jit.stack_info(d / "stack-info.json", fake_jit.build(ws))
+    env = fake_jit.jit_env(ws) | ({"FAKE_FLASHINFER_FAULT": fault} if fault else {})
+    return run_and_read([sys.executable, "-m", "october.checks.smoke", "--device", "cpu", "--stack-info", str(info),
+                         "--output", str(d / "out"), "--manifest", str(d / "manifest.json"), "--fixtures",
+                         str(fixtures)], d / "out", env, fault)
+
+
+def test_the_scale_checked_is_the_layer_s_furthest_from_1(tmp_path: Path) -> None:
+    """A review's plants: the kernel level took layer 0's calibrated V scale, and a kernel that ignores the scale
+    passed every check when that scale was 1.0 (the check's guard skipped it), while a healthy one failed at 0.99
+    (its output then also matches V read with 1.0).  It now takes the layer's scale furthest from 1.0, and where
+    every layer's is within 5% of 1.0 the check is unsupported (not passed, and no stack blamed)."""
+    cases = {"ignored at 1.0": ([1.0, 0.02], "ignore_v_scale"), "healthy at 0.99": ([0.99, 0.02], ""),
+             "none telling": ([1.0, 1.02, 0.99], "")}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = dict(zip(cases, pool.map(lambda c: _with_scales(tmp_path / c.replace(" ", "-"), *cases[c]), cases)))
+    ignored, healthy, blind = (runs[c]["receipt"] for c in cases)
+    assert _status(ignored)["calibrated_scales"] == "failed", _show(runs["ignored at 1.0"])
+    assert ignored["scales"]["v_scales"] == [0.02]
+    assert _status(healthy) == PASS_CPU, _show(runs["healthy at 0.99"])
+    assert _status(blind)["calibrated_scales"] == "unsupported" and blind["passed"] is False, _show(runs["none telling"])
+    assert "within 5% of 1.0" in _check(blind, "calibrated_scales")["summary"]
+
+
 def test_explicit_api_with_a_declared_asymmetric_prefill_checks_that_route(runs: dict[str, dict[str, Any]]) -> None:
     mixed = _check(runs["explicit_api_asym_prefill"]["receipt"], "mixed_prefill")["measured"]
     assert len(mixed["routes"]) == 2 and "asymmetric paged prefill" in mixed["routes"][1]

@@ -59,6 +59,18 @@ def test_cpu_reference_receipt_fails_only_for_skipped_graphs(tmp_path: Path, cap
     assert "changing decode graphs" in table and "passed: false" in table
 
 
+def test_the_telling_scale_is_the_one_furthest_from_1() -> None:
+    """The layer the scale checks exercise: furthest from 1.0 as a ratio (0.5 as far as 2.0), none when every
+    one is within 5% of 1.0 (a check could not tell it from a scale left at 1.0), never one that is not > 0."""
+    from october.checks.scales import telling_scale
+
+    assert telling_scale([1.0, 0.02, 0.05]) == 1
+    assert telling_scale([0.9, 1.5]) == 1 and telling_scale([0.5, 2.0]) == 0
+    assert telling_scale([1.0, 1.04, 0.97]) is None and telling_scale([]) is None
+    assert telling_scale([0.0, -3.0, float("nan"), 1.0]) is None
+    assert telling_scale([1.0, 1.06]) == 1 and telling_scale([1.0, 1 / 1.06]) == 1
+
+
 def test_fixture_scales_for_the_model_are_used(tmp_path: Path) -> None:
     fixtures = tmp_path / "fixtures"
     write_scales(fixtures / "Qwen__Qwen3-8B-AWQ.kv_scales.json", repo=REPO, revision=REV,

@@ -32,6 +32,7 @@ from . import oracles as oracle
 from .cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
 from ..inputs import InputError, Manifest, TokenProtocol, token_protocol
 from ..results import Unsupported
+from ..scales import DISTINCT_FROM_ONE, telling_scale
 
 KV_CACHE_DTYPE = K16V8.kv_cache_dtype
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}
@@ -308,16 +309,25 @@ def _caches(h: _Hooks) -> list[Any]:
 layer_pair = split_kv      # a layer's (k_cache, v_cache), whatever layout the engine binds (cache_plan)
 
 
-def _middle_layer(h: _Hooks) -> tuple[int, Any]:
+def _oracle_layer(h: _Hooks, plan: CachePlan) -> tuple[int, Any]:
+    """The layer the oracle captures: with an FP8 V cache the one whose supplied V scale is furthest from 1.0
+    (a layer at 1.0, the default, passes an engine that leaves every scale at its default: the review's plant of
+    scales ``[0.0093, 1.0, 0.054]`` passed with the middle layer), else the middle one."""
     layers = h.layers(h.runner)
-    i = len(layers) // 2
+    if not plan.v_fp8:
+        return len(layers) // 2, layers[len(layers) // 2]
+    i = telling_scale(h.v_scales)
+    if i is None or i >= len(layers):
+        raise Unsupported(f"no layer's supplied V scale is {DISTINCT_FROM_ONE:.0%} or more from 1.0, the default "
+                          f"({len(h.v_scales)} scales, {len(layers)} layers): a scale left at 1.0 could not be told "
+                          "from one applied")
     return i, layers[i]
 
 
 def _capture_run(llm: Any, h: _Hooks, sel: Selection, shape: ModelShape, ids: list[int],
                  plan: CachePlan = K16V8) -> oracle.LayerVerdict:
     """One request on the eager engine with one layer's impl wrapped and its cache zeroed first."""
-    index, layer = _middle_layer(h)
+    index, layer = _oracle_layer(h, plan)
     pair = layer_pair(_need(layer, "kv_cache"))
     cap = oracle.Capture(head_dim=shape.head_dim)
     restore = oracle.wrap_impl(layer, cap, _need)

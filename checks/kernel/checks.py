@@ -47,6 +47,7 @@ from .backend import (
     probe,
 )
 from ..memory import held_bytes, sample_rounds
+from ..scales import DISTINCT_FROM_ONE, telling_scale
 from ..torch_reference import SLOPE_BOUND
 from ..torch_reference import slope as _slope
 from ..torch_reference import slope_ok as _slope_ok
@@ -144,6 +145,10 @@ def _physical(kb: KernelBackend) -> CheckResult:
 
 
 def _scales(kb: KernelBackend) -> CheckResult:
+    if telling_scale([kb.v_scale]) is None:
+        raise Unsupported(f"v_scale {kb.v_scale:.4g} is within {DISTINCT_FROM_ONE:.0%} of 1.0, the default: its output "
+                          "would also match V read with 1.0, so whether the kernel applies it cannot be told (no "
+                          "layer of the fixtures' scales is further from 1.0)")
     lens = [64, 129, kb.cfg.prompt_tokens // 2]
     cache = Cache(kb, lens, 2)
     rows = list(range(len(lens)))
@@ -156,7 +161,7 @@ def _scales(kb: KernelBackend) -> CheckResult:
     if not err <= _tol(want):
         problems.append(f"the output does not follow v_scale {kb.v_scale:.4g} (err {err:.3g} > {_tol(want):.3g}; "
                         f"err if read with 1.0: {err_one:.3g})")
-    if kb.v_scale != 1.0 and not err_one > _tol(at_one):
+    if not err_one > _tol(at_one):
         problems.append("the output also matches V read with scale 1.0")
     if stats["stored_amax_over_e4m3_max"] < STORED_MIN:
         problems.append(f"stored V reaches only {stats['stored_amax_over_e4m3_max']:.2f} of e4m3's range "
@@ -364,8 +369,11 @@ def kernel_scales(manifest: Manifest | None, fixtures: Path | None) -> ScaleChoi
     if manifest is not None and fixtures is not None:
         found = engine_scales(manifest, fixtures, None)
         if found.error is None:
-            choice = ScaleChoice(found.v_scales[:1], "fixtures", found.path,
-                                 note="layer 0's V scale from the fixtures file")
+            # the layer whose scale is furthest from 1.0: one at 1.0 would pass a kernel that ignores it
+            layer = telling_scale(found.v_scales)
+            layer = 0 if layer is None else layer
+            choice = ScaleChoice(found.v_scales[layer:layer + 1], "fixtures", found.path,
+                                 note=f"layer {layer}'s V scale from the fixtures file (the one furthest from 1.0)")
         else:
             # fixtures given for this model whose scales file is missing or wrong (another model or revision, a
             # NaN) are never silently replaced: the run goes on with the synthetic scale and the check fails
