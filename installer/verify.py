@@ -210,7 +210,7 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
                                     "a sparse or partial checkout (core.sparseCheckout or a promisor remote)", rerun))
         try:
             states = submodule_states(where)
-            dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"])
+            dirty = dirty_entries(where, [s.path for s in states if s.flag != "-"], exact=True)
         except GitInspectError as exc:      # e.g. a submodule's git directory (.git/modules/...) removed
             # git's last line names the folder it will not read (the clone, a submodule or its git directory)
             owned = re.search(r"safe\.directory '?([^']+?)'?$", str(exc))
@@ -258,14 +258,14 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
 def _changed_submodules(fork: Path, dirty: Sequence[str], checked_out: Sequence[str]) -> dict[str, list[str]]:
     """Each checked-out submodule ``git status`` shows as changed (`` M sub``), with the changes inside it
     (``sub/file``): what changed there, which the fork's own status does not name."""
-    from .git.clonecheck import GitInspectError, git_text
+    from .git.clonecheck import GitInspectError, exact_text
 
     out: dict[str, list[str]] = {}
     for line in dirty:
         sub = line[3:] if len(line) > 3 and line[2] == " " else ""
         if sub in checked_out:
             try:
-                inner = git_text(fork / sub, "status", "--porcelain", "--untracked-files=all")
+                inner = exact_text(fork / sub, "status", "--porcelain", "--untracked-files=all")
             except GitInspectError:
                 inner = ""
             out[sub] = [f"{ln[:2].strip()} {sub}/{ln[3:]}" for ln in inner.splitlines() if ln.strip()]

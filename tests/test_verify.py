@@ -690,6 +690,61 @@ def test_a_step_s_record_gone_is_named_not_taken_as_nothing_to_compare(tmp_path:
     assert differences(Stack(stack, tmp_path, cache, tmp_path)) == []
 
 
+def _edit_in_the_index_s_second(repo: Path, rel: str) -> bytes:
+    """Edit ``repo/rel`` keeping its size and mtime (``touch -r``) in the second its index entry's ctime was
+    recorded in, until a plain ``git status`` calls the clone clean (git compares ctime by the whole second);
+    -> the file's bytes before (git itself would not put them back: to it the file is unchanged)."""
+    import time
+
+    path, ref = repo / rel, repo.parent / f".{path_name(rel)}.ref"
+    original = path.read_bytes()
+    ref.write_bytes(original)
+    os.utime(ref, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    edited = original[:-2] + (b"8\n" if original[-2:-1] != b"8" else b"9\n")
+    for _ in range(10):
+        time.sleep(1.0 - time.time() % 1.0 + 0.05)          # early in a second: the rest fits in it
+        path.write_bytes(original)
+        os.utime(path, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns))    # ctime: this second
+        subprocess.run(["git", "-C", str(repo), "status"], check=True, capture_output=True)      # ctime recorded
+        path.write_bytes(edited)
+        os.utime(path, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns))
+        plain = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               env=dict(os.environ, GIT_OPTIONAL_LOCKS="0"), capture_output=True, text=True)
+        if not plain.stdout.strip():
+            return original
+    pytest.skip("git here compares ctime to the nanosecond: the edit is seen by a plain status")
+
+
+def path_name(rel: str) -> str:
+    return rel.replace("/", "_")
+
+
+def test_an_edit_in_the_index_entry_s_own_second_is_a_local_change(tmp_path: Path) -> None:
+    """A review's plant: an edit of a tracked fork file made in the second git recorded its ctime, with size and
+    mtime kept, passed verify (git, built without nanosecond stat data, compares ctime by the whole second).
+    verify now has git hash every tracked file (a copy of the index that git takes as older than every entry),
+    in the fork and in its submodules."""
+    from tests.test_setup_e2e import setup
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp_path / "world")
+    stack, cache = tmp_path / "stack", tmp_path / "cache"
+    setup(world, stack, cache)
+    st = Stack(stack, tmp_path, cache, tmp_path)
+    assert differences(st) == []
+    alpha = stack / "src" / "alpha"
+    original = _edit_in_the_index_s_second(alpha, "alpha/__init__.py")
+    found = differences(st)
+    assert [d["check"] for d in found] == ["forks"] and "alpha/__init__.py" in found[0]["found"], found
+    (alpha / "alpha" / "__init__.py").write_bytes(original)
+    assert differences(st) == []
+    gamma = stack / "src" / "beta" / "third_party" / "gamma"
+    rel = next(p.relative_to(gamma).as_posix() for p in sorted(gamma.rglob("*.py")))
+    _edit_in_the_index_s_second(gamma, rel)
+    found = differences(st)
+    assert [d["check"] for d in found] == ["forks"] and f"third_party/gamma/{rel}" in found[0]["found"], found
+
+
 def test_a_clone_git_cannot_read_is_named_and_the_fix_repairs_it(tmp_path: Path) -> None:
     """The scenario hunt: with a submodule's git directory (``.git/modules/...``) removed, ``current verify``
     ended in a traceback (exit 1).  Now it is a difference (exit 13) whose fix, followed, repairs the stack."""

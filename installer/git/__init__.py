@@ -80,14 +80,18 @@ def with_config(env: dict[str, str], pairs: tuple[tuple[str, str], ...]) -> dict
 
 
 def look(path: Path, *args: str, ceiling: Path | None = None,
-         config: tuple[tuple[str, str], ...] = (), refresh: bool = False) -> tuple[bytes, str | None]:
+         config: tuple[tuple[str, str], ...] = (), refresh: bool = False,
+         index: Path | None = None) -> tuple[bytes, str | None]:
     """A read-only ``git -C path ARGS`` started directly (no GitPython, no log): (its stdout, None), or (b"",
     its last line of stderr) when it fails.  ``GIT_OPTIONAL_LOCKS=0``: a look never rewrites the index, unless
     ``refresh`` (a clone this run made); ``ceiling``: git does not look for the repository in it or above;
-    ``config``: command-scope config besides :func:`git_env`'s.  OSError (no git) is the caller's."""
+    ``config``: command-scope config besides :func:`git_env`'s; ``index``: the index file git reads instead of
+    the repository's (``GIT_INDEX_FILE``; a submodule's git does not inherit it).  OSError (no git) is the caller's."""
     env = with_config(git_env(), config)
     if not refresh:
         env["GIT_OPTIONAL_LOCKS"] = "0"
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
     if ceiling is not None:
         env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
     with subprocess.Popen(["git", "-C", str(path), *args], env=env, stdout=subprocess.PIPE,

@@ -8,6 +8,7 @@ library: HEAD is read from the clone's files, local changes are one ``git status
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -36,12 +37,13 @@ class SubmoduleState:
 
 
 def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[tuple[str, str], ...] = (),
-             refresh: bool = False) -> str:
+             refresh: bool = False, index: Path | None = None) -> str:
     """The output of a read-only git command (:func:`look`), or GitInspectError with its last line of stderr.
     ``ceiling``: git does not look for the repository in it or above (a submodule whose own git directory
-    is broken fails, rather than reading the superproject's); ``refresh``: git may rewrite the index."""
+    is broken fails, rather than reading the superproject's); ``refresh``: git may rewrite the index;
+    ``index``: the index file git reads instead of the repository's."""
     try:
-        out, error = look(path, *args, ceiling=ceiling, config=config, refresh=refresh)
+        out, error = look(path, *args, ceiling=ceiling, config=config, refresh=refresh, index=index)
     except OSError as exc:
         raise GitInspectError(f"cannot run git ({exc.strerror or exc})") from None
     if error is not None:
@@ -49,14 +51,37 @@ def git_text(path: Path, *args: str, ceiling: Path | None = None, config: tuple[
     return out.decode(errors="replace")
 
 
-def dirty_entries(path: Path, submodules: Iterable[str] = (), *, refresh: bool = False) -> list[str]:
+def exact_text(path: Path, *args: str, config: tuple[tuple[str, str], ...] = ()) -> str:
+    """:func:`git_text` of a command that compares the work tree with the index (``git status``), every tracked
+    file's bytes compared, not its stat data: git reads a copy of the repository's index whose own mtime is 1 s
+    after the epoch, so every entry is as new as the index ("racily clean") and git hashes its file.  A plain
+    status passes a file edited in its index entry's own second that kept its size and mtime (``touch -r``): git
+    built without nanosecond stat data (Debian's 2.39) compares ctime by the whole second (a review's plant)."""
+    import shutil
+    import tempfile
+
+    where = git_text(path, "rev-parse", "--git-path", "index").strip()
+    index = Path(where) if Path(where).is_absolute() else path / where
+    if not index.is_file():
+        return git_text(path, *args, config=config)     # no index: nothing is racily clean either
+    with tempfile.TemporaryDirectory(prefix="october-index-") as tmp:
+        aged = Path(tmp) / "index"
+        shutil.copyfile(index, aged)
+        os.utime(aged, (1, 1))
+        return git_text(path, *args, config=config, index=aged)
+
+
+def dirty_entries(path: Path, submodules: Iterable[str] = (), *, refresh: bool = False,
+                  exact: bool = False) -> list[str]:
     """Every change, untracked file and submodule difference (`git status --porcelain`), and every tracked
     file of the clone and of its checked-out ``submodules`` that git status is told not to look at
     (skip-worktree, assume-unchanged: :mod:`.hidden`), and what the clone's own git files make git run or
     read (:mod:`.repocode`: a filter, whose program status then does not run).  ``refresh``: git status may
     rewrite the indexes (a clone this run has just checked out: the files it hashes because they are as new
     as their index, "racily clean", are then recorded, and the install step's and the settling's statuses
-    do not hash them again); never for a look at a clone the user may be working in."""
+    do not hash them again); never for a look at a clone the user may be working in.  ``exact``: every tracked
+    file's bytes compared with the index, the clone's and each of ``submodules``' (:func:`exact_text`), not
+    their stat data: ``current verify``."""
     subs = list(submodules)
     code, filters = repo_code(path, subs)
     if includes(code):          # an included file's filters are unknown: no git status, which could run one
@@ -65,9 +90,16 @@ def dirty_entries(path: Path, submodules: Iterable[str] = (), *, refresh: bool =
     # git >= 2.36's status drops skip-worktree from a file present outside a sparse cone: a writing one would
     # hide such a file from this check and every later look (a scenario hunt)
     keep = (("sparse.expectFilesOutsideOfPatterns", "true"),) if refresh else ()
-    out = git_text(path, "status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all",
-                   config=filters_off(filters) + keep, refresh=refresh)
-    return [ln for ln in out.splitlines() if ln.strip()] + hidden + code
+    status = ("status", "--porcelain", "--ignore-submodules=none", "--untracked-files=all")
+    if not exact:
+        out = git_text(path, *status, config=filters_off(filters) + keep, refresh=refresh)
+        return [ln for ln in out.splitlines() if ln.strip()] + hidden + code
+    lines = [ln for ln in exact_text(path, *status, config=filters_off(filters)).splitlines() if ln.strip()]
+    named = {ln[3:] for ln in lines}
+    for sub in subs:            # a submodule's own status reads its own index: each is compared exactly too
+        if sub not in named and exact_text(path / sub, *status, config=filters_off(filters)).strip():
+            lines.append(f" M {sub}")
+    return lines + hidden + code
 
 
 def ignored_files(path: Path) -> list[str]:
