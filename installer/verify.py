@@ -34,6 +34,7 @@ with none Python would load starts none).
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -373,7 +374,10 @@ def check_files(dists: Mapping[str, Dist], hashed: Bytes | None = None,
             path = (d.site / rel).resolve()
             checked += 1
             try:
-                if record_hash(path, algo, on_chunk) != value:
+                if (d.site / rel).is_symlink():     # its bytes hash as recorded, but they are another file's
+                    bad.append(f"{rel} (a link to {os.readlink(d.site / rel)})")
+                    differing.append(d.site / rel)
+                elif record_hash(path, algo, on_chunk) != value:
                     bad.append(f"{rel} (changed)")
                     differing.append(path)
             except FileNotFoundError:

@@ -168,6 +168,26 @@ def test_a_changed_file_in_site_packages_is_listed(stack: Stack) -> None:
     assert differences(stack) == []
 
 
+def test_a_file_replaced_by_a_link_to_the_same_bytes_is_listed(stack: Stack) -> None:
+    """A review's plant: ``torch/__init__.py`` replaced by a link to an identical file outside the stack passed
+    (its bytes hash as recorded), though what runs is then whatever that file becomes.  No install of this tool
+    makes a link there (uv's link mode is clone or copy, a wheel holds none): it is named."""
+    target = site(stack) / "torch" / "__init__.py"
+    original = target.read_bytes()
+    outside = stack.tmp / "outside__init__.py"
+    outside.write_bytes(original)
+    target.unlink()
+    target.symlink_to(outside)
+    try:
+        diffs = differences(stack)
+        assert [d["check"] for d in diffs] == ["files"], diffs
+        assert f"torch/__init__.py (a link to {outside})" in diffs[0]["found"], diffs
+    finally:
+        target.unlink()
+        target.write_bytes(original)
+    assert differences(stack) == []
+
+
 def test_a_moved_fork_head_is_listed(stack: Stack) -> None:
     fork = stack.root / "src" / "flashinfer"
     before = git(fork, "rev-parse", "HEAD")
