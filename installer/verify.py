@@ -142,8 +142,9 @@ def check_steps(paths: StackPaths, receipt: Mapping[str, Any], rerun: str) -> li
         return []
     held = [name for name in RECORDED_STEPS if name in names or name == "receipt"]
     return [Difference("steps", str(paths.marker(name)), f"the {name} step's record, as the step wrote it when it "
-                       "finished", "none, or one that cannot be read or that another version of october wrote: "
-                       "setup takes the step as not done", rerun)
+                       "finished", "none (a later setup began the step again and did not finish it, or the record was "
+                       "removed), or one that cannot be read or that another version of october wrote: setup takes "
+                       "the step as not done", rerun)
             for name in held if read_marker(paths.marker(name)) is None]
 
 
