@@ -399,6 +399,21 @@ def test_a_scale_left_at_1_is_caught_whichever_layer_holds_1(tmp_path: Path) -> 
     assert _status(faulty["receipt"])["calibrated_scales"] == "failed", _show(faulty)
 
 
+def test_scales_all_near_1_leave_the_scale_check_unsupported_not_passed(tmp_path: Path) -> None:
+    """Every layer's calibrated V scale within 5% of 1.0: no layer can show a scale applied rather than left at
+    its default, so ``calibrated_scales`` is unsupported (the run does not pass), while the layer oracle still
+    proves what does not hinge on the scale (the 8-bit V read, the prefill route)."""
+    inputs = make_inputs(tmp_path / "in")
+    path = scales_path(inputs[1], REPO)
+    data = json.loads(path.read_text())
+    data["v_scales"] = [(1.0, 1.02, 0.99)[i % 3] for i in range(len(data["v_scales"]))]
+    path.write_text(json.dumps(data))
+    run = _run(inputs, tmp_path / "out", "")
+    receipt = run["receipt"]
+    assert _status(receipt) == _PASS_CPU | {"calibrated_scales": "unsupported"}, _show(run)
+    assert "within 5% of 1.0" in _check(receipt, "calibrated_scales")["summary"] and receipt["passed"] is False
+
+
 def test_scales_for_another_layer_count_fail_before_the_engine_starts(tmp_path: Path) -> None:
     from october.checks import smoke
     manifest, fixtures, _ = make_inputs(tmp_path / "in", layers_in_scales=5)

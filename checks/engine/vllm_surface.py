@@ -32,7 +32,7 @@ from . import oracles as oracle
 from .cache_plan import DTYPES, K16V8, CachePlan, codes, split_kv
 from ..inputs import InputError, Manifest, TokenProtocol, token_protocol
 from ..results import Unsupported
-from ..scales import DISTINCT_FROM_ONE, telling_scale
+from ..scales import telling_scale
 
 KV_CACHE_DTYPE = K16V8.kv_cache_dtype
 ATTENTION_CONFIG = {"backend": "FLASHINFER"}
@@ -312,15 +312,12 @@ layer_pair = split_kv      # a layer's (k_cache, v_cache), whatever layout the e
 def _oracle_layer(h: _Hooks, plan: CachePlan) -> tuple[int, Any]:
     """The layer the oracle captures: with an FP8 V cache the one whose supplied V scale is furthest from 1.0
     (a layer at 1.0, the default, passes an engine that leaves every scale at its default: the review's plant of
-    scales ``[0.0093, 1.0, 0.054]`` passed with the middle layer), else the middle one."""
+    scales ``[0.0093, 1.0, 0.054]`` passed with the middle layer), else (or where no scale is 5% from 1.0: the
+    scale check is then unsupported, :func:`october.checks.engine.checks._oracles`) the middle one."""
     layers = h.layers(h.runner)
-    if not plan.v_fp8:
-        return len(layers) // 2, layers[len(layers) // 2]
-    i = telling_scale(h.v_scales)
+    i = telling_scale(h.v_scales) if plan.v_fp8 else None
     if i is None or i >= len(layers):
-        raise Unsupported(f"no layer's supplied V scale is {DISTINCT_FROM_ONE:.0%} or more from 1.0, the default "
-                          f"({len(h.v_scales)} scales, {len(layers)} layers): a scale left at 1.0 could not be told "
-                          "from one applied")
+        i = len(layers) // 2
     return i, layers[i]
 
 
