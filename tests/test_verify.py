@@ -716,7 +716,7 @@ def _edit_in_the_index_s_second(repo: Path, rel: str) -> bytes:
     -> the file's bytes before (git itself would not put them back: to it the file is unchanged)."""
     import time
 
-    path, ref = repo / rel, repo.parent / f".{path_name(rel)}.ref"
+    path, ref = repo / rel, repo.parent / f".{rel.replace('/', '_')}.ref"
     original = path.read_bytes()
     ref.write_bytes(original)
     os.utime(ref, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
@@ -733,10 +733,6 @@ def _edit_in_the_index_s_second(repo: Path, rel: str) -> bytes:
         if not plain.stdout.strip():
             return original
     pytest.skip("git here compares ctime to the nanosecond: the edit is seen by a plain status")
-
-
-def path_name(rel: str) -> str:
-    return rel.replace("/", "_")
 
 
 def test_an_edit_in_the_index_entry_s_own_second_is_a_local_change(tmp_path: Path) -> None:

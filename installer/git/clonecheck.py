@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..core.listing import first
-from ..core.version import head_commit
+from ..core.version import git_dir, head_commit
 from . import look
 from .hidden import hidden_entries
 from .repocode import filters_off, includes, repo_code
@@ -60,9 +60,9 @@ def exact_text(path: Path, *args: str, config: tuple[tuple[str, str], ...] = ())
     import shutil
     import tempfile
 
-    where = git_text(path, "rev-parse", "--git-path", "index").strip()
-    index = Path(where) if Path(where).is_absolute() else path / where
-    if not index.is_file():
+    gd = git_dir(path)
+    index = gd / "index" if gd is not None else None
+    if index is None or not index.is_file():
         return git_text(path, *args, config=config)     # no index: nothing is racily clean either
     with tempfile.TemporaryDirectory(prefix="october-index-") as tmp:
         aged = Path(tmp) / "index"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import cachekey
 from ..core.hashing import fingerprint
+from ..core.listing import first
 from ..core.errors import DISK_FULL_ERRNOS, EnvError, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
@@ -223,7 +224,7 @@ def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: In
                  changed: list[str]) -> InstallError:
     """The env copied this run from ``entry`` failed install's RECORD check after files of it were changed in the
     stack (``changed``): the entry is kept, the env removed (the re-run copies it again), and the error to raise."""
-    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    shown = first(changed, 3)
     ctx.runner.note(step, f"# the env copied from the built-stack cache entry {entry.path} was changed in the stack "
                           f"after the copy ({shown}): the entry is kept, the env removed")
     _drop_env(ctx)
