@@ -28,7 +28,7 @@ from ..install.upstream import plan_with_base
 from ..lock.drift import installed_versions
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
-from . import reuse
+from . import indexcheck, reuse
 from .env import stack_uv, system_provided, system_torch_record
 from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
@@ -137,6 +137,8 @@ class InstallStep:
         imported = builtstack.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
+        if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored
+            unstorable = indexcheck.hold_to_index(ctx, self.name) or unstorable
         facts = report.facts.get("forks", {})
         result = InstallResult(
             nested_installs=nested_out,

@@ -175,7 +175,8 @@ def _unhashed_error(unhashed: list[str], version_output: str) -> LockError:
 
 def stale_env(ctx: StepContext, step: str, stale: Sequence[Unlike]) -> LockError:
     """The env holds other bytes than the files the lock would name (a wheel republished under its file name, the
-    old one installed from uv's cache or a built-stack entry); -> the error to raise.  Nothing is removed: which
+    old one installed from uv's cache or a built-stack entry; or uv's cache edited with the RECORD rows, which the
+    install step's :mod:`.indexcheck` finds); -> the error to raise.  Nothing is removed: which
     bytes are right is the user's to say (the old ones verified at setup; a republished file may be the fault),
     and the fix names the commands for either answer."""
     import shlex
@@ -192,10 +193,11 @@ def stale_env(ctx: StepContext, step: str, stale: Sequence[Unlike]) -> LockError
                                                  "clean", *names])
     gone = " ".join(shlex.quote(str(p)) for p in [ctx.paths.env, *([entry.path] if entry is not None else [])])
     return LockError(f"the stack env does not hold the files its lock would name: {', '.join(names)} installed from "
-                     "other bytes than the sources now serve under the same file name",
+                     "other bytes than the sources now serve under the same file name (a wheel republished under "
+                     "its name, or uv's cache edited where it keeps the wheel unpacked)",
                      expected="each index package installed from the file the lock names (its sha256)",
                      found=describe(stale),
-                     fix="find out who republished it (nothing was removed).  To keep what is installed, put the "
+                     fix="find out who republished it or wrote uv's cache (nothing was removed).  To keep what is installed, put the "
                          "original file back in the recipe's sources and re-run october_setup; to take the new "
                          f"file, run `rm -rf {gone}` and `{clean}`, then re-run october_setup")
 

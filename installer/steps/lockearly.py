@@ -149,6 +149,13 @@ class EarlyLock:
             "is used" if self.listing is not None else f"is not used ({self.why_not}); listing the env now"))
         return self.listing
 
+    def current(self, ctx: StepContext) -> Listing | None:
+        """The listing, once it has ended, while the env is as it was listed (else None); left for :meth:`take`."""
+        self.wait()
+        if self.listing is None or env_signature(ctx, self._sites) != self._signature:
+            return None
+        return self.listing
+
     def stop(self, ctx: StepContext) -> None:
         """At the end of the run, before the stack lock is released: a listing still running is ended (its
         command killed with its group) and waited for, at most :attr:`Started.KILL_WAIT_S`."""

@@ -293,22 +293,32 @@ def _request(client: httpx.Client, url: str, part: _Partial, progress: Progress 
     return part.size
 
 
+def request_headers() -> dict[str, str]:
+    """Every request's headers: bytes as stored (offsets and hashes are byte exact), and who asks."""
+    return {"Accept-Encoding": "identity", "User-Agent": f"october/{__version__}"}
+
+
+def netrc_auth() -> httpx.Auth | None:
+    """Credentials for a URL without its own ``user:password@`` (httpx sends those): ``~/.netrc``'s (or
+    ``$NETRC``'s) for the host, as uv and pip read it; None without one."""
+    import httpx
+
+    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    if not netrc.is_file():
+        return None
+    try:
+        return httpx.NetRCAuth(str(netrc))
+    except Exception:       # netrc.NetrcParseError, unreadable: as if there were none (uv says what is wrong)
+        return None
+
+
 def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress | None,
            sleep: Callable[[float], None], counter: list[int]) -> None:
     import httpx  # here, not at the top: a stack from the cache or a kit never downloads (0.12 s)
 
     timeout = httpx.Timeout(policy.timeout_s)
-    headers = {"Accept-Encoding": "identity", "User-Agent": f"october/{__version__}"}
-    # credentials: the URL's own user:password@ (httpx sends them), else ~/.netrc's (or $NETRC's) for the host,
-    # as uv and pip read it
-    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
-    auth = None
-    if netrc.is_file() and not urlsplit(url).username:
-        try:
-            auth = httpx.NetRCAuth(str(netrc))
-        except Exception:       # netrc.NetrcParseError, unreadable: as if there were none (uv says what is wrong)
-            auth = None
-    with httpx.Client(timeout=timeout, follow_redirects=True, headers=headers, auth=auth) as client:
+    auth = None if urlsplit(url).username else netrc_auth()
+    with httpx.Client(timeout=timeout, follow_redirects=True, headers=request_headers(), auth=auth) as client:
         for attempt in range(1, policy.attempts + 1):
             try:
                 _request(client, url, part, progress, counter)

@@ -1,0 +1,40 @@
+"""What a stack's install took from uv's cache, held to the sources' own wheels before the built-stack cache may
+keep it.
+
+uv installs an index wheel from its cache's unpacked copy; a copy edited there together with its RECORD row passes
+the install's RECORD check, and a stack storing that env would hand it, signed, to every later stack with its key.
+So the install step, for an env uv installed in this run (not one copied from a built-stack entry), holds each
+index distribution to the RECORD of the wheel it came from (:func:`october.installer.lock.installed.held_to_index`;
+the lock's listing names the files: a kit's wheel is read here, an index's by Range requests,
+:mod:`october.installer.wheels.rangefile`).  One unlike its wheel fails the step with the lock step's own error for
+it (:func:`october.installer.steps.lock.stale_env`: uv's cache edited, or a wheel republished under its name;
+nothing removed, which bytes are right is the user's to say); nothing is stored.  One that cannot be held (a wheel
+built from its sdist, a host that would not answer) keeps the stack out of the built-stack cache, said in its log.
+"""
+
+from __future__ import annotations
+
+from ..core.listing import first
+from ..engine import StepContext
+
+
+def hold_to_index(ctx: StepContext, step: str) -> str | None:
+    """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
+    step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel."""
+    from ..lock.installed import held_to_index, remote_rows
+    from ..wheels.rangefile import client
+    from .lock import list_env, stale_env
+    from .lockearly import EarlyLock
+
+    early = ctx.early.get("lock")
+    listing = early.current(ctx) if isinstance(early, EarlyLock) else None
+    listing = listing or list_env(ctx, ctx.runner)
+    with client() as http:
+        held = held_to_index(listing.index_packages, ctx.paths.env, remote_rows(http))
+    if held.unlike:
+        raise stale_env(ctx, step, held.unlike)
+    if not held.unjudged:
+        return None
+    ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
+    return (f"{len(held.unjudged)} index distribution(s) could not be held to the wheel they came from "
+            f"({first(list(held.unjudged), 3, '; ')})")

@@ -1,0 +1,217 @@
+"""What uv's cache serves is held to the index's own wheel (:mod:`october.installer.steps.indexcheck`): an unpacked
+wheel edited in ``CACHE/uv`` together with its RECORD row passed the install's RECORD check and ``current verify``
+of a new stack, and was stored, signed, in the built-stack cache for every later stack (session 34's review).
+
+Real parts: real uv installing real wheels into real venvs, its real cache; the index's files served by loopback
+HTTP (:mod:`tests.fixtures.wheel_server`, which honours Range as files.pythonhosted.org does, or ignores it) and the
+find-links server without Range; the offline fixture world's stacks.  The real index's Range answers are the real
+tier's (``test_index_held_real.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from october.installer.lock.installed import held_to_index, remote_rows, wheel_rows
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.wheels.rangefile import BLOCK, RangeFile
+from tests.fixtures.wheel_server import WheelServer
+from tests.fixtures.wheels import build_wheel
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _big_wheel(out: Path) -> Path:
+    """A wheel larger than a few of the reader's blocks, its RECORD at the end (as every builder writes it)."""
+    noise = {f"big/part{i}.bin": os.urandom(BLOCK // 2) for i in range(8)}
+    return build_wheel(out, "big", "1.0", {"big/__init__.py": "X = 1\n", **noise})
+
+
+def test_a_wheel_s_record_is_read_by_range_requests_as_from_the_file(tmp_path: Path) -> None:
+    wheel = _big_wheel(tmp_path / "w")
+    data = wheel.read_bytes()
+    with WheelServer() as srv, httpx.Client() as http:
+        srv.add("/big.whl", data)
+        remote = RangeFile(http, srv.url("/big.whl"), len(data), _sha(data))
+        assert wheel_rows(remote) == wheel_rows(wheel) and wheel_rows(wheel)
+        # the zip directory and the RECORD member, not the file: the server's bytes tell
+        assert remote.requests <= 3 and srv.bytes_sent < len(data)
+        assert all(r.status == 206 for r in srv.requests)
+        # a size not listed: learnt from the first answer
+        assert wheel_rows(RangeFile(http, srv.url("/big.whl"))) == wheel_rows(wheel)
+
+
+@pytest.mark.parametrize("fault, said", [
+    ("ignore_range, other sha256", "sha256 is not the locked one"),
+    ("status 404", "HTTP 404"),
+    ("status 401", "HTTP 401"),
+    ("other size", "the lock lists"),
+    ("content-coding", "Content-Encoding gzip"),
+])
+def test_a_host_that_does_not_give_the_bytes_leaves_the_wheel_unread_and_says_why(tmp_path: Path, fault: str,
+                                                                                    said: str) -> None:
+    wheel = _big_wheel(tmp_path / "w")
+    data = wheel.read_bytes()
+    mode = {"ignore_range, other sha256": {"ignore_range": True}, "status 404": {"status": 404},
+            "status 401": {"status": 401}, "other size": {}, "content-coding": {"encoding": "gzip"}}[fault]
+    size = len(data) + 1 if fault == "other size" else len(data)
+    sha = _sha(b"another file") if "sha256" in fault else _sha(data)
+    with WheelServer() as srv, httpx.Client() as http:
+        srv.add("/big.whl", data, **mode)
+        rows, why = remote_rows(http)(srv.url("/big.whl"), size, sha)
+    assert rows is None and said in why, why
+
+
+def test_a_host_that_ignores_range_is_read_whole_when_the_file_is_the_locked_one(tmp_path: Path) -> None:
+    data = _big_wheel(tmp_path / "w").read_bytes()
+    with WheelServer() as srv, httpx.Client() as http:
+        srv.add("/big.whl", data, ignore_range=True)
+        rows, why = remote_rows(http)(srv.url("/big.whl"), len(data), _sha(data))
+    assert rows and "big/__init__.py" in rows, why
+
+
+def test_credentials_in_the_url_are_not_in_what_is_said(tmp_path: Path) -> None:
+    with WheelServer() as srv, httpx.Client() as http:
+        srv.add("/big.whl", b"x", status=404)
+        url = srv.url("/big.whl").replace("http://", "http://user:s3cretpw@")
+        _rows, why = remote_rows(http)(url, 1, _sha(b"x"))
+    assert "s3cretpw" not in why and "HTTP 404" in why
+
+
+def _env(tmp: Path, name: str, wheel: Path, cache: Path) -> Path:
+    env = tmp / name
+    run = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
+    run.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "venv", "-q", str(env)], check=True, env=run, capture_output=True)
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
+                    str(wheel)], check=True, env=run, capture_output=True)
+    return env
+
+
+def poison_uv_cache(cache: Path, member: str, text: str) -> Path:
+    """Edit the unpacked copy of ``member`` in uv's cache and its RECORD row to match (hash and size), as one who
+    writes the cache can; -> the edited file."""
+    (target,) = [p for p in cache.glob(f"archive-v*/*/{member}")]
+    target.write_text(text)
+    (record,) = target.parents[len(Path(member).parts) - 1].glob("*.dist-info/RECORD")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    rows = [[p, f"sha256={digest}", str(len(text.encode()))] if p == member else [p, h, s]
+            for p, h, s in csv.reader(io.StringIO(record.read_text()))]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    record.write_text(out.getvalue())
+    return target
+
+
+def test_a_distribution_uv_s_cache_served_edited_is_named_whichever_way_its_wheel_is_read(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    data = wheel.read_bytes()
+    cache = tmp_path / "uvc"
+    clean = _env(tmp_path, "clean", wheel, cache)
+    poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
+    poisoned = _env(tmp_path, "poisoned", wheel, cache)
+    assert (next(poisoned.glob("lib/python*/site-packages")) / "tinydep" / "__init__.py").read_text() == "VALUE = 666\n"
+    with WheelServer() as srv, httpx.Client() as http:
+        srv.add("/" + wheel.name, data)
+        for entry in ({"path": str(wheel)}, {"url": srv.url("/" + wheel.name), "size": len(data)}):
+            package = {"name": "tinydep", "version": "1.0", "wheels": [{**entry, "hashes": {"sha256": _sha(data)}}]}
+            assert held_to_index([package], clean, remote_rows(http)).unlike == ()
+            held = held_to_index([package], poisoned, remote_rows(http))
+            assert [(u.name, u.files) for u in held.unlike] == [("tinydep", ("tinydep/__init__.py",))], entry
+            assert held.unjudged == ()
+
+
+def test_a_distribution_no_listed_wheel_has_the_tags_of_is_not_judged(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    env = _env(tmp_path, "env", wheel, tmp_path / "uvc")
+    other = {"name": "tinydep", "version": "1.0",
+             "wheels": [{"url": "https://files.example/tinydep-1.0-cp399-cp399-linux_x86_64.whl",
+                         "hashes": {"sha256": "0" * 64}}]}
+
+    def never(url: str, size: int | None, sha256: str | None) -> tuple[None, str]:
+        raise AssertionError("a wheel of other tags was read")
+
+    held = held_to_index([other], env, never)
+    assert held.unlike == () and len(held.unjudged) == 1 and "sdist" in held.unjudged[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served", ["find-links folder", "find-links over http"])
+def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cache(tmp_path: Path,
+                                                                                     served: str) -> None:
+    """The review's plant: the unpacked tinydep in ``CACHE/uv`` edited with its RECORD row, then a stack that
+    cannot take the built-stack entry (a new key: here the entry is gone).  Before: over http it was installed,
+    passed verify and was stored for every later stack.  Now the install step refuses it with the lock step's
+    error for a stale env (nothing removed, nothing stored); the fix's commands make the re-run clean, and the
+    entry it stores and the next stack are clean."""
+    import re
+    import shutil
+
+    from october.installer.core.errors import LockError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.findlinks_server import serve_find_links
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    with serve_find_links(world.wheels) as links:
+        if served == "find-links over http":
+            world.recipe.write_text(world.recipe.read_text().replace('find_links = ["wheels"]',
+                                                                     f'find_links = ["{links.url}"]'))
+        setup(world, tmp_path / "s1", cache)
+        clean = (site(tmp_path / "s1") / "tinydep" / "__init__.py").read_text()
+        poison_uv_cache(cache / "uv", "tinydep/__init__.py", clean + "import os  # planted\n")
+        shutil.rmtree(cache / "built")
+        with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+            setup(world, s2, cache)
+        assert "uv's cache edited" in str(info.value) and "tinydep 1.0: 1 file(s) unlike" in str(info.value)
+        assert not (cache / "built").exists() or entries(cache) == []          # nothing stored
+        assert "planted" in (site(s2) / "tinydep" / "__init__.py").read_text()  # nothing removed
+        for command in re.findall(r"`([^`]+)`", info.value.fix or ""):
+            if "rm -rf" in command or "cache clean" in command:
+                subprocess.run(command, shell=True, check=True, capture_output=True)
+        setup(world, s2, cache)
+        assert (site(s2) / "tinydep" / "__init__.py").read_text() == clean
+        (entry,) = entries(cache)
+        stored = list(entry.rglob("tinydep/__init__.py"))
+        assert stored and all(p.read_text() == clean for p in stored)
+        assert verify(s2).returncode == 0
+        setup(world, tmp_path / "s3", cache)
+        assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
+
+
+@pytest.mark.slow
+def test_a_stack_whose_wheels_cannot_be_read_is_not_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The find-links server ignores Range, as some private hosts do; with a whole read allowed only up to 100
+    bytes (stood in for a wheel over :data:`WHOLE_MAX` on such a host: the only part not real) no wheel can be
+    held to its file: the stack is built and works, and is not stored (said in its log)."""
+    from october.installer.wheels import rangefile
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.findlinks_server import serve_find_links
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup, verify
+
+    monkeypatch.setattr(rangefile, "WHOLE_MAX", 100)
+    world = make_world(tmp_path / "world")
+    cache = tmp_path / "cache"
+    with serve_find_links(world.wheels) as links:
+        world.recipe.write_text(world.recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{links.url}"]'))
+        setup(world, tmp_path / "s1", cache)
+    log = (tmp_path / "s1" / "logs" / "install.log").read_text()
+    assert not (cache / "built").exists() or entries(cache) == []
+    assert "not stored in the built-stack cache:" in log and "could not be held to the wheel they came from" in log
+    assert "ignores Range requests" in log
+    assert verify(tmp_path / "s1").returncode == 0

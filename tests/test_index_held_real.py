@@ -1,0 +1,61 @@
+"""The real index: wheels uv installs from PyPI held to the RECORD read from files.pythonhosted.org by Range
+requests (:mod:`october.installer.wheels.rangefile`), through the listing ``uv pip compile`` writes as the lock step
+runs it.  A platform wheel (markupsafe: the listed files of this interpreter's tags) and a pure one (idna); then the same
+after uv's cache is edited with its RECORD row.  Nothing stood in: real PyPI, real uv, its real cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import httpx
+import pytest
+
+from october.installer.lock.installed import held_to_index, remote_rows
+from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.wheels.rangefile import RangeFile
+from tests.test_index_held import poison_uv_cache
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+PINS = ("idna==3.10", "markupsafe==3.0.2")
+
+
+def _run(cache: Path, *argv: str) -> None:
+    env = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), *argv], check=True, env=env, capture_output=True, timeout=300)
+
+
+def _env(tmp: Path, name: str, cache: Path) -> Path:
+    env = tmp / name
+    _run(cache, "venv", "-q", "--python", sys.executable, str(env))
+    _run(cache, "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"), *PINS)
+    return env
+
+
+def _listing(tmp: Path, cache: Path, python: Path) -> list[dict]:
+    (tmp / "req.in").write_text("".join(f"{p}\n" for p in PINS))
+    _run(cache, "pip", "compile", str(tmp / "req.in"), "--no-deps", "--no-header", "--quiet", "--python",
+         os.path.realpath(python), "-o", str(tmp / "pylock.toml"))
+    return list(tomllib.loads((tmp / "pylock.toml").read_text())["packages"])
+
+
+def test_pypi_wheels_are_held_to_their_record_read_by_range_requests(tmp_path: Path) -> None:
+    cache = tmp_path / "uvc"
+    clean = _env(tmp_path, "clean", cache)
+    packages = _listing(tmp_path, cache, clean / "bin" / "python")
+    assert all("manylinux" in w["url"] for p in packages if p["name"] == "markupsafe" for w in p["wheels"])
+    with httpx.Client(follow_redirects=True) as http:
+        held = held_to_index(packages, clean, remote_rows(http))
+        assert held.unlike == () and held.unjudged == (), held
+        # the zip directory and RECORD, not the wheel
+        (idna,) = [w for p in packages if p["name"] == "idna" for w in p["wheels"]]
+        view = RangeFile(http, idna["url"], idna["size"], idna["hashes"]["sha256"])
+        assert view.read(4) == b"PK\x03\x04" and view.requests <= 2
+        poison_uv_cache(cache, "idna/core.py", "planted = True\n")
+        poisoned = _env(tmp_path, "poisoned", cache)
+        held = held_to_index(packages, poisoned, remote_rows(http))
+    assert [(u.name, u.files) for u in held.unlike] == [("idna", ("idna/core.py",))]
