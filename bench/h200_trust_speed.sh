@@ -15,6 +15,7 @@ steps() { $SYS -c "import json,sys; [print(f\"  {s['name']:<10} {s['status']:<7}
 echo "== 1. cold setup $S1"; t=$(now); setup $S1 > $OUT/setup1.log 2>&1; rc=$?; C1=$(since $t); echo "setup rc=$rc in $C1 s"; steps $S1/receipts/setup.json
 [ $rc = 0 ] || { tail -40 $OUT/setup1.log; tail -30 $S1/logs/*.log; exit 1; }
 cp $S1/receipts/setup.json $OUT/setup.json      # the cold run's receipt, as the installed tool wrote it
+grep -a -h "built-stack cache\|held to an index wheel" $S1/logs/install.log | cut -c1-300    # stored, or why not
 echo "== 2. smoke (the README's command)"; t=$(now); $B/current smoke --install $S1 --output /tmp/smoke1 > $OUT/smoke1.log 2>&1; echo "smoke rc=$? in $(since $t) s"; tail -9 $OUT/smoke1.log
 cp /tmp/smoke1/receipt.json $OUT/smoke.json
 echo "== 3. no-op re-runs"; for i in 1 2 3 4 5; do t=$(now); setup $S1 > /tmp/noop.log 2>&1; echo "noop $i rc=$? in $(since $t) s"; done; tail -3 /tmp/noop.log

@@ -1090,6 +1090,30 @@ def test_a_pth_added_after_setup_is_not_a_noop_and_the_rerun_names_it(tmp_path: 
     assert differences(stack) == []
 
 
+def test_a_package_added_beside_the_installed_ones_is_not_a_noop_and_the_rerun_names_it(tmp_path: Path) -> None:
+    """Session 34's review: a package folder planted in the env's site-packages that shadows an editable fork
+    (``alpha/``, found before the editable finder), or a plain module beside the installed ones, passed the
+    no-op ("stack ready"); only verify named it.  The install step now records the site-packages entries (one
+    scan), the no-op holds the env to them, and the install's full check names what no RECORD owns (exit 11);
+    removed, the re-run is a no-op again.  A user's own bytecode folder there is not an entry."""
+    stack = _world_stack(tmp_path)
+    site_dir = next((stack.root / "env" / "lib").glob("python*/site-packages"))
+    (site_dir / "__pycache__").mkdir()         # where a user's run writes the top-level modules' bytecode
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "running again" not in again.stderr, again.stderr
+    for planted in (site_dir / "alpha" / "__init__.py", site_dir / "zz_mod.py"):
+        planted.parent.mkdir(exist_ok=True)
+        planted.write_text("SHADOW = True\n")
+        again = _setup_again(stack)
+        assert again.returncode == 11, again.stderr
+        assert "install: running again" in again.stderr and "site-packages entries" in again.stderr, again.stderr
+        assert planted.name in again.stderr and "remove them" in again.stderr, again.stderr
+        shutil.rmtree(planted.parent) if planted.name == "__init__.py" else planted.unlink()
+        assert _setup_again(stack).returncode == 0
+    again = _setup_again(stack)
+    assert again.returncode == 0 and "running again" not in again.stderr, again.stderr
+
+
 def test_the_same_version_reinstalled_from_another_index_is_named_and_the_rerun_puts_it_back(tmp_path: Path) -> None:
     """A false pass left by the earlier fix (which names a reinstall from a file, by its direct_url.json): the
     same version of an index package reinstalled from another index or find-links folder (other bytes, no

@@ -162,6 +162,7 @@ class InstallStep:
             pth=self.pth_files(ctx),
             records=records.record_digests(ctx.paths.env, ctx.trust),
             venv_files=uvs_own,
+            site_entries=self.site_entries(ctx),
         )
         # beside the marker (which is removed while the step runs): what the next run's repair holds RECORDs to
         write_json_atomic(ctx.paths.install_records, dict(result.records or {}))
@@ -257,7 +258,29 @@ class InstallStep:
         if now != result.pth:
             changed = sorted(n for n in set(now) | set(result.pth or {}) if now.get(n) != (result.pth or {}).get(n))
             return f"the env's .pth and sitecustomize files are not those its install left ({first(changed, 5)})"
+        # a package folder or module added beside the installed ones (one shadowing a fork), or one swapped for a
+        # link: the install's full check names what no RECORD owns
+        if result.site_entries is None:
+            return "the env's site-packages entries are not recorded (installed by an earlier october)"
+        entries = self.site_entries(ctx)
+        if entries != result.site_entries:
+            changed = sorted(n for n in set(entries) | set(result.site_entries)
+                             if entries.get(n) != result.site_entries.get(n))
+            return f"the env's site-packages entries are not those its install left ({first(changed, 5)})"
         return None
+
+    def site_entries(self, ctx: StepContext) -> dict[str, str]:
+        """Each top-level entry of the env's site-packages (``lib/pythonX.Y/site-packages/NAME``) -> ``dir``,
+        ``file`` or ``link``: one scan, no file read.  The bytecode folder aside: the stack's Python writes it
+        wherever a user runs it without a pycache prefix (what is in it is ``current verify``'s)."""
+        out: dict[str, str] = {}
+        for site in sorted(ctx.paths.env.glob("lib/python*/site-packages")):
+            with os.scandir(site) as found:
+                for e in found:
+                    if e.name != "__pycache__":
+                        kind = "link" if e.is_symlink() else "dir" if e.is_dir() else "file"
+                        out[f"{site.parent.name}/{e.name}"] = kind
+        return dict(sorted(out.items()))
 
     def recorded_records(self, ctx: StepContext) -> dict[str, str] | None:
         """The RECORD digests the last finished install left (None: none, or unreadable: nothing held to)."""

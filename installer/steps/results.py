@@ -282,9 +282,10 @@ class InstallResult(Record):
     pth: Mapping[str, str] | None = None    # every .pth file of the env's site-packages it left -> sha256
     records: Mapping[str, str] | None = None    # every distribution's RECORD as it left it -> sha256
     venv_files: Mapping[str, str] | None = None     # files no RECORD owns that uv's own venv has -> sha256
+    site_entries: Mapping[str, str] | None = None   # each top-level entry of site-packages -> dir, file or link
 
     OWN: ClassVar[tuple[str, ...]] = ("build_outputs", "installed", "settings", "pth", "records",
-                                      "venv_files")   # None: before them
+                                      "venv_files", "site_entries")   # None: before them
 
     def to_json(self) -> dict[str, JSON]:
         out = super().to_json()
