@@ -108,6 +108,45 @@ def test_stack_info_reads_lock_and_setup_receipt(tmp_path: Path) -> None:
     assert info["smoke"] == {"prompt_tokens": 8192, "max_new_tokens": 128}     # the recipe's [smoke]
 
 
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def test_a_fork_checkout_moved_or_edited_since_setup_is_refused(tmp_path: Path) -> None:
+    """Session 34's review: the smoke receipt names the setup receipt's fork commits, while the engine imports the
+    editable checkout as it is.  A checkout moved to another commit, or edited, since setup made the receipt name
+    commits the stack did not run.  Now refused, naming the checkout; a fork set up ``--allow-dirty`` (the
+    receipt says ``dirty``) is held to its commit only."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "kernel.py").write_text("K = 16\n")
+    _git(repo, "add", "kernel.py")
+    _git(repo, "commit", "-q", "-m", "pinned")
+    pinned = _git(repo, "rev-parse", "HEAD")
+    stack = _stack(tmp_path, forks=[{"name": "flashinfer", "commit": pinned}])
+    (stack / "src").mkdir()
+    repo = repo.rename(stack / "src" / "flashinfer")
+    assert stack_info(stack, None)["forks"] == {"flashinfer": pinned}
+    (repo / "kernel.py").write_text("K = 8\n")
+    with pytest.raises(SmokeError, match="local changes the setup receipt does not say") as info:
+        stack_info(stack, None)
+    assert "kernel.py" in str(info.value) and "current verify" in str(info.value)
+    receipt = stack / "receipts" / "setup.json"
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()),
+                                   "forks": [{"name": "flashinfer", "commit": pinned, "dirty": True}]}))
+    assert stack_info(stack, None)["forks"] == {"flashinfer": pinned}
+    _git(repo, "commit", "-q", "-am", "moved")
+    with pytest.raises(SmokeError, match="not at the commit the setup receipt names") as info:
+        stack_info(stack, None)
+    assert pinned in str(info.value) and _git(repo, "rev-parse", "HEAD") in str(info.value)
+
+
 def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
     from october.installer.recipe.forks import promise_of
 

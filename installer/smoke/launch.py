@@ -154,6 +154,36 @@ def _forks(data: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items if k and isinstance(v, str)}
 
 
+def forks_as_set_up(install: Path, forks: Any) -> None:
+    """Each fork the setup receipt names whose checkout is in the stack (``STACK/src/NAME``) at the commit the
+    receipt names, with no local change git sees (its selected submodules included; a fork set up with
+    ``--allow-dirty`` is said to be dirty and is not held to that): the receipt's commits are then what the stack
+    runs, for an editable install takes the checkout's files as they are.  Else :class:`SmokeError`: a receipt
+    must not name commits the engine did not run (``git status``: tens of milliseconds on FlashInfer)."""
+    from ..core.version import head_commit
+    from ..git.clonecheck import dirty_entries, listed
+
+    for fork in forks if isinstance(forks, list) else []:
+        name, commit = (fork.get("name"), fork.get("commit")) if isinstance(fork, Mapping) else (None, None)
+        checkout = install / "src" / str(name)
+        if not isinstance(name, str) or not isinstance(commit, str) or not (checkout / ".git").exists():
+            continue
+        fix = (f"run `current verify --install {shlex.quote(str(install))}` to see what changed, then re-run "
+               f"october_setup for the stack (it puts the checkout back at its commit, or says why not)")
+        head = head_commit(checkout)
+        if head != commit:
+            raise SmokeError(f"fork {name}'s checkout is not at the commit the setup receipt names",
+                             expected=f"{checkout} at {commit}", found=f"{head or 'a HEAD that cannot be read'}",
+                             fix=fix)
+        if fork.get("dirty"):
+            continue
+        subs = fork.get("submodules_selected")
+        dirty = dirty_entries(checkout, [str(s) for s in subs] if isinstance(subs, list) else ())
+        if dirty:
+            raise SmokeError(f"fork {name}'s checkout has local changes the setup receipt does not say",
+                             expected=f"{checkout} clean at {commit}", found=listed(dirty), fix=fix)
+
+
 def receipt_promise(data: Mapping[str, Any]) -> str | None:
     """What the setup receipt promises: the highest of :func:`promise_of` over every fork it names (fetched
     and installed) and its own ``promises``, so nothing in it can lower the level the smoke must reach."""
@@ -243,6 +273,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
         info["recipe"] = {"name": rec["name"], "sha256": sha if isinstance(sha, str) else None}
         _same_recipe(rec, install)
     info["forks"] = _forks(data.get("forks"))
+    forks_as_set_up(install, data.get("forks"))
     info["promised_level"] = highest({receipt_promise(data), env_promise(install)})
     if info["promised_level"] is None:
         raise SmokeError("the stack's setup receipt names no fork, so it promises nothing to check",
