@@ -157,6 +157,12 @@ def write_scales(path: Path, *, repo: str, revision: str, v_scales: list[float],
 DISTINCT_FROM_ONE = 0.05   # a V scale nearer 1.0 than this (as a ratio) cannot be told from one left at 1.0
 
 
+def near_one(scale: float) -> bool:
+    """A scale an oracle cannot tell from 1.0 (within :data:`DISTINCT_FROM_ONE`; not positive and finite: told
+    from nothing): a check of it proves nothing (see :func:`telling_scale`)."""
+    return telling_scale([scale]) is None
+
+
 def telling_scale(scales: "list[float] | tuple[float, ...]") -> int | None:
     """The index of the V scale furthest from 1.0 (as a ratio, so 0.5 and 2.0 are as far), or None when none
     is :data:`DISTINCT_FROM_ONE` away.  A check whose oracle applies a scale within that of 1.0 passes a kernel or

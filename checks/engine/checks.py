@@ -35,7 +35,7 @@ from .vllm_surface import (
 )
 from ..memory import held_bytes, sample_rounds
 from ..results import FAILED, PASSED, SKIPPED, UNSUPPORTED, CheckResult, Unsupported, verdict
-from ..scales import DISTINCT_FROM_ONE, telling_scale
+from ..scales import DISTINCT_FROM_ONE, near_one
 from ..workspace import Watch
 from ..workspace import uri as module_uri
 
@@ -472,7 +472,7 @@ def _oracles(results: dict[str, CheckResult], layer: oracle.LayerVerdict | BaseE
             scale_problems.append(f"layer {m['layer']} decode differs from the reference dequantized with "
                                   f"the supplied scale {_off(m, lim, 'decode')}")
         supplied = m.get("supplied_scale")
-        blind = None if scale_problems or supplied is None or telling_scale([float(supplied)]) is not None else (
+        blind = None if scale_problems or supplied is None or not near_one(float(supplied)) else (
             f"layer {m['layer']}'s supplied V scale {float(supplied):.4g} is within {DISTINCT_FROM_ONE:.0%} of 1.0, "
             "the default, and no layer's is further: a scale left at 1.0 could not be told from one applied")
         _amend(results["calibrated_scales"], scale_problems, {"layer_oracle": m}, {"layer_oracle": lim}, blind)

@@ -47,7 +47,7 @@ from .backend import (
     probe,
 )
 from ..memory import held_bytes, sample_rounds
-from ..scales import DISTINCT_FROM_ONE, telling_scale
+from ..scales import DISTINCT_FROM_ONE, near_one, telling_scale
 from ..torch_reference import SLOPE_BOUND
 from ..torch_reference import slope as _slope
 from ..torch_reference import slope_ok as _slope_ok
@@ -145,7 +145,7 @@ def _physical(kb: KernelBackend) -> CheckResult:
 
 
 def _scales(kb: KernelBackend) -> CheckResult:
-    if telling_scale([kb.v_scale]) is None:
+    if near_one(kb.v_scale):
         raise Unsupported(f"v_scale {kb.v_scale:.4g} is within {DISTINCT_FROM_ONE:.0%} of 1.0, the default: its output "
                           "would also match V read with 1.0, so whether the kernel applies it cannot be told (no "
                           "layer of the fixtures' scales is further from 1.0)")
