@@ -51,7 +51,7 @@ def main() -> int:
                        check=True)
         trees = {"base": base_tree, "new": ROOT}
         world = bench_world(work / "world", args.torch_mb)
-        with serve_find_links(world.wheels) as links:      # not throttled: only cold runs download
+        with serve_find_links(world.wheels, ranges=True) as links:      # not throttled: only cold runs download
             recipe = served_from(world, links.url)
             cache = work / "cache"
             cold = {name: run(tree, work / f"{name}-cold", recipe, cache) for name, tree in trees.items()}

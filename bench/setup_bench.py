@@ -86,7 +86,7 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="october-bench-"))
     try:
         world = bench_world(work / "world", args.torch_mb)
-        with serve_find_links(world.wheels, rate=args.link_mbps * 1e6 / 8) as links:
+        with serve_find_links(world.wheels, rate=args.link_mbps * 1e6 / 8, ranges=True) as links:   # as PyPI's host
             served_from(world, links.url)
             cache = work / "cache"
             cold = timed_setup(work / "stack1", world.recipe, cache)

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from october.installer.lock.installed import held_to_index, remote_rows, wheel_rows
+from october.installer.lock.held import direct_packages, held_to_index, remote_rows
+from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.wheels.rangefile import BLOCK, RangeFile
 from tests.fixtures.wheel_server import WheelServer
@@ -132,22 +133,138 @@ def test_a_distribution_uv_s_cache_served_edited_is_named_whichever_way_its_whee
             assert held.unjudged == ()
 
 
-def test_a_distribution_no_listed_wheel_has_the_tags_of_is_not_judged(tmp_path: Path) -> None:
-    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
-    env = _env(tmp_path, "env", wheel, tmp_path / "uvc")
-    other = {"name": "tinydep", "version": "1.0",
-             "wheels": [{"url": "https://files.example/tinydep-1.0-cp399-cp399-linux_x86_64.whl",
-                         "hashes": {"sha256": "0" * 64}}]}
+def _digest(text: str) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
 
-    def never(url: str, size: int | None, sha256: str | None) -> tuple[None, str]:
-        raise AssertionError("a wheel of other tags was read")
 
-    held = held_to_index([other], env, never)
+def _add_to_cache(cache: Path, member: str, text: str) -> None:
+    """A file added to the unpacked tinydep in uv's cache, with a RECORD row of its own (the review's plant)."""
+    (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
+    (record.parent.parent / member).parent.mkdir(parents=True, exist_ok=True)
+    (record.parent.parent / member).write_text(text)
+    record.write_text(record.read_text() + f"{member},{_digest(text)},{len(text.encode())}\n")
+
+
+def _held_after(tmp: Path, files: dict, plant, wheels: str = "listed") -> tuple:
+    """tinydep installed clean, ``plant(cache)``, installed again from that cache -> (held, poisoned env)."""
+    wheel = build_wheel(tmp / "w", "tinydep", "1.0", files)
+    cache = tmp / "uvc"
+    _env(tmp, "clean", wheel, cache)
+    plant(cache)
+    env = _env(tmp, "poisoned", wheel, cache)
+    listed = [{"path": str(wheel), "hashes": {"sha256": _sha(wheel.read_bytes())}}] if wheels == "listed" else []
+    package = {"name": "tinydep", "version": "1.0", "wheels": listed}
+    with httpx.Client() as http:
+        return held_to_index([package], env, remote_rows(http)), env
+
+
+@pytest.mark.parametrize("plant, named", [
+    ("a .pth added with its row", "zz_evil.pth (not in the wheel)"),
+    ("a module added with its row", "tinydep/extra.py (not in the wheel)"),
+    ("a .data/purelib file edited", "tinydep/__init__.py"),
+    ("the WHEEL tags edited with the file", "tinydep-1.0.dist-info/WHEEL"),
+])
+def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: str, named: str) -> None:
+    """Session 35's review: rows the installed RECORD has beyond the wheel's were not looked at (a ``.pth`` ran at
+    every start of every later stack), ``.data/purelib`` files were skipped, and a WHEEL whose tags were edited
+    made its distribution "not judged" (the edit chose which wheel it was held to)."""
+    files = {"tinydep/__init__.py": "VALUE = 1\n"}
+    if "purelib" in plant:
+        files = {"tinydep-1.0.data/purelib/tinydep/__init__.py": "VALUE = 1\n"}
+
+    def do(cache: Path) -> None:
+        if "pth" in plant:
+            _add_to_cache(cache, "zz_evil.pth", "import os\n")
+        elif "module" in plant:
+            _add_to_cache(cache, "tinydep/extra.py", "EVIL = 1\n")
+        elif "purelib" in plant:
+            poison_uv_cache(cache, "tinydep-1.0.data/purelib/tinydep/__init__.py", "VALUE = 666\n")
+        else:
+            poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
+            poison_uv_cache(cache, "tinydep-1.0.dist-info/WHEEL",
+                            "Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\nTag: py2-none-any\n")
+
+    held, _env_dir = _held_after(tmp_path, files, do)
+    assert held.unjudged == () and len(held.unlike) == 1, held
+    assert named in held.unlike[0].files, held.unlike[0].files
+
+
+def test_a_healthy_wheel_with_data_scripts_and_entry_points_is_held(tmp_path: Path) -> None:
+    """What uv writes beyond the wheel's rows (its own dist-info files, entry-point and ``.data`` scripts under
+    ``bin/``) is not a difference."""
+    files = {"tinydep/__init__.py": "def main():\n    pass\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n",
+             "tinydep-1.0.data/purelib/tinydep_extra.py": "X = 1\n",
+             "tinydep-1.0.dist-info/entry_points.txt": "[console_scripts]\ntinytool = tinydep:main\n"}
+    held, env = _held_after(tmp_path, files, lambda cache: None)
+    assert (env / "bin" / "tinytool").is_file() and (env / "bin" / "tool").is_file()
+    assert held == type(held)(unlike=(), unjudged=()), held
+
+
+def test_a_distribution_with_no_wheel_listed_is_not_judged(tmp_path: Path) -> None:
+    held, _env_dir = _held_after(tmp_path, {"tinydep/__init__.py": "VALUE = 1\n"}, lambda cache: None,
+                                 wheels="none")
     assert held.unlike == () and len(held.unjudged) == 1 and "sdist" in held.unjudged[0]
 
 
+def test_a_distribution_installed_from_a_url_of_its_own_is_held_to_that_wheel(tmp_path: Path) -> None:
+    """The review: a dependency named by URL (``tinydep @ http://...whl``) is not in the index listing; its
+    ``direct_url.json`` names the file and its hash, and it is held to that file."""
+    from october.installer.verify_dists import installed
+    from tests.fixtures.findlinks_server import serve_find_links
+
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    cache = tmp_path / "uvc"
+    with serve_find_links(wheel.parent, ranges=True) as links, httpx.Client() as http:
+        url = links.url + wheel.name
+        envs = {}
+        for name in ("clean", "poisoned"):
+            if name == "poisoned":
+                poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
+            envs[name] = _url_env(tmp_path, name, url, cache)
+        for name, env in envs.items():
+            packages = direct_packages(installed(env))
+            assert [p["wheels"][0]["url"] for p in packages] == [url]
+            held = held_to_index(packages, env, remote_rows(http))
+            assert held.unjudged == () and [u.name for u in held.unlike] == ([] if name == "clean" else ["tinydep"])
+
+
+def _url_env(tmp: Path, name: str, url: str, cache: Path) -> Path:
+    env = tmp / name
+    run = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
+    run.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "venv", "-q", str(env)], check=True, env=run, capture_output=True)
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
+                    f"tinydep @ {url}"], check=True, env=run, capture_output=True)
+    return env
+
+
+def test_a_host_that_failed_once_is_not_asked_again_and_credentials_reach_it_unsaid(tmp_path: Path) -> None:
+    """The review: an unanswering host cost each wheel its whole timeout (16 wheels: 61 s), and a find-links URL's
+    ``user:password@`` did not reach the range reads (every stack on a private host was left unstored)."""
+    import socket
+
+    from tests.fixtures.findlinks_server import serve_find_links
+
+    wheel = build_wheel(tmp_path / "links", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    with serve_find_links(wheel.parent, auth=("user", "s3cretpw"), ranges=True) as links, httpx.Client() as http:
+        url = links.url + wheel.name
+        creds = lambda u: u.replace("http://", "http://user:s3cretpw@")      # noqa: E731
+        rows, why = remote_rows(http, creds)(url, None, _sha(wheel.read_bytes()))
+        assert rows and "tinydep/__init__.py" in rows and links.ranged, why
+        rows, why = remote_rows(http)(url, None, None)
+        assert rows is None and "HTTP 401" in why and "s3cretpw" not in why
+    with socket.socket() as silent, httpx.Client(timeout=0.5) as http:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)                                   # accepts, never answers
+        read = remote_rows(http)
+        base = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        _rows, first = read(base + "a-1.0-py3-none-any.whl", 100, None)
+        _rows, second = read(base + "b-1.0-py3-none-any.whl", 100, None)
+    assert "ReadTimeout" in first and second.startswith("not asked: an earlier request to that host failed")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("served", ["find-links folder", "find-links over http"])
+@pytest.mark.parametrize("served", ["find-links folder", "find-links over http", "over http with ranges"])
 def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cache(tmp_path: Path,
                                                                                      served: str) -> None:
     """The review's plant: the unpacked tinydep in ``CACHE/uv`` edited with its RECORD row, then a stack that
@@ -167,8 +284,8 @@ def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cac
 
     world = make_world(tmp_path / "world")
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
-    with serve_find_links(world.wheels) as links:
-        if served == "find-links over http":
+    with serve_find_links(world.wheels, ranges=served == "over http with ranges") as links:
+        if served != "find-links folder":
             world.recipe.write_text(world.recipe.read_text().replace('find_links = ["wheels"]',
                                                                      f'find_links = ["{links.url}"]'))
         setup(world, tmp_path / "s1", cache)
@@ -178,6 +295,7 @@ def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cac
         with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
             setup(world, s2, cache)
         assert "uv's cache edited" in str(info.value) and "tinydep 1.0: 1 file(s) unlike" in str(info.value)
+        assert bool(links.ranged) == (served == "over http with ranges")     # read by ranges where answered
         assert not (cache / "built").exists() or entries(cache) == []          # nothing stored
         assert "planted" in (site(s2) / "tinydep" / "__init__.py").read_text()  # nothing removed
         for command in re.findall(r"`([^`]+)`", info.value.fix or ""):
@@ -215,3 +333,25 @@ def test_a_stack_whose_wheels_cannot_be_read_is_not_stored(tmp_path: Path, monke
     assert "not stored in the built-stack cache:" in log and "could not be held to the wheel they came from" in log
     assert "ignores Range requests" in log
     assert verify(tmp_path / "s1").returncode == 0
+
+
+@pytest.mark.slow
+def test_a_stack_on_a_host_that_wants_credentials_is_held_and_stored_without_saying_them(tmp_path: Path) -> None:
+    """The review: the recipe's find-links URL carries ``user:password@``; uv's listing names the files without
+    them, and the range reads were refused (401): every such stack was left out of the built-stack cache.  The
+    reads now take the source's credentials for its host; no log holds them."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.findlinks_server import serve_find_links
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    cache, token = tmp_path / "cache", "qTOKENq"
+    with serve_find_links(world.wheels, auth=("user", token), ranges=True) as links:
+        base = links.url.replace("http://", f"http://user:{token}@")
+        world.recipe.write_text(world.recipe.read_text().replace('find_links = ["wheels"]', f'find_links = ["{base}"]'))
+        setup(world, tmp_path / "s1", cache)
+        assert links.ranged                 # held by range reads, with the credentials
+    log = (tmp_path / "s1" / "logs" / "install.log").read_text()
+    assert len(entries(cache)) == 1, [ln for ln in log.splitlines() if "not stored" in ln or "not held" in ln]
+    assert not any(token in p.read_text(errors="ignore") for p in (tmp_path / "s1" / "logs").glob("*"))

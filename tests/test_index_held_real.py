@@ -1,6 +1,6 @@
 """The real index: wheels uv installs from PyPI held to the RECORD read from files.pythonhosted.org by Range
 requests (:mod:`october.installer.wheels.rangefile`), through the listing ``uv pip compile`` writes as the lock step
-runs it.  A platform wheel (markupsafe: the listed files of this interpreter's tags) and a pure one (idna); then the same
+runs it.  A platform wheel (markupsafe: the listed files of this interpreter's tags; tokenizers, whose WHEEL writes its compressed tag set as one tag, not as its file name says it) and a pure one (idna); then the same
 after uv's cache is edited with its RECORD row.  Nothing stood in: real PyPI, real uv, its real cache."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from october.installer.lock.installed import held_to_index, remote_rows
+from october.installer.lock.held import held_to_index, remote_rows
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.wheels.rangefile import RangeFile
 from tests.test_index_held import poison_uv_cache
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
-PINS = ("idna==3.10", "markupsafe==3.0.2")
+PINS = ("idna==3.10", "markupsafe==3.0.2", "tokenizers==0.20.3")   # tokenizers: its WHEEL writes the compressed tag
 
 
 def _run(cache: Path, *argv: str) -> None:
@@ -59,3 +59,23 @@ def test_pypi_wheels_are_held_to_their_record_read_by_range_requests(tmp_path: P
         poisoned = _env(tmp_path, "poisoned", cache)
         held = held_to_index(packages, poisoned, remote_rows(http))
     assert [(u.name, u.files) for u in held.unlike] == [("idna", ("idna/core.py",))]
+
+
+def test_the_find_links_stand_in_answers_ranges_as_the_real_file_host_does(tmp_path: Path) -> None:
+    """``serve_find_links(ranges=True)`` stands in for files.pythonhosted.org in the benches and the stack tests:
+    held here to the real host's answer to the same two Range requests (status, Content-Range, body length)."""
+    from tests.fixtures.findlinks_server import serve_find_links
+
+    cache = tmp_path / "uvc"
+    env = _env(tmp_path, "env", cache)
+    (idna,) = [w for p in _listing(tmp_path, cache, env / "bin" / "python") if p["name"] == "idna" for w in p["wheels"]]
+    with httpx.Client(follow_redirects=True) as http:
+        real = [http.get(idna["url"], headers={"Range": r}) for r in ("bytes=0-99", f"bytes={idna['size'] - 22}-")]
+        (tmp_path / "links").mkdir()
+        (tmp_path / "links" / "idna-3.10-py3-none-any.whl").write_bytes(http.get(idna["url"]).content)
+        with serve_find_links(tmp_path / "links", ranges=True) as links:
+            ours = [http.get(links.url + "idna-3.10-py3-none-any.whl", headers={"Range": r})
+                    for r in ("bytes=0-99", f"bytes={idna['size'] - 22}-")]
+    for a, b in zip(real, ours):
+        assert (a.status_code, a.headers["Content-Range"], a.content) == \
+            (b.status_code, b.headers["Content-Range"], b.content)

@@ -147,6 +147,33 @@ def test_a_fork_checkout_moved_or_edited_since_setup_is_refused(tmp_path: Path) 
     assert pinned in str(info.value) and _git(repo, "rev-parse", "HEAD") in str(info.value)
 
 
+def test_a_hidden_edit_in_a_submodule_is_refused_when_the_receipt_selects_every_submodule(tmp_path: Path) -> None:
+    """Session 35's review: a receipt leaves ``submodules_selected`` out when every submodule is selected (verify
+    reads it so); the smoke read it as none, and a skip-worktree edit inside a submodule passed."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    _git(sub, "init", "-q")
+    (sub / "g.py").write_text("G = 1\n")
+    _git(sub, "add", "g.py")
+    _git(sub, "commit", "-q", "-m", "sub")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "third_party/sub")
+    _git(repo, "commit", "-q", "-m", "pinned")
+    pinned, sub_head = _git(repo, "rev-parse", "HEAD"), _git(sub, "rev-parse", "HEAD")
+    stack = _stack(tmp_path, forks=[{"name": "flashinfer", "commit": pinned,
+                                     "submodules": {"third_party/sub": sub_head}}])
+    (stack / "src").mkdir()
+    repo = repo.rename(stack / "src" / "flashinfer")
+    assert stack_info(stack, None)["forks"] == {"flashinfer": pinned}
+    _git(repo / "third_party" / "sub", "update-index", "--skip-worktree", "g.py")
+    (repo / "third_party" / "sub" / "g.py").write_text("G = 666\n")
+    with pytest.raises(SmokeError, match="local changes the setup receipt does not say") as info:
+        stack_info(stack, None)
+    assert "g.py" in str(info.value) and "skip-worktree" in str(info.value)
+
+
 def test_the_promise_comes_from_the_setup_receipt_forks(tmp_path: Path) -> None:
     from october.installer.recipe.forks import promise_of
 

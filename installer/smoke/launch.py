@@ -177,7 +177,8 @@ def forks_as_set_up(install: Path, forks: Any) -> None:
                              fix=fix)
         if fork.get("dirty"):
             continue
-        subs = fork.get("submodules_selected")
+        # a receipt leaves the selection out when every submodule is selected (as current verify reads it)
+        subs = fork.get("submodules_selected", list(fork.get("submodules") or {}))
         dirty = dirty_entries(checkout, [str(s) for s in subs] if isinstance(subs, list) else ())
         if dirty:
             raise SmokeError(f"fork {name}'s checkout has local changes the setup receipt does not say",

@@ -4,9 +4,10 @@ keep it.
 uv installs an index wheel from its cache's unpacked copy; a copy edited there together with its RECORD row passes
 the install's RECORD check, and a stack storing that env would hand it, signed, to every later stack with its key.
 So the install step, for an env uv installed in this run (not one copied from a built-stack entry), holds each
-index distribution to the RECORD of the wheel it came from (:func:`october.installer.lock.installed.held_to_index`;
-the lock's listing names the files: a kit's wheel is read here, an index's by Range requests,
-:mod:`october.installer.wheels.rangefile`).  One unlike its wheel fails the step with the lock step's own error for
+index distribution, and each installed from a wheel URL of its own, to the RECORD of the wheel it came from
+(:mod:`october.installer.lock.held`: every hashed row installed with its hash, no installed row in site-packages
+the wheel does not name; the lock's listing names the files: a kit's wheel is read here, an index's by
+Range requests, :mod:`october.installer.wheels.rangefile`, with the credentials the recipe's sources give its host).  One unlike its wheel fails the step with the lock step's own error for
 it (:func:`october.installer.steps.lock.stale_env`: uv's cache edited, or a wheel republished under its name;
 nothing removed, which bytes are right is the user's to say); nothing is stored.  One that cannot be held (a wheel
 built from its sdist, a host that would not answer) keeps the stack out of the built-stack cache, said in its log.
@@ -21,16 +22,22 @@ from ..engine import StepContext
 def hold_to_index(ctx: StepContext, step: str) -> str | None:
     """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
     step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel."""
-    from ..lock.installed import held_to_index, remote_rows
+    from ..install import records
+    from ..kit.wheels import with_credentials
+    from ..lock.held import direct_packages, held_to_index, remote_rows
     from ..wheels.rangefile import client
+    from .env import stack_uv
     from .lock import list_env, stale_env
     from .lockearly import EarlyLock
 
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
     listing = listing or list_env(ctx, ctx.runner)
+    dists = records.installed(ctx.paths.env)
+    sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
     with client() as http:
-        held = held_to_index(listing.index_packages, ctx.paths.env, remote_rows(http))
+        held = held_to_index([*listing.index_packages, *direct_packages(dists)], ctx.paths.env,
+                             remote_rows(http, lambda url: with_credentials(url, sources)), dists)
     if held.unlike:
         raise stale_env(ctx, step, held.unlike)
     if not held.unjudged:

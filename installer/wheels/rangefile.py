@@ -1,6 +1,6 @@
 """A wheel on an HTTP host, read as a file: only the bytes :mod:`zipfile` asks for, fetched with Range requests.
 
-What the install step holds an env's index distributions to (:func:`october.installer.lock.installed.held_to_index`)
+What the install step holds an env's index distributions to (:func:`october.installer.lock.held.held_to_index`)
 is each wheel's own RECORD; a wheel uv took from its cache is not on this machine as a file, so its zip directory
 and RECORD member are read from the index's URL: two or three requests of :data:`BLOCK` bytes for a small wheel,
 the directory's size more for a large one (torch's is ~2 MB of 900).  Assumptions about the host, each failing
@@ -113,7 +113,7 @@ class RangeFile(io.RawIOBase):
                     self._keep_whole(answer, where)
                 else:
                     raise Unreadable(f"{where}: HTTP {answer.status_code} for a range of the file")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
             raise Unreadable(f"{where}: {type(exc).__name__}: {redact_url(str(exc)) or 'no answer'}") from None
 
     def _keep_range(self, answer: httpx.Response, start: int, end: int, where: str) -> None:
