@@ -90,7 +90,8 @@ def test_credentials_in_the_url_are_not_in_what_is_said(tmp_path: Path) -> None:
     assert "s3cretpw" not in why and "HTTP 404" in why
 
 
-def _env(tmp: Path, name: str, wheel: Path, cache: Path) -> Path:
+def _env(tmp: Path, name: str, wheel: Path | str, cache: Path) -> Path:
+    """A venv with ``wheel`` (a file, or a requirement such as ``tinydep @ URL``) installed by real uv."""
     env = tmp / name
     run = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
     run.pop("VIRTUAL_ENV", None)
@@ -220,22 +221,12 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_held_to_that_wheel(tm
         for name in ("clean", "poisoned"):
             if name == "poisoned":
                 poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
-            envs[name] = _url_env(tmp_path, name, url, cache)
+            envs[name] = _env(tmp_path, name, f"tinydep @ {url}", cache)
         for name, env in envs.items():
             packages = direct_packages(installed(env))
             assert [p["wheels"][0]["url"] for p in packages] == [url]
             held = held_to_index(packages, env, remote_rows(http))
             assert held.unjudged == () and [u.name for u in held.unlike] == ([] if name == "clean" else ["tinydep"])
-
-
-def _url_env(tmp: Path, name: str, url: str, cache: Path) -> Path:
-    env = tmp / name
-    run = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
-    run.pop("VIRTUAL_ENV", None)
-    subprocess.run([uv_exe(), "venv", "-q", str(env)], check=True, env=run, capture_output=True)
-    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
-                    f"tinydep @ {url}"], check=True, env=run, capture_output=True)
-    return env
 
 
 def test_a_host_that_failed_once_is_not_asked_again_and_credentials_reach_it_unsaid(tmp_path: Path) -> None:

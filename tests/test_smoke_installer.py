@@ -117,18 +117,23 @@ def _git(repo: Path, *args: str) -> str:
                           env=env).stdout.strip()
 
 
+def _repo(path: Path, name: str, text: str) -> str:
+    """A git repository at ``path`` whose one commit holds ``name``; -> that commit."""
+    path.mkdir()
+    _git(path, "init", "-q")
+    (path / name).write_text(text)
+    _git(path, "add", name)
+    _git(path, "commit", "-q", "-m", "pinned")
+    return _git(path, "rev-parse", "HEAD")
+
+
 def test_a_fork_checkout_moved_or_edited_since_setup_is_refused(tmp_path: Path) -> None:
     """Session 34's review: the smoke receipt names the setup receipt's fork commits, while the engine imports the
     editable checkout as it is.  A checkout moved to another commit, or edited, since setup made the receipt name
     commits the stack did not run.  Now refused, naming the checkout; a fork set up ``--allow-dirty`` (the
     receipt says ``dirty``) is held to its commit only."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "kernel.py").write_text("K = 16\n")
-    _git(repo, "add", "kernel.py")
-    _git(repo, "commit", "-q", "-m", "pinned")
-    pinned = _git(repo, "rev-parse", "HEAD")
+    pinned = _repo(repo, "kernel.py", "K = 16\n")
     stack = _stack(tmp_path, forks=[{"name": "flashinfer", "commit": pinned}])
     (stack / "src").mkdir()
     repo = repo.rename(stack / "src" / "flashinfer")
@@ -141,6 +146,15 @@ def test_a_fork_checkout_moved_or_edited_since_setup_is_refused(tmp_path: Path) 
     receipt.write_text(json.dumps({**json.loads(receipt.read_text()),
                                    "forks": [{"name": "flashinfer", "commit": pinned, "dirty": True}]}))
     assert stack_info(stack, None)["forks"] == {"flashinfer": pinned}
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()), "forks": [{"name": "flashinfer", "commit": pinned}]}))
+    (repo / ".git" / "index").write_bytes(b"not an index")
+    with pytest.raises(SmokeError, match="checkout cannot be looked at") as info:
+        stack_info(stack, None)
+    assert "git: " in str(info.value)
+    (repo / ".git" / "index").unlink()
+    _git(repo, "reset", "-q")                       # the index read again from HEAD
+    receipt.write_text(json.dumps({**json.loads(receipt.read_text()),
+                                   "forks": [{"name": "flashinfer", "commit": pinned, "dirty": True}]}))
     _git(repo, "commit", "-q", "-am", "moved")
     with pytest.raises(SmokeError, match="not at the commit the setup receipt names") as info:
         stack_info(stack, None)
@@ -150,18 +164,12 @@ def test_a_fork_checkout_moved_or_edited_since_setup_is_refused(tmp_path: Path) 
 def test_a_hidden_edit_in_a_submodule_is_refused_when_the_receipt_selects_every_submodule(tmp_path: Path) -> None:
     """Session 35's review: a receipt leaves ``submodules_selected`` out when every submodule is selected (verify
     reads it so); the smoke read it as none, and a skip-worktree edit inside a submodule passed."""
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    _git(sub, "init", "-q")
-    (sub / "g.py").write_text("G = 1\n")
-    _git(sub, "add", "g.py")
-    _git(sub, "commit", "-q", "-m", "sub")
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
+    sub, repo = tmp_path / "sub", tmp_path / "repo"
+    sub_head = _repo(sub, "g.py", "G = 1\n")
+    _repo(repo, "README", "fork\n")
     _git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "third_party/sub")
     _git(repo, "commit", "-q", "-m", "pinned")
-    pinned, sub_head = _git(repo, "rev-parse", "HEAD"), _git(sub, "rev-parse", "HEAD")
+    pinned = _git(repo, "rev-parse", "HEAD")
     stack = _stack(tmp_path, forks=[{"name": "flashinfer", "commit": pinned,
                                      "submodules": {"third_party/sub": sub_head}}])
     (stack / "src").mkdir()

@@ -161,7 +161,7 @@ def forks_as_set_up(install: Path, forks: Any) -> None:
     runs, for an editable install takes the checkout's files as they are.  Else :class:`SmokeError`: a receipt
     must not name commits the engine did not run (``git status``: tens of milliseconds on FlashInfer)."""
     from ..core.version import head_commit
-    from ..git.clonecheck import dirty_entries, listed
+    from ..git.clonecheck import GitInspectError, dirty_entries, listed
 
     for fork in forks if isinstance(forks, list) else []:
         name, commit = (fork.get("name"), fork.get("commit")) if isinstance(fork, Mapping) else (None, None)
@@ -179,7 +179,11 @@ def forks_as_set_up(install: Path, forks: Any) -> None:
             continue
         # a receipt leaves the selection out when every submodule is selected (as current verify reads it)
         subs = fork.get("submodules_selected", list(fork.get("submodules") or {}))
-        dirty = dirty_entries(checkout, [str(s) for s in subs] if isinstance(subs, list) else ())
+        try:
+            dirty = dirty_entries(checkout, [str(s) for s in subs] if isinstance(subs, list) else ())
+        except GitInspectError as exc:
+            raise SmokeError(f"fork {name}'s checkout cannot be looked at", expected=f"{checkout} clean at {commit}",
+                             found=f"git: {exc}", fix=fix) from None
         if dirty:
             raise SmokeError(f"fork {name}'s checkout has local changes the setup receipt does not say",
                              expected=f"{checkout} clean at {commit}", found=listed(dirty), fix=fix)
