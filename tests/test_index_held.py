@@ -346,3 +346,27 @@ def test_a_stack_on_a_host_that_wants_credentials_is_held_and_stored_without_say
     log = (tmp_path / "s1" / "logs" / "install.log").read_text()
     assert len(entries(cache)) == 1, [ln for ln in log.splitlines() if "not stored" in ln or "not held" in ln]
     assert not any(token in p.read_text(errors="ignore") for p in (tmp_path / "s1" / "logs").glob("*"))
+
+
+@pytest.mark.slow
+def test_an_install_with_no_listing_of_its_own_asks_no_index_and_is_not_stored(tmp_path: Path) -> None:
+    """A re-run whose lock step is done (a distribution removed by hand and put back) lists nothing during the
+    install: the hold does not list the env itself (that asked the index during the install, which the real
+    FlashInfer install's test forbids), and the stack is not stored from that run, said in its log."""
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    run = dict(os.environ, UV_CACHE_DIR=str(cache / "uv"))
+    run.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "pip", "uninstall", "-q", "--python", str(stack / "env" / "bin" / "python"), "tinydep"],
+                   check=True, env=run, capture_output=True)
+    ran = {r.name: r.status for r in setup(world, stack, cache).records}
+    assert ran["install"] == "ran" and ran["lock"] == "cached", ran
+    assert (site(stack) / "tinydep" / "__init__.py").is_file()
+    log = (stack / "logs" / "install.log").read_text()
+    assert "# not held to the sources' wheels: the env's listing is not there" in log
+    assert "# not stored in the built-stack cache: the env was not held to the sources' wheels" in log

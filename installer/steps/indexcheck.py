@@ -10,7 +10,9 @@ the wheel does not name; the lock's listing names the files: a kit's wheel is re
 Range requests, :mod:`october.installer.wheels.rangefile`, with the credentials the recipe's sources give its host).  One unlike its wheel fails the step with the lock step's own error for
 it (:func:`october.installer.steps.lock.stale_env`: uv's cache edited, or a wheel republished under its name;
 nothing removed, which bytes are right is the user's to say); nothing is stored.  One that cannot be held (a wheel
-built from its sdist, a host that would not answer) keeps the stack out of the built-stack cache, said in its log.
+built from its sdist, a host that would not answer), or an env with no listing made during the install (a run whose
+lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
+the stack out of the built-stack cache, said in its log.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ def hold_to_index(ctx: StepContext, step: str) -> str | None:
     from ..lock.held import direct_packages, held_to_index, remote_rows
     from ..wheels.rangefile import client
     from .env import stack_uv
-    from .lock import list_env, stale_env
+    from .lock import stale_env
     from .lockearly import EarlyLock
 
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
-    listing = listing or list_env(ctx, ctx.runner)
+    if listing is None:     # not listed again here: that asks the index during the install (the lock step will)
+        why = early.why_not if isinstance(early, EarlyLock) and early.why_not else "no lock step listed it"
+        ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why})")
+        return f"the env was not held to the sources' wheels (its listing during the install is not there: {why})"
     dists = records.installed(ctx.paths.env)
     sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
     with client() as http:
