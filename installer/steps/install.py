@@ -138,7 +138,8 @@ class InstallStep:
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored
-            unstorable = indexcheck.hold_to_index(ctx, self.name) or unstorable
+            unheld = indexcheck.hold_to_index(ctx, self.name)      # run whatever else keeps it out: it detects
+            unstorable = unstorable or unheld
         facts = report.facts.get("forks", {})
         result = InstallResult(
             nested_installs=nested_out,
