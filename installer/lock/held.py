@@ -28,8 +28,8 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
 from ..core.hashing import sha256_or_none
-from ..verify_dists import Dist, installed, record_rows
-from .installed import INSTALLER_FILES, Unlike, locked_sha256, local_wheel, wheel_rows
+from ..verify_dists import Dist, installed
+from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,8 @@ RemoteRows = Callable[[str, "int | None", "str | None"], "tuple[dict[str, str] |
 def held_diff(dist: Dist, rows: Mapping[str, str]) -> list[str]:
     """The paths where the installed RECORD is not the wheel's (see the module's rules); ``["RECORD"]`` when the
     installed one cannot be read."""
-    have: dict[str, set[str]] = {}
-    try:
-        for path, digest, _size in record_rows(dist):
-            have.setdefault(path, set()).add(digest)
-    except OSError:
+    have = installed_digests(dist)
+    if have is None:
         return ["RECORD"]
     want: dict[str, str] = {}
     for path, digest in rows.items():

@@ -78,15 +78,23 @@ def wheel_rows(wheel: Path | IO[bytes], *, unhashed: bool = False) -> dict[str, 
     return rows
 
 
+def installed_digests(dist: Dist) -> dict[str, set[str]] | None:
+    """path -> the digests the installed RECORD gives it (a path with two rows has both); None: unreadable."""
+    out: dict[str, set[str]] = {}
+    try:
+        for path, digest, _size in record_rows(dist):
+            out.setdefault(path, set()).add(digest)
+    except OSError:
+        return None
+    return out
+
+
 def _unlike(dist: Dist, rows: Mapping[str, str]) -> list[str]:
     """The wheel's rows the installed RECORD does not hold with the same hash (``.data`` files are installed
     elsewhere, scripts rewritten, the installer's own dist-info files written by it: not compared; a path with
     two rows matches either)."""
-    installed: dict[str, set[str]] = {}
-    try:
-        for path, digest, _size in record_rows(dist):
-            installed.setdefault(path, set()).add(digest)
-    except OSError:
+    installed = installed_digests(dist)
+    if installed is None:
         return ["RECORD"]
     return sorted(p for p, digest in rows.items()
                   if not p.split("/", 1)[0].endswith(".data") and digest not in installed.get(p, set())
