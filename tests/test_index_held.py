@@ -78,8 +78,8 @@ def test_a_host_that_ignores_range_is_read_whole_when_the_file_is_the_locked_one
     data = _big_wheel(tmp_path / "w").read_bytes()
     with WheelServer() as srv, httpx.Client() as http:
         srv.add("/big.whl", data, ignore_range=True)
-        rows, why = remote_rows(http)(srv.url("/big.whl"), len(data), _sha(data))
-    assert rows and "big/__init__.py" in rows, why
+        text, why = remote_rows(http)(srv.url("/big.whl"), len(data), _sha(data))
+    assert text and "big/__init__.py" in text.rows, why
 
 
 def test_credentials_in_the_url_are_not_in_what_is_said(tmp_path: Path) -> None:
@@ -162,19 +162,36 @@ def _held_after(tmp: Path, files: dict, plant, wheels: str = "listed") -> tuple:
 @pytest.mark.parametrize("plant, named", [
     ("a .pth added with its row", "zz_evil.pth (not in the wheel)"),
     ("a module added with its row", "tinydep/extra.py (not in the wheel)"),
-    ("a .data/purelib file edited", "tinydep/__init__.py"),
+    ("a .data/purelib file edited", "tinydep-1.0.data/purelib/tinydep/__init__.py"),
     ("the WHEEL tags edited with the file", "tinydep-1.0.dist-info/WHEEL"),
+    ("a .data/scripts body edited", "tinydep-1.0.data/scripts/tool"),
+    ("a .data/scripts first line pointed at another python", "tinydep-1.0.data/scripts/tool"),
+    ("a .data/scripts file added with its row", "../../../bin/zz_evil (not in the wheel)"),
+    ("a .data/headers file edited", "tinydep-1.0.data/headers/tiny.h"),
+    ("a .pth added through .data/data with its row", "zz_evil.pth (not in the wheel)"),
 ])
 def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: str, named: str) -> None:
     """Session 35's review: rows the installed RECORD has beyond the wheel's were not looked at (a ``.pth`` ran at
     every start of every later stack), ``.data/purelib`` files were skipped, and a WHEEL whose tags were edited
     made its distribution "not judged" (the edit chose which wheel it was held to)."""
-    files = {"tinydep/__init__.py": "VALUE = 1\n"}
+    files = {"tinydep/__init__.py": "VALUE = 1\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n",
+             "tinydep-1.0.data/headers/tiny.h": "int tiny;\n"}
     if "purelib" in plant:
         files = {"tinydep-1.0.data/purelib/tinydep/__init__.py": "VALUE = 1\n"}
 
     def do(cache: Path) -> None:
-        if "pth" in plant:
+        lib = next((tmp_path / "clean").glob("lib/python*")).name
+        if "scripts body" in plant:
+            poison_uv_cache(cache, "tinydep-1.0.data/scripts/tool", "#!python\nimport os; print(1)\n")
+        elif "first line" in plant:
+            poison_uv_cache(cache, "tinydep-1.0.data/scripts/tool", f"#!{tmp_path}/evil/python\nprint(1)\n")
+        elif "scripts file added" in plant:
+            _add_to_cache(cache, "tinydep-1.0.data/scripts/zz_evil", "#!python\nimport os\n")
+        elif "headers" in plant:
+            poison_uv_cache(cache, "tinydep-1.0.data/headers/tiny.h", "int evil;\n")
+        elif ".data/data" in plant:
+            _add_to_cache(cache, f"tinydep-1.0.data/data/lib/{lib}/site-packages/zz_evil.pth", "import os\n")
+        elif "pth" in plant:
             _add_to_cache(cache, "zz_evil.pth", "import os\n")
         elif "module" in plant:
             _add_to_cache(cache, "tinydep/extra.py", "EVIL = 1\n")
@@ -190,14 +207,28 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
     assert named in held.unlike[0].files, held.unlike[0].files
 
 
-def test_a_healthy_wheel_with_data_scripts_and_entry_points_is_held(tmp_path: Path) -> None:
-    """What uv writes beyond the wheel's rows (its own dist-info files, entry-point and ``.data`` scripts under
-    ``bin/``) is not a difference."""
+@pytest.mark.parametrize("where", ["short path", "path too long for a #! line"])
+def test_a_healthy_wheel_with_data_scripts_and_entry_points_is_held(tmp_path: Path, where: str) -> None:
+    """What uv writes beyond the wheel's rows (its own dist-info files, entry-point scripts) and where it puts the
+    ``.data`` files (scripts in ``bin/`` with their ``#!python`` line rewritten: ``#!PYTHON``, or a ``/bin/sh``
+    launcher for a path over 127 bytes; data at the env's root, into site-packages too; headers) is not a difference."""
+    import sys
+
+    tmp = tmp_path / ("x" * 130 if "long" in where else "t")
+    lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}"
     files = {"tinydep/__init__.py": "def main():\n    pass\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n",
+             "tinydep-1.0.data/scripts/tool2": "#!python -u\r\nprint(2)\r\n",
+             "tinydep-1.0.data/scripts/plain.sh": "#!/bin/sh\necho 1\n",
              "tinydep-1.0.data/purelib/tinydep_extra.py": "X = 1\n",
+             "tinydep-1.0.data/data/share/tinydep/x.txt": "x\n",
+             f"tinydep-1.0.data/data/{lib}/site-packages/tinydep-paths.pth": "\n",
+             "tinydep-1.0.data/headers/tiny.h": "int tiny;\n",
              "tinydep-1.0.dist-info/entry_points.txt": "[console_scripts]\ntinytool = tinydep:main\n"}
-    held, env = _held_after(tmp_path, files, lambda cache: None)
+    held, env = _held_after(tmp, files, lambda cache: None)
     assert (env / "bin" / "tinytool").is_file() and (env / "bin" / "tool").is_file()
+    first = (env / "bin" / "tool").read_bytes().split(b"\n")[0]
+    assert first == (b"#!/bin/sh" if "long" in where else b"#!" + os.fsencode(env / "bin" / "python")), first
+    assert next(env.glob("lib/python*/site-packages/tinydep-paths.pth")).is_file()
     assert held == type(held)(unlike=(), unjudged=()), held
 
 
@@ -240,8 +271,8 @@ def test_a_host_that_failed_once_is_not_asked_again_and_credentials_reach_it_uns
     with serve_find_links(wheel.parent, auth=("user", "s3cretpw"), ranges=True) as links, httpx.Client() as http:
         url = links.url + wheel.name
         creds = lambda u: u.replace("http://", "http://user:s3cretpw@")      # noqa: E731
-        rows, why = remote_rows(http, creds)(url, None, _sha(wheel.read_bytes()))
-        assert rows and "tinydep/__init__.py" in rows and links.ranged, why
+        text, why = remote_rows(http, creds)(url, None, _sha(wheel.read_bytes()))
+        assert text and "tinydep/__init__.py" in text.rows and links.ranged, why
         rows, why = remote_rows(http)(url, None, None)
         assert rows is None and "HTTP 401" in why and "s3cretpw" not in why
     with socket.socket() as silent, httpx.Client(timeout=0.5) as http:

@@ -29,15 +29,15 @@ def _run(cache: Path, *argv: str) -> None:
     subprocess.run([uv_exe(), *argv], check=True, env=env, capture_output=True, timeout=300)
 
 
-def _env(tmp: Path, name: str, cache: Path) -> Path:
+def _env(tmp: Path, name: str, cache: Path, pins: tuple[str, ...] = PINS) -> Path:
     env = tmp / name
     _run(cache, "venv", "-q", "--python", sys.executable, str(env))
-    _run(cache, "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"), *PINS)
+    _run(cache, "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"), *pins)
     return env
 
 
-def _listing(tmp: Path, cache: Path, python: Path) -> list[dict]:
-    (tmp / "req.in").write_text("".join(f"{p}\n" for p in PINS))
+def _listing(tmp: Path, cache: Path, python: Path, pins: tuple[str, ...] = PINS) -> list[dict]:
+    (tmp / "req.in").write_text("".join(f"{p}\n" for p in pins))
     _run(cache, "pip", "compile", str(tmp / "req.in"), "--no-deps", "--no-header", "--quiet", "--python",
          os.path.realpath(python), "-o", str(tmp / "pylock.toml"))
     return list(tomllib.loads((tmp / "pylock.toml").read_text())["packages"])
@@ -59,6 +59,28 @@ def test_pypi_wheels_are_held_to_their_record_read_by_range_requests(tmp_path: P
         poisoned = _env(tmp_path, "poisoned", cache)
         held = held_to_index(packages, poisoned, remote_rows(http))
     assert [(u.name, u.files) for u in held.unlike] == [("idna", ("idna/core.py",))]
+
+
+def test_pypi_wheels_with_data_scripts_and_headers_are_held_where_uv_puts_them(tmp_path: Path) -> None:
+    """awscli's ``.data/scripts`` (``aws``, ``aws_completer``: ``#!python``, rewritten by uv; ``aws.cmd`` and the
+    completers: copied) and pybind11_global's ``.data/data`` (``include/``, ``share/cmake``) and ``.data/headers``:
+    held to the wheels on files.pythonhosted.org as uv installs them; then ``aws`` edited in uv's cache with its
+    RECORD row: named."""
+    pins = ("awscli==1.36.0", "pybind11_global==2.13.6")
+    cache = tmp_path / "uvc"
+    clean = _env(tmp_path, "clean", cache, pins)
+    assert (clean / "bin" / "aws").read_bytes().startswith(b"#!" + os.fsencode(clean / "bin" / "python") + b"\n")
+    assert list(clean.glob("include/site/python*/pybind11-global/pybind11/pybind11.h"))
+    packages = _listing(tmp_path, cache, clean / "bin" / "python", pins)
+    with httpx.Client(follow_redirects=True) as http:
+        held = held_to_index(packages, clean, remote_rows(http))
+        assert held.unlike == () and held.unjudged == (), held
+        aws = "awscli-1.36.0.data/scripts/aws"
+        (original,) = cache.glob(f"archive-v*/*/{aws}")
+        poison_uv_cache(cache, aws, original.read_text() + "import os  # planted\n")
+        poisoned = _env(tmp_path, "poisoned", cache, pins)
+        held = held_to_index(packages, poisoned, remote_rows(http))
+    assert [(u.name, u.files) for u in held.unlike] == [("awscli", (aws,))], held
 
 
 def test_the_find_links_stand_in_answers_ranges_as_the_real_file_host_does(tmp_path: Path) -> None:

@@ -3,11 +3,14 @@ an env uv installed (:mod:`october.installer.steps.indexcheck`) before the built
 
 uv installs a wheel from its cache's unpacked copy, and the install's RECORD check holds each file to the installed
 RECORD, which came from that copy too: a file edited there with its RECORD row, or added with a row of its own,
-passes it.  Here the installed RECORD is compared with the wheel's own: every hashed row of the wheel must be
-installed with its hash (``.data/purelib`` and ``platlib`` at the site root), and every installed row inside
-site-packages must be one the wheel names, the installer's own dist-info files and bytecode aside.  Not compared:
-what a wheel installs outside site-packages (``.data`` scripts, whose first line uv rewrites, headers and data, and
-the entry-point scripts uv writes), which the install's RECORD check holds to the installed RECORD only.
+passes it.  Here the installed RECORD is compared with the wheel's own, each of the wheel's rows at the place it
+installs to (site-packages; ``.data/purelib`` and ``platlib`` there too; ``scripts`` in the env's ``bin``, ``data``
+at its root, ``headers`` in ``include/site/pythonX.Y/NAME``): every hashed row of the wheel must be installed there with its hash,
+and every installed row must be one the wheel names, the installer's own dist-info files, bytecode and the
+entry-point scripts of the wheel's own ``entry_points.txt`` aside.  A script whose first bytes are ``#!python``
+is installed with that line rewritten: held when the installed file is the wheel's bytes after that line, behind
+one of the two launchers uv writes for the env's ``bin/python`` (``#!PYTHON``, or for a path too long for a ``#!``
+line a ``/bin/sh`` preamble that execs it), and is the file its installed RECORD row hashes.
 
 Which wheel: the listing's wheels for the package (``uv pip compile`` for the env's interpreter lists those its tags
 take), the one whose name has the installed ``WHEEL``'s tags read first; the distribution is held when any of them
@@ -19,10 +22,14 @@ a package built from its sdist, which has no wheel listed).  A distribution inst
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import threading
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
@@ -41,29 +48,109 @@ class Held:
     unjudged: tuple[str, ...]
 
 
-# a wheel's rows (every path, unhashed ones ``""``) from its URL, listed size and locked sha256 -> (rows, why not)
-RemoteRows = Callable[[str, "int | None", "str | None"], "tuple[dict[str, str] | None, str]"]
+SCRIPT_MARK = b"#!python"         # a wheel script's first bytes that ask for the installing interpreter (PEP 427)
+SCRIPT_MAX = 1 << 20                # a script's bytes read from the wheel, at most (a larger one: the wheel unread)
 
 
-def held_diff(dist: Dist, rows: Mapping[str, str]) -> list[str]:
-    """The paths where the installed RECORD is not the wheel's (see the module's rules); ``["RECORD"]`` when the
+@dataclass(frozen=True)
+class WheelText:
+    """What the hold reads of a wheel: its RECORD's rows (path -> hash; ``""`` for a row without one) and the bytes
+    of each ``.data/scripts`` member that starts with ``#!python``."""
+
+    rows: Mapping[str, str]
+    scripts: Mapping[str, bytes]
+
+
+# a wheel's text from its URL, listed size and locked sha256 -> (the text, why not)
+RemoteRows = Callable[[str, "int | None", "str | None"], "tuple[WheelText | None, str]"]
+
+
+def wheel_text(wheel: Path | IO[bytes]) -> WheelText | None:
+    """The wheel's :class:`WheelText` (the zip directory, RECORD and the ``#!python`` scripts read); None when it
+    cannot be read as a wheel with one RECORD."""
+    rows = wheel_rows(wheel, unhashed=True)
+    if rows is None:
+        return None
+    scripts: dict[str, bytes] = {}
+    names = [p for p in rows if _kind(p) == "scripts"]
+    if names:
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                members = {i.filename: i for i in zf.infolist()}
+                for name in (n for n in names if n in members):
+                    with zf.open(members[name]) as fh:
+                        if fh.read(len(SCRIPT_MARK)) == SCRIPT_MARK:
+                            if members[name].file_size > SCRIPT_MAX:
+                                return None
+                            scripts[name] = SCRIPT_MARK + fh.read(SCRIPT_MAX)
+        except (OSError, zipfile.BadZipFile):
+            return None
+    return WheelText(rows, scripts)
+
+
+def _kind(path: str) -> str:
+    """A wheel path's ``.data`` scheme (``purelib``, ``scripts``, ...); "" for a path at the wheel's root."""
+    top, _, rest = path.partition("/")
+    return rest.partition("/")[0] if top.endswith(".data") and "/" in rest else ""
+
+
+def _place(path: str, site: Path, name: str) -> str:
+    """Where a wheel path is installed, for an env whose site-packages is ``site`` (``PREFIX/lib/pythonX.Y/...``)."""
+    kind, prefix = _kind(path), site.parents[2]
+    inner = path.split("/", 2)[2] if kind else path
+    base = {"": site, "purelib": site, "platlib": site, "scripts": prefix / "bin", "data": prefix,
+            "headers": prefix / "include" / "site" / site.parent.name / str(canonicalize_name(name))}.get(kind)
+    return os.path.normpath(base / inner if base is not None else site / path)
+
+
+def held_diff(dist: Dist, wheel: WheelText) -> list[str]:
+    """The paths where the installed RECORD is not the wheel's (see the module's rules): the wheel's path for a row
+    not installed with its hash, the installed RECORD's for one the wheel does not name; ``["RECORD"]`` when the
     installed one cannot be read."""
     have = installed_digests(dist)
     if have is None:
         return ["RECORD"]
-    want: dict[str, str] = {}
-    for path, digest in rows.items():
-        top, _, rest = path.partition("/")
-        if top.endswith(".data"):
-            kind, _, inner = rest.partition("/")
-            if kind not in ("purelib", "platlib"):
-                continue                                # installed outside site-packages
-            path = inner
-        want[path] = digest
-    differ = [p for p, d in want.items() if d and not _installer_file(p) and d not in have.get(p, set())]
+    site = dist.info.parent
+    placed: dict[str, set[str]] = {}
+    for path, digests in have.items():
+        placed.setdefault(os.path.normpath(site / path), set()).update(digests)
+    want: set[str] = set()
+    differ: list[str] = []
+    for path, digest in wheel.rows.items():
+        where = _place(path, site, dist.name)
+        want.add(where)
+        if not digest or _installer_file(path) or digest in placed.get(where, set()):
+            continue
+        if path in wheel.scripts and _launched(wheel.scripts[path], placed.get(where, set()), site):
+            continue
+        differ.append(path)
+    made = _entry_point_scripts(dist, site.parents[2])
     extra = [f"{p} (not in the wheel)" for p in have
-             if p not in want and not p.startswith("../") and not _installer_file(p) and not _bytecode(p)]
+             if os.path.normpath(site / p) not in want | made and not _installer_file(p) and not _bytecode(p)]
     return sorted(differ + extra)
+
+
+def _launched(member: bytes, digests: set[str], site: Path) -> bool:
+    """Whether the installed RECORD hashes a script as the wheel's ``member`` (which starts with ``#!python``) with
+    that first line put as uv puts it for the env's ``bin/python``."""
+    body, bindir = member.partition(b"\n")[2], site.parents[2] / "bin"
+    for python in {os.fsencode(bindir / "python"), os.fsencode(Path(os.path.realpath(bindir)) / "python")}:
+        for head in (b"#!" + python + b"\n", b"#!/bin/sh\n'''exec' '" + python + b"' \"$0\" \"$@\"\n' '''\n"):
+            digest = base64.urlsafe_b64encode(hashlib.sha256(head + body).digest()).rstrip(b"=").decode()
+            if f"sha256={digest}" in digests:
+                return True
+    return False
+
+
+def _entry_point_scripts(dist: Dist, prefix: Path) -> set[str]:
+    """Where the installer wrote the scripts of the distribution's ``entry_points.txt`` (a file held to the wheel)."""
+    from importlib.metadata import PathDistribution
+
+    try:
+        points = PathDistribution(dist.info).entry_points
+    except (OSError, ValueError, UnicodeDecodeError):
+        return set()
+    return {os.path.normpath(prefix / "bin" / p.name) for p in points if p.group in ("console_scripts", "gui_scripts")}
 
 
 def _installer_file(path: str) -> bool:
@@ -136,14 +223,14 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
         for entry in wheels:
             path, want = local_wheel(entry), locked_sha256(entry)
             if path is not None:
-                rows, why = wheel_rows(path, unhashed=True), f"{path} is not readable as a wheel"
+                text, why = wheel_text(path), f"{path} is not readable as a wheel"
             else:
                 size = entry.get("size")
-                rows, why = remote(str(entry.get("url") or ""), size if isinstance(size, int) else None, want)
-            if rows is None:
+                text, why = remote(str(entry.get("url") or ""), size if isinstance(size, int) else None, want)
+            if text is None:
                 unread += 1
                 continue
-            diff = held_diff(dist, rows)
+            diff = held_diff(dist, text)
             if not diff:
                 return None
             if path is not None and sha256_or_none(path) != want:
@@ -170,7 +257,7 @@ def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url
     failed: dict[str, str] = {}
     lock = threading.Lock()
 
-    def read(url: str, size: int | None, sha256: str | None) -> tuple[dict[str, str] | None, str]:
+    def read(url: str, size: int | None, sha256: str | None) -> tuple[WheelText | None, str]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             return None, f"{redact_url(url) or 'no URL'} is neither a file here nor an http(s) URL"
@@ -185,9 +272,9 @@ def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url
             with lock:
                 failed.setdefault(host, str(exc))
             return None, str(exc)
-        rows = wheel_rows(wheel, unhashed=True)
-        if rows is None and wheel.problem:
+        text = wheel_text(wheel)
+        if text is None and wheel.problem:
             with lock:
                 failed.setdefault(host, wheel.problem)
-        return rows, wheel.problem or f"{redact_url(url)} is not readable as a wheel with one RECORD"
+        return text, wheel.problem or f"{redact_url(url)} is not readable as a wheel with one RECORD"
     return read

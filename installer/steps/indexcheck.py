@@ -5,8 +5,8 @@ uv installs an index wheel from its cache's unpacked copy; a copy edited there t
 the install's RECORD check, and a stack storing that env would hand it, signed, to every later stack with its key.
 So the install step, for an env uv installed in this run (not one copied from a built-stack entry), holds each
 index distribution, and each installed from a wheel URL of its own, to the RECORD of the wheel it came from
-(:mod:`october.installer.lock.held`: every hashed row installed with its hash, no installed row in site-packages
-the wheel does not name; the lock's listing names the files: a kit's wheel is read here, an index's by
+(:mod:`october.installer.lock.held`: every hashed row installed with its hash where it installs to, no installed
+row the wheel does not name; the lock's listing names the files: a kit's wheel is read here, an index's by
 Range requests, :mod:`october.installer.wheels.rangefile`, with the credentials the recipe's sources give its host).  One unlike its wheel fails the step with the lock step's own error for
 it (:func:`october.installer.steps.lock.stale_env`: uv's cache edited, or a wheel republished under its name;
 nothing removed, which bytes are right is the user's to say); nothing is stored.  One that cannot be held (a wheel
