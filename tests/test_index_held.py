@@ -90,6 +90,26 @@ def test_credentials_in_the_url_are_not_in_what_is_said(tmp_path: Path) -> None:
     assert "s3cretpw" not in why and "HTTP 404" in why
 
 
+def test_a_host_that_trickles_is_read_no_longer_than_the_hold_s_budget(tmp_path: Path) -> None:
+    """Every read of a trickling host meets httpx's per-read timeout, so only the hold's own budget ends it: the
+    wheel being read stops there, and no wheel is asked after it (each unread: not judged, the stack not stored)."""
+    import time
+
+    data = _big_wheel(tmp_path / "w").read_bytes()
+    with WheelServer() as srv, httpx.Client(timeout=5) as http:
+        srv.add("/slow.whl", data, trickle=0.05)
+        srv.add("/other.whl", data)
+        read = remote_rows(http, budget_s=1.0)
+        start = time.monotonic()
+        text, why = read(srv.url("/slow.whl"), len(data), _sha(data))
+        spent = time.monotonic() - start
+        assert text is None and "not read in the time the hold gives index wheels" in why, why
+        assert 1.0 <= spent < 3.0, spent
+        text, why = read(srv.url("/other.whl"), len(data), _sha(data))
+        assert text is None and why.startswith("not asked: the 1 s the hold gives index wheels had passed"), why
+        assert [r.path for r in srv.requests].count("/other.whl") == 0
+
+
 def _env(tmp: Path, name: str, wheel: Path | str, cache: Path) -> Path:
     """A venv with ``wheel`` (a file, or a requirement such as ``tinydep @ URL``) installed by real uv."""
     env = tmp / name

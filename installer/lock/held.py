@@ -26,6 +26,7 @@ import base64
 import hashlib
 import os
 import threading
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ class Held:
 
 
 SCRIPT_MARK = b"#!python"         # a wheel script's first bytes that ask for the installing interpreter (PEP 427)
+HOLD_BUDGET_S = 120.0              # the reads of index wheels in one hold, at most (then: not judged, not stored)
 SCRIPT_MAX = 1 << 20                # a script's bytes read from the wheel, at most (a larger one: the wheel unread)
 
 
@@ -246,28 +248,33 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
                 unjudged=tuple(v for v in verdicts if isinstance(v, str)))
 
 
-def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url: url) -> RemoteRows:
+def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url: url,
+                budget_s: float = HOLD_BUDGET_S) -> RemoteRows:
     """:data:`RemoteRows` over ``client`` (an ``httpx.Client``): the zip directory and RECORD read by Range requests
     (:class:`october.installer.wheels.rangefile.RangeFile`); ``with_credentials``: the URL with the source's
     ``user:password@`` for its host (never said: errors mask them).  After one failure a host is not asked
-    again in this hold (an unanswering host would cost each wheel its whole timeout)."""
+    again in this hold (an unanswering host would cost each wheel its whole timeout), and nothing is asked or
+    read once ``budget_s`` seconds have passed since this call (a wheel then unread: not judged)."""
     from ..core.redact import redact_url
     from ..wheels.rangefile import RangeFile, Unreadable
 
     failed: dict[str, str] = {}
     lock = threading.Lock()
+    deadline = time.monotonic() + budget_s
 
     def read(url: str, size: int | None, sha256: str | None) -> tuple[WheelText | None, str]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             return None, f"{redact_url(url) or 'no URL'} is neither a file here nor an http(s) URL"
         host = f"{parts.scheme}://{parts.hostname}:{parts.port}"
+        if time.monotonic() > deadline:
+            return None, f"not asked: the {budget_s:.0f} s the hold gives index wheels had passed"
         with lock:
             earlier = failed.get(host)
         if earlier is not None:
             return None, f"not asked: an earlier request to that host failed ({earlier})"
         try:
-            wheel = RangeFile(client, with_credentials(url), size, sha256)
+            wheel = RangeFile(client, with_credentials(url), size, sha256, deadline)
         except Unreadable as exc:
             with lock:
                 failed.setdefault(host, str(exc))

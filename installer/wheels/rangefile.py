@@ -10,7 +10,8 @@ closed (the wheel is then not judged, and the caller says so):
   sent past ``B`` are not read.  ``T`` must be the size the lock listed (another size: another file).
 * A ``200`` means the host ignores ranges: the whole file is read (at most :data:`WHOLE_MAX` bytes) and must hash
   to the locked sha256.
-* Anything else (401, 404, 5xx, a timeout, a content-coding) makes the file unreadable here.
+* Anything else (401, 404, 5xx, a timeout, a content-coding) makes the file unreadable here, and so does a
+  ``deadline`` passed (a host that trickles bytes never meets the per-read timeout).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import time
 from typing import TYPE_CHECKING
 
 from ..core.redact import redact_url
@@ -37,11 +39,13 @@ class Unreadable(OSError):
 class RangeFile(io.RawIOBase):
     """A read-only, seekable view of ``url``: each read not yet held is fetched (``BLOCK`` bytes at least) and
     kept.  ``size``: the file's size as listed, when known (else learnt from the first answer); ``sha256``: the
-    locked digest, checked when the host answers with the whole file."""
+    locked digest, checked when the host answers with the whole file; ``deadline``: a :func:`time.monotonic` time
+    after which nothing more is asked or read."""
 
-    def __init__(self, client: httpx.Client, url: str, size: int | None = None, sha256: str | None = None) -> None:
+    def __init__(self, client: httpx.Client, url: str, size: int | None = None, sha256: str | None = None,
+                 deadline: float | None = None) -> None:
         super().__init__()
-        self.client, self.url, self.sha256 = client, url, sha256
+        self.client, self.url, self.sha256, self.deadline = client, url, sha256, deadline
         self.segments: list[tuple[int, bytes]] = []
         self.problem: str | None = None         # why the last fetch failed (zipfile may turn the error into its own)
         self.requests = 0
@@ -103,6 +107,7 @@ class RangeFile(io.RawIOBase):
         import httpx
 
         where = redact_url(self.url)
+        self._in_time(where)
         try:
             with self.client.stream("GET", self.url, headers={"Range": f"bytes={start}-{end}"}) as answer:
                 if answer.headers.get("Content-Encoding", "identity") != "identity":
@@ -115,6 +120,10 @@ class RangeFile(io.RawIOBase):
                     raise Unreadable(f"{where}: HTTP {answer.status_code} for a range of the file")
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
             raise Unreadable(f"{where}: {type(exc).__name__}: {redact_url(str(exc)) or 'no answer'}") from None
+
+    def _in_time(self, where: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise Unreadable(f"{where}: not read in the time the hold gives index wheels")
 
     def _keep_range(self, answer: httpx.Response, start: int, end: int, where: str) -> None:
         m = _CONTENT_RANGE.match(answer.headers.get("Content-Range", ""))
@@ -130,6 +139,7 @@ class RangeFile(io.RawIOBase):
         want = min(end, total - 1) + 1 - first
         data = bytearray()
         for chunk in answer.iter_bytes():
+            self._in_time(where)
             data += chunk
             if len(data) >= want:
                 break                       # a host that sends past the range: the rest is not read
@@ -138,6 +148,7 @@ class RangeFile(io.RawIOBase):
     def _keep_whole(self, answer: httpx.Response, where: str) -> None:
         data = bytearray()
         for chunk in answer.iter_bytes():
+            self._in_time(where)
             data += chunk
             if len(data) > WHOLE_MAX:
                 raise Unreadable(f"{where}: the host ignores Range requests and the file is over "
