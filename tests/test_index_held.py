@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from october.installer.lock.held import direct_packages, held_to_index, remote_rows
+from october.installer.lock.held import held_to_index, remote_rows
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.wheels.rangefile import BLOCK, RangeFile
@@ -189,13 +189,17 @@ def _held_after(tmp: Path, files: dict, plant, wheels: str = "listed") -> tuple:
     ("a .data/scripts file added with its row", "../../../bin/zz_evil (not in the wheel)"),
     ("a .data/headers file edited", "tinydep-1.0.data/headers/tiny.h"),
     ("a .pth added through .data/data with its row", "zz_evil.pth (not in the wheel)"),
+    ("an entry-point script replaced through .data/data", "../../../bin/tinytool (not in the wheel)"),
+    ("bytecode with no source, named through __pycache__/..", "__pycache__/../sitecustomize.pyc (not a plain path)"),
+    ("a second row for a wheel's file, through ./", "tinydep/./__init__.py (not a plain path)"),
 ])
 def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: str, named: str) -> None:
     """Session 35's review: rows the installed RECORD has beyond the wheel's were not looked at (a ``.pth`` ran at
     every start of every later stack), ``.data/purelib`` files were skipped, and a WHEEL whose tags were edited
     made its distribution "not judged" (the edit chose which wheel it was held to)."""
-    files = {"tinydep/__init__.py": "VALUE = 1\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n",
-             "tinydep-1.0.data/headers/tiny.h": "int tiny;\n"}
+    files = {"tinydep/__init__.py": "VALUE = 1\ndef main():\n    pass\n",
+             "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n", "tinydep-1.0.data/headers/tiny.h": "int tiny;\n",
+             "tinydep-1.0.dist-info/entry_points.txt": "[console_scripts]\ntinytool = tinydep:main\n"}
     if "purelib" in plant:
         files = {"tinydep-1.0.data/purelib/tinydep/__init__.py": "VALUE = 1\n"}
 
@@ -209,6 +213,15 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
             _add_to_cache(cache, "tinydep-1.0.data/scripts/zz_evil", "#!python\nimport os\n")
         elif "headers" in plant:
             poison_uv_cache(cache, "tinydep-1.0.data/headers/tiny.h", "int evil;\n")
+        elif "entry-point" in plant:
+            _add_to_cache(cache, "tinydep-1.0.data/data/bin/tinytool", "#!/bin/sh\necho planted\n")
+        elif "bytecode" in plant:
+            (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
+            (record.parent.parent / "sitecustomize.pyc").write_bytes(b"not really bytecode")
+            record.write_text(record.read_text() + "__pycache__/../sitecustomize.pyc,,\n")
+        elif "second row" in plant:
+            (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
+            record.write_text(record.read_text() + f"tinydep/./__init__.py,{_digest('VALUE = 1')},9\n")
         elif ".data/data" in plant:
             _add_to_cache(cache, f"tinydep-1.0.data/data/lib/{lib}/site-packages/zz_evil.pth", "import os\n")
         elif "pth" in plant:
@@ -227,18 +240,26 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
     assert named in held.unlike[0].files, held.unlike[0].files
 
 
-@pytest.mark.parametrize("where", ["short path", "path too long for a #! line"])
+@pytest.mark.parametrize("where", ["short path", "path too long for a #! line", "path with a space",
+                                   "long path with a quote"])
 def test_a_healthy_wheel_with_data_scripts_and_entry_points_is_held(tmp_path: Path, where: str) -> None:
     """What uv writes beyond the wheel's rows (its own dist-info files, entry-point scripts) and where it puts the
     ``.data`` files (scripts in ``bin/`` with their ``#!python`` line rewritten: ``#!PYTHON``, or a ``/bin/sh``
-    launcher for a path over 127 bytes; data at the env's root, into site-packages too; headers) is not a difference."""
+    launcher for a path over 127 bytes or with a space, the path quoted, or with the script's coding declaration
+    as octal escapes; data at the env's root, into site-packages too; headers) is not a difference (the review
+    of session 36: the coding launcher, a quote in the path and a first line ended by a lone CR were named)."""
     import sys
 
-    tmp = tmp_path / ("x" * 130 if "long" in where else "t")
+    tmp = tmp_path / {"short path": "t", "path too long for a #! line": "x" * 130, "path with a space": "a b",
+                      "long path with a quote": "it's" + "x" * 130}[where]
     lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}"
     files = {"tinydep/__init__.py": "def main():\n    pass\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n",
              "tinydep-1.0.data/scripts/tool2": "#!python -u\r\nprint(2)\r\n",
              "tinydep-1.0.data/scripts/plain.sh": "#!/bin/sh\necho 1\n",
+             "tinydep-1.0.data/scripts/latin": "#!python\n# -*- coding: latin-1 -*-\nprint(1)\n",
+             "tinydep-1.0.data/scripts/vim": "#!python\n# vim: set fileencoding=utf-8 :\nprint(1)\n",
+             "tinydep-1.0.data/scripts/third": "#!python\n\n# coding: utf-8\nprint(1)\n",
+             "tinydep-1.0.data/scripts/cr": "#!python\rprint(1)\r", "tinydep-1.0.data/scripts/noeol": "#!python",
              "tinydep-1.0.data/purelib/tinydep_extra.py": "X = 1\n",
              "tinydep-1.0.data/data/share/tinydep/x.txt": "x\n",
              f"tinydep-1.0.data/data/{lib}/site-packages/tinydep-paths.pth": "\n",
@@ -247,9 +268,37 @@ def test_a_healthy_wheel_with_data_scripts_and_entry_points_is_held(tmp_path: Pa
     held, env = _held_after(tmp, files, lambda cache: None)
     assert (env / "bin" / "tinytool").is_file() and (env / "bin" / "tool").is_file()
     first = (env / "bin" / "tool").read_bytes().split(b"\n")[0]
-    assert first == (b"#!/bin/sh" if "long" in where else b"#!" + os.fsencode(env / "bin" / "python")), first
+    assert first == (b"#!" + os.fsencode(env / "bin" / "python") if where == "short path" else b"#!/bin/sh"), first
+    assert ((env / "bin" / "latin").read_bytes().split(b"\n")[1] == b"# coding: latin-1") == (where != "short path")
     assert next(env.glob("lib/python*/site-packages/tinydep-paths.pth")).is_file()
     assert held == type(held)(unlike=(), unjudged=()), held
+
+
+def test_a_script_behind_a_shell_launcher_of_another_shape_is_not_judged(tmp_path: Path) -> None:
+    """A ``/bin/sh`` preamble of a shape uv 0.13 does not write (a later uv's, say) before the wheel's bytes: not
+    judged (the stack not stored) rather than named (the install failed); a ``#!`` line with more after it: named."""
+    files = {"tinydep/__init__.py": "X = 1\n", "tinydep-1.0.data/scripts/tool": "#!python\nprint(1)\n"}
+    other = b"#!/bin/sh\n'''exec' \"$(dirname -- \"$0\")\"/python \"$0\" \"$@\"\n' '''\n"
+    for head, verdict in ((other, "unjudged"), (None, "unlike")):
+        tmp = tmp_path / verdict
+        wheel = build_wheel(tmp / "w", "tinydep", "1.0", files)
+        env = _env(tmp, "env", wheel, tmp / "uvc")
+        script = env / "bin" / "tool"
+        data = head + b"print(1)\n" if head else script.read_bytes().replace(b"\n", b"\nimport os\n", 1)
+        script.write_bytes(data)
+        (record,) = env.glob("lib/python*/site-packages/tinydep-1.0.dist-info/RECORD")
+        digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.write_text("".join(f"../../../bin/tool,{digest},{len(data)}\n" if line.startswith("../../../bin/tool,")
+                                  else line for line in record.read_text().splitlines(keepends=True)))
+        package = {"name": "tinydep", "version": "1.0",
+                   "wheels": [{"path": str(wheel), "hashes": {"sha256": _sha(wheel.read_bytes())}}]}
+        with httpx.Client() as http:
+            held = held_to_index([package], env, remote_rows(http))
+        if verdict == "unjudged":
+            assert held.unlike == () and len(held.unjudged) == 1, held
+            assert "a launcher the hold does not know" in held.unjudged[0], held
+        else:
+            assert held.unjudged == () and [u.files for u in held.unlike] == [("tinydep-1.0.data/scripts/tool",)]
 
 
 def test_a_distribution_with_no_wheel_listed_is_not_judged(tmp_path: Path) -> None:
@@ -258,26 +307,103 @@ def test_a_distribution_with_no_wheel_listed_is_not_judged(tmp_path: Path) -> No
     assert held.unlike == () and len(held.unjudged) == 1 and "sdist" in held.unjudged[0]
 
 
-def test_a_distribution_installed_from_a_url_of_its_own_is_held_to_that_wheel(tmp_path: Path) -> None:
-    """The review: a dependency named by URL (``tinydep @ http://...whl``) is not in the index listing; its
-    ``direct_url.json`` names the file and its hash, and it is held to that file."""
-    from october.installer.verify_dists import installed
+def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: Path) -> None:
+    """A dependency named by URL (``tinydep @ http://...whl``) is not in the index listing; its ``direct_url.json``
+    names a file, but that file is uv's cache's to plant too (the next test), so the distribution is not held to
+    it: not judged, clean or poisoned, and the stack is not stored."""
     from tests.fixtures.findlinks_server import serve_find_links
 
     wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
     cache = tmp_path / "uvc"
     with serve_find_links(wheel.parent, ranges=True) as links, httpx.Client() as http:
         url = links.url + wheel.name
-        envs = {}
         for name in ("clean", "poisoned"):
             if name == "poisoned":
                 poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
-            envs[name] = _env(tmp_path, name, f"tinydep @ {url}", cache)
-        for name, env in envs.items():
-            packages = direct_packages(installed(env))
-            assert [p["wheels"][0]["url"] for p in packages] == [url]
-            held = held_to_index(packages, env, remote_rows(http))
-            assert held.unjudged == () and [u.name for u in held.unlike] == ([] if name == "clean" else ["tinydep"])
+            env = _env(tmp_path, name, f"tinydep @ {url}", cache)
+            held = held_to_index([], env, remote_rows(http))
+            assert held.unlike == () and len(held.unjudged) == 1, held
+            assert held.unjudged[0].startswith(f"tinydep 1.0: installed from {url} (its direct_url.json)")
+
+
+@pytest.mark.parametrize("planted", ["dir_info", "archive_info of a wheel in uv's cache"])
+def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hold(tmp_path: Path,
+                                                                                  planted: str) -> None:
+    """The review of session 36: tinydep edited in uv's cache with a ``direct_url.json`` added there with its row
+    left the lock's index listing (a direct-URL distribution) and was held to nothing, or to the planter's own
+    wheel; now whatever is not a listed wheel's nor a fork's is not judged (the stack is not stored)."""
+    import json
+
+    from october.installer.lock.pylock import Installed, split_installed
+    from october.installer.verify_dists import installed
+
+    evil = build_wheel(tmp_path / "evil", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 666\n"})
+
+    def plant(cache: Path) -> None:
+        poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
+        info = {"url": "file:///nonexistent", "dir_info": {}} if planted == "dir_info" else \
+            {"url": evil.as_uri(), "archive_info": {"hashes": {"sha256": _sha(evil.read_bytes())}}}
+        _add_to_cache(cache, "tinydep-1.0.dist-info/direct_url.json", json.dumps(info))
+
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    cache = tmp_path / "uvc"
+    _env(tmp_path, "clean", wheel, cache)
+    plant(cache)
+    env = _env(tmp_path, "poisoned", wheel, cache)
+    dists = installed(env)
+    _, index, _ = split_installed([Installed(d.name, d.version, d.direct_url) for d in dists.values()], {})
+    assert index == []                     # the lock's listing would not name it: what the plant was for
+    with httpx.Client() as http:
+        held = held_to_index([], env, remote_rows(http), dists)
+    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["tinydep 1.0"], held
+
+
+def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_not_judged(tmp_path: Path) -> None:
+    from october.installer.steps.indexcheck import built_from
+    from october.installer.verify_dists import installed
+
+    fork = tmp_path / "src" / "alpha"
+    fork.mkdir(parents=True)
+    (fork / "pyproject.toml").write_text('[project]\nname = "alpha"\nversion = "1.0"\n[build-system]\n'
+                                         'requires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    (fork / "alpha.py").write_text("A = 1\n")
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    env = _env(tmp_path, "env", wheel, tmp_path / "uvc")
+    run = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uvc"))
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
+                    "-e", str(fork)], check=True, env=run, capture_output=True)
+    dists = installed(env)
+    assert built_from(dists["alpha"], [fork.resolve()]) and not built_from(dists["tinydep"], [fork.resolve()])
+    assert not built_from(dists["alpha"], [(tmp_path / "src" / "beta").resolve()])
+    package = {"name": "tinydep", "version": "1.0", "wheels": [{"path": str(wheel),
+                                                                "hashes": {"sha256": _sha(wheel.read_bytes())}}]}
+    with httpx.Client() as http:
+        assert held_to_index([package], env, remote_rows(http), own=lambda d: built_from(d, [fork.resolve()])) \
+            == type(held_to_index([], env, remote_rows(http)))(unlike=(), unjudged=())
+        held = held_to_index([package], env, remote_rows(http))        # alpha: not a fork's, not listed
+    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["alpha 1.0"], held
+
+
+def test_reads_not_done_in_the_hold_s_time_are_not_judged_and_not_waited_for(tmp_path: Path) -> None:
+    """The review: a host that sends its headers a byte a second meets every per-read timeout and the range
+    reader's own budget (checked between body chunks); the hold itself stops waiting."""
+    import threading
+    import time
+
+    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    env = _env(tmp_path, "env", wheel, tmp_path / "uvc")
+    release = threading.Event()
+
+    def stuck(url: str, size: object, sha: object) -> tuple[None, str]:
+        release.wait(30)
+        return None, "released"
+
+    package = {"name": "tinydep", "version": "1.0", "wheels": [{"url": "http://127.0.0.1:9/t.whl"}]}
+    start = time.monotonic()
+    held = held_to_index([package], env, stuck, wait_s=0.5)
+    spent = time.monotonic() - start
+    release.set()
+    assert spent < 5 and held.unjudged == ("tinydep 1.0: not read in the 0.5 s the hold waits",), (spent, held)
 
 
 def test_a_host_that_failed_once_is_not_asked_again_and_credentials_reach_it_unsaid(tmp_path: Path) -> None:

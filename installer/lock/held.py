@@ -16,8 +16,10 @@ Which wheel: the listing's wheels for the package (``uv pip compile`` for the en
 take), the one whose name has the installed ``WHEEL``'s tags read first; the distribution is held when any of them
 matches, named when all that could be read differ (the ``WHEEL`` file is a RECORD row: editing its tags does not
 move a distribution out of reach), and not judged when none could be read (said why: a host that did not answer,
-a package built from its sdist, which has no wheel listed).  A distribution installed from a URL of its own
-(``direct_url.json`` with ``archive_info``) is held to that file.
+a package built from its sdist, which has no wheel listed, a script behind a launcher the hold does not know).
+Every other distribution of the env but the forks the install built is not judged: one installed from a URL of its
+own is not held to that URL, since its ``direct_url.json``, which says so, could be uv's cache's (an index
+distribution with one planted there would otherwise choose the wheel it is held to, or leave the listing).
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import queue
+import re
 import threading
 import time
 import zipfile
 from dataclasses import dataclass
+from importlib.metadata import PathDistribution
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
@@ -36,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
 from ..core.hashing import sha256_or_none
+from ..core.redact import redact_url
 from ..verify_dists import Dist, installed
 from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
 
@@ -105,49 +111,82 @@ def _place(path: str, site: Path, name: str) -> str:
     return os.path.normpath(base / inner if base is not None else site / path)
 
 
-def held_diff(dist: Dist, wheel: WheelText) -> list[str]:
-    """The paths where the installed RECORD is not the wheel's (see the module's rules): the wheel's path for a row
-    not installed with its hash, the installed RECORD's for one the wheel does not name; ``["RECORD"]`` when the
-    installed one cannot be read."""
+def held_diff(dist: Dist, wheel: WheelText) -> tuple[list[str], list[str]]:
+    """(the paths where the installed RECORD is not the wheel's, see the module's rules: the wheel's path for a row
+    not installed with its hash, the installed RECORD's for one the wheel does not name or that is not a plain
+    path; ``["RECORD"]`` when the installed one cannot be read), (the wheel's ``#!python`` scripts installed as
+    its bytes behind a launcher this hold does not know)."""
     have = installed_digests(dist)
     if have is None:
-        return ["RECORD"]
+        return ["RECORD"], []
     site = dist.info.parent
     placed: dict[str, set[str]] = {}
     for path, digests in have.items():
         placed.setdefault(os.path.normpath(site / path), set()).update(digests)
     want: set[str] = set()
     differ: list[str] = []
+    unsure: list[str] = []
     for path, digest in wheel.rows.items():
         where = _place(path, site, dist.name)
         want.add(where)
         if not digest or _installer_file(path) or digest in placed.get(where, set()):
             continue
-        if path in wheel.scripts and _launched(wheel.scripts[path], placed.get(where, set()), site):
-            continue
-        differ.append(path)
-    made = _entry_point_scripts(dist, site.parents[2])
-    extra = [f"{p} (not in the wheel)" for p in have
-             if os.path.normpath(site / p) not in want | made and not _installer_file(p) and not _bytecode(p)]
-    return sorted(differ + extra)
+        launched = _launched(Path(where), wheel.scripts[path], placed.get(where, set()), site) \
+            if path in wheel.scripts else False
+        if launched is None:
+            unsure.append(path)
+        elif not launched:
+            differ.append(path)
+    # uv's entry-point scripts: where it wrote them, one row each (a planted file there has a row of its own)
+    made = {p for p in _entry_point_scripts(dist, site.parents[2]) if len(placed.get(p, ())) == 1}
+    extra = [f"{p} (not a plain path)" if _abnormal(p) else f"{p} (not in the wheel)" for p in have
+             if _abnormal(p) or (os.path.normpath(site / p) not in want | made and not _installer_file(p)
+                                 and not _bytecode(p))]
+    return sorted(differ + extra), sorted(unsure)
 
 
-def _launched(member: bytes, digests: set[str], site: Path) -> bool:
-    """Whether the installed RECORD hashes a script as the wheel's ``member`` (which starts with ``#!python``) with
-    that first line put as uv puts it for the env's ``bin/python``."""
-    body, bindir = member.partition(b"\n")[2], site.parents[2] / "bin"
+def _launched(script: Path, member: bytes, digests: set[str], site: Path) -> bool | None:
+    """True: the installed ``script`` is the wheel's ``member`` (which starts with ``#!python``) with its first line
+    put as uv puts it for the env's ``bin/python`` (:func:`_launchers`), and the file its installed RECORD row
+    hashes; False: it is not; None: the member's bytes behind a ``/bin/sh`` launcher of another shape (one a later
+    uv may write: not judged rather than named)."""
+    try:
+        data = script.read_bytes()
+    except OSError:
+        return False
+    eol = re.search(rb"\r\n|\n|\r", member)
+    body = member[eol.end():] if eol else b""         # uv ends the first line at \r\n, \n or \r
+    if _record_digest(data) not in digests or not data.endswith(body):
+        return False
+    head, bindir = data[:len(data) - len(body)], site.parents[2] / "bin"
+    coding = _CODING.match(body.split(b"\n", 1)[0])
     for python in {os.fsencode(bindir / "python"), os.fsencode(Path(os.path.realpath(bindir)) / "python")}:
-        for head in (b"#!" + python + b"\n", b"#!/bin/sh\n'''exec' '" + python + b"' \"$0\" \"$@\"\n' '''\n"):
-            digest = base64.urlsafe_b64encode(hashlib.sha256(head + body).digest()).rstrip(b"=").decode()
-            if f"sha256={digest}" in digests:
-                return True
-    return False
+        if head in _launchers(python, coding.group(1) if coding else None):
+            return True
+    shell = head.startswith(b"#!/bin/sh\n") and b"\n'''exec' " in head and head.endswith(b"\n' '''\n")
+    return None if shell else False
+
+
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")     # PEP 263's declaration
+
+
+def _launchers(python: bytes, coding: bytes | None) -> tuple[bytes, ...]:
+    """The first lines uv 0.13 writes for a ``#!python`` script on POSIX: ``#!PYTHON``; for a path over 125 bytes
+    or with a space, a ``/bin/sh`` preamble that execs it (the path quoted; with the script's coding declaration,
+    a ``# coding:`` line and the path as ``printf %b`` octal escapes)."""
+    tail = b' "$0" "$@"\n\' \'\'\'\n'
+    quoted = b"'''exec' '" + python.replace(b"'", b"'\"'\"'") + b"'" + tail
+    escaped = b"'''exec' \"$(printf %b " + b" ".join(b"'\\'0%03o" % c for c in python) + b')"' + tail
+    return (b"#!" + python + b"\n", b"#!/bin/sh\n" + quoted) + \
+        ((b"#!/bin/sh\n# coding: " + coding + b"\n" + escaped,) if coding else ())
+
+
+def _record_digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def _entry_point_scripts(dist: Dist, prefix: Path) -> set[str]:
     """Where the installer wrote the scripts of the distribution's ``entry_points.txt`` (a file held to the wheel)."""
-    from importlib.metadata import PathDistribution
-
     try:
         points = PathDistribution(dist.info).entry_points
     except (OSError, ValueError, UnicodeDecodeError):
@@ -160,8 +199,20 @@ def _installer_file(path: str) -> bool:
     return top.endswith(".dist-info") and name in INSTALLER_FILES
 
 
+def _abnormal(path: str) -> bool:
+    """A RECORD path with ``.``, ``..`` or an empty part past its leading run of ``../`` (as uv writes paths
+    outside site-packages): one file under two names, or a name that leaves where it claims to be."""
+    parts = path.split("/")
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    return not parts or any(p in ("", ".", "..") for p in parts)
+
+
 def _bytecode(path: str) -> bool:
-    return "/__pycache__/" in f"/{path}" and path.endswith(".pyc")
+    """A ``DIR/__pycache__/NAME.pyc`` path (what a Python run writes beside an installed module; one through
+    ``..`` is named before this is asked: :func:`_abnormal`)."""
+    parts = path.split("/")
+    return len(parts) >= 2 and parts[-2] == "__pycache__" and path.endswith(".pyc")
 
 
 def candidates(package: Mapping[str, Any], dist: Dist) -> list[Mapping[str, Any]]:
@@ -188,36 +239,26 @@ def file_name(entry: Mapping[str, Any]) -> str | None:
     return unquote(str(where).rsplit("/", 1)[-1]) or None
 
 
-def direct_packages(dists: Mapping[str, Dist]) -> list[dict[str, Any]]:
-    """Each distribution installed from a wheel URL of its own (``direct_url.json`` with ``archive_info``), as a
-    listing's package: that one wheel, with the hash ``direct_url.json`` gives."""
-    out: list[dict[str, Any]] = []
-    for dist in dists.values():
-        d = dist.direct_url or {}
-        info = d.get("archive_info")
-        if not isinstance(info, Mapping) or not isinstance(d.get("url"), str):
-            continue
-        hashes = info.get("hashes") if isinstance(info.get("hashes"), Mapping) else {}
-        sha = hashes.get("sha256") or str(info.get("hash") or "").partition("sha256=")[2] or None
-        wheel = {"url": d["url"], **({"hashes": {"sha256": sha}} if sha else {})}
-        out.append({"name": dist.name, "version": dist.version,
-                    "wheels": [wheel] if str(d["url"]).split("#")[0].endswith(".whl") else []})
-    return out
-
-
 def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: RemoteRows,
-                  dists: Mapping[str, Dist] | None = None, threads: int = 8) -> Held:
+                  dists: Mapping[str, Dist] | None = None, threads: int = 8, *,
+                  own: Callable[[Dist], bool] = lambda dist: False, wait_s: float | None = None) -> Held:
     """Each distribution of ``packages`` installed in ``env`` at its listed version, held to its wheel (see the
     module): a file here read as such (named only while it still has the locked sha256), any other through
-    ``remote``."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    ``remote``.  Every other distribution of the env is not judged, but those ``own`` says the install built
+    (the forks): one installed from a URL of its own, or listed at another version, is not held to a wheel (its
+    ``direct_url.json`` may be uv's cache's too).  ``wait_s``: the reads not done by then are not judged, and not
+    waited for."""
     dists = installed(env) if dists is None else dists
     todo: list[tuple[Dist, Mapping[str, Any]]] = []
     for package in packages:
         dist = dists.get(str(canonicalize_name(str(package.get("name", "")))))
         if dist is not None and canonicalize_version(dist.version) == canonicalize_version(str(package.get("version", ""))):
             todo.append((dist, package))
+    taken = {id(dist) for dist, _ in todo}
+    loose = [f"{d.name} {d.version}: " + (f"installed from {redact_url(str(d.direct_url.get('url')))} (its "
+                                          "direct_url.json), not from a wheel the listing names"
+                                          if d.direct_url else "no wheel of the listing is its version")
+             for d in dists.values() if id(d) not in taken and not own(d)]
 
     def judge(item: tuple[Dist, Mapping[str, Any]]) -> Unlike | str | None:
         dist, package = item
@@ -232,20 +273,59 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
             if text is None:
                 unread += 1
                 continue
-            diff = held_diff(dist, text)
-            if not diff:
+            diff, unsure = held_diff(dist, text)
+            if not diff and not unsure:
                 return None
-            if path is not None and sha256_or_none(path) != want:
+            if not diff:
+                why, unread = f"script(s) behind a launcher the hold does not know: {', '.join(unsure)}", unread + 1
+            elif path is not None and sha256_or_none(path) != want:
                 why, unread = f"{path} is no longer the listed file", unread + 1
             elif differs is None:
                 differs = Unlike(dist.name, dist.version, Path(file_name(entry) or "wheel"), str(want), tuple(diff))
         # named only when every listed wheel was read and differs: an unread one may be the one installed
         return differs if differs is not None and not unread else f"{dist.name} {dist.version}: {why}"
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(todo)))) as pool:
-        verdicts = list(pool.map(judge, todo))
+    verdicts = _within(judge, todo, threads, wait_s)
+    late = f"not read in the {wait_s or 0:g} s the hold waits"
+    verdicts = [f"{d.name} {d.version}: {late}" if v is _LATE else v for v, (d, _) in zip(verdicts, todo)]
     return Held(unlike=tuple(v for v in verdicts if isinstance(v, Unlike)),
-                unjudged=tuple(v for v in verdicts if isinstance(v, str)))
+                unjudged=tuple([v for v in verdicts if isinstance(v, str)] + loose))
+
+
+_LATE = object()
+
+
+def _within(work: Callable[[Any], Any], items: Sequence[Any], threads: int, wait_s: float | None) -> list[Any]:
+    """``work`` over ``items`` in up to ``threads`` daemon threads -> each result (an error raised in one is raised
+    here), :data:`_LATE` for one not done in ``wait_s`` seconds: its thread is left behind (a daemon: it never
+    holds the process at its end, as a pool's worker would)."""
+    results: list[Any] = [_LATE] * len(items)
+    failures: list[BaseException] = []
+    pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(items)):
+        pending.put(i)
+
+    def run() -> None:
+        while True:
+            try:
+                i = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = work(items[i])
+            except BaseException as exc:       # handed to the caller's thread
+                failures.append(exc)
+
+    workers = [threading.Thread(target=run, name="october-hold", daemon=True)
+               for _ in range(max(1, min(threads, len(items))))]
+    for w in workers:
+        w.start()
+    end = None if wait_s is None else time.monotonic() + wait_s
+    for w in workers:
+        w.join(None if end is None else max(0.0, end - time.monotonic()))
+    if failures:
+        raise failures[0]
+    return results
 
 
 def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url: url,
@@ -255,7 +335,6 @@ def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url
     ``user:password@`` for its host (never said: errors mask them).  After one failure a host is not asked
     again in this hold (an unanswering host would cost each wheel its whole timeout), and nothing is asked or
     read once ``budget_s`` seconds have passed since this call (a wheel then unread: not judged)."""
-    from ..core.redact import redact_url
     from ..wheels.rangefile import RangeFile, Unreadable
 
     failed: dict[str, str] = {}

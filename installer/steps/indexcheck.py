@@ -17,16 +17,21 @@ the stack out of the built-stack cache, said in its log.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import unquote, urlsplit
+
 from ..core.listing import first
 from ..engine import StepContext
 
 
-def hold_to_index(ctx: StepContext, step: str) -> str | None:
+def hold_to_index(ctx: StepContext, step: str, forks: Sequence[Path]) -> str | None:
     """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
-    step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel."""
+    step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel.  ``forks``: the fork
+    checkouts (what the install built from them is not an index distribution)."""
     from ..install import records
     from ..kit.wheels import with_credentials
-    from ..lock.held import direct_packages, held_to_index, remote_rows
+    from ..lock.held import HOLD_BUDGET_S, held_to_index, remote_rows
     from ..wheels.rangefile import client
     from .env import stack_uv
     from .lock import stale_env
@@ -39,10 +44,12 @@ def hold_to_index(ctx: StepContext, step: str) -> str | None:
         ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why})")
         return f"the env was not held to the sources' wheels (its listing during the install is not there: {why})"
     dists = records.installed(ctx.paths.env)
+    checkouts = [Path(p).resolve() for p in forks]
     sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
     with client() as http:
-        held = held_to_index([*listing.index_packages, *direct_packages(dists)], ctx.paths.env,
-                             remote_rows(http, lambda url: with_credentials(url, sources)), dists)
+        held = held_to_index(listing.index_packages, ctx.paths.env,
+                             remote_rows(http, lambda url: with_credentials(url, sources)), dists,
+                             own=lambda dist: built_from(dist, checkouts), wait_s=HOLD_BUDGET_S + 15)
     if held.unlike:
         raise stale_env(ctx, step, held.unlike)
     if not held.unjudged:
@@ -50,3 +57,14 @@ def hold_to_index(ctx: StepContext, step: str) -> str | None:
     ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
     return (f"{len(held.unjudged)} index distribution(s) could not be held to the wheel they came from "
             f"({first(list(held.unjudged), 3, '; ')})")
+
+
+def built_from(dist: Any, checkouts: Sequence[Path]) -> bool:
+    """Whether ``dist`` was built from one of the fork ``checkouts`` (a ``direct_url.json`` of a directory inside
+    one): the forks' own installs, not what uv's cache served from an index wheel."""
+    info = dist.direct_url or {}
+    url = str(info.get("url") or "")
+    if "dir_info" not in info or not url.startswith("file://"):
+        return False
+    where = Path(unquote(urlsplit(url).path)).resolve()
+    return any(where == c or where.is_relative_to(c) for c in checkouts)
