@@ -4,13 +4,14 @@ keep it.
 uv installs an index wheel from its cache's unpacked copy; a copy edited there together with its RECORD row passes
 the install's RECORD check, and a stack storing that env would hand it, signed, to every later stack with its key.
 So the install step, for an env uv installed in this run (not one copied from a built-stack entry), holds each
-index distribution, and each installed from a wheel URL of its own, to the RECORD of the wheel it came from
+index distribution to the RECORD of the wheel it came from
 (:mod:`october.installer.lock.held`: every hashed row installed with its hash where it installs to, no installed
 row the wheel does not name; the lock's listing names the files: a kit's wheel is read here, an index's by
 Range requests, :mod:`october.installer.wheels.rangefile`, with the credentials the recipe's sources give its host).  One unlike its wheel fails the step with the lock step's own error for
 it (:func:`october.installer.steps.lock.stale_env`: uv's cache edited, or a wheel republished under its name;
 nothing removed, which bytes are right is the user's to say); nothing is stored.  One that cannot be held (a wheel
-built from its sdist, a host that would not answer), or an env with no listing made during the install (a run whose
+built from its sdist, a host that would not answer, a distribution the listing does not name that no fork checkout
+built: one installed from a URL of its own included), or an env with no listing made during the install (a run whose
 lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
 the stack out of the built-stack cache, said in its log.
 """
