@@ -4,8 +4,10 @@ Legitimately unowned:
 
 * the venv's scaffolding that ``uv venv`` writes, at the env's top and in ``bin/`` only (``pyvenv.cfg``,
   ``.gitignore``, ``.lock``, ``CACHEDIR.TAG``, the ``lib64`` link, ``bin/python*`` links, ``activate`` scripts);
-* ``__pycache__/<name>.<tag>.pyc`` beside an existing ``<name>.py``: Python reads it only for that source
-  (and trusts its recorded mtime and size), so its bytes are not checked; one whose source is gone is named;
+* ``__pycache__/<name>.<tag>.pyc`` beside an existing ``<name>.py``: Python reads it only for that source and
+  only while the source's mtime and size (or, for a checked hash-based file, its hash) are the ones it records, so
+  its bytes are not checked; one whose source is gone is named, and so is an *unchecked* hash-based one (PEP 552:
+  flags 1), which Python runs whatever the source holds;
 * ``_october_system_site.pth`` of a stack on a site-provided torch, with exactly the text the env step writes.
 """
 
@@ -31,7 +33,19 @@ def owned_paths(rows: Iterable[tuple[Path, str]]) -> set[str]:
 
 
 def _bytecode_ok(path: Path) -> bool:
-    return path.parent.name == "__pycache__" and BYTECODE.fullmatch(path.name) is not None and source_of(path).is_file()
+    return (path.parent.name == "__pycache__" and BYTECODE.fullmatch(path.name) is not None
+            and source_of(path).is_file() and _checked(path))
+
+
+def _checked(pyc: Path) -> bool:
+    """Whether Python holds ``pyc`` to its source before it runs it: PEP 552's flags word is 0 (the source's mtime
+    and size) or 3 (its hash); 1 (a hash never checked) or a file too short to say: no."""
+    try:
+        with open(pyc, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and int.from_bytes(head[4:8], "little") in (0, 3)
 
 
 def _scaffold(env: Path, path: Path) -> bool:

@@ -192,6 +192,8 @@ def _held_after(tmp: Path, files: dict, plant, wheels: str = "listed") -> tuple:
     ("an entry-point script replaced through .data/data", "../../../bin/tinytool (not in the wheel)"),
     ("bytecode with no source, named through __pycache__/..", "__pycache__/../sitecustomize.pyc (not a plain path)"),
     ("a second row for a wheel's file, through ./", "tinydep/./__init__.py (not a plain path)"),
+    ("a second row for a wheel's file, through its .data folder", "tinydep/__init__.py"),
+    ("bytecode added with its row", "tinydep/__pycache__/__init__.cpython-3.pyc (not in the wheel)"),
 ])
 def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: str, named: str) -> None:
     """Session 35's review: rows the installed RECORD has beyond the wheel's were not looked at (a ``.pth`` ran at
@@ -215,10 +217,14 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
             poison_uv_cache(cache, "tinydep-1.0.data/headers/tiny.h", "int evil;\n")
         elif "entry-point" in plant:
             _add_to_cache(cache, "tinydep-1.0.data/data/bin/tinytool", "#!/bin/sh\necho planted\n")
-        elif "bytecode" in plant:
+        elif "bytecode with no source" in plant:
             (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
             (record.parent.parent / "sitecustomize.pyc").write_bytes(b"not really bytecode")
             record.write_text(record.read_text() + "__pycache__/../sitecustomize.pyc,,\n")
+        elif "through its .data folder" in plant:
+            _add_to_cache(cache, "tinydep-1.0.data/purelib/tinydep/__init__.py", "VALUE = 666\n")
+        elif "bytecode added" in plant:
+            _add_to_cache(cache, "tinydep/__pycache__/__init__.cpython-3.pyc", "not really bytecode")
         elif "second row" in plant:
             (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
             record.write_text(record.read_text() + f"tinydep/./__init__.py,{_digest('VALUE = 1')},9\n")
@@ -237,7 +243,7 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
 
     held, _env_dir = _held_after(tmp_path, files, do)
     assert held.unjudged == () and len(held.unlike) == 1, held
-    assert named in held.unlike[0].files, held.unlike[0].files
+    assert any(named in f for f in held.unlike[0].files), held.unlike[0].files
 
 
 @pytest.mark.parametrize("where", ["short path", "path too long for a #! line", "path with a space",
@@ -299,6 +305,34 @@ def test_a_script_behind_a_shell_launcher_of_another_shape_is_not_judged(tmp_pat
             assert "a launcher the hold does not know" in held.unjudged[0], held
         else:
             assert held.unjudged == () and [u.files for u in held.unlike] == [("tinydep-1.0.data/scripts/tool",)]
+
+
+def test_a_wheel_zipfile_cannot_read_is_not_judged_and_the_hold_goes_on(tmp_path: Path) -> None:
+    """The review: a script member stored with a method zipfile does not read (deflate64) raised through the
+    hold and ended the install with a traceback; now that wheel is unread (not judged), the others are held."""
+    import zipfile
+
+    files = {"tinydep/__init__.py": "X = 1\n", "tinydep-1.0.data/scripts/s": "#!python\nprint(1)\n"}
+    clean = build_wheel(tmp_path / "w", "tinydep", "1.0", files)
+    env = _env(tmp_path, "env", clean, tmp_path / "uvc")
+    data = bytearray(clean.read_bytes())
+    name = b"tinydep-1.0.data/scripts/s"
+    for sig, method_at, name_len_at, name_at in ((b"PK\x03\x04", 8, 26, 30), (b"PK\x01\x02", 10, 28, 46)):
+        pos = data.find(sig)
+        while pos >= 0:
+            n = int.from_bytes(data[pos + name_len_at:pos + name_len_at + 2], "little")
+            if data[pos + name_at:pos + name_at + n] == name:
+                data[pos + method_at:pos + method_at + 2] = (9).to_bytes(2, "little")     # deflate64
+            pos = data.find(sig, pos + 1)
+    odd = tmp_path / "odd" / clean.name
+    odd.parent.mkdir()
+    odd.write_bytes(bytes(data))
+    with pytest.raises(NotImplementedError), zipfile.ZipFile(odd) as zf:
+        zf.read(name.decode())
+    package = {"name": "tinydep", "version": "1.0", "wheels": [{"path": str(odd), "hashes": {"sha256": _sha(bytes(data))}}]}
+    with httpx.Client() as http:
+        held = held_to_index([package], env, remote_rows(http))
+    assert held.unlike == () and len(held.unjudged) == 1 and "NotImplementedError" in held.unjudged[0], held
 
 
 def test_a_distribution_with_no_wheel_listed_is_not_judged(tmp_path: Path) -> None:

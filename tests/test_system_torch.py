@@ -10,6 +10,8 @@ project's own dev env with its real torch (2.15.0+cu132).
 
 from __future__ import annotations
 
+import importlib.util
+
 import compileall
 import dataclasses
 import hashlib
@@ -556,7 +558,7 @@ def test_a_package_added_to_the_system_interpreter_after_setup_is_a_difference(t
         assert verify().returncode == 0
     # the bytecode Python writes into the package as it imports it is not a change
     (site / "usercustomize" / "__pycache__").mkdir()
-    (site / "usercustomize" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"bytecode")
+    (site / "usercustomize" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(importlib.util.MAGIC_NUMBER + bytes(12))   # flags 0: held to its source
     assert verify().returncode == 0
 
 

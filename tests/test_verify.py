@@ -9,6 +9,7 @@ checks that verify then passes again).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -335,7 +336,7 @@ def test_a_pth_and_a_module_no_record_owns_are_named_pth_first(stack: Stack) -> 
     # bytecode of an owned source is legitimately unowned; bytecode without its source is not
     cache = site(stack) / "torch" / "__pycache__"
     cache.mkdir(exist_ok=True)
-    (cache / "__init__.cpython-311.pyc").write_bytes(b"bytecode")
+    (cache / "__init__.cpython-311.pyc").write_bytes(importlib.util.MAGIC_NUMBER + bytes(12))   # flags 0: held to its source
     assert differences(stack) == []
     (cache / "gone.cpython-311.pyc").write_bytes(b"bytecode")
     try:

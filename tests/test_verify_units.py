@@ -30,8 +30,8 @@ def _env(tmp: Path) -> tuple[Path, Path]:
     (env / "bin" / "python3.12").symlink_to("python")
     (env / "lib64").symlink_to("lib")
     (site / "pkg" / "__init__.py").write_text("")
-    (site / "pkg" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"b")
-    (site / "pkg" / "__pycache__" / "__init__.cpython-312.opt-1.pyc").write_bytes(b"b")
+    (site / "pkg" / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"\xcb\x0d\x0d\x0a" + bytes(12))
+    (site / "pkg" / "__pycache__" / "__init__.cpython-312.opt-1.pyc").write_bytes(b"\xcb\x0d\x0d\x0a\x03" + bytes(11))
     return env, site
 
 
@@ -47,8 +47,12 @@ def test_only_scaffolding_bytecode_with_its_source_and_our_pth_are_legitimately_
     for p in planted:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("x")
+    # session 36's review: bytecode Python runs whatever its source holds (PEP 552's unchecked hash, flags 1),
+    # from uv's cache (uv copies every file of a cached wheel, a row or not), beside its source
+    unchecked = site / "pkg" / "__pycache__" / "__init__.cpython-312.opt-2.pyc"
+    unchecked.write_bytes(b"\xcb\x0d\x0d\x0a\x01" + bytes(11))
     got = unowned(env, owned, facts)
-    assert got[0] == site / "zz.pth" and set(got) == set(planted)
+    assert got[0] == site / "zz.pth" and set(got) == {*planted, unchecked}
 
 
 def test_scaffold_names_count_only_in_their_place_and_shape(tmp_path: Path) -> None:

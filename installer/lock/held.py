@@ -6,11 +6,11 @@ RECORD, which came from that copy too: a file edited there with its RECORD row, 
 passes it.  Here the installed RECORD is compared with the wheel's own, each of the wheel's rows at the place it
 installs to (site-packages; ``.data/purelib`` and ``platlib`` there too; ``scripts`` in the env's ``bin``, ``data``
 at its root, ``headers`` in ``include/site/pythonX.Y/NAME``): every hashed row of the wheel must be installed there with its hash,
-and every installed row must be one the wheel names, the installer's own dist-info files, bytecode and the
+and every installed row must be one the wheel names (once), the installer's own dist-info files and the
 entry-point scripts of the wheel's own ``entry_points.txt`` aside.  A script whose first bytes are ``#!python``
 is installed with that line rewritten: held when the installed file is the wheel's bytes after that line, behind
-one of the two launchers uv writes for the env's ``bin/python`` (``#!PYTHON``, or for a path too long for a ``#!``
-line a ``/bin/sh`` preamble that execs it), and is the file its installed RECORD row hashes.
+a launcher uv writes for the env's ``bin/python`` (:func:`_launchers`), and is the file its installed RECORD row
+hashes.
 
 Which wheel: the listing's wheels for the package (``uv pip compile`` for the env's interpreter lists those its tags
 take), the one whose name has the installed ``WHEEL``'s tags read first; the distribution is held when any of them
@@ -129,19 +129,21 @@ def held_diff(dist: Dist, wheel: WheelText) -> tuple[list[str], list[str]]:
     for path, digest in wheel.rows.items():
         where = _place(path, site, dist.name)
         want.add(where)
-        if not digest or _installer_file(path) or digest in placed.get(where, set()):
+        got = placed.get(where, set())
+        if not digest or _installer_file(path) or (got == {digest}):
             continue
-        launched = _launched(Path(where), wheel.scripts[path], placed.get(where, set()), site) \
-            if path in wheel.scripts else False
+        # two installed rows for one path (a second one planted through .data/purelib): named, whichever is right
+        launched = _launched(Path(where), wheel.scripts[path], got, site) \
+            if path in wheel.scripts and len(got) == 1 else False
         if launched is None:
             unsure.append(path)
         elif not launched:
             differ.append(path)
     # uv's entry-point scripts: where it wrote them, one row each (a planted file there has a row of its own)
     made = {p for p in _entry_point_scripts(dist, site.parents[2]) if len(placed.get(p, ())) == 1}
+    # bytecode too: uv records none it writes, and one in uv's cache with a row would run for its module
     extra = [f"{p} (not a plain path)" if _abnormal(p) else f"{p} (not in the wheel)" for p in have
-             if _abnormal(p) or (os.path.normpath(site / p) not in want | made and not _installer_file(p)
-                                 and not _bytecode(p))]
+             if _abnormal(p) or (os.path.normpath(site / p) not in want | made and not _installer_file(p))]
     return sorted(differ + extra), sorted(unsure)
 
 
@@ -208,13 +210,6 @@ def _abnormal(path: str) -> bool:
     return not parts or any(p in ("", ".", "..") for p in parts)
 
 
-def _bytecode(path: str) -> bool:
-    """A ``DIR/__pycache__/NAME.pyc`` path (what a Python run writes beside an installed module; one through
-    ``..`` is named before this is asked: :func:`_abnormal`)."""
-    parts = path.split("/")
-    return len(parts) >= 2 and parts[-2] == "__pycache__" and path.endswith(".pyc")
-
-
 def candidates(package: Mapping[str, Any], dist: Dist) -> list[Mapping[str, Any]]:
     """The package's listed wheels, the one whose file name has the installed ``WHEEL``'s tags first."""
     try:
@@ -265,15 +260,18 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
         wheels, why, differs, unread = candidates(package, dist), "no wheel is listed (built from its sdist?)", None, 0
         for entry in wheels:
             path, want = local_wheel(entry), locked_sha256(entry)
-            if path is not None:
-                text, why = wheel_text(path), f"{path} is not readable as a wheel"
-            else:
-                size = entry.get("size")
-                text, why = remote(str(entry.get("url") or ""), size if isinstance(size, int) else None, want)
+            try:
+                if path is not None:
+                    text, why = wheel_text(path), f"{path} is not readable as a wheel"
+                else:
+                    size = entry.get("size")
+                    text, why = remote(str(entry.get("url") or ""), size if isinstance(size, int) else None, want)
+                diff, unsure = held_diff(dist, text) if text is not None else ([], [])
+            except Exception as exc:        # a member zipfile cannot read (deflate64, encrypted), bad data: not judged
+                text, why = None, f"{file_name(entry) or 'its wheel'} could not be read ({type(exc).__name__}: {exc})"
             if text is None:
                 unread += 1
                 continue
-            diff, unsure = held_diff(dist, text)
             if not diff and not unsure:
                 return None
             if not diff:

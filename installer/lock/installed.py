@@ -84,7 +84,7 @@ def installed_digests(dist: Dist) -> dict[str, set[str]] | None:
     try:
         for path, digest, _size in record_rows(dist):
             out.setdefault(path, set()).add(digest)
-    except OSError:
+    except (OSError, UnicodeDecodeError, csv.Error):
         return None
     return out
 
