@@ -24,7 +24,6 @@ distribution with one planted there would otherwise choose the wheel it is held 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import queue
@@ -40,7 +39,7 @@ from urllib.parse import unquote, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
-from ..core.hashing import sha256_or_none
+from ..core.hashing import record_digest, sha256_or_none
 from ..core.redact import redact_url
 from ..verify_dists import Dist, installed
 from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
@@ -158,7 +157,7 @@ def _launched(script: Path, member: bytes, digests: set[str], site: Path) -> boo
         return False
     eol = re.search(rb"\r\n|\n|\r", member)
     body = member[eol.end():] if eol else b""         # uv ends the first line at \r\n, \n or \r
-    if _record_digest(data) not in digests or not data.endswith(body):
+    if "sha256=" + record_digest(hashlib.sha256(data).digest()) not in digests or not data.endswith(body):
         return False
     head, bindir = data[:len(data) - len(body)], site.parents[2] / "bin"
     coding = _CODING.match(body.split(b"\n", 1)[0])
@@ -181,10 +180,6 @@ def _launchers(python: bytes, coding: bytes | None) -> tuple[bytes, ...]:
     escaped = b"'''exec' \"$(printf %b " + b" ".join(b"'\\'0%03o" % c for c in python) + b')"' + tail
     return (b"#!" + python + b"\n", b"#!/bin/sh\n" + quoted) + \
         ((b"#!/bin/sh\n# coding: " + coding + b"\n" + escaped,) if coding else ())
-
-
-def _record_digest(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def _entry_point_scripts(dist: Dist, prefix: Path) -> set[str]:
