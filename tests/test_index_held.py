@@ -10,7 +10,6 @@ tier's (``test_index_held_real.py``).
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -21,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from october.installer.core.hashing import record_digest
 from october.installer.lock.held import held_to_index, remote_rows
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
@@ -127,8 +127,7 @@ def poison_uv_cache(cache: Path, member: str, text: str) -> Path:
     (target,) = [p for p in cache.glob(f"archive-v*/*/{member}")]
     target.write_text(text)
     (record,) = target.parents[len(Path(member).parts) - 1].glob("*.dist-info/RECORD")
-    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-    rows = [[p, f"sha256={digest}", str(len(text.encode()))] if p == member else [p, h, s]
+    rows = [[p, _digest(text), str(len(text.encode()))] if p == member else [p, h, s]
             for p, h, s in csv.reader(io.StringIO(record.read_text()))]
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
@@ -154,16 +153,23 @@ def test_a_distribution_uv_s_cache_served_edited_is_named_whichever_way_its_whee
             assert held.unjudged == ()
 
 
-def _digest(text: str) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+def _digest(data: str | bytes) -> str:
+    """``sha256=...`` as a RECORD writes it."""
+    return "sha256=" + record_digest(hashlib.sha256(data.encode() if isinstance(data, str) else data).digest())
+
+
+def _add_row(cache: Path, row: str) -> Path:
+    """A row appended to the RECORD of the unpacked tinydep in uv's cache -> the folder the wheel is unpacked in."""
+    (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
+    record.write_text(record.read_text() + row + "\n")
+    return record.parent.parent
 
 
 def _add_to_cache(cache: Path, member: str, text: str) -> None:
     """A file added to the unpacked tinydep in uv's cache, with a RECORD row of its own (the review's plant)."""
-    (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
-    (record.parent.parent / member).parent.mkdir(parents=True, exist_ok=True)
-    (record.parent.parent / member).write_text(text)
-    record.write_text(record.read_text() + f"{member},{_digest(text)},{len(text.encode())}\n")
+    root = _add_row(cache, f"{member},{_digest(text)},{len(text.encode())}")
+    (root / member).parent.mkdir(parents=True, exist_ok=True)
+    (root / member).write_text(text)
 
 
 def _held_after(tmp: Path, files: dict, plant, wheels: str = "listed") -> tuple:
@@ -218,16 +224,14 @@ def test_what_the_review_planted_in_uv_s_cache_is_named(tmp_path: Path, plant: s
         elif "entry-point" in plant:
             _add_to_cache(cache, "tinydep-1.0.data/data/bin/tinytool", "#!/bin/sh\necho planted\n")
         elif "bytecode with no source" in plant:
-            (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
-            (record.parent.parent / "sitecustomize.pyc").write_bytes(b"not really bytecode")
-            record.write_text(record.read_text() + "__pycache__/../sitecustomize.pyc,,\n")
+            root = _add_row(cache, "__pycache__/../sitecustomize.pyc,,")
+            (root / "sitecustomize.pyc").write_bytes(b"not really bytecode")
         elif "through its .data folder" in plant:
             _add_to_cache(cache, "tinydep-1.0.data/purelib/tinydep/__init__.py", "VALUE = 666\n")
         elif "bytecode added" in plant:
             _add_to_cache(cache, "tinydep/__pycache__/__init__.cpython-3.pyc", "not really bytecode")
         elif "second row" in plant:
-            (record,) = cache.glob("archive-v*/*/tinydep-1.0.dist-info/RECORD")
-            record.write_text(record.read_text() + f"tinydep/./__init__.py,{_digest('VALUE = 1')},9\n")
+            _add_row(cache, f"tinydep/./__init__.py,{_digest('VALUE = 1')},9")
         elif ".data/data" in plant:
             _add_to_cache(cache, f"tinydep-1.0.data/data/lib/{lib}/site-packages/zz_evil.pth", "import os\n")
         elif "pth" in plant:
@@ -293,8 +297,7 @@ def test_a_script_behind_a_shell_launcher_of_another_shape_is_not_judged(tmp_pat
         data = head + b"print(1)\n" if head else script.read_bytes().replace(b"\n", b"\nimport os\n", 1)
         script.write_bytes(data)
         (record,) = env.glob("lib/python*/site-packages/tinydep-1.0.dist-info/RECORD")
-        digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.write_text("".join(f"../../../bin/tool,{digest},{len(data)}\n" if line.startswith("../../../bin/tool,")
+        record.write_text("".join(f"../../../bin/tool,{_digest(data)},{len(data)}\n" if line.startswith("../../../bin/tool,")
                                   else line for line in record.read_text().splitlines(keepends=True)))
         package = {"name": "tinydep", "version": "1.0",
                    "wheels": [{"path": str(wheel), "hashes": {"sha256": _sha(wheel.read_bytes())}}]}
