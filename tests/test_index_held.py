@@ -24,6 +24,7 @@ from october.installer.core.hashing import record_digest
 from october.installer.lock.held import held_to_index, remote_rows
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
+from october.installer.verify_dists import Dist
 from october.installer.wheels.rangefile import BLOCK, RangeFile
 from tests.fixtures.wheel_server import WheelServer
 from tests.fixtures.wheels import build_wheel
@@ -110,13 +111,15 @@ def test_a_host_that_trickles_is_read_no_longer_than_the_hold_s_budget(tmp_path:
         assert [r.path for r in srv.requests].count("/other.whl") == 0
 
 
-def _env(tmp: Path, name: str, wheel: Path | str, cache: Path) -> Path:
-    """A venv with ``wheel`` (a file, or a requirement such as ``tinydep @ URL``) installed by real uv."""
+def _env(tmp: Path, name: str, wheel: Path | str, cache: Path, links: Path | None = None) -> Path:
+    """A venv with ``wheel`` (a file, or a requirement such as ``tinydep @ URL``, or ``tinydep==1.0`` from the
+    find-links folder ``links``, as from an index: no ``direct_url.json`` of uv's) installed by real uv."""
     env = tmp / name
     run = dict(os.environ, UV_CACHE_DIR=str(cache), UV_LINK_MODE="copy")
     run.pop("VIRTUAL_ENV", None)
     subprocess.run([uv_exe(), "venv", "-q", str(env)], check=True, env=run, capture_output=True)
-    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
+    found = ["--no-index", "--find-links", str(links)] if links is not None else []
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"), *found,
                     str(wheel)], check=True, env=run, capture_output=True)
     return env
 
@@ -347,7 +350,8 @@ def test_a_distribution_with_no_wheel_listed_is_not_judged(tmp_path: Path) -> No
 def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: Path) -> None:
     """A dependency named by URL (``tinydep @ http://...whl``) is not in the index listing; its ``direct_url.json``
     names a file, but that file is uv's cache's to plant too (the next test), so the distribution is not held to
-    it: not judged, clean or poisoned, and the stack is not stored."""
+    it: not judged, clean or poisoned, and the stack is not stored.  That only while a requirement asks for it by
+    URL: asked for by none, it is named unasked."""
     from tests.fixtures.findlinks_server import serve_find_links
 
     wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
@@ -358,9 +362,11 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: 
             if name == "poisoned":
                 poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
             env = _env(tmp_path, name, f"tinydep @ {url}", cache)
-            held = held_to_index([], env, remote_rows(http))
-            assert held.unlike == () and len(held.unjudged) == 1, held
+            held = held_to_index([], env, remote_rows(http), requirements=["torch==2.4", f"tinydep @ {url}"])
+            assert held.unlike == () == held.unasked and len(held.unjudged) == 1, held
             assert held.unjudged[0].startswith(f"tinydep 1.0: installed from {url} (its direct_url.json)")
+            held = held_to_index([], env, remote_rows(http), requirements=["tinydep==1.0"])
+            assert held.unjudged == () and held.unasked == (f"tinydep 1.0: from {url} (its direct_url.json)",)
 
 
 @pytest.mark.parametrize("planted", ["dir_info", "archive_info of a wheel in uv's cache"])
@@ -368,7 +374,8 @@ def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hol
                                                                                   planted: str) -> None:
     """The review of session 36: tinydep edited in uv's cache with a ``direct_url.json`` added there with its row
     left the lock's index listing (a direct-URL distribution) and was held to nothing, or to the planter's own
-    wheel; now whatever is not a listed wheel's nor a fork's is not judged (the stack is not stored)."""
+    wheel; now whatever is not a listed wheel's nor a fork's is not judged (the stack is not stored), and one with
+    a ``direct_url.json`` that no requirement asks for by URL is named (the install step fails)."""
     import json
 
     from october.installer.lock.pylock import Installed, split_installed
@@ -384,15 +391,16 @@ def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hol
 
     wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
     cache = tmp_path / "uvc"
-    _env(tmp_path, "clean", wheel, cache)
+    assert installed(_env(tmp_path, "clean", "tinydep==1.0", cache, wheel.parent))["tinydep"].direct_url is None
     plant(cache)
-    env = _env(tmp_path, "poisoned", wheel, cache)
+    env = _env(tmp_path, "poisoned", "tinydep==1.0", cache, wheel.parent)
     dists = installed(env)
     _, index, _ = split_installed([Installed(d.name, d.version, d.direct_url) for d in dists.values()], {})
     assert index == []                     # the lock's listing would not name it: what the plant was for
     with httpx.Client() as http:
-        held = held_to_index([], env, remote_rows(http), dists)
-    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["tinydep 1.0"], held
+        held = held_to_index([], env, remote_rows(http), dists, requirements=["tinydep==1.0"])
+    assert held.unlike == () == held.unjudged and [u.split(":")[0] for u in held.unasked] == ["tinydep 1.0"], held
+    assert ("file:///nonexistent" if planted == "dir_info" else evil.as_uri()) in held.unasked[0], held
 
 
 def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_not_judged(tmp_path: Path) -> None:
@@ -418,7 +426,40 @@ def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_n
         assert held_to_index([package], env, remote_rows(http), own=lambda d: built_from(d, [fork.resolve()])) \
             == type(held_to_index([], env, remote_rows(http)))(unlike=(), unjudged=())
         held = held_to_index([package], env, remote_rows(http))        # alpha: not a fork's, not listed
-    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["alpha 1.0"], held
+    assert held.unlike == () == held.unjudged and [u.split(":")[0] for u in held.unasked] == ["alpha 1.0"], held
+
+
+def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None = None) -> Dist:
+    info = tmp / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    return Dist(name, "1.0", info, {"url": url, "archive_info": {}} if url else None, requires)
+
+
+def test_what_requirements_ask_for_by_url_is_followed_through_the_forks_and_index_distributions(tmp_path: Path) -> None:
+    """asked_by_url: the recipe's lines, a fork's and an index distribution's ``Requires-Dist``, and what a
+    distribution so asked for requires in turn; never what a distribution with a ``direct_url.json`` of its own that
+    nothing asked for requires (a planter's ``Requires-Dist`` asks for nothing)."""
+    from october.installer.lock.held import asked_by_url
+
+    u = "https://example.invalid/x.whl"
+    dists = {d.name: d for d in [
+        _dist(tmp_path, "fork", ("viaurl @ " + u, "plain>=1", "not a requirement ~~"), url="file:///src/fork"),
+        _dist(tmp_path, "viaurl", ("deeper @ " + u + " ; python_version < '3'",), url=u),
+        _dist(tmp_path, "deeper", (), url=u),
+        _dist(tmp_path, "indexdist", ("Fromindex_URL @ " + u,)),
+        _dist(tmp_path, "fromindex-url", (), url=u),
+        _dist(tmp_path, "planted", ("alsoplanted @ " + u,), url="file:///nonexistent"),
+        _dist(tmp_path, "alsoplanted", (), url=u),
+        _dist(tmp_path, "recipe-url", (), url=u)]}
+    fork = lambda d: d.name == "fork"       # noqa: E731
+    assert asked_by_url(dists, ["torch==2.4", "recipe-url @ " + u], fork) == {
+        "viaurl", "deeper", "fromindex-url", "recipe-url"}
+    assert asked_by_url(dists, [], lambda d: False) == {"fromindex-url"}
+    held = held_to_index([], tmp_path / "noenv", lambda *a: (None, "unread"), dists, own=fork,
+                         requirements=["recipe-url @ " + u])
+    assert sorted(h.split(":")[0] for h in held.unasked) == ["alsoplanted 1.0", "planted 1.0"], held
+    assert sorted(h.split(":")[0] for h in held.unjudged) == ["deeper 1.0", "fromindex-url 1.0", "indexdist 1.0",
+                                                              "recipe-url 1.0", "viaurl 1.0"], held
 
 
 def test_reads_not_done_in_the_hold_s_time_are_not_judged_and_not_waited_for(tmp_path: Path) -> None:
@@ -514,6 +555,52 @@ def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cac
         assert verify(s2).returncode == 0
         setup(world, tmp_path / "s3", cache)
         assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
+
+
+@pytest.mark.slow
+def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_stored(tmp_path: Path) -> None:
+    """Session 36's review plant on a whole stack: the unpacked tinydep in ``CACHE/uv`` edited with its RECORD row
+    and a ``direct_url.json`` added there with a row of its own (the listing then takes tinydep for a direct-URL
+    distribution, out of the hold), the built-stack entry gone.  Before: the stack was built with the edited file
+    and set up with exit 0, only not stored.  Now the install step fails (exit 11) naming it and the URL; nothing
+    stored, nothing removed; the fix's commands make the re-run clean, verify passes, and the next stack stores
+    a clean entry."""
+    import json
+    import re
+    import shutil
+
+    from october.installer.core.errors import InstallError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    clean = (site(tmp_path / "s1") / "tinydep" / "__init__.py").read_text()
+    poison_uv_cache(cache / "uv", "tinydep/__init__.py", clean + "import os  # planted\n")
+    _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json",
+                  json.dumps({"url": "file:///nonexistent", "dir_info": {}}))
+    shutil.rmtree(cache / "built")
+    with pytest.raises(InstallError, match="came from a URL that no requirement asks for") as info:
+        setup(world, s2, cache)
+    assert info.value.exit_code == 11
+    assert "tinydep 1.0: from file:///nonexistent (its direct_url.json)" in str(info.value), str(info.value)
+    assert not (cache / "built").exists() or entries(cache) == []              # nothing stored
+    assert "planted" in (site(s2) / "tinydep" / "__init__.py").read_text()      # nothing removed
+    commands = re.findall(r"`([^`]+)`", info.value.fix or "")
+    assert len(commands) == 2, info.value.fix
+    for command in commands:
+        subprocess.run(command, shell=True, check=True, capture_output=True)
+    setup(world, s2, cache)
+    assert (site(s2) / "tinydep" / "__init__.py").read_text() == clean
+    assert not (next(site(s2).glob("tinydep-*.dist-info")) / "direct_url.json").exists()
+    assert verify(s2).returncode == 0
+    setup(world, tmp_path / "s3", cache)          # s2's env was made by the failed run: a new stack stores
+    (entry,) = entries(cache)
+    stored = list(entry.rglob("tinydep/__init__.py"))
+    assert stored and all(p.read_text() == clean for p in stored)
 
 
 @pytest.mark.slow

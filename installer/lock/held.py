@@ -19,7 +19,11 @@ move a distribution out of reach), and not judged when none could be read (said 
 a package built from its sdist, which has no wheel listed, a script behind a launcher the hold does not know).
 Every other distribution of the env but the forks the install built is not judged: one installed from a URL of its
 own is not held to that URL, since its ``direct_url.json``, which says so, could be uv's cache's (an index
-distribution with one planted there would otherwise choose the wheel it is held to, or leave the listing).
+distribution with one planted there would otherwise choose the wheel it is held to, or leave the listing).  So a
+distribution with a ``direct_url.json`` is taken as installed from a URL only where a requirement asks for it by
+URL (:func:`asked_by_url`: ``name @ url`` in the recipe's lines or in the ``Requires-Dist`` of the forks or of a
+distribution with no ``direct_url.json``); any other is named (:attr:`Held.unasked`): nothing the install ran put
+it there, so uv's cache (or whoever wrote the env) did.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
 from ..core.hashing import record_digest, sha256_or_none
@@ -47,11 +52,12 @@ from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, 
 
 @dataclass(frozen=True)
 class Held:
-    """What :func:`held_to_index` found: the distributions unlike their wheel, and those it could not hold to one
-    (``name version: why``)."""
+    """What :func:`held_to_index` found: the distributions unlike their wheel, those it could not hold to one
+    (``name version: why``), and those installed from a URL no requirement asks for (``name version: from URL``)."""
 
     unlike: tuple[Unlike, ...]
     unjudged: tuple[str, ...]
+    unasked: tuple[str, ...] = ()
 
 
 SCRIPT_MARK = b"#!python"         # a wheel script's first bytes that ask for the installing interpreter (PEP 427)
@@ -229,15 +235,38 @@ def file_name(entry: Mapping[str, Any]) -> str | None:
     return unquote(str(where).rsplit("/", 1)[-1]) or None
 
 
+def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
+                 own: Callable[[Dist], bool] = lambda dist: False) -> frozenset[str]:
+    """The canonical names some requirement asks for by URL (``name @ url``): one of ``requirements`` (the recipe's
+    lines), or of the ``Requires-Dist`` of a distribution ``own`` says the install built, of one with no
+    ``direct_url.json`` (an index's), or of one so asked, and so on.  Markers are not evaluated (a requirement the
+    env's Python skips asks for nothing uv installs); the URL is not compared (a VCS URL is written otherwise in
+    ``direct_url.json``)."""
+    asked: set[str] = set()
+    todo = [*requirements, *(r for d in dists.values() if own(d) or not d.direct_url for r in d.requires)]
+    while todo:
+        try:
+            req = Requirement(todo.pop())
+        except InvalidRequirement:
+            continue
+        name = str(canonicalize_name(req.name))
+        if req.url and name not in asked:
+            asked.add(name)
+            todo += dists[name].requires if name in dists else ()
+    return frozenset(asked)
+
+
 def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: RemoteRows,
                   dists: Mapping[str, Dist] | None = None, threads: int = 8, *,
-                  own: Callable[[Dist], bool] = lambda dist: False, wait_s: float | None = None) -> Held:
+                  own: Callable[[Dist], bool] = lambda dist: False, wait_s: float | None = None,
+                  requirements: Sequence[str] = ()) -> Held:
     """Each distribution of ``packages`` installed in ``env`` at its listed version, held to its wheel (see the
     module): a file here read as such (named only while it still has the locked sha256), any other through
     ``remote``.  Every other distribution of the env is not judged, but those ``own`` says the install built
     (the forks): one installed from a URL of its own, or listed at another version, is not held to a wheel (its
-    ``direct_url.json`` may be uv's cache's too).  ``wait_s``: the reads not done by then are not judged, and not
-    waited for."""
+    ``direct_url.json`` may be uv's cache's too), and one with a ``direct_url.json`` that no requirement asks for
+    by URL (:func:`asked_by_url`, ``requirements``: the recipe's lines) is named unasked.  ``wait_s``: the reads
+    not done by then are not judged, and not waited for."""
     dists = installed(env) if dists is None else dists
     todo: list[tuple[Dist, Mapping[str, Any]]] = []
     for package in packages:
@@ -245,10 +274,14 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
         if dist is not None and canonicalize_version(dist.version) == canonicalize_version(str(package.get("version", ""))):
             todo.append((dist, package))
     taken = {id(dist) for dist, _ in todo}
+    asked = asked_by_url(dists, requirements, own)
+    rest = [d for d in dists.values() if id(d) not in taken and not own(d)]
+    unasked = tuple(f"{d.name} {d.version}: from {redact_url(str(d.direct_url.get('url')))} (its direct_url.json)"
+                    for d in rest if d.direct_url and d.name not in asked)
     loose = [f"{d.name} {d.version}: " + (f"installed from {redact_url(str(d.direct_url.get('url')))} (its "
                                           "direct_url.json), not from a wheel the listing names"
                                           if d.direct_url else "no wheel of the listing is its version")
-             for d in dists.values() if id(d) not in taken and not own(d)]
+             for d in rest if not d.direct_url or d.name in asked]
 
     def judge(item: tuple[Dist, Mapping[str, Any]]) -> Unlike | str | None:
         dist, package = item
@@ -282,7 +315,7 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
     late = f"not read in the {wait_s or 0:g} s the hold waits"
     verdicts = [f"{d.name} {d.version}: {late}" if v is _LATE else v for v, (d, _) in zip(verdicts, todo)]
     return Held(unlike=tuple(v for v in verdicts if isinstance(v, Unlike)),
-                unjudged=tuple([v for v in verdicts if isinstance(v, str)] + loose))
+                unjudged=tuple([v for v in verdicts if isinstance(v, str)] + loose), unasked=unasked)
 
 
 _LATE = object()

@@ -13,7 +13,11 @@ nothing removed, which bytes are right is the user's to say); nothing is stored.
 built from its sdist, a host that would not answer, a distribution the listing does not name that no fork checkout
 built: one installed from a URL of its own included), or an env with no listing made during the install (a run whose
 lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
-the stack out of the built-stack cache, said in its log.
+the stack out of the built-stack cache, said in its log.  A distribution with a ``direct_url.json`` that neither a
+fork checkout built nor a requirement asks for by URL (the recipe's lines, the forks' and the index distributions'
+``Requires-Dist``: :func:`october.installer.lock.held.asked_by_url`) fails the step (:func:`unasked_error`): no
+command of the install put it there, so uv's cache did (a ``direct_url.json`` planted beside an edited file takes a
+distribution out of the index listing and out of the hold), or the user installed it into the env by hand.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
+from ..core.errors import InstallError
 from ..core.listing import first
 from ..engine import StepContext
 
@@ -50,14 +55,44 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[Path]) -> str | N
     with client() as http:
         held = held_to_index(listing.index_packages, ctx.paths.env,
                              remote_rows(http, lambda url: with_credentials(url, sources)), dists,
-                             own=lambda dist: built_from(dist, checkouts), wait_s=HOLD_BUDGET_S + 15)
+                             own=lambda dist: built_from(dist, checkouts), wait_s=HOLD_BUDGET_S + 15,
+                             requirements=recipe_lines(ctx))
     if held.unlike:
         raise stale_env(ctx, step, held.unlike)
+    if held.unasked:
+        raise unasked_error(ctx, held.unasked)
     if not held.unjudged:
         return None
     ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
     return (f"{len(held.unjudged)} index distribution(s) could not be held to the wheel they came from "
             f"({first(list(held.unjudged), 3, '; ')})")
+
+
+def recipe_lines(ctx: StepContext) -> list[str]:
+    """The requirements the recipe itself gives the install (torch, the build requirements, ``[install] supply``)."""
+    r = ctx.recipe
+    return [r.torch.requirement, *r.build_requirements, *r.install.supply]
+
+
+def unasked_error(ctx: StepContext, unasked: Sequence[str]) -> InstallError:
+    """The error for distributions installed from a URL no requirement asks for (``name version: from URL``)."""
+    import shlex
+
+    from ..pyenv.uvcmd import uv_exe
+    from .env import stack_uv
+
+    names = [u.split(" ", 1)[0] for u in unasked]
+    uv = stack_uv(ctx)
+    clean = shlex.join(["env", f"UV_CACHE_DIR={uv.env()['UV_CACHE_DIR']}", uv_exe(), "cache", "clean", *names])
+    remove = shlex.join([uv_exe(), "pip", "uninstall", "--python", str(ctx.paths.python), *names])
+    return InstallError(f"{len(unasked)} distribution(s) in the stack env came from a URL that no requirement asks "
+                        f"for: {', '.join(names)} (uv's cache edited where it keeps the wheel unpacked, with a "
+                        "direct_url.json planted there, or installed into the env by hand)",
+                        expected="each distribution from the sources' listing, a fork checkout, or a URL that the "
+                                 "recipe or a fork's requirements name (name @ URL)",
+                        found="; ".join(unasked),
+                        fix=f"find out who wrote uv's cache or the env (nothing was removed; nothing was stored).  "
+                            f"Then run `{remove}` and `{clean}`, and re-run october_setup")
 
 
 def built_from(dist: Any, checkouts: Sequence[Path]) -> bool:
