@@ -563,8 +563,8 @@ def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_sto
     and a ``direct_url.json`` added there with a row of its own (the listing then takes tinydep for a direct-URL
     distribution, out of the hold), the built-stack entry gone.  Before: the stack was built with the edited file
     and set up with exit 0, only not stored.  Now the install step fails (exit 11) naming it and the URL; nothing
-    stored, nothing removed; the fix's commands make the re-run clean, verify passes, and the next stack stores
-    a clean entry."""
+    stored, nothing removed; the fix's commands (the env removed: the env step makes it again) make the re-run
+    clean, verify passes, and the entry it stores and the next stack are clean."""
     import json
     import re
     import shutil
@@ -597,10 +597,11 @@ def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_sto
     assert (site(s2) / "tinydep" / "__init__.py").read_text() == clean
     assert not (next(site(s2).glob("tinydep-*.dist-info")) / "direct_url.json").exists()
     assert verify(s2).returncode == 0
-    setup(world, tmp_path / "s3", cache)          # s2's env was made by the failed run: a new stack stores
-    (entry,) = entries(cache)
+    (entry,) = entries(cache)                     # the re-run made the env again, held it and stored it
     stored = list(entry.rglob("tinydep/__init__.py"))
     assert stored and all(p.read_text() == clean for p in stored)
+    setup(world, tmp_path / "s3", cache)
+    assert (site(tmp_path / "s3") / "tinydep" / "__init__.py").read_text() == clean
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def unasked_error(ctx: StepContext, unasked: Sequence[str]) -> InstallError:
     names = [u.split(" ", 1)[0] for u in unasked]
     uv = stack_uv(ctx)
     clean = shlex.join(["env", f"UV_CACHE_DIR={uv.env()['UV_CACHE_DIR']}", uv_exe(), "cache", "clean", *names])
-    remove = shlex.join([uv_exe(), "pip", "uninstall", "--python", str(ctx.paths.python), *names])
+    remove = shlex.join(["rm", "-rf", str(ctx.paths.env)])     # the env step makes it again (an uninstall would not)
     return InstallError(f"{len(unasked)} distribution(s) in the stack env came from a URL that no requirement asks "
                         f"for: {', '.join(names)} (uv's cache edited where it keeps the wheel unpacked, with a "
                         "direct_url.json planted there, or installed into the env by hand)",
