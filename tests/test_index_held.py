@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from october.installer.core.hashing import record_digest
-from october.installer.lock.held import held_to_index, remote_rows
+from october.installer.lock.held import asked_by_url, held_to_index, remote_rows, unasked
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.verify_dists import Dist
@@ -351,7 +351,8 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: 
     """A dependency named by URL (``tinydep @ http://...whl``) is not in the index listing; its ``direct_url.json``
     names a file, but that file is uv's cache's to plant too (the next test), so the distribution is not held to
     it: not judged, clean or poisoned, and the stack is not stored.  That only while a requirement asks for it by
-    URL: asked for by none, it is named unasked."""
+    URL: asked for by none, it is named unasked (the install step fails)."""
+    from october.installer.verify_dists import installed
     from tests.fixtures.findlinks_server import serve_find_links
 
     wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
@@ -362,11 +363,11 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: 
             if name == "poisoned":
                 poison_uv_cache(cache, "tinydep/__init__.py", "VALUE = 666\n")
             env = _env(tmp_path, name, f"tinydep @ {url}", cache)
-            held = held_to_index([], env, remote_rows(http), requirements=["torch==2.4", f"tinydep @ {url}"])
-            assert held.unlike == () == held.unasked and len(held.unjudged) == 1, held
+            held = held_to_index([], env, remote_rows(http))
+            assert held.unlike == () and len(held.unjudged) == 1, held
             assert held.unjudged[0].startswith(f"tinydep 1.0: installed from {url} (its direct_url.json)")
-            held = held_to_index([], env, remote_rows(http), requirements=["tinydep==1.0"])
-            assert held.unjudged == () and held.unasked == (f"tinydep 1.0: from {url} (its direct_url.json)",)
+            assert unasked(installed(env), ["torch==2.4", f"tinydep @ {url}"]) == ()
+            assert unasked(installed(env), ["tinydep==1.0"]) == (f"tinydep 1.0: from {url} (its direct_url.json)",)
 
 
 @pytest.mark.parametrize("planted", ["dir_info", "archive_info of a wheel in uv's cache"])
@@ -398,13 +399,21 @@ def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hol
     _, index, _ = split_installed([Installed(d.name, d.version, d.direct_url) for d in dists.values()], {})
     assert index == []                     # the lock's listing would not name it: what the plant was for
     with httpx.Client() as http:
-        held = held_to_index([], env, remote_rows(http), dists, requirements=["tinydep==1.0"])
-    assert held.unlike == () == held.unjudged and [u.split(":")[0] for u in held.unasked] == ["tinydep 1.0"], held
-    assert ("file:///nonexistent" if planted == "dir_info" else evil.as_uri()) in held.unasked[0], held
+        held = held_to_index([], env, remote_rows(http), dists)
+    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["tinydep 1.0"], held
+    (named,) = unasked(dists, ["tinydep==1.0"])
+    assert named.startswith("tinydep 1.0: from ") and (
+        "file:///nonexistent" if planted == "dir_info" else evil.as_uri()) in named, named
 
 
 def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_not_judged(tmp_path: Path) -> None:
-    from october.installer.steps.indexcheck import built_from
+    """fork_dists: a fork's own install is the distribution of its name, editable from its checkout's root (where
+    none has the name, the only one there); a ``direct_url.json`` naming the checkout makes nothing else a fork's
+    (the review of session 37: tinydep planted in uv's cache with ``dir_info`` of ``STACK/src/alpha`` was taken
+    for the fork's, neither held nor named, and stored)."""
+    import json
+
+    from october.installer.steps.indexcheck import fork_dists
     from october.installer.verify_dists import installed
 
     fork = tmp_path / "src" / "alpha"
@@ -418,15 +427,26 @@ def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_n
     subprocess.run([uv_exe(), "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
                     "-e", str(fork)], check=True, env=run, capture_output=True)
     dists = installed(env)
-    assert built_from(dists["alpha"], [fork.resolve()]) and not built_from(dists["tinydep"], [fork.resolve()])
-    assert not built_from(dists["alpha"], [(tmp_path / "src" / "beta").resolve()])
+    assert fork_dists(dists, [(fork, "alpha")]) == {"alpha"} == fork_dists(dists, [(fork, "Alpha_")])
+    assert fork_dists(dists, [(fork, "not-its-name")]) == {"alpha"}            # the only one at the root
+    assert fork_dists(dists, [(tmp_path / "src" / "beta", "alpha")]) == set()
+    own = lambda d: d.name in fork_dists(dists, [(fork, "alpha")])      # noqa: E731
     package = {"name": "tinydep", "version": "1.0", "wheels": [{"path": str(wheel),
                                                                 "hashes": {"sha256": _sha(wheel.read_bytes())}}]}
     with httpx.Client() as http:
-        assert held_to_index([package], env, remote_rows(http), own=lambda d: built_from(d, [fork.resolve()])) \
+        assert held_to_index([package], env, remote_rows(http), own=own) \
             == type(held_to_index([], env, remote_rows(http)))(unlike=(), unjudged=())
         held = held_to_index([package], env, remote_rows(http))        # alpha: not a fork's, not listed
-    assert held.unlike == () == held.unjudged and [u.split(":")[0] for u in held.unasked] == ["alpha 1.0"], held
+    assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["alpha 1.0"], held
+    asks = [f"tinydep @ {wheel.as_uri()}"]                 # installed by its path: a direct_url.json of uv's
+    assert unasked(dists, asks, own) == ()
+    assert [u.split(":")[0] for u in unasked(dists, asks)] == ["alpha 1.0"]
+    for url in (fork.as_uri(), (fork / "sub").as_uri()):           # planted: the root, or a folder inside it
+        (dists["tinydep"].info / "direct_url.json").write_text(json.dumps({"url": url, "dir_info": {"editable": True}}))
+        planted = installed(env)
+        assert fork_dists(planted, [(fork, "alpha")]) == {"alpha"}
+        assert fork_dists(planted, [(fork, "not-its-name")]) == (set() if url == fork.as_uri() else {"alpha"})
+        assert [u.split(":")[0] for u in unasked(planted, [], lambda d: d.name == "alpha")] == ["tinydep 1.0"]
 
 
 def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None = None) -> Dist:
@@ -435,31 +455,51 @@ def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None 
     return Dist(name, "1.0", info, {"url": url, "archive_info": {}} if url else None, requires)
 
 
-def test_what_requirements_ask_for_by_url_is_followed_through_the_forks_and_index_distributions(tmp_path: Path) -> None:
-    """asked_by_url: the recipe's lines, a fork's and an index distribution's ``Requires-Dist``, and what a
-    distribution so asked for requires in turn; never what a distribution with a ``direct_url.json`` of its own that
-    nothing asked for requires (a planter's ``Requires-Dist`` asks for nothing)."""
-    from october.installer.lock.held import asked_by_url
+def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the_forks_only(tmp_path: Path) -> None:
+    """asked_by_url: the recipe's lines (``name @ url``, a path or a URL with no name), the forks'
+    ``[tool.uv.sources]`` names, a fork's ``Requires-Dist`` and what a distribution so asked for requires in turn;
+    never an index distribution's ``Requires-Dist`` (uv's cache serves its METADATA; the review of session 37
+    planted one in a distribution built from its sdist, which the hold cannot read) nor a planter's."""
+    from october.installer.lock.held import url_key
 
     u = "https://example.invalid/x.whl"
+    helper = tmp_path / "h" / "helper-1.0-py3-none-any.whl"
     dists = {d.name: d for d in [
-        _dist(tmp_path, "fork", ("viaurl @ " + u, "plain>=1", "not a requirement ~~"), url="file:///src/fork"),
+        _dist(tmp_path, "fork", ("viaurl @ " + u, "plain>=1", "not a requirement ~~", f'semi @ {u}; python_version >= "3"'),
+              url="file:///src/fork"),
         _dist(tmp_path, "viaurl", ("deeper @ " + u + " ; python_version < '3'",), url=u),
         _dist(tmp_path, "deeper", (), url=u),
+        _dist(tmp_path, "semi", (), url=u),
         _dist(tmp_path, "indexdist", ("Fromindex_URL @ " + u,)),
         _dist(tmp_path, "fromindex-url", (), url=u),
         _dist(tmp_path, "planted", ("alsoplanted @ " + u,), url="file:///nonexistent"),
         _dist(tmp_path, "alsoplanted", (), url=u),
-        _dist(tmp_path, "recipe-url", (), url=u)]}
+        _dist(tmp_path, "recipe-url", (), url=u),
+        _dist(tmp_path, "helper", (), url=helper.as_uri()),
+        _dist(tmp_path, "vcsdep", (), url="https://github.com/a/vcsdep"),
+        _dist(tmp_path, "uvsourced", ("fromsource @ " + u,), url="file:///elsewhere/uvsourced"),
+        _dist(tmp_path, "fromsource", (), url=u)]}
     fork = lambda d: d.name == "fork"       # noqa: E731
-    assert asked_by_url(dists, ["torch==2.4", "recipe-url @ " + u], fork) == {
-        "viaurl", "deeper", "fromindex-url", "recipe-url"}
-    assert asked_by_url(dists, [], lambda d: False) == {"fromindex-url"}
-    held = held_to_index([], tmp_path / "noenv", lambda *a: (None, "unread"), dists, own=fork,
-                         requirements=["recipe-url @ " + u])
-    assert sorted(h.split(":")[0] for h in held.unasked) == ["alsoplanted 1.0", "planted 1.0"], held
-    assert sorted(h.split(":")[0] for h in held.unjudged) == ["deeper 1.0", "fromindex-url 1.0", "indexdist 1.0",
-                                                              "recipe-url 1.0", "viaurl 1.0"], held
+    recipe = ["torch==2.4", "recipe-url @ " + u, str(helper), "git+https://github.com/a/vcsdep@v1.0#egg=x"]
+    asked = asked_by_url(dists, recipe, fork, ["UvSourced"])
+    assert asked.names == {"viaurl", "deeper", "semi", "recipe-url", "uvsourced", "fromsource"}, asked
+    assert asked.urls == {url_key(helper.as_uri()), "https://github.com/a/vcsdep"}, asked
+    assert asked_by_url(dists, [], lambda d: False).names == set()
+    named = unasked(dists, recipe, fork, ["uvsourced"])
+    assert sorted(h.split(":")[0] for h in named) == [
+        "alsoplanted 1.0", "fromindex-url 1.0", "planted 1.0"], named
+    assert url_key(str(helper)) == url_key(helper.as_uri()) == helper.resolve().as_uri()
+
+
+def test_a_fork_s_uv_sources_are_read_from_its_checkout(tmp_path: Path) -> None:
+    from october.installer.steps.indexcheck import uv_sources
+
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    (a / "pyproject.toml").write_text('[tool.uv.sources]\ntinydep = { path = "x.whl" }\nOther = { git = "g" }\n')
+    (b / "pyproject.toml").write_text("not toml [")
+    assert uv_sources([a, b, c]) == ["tinydep", "Other"]
 
 
 def test_reads_not_done_in_the_hold_s_time_are_not_judged_and_not_waited_for(tmp_path: Path) -> None:
@@ -558,13 +598,17 @@ def test_a_poisoned_uv_cache_reaches_neither_a_new_stack_nor_the_built_stack_cac
 
 
 @pytest.mark.slow
-def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_stored(tmp_path: Path) -> None:
+@pytest.mark.parametrize("points", ["nowhere", "into the new stack's fork checkout"])
+def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_stored(tmp_path: Path,
+                                                                                    points: str) -> None:
     """Session 36's review plant on a whole stack: the unpacked tinydep in ``CACHE/uv`` edited with its RECORD row
     and a ``direct_url.json`` added there with a row of its own (the listing then takes tinydep for a direct-URL
     distribution, out of the hold), the built-stack entry gone.  Before: the stack was built with the edited file
     and set up with exit 0, only not stored.  Now the install step fails (exit 11) naming it and the URL; nothing
     stored, nothing removed; the fix's commands (the env removed: the env step makes it again) make the re-run
-    clean, verify passes, and the entry it stores and the next stack are clean."""
+    clean, verify passes, and the entry it stores and the next stack are clean.  The same with the planted URL
+    naming the new stack's fork checkout, editable (the review of session 37: taken for the fork's own install,
+    it was neither held nor named, and stored for every later stack)."""
     import json
     import re
     import shutil
@@ -580,13 +624,14 @@ def test_a_direct_url_planted_in_uv_s_cache_fails_the_install_and_nothing_is_sto
     setup(world, tmp_path / "s1", cache)
     clean = (site(tmp_path / "s1") / "tinydep" / "__init__.py").read_text()
     poison_uv_cache(cache / "uv", "tinydep/__init__.py", clean + "import os  # planted\n")
+    url = "file:///nonexistent" if points == "nowhere" else (s2 / "src" / "alpha").as_uri()
     _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json",
-                  json.dumps({"url": "file:///nonexistent", "dir_info": {}}))
+                  json.dumps({"url": url, "dir_info": {"editable": points != "nowhere"}}))
     shutil.rmtree(cache / "built")
     with pytest.raises(InstallError, match="came from a URL that no requirement asks for") as info:
         setup(world, s2, cache)
     assert info.value.exit_code == 11
-    assert "tinydep 1.0: from file:///nonexistent (its direct_url.json)" in str(info.value), str(info.value)
+    assert f"tinydep 1.0: from {url} (its direct_url.json)" in str(info.value), str(info.value)
     assert not (cache / "built").exists() or entries(cache) == []              # nothing stored
     assert "planted" in (site(s2) / "tinydep" / "__init__.py").read_text()      # nothing removed
     commands = re.findall(r"`([^`]+)`", info.value.fix or "")
@@ -672,3 +717,83 @@ def test_an_install_with_no_listing_of_its_own_asks_no_index_and_is_not_stored(t
     log = (stack / "logs" / "install.log").read_text()
     assert "# not held to the sources' wheels: the env's listing is not there" in log
     assert "# not stored in the built-stack cache: the env was not held to the sources' wheels" in log
+
+
+@pytest.mark.slow
+def test_a_direct_url_planted_for_a_re_run_with_no_listing_of_its_own_fails_the_install(tmp_path: Path) -> None:
+    """The run above (lock step done: no listing during the install, so no hold) with session 36's plant in uv's
+    cache for the distribution it puts back: named all the same (the rule needs no listing), exit 11."""
+    import json
+
+    from october.installer.core.errors import InstallError
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    run = dict(os.environ, UV_CACHE_DIR=str(cache / "uv"))
+    run.pop("VIRTUAL_ENV", None)
+    subprocess.run([uv_exe(), "pip", "uninstall", "-q", "--python", str(stack / "env" / "bin" / "python"), "tinydep"],
+                   check=True, env=run, capture_output=True)
+    poison_uv_cache(cache / "uv", "tinydep/__init__.py", "VALUE = 666  # planted\n")
+    _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json",
+                  json.dumps({"url": "file:///nonexistent", "dir_info": {}}))
+    with pytest.raises(InstallError, match="came from a URL that no requirement asks for") as info:
+        setup(world, stack, cache)
+    assert info.value.exit_code == 11 and "tinydep 1.0: from file:///nonexistent" in str(info.value)
+    assert "planted" in (site(stack) / "tinydep" / "__init__.py").read_text()     # named, nothing removed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asks", ["[install] supply, name @ URL", "[build] requirements, a path"])
+def test_a_package_the_recipe_asks_for_by_url_is_installed_and_the_stack_is_not_stored(tmp_path: Path,
+                                                                                     asks: str) -> None:
+    """``[install] supply = ["urldep @ file:///...whl"]`` or ``[build] requirements = ["/.../urldep-1.0-...whl"]``
+    (the review of session 37: a path was refused): uv writes urldep's ``direct_url.json``, and the recipe asks for
+    it by URL, so the install is not refused (not judged: its ``direct_url.json`` could be uv's cache's, so the
+    stack is not stored, said in the log)."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    urldep = build_wheel(tmp_path / "elsewhere", "urldep", "1.0", {"urldep/__init__.py": "U = 1\n"})
+    world.recipe.write_text(world.recipe.read_text() + (f'[install]\nsupply = ["urldep @ {urldep.as_uri()}"]\n'
+                                                        if asks.startswith("[install]") else
+                                                        f'[build]\nrequirements = ["{urldep}"]\n'))
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    assert (site(stack) / "urldep" / "__init__.py").is_file()
+    assert (next(site(stack).glob("urldep-1.0.dist-info")) / "direct_url.json").is_file()
+    log = (stack / "logs" / "install.log").read_text()
+    assert f"urldep 1.0: installed from {urldep.as_uri()} (its direct_url.json)" in log, log[-2000:]
+    assert not (cache / "built").exists() or entries(cache) == []
+    assert verify(stack).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_fork_whose_uv_sources_name_a_path_installs_and_the_stack_is_not_stored(tmp_path: Path) -> None:
+    """The review of session 37: a fork's ``[tool.uv.sources]`` (``tinydep = { path = ... }``) makes uv install
+    tinydep from that path with a ``direct_url.json`` while the fork's ``Requires-Dist`` says plain ``tinydep``;
+    the rule refused it (exit 11).  The fork's checkout asks for it: installed, not judged, not stored."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world, publish
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    wheel = build_wheel(tmp_path / "elsewhere", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    pyproject = world.alpha_work / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + f'\n[tool.uv.sources]\ntinydep = {{ path = "{wheel}" }}\n')
+    world.set_pin("alpha", publish(world.alpha_work, world.alpha_bare, "tinydep from a path"))
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    assert "[tool.uv.sources]" in (stack / "src" / "alpha" / "pyproject.toml").read_text()
+    durl = next(site(stack).glob("tinydep-1.0.dist-info")) / "direct_url.json"
+    assert durl.is_file() and wheel.name in durl.read_text()
+    assert f"tinydep 1.0: installed from {wheel.as_uri()}" in (stack / "logs" / "install.log").read_text()
+    assert not (cache / "built").exists() or entries(cache) == []
+    assert verify(stack).returncode == 0

@@ -20,10 +20,12 @@ a package built from its sdist, which has no wheel listed, a script behind a lau
 Every other distribution of the env but the forks the install built is not judged: one installed from a URL of its
 own is not held to that URL, since its ``direct_url.json``, which says so, could be uv's cache's (an index
 distribution with one planted there would otherwise choose the wheel it is held to, or leave the listing).  So a
-distribution with a ``direct_url.json`` is taken as installed from a URL only where a requirement asks for it by
-URL (:func:`asked_by_url`: ``name @ url`` in the recipe's lines or in the ``Requires-Dist`` of the forks or of a
-distribution with no ``direct_url.json``); any other is named (:attr:`Held.unasked`): nothing the install ran put
-it there, so uv's cache (or whoever wrote the env) did.
+distribution with a ``direct_url.json`` is taken as installed from a URL only where something the install trusts
+asks for it so (:func:`asked_by_url`: ``name @ url``, a path or a URL in the recipe's lines, ``name @ url`` in the
+``Requires-Dist`` of the forks' own distributions and of those so asked, a fork's ``[tool.uv.sources]``); any
+other is named (:func:`unasked`): nothing the install ran put it there, so uv's cache (or whoever wrote the env)
+did.  An index distribution's ``Requires-Dist`` asks for nothing here: uv's cache serves its METADATA too, and
+the hold may not have read its wheel (PyPI refuses uploads that require a URL).
 """
 
 from __future__ import annotations
@@ -52,12 +54,11 @@ from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, 
 
 @dataclass(frozen=True)
 class Held:
-    """What :func:`held_to_index` found: the distributions unlike their wheel, those it could not hold to one
-    (``name version: why``), and those installed from a URL no requirement asks for (``name version: from URL``)."""
+    """What :func:`held_to_index` found: the distributions unlike their wheel, and those it could not hold to one
+    (``name version: why``)."""
 
     unlike: tuple[Unlike, ...]
     unjudged: tuple[str, ...]
-    unasked: tuple[str, ...] = ()
 
 
 SCRIPT_MARK = b"#!python"         # a wheel script's first bytes that ask for the installing interpreter (PEP 427)
@@ -235,38 +236,96 @@ def file_name(entry: Mapping[str, Any]) -> str | None:
     return unquote(str(where).rsplit("/", 1)[-1]) or None
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What requirements ask for other than by name and version: canonical names (``name @ url``), and URLs (a
+    path or a URL with no name, as ``direct_url.json`` writes it: :func:`url_key`)."""
+
+    names: frozenset[str]
+    urls: frozenset[str]
+
+    def covers(self, dist: Dist) -> bool:
+        return dist.name in self.names or url_key(str((dist.direct_url or {}).get("url") or "")) in self.urls
+
+
+def url_key(url: str) -> str:
+    """A URL as requirements and ``direct_url.json`` both write it: no VCS prefix (``git+``), fragment or ``@rev``
+    (past the last ``/``), a ``file:`` path resolved; an absolute path as its ``file:`` URL."""
+    url = url.strip()
+    if url.startswith("/"):
+        url = Path(url).as_uri()
+    url = re.sub(r"^[a-z]+\+(?=[a-z][a-z0-9.+-]*://)", "", url).split("#", 1)[0]
+    parts = urlsplit(url)
+    path = parts.path
+    if parts.scheme == "file":
+        path = Path(unquote(path)).resolve().as_posix()
+    elif "@" in path.rsplit("/", 1)[-1]:
+        path = path.rsplit("@", 1)[0]
+    return f"{parts.scheme}://{parts.netloc}{path.rstrip('/')}" + (f"?{parts.query}" if parts.query else "")
+
+
+def _asks(line: str) -> tuple[str | None, str | None]:
+    """(canonical name, :func:`url_key`) a requirement line asks for by URL: ``name @ url`` -> (name, None); a
+    path or a URL with no name -> (None, key); ``name @ url;marker`` (no space: ``packaging`` refuses it, uv
+    does not) -> (name, None); anything else -> (None, None)."""
+    try:
+        req = Requirement(line)
+        return (str(canonicalize_name(req.name)), None) if req.url else (None, None)
+    except InvalidRequirement:
+        pass
+    named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*@\s*\S", line)
+    if named:
+        return str(canonicalize_name(named.group(1))), None
+    text = line.strip()
+    return (None, url_key(text)) if text.startswith("/") or re.match(r"[a-z][a-z0-9.+-]*://", text) else (None, None)
+
+
 def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
-                 own: Callable[[Dist], bool] = lambda dist: False) -> frozenset[str]:
-    """The canonical names some requirement asks for by URL (``name @ url``): one of ``requirements`` (the recipe's
-    lines), or of the ``Requires-Dist`` of a distribution ``own`` says the install built, of one with no
-    ``direct_url.json`` (an index's), or of one so asked, and so on.  Markers are not evaluated (a requirement the
-    env's Python skips asks for nothing uv installs); the URL is not compared (a VCS URL is written otherwise in
-    ``direct_url.json``)."""
+                 own: Callable[[Dist], bool] = lambda dist: False, names: Sequence[str] = ()) -> Asked:
+    """What asks for a distribution by URL: ``requirements`` (the recipe's lines: ``name @ url``, or a path or a
+    URL with no name), ``names`` (a fork's ``[tool.uv.sources]``), and ``name @ url`` in the ``Requires-Dist`` of
+    a distribution ``own`` says the install built, or of one so asked, and so on.  Markers are not evaluated (a
+    requirement the env's Python skips asks for nothing uv installs); a named one's URL is not compared (a VCS URL
+    is written otherwise in ``direct_url.json``)."""
     asked: set[str] = set()
-    todo = [*requirements, *(r for d in dists.values() if own(d) or not d.direct_url for r in d.requires)]
-    while todo:
-        try:
-            req = Requirement(todo.pop())
-        except InvalidRequirement:
-            continue
-        name = str(canonicalize_name(req.name))
-        if req.url and name not in asked:
+    urls: set[str] = set()
+    lines = [*requirements, *(r for d in dists.values() if own(d) for r in d.requires)]
+
+    def ask(name: str) -> None:
+        if name not in asked:
             asked.add(name)
-            todo += dists[name].requires if name in dists else ()
-    return frozenset(asked)
+            lines.extend(dists[name].requires if name in dists else ())
+
+    for name in names:
+        ask(str(canonicalize_name(name)))
+    while lines:
+        name, url = _asks(lines.pop())
+        if url is not None:
+            urls.add(url)
+        if name is not None:
+            ask(name)
+    return Asked(frozenset(asked), frozenset(urls))
+
+
+def unasked(dists: Mapping[str, Dist], requirements: Sequence[str],
+            own: Callable[[Dist], bool] = lambda dist: False, names: Sequence[str] = ()) -> tuple[str, ...]:
+    """Each distribution with a ``direct_url.json`` that ``own`` does not say the install built and that nothing
+    asks for by URL (:func:`asked_by_url`; ``requirements``: the recipe's lines; ``names``: the forks'
+    ``[tool.uv.sources]``), as ``name version: from URL (its direct_url.json)``."""
+    asked = asked_by_url(dists, requirements, own, names)
+    return tuple(f"{d.name} {d.version}: from {redact_url(str(d.direct_url.get('url')))} (its direct_url.json)"
+                 for d in dists.values() if d.direct_url and not own(d) and not asked.covers(d))
 
 
 def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: RemoteRows,
                   dists: Mapping[str, Dist] | None = None, threads: int = 8, *,
-                  own: Callable[[Dist], bool] = lambda dist: False, wait_s: float | None = None,
-                  requirements: Sequence[str] = ()) -> Held:
+                  own: Callable[[Dist], bool] = lambda dist: False, wait_s: float | None = None) -> Held:
     """Each distribution of ``packages`` installed in ``env`` at its listed version, held to its wheel (see the
     module): a file here read as such (named only while it still has the locked sha256), any other through
     ``remote``.  Every other distribution of the env is not judged, but those ``own`` says the install built
     (the forks): one installed from a URL of its own, or listed at another version, is not held to a wheel (its
-    ``direct_url.json`` may be uv's cache's too), and one with a ``direct_url.json`` that no requirement asks for
-    by URL (:func:`asked_by_url`, ``requirements``: the recipe's lines) is named unasked.  ``wait_s``: the reads
-    not done by then are not judged, and not waited for."""
+    ``direct_url.json`` may be uv's cache's too; :func:`unasked` names one no requirement asks for).  ``wait_s``:
+    the reads not done by then are not judged, and not waited for."""
     dists = installed(env) if dists is None else dists
     todo: list[tuple[Dist, Mapping[str, Any]]] = []
     for package in packages:
@@ -274,14 +333,10 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
         if dist is not None and canonicalize_version(dist.version) == canonicalize_version(str(package.get("version", ""))):
             todo.append((dist, package))
     taken = {id(dist) for dist, _ in todo}
-    asked = asked_by_url(dists, requirements, own)
-    rest = [d for d in dists.values() if id(d) not in taken and not own(d)]
-    unasked = tuple(f"{d.name} {d.version}: from {redact_url(str(d.direct_url.get('url')))} (its direct_url.json)"
-                    for d in rest if d.direct_url and d.name not in asked)
     loose = [f"{d.name} {d.version}: " + (f"installed from {redact_url(str(d.direct_url.get('url')))} (its "
                                           "direct_url.json), not from a wheel the listing names"
                                           if d.direct_url else "no wheel of the listing is its version")
-             for d in rest if not d.direct_url or d.name in asked]
+             for d in dists.values() if id(d) not in taken and not own(d)]
 
     def judge(item: tuple[Dist, Mapping[str, Any]]) -> Unlike | str | None:
         dist, package = item
@@ -315,7 +370,7 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
     late = f"not read in the {wait_s or 0:g} s the hold waits"
     verdicts = [f"{d.name} {d.version}: {late}" if v is _LATE else v for v, (d, _) in zip(verdicts, todo)]
     return Held(unlike=tuple(v for v in verdicts if isinstance(v, Unlike)),
-                unjudged=tuple([v for v in verdicts if isinstance(v, str)] + loose), unasked=unasked)
+                unjudged=tuple([v for v in verdicts if isinstance(v, str)] + loose))
 
 
 _LATE = object()

@@ -13,9 +13,10 @@ nothing removed, which bytes are right is the user's to say); nothing is stored.
 built from its sdist, a host that would not answer, a distribution the listing does not name that no fork checkout
 built: one installed from a URL of its own included), or an env with no listing made during the install (a run whose
 lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
-the stack out of the built-stack cache, said in its log.  A distribution with a ``direct_url.json`` that neither a
-fork checkout built nor a requirement asks for by URL (the recipe's lines, the forks' and the index distributions'
-``Requires-Dist``: :func:`october.installer.lock.held.asked_by_url`) fails the step (:func:`unasked_error`): no
+the stack out of the built-stack cache, said in its log.  A distribution with a ``direct_url.json`` that is not a
+fork's own install (:func:`fork_dists`: its name, editable from the checkout's root) and that nothing the install
+trusts asks for by URL (the recipe's lines, the forks' ``Requires-Dist`` and ``[tool.uv.sources]``:
+:func:`october.installer.lock.held.asked_by_url`) fails the step (:func:`unasked_error`), listing or not: no
 command of the install put it there, so uv's cache did (a ``direct_url.json`` planted beside an edited file takes a
 distribution out of the index listing and out of the hold), or the user installed it into the env by hand.
 """
@@ -23,44 +24,52 @@ distribution out of the index listing and out of the hold), or the user installe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
+
+from packaging.utils import canonicalize_name
 
 from ..core.errors import InstallError
 from ..core.listing import first
 from ..engine import StepContext
 
 
-def hold_to_index(ctx: StepContext, step: str, forks: Sequence[Path]) -> str | None:
+def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]]) -> str | None:
     """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
-    step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel.  ``forks``: the fork
-    checkouts (what the install built from them is not an index distribution)."""
+    step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel, and :func:`unasked_error`
+    for one from a URL nothing asks for.  ``forks``: each fork's checkout and distribution name (what the install
+    built from them is not an index distribution)."""
     from ..install import records
     from ..kit.wheels import with_credentials
-    from ..lock.held import HOLD_BUDGET_S, held_to_index, remote_rows
+    from ..lock.held import HOLD_BUDGET_S, held_to_index, remote_rows, unasked
     from ..wheels.rangefile import client
     from .env import stack_uv
     from .lock import stale_env
     from .lockearly import EarlyLock
 
+    dists = records.installed(ctx.paths.env)
+    built = fork_dists(dists, forks)
+
+    def own(dist: Any) -> bool:
+        return dist.name in built
+
+    # needs no listing: before the listing is looked for
+    named = unasked(dists, recipe_lines(ctx), own, uv_sources([path for path, _ in forks]))
+    if named:
+        raise unasked_error(ctx, named)
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
     if listing is None:     # not listed again here: that asks the index during the install (the lock step will)
         why = early.why_not if isinstance(early, EarlyLock) and early.why_not else "no lock step listed it"
         ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why})")
         return f"the env was not held to the sources' wheels (its listing during the install is not there: {why})"
-    dists = records.installed(ctx.paths.env)
-    checkouts = [Path(p).resolve() for p in forks]
     sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
     with client() as http:
         held = held_to_index(listing.index_packages, ctx.paths.env,
                              remote_rows(http, lambda url: with_credentials(url, sources)), dists,
-                             own=lambda dist: built_from(dist, checkouts), wait_s=HOLD_BUDGET_S + 15,
-                             requirements=recipe_lines(ctx))
+                             own=own, wait_s=HOLD_BUDGET_S + 15)
     if held.unlike:
         raise stale_env(ctx, step, held.unlike)
-    if held.unasked:
-        raise unasked_error(ctx, held.unasked)
     if not held.unjudged:
         return None
     ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
@@ -88,19 +97,51 @@ def unasked_error(ctx: StepContext, unasked: Sequence[str]) -> InstallError:
     return InstallError(f"{len(unasked)} distribution(s) in the stack env came from a URL that no requirement asks "
                         f"for: {', '.join(names)} (uv's cache edited where it keeps the wheel unpacked, with a "
                         "direct_url.json planted there, or installed into the env by hand)",
-                        expected="each distribution from the sources' listing, a fork checkout, or a URL that the "
-                                 "recipe or a fork's requirements name (name @ URL)",
+                        expected="each distribution from the sources' listing, a fork's own editable install, or a URL "
+                                 "that the recipe or a fork asks for (name @ URL in a requirement, a fork's "
+                                 "[tool.uv.sources])",
                         found="; ".join(unasked),
                         fix=f"find out who wrote uv's cache or the env (nothing was removed; nothing was stored).  "
-                            f"Then run `{remove}` and `{clean}`, and re-run october_setup")
+                            f"Then run `{remove}` and `{clean}`, and re-run october_setup.  If the stack needs it "
+                            "from that URL (a dependency that asks for it so), name it in the recipe's [install] "
+                            "supply as \"NAME @ URL\"")
 
 
-def built_from(dist: Any, checkouts: Sequence[Path]) -> bool:
-    """Whether ``dist`` was built from one of the fork ``checkouts`` (a ``direct_url.json`` of a directory inside
-    one): the forks' own installs, not what uv's cache served from an index wheel."""
+def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> frozenset[str]:
+    """The names of the forks' own installs: for each fork (checkout, distribution name), the distribution of that
+    name whose ``direct_url.json`` says editable from the checkout's root; where none has the name (a checkout that
+    declares none: the fork's name stood in), the only one editable from the root.  Nothing else counts, wherever
+    its ``direct_url.json`` points: uv's cache can plant one naming a checkout."""
+    names: set[str] = set()
+    for path, name in forks:
+        root = path.resolve()
+        at_root = [d for d in dists.values() if _editable_dir(d) == root]
+        named = [d for d in at_root if d.name == canonicalize_name(name)]
+        names.update(d.name for d in (named or (at_root if len(at_root) == 1 else [])))
+    return frozenset(names)
+
+
+def _editable_dir(dist: Any) -> Path | None:
     info = dist.direct_url or {}
     url = str(info.get("url") or "")
-    if "dir_info" not in info or not url.startswith("file://"):
-        return False
-    where = Path(unquote(urlsplit(url).path)).resolve()
-    return any(where == c or where.is_relative_to(c) for c in checkouts)
+    if not isinstance(info.get("dir_info"), dict) or info["dir_info"].get("editable") is not True \
+            or not url.startswith("file://"):
+        return None
+    return Path(unquote(urlsplit(url).path)).resolve()
+
+
+def uv_sources(checkouts: Sequence[Path]) -> list[str]:
+    """The names the forks' ``[tool.uv.sources]`` give a source of their own (a path, a URL, a git repository): uv
+    follows them when it installs the fork, so those distributions come with a ``direct_url.json``.  The checkouts
+    are the fetch step's, held clean to their commits."""
+    import tomllib
+
+    names: list[str] = []
+    for checkout in checkouts:
+        try:
+            with open(checkout / "pyproject.toml", "rb") as fh:
+                sources = tomllib.load(fh).get("tool", {}).get("uv", {}).get("sources", {})
+        except (OSError, tomllib.TOMLDecodeError, AttributeError):
+            continue
+        names += [str(n) for n in sources] if isinstance(sources, dict) else []
+    return names
