@@ -695,22 +695,30 @@ def test_a_stack_on_a_host_that_wants_credentials_is_held_and_stored_without_say
     assert not any(token in p.read_text(errors="ignore") for p in (tmp_path / "s1" / "logs").glob("*"))
 
 
-@pytest.mark.slow
-def test_an_install_with_no_listing_of_its_own_asks_no_index_and_is_not_stored(tmp_path: Path) -> None:
-    """A re-run whose lock step is done (a distribution removed by hand and put back) lists nothing during the
-    install: the hold does not list the env itself (that asked the index during the install, which the real
-    FlashInfer install's test forbids), and the stack is not stored from that run, said in its log."""
+def _tinydep_removed_by_hand(tmp: Path) -> tuple:
+    """A fixture-world stack set up, then tinydep uninstalled from its env by hand -> (world, stack, cache)."""
     from tests.fixtures.world import make_world
-    from tests.test_cache_isolation import site
     from tests.test_setup_e2e import setup
 
-    world = make_world(tmp_path / "world")
-    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    world = make_world(tmp / "world")
+    cache, stack = tmp / "cache", tmp / "s1"
     setup(world, stack, cache)
     run = dict(os.environ, UV_CACHE_DIR=str(cache / "uv"))
     run.pop("VIRTUAL_ENV", None)
     subprocess.run([uv_exe(), "pip", "uninstall", "-q", "--python", str(stack / "env" / "bin" / "python"), "tinydep"],
                    check=True, env=run, capture_output=True)
+    return world, stack, cache
+
+
+@pytest.mark.slow
+def test_an_install_with_no_listing_of_its_own_asks_no_index_and_is_not_stored(tmp_path: Path) -> None:
+    """A re-run whose lock step is done (a distribution removed by hand and put back) lists nothing during the
+    install: the hold does not list the env itself (that asked the index during the install, which the real
+    FlashInfer install's test forbids), and the stack is not stored from that run, said in its log."""
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    world, stack, cache = _tinydep_removed_by_hand(tmp_path)
     ran = {r.name: r.status for r in setup(world, stack, cache).records}
     assert ran["install"] == "ran" and ran["lock"] == "cached", ran
     assert (site(stack) / "tinydep" / "__init__.py").is_file()
@@ -726,17 +734,10 @@ def test_a_direct_url_planted_for_a_re_run_with_no_listing_of_its_own_fails_the_
     import json
 
     from october.installer.core.errors import InstallError
-    from tests.fixtures.world import make_world
     from tests.test_cache_isolation import site
     from tests.test_setup_e2e import setup
 
-    world = make_world(tmp_path / "world")
-    cache, stack = tmp_path / "cache", tmp_path / "s1"
-    setup(world, stack, cache)
-    run = dict(os.environ, UV_CACHE_DIR=str(cache / "uv"))
-    run.pop("VIRTUAL_ENV", None)
-    subprocess.run([uv_exe(), "pip", "uninstall", "-q", "--python", str(stack / "env" / "bin" / "python"), "tinydep"],
-                   check=True, env=run, capture_output=True)
+    world, stack, cache = _tinydep_removed_by_hand(tmp_path)
     poison_uv_cache(cache / "uv", "tinydep/__init__.py", "VALUE = 666  # planted\n")
     _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json",
                   json.dumps({"url": "file:///nonexistent", "dir_info": {}}))
