@@ -456,18 +456,20 @@ def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None 
 
 
 def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the_forks_only(tmp_path: Path) -> None:
-    """asked_by_url: the recipe's lines (``name @ url``, a path or a URL with no name), the forks'
-    ``[tool.uv.sources]`` names, a fork's ``Requires-Dist`` and what a distribution so asked for requires in turn;
-    never an index distribution's ``Requires-Dist`` (uv's cache serves its METADATA; the review of session 37
-    planted one in a distribution built from its sdist, which the hold cannot read) nor a planter's."""
+    """asked_by_url: the recipe's lines (``name @ url``; a path or a URL with no name, for the distribution its
+    file names, or the one that gives it), the forks' ``[tool.uv.sources]`` (name, URL) and a fork's
+    ``Requires-Dist``; never another distribution's ``Requires-Dist`` (uv's cache serves its METADATA: the reviews
+    of session 37 planted one in a distribution built from its sdist, and in one asked for by URL) nor a
+    planter's."""
     from october.installer.lock.held import url_key
 
     u = "https://example.invalid/x.whl"
     helper = tmp_path / "h" / "helper-1.0-py3-none-any.whl"
+    vcs = "https://github.com/a/vcsdep"
     dists = {d.name: d for d in [
         _dist(tmp_path, "fork", ("viaurl @ " + u, "plain>=1", "not a requirement ~~", f'semi @ {u}; python_version >= "3"'),
               url="file:///src/fork"),
-        _dist(tmp_path, "viaurl", ("deeper @ " + u + " ; python_version < '3'",), url=u),
+        _dist(tmp_path, "viaurl", ("deeper @ " + u,), url=u),
         _dist(tmp_path, "deeper", (), url=u),
         _dist(tmp_path, "semi", (), url=u),
         _dist(tmp_path, "indexdist", ("Fromindex_URL @ " + u,)),
@@ -476,77 +478,58 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
         _dist(tmp_path, "alsoplanted", (), url=u),
         _dist(tmp_path, "recipe-url", (), url=u),
         _dist(tmp_path, "helper", (), url=helper.as_uri()),
-        _dist(tmp_path, "vcsdep", (), url="https://github.com/a/vcsdep"),
-        _dist(tmp_path, "uvsourced", ("fromsource @ " + u,), url="file:///elsewhere/uvsourced"),
-        _dist(tmp_path, "fromsource", (), url=u)]}
+        _dist(tmp_path, "liar", (), url=helper.as_uri()),                 # another's file: not its own
+        _dist(tmp_path, "vcsdep", (), url=vcs),
+        _dist(tmp_path, "uvsourced", (), url="file:///elsewhere/uvsourced"),
+        _dist(tmp_path, "uvsourced-liar", (), url="file:///elsewhere/uvsourced")]}
     fork = lambda d: d.name == "fork"       # noqa: E731
-    recipe = ["torch==2.4", "recipe-url @ " + u, str(helper), "git+https://github.com/a/vcsdep@v1.0#egg=x"]
-    asked = asked_by_url(dists, recipe, fork, ["UvSourced"])
-    assert asked.names == {"viaurl", "deeper", "semi", "recipe-url", "uvsourced", "fromsource"}, asked
-    assert asked.urls == {url_key(helper.as_uri()), "https://github.com/a/vcsdep"}, asked
+    recipe = ["torch==2.4", "recipe-url @ " + u, str(helper), f"git+{vcs}@v1.0#egg=x"]
+    sources = [("UvSourced", "/elsewhere/uvsourced")]
+    asked = asked_by_url(dists, recipe, fork, sources)
+    assert asked.names == {"viaurl", "semi", "recipe-url"}, asked
+    assert asked.urls == {("helper", url_key(helper.as_uri())), (None, vcs),
+                          ("uvsourced", "file:///elsewhere/uvsourced")}, asked
     assert asked_by_url(dists, [], lambda d: False).names == set()
-    named = unasked(dists, recipe, fork, ["uvsourced"])
+    named = unasked(dists, recipe, fork, sources)
     assert sorted(h.split(":")[0] for h in named) == [
-        "alsoplanted 1.0", "fromindex-url 1.0", "planted 1.0"], named
-    assert url_key(str(helper)) == url_key(helper.as_uri()) == helper.resolve().as_uri()
+        "alsoplanted 1.0", "deeper 1.0", "fromindex-url 1.0", "liar 1.0", "planted 1.0", "uvsourced-liar 1.0"], named
+    twice = {**dists, "vcs-twin": _dist(tmp_path, "vcs-twin", (), url=vcs)}     # a URL with no name given twice
+    assert {"vcsdep 1.0", "vcs-twin 1.0"} <= {h.split(":")[0] for h in unasked(twice, recipe, fork, sources)}
+
+
+@pytest.mark.parametrize("given, written", [
+    ("/abs/x.whl", "file:///abs/x.whl"),
+    ("file://localhost/abs/x.whl", "file:///abs/x.whl"),
+    ("http://user:pw@Host.example/x.whl", "http://host.example/x.whl"),
+    ("git+file:///repo@v1#subdirectory=sub", "file:///repo"),
+    ("GIT+HTTPS://h.example/o/r.git@feature/x", "https://h.example/o/r.git"),
+    ("https://h.example/x.whl#sha256=00", "https://h.example/x.whl"),
+    ("file:///a%20b/dir/", "file:///a b/dir"),
+])
+def test_a_url_a_recipe_gives_and_the_one_uv_writes_have_one_key(given: str, written: str) -> None:
+    """The second review of session 37: ``file://localhost/``, credentials, a ``git+file`` revision, a branch with a
+    ``/`` and an upper-case scheme were keyed apart from what uv writes into ``direct_url.json``."""
+    from october.installer.lock.held import url_key
+
+    assert url_key(given) == url_key(written)
 
 
 def test_a_fork_s_uv_sources_are_read_from_its_checkout(tmp_path: Path) -> None:
+    """Only the path, URL and git sources (a table or a list of tables; a path against the checkout): an index or
+    workspace source installs with no ``direct_url.json`` (the second review of session 37: a name alone covered a
+    plant on torch when the fork took torch from an index source)."""
     from october.installer.steps.indexcheck import uv_sources
 
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
-    (a / "pyproject.toml").write_text('[tool.uv.sources]\ntinydep = { path = "x.whl" }\nOther = { git = "g" }\n')
+    (a / "pyproject.toml").write_text('[tool.uv.sources]\ntinydep = { path = "x.whl" }\nOther = { git = "https://g/o" }\n'
+                                      'torch = { index = "pytorch-cpu" }\nws = { workspace = true }\n'
+                                      'multi = [{ url = "https://u/m.whl", marker = "sys_platform == \'linux\'" }, '
+                                      '{ index = "x" }]\n')
     (b / "pyproject.toml").write_text("not toml [")
-    assert uv_sources([a, b, c]) == ["tinydep", "Other"]
-
-
-def test_reads_not_done_in_the_hold_s_time_are_not_judged_and_not_waited_for(tmp_path: Path) -> None:
-    """The review: a host that sends its headers a byte a second meets every per-read timeout and the range
-    reader's own budget (checked between body chunks); the hold itself stops waiting."""
-    import threading
-    import time
-
-    wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
-    env = _env(tmp_path, "env", wheel, tmp_path / "uvc")
-    release = threading.Event()
-
-    def stuck(url: str, size: object, sha: object) -> tuple[None, str]:
-        release.wait(30)
-        return None, "released"
-
-    package = {"name": "tinydep", "version": "1.0", "wheels": [{"url": "http://127.0.0.1:9/t.whl"}]}
-    start = time.monotonic()
-    held = held_to_index([package], env, stuck, wait_s=0.5)
-    spent = time.monotonic() - start
-    release.set()
-    assert spent < 5 and held.unjudged == ("tinydep 1.0: not read in the 0.5 s the hold waits",), (spent, held)
-
-
-def test_a_host_that_failed_once_is_not_asked_again_and_credentials_reach_it_unsaid(tmp_path: Path) -> None:
-    """The review: an unanswering host cost each wheel its whole timeout (16 wheels: 61 s), and a find-links URL's
-    ``user:password@`` did not reach the range reads (every stack on a private host was left unstored)."""
-    import socket
-
-    from tests.fixtures.findlinks_server import serve_find_links
-
-    wheel = build_wheel(tmp_path / "links", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
-    with serve_find_links(wheel.parent, auth=("user", "s3cretpw"), ranges=True) as links, httpx.Client() as http:
-        url = links.url + wheel.name
-        creds = lambda u: u.replace("http://", "http://user:s3cretpw@")      # noqa: E731
-        text, why = remote_rows(http, creds)(url, None, _sha(wheel.read_bytes()))
-        assert text and "tinydep/__init__.py" in text.rows and links.ranged, why
-        rows, why = remote_rows(http)(url, None, None)
-        assert rows is None and "HTTP 401" in why and "s3cretpw" not in why
-    with socket.socket() as silent, httpx.Client(timeout=0.5) as http:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)                                   # accepts, never answers
-        read = remote_rows(http)
-        base = f"http://127.0.0.1:{silent.getsockname()[1]}/"
-        _rows, first = read(base + "a-1.0-py3-none-any.whl", 100, None)
-        _rows, second = read(base + "b-1.0-py3-none-any.whl", 100, None)
-    assert "ReadTimeout" in first and second.startswith("not asked: an earlier request to that host failed")
+    assert uv_sources([a, b, c]) == [("tinydep", (a / "x.whl").resolve().as_uri()), ("Other", "https://g/o"),
+                                     ("multi", "https://u/m.whl")]
 
 
 @pytest.mark.slow

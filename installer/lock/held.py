@@ -22,10 +22,11 @@ own is not held to that URL, since its ``direct_url.json``, which says so, could
 distribution with one planted there would otherwise choose the wheel it is held to, or leave the listing).  So a
 distribution with a ``direct_url.json`` is taken as installed from a URL only where something the install trusts
 asks for it so (:func:`asked_by_url`: ``name @ url``, a path or a URL in the recipe's lines, ``name @ url`` in the
-``Requires-Dist`` of the forks' own distributions and of those so asked, a fork's ``[tool.uv.sources]``); any
-other is named (:func:`unasked`): nothing the install ran put it there, so uv's cache (or whoever wrote the env)
-did.  An index distribution's ``Requires-Dist`` asks for nothing here: uv's cache serves its METADATA too, and
-the hold may not have read its wheel (PyPI refuses uploads that require a URL).
+``Requires-Dist`` of the forks' own distributions, a path, URL or git source of a fork's ``[tool.uv.sources]``,
+each URL for the one distribution its name or file says); any other is named (:func:`unasked`): nothing the
+install ran put it there, so uv's cache (or whoever wrote the env) did.  No other distribution's ``Requires-Dist``
+asks for anything here: uv's cache serves its METADATA too (PyPI refuses uploads that require a URL; a dependency
+that needs one goes into the recipe's ``[install] supply``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import queue
 import re
 import threading
 import time
+import tomllib
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from importlib.metadata import PathDistribution
 from pathlib import Path
@@ -44,7 +47,8 @@ from typing import IO, Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, canonicalize_version,
+                             parse_sdist_filename, parse_wheel_filename)
 
 from ..core.hashing import record_digest, sha256_or_none
 from ..core.redact import redact_url
@@ -238,36 +242,77 @@ def file_name(entry: Mapping[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class Asked:
-    """What requirements ask for other than by name and version: canonical names (``name @ url``), and URLs (a
-    path or a URL with no name, as ``direct_url.json`` writes it: :func:`url_key`)."""
+    """What asks for a distribution by URL: canonical names (``name @ url``: any URL), and (name, URL) pairs (a
+    path or a URL, as ``direct_url.json`` writes it: :func:`url_key`; the name its file or project says, None
+    where nothing says one)."""
 
     names: frozenset[str]
-    urls: frozenset[str]
+    urls: frozenset[tuple[str | None, str]]
 
-    def covers(self, dist: Dist) -> bool:
-        return dist.name in self.names or url_key(str((dist.direct_url or {}).get("url") or "")) in self.urls
+    def covers(self, dist: Dist, claimed: Mapping[str, int]) -> bool:
+        """Whether ``dist`` is asked for; ``claimed``: how many distributions give each URL key (a URL with no name
+        covers the one distribution that gives it, none where several do)."""
+        key = url_key(str(direct_url(dist).get("url") or ""))
+        return dist.name in self.names or (dist.name, key) in self.urls or (
+            (None, key) in self.urls and claimed.get(key) == 1)
+
+
+def direct_url(dist: Dist) -> Mapping[str, Any]:
+    """The distribution's ``direct_url.json`` as a mapping ({} where there is none or it is not an object)."""
+    return dist.direct_url if isinstance(dist.direct_url, Mapping) else {}
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9.+-]*://")
+_VCS = re.compile(r"^(git|hg|svn|bzr)\+", re.IGNORECASE)
 
 
 def url_key(url: str) -> str:
-    """A URL as requirements and ``direct_url.json`` both write it: no VCS prefix (``git+``), fragment or ``@rev``
-    (past the last ``/``), a ``file:`` path resolved; an absolute path as its ``file:`` URL."""
+    """A URL as requirements and ``direct_url.json`` both write it: the scheme in lower case, no VCS prefix
+    (``git+``) nor the revision after the repository's last ``@``, no fragment, no credentials, a ``file:`` path
+    resolved (``localhost`` dropped); an absolute path as its ``file:`` URL."""
     url = url.strip()
     if url.startswith("/"):
         url = Path(url).as_uri()
-    url = re.sub(r"^[a-z]+\+(?=[a-z][a-z0-9.+-]*://)", "", url).split("#", 1)[0]
-    parts = urlsplit(url)
-    path = parts.path
-    if parts.scheme == "file":
-        path = Path(unquote(path)).resolve().as_posix()
-    elif "@" in path.rsplit("/", 1)[-1]:
+    vcs = bool(_VCS.match(url))
+    parts = urlsplit(_VCS.sub("", url).split("#", 1)[0])
+    scheme, path = parts.scheme.lower(), parts.path
+    if vcs and "@" in path:
         path = path.rsplit("@", 1)[0]
-    return f"{parts.scheme}://{parts.netloc}{path.rstrip('/')}" + (f"?{parts.query}" if parts.query else "")
+    host = parts.netloc.rsplit("@", 1)[-1].lower()
+    if scheme == "file":
+        path, host = Path(unquote(path)).resolve().as_posix(), ("" if host in ("", "localhost") else host)
+    return f"{scheme}://{host}{path.rstrip('/')}" + (f"?{parts.query}" if parts.query else "")
 
 
-def _asks(line: str) -> tuple[str | None, str | None]:
-    """(canonical name, :func:`url_key`) a requirement line asks for by URL: ``name @ url`` -> (name, None); a
-    path or a URL with no name -> (None, key); ``name @ url;marker`` (no space: ``packaging`` refuses it, uv
-    does not) -> (name, None); anything else -> (None, None)."""
+def named_url(url: str, name: str | None = None) -> tuple[str | None, str]:
+    """(canonical name, :func:`url_key`) of a path or a URL: ``name`` where given, else the name of the wheel or
+    sdist file it ends in, or of the project folder it is (its ``pyproject.toml``), else None."""
+    if name is not None:
+        return str(canonicalize_name(name)), url_key(url)
+    last = unquote(urlsplit(_VCS.sub("", url if _SCHEME.match(url) else Path(url).as_uri())).path).rstrip("/")
+    file = last.rsplit("/", 1)[-1]
+    found: str | None = None
+    try:
+        found = parse_wheel_filename(file)[0] if file.endswith(".whl") else parse_sdist_filename(file)[0] \
+            if file.endswith((".tar.gz", ".zip")) else _project_name(Path(last))
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        pass
+    return (str(canonicalize_name(found)) if found else None), url_key(url)
+
+
+def _project_name(folder: Path) -> str | None:
+    try:
+        with open(folder / "pyproject.toml", "rb") as fh:
+            name = tomllib.load(fh).get("project", {}).get("name")
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _asks(line: str) -> tuple[str | None, tuple[str | None, str] | None]:
+    """What a requirement line asks for by URL: ``name @ url`` -> (name, None); a path or a URL with no name ->
+    (None, :func:`named_url`); ``name @ url; marker`` (``packaging`` refuses the space before ``;``, uv does not)
+    -> (name, None); anything else -> (None, None)."""
     try:
         req = Requirement(line)
         return (str(canonicalize_name(req.name)), None) if req.url else (None, None)
@@ -277,44 +322,40 @@ def _asks(line: str) -> tuple[str | None, str | None]:
     if named:
         return str(canonicalize_name(named.group(1))), None
     text = line.strip()
-    return (None, url_key(text)) if text.startswith("/") or re.match(r"[a-z][a-z0-9.+-]*://", text) else (None, None)
+    return (None, named_url(text)) if text.startswith("/") or _SCHEME.match(text) else (None, None)
 
 
 def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
-                 own: Callable[[Dist], bool] = lambda dist: False, names: Sequence[str] = ()) -> Asked:
+                 own: Callable[[Dist], bool] = lambda dist: False,
+                 sources: Sequence[tuple[str, str]] = ()) -> Asked:
     """What asks for a distribution by URL: ``requirements`` (the recipe's lines: ``name @ url``, or a path or a
-    URL with no name), ``names`` (a fork's ``[tool.uv.sources]``), and ``name @ url`` in the ``Requires-Dist`` of
-    a distribution ``own`` says the install built, or of one so asked, and so on.  Markers are not evaluated (a
-    requirement the env's Python skips asks for nothing uv installs); a named one's URL is not compared (a VCS URL
-    is written otherwise in ``direct_url.json``)."""
-    asked: set[str] = set()
-    urls: set[str] = set()
-    lines = [*requirements, *(r for d in dists.values() if own(d) for r in d.requires)]
-
-    def ask(name: str) -> None:
-        if name not in asked:
-            asked.add(name)
-            lines.extend(dists[name].requires if name in dists else ())
-
-    for name in names:
-        ask(str(canonicalize_name(name)))
-    while lines:
-        name, url = _asks(lines.pop())
+    URL with no name), ``sources`` ((name, URL) of the forks' ``[tool.uv.sources]``), and ``name @ url`` in the
+    ``Requires-Dist`` of a distribution ``own`` says the install built (the forks, built from their checkouts: never
+    one uv's cache served, whose METADATA the cache could have written).  Markers are not evaluated (a requirement
+    the env's Python skips asks for nothing uv installs); a named one's URL is not compared (a VCS URL is written
+    otherwise in ``direct_url.json``)."""
+    names: set[str] = set()
+    urls = {named_url(url, name) for name, url in sources}
+    for line in [*requirements, *(r for d in dists.values() if own(d) for r in d.requires)]:
+        name, url = _asks(line)
         if url is not None:
             urls.add(url)
         if name is not None:
-            ask(name)
-    return Asked(frozenset(asked), frozenset(urls))
+            names.add(name)
+    return Asked(frozenset(names), frozenset(urls))
 
 
 def unasked(dists: Mapping[str, Dist], requirements: Sequence[str],
-            own: Callable[[Dist], bool] = lambda dist: False, names: Sequence[str] = ()) -> tuple[str, ...]:
+            own: Callable[[Dist], bool] = lambda dist: False,
+            sources: Sequence[tuple[str, str]] = ()) -> tuple[str, ...]:
     """Each distribution with a ``direct_url.json`` that ``own`` does not say the install built and that nothing
-    asks for by URL (:func:`asked_by_url`; ``requirements``: the recipe's lines; ``names``: the forks'
+    asks for by URL (:func:`asked_by_url`; ``requirements``: the recipe's lines; ``sources``: the forks'
     ``[tool.uv.sources]``), as ``name version: from URL (its direct_url.json)``."""
-    asked = asked_by_url(dists, requirements, own, names)
-    return tuple(f"{d.name} {d.version}: from {redact_url(str(d.direct_url.get('url')))} (its direct_url.json)"
-                 for d in dists.values() if d.direct_url and not own(d) and not asked.covers(d))
+    asked = asked_by_url(dists, requirements, own, sources)
+    given = [d for d in dists.values() if d.direct_url is not None and not own(d)]
+    claimed = Counter(url_key(str(direct_url(d).get("url") or "")) for d in given)
+    return tuple(f"{d.name} {d.version}: from {redact_url(str(direct_url(d).get('url') or '(no url)'))} (its "
+                 "direct_url.json)" for d in given if not asked.covers(d, claimed))
 
 
 def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: RemoteRows,
@@ -333,7 +374,7 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
         if dist is not None and canonicalize_version(dist.version) == canonicalize_version(str(package.get("version", ""))):
             todo.append((dist, package))
     taken = {id(dist) for dist, _ in todo}
-    loose = [f"{d.name} {d.version}: " + (f"installed from {redact_url(str(d.direct_url.get('url')))} (its "
+    loose = [f"{d.name} {d.version}: " + (f"installed from {redact_url(str(direct_url(d).get('url')))} (its "
                                           "direct_url.json), not from a wheel the listing names"
                                           if d.direct_url else "no wheel of the listing is its version")
              for d in dists.values() if id(d) not in taken and not own(d)]

@@ -122,7 +122,7 @@ def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> f
 
 
 def _editable_dir(dist: Any) -> Path | None:
-    info = dist.direct_url or {}
+    info = dist.direct_url if isinstance(dist.direct_url, dict) else {}
     url = str(info.get("url") or "")
     if not isinstance(info.get("dir_info"), dict) or info["dir_info"].get("editable") is not True \
             or not url.startswith("file://"):
@@ -130,18 +130,24 @@ def _editable_dir(dist: Any) -> Path | None:
     return Path(unquote(urlsplit(url).path)).resolve()
 
 
-def uv_sources(checkouts: Sequence[Path]) -> list[str]:
-    """The names the forks' ``[tool.uv.sources]`` give a source of their own (a path, a URL, a git repository): uv
-    follows them when it installs the fork, so those distributions come with a ``direct_url.json``.  The checkouts
-    are the fetch step's, held clean to their commits."""
+def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str]]:
+    """(name, URL) of each path, URL or git source the forks' ``[tool.uv.sources]`` give (a path resolved against
+    the checkout): uv follows them when it installs the fork, so those distributions come with a
+    ``direct_url.json`` naming that URL.  An ``index``, ``workspace`` or other source installs without one.  The
+    checkouts are the fetch step's, held clean to their commits."""
     import tomllib
 
-    names: list[str] = []
+    out: list[tuple[str, str]] = []
     for checkout in checkouts:
         try:
             with open(checkout / "pyproject.toml", "rb") as fh:
                 sources = tomllib.load(fh).get("tool", {}).get("uv", {}).get("sources", {})
         except (OSError, tomllib.TOMLDecodeError, AttributeError):
             continue
-        names += [str(n) for n in sources] if isinstance(sources, dict) else []
-    return names
+        for name, given in (sources.items() if isinstance(sources, dict) else ()):
+            for entry in (given if isinstance(given, list) else [given]):
+                where = entry.get("path") or entry.get("url") or entry.get("git") if isinstance(entry, dict) else None
+                if isinstance(where, str) and where:
+                    url = (checkout / where).resolve().as_uri() if "path" in entry else where
+                    out.append((str(name), url))
+    return out
