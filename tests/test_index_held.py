@@ -461,7 +461,7 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     ``Requires-Dist``; never another distribution's ``Requires-Dist`` (uv's cache serves its METADATA: the reviews
     of session 37 planted one in a distribution built from its sdist, and in one asked for by URL) nor a
     planter's."""
-    from october.installer.lock.held import url_key
+    from october.installer.lock.held import named_url, url_key
 
     u = "https://example.invalid/x.whl"
     helper = tmp_path / "h" / "helper-1.0-py3-none-any.whl"
@@ -495,6 +495,12 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
         "alsoplanted 1.0", "deeper 1.0", "fromindex-url 1.0", "liar 1.0", "planted 1.0", "uvsourced-liar 1.0"], named
     twice = {**dists, "vcs-twin": _dist(tmp_path, "vcs-twin", (), url=vcs)}     # a URL with no name given twice
     assert {"vcsdep 1.0", "vcs-twin 1.0"} <= {h.split(":")[0] for h in unasked(twice, recipe, fork, sources)}
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "My.Proj"\n')
+    assert named_url(str(project))[0] == named_url(project.as_uri())[0] == "my-proj"
+    assert named_url(f"https://h.example{project}")[0] is None                # no local file read for a remote URL
+    assert named_url("https://h.example/d/x-1.0.tar.gz")[0] == "x" and named_url(str(helper))[0] == "helper"
 
 
 @pytest.mark.parametrize("given, written", [

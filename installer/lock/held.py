@@ -286,15 +286,16 @@ def url_key(url: str) -> str:
 
 def named_url(url: str, name: str | None = None) -> tuple[str | None, str]:
     """(canonical name, :func:`url_key`) of a path or a URL: ``name`` where given, else the name of the wheel or
-    sdist file it ends in, or of the project folder it is (its ``pyproject.toml``), else None."""
+    sdist file it ends in, or of the local project folder it is (its ``pyproject.toml``), else None."""
     if name is not None:
         return str(canonicalize_name(name)), url_key(url)
-    last = unquote(urlsplit(_VCS.sub("", url if _SCHEME.match(url) else Path(url).as_uri())).path).rstrip("/")
+    parts = urlsplit(_VCS.sub("", url if _SCHEME.match(url) else Path(url).as_uri()))
+    last = unquote(parts.path).rstrip("/")
     file = last.rsplit("/", 1)[-1]
     found: str | None = None
     try:
         found = parse_wheel_filename(file)[0] if file.endswith(".whl") else parse_sdist_filename(file)[0] \
-            if file.endswith((".tar.gz", ".zip")) else _project_name(Path(last))
+            if file.endswith((".tar.gz", ".zip")) else _project_name(Path(last)) if parts.scheme == "file" else None
     except (InvalidWheelFilename, InvalidSdistFilename):
         pass
     return (str(canonicalize_name(found)) if found else None), url_key(url)
