@@ -501,6 +501,17 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     assert named_url(str(project))[0] == named_url(project.as_uri())[0] == "my-proj"
     assert named_url(f"https://h.example{project}")[0] is None                # no local file read for a remote URL
     assert named_url("https://h.example/d/x-1.0.tar.gz")[0] == "x" and named_url(str(helper))[0] == "helper"
+    # markers, in the env's Python's environment (the third review: a false marker still asked)
+    linux = {"sys_platform": "linux", "python_version": "3.11", "python_full_version": "3.11.7"}
+    marked = {"fork": _dist(tmp_path / "m", "fork", (f"win @ {u} ; sys_platform == 'win32'",
+                                                      f"lin @ {u}; sys_platform == 'linux'",
+                                                      f"wsemi @ {u}; sys_platform == 'win32'",
+                                                      f"old @ {u} ; python_version < '3'",
+                                                      f"odd @ {u} ; platform_tag == 'x'"), url="file:///src/fork")}
+    assert asked_by_url(marked, [], fork, environment=linux).names == {"lin", "odd"}       # odd: not evaluable
+    assert asked_by_url(marked, [], fork).names == {"win", "lin", "wsemi", "old", "odd"}   # not evaluated
+    assert asked_by_url(marked, [f"rwin @ {u} ; sys_platform == 'win32'"], fork, environment=linux).names == {
+        "lin", "odd"}
 
 
 @pytest.mark.parametrize("given, written", [
@@ -738,12 +749,16 @@ def test_a_direct_url_planted_for_a_re_run_with_no_listing_of_its_own_fails_the_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("asks", ["[install] supply, name @ URL", "[build] requirements, a path"])
-def test_a_package_the_recipe_asks_for_by_url_is_installed_and_the_stack_is_not_stored(tmp_path: Path,
-                                                                                     asks: str) -> None:
+def test_a_package_the_recipe_asks_for_by_url_is_held_to_that_wheel(tmp_path: Path, asks: str) -> None:
     """``[install] supply = ["urldep @ file:///...whl"]`` or ``[build] requirements = ["/.../urldep-1.0-...whl"]``
-    (the review of session 37: a path was refused): uv writes urldep's ``direct_url.json``, and the recipe asks for
-    it by URL, so the install is not refused (not judged: its ``direct_url.json`` could be uv's cache's, so the
-    stack is not stored, said in the log)."""
+    (the first review of session 37: a path was refused): uv writes urldep's ``direct_url.json``; the recipe asks
+    for it by URL, so the install is not refused, and urldep is held to the wheel the recipe names (not the one its
+    ``direct_url.json`` names): stored, verify 0.  Then urldep edited in uv's cache with its RECORD row (the third
+    review: held to nothing, it reached the next stack with exit 0): the next stack fails with the lock step's error
+    for a stale env (exit 13), nothing stored."""
+    import shutil
+
+    from october.installer.core.errors import LockError
     from tests.fixtures.builtcache import entries
     from tests.fixtures.world import make_world
     from tests.test_cache_isolation import site
@@ -756,19 +771,22 @@ def test_a_package_the_recipe_asks_for_by_url_is_installed_and_the_stack_is_not_
                                                         f'[build]\nrequirements = ["{urldep}"]\n'))
     cache, stack = tmp_path / "cache", tmp_path / "s1"
     setup(world, stack, cache)
-    assert (site(stack) / "urldep" / "__init__.py").is_file()
     assert (next(site(stack).glob("urldep-1.0.dist-info")) / "direct_url.json").is_file()
-    log = (stack / "logs" / "install.log").read_text()
-    assert f"urldep 1.0: installed from {urldep.as_uri()} (its direct_url.json)" in log, log[-2000:]
+    assert "urldep 1.0: installed from" not in (stack / "logs" / "install.log").read_text()     # held, not loose
+    assert len(entries(cache)) == 1 and verify(stack).returncode == 0
+    poison_uv_cache(cache / "uv", "urldep/__init__.py", "U = 666  # planted\n")
+    shutil.rmtree(cache / "built")
+    with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+        setup(world, tmp_path / "s2", cache)
+    assert info.value.exit_code == 13 and "urldep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
     assert not (cache / "built").exists() or entries(cache) == []
-    assert verify(stack).returncode == 0
 
 
 @pytest.mark.slow
-def test_a_fork_whose_uv_sources_name_a_path_installs_and_the_stack_is_not_stored(tmp_path: Path) -> None:
+def test_a_fork_whose_uv_sources_name_a_path_installs_and_is_held_to_that_wheel(tmp_path: Path) -> None:
     """The review of session 37: a fork's ``[tool.uv.sources]`` (``tinydep = { path = ... }``) makes uv install
     tinydep from that path with a ``direct_url.json`` while the fork's ``Requires-Dist`` says plain ``tinydep``;
-    the rule refused it (exit 11).  The fork's checkout asks for it: installed, not judged, not stored."""
+    the rule refused it (exit 11).  The fork's checkout asks for it: installed, held to that wheel, stored."""
     from tests.fixtures.builtcache import entries
     from tests.fixtures.world import make_world, publish
     from tests.test_cache_isolation import site
@@ -784,6 +802,123 @@ def test_a_fork_whose_uv_sources_name_a_path_installs_and_the_stack_is_not_store
     assert "[tool.uv.sources]" in (stack / "src" / "alpha" / "pyproject.toml").read_text()
     durl = next(site(stack).glob("tinydep-1.0.dist-info")) / "direct_url.json"
     assert durl.is_file() and wheel.name in durl.read_text()
-    assert f"tinydep 1.0: installed from {wheel.as_uri()}" in (stack / "logs" / "install.log").read_text()
+    assert len(entries(cache)) == 1 and verify(stack).returncode == 0      # held to the wheel the source names
+
+
+@pytest.mark.slow
+def test_bytecode_planted_in_uv_s_cache_that_is_not_its_source_s_code_fails_the_install(tmp_path: Path) -> None:
+    """The third review of session 37: a checked hash-based ``tinydep/__pycache__/__init__.cpython-311.pyc`` with
+    the clean source's hash and other code, put beside the unpacked tinydep in uv's cache with no RECORD row: uv
+    copied it, the unowned check let it pass (Python holds it to its source's hash, which matches), and the new
+    stack ran its code, was set up (exit 0) and stored.  Now the install step compares it with what its source
+    compiles to in the env's Python, before anything runs there: exit 11, named, nothing stored."""
+    import importlib.util
+    import marshal
+    import shutil
+    import sys
+
+    from october.installer.core.errors import UnlikeRecordError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    (source,) = (cache / "uv").glob("archive-v*/*/tinydep/__init__.py")
+    pwned = tmp_path / "pwned"
+    code = compile(f"VALUE = 666\nopen({str(pwned)!r}, 'w').close()\n", str(source), "exec")
+    pyc = source.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
+                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(code))
+    shutil.rmtree(cache / "built")
+    with pytest.raises(UnlikeRecordError, match="not their source's code") as info:
+        setup(world, s2, cache)
+    assert info.value.exit_code == 11 and "tinydep/__pycache__/__init__" in str(info.value), str(info.value)
+    assert not pwned.exists()                                    # nothing ran it
     assert not (cache / "built").exists() or entries(cache) == []
-    assert verify(stack).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_url_requirement_whose_marker_is_false_asks_for_nothing(tmp_path: Path) -> None:
+    """The third review of session 37: alpha requires ``tinydep`` and ``tinydep @ URL ; sys_platform == 'win32'``;
+    uv installs tinydep from the index (no ``direct_url.json``), but the URL line counted as asking, so a plant
+    (tinydep edited in uv's cache with a planted ``direct_url.json``) passed with exit 0.  Now the marker is
+    evaluated in the env's Python's environment (the install facts): exit 11."""
+    import json
+    import shutil
+
+    from october.installer.core.errors import InstallError
+    from tests.fixtures.pkgs import write_project
+    from tests.fixtures.world import make_world, publish
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    write_project(world.alpha_work, "alpha", "0.1", packages={"alpha": {"__init__.py": "A = 1\n"}},
+                  dependencies=["tinydep", "tinydep @ https://example.invalid/tinydep-1.0-py3-none-any.whl ; "
+                                "sys_platform == 'win32'"])
+    world.set_pin("alpha", publish(world.alpha_work, world.alpha_bare, "a URL for another platform"))
+    cache, s2 = tmp_path / "cache", tmp_path / "s2"
+    setup(world, tmp_path / "s1", cache)
+    meta = next(site(tmp_path / "s1").glob("alpha-*.dist-info/METADATA")).read_text()
+    assert "tinydep @ https://example.invalid/tinydep-1.0-py3-none-any.whl" in meta, meta
+    poison_uv_cache(cache / "uv", "tinydep/__init__.py", "VALUE = 666  # planted\n")
+    _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json",
+                  json.dumps({"url": "file:///nonexistent", "dir_info": {}}))
+    shutil.rmtree(cache / "built")
+    with pytest.raises(InstallError, match="came from a URL that no requirement asks for") as info:
+        setup(world, s2, cache)
+    assert info.value.exit_code == 11 and "tinydep 1.0: from file:///nonexistent" in str(info.value)
+
+
+@pytest.mark.slow
+def test_an_env_made_again_after_its_lock_is_held_to_the_lock_s_wheels(tmp_path: Path) -> None:
+    """The third review of session 37: a stack's env removed (as the fixes of october's errors say) and made again
+    after its lock step is done has no listing of its own, so it was held to nothing: tinydep edited in uv's cache
+    with its RECORD row reached it with exit 0 (only `current verify` named it).  Now it is held to the wheels of
+    the stack's lock: the lock step's error for a stale env (exit 13), nothing removed, nothing stored."""
+    import shutil
+
+    from october.installer.core.errors import LockError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    poison_uv_cache(cache / "uv", "tinydep/__init__.py", "VALUE = 666  # planted\n")
+    shutil.rmtree(stack / "env")
+    shutil.rmtree(cache / "built")
+    with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+        setup(world, stack, cache)
+    assert info.value.exit_code == 13 and "tinydep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
+    assert "planted" in (site(stack) / "tinydep" / "__init__.py").read_text()
+    assert not (cache / "built").exists() or entries(cache) == []
+    log = (stack / "logs" / "install.log").read_text()
+    assert "held to the wheels of the stack's lock where it has one" in log
+
+
+def test_a_distribution_asked_for_by_a_wheel_s_url_is_held_to_that_wheel_not_its_direct_url(tmp_path: Path) -> None:
+    """url_packages: the wheel the requirement names (a local file with its sha256 taken now; another URL with its
+    ``#sha256=``), never the URL the ``direct_url.json`` gives; an sdist, a folder or a VCS URL holds nothing."""
+    from october.installer.lock.held import asked_by_url, url_packages
+
+    local = build_wheel(tmp_path / "w", "localdep", "1.0", {"localdep/__init__.py": "L = 1\n"})
+    dists = {d.name: d for d in [
+        _dist(tmp_path, "localdep", (), url="file:///planted/elsewhere.whl"),
+        _dist(tmp_path, "remote", (), url="https://planted.example/r.whl"),
+        _dist(tmp_path, "sdistdep", (), url="https://h.example/sdistdep-1.0.tar.gz"),
+        _dist(tmp_path, "vcsdep", (), url="https://github.com/a/vcsdep"),
+        _dist(tmp_path, "indexed")]}
+    recipe = [f"localdep @ {local.as_uri()}", "remote @ https://h.example/remote-1.0-py3-none-any.whl#sha256=ab",
+              "sdistdep @ https://h.example/sdistdep-1.0.tar.gz", "vcsdep @ git+https://github.com/a/vcsdep@v1",
+              "indexed @ https://h.example/indexed-1.0-py3-none-any.whl"]
+    packages = url_packages(dists, asked_by_url(dists, recipe))
+    assert packages == [
+        {"name": "localdep", "version": "1.0", "wheels": [{"path": str(local), "hashes": {"sha256": _sha(local.read_bytes())}}]},
+        {"name": "remote", "version": "1.0",
+         "wheels": [{"url": "https://h.example/remote-1.0-py3-none-any.whl", "hashes": {"sha256": "ab"}}]}], packages

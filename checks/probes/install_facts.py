@@ -14,6 +14,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+import platform
 import posixpath
 import sys
 import traceback
@@ -114,10 +115,24 @@ def _static(path):
             "unresolved": [s for s in left if not elf_symbols.is_driver_symbol(s)][:40]}
 
 
+def _markers():
+    """PEP 508's marker environment of this interpreter (the keys of packaging's ``default_environment``): the
+    install step evaluates the markers of requirements that ask for a distribution by URL with it."""
+    impl = sys.implementation
+    v = impl.version
+    version = f"{v.major}.{v.minor}.{v.micro}" + (f"{v.releaselevel[0]}{v.serial}" if v.releaselevel != "final" else "")
+    return {"implementation_name": impl.name, "implementation_version": version, "os_name": os.name,
+            "platform_machine": platform.machine(), "platform_release": platform.release(),
+            "platform_system": platform.system(), "platform_version": platform.version(),
+            "python_full_version": platform.python_version(),
+            "platform_python_implementation": platform.python_implementation(),
+            "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform}
+
+
 def main(argv):
     req = json.loads(argv[1])
     dists = list(md.distributions())
-    out = {"python": sys.version.split()[0], "executable": sys.executable}
+    out = {"python": sys.version.split()[0], "executable": sys.executable, "markers": _markers()}
     tname = req["torch"]
     # names from the METADATA headers only (checks/probes/distributions.py's reader): ``d.metadata`` parses each whole
     # file, long descriptions included, for the ~200 distributions of a system site behind the env

@@ -127,8 +127,13 @@ def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Ca
 def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Path]:
     """The files in ``env`` no installed distribution's RECORD owns, by ``current verify``'s rules
     (:mod:`october.installer.verify_unowned`: the venv's scaffolding and our system-site ``.pth`` are fine)."""
-    from ..verify_unowned import owned_paths
     from ..verify_unowned import unowned as not_owned
+
+    return not_owned(env, _owned(env), system_torch)
+
+
+def _owned(env: Path) -> set[str]:
+    from ..verify_unowned import owned_paths
 
     rows: list[tuple[Path, str]] = []
     for dist in installed(env).values():
@@ -136,7 +141,20 @@ def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Pa
             rows += [(dist.site, rel) for rel, _h, _s in record_rows(dist)]
         except OSError:
             continue            # a missing RECORD is tampered()'s finding
-    return not_owned(env, owned_paths(rows), system_torch)
+    return owned_paths(rows)
+
+
+def forged_bytecode(env: Path) -> list[tuple[Path, str]] | str:
+    """The ``__pycache__/*.pyc`` in ``env`` that no RECORD owns, that Python would load instead of their source
+    (a header it holds to the source: the unowned check lets those pass) and that are not their source's code,
+    compared in the env's own Python (:func:`october.installer.verify_bytecode.forged`, ``current verify``'s
+    check) -> (pyc, why); a str: the env's Python could not say (why).  uv copies every file of a cached wheel, a
+    checked hash-based ``.pyc`` with the clean source's hash and other code included."""
+    from ..verify_bytecode import candidates, forged
+
+    owned = _owned(env)
+    pairs = [(pyc, src) for pyc, src in candidates([env]) if os.path.normpath(pyc) not in owned]
+    return forged(env / "bin" / "python", pairs)
 
 
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
@@ -146,8 +164,10 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     start; uv copies every file of a cached wheel, listed or not), else :class:`InstallError`
     (``uv_cache_dir``: for the fix; ``scaffold``: relative path -> sha256 of what this uv's ``uv venv`` writes
     itself, asked only when unowned files are found: uv 0.12 writes ``_virtualenv.pth`` and ``_virtualenv.py``).
-    Before the built-stack cache stores the env: nothing unchecked goes on.  -> the unowned files taken as uv's
-    own (relative path -> sha256), which ``current verify`` holds to that record."""
+    Before the built-stack cache stores the env: nothing unchecked goes on.  Nor unowned bytecode Python would run
+    in place of its source that is other code (:func:`forged_bytecode`; before anything runs the env's Python on
+    the stack's packages).  -> the unowned files taken as uv's own (relative path -> sha256), which ``current
+    verify`` holds to that record."""
     from ..core.errors import UnlikeRecordError
 
     bad = tampered(env, trust)
@@ -174,4 +194,18 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                                 fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                     f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
                                     "october_setup")
+    forged = forged_bytecode(env)
+    if forged:
+        paths = [p for p, _why in forged] if not isinstance(forged, str) else []
+        raise UnlikeRecordError(f"{len(paths) or 'the'} bytecode file(s) in the stack env that Python would run in "
+                                "place of their source and that no RECORD owns are not their source's code"
+                                if paths else "the bytecode in the stack env could not be checked",
+                                paths=paths,
+                                expected="each __pycache__/*.pyc no RECORD owns compiled from its source (Python loads "
+                                         "it without reading the source)",
+                                found=first([f"{p} ({why})" for p, why in forged], MAX_SHOWN, "; ")
+                                if paths else str(forged),
+                                fix=f"remove them; uv's cache served them (a wheel unpacked there with bytecode its "
+                                    f"RECORD does not list): delete {uv_cache_dir()} as well, then re-run october_setup"
+                                if paths else "check that the stack env's Python runs, then re-run october_setup")
     return uvs

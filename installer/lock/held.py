@@ -248,6 +248,7 @@ class Asked:
 
     names: frozenset[str]
     urls: frozenset[tuple[str | None, str]]
+    wanted: frozenset[tuple[str, str]] = frozenset()    # (name, the URL as asked), for :func:`url_packages`
 
     def covers(self, dist: Dist, claimed: Mapping[str, int]) -> bool:
         """Whether ``dist`` is asked for; ``claimed``: how many distributions give each URL key (a URL with no name
@@ -310,15 +311,19 @@ def _project_name(folder: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _asks(line: str) -> tuple[str | None, tuple[str | None, str] | None]:
-    """What a requirement line asks for by URL: ``name @ url`` -> (name, None); a path or a URL with no name ->
-    (None, :func:`named_url`); ``name @ url; marker`` (``packaging`` refuses the space before ``;``, uv does not)
-    -> (name, None); anything else -> (None, None)."""
-    try:
-        req = Requirement(line)
-        return (str(canonicalize_name(req.name)), None) if req.url else (None, None)
-    except InvalidRequirement:
-        pass
+def _asks(line: str, environment: Mapping[str, str] | None = None) -> tuple[str | None, tuple[str | None, str] | None]:
+    """What a requirement line asks for by URL: ``name @ url`` -> (name, (name, url)), nothing where its marker is false
+    in ``environment`` (the env's Python's; None: not evaluated); a path or a URL with no name -> (None,
+    :func:`named_url`); ``name @ url;marker`` (``packaging`` wants a space before the ``;``, uv does not) read as
+    with the space; anything else -> (None, None)."""
+    for text in (line, re.sub(r"(@\s*\S+?);", r"\1 ;", line, count=1)):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if not req.url or (req.marker is not None and environment is not None and not _holds(req, environment)):
+            return None, None
+        return str(canonicalize_name(req.name)), (str(canonicalize_name(req.name)), req.url)
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*@\s*\S", line)
     if named:
         return str(canonicalize_name(named.group(1))), None
@@ -326,33 +331,74 @@ def _asks(line: str) -> tuple[str | None, tuple[str | None, str] | None]:
     return (None, named_url(text)) if text.startswith("/") or _SCHEME.match(text) else (None, None)
 
 
+def _holds(req: Requirement, environment: Mapping[str, str]) -> bool:
+    """Whether the requirement's marker holds in ``environment`` (one that cannot be evaluated: it holds)."""
+    try:
+        return bool(req.marker.evaluate(dict(environment))) if req.marker is not None else True
+    except Exception:  # noqa: BLE001 - an unknown marker variable or value: taken as asking, as before
+        return True
+
+
 def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
                  own: Callable[[Dist], bool] = lambda dist: False,
-                 sources: Sequence[tuple[str, str]] = ()) -> Asked:
+                 sources: Sequence[tuple[str, str]] = (), environment: Mapping[str, str] | None = None) -> Asked:
     """What asks for a distribution by URL: ``requirements`` (the recipe's lines: ``name @ url``, or a path or a
     URL with no name), ``sources`` ((name, URL) of the forks' ``[tool.uv.sources]``), and ``name @ url`` in the
     ``Requires-Dist`` of a distribution ``own`` says the install built (the forks, built from their checkouts: never
-    one uv's cache served, whose METADATA the cache could have written).  Markers are not evaluated (a requirement
-    the env's Python skips asks for nothing uv installs); a named one's URL is not compared (a VCS URL is written
-    otherwise in ``direct_url.json``)."""
+    one uv's cache served, whose METADATA the cache could have written).  A requirement whose marker is false in
+    ``environment`` (the env's Python's PEP 508 environment; None: markers not evaluated) asks for nothing: uv
+    installed that name otherwise (the third review of session 37: a false ``; sys_platform == 'win32'`` line made
+    a planted ``direct_url.json`` count as asked); a named one's URL is not compared (a VCS URL is written otherwise
+    in ``direct_url.json``)."""
     names: set[str] = set()
     urls = {named_url(url, name) for name, url in sources}
+    wanted = {(str(canonicalize_name(name)), url) for name, url in sources}
     for line in [*requirements, *(r for d in dists.values() if own(d) for r in d.requires)]:
-        name, url = _asks(line)
-        if url is not None:
-            urls.add(url)
+        name, url = _asks(line, environment)
         if name is not None:
             names.add(name)
-    return Asked(frozenset(names), frozenset(urls))
+            wanted.update([(name, url[1])] if url is not None else [])
+        elif url is not None:
+            urls.add(url)
+            wanted.update([(url[0], line.strip())] if url[0] is not None else [])
+    return Asked(frozenset(names), frozenset(urls), frozenset(wanted))
+
+
+def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]]:
+    """Packages as a listing gives them for the distributions asked for by a wheel's URL (``asked.wanted``), so that
+    :func:`held_to_index` holds each to the wheel the *requirement* names, not the one its ``direct_url.json`` (which
+    uv's cache can plant) names: a local file read here (its sha256 taken now), another URL by Range requests (its
+    ``#sha256=`` where given).  A URL that is no wheel (an sdist, a folder, a VCS repository) is left out: that
+    distribution is not judged."""
+    out: list[dict[str, Any]] = []
+    for name, url in sorted(wanted for wanted in asked.wanted if wanted[0] in dists):
+        dist = dists[name]
+        if dist.direct_url is None or _VCS.match(url):
+            continue
+        bare, _, fragment = url.strip().partition("#")
+        local = Path(bare) if bare.startswith("/") else Path(unquote(urlsplit(bare).path)) \
+            if urlsplit(bare).scheme.lower() == "file" else None
+        if not unquote(urlsplit(bare).path if local is None else str(local)).endswith(".whl"):
+            continue
+        if local is not None:
+            sha = sha256_or_none(local)
+            if sha is not None:
+                out.append({"name": name, "version": dist.version,
+                            "wheels": [{"path": str(local), "hashes": {"sha256": sha}}]})
+            continue
+        sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        out.append({"name": name, "version": dist.version,
+                    "wheels": [{"url": bare, **({"hashes": {"sha256": sha}} if sha else {})}]})
+    return out
 
 
 def unasked(dists: Mapping[str, Dist], requirements: Sequence[str],
             own: Callable[[Dist], bool] = lambda dist: False,
-            sources: Sequence[tuple[str, str]] = ()) -> tuple[str, ...]:
+            sources: Sequence[tuple[str, str]] = (), environment: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Each distribution with a ``direct_url.json`` that ``own`` does not say the install built and that nothing
     asks for by URL (:func:`asked_by_url`; ``requirements``: the recipe's lines; ``sources``: the forks'
     ``[tool.uv.sources]``), as ``name version: from URL (its direct_url.json)``."""
-    asked = asked_by_url(dists, requirements, own, sources)
+    asked = asked_by_url(dists, requirements, own, sources, environment)
     given = [d for d in dists.values() if d.direct_url is not None and not own(d)]
     claimed = Counter(url_key(str(direct_url(d).get("url") or "")) for d in given)
     return tuple(f"{d.name} {d.version}: from {redact_url(str(direct_url(d).get('url') or '(no url)'))} (its "

@@ -34,14 +34,16 @@ from ..core.listing import first
 from ..engine import StepContext
 
 
-def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]]) -> str | None:
+def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]],
+                  markers: Mapping[str, str] | None = None) -> str | None:
     """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
     step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel, and :func:`unasked_error`
     for one from a URL nothing asks for.  ``forks``: each fork's checkout and distribution name (what the install
-    built from them is not an index distribution)."""
+    built from them is not an index distribution); ``markers``: the env's Python's PEP 508 environment (the install
+    facts' ``markers``), for the markers of requirements that ask by URL."""
     from ..install import records
     from ..kit.wheels import with_credentials
-    from ..lock.held import HOLD_BUDGET_S, held_to_index, remote_rows, unasked
+    from ..lock.held import HOLD_BUDGET_S, asked_by_url, held_to_index, remote_rows, unasked, url_packages
     from ..wheels.rangefile import client
     from .env import stack_uv
     from .lock import stale_env
@@ -54,27 +56,50 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]]
         return dist.name in built
 
     # needs no listing: before the listing is looked for
-    named = unasked(dists, recipe_lines(ctx), own, uv_sources([path for path, _ in forks]))
+    asks = (recipe_lines(ctx), own, uv_sources([path for path, _ in forks]),
+            markers if isinstance(markers, Mapping) else None)
+    named = unasked(dists, *asks)
     if named:
         raise unasked_error(ctx, named)
+    by_url = url_packages(dists, asked_by_url(dists, *asks))      # held to the wheel the requirement names
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
+    sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
+
+    def hold(packages: Sequence[Mapping[str, Any]]) -> Any:
+        with client() as http:
+            held = held_to_index(packages, ctx.paths.env, remote_rows(http, lambda url: with_credentials(url, sources)),
+                                 dists, own=own, wait_s=HOLD_BUDGET_S + 15)
+        if held.unlike:
+            raise stale_env(ctx, step, held.unlike)
+        return held
+
     if listing is None:     # not listed again here: that asks the index during the install (the lock step will)
         why = early.why_not if isinstance(early, EarlyLock) and early.why_not else "no lock step listed it"
-        ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why})")
+        ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why}); held to "
+                              "the wheels of the stack's lock where it has one")
+        hold([*locked_wheels(ctx.paths.pylock), *by_url])    # the third review: an env made again after its lock
         return f"the env was not held to the sources' wheels (its listing during the install is not there: {why})"
-    sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
-    with client() as http:
-        held = held_to_index(listing.index_packages, ctx.paths.env,
-                             remote_rows(http, lambda url: with_credentials(url, sources)), dists,
-                             own=own, wait_s=HOLD_BUDGET_S + 15)
-    if held.unlike:
-        raise stale_env(ctx, step, held.unlike)
+    held = hold([*listing.index_packages, *by_url])
     if not held.unjudged:
         return None
     ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
     return (f"{len(held.unjudged)} index distribution(s) could not be held to the wheel they came from "
             f"({first(list(held.unjudged), 3, '; ')})")
+
+
+def locked_wheels(pylock: Path) -> list[Mapping[str, Any]]:
+    """The packages with wheels of the stack's lock (what an earlier run's lock step listed, held to its files), or
+    none where there is no readable lock."""
+    import tomllib
+
+    try:
+        with open(pylock, "rb") as fh:
+            packages = tomllib.load(fh).get("packages", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    return [p for p in packages if isinstance(p, dict) and isinstance(p.get("wheels"), list)] \
+        if isinstance(packages, list) else []
 
 
 def recipe_lines(ctx: StepContext) -> list[str]:

@@ -138,7 +138,8 @@ class InstallStep:
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored
-            unheld = indexcheck.hold_to_index(ctx, self.name, [(f.path, f.dist) for f in forks])      # run whatever else keeps it out: it detects
+            unheld = indexcheck.hold_to_index(ctx, self.name, [(f.path, f.dist) for f in forks],
+                                              report.facts.get("markers"))      # run whatever else keeps it out: it detects
             unstorable = unstorable or unheld
         facts = report.facts.get("forks", {})
         result = InstallResult(
