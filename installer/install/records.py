@@ -124,15 +124,8 @@ def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Ca
         reinstall(args)
 
 
-def unowned(env: Path, system_torch: Mapping[str, Any] | None = None) -> list[Path]:
-    """The files in ``env`` no installed distribution's RECORD owns, by ``current verify``'s rules
-    (:mod:`october.installer.verify_unowned`: the venv's scaffolding and our system-site ``.pth`` are fine)."""
-    from ..verify_unowned import unowned as not_owned
-
-    return not_owned(env, _owned(env), system_torch)
-
-
-def _owned(env: Path) -> set[str]:
+def owned(env: Path) -> set[str]:
+    """The files of ``env`` an installed distribution's RECORD names (normalized absolute paths)."""
     from ..verify_unowned import owned_paths
 
     rows: list[tuple[Path, str]] = []
@@ -144,16 +137,15 @@ def _owned(env: Path) -> set[str]:
     return owned_paths(rows)
 
 
-def forged_bytecode(env: Path) -> list[tuple[Path, str]] | str:
-    """The ``__pycache__/*.pyc`` in ``env`` that no RECORD owns, that Python would load instead of their source
-    (a header it holds to the source: the unowned check lets those pass) and that are not their source's code,
-    compared in the env's own Python (:func:`october.installer.verify_bytecode.forged`, ``current verify``'s
+def forged_bytecode(env: Path, recorded: set[str]) -> list[tuple[Path, str]] | str:
+    """The ``__pycache__/*.pyc`` in ``env`` that no RECORD owns (``recorded``: :func:`owned`'s answer), that Python
+    would load instead of their source (a header it holds to the source: the unowned check lets those pass) and
+    that are not their source's code, compared in the env's own Python (:func:`october.installer.verify_bytecode.forged`, ``current verify``'s
     check) -> (pyc, why); a str: the env's Python could not say (why).  uv copies every file of a cached wheel, a
     checked hash-based ``.pyc`` with the clean source's hash and other code included."""
     from ..verify_bytecode import candidates, forged
 
-    owned = _owned(env)
-    pairs = [(pyc, src) for pyc, src in candidates([env]) if os.path.normpath(pyc) not in owned]
+    pairs = [(pyc, src) for pyc, src in candidates([env]) if os.path.normpath(pyc) not in recorded]
     return forged(env / "bin" / "python", pairs)
 
 
@@ -169,6 +161,7 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     the stack's packages).  -> the unowned files taken as uv's own (relative path -> sha256), which ``current
     verify`` holds to that record."""
     from ..core.errors import UnlikeRecordError
+    from ..verify_unowned import unowned
 
     bad = tampered(env, trust)
     if bad:
@@ -180,7 +173,8 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                                 found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
                                 fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
                                     "cache edited through a stack that hard-linked it) and re-run october_setup")
-    extra = unowned(env, system_torch)
+    recorded = owned(env)
+    extra = unowned(env, recorded, system_torch)     # by ``current verify``'s rules (the venv's scaffolding, our .pth)
     uvs: dict[str, str] = {}
     if extra and scaffold is not None:
         uvs = uv_own(env, extra, scaffold())
@@ -194,18 +188,17 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                                 fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                     f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
                                     "october_setup")
-    forged = forged_bytecode(env)
+    forged = forged_bytecode(env, recorded)
+    expected = ("each __pycache__/*.pyc no RECORD owns compiled from its source (Python loads it without reading the "
+                "source)")
+    if isinstance(forged, str):
+        raise UnlikeRecordError("the bytecode in the stack env could not be checked", paths=[], expected=expected,
+                                found=forged, fix="check that the stack env's Python runs, then re-run october_setup")
     if forged:
-        paths = [p for p, _why in forged] if not isinstance(forged, str) else []
-        raise UnlikeRecordError(f"{len(paths) or 'the'} bytecode file(s) in the stack env that Python would run in "
-                                "place of their source and that no RECORD owns are not their source's code"
-                                if paths else "the bytecode in the stack env could not be checked",
-                                paths=paths,
-                                expected="each __pycache__/*.pyc no RECORD owns compiled from its source (Python loads "
-                                         "it without reading the source)",
-                                found=first([f"{p} ({why})" for p, why in forged], MAX_SHOWN, "; ")
-                                if paths else str(forged),
+        raise UnlikeRecordError(f"{len(forged)} bytecode file(s) in the stack env that Python would run in place of "
+                                "their source and that no RECORD owns are not their source's code",
+                                paths=[p for p, _why in forged], expected=expected,
+                                found=first([f"{p} ({why})" for p, why in forged], MAX_SHOWN, "; "),
                                 fix=f"remove them; uv's cache served them (a wheel unpacked there with bytecode its "
-                                    f"RECORD does not list): delete {uv_cache_dir()} as well, then re-run october_setup"
-                                if paths else "check that the stack env's Python runs, then re-run october_setup")
+                                    f"RECORD does not list): delete {uv_cache_dir()} as well, then re-run october_setup")
     return uvs
