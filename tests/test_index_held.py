@@ -366,8 +366,9 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: 
             held = held_to_index([], env, remote_rows(http))
             assert held.unlike == () and len(held.unjudged) == 1, held
             assert held.unjudged[0].startswith(f"tinydep 1.0: installed from {url} (its direct_url.json)")
-            assert unasked(installed(env), ["torch==2.4", f"tinydep @ {url}"]) == ()
-            assert unasked(installed(env), ["tinydep==1.0"]) == (f"tinydep 1.0: from {url} (its direct_url.json)",)
+            assert unasked(installed(env), asked_by_url(installed(env), ["torch==2.4", f"tinydep @ {url}"])) == ()
+            assert unasked(installed(env), asked_by_url(installed(env), ["tinydep==1.0"])) == (
+                f"tinydep 1.0: from {url} (its direct_url.json)",)
 
 
 @pytest.mark.parametrize("planted", ["dir_info", "archive_info of a wheel in uv's cache"])
@@ -401,7 +402,7 @@ def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hol
     with httpx.Client() as http:
         held = held_to_index([], env, remote_rows(http), dists)
     assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["tinydep 1.0"], held
-    (named,) = unasked(dists, ["tinydep==1.0"])
+    (named,) = unasked(dists, asked_by_url(dists, ["tinydep==1.0"]))
     assert named.startswith("tinydep 1.0: from ") and (
         "file:///nonexistent" if planted == "dir_info" else evil.as_uri()) in named, named
 
@@ -439,14 +440,15 @@ def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_n
         held = held_to_index([package], env, remote_rows(http))        # alpha: not a fork's, not listed
     assert held.unlike == () and [u.split(":")[0] for u in held.unjudged] == ["alpha 1.0"], held
     asks = [f"tinydep @ {wheel.as_uri()}"]                 # installed by its path: a direct_url.json of uv's
-    assert unasked(dists, asks, own) == ()
-    assert [u.split(":")[0] for u in unasked(dists, asks)] == ["alpha 1.0"]
+    assert unasked(dists, asked_by_url(dists, asks, own), own) == ()
+    assert [u.split(":")[0] for u in unasked(dists, asked_by_url(dists, asks))] == ["alpha 1.0"]
     for url in (fork.as_uri(), (fork / "sub").as_uri()):           # planted: the root, or a folder inside it
         (dists["tinydep"].info / "direct_url.json").write_text(json.dumps({"url": url, "dir_info": {"editable": True}}))
         planted = installed(env)
         assert fork_dists(planted, [(fork, "alpha")]) == {"alpha"}
         assert fork_dists(planted, [(fork, "not-its-name")]) == (set() if url == fork.as_uri() else {"alpha"})
-        assert [u.split(":")[0] for u in unasked(planted, [], lambda d: d.name == "alpha")] == ["tinydep 1.0"]
+        is_alpha = lambda d: d.name == "alpha"     # noqa: E731
+        assert [u.split(":")[0] for u in unasked(planted, asked_by_url(planted, [], is_alpha), is_alpha)] == ["tinydep 1.0"]
 
 
 def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None = None) -> Dist:
@@ -490,11 +492,12 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     assert asked.urls == {("helper", url_key(helper.as_uri())), (None, vcs),
                           ("uvsourced", "file:///elsewhere/uvsourced")}, asked
     assert asked_by_url(dists, [], lambda d: False).names == set()
-    named = unasked(dists, recipe, fork, sources)
+    named = unasked(dists, asked, fork)
     assert sorted(h.split(":")[0] for h in named) == [
         "alsoplanted 1.0", "deeper 1.0", "fromindex-url 1.0", "liar 1.0", "planted 1.0", "uvsourced-liar 1.0"], named
     twice = {**dists, "vcs-twin": _dist(tmp_path, "vcs-twin", (), url=vcs)}     # a URL with no name given twice
-    assert {"vcsdep 1.0", "vcs-twin 1.0"} <= {h.split(":")[0] for h in unasked(twice, recipe, fork, sources)}
+    named = unasked(twice, asked_by_url(twice, recipe, fork, sources), fork)
+    assert {"vcsdep 1.0", "vcs-twin 1.0"} <= {h.split(":")[0] for h in named}
     project = tmp_path / "proj"
     project.mkdir()
     (project / "pyproject.toml").write_text('[project]\nname = "My.Proj"\n')

@@ -376,9 +376,8 @@ def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]
         if dist.direct_url is None or _VCS.match(url):
             continue
         bare, _, fragment = url.strip().partition("#")
-        local = Path(bare) if bare.startswith("/") else Path(unquote(urlsplit(bare).path)) \
-            if urlsplit(bare).scheme.lower() == "file" else None
-        if not unquote(urlsplit(bare).path if local is None else str(local)).endswith(".whl"):
+        local = local_wheel({"path": bare} if bare.startswith("/") else {"url": bare})
+        if not (str(local) if local is not None else unquote(urlsplit(bare).path)).endswith(".whl"):
             continue
         if local is not None:
             sha = sha256_or_none(local)
@@ -392,13 +391,10 @@ def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]
     return out
 
 
-def unasked(dists: Mapping[str, Dist], requirements: Sequence[str],
-            own: Callable[[Dist], bool] = lambda dist: False,
-            sources: Sequence[tuple[str, str]] = (), environment: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def unasked(dists: Mapping[str, Dist], asked: Asked, own: Callable[[Dist], bool] = lambda dist: False) -> tuple[str, ...]:
     """Each distribution with a ``direct_url.json`` that ``own`` does not say the install built and that nothing
-    asks for by URL (:func:`asked_by_url`; ``requirements``: the recipe's lines; ``sources``: the forks'
-    ``[tool.uv.sources]``), as ``name version: from URL (its direct_url.json)``."""
-    asked = asked_by_url(dists, requirements, own, sources, environment)
+    asks for by URL (``asked``: :func:`asked_by_url`'s answer), as ``name version: from URL (its
+    direct_url.json)``."""
     given = [d for d in dists.values() if d.direct_url is not None and not own(d)]
     claimed = Counter(url_key(str(direct_url(d).get("url") or "")) for d in given)
     return tuple(f"{d.name} {d.version}: from {redact_url(str(direct_url(d).get('url') or '(no url)'))} (its "

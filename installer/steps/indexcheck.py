@@ -56,12 +56,12 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]]
         return dist.name in built
 
     # needs no listing: before the listing is looked for
-    asks = (recipe_lines(ctx), own, uv_sources([path for path, _ in forks]),
-            markers if isinstance(markers, Mapping) else None)
-    named = unasked(dists, *asks)
+    asked = asked_by_url(dists, recipe_lines(ctx), own, uv_sources([path for path, _ in forks]),
+                         markers if isinstance(markers, Mapping) else None)
+    named = unasked(dists, asked, own)
     if named:
         raise unasked_error(ctx, named)
-    by_url = url_packages(dists, asked_by_url(dists, *asks))      # held to the wheel the requirement names
+    by_url = url_packages(dists, asked)      # held to the wheel the requirement names
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
     sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
@@ -147,7 +147,9 @@ def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> f
 
 
 def _editable_dir(dist: Any) -> Path | None:
-    info = dist.direct_url if isinstance(dist.direct_url, dict) else {}
+    from ..lock.held import direct_url
+
+    info = direct_url(dist)
     url = str(info.get("url") or "")
     if not isinstance(info.get("dir_info"), dict) or info["dir_info"].get("editable") is not True \
             or not url.startswith("file://"):
