@@ -457,13 +457,14 @@ def _dist(tmp: Path, name: str, requires: tuple[str, ...] = (), url: str | None 
     return Dist(name, "1.0", info, {"url": url, "archive_info": {}} if url else None, requires)
 
 
-def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the_forks_only(tmp_path: Path) -> None:
+def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the_forks_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """asked_by_url: the recipe's lines (``name @ url``; a path or a URL with no name, for the distribution its
     file names, or the one that gives it), the forks' ``[tool.uv.sources]`` (name, URL) and a fork's
     ``Requires-Dist``; never another distribution's ``Requires-Dist`` (uv's cache serves its METADATA: the reviews
     of session 37 planted one in a distribution built from its sdist, and in one asked for by URL) nor a
     planter's."""
-    from october.installer.lock.held import named_url, url_key
+    from october.installer.lock.held import asked_files, given_path, named_url, url_key
 
     u = "https://example.invalid/x.whl"
     helper = tmp_path / "h" / "helper-1.0-py3-none-any.whl"
@@ -515,6 +516,16 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     assert asked_by_url(marked, [], fork).names == {"win", "lin", "wsemi", "old", "odd"}   # not evaluated
     assert asked_by_url(marked, [f"rwin @ {u} ; sys_platform == 'win32'"], fork, environment=linux).names == {
         "lin", "odd"}
+    # a relative path, as uv reads it: against the working directory (session 37 left it refused)
+    helper.parent.mkdir()
+    monkeypatch.chdir(helper.parent)
+    assert asked_by_url(dists, [f"./{helper.name}"], fork).urls == {("helper", url_key(helper.as_uri()))}
+    assert given_path("../h/./x.whl") == str(tmp_path / "h" / "x.whl") and given_path("plain>=1") == "plain>=1"
+    # the local files the lines name, by their bytes (the built-stack key's): paths, file: URLs, relative paths
+    helper.write_bytes(b"not really a wheel")
+    sha = hashlib.sha256(b"not really a wheel").hexdigest()
+    assert asked_files([f"./{helper.name}", f"helper @ {helper.as_uri()}; python_version >= '3'", "plain>=1",
+                        f"x @ {u}", str(tmp_path / "missing-1.0-py3-none-any.whl")]) == {str(helper): sha}
 
 
 @pytest.mark.parametrize("given, written", [
@@ -751,10 +762,14 @@ def test_a_direct_url_planted_for_a_re_run_with_no_listing_of_its_own_fails_the_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("asks", ["[install] supply, name @ URL", "[build] requirements, a path"])
-def test_a_package_the_recipe_asks_for_by_url_is_held_to_that_wheel(tmp_path: Path, asks: str) -> None:
+@pytest.mark.parametrize("asks", ["[install] supply, name @ URL", "[build] requirements, a path",
+                                  "[install] supply, name @ relative path", "[build] requirements, a relative path"])
+def test_a_package_the_recipe_asks_for_by_url_is_held_to_that_wheel(tmp_path: Path, asks: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """``[install] supply = ["urldep @ file:///...whl"]`` or ``[build] requirements = ["/.../urldep-1.0-...whl"]``
-    (the first review of session 37: a path was refused): uv writes urldep's ``direct_url.json``; the recipe asks
+    (the first review of session 37: a path was refused), or either as a path relative to the working directory
+    (``./urldep-1.0-...whl``: uv reads it against its own, which is the setup's; session 37 left it refused, exit
+    11): uv writes urldep's ``direct_url.json``; the recipe asks
     for it by URL, so the install is not refused, and urldep is held to the wheel the recipe names (not the one its
     ``direct_url.json`` names): stored, verify 0.  Then urldep edited in uv's cache with its RECORD row (the third
     review: held to nothing, it reached the next stack with exit 0): the next stack fails with the lock step's error
@@ -769,9 +784,14 @@ def test_a_package_the_recipe_asks_for_by_url_is_held_to_that_wheel(tmp_path: Pa
 
     world = make_world(tmp_path / "world")
     urldep = build_wheel(tmp_path / "elsewhere", "urldep", "1.0", {"urldep/__init__.py": "U = 1\n"})
-    world.recipe.write_text(world.recipe.read_text() + (f'[install]\nsupply = ["urldep @ {urldep.as_uri()}"]\n'
+    given = urldep.as_uri() if asks.endswith("URL") else str(urldep)
+    if asks.endswith("relative path"):
+        (tmp_path / "elsewhere" / "sub").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere" / "sub")
+        given = f"../{urldep.name}"
+    world.recipe.write_text(world.recipe.read_text() + (f'[install]\nsupply = ["urldep @ {given}"]\n'
                                                         if asks.startswith("[install]") else
-                                                        f'[build]\nrequirements = ["{urldep}"]\n'))
+                                                        f'[build]\nrequirements = ["{given}"]\n'))
     cache, stack = tmp_path / "cache", tmp_path / "s1"
     setup(world, stack, cache)
     assert (next(site(stack).glob("urldep-1.0.dist-info")) / "direct_url.json").is_file()
@@ -783,6 +803,32 @@ def test_a_package_the_recipe_asks_for_by_url_is_held_to_that_wheel(tmp_path: Pa
         setup(world, tmp_path / "s2", cache)
     assert info.value.exit_code == 13 and "urldep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
     assert not (cache / "built").exists() or entries(cache) == []
+
+
+@pytest.mark.slow
+def test_a_local_wheel_the_recipe_names_keys_the_stored_stack_by_its_bytes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[build] requirements = ["../urldep-1.0-...whl"]``: the same line names other bytes from another working
+    directory, or once the file is replaced.  The built-stack key names each local file a requirement names by its
+    sha256 (``lock.held.asked_files``), so a stack stored with one file's install is never taken for another's:
+    each new stack gets the wheel its line names now (before, the key held the line only: a second stack from
+    another directory took the first one's urldep)."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    world.recipe.write_text(world.recipe.read_text() + '[build]\nrequirements = ["../urldep-1.0-py3-none-any.whl"]\n')
+    cache = tmp_path / "cache"
+    for n, where in enumerate(["a", "b", "b"], 1):
+        (tmp_path / where / "sub").mkdir(parents=True, exist_ok=True)
+        (tmp_path / where / "urldep-1.0-py3-none-any.whl").unlink(missing_ok=True)
+        build_wheel(tmp_path / where, "urldep", "1.0", {"urldep/__init__.py": f"U = {n}\n"})
+        monkeypatch.chdir(tmp_path / where / "sub")
+        setup(world, tmp_path / f"s{n}", cache)
+        assert (site(tmp_path / f"s{n}") / "urldep" / "__init__.py").read_text() == f"U = {n}\n"
+        assert len(entries(cache)) == n and verify(tmp_path / f"s{n}").returncode == 0
 
 
 @pytest.mark.slow

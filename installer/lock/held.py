@@ -327,8 +327,42 @@ def _asks(line: str, environment: Mapping[str, str] | None = None) -> tuple[str 
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*@\s*\S", line)
     if named:
         return str(canonicalize_name(named.group(1))), None
-    text = line.strip()
+    text = given_path(line)
     return (None, named_url(text)) if text.startswith("/") or _SCHEME.match(text) else (None, None)
+
+
+def given_path(line: str) -> str:
+    """A requirement line with no name as uv reads it: a relative path (one that starts with ``.`` or ``~``, has a
+    ``/``, or ends as a wheel or an sdist does) made absolute against the working directory uv ran in (this
+    process's: the install does not change it), ``~`` expanded; anything else stripped, as written."""
+    text = line.strip()
+    if not text or _SCHEME.match(text) or text.startswith("/"):
+        return text
+    if text.startswith((".", "~")) or "/" in text or text.endswith((".whl", ".tar.gz", ".zip")):
+        return os.path.abspath(os.path.expanduser(text))
+    return text
+
+
+def asked_files(lines: Sequence[str]) -> dict[str, str | None]:
+    """Each local file a requirement line names (``name @ file:...``, a path; a relative one as uv reads it:
+    :func:`given_path`) -> its sha256 (None: not readable).  The same line can name other bytes tomorrow, or from
+    another working directory: the built-stack key names these, so an entry holding one file's install is never
+    taken for another's."""
+    out: dict[str, str | None] = {}
+    for line in lines:
+        given = given_path(line)
+        for text in (line, re.sub(r"(@\s*\S+?);", r"\1 ;", line, count=1)):
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            given = given_path(req.url) if req.url else ""
+            break
+        bare = given.split("#", 1)[0]
+        local = local_wheel({"path": bare} if bare.startswith("/") else {"url": bare})
+        if local is not None and local.is_file():
+            out[str(local)] = sha256_or_none(local)
+    return out
 
 
 def _holds(req: Requirement, environment: Mapping[str, str]) -> bool:
@@ -357,10 +391,10 @@ def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
         name, url = _asks(line, environment)
         if name is not None:
             names.add(name)
-            wanted.update([(name, url[1])] if url is not None else [])
+            wanted.update([(name, given_path(url[1]))] if url is not None else [])
         elif url is not None:
             urls.add(url)
-            wanted.update([(url[0], line.strip())] if url[0] is not None else [])
+            wanted.update([(url[0], given_path(line))] if url[0] is not None else [])
     return Asked(frozenset(names), frozenset(urls), frozenset(wanted))
 
 

@@ -662,11 +662,14 @@ def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed], *, as_record: 
 
 def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], wheel_sha256: str | None,
             forks: Mapping[str, Mapping[str, Any]], uv_line: str,
-            system_torch: Mapping[str, Any] | None = None, signer: str | None = None) -> str:
+            system_torch: Mapping[str, Any] | None = None, signer: str | None = None,
+            files: Mapping[str, str | None] | None = None) -> str:
     """The key of a stack at ``root``: the env and install steps' inputs (the recipe's ``wheel_sha256`` pin
     standing for the wheel's hash: the wheel step runs after env), each fork's ``{commit, submodules, sparse}``,
-    uv (:func:`uv_identity`), this tool's code, a site-provided torch's identity and the signing key's id
-    (``signer``: :func:`october.installer.core.cachekey.key_id`)."""
+    uv (:func:`uv_identity`), this tool's code, a site-provided torch's identity, the signing key's id
+    (``signer``: :func:`october.installer.core.cachekey.key_id`) and the sha256 of each local file a requirement
+    names by path or ``file:`` URL (``files``: :func:`october.installer.lock.held.asked_files`; the line alone does
+    not say which bytes it installs)."""
     install = dict(install_inputs)
     install.pop("wheel_sha256", None)
     parts: dict[str, Any] = {
@@ -680,6 +683,8 @@ def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], w
     }
     if system_torch is not None:
         parts["system_torch"] = system_torch_identity(system_torch)
+    if files:
+        parts["files"] = dict(sorted(files.items()))
     parts["signer"] = signer        # the signing key's id: each key's entries apart, another's never replaced or taken
     return fingerprint({"format": BUILT_FORMAT, "tool": __version__, **parts})
 

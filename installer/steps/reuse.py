@@ -38,7 +38,7 @@ def stack_key(ctx: StepContext, step: str) -> str | None:
     if fetch is None or any(rec.dirty or rec.dirty_allowed for rec in fetch.forks.values()):
         return None
     return _key(ctx, step, {name: {"commit": rec.commit, "submodules": rec.submodules, "sparse": rec.sparse}
-                            for name, rec in fetch.forks.items()})
+                            for name, rec in fetch.forks.items()}, [Path(rec.path) for rec in fetch.forks.values()])
 
 
 def recipe_key(ctx: StepContext, step: str) -> str | None:
@@ -51,8 +51,11 @@ def recipe_key(ctx: StepContext, step: str) -> str | None:
     return fingerprint({"key": key, "fetch": FetchStep().inputs(ctx)}) if key is not None else None
 
 
-def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], checkouts: Sequence[Path] = ()) -> str | None:
+    """The key; ``checkouts``: the forks' (their ``[tool.uv.sources]`` files are named by their bytes too)."""
+    from ..lock.held import asked_files
     from ..pyenv import builtstack
+    from .indexcheck import recipe_lines, uv_sources
     from .install import InstallStep
     from .preflight import uv_line
 
@@ -71,7 +74,8 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]]) ->
     return builtstack.key_for(
         root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None, forks=forks,
-        uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing))
+        uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing),
+        files=asked_files([*recipe_lines(ctx), *(f"{name} @ {url}" for name, url in uv_sources(checkouts))]))
 
 
 def note_recipe_key(ctx: StepContext, step: str, key: str) -> None:
