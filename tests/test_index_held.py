@@ -516,6 +516,9 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     assert asked_by_url(marked, [], fork).names == {"win", "lin", "wsemi", "old", "odd"}   # not evaluated
     assert asked_by_url(marked, [f"rwin @ {u} ; sys_platform == 'win32'"], fork, environment=linux).names == {
         "lin", "odd"}
+    unnamed = [f"{helper} ; sys_platform == 'win32'", f"{helper}; sys_platform == 'linux'"]      # a path's marker
+    assert asked_by_url(dists, unnamed[:1], fork, environment=linux).urls == set()
+    assert asked_by_url(dists, unnamed[1:], fork, environment=linux).urls == {("helper", url_key(helper.as_uri()))}
     # a relative path, as uv reads it: against the working directory (session 37 left it refused)
     helper.parent.mkdir()
     monkeypatch.chdir(helper.parent)
@@ -546,9 +549,9 @@ def test_a_url_a_recipe_gives_and_the_one_uv_writes_have_one_key(given: str, wri
 
 
 def test_a_fork_s_uv_sources_are_read_from_its_checkout(tmp_path: Path) -> None:
-    """Only the path, URL and git sources (a table or a list of tables; a path against the checkout): an index or
-    workspace source installs with no ``direct_url.json`` (the second review of session 37: a name alone covered a
-    plant on torch when the fork took torch from an index source)."""
+    """Only the path, URL and git sources (a table or a list of tables; a path against the checkout), each with its
+    marker: an index or workspace source installs with no ``direct_url.json`` (the second review of session 37: a
+    name alone covered a plant on torch when the fork took torch from an index source)."""
     from october.installer.steps.indexcheck import uv_sources
 
     a, b, c = (tmp_path / n for n in "abc")
@@ -559,8 +562,9 @@ def test_a_fork_s_uv_sources_are_read_from_its_checkout(tmp_path: Path) -> None:
                                       'multi = [{ url = "https://u/m.whl", marker = "sys_platform == \'linux\'" }, '
                                       '{ index = "x" }]\n')
     (b / "pyproject.toml").write_text("not toml [")
-    assert uv_sources([a, b, c]) == [("tinydep", (a / "x.whl").resolve().as_uri()), ("Other", "https://g/o"),
-                                     ("multi", "https://u/m.whl")]
+    assert uv_sources([a, b, c]) == [("tinydep", (a / "x.whl").resolve().as_uri(), None),
+                                     ("Other", "https://g/o", None),
+                                     ("multi", "https://u/m.whl", "sys_platform == 'linux'")]
 
 
 @pytest.mark.slow
@@ -831,6 +835,110 @@ def test_a_local_wheel_the_recipe_names_keys_the_stored_stack_by_its_bytes(tmp_p
         assert len(entries(cache)) == n and verify(tmp_path / f"s{n}").returncode == 0
 
 
+def _with_uv_sources(tmp_path: Path, sources: str):
+    """The fixture world with alpha's ``[tool.uv.sources]`` set to ``sources`` (alpha is installed with its
+    dependencies; it needs tinydep)."""
+    from tests.fixtures.world import make_world, publish
+
+    world = make_world(tmp_path / "world")
+    pyproject = world.alpha_work / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n[tool.uv.sources]\n" + sources + "\n")
+    world.set_pin("alpha", publish(world.alpha_work, world.alpha_bare, "uv sources"))
+    return world
+
+
+def _plant_with_direct_url(cache: Path, url: str) -> None:
+    """tinydep edited in uv's cache (RECORD row to match) with a ``direct_url.json`` naming ``url`` planted."""
+    import json
+    import shutil
+
+    poison_uv_cache(cache / "uv", "tinydep/__init__.py", "VALUE = 666  # planted\n")
+    _add_to_cache(cache / "uv", "tinydep-1.0.dist-info/direct_url.json", json.dumps({"url": url, "archive_info": {}}))
+    shutil.rmtree(cache / "built")
+
+
+@pytest.mark.slow
+def test_a_fork_s_uv_sources_with_one_wheel_per_platform_install_and_are_held(tmp_path: Path) -> None:
+    """The second review of session 38: alpha's ``[tool.uv.sources]`` gives tinydep one wheel per platform
+    (markers); uv installs the linux one; the hold judged each wheel apart and called the healthy install unlike the
+    win one (exit 13).  Now the sources' markers are evaluated in the env's Python and every wheel asked for one
+    name is one package's: installed, held, stored, verify 0."""
+    from tests.fixtures.builtcache import entries
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    lin = build_wheel(tmp_path / "lin", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+    win = build_wheel(tmp_path / "win", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1  # win build\n"},
+                      tag="py3-none-win_amd64")
+    world = _with_uv_sources(tmp_path, f'tinydep = [{{ path = "{lin}", marker = "sys_platform == \'linux\'" }}, '
+                                       f'{{ path = "{win}", marker = "sys_platform == \'win32\'" }}]')
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    assert lin.name in (next(site(stack).glob("tinydep-1.0.dist-info")) / "direct_url.json").read_text()
+    assert len(entries(cache)) == 1 and verify(stack).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asker", ["a uv source with a false marker", "a --no-deps fork's Requires-Dist",
+                                   "a --no-deps fork's uv source"])
+def test_what_uv_never_followed_asks_for_nothing(tmp_path: Path, asker: str) -> None:
+    """The second review of session 38, two false passes: alpha's ``[tool.uv.sources]`` gives tinydep by URL under
+    a marker false here, or beta (installed ``--no-deps``) declares ``tinydep @ URL`` (or gives it so in its
+    ``[tool.uv.sources]``): uv installs tinydep from the index either way.  Then tinydep edited in uv's cache with a ``direct_url.json`` planted (naming that URL, or
+    any): the new stack took the planted bytes with exit 0 (not stored; verify 0).  Now neither asks: exit 11,
+    named, nothing stored."""
+    from october.installer.core.errors import InstallError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.gitrepos import git
+    from tests.fixtures.pkgs import write_project
+    from tests.fixtures.world import make_world, publish
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup
+
+    url = "https://example.invalid/tinydep-1.0-py3-none-any.whl"
+    if asker.startswith("a uv source"):
+        world = _with_uv_sources(tmp_path, f'tinydep = {{ url = "{url}", marker = "sys_platform == \'win32\'" }}')
+    else:
+        world = make_world(tmp_path / "world")
+        beta_work = tmp_path / "beta_work"
+        git("clone", "-q", world.beta_bare.as_uri(), str(beta_work), cwd=tmp_path)
+        write_project(beta_work, "beta", "0.2", packages={"beta": {"__init__.py": "B = 2\n"}},
+                      dependencies=[f"tinydep @ {url}" if asker.endswith("Requires-Dist") else "tinydep"])
+        if asker.endswith("uv source"):
+            pyproject = beta_work / "pyproject.toml"
+            pyproject.write_text(pyproject.read_text() + f'\n[tool.uv.sources]\ntinydep = {{ url = "{url}" }}\n')
+        world.set_pin("beta", publish(beta_work, world.beta_bare, "beta needs tinydep by URL"))
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    assert not (next(site(tmp_path / "s1").glob("tinydep-1.0.dist-info")) / "direct_url.json").exists()
+    assert len(entries(cache)) == 1
+    _plant_with_direct_url(cache, "file:///nonexistent" if asker.endswith("Requires-Dist") else url)
+    with pytest.raises(InstallError, match="came from a URL that no requirement asks for") as info:
+        setup(world, tmp_path / "s2", cache)
+    assert info.value.exit_code == 11 and "tinydep 1.0: from" in str(info.value)
+    assert not (cache / "built").exists() or entries(cache) == []
+
+
+@pytest.mark.slow
+def test_a_path_with_a_marker_in_the_recipe_asks_for_its_wheel(tmp_path: Path) -> None:
+    """The second review of session 38: ``[build] requirements = ["/.../urldep-1.0-...whl ; sys_platform ==
+    'linux'"]`` was read with its marker as the path (exit 11).  The marker is read apart, as uv reads it, and
+    evaluated: installed, held to that wheel, stored, verify 0."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    urldep = build_wheel(tmp_path / "elsewhere", "urldep", "1.0", {"urldep/__init__.py": "U = 1\n"})
+    world.recipe.write_text(world.recipe.read_text() +
+                            f'[build]\nrequirements = ["{urldep} ; sys_platform == \'linux\'"]\n')
+    cache, stack = tmp_path / "cache", tmp_path / "s1"
+    setup(world, stack, cache)
+    assert list(site(stack).glob("urldep-1.0.dist-info"))
+    assert len(entries(cache)) == 1 and verify(stack).returncode == 0
+
+
 @pytest.mark.slow
 def test_a_fork_whose_uv_sources_name_a_path_installs_and_is_held_to_that_wheel(tmp_path: Path) -> None:
     """The review of session 37: a fork's ``[tool.uv.sources]`` (``tinydep = { path = ... }``) makes uv install
@@ -971,3 +1079,8 @@ def test_a_distribution_asked_for_by_a_wheel_s_url_is_held_to_that_wheel_not_its
         {"name": "localdep", "version": "1.0", "wheels": [{"path": str(local), "hashes": {"sha256": _sha(local.read_bytes())}}]},
         {"name": "remote", "version": "1.0",
          "wheels": [{"url": "https://h.example/remote-1.0-py3-none-any.whl", "hashes": {"sha256": "ab"}}]}], packages
+    # every wheel asked for one name is one package's: held where one of them is installed (the second review of
+    # session 38: a fork's uv sources gave one wheel per platform, each judged apart)
+    other = build_wheel(tmp_path / "w2", "localdep", "1.0", {"localdep/__init__.py": "L = 1\n"}, tag="py3-none-win_amd64")
+    (both,) = url_packages(dists, asked_by_url(dists, [f"localdep @ {local.as_uri()}"], sources=[("localdep", str(other))]))
+    assert sorted(w["path"] for w in both["wheels"]) == sorted([str(local), str(other)]), both

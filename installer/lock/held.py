@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
+from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, canonicalize_version,
                              parse_sdist_filename, parse_wheel_filename)
@@ -321,21 +322,44 @@ def _asks(line: str, environment: Mapping[str, str] | None = None) -> tuple[str 
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if not req.url or (req.marker is not None and environment is not None and not _holds(req, environment)):
+        if not req.url or not marker_holds(str(req.marker) if req.marker is not None else None, environment):
             return None, None
         return str(canonicalize_name(req.name)), (str(canonicalize_name(req.name)), req.url)
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*@\s*\S", line)
     if named:
         return str(canonicalize_name(named.group(1))), None
+    if not marker_holds(_unnamed(line)[1], environment):
+        return None, None
     text = given_path(line)
     return (None, named_url(text)) if text.startswith("/") or _SCHEME.match(text) else (None, None)
 
 
+def _unnamed(line: str) -> tuple[str, str | None]:
+    """A requirement line with no name -> (its path or URL, without extras; its marker, None where none): the
+    marker after a ``;`` with a space on either side (uv's reading: a ``;`` inside a URL is the URL's)."""
+    split = re.search(r"\s+;|;\s+", line)
+    text, marker = (line[:split.start()], line[split.end():]) if split else (line, "")
+    return re.sub(r"\[[^\]/]*\]$", "", text.strip()), (marker.strip() or None)
+
+
+def marker_holds(marker: str | None, environment: Mapping[str, str] | None) -> bool:
+    """Whether a requirement's (or a uv source's) marker holds in ``environment`` (the env's Python's PEP 508
+    environment; None: not evaluated, it holds; one that cannot be evaluated holds: asking stays the safe side of
+    a false fail only where the marker says nothing we can read)."""
+    if not marker or environment is None:
+        return True
+    try:
+        return bool(Marker(marker).evaluate(dict(environment)))
+    except Exception:  # noqa: BLE001 - an unknown marker variable or value, a marker that does not parse
+        return True
+
+
 def given_path(line: str) -> str:
-    """A requirement line with no name as uv reads it: a relative path (one that starts with ``.`` or ``~``, has a
-    ``/``, or ends as a wheel or an sdist does) made absolute against the working directory uv ran in (this
-    process's: the install does not change it), ``~`` expanded; anything else stripped, as written."""
-    text = line.strip()
+    """A requirement line with no name as uv reads it, its marker and extras left out (:func:`_unnamed`): a
+    relative path (one that starts with ``.`` or ``~``, has a ``/``, or ends as a wheel or an sdist does) made
+    absolute against the working directory uv ran in (this process's: the install does not change it), ``~``
+    expanded; anything else as written."""
+    text = _unnamed(line)[0]
     if not text or _SCHEME.match(text) or text.startswith("/"):
         return text
     if text.startswith((".", "~")) or "/" in text or text.endswith((".whl", ".tar.gz", ".zip")):
@@ -365,14 +389,6 @@ def asked_files(lines: Sequence[str]) -> dict[str, str | None]:
     return out
 
 
-def _holds(req: Requirement, environment: Mapping[str, str]) -> bool:
-    """Whether the requirement's marker holds in ``environment`` (one that cannot be evaluated: it holds)."""
-    try:
-        return bool(req.marker.evaluate(dict(environment))) if req.marker is not None else True
-    except Exception:  # noqa: BLE001 - an unknown marker variable or value: taken as asking, as before
-        return True
-
-
 def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
                  own: Callable[[Dist], bool] = lambda dist: False,
                  sources: Sequence[tuple[str, str]] = (), environment: Mapping[str, str] | None = None) -> Asked:
@@ -400,29 +416,26 @@ def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
 
 def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]]:
     """Packages as a listing gives them for the distributions asked for by a wheel's URL (``asked.wanted``), so that
-    :func:`held_to_index` holds each to the wheel the *requirement* names, not the one its ``direct_url.json`` (which
-    uv's cache can plant) names: a local file read here (its sha256 taken now), another URL by Range requests (its
-    ``#sha256=`` where given).  A URL that is no wheel (an sdist, a folder, a VCS repository) is left out: that
-    distribution is not judged."""
-    out: list[dict[str, Any]] = []
+    :func:`held_to_index` holds each to the wheels the *requirements* name, not the one its ``direct_url.json``
+    (which uv's cache can plant) names: a local file read here (its sha256 taken now), another URL by Range
+    requests (its ``#sha256=`` where given).  Every wheel asked for one name is one package's (a fork's
+    ``[tool.uv.sources]`` may give one per platform, the second review of session 38: each judged apart, the one not
+    installed made the healthy install unlike): held where one of them is the installed one.  A URL that is no
+    wheel (an sdist, a folder, a VCS repository) is left out: that distribution is not judged."""
+    wheels: dict[str, list[dict[str, Any]]] = {}
     for name, url in sorted(wanted for wanted in asked.wanted if wanted[0] in dists):
-        dist = dists[name]
-        if dist.direct_url is None or _VCS.match(url):
+        if dists[name].direct_url is None or _VCS.match(url):
             continue
         bare, _, fragment = url.strip().partition("#")
         local = local_wheel({"path": bare} if bare.startswith("/") else {"url": bare})
         if not (str(local) if local is not None else unquote(urlsplit(bare).path)).endswith(".whl"):
             continue
-        if local is not None:
-            sha = sha256_or_none(local)
-            if sha is not None:
-                out.append({"name": name, "version": dist.version,
-                            "wheels": [{"path": str(local), "hashes": {"sha256": sha}}]})
-            continue
-        sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
-        out.append({"name": name, "version": dist.version,
-                    "wheels": [{"url": bare, **({"hashes": {"sha256": sha}} if sha else {})}]})
-    return out
+        sha = sha256_or_none(local) if local is not None else \
+            fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        if local is None or sha is not None:
+            wheels.setdefault(name, []).append({**({"path": str(local)} if local is not None else {"url": bare}),
+                                                **({"hashes": {"sha256": sha}} if sha else {})})
+    return [{"name": name, "version": dists[name].version, "wheels": listed} for name, listed in wheels.items()]
 
 
 def unasked(dists: Mapping[str, Dist], asked: Asked, own: Callable[[Dist], bool] = lambda dist: False) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ built: one installed from a URL of its own included), or an env with no listing 
 lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
 the stack out of the built-stack cache, said in its log.  A distribution with a ``direct_url.json`` that is not a
 fork's own install (:func:`fork_dists`: its name, editable from the checkout's root) and that nothing the install
-trusts asks for by URL (the recipe's lines, the forks' ``Requires-Dist`` and ``[tool.uv.sources]``:
+trusts asks for by URL (the recipe's lines; the ``Requires-Dist`` and ``[tool.uv.sources]`` of the forks uv
+installs with their dependencies, markers evaluated in the env's Python:
 :func:`october.installer.lock.held.asked_by_url`) fails the step (:func:`unasked_error`), listing or not: no
 command of the install put it there, so uv's cache did (a ``direct_url.json`` planted beside an edited file takes a
 distribution out of the index listing and out of the hold), or the user installed it into the env by hand.
@@ -34,41 +35,47 @@ from ..core.listing import first
 from ..engine import StepContext
 
 
-def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str]],
+def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, bool]],
                   markers: Mapping[str, str] | None = None) -> str | None:
     """-> why this env may not be stored (None: every index distribution was held to its wheel); raises the lock
     step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel, and :func:`unasked_error`
-    for one from a URL nothing asks for.  ``forks``: each fork's checkout and distribution name (what the install
-    built from them is not an index distribution); ``markers``: the env's Python's PEP 508 environment (the install
-    facts' ``markers``), for the markers of requirements that ask by URL."""
+    for one from a URL nothing asks for.  ``forks``: each fork's checkout, distribution name (what the install
+    built from them is not an index distribution) and whether uv installed it with its dependencies (only then do
+    its ``Requires-Dist`` and ``[tool.uv.sources]`` ask for anything: the second review of session 38 planted a
+    ``direct_url.json`` on a distribution a ``--no-deps`` fork's ``Requires-Dist`` names by URL, exit 0);
+    ``markers``: the env's Python's PEP 508 environment (the install facts' ``markers``), for the markers of
+    requirements and uv sources that ask by URL."""
     from ..install import records
     from ..kit.wheels import with_credentials
-    from ..lock.held import HOLD_BUDGET_S, asked_by_url, held_to_index, remote_rows, unasked, url_packages
+    from ..lock.held import HOLD_BUDGET_S, asked_by_url, held_to_index, marker_holds, remote_rows, unasked, url_packages
     from ..wheels.rangefile import client
     from .env import stack_uv
     from .lock import stale_env
     from .lockearly import EarlyLock
 
     dists = records.installed(ctx.paths.env)
-    built = fork_dists(dists, forks)
+    built = fork_dists(dists, [(path, name) for path, name, _ in forks])
+    with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
+    environment = markers if isinstance(markers, Mapping) else None
 
     def own(dist: Any) -> bool:
         return dist.name in built
 
     # needs no listing: before the listing is looked for
-    asked = asked_by_url(dists, recipe_lines(ctx), own, uv_sources([path for path, _ in forks]),
-                         markers if isinstance(markers, Mapping) else None)
+    sources = [(name, url) for name, url, marker in uv_sources([path for path, _, deps in forks if deps])
+               if marker_holds(marker, environment)]
+    asked = asked_by_url(dists, recipe_lines(ctx), lambda dist: dist.name in with_deps, sources, environment)
     named = unasked(dists, asked, own)
     if named:
         raise unasked_error(ctx, named)
     by_url = url_packages(dists, asked)      # held to the wheel the requirement names
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
-    sources = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
+    indexes = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
 
     def hold(packages: Sequence[Mapping[str, Any]]) -> Any:
         with client() as http:
-            held = held_to_index(packages, ctx.paths.env, remote_rows(http, lambda url: with_credentials(url, sources)),
+            held = held_to_index(packages, ctx.paths.env, remote_rows(http, lambda url: with_credentials(url, indexes)),
                                  dists, own=own, wait_s=HOLD_BUDGET_S + 15)
         if held.unlike:
             raise stale_env(ctx, step, held.unlike)
@@ -157,14 +164,15 @@ def _editable_dir(dist: Any) -> Path | None:
     return Path(unquote(urlsplit(url).path)).resolve()
 
 
-def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str]]:
-    """(name, URL) of each path, URL or git source the forks' ``[tool.uv.sources]`` give (a path resolved against
-    the checkout): uv follows them when it installs the fork, so those distributions come with a
-    ``direct_url.json`` naming that URL.  An ``index``, ``workspace`` or other source installs without one.  The
-    checkouts are the fetch step's, held clean to their commits."""
+def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str, str | None]]:
+    """(name, URL, marker) of each path, URL or git source the forks' ``[tool.uv.sources]`` give (a path resolved
+    against the checkout; the entry's ``marker``, None where it has none): uv follows them when it installs the fork
+    with its dependencies, where the marker holds, so those distributions come with a ``direct_url.json`` naming
+    that URL.  An ``index``, ``workspace`` or other source installs without one.  The checkouts are the fetch
+    step's, held clean to their commits."""
     import tomllib
 
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, str | None]] = []
     for checkout in checkouts:
         try:
             with open(checkout / "pyproject.toml", "rb") as fh:
@@ -176,5 +184,6 @@ def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str]]:
                 where = entry.get("path") or entry.get("url") or entry.get("git") if isinstance(entry, dict) else None
                 if isinstance(where, str) and where:
                     url = (checkout / where).resolve().as_uri() if "path" in entry else where
-                    out.append((str(name), url))
+                    marker = entry.get("marker")
+                    out.append((str(name), url, marker if isinstance(marker, str) and marker else None))
     return out

@@ -22,7 +22,8 @@ from ..git import buildoutputs
 from ..install import records
 from ..install.forkinstall import install_forks
 from ..install.importcheck import check_imports
-from ..install.plan import ForkSource, fork_inputs, fork_sources, install_settings, require_installable, verified_wheel
+from ..install.plan import (ForkSource, fork_inputs, fork_sources, install_settings, installs_deps, require_installable,
+                            verified_wheel)
 from ..install.state import editable_version, installed_state_problem
 from ..install.upstream import plan_with_base
 from ..lock.drift import installed_versions
@@ -138,7 +139,8 @@ class InstallStep:
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored
-            unheld = indexcheck.hold_to_index(ctx, self.name, [(f.path, f.dist) for f in forks],
+            held_forks = [(f.path, f.dist, installs_deps(f.use)) for f in forks]
+            unheld = indexcheck.hold_to_index(ctx, self.name, held_forks,
                                               report.facts.get("markers"))      # run whatever else keeps it out: it detects
             unstorable = unstorable or unheld
         facts = report.facts.get("forks", {})

@@ -75,7 +75,7 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
         root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None, forks=forks,
         uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing),
-        files=asked_files([*recipe_lines(ctx), *(f"{name} @ {url}" for name, url in uv_sources(checkouts))]))
+        files=asked_files([*recipe_lines(ctx), *(f"{name} @ {url}" for name, url, _ in uv_sources(checkouts))]))
 
 
 def note_recipe_key(ctx: StepContext, step: str, key: str) -> None:
