@@ -998,6 +998,48 @@ def test_bytecode_planted_in_uv_s_cache_that_is_not_its_source_s_code_fails_the_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["false", "true"])
+def test_bytecode_a_pth_imports_is_checked_before_the_env_s_python_starts(tmp_path: Path, isolation: str) -> None:
+    """The second review of session 38: a ``[build]`` requirement ``hookdep`` ships a ``.pth`` that imports
+    ``hookdep_hook`` at every start (as setuptools' ``distutils-precedence.pth`` imports ``_distutils_hack``); a
+    checked hash-based ``.pyc`` of it, other code, planted in uv's cache: the install step named it (exit 11), but
+    its code had run 3-4 times by then (the env step's probes, uv's own starts of the env's Python, a build without
+    isolation).  Now every uv install into the env is followed by the bytecode check (``StackUv.after_install``),
+    which compares in the env's Python with ``-I -S``: exit 11 and the planted code never ran."""
+    import importlib.util
+    import marshal
+    import shutil
+    import sys
+
+    from october.installer.core.errors import UnlikeRecordError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    build_wheel(world.wheels, "hookdep", "1.0", {"hookdep-precedence.pth": "import hookdep_hook\n",
+                                                  "hookdep_hook.py": "HOOK = 1\n"})
+    text = world.recipe.read_text() + '[build]\nrequirements = ["hookdep==1.0"]\n'
+    assert "build_isolation = false" in text
+    world.recipe.write_text(text.replace("build_isolation = false", f"build_isolation = {isolation}"))
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    (source,) = (cache / "uv").glob("archive-v*/*/hookdep_hook.py")
+    pwned = tmp_path / "pwned"
+    code = compile(f"HOOK = 1\nopen({str(pwned)!r}, 'a').write('ran\\n')\n", str(source), "exec")
+    pyc = source.parent / "__pycache__" / f"hookdep_hook.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
+                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(code))
+    shutil.rmtree(cache / "built")
+    with pytest.raises(UnlikeRecordError, match="not their source's code") as info:
+        setup(world, tmp_path / "s2", cache)
+    assert info.value.exit_code == 11 and "hookdep_hook" in str(info.value), str(info.value)
+    assert not pwned.exists(), pwned.read_text()                  # it never ran
+    assert not (cache / "built").exists() or entries(cache) == []
+
+
+@pytest.mark.slow
 def test_a_url_requirement_whose_marker_is_false_asks_for_nothing(tmp_path: Path) -> None:
     """The third review of session 37: alpha requires ``tinydep`` and ``tinydep @ URL ; sys_platform == 'win32'``;
     uv installs tinydep from the index (no ``direct_url.json``), but the URL line counted as asking, so a plant

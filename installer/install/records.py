@@ -188,7 +188,20 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                                 fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
                                     f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
                                     "october_setup")
-    forged = forged_bytecode(env, recorded)
+    require_own_bytecode(env, recorded, uv_cache_dir)
+    return uvs
+
+
+def require_own_bytecode(env: Path, recorded: set[str] | None, uv_cache_dir: Callable[[], str]) -> None:
+    """No unowned bytecode in ``env`` that Python would run in place of its source and that is not its source's code
+    (:func:`forged_bytecode`; ``recorded``: :func:`owned`'s answer, None: read here), else
+    :class:`UnlikeRecordError`.  Run after every uv install into the env too (``StackUv.after_install``), before
+    anything starts the env's Python with its site: a ``.pth`` imports its module at every start (the second review
+    of session 38: a planted ``.pyc`` of a module a ``.pth`` imports ran 3-4 times before the install step's
+    check); the comparison itself runs in the env's Python with ``-I -S``, no ``.pth`` read."""
+    from ..core.errors import UnlikeRecordError
+
+    forged = forged_bytecode(env, owned(env) if recorded is None else recorded)
     expected = ("each __pycache__/*.pyc no RECORD owns compiled from its source (Python loads it without reading the "
                 "source)")
     if isinstance(forged, str):
@@ -201,4 +214,3 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
                                 found=first([f"{p} ({why})" for p, why in forged], MAX_SHOWN, "; "),
                                 fix=f"remove them; uv's cache served them (a wheel unpacked there with bytecode its "
                                     f"RECORD does not list): delete {uv_cache_dir()} as well, then re-run october_setup")
-    return uvs

@@ -7,7 +7,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..core.atomic import write_text_atomic
 from ..core.clonefile import reflinks_work
@@ -42,12 +42,14 @@ def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
 
 @dataclass(frozen=True)
 class StackUv:
-    """What uv needs to install into one stack's env (``locked_packages``: name -> version under ``--locked``)."""
+    """What uv needs to install into one stack's env (``locked_packages``: name -> version under ``--locked``;
+    ``after_install``: run after every ``uv pip install`` into the env, before anything else starts its Python)."""
 
     paths: StackPaths
     recipe: Recipe
     cache_dir: Path
     locked_packages: Mapping[str, str] | None = None
+    after_install: Callable[[], None] | None = None
 
     def env(self) -> dict[str, str]:
         cache = choose_uv_cache(self.cache_dir, self.paths)
@@ -81,6 +83,8 @@ class StackUv:
         argv = [uv_exe(), "pip", "install", "--python", str(self.paths.python),
                 *self.sources(torch_index=torch_index), *self.constraints(), *args]
         runner.run(argv, step=step, env={**self.env(), **(extra_env or {})}, cwd=cwd, guard=True)
+        if self.after_install is not None:
+            self.after_install()
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:

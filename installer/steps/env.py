@@ -31,9 +31,18 @@ def resolved_nvcc(ctx: StepContext) -> Path | None:
 
 
 def stack_uv(ctx: StepContext) -> StackUv:
-    """uv for this stack's env: its paths, the recipe, the cache, the --locked packages."""
+    """uv for this stack's env: its paths, the recipe, the cache, the --locked packages; after each install the
+    env's unowned bytecode is held to its sources (:func:`october.installer.install.records.require_own_bytecode`)
+    before anything starts the env's Python."""
     locked = ctx.options.locked
-    return StackUv(ctx.paths, ctx.recipe, ctx.options.cache_dir, locked.packages if locked is not None else None)
+
+    def bytecode() -> None:
+        from ..install.records import require_own_bytecode
+
+        require_own_bytecode(ctx.paths.env, None, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
+
+    return StackUv(ctx.paths, ctx.recipe, ctx.options.cache_dir, locked.packages if locked is not None else None,
+                   bytecode)
 
 
 def stack_runtime_env(ctx: StepContext) -> dict[str, str]:
