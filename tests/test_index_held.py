@@ -940,6 +940,83 @@ def test_a_path_with_a_marker_in_the_recipe_asks_for_its_wheel(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("named", ["a wheel committed in the fork, by its uv sources",
+                                   "a wheel elsewhere, by the fork's dependencies"])
+def test_the_files_a_fork_names_key_the_stored_stack_as_they_should(tmp_path: Path, named: str) -> None:
+    """The second review of session 38: a wheel committed inside alpha's checkout (``[tool.uv.sources]`` path) put
+    each stack's own path into the key, so no second stack ever took the entry (the fork's commit pins those
+    bytes: now left out of the key); a wheel outside it named by alpha's ``dependencies`` (``tinydep @ file:``)
+    was not in the key, so a stack made after the file was replaced took the first one's tinydep (exit 0, verify
+    0).  Now the second stack takes the entry in the first case and gets the new bytes in the second."""
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.pkgs import write_project
+    from tests.fixtures.world import make_world, publish
+    from tests.test_cache_isolation import site
+    from tests.test_setup_e2e import setup, verify
+
+    world = make_world(tmp_path / "world")
+    if named.startswith("a wheel committed"):
+        build_wheel(world.alpha_work / "vendor", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+        pyproject = world.alpha_work / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text() +
+                             '\n[tool.uv.sources]\ntinydep = { path = "vendor/tinydep-1.0-py3-none-any.whl" }\n')
+    else:
+        wheel = build_wheel(tmp_path / "elsewhere", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
+        write_project(world.alpha_work, "alpha", "0.1", packages={"alpha": {"__init__.py": "A = 1\n"}},
+                      dependencies=[f"tinydep @ {wheel.as_uri()}"])
+    world.set_pin("alpha", publish(world.alpha_work, world.alpha_bare, named))
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    assert len(entries(cache)) == 1
+    if named.startswith("a wheel elsewhere"):
+        wheel.unlink()
+        build_wheel(tmp_path / "elsewhere", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 2\n"})
+    setup(world, tmp_path / "s2", cache)
+    took = "env copied from the built-stack cache entry" in (tmp_path / "s2" / "logs" / "env.log").read_text()
+    value = (site(tmp_path / "s2") / "tinydep" / "__init__.py").read_text()
+    if named.startswith("a wheel committed"):
+        assert took and len(entries(cache)) == 1 and value == "VALUE = 1\n"
+    else:
+        assert not took and len(entries(cache)) == 2 and value == "VALUE = 2\n"
+    assert verify(tmp_path / "s2").returncode == 0
+
+
+def test_bytecode_found_its_source_s_code_is_not_compared_again_until_it_changes(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs after every uv install (the second review of session 38: each compared the whole env's
+    bytecode again, 2-10 s on a real stack with ``UV_COMPILE_BYTECODE=1``): a pyc found its source's code is not
+    compared again while neither file changed; one replaced (a forged one in its place) is."""
+    import importlib.util
+    import marshal
+    import py_compile
+    import sys
+
+    from october.installer import verify_bytecode
+    from october.installer.install.records import forged_bytecode
+
+    site_dir = tmp_path / "env" / "lib" / "python3" / "site-packages"
+    site_dir.mkdir(parents=True)
+    (tmp_path / "env" / "bin").mkdir()
+    (tmp_path / "env" / "bin" / "python").symlink_to(sys.executable)
+    source = site_dir / "mod.py"
+    source.write_text("X = 1\n")
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(source), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    compared: list[int] = []
+    real = verify_bytecode.forged
+    monkeypatch.setattr(verify_bytecode, "forged", lambda python, pairs, *a: (compared.append(len(pairs)),
+                                                                               real(python, pairs, *a))[1])
+    assert forged_bytecode(tmp_path / "env", set()) == [] and compared == [1]
+    assert forged_bytecode(tmp_path / "env", set()) == [] and compared == [1, 0]
+    fake = compile("X = 666\n", str(source), "exec")
+    pyc.unlink()
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
+                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(fake))
+    found = forged_bytecode(tmp_path / "env", set())
+    assert compared == [1, 0, 1] and [p for p, _ in found] == [pyc], found
+
+
+@pytest.mark.slow
 def test_a_fork_whose_uv_sources_name_a_path_installs_and_is_held_to_that_wheel(tmp_path: Path) -> None:
     """The review of session 37: a fork's ``[tool.uv.sources]`` (``tinydep = { path = ... }``) makes uv install
     tinydep from that path with a ``direct_url.json`` while the fork's ``Requires-Dist`` says plain ``tinydep``;

@@ -6,13 +6,13 @@ a dependency resolution (vLLM pulls ``flashinfer-python``) can then never overwr
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import InstallError
+from ..core.pyproject import project_name
 from ..recipe import ForkUse
 
 if TYPE_CHECKING:
@@ -96,13 +96,7 @@ def make_plan(forks: Sequence[ForkSource], *, wheel: Path | None = None,
 
 def dist_name(path: Path, fallback: str) -> str:
     """The ``[project] name`` a checkout declares (FlashInfer's is ``flashinfer-python``), else ``fallback``."""
-    try:
-        with open(path / "pyproject.toml", "rb") as fh:
-            data = tomllib.load(fh)
-    except (FileNotFoundError, tomllib.TOMLDecodeError):
-        return fallback
-    name = data.get("project", {}).get("name")
-    return name if isinstance(name, str) and name else fallback
+    return project_name(path) or fallback
 
 
 def fork_sources(forks: Sequence[ForkUse], paths: Mapping[str, Path], commits: Mapping[str, str]) -> list[ForkSource]:

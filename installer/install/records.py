@@ -142,11 +142,32 @@ def forged_bytecode(env: Path, recorded: set[str]) -> list[tuple[Path, str]] | s
     would load instead of their source (a header it holds to the source: the unowned check lets those pass) and
     that are not their source's code, compared in the env's own Python (:func:`october.installer.verify_bytecode.forged`, ``current verify``'s
     check) -> (pyc, why); a str: the env's Python could not say (why).  uv copies every file of a cached wheel, a
-    checked hash-based ``.pyc`` with the clean source's hash and other code included."""
+    checked hash-based ``.pyc`` with the clean source's hash and other code included.  One found its source's code
+    earlier in this process is not compared again while neither file changed (:data:`_CLEAN`): the check runs after
+    every uv install (the second review of session 38: with ``UV_COMPILE_BYTECODE=1`` every check compared the
+    whole env's bytecode again, 2-10 s each on a real stack)."""
     from ..verify_bytecode import candidates, forged
 
     pairs = [(pyc, src) for pyc, src in candidates([env]) if os.path.normpath(pyc) not in recorded]
-    return forged(env / "bin" / "python", pairs)
+    signed = [(pyc, src, _signature(pyc, src)) for pyc, src in pairs]
+    todo = [(pyc, src, sig) for pyc, src, sig in signed if sig is None or _CLEAN.get(str(pyc)) != sig]
+    found = forged(env / "bin" / "python", [(pyc, src) for pyc, src, _ in todo])
+    if not isinstance(found, str):
+        bad = {pyc for pyc, _ in found}
+        _CLEAN.update((str(pyc), sig) for pyc, _, sig in todo if sig is not None and pyc not in bad)
+    return found
+
+
+_CLEAN: dict[str, tuple[int, ...]] = {}     # pyc -> its and its source's stat signatures when found its source's code
+
+
+def _signature(pyc: Path, source: Path) -> tuple[int, ...] | None:
+    """Inode, size, mtime and ctime of the pyc and of its source (ctime: no user sets it back), None if one is gone."""
+    try:
+        stats = [os.stat(pyc), os.stat(source)]
+    except OSError:
+        return None
+    return tuple(v for st in stats for v in (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],

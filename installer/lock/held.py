@@ -37,7 +37,6 @@ import queue
 import re
 import threading
 import time
-import tomllib
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
                              parse_sdist_filename, parse_wheel_filename)
 
 from ..core.hashing import record_digest, sha256_or_none
+from ..core.pyproject import project_name
 from ..core.redact import redact_url
 from ..verify_dists import Dist, installed
 from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
@@ -297,19 +297,10 @@ def named_url(url: str, name: str | None = None) -> tuple[str | None, str]:
     found: str | None = None
     try:
         found = parse_wheel_filename(file)[0] if file.endswith(".whl") else parse_sdist_filename(file)[0] \
-            if file.endswith((".tar.gz", ".zip")) else _project_name(Path(last)) if parts.scheme == "file" else None
+            if file.endswith((".tar.gz", ".zip")) else project_name(Path(last)) if parts.scheme == "file" else None
     except (InvalidWheelFilename, InvalidSdistFilename):
         pass
     return (str(canonicalize_name(found)) if found else None), url_key(url)
-
-
-def _project_name(folder: Path) -> str | None:
-    try:
-        with open(folder / "pyproject.toml", "rb") as fh:
-            name = tomllib.load(fh).get("project", {}).get("name")
-    except (OSError, tomllib.TOMLDecodeError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
 
 
 def _asks(line: str, environment: Mapping[str, str] | None = None) -> tuple[str | None, tuple[str | None, str] | None]:
@@ -367,11 +358,12 @@ def given_path(line: str) -> str:
     return text
 
 
-def asked_files(lines: Sequence[str]) -> dict[str, str | None]:
+def asked_files(lines: Sequence[str], outside: Path | None = None) -> dict[str, str | None]:
     """Each local file a requirement line names (``name @ file:...``, a path; a relative one as uv reads it:
-    :func:`given_path`) -> its sha256 (None: not readable).  The same line can name other bytes tomorrow, or from
-    another working directory: the built-stack key names these, so an entry holding one file's install is never
-    taken for another's."""
+    :func:`given_path`) -> its sha256 (None: not readable), but those inside ``outside`` (the stack: a fork
+    checkout's files are its commit's, and their paths differ per stack).  The same line can name other bytes
+    tomorrow, or from another working directory: the built-stack key names these, so an entry holding one file's
+    install is never taken for another's."""
     out: dict[str, str | None] = {}
     for line in lines:
         given = given_path(line)
@@ -384,7 +376,8 @@ def asked_files(lines: Sequence[str]) -> dict[str, str | None]:
             break
         bare = given.split("#", 1)[0]
         local = local_wheel({"path": bare} if bare.startswith("/") else {"url": bare})
-        if local is not None and local.is_file():
+        if local is not None and local.is_file() and not (outside is not None and local.resolve().is_relative_to(
+                outside.resolve())):
             out[str(local)] = sha256_or_none(local)
     return out
 

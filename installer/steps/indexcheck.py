@@ -170,16 +170,11 @@ def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str, str | None]]:
     with its dependencies, where the marker holds, so those distributions come with a ``direct_url.json`` naming
     that URL.  An ``index``, ``workspace`` or other source installs without one.  The checkouts are the fetch
     step's, held clean to their commits."""
-    import tomllib
+    from ..core.pyproject import pyproject, table
 
     out: list[tuple[str, str, str | None]] = []
     for checkout in checkouts:
-        try:
-            with open(checkout / "pyproject.toml", "rb") as fh:
-                sources = tomllib.load(fh).get("tool", {}).get("uv", {}).get("sources", {})
-        except (OSError, tomllib.TOMLDecodeError, AttributeError):
-            continue
-        for name, given in (sources.items() if isinstance(sources, dict) else ()):
+        for name, given in table(pyproject(checkout), "tool", "uv", "sources").items():
             for entry in (given if isinstance(given, list) else [given]):
                 where = entry.get("path") or entry.get("url") or entry.get("git") if isinstance(entry, dict) else None
                 if isinstance(where, str) and where:

@@ -52,7 +52,9 @@ def recipe_key(ctx: StepContext, step: str) -> str | None:
 
 
 def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], checkouts: Sequence[Path] = ()) -> str | None:
-    """The key; ``checkouts``: the forks' (their ``[tool.uv.sources]`` files are named by their bytes too)."""
+    """The key; ``checkouts``: the forks' (the local files their ``[tool.uv.sources]`` and static dependencies name
+    are named by their bytes too)."""
+    from ..core.pyproject import dependencies
     from ..lock.held import asked_files
     from ..pyenv import builtstack
     from .indexcheck import recipe_lines, uv_sources
@@ -75,7 +77,8 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
         root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None, forks=forks,
         uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing),
-        files=asked_files([*recipe_lines(ctx), *(f"{name} @ {url}" for name, url, _ in uv_sources(checkouts))]))
+        files=asked_files([*recipe_lines(ctx), *(f"{name} @ {url}" for name, url, _ in uv_sources(checkouts)),
+                           *(line for checkout in checkouts for line in dependencies(checkout))], outside=root))
 
 
 def note_recipe_key(ctx: StepContext, step: str, key: str) -> None:
