@@ -1116,6 +1116,72 @@ def test_bytecode_a_pth_imports_is_checked_before_the_env_s_python_starts(tmp_pa
     assert not (cache / "built").exists() or entries(cache) == []
 
 
+def test_the_distributions_a_pth_starts_are_the_ones_it_names(tmp_path: Path) -> None:
+    """started_by_pth: the owner of a ``.pth`` with an ``import`` line, and the owner of each top-level module a name
+    on such a line names (``import x``, ``__import__('y')``), whoever ships the ``.pth``; not a ``.pth`` of paths
+    only, nor an editable install's (built here from a folder), nor a module nobody names."""
+    from october.installer.lock.held import started_by_pth
+    from october.installer.verify_dists import Dist
+
+    site_dir = tmp_path / "site"
+
+    def dist(name: str, files: dict[str, str], editable: bool = False) -> Dist:
+        info = site_dir / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        for path, text in files.items():
+            (site_dir / path).parent.mkdir(parents=True, exist_ok=True)
+            (site_dir / path).write_text(text)
+        (info / "RECORD").write_text("".join(f"{p},,\n" for p in files) + f"{info.name}/RECORD,,\n")
+        url = {"url": (tmp_path / name).as_uri(), "dir_info": {"editable": True}} if editable else None
+        return Dist(name, "1.0", info, url)
+
+    dists = {d.name: d for d in [
+        dist("hooks", {"hooks.pth": "import os; __import__('shimmod').go()\nimport plainmod\n"}),
+        dist("shim", {"shimmod/__init__.py": "", "shimmod/x.py": ""}),
+        dist("plain", {"plainmod.py": ""}),
+        dist("paths", {"paths.pth": "/some/dir\n# import nothing\n", "pathsmod.py": ""}),
+        dist("unnamed", {"unnamedmod/__init__.py": ""}),
+        dist("fork", {"__editable__.fork.pth": "import forkfinder; forkfinder.install()\n", "forkfinder.py": ""},
+             editable=True)]}
+    assert [d.name for d in started_by_pth(dists)] == ["hooks", "plain", "shim"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", ["the module a .pth imports", "the .pth itself"])
+def test_what_a_pth_runs_is_held_to_its_wheel_before_the_env_s_python_starts(tmp_path: Path, planted: str) -> None:
+    """The second review of session 38: a ``[build]`` requirement ``hookdep`` ships a ``.pth`` that imports
+    ``hookdep_hook`` at every start; ``hookdep_hook.py`` (or the ``.pth``) edited in uv's cache with its RECORD row:
+    the install step's hold named it (exit 13), but the planted code had run five times by then (the env step's
+    probes, uv's own starts of the env's Python).  Now what a ``.pth`` starts is held to its wheel right after the
+    uv install that put it there: exit 13, the planted code never ran, nothing stored."""
+    import shutil
+
+    from october.installer.core.errors import LockError
+    from tests.fixtures.builtcache import entries
+    from tests.fixtures.world import make_world
+    from tests.test_setup_e2e import setup
+
+    world = make_world(tmp_path / "world")
+    build_wheel(world.wheels, "hookdep", "1.0", {"hookdep-precedence.pth": "import hookdep_hook\n",
+                                                  "hookdep_hook.py": "HOOK = 1\n"})
+    world.recipe.write_text(world.recipe.read_text() + '[build]\nrequirements = ["hookdep==1.0"]\n')
+    cache = tmp_path / "cache"
+    setup(world, tmp_path / "s1", cache)
+    assert len(entries(cache)) == 1
+    pwned = tmp_path / "pwned"
+    run = f"open({str(pwned)!r}, 'a').write('ran\\n')"
+    if planted.startswith("the module"):
+        poison_uv_cache(cache / "uv", "hookdep_hook.py", f"HOOK = 1\n{run}\n")
+    else:
+        poison_uv_cache(cache / "uv", "hookdep-precedence.pth", f"import hookdep_hook; {run}\n")
+    shutil.rmtree(cache / "built")
+    with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+        setup(world, tmp_path / "s2", cache)
+    assert info.value.exit_code == 13 and "hookdep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
+    assert not pwned.exists(), pwned.read_text()              # it never ran
+    assert "env" in str(info.value) and not (cache / "built").exists() or entries(cache) == []
+
+
 @pytest.mark.slow
 def test_a_url_requirement_whose_marker_is_false_asks_for_nothing(tmp_path: Path) -> None:
     """The third review of session 37: alpha requires ``tinydep`` and ``tinydep @ URL ; sys_platform == 'win32'``;

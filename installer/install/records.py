@@ -219,7 +219,9 @@ def require_own_bytecode(env: Path, recorded: set[str] | None, uv_cache_dir: Cal
     :class:`UnlikeRecordError`.  Run after every uv install into the env too (``StackUv.after_install``), before
     anything starts the env's Python with its site: a ``.pth`` imports its module at every start (the second review
     of session 38: a planted ``.pyc`` of a module a ``.pth`` imports ran 3-4 times before the install step's
-    check); the comparison itself runs in the env's Python with ``-I -S``, no ``.pth`` read."""
+    check); the comparison itself runs in the env's Python with ``-I -S``, no ``.pth`` read.  A source edited with
+    its RECORD row is the hold's to find (:func:`october.installer.steps.indexcheck.hold_started` for what a
+    ``.pth`` runs, at the same moment)."""
     from ..core.errors import UnlikeRecordError
 
     forged = forged_bytecode(env, owned(env) if recorded is None else recorded)

@@ -53,7 +53,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
 from ..core.hashing import record_digest, sha256_or_none
 from ..core.pyproject import project_name
 from ..core.redact import redact_url
-from ..verify_dists import Dist, installed
+from ..verify_dists import Dist, installed, record_rows
 from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
 
 
@@ -405,6 +405,38 @@ def asked_by_url(dists: Mapping[str, Dist], requirements: Sequence[str],
             urls.add(url)
             wanted.update([(url[0], given_path(line))] if url[0] is not None else [])
     return Asked(frozenset(names), frozenset(urls), frozenset(wanted))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def started_by_pth(dists: Mapping[str, Dist]) -> list[Dist]:
+    """The distributions whose code a ``.pth`` runs at every start of the env's Python (``site`` executes each of
+    its lines that begins with ``import``, before anything the start was for): each that owns such a ``.pth`` in its
+    site directory, and each that owns a top-level module or package a name on such a line names (``import x``,
+    ``__import__('x')``); none installed editable (built from a folder here: no wheel holds it)."""
+    owner: dict[str, str] = {}
+    pths: list[tuple[str, Path]] = []
+    for dist in dists.values():
+        try:
+            rows = [row[0] for row in record_rows(dist)]
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        for path in rows:
+            top = path.split("/", 1)[0]
+            owner.setdefault(top[:-3] if top.endswith(".py") else top, dist.name)
+            if "/" not in path and path.endswith(".pth"):
+                pths.append((dist.name, dist.site / path))
+    started: set[str] = set()
+    for name, pth in pths:
+        try:
+            lines = [ln for ln in pth.read_text(encoding="utf-8", errors="replace").splitlines()
+                     if ln.startswith(("import ", "import\t"))]
+        except OSError:
+            continue
+        started.update([name] if lines else [])
+        started.update(owner[word] for line in lines for word in _NAME.findall(line) if word in owner)
+    return [dists[name] for name in sorted(started) if dists[name].editable_path is None]
 
 
 def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]]:

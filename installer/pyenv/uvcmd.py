@@ -43,13 +43,14 @@ def choose_uv_cache(cache_dir: Path, paths: StackPaths) -> Path:
 @dataclass(frozen=True)
 class StackUv:
     """What uv needs to install into one stack's env (``locked_packages``: name -> version under ``--locked``;
-    ``after_install``: run after every ``uv pip install`` into the env, before anything else starts its Python)."""
+    ``after_install``: run after every ``uv pip install`` into the env, with the step's name, before anything else
+    starts its Python)."""
 
     paths: StackPaths
     recipe: Recipe
     cache_dir: Path
     locked_packages: Mapping[str, str] | None = None
-    after_install: Callable[[], None] | None = None
+    after_install: Callable[[str], None] | None = None
 
     def env(self) -> dict[str, str]:
         cache = choose_uv_cache(self.cache_dir, self.paths)
@@ -84,7 +85,7 @@ class StackUv:
                 *self.sources(torch_index=torch_index), *self.constraints(), *args]
         runner.run(argv, step=step, env={**self.env(), **(extra_env or {})}, cwd=cwd, guard=True)
         if self.after_install is not None:
-            self.after_install()
+            self.after_install(step)
 
 
 def recipe_source_args(recipe: Recipe, *, torch_index: bool = True) -> list[str]:

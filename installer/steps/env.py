@@ -31,15 +31,18 @@ def resolved_nvcc(ctx: StepContext) -> Path | None:
 
 
 def stack_uv(ctx: StepContext) -> StackUv:
-    """uv for this stack's env: its paths, the recipe, the cache, the --locked packages; after each install the
-    env's unowned bytecode is held to its sources (:func:`october.installer.install.records.require_own_bytecode`)
-    before anything starts the env's Python."""
+    """uv for this stack's env: its paths, the recipe, the cache, the --locked packages; after each install, before
+    anything starts the env's Python, the env's unowned bytecode is held to its sources
+    (:func:`october.installer.install.records.require_own_bytecode`) and what a ``.pth`` runs at every start to its
+    wheel (:func:`october.installer.steps.indexcheck.hold_started`)."""
     locked = ctx.options.locked
 
-    def bytecode() -> None:
+    def bytecode(step: str) -> None:
         from ..install.records import require_own_bytecode
+        from .indexcheck import hold_started
 
         require_own_bytecode(ctx.paths.env, None, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
+        hold_started(ctx, step)
 
     return StackUv(ctx.paths, ctx.recipe, ctx.options.cache_dir, locked.packages if locked is not None else None,
                    bytecode)

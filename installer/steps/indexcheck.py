@@ -24,6 +24,7 @@ distribution out of the index listing and out of the hold), or the user installe
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
@@ -46,11 +47,7 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
     ``markers``: the env's Python's PEP 508 environment (the install facts' ``markers``), for the markers of
     requirements and uv sources that ask by URL."""
     from ..install import records
-    from ..kit.wheels import with_credentials
-    from ..lock.held import HOLD_BUDGET_S, asked_by_url, held_to_index, marker_holds, remote_rows, unasked, url_packages
-    from ..wheels.rangefile import client
-    from .env import stack_uv
-    from .lock import stale_env
+    from ..lock.held import asked_by_url, marker_holds, unasked, url_packages
     from .lockearly import EarlyLock
 
     dists = records.installed(ctx.paths.env)
@@ -71,15 +68,9 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
     by_url = url_packages(dists, asked)      # held to the wheel the requirement names
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
-    indexes = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
 
     def hold(packages: Sequence[Mapping[str, Any]]) -> Any:
-        with client() as http:
-            held = held_to_index(packages, ctx.paths.env, remote_rows(http, lambda url: with_credentials(url, indexes)),
-                                 dists, own=own, wait_s=HOLD_BUDGET_S + 15)
-        if held.unlike:
-            raise stale_env(ctx, step, held.unlike)
-        return held
+        return _hold(ctx, step, packages, dists, own)
 
     if listing is None:     # not listed again here: that asks the index during the install (the lock step will)
         why = early.why_not if isinstance(early, EarlyLock) and early.why_not else "no lock step listed it"
@@ -93,6 +84,73 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
     ctx.runner.note(step, "# not held to an index wheel: " + "; ".join(held.unjudged))
     return (f"{len(held.unjudged)} index distribution(s) could not be held to the wheel they came from "
             f"({first(list(held.unjudged), 3, '; ')})")
+
+
+def _hold(ctx: StepContext, step: str, packages: Sequence[Mapping[str, Any]], dists: Mapping[str, Any],
+          own: Any = lambda dist: False) -> Any:
+    """:func:`october.installer.lock.held.held_to_index` with the recipe's sources' credentials; one distribution
+    unlike its wheel raises the lock step's stale-env error."""
+    from ..kit.wheels import with_credentials
+    from ..lock.held import HOLD_BUDGET_S, held_to_index, remote_rows
+    from ..wheels.rangefile import client
+    from .env import stack_uv
+    from .lock import stale_env
+
+    indexes = stack_uv(ctx).sources(torch_index=True)       # whose user:password@ a URL of their host takes
+    with client() as http:
+        held = held_to_index(packages, ctx.paths.env, remote_rows(http, lambda url: with_credentials(url, indexes)),
+                             dists, own=own, wait_s=HOLD_BUDGET_S + 15)
+    if held.unlike:
+        raise stale_env(ctx, step, held.unlike)
+    return held
+
+
+_STARTED: dict[str, tuple[Any, ...]] = {}     # "env name version" -> its RECORD's stat signature, once held
+
+
+def hold_started(ctx: StepContext, step: str) -> None:
+    """After a uv install into the env, before anything starts its Python: each index distribution whose code a
+    ``.pth`` runs at every start (:func:`october.installer.lock.held.started_by_pth`: setuptools'
+    ``distutils-precedence.pth`` imports ``_distutils_hack``) held to its wheel now, listed for it alone (``uv pip
+    compile`` of its pin, as the lock step lists the env); one unlike its wheel raises the lock step's stale-env
+    error before its code runs (the second review of session 38: an edit of such a module in uv's cache, RECORD row
+    and all, ran five times before the install step's hold named it).  One that cannot be held here (no wheel
+    listed, a host that does not answer, one installed from a URL of its own) is said in the log and left to the
+    install step's hold.  A distribution held once is not held again while its RECORD is unchanged."""
+    from ..core.errors import CommandFailed
+    from ..core.filetrust import signature
+    from ..install import records
+    from ..lock.held import started_by_pth
+    from ..lock.pylock import Installed
+    from .lock import _resolve_index_packages
+
+    dists = records.installed(ctx.paths.env)
+
+    def stamp(dist: Any) -> tuple[Any, ...] | None:
+        try:
+            return tuple(signature(os.stat(dist.info / "RECORD")))
+        except OSError:
+            return None
+
+    todo = [d for d in started_by_pth(dists) if _STARTED.get(f"{ctx.paths.env} {d.name} {d.version}") != stamp(d)]
+    if not todo:
+        return
+    index = [d for d in todo if d.direct_url is None]
+    for dist in todo:
+        if dist.direct_url is not None:
+            ctx.runner.note(step, f"# {dist.name} {dist.version}: a .pth starts its code, not held before it runs "
+                                  "(installed from a URL of its own); the install step's hold judges it")
+    try:
+        packages = _resolve_index_packages(ctx, [Installed(d.name, d.version, None) for d in index], ctx.runner,
+                                           "pth-compile")
+    except CommandFailed as exc:        # the lock step lists them again and says why; the install step holds them
+        ctx.runner.note(step, f"# what a .pth starts is not held before it runs: listing it failed ({exc})")
+        return
+    held = _hold(ctx, step, packages, {d.name: d for d in index})
+    for line in held.unjudged:
+        ctx.runner.note(step, f"# a .pth starts its code, not held before it runs: {line}")
+    judged = {line.split(" ", 1)[0] for line in held.unjudged}
+    _STARTED.update((f"{ctx.paths.env} {d.name} {d.version}", stamp(d)) for d in index if d.name not in judged)
 
 
 def locked_wheels(pylock: Path) -> list[Mapping[str, Any]]:

@@ -120,11 +120,13 @@ def system_section(ctx: StepContext, data: Mapping[str, Any]) -> dict[str, Any] 
             "pth_sites": pth_sites, "startup": site_startup(pth_sites)}
 
 
-def _resolve_index_packages(ctx: StepContext, dists: list[Installed], runner: Runs) -> list[dict[str, Any]]:
-    """Ask uv which files (URLs + hashes) the installed ``name==version`` pins are."""
+def _resolve_index_packages(ctx: StepContext, dists: Sequence[Installed], runner: Runs,
+                            work_dir: str = "lock-compile") -> list[dict[str, Any]]:
+    """Ask uv which files (URLs + hashes) the installed ``name==version`` pins are (``work_dir``: under the stack's
+    state folder, one per caller: the early listing may run beside another)."""
     if not dists:
         return []
-    work = ctx.paths.state / "lock-compile"
+    work = ctx.paths.state / work_dir
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     req = work / "requirements.in"
