@@ -859,7 +859,7 @@ def _plant_with_direct_url(cache: Path, url: str) -> None:
 
 @pytest.mark.slow
 def test_a_fork_s_uv_sources_with_one_wheel_per_platform_install_and_are_held(tmp_path: Path) -> None:
-    """The second review of session 38: alpha's ``[tool.uv.sources]`` gives tinydep one wheel per platform
+    """The first review of session 38: alpha's ``[tool.uv.sources]`` gives tinydep one wheel per platform
     (markers); uv installs the linux one; the hold judged each wheel apart and called the healthy install unlike the
     win one (exit 13).  Now the sources' markers are evaluated in the env's Python and every wheel asked for one
     name is one package's: installed, held, stored, verify 0."""
@@ -882,7 +882,7 @@ def test_a_fork_s_uv_sources_with_one_wheel_per_platform_install_and_are_held(tm
 @pytest.mark.parametrize("asker", ["a uv source with a false marker", "a --no-deps fork's Requires-Dist",
                                    "a --no-deps fork's uv source"])
 def test_what_uv_never_followed_asks_for_nothing(tmp_path: Path, asker: str) -> None:
-    """The second review of session 38, two false passes: alpha's ``[tool.uv.sources]`` gives tinydep by URL under
+    """The first review of session 38, two false passes: alpha's ``[tool.uv.sources]`` gives tinydep by URL under
     a marker false here, or beta (installed ``--no-deps``) declares ``tinydep @ URL`` (or gives it so in its
     ``[tool.uv.sources]``): uv installs tinydep from the index either way.  Then tinydep edited in uv's cache with a ``direct_url.json`` planted (naming that URL, or
     any): the new stack took the planted bytes with exit 0 (not stored; verify 0).  Now neither asks: exit 11,
@@ -921,7 +921,7 @@ def test_what_uv_never_followed_asks_for_nothing(tmp_path: Path, asker: str) -> 
 
 @pytest.mark.slow
 def test_a_path_with_a_marker_in_the_recipe_asks_for_its_wheel(tmp_path: Path) -> None:
-    """The second review of session 38: ``[build] requirements = ["/.../urldep-1.0-...whl ; sys_platform ==
+    """The first review of session 38: ``[build] requirements = ["/.../urldep-1.0-...whl ; sys_platform ==
     'linux'"]`` was read with its marker as the path (exit 11).  The marker is read apart, as uv reads it, and
     evaluated: installed, held to that wheel, stored, verify 0."""
     from tests.fixtures.builtcache import entries
@@ -987,7 +987,6 @@ def test_bytecode_found_its_source_s_code_is_not_compared_again_until_it_changes
     bytecode again, 2-10 s on a real stack with ``UV_COMPILE_BYTECODE=1``): a pyc found its source's code is not
     compared again while neither file changed; one replaced (a forged one in its place) is."""
     import importlib.util
-    import marshal
     import py_compile
     import sys
 
@@ -1008,10 +1007,8 @@ def test_bytecode_found_its_source_s_code_is_not_compared_again_until_it_changes
                                                                                real(python, pairs, *a))[1])
     assert forged_bytecode(tmp_path / "env", set()) == [] and compared == [1]
     assert forged_bytecode(tmp_path / "env", set()) == [] and compared == [1, 0]
-    fake = compile("X = 666\n", str(source), "exec")
     pyc.unlink()
-    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
-                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(fake))
+    assert forged_pyc(source, "X = 666\n") == pyc
     found = forged_bytecode(tmp_path / "env", set())
     assert compared == [1, 0, 1] and [p for p, _ in found] == [pyc], found
 
@@ -1040,16 +1037,26 @@ def test_a_fork_whose_uv_sources_name_a_path_installs_and_is_held_to_that_wheel(
 
 
 @pytest.mark.slow
+def forged_pyc(source: Path, code: str) -> Path:
+    """A checked hash-based ``.pyc`` of ``source`` beside it (its ``__pycache__``), with the source's hash and
+    ``code``'s bytecode: Python loads it in place of the source, whose hash it matches.  -> the pyc."""
+    import importlib.util
+    import marshal
+
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
+                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(compile(code, str(source), "exec")))
+    return pyc
+
+
 def test_bytecode_planted_in_uv_s_cache_that_is_not_its_source_s_code_fails_the_install(tmp_path: Path) -> None:
     """The third review of session 37: a checked hash-based ``tinydep/__pycache__/__init__.cpython-311.pyc`` with
     the clean source's hash and other code, put beside the unpacked tinydep in uv's cache with no RECORD row: uv
     copied it, the unowned check let it pass (Python holds it to its source's hash, which matches), and the new
     stack ran its code, was set up (exit 0) and stored.  Now the install step compares it with what its source
     compiles to in the env's Python, before anything runs there: exit 11, named, nothing stored."""
-    import importlib.util
-    import marshal
     import shutil
-    import sys
 
     from october.installer.core.errors import UnlikeRecordError
     from tests.fixtures.builtcache import entries
@@ -1061,11 +1068,7 @@ def test_bytecode_planted_in_uv_s_cache_that_is_not_its_source_s_code_fails_the_
     setup(world, tmp_path / "s1", cache)
     (source,) = (cache / "uv").glob("archive-v*/*/tinydep/__init__.py")
     pwned = tmp_path / "pwned"
-    code = compile(f"VALUE = 666\nopen({str(pwned)!r}, 'w').close()\n", str(source), "exec")
-    pyc = source.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
-    pyc.parent.mkdir()
-    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
-                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(code))
+    forged_pyc(source, f"VALUE = 666\nopen({str(pwned)!r}, 'w').close()\n")
     shutil.rmtree(cache / "built")
     with pytest.raises(UnlikeRecordError, match="not their source's code") as info:
         setup(world, s2, cache)
@@ -1077,16 +1080,13 @@ def test_bytecode_planted_in_uv_s_cache_that_is_not_its_source_s_code_fails_the_
 @pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["false", "true"])
 def test_bytecode_a_pth_imports_is_checked_before_the_env_s_python_starts(tmp_path: Path, isolation: str) -> None:
-    """The second review of session 38: a ``[build]`` requirement ``hookdep`` ships a ``.pth`` that imports
+    """The first review of session 38: a ``[build]`` requirement ``hookdep`` ships a ``.pth`` that imports
     ``hookdep_hook`` at every start (as setuptools' ``distutils-precedence.pth`` imports ``_distutils_hack``); a
     checked hash-based ``.pyc`` of it, other code, planted in uv's cache: the install step named it (exit 11), but
     its code had run 3-4 times by then (the env step's probes, uv's own starts of the env's Python, a build without
     isolation).  Now every uv install into the env is followed by the bytecode check (``StackUv.after_install``),
     which compares in the env's Python with ``-I -S``: exit 11 and the planted code never ran."""
-    import importlib.util
-    import marshal
     import shutil
-    import sys
 
     from october.installer.core.errors import UnlikeRecordError
     from tests.fixtures.builtcache import entries
@@ -1103,11 +1103,7 @@ def test_bytecode_a_pth_imports_is_checked_before_the_env_s_python_starts(tmp_pa
     setup(world, tmp_path / "s1", cache)
     (source,) = (cache / "uv").glob("archive-v*/*/hookdep_hook.py")
     pwned = tmp_path / "pwned"
-    code = compile(f"HOOK = 1\nopen({str(pwned)!r}, 'a').write('ran\\n')\n", str(source), "exec")
-    pyc = source.parent / "__pycache__" / f"hookdep_hook.{sys.implementation.cache_tag}.pyc"
-    pyc.parent.mkdir()
-    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little")
-                    + importlib.util.source_hash(source.read_bytes()) + marshal.dumps(code))
+    forged_pyc(source, f"HOOK = 1\nopen({str(pwned)!r}, 'a').write('ran\\n')\n")
     shutil.rmtree(cache / "built")
     with pytest.raises(UnlikeRecordError, match="not their source's code") as info:
         setup(world, tmp_path / "s2", cache)
@@ -1147,16 +1143,21 @@ def test_the_distributions_a_pth_starts_are_the_ones_it_names(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("planted", ["the module a .pth imports", "the .pth itself"])
+@pytest.mark.parametrize("planted", ["the module a .pth imports", "the .pth itself", "the module, RECORD left",
+                                     "a .pth no RECORD owns", "a direct_url.json"])
 def test_what_a_pth_runs_is_held_to_its_wheel_before_the_env_s_python_starts(tmp_path: Path, planted: str) -> None:
     """The second review of session 38: a ``[build]`` requirement ``hookdep`` ships a ``.pth`` that imports
     ``hookdep_hook`` at every start; ``hookdep_hook.py`` (or the ``.pth``) edited in uv's cache with its RECORD row:
     the install step's hold named it (exit 13), but the planted code had run five times by then (the env step's
     probes, uv's own starts of the env's Python).  Now what a ``.pth`` starts is held to its wheel right after the
-    uv install that put it there: exit 13, the planted code never ran, nothing stored."""
+    uv install that put it there: exit 13, the planted code never ran, nothing stored.  The third review: the
+    module edited with its RECORD row left as it was, a ``.pth`` no RECORD owns put beside the unpacked wheel, a
+    ``direct_url.json`` planted (with its row) beside the edit: each ran 4-8 times before the install step's
+    checks named it; now each is named right after the install (exit 11) and never runs."""
+    import json
     import shutil
 
-    from october.installer.core.errors import LockError
+    from october.installer.core.errors import InstallError, LockError
     from tests.fixtures.builtcache import entries
     from tests.fixtures.world import make_world
     from tests.test_setup_e2e import setup
@@ -1170,14 +1171,29 @@ def test_what_a_pth_runs_is_held_to_its_wheel_before_the_env_s_python_starts(tmp
     assert len(entries(cache)) == 1
     pwned = tmp_path / "pwned"
     run = f"open({str(pwned)!r}, 'a').write('ran\\n')"
-    if planted.startswith("the module"):
+    (hook,) = (cache / "uv").glob("archive-v*/*/hookdep_hook.py")
+    if planted in ("the module a .pth imports", "a direct_url.json"):
         poison_uv_cache(cache / "uv", "hookdep_hook.py", f"HOOK = 1\n{run}\n")
-    else:
+    elif planted == "the .pth itself":
         poison_uv_cache(cache / "uv", "hookdep-precedence.pth", f"import hookdep_hook; {run}\n")
+    elif planted == "the module, RECORD left":
+        hook.write_text(f"HOOK = 1\n{run}\n")
+    else:
+        (hook.parent / "zz_planted.pth").write_text(f"import os; {run}\n")
+    if planted == "a direct_url.json":
+        (record,) = (cache / "uv").glob("archive-v*/*/hookdep-1.0.dist-info/RECORD")
+        durl = json.dumps({"url": "file:///nonexistent", "dir_info": {}})
+        (record.parent / "direct_url.json").write_text(durl)
+        record.write_text(record.read_text() + f"hookdep-1.0.dist-info/direct_url.json,{_digest(durl)},{len(durl)}\n")
     shutil.rmtree(cache / "built")
-    with pytest.raises(LockError, match="does not hold the files its lock would name") as info:
+    expect, match = {"the module, RECORD left": (InstallError, "differ from their distribution's RECORD"),
+                     "a .pth no RECORD owns": (InstallError, "that no installed distribution's RECORD owns"),
+                     "a direct_url.json": (InstallError, "came from a URL that no requirement asks for")}.get(
+        planted, (LockError, "does not hold the files its lock would name"))
+    with pytest.raises(expect, match=match) as info:
         setup(world, tmp_path / "s2", cache)
-    assert info.value.exit_code == 13 and "hookdep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
+    assert info.value.exit_code == (13 if expect is LockError else 11), str(info.value)
+    assert expect is not LockError or "hookdep 1.0: 1 file(s) unlike" in str(info.value), str(info.value)
     assert not pwned.exists(), pwned.read_text()              # it never ran
     assert "env" in str(info.value) and not (cache / "built").exists() or entries(cache) == []
 

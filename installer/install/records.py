@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
@@ -16,7 +16,10 @@ from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..pyenv.venv import uv_own
-from ..verify_dists import Dist, installed, record_hash, record_rows
+from ..verify_dists import Dist, installed, record_hash, record_rows, site_packages
+
+if TYPE_CHECKING:
+    from ..core.errors import InstallError
 
 MAX_SHOWN = 5
 HASH_THREADS = min(8, os.cpu_count() or 1)
@@ -181,19 +184,11 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     in place of its source that is other code (:func:`forged_bytecode`; before anything runs the env's Python on
     the stack's packages).  -> the unowned files taken as uv's own (relative path -> sha256), which ``current
     verify`` holds to that record."""
-    from ..core.errors import UnlikeRecordError
     from ..verify_unowned import unowned
 
     bad = tampered(env, trust)
     if bad:
-        dists = installed(env)
-        raise UnlikeRecordError(f"installed files differ from their distribution's RECORD: {describe(bad)}",
-                                paths=[dists[name].site / item.rsplit(" (", 1)[0] for name, items in bad.items()
-                                       for item in items],
-                                expected="every file in the stack env with the hash its RECORD lists",
-                                found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
-                                fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
-                                    "cache edited through a stack that hard-linked it) and re-run october_setup")
+        raise tampered_error(env, bad, uv_cache_dir)
     recorded = owned(env)
     extra = unowned(env, recorded, system_torch)     # by ``current verify``'s rules (the venv's scaffolding, our .pth)
     uvs: dict[str, str] = {}
@@ -201,23 +196,59 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
         uvs = uv_own(env, extra, scaffold())
         extra = [p for p in extra if p.relative_to(env).as_posix() not in uvs]
     if extra:
-        shown = first([str(p) for p in extra], MAX_SHOWN, "; ")
-        raise UnlikeRecordError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD "
-                                "owns", paths=extra,
-                                expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
-                                found=shown,
-                                fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
-                                    f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
-                                    "october_setup")
+        raise unowned_error(extra, uv_cache_dir)
     require_own_bytecode(env, recorded, uv_cache_dir)
     return uvs
+
+
+SCAFFOLD_PTH = ("_virtualenv.pth", "_october_system_site.pth")    # uv 0.12's venv's, the env step's: require_intact's
+
+
+def require_owned_pth(env: Path, recorded: set[str], uv_cache_dir: Callable[[], str]) -> None:
+    """No top-level ``.pth`` in the env's site directories that no RECORD owns (``recorded``: :func:`owned`'s
+    answer), uv's venv's and the env step's own aside (:func:`require_intact` holds those to what they must be), else
+    :func:`unowned_error` naming every unowned file of the env (one round).  A ``.pth`` runs at every start of the
+    env's Python: asked right after each uv install, before anything starts it."""
+    from ..verify_unowned import unowned
+
+    if any(os.path.normpath(p) not in recorded and p.name not in SCAFFOLD_PTH
+           for site in site_packages(env) for p in site.glob("*.pth")):
+        raise unowned_error([p for p in unowned(env, recorded) if p.name not in (*SCAFFOLD_PTH, "_virtualenv.py")],
+                            uv_cache_dir)
+
+
+def tampered_error(env: Path, bad: Mapping[str, list[str]], uv_cache_dir: Callable[[], str]) -> InstallError:
+    """The error for files unlike their RECORD (:func:`tampered`'s answer)."""
+    from ..core.errors import UnlikeRecordError
+
+    dists = installed(env)
+    return UnlikeRecordError(f"installed files differ from their distribution's RECORD: {describe(bad)}",
+                             paths=[dists[name].site / item.rsplit(" (", 1)[0] for name, items in bad.items()
+                                    for item in items if name in dists],
+                             expected="every file in the stack env with the hash its RECORD lists",
+                             found=f"{sum(len(v) for v in bad.values())} file(s) in {len(bad)} distribution(s)",
+                             fix=f"uv's cache served these bytes: delete {uv_cache_dir()} (a "
+                                 "cache edited through a stack that hard-linked it) and re-run october_setup")
+
+
+def unowned_error(extra: Sequence[Path], uv_cache_dir: Callable[[], str]) -> InstallError:
+    """The error for files of the env no RECORD owns."""
+    from ..core.errors import UnlikeRecordError
+
+    return UnlikeRecordError(f"{len(extra)} file(s) in the stack env that no installed distribution's RECORD "
+                             "owns", paths=extra,
+                             expected="every file in the env owned by a RECORD (or the venv's own scaffolding)",
+                             found=first([str(p) for p in extra], MAX_SHOWN, "; "),
+                             fix=f"remove them; if uv's cache served them (a wheel unpacked there with files its "
+                                 f"RECORD does not list), delete {uv_cache_dir()} as well, then re-run "
+                                 "october_setup")
 
 
 def require_own_bytecode(env: Path, recorded: set[str] | None, uv_cache_dir: Callable[[], str]) -> None:
     """No unowned bytecode in ``env`` that Python would run in place of its source and that is not its source's code
     (:func:`forged_bytecode`; ``recorded``: :func:`owned`'s answer, None: read here), else
     :class:`UnlikeRecordError`.  Run after every uv install into the env too (``StackUv.after_install``), before
-    anything starts the env's Python with its site: a ``.pth`` imports its module at every start (the second review
+    anything starts the env's Python with its site: a ``.pth`` imports its module at every start (the first review
     of session 38: a planted ``.pyc`` of a module a ``.pth`` imports ran 3-4 times before the install step's
     check); the comparison itself runs in the env's Python with ``-I -S``, no ``.pth`` read.  A source edited with
     its RECORD row is the hold's to find (:func:`october.installer.steps.indexcheck.hold_started` for what a

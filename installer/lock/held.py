@@ -444,7 +444,7 @@ def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]
     :func:`held_to_index` holds each to the wheels the *requirements* name, not the one its ``direct_url.json``
     (which uv's cache can plant) names: a local file read here (its sha256 taken now), another URL by Range
     requests (its ``#sha256=`` where given).  Every wheel asked for one name is one package's (a fork's
-    ``[tool.uv.sources]`` may give one per platform, the second review of session 38: each judged apart, the one not
+    ``[tool.uv.sources]`` may give one per platform, the first review of session 38: each judged apart, the one not
     installed made the healthy install unlike): held where one of them is the installed one.  A URL that is no
     wheel (an sdist, a folder, a VCS repository) is left out: that distribution is not judged."""
     wheels: dict[str, list[dict[str, Any]]] = {}

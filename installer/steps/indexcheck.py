@@ -42,7 +42,7 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
     step's :func:`~october.installer.steps.lock.stale_env` error for one unlike its wheel, and :func:`unasked_error`
     for one from a URL nothing asks for.  ``forks``: each fork's checkout, distribution name (what the install
     built from them is not an index distribution) and whether uv installed it with its dependencies (only then do
-    its ``Requires-Dist`` and ``[tool.uv.sources]`` ask for anything: the second review of session 38 planted a
+    its ``Requires-Dist`` and ``[tool.uv.sources]`` ask for anything: the first review of session 38 planted a
     ``direct_url.json`` on a distribution a ``--no-deps`` fork's ``Requires-Dist`` names by URL, exit 0);
     ``markers``: the env's Python's PEP 508 environment (the install facts' ``markers``), for the markers of
     requirements and uv sources that ask by URL."""
@@ -109,22 +109,27 @@ _STARTED: dict[str, tuple[Any, ...]] = {}     # "env name version" -> its RECORD
 
 
 def hold_started(ctx: StepContext, step: str) -> None:
-    """After a uv install into the env, before anything starts its Python: each index distribution whose code a
-    ``.pth`` runs at every start (:func:`october.installer.lock.held.started_by_pth`: setuptools'
-    ``distutils-precedence.pth`` imports ``_distutils_hack``) held to its wheel now, listed for it alone (``uv pip
-    compile`` of its pin, as the lock step lists the env); one unlike its wheel raises the lock step's stale-env
-    error before its code runs (the second review of session 38: an edit of such a module in uv's cache, RECORD row
-    and all, ran five times before the install step's hold named it).  One that cannot be held here (no wheel
-    listed, a host that does not answer, one installed from a URL of its own) is said in the log and left to the
-    install step's hold.  A distribution held once is not held again while its RECORD is unchanged."""
-    from ..core.errors import CommandFailed
+    """After a uv install into the env, before anything starts its Python, what a ``.pth`` runs at every start
+    (:func:`october.installer.lock.held.started_by_pth`: setuptools' ``distutils-precedence.pth`` imports
+    ``_distutils_hack``): no top-level ``.pth`` that no RECORD owns (uv's and the env step's own aside, which the
+    install step checks), every file of those distributions as its RECORD hashes it, none from a URL nothing asks
+    for (:func:`unasked_error`), and, in the env step (which asks the sources anyway; the install step asks no index
+    while it installs), each index one held to its wheel, listed for it alone (``uv pip compile`` of its pin, as the
+    lock step lists the env): one unlike its wheel raises the lock step's stale-env error.  Each before its code
+    runs (the reviews of session 38: an edit of such a module in uv's cache, with its RECORD row or without, a
+    planted ``.pth``, a planted ``direct_url.json``, each ran 2-8 times before the install step named it).  One that
+    cannot be held here (no wheel listed, a host that does not answer) is said in the log and left to the install
+    step's hold; what those modules import from other distributions is too.  A distribution held once is not held
+    again while its RECORD is unchanged."""
     from ..core.filetrust import signature
     from ..install import records
     from ..lock.held import started_by_pth
-    from ..lock.pylock import Installed
-    from .lock import _resolve_index_packages
+    from .env import stack_uv
 
-    dists = records.installed(ctx.paths.env)
+    env = ctx.paths.env
+    cache_dir = lambda: stack_uv(ctx).env()["UV_CACHE_DIR"]       # noqa: E731
+    records.require_owned_pth(env, records.owned(env), cache_dir)
+    dists = records.installed(env)
 
     def stamp(dist: Any) -> tuple[Any, ...] | None:
         try:
@@ -132,25 +137,62 @@ def hold_started(ctx: StepContext, step: str) -> None:
         except OSError:
             return None
 
-    todo = [d for d in started_by_pth(dists) if _STARTED.get(f"{ctx.paths.env} {d.name} {d.version}") != stamp(d)]
+    todo = [d for d in started_by_pth(dists) if _STARTED.get(f"{env} {d.name} {d.version}") != stamp(d)]
     if not todo:
         return
+    bad = records.tampered(env, ctx.trust, {d.name: d for d in todo})
+    if bad:
+        raise records.tampered_error(env, bad, cache_dir)
+    packages = _started_by_url(ctx, dists, [d for d in todo if d.direct_url is not None])
     index = [d for d in todo if d.direct_url is None]
-    for dist in todo:
-        if dist.direct_url is not None:
-            ctx.runner.note(step, f"# {dist.name} {dist.version}: a .pth starts its code, not held before it runs "
-                                  "(installed from a URL of its own); the install step's hold judges it")
-    try:
-        packages = _resolve_index_packages(ctx, [Installed(d.name, d.version, None) for d in index], ctx.runner,
-                                           "pth-compile")
-    except CommandFailed as exc:        # the lock step lists them again and says why; the install step holds them
-        ctx.runner.note(step, f"# what a .pth starts is not held before it runs: listing it failed ({exc})")
-        return
-    held = _hold(ctx, step, packages, {d.name: d for d in index})
+    if step == "env" and index:
+        packages += _listed(ctx, step, index)
+    elif index:
+        ctx.runner.note(step, "# a .pth starts their code, not held to their wheels before it runs (the install asks "
+                              f"no index): {', '.join(d.name for d in index)}; the install step's hold judges them")
+        index = []
+    held = _hold(ctx, step, packages, {d.name: d for d in todo if d.direct_url is not None or d in index})
     for line in held.unjudged:
         ctx.runner.note(step, f"# a .pth starts its code, not held before it runs: {line}")
-    judged = {line.split(" ", 1)[0] for line in held.unjudged}
-    _STARTED.update((f"{ctx.paths.env} {d.name} {d.version}", stamp(d)) for d in index if d.name not in judged)
+    unjudged = {line.split(" ", 1)[0] for line in held.unjudged}
+    _STARTED.update((f"{env} {d.name} {d.version}", stamp(d)) for d in todo if d.name not in unjudged
+                    and (d.direct_url is not None or d in index))
+
+
+def _started_by_url(ctx: StepContext, dists: Mapping[str, Any], started: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """For the distributions a ``.pth`` starts that came from a URL: :func:`unasked_error` for one nothing asks for
+    (the recipe's lines; the forks installed so far, as :func:`hold_to_index` asks; markers not evaluated here), and
+    the packages that hold the others to the wheels their requirements name."""
+    from ..install.plan import dist_name, installs_deps
+    from ..lock.held import asked_by_url, unasked, url_packages
+
+    if not started:
+        return []
+    forks = [(ctx.paths.fork(f.name), dist_name(ctx.paths.fork(f.name), f.name), installs_deps(f))
+             for f in ctx.recipe.forks]
+    built = fork_dists(dists, [(path, name) for path, name, _ in forks])
+    with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
+    sources = [(name, url) for name, url, _ in uv_sources([path for path, _, deps in forks if deps])]
+    asked = asked_by_url(dists, recipe_lines(ctx), lambda dist: dist.name in with_deps, sources)
+    mine = {d.name: d for d in started}
+    named = unasked(mine, asked, lambda dist: dist.name in built)
+    if named:
+        raise unasked_error(ctx, named)
+    return url_packages(mine, asked)
+
+
+def _listed(ctx: StepContext, step: str, index: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The listing of these index distributions' pins (none, said in the log, where listing failed)."""
+    from ..core.errors import CommandFailed
+    from ..lock.pylock import Installed
+    from .lock import _resolve_index_packages
+
+    try:
+        return _resolve_index_packages(ctx, [Installed(d.name, d.version, None) for d in index], ctx.runner,
+                                       "pth-compile")
+    except CommandFailed as exc:        # the lock step lists them again and says why; the install step holds them
+        ctx.runner.note(step, f"# what a .pth starts is not held before it runs: listing it failed ({exc})")
+        return []
 
 
 def locked_wheels(pylock: Path) -> list[Mapping[str, Any]]:
