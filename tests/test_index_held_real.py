@@ -101,3 +101,28 @@ def test_the_find_links_stand_in_answers_ranges_as_the_real_file_host_does(tmp_p
     for a, b in zip(real, ours):
         assert (a.status_code, a.headers["Content-Range"], a.content) == \
             (b.status_code, b.headers["Content-Range"], b.content)
+
+
+def test_the_real_setuptools_pth_names_setuptools_and_an_edit_of_what_it_starts_is_held(tmp_path: Path) -> None:
+    """Real setuptools from PyPI ships ``distutils-precedence.pth`` (``__import__('_distutils_hack')``, run at every
+    start of the env's Python): :func:`~october.installer.lock.held.started_by_pth` names setuptools, which the
+    install holds to its wheel right after the uv install (``steps/indexcheck.hold_started``), read by Range
+    requests through the listing ``uv pip compile`` writes; ``_distutils_hack`` edited in uv's cache with its
+    RECORD row: unlike."""
+    from october.installer.lock.held import started_by_pth
+    from october.installer.verify_dists import installed
+
+    pins = ("setuptools==80.9.0", "idna==3.10")
+    cache = tmp_path / "uvc"
+    clean = _env(tmp_path, "clean", cache, pins)
+    pth = next(clean.glob("lib/python*/site-packages/distutils-precedence.pth"))
+    assert "_distutils_hack" in pth.read_text()
+    assert [d.name for d in started_by_pth(installed(clean))] == ["setuptools"]
+    packages = [p for p in _listing(tmp_path, cache, clean / "bin" / "python", pins) if p["name"] == "setuptools"]
+    with httpx.Client(follow_redirects=True) as http:
+        held = held_to_index(packages, clean, remote_rows(http), {"setuptools": installed(clean)["setuptools"]})
+        assert held.unlike == () and held.unjudged == (), held
+        poison_uv_cache(cache, "_distutils_hack/__init__.py", "planted = True\n")
+        poisoned = _env(tmp_path, "poisoned", cache, pins)
+        held = held_to_index(packages, poisoned, remote_rows(http), {"setuptools": installed(poisoned)["setuptools"]})
+    assert [u.name for u in held.unlike] == ["setuptools"], held
