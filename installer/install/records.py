@@ -244,9 +244,9 @@ def unowned_error(extra: Sequence[Path], uv_cache_dir: Callable[[], str]) -> Ins
                                  "october_setup")
 
 
-def require_own_bytecode(env: Path, recorded: set[str] | None, uv_cache_dir: Callable[[], str]) -> None:
+def require_own_bytecode(env: Path, recorded: set[str], uv_cache_dir: Callable[[], str]) -> None:
     """No unowned bytecode in ``env`` that Python would run in place of its source and that is not its source's code
-    (:func:`forged_bytecode`; ``recorded``: :func:`owned`'s answer, None: read here), else
+    (:func:`forged_bytecode`; ``recorded``: :func:`owned`'s answer), else
     :class:`UnlikeRecordError`.  Run after every uv install into the env too (``StackUv.after_install``), before
     anything starts the env's Python with its site: a ``.pth`` imports its module at every start (the first review
     of session 38: a planted ``.pyc`` of a module a ``.pth`` imports ran 3-4 times before the install step's
@@ -255,7 +255,7 @@ def require_own_bytecode(env: Path, recorded: set[str] | None, uv_cache_dir: Cal
     ``.pth`` runs, at the same moment)."""
     from ..core.errors import UnlikeRecordError
 
-    forged = forged_bytecode(env, owned(env) if recorded is None else recorded)
+    forged = forged_bytecode(env, recorded)
     expected = ("each __pycache__/*.pyc no RECORD owns compiled from its source (Python loads it without reading the "
                 "source)")
     if isinstance(forged, str):

@@ -37,15 +37,16 @@ def stack_uv(ctx: StepContext) -> StackUv:
     wheel (:func:`october.installer.steps.indexcheck.hold_started`)."""
     locked = ctx.options.locked
 
-    def bytecode(step: str) -> None:
-        from ..install.records import require_own_bytecode
+    def checked_install(step: str) -> None:
+        from ..install.records import owned, require_own_bytecode
         from .indexcheck import hold_started
 
-        require_own_bytecode(ctx.paths.env, None, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
-        hold_started(ctx, step)
+        recorded = owned(ctx.paths.env)         # the env's RECORD rows, read once for both
+        require_own_bytecode(ctx.paths.env, recorded, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"])
+        hold_started(ctx, step, recorded)
 
     return StackUv(ctx.paths, ctx.recipe, ctx.options.cache_dir, locked.packages if locked is not None else None,
-                   bytecode)
+                   checked_install)
 
 
 def stack_runtime_env(ctx: StepContext) -> dict[str, str]:

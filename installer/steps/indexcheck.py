@@ -47,25 +47,14 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
     ``markers``: the env's Python's PEP 508 environment (the install facts' ``markers``), for the markers of
     requirements and uv sources that ask by URL."""
     from ..install import records
-    from ..lock.held import asked_by_url, marker_holds, unasked, url_packages
     from .lockearly import EarlyLock
 
     dists = records.installed(ctx.paths.env)
-    built = fork_dists(dists, [(path, name) for path, name, _ in forks])
-    with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
-    environment = markers if isinstance(markers, Mapping) else None
+    # needs no listing: before the listing is looked for
+    by_url, built = _by_url(ctx, dists, dists, forks, markers if isinstance(markers, Mapping) else None)
 
     def own(dist: Any) -> bool:
         return dist.name in built
-
-    # needs no listing: before the listing is looked for
-    sources = [(name, url) for name, url, marker in uv_sources([path for path, _, deps in forks if deps])
-               if marker_holds(marker, environment)]
-    asked = asked_by_url(dists, recipe_lines(ctx), lambda dist: dist.name in with_deps, sources, environment)
-    named = unasked(dists, asked, own)
-    if named:
-        raise unasked_error(ctx, named)
-    by_url = url_packages(dists, asked)      # held to the wheel the requirement names
     early = ctx.early.get("lock")
     listing = early.current(ctx) if isinstance(early, EarlyLock) else None
 
@@ -108,7 +97,7 @@ def _hold(ctx: StepContext, step: str, packages: Sequence[Mapping[str, Any]], di
 _STARTED: dict[str, tuple[Any, ...]] = {}     # "env name version" -> its RECORD's stat signature, once held
 
 
-def hold_started(ctx: StepContext, step: str) -> None:
+def hold_started(ctx: StepContext, step: str, recorded: set[str]) -> None:
     """After a uv install into the env, before anything starts its Python, what a ``.pth`` runs at every start
     (:func:`october.installer.lock.held.started_by_pth`: setuptools' ``distutils-precedence.pth`` imports
     ``_distutils_hack``): no top-level ``.pth`` that no RECORD owns (uv's and the env step's own aside, which the
@@ -120,7 +109,7 @@ def hold_started(ctx: StepContext, step: str) -> None:
     planted ``.pth``, a planted ``direct_url.json``, each ran 2-8 times before the install step named it).  One that
     cannot be held here (no wheel listed, a host that does not answer) is said in the log and left to the install
     step's hold; what those modules import from other distributions is too.  A distribution held once is not held
-    again while its RECORD is unchanged."""
+    again while its RECORD is unchanged.  ``recorded``: the env's RECORD rows (``records.owned``)."""
     from ..core.filetrust import signature
     from ..install import records
     from ..lock.held import started_by_pth
@@ -128,7 +117,7 @@ def hold_started(ctx: StepContext, step: str) -> None:
 
     env = ctx.paths.env
     cache_dir = lambda: stack_uv(ctx).env()["UV_CACHE_DIR"]       # noqa: E731
-    records.require_owned_pth(env, records.owned(env), cache_dir)
+    records.require_owned_pth(env, recorded, cache_dir)
     dists = records.installed(env)
 
     def stamp(dist: Any) -> tuple[Any, ...] | None:
@@ -159,26 +148,37 @@ def hold_started(ctx: StepContext, step: str) -> None:
                     and (d.direct_url is not None or d in index))
 
 
+def _by_url(ctx: StepContext, dists: Mapping[str, Any], judged: Mapping[str, Any],
+            forks: Sequence[tuple[Path, str, bool]], environment: Mapping[str, str] | None
+            ) -> tuple[list[Mapping[str, Any]], frozenset[str]]:
+    """The URL rule for ``judged`` (of the env's ``dists``): :func:`unasked_error` for one from a URL nothing asks
+    for (the recipe's lines; the ``Requires-Dist`` and ``[tool.uv.sources]`` of the ``forks``, (checkout, name,
+    installed with its dependencies), that uv installed with their dependencies; markers evaluated in
+    ``environment``, None: not evaluated) -> (the packages that hold the others to the wheels their requirements
+    name, the names of the forks' own installs)."""
+    from ..lock.held import asked_by_url, marker_holds, unasked, url_packages
+
+    built = fork_dists(dists, [(path, name) for path, name, _ in forks])
+    with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
+    sources = [(name, url) for name, url, marker in uv_sources([path for path, _, deps in forks if deps])
+               if marker_holds(marker, environment)]
+    asked = asked_by_url(dists, recipe_lines(ctx), lambda dist: dist.name in with_deps, sources, environment)
+    named = unasked(judged, asked, lambda dist: dist.name in built)
+    if named:
+        raise unasked_error(ctx, named)
+    return url_packages(judged, asked), built
+
+
 def _started_by_url(ctx: StepContext, dists: Mapping[str, Any], started: Sequence[Any]) -> list[Mapping[str, Any]]:
-    """For the distributions a ``.pth`` starts that came from a URL: :func:`unasked_error` for one nothing asks for
-    (the recipe's lines; the forks installed so far, as :func:`hold_to_index` asks; markers not evaluated here), and
-    the packages that hold the others to the wheels their requirements name."""
+    """:func:`_by_url` for the distributions a ``.pth`` starts that came from a URL, with the recipe's forks as
+    installed so far (markers not evaluated here: the install facts come later)."""
     from ..install.plan import dist_name, installs_deps
-    from ..lock.held import asked_by_url, unasked, url_packages
 
     if not started:
         return []
     forks = [(ctx.paths.fork(f.name), dist_name(ctx.paths.fork(f.name), f.name), installs_deps(f))
              for f in ctx.recipe.forks]
-    built = fork_dists(dists, [(path, name) for path, name, _ in forks])
-    with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
-    sources = [(name, url) for name, url, _ in uv_sources([path for path, _, deps in forks if deps])]
-    asked = asked_by_url(dists, recipe_lines(ctx), lambda dist: dist.name in with_deps, sources)
-    mine = {d.name: d for d in started}
-    named = unasked(mine, asked, lambda dist: dist.name in built)
-    if named:
-        raise unasked_error(ctx, named)
-    return url_packages(mine, asked)
+    return _by_url(ctx, dists, {d.name: d for d in started}, forks, None)[0]
 
 
 def _listed(ctx: StepContext, step: str, index: Sequence[Any]) -> list[Mapping[str, Any]]:
