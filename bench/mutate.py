@@ -59,9 +59,9 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
                      ("tests/test_mutation_kills_wheel.py", "tests/test_wheel_verify.py")),
     "jit-integrity": ("installer/jit/integrity.py",
                       ("tests/test_mutation_kills_jit.py", "tests/test_jit_integrity.py")),
-    "verify": ("installer/verify.py", ("tests/test_mutation_kills_verify.py",)),
+    "verify": ("installer/verify/stack.py", ("tests/test_mutation_kills_verify.py",)),
     # the forks' build outputs: recorded by install, held by the no-op and by verify
-    "verify-outputs": ("installer/verify_outputs.py", ("tests/test_mutation_kills_verify.py",)),
+    "verify-outputs": ("installer/verify/outputs.py", ("tests/test_mutation_kills_verify.py",)),
     "git-buildoutputs": ("installer/git/buildoutputs.py",
                          ("tests/test_mutation_kills_verify.py", "tests/test_install_step.py")),
     "kit-check": ("installer/kit/manifest.py", ("tests/test_mutation_kills_kit.py",)),

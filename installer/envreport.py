@@ -32,7 +32,7 @@ def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
     from .git.clonecheck import GitInspectError
     from .git.worktree import dirty_entries, head_commit
-    from .verify_dists import installed
+    from .pyenv.dists import installed
 
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],

@@ -102,7 +102,7 @@ def test_an_sdist_fork_s_url_is_recorded_in_the_cache_without_its_password(tmp_p
 @pytest.mark.parametrize("value", [5, "x", [1], None])
 def test_the_fix_line_of_a_hand_edited_receipt_is_written_not_a_traceback(tmp_path: Path, value: Any) -> None:
     from october.installer.core.paths import StackPaths
-    from october.installer.verify_fix import setup_command
+    from october.installer.verify.fix import setup_command
 
     paths = StackPaths(tmp_path / "s")
     for key in ("recipe", "torch", "options"):

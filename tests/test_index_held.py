@@ -24,7 +24,7 @@ from october.installer.core.hashing import record_digest
 from october.installer.lock.held import asked_by_url, held_to_index, remote_rows, unasked
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
-from october.installer.verify_dists import Dist
+from october.installer.pyenv.dists import Dist
 from october.installer.wheels.rangefile import BLOCK, RangeFile
 from tests.fixtures.wheel_server import WheelServer
 from tests.fixtures.wheels import build_wheel
@@ -352,7 +352,7 @@ def test_a_distribution_installed_from_a_url_of_its_own_is_not_judged(tmp_path: 
     names a file, but that file is uv's cache's to plant too (the next test), so the distribution is not held to
     it: not judged, clean or poisoned, and the stack is not stored.  That only while a requirement asks for it by
     URL: asked for by none, it is named unasked (the install step fails)."""
-    from october.installer.verify_dists import installed
+    from october.installer.pyenv.dists import installed
     from tests.fixtures.findlinks_server import serve_find_links
 
     wheel = build_wheel(tmp_path / "w", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 1\n"})
@@ -381,7 +381,7 @@ def test_a_direct_url_planted_in_uv_s_cache_takes_no_distribution_out_of_the_hol
     import json
 
     from october.installer.lock.pylock import Installed, split_installed
-    from october.installer.verify_dists import installed
+    from october.installer.pyenv.dists import installed
 
     evil = build_wheel(tmp_path / "evil", "tinydep", "1.0", {"tinydep/__init__.py": "VALUE = 666\n"})
 
@@ -415,7 +415,7 @@ def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_n
     import json
 
     from october.installer.steps.indexcheck import fork_dists
-    from october.installer.verify_dists import installed
+    from october.installer.pyenv.dists import installed
 
     fork = tmp_path / "src" / "alpha"
     fork.mkdir(parents=True)
@@ -990,7 +990,7 @@ def test_bytecode_found_its_source_s_code_is_not_compared_again_until_it_changes
     import py_compile
     import sys
 
-    from october.installer import verify_bytecode
+    from october.installer.pyenv import bytecode as verify_bytecode
     from october.installer.install.records import forged_bytecode
 
     site_dir = tmp_path / "env" / "lib" / "python3" / "site-packages"
@@ -1117,7 +1117,7 @@ def test_the_distributions_a_pth_starts_are_the_ones_it_names(tmp_path: Path) ->
     on such a line names (``import x``, ``__import__('y')``), whoever ships the ``.pth``; not a ``.pth`` of paths
     only, nor an editable install's (built here from a folder), nor a module nobody names."""
     from october.installer.lock.held import started_by_pth
-    from october.installer.verify_dists import Dist
+    from october.installer.pyenv.dists import Dist
 
     site_dir = tmp_path / "site"
 

@@ -110,7 +110,7 @@ def test_the_real_setuptools_pth_names_setuptools_and_an_edit_of_what_it_starts_
     requests through the listing ``uv pip compile`` writes; ``_distutils_hack`` edited in uv's cache with its
     RECORD row: unlike."""
     from october.installer.lock.held import started_by_pth
-    from october.installer.verify_dists import installed
+    from october.installer.pyenv.dists import installed
 
     pins = ("setuptools==80.9.0", "idna==3.10")
     cache = tmp_path / "uvc"

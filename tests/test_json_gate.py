@@ -114,9 +114,9 @@ def test_the_tool_reads_no_json_file_past_the_gate() -> None:
     bad = {str(p.relative_to(PROJECT_ROOT)): lines
            for p in sorted([*(PROJECT_ROOT / "installer").rglob("*.py"), *(PROJECT_ROOT / "checks").rglob("*.py")])
            if "__pycache__" not in p.parts and (lines := offenders(p.read_text(encoding="utf-8")))}
-    # verify_bytecode.py's stack-side script reads its own stdin, which the tool writes; json_loads itself; the
+    # pyenv/bytecode.py's stack-side script reads its own stdin, which the tool writes; json_loads itself; the
     # probes run by path with -I (stdlib only, no contract) and catch RecursionError where they parse
-    assert set(bad) <= {"installer/verify_bytecode.py", "checks/contract.py", "checks/probes/distributions.py",
+    assert set(bad) <= {"installer/pyenv/bytecode.py", "checks/contract.py", "checks/probes/distributions.py",
                         "checks/probes/install_facts.py"}, bad
     for probe in ("distributions.py", "install_facts.py"):
         assert "RecursionError" in (PROJECT_ROOT / "checks" / "probes" / probe).read_text()

@@ -2,7 +2,7 @@
 
 - The steps (``installer/steps/``) are the pipeline's thin modules; ``installer/pipeline/`` plans and runs
   them.  Everything else is a library (``core``, ``recipe``, ``git``, ``wheels``, ``pyenv``, ``install``,
-  ``jit``, ``lock``, ``machine``, ``download``, ``kit``, ``smoke``, the ``verify*`` modules, ...) and
+  ``jit``, ``lock``, ``machine``, ``download``, ``kit``, ``smoke``, ``verify``, ...) and
   never imports a step or the pipeline.  The command line (``cli*.py``, ``october_setup.py``, ``noop.py``,
   ``provision.py``) and ``fleet/`` (each node runs the pipeline) may import the pipeline; only the
   command line and the pipeline may import a step.

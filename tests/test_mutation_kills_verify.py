@@ -25,7 +25,7 @@ from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
 from october.installer.git.exclude import exclude_build_outputs
-from october.installer.verify import (
+from october.installer.verify.stack import (
     MAX_FILES_LISTED,
     Difference,
     format_report,
@@ -520,7 +520,7 @@ def test_a_missing_build_output_and_a_moved_link_are_named(stack: Stack) -> None
 
 def test_a_file_no_install_recorded_is_named_and_its_command_removes_it(stack: Stack) -> None:
     """A planted extension module and a sourceless .pyc (both import) are named; bytecode in __pycache__
-    (checked against its source by Python) and FlashInfer's AOT folder (verify_jit's) are not."""
+    (checked against its source by Python) and FlashInfer's AOT folder (verify/jit.py's) are not."""
     planted = [stack.fork / "flashinfer" / "_planted.abi3.so", stack.fork / "flashinfer" / "shadow.pyc"]
     for p in planted:
         p.write_bytes(b"\x7fELF planted")

@@ -202,7 +202,7 @@ def test_the_uv_cache_of_a_fix_line_is_the_default_cache_setup_used(tmp_path: Pa
     (core.paths.default_cache_dir: $OCTOBER_CACHE_DIR with ~ expanded, else platformdirs, which honours
     XDG_CACHE_HOME), not a second guess at it ("~/.cache/october" or an unexpanded "~/oc")."""
     from october.installer.core.paths import StackPaths
-    from october.installer.verify_fix import uv_cache
+    from october.installer.verify.fix import uv_cache
 
     monkeypatch.delenv("OCTOBER_CACHE_DIR", raising=False)
     for key, value in environ.items():

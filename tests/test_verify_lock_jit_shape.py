@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from october.installer.core.paths import StackPaths
-from october.installer.verify import check_jit
+from october.installer.verify.stack import check_jit
 
 
 @pytest.mark.parametrize("jit", [["decode"], ["a", 3], "decode", {"uri": "x"}])

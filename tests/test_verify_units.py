@@ -14,8 +14,8 @@ from october.installer.core.paths import StackPaths
 from october.installer.core.resources import recipes_dir
 from october.installer.engine import MARKER_FORMAT
 from october.installer.pyenv.systorch import PTH_NAME, pth_text
-from october.installer.verify_fix import remove_files, setup_command
-from october.installer.verify_unowned import owned_paths, unowned
+from october.installer.verify.fix import remove_files, setup_command
+from october.installer.pyenv.unowned import owned_paths, unowned
 
 
 def _env(tmp: Path) -> tuple[Path, Path]:
@@ -95,11 +95,11 @@ def test_remove_files_lists_at_most_ten_and_says_how_many_more(tmp_path: Path) -
 
 
 def test_one_reader_of_installed_distributions(tmp_path: Path) -> None:
-    """verify_dists.dists_in is what verify, install's RECORD check and consistency, and the system
+    """pyenv/dists.dists_in is what verify, install's RECORD check and consistency, and the system
     torch's site listing see: each planted fault is left out or named, never a crash."""
     from october.installer.install.consistency import Dist as Needs, installed_in
     from october.installer.pyenv.systorch import site_distributions
-    from october.installer.verify_dists import dists_in, installed
+    from october.installer.pyenv.dists import dists_in, installed
 
     first, second = tmp_path / "env" / "lib" / "python3.11" / "site-packages", tmp_path / "sys"
 
@@ -149,7 +149,7 @@ def test_bytecode_of_a_source_with_nan_constants_is_its_own(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from october.installer.verify_bytecode import candidates, forged
+    from october.installer.pyenv.bytecode import candidates, forged
 
     pkg = tmp_path / "fork" / "pkg"
     pkg.mkdir(parents=True)
@@ -171,7 +171,7 @@ def test_bytecode_through_a_linked_pycache_odd_names_and_no_debug_ranges(tmp_pat
     import subprocess
     import sys
 
-    from october.installer.verify_bytecode import candidates, forged
+    from october.installer.pyenv.bytecode import candidates, forged
 
     py = Path(sys.executable)
     tag = sys.implementation.cache_tag

@@ -6,7 +6,7 @@ extension modules into the checkout, FlashInfer's editable install leaves ``flas
 The install step records each one's digest (``sha256:<hex>``; a link: ``link:<target>``, not followed), the
 no-op re-run and ``current verify`` hold the checkout to that record.  ``__pycache__`` bytecode is left out
 (Python checks it against its source), and so are the folders ``skip`` names (FlashInfer's AOT directory:
-the jit step's, checked by ``verify_jit``).
+the jit step's, checked by ``verify/jit.py``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..pyenv.venv import pyvenv_version as env_python_version
 from ..recipe.install import DeclaredException
-from ..verify_dists import dists_in, site_packages
+from ..pyenv.dists import dists_in, site_packages
 
 
 @dataclass(frozen=True)

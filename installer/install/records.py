@@ -16,7 +16,7 @@ from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
 from ..core.listing import first
 from ..pyenv.venv import uv_own
-from ..verify_dists import Dist, installed, record_hash, record_rows, site_packages
+from ..pyenv.dists import Dist, installed, record_hash, record_rows, site_packages
 
 if TYPE_CHECKING:
     from ..core.errors import InstallError
@@ -129,7 +129,7 @@ def repair(env: Path, trust: FileTrust, forks: Collection[str], *, reinstall: Ca
 
 def owned(env: Path) -> set[str]:
     """The files of ``env`` an installed distribution's RECORD names (normalized absolute paths)."""
-    from ..verify_unowned import owned_paths
+    from ..pyenv.unowned import owned_paths
 
     rows: list[tuple[Path, str]] = []
     for dist in installed(env).values():
@@ -143,13 +143,13 @@ def owned(env: Path) -> set[str]:
 def forged_bytecode(env: Path, recorded: set[str]) -> list[tuple[Path, str]] | str:
     """The ``__pycache__/*.pyc`` in ``env`` that no RECORD owns (``recorded``: :func:`owned`'s answer), that Python
     would load instead of their source (a header it holds to the source: the unowned check lets those pass) and
-    that are not their source's code, compared in the env's own Python (:func:`october.installer.verify_bytecode.forged`, ``current verify``'s
+    that are not their source's code, compared in the env's own Python (:func:`october.installer.pyenv.bytecode.forged`, ``current verify``'s
     check) -> (pyc, why); a str: the env's Python could not say (why).  uv copies every file of a cached wheel, a
     checked hash-based ``.pyc`` with the clean source's hash and other code included.  One found its source's code
     earlier in this process is not compared again while neither file changed (:data:`_CLEAN`): the check runs after
     every uv install (the second review of session 38: with ``UV_COMPILE_BYTECODE=1`` every check compared the
     whole env's bytecode again, 2-10 s each on a real stack)."""
-    from ..verify_bytecode import candidates, forged
+    from ..pyenv.bytecode import candidates, forged
 
     pairs = [(pyc, src) for pyc, src in candidates([env]) if os.path.normpath(pyc) not in recorded]
     signed = [(pyc, src, _signature(pyc, src)) for pyc, src in pairs]
@@ -184,7 +184,7 @@ def require_intact(env: Path, trust: FileTrust, uv_cache_dir: Callable[[], str],
     in place of its source that is other code (:func:`forged_bytecode`; before anything runs the env's Python on
     the stack's packages).  -> the unowned files taken as uv's own (relative path -> sha256), which ``current
     verify`` holds to that record."""
-    from ..verify_unowned import unowned
+    from ..pyenv.unowned import unowned
 
     bad = tampered(env, trust)
     if bad:
@@ -209,7 +209,7 @@ def require_owned_pth(env: Path, recorded: set[str], uv_cache_dir: Callable[[], 
     answer), uv's venv's and the env step's own aside (:func:`require_intact` holds those to what they must be), else
     :func:`unowned_error` naming every unowned file of the env (one round).  A ``.pth`` runs at every start of the
     env's Python: asked right after each uv install, before anything starts it."""
-    from ..verify_unowned import unowned
+    from ..pyenv.unowned import unowned
 
     if any(os.path.normpath(p) not in recorded and p.name not in SCAFFOLD_PTH
            for site in site_packages(env) for p in site.glob("*.pth")):

@@ -53,7 +53,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
 from ..core.hashing import record_digest, sha256_or_none
 from ..core.pyproject import project_name
 from ..core.redact import redact_url
-from ..verify_dists import Dist, installed, record_rows
+from ..pyenv.dists import Dist, installed, record_rows
 from .installed import INSTALLER_FILES, Unlike, installed_digests, local_wheel, locked_sha256, wheel_rows
 
 

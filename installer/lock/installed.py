@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name, canonicalize_version
 
 from ..core.hashing import sha256_or_none
-from ..verify_dists import Dist, installed, record_rows
+from ..pyenv.dists import Dist, installed, record_rows
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def record_recipe(paths: StackPaths, options: SetupOptions) -> None:
     --kit, --system-python, --skip-preflight), written before any step runs (under the stack lock), so a
     re-run without --recipe of a stack stopped before its receipt is not silently switched to the default one
     (``provision.recipe_for`` reads ``STACK/.state/recipe-used.json`` beside the setup receipt), and
-    ``current verify``'s fixes name the whole command (:mod:`october.installer.verify_fix`)."""
+    ``current verify``'s fixes name the whole command (:mod:`october.installer.verify.fix`)."""
     import json
 
     from ..core.atomic import write_text_atomic

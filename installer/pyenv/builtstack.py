@@ -589,7 +589,7 @@ def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> list[Path]
     -> the RECORD files written again.  Not read back for sha256: a file changed after it was written stays unlike
     its row (the tamper hunt: a line added to an editable ``.pth`` while the rest of the env was copied was
     recorded)."""
-    from ..verify_dists import installed, record_hash, record_rows
+    from .dists import installed, record_hash, record_rows
 
     moved = {p.resolve(): v for p, v in relocated.items()}
     rewritten: list[Path] = []
@@ -614,7 +614,7 @@ def rerecord(env: Path, relocated: Mapping[Path, tuple[str, int]]) -> list[Path]
 def import_restore() -> None:
     """Import what :func:`restore_env` imports where it is used (for a restore in another thread: an import there
     can wait for ever on a module lock a Ctrl-C left held, :mod:`october.installer.core.idle` says how)."""
-    from .. import verify_dists  # noqa: F401
+    from . import dists  # noqa: F401
 
 
 def restore_env(entry: Entry, env: Path, root: Path, *, stop: Callable[[], bool] | None = None,
@@ -650,7 +650,7 @@ def vouch_copied(trust: FileTrust, hashed: Mapping[Path, Hashed], *, as_record: 
     them :mod:`october.installer.git.buildoutputs` keeps): the run's checks do not read the bytes copied a second
     time (a torch env, vLLM's extension modules: gigabytes).  A file changed since it was hashed has another
     signature and is read again."""
-    from ..verify_dists import record_hash
+    from .dists import record_hash
 
     for path, h in hashed.items():
         if as_record:

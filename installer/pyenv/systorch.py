@@ -193,7 +193,7 @@ def record(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 def site_distributions(sites: Sequence[str]) -> dict[str, str]:
     """canonical name -> version of every distribution in the given site directories (no process started)."""
-    from ..verify_dists import dists_in
+    from .dists import dists_in
 
     out: dict[str, str] = {}
     for d in dists_in(sites):

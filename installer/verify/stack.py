@@ -9,22 +9,22 @@ collected first (pypa/installer's ``validate_record`` style), then reported toge
   recorded the tree as dirty under ``--allow-dirty``), submodules at the commits fetch recorded;
 * each fork's build outputs (the files git ignores that its install left in the checkout: vLLM's
   ``_C.abi3.so``, FlashInfer's ``data/`` links) with the digests the install step recorded, and no
-  other such file (see :mod:`verify_outputs`);
+  other such file (see :mod:`.outputs`);
 * every distribution in the stack env against the lock: nothing extra, nothing missing, the
   locked version; forks installed editable from ``STACK/src/<fork>``;
 * every file each distribution's RECORD lists with a hash still has that hash (and exists), each RECORD
   is the one its install wrote (the install step records their sha256), and every file in the env that
-  no RECORD owns is named (``.pth`` first; see :mod:`verify_unowned`);
+  no RECORD owns is named (``.pth`` first; see :mod:`october.installer.pyenv.unowned`);
 * every ``__pycache__`` bytecode file in the env and the fork clones that Python would load instead of
-  its source is its source's code, compared in the stack's Python (see :mod:`verify_bytecode`);
+  its source is its source's code, compared in the stack's Python (see :mod:`october.installer.pyenv.bytecode`);
 * torch is the locked build (version with its local tag, e.g. ``2.10.0+cu128``): in the env, or, for
   a site-provided torch (``[tool.october.system]``), none in the env and the recorded one in place;
 * the base wheel in ``STACK/wheels`` has the locked sha256;
 * every JIT library FlashInfer can load (workspace and AOT copies) has the sha256 the lock
-  recorded, and none other exists (see :mod:`verify_jit`).
+  recorded, and none other exists (see :mod:`.jit`).
 
 Submodules the recipe did not select are gitlinks, not checkouts: they must stay uninitialized.
-Each difference carries the command that puts it back (:mod:`verify_fix`).
+Each difference carries the command that puts it back (:mod:`.fix`).
 
 Distributions are read from their ``.dist-info`` directories, so a stack whose Python no longer runs can
 still be verified; the one process verify starts is the stack's Python, to read its bytecode (a stack
@@ -42,20 +42,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from . import verify_fix as fixes
-from . import verify_bytecode, verify_jit, verify_outputs, verify_unowned
-from .core import jsonread
-from .core.errors import LockError, StateError
-from .core.hashing import sha256_file
-from .core.paths import StackPaths
-from .core.stackmutex import StackLock
-from .core.redact import redact_url
-from .engine import read_marker, written_sha256
-from .lock.pylock import TOOL, read_lock
-from .pyenv import scaffold, stackenv
-from .pyenv.systorch import same_build
-from .pyenv.venv import earlier_uv_files, torch_cuda, uv_own, uv_venv_files
-from .verify_dists import Dist, dists_in, installed, record_hash, record_rows
+from . import fix as fixes
+from . import jit as verify_jit
+from . import outputs as verify_outputs
+from ..core import jsonread
+from ..core.errors import LockError, StateError
+from ..core.hashing import sha256_file
+from ..core.paths import StackPaths
+from ..core.stackmutex import StackLock
+from ..core.redact import redact_url
+from ..engine import read_marker, written_sha256
+from ..lock.pylock import TOOL, read_lock
+from ..pyenv import bytecode as verify_bytecode
+from ..pyenv import scaffold, stackenv
+from ..pyenv import unowned as verify_unowned
+from ..pyenv.systorch import same_build
+from ..pyenv.venv import earlier_uv_files, torch_cuda, uv_own, uv_venv_files
+from ..pyenv.dists import Dist, dists_in, installed, record_hash, record_rows
 
 MAX_FILES_LISTED = 20
 
@@ -73,7 +76,7 @@ class Difference:
     what: str
     expected: str
     found: str
-    fix: str = ""       # the command that puts it back (verify_fix)
+    fix: str = ""       # the command that puts it back (verify/fix.py)
 
     def line(self) -> str:
         return f"[{self.check}] {self.what}: expected {self.expected}, found {self.found}"
@@ -187,10 +190,10 @@ def _selection(fetched: Mapping[str, Any], receipt_fork: Mapping[str, Any]) -> l
 
 
 def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any], rerun: str) -> list[Difference]:
-    from .git.clonecheck import GitInspectError
-    from .git.hidden import Hidden
-    from .git.sparse import cone_problem, partial_or_sparse
-    from .git.worktree import dirty_entries, head_commit, kept_branch, selected, submodule_states, unheld
+    from ..git.clonecheck import GitInspectError
+    from ..git.hidden import Hidden
+    from ..git.sparse import cone_problem, partial_or_sparse
+    from ..git.worktree import dirty_entries, head_commit, kept_branch, selected, submodule_states, unheld
 
     fetch = read_marker(paths.marker("fetch")) or {}
     recorded = (fetch.get("outputs") or {}).get("forks") or {}
@@ -260,7 +263,7 @@ def check_forks(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str
 def _changed_submodules(fork: Path, dirty: Sequence[str], checked_out: Sequence[str]) -> dict[str, list[str]]:
     """Each checked-out submodule ``git status`` shows as changed (`` M sub``), with the changes inside it
     (``sub/file``): what changed there, which the fork's own status does not name."""
-    from .git.clonecheck import GitInspectError, exact_text
+    from ..git.clonecheck import GitInspectError, exact_text
 
     out: dict[str, list[str]] = {}
     for line in dirty:
@@ -275,7 +278,7 @@ def _changed_submodules(fork: Path, dirty: Sequence[str], checked_out: Sequence[
 
 
 def check_build_outputs(paths: StackPaths, lock: Mapping[str, Any], rerun: str) -> tuple[int, list[Difference]]:
-    """Each fork's build outputs as its install recorded them, and none other (see :mod:`verify_outputs`)."""
+    """Each fork's build outputs as its install recorded them, and none other (see :mod:`.outputs`)."""
     forks = {name: _fork_dir(paths, name, e) for name, e in _fork_entries(lock).items()}
     looked, findings = verify_outputs.check(paths, forks, verify_jit.aot_dirs(paths, forks.values()))
     diffs = [Difference("forks", f"fork {f.fork} ({f.checkout}) build output {f.rel}".rstrip(" "),
@@ -327,7 +330,7 @@ def check_locked_files(paths: StackPaths, lock: Mapping[str, Any], dists: Mappin
     """Each index package installed from the file the lock names, where that wheel is a file here with the locked
     sha256 (a wheel republished under its file name: the lock hashed the new bytes, the env holds the old).  A
     distribution ``named`` already (its version, its source, its files or its RECORD) is not named twice."""
-    from .lock.installed import unlike_locked
+    from ..lock.installed import unlike_locked
 
     seen = {d.what.split(" ", 1)[0] for d in named if d.check in ("distributions", "files")}
     return [Difference("distributions", u.name, f"{u.name} {u.version} installed from the locked {u.wheel} "
@@ -459,7 +462,7 @@ def _uv_venv_files(paths: StackPaths) -> dict[str, str]:
     """:func:`uv_venv_files` on the stack's interpreter; empty when uv cannot make one (nothing is excused)."""
     import subprocess
 
-    from .core.cachekey import without_key
+    from ..core.cachekey import without_key
 
     env = {k: v for k, v in without_key().items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
     try:
@@ -529,7 +532,7 @@ def check_torch(lock: Mapping[str, Any], dists: Mapping[str, Dist], rerun: str) 
 def check_system(paths: StackPaths, lock: Mapping[str, Any], receipt: Mapping[str, Any]) -> list[Difference]:
     """A site-provided torch's interpreter: the distributions it gives the stack as the lock recorded them
     (``[tool.october.system.packages]``, in its ``sites``)."""
-    from .lock.drift import system_drift
+    from ..lock.drift import system_drift
 
     changed = system_drift(lock, paths.env)
     if not changed:

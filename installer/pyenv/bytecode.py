@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from .core.cachekey import without_key
+from ..core.cachekey import without_key
 
 # runs in the stack's Python (-I -S: nothing of the stack is imported); stdin: [[pyc, source], ...];
 # stdout: [[pyc, why], ...] for each that Python would load and that is not its source's code

@@ -4,7 +4,7 @@ An editable fork install leaves files git does not track in the checkout (vLLM's
 extension modules, FlashInfer's ``data/`` links and ``_build_meta.py``), and they are imported at run time:
 every one recorded must be there with its digest (every byte read again), and a file git ignores there that
 no install recorded (a planted ``.so`` or ``.py``) is named, except ``__pycache__`` bytecode and FlashInfer's
-AOT directories (:mod:`verify_jit` checks those).
+AOT directories (:mod:`.jit` checks those).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .core.paths import StackPaths
-from .engine import read_marker
-from .git import buildoutputs
-from .git.clonecheck import GitInspectError
+from ..core.paths import StackPaths
+from ..engine import read_marker
+from ..git import buildoutputs
+from ..git.clonecheck import GitInspectError
 
 
 @dataclass(frozen=True)

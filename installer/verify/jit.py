@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .core.hashing import sha256_file
-from .core.paths import StackPaths
-from .engine import read_marker
-from .jit.integrity import manifest_aot_dir
+from ..core.hashing import sha256_file
+from ..core.paths import StackPaths
+from ..engine import read_marker
+from ..jit.integrity import manifest_aot_dir
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .pyenv import scaffold
-from .pyenv.systorch import PTH_NAME, pth_text
-from .verify_bytecode import source_of
+from . import scaffold
+from .systorch import PTH_NAME, pth_text
+from .bytecode import source_of
 
 SCAFFOLD_TOP = {*scaffold.TOP, ".lock"}         # the venv's own files, as the env step records them (and uv's lock)
 SCAFFOLD_BIN = re.compile(f"({scaffold.PYTHON.pattern}|{scaffold.SCRIPTS.pattern})")

@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from .core import jsonread
-from .core.hashing import CHUNK, record_digest
+from ..core import jsonread
+from ..core.hashing import CHUNK, record_digest
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .core import jsonread
-from .core.paths import StackPaths, default_cache_dir
-from .core.resources import recipes_dir
-from .engine import read_marker
+from ..core import jsonread
+from ..core.paths import StackPaths, default_cache_dir
+from ..core.resources import recipes_dir
+from ..engine import read_marker
 
 MAX_PATHS = 10
 
