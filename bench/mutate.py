@@ -60,6 +60,8 @@ TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "jit-integrity": ("installer/jit/integrity.py",
                       ("tests/test_mutation_kills_jit.py", "tests/test_jit_integrity.py")),
     "verify": ("installer/verify/stack.py", ("tests/test_mutation_kills_verify.py",)),
+    "verify-env": ("installer/verify/env.py", ("tests/test_mutation_kills_verify.py",)),
+    "verify-forks": ("installer/verify/forks.py", ("tests/test_mutation_kills_verify.py",)),
     # the forks' build outputs: recorded by install, held by the no-op and by verify
     "verify-outputs": ("installer/verify/outputs.py", ("tests/test_mutation_kills_verify.py",)),
     "git-buildoutputs": ("installer/git/buildoutputs.py",

@@ -110,7 +110,8 @@ def verify(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from .verify.stack import format_report, verify_stack
+        from .verify.report import format_report
+        from .verify.stack import verify_stack
 
         stack = install_option(install)
         bar = lambda done, total: ui.transfer("hashing installed files", done, total, "B")  # noqa: E731

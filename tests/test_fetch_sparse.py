@@ -148,7 +148,7 @@ def test_a_changed_cone_in_the_stack_is_found_and_the_next_run_restores_it(tmp_p
 def test_current_verify_names_a_changed_cone(tmp_path: Path, world: dict) -> None:
     from october.installer.core.paths import StackPaths
     from october.installer.engine import MARKER_FORMAT
-    from october.installer.verify.stack import check_forks
+    from october.installer.verify.forks import check_forks
     ctx, step, result = _fetch(tmp_path, _fork(world))
     paths = StackPaths(tmp_path / "stack")
     paths.marker("fetch").parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ def test_a_fork_made_sparse_is_not_a_clean_clone(tmp_path: Path, world: dict) ->
     assert bad is not None and "sparse or partial checkout" in bad, bad
     from october.installer.core.paths import StackPaths
     from october.installer.engine import MARKER_FORMAT
-    from october.installer.verify.stack import check_forks
+    from october.installer.verify.forks import check_forks
     paths = StackPaths(tmp_path / "stack")
     paths.marker("fetch").parent.mkdir(parents=True, exist_ok=True)
     paths.marker("fetch").write_text(json.dumps({"format_version": MARKER_FORMAT, "outputs": result.to_json()}))

@@ -25,14 +25,9 @@ from october.installer.core.errors import LockError, StateError
 from october.installer.core.hashing import sha256_file
 from october.installer.core.paths import StackPaths
 from october.installer.git.exclude import exclude_build_outputs
-from october.installer.verify.stack import (
-    MAX_FILES_LISTED,
-    Difference,
-    format_report,
-    installed,
-    read_stack_records,
-    verify_stack,
-)
+from october.installer.pyenv.dists import installed
+from october.installer.verify.report import MAX_FILES_LISTED, Difference, format_report
+from october.installer.verify.stack import read_stack_records, verify_stack
 
 TORCH = "2.10.0+cu128"
 JIT_LIB = "jit/.cache/cached_ops/batch_decode_k16/batch_decode_k16.so"

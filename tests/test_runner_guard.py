@@ -68,7 +68,7 @@ def test_the_cache_key_reaches_no_stack_python_the_checks_start(tmp_path: Path, 
     from october.installer.git import git_env
     from october.installer.lock.drift import _outside_sites
     from october.installer.pyenv.uvcmd import uv_exe
-    from october.installer.verify.stack import _uv_venv_files
+    from october.installer.verify.env import _uv_venv_files
 
     stack = tmp_path / "stack"
     sp.run([uv_exe(), "venv", "-q", str(stack / "env")], check=True, capture_output=True,

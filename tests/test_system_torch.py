@@ -647,7 +647,7 @@ def test_the_system_torch_swapped_for_another_cuda_build_of_its_version_is_a_dif
     assert found.returncode == 13 and "built for CUDA 13.0" in found.stderr and "a build for CUDA 12.8" in found.stderr, \
         found.stderr
     # torch's own generated file, as the real wheels write it
-    from october.installer.verify.stack import torch_cuda
+    from october.installer.pyenv.venv import torch_cuda
 
     real = tmp_path / "version.py"
     real.write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"
