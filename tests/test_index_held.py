@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from october.installer.core.hashing import record_digest
-from october.installer.lock.held import asked_by_url, held_to_index, remote_rows, unasked
+from october.installer.lock.asked import asked_by_url, unasked
+from october.installer.lock.held import held_to_index, remote_rows
 from october.installer.lock.installed import wheel_rows
 from october.installer.pyenv.uvcmd import uv_exe
 from october.installer.pyenv.dists import Dist
@@ -464,7 +465,7 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
     ``Requires-Dist``; never another distribution's ``Requires-Dist`` (uv's cache serves its METADATA: the reviews
     of session 37 planted one in a distribution built from its sdist, and in one asked for by URL) nor a
     planter's."""
-    from october.installer.lock.held import asked_files, given_path, named_url, url_key
+    from october.installer.lock.asked import asked_files, given_path, named_url, url_key
 
     u = "https://example.invalid/x.whl"
     helper = tmp_path / "h" / "helper-1.0-py3-none-any.whl"
@@ -543,7 +544,7 @@ def test_what_asks_for_a_distribution_by_url_is_followed_from_the_recipe_and_the
 def test_a_url_a_recipe_gives_and_the_one_uv_writes_have_one_key(given: str, written: str) -> None:
     """The second review of session 37: ``file://localhost/``, credentials, a ``git+file`` revision, a branch with a
     ``/`` and an upper-case scheme were keyed apart from what uv writes into ``direct_url.json``."""
-    from october.installer.lock.held import url_key
+    from october.installer.lock.asked import url_key
 
     assert url_key(given) == url_key(written)
 
@@ -814,7 +815,7 @@ def test_a_local_wheel_the_recipe_names_keys_the_stored_stack_by_its_bytes(tmp_p
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """``[build] requirements = ["../urldep-1.0-...whl"]``: the same line names other bytes from another working
     directory, or once the file is replaced.  The built-stack key names each local file a requirement names by its
-    sha256 (``lock.held.asked_files``), so a stack stored with one file's install is never taken for another's:
+    sha256 (``lock.asked.asked_files``), so a stack stored with one file's install is never taken for another's:
     each new stack gets the wheel its line names now (before, the key held the line only: a second stack from
     another directory took the first one's urldep)."""
     from tests.fixtures.builtcache import entries
@@ -1116,7 +1117,7 @@ def test_the_distributions_a_pth_starts_are_the_ones_it_names(tmp_path: Path) ->
     """started_by_pth: the owner of a ``.pth`` with an ``import`` line, and the owner of each top-level module a name
     on such a line names (``import x``, ``__import__('y')``), whoever ships the ``.pth``; not a ``.pth`` of paths
     only, nor an editable install's (built here from a folder), nor a module nobody names."""
-    from october.installer.lock.held import started_by_pth
+    from october.installer.lock.asked import started_by_pth
     from october.installer.pyenv.dists import Dist
 
     site_dir = tmp_path / "site"
@@ -1263,7 +1264,7 @@ def test_an_env_made_again_after_its_lock_is_held_to_the_lock_s_wheels(tmp_path:
 def test_a_distribution_asked_for_by_a_wheel_s_url_is_held_to_that_wheel_not_its_direct_url(tmp_path: Path) -> None:
     """url_packages: the wheel the requirement names (a local file with its sha256 taken now; another URL with its
     ``#sha256=``), never the URL the ``direct_url.json`` gives; an sdist, a folder or a VCS URL holds nothing."""
-    from october.installer.lock.held import asked_by_url, url_packages
+    from october.installer.lock.asked import asked_by_url, url_packages
 
     local = build_wheel(tmp_path / "w", "localdep", "1.0", {"localdep/__init__.py": "L = 1\n"})
     dists = {d.name: d for d in [

@@ -105,11 +105,11 @@ def test_the_find_links_stand_in_answers_ranges_as_the_real_file_host_does(tmp_p
 
 def test_the_real_setuptools_pth_names_setuptools_and_an_edit_of_what_it_starts_is_held(tmp_path: Path) -> None:
     """Real setuptools from PyPI ships ``distutils-precedence.pth`` (``__import__('_distutils_hack')``, run at every
-    start of the env's Python): :func:`~october.installer.lock.held.started_by_pth` names setuptools, which the
+    start of the env's Python): :func:`~october.installer.lock.asked.started_by_pth` names setuptools, which the
     install holds to its wheel right after the uv install (``steps/indexcheck.hold_started``), read by Range
     requests through the listing ``uv pip compile`` writes; ``_distutils_hack`` edited in uv's cache with its
     RECORD row: unlike."""
-    from october.installer.lock.held import started_by_pth
+    from october.installer.lock.asked import started_by_pth
     from october.installer.pyenv.dists import installed
 
     pins = ("setuptools==80.9.0", "idna==3.10")

@@ -668,7 +668,7 @@ def key_for(root: Path, *, env_inputs: Any, install_inputs: Mapping[str, Any], w
     standing for the wheel's hash: the wheel step runs after env), each fork's ``{commit, submodules, sparse}``,
     uv (:func:`uv_identity`), this tool's code, a site-provided torch's identity, the signing key's id
     (``signer``: :func:`october.installer.core.cachekey.key_id`) and the sha256 of each local file a requirement
-    names by path or ``file:`` URL (``files``: :func:`october.installer.lock.held.asked_files`; the line alone does
+    names by path or ``file:`` URL (``files``: :func:`october.installer.lock.asked.asked_files`; the line alone does
     not say which bytes it installs)."""
     install = dict(install_inputs)
     install.pop("wheel_sha256", None)

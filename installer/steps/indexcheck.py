@@ -17,7 +17,7 @@ the stack out of the built-stack cache, said in its log.  A distribution with a 
 fork's own install (:func:`fork_dists`: its name, editable from the checkout's root) and that nothing the install
 trusts asks for by URL (the recipe's lines; the ``Requires-Dist`` and ``[tool.uv.sources]`` of the forks uv
 installs with their dependencies, markers evaluated in the env's Python:
-:func:`october.installer.lock.held.asked_by_url`) fails the step (:func:`unasked_error`), listing or not: no
+:func:`october.installer.lock.asked.asked_by_url`) fails the step (:func:`unasked_error`), listing or not: no
 command of the install put it there, so uv's cache did (a ``direct_url.json`` planted beside an edited file takes a
 distribution out of the index listing and out of the hold), or the user installed it into the env by hand.
 """
@@ -99,7 +99,7 @@ _STARTED: dict[str, tuple[Any, ...]] = {}     # "env name version" -> its RECORD
 
 def hold_started(ctx: StepContext, step: str, recorded: set[str]) -> None:
     """After a uv install into the env, before anything starts its Python, what a ``.pth`` runs at every start
-    (:func:`october.installer.lock.held.started_by_pth`: setuptools' ``distutils-precedence.pth`` imports
+    (:func:`october.installer.lock.asked.started_by_pth`: setuptools' ``distutils-precedence.pth`` imports
     ``_distutils_hack``): no top-level ``.pth`` that no RECORD owns (uv's and the env step's own aside, which the
     install step checks), every file of those distributions as its RECORD hashes it, none from a URL nothing asks
     for (:func:`unasked_error`), and, in the env step (which asks the sources anyway; the install step asks no index
@@ -112,7 +112,7 @@ def hold_started(ctx: StepContext, step: str, recorded: set[str]) -> None:
     again while its RECORD is unchanged.  ``recorded``: the env's RECORD rows (``records.owned``)."""
     from ..core.filetrust import signature
     from ..install import records
-    from ..lock.held import started_by_pth
+    from ..lock.asked import started_by_pth
     from .env import stack_uv
 
     env = ctx.paths.env
@@ -156,7 +156,7 @@ def _by_url(ctx: StepContext, dists: Mapping[str, Any], judged: Mapping[str, Any
     installed with its dependencies), that uv installed with their dependencies; markers evaluated in
     ``environment``, None: not evaluated) -> (the packages that hold the others to the wheels their requirements
     name, the names of the forks' own installs)."""
-    from ..lock.held import asked_by_url, marker_holds, unasked, url_packages
+    from ..lock.asked import asked_by_url, marker_holds, unasked, url_packages
 
     built = fork_dists(dists, [(path, name) for path, name, _ in forks])
     with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
@@ -254,7 +254,7 @@ def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> f
 
 
 def _editable_dir(dist: Any) -> Path | None:
-    from ..lock.held import direct_url
+    from ..lock.asked import direct_url
 
     info = direct_url(dist)
     url = str(info.get("url") or "")

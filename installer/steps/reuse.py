@@ -55,7 +55,7 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
     """The key; ``checkouts``: the forks' (the local files their ``[tool.uv.sources]`` and static dependencies name
     are named by their bytes too)."""
     from ..core.pyproject import dependencies
-    from ..lock.held import asked_files
+    from ..lock.asked import asked_files
     from ..pyenv import builtstack
     from .indexcheck import recipe_lines, uv_sources
     from .install import InstallStep
