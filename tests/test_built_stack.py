@@ -22,7 +22,7 @@ import pytest
 from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.pyenv import builtstack
+from october.installer.pyenv import builtkey, builtrestore, builtstack
 from tests.fixtures.builtcache import entries, rewrite_entry_with_manifest
 from tests.fixtures.world import World
 from tests.test_cache_isolation import POISON, inodes, site
@@ -94,7 +94,7 @@ def test_what_is_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_r
     copy has another signature: read again, and found."""
     entry = _stored_entry(world, tmp_path)
     root = tmp_path / "s3"
-    hashed = builtstack.restore_env(entry, root / "env", root)
+    hashed = builtrestore.restore_env(entry, root / "env", root)
     tiny = next((root / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
     assert tiny in hashed and all(p.is_file() and p.is_relative_to(root / "env") for p in hashed)
     read: list[Path] = []
@@ -106,7 +106,7 @@ def test_what_is_copied_from_an_entry_is_read_once_and_a_file_changed_since_is_r
 
     monkeypatch.setattr(records, "record_hash", counted)
     trust = FileTrust(tmp_path / "t.json")
-    builtstack.vouch_copied(trust, hashed)
+    builtrestore.vouch_copied(trust, hashed)
     assert records.tampered(root / "env", trust) == {}
     assert read and not set(read) & set(hashed)         # RECORD's other files only: none the copy hashed
     with open(tiny, "a") as fh:
@@ -133,12 +133,12 @@ def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: Wo
 
     monkeypatch.setattr(builtstack, "sha256_file", hash_then_write)
     root = tmp_path / "s3"
-    hashed = builtstack.restore_env(entry, root / "env", root)
+    hashed = builtrestore.restore_env(entry, root / "env", root)
     monkeypatch.undo()
     tiny = next((root / "env").glob("lib/python*/site-packages")) / "tinydep" / "__init__.py"
     assert planted and POISON in tiny.read_text() and tiny not in hashed and len(hashed) > 1
     trust = FileTrust(tmp_path / "t.json")
-    builtstack.vouch_copied(trust, hashed)
+    builtrestore.vouch_copied(trust, hashed)
     assert list(records.tampered(root / "env", trust)) == ["tinydep"]
 
 
@@ -149,17 +149,17 @@ def test_on_a_filesystem_with_whole_second_times_nothing_copied_is_vouched_for(w
     such a filesystem nothing is vouched for: the checks read the files.  The signature rounded to whole seconds
     stands in for that filesystem (making one needs a loop mount)."""
     entry = _stored_entry(world, tmp_path)
-    real = builtstack.signature
+    real = builtrestore.signature
 
     def whole_seconds(st: os.stat_result) -> list[int]:
         ino, size, mtime, ctime = real(st)
         return [ino, size, mtime // 10**9 * 10**9, ctime // 10**9 * 10**9]
 
-    monkeypatch.setattr(builtstack, "signature", whole_seconds)
+    monkeypatch.setattr(builtrestore, "signature", whole_seconds)
     root = tmp_path / "s3"
-    assert builtstack.restore_env(entry, root / "env", root) == {}
+    assert builtrestore.restore_env(entry, root / "env", root) == {}
     monkeypatch.undo()
-    assert len(builtstack.restore_env(entry, tmp_path / "s5" / "env", tmp_path / "s5")) > 1
+    assert len(builtrestore.restore_env(entry, tmp_path / "s5" / "env", tmp_path / "s5")) > 1
 
 
 def test_an_env_refused_after_its_copy_takes_its_vouched_digests_with_it(world: World, tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_an_env_refused_after_its_copy_takes_its_vouched_digests_with_it(world: 
     ctx = StepContext(options=SetupOptions(stack=paths.root, recipe=load_recipe(str(world.recipe)),
                                            cache_dir=tmp_path / "cache"),
                       paths=paths, runner=Runner(paths.logs), ui=SilentReporter())
-    builtstack.vouch_copied(ctx.trust, builtstack.restore_env(entry, paths.env, paths.root))
+    builtrestore.vouch_copied(ctx.trust, builtrestore.restore_env(entry, paths.env, paths.root))
     assert any(k.startswith(str(paths.env) + os.sep) for k in ctx.trust.vouched)
     reuse.refuse_entry(ctx, "env", entry, "planted")
     assert not paths.env.exists() and ctx.trust.vouched == {}
@@ -234,7 +234,7 @@ def test_a_relocated_file_changed_while_the_env_is_copied_is_unlike_its_record(w
     start) are written first; their RECORD rows were made at the end of the copy by reading them back, so a line
     added in between was recorded as theirs and passed every check.  The rows now say the bytes written."""
     entry = _stored_entry(world, tmp_path)
-    real = builtstack.clone_or_copy
+    real = builtrestore.clone_or_copy
     planted: list[Path] = []
 
     def copy_then_plant(src: Path, dest: Path) -> str:    # a writer while the rest of the env is copied
@@ -246,9 +246,9 @@ def test_a_relocated_file_changed_while_the_env_is_copied_is_unlike_its_record(w
             planted.append(pth)
         return done
 
-    monkeypatch.setattr(builtstack, "clone_or_copy", copy_then_plant)
+    monkeypatch.setattr(builtrestore, "clone_or_copy", copy_then_plant)
     root = tmp_path / "s3"
-    builtstack.restore_env(entry, root / "env", root)
+    builtrestore.restore_env(entry, root / "env", root)
     monkeypatch.undo()
     pth = next((root / "env").glob("lib/python*/site-packages/__editable__.alpha*.pth"))
     assert planted and "PLANTED" in pth.read_text()
@@ -310,12 +310,12 @@ def test_an_output_link_or_a_file_with_the_stack_path_changed_after_its_copy_fai
 
     entry_dir, root = tmp_path / "entry", tmp_path / "stack"
     (entry_dir / "forks" / "alpha").mkdir(parents=True)
-    templated = f"ROOT = '{builtstack.PLACEHOLDER}/src/alpha'\n".encode()
+    templated = f"ROOT = '{builtkey.PLACEHOLDER}/src/alpha'\n".encode()
     (entry_dir / "forks" / "alpha" / "where.py").write_bytes(templated)
     (entry_dir / "forks" / "alpha" / "plain.so").write_bytes(b"\x7fELF")
     rows = {"where.py": {"kind": "file", "templated": True, "sha256": hashlib.sha256(templated).hexdigest()},
             "plain.so": {"kind": "file", "sha256": sha256_file(entry_dir / "forks" / "alpha" / "plain.so")},
-            "data": {"kind": "link", "target": f"{builtstack.PLACEHOLDER}/src/alpha/csrc"},
+            "data": {"kind": "link", "target": f"{builtkey.PLACEHOLDER}/src/alpha/csrc"},
             "sub": {"kind": "dir"}}
     entry = builtstack.Entry(entry_dir, {"files": {"forks": {"alpha": rows}}})
     placed = f"ROOT = '{root}/src/alpha'\n".encode()
@@ -346,11 +346,11 @@ def test_the_fork_build_outputs_copied_from_an_entry_are_read_once_too(tmp_path:
     root = tmp_path / "s3"
     checkout, outputs = root / "src" / "alpha", {}
     checkout.mkdir(parents=True)
-    builtstack.restore_forks(entry, [("alpha", checkout)], root, changed_tracked=lambda _c: [],
+    builtrestore.restore_forks(entry, [("alpha", checkout)], root, changed_tracked=lambda _c: [],
                              announce=lambda _n, _c: None, hashed=outputs)
     assert checkout / ALPHA_OUTPUT in outputs
     trust = FileTrust(tmp_path / "t.json")
-    builtstack.vouch_copied(trust, outputs, as_record=False)
+    builtrestore.vouch_copied(trust, outputs, as_record=False)
     read: list[Path] = []
     real = buildoutputs.sha256_file
     monkeypatch.setattr(buildoutputs, "sha256_file", lambda p: (read.append(Path(p)), real(p))[1])
@@ -537,7 +537,7 @@ def test_a_bad_entry_is_refused_whatever_else_changed_in_the_stack(world: World,
     def in_the_way(*_args: Any, **_kwargs: Any) -> None:
         raise builtstack.InTheWay("a stand-in: the forks' outputs are not taken")
     if how == "a fork reinstalled":
-        monkeypatch.setattr(builtstack, "restore_forks", in_the_way)
+        monkeypatch.setattr(builtrestore, "restore_forks", in_the_way)
     said = _fails_with_a_writer_first(world, s2, cache, monkeypatch,
                                       touch if how == "another file touched" else lambda _env: None)
     assert "tinydep/__init__.py (changed)" in said and "now removed with the env" in said, said
@@ -796,13 +796,13 @@ def test_no_entry_for_a_stack_with_changed_inputs(world: World, tmp_path: Path) 
 def test_the_stack_root_is_replaced_only_where_it_is_the_root(tmp_path: Path) -> None:
     root = Path("/tmp/st1")
     value = {"a": "/tmp/st1/src/x", "b": "/tmp/st10/src", "c": "file:///tmp/st1", "d": "/tmp/st1.bak"}
-    t = builtstack.templated(value, root)
-    assert t == {"a": f"{builtstack.PLACEHOLDER}/src/x", "b": "/tmp/st10/src", "c": f"file://{builtstack.PLACEHOLDER}",
+    t = builtkey.templated(value, root)
+    assert t == {"a": f"{builtkey.PLACEHOLDER}/src/x", "b": "/tmp/st10/src", "c": f"file://{builtkey.PLACEHOLDER}",
                  "d": "/tmp/st1.bak"}
-    assert builtstack.placed(t, Path("/srv/other")) == {"a": "/srv/other/src/x", "b": "/tmp/st10/src",
+    assert builtkey.placed(t, Path("/srv/other")) == {"a": "/srv/other/src/x", "b": "/tmp/st10/src",
                                                         "c": "file:///srv/other", "d": "/tmp/st1.bak"}
-    assert not builtstack.path_ok(Path("/tmp/with space")) and not builtstack.path_ok(Path("/tmp/a%20b"))
-    assert builtstack.path_ok(Path("/tmp/st_1.x+y-z"))
+    assert not builtkey.path_ok(Path("/tmp/with space")) and not builtkey.path_ok(Path("/tmp/a%20b"))
+    assert builtkey.path_ok(Path("/tmp/st_1.x+y-z"))
 
 
 def test_a_binary_file_naming_the_stack_path_is_not_stored(tmp_path: Path) -> None:
@@ -853,7 +853,7 @@ def test_no_entry_made_by_other_tool_code(world: World, tmp_path: Path, monkeypa
     """The tool's own code is part of the key (not just its version number, 0.1.0 on every commit): an
     entry stored by other code -- planted here as another code hash -- is never taken."""
     cache = tmp_path / "cache"
-    monkeypatch.setattr(builtstack, "tool_code", lambda: "0" * 64)
+    monkeypatch.setattr(builtkey, "tool_code", lambda: "0" * 64)
     setup(world, tmp_path / "s1", cache)
     monkeypatch.undo()                                            # this code, hashed from its files
     setup(world, tmp_path / "s2", cache)
@@ -886,7 +886,7 @@ def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path
         return entry
 
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "tool_code", lambda: "0" * 64)
+        m.setattr(builtkey, "tool_code", lambda: "0" * 64)
         upgraded_from, other_recent, other_taken = store("a"), store("b"), store("7")
     builtstack.mark_used(other_taken)
     unmarked = store("f")                   # an entry an earlier version made names no code and is not signed
@@ -997,7 +997,7 @@ def test_a_full_disk_while_copying_an_entry_keeps_the_entry(world: World, tmp_pa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "clone_or_copy", full)
+        m.setattr(builtrestore, "clone_or_copy", full)
         with pytest.raises(OSError) as info:
             setup(world, tmp_path / "s2", cache)
     assert info.value.errno == errno.ENOSPC and entries(cache) == [entry]
@@ -1033,13 +1033,13 @@ def test_a_new_stack_removes_the_entry_an_upgrade_left(world: World, tmp_path: P
     entry, not taken for a week, is gone, and the log says so."""
     cache = tmp_path / "cache"
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "tool_code", lambda: "0" * 64)
+        m.setattr(builtkey, "tool_code", lambda: "0" * 64)
         setup(world, tmp_path / "s1", cache)
     (old,) = entries(cache)
     _age(old, 8)
     setup(world, tmp_path / "s2", cache)
     (kept,) = entries(cache)
-    assert kept != old and json.loads((kept / "manifest.json").read_text())["code"] == builtstack.tool_code()
+    assert kept != old and json.loads((kept / "manifest.json").read_text())["code"] == builtkey.tool_code()
     assert f"removed the built-stack cache entry {old}" in (tmp_path / "s2" / "logs" / "install.log").read_text()
 
 
@@ -1053,7 +1053,7 @@ def test_the_key_names_uv_by_its_version_line_and_size_not_its_path(tmp_path: Pa
     from october.installer.pyenv import uvcmd
 
     def key(line: str) -> str:
-        return builtstack.key_for(tmp_path / "stack", env_inputs={"python": "3.12"}, install_inputs={},
+        return builtkey.key_for(tmp_path / "stack", env_inputs={"python": "3.12"}, install_inputs={},
                                   wheel_sha256=None, forks={}, uv_line=line)
 
     real = Path(uvcmd.uv_exe()).resolve()
@@ -1062,7 +1062,7 @@ def test_the_key_names_uv_by_its_version_line_and_size_not_its_path(tmp_path: Pa
     shutil.copy2(real, copy)
     line = "uv 0.13.9 (x86_64-unknown-linux-gnu)"
     here = key(line)
-    monkeypatch.setattr(builtstack, "uv_exe", lambda: str(copy))
+    monkeypatch.setattr(builtkey, "uv_exe", lambda: str(copy))
     assert key(line) == here                                               # another copy of the same uv
     assert key("uv 0.13.8 (x86_64-unknown-linux-gnu)") != here             # another release
     with open(copy, "ab") as fh:
@@ -1095,7 +1095,7 @@ def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(w
         real(src, dest)
 
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "clone_or_copy", interrupted)
+        m.setattr(builtrestore, "clone_or_copy", interrupted)
         with pytest.raises(KeyboardInterrupt):
             setup(world, s2, cache)
     assert copied["n"] == 10 and not (s2 / "env").exists() and (s2 / "env.partial").is_dir()
@@ -1108,7 +1108,7 @@ def test_a_run_killed_while_copying_the_env_leaves_none_and_the_rerun_finishes(w
     shutil.rmtree(forget)
     copied["n"] = 0
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "clone_or_copy", interrupted)
+        m.setattr(builtrestore, "clone_or_copy", interrupted)
         with pytest.raises(KeyboardInterrupt):
             setup(world, s2, cache)
     assert (s2 / "env.partial").is_dir()
@@ -1180,7 +1180,7 @@ def test_a_run_killed_while_copying_a_fork_build_output_keeps_the_entry_and_the_
         return real(src, dest)
 
     with monkeypatch.context() as m:
-        m.setattr(builtstack, "clone_or_copy", killed)
+        m.setattr(builtrestore, "clone_or_copy", killed)
         with pytest.raises(KeyboardInterrupt):
             setup(world, s2, cache)
     out = s2 / "src" / "alpha" / ALPHA_OUTPUT
@@ -1199,7 +1199,7 @@ def test_a_run_killed_while_copying_a_fork_build_output_keeps_the_entry_and_the_
     found = builtstack.find(cache, entry.name)
     assert found is not None
     with pytest.raises(builtstack.InTheWay, match="is a folder where the cache entry has a file"):
-        builtstack.restore_forks(found, [("alpha", checkout)], tmp_path / "s4", changed_tracked=lambda _c: [],
+        builtrestore.restore_forks(found, [("alpha", checkout)], tmp_path / "s4", changed_tracked=lambda _c: [],
                                  announce=lambda _n, _c: None)
     assert (checkout / ALPHA_OUTPUT).is_dir() and entries(cache) == [entry]
 

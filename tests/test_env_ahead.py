@@ -14,7 +14,7 @@ import pytest
 
 from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
-from october.installer.pyenv import builtstack
+from october.installer.pyenv import builtrestore, builtstack
 from october.installer.steps import envearly
 from tests.fixtures.builtcache import entries
 from tests.fixtures.world import World, publish
@@ -148,7 +148,7 @@ def test_a_restore_stopped_leaves_nothing(world: World, tmp_path: Path) -> None:
     dest = tmp_path / "ahead" / "env"
     dest.parent.mkdir()
     with pytest.raises(builtstack.Stopped):
-        builtstack.restore_env(entry, dest, tmp_path / "s2", stop=stop)
+        builtrestore.restore_env(entry, dest, tmp_path / "s2", stop=stop)
     assert list(dest.parent.iterdir()) == []
 
 
@@ -209,13 +209,13 @@ def test_a_venv_file_changed_between_the_copy_and_its_record_fails_the_env_step(
             return got
         monkeypatch.setattr(envearly.EarlyEnv, "take", taken)
     else:
-        restore = builtstack.restore_env
+        restore = builtrestore.restore_env
 
         def restored(entry, env, root, **kw):
             got = restore(entry, env, root, **kw)
             write(env)
             return got
-        monkeypatch.setattr(builtstack, "restore_env", restored)
+        monkeypatch.setattr(builtrestore, "restore_env", restored)
 
     with pytest.raises(EnvError) as failed:
         setup(world, s2, cache)
@@ -311,7 +311,7 @@ def test_a_ctrl_c_as_the_copy_s_thread_starts_is_waited_for(world: World, tmp_pa
 
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
-    start, copy = threading.Thread.start, builtstack.clone_or_copy
+    start, copy = threading.Thread.start, builtrestore.clone_or_copy
 
     def interrupted(self: threading.Thread) -> None:
         start(self)
@@ -322,7 +322,7 @@ def test_a_ctrl_c_as_the_copy_s_thread_starts_is_waited_for(world: World, tmp_pa
         time.sleep(0.05)
         return copy(src, dest)
     monkeypatch.setattr(threading.Thread, "start", interrupted)
-    monkeypatch.setattr(builtstack, "clone_or_copy", slow)
+    monkeypatch.setattr(builtrestore, "clone_or_copy", slow)
     with pytest.raises(KeyboardInterrupt):
         setup(world, s2, cache)
     assert [t.name for t in threading.enumerate() if t.name == "october-env-early"] == []
@@ -340,14 +340,14 @@ def test_the_run_s_end_waits_for_a_file_that_takes_longer_than_the_kill_wait(wor
 
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
-    copy = builtstack.clone_or_copy
+    copy = builtrestore.clone_or_copy
 
     def slow(src: Path, dest: Path) -> str:
         if src.name == "payload.bin" or src.stat().st_size > 1000:
             time.sleep(1.0)
         return copy(src, dest)
     monkeypatch.setattr(Started, "KILL_WAIT_S", 0.1)
-    monkeypatch.setattr(builtstack, "clone_or_copy", slow)
+    monkeypatch.setattr(builtrestore, "clone_or_copy", slow)
     world.beta_bare.rename(tmp_path / "beta-moved.git")         # the fetch fails: the run ends during the copy
     for mirror in (cache / "git").glob("*beta.git"):
         shutil.rmtree(mirror)

@@ -364,7 +364,7 @@ def test_a_resumed_node_believes_only_a_smoke_receipt_of_its_own_lock(tmp_path: 
     receipt["stack"]["setup_receipt"] = str(stack / "receipts" / "setup.json")
     # the upgrade hunt: a receipt another version's checks wrote (or one before receipts named their code) was
     # believed, and the checks this version added never ran on that node
-    from october.installer.pyenv.builtstack import tool_code
+    from october.installer.pyenv.builtkey import tool_code
 
     receipt["stack"]["tool_code"] = {"other-code": "0" * 64, "no-code": None}.get(str(plant), tool_code())
     if receipt["stack"]["tool_code"] is None:

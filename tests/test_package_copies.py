@@ -17,7 +17,7 @@ from tests.fixtures.root import PROJECT_ROOT
 
 LAYOUT = ("october", "installer", "checks", "recipes", "forks.toml", "receipts", "locks")
 ASK = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-       "from october.installer.core import resources as r; from october.installer.pyenv.builtstack import code_digest; "
+       "from october.installer.core import resources as r; from october.installer.pyenv.builtkey import code_digest; "
        "import october; print(json.dumps({'installed': r.INSTALLED, 'data': str(r.DATA_ROOT), "
        "'code_root': str(r.stack_code_root(Path(sys.argv[2]))), 'recipes': len(r.shipped_recipes()), "
        "'digest': code_digest(Path(october.__file__).resolve().parent), 'package': october.__file__}))")

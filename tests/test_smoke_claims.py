@@ -80,7 +80,7 @@ def test_an_engine_stack_without_vllm_proves_nothing(tmp_path: Path) -> None:
     assert "proves the stack" not in log
     assert "level engine on cpu proves nothing" in log
     # the receipt names the code that judged the stack (a resumed fleet node believes only its own code's)
-    from october.installer.pyenv.builtstack import tool_code
+    from october.installer.pyenv.builtkey import tool_code
 
     assert receipt["stack"]["tool_code"] == tool_code()
 

@@ -10,7 +10,7 @@ filesystem without ctime (``current verify`` re-reads every byte).  Digests are 
 they were the expected ones; only a run in which a step ran saves the store.
 
 A file this run wrote and hashed itself (a built-stack cache entry's env, each file hashed as it was copied:
-:func:`october.installer.pyenv.builtstack.restore_env`) is *vouched* for (:meth:`FileTrust.vouch`): its digest
+:func:`october.installer.pyenv.builtrestore.restore_env`) is *vouched* for (:meth:`FileTrust.vouch`): its digest
 serves this run while its signature is unchanged, is never saved (it was hashed while racy), and the store
 settles it as any racy file.
 """

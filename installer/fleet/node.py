@@ -235,7 +235,7 @@ def _foreign_receipt(receipt: dict[str, Any] | None, lock_sha256: str | None,
     theirs = stack.get("setup_receipt")
     if setup_receipt is not None and (not isinstance(theirs, str) or Path(theirs).resolve() != Path(setup_receipt).resolve()):
         return f"it is the smoke of the stack whose setup receipt is {stack.get('setup_receipt')}, not {setup_receipt}"
-    from ..pyenv.builtstack import tool_code
+    from ..pyenv.builtkey import tool_code
 
     if stack.get("tool_code") != (ours := tool_code()):   # another version's checks: not the ones this one runs
         return (f"it was written by other code of the tool ({stack.get('tool_code') or 'an earlier version'}), not "

@@ -288,7 +288,7 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
     info["jit"] = [{"uri": str(m["uri"]), "sha256": str(m["sha256"])} for m in data.get("jit") or []
                    if isinstance(m, Mapping) and m.get("uri") and m.get("sha256")]
     # the code that judged the stack: a receipt re-read later (a resumed fleet node) is believed only by it
-    from ..pyenv.builtstack import tool_code
+    from ..pyenv.builtkey import tool_code
 
     info["tool_code"] = tool_code()
     # an asymmetric paged prefill is declared when the jit step built one (K != V prefill module)

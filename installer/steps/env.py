@@ -67,7 +67,8 @@ class EnvStep:
     name: ClassVar[str] = "env"
     # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
     warm: ClassVar[tuple[str, ...]] = (
-        "october.installer.steps.reuse", "october.installer.pyenv.builtstack",
+        "october.installer.steps.reuse", "october.installer.pyenv.builtstack", "october.installer.pyenv.builtkey",
+        "october.installer.pyenv.builtrestore",
         "october.installer.install.consistency")
 
     load = staticmethod(EnvResult.from_json)

@@ -6,7 +6,7 @@ though it reads none of their work.  When the fetch step begins (:data:`~october
 and the env step must run on a stack with no env, :class:`EarlyEnv` looks up the entry stacks of the same
 recipe took last (:func:`~october.installer.steps.reuse.recipe_key`, remembered in the cache by
 :func:`~october.installer.pyenv.builtstack.note_recipe_key`) and, in a thread of its own, copies its env into
-``STACK/.state/env-ahead/env`` exactly as the env step would (:func:`~october.installer.pyenv.builtstack.restore_env`:
+``STACK/.state/env-ahead/env`` exactly as the env step would (:func:`~october.installer.pyenv.builtrestore.restore_env`:
 every byte hashed against the signed manifest).  The env step takes that copy (:meth:`EarlyEnv.take`) only when
 the entry its own key finds, once the forks are fetched, is the very one copied (its path and its manifest's
 identity); else the copy is removed and the env step copies as before.  A run that ends first stops the copy
@@ -63,7 +63,7 @@ class EarlyEnv:
 
     def begin(self, ctx: StepContext, _detail: Any) -> None:
         """Listener for FETCH_BEGUN: start the copy once, or do nothing (never fails the fetch step)."""
-        from ..pyenv import builtstack
+        from ..pyenv import builtkey, builtrestore, builtstack
         from .reuse import recipe_key
 
         try:
@@ -72,10 +72,10 @@ class EarlyEnv:
             named = recipe_key(ctx, self.step.name)
             key = builtstack.key_for_recipe(ctx.options.cache_dir, named) if named is not None else None
             entry = builtstack.find(ctx.options.cache_dir, key) if key is not None else None
-            if entry is None or builtstack.interpreter_moved(builtstack.placed(entry.facts, ctx.paths.root)):
+            if entry is None or builtrestore.interpreter_moved(builtkey.placed(entry.facts, ctx.paths.root)):
                 return
             builtstack.mark_used(entry)     # before the copy: a prune beside it sees the entry in use
-            builtstack.import_restore()     # what the copy imports, in this (the main) thread: core.idle says why
+            builtrestore.import_restore()     # what the copy imports, in this (the main) thread: core.idle says why
             ahead = ahead_dir(ctx)
             shutil.rmtree(ahead, ignore_errors=True)    # a killed run's copy: never taken
             ahead.mkdir(parents=True)
@@ -83,7 +83,7 @@ class EarlyEnv:
             self._note(ctx, f"# copying the env of the built-stack cache entry {entry.path} during the fetch "
                             "(october.installer.steps.envearly)")
             # the restore handed over, not imported there (an import in another thread can hang: core.idle)
-            thread = threading.Thread(target=self._work, args=(builtstack.restore_env, entry, ahead / "env",
+            thread = threading.Thread(target=self._work, args=(builtrestore.restore_env, entry, ahead / "env",
                                                                ctx.paths.root), name="october-env-early", daemon=True)
             # known before it starts: a Ctrl-C raised inside start() comes once the thread runs, and the run's end
             # must wait for it (the review: it went on writing in the stack after the lock was released)

@@ -126,7 +126,7 @@ class InstallStep:
             raise
         spec = self.guard_spec(ctx, forks)
         from ..install.guards import run_guards
-        from ..pyenv import builtstack
+        from ..pyenv import builtrestore
 
         report = run_guards(ctx.runner, self.name, spec)
         for check, outcome in report.results.items():
@@ -135,7 +135,7 @@ class InstallStep:
         judged = self.check_consistency(ctx)
         # a copied stack's import verdicts: its bytes were hashed against the manifest and the guard has just
         # read what the stack path changed, so importing torch again would prove nothing new
-        imported = builtstack.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
+        imported = builtrestore.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
         if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
             imported = self.check_imports(ctx, forks)
         if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored

@@ -56,13 +56,13 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
     are named by their bytes too)."""
     from ..core.pyproject import dependencies
     from ..lock.asked import asked_files
-    from ..pyenv import builtstack
+    from ..pyenv import builtkey
     from .indexcheck import recipe_lines, uv_sources
     from .install import InstallStep
     from .preflight import uv_line
 
     root, r, o = ctx.paths.root, ctx.recipe, ctx.options
-    if o.allow_dirty or not builtstack.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
+    if o.allow_dirty or not builtkey.path_ok(root) or (r.wheel is not None and r.wheel.sha256 is None):
         return None
     signing = cachekey.load_key(cache=o.cache_dir)
     if signing is None:             # nothing can be signed or taken (store_built_stack says why)
@@ -73,7 +73,7 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
         facts = pre.facts.get("system_torch") if pre is not None else None
         if not isinstance(facts, Mapping) or not facts.get("file"):
             return None
-    return builtstack.key_for(
+    return builtkey.key_for(
         root, env_inputs=EnvStep().inputs(ctx), install_inputs=InstallStep().inputs(ctx),
         wheel_sha256=r.wheel.sha256 if r.wheel is not None else None, forks=forks,
         uv_line=uv_line(ctx, step), system_torch=facts, signer=cachekey.key_id(signing),
@@ -100,7 +100,7 @@ def env_from_built_stack(ctx: StepContext, step: str) -> EnvResult | None:
 
 
 def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
-    from ..pyenv import builtstack
+    from ..pyenv import builtkey, builtrestore, builtstack
 
     if os.path.lexists(ctx.paths.env):
         return None         # a stack's own env made again (an input of env changed, or it no longer verifies)
@@ -109,8 +109,8 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
     if key is None or entry is None:
         return None
     root = ctx.paths.root
-    facts = builtstack.placed(entry.facts, root)
-    moved = builtstack.interpreter_moved(facts)
+    facts = builtkey.placed(entry.facts, root)
+    moved = builtrestore.interpreter_moved(facts)
     if moved is not None:
         ctx.ui.detail(f"built-stack cache entry {entry.path}: its interpreter {moved} changed; building")
         return None
@@ -122,8 +122,8 @@ def _env_from_entry(ctx: StepContext, step: str) -> EnvResult | None:
         if ahead is not None:
             hashed, wrote = ahead
         else:
-            hashed = builtstack.restore_env(entry, ctx.paths.env, root, wrote=wrote)
-        builtstack.vouch_copied(ctx.trust, hashed)
+            hashed = builtrestore.restore_env(entry, ctx.paths.env, root, wrote=wrote)
+        builtrestore.vouch_copied(ctx.trust, hashed)
     except (builtstack.EntryRefused, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             raise                   # this stack's disk, not the entry: kept for the next stack (exit 19, disk full)
@@ -155,7 +155,7 @@ def require_restored_scaffold(entry: "builtstack.Entry", wrote: Mapping[str, str
                               env: Path) -> None:
     """The venv's own files (``pyvenv.cfg``, ``bin/python*``, the activation scripts: no RECORD holds them), as the
     env step records them (``found``), are what the copy from ``entry`` wrote (``wrote``: :func:`~october.installer.
-    pyenv.builtstack.restore_env`'s, not the entry read again, which may be gone by now): one changed, removed or
+    pyenv.builtrestore.restore_env`'s, not the entry read again, which may be gone by now): one changed, removed or
     added since (a writer in the stack while it was copied, or waited for the fetch) would be recorded as the env's
     own, and the no-op and ``current verify`` would hold the stack to it."""
     rows = entry.manifest["files"]["env"]
@@ -276,7 +276,7 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
     still holds (same key and base wheel); -> (the entry, its build's nested-install verdicts), or (None, None).
     Not from an env an earlier run copied (a re-run after a failed install): the forks' editable installs in it
     may have been changed since, with their RECORD rows (the tamper hunt), so the forks are installed again."""
-    from ..pyenv import builtstack
+    from ..pyenv import builtrestore, builtstack
 
     key = env_copied_this_run(ctx)
     if key is None or stack_key(ctx, step) != key:
@@ -291,7 +291,7 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
 
     hashed: dict[Path, builtstack.Hashed] = {}
     try:
-        nested_out = builtstack.restore_forks(
+        nested_out = builtrestore.restore_forks(
             entry, [(f.use.name, f.path) for f in forks], ctx.paths.root, announce=announce,
             changed_tracked=lambda checkout: overwritten.changed_tracked(ctx.runner, step, checkout), hashed=hashed)
     except builtstack.InTheWay as exc:
@@ -304,7 +304,7 @@ def forks_from_built_stack(ctx: StepContext, step: str, forks: list[ForkSource]
             raise
         refuse_entry(ctx, step, entry, str(exc), drop_env=False)
         return None, None
-    builtstack.vouch_copied(ctx.trust, hashed, as_record=False)     # their record reads none of them again
+    builtrestore.vouch_copied(ctx.trust, hashed, as_record=False)     # their record reads none of them again
     ctx.runner.note(step, f"# fork build outputs copied from the built-stack cache entry {entry.path}")
     return entry, nested_out
 
@@ -323,7 +323,7 @@ def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping
     same-size edit with its mtime put back, a link pointed elsewhere, was recorded as the build's output, and the
     no-op and ``current verify`` then held the stack to it) fails the install step, and so does one removed since
     (it was recorded as never made, and the three passed a checkout without it: vLLM's ``_C.abi3.so`` is one)."""
-    from ..pyenv import builtstack
+    from ..pyenv import builtrestore, builtstack
 
     if entry is None:
         return
@@ -331,7 +331,7 @@ def require_restored_outputs(entry: "builtstack.Entry | None", recorded: Mapping
         for rel in sorted(rows):
             got = (recorded.get(fork) or {}).get(rel)
             try:
-                want = builtstack.restored_digest(entry, fork, rel, root)
+                want = builtrestore.restored_digest(entry, fork, rel, root)
             except builtstack.EntryRefused as exc:
                 want = f"the entry's file, which no longer verifies ({exc})"
             if want is not None and got != want:
@@ -371,7 +371,7 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
                       imported: Mapping[str, str], unstorable: str | None) -> None:
     """Store this finished env and the forks' build outputs for the next stack with the same key; a stack
     that cannot be stored (``unstorable``: why) is said so, not failed."""
-    from ..pyenv import builtstack
+    from ..pyenv import builtrestore, builtstack
 
     env = ctx.result(EnvResult)
     if env is None:       # an env no env step of this stack recorded is nobody's to copy
@@ -390,7 +390,7 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
         return
     wheel = ctx.result(WheelResult)
     outputs = {f.use.name: (f.path, overwritten.untracked(ctx.runner, step, f.path)) for f in forks}
-    facts = builtstack.entry_facts(
+    facts = builtrestore.entry_facts(
         ctx.paths.env, imports=imported, wheel_sha256=wheel.wheel_sha256 if wheel else None,
         nested_installs=nested_out,
         env_record={"torch": env.torch, "torch_cuda": env.torch_cuda, "torch_source": env.torch_source,
