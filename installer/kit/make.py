@@ -147,20 +147,7 @@ def make_kit(opts: KitOptions, say: Say = lambda _: None, ui: Any = None) -> Pat
 def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, phases: _Phases) -> Path:
     r, out = opts.recipe, opts.out
     wheels_dir = out / "wheels"
-    wants: list[WheelWant] = []
-    base: dict[str, Any] | None = None
-    base_path: Path | None = None
-    wheel_source: str | None = None
-    if r.wheel is not None:
-        phases.start(f"base wheel {r.wheel.filename}")
-        say(f"base wheel {r.wheel.filename}")
-        got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256,
-                             progress=phases.bytes(r.wheel.filename))
-        kit.claim(f"wheels/{r.wheel.filename}")
-        base_path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
-                          opts.cache_dir, wheels_dir)
-        base = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
-        wheel_source = read_version_info(base_path).commit
+    base, base_path, wheel_source = _base_wheel(opts, kit, say, phases, wheels_dir)
 
     phases.start(f"{len(r.forks)} fork(s) at their pins, with submodules")
     repos = KitRepos(runner, STEP, opts.cache_dir, out, say, claim=kit.claim)
@@ -168,32 +155,9 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
                for fork in r.forks}
 
     system_torch = torch_from_system(r)
-    skip = ["torch"] if system_torch else []
     lock = opts.lock or committed_lock(r)
     phases.start("the env's wheels" + (f" (lock {lock.name})" if lock is not None else " (uv pip compile)"))
-    if lock is not None:
-        say(f"wheels of the lock {lock.name}")
-        wants += from_lock(lock, r, skip=skip)
-        lock_info: dict[str, Any] = {"source": "lock", "name": lock.name}
-    else:
-        say("wheels of the env, resolved by uv pip compile (no committed lock)")
-        # the env's roots as the env step installs them; one resolution per root, the kit takes their union
-        common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements) + list(r.install.supply)
-        # the base wheel's own requirements only when a precompiled fork installs its dependencies (a
-        # --no-deps one never installs them: 447 MB of flashinfer-cubin alone)
-        base_root = base_path is not None and any(f.traits.base_wheel and installs_deps(f) for f in r.forks)
-        roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_root else []), {})]
-        for fork in r.forks:
-            if installs_deps(fork):
-                src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)
-                env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(base_path)} \
-                    if fork.traits.base_wheel and base_path is not None else {}
-                roots.append((f"fork-{fork.name}", common + [str(src)], env))
-        for label, reqs, env in roots:
-            wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,
-                                               extra_env=env, have=opts.have)
-                      if w.filename != (r.wheel.filename if r.wheel else None)]
-        lock_info = {"source": "uv pip compile"}
+    wants, lock_info = _env_wants(opts, runner, work, say, commits, base_path, lock, bool(system_torch))
     # a build requirement the lock pins is resolved to the lock's version where it fits: --find-links offers the
     # kit's wheels to the env too, so one of another version is refused where the kit is used (kit/against.py)
     pins = lock_pins(lock) if lock is not None else None
@@ -201,19 +165,7 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
         if fork.build_isolation:
             build_reqs = _build_system_requires(opts.cache_dir, fork, commits[fork.name])
             wants += compile_wants(runner, STEP, r, work / "build" / fork.name, build_reqs, "build", have=pins)
-    wants = _dedupe(wants)
-    left_out: list[dict[str, str]] = []
-    if opts.have:
-        kept = []
-        for w in wants:
-            version = str(parse_wheel_filename(w.filename)[1])
-            if w.role != "build" and has(opts.have, w.package, version):
-                left_out.append({"package": w.package, "version": version, "filename": w.filename,
-                                 "why": "the target has it (--have)"})
-            else:
-                kept.append(w)
-        say(f"{len(left_out)} wheel(s) left out: the target has them (--have)")
-        wants = kept
+    wants, left_out = _without_had(opts, _dedupe(wants), say)
     say(f"{len(wants)} wheel(s)")
     kit.claim(*(f"wheels/{w.filename}" for w in wants))
     for i, w in enumerate(wants):
@@ -242,8 +194,84 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
         "files": files,
         "size_bytes": sum(int(f["size"]) for f in files.values()),
     }
+    _require_usable(doc, r, lock, out)
+    path = out / MANIFEST
+    write_manifest(path, doc)
+    kit.finished()
+    phases.end()
+    return path
+
+
+def _base_wheel(opts: KitOptions, kit: KitDir, say: Say, phases: _Phases,
+                wheels_dir: Path) -> tuple[dict[str, Any] | None, Path | None, str | None]:
+    """The recipe's base wheel in the kit -> (its kit.json entry, its path, the commit it was built from); all
+    None for a recipe without one."""
+    r = opts.recipe
+    if r.wheel is None:
+        return None, None, None
+    phases.start(f"base wheel {r.wheel.filename}")
+    say(f"base wheel {r.wheel.filename}")
+    got = download_wheel(r.wheel.url, r.wheel.filename, opts.cache_dir, sha256=r.wheel.sha256,
+                         progress=phases.bytes(r.wheel.filename))
+    kit.claim(f"wheels/{r.wheel.filename}")
+    path = fetch(WheelWant(r.wheel.name, r.wheel.filename, got.path.as_uri(), got.sha256, "base"),
+                 opts.cache_dir, wheels_dir)
+    entry = {"filename": r.wheel.filename, "sha256": got.sha256, "url": redact_url(r.wheel.url)}
+    return entry, path, read_version_info(path).commit
+
+
+def _env_wants(opts: KitOptions, runner: Runner, work: Path, say: Say, commits: Mapping[str, str],
+               base_path: Path | None, lock: Path | None, system_torch: bool) -> tuple[list[WheelWant], dict[str, Any]]:
+    """The wheels of the env: the lock's (``lock``), else each root's resolution by ``uv pip compile`` -> (the
+    wheels, kit.json's ``lock``); torch left out where the target's system provides it."""
+    r = opts.recipe
+    skip = ["torch"] if system_torch else []
+    if lock is not None:
+        say(f"wheels of the lock {lock.name}")
+        return from_lock(lock, r, skip=skip), {"source": "lock", "name": lock.name}
+    say("wheels of the env, resolved by uv pip compile (no committed lock)")
+    # the env's roots as the env step installs them; one resolution per root, the kit takes their union
+    common = ([] if system_torch else [r.torch.requirement]) + list(r.build_requirements) + list(r.install.supply)
+    # the base wheel's own requirements only when a precompiled fork installs its dependencies (a
+    # --no-deps one never installs them: 447 MB of flashinfer-cubin alone)
+    base_root = base_path is not None and any(f.traits.base_wheel and installs_deps(f) for f in r.forks)
+    roots: list[tuple[str, list[str], dict[str, str]]] = [("env", common + ([str(base_path)] if base_root else []), {})]
+    for fork in r.forks:
+        if installs_deps(fork):
+            src = _checkout(runner, opts.cache_dir, fork, commits[fork.name], work / "src" / fork.name)
+            env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(base_path)} \
+                if fork.traits.base_wheel and base_path is not None else {}
+            roots.append((f"fork-{fork.name}", common + [str(src)], env))
+    wants: list[WheelWant] = []
+    for label, reqs, env in roots:
+        wants += [w for w in compile_wants(runner, STEP, r, work / "compile" / label, reqs, "lock", skip=skip,
+                                           extra_env=env, have=opts.have)
+                  if w.filename != (r.wheel.filename if r.wheel else None)]
+    return wants, {"source": "uv pip compile"}
+
+
+def _without_had(opts: KitOptions, wants: list[WheelWant], say: Say) -> tuple[list[WheelWant], list[dict[str, str]]]:
+    """``wants`` without the wheels the target already has (``--have``; a build requirement is always kept) ->
+    (the wheels kept, kit.json's ``left_out``)."""
+    if not opts.have:
+        return wants, []
+    kept: list[WheelWant] = []
+    left_out: list[dict[str, str]] = []
+    for w in wants:
+        version = str(parse_wheel_filename(w.filename)[1])
+        if w.role != "build" and has(opts.have, w.package, version):
+            left_out.append({"package": w.package, "version": version, "filename": w.filename,
+                             "why": "the target has it (--have)"})
+        else:
+            kept.append(w)
+    say(f"{len(left_out)} wheel(s) left out: the target has them (--have)")
+    return kept, left_out
+
+
+def _require_usable(doc: Mapping[str, Any], r: Recipe, lock: Path | None, out: Path) -> None:
+    """The kit checked as the node that uses it will check it: here, where it can be made again, not there."""
     problems = kit_problems(doc, r, lock)
-    if problems:            # here, where the kit can be made again, not on the node that cannot
+    if problems:
         raise KitError(f"the kit made in {out} would be refused where it is used: {listed(problems)}",
                        expected=f"every wheel of the kit as {lock.name if lock else 'its kit.json'} records it",
                        found=f"{len(problems)} difference(s)",
@@ -251,8 +279,3 @@ def _make(opts: KitOptions, kit: KitDir, runner: Runner, work: Path, say: Say, p
                             "fork `build_isolation = false` in the recipe, or lock those versions")
                            if any("a build requirement of" in p for p in problems) else
                            "make the kit again (a file may have changed while it was made)")
-    path = out / MANIFEST
-    write_manifest(path, doc)
-    kit.finished()
-    phases.end()
-    return path
