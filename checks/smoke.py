@@ -35,6 +35,7 @@ from .inputs import (
     InputError,
     Manifest,
     ScaleChoice,
+    TokenProtocol,
     load_manifest,
     load_stack_info,
     one_line,
@@ -122,18 +123,9 @@ def kernel_compute_dtype(selection: dict[str, Any] | None, notes: list[str]) -> 
     return str(compute)
 
 
-def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    device = resolve_device(args.device)
-    manifest = load_manifest(args.manifest) if args.manifest else None
-    if manifest and args.format and manifest.selection != args.format:
-        raise InputError(f"--format {args.format}: expected a manifest for {args.format!r}, found "
-                         f"selection {manifest.selection!r} in {manifest.path}.\n"
-                         f"  -> pass the {args.format} download manifest")
-    stack: dict[str, Any] = load_stack_info(args.stack_info) if args.stack_info else \
-        {"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None}
-    fixtures = fixtures_dir(args.fixtures)
-    notes: list[str] = []
+def _level(args: argparse.Namespace, stack: dict[str, Any]) -> tuple[str, str | None]:
+    """The level to run and the stack's promise: the promise from --stack-info, or --promised-level for a run
+    without it (never both, never another), and a level no higher than it."""
     given = stack.get("promised_level")
     if args.promised_level and given is not None and args.promised_level != given:
         raise InputError(f"--promised-level {args.promised_level}: expected the stack's own promise, found "
@@ -150,9 +142,12 @@ def run(args: argparse.Namespace) -> int:
     if promised is not None and LEVELS.index(level) > LEVELS.index(promised):
         raise InputError(f"--level {level}: the stack promises only {promised}.\n"
                          f"  -> leave --level out, or pass --level {promised} or lower")
-    if level != promised:
-        notes.append(f"level {level} was named; it proves at most the {res.proves(level, promised)}, never the stack")
-    tokens = token_protocol(stack, args.token_counts)
+    return level, promised
+
+
+def _no_stack_verdict(args: argparse.Namespace, stack: dict[str, Any], level: str,
+                      tokens: TokenProtocol) -> list[str]:
+    """Why this run, whatever its checks say, is no verdict on the stack (each one a reason in the receipt)."""
     overridden = [f"token counts {tokens.source}: the stack's own protocol did not run, so this is no stack verdict"] \
         if args.token_counts is not None else []
     chosen = stack.get("choices", {}).get("recipe") if isinstance(stack.get("choices"), dict) else None
@@ -166,7 +161,10 @@ def run(args: argparse.Namespace) -> int:
         overridden.append(f"the protocol's longest context is {tokens.prompt_tokens} tokens ({tokens.source}), expected "
                           f">= {MIN_PROMPT_TOKENS}: too short for the oracles to see a 2% softmax-scale error, so "
                           "this is no stack verdict")
-    selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
+    return overridden
+
+
+def _require_engine_options(args: argparse.Namespace, level: str, manifest: Manifest | None) -> None:
     if args.diagnostic_cache and level != "engine":
         raise InputError(f"--diagnostic-cache: expected the engine level, found level {level}.\n"
                          "  -> pass --level engine, or leave --diagnostic-cache out")
@@ -176,14 +174,14 @@ def run(args: argparse.Namespace) -> int:
     if level == "engine" and manifest is None:
         raise InputError("--level engine: expected a download manifest (--manifest), found none.\n"
                          "  -> run `current download` first and pass its output")
-    # the one watch over the JIT workspace (none at the reference level: no FlashInfer there)
-    ws_base = workspace.base(selection)
-    if args.diagnostic_cache:           # never the stack's verified workspace: a copy of it in the output
-        from .engine.diagnostic import own_workspace
-        ws_base = own_workspace(ws_base, args.output)
-    watch = workspace.Watch.start(ws_base) if level != "reference" else None
-    setup = time.monotonic() - started
-    choice: ScaleChoice | None = None
+
+
+def _run_level(args: argparse.Namespace, level: str, device: torch.device, manifest: Manifest | None,
+               fixtures: Path, stack: dict[str, Any], tokens: TokenProtocol, ws_base: Path | None,
+               watch: workspace.Watch | None,
+               notes: list[str]) -> tuple[list[Any], ScaleChoice | None, dict[str, Any], dict[str, Any] | None]:
+    """The level's checks -> (results, the scales chosen, the receipt's extra facts, the diagnostic's report)."""
+    selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
     extra: dict[str, Any] = {}
     diagnostic: dict[str, Any] | None = None
     if level == "reference":
@@ -220,6 +218,54 @@ def run(args: argparse.Namespace) -> int:
         extra["engine"] = engine_facts
         if device.type != "cuda":
             notes.append("engine level on a CPU: CUDA-only checks are skipped, so passed is false")
+    return results, choice, extra, diagnostic
+
+
+def _say(receipt: dict[str, Any], path: Path, level: str, promised: str | None, device: torch.device,
+         diagnostic: dict[str, Any] | None, plant_fault: str | None) -> None:
+    print(res.format_table(receipt["checks"], receipt["passed"]))
+    for reason in receipt["reasons"]:
+        print(f"  - {reason}")
+    claim = f"proves the {receipt['proves']}" if receipt["proves"] != NOTHING else \
+        f"proves nothing (it can prove the {res.proves(level, promised)} only when every check runs and passes; " \
+        "see the reasons above)"
+    print(f"level {level} on {device} {claim}; "
+          f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
+    if diagnostic is not None:
+        print(f"diagnostic ({', '.join(diagnostic['caches'])}): the harness "
+              f"{'agreed' if diagnostic['harness_ok'] else 'did not agree'} with the engine"
+              + (f"; planted fault {plant_fault} {'caught' if diagnostic['fault_caught'] else 'NOT caught'}"
+                 if plant_fault else ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    device = resolve_device(args.device)
+    manifest = load_manifest(args.manifest) if args.manifest else None
+    if manifest and args.format and manifest.selection != args.format:
+        raise InputError(f"--format {args.format}: expected a manifest for {args.format!r}, found "
+                         f"selection {manifest.selection!r} in {manifest.path}.\n"
+                         f"  -> pass the {args.format} download manifest")
+    stack: dict[str, Any] = load_stack_info(args.stack_info) if args.stack_info else \
+        {"recipe": None, "lock_sha256": None, "forks": {}, "setup_receipt": None}
+    fixtures = fixtures_dir(args.fixtures)
+    notes: list[str] = []
+    level, promised = _level(args, stack)
+    if level != promised:
+        notes.append(f"level {level} was named; it proves at most the {res.proves(level, promised)}, never the stack")
+    tokens = token_protocol(stack, args.token_counts)
+    overridden = _no_stack_verdict(args, stack, level, tokens)
+    selection = stack.get("selection") if isinstance(stack.get("selection"), dict) else None
+    _require_engine_options(args, level, manifest)
+    # the one watch over the JIT workspace (none at the reference level: no FlashInfer there)
+    ws_base = workspace.base(selection)
+    if args.diagnostic_cache:           # never the stack's verified workspace: a copy of it in the output
+        from .engine.diagnostic import own_workspace
+        ws_base = own_workspace(ws_base, args.output)
+    watch = workspace.Watch.start(ws_base) if level != "reference" else None
+    setup = time.monotonic() - started
+    results, choice, extra, diagnostic = _run_level(args, level, device, manifest, fixtures, stack, tokens, ws_base,
+                                                    watch, notes)
     watched, problems = watch.finish() if watch is not None else (None, [])
     if level == "engine":
         problems = []               # the engine level's JIT check (jit_complete) judges the same watch
@@ -235,19 +281,7 @@ def run(args: argparse.Namespace) -> int:
         timings={"setup_seconds": setup, "checks_seconds": sum(r.seconds for r in results),
                  "total_seconds": time.monotonic() - started})
     path = write_receipt(args.output, receipt)
-    print(res.format_table(receipt["checks"], receipt["passed"]))
-    for reason in receipt["reasons"]:
-        print(f"  - {reason}")
-    claim = f"proves the {receipt['proves']}" if receipt["proves"] != NOTHING else \
-        f"proves nothing (it can prove the {res.proves(level, promised)} only when every check runs and passes; " \
-        "see the reasons above)"
-    print(f"level {level} on {device} {claim}; "
-          f"{receipt['timings']['total_seconds']:.2f}s; receipt: {path}")
-    if diagnostic is not None:
-        print(f"diagnostic ({', '.join(diagnostic['caches'])}): the harness "
-              f"{'agreed' if diagnostic['harness_ok'] else 'did not agree'} with the engine"
-              + (f"; planted fault {args.plant_fault} {'caught' if diagnostic['fault_caught'] else 'NOT caught'}"
-                 if args.plant_fault else ""))
+    _say(receipt, path, level, promised, device, diagnostic, args.plant_fault)
     return 0 if receipt["passed"] else 1
 
 
