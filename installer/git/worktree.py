@@ -311,22 +311,9 @@ def _sparse_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, nam
     _set_origin(g, sub_dir, url)
 
 
-def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
-                       selection: Sequence[str] | None = None, rewrite: Rewrite,
-                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None,
-                       fresh: bool = False) -> None:
-    """``fresh``: ``repo_dir`` was cloned by this run, so the submodule URLs need no sync."""
-    sparse = sparse or {}
-    if not (repo_dir / ".gitmodules").exists():
-        if selection:
-            raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
-                             expected=f"submodules {', '.join(selection)} in {repo_dir}/.gitmodules",
-                             found="no .gitmodules", fix="fix the fork entry's submodules = [...] in the recipe")
-        return
-    if depth > MAX_DEPTH:
-        raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
-                         expected=f"at most {MAX_DEPTH} levels", found="more",
-                         fix="check the fork's .gitmodules for a cycle")
+def _declared(g: _Git, repo_dir: Path, selection: Sequence[str] | None) -> dict[str, str]:
+    """The submodules ``repo_dir``'s .gitmodules declares (path -> name); refused before anything is removed or made
+    for them when one would lie outside the clone or the recipe selects one it does not declare."""
     with git.Repo(repo_dir) as repo:
         declared = {str(sm.path): str(sm.name) for sm in repo.submodules}
     unsafe = [bad for rel, name in declared.items() if (bad := unsafe_submodule(name, rel)) is not None]
@@ -343,7 +330,26 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                            expected=f"paths among {', '.join(sorted(declared)) or 'none'}",
                            found=", ".join(unknown),
                            fix="fix the fork entry's submodules = [...] in the recipe")
-    for rel, name in declared.items():
+    return declared
+
+
+def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth: int = 0, *,
+                       selection: Sequence[str] | None = None, rewrite: Rewrite,
+                       recovering: bool = False, sparse: Mapping[str, Sequence[str]] | None = None,
+                       fresh: bool = False) -> None:
+    """``fresh``: ``repo_dir`` was cloned by this run, so the submodule URLs need no sync."""
+    sparse = sparse or {}
+    if not (repo_dir / ".gitmodules").exists():
+        if selection:
+            raise FetchError(f"fork '{g.fork}': the recipe selects submodules but the fork has none",
+                             expected=f"submodules {', '.join(selection)} in {repo_dir}/.gitmodules",
+                             found="no .gitmodules", fix="fix the fork entry's submodules = [...] in the recipe")
+        return
+    if depth > MAX_DEPTH:
+        raise FetchError(f"fork '{g.fork}': submodules nest too deep at {repo_dir}",
+                         expected=f"at most {MAX_DEPTH} levels", found="more",
+                         fix="check the fork's .gitmodules for a cycle")
+    for rel, name in _declared(g, repo_dir, selection).items():
         # before init/sync, which read a submodule's own config and stop at an unusable one
         if selection is None or rel in selection:
             reset = reset_broken_submodule(repo_dir, name, repo_dir / rel, incomplete=recovering)
@@ -361,53 +367,61 @@ def _update_submodules(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, depth
                 if selection is None or str(sm.path) in selection]
         urls = {name: str(repo.git.config("--get", f"submodule.{name}.url")) for name, _, _ in subs}
     for name, rel, commit in subs:
-        url = urls[name]
-        sub_dir = repo_dir / rel
         if rel in sparse:
-            _sparse_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=url,
+            _sparse_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=urls[name],
                               dirs=sparse[rel], rewrite=rewrite)
             continue                   # a sparse submodule's own submodules are not fetched
-        if partial_or_sparse(sub_dir):      # a recipe that kept it sparse before: whole now
-            _clear_submodule(repo_dir, name, rel, f"fork '{g.fork}': submodule {rel}", "whole now, sparse before")
-        mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
-        try:
-            fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
-        except FetchError as exc:
-            raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
-                             expected=exc.expected or "", found=exc.found or "",
-                             fix=(exc.fix or "") + g.sub_hint + f"; if the build does not need {rel}, leave it "
-                                 "out of the fork entry's submodules = [...] in the recipe") from None
-        if fetched:
-            say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
-        with mirror.locked():
-            cloned = (sub_dir / ".git").exists()
-            if cloned:
-                _bring_commit(g, sub_dir, mirror, commit)
-            else:
-                # a file:// URL whatever the mirror: from a path the object files would be copied unhashed
-                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", mirror.path.as_uri()],
-                  doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
-            try:
-                # No --no-fetch: a clone of a shallow mirror copies branches only, so the pinned
-                # commit is then fetched by id (depth 1) from the mirror, the URL in use here.
-                shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
-                # recovering: the submodule's differences are a killed run's (--force resets them)
-                force = ["--force"] if recovering and cloned else []
-                g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
-                   "--init", "--checkout", *force, *shallow, "--", rel],
-                  doing=f"checking out submodule {rel} at {commit}",
-                  fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
-                if force:
-                    g(["-C", str(sub_dir), "clean", "-d", "--force", "--quiet"],
-                      doing=f"removing what a killed checkout left in {sub_dir}",
-                      fix=f"delete {repo_dir} and re-run")
-            finally:
-                if not cloned:
-                    g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
-                      doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
-        _set_origin(g, sub_dir, url)
-        _update_submodules(g, sub_dir, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering,
+        cloned = _whole_submodule(g, repo_dir, cache_dir, say, name=name, rel=rel, commit=commit, url=urls[name],
+                                  rewrite=rewrite, recovering=recovering)
+        _update_submodules(g, repo_dir / rel, cache_dir, say, depth + 1, rewrite=rewrite, recovering=recovering,
                            fresh=fresh and not cloned)
+
+
+def _whole_submodule(g: _Git, repo_dir: Path, cache_dir: Path, say: Say, *, name: str, rel: str, commit: str,
+                     url: str, rewrite: Rewrite, recovering: bool) -> bool:
+    """Submodule ``rel`` checked out whole at ``commit`` from its mirror (fetched into it, shallow, where missing),
+    its origin the URL .gitmodules gives.  -> whether it was cloned before this."""
+    sub_dir = repo_dir / rel
+    if partial_or_sparse(sub_dir):      # a recipe that kept it sparse before: whole now
+        _clear_submodule(repo_dir, name, rel, f"fork '{g.fork}': submodule {rel}", "whole now, sparse before")
+    mirror = open_mirror(cache_dir, url, f"{g.fork}/{rel}", source=rewrite(url))
+    try:
+        fetched = ensure_commit(g.runner, g.step, mirror, commit, shallow=True)
+    except FetchError as exc:
+        raise FetchError(f"fork '{g.fork}': submodule {rel} @ {commit} cannot be fetched",
+                         expected=exc.expected or "", found=exc.found or "",
+                         fix=(exc.fix or "") + g.sub_hint + f"; if the build does not need {rel}, leave it "
+                             "out of the fork entry's submodules = [...] in the recipe") from None
+    if fetched:
+        say(f"{g.fork}: fetched submodule {rel} @ {commit} (shallow) from {redact_url(mirror.fetch_url)}")
+    with mirror.locked():
+        cloned = (sub_dir / ".git").exists()
+        if cloned:
+            _bring_commit(g, sub_dir, mirror, commit)
+        else:
+            # a file:// URL whatever the mirror: from a path the object files would be copied unhashed
+            g(["-C", str(repo_dir), "config", f"submodule.{name}.url", mirror.path.as_uri()],
+              doing=f"pointing submodule {rel} at its mirror", fix=f"check {repo_dir}/.git/config")
+        try:
+            # No --no-fetch: a clone of a shallow mirror copies branches only, so the pinned
+            # commit is then fetched by id (depth 1) from the mirror, the URL in use here.
+            shallow = ["--depth", "1"] if is_shallow(mirror.path) else []
+            # recovering: the submodule's differences are a killed run's (--force resets them)
+            force = ["--force"] if recovering and cloned else []
+            g(["-C", str(repo_dir), "-c", "protocol.file.allow=always", "submodule", "update",
+               "--init", "--checkout", *force, *shallow, "--", rel],
+              doing=f"checking out submodule {rel} at {commit}",
+              fix=f"look at {sub_dir}, or delete {repo_dir} and re-run")
+            if force:
+                g(["-C", str(sub_dir), "clean", "-d", "--force", "--quiet"],
+                  doing=f"removing what a killed checkout left in {sub_dir}",
+                  fix=f"delete {repo_dir} and re-run")
+        finally:
+            if not cloned:
+                g(["-C", str(repo_dir), "config", f"submodule.{name}.url", url],
+                  doing=f"restoring submodule {rel}'s URL", fix=f"check {repo_dir}/.git/config")
+    _set_origin(g, sub_dir, url)
+    return cloned
 
 
 def sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: str, *, cache_dir: Path,
