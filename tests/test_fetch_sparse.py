@@ -24,7 +24,7 @@ from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.recipe import spec
+from october.installer.recipe import explain, spec
 from october.installer.steps.fetch import FetchStep
 from tests.fixtures.fetchctx import fork_use, make_ctx, make_recipe
 from tests.fixtures.gitrepos import bare_path, drop_blob, make_repo
@@ -283,7 +283,7 @@ def test_a_kit_carries_the_cone_only_and_an_offline_stack_checks_it_out(tmp_path
 def test_a_sparse_table_that_does_not_fit_the_selection_is_refused(raw, paths, found) -> None:
     entry = {"name": "flashinfer", "pin": "p", "submodules": list(paths) if paths else True, "sparse": raw}
     with pytest.raises(RecipeError) as exc:
-        spec.validate(Path("r.toml"), entry, spec.ForkUseSpec)
+        explain.validate(Path("r.toml"), entry, spec.ForkUseSpec)
     assert found in str(exc.value)
 
 

@@ -25,7 +25,7 @@ from october.installer.install import overwritten
 from october.installer.install.guards import _judge_static
 from october.installer.install.plan import ForkSource, make_plan
 from october.installer.recipe import SdistSource, load_forks
-from october.installer.recipe import spec
+from october.installer.recipe import explain, spec
 from october.installer.wheels.download import cache_path
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.wheels import build_wheel
@@ -97,7 +97,7 @@ def test_shipped_sdist_pins_parse() -> None:
 def test_malformed_sdist_pin_is_refused(key: str, value: str, expected: str) -> None:
     pin = {"sdist": "https://x/vllm-1.tar.gz", "sha256": "a" * 64, "version": "1.0", "commit": "b" * 40, key: value}
     with pytest.raises(RecipeError) as err:
-        spec.validate(Path("forks.toml"), {"format_version": 1, "forks": {"vllm": {"url": "u", "pins": {"p": pin}}}},
+        explain.validate(Path("forks.toml"), {"format_version": 1, "forks": {"vllm": {"url": "u", "pins": {"p": pin}}}},
                       spec.ForksFile)
     assert expected in str(err.value)
 

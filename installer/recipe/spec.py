@@ -1,19 +1,15 @@
 """The recipe and forks.toml as typed models (pydantic v2: strict types, unknown keys refused, frozen).
 
 Every key's type, bound and rule is declared here once; the same models publish the JSON Schema
-(:mod:`.schema`).  A rule's expected text travels with it, so :func:`recipe_error` turns pydantic's first
+(:mod:`.schema`).  A rule's expected text travels with it (:mod:`.rules`), so
+:func:`.explain.recipe_error` turns pydantic's first
 error into a :class:`~october.installer.core.errors.RecipeError` (file, dotted key, expected, found).
 Imported only when a recipe is validated (:func:`october.installer.recipe.tomlcheck.validated`).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import Requirement
@@ -23,20 +19,15 @@ from packaging.version import Version
 from pydantic import (
     AfterValidator,
     BaseModel,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import core_schema
 
 from ...checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
-from ..core.errors import RecipeError
 from ..core.ids import FULL_SHA, SHA256
 from .cuda import parse_arch_list
 from .forks import INSTALL_MODES
@@ -44,6 +35,8 @@ from .install import ENV_NAME, RESERVED_ENV
 from .jitmodules import DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
 from .tomlcheck import FORMAT_VERSION, MAX_INT, MAX_ITEMS, MAX_KEY, MAX_KEYS, MAX_STR, MAX_URL, describe
 from .wheel import DEFAULT_COMPILED_SOURCES
+from .rules import Refused, finite_range, int_range, keyed, matches, once, one_of, parses, rule
+
 
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # SAFE_NAME as the schema publishes it: JSON Schema patterns are ECMA-262 and taplo uses Rust's regex, which
@@ -59,110 +52,12 @@ SDIST_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}$")
 GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
 SHAPE_MAX = 1 << 16         # heads, head dim, layers: far above any model, far below an overflow
 MAX_TOKENS = 1 << 20        # a smoke prompt or generation longer than this is a typo, not a test
-TAG = "="                   # a tagged union's branch in an error's location (not a key)
-BRANCHES = {"=id": 0, "=commit": 1, "=prefix": 2, "=sdist": 3,    # PinValue's, in order
-            "=all": 0, "=paths": 1}                                # ForkUseSpec.submodules
-
-
-class Refused(ValueError):
-    """A rule's failure (pydantic reports it as a ``value_error`` holding it): ``expected``, ``found``
-    (None: the value), ``at`` the dotted key below the failing one that it is about."""
-
-    def __init__(self, expected: str, found: str | None = None, at: str = "") -> None:
-        super().__init__(f"expected {expected}")
-        self.expected, self.found, self.at = expected, found, at
-
-
-def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``extra``'s keywords over ``into``; a keyword both hold as a table (``items``) is merged, not replaced."""
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-    return into
-
-
-@dataclass(frozen=True, eq=False)          # hashed by identity: typing hashes Annotated metadata
-class Rule:
-    """A check on a typed value, refused with ``expected`` (an after-validator); ``schema`` is what of it the
-    JSON Schema can say (``enum``, ``pattern``, ``minimum``...; nothing: the rule is code-only)."""
-
-    check: Callable[[Any], Any]
-    expected: str
-    schema: dict[str, Any] = field(default_factory=dict)
-
-    def run(self, value: Any) -> Any:
-        if not self.check(value):
-            raise Refused(self.expected)
-        return value
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(self.run, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
-        return _merge(handler(schema), self.schema)
-
-
-def rule(check: Callable[[Any], Any], expected: str, **schema: Any) -> Rule:
-    return Rule(check, expected, schema)
-
-
-def keyed(pattern: str) -> dict[str, Any]:
-    """A table key's pattern, inside ``allOf`` so it stays in ``propertyNames`` (pydantic moves a top-level
-    ``pattern`` to ``patternProperties``, which leaves a key that does not match it unchecked)."""
-    return {"allOf": [{"pattern": pattern}]}
-
-
-def matches(pattern: re.Pattern[str], expected: str, published: str | None = None, *, key: bool = False) -> Rule:
-    """The value matches ``pattern``; the schema publishes ``published`` (default: the same pattern), for a
-    pattern that JSON Schema's regex dialect cannot state (look-around); ``key``: the value is a table key."""
-    text = published or pattern.pattern
-    return rule(lambda v: pattern.match(v) is not None, expected, **(keyed(text) if key else {"pattern": text}))
-
-
-def parses(parse: Callable[[str], Any], expected: str, **schema: Any) -> Rule:
-    def ok(value: str) -> bool:
-        try:
-            parse(value)
-        except ValueError:
-            return False
-        return True
-    return rule(ok, expected, **schema)
-
-
-def one_of(values: Any, expected: str | None = None) -> Rule:
-    return rule(lambda v: v in values, expected or f"one of {', '.join(map(str, values))}", enum=list(values))
-
-
-def _int_range(lo: int, hi: int, expected: str | None = None) -> Rule:
-    return rule(lambda v: lo <= v <= hi, expected or f"an integer from {lo} to {hi}", minimum=lo, maximum=hi)
-
-
-def _finite_range(lo: float, hi: float) -> Rule:
-    def ok(value: float) -> bool:
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise Refused(f"a finite number from {lo:g} to {hi:g}", describe(value))
-        return True
-    return rule(ok, f"a finite number from {lo:g} to {hi:g}", minimum=lo, maximum=hi)
 
 
 def _relpath(p: str) -> bool:
     norm = p.strip().strip("/")
     return bool(norm) and not p.startswith("/") and "\\" not in norm \
         and not any(part in ("", ".", "..") for part in norm.split("/"))
-
-
-def once(expected: str) -> Rule:
-    """Each item at most once, compared as a path (``include`` and ``include/`` are one)."""
-    def ok(items: list[str]) -> bool:
-        norm = [p.strip().strip("/") for p in items]
-        twice = sorted({p for p in norm if norm.count(p) > 1})
-        if twice:
-            raise Refused(expected, ", ".join(f"'{p}' twice" for p in twice))
-        return True
-    return rule(ok, expected, uniqueItems=True)
 
 
 def _desc(text: str) -> Any:
@@ -173,7 +68,7 @@ def _desc(text: str) -> Any:
 Str = Annotated[str, Field(max_length=MAX_STR)]
 Url = Annotated[str, Field(max_length=MAX_URL)]
 Key = Annotated[str, Field(max_length=MAX_KEY)]
-Int = Annotated[int, _int_range(-MAX_INT, MAX_INT, "an integer within the TOML range (64 bits)")]
+Int = Annotated[int, int_range(-MAX_INT, MAX_INT, "an integer within the TOML range (64 bits)")]
 StrList = Annotated[list[Str], Field(max_length=MAX_ITEMS)]
 # git reads an argument that begins with '-' as an option (`--upload-pack=<command>` runs that command)
 GitUrl = Annotated[Url, matches(re.compile(r"^(?!-)[^\s\x00-\x1f\x7f]+$"),
@@ -195,9 +90,6 @@ def Table(value: Any, what: str = "a table", key: Any = None) -> Any:
 
 class Section(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=True)
-
-
-# ------------------------------------------------------------------------------ forks.toml
 
 
 class _PinBase(Section):
@@ -261,9 +153,6 @@ class ForksFile(Section):
                     raise Refused(f"an 'upstream' URL for fork '{fork}'", "no upstream key",
                                   at=f"forks.{fork}.pins.{name}.fetch_from")
         return self
-
-
-# ---------------------------------------------------------------------------------- recipe
 
 
 class PythonSpec(Section):
@@ -387,7 +276,7 @@ class WheelSpec(Section):
         minItems=1, items={"pattern": r"^[^/\\]([^\\]*[^/\\])?$"})] = list(DEFAULT_COMPILED_SOURCES)
 
 
-GB = Annotated[float, _finite_range(*GB_BOUNDS)]
+GB = Annotated[float, finite_range(*GB_BOUNDS)]
 
 
 class PreflightSpec(Section):
@@ -461,7 +350,7 @@ class SmokeSpec(Section):
     level: Annotated[Str, one_of(LEVELS, "one of kernel, engine, reference")] | None = None
     prompt_tokens: Tokens = 8192
     max_new_tokens: Tokens = 128
-    seed: Annotated[int, _int_range(0, 2**32 - 1)] = 0
+    seed: Annotated[int, int_range(0, 2**32 - 1)] = 0
 
 
 class ExceptionSpec(Section):
@@ -522,121 +411,3 @@ class RecipeFile(Section):
         if len(set(names)) != len(names):
             raise Refused("each fork at most once", str(names), at="forks")
         return self
-
-
-# ------------------------------------------------------------------------------ errors
-
-_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
-               "array": "a list", "object": "a table"}
-_TYPE_ERRORS = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
-                "bool_type": "true or false", "list_type": "a list", "dict_type": "a table", "model_type": "a table",
-                "int_from_float": "an integer"}
-
-
-@cache
-def json_schema(model: type[BaseModel]) -> dict[str, Any]:
-    return model.model_json_schema()
-
-
-def _schema_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> dict[str, Any]:
-    """The JSON Schema node of the key at ``loc``; a tagged union's branch (``=name``) is the one its tag names."""
-    schema = json_schema(model)
-    defs = schema.get("$defs", {})
-
-    def resolve(node: dict[str, Any]) -> dict[str, Any]:
-        while True:
-            if "$ref" in node or ("allOf" in node and len(node["allOf"]) == 1):
-                inner = defs[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node["allOf"][0]
-                node = {**inner, **{k: v for k, v in node.items() if k not in ("$ref", "allOf")}}
-                continue
-            some = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
-            if len(some) == 1:          # Optional[X]: X, with the outer description
-                node = {**some[0], **{k: v for k, v in node.items() if k != "anyOf"}}
-                continue
-            return node
-
-    def step(node: dict[str, Any], part: str | int) -> dict[str, Any] | None:
-        node = resolve(node)
-        if isinstance(part, str) and part.startswith(TAG):
-            branches = node.get("oneOf", [])
-            index = BRANCHES.get(part, len(branches))
-            return branches[index] if index < len(branches) else None
-        if isinstance(part, int):
-            return node.get("items")
-        if part == "[key]":
-            return node.get("propertyNames", {})
-        if part in node.get("properties", {}):
-            return node["properties"][part]
-        if isinstance(node.get("additionalProperties"), dict):
-            return node["additionalProperties"]
-        return None
-
-    node: dict[str, Any] | None = schema
-    for part in loc:
-        node = step(node, part) if node is not None else None
-    return resolve(node or {})
-
-
-def _type_name(node: dict[str, Any]) -> str:
-    kinds = [node.get("type")] + [b.get("type") for b in node.get("anyOf", []) + node.get("oneOf", [])]
-    names = [_TYPE_NAMES[k] for k in kinds if k in _TYPE_NAMES]
-    if names == ["a list"] and isinstance(node.get("items"), dict) and node["items"].get("type") == "string":
-        return "a list of strings"
-    return " or ".join(dict.fromkeys(names)) or "a value"
-
-
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
-    return out or "<top>"
-
-
-def recipe_error(file: Path, model: type[BaseModel], exc: ValidationError) -> RecipeError:
-    """The first of pydantic's errors as the project's :class:`RecipeError`: the key, expected, found.  An
-    unknown key is said first: a typo (``uri`` for ``url``) also makes the key it meant "missing", which alone
-    would not name what to rename."""
-    errors = exc.errors(include_url=False)
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    where = tuple(err["loc"])                # with the tagged unions' branches, for the schema
-    loc = tuple(p for p in where if not (isinstance(p, str) and p.startswith(TAG)))
-    is_key = bool(loc) and loc[-1] == "[key]"
-    loc = loc[:-1] if is_key else loc
-    refused = ctx.get("error") if kind == "value_error" else None
-    if isinstance(refused, Refused):
-        at = tuple(refused.at.split(".")) if refused.at else ()
-        return RecipeError(file, _dotted(loc + at), expected=refused.expected,
-                           found=describe(value) if refused.found is None else refused.found)
-    if kind == "extra_forbidden":
-        known = sorted(_schema_at(model, where[:-1]).get("properties", {}))
-        key = _dotted(loc)
-        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == where[:-1]]
-        also = f" (the key{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} beside it "\
-               f"{'are' if len(missing) > 1 else 'is'} missing: a typo?)" if missing else ""
-        return RecipeError(file, key, expected=f"one of {known}", found=f"unknown key '{loc[-1]}'" + also,
-                           fix=f"remove or rename '{key}' in {file}")
-    node = _schema_at(model, where)
-    if kind == "string_too_long" and is_key:
-        expected, found = f"a key of at most {ctx['max_length']} characters", f"a key of {len(value):,} characters"
-    elif kind == "string_too_long":
-        expected, found = f"at most {ctx['max_length']} characters", f"{len(value):,} characters ({describe(value)})"
-    elif kind == "too_long" and isinstance(value, dict):
-        expected, found = f"a table of at most {ctx['max_length']} keys", f"{len(value):,} keys"
-    elif kind == "too_long":
-        expected, found = f"at most {ctx['max_length']} items", f"{len(value):,} items"
-    elif kind == "missing":
-        expected, found = node.get("description") or _type_name(node), "the key is missing"
-    else:       # a wrong type, a value not among the allowed ones, too few items
-        expected = node.get("description") or (_type_name(node) if "type" in node else None) \
-            or _TYPE_ERRORS.get(kind) or _type_name(node)
-        found = describe(value)
-    return RecipeError(file, _dotted(loc), expected=expected, found=found)
-
-
-def validate(file: Path, data: dict[str, Any], model: type[BaseModel]) -> None:
-    """``data`` (a recipe or forks.toml as read) against ``model``; the first problem as a RecipeError."""
-    try:
-        model.model_validate(data)
-    except ValidationError as exc:
-        raise recipe_error(file, model, exc) from None

@@ -174,11 +174,11 @@ def validated(checks: list[tuple[Path, dict[str, Any] | None, str]], checked: Pa
     mark = shared() if callable(shared) else shared
     if digest is not None and mark is not None and mark.holds(digest):
         return digest, "shared"
-    from . import spec
+    from . import explain, spec
 
     for file, data, model in checks:
         if data is not None:
-            spec.validate(file, data, getattr(spec, model))
+            explain.validate(file, data, getattr(spec, model))
     return digest, "models"
 
 
