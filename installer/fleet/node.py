@@ -128,16 +128,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
     rec = blank_record(job, "error", None, host=socket.gethostname())
     try:
         rec["gpu"], rec["arch"] = _gpu(runner)
-        if shipment is not None and job.setup_argv is not None:
-            if shipment.files:
-                report(RECEIVING)
-            rec["kit_received_bytes"] = receive_kit(Path(job.kit_dir), shipment, fetch)
-        if job.lock_path is not None and shipment is not None and shipment.lock is not None:
-            if sha256_bytes(shipment.lock) != shipment.lock_sha256:
-                raise KitError("the lock arrived damaged", expected=f"sha256 {shipment.lock_sha256}",
-                               found=f"sha256 {sha256_bytes(shipment.lock)}", fix="re-run the fleet command")
-            Path(job.lock_path).parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(Path(job.lock_path), shipment.lock)
+        _receive(job, shipment, fetch, report, rec)
         if job.setup_argv is None:
             report(RECHECK)
             if job.verify_argv is not None:      # finished before: is the stack still what it was?
@@ -193,6 +184,22 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
         return rec
     finally:
         rec["seconds"] = round(time.monotonic() - start, 3)
+
+
+def _receive(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], bytes], report: Callable[[str], None],
+             rec: dict[str, Any]) -> None:
+    """What the driver shipped, put in place on this node: the kit (for a node that sets up; its bytes counted in
+    ``rec``) and the lock, each checked by its sha256."""
+    if shipment is not None and job.setup_argv is not None:
+        if shipment.files:
+            report(RECEIVING)
+        rec["kit_received_bytes"] = receive_kit(Path(job.kit_dir), shipment, fetch)
+    if job.lock_path is not None and shipment is not None and shipment.lock is not None:
+        if sha256_bytes(shipment.lock) != shipment.lock_sha256:
+            raise KitError("the lock arrived damaged", expected=f"sha256 {shipment.lock_sha256}",
+                           found=f"sha256 {sha256_bytes(shipment.lock)}", fix="re-run the fleet command")
+        Path(job.lock_path).parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(Path(job.lock_path), shipment.lock)
 
 
 def _command(runner: Runner, rec: dict[str, Any], step: str, what: str, python: str, argv: Sequence[str],

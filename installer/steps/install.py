@@ -37,7 +37,8 @@ STARTUP_MODULES = ("sitecustomize.py", "usercustomize.py")    # Python imports t
 
 if TYPE_CHECKING:
     from ..install import consistency
-    from ..install.guards import GuardSpec
+    from ..install.guards import GuardReport, GuardSpec
+    from ..pyenv.builtstack import Entry
 
 # guards (the wheel's ELF/RECORD readers) and consistency (email's parsers) are imported where the step runs,
 # not on a no-op re-run
@@ -113,31 +114,8 @@ class InstallStep:
         ctx.announce(FORKS_INSTALLED, forks)
         outputs = self.record_outputs(ctx, by_name, made)
         reuse.require_restored_outputs(entry, outputs, ctx.paths.root)
-        # every file of every distribution in the env as its RECORD hashes it
-        try:
-            uvs_own = records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
-                                             system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
-        except InstallError as exc:
-            if copied is not None and isinstance(exc, UnlikeRecordError) and \
-                    (changed := reuse.changed_since_copy(ctx, copied, exc.paths)):
-                raise reuse.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
-            if copied is not None:      # copied from the cache by this run, as copied: the entry itself is wrong
-                raise reuse.refused_copy(ctx, self.name, copied, exc) from None
-            raise
-        spec = self.guard_spec(ctx, forks)
-        from ..install.guards import run_guards
-        from ..pyenv import builtrestore
-
-        report = run_guards(ctx.runner, self.name, spec)
-        for check, outcome in report.results.items():
-            if outcome != "ok":
-                ctx.ui.warn(f"{check}: {outcome}")
-        judged = self.check_consistency(ctx)
-        # a copied stack's import verdicts: its bytes were hashed against the manifest and the guard has just
-        # read what the stack path changed, so importing torch again would prove nothing new
-        imported = builtrestore.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
-        if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
-            imported = self.check_imports(ctx, forks)
+        uvs_own = self.require_intact(ctx, copied)
+        report, judged, imported = self.judge(ctx, forks, entry)
         if entry is None:       # uv installed it in this run: held to the sources' wheels before it may be stored
             held_forks = [(f.path, f.dist, installs_deps(f.use)) for f in forks]
             unheld = indexcheck.hold_to_index(ctx, self.name, held_forks,
@@ -173,6 +151,40 @@ class InstallStep:
         if entry is None:
             reuse.store_built_stack(ctx, self.name, forks, nested_out, imported, unstorable)
         return result
+
+    def require_intact(self, ctx: StepContext, copied: Entry | None) -> dict[str, str]:
+        """Every file of every distribution in the env as its RECORD hashes it -> the venv's own files uv wrote; a
+        difference in an env this run copied from the cache names the writer in the stack, or refuses the entry."""
+        try:
+            return records.require_intact(ctx.paths.env, ctx.trust, lambda: stack_uv(ctx).env()["UV_CACHE_DIR"],
+                                          system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
+        except InstallError as exc:
+            if copied is not None and isinstance(exc, UnlikeRecordError) and \
+                    (changed := reuse.changed_since_copy(ctx, copied, exc.paths)):
+                raise reuse.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
+            if copied is not None:      # copied from the cache by this run, as copied: the entry itself is wrong
+                raise reuse.refused_copy(ctx, self.name, copied, exc) from None
+            raise
+
+    def judge(self, ctx: StepContext, forks: list[ForkSource], entry: Entry | None
+              ) -> tuple[GuardReport, consistency.Judgement, dict[str, str]]:
+        """The install guards (each outcome that is not ok warned), the consistency verdict and the forks' imports
+        with the stack environment -> (the guards' report, the verdict, fork -> version imported)."""
+        spec = self.guard_spec(ctx, forks)
+        from ..install.guards import run_guards
+        from ..pyenv import builtrestore
+
+        report = run_guards(ctx.runner, self.name, spec)
+        for check, outcome in report.results.items():
+            if outcome != "ok":
+                ctx.ui.warn(f"{check}: {outcome}")
+        judged = self.check_consistency(ctx)
+        # a copied stack's import verdicts: its bytes were hashed against the manifest and the guard has just
+        # read what the stack path changed, so importing torch again would prove nothing new
+        imported = builtrestore.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
+        if {f.use.name for f in forks if f.use.traits.import_check} - set(imported):
+            imported = self.check_imports(ctx, forks)
+        return report, judged, imported
 
     def venv_scaffold(self, ctx: StepContext) -> dict[str, str]:
         """What this run's uv writes into a new venv on the stack's interpreter (relative path -> sha256),
