@@ -1,5 +1,5 @@
 """Issue 20 item 2: a second stack with the same inputs takes the first one's finished env and fork
-build outputs from the built-stack cache (installer/pyenv/builtstack.py) -- as private, relocated
+build outputs from the built-stack cache (installer/pyenv/builtstack.py, builtkey.py, builtrestore.py) -- as private, relocated
 copies, checked as a normal install is -- and a tampered cache entry never reaches a stack (issue 22's
 poisoned cache).  Real uv, real git, real wheels (the offline fixture world); nothing is mocked.
 """
@@ -120,7 +120,7 @@ def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: Wo
     two was inside it, vouched for with the manifest's digest, and install's RECORD check passed the file.  The
     signature is now taken before the hash and the file vouched for only when it stats the same after it."""
     entry = _stored_entry(world, tmp_path)
-    real = builtstack.sha256_file
+    real = builtrestore.sha256_file
     planted: list[Path] = []
 
     def hash_then_write(path: Path) -> str:         # a writer right behind the hash
@@ -131,7 +131,7 @@ def test_a_file_written_while_the_restore_hashed_it_is_not_vouched_for(world: Wo
             planted.append(Path(path))
         return digest
 
-    monkeypatch.setattr(builtstack, "sha256_file", hash_then_write)
+    monkeypatch.setattr(builtrestore, "sha256_file", hash_then_write)
     root = tmp_path / "s3"
     hashed = builtrestore.restore_env(entry, root / "env", root)
     monkeypatch.undo()

@@ -236,7 +236,7 @@ def started_by_pth(dists: Mapping[str, Dist]) -> list[Dist]:
 
 def url_packages(dists: Mapping[str, Dist], asked: Asked) -> list[dict[str, Any]]:
     """Packages as a listing gives them for the distributions asked for by a wheel's URL (``asked.wanted``), so that
-    :func:`held_to_index` holds each to the wheels the *requirements* name, not the one its ``direct_url.json``
+    :func:`.held.held_to_index` holds each to the wheels the *requirements* name, not the one its ``direct_url.json``
     (which uv's cache can plant) names: a local file read here (its sha256 taken now), another URL by Range
     requests (its ``#sha256=`` where given).  Every wheel asked for one name is one package's (a fork's
     ``[tool.uv.sources]`` may give one per platform, the first review of session 38: each judged apart, the one not

@@ -242,7 +242,7 @@ def held_to_index(packages: Sequence[Mapping[str, Any]], env: Path, remote: Remo
     module): a file here read as such (named only while it still has the locked sha256), any other through
     ``remote``.  Every other distribution of the env is not judged, but those ``own`` says the install built
     (the forks): one installed from a URL of its own, or listed at another version, is not held to a wheel (its
-    ``direct_url.json`` may be uv's cache's too; :func:`unasked` names one no requirement asks for).  ``wait_s``:
+    ``direct_url.json`` may be uv's cache's too; :func:`.asked.unasked` names one no requirement asks for).  ``wait_s``:
     the reads not done by then are not judged, and not waited for."""
     dists = installed(env) if dists is None else dists
     todo: list[tuple[Dist, Mapping[str, Any]]] = []

@@ -124,7 +124,7 @@ def hash_bytes(data: bytes) -> str:
 
 
 def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str, Any]:
-    """Copy ``rels`` of ``src`` into ``dest`` (builtkey.templated where the stack root appears); -> the manifest rows."""
+    """Copy ``rels`` of ``src`` into ``dest`` (templated where the stack root appears); -> the manifest rows."""
     pattern = builtkey.root_pattern(str(root))
     rows: dict[str, Any] = {}
     dest.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ def _store_tree(src: Path, dest: Path, rels: list[Path], root: Path) -> dict[str
             d.write_bytes(data)
             mode = st.st_mode & 0o777
             os.chmod(d, mode & ~0o222)
-            rows[str(rel)] = {"kind": "file", "sha256": hash_bytes(data), "mode": mode, "builtkey.templated": templ}
+            rows[str(rel)] = {"kind": "file", "sha256": hash_bytes(data), "mode": mode, "templated": templ}
         else:
             raise EntryRefused(f"{s} is not a file, link or directory")
     return rows
