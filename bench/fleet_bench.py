@@ -43,7 +43,7 @@ from tests.test_kit import _recipe_copy  # noqa: E402
 
 def run(*args: str, smoke: bool = False) -> float:
     start = time.perf_counter()
-    argv = ["-c", "from october.installer.cli import current_app; current_app()"] if smoke else ["-m", "october.installer.october_setup"]
+    argv = ["-c", "from october.installer.cli.main import current_app; current_app()"] if smoke else ["-m", "october.installer.october_setup"]
     done = subprocess.run([sys.executable, *argv, *args], cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1):
         sys.exit(f"{'current' if smoke else 'october_setup'} {' '.join(args[:2])} failed ({done.returncode}):\n"

@@ -1,7 +1,7 @@
 """The console scripts' entry points.  ``october_setup`` (and ``python -m october.installer.october_setup``, what
-``fleet`` runs on each node): plain options are answered by the fast path (:mod:`october.installer.noop`, no
-command-line framework imported), everything else by the full command line (:func:`october.installer.cli.setup_main`).
-``current`` (and ``python -m october``): :func:`october.installer.cli.current_main`, imported here so that Ctrl-C
+``fleet`` runs on each node): plain options are answered by the fast path (:mod:`october.installer.cli.noop`, no
+command-line framework imported), everything else by the full command line (:func:`october.installer.cli.main.setup_main`).
+``current`` (and ``python -m october``): :func:`october.installer.cli.main.current_main`, imported here so that Ctrl-C
 while the tool is still importing gets the interrupt message and 130, not a traceback, as it does later."""
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ def interrupted(command: str, args: list[str], exc: KeyboardInterrupt) -> int:
 def setup_main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from .noop import fast_setup
+        from .cli.noop import fast_setup
 
         if (done := fast_setup(args)) is None:
-            from .cli import setup_main as full
+            from .cli.main import setup_main as full
 
             done = full(args)
     except KeyboardInterrupt as exc:
@@ -89,7 +89,7 @@ def current_main(argv: list[str] | None = None) -> int:
     """Console script ``current`` (and ``python -m october``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from .cli import current_main as full
+        from .cli.main import current_main as full
 
         return _flushed(full(args))
     except KeyboardInterrupt as exc:

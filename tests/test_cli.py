@@ -38,12 +38,12 @@ def test_help_lists_the_commands_in_one_vocabulary() -> None:
 def test_each_app_is_whole_in_the_module_that_makes_it() -> None:
     """No registration by import side effect: an app imported alone (a fresh interpreter) has all its
     commands; ``october_setup kit`` / ``fleet`` are routed to their apps, anything else is a STACK."""
-    code = ("import typer; from october.installer import cli_common; from october.installer.cli_current import current_app; "
+    code = ("import typer; from october.installer.cli import common as cli_common; from october.installer.cli.current import current_app; "
             "print(sorted(typer.main.get_command(current_app).commands)); "
             "print(sorted(n for n in vars(cli_common) if n.endswith('_app')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["['doctor', 'download', 'env', 'recipes', 'smoke', 'verify']", "['new_app', 'run_app']"], out
-    from october.installer.cli import fleet_app, kit_app, setup_app, setup_route
+    from october.installer.cli.main import fleet_app, kit_app, setup_app, setup_route
     assert setup_route(["kit", "d", "-q"]) == (kit_app, "october_setup kit", ["d", "-q"])
     assert setup_route(["fleet"]) == (fleet_app, "october_setup fleet", [])
     assert setup_route(["s", "kit"]) == (setup_app, "october_setup", ["s", "kit"])
@@ -411,7 +411,7 @@ def test_ctrl_c_in_a_command_outside_its_guard_is_the_interrupt_message_and_130(
     (``cli_common.Command``) now answers it as the guard does: the message, the ``--json`` document, 130."""
     (tmp_path / "ctrlc_app.py").write_text(
         "import sys\n"
-        "from october.installer.cli_common import command, json_option, new_app, run_app\n"
+        "from october.installer.cli.common import command, json_option, new_app, run_app\n"
         "app = new_app('t')\n"
         "@command(app)\n"
         "def go(as_json: bool = json_option('x')) -> None:\n"

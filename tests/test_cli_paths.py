@@ -1,6 +1,6 @@
 """Option and path checks of ``october_setup`` and ``current`` (the audit's cases): each is refused before
 anything is written, with the README's exit code and expected / found / what to do; the plain fast path
-(installer/noop.py) and the typer command line say the same."""
+(installer/cli/noop.py) and the typer command line say the same."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import make_world, snapshot
 
-TYPER = "import sys; from october.installer.cli import setup_main; sys.exit(setup_main(sys.argv[1:]))"
+TYPER = "import sys; from october.installer.cli.main import setup_main; sys.exit(setup_main(sys.argv[1:]))"
 
 
 def both(*args: str, cwd: Path = PROJECT_ROOT) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
@@ -121,7 +121,7 @@ def test_locked_without_any_lock_is_a_missing_file_and_a_recipe_is_not_a_lock(tm
 
 def test_an_empty_recipe_is_a_usage_error(tmp_path: Path) -> None:
     """``current doctor --recipe ""`` looked for recipes/.toml (exit 3)."""
-    from october.installer.noop import parse
+    from october.installer.cli.noop import parse
 
     for argv in (("doctor", "--recipe", ""), ("env", "--recipe", " "), ("download", "--format", "awq", "--recipe", "")):
         proc = current(*argv, cwd=tmp_path)
@@ -135,8 +135,8 @@ def test_an_empty_recipe_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_re_run_without_recipe_keeps_to_the_stacks_recipe(tmp_path: Path) -> None:
     """Without --recipe a finished stack of another recipe was re-run as `current` (`preflight: running
     again: its inputs changed`), rebuilding it under another recipe on a networked machine."""
-    from october.installer.noop import parse
-    from october.installer.provision import recipe_for
+    from october.installer.cli.noop import parse
+    from october.installer.cli.provision import recipe_for
 
     world = make_world(tmp_path / "world")
     stack, cache = tmp_path / "stack", tmp_path / "cache"
@@ -191,7 +191,7 @@ def test_the_default_recipe_is_known_by_its_file_not_only_its_name(tmp_path: Pat
     with a later run of another recipe begun (stopped before its receipt) is refused, naming both."""
     from october.installer.core.errors import UsageError
     from october.installer.core.hashing import sha256_file
-    from october.installer.provision import recipe_for
+    from october.installer.cli.provision import recipe_for
     from october.installer.recipe import resolve_recipe_path
 
     shipped = resolve_recipe_path("current")

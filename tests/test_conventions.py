@@ -13,8 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from october.installer import cli_common
-from october.installer.cli import current_main, setup_main
+from october.installer.cli import common as cli_common
+from october.installer.cli.main import current_main, setup_main
 from october.installer.core import errors
 from tests.fixtures.root import PROJECT_ROOT
 
@@ -161,8 +161,8 @@ ARGUMENT_AT = {"october_setup": 0, "october_setup kit": 1, "october_setup fleet"
 def _click_command(name: str) -> object:
     from typer.main import get_command
 
-    from october.installer.cli import setup_route
-    from october.installer.cli_current import current_app
+    from october.installer.cli.main import setup_route
+    from october.installer.cli.current import current_app
 
     if name.startswith("october_setup"):
         return get_command(setup_route(list(COMMANDS[name]))[0])

@@ -17,7 +17,7 @@ import pytest
 import typer
 from rich.console import Console
 
-from october.installer.cli import guarded
+from october.installer.cli.main import guarded
 from october.installer.core.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
 from october.installer.core.runner import Runner
 from october.installer.core.ui import ConsoleReporter

@@ -264,7 +264,7 @@ def test_single_node_commands_neither_import_nor_need_ray(tmp_path: Path) -> Non
     fleet's own option checks run with ray made unimportable (sys.modules['ray'] = None) and never
     import it."""
     prog = ("import sys; sys.modules['ray'] = None\n"
-            "from october.installer.cli import setup_main\n"
+            "from october.installer.cli.main import setup_main\n"
             "codes = []\n"
             "for argv in {argv!r}:\n"
             "    try:\n"

@@ -50,13 +50,13 @@ def test_the_receipt_records_the_torch_index_without_its_password() -> None:
 
 
 def _guarded(fn: Any, *, json_command: str = "setup") -> tuple[int, str, str]:
-    """Run ``fn`` as a command does (october.installer.cli_common.guarded): (exit code, display, stdout)."""
+    """Run ``fn`` as a command does (october.installer.cli.common.guarded): (exit code, display, stdout)."""
     import contextlib
 
     import typer
     from rich.console import Console
 
-    from october.installer.cli_common import guarded
+    from october.installer.cli.common import guarded
     from october.installer.core.ui import ConsoleReporter
 
     shown, printed = io.StringIO(), io.StringIO()
@@ -113,7 +113,7 @@ def test_the_fix_line_of_a_hand_edited_receipt_is_written_not_a_traceback(tmp_pa
 
 @pytest.mark.parametrize("receipt", ["[]", '"s"', "5", '{"recipe": "x"}', '{"recipe": [1], "forks": 3}'])
 def test_current_env_reads_a_malformed_receipt_as_unknown(tmp_path: Path, receipt: str) -> None:
-    from october.installer.envreport import stack_report
+    from october.installer.cli.envreport import stack_report
 
     stack = tmp_path / "s"
     (stack / "receipts").mkdir(parents=True)

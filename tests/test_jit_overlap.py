@@ -588,7 +588,7 @@ def test_the_cli_exits_128_plus_the_signal_that_stopped_the_run(signum, code) ->
     import typer
     from rich.console import Console
 
-    from october.installer.cli_common import guarded
+    from october.installer.cli.common import guarded
     from october.installer.core.ui import ConsoleReporter
     from october.installer.pipeline.plan import Terminated
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from october.installer.noop import parse
+from october.installer.cli.noop import parse
 from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World, make_world, snapshot
 
 PROBE = """
 import json, sys
-from october.installer import noop
+from october.installer.cli import noop
 from october.installer.october_setup import setup_main
 answered = []
 def watched(args, _orig=noop.try_noop):
@@ -132,7 +132,7 @@ def test_plain_and_typer_command_lines_fail_alike(tmp_path: Path, extra: tuple[s
     command line says, with the same exit code (one provisioning function, one error handler)."""
     args = (str(tmp_path / "stack"), "--cache-dir", str(tmp_path / "cache"), *extra)
     plain, proc_plain = setup_cli(*args)
-    typer_run = subprocess.run([sys.executable, "-c", "import sys; from october.installer.cli import setup_main; "
+    typer_run = subprocess.run([sys.executable, "-c", "import sys; from october.installer.cli.main import setup_main; "
                                 "sys.exit(setup_main(sys.argv[1:]))", *args], cwd=PROJECT_ROOT, capture_output=True,
                                text=True, timeout=120)
     assert (plain["rc"], plain["typer"], plain["pydantic"]) == (code, False, False), proc_plain.stderr

@@ -65,7 +65,7 @@ def test_the_code_digest_ignores_the_folders_above_the_package(tmp_path: Path) -
     under = ask(copy_layout(tmp_path / "_data" / "repo", follow_links=False), tmp_path / "cache")
     assert plain["digest"] == under["digest"] != hashlib.sha256(b"").hexdigest()
     edited = copy_layout(tmp_path / "b" / "repo", follow_links=False)
-    (edited / "installer" / "noop.py").write_text((edited / "installer" / "noop.py").read_text() + "\n# edited\n")
+    (edited / "installer" / "cli" / "noop.py").write_text((edited / "installer" / "cli" / "noop.py").read_text() + "\n# edited\n")
     assert ask(edited, tmp_path / "cache")["digest"] != plain["digest"]
 
 

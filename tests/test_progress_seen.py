@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from october.installer.cli import current_main
+from october.installer.cli.main import current_main
 from tests.fixtures.root import PROJECT_ROOT
 from tests.fixtures.world import World, make_world
 

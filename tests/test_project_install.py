@@ -227,7 +227,7 @@ def test_the_wheel_holds_one_import_package_of_ours(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"october", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
-    for must in ("october/__init__.py", "october/installer/cli.py", "october/checks/smoke.py",
+    for must in ("october/__init__.py", "october/installer/cli/main.py", "october/checks/smoke.py",
                  "october/_data/forks.toml", "october/_data/recipes/current.toml",
                  "october/_data/receipts/setup.schema.json", "october/_data/locks/current.pylock.toml"):
         assert must in names, must

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import typer
 
-from october.installer.cli import current_app, setup_route
-from october.installer.cli_common import click_exc
+from october.installer.cli.main import current_app, setup_route
+from october.installer.cli.common import click_exc
 from tests.fixtures.root import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from october.installer.cli import current_main
+from october.installer.cli.main import current_main
 from october.installer.core.errors import ReceiptError, SmokeError, UsageError
 from october.installer.pyenv import stackenv
 from tests.fixtures.root import PROJECT_ROOT
@@ -123,7 +123,7 @@ def _download_argv(hint: str) -> list[str]:
 
     import typer
 
-    from october.installer.cli_current import current_app
+    from october.installer.cli.current import current_app
 
     found = re.search(r"`(current download [^`]*)`", hint)
     assert found is not None, hint

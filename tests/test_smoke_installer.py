@@ -369,7 +369,7 @@ def test_a_changed_stack_env_file_is_refused_before_the_stack_runs(tmp_path: Pat
 
 def test_a_changed_stack_env_file_exits_17_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from october.installer.cli import current_main
+    from october.installer.cli.main import current_main
 
     stack = _stack(tmp_path)
     _recorded_stack_env(stack)

@@ -83,7 +83,7 @@ def test_current_smoke_while_another_process_holds_the_stack_exits_5(tmp_path: P
             run_smoke(opts, cwd=tmp_path, echo=lambda s: None, base_env={**os.environ, "OCTOBER_LOCK_DIR": str(locks)})
         assert time.monotonic() - started < 5 and f"pid {holder.pid}" in str(exc.value)
         assert not (tmp_path / "out" / "receipt.json").exists()
-        proc = subprocess.run([sys.executable, "-c", "from october.installer.cli import current_app; current_app()",
+        proc = subprocess.run([sys.executable, "-c", "from october.installer.cli.main import current_app; current_app()",
                                "smoke", "--install", str(stack), "--format", "awq", "--output", str(tmp_path / "o2"),
                                "--level", "reference"], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "OCTOBER_LOCK_DIR": str(locks)}, timeout=120)

@@ -249,7 +249,7 @@ def empty_path(name: str, value: str, *, argument: bool = False, required: bool 
     """An empty or blank path (``--cache-dir ""``, ``STACK ""``) is a usage error (exit 2): ``Path("")`` is the
     current directory, which would silently become the cache, the stack or the output.  ``name``: the option
     (``--cache-dir``) or the argument's metavar (``STACK``).  The one check both command lines use: the typer
-    commands for every path option (:class:`~october.installer.cli_common.Command`), the plain fast path by
+    commands for every path option (:class:`~october.installer.cli.common.Command`), the plain fast path by
     leaving such a run to them."""
     if value.strip():
         return
@@ -324,7 +324,7 @@ def stack_argument(value: str) -> Path:
     """STACK: an empty or blank path is refused (it would silently mean the current directory), and so is
     one holding a character a later step cannot use (:data:`STACK_CHARS`), or one the locale cannot encode
     (:func:`locale_readable`).  The one check of both command lines (the typer command through
-    :func:`~october.installer.provision.provision`, and the fast path)."""
+    :func:`~october.installer.cli.provision.provision`, and the fast path)."""
     empty_path("STACK", value, argument=True)
     return locale_readable("STACK", usable_chars("STACK", dir_option("STACK", Path(value)), STACK_CHARS))
 

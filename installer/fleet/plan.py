@@ -177,13 +177,13 @@ def node_job(opts: FleetOptions, node: NodeInfo, kit_dir: str, recipe: str, *, i
     out = f"{stack}/receipts/smoke"
     smoke: tuple[str, ...] | None = None
     if opts.smoke:          # a finished node's smoke receipt is re-read, run again only when not believed
-        smoke = (opts.python, "-c", "from october.installer.cli import current_app; current_app()", "smoke",
+        smoke = (opts.python, "-c", "from october.installer.cli.main import current_app; current_app()", "smoke",
                  "--install", stack, *(("--format", opts.smoke_format) if opts.smoke_format else ()),
                  "--output", out, "--recipe", recipe)
         if opts.smoke_level is not None:
             smoke += ("--level", opts.smoke_level)
         smoke += tuple(opts.smoke_args)
-    verify = None if install else (opts.python, "-c", "from october.installer.cli import current_app; current_app()",
+    verify = None if install else (opts.python, "-c", "from october.installer.cli.main import current_app; current_app()",
                                    "verify", "--install", stack)
     return NodeJob(name=node.name, node_id=node.node_id, host=node.host, stack=stack, kit_dir=kit_dir,
                    lock_path=lock_path, setup_argv=setup, smoke_argv=smoke if install else None,

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import (
+from .common import (
     RECIPE_HELP,
     cache_dir_argument,
     cache_dir_option,
@@ -36,10 +36,10 @@ from .cli_common import (
     verbose_option,
     version_option,
 )
-from .cli_current import current_app
-from .core import jsonread
-from .core.cliargs import require_cache_writable
-from .core.paths import default_cache_dir
+from .current import current_app
+from ..core import jsonread
+from ..core.cliargs import require_cache_writable
+from ..core.paths import default_cache_dir
 from .provision import SetupArgs, provision
 
 __all__ = ["current_app", "current_main", "fleet_app", "guarded", "kit_app", "setup_app", "setup_main", "setup_route"]
@@ -123,11 +123,11 @@ def make_kit_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from .core.errors import UsageError
-        from .kit.have import read_have
-        from .kit.make import KitOptions, make_kit
-        from .pyenv.systorch import mark_system
-        from .recipe import load_recipe
+        from ..core.errors import UsageError
+        from ..kit.have import read_have
+        from ..kit.make import KitOptions, make_kit
+        from ..pyenv.systorch import mark_system
+        from ..recipe import load_recipe
 
         kit_out = kit_argument("DIR", out)
         cache = cache_dir_argument(cache_dir or default_cache_dir())
@@ -188,8 +188,8 @@ def fleet_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from .fleet.plan import FleetOptions
-        from .fleet.run import run_fleet
+        from ..fleet.plan import FleetOptions
+        from ..fleet.run import run_fleet
 
         passed_on("--setup-arg", setup_arg, setup_app, None, ["/stack"], FLEET_SETS_SETUP)
         passed_on("--smoke-arg", smoke_arg, current_app, "smoke", ["--install", "/stack", "--output", "/out"],
@@ -231,8 +231,8 @@ def passed_on(flag: str, args: list[str], app: typer.Typer, sub: str | None, hea
     one that makes it set up nothing is a usage error (exit 2) now, not on every node after the kit shipped."""
     from typer.main import get_command
 
-    from .cli_common import click_exc
-    from .core.errors import UsageError
+    from .common import click_exc
+    from ..core.errors import UsageError
 
     prog = "october_setup" if sub is None else f"current {sub}"
     for arg in args:

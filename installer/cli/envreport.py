@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .core import jsonread
-from .core.hashing import sha256_file
-from .core.paths import StackPaths
-from .core.redact import SECRET_ENV_VARS, env_secrets, redact
-from .core.runner import Runner
+from ..core import jsonread
+from ..core.hashing import sha256_file
+from ..core.paths import StackPaths
+from ..core.redact import SECRET_ENV_VARS, env_secrets, redact
+from ..core.runner import Runner
 
 SHOWN_ENV_VARS = ("CUDA_HOME", "CUDA_VISIBLE_DEVICES", "OCTOBER_CACHE_DIR", "UV_CACHE_DIR", "HF_HOME",
                   "HF_ENDPOINT", "HF_HUB_OFFLINE", "KNLP_KV_FIXTURES", "FLASHINFER_WORKSPACE_BASE",
@@ -30,9 +30,9 @@ def _tool(fact: Any) -> str | None:
 
 def stack_report(stack: Path) -> dict[str, Any]:
     """What the stack's own files say; nothing is run and nothing is imported."""
-    from .git.clonecheck import GitInspectError
-    from .git.worktree import dirty_entries, head_commit
-    from .pyenv.dists import installed
+    from ..git.clonecheck import GitInspectError
+    from ..git.worktree import dirty_entries, head_commit
+    from ..pyenv.dists import installed
 
     paths = StackPaths(stack.resolve())
     out: dict[str, Any] = {"path": str(paths.root), "recipe": None, "lock_sha256": None, "forks": [],
@@ -86,8 +86,8 @@ def stack_report(stack: Path) -> dict[str, Any]:
 
 
 def recipe_report(name_or_path: str) -> dict[str, Any]:
-    from .core.errors import OctoberError
-    from .recipe import load_recipe
+    from ..core.errors import OctoberError
+    from ..recipe import load_recipe
 
     try:
         r = load_recipe(name_or_path)
@@ -106,8 +106,8 @@ def environment_vars(environ: Mapping[str, str]) -> dict[str, str]:
 
 def collect(stack: Path | None, recipe: str | None, runner: Runner,
             environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    from .core.version import tool_commit, tool_version
-    from .machine.probes import gather_facts
+    from ..core.version import tool_commit, tool_version
+    from ..machine.probes import gather_facts
 
     env = dict(os.environ if environ is None else environ)
     f = gather_facts(stack or Path.cwd(), runner, environ=env)

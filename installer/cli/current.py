@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from .cli_common import (
+from .common import (
     RECIPE_HELP,
     DiagnosticCache,
     ModelFormat,
@@ -30,8 +30,8 @@ from .cli_common import (
     verbose_option,
     version_option,
 )
-from .core.errors import OctoberError
-from .core.paths import default_cache_dir
+from ..core.errors import OctoberError
+from ..core.paths import default_cache_dir
 
 current_app = new_app("Check the machine, download pinned models, and prove a stack does K16/V8.")
 
@@ -64,11 +64,11 @@ def doctor(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from .core.runner import Runner
-        from .machine import doctor as run_doctor
-        from .machine import facts_json
-        from .pyenv.systorch import with_system_torch
-        from .recipe import load_recipe
+        from ..core.runner import Runner
+        from ..machine import doctor as run_doctor
+        from ..machine import facts_json
+        from ..pyenv.systorch import with_system_torch
+        from ..recipe import load_recipe
 
         rec = with_system_torch(load_recipe(recipe), system_python)
         with tempfile.TemporaryDirectory(prefix="october-doctor-") as logs:
@@ -110,8 +110,8 @@ def verify(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from .verify.report import format_report
-        from .verify.stack import verify_stack
+        from ..verify.report import format_report
+        from ..verify.stack import verify_stack
 
         stack = install_option(install)
         bar = lambda done, total: ui.transfer("hashing installed files", done, total, "B")  # noqa: E731
@@ -142,9 +142,9 @@ def env_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from .core.runner import Runner
+        from ..core.runner import Runner
         from .envreport import collect, format_text
-        from .recipe import load_recipe
+        from ..recipe import load_recipe
 
         stack = dir_option("--install", install, must_exist=True) if install is not None else None
         if recipe is not None:
@@ -169,8 +169,8 @@ def recipes_cmd(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from .core.resources import shipped_recipes
-        from .recipe import load_recipe
+        from ..core.resources import shipped_recipes
+        from ..recipe import load_recipe
 
         paths = shipped_recipes()
         width = max((len(p.stem) for p in paths), default=0)
@@ -215,8 +215,8 @@ def download(
     ui = reporter(quiet, verbose)
 
     def go() -> None:
-        from .download import DownloadOptions, run_download
-        from .recipe import load_recipe
+        from ..download import DownloadOptions, run_download
+        from ..recipe import load_recipe
 
         out = (dir_option("--output", output.parent) / output.name if output.suffix == ".json"
                else dir_option("--output", output))
@@ -273,7 +273,7 @@ def smoke(
     ui = reporter(quiet, verbose)
 
     def go() -> int:
-        from .smoke.launch import SmokeOptions, load_receipt, run_smoke
+        from ..smoke.launch import SmokeOptions, load_receipt, run_smoke
 
         out = dir_option("--output", output)
         manifest_file = file_option("--manifest", manifest) if manifest else None

@@ -6,7 +6,7 @@ without running anything or writing in the stack more than the file-trust store 
 the cache does (the first no-op after an upgrade that changed the recipe code validates and marks the cache,
 never the stack).  Any other run with plain options
 (a new stack, a resumed one, a step that would run) goes straight to
-:func:`october.installer.provision.provision`, the function the typer command calls, still without typer
+:func:`october.installer.cli.provision.provision`, the function the typer command calls, still without typer
 or click (0.4 s, issue 20); it validates the recipe with the models (pydantic, ~0.1-0.2 s).
 
 It reads the same options as the full command line (argparse, the same spellings), builds the same
@@ -83,8 +83,8 @@ def fast_setup(args: Sequence[str]) -> int | None:
 
 def run_plain(ns: argparse.Namespace) -> int:
     """Provision with plain options: the typer command's own function and error handling."""
-    from .core.cliargs import CommandExit, run_guarded
-    from .core.ui import ConsoleReporter
+    from ..core.cliargs import CommandExit, run_guarded
+    from ..core.ui import ConsoleReporter
     from .provision import SetupArgs, provision
 
     ui = ConsoleReporter(quiet=ns.quiet, verbose=False)
@@ -101,10 +101,10 @@ def run_plain(ns: argparse.Namespace) -> int:
 def try_noop(ns: argparse.Namespace) -> int | None:
     """0 when the stack is finished and nothing would run (the summary printed as the full command prints
     it); None when it must be provisioned."""
-    from .core.errors import OctoberError
-    from .core.paths import StackPaths, default_cache_dir
+    from ..core.errors import OctoberError
+    from ..core.paths import StackPaths, default_cache_dir
 
-    from .core.cliargs import cache_dir_argument, kit_argument, stack_argument
+    from ..core.cliargs import cache_dir_argument, kit_argument, stack_argument
 
     try:                            # the options' own checks, the typer command's (provision's): it says what is wrong
         stack = stack_argument(str(ns.stack)).resolve()
@@ -116,12 +116,12 @@ def try_noop(ns: argparse.Namespace) -> int | None:
     if not StackPaths(stack).state.is_dir():
         return None                 # a new stack: nothing to verify
     try:
-        from .core.cliargs import split_skips
-        from .core.reportlines import skip_line
-        from .engine import SetupOptions, SilentReporter
-        from .pipeline.plan import finished_setup, resolve_locked, summary
-        from .pyenv.systorch import with_system_torch
-        from .recipe import SharedMark, load_recipe, with_kit
+        from ..core.cliargs import split_skips
+        from ..core.reportlines import skip_line
+        from ..engine import SetupOptions, SilentReporter
+        from ..pipeline.plan import finished_setup, resolve_locked, summary
+        from ..pyenv.systorch import with_system_torch
+        from ..recipe import SharedMark, load_recipe, with_kit
 
         from .provision import recipe_for
 

@@ -1,5 +1,5 @@
 """``october_setup STACK ...``: the options of one run checked before anything is written, then the pipeline.
-Both command lines call :func:`provision` (the typer one and the plain fast path, :mod:`october.installer.noop`),
+Both command lines call :func:`provision` (the typer one and the plain fast path, :mod:`october.installer.cli.noop`),
 so their errors, progress and output are the same."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .core.cliargs import (
+from ..core.cliargs import (
     cache_apart,
     cache_dir_argument,
     file_option,
@@ -19,10 +19,10 @@ from .core.cliargs import (
     split_skips,
     stack_argument,
 )
-from .core.paths import default_cache_dir
+from ..core.paths import default_cache_dir
 
 if TYPE_CHECKING:
-    from .core.ui import ConsoleReporter
+    from ..core.ui import ConsoleReporter
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,9 @@ def recorded_recipes(root: Path) -> list[Record]:
     finished run), then the one every run writes under the stack lock before its first step
     (``.state/recipe-used.json``: the last run begun, finished or not); none for a new stack.  Each with the
     recipe file's sha256 where recorded."""
-    from .core import jsonread
+    from ..core import jsonread
 
-    from .core.paths import StackPaths
+    from ..core.paths import StackPaths
 
     paths = StackPaths(root)
     out = []
@@ -86,7 +86,7 @@ def recipe_for(root: Path, given: str | None) -> str:
     naming what it records, never a silent switch.  Both command lines ask this (the fast path too)."""
     if given is not None:
         return given
-    from .recipe import resolve_recipe_path
+    from ..recipe import resolve_recipe_path
 
     default = resolve_recipe_path(DEFAULT_RECIPE)
     records = recorded_recipes(root)
@@ -98,7 +98,7 @@ def recipe_for(root: Path, given: str | None) -> str:
         if name != DEFAULT_RECIPE or path is None or _same_file(Path(path), default):
             return name == DEFAULT_RECIPE
         if sha is not None:
-            from .core.hashing import sha256_file
+            from ..core.hashing import sha256_file
 
             try:
                 return sha256_file(default) == sha
@@ -110,7 +110,7 @@ def recipe_for(root: Path, given: str | None) -> str:
         return DEFAULT_RECIPE
     import shlex
 
-    from .core.errors import UsageError
+    from ..core.errors import UsageError
 
     def shown(rec: Record) -> str:
         """How to name it again: a shipped recipe (or one whose recorded file is gone) by its name, any other by
@@ -146,13 +146,13 @@ def recipe_for(root: Path, given: str | None) -> str:
 def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     """Check every option (no lock, no .state, no "preflight: starting" before), open a ``--kit``
     against its manifest, the recipe and the lock, run the pipeline, print the summary or the JSON."""
-    from .core.envoverlay import environ_overlay
-    from .engine import SetupOptions
-    from .pipeline.plan import resolve_locked, run_setup, summary
-    from .core.paths import StackPaths
-    from .recipe import SharedMark, load_recipe, remember_checked
-    from .pyenv.systorch import with_system_torch
-    from .machine import validate_skip
+    from ..core.envoverlay import environ_overlay
+    from ..engine import SetupOptions
+    from ..pipeline.plan import resolve_locked, run_setup, summary
+    from ..core.paths import StackPaths
+    from ..recipe import SharedMark, load_recipe, remember_checked
+    from ..pyenv.systorch import with_system_torch
+    from ..machine import validate_skip
 
     root = stack_argument(args.stack).resolve()
     skips = split_skips(args.skip_preflight)
@@ -169,7 +169,7 @@ def provision(args: SetupArgs, ui: "ConsoleReporter") -> None:
     locked_state = resolve_locked(rec, root, args.locked, lock)
     used_kit = None
     if kit_dir is not None:
-        from .kit.use import kit_recipe, open_kit, own_word, seed_cache
+        from ..kit.use import kit_recipe, open_kit, own_word, seed_cache
 
         # verified against its manifest, the recipe and the lock before anything runs
         used_kit = open_kit(kit_dir, rec, lock=locked_state.path if locked_state else None)

@@ -3,7 +3,7 @@
 commands use, and :func:`guarded`, which turns an :class:`OctoberError` into a message and its exit code.
 
 Each app is made, with its commands, in the module that holds them: ``october_setup`` (and its
-``kit`` / ``fleet``) in :mod:`october.installer.cli`, ``current`` in :mod:`october.installer.cli_current`.
+``kit`` / ``fleet``) in :mod:`october.installer.cli.main`, ``current`` in :mod:`october.installer.cli.current`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
+from ..core.cliargs import (  # noqa: F401  (re-exported for the typer commands; shared with the plain fast path)
     READER_GONE_EXIT,
     CommandExit,
     cache_dir_argument,
@@ -34,8 +34,8 @@ from .core.cliargs import (  # noqa: F401  (re-exported for the typer commands; 
     run_guarded,
     split_skips,
 )
-from .core.errors import EXIT_CODES
-from .core.ui import ConsoleReporter
+from ..core.errors import EXIT_CODES
+from ..core.ui import ConsoleReporter
 
 T = TypeVar("T")
 
@@ -215,7 +215,7 @@ def reporter(quiet: bool, verbose: bool) -> ConsoleReporter:
 def version_option(prog: str) -> Any:
     def show(value: bool) -> None:
         if value:
-            from .core.version import version_line
+            from ..core.version import version_line
             print(version_line(prog))
             raise typer.Exit(0)
     return typer.Option(False, "--version", is_eager=True, callback=show,
