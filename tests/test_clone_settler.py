@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from october.installer.core.runner import Runner
-from october.installer.git.worktree import COARSE_MARGIN_S, index_files, settle_index, settle_wait
+from october.installer.git.settle import COARSE_MARGIN_S, index_files, settle_index, settle_wait
 from october.installer.pipeline.plan import CloneSettler
 from october.installer.steps.results import FetchResult, ForkRecord, InstallResult
 

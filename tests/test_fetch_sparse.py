@@ -375,9 +375,9 @@ def test_an_untracked_file_in_a_sparse_submodule_stops_a_re_checkout(tmp_path: P
     assert ("local changes" in str(exc.value) or "build/" in str(exc.value))
     assert (sub / "build" / "out.o").read_bytes() == b"mine"
     # the submodule's own guard, reached directly (the clone's dirty check above comes first in a run)
-    from october.installer.git.worktree import _clear_submodule
+    from october.installer.git.submodules import clear_submodule
     with pytest.raises(FetchError) as inner:
-        _clear_submodule(sub.parent.parent, "3rdparty/cutlass", "3rdparty/cutlass", "fi", "a test")
+        clear_submodule(sub.parent.parent, "3rdparty/cutlass", "3rdparty/cutlass", "fi", "a test")
     assert "build/" in str(inner.value) and (sub / "build" / "out.o").read_bytes() == b"mine"
 
 

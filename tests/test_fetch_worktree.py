@@ -196,16 +196,16 @@ def _after_checkout(monkeypatch: pytest.MonkeyPatch, plant: str) -> None:
     /dev/null at command scope), or another process touching the fresh clone behind the tool's back."""
     import subprocess
 
-    from october.installer.git.worktree import _Git
+    from october.installer.git.gitcmd import ForkGit
 
-    call = _Git.__call__
+    call = ForkGit.__call__
 
-    def then_plant(self: _Git, args: Any, *, doing: str, fix: str) -> None:
+    def then_plant(self: ForkGit, args: Any, *, doing: str, fix: str) -> None:
         call(self, args, doing=doing, fix=fix)
         if "checkout" in args and "--detach" in args and "-C" in args:
             subprocess.run(["sh", "-c", plant], cwd=args[args.index("-C") + 1], check=True)
 
-    monkeypatch.setattr(_Git, "__call__", then_plant)
+    monkeypatch.setattr(ForkGit, "__call__", then_plant)
 
 
 def test_a_tree_dirty_right_after_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,7 +233,7 @@ def test_only_a_clone_this_run_made_has_its_index_rewritten_by_the_clean_check(t
     recorded: installer/git/clonecheck.py dirty_entries(refresh=True)); on a clone that was already there (a
     re-fetch of the user's working clone) it leaves every index byte for byte, racy entries and all."""
     from tests.test_clone_settler import _make_racy, _racy
-    from october.installer.git.worktree import index_files
+    from october.installer.git.settle import index_files
 
     s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
     m = open_mirror(tmp_path / "cache", s_url, "beta")

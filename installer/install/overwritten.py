@@ -23,7 +23,7 @@ MAX_LISTED = 12
 def changed_tracked(runner: Runner, step: str, repo: Path) -> list[str]:
     """Tracked files that differ from HEAD (``git status --porcelain --untracked-files=no``).  A look only: it
     leaves the index as it is (``--no-optional-locks``), so the index stays as old as the checkout's last write
-    and is settled once, by the run's settler (:func:`october.installer.git.worktree.settle_index`), not rewritten
+    and is settled once, by the run's settler (:func:`october.installer.git.settle.settle_index`), not rewritten
     here each time and then waited for again at the end of the run."""
     done = runner.run(["git", "--no-optional-locks", "-C", str(repo), "status", "--porcelain", "--untracked-files=no",
                        "--ignore-submodules=all"], step=step, env=git_env())

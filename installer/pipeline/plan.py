@@ -254,7 +254,7 @@ def _take(sig: int, handler: Any) -> tuple[bool, Any]:
 
 class CloneSettler:
     """Each fork clone's indexes rewritten once its files are no longer racily clean, so no-op re-runs do
-    not hash them again (:func:`october.installer.git.worktree.settle_index`).  A background thread does
+    not hash them again (:func:`october.installer.git.settle.settle_index`).  A background thread does
     it once the install step is done (an editable build rewrites files in the clones) and every index is a
     timestamp tick old; what it has not reached is settled at the end of the run.  It only reads the work
     tree: git takes the index lock or skips the rewrite.  A failure only loses the speed-up: it is noted in
@@ -286,7 +286,7 @@ class CloneSettler:
         wait for ever on a module lock that a Ctrl-C in the middle of the main thread's import left held, and the
         run would hang holding the stack lock (the scenario hunt: 3 hangs in 50 early Ctrl-Cs)."""
         if self._settle is None:
-            from ..git.worktree import settle_index
+            from ..git.settle import settle_index
 
             self._settle = settle_index
         return self._settle
