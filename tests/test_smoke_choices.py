@@ -138,7 +138,7 @@ def test_the_missing_manifest_hint_downloads_the_stacks_own_recipe(tmp_path: Pat
     """`current download` without --recipe takes the recipe `current`: the hint for a stack of another recipe
     names it (a shipped one by name, one's own by its path), whichever way the format was chosen."""
     from october.installer.recipe import load_recipe
-    from october.installer.smoke.launch import check_manifest, resolve_manifest
+    from october.installer.smoke.manifest import check_manifest, resolve_manifest
 
     stack = _stack(tmp_path, "20260702", [FI, VLLM])
     empty = tmp_path / "empty"

@@ -1,4 +1,4 @@
-"""october.installer.smoke.launch: planning (pure), stack facts, errors, and one real subprocess run."""
+"""october.installer.smoke (launch, manifest, stackinfo): planning (pure), stack facts, errors, and one real subprocess run."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from october.installer.smoke.launch import (
     SmokeOptions,
     load_receipt,
     plan_smoke,
-    resolve_manifest,
     run_smoke,
-    stack_info,
     stack_python,
 )
+from october.installer.smoke.manifest import resolve_manifest
+from october.installer.smoke.stackinfo import stack_info
 
 FI = {"name": "flashinfer", "commit": "2b532f7b9236d89e45d571bc3bbf63d1e40d1f7d"}
 VLLM = {"name": "vllm", "commit": "758786e23230a4a1a9b2b6046fb516943751b3ae"}
@@ -548,7 +548,7 @@ def test_a_recipe_changed_since_setup_is_refused_before_anything_is_read_from_it
 def test_a_manifest_of_another_model_than_the_recipe_pins_is_refused(tmp_path: Path) -> None:
     """The review's finding: only the format was compared, so another model with the same attention shape
     could be smoked under the recipe's name.  The recipe's selection for the format names repo and revision."""
-    from october.installer.smoke.launch import check_model
+    from october.installer.smoke.manifest import check_model
     from october.installer.smoke.selection import selection_info
 
     stack = _stack(tmp_path)
