@@ -111,16 +111,16 @@ def test_a_malformed_offline_record_is_a_clean_error_and_moves_nothing(env: Env)
 def test_which_recorded_patterns_show_a_copy_complete() -> None:
     """The review: a record written for broader patterns (``*.json``) covers each file the recipe names; a wildcard
     the record does not hold, or a named file an earlier version's record (no patterns) lacks, is not shown."""
-    from october.installer.download.run import _uncovered
+    from october.installer.download.record import uncovered_patterns
 
     paths = {"config.json", "tokenizer.json", "model-00001-of-00002.safetensors"}
-    assert _uncovered(["config.json", "tokenizer.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []
-    assert _uncovered(["vocab.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []   # none on the hub
-    assert _uncovered(["config.json", "*.safetensors"], ["config.json"], paths) == ["*.safetensors"]
-    assert _uncovered(["merges.txt", "*.safetensors"], ["*.json", "*.safetensors"], paths) == ["merges.txt"]
-    assert _uncovered(["config.json", "merges.txt", "*.bin"], None, paths) == ["merges.txt", "*.bin"]
-    assert _uncovered(["config.json", "*.safetensors"], None, paths) == []
-    assert _uncovered(["config.json"], "config.json", paths) == ["config.json"]
+    assert uncovered_patterns(["config.json", "tokenizer.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []
+    assert uncovered_patterns(["vocab.json", "*.safetensors"], ["*.json", "*.safetensors"], paths) == []   # none on the hub
+    assert uncovered_patterns(["config.json", "*.safetensors"], ["config.json"], paths) == ["*.safetensors"]
+    assert uncovered_patterns(["merges.txt", "*.safetensors"], ["*.json", "*.safetensors"], paths) == ["merges.txt"]
+    assert uncovered_patterns(["config.json", "merges.txt", "*.bin"], None, paths) == ["merges.txt", "*.bin"]
+    assert uncovered_patterns(["config.json", "*.safetensors"], None, paths) == []
+    assert uncovered_patterns(["config.json"], "config.json", paths) == ["config.json"]
 
 
 def test_an_earlier_versions_record_lacking_a_named_file_is_refused(env: Env) -> None:

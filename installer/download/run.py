@@ -10,26 +10,23 @@ recipe's sha256 pins alone (the only record the copy did not produce itself).
 from __future__ import annotations
 
 import json
-import math
-import re
 import shlex
 import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 from ..core import jsonread
-from ..core.atomic import write_json_atomic, write_text_atomic
-from ..core.errors import DownloadBusyError, DownloadError, ScalesError, UsageError
-from ..core.hashing import sha256_file
+from ..core.atomic import write_text_atomic
+from ..core.errors import DownloadBusyError, DownloadError, UsageError
 from . import hub
 from .copycheck import OWN_DIR, extras, local_files, named, refuse_extras, set_aside
 from .manifest import build_manifest, write_manifest
-from .plan import FIXTURES_ENV, DownloadOptions, DownloadPlan, make_plan
+from .plan import DownloadOptions, DownloadPlan, make_plan
+from .record import RECORD_KIND, record_entry, record_names_no_patterns, record_path, uncovered_patterns, write_record
+from .scales import check_scales
 from .verify import Expected, VerifiedFile, verify_files
 
-RECORD_NAME = "verified.json"
-RECORD_KIND = "october-verified-files"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 LOCAL_ENDPOINT = "local directory (--model-dir)"
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -100,7 +97,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     if not plan.local_source and not plan.offline:
         check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
-        legacy = plan.offline and not plan.local_source and _record_names_no_patterns(plan)
+        legacy = plan.offline and not plan.local_source and record_names_no_patterns(plan)
         if plan.local_source:
             say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
             resolved, files = plan.revision, _verify_local(plan, say, bars)
@@ -112,7 +109,7 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
         if not plan.local_source:
             # an earlier version's record (no patterns) passed only by its files: it shows no patterns complete,
             # and a record naming the recipe's would vouch for them at every later --offline run (the upgrade hunt)
-            _write_record(plan, files, patterns=not (plan.offline and legacy))
+            write_record(plan, files, patterns=not (plan.offline and legacy))
         scales = check_scales(plan, warn)
         manifest = build_manifest(plan, resolved_revision=resolved, files=files, scales=scales,
                                   endpoint=LOCAL_ENDPOINT if plan.local_source else hub.shown_endpoint())
@@ -289,30 +286,9 @@ def _unlisted(plan: DownloadPlan, listed: set[str], where: str, say: Callable[[s
     refuse_extras(plan.local_dir, None, listed, where=where, manifest=plan.output)
 
 
-def _record_path(plan: DownloadPlan) -> Path:
-    return plan.local_dir / OWN_DIR / RECORD_NAME
-
-
-def _record_names_no_patterns(plan: DownloadPlan) -> bool:
-    try:
-        doc = jsonread.loads(_record_path(plan).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and "patterns" not in doc
-
-
-def _write_record(plan: DownloadPlan, files: list[VerifiedFile], *, patterns: bool = True) -> None:
-    write_json_atomic(_record_path(plan), {
-        "kind": RECORD_KIND, "format_version": 1, "repo": plan.repo, "revision": plan.revision,
-        **({"patterns": list(plan.patterns)} if patterns else {}),
-        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "verified_against": f.source}
-                  for f in files],
-    })
-
-
 def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
                       ) -> tuple[str, list[VerifiedFile]]:
-    rec_path = _record_path(plan)
+    rec_path = record_path(plan)
     fix = "run the download once without --offline to record the hub's hashes for this copy"
     try:
         rec = jsonread.loads(rec_path.read_text(encoding="utf-8"))
@@ -324,7 +300,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
         raise DownloadError(f"--offline: the record {rec_path} is unreadable", expected="JSON",
                             found=str(exc), fix=fix) from None
     ok = isinstance(rec, dict) and rec.get("kind") == RECORD_KIND and isinstance(rec.get("files"), list)
-    bad = next((f for f in rec["files"] if not _record_entry(f)), None) if ok else None
+    bad = next((f for f in rec["files"] if not record_entry(f)), None) if ok else None
     if not ok or bad is not None:
         raise DownloadError(f"--offline: the record {rec_path} is malformed",
                             expected=f"kind={RECORD_KIND!r} with a file list, each a path inside the copy, its size "
@@ -336,7 +312,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                             expected=plan.where, found=f"{rec.get('repo')}@{rec.get('revision')}",
                             fix="pass --local-dir of the right copy, or download without --offline")
     by_path = {f["path"]: f for f in rec["files"]}
-    uncovered = _uncovered(plan.patterns, rec.get("patterns"), set(by_path))
+    uncovered = uncovered_patterns(plan.patterns, rec.get("patterns"), set(by_path))
     if uncovered:
         raise DownloadError(f"--offline: the record {rec_path} was written for other patterns than "
                             f"[models.{plan.selection}].patterns (another recipe's download of this revision, or "
@@ -360,70 +336,6 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
                          source="recipe" if plan.pinned_sha256.get(p) else "record", record=by_path[p]["sha256"])
                 for p in wanted]
     return plan.revision, _verify_hub_copy(plan, expected, say, bars)
-
-
-def _record_entry(f: Any) -> bool:
-    return (isinstance(f, dict) and isinstance(f.get("path"), str) and _safe(f["path"])
-            and type(f.get("size")) is int and f["size"] >= 0
-            and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) is not None)
-
-
-def _safe(path: str) -> bool:
-    """A path of the copy's files: relative, inside it, not in the tool's or huggingface_hub's own folders."""
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and "\\" not in path and \
-        not any(x in ("", ".", "..") for x in parts) and parts[0] not in (OWN_DIR, ".cache")
-
-
-def _uncovered(wanted: Sequence[str], recorded: Any, paths: set[str]) -> list[str]:
-    """The recipe's patterns a record does not show complete: one the record's patterns do not include, unless it
-    names a file (no wildcard) that a recorded pattern covers (the record lists every file those matched).  A
-    record of an earlier version names no patterns: each file the recipe names must be among its files, and each
-    wildcard match one of them."""
-    def literal(p: str) -> bool:
-        return not any(c in p for c in "*?[")
-
-    if recorded is None:        # a wildcard must match a recorded file (the weights' *.safetensors above all)
-        return [p for p in wanted if (p not in paths) if literal(p) or not hub.select(sorted(paths), [p])]
-    if not (isinstance(recorded, list) and all(isinstance(q, str) for q in recorded)):
-        return list(wanted)
-    return [p for p in wanted if p not in recorded and not (literal(p) and hub.select([p], recorded))]
-
-
-def _num_layers(config: Path) -> int | None:
-    try:
-        data = jsonread.loads(config.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    for source in (data, data.get("text_config") or {}):
-        n = source.get("num_hidden_layers") if isinstance(source, dict) else None
-        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            return n
-    return None
-
-
-def check_scales(plan: DownloadPlan, warn: Callable[[str], None]) -> dict[str, Any] | None:
-    """Validate the calibrated scales for this model; None (with a warning) when no fixtures dir is known."""
-    from ...checks.scales import ScalesInvalid, check_model, load_scales, scales_path
-
-    if plan.fixtures is None:
-        warn(f"no calibrated KV scales checked (neither --fixtures nor ${FIXTURES_ENV} is set); "
-             "`current smoke` will need them")
-        return None
-    path = scales_path(plan.fixtures, plan.repo)
-    num_layers = _num_layers(plan.local_dir / "config.json")
-    try:
-        scales = load_scales(path)
-        check_model(scales, plan.repo, plan.revision, num_layers)
-    except ScalesInvalid as exc:
-        what, _, fix = str(exc).partition("\n  -> ")
-        raise ScalesError(f"calibrated scales for {plan.where} are not usable: {what}",
-                          fix=fix.strip() or None) from None
-    # load_scales already refuses non-finite and non-positive values; keep the invariant explicit.
-    assert all(math.isfinite(v) and v > 0 for v in scales.v_scales)
-    return {"path": str(path), "sha256": sha256_file(path), "num_layers": scales.num_layers}
 
 
 @contextmanager
