@@ -21,7 +21,8 @@ with warnings.catch_warnings():  # torch warns at import when numpy is absent
     import torch
 
 from october.checks.engine import checks as engine_level_checks
-from october.checks.engine.checks import GRAPH_BATCHES, GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _checksum, _graph_agrees, _graphs
+from october.checks.engine.checks import _checksum
+from october.checks.engine.decode import GRAPH_BATCHES, GRAPH_LOGPROB_MAX, GRAPH_NEAR_TIE, _graph_agrees, _graphs
 from october.checks.results import FAILED, PASSED
 
 

@@ -83,7 +83,7 @@ def _generations(logprob: float) -> list[list[tuple[list[int], list[dict[int, fl
 def test_engine_decode_graphs_judges_the_logprobs_finite(logprob: float, status: str) -> None:
     """NaN on both the graph and the eager run agree with each other; no other check reads the logprobs of
     these batches, so this one must refuse them."""
-    from october.checks.engine.checks import _graphs
+    from october.checks.engine.decode import _graphs
 
     batches = _generations(logprob)
     r = _graphs(None, batches, batches, True, False, torch.device("cuda"), {"cuda_graphs_captured": 3})

@@ -62,10 +62,7 @@ import torch
 from . import oracles as oracle
 from .cache_plan import K16V8, CachePlan
 from .checks import (
-    GRAPH_BATCHES,
     JIT_CHECK,
-    _deterministic,
-    _graphs,
     _jit,
     _memory,
     _mixed,
@@ -73,6 +70,7 @@ from .checks import (
     _physical,
     _scales,
 )
+from .decode import GRAPH_BATCHES, _deterministic, _graphs
 from .refusal import refusal_results, refused_cache_dtype
 from .vllm_surface import (
     ATTENTION_CONFIG,
