@@ -57,9 +57,9 @@ def _kernel_backend():  # type: ignore[no-untyped-def]
 
 
 def test_kernel_graph_replays_that_are_nan_fail_the_check() -> None:
-    from october.checks.kernel import checks
+    from october.checks.kernel import decode
 
-    r = checks._graphs(_kernel_backend())
+    r = decode._graphs(_kernel_backend())
     assert all(math.isnan(x["max_abs_diff"]) for x in r.measured["replays"])
     # on a CPU a good run is "skipped"; on CUDA the same gate says "passed"
     assert r.status == res.FAILED and math.isnan(r.measured["worst_diff_over_bound"]), (r.status, r.summary)
@@ -67,10 +67,10 @@ def test_kernel_graph_replays_that_are_nan_fail_the_check() -> None:
 
 def test_kernel_graph_replays_that_match_are_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The other side of the gate: the same stand-in without NaN is what a good CPU run gives."""
-    from october.checks.kernel import checks
+    from october.checks.kernel import decode
 
     monkeypatch.setattr(_DecodeWrapper, "__init__", lambda self, *a, **kw: setattr(self, "graph", False))
-    r = checks._graphs(_kernel_backend())
+    r = decode._graphs(_kernel_backend())
     assert r.status == res.SKIPPED and 0.0 <= r.measured["worst_diff_over_bound"] <= 1.0, (r.status, r.summary)
 
 
