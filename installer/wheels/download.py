@@ -56,9 +56,10 @@ from .. import __version__
 from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import WheelError
-from ..core.hashing import CHUNK, sha256_file
+from ..core.hashing import sha256_file
 from ..core.ids import SHA256
 from ..core.redact import redact_url
+from .partial import PartialFile
 
 Progress = Callable[[int, "int | None"], None]
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -117,70 +118,6 @@ def first_seen(cache_dir: Path, url: str, filename: str) -> str | None:
     return sha if isinstance(sha, str) and SHA256.match(sha) else None
 
 
-class _Partial:
-    """The ``.part`` file, its running sha256 and its HTTP validator."""
-
-    def __init__(self, path: Path, url: str) -> None:
-        self.path = path
-        self.meta_path = path.with_suffix(".json")
-        self.url = url
-        self.hasher = hashlib.sha256()
-        self.size = 0
-        self.validator: str | None = None
-        self.total: int | None = None              # the size the host announced, once known
-        if path.exists():
-            with open(path, "rb") as fh:               # hash what we already hold, once
-                while chunk := fh.read(CHUNK):
-                    self.hasher.update(chunk)
-                    self.size += len(chunk)
-            self.validator = self._load_validator()
-        self.resumed_from = self.size
-        self.fh = open(path, "ab")
-
-    def _load_validator(self) -> str | None:
-        try:
-            meta = jsonread.loads(self.meta_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
-            return None
-        if isinstance(meta, dict) and meta.get("url") == redact_url(self.url) \
-                and isinstance(meta.get("validator"), str):
-            return meta["validator"]
-        return None
-
-    def remember(self, headers: httpx.Headers) -> None:
-        etag = headers.get("etag")
-        validator = etag if etag and not etag.startswith("W/") else headers.get("last-modified")
-        if validator and validator != self.validator:
-            self.validator = validator
-            # the file is keyed by a hash of the full URL; the URL itself is stored without credentials
-            write_json_atomic(self.meta_path, {"url": redact_url(self.url), "validator": validator})
-
-    def write(self, chunk: bytes) -> None:
-        self.fh.write(chunk)
-        self.hasher.update(chunk)
-        self.size += len(chunk)
-
-    def restart(self) -> None:
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.hasher = hashlib.sha256()
-        self.size = 0
-        self.resumed_from = 0
-        self.validator = None
-        self.meta_path.unlink(missing_ok=True)
-
-    def close(self) -> None:
-        if not self.fh.closed:
-            self.fh.flush()
-            os.fsync(self.fh.fileno())
-            self.fh.close()
-
-    def discard(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-        self.meta_path.unlink(missing_ok=True)
-
-
 class _Retry(Exception):
     """A transient failure: ``kind`` is timeout | connection | http | short."""
 
@@ -189,7 +126,7 @@ class _Retry(Exception):
         self.kind = kind
 
 
-def _final_error(url: str, problem: _Retry, attempts: int, part: _Partial, policy: DownloadPolicy) -> WheelError:
+def _final_error(url: str, problem: _Retry, attempts: int, part: PartialFile, policy: DownloadPolicy) -> WheelError:
     shown = redact_url(url)
     held = f"{part.size} of {part.total if part.total is not None else '?'} bytes are saved in {part.path}"
     if problem.kind == "timeout":
@@ -234,7 +171,7 @@ def _check_url(url: str, sha256: str | None) -> None:
                          fix="use the https URL, or add the wheel's sha256 to [wheel] in the recipe")
 
 
-def _request(client: httpx.Client, url: str, part: _Partial, progress: Progress | None,
+def _request(client: httpx.Client, url: str, part: PartialFile, progress: Progress | None,
              counter: list[int]) -> int | None:
     """One GET; returns the total size when the body was complete, raises _Retry otherwise."""
     headers: dict[str, str] = {}
@@ -312,7 +249,7 @@ def netrc_auth() -> httpx.Auth | None:
         return None
 
 
-def _fetch(url: str, part: _Partial, policy: DownloadPolicy, progress: Progress | None,
+def _fetch(url: str, part: PartialFile, policy: DownloadPolicy, progress: Progress | None,
            sleep: Callable[[float], None], counter: list[int]) -> None:
     import httpx  # here, not at the top: a stack from the cache or a kit never downloads (0.12 s)
 
@@ -371,7 +308,7 @@ def download_wheel(url: str, filename: str, cache_dir: Path, *, sha256: str | No
     part_path.parent.mkdir(parents=True, exist_ok=True)
     counter = [0]
     with FileLock(str(part_path.with_suffix(".lock"))):
-        part = _Partial(part_path, url)
+        part = PartialFile(part_path, url)
         try:
             _fetch(url, part, policy, progress, sleep, counter)
         except BaseException:
