@@ -1,5 +1,5 @@
 """Issue 20 item 2: a second stack with the same inputs takes the first one's finished env and fork
-build outputs from the built-stack cache (installer/pyenv/builtstack.py, builtkey.py, builtrestore.py) -- as private, relocated
+build outputs from the built-stack cache (installer/pyenv/builtstack.py, builtkey.py, builtrestore.py, builtprune.py) -- as private, relocated
 copies, checked as a normal install is -- and a tampered cache entry never reaches a stack (issue 22's
 poisoned cache).  Real uv, real git, real wheels (the offline fixture world); nothing is mocked.
 """
@@ -22,7 +22,7 @@ import pytest
 from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
 from tests.fixtures.root import PROJECT_ROOT
-from october.installer.pyenv import builtkey, builtrestore, builtstack
+from october.installer.pyenv import builtkey, builtprune, builtrestore, builtstack
 from tests.fixtures.builtcache import entries, rewrite_entry_with_manifest
 from tests.fixtures.world import World
 from tests.test_cache_isolation import POISON, inodes, site
@@ -653,7 +653,7 @@ def test_a_fifo_in_place_of_a_manifest_is_not_waited_on(tmp_path: Path) -> None:
 
     def look() -> None:
         done.append(builtstack.find(cache, "f" * 64))
-        done.append(builtstack.prune(cache, tmp_path / "none", now=time.time() + 400 * 86400))
+        done.append(builtprune.prune(cache, tmp_path / "none", now=time.time() + 400 * 86400))
 
     worker = threading.Thread(target=look, daemon=True)
     worker.start()
@@ -683,7 +683,7 @@ def test_another_keys_entries_are_pruned_only_when_untaken_for_30_days(tmp_path:
     builtstack.mark_used(active)                            # its user took it today
     mine = builtstack.store(cache, "c" * 64, root, root / "env", {}, {})
     assert mine is not None
-    assert dict(builtstack.prune(cache, mine.path)) == {lost.path: "signed with another key, stored 31 day(s) ago, "
+    assert dict(builtprune.prune(cache, mine.path)) == {lost.path: "signed with another key, stored 31 day(s) ago, "
                                                                     "no use recorded since"}
     assert entries(cache) == sorted([active.path, mine.path])
 
@@ -905,7 +905,7 @@ def test_entries_no_stack_will_take_are_removed_when_the_next_is_stored(tmp_path
         _age(entry, days)
     builtstack.mark_used(builtstack.Entry(taken.path, taken.manifest))
     newest = store("e")
-    gone = builtstack.prune(cache, newest.path)
+    gone = builtprune.prune(cache, newest.path)
     assert entries(cache) == sorted([other_recent.path, taken.path, newest.path, notes, alias])
     assert dict(gone) == {upgraded_from.path: "made by other tool code, stored 8 day(s) ago, no use recorded since",
                           other_taken.path: "made by other tool code, not taken for 8 day(s)",
@@ -1024,12 +1024,12 @@ def test_the_used_stamp_is_never_written_through_a_link(tmp_path: Path) -> None:
     fresh.write_text("")
     (entry.path / builtstack.USED).symlink_to(fresh)
     os.utime(entry.path / builtstack.USED, (time.time() - 40 * 86400,) * 2, follow_symlinks=False)
-    assert [p for p, _ in builtstack.prune(cache, tmp_path / "none")] == [entry.path]
+    assert [p for p, _ in builtprune.prune(cache, tmp_path / "none")] == [entry.path]
 
 
 def test_a_new_stack_removes_the_entry_an_upgrade_left(world: World, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The install step prunes once it stored its own entry (:func:`builtstack.prune`): the previous code's
+    """The install step prunes once it stored its own entry (:func:`builtprune.prune`): the previous code's
     entry, not taken for a week, is gone, and the log says so."""
     cache = tmp_path / "cache"
     with monkeypatch.context() as m:

@@ -14,7 +14,7 @@ import pytest
 
 from october.installer.core.filetrust import FileTrust
 from october.installer.install import records
-from october.installer.pyenv import builtrestore, builtstack
+from october.installer.pyenv import builtprune, builtrestore, builtstack
 from october.installer.steps import envearly
 from tests.fixtures.builtcache import entries
 from tests.fixtures.world import World, publish
@@ -365,7 +365,7 @@ def test_a_remembered_recipe_key_naming_no_entry_is_pruned(world: World, tmp_pat
     (named,) = by_recipe(cache)
     stale = builtstack.built_dir(cache) / builtstack.BY_RECIPE / ("e" * 64)
     stale.write_text("f" * 64 + "\n")           # an entry pruned or refused since
-    builtstack.prune(cache, entry)
+    builtprune.prune(cache, entry)
     assert by_recipe(cache) == {named: entry.name}
 
 

@@ -32,7 +32,7 @@ there were none.  What a restore trusts: the manifest, written once when the ent
 stack whose checks had all passed and signed with the key (an entry is read-only; nothing of a stack shares
 its inodes); a manifest the key does not verify is never taken.
 
-A stack taking an entry stamps it (``used``); once the install step stored a new entry, :func:`prune`
+A stack taking an entry stamps it (``used``); once the install step stored a new entry, :func:`.builtprune.prune`
 removes those no stack is likely to take again (one made by other tool code after a week untaken, any
 after 30 days), so that each upgrade of the tool no longer leaves an env-sized entry behind for good.
 """
@@ -198,11 +198,8 @@ def store(cache_dir: Path, key: str, root: Path, env: Path, fork_outputs: Mappin
             discard(partial)
 
 
-OTHER_CODE_IDLE_S = 7 * 24 * 3600       # an entry other tool code made (an upgrade's leftover), not taken for a week
-IDLE_S = 30 * 24 * 3600                 # any entry not taken for 30 days
 USED = "used"                           # an entry's stamp: touched each time a stack takes it
 KEY = re.compile(r"[0-9a-f]{64}")
-GONE = ".gone-"                         # an entry being removed: renamed out of use first, then deleted
 
 
 def mark_used(entry: Entry) -> None:
@@ -215,67 +212,6 @@ def mark_used(entry: Entry) -> None:
                 os.utime(fd)
         finally:
             os.close(fd)
-
-
-def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[Path, str]]:
-    """Remove the entries no stack is likely to take again, once a new one (``keep``) was stored: one made by
-    other tool code (an entry is only taken by the code that made it: each upgrade left an env-sized entry
-    behind) not taken for :data:`OTHER_CODE_IDLE_S`, and any not taken for :data:`IDLE_S`.  Only a folder
-    named by a key whose manifest is an entry's of that key counts; each is renamed out of use first (a
-    ``.gone-*`` folder, deleted then, or by the next prune when that fails).  -> (entry, why) for each removed.
-    A stack copying from one as it goes finds its files gone and is built as if there were none."""
-    now = time.time() if now is None else now
-    base = built_dir(cache_dir)
-    for left in base.glob(f"{GONE}*"):
-        discard(left)
-    code = builtkey.tool_code()
-    signing = cachekey.load_key(cache=cache_dir)
-    gone: list[tuple[Path, str]] = []
-    for path in sorted(base.iterdir()):
-        if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
-            continue
-        entry = _read_entry(path)
-        if entry is None:
-            continue            # not an entry this code can read: left as it is
-        try:
-            stamps = [os.lstat(p).st_mtime for p in (path / MANIFEST, path / USED) if os.path.lexists(p)]
-        except OSError:
-            continue
-        last, taken = max(stamps), os.path.lexists(path / USED)
-        # another key's (another user's, or a lost key's): its own takers stamp it too; 30 days untaken, as any
-        foreign = "mac" in entry.manifest and not cachekey.signed(entry.manifest, signing)
-        other = not foreign and entry.manifest.get("code") != code
-        if now - last <= (OTHER_CODE_IDLE_S if other else IDLE_S):
-            continue
-        days = f"{(now - last) / 86400:.0f} day(s)"
-        why = ("signed with another key, " if foreign else "made by other tool code, " if other else "") + (
-            f"not taken for {days}" if taken else f"stored {days} ago, no use recorded since")
-        try:
-            _retire(path)
-        except OSError:
-            continue
-        gone.append((path, why))
-    _forget_recipes(cache_dir)
-    return gone
-
-
-def _forget_recipes(cache_dir: Path) -> None:
-    """Remove each remembered recipe key (:func:`note_recipe_key`) that names no entry any more."""
-    index = built_dir(cache_dir) / BY_RECIPE
-    with contextlib.suppress(OSError):
-        for named in list(index.iterdir()):
-            key = key_for_recipe(cache_dir, named.name)
-            if key is None or not (built_dir(cache_dir) / key / MANIFEST).is_file():
-                with contextlib.suppress(OSError):
-                    named.unlink()
-
-
-def _retire(path: Path) -> None:
-    """Rename an entry out of use (a ``.gone-*`` folder: no stack finds it there), then delete it (what a failed
-    deletion leaves, the next prune does).  The rename's OSError is the caller's: the entry is then where it was."""
-    tomb = path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
-    os.rename(path, tomb)
-    discard(tomb)
 
 
 LEGACY_PARTIAL = re.compile(r"\.partial-[0-9a-f]{32}")
@@ -322,6 +258,17 @@ def _alive(pid: int) -> bool:
 def discard(path: Path) -> None:
     """Remove an entry (its files are read-only, its folders are not: rmtree can remove them)."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+GONE = ".gone-"                         # an entry being removed: renamed out of use first, then deleted
+
+
+def retire(path: Path) -> None:
+    """Rename an entry out of use (a ``.gone-*`` folder: no stack finds it there), then delete it (what a failed
+    deletion leaves, the next prune does).  The rename's OSError is the caller's: the entry is then where it was."""
+    tomb = path.with_name(f"{GONE}{_partial_owner()}+{uuid.uuid4().hex}")
+    os.rename(path, tomb)
+    discard(tomb)
 
 
 BY_RECIPE = "by-recipe"      # CACHE/built/by-recipe/<recipe key>: the key of the entry a stack of that recipe took
@@ -407,7 +354,7 @@ def discard_entry(entry: Entry) -> str:
     try:
         if entry.ident is not None and _ident(os.stat(entry.path / MANIFEST)) != entry.ident:
             return "replaced"
-        _retire(entry.path)
+        retire(entry.path)
     except FileNotFoundError:
         return "gone"
     except OSError:

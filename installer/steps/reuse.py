@@ -371,7 +371,7 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
                       imported: Mapping[str, str], unstorable: str | None) -> None:
     """Store this finished env and the forks' build outputs for the next stack with the same key; a stack
     that cannot be stored (``unstorable``: why) is said so, not failed."""
-    from ..pyenv import builtrestore, builtstack
+    from ..pyenv import builtprune, builtrestore, builtstack
 
     env = ctx.result(EnvResult)
     if env is None:       # an env no env step of this stack recorded is nobody's to copy
@@ -404,6 +404,6 @@ def store_built_stack(ctx: StepContext, step: str, forks: list[ForkSource], nest
     if entry is not None:
         ctx.runner.note(step, f"# stored in the built-stack cache: {entry.path}")
         note_recipe_key(ctx, step, key)
-        for gone, why in builtstack.prune(ctx.options.cache_dir, entry.path):
+        for gone, why in builtprune.prune(ctx.options.cache_dir, entry.path):
             ctx.ui.detail(f"removed the built-stack cache entry {gone} ({why})")
             ctx.runner.note(step, f"# removed the built-stack cache entry {gone}: {why}")
