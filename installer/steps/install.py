@@ -29,7 +29,7 @@ from ..install.upstream import plan_with_base
 from ..lock.drift import installed_versions
 from ..pyenv import stackenv
 from ..recipe.install import as_json as policy_json
-from . import indexcheck, reuse
+from . import copyfault, indexcheck, reuse
 from .env import stack_uv, system_provided, system_torch_record
 from .results import FetchResult, InstalledFork, InstallResult, WheelResult
 
@@ -160,10 +160,10 @@ class InstallStep:
                                           system_torch_record(ctx), lambda: self.venv_scaffold(ctx))
         except InstallError as exc:
             if copied is not None and isinstance(exc, UnlikeRecordError) and \
-                    (changed := reuse.changed_since_copy(ctx, copied, exc.paths)):
-                raise reuse.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
+                    (changed := copyfault.changed_since_copy(ctx, copied, exc.paths)):
+                raise copyfault.changed_copy(ctx, self.name, copied, exc, changed) from None   # a writer in the stack
             if copied is not None:      # copied from the cache by this run, as copied: the entry itself is wrong
-                raise reuse.refused_copy(ctx, self.name, copied, exc) from None
+                raise copyfault.refused_copy(ctx, self.name, copied, exc) from None
             raise
 
     def judge(self, ctx: StepContext, forks: list[ForkSource], entry: Entry | None

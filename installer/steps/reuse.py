@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import cachekey
 from ..core.hashing import fingerprint
-from ..core.listing import first
 from ..core.errors import DISK_FULL_ERRNOS, EnvError, InstallError
 from ..engine import StepContext
 from ..git.hidden import hidden_entries
@@ -201,56 +200,6 @@ def env_copied_this_run(ctx: StepContext) -> str | None:
     return env.built_from if isinstance(env, EnvResult) else None
 
 
-def changed_since_copy(ctx: StepContext, entry: "builtstack.Entry", flagged: Sequence[Path]) -> list[str]:
-    """The files install's RECORD check ``flagged`` in the env this run copied from ``entry`` when every one of them
-    was changed in the stack after the copy: one the copy wrote and hashed (vouched for) with another signature now,
-    or gone; one the entry does not hold (added).  Else (any flagged file as the copy wrote it, or one it wrote
-    unhashed: templated, a link, a whole-second file system) [] -- the entry's fault, whatever else changed.
-    Relative to the env."""
-    env = ctx.paths.env
-    held = entry.manifest["files"]["env"]
-    changed: list[str] = []
-    for path in flagged:
-        try:
-            rel = Path(os.path.normpath(path)).relative_to(env).as_posix()     # a RECORD row may climb: ../../bin
-        except ValueError:
-            return []               # not the env's (a site torch's): not this copy's to judge
-        as_copied = ctx.trust.as_vouched(env / rel)
-        if as_copied is None:
-            if rel in held:
-                return []           # the copy wrote it without a hash to hold it to: cannot tell
-            changed.append(f"{rel} (added)")
-        elif as_copied:
-            return []               # as the copy wrote it: the entry's bytes disagree with their RECORD
-        else:
-            changed.append(rel if os.path.lexists(env / rel) else f"{rel} (removed)")
-    return changed
-
-
-def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError,
-                 changed: list[str]) -> InstallError:
-    """The env copied this run from ``entry`` failed install's RECORD check after files of it were changed in the
-    stack (``changed``): the entry is kept, the env removed (the re-run copies it again), and the error to raise."""
-    shown = first(changed, 3)
-    ctx.runner.note(step, f"# the env copied from the built-stack cache entry {entry.path} was changed in the stack "
-                          f"after the copy ({shown}): the entry is kept, the env removed")
-    _drop_env(ctx)
-    return InstallError(f"{exc.what} (files of the env changed in the stack after it was copied from the "
-                        f"built-stack cache entry {entry.path}: {shown}; the entry is kept, the env removed)",
-                        expected=exc.expected, found=exc.found,
-                        fix="find what writes into the stack while october_setup runs, then re-run october_setup "
-                            "(the env is copied again)")
-
-
-def refused_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: InstallError) -> InstallError:
-    """The entry an env was copied from this run, refused after install's RECORD check: removed with the env,
-    and the error to raise (a re-run builds the stack)."""
-    refuse_entry(ctx, step, entry, exc.what)
-    return InstallError(f"{exc.what} (in the env copied from the built-stack cache entry {entry.path}, "
-                        "now removed with the env)", expected=exc.expected, found=exc.found,
-                        fix="re-run october_setup: the env is made again, without the cache entry")
-
-
 def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: str, *, drop_env: bool = True) -> None:
     """Say why a built-stack cache entry is not used and remove it (``drop_env``: and its copy in the env)."""
     from ..pyenv import builtstack
@@ -261,10 +210,10 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
         "replaced": "another run has stored it again since: kept"}[done] + ", building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
     if drop_env:
-        _drop_env(ctx)
+        drop_env(ctx)
 
 
-def _drop_env(ctx: StepContext) -> None:
+def drop_env(ctx: StepContext) -> None:
     """Remove the env copied this run, and what was vouched for in it (gone with it)."""
     shutil.rmtree(ctx.paths.env, ignore_errors=True)
     ctx.trust.unvouch(ctx.paths.env)
