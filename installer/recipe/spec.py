@@ -18,7 +18,6 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
@@ -33,68 +32,17 @@ from .cuda import parse_arch_list
 from .forks import INSTALL_MODES
 from .install import ENV_NAME, RESERVED_ENV
 from .jitmodules import DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
-from .tomlcheck import FORMAT_VERSION, MAX_INT, MAX_ITEMS, MAX_KEY, MAX_KEYS, MAX_STR, MAX_URL, describe
+from .tomlcheck import FORMAT_VERSION, MAX_ITEMS, MAX_KEY, MAX_KEYS, describe
 from .wheel import DEFAULT_COMPILED_SOURCES
 from .rules import Refused, finite_range, int_range, keyed, matches, once, one_of, parses, rule
-
-
-SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# SAFE_NAME as the schema publishes it: JSON Schema patterns are ECMA-262 and taplo uses Rust's regex, which
-# has no look-around, so the "no '..'" part stays in the tool (the name is checked in full when loaded)
-SAFE_NAME_PUBLISHED = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-# how a PEP 440 version starts (an optional 'v', an optional epoch 'N!', a digit): the tool parses the rest
-VERSION_START = r"^\s*[vV]?([0-9]+!)?[0-9]"
-NOT_BLANK = r"\S"           # str.strip(value) is truthy: some character that is not white space
-SHA_PREFIX = re.compile(r"^[0-9a-f]{7,39}$")
-DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")   # ASCII: the schema's \\w is ASCII only
-SDIST_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}$")
-GB_BOUNDS = (0.0, 1e6)      # GB: nothing below zero, nothing past a petabyte (NaN and inf are refused)
-SHAPE_MAX = 1 << 16         # heads, head dim, layers: far above any model, far below an overflow
-MAX_TOKENS = 1 << 20        # a smoke prompt or generation longer than this is a typo, not a test
-
-
-def _relpath(p: str) -> bool:
-    norm = p.strip().strip("/")
-    return bool(norm) and not p.startswith("/") and "\\" not in norm \
-        and not any(part in ("", ".", "..") for part in norm.split("/"))
-
-
-def _desc(text: str) -> Any:
-    return Field(description=text)
-
-
-# the bounded scalars every key is made of
-Str = Annotated[str, Field(max_length=MAX_STR)]
-Url = Annotated[str, Field(max_length=MAX_URL)]
-Key = Annotated[str, Field(max_length=MAX_KEY)]
-Int = Annotated[int, int_range(-MAX_INT, MAX_INT, "an integer within the TOML range (64 bits)")]
-StrList = Annotated[list[Str], Field(max_length=MAX_ITEMS)]
-# git reads an argument that begins with '-' as an option (`--upload-pack=<command>` runs that command)
-GitUrl = Annotated[Url, matches(re.compile(r"^(?!-)[^\s\x00-\x1f\x7f]+$"),
-                                "a git URL (not beginning with '-', no spaces or control characters)")]
-IndexUrl = Annotated[Url, matches(re.compile(r"^(https?|file)://"), "an https:// (or file://) package index URL")]
-Version440 = Annotated[str, Field(max_length=64, description="a version string such as '2.10.0'"),
-                       parses(Version, "a PEP 440 version such as '2.10.0'", pattern=VERSION_START)]
-FullSha = Annotated[Str, matches(FULL_SHA, "a 40-character lowercase hex commit id")]
-HEX64 = "64 lowercase hex characters"
-Sha256 = Annotated[Str, Field(description=HEX64), matches(SHA256, HEX64)]
-ForkName = Annotated[Key, matches(SAFE_NAME, "a plain fork name: letters, digits, '.', '_' or '-' (it names the "
-                                  "clone directory STACK/src/<name>)", SAFE_NAME_PUBLISHED, key=True)]
-
-
-def Table(value: Any, what: str = "a table", key: Any = None) -> Any:
-    """A TOML table of at most :data:`MAX_KEYS` keys, its keys (``key``) at most :data:`MAX_KEY` characters."""
-    return Annotated[dict[key or Key, value], Field(max_length=MAX_KEYS, description=what)]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=True)
+from .types import (DIST_NAME, GB_BOUNDS, HEX64, MAX_TOKENS, MODULE_NAME, NOT_BLANK, SAFE_NAME, SAFE_NAME_PUBLISHED,
+                    SDIST_VERSION, SHA_PREFIX, SHAPE_MAX, VERSION_START, ForkName, FullSha, GitUrl, IndexUrl, Int, Key,
+                    Section, Sha256, Str, StrList, Table, Url, Version440, desc, relpath)
 
 
 class _PinBase(Section):
     source: Str | None = None
-    fetch_from: Annotated[Literal["fork", "upstream"], _desc("'fork' or 'upstream'")] = "fork"
+    fetch_from: Annotated[Literal["fork", "upstream"], desc("'fork' or 'upstream'")] = "fork"
 
 
 class PinCommit(_PinBase):
@@ -102,20 +50,20 @@ class PinCommit(_PinBase):
 
 
 class PinPrefix(_PinBase):
-    prefix: Annotated[Str, _desc("a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>"),
+    prefix: Annotated[Str, desc("a lowercase hex commit prefix (7-39 chars), or commit = <40 hex>"),
                       matches(SHA_PREFIX, "a lowercase hex commit prefix of 7 to 39 characters")]
-    branch: Annotated[Key, _desc("the branch the prefix is resolved on"), rule(str.strip, "a non-empty branch name", pattern=NOT_BLANK)]
+    branch: Annotated[Key, desc("the branch the prefix is resolved on"), rule(str.strip, "a non-empty branch name", pattern=NOT_BLANK)]
 
 
 class PinSdist(Section):
     source: Str | None = None
-    sdist: Annotated[Str, _desc("the https URL of the source distribution (.tar.gz)"),
+    sdist: Annotated[Str, desc("the https URL of the source distribution (.tar.gz)"),
                      rule(lambda u: u.startswith("https://") and u.endswith(".tar.gz") and "/" in u[8:],
                           "an https URL of a .tar.gz source distribution", pattern=r"^https://[\s\S]*/[\s\S]*\.tar\.gz$")]
-    sha256: Annotated[Str, _desc("the sdist's sha256 (64 lowercase hex)"), matches(SHA256, HEX64)]
-    version: Annotated[Str, _desc("the release version, e.g. 0.24.0 (the clone is tagged v<version>)"),
+    sha256: Annotated[Str, desc("the sdist's sha256 (64 lowercase hex)"), matches(SHA256, HEX64)]
+    version: Annotated[Str, desc("the release version, e.g. 0.24.0 (the clone is tagged v<version>)"),
                        matches(SDIST_VERSION, "a release version such as 0.24.0")]
-    commit: Annotated[Str, _desc("the 40-hex commit materialising the sdist makes"),
+    commit: Annotated[Str, desc("the 40-hex commit materialising the sdist makes"),
                       matches(FULL_SHA, "a 40-character lowercase hex commit id")]
 
 
@@ -131,17 +79,17 @@ PinId = Annotated[Str, matches(FULL_SHA, "a 40-character lowercase hex commit id
                                          "(or a table {prefix = ..., branch = ...})")]
 PinValue = Annotated[Annotated[PinId, Tag("=id")] | Annotated[PinCommit, Tag("=commit")]
                      | Annotated[PinPrefix, Tag("=prefix")] | Annotated[PinSdist, Tag("=sdist")],
-                     Discriminator(_pin_kind), _desc("a 40-hex commit id or a table {prefix, branch}")]
+                     Discriminator(_pin_kind), desc("a 40-hex commit id or a table {prefix, branch}")]
 
 
 class ForkSpec(Section):
-    url: Annotated[GitUrl, _desc("a git URL")]
+    url: Annotated[GitUrl, desc("a git URL")]
     upstream: GitUrl | None = None
     pins: Table(PinValue)
 
 
 class ForksFile(Section):
-    format_version: Annotated[int, _desc(f"format_version = {FORMAT_VERSION}"),
+    format_version: Annotated[int, desc(f"format_version = {FORMAT_VERSION}"),
                               one_of((FORMAT_VERSION,), f"{FORMAT_VERSION} (this tool's recipe format)")]
     forks: Annotated[dict[ForkName, ForkSpec], Field(max_length=MAX_KEYS)]
 
@@ -163,7 +111,7 @@ class TorchSpec(Section):
     version: Version440
     index: IndexUrl | None = None
     source: Annotated[Literal["index", "system"],
-                      _desc("'index' (install the pinned torch) or 'system' (torch from --system-python)")] = "index"
+                      desc("'index' (install the pinned torch) or 'system' (torch from --system-python)")] = "index"
     allow_system: bool = False
 
 
@@ -191,7 +139,7 @@ SubmodulePath = Annotated[Str, rule(lambda p: bool(p.strip().strip("/")) and not
                                     'a submodule path relative to the fork, e.g. "3rdparty/cccl"', pattern=r"^[^/]")]
 SubmoduleList = Annotated[list[SubmodulePath], Field(max_length=MAX_ITEMS),
                           once("each submodule path at most once")]
-SparseDirs = Annotated[list[Annotated[Key, rule(_relpath, 'a directory relative to the submodule, e.g. "include"',
+SparseDirs = Annotated[list[Annotated[Key, rule(relpath, 'a directory relative to the submodule, e.g. "include"',
                                                 pattern=r"^[^/\\]")]],
                        Field(min_length=1, max_length=MAX_ITEMS,
                              description='a non-empty list of directories, e.g. ["include"]'),
@@ -201,7 +149,7 @@ EnvName = Annotated[Key, rule(lambda k: ENV_NAME.match(k) is not None and k not 
                               "an environment variable name the tool does not set itself "
                               f"(not {', '.join(RESERVED_ENV)})",
                               **keyed(ENV_NAME.pattern), **{"not": {"enum": list(RESERVED_ENV)}})]
-Reason = Annotated[Str, _desc("the reason the stack does not need it, as a non-empty string"),
+Reason = Annotated[Str, desc("the reason the stack does not need it, as a non-empty string"),
                    rule(str.strip, "the reason the stack does not need it, as a non-empty string", pattern=NOT_BLANK)]
 
 
@@ -213,21 +161,21 @@ class ForkUseSpec(Section):
     name: Key
     pin: Key
     mode: Annotated[Literal[INSTALL_MODES],  # type: ignore[valid-type]
-                    _desc(f"one of {', '.join(INSTALL_MODES)}")] = "editable"
+                    desc(f"one of {', '.join(INSTALL_MODES)}")] = "editable"
     deps: bool = True
     build_isolation: bool = True
-    build_env: Table(Annotated[Str, _desc('a string value (quote numbers: BUILD_NVEP = "0")')], key=EnvName) = {}
+    build_env: Table(Annotated[Str, desc('a string value (quote numbers: BUILD_NVEP = "0")')], key=EnvName) = {}
     nested_installs: Table(Reason, key=DistName) = {}
     submodules: Annotated[Annotated[bool, Tag("=all")] | Annotated[SubmoduleList, Tag("=paths")],
                           Discriminator(_submodules_kind),
-                          _desc('true, false, or a list of submodule paths such as ["3rdparty/cccl"]')] = True
+                          desc('true, false, or a list of submodule paths such as ["3rdparty/cccl"]')] = True
     sparse: Table(SparseDirs, 'a table such as { "3rdparty/cutlass" = ["include", "tools/util/include"] }') = {}
 
     @model_validator(mode="after")
     def _sparse_selected(self) -> ForkUseSpec:
         selected = [p.strip().strip("/") for p in self.submodules] if isinstance(self.submodules, list) else None
         for key in self.sparse:
-            sub = key.strip().strip("/") if _relpath(key) else None
+            sub = key.strip().strip("/") if relpath(key) else None
             if sub is None or selected is None or sub not in selected:
                 raise Refused("a submodule path that the entry's submodules = [...] lists"
                               + (f" ({', '.join(selected)})" if selected else " (list the submodules by path first)"),
@@ -242,7 +190,7 @@ class ForkUseSpec(Section):
 
 
 class CudaSpec(Section):
-    version: Annotated[Str, _desc("a CUDA major.minor such as '12.9'"),
+    version: Annotated[Str, desc("a CUDA major.minor such as '12.9'"),
                        matches(re.compile(r"^\d+\.\d+$"), "a CUDA major.minor such as '12.9'")]
     arch_list: Annotated[Str, parses(parse_arch_list, "compute capabilities such as '9.0' or '8.9 9.0a'",
                                      pattern=r"[0-9]")]
@@ -304,7 +252,7 @@ class JitModuleSpec(Section):
 class JitSpec(Section):
     modules: Annotated[list[JitModuleSpec],
                        Field(max_length=MAX_ITEMS, description="an array of tables [[jit.modules]]")] = []
-    builder: Annotated[Str, _desc("a Python module name"),
+    builder: Annotated[Str, desc("a Python module name"),
                        matches(MODULE_NAME, "a dotted Python module name")] | None = None
     routes: Annotated[StrList, rule(                # an empty list: the default routes
         lambda rs: not rs or (all(r in ROUTES for r in rs) and "decode" in rs and len(set(rs)) == len(rs)),
@@ -313,7 +261,7 @@ class JitSpec(Section):
         anyOf=[{"maxItems": 0}, {"contains": {"const": "decode"}}])] = list(DEFAULT_ROUTES)
 
 
-ShapeInt = Annotated[Int, _desc("a positive integer from the model's config.json"),
+ShapeInt = Annotated[Int, desc("a positive integer from the model's config.json"),
                      rule(lambda v: v > 0, "a positive integer", minimum=1),
                      rule(lambda v: v <= SHAPE_MAX, f"at most {SHAPE_MAX}", maximum=SHAPE_MAX)]
 
@@ -323,17 +271,17 @@ class ModelConfigSpec(Section):
     num_key_value_heads: ShapeInt
     head_dim: ShapeInt
     num_hidden_layers: ShapeInt
-    source: Annotated[Str, _desc("where the values were read (repo, revision, file)")]
+    source: Annotated[Str, desc("where the values were read (repo, revision, file)")]
 
 
 COMPUTE_TEXT = f"the dtype the engine computes in ({', '.join(COMPUTE_DTYPES)})"
 
 
 class ModelSpec(Section):
-    revision: Annotated[Str, _desc("a 40-hex hub revision"),
+    revision: Annotated[Str, desc("a 40-hex hub revision"),
                         matches(FULL_SHA, "a 40-character lowercase hex revision")]
     sha256: Table(Sha256) = {}
-    compute_dtype: Annotated[Str, _desc(COMPUTE_TEXT), one_of(COMPUTE_DTYPES)] | None = None
+    compute_dtype: Annotated[Str, desc(COMPUTE_TEXT), one_of(COMPUTE_DTYPES)] | None = None
     v_format: Annotated[Str, one_of(V_FORMATS)] = "fp8_e4m3"
     config: ModelConfigSpec | None = None
     repo: Annotated[str, Field(max_length=MAX_KEY * 2, description="'org/name'"),
@@ -379,13 +327,13 @@ class RecipeFile(Section):
 
     model_config = ConfigDict(title="october recipe")
 
-    format_version: Annotated[int, _desc(f"format_version = {FORMAT_VERSION}"),
+    format_version: Annotated[int, desc(f"format_version = {FORMAT_VERSION}"),
                               one_of((FORMAT_VERSION,), f"{FORMAT_VERSION} (this tool's recipe format)")]
     name: Annotated[Str, matches(SAFE_NAME, "a plain name: letters, digits, '.', '_' or '-', starting with a letter "
                                  "or digit, at most 64 characters (it names files: locks/<name>.pylock.toml)",
                                  SAFE_NAME_PUBLISHED)]
     description: Str = ""
-    forks_file: Annotated[Str, _desc("a string: the path of forks.toml, relative to the recipe")] | None = None
+    forks_file: Annotated[Str, desc("a string: the path of forks.toml, relative to the recipe")] | None = None
     python: PythonSpec
     torch: TorchSpec
     build: BuildSpec | None = None
