@@ -113,6 +113,47 @@ def _safely(fn: Any, *args: Any) -> Any:
         return exc
 
 
+def _eager_engine(manifest: Manifest, seed: int, sel: Selection, plan: CachePlan, hooks: _Hooks, shape: ModelShape,
+                  ids: Any) -> tuple[Any, Any, bool]:
+    """The enforce_eager engine: one layer captured against the torch reference (on the protocol's ``ids``, where
+    they were made), the graph batches decoded eagerly, and whether it captured graphs (it must not) -> (layer,
+    eager, eager_captured).  An engine that does not start is both results' failure."""
+    captures = hooks.captures
+    layer: Any = ids
+    eager: Any = RuntimeError("the enforce_eager engine did not start")
+    eager_captured = False
+    try:
+        llm = _start(manifest, seed, eager=True, sel=sel, plan=plan)
+        eager_captured = hooks.captures > captures
+        if not isinstance(ids, BaseException):
+            layer = _safely(_capture_run, llm, hooks, sel, shape, ids, plan)
+        eager = _safely(lambda: [_generate_tops(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
+        llm = None          # released here (the name stays bound: the lambda above reads it)
+    except Exception as exc:
+        eager = layer = exc
+    return layer, eager, eager_captured
+
+
+def _sixteen_bit_agreement(manifest: Manifest, seed: int, sel: Selection, hooks: _Hooks, ids: Any, k16v8: Any) -> Any:
+    """The K16/V8 engine's answer (``k16v8``) against a 16-bit-cache engine's on the same ``ids`` (the outside
+    oracle, :func:`october.checks.engine.oracles.compare_with_16bit`), or the failure that stopped either."""
+    agreement: Any = k16v8
+    if not isinstance(k16v8, BaseException):
+        hooks.subject = False           # the oracle engine: no scales written, no fault planted
+        try:
+            llm = _start(manifest, seed, eager=True, sel=sel, sixteen_bit=True)
+            sixteen = _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
+            del llm
+            agreement = sixteen if isinstance(sixteen, BaseException) else \
+                oracle.compare_with_16bit(k16v8, sixteen)
+        except Exception as exc:
+            agreement = exc
+        finally:
+            hooks.subject = True
+        _release(hooks)
+    return agreement
+
+
 def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
                      device: torch.device | None = None, selection: dict[str, Any] | None = None,
                      tokens: TokenProtocol | None = None,
@@ -172,36 +213,11 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         ids = _safely(lambda: oracle.protocol_ids(_need(llm, "get_tokenizer")(), sel.tokens.prompt_tokens))
         graphed = _safely(lambda: [_generate_tops(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
         k16v8 = ids if isinstance(ids, BaseException) else _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
-        del llm
+        llm = None          # released here (the name stays bound: the lambdas above read it)
         _release(hooks)                 # the runner and its layers hold the cache: let it go before the next engine
-        captures = hooks.captures
-        layer: Any = ids
-        eager: Any = RuntimeError("the enforce_eager engine did not start")
-        eager_captured = False
-        try:
-            llm = _start(manifest, seed, eager=True, sel=sel, plan=plan)
-            eager_captured = hooks.captures > captures
-            if not isinstance(ids, BaseException):
-                layer = _safely(_capture_run, llm, hooks, sel, shape, ids, plan)
-            eager = _safely(lambda: [_generate_tops(llm, list(PROMPTS[:n])) for n in GRAPH_BATCHES])
-            del llm
-        except Exception as exc:
-            eager = layer = exc
+        layer, eager, eager_captured = _eager_engine(manifest, seed, sel, plan, hooks, shape, ids)
         _release(hooks)
-        agreement: Any = k16v8
-        if not isinstance(k16v8, BaseException):
-            hooks.subject = False           # the oracle engine: no scales written, no fault planted
-            try:
-                llm = _start(manifest, seed, eager=True, sel=sel, sixteen_bit=True)
-                sixteen = _safely(_generate_top, llm, ids, sel.tokens.max_new_tokens)
-                del llm
-                agreement = sixteen if isinstance(sixteen, BaseException) else \
-                    oracle.compare_with_16bit(k16v8, sixteen)
-            except Exception as exc:
-                agreement = exc
-            finally:
-                hooks.subject = True
-            _release(hooks)
+        agreement = _sixteen_bit_agreement(manifest, seed, sel, hooks, ids, k16v8)
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
                                              graph_captured, eager_captured, device, graphs)
         _oracles(results, layer, agreement)
