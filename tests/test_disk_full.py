@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 
 from october.installer.cli.main import guarded
-from october.installer.core.errors import CommandFailed, DiskFullError, FetchError, as_disk_full
+from october.installer.core.errors import CommandFailed, DiskFullError, FetchError
+from october.installer.core.fscause import as_disk_full
 from october.installer.core.runner import Runner
 from october.installer.core.ui import ConsoleReporter
 from tests.fixtures.root import PROJECT_ROOT
@@ -104,7 +105,7 @@ def test_a_write_the_env_does_not_permit_is_exit_19_naming_it_not_an_install_fai
     Now a step's error whose command said so (uv's "Read-only file system (os error 30)", "Permission denied
     (os error 13)", git's ": Permission denied") is exit 19 naming the refused write and what to do.  Planted:
     site-packages bind-mounted read-only (root here and in CI; elsewhere it skips and says why)."""
-    from october.installer.core.errors import as_not_permitted
+    from october.installer.core.fscause import as_not_permitted
     from october.installer.pyenv.uvcmd import uv_exe
 
     world = make_world(tmp_path / "world")

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from .errors import FileSystemError, OctoberError, UsageError, as_disk_full, as_not_permitted
+from .errors import FileSystemError, OctoberError, UsageError
+from .fscause import as_disk_full, as_not_permitted
 
 if TYPE_CHECKING:
     from .ui import ConsoleReporter

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Sequence
 from ...checks.contract import MANIFEST_FORMAT_VERSION, MANIFEST_KIND, ContractError, parse_manifest, read_json_object
 from .. import __version__
 from ..core.atomic import write_json_atomic
-from ..core.errors import DISK_FULL_FIX, DiskFullError, ReceiptError, as_disk_full
+from ..core.errors import DISK_FULL_FIX, DiskFullError, ReceiptError
+from ..core.fscause import as_disk_full
 from ..core.resources import schema_path
 from ..core.schemas import validate
 from .plan import DownloadPlan
