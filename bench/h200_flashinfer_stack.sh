@@ -19,8 +19,12 @@ P
 }
 . "$(dirname "$0")/h200_tool_install.sh"
 T=/tmp/toolenv/bin/python
-setup() { $T -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
-smoke() { $T -m october smoke --install "$1" --level kernel --format fp16 --recipe flashinfer-pr3812 --output "$2"; }
+# from /tmp: `python -m` puts the working directory first on sys.path, and from the repository root it would run
+# the checkout's copy of the tool (its receipt then names the checkout's commit), not the installed one.  The
+# recipe names no model: its smoke is the kernel level, with no --format (`current smoke` refuses one).
+KIT=$(realpath "$KIT")
+setup() { (cd /tmp && $T -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"); }
+smoke() { (cd /tmp && $T -m october smoke --install "$1" --level kernel --recipe flashinfer-pr3812 --output "$2"); }
 keep() { cp "$1" "$OUT/$2"; }   # at most 8 files come back
 
 echo "== 0. machine"; grep MemTotal /proc/meminfo; df -h /tmp | tail -1; command -v uv || echo "no uv on the image"
@@ -30,7 +34,7 @@ keep $S1/receipts/setup.json setup.json; keep $S1/pylock.toml pylock.toml
 echo "== 2. current smoke --level kernel"; t=$(now); smoke $S1 /tmp/smoke1; echo "smoke rc=$? in $(since $t) s"
 keep /tmp/smoke1/receipt.json smoke.json
 echo "== 3. no-op re-run"; t=$(now); setup $S1 >/dev/null; echo "noop rc=$? in $(since $t) s"; steps $S1/receipts/setup.json
-t=$(now); $T -m october.installer.october_setup --help >/dev/null; echo "tool start alone (--help): $(since $t) s"
+t=$(now); (cd /tmp && $T -m october.installer.october_setup --help >/dev/null); echo "tool start alone (--help): $(since $t) s"
 echo "== 4. corrupted .so"
 SO=$(python3 -c "import json;print(json.load(open('$S1/.state/jit.json'))['outputs']['modules'][0]['path'])")
 python3 - "$SO" <<'P'

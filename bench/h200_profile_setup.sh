@@ -9,7 +9,8 @@ SYS=/opt/torch/.venv/bin/python
 S1=/tmp/pst1; S2=/tmp/pst2; CACHE=/tmp/october-pcache; P=/tmp/prof
 rm -rf /tmp/boot /tmp/toolenv $S1 $S2 $CACHE $P; mkdir -p $P
 . "$(dirname "$0")/h200_tool_install.sh"
-setup() { $B/python -m cProfile -o "$2" -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"; }
+KIT=$(realpath "$KIT")      # from /tmp (below): `python -m` from the repository root would run the checkout's tool
+setup() { (cd /tmp && $B/python -m cProfile -o "$2" -m october.installer.october_setup "$1" --recipe flashinfer-pr3812 --kit "$KIT" --system-python "$SYS" --cache-dir "$CACHE"); }
 top() { $B/python -c "import pstats,sys; s=pstats.Stats(sys.argv[1]); s.sort_stats(sys.argv[2]).print_stats(int(sys.argv[3]))" "$@" | grep -E "^ +[0-9]" | cut -c1-180; }
 for s in 1 2; do
   S=/tmp/pst$s; t=$(now); setup $S $P/setup$s.prof > $P/setup$s.log 2>&1; echo "setup $S rc=$? in $(since $t) s (under cProfile)"
