@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..core.errors import InstallError
 from ..core.listing import first
 from ..engine import StepContext
-from .reuse import drop_env, refuse_entry
+from .reuse import refuse_entry, remove_copied_env
 
 if TYPE_CHECKING:
     from ..pyenv import builtstack
@@ -51,7 +51,7 @@ def changed_copy(ctx: StepContext, step: str, entry: "builtstack.Entry", exc: In
     shown = first(changed, 3)
     ctx.runner.note(step, f"# the env copied from the built-stack cache entry {entry.path} was changed in the stack "
                           f"after the copy ({shown}): the entry is kept, the env removed")
-    drop_env(ctx)
+    remove_copied_env(ctx)
     return InstallError(f"{exc.what} (files of the env changed in the stack after it was copied from the "
                         f"built-stack cache entry {entry.path}: {shown}; the entry is kept, the env removed)",
                         expected=exc.expected, found=exc.found,

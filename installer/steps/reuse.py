@@ -210,10 +210,10 @@ def refuse_entry(ctx: StepContext, step: str, entry: "builtstack.Entry", why: st
         "replaced": "another run has stored it again since: kept"}[done] + ", building this stack")
     ctx.runner.note(step, f"# built-stack cache entry {entry.path} refused: {why}")
     if drop_env:
-        drop_env(ctx)
+        remove_copied_env(ctx)
 
 
-def drop_env(ctx: StepContext) -> None:
+def remove_copied_env(ctx: StepContext) -> None:
     """Remove the env copied this run, and what was vouched for in it (gone with it)."""
     shutil.rmtree(ctx.paths.env, ignore_errors=True)
     ctx.trust.unvouch(ctx.paths.env)
