@@ -953,8 +953,8 @@ def test_a_manifest_found_signed_is_read_once_until_it_changes(tmp_path: Path,
     stored = builtstack.store(cache, "c" * 64, root, root / "env", {}, {})
     assert stored is not None
     reads: list[Path] = []
-    real = builtstack._read_entry
-    monkeypatch.setattr(builtstack, "_read_entry", lambda path: reads.append(path) or real(path))
+    real = builtstack.read_entry
+    monkeypatch.setattr(builtstack, "read_entry", lambda path: reads.append(path) or real(path))
     first = builtstack.find(cache, "c" * 64)
     assert first is not None and builtstack.find(cache, "c" * 64) is first and len(reads) == 1
     manifest_path = stored.path / builtstack.MANIFEST

@@ -117,7 +117,8 @@ def _eager_engine(manifest: Manifest, seed: int, sel: Selection, plan: CachePlan
                   ids: Any) -> tuple[Any, Any, bool]:
     """The enforce_eager engine: one layer captured against the torch reference (on the protocol's ``ids``, where
     they were made), the graph batches decoded eagerly, and whether it captured graphs (it must not) -> (layer,
-    eager, eager_captured).  An engine that does not start is both results' failure."""
+    eager, eager_captured); its memory released before it returns.  An engine that does not start is both results'
+    failure."""
     captures = hooks.captures
     layer: Any = ids
     eager: Any = RuntimeError("the enforce_eager engine did not start")
@@ -131,12 +132,14 @@ def _eager_engine(manifest: Manifest, seed: int, sel: Selection, plan: CachePlan
         llm = None          # released here (the name stays bound: the lambda above reads it)
     except Exception as exc:
         eager = layer = exc
+    _release(hooks)
     return layer, eager, eager_captured
 
 
 def _sixteen_bit_agreement(manifest: Manifest, seed: int, sel: Selection, hooks: _Hooks, ids: Any, k16v8: Any) -> Any:
     """The K16/V8 engine's answer (``k16v8``) against a 16-bit-cache engine's on the same ``ids`` (the outside
-    oracle, :func:`october.checks.engine.oracles.compare_with_16bit`), or the failure that stopped either."""
+    oracle, :func:`october.checks.engine.oracles.compare_with_16bit`), or the failure that stopped either; the
+    16-bit engine's memory released before it returns."""
     agreement: Any = k16v8
     if not isinstance(k16v8, BaseException):
         hooks.subject = False           # the oracle engine: no scales written, no fault planted
@@ -216,7 +219,6 @@ def run_engine_level(manifest: Manifest, fixtures: Path | None, seed: int,
         llm = None          # released here (the name stays bound: the lambdas above read it)
         _release(hooks)                 # the runner and its layers hold the cache: let it go before the next engine
         layer, eager, eager_captured = _eager_engine(manifest, seed, sel, plan, hooks, shape, ids)
-        _release(hooks)
         agreement = _sixteen_bit_agreement(manifest, seed, sel, hooks, ids, k16v8)
         results["decode_graphs"] = run_check("decode_graphs", _graphs, hooks, graphed, eager,
                                              graph_captured, eager_captured, device, graphs)

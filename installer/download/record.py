@@ -4,12 +4,11 @@ entries must be files inside the copy; the patterns it was written for must cove
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core import jsonread
 from ..core.atomic import write_json_atomic
+from ..core.ids import SHA256
 from . import hub
 from .copycheck import OWN_DIR
 from .plan import DownloadPlan
@@ -26,14 +25,6 @@ def record_path(plan: DownloadPlan) -> Path:
     return plan.local_dir / OWN_DIR / RECORD_NAME
 
 
-def record_names_no_patterns(plan: DownloadPlan) -> bool:
-    try:
-        doc = jsonread.loads(record_path(plan).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and "patterns" not in doc
-
-
 def write_record(plan: DownloadPlan, files: list[VerifiedFile], *, patterns: bool = True) -> None:
     write_json_atomic(record_path(plan), {
         "kind": RECORD_KIND, "format_version": 1, "repo": plan.repo, "revision": plan.revision,
@@ -46,7 +37,7 @@ def write_record(plan: DownloadPlan, files: list[VerifiedFile], *, patterns: boo
 def record_entry(f: Any) -> bool:
     return (isinstance(f, dict) and isinstance(f.get("path"), str) and _safe(f["path"])
             and type(f.get("size")) is int and f["size"] >= 0
-            and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) is not None)
+            and isinstance(f.get("sha256"), str) and SHA256.fullmatch(f["sha256"]) is not None)
 
 
 def _safe(path: str) -> bool:

@@ -23,7 +23,7 @@ from . import hub
 from .copycheck import OWN_DIR, extras, local_files, named, refuse_extras, set_aside
 from .manifest import build_manifest, write_manifest
 from .plan import DownloadOptions, DownloadPlan, make_plan
-from .record import RECORD_KIND, record_entry, record_names_no_patterns, record_path, uncovered_patterns, write_record
+from .record import RECORD_KIND, record_entry, record_path, uncovered_patterns, write_record
 from .scales import check_scales
 from .verify import Expected, VerifiedFile, verify_files
 
@@ -97,13 +97,13 @@ def run_download(opts: DownloadOptions, bars: Bars | None = None) -> Path:
     if not plan.local_source and not plan.offline:
         check_owned(plan)
     with nullcontext() if plan.local_source else _dir_lock(plan):     # a --model-dir copy is only read
-        legacy = plan.offline and not plan.local_source and record_names_no_patterns(plan)
+        legacy = False      # an earlier version's record: it names no patterns (read once, by the re-verification)
         if plan.local_source:
             say(f"checking {plan.where} in {plan.local_dir} against the recipe's pins (no hub)")
             resolved, files = plan.revision, _verify_local(plan, say, bars)
         elif plan.offline:
             say(f"re-verifying {plan.where} in {plan.local_dir} (offline)")
-            resolved, files = _reverify_offline(plan, say, bars)
+            resolved, files, legacy = _reverify_offline(plan, say, bars)
         else:
             resolved, files = _download_online(plan, say, bars)
         if not plan.local_source:
@@ -287,7 +287,9 @@ def _unlisted(plan: DownloadPlan, listed: set[str], where: str, say: Callable[[s
 
 
 def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars | None = None
-                      ) -> tuple[str, list[VerifiedFile]]:
+                      ) -> tuple[str, list[VerifiedFile], bool]:
+    """The copy re-verified against its record of verified hashes -> (revision, files, whether the record is an
+    earlier version's: it names no patterns)."""
     rec_path = record_path(plan)
     fix = "run the download once without --offline to record the hub's hashes for this copy"
     try:
@@ -335,7 +337,7 @@ def _reverify_offline(plan: DownloadPlan, say: Callable[[str], None], bars: Bars
     expected = [Expected(p, by_path[p]["size"], plan.pinned_sha256.get(p) or by_path[p]["sha256"], None,
                          source="recipe" if plan.pinned_sha256.get(p) else "record", record=by_path[p]["sha256"])
                 for p in wanted]
-    return plan.revision, _verify_hub_copy(plan, expected, say, bars)
+    return plan.revision, _verify_hub_copy(plan, expected, say, bars), "patterns" not in rec
 
 
 @contextmanager

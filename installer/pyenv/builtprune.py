@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core import cachekey
 from . import builtkey
-from .builtstack import BY_RECIPE, GONE, KEY, MANIFEST, USED, _read_entry, built_dir, discard, key_for_recipe, retire
+from .builtstack import BY_RECIPE, GONE, KEY, MANIFEST, USED, built_dir, discard, key_for_recipe, read_entry, retire
 
 OTHER_CODE_IDLE_S = 7 * 24 * 3600       # an entry other tool code made (an upgrade's leftover), not taken for a week
 
@@ -36,7 +36,7 @@ def prune(cache_dir: Path, keep: Path, now: float | None = None) -> list[tuple[P
     for path in sorted(base.iterdir()):
         if path == keep or not KEY.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
             continue
-        entry = _read_entry(path)
+        entry = read_entry(path)
         if entry is None:
             continue            # not an entry this code can read: left as it is
         try:

@@ -319,7 +319,7 @@ def find(cache_dir: Path, key: str) -> Entry | None:
         return None
     if (seen := _found.get((path, ident, signer))) is not None:
         return seen
-    entry = _read_entry(path)
+    entry = read_entry(path)
     if entry is None or entry.ident is None or not cachekey.signed(entry.manifest, signer):
         return None
     if len(_found) >= FOUND_KEPT:
@@ -328,7 +328,9 @@ def find(cache_dir: Path, key: str) -> Entry | None:
     return entry
 
 
-def _read_entry(path: Path) -> Entry | None:
+def read_entry(path: Path) -> Entry | None:
+    """The entry in ``path`` as its manifest says (read now, never remembered, its signature not checked: the
+    caller judges it, as :func:`find` does) -> None when the manifest is missing, unreadable or not an entry's."""
     key = path.name
     try:
         ident = _ident(os.stat(path / MANIFEST))
