@@ -72,7 +72,8 @@ SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
 STATUSES = (PASSED, FAILED, SKIPPED, UNSUPPORTED)
 
-# (name, title as users read it), in the order of smoke.md; every level runs exactly these.
+# (name, title as users read it), in the order of the smoke's specification (shared/reference/smoke.md, outside
+# this repository); every level runs exactly these.
 REQUIRED_CHECKS: tuple[tuple[str, str], ...] = (
     ("physical_k16v8", "physical K16/V8"),
     ("calibrated_scales", "calibrated scales"),

@@ -154,6 +154,16 @@ FORKS_INSTALLED = "forks-installed"
 ENV_COPIED = "env-copied"
 
 
+# every step's name, in the order the pipeline runs them (installer/pipeline/plan.py makes the steps)
+STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
+
+
+def planned_step_names(recipe: Recipe) -> tuple[str, ...]:
+    """The steps the pipeline runs for ``recipe``, by name, in order, no step imported (what ``fleet`` counts):
+    every one of :data:`STEP_ORDER` but ``wheel`` without a ``[wheel]`` and ``jit`` without JIT modules."""
+    return tuple(n for n in STEP_ORDER if (n != "wheel" or recipe.wheel is not None) and (n != "jit" or recipe.jit))
+
+
 class Step(Protocol[S]):
     name: ClassVar[str]
 

@@ -162,7 +162,7 @@ def test_fleet_progress_names_each_node_its_phase_and_the_counts() -> None:
     from october.installer.core.reportlines import skip_line
     from october.installer.core.ui import ConsoleReporter
     from october.installer.fleet.progress import FleetProgress, setup_phase
-    from october.installer.pipeline.plan import STEP_ORDER
+    from october.installer.engine import STEP_ORDER
 
     assert setup_phase("==> fetch: starting", STEP_ORDER) == "setup: fetch"
     assert setup_phase(skip_line("preflight"), STEP_ORDER) == "setup: preflight"

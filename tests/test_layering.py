@@ -3,8 +3,9 @@
 - The steps (``installer/steps/``) are the pipeline's thin modules; ``installer/pipeline/`` plans and runs
   them.  Everything else is a library (``core``, ``recipe``, ``git``, ``wheels``, ``pyenv``, ``install``,
   ``jit``, ``lock``, ``machine``, ``download``, ``kit``, ``smoke``, ``verify``, ...) and
-  never imports a step or the pipeline.  The command line (``cli/``, ``october_setup.py``) and ``fleet/`` (each node runs the pipeline) may import the pipeline; only the
-  command line and the pipeline may import a step.
+  never imports a step or the pipeline (``fleet/``, whose nodes each run ``october_setup``, names the steps through
+  ``engine.STEP_ORDER``).  Only the command line (``cli/``, ``october_setup.py``) and the pipeline may import the
+  pipeline or a step.
 - No import cycle between folders: every top-level package of ``installer/`` (and each top-level
   module) is one node; a module's imports, lazy ones included, are its folder's edges.
 """
@@ -19,7 +20,7 @@ import pytest
 INSTALLER = Path(__file__).resolve().parent.parent / "installer"
 PREFIX = "october.installer"
 COMMAND_LINE = {"cli", "october_setup"}
-MAY_IMPORT_PIPELINE = COMMAND_LINE | {"steps", "pipeline", "fleet"}
+MAY_IMPORT_PIPELINE = COMMAND_LINE | {"steps", "pipeline"}
 MAY_IMPORT_STEPS = COMMAND_LINE | {"steps", "pipeline"}
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from october.installer.engine import StepResult
+from october.installer.engine import StepResult, planned_step_names
 from october.installer.pipeline.plan import STEP_ORDER, plan_steps
 from october.installer.recipe import BaseWheel, JitModule
 from october.installer.steps.markerjson import MalformedResult
@@ -120,6 +120,9 @@ def test_the_plan_follows_step_order(tmp_path: Path) -> None:
                                jit=(JitModule("decode", "bf16", "bf16", "fp8", "bf16", 128),))
     assert [s.name for s in plan_steps(full)] == list(STEP_ORDER)
     assert [s.name for s in plan_steps(bare)] == [n for n in STEP_ORDER if n not in ("wheel", "jit")]
+    # what fleet counts without importing a step names the steps the pipeline makes, for every mix
+    for recipe in (full, bare, dataclasses.replace(full, jit=()), dataclasses.replace(full, wheel=None)):
+        assert planned_step_names(recipe) == tuple(s.name for s in plan_steps(recipe))
 
 
 def test_a_record_field_without_a_marker_reader_fails_at_import_not_as_a_silent_rerun() -> None:

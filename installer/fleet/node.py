@@ -112,7 +112,7 @@ def run_job(job: NodeJob, shipment: Shipment | None, fetch: Callable[[Any], byte
     phase as it begins (see :mod:`october.installer.fleet.progress`); ``cache_key``: the driver's key for the
     cache the nodes share (its entries are signed with it: :mod:`october.installer.core.cachekey`), given to the
     node's commands in their environment, so that a node whose home holds another key takes the seed's JIT."""
-    from ..pipeline.plan import STEP_ORDER
+    from ..engine import STEP_ORDER
 
     start = time.monotonic()
     stack = Path(job.stack)

@@ -38,8 +38,8 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
     """0 when the fleet passed; 1 when a node failed, was lost or differs; 130 on Ctrl-C.  ``ui`` (a
     :class:`~october.installer.core.ui.ConsoleReporter`) shows the run as every long command does."""
     from .cluster import cluster_nodes, connect, ray_logs_to, run_plan, ship
+    from ..engine import planned_step_names
     from ..kit.use import open_kit
-    from ..pipeline.plan import plan_steps
     from ..recipe import load_recipe
 
     started = time.monotonic()
@@ -71,7 +71,7 @@ def run_fleet(opts: FleetOptions, ui: Any, say: Callable[[str], None] = print) -
             ui.warn(f"the recipe builds {len(rec.jit)} JIT module(s) and the nodes do not share --cache-dir: each "
                     "node builds its own, the builds are not byte-reproducible, and the fleet will name the JIT (and "
                     "lock) differences; pass one --cache-dir every node sees to build once")
-        progress = FleetProgress(ui, plan, setup_steps=len(plan_steps(rec)), shipped=opts.ship_kit)
+        progress = FleetProgress(ui, plan, setup_steps=len(planned_step_names(rec)), shipped=opts.ship_kit)
         progress.begin()
         if plan.seed:
             ui.info(f"the nodes share the cache {opts.cache_dir}: {next(j.name for j in plan.jobs if j.setup_argv)} "

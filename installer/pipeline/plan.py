@@ -16,18 +16,16 @@ from ..core.paths import StackPaths, inside
 from ..core.resources import locks_dir
 from ..core.runner import Runner
 from ..core.stackmutex import StackLock
-from ..engine import Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
+from ..engine import STEP_ORDER, Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
 from ..recipe import Recipe
 
 if TYPE_CHECKING:
     from ..lock.pylock import LockedState
 
-STEP_ORDER = ("preflight", "fetch", "env", "wheel", "install", "jit", "lock", "receipt")
-
-
 def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     """The pipeline for ``recipe``: every step of STEP_ORDER, in that order, that the recipe asks for
-    (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules)."""
+    (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules: :func:`~october.installer.engine.
+    planned_step_names`, which names them without importing a step)."""
     from ..steps.env import EnvStep
     from ..steps.fetch import FetchStep
     from ..steps.install import InstallStep

@@ -29,7 +29,7 @@ from pydantic import (
 from ...checks.contract import COMPUTE_DTYPES, FORMATS, LEVELS
 from ..core.ids import FULL_SHA, SHA256
 from .cuda import parse_arch_list
-from .forks import INSTALL_MODES
+from .forks import INSTALL_MODES, ForkMode
 from .install import ENV_NAME, RESERVED_ENV
 from .jitmodules import DEFAULT_ROUTES, DTYPES, HEAD_DIMS, KINDS, ROUTES, V_FORMATS
 from .tomlcheck import FORMAT_VERSION, MAX_ITEMS, MAX_KEY, MAX_KEYS, describe
@@ -161,7 +161,7 @@ class ForkUseSpec(Section):
     name: Key
     pin: Key
     mode: Annotated[Literal[INSTALL_MODES],  # type: ignore[valid-type]
-                    desc(f"one of {', '.join(INSTALL_MODES)}")] = "editable"
+                    desc(f"one of {', '.join(INSTALL_MODES)}")] = ForkMode.EDITABLE.value
     deps: bool = True
     build_isolation: bool = True
     build_env: Table(Annotated[Str, desc('a string value (quote numbers: BUILD_NVEP = "0")')], key=EnvName) = {}
