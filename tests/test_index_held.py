@@ -415,7 +415,7 @@ def test_what_a_fork_s_install_built_is_not_held_and_anything_else_unlisted_is_n
     for the fork's, neither held nor named, and stored)."""
     import json
 
-    from october.installer.steps.indexcheck import fork_dists
+    from october.installer.lock.asked import fork_dists
     from october.installer.pyenv.dists import installed
 
     fork = tmp_path / "src" / "alpha"
@@ -553,7 +553,7 @@ def test_a_fork_s_uv_sources_are_read_from_its_checkout(tmp_path: Path) -> None:
     """Only the path, URL and git sources (a table or a list of tables; a path against the checkout), each with its
     marker: an index or workspace source installs with no ``direct_url.json`` (the second review of session 37: a
     name alone covered a plant on torch when the fork took torch from an index source)."""
-    from october.installer.steps.indexcheck import uv_sources
+    from october.installer.lock.asked import uv_sources
 
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):

@@ -266,3 +266,46 @@ def unasked(dists: Mapping[str, Dist], asked: Asked, own: Callable[[Dist], bool]
     claimed = Counter(url_key(str(direct_url(d).get("url") or "")) for d in given)
     return tuple(f"{d.name} {d.version}: from {redact_url(str(direct_url(d).get('url') or '(no url)'))} (its "
                  "direct_url.json)" for d in given if not asked.covers(d, claimed))
+
+
+def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> frozenset[str]:
+    """The names of the forks' own installs: for each fork (checkout, distribution name), the distribution of that
+    name whose ``direct_url.json`` says editable from the checkout's root; where none has the name (a checkout that
+    declares none: the fork's name stood in), the only one editable from the root.  Nothing else counts, wherever
+    its ``direct_url.json`` points: uv's cache can plant one naming a checkout."""
+    names: set[str] = set()
+    for path, name in forks:
+        root = path.resolve()
+        at_root = [d for d in dists.values() if _editable_dir(d) == root]
+        named = [d for d in at_root if d.name == canonicalize_name(name)]
+        names.update(d.name for d in (named or (at_root if len(at_root) == 1 else [])))
+    return frozenset(names)
+
+
+def _editable_dir(dist: Any) -> Path | None:
+    info = direct_url(dist)
+    url = str(info.get("url") or "")
+    if not isinstance(info.get("dir_info"), dict) or info["dir_info"].get("editable") is not True \
+            or not url.startswith("file://"):
+        return None
+    return Path(unquote(urlsplit(url).path)).resolve()
+
+
+def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str, str | None]]:
+    """(name, URL, marker) of each path, URL or git source the forks' ``[tool.uv.sources]`` give (a path resolved
+    against the checkout; the entry's ``marker``, None where it has none): uv follows them when it installs the fork
+    with its dependencies, where the marker holds, so those distributions come with a ``direct_url.json`` naming
+    that URL.  An ``index``, ``workspace`` or other source installs without one.  The checkouts are the fetch
+    step's, held clean to their commits."""
+    from ..core.pyproject import pyproject, table
+
+    out: list[tuple[str, str, str | None]] = []
+    for checkout in checkouts:
+        for name, given in table(pyproject(checkout), "tool", "uv", "sources").items():
+            for entry in (given if isinstance(given, list) else [given]):
+                where = entry.get("path") or entry.get("url") or entry.get("git") if isinstance(entry, dict) else None
+                if isinstance(where, str) and where:
+                    url = (checkout / where).resolve().as_uri() if "path" in entry else where
+                    marker = entry.get("marker")
+                    out.append((str(name), url, marker if isinstance(marker, str) and marker else None))
+    return out

@@ -363,3 +363,17 @@ def remote_rows(client: Any, with_credentials: Callable[[str], str] = lambda url
                 failed.setdefault(host, wheel.problem)
         return text, wheel.problem or f"{redact_url(url)} is not readable as a wheel with one RECORD"
     return read
+
+
+def locked_wheels(pylock: Path) -> list[Mapping[str, Any]]:
+    """The packages with wheels of the stack's lock (what an earlier run's lock step listed, held to its files), or
+    none where there is no readable lock."""
+    import tomllib
+
+    try:
+        with open(pylock, "rb") as fh:
+            packages = tomllib.load(fh).get("packages", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    return [p for p in packages if isinstance(p, dict) and isinstance(p.get("wheels"), list)] \
+        if isinstance(packages, list) else []

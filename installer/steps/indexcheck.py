@@ -14,7 +14,7 @@ built from its sdist, a host that would not answer, a distribution the listing d
 built: one installed from a URL of its own included), or an env with no listing made during the install (a run whose
 lock step is done, or one whose early listing failed: listing it here would ask the index during the install), keeps
 the stack out of the built-stack cache, said in its log.  A distribution with a ``direct_url.json`` that is not a
-fork's own install (:func:`fork_dists`: its name, editable from the checkout's root) and that nothing the install
+fork's own install (:func:`october.installer.lock.asked.fork_dists`: its name, editable from the checkout's root) and that nothing the install
 trusts asks for by URL (the recipe's lines; the ``Requires-Dist`` and ``[tool.uv.sources]`` of the forks uv
 installs with their dependencies, markers evaluated in the env's Python:
 :func:`october.installer.lock.asked.asked_by_url`) fails the step (:func:`unasked_error`), listing or not: no
@@ -27,9 +27,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import unquote, urlsplit
-
-from packaging.utils import canonicalize_name
 
 from ..core.errors import InstallError
 from ..core.listing import first
@@ -65,6 +62,8 @@ def hold_to_index(ctx: StepContext, step: str, forks: Sequence[tuple[Path, str, 
         why = early.why_not if isinstance(early, EarlyLock) and early.why_not else "no lock step listed it"
         ctx.runner.note(step, f"# not held to the sources' wheels: the env's listing is not there ({why}); held to "
                               "the wheels of the stack's lock where it has one")
+        from ..lock.held import locked_wheels
+
         hold([*locked_wheels(ctx.paths.pylock), *by_url])    # the third review: an env made again after its lock
         return f"the env was not held to the sources' wheels (its listing during the install is not there: {why})"
     held = hold([*listing.index_packages, *by_url])
@@ -156,7 +155,7 @@ def _by_url(ctx: StepContext, dists: Mapping[str, Any], judged: Mapping[str, Any
     installed with its dependencies), that uv installed with their dependencies; markers evaluated in
     ``environment``, None: not evaluated) -> (the packages that hold the others to the wheels their requirements
     name, the names of the forks' own installs)."""
-    from ..lock.asked import asked_by_url, marker_holds, unasked, url_packages
+    from ..lock.asked import asked_by_url, fork_dists, marker_holds, unasked, url_packages, uv_sources
 
     built = fork_dists(dists, [(path, name) for path, name, _ in forks])
     with_deps = fork_dists(dists, [(path, name) for path, name, deps in forks if deps])
@@ -195,20 +194,6 @@ def _listed(ctx: StepContext, step: str, index: Sequence[Any]) -> list[Mapping[s
         return []
 
 
-def locked_wheels(pylock: Path) -> list[Mapping[str, Any]]:
-    """The packages with wheels of the stack's lock (what an earlier run's lock step listed, held to its files), or
-    none where there is no readable lock."""
-    import tomllib
-
-    try:
-        with open(pylock, "rb") as fh:
-            packages = tomllib.load(fh).get("packages", [])
-    except (OSError, tomllib.TOMLDecodeError):
-        return []
-    return [p for p in packages if isinstance(p, dict) and isinstance(p.get("wheels"), list)] \
-        if isinstance(packages, list) else []
-
-
 def recipe_lines(ctx: StepContext) -> list[str]:
     """The requirements the recipe itself gives the install (torch, the build requirements, ``[install] supply``)."""
     r = ctx.recipe
@@ -239,46 +224,3 @@ def unasked_error(ctx: StepContext, unasked: Sequence[str]) -> InstallError:
                             "supply as \"NAME @ URL\"")
 
 
-def fork_dists(dists: Mapping[str, Any], forks: Sequence[tuple[Path, str]]) -> frozenset[str]:
-    """The names of the forks' own installs: for each fork (checkout, distribution name), the distribution of that
-    name whose ``direct_url.json`` says editable from the checkout's root; where none has the name (a checkout that
-    declares none: the fork's name stood in), the only one editable from the root.  Nothing else counts, wherever
-    its ``direct_url.json`` points: uv's cache can plant one naming a checkout."""
-    names: set[str] = set()
-    for path, name in forks:
-        root = path.resolve()
-        at_root = [d for d in dists.values() if _editable_dir(d) == root]
-        named = [d for d in at_root if d.name == canonicalize_name(name)]
-        names.update(d.name for d in (named or (at_root if len(at_root) == 1 else [])))
-    return frozenset(names)
-
-
-def _editable_dir(dist: Any) -> Path | None:
-    from ..lock.asked import direct_url
-
-    info = direct_url(dist)
-    url = str(info.get("url") or "")
-    if not isinstance(info.get("dir_info"), dict) or info["dir_info"].get("editable") is not True \
-            or not url.startswith("file://"):
-        return None
-    return Path(unquote(urlsplit(url).path)).resolve()
-
-
-def uv_sources(checkouts: Sequence[Path]) -> list[tuple[str, str, str | None]]:
-    """(name, URL, marker) of each path, URL or git source the forks' ``[tool.uv.sources]`` give (a path resolved
-    against the checkout; the entry's ``marker``, None where it has none): uv follows them when it installs the fork
-    with its dependencies, where the marker holds, so those distributions come with a ``direct_url.json`` naming
-    that URL.  An ``index``, ``workspace`` or other source installs without one.  The checkouts are the fetch
-    step's, held clean to their commits."""
-    from ..core.pyproject import pyproject, table
-
-    out: list[tuple[str, str, str | None]] = []
-    for checkout in checkouts:
-        for name, given in table(pyproject(checkout), "tool", "uv", "sources").items():
-            for entry in (given if isinstance(given, list) else [given]):
-                where = entry.get("path") or entry.get("url") or entry.get("git") if isinstance(entry, dict) else None
-                if isinstance(where, str) and where:
-                    url = (checkout / where).resolve().as_uri() if "path" in entry else where
-                    marker = entry.get("marker")
-                    out.append((str(name), url, marker if isinstance(marker, str) and marker else None))
-    return out

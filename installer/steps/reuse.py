@@ -56,7 +56,8 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
     from ..core.pyproject import dependencies
     from ..lock.asked import asked_files
     from ..pyenv import builtkey
-    from .indexcheck import recipe_lines, uv_sources
+    from ..lock.asked import uv_sources
+    from .indexcheck import recipe_lines
     from .install import InstallStep
     from .preflight import uv_line
 
