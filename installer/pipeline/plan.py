@@ -22,6 +22,7 @@ from ..recipe import Recipe
 if TYPE_CHECKING:
     from ..lock.pylock import LockedState
 
+
 def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     """The pipeline for ``recipe``: every step of STEP_ORDER, in that order, that the recipe asks for
     (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules: :func:`~october.installer.engine.
