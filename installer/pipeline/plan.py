@@ -16,7 +16,8 @@ from ..core.paths import StackPaths, inside
 from ..core.resources import locks_dir
 from ..core.runner import Runner
 from ..core.stackmutex import StackLock
-from ..engine import STEP_ORDER, Reporter, SetupOptions, Step, StepContext, StepRecord, run_pipeline, verify_pipeline
+from ..engine import (STEP_ORDER, Reporter, SetupOptions, Step, StepContext, StepRecord, planned_step_names,
+                      run_pipeline, verify_pipeline)
 from ..recipe import Recipe
 
 if TYPE_CHECKING:
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 
 
 def plan_steps(recipe: Recipe) -> list[Step[Any]]:
-    """The pipeline for ``recipe``: every step of STEP_ORDER, in that order, that the recipe asks for
-    (``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules: :func:`~october.installer.engine.
-    planned_step_names`, which names them without importing a step)."""
+    """The pipeline for ``recipe``: the steps :func:`~october.installer.engine.planned_step_names` names (every one
+    of STEP_ORDER the recipe asks for: ``wheel`` only with a ``[wheel]``, ``jit`` only with JIT modules), in
+    that order."""
     from ..steps.env import EnvStep
     from ..steps.fetch import FetchStep
     from ..steps.install import InstallStep
@@ -34,14 +35,15 @@ def plan_steps(recipe: Recipe) -> list[Step[Any]]:
     from ..steps.preflight import PreflightStep
     from ..steps.receipt import ReceiptStep
 
+    names = planned_step_names(recipe)
     planned: list[Step[Any]] = [PreflightStep(), FetchStep(), EnvStep(), InstallStep(), LockStep(), ReceiptStep()]
-    if recipe.wheel is not None:
+    if "wheel" in names:
         from ..steps.wheel import WheelStep
         planned.append(WheelStep())
-    if recipe.jit:
+    if "jit" in names:
         from ..steps.jit import JitStep
         planned.append(JitStep(builder=recipe.jit_builder) if recipe.jit_builder else JitStep())
-    return sorted(planned, key=lambda step: STEP_ORDER.index(step.name))
+    return sorted(planned, key=lambda step: names.index(step.name))
 
 
 def resolve_locked(recipe: Recipe, stack: Path, locked: bool, lock_file: Path | None) -> LockedState | None:

@@ -54,9 +54,8 @@ def _key(ctx: StepContext, step: str, forks: Mapping[str, Mapping[str, Any]], ch
     """The key; ``checkouts``: the forks' (the local files their ``[tool.uv.sources]`` and static dependencies name
     are named by their bytes too)."""
     from ..core.pyproject import dependencies
-    from ..lock.asked import asked_files
+    from ..lock.asked import asked_files, uv_sources
     from ..pyenv import builtkey
-    from ..lock.asked import uv_sources
     from .indexcheck import recipe_lines
     from .install import InstallStep
     from .preflight import uv_line
