@@ -201,7 +201,7 @@ def test_a_rerun_after_a_failed_second_stack_installs_the_forks_again(world: Wor
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
     with monkeypatch.context() as m:
-        def fail(_self: InstallStep, _ctx: object) -> None:
+        def fail(_self: InstallStep, _ctx: object, *_markers: object) -> None:
             raise InstallError("planted", expected="-", found="-", fix="-")
 
         m.setattr(InstallStep, "check_consistency", fail)

@@ -112,7 +112,7 @@ def test_on_an_env_an_earlier_run_copied_the_listing_waits_for_the_repair(world:
     cache, s2 = tmp_path / "cache", tmp_path / "s2"
     setup(world, tmp_path / "s1", cache)
     with monkeypatch.context() as m:                # s2's first run: env copied, install fails in its checks
-        def fail(_self: InstallStep, _ctx: StepContext) -> None:
+        def fail(_self: InstallStep, _ctx: StepContext, *_markers: object) -> None:
             raise InstallError("planted", expected="-", found="-", fix="-")
 
         m.setattr(InstallStep, "check_consistency", fail)

@@ -235,6 +235,20 @@ def test_the_env_s_own_python_decides_the_markers_and_the_recipe_s_only_without_
         require_consistent(env, "3.12.3", (), ())                             # the env's 3.11 asks for c
 
 
+def test_the_stack_python_s_reported_markers_decide_over_the_tool_s(tmp_path: Path) -> None:
+    """The markers the stack's own Python reported (the install guards' probe) decide which requirements hold:
+    the tool may run on another interpreter (a PyPy tool over a CPython stack, another machine's build of it).
+    Planted: a requirement only a PyPy stack has, unmet; the tool's CPython alone would pass it."""
+    from october.installer.install.consistency import require_consistent
+
+    _site(tmp_path, {"a": ("1.0", ['c>=1; implementation_name == "pypy"'])})
+    env = tmp_path / "env"
+    assert require_consistent(env, "3.12.3", (), ()).undeclared == ()       # this CPython: not asked
+    with pytest.raises(InstallError, match="inconsistent: 1 requirement"):
+        require_consistent(env, "3.12.3", (), (), {"implementation_name": "pypy"})
+    assert require_consistent(env, "3.12.3", (), (), {"implementation_name": "cpython"}).undeclared == ()
+
+
 # ------------------------------------------------------------------------------------------ nested
 
 

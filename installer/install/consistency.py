@@ -92,11 +92,14 @@ def _active(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> 
     return req.marker is None or any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
 
 
-def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = ()) -> list[Conflict]:
+def conflicts(dists: Sequence[Dist], python_version: str, provided: Sequence[Dist] = (),
+              markers: Mapping[str, str] | None = None) -> list[Conflict]:
     """Unmet requirements of ``dists``; ``provided`` (a site-provided interpreter's distributions) can meet them.
     A provided distribution's own requirements count only where the env changed what they see: one naming a
-    distribution the env shadows, or one an env distribution turned on by asking for an extra."""
-    env = marker_environment(python_version)
+    distribution the env shadows, or one an env distribution turned on by asking for an extra.  ``markers``: the
+    marker environment the stack's own Python reported (``checks/probes/install_facts.py``), over this tool's
+    with ``python_version``: the tool may run on another interpreter than the stack's."""
+    env = {**marker_environment(python_version), **{str(k): str(v) for k, v in (markers or {}).items()}}
     have = {d.name: d for d in (*provided, *dists)}
     wanted_extras: dict[str, set[str]] = {}
     parsed: dict[str, list[tuple[str, Requirement]]] = {}
@@ -147,12 +150,13 @@ def judge(found: Sequence[Conflict], declared: Sequence[DeclaredException]) -> J
 
 
 def require_consistent(env: Path, python_version: str, provided: Sequence[Dist],
-                       declared: Sequence[DeclaredException]) -> Judgement:
+                       declared: Sequence[DeclaredException], markers: Mapping[str, str] | None = None) -> Judgement:
     """Every installed requirement in ``env`` met (by it or by ``provided``) but the ``declared`` exceptions;
-    -> the judgement, else :class:`InstallError` (``python_version``: when the env's pyvenv.cfg names none)."""
+    -> the judgement, else :class:`InstallError` (``python_version``: when the env's pyvenv.cfg names none;
+    ``markers``: the stack Python's own marker environment, which decides where given, :func:`conflicts`)."""
     from ..core.errors import InstallError
 
-    found = conflicts(installed(env), env_python_version(env) or python_version, provided)
+    found = conflicts(installed(env), env_python_version(env) or python_version, provided, markers)
     judged = judge(found, declared)
     if judged.undeclared:
         lines = "\n".join(f"  - {c.describe()}" for c in judged.undeclared)

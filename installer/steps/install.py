@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from ..core.atomic import write_json_atomic
 from ..core.errors import InstallError, UnlikeRecordError
@@ -178,7 +178,7 @@ class InstallStep:
         for check, outcome in report.results.items():
             if outcome != "ok":
                 ctx.ui.warn(f"{check}: {outcome}")
-        judged = self.check_consistency(ctx)
+        judged = self.check_consistency(ctx, report.facts.get("markers"))
         # a copied stack's import verdicts: its bytes were hashed against the manifest and the guard has just
         # read what the stack path changed, so importing torch again would prove nothing new
         imported = builtrestore.recorded_imports(entry, ctx.paths.root) if entry is not None else {}
@@ -217,12 +217,13 @@ class InstallStep:
             out[name] = buildoutputs.record(checkout, mine, ctx.trust)
         return out
 
-    def check_consistency(self, ctx: StepContext) -> consistency.Judgement:
-        """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``."""
+    def check_consistency(self, ctx: StepContext, markers: Mapping[str, str] | None = None) -> consistency.Judgement:
+        """Every installed requirement met, except the recipe's declared ``[[install.exceptions]]``; the markers
+        read with ``markers``, the stack Python's own (the guards' probe), where it reported them."""
         from ..install import consistency
 
         judged = consistency.require_consistent(ctx.paths.env, ctx.recipe.python, system_provided(ctx),
-                                                ctx.recipe.install.exceptions)
+                                                ctx.recipe.install.exceptions, markers)
         for c, e in judged.declared:
             ctx.ui.detail(f"declared exception: {c.describe()} ({e.why})")
         for e in judged.unused:

@@ -20,6 +20,7 @@ from ..core.runner import Completed
 from ..lock.drift import lock_drift, read_toml, site_pth, site_startup, system_drift
 from ..engine import StepContext
 from ..pyenv.uvcmd import uv_exe
+from ..recipe.forks import traits_of
 from .env import stack_uv
 from .lockearly import take_early
 from .results import (
@@ -251,6 +252,14 @@ def fork_for_lock(rec: ForkRecord) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def upstream_base_fork(install: InstallResult | None) -> str | None:
+    """The fork whose upstream base commit the install found (the one the base wheel serves, by its mode's
+    traits, whatever its name), under which the lock records it; None: no base commit."""
+    if install is None or not install.vllm_base_commit:
+        return None
+    return next((f.name for f in install.forks if traits_of(f.mode).base_wheel), None)
+
+
 class LockStep:
     name: ClassVar[str] = "lock"
     # what it imports where used (never on a no-op), imported ahead while an earlier step waits (core.idle)
@@ -296,8 +305,9 @@ class LockStep:
         if wheel is not None:
             tool["wheel"] = wheel_for_lock(wheel)
         install = ctx.result(InstallResult)
-        if install is not None and install.vllm_base_commit:
-            tool["forks"].setdefault("vllm", {})["upstream-base"] = install.vllm_base_commit
+        base_fork = upstream_base_fork(install)
+        if base_fork is not None and install is not None:
+            tool["forks"].setdefault(base_fork, {})["upstream-base"] = install.vllm_base_commit
         system = system_section(ctx, listing.raw)
         if system is not None:
             tool["system"] = system
