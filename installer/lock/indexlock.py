@@ -24,10 +24,11 @@ from packaging.version import Version
 
 from ..core.errors import LockError
 from ..core.redact import redact_url
+from ..core.resources import DATA_ROOT, recipes_dir
 from ..core.runner import Runner
 from .pylock import TOOL, dumps, shown_package
 from ..pyenv.uvcmd import recipe_source_args
-from ..recipe import PROJECT_ROOT, Recipe, load_recipe
+from ..recipe import Recipe, load_recipe
 from ..recipe.install import as_json as policy_json
 
 # glibc 2.31, the oldest the stacks run on (vLLM's wheel's); on 2_28 some packages have only an sdist.
@@ -158,7 +159,7 @@ def compile_recipe(recipe: Recipe, runner: Runner, uv: str, exclude_newer: str,
             return tomllib.load(fh)
 
 
-def lock_path(name: str, root: Path = PROJECT_ROOT) -> Path:
+def lock_path(name: str, root: Path = DATA_ROOT) -> Path:
     return root / "locks" / f"{name}.pylock.toml"
 
 
@@ -224,7 +225,7 @@ def regenerate(names: Sequence[str], logs: Path, uv: str, exclude_newer: str | N
 def main(argv: Sequence[str]) -> int:
     from ..pyenv.uvcmd import uv_exe
 
-    names = list(argv) or sorted(p.stem for p in (PROJECT_ROOT / "recipes").glob("*.toml"))
+    names = list(argv) or sorted(p.stem for p in recipes_dir().glob("*.toml"))
     with tempfile.TemporaryDirectory(prefix="october-indexlock-logs-") as logs:
         regenerate(names, Path(logs), uv_exe())
     return 0

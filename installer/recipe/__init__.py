@@ -10,7 +10,7 @@ from .cuda import ComputeCapability, CudaPin, parse_arch_list
 from .env import Sources, TorchPin
 from .forks import FORK_MODES, Fork, ForkMode, ForkUse, ModeTraits, Pin, SdistSource, load_forks
 from .jitmodules import JitModule
-from .load import PROJECT_ROOT, Recipe, load_recipe, remember_checked, resolve_recipe_path, with_kit
+from .load import Recipe, load_recipe, remember_checked, resolve_recipe_path, with_kit
 from .models import MODEL_FORMATS, ModelSelection
 from .preflight import PreflightLimits
 from .smoke import SmokeConfig
@@ -18,6 +18,6 @@ from .tomlcheck import SharedMark
 from .wheel import DEFAULT_COMPILED_SOURCES, BaseWheel
 
 __all__ = ["with_kit", "FORK_MODES", "ForkMode", "ModeTraits", "DEFAULT_COMPILED_SOURCES", "MODEL_FORMATS",
-           "PROJECT_ROOT", "BaseWheel", "ComputeCapability", "CudaPin", "Fork", "ForkUse", "JitModule",
+           "BaseWheel", "ComputeCapability", "CudaPin", "Fork", "ForkUse", "JitModule",
            "ModelSelection", "Pin", "PreflightLimits", "Recipe", "SdistSource", "SharedMark", "SmokeConfig", "Sources", "TorchPin",
            "load_forks", "load_recipe", "remember_checked", "parse_arch_list", "resolve_recipe_path"]

@@ -22,9 +22,6 @@ from .smoke import SmokeConfig, parse_smoke
 from .tomlcheck import SharedMark, read_toml, remember, validated
 from .wheel import BaseWheel, parse_wheel
 
-PROJECT_ROOT = DATA_ROOT  # recipes/, forks.toml, receipts/, locks/: see october.installer.core.resources
-
-
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -55,14 +52,14 @@ class Recipe:
         return {f.name: f for f in self.forks}[name]
 
 
-def resolve_recipe_path(name_or_path: str, root: Path = PROJECT_ROOT) -> Path:
+def resolve_recipe_path(name_or_path: str, root: Path = DATA_ROOT) -> Path:
     """``current`` -> ``<root>/recipes/current.toml``; a path ending in .toml is used as is."""
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         return Path(name_or_path).expanduser().resolve()
     return root / "recipes" / f"{name_or_path}.toml"
 
 
-def load_recipe(name_or_path: str, root: Path = PROJECT_ROOT, *, checked: Path | None = None,
+def load_recipe(name_or_path: str, root: Path = DATA_ROOT, *, checked: Path | None = None,
                 shared: SharedMark | Callable[[], SharedMark | None] | None = None) -> Recipe:
     """The recipe, validated against its models unless ``checked`` (a stack's ``.state/recipe-checked``)
     records that this content passed there before, or ``shared`` (the cache's marks) holds a mark signed for it
