@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -17,9 +18,10 @@ import pytest
 
 from october.installer.core.errors import FetchError, RecipeError
 from october.installer.core.runner import Runner
+from october.installer.git import NO_FETCH
 from october.installer.git.clonecheck import check_clone, dirty_entries, submodule_states
 from october.installer.git.mirror import mirror_path, open_mirror
-from october.installer.git.sparse import cone_blobs, cone_problem, ignore_blobs, missing_objects
+from october.installer.git.sparse import cone_blobs, cone_problem, held_objects, ignore_blobs, missing_objects
 from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
@@ -111,6 +113,13 @@ def test_a_sparse_submodule_checks_out_only_its_cone_clean_from_a_copy_lacking_a
     gone = missing_objects(partial, world["cut"])
     assert world["dropped"] in gone
     assert not set(cone_blobs(partial, world["cut"], DIRS, who="t").values()) & gone
+    # held_objects (what the second stack asks: no walk of the commit) answers as the walk does, for every id
+    # the commit reaches, in the mirror and in the stack's sparse clone
+    for repo in (partial, sub):
+        walk = subprocess.run(["git", "-C", str(repo), "rev-list", "--objects", "--missing=print", world["cut"]],
+                              capture_output=True, text=True, check=True, env=dict(os.environ, **NO_FETCH))
+        reached = {ln.split()[0].lstrip("?") for ln in walk.stdout.splitlines()}
+        assert reached - held_objects(repo) == missing_objects(repo, world["cut"]) != set()
     # the record round-trips through the step's marker
     assert step.load(result.to_json()).forks["fi"].sparse == {"3rdparty/cutlass": DIRS}
 
