@@ -188,3 +188,27 @@ def test_the_pipeline_queues_when_a_step_runs_this_one_s_and_the_next_s(modules:
     steps[0].value = {"v": "changed"}
     run_pipeline(steps, ctx)
     assert seen[0] == [a]
+
+
+def test_the_preflight_imports_while_the_system_torch_probe_outlasts_the_others(
+        modules: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system torch's probe (a real interpreter importing torch: ~1 s on the H200) ends after the machine's
+    probes; the main thread imports what the fetch will need meanwhile, not after.  The probe is a stand-in that
+    sleeps (no site-provided torch interpreter is configured here), run in the step's own worker thread."""
+    from october.installer.steps import preflight
+    from tests.fixtures.preflight import make_ctx, write_recipe
+
+    ended: list[float] = []
+
+    def slow_torch(*_args: object) -> None:
+        time.sleep(0.4)
+        ended.append(time.monotonic())
+
+    monkeypatch.setattr(preflight, "system_torch_facts", slow_torch)
+    name = _module(modules, "idle_probe_pf")
+    idle.later([name])
+    ctx = make_ctx(tmp_path, write_recipe(tmp_path / "r", "min_ram_gb = 0.01\nmin_disk_gb = 0.01\n"),
+                   skip=("nvcc", "gpu", "cuda_arch"))
+    preflight.PreflightStep().run(ctx)
+    assert name in sys.modules and ended
+    assert sys.modules[name].IMPORTED_AT < ended[0] - 0.1       # during the torch probe's wait, not after it
