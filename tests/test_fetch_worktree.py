@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -249,3 +250,37 @@ def test_only_a_clone_this_run_made_has_its_index_rewritten_by_the_clean_check(t
     out = sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
                      allow_dirty=False)
     assert out.dirty == () and [ix.read_bytes() for ix in indexes] == before and _racy(dest) > 0
+
+
+def _racy_by_second(repo: Path) -> list[str]:
+    """Index entries whose file's mtime is not older than the index by the whole second, as git built without
+    nanosecond stat data (Debian's 2.39, here) judges them: git hashes each again on every status."""
+    index_s = Path(fixture_git("rev-parse", "--absolute-git-dir", cwd=repo).strip(), "index").stat().st_mtime_ns // 10**9
+    racy, name = [], ""
+    for ln in fixture_git("ls-files", "--debug", cwd=repo).splitlines():
+        if not ln.startswith("  "):
+            name = ln
+        elif ln.strip().startswith("mtime:") and int(ln.split()[1].split(":")[0]) >= index_s:
+            racy.append(name)
+    return racy
+
+
+def test_a_new_clone_leaves_no_entry_racily_clean_and_an_existing_one_keeps_its_times(tmp_path: Path) -> None:
+    """A clone this run made has its files set back (git/settle.py age_checkout) before its clean check rewrites
+    the indexes, so no entry of it or its submodule is racily clean: the install and lock steps' statuses do not
+    hash every file again.  A clone that was already there (the user's working clone) keeps its files' times."""
+    s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
+    m = open_mirror(tmp_path / "cache", s_url, "beta")
+    runner = Runner(tmp_path / "logs")
+    ensure_commit(runner, "fetch", m, s_ids[-1])
+    dest = tmp_path / "src" / "beta"
+    sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False)
+    sub = dest / "third_party" / "sub"
+    assert fixture_git("ls-files", cwd=dest).strip() and fixture_git("ls-files", cwd=sub).strip()
+    assert _racy_by_second(dest) == [] and _racy_by_second(sub) == []
+    mine = dest / fixture_git("ls-files", cwd=dest).splitlines()[0]
+    os.utime(mine, ns=(time.time_ns(), time.time_ns()))
+    stamp = mine.stat().st_mtime_ns
+    out = sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
+                     allow_dirty=False)
+    assert out.dirty == () and mine.stat().st_mtime_ns == stamp

@@ -2,7 +2,8 @@
 
 Git records a file's stat data in the index; an entry written in the index's own timestamp tick stays "racily
 clean" and is hashed again by every ``git status``.  One ``git status`` a tick later records them clean
-(:class:`october.installer.pipeline.plan.CloneSettler` runs it in the background).
+(:class:`october.installer.pipeline.plan.CloneSettler` runs it in the background).  A clone this run has just
+checked out has its files set back instead (:func:`age_checkout`), so the fetch's own clean check records them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ COARSE_MARGIN_S = 1.0      # whole-second timestamps (ext3, some network filesys
 
 
 FINE_MARGIN_S = 0.25       # sub-second ones; the H200's clock ticks every 100 ms
+
+
+AGE_S = 2                  # whole seconds a new checkout's files are set back: older than any index written now
 
 
 def index_files(path: Path) -> list[Path]:
@@ -75,3 +79,26 @@ def settle_index(runner: Runner, step: str, path: Path, *, wait: bool = False) -
     runner.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none"],
                step=step, env=git_env(), check=False)
     return True
+
+
+def age_checkout(path: Path) -> int:
+    """Set the times of every file of a clone this run has just made (its submodules' too; nothing in a git
+    directory) :data:`AGE_S` whole seconds back -> how many.  Checked out in the tick its index was written in,
+    each entry is racily clean, and every ``git status`` until an index is rewritten a tick later hashes each file
+    again: the install and lock steps' looks at FlashInfer's clone, 0.15-0.3 s each (the H100, git without
+    nanosecond stat data).  Set back, the fetch's clean check that follows (a ``git status`` that may rewrite the
+    indexes: :func:`october.installer.git.clonecheck.dirty_entries`) sees every file's stat data changed, compares
+    each one's bytes with the index, and records them clean; any later write stamps the present time, not these.
+    Only for a clone whose files are all this run's: a user's files keep their times."""
+    import os
+    import time
+
+    stamp = (int(time.time()) - AGE_S) * 1_000_000_000
+    aged = 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            if name != ".git":      # a submodule's gitfile is the superproject's, untracked
+                os.utime(os.path.join(root, name), ns=(stamp, stamp), follow_symlinks=False)
+                aged += 1
+    return aged

@@ -29,6 +29,7 @@ from .exclude import exclude_build_outputs
 from .gitcmd import ForkGit, Refused, Say, bring_commit, clone_source, is_shallow, set_origin
 from .mirror import Mirror
 from .recover import is_incomplete, mark_complete, mark_incomplete, remove_stale_locks
+from .settle import age_checkout
 from .sparse import partial_or_sparse
 from .submodules import Rewrite, update_submodules
 
@@ -253,6 +254,8 @@ def _sync_clone(runner: Runner, step: str, dest: Path, mirror: Mirror, commit: s
                          found="; ".join(f"{s.path} ({'not initialized' if s.flag == '-' else 'at ' + s.commit})"
                                          for s in off),
                          fix=f"delete {dest} and re-run")
+    if fresh:       # no file of it racily clean: the check below records them, later looks hash none again
+        age_checkout(dest)
     dirty = dirty_entries(dest, [s.path for s in states], refresh=fresh)
     if dirty and not allow_dirty:
         raise FetchError(f"fork '{mirror.fork}': the clone {dest} is not clean after checkout",
