@@ -7,7 +7,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import git
 import pytest
@@ -229,6 +229,23 @@ def test_head_moved_off_the_pin_after_checkout_is_refused(tmp_path: Path, monkey
     assert f"HEAD = {ids[-1]}" in err.value.message and f"HEAD = {ids[0]}" in err.value.message
 
 
+def _new_clone_with_submodule(tmp_path: Path) -> tuple[Runner, Path, Callable[[], Any]]:
+    """A fork with a submodule cloned by sync_clone into tmp_path/src/beta -> (its runner, the clone, a function
+    that runs the same sync_clone again over it)."""
+    s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
+    m = open_mirror(tmp_path / "cache", s_url, "beta")
+    runner = Runner(tmp_path / "logs")
+    ensure_commit(runner, "fetch", m, s_ids[-1])
+    dest = tmp_path / "src" / "beta"
+
+    def again() -> Any:
+        return sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
+                          allow_dirty=False)
+
+    again()
+    return runner, dest, again
+
+
 def test_only_a_clone_this_run_made_has_its_index_rewritten_by_the_clean_check(tmp_path: Path) -> None:
     """sync_clone's clean check rewrites the indexes of a clone it has just made (racily clean entries
     recorded: installer/git/clonecheck.py dirty_entries(refresh=True)); on a clone that was already there (a
@@ -236,19 +253,13 @@ def test_only_a_clone_this_run_made_has_its_index_rewritten_by_the_clean_check(t
     from tests.test_clone_settler import _make_racy, _racy
     from october.installer.git.settle import index_files
 
-    s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
-    m = open_mirror(tmp_path / "cache", s_url, "beta")
-    runner = Runner(tmp_path / "logs")
-    ensure_commit(runner, "fetch", m, s_ids[-1])
-    dest = tmp_path / "src" / "beta"
-    sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False)
+    runner, dest, again = _new_clone_with_submodule(tmp_path)
     indexes = index_files(dest)
     assert len(indexes) == 2
     _make_racy(dest)
     assert _racy(dest) > 0
     before = [ix.read_bytes() for ix in indexes]
-    out = sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
-                     allow_dirty=False)
+    out = again()
     assert out.dirty == () and [ix.read_bytes() for ix in indexes] == before and _racy(dest) > 0
 
 
@@ -270,12 +281,7 @@ def test_a_new_clone_leaves_no_entry_racily_clean_and_an_existing_one_keeps_its_
     """A clone this run made has its files set back (git/settle.py age_checkout) before its clean check rewrites
     the indexes, so no entry of it or its submodule is racily clean: the install and lock steps' statuses do not
     hash every file again.  A clone that was already there (the user's working clone) keeps its files' times."""
-    s_url, s_ids, _, _ = make_repo_with_submodule(tmp_path, "beta", "gamma", sub_commits=1, sub_at=0)
-    m = open_mirror(tmp_path / "cache", s_url, "beta")
-    runner = Runner(tmp_path / "logs")
-    ensure_commit(runner, "fetch", m, s_ids[-1])
-    dest = tmp_path / "src" / "beta"
-    sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True, allow_dirty=False)
+    runner, dest, again = _new_clone_with_submodule(tmp_path)
     sub = dest / "third_party" / "sub"
     assert fixture_git("ls-files", cwd=dest).strip() and fixture_git("ls-files", cwd=sub).strip()
     assert _racy_by_second(dest) == [] and _racy_by_second(sub) == []
@@ -286,6 +292,5 @@ def test_a_new_clone_leaves_no_entry_racily_clean_and_an_existing_one_keeps_its_
     mine = dest / fixture_git("ls-files", cwd=dest).splitlines()[0]
     os.utime(mine, ns=(time.time_ns(), time.time_ns()))
     stamp = mine.stat().st_mtime_ns
-    out = sync_clone(runner, "fetch", dest, m, s_ids[-1], cache_dir=tmp_path / "cache", submodules=True,
-                     allow_dirty=False)
+    out = again()
     assert out.dirty == () and mine.stat().st_mtime_ns == stamp
