@@ -23,7 +23,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _queued: deque[str] = deque()
 
@@ -75,6 +78,15 @@ def wait_event(done: threading.Event, timeout: float | None, slice_s: float) -> 
         if deadline is not None and time.monotonic() >= deadline:
             return False
     return True
+
+
+def while_futures(jobs: Iterable[Future[Any]]) -> int:
+    """:func:`while_waiting` for a thread pool's jobs (the preflight's probes, the system torch's), until every one
+    is done; main thread only."""
+    from concurrent.futures import wait     # not on a no-op re-run, which starts no pool
+
+    pending = list(jobs)
+    return while_waiting(lambda seconds: not wait(pending, timeout=seconds).not_done)
 
 
 def while_child(proc: subprocess.Popen[Any], *streams: IO[Any]) -> int:

@@ -188,7 +188,8 @@ def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: st
     the cache's mirror, never further (its upload-pack may not fetch lazily from the mirror's own source).
     ``gone``: the caller's :func:`missing_objects` of ``repo``, when it has just read them (else what it does not
     hold: :func:`held_objects`)."""
-    ids = sorted(ignore_blobs(repo, commit) - held_objects(repo) if gone is None else ignore_blobs(repo, commit) & gone)
+    blobs = ignore_blobs(repo, commit)
+    ids = sorted(blobs - held_objects(repo) if gone is None else blobs & gone)
     if ids:
         env = dict(git_env(), GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="file") if local else git_env()
         runner.run(["git", "-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",

@@ -11,13 +11,12 @@ import shlex
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_jobs
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..core.errors import CommandFailed, ToolMissing
-from ..core.idle import while_waiting
+from ..core.idle import while_futures
 from ..core.runner import Runner
 from ..pyenv.uvcmd import uv_exe
 
@@ -287,7 +286,7 @@ def gather_facts(stack: Path, runner: Runner, *, environ: Mapping[str, str] | No
         disk_path, free = disk_free(stack)
         ram = read_ram_bytes(meminfo)
         jobs = (gpus_f, nvcc_f, git_f, cc_f, cxx_f, uv_f)
-        while_waiting(lambda t: not wait_jobs(jobs, timeout=t).not_done)   # imports a later step makes (core.idle)
+        while_futures(jobs)   # imports a later step makes (core.idle)
         nvidia_smi, gpus = gpus_f.result()
         return MachineFacts(
             os=platform.system(), os_release=platform.release(), arch=platform.machine(),

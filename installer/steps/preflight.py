@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_jobs
 from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar, Mapping
 
 from ..core.errors import PreflightError
-from ..core.idle import while_waiting
+from ..core.idle import while_futures
 from ..engine import JSON, StepContext
 from ..machine import evaluate, facts_json, machine_facts_json, system_torch_facts, validate_skip
 from ..machine.probes import first_line, gather_facts
@@ -46,7 +45,7 @@ class PreflightStep:
             torch_job = pool.submit(system_torch_facts, ctx.recipe, ctx.runner, self.name)
             facts = gather_facts(ctx.paths.root, ctx.runner)
             # the system torch's import outlasts the probes: the fetch's imports meanwhile (core.idle)
-            while_waiting(lambda t: not wait_jobs([torch_job], timeout=t).not_done)
+            while_futures([torch_job])
             torch_facts = torch_job.result()
         results = evaluate(ctx.recipe, facts, skip, torch_facts)
         problems = punch_list(results)
