@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from october.installer.core.runner import Runner
 from october.installer.git import NO_FETCH
 from october.installer.git.clonecheck import check_clone, dirty_entries, submodule_states
 from october.installer.git.mirror import mirror_path, open_mirror
-from october.installer.git.sparse import cone_blobs, cone_problem, held_objects, ignore_blobs, missing_objects
+from october.installer.git.sparse import (cone_blobs, cone_problem, cut_packs, held_objects, ignore_blobs, lacking,
+                                          missing_objects)
 from october.installer.git.worktree import sync_clone
 from october.installer.kit import repo_relpath, url_key
 from october.installer.kit.gitcopy import KitRepos
@@ -122,6 +124,42 @@ def test_a_sparse_submodule_checks_out_only_its_cone_clean_from_a_copy_lacking_a
         assert reached - held_objects(repo) == missing_objects(repo, world["cut"]) != set()
     # the record round-trips through the step's marker
     assert step.load(result.to_json()).forks["fi"].sparse == {"3rdparty/cutlass": DIRS}
+
+
+def test_a_pack_cut_short_in_the_partial_mirror_is_named_and_removing_the_mirror_as_told_mends_it(
+        tmp_path: Path, world: dict) -> None:
+    """An interrupted copy of a shared cache leaves the pack of the cone's blobs shorter than its index says: the
+    index still lists them (held_objects), git cannot read them, and a fetch asks for none of them again.  lacking()
+    names them (a walk, as a pack is cut short); a second stack is refused naming the mirror and the pack, not the
+    source, and the fix it gives (remove the mirror) mends it.  Taken for held, the checkout failed with a fix that
+    removed the stack's submodule and failed again."""
+    _fetch(tmp_path, _fork(world))
+    partial = mirror_path(tmp_path / "cache", world["cut_url"], partial=True)
+    cone = cone_blobs(partial, world["cut"], DIRS, who="t")
+    assert lacking(partial, world["cut"], DIRS, who="t") == [] and cut_packs(partial) == []
+
+    def ids(index: Path) -> set[str]:
+        with index.open("rb") as feed:
+            out = subprocess.run(["git", "show-index"], stdin=feed, capture_output=True, check=True).stdout
+        return {ln.split()[1] for ln in out.decode().splitlines()}
+
+    # the fetch of the cone's blobs by id made a pack of its own (a promisor fetch keeps its packs)
+    blob_pack = next(i for i in (partial / "objects" / "pack").glob("*.idx") if set(cone.values()) <= ids(i))
+    assert world["cut"] not in ids(blob_pack)
+    pack = blob_pack.with_suffix(".pack")
+    os.truncate(pack, pack.stat().st_size // 2)
+    assert set(cone.values()) <= held_objects(partial)          # the index still lists them
+    assert cut_packs(partial) == [pack]
+    assert lacking(partial, world["cut"], DIRS, who="t") == sorted(cone)
+    ctx2 = make_ctx(tmp_path / "stack2", make_recipe([_fork(world)]), tmp_path / "cache")
+    with pytest.raises(FetchError) as err:
+        FetchStep().run(ctx2)
+    assert "cut short" in err.value.message and pack.name in err.value.found and f"remove {partial}" in err.value.fix
+    shutil.rmtree(partial)
+    out = FetchStep().run(ctx2)
+    sub = Path(out.forks["fi"].path) / "3rdparty/cutlass"
+    assert (sub / "include/cute/tensor.hpp").read_text() == CUTLASS_LIKE["include/cute/tensor.hpp"]
+    assert dirty_entries(Path(out.forks["fi"].path)) == []
 
 
 def test_a_second_run_keeps_the_sparse_checkout_and_a_second_stack_fetches_nothing(tmp_path: Path, world: dict) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
@@ -97,6 +97,42 @@ def held_objects(repo: Path) -> set[str]:
     return set(out.split())
 
 
+def cut_packs(repo: Path) -> list[Path]:
+    """The packs of the repository that do not end with the checksum their index names (or are gone from beside
+    it).  A pack cut short (an interrupted copy of a shared cache) keeps an index that still lists its objects, which
+    git then cannot read: their ids are in :func:`held_objects`, a walk finds them missing, and a fetch asks for none
+    of them again (git takes them for present)."""
+    import os
+
+    from gitdb.pack import PackIndexFile
+
+    with _repo(repo) as r:
+        packs = Path(r.common_dir) / "objects" / "pack"
+    cut = []
+    for index in sorted(packs.glob("*.idx")):
+        pack = index.with_suffix(".pack")
+        try:
+            want = PackIndexFile(str(index)).packfile_checksum()
+            with open(pack, "rb") as f:
+                f.seek(-len(want), os.SEEK_END)
+                whole = f.read() == want
+        except (OSError, ValueError, AssertionError):      # no pack beside its index, one shorter than a checksum
+            whole = False
+        if not whole:
+            cut.append(pack)
+    return cut
+
+
+def absent(repo: Path, commit: str, ids: Iterable[str]) -> set[str]:
+    """Of ``ids`` (objects ``commit`` reaches), those the repository cannot read: those it does not hold
+    (:func:`held_objects`, no walk), or, where a pack is cut short (:func:`cut_packs`), those a walk of the commit
+    finds missing (:func:`missing_objects`: git reads each object, and a cut pack's are missing)."""
+    wanted = set(ids)
+    if not cut_packs(repo):
+        return wanted - held_objects(repo)
+    return wanted & missing_objects(repo, commit)
+
+
 def _has_ref(repo: Path, commit: str, refs: str = PARTIAL_REFS) -> bool:
     """Whether our partial ref for ``commit`` is there: :func:`bring` writes it last, after the commit, trees,
     the cone's blobs and the .gitignore fetch."""
@@ -113,8 +149,9 @@ def lacking(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> list[s
     """None when the repository lacks the commit (or its trees); else the cone's paths it lacks."""
     if not _has_ref(repo, commit):
         return None
-    held = held_objects(repo)
-    return sorted(p for p, oid in cone_blobs(repo, commit, dirs, who=who).items() if oid not in held)
+    blobs = cone_blobs(repo, commit, dirs, who=who)
+    gone = absent(repo, commit, blobs.values())
+    return sorted(p for p, oid in blobs.items() if oid in gone)
 
 
 def _cone_missing(repo: Path, commit: str, dirs: Sequence[str], gone: set[str], *, who: str) -> list[str]:
@@ -138,6 +175,12 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
 
     if removed := remove_partial_objects(repo):      # a killed fetch's shallow.lock fails every later one
         runner.note(step, f"# removed what a killed fetch left in {repo}: " + ", ".join(removed))
+    if cut := cut_packs(repo):
+        raise FetchError(f"{who}: the partial copy {repo} has {len(cut)} pack(s) cut short",
+                         expected="each pack as long as its index says (ending in the checksum the index names)",
+                         found=", ".join(f"{p.name}: {p.stat().st_size if p.exists() else 'no'} bytes" for p in cut),
+                         fix=f"remove {repo} and re-run: it is fetched again from {shown} (an interrupted copy of a "
+                             "cache leaves a pack like this; git would take its objects for present and fetch none)")
     need = lacking(repo, commit, dirs, who=who)
     if need == []:
         return False            # nothing asked of the source, .gitignore blobs or not: a mirror an earlier
@@ -186,10 +229,9 @@ def bring_ignores(runner: Runner, step: str, repo: Path, source: str, commit: st
     ``source``, as far as ``source`` has them: a copy without them (a kit made by an earlier version) leaves them
     out, as before, and ``git status`` then fails only where a folder outside the cone is made.  ``local``: from
     the cache's mirror, never further (its upload-pack may not fetch lazily from the mirror's own source).
-    ``gone``: the caller's :func:`missing_objects` of ``repo``, when it has just read them (else what it does not
-    hold: :func:`held_objects`)."""
+    ``gone``: the caller's :func:`missing_objects` of ``repo``, when it has just read them (else :func:`absent`)."""
     blobs = ignore_blobs(repo, commit)
-    ids = sorted(blobs - held_objects(repo) if gone is None else blobs & gone)
+    ids = sorted(absent(repo, commit, blobs) if gone is None else blobs & gone)
     if ids:
         env = dict(git_env(), GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="file") if local else git_env()
         runner.run(["git", "-C", str(repo), "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",
