@@ -294,3 +294,27 @@ def test_a_new_clone_leaves_no_entry_racily_clean_and_an_existing_one_keeps_its_
     stamp = mine.stat().st_mtime_ns
     out = again()
     assert out.dirty == () and mine.stat().st_mtime_ns == stamp
+
+
+def test_a_file_whose_times_cannot_be_set_keeps_them_and_the_rest_of_the_clone_is_set_back(tmp_path: Path) -> None:
+    """age_checkout is for speed only: a file whose times cannot be set (here an immutable one, ``chattr +i``: not even
+    root may change its times; elsewhere a filesystem that refuses it) keeps them, the others are set back, and
+    nothing is raised (before, the fetch of a new clone failed with a traceback)."""
+    import subprocess
+
+    from october.installer.git.settle import age_checkout
+
+    (tmp_path / "d").mkdir()
+    for name in ("a.txt", "d/b.txt", "d/c.txt"):
+        (tmp_path / name).write_text(name)
+    fixed = tmp_path / "d" / "b.txt"
+    before = fixed.stat().st_mtime_ns
+    if subprocess.run(["chattr", "+i", str(fixed)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not possible here (not root, or a filesystem without it)")
+    try:
+        assert age_checkout(tmp_path) == 2
+        assert fixed.stat().st_mtime_ns == before
+        aged = [(tmp_path / n).stat().st_mtime_ns for n in ("a.txt", "d/c.txt")]
+        assert all(ns % 10**9 == 0 and ns < time.time_ns() - 10**9 for ns in aged)
+    finally:
+        subprocess.run(["chattr", "-i", str(fixed)], check=True)

@@ -89,7 +89,11 @@ def age_checkout(path: Path) -> int:
     nanosecond stat data).  Set back, the fetch's clean check that follows (a ``git status`` that may rewrite the
     indexes: :func:`october.installer.git.clonecheck.dirty_entries`) sees every file's stat data changed, compares
     each one's bytes with the index, and records them clean; any later write stamps the present time, not these.
-    Only for a clone whose files are all this run's: a user's files keep their times."""
+    Only for a clone whose files are all this run's: a user's files keep their times.  For speed only: a file whose
+    times cannot be set (a filesystem that refuses it, an immutable file) keeps them, and is hashed by those looks.
+    What it costs: the clean check records each file's ctime in the second it runs in, so until that second ends a
+    same-size edit with its mtime put back to the stamp looks unchanged to ``git status`` (git compares whole
+    seconds); ``current verify`` (exact) hashes every file and sees it."""
     import os
     import time
 
@@ -98,7 +102,11 @@ def age_checkout(path: Path) -> int:
     for root, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in files:
-            if name != ".git":      # a submodule's gitfile is the superproject's, untracked
+            if name == ".git":      # a submodule's gitfile is the superproject's, untracked
+                continue
+            try:
                 os.utime(os.path.join(root, name), ns=(stamp, stamp), follow_symlinks=False)
                 aged += 1
+            except OSError:
+                continue
     return aged
