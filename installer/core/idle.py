@@ -81,8 +81,9 @@ def wait_event(done: threading.Event, timeout: float | None, slice_s: float) -> 
 
 
 def while_futures(jobs: Iterable[Future[Any]]) -> int:
-    """:func:`while_waiting` for a thread pool's jobs (the preflight's probes, the system torch's), until every one
-    is done; main thread only."""
+    """:func:`while_waiting` for a thread pool's jobs (the preflight's probes, the system torch's): imports while
+    any is running, returning when all are done or nothing is left to import (the caller then waits on each job's
+    result); main thread only."""
     from concurrent.futures import wait     # not on a no-op re-run, which starts no pool
 
     pending = list(jobs)
