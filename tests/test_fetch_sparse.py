@@ -133,10 +133,16 @@ def test_a_pack_cut_short_in_the_partial_mirror_is_named_and_removing_the_mirror
     names them (a walk, as a pack is cut short); a second stack is refused naming the mirror and the pack, not the
     source, and the fix it gives (remove the mirror) mends it.  Taken for held, the checkout failed with a fix that
     removed the stack's submodule and failed again."""
-    _fetch(tmp_path, _fork(world))
+    _, _, first = _fetch(tmp_path, _fork(world))
     partial = mirror_path(tmp_path / "cache", world["cut_url"], partial=True)
     cone = cone_blobs(partial, world["cut"], DIRS, who="t")
     assert lacking(partial, world["cut"], DIRS, who="t") == [] and cut_packs(partial) == []
+    # the stack's sparse submodule too (its .git a file naming .git/modules/...): cut_packs reads the packs there
+    sub = Path(first.forks["fi"].path) / "3rdparty/cutlass"
+    assert (sub / ".git").is_file() and cut_packs(sub) == []
+    sub_pack = sorted((Path(first.forks["fi"].path) / ".git/modules/3rdparty/cutlass/objects/pack").glob("*.pack"))[0]
+    os.truncate(sub_pack, sub_pack.stat().st_size - 1)
+    assert cut_packs(sub) == [sub_pack]
 
     def ids(index: Path) -> set[str]:
         with index.open("rb") as feed:

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 from .. import git as fetch_pkg
 from ..core.errors import CommandFailed, FetchError
 from ..core.runner import Runner
+from ..core.version import common_dir
 from . import git_env, parse_ls_tree
 from .config import config_items, truth, value_in
 from .diagnose import diagnose
@@ -102,9 +103,9 @@ def cut_packs(repo: Path) -> list[Path]:
     it).  A pack cut short (an interrupted copy of a shared cache) keeps an index that still lists its objects, which
     git then cannot read: their ids are in :func:`held_objects`, a walk finds them missing, and a fetch asks for none
     of them again (git takes them for present).  An index (v1 and v2) ends with a copy of its pack's trailing
-    checksum, then its own (gitformat-pack): 20 bytes each for SHA-1, 32 for SHA-256."""
-    with _repo(repo) as r:
-        packs = Path(r.common_dir) / "objects" / "pack"
+    checksum, then its own (gitformat-pack): 20 bytes each for SHA-1, 32 for SHA-256.  ``repo``: a bare repository
+    (its own git directory) or a work tree (``.git`` a folder, or a file naming it: a submodule's), read from files."""
+    packs = common_dir(git_dir(repo) or repo) / "objects" / "pack"
     cut = []
     for index in sorted(packs.glob("*.idx")):
         pack = index.with_suffix(".pack")
@@ -124,12 +125,13 @@ def _last_bytes(path: Path, n: int) -> bytes:
         return f.read()
 
 
-def absent(repo: Path, commit: str, ids: Iterable[str]) -> set[str]:
+def absent(repo: Path, commit: str, ids: Iterable[str], *, cut: Sequence[Path] | None = None) -> set[str]:
     """Of ``ids`` (objects ``commit`` reaches), those the repository cannot read: those it does not hold
     (:func:`held_objects`, no walk), or, where a pack is cut short (:func:`cut_packs`), those a walk of the commit
-    finds missing (:func:`missing_objects`: git reads each object, and a cut pack's are missing)."""
+    finds missing (:func:`missing_objects`: git reads each object, and a cut pack's are missing).  ``cut``: the
+    caller's :func:`cut_packs` of ``repo``, when it has just read them."""
     wanted = set(ids)
-    if not cut_packs(repo):
+    if not (cut_packs(repo) if cut is None else cut):
         return wanted - held_objects(repo)
     return wanted & missing_objects(repo, commit)
 
@@ -146,12 +148,14 @@ def _has_ref(repo: Path, commit: str, refs: str = PARTIAL_REFS) -> bool:
             return False
 
 
-def lacking(repo: Path, commit: str, dirs: Sequence[str], *, who: str) -> list[str] | None:
-    """None when the repository lacks the commit (or its trees); else the cone's paths it lacks."""
+def lacking(repo: Path, commit: str, dirs: Sequence[str], *, who: str,
+            cut: Sequence[Path] | None = None) -> list[str] | None:
+    """None when the repository lacks the commit (or its trees); else the cone's paths it lacks (``cut``: as
+    :func:`absent` takes it)."""
     if not _has_ref(repo, commit):
         return None
     blobs = cone_blobs(repo, commit, dirs, who=who)
-    gone = absent(repo, commit, blobs.values())
+    gone = absent(repo, commit, blobs.values(), cut=cut)
     return sorted(p for p, oid in blobs.items() if oid in gone)
 
 
@@ -182,7 +186,7 @@ def bring(runner: Runner, step: str, repo: Path, source: str, shown: str, commit
                          found=", ".join(f"{p.name}: {p.stat().st_size if p.exists() else 'no'} bytes" for p in cut),
                          fix=f"remove {repo} and re-run: it is fetched again from {shown} (an interrupted copy of a "
                              "cache leaves a pack like this; git would take its objects for present and fetch none)")
-    need = lacking(repo, commit, dirs, who=who)
+    need = lacking(repo, commit, dirs, who=who, cut=cut)        # none cut: refused above
     if need == []:
         return False            # nothing asked of the source, .gitignore blobs or not: a mirror an earlier
                                 # version made stays offline-usable (its clones lack them, as before)
