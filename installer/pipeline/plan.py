@@ -147,10 +147,12 @@ def run_setup(options: SetupOptions, ui: Reporter, *, echo_commands: bool = Fals
         from ..steps.envearly import EarlyEnv
         from ..steps.jitearly import EarlyJit
         from ..steps.lockearly import EarlyLock
+        from ..steps.torchearly import EarlyTorch
 
-        # the env copied during the fetch; the JIT build and the lock's listing begun during install's checks
-        # (their guards hold the stack lock)
-        early = [e for e in (EarlyEnv.wire(ctx, steps), EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
+        # the env copied (or else the site torch warmed) during the fetch; the JIT build and the lock's listing
+        # begun during install's checks (their guards hold the stack lock)
+        early = [e for e in (EarlyEnv.wire(ctx, steps), EarlyTorch.wire(ctx, steps, hold_fds=(lock.fd,)),
+                             EarlyJit.wire(ctx, steps, hold_fds=(lock.fd,)),
                              EarlyLock.wire(ctx, steps, hold_fds=(lock.fd,))) if e is not None]
         failed = True
         try:

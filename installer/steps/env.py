@@ -17,6 +17,7 @@ from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, missing_find_links, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
+from .torchearly import settle as settle_warm_torch
 
 if TYPE_CHECKING:
     from ..install import consistency
@@ -241,6 +242,7 @@ def run_on_system_torch(ctx: StepContext, step: str) -> EnvResult:
         ctx.runner.note(step, f"# {counts[0]} compiled module(s) of the site torch and {sum(counts[1:])} of its "
                               "interpreter's standard library offered to this run's pycache prefix "
                               "(pyenv/sitebytecode.py)")
+    settle_warm_torch(ctx)          # the modules it compiled during the fetch are what the probe reads
     seen = systorch.probe(ctx.runner, step, ctx.paths.python, python_args=ctx.paths.pycache_args())
     if linked and seen.get("error"):
         # the site's own bytecode may be what failed (a damaged .pyc with a good header): without it, once more
