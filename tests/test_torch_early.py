@@ -4,6 +4,8 @@ compiled into this run's pycache prefix in parallel, before the env step's probe
 The "system" interpreter is a real uv venv holding a torch stand-in (a real wheel, installed by uv without
 bytecode, as the H200 image's torch is): a CUDA torch cannot be installed offline here; what is warmed is its
 package's ``.py`` files, which the stand-in has, and its ``lib/*.so`` files, which it has too (read ahead only).
+Mocked: the CPU count, in the tests that warm (``torchearly.available_cpus``): a machine of 16 CPUs, as the H200
+has, cannot exist here (this one has 2); ``test_a_machine_with_few_cpus_warms_nothing`` runs with the real count.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from october.installer.recipe import TorchPin
 from october.installer.steps.env import EnvStep
 from october.installer.steps.fetch import FetchStep
 from october.installer.steps.results import PreflightResult
-from october.installer.steps.torchearly import KEY, WARM, EarlyTorch, settle
+from october.installer.steps import torchearly
+from october.installer.steps.torchearly import KEY, MIN_CPUS, WARM, EarlyTorch, settle
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.wheels import build_wheel
 from tests.test_system_torch import _pycs, _uv
@@ -60,6 +63,11 @@ def _ctx(tmp: Path, python: Path, site_torch: Path):
     return ctx
 
 
+@pytest.fixture
+def many_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torchearly, "available_cpus", lambda: 16)
+
+
 def _warm_line(log: str) -> dict:
     line = next(ln for ln in log.splitlines() if ln.startswith("OCTOBER_WARM "))
     return json.loads(line[len("OCTOBER_WARM "):])
@@ -70,7 +78,8 @@ def _torch_pycs(prefix: Path, site_torch: Path) -> dict[str, tuple[str, int]]:
     return _pycs(under) if under.is_dir() else {}
 
 
-def test_the_site_torch_is_compiled_during_the_fetch_and_the_probe_imports_that_bytecode(tmp_path: Path) -> None:
+def test_the_site_torch_is_compiled_during_the_fetch_and_the_probe_imports_that_bytecode(tmp_path: Path,
+                                                                                          many_cpus: None) -> None:
     """Begun on FETCH_BEGUN, the warm-up compiles every module of the site torch into the run's prefix (none
     beside the site's files, none a module the site ships compiled); the env step's wait returns once it has
     ended; the probe then imports torch and compiles nothing again (names, bytes and mtimes unchanged)."""
@@ -101,7 +110,7 @@ def test_the_site_torch_is_compiled_during_the_fetch_and_the_probe_imports_that_
 
 
 def test_nothing_is_warmed_for_an_env_that_is_there_or_copied_or_a_torch_installed_into_the_env(
-        tmp_path: Path) -> None:
+        tmp_path: Path, many_cpus: None) -> None:
     python, site_torch = _system(tmp_path / "system", modules=1)
     ctx = _ctx(tmp_path, python, site_torch)
     installed = dataclasses.replace(ctx.recipe, torch=TorchPin(VERSION))
@@ -122,7 +131,8 @@ def test_nothing_is_warmed_for_an_env_that_is_there_or_copied_or_a_torch_install
     settle(ctx)
 
 
-def test_a_run_that_ends_during_the_warm_up_kills_it_and_a_failed_one_is_only_noted(tmp_path: Path) -> None:
+def test_a_run_that_ends_during_the_warm_up_kills_it_and_a_failed_one_is_only_noted(tmp_path: Path,
+                                                                                     many_cpus: None) -> None:
     """The run's end (before the stack lock is released and the prefix removed) kills a warm-up still running;
     a warm-up that fails is noted in the env log and the env step goes on (its probe compiles what it needs)."""
     python, site_torch = _system(tmp_path / "system", modules=3000)
@@ -152,3 +162,18 @@ def test_the_warm_up_compiles_nothing_without_a_pycache_prefix(tmp_path: Path) -
     python, site_torch = _system(tmp_path / "system", modules=2)
     out = subprocess.run([str(python), "-I", str(WARM), str(site_torch)], capture_output=True, text=True, check=True)
     assert _warm_line(out.stdout)["compiled"] == 0 and not list(site_torch.rglob("*.pyc"))
+
+
+def test_a_machine_with_few_cpus_warms_nothing(tmp_path: Path) -> None:
+    """This machine's real CPU count (2): compiling every module of torch would cost more than the probe's
+    compile of those it imports, beside the fetch; nothing is started and the env log says why."""
+    cpus = torchearly.available_cpus()
+    if cpus >= MIN_CPUS:
+        pytest.skip(f"{cpus} CPUs here: the warm-up runs (the tests above)")
+    python, site_torch = _system(tmp_path / "system", modules=1)
+    ctx = _ctx(tmp_path, python, site_torch)
+    early = EarlyTorch(EnvStep())
+    early.begin(ctx, None)
+    assert early.started is None and KEY not in ctx.early
+    assert f"# torch not warmed during the fetch: {cpus} CPU(s), fewer than {MIN_CPUS}" in \
+        ctx.runner.log_path("env").read_text()

@@ -11,7 +11,9 @@ stack lock): it asks the kernel to read torch's libraries ahead and compiles tor
 bytecode is this run's, as the probe's own would be (the prefix is removed as the run ends), and Python checks
 each file against its source.  The env step waits for it before the probe (:func:`settle`); a run that ends
 first kills it (:meth:`EarlyTorch.stop`).  It only saves time: a failure is noted in the env log and the probe
-compiles what is missing, as before.
+compiles what is missing, as before.  Only on a machine of at least :data:`MIN_CPUS` CPUs (the H100/H200 nodes have
+16 and more): it compiles every module of torch (2,100-2,500 files), where the probe compiles the thousand it
+imports, so with few CPUs it costs more than it saves and slows the fetch it runs beside.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ if TYPE_CHECKING:
 
 WARM = stack_script("warm_torch.py")
 KEY = "env-torch"           # its place in ctx.early (the env step's own name is EarlyEnv's)
+MIN_CPUS = 8
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (a container's or a batch job's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class EarlyTorch:
@@ -66,8 +77,13 @@ class EarlyTorch:
             file = facts.get("file") if isinstance(facts, dict) else None
             if not python or not isinstance(file, str) or not file:
                 return
+            cpus = available_cpus()
+            if cpus < MIN_CPUS:
+                self._note(ctx, f"# torch not warmed during the fetch: {cpus} CPU(s), fewer than {MIN_CPUS}")
+                return
             self.started = ctx.runner.start([python, *ctx.paths.pycache_args(), "-I", str(WARM),
-                                             str(Path(file).parent)], step=self.step.name, hold_fds=self.hold_fds,
+                                             str(Path(file).parent), str(cpus)], step=self.step.name,
+                                            hold_fds=self.hold_fds,
                                             preface="# begun during the fetch (october.installer.steps.torchearly)")
             ctx.early[KEY] = self
         except Exception as exc:  # noqa: BLE001 - the env step's probe compiles what it needs itself
