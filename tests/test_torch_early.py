@@ -13,13 +13,15 @@ from __future__ import annotations
 import compileall
 import dataclasses
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from october.installer.core.errors import CommandFailed
+from october.installer.core.errors import CommandFailed, FileSystemError
 from october.installer.engine import FETCH_BEGUN
 from october.installer.pyenv import systorch
 from october.installer.recipe import TorchPin
@@ -27,7 +29,7 @@ from october.installer.steps.env import EnvStep
 from october.installer.steps.fetch import FetchStep
 from october.installer.steps.results import PreflightResult
 from october.installer.steps import torchearly
-from october.installer.steps.torchearly import KEY, MIN_CPUS, WARM, EarlyTorch, settle
+from october.installer.steps.torchearly import KEY, MIN_CPUS, WARM, EarlyTorch, drop, settle
 from tests.fixtures import stack_forks as sf
 from tests.fixtures.wheels import build_wheel
 from tests.test_system_torch import _pycs, _uv
@@ -36,18 +38,18 @@ VERSION = "2.11.0+cu130"
 MODULES = 40
 
 
-def _system(root: Path, modules: int = MODULES) -> tuple[Path, Path]:
+def _system(root: Path, modules: int = MODULES, version: str = VERSION) -> tuple[Path, Path]:
     """A system interpreter with a torch stand-in of ``modules`` submodules that ``import torch`` imports, and
     a library -> (its python, its site torch package)."""
-    files = {"torch/version.py": f'__version__ = "{VERSION}"\ncuda = "13.0"\n',
+    files = {"torch/version.py": f'__version__ = "{version}"\ncuda = "13.0"\n',
              "torch/lib/libtorch_stand_in.so": b"\x7fELF" + bytes(4096)}
     files |= {f"torch/m{i}.py": f"VALUE = {i}\n" for i in range(modules)}
-    files["torch/__init__.py"] = (f'__version__ = "{VERSION}"\nfrom . import version\n'
+    files["torch/__init__.py"] = (f'__version__ = "{version}"\nfrom . import version\n'
                                   + "".join(f"from . import m{i}\n" for i in range(modules)))
-    build_wheel(root / "wheels", "torch", VERSION, files)
+    build_wheel(root / "wheels", "torch", version, files)
     _uv("venv", "-q", "--python", sys.executable, str(root / "sys"), cache=root / "uvc")
     _uv("pip", "install", "-q", "--python", str(root / "sys/bin/python"), "--no-index", "--find-links",
-        str(root / "wheels"), f"torch=={VERSION}", cache=root / "uvc")
+        str(root / "wheels"), f"torch=={version}", cache=root / "uvc")
     return root / "sys" / "bin" / "python", next((root / "sys").glob("lib/python*/site-packages/torch"))
 
 
@@ -154,6 +156,49 @@ def test_a_run_that_ends_during_the_warm_up_kills_it_and_a_failed_one_is_only_no
         ctx.runner.log_path("env").read_text()
     with pytest.raises(CommandFailed):
         failing.started.wait()
+    # the review: a warm-up that dies of a full disk (its pool's semaphore in a full /dev/shm) is the runner's
+    # DiskFullError, not a CommandFailed: noted all the same, never the env step's failure
+    full = EarlyTorch(EnvStep())
+    full.started = ctx.runner.start([str(python), "-c", "import sys; print('OSError: [Errno 28] No space left on "
+                                     "device'); sys.exit(1)"], step="env")
+    ctx.early[KEY] = full
+    settle(ctx)
+    assert "# the torch warm-up failed (DiskFullError: " in ctx.runner.log_path("env").read_text()
+    with pytest.raises(FileSystemError):
+        full.started.wait()
+
+
+def test_a_warm_up_that_does_not_end_is_killed_after_the_wait_and_one_no_probe_reads_is_killed_at_once(
+        tmp_path: Path) -> None:
+    """The review: the env step waited without end for a warm-up that hung (a stalled network filesystem); it
+    waits at most ``WAIT_S``, then kills it.  And an env copied from the built-stack cache runs no probe: the
+    warm-up is killed then (``drop``), not left compiling beside the install and the JIT."""
+    ctx = _ctx(tmp_path, Path(sys.executable), tmp_path / "no-torch")
+    hung = EarlyTorch(EnvStep())
+    hung.started = ctx.runner.start([sys.executable, "-c", "import time; time.sleep(60)"], step="env")
+    ctx.early[KEY] = hung
+    settle(ctx, wait_s=1.0)
+    assert hung.started.finished and KEY not in ctx.early
+    assert "# the torch warm-up begun during the fetch was killed: not done after 1s" in \
+        ctx.runner.log_path("env").read_text()
+    unread = EarlyTorch(EnvStep())
+    unread.started = ctx.runner.start([sys.executable, "-c", "import time; time.sleep(60)"], step="env")
+    ctx.early[KEY] = unread
+    drop(ctx)
+    assert unread.started.finished and KEY not in ctx.early
+    assert "killed: the env was copied from the built-stack cache" in ctx.runner.log_path("env").read_text()
+
+
+def test_the_cpus_counted_are_the_affinity_s_or_fewer_under_a_cgroup_quota(tmp_path: Path) -> None:
+    """The review: a pod limited to 4 CPUs on a 128-core node saw 128.  Mocked: the cgroup's ``cpu.max`` (this
+    machine's own cannot be set), as a file of the same format."""
+    affinity = len(os.sched_getaffinity(0))
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("100000 100000\n")
+    assert torchearly.available_cpus(cpu_max) == 1
+    cpu_max.write_text("max 100000\n")
+    assert torchearly.available_cpus(cpu_max) == affinity
+    assert torchearly.available_cpus(tmp_path / "none") == affinity
 
 
 def test_the_warm_up_compiles_nothing_without_a_pycache_prefix(tmp_path: Path) -> None:
@@ -177,3 +222,47 @@ def test_a_machine_with_few_cpus_warms_nothing(tmp_path: Path) -> None:
     assert early.started is None and KEY not in ctx.early
     assert f"# torch not warmed during the fetch: {cpus} CPU(s), fewer than {MIN_CPUS}" in \
         ctx.runner.log_path("env").read_text()
+
+
+def _world(tmp: Path, modules: int):
+    """The offline fixture world whose recipe takes torch from a system interpreter holding the stand-in of
+    ``modules`` submodules -> (the recipe, the world)."""
+    from october.installer.recipe import load_recipe
+    from tests.fixtures.world import make_world
+
+    world = make_world(tmp / "world")
+    world.recipe.write_text(world.recipe.read_text().replace('version = "2.10.0+fixture"\n',
+                                                             'version = "2.10.0+fixture"\nallow_system = true\n'))
+    python, _ = _system(tmp / "system", modules, "2.10.0+fixture")
+    return systorch.with_system_torch(load_recipe(str(world.recipe)), python), world
+
+
+def test_a_setup_warms_torch_during_the_fetch_and_one_that_fails_kills_the_warm_up_before_it_ends(
+        tmp_path: Path, many_cpus: None) -> None:
+    """october_setup (run_setup) on the fixture world with a site torch: the warm-up begins with the fetch and
+    ends before the probe; the prefix is gone with the run.  A run whose fetch fails (a fork's repository gone)
+    kills a warm-up of 3,000 modules as it ends, before its lock is released and the prefix removed."""
+    from october.installer.core.errors import OctoberError
+    from october.installer.engine import SetupOptions, SilentReporter
+    from october.installer.pipeline.plan import run_setup
+
+    recipe, _ = _world(tmp_path / "a", MODULES)
+    stack = tmp_path / "stack"
+    done = run_setup(SetupOptions(stack=stack, recipe=recipe, cache_dir=tmp_path / "cache"), SilentReporter())
+    assert {r.name: r.status for r in done.records}["env"] == "ran"
+    log = (stack / "logs" / "env.log").read_text()
+    assert "# begun during the fetch (october.installer.steps.torchearly)" in log
+    assert _warm_line(log)["compiled"] == MODULES + 2
+    probe = log.index("torch_facts.py\n")      # the env-side probe (preflight's runs with --locate)
+    assert log.index("OCTOBER_WARM ") < probe
+    assert not (stack / ".state" / "pycache").exists()
+    recipe, world = _world(tmp_path / "b", 3000)
+    for bare in (world.root / "git").glob("*.git"):
+        shutil.rmtree(bare)
+    stack = tmp_path / "stack-b"
+    with pytest.raises(OctoberError):
+        run_setup(SetupOptions(stack=stack, recipe=recipe, cache_dir=tmp_path / "cache-b"), SilentReporter())
+    log = (stack / "logs" / "env.log").read_text()
+    assert "# begun during the fetch (october.installer.steps.torchearly)" in log
+    assert "# the torch warm-up begun during the fetch was killed: the run ended first" in log
+    assert not (stack / ".state" / "pycache").exists()

@@ -115,6 +115,14 @@ class Started:
     def finished(self) -> bool:
         return self._done.is_set()
 
+    def ended_within(self, timeout: float) -> bool:
+        """Whether the command has ended within ``timeout`` s (waited for in slices, as :meth:`wait`)."""
+        deadline = time.monotonic() + timeout
+        while not self._done.wait(self.POLL_S):
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
     def kill(self) -> bool:
         """SIGKILL the command's process group, then wait at most :attr:`KILL_WAIT_S` for its output to
         close; False when it did not (a process outside the group holds the pipe: the reader is left to end

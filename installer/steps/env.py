@@ -17,6 +17,7 @@ from ..pyenv import scaffold, sitebytecode, stackenv, systorch, venv
 from ..pyenv.uvcmd import StackUv, missing_find_links, uv_exe
 from ..pyenv.venv import python_matches
 from .results import EnvResult, PreflightResult
+from .torchearly import drop as drop_warm_torch
 from .torchearly import settle as settle_warm_torch
 
 if TYPE_CHECKING:
@@ -95,8 +96,11 @@ class EnvStep:
         # the RECORDs an install left in the env made before: not what this env's install is to be held to
         ctx.paths.install_records.unlink(missing_ok=True)
         try:
-            made = env_from_built_stack(ctx, self.name) or (run_on_system_torch(ctx, self.name)
-                                                            if ctx.recipe.torch.from_system else self._make(ctx))
+            made = env_from_built_stack(ctx, self.name)
+            if made is not None:
+                drop_warm_torch(ctx)        # begun during the fetch for a probe that will not run
+            else:
+                made = run_on_system_torch(ctx, self.name) if ctx.recipe.torch.from_system else self._make(ctx)
         except CommandFailed as exc:
             gone = missing_find_links(ctx.recipe)
             if not gone:

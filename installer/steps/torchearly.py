@@ -38,14 +38,25 @@ if TYPE_CHECKING:
 WARM = stack_script("warm_torch.py")
 KEY = "env-torch"           # its place in ctx.early (the env step's own name is EarlyEnv's)
 MIN_CPUS = 8
+MAX_JOBS = 32               # compile processes, however many CPUs
+WAIT_S = 120.0              # the env step's wait for it (2 s on 16 CPUs); then it is killed and the probe compiles
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")        # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
 
 
-def available_cpus() -> int:
-    """The CPUs this process may run on (a container's or a batch job's share, not the host's count)."""
+def available_cpus(cpu_max: Path = CPU_MAX) -> int:
+    """The CPUs this process may use: those it may run on (a cpuset, a batch job's share), fewer where its
+    cgroup's quota allows less (a container's ``--cpus``, a pod's CPU limit)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 class EarlyTorch:
@@ -86,32 +97,47 @@ class EarlyTorch:
                 self._note(ctx, f"# torch not warmed during the fetch: {cpus} CPU(s), fewer than {MIN_CPUS}")
                 return
             self.started = ctx.runner.start([python, *ctx.paths.pycache_args(), "-I", str(WARM),
-                                             str(Path(file).parent), str(cpus)], step=self.step.name,
+                                             str(Path(file).parent), str(min(cpus, MAX_JOBS))], step=self.step.name,
                                             hold_fds=self.hold_fds,
                                             preface="# begun during the fetch (october.installer.steps.torchearly)")
             ctx.early[KEY] = self
         except Exception as exc:  # noqa: BLE001 - the env step's probe compiles what it needs itself
             self._note(ctx, f"# torch not warmed during the fetch: {exc!r}")
 
-    def stop(self, ctx: StepContext) -> None:
-        """At the end of the run, before the stack lock is released and the prefix removed: kill it if it runs."""
+    def stop(self, ctx: StepContext, why: str = "the run ended first") -> None:
+        """At the end of the run, before the stack lock is released and the prefix removed, or when no probe is to
+        read it: kill it if it runs."""
         if self.started is None or self.started.finished:
             return
         ended = self.started.kill()
-        self._note(ctx, "# the torch warm-up begun during the fetch was killed: the run ended first"
+        self._note(ctx, f"# the torch warm-up begun during the fetch was killed: {why}"
                    + ("" if ended else f" (its output still held open after {Started.KILL_WAIT_S:.0f}s)"))
 
     def _note(self, ctx: StepContext, text: str) -> None:
         ctx.runner.note(self.step.name, text, best_effort=True)
 
 
-def settle(ctx: StepContext) -> None:
+def settle(ctx: StepContext, wait_s: float = WAIT_S) -> None:
     """The env step, before its probe: wait for the warm-up begun during the fetch (its end is what the probe
-    reads); a failed one is noted, never raised."""
+    reads), at most ``wait_s`` (then it is killed); a failed one is noted, never raised (a disk-full or any other
+    error of a speed-only step: the probe compiles what it needs)."""
     early = ctx.early.pop(KEY, None)
     if not isinstance(early, EarlyTorch) or early.started is None:
         return
+    if not early.started.ended_within(wait_s):
+        early.stop(ctx, f"not done after {wait_s:.0f}s; the probe compiles what it needs")
+        return
     try:
         early.started.wait()
-    except CommandFailed as exc:
-        early._note(ctx, f"# the torch warm-up failed (exit {exc.returncode}); the probe compiles what it needs")
+    except Exception as exc:  # noqa: BLE001 - speed only: the probe compiles what it needs
+        what = (f"exit {exc.returncode}" if isinstance(exc, CommandFailed)
+                else f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+        early._note(ctx, f"# the torch warm-up failed ({what}); the probe compiles what it needs")
+
+
+def drop(ctx: StepContext) -> None:
+    """The env step, when it made no new env on the system interpreter (copied from the cache): no probe reads
+    the warm-up, so it is killed now, its CPUs left to the install and the JIT."""
+    early = ctx.early.pop(KEY, None)
+    if isinstance(early, EarlyTorch):
+        early.stop(ctx, "the env was copied from the built-stack cache (no probe compiles torch)")
