@@ -50,8 +50,8 @@ def sources(top, tag):
     offers it to the prefix by other means)."""
     out = []
     for root, dirs, files in os.walk(top):
+        own = set(os.listdir(os.path.join(root, "__pycache__"))) if "__pycache__" in dirs else set()
         dirs[:] = [d for d in dirs if d != "__pycache__"]
-        own = set(os.listdir(os.path.join(root, "__pycache__"))) if "__pycache__" in os.listdir(root) else set()
         out += [os.path.join(root, f) for f in files if f.endswith(".py") and f"{f[:-3]}.{tag}.pyc" not in own]
     return out
 

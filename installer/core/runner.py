@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from .cachekey import without_key
 from .errors import DISK_FULL_FIX, CommandFailed, DiskFullError, ToolMissing, says_disk_full
-from .idle import while_child
+from .idle import wait_event, while_child
 from .redact import env_secrets, redact
 
 TAIL_LINES = 25
@@ -117,11 +117,7 @@ class Started:
 
     def ended_within(self, timeout: float) -> bool:
         """Whether the command has ended within ``timeout`` s (waited for in slices, as :meth:`wait`)."""
-        deadline = time.monotonic() + timeout
-        while not self._done.wait(self.POLL_S):
-            if time.monotonic() >= deadline:
-                return False
-        return True
+        return wait_event(self._done, timeout, self.POLL_S)
 
     def kill(self) -> bool:
         """SIGKILL the command's process group, then wait at most :attr:`KILL_WAIT_S` for its output to
