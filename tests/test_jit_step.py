@@ -9,6 +9,7 @@ the CUDA compile with gcc.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -164,6 +165,28 @@ def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch)
     stackenv.env_file(ctx.paths.root).unlink()
     with pytest.raises(StateError, match="no runtime environment file"):
         JitStep(builder=STANDIN).run(ctx)
+
+
+def test_the_jit_builder_is_told_the_quota_s_cpus_not_the_host_s(tmp_path: Path, links, monkeypatch) -> None:
+    """``MAX_JOBS`` for FlashInfer's ninja: on a host whose cgroup allows one CPU it is 1, not ``os.cpu_count()``; a
+    ``MAX_JOBS`` the user set is kept.  Mocked: the cgroup file (``core.cpus.CGROUP``), as one of the same format."""
+    from october.installer.steps.jit import builder_env
+    from october.installer.core import cpus
+
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    ctx = _ctx(tmp_path, links)
+    monkeypatch.setattr(cpus, "CGROUP", _cgroup_v2(tmp_path / "cg", "100000 100000\n"))
+    assert builder_env(ctx, "9.0")["MAX_JOBS"] == "1"
+    monkeypatch.setattr(cpus, "CGROUP", _cgroup_v2(tmp_path / "cg", "max 100000\n"))
+    assert builder_env(ctx, "9.0")["MAX_JOBS"] == str(len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("MAX_JOBS", "3")
+    assert builder_env(ctx, "9.0")["MAX_JOBS"] == "3"
+
+
+def _cgroup_v2(root: Path, text: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cpu.max").write_text(text)
+    return root
 
 
 def test_a_module_the_fork_cannot_build_names_the_recipe_not_the_install(tmp_path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import compileall
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -187,18 +186,6 @@ def test_a_warm_up_that_does_not_end_is_killed_after_the_wait_and_one_no_probe_r
     drop(ctx)
     assert unread.started.finished and KEY not in ctx.early
     assert "killed: the env was copied from the built-stack cache" in ctx.runner.log_path("env").read_text()
-
-
-def test_the_cpus_counted_are_the_affinity_s_or_fewer_under_a_cgroup_quota(tmp_path: Path) -> None:
-    """The review: a pod limited to 4 CPUs on a 128-core node saw 128.  Mocked: the cgroup's ``cpu.max`` (this
-    machine's own cannot be set), as a file of the same format."""
-    affinity = len(os.sched_getaffinity(0))
-    cpu_max = tmp_path / "cpu.max"
-    cpu_max.write_text("100000 100000\n")
-    assert torchearly.available_cpus(cpu_max) == 1
-    cpu_max.write_text("max 100000\n")
-    assert torchearly.available_cpus(cpu_max) == affinity
-    assert torchearly.available_cpus(tmp_path / "none") == affinity
 
 
 def test_the_warm_up_compiles_nothing_without_a_pycache_prefix(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from ..core.cpus import available_cpus
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
 from ..core.listing import first
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from ..core.errors import InstallError
 
 MAX_SHOWN = 5
-HASH_THREADS = min(8, os.cpu_count() or 1)
+HASH_THREADS = min(8, available_cpus())
 
 
 def tampered(env: Path, trust: FileTrust, dists: Mapping[str, Dist] | None = None) -> dict[str, list[str]]:

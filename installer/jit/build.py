@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...checks.jit_build import EXIT_NOT_ASYMMETRIC, RESULT_FORMAT
 from ..core import jsonread
+from ..core.cpus import available_cpus
 from ..core.errors import CommandFailed, JitError
 from ..core.filetrust import FileTrust
 from ..core.hashing import sha256_file
@@ -35,7 +36,8 @@ DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "V
 def builder_env(root: Path, arch_list: str, code_root: Callable[[], Path], environ: Mapping[str, str]) -> dict[str, str]:
     """The stack's own runtime environment (``root``/stack-env.json, written by the env step) laid over
     ``environ`` (without :data:`DROPPED_ENV`), plus ``PYTHONPATH`` = ``code_root()`` (so the builder
-    module is found; asked only once the arch list is the recipe's, ``arch_list``) and ``MAX_JOBS``."""
+    module is found; asked only once the arch list is the recipe's, ``arch_list``) and ``MAX_JOBS`` (the caller's,
+    else the CPUs this process may use: :func:`october.installer.core.cpus.available_cpus`)."""
     stack = stackenv.load(root)
     if stack.get("FLASHINFER_CUDA_ARCH_LIST") != arch_list:
         raise JitError("the stack's runtime environment names other CUDA architectures than the recipe",
@@ -44,7 +46,7 @@ def builder_env(root: Path, arch_list: str, code_root: Callable[[], Path], envir
                        fix="re-run october_setup (the env step rewrites the stack environment)")
     env = stackenv.apply(stack, {k: v for k, v in environ.items() if k not in DROPPED_ENV})
     env["PYTHONPATH"] = str(code_root())
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    env.setdefault("MAX_JOBS", str(available_cpus()))      # the cgroup quota's, not the host's count
     return env
 
 

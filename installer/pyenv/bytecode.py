@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..core.cachekey import without_key
+from ..core.cpus import available_cpus
 
 # runs in the stack's Python (-I -S: nothing of the stack is imported); stdin: [[pyc, source], ...];
 # stdout: [[pyc, why], ...] for each that Python would load and that is not its source's code
@@ -97,7 +98,7 @@ def forged(python: Path, pairs: list[tuple[Path, Path]], workers: int | None = N
     that differs is compared again as Python writes bytecode under ``-X no_debug_ranges`` (no column table)."""
     if not pairs:
         return []
-    n = max(1, min(workers or os.cpu_count() or 1, 16, len(pairs) // 200 + 1))
+    n = max(1, min(workers or available_cpus(), 16, len(pairs) // 200 + 1))
     with ThreadPoolExecutor(max_workers=n) as pool:
         parts = list(pool.map(lambda i: _compare(python, pairs[i::n]), range(n)))
     problems = [p for p in parts if isinstance(p, str)]

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from ..core.cpus import available_cpus
 from ..core.errors import CommandFailed
 from ..core.resources import stack_script
 from ..core.runner import Started
@@ -40,23 +41,6 @@ KEY = "env-torch"           # its place in ctx.early (the env step's own name is
 MIN_CPUS = 8
 MAX_JOBS = 32               # compile processes, however many CPUs
 WAIT_S = 120.0              # the env step's wait for it (2 s on 16 CPUs); then it is killed and the probe compiles
-CPU_MAX = Path("/sys/fs/cgroup/cpu.max")        # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
-
-
-def available_cpus(cpu_max: Path = CPU_MAX) -> int:
-    """The CPUs this process may use: those it may run on (a cpuset, a batch job's share), fewer where its
-    cgroup's quota allows less (a container's ``--cpus``, a pod's CPU limit)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
-    return cpus
 
 
 class EarlyTorch:
