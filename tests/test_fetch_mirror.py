@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import git
 import pytest
 
+from october.installer.core.cpus import available_cpus
 from october.installer.core.errors import FetchError
 from october.installer.core.paths import default_cache_dir
 from october.installer.core.runner import Runner
@@ -258,12 +260,29 @@ def test_git_env_adds_parallel_checkout_after_the_callers_own_config(monkeypatch
     env = git_env()
     got = subprocess.run(["git", "config", "--get-regexp", r"^(checkout\.workers|url\..*\.insteadof)$"], env=env,
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert "checkout.workers 0" in got
+    assert f"checkout.workers {available_cpus()}" in got
     assert "url.file:///kit/x.git.insteadof https://github.com/o/x" in got
-    from october.installer.git import NO_REPO_CODE, PARALLEL_CHECKOUT
-    assert env["GIT_CONFIG_COUNT"] == str(1 + len(PARALLEL_CHECKOUT) + len(NO_REPO_CODE))
+    from october.installer.git import NO_REPO_CODE, parallel_checkout
+    assert env["GIT_CONFIG_COUNT"] == str(1 + len(parallel_checkout()) + len(NO_REPO_CODE))
     assert (env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_VALUE_0"]) == ("url.file:///kit/x.git.insteadOf",
                                                                     "https://github.com/o/x")
+
+
+def test_git_checks_out_with_the_cpus_this_process_may_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not ``checkout.workers=0`` (git would count the host's CPUs): a cgroup quota of one CPU is one worker.
+    Mocked: the cgroup file (``core.cpus.CGROUP``), as one of the same format."""
+    import subprocess
+
+    from october.installer.core import cpus
+    from october.installer.git import git_env
+
+    (tmp_path / "cg").mkdir()
+    (tmp_path / "cg" / "cpu.max").write_text("100000 100000\n")
+    monkeypatch.setattr(cpus, "CGROUP", tmp_path / "cg")
+    monkeypatch.setattr(cpus, "PROC_CGROUP", tmp_path / "no-proc-self-cgroup")
+    got = subprocess.run(["git", "config", "--get", "checkout.workers"], env=git_env(), capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert got == "1"
 
 
 def test_git_env_leaves_a_malformed_count_for_git_to_name(monkeypatch: pytest.MonkeyPatch) -> None:

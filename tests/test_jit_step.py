@@ -168,17 +168,21 @@ def test_builder_env_comes_from_the_stack_env_file(tmp_path, links, monkeypatch)
 
 
 def test_the_jit_builder_is_told_the_quota_s_cpus_not_the_host_s(tmp_path: Path, links, monkeypatch) -> None:
-    """``MAX_JOBS`` for FlashInfer's ninja: on a host whose cgroup allows one CPU it is 1, not ``os.cpu_count()``; a
-    ``MAX_JOBS`` the user set is kept.  Mocked: the cgroup file (``core.cpus.CGROUP``), as one of the same format."""
+    """``MAX_JOBS`` for FlashInfer's ninja: on a 192-core host whose affinity gives 4 CPUs and whose cgroup allows one
+    it is 1, without a quota 4, never 192; a ``MAX_JOBS`` the user set is kept.  Mocked: the cgroup file
+    (``core.cpus.CGROUP``), as one of the same format, and the affinity and host counts (no such host here)."""
     from october.installer.steps.jit import builder_env
     from october.installer.core import cpus
 
     monkeypatch.delenv("MAX_JOBS", raising=False)
     ctx = _ctx(tmp_path, links)
+    monkeypatch.setattr(os, "cpu_count", lambda: 192)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(cpus, "PROC_CGROUP", tmp_path / "no-proc-self-cgroup")
     monkeypatch.setattr(cpus, "CGROUP", _cgroup_v2(tmp_path / "cg", "100000 100000\n"))
     assert builder_env(ctx, "9.0")["MAX_JOBS"] == "1"
     monkeypatch.setattr(cpus, "CGROUP", _cgroup_v2(tmp_path / "cg", "max 100000\n"))
-    assert builder_env(ctx, "9.0")["MAX_JOBS"] == str(len(os.sched_getaffinity(0)))
+    assert builder_env(ctx, "9.0")["MAX_JOBS"] == "4"
     monkeypatch.setenv("MAX_JOBS", "3")
     assert builder_env(ctx, "9.0")["MAX_JOBS"] == "3"
 

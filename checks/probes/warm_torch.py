@@ -66,7 +66,7 @@ def compile_one(path):
 
 def main():
     top = sys.argv[1]
-    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else (os.cpu_count() or 1)
+    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else len(os.sched_getaffinity(0))
     start = time.perf_counter()
     asked = read_ahead(libraries(top))
     todo = sources(top, sys.implementation.cache_tag) if sys.pycache_prefix and sys.implementation.cache_tag else []

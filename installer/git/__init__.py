@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from ..core.cachekey import without_key
+from ..core.cpus import available_cpus
 from ..core.idle import while_child
 
 # GitPython looks for git as it is imported and raises ImportError ("Bad git executable") without one: the
@@ -42,7 +43,7 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.setdefault("GIT_HTTP_LOW_SPEED_LIMIT", "1000")   # a remote or proxy that accepts and stalls ends the
     env.setdefault("GIT_HTTP_LOW_SPEED_TIME", "60")      # fetch (< 1 kB/s for 60 s) instead of hanging for ever
-    return with_config(env, PARALLEL_CHECKOUT + NO_REPO_CODE)
+    return with_config(env, parallel_checkout() + NO_REPO_CODE)
 
 
 # For a look that must never fetch: in a partial repository git lazily fetches a missing object from its
@@ -51,8 +52,13 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
 # then refuses every transport, so the fetch fails at once.  A look needs no transport.
 NO_FETCH = {"GIT_NO_LAZY_FETCH": "1", "GIT_ALLOW_PROTOCOL": ""}
 
-# A checkout writes thousands of files: one worker per core (git >= 2.32; older git ignores the keys).
-PARALLEL_CHECKOUT = (("checkout.workers", "0"), ("checkout.thresholdForParallelism", "100"))
+
+def parallel_checkout() -> tuple[tuple[str, str], ...]:
+    """A checkout writes thousands of files: one worker per CPU this process may use (git >= 2.32; older git
+    ignores the keys).  Not ``checkout.workers=0``: git counts the host's CPUs, not the affinity or the quota."""
+    return (("checkout.workers", str(available_cpus())), ("checkout.thresholdForParallelism", "100"))
+
+
 # A clone's own .git/config and hooks are the stack's files, not ours: our git commands run no program they
 # name (an fsmonitor hook ran on every `git status` of a re-run; a post-checkout hook on every checkout).
 # Command-scope config (GIT_CONFIG_KEY_n) outranks the repository's.
