@@ -281,12 +281,48 @@ def test_smoke_refuses_a_stack_whose_jit_library_changed(tmp_path, links):
     with pytest.raises(JitError) as err:
         refuse_untrusted_jit(ctx.paths.root)
     assert err.value.exit_code == 12 and "bytes differ from the recorded sha256" in str(err.value)
+    # the smoke built nothing: not "JIT build failed"; no record of how the stack was set up: the recipe left to say
+    assert err.value.title == "JIT libraries not trusted"
+    assert f"re-run `october_setup {ctx.paths.root} --recipe NAME`" in str(err.value)
     lib.unlink()
     with pytest.raises(JitError) as err:
         refuse_untrusted_jit(ctx.paths.root)
     assert "recorded, missing" in str(err.value)
     (ctx.paths.jit / MANIFEST).unlink()       # a stack whose jit step recorded nothing: the checks judge it
     refuse_untrusted_jit(ctx.paths.root)
+
+
+def test_the_smoke_s_refusal_names_the_command_the_stack_was_set_up_with(tmp_path, links):
+    """The H100 run: `current smoke` on a stack with a corrupted library said "JIT build failed" and "re-run
+    `october_setup STACK --recipe NAME`".  Its fix is now the stack's own command, from its setup receipt (the recipe
+    by name, the system interpreter, the cache) or, where its last run recorded them, that run's options (a kit)."""
+    from october.installer.core.errors import UntrustedJitError
+    from october.installer.core.resources import recipes_dir
+    from october.installer.smoke.launch import refuse_untrusted_jit
+
+    ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
+    lib = _lib(JitStep(builder=STANDIN).run(ctx).to_json())
+    lib.write_bytes(b"\x7fELF planted")
+    root = ctx.paths.root
+    (root / "receipts").mkdir(parents=True, exist_ok=True)
+    (root / "receipts" / "setup.json").write_text(json.dumps({
+        "recipe": {"name": "flashinfer-pr3812", "path": str(recipes_dir() / "flashinfer-pr3812.toml")},
+        "torch": {"source": "system", "python": "/opt/torch/.venv/bin/python"},
+        "options": {"cache_dir": str(tmp_path / "cache"), "skip_preflight": []}}))
+    with pytest.raises(UntrustedJitError) as err:
+        refuse_untrusted_jit(root)
+    assert (f"re-run `october_setup {root} --recipe flashinfer-pr3812 --system-python /opt/torch/.venv/bin/python "
+            f"--cache-dir {tmp_path / 'cache'}` (add --kit KIT if it was set up from a kit): its jit step puts back"
+            ) in str(err.value)
+    ctx.paths.recipe_record.parent.mkdir(parents=True, exist_ok=True)
+    ctx.paths.recipe_record.write_text(json.dumps({
+        "name": "flashinfer-pr3812", "path": str(recipes_dir() / "flashinfer-pr3812.toml"),
+        "options": {"system_python": "/opt/torch/.venv/bin/python", "cache_dir": str(tmp_path / "cache"),
+                    "kit": str(tmp_path / "kit")}}))
+    with pytest.raises(UntrustedJitError) as err:
+        refuse_untrusted_jit(root)
+    assert (f"re-run `october_setup {root} --recipe flashinfer-pr3812 --system-python /opt/torch/.venv/bin/python "
+            f"--cache-dir {tmp_path / 'cache'} --kit {tmp_path / 'kit'}`: its jit step puts back") in str(err.value)
 
 
 def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):

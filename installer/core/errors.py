@@ -207,6 +207,12 @@ class JitError(OctoberError):
     title = "JIT build failed"
 
 
+class UntrustedJitError(JitError):
+    """A stack's JIT libraries unlike what its jit step recorded: nothing was built by the command that says so."""
+
+    title = "JIT libraries not trusted"
+
+
 class LockError(OctoberError):
     """A pylock cannot be written or a --locked install differs from it."""
 
@@ -339,7 +345,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (9, 'the stack env could not be made as the recipe says'),
     (10, 'the base wheel failed download or verification'),
     (11, "a post-install guard fired (torch moved, flashinfer not the fork, an extension module of the base wheel does not import, a fork's build tried to install packages, an undeclared conflict in the env, `import flashinfer` fails with the stack environment)"),
-    (12, 'JIT build failed, or the installed FlashInfer is not the asymmetric fork'),
+    (12, 'JIT build failed, or the installed FlashInfer is not the asymmetric fork, or the stack\'s JIT '
+         'libraries differ from what its jit step recorded'),
     (13, 'the stack differs from the lock (`october_setup --locked`, `current verify`)'),
     (14, 'a receipt or manifest does not match its schema'),
     (15, 'model download or verification failed'),

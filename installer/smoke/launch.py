@@ -21,7 +21,7 @@ from ...checks.results import format_table
 from ..core import jsonread
 from ..core.atomic import write_json_atomic
 from ..core.errors import ReceiptError, SmokeError, UsageError
-from ..core.paths import default_cache_dir
+from ..core.paths import StackPaths, default_cache_dir
 from ..core.resources import IMPORT_ROOT, stack_code_root
 from ..core.runner import Runner
 from ..core.schemas import validate
@@ -285,7 +285,6 @@ def trusted_runtime_env(install: Path) -> dict[str, str]:
     stack-env.json is as the env step wrote it (the sha256 its marker records; where the marker is gone, the
     setup receipt's): the checks run with it, so an edited one (another JIT workspace, arch list or toolkit)
     would prove something else than the stack.  A missing file is load's error; no record, nothing to compare."""
-    from ..core.paths import StackPaths
     from ..engine import read_marker
 
     rec = stackenv.recorded((read_marker(StackPaths(install).marker("env")) or {}).get("outputs"), None)
@@ -305,8 +304,9 @@ def trusted_runtime_env(install: Path) -> dict[str, str]:
 
 def refuse_untrusted_jit(install: Path) -> None:
     """Never run the checks on JIT libraries whose bytes are not what the jit step recorded."""
-    from ..core.errors import JitError
+    from ..core.errors import UntrustedJitError
     from ..jit.integrity import MANIFEST, report
+    from ..verify.fix import rebuild_jit
 
     if not (install / "jit" / MANIFEST).is_file():
         return      # no jit step recorded anything here: the checks' own JIT check judges the workspace
@@ -315,6 +315,6 @@ def refuse_untrusted_jit(install: Path) -> None:
         return
     found = "; ".join([f"{u['path']}: {u['reason']}" for u in got["untrusted"]]
                       + [f"{m}: recorded, missing" for m in got["missing"]])
-    raise JitError("the stack's JIT libraries are not the ones october_setup built", expected="every library "
-                   f"under {install / 'jit'} byte-for-byte as the jit step recorded it", found=found,
-                   fix=f"re-run `october_setup {shlex.quote(str(install))} --recipe NAME`: the jit step rebuilds what changed")
+    raise UntrustedJitError("the stack's JIT libraries are not the ones october_setup built", expected="every "
+                            f"library under {install / 'jit'} byte-for-byte as the jit step recorded it", found=found,
+                            fix=rebuild_jit(StackPaths(install)))

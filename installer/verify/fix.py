@@ -156,6 +156,22 @@ def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
             "receipt again")
 
 
+def rebuild_jit(paths: StackPaths) -> str:
+    """JIT libraries unlike the jit step's record: the same setup command runs the jit step again, which puts back
+    what changed (from the shared cache where it holds them, its hash checked; else built again).  The command is
+    the one the stack was set up with (its receipt, or its last run's record); ``--recipe NAME`` where neither says."""
+    try:
+        read = jsonread.loads((paths.root / "receipts" / "setup.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        read = None
+    receipt: Mapping[str, Any] = read if isinstance(read, Mapping) else {}
+    command = setup_command(paths, receipt)
+    if _began_as(paths, receipt) is None and not _recipe_arg(receipt):
+        command += " --recipe NAME"
+    return (f"re-run `{command}`{kit_hint(paths, receipt)}: its jit step puts back what changed (from the shared "
+            "cache, hash checked, or built again)")
+
+
 def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     """A changed or missing stack-env.json or activate: the env step's check of them fails on a re-run with the
     options the stack was set up with (--locked too, so the env step's inputs stay the same), and it writes both
