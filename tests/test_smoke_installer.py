@@ -83,6 +83,21 @@ def test_missing_stack_python_says_how_to_fix(tmp_path: Path) -> None:
     text = str(info.value)
     assert "env/bin/python" in text and "found nothing" in text and "october_setup" in text
     assert info.value.exit_code == 17
+    # a run began there and recorded its command (it stopped before the env step): that command finishes it
+    _began(tmp_path / "stack")
+    with pytest.raises(SmokeError) as info:
+        stack_python(tmp_path / "stack")
+    assert f"run `october_setup {tmp_path / 'stack'} --recipe 20260702 --cache-dir /c --kit /k` to finish it" in \
+        str(info.value)
+
+
+def _began(stack: Path) -> None:
+    """``.state/recipe-used.json`` as a run of ``october_setup STACK --recipe 20260702 --cache-dir /c --kit /k`` writes it
+    as it begins (pipeline/plan.py record_recipe)."""
+    (stack / ".state").mkdir(parents=True, exist_ok=True)
+    (stack / ".state" / "recipe-used.json").write_text(json.dumps(
+        {"name": "20260702", "path": str(RECIPE), "sha256": RECIPE_SHA,
+         "options": {"cache_dir": "/c", "kit": "/k", "skip_preflight": []}}))
 
 
 def test_manifest_default_and_when_it_may_be_missing(tmp_path: Path) -> None:
@@ -302,6 +317,11 @@ def test_a_stack_that_promises_nothing_is_refused(tmp_path: Path) -> None:
     (tmp_path / "stack" / "receipts" / "setup.json").unlink()
     with pytest.raises(SmokeError, match="no setup receipt"):
         stack_info(tmp_path / "stack", None)
+    _began(tmp_path / "stack")                # the run that stopped before its receipt: its own command finishes it
+    with pytest.raises(SmokeError, match="no setup receipt") as err:
+        stack_info(tmp_path / "stack", None)
+    assert f"run `october_setup {tmp_path / 'stack'} --recipe 20260702 --cache-dir /c --kit /k` to finish it" in \
+        str(err.value)
 
 
 def test_plan_takes_the_stack_runtime_env(tmp_path: Path) -> None:
@@ -319,9 +339,11 @@ def test_plan_takes_the_stack_runtime_env(tmp_path: Path) -> None:
 def test_a_stack_without_its_runtime_env_is_refused(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
     stackenv.env_file(stack).unlink()
-    with pytest.raises(StateError, match="runtime environment"):
+    with pytest.raises(StateError, match="runtime environment") as err:
         run_smoke(SmokeOptions(install=stack, format="awq", output=tmp_path / "o", level="reference"),
                   cwd=tmp_path, echo=lambda _: None)
+    # the stack's own command (its receipt's recipe: this receipt's name is not its file's, so by path), not "NAME"
+    assert f"re-run `october_setup {stack} --recipe {RECIPE}`: its env step writes stack-env.json" in str(err.value)
 
 
 def _recorded_stack_env(stack: Path) -> dict:

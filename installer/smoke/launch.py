@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -20,7 +19,7 @@ from ...checks.contract import (DIAGNOSTIC_AGREED_EXIT, DIAGNOSTIC_CACHES, ENGIN
 from ...checks.results import format_table
 from ..core import jsonread
 from ..core.atomic import write_json_atomic
-from ..core.errors import ReceiptError, SmokeError, UsageError
+from ..core.errors import ReceiptError, SmokeError, StateError, UsageError
 from ..core.paths import StackPaths, default_cache_dir
 from ..core.resources import IMPORT_ROOT, stack_code_root
 from ..core.runner import Runner
@@ -67,10 +66,10 @@ class SmokePlan:
 def stack_python(install: Path) -> Path:
     py = install / "env" / "bin" / "python"
     if not py.exists():
+        from ..verify.fix import not_a_stack
+
         raise SmokeError(f"the stack at {install} has no Python environment",
-                         expected=f"an executable {py}", found="nothing",
-                         fix=f"run `october_setup {shlex.quote(str(install))} --recipe NAME` first, "
-                             "or point --install at the stack directory")
+                         expected=f"an executable {py}", found="nothing", fix=not_a_stack(StackPaths(install)))
     return py
 
 
@@ -299,7 +298,22 @@ def trusted_runtime_env(install: Path) -> dict[str, str]:
         raise SmokeError("the stack's runtime environment was changed since october_setup wrote it",
                          expected=f"{c.path} with {c.expected_text()}", found=c.found_text(),
                          fix=f"run `current verify --install {install}`; it names the re-run that writes it again")
-    return stackenv.load(install)
+    try:
+        return stackenv.load(install)
+    except StateError as exc:       # gone or damaged: the stack's own command writes it again
+        from ..verify.fix import rewrite_stack_env
+
+        raise StateError(exc.what, expected=exc.expected, found=exc.found,
+                         fix=rewrite_stack_env(StackPaths(install), _setup_receipt(install))) from None
+
+
+def _setup_receipt(install: Path) -> Mapping[str, Any]:
+    """The stack's setup receipt as read, or {} where it cannot be (the fix then says less)."""
+    try:
+        read = jsonread.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return read if isinstance(read, Mapping) else {}
 
 
 def refuse_untrusted_jit(install: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from ..core import jsonread
 from ..core.errors import SmokeError
 from ..core.hashing import sha256_file
+from ..core.paths import StackPaths
 from ..recipe.forks import highest, promise_of
 
 
@@ -133,9 +134,11 @@ def stack_info(install: Path, recipe: str | None) -> dict[str, Any]:
                             "lock_sha256": sha256_file(lock) if lock.is_file() else None,
                             "forks": {}, "setup_receipt": str(setup) if setup.is_file() else None}
     if not setup.is_file():
+        from ..verify.fix import not_a_stack
+
         raise SmokeError("the stack has no setup receipt, so what it promises is unknown",
                          expected=f"{setup} (written by october_setup)", found="nothing",
-                         fix=f"run `october_setup {shlex.quote(str(install))} --recipe NAME` to finish the stack")
+                         fix=not_a_stack(StackPaths(install)))     # its last run's command, if recorded
     try:
         data = jsonread.loads(setup.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
