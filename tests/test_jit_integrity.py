@@ -325,6 +325,47 @@ def test_the_smoke_s_refusal_names_the_command_the_stack_was_set_up_with(tmp_pat
             f"--cache-dir {tmp_path / 'cache'} --kit {tmp_path / 'kit'}`: its jit step puts back") in str(err.value)
 
 
+def test_the_smoke_s_refusal_keeps_what_changes_the_steps_inputs_and_survives_hand_edits(tmp_path, links):
+    """The review of 51e31f1: a stack set up ``--locked --lock-file L --allow-dirty`` re-run without them would be
+    made again, not repaired, so the fix keeps them (from the receipt); a receipt-less stack (its run stopped after
+    the jit step) gets its run record's command; a hand-edited receipt (a number for the skipped checks, a NUL in
+    the recipe path) gives a fix line, never a traceback."""
+    from october.installer.core.errors import UntrustedJitError
+    from october.installer.core.resources import recipes_dir
+    from october.installer.smoke.launch import refuse_untrusted_jit
+
+    ctx = _ctx(tmp_path, links, tmp_path / "cache", shared=False)
+    lib = _lib(JitStep(builder=STANDIN).run(ctx).to_json())
+    lib.write_bytes(b"\x7fELF planted")
+    root = ctx.paths.root
+    shipped = str(recipes_dir() / "flashinfer-pr3812.toml")
+    ctx.paths.recipe_record.parent.mkdir(parents=True, exist_ok=True)
+    ctx.paths.recipe_record.write_text(json.dumps({"name": "flashinfer-pr3812", "path": shipped,
+                                                   "options": {"kit": "/k", "skip_preflight": ["gpu"]}}))
+    with pytest.raises(UntrustedJitError) as err:                   # no receipt: the run record's command
+        refuse_untrusted_jit(root)
+    assert (f"re-run `october_setup {root} --recipe flashinfer-pr3812 --skip-preflight gpu --kit /k`: its jit step"
+            ) in str(err.value)
+    (root / "receipts").mkdir(parents=True, exist_ok=True)
+    receipt = {"recipe": {"name": "flashinfer-pr3812", "path": shipped},
+               "lock": {"locked_from": "/locks/fi.pylock.toml"},
+               "options": {"locked": True, "allow_dirty": True, "skip_preflight": ["gpu"]}}
+    (root / "receipts" / "setup.json").write_text(json.dumps(receipt))
+    with pytest.raises(UntrustedJitError) as err:
+        refuse_untrusted_jit(root)
+    assert (f"`october_setup {root} --recipe flashinfer-pr3812 --skip-preflight gpu --kit /k --locked --lock-file "
+            "/locks/fi.pylock.toml --allow-dirty`: its jit step") in str(err.value)
+    ctx.paths.recipe_record.unlink()
+    for edit in ({"options": {"skip_preflight": 5}}, {"options": {"skip_preflight": "gpu", "locked": "yes"}},
+                 {"recipe": {"name": "x", "path": "/a\u0000b"}}, {"options": []}):
+        (root / "receipts" / "setup.json").write_text(json.dumps({**receipt, **edit}))
+        with pytest.raises(UntrustedJitError) as err:
+            refuse_untrusted_jit(root)
+        said = str(err.value)
+        assert f"re-run `october_setup {root}" in said and "--skip-preflight g,p,u" not in said
+        assert "--locked" not in said or edit.get("options", {}).get("locked") is None
+
+
 def test_the_builder_builds_each_module_as_flashinfer_s_runtime_does(tmp_path):
     """With the real FlashInfer, one combined ``build_jit_specs`` ninja leaves its log in ``cached_ops/``,
     which the runtime's per-module ninja never reads (measured on the H200: the first use compiled again).

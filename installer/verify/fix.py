@@ -61,9 +61,28 @@ def _obj(receipt: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 def _recipe_arg(receipt: Mapping[str, Any]) -> str | None:
     rec = _obj(receipt, "recipe")
     path, name = rec.get("path"), rec.get("name")
-    if path and name and Path(str(path)).resolve() == (recipes_dir() / f"{name}.toml").resolve():
+    try:
+        shipped = bool(path and name) and Path(str(path)).resolve() == (recipes_dir() / f"{name}.toml").resolve()
+    except (OSError, ValueError, RuntimeError):    # a hand-edited path git or the OS cannot take (a NUL byte)
+        shipped = False
+    if shipped:
         return str(name)                           # a shipped recipe: by name
     return str(path) if path else (str(name) if name else None)
+
+
+def _names(value: Any) -> list[str]:
+    """A recorded list of names (skipped preflight checks); anything else (a hand edit) is none."""
+    return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
+
+
+def same_inputs(receipt: Mapping[str, Any]) -> list[str]:
+    """The receipt's options that change the steps' inputs and that no run record keeps: ``--locked`` (with the
+    ``--lock-file`` it was held to) and ``--allow-dirty``; a re-run without them would redo the stack, not repair it."""
+    lock, options = _obj(receipt, "lock"), _obj(receipt, "options")
+    extra = ["--locked"] if options.get("locked") is True else []
+    if extra and isinstance(lock.get("locked_from"), str) and lock["locked_from"]:
+        extra += ["--lock-file", _q(str(lock["locked_from"]))]
+    return extra + (["--allow-dirty"] if options.get("allow_dirty") is True else [])
 
 
 def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) -> str:
@@ -78,7 +97,7 @@ def setup_command(paths: StackPaths, receipt: Mapping[str, Any], *extra: str) ->
     torch = _obj(receipt, "torch")
     if torch.get("source") == "system" and torch.get("python"):
         argv += ["--system-python", _q(str(torch["python"]))]
-    if skipped := [str(s) for s in _obj(receipt, "options").get("skip_preflight") or []]:
+    if skipped := _names(_obj(receipt, "options").get("skip_preflight")):
         argv += ["--skip-preflight", _q(",".join(skipped))]
     if (cache := cache_dir(paths, receipt)) is not None:
         argv += ["--cache-dir", _q(cache)]
@@ -115,7 +134,7 @@ def _began_argv(began: Mapping[str, Any]) -> list[str]:
     options = _obj(began, "options")
     if isinstance(python := options.get("system_python"), str) and python:
         argv += ["--system-python", _q(python)]
-    if skipped := [str(s) for s in options.get("skip_preflight") or []]:
+    if skipped := _names(options.get("skip_preflight")):
         argv += ["--skip-preflight", _q(",".join(skipped))]
     for option, key in (("--cache-dir", "cache_dir"), ("--kit", "kit")):
         if isinstance(value := options.get(key), str) and value:
@@ -165,23 +184,23 @@ def rebuild_jit(paths: StackPaths) -> str:
     except (OSError, ValueError):
         read = None
     receipt: Mapping[str, Any] = read if isinstance(read, Mapping) else {}
-    command = setup_command(paths, receipt)
-    if _began_as(paths, receipt) is None and not _recipe_arg(receipt):
-        command += " --recipe NAME"
-    return (f"re-run `{command}`{kit_hint(paths, receipt)}: its jit step puts back what changed (from the shared "
-            "cache, hash checked, or built again)")
+    began = _began(paths)
+    if not receipt and began.get("options") is not None:       # no receipt yet: the run that built the JIT
+        command, hint = " ".join(["october_setup", _q(paths.root), *_began_argv(began)]), ""
+    else:
+        command, hint = setup_command(paths, receipt, *same_inputs(receipt)), kit_hint(paths, receipt)
+        if _began_as(paths, receipt) is None and not _recipe_arg(receipt):
+            command += " --recipe NAME"
+    return (f"re-run `{command}`{hint}: its jit step puts back what changed (from the shared cache, hash checked, "
+            "or built again)")
 
 
 def rewrite_stack_env(paths: StackPaths, receipt: Mapping[str, Any]) -> str:
     """A changed or missing stack-env.json or activate: the env step's check of them fails on a re-run with the
-    options the stack was set up with (--locked too, so the env step's inputs stay the same), and it writes both
+    options the stack was set up with (--locked and --allow-dirty too, so the steps' inputs stay the same), and it writes both
     again (the env made anew, the forks installed again)."""
-    lock, options = _obj(receipt, "lock"), _obj(receipt, "options")
-    locked = ["--locked"] if options.get("locked") else []
-    if locked and isinstance(lock.get("locked_from"), str):
-        locked += ["--lock-file", _q(str(lock["locked_from"]))]
-    return (f"re-run `{setup_command(paths, receipt, *locked)}`: its env step writes stack-env.json and activate "
-            f"again{kit_hint(paths, receipt)}")
+    return (f"re-run `{setup_command(paths, receipt, *same_inputs(receipt))}`: its env step writes stack-env.json and "
+            f"activate again{kit_hint(paths, receipt)}")
 
 
 def not_a_stack(paths: StackPaths) -> str:
