@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 
@@ -274,14 +273,18 @@ def test_git_checks_out_with_the_cpus_this_process_may_use(tmp_path: Path, monke
     import subprocess
 
     from october.installer.core import cpus
-    from october.installer.git import git_env
+    from october.installer.git import git_env, parallel_checkout
 
     (tmp_path / "cg").mkdir()
     (tmp_path / "cg" / "cpu.max").write_text("100000 100000\n")
     monkeypatch.setattr(cpus, "CGROUP", tmp_path / "cg")
     monkeypatch.setattr(cpus, "PROC_CGROUP", tmp_path / "no-proc-self-cgroup")
-    got = subprocess.run(["git", "config", "--get", "checkout.workers"], env=git_env(), capture_output=True, text=True,
-                         check=True).stdout.strip()
+    parallel_checkout.cache_clear()         # counted once per process: count again under the planted quota
+    try:
+        got = subprocess.run(["git", "config", "--get", "checkout.workers"], env=git_env(), capture_output=True,
+                             text=True, check=True).stdout.strip()
+    finally:
+        parallel_checkout.cache_clear()
     assert got == "1"
 
 

@@ -9,6 +9,7 @@ import GitPython.  The one unlogged write is ``git init --bare`` of an empty mir
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -53,9 +54,11 @@ def git_env(base: dict[str, str] | None = None) -> dict[str, str]:
 NO_FETCH = {"GIT_NO_LAZY_FETCH": "1", "GIT_ALLOW_PROTOCOL": ""}
 
 
+@functools.cache
 def parallel_checkout() -> tuple[tuple[str, str], ...]:
     """A checkout writes thousands of files: one worker per CPU this process may use (git >= 2.32; older git
-    ignores the keys).  Not ``checkout.workers=0``: git counts the host's CPUs, not the affinity or the quota."""
+    ignores the keys).  Not ``checkout.workers=0``: git counts the host's CPUs, not the affinity or the quota.
+    Counted once per process (the cgroup files are not read again for each of a run's git commands)."""
     return (("checkout.workers", str(available_cpus())), ("checkout.thresholdForParallelism", "100"))
 
 

@@ -301,19 +301,11 @@ def trusted_runtime_env(install: Path) -> dict[str, str]:
     try:
         return stackenv.load(install)
     except StateError as exc:       # gone or damaged: the stack's own command writes it again
-        from ..verify.fix import rewrite_stack_env
+        from ..verify.fix import rewrite_stack_env, setup_receipt
 
+        paths = StackPaths(install)
         raise StateError(exc.what, expected=exc.expected, found=exc.found,
-                         fix=rewrite_stack_env(StackPaths(install), _setup_receipt(install))) from None
-
-
-def _setup_receipt(install: Path) -> Mapping[str, Any]:
-    """The stack's setup receipt as read, or {} where it cannot be (the fix then says less)."""
-    try:
-        read = jsonread.loads((install / "receipts" / "setup.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return read if isinstance(read, Mapping) else {}
+                         fix=rewrite_stack_env(paths, setup_receipt(paths))) from None
 
 
 def refuse_untrusted_jit(install: Path) -> None:

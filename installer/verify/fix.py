@@ -175,15 +175,21 @@ def rewrite_receipt(paths: StackPaths, lock: Mapping[str, Any]) -> str:
             "receipt again")
 
 
+def setup_receipt(paths: StackPaths) -> Mapping[str, Any]:
+    """The stack's setup receipt as read, or {} where it cannot be (missing, unreadable, not an object): a fix line
+    is then said from what else the stack records."""
+    try:
+        read = jsonread.loads(paths.setup_receipt.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return read if isinstance(read, Mapping) else {}
+
+
 def rebuild_jit(paths: StackPaths) -> str:
     """JIT libraries unlike the jit step's record: the same setup command runs the jit step again, which puts back
     what changed (from the shared cache where it holds them, its hash checked; else built again).  The command is
     the one the stack was set up with (its receipt, or its last run's record); ``--recipe NAME`` where neither says."""
-    try:
-        read = jsonread.loads((paths.root / "receipts" / "setup.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        read = None
-    receipt: Mapping[str, Any] = read if isinstance(read, Mapping) else {}
+    receipt = setup_receipt(paths)
     began = _began(paths)
     if not receipt and began.get("options") is not None:       # no receipt yet: the run that built the JIT
         command, hint = " ".join(["october_setup", _q(paths.root), *_began_argv(began)]), ""
